@@ -1,0 +1,608 @@
+//! Owner identity: which process a session belongs to, as a fingerprint that survives PID
+//! reuse and reboots, and the liveness check against it.
+//!
+//! A bare PID names whatever process holds that number *now*. An [`Identity`] names one
+//! process for its whole life: `{pid, start_ticks, boot_id, host}`. Everything is read
+//! through a [`ProcRoot`] so tests can feed crafted `/proc` trees.
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Process names that are never an owner: shells and launchers that sit between a hook
+/// and the program that really owns the session.
+pub const DEFAULT_SKIPPED_COMMS: &[&str] = &[
+    "sh", "bash", "dash", "zsh", "fish", "ksh", "ash", "env", "liveness",
+];
+
+/// Processes that adopt orphans (init and common subreapers). Reaching one while resolving
+/// an owner means the real owner is gone or was never an ancestor.
+const REAPER_COMMS: &[&str] = &[
+    "systemd",
+    "init",
+    "tini",
+    "dumb-init",
+    "catatonit",
+    "s6-svscan",
+];
+
+/// How far [`resolve_owner`] walks up before giving up.
+pub const MAX_RESOLVE_DEPTH: usize = 16;
+
+/// The fingerprint of one process: equal fingerprints mean the same process.
+///
+/// JSON field names are part of the public protocol (`docs/protocol.md`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Identity {
+    /// Process id (thread-group id).
+    pub pid: u32,
+    /// Start time in clock ticks after boot: `/proc/<pid>/stat` field 22.
+    pub start_ticks: u64,
+    /// `/proc/sys/kernel/random/boot_id` of the boot the process runs in.
+    pub boot_id: String,
+    /// Host name (UTS namespace) the process runs on.
+    pub host: String,
+    /// Command name when captured. For display only: `execve` changes it, so it is not
+    /// part of the fingerprint compared by [`Identity::same_process`].
+    #[serde(default)]
+    pub comm: String,
+}
+
+impl Identity {
+    /// The key that names this process among the processes of this boot.
+    pub fn key(&self) -> ProcessKey {
+        ProcessKey {
+            pid: self.pid,
+            start_ticks: self.start_ticks,
+        }
+    }
+
+    /// True when both identities name the same process (the comm is ignored).
+    pub fn same_process(&self, other: &Identity) -> bool {
+        self.key() == other.key() && self.boot_id == other.boot_id && self.host == other.host
+    }
+}
+
+impl fmt::Display for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}[{}] start={} on {}",
+            self.comm, self.pid, self.start_ticks, self.host
+        )
+    }
+}
+
+/// A process of the local boot: PID plus start time, immune to PID reuse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ProcessKey {
+    pub pid: u32,
+    pub start_ticks: u64,
+}
+
+impl fmt::Display for ProcessKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@{}", self.pid, self.start_ticks)
+    }
+}
+
+/// Errors of this module.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    #[error("no process with PID {0}")]
+    NoSuchProcess(u32),
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: io::Error },
+    #[error("malformed {path}: {what}")]
+    Malformed { path: PathBuf, what: &'static str },
+    #[error("PID {pid} has no owner: {why}")]
+    NoOwner { pid: u32, why: String },
+}
+
+/// Why a process counts as dead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeathReason {
+    /// No process has the PID any more, or it is a zombie waiting to be reaped.
+    Exited,
+    /// The PID now belongs to another process (different start time).
+    PidReused,
+    /// The machine rebooted since the identity was captured.
+    Rebooted,
+}
+
+impl fmt::Display for DeathReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DeathReason::Exited => "the process exited",
+            DeathReason::PidReused => "the PID now belongs to a different process",
+            DeathReason::Rebooted => "the machine rebooted since the identity was captured",
+        })
+    }
+}
+
+/// The answer of [`ProcRoot::check`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Liveness {
+    Alive,
+    Dead(DeathReason),
+    /// Cannot be decided here (another host, unreadable facts). Never finalizes by itself.
+    Unknown(String),
+}
+
+/// One parsed `/proc/<pid>/stat` line: only the fields liveness uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stat {
+    pub pid: u32,
+    pub comm: String,
+    pub state: char,
+    pub ppid: u32,
+    pub start_ticks: u64,
+}
+
+impl Stat {
+    /// Parses a stat line. The comm sits between the first `(` and the *last* `)`: it may
+    /// itself contain spaces, parentheses and newlines.
+    pub fn parse(text: &[u8]) -> Result<Stat, &'static str> {
+        let open = text
+            .iter()
+            .position(|&b| b == b'(')
+            .ok_or("no '(' before the command name")?;
+        let close = text
+            .iter()
+            .rposition(|&b| b == b')')
+            .ok_or("no ')' after the command name")?;
+        if close < open {
+            return Err("')' before '('");
+        }
+        let pid = std::str::from_utf8(&text[..open])
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .ok_or("PID is not a number")?;
+        let comm = String::from_utf8_lossy(&text[open + 1..close]).into_owned();
+        let rest = std::str::from_utf8(&text[close + 1..]).map_err(|_| "fields are not UTF-8")?;
+        // Fields after the comm, numbered as in proc(5): 3 = state, 4 = ppid, 22 = starttime.
+        let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
+        let field = |n: usize| fields.get(n - 3).copied().ok_or("too few fields");
+        let mut state_chars = field(3)?.chars();
+        let state = match (state_chars.next(), state_chars.next()) {
+            (Some(c), None) => c,
+            _ => return Err("state is not one character"),
+        };
+        let ppid = field(4)?.parse().map_err(|_| "PPID is not a number")?;
+        let start_ticks = field(22)?
+            .parse()
+            .map_err(|_| "start time is not a number")?;
+        Ok(Stat {
+            pid,
+            comm,
+            state,
+            ppid,
+            start_ticks,
+        })
+    }
+
+    /// Zombies (`Z`) and dying tasks (`X`) have exited: only their parent's reap is missing.
+    pub fn has_exited(&self) -> bool {
+        matches!(self.state, 'Z' | 'X')
+    }
+}
+
+/// Where process facts are read from: `/proc` normally, a crafted tree in tests.
+#[derive(Debug, Clone)]
+pub struct ProcRoot {
+    root: PathBuf,
+}
+
+impl Default for ProcRoot {
+    fn default() -> Self {
+        ProcRoot::new("/proc")
+    }
+}
+
+impl ProcRoot {
+    pub fn new(root: impl Into<PathBuf>) -> ProcRoot {
+        ProcRoot { root: root.into() }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.root
+    }
+
+    fn read(&self, rel: &str) -> Result<Vec<u8>, IdentityError> {
+        let path = self.root.join(rel);
+        std::fs::read(&path).map_err(|source| IdentityError::Read { path, source })
+    }
+
+    fn read_trimmed(&self, rel: &str) -> Result<String, IdentityError> {
+        let bytes = self.read(rel)?;
+        let text = String::from_utf8_lossy(&bytes).trim().to_owned();
+        if text.is_empty() {
+            return Err(IdentityError::Malformed {
+                path: self.root.join(rel),
+                what: "empty",
+            });
+        }
+        Ok(text)
+    }
+
+    /// This boot's id.
+    pub fn boot_id(&self) -> Result<String, IdentityError> {
+        self.read_trimmed("sys/kernel/random/boot_id")
+    }
+
+    /// This host's name, as the kernel of the reader's UTS namespace knows it.
+    pub fn host(&self) -> Result<String, IdentityError> {
+        self.read_trimmed("sys/kernel/hostname")
+    }
+
+    /// Reads and parses `<root>/<pid>/stat`. A missing PID is [`IdentityError::NoSuchProcess`].
+    pub fn stat(&self, pid: u32) -> Result<Stat, IdentityError> {
+        let rel = format!("{pid}/stat");
+        let bytes = match self.read(&rel) {
+            Err(IdentityError::Read { source, .. })
+                if matches!(source.raw_os_error(), Some(libc::ENOENT | libc::ESRCH)) =>
+            {
+                return Err(IdentityError::NoSuchProcess(pid));
+            }
+            other => other?,
+        };
+        let stat = Stat::parse(&bytes).map_err(|what| IdentityError::Malformed {
+            path: self.root.join(&rel),
+            what,
+        })?;
+        if stat.pid != pid {
+            return Err(IdentityError::Malformed {
+                path: self.root.join(rel),
+                what: "PID differs",
+            });
+        }
+        Ok(stat)
+    }
+
+    /// Captures the identity of a live process. Fails rather than returning a partial
+    /// identity; a zombie has already exited and has no identity worth owning anything.
+    pub fn capture(&self, pid: u32) -> Result<Identity, IdentityError> {
+        let stat = self.stat(pid)?;
+        if stat.has_exited() {
+            return Err(IdentityError::NoSuchProcess(pid));
+        }
+        Ok(Identity {
+            pid,
+            start_ticks: stat.start_ticks,
+            boot_id: self.boot_id()?,
+            host: self.host()?,
+            comm: stat.comm,
+        })
+    }
+
+    /// Is the process named by `identity` still alive?
+    ///
+    /// Dead needs proof: the PID is gone or a zombie, its start time differs, or the boot
+    /// differs. Another host or an unreadable fact is Unknown (fail closed).
+    pub fn check(&self, identity: &Identity) -> Liveness {
+        match self.host() {
+            Ok(host) if host == identity.host => {}
+            Ok(host) => {
+                return Liveness::Unknown(format!(
+                    "the identity is from host {:?}, this is {host:?}",
+                    identity.host
+                ));
+            }
+            Err(e) => return Liveness::Unknown(e.to_string()),
+        }
+        match self.boot_id() {
+            Ok(boot) if boot == identity.boot_id => {}
+            Ok(_) => return Liveness::Dead(DeathReason::Rebooted),
+            Err(e) => return Liveness::Unknown(e.to_string()),
+        }
+        self.check_key(identity.key())
+    }
+
+    /// [`ProcRoot::check`] for a process already known to be of this host and boot.
+    pub fn check_key(&self, key: ProcessKey) -> Liveness {
+        match self.stat(key.pid) {
+            Err(IdentityError::NoSuchProcess(_)) => Liveness::Dead(DeathReason::Exited),
+            Err(e) => Liveness::Unknown(e.to_string()),
+            Ok(stat) if stat.start_ticks != key.start_ticks => {
+                Liveness::Dead(DeathReason::PidReused)
+            }
+            Ok(stat) if stat.has_exited() => Liveness::Dead(DeathReason::Exited),
+            Ok(_) => Liveness::Alive,
+        }
+    }
+
+    /// Walks up from `pid` to the first ancestor (or `pid` itself) that is not a shell,
+    /// launcher or one of `extra_wrappers`, and captures its identity.
+    ///
+    /// Reaching init, a known subreaper, the top of the tree or [`MAX_RESOLVE_DEPTH`] is an
+    /// error: guessing an owner would attach the session to the wrong process.
+    pub fn resolve_owner(
+        &self,
+        pid: u32,
+        extra_wrappers: &[String],
+    ) -> Result<Identity, IdentityError> {
+        let skipped = |comm: &str| {
+            DEFAULT_SKIPPED_COMMS.contains(&comm) || extra_wrappers.iter().any(|w| w == comm)
+        };
+        let mut current = pid;
+        let mut chain = Vec::new();
+        for _ in 0..MAX_RESOLVE_DEPTH {
+            if current <= 1 {
+                return Err(IdentityError::NoOwner {
+                    pid,
+                    why: format!("reached init through {}", chain.join(" <- ")),
+                });
+            }
+            let stat = self.stat(current)?;
+            if REAPER_COMMS.contains(&stat.comm.as_str()) {
+                return Err(IdentityError::NoOwner {
+                    pid,
+                    why: format!(
+                        "reached the reaper {}[{current}] through {}",
+                        stat.comm,
+                        chain.join(" <- ")
+                    ),
+                });
+            }
+            if !skipped(&stat.comm) {
+                return self.capture(current);
+            }
+            chain.push(format!("{}[{current}]", stat.comm));
+            current = stat.ppid;
+        }
+        Err(IdentityError::NoOwner {
+            pid,
+            why: format!(
+                "no owner within {MAX_RESOLVE_DEPTH} ancestors: {}",
+                chain.join(" <- ")
+            ),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stat_line(pid: u32, comm: &str, state: char, ppid: u32, start: u64) -> String {
+        // Fields 3..=22 as proc(5) numbers them, with the ones liveness ignores zeroed.
+        let mut fields = vec!["0".to_owned(); 20];
+        fields[0] = state.to_string();
+        fields[1] = ppid.to_string();
+        fields[19] = start.to_string();
+        format!("{pid} ({comm}) {} 0 0 0\n", fields.join(" "))
+    }
+
+    /// A crafted proc tree: boot id, host name, and one stat file per process.
+    struct FakeProc {
+        dir: tempfile::TempDir,
+    }
+
+    impl FakeProc {
+        fn new() -> FakeProc {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::create_dir_all(dir.path().join("sys/kernel/random")).unwrap();
+            std::fs::write(dir.path().join("sys/kernel/random/boot_id"), "boot-a\n").unwrap();
+            std::fs::write(dir.path().join("sys/kernel/hostname"), "devbox\n").unwrap();
+            FakeProc { dir }
+        }
+
+        fn with_raw(self, pid: u32, stat: &[u8]) -> FakeProc {
+            std::fs::create_dir_all(self.dir.path().join(pid.to_string())).unwrap();
+            std::fs::write(self.dir.path().join(format!("{pid}/stat")), stat).unwrap();
+            self
+        }
+
+        fn with(self, pid: u32, comm: &str, ppid: u32) -> FakeProc {
+            let line = stat_line(pid, comm, 'S', ppid, 1000 + u64::from(pid));
+            self.with_raw(pid, line.as_bytes())
+        }
+
+        fn root(&self) -> ProcRoot {
+            ProcRoot::new(self.dir.path())
+        }
+    }
+
+    #[test]
+    fn parses_comm_with_parentheses_spaces_and_newlines() {
+        for comm in ["a) (b", "x y z", "))", "new\nline", "(", ""] {
+            let stat = Stat::parse(stat_line(42, comm, 'R', 7, 123456).as_bytes()).unwrap();
+            assert_eq!(
+                stat,
+                Stat {
+                    pid: 42,
+                    comm: comm.to_owned(),
+                    state: 'R',
+                    ppid: 7,
+                    start_ticks: 123456
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn rejects_truncated_and_garbage_stat() {
+        let full = stat_line(42, "cat", 'S', 1, 99);
+        let truncated = &full[..full.len() - 30];
+        assert_eq!(Stat::parse(truncated.as_bytes()), Err("too few fields"));
+        assert_eq!(Stat::parse(b""), Err("no '(' before the command name"));
+        assert_eq!(
+            Stat::parse(b"42 (cat S 1"),
+            Err("no ')' after the command name")
+        );
+        assert_eq!(Stat::parse(b"x (cat) S 1"), Err("PID is not a number"));
+        assert_eq!(Stat::parse(b"42 )cat( S"), Err("')' before '('"));
+        let bad_start = full.replace(" 99 ", " 9x ");
+        assert_eq!(
+            Stat::parse(bad_start.as_bytes()),
+            Err("start time is not a number")
+        );
+        assert_eq!(
+            Stat::parse(b"42 (cat) SS 1"),
+            Err("state is not one character")
+        );
+    }
+
+    #[test]
+    fn capture_reads_every_fact_or_fails_whole() {
+        let proc = FakeProc::new().with(10, "agent (v2)", 1);
+        let id = proc.root().capture(10).unwrap();
+        assert_eq!(
+            id,
+            Identity {
+                pid: 10,
+                start_ticks: 1010,
+                boot_id: "boot-a".into(),
+                host: "devbox".into(),
+                comm: "agent (v2)".into()
+            }
+        );
+        assert!(matches!(
+            proc.root().capture(11),
+            Err(IdentityError::NoSuchProcess(11))
+        ));
+
+        let garbage = FakeProc::new().with_raw(12, b"12 (x) S");
+        assert!(matches!(
+            garbage.root().capture(12),
+            Err(IdentityError::Malformed { .. })
+        ));
+
+        let zombie = FakeProc::new().with_raw(13, stat_line(13, "z", 'Z', 1, 5).as_bytes());
+        assert!(matches!(
+            zombie.root().capture(13),
+            Err(IdentityError::NoSuchProcess(13))
+        ));
+
+        let no_boot = FakeProc::new().with(14, "a", 1);
+        std::fs::remove_file(no_boot.dir.path().join("sys/kernel/random/boot_id")).unwrap();
+        assert!(matches!(
+            no_boot.root().capture(14),
+            Err(IdentityError::Read { .. })
+        ));
+    }
+
+    #[test]
+    fn check_distinguishes_alive_dead_and_unknown() {
+        let proc = FakeProc::new()
+            .with(20, "agent", 1)
+            .with_raw(21, stat_line(21, "z", 'Z', 1, 1021).as_bytes());
+        let root = proc.root();
+        let id = root.capture(20).unwrap();
+        assert_eq!(root.check(&id), Liveness::Alive);
+
+        let reused = Identity {
+            start_ticks: 1,
+            ..id.clone()
+        };
+        assert_eq!(root.check(&reused), Liveness::Dead(DeathReason::PidReused));
+        let gone = Identity {
+            pid: 99,
+            ..id.clone()
+        };
+        assert_eq!(root.check(&gone), Liveness::Dead(DeathReason::Exited));
+        let zombie = Identity {
+            pid: 21,
+            start_ticks: 1021,
+            ..id.clone()
+        };
+        assert_eq!(root.check(&zombie), Liveness::Dead(DeathReason::Exited));
+        let other_boot = Identity {
+            boot_id: "boot-b".into(),
+            ..id.clone()
+        };
+        assert_eq!(
+            root.check(&other_boot),
+            Liveness::Dead(DeathReason::Rebooted)
+        );
+        let other_host = Identity {
+            host: "elsewhere".into(),
+            boot_id: "boot-b".into(),
+            ..id.clone()
+        };
+        assert!(matches!(root.check(&other_host), Liveness::Unknown(_)));
+
+        std::fs::write(proc.dir.path().join("20/stat"), b"garbage").unwrap();
+        assert!(matches!(root.check(&id), Liveness::Unknown(_)));
+    }
+
+    #[test]
+    fn same_process_ignores_comm_only() {
+        let proc = FakeProc::new().with(20, "agent", 1);
+        let id = proc.root().capture(20).unwrap();
+        assert!(id.same_process(&Identity {
+            comm: "after-exec".into(),
+            ..id.clone()
+        }));
+        assert!(!id.same_process(&Identity {
+            start_ticks: 2,
+            ..id.clone()
+        }));
+        assert!(!id.same_process(&Identity {
+            boot_id: "b".into(),
+            ..id.clone()
+        }));
+        assert!(!id.same_process(&Identity {
+            host: "h".into(),
+            ..id.clone()
+        }));
+    }
+
+    #[test]
+    fn resolve_owner_skips_shells_and_wrappers() {
+        let proc = FakeProc::new()
+            .with(30, "agent", 1)
+            .with(31, "wrap", 30)
+            .with(32, "bash", 31)
+            .with(33, "env", 32)
+            .with(34, "sh", 33);
+        let root = proc.root();
+        assert_eq!(root.resolve_owner(34, &[]).unwrap().pid, 31);
+        assert_eq!(root.resolve_owner(34, &["wrap".into()]).unwrap().pid, 30);
+        assert_eq!(
+            root.resolve_owner(30, &[]).unwrap().pid,
+            30,
+            "a non-shell owns itself"
+        );
+    }
+
+    #[test]
+    fn resolve_owner_refuses_to_guess() {
+        let to_init = FakeProc::new().with(40, "bash", 1);
+        assert!(matches!(
+            to_init.root().resolve_owner(40, &[]),
+            Err(IdentityError::NoOwner { .. })
+        ));
+
+        let to_reaper = FakeProc::new().with(50, "systemd", 1).with(51, "sh", 50);
+        assert!(matches!(
+            to_reaper.root().resolve_owner(51, &[]),
+            Err(IdentityError::NoOwner { .. })
+        ));
+
+        let mut deep = FakeProc::new().with(100, "agent", 1);
+        for pid in 101..=100 + MAX_RESOLVE_DEPTH as u32 {
+            deep = deep.with(pid, "sh", pid - 1);
+        }
+        let top = 100 + MAX_RESOLVE_DEPTH as u32;
+        assert!(matches!(
+            deep.root().resolve_owner(top, &[]),
+            Err(IdentityError::NoOwner { .. })
+        ));
+        assert_eq!(
+            deep.root().resolve_owner(top - 1, &[]).unwrap().pid,
+            100,
+            "16 levels suffice"
+        );
+
+        let broken = FakeProc::new().with(60, "sh", 61);
+        assert!(matches!(
+            broken.root().resolve_owner(60, &[]),
+            Err(IdentityError::NoSuchProcess(61))
+        ));
+    }
+}

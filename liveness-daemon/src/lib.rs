@@ -1,0 +1,7 @@
+//! liveness: learn from the kernel when the process that owns a session dies, finalize the
+//! session durably, and tell every interested tool.
+//!
+//! The binaries `livenessd` and `liveness` are thin; the logic lives in these modules.
+
+pub mod identity;
+pub mod source;

@@ -1,0 +1,1 @@
+//! Integration tests for liveness live in `tests/`; shared helpers live here.
