@@ -1,0 +1,606 @@
+//! Exit source backed by pidfds (Linux 5.3+).
+//!
+//! A pidfd names one process, not a PID number, so PID reuse cannot fool it, and it becomes
+//! readable once the process's last thread has exited. Each tracked process costs one file
+//! descriptor (so the open-file limit caps coverage) and one
+//! small tokio task parked on the fd's readiness. Every task's [`AbortHandle`] is kept, so
+//! `untrack` and drop cancel it: no task outlives the source.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::SystemTime;
+
+use rustix::io::Errno;
+use rustix::ioctl::{Opcode, Updater, opcode};
+use rustix::process::{Pid, PidfdFlags};
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+use tokio::runtime::Handle;
+use tokio::task::AbortHandle;
+use tracing::{debug, warn};
+
+use super::{
+    DetectedBy, EventSink, ExitObservation, ExitSource, ExitStatus, SourceEvent, SourceStats,
+    TrackError,
+};
+use crate::identity::{DeathReason, IdentityError, Liveness, ProcRoot, ProcessKey};
+
+/// Why the pidfd source cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum PidfdError {
+    #[error("pidfd_open does not exist: the kernel is older than Linux 5.3")]
+    Unsupported,
+    #[error("pidfd_open fails on the daemon's own PID: {0}")]
+    Probe(#[source] io::Error),
+}
+
+/// `struct pidfd_info` of `include/uapi/linux/pidfd.h` as first published (Linux 6.13,
+/// `PIDFD_INFO_SIZE_VER0`), with `exit_code` in the spare slot since 6.15. Later kernels
+/// append fields; the ioctl number carries our size and the kernel copies only that much,
+/// so this prefix works on every kernel that has the ioctl.
+#[repr(C)]
+struct PidfdInfo {
+    mask: u64,
+    _cgroupid: u64,
+    /// pid, tgid, ppid, then the real, effective, saved and fs uid/gid: unused here.
+    _ids: [u32; 11],
+    /// A `wait(2)` status word.
+    exit_code: i32,
+}
+
+const _: () = assert!(size_of::<PidfdInfo>() == 64);
+const _: () = assert!(std::mem::offset_of!(PidfdInfo, exit_code) == 60);
+
+const PIDFD_INFO_EXIT: u64 = 1 << 3;
+/// `_IOWR(PIDFS_IOCTL_MAGIC, 11, struct pidfd_info)`.
+const PIDFD_GET_INFO: Opcode = opcode::read_write::<PidfdInfo>(0xFF, 11);
+
+/// The wait status of an exited process, when the kernel tells: `PIDFD_INFO_EXIT` needs
+/// Linux 6.15, and the kernel records the status only when the process's parent reaps it,
+/// so before the reap the answer is `None`.
+fn exit_status(pidfd: &OwnedFd) -> Option<ExitStatus> {
+    let mut info = PidfdInfo {
+        mask: PIDFD_INFO_EXIT,
+        _cgroupid: 0,
+        _ids: [0; 11],
+        exit_code: 0,
+    };
+    // SAFETY: PIDFD_GET_INFO is the pidfd ioctl that takes a `struct pidfd_info`, and its
+    // number encodes `size_of::<PidfdInfo>()`, which bounds what the kernel writes.
+    let result = unsafe {
+        rustix::ioctl::ioctl(pidfd, Updater::<PIDFD_GET_INFO, PidfdInfo>::new(&mut info))
+    };
+    match result {
+        Ok(()) if info.mask & PIDFD_INFO_EXIT != 0 => {
+            Some(ExitStatus::from_wait_status(info.exit_code as u32))
+        }
+        Ok(()) => None,
+        // ENOTTY or EINVAL before Linux 6.13; ESRCH after the reap on 6.13 and 6.14.
+        Err(e) => {
+            debug!("PIDFD_GET_INFO gives no exit status: {e}");
+            None
+        }
+    }
+}
+
+/// Watches each tracked process through its pidfd.
+pub struct PidfdSource {
+    shared: Arc<Shared>,
+    runtime: Handle,
+    proc: ProcRoot,
+    refused: u64,
+}
+
+/// What the source shares with its watcher tasks.
+struct Shared {
+    sink: EventSink,
+    /// The watcher task of each tracked process.
+    watchers: Mutex<HashMap<ProcessKey, AbortHandle>>,
+    observed: AtomicU64,
+}
+
+impl Shared {
+    fn watchers(&self) -> MutexGuard<'_, HashMap<ProcessKey, AbortHandle>> {
+        // The critical sections cannot panic halfway, so a poisoned map is still consistent.
+        self.watchers.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl PidfdSource {
+    /// Checks that this kernel has pidfds and starts the source. Watcher tasks run on the
+    /// caller's tokio runtime.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime, or in one without IO enabled.
+    pub fn start(sink: EventSink) -> Result<PidfdSource, PidfdError> {
+        let runtime = Handle::current();
+        let probe =
+            match rustix::process::pidfd_open(rustix::process::getpid(), PidfdFlags::empty()) {
+                Ok(pidfd) => pidfd,
+                Err(Errno::NOSYS) => return Err(PidfdError::Unsupported),
+                Err(e) => return Err(PidfdError::Probe(e.into())),
+            };
+        // Registering the probe proves epoll takes pidfds here (and panics now, not in
+        // `track`, if the runtime has no IO driver).
+        register_readable(probe).map_err(PidfdError::Probe)?;
+        Ok(PidfdSource {
+            shared: Arc::new(Shared {
+                sink,
+                watchers: Mutex::new(HashMap::new()),
+                observed: AtomicU64::new(0),
+            }),
+            runtime,
+            proc: ProcRoot::default(),
+            refused: 0,
+        })
+    }
+
+    /// Opens a pidfd for `key` and proves it names that very process.
+    fn open_verified(&self, key: ProcessKey) -> Result<OwnedFd, TrackError> {
+        let pid = i32::try_from(key.pid)
+            .ok()
+            .and_then(Pid::from_raw)
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{} is not a PID", key.pid),
+                )
+            })?;
+        let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty()).map_err(|e| match e {
+            Errno::SRCH => TrackError::Gone,
+            Errno::MFILE | Errno::NFILE => out_of_fds(e),
+            e => TrackError::Io(e.into()),
+        })?;
+        // The pidfd pins whichever process held the PID when it was opened. Only a start
+        // time read after the open proves that process is the one the key names; read
+        // before, a PID reused in between would be watched in the owner's place.
+        match self.proc.check_key(key) {
+            Liveness::Alive => Ok(pidfd),
+            Liveness::Dead(_) => Err(TrackError::Gone),
+            // The pidfd may have taken the last descriptor, leaving none to read /proc.
+            Liveness::Unknown(why) => match self.proc.stat(key.pid) {
+                Err(IdentityError::Read { source, .. }) if is_out_of_fds(&source) => {
+                    Err(out_of_fds(source))
+                }
+                _ => Err(TrackError::Io(io::Error::other(format!(
+                    "cannot verify that PID {} is {key}: {why}",
+                    key.pid
+                )))),
+            },
+        }
+    }
+
+    fn register(&self, pidfd: OwnedFd) -> Result<AsyncFd<OwnedFd>, TrackError> {
+        let _runtime = self.runtime.enter();
+        register_readable(pidfd).map_err(|e| {
+            if e.raw_os_error() == Some(libc::ENOSPC) {
+                TrackError::Exhausted(format!(
+                    "epoll watch limit reached (fs.epoll.max_user_watches): {e}"
+                ))
+            } else {
+                TrackError::Io(e)
+            }
+        })
+    }
+}
+
+/// Registers a pidfd with the current runtime's epoll.
+fn register_readable(pidfd: OwnedFd) -> io::Result<AsyncFd<OwnedFd>> {
+    // SAFETY: the AsyncFd owns the OwnedFd, which stays open and keeps its number until
+    // both are dropped together.
+    Ok(unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) }?)
+}
+
+fn is_out_of_fds(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
+fn out_of_fds(e: impl fmt::Display) -> TrackError {
+    TrackError::Exhausted(format!("no file descriptors left: {e}"))
+}
+
+/// Waits for the process behind `pidfd` to exit and reports it.
+async fn watch(shared: Arc<Shared>, key: ProcessKey, pidfd: AsyncFd<OwnedFd>) {
+    // The pidfd is never read, so its readiness needs no clearing: one wake-up is all we use.
+    match pidfd.readable().await {
+        Ok(_) => {
+            let at = SystemTime::now();
+            let observation = ExitObservation {
+                key,
+                reason: DeathReason::Exited,
+                status: exit_status(pidfd.get_ref()),
+                detected_by: DetectedBy::Pidfd,
+                at,
+            };
+            if shared
+                .sink
+                .send(SourceEvent::Exit(observation))
+                .await
+                .is_ok()
+            {
+                shared.observed.fetch_add(1, Ordering::Relaxed);
+            } else {
+                debug!(%key, "the consumer is gone; exit not reported");
+            }
+        }
+        // Only when the runtime's IO driver shuts down.
+        Err(e) => warn!(%key, "cannot wait on the pidfd: {e}"),
+    }
+    let mut watchers = shared.watchers();
+    // After an untrack and a new track of the key, the entry belongs to another task.
+    if watchers
+        .get(&key)
+        .is_some_and(|task| task.id() == tokio::task::id())
+    {
+        watchers.remove(&key);
+    }
+}
+
+impl ExitSource for PidfdSource {
+    fn kind(&self) -> DetectedBy {
+        DetectedBy::Pidfd
+    }
+
+    fn track(&mut self, key: ProcessKey) -> Result<(), TrackError> {
+        if self.shared.watchers().contains_key(&key) {
+            return Ok(());
+        }
+        let pidfd = match self.open_verified(key).and_then(|fd| self.register(fd)) {
+            Ok(pidfd) => pidfd,
+            Err(e) => {
+                if matches!(e, TrackError::Exhausted(_)) {
+                    self.refused += 1;
+                }
+                return Err(e);
+            }
+        };
+        // Spawned under the lock the task takes to remove its entry, so even a task that
+        // finishes at once finds the entry inserted.
+        let mut watchers = self.shared.watchers();
+        let task = self
+            .runtime
+            .spawn(watch(Arc::clone(&self.shared), key, pidfd));
+        watchers.insert(key, task.abort_handle());
+        Ok(())
+    }
+
+    fn untrack(&mut self, key: ProcessKey) {
+        if let Some(task) = self.shared.watchers().remove(&key) {
+            task.abort();
+        }
+    }
+
+    fn stats(&self) -> SourceStats {
+        SourceStats {
+            tracked: self.shared.watchers().len() as u64,
+            observed: self.shared.observed.load(Ordering::Relaxed),
+            lost: 0,
+            refused: self.refused,
+        }
+    }
+}
+
+impl Drop for PidfdSource {
+    fn drop(&mut self) {
+        // An aborted task is dropped by the runtime, closing its pidfd.
+        for (_, task) in self.shared.watchers().drain() {
+            task.abort();
+        }
+    }
+}
+
+impl fmt::Debug for PidfdSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Not the watcher map: it may hold tens of thousands of entries.
+        f.debug_struct("PidfdSource")
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::process::{Command, Stdio};
+
+    use rustix::pipe::PipeFlags;
+    use rustix::process::{Resource, Rlimit, WaitId, WaitIdOptions};
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::source::testutil::{PATIENCE, Proc, assert_quiet, next_exit};
+
+    fn source(capacity: usize) -> (PidfdSource, mpsc::Receiver<SourceEvent>) {
+        let (sink, rx) = mpsc::channel(capacity);
+        let source = PidfdSource::start(sink).expect("pidfds work on the test machine");
+        (source, rx)
+    }
+
+    /// The status the source must report for a *reaped* process that ended with `status`:
+    /// `PIDFD_INFO_EXIT` exists from Linux 6.15.
+    fn expected(status: ExitStatus) -> Option<ExitStatus> {
+        let uname = rustix::system::uname();
+        let release = uname.release().to_string_lossy();
+        let mut numbers = release
+            .split(|c: char| !c.is_ascii_digit())
+            .map(|n| n.parse::<u32>().unwrap_or(0));
+        let version = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+        (version >= (6, 15)).then_some(status)
+    }
+
+    #[test]
+    fn get_info_opcode_is_iowr_ff_11_of_64_bytes() {
+        // _IOWR: direction 3 in bits 30-31, size in bits 16-29, type, then number.
+        assert_eq!(PIDFD_GET_INFO, (3 << 30) | (64 << 16) | (0xFF << 8) | 11);
+    }
+
+    // The test is the process's parent and reaps it before the watcher task can run: this
+    // runtime has one thread, which `reap` blocks. So the kernel holds the status when the
+    // pidfd is handled. For a process that is not the daemon's child, the status is there
+    // only if its own parent reaped it first; otherwise the observation says `None`.
+    #[tokio::test]
+    async fn reports_an_exit_code_exactly_once() {
+        let (mut source, mut rx) = source(8);
+        let mut proc = Proc::exit_on_eof(7);
+        let key = proc.key();
+        source.track(key).unwrap();
+        source
+            .track(key)
+            .expect("tracking a tracked key again is a no-op");
+        assert_eq!(source.stats().tracked, 1);
+
+        proc.close_stdin();
+        assert_eq!(proc.reap().code(), Some(7));
+        let observation = next_exit(&mut rx).await;
+        assert_eq!(observation.key, key);
+        assert_eq!(observation.reason, DeathReason::Exited);
+        assert_eq!(observation.detected_by, DetectedBy::Pidfd);
+        assert_eq!(observation.status, expected(ExitStatus::Exited { code: 7 }));
+        assert_quiet(&mut rx, "one exit must be reported once").await;
+        assert_eq!(
+            source.stats(),
+            SourceStats {
+                tracked: 0,
+                observed: 1,
+                lost: 0,
+                refused: 0
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn reports_a_sigkill() {
+        let (mut source, mut rx) = source(8);
+        let mut proc = Proc::sleeper();
+        let key = proc.key();
+        source.track(key).unwrap();
+
+        proc.kill();
+        proc.reap();
+        let observation = next_exit(&mut rx).await;
+        assert_eq!(observation.key, key);
+        assert_eq!(
+            observation.status,
+            expected(ExitStatus::Signaled {
+                signal: 9,
+                core_dumped: false
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn ignores_processes_it_does_not_track() {
+        let (mut source, mut rx) = source(8);
+        let tracked = Proc::sleeper();
+        source.track(tracked.key()).unwrap();
+
+        let mut other = Proc::exit_on_eof(0);
+        other.close_stdin();
+        other.reap();
+        assert_quiet(&mut rx, "only an untracked process exited").await;
+        assert_eq!(source.stats().tracked, 1);
+    }
+
+    #[tokio::test]
+    async fn untracked_process_death_is_not_reported() {
+        let (mut source, mut rx) = source(8);
+        let mut proc = Proc::sleeper();
+        let key = proc.key();
+        source.track(key).unwrap();
+        source.untrack(key);
+        source.untrack(key);
+        assert_eq!(source.stats().tracked, 0);
+
+        proc.kill();
+        proc.reap();
+        assert_quiet(&mut rx, "the process was untracked before it died").await;
+    }
+
+    #[tokio::test]
+    async fn refuses_a_pid_whose_start_time_differs() {
+        let (mut source, _rx) = source(8);
+        let proc = Proc::sleeper();
+        let real = proc.key();
+        let reused = ProcessKey {
+            start_ticks: real.start_ticks + 1,
+            ..real
+        };
+        match source.track(reused) {
+            Err(TrackError::Gone) => {}
+            other => panic!("a key naming another process must be Gone, got {other:?}"),
+        }
+        assert_eq!(source.stats(), SourceStats::default());
+        source.track(real).expect("the real key is tracked");
+    }
+
+    #[tokio::test]
+    async fn refuses_a_process_that_already_exited() {
+        let (mut source, _rx) = source(8);
+        let mut proc = Proc::exit_on_eof(0);
+        let key = proc.key();
+        proc.close_stdin();
+        // Wait for the exit without reaping: the zombie keeps its PID, so pidfd_open works.
+        let pid = Pid::from_raw(proc.pid() as i32).unwrap();
+        rustix::process::waitid(
+            WaitId::Pid(pid),
+            WaitIdOptions::EXITED | WaitIdOptions::NOWAIT,
+        )
+        .unwrap();
+        match source.track(key) {
+            Err(TrackError::Gone) => {}
+            other => panic!("a zombie must be Gone, got {other:?}"),
+        }
+        assert_eq!(source.stats().tracked, 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reports_each_of_200_simultaneous_exits_once() {
+        const COUNT: usize = 200;
+        // Every shell reads the same pipe and exits at its end of file.
+        let (read, write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC).unwrap();
+        let mut procs: Vec<Proc> = (0..COUNT)
+            .map(|_| {
+                Proc::spawn(
+                    Command::new("sh")
+                        .args(["-c", "read x"])
+                        .stdin(Stdio::from(read.try_clone().unwrap())),
+                )
+            })
+            .collect();
+        drop(read);
+        // Fewer slots than exits: watchers must wait for room, and none may give up.
+        let (mut source, mut rx) = source(16);
+        let keys: HashSet<ProcessKey> = procs.iter().map(Proc::key).collect();
+        for &key in &keys {
+            source.track(key).unwrap();
+        }
+        assert_eq!(source.stats().tracked, COUNT as u64);
+
+        drop(write);
+        let mut seen = HashSet::new();
+        for _ in 0..COUNT {
+            let observation = next_exit(&mut rx).await;
+            assert!(
+                keys.contains(&observation.key),
+                "observed {} which was never tracked",
+                observation.key
+            );
+            assert!(
+                seen.insert(observation.key),
+                "observed {} twice",
+                observation.key
+            );
+        }
+        assert_quiet(&mut rx, "all 200 exits were already reported").await;
+        let stats = source.stats();
+        assert_eq!((stats.tracked, stats.observed), (0, COUNT as u64));
+        for proc in &mut procs {
+            proc.reap();
+        }
+    }
+
+    #[tokio::test]
+    async fn dropping_the_source_ends_every_watcher() {
+        let (mut source, mut rx) = source(8);
+        let procs = [Proc::sleeper(), Proc::sleeper()];
+        for proc in &procs {
+            source.track(proc.key()).unwrap();
+        }
+        drop(source);
+        // Each watcher holds a sender, so the channel closes only once all are gone.
+        match tokio::time::timeout(PATIENCE, rx.recv()).await {
+            Ok(None) => {}
+            Ok(Some(event)) => panic!("no process died, yet the source sent {event:?}"),
+            Err(_) => panic!("watcher tasks outlived the source by {PATIENCE:?}"),
+        }
+    }
+
+    const EXHAUSTION_CHILD: &str = "LIVENESS_TEST_EXHAUST_FDS";
+
+    /// Lowering RLIMIT_NOFILE here would starve every test running in parallel, so a
+    /// re-executed copy of this test binary, running only this test, does the work.
+    #[test]
+    fn running_out_of_fds_is_refused_and_counted() {
+        if std::env::var_os(EXHAUSTION_CHILD).is_some() {
+            return exhaust_fds();
+        }
+        let name = "source::pidfd::tests::running_out_of_fds_is_refused_and_counted";
+        let output = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--test-threads=1", "--nocapture"])
+            .env(EXHAUSTION_CHILD, "1")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success(),
+            "the re-executed test failed:\n{stdout}\n{stderr}"
+        );
+        // A filter that matches nothing succeeds too.
+        assert!(
+            stdout.contains("1 passed"),
+            "the re-executed binary did not run the test:\n{stdout}"
+        );
+    }
+
+    fn exhaust_fds() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let (mut source, _rx) = source(8);
+            let proc = Proc::sleeper();
+            let key = proc.key();
+            let hard = rustix::process::getrlimit(Resource::Nofile).maximum;
+            rustix::process::setrlimit(
+                Resource::Nofile,
+                Rlimit {
+                    current: Some(64),
+                    maximum: hard,
+                },
+            )
+            .unwrap();
+            let mut spare = Vec::new();
+            loop {
+                match std::fs::File::open("/dev/null") {
+                    Ok(file) => spare.push(file),
+                    Err(e) if e.raw_os_error() == Some(libc::EMFILE) => break,
+                    Err(e) => panic!("cannot open /dev/null: {e}"),
+                }
+            }
+            assert!(
+                spare.len() >= 2,
+                "only {} descriptors were free below the lowered limit",
+                spare.len()
+            );
+            let refused = |result: Result<(), TrackError>, what: &str| match result {
+                Err(TrackError::Exhausted(why)) if why.contains("no file descriptors left") => {}
+                other => panic!("{what}: expected Exhausted, got {other:?}"),
+            };
+
+            refused(source.track(key), "no descriptor for the pidfd");
+            drop(spare.pop());
+            refused(source.track(key), "a pidfd but none left to read /proc");
+            assert_eq!(
+                source.stats(),
+                SourceStats {
+                    tracked: 0,
+                    observed: 0,
+                    lost: 0,
+                    refused: 2
+                }
+            );
+
+            drop(spare.pop());
+            source
+                .track(key)
+                .expect("with two descriptors free, tracking works again");
+            assert_eq!(source.stats().tracked, 1);
+        });
+    }
+}

@@ -1,0 +1,107 @@
+//! Real processes and channel helpers for the sources' tests.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use tokio::sync::mpsc::Receiver;
+
+use super::{ExitObservation, SourceEvent};
+use crate::identity::{ProcRoot, ProcessKey};
+
+/// How long a test waits for an observation that must come. Generous: machines are noisy,
+/// and a correct run never waits this long.
+pub const PATIENCE: Duration = Duration::from_secs(10);
+/// How long a test listens to be convinced that nothing comes.
+pub const QUIET: Duration = Duration::from_millis(300);
+
+/// A child process that is SIGKILLed and reaped on drop, so a failing test leaves none behind.
+#[derive(Debug)]
+pub struct Proc(pub Child);
+
+impl Proc {
+    pub fn spawn(command: &mut Command) -> Proc {
+        Proc(
+            command
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot spawn {command:?}: {e}")),
+        )
+    }
+
+    /// A process that lives until it is killed.
+    pub fn sleeper() -> Proc {
+        Proc::spawn(Command::new("sleep").arg("1000").stdin(Stdio::null()))
+    }
+
+    /// A shell that exits with `code` once its stdin is closed ([`Proc::close_stdin`]), so
+    /// the test decides when it dies.
+    pub fn exit_on_eof(code: u8) -> Proc {
+        Proc::spawn(
+            Command::new("sh")
+                .args(["-c", &format!("read x; exit {code}")])
+                .stdin(Stdio::piped()),
+        )
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// The process's real fingerprint, read from `/proc`.
+    pub fn key(&self) -> ProcessKey {
+        let pid = self.pid();
+        let stat = ProcRoot::default()
+            .stat(pid)
+            .unwrap_or_else(|e| panic!("cannot read the stat of test process {pid}: {e}"));
+        ProcessKey {
+            pid,
+            start_ticks: stat.start_ticks,
+        }
+    }
+
+    pub fn close_stdin(&mut self) {
+        drop(
+            self.0
+                .stdin
+                .take()
+                .expect("the process was spawned with piped stdin"),
+        );
+    }
+
+    pub fn kill(&mut self) {
+        self.0
+            .kill()
+            .unwrap_or_else(|e| panic!("cannot kill test process {}: {e}", self.pid()));
+    }
+
+    /// Waits for the process to exit and reaps it.
+    pub fn reap(&mut self) -> std::process::ExitStatus {
+        self.0
+            .wait()
+            .unwrap_or_else(|e| panic!("cannot reap test process {}: {e}", self.pid()))
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        // Both are no-ops for a process the test already reaped.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The next event, which must be an exit observation arriving within [`PATIENCE`].
+pub async fn next_exit(rx: &mut Receiver<SourceEvent>) -> ExitObservation {
+    match tokio::time::timeout(PATIENCE, rx.recv()).await {
+        Ok(Some(SourceEvent::Exit(observation))) => observation,
+        Ok(Some(other)) => panic!("expected an exit observation, got {other:?}"),
+        Ok(None) => panic!("the source closed its channel"),
+        Err(_) => panic!("no exit observation within {PATIENCE:?}"),
+    }
+}
+
+/// Panics if any event arrives within [`QUIET`]; `why` says why none should.
+pub async fn assert_quiet(rx: &mut Receiver<SourceEvent>, why: &str) {
+    if let Ok(event) = tokio::time::timeout(QUIET, rx.recv()).await {
+        panic!("{why}, yet the source sent {event:?}");
+    }
+}
