@@ -2,7 +2,7 @@
 //!
 //! A pidfd names one process, not a PID number, so PID reuse cannot fool it, and it becomes
 //! readable once the process's last thread has exited. Each tracked process costs one file
-//! descriptor (so the open-file limit caps coverage) and one
+//! descriptor (so the open-file limit caps coverage: see [`raise_nofile_limit`]) and one
 //! small tokio task parked on the fd's readiness. Every task's [`AbortHandle`] is kept, so
 //! `untrack` and drop cancel it: no task outlives the source.
 
@@ -16,7 +16,7 @@ use std::time::SystemTime;
 
 use rustix::io::Errno;
 use rustix::ioctl::{Opcode, Updater, opcode};
-use rustix::process::{Pid, PidfdFlags};
+use rustix::process::{Pid, PidfdFlags, Resource, Rlimit};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::runtime::Handle;
@@ -85,6 +85,35 @@ fn exit_status(pidfd: &OwnedFd) -> Option<ExitStatus> {
             None
         }
     }
+}
+
+/// Raises the soft open-file limit as far as the hard limit, since every process the pidfd
+/// source tracks holds a file descriptor. Returns the `(soft, hard)` limits now in force;
+/// `u64::MAX` stands for unlimited.
+pub fn raise_nofile_limit() -> io::Result<(u64, u64)> {
+    let Rlimit { current, maximum } = rustix::process::getrlimit(Resource::Nofile);
+    let target = match maximum {
+        Some(hard) => hard,
+        // Even an unlimited hard limit does not let the soft one pass fs.nr_open.
+        None => std::fs::read_to_string("/proc/sys/fs/nr_open")?
+            .trim()
+            .parse()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?,
+    };
+    if current.is_some_and(|soft| soft < target) {
+        rustix::process::setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: Some(target),
+                maximum,
+            },
+        )?;
+    }
+    let now = rustix::process::getrlimit(Resource::Nofile);
+    Ok((
+        now.current.unwrap_or(u64::MAX),
+        now.maximum.unwrap_or(u64::MAX),
+    ))
 }
 
 /// Watches each tracked process through its pidfd.
@@ -308,7 +337,7 @@ mod tests {
     use std::process::{Command, Stdio};
 
     use rustix::pipe::PipeFlags;
-    use rustix::process::{Resource, Rlimit, WaitId, WaitIdOptions};
+    use rustix::process::{WaitId, WaitIdOptions};
     use tokio::sync::mpsc;
 
     use super::*;
@@ -601,6 +630,15 @@ mod tests {
                 .track(key)
                 .expect("with two descriptors free, tracking works again");
             assert_eq!(source.stats().tracked, 1);
+
+            // What the daemon does at start lifts the lowered soft limit again.
+            let (soft, hard) = raise_nofile_limit().unwrap();
+            assert_eq!(soft, hard, "the soft limit must reach the hard one");
+            assert!(soft > 64, "the soft limit stayed at {soft}");
+            assert_eq!(
+                rustix::process::getrlimit(Resource::Nofile).current,
+                Some(soft)
+            );
         });
     }
 }
