@@ -315,6 +315,10 @@ impl Store {
         // and it saves an fsync per commit, which bursts of finalizations need.
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", true)?;
+        // 32 MiB (negative = KiB) instead of 2: a burst of thousands of finalizations in one
+        // transaction dirties pages all over the sessions table, and a small cache spills them
+        // to the WAL mid-transaction (end_many of 10k measured ~1.5x faster).
+        conn.pragma_update(None, "cache_size", -32 * 1024)?;
         conn.set_prepared_statement_cache_capacity(64);
         migrate(&mut conn)?;
         Ok(Store { conn })
@@ -1715,6 +1719,7 @@ mod tests {
                 "--nocapture",
             ])
             .env(CHILD_DB, db.path())
+            .stdout(std::process::Stdio::null())
             .status()
             .unwrap();
         use std::os::unix::process::ExitStatusExt;
