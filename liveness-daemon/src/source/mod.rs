@@ -13,6 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::identity::{DeathReason, ProcessKey};
 
+pub mod ebpf;
+
 /// Which mechanism detected a death. Serialized as `detected_by` in events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
