@@ -1,1 +1,98 @@
-fn main() {}
+//! Developer tasks: `cargo xtask <command>`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command as Process;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(about = "Developer tasks for the liveness workspace")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Compile the eBPF program (C, CO-RE) into the object the daemon embeds.
+    BuildEbpf {
+        /// Build into a temporary file and fail if it differs from the committed object.
+        #[arg(long)]
+        check: bool,
+        /// The clang to compile with.
+        #[arg(long, env = "CLANG", default_value = "clang")]
+        clang: String,
+    },
+}
+
+/// Directory of the eBPF sources; clang runs here so the object only records relative paths.
+const EBPF_DIR: &str = "liveness-ebpf";
+const EBPF_SOURCE: &str = "src/liveness.bpf.c";
+/// The committed object, relative to [`EBPF_DIR`]; the daemon embeds it with `include_bytes_aligned!`.
+const EBPF_OBJECT: &str = "liveness.bpf.o";
+
+fn main() -> Result<()> {
+    match Cli::parse().command {
+        Command::BuildEbpf { check, clang } => build_ebpf(&clang, check),
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives one level below the workspace root")
+        .to_path_buf()
+}
+
+fn build_ebpf(clang: &str, check: bool) -> Result<()> {
+    let dir = workspace_root().join(EBPF_DIR);
+    let committed = dir.join(EBPF_OBJECT);
+    if !check {
+        compile(clang, &dir, &committed)?;
+        println!("wrote {}", committed.display());
+        return Ok(());
+    }
+
+    let scratch = tempfile::tempdir().context("creating a temporary directory")?;
+    let first = scratch.path().join("first.o");
+    let second = scratch.path().join("second.o");
+    compile(clang, &dir, &first)?;
+    compile(clang, &dir, &second)?;
+    let first = read(&first)?;
+    if first != read(&second)? {
+        bail!("two builds of {EBPF_DIR}/{EBPF_SOURCE} differ: the build is not reproducible");
+    }
+    if first != read(&committed)? {
+        bail!(
+            "{EBPF_DIR}/{EBPF_OBJECT} is stale: it differs from a fresh build of \
+             {EBPF_DIR}/{EBPF_SOURCE}. Run `cargo xtask build-ebpf` and commit the object \
+             (a clang other than the one that built it also produces different bytes)."
+        );
+    }
+    println!("{EBPF_DIR}/{EBPF_OBJECT} is up to date");
+    Ok(())
+}
+
+fn compile(clang: &str, dir: &Path, output: &Path) -> Result<()> {
+    let mut command = Process::new(clang);
+    command
+        .current_dir(dir)
+        .args(["-target", "bpf", "-O2", "-g", "-D__TARGET_ARCH_x86"])
+        .arg("-I/usr/include/x86_64-linux-gnu")
+        // Without this the DWARF records the absolute checkout path as the compile directory.
+        .arg(format!("-fdebug-prefix-map={}=.", dir.display()))
+        .args(["-c", EBPF_SOURCE, "-o"])
+        .arg(output);
+    let status = command
+        .status()
+        .with_context(|| format!("running {clang} (install clang and libbpf-dev)"))?;
+    if !status.success() {
+        bail!("{clang} failed ({status}) compiling {EBPF_DIR}/{EBPF_SOURCE}");
+    }
+    Ok(())
+}
+
+fn read(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+}

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::identity::{DeathReason, ProcessKey};
 
+pub mod ebpf;
 pub mod pidfd;
 pub mod procpoll;
 #[cfg(test)]

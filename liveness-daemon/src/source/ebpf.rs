@@ -1,0 +1,971 @@
+//! The eBPF exit source: a `tp_btf/sched_process_exit` program filters exits in the kernel
+//! against a map of tracked processes and reports each tracked death once, with its wait
+//! status, through a ring buffer.
+//!
+//! The object is built from `liveness-ebpf/src/liveness.bpf.c` by `cargo xtask build-ebpf`
+//! and committed, so building the daemon needs no clang.
+
+use std::collections::HashMap as StdHashMap;
+use std::fmt;
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Instant, SystemTime};
+
+use aya::maps::{HashMap, Map, MapData, MapError, PerCpuArray, RingBuf};
+use aya::programs::{BtfTracePoint, ProgramError};
+use aya::{Btf, BtfError, Ebpf, EbpfLoader};
+use liveness_common::{
+    COUNTER_EMITTED, COUNTER_LOST, ExitRecord, MAP_COUNTERS, MAP_EXITS, MAP_TRACKED, PROGRAM_NAME,
+};
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+use tokio::task::JoinHandle;
+
+use super::{
+    DetectedBy, EventSink, ExitObservation, ExitSource, ExitStatus, SourceEvent, SourceStats,
+    TrackError,
+};
+use crate::identity::{DeathReason, ProcessKey};
+
+/// The compiled program; `cargo xtask build-ebpf --check` verifies it matches its source.
+static OBJECT: &[u8] = aya::include_bytes_aligned!("../../../liveness-ebpf/liveness.bpf.o");
+
+const TRACEPOINT: &str = "sched_process_exit";
+const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+/// Default capacity of the map of tracked processes (the object's own default).
+pub const DEFAULT_MAX_TRACKED: u32 = 262_144;
+
+/// Settings of the eBPF source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EbpfConfig {
+    /// Capacity of the kernel map of tracked processes; `track` beyond it is refused with
+    /// [`TrackError::Exhausted`]. Entries are allocated on insert, so a large value is cheap.
+    pub max_tracked: u32,
+}
+
+impl Default for EbpfConfig {
+    fn default() -> Self {
+        EbpfConfig {
+            max_tracked: DEFAULT_MAX_TRACKED,
+        }
+    }
+}
+
+/// Why the eBPF source cannot start. Every message says what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum EbpfError {
+    #[error(
+        "the kernel lacks BTF ({KERNEL_BTF} does not exist): the eBPF source needs a kernel \
+         built with CONFIG_DEBUG_INFO_BTF=y; use the pidfd source instead"
+    )]
+    NoKernelBtf,
+    #[error("cannot read the kernel's BTF from {KERNEL_BTF}: {0}")]
+    KernelBtf(#[source] BtfError),
+    #[error(
+        "{what} was refused: the eBPF source needs CAP_BPF and CAP_PERFMON (or root) ({source})"
+    )]
+    PermissionDenied {
+        what: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error(
+        "the kernel is too old for the eBPF source, which needs Linux 5.8 or later with BTF \
+         raw tracepoints and ring buffers; use the pidfd source instead ({what}: {source})"
+    )]
+    KernelTooOld {
+        what: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("loading the eBPF object failed: {0}")]
+    Load(#[source] aya::EbpfError),
+    #[error("the kernel rejected the eBPF program: {0}")]
+    Program(#[source] ProgramError),
+    #[error(
+        "the embedded eBPF object lacks `{0}` or has the wrong kind of it: rebuild it with \
+         `cargo xtask build-ebpf`"
+    )]
+    BadObject(&'static str),
+    #[error("cannot set up the eBPF map `{name}`: {source}")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: MapError,
+    },
+    #[error("cannot wait on the eBPF ring buffer: {0}")]
+    RingBuffer(#[source] io::Error),
+}
+
+impl EbpfError {
+    fn from_load(error: aya::EbpfError) -> EbpfError {
+        let ring_buffer_refused = matches!(
+            &error,
+            aya::EbpfError::MapError(MapError::CreateError { name, .. }) if name == MAP_EXITS
+        );
+        match first_errno(&error) {
+            Some(libc::EPERM) => EbpfError::PermissionDenied {
+                what: "loading the eBPF object",
+                source: Box::new(error),
+            },
+            // Kernels before 5.8 do not know the ring buffer map type.
+            Some(libc::EINVAL) if ring_buffer_refused => EbpfError::KernelTooOld {
+                what: "creating the ring buffer",
+                source: Box::new(error),
+            },
+            _ => EbpfError::Load(error),
+        }
+    }
+
+    fn from_program(what: &'static str, error: ProgramError) -> EbpfError {
+        match error {
+            ProgramError::Btf(BtfError::UnknownBtfTypeName { .. }) => EbpfError::KernelTooOld {
+                what: "looking up tp_btf/sched_process_exit",
+                source: Box::new(error),
+            },
+            error if first_errno(&error) == Some(libc::EPERM) => EbpfError::PermissionDenied {
+                what,
+                source: Box::new(error),
+            },
+            error => EbpfError::Program(error),
+        }
+    }
+}
+
+/// The OS error code nearest the top of an error's source chain.
+fn first_errno(error: &(dyn std::error::Error + 'static)) -> Option<i32> {
+    let mut current = Some(error);
+    while let Some(error) = current {
+        if let Some(code) = error
+            .downcast_ref::<io::Error>()
+            .and_then(io::Error::raw_os_error)
+        {
+            return Some(code);
+        }
+        current = error.source();
+    }
+    None
+}
+
+fn map_errno(error: &MapError) -> Option<i32> {
+    match error {
+        MapError::SyscallError(error) => error.io_error.raw_os_error(),
+        _ => None,
+    }
+}
+
+/// `tgid -> start_ticks` of what user space put in the kernel map, shared with the reader
+/// task so `stats().tracked` needs no syscall and the reader can forget reported deaths.
+type Tracked = Arc<Mutex<StdHashMap<u32, u64>>>;
+
+fn lock(tracked: &Tracked) -> MutexGuard<'_, StdHashMap<u32, u64>> {
+    // A plain map cannot be left inconsistent by a panic, so poisoning carries no meaning.
+    tracked.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The eBPF exit source. Dropping it stops the reader task and detaches the program.
+pub struct EbpfSource {
+    /// Owns the program and its link: dropping it detaches.
+    _ebpf: Ebpf,
+    map: HashMap<MapData, u32, u64>,
+    tracked: Tracked,
+    counters: Arc<PerCpuArray<MapData, u64>>,
+    max_tracked: u32,
+    refused: u64,
+    reader: JoinHandle<()>,
+}
+
+impl fmt::Debug for EbpfSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EbpfSource")
+            .field("tracked", &lock(&self.tracked).len())
+            .field("max_tracked", &self.max_tracked)
+            .field("refused", &self.refused)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EbpfSource {
+    /// Loads and attaches the program and spawns the task that reads its ring buffer into
+    /// `sink`.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime with I/O enabled.
+    pub fn start(sink: EventSink, config: EbpfConfig) -> Result<EbpfSource, EbpfError> {
+        let started = Instant::now();
+        let btf = Btf::from_sys_fs().map_err(|error| match error {
+            BtfError::FileError { error, .. } if error.kind() == io::ErrorKind::NotFound => {
+                EbpfError::NoKernelBtf
+            }
+            error => EbpfError::KernelBtf(error),
+        })?;
+        let mut ebpf = EbpfLoader::new()
+            .btf(Some(&btf))
+            .map_max_entries(MAP_TRACKED, config.max_tracked)
+            .load(OBJECT)
+            .map_err(EbpfError::from_load)?;
+
+        let program: &mut BtfTracePoint = ebpf
+            .program_mut(PROGRAM_NAME)
+            .ok_or(EbpfError::BadObject(PROGRAM_NAME))?
+            .try_into()
+            .map_err(|_| EbpfError::BadObject(PROGRAM_NAME))?;
+        program
+            .load(TRACEPOINT, &btf)
+            .map_err(|e| EbpfError::from_program("loading the eBPF program", e))?;
+        program
+            .attach()
+            .map_err(|e| EbpfError::from_program("attaching the eBPF program", e))?;
+
+        let map = HashMap::try_from(take_map(&mut ebpf, MAP_TRACKED)?).map_err(|source| {
+            EbpfError::Map {
+                name: MAP_TRACKED,
+                source,
+            }
+        })?;
+        let counters =
+            PerCpuArray::try_from(take_map(&mut ebpf, MAP_COUNTERS)?).map_err(|source| {
+                EbpfError::Map {
+                    name: MAP_COUNTERS,
+                    source,
+                }
+            })?;
+        let ring = RingBuf::try_from(take_map(&mut ebpf, MAP_EXITS)?).map_err(|source| {
+            EbpfError::Map {
+                name: MAP_EXITS,
+                source,
+            }
+        })?;
+        // SAFETY: the fd belongs to the ring buffer's MapData, which the AsyncFd owns: it stays
+        // open and `as_raw_fd` keeps returning it until the AsyncFd is dropped.
+        let ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+            .map_err(|error| EbpfError::RingBuffer(error.into_parts().1))?;
+
+        let tracked = Tracked::default();
+        let counters = Arc::new(counters);
+        let reader = tokio::spawn(read_exits(
+            ring,
+            Arc::clone(&counters),
+            Arc::clone(&tracked),
+            sink,
+        ));
+        tracing::info!(
+            elapsed_ms = started.elapsed().as_millis(),
+            max_tracked = config.max_tracked,
+            "eBPF exit source attached to tp_btf/{TRACEPOINT}"
+        );
+        Ok(EbpfSource {
+            _ebpf: ebpf,
+            map,
+            tracked,
+            counters,
+            max_tracked: config.max_tracked,
+            refused: 0,
+            reader,
+        })
+    }
+}
+
+fn take_map(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, EbpfError> {
+    ebpf.take_map(name).ok_or(EbpfError::BadObject(name))
+}
+
+/// Sum over CPUs of one slot of the counters map.
+fn counter_total(counters: &PerCpuArray<MapData, u64>, slot: u32) -> Result<u64, MapError> {
+    Ok(counters.get(&slot, 0)?.iter().sum())
+}
+
+impl Drop for EbpfSource {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+impl ExitSource for EbpfSource {
+    fn kind(&self) -> DetectedBy {
+        DetectedBy::Ebpf
+    }
+
+    fn track(&mut self, key: ProcessKey) -> Result<(), TrackError> {
+        // Held across the insert so the reader cannot see this death before it is recorded.
+        let mut tracked = lock(&self.tracked);
+        match self.map.insert(key.pid, key.start_ticks, 0) {
+            Ok(()) => {
+                tracked.insert(key.pid, key.start_ticks);
+                Ok(())
+            }
+            Err(error) => match map_errno(&error) {
+                Some(libc::E2BIG | libc::ENOMEM) => {
+                    self.refused += 1;
+                    Err(TrackError::Exhausted(format!(
+                        "the eBPF map of tracked processes is full ({} entries)",
+                        self.max_tracked
+                    )))
+                }
+                _ => Err(TrackError::Io(io::Error::other(error))),
+            },
+        }
+    }
+
+    fn untrack(&mut self, key: ProcessKey) {
+        let mut tracked = lock(&self.tracked);
+        // The map is keyed by PID alone: never delete a newer process's entry.
+        if tracked.get(&key.pid) != Some(&key.start_ticks) {
+            return;
+        }
+        tracked.remove(&key.pid);
+        match self.map.remove(&key.pid) {
+            Ok(()) => {}
+            // The kernel deletes the entry when it reports the death.
+            Err(error) if map_errno(&error) == Some(libc::ENOENT) => {}
+            Err(error) => tracing::warn!(%key, %error, "cannot remove a process from the eBPF map"),
+        }
+    }
+
+    fn stats(&self) -> SourceStats {
+        let total = |slot| {
+            counter_total(&self.counters, slot).unwrap_or_else(|error| {
+                tracing::warn!(%error, "cannot read the eBPF counters");
+                0
+            })
+        };
+        SourceStats {
+            tracked: lock(&self.tracked).len() as u64,
+            observed: total(COUNTER_EMITTED),
+            lost: total(COUNTER_LOST),
+            refused: self.refused,
+        }
+    }
+}
+
+/// Drains the ring buffer on every wakeup into `sink`, then reports new kernel-side losses.
+/// Returns when the consumer is gone.
+async fn read_exits(
+    mut ring: AsyncFd<RingBuf<MapData>>,
+    counters: Arc<PerCpuArray<MapData, u64>>,
+    tracked: Tracked,
+    sink: EventSink,
+) {
+    let mut reported_lost = 0;
+    loop {
+        let mut guard = match ring.readable_mut().await {
+            Ok(guard) => guard,
+            Err(error) => {
+                tracing::error!(%error, "cannot wait on the eBPF ring buffer; eBPF source stopped");
+                return;
+            }
+        };
+        while let Some(item) = guard.get_inner_mut().next() {
+            let record = ExitRecord::from_bytes(&item);
+            let len = item.len();
+            // Frees the slot before waiting on the consumer.
+            drop(item);
+            let Some(record) = record else {
+                tracing::warn!(len, "ignoring a short eBPF exit record");
+                continue;
+            };
+            let key = ProcessKey {
+                pid: record.tgid,
+                start_ticks: record.start_ticks,
+            };
+            {
+                let mut tracked = lock(&tracked);
+                if tracked.get(&key.pid) == Some(&key.start_ticks) {
+                    tracked.remove(&key.pid);
+                }
+            }
+            let observation = ExitObservation {
+                key,
+                reason: DeathReason::Exited,
+                status: Some(ExitStatus::from_wait_status(record.wait_status)),
+                detected_by: DetectedBy::Ebpf,
+                at: SystemTime::now(),
+            };
+            // Waiting here is the backpressure: the ring fills and the kernel counts losses.
+            if sink.send(SourceEvent::Exit(observation)).await.is_err() {
+                return;
+            }
+        }
+        guard.clear_ready();
+
+        match counter_total(&counters, COUNTER_LOST) {
+            Ok(total) if total != reported_lost => {
+                reported_lost = total;
+                let lost = SourceEvent::Lost {
+                    detected_by: DetectedBy::Ebpf,
+                    total,
+                };
+                if sink.send(lost).await.is_err() {
+                    return;
+                }
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "cannot read the eBPF loss counter"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::ffi::CStr;
+    use std::io::Write;
+    use std::mem::{offset_of, size_of};
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    use std::path::Path;
+    use std::process::{Child, Command, Stdio};
+    use std::time::Duration;
+
+    use object::{Object, ObjectSection};
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::identity::ProcRoot;
+
+    /// Selects a mode of [`helper_main`] in a re-executed test binary.
+    const HELPER_ENV: &str = "LIVENESS_EBPF_TEST_HELPER";
+    /// Threads besides the leader in the `many-threads` helper.
+    const HELPER_THREADS: usize = 8;
+    /// How long an expected event may take.
+    const WAIT: Duration = Duration::from_secs(10);
+    /// How long to listen for events that must not come.
+    const QUIET: Duration = Duration::from_millis(300);
+
+    // Runs before the test harness's `main`, on the main thread: the helper modes need the
+    // thread-group leader itself to exit or to be replaced by execve, and the harness runs
+    // tests on other threads.
+    #[used]
+    #[unsafe(link_section = ".init_array")]
+    static HELPER_ENTRY: extern "C" fn() = helper_main;
+
+    extern "C" fn helper_main() {
+        let Some(mode) = std::env::var_os(HELPER_ENV) else {
+            return;
+        };
+        match mode.to_str() {
+            // The leader exits first; the remaining thread ends the process later with code 7.
+            Some("leader-exits-first") => {
+                read_trigger();
+                std::thread::spawn(|| {
+                    read_trigger();
+                    // SAFETY: exit_group(2); nothing needs cleaning up.
+                    unsafe { libc::_exit(7) }
+                });
+                // exit(2), not exit_group(2): ends the leader only. Not pthread_exit: before main,
+                // glibc has not yet set up the main thread's unwind buffer and it crashes.
+                // SAFETY: the thread ends here; nothing on its stack is used afterwards.
+                unsafe { libc::syscall(libc::SYS_exit, 0) };
+                unreachable!("exit(2) returned");
+            }
+            // A non-leader thread execs: de_thread kills the leader, the process lives on.
+            Some("thread-execs") => {
+                read_trigger();
+                std::thread::spawn(|| {
+                    let error = Command::new("sleep").arg("1000").exec();
+                    eprintln!("helper: exec sleep: {error}");
+                    // SAFETY: exit_group(2); nothing needs cleaning up.
+                    unsafe { libc::_exit(2) }
+                });
+                park_forever();
+            }
+            // Threads that all die at once on SIGKILL.
+            Some("many-threads") => {
+                for _ in 0..HELPER_THREADS {
+                    std::thread::spawn(park_forever);
+                }
+                park_forever();
+            }
+            // SAFETY: exit_group(2).
+            _ => unsafe { libc::_exit(2) },
+        }
+    }
+
+    fn park_forever() {
+        loop {
+            std::thread::park();
+        }
+    }
+
+    /// Blocks until the test writes one byte to stdin; exits if the test is gone.
+    fn read_trigger() {
+        let mut byte = 0u8;
+        // Unbuffered, so the leader and a later thread each consume exactly their own byte.
+        // SAFETY: reads one byte into a live local.
+        if unsafe { libc::read(0, (&raw mut byte).cast(), 1) } != 1 {
+            // SAFETY: exit_group(2).
+            unsafe { libc::_exit(3) }
+        }
+    }
+
+    /// True (after saying why) when eBPF cannot run here; with `LIVENESS_REQUIRE_EBPF=1` it
+    /// panics instead.
+    fn skip(test: &str) -> bool {
+        let why = if !rustix::process::geteuid().is_root() {
+            "not running as root"
+        } else if !Path::new(KERNEL_BTF).exists() {
+            "the kernel lacks BTF"
+        } else {
+            return false;
+        };
+        if std::env::var_os("LIVENESS_REQUIRE_EBPF").is_some_and(|v| v == "1") {
+            panic!("{test}: LIVENESS_REQUIRE_EBPF=1 but {why}");
+        }
+        eprintln!("skipping {test}: {why}");
+        true
+    }
+
+    /// Starts the source, or returns `None` where [`skip`] says so.
+    fn start(test: &str, config: EbpfConfig) -> Option<(EbpfSource, mpsc::Receiver<SourceEvent>)> {
+        if skip(test) {
+            return None;
+        }
+        let (sink, events) = mpsc::channel(1024);
+        let source = EbpfSource::start(sink, config)
+            .unwrap_or_else(|error| panic!("{test}: starting the eBPF source: {error}"));
+        Some((source, events))
+    }
+
+    /// A child that is killed and reaped when dropped, so a failing test leaks no process
+    /// (a leaked one would also hold the test's output pipe open).
+    struct Reaped(Child);
+
+    impl Drop for Reaped {
+        fn drop(&mut self) {
+            // Both are no-ops for a child the test already reaped.
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    impl std::ops::Deref for Reaped {
+        type Target = Child;
+        fn deref(&self) -> &Child {
+            &self.0
+        }
+    }
+
+    impl std::ops::DerefMut for Reaped {
+        fn deref_mut(&mut self) -> &mut Child {
+            &mut self.0
+        }
+    }
+
+    fn spawn(command: &mut Command) -> Reaped {
+        Reaped(
+            command
+                .spawn()
+                .unwrap_or_else(|error| panic!("spawning {command:?}: {error}")),
+        )
+    }
+
+    fn key_of(child: &Child) -> ProcessKey {
+        let pid = child.id();
+        let stat = ProcRoot::default()
+            .stat(pid)
+            .unwrap_or_else(|error| panic!("reading /proc/{pid}/stat: {error}"));
+        ProcessKey {
+            pid,
+            start_ticks: stat.start_ticks,
+        }
+    }
+
+    /// `sh -c script`, with a piped stdin the script can block on.
+    fn spawn_sh(script: &str, args: &[&str]) -> Reaped {
+        spawn(
+            Command::new("sh")
+                .args(["-c", script, "sh"])
+                .args(args)
+                .stdin(Stdio::piped()),
+        )
+    }
+
+    fn spawn_helper(mode: &str) -> Reaped {
+        spawn(
+            Command::new(std::env::current_exe().unwrap())
+                .env(HELPER_ENV, mode)
+                .stdin(Stdio::piped()),
+        )
+    }
+
+    fn trigger(child: &mut Child) {
+        let stdin = child.stdin.as_mut().expect("the child's stdin is piped");
+        stdin.write_all(b"x").expect("writing the helper's trigger");
+    }
+
+    async fn wait_until(what: &str, condition: impl Fn() -> bool) {
+        let deadline = Instant::now() + WAIT;
+        while !condition() {
+            assert!(Instant::now() < deadline, "timed out waiting until {what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    fn stat_of(pid: u32) -> crate::identity::Stat {
+        ProcRoot::default()
+            .stat(pid)
+            .unwrap_or_else(|error| panic!("reading /proc/{pid}/stat: {error}"))
+    }
+
+    async fn next_exit(events: &mut mpsc::Receiver<SourceEvent>) -> ExitObservation {
+        match tokio::time::timeout(WAIT, events.recv()).await {
+            Ok(Some(SourceEvent::Exit(observation))) => observation,
+            Ok(other) => panic!("expected an exit observation, got {other:?}"),
+            Err(_) => panic!("no exit observation within {WAIT:?}"),
+        }
+    }
+
+    async fn expect_quiet(events: &mut mpsc::Receiver<SourceEvent>, when: &str) {
+        if let Ok(event) = tokio::time::timeout(QUIET, events.recv()).await {
+            panic!("{when}: expected no event, got {event:?}");
+        }
+    }
+
+    /// Checks the observation names `key` and carries the status the parent's wait() gets.
+    fn assert_reported(
+        observation: &ExitObservation,
+        key: ProcessKey,
+        child: &mut Child,
+    ) -> ExitStatus {
+        assert_eq!(observation.key, key, "observed a different process");
+        assert_eq!(observation.detected_by, DetectedBy::Ebpf);
+        assert_eq!(observation.reason, DeathReason::Exited);
+        let raw = child.wait().expect("waiting for the child").into_raw();
+        let waited = ExitStatus::from_wait_status(raw as u32);
+        assert_eq!(
+            observation.status,
+            Some(waited),
+            "the eBPF status differs from what wait() returned ({raw:#x})"
+        );
+        waited
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reports_the_exit_code_of_a_tracked_process() {
+        let Some((mut source, mut events)) = start("exit code", EbpfConfig::default()) else {
+            return;
+        };
+        let mut child = spawn_sh("read x; exit 7", &[]);
+        let key = key_of(&child);
+        source.track(key).unwrap();
+        // Untracking another process with this PID must leave this one tracked.
+        source.untrack(ProcessKey {
+            start_ticks: key.start_ticks + 1,
+            ..key
+        });
+        assert_eq!(source.stats().tracked, 1);
+
+        drop(child.stdin.take());
+        let observation = next_exit(&mut events).await;
+        let status = assert_reported(&observation, key, &mut child);
+        assert_eq!(status, ExitStatus::Exited { code: 7 });
+        assert_eq!(
+            source.stats(),
+            SourceStats {
+                tracked: 0,
+                observed: 1,
+                lost: 0,
+                refused: 0
+            }
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reports_sigkill() {
+        let Some((mut source, mut events)) = start("SIGKILL", EbpfConfig::default()) else {
+            return;
+        };
+        let mut child = spawn(Command::new("sleep").arg("1000"));
+        let key = key_of(&child);
+        source.track(key).unwrap();
+        child.kill().unwrap();
+        let observation = next_exit(&mut events).await;
+        let status = assert_reported(&observation, key, &mut child);
+        assert_eq!(
+            status,
+            ExitStatus::Signaled {
+                signal: 9,
+                core_dumped: false
+            }
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn untracked_untracked_and_stale_processes_report_nothing() {
+        let Some((mut source, mut events)) = start("not tracked", EbpfConfig::default()) else {
+            return;
+        };
+        let never = spawn_sh("read x; exit 1", &[]);
+        let untracked = spawn_sh("read x; exit 2", &[]);
+        source.track(key_of(&untracked)).unwrap();
+        source.untrack(key_of(&untracked));
+        // An entry left for an earlier process with the same PID.
+        let stale = spawn_sh("read x; exit 3", &[]);
+        source
+            .track(ProcessKey {
+                start_ticks: key_of(&stale).start_ticks + 1,
+                ..key_of(&stale)
+            })
+            .unwrap();
+
+        for mut child in [never, untracked, stale] {
+            drop(child.stdin.take());
+            child.wait().unwrap();
+        }
+        expect_quiet(&mut events, "untracked processes exited").await;
+        assert_eq!(source.stats().observed, 0);
+        assert_eq!(
+            source.stats().tracked,
+            1,
+            "the stale entry stays until untracked"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_leader_exiting_before_its_threads_is_not_a_death() {
+        let Some((mut source, mut events)) = start("leader exits first", EbpfConfig::default())
+        else {
+            return;
+        };
+        let mut child = spawn_helper("leader-exits-first");
+        let key = key_of(&child);
+        source.track(key).unwrap();
+
+        trigger(&mut child);
+        wait_until("the leader is a zombie", || stat_of(key.pid).state == 'Z').await;
+        expect_quiet(&mut events, "the leader exited while a thread runs").await;
+
+        trigger(&mut child);
+        let observation = next_exit(&mut events).await;
+        let status = assert_reported(&observation, key, &mut child);
+        assert_eq!(status, ExitStatus::Exited { code: 7 });
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn execve_is_not_a_death() {
+        let Some((mut source, mut events)) = start("execve", EbpfConfig::default()) else {
+            return;
+        };
+        // Single-threaded exec, and exec from a non-leader thread (de_thread kills the leader).
+        let mut shell = spawn_sh("read x; exec sleep 1000", &[]);
+        let mut threaded = spawn_helper("thread-execs");
+        let keys = [key_of(&shell), key_of(&threaded)];
+        for key in keys {
+            source.track(key).unwrap();
+        }
+
+        drop(shell.stdin.take());
+        trigger(&mut threaded);
+        for key in keys {
+            wait_until("the process runs sleep", || {
+                stat_of(key.pid).comm == "sleep"
+            })
+            .await;
+            assert_eq!(stat_of(key.pid).start_ticks, key.start_ticks);
+        }
+        expect_quiet(&mut events, "tracked processes called execve").await;
+
+        for (child, key) in [(&mut shell, keys[0]), (&mut threaded, keys[1])] {
+            child.kill().unwrap();
+            let observation = next_exit(&mut events).await;
+            assert_reported(&observation, key, child);
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn threads_dying_together_report_one_death() {
+        let Some((mut source, mut events)) = start("many threads", EbpfConfig::default()) else {
+            return;
+        };
+        let mut children: Vec<Reaped> = (0..20).map(|_| spawn_helper("many-threads")).collect();
+        let mut keys = HashSet::new();
+        for child in &children {
+            let key = key_of(child);
+            let tasks = format!("/proc/{}/task", key.pid);
+            wait_until("all helper threads run", || {
+                std::fs::read_dir(&tasks).map_or(0, Iterator::count) == HELPER_THREADS + 1
+            })
+            .await;
+            source.track(key).unwrap();
+            keys.insert(key);
+        }
+        for child in &mut children {
+            child.kill().unwrap();
+        }
+
+        let mut seen = HashSet::new();
+        for _ in 0..children.len() {
+            let observation = next_exit(&mut events).await;
+            assert!(
+                seen.insert(observation.key),
+                "{} reported twice",
+                observation.key
+            );
+        }
+        assert_eq!(seen, keys);
+        expect_quiet(&mut events, "every process was reported").await;
+        for mut child in children {
+            child.wait().unwrap();
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_hundred_simultaneous_exits_are_each_reported_once() {
+        let Some((mut source, mut events)) = start("200 exits", EbpfConfig::default()) else {
+            return;
+        };
+        let mut children: Vec<(Reaped, ProcessKey, u8)> = (0..200u8)
+            .map(|code| {
+                let child = spawn_sh("read x; exit \"$1\"", &[&code.to_string()]);
+                let key = key_of(&child);
+                source.track(key).unwrap();
+                (child, key, code)
+            })
+            .collect();
+        assert_eq!(source.stats().tracked, 200);
+        for (child, _, _) in &mut children {
+            drop(child.stdin.take());
+        }
+
+        let mut seen = std::collections::HashMap::new();
+        for _ in 0..children.len() {
+            let observation = next_exit(&mut events).await;
+            if let Some(earlier) = seen.insert(observation.key, observation.status) {
+                panic!("{} reported twice ({earlier:?})", observation.key);
+            }
+        }
+        expect_quiet(&mut events, "all 200 were reported").await;
+        for (mut child, key, code) in children {
+            assert_eq!(
+                seen.get(&key),
+                Some(&Some(ExitStatus::Exited { code })),
+                "{key}"
+            );
+            child.wait().unwrap();
+        }
+        let stats = source.stats();
+        assert_eq!((stats.tracked, stats.observed, stats.lost), (0, 200, 0));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tracking_beyond_capacity_is_refused() {
+        let Some((mut source, _events)) = start("capacity", EbpfConfig { max_tracked: 2 }) else {
+            return;
+        };
+        // PIDs above pid_max's ceiling: no process will ever exit with them.
+        let key = |pid| ProcessKey {
+            pid,
+            start_ticks: 1,
+        };
+        source.track(key(1 << 30)).unwrap();
+        source.track(key((1 << 30) + 1)).unwrap();
+        match source.track(key((1 << 30) + 2)) {
+            Err(TrackError::Exhausted(_)) => {}
+            other => panic!("expected TrackError::Exhausted, got {other:?}"),
+        }
+        // Re-tracking a PID replaces its entry and needs no room.
+        source.track(key(1 << 30)).unwrap();
+        assert_eq!(source.stats().tracked, 2);
+        assert_eq!(source.stats().refused, 1);
+    }
+
+    #[test]
+    fn missing_privileges_name_the_capabilities() {
+        if skip("privileges") {
+            return;
+        }
+        // Credentials are per thread in the kernel; the raw syscall drops them for this
+        // thread only (glibc's setresuid would change every thread of the test binary).
+        let result = std::thread::spawn(|| {
+            // SAFETY: changes this thread's credentials and nothing else.
+            let rc = unsafe { libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534) };
+            assert_eq!(rc, 0, "setresuid: {}", io::Error::last_os_error());
+            let (sink, _events) = mpsc::channel(1);
+            EbpfSource::start(sink, EbpfConfig::default()).map(drop)
+        })
+        .join()
+        .unwrap();
+        match result {
+            Err(error @ EbpfError::PermissionDenied { .. }) => {
+                assert!(
+                    error.to_string().contains("CAP_BPF and CAP_PERFMON"),
+                    "{error}"
+                );
+            }
+            other => panic!("expected EbpfError::PermissionDenied, got {other:?}"),
+        }
+    }
+
+    /// Size and `(name, byte offset)` members of the struct `name` in raw BTF.
+    fn btf_struct(btf: &[u8], name: &str) -> Option<(usize, Vec<(String, usize)>)> {
+        let word = |at: usize| u32::from_ne_bytes(btf[at..at + 4].try_into().unwrap());
+        assert_eq!(u16::from_ne_bytes([btf[0], btf[1]]), 0xeb9f, "BTF magic");
+        let header_len = word(4) as usize;
+        let types_at = header_len + word(8) as usize;
+        let types_end = types_at + word(12) as usize;
+        let strings_at = header_len + word(16) as usize;
+        let string = |offset: u32| {
+            CStr::from_bytes_until_nul(&btf[strings_at + offset as usize..])
+                .unwrap()
+                .to_str()
+                .unwrap()
+        };
+        let mut at = types_at;
+        while at < types_end {
+            let info = word(at + 4);
+            let (kind, vlen) = ((info >> 24) & 0x1f, (info & 0xffff) as usize);
+            // Bytes that follow the 12-byte common header, by kind (linux/btf.h).
+            let trailing = match kind {
+                1 | 14 | 17 => 4,             // INT, VAR, DECL_TAG
+                3 => 12,                      // ARRAY
+                4 | 5 | 15 | 19 => 12 * vlen, // STRUCT, UNION, DATASEC, ENUM64
+                6 | 13 => 8 * vlen,           // ENUM, FUNC_PROTO
+                _ => 0,
+            };
+            if kind == 4 && string(word(at)) == name {
+                assert_eq!(info >> 31, 0, "{name} has bitfields");
+                let members = (0..vlen)
+                    .map(|i| {
+                        let member = at + 12 + 12 * i;
+                        let bits = word(member + 8) as usize;
+                        assert_eq!(bits % 8, 0, "{name} member {i} is not byte-aligned");
+                        (string(word(member)).to_owned(), bits / 8)
+                    })
+                    .collect();
+                return Some((word(at + 8) as usize, members));
+            }
+            at += 12 + trailing;
+        }
+        None
+    }
+
+    /// The C struct, as compiled into the committed object, has the Rust layout.
+    #[test]
+    fn embedded_exit_record_matches_the_rust_layout() {
+        let elf = object::File::parse(OBJECT).expect("the embedded eBPF object is not ELF");
+        let btf = elf
+            .section_by_name(".BTF")
+            .expect("the embedded eBPF object has no .BTF section (built without -g?)")
+            .data()
+            .unwrap();
+        let (size, members) = btf_struct(btf, "exit_record")
+            .expect("no struct exit_record in the object's BTF: is fill_record still noinline?");
+        let expected = [
+            ("start_ticks", offset_of!(ExitRecord, start_ticks)),
+            (
+                "exit_monotonic_ns",
+                offset_of!(ExitRecord, exit_monotonic_ns),
+            ),
+            ("tgid", offset_of!(ExitRecord, tgid)),
+            ("wait_status", offset_of!(ExitRecord, wait_status)),
+        ]
+        .map(|(name, offset)| (name.to_owned(), offset));
+        assert_eq!(members, expected, "struct exit_record members (C vs Rust)");
+        assert_eq!(
+            size,
+            size_of::<ExitRecord>(),
+            "struct exit_record size (C vs Rust)"
+        );
+    }
+}

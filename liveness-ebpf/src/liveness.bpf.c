@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Reports the death of tracked processes: one ring-buffer record per process, when its last
+ * thread passes sched_process_exit. Exits of untracked processes cost one hash lookup.
+ */
+#include "liveness.h"
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+/* tgid -> expected start_ticks. User space overrides max_entries at load time. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 262144);
+	__type(key, __u32);
+	__type(value, __u64);
+} tracked SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 2 * 1024 * 1024);
+} exits SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, COUNTER_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+static __always_inline void bump(__u32 slot)
+{
+	__u64 *count = bpf_map_lookup_elem(&counters, &slot);
+
+	/* Per-CPU slot, and a tracing program cannot nest with itself on one CPU. */
+	if (count)
+		*count += 1;
+}
+
+/*
+ * Not inlined so that struct exit_record, as its parameter type, is in the object's BTF: the
+ * daemon's tests compare that BTF with the Rust layout. Runs only for reported deaths.
+ */
+static __noinline void fill_record(struct exit_record *record, __u64 start_ticks, __u32 tgid,
+				   __u32 wait_status)
+{
+	record->start_ticks = start_ticks;
+	record->exit_monotonic_ns = bpf_ktime_get_ns();
+	record->tgid = tgid;
+	record->wait_status = wait_status;
+}
+
+/*
+ * Only the first argument (task) is read: the second (group_dead) exists only from Linux
+ * 6.16, and a program touching it fails to load on older kernels.
+ */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(on_sched_process_exit, struct task_struct *task)
+{
+	__u32 tgid = task->tgid;
+	__u64 *expected_start = bpf_map_lookup_elem(&tracked, &tgid);
+
+	if (!expected_start)
+		return 0;
+
+	/* do_exit decrements live before this tracepoint: non-zero means other threads remain,
+	 * which covers thread exits and the threads execve's de_thread kills. */
+	struct signal_struct *signal = task->signal;
+
+	if (signal->live.counter != 0)
+		return 0;
+
+	/* The leader outlives its threads as a zombie, so it is valid even when a non-leader
+	 * thread exits last; execve copies start_boottime to the thread that takes over. */
+	struct task_struct *leader = task->group_leader;
+	__u64 start_ticks = leader->start_boottime / NSEC_PER_CLOCK_TICK;
+
+	/* A stale entry for an earlier process that had this PID. */
+	if (start_ticks != *expected_start)
+		return 0;
+
+	/* Two threads exiting together can both see live == 0; only one deletion succeeds. */
+	if (bpf_map_delete_elem(&tracked, &tgid) != 0)
+		return 0;
+
+	/* wait_task_zombie's rule. Both fields are set before this tracepoint: group_exit_code by
+	 * do_group_exit or do_exit's synchronize_group_exit, exit_code by do_exit just above it
+	 * (or earlier, when the leader exited before the last thread). */
+	__u32 wait_status = (signal->flags & SIGNAL_GROUP_EXIT) ? signal->group_exit_code
+								 : leader->exit_code;
+
+	struct exit_record *record = bpf_ringbuf_reserve(&exits, sizeof(*record), 0);
+
+	if (!record) {
+		bump(COUNTER_LOST);
+		return 0;
+	}
+	fill_record(record, start_ticks, tgid, wait_status);
+	bpf_ringbuf_submit(record, 0);
+	bump(COUNTER_EMITTED);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

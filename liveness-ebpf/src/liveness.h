@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Kernel types read by liveness.bpf.c, and the ring-buffer record shared with user space.
+ *
+ * Only the fields the program reads are declared. preserve_access_index makes clang emit
+ * CO-RE relocations, so the loader patches every offset for the running kernel: these
+ * declarations need not match any kernel's real layout, only its field names.
+ */
+#ifndef LIVENESS_H
+#define LIVENESS_H
+
+#include <linux/types.h>
+
+#pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
+
+typedef struct {
+	int counter;
+} atomic_t;
+
+struct signal_struct {
+	/* Threads that have not yet passed do_exit's atomic_dec_and_test. */
+	atomic_t live;
+	unsigned int flags;
+	int group_exit_code;
+};
+
+struct task_struct {
+	int exit_code;
+	int tgid;
+	struct task_struct *group_leader;
+	__u64 start_boottime;
+	struct signal_struct *signal;
+};
+
+#pragma clang attribute pop
+
+/* include/linux/sched/signal.h: a macro, so not in BTF; unchanged since Linux 2.6. */
+#define SIGNAL_GROUP_EXIT 0x00000004
+
+/* /proc/<pid>/stat field 22 is nsec_to_clock_t(start_boottime) with USER_HZ = 100. */
+#define NSEC_PER_CLOCK_TICK 10000000ULL
+
+/* Mirrors liveness_common::COUNTER_*. */
+#define COUNTER_EMITTED 0
+#define COUNTER_LOST 1
+#define COUNTER_SLOTS 2
+
+/* Mirrors liveness_common::ExitRecord; the daemon's tests compare this type's BTF to it. */
+struct exit_record {
+	__u64 start_ticks;
+	__u64 exit_monotonic_ns;
+	__u32 tgid;
+	__u32 wait_status;
+};
+
+_Static_assert(sizeof(struct exit_record) == 24, "exit_record size");
+_Static_assert(__builtin_offsetof(struct exit_record, start_ticks) == 0, "start_ticks offset");
+_Static_assert(__builtin_offsetof(struct exit_record, exit_monotonic_ns) == 8,
+	       "exit_monotonic_ns offset");
+_Static_assert(__builtin_offsetof(struct exit_record, tgid) == 16, "tgid offset");
+_Static_assert(__builtin_offsetof(struct exit_record, wait_status) == 20, "wait_status offset");
+
+#endif /* LIVENESS_H */
