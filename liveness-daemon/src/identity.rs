@@ -98,6 +98,8 @@ pub enum IdentityError {
     Read { path: PathBuf, source: io::Error },
     #[error("malformed {path}: {what}")]
     Malformed { path: PathBuf, what: &'static str },
+    #[error("{tid} is a thread of process {tgid}, not a process")]
+    Thread { tid: u32, tgid: u32 },
     #[error("PID {pid} has no owner: {why}")]
     NoOwner { pid: u32, why: String },
 }
@@ -140,6 +142,8 @@ pub struct Stat {
     pub comm: String,
     pub state: char,
     pub ppid: u32,
+    /// Threads of the process still counted by the kernel (field 20).
+    pub num_threads: u32,
     pub start_ticks: u64,
 }
 
@@ -164,7 +168,8 @@ impl Stat {
             .ok_or("PID is not a number")?;
         let comm = String::from_utf8_lossy(&text[open + 1..close]).into_owned();
         let rest = std::str::from_utf8(&text[close + 1..]).map_err(|_| "fields are not UTF-8")?;
-        // Fields after the comm, numbered as in proc(5): 3 = state, 4 = ppid, 22 = starttime.
+        // Fields after the comm, numbered as in proc(5): 3 = state, 4 = ppid,
+        // 20 = num_threads, 22 = starttime.
         let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
         let field = |n: usize| fields.get(n - 3).copied().ok_or("too few fields");
         let mut state_chars = field(3)?.chars();
@@ -173,6 +178,9 @@ impl Stat {
             _ => return Err("state is not one character"),
         };
         let ppid = field(4)?.parse().map_err(|_| "PPID is not a number")?;
+        let num_threads = field(20)?
+            .parse()
+            .map_err(|_| "thread count is not a number")?;
         let start_ticks = field(22)?
             .parse()
             .map_err(|_| "start time is not a number")?;
@@ -181,13 +189,16 @@ impl Stat {
             comm,
             state,
             ppid,
+            num_threads,
             start_ticks,
         })
     }
 
-    /// Zombies (`Z`) and dying tasks (`X`) have exited: only their parent's reap is missing.
+    /// A zombie (`Z`) or dying (`X`) process has exited and awaits its parent's reap — but
+    /// the state shown is the *leader's*: after the main thread exits, the leader is a zombie
+    /// while other threads run on, and the process still counts more than one thread.
     pub fn has_exited(&self) -> bool {
-        matches!(self.state, 'Z' | 'X')
+        matches!(self.state, 'Z' | 'X') && self.num_threads <= 1
     }
 }
 
@@ -263,12 +274,46 @@ impl ProcRoot {
         Ok(stat)
     }
 
+    /// The first number of a `/proc/<pid>/status` line such as `Uid:` or `Tgid:`.
+    fn status_field(&self, pid: u32, field: &'static str) -> Result<u32, IdentityError> {
+        let rel = format!("{pid}/status");
+        let text = match self.read(&rel) {
+            Err(IdentityError::Read { source, .. })
+                if matches!(source.raw_os_error(), Some(libc::ENOENT | libc::ESRCH)) =>
+            {
+                return Err(IdentityError::NoSuchProcess(pid));
+            }
+            other => String::from_utf8_lossy(&other?).into_owned(),
+        };
+        text.lines()
+            .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|values| values.split_ascii_whitespace().next())
+            .and_then(|first| first.parse().ok())
+            .ok_or(IdentityError::Malformed { path: self.root.join(rel), what: field })
+    }
+
+    /// The real user id of a process.
+    pub fn uid(&self, pid: u32) -> Result<u32, IdentityError> {
+        self.status_field(pid, "Uid")
+    }
+
+    /// The process a thread id belongs to (itself for a process id). `/proc/<tid>` exists
+    /// for every thread, though only processes are listed.
+    pub fn tgid(&self, pid: u32) -> Result<u32, IdentityError> {
+        self.status_field(pid, "Tgid")
+    }
+
     /// Captures the identity of a live process. Fails rather than returning a partial
     /// identity; a zombie has already exited and has no identity worth owning anything.
     pub fn capture(&self, pid: u32) -> Result<Identity, IdentityError> {
         let stat = self.stat(pid)?;
         if stat.has_exited() {
             return Err(IdentityError::NoSuchProcess(pid));
+        }
+        // Exit sources watch processes: a thread's id would never be reported dead.
+        let tgid = self.tgid(pid)?;
+        if tgid != pid {
+            return Err(IdentityError::Thread { tid: pid, tgid });
         }
         Ok(Identity {
             pid,
@@ -369,10 +414,15 @@ mod tests {
     use super::*;
 
     fn stat_line(pid: u32, comm: &str, state: char, ppid: u32, start: u64) -> String {
+        stat_line_threads(pid, comm, state, ppid, start, 1)
+    }
+
+    fn stat_line_threads(pid: u32, comm: &str, state: char, ppid: u32, start: u64, threads: u32) -> String {
         // Fields 3..=22 as proc(5) numbers them, with the ones liveness ignores zeroed.
         let mut fields = vec!["0".to_owned(); 20];
         fields[0] = state.to_string();
         fields[1] = ppid.to_string();
+        fields[17] = threads.to_string();
         fields[19] = start.to_string();
         format!("{pid} ({comm}) {} 0 0 0\n", fields.join(" "))
     }
@@ -394,6 +444,8 @@ mod tests {
         fn with_raw(self, pid: u32, stat: &[u8]) -> FakeProc {
             std::fs::create_dir_all(self.dir.path().join(pid.to_string())).unwrap();
             std::fs::write(self.dir.path().join(format!("{pid}/stat")), stat).unwrap();
+            let status = format!("Name:\tx\nTgid:\t{pid}\nUid:\t1000\t1000\t1000\t1000\n");
+            std::fs::write(self.dir.path().join(format!("{pid}/status")), status).unwrap();
             self
         }
 
@@ -418,6 +470,7 @@ mod tests {
                     comm: comm.to_owned(),
                     state: 'R',
                     ppid: 7,
+                    num_threads: 1,
                     start_ticks: 123456
                 }
             );
@@ -478,6 +531,10 @@ mod tests {
             Err(IdentityError::NoSuchProcess(13))
         ));
 
+        let thread = FakeProc::new().with(15, "worker", 1);
+        std::fs::write(thread.dir.path().join("15/status"), "Tgid:\t10\nUid:\t0\n").unwrap();
+        assert!(matches!(thread.root().capture(15), Err(IdentityError::Thread { tid: 15, tgid: 10 })));
+
         let no_boot = FakeProc::new().with(14, "a", 1);
         std::fs::remove_file(no_boot.dir.path().join("sys/kernel/random/boot_id")).unwrap();
         assert!(matches!(
@@ -511,6 +568,10 @@ mod tests {
             ..id.clone()
         };
         assert_eq!(root.check(&zombie), Liveness::Dead(DeathReason::Exited));
+        // The main thread exited (the leader shows Z) while another thread runs: alive.
+        let leader_gone = FakeProc::new().with_raw(22, stat_line_threads(22, "agent", 'Z', 1, 1022, 2).as_bytes());
+        let threaded = Identity { pid: 22, start_ticks: 1022, ..id.clone() };
+        assert_eq!(leader_gone.root().check(&threaded), Liveness::Alive);
         let other_boot = Identity {
             boot_id: "boot-b".into(),
             ..id.clone()
@@ -528,6 +589,18 @@ mod tests {
 
         std::fs::write(proc.dir.path().join("20/stat"), b"garbage").unwrap();
         assert!(matches!(root.check(&id), Liveness::Unknown(_)));
+    }
+
+    #[test]
+    fn uid_is_the_real_uid_from_status() {
+        let proc = FakeProc::new().with(70, "agent", 1);
+        let status = proc.dir.path().join("70/status");
+        std::fs::write(&status, "Name:\tagent\nTgid:\t70\nUid:\t1000\t0\t0\t0\nGid:\t5\n").unwrap();
+        assert_eq!(proc.root().uid(70).unwrap(), 1000);
+        assert_eq!(proc.root().tgid(70).unwrap(), 70);
+        std::fs::write(&status, "Name:\tagent\nUidx:\t5\n").unwrap();
+        assert!(matches!(proc.root().uid(70), Err(IdentityError::Malformed { .. })));
+        assert!(matches!(proc.root().uid(71), Err(IdentityError::NoSuchProcess(71))));
     }
 
     #[test]
