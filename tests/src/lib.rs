@@ -1,1 +1,367 @@
-//! Integration tests for liveness live in `tests/`; shared helpers live here.
+//! Shared helpers for the integration tests: the real binaries, real processes whose death
+//! the test decides, and a real daemon on a private socket and state directory.
+//!
+//! Binaries: `LIVENESS_BIN_DIR` names a directory holding `livenessd`, `liveness` and
+//! `testproc` (for VMs, where there is no cargo); otherwise they are built once per test
+//! binary with the cargo that runs the tests, so a stale binary is never tested.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Path of one of the project's binaries, built fresh.
+pub fn binary(name: &str) -> PathBuf {
+    static BIN_DIR: OnceLock<PathBuf> = OnceLock::new();
+    let dir = BIN_DIR.get_or_init(|| {
+        if let Some(dir) = std::env::var_os("LIVENESS_BIN_DIR") {
+            return PathBuf::from(dir);
+        }
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut build = Command::new(cargo);
+        build.args(["build", "--quiet", "-p", "liveness-daemon", "-p", "integration-tests", "--bins"]);
+        if !cfg!(debug_assertions) {
+            build.arg("--release");
+        }
+        let status = build.status().unwrap_or_else(|e| panic!("cannot run cargo to build the binaries: {e}"));
+        assert!(status.success(), "building the binaries failed: {status}");
+        // target/<profile>/deps/<test> -> target/<profile>
+        let exe = std::env::current_exe().expect("test executable path");
+        exe.parent().and_then(Path::parent).expect("target/<profile> directory").to_path_buf()
+    });
+    let path = dir.join(name);
+    assert!(path.exists(), "{} is missing", path.display());
+    path
+}
+
+/// Whether privileged tests can run here (root, BTF). When they cannot, prints why and
+/// returns false — unless `LIVENESS_REQUIRE_EBPF=1`, where skipping is a failure.
+pub fn privileged(test: &str) -> bool {
+    let why = if !rustix::process::geteuid().is_root() {
+        Some("not running as root")
+    } else if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        Some("the kernel has no BTF (/sys/kernel/btf/vmlinux)")
+    } else {
+        None
+    };
+    match why {
+        None => true,
+        Some(why) if std::env::var("LIVENESS_REQUIRE_EBPF").as_deref() == Ok("1") => {
+            panic!("{test}: LIVENESS_REQUIRE_EBPF=1 but {why}")
+        }
+        Some(why) => {
+            eprintln!("SKIPPED {test}: {why}");
+            false
+        }
+    }
+}
+
+/// Start time of a process in clock ticks (`/proc/<pid>/stat` field 22).
+pub fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+}
+
+/// `/proc/<pid>/stat` state letter, if the process exists.
+pub fn state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].split_ascii_whitespace().next()?.chars().next()
+}
+
+/// Polls `condition` until it holds or `timeout` passes.
+pub fn eventually(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A process that is not the test's child and dies only when the test says so.
+#[derive(Debug)]
+pub struct Orphan {
+    pub pid: u32,
+    pub start_ticks: u64,
+    control: Option<ChildStdin>,
+}
+
+impl Orphan {
+    /// `testproc orphan MODE...` (see `src/bin/testproc.rs` for the modes).
+    pub fn spawn(mode: &[&str]) -> Orphan {
+        let mut child = Command::new(binary("testproc"))
+            .arg("orphan")
+            .args(mode)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot spawn testproc: {e}"));
+        let control = child.stdin.take();
+        let pid = read_pid(&mut child);
+        Orphan { pid, start_ticks: wait_start_ticks(pid), control }
+    }
+
+    /// Writes a line to the process (the trigger of the `exec` modes).
+    pub fn poke(&mut self) {
+        let control = self.control.as_mut().expect("control pipe already closed");
+        control.write_all(b"go\n").expect("write to the control pipe");
+    }
+
+    /// Closes the control pipe: the process dies as its mode says.
+    pub fn release(&mut self) {
+        self.control = None;
+    }
+}
+
+impl Drop for Orphan {
+    fn drop(&mut self) {
+        kill_if_same(self.pid, self.start_ticks);
+    }
+}
+
+/// Many orphans sharing one control pipe: they all die at once when it closes.
+#[derive(Debug)]
+pub struct OrphanGroup {
+    pub members: Vec<(u32, u64)>,
+    control: Option<OwnedFd>,
+}
+
+impl OrphanGroup {
+    pub fn spawn(count: usize, mode: &[&str]) -> OrphanGroup {
+        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).expect("pipe");
+        let members = (0..count)
+            .map(|_| {
+                let mut child = Command::new(binary("testproc"))
+                    .arg("orphan")
+                    .args(mode)
+                    .stdin(Stdio::from(read.try_clone().expect("dup")))
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .unwrap_or_else(|e| panic!("cannot spawn testproc: {e}"));
+                let pid = read_pid(&mut child);
+                (pid, wait_start_ticks(pid))
+            })
+            .collect();
+        OrphanGroup { members, control: Some(write) }
+    }
+
+    pub fn release(&mut self) {
+        self.control = None;
+    }
+}
+
+impl Drop for OrphanGroup {
+    fn drop(&mut self) {
+        for &(pid, start) in &self.members {
+            kill_if_same(pid, start);
+        }
+    }
+}
+
+fn read_pid(child: &mut Child) -> u32 {
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read the orphan's PID");
+    let status = child.wait().expect("reap the middle process");
+    assert!(status.success(), "testproc orphan failed: {status}");
+    line.trim().parse().unwrap_or_else(|_| panic!("testproc printed {line:?}, not a PID"))
+}
+
+fn wait_start_ticks(pid: u32) -> u64 {
+    start_ticks(pid).unwrap_or_else(|| panic!("orphan {pid} vanished before it was released"))
+}
+
+fn kill_if_same(pid: u32, start: u64) {
+    if start_ticks(pid) == Some(start) {
+        // SAFETY: signalling a process we started, checked by its start time.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+}
+
+/// A real `livenessd` on a private socket and state directory.
+#[derive(Debug)]
+pub struct Daemon {
+    child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub socket: PathBuf,
+    pub state_dir: PathBuf,
+    args: Vec<String>,
+}
+
+impl Daemon {
+    pub fn start(args: &[&str]) -> Daemon {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let socket = dir.path().join("run/liveness.sock");
+        let state_dir = dir.path().join("state");
+        let mut daemon = Daemon {
+            child: None,
+            dir,
+            socket,
+            state_dir,
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+        };
+        daemon.spawn();
+        daemon
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("daemon log file");
+        let child = Command::new(binary("livenessd"))
+            .arg("--socket")
+            .arg(&self.socket)
+            .arg("--state-dir")
+            .arg(&self.state_dir)
+            .args(&self.args)
+            .env("LIVENESS_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start livenessd: {e}"));
+        self.child = Some(child);
+        let ready = eventually(Duration::from_secs(20), || {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("livenessd exited during start ({status}):\n{}", self.log());
+            }
+            UnixStream::connect(&self.socket).is_ok()
+        });
+        assert!(ready, "livenessd did not listen within 20 s:\n{}", self.log());
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("livenessd.log")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("daemon running").id()
+    }
+
+    /// Sends a signal without waiting.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.pid() as i32, signal) };
+    }
+
+    /// SIGKILL: no shutdown path runs.
+    pub fn kill9(&mut self) {
+        let mut child = self.child.take().expect("daemon running");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// SIGTERM, and the exit status.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        self.signal(libc::SIGTERM);
+        let mut child = self.child.take().expect("daemon running");
+        child.wait().expect("wait for livenessd")
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Starts it again on the same socket and state (after `kill9` or `stop`).
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "stop the daemon before restarting it");
+        self.spawn();
+    }
+
+    pub fn connect(&self) -> Conn {
+        Conn::connect(&self.socket)
+    }
+
+    /// Runs the `liveness` CLI against this daemon.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new(binary("liveness"))
+            .arg("--socket")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("run liveness")
+    }
+
+    /// One request on a fresh connection.
+    pub fn request(&self, request: Value) -> Value {
+        self.connect().request(request)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("--- livenessd log ---\n{}", self.log());
+        }
+    }
+}
+
+/// A raw protocol connection.
+#[derive(Debug)]
+pub struct Conn {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+}
+
+impl Conn {
+    pub fn connect(socket: &Path) -> Conn {
+        let stream = UnixStream::connect(socket).unwrap_or_else(|e| panic!("connect {}: {e}", socket.display()));
+        stream.set_read_timeout(Some(Duration::from_secs(20))).expect("read timeout");
+        let writer = stream.try_clone().expect("clone stream");
+        Conn { reader: BufReader::new(stream), writer }
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        self.writer.write_all(bytes).expect("write to livenessd");
+    }
+
+    pub fn request(&mut self, request: Value) -> Value {
+        self.send_raw(format!("{request}\n").as_bytes());
+        self.next().unwrap_or_else(|| panic!("no reply to {request}"))
+    }
+
+    /// The next line, or `None` when the connection closed.
+    pub fn next(&mut self) -> Option<Value> {
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(0) => None,
+            Ok(_) => Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad line {line:?}: {e}"))),
+            Err(e) => panic!("reading from livenessd: {e}"),
+        }
+    }
+
+    /// The next line within `timeout`, `None` if nothing arrives.
+    pub fn next_within(&mut self, timeout: Duration) -> Option<Value> {
+        self.reader.get_ref().set_read_timeout(Some(timeout)).expect("read timeout");
+        let mut line = String::new();
+        let read = self.reader.read_line(&mut line);
+        self.reader.get_ref().set_read_timeout(Some(Duration::from_secs(20))).expect("read timeout");
+        match read {
+            Ok(0) => None,
+            Ok(_) => Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad line {line:?}: {e}"))),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => None,
+            Err(e) => panic!("reading from livenessd: {e}"),
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! Processes with precisely controlled deaths, for the integration tests.
+//!
+//! `testproc orphan MODE [ARG]` double-forks, prints the grandchild's PID and exits, so the
+//! grandchild is *not* the test's child (it is reparented to init or a subreaper). The
+//! grandchild keeps stdin: every mode waits for EOF on stdin before it dies, so a test
+//! decides the moment of death by closing the pipe's write end. Modes:
+//!
+//! - `exit CODE`        exit_group(CODE) at EOF.
+//! - `signal SIG`       raise SIG at EOF (default action, e.g. SIGKILL).
+//! - `threads CODE`     the main thread exits at once (SYS_exit); a second thread keeps
+//!                      the process alive and calls _exit(CODE) at EOF.
+//! - `exec CODE`        at the first line on stdin, execve itself as `named NAME CODE`.
+//! - `thread-exec CODE` like `exec`, but the execve is made by a non-leader thread.
+//! - `named NAME CODE`  set comm to NAME, then `exit CODE`.
+use std::ffi::CString;
+use std::io::{BufRead, Read, Write};
+
+fn wait_for_eof() {
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().lock().read_to_end(&mut sink);
+}
+
+fn wait_for_line() {
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+}
+
+fn arg_u8(args: &[String], i: usize) -> i32 {
+    args.get(i).and_then(|a| a.parse::<u8>().ok()).map(i32::from).unwrap_or_else(|| {
+        eprintln!("testproc: argument {i} must be a number 0-255: {args:?}");
+        std::process::exit(100)
+    })
+}
+
+fn exit_group(code: i32) -> ! {
+    // SAFETY: _exit is async-signal-safe and ends the process without unwinding.
+    unsafe { libc::_exit(code) }
+}
+
+fn exec_self_named(code: i32) -> ! {
+    let exe = CString::new("/proc/self/exe").unwrap();
+    let args = [c"testproc".to_owned(), c"named".to_owned(), c"execd".to_owned(), CString::new(code.to_string()).unwrap()];
+    let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    // SAFETY: argv is a NULL-terminated array of valid C strings that outlive the call.
+    unsafe { libc::execv(exe.as_ptr(), argv.as_ptr()) };
+    eprintln!("testproc: execv failed: {}", std::io::Error::last_os_error());
+    exit_group(101)
+}
+
+fn run_mode(args: &[String]) -> ! {
+    match args.first().map(String::as_str) {
+        Some("exit") => {
+            let code = arg_u8(args, 1);
+            wait_for_eof();
+            exit_group(code)
+        }
+        Some("signal") => {
+            let signal = arg_u8(args, 1);
+            wait_for_eof();
+            // SAFETY: raising a signal at ourselves.
+            unsafe { libc::raise(signal) };
+            exit_group(102)
+        }
+        Some("threads") => {
+            let code = arg_u8(args, 1);
+            std::thread::spawn(move || {
+                wait_for_eof();
+                exit_group(code)
+            });
+            // The raw exit syscall ends only the calling thread, without unwinding (glibc's
+            // pthread_exit would force-unwind through Rust's main and abort).
+            // SAFETY: the spawned thread owns everything it uses; nothing here runs after.
+            unsafe { libc::syscall(libc::SYS_exit, 0) };
+            unreachable!("SYS_exit returned")
+        }
+        Some("exec") => {
+            let code = arg_u8(args, 1);
+            wait_for_line();
+            exec_self_named(code)
+        }
+        Some("thread-exec") => {
+            let code = arg_u8(args, 1);
+            let thread = std::thread::spawn(move || {
+                wait_for_line();
+                exec_self_named(code)
+            });
+            let _ = thread.join();
+            exit_group(103)
+        }
+        Some("named") => {
+            let name = CString::new(args.get(1).cloned().unwrap_or_default()).unwrap();
+            let code = arg_u8(args, 2);
+            // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+            unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+            wait_for_eof();
+            exit_group(code)
+        }
+        _ => {
+            eprintln!("usage: testproc orphan (exit|signal|threads|exec|thread-exec) N | testproc MODE N");
+            std::process::exit(100)
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) != Some("orphan") {
+        run_mode(&args);
+    }
+    // SAFETY: single-threaded here, so fork is safe; each branch either exits or runs on.
+    match unsafe { libc::fork() } {
+        -1 => panic!("fork failed: {}", std::io::Error::last_os_error()),
+        0 => {
+            // SAFETY: as above; the middle process only forks again and exits.
+            unsafe { libc::setsid() };
+            match unsafe { libc::fork() } {
+                -1 => exit_group(104),
+                0 => {
+                    // The grandchild tells its PID itself, after the fork, so the line is
+                    // written exactly once; then stdout is closed so readers see EOF.
+                    let mut out = std::io::stdout().lock();
+                    let _ = writeln!(out, "{}", std::process::id());
+                    let _ = out.flush();
+                    // SAFETY: closing our own stdout; nothing else uses it.
+                    unsafe { libc::close(1) };
+                    drop(out);
+                    run_mode(&args[1..])
+                }
+                _ => exit_group(0),
+            }
+        }
+        child => {
+            let mut status = 0;
+            // SAFETY: reaping the middle process we just forked.
+            unsafe { libc::waitpid(child, &mut status, 0) };
+            exit_group(0)
+        }
+    }
+}
