@@ -55,6 +55,7 @@ CREATE TABLE events (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     kind TEXT NOT NULL,
     session TEXT NOT NULL,
+    creator_uid INTEGER NOT NULL,
     at_ms INTEGER NOT NULL,
     body TEXT NOT NULL
 );
@@ -211,6 +212,8 @@ pub struct Event {
     pub observed_ms: Option<i64>,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// The uid that registered the session: non-root subscribers see only their own.
+    pub creator_uid: u32,
 }
 
 impl Event {
@@ -229,6 +232,7 @@ impl Event {
             detected_by: None,
             observed_ms: None,
             labels: session.labels.clone(),
+            creator_uid: session.creator_uid,
         }
     }
 
@@ -272,6 +276,15 @@ pub struct OwnerDeath {
     pub detected_by: DetectedBy,
     /// When the source observed the death.
     pub observed_ms: i64,
+}
+
+/// Which events a replay returns.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EventFilter<'a> {
+    /// Only events written under this session id.
+    pub session: Option<&'a str>,
+    /// Only events of sessions registered by this uid.
+    pub creator_uid: Option<u32>,
 }
 
 /// One stored event: its seq and its JSON body as sent to subscribers.
@@ -587,6 +600,15 @@ impl Store {
         )
     }
 
+    /// How many sessions are in `phase`.
+    pub fn count(&self, phase: Phase) -> Result<u64, StoreError> {
+        let count: i64 = self
+            .conn
+            .prepare_cached("SELECT COUNT(*) FROM sessions WHERE phase = ?1")?
+            .query_row(params![name(&phase)?], |r| r.get(0))?;
+        Ok(count as u64)
+    }
+
     /// Each distinct owner of an active session (to track, and to reconcile at start).
     pub fn active_owners(&self) -> Result<Vec<Identity>, StoreError> {
         let mut stmt = self.conn.prepare_cached(
@@ -666,14 +688,14 @@ impl Store {
         head_seq(&self.conn)
     }
 
-    /// Up to `limit` events with seq > `since`, optionally of one session, or a gap.
+    /// Up to `limit` events with seq > `since` that match `filter`, or a gap.
     pub fn events_after(
         &self,
         since: u64,
         limit: usize,
-        session: Option<&str>,
+        filter: &EventFilter<'_>,
     ) -> Result<EventPage, StoreError> {
-        events_after(&self.conn, since, limit, session)
+        events_after(&self.conn, since, limit, filter)
     }
 
     /// Retention: deletes the oldest events, all but the newest `keep_count` and those older
@@ -764,9 +786,9 @@ impl EventReader {
         &self,
         since: u64,
         limit: usize,
-        session: Option<&str>,
+        filter: &EventFilter<'_>,
     ) -> Result<EventPage, StoreError> {
-        events_after(&self.conn, since, limit, session)
+        events_after(&self.conn, since, limit, filter)
     }
 }
 
@@ -934,12 +956,14 @@ fn append(conn: &Connection, mut event: Event) -> Result<Event, StoreError> {
     event.seq = head_seq(conn)? + 1;
     let body = serde_json::to_string(&event)?;
     conn.prepare_cached(
-        "INSERT INTO events (seq, kind, session, at_ms, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO events (seq, kind, session, creator_uid, at_ms, body) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?
     .execute(params![
         event.seq as i64,
         name(&event.kind)?,
         event.session,
+        event.creator_uid,
         event.at_ms,
         body
     ])?;
@@ -959,7 +983,7 @@ fn events_after(
     conn: &Connection,
     since: u64,
     limit: usize,
-    session: Option<&str>,
+    filter: &EventFilter<'_>,
 ) -> Result<EventPage, StoreError> {
     // One read transaction: the gap check and the rows come from the same snapshot, so a
     // prune committed in between cannot delete events unnoticed.
@@ -982,19 +1006,17 @@ fn events_after(
             body: r.get(1)?,
         })
     };
-    let events = match session {
-        None => tx
-            .prepare_cached("SELECT seq, body FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2")?
-            .query_map(params![since, limit], row)?
-            .collect::<Result<_, _>>()?,
-        Some(session) => tx
-            .prepare_cached(
-                "SELECT seq, body FROM events WHERE session = ?3 AND seq > ?1 \
-                 ORDER BY seq LIMIT ?2",
-            )?
-            .query_map(params![since, limit, session], row)?
-            .collect::<Result<_, _>>()?,
-    };
+    let events = tx
+        .prepare_cached(
+            "SELECT seq, body FROM events WHERE seq > ?1 \
+             AND (?3 IS NULL OR session = ?3) AND (?4 IS NULL OR creator_uid = ?4) \
+             ORDER BY seq LIMIT ?2",
+        )?
+        .query_map(
+            params![since, limit, filter.session, filter.creator_uid],
+            row,
+        )?
+        .collect::<Result<_, _>>()?;
     Ok(EventPage::Events(events))
 }
 
@@ -1003,6 +1025,13 @@ mod tests {
     use super::*;
 
     const NOW: i64 = 1_700_000_000_000;
+
+    fn only(session: &str) -> EventFilter<'_> {
+        EventFilter {
+            session: Some(session),
+            creator_uid: None,
+        }
+    }
 
     fn owner(pid: u32) -> Identity {
         Identity {
@@ -1355,6 +1384,8 @@ mod tests {
             ["a", "b"]
         );
         assert_eq!(ids(store.list(Some(Phase::Ended), None).unwrap()), ["c"]);
+        assert_eq!(store.count(Phase::Active).unwrap(), 2);
+        assert_eq!(store.count(Phase::Ended).unwrap(), 1);
         assert_eq!(ids(store.list(None, Some(1000)).unwrap()), ["a", "c"]);
         assert_eq!(
             ids(store.list(Some(Phase::Active), Some(0)).unwrap()),
@@ -1425,9 +1456,12 @@ mod tests {
             .event
             .unwrap();
         assert_eq!(event.seq, 5, "seqs continue after everything was pruned");
-        assert_eq!(events(store.events_after(4, 10, None).unwrap()), [event]);
         assert_eq!(
-            store.events_after(3, 10, None).unwrap(),
+            events(store.events_after(4, 10, &EventFilter::default()).unwrap()),
+            [event]
+        );
+        assert_eq!(
+            store.events_after(3, 10, &EventFilter::default()).unwrap(),
             EventPage::Gap {
                 requested_since: 3,
                 pruned_through: 4
@@ -1450,18 +1484,49 @@ mod tests {
             [1, 2, 3, 4, 5, 6]
         );
 
-        assert_eq!(events(store.events_after(0, 100, None).unwrap()), all);
-        assert_eq!(events(store.events_after(2, 100, None).unwrap()), all[2..]);
-        assert_eq!(events(store.events_after(2, 2, None).unwrap()), all[2..4]);
-        assert!(events(store.events_after(6, 100, None).unwrap()).is_empty());
+        assert_eq!(
+            events(store.events_after(0, 100, &EventFilter::default()).unwrap()),
+            all
+        );
+        assert_eq!(
+            events(store.events_after(2, 100, &EventFilter::default()).unwrap()),
+            all[2..]
+        );
+        assert_eq!(
+            events(store.events_after(2, 2, &EventFilter::default()).unwrap()),
+            all[2..4]
+        );
+        assert!(events(store.events_after(6, 100, &EventFilter::default()).unwrap()).is_empty());
         let s0: Vec<_> = all.iter().filter(|e| e.session == "s0").cloned().collect();
         assert_eq!(s0.len(), 4);
-        assert_eq!(events(store.events_after(0, 100, Some("s0")).unwrap()), s0);
+        assert_eq!(events(store.events_after(0, 100, &only("s0")).unwrap()), s0);
         assert_eq!(
-            events(store.events_after(1, 2, Some("s0")).unwrap()),
+            events(store.events_after(1, 2, &only("s0")).unwrap()),
             s0[1..3]
         );
-        assert!(events(store.events_after(0, 100, Some("none")).unwrap()).is_empty());
+        assert!(events(store.events_after(0, 100, &only("none")).unwrap()).is_empty());
+    }
+
+    #[test]
+    fn events_after_filters_by_creator() {
+        let db = Db::new();
+        let mut store = db.open();
+        store.register(req("mine", owner(10)), NOW).unwrap();
+        let theirs = NewSession {
+            creator_uid: 2000,
+            ..req("theirs", owner(11))
+        };
+        store.register(theirs, NOW).unwrap();
+        let mine = EventFilter {
+            session: None,
+            creator_uid: Some(1000),
+        };
+        let got = events(store.events_after(0, 10, &mine).unwrap());
+        let sessions: Vec<_> = got
+            .iter()
+            .map(|e| (e.session.as_str(), e.creator_uid))
+            .collect();
+        assert_eq!(sessions, [("mine", 1000)]);
     }
 
     #[test]
@@ -1476,11 +1541,11 @@ mod tests {
         // Older than 5 s at NOW + 10 s: the events at +0 .. +4 s.
         assert_eq!(store.prune(100, 5_000, NOW + 10_000).unwrap(), 5);
         assert!(matches!(
-            store.events_after(5, 100, None).unwrap(),
+            store.events_after(5, 100, &EventFilter::default()).unwrap(),
             EventPage::Events(v) if v.len() == 5
         ));
         assert_eq!(
-            store.events_after(0, 100, None).unwrap(),
+            store.events_after(0, 100, &EventFilter::default()).unwrap(),
             EventPage::Gap {
                 requested_since: 0,
                 pruned_through: 5
@@ -1489,14 +1554,14 @@ mod tests {
         // Count bound: keep the newest 3.
         assert_eq!(store.prune(3, i64::MAX, NOW).unwrap(), 2);
         assert!(matches!(
-            store.events_after(4, 100, Some("s9")).unwrap(),
+            store.events_after(4, 100, &only("s9")).unwrap(),
             EventPage::Gap {
                 pruned_through: 7,
                 ..
             }
         ));
         assert_eq!(
-            events(store.events_after(7, 100, None).unwrap())
+            events(store.events_after(7, 100, &EventFilter::default()).unwrap())
                 .iter()
                 .map(|e| e.seq)
                 .collect::<Vec<_>>(),
@@ -1575,7 +1640,7 @@ mod tests {
             .unwrap();
         assert_eq!(reader.head_seq().unwrap(), 1);
         assert_eq!(
-            events(reader.events_after(0, 10, Some("s")).unwrap()),
+            events(reader.events_after(0, 10, &only("s")).unwrap()),
             [event]
         );
     }
@@ -1650,7 +1715,8 @@ mod tests {
                 )
                 .unwrap(),
         );
-        let EventPage::Events(stored) = store.events_after(0, 10, None).unwrap() else {
+        let EventPage::Events(stored) = store.events_after(0, 10, &EventFilter::default()).unwrap()
+        else {
             panic!("no gap expected");
         };
         assert_eq!(stored.len(), 4);
