@@ -3,6 +3,13 @@
 //!
 //! The binaries `livenessd` and `liveness` are thin; the logic lives in these modules.
 
+pub mod cli;
+pub mod client;
+pub mod daemon;
+pub mod engine;
 pub mod identity;
+pub mod paths;
+pub mod protocol;
+pub mod server;
 pub mod source;
 pub mod store;

@@ -1,1 +1,4 @@
-fn main() {}
+//! `liveness`: the command-line client. All logic lives in `liveness::cli`.
+fn main() -> std::process::ExitCode {
+    liveness::cli::main()
+}

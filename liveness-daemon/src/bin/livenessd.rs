@@ -1,1 +1,4 @@
-fn main() {}
+//! `livenessd`: the daemon. All logic lives in `liveness::daemon`.
+fn main() -> std::process::ExitCode {
+    liveness::daemon::main()
+}

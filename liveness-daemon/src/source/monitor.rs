@@ -157,8 +157,18 @@ pub fn probe(config: &MonitorConfig) -> Vec<SourceReport> {
     SourceName::ALL
         .iter()
         .map(|&name| match start_source(name, config, sink.clone()) {
-            Ok(_) => SourceReport { name, state: "available".into(), reason: None, stats: None },
-            Err(why) => SourceReport { name, state: "off".into(), reason: Some(why), stats: None },
+            Ok(_) => SourceReport {
+                name,
+                state: "available".into(),
+                reason: None,
+                stats: None,
+            },
+            Err(why) => SourceReport {
+                name,
+                state: "off".into(),
+                reason: Some(why),
+                stats: None,
+            },
         })
         .collect()
 }
@@ -169,11 +179,15 @@ fn start_source(
     sink: mpsc::Sender<SourceEvent>,
 ) -> Result<Box<dyn ExitSource>, String> {
     Ok(match name {
-        SourceName::Ebpf => Box::new(EbpfSource::start(sink, config.ebpf.clone()).map_err(|e| e.to_string())?),
-        SourceName::Pidfd => Box::new(PidfdSource::start(sink).map_err(|e| e.to_string())?),
-        SourceName::Procpoll => {
-            Box::new(ProcpollSource::start(sink, config.procpoll_interval, config.proc.clone()))
+        SourceName::Ebpf => {
+            Box::new(EbpfSource::start(sink, config.ebpf).map_err(|e| e.to_string())?)
         }
+        SourceName::Pidfd => Box::new(PidfdSource::start(sink).map_err(|e| e.to_string())?),
+        SourceName::Procpoll => Box::new(ProcpollSource::start(
+            sink,
+            config.procpoll_interval,
+            config.proc.clone(),
+        )),
     })
 }
 
@@ -254,7 +268,11 @@ impl Monitor {
 
     /// Names of the sources that are running.
     pub fn active_sources(&self) -> Vec<DetectedBy> {
-        self.sources.iter().chain(&self.fallback).map(|s| s.kind()).collect()
+        self.sources
+            .iter()
+            .chain(&self.fallback)
+            .map(|s| s.kind())
+            .collect()
     }
 
     pub fn is_tracked(&self, key: ProcessKey) -> bool {
@@ -320,10 +338,10 @@ impl Monitor {
             for source in &mut self.sources {
                 source.untrack(key);
             }
-            if coverage.by_fallback {
-                if let Some(fallback) = &mut self.fallback {
-                    fallback.untrack(key);
-                }
+            if coverage.by_fallback
+                && let Some(fallback) = &mut self.fallback
+            {
+                fallback.untrack(key);
             }
         }
     }
@@ -335,7 +353,9 @@ impl Monitor {
                 return observation;
             }
             // The monitor holds a sender itself, so the channel never closes.
-            let Some(event) = self.events.recv().await else { continue };
+            let Some(event) = self.events.recv().await else {
+                continue;
+            };
             if let Some(observation) = self.accept(event) {
                 return observation;
             }
@@ -422,7 +442,12 @@ impl Monitor {
         }
         for (name, why) in &self.off {
             if !sources.iter().any(|s| s.name == *name) {
-                sources.push(SourceReport { name: *name, state: "off".into(), reason: Some(why.clone()), stats: None });
+                sources.push(SourceReport {
+                    name: *name,
+                    state: "off".into(),
+                    reason: Some(why.clone()),
+                    stats: None,
+                });
             }
         }
         sources.sort_by_key(|s| s.name);
@@ -457,6 +482,9 @@ mod tests {
         );
         let err = "ebpf,kqueue".parse::<Selection>().unwrap_err();
         assert!(err.contains("\"kqueue\""), "{err}");
-        assert_eq!(Selection::Only(vec![SourceName::Pidfd, SourceName::Procpoll]).to_string(), "pidfd,procpoll");
+        assert_eq!(
+            Selection::Only(vec![SourceName::Pidfd, SourceName::Procpoll]).to_string(),
+            "pidfd,procpoll"
+        );
     }
 }

@@ -1,0 +1,708 @@
+//! The engine: one task that owns the store and the exit monitor.
+//!
+//! Everything that changes state happens here, in order: commit to SQLite, then publish
+//! to subscribers, then reply. Because one task does both the committing and the
+//! publishing, a subscriber registered at head `seq` H receives exactly the events after H
+//! live, and replays the ones up to H from the store: no gap, no duplicate.
+//!
+//! Exit observations are handled before client commands (`biased` select), so no client,
+//! however busy, delays a finalization; a burst of exits is committed in one transaction.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::identity::{Identity, IdentityError, ProcRoot, ProcessKey};
+use crate::protocol::{ErrorBody, ErrorCode, OwnerSpec, PidOwner, Reply, Request, StreamMessage};
+use crate::source::monitor::{Monitor, MonitorStatus};
+use crate::source::{DetectedBy, ExitObservation};
+use crate::store::{EndReason, Event, NewSession, OwnerDeath, Phase, Session, Store, StoreError};
+
+/// Most exits committed in one transaction when they arrive together.
+const MAX_BATCH: usize = 1024;
+/// How often retention runs.
+const PRUNE_PERIOD: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Sessions whose owner cannot be watched end after this long without `touch`.
+    pub unknown_timeout: Duration,
+    /// Pending sessions never renamed end after this long.
+    pub pending_ttl: Duration,
+    pub retain_events: u64,
+    pub retain_age: Duration,
+    /// Extra process names `owner: "auto"` skips.
+    pub wrappers: Vec<String>,
+    /// Commit batches queued per subscriber before it counts as lagging and is disconnected.
+    pub subscriber_queue: usize,
+    pub proc: ProcRoot,
+}
+
+/// A client, as `SO_PEERCRED` identifies it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caller {
+    pub uid: u32,
+    pub pid: u32,
+}
+
+impl Caller {
+    fn is_root(&self) -> bool {
+        self.uid == 0
+    }
+
+    /// Non-root callers see and change only the sessions they created.
+    fn may_see(&self, session: &Session) -> bool {
+        self.is_root() || session.creator_uid == self.uid
+    }
+
+    /// The creator filter for listings and streams: none for root.
+    pub fn creator_filter(&self) -> Option<u32> {
+        (!self.is_root()).then_some(self.uid)
+    }
+}
+
+/// An event as published live: the stream line, serialized once for every subscriber,
+/// with what subscribers filter on.
+#[derive(Debug)]
+pub struct Published {
+    pub seq: u64,
+    pub session: String,
+    pub creator_uid: u32,
+    pub line: String,
+}
+
+/// The events of one commit. Queues hold batches, so a burst of deaths committed together
+/// takes one slot: a subscriber is dropped for not reading, not for a burst.
+pub type Batch = Arc<[Published]>;
+
+/// A live subscription: batches after `head` arrive on `batches`; the events up to `head`
+/// are in the store. `batches` closes when the subscriber lags or the engine stops.
+#[derive(Debug)]
+pub struct Subscription {
+    pub head: u64,
+    pub batches: mpsc::Receiver<Batch>,
+}
+
+/// What connections ask of the engine.
+#[derive(Debug)]
+pub enum Command {
+    Request {
+        caller: Caller,
+        request: Request,
+        reply: oneshot::Sender<Reply>,
+    },
+    Subscribe {
+        reply: oneshot::Sender<Subscription>,
+    },
+}
+
+/// This boot and host: identities of other boots are dead, of other hosts unknown.
+#[derive(Debug, Clone)]
+struct Local {
+    boot_id: String,
+    host: String,
+}
+
+/// Counters for status.
+#[derive(Debug, Default, Serialize)]
+struct Counters {
+    finalized_by: BTreeMap<String, u64>,
+    lagged_subscribers: u64,
+    largest_batch: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("cannot read this machine's identity: {0}")]
+    Local(#[from] IdentityError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+#[derive(Debug)]
+pub struct Engine {
+    store: Store,
+    monitor: Monitor,
+    config: EngineConfig,
+    local: Local,
+    /// Each subscriber's queue; the connection applies its own filter.
+    subscribers: Vec<mpsc::Sender<Batch>>,
+    counters: Counters,
+    started: Instant,
+    last_prune: Option<Instant>,
+    /// Facts status reports about the daemon itself (paths, versions).
+    about: serde_json::Value,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn ms_of(at: SystemTime) -> i64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn store_error(e: StoreError) -> ErrorBody {
+    let code = match &e {
+        StoreError::NotFound(_) => ErrorCode::NotFound,
+        StoreError::AlreadyEnded(_) => ErrorCode::AlreadyEnded,
+        StoreError::AlreadyExists(_) => ErrorCode::AlreadyExists,
+        StoreError::NotPending(_) => ErrorCode::NotPending,
+        StoreError::InvalidId(_) => ErrorCode::InvalidRequest,
+        _ => ErrorCode::Internal,
+    };
+    if code == ErrorCode::Internal {
+        tracing::error!(error = %e, "store failure");
+    }
+    ErrorBody::new(code, e.to_string())
+}
+
+impl Engine {
+    pub fn new(
+        store: Store,
+        monitor: Monitor,
+        config: EngineConfig,
+        about: serde_json::Value,
+    ) -> Result<Engine, EngineError> {
+        let local = Local {
+            boot_id: config.proc.boot_id()?,
+            host: config.proc.host()?,
+        };
+        Ok(Engine {
+            store,
+            monitor,
+            config,
+            local,
+            subscribers: Vec::new(),
+            counters: Counters::default(),
+            started: Instant::now(),
+            last_prune: None,
+            about,
+        })
+    }
+
+    /// Runs until `shutdown` turns true, then commits every exit already observed.
+    pub async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<Command>,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        self.reconcile_at_start();
+        let mut housekeeping = tokio::time::interval(self.housekeeping_period());
+        housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                _ = shutdown.wait_for(|stop| *stop) => break,
+                observation = self.monitor.next() => self.finalize_observed(observation),
+                command = commands.recv() => match command {
+                    Some(command) => self.handle(command),
+                    None => break,
+                },
+                _ = housekeeping.tick() => self.housekeeping(),
+            }
+        }
+        // In-flight exits are committed before the daemon goes away.
+        while let Some(observation) = self.monitor.try_next() {
+            self.finalize_observed(observation);
+        }
+        tracing::info!("engine stopped");
+    }
+
+    fn housekeeping_period(&self) -> Duration {
+        let shortest = self.config.unknown_timeout.min(self.config.pending_ttl);
+        (shortest / 4).clamp(Duration::from_millis(50), Duration::from_secs(30))
+    }
+
+    fn identity_of(&self, key: ProcessKey) -> Identity {
+        Identity {
+            pid: key.pid,
+            start_ticks: key.start_ticks,
+            boot_id: self.local.boot_id.clone(),
+            host: self.local.host.clone(),
+            comm: String::new(),
+        }
+    }
+
+    /// Reconciles every ACTIVE owner after a start: those that died while the daemon was
+    /// down are finalized (`detected_by: reconcile`), the rest are watched.
+    fn reconcile_at_start(&mut self) {
+        let owners = match self.store.active_owners() {
+            Ok(owners) => owners,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot list active owners; nothing reconciled");
+                return;
+            }
+        };
+        let count = owners.len();
+        let mut dead = Vec::new();
+        for owner in owners {
+            if let Some(observation) = self.watch(&owner) {
+                dead.push(observation);
+            }
+        }
+        tracing::info!(
+            owners = count,
+            dead = dead.len(),
+            "reconciled active sessions"
+        );
+        self.finalize(dead);
+    }
+
+    /// Starts watching an owner. Returns its death at once when it is already dead.
+    /// Owners of another host cannot be watched: only the inactivity timeout ends them.
+    fn watch(&mut self, owner: &Identity) -> Option<OwnerDeath> {
+        if owner.host != self.local.host {
+            return None;
+        }
+        if owner.boot_id != self.local.boot_id {
+            // The stored fingerprint names the earlier boot: end exactly that owner.
+            return Some(OwnerDeath {
+                owner: owner.clone(),
+                reason: EndReason::Reboot,
+                exit: None,
+                detected_by: DetectedBy::Reconcile,
+                observed_ms: now_ms(),
+            });
+        }
+        let death = self.monitor.track(owner.key())?;
+        Some(self.death_of(&death))
+    }
+
+    /// The store's view of a death observed on this boot.
+    fn death_of(&self, observation: &ExitObservation) -> OwnerDeath {
+        OwnerDeath {
+            owner: self.identity_of(observation.key),
+            reason: EndReason::from(observation.reason),
+            exit: observation.status,
+            detected_by: observation.detected_by,
+            observed_ms: ms_of(observation.at),
+        }
+    }
+
+    /// Stops watching an owner that no ACTIVE session refers to any more.
+    fn unwatch_if_unused(&mut self, owner: &Identity) {
+        if owner.host != self.local.host || owner.boot_id != self.local.boot_id {
+            return;
+        }
+        match self.store.active_sessions_of_owner(owner) {
+            Ok(sessions) if sessions.is_empty() => self.monitor.untrack(owner.key()),
+            Ok(_) => {}
+            Err(e) => tracing::error!(error = %e, "cannot look up sessions of an owner"),
+        }
+    }
+
+    fn finalize_observed(&mut self, first: ExitObservation) {
+        let mut batch = vec![self.death_of(&first)];
+        while batch.len() < MAX_BATCH {
+            match self.monitor.try_next() {
+                Some(observation) => batch.push(self.death_of(&observation)),
+                None => break,
+            }
+        }
+        self.finalize(batch);
+    }
+
+    /// Ends every ACTIVE session owned by the dead processes, in one transaction.
+    fn finalize(&mut self, deaths: Vec<OwnerDeath>) {
+        if deaths.is_empty() {
+            return;
+        }
+        self.counters.largest_batch = self.counters.largest_batch.max(deaths.len());
+        match self.store.end_many(&deaths, now_ms()) {
+            Ok(events) => {
+                for event in &events {
+                    if let Some(by) = event.detected_by {
+                        *self
+                            .counters
+                            .finalized_by
+                            .entry(by.to_string())
+                            .or_default() += 1;
+                    }
+                }
+                self.publish(events);
+            }
+            // The deaths stay unrecorded in the store, so the next start's reconcile
+            // finalizes them; nothing is announced that was not committed.
+            Err(e) => {
+                tracing::error!(error = %e, count = deaths.len(), "cannot commit finalizations")
+            }
+        }
+    }
+
+    /// Sends committed events, as one batch, to every subscriber. A subscriber whose queue
+    /// is full is dropped; its connection tells it `lagged`.
+    fn publish(&mut self, events: Vec<Event>) {
+        let batch: Batch = events
+            .into_iter()
+            .filter_map(|event| {
+                let (seq, session, creator_uid) =
+                    (event.seq, event.session.clone(), event.creator_uid);
+                match serde_json::to_string(&StreamMessage::Event(Box::new(event))) {
+                    Ok(line) => Some(Published {
+                        seq,
+                        session,
+                        creator_uid,
+                        line,
+                    }),
+                    Err(e) => {
+                        tracing::error!(error = %e, seq, "cannot serialize event");
+                        None
+                    }
+                }
+            })
+            .collect();
+        let Some(last) = batch.last().map(|p| p.seq) else {
+            return;
+        };
+        let before = self.subscribers.len();
+        let counters = &mut self.counters;
+        self.subscribers
+            .retain(|queue| match queue.try_send(Arc::clone(&batch)) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    counters.lagged_subscribers += 1;
+                    false
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            });
+        if self.subscribers.len() < before {
+            tracing::debug!(
+                seq = last,
+                dropped = before - self.subscribers.len(),
+                "dropped lagging or closed subscribers"
+            );
+        }
+    }
+
+    fn handle(&mut self, command: Command) {
+        match command {
+            Command::Request {
+                caller,
+                request,
+                reply,
+            } => {
+                let answer = self.request(caller, request);
+                // The client may have gone; its reply has nowhere to go.
+                let _ = reply.send(answer);
+            }
+            Command::Subscribe { reply } => {
+                let (queue, batches) = mpsc::channel(self.config.subscriber_queue);
+                let head = match self.store.head_seq() {
+                    Ok(head) => head,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot read head seq");
+                        return;
+                    }
+                };
+                if reply.send(Subscription { head, batches }).is_ok() {
+                    self.subscribers.push(queue);
+                }
+            }
+        }
+    }
+
+    fn request(&mut self, caller: Caller, request: Request) -> Reply {
+        let now = now_ms();
+        match request {
+            Request::Register {
+                session,
+                owner,
+                pending,
+                labels,
+            } => self.register(caller, session, owner, pending, labels, now),
+            Request::Rename { session, to } => match self.visible(caller, &session) {
+                Err(error) => error.into(),
+                Ok(_) => match self.store.rename(&session, &to, now) {
+                    Ok(event) => {
+                        self.publish(vec![event]);
+                        self.get_reply(&to)
+                    }
+                    Err(e) => store_error(e).into(),
+                },
+            },
+            Request::Touch { session } => match self.visible(caller, &session) {
+                Err(error) => error.into(),
+                Ok(_) => match self.store.touch(&session, now) {
+                    Ok(()) => self.get_reply(&session),
+                    Err(e) => store_error(e).into(),
+                },
+            },
+            Request::End { session } => match self.visible(caller, &session) {
+                Err(error) => error.into(),
+                Ok(existing) => {
+                    match self
+                        .store
+                        .end(&session, EndReason::Stopped, None, None, None, None, now)
+                    {
+                        Ok(Some(event)) => {
+                            self.publish(vec![event]);
+                            self.unwatch_if_unused(&existing.owner);
+                            self.get_reply(&session)
+                        }
+                        Ok(None) => store_error(StoreError::AlreadyEnded(session)).into(),
+                        Err(e) => store_error(e).into(),
+                    }
+                }
+            },
+            Request::Get { session } => match self.visible(caller, &session) {
+                Ok(found) => Reply::with_session(found),
+                Err(error) => error.into(),
+            },
+            Request::List { phase } => match self.store.list(phase, caller.creator_filter()) {
+                Ok(sessions) => Reply {
+                    sessions: Some(sessions),
+                    ..Reply::ok()
+                },
+                Err(e) => store_error(e).into(),
+            },
+            Request::Whose { pid } => self.whose(caller, pid),
+            Request::Status {} => Reply {
+                status: Some(self.status()),
+                ..Reply::ok()
+            },
+            Request::Subscribe { .. } => Reply::error(
+                ErrorCode::Internal,
+                "subscribe is handled by the connection",
+            ),
+        }
+    }
+
+    /// The session, if it exists and the caller may see it; otherwise the error reply.
+    /// Another user's session is an explicit `forbidden`, not a pretended `not_found`.
+    fn visible(&self, caller: Caller, id: &str) -> Result<Session, ErrorBody> {
+        match self.store.get(id) {
+            Ok(Some(session)) if caller.may_see(&session) => Ok(session),
+            Ok(Some(_)) => Err(ErrorBody::new(
+                ErrorCode::Forbidden,
+                format!("session {id:?} belongs to another user"),
+            )),
+            Ok(None) => Err(store_error(StoreError::NotFound(id.to_owned()))),
+            Err(e) => Err(store_error(e)),
+        }
+    }
+
+    fn get_reply(&self, id: &str) -> Reply {
+        match self.store.get(id) {
+            Ok(Some(session)) => Reply::with_session(session),
+            Ok(None) => store_error(StoreError::NotFound(id.to_owned())).into(),
+            Err(e) => store_error(e).into(),
+        }
+    }
+
+    fn resolve_owner(&self, caller: Caller, owner: OwnerSpec) -> Result<Identity, ErrorBody> {
+        let no_owner = |e: IdentityError| ErrorBody::new(ErrorCode::NoOwner, e.to_string());
+        let identity = match owner {
+            OwnerSpec::Auto(_) => self
+                .config
+                .proc
+                .resolve_owner(caller.pid, &self.config.wrappers)
+                .map_err(no_owner)?,
+            OwnerSpec::Pid(PidOwner { pid }) => self.config.proc.capture(pid).map_err(no_owner)?,
+            OwnerSpec::Identity(identity) => identity,
+        };
+        // Only root may attach sessions to other users' processes. A process that is gone
+        // can no longer be checked, and its session ends at once anyway.
+        if !caller.is_root()
+            && identity.host == self.local.host
+            && identity.boot_id == self.local.boot_id
+        {
+            match self.config.proc.uid(identity.pid) {
+                Ok(uid) if uid != caller.uid => {
+                    return Err(ErrorBody::new(
+                        ErrorCode::Forbidden,
+                        format!(
+                            "process {} belongs to uid {uid}, not to you (uid {})",
+                            identity.pid, caller.uid
+                        ),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Ok(identity)
+    }
+
+    fn register(
+        &mut self,
+        caller: Caller,
+        session: Option<String>,
+        owner: OwnerSpec,
+        pending: bool,
+        labels: BTreeMap<String, String>,
+        now: i64,
+    ) -> Reply {
+        let id = match (session, pending) {
+            (Some(id), _) => id,
+            (None, true) => generate_pending_id(),
+            (None, false) => {
+                return Reply::error(
+                    ErrorCode::InvalidRequest,
+                    "`session` is required unless `pending` is true",
+                );
+            }
+        };
+        let owner = match self.resolve_owner(caller, owner) {
+            Ok(owner) => owner,
+            Err(error) => return error.into(),
+        };
+        let previous = match self.store.get(&id) {
+            Ok(Some(existing)) if !caller.may_see(&existing) => {
+                return Reply::error(
+                    ErrorCode::Forbidden,
+                    format!("session {id:?} belongs to another user"),
+                );
+            }
+            Ok(existing) => existing.map(|s| s.owner),
+            Err(e) => return store_error(e).into(),
+        };
+        let new = NewSession {
+            id: id.clone(),
+            owner: owner.clone(),
+            pending,
+            pending_expires_ms: pending.then(|| now + self.config.pending_ttl.as_millis() as i64),
+            creator_uid: caller.uid,
+            labels,
+        };
+        let registered = match self.store.register(new, now) {
+            Ok(registered) => registered,
+            Err(e) => return store_error(e).into(),
+        };
+        self.publish(registered.event.into_iter().collect());
+        if let Some(previous) = previous.filter(|p| !p.same_process(&owner)) {
+            self.unwatch_if_unused(&previous);
+        }
+        if let Some(death) = self.watch(&owner) {
+            self.finalize(vec![death]);
+        }
+        self.get_reply(&id)
+    }
+
+    /// Walks up from `pid` (or, for a thread id, its process) to the nearest process that
+    /// owns an ACTIVE session.
+    fn whose(&self, caller: Caller, pid: u32) -> Reply {
+        let mut current = self.config.proc.tgid(pid).unwrap_or(pid);
+        // Deep enough for any real process tree, bounded against a corrupt one.
+        for _ in 0..256 {
+            if current == 0 {
+                break;
+            }
+            let stat = match self.config.proc.stat(current) {
+                Ok(stat) => stat,
+                Err(IdentityError::NoSuchProcess(p)) if p == pid => {
+                    return Reply::error(ErrorCode::NotFound, format!("no process with PID {pid}"));
+                }
+                Err(e) => return Reply::error(ErrorCode::NotFound, e.to_string()),
+            };
+            let owner = self.identity_of(ProcessKey {
+                pid: current,
+                start_ticks: stat.start_ticks,
+            });
+            match self.store.active_sessions_of_owner(&owner) {
+                Ok(sessions) => {
+                    if let Some(session) = sessions.into_iter().find(|s| caller.may_see(s)) {
+                        return Reply {
+                            owner_pid: Some(current),
+                            ..Reply::with_session(session)
+                        };
+                    }
+                }
+                Err(e) => return store_error(e).into(),
+            }
+            current = stat.ppid;
+        }
+        Reply::error(
+            ErrorCode::NotFound,
+            format!("no active session owns PID {pid} or any of its ancestors"),
+        )
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let monitor: MonitorStatus = self.monitor.status();
+        let active = self.store.count(Phase::Active).unwrap_or_default();
+        serde_json::json!({
+            "daemon": self.about,
+            "uptime_ms": self.started.elapsed().as_millis() as u64,
+            "head_seq": self.store.head_seq().unwrap_or_default(),
+            "active_sessions": active,
+            "subscribers": self.subscribers.iter().filter(|q| !q.is_closed()).count(),
+            "monitor": monitor,
+            "counters": self.counters,
+        })
+    }
+
+    fn housekeeping(&mut self) {
+        let now = now_ms();
+        let mut ended = Vec::new();
+        match self.store.expired_pending(now) {
+            Ok(expired) => {
+                for session in expired {
+                    ended.push((session, EndReason::PendingExpired));
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "cannot list expired pending sessions"),
+        }
+        let cutoff = now - self.config.unknown_timeout.as_millis() as i64;
+        match self.store.idle_since(cutoff) {
+            // Only owners nothing can watch time out; watched owners end when they die.
+            Ok(idle) => ended.extend(
+                idle.into_iter()
+                    .filter(|s| {
+                        !self.monitor.is_tracked(s.owner.key()) || s.owner.host != self.local.host
+                    })
+                    .map(|s| (s, EndReason::Timeout)),
+            ),
+            Err(e) => tracing::error!(error = %e, "cannot list idle sessions"),
+        }
+        for (session, reason) in ended {
+            match self.store.end(
+                &session.id,
+                reason,
+                None,
+                None,
+                None,
+                Some(&session.owner),
+                now,
+            ) {
+                Ok(Some(event)) => {
+                    self.publish(vec![event]);
+                    self.unwatch_if_unused(&session.owner);
+                }
+                Ok(None) => {}
+                Err(e) => tracing::error!(error = %e, session = session.id, "cannot end session"),
+            }
+        }
+        if self
+            .last_prune
+            .is_none_or(|at| at.elapsed() >= PRUNE_PERIOD)
+        {
+            self.last_prune = Some(Instant::now());
+            let max_age = self.config.retain_age.as_millis() as i64;
+            match self.store.prune(self.config.retain_events, max_age, now) {
+                Ok(0) => {}
+                Ok(deleted) => tracing::info!(deleted, "pruned events beyond retention"),
+                Err(e) => tracing::error!(error = %e, "cannot prune events"),
+            }
+            // Ended sessions are kept for `get` as long as their events are.
+            if let Err(e) = self.store.prune_sessions(now - max_age) {
+                tracing::error!(error = %e, "cannot prune ended sessions");
+            }
+        }
+    }
+}
+
+/// A fresh id for a pending session: random, so ids are never reused across restarts.
+fn generate_pending_id() -> String {
+    let mut bytes = [0u8; 8];
+    if rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty()).is_err() {
+        bytes = now_ms().to_le_bytes();
+    }
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("pending-{hex}")
+}

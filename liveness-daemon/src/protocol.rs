@@ -1,0 +1,389 @@
+//! The wire protocol: newline-delimited JSON over a Unix stream socket.
+//!
+//! Every request is one JSON object on one line, with an `op`, an optional protocol
+//! version `v` and an optional `id` echoed in the reply. Every reply is one line with
+//! `"ok": true|false`. A `subscribe` reply is followed by stream lines (`event`, `gap`,
+//! `lagged`, `goodbye`). The full description, with examples, is `docs/protocol.md`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::identity::Identity;
+use crate::store::{Event, Phase, Session};
+
+/// The protocol version this build speaks.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Longest request line accepted, newline included. Longer lines get an error and are skipped.
+pub const MAX_LINE_BYTES: usize = 64 * 1024;
+
+/// Who owns a session being registered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum OwnerSpec {
+    /// `"auto"`: walk up from the caller's PID (from `SO_PEERCRED`) past shells and wrappers.
+    Auto(AutoOwner),
+    /// A full identity captured earlier, possibly on another host. Tried before `Pid`,
+    /// which would otherwise match any object with a `pid`.
+    Identity(Identity),
+    /// `{"pid": N}`: this process, whose identity the daemon captures.
+    Pid(PidOwner),
+}
+
+/// `{"pid": N}` and nothing else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PidOwner {
+    pub pid: u32,
+}
+
+/// The literal string `"auto"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AutoOwner {
+    Auto,
+}
+
+/// One request, discriminated by `op`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// Create a session, or give an ACTIVE one a new owner (a new turn).
+    Register {
+        /// Required unless `pending`; a pending registration without one gets a generated id.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session: Option<String>,
+        owner: OwnerSpec,
+        /// The real session id is not known yet: `rename` it later, or it expires.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pending: bool,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        labels: BTreeMap<String, String>,
+    },
+    /// Give a pending session its real id.
+    Rename {
+        session: String,
+        to: String,
+    },
+    /// Record activity: postpones the inactivity timeout of owners that cannot be watched.
+    Touch {
+        session: String,
+    },
+    /// End a session explicitly (reason `stopped`).
+    End {
+        session: String,
+    },
+    Get {
+        session: String,
+    },
+    List {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        phase: Option<Phase>,
+    },
+    /// Which ACTIVE session owns this process (it or its nearest registered ancestor)?
+    Whose {
+        pid: u32,
+    },
+    /// Replay events after `since`, then stream live ones.
+    Subscribe {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        since: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session: Option<String>,
+    },
+    /// A struct variant (not a unit) so that unknown fields are rejected here too.
+    Status {},
+}
+
+/// Machine-readable error codes; the message says the rest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    InvalidJson,
+    InvalidRequest,
+    LineTooLong,
+    UnsupportedVersion,
+    NotFound,
+    Forbidden,
+    AlreadyEnded,
+    AlreadyExists,
+    NotPending,
+    /// The owner process does not exist or cannot be resolved.
+    NoOwner,
+    ShuttingDown,
+    Internal,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl ErrorBody {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> ErrorBody {
+        ErrorBody {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<ErrorBody> for Reply {
+    fn from(error: ErrorBody) -> Reply {
+        Reply {
+            ok: false,
+            error: Some(error),
+            ..Reply::ok()
+        }
+    }
+}
+
+/// A request line that was refused before reaching the engine, with its `id` if readable.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rejected {
+    pub id: Option<Value>,
+    pub error: ErrorBody,
+}
+
+impl From<Rejected> for Reply {
+    fn from(rejected: Rejected) -> Reply {
+        Reply {
+            id: rejected.id,
+            ..Reply::from(rejected.error)
+        }
+    }
+}
+
+/// A reply to one request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reply {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorBody>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<Session>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<Vec<Session>>,
+    /// `whose`: the PID of the registered owner that was found among the ancestors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subscribed: Option<Subscribed>,
+}
+
+impl Reply {
+    pub fn ok() -> Reply {
+        Reply {
+            ok: true,
+            id: None,
+            error: None,
+            session: None,
+            sessions: None,
+            owner_pid: None,
+            status: None,
+            subscribed: None,
+        }
+    }
+
+    pub fn error(code: ErrorCode, message: impl Into<String>) -> Reply {
+        Reply {
+            ok: false,
+            error: Some(ErrorBody {
+                code,
+                message: message.into(),
+            }),
+            ..Reply::ok()
+        }
+    }
+
+    pub fn with_session(session: Session) -> Reply {
+        Reply {
+            session: Some(session),
+            ..Reply::ok()
+        }
+    }
+}
+
+/// Acknowledges a subscription: events after `since` up to `head` are replayed first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Subscribed {
+    pub since: u64,
+    pub head: u64,
+}
+
+/// Lines that follow a `subscribe` reply (and `goodbye` on any connection at shutdown).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamMessage {
+    Event(Box<Event>),
+    /// Events after `since` up to `pruned_through` fell out of the retention window and are
+    /// gone; the stream goes on with the oldest retained event.
+    Gap {
+        since: u64,
+        pruned_through: u64,
+    },
+    /// The subscriber fell behind its queue and is disconnected; resume with
+    /// `since = last_delivered`.
+    Lagged {
+        last_delivered: u64,
+    },
+    /// The daemon is stopping.
+    Goodbye {
+        reason: String,
+    },
+}
+
+/// A parsed request line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Envelope {
+    pub id: Option<Value>,
+    pub request: Request,
+}
+
+/// Parses one request line. The error reply carries the request's `id` when one was readable.
+pub fn parse_request(line: &[u8]) -> Result<Envelope, Rejected> {
+    let reject = |id: Option<Value>, code, message: String| Rejected {
+        id,
+        error: ErrorBody::new(code, message),
+    };
+    let mut object = match serde_json::from_slice::<Value>(line) {
+        Ok(Value::Object(object)) => object,
+        Ok(_) => {
+            return Err(reject(
+                None,
+                ErrorCode::InvalidRequest,
+                "a request must be a JSON object".into(),
+            ));
+        }
+        Err(e) => {
+            return Err(reject(
+                None,
+                ErrorCode::InvalidJson,
+                format!("invalid JSON: {e}"),
+            ));
+        }
+    };
+    let id = object.remove("id");
+    match object.remove("v") {
+        None => {}
+        Some(Value::Number(n)) if n.as_u64() == Some(u64::from(PROTOCOL_VERSION)) => {}
+        Some(other) => {
+            let message = format!(
+                "protocol version {other} is not supported; this daemon speaks {PROTOCOL_VERSION}"
+            );
+            return Err(reject(id, ErrorCode::UnsupportedVersion, message));
+        }
+    }
+    match serde_json::from_value::<Request>(Value::Object(object)) {
+        Ok(request) => Ok(Envelope { id, request }),
+        Err(e) => Err(reject(id, ErrorCode::InvalidRequest, e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(line: &str) -> Result<Envelope, Rejected> {
+        parse_request(line.as_bytes())
+    }
+
+    fn error_of(line: &str) -> (ErrorCode, String) {
+        let error = parse(line).unwrap_err().error;
+        (error.code, error.message)
+    }
+
+    #[test]
+    fn parses_every_owner_form() {
+        let auto = parse(r#"{"op":"register","session":"s1","owner":"auto"}"#).unwrap();
+        assert!(matches!(
+            auto.request,
+            Request::Register {
+                owner: OwnerSpec::Auto(AutoOwner::Auto),
+                ..
+            }
+        ));
+        let pid =
+            parse(r#"{"op":"register","session":"s1","owner":{"pid":42},"v":1,"id":7}"#).unwrap();
+        assert!(matches!(
+            pid.request,
+            Request::Register {
+                owner: OwnerSpec::Pid(PidOwner { pid: 42 }),
+                ..
+            }
+        ));
+        assert_eq!(pid.id, Some(Value::from(7)));
+        let full = parse(
+            r#"{"op":"register","pending":true,"owner":{"pid":1,"start_ticks":2,"boot_id":"b","host":"h"}}"#,
+        )
+        .unwrap();
+        let Request::Register {
+            owner: OwnerSpec::Identity(identity),
+            pending: true,
+            ..
+        } = full.request
+        else {
+            panic!("a full identity must parse as one: {full:?}");
+        };
+        assert_eq!(
+            (identity.pid, identity.start_ticks, identity.host.as_str()),
+            (1, 2, "h")
+        );
+    }
+
+    #[test]
+    fn rejects_bad_input_naming_the_problem() {
+        assert_eq!(error_of("{not json").0, ErrorCode::InvalidJson);
+        assert_eq!(error_of("[1]").0, ErrorCode::InvalidRequest);
+        let (code, message) = error_of(r#"{"op":"explode"}"#);
+        assert_eq!(code, ErrorCode::InvalidRequest);
+        assert!(message.contains("explode"), "{message}");
+        let (code, message) = error_of(r#"{"op":"get","sesion":"x"}"#);
+        assert_eq!(code, ErrorCode::InvalidRequest);
+        assert!(message.contains("sesion"), "{message}");
+        let (_, message) = error_of(r#"{"op":"status","verbose":true}"#);
+        assert!(message.contains("verbose"), "{message}");
+        let (code, _) =
+            error_of(r#"{"op":"register","session":"s","owner":{"pid":1,"start_ticks":2}}"#);
+        assert_eq!(
+            code,
+            ErrorCode::InvalidRequest,
+            "half an identity is neither form"
+        );
+        let (_, message) = error_of(r#"{"op":"whose","pid":"12"}"#);
+        assert!(message.contains("invalid type"), "{message}");
+        let (_, message) = error_of(r#"{"op":"register","session":"s","owner":"manual"}"#);
+        assert!(
+            message.contains("OwnerSpec") || message.contains("did not match"),
+            "{message}"
+        );
+        let reply = Reply::from(parse(r#"{"op":"status","v":2,"id":"abc"}"#).unwrap_err());
+        assert_eq!(
+            reply.error.map(|e| e.code),
+            Some(ErrorCode::UnsupportedVersion)
+        );
+        assert_eq!(
+            reply.id,
+            Some(Value::from("abc")),
+            "the id is echoed even on errors"
+        );
+    }
+
+    #[test]
+    fn stream_messages_are_tagged_by_kind() {
+        let line = serde_json::to_string(&StreamMessage::Lagged { last_delivered: 9 }).unwrap();
+        assert_eq!(line, r#"{"lagged":{"last_delivered":9}}"#);
+        let line = serde_json::to_string(&StreamMessage::Gap {
+            since: 1,
+            pruned_through: 5,
+        })
+        .unwrap();
+        assert_eq!(line, r#"{"gap":{"since":1,"pruned_through":5}}"#);
+    }
+}

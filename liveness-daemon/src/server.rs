@@ -1,0 +1,378 @@
+//! The Unix socket server: one task per connection, all owned by a `JoinSet`.
+//!
+//! A connection reads request lines (bounded by [`MAX_LINE_BYTES`]), identifies its peer
+//! by `SO_PEERCRED`, and asks the engine. A `subscribe` turns the connection into a
+//! stream: replay from a read-only store connection up to the head seq the engine gave,
+//! then live events from a bounded queue. A stream that cannot keep up is told `lagged`
+//! and closed, so it never slows the engine or anyone else.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinSet;
+
+use crate::engine::{Caller, Command, Published, Subscription};
+use crate::protocol::{
+    ErrorCode, MAX_LINE_BYTES, Reply, Request, StreamMessage, Subscribed, parse_request,
+};
+use crate::store::{EventFilter, EventPage, EventReader, StoredEvent};
+
+/// A client that does not take a line within this long is disconnected.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Events replayed per store read.
+const REPLAY_PAGE: usize = 512;
+/// How long shutdown waits for connections to say goodbye.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+#[derive(Debug, thiserror::Error)]
+enum ConnectionError {
+    #[error("client write timed out")]
+    WriteTimeout,
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// Serves clients until `shutdown` turns true, then says goodbye to each and returns.
+pub async fn serve(
+    listener: UnixListener,
+    engine: mpsc::Sender<Command>,
+    database: PathBuf,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            () = stopping(&mut shutdown) => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let connection = Connection {
+                        engine: engine.clone(),
+                        database: database.clone(),
+                        shutdown: shutdown.clone(),
+                    };
+                    connections.spawn(connection.run(stream));
+                }
+                // EMFILE and friends pass; a short pause keeps a storm from spinning.
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    let all_closed = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(CLOSE_GRACE, all_closed).await.is_err() {
+        tracing::warn!(
+            remaining = connections.len(),
+            "closing connections that did not finish"
+        );
+        connections.shutdown().await;
+    }
+}
+
+/// Reads one line of at most `max` bytes. `Ok(None)` at end of input; an over-long line is
+/// consumed up to its newline and reported as `Err(())` inside `Ok`.
+async fn read_line_bounded<R: AsyncBufRead + Unpin>(
+    reader: &mut R,
+    line: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<Option<Result<(), usize>>> {
+    line.clear();
+    let mut too_long = 0usize;
+    loop {
+        let available = reader.fill_buf().await?;
+        if available.is_empty() {
+            return Ok(if line.is_empty() && too_long == 0 {
+                None
+            } else if too_long > 0 {
+                Some(Err(too_long))
+            } else {
+                Some(Ok(()))
+            });
+        }
+        let (chunk, done) = match available.iter().position(|&b| b == b'\n') {
+            Some(end) => (&available[..=end], true),
+            None => (available, false),
+        };
+        let used = chunk.len();
+        if too_long > 0 || line.len() + used > max {
+            too_long += line.len() + used;
+            line.clear();
+        } else {
+            line.extend_from_slice(chunk);
+        }
+        reader.consume(used);
+        if done {
+            return Ok(Some(if too_long > 0 { Err(too_long) } else { Ok(()) }));
+        }
+    }
+}
+
+/// Writes lines and flushes them, all within [`WRITE_TIMEOUT`].
+async fn write_lines<W: AsyncWrite + Unpin, S: AsRef<str>>(
+    writer: &mut W,
+    lines: &[S],
+) -> Result<(), ConnectionError> {
+    let write = async {
+        for line in lines {
+            writer.write_all(line.as_ref().as_bytes()).await?;
+            writer.write_all(b"\n").await?;
+        }
+        writer.flush().await
+    };
+    tokio::time::timeout(WRITE_TIMEOUT, write)
+        .await
+        .map_err(|_| ConnectionError::WriteTimeout)??;
+    Ok(())
+}
+
+async fn write_json<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    value: &impl serde::Serialize,
+) -> Result<(), ConnectionError> {
+    let line = serde_json::to_string(value).map_err(std::io::Error::other)?;
+    write_lines(writer, &[line]).await
+}
+
+/// Resolves once shutdown is requested (without holding the watch guard across awaits).
+async fn stopping(shutdown: &mut watch::Receiver<bool>) {
+    // An error means the sender is gone, which also means stop.
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+struct Connection {
+    engine: mpsc::Sender<Command>,
+    database: PathBuf,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl Connection {
+    async fn run(self, stream: UnixStream) {
+        let caller = match stream.peer_cred() {
+            Ok(cred) => Caller {
+                uid: cred.uid(),
+                pid: cred.pid().map_or(0, |p| p as u32),
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot identify peer; closing");
+                return;
+            }
+        };
+        if let Err(e) = self.serve(caller, stream).await {
+            tracing::debug!(uid = caller.uid, pid = caller.pid, error = %e, "connection closed");
+        }
+    }
+
+    async fn serve(mut self, caller: Caller, stream: UnixStream) -> Result<(), ConnectionError> {
+        let (read, write) = stream.into_split();
+        let mut write = BufWriter::new(write);
+        let mut reader = BufReader::new(read);
+        let mut line = Vec::new();
+        loop {
+            let read = tokio::select! {
+                read = read_line_bounded(&mut reader, &mut line, MAX_LINE_BYTES) => read?,
+                () = stopping(&mut self.shutdown) => {
+                    return write_json(&mut write, &StreamMessage::Goodbye { reason: "shutdown".into() }).await;
+                }
+            };
+            let envelope = match read {
+                None => return Ok(()),
+                Some(Err(length)) => {
+                    let reply = Reply::error(
+                        ErrorCode::LineTooLong,
+                        format!(
+                            "request line of {length} bytes exceeds the limit of {MAX_LINE_BYTES}"
+                        ),
+                    );
+                    write_json(&mut write, &reply).await?;
+                    continue;
+                }
+                Some(Ok(())) if line.iter().all(u8::is_ascii_whitespace) => continue,
+                Some(Ok(())) => match parse_request(&line) {
+                    Ok(envelope) => envelope,
+                    Err(rejected) => {
+                        write_json(&mut write, &Reply::from(rejected)).await?;
+                        continue;
+                    }
+                },
+            };
+            if let Request::Subscribe { since, session } = envelope.request {
+                return self
+                    .stream(caller, envelope.id, since, session, reader, write)
+                    .await;
+            }
+            let (reply_tx, reply_rx) = oneshot::channel();
+            let command = Command::Request {
+                caller,
+                request: envelope.request,
+                reply: reply_tx,
+            };
+            let reply = match self.engine.send(command).await {
+                Ok(()) => reply_rx.await.unwrap_or_else(|_| {
+                    Reply::error(ErrorCode::ShuttingDown, "the daemon is stopping")
+                }),
+                Err(_) => Reply::error(ErrorCode::ShuttingDown, "the daemon is stopping"),
+            };
+            write_json(
+                &mut write,
+                &Reply {
+                    id: envelope.id,
+                    ..reply
+                },
+            )
+            .await?;
+        }
+    }
+
+    async fn stream(
+        mut self,
+        caller: Caller,
+        id: Option<serde_json::Value>,
+        since: Option<u64>,
+        session: Option<String>,
+        mut reader: BufReader<OwnedReadHalf>,
+        mut write: BufWriter<OwnedWriteHalf>,
+    ) -> Result<(), ConnectionError> {
+        let (reply_tx, reply_rx) = oneshot::channel();
+        let command = Command::Subscribe { reply: reply_tx };
+        let subscription = match self.engine.send(command).await {
+            Ok(()) => reply_rx.await.ok(),
+            Err(_) => None,
+        };
+        let Some(Subscription { head, mut batches }) = subscription else {
+            let reply = Reply::error(ErrorCode::ShuttingDown, "the daemon is stopping");
+            return write_json(&mut write, &Reply { id, ..reply }).await;
+        };
+        // Without `since`, the stream starts now: nothing is replayed.
+        let since = since.unwrap_or(head);
+        let ack = Reply {
+            id,
+            subscribed: Some(Subscribed { since, head }),
+            ..Reply::ok()
+        };
+        write_json(&mut write, &ack).await?;
+
+        let filter = EventFilter {
+            session: session.as_deref(),
+            creator_uid: caller.creator_filter(),
+        };
+        let mut last = since;
+        if last < head {
+            let store = EventReader::open(&self.database).map_err(std::io::Error::other)?;
+            while last < head {
+                let page = store
+                    .events_after(last, REPLAY_PAGE, &filter)
+                    .map_err(std::io::Error::other)?;
+                match page {
+                    EventPage::Gap {
+                        requested_since,
+                        pruned_through,
+                    } => {
+                        write_json(
+                            &mut write,
+                            &StreamMessage::Gap {
+                                since: requested_since,
+                                pruned_through,
+                            },
+                        )
+                        .await?;
+                        last = pruned_through;
+                    }
+                    EventPage::Events(page) => {
+                        let Some(newest) = page.last().map(|e| e.seq) else {
+                            break;
+                        };
+                        let lines: Vec<String> = page
+                            .iter()
+                            .take_while(|e| e.seq <= head)
+                            .map(|StoredEvent { body, .. }| format!("{{\"event\":{body}}}"))
+                            .collect();
+                        write_lines(&mut write, &lines).await?;
+                        last = newest.min(head);
+                        if newest >= head {
+                            break;
+                        }
+                    }
+                }
+            }
+            last = last.max(head);
+        }
+
+        let mut discard = Vec::new();
+        loop {
+            tokio::select! {
+                batch = batches.recv() => match batch {
+                    Some(batch) => {
+                        let wanted = |p: &&Published| {
+                            p.seq > last
+                                && filter.session.is_none_or(|s| s == p.session)
+                                && filter.creator_uid.is_none_or(|uid| uid == p.creator_uid)
+                        };
+                        let delivered: Vec<&str> = batch.iter().filter(wanted).map(|p| p.line.as_str()).collect();
+                        write_lines(&mut write, &delivered).await?;
+                        last = batch.iter().rfind(wanted).map_or(last, |p| p.seq);
+                    }
+                    // The engine dropped the queue: it was full, or the engine stopped.
+                    None => {
+                        let message = if *self.shutdown.borrow() {
+                            StreamMessage::Goodbye { reason: "shutdown".into() }
+                        } else {
+                            StreamMessage::Lagged { last_delivered: last }
+                        };
+                        return write_json(&mut write, &message).await;
+                    }
+                },
+                () = stopping(&mut self.shutdown) => {
+                    return write_json(&mut write, &StreamMessage::Goodbye { reason: "shutdown".into() }).await;
+                }
+                // A streaming client only closes; anything it sends is ignored.
+                read = read_line_bounded(&mut reader, &mut discard, MAX_LINE_BYTES) => {
+                    if read?.is_none() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn lines(input: &[u8], max: usize) -> Vec<Option<Result<String, usize>>> {
+        let mut reader = BufReader::with_capacity(4, input);
+        let mut line = Vec::new();
+        let mut out = Vec::new();
+        loop {
+            let read = read_line_bounded(&mut reader, &mut line, max)
+                .await
+                .unwrap();
+            let done = read.is_none();
+            out.push(read.map(|r| r.map(|()| String::from_utf8(line.clone()).unwrap())));
+            if done {
+                return out;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn bounded_lines_skip_only_the_overlong_one() {
+        let got = lines(b"ok\n0123456789abc\nnext\nlast", 8).await;
+        assert_eq!(
+            got,
+            vec![
+                Some(Ok("ok\n".into())),
+                Some(Err(14)),
+                Some(Ok("next\n".into())),
+                Some(Ok("last".into())),
+                None
+            ]
+        );
+    }
+}
