@@ -24,15 +24,28 @@ pub fn binary(name: &str) -> PathBuf {
         }
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut build = Command::new(cargo);
-        build.args(["build", "--quiet", "-p", "liveness-daemon", "-p", "integration-tests", "--bins"]);
+        build.args([
+            "build",
+            "--quiet",
+            "-p",
+            "liveness-daemon",
+            "-p",
+            "integration-tests",
+            "--bins",
+        ]);
         if !cfg!(debug_assertions) {
             build.arg("--release");
         }
-        let status = build.status().unwrap_or_else(|e| panic!("cannot run cargo to build the binaries: {e}"));
+        let status = build
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run cargo to build the binaries: {e}"));
         assert!(status.success(), "building the binaries failed: {status}");
         // target/<profile>/deps/<test> -> target/<profile>
         let exe = std::env::current_exe().expect("test executable path");
-        exe.parent().and_then(Path::parent).expect("target/<profile> directory").to_path_buf()
+        exe.parent()
+            .and_then(Path::parent)
+            .expect("target/<profile> directory")
+            .to_path_buf()
     });
     let path = dir.join(name);
     assert!(path.exists(), "{} is missing", path.display());
@@ -71,7 +84,11 @@ pub fn start_ticks(pid: u32) -> Option<u64> {
 /// `/proc/<pid>/stat` state letter, if the process exists.
 pub fn state(pid: u32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 1..].split_ascii_whitespace().next()?.chars().next()
+    stat[stat.rfind(')')? + 1..]
+        .split_ascii_whitespace()
+        .next()?
+        .chars()
+        .next()
 }
 
 /// Polls `condition` until it holds or `timeout` passes.
@@ -108,13 +125,19 @@ impl Orphan {
             .unwrap_or_else(|e| panic!("cannot spawn testproc: {e}"));
         let control = child.stdin.take();
         let pid = read_pid(&mut child);
-        Orphan { pid, start_ticks: wait_start_ticks(pid), control }
+        Orphan {
+            pid,
+            start_ticks: wait_start_ticks(pid),
+            control,
+        }
     }
 
     /// Writes a line to the process (the trigger of the `exec` modes).
     pub fn poke(&mut self) {
         let control = self.control.as_mut().expect("control pipe already closed");
-        control.write_all(b"go\n").expect("write to the control pipe");
+        control
+            .write_all(b"go\n")
+            .expect("write to the control pipe");
     }
 
     /// Closes the control pipe: the process dies as its mode says.
@@ -138,7 +161,8 @@ pub struct OrphanGroup {
 
 impl OrphanGroup {
     pub fn spawn(count: usize, mode: &[&str]) -> OrphanGroup {
-        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).expect("pipe");
+        let (read, write) =
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).expect("pipe");
         let members = (0..count)
             .map(|_| {
                 let mut child = Command::new(binary("testproc"))
@@ -152,7 +176,10 @@ impl OrphanGroup {
                 (pid, wait_start_ticks(pid))
             })
             .collect();
-        OrphanGroup { members, control: Some(write) }
+        OrphanGroup {
+            members,
+            control: Some(write),
+        }
     }
 
     pub fn release(&mut self) {
@@ -175,7 +202,9 @@ fn read_pid(child: &mut Child) -> u32 {
         .expect("read the orphan's PID");
     let status = child.wait().expect("reap the middle process");
     assert!(status.success(), "testproc orphan failed: {status}");
-    line.trim().parse().unwrap_or_else(|_| panic!("testproc printed {line:?}, not a PID"))
+    line.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("testproc printed {line:?}, not a PID"))
 }
 
 fn wait_start_ticks(pid: u32) -> u64 {
@@ -235,12 +264,20 @@ impl Daemon {
             .unwrap_or_else(|e| panic!("cannot start livenessd: {e}"));
         self.child = Some(child);
         let ready = eventually(Duration::from_secs(20), || {
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
                 panic!("livenessd exited during start ({status}):\n{}", self.log());
             }
             UnixStream::connect(&self.socket).is_ok()
         });
-        assert!(ready, "livenessd did not listen within 20 s:\n{}", self.log());
+        assert!(
+            ready,
+            "livenessd did not listen within 20 s:\n{}",
+            self.log()
+        );
     }
 
     pub fn log_path(&self) -> PathBuf {
@@ -276,7 +313,9 @@ impl Daemon {
     }
 
     pub fn is_running(&mut self) -> bool {
-        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
     /// Starts it again on the same socket and state (after `kill9` or `stop`).
@@ -326,10 +365,16 @@ pub struct Conn {
 
 impl Conn {
     pub fn connect(socket: &Path) -> Conn {
-        let stream = UnixStream::connect(socket).unwrap_or_else(|e| panic!("connect {}: {e}", socket.display()));
-        stream.set_read_timeout(Some(Duration::from_secs(20))).expect("read timeout");
+        let stream = UnixStream::connect(socket)
+            .unwrap_or_else(|e| panic!("connect {}: {e}", socket.display()));
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("read timeout");
         let writer = stream.try_clone().expect("clone stream");
-        Conn { reader: BufReader::new(stream), writer }
+        Conn {
+            reader: BufReader::new(stream),
+            writer,
+        }
     }
 
     pub fn send_raw(&mut self, bytes: &[u8]) {
@@ -338,29 +383,47 @@ impl Conn {
 
     pub fn request(&mut self, request: Value) -> Value {
         self.send_raw(format!("{request}\n").as_bytes());
-        self.next().unwrap_or_else(|| panic!("no reply to {request}"))
+        self.next_line()
+            .unwrap_or_else(|| panic!("no reply to {request}"))
     }
 
     /// The next line, or `None` when the connection closed.
-    pub fn next(&mut self) -> Option<Value> {
+    pub fn next_line(&mut self) -> Option<Value> {
         let mut line = String::new();
         match self.reader.read_line(&mut line) {
             Ok(0) => None,
-            Ok(_) => Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad line {line:?}: {e}"))),
+            Ok(_) => Some(
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad line {line:?}: {e}")),
+            ),
             Err(e) => panic!("reading from livenessd: {e}"),
         }
     }
 
     /// The next line within `timeout`, `None` if nothing arrives.
     pub fn next_within(&mut self, timeout: Duration) -> Option<Value> {
-        self.reader.get_ref().set_read_timeout(Some(timeout)).expect("read timeout");
+        self.reader
+            .get_ref()
+            .set_read_timeout(Some(timeout))
+            .expect("read timeout");
         let mut line = String::new();
         let read = self.reader.read_line(&mut line);
-        self.reader.get_ref().set_read_timeout(Some(Duration::from_secs(20))).expect("read timeout");
+        self.reader
+            .get_ref()
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("read timeout");
         match read {
             Ok(0) => None,
-            Ok(_) => Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad line {line:?}: {e}"))),
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => None,
+            Ok(_) => Some(
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad line {line:?}: {e}")),
+            ),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                None
+            }
             Err(e) => panic!("reading from livenessd: {e}"),
         }
     }

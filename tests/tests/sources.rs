@@ -40,7 +40,10 @@ async fn expect_exit(monitor: &mut Monitor, selection: &str, key: ProcessKey) ->
     let observation = next_within(monitor, ARRIVAL)
         .await
         .unwrap_or_else(|| panic!("{selection}: no observation of {key} within {ARRIVAL:?}"));
-    assert_eq!(observation.key, key, "{selection}: observed another process");
+    assert_eq!(
+        observation.key, key,
+        "{selection}: observed another process"
+    );
     assert_eq!(observation.reason, DeathReason::Exited, "{selection}");
     observation
 }
@@ -52,21 +55,30 @@ async fn expect_quiet(monitor: &mut Monitor, selection: &str, what: &str) {
 }
 
 fn key(orphan: &Orphan) -> ProcessKey {
-    ProcessKey { pid: orphan.pid, start_ticks: orphan.start_ticks }
+    ProcessKey {
+        pid: orphan.pid,
+        start_ticks: orphan.start_ticks,
+    }
 }
 
 /// The status a source must report: eBPF always knows it; pidfd may (Linux 6.15+, once
 /// the process is reaped); the /proc poller never does.
 fn assert_status(selection: &str, observation: &ExitObservation, expected: ExitStatus) {
     match observation.detected_by {
-        DetectedBy::Ebpf => assert_eq!(observation.status, Some(expected), "{selection}: eBPF status"),
+        DetectedBy::Ebpf => assert_eq!(
+            observation.status,
+            Some(expected),
+            "{selection}: eBPF status"
+        ),
         DetectedBy::Pidfd => assert!(
             observation.status.is_none() || observation.status == Some(expected),
             "{selection}: pidfd status {:?}, expected {expected:?} or none",
             observation.status
         ),
         DetectedBy::Procpoll => assert_eq!(observation.status, None, "{selection}"),
-        DetectedBy::Reconcile => panic!("{selection}: a live process was reported dead at track time"),
+        DetectedBy::Reconcile => {
+            panic!("{selection}: a live process was reported dead at track time")
+        }
     }
     let expected_source = match selection {
         "ebpf" => Some(DetectedBy::Ebpf),
@@ -84,13 +96,21 @@ async fn exit_code_of_a_non_child_is_observed_once() {
     for selection in selections("exit_code_of_a_non_child_is_observed_once") {
         let mut monitor = monitor(selection);
         let mut orphan = Orphan::spawn(&["exit", "7"]);
-        assert_eq!(monitor.track(key(&orphan)), None, "{selection}: a live process is not dead");
+        assert_eq!(
+            monitor.track(key(&orphan)),
+            None,
+            "{selection}: a live process is not dead"
+        );
         expect_quiet(&mut monitor, selection, "the process is alive").await;
         orphan.release();
         let observation = expect_exit(&mut monitor, selection, key(&orphan)).await;
         assert_status(selection, &observation, ExitStatus::Exited { code: 7 });
         expect_quiet(&mut monitor, selection, "the death was already reported").await;
-        assert_eq!(monitor.status().tracked, 0, "{selection}: a dead process stays tracked");
+        assert_eq!(
+            monitor.status().tracked,
+            0,
+            "{selection}: a dead process stays tracked"
+        );
     }
 }
 
@@ -103,7 +123,14 @@ async fn death_by_sigkill_reports_the_signal() {
         // SAFETY: killing the orphan this test started.
         unsafe { libc::kill(orphan.pid as i32, libc::SIGKILL) };
         let observation = expect_exit(&mut monitor, selection, key(&orphan)).await;
-        assert_status(selection, &observation, ExitStatus::Signaled { signal: 9, core_dumped: false });
+        assert_status(
+            selection,
+            &observation,
+            ExitStatus::Signaled {
+                signal: 9,
+                core_dumped: false,
+            },
+        );
     }
 }
 
@@ -114,10 +141,22 @@ async fn main_thread_exit_is_not_process_exit() {
         let mut orphan = Orphan::spawn(&["threads", "5"]);
         let leader = format!("/proc/{0}/task/{0}/stat", orphan.pid);
         let leader_exited = eventually(ARRIVAL, || {
-            std::fs::read_to_string(&leader).is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')))
+            std::fs::read_to_string(&leader).is_ok_and(|s| {
+                s.rsplit(')')
+                    .next()
+                    .is_some_and(|r| r.trim_start().starts_with('Z'))
+            })
         });
-        assert!(leader_exited, "{selection}: the main thread of {} did not exit", orphan.pid);
-        assert_eq!(monitor.track(key(&orphan)), None, "{selection}: a process whose main thread exited is alive");
+        assert!(
+            leader_exited,
+            "{selection}: the main thread of {} did not exit",
+            orphan.pid
+        );
+        assert_eq!(
+            monitor.track(key(&orphan)),
+            None,
+            "{selection}: a process whose main thread exited is alive"
+        );
         expect_quiet(&mut monitor, selection, "only the main thread exited").await;
         orphan.release();
         let observation = expect_exit(&mut monitor, selection, key(&orphan)).await;
@@ -132,7 +171,9 @@ async fn exec_is_not_exit(mode: &str, test: &str) {
         assert_eq!(monitor.track(key(&orphan)), None);
         orphan.poke();
         let comm = format!("/proc/{}/comm", orphan.pid);
-        let execd = eventually(ARRIVAL, || std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "execd"));
+        let execd = eventually(ARRIVAL, || {
+            std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "execd")
+        });
         assert!(execd, "{selection}: {} did not exec", orphan.pid);
         assert_eq!(
             integration_tests::start_ticks(orphan.pid),
@@ -163,8 +204,11 @@ async fn two_hundred_simultaneous_exits_are_each_observed_once() {
     for selection in selections("two_hundred_simultaneous_exits_are_each_observed_once") {
         let mut monitor = monitor(selection);
         let mut group = OrphanGroup::spawn(200, &["exit", "1"]);
-        let expected: HashSet<ProcessKey> =
-            group.members.iter().map(|&(pid, start_ticks)| ProcessKey { pid, start_ticks }).collect();
+        let expected: HashSet<ProcessKey> = group
+            .members
+            .iter()
+            .map(|&(pid, start_ticks)| ProcessKey { pid, start_ticks })
+            .collect();
         for &key in &expected {
             assert_eq!(monitor.track(key), None, "{selection}: {key} is alive");
         }
@@ -172,13 +216,30 @@ async fn two_hundred_simultaneous_exits_are_each_observed_once() {
         let mut seen = HashSet::new();
         while seen.len() < expected.len() {
             let observation = next_within(&mut monitor, ARRIVAL).await.unwrap_or_else(|| {
-                panic!("{selection}: only {} of {} exits observed", seen.len(), expected.len())
+                panic!(
+                    "{selection}: only {} of {} exits observed",
+                    seen.len(),
+                    expected.len()
+                )
             });
-            assert!(expected.contains(&observation.key), "{selection}: unexpected {:?}", observation.key);
-            assert!(seen.insert(observation.key), "{selection}: {} observed twice", observation.key);
+            assert!(
+                expected.contains(&observation.key),
+                "{selection}: unexpected {:?}",
+                observation.key
+            );
+            assert!(
+                seen.insert(observation.key),
+                "{selection}: {} observed twice",
+                observation.key
+            );
             assert_status(selection, &observation, ExitStatus::Exited { code: 1 });
         }
-        expect_quiet(&mut monitor, selection, "all 200 deaths were already reported").await;
+        expect_quiet(
+            &mut monitor,
+            selection,
+            "all 200 deaths were already reported",
+        )
+        .await;
     }
 }
 
@@ -190,7 +251,10 @@ async fn untracked_exits_are_not_observed() {
         assert_eq!(monitor.track(key(&tracked)), None);
         let mut untracked = Orphan::spawn(&["exit", "0"]);
         untracked.release();
-        assert!(eventually(ARRIVAL, || state(untracked.pid).is_none_or(|s| s == 'Z')), "untracked did not exit");
+        assert!(
+            eventually(ARRIVAL, || state(untracked.pid).is_none_or(|s| s == 'Z')),
+            "untracked did not exit"
+        );
         expect_quiet(&mut monitor, selection, "only an untracked process exited").await;
     }
 }
@@ -201,16 +265,33 @@ async fn a_dead_or_reused_pid_is_reported_dead_at_track() {
         let mut monitor = monitor(selection);
         let mut dead = Orphan::spawn(&["exit", "0"]);
         dead.release();
-        assert!(eventually(ARRIVAL, || state(dead.pid).is_none_or(|s| s == 'Z')), "orphan did not exit");
-        let observation = monitor.track(key(&dead)).unwrap_or_else(|| panic!("{selection}: dead PID tracked as alive"));
-        assert_eq!((observation.reason, observation.detected_by), (DeathReason::Exited, DetectedBy::Reconcile));
+        assert!(
+            eventually(ARRIVAL, || state(dead.pid).is_none_or(|s| s == 'Z')),
+            "orphan did not exit"
+        );
+        let observation = monitor
+            .track(key(&dead))
+            .unwrap_or_else(|| panic!("{selection}: dead PID tracked as alive"));
+        assert_eq!(
+            (observation.reason, observation.detected_by),
+            (DeathReason::Exited, DetectedBy::Reconcile)
+        );
 
         // The PID is alive, but with another start time: a different process holds it.
         let alive = Orphan::spawn(&["exit", "0"]);
-        let reused = ProcessKey { pid: alive.pid, start_ticks: alive.start_ticks - 1 };
-        let observation = monitor.track(reused).unwrap_or_else(|| panic!("{selection}: reused PID tracked as alive"));
+        let reused = ProcessKey {
+            pid: alive.pid,
+            start_ticks: alive.start_ticks - 1,
+        };
+        let observation = monitor
+            .track(reused)
+            .unwrap_or_else(|| panic!("{selection}: reused PID tracked as alive"));
         assert_eq!(observation.reason, DeathReason::PidReused, "{selection}");
-        assert_eq!(monitor.status().tracked, 0, "{selection}: dead processes stay tracked");
+        assert_eq!(
+            monitor.status().tracked,
+            0,
+            "{selection}: dead processes stay tracked"
+        );
         expect_quiet(&mut monitor, selection, "nothing tracked died").await;
     }
 }

@@ -5,13 +5,13 @@
 //! grandchild keeps stdin: every mode waits for EOF on stdin before it dies, so a test
 //! decides the moment of death by closing the pipe's write end. Modes:
 //!
-//! - `exit CODE`        exit_group(CODE) at EOF.
-//! - `signal SIG`       raise SIG at EOF (default action, e.g. SIGKILL).
-//! - `threads CODE`     the main thread exits at once (SYS_exit); a second thread keeps
-//!                      the process alive and calls _exit(CODE) at EOF.
-//! - `exec CODE`        at the first line on stdin, execve itself as `named NAME CODE`.
-//! - `thread-exec CODE` like `exec`, but the execve is made by a non-leader thread.
-//! - `named NAME CODE`  set comm to NAME, then `exit CODE`.
+//! - `exit CODE`: exit_group(CODE) at EOF.
+//! - `signal SIG`: raise SIG at EOF (default action, e.g. SIGKILL).
+//! - `threads CODE`: the main thread exits at once (SYS_exit); a second thread keeps the
+//!   process alive and calls _exit(CODE) at EOF.
+//! - `exec CODE`: at the first line on stdin, execve itself as `named execd CODE`.
+//! - `thread-exec CODE`: like `exec`, but the execve is made by a non-leader thread.
+//! - `named NAME CODE`: set comm to NAME, then `exit CODE`.
 use std::ffi::CString;
 use std::io::{BufRead, Read, Write};
 
@@ -26,10 +26,13 @@ fn wait_for_line() {
 }
 
 fn arg_u8(args: &[String], i: usize) -> i32 {
-    args.get(i).and_then(|a| a.parse::<u8>().ok()).map(i32::from).unwrap_or_else(|| {
-        eprintln!("testproc: argument {i} must be a number 0-255: {args:?}");
-        std::process::exit(100)
-    })
+    args.get(i)
+        .and_then(|a| a.parse::<u8>().ok())
+        .map(i32::from)
+        .unwrap_or_else(|| {
+            eprintln!("testproc: argument {i} must be a number 0-255: {args:?}");
+            std::process::exit(100)
+        })
 }
 
 fn exit_group(code: i32) -> ! {
@@ -39,12 +42,20 @@ fn exit_group(code: i32) -> ! {
 
 fn exec_self_named(code: i32) -> ! {
     let exe = CString::new("/proc/self/exe").unwrap();
-    let args = [c"testproc".to_owned(), c"named".to_owned(), c"execd".to_owned(), CString::new(code.to_string()).unwrap()];
+    let args = [
+        c"testproc".to_owned(),
+        c"named".to_owned(),
+        c"execd".to_owned(),
+        CString::new(code.to_string()).unwrap(),
+    ];
     let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
     // SAFETY: argv is a NULL-terminated array of valid C strings that outlive the call.
     unsafe { libc::execv(exe.as_ptr(), argv.as_ptr()) };
-    eprintln!("testproc: execv failed: {}", std::io::Error::last_os_error());
+    eprintln!(
+        "testproc: execv failed: {}",
+        std::io::Error::last_os_error()
+    );
     exit_group(101)
 }
 
@@ -97,7 +108,9 @@ fn run_mode(args: &[String]) -> ! {
             exit_group(code)
         }
         _ => {
-            eprintln!("usage: testproc orphan (exit|signal|threads|exec|thread-exec) N | testproc MODE N");
+            eprintln!(
+                "usage: testproc orphan (exit|signal|threads|exec|thread-exec) N | testproc MODE N"
+            );
             std::process::exit(100)
         }
     }

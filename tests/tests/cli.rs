@@ -1,0 +1,286 @@
+//! The `liveness` command line against real processes (and a real daemon where needed).
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use integration_tests::{Daemon, Orphan, binary, eventually};
+use serde_json::{Value, json};
+
+fn liveness(args: &[&str]) -> Output {
+    Command::new(binary("liveness"))
+        .args(args)
+        .output()
+        .expect("run liveness")
+}
+
+fn identity_of(pid: u32) -> Value {
+    let output = liveness(&["check", "--pid", &pid.to_string(), "--json"]);
+    assert!(output.status.success(), "check --pid {pid}: {output:?}");
+    serde_json::from_slice(&output.stdout).expect("identity JSON")
+}
+
+fn check(identity: &Value) -> (Option<i32>, Value) {
+    let output = liveness(&["check", "--json", "--identity", &identity.to_string()]);
+    let verdict = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+    (output.status.code(), verdict)
+}
+
+#[test]
+fn check_tells_alive_dead_and_unknown_by_exit_code() {
+    let mut child = Command::new("sleep").arg("60").spawn().unwrap();
+    let identity = identity_of(child.id());
+    assert_eq!(identity["pid"], child.id());
+    assert_eq!(identity["comm"], "sleep");
+    assert_eq!(
+        identity["start_ticks"],
+        integration_tests::start_ticks(child.id()).unwrap()
+    );
+    assert_eq!(check(&identity).0, Some(0), "alive");
+
+    let mut reused = identity.clone();
+    reused["start_ticks"] = json!(identity["start_ticks"].as_u64().unwrap() + 1);
+    let (code, verdict) = check(&reused);
+    assert_eq!(
+        (code, verdict["reason"].as_str()),
+        (Some(1), Some("pid_reused")),
+        "{verdict}"
+    );
+
+    let mut rebooted = identity.clone();
+    rebooted["boot_id"] = json!("11111111-2222-3333-4444-555555555555");
+    assert_eq!(check(&rebooted).1["reason"], "rebooted");
+    assert_eq!(check(&rebooted).0, Some(1));
+
+    let mut remote = identity.clone();
+    remote["host"] = json!("not-this-host");
+    let (code, verdict) = check(&remote);
+    assert_eq!(
+        (code, verdict["liveness"].as_str()),
+        (Some(2), Some("unknown")),
+        "{verdict}"
+    );
+
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (code, verdict) = check(&identity);
+    assert_eq!(
+        (code, verdict["reason"].as_str()),
+        (Some(1), Some("exited")),
+        "reaped: {verdict}"
+    );
+    let gone = liveness(&["check", "--pid", &child.id().to_string()]);
+    assert_eq!(
+        gone.status.code(),
+        Some(1),
+        "capturing a dead PID: {gone:?}"
+    );
+}
+
+#[test]
+fn check_rejects_bad_input_with_usage_and_data_codes() {
+    assert_eq!(liveness(&["check"]).status.code(), Some(64));
+    assert_eq!(liveness(&["check", "--pid", "x"]).status.code(), Some(64));
+    assert_eq!(liveness(&["frobnicate"]).status.code(), Some(64));
+    let bad = liveness(&["check", "--identity", "{\"pid\":1}"]);
+    assert_eq!(bad.status.code(), Some(65), "{bad:?}");
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("start_ticks"),
+        "names the missing field: {bad:?}"
+    );
+    assert_eq!(liveness(&["--help"]).status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&liveness(&["check", "--help"]).stdout).contains("Exit codes"));
+}
+
+#[test]
+fn resolve_owner_walks_past_sh_and_bash_layers() {
+    // `; true` keeps each shell from exec'ing its last command, so the layers are real.
+    let script = format!(
+        "bash -c '{} resolve-owner --json; true'; true",
+        binary("liveness").display()
+    );
+    let output = Command::new("sh").arg("-c").arg(&script).output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let owner: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        owner["pid"],
+        std::process::id(),
+        "the owner is this test, above sh and bash: {owner}"
+    );
+
+    let direct = liveness(&[
+        "resolve-owner",
+        "--pid",
+        &std::process::id().to_string(),
+        "--json",
+    ]);
+    let direct: Value = serde_json::from_slice(&direct.stdout).unwrap();
+    assert_eq!(
+        direct["pid"],
+        std::process::id(),
+        "a non-shell resolves to itself"
+    );
+
+    // A chain of shells up to init has no owner.
+    let orphan_shell = Command::new("sh")
+        .args(["-c", "sleep 60 >/dev/null & echo $!"])
+        .output()
+        .unwrap();
+    let sleeper: u32 = String::from_utf8_lossy(&orphan_shell.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    let wrapped = liveness(&[
+        "resolve-owner",
+        "--pid",
+        &sleeper.to_string(),
+        "--wrapper",
+        "sleep",
+    ]);
+    assert_eq!(wrapped.status.code(), Some(65), "{wrapped:?}");
+    assert!(
+        String::from_utf8_lossy(&wrapped.stderr).contains("has no owner"),
+        "{wrapped:?}"
+    );
+    let _ = Command::new("kill").arg(sleeper.to_string()).status();
+}
+
+#[test]
+fn wait_exit_code_tells_how_the_session_ended() {
+    let daemon = Daemon::start(&[]);
+    let cases = [("exit", "0", 0), ("exit", "3", 1), ("signal", "9", 2)];
+    for (i, (mode, arg, expected)) in cases.into_iter().enumerate() {
+        let mut owner = Orphan::spawn(&[mode, arg]);
+        let session = format!("w{i}");
+        let register = daemon.cli(&[
+            "register",
+            "--session",
+            &session,
+            "--owner-pid",
+            &owner.pid.to_string(),
+        ]);
+        assert!(register.status.success(), "{register:?}");
+        let mut wait = Command::new(binary("liveness"))
+            .arg("--socket")
+            .arg(&daemon.socket)
+            .args(["wait", "--session", &session, "--json"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            wait.try_wait().unwrap().is_none(),
+            "wait returned before the session ended"
+        );
+        owner.release();
+        let output = wait.wait_with_output().unwrap();
+        let session: Value = serde_json::from_slice(&output.stdout).unwrap();
+        // The exit status needs eBPF (non-child); without it the outcome is "otherwise".
+        let expected = if session["exit"].is_null() {
+            3
+        } else {
+            expected
+        };
+        assert_eq!(
+            output.status.code(),
+            Some(expected),
+            "{mode} {arg}: {session}"
+        );
+    }
+    let stopped = daemon.cli(&[
+        "register",
+        "--session",
+        "stop-me",
+        "--owner-pid",
+        &std::process::id().to_string(),
+    ]);
+    assert!(stopped.status.success());
+    assert!(
+        daemon
+            .cli(&["end", "--session", "stop-me"])
+            .status
+            .success()
+    );
+    assert_eq!(
+        daemon.cli(&["wait", "--session", "stop-me"]).status.code(),
+        Some(0),
+        "already stopped"
+    );
+    assert_eq!(
+        daemon.cli(&["wait", "--session", "nope"]).status.code(),
+        Some(66)
+    );
+}
+
+#[test]
+fn watch_exec_resumes_from_its_cursor_exactly() {
+    let daemon = Daemon::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let cursor = dir.path().join("cursor");
+    let handled = dir.path().join("handled");
+    let command = format!(
+        "echo \"$LIVENESS_SEQ $LIVENESS_SESSION $LIVENESS_REASON\" >> {}",
+        handled.display()
+    );
+    let start_watcher = || {
+        Command::new(binary("liveness"))
+            .arg("--socket")
+            .arg(&daemon.socket)
+            .args([
+                "watch",
+                "--since",
+                "0",
+                "--exec",
+                &command,
+                "--cursor",
+                cursor.to_str().unwrap(),
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let lines = || {
+        std::fs::read_to_string(&handled)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let owner = std::process::id().to_string();
+    let end = |session: &str| {
+        assert!(
+            daemon
+                .cli(&["register", "--session", session, "--owner-pid", &owner])
+                .status
+                .success()
+        );
+        assert!(daemon.cli(&["end", "--session", session]).status.success());
+    };
+
+    let mut watcher = start_watcher();
+    end("a");
+    end("b");
+    assert!(
+        eventually(Duration::from_secs(10), || lines().len() == 2),
+        "handled {:?}",
+        lines()
+    );
+    watcher.kill().unwrap();
+    watcher.wait().unwrap();
+    assert_eq!(std::fs::read_to_string(&cursor).unwrap().trim(), "4");
+
+    end("c");
+    let mut watcher = start_watcher();
+    assert!(
+        eventually(Duration::from_secs(10), || lines().len() == 3),
+        "handled {:?}",
+        lines()
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    watcher.kill().unwrap();
+    watcher.wait().unwrap();
+    assert_eq!(
+        lines(),
+        ["2 a stopped", "4 b stopped", "6 c stopped"],
+        "each end handled exactly once"
+    );
+}

@@ -1,0 +1,471 @@
+//! The daemon end to end: real `livenessd`, real processes, real socket, real SQLite.
+
+use std::time::Duration;
+
+use integration_tests::{Conn, Daemon, Orphan, eventually, privileged};
+use serde_json::{Value, json};
+
+const ARRIVAL: Duration = Duration::from_secs(10);
+const QUIET: Duration = Duration::from_millis(500);
+
+/// Exit sources for tests that assert the exit status: eBPF knows it for non-children.
+fn exact_sources(test: &str) -> &'static str {
+    if privileged(test) { "ebpf" } else { "pidfd" }
+}
+
+fn register(daemon: &Daemon, session: &str, pid: u32) -> Value {
+    let reply =
+        daemon.request(json!({"op": "register", "session": session, "owner": {"pid": pid}}));
+    assert_eq!(reply["ok"], true, "register {session}: {reply}");
+    reply["session"].clone()
+}
+
+fn get(daemon: &Daemon, session: &str) -> Value {
+    let reply = daemon.request(json!({"op": "get", "session": session}));
+    assert_eq!(reply["ok"], true, "get {session}: {reply}");
+    reply["session"].clone()
+}
+
+/// Subscribes (replaying after `since` when given) and checks the acknowledgement.
+fn subscribe(daemon: &Daemon, since: Option<u64>) -> Conn {
+    let mut conn = daemon.connect();
+    let request = match since {
+        Some(since) => json!({"op": "subscribe", "since": since}),
+        None => json!({"op": "subscribe"}),
+    };
+    let ack = conn.request(request);
+    assert_eq!(ack["ok"], true, "subscribe: {ack}");
+    conn
+}
+
+/// The next event on a subscription, failing on anything else.
+fn next_event(conn: &mut Conn) -> Value {
+    let line = conn
+        .next_within(ARRIVAL)
+        .expect("an event within the deadline");
+    assert!(line.get("event").is_some(), "expected an event, got {line}");
+    line["event"].clone()
+}
+
+fn wait_ended(daemon: &Daemon, session: &str) -> Value {
+    let mut last = Value::Null;
+    let ended = eventually(ARRIVAL, || {
+        last = get(daemon, session);
+        last["phase"] == "ended"
+    });
+    assert!(ended, "{session} did not end: {last}");
+    last
+}
+
+#[test]
+fn owner_exit_reaches_a_subscriber_with_its_exit_code() {
+    let sources = exact_sources("owner_exit_reaches_a_subscriber_with_its_exit_code");
+    let daemon = Daemon::start(&["--sources", sources]);
+    let mut stream = subscribe(&daemon, None);
+    let mut owner = Orphan::spawn(&["exit", "7"]);
+    let session = register(&daemon, "s1", owner.pid);
+    assert_eq!(session["phase"], "active");
+    assert_eq!(session["owner"]["start_ticks"], owner.start_ticks);
+
+    let registered = next_event(&mut stream);
+    assert_eq!(
+        (registered["kind"].as_str(), registered["seq"].as_u64()),
+        (Some("session.registered"), Some(1))
+    );
+    owner.release();
+    let ended = next_event(&mut stream);
+    assert_eq!(ended["kind"], "session.ended", "{ended}");
+    assert_eq!(ended["seq"], 2);
+    assert_eq!(ended["session"], "s1");
+    assert_eq!(ended["reason"], "owner_exited");
+    assert_eq!(ended["detected_by"], sources);
+    if sources == "ebpf" {
+        assert_eq!(ended["exit"], json!({"kind": "exited", "code": 7}));
+    }
+    let stored = get(&daemon, "s1");
+    assert_eq!(
+        (stored["phase"].as_str(), stored["reason"].as_str()),
+        (Some("ended"), Some("owner_exited"))
+    );
+    assert_eq!(
+        stored["exit"], ended["exit"],
+        "the store holds what was published"
+    );
+    assert!(
+        stream.next_within(QUIET).is_none(),
+        "the session ends exactly once"
+    );
+}
+
+#[test]
+fn a_new_owner_is_not_ended_by_the_old_owners_death() {
+    let daemon = Daemon::start(&[]);
+    let mut first = Orphan::spawn(&["exit", "0"]);
+    let mut second = Orphan::spawn(&["exit", "0"]);
+    register(&daemon, "turns", first.pid);
+    let mut stream = subscribe(&daemon, Some(1));
+    let changed = register(&daemon, "turns", second.pid);
+    assert_eq!(changed["owner"]["pid"], second.pid);
+    let event = next_event(&mut stream);
+    assert_eq!(event["kind"], "session.owner_changed");
+    assert_eq!(event["previous_owner"]["pid"], first.pid);
+
+    first.release();
+    assert!(
+        stream.next_within(QUIET).is_none(),
+        "the old owner's death ended the session"
+    );
+    assert_eq!(get(&daemon, "turns")["phase"], "active");
+    second.release();
+    let ended = next_event(&mut stream);
+    assert_eq!(
+        (ended["kind"].as_str(), ended["owner"]["pid"].as_u64()),
+        (Some("session.ended"), Some(u64::from(second.pid)))
+    );
+}
+
+#[test]
+fn owners_that_die_while_the_daemon_is_killed_end_once_by_reconcile() {
+    let mut daemon = Daemon::start(&[]);
+    let mut owners: Vec<Orphan> = (0..3).map(|_| Orphan::spawn(&["exit", "4"])).collect();
+    for (i, owner) in owners.iter().enumerate() {
+        register(&daemon, &format!("r{i}"), owner.pid);
+    }
+    let mut survivor = Orphan::spawn(&["exit", "0"]);
+    register(&daemon, "survivor", survivor.pid);
+    daemon.kill9();
+    for owner in &mut owners {
+        owner.release();
+    }
+    assert!(
+        eventually(ARRIVAL, || owners
+            .iter()
+            .all(|o| integration_tests::state(o.pid).is_none_or(|s| s == 'Z'))),
+        "owners did not die"
+    );
+    daemon.restart();
+
+    let mut stream = subscribe(&daemon, Some(0));
+    let mut ended = Vec::new();
+    for expected_seq in 1..=7u64 {
+        let event = next_event(&mut stream);
+        assert_eq!(
+            event["seq"], expected_seq,
+            "seqs are contiguous across the crash: {event}"
+        );
+        if event["kind"] == "session.ended" {
+            assert_eq!(event["detected_by"], "reconcile", "{event}");
+            assert_eq!(event["reason"], "owner_exited", "{event}");
+            ended.push(event["session"].as_str().unwrap().to_owned());
+        }
+    }
+    ended.sort();
+    assert_eq!(ended, ["r0", "r1", "r2"]);
+    assert!(stream.next_within(QUIET).is_none(), "a session ended twice");
+    assert_eq!(
+        get(&daemon, "survivor")["phase"],
+        "active",
+        "a live owner was finalized"
+    );
+
+    // The survivor is watched again after the restart.
+    survivor.release();
+    let event = next_event(&mut stream);
+    assert_eq!(
+        (event["session"].as_str(), event["kind"].as_str()),
+        (Some("survivor"), Some("session.ended"))
+    );
+}
+
+#[test]
+fn a_registration_for_a_dead_or_reused_pid_ends_at_once() {
+    let daemon = Daemon::start(&[]);
+    let mut dead = Orphan::spawn(&["exit", "0"]);
+    let identity = daemon.cli(&["check", "--pid", &dead.pid.to_string(), "--json"]);
+    assert!(identity.status.success());
+    let identity: Value = serde_json::from_slice(&identity.stdout).unwrap();
+    dead.release();
+    assert!(eventually(ARRIVAL, || integration_tests::state(dead.pid)
+        .is_none_or(|s| s == 'Z')));
+    let reply = daemon.request(json!({"op": "register", "session": "late", "owner": identity}));
+    assert_eq!(reply["ok"], true, "{reply}");
+    assert_eq!(
+        (
+            reply["session"]["phase"].as_str(),
+            reply["session"]["reason"].as_str()
+        ),
+        (Some("ended"), Some("owner_exited"))
+    );
+
+    let alive = Orphan::spawn(&["exit", "0"]);
+    let mut reused: Value = serde_json::from_slice(
+        &daemon
+            .cli(&["check", "--pid", &alive.pid.to_string(), "--json"])
+            .stdout,
+    )
+    .unwrap();
+    reused["start_ticks"] = json!(alive.start_ticks - 1);
+    let reply = daemon.request(json!({"op": "register", "session": "reused", "owner": reused}));
+    assert_eq!(reply["session"]["reason"], "owner_reused", "{reply}");
+
+    let mut other_boot = reused.clone();
+    other_boot["boot_id"] = json!("00000000-0000-0000-0000-000000000000");
+    let reply =
+        daemon.request(json!({"op": "register", "session": "rebooted", "owner": other_boot}));
+    assert_eq!(reply["session"]["reason"], "reboot", "{reply}");
+}
+
+#[test]
+fn pending_sessions_are_renamed_or_expire() {
+    let daemon = Daemon::start(&["--pending-ttl", "400ms"]);
+    let owner = Orphan::spawn(&["exit", "0"]);
+    let pending = |daemon: &Daemon| {
+        let reply =
+            daemon.request(json!({"op": "register", "pending": true, "owner": {"pid": owner.pid}}));
+        assert_eq!(reply["ok"], true, "{reply}");
+        assert_eq!(reply["session"]["pending"], true);
+        reply["session"]["id"].as_str().unwrap().to_owned()
+    };
+    let forgotten = pending(&daemon);
+    assert!(forgotten.starts_with("pending-"), "{forgotten}");
+    let renamed = pending(&daemon);
+    assert_ne!(forgotten, renamed, "pending ids are unique");
+    let reply = daemon.request(json!({"op": "rename", "session": renamed, "to": "real-id"}));
+    assert_eq!(reply["session"]["id"], "real-id", "{reply}");
+    assert_eq!(reply["session"]["pending"], false);
+
+    let expired = wait_ended(&daemon, &forgotten);
+    assert_eq!(expired["reason"], "pending_expired");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        get(&daemon, "real-id")["phase"],
+        "active",
+        "a renamed session must not expire"
+    );
+    let reply = daemon.request(json!({"op": "get", "session": renamed}));
+    assert_eq!(
+        reply["error"]["code"], "not_found",
+        "the pending id is gone after rename: {reply}"
+    );
+}
+
+#[test]
+fn a_pending_session_whose_owner_dies_ends_like_any_other() {
+    let daemon = Daemon::start(&[]);
+    let mut owner = Orphan::spawn(&["exit", "0"]);
+    let reply =
+        daemon.request(json!({"op": "register", "pending": true, "owner": {"pid": owner.pid}}));
+    let id = reply["session"]["id"].as_str().unwrap().to_owned();
+    owner.release();
+    assert_eq!(wait_ended(&daemon, &id)["reason"], "owner_exited");
+}
+
+#[test]
+fn owners_on_another_host_end_only_by_inactivity_timeout() {
+    let daemon = Daemon::start(&["--unknown-timeout", "800ms"]);
+    let remote = json!({"pid": 1234, "start_ticks": 99, "boot_id": "b", "host": "some-other-host"});
+    let reply = daemon.request(json!({"op": "register", "session": "remote", "owner": remote}));
+    assert_eq!(reply["session"]["phase"], "active", "{reply}");
+    // Touching keeps it alive past the timeout.
+    for _ in 0..6 {
+        std::thread::sleep(Duration::from_millis(250));
+        let reply = daemon.request(json!({"op": "touch", "session": "remote"}));
+        assert_eq!(
+            reply["session"]["phase"], "active",
+            "touched session timed out: {reply}"
+        );
+    }
+    let ended = wait_ended(&daemon, "remote");
+    assert_eq!(ended["reason"], "timeout");
+}
+
+#[test]
+fn whose_finds_the_owner_of_a_grandchild() {
+    let daemon = Daemon::start(&[]);
+    let mut tree = std::process::Command::new("sh")
+        .args(["-c", "sh -c 'sleep 300 & wait' & wait"])
+        .spawn()
+        .expect("spawn a process tree");
+    let owner = tree.id();
+    let children = |pid: u32| -> Vec<u32> {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    };
+    let mut grandchild = None;
+    assert!(eventually(ARRIVAL, || {
+        grandchild = children(owner)
+            .first()
+            .and_then(|&child| children(child).first().copied());
+        grandchild.is_some()
+    }));
+    let grandchild = grandchild.unwrap();
+    register(&daemon, "tree", owner);
+    let reply = daemon.request(json!({"op": "whose", "pid": grandchild}));
+    assert_eq!(reply["ok"], true, "{reply}");
+    assert_eq!(
+        (reply["session"]["id"].as_str(), reply["owner_pid"].as_u64()),
+        (Some("tree"), Some(u64::from(owner)))
+    );
+    let unrelated = daemon.request(json!({"op": "whose", "pid": daemon.pid()}));
+    assert_eq!(unrelated["error"]["code"], "not_found", "{unrelated}");
+    let _ = tree.kill();
+    let _ = tree.wait();
+    let _ = std::process::Command::new("kill")
+        .arg(grandchild.to_string())
+        .status();
+}
+
+#[test]
+fn sighup_reopens_the_log_and_does_not_stop_the_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("livenessd.log");
+    let mut daemon = Daemon::start(&["--log-file", log.to_str().unwrap()]);
+    assert!(eventually(ARRIVAL, || std::fs::read_to_string(&log)
+        .is_ok_and(|l| l.contains("listening"))));
+    let rotated = dir.path().join("livenessd.log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    daemon.signal(libc::SIGHUP);
+    assert!(
+        eventually(ARRIVAL, || std::fs::read_to_string(&log)
+            .is_ok_and(|l| l.contains("reopened"))),
+        "no new log"
+    );
+    assert!(daemon.is_running(), "SIGHUP stopped the daemon");
+    assert_eq!(daemon.request(json!({"op": "status"}))["ok"], true);
+}
+
+#[test]
+fn sigterm_says_goodbye_and_stops_cleanly() {
+    let mut daemon = Daemon::start(&[]);
+    let mut stream = subscribe(&daemon, None);
+    let mut idle = daemon.connect();
+    let status = daemon.stop();
+    assert!(status.success(), "livenessd exited with {status}");
+    assert_eq!(
+        stream.next_within(ARRIVAL).expect("goodbye")["goodbye"]["reason"],
+        "shutdown"
+    );
+    assert_eq!(
+        idle.next_within(ARRIVAL).expect("goodbye")["goodbye"]["reason"],
+        "shutdown"
+    );
+    assert!(!daemon.socket.exists(), "the socket is removed at exit");
+    daemon.restart();
+    assert_eq!(
+        daemon.request(json!({"op": "status"}))["ok"],
+        true,
+        "restart on the same state"
+    );
+}
+
+#[test]
+fn a_second_daemon_on_the_same_state_or_socket_refuses_to_start() {
+    let daemon = Daemon::start(&[]);
+    let output = std::process::Command::new(integration_tests::binary("livenessd"))
+        .arg("--socket")
+        .arg(daemon.dir.path().join("other.sock"))
+        .arg("--state-dir")
+        .arg(&daemon.state_dir)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("already uses"),
+        "{output:?}"
+    );
+    let output = std::process::Command::new(integration_tests::binary("livenessd"))
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .arg("--state-dir")
+        .arg(daemon.dir.path().join("other-state"))
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("listening on"),
+        "{output:?}"
+    );
+}
+
+#[test]
+fn status_names_the_active_sources() {
+    let daemon = Daemon::start(&["--sources", "pidfd"]);
+    let reply = daemon.request(json!({"op": "status"}));
+    let sources = reply["status"]["monitor"]["sources"]
+        .as_array()
+        .expect("sources")
+        .clone();
+    let state = |name: &str| {
+        sources
+            .iter()
+            .find(|s| s["name"] == name)
+            .map(|s| s["state"].clone())
+    };
+    assert_eq!(state("pidfd"), Some(json!("active")), "{reply}");
+    assert_eq!(state("ebpf"), Some(json!("off")), "{reply}");
+    assert_eq!(state("procpoll"), Some(json!("standby")), "{reply}");
+}
+
+/// With too few file descriptors for a pidfd each, the processes beyond the limit are
+/// still covered (by the /proc poller) and status says how many lack a pidfd.
+#[test]
+fn processes_beyond_the_fd_limit_are_still_covered() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("s.sock");
+    let mut command = std::process::Command::new(integration_tests::binary("livenessd"));
+    command
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .args(["--sources", "pidfd", "--procpoll-interval", "50ms"])
+        .stderr(std::process::Stdio::null());
+    // SAFETY: setrlimit is async-signal-safe; it only lowers this child's own limit.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 64,
+                rlim_max: 64,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().unwrap();
+    assert!(
+        eventually(ARRIVAL, || std::os::unix::net::UnixStream::connect(&socket)
+            .is_ok()),
+        "daemon did not start"
+    );
+    let mut owners: Vec<Orphan> = (0..80).map(|_| Orphan::spawn(&["exit", "0"])).collect();
+    let mut conn = Conn::connect(&socket);
+    for (i, owner) in owners.iter().enumerate() {
+        let reply = conn.request(
+            json!({"op": "register", "session": format!("fd{i}"), "owner": {"pid": owner.pid}}),
+        );
+        assert_eq!(reply["session"]["phase"], "active", "{reply}");
+    }
+    let status = conn.request(json!({"op": "status"}));
+    let monitor = &status["status"]["monitor"];
+    assert!(monitor["without_pidfd"].as_u64().unwrap() > 0, "{status}");
+    let procpoll = monitor["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "procpoll")
+        .unwrap();
+    assert_eq!(procpoll["state"], "active", "{status}");
+    owners.last_mut().unwrap().release();
+    let ended = eventually(ARRIVAL, || {
+        conn.request(json!({"op": "get", "session": "fd79"}))["session"]["phase"] == "ended"
+    });
+    assert!(ended, "a process without a pidfd was not covered");
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -1,0 +1,251 @@
+//! The event stream: resuming, retention gaps, and slow subscribers.
+
+use std::io::Read;
+use std::time::Duration;
+
+use integration_tests::{Conn, Daemon, Orphan};
+use serde_json::{Value, json};
+
+const ARRIVAL: Duration = Duration::from_secs(10);
+
+fn subscribe(daemon: &Daemon, request: Value) -> Conn {
+    let mut conn = daemon.connect();
+    let ack = conn.request(request);
+    assert_eq!(ack["ok"], true, "{ack}");
+    conn
+}
+
+fn seqs(conn: &mut Conn, count: usize) -> Vec<u64> {
+    (0..count)
+        .map(|_| {
+            let line = conn.next_within(ARRIVAL).expect("an event");
+            line["event"]["seq"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("not an event: {line}"))
+        })
+        .collect()
+}
+
+fn register(conn: &mut Conn, session: &str, pid: u32) {
+    let reply = conn.request(json!({"op": "register", "session": session, "owner": {"pid": pid}}));
+    assert_eq!(reply["ok"], true, "{reply}");
+}
+
+#[test]
+fn a_consumer_resumes_with_since_and_gets_exactly_what_it_missed() {
+    let daemon = Daemon::start(&[]);
+    let owner = Orphan::spawn(&["exit", "0"]);
+    let mut control = daemon.connect();
+    let mut stream = subscribe(&daemon, json!({"op": "subscribe", "since": 0}));
+    register(&mut control, "a", owner.pid);
+    register(&mut control, "b", owner.pid);
+    assert_eq!(seqs(&mut stream, 2), [1, 2]);
+    drop(stream);
+
+    register(&mut control, "c", owner.pid);
+    assert_eq!(
+        control.request(json!({"op": "end", "session": "a"}))["session"]["reason"],
+        "stopped"
+    );
+    register(&mut control, "d", owner.pid);
+
+    let mut resumed = subscribe(&daemon, json!({"op": "subscribe", "since": 2}));
+    let replayed: Vec<Value> = (0..3)
+        .map(|_| resumed.next_within(ARRIVAL).expect("replayed event"))
+        .collect();
+    let got: Vec<(u64, &str, &str)> = replayed
+        .iter()
+        .map(|l| {
+            (
+                l["event"]["seq"].as_u64().unwrap(),
+                l["event"]["kind"].as_str().unwrap(),
+                l["event"]["session"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (3, "session.registered", "c"),
+            (4, "session.ended", "a"),
+            (5, "session.registered", "d")
+        ]
+    );
+    // Then live, without a gap or a duplicate.
+    register(&mut control, "e", owner.pid);
+    assert_eq!(seqs(&mut resumed, 1), [6]);
+    assert!(resumed.next_within(Duration::from_millis(300)).is_none());
+
+    let mut one_session = subscribe(
+        &daemon,
+        json!({"op": "subscribe", "since": 0, "session": "a"}),
+    );
+    assert_eq!(seqs(&mut one_session, 2), [1, 4], "session filter");
+}
+
+#[test]
+fn a_consumer_behind_the_retention_window_is_told_of_the_gap() {
+    let mut daemon = Daemon::start(&["--retain-events", "2"]);
+    let owner = Orphan::spawn(&["exit", "0"]);
+    let mut control = daemon.connect();
+    for session in ["a", "b", "c", "d", "e"] {
+        register(&mut control, session, owner.pid);
+    }
+    drop(control);
+    // Retention runs at start (and periodically).
+    assert!(daemon.stop().success());
+    daemon.restart();
+    let mut stream = subscribe(&daemon, json!({"op": "subscribe", "since": 1}));
+    let gap = stream.next_within(ARRIVAL).expect("gap");
+    assert_eq!(gap, json!({"gap": {"since": 1, "pruned_through": 3}}));
+    assert_eq!(seqs(&mut stream, 2), [4, 5]);
+
+    let mut current = subscribe(&daemon, json!({"op": "subscribe", "since": 3}));
+    assert_eq!(seqs(&mut current, 2), [4, 5], "no gap inside the window");
+}
+
+#[test]
+fn a_stalled_subscriber_delays_no_one_and_is_told_it_lagged() {
+    let daemon = Daemon::start(&["--subscriber-queue", "16"]);
+    let mut owner = Orphan::spawn(&["exit", "0"]);
+    let mut stalled = subscribe(&daemon, json!({"op": "subscribe"}));
+    // Enough events to fill the stalled client's socket buffer and its queue; the ones after
+    // them end every session when the owner dies.
+    let count = 3000;
+    let mut reader = subscribe(&daemon, json!({"op": "subscribe"}));
+    let reading = std::thread::spawn(move || seqs(&mut reader, 2 * count));
+    let mut control = daemon.connect();
+    for i in 0..count {
+        register(&mut control, &format!("s{i}"), owner.pid);
+    }
+    // Finalization is not held up by the stalled client either.
+    owner.release();
+    let got = reading.join().expect("the reading subscriber");
+    assert_eq!(
+        got,
+        (1..=2 * count as u64).collect::<Vec<_>>(),
+        "the reading subscriber got everything, in order"
+    );
+    let status = control.request(json!({"op": "status"}));
+    assert!(
+        status["status"]["counters"]["lagged_subscribers"].as_u64() >= Some(1),
+        "{status}"
+    );
+
+    // The stalled client finds the events it had, then `lagged` with the last one delivered.
+    let mut last = 0;
+    loop {
+        let line = stalled
+            .next_within(ARRIVAL)
+            .expect("the stalled stream ends with lagged");
+        if let Some(seq) = line["event"]["seq"].as_u64() {
+            assert_eq!(seq, last + 1, "no event skipped before the lag");
+            last = seq;
+        } else {
+            assert_eq!(line, json!({"lagged": {"last_delivered": last}}));
+            break;
+        }
+    }
+    assert!(
+        last < count as u64,
+        "the stalled client cannot have received everything"
+    );
+    assert!(
+        stalled.next_within(ARRIVAL).is_none(),
+        "the lagged client is disconnected"
+    );
+}
+
+#[test]
+fn oversized_and_malformed_lines_get_errors_and_change_nothing() {
+    let daemon = Daemon::start(&[]);
+    let mut conn = daemon.connect();
+    let head =
+        |conn: &mut Conn| conn.request(json!({"op": "status"}))["status"]["head_seq"].clone();
+    let before = head(&mut conn);
+
+    conn.send_raw(b"{this is not json\n");
+    assert_eq!(conn.next_line().unwrap()["error"]["code"], "invalid_json");
+    let mut huge = vec![b' '; 70 * 1024];
+    huge.extend_from_slice(b"{\"op\":\"status\"}\n");
+    conn.send_raw(&huge);
+    let reply = conn.next_line().unwrap();
+    assert_eq!(reply["error"]["code"], "line_too_long", "{reply}");
+    for (request, code, mentions) in [
+        (json!({"op": "detonate"}), "invalid_request", "detonate"),
+        (
+            json!({"op": "get", "sesion": "x"}),
+            "invalid_request",
+            "sesion",
+        ),
+        (
+            json!({"op": "whose", "pid": "12"}),
+            "invalid_request",
+            "invalid type",
+        ),
+        (
+            json!({"op": "status", "v": 99, "id": 5}),
+            "unsupported_version",
+            "99",
+        ),
+        (
+            json!({"op": "register", "session": "x", "owner": {"pid": 999_999_999u32}}),
+            "no_owner",
+            "999999999",
+        ),
+        (
+            json!({"op": "register", "owner": {"pid": 1}}),
+            "invalid_request",
+            "session",
+        ),
+        (
+            json!({"op": "register", "session": "", "owner": {"pid": std::process::id()}}),
+            "invalid_request",
+            "id",
+        ),
+        (
+            json!({"op": "get", "session": "never-registered"}),
+            "not_found",
+            "never-registered",
+        ),
+        (
+            json!({"op": "end", "session": "never-registered"}),
+            "not_found",
+            "never-registered",
+        ),
+        (
+            json!({"op": "rename", "session": "never-registered", "to": "x"}),
+            "not_found",
+            "never-registered",
+        ),
+    ] {
+        let reply = conn.request(request.clone());
+        assert_eq!(reply["ok"], false, "{request} -> {reply}");
+        assert_eq!(reply["error"]["code"], code, "{request} -> {reply}");
+        let message = reply["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(mentions),
+            "{request}: message {message:?} should mention {mentions:?}"
+        );
+    }
+    assert_eq!(
+        conn.request(json!({"op": "status", "id": "x"}))["id"],
+        "x",
+        "the connection still works"
+    );
+    assert_eq!(head(&mut conn), before, "bad input wrote events");
+    let reply = conn.request(json!({"op": "list"}));
+    assert_eq!(reply["sessions"], json!([]), "bad input created sessions");
+
+    // A client that sends garbage and vanishes mid-line harms no one.
+    let mut rude = daemon.connect();
+    rude.send_raw(b"{\"op\":\"stat");
+    drop(rude);
+    assert_eq!(conn.request(json!({"op": "status"}))["ok"], true);
+    let mut raw = std::os::unix::net::UnixStream::connect(&daemon.socket).unwrap();
+    std::io::Write::write_all(&mut raw, b"\n\n").unwrap();
+    raw.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut rest = String::new();
+    raw.read_to_string(&mut rest).unwrap();
+    assert_eq!(rest, "", "blank lines are ignored, not answered");
+}
