@@ -212,6 +212,9 @@ impl Engine {
         while let Some(observation) = self.monitor.try_next() {
             self.finalize_observed(observation);
         }
+        if let Err(e) = self.store.end_run() {
+            tracing::error!(error = %e, "cannot record the clean stop");
+        }
         tracing::info!("engine stopped");
     }
 
