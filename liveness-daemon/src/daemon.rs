@@ -249,11 +249,15 @@ pub fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    let logs_to_file = log_file.is_some();
     match runtime.block_on(run(args, log_file)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");
-            eprintln!("livenessd: {e}");
+            // Whoever started the daemon reads stderr, not the log file.
+            if logs_to_file {
+                eprintln!("livenessd: {e}");
+            }
             ExitCode::from(1)
         }
     }

@@ -289,7 +289,17 @@ impl ProcRoot {
             .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
             .and_then(|values| values.split_ascii_whitespace().next())
             .and_then(|first| first.parse().ok())
-            .ok_or(IdentityError::Malformed { path: self.root.join(rel), what: field })
+            .ok_or(IdentityError::Malformed {
+                path: self.root.join(rel),
+                what: field,
+            })
+    }
+
+    /// File name of a process's executable, when it can be read (it needs the rights to
+    /// ptrace the process: a user's own processes, or root).
+    pub fn exe_name(&self, pid: u32) -> Option<String> {
+        let target = std::fs::read_link(self.root.join(format!("{pid}/exe"))).ok()?;
+        Some(target.file_name()?.to_string_lossy().into_owned())
     }
 
     /// The real user id of a process.
@@ -370,8 +380,13 @@ impl ProcRoot {
         pid: u32,
         extra_wrappers: &[String],
     ) -> Result<Identity, IdentityError> {
-        let skipped = |comm: &str| {
-            DEFAULT_SKIPPED_COMMS.contains(&comm) || extra_wrappers.iter().any(|w| w == comm)
+        let listed = |name: &str| {
+            DEFAULT_SKIPPED_COMMS.contains(&name) || extra_wrappers.iter().any(|w| w == name)
+        };
+        // A script run through its `#!` line is named after the script, not its shell;
+        // the executable still is the shell.
+        let skipped = |pid: u32, comm: &str| {
+            listed(comm) || self.exe_name(pid).is_some_and(|exe| listed(&exe))
         };
         let mut current = pid;
         let mut chain = Vec::new();
@@ -393,7 +408,7 @@ impl ProcRoot {
                     ),
                 });
             }
-            if !skipped(&stat.comm) {
+            if !skipped(current, &stat.comm) {
                 return self.capture(current);
             }
             chain.push(format!("{}[{current}]", stat.comm));
@@ -417,7 +432,14 @@ mod tests {
         stat_line_threads(pid, comm, state, ppid, start, 1)
     }
 
-    fn stat_line_threads(pid: u32, comm: &str, state: char, ppid: u32, start: u64, threads: u32) -> String {
+    fn stat_line_threads(
+        pid: u32,
+        comm: &str,
+        state: char,
+        ppid: u32,
+        start: u64,
+        threads: u32,
+    ) -> String {
         // Fields 3..=22 as proc(5) numbers them, with the ones liveness ignores zeroed.
         let mut fields = vec!["0".to_owned(); 20];
         fields[0] = state.to_string();
@@ -533,7 +555,10 @@ mod tests {
 
         let thread = FakeProc::new().with(15, "worker", 1);
         std::fs::write(thread.dir.path().join("15/status"), "Tgid:\t10\nUid:\t0\n").unwrap();
-        assert!(matches!(thread.root().capture(15), Err(IdentityError::Thread { tid: 15, tgid: 10 })));
+        assert!(matches!(
+            thread.root().capture(15),
+            Err(IdentityError::Thread { tid: 15, tgid: 10 })
+        ));
 
         let no_boot = FakeProc::new().with(14, "a", 1);
         std::fs::remove_file(no_boot.dir.path().join("sys/kernel/random/boot_id")).unwrap();
@@ -569,8 +594,15 @@ mod tests {
         };
         assert_eq!(root.check(&zombie), Liveness::Dead(DeathReason::Exited));
         // The main thread exited (the leader shows Z) while another thread runs: alive.
-        let leader_gone = FakeProc::new().with_raw(22, stat_line_threads(22, "agent", 'Z', 1, 1022, 2).as_bytes());
-        let threaded = Identity { pid: 22, start_ticks: 1022, ..id.clone() };
+        let leader_gone = FakeProc::new().with_raw(
+            22,
+            stat_line_threads(22, "agent", 'Z', 1, 1022, 2).as_bytes(),
+        );
+        let threaded = Identity {
+            pid: 22,
+            start_ticks: 1022,
+            ..id.clone()
+        };
         assert_eq!(leader_gone.root().check(&threaded), Liveness::Alive);
         let other_boot = Identity {
             boot_id: "boot-b".into(),
@@ -595,12 +627,22 @@ mod tests {
     fn uid_is_the_real_uid_from_status() {
         let proc = FakeProc::new().with(70, "agent", 1);
         let status = proc.dir.path().join("70/status");
-        std::fs::write(&status, "Name:\tagent\nTgid:\t70\nUid:\t1000\t0\t0\t0\nGid:\t5\n").unwrap();
+        std::fs::write(
+            &status,
+            "Name:\tagent\nTgid:\t70\nUid:\t1000\t0\t0\t0\nGid:\t5\n",
+        )
+        .unwrap();
         assert_eq!(proc.root().uid(70).unwrap(), 1000);
         assert_eq!(proc.root().tgid(70).unwrap(), 70);
         std::fs::write(&status, "Name:\tagent\nUidx:\t5\n").unwrap();
-        assert!(matches!(proc.root().uid(70), Err(IdentityError::Malformed { .. })));
-        assert!(matches!(proc.root().uid(71), Err(IdentityError::NoSuchProcess(71))));
+        assert!(matches!(
+            proc.root().uid(70),
+            Err(IdentityError::Malformed { .. })
+        ));
+        assert!(matches!(
+            proc.root().uid(71),
+            Err(IdentityError::NoSuchProcess(71))
+        ));
     }
 
     #[test]
@@ -623,6 +665,23 @@ mod tests {
             host: "h".into(),
             ..id.clone()
         }));
+    }
+
+    #[test]
+    fn resolve_owner_skips_scripts_run_by_a_shell() {
+        let proc = FakeProc::new()
+            .with(30, "agent", 1)
+            .with(31, "session-start.s", 30)
+            .with(32, "liveness", 31);
+        std::os::unix::fs::symlink("/usr/bin/dash", proc.dir.path().join("31/exe")).unwrap();
+        std::os::unix::fs::symlink("/usr/bin/python3.11", proc.dir.path().join("30/exe")).unwrap();
+        assert_eq!(proc.root().resolve_owner(32, &[]).unwrap().pid, 30);
+        assert_eq!(proc.root().exe_name(31).as_deref(), Some("dash"));
+        assert_eq!(
+            proc.root().exe_name(32),
+            None,
+            "no exe link: judged by comm alone"
+        );
     }
 
     #[test]

@@ -107,6 +107,24 @@ fn resolve_owner_walks_past_sh_and_bash_layers() {
         "the owner is this test, above sh and bash: {owner}"
     );
 
+    // A hook script run through its `#!` line: its process is named after the script.
+    let dir = tempfile::tempdir().unwrap();
+    let hook = dir.path().join("session-start-hook");
+    let body = format!(
+        "#!/bin/sh\n{} resolve-owner --json\ntrue\n",
+        binary("liveness").display()
+    );
+    std::fs::write(&hook, body).unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let output = Command::new(&hook).output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let owner: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        owner["pid"],
+        std::process::id(),
+        "the hook script's shell is skipped: {owner}"
+    );
+
     let direct = liveness(&[
         "resolve-owner",
         "--pid",
@@ -122,7 +140,7 @@ fn resolve_owner_walks_past_sh_and_bash_layers() {
 
     // A chain of shells up to init has no owner.
     let orphan_shell = Command::new("sh")
-        .args(["-c", "sleep 60 >/dev/null & echo $!"])
+        .args(["-c", "sleep 60 >/dev/null 2>&1 & echo $!"])
         .output()
         .unwrap();
     let sleeper: u32 = String::from_utf8_lossy(&orphan_shell.stdout)
