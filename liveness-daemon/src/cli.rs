@@ -544,12 +544,24 @@ fn describe_event(event: &Event) -> String {
 }
 
 fn print_status(status: &serde_json::Value) {
+    // Strings without their JSON quotes; everything else as JSON.
+    let text = |value: &serde_json::Value| {
+        value
+            .as_str()
+            .map_or_else(|| value.to_string(), str::to_owned)
+    };
     let daemon = &status["daemon"];
     println!(
         "livenessd {} (protocol {}), pid {}",
-        daemon["version"], daemon["protocol"], daemon["pid"]
+        text(&daemon["version"]),
+        daemon["protocol"],
+        daemon["pid"]
     );
-    println!("socket {}  state {}", daemon["socket"], daemon["state_dir"]);
+    println!(
+        "socket {}  state {}",
+        text(&daemon["socket"]),
+        text(&daemon["state_dir"])
+    );
     println!(
         "active sessions {}  head seq {}  subscribers {}",
         status["active_sessions"], status["head_seq"], status["subscribers"]
@@ -566,8 +578,8 @@ fn print_status(status: &serde_json::Value) {
             .unwrap_or_default();
         println!(
             "  {:<9} {}{reason}",
-            source["name"].as_str().unwrap_or("?"),
-            source["state"].as_str().unwrap_or("?")
+            text(&source["name"]),
+            text(&source["state"])
         );
     }
 }
