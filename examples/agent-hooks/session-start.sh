@@ -1,0 +1,59 @@
+#!/bin/sh
+# Agent "session start" hook: tell livenessd that this agent session is owned by the
+# agent process, so the session ends the moment the agent dies, however it dies.
+#
+# Session id: $SESSION_ID if set, else "session_id" from the hook's JSON on stdin
+# (e.g. {"session_id":"...","cwd":"...",...}, as Claude Code and similar agents send it).
+#
+# Why --owner auto: the daemon starts from the process that connects to it (this
+# `liveness` command) and walks up its parents, skipping `liveness`, shells (sh, bash,
+# dash, zsh...) and `env`, to the first real program: the agent that ran this hook. So the
+# owner is neither this short-lived script (whose exit would end the session at once) nor
+# a launch wrapper that started the agent and exited (it is not an ancestor of the hook,
+# so its exit is not mistaken for the agent's). If the hook runs under another
+# intermediate program (timeout, npx, uv...), start livenessd with `--wrapper NAME`;
+# `liveness resolve-owner` run from the hook prints the owner the walk finds.
+#
+# A hook must not break the agent: problems are reported on stderr, the exit status is
+# always 0, and nothing is printed on stdout (some agents add a hook's stdout to the
+# model's context).
+set -eu
+
+session_id() {
+    if [ -n "${SESSION_ID:-}" ]; then
+        printf '%s\n' "$SESSION_ID"
+        return 0
+    fi
+    [ -t 0 ] && return 0
+    input=$(cat)
+    if command -v python3 >/dev/null 2>&1 &&
+        printf '%s' "$input" | python3 -c 'import json, sys; print(json.load(sys.stdin).get("session_id") or "")' 2>/dev/null; then
+        return 0
+    fi
+    # No python3 (or not JSON): a plain id without quotes or backslashes.
+    printf '%s' "$input" | tr -d '\n' |
+        sed -n 's/.*"session_id"[[:space:]]*:[[:space:]]*"\([^"\\]*\)".*/\1/p'
+}
+
+id=$(session_id)
+if [ -z "$id" ]; then
+    echo "session-start: no session id (set SESSION_ID or pass the hook JSON on stdin)" >&2
+    exit 0
+fi
+
+if ! liveness register --session "$id" --owner auto --label tool=agent >/dev/null; then
+    echo "session-start: could not register session $id with livenessd" >&2
+    exit 0
+fi
+
+# Example of state that must not outlive the agent: a lock file, which on-ended.sh
+# removes when the session ends, whether by session-end.sh, a crash, kill -9 or a reboot.
+lock_dir=${AGENT_LOCK_DIR:-${XDG_RUNTIME_DIR:-/tmp}/agent-locks}
+case $id in
+*[!A-Za-z0-9._-]*) ;; # not a safe file name: no lock
+*)
+    mkdir -p "$lock_dir"
+    printf '%s\n' "$id" >"$lock_dir/$id.lock"
+    ;;
+esac
+exit 0
