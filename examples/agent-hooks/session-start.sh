@@ -19,21 +19,7 @@
 # model's context).
 set -eu
 
-session_id() {
-    if [ -n "${SESSION_ID:-}" ]; then
-        printf '%s\n' "$SESSION_ID"
-        return 0
-    fi
-    [ -t 0 ] && return 0
-    input=$(cat)
-    if command -v python3 >/dev/null 2>&1 &&
-        printf '%s' "$input" | python3 -c 'import json, sys; print(json.load(sys.stdin).get("session_id") or "")' 2>/dev/null; then
-        return 0
-    fi
-    # No python3 (or not JSON): a plain id without quotes or backslashes.
-    printf '%s' "$input" | tr -d '\n' |
-        sed -n 's/.*"session_id"[[:space:]]*:[[:space:]]*"\([^"\\]*\)".*/\1/p'
-}
+. "$(dirname "$0")/session-id.sh"
 
 id=$(session_id)
 if [ -z "$id" ]; then
