@@ -174,6 +174,13 @@ impl Engine {
             boot_id: config.proc.boot_id()?,
             host: config.proc.host()?,
         };
+        let mut store = store;
+        if store.begin_run(&local.boot_id)? {
+            tracing::warn!(
+                jump = crate::store::SEQ_JUMP_AFTER_POWER_LOSS,
+                "the last run, on another boot, did not stop cleanly: event seqs skip ahead so none is reused"
+            );
+        }
         Ok(Engine {
             store,
             monitor,

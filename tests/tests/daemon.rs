@@ -177,6 +177,36 @@ fn owners_that_die_while_the_daemon_is_killed_end_once_by_reconcile() {
     );
 }
 
+/// After a run that did not stop cleanly on another boot (a possible power loss, which
+/// can drop commits whose events were already streamed), seqs jump so none is reused.
+#[test]
+fn seqs_skip_ahead_after_an_unclean_stop_on_another_boot() {
+    let mut daemon = Daemon::start(&[]);
+    let owner = std::process::id();
+    register(&daemon, "before", owner);
+    assert!(daemon.stop().success());
+    // What a power loss leaves behind: the last run's boot, not marked clean.
+    let db = rusqlite::Connection::open(daemon.state_dir.join("liveness.db")).unwrap();
+    db.execute_batch(
+        "UPDATE meta SET value = 'an-earlier-boot' WHERE key = 'run_boot_id';
+         UPDATE meta SET value = 0 WHERE key = 'run_clean';",
+    )
+    .unwrap();
+    drop(db);
+    daemon.restart();
+    let mut stream = subscribe(&daemon, Some(1));
+    register(&daemon, "after", owner);
+    let event = next_event(&mut stream);
+    assert_eq!(event["seq"], 2 + (1u64 << 20), "{event}");
+
+    // A clean stop, or a crash on the same boot, continues the seqs as they are.
+    daemon.kill9();
+    daemon.restart();
+    let mut stream = subscribe(&daemon, None);
+    register(&daemon, "again", owner);
+    assert_eq!(next_event(&mut stream)["seq"], 3 + (1u64 << 20));
+}
+
 #[test]
 fn a_registration_for_a_dead_or_reused_pid_ends_at_once() {
     let daemon = Daemon::start(&[]);
