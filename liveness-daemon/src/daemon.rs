@@ -65,12 +65,23 @@ pub struct Args {
     /// Most processes the eBPF filter map holds.
     #[arg(long, default_value_t = EbpfConfig::default().max_tracked, value_name = "COUNT")]
     ebpf_max_tracked: u32,
+    /// Size of the eBPF ring buffer (a power of two, at least 4096). Deaths that find it
+    /// full are counted, and every tracked process is then re-checked.
+    #[arg(long, default_value_t = EbpfConfig::default().ring_bytes, value_parser = parse_ring_bytes, value_name = "BYTES")]
+    ebpf_ring_bytes: u32,
     /// A process name that `owner: "auto"` skips as a wrapper (repeatable).
     #[arg(long = "wrapper", value_name = "COMM")]
     wrappers: Vec<String>,
     /// Log to this file instead of stderr; SIGHUP reopens it (for log rotation).
     #[arg(long, value_name = "PATH")]
     log_file: Option<PathBuf>,
+}
+
+fn parse_ring_bytes(text: &str) -> Result<u32, String> {
+    match text.parse::<u32>() {
+        Ok(bytes) if bytes >= 4096 && bytes.is_power_of_two() => Ok(bytes),
+        _ => Err(format!("{text:?} is not a power of two of at least 4096")),
+    }
 }
 
 /// Parses durations such as `250ms`, `30s`, `2m`, `1h`, `7d`.
@@ -289,8 +300,10 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
         procpoll_interval: args.procpoll_interval,
         ebpf: EbpfConfig {
             max_tracked: args.ebpf_max_tracked,
+            ring_bytes: args.ebpf_ring_bytes,
         },
         proc: proc.clone(),
+        queue: crate::source::monitor::DEFAULT_QUEUE,
     })?;
     let sources: Vec<String> = monitor
         .active_sources()
@@ -355,6 +368,15 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ring_sizes_are_powers_of_two_of_a_page_or_more() {
+        assert_eq!(parse_ring_bytes("4096"), Ok(4096));
+        assert_eq!(parse_ring_bytes("2097152"), Ok(2 * 1024 * 1024));
+        for bad in ["4095", "6144", "2048", "0", "big"] {
+            assert!(parse_ring_bytes(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn durations_need_a_unit() {

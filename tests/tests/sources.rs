@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use integration_tests::{Orphan, OrphanGroup, eventually, privileged, state};
 use liveness::identity::{DeathReason, ProcessKey};
-use liveness::source::monitor::{Monitor, MonitorConfig};
+use liveness::source::ebpf::EbpfConfig;
+use liveness::source::monitor::{Monitor, MonitorConfig, SourceName};
 use liveness::source::{DetectedBy, ExitObservation, ExitStatus};
 
 /// How long a death may take to arrive before the test fails (generous: shared machines).
@@ -294,4 +295,80 @@ async fn a_dead_or_reused_pid_is_reported_dead_at_track() {
         );
         expect_quiet(&mut monitor, selection, "nothing tracked died").await;
     }
+}
+
+/// The kernel drops exit records when the ring buffer is full; the monitor notices the
+/// loss counter move, re-checks every tracked process, and still reports each death once.
+#[tokio::test]
+async fn a_full_ring_buffer_is_noticed_and_reconciled() {
+    if !privileged("a_full_ring_buffer_is_noticed_and_reconciled") {
+        return;
+    }
+    // A one-page ring holds 128 records; a one-slot queue to the monitor, which this test
+    // does not drain while the processes die, stops the reader after the first record.
+    let mut monitor = Monitor::start(MonitorConfig {
+        selection: "ebpf".parse().unwrap(),
+        ebpf: EbpfConfig {
+            ring_bytes: 4096,
+            ..EbpfConfig::default()
+        },
+        queue: 1,
+        ..MonitorConfig::default()
+    })
+    .expect("eBPF monitor");
+    let mut group = OrphanGroup::spawn(300, &["exit", "0"]);
+    let expected: HashSet<ProcessKey> = group
+        .members
+        .iter()
+        .map(|&(pid, start_ticks)| ProcessKey { pid, start_ticks })
+        .collect();
+    for &key in &expected {
+        assert_eq!(monitor.track(key), None);
+    }
+    group.release();
+    let all_dead = eventually(ARRIVAL, || {
+        expected
+            .iter()
+            .all(|k| state(k.pid).is_none_or(|s| s == 'Z'))
+    });
+    assert!(all_dead, "the orphans did not exit");
+
+    let mut by_source = std::collections::HashMap::new();
+    let mut seen = HashSet::new();
+    while seen.len() < expected.len() {
+        let observation = next_within(&mut monitor, ARRIVAL).await.unwrap_or_else(|| {
+            panic!(
+                "only {} of {} deaths reported after the loss",
+                seen.len(),
+                expected.len()
+            )
+        });
+        assert!(
+            expected.contains(&observation.key),
+            "unexpected {:?}",
+            observation.key
+        );
+        assert!(
+            seen.insert(observation.key),
+            "{} reported twice",
+            observation.key
+        );
+        *by_source.entry(observation.detected_by).or_insert(0) += 1;
+    }
+    expect_quiet(&mut monitor, "ebpf", "every death was already reported").await;
+    let status = monitor.status();
+    let ebpf = status
+        .sources
+        .iter()
+        .find(|s| s.name == SourceName::Ebpf)
+        .and_then(|s| s.stats.clone());
+    assert!(
+        ebpf.is_some_and(|stats| stats.lost > 0),
+        "the ring never overflowed: {status:?}"
+    );
+    assert!(status.loss_reconciles >= 1, "{status:?}");
+    assert!(
+        by_source.get(&DetectedBy::Reconcile).copied().unwrap_or(0) > 0,
+        "{by_source:?}"
+    );
 }

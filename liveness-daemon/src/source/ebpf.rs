@@ -35,6 +35,8 @@ const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 /// Default capacity of the map of tracked processes (the object's own default).
 pub const DEFAULT_MAX_TRACKED: u32 = 262_144;
+/// Default size of the ring buffer (the object's own default): about 65,000 records.
+pub const DEFAULT_RING_BYTES: u32 = 2 * 1024 * 1024;
 
 /// Settings of the eBPF source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,12 +44,16 @@ pub struct EbpfConfig {
     /// Capacity of the kernel map of tracked processes; `track` beyond it is refused with
     /// [`TrackError::Exhausted`]. Entries are allocated on insert, so a large value is cheap.
     pub max_tracked: u32,
+    /// Size of the ring buffer in bytes: a power of two, at least a page. Deaths that find
+    /// it full are counted as lost, which makes the consumer re-check every process.
+    pub ring_bytes: u32,
 }
 
 impl Default for EbpfConfig {
     fn default() -> Self {
         EbpfConfig {
             max_tracked: DEFAULT_MAX_TRACKED,
+            ring_bytes: DEFAULT_RING_BYTES,
         }
     }
 }
@@ -204,6 +210,7 @@ impl EbpfSource {
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
             .map_max_entries(MAP_TRACKED, config.max_tracked)
+            .map_max_entries(MAP_EXITS, config.ring_bytes)
             .load(OBJECT)
             .map_err(EbpfError::from_load)?;
 
@@ -850,7 +857,13 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn tracking_beyond_capacity_is_refused() {
-        let Some((mut source, _events)) = start("capacity", EbpfConfig { max_tracked: 2 }) else {
+        let Some((mut source, _events)) = start(
+            "capacity",
+            EbpfConfig {
+                max_tracked: 2,
+                ..EbpfConfig::default()
+            },
+        ) else {
             return;
         };
         // PIDs above pid_max's ceiling: no process will ever exit with them.

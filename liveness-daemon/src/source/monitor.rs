@@ -20,9 +20,9 @@ use super::procpoll::{DEFAULT_INTERVAL, ProcpollSource};
 use super::{DetectedBy, ExitObservation, ExitSource, SourceEvent, SourceStats, TrackError};
 use crate::identity::{Liveness, ProcRoot, ProcessKey};
 
-/// Events buffered between the sources and the monitor. When full, sources wait (see the
-/// module docs of [`super`]).
-const CHANNEL_CAPACITY: usize = 4096;
+/// Events buffered between the sources and the monitor by default. When full, sources
+/// wait (see the module docs of [`super`]).
+pub const DEFAULT_QUEUE: usize = 4096;
 
 /// A source the user can ask for by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -105,6 +105,8 @@ pub struct MonitorConfig {
     pub procpoll_interval: Duration,
     pub ebpf: EbpfConfig,
     pub proc: ProcRoot,
+    /// Events buffered between the sources and the monitor.
+    pub queue: usize,
 }
 
 impl Default for MonitorConfig {
@@ -114,6 +116,7 @@ impl Default for MonitorConfig {
             procpoll_interval: DEFAULT_INTERVAL,
             ebpf: EbpfConfig::default(),
             proc: ProcRoot::default(),
+            queue: DEFAULT_QUEUE,
         }
     }
 }
@@ -219,7 +222,7 @@ struct Coverage {
 impl Monitor {
     /// Starts the selected sources. Must run inside a tokio runtime.
     pub fn start(config: MonitorConfig) -> Result<Monitor, MonitorError> {
-        let (sink, events) = mpsc::channel(CHANNEL_CAPACITY);
+        let (sink, events) = mpsc::channel(config.queue.max(1));
         let mut sources = Vec::new();
         let mut off = Vec::new();
         match &config.selection {
