@@ -75,40 +75,45 @@ pub async fn serve(
     }
 }
 
-/// Reads one line of at most `max` bytes. `Ok(None)` at end of input; an over-long line is
-/// consumed up to its newline and reported as `Err(())` inside `Ok`.
+/// What [`read_line_bounded`] found.
+#[derive(Debug, PartialEq, Eq)]
+enum Line {
+    /// A line (with its newline, unless the input ended without one) is in the buffer.
+    Complete,
+    /// A line of this many bytes exceeded the limit; it was consumed and dropped.
+    TooLong(usize),
+    /// The client closed its side.
+    End,
+}
+
+/// Reads one line of at most `max` bytes into `line`, without ever buffering more.
 async fn read_line_bounded<R: AsyncBufRead + Unpin>(
     reader: &mut R,
     line: &mut Vec<u8>,
     max: usize,
-) -> std::io::Result<Option<Result<(), usize>>> {
+) -> std::io::Result<Line> {
     line.clear();
-    let mut too_long = 0usize;
+    let mut dropped = 0usize;
     loop {
         let available = reader.fill_buf().await?;
-        if available.is_empty() {
-            return Ok(if line.is_empty() && too_long == 0 {
-                None
-            } else if too_long > 0 {
-                Some(Err(too_long))
-            } else {
-                Some(Ok(()))
-            });
-        }
-        let (chunk, done) = match available.iter().position(|&b| b == b'\n') {
+        let (chunk, complete) = match available.iter().position(|&b| b == b'\n') {
             Some(end) => (&available[..=end], true),
-            None => (available, false),
+            None => (available, available.is_empty()),
         };
         let used = chunk.len();
-        if too_long > 0 || line.len() + used > max {
-            too_long += line.len() + used;
+        if dropped > 0 || line.len() + used > max {
+            dropped += line.len() + used;
             line.clear();
         } else {
             line.extend_from_slice(chunk);
         }
         reader.consume(used);
-        if done {
-            return Ok(Some(if too_long > 0 { Err(too_long) } else { Ok(()) }));
+        if complete {
+            return Ok(match (dropped, line.is_empty()) {
+                (0, true) => Line::End,
+                (0, false) => Line::Complete,
+                (length, _) => Line::TooLong(length),
+            });
         }
     }
 }
@@ -181,8 +186,8 @@ impl Connection {
                 }
             };
             let envelope = match read {
-                None => return Ok(()),
-                Some(Err(length)) => {
+                Line::End => return Ok(()),
+                Line::TooLong(length) => {
                     let reply = Reply::error(
                         ErrorCode::LineTooLong,
                         format!(
@@ -192,8 +197,8 @@ impl Connection {
                     write_json(&mut write, &reply).await?;
                     continue;
                 }
-                Some(Ok(())) if line.iter().all(u8::is_ascii_whitespace) => continue,
-                Some(Ok(())) => match parse_request(&line) {
+                Line::Complete if line.iter().all(u8::is_ascii_whitespace) => continue,
+                Line::Complete => match parse_request(&line) {
                     Ok(envelope) => envelope,
                     Err(rejected) => {
                         write_json(&mut write, &Reply::from(rejected)).await?;
@@ -332,7 +337,7 @@ impl Connection {
                 }
                 // A streaming client only closes; anything it sends is ignored.
                 read = read_line_bounded(&mut reader, &mut discard, MAX_LINE_BYTES) => {
-                    if read?.is_none() {
+                    if read? == Line::End {
                         return Ok(());
                     }
                 }
@@ -345,18 +350,22 @@ impl Connection {
 mod tests {
     use super::*;
 
-    async fn lines(input: &[u8], max: usize) -> Vec<Option<Result<String, usize>>> {
+    /// Every read of `input` in 4-byte buffer fills: complete lines as text, or the outcome.
+    async fn lines(input: &[u8], max: usize) -> Vec<Result<String, Line>> {
         let mut reader = BufReader::with_capacity(4, input);
         let mut line = Vec::new();
         let mut out = Vec::new();
         loop {
-            let read = read_line_bounded(&mut reader, &mut line, max)
+            match read_line_bounded(&mut reader, &mut line, max)
                 .await
-                .unwrap();
-            let done = read.is_none();
-            out.push(read.map(|r| r.map(|()| String::from_utf8(line.clone()).unwrap())));
-            if done {
-                return out;
+                .unwrap()
+            {
+                Line::Complete => out.push(Ok(String::from_utf8(line.clone()).unwrap())),
+                Line::End => {
+                    out.push(Err(Line::End));
+                    return out;
+                }
+                other => out.push(Err(other)),
             }
         }
     }
@@ -367,12 +376,17 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                Some(Ok("ok\n".into())),
-                Some(Err(14)),
-                Some(Ok("next\n".into())),
-                Some(Ok("last".into())),
-                None
+                Ok("ok\n".into()),
+                Err(Line::TooLong(14)),
+                Ok("next\n".into()),
+                Ok("last".into()),
+                Err(Line::End)
             ]
         );
+        assert_eq!(
+            lines(b"0123456789", 8).await,
+            vec![Err(Line::TooLong(10)), Err(Line::End)]
+        );
+        assert_eq!(lines(b"", 8).await, vec![Err(Line::End)]);
     }
 }
