@@ -52,6 +52,52 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
+/// The project's binaries where another user can run them. A checkout under a private
+/// directory (a 0700 home, say) keeps other users out, so the binaries are then hard-linked
+/// (or copied) into an opened-up temporary directory, removed on drop.
+#[derive(Debug)]
+pub struct BinariesForAnyUser {
+    dir: Option<tempfile::TempDir>,
+}
+
+impl BinariesForAnyUser {
+    pub fn new() -> BinariesForAnyUser {
+        use std::os::unix::fs::PermissionsExt;
+        let original = binary("liveness");
+        let searchable = original
+            .ancestors()
+            .skip(1)
+            .all(|dir| std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 != 0));
+        if searchable {
+            return BinariesForAnyUser { dir: None };
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        for name in ["liveness", "livenessd"] {
+            let (from, to) = (binary(name), dir.path().join(name));
+            if std::fs::hard_link(&from, &to).is_err() {
+                std::fs::copy(&from, &to)
+                    .unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
+            }
+        }
+        BinariesForAnyUser { dir: Some(dir) }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        match &self.dir {
+            Some(dir) => dir.path().join(name),
+            None => binary(name),
+        }
+    }
+}
+
+impl Default for BinariesForAnyUser {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// Whether privileged tests can run here (root, BTF). When they cannot, prints why and
 /// returns false — unless `LIVENESS_REQUIRE_EBPF=1`, where skipping is a failure.
 pub fn privileged(test: &str) -> bool {

@@ -4,14 +4,14 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Output};
 
-use integration_tests::{Daemon, Orphan, binary, privileged};
+use integration_tests::{BinariesForAnyUser, Daemon, Orphan, privileged};
 use serde_json::{Value, json};
 
 const ALICE: u32 = 61_001;
 const BOB: u32 = 61_002;
 
-fn cli_as(daemon: &Daemon, uid: u32, args: &[&str]) -> Output {
-    Command::new(binary("liveness"))
+fn cli_as(binaries: &BinariesForAnyUser, daemon: &Daemon, uid: u32, args: &[&str]) -> Output {
+    Command::new(binaries.path("liveness"))
         .arg("--socket")
         .arg(&daemon.socket)
         .args(args)
@@ -47,6 +47,7 @@ fn users_see_and_change_only_their_own_sessions() {
         return;
     }
     let daemon = Daemon::start(&[]);
+    let binaries = BinariesForAnyUser::new();
     // Other users must reach the socket: the test's temp dir is private by default.
     for dir in [
         daemon.dir.path().to_path_buf(),
@@ -59,6 +60,7 @@ fn users_see_and_change_only_their_own_sessions() {
     let root_owned = Orphan::spawn(&["exit", "0"]);
 
     let registered = cli_as(
+        &binaries,
         &daemon,
         ALICE,
         &[
@@ -74,6 +76,7 @@ fn users_see_and_change_only_their_own_sessions() {
     assert_eq!(json_of(&registered)["creator_uid"], ALICE);
 
     let refused = cli_as(
+        &binaries,
         &daemon,
         ALICE,
         &[
@@ -106,19 +109,19 @@ fn users_see_and_change_only_their_own_sessions() {
             &alice_pid,
         ],
     ] {
-        let output = cli_as(&daemon, BOB, args);
+        let output = cli_as(&binaries, &daemon, BOB, args);
         assert_eq!(output.status.code(), Some(77), "bob {args:?}: {output:?}");
     }
-    let bobs_view = cli_as(&daemon, BOB, &["list", "--json"]);
+    let bobs_view = cli_as(&binaries, &daemon, BOB, &["list", "--json"]);
     assert_eq!(json_of(&bobs_view), json!([]), "bob sees alice's sessions");
-    let whose = cli_as(&daemon, BOB, &["whose", "--pid", &alice_pid]);
+    let whose = cli_as(&binaries, &daemon, BOB, &["whose", "--pid", &alice_pid]);
     assert_eq!(
         whose.status.code(),
         Some(66),
         "bob learns whose alice's process is: {whose:?}"
     );
 
-    let alices_view = cli_as(&daemon, ALICE, &["list", "--json"]);
+    let alices_view = cli_as(&binaries, &daemon, ALICE, &["list", "--json"]);
     assert_eq!(json_of(&alices_view).as_array().map(Vec::len), Some(1));
     let root_view = daemon.request(json!({"op": "list"}));
     assert_eq!(
@@ -128,12 +131,17 @@ fn users_see_and_change_only_their_own_sessions() {
     );
 
     // Bob's replay holds none of alice's events; alice's holds hers.
-    let bob_replay = daemon_replay_as(&daemon, BOB);
+    let bob_replay = daemon_replay_as(&binaries, &daemon, BOB);
     assert!(bob_replay.is_empty(), "bob replayed {bob_replay:?}");
-    let alice_replay = daemon_replay_as(&daemon, ALICE);
+    let alice_replay = daemon_replay_as(&binaries, &daemon, ALICE);
     assert_eq!(alice_replay.len(), 1, "{alice_replay:?}");
 
-    let ended = cli_as(&daemon, ALICE, &["end", "--session", "alice-1", "--json"]);
+    let ended = cli_as(
+        &binaries,
+        &daemon,
+        ALICE,
+        &["end", "--session", "alice-1", "--json"],
+    );
     assert_eq!(json_of(&ended)["reason"], "stopped");
     let _ = alice_process.kill();
     let _ = alice_process.wait();
@@ -141,11 +149,11 @@ fn users_see_and_change_only_their_own_sessions() {
 
 /// Replays the whole log as `uid` through `liveness watch --since 0 --json`, stopping
 /// after a short while.
-fn daemon_replay_as(daemon: &Daemon, uid: u32) -> Vec<Value> {
+fn daemon_replay_as(binaries: &BinariesForAnyUser, daemon: &Daemon, uid: u32) -> Vec<Value> {
     let output = Command::new("timeout")
         .args([
             "1",
-            binary("liveness").to_str().unwrap(),
+            binaries.path("liveness").to_str().unwrap(),
             "--socket",
             daemon.socket.to_str().unwrap(),
             "watch",

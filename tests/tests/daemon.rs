@@ -499,3 +499,69 @@ fn processes_beyond_the_fd_limit_are_still_covered() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// Forcing a source that cannot work here is an error at start that says why; `auto`
+/// falls back to what works.
+#[test]
+fn forcing_an_unavailable_source_fails_with_the_reason() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    if !privileged("forcing_an_unavailable_source_fails_with_the_reason") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let binaries = integration_tests::BinariesForAnyUser::new();
+    let run_as_user = |sources: &str| {
+        std::process::Command::new(binaries.path("livenessd"))
+            .arg("--socket")
+            .arg(dir.path().join(format!("{sources}.sock")))
+            .arg("--state-dir")
+            .arg(dir.path().join(format!("{sources}-state")))
+            .args(["--sources", sources])
+            .uid(61_003)
+            .gid(61_003)
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let output = run_as_user("ebpf").wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("exit source ebpf was requested but cannot run"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("CAP_BPF"),
+        "the reason names the capability: {stderr}"
+    );
+
+    let mut auto = run_as_user("auto");
+    let socket = dir.path().join("auto.sock");
+    assert!(
+        eventually(ARRIVAL, || std::os::unix::net::UnixStream::connect(&socket)
+            .is_ok()),
+        "auto did not start"
+    );
+    let status = Conn::connect(&socket).request(json!({"op": "status"}));
+    let sources = status["status"]["monitor"]["sources"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let ebpf = sources.iter().find(|s| s["name"] == "ebpf").unwrap();
+    assert_eq!(ebpf["state"], "off", "{status}");
+    assert!(
+        ebpf["reason"].as_str().unwrap().contains("CAP_BPF"),
+        "{status}"
+    );
+    assert!(
+        sources
+            .iter()
+            .any(|s| s["name"] == "pidfd" && s["state"] == "active"),
+        "{status}"
+    );
+    let _ = auto.kill();
+    let _ = auto.wait();
+}
