@@ -16,8 +16,8 @@ use crate::client::{Client, ClientError};
 use crate::identity::{DeathReason, Identity, IdentityError, Liveness, ProcRoot};
 use crate::paths::Env;
 use crate::protocol::{AutoOwner, ErrorCode, OwnerSpec, PidOwner, Reply, Request, StreamMessage};
-use crate::source::ExitStatus;
 use crate::source::monitor::{MonitorConfig, probe};
+use crate::source::{DetectedBy, ExitStatus};
 use crate::store::{EndReason, Event, EventKind, Phase, Session};
 
 /// Process exit codes of the `liveness` CLI.
@@ -493,54 +493,53 @@ fn session_call(socket: &Path, request: &Request, json: bool) -> Exit {
     })
 }
 
-fn describe_session(session: &Session) -> String {
-    let mut text = format!("{} {:?} owner {}", session.id, session.phase, session.owner);
-    if session.pending {
-        text.push_str(" (pending)");
+/// The name a value has on the wire (`"active"`, `"owner_exited"`, ...); empty for none.
+fn wire_name(value: impl Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        _ => String::new(),
     }
-    if let Some(reason) = session.reason {
-        text.push_str(&format!(
-            " ended: {}",
-            serde_json::to_value(reason)
-                .unwrap_or_default()
-                .as_str()
-                .unwrap_or("?")
-        ));
+}
+
+/// How something ended, for the one-line descriptions.
+fn describe_end(
+    reason: Option<EndReason>,
+    exit: Option<ExitStatus>,
+    detected_by: Option<DetectedBy>,
+) -> String {
+    let mut text = String::new();
+    if let Some(reason) = reason {
+        text.push_str(&format!(" ended: {}", wire_name(reason)));
     }
-    if let Some(exit) = &session.exit {
+    if let Some(exit) = exit {
         text.push_str(&format!(", {exit}"));
     }
-    if let Some(by) = session.detected_by {
+    if let Some(by) = detected_by {
         text.push_str(&format!(" (detected by {by})"));
     }
     text
 }
 
+fn describe_session(session: &Session) -> String {
+    let pending = if session.pending { " (pending)" } else { "" };
+    format!(
+        "{} {} owner {}{pending}{}",
+        session.id,
+        wire_name(session.phase),
+        session.owner,
+        describe_end(session.reason, session.exit, session.detected_by)
+    )
+}
+
 fn describe_event(event: &Event) -> String {
-    let kind = serde_json::to_value(event.kind).unwrap_or_default();
-    let mut text = format!(
-        "#{} {} {} owner {}",
+    format!(
+        "#{} {} {} owner {}{}",
         event.seq,
-        kind.as_str().unwrap_or("?"),
+        wire_name(event.kind),
         event.session,
-        event.owner
-    );
-    if let Some(reason) = event.reason {
-        text.push_str(&format!(
-            " reason {}",
-            serde_json::to_value(reason)
-                .unwrap_or_default()
-                .as_str()
-                .unwrap_or("?")
-        ));
-    }
-    if let Some(exit) = &event.exit {
-        text.push_str(&format!(", {exit}"));
-    }
-    if let Some(by) = event.detected_by {
-        text.push_str(&format!(" (detected by {by})"));
-    }
-    text
+        event.owner,
+        describe_end(event.reason, event.exit, event.detected_by)
+    )
 }
 
 fn print_status(status: &serde_json::Value) {
@@ -624,22 +623,15 @@ fn exec_for_event(
         Some(ExitStatus::Signaled { signal, .. }) => (String::new(), signal.to_string()),
         None => (String::new(), String::new()),
     };
-    let text = |value: serde_json::Value| value.as_str().unwrap_or_default().to_owned();
     let mut child = std::process::Command::new("/bin/sh")
         .arg("-c")
         .arg(command)
         .env("LIVENESS_SEQ", event.seq.to_string())
         .env("LIVENESS_SESSION", &event.session)
-        .env(
-            "LIVENESS_REASON",
-            text(serde_json::to_value(event.reason).unwrap_or_default()),
-        )
+        .env("LIVENESS_REASON", wire_name(event.reason))
         .env("LIVENESS_EXIT_CODE", code)
         .env("LIVENESS_SIGNAL", signal)
-        .env(
-            "LIVENESS_DETECTED_BY",
-            text(serde_json::to_value(event.detected_by).unwrap_or_default()),
-        )
+        .env("LIVENESS_DETECTED_BY", wire_name(event.detected_by))
         .env("LIVENESS_OWNER_PID", event.owner.pid.to_string())
         .stdin(std::process::Stdio::piped())
         .spawn()?;

@@ -456,7 +456,10 @@ impl Engine {
                             self.unwatch_if_unused(&existing.owner);
                             self.get_reply(&session)
                         }
-                        Ok(None) => store_error(StoreError::AlreadyEnded(session)).into(),
+                        Ok(None) => Reply::error(
+                            ErrorCode::AlreadyEnded,
+                            format!("session {session:?} has already ended"),
+                        ),
                         Err(e) => store_error(e).into(),
                     }
                 }
