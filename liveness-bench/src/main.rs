@@ -170,6 +170,11 @@ struct Report {
 }
 
 fn main() -> ExitCode {
+    let raw: Vec<String> = std::env::args().collect();
+    if raw.get(1).map(String::as_str) == Some(procs::SPAWNER_ARG) {
+        let number = |i: usize| raw.get(i).and_then(|a| a.parse().ok()).unwrap_or(0);
+        procs::spawner_main(number(2), number(3).max(1));
+    }
     let args = Args::parse();
     match run(&args) {
         Ok(true) => ExitCode::SUCCESS,

@@ -180,7 +180,7 @@ fn owner_main(go: RawFd, report: RawFd) -> ! {
 /// kill one group (SIGKILL to the group) and leave the rest. Dropping kills them all.
 #[derive(Debug)]
 pub struct Sleepers {
-    spawner: libc::pid_t,
+    spawner: std::process::Child,
     /// Every sleeper, in process groups of `group_size` consecutive entries.
     pub pids: Vec<u32>,
     pub group_size: usize,
@@ -188,16 +188,17 @@ pub struct Sleepers {
 }
 
 impl Sleepers {
+    /// The spawner is this binary re-executed (see [`SPAWNER_ARG`]): forked straight from the
+    /// harness, every sleeper would copy the harness's mappings and page tables, which at
+    /// 100k processes is more memory than the machine has.
     pub fn spawn(count: usize, group_size: usize) -> Result<Sleepers> {
         let (read, write) = pipe()?;
-        let report_fd = write.as_raw_fd();
-        // SAFETY: the child only calls async-signal-safe functions (see the module doc).
-        let spawner = match unsafe { libc::fork() } {
-            -1 => return Err(std::io::Error::last_os_error()).context("fork"),
-            0 => spawner_main(report_fd, count, group_size),
-            pid => pid,
-        };
-        drop(write);
+        let spawner = std::process::Command::new(std::env::current_exe()?)
+            .args([SPAWNER_ARG, &count.to_string(), &group_size.to_string()])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::from(write))
+            .spawn()
+            .context("starting the sleeper spawner")?;
         let mut sleepers = Sleepers {
             spawner,
             pids: Vec::with_capacity(count),
@@ -250,13 +251,16 @@ impl Drop for Sleepers {
             }
         }
         // The spawner exits once it has reaped every sleeper.
-        let mut status = 0;
-        // SAFETY: reaping our own child.
-        unsafe { libc::waitpid(self.spawner, &mut status, 0) };
+        let _ = self.spawner.wait();
     }
 }
 
-fn spawner_main(report: RawFd, count: usize, group_size: usize) -> ! {
+/// First argument that makes this binary the sleeper spawner: `SPAWNER_ARG COUNT GROUP`,
+/// writing each sleeper's PID (u32 LE, 0 if a fork failed) to stdout.
+pub const SPAWNER_ARG: &str = "__spawn-sleepers";
+
+pub fn spawner_main(count: usize, group_size: usize) -> ! {
+    let report: RawFd = 1;
     close_all_but(&mut [report]);
     let mut buffer = [0u8; 4096];
     let mut filled = 0;
