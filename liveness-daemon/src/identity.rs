@@ -289,7 +289,10 @@ impl ProcRoot {
             .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
             .and_then(|values| values.split_ascii_whitespace().next())
             .and_then(|first| first.parse().ok())
-            .ok_or(IdentityError::Malformed { path: self.root.join(rel), what: field })
+            .ok_or(IdentityError::Malformed {
+                path: self.root.join(rel),
+                what: field,
+            })
     }
 
     /// The real user id of a process.
@@ -417,7 +420,14 @@ mod tests {
         stat_line_threads(pid, comm, state, ppid, start, 1)
     }
 
-    fn stat_line_threads(pid: u32, comm: &str, state: char, ppid: u32, start: u64, threads: u32) -> String {
+    fn stat_line_threads(
+        pid: u32,
+        comm: &str,
+        state: char,
+        ppid: u32,
+        start: u64,
+        threads: u32,
+    ) -> String {
         // Fields 3..=22 as proc(5) numbers them, with the ones liveness ignores zeroed.
         let mut fields = vec!["0".to_owned(); 20];
         fields[0] = state.to_string();
@@ -533,7 +543,10 @@ mod tests {
 
         let thread = FakeProc::new().with(15, "worker", 1);
         std::fs::write(thread.dir.path().join("15/status"), "Tgid:\t10\nUid:\t0\n").unwrap();
-        assert!(matches!(thread.root().capture(15), Err(IdentityError::Thread { tid: 15, tgid: 10 })));
+        assert!(matches!(
+            thread.root().capture(15),
+            Err(IdentityError::Thread { tid: 15, tgid: 10 })
+        ));
 
         let no_boot = FakeProc::new().with(14, "a", 1);
         std::fs::remove_file(no_boot.dir.path().join("sys/kernel/random/boot_id")).unwrap();
@@ -569,8 +582,15 @@ mod tests {
         };
         assert_eq!(root.check(&zombie), Liveness::Dead(DeathReason::Exited));
         // The main thread exited (the leader shows Z) while another thread runs: alive.
-        let leader_gone = FakeProc::new().with_raw(22, stat_line_threads(22, "agent", 'Z', 1, 1022, 2).as_bytes());
-        let threaded = Identity { pid: 22, start_ticks: 1022, ..id.clone() };
+        let leader_gone = FakeProc::new().with_raw(
+            22,
+            stat_line_threads(22, "agent", 'Z', 1, 1022, 2).as_bytes(),
+        );
+        let threaded = Identity {
+            pid: 22,
+            start_ticks: 1022,
+            ..id.clone()
+        };
         assert_eq!(leader_gone.root().check(&threaded), Liveness::Alive);
         let other_boot = Identity {
             boot_id: "boot-b".into(),
@@ -595,12 +615,22 @@ mod tests {
     fn uid_is_the_real_uid_from_status() {
         let proc = FakeProc::new().with(70, "agent", 1);
         let status = proc.dir.path().join("70/status");
-        std::fs::write(&status, "Name:\tagent\nTgid:\t70\nUid:\t1000\t0\t0\t0\nGid:\t5\n").unwrap();
+        std::fs::write(
+            &status,
+            "Name:\tagent\nTgid:\t70\nUid:\t1000\t0\t0\t0\nGid:\t5\n",
+        )
+        .unwrap();
         assert_eq!(proc.root().uid(70).unwrap(), 1000);
         assert_eq!(proc.root().tgid(70).unwrap(), 70);
         std::fs::write(&status, "Name:\tagent\nUidx:\t5\n").unwrap();
-        assert!(matches!(proc.root().uid(70), Err(IdentityError::Malformed { .. })));
-        assert!(matches!(proc.root().uid(71), Err(IdentityError::NoSuchProcess(71))));
+        assert!(matches!(
+            proc.root().uid(70),
+            Err(IdentityError::Malformed { .. })
+        ));
+        assert!(matches!(
+            proc.root().uid(71),
+            Err(IdentityError::NoSuchProcess(71))
+        ));
     }
 
     #[test]
