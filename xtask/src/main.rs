@@ -24,6 +24,19 @@ enum Command {
         #[arg(long, env = "CLANG", default_value = "clang")]
         clang: String,
     },
+    /// Build livenessd and the harness in release mode and benchmark latency, scale and
+    /// overhead (see docs/benchmarks.md). Needs root for eBPF, pid_max and 100k processes.
+    Bench {
+        /// Smaller sizes, under 2 minutes.
+        #[arg(long, conflicts_with = "smoke")]
+        quick: bool,
+        /// Tiny sizes for CI: fails only if the harness breaks, never on timings.
+        #[arg(long)]
+        smoke: bool,
+        /// Write the figures as JSON to this file.
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+    },
 }
 
 /// Directory of the eBPF sources; clang runs here so the object only records relative paths.
@@ -35,6 +48,7 @@ const EBPF_OBJECT: &str = "liveness.bpf.o";
 fn main() -> Result<()> {
     match Cli::parse().command {
         Command::BuildEbpf { check, clang } => build_ebpf(&clang, check),
+        Command::Bench { quick, smoke, json } => bench(quick, smoke, json),
     }
 }
 
@@ -95,4 +109,52 @@ fn compile(clang: &str, dir: &Path, output: &Path) -> Result<()> {
 
 fn read(path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// The harness is a release binary of its own (`liveness-bench`), not code in xtask: what
+/// measures latency must be optimized like what is measured, and xtask stays a debug build
+/// that starts fast.
+fn bench(quick: bool, smoke: bool, json: Option<PathBuf>) -> Result<()> {
+    let root = workspace_root();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Process::new(cargo)
+        .current_dir(&root)
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "liveness-daemon",
+            "-p",
+            "liveness-bench",
+            "--bins",
+        ])
+        .status()
+        .context("running cargo build --release")?;
+    if !status.success() {
+        bail!("building the release binaries failed ({status})");
+    }
+    let bin_dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| root.join("target"), PathBuf::from)
+        .join("release");
+    let mut harness = Process::new(bin_dir.join("liveness-bench"));
+    harness.arg("--bin-dir").arg(&bin_dir);
+    if quick {
+        harness.arg("--quick");
+    }
+    if smoke {
+        harness.arg("--smoke");
+    }
+    if let Some(json) = json {
+        // The harness runs in the workspace root; keep a relative path relative to the caller.
+        let json = std::env::current_dir()?.join(json);
+        harness.arg("--json").arg(json);
+    }
+    let status = harness
+        .current_dir(&root)
+        .status()
+        .context("running liveness-bench")?;
+    if !status.success() {
+        bail!("the benchmark failed ({status})");
+    }
+    Ok(())
 }

@@ -1,0 +1,797 @@
+//! `liveness-bench`: end-to-end latency, scale and overhead of a real `livenessd`, next to
+//! the `/proc` polling baseline. Run through `cargo xtask bench`, which builds this harness
+//! and the daemon in release mode first; `docs/benchmarks.md` explains every figure.
+
+mod daemon;
+mod procs;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use liveness::identity::{ProcRoot, ProcessKey};
+use liveness::source::ebpf::{EbpfConfig, EbpfSource};
+use liveness::source::pidfd::PidfdSource;
+use liveness::source::{ExitSource, SourceEvent};
+use serde_json::{Value, json};
+
+use daemon::{Daemon, Subscriber, register_all};
+use procs::{Owners, PidMax, Sleepers, monotonic_ns};
+
+#[derive(Debug, Parser)]
+#[command(about = "Benchmarks a release livenessd through its socket protocol")]
+struct Args {
+    /// Directory holding the release `livenessd`.
+    #[arg(long)]
+    bin_dir: PathBuf,
+    /// Smaller sizes: finishes in under 2 minutes.
+    #[arg(long, conflicts_with = "smoke")]
+    quick: bool,
+    /// Tiny sizes, for CI: fails only if the harness breaks (lost or duplicated events).
+    #[arg(long)]
+    smoke: bool,
+    /// Write the figures as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// Sizes of one run.
+#[derive(Debug)]
+struct Plan {
+    mode: &'static str,
+    latency_samples: usize,
+    procpoll_parallel: usize,
+    ebpf_sizes: Vec<usize>,
+    auto_sizes: Vec<usize>,
+    burst: usize,
+    idle: Duration,
+    storm: usize,
+    storm_rounds: usize,
+    overhead_owners: usize,
+}
+
+impl Plan {
+    fn of(args: &Args) -> Plan {
+        if args.smoke {
+            Plan {
+                mode: "smoke",
+                latency_samples: 20,
+                procpoll_parallel: 20,
+                ebpf_sizes: vec![100],
+                auto_sizes: vec![100],
+                burst: 100,
+                idle: Duration::from_secs(1),
+                storm: 200,
+                storm_rounds: 2,
+                overhead_owners: 100,
+            }
+        } else if args.quick {
+            Plan {
+                mode: "quick",
+                latency_samples: 200,
+                procpoll_parallel: 50,
+                ebpf_sizes: vec![1_000, 10_000],
+                auto_sizes: vec![1_000, 10_000],
+                burst: 10_000,
+                idle: Duration::from_secs(3),
+                storm: 5_000,
+                storm_rounds: 3,
+                overhead_owners: 10_000,
+            }
+        } else {
+            Plan {
+                mode: "full",
+                latency_samples: 500,
+                procpoll_parallel: 50,
+                ebpf_sizes: vec![1_000, 10_000, 100_000],
+                auto_sizes: vec![1_000, 10_000],
+                burst: 10_000,
+                idle: Duration::from_secs(10),
+                storm: 20_000,
+                storm_rounds: 5,
+                overhead_owners: 10_000,
+            }
+        }
+    }
+}
+
+/// Percentiles of a sample, in microseconds.
+#[derive(Debug, Clone, Copy, Default)]
+struct Dist {
+    samples: usize,
+    p50: f64,
+    p90: f64,
+    p99: f64,
+    max: f64,
+    mean: f64,
+}
+
+impl Dist {
+    fn of_ns(values: &[u64]) -> Dist {
+        if values.is_empty() {
+            return Dist::default();
+        }
+        let mut sorted = values.to_vec();
+        sorted.sort_unstable();
+        // Nearest rank.
+        let at = |q: f64| {
+            let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+            sorted[rank - 1] as f64 / 1e3
+        };
+        Dist {
+            samples: sorted.len(),
+            p50: at(0.50),
+            p90: at(0.90),
+            p99: at(0.99),
+            max: *sorted.last().unwrap() as f64 / 1e3,
+            mean: sorted.iter().sum::<u64>() as f64 / sorted.len() as f64 / 1e3,
+        }
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "samples": self.samples,
+            "p50_us": round(self.p50),
+            "p90_us": round(self.p90),
+            "p99_us": round(self.p99),
+            "max_us": round(self.max),
+            "mean_us": round(self.mean),
+        })
+    }
+}
+
+fn round(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+/// The run's figures and the harness failures (lost, duplicated or missing events).
+#[derive(Debug, Default)]
+struct Report {
+    latency: BTreeMap<String, Value>,
+    latency_dist: BTreeMap<String, Dist>,
+    floor: BTreeMap<String, Dist>,
+    scale: Vec<Value>,
+    baseline: Vec<Value>,
+    overhead: Option<Value>,
+    errors: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    let raw: Vec<String> = std::env::args().collect();
+    if raw.get(1).map(String::as_str) == Some(procs::SPAWNER_ARG) {
+        let number = |i: usize| raw.get(i).and_then(|a| a.parse().ok()).unwrap_or(0);
+        procs::spawner_main(number(2), number(3).max(1));
+    }
+    let args = Args::parse();
+    match run(&args) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("bench: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<bool> {
+    let plan = Plan::of(args);
+    let started = Instant::now();
+    let mut report = Report::default();
+    let biggest = plan
+        .ebpf_sizes
+        .iter()
+        .chain(&plan.auto_sizes)
+        .max()
+        .copied();
+    let _pid_max = PidMax::ensure(biggest.unwrap_or(0) as u64 + 1_000)?;
+    let threads_max = procs::read_sysctl("/proc/sys/kernel/threads-max")?;
+    if let Some(n) = biggest
+        && n as u64 + 5_000 > threads_max
+    {
+        bail!("kernel.threads-max is {threads_max}: too low for {n} processes");
+    }
+
+    eprintln!("bench: {} run: latency", plan.mode);
+    for source in ["ebpf", "pidfd", "auto", "procpoll"] {
+        latency(args, &plan, source, &mut report)?;
+    }
+    eprintln!("bench: floor");
+    floor(&plan, &mut report)?;
+    for &n in &plan.ebpf_sizes {
+        eprintln!("bench: scale ebpf {n}");
+        scale(args, &plan, "ebpf", n, &mut report)?;
+    }
+    for &n in &plan.auto_sizes {
+        eprintln!("bench: scale auto {n}");
+        scale(args, &plan, "auto", n, &mut report)?;
+    }
+
+    let goals = goals(&report);
+    print_table(&plan, &report, &goals);
+    let document = json!({
+        "schema": 1,
+        "mode": plan.mode,
+        "machine": machine(),
+        "elapsed_s": round(started.elapsed().as_secs_f64()),
+        "latency": report.latency,
+        "floor": report.floor.iter().map(|(k, d)| (k.clone(), d.json())).collect::<BTreeMap<_, _>>(),
+        "ratio_to_floor": ratios(&report),
+        "scale": report.scale,
+        "baseline": {
+            "sweeps": report.baseline,
+            "polling_delay": polling_delay(),
+        },
+        "overhead": report.overhead,
+        "goals": goals,
+        "errors": report.errors,
+    });
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&document)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("bench: wrote {}", path.display());
+    }
+    if report.errors.is_empty() {
+        eprintln!(
+            "bench: harness OK ({:.0} s)",
+            started.elapsed().as_secs_f64()
+        );
+        Ok(true)
+    } else {
+        for error in &report.errors {
+            eprintln!("bench: HARNESS FAILURE: {error}");
+        }
+        Ok(false)
+    }
+}
+
+/// The detection delay a polling interval implies: an exit lands uniformly within it.
+fn polling_delay() -> Vec<Value> {
+    [1u64, 10, 60]
+        .iter()
+        .map(|&s| json!({"interval_s": s, "mean_delay_ms": s * 500, "worst_delay_ms": s * 1000}))
+        .collect()
+}
+
+fn machine() -> Value {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    json!({
+        "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+        "kernel": kernel.trim(),
+        "mem_total_kb": std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+            m.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.split_ascii_whitespace().next()?.parse::<u64>().ok()
+        }),
+    })
+}
+
+/// Session id of an owner in one part of the run.
+fn session(part: &str, pid: u32) -> String {
+    format!("{part}-{pid}")
+}
+
+/// End-to-end latency through one source: exit (CLOCK_MONOTONIC taken just before
+/// `_exit`) to the `session.ended` line read by a subscriber. One exit at a time, except
+/// procpoll, whose owners exit `procpoll_parallel` at a time at the default 1 s interval.
+fn latency(args: &Args, plan: &Plan, source: &str, report: &mut Report) -> Result<()> {
+    let mut daemon = Daemon::start(&args.bin_dir, source, &[])?;
+    let subscriber = Subscriber::start(&daemon.socket)?;
+    let parallel = if source == "procpoll" {
+        plan.procpoll_parallel
+    } else {
+        1
+    };
+    let timeout = Duration::from_secs(if source == "procpoll" { 10 } else { 5 });
+    let part = format!("lat-{source}");
+    let mut samples = Vec::with_capacity(plan.latency_samples);
+    let mut detected_by: BTreeMap<String, u64> = BTreeMap::new();
+    let mut lost = 0;
+    let mut seen = HashMap::new();
+    let batch = if parallel > 1 { parallel } else { 100 };
+    let mut left = plan.latency_samples;
+    while left > 0 {
+        let count = left.min(batch);
+        left -= count;
+        let mut owners = Owners::spawn(count)?;
+        register_all(&daemon.socket, &owners.pids, |p| session(&part, p), 1)?;
+        let mut done = 0;
+        while done < count {
+            let round = parallel.min(count - done);
+            owners.release(round)?;
+            let mut exits = Vec::with_capacity(round);
+            for _ in 0..round {
+                exits.push(owners.next_report()?);
+            }
+            for exit in exits {
+                match subscriber.wait_for(&session(&part, exit.pid), timeout, &mut seen) {
+                    Some(ended) => {
+                        samples.push(ended.received_ns.saturating_sub(exit.exit_ns));
+                        *detected_by.entry(ended.detected_by).or_default() += 1;
+                    }
+                    None => lost += 1,
+                }
+            }
+            done += round;
+        }
+    }
+    daemon.stop()?;
+    subscriber.finish()?;
+    if lost > 0 {
+        report.errors.push(format!(
+            "latency {source}: {lost} session.ended events never arrived"
+        ));
+    }
+    let dist = Dist::of_ns(&samples);
+    let mut value = dist.json();
+    value["lost"] = json!(lost);
+    value["parallel_exits"] = json!(parallel);
+    value["detected_by"] = json!(detected_by);
+    if source == "procpoll" {
+        value["procpoll_interval_ms"] = json!(1000);
+    }
+    report.latency.insert(source.into(), value);
+    report.latency_dist.insert(source.into(), dist);
+    Ok(())
+}
+
+/// The floor: the library's own sources in this process, without store or stream: exit to
+/// the `ExitObservation` leaving the source's channel.
+fn floor(plan: &Plan, report: &mut Report) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    for name in ["ebpf", "pidfd"] {
+        let samples = runtime.block_on(async {
+            let (sink, mut events) = tokio::sync::mpsc::channel(1024);
+            let mut source: Box<dyn ExitSource> = match name {
+                "ebpf" => Box::new(EbpfSource::start(sink, EbpfConfig::default())?),
+                _ => Box::new(PidfdSource::start(sink)?),
+            };
+            let proc = ProcRoot::default();
+            let mut samples = Vec::with_capacity(plan.latency_samples);
+            let mut left = plan.latency_samples;
+            while left > 0 {
+                let count = left.min(100);
+                left -= count;
+                let mut owners = Owners::spawn(count)?;
+                for &pid in &owners.pids {
+                    let start_ticks = proc.stat(pid)?.start_ticks;
+                    source.track(ProcessKey { pid, start_ticks })?;
+                }
+                for _ in 0..count {
+                    owners.release(1)?;
+                    let event = tokio::time::timeout(Duration::from_secs(5), events.recv())
+                        .await
+                        .context("no exit observation within 5 s")?
+                        .context("the source closed its channel")?;
+                    let received = monotonic_ns();
+                    let exit = owners.next_report()?;
+                    match event {
+                        SourceEvent::Exit(o) if o.key.pid == exit.pid => {
+                            samples.push(received.saturating_sub(exit.exit_ns));
+                        }
+                        other => bail!(
+                            "{name} floor: expected the exit of {}, got {other:?}",
+                            exit.pid
+                        ),
+                    }
+                }
+            }
+            anyhow::Ok(samples)
+        })?;
+        report.floor.insert(name.into(), Dist::of_ns(&samples));
+    }
+    Ok(())
+}
+
+/// One scale setting: `n` sleeping owners under `--sources source`.
+fn scale(args: &Args, plan: &Plan, source: &str, n: usize, report: &mut Report) -> Result<()> {
+    let spawn_started = Instant::now();
+    let group = plan.burst.min(n);
+    let mut sleepers = Sleepers::spawn(n, group)?;
+    let spawn_s = spawn_started.elapsed().as_secs_f64();
+    let extra = ["--ebpf-max-tracked", &(n + 10_000).to_string()];
+    let mut daemon = Daemon::start(&args.bin_dir, source, &extra)?;
+    let part = format!("scale-{source}-{n}");
+    let took = register_all(&daemon.socket, &sleepers.pids, |p| session(&part, p), 4)?;
+    let register_per_s = n as f64 / took.as_secs_f64();
+    std::thread::sleep(Duration::from_millis(500));
+    let rss = procs::rss_bytes(daemon.pid())?;
+    let before = procs::cpu_ticks(daemon.pid())?;
+    let idle_started = Instant::now();
+    std::thread::sleep(plan.idle);
+    let ticks = procs::cpu_ticks(daemon.pid())? - before;
+    let idle_cpu = ticks as f64 / 100.0 / idle_started.elapsed().as_secs_f64() * 100.0;
+
+    if source == "ebpf" {
+        report.baseline.push(sweep(&sleepers.pids)?);
+    }
+    if source == "auto" && n == plan.overhead_owners {
+        report.overhead = Some(overhead(plan, &mut daemon, n)?);
+    }
+
+    // Burst: SIGKILL one process group, all at once.
+    let subscriber = Subscriber::start(&daemon.socket)?;
+    let victims: HashSet<String> = sleepers
+        .group(0)
+        .iter()
+        .map(|&p| session(&part, p))
+        .collect();
+    let killed_ns = monotonic_ns();
+    sleepers.kill_group(0);
+    let mut delivered: HashMap<String, u32> = HashMap::new();
+    let mut last_ns = killed_ns;
+    let mut strays = 0u64;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut settle: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        let until = match settle {
+            // Once all arrived, listen a little longer for duplicates.
+            Some(at) => at,
+            None => deadline,
+        };
+        let Some(wait) = until.checked_duration_since(now) else {
+            break;
+        };
+        match subscriber.events.recv_timeout(wait) {
+            Ok(ended) => {
+                if victims.contains(&ended.session) {
+                    *delivered.entry(ended.session).or_default() += 1;
+                    last_ns = last_ns.max(ended.received_ns);
+                } else {
+                    strays += 1;
+                }
+                if settle.is_none() && delivered.len() == victims.len() {
+                    settle = Some(Instant::now() + Duration::from_millis(500));
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    let lost = victims.len() - delivered.len();
+    let duplicates: u32 = delivered.values().map(|c| c - 1).sum();
+    daemon.stop()?;
+    subscriber.finish()?;
+    drop(sleepers);
+    if lost > 0 || duplicates > 0 || strays > 0 {
+        report.errors.push(format!(
+            "scale {source} {n}: burst of {}: {lost} lost, {duplicates} duplicated, {strays} \
+             ended sessions that were not killed",
+            victims.len()
+        ));
+    }
+    report.scale.push(json!({
+        "source": source,
+        "owners": n,
+        "spawn_s": round(spawn_s),
+        "register_s": round(took.as_secs_f64()),
+        "register_per_s": register_per_s.round(),
+        "rss_mb": round(rss as f64 / 1048576.0),
+        "idle_cpu_percent": round(idle_cpu),
+        "idle_window_s": plan.idle.as_secs(),
+        "burst": {
+            "killed": victims.len(),
+            "delivered": delivered.len(),
+            "lost": lost,
+            "duplicates": duplicates,
+            "last_event_ms": round((last_ns - killed_ns) as f64 / 1e6),
+        },
+    }));
+    Ok(())
+}
+
+/// What a polling tool does per sweep: read every ACTIVE owner's /proc/<pid>/stat and
+/// compare its start time with the one recorded. Median of 3 sweeps.
+fn sweep(pids: &[u32]) -> Result<Value> {
+    let mut buffer = Vec::with_capacity(512);
+    let recorded: Vec<(u32, u64)> = pids
+        .iter()
+        .map(|&p| (p, procs::start_ticks(p, &mut buffer).unwrap_or(0)))
+        .collect();
+    let mut times = Vec::new();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let mut dead = 0usize;
+        for &(pid, start) in &recorded {
+            if procs::start_ticks(pid, &mut buffer) != Some(start) {
+                dead += 1;
+            }
+        }
+        times.push(started.elapsed().as_secs_f64() * 1e3);
+        if dead != 0 {
+            bail!("baseline sweep found {dead} dead owners among live sleepers");
+        }
+    }
+    let ms = median(&times);
+    Ok(json!({
+        "owners": pids.len(),
+        "sweep_ms": round(ms),
+        "per_owner_us": round(ms * 1e3 / pids.len() as f64),
+        "cpu_percent_at_1s": round(ms / 10.0),
+    }))
+}
+
+/// Storm of untracked fork/exec/exit (`/bin/true`, two workers), daemon running vs
+/// stopped, alternating rounds. The daemon restarts on the same state and re-tracks its
+/// `owners` ACTIVE sessions each time.
+fn overhead(plan: &Plan, daemon: &mut Daemon, owners: usize) -> Result<Value> {
+    let storm = |count: usize| -> Result<f64> {
+        let started = Instant::now();
+        std::thread::scope(|scope| -> Result<()> {
+            let workers: Vec<_> = (0..2)
+                .map(|w| {
+                    scope.spawn(move || -> Result<()> {
+                        for _ in (w..count).step_by(2) {
+                            let status = Command::new("/bin/true")
+                                .stdin(Stdio::null())
+                                .stdout(Stdio::null())
+                                .status()?;
+                            if !status.success() {
+                                bail!("/bin/true failed: {status}");
+                            }
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            for worker in workers {
+                worker
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("storm worker panicked"))??;
+            }
+            Ok(())
+        })?;
+        Ok(started.elapsed().as_secs_f64() * 1e3)
+    };
+    let (mut running, mut stopped) = (Vec::new(), Vec::new());
+    for _ in 0..plan.storm_rounds {
+        running.push(storm(plan.storm)?);
+        daemon.stop()?;
+        stopped.push(storm(plan.storm)?);
+        daemon.spawn()?;
+    }
+    let (on, off) = (median(&running), median(&stopped));
+    Ok(json!({
+        "storm_processes": plan.storm,
+        "rounds_each": plan.storm_rounds,
+        "owners_tracked": owners,
+        "sources": "auto",
+        "running_ms": running.iter().map(|&x| round(x)).collect::<Vec<_>>(),
+        "stopped_ms": stopped.iter().map(|&x| round(x)).collect::<Vec<_>>(),
+        "running_median_ms": round(on),
+        "stopped_median_ms": round(off),
+        "ratio": (on / off * 1e4).round() / 1e4,
+    }))
+}
+
+fn ratios(report: &Report) -> Value {
+    let mut out = serde_json::Map::new();
+    for name in ["ebpf", "pidfd"] {
+        if let (Some(e2e), Some(floor)) = (report.latency_dist.get(name), report.floor.get(name))
+            && floor.p50 > 0.0
+            && floor.p99 > 0.0
+        {
+            out.insert(
+                name.into(),
+                json!({"p50": round(e2e.p50 / floor.p50), "p99": round(e2e.p99 / floor.p99)}),
+            );
+        }
+    }
+    Value::Object(out)
+}
+
+fn goal(name: &str, target: &str, value: f64, unit: &str, pass: bool) -> Value {
+    json!({"name": name, "target": target, "value": round(value), "unit": unit, "pass": pass})
+}
+
+fn goals(report: &Report) -> Vec<Value> {
+    let mut goals = Vec::new();
+    let dist = |s: &str| report.latency_dist.get(s).copied().unwrap_or_default();
+    let (ebpf, pidfd) = (dist("ebpf"), dist("pidfd"));
+    goals.push(goal(
+        "ebpf_p50",
+        "<= 200 us",
+        ebpf.p50,
+        "us",
+        ebpf.p50 <= 200.0,
+    ));
+    goals.push(goal(
+        "ebpf_p99",
+        "<= 2000 us",
+        ebpf.p99,
+        "us",
+        ebpf.p99 <= 2000.0,
+    ));
+    if let Some(floor) = report.floor.get("ebpf") {
+        let ratio = ebpf.p50 / floor.p50;
+        goals.push(goal(
+            "ebpf_p50_vs_floor",
+            "<= 10x",
+            ratio,
+            "x",
+            ratio <= 10.0,
+        ));
+    }
+    goals.push(goal(
+        "pidfd_p50",
+        "<= 500 us",
+        pidfd.p50,
+        "us",
+        pidfd.p50 <= 500.0,
+    ));
+    goals.push(goal(
+        "pidfd_p99",
+        "<= 3000 us",
+        pidfd.p99,
+        "us",
+        pidfd.p99 <= 3000.0,
+    ));
+    // The scale goals are judged on the largest eBPF setting that ran.
+    if let Some(big) = report
+        .scale
+        .iter()
+        .filter(|s| s["source"] == "ebpf")
+        .max_by_key(|s| s["owners"].as_u64())
+    {
+        let owners = big["owners"].as_u64().unwrap_or(0);
+        let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+        let rss = f(&big["rss_mb"]);
+        let cpu = f(&big["idle_cpu_percent"]);
+        let burst = &big["burst"];
+        let last = f(&burst["last_event_ms"]);
+        let clean = burst["lost"] == 0 && burst["duplicates"] == 0;
+        goals.push(goal(
+            &format!("ebpf_{owners}_rss"),
+            "<= 256 MB",
+            rss,
+            "MB",
+            rss <= 256.0,
+        ));
+        goals.push(goal(
+            &format!("ebpf_{owners}_idle_cpu"),
+            "<= 0.5 %",
+            cpu,
+            "%",
+            cpu <= 0.5,
+        ));
+        goals.push(goal(
+            &format!("ebpf_{owners}_burst_{}", burst["killed"]),
+            "<= 1000 ms, 0 lost, 0 duplicated",
+            last,
+            "ms",
+            last <= 1000.0 && clean,
+        ));
+    }
+    if let Some(overhead) = &report.overhead {
+        let ratio = overhead["ratio"].as_f64().unwrap_or(f64::NAN);
+        goals.push(goal("overhead_ratio", "<= 1.02", ratio, "x", ratio <= 1.02));
+    }
+    goals
+}
+
+fn print_table(plan: &Plan, report: &Report, goals: &[Value]) {
+    println!("\nliveness benchmark ({} run)\n", plan.mode);
+    println!("End-to-end latency: exit -> session.ended at a subscriber (us)");
+    println!(
+        "{:<10} {:>7} {:>9} {:>9} {:>9} {:>10} {:>5}  detected_by",
+        "source", "samples", "p50", "p90", "p99", "max", "lost"
+    );
+    for (name, v) in &report.latency {
+        println!(
+            "{:<10} {:>7} {:>9} {:>9} {:>9} {:>10} {:>5}  {}",
+            name,
+            v["samples"].to_string(),
+            v["p50_us"].to_string(),
+            v["p90_us"].to_string(),
+            v["p99_us"].to_string(),
+            v["max_us"].to_string(),
+            v["lost"].to_string(),
+            v["detected_by"]
+        );
+    }
+    println!(
+        "  (procpoll: default 1 s interval, {} owners exit together per round)",
+        plan.procpoll_parallel
+    );
+    println!("\nFloor: kernel -> library source in the harness, no store, no stream (us)");
+    for (name, d) in &report.floor {
+        println!(
+            "{:<10} {:>7} {:>9.1} {:>9.1} {:>9.1} {:>10.1}",
+            name, d.samples, d.p50, d.p90, d.p99, d.max
+        );
+    }
+    for (name, r) in ratios(report).as_object().into_iter().flatten() {
+        println!(
+            "  {name}: end-to-end / floor = {} at p50, {} at p99",
+            r["p50"], r["p99"]
+        );
+    }
+    println!("\nScale");
+    println!(
+        "{:<6} {:>7} {:>8} {:>10} {:>8} {:>9} {:>7} {:>9} {:>5} {:>5}",
+        "source",
+        "owners",
+        "spawn s",
+        "reg/s",
+        "RSS MB",
+        "idle CPU%",
+        "burst",
+        "last ms",
+        "lost",
+        "dup"
+    );
+    for s in &report.scale {
+        let b = &s["burst"];
+        println!(
+            "{:<6} {:>7} {:>8} {:>10} {:>8} {:>9} {:>7} {:>9} {:>5} {:>5}",
+            s["source"].as_str().unwrap_or(""),
+            s["owners"].to_string(),
+            s["spawn_s"].to_string(),
+            s["register_per_s"].to_string(),
+            s["rss_mb"].to_string(),
+            s["idle_cpu_percent"].to_string(),
+            b["killed"].to_string(),
+            b["last_event_ms"].to_string(),
+            b["lost"].to_string(),
+            b["duplicates"].to_string()
+        );
+    }
+    println!("\nBaseline: a /proc sweep of every ACTIVE owner (what polling tools do)");
+    for b in &report.baseline {
+        println!(
+            "  {:>7} owners: {} ms per sweep ({} us per owner; {} % of a CPU at a 1 s interval)",
+            b["owners"].to_string(),
+            b["sweep_ms"],
+            b["per_owner_us"],
+            b["cpu_percent_at_1s"]
+        );
+    }
+    for s in [1, 10, 60] {
+        println!(
+            "  polling every {s:>2} s: detection delay mean {} ms, worst {} ms",
+            s * 500,
+            s * 1000
+        );
+    }
+    if let Some(e2e) = report.latency_dist.get("ebpf") {
+        println!(
+            "  liveness (ebpf, measured): p50 {:.3} ms, p99 {:.3} ms",
+            e2e.p50 / 1e3,
+            e2e.p99 / 1e3
+        );
+    }
+    if let Some(o) = &report.overhead {
+        println!(
+            "\nOverhead: {} x fork/exec/exit of /bin/true, {} owners tracked (auto), {} rounds each",
+            o["storm_processes"], o["owners_tracked"], o["rounds_each"]
+        );
+        println!(
+            "  running {} ms, stopped {} ms (medians): ratio {}",
+            o["running_median_ms"], o["stopped_median_ms"], o["ratio"]
+        );
+    }
+    println!("\nGoals");
+    for g in goals {
+        println!(
+            "  {:<4} {:<28} {:>10} {:<3} (target {})",
+            if g["pass"] == true { "PASS" } else { "MISS" },
+            g["name"].as_str().unwrap_or(""),
+            g["value"],
+            g["unit"].as_str().unwrap_or(""),
+            g["target"].as_str().unwrap_or("")
+        );
+    }
+    println!();
+}

@@ -1,0 +1,406 @@
+//! Processes the benchmark tracks, made with raw fork(2).
+//!
+//! The harness is multi-threaded, so a forked child only makes async-signal-safe calls
+//! (fork, setpgid, read, write, clock_gettime, pause, waitpid, close_range, _exit) and
+//! never allocates.
+
+use std::fs::File;
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+/// CLOCK_MONOTONIC in nanoseconds, comparable across processes.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills the two-element array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("pipe2");
+    }
+    // SAFETY: both descriptors are fresh and owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// In a forked child: closes every descriptor except `keep`, so tracked processes hold no
+/// socket or pipe end of the harness (they would keep it open for their whole life).
+fn close_all_but(keep: &mut [RawFd]) {
+    keep.sort_unstable();
+    let mut from: libc::c_uint = 0;
+    for &fd in keep.iter() {
+        let fd = fd as libc::c_uint;
+        if fd > from {
+            // SAFETY: close_range only closes descriptors; errors are harmless here.
+            unsafe { libc::syscall(libc::SYS_close_range, from, fd - 1, 0) };
+        }
+        from = fd + 1;
+    }
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_close_range, from, libc::c_uint::MAX, 0) };
+}
+
+fn write_all_raw(fd: RawFd, bytes: &[u8]) -> bool {
+    let mut done = 0;
+    while done < bytes.len() {
+        // SAFETY: writing from a live buffer.
+        let n = unsafe { libc::write(fd, bytes[done..].as_ptr().cast(), bytes.len() - done) };
+        if n < 0 {
+            if std::io::Error::last_os_error().kind() == ErrorKind::Interrupted {
+                continue;
+            }
+            return false;
+        }
+        done += n as usize;
+    }
+    true
+}
+
+fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit ends the process without running the parent's destructors.
+    unsafe { libc::_exit(code) }
+}
+
+/// A batch of owners that are not the harness's children (double fork). Each waits for
+/// one byte on the shared `go` pipe, then takes CLOCK_MONOTONIC, writes `(pid, ns)` to the
+/// report pipe (16 bytes: atomic) and calls `_exit(0)`. Dropping the batch closes `go`:
+/// owners still waiting see EOF and exit.
+#[derive(Debug)]
+pub struct Owners {
+    pub pids: Vec<u32>,
+    go: File,
+    report: File,
+}
+
+/// One owner's report: who exited and when (CLOCK_MONOTONIC ns, just before `_exit`).
+#[derive(Debug, Clone, Copy)]
+pub struct ExitReport {
+    pub pid: u32,
+    pub exit_ns: u64,
+}
+
+impl Owners {
+    pub fn spawn(count: usize) -> Result<Owners> {
+        let (go_read, go_write) = pipe()?;
+        let (report_read, report_write) = pipe()?;
+        let (go_fd, report_fd) = (go_read.as_raw_fd(), report_write.as_raw_fd());
+        for _ in 0..count {
+            // SAFETY: the child only calls async-signal-safe functions (see the module doc).
+            match unsafe { libc::fork() } {
+                -1 => return Err(std::io::Error::last_os_error()).context("fork"),
+                0 => {
+                    // SAFETY: as above; the middle process forks once more and exits.
+                    match unsafe { libc::fork() } {
+                        0 => owner_main(go_fd, report_fd),
+                        -1 => exit_now(1),
+                        _ => exit_now(0),
+                    }
+                }
+                middle => {
+                    let mut status = 0;
+                    // SAFETY: reaping the middle process we just forked.
+                    unsafe { libc::waitpid(middle, &mut status, 0) };
+                    if status != 0 {
+                        bail!("the middle process of a double fork failed ({status:#x})");
+                    }
+                }
+            }
+        }
+        drop((go_read, report_write));
+        let mut owners = Owners {
+            pids: Vec::with_capacity(count),
+            go: File::from(go_write),
+            report: File::from(report_read),
+        };
+        for _ in 0..count {
+            let hello = owners.next_report()?;
+            owners.pids.push(hello.pid);
+        }
+        Ok(owners)
+    }
+
+    /// Lets `count` owners (whichever read first) exit.
+    pub fn release(&mut self, count: usize) -> Result<()> {
+        self.go
+            .write_all(&vec![b'x'; count])
+            .context("writing to the owners' go pipe")
+    }
+
+    /// The next record on the report pipe (blocking).
+    pub fn next_report(&mut self) -> Result<ExitReport> {
+        let mut record = [0u8; 16];
+        self.report
+            .read_exact(&mut record)
+            .context("reading an owner's report")?;
+        Ok(ExitReport {
+            pid: u64::from_le_bytes(record[..8].try_into().unwrap()) as u32,
+            exit_ns: u64::from_le_bytes(record[8..].try_into().unwrap()),
+        })
+    }
+}
+
+fn owner_main(go: RawFd, report: RawFd) -> ! {
+    close_all_but(&mut [go, report]);
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() } as u64;
+    let mut hello = [0u8; 16];
+    hello[..8].copy_from_slice(&pid.to_le_bytes());
+    if !write_all_raw(report, &hello) {
+        exit_now(2);
+    }
+    let mut byte = 0u8;
+    loop {
+        // SAFETY: reading one byte into a local.
+        match unsafe { libc::read(go, (&raw mut byte).cast(), 1) } {
+            1 => break,
+            0 => exit_now(3),
+            _ if std::io::Error::last_os_error().kind() == ErrorKind::Interrupted => {}
+            _ => exit_now(4),
+        }
+    }
+    let now = monotonic_ns();
+    let mut record = [0u8; 16];
+    record[..8].copy_from_slice(&pid.to_le_bytes());
+    record[8..].copy_from_slice(&now.to_le_bytes());
+    write_all_raw(report, &record);
+    exit_now(0)
+}
+
+/// Many sleeping processes (`pause()`), forked by one small spawner process that is the
+/// harness's child and reaps them. They form process groups of `group_size`, so a burst can
+/// kill one group (SIGKILL to the group) and leave the rest. Dropping kills them all.
+#[derive(Debug)]
+pub struct Sleepers {
+    spawner: std::process::Child,
+    /// Every sleeper, in process groups of `group_size` consecutive entries.
+    pub pids: Vec<u32>,
+    pub group_size: usize,
+    killed: Vec<bool>,
+}
+
+impl Sleepers {
+    /// The spawner is this binary re-executed (see [`SPAWNER_ARG`]): forked straight from the
+    /// harness, every sleeper would copy the harness's mappings and page tables, which at
+    /// 100k processes is more memory than the machine has.
+    pub fn spawn(count: usize, group_size: usize) -> Result<Sleepers> {
+        let (read, write) = pipe()?;
+        let spawner = std::process::Command::new(std::env::current_exe()?)
+            .args([SPAWNER_ARG, &count.to_string(), &group_size.to_string()])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::from(write))
+            .spawn()
+            .context("starting the sleeper spawner")?;
+        let mut sleepers = Sleepers {
+            spawner,
+            pids: Vec::with_capacity(count),
+            group_size,
+            killed: Vec::new(),
+        };
+        let mut bytes = Vec::with_capacity(count * 4);
+        File::from(read)
+            .read_to_end(&mut bytes)
+            .context("reading the spawner's PIDs")?;
+        sleepers.pids.extend(
+            bytes
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes(c.try_into().unwrap())),
+        );
+        sleepers.killed = vec![false; sleepers.groups()];
+        if sleepers.pids.len() != count || sleepers.pids.contains(&0) {
+            let made = sleepers.pids.iter().take_while(|&&p| p != 0).count();
+            bail!(
+                "the spawner made only {made} of {count} sleeping processes (fork failed: \
+                 pid_max, threads-max or memory)"
+            );
+        }
+        Ok(sleepers)
+    }
+
+    pub fn groups(&self) -> usize {
+        self.pids.len().div_ceil(self.group_size)
+    }
+
+    pub fn group(&self, index: usize) -> &[u32] {
+        let start = index * self.group_size;
+        &self.pids[start..(start + self.group_size).min(self.pids.len())]
+    }
+
+    /// SIGKILL to one process group: all its members die at once.
+    pub fn kill_group(&mut self, index: usize) {
+        let leader = self.group(index)[0] as libc::pid_t;
+        // SAFETY: signalling a process group we created.
+        unsafe { libc::kill(-leader, libc::SIGKILL) };
+        self.killed[index] = true;
+    }
+}
+
+impl Drop for Sleepers {
+    fn drop(&mut self) {
+        for index in 0..self.groups() {
+            if !self.killed[index] {
+                self.kill_group(index);
+            }
+        }
+        // The spawner exits once it has reaped every sleeper.
+        let _ = self.spawner.wait();
+    }
+}
+
+/// First argument that makes this binary the sleeper spawner: `SPAWNER_ARG COUNT GROUP`,
+/// writing each sleeper's PID (u32 LE, 0 if a fork failed) to stdout.
+pub const SPAWNER_ARG: &str = "__spawn-sleepers";
+
+pub fn spawner_main(count: usize, group_size: usize) -> ! {
+    let report: RawFd = 1;
+    close_all_but(&mut [report]);
+    let mut buffer = [0u8; 4096];
+    let mut filled = 0;
+    let mut leader: libc::pid_t = 0;
+    for i in 0..count {
+        if i % group_size == 0 {
+            leader = 0;
+        }
+        // SAFETY: async-signal-safe calls only, in this process and in the sleeper.
+        let pid = match unsafe { libc::fork() } {
+            0 => {
+                // Holding the report pipe would keep the harness from ever seeing its end.
+                unsafe { libc::close(report) };
+                unsafe { libc::setpgid(0, leader) };
+                loop {
+                    unsafe { libc::pause() };
+                }
+            }
+            -1 => 0,
+            pid => {
+                // Set from both sides so a kill of the group never races the child.
+                unsafe { libc::setpgid(pid, if leader == 0 { pid } else { leader }) };
+                pid
+            }
+        };
+        if leader == 0 {
+            leader = pid;
+        }
+        buffer[filled..filled + 4].copy_from_slice(&(pid as u32).to_le_bytes());
+        filled += 4;
+        if filled == buffer.len() || i + 1 == count || pid == 0 {
+            write_all_raw(report, &buffer[..filled]);
+            filled = 0;
+        }
+        if pid == 0 {
+            break;
+        }
+    }
+    // SAFETY: closing our end tells the harness every PID is written.
+    unsafe { libc::close(report) };
+    // SAFETY: reaping our own children until none is left.
+    while unsafe { libc::waitpid(-1, std::ptr::null_mut(), 0) } > 0 {}
+    exit_now(0)
+}
+
+/// Raises `kernel.pid_max` for the benchmark and restores the old value when dropped.
+#[derive(Debug)]
+pub struct PidMax {
+    original: Option<u64>,
+}
+
+const PID_MAX: &str = "/proc/sys/kernel/pid_max";
+
+pub fn read_sysctl(path: &str) -> Result<u64> {
+    std::fs::read_to_string(path)
+        .with_context(|| format!("reading {path}"))?
+        .trim()
+        .parse()
+        .with_context(|| format!("parsing {path}"))
+}
+
+impl PidMax {
+    /// Makes room for `needed` more processes than are running now.
+    pub fn ensure(needed: u64) -> Result<PidMax> {
+        let current = read_sysctl(PID_MAX)?;
+        let running = std::fs::read_dir("/proc")?
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .count() as u64;
+        // Headroom: PIDs are allocated cyclically and the latency runs keep forking.
+        let wanted = (running + needed) * 2 + 10_000;
+        if wanted <= current {
+            return Ok(PidMax { original: None });
+        }
+        let raised = wanted.clamp(current, 4_194_304);
+        std::fs::write(PID_MAX, raised.to_string())
+            .with_context(|| format!("raising {PID_MAX} to {raised} (needs root)"))?;
+        eprintln!("bench: raised kernel.pid_max {current} -> {raised} (restored at the end)");
+        Ok(PidMax {
+            original: Some(current),
+        })
+    }
+}
+
+impl Drop for PidMax {
+    fn drop(&mut self) {
+        if let Some(original) = self.original {
+            match std::fs::write(PID_MAX, original.to_string()) {
+                Ok(()) => eprintln!("bench: restored kernel.pid_max to {original}"),
+                Err(e) => eprintln!("bench: cannot restore kernel.pid_max to {original}: {e}"),
+            }
+        }
+    }
+}
+
+/// utime + stime of a process, in clock ticks (USER_HZ = 100).
+pub fn cpu_ticks(pid: u32) -> Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .context("malformed stat")?;
+    // After the comm: state(3) ... utime(14) stime(15), i.e. indexes 11 and 12 here.
+    let fields: Vec<&str> = after.split_ascii_whitespace().collect();
+    let utime: u64 = fields.get(11).context("no utime")?.parse()?;
+    let stime: u64 = fields.get(12).context("no stime")?.parse()?;
+    Ok(utime + stime)
+}
+
+/// VmRSS of a process in bytes.
+pub fn rss_bytes(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_ascii_whitespace().next())
+        .context("no VmRSS")?
+        .parse()?;
+    Ok(kb * 1024)
+}
+
+/// Start time (field 22 of /proc/<pid>/stat), read into a reused buffer: the work a
+/// polling tool does per owner and per sweep.
+pub fn start_ticks(pid: u32, buffer: &mut Vec<u8>) -> Option<u64> {
+    buffer.clear();
+    let mut file = File::open(format!("/proc/{pid}/stat")).ok()?;
+    file.read_to_end(buffer).ok()?;
+    let close = buffer.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(&buffer[close + 1..]).ok()?;
+    // Field 22 is the 20th after the comm (state is the 1st).
+    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+}
+
+/// Polls until `condition` holds or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + timeout;
+    while !condition() {
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
