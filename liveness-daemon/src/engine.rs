@@ -662,15 +662,10 @@ impl Engine {
             Err(e) => tracing::error!(error = %e, "cannot list expired pending sessions"),
         }
         let cutoff = now - self.config.unknown_timeout.as_millis() as i64;
-        match self.store.idle_since(cutoff) {
-            // Only owners nothing can watch time out; watched owners end when they die.
-            Ok(idle) => ended.extend(
-                idle.into_iter()
-                    .filter(|s| {
-                        !self.monitor.is_tracked(s.owner.key()) || s.owner.host != self.local.host
-                    })
-                    .map(|s| (s, EndReason::Timeout)),
-            ),
+        // Every live local owner is watched (the /proc poller takes what no other source
+        // can), so it ends when it dies; only owners on other hosts can time out.
+        match self.store.idle_on_other_hosts(cutoff, &self.local.host) {
+            Ok(idle) => ended.extend(idle.into_iter().map(|s| (s, EndReason::Timeout))),
             Err(e) => tracing::error!(error = %e, "cannot list idle sessions"),
         }
         for (session, reason) in ended {

@@ -28,7 +28,8 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Schema migrations, in order: migration `i` brings `user_version` from `i` to `i + 1`.
 /// Never edit a released entry; append a new one.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE sessions (
     id TEXT PRIMARY KEY NOT NULL,
     owner_pid INTEGER NOT NULL,
@@ -64,7 +65,16 @@ CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value NOT NULL);
 INSERT INTO meta (key, value) VALUES ('pruned_through', 0);
 -- The boot of the last daemon run and whether it stopped cleanly (see begin_run).
 INSERT INTO meta (key, value) VALUES ('run_boot_id', ''), ('run_clean', 1);
-"#];
+"#,
+    r#"
+-- Housekeeping runs every few seconds over up to 100k ACTIVE sessions: these partial
+-- indexes hold only the rows it looks for, so an idle daemon reads next to nothing.
+CREATE INDEX sessions_pending_expiry ON sessions (pending_expires_ms)
+    WHERE phase = 'active' AND pending;
+CREATE INDEX sessions_active_by_host ON sessions (owner_host, touched_ms)
+    WHERE phase = 'active';
+"#,
+];
 
 /// The schema version this code writes and understands.
 const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
@@ -725,23 +735,39 @@ impl Store {
             concat!(
                 "SELECT ",
                 session_columns!(),
-                " FROM sessions WHERE phase = 'active' AND pending \
-                 AND pending_expires_ms <= ?1 ORDER BY id"
+                " FROM sessions INDEXED BY sessions_pending_expiry \
+                 WHERE phase = 'active' AND pending AND pending_expires_ms <= ?1 ORDER BY id"
             ),
             params![now_ms],
         )
     }
 
-    /// Active sessions without activity since `cutoff_ms` (inactivity timeout).
-    pub fn idle_since(&self, cutoff_ms: i64) -> Result<Vec<Session>, StoreError> {
-        self.sessions(
-            concat!(
-                "SELECT ",
-                session_columns!(),
-                " FROM sessions WHERE phase = 'active' AND touched_ms < ?1 ORDER BY id"
-            ),
-            params![cutoff_ms],
-        )
+    /// Active sessions owned on a host other than `local_host` without activity since
+    /// `cutoff_ms`: the only owners nothing can watch, so the inactivity timeout ends them.
+    /// Two range searches skip every local session, however many there are.
+    pub fn idle_on_other_hosts(
+        &self,
+        cutoff_ms: i64,
+        local_host: &str,
+    ) -> Result<Vec<Session>, StoreError> {
+        macro_rules! idle_where_host {
+            ($comparison:literal) => {
+                concat!(
+                    "SELECT ",
+                    session_columns!(),
+                    " FROM sessions INDEXED BY sessions_active_by_host \
+                     WHERE phase = 'active' AND owner_host ",
+                    $comparison,
+                    " ?2 AND touched_ms < ?1"
+                )
+            };
+        }
+        let mut idle = Vec::new();
+        for sql in [idle_where_host!("<"), idle_where_host!(">")] {
+            idle.extend(self.sessions(sql, params![cutoff_ms, local_host])?);
+        }
+        idle.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+        Ok(idle)
     }
 
     /// Deletes sessions that ended before `ended_before_ms`; their ids become free again.
@@ -1401,6 +1427,41 @@ mod tests {
     }
 
     #[test]
+    fn only_idle_owners_of_other_hosts_time_out() {
+        let db = Db::new();
+        let mut store = db.open();
+        let on = |host: &str, pid| Identity {
+            host: host.into(),
+            ..owner(pid)
+        };
+        // Hosts sorting before and after the local one, both idle and busy.
+        store
+            .register(req("zulu-idle", on("zulu", 1)), NOW)
+            .unwrap();
+        store
+            .register(req("alpha-idle", on("alpha", 2)), NOW)
+            .unwrap();
+        store
+            .register(req("local-idle", on("devbox", 3)), NOW)
+            .unwrap();
+        store
+            .register(req("alpha-busy", on("alpha", 4)), NOW)
+            .unwrap();
+        store.touch("alpha-busy", NOW + 100).unwrap();
+        store
+            .register(req("zulu-ended", on("zulu", 5)), NOW)
+            .unwrap();
+        end_by_owner(&mut store, &on("zulu", 5));
+
+        let idle = store.idle_on_other_hosts(NOW + 50, "devbox").unwrap();
+        assert_eq!(
+            idle.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
+            ["alpha-idle", "zulu-idle"]
+        );
+        assert!(store.idle_on_other_hosts(NOW, "devbox").unwrap().is_empty());
+    }
+
+    #[test]
     fn ended_id_cannot_be_registered_again_until_pruned() {
         let db = Db::new();
         let mut store = db.open();
@@ -1444,9 +1505,8 @@ mod tests {
             Err(StoreError::NotFound(_))
         ));
 
-        let idle = store.idle_since(NOW + 50).unwrap();
-        assert_eq!(idle.len(), 1);
-        assert_eq!(idle[0].id, "b");
+        let idle = store.idle_on_other_hosts(NOW + 50, "laptop").unwrap();
+        assert_eq!(idle.iter().map(|s| &s.id).collect::<Vec<_>>(), ["b"]);
         let ids = |v: Vec<Session>| v.into_iter().map(|s| s.id).collect::<Vec<_>>();
         assert_eq!(ids(store.list(None, None).unwrap()), ["a", "b", "c"]);
         assert_eq!(
@@ -1705,6 +1765,37 @@ mod tests {
         store.register(req("s", owner(10)), NOW).unwrap();
         drop(store);
         assert!(db.open().get("s").unwrap().is_some());
+    }
+
+    #[test]
+    fn a_first_version_database_is_migrated_with_its_sessions() {
+        let db = Db::new();
+        let conn = Connection::open(db.path()).unwrap();
+        conn.execute_batch(MIGRATIONS[0]).unwrap();
+        conn.pragma_update(None, "user_version", 1).unwrap();
+        conn.execute(
+            "INSERT INTO sessions (id, owner_pid, owner_start_ticks, owner_boot_id, owner_host, \
+             owner_comm, phase, pending, creator_uid, labels, created_ms, updated_ms, touched_ms) \
+             VALUES ('old', 7, 1007, 'boot-a', 'elsewhere', 'agent', 'active', 0, 1000, '{}', \
+             ?1, ?1, ?1)",
+            [NOW],
+        )
+        .unwrap();
+        drop(conn);
+
+        let store = db.open();
+        let version: u32 = store
+            .conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+        // The queries that need the new indexes (INDEXED BY fails without them) see the row.
+        let idle = store.idle_on_other_hosts(NOW + 1, "devbox").unwrap();
+        assert_eq!(
+            idle.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
+            ["old"]
+        );
+        assert!(store.expired_pending(NOW + 1).unwrap().is_empty());
     }
 
     #[test]

@@ -293,6 +293,9 @@ fn a_pending_session_whose_owner_dies_ends_like_any_other() {
 #[test]
 fn owners_on_another_host_end_only_by_inactivity_timeout() {
     let daemon = Daemon::start(&["--unknown-timeout", "800ms"]);
+    // A local owner is watched: it never times out, however idle.
+    let local = Orphan::spawn(&["exit", "0"]);
+    register(&daemon, "local", local.pid);
     let remote = json!({"pid": 1234, "start_ticks": 99, "boot_id": "b", "host": "some-other-host"});
     let reply = daemon.request(json!({"op": "register", "session": "remote", "owner": remote}));
     assert_eq!(reply["session"]["phase"], "active", "{reply}");
@@ -307,6 +310,11 @@ fn owners_on_another_host_end_only_by_inactivity_timeout() {
     }
     let ended = wait_ended(&daemon, "remote");
     assert_eq!(ended["reason"], "timeout");
+    assert_eq!(
+        get(&daemon, "local")["phase"],
+        "active",
+        "an idle local owner timed out"
+    );
 }
 
 #[test]
