@@ -36,6 +36,9 @@ enum Command {
         /// Write the figures as JSON to this file.
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
+        /// Run only these parts: latency, scale (comma-separated; default: all).
+        #[arg(long, value_name = "PARTS")]
+        part: Option<String>,
     },
 }
 
@@ -48,7 +51,12 @@ const EBPF_OBJECT: &str = "liveness.bpf.o";
 fn main() -> Result<()> {
     match Cli::parse().command {
         Command::BuildEbpf { check, clang } => build_ebpf(&clang, check),
-        Command::Bench { quick, smoke, json } => bench(quick, smoke, json),
+        Command::Bench {
+            quick,
+            smoke,
+            json,
+            part,
+        } => bench(quick, smoke, json, part),
     }
 }
 
@@ -114,7 +122,7 @@ fn read(path: &Path) -> Result<Vec<u8>> {
 /// The harness is a release binary of its own (`liveness-bench`), not code in xtask: what
 /// measures latency must be optimized like what is measured, and xtask stays a debug build
 /// that starts fast.
-fn bench(quick: bool, smoke: bool, json: Option<PathBuf>) -> Result<()> {
+fn bench(quick: bool, smoke: bool, json: Option<PathBuf>, part: Option<String>) -> Result<()> {
     let root = workspace_root();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let status = Process::new(cargo)
@@ -143,6 +151,9 @@ fn bench(quick: bool, smoke: bool, json: Option<PathBuf>) -> Result<()> {
     }
     if smoke {
         harness.arg("--smoke");
+    }
+    if let Some(part) = part {
+        harness.arg("--part").arg(part);
     }
     if let Some(json) = json {
         // The harness runs in the workspace root; keep a relative path relative to the caller.
