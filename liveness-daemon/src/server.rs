@@ -65,6 +65,7 @@ pub async fn serve(
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
     }
+    say_goodbye_to_backlog(listener);
     let all_closed = async { while connections.join_next().await.is_some() {} };
     if tokio::time::timeout(CLOSE_GRACE, all_closed).await.is_err() {
         tracing::warn!(
@@ -72,6 +73,34 @@ pub async fn serve(
             "closing connections that did not finish"
         );
         connections.shutdown().await;
+    }
+}
+
+/// Clients that connected but were not accepted yet would see their connection reset when
+/// the listener closes; they are accepted now and told `goodbye` like everyone else.
+fn say_goodbye_to_backlog(listener: UnixListener) {
+    // Serializing an enum holding a string cannot fail.
+    let line = serde_json::to_string(&goodbye()).unwrap_or_default() + "\n";
+    let listener = match listener.into_std() {
+        Ok(listener) => listener,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot drain the listen backlog");
+            return;
+        }
+    };
+    // Tokio left the listener non-blocking, so this stops at the end of the backlog.
+    while let Ok((mut stream, _)) = listener.accept() {
+        // A new connection's send buffer is empty: one short line fits without blocking.
+        if let Err(e) = std::io::Write::write_all(&mut stream, line.as_bytes()) {
+            tracing::debug!(error = %e, "cannot say goodbye to a pending client");
+        }
+    }
+}
+
+/// What every connection is told when the daemon stops.
+fn goodbye() -> StreamMessage {
+    StreamMessage::Goodbye {
+        reason: "shutdown".into(),
     }
 }
 
@@ -182,7 +211,7 @@ impl Connection {
             let read = tokio::select! {
                 read = read_line_bounded(&mut reader, &mut line, MAX_LINE_BYTES) => read?,
                 () = stopping(&mut self.shutdown) => {
-                    return write_json(&mut write, &StreamMessage::Goodbye { reason: "shutdown".into() }).await;
+                    return write_json(&mut write, &goodbye()).await;
                 }
             };
             let envelope = match read {
@@ -325,7 +354,7 @@ impl Connection {
                     // The engine dropped the queue: it was full, or the engine stopped.
                     None => {
                         let message = if *self.shutdown.borrow() {
-                            StreamMessage::Goodbye { reason: "shutdown".into() }
+                            goodbye()
                         } else {
                             StreamMessage::Lagged { last_delivered: last }
                         };
@@ -333,7 +362,7 @@ impl Connection {
                     }
                 },
                 () = stopping(&mut self.shutdown) => {
-                    return write_json(&mut write, &StreamMessage::Goodbye { reason: "shutdown".into() }).await;
+                    return write_json(&mut write, &goodbye()).await;
                 }
                 // A streaming client only closes; anything it sends is ignored.
                 read = read_line_bounded(&mut reader, &mut discard, MAX_LINE_BYTES) => {
