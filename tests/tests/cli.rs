@@ -277,14 +277,22 @@ fn watch_exec_resumes_from_its_cursor_exactly() {
     let mut watcher = start_watcher();
     end("a");
     end("b");
+    let cursor_at = || {
+        std::fs::read_to_string(&cursor)
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    // The cursor is written once the command has finished: wait for both.
     assert!(
-        eventually(Duration::from_secs(10), || lines().len() == 2),
-        "handled {:?}",
-        lines()
+        eventually(Duration::from_secs(10), || lines().len() == 2
+            && cursor_at() == "4"),
+        "handled {:?}, cursor {:?}",
+        lines(),
+        cursor_at()
     );
     watcher.kill().unwrap();
     watcher.wait().unwrap();
-    assert_eq!(std::fs::read_to_string(&cursor).unwrap().trim(), "4");
 
     end("c");
     let mut watcher = start_watcher();
