@@ -25,6 +25,8 @@ use crate::store::{EndReason, Event, NewSession, OwnerDeath, Phase, Session, Sto
 const MAX_BATCH: usize = 1024;
 /// How often retention runs.
 const PRUNE_PERIOD: Duration = Duration::from_secs(60);
+/// How often deaths whose commit failed (a full disk, say) are committed again.
+const RETRY_PERIOD: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -109,9 +111,11 @@ struct Local {
 /// Counters for status.
 #[derive(Debug, Default, Serialize)]
 struct Counters {
-    finalized_by: BTreeMap<String, u64>,
+    finalized_by: BTreeMap<DetectedBy, u64>,
     lagged_subscribers: u64,
     largest_batch: usize,
+    /// Commits of finalizations that failed and were retried.
+    failed_commits: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -130,6 +134,9 @@ pub struct Engine {
     local: Local,
     /// Each subscriber's queue; the connection applies its own filter.
     subscribers: Vec<mpsc::Sender<Batch>>,
+    /// Deaths observed but not yet committed because the store failed; retried every
+    /// [`RETRY_PERIOD`]. The sources no longer report them, so they must not be dropped.
+    uncommitted: Vec<OwnerDeath>,
     counters: Counters,
     started: Instant,
     last_prune: Option<Instant>,
@@ -187,6 +194,7 @@ impl Engine {
             config,
             local,
             subscribers: Vec::new(),
+            uncommitted: Vec::new(),
             counters: Counters::default(),
             started: Instant::now(),
             last_prune: None,
@@ -203,6 +211,8 @@ impl Engine {
         self.reconcile_at_start();
         let mut housekeeping = tokio::time::interval(self.housekeeping_period());
         housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut retry = tokio::time::interval(RETRY_PERIOD);
+        retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 biased;
@@ -212,12 +222,21 @@ impl Engine {
                     Some(command) => self.handle(command),
                     None => break,
                 },
+                _ = retry.tick(), if !self.uncommitted.is_empty() => self.finalize(Vec::new()),
                 _ = housekeeping.tick() => self.housekeeping(),
             }
         }
         // In-flight exits are committed before the daemon goes away.
         while let Some(observation) = self.monitor.try_next() {
             self.finalize_observed(observation);
+        }
+        self.finalize(Vec::new());
+        if !self.uncommitted.is_empty() {
+            // Their sessions are still ACTIVE in the store: the next start reconciles them.
+            tracing::error!(
+                count = self.uncommitted.len(),
+                "stopping with finalizations that could not be committed; the next start will reconcile them"
+            );
         }
         if let Err(e) = self.store.end_run() {
             tracing::error!(error = %e, "cannot record the clean stop");
@@ -319,29 +338,42 @@ impl Engine {
         self.finalize(batch);
     }
 
-    /// Ends every ACTIVE session owned by the dead processes, in one transaction.
-    fn finalize(&mut self, deaths: Vec<OwnerDeath>) {
+    /// Ends every ACTIVE session owned by the dead processes, in one transaction, together
+    /// with the deaths an earlier failed commit left over.
+    fn finalize(&mut self, mut deaths: Vec<OwnerDeath>) {
+        let retrying = !self.uncommitted.is_empty();
+        // Older deaths first, so events keep the order in which deaths were seen.
+        deaths.splice(0..0, self.uncommitted.drain(..));
         if deaths.is_empty() {
             return;
         }
         self.counters.largest_batch = self.counters.largest_batch.max(deaths.len());
         match self.store.end_many(&deaths, now_ms()) {
             Ok(events) => {
+                if retrying {
+                    tracing::info!(
+                        count = deaths.len(),
+                        "committed the finalizations that had failed"
+                    );
+                }
                 for event in &events {
                     if let Some(by) = event.detected_by {
-                        *self
-                            .counters
-                            .finalized_by
-                            .entry(by.to_string())
-                            .or_default() += 1;
+                        *self.counters.finalized_by.entry(by).or_default() += 1;
                     }
                 }
                 self.publish(events);
             }
-            // The deaths stay unrecorded in the store, so the next start's reconcile
-            // finalizes them; nothing is announced that was not committed.
+            // Nothing is announced that was not committed. The deaths are kept and
+            // committed again later; should the daemon stop first, their sessions are still
+            // ACTIVE in the store and the next start's reconcile ends them.
             Err(e) => {
-                tracing::error!(error = %e, count = deaths.len(), "cannot commit finalizations")
+                if retrying {
+                    tracing::debug!(error = %e, count = deaths.len(), "committing finalizations failed again");
+                } else {
+                    tracing::error!(error = %e, count = deaths.len(), "cannot commit finalizations; retrying every {RETRY_PERIOD:?}");
+                }
+                self.counters.failed_commits += 1;
+                self.uncommitted = deaths;
             }
         }
     }
@@ -645,6 +677,7 @@ impl Engine {
             "head_seq": self.store.head_seq().unwrap_or_default(),
             "active_sessions": active,
             "subscribers": self.subscribers.iter().filter(|q| !q.is_closed()).count(),
+            "uncommitted_deaths": self.uncommitted.len(),
             "monitor": monitor,
             "counters": self.counters,
         })

@@ -276,9 +276,14 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(args: &[&str]) -> Daemon {
+        Daemon::start_with_state(None, args)
+    }
+
+    /// Like [`Daemon::start`], with the state in `state_dir` (default: in its temp dir).
+    pub fn start_with_state(state_dir: Option<PathBuf>, args: &[&str]) -> Daemon {
         let dir = tempfile::tempdir().expect("temp dir");
         let socket = dir.path().join("run/liveness.sock");
-        let state_dir = dir.path().join("state");
+        let state_dir = state_dir.unwrap_or_else(|| dir.path().join("state"));
         let mut daemon = Daemon {
             child: None,
             dir,
