@@ -3,6 +3,7 @@
 //! and the daemon in release mode first; `docs/benchmarks.md` explains every figure.
 
 mod daemon;
+mod floor;
 mod procs;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -12,13 +13,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use liveness::identity::{ProcRoot, ProcessKey};
-use liveness::source::ebpf::{EbpfConfig, EbpfSource};
-use liveness::source::pidfd::PidfdSource;
-use liveness::source::{ExitSource, SourceEvent};
 use serde_json::{Value, json};
 
 use daemon::{Daemon, Subscriber, register_all};
+use floor::Floor;
 use procs::{Owners, PidMax, Sleepers, monotonic_ns};
 
 #[derive(Debug, Parser)]
@@ -193,6 +191,15 @@ fn main() -> ExitCode {
         let number = |i: usize| raw.get(i).and_then(|a| a.parse().ok()).unwrap_or(0);
         procs::spawner_main(number(2), number(3).max(1));
     }
+    if raw.get(1).map(String::as_str) == Some(floor::FLOOR_ARG) {
+        return match floor::floor_main(raw.get(2).map_or("", String::as_str)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("bench floor: {e:#}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let args = Args::parse();
     match run(&args) {
         Ok(true) => ExitCode::SUCCESS,
@@ -227,8 +234,6 @@ fn run(args: &Args) -> Result<bool> {
         for source in ["ebpf", "pidfd", "auto", "procpoll"] {
             latency(args, &plan, source, &mut report)?;
         }
-        eprintln!("bench: floor");
-        floor(&plan, &mut report)?;
     }
     if args.runs(Part::Scale) {
         for &n in &plan.ebpf_sizes {
@@ -306,9 +311,18 @@ fn session(part: &str, pid: u32) -> String {
 /// End-to-end latency through one source: exit (CLOCK_MONOTONIC taken just before
 /// `_exit`) to the `session.ended` line read by a subscriber. One exit at a time, except
 /// procpoll, whose owners exit `procpoll_parallel` at a time at the default 1 s interval.
+///
+/// For eBPF and pidfd the floor is measured in the same run, interleaved: each batch of
+/// owners is split between the daemon and the same kind of source inside the harness (see
+/// [`Floor`]), and the owner that exits next is whichever reads the shared `go` pipe first.
+/// Both figures thus come from the same minutes of a shared, noisy machine.
 fn latency(args: &Args, plan: &Plan, source: &str, report: &mut Report) -> Result<()> {
     let mut daemon = Daemon::start(&args.bin_dir, source, &[])?;
     let subscriber = Subscriber::start(&daemon.socket)?;
+    let mut floor = match source {
+        "ebpf" | "pidfd" => Some(Floor::start(source)?),
+        _ => None,
+    };
     let parallel = if source == "procpoll" {
         plan.procpoll_parallel
     } else {
@@ -317,16 +331,33 @@ fn latency(args: &Args, plan: &Plan, source: &str, report: &mut Report) -> Resul
     let timeout = Duration::from_secs(if source == "procpoll" { 10 } else { 5 });
     let part = format!("lat-{source}");
     let mut samples = Vec::with_capacity(plan.latency_samples);
+    let mut floor_samples = Vec::with_capacity(plan.latency_samples);
     let mut detected_by: BTreeMap<String, u64> = BTreeMap::new();
     let mut lost = 0;
     let mut seen = HashMap::new();
     let batch = if parallel > 1 { parallel } else { 100 };
-    let mut left = plan.latency_samples;
-    while left > 0 {
-        let count = left.min(batch);
-        left -= count;
+    let splits = if floor.is_some() { 2 } else { 1 };
+    loop {
+        let missing = |samples: &Vec<u64>| plan.latency_samples.saturating_sub(samples.len());
+        let needed = missing(&samples).max(missing(&floor_samples) * (splits - 1));
+        if needed == 0 {
+            break;
+        }
+        let count = batch.min(needed * splits);
         let mut owners = Owners::spawn(count)?;
-        register_all(&daemon.socket, &owners.pids, |p| session(&part, p), 1)?;
+        // Every other owner goes to the floor, when there is one.
+        let (mut to_floor, mut to_daemon) = (Vec::new(), Vec::new());
+        for (i, &pid) in owners.pids.iter().enumerate() {
+            if i % splits == 1 {
+                to_floor.push(pid);
+            } else {
+                to_daemon.push(pid);
+            }
+        }
+        register_all(&daemon.socket, &to_daemon, |p| session(&part, p), 1)?;
+        if let Some(floor) = &mut floor {
+            floor.track(&to_floor)?;
+        }
         let mut done = 0;
         while done < count {
             let round = parallel.min(count - done);
@@ -336,6 +367,14 @@ fn latency(args: &Args, plan: &Plan, source: &str, report: &mut Report) -> Resul
                 exits.push(owners.next_report()?);
             }
             for exit in exits {
+                if let Some(floor) = floor.as_mut().filter(|_| to_floor.contains(&exit.pid)) {
+                    let (pid, received) = floor.next(timeout)?;
+                    if pid != exit.pid {
+                        bail!("floor: expected the exit of {}, got {pid}", exit.pid);
+                    }
+                    floor_samples.push(received.saturating_sub(exit.exit_ns));
+                    continue;
+                }
                 match subscriber.wait_for(&session(&part, exit.pid), timeout, &mut seen) {
                     Some(ended) => {
                         samples.push(ended.received_ns.saturating_sub(exit.exit_ns));
@@ -364,55 +403,10 @@ fn latency(args: &Args, plan: &Plan, source: &str, report: &mut Report) -> Resul
     }
     report.latency.insert(source.into(), value);
     report.latency_dist.insert(source.into(), dist);
-    Ok(())
-}
-
-/// The floor: the library's own sources in this process, without store or stream: exit to
-/// the `ExitObservation` leaving the source's channel.
-fn floor(plan: &Plan, report: &mut Report) -> Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    for name in ["ebpf", "pidfd"] {
-        let samples = runtime.block_on(async {
-            let (sink, mut events) = tokio::sync::mpsc::channel(1024);
-            let mut source: Box<dyn ExitSource> = match name {
-                "ebpf" => Box::new(EbpfSource::start(sink, EbpfConfig::default())?),
-                _ => Box::new(PidfdSource::start(sink)?),
-            };
-            let proc = ProcRoot::default();
-            let mut samples = Vec::with_capacity(plan.latency_samples);
-            let mut left = plan.latency_samples;
-            while left > 0 {
-                let count = left.min(100);
-                left -= count;
-                let mut owners = Owners::spawn(count)?;
-                for &pid in &owners.pids {
-                    let start_ticks = proc.stat(pid)?.start_ticks;
-                    source.track(ProcessKey { pid, start_ticks })?;
-                }
-                for _ in 0..count {
-                    owners.release(1)?;
-                    let event = tokio::time::timeout(Duration::from_secs(5), events.recv())
-                        .await
-                        .context("no exit observation within 5 s")?
-                        .context("the source closed its channel")?;
-                    let received = monotonic_ns();
-                    let exit = owners.next_report()?;
-                    match event {
-                        SourceEvent::Exit(o) if o.key.pid == exit.pid => {
-                            samples.push(received.saturating_sub(exit.exit_ns));
-                        }
-                        other => bail!(
-                            "{name} floor: expected the exit of {}, got {other:?}",
-                            exit.pid
-                        ),
-                    }
-                }
-            }
-            anyhow::Ok(samples)
-        })?;
-        report.floor.insert(name.into(), Dist::of_ns(&samples));
+    if floor.is_some() {
+        report
+            .floor
+            .insert(source.into(), Dist::of_ns(&floor_samples));
     }
     Ok(())
 }
@@ -450,7 +444,8 @@ fn scale(args: &Args, plan: &Plan, source: &str, n: usize, report: &mut Report) 
         .iter()
         .map(|&p| session(&part, p))
         .collect();
-    let floor = BurstFloor::start(sleepers.group(0))?;
+    let mut floor = Floor::start("ebpf")?;
+    floor.track(sleepers.group(0))?;
     let killed_ns = monotonic_ns();
     sleepers.kill_group(0);
     let mut delivered: HashMap<String, u32> = HashMap::new();
@@ -483,7 +478,12 @@ fn scale(args: &Args, plan: &Plan, source: &str, n: usize, report: &mut Report) 
             Err(_) => break,
         }
     }
-    let floor_last_ns = floor.finish()?;
+    let mut floor_last_ns = 0;
+    for _ in 0..victims.len() {
+        let (_, at) = floor.next(Duration::from_secs(60))?;
+        floor_last_ns = floor_last_ns.max(at);
+    }
+    drop(floor);
     let lost = victims.len() - delivered.len();
     let duplicates: u32 = delivered.values().map(|c| c - 1).sum();
     daemon.stop()?;
@@ -515,76 +515,6 @@ fn scale(args: &Args, plan: &Plan, source: &str, n: usize, report: &mut Report) 
         },
     }));
     Ok(())
-}
-
-/// The floor of a burst: the library's eBPF source in this process, on its own thread,
-/// watching the same processes as the daemon. When the last of them reaches it is when the
-/// kernel has finished killing them, plus ring-buffer delivery and nothing else.
-struct BurstFloor {
-    thread: std::thread::JoinHandle<Result<u64>>,
-}
-
-impl BurstFloor {
-    /// Returns once every process is tracked.
-    fn start(pids: &[u32]) -> Result<BurstFloor> {
-        let proc = ProcRoot::default();
-        let keys = pids
-            .iter()
-            .map(|&pid| {
-                Ok(ProcessKey {
-                    pid,
-                    start_ticks: proc.stat(pid)?.start_ticks,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let (armed_tx, armed) = std::sync::mpsc::channel();
-        let thread = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            runtime.block_on(async {
-                let (sink, mut events) = tokio::sync::mpsc::channel(keys.len());
-                let config = EbpfConfig {
-                    max_tracked: keys.len() as u32,
-                    ..EbpfConfig::default()
-                };
-                let mut source = EbpfSource::start(sink, config)?;
-                for &key in &keys {
-                    source.track(key)?;
-                }
-                armed_tx.send(()).ok();
-                let mut last = 0;
-                for _ in 0..keys.len() {
-                    let event = tokio::time::timeout(Duration::from_secs(60), events.recv())
-                        .await
-                        .context("burst floor: no exit within 60 s")?
-                        .context("burst floor: the source closed its channel")?;
-                    match event {
-                        SourceEvent::Exit(_) => last = monotonic_ns(),
-                        SourceEvent::Lost { total, .. } => {
-                            bail!("burst floor: the kernel lost {total} exit reports")
-                        }
-                    }
-                }
-                Ok(last)
-            })
-        });
-        if armed.recv().is_err() {
-            // The thread ended before arming: its result says why.
-            return Err(match thread.join() {
-                Ok(Err(e)) => e,
-                _ => anyhow::anyhow!("burst floor: the eBPF source did not start"),
-            });
-        }
-        Ok(BurstFloor { thread })
-    }
-
-    /// Monotonic time at which the last exit arrived.
-    fn finish(self) -> Result<u64> {
-        self.thread
-            .join()
-            .map_err(|_| anyhow::anyhow!("burst floor: the thread panicked"))?
-    }
 }
 
 /// What a polling tool does per sweep: read every ACTIVE owner's /proc/<pid>/stat and
@@ -804,7 +734,9 @@ fn print_table(plan: &Plan, report: &Report, goals: &[Value]) {
         "  (procpoll: default 1 s interval, {} owners exit together per round)",
         plan.procpoll_parallel
     );
-    println!("\nFloor: kernel -> library source in the harness, no store, no stream (us)");
+    println!(
+        "\nFloor: kernel -> the library's source alone in a process, no store, no stream (us)"
+    );
     for (name, d) in &report.floor {
         println!(
             "{:<10} {:>7} {:>9.1} {:>9.1} {:>9.1} {:>10.1}",
