@@ -1,5 +1,6 @@
 //! A real release `livenessd` and clients that speak its public socket protocol.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::os::unix::net::UnixStream;
@@ -223,6 +224,30 @@ pub struct Ended {
     pub detected_by: String,
     /// CLOCK_MONOTONIC ns when the line was read off the socket.
     pub received_ns: u64,
+    /// The event's `observed_ms` (when the daemon's source saw the death) and `at_ms` (when
+    /// it was committed), both wall-clock milliseconds.
+    pub observed_ms: i64,
+    pub committed_ms: i64,
+}
+
+/// The parts of a stream line the subscriber reads.
+#[derive(Debug, serde::Deserialize)]
+struct StreamLine<'a> {
+    #[serde(borrow)]
+    event: Option<EventFields<'a>>,
+    lagged: Option<Value>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct EventFields<'a> {
+    #[serde(borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    session: Cow<'a, str>,
+    #[serde(borrow)]
+    detected_by: Option<Cow<'a, str>>,
+    observed_ms: Option<i64>,
+    at_ms: i64,
 }
 
 /// A subscriber on its own thread: every `session.ended` goes to `events`, stamped with
@@ -241,26 +266,31 @@ impl Subscriber {
             bail!("subscribe failed: {ack}");
         }
         let (tx, events) = mpsc::channel();
+        // Large reads, and only the fields used parsed: in a burst the harness must not be
+        // what holds up the stream it measures.
+        let mut reader = BufReader::with_capacity(256 * 1024, conn.reader.into_inner());
         let thread = std::thread::spawn(move || -> Result<()> {
             let mut line = String::new();
             loop {
                 line.clear();
-                if conn.reader.read_line(&mut line)? == 0 {
+                if reader.read_line(&mut line)? == 0 {
                     return Ok(());
                 }
                 let received_ns = monotonic_ns();
-                let message: Value = serde_json::from_str(&line)?;
-                if let Some(lagged) = message.get("lagged") {
+                let message: StreamLine<'_> = serde_json::from_str(&line)
+                    .with_context(|| format!("unexpected stream line {line:?}"))?;
+                if let Some(lagged) = message.lagged {
                     bail!("the subscriber lagged: {lagged}");
                 }
-                let event = &message["event"];
-                if event["kind"] != "session.ended" {
+                let Some(event) = message.event.filter(|e| e.kind == "session.ended") else {
                     continue;
-                }
+                };
                 let ended = Ended {
-                    session: event["session"].as_str().unwrap_or_default().to_owned(),
-                    detected_by: event["detected_by"].as_str().unwrap_or_default().to_owned(),
+                    session: event.session.into_owned(),
+                    detected_by: event.detected_by.unwrap_or_default().into_owned(),
                     received_ns,
+                    observed_ms: event.observed_ms.unwrap_or_default(),
+                    committed_ms: event.at_ms,
                 };
                 if tx.send(ended).is_err() {
                     return Ok(());

@@ -447,9 +447,11 @@ fn scale(args: &Args, plan: &Plan, source: &str, n: usize, report: &mut Report) 
     let mut floor = Floor::start("ebpf")?;
     floor.track(sleepers.group(0))?;
     let killed_ns = monotonic_ns();
+    let killed_ms = wall_ms();
     sleepers.kill_group(0);
     let mut delivered: HashMap<String, u32> = HashMap::new();
     let mut last_ns = killed_ns;
+    let (mut last_observed_ms, mut last_committed_ms) = (killed_ms, killed_ms);
     let mut strays = 0u64;
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut settle: Option<Instant> = None;
@@ -468,6 +470,8 @@ fn scale(args: &Args, plan: &Plan, source: &str, n: usize, report: &mut Report) 
                 if victims.contains(&ended.session) {
                     *delivered.entry(ended.session).or_default() += 1;
                     last_ns = last_ns.max(ended.received_ns);
+                    last_observed_ms = last_observed_ms.max(ended.observed_ms);
+                    last_committed_ms = last_committed_ms.max(ended.committed_ms);
                 } else {
                     strays += 1;
                 }
@@ -511,10 +515,19 @@ fn scale(args: &Args, plan: &Plan, source: &str, n: usize, report: &mut Report) 
             "lost": lost,
             "duplicates": duplicates,
             "last_event_ms": round((last_ns - killed_ns) as f64 / 1e6),
+            "last_observed_ms": last_observed_ms - killed_ms,
+            "last_committed_ms": last_committed_ms - killed_ms,
             "floor_last_ms": round(floor_last_ns.saturating_sub(killed_ns) as f64 / 1e6),
         },
     }));
     Ok(())
+}
+
+/// Wall-clock milliseconds, as the daemon stamps events.
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// What a polling tool does per sweep: read every ACTIVE owner's /proc/<pid>/stat and
@@ -749,9 +762,9 @@ fn print_table(plan: &Plan, report: &Report, goals: &[Value]) {
             r["p50"], r["p99"]
         );
     }
-    println!("\nScale");
+    println!("\nScale (burst: ms from the kill until the last death reached each stage)");
     println!(
-        "{:<6} {:>7} {:>8} {:>10} {:>8} {:>9} {:>7} {:>9} {:>9} {:>5} {:>5}",
+        "{:<6} {:>7} {:>8} {:>8} {:>8} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>5} {:>5}",
         "source",
         "owners",
         "spawn s",
@@ -759,15 +772,17 @@ fn print_table(plan: &Plan, report: &Report, goals: &[Value]) {
         "RSS MB",
         "idle CPU%",
         "burst",
-        "last ms",
-        "floor ms",
+        "floor",
+        "seen",
+        "commit",
+        "stream",
         "lost",
         "dup"
     );
     for s in &report.scale {
         let b = &s["burst"];
         println!(
-            "{:<6} {:>7} {:>8} {:>10} {:>8} {:>9} {:>7} {:>9} {:>9} {:>5} {:>5}",
+            "{:<6} {:>7} {:>8} {:>8} {:>8} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>5} {:>5}",
             s["source"].as_str().unwrap_or(""),
             s["owners"].to_string(),
             s["spawn_s"].to_string(),
@@ -775,8 +790,10 @@ fn print_table(plan: &Plan, report: &Report, goals: &[Value]) {
             s["rss_mb"].to_string(),
             s["idle_cpu_percent"].to_string(),
             b["killed"].to_string(),
-            b["last_event_ms"].to_string(),
             b["floor_last_ms"].to_string(),
+            b["last_observed_ms"].to_string(),
+            b["last_committed_ms"].to_string(),
+            b["last_event_ms"].to_string(),
             b["lost"].to_string(),
             b["duplicates"].to_string()
         );
