@@ -94,7 +94,7 @@ impl Plan {
                 burst: 10_000,
                 idle: Duration::from_secs(3),
                 storm: 5_000,
-                storm_rounds: 3,
+                storm_rounds: 4,
                 overhead_owners: 10_000,
             }
         } else {
@@ -107,7 +107,7 @@ impl Plan {
                 burst: 10_000,
                 idle: Duration::from_secs(10),
                 storm: 20_000,
-                storm_rounds: 5,
+                storm_rounds: 8,
                 overhead_owners: 10_000,
             }
         }
@@ -594,10 +594,33 @@ fn overhead(plan: &Plan, daemon: &mut Daemon, owners: usize) -> Result<Value> {
         Ok(started.elapsed().as_secs_f64() * 1e3)
     };
     let (mut running, mut stopped) = (Vec::new(), Vec::new());
-    for _ in 0..plan.storm_rounds {
-        running.push(storm(plan.storm)?);
-        daemon.stop()?;
-        stopped.push(storm(plan.storm)?);
+    // Pairs in alternating order (running first, then stopped first), so a drift of the
+    // machine's speed during the run weighs on both sides alike.
+    let mut daemon_running = true;
+    for pair in 0..plan.storm_rounds {
+        let order = if pair % 2 == 0 {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for run_with_daemon in order {
+            if run_with_daemon != daemon_running {
+                if run_with_daemon {
+                    daemon.spawn()?;
+                } else {
+                    daemon.stop()?;
+                }
+                daemon_running = run_with_daemon;
+            }
+            let took = storm(plan.storm)?;
+            if run_with_daemon {
+                running.push(took);
+            } else {
+                stopped.push(took);
+            }
+        }
+    }
+    if !daemon_running {
         daemon.spawn()?;
     }
     let (on, off) = (median(&running), median(&stopped));
