@@ -55,6 +55,38 @@ async fn expect_quiet(monitor: &mut Monitor, selection: &str, what: &str) {
     }
 }
 
+/// One observation for each of `expected`, in the order they came; fails on a missing,
+/// foreign or repeated one.
+async fn expect_each_once(
+    monitor: &mut Monitor,
+    selection: &str,
+    expected: &HashSet<ProcessKey>,
+) -> Vec<ExitObservation> {
+    let mut seen = HashSet::new();
+    let mut observations = Vec::new();
+    while seen.len() < expected.len() {
+        let observation = next_within(monitor, ARRIVAL).await.unwrap_or_else(|| {
+            panic!(
+                "{selection}: only {} of {} deaths observed",
+                seen.len(),
+                expected.len()
+            )
+        });
+        assert!(
+            expected.contains(&observation.key),
+            "{selection}: unexpected {:?}",
+            observation.key
+        );
+        assert!(
+            seen.insert(observation.key),
+            "{selection}: {} observed twice",
+            observation.key
+        );
+        observations.push(observation);
+    }
+    observations
+}
+
 fn key(orphan: &Orphan) -> ProcessKey {
     ProcessKey {
         pid: orphan.pid,
@@ -214,25 +246,7 @@ async fn two_hundred_simultaneous_exits_are_each_observed_once() {
             assert_eq!(monitor.track(key), None, "{selection}: {key} is alive");
         }
         group.release();
-        let mut seen = HashSet::new();
-        while seen.len() < expected.len() {
-            let observation = next_within(&mut monitor, ARRIVAL).await.unwrap_or_else(|| {
-                panic!(
-                    "{selection}: only {} of {} exits observed",
-                    seen.len(),
-                    expected.len()
-                )
-            });
-            assert!(
-                expected.contains(&observation.key),
-                "{selection}: unexpected {:?}",
-                observation.key
-            );
-            assert!(
-                seen.insert(observation.key),
-                "{selection}: {} observed twice",
-                observation.key
-            );
+        for observation in expect_each_once(&mut monitor, selection, &expected).await {
             assert_status(selection, &observation, ExitStatus::Exited { code: 1 });
         }
         expect_quiet(
@@ -334,25 +348,7 @@ async fn a_full_ring_buffer_is_noticed_and_reconciled() {
     assert!(all_dead, "the orphans did not exit");
 
     let mut by_source = std::collections::HashMap::new();
-    let mut seen = HashSet::new();
-    while seen.len() < expected.len() {
-        let observation = next_within(&mut monitor, ARRIVAL).await.unwrap_or_else(|| {
-            panic!(
-                "only {} of {} deaths reported after the loss",
-                seen.len(),
-                expected.len()
-            )
-        });
-        assert!(
-            expected.contains(&observation.key),
-            "unexpected {:?}",
-            observation.key
-        );
-        assert!(
-            seen.insert(observation.key),
-            "{} reported twice",
-            observation.key
-        );
+    for observation in expect_each_once(&mut monitor, "ebpf", &expected).await {
         *by_source.entry(observation.detected_by).or_insert(0) += 1;
     }
     expect_quiet(&mut monitor, "ebpf", "every death was already reported").await;

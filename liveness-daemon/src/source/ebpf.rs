@@ -418,11 +418,10 @@ async fn read_exits(
 mod tests {
     use std::collections::HashSet;
     use std::ffi::CStr;
-    use std::io::Write;
     use std::mem::{offset_of, size_of};
     use std::os::unix::process::{CommandExt, ExitStatusExt};
     use std::path::Path;
-    use std::process::{Child, Command, Stdio};
+    use std::process::{Command, Stdio};
     use std::time::Duration;
 
     use object::{Object, ObjectSection};
@@ -430,15 +429,12 @@ mod tests {
 
     use super::*;
     use crate::identity::ProcRoot;
+    use crate::source::testutil::{PATIENCE, Proc, assert_quiet, next_exit};
 
     /// Selects a mode of [`helper_main`] in a re-executed test binary.
     const HELPER_ENV: &str = "LIVENESS_EBPF_TEST_HELPER";
     /// Threads besides the leader in the `many-threads` helper.
     const HELPER_THREADS: usize = 8;
-    /// How long an expected event may take.
-    const WAIT: Duration = Duration::from_secs(10);
-    /// How long to listen for events that must not come.
-    const QUIET: Duration = Duration::from_millis(300);
 
     // Runs before the test harness's `main`, on the main thread: the helper modes need the
     // thread-group leader itself to exit or to be replaced by execve, and the harness runs
@@ -534,75 +530,16 @@ mod tests {
         Some((source, events))
     }
 
-    /// A child that is killed and reaped when dropped, so a failing test leaks no process
-    /// (a leaked one would also hold the test's output pipe open).
-    struct Reaped(Child);
-
-    impl Drop for Reaped {
-        fn drop(&mut self) {
-            // Both are no-ops for a child the test already reaped.
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-
-    impl std::ops::Deref for Reaped {
-        type Target = Child;
-        fn deref(&self) -> &Child {
-            &self.0
-        }
-    }
-
-    impl std::ops::DerefMut for Reaped {
-        fn deref_mut(&mut self) -> &mut Child {
-            &mut self.0
-        }
-    }
-
-    fn spawn(command: &mut Command) -> Reaped {
-        Reaped(
-            command
-                .spawn()
-                .unwrap_or_else(|error| panic!("spawning {command:?}: {error}")),
-        )
-    }
-
-    fn key_of(child: &Child) -> ProcessKey {
-        let pid = child.id();
-        let stat = ProcRoot::default()
-            .stat(pid)
-            .unwrap_or_else(|error| panic!("reading /proc/{pid}/stat: {error}"));
-        ProcessKey {
-            pid,
-            start_ticks: stat.start_ticks,
-        }
-    }
-
-    /// `sh -c script`, with a piped stdin the script can block on.
-    fn spawn_sh(script: &str, args: &[&str]) -> Reaped {
-        spawn(
-            Command::new("sh")
-                .args(["-c", script, "sh"])
-                .args(args)
-                .stdin(Stdio::piped()),
-        )
-    }
-
-    fn spawn_helper(mode: &str) -> Reaped {
-        spawn(
+    fn spawn_helper(mode: &str) -> Proc {
+        Proc::spawn(
             Command::new(std::env::current_exe().unwrap())
                 .env(HELPER_ENV, mode)
                 .stdin(Stdio::piped()),
         )
     }
 
-    fn trigger(child: &mut Child) {
-        let stdin = child.stdin.as_mut().expect("the child's stdin is piped");
-        stdin.write_all(b"x").expect("writing the helper's trigger");
-    }
-
     async fn wait_until(what: &str, condition: impl Fn() -> bool) {
-        let deadline = Instant::now() + WAIT;
+        let deadline = Instant::now() + PATIENCE;
         while !condition() {
             assert!(Instant::now() < deadline, "timed out waiting until {what}");
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -615,30 +552,16 @@ mod tests {
             .unwrap_or_else(|error| panic!("reading /proc/{pid}/stat: {error}"))
     }
 
-    async fn next_exit(events: &mut mpsc::Receiver<SourceEvent>) -> ExitObservation {
-        match tokio::time::timeout(WAIT, events.recv()).await {
-            Ok(Some(SourceEvent::Exit(observation))) => observation,
-            Ok(other) => panic!("expected an exit observation, got {other:?}"),
-            Err(_) => panic!("no exit observation within {WAIT:?}"),
-        }
-    }
-
-    async fn expect_quiet(events: &mut mpsc::Receiver<SourceEvent>, when: &str) {
-        if let Ok(event) = tokio::time::timeout(QUIET, events.recv()).await {
-            panic!("{when}: expected no event, got {event:?}");
-        }
-    }
-
     /// Checks the observation names `key` and carries the status the parent's wait() gets.
     fn assert_reported(
         observation: &ExitObservation,
         key: ProcessKey,
-        child: &mut Child,
+        child: &mut Proc,
     ) -> ExitStatus {
         assert_eq!(observation.key, key, "observed a different process");
         assert_eq!(observation.detected_by, DetectedBy::Ebpf);
         assert_eq!(observation.reason, DeathReason::Exited);
-        let raw = child.wait().expect("waiting for the child").into_raw();
+        let raw = child.reap().into_raw();
         let waited = ExitStatus::from_wait_status(raw as u32);
         assert_eq!(
             observation.status,
@@ -653,8 +576,8 @@ mod tests {
         let Some((mut source, mut events)) = start("exit code", EbpfConfig::default()) else {
             return;
         };
-        let mut child = spawn_sh("read x; exit 7", &[]);
-        let key = key_of(&child);
+        let mut child = Proc::sh("read x; exit 7", &[]);
+        let key = child.key();
         source.track(key).unwrap();
         // Untracking another process with this PID must leave this one tracked.
         source.untrack(ProcessKey {
@@ -663,7 +586,7 @@ mod tests {
         });
         assert_eq!(source.stats().tracked, 1);
 
-        drop(child.stdin.take());
+        child.close_stdin();
         let observation = next_exit(&mut events).await;
         let status = assert_reported(&observation, key, &mut child);
         assert_eq!(status, ExitStatus::Exited { code: 7 });
@@ -683,10 +606,10 @@ mod tests {
         let Some((mut source, mut events)) = start("SIGKILL", EbpfConfig::default()) else {
             return;
         };
-        let mut child = spawn(Command::new("sleep").arg("1000"));
-        let key = key_of(&child);
+        let mut child = Proc::sleeper();
+        let key = child.key();
         source.track(key).unwrap();
-        child.kill().unwrap();
+        child.kill();
         let observation = next_exit(&mut events).await;
         let status = assert_reported(&observation, key, &mut child);
         assert_eq!(
@@ -703,24 +626,24 @@ mod tests {
         let Some((mut source, mut events)) = start("not tracked", EbpfConfig::default()) else {
             return;
         };
-        let never = spawn_sh("read x; exit 1", &[]);
-        let untracked = spawn_sh("read x; exit 2", &[]);
-        source.track(key_of(&untracked)).unwrap();
-        source.untrack(key_of(&untracked));
+        let never = Proc::sh("read x; exit 1", &[]);
+        let untracked = Proc::sh("read x; exit 2", &[]);
+        source.track(untracked.key()).unwrap();
+        source.untrack(untracked.key());
         // An entry left for an earlier process with the same PID.
-        let stale = spawn_sh("read x; exit 3", &[]);
+        let stale = Proc::sh("read x; exit 3", &[]);
         source
             .track(ProcessKey {
-                start_ticks: key_of(&stale).start_ticks + 1,
-                ..key_of(&stale)
+                start_ticks: stale.key().start_ticks + 1,
+                ..stale.key()
             })
             .unwrap();
 
         for mut child in [never, untracked, stale] {
-            drop(child.stdin.take());
-            child.wait().unwrap();
+            child.close_stdin();
+            child.reap();
         }
-        expect_quiet(&mut events, "untracked processes exited").await;
+        assert_quiet(&mut events, "untracked processes exited").await;
         assert_eq!(source.stats().observed, 0);
         assert_eq!(
             source.stats().tracked,
@@ -736,14 +659,14 @@ mod tests {
             return;
         };
         let mut child = spawn_helper("leader-exits-first");
-        let key = key_of(&child);
+        let key = child.key();
         source.track(key).unwrap();
 
-        trigger(&mut child);
+        child.poke();
         wait_until("the leader is a zombie", || stat_of(key.pid).state == 'Z').await;
-        expect_quiet(&mut events, "the leader exited while a thread runs").await;
+        assert_quiet(&mut events, "the leader exited while a thread runs").await;
 
-        trigger(&mut child);
+        child.poke();
         let observation = next_exit(&mut events).await;
         let status = assert_reported(&observation, key, &mut child);
         assert_eq!(status, ExitStatus::Exited { code: 7 });
@@ -755,15 +678,15 @@ mod tests {
             return;
         };
         // Single-threaded exec, and exec from a non-leader thread (de_thread kills the leader).
-        let mut shell = spawn_sh("read x; exec sleep 1000", &[]);
+        let mut shell = Proc::sh("read x; exec sleep 1000", &[]);
         let mut threaded = spawn_helper("thread-execs");
-        let keys = [key_of(&shell), key_of(&threaded)];
+        let keys = [shell.key(), threaded.key()];
         for key in keys {
             source.track(key).unwrap();
         }
 
-        drop(shell.stdin.take());
-        trigger(&mut threaded);
+        shell.close_stdin();
+        threaded.poke();
         for key in keys {
             wait_until("the process runs sleep", || {
                 stat_of(key.pid).comm == "sleep"
@@ -771,10 +694,10 @@ mod tests {
             .await;
             assert_eq!(stat_of(key.pid).start_ticks, key.start_ticks);
         }
-        expect_quiet(&mut events, "tracked processes called execve").await;
+        assert_quiet(&mut events, "tracked processes called execve").await;
 
         for (child, key) in [(&mut shell, keys[0]), (&mut threaded, keys[1])] {
-            child.kill().unwrap();
+            child.kill();
             let observation = next_exit(&mut events).await;
             assert_reported(&observation, key, child);
         }
@@ -785,10 +708,10 @@ mod tests {
         let Some((mut source, mut events)) = start("many threads", EbpfConfig::default()) else {
             return;
         };
-        let mut children: Vec<Reaped> = (0..20).map(|_| spawn_helper("many-threads")).collect();
+        let mut children: Vec<Proc> = (0..20).map(|_| spawn_helper("many-threads")).collect();
         let mut keys = HashSet::new();
         for child in &children {
-            let key = key_of(child);
+            let key = child.key();
             let tasks = format!("/proc/{}/task", key.pid);
             wait_until("all helper threads run", || {
                 std::fs::read_dir(&tasks).map_or(0, Iterator::count) == HELPER_THREADS + 1
@@ -798,7 +721,7 @@ mod tests {
             keys.insert(key);
         }
         for child in &mut children {
-            child.kill().unwrap();
+            child.kill();
         }
 
         let mut seen = HashSet::new();
@@ -811,9 +734,9 @@ mod tests {
             );
         }
         assert_eq!(seen, keys);
-        expect_quiet(&mut events, "every process was reported").await;
+        assert_quiet(&mut events, "every process was reported").await;
         for mut child in children {
-            child.wait().unwrap();
+            child.reap();
         }
     }
 
@@ -822,17 +745,17 @@ mod tests {
         let Some((mut source, mut events)) = start("200 exits", EbpfConfig::default()) else {
             return;
         };
-        let mut children: Vec<(Reaped, ProcessKey, u8)> = (0..200u8)
+        let mut children: Vec<(Proc, ProcessKey, u8)> = (0..200u8)
             .map(|code| {
-                let child = spawn_sh("read x; exit \"$1\"", &[&code.to_string()]);
-                let key = key_of(&child);
+                let child = Proc::sh("read x; exit \"$1\"", &[&code.to_string()]);
+                let key = child.key();
                 source.track(key).unwrap();
                 (child, key, code)
             })
             .collect();
         assert_eq!(source.stats().tracked, 200);
         for (child, _, _) in &mut children {
-            drop(child.stdin.take());
+            child.close_stdin();
         }
 
         let mut seen = std::collections::HashMap::new();
@@ -842,14 +765,14 @@ mod tests {
                 panic!("{} reported twice ({earlier:?})", observation.key);
             }
         }
-        expect_quiet(&mut events, "all 200 were reported").await;
+        assert_quiet(&mut events, "all 200 were reported").await;
         for (mut child, key, code) in children {
             assert_eq!(
                 seen.get(&key),
                 Some(&Some(ExitStatus::Exited { code })),
                 "{key}"
             );
-            child.wait().unwrap();
+            child.reap();
         }
         let stats = source.stats();
         assert_eq!((stats.tracked, stats.observed, stats.lost), (0, 200, 0));

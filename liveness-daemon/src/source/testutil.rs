@@ -32,14 +32,20 @@ impl Proc {
         Proc::spawn(Command::new("sleep").arg("1000").stdin(Stdio::null()))
     }
 
+    /// `sh -c script` with `args` as `$1`..., and a piped stdin the script can block on.
+    pub fn sh(script: &str, args: &[&str]) -> Proc {
+        Proc::spawn(
+            Command::new("sh")
+                .args(["-c", script, "sh"])
+                .args(args)
+                .stdin(Stdio::piped()),
+        )
+    }
+
     /// A shell that exits with `code` once its stdin is closed ([`Proc::close_stdin`]), so
     /// the test decides when it dies.
     pub fn exit_on_eof(code: u8) -> Proc {
-        Proc::spawn(
-            Command::new("sh")
-                .args(["-c", &format!("read x; exit {code}")])
-                .stdin(Stdio::piped()),
-        )
+        Proc::sh("read x; exit \"$1\"", &[&code.to_string()])
     }
 
     pub fn pid(&self) -> u32 {
@@ -56,6 +62,17 @@ impl Proc {
             pid,
             start_ticks: stat.start_ticks,
         }
+    }
+
+    /// Writes one byte to the process's stdin.
+    pub fn poke(&mut self) {
+        let stdin = self
+            .0
+            .stdin
+            .as_mut()
+            .expect("the process was spawned with piped stdin");
+        std::io::Write::write_all(stdin, b"x")
+            .unwrap_or_else(|e| panic!("cannot write to test process {}: {e}", self.0.id()));
     }
 
     pub fn close_stdin(&mut self) {
