@@ -7,6 +7,7 @@
 
 use std::fmt;
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -27,6 +28,10 @@ const REAPER_COMMS: &[&str] = &[
     "catatonit",
     "s6-svscan",
 ];
+
+/// Multi-call binaries: one executable that is `sh`, `env` and more, by the name it was
+/// started as. Where `/bin/sh` is a link to busybox, a shell's executable is busybox.
+const MULTI_CALL_BINARIES: &[&str] = &["busybox", "toybox"];
 
 /// How far [`resolve_owner`] walks up before giving up.
 pub const MAX_RESOLVE_DEPTH: usize = 16;
@@ -295,11 +300,20 @@ impl ProcRoot {
             })
     }
 
-    /// File name of a process's executable, when it can be read (it needs the rights to
-    /// ptrace the process: a user's own processes, or root).
-    pub fn exe_name(&self, pid: u32) -> Option<String> {
-        let target = std::fs::read_link(self.root.join(format!("{pid}/exe"))).ok()?;
-        Some(target.file_name()?.to_string_lossy().into_owned())
+    /// The program a process runs: the file name of its executable or, for a multi-call
+    /// binary such as busybox, the name it was started as (`argv[0]`). `None` when the
+    /// executable cannot be read (that needs the rights to ptrace the process: a user's own
+    /// processes, or root).
+    pub fn program_name(&self, pid: u32) -> Option<String> {
+        let exe = std::fs::read_link(self.root.join(format!("{pid}/exe"))).ok()?;
+        let exe = exe.file_name()?.to_string_lossy().into_owned();
+        if !MULTI_CALL_BINARIES.contains(&exe.as_str()) {
+            return Some(exe);
+        }
+        let cmdline = std::fs::read(self.root.join(format!("{pid}/cmdline"))).ok()?;
+        let argv0 = cmdline.split(|&b| b == 0).next()?;
+        let called = Path::new(std::ffi::OsStr::from_bytes(argv0)).file_name()?;
+        Some(called.to_string_lossy().into_owned())
     }
 
     /// The real user id of a process.
@@ -384,9 +398,12 @@ impl ProcRoot {
             DEFAULT_SKIPPED_COMMS.contains(&name) || extra_wrappers.iter().any(|w| w == name)
         };
         // A script run through its `#!` line is named after the script, not its shell;
-        // the executable still is the shell.
+        // the program still is the shell.
         let skipped = |pid: u32, comm: &str| {
-            listed(comm) || self.exe_name(pid).is_some_and(|exe| listed(&exe))
+            listed(comm)
+                || self
+                    .program_name(pid)
+                    .is_some_and(|program| listed(&program))
         };
         let mut current = pid;
         let mut chain = Vec::new();
@@ -676,11 +693,38 @@ mod tests {
         std::os::unix::fs::symlink("/usr/bin/dash", proc.dir.path().join("31/exe")).unwrap();
         std::os::unix::fs::symlink("/usr/bin/python3.11", proc.dir.path().join("30/exe")).unwrap();
         assert_eq!(proc.root().resolve_owner(32, &[]).unwrap().pid, 30);
-        assert_eq!(proc.root().exe_name(31).as_deref(), Some("dash"));
+        assert_eq!(proc.root().program_name(31).as_deref(), Some("dash"));
         assert_eq!(
-            proc.root().exe_name(32),
+            proc.root().program_name(32),
             None,
             "no exe link: judged by comm alone"
+        );
+    }
+
+    #[test]
+    fn resolve_owner_knows_shells_that_are_busybox() {
+        let proc = FakeProc::new()
+            .with(30, "agent", 1)
+            .with(31, "session-start.s", 30)
+            .with(32, "liveness", 31)
+            .with(33, "not-a-shell", 1);
+        for pid in [31, 33] {
+            std::os::unix::fs::symlink("/bin/busybox", proc.dir.path().join(format!("{pid}/exe")))
+                .unwrap();
+        }
+        // The kernel runs `#!/bin/sh` scripts as `/bin/sh SCRIPT`.
+        std::fs::write(
+            proc.dir.path().join("31/cmdline"),
+            b"/bin/sh\0/hooks/session-start.sh\0",
+        )
+        .unwrap();
+        std::fs::write(proc.dir.path().join("33/cmdline"), b"/bin/busybox\0httpd\0").unwrap();
+        assert_eq!(proc.root().program_name(31).as_deref(), Some("sh"));
+        assert_eq!(proc.root().resolve_owner(32, &[]).unwrap().pid, 30);
+        assert_eq!(
+            proc.root().program_name(33).as_deref(),
+            Some("busybox"),
+            "busybox called by its own name is no shell"
         );
     }
 
