@@ -116,11 +116,25 @@ pub fn raise_nofile_limit() -> io::Result<(u64, u64)> {
     ))
 }
 
+/// Descriptors the pidfd source leaves to the rest of the daemon (clients, the database,
+/// `/proc` reads), at most: a quarter of the open-file limit when that is small.
+const RESERVED_FDS: u64 = 256;
+
+/// How many pidfds the source may hold under an open-file limit of `soft`: all but
+/// [`RESERVED_FDS`], so that running out of descriptors for pidfds never leaves the daemon
+/// unable to read `/proc` or accept a client.
+fn pidfd_capacity(soft: u64) -> usize {
+    let reserved = RESERVED_FDS.min(soft / 4);
+    usize::try_from(soft.saturating_sub(reserved)).unwrap_or(usize::MAX)
+}
+
 /// Watches each tracked process through its pidfd.
 pub struct PidfdSource {
     shared: Arc<Shared>,
     runtime: Handle,
     proc: ProcRoot,
+    /// Most processes watched at once (see [`pidfd_capacity`]).
+    capacity: usize,
     refused: u64,
 }
 
@@ -141,7 +155,8 @@ impl Shared {
 
 impl PidfdSource {
     /// Checks that this kernel has pidfds and starts the source. Watcher tasks run on the
-    /// caller's tokio runtime.
+    /// caller's tokio runtime. The open-file limit in force now sets how many processes it
+    /// watches at once: raise it first (see [`raise_nofile_limit`]).
     ///
     /// # Panics
     /// Outside a tokio runtime, or in one without IO enabled.
@@ -164,6 +179,11 @@ impl PidfdSource {
             }),
             runtime,
             proc: ProcRoot::default(),
+            capacity: pidfd_capacity(
+                rustix::process::getrlimit(Resource::Nofile)
+                    .current
+                    .unwrap_or(u64::MAX),
+            ),
             refused: 0,
         })
     }
@@ -275,10 +295,21 @@ impl ExitSource for PidfdSource {
     }
 
     fn track(&mut self, key: ProcessKey) -> Result<(), TrackError> {
-        if self.shared.watchers().contains_key(&key) {
-            return Ok(());
-        }
-        let pidfd = match self.open_verified(key).and_then(|fd| self.register(fd)) {
+        let watched = {
+            let watchers = self.shared.watchers();
+            if watchers.contains_key(&key) {
+                return Ok(());
+            }
+            watchers.len()
+        };
+        let opened = if watched >= self.capacity {
+            Err(TrackError::Exhausted(format!(
+                "{watched} pidfds open; the rest of the open-file limit is kept for the daemon"
+            )))
+        } else {
+            self.open_verified(key).and_then(|fd| self.register(fd))
+        };
+        let pidfd = match opened {
             Ok(pidfd) => pidfd,
             Err(e) => {
                 if matches!(e, TrackError::Exhausted(_)) {
@@ -359,6 +390,32 @@ mod tests {
             .map(|n| n.parse::<u32>().unwrap_or(0));
         let version = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
         (version >= (6, 15)).then_some(status)
+    }
+
+    #[test]
+    fn pidfds_leave_descriptors_to_the_daemon() {
+        assert_eq!(pidfd_capacity(20_000), 20_000 - 256);
+        assert_eq!(pidfd_capacity(64), 48, "a quarter of a small limit is kept");
+        assert_eq!(pidfd_capacity(0), 0);
+    }
+
+    #[tokio::test]
+    async fn beyond_capacity_is_refused_and_counted() {
+        let (mut source, _rx) = source(8);
+        source.capacity = 1;
+        let procs = [Proc::sleeper(), Proc::sleeper()];
+        source.track(procs[0].key()).unwrap();
+        match source.track(procs[1].key()) {
+            Err(TrackError::Exhausted(why)) => {
+                assert!(why.contains("kept for the daemon"), "{why}")
+            }
+            other => panic!("expected Exhausted, got {other:?}"),
+        }
+        let stats = source.stats();
+        assert_eq!((stats.tracked, stats.refused), (1, 1));
+        source
+            .track(procs[0].key())
+            .expect("a tracked process is tracked again at capacity");
     }
 
     #[test]
