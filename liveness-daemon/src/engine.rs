@@ -209,7 +209,12 @@ impl Engine {
         mut shutdown: watch::Receiver<bool>,
     ) {
         self.reconcile_at_start();
-        let mut housekeeping = tokio::time::interval(self.housekeeping_period());
+        // Expiry and retention are applied before the first client is served, so a replay
+        // right after a start already sees the retention window.
+        self.housekeeping();
+        let period = self.housekeeping_period();
+        let mut housekeeping =
+            tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut retry = tokio::time::interval(RETRY_PERIOD);
         retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
