@@ -6,6 +6,8 @@ use std::process::Command as Process;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 
+mod vm;
+
 #[derive(Debug, Parser)]
 #[command(about = "Developer tasks for the liveness workspace")]
 struct Cli {
@@ -40,6 +42,27 @@ enum Command {
         #[arg(long, value_name = "PARTS")]
         part: Option<String>,
     },
+    /// Run the test suite inside QEMU guests booting other kernels (busybox initramfs,
+    /// static binaries, no network, no systemd). Needs qemu-system-x86, busybox-static,
+    /// bash-static and cpio; kernels are Debian's cloud kernels, fetched with apt-get.
+    VmTest {
+        /// A Debian kernel version (6.1, 6.12) or the path of a kernel image (repeatable;
+        /// default: 6.1 and 6.12).
+        #[arg(long = "kernel", value_name = "VERSION|PATH")]
+        kernels: Vec<String>,
+        /// Run only the tests whose names contain this.
+        #[arg(long)]
+        filter: Option<String>,
+        /// Guest memory in MiB.
+        #[arg(long, default_value_t = 2048)]
+        memory: u32,
+        /// Longest a kernel's whole run may take, in minutes.
+        #[arg(long, default_value_t = 30)]
+        timeout_minutes: u64,
+        /// QEMU accelerator: tcg (software, works everywhere) or kvm.
+        #[arg(long, default_value = "tcg")]
+        accel: String,
+    },
 }
 
 /// Directory of the eBPF sources; clang runs here so the object only records relative paths.
@@ -57,6 +80,29 @@ fn main() -> Result<()> {
             json,
             part,
         } => bench(quick, smoke, json, part),
+        Command::VmTest {
+            kernels,
+            filter,
+            memory,
+            timeout_minutes,
+            accel,
+        } => vm::run(
+            &workspace_root(),
+            &vm::Options {
+                kernels: if kernels.is_empty() {
+                    vm::DEFAULT_KERNELS
+                        .iter()
+                        .map(|k| (*k).to_owned())
+                        .collect()
+                } else {
+                    kernels
+                },
+                filter,
+                memory_mib: memory,
+                timeout: std::time::Duration::from_secs(timeout_minutes * 60),
+                accel,
+            },
+        ),
     }
 }
 

@@ -1,0 +1,445 @@
+//! `cargo xtask vm-test`: the test suite inside small virtual machines that boot other
+//! kernels.
+//!
+//! Each kernel boots (QEMU) into a busybox initramfs that holds the statically linked test
+//! binaries and the project's binaries, and nothing else: no systemd, no network, no cargo.
+//! The guest's `/init` runs every test binary as root with `LIVENESS_REQUIRE_EBPF=1` and
+//! prints one `VMTEST result NAME STATUS` line per binary on the serial console, which is
+//! read here. Kernels are Debian's cloud kernels (virtio and BTF built in), fetched with
+//! `apt-get download` and cached under `target/vm-test`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command as Process, Stdio};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+
+/// The kernels tested when none is named: the two Debian LTS lines before the development
+/// machines' own (the eBPF program reads no field that these lack).
+pub const DEFAULT_KERNELS: &[&str] = &["6.1", "6.12"];
+
+const TARGET: &str = "x86_64-unknown-linux-gnu";
+/// The binaries the tests run, from `LIVENESS_BIN_DIR` (`/bin` in the guest).
+const PROGRAMS: &[&str] = &["livenessd", "liveness", "testproc"];
+const INSTALL_HINT: &str = "apt-get install -y qemu-system-x86 busybox-static bash-static cpio";
+
+/// What `cargo xtask vm-test` was asked to do.
+#[derive(Debug)]
+pub struct Options {
+    /// Debian kernel versions (`6.1`) or paths to kernel images.
+    pub kernels: Vec<String>,
+    /// Passed to every test binary: only tests whose name contains it run.
+    pub filter: Option<String>,
+    /// Guest memory in MiB.
+    pub memory_mib: u32,
+    /// How long one kernel's whole run may take.
+    pub timeout: Duration,
+    /// QEMU accelerator: `tcg` (software; works everywhere) or `kvm`.
+    pub accel: String,
+}
+
+pub fn run(root: &Path, options: &Options) -> Result<()> {
+    ensure!(
+        std::env::consts::ARCH == "x86_64",
+        "vm-test boots x86-64 guests; this is {}",
+        std::env::consts::ARCH
+    );
+    let work = root.join("target/vm-test");
+    std::fs::create_dir_all(&work)?;
+    let busybox = static_tool("busybox")?;
+    let bash = static_tool("bash-static")?;
+    for tool in ["qemu-system-x86_64", "cpio"] {
+        which(tool)?;
+    }
+
+    let built = build(root, &work)?;
+    let initrd = work.join("initrd.gz");
+    make_initrd(&work, &built, &busybox, &bash, options, &initrd)?;
+
+    let mut failures = Vec::new();
+    for kernel in &options.kernels {
+        let image = kernel_image(&work, kernel)?;
+        let log = work.join(format!("{}.log", sanitize(kernel)));
+        let started = Instant::now();
+        let outcome = boot(&image, &initrd, &log, options)?;
+        println!(
+            "kernel {} ({}): {} test binaries in {:.0} s, log {}",
+            outcome.kernel.as_deref().unwrap_or("?"),
+            kernel,
+            outcome.results.len(),
+            started.elapsed().as_secs_f64(),
+            log.display()
+        );
+        for (name, status) in &outcome.results {
+            println!(
+                "  {:<16} {}",
+                name,
+                if *status == 0 { "ok" } else { "FAILED" }
+            );
+            if *status != 0 {
+                failures.push(format!("{kernel}: {name} (exit status {status})"));
+            }
+        }
+        if !outcome.finished {
+            failures.push(format!(
+                "{kernel}: the guest did not finish (timed out or crashed); see {}",
+                log.display()
+            ));
+        } else if outcome.results.len() != built.tests.len() {
+            failures.push(format!(
+                "{kernel}: {} of {} test binaries reported",
+                outcome.results.len(),
+                built.tests.len()
+            ));
+        }
+    }
+    if failures.is_empty() {
+        println!("vm-test: every test binary passed on every kernel");
+        Ok(())
+    } else {
+        bail!("vm-test failed:\n  {}", failures.join("\n  "))
+    }
+}
+
+/// Statically linked test binaries and programs, by name.
+#[derive(Debug)]
+struct Built {
+    tests: Vec<(String, PathBuf)>,
+    programs: Vec<(String, PathBuf)>,
+}
+
+/// Builds everything statically (the guest has no libc), in a target directory of its own
+/// so the usual builds are left alone.
+fn build(root: &Path, work: &Path) -> Result<Built> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let artifacts = |args: &[&str]| -> Result<Vec<serde_json::Value>> {
+        let output = Process::new(&cargo)
+            .current_dir(root)
+            .args(args)
+            .args([
+                "--release",
+                "--target",
+                TARGET,
+                "--message-format=json-render-diagnostics",
+            ])
+            .args(["-p", "liveness-daemon", "-p", "integration-tests"])
+            .env("RUSTFLAGS", "-C target-feature=+crt-static")
+            .env("CARGO_TARGET_DIR", work.join("build"))
+            // Debug info would triple the initramfs; backtraces keep their symbols.
+            .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
+            .stderr(Stdio::inherit())
+            .output()
+            .context("running cargo")?;
+        ensure!(output.status.success(), "cargo {} failed", args.join(" "));
+        Ok(output
+            .stdout
+            .split(|&b| b == b'\n')
+            .filter_map(|line| serde_json::from_slice::<serde_json::Value>(line).ok())
+            .filter(|m| m["reason"] == "compiler-artifact" && m["executable"].is_string())
+            .collect())
+    };
+    let kind = |m: &serde_json::Value| m["target"]["kind"][0].as_str().unwrap_or("").to_owned();
+    let named = |m: &serde_json::Value| {
+        (
+            m["target"]["name"].as_str().unwrap_or("").to_owned(),
+            PathBuf::from(m["executable"].as_str().unwrap_or("")),
+        )
+    };
+    let tests = artifacts(&["test", "--no-run"])?
+        .iter()
+        .filter(|m| m["profile"]["test"] == true && matches!(kind(m).as_str(), "lib" | "test"))
+        .map(named)
+        .collect::<Vec<_>>();
+    let programs = artifacts(&["build", "--bins"])?
+        .iter()
+        .filter(|m| {
+            kind(m) == "bin" && PROGRAMS.contains(&m["target"]["name"].as_str().unwrap_or(""))
+        })
+        .map(named)
+        .collect::<Vec<_>>();
+    ensure!(
+        programs.len() == PROGRAMS.len(),
+        "built {} of the programs {PROGRAMS:?}",
+        programs.len()
+    );
+    ensure!(!tests.is_empty(), "cargo built no test binaries");
+    Ok(Built { tests, programs })
+}
+
+/// The guest's `/init`: mounts what the tests need, runs each test binary, powers off.
+fn init_script(tests: &[(String, PathBuf)], options: &Options) -> String {
+    let filter = options
+        .filter
+        .as_deref()
+        .map(|f| format!(" '{}'", f.replace('\'', "")))
+        .unwrap_or_default();
+    let names: Vec<&str> = tests.iter().map(|(name, _)| name.as_str()).collect();
+    format!(
+        r#"#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs tmpfs /run
+hostname liveness-vm
+echo "VMTEST kernel $(uname -r)"
+for name in {names}; do
+    echo "VMTEST start $name"
+    LIVENESS_BIN_DIR=/bin LIVENESS_REQUIRE_EBPF=1 RUST_BACKTRACE=1 \
+        /tests/$name --test-threads=1{filter} 2>&1
+    echo "VMTEST result $name $?"
+done
+echo "VMTEST done"
+poweroff -f
+"#,
+        names = names.join(" ")
+    )
+}
+
+fn make_initrd(
+    work: &Path,
+    built: &Built,
+    busybox: &Path,
+    bash: &Path,
+    options: &Options,
+    initrd: &Path,
+) -> Result<()> {
+    let staging = work.join("initramfs");
+    if staging.exists() {
+        std::fs::remove_dir_all(&staging)?;
+    }
+    for dir in ["bin", "tests", "proc", "sys", "dev", "tmp", "run"] {
+        std::fs::create_dir_all(staging.join(dir))?;
+    }
+    let copy = |from: &Path, to: PathBuf| {
+        std::fs::copy(from, &to)
+            .with_context(|| format!("copying {} to {}", from.display(), to.display()))
+    };
+    copy(busybox, staging.join("bin/busybox"))?;
+    // Tests run hooks through `bash -c`; busybox has no bash.
+    copy(bash, staging.join("bin/bash"))?;
+    for (name, path) in &built.programs {
+        copy(path, staging.join("bin").join(name))?;
+    }
+    for (name, path) in &built.tests {
+        copy(path, staging.join("tests").join(name))?;
+    }
+    let init = staging.join("init");
+    std::fs::write(&init, init_script(&built.tests, options))?;
+    std::fs::set_permissions(&init, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    let status = Process::new("sh")
+        .arg("-c")
+        .arg("find . | cpio -o -H newc --quiet | gzip -1 > \"$0\"")
+        .arg(initrd)
+        .current_dir(&staging)
+        .status()
+        .context("running cpio")?;
+    ensure!(status.success(), "building the initramfs failed ({status})");
+    Ok(())
+}
+
+/// A kernel image: `spec` itself when it is a file, else the newest Debian cloud kernel of
+/// that version, downloaded once.
+fn kernel_image(work: &Path, spec: &str) -> Result<PathBuf> {
+    if Path::new(spec).is_file() {
+        return Ok(PathBuf::from(spec));
+    }
+    let package = newest_cloud_kernel(spec)?;
+    let unpacked = work.join("kernels").join(&package);
+    if !unpacked.join("boot").is_dir() {
+        let debs = work.join("debs");
+        std::fs::create_dir_all(&debs)?;
+        let status = Process::new("apt-get")
+            // As root, apt would try (and fail) to drop to its sandbox user to write here.
+            .args(["download", "-q", "-o", "APT::Sandbox::User=root", &package])
+            .current_dir(&debs)
+            .status()
+            .context("running apt-get download")?;
+        ensure!(
+            status.success(),
+            "apt-get download {package} failed ({status})"
+        );
+        let deb = std::fs::read_dir(&debs)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&format!("{package}_")) && n.ends_with(".deb"))
+            })
+            .with_context(|| format!("apt-get download left no .deb for {package}"))?;
+        std::fs::create_dir_all(&unpacked)?;
+        let status = Process::new("dpkg")
+            .arg("-x")
+            .arg(&deb)
+            .arg(&unpacked)
+            .status()
+            .context("running dpkg -x")?;
+        ensure!(
+            status.success(),
+            "unpacking {} failed ({status})",
+            deb.display()
+        );
+    }
+    std::fs::read_dir(unpacked.join("boot"))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("vmlinuz-"))
+        })
+        .with_context(|| format!("{package} holds no vmlinuz"))
+}
+
+/// The newest `linux-image-<version>...-cloud-amd64` package Debian offers.
+fn newest_cloud_kernel(version: &str) -> Result<String> {
+    ensure!(
+        !version.is_empty() && version.chars().all(|c| c.is_ascii_digit() || c == '.'),
+        "{version:?} is neither a kernel image file nor a version such as 6.1"
+    );
+    let output = Process::new("apt-cache")
+        .args(["search", "--names-only", &format!("^linux-image-{version}")])
+        .output()
+        .context("running apt-cache search")?;
+    let prefix = format!("linux-image-{version}");
+    let mut packages: Vec<String> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| {
+            // `6.1.0-56-...` or `6.12.117+deb12-...`, not `6.12-cloud-amd64` (a metapackage)
+            // nor `6.12...` when 6.1 was asked for.
+            name.ends_with("-cloud-amd64")
+                && name
+                    .strip_prefix(&prefix)
+                    .is_some_and(|rest| rest.starts_with('.') || rest.starts_with('-'))
+                && name[prefix.len() + 1..].starts_with(|c: char| c.is_ascii_digit())
+        })
+        .map(str::to_owned)
+        .collect();
+    packages.sort_by_key(|name| version_key(name));
+    packages.pop().with_context(|| {
+        format!("no Debian cloud kernel {version} found (apt-get update? a Debian 12 machine?)")
+    })
+}
+
+/// Numbers in a package name, for ordering versions.
+fn version_key(name: &str) -> Vec<u64> {
+    name.split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse().ok())
+        .collect()
+}
+
+/// What one guest reported.
+#[derive(Debug, Default)]
+struct Outcome {
+    kernel: Option<String>,
+    results: Vec<(String, i32)>,
+    finished: bool,
+}
+
+fn boot(image: &Path, initrd: &Path, log: &Path, options: &Options) -> Result<Outcome> {
+    let log_file = std::fs::File::create(log)?;
+    let mut qemu = Process::new("qemu-system-x86_64")
+        .args(["-accel", &options.accel, "-cpu", "max", "-smp", "2"])
+        .args(["-m", &options.memory_mib.to_string()])
+        .args(["-nographic", "-no-reboot"])
+        .arg("-kernel")
+        .arg(image)
+        .arg("-initrd")
+        .arg(initrd)
+        .args(["-append", "console=ttyS0 panic=-1 quiet"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log_file.try_clone()?)
+        .spawn()
+        .context("starting qemu-system-x86_64")?;
+    let stdout = qemu.stdout.take().context("qemu's stdout")?;
+    // Lines come through a channel, so a guest that hangs is noticed at the deadline.
+    let (send, lines) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).split(b'\n') {
+            let Ok(line) = line else { break };
+            if send.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + options.timeout;
+    let mut outcome = Outcome::default();
+    let mut log = std::io::BufWriter::new(log_file);
+    loop {
+        let line = match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) => String::from_utf8_lossy(&line).trim_end().to_owned(),
+            // QEMU exited: the guest powered off, or crashed.
+            Err(RecvTimeoutError::Disconnected) => break,
+            Err(RecvTimeoutError::Timeout) => {
+                writeln!(
+                    log,
+                    "vm-test: no power-off within {:?}; killed",
+                    options.timeout
+                )?;
+                qemu.kill()?;
+                break;
+            }
+        };
+        writeln!(log, "{line}")?;
+        let Some(report) = line.find("VMTEST ").map(|at| &line[at + 7..]) else {
+            continue;
+        };
+        match report.split_whitespace().collect::<Vec<_>>().as_slice() {
+            ["kernel", release] => outcome.kernel = Some((*release).to_owned()),
+            ["start", name] => eprintln!("vm-test: {name}"),
+            ["result", name, status] => outcome
+                .results
+                .push(((*name).to_owned(), status.parse().unwrap_or(-1))),
+            ["done"] => outcome.finished = true,
+            _ => {}
+        }
+    }
+    qemu.wait()?;
+    let _ = reader.join();
+    Ok(outcome)
+}
+
+/// Path of a tool on PATH, or an error that says how to install it.
+fn which(tool: &str) -> Result<PathBuf> {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .map(|dir| dir.join(tool))
+        .find(|candidate| candidate.is_file())
+        .with_context(|| format!("{tool} is not installed; on Debian: {INSTALL_HINT}"))
+}
+
+/// A tool that must be statically linked, as the guest has no shared libraries.
+fn static_tool(tool: &str) -> Result<PathBuf> {
+    let path = which(tool)?;
+    // `ldd` fails on a static executable.
+    let dynamic = Process::new("ldd")
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    ensure!(
+        !dynamic,
+        "{} is dynamically linked; the guest needs a static one: {INSTALL_HINT}",
+        path.display()
+    );
+    Ok(path)
+}
+
+fn sanitize(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
