@@ -72,7 +72,7 @@ Exit codes of wait:
 
 /// Tell session tooling when the process that owns a session dies.
 #[derive(Debug, Parser)]
-#[command(name = "liveness", version, about, after_help = EXIT_CODES_HELP)]
+#[command(name = "liveness", version, after_help = EXIT_CODES_HELP)]
 pub struct Cli {
     /// The daemon's socket [env: LIVENESS_SOCKET; default: the user's own daemon's socket
     /// if it exists, else /run/liveness/liveness.sock].
