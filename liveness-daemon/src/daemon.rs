@@ -336,17 +336,7 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
 
     let (stop, stopped) = watch::channel(false);
     let (commands, command_queue) = mpsc::channel(ENGINE_QUEUE);
-    // The engine gets a thread of its own: its SQLite commits are synchronous, and on a
-    // worker of the shared runtime they would hold up the sources' readers and the clients.
-    let engine_runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let engine_thread = std::thread::Builder::new()
-        .name("liveness-engine".into())
-        .spawn({
-            let stopped = stopped.clone();
-            move || engine_runtime.block_on(engine.run(command_queue, stopped))
-        })?;
+    let engine_task = tokio::spawn(engine.run(command_queue, stopped.clone()));
     let server_task = tokio::spawn(crate::server::serve(listener, commands, database, stopped));
 
     loop {
@@ -367,10 +357,8 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
     if let Err(e) = server_task.await {
         tracing::error!(error = %e, "server task failed");
     }
-    match tokio::task::spawn_blocking(move || engine_thread.join()).await {
-        Ok(Ok(())) => {}
-        Ok(Err(_)) => tracing::error!("the engine thread panicked"),
-        Err(e) => tracing::error!(error = %e, "cannot wait for the engine thread"),
+    if let Err(e) = engine_task.await {
+        tracing::error!(error = %e, "engine task failed");
     }
     let _ = std::fs::remove_file(&socket);
     tracing::info!("stopped");

@@ -211,8 +211,6 @@ pub struct Monitor {
     /// Deaths found by re-checking `/proc`, waiting to be handed out.
     reconciled: VecDeque<ExitObservation>,
     loss_reconciles: u64,
-    /// The runtime the sources run on, which need not be the one calling the monitor.
-    runtime: tokio::runtime::Handle,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -222,8 +220,7 @@ struct Coverage {
 }
 
 impl Monitor {
-    /// Starts the selected sources on the current tokio runtime, where they stay even when
-    /// the monitor is then driven from another.
+    /// Starts the selected sources. Must run inside a tokio runtime.
     pub fn start(config: MonitorConfig) -> Result<Monitor, MonitorError> {
         let (sink, events) = mpsc::channel(config.queue.max(1));
         let mut sources = Vec::new();
@@ -269,7 +266,6 @@ impl Monitor {
             events,
             reconciled: VecDeque::new(),
             loss_reconciles: 0,
-            runtime: tokio::runtime::Handle::current(),
         })
     }
 
@@ -305,10 +301,8 @@ impl Monitor {
         }
         if !covered && !gone {
             coverage.by_fallback = true;
-            let runtime = &self.runtime;
             let fallback = self.fallback.get_or_insert_with(|| {
                 tracing::warn!("starting the /proc poller for processes no other source can watch");
-                let _runtime = runtime.enter();
                 Box::new(ProcpollSource::start(
                     self.sink.clone(),
                     self.config.procpoll_interval,
