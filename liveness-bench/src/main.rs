@@ -594,6 +594,11 @@ fn overhead(plan: &Plan, daemon: &mut Daemon, owners: usize) -> Result<Value> {
         Ok(started.elapsed().as_secs_f64() * 1e3)
     };
     let (mut running, mut stopped) = (Vec::new(), Vec::new());
+    // What the storms cost that the wall time is too noisy to show: the eBPF program's own
+    // run time (kernel statistics, on while this fd is open) and the daemon's CPU time.
+    let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
+        .context("enabling eBPF run-time statistics")?;
+    let (mut program, mut daemon_ticks) = (ProgramCost::default(), 0);
     // Pairs in alternating order (running first, then stopped first), so a drift of the
     // machine's speed during the run weighs on both sides alike.
     let mut daemon_running = true;
@@ -612,18 +617,25 @@ fn overhead(plan: &Plan, daemon: &mut Daemon, owners: usize) -> Result<Value> {
                 }
                 daemon_running = run_with_daemon;
             }
-            let took = storm(plan.storm)?;
             if run_with_daemon {
-                running.push(took);
+                let (cost, ticks) = (ProgramCost::now()?, procs::cpu_ticks(daemon.pid())?);
+                running.push(storm(plan.storm)?);
+                program.add(ProgramCost::now()?.since(cost));
+                daemon_ticks += procs::cpu_ticks(daemon.pid())? - ticks;
             } else {
-                stopped.push(took);
+                stopped.push(storm(plan.storm)?);
             }
         }
     }
     if !daemon_running {
         daemon.spawn()?;
     }
-    let (on, off) = (median(&running), median(&stopped));
+    // Each pair ran back to back: its ratio is free of the drift between pairs (storms
+    // took from 7 to 15 s over one run here, on both sides alike).
+    let pair_ratios: Vec<f64> = running.iter().zip(&stopped).map(|(r, s)| r / s).collect();
+    let four = |x: f64| (x * 1e4).round() / 1e4;
+    let running_ms: f64 = running.iter().sum();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     Ok(json!({
         "storm_processes": plan.storm,
         "rounds_each": plan.storm_rounds,
@@ -631,10 +643,52 @@ fn overhead(plan: &Plan, daemon: &mut Daemon, owners: usize) -> Result<Value> {
         "sources": "auto",
         "running_ms": running.iter().map(|&x| round(x)).collect::<Vec<_>>(),
         "stopped_ms": stopped.iter().map(|&x| round(x)).collect::<Vec<_>>(),
-        "running_median_ms": round(on),
-        "stopped_median_ms": round(off),
-        "ratio": (on / off * 1e4).round() / 1e4,
+        "running_median_ms": round(median(&running)),
+        "stopped_median_ms": round(median(&stopped)),
+        "pair_ratios": pair_ratios.iter().map(|&r| four(r)).collect::<Vec<_>>(),
+        "ratio": four(median(&pair_ratios)),
+        // Shares of the two CPUs' time during the running storms.
+        "ebpf_runs": program.runs,
+        "ebpf_ns_per_run": round(program.nanos as f64 / program.runs.max(1) as f64),
+        "ebpf_cpu_percent": four(program.nanos as f64 / 1e6 / (running_ms * cpus) * 100.0),
+        "daemon_cpu_percent": four(daemon_ticks as f64 * 10.0 / (running_ms * cpus) * 100.0),
     }))
+}
+
+/// Runs and run time of the daemon's eBPF program, as the kernel counts them.
+#[derive(Debug, Default, Clone, Copy)]
+struct ProgramCost {
+    runs: u64,
+    nanos: u64,
+}
+
+impl ProgramCost {
+    /// The totals now, over every loaded copy of the program (one per running daemon; the
+    /// kernel truncates program names to 15 bytes).
+    fn now() -> Result<ProgramCost> {
+        let name = &liveness_common::PROGRAM_NAME.as_bytes()[..15];
+        let mut total = ProgramCost::default();
+        for info in aya::programs::loaded_programs() {
+            let info = info.context("listing eBPF programs")?;
+            if info.name() == name {
+                total.runs += info.run_count();
+                total.nanos += info.run_time().as_nanos() as u64;
+            }
+        }
+        Ok(total)
+    }
+
+    fn since(self, earlier: ProgramCost) -> ProgramCost {
+        ProgramCost {
+            runs: self.runs.saturating_sub(earlier.runs),
+            nanos: self.nanos.saturating_sub(earlier.nanos),
+        }
+    }
+
+    fn add(&mut self, more: ProgramCost) {
+        self.runs += more.runs;
+        self.nanos += more.nanos;
+    }
 }
 
 fn ratios(report: &Report) -> Value {
@@ -851,8 +905,13 @@ fn print_table(plan: &Plan, report: &Report, goals: &[Value]) {
             o["storm_processes"], o["owners_tracked"], o["rounds_each"]
         );
         println!(
-            "  running {} ms, stopped {} ms (medians): ratio {}",
+            "  running {} ms, stopped {} ms (medians); median of the pairs' ratios {}",
             o["running_median_ms"], o["stopped_median_ms"], o["ratio"]
+        );
+        println!(
+            "  while running: the eBPF program ran {} times, {} ns each: {} % of the CPUs; \
+             the daemon used {} %",
+            o["ebpf_runs"], o["ebpf_ns_per_run"], o["ebpf_cpu_percent"], o["daemon_cpu_percent"]
         );
     }
     println!("\nGoals");
