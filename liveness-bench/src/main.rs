@@ -796,6 +796,17 @@ fn goals(report: &Report) -> Vec<Value> {
     if let Some(overhead) = &report.overhead {
         let ratio = overhead["ratio"].as_f64().unwrap_or(f64::NAN);
         goals.push(goal("overhead_ratio", "<= 1.02", ratio, "x", ratio <= 1.02));
+        // The same bound on what the daemon takes from the storm, measured directly: the
+        // wall-time ratio above is noisier than 2 % on a shared machine.
+        let cpu = overhead["ebpf_cpu_percent"].as_f64().unwrap_or(f64::NAN)
+            + overhead["daemon_cpu_percent"].as_f64().unwrap_or(f64::NAN);
+        goals.push(goal(
+            "overhead_cpu",
+            "<= 2 % of the CPUs",
+            cpu,
+            "%",
+            cpu <= 2.0,
+        ));
     }
     goals
 }
