@@ -117,14 +117,14 @@ pub fn raise_nofile_limit() -> io::Result<(u64, u64)> {
 }
 
 /// Descriptors the pidfd source leaves to the rest of the daemon (clients, the database,
-/// `/proc` reads), at most: a quarter of the open-file limit when that is small.
+/// `/proc` reads), at most: half the open-file limit when that is small.
 const RESERVED_FDS: u64 = 256;
 
 /// How many pidfds the source may hold under an open-file limit of `soft`: all but
 /// [`RESERVED_FDS`], so that running out of descriptors for pidfds never leaves the daemon
 /// unable to read `/proc` or accept a client.
 fn pidfd_capacity(soft: u64) -> usize {
-    let reserved = RESERVED_FDS.min(soft / 4);
+    let reserved = RESERVED_FDS.min(soft / 2);
     usize::try_from(soft.saturating_sub(reserved)).unwrap_or(usize::MAX)
 }
 
@@ -395,7 +395,7 @@ mod tests {
     #[test]
     fn pidfds_leave_descriptors_to_the_daemon() {
         assert_eq!(pidfd_capacity(20_000), 20_000 - 256);
-        assert_eq!(pidfd_capacity(64), 48, "a quarter of a small limit is kept");
+        assert_eq!(pidfd_capacity(64), 32, "half of a small limit is kept");
         assert_eq!(pidfd_capacity(0), 0);
     }
 
