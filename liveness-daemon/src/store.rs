@@ -77,7 +77,7 @@ CREATE INDEX sessions_active_by_host ON sessions (owner_host, touched_ms)
     r#"
 -- Fewer pages written per finalization (a one-death commit went from 7.8 WAL frames to 4.7).
 -- The owner index no longer holds the phase, which made every ending move its entry from
--- one part of the index to another; a session has few owners' rows to filter by phase.
+-- one part of the index to another; an owner has few sessions to filter by phase.
 DROP INDEX sessions_by_owner;
 CREATE INDEX sessions_by_owner ON sessions (owner_pid, owner_start_ticks);
 -- Events lose AUTOINCREMENT, whose sqlite_sequence row every append rewrote. The head seq
