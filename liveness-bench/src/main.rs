@@ -313,8 +313,9 @@ fn session(part: &str, pid: u32) -> String {
 /// procpoll, whose owners exit `procpoll_parallel` at a time at the default 1 s interval.
 ///
 /// For eBPF and pidfd the floor is measured in the same run, interleaved: each batch of
-/// owners is split between the daemon and the same kind of source inside the harness (see
-/// [`Floor`]), and the owner that exits next is whichever reads the shared `go` pipe first.
+/// owners is split between the daemon and a floor process running the same kind of source
+/// (see [`Floor`]), and the owner that exits next is whichever reads the shared `go` pipe
+/// first.
 /// Both figures thus come from the same minutes of a shared, noisy machine.
 fn latency(args: &Args, plan: &Plan, source: &str, report: &mut Report) -> Result<()> {
     let mut daemon = Daemon::start(&args.bin_dir, source, &[])?;
@@ -647,7 +648,7 @@ fn overhead(plan: &Plan, daemon: &mut Daemon, owners: usize) -> Result<Value> {
         "stopped_median_ms": round(median(&stopped)),
         "pair_ratios": pair_ratios.iter().map(|&r| four(r)).collect::<Vec<_>>(),
         "ratio": four(median(&pair_ratios)),
-        // Shares of the two CPUs' time during the running storms.
+        // Shares of all the CPUs' time during the running storms.
         "ebpf_runs": program.runs,
         "ebpf_ns_per_run": round(program.nanos as f64 / program.runs.max(1) as f64),
         "ebpf_cpu_percent": four(program.nanos as f64 / 1e6 / (running_ms * cpus) * 100.0),
