@@ -136,7 +136,8 @@ impl Conn {
         let stream = UnixStream::connect(socket)
             .with_context(|| format!("connecting to {}", socket.display()))?;
         Ok(Conn {
-            reader: BufReader::new(stream.try_clone()?),
+            // Large reads: in a burst the harness must not be what holds up the stream.
+            reader: BufReader::with_capacity(256 * 1024, stream.try_clone()?),
             writer: BufWriter::new(stream),
         })
     }
@@ -266,9 +267,9 @@ impl Subscriber {
             bail!("subscribe failed: {ack}");
         }
         let (tx, events) = mpsc::channel();
-        // Large reads, and only the fields used parsed: in a burst the harness must not be
-        // what holds up the stream it measures.
-        let mut reader = BufReader::with_capacity(256 * 1024, conn.reader.into_inner());
+        // Only the fields used are parsed, for the same reason as the large reads. The reader
+        // keeps its buffer: lines may already follow the acknowledgement in it.
+        let mut reader = conn.reader;
         let thread = std::thread::spawn(move || -> Result<()> {
             let mut line = String::new();
             loop {

@@ -21,10 +21,10 @@ use liveness::source::{ExitSource, SourceEvent};
 
 use crate::procs::monotonic_ns;
 
-/// First argument that makes this binary a floor process: `FLOOR_ARG SOURCE`. It reads PIDs
-/// to track from stdin (u32 LE) and writes records to stdout: PID (u32 LE) and monotonic ns
-/// (u64 LE) per observed exit, [`ACK`] once it started or tracked what it read, [`LOST`]
-/// if the kernel dropped exits.
+/// First argument that makes this binary a floor process: `FLOOR_ARG SOURCE`. It reads
+/// batches of PIDs to track from stdin (a count, then the PIDs, all u32 LE) and writes
+/// records to stdout: PID (u32 LE) and monotonic ns (u64 LE) per observed exit, [`ACK`] once
+/// it started or tracked a whole batch, [`LOST`] if the kernel dropped exits.
 pub const FLOOR_ARG: &str = "__floor";
 
 const ACK: u32 = 0;
@@ -72,7 +72,11 @@ impl Floor {
 
     /// Tracks these processes; returns once they all are.
     pub fn track(&mut self, pids: &[u32]) -> Result<()> {
-        let bytes: Vec<u8> = pids.iter().flat_map(|p| p.to_le_bytes()).collect();
+        let count = u32::try_from(pids.len()).context("too many PIDs for one batch")?;
+        let bytes: Vec<u8> = std::iter::once(count)
+            .chain(pids.iter().copied())
+            .flat_map(u32::to_le_bytes)
+            .collect();
         self.pids.write_all(&bytes)?;
         self.pids.flush()?;
         self.ack()
@@ -156,23 +160,22 @@ pub fn floor_main(name: &str) -> Result<()> {
     write(&output, ACK, 0)?;
     let proc = ProcRoot::default();
     let mut input = std::io::stdin().lock();
-    let mut pending = Vec::new();
-    let mut buffer = vec![0u8; 64 * 1024];
+    let mut count = [0u8; 4];
     loop {
-        let n = input.read(&mut buffer)?;
-        if n == 0 {
-            return Ok(());
+        // A batch larger than a pipe's atomic write arrives in pieces: the count says when
+        // it is whole, so the acknowledgement never comes early.
+        match input.read_exact(&mut count) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(e.into()),
         }
-        pending.extend_from_slice(&buffer[..n]);
-        let whole = pending.len() - pending.len() % 4;
-        for chunk in pending[..whole].chunks_exact(4) {
+        let mut batch = vec![0u8; 4 * u32::from_le_bytes(count) as usize];
+        input.read_exact(&mut batch)?;
+        for chunk in batch.chunks_exact(4) {
             let pid = u32::from_le_bytes(chunk.try_into().unwrap());
             let start_ticks = proc.stat(pid)?.start_ticks;
             source.track(ProcessKey { pid, start_ticks })?;
         }
-        pending.drain(..whole);
-        if pending.is_empty() {
-            write(&output, ACK, 0)?;
-        }
+        write(&output, ACK, 0)?;
     }
 }

@@ -315,10 +315,17 @@ pub fn spawner_main(count: usize, group_size: usize) -> ! {
     }
     // SAFETY: closing our end tells the harness every PID is written.
     unsafe { libc::close(report) };
+    // errno is meaningful only after a call returned -1.
     let interrupted = || std::io::Error::last_os_error().kind() == ErrorKind::Interrupted;
     let mut byte = 0u8;
-    // SAFETY: reading into a local until the harness closes the pipe.
-    while unsafe { libc::read(hold, (&raw mut byte).cast(), 1) } > 0 || interrupted() {}
+    loop {
+        // SAFETY: reading into a local until the harness closes the pipe.
+        match unsafe { libc::read(hold, (&raw mut byte).cast(), 1) } {
+            n if n > 0 => {}
+            -1 if interrupted() => {}
+            _ => break,
+        }
+    }
     // With SIGCHLD ignored, wait blocks until every child is gone, then fails (ECHILD).
     // SAFETY: waiting for our own children.
     while unsafe { libc::wait(std::ptr::null_mut()) } >= 0 || interrupted() {}
