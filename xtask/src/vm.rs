@@ -231,15 +231,13 @@ fn make_initrd(
     let init = staging.join("init");
     std::fs::write(&init, init_script(&built.tests, options))?;
     std::fs::set_permissions(&init, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
-    let status = Process::new("sh")
-        .arg("-c")
-        .arg("find . | cpio -o -H newc --quiet | gzip -1 > \"$0\"")
-        .arg(initrd)
-        .current_dir(&staging)
-        .status()
-        .context("running cpio")?;
-    ensure!(status.success(), "building the initramfs failed ({status})");
-    Ok(())
+    run_to_end(
+        Process::new("sh")
+            .arg("-c")
+            .arg("find . | cpio -o -H newc --quiet | gzip -1 > \"$0\"")
+            .arg(initrd)
+            .current_dir(&staging),
+    )
 }
 
 /// A kernel image: `spec` itself when it is a file, else the newest Debian cloud kernel of
@@ -253,45 +251,37 @@ fn kernel_image(work: &Path, spec: &str) -> Result<PathBuf> {
     if !unpacked.join("boot").is_dir() {
         let debs = work.join("debs");
         std::fs::create_dir_all(&debs)?;
-        let status = Process::new("apt-get")
-            // As root, apt would try (and fail) to drop to its sandbox user to write here.
-            .args(["download", "-q", "-o", "APT::Sandbox::User=root", &package])
-            .current_dir(&debs)
-            .status()
-            .context("running apt-get download")?;
-        ensure!(
-            status.success(),
-            "apt-get download {package} failed ({status})"
-        );
-        let deb = std::fs::read_dir(&debs)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .find(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with(&format!("{package}_")) && n.ends_with(".deb"))
-            })
-            .with_context(|| format!("apt-get download left no .deb for {package}"))?;
+        run_to_end(
+            Process::new("apt-get")
+                // As root, apt would try (and fail) to drop to its sandbox user to write here.
+                .args(["download", "-q", "-o", "APT::Sandbox::User=root", &package])
+                .current_dir(&debs),
+        )?;
+        let deb = file_in(&debs, |n| {
+            n.starts_with(&format!("{package}_")) && n.ends_with(".deb")
+        })?
+        .with_context(|| format!("apt-get download left no .deb for {package}"))?;
         std::fs::create_dir_all(&unpacked)?;
-        let status = Process::new("dpkg")
-            .arg("-x")
-            .arg(&deb)
-            .arg(&unpacked)
-            .status()
-            .context("running dpkg -x")?;
-        ensure!(
-            status.success(),
-            "unpacking {} failed ({status})",
-            deb.display()
-        );
+        run_to_end(Process::new("dpkg").arg("-x").arg(&deb).arg(&unpacked))?;
     }
-    std::fs::read_dir(unpacked.join("boot"))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("vmlinuz-"))
-        })
+    file_in(&unpacked.join("boot"), |n| n.starts_with("vmlinuz-"))?
         .with_context(|| format!("{package} holds no vmlinuz"))
+}
+
+/// The first file in `dir` whose name satisfies `wanted`.
+fn file_in(dir: &Path, wanted: impl Fn(&str) -> bool) -> Result<Option<PathBuf>> {
+    Ok(std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(&wanted)))
+}
+
+/// Runs a command to its end; failing to start or a failure status is an error.
+fn run_to_end(command: &mut Process) -> Result<()> {
+    let status = command
+        .status()
+        .with_context(|| format!("running {command:?}"))?;
+    ensure!(status.success(), "{command:?} failed ({status})");
+    Ok(())
 }
 
 /// The newest `linux-image-<version>...-cloud-amd64` package Debian offers.
@@ -314,8 +304,8 @@ fn newest_cloud_kernel(version: &str) -> Result<String> {
             name.ends_with("-cloud-amd64")
                 && name
                     .strip_prefix(&prefix)
-                    .is_some_and(|rest| rest.starts_with('.') || rest.starts_with('-'))
-                && name[prefix.len() + 1..].starts_with(|c: char| c.is_ascii_digit())
+                    .and_then(|rest| rest.strip_prefix(['.', '-']))
+                    .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
         })
         .map(str::to_owned)
         .collect();
