@@ -271,6 +271,8 @@ pub struct Daemon {
     pub dir: tempfile::TempDir,
     pub socket: PathBuf,
     pub state_dir: PathBuf,
+    /// A command the daemon runs under (`unshare ...`, a seccomp wrapper), or empty.
+    prefix: Vec<String>,
     args: Vec<String>,
 }
 
@@ -281,6 +283,12 @@ impl Daemon {
 
     /// Like [`Daemon::start`], with the state in `state_dir` (default: in its temp dir).
     pub fn start_with_state(state_dir: Option<PathBuf>, args: &[&str]) -> Daemon {
+        Daemon::start_under(&[], state_dir, args)
+    }
+
+    /// Like [`Daemon::start_with_state`], run as `PREFIX... livenessd ARGS...`, e.g. inside
+    /// new namespaces made by `unshare`. [`Daemon::pid`] is then the prefix's first process.
+    pub fn start_under(prefix: &[&str], state_dir: Option<PathBuf>, args: &[&str]) -> Daemon {
         let dir = tempfile::tempdir().expect("temp dir");
         let socket = dir.path().join("run/liveness.sock");
         let state_dir = state_dir.unwrap_or_else(|| dir.path().join("state"));
@@ -289,6 +297,7 @@ impl Daemon {
             dir,
             socket,
             state_dir,
+            prefix: prefix.iter().map(|a| (*a).to_owned()).collect(),
             args: args.iter().map(|a| (*a).to_owned()).collect(),
         };
         daemon.spawn();
@@ -301,7 +310,16 @@ impl Daemon {
             .append(true)
             .open(self.log_path())
             .expect("daemon log file");
-        let child = Command::new(binary("livenessd"))
+        let livenessd = binary("livenessd");
+        let mut command = match self.prefix.split_first() {
+            Some((program, rest)) => {
+                let mut command = Command::new(program);
+                command.args(rest).arg(&livenessd);
+                command
+            }
+            None => Command::new(&livenessd),
+        };
+        let child = command
             .arg("--socket")
             .arg(&self.socket)
             .arg("--state-dir")
