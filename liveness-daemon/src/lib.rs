@@ -8,6 +8,7 @@ pub mod client;
 pub mod daemon;
 pub mod engine;
 pub mod identity;
+pub mod limits;
 pub mod paths;
 pub mod protocol;
 pub mod server;
