@@ -2,8 +2,8 @@
 //!
 //! Every request is one JSON object on one line, with an `op`, an optional protocol
 //! version `v` and an optional `id` echoed in the reply. Every reply is one line with
-//! `"ok": true|false`. A `subscribe` reply is followed by stream lines (`event`, `gap`,
-//! `lagged`, `goodbye`). The full description, with examples, is `docs/protocol.md`.
+//! `"ok": true|false`. A `subscribe` reply is followed by stream lines (`reset`, `event`,
+//! `gap`, `lagged`, `goodbye`). The full description, with examples, is `docs/protocol.md`.
 
 use std::collections::BTreeMap;
 
@@ -54,6 +54,9 @@ pub enum Request {
         /// Required unless `pending`; a pending registration without one gets a generated id.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         session: Option<String>,
+        /// Root only: register in this user's id namespace (default: the caller's own).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        uid: Option<u32>,
         owner: OwnerSpec,
         /// The real session id is not known yet: `rename` it later, or it expires.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -65,17 +68,25 @@ pub enum Request {
     Rename {
         session: String,
         to: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        uid: Option<u32>,
     },
     /// Record activity: postpones the inactivity timeout of owners that cannot be watched.
     Touch {
         session: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        uid: Option<u32>,
     },
     /// End a session explicitly (reason `stopped`).
     End {
         session: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        uid: Option<u32>,
     },
     Get {
         session: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        uid: Option<u32>,
     },
     List {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -89,8 +100,14 @@ pub enum Request {
     Subscribe {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         since: Option<u64>,
+        /// The store `since` was read from: another store means the cursor is void (`reset`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        store_id: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         session: Option<String>,
+        /// Root only, with `session`: only that user's session of this id.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        uid: Option<u32>,
     },
     /// A struct variant (not a unit) so that unknown fields are rejected here too.
     Status {},
@@ -106,6 +123,8 @@ pub enum ErrorCode {
     UnsupportedVersion,
     NotFound,
     Forbidden,
+    /// Root named a session id that several users have: add `uid`.
+    Ambiguous,
     AlreadyEnded,
     AlreadyExists,
     NotPending,
@@ -215,12 +234,22 @@ impl Reply {
 pub struct Subscribed {
     pub since: u64,
     pub head: u64,
+    /// The identity of the store the seqs belong to (see [`StreamMessage::Reset`]).
+    pub store_id: String,
 }
 
 /// Lines that follow a `subscribe` reply (and `goodbye` on any connection at shutdown).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StreamMessage {
+    /// The cursor `since` does not belong to this store (it is above the head, or the
+    /// subscriber named another `store_id`): the database was replaced. Every retained
+    /// event follows, from the first; the consumer's cursor starts over in `store_id`.
+    Reset {
+        since: u64,
+        head: u64,
+        store_id: String,
+    },
     Event(Box<Event>),
     /// Events after `since` up to `pruned_through` fell out of the retention window and are
     /// gone; the stream goes on with the oldest retained event.

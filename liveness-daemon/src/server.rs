@@ -182,6 +182,26 @@ async fn stopping(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
 }
 
+/// What a `subscribe` asked for.
+#[derive(Debug)]
+struct Wanted {
+    since: Option<u64>,
+    store_id: Option<String>,
+    session: Option<String>,
+    uid: Option<u32>,
+}
+
+impl Wanted {
+    /// Whether the subscriber's cursor is void here: it is above the head, or it names
+    /// another store. Seqs are never reused within one store, so either means the database
+    /// was replaced, and skipping every seq up to the cursor would lose events.
+    fn reset(&self, head: u64, store_id: &str) -> bool {
+        self.since.is_some_and(|since| {
+            since > head || self.store_id.as_deref().is_some_and(|id| id != store_id)
+        })
+    }
+}
+
 struct Connection {
     engine: mpsc::Sender<Command>,
     database: PathBuf,
@@ -238,11 +258,23 @@ impl Connection {
                     }
                 },
             };
-            if let Request::Subscribe { since, session } = envelope.request {
+            if let Request::Subscribe {
+                since,
+                store_id,
+                session,
+                uid,
+            } = envelope.request
+            {
+                let wanted = Wanted {
+                    since,
+                    store_id,
+                    session,
+                    uid,
+                };
                 // Every reply so far was flushed: the buffer being replaced is empty.
                 let write = BufWriter::with_capacity(STREAM_BUFFER, write.into_inner());
                 return self
-                    .stream(caller, envelope.id, since, session, reader, write)
+                    .stream(caller, envelope.id, wanted, reader, write)
                     .await;
             }
             let (reply_tx, reply_rx) = oneshot::channel();
@@ -272,33 +304,58 @@ impl Connection {
         mut self,
         caller: Caller,
         id: Option<serde_json::Value>,
-        since: Option<u64>,
-        session: Option<String>,
+        wanted: Wanted,
         mut reader: BufReader<OwnedReadHalf>,
         mut write: BufWriter<OwnedWriteHalf>,
     ) -> Result<(), ConnectionError> {
+        let creator_uid = match caller.namespace(wanted.uid) {
+            Ok(creator_uid) => creator_uid,
+            Err(error) => return write_json(&mut write, &Reply { id, ..error.into() }).await,
+        };
         let (reply_tx, reply_rx) = oneshot::channel();
         let command = Command::Subscribe { reply: reply_tx };
         let subscription = match self.engine.send(command).await {
             Ok(()) => reply_rx.await.ok(),
             Err(_) => None,
         };
-        let Some(Subscription { head, mut batches }) = subscription else {
+        let Some(Subscription {
+            head,
+            store_id,
+            mut batches,
+        }) = subscription
+        else {
             let reply = Reply::error(ErrorCode::ShuttingDown, "the daemon is stopping");
             return write_json(&mut write, &Reply { id, ..reply }).await;
         };
-        // Without `since`, the stream starts now: nothing is replayed.
-        let since = since.unwrap_or(head);
+        let reset = wanted.reset(head, &store_id);
+        // Without `since`, the stream starts now: nothing is replayed. After a reset,
+        // everything is.
+        let since = match (reset, wanted.since) {
+            (true, _) => 0,
+            (false, since) => since.unwrap_or(head),
+        };
         let ack = Reply {
             id,
-            subscribed: Some(Subscribed { since, head }),
+            subscribed: Some(Subscribed {
+                since,
+                head,
+                store_id: store_id.clone(),
+            }),
             ..Reply::ok()
         };
         write_json(&mut write, &ack).await?;
+        if reset {
+            let message = StreamMessage::Reset {
+                since: wanted.since.unwrap_or_default(),
+                head,
+                store_id,
+            };
+            write_json(&mut write, &message).await?;
+        }
 
         let filter = EventFilter {
-            session: session.as_deref(),
-            creator_uid: caller.creator_filter(),
+            session: wanted.session.as_deref(),
+            creator_uid,
         };
         let mut last = since;
         if last < head {
