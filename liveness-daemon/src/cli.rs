@@ -712,19 +712,16 @@ fn watch(socket: &Path, options: Watch) -> Exit {
             Ok(client) => client,
             Err(e) => return client_error(&e),
         };
-        let subscribed = match client.subscribe(
-            position.as_ref(),
-            options.session.clone(),
-            options.uid,
-        ) {
-            Ok(Reply {
-                ok: true,
-                subscribed: Some(subscribed),
-                ..
-            }) => subscribed,
-            Ok(reply) => return refused(&reply),
-            Err(e) => return client_error(&e),
-        };
+        let subscribed =
+            match client.subscribe(position.as_ref(), options.session.clone(), options.uid) {
+                Ok(Reply {
+                    ok: true,
+                    subscribed: Some(subscribed),
+                    ..
+                }) => subscribed,
+                Ok(reply) => return refused(&reply),
+                Err(e) => return client_error(&e),
+            };
         // From here on the position is in the daemon's store: a cursor saved without a
         // store id (or a watcher started without one) learns it.
         let position = position.get_or_insert(Cursor {

@@ -172,7 +172,11 @@ mod tests {
             head: 3,
             store_id: "ffee".into(),
         });
-        assert_eq!(cursor.to_string(), "0 ffee", "a reset starts over in the new store");
+        assert_eq!(
+            cursor.to_string(),
+            "0 ffee",
+            "a reset starts over in the new store"
+        );
         cursor.follow(&StreamMessage::Lagged { last_delivered: 9 });
         assert_eq!(cursor.seq, 0, "only handled events move the cursor");
     }

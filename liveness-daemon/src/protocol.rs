@@ -93,9 +93,7 @@ pub enum Request {
         phase: Option<Phase>,
     },
     /// Which ACTIVE session owns this process (it or its nearest registered ancestor)?
-    Whose {
-        pid: u32,
-    },
+    Whose { pid: u32 },
     /// Replay events after `since`, then stream live ones.
     Subscribe {
         #[serde(default, skip_serializing_if = "Option::is_none")]

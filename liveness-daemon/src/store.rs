@@ -1462,7 +1462,16 @@ mod tests {
 
         // A second source reporting the same death, or an explicit stop: nothing more.
         assert!(end_by_owner(&mut store, &owner(11)).is_empty());
-        let stop = store.end(UID, "s1", EndReason::Stopped, None, None, None, None, NOW + 7);
+        let stop = store.end(
+            UID,
+            "s1",
+            EndReason::Stopped,
+            None,
+            None,
+            None,
+            None,
+            NOW + 7,
+        );
         assert_eq!(stop.unwrap(), None);
         assert_eq!(store.head_seq().unwrap(), 3);
         assert!(matches!(
@@ -1492,7 +1501,16 @@ mod tests {
             .unwrap();
         assert_eq!(event.reason, Some(EndReason::OwnerReused));
         let event = store
-            .end(UID, "b", EndReason::Timeout, None, None, None, None, NOW + 2)
+            .end(
+                UID,
+                "b",
+                EndReason::Timeout,
+                None,
+                None,
+                None,
+                None,
+                NOW + 2,
+            )
             .unwrap()
             .unwrap();
         assert_eq!(
@@ -1583,7 +1601,16 @@ mod tests {
         store.register(pending("p2", owner(11), NOW), NOW).unwrap();
         store.register(req("real", owner(12)), NOW).unwrap();
         store
-            .end(UID, "p2", EndReason::PendingExpired, None, None, None, None, NOW)
+            .end(
+                UID,
+                "p2",
+                EndReason::PendingExpired,
+                None,
+                None,
+                None,
+                None,
+                NOW,
+            )
             .unwrap();
         let head = store.head_seq().unwrap();
 
@@ -1998,7 +2025,11 @@ mod tests {
             store.get(1000, "old").unwrap().is_some(),
             "the session is in its creator's namespace"
         );
-        assert_eq!(store.store_id().unwrap().len(), 32, "the store got an identity");
+        assert_eq!(
+            store.store_id().unwrap().len(),
+            32,
+            "the store got an identity"
+        );
     }
 
     #[test]
@@ -2027,7 +2058,16 @@ mod tests {
 
         // Each user's operations stay in its own namespace.
         let ended = store
-            .end(UID, "shared", EndReason::Stopped, None, None, None, None, NOW + 1)
+            .end(
+                UID,
+                "shared",
+                EndReason::Stopped,
+                None,
+                None,
+                None,
+                None,
+                NOW + 1,
+            )
             .unwrap();
         assert!(ended.is_some());
         assert_eq!(
@@ -2045,10 +2085,13 @@ mod tests {
             .map_err(|e| e.to_string())
             .expect_err("only a pending session renames");
         store
-            .register(NewSession {
-                pending: true,
-                ..other("pending-2", 22)
-            }, NOW)
+            .register(
+                NewSession {
+                    pending: true,
+                    ..other("pending-2", 22)
+                },
+                NOW,
+            )
             .unwrap();
         store
             .rename(2000, "pending-2", "taken", NOW)
