@@ -315,6 +315,8 @@ pub fn parse_request(line: &[u8]) -> Result<Envelope, Rejected> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     fn parse(line: &str) -> Result<Envelope, Rejected> {
@@ -412,5 +414,66 @@ mod tests {
         })
         .unwrap();
         assert_eq!(line, r#"{"gap":{"since":1,"pruned_through":5}}"#);
+    }
+
+    /// Requests of every kind, valid, for the fuzz to start from and mutate.
+    const SAMPLE_REQUESTS: &[&str] = &[
+        r#"{"v":1,"id":1,"op":"register","session":"s1","owner":"auto","labels":{"k":"v"}}"#,
+        r#"{"op":"register","pending":true,"owner":{"pid":42}}"#,
+        r#"{"op":"register","session":"s","uid":7,"owner":{"pid":1,"start_ticks":2,"boot_id":"b","host":"h"}}"#,
+        r#"{"op":"rename","session":"pending-1","to":"real","uid":0}"#,
+        r#"{"op":"touch","session":"s1"}"#,
+        r#"{"op":"end","session":"s1","id":"x"}"#,
+        r#"{"op":"get","session":"s1","uid":1000}"#,
+        r#"{"op":"list","phase":"active"}"#,
+        r#"{"op":"whose","pid":1}"#,
+        r#"{"op":"subscribe","since":3,"store_id":"ab","session":"s","uid":2}"#,
+        r#"{"op":"status","v":1}"#,
+    ];
+
+    /// A request line, a valid one with some bytes overwritten, or any bytes at all.
+    fn request_lines() -> impl Strategy<Value = Vec<u8>> {
+        let mutated = (
+            prop::sample::select(SAMPLE_REQUESTS),
+            prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
+        )
+            .prop_map(|(sample, edits)| {
+                let mut line = sample.as_bytes().to_vec();
+                for (at, byte) in edits {
+                    let at = at.index(line.len());
+                    line[at] = byte;
+                }
+                line
+            });
+        prop_oneof![
+            mutated,
+            prop::collection::vec(any::<u8>(), 0..256),
+            "[ -~]{0,128}".prop_map(String::into_bytes),
+        ]
+    }
+
+    proptest! {
+        /// Whatever arrives, the parser does not panic; what it refuses gets an error reply
+        /// that is valid JSON with `ok: false`; what it accepts means the same once written
+        /// back, so nothing is accepted by accident of the parser.
+        #[test]
+        fn every_line_is_parsed_or_refused_with_a_json_error(line in request_lines()) {
+            match parse_request(&line) {
+                Err(rejected) => {
+                    let reply = serde_json::to_string(&Reply::from(rejected)).unwrap();
+                    let reply: Value = serde_json::from_str(&reply).unwrap();
+                    prop_assert_eq!(&reply["ok"], &Value::Bool(false));
+                    prop_assert!(reply["error"]["code"].is_string(), "{}", reply);
+                }
+                Ok(envelope) => {
+                    let mut again = serde_json::to_value(&envelope.request).unwrap();
+                    if let Some(id) = &envelope.id {
+                        again["id"] = id.clone();
+                    }
+                    let again = parse_request(again.to_string().as_bytes());
+                    prop_assert_eq!(again, Ok(envelope));
+                }
+            }
+        }
     }
 }

@@ -439,19 +439,35 @@ impl Connection {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     /// Every read of `input` in 4-byte buffer fills: complete lines as text, or the outcome.
     async fn lines(input: &[u8], max: usize) -> Vec<Result<String, Line>> {
-        let mut reader = BufReader::with_capacity(4, input);
+        lines_read_by(input, 4, max)
+            .await
+            .into_iter()
+            .map(|read| read.map(|line| String::from_utf8(line).unwrap()))
+            .collect()
+    }
+
+    /// Every read of `input` in `fill`-byte buffer fills: complete lines, or the outcome.
+    async fn lines_read_by(input: &[u8], fill: usize, max: usize) -> Vec<Result<Vec<u8>, Line>> {
+        let mut reader = BufReader::with_capacity(fill, input);
         let mut line = Vec::new();
         let mut out = Vec::new();
         loop {
-            match read_line_bounded(&mut reader, &mut line, max)
+            let read = read_line_bounded(&mut reader, &mut line, max)
                 .await
-                .unwrap()
-            {
-                Line::Complete => out.push(Ok(String::from_utf8(line.clone()).unwrap())),
+                .unwrap();
+            assert!(
+                line.len() <= max,
+                "buffered {} bytes of at most {max}",
+                line.len()
+            );
+            match read {
+                Line::Complete => out.push(Ok(line.clone())),
                 Line::End => {
                     out.push(Err(Line::End));
                     return out;
@@ -479,5 +495,28 @@ mod tests {
             vec![Err(Line::TooLong(10)), Err(Line::End)]
         );
         assert_eq!(lines(b"", 8).await, vec![Err(Line::End)]);
+    }
+
+    proptest! {
+        /// However the input is cut into reads, each line is returned whole when it fits,
+        /// reported with its length when it does not, and never buffered beyond the limit.
+        #[test]
+        fn lines_are_read_whole_or_skipped_whatever_the_reads(
+            input in prop::collection::vec(prop_oneof![Just(b'\n'), any::<u8>()], 0..512),
+            fill in 1..64usize,
+            max in 1..96usize,
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            let got = runtime.block_on(lines_read_by(&input, fill, max));
+            let expected: Vec<Result<Vec<u8>, Line>> = input
+                .split_inclusive(|&b| b == b'\n')
+                .map(|line| match line.len() {
+                    length if length <= max => Ok(line.to_vec()),
+                    length => Err(Line::TooLong(length)),
+                })
+                .chain([Err(Line::End)])
+                .collect();
+            prop_assert_eq!(got, expected);
+        }
     }
 }
