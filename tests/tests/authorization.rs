@@ -32,13 +32,29 @@ fn json_of(output: &Output) -> Value {
 }
 
 /// A process owned by `uid` that lives until dropped.
-fn process_of(uid: u32) -> std::process::Child {
-    Command::new("sleep")
+struct UserProcess(std::process::Child);
+
+impl UserProcess {
+    fn id(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for UserProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn process_of(uid: u32) -> UserProcess {
+    let child = Command::new("sleep")
         .arg("300")
         .uid(uid)
         .gid(uid)
         .spawn()
-        .expect("spawn a process as another user")
+        .expect("spawn a process as another user");
+    UserProcess(child)
 }
 
 /// A daemon whose socket other users can reach (the test's temp dir is private by
@@ -61,7 +77,7 @@ fn users_see_and_change_only_their_own_sessions() {
         return;
     }
     let (daemon, binaries) = shared_daemon();
-    let mut alice_process = process_of(ALICE);
+    let alice_process = process_of(ALICE);
     let alice_pid = alice_process.id().to_string();
     let root_owned = Orphan::spawn(&["exit", "0"]);
 
@@ -160,8 +176,6 @@ fn users_see_and_change_only_their_own_sessions() {
         &["end", "--session", "alice-1", "--json"],
     );
     assert_eq!(json_of(&ended)["reason"], "stopped");
-    let _ = alice_process.kill();
-    let _ = alice_process.wait();
 }
 
 /// Replays the whole log as `uid` through `liveness watch --since 0 --json`, stopping
@@ -203,9 +217,9 @@ fn a_user_cannot_take_or_probe_another_users_session_id() {
         return;
     }
     let (daemon, binaries) = shared_daemon();
-    let mut alice_process = process_of(ALICE);
-    let mut bob_process = process_of(BOB);
-    let register = |uid, id: &str, process: &std::process::Child| {
+    let alice_process = process_of(ALICE);
+    let bob_process = process_of(BOB);
+    let register = |uid, id: &str, process: &UserProcess| {
         let pid = process.id().to_string();
         let output = cli_as(
             &binaries,
@@ -295,10 +309,6 @@ fn a_user_cannot_take_or_probe_another_users_session_id() {
         );
         assert_eq!(output.status.code(), Some(77), "{output:?}");
     }
-    for process in [&mut alice_process, &mut bob_process] {
-        let _ = process.kill();
-        let _ = process.wait();
-    }
 }
 
 #[test]
@@ -307,8 +317,8 @@ fn root_names_a_users_session_by_uid_or_by_a_unique_id() {
         return;
     }
     let (daemon, binaries) = shared_daemon();
-    let mut alice_process = process_of(ALICE);
-    let mut bob_process = process_of(BOB);
+    let alice_process = process_of(ALICE);
+    let bob_process = process_of(BOB);
     let (alice, bob) = (ALICE.to_string(), BOB.to_string());
     // Root registers in a user's namespace with --uid: the session is the user's.
     for (uid, process) in [(&alice, &alice_process), (&bob, &bob_process)] {
@@ -383,8 +393,4 @@ fn root_names_a_users_session_by_uid_or_by_a_unique_id() {
         "--json",
     ]);
     assert_eq!(json_of(&own)["creator_uid"], 0, "{own:?}");
-    for process in [&mut alice_process, &mut bob_process] {
-        let _ = process.kill();
-        let _ = process.wait();
-    }
 }
