@@ -303,6 +303,7 @@ impl Engine {
                 exit: None,
                 detected_by: DetectedBy::Reconcile,
                 observed_ms: now_ms(),
+                died_ms: None,
             });
         }
         let death = self.monitor.track(owner.key())?;
@@ -317,6 +318,7 @@ impl Engine {
             exit: observation.status,
             detected_by: observation.detected_by,
             observed_ms: ms_of(observation.at),
+            died_ms: observation.died_at.map(ms_of),
         }
     }
 
