@@ -16,7 +16,7 @@ use crate::client::{Client, ClientError, Cursor};
 use crate::identity::{DeathReason, Identity, IdentityError, Liveness, ProcRoot};
 use crate::paths::Env;
 use crate::protocol::{AutoOwner, ErrorCode, OwnerSpec, PidOwner, Reply, Request, StreamMessage};
-use crate::source::monitor::{MonitorConfig, probe};
+use crate::source::monitor::{MonitorConfig, SourceState, probe};
 use crate::source::{DetectedBy, ExitStatus};
 use crate::store::{EndReason, Event, EventKind, Phase, Session};
 
@@ -908,7 +908,7 @@ fn doctor(json: bool) -> Exit {
             return Exit::Software;
         }
     };
-    let reports = runtime.block_on(async { probe(&MonitorConfig::default()) });
+    let reports = runtime.block_on(probe(&MonitorConfig::default()));
     let kernel = rustix::system::uname();
     let kernel = kernel.release().to_string_lossy().into_owned();
     if json {
@@ -926,10 +926,14 @@ fn doctor(json: bool) -> Exit {
                 .as_deref()
                 .map(|r| format!(": {r}"))
                 .unwrap_or_default();
-            println!("  {:<9} {}{reason}", report.name.to_string(), report.state);
+            println!(
+                "  {:<9} {}{reason}",
+                report.name.to_string(),
+                wire_name(report.state)
+            );
         }
     }
-    if reports.iter().any(|r| r.state == "available") {
+    if reports.iter().any(|r| r.state == SourceState::Available) {
         Exit::Ok
     } else {
         Exit::Unavailable

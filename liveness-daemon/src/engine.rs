@@ -325,6 +325,7 @@ impl Engine {
                 exit: None,
                 detected_by: DetectedBy::Reconcile,
                 observed_ms: now_ms(),
+                died_ms: None,
             });
         }
         let death = self.monitor.track(owner.key())?;
@@ -339,6 +340,7 @@ impl Engine {
             exit: observation.status,
             detected_by: observation.detected_by,
             observed_ms: ms_of(observation.at),
+            died_ms: observation.died_at.map(ms_of),
         }
     }
 

@@ -292,9 +292,12 @@ pub struct Event {
     pub exit: Option<ExitStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detected_by: Option<DetectedBy>,
-    /// When the source saw the death (`at_ms` is when it was committed).
+    /// When a source learned of the death (`at_ms` is when it was committed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_ms: Option<i64>,
+    /// When the owner died, by the kernel's clock: only where the source reads it (eBPF).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub died_ms: Option<i64>,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
     /// The uid that registered the session: non-root subscribers see only their own.
@@ -316,18 +319,20 @@ impl Event {
             exit: None,
             detected_by: None,
             observed_ms: None,
+            died_ms: None,
             labels: session.labels.clone(),
             creator_uid: session.creator_uid,
         }
     }
 
-    fn ended(session: &Session, observed_ms: Option<i64>, at_ms: i64) -> Event {
+    fn ended(session: &Session, ending: &Ending) -> Event {
         Event {
             reason: session.reason,
             exit: session.exit,
             detected_by: session.detected_by,
-            observed_ms,
-            ..Event::about(EventKind::Ended, session, at_ms)
+            observed_ms: ending.observed_ms,
+            died_ms: ending.died_ms,
+            ..Event::about(EventKind::Ended, session, ending.now_ms)
         }
     }
 }
@@ -361,6 +366,8 @@ pub struct OwnerDeath {
     pub detected_by: DetectedBy,
     /// When the source observed the death.
     pub observed_ms: i64,
+    /// When the owner died by the kernel's clock, where the source knows it.
+    pub died_ms: Option<i64>,
 }
 
 /// Which events a replay returns.
@@ -681,6 +688,7 @@ impl Store {
                 exit,
                 detected_by,
                 observed_ms,
+                died_ms: None,
             }],
             now_ms,
         )
@@ -698,13 +706,16 @@ impl Store {
         let mut events = Vec::new();
         for death in deaths {
             let owner = &death.owner;
-            let ending = Ending::new(
-                death.reason,
-                death.exit,
-                Some(death.detected_by),
-                Some(death.observed_ms),
-                now_ms,
-            )?;
+            let ending = Ending {
+                died_ms: death.died_ms,
+                ..Ending::new(
+                    death.reason,
+                    death.exit,
+                    Some(death.detected_by),
+                    Some(death.observed_ms),
+                    now_ms,
+                )?
+            };
             events.extend(end_selected(
                 &tx,
                 select_active!(
@@ -1147,6 +1158,7 @@ struct Ending {
     exit: Option<ExitStatus>,
     detected_by: Option<DetectedBy>,
     observed_ms: Option<i64>,
+    died_ms: Option<i64>,
     now_ms: i64,
     /// The same three as stored in their columns.
     columns: (String, Option<String>, Option<String>),
@@ -1170,6 +1182,7 @@ impl Ending {
             exit,
             detected_by,
             observed_ms,
+            died_ms: None,
             now_ms,
             columns,
         })
@@ -1211,10 +1224,7 @@ fn end_selected(
         session.detected_by = ending.detected_by;
         session.ended_ms = Some(ending.now_ms);
         session.updated_ms = ending.now_ms;
-        events.push(append(
-            tx,
-            Event::ended(&session, ending.observed_ms, ending.now_ms),
-        )?);
+        events.push(append(tx, Event::ended(&session, ending))?);
     }
     Ok(events)
 }
@@ -2226,6 +2236,7 @@ mod tests {
                 }),
                 detected_by: DetectedBy::Ebpf,
                 observed_ms: NOW,
+                died_ms: None,
             })
             .collect();
         let start = std::time::Instant::now();
