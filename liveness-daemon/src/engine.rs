@@ -811,3 +811,20 @@ fn generate_pending_id() -> String {
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     format!("pending-{hex}")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_root_names_another_users_namespace() {
+        let user = Caller { uid: 1000, pid: 1 };
+        let root = Caller { uid: 0, pid: 1 };
+        assert_eq!(user.namespace(None), Ok(Some(1000)), "a user's own");
+        assert_eq!(user.namespace(Some(1000)), Ok(Some(1000)));
+        let refused = user.namespace(Some(2000)).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::Forbidden, "{}", refused.message);
+        assert_eq!(root.namespace(Some(2000)), Ok(Some(2000)));
+        assert_eq!(root.namespace(None), Ok(None), "root: any user's");
+    }
+}
