@@ -21,6 +21,7 @@ use crate::limits::{Limits, LimitsConfig};
 use crate::paths::{DirUse, Env};
 use crate::source::ebpf::EbpfConfig;
 use crate::source::monitor::{Monitor, MonitorConfig, Selection};
+use crate::source::pidfd::PidfdConfig;
 use crate::store::Store;
 
 /// Commands queued from connections to the engine; connections wait when it is full.
@@ -64,6 +65,10 @@ pub struct Args {
     /// Commits (batches of events) queued per subscriber before it is disconnected as lagging.
     #[arg(long, default_value_t = 4096, value_name = "COUNT")]
     subscriber_queue: usize,
+    /// How long a death seen only by a pidfd waits for its parent's reap, which gives the
+    /// exit status on Linux 6.15+; past it the session ends without a status.
+    #[arg(long, default_value = "250ms", value_parser = parse_duration, value_name = "DURATION")]
+    exit_status_wait: Duration,
     /// Most processes the eBPF filter map holds.
     #[arg(long, default_value_t = EbpfConfig::default().max_tracked, value_name = "COUNT")]
     ebpf_max_tracked: u32,
@@ -430,9 +435,13 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
             max_tracked: args.ebpf_max_tracked,
             ring_bytes: args.ebpf_ring_bytes,
         },
+        pidfd: PidfdConfig {
+            status_wait: args.exit_status_wait,
+        },
         proc: proc.clone(),
         queue: crate::source::monitor::DEFAULT_QUEUE,
-    })?;
+    })
+    .await?;
     let sources: Vec<String> = monitor
         .active_sources()
         .iter()
@@ -483,35 +492,35 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
                 },
                 None => tracing::info!("SIGHUP: logging to stderr, nothing to reopen"),
             },
-            ended = &mut engine_task => break Some(match ended {
+            ended = &mut engine_task => break Some(("engine", match ended {
                 Ok(Ok(())) => StartError::TaskEnded("engine"),
                 Ok(Err(e)) => StartError::Engine(e),
                 Err(error) => StartError::TaskFailed { task: "engine", error },
-            }),
-            ended = &mut server_task => break Some(match ended {
+            })),
+            ended = &mut server_task => break Some(("server", match ended {
                 Ok(()) => StartError::TaskEnded("server"),
                 Err(error) => StartError::TaskFailed { task: "server", error },
-            }),
+            })),
         }
     };
     tracing::info!("stopping");
     let _ = stop.send(true);
-    if !server_task.is_finished() || failure.is_none() {
-        if let Err(e) = (&mut server_task).await {
-            tracing::error!(error = %e, "server task failed");
-        }
+    // The task that failed has ended (and its handle is spent); the other stops cleanly.
+    let failed = failure.as_ref().map(|(task, _)| *task);
+    if failed != Some("server")
+        && let Err(e) = server_task.await
+    {
+        tracing::error!(error = %e, "server task failed");
     }
-    if failure.is_none() {
+    if failed != Some("engine") {
         match engine_task.await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::error!(error = %e, "engine failed while stopping"),
             Err(e) => tracing::error!(error = %e, "engine task failed"),
         }
-    } else {
-        engine_task.abort();
     }
     let _ = std::fs::remove_file(&socket);
-    match failure {
+    match failure.map(|(_, failure)| failure) {
         None => {
             tracing::info!("stopped");
             Ok(())
@@ -523,6 +532,7 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::pidfd::DEFAULT_STATUS_WAIT;
 
     #[test]
     fn ring_sizes_are_powers_of_two_of_a_page_or_more() {
@@ -541,6 +551,11 @@ mod tests {
         assert!(parse_duration("10").unwrap_err().contains("no unit"));
         assert!(parse_duration("h").unwrap_err().contains("not a duration"));
         assert!(parse_duration("5 weeks").is_err());
+        assert_eq!(
+            Args::parse_from(["livenessd"]).exit_status_wait,
+            DEFAULT_STATUS_WAIT,
+            "the flag's default is the library's"
+        );
     }
 
     /// The old reproduction of a zombie daemon: a source panicking in a task on a runtime
