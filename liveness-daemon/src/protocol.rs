@@ -27,8 +27,19 @@ pub enum OwnerSpec {
     /// A full identity captured earlier, possibly on another host. Tried before `Pid`,
     /// which would otherwise match any object with a `pid`.
     Identity(Identity),
-    /// `{"pid": N}`: this process, whose identity the daemon captures.
+    /// `{"pidfd": I}`: the process behind the `I`-th descriptor passed with this request
+    /// line (`SCM_RIGHTS`); the daemon reads its identity from the pidfd itself.
+    Pidfd(PidfdOwner),
+    /// `{"pid": N}`: this process, whose identity the daemon captures. `N` is read in the
+    /// caller's PID namespace.
     Pid(PidOwner),
+}
+
+/// `{"pidfd": I}` and nothing else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PidfdOwner {
+    pub pidfd: usize,
 }
 
 /// `{"pid": N}` and nothing else.
@@ -111,6 +122,9 @@ pub enum ErrorCode {
     NotPending,
     /// The owner process does not exist or cannot be resolved.
     NoOwner,
+    /// The owner can never be watched as a process (a kernel thread, a descriptor that is
+    /// not a pidfd).
+    InvalidOwner,
     ShuttingDown,
     Internal,
 }
@@ -319,6 +333,14 @@ mod tests {
             }
         ));
         assert_eq!(pid.id, Some(Value::from(7)));
+        let pidfd = parse(r#"{"op":"register","session":"s1","owner":{"pidfd":0}}"#).unwrap();
+        assert!(matches!(
+            pidfd.request,
+            Request::Register {
+                owner: OwnerSpec::Pidfd(PidfdOwner { pidfd: 0 }),
+                ..
+            }
+        ));
         let full = parse(
             r#"{"op":"register","pending":true,"owner":{"pid":1,"start_ticks":2,"boot_id":"b","host":"h"}}"#,
         )
