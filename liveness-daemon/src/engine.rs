@@ -602,7 +602,13 @@ impl Engine {
                 proc.capture_pidfd(fd.as_fd()).map_err(owner_error)?
             }
             OwnerSpec::Identity(identity) if identity.boot_id == self.local.boot_id => {
-                self.canonical(identity)?
+                // Captured by the client (`liveness check`), so in its numbering, like
+                // any pid it sends. One that is not found there stays as given: its start
+                // time then tells whether it names a live process.
+                let pid = proc
+                    .translate_pid(caller.pid, identity.pid)
+                    .unwrap_or(identity.pid);
+                self.canonical(Identity { pid, ..identity })?
             }
             OwnerSpec::Identity(identity) => identity,
         };
@@ -627,11 +633,16 @@ impl Engine {
 
     /// An identity of this boot from a client, as the daemon reads it: a kernel thread is
     /// refused, and where the pidfs inode names the live process, the daemon's own reading
-    /// of its start time is kept (a client in a time namespace may read it a tick apart).
-    /// An identity of a process that is gone is kept as given: its session ends at once.
+    /// of its start time is kept: a client in a time namespace whose offset is not whole
+    /// ticks reads the start time as the kernel's count or one more. An identity of a
+    /// process that is gone is kept as given: its session ends at once.
     fn canonical(&self, identity: Identity) -> Result<Identity, ErrorBody> {
         match self.config.proc.capture(identity.pid) {
-            Ok(live) if live.pidfs_ino.is_some() && live.pidfs_ino == identity.pidfs_ino => {
+            Ok(live)
+                if live.pidfs_ino.is_some()
+                    && live.pidfs_ino == identity.pidfs_ino
+                    && identity.start_ticks == live.start_ticks + 1 =>
+            {
                 Ok(Identity {
                     host: identity.host,
                     ..live
@@ -729,8 +740,10 @@ impl Engine {
             match self.store.active_sessions_of_owner(&owner) {
                 Ok(sessions) => {
                     if let Some(session) = sessions.into_iter().find(|s| caller.may_see(s)) {
+                        // In the caller's namespace, like the pid it asked about.
+                        let seen = self.config.proc.pid_seen_by(caller.pid, current);
                         return Reply {
-                            owner_pid: Some(current),
+                            owner_pid: Some(seen.unwrap_or(0)),
                             ..Reply::with_session(session)
                         };
                     }

@@ -550,7 +550,20 @@ impl ProcRoot {
             Ok(stat) => stat,
         };
         if stat.start_ticks != key.start_ticks {
-            return Liveness::Dead(DeathReason::PidReused);
+            // Read in a time namespace whose offset is not whole ticks, a reading may be one
+            // tick above the kernel's count: then only the pidfs inode can decide.
+            let within_a_tick = stat.start_ticks.abs_diff(key.start_ticks) <= 1;
+            if self.offset.is_whole_ticks() || !within_a_tick {
+                return Liveness::Dead(DeathReason::PidReused);
+            }
+            if held.is_none() {
+                return Liveness::Unknown(
+                    IdentityError::AmbiguousStartTime {
+                        offset_nanos: self.offset.nanos,
+                    }
+                    .to_string(),
+                );
+            }
         }
         if stat.has_exited() {
             return Liveness::Dead(DeathReason::Exited);
@@ -628,6 +641,22 @@ impl ProcRoot {
             }
         }
         Err(IdentityError::NotInCallerNamespace { pid })
+    }
+
+    /// The pid by which the client `peer` knows the process `local` (a pid of this tree):
+    /// the reverse of [`ProcRoot::translate_pid`]. `None` when the process is outside the
+    /// client's namespace, as an ancestor of the client's container is.
+    pub fn pid_seen_by(&self, peer: u32, local: u32) -> Option<u32> {
+        if peer == 0 {
+            return None;
+        }
+        if self.pid_namespace(Some(peer)).ok()? == self.pid_namespace(None).ok()? {
+            return Some(local);
+        }
+        let depth = parse_nspid(&self.status(peer).ok()?).len();
+        parse_nspid(&self.status(local).ok()?)
+            .get(depth.checked_sub(1)?)
+            .copied()
     }
 
     /// [`ProcRoot::capture`] of the process the client `peer` calls `pid`: translated
@@ -1002,6 +1031,63 @@ mod tests {
     }
 
     #[test]
+    fn pids_of_a_client_in_a_child_namespace_are_translated() {
+        let proc = FakeProc::new()
+            .with(100, "runc", 1)
+            .with(200, "sh", 100)
+            .with(201, "agent", 200)
+            .with(300, "other", 1)
+            .with(2, "kthreadd", 0);
+        let dir = proc.dir.path();
+        let status = |pid: u32, nspid: &str| {
+            let text = format!("Name:\tx\nTgid:\t{pid}\nNSpid:\t{nspid}\n");
+            std::fs::write(dir.join(format!("{pid}/status")), text).unwrap();
+        };
+        status(200, "200\t1");
+        status(201, "201\t2");
+        // Pid 2 of a sibling container: same depth, another namespace.
+        status(300, "300\t2");
+        let ns = |pid: &str, link_to: Option<&str>| {
+            std::fs::create_dir_all(dir.join(pid).join("ns")).unwrap();
+            let path = dir.join(pid).join("ns/pid");
+            match link_to {
+                None => std::fs::write(path, "").unwrap(),
+                Some(other) => std::fs::hard_link(dir.join(other).join("ns/pid"), path).unwrap(),
+            }
+        };
+        ns("self", None);
+        ns("1", Some("self"));
+        ns("100", Some("self"));
+        ns("2", Some("self"));
+        ns("200", None);
+        ns("201", Some("200"));
+        ns("300", None);
+        let root = proc.root();
+        assert_eq!(
+            root.translate_pid(201, 2).unwrap(),
+            201,
+            "not the host's pid 2"
+        );
+        assert_eq!(root.translate_pid(201, 1).unwrap(), 200);
+        assert_eq!(
+            root.translate_pid(100, 2).unwrap(),
+            2,
+            "same namespace: as is"
+        );
+        assert!(matches!(
+            root.translate_pid(201, 7),
+            Err(IdentityError::NotInCallerNamespace { pid: 7 })
+        ));
+        assert!(matches!(
+            root.translate_pid(0, 2),
+            Err(IdentityError::NotVisible)
+        ));
+        assert_eq!(root.pid_seen_by(201, 201), Some(2));
+        assert_eq!(root.pid_seen_by(201, 100), None, "outside the container");
+        assert_eq!(root.pid_seen_by(100, 201), Some(201));
+    }
+
+    #[test]
     fn kernel_threads_are_refused() {
         let mut line = stat_line(2, "kthreadd", 'S', 0, 0);
         // Field 9 (flags) is the seventh after the comm.
@@ -1041,12 +1127,27 @@ mod tests {
             "boottime 0 5000000\n",
         )
         .unwrap();
+        let ambiguous = proc.root();
         assert!(matches!(
-            proc.root().capture(20),
+            ambiguous.capture(20),
             Err(IdentityError::AmbiguousStartTime {
                 offset_nanos: 5_000_000
             })
         ));
+        // Read here, the start time is 101020: a tick off is no proof of reuse, two are.
+        let key = |start_ticks| ProcessKey {
+            pid: 20,
+            start_ticks,
+        };
+        assert!(matches!(
+            ambiguous.check_key(key(101_019)),
+            Liveness::Unknown(_)
+        ));
+        assert_eq!(ambiguous.check_key(key(101_020)), Liveness::Alive);
+        assert_eq!(
+            ambiguous.check_key(key(101_018)),
+            Liveness::Dead(DeathReason::PidReused)
+        );
     }
 
     #[test]

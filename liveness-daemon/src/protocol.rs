@@ -182,7 +182,8 @@ pub struct Reply {
     pub session: Option<Session>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sessions: Option<Vec<Session>>,
-    /// `whose`: the PID of the registered owner that was found among the ancestors.
+    /// `whose`: the PID of the registered owner that was found among the ancestors, in the
+    /// caller's PID namespace (0 when the owner is outside it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner_pid: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
