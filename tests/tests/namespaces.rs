@@ -277,6 +277,7 @@ fn a_pidfd_owner_is_never_confused_with_a_process_reusing_its_pid() {
     let mut client = Client::connect(&daemon.socket).expect("connect");
     let request = Request::Register {
         session: Some("late".into()),
+        uid: None,
         owner: OwnerSpec::Pidfd(PidfdOwner { pidfd: 0 }),
         pending: false,
         labels: Default::default(),
