@@ -297,3 +297,63 @@ fn both_denied_fall_back_to_procpoll() {
         "{leg}: /proc polling cannot know the status"
     );
 }
+
+/// The wrapper blocks exactly what it lists, with the errno asked for, and the client part
+/// of `doctor` diagnoses its own filter as it would the daemon's (no daemon needed: the
+/// client part is printed even when none answers).
+#[test]
+fn seccomp_deny_blocks_only_the_listed_syscalls() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let prefix = wrapper("bpf", "EPERM");
+    let output = Command::new(&prefix[0])
+        .args(&prefix[1..])
+        .arg(binary("liveness"))
+        .arg("--socket")
+        .arg(dir.path().join("none.sock"))
+        .args(["doctor", "--json"])
+        .output()
+        .expect("run liveness doctor under seccomp-deny");
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "doctor --json printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    assert_eq!(output.status.code(), Some(69), "no daemon: {report}");
+    assert_eq!(report["daemon"], Value::Null, "{report}");
+    assert!(report["daemon_error"].is_string(), "{report}");
+    assert_eq!(report["client"]["seccomp_mode"], 2, "{report}");
+    let sources = report["client"]["sources"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let ebpf = find(&sources, "ebpf");
+    let reason = ebpf["reason"].as_str().unwrap_or_default();
+    assert!(
+        ebpf["state"] == "off"
+            && reason.contains("seccomp filter")
+            && reason.contains("bpf(2)")
+            && reason.contains("EPERM"),
+        "bpf(2) blocked with EPERM: {ebpf}"
+    );
+    assert_eq!(
+        find(&sources, "pidfd")["state"],
+        "available",
+        "pidfd_open was not listed: {report}"
+    );
+
+    let refused = Command::new(binary("seccomp-deny"))
+        .args(["--deny", "open", "--", "true"])
+        .output()
+        .expect("run seccomp-deny");
+    assert_eq!(
+        refused.status.code(),
+        Some(64),
+        "an unknown syscall is a usage error"
+    );
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("unknown syscall \"open\""),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}
