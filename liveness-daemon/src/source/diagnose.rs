@@ -267,16 +267,15 @@ fn classify(
         missing: CapabilityList(missing.clone()),
     };
     match probe {
-        Probe::Reached if matches!(error, Some(libc::EPERM | libc::EACCES)) => {
-            Some(if missing.is_empty() {
-                Denial::Refused {
-                    syscall: syscall.name,
-                    errno: Errno(error.unwrap_or(0)),
-                }
-            } else {
-                privileges()
-            })
-        }
+        // Not EACCES: the verifier rejects a program with it, which is no denial.
+        Probe::Reached if error == Some(libc::EPERM) => Some(if missing.is_empty() {
+            Denial::Refused {
+                syscall: syscall.name,
+                errno: Errno(libc::EPERM),
+            }
+        } else {
+            privileges()
+        }),
         Probe::Reached => None,
         Probe::Stopped(_) if release.is_some_and(|r| r < syscall.since) => {
             Some(Denial::KernelTooOld {
@@ -488,6 +487,11 @@ mod tests {
         assert_eq!(
             classify_on(&BPF, Probe::Reached, libc::EINVAL, (5, 4), ROOT),
             None
+        );
+        assert_eq!(
+            classify_on(&BPF, Probe::Reached, libc::EACCES, (6, 12), ROOT),
+            None,
+            "the verifier's EACCES is the program's fault, not a denial"
         );
         assert_eq!(
             classify(&BPF, Probe::Reached, None, None, &Restrictions::parse(ROOT)),
