@@ -154,8 +154,14 @@ fn matrix(tests: &[(String, PathBuf)], columns: &[(String, Outcome)]) -> String 
             ));
         }
     }
-    let width = rows.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
-    let mut text = format!("{:<width$}", "test binary \\ kernel");
+    const CORNER: &str = "test binary \\ kernel";
+    let width = rows
+        .iter()
+        .map(|(name, _)| name.len())
+        .chain([CORNER.len()])
+        .max()
+        .unwrap_or(0);
+    let mut text = format!("{CORNER:<width$}");
     for (kernel, outcome) in columns {
         text += &format!(
             "  {:<10}",
