@@ -129,8 +129,8 @@ pub struct Syscall {
     pub name: &'static str,
     /// The release that added it.
     pub since: Release,
-    /// The kernel option that builds it in.
-    pub config: &'static str,
+    /// The kernel option that builds it in, if it is optional.
+    pub config: Option<&'static str>,
     /// Capabilities it needs (beyond what any process has).
     pub needs: &'static [Capability],
     /// Calls it so that a kernel that has it fails with EINVAL and changes nothing.
@@ -141,7 +141,7 @@ pub struct Syscall {
 pub const BPF: Syscall = Syscall {
     name: "bpf",
     since: Release::new(3, 18),
-    config: "CONFIG_BPF_SYSCALL",
+    config: Some("CONFIG_BPF_SYSCALL"),
     needs: &[Capability::Bpf, Capability::Perfmon],
     probe: || {
         // No command has this number; `attr` is empty, so nothing is read.
@@ -155,7 +155,7 @@ pub const BPF: Syscall = Syscall {
 pub const PIDFD_OPEN: Syscall = Syscall {
     name: "pidfd_open",
     since: Release::new(5, 3),
-    config: "always built in",
+    config: None,
     needs: &[],
     probe: || {
         // Every flag bit set: the kernel rejects unknown flags before looking at the PID.
@@ -174,10 +174,10 @@ pub const PIDFD_OPEN: Syscall = Syscall {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Denial {
     #[error(
-        "a seccomp filter on the daemon blocks {syscall}(2) (it fails with {errno} on Linux \
-         {release}, which has it; seccomp mode {mode}, {filters} filter(s)): run the daemon \
-         without that filter, or allow {syscall} in it (a container's seccomp profile, \
-         systemd's SystemCallFilter=)"
+        "a seccomp filter on this process blocks {syscall}(2) (it fails with {errno} on Linux \
+         {release}, which has it; seccomp mode {mode}, {filters} filter(s)): run it without \
+         that filter, or allow {syscall} in it (a container's seccomp profile, systemd's \
+         SystemCallFilter=)"
     )]
     Seccomp {
         syscall: &'static str,
@@ -199,15 +199,17 @@ pub enum Denial {
     },
     #[error(
         "{syscall}(2) fails with ENOSYS on Linux {release} and no seccomp filter is in the \
-         way: the kernel was built without it ({config}); boot a kernel that has it"
+         way: the kernel lacks it{built_without} (or a sandbox that emulates Linux, such as \
+         gVisor, does); boot a kernel that has it"
     )]
     NotBuiltIn {
         syscall: &'static str,
         release: String,
-        config: &'static str,
+        /// ` (built without CONFIG_...)` where the syscall is optional, else empty.
+        built_without: String,
     },
     #[error(
-        "{syscall}(2) needs {missing} (or CAP_SYS_ADMIN), which the daemon lacks: run it as \
+        "{syscall}(2) needs {missing} (or CAP_SYS_ADMIN), which this process lacks: run it as \
          root or grant them (systemd: AmbientCapabilities=)"
     )]
     Privileges {
@@ -216,8 +218,8 @@ pub enum Denial {
     },
     #[error(
         "{syscall}(2) fails with {errno} although the kernel has it, no seccomp filter blocks \
-         it and the daemon has the capabilities it needs: a security module (SELinux, AppArmor, \
-         BPF LSM) or kernel lockdown refuses it; see the kernel log"
+         it and this process has the capabilities it needs: a security module (SELinux, \
+         AppArmor, BPF LSM) or kernel lockdown refuses it; see the kernel log"
     )]
     Refused { syscall: &'static str, errno: Errno },
 }
@@ -296,7 +298,10 @@ fn classify(
         Probe::Stopped(libc::ENOSYS) => Some(Denial::NotBuiltIn {
             syscall: syscall.name,
             release: release_text(release),
-            config: syscall.config,
+            built_without: syscall
+                .config
+                .map(|option| format!(" (built without {option})"))
+                .unwrap_or_default(),
         }),
         // Linux before 6.5 refuses every bpf command up front without CAP_BPF when
         // unprivileged eBPF is disabled.
@@ -443,10 +448,8 @@ mod tests {
         assert!(
             matches!(
                 denial,
-                Some(Denial::NotBuiltIn {
-                    config: "CONFIG_BPF_SYSCALL",
-                    ..
-                })
+                Some(Denial::NotBuiltIn { ref built_without, .. })
+                    if built_without.contains("CONFIG_BPF_SYSCALL")
             ),
             "{denial:?}"
         );
