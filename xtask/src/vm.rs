@@ -385,7 +385,8 @@ fn private_apt(work: &Path, suite: &str) -> Result<Vec<String>> {
     .collect();
     let fetched = std::fs::read_dir(state.join("lists"))?
         .filter_map(|e| e.ok())
-        .any(|e| e.file_name().to_string_lossy().ends_with("_Packages"));
+        // Stored compressed: `..._Packages.lz4`.
+        .any(|e| e.file_name().to_string_lossy().contains("_Packages"));
     if !fetched {
         run_to_end(Process::new("apt-get").args(&options).args([
             "update",
