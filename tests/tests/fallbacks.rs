@@ -138,6 +138,35 @@ fn check_doctor(leg: &str, daemon: &Daemon, status: &[Value]) {
             "{leg}: this unfiltered test process could start {name}: {report}"
         );
     }
+    // The text form says the same, each part under its own heading.
+    let text = daemon.cli(&["doctor"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    let (daemon_part, client_part) = text
+        .split_once("this client")
+        .unwrap_or_else(|| panic!("{leg}: doctor has no client part:\n{text}"));
+    assert!(
+        daemon_part.starts_with("daemon: livenessd"),
+        "{leg}:\n{text}"
+    );
+    for source in status {
+        let line = format!(
+            "  {:<9} {}",
+            source["name"].as_str().unwrap_or_default(),
+            source["state"].as_str().unwrap_or_default()
+        );
+        let line = match source["reason"].as_str() {
+            Some(reason) => format!("{line}: {reason}"),
+            None => line,
+        };
+        assert!(
+            daemon_part.lines().any(|l| l == line),
+            "{leg}: the daemon part lacks {line:?}:\n{text}"
+        );
+    }
+    assert!(
+        client_part.contains("ebpf      available"),
+        "{leg}: the client part:\n{text}"
+    );
 }
 
 /// A child of the test, registered as a session's owner, SIGKILLed and reaped at once (so
