@@ -15,9 +15,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use liveness::identity::{ProcRoot, ProcessKey};
-use liveness::source::ebpf::{EbpfConfig, EbpfSource};
-use liveness::source::pidfd::PidfdSource;
-use liveness::source::{ExitSource, SourceEvent};
+use liveness::source::DetectedBy;
+use liveness::source::monitor::{Monitor, MonitorConfig, Selection};
 
 use crate::procs::monotonic_ns;
 
@@ -28,6 +27,7 @@ use crate::procs::monotonic_ns;
 pub const FLOOR_ARG: &str = "__floor";
 
 const ACK: u32 = 0;
+/// Stands for a death found by re-checking `/proc` after a kernel-side loss: no timing.
 const LOST: u32 = u32::MAX;
 
 /// A running floor process.
@@ -120,21 +120,19 @@ impl Drop for Floor {
     }
 }
 
-/// The floor process: see [`FLOOR_ARG`].
+/// The floor process: see [`FLOOR_ARG`]. The source runs inside the library's `Monitor`,
+/// selected alone, which reads the eBPF ring buffer in its own task as the daemon's engine
+/// does; the stamp is taken where the observation leaves it.
 pub fn floor_main(name: &str) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()?;
-    let (sink, mut events) = tokio::sync::mpsc::channel(4096);
-    let mut source: Box<dyn ExitSource> = {
-        let _runtime = runtime.enter();
-        match name {
-            "ebpf" => Box::new(EbpfSource::start(sink, EbpfConfig::default())?),
-            "pidfd" => Box::new(PidfdSource::start(sink)?),
-            other => bail!("no floor for the source {other:?}"),
-        }
-    };
+    let selection: Selection = name.parse().map_err(anyhow::Error::msg)?;
+    let mut monitor = runtime.block_on(Monitor::start(MonitorConfig {
+        selection,
+        ..MonitorConfig::default()
+    }))?;
     let output = std::sync::Arc::new(std::sync::Mutex::new(std::io::stdout()));
     let write = |output: &std::sync::Mutex<std::io::Stdout>, pid: u32, value: u64| {
         let mut record = [0u8; 12];
@@ -143,17 +141,35 @@ pub fn floor_main(name: &str) -> Result<()> {
         let mut output = output.lock().unwrap_or_else(|p| p.into_inner());
         output.write_all(&record).and_then(|()| output.flush())
     };
+    // Batches of keys to track, each acknowledged once tracked.
+    let (batches, mut to_track) = tokio::sync::mpsc::channel::<Vec<ProcessKey>>(1);
     let stamps = std::sync::Arc::clone(&output);
-    // The stamp is taken on the runtime's thread, where the observation leaves the channel.
-    runtime.spawn(async move {
-        while let Some(event) = events.recv().await {
-            let now = monotonic_ns();
-            let (pid, value) = match event {
-                SourceEvent::Exit(observation) => (observation.key.pid, now),
-                SourceEvent::Lost { total, .. } => (LOST, total),
-            };
-            if write(&stamps, pid, value).is_err() {
-                break;
+    let watcher = runtime.spawn(async move {
+        loop {
+            tokio::select! {
+                observation = monitor.next() => {
+                    let record = match observation.detected_by {
+                        DetectedBy::Reconcile => (LOST, 1),
+                        _ => (observation.key.pid, monotonic_ns()),
+                    };
+                    if write(&stamps, record.0, record.1).is_err() {
+                        return;
+                    }
+                }
+                batch = to_track.recv() => {
+                    let Some(batch) = batch else { return };
+                    for key in batch {
+                        // A process already dead is reported like any other exit.
+                        if let Some(observation) = monitor.track(key)
+                            && write(&stamps, observation.key.pid, monotonic_ns()).is_err()
+                        {
+                            return;
+                        }
+                    }
+                    if write(&stamps, ACK, 0).is_err() {
+                        return;
+                    }
+                }
             }
         }
     });
@@ -166,16 +182,26 @@ pub fn floor_main(name: &str) -> Result<()> {
         // it is whole, so the acknowledgement never comes early.
         match input.read_exact(&mut count) {
             Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
             Err(e) => return Err(e.into()),
         }
         let mut batch = vec![0u8; 4 * u32::from_le_bytes(count) as usize];
         input.read_exact(&mut batch)?;
-        for chunk in batch.chunks_exact(4) {
-            let pid = u32::from_le_bytes(chunk.try_into().unwrap());
-            let start_ticks = proc.stat(pid)?.start_ticks;
-            source.track(ProcessKey { pid, start_ticks })?;
+        let keys = batch
+            .chunks_exact(4)
+            .map(|chunk| {
+                let pid = u32::from_le_bytes(chunk.try_into().unwrap());
+                Ok(ProcessKey {
+                    pid,
+                    start_ticks: proc.stat(pid)?.start_ticks,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if batches.blocking_send(keys).is_err() {
+            break;
         }
-        write(&output, ACK, 0)?;
     }
+    drop(batches);
+    runtime.block_on(watcher)?;
+    Ok(())
 }

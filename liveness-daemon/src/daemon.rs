@@ -20,6 +20,7 @@ use crate::identity::ProcRoot;
 use crate::paths::Env;
 use crate::source::ebpf::EbpfConfig;
 use crate::source::monitor::{Monitor, MonitorConfig, Selection};
+use crate::source::pidfd::PidfdConfig;
 use crate::store::Store;
 
 /// Commands queued from connections to the engine; connections wait when it is full.
@@ -62,6 +63,10 @@ pub struct Args {
     /// Commits (batches of events) queued per subscriber before it is disconnected as lagging.
     #[arg(long, default_value_t = 4096, value_name = "COUNT")]
     subscriber_queue: usize,
+    /// How long a death seen only by a pidfd waits for its parent's reap, which gives the
+    /// exit status on Linux 6.15+; past it the session ends without a status.
+    #[arg(long, default_value = "250ms", value_parser = parse_duration, value_name = "DURATION")]
+    exit_status_wait: Duration,
     /// Most processes the eBPF filter map holds.
     #[arg(long, default_value_t = EbpfConfig::default().max_tracked, value_name = "COUNT")]
     ebpf_max_tracked: u32,
@@ -302,9 +307,13 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
             max_tracked: args.ebpf_max_tracked,
             ring_bytes: args.ebpf_ring_bytes,
         },
+        pidfd: PidfdConfig {
+            status_wait: args.exit_status_wait,
+        },
         proc: proc.clone(),
         queue: crate::source::monitor::DEFAULT_QUEUE,
-    })?;
+    })
+    .await?;
     let sources: Vec<String> = monitor
         .active_sources()
         .iter()
@@ -368,6 +377,7 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::pidfd::DEFAULT_STATUS_WAIT;
 
     #[test]
     fn ring_sizes_are_powers_of_two_of_a_page_or_more() {
@@ -386,5 +396,10 @@ mod tests {
         assert!(parse_duration("10").unwrap_err().contains("no unit"));
         assert!(parse_duration("h").unwrap_err().contains("not a duration"));
         assert!(parse_duration("5 weeks").is_err());
+        assert_eq!(
+            Args::parse_from(["livenessd"]).exit_status_wait,
+            DEFAULT_STATUS_WAIT,
+            "the flag's default is the library's"
+        );
     }
 }

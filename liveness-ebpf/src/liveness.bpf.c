@@ -6,8 +6,16 @@
 #include "liveness.h"
 
 #include <linux/bpf.h>
+#include <bpf/bpf_core_read.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+
+/*
+ * Inode number of the daemon's PID namespace, set by the loader. Tracked processes are keyed
+ * by the pid the daemon sees, so outside the initial namespace an exiting process's tgid is
+ * translated into the daemon's namespace before the lookup.
+ */
+const volatile __u32 daemon_pidns_inum = PROC_PID_INIT_INO;
 
 /* tgid -> expected start_ticks. User space overrides max_entries at load time. */
 struct {
@@ -53,13 +61,43 @@ static __noinline void fill_record(struct exit_record *record, __u64 start_ticks
 }
 
 /*
+ * The process's pid in the daemon's PID namespace, or 0 when the daemon cannot see it.
+ * In the initial namespace (the usual case) that is task->tgid, and the verifier drops the
+ * rest as dead code: only a daemon in a child namespace pays for the walk, and only there
+ * do its field relocations have to resolve.
+ */
+static __always_inline __u32 tgid_seen_by_daemon(struct task_struct *task)
+{
+	if (daemon_pidns_inum == PROC_PID_INIT_INO)
+		return task->tgid;
+
+	/* The thread group's pid is the leader's, which stays attached until the group is reaped. */
+	struct pid *pid = BPF_CORE_READ(task, group_leader, thread_pid);
+	unsigned int level = BPF_CORE_READ(pid, level);
+	__u64 numbers = (__u64)pid + bpf_core_field_offset(struct pid, numbers);
+
+	for (unsigned int depth = 0; depth <= MAX_PID_NS_LEVEL; depth++) {
+		struct upid upid = {};
+
+		if (depth > level)
+			break;
+		if (bpf_probe_read_kernel(&upid, sizeof(upid),
+					  (const void *)(numbers + depth * sizeof(struct upid))))
+			break;
+		if (BPF_CORE_READ(upid.ns, ns.inum) == daemon_pidns_inum)
+			return upid.nr;
+	}
+	return 0;
+}
+
+/*
  * Only the first argument (task) is read: the second (group_dead) exists only from Linux
  * 6.16, and a program touching it fails to load on older kernels.
  */
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(on_sched_process_exit, struct task_struct *task)
 {
-	__u32 tgid = task->tgid;
+	__u32 tgid = tgid_seen_by_daemon(task);
 	__u64 *expected_start = bpf_map_lookup_elem(&tracked, &tgid);
 
 	if (!expected_start)

@@ -24,15 +24,42 @@ struct signal_struct {
 	int group_exit_code;
 };
 
+struct ns_common {
+	unsigned int inum;
+};
+
+struct pid_namespace {
+	struct ns_common ns;
+};
+
+/* A process's pid in one namespace. Unchanged since Linux 2.6.24, so its size is used as is. */
+struct upid {
+	int nr;
+	struct pid_namespace *ns;
+};
+
+/* numbers[i] is the pid in the namespace at depth i, for i = 0 .. level. */
+struct pid {
+	unsigned int level;
+	struct upid numbers[1];
+};
+
 struct task_struct {
 	int exit_code;
 	int tgid;
 	struct task_struct *group_leader;
+	struct pid *thread_pid;
 	__u64 start_boottime;
 	struct signal_struct *signal;
 };
 
 #pragma clang attribute pop
+
+/* include/linux/proc_ns.h: the initial PID namespace's inode number, fixed since Linux 3.8. */
+#define PROC_PID_INIT_INO 0xEFFFFFFCU
+
+/* include/linux/pid_namespace.h: namespaces nest at most this deep. */
+#define MAX_PID_NS_LEVEL 32
 
 /* include/linux/sched/signal.h: a macro, so not in BTF; unchanged since Linux 2.6. */
 #define SIGNAL_GROUP_EXIT 0x00000004

@@ -24,12 +24,13 @@ fn selections(test: &str) -> Vec<&'static str> {
     selections
 }
 
-fn monitor(selection: &str) -> Monitor {
+async fn monitor(selection: &str) -> Monitor {
     Monitor::start(MonitorConfig {
         selection: selection.parse().unwrap(),
         procpoll_interval: Duration::from_millis(20),
         ..MonitorConfig::default()
     })
+    .await
     .unwrap_or_else(|e| panic!("{selection}: monitor does not start: {e}"))
 }
 
@@ -127,7 +128,7 @@ fn assert_status(selection: &str, observation: &ExitObservation, expected: ExitS
 #[tokio::test]
 async fn exit_code_of_a_non_child_is_observed_once() {
     for selection in selections("exit_code_of_a_non_child_is_observed_once") {
-        let mut monitor = monitor(selection);
+        let mut monitor = monitor(selection).await;
         let mut orphan = Orphan::spawn(&["exit", "7"]);
         assert_eq!(
             monitor.track(key(&orphan)),
@@ -150,7 +151,7 @@ async fn exit_code_of_a_non_child_is_observed_once() {
 #[tokio::test]
 async fn death_by_sigkill_reports_the_signal() {
     for selection in selections("death_by_sigkill_reports_the_signal") {
-        let mut monitor = monitor(selection);
+        let mut monitor = monitor(selection).await;
         let orphan = Orphan::spawn(&["exit", "0"]);
         assert_eq!(monitor.track(key(&orphan)), None);
         // SAFETY: killing the orphan this test started.
@@ -170,7 +171,7 @@ async fn death_by_sigkill_reports_the_signal() {
 #[tokio::test]
 async fn main_thread_exit_is_not_process_exit() {
     for selection in selections("main_thread_exit_is_not_process_exit") {
-        let mut monitor = monitor(selection);
+        let mut monitor = monitor(selection).await;
         let mut orphan = Orphan::spawn(&["threads", "5"]);
         let leader = format!("/proc/{0}/task/{0}/stat", orphan.pid);
         let leader_exited = eventually(ARRIVAL, || {
@@ -199,7 +200,7 @@ async fn main_thread_exit_is_not_process_exit() {
 
 async fn exec_is_not_exit(mode: &str, test: &str) {
     for selection in selections(test) {
-        let mut monitor = monitor(selection);
+        let mut monitor = monitor(selection).await;
         let mut orphan = Orphan::spawn(&[mode, "3"]);
         assert_eq!(monitor.track(key(&orphan)), None);
         orphan.poke();
@@ -235,7 +236,7 @@ async fn execve_from_a_thread_is_not_exit() {
 #[tokio::test]
 async fn two_hundred_simultaneous_exits_are_each_observed_once() {
     for selection in selections("two_hundred_simultaneous_exits_are_each_observed_once") {
-        let mut monitor = monitor(selection);
+        let mut monitor = monitor(selection).await;
         let mut group = OrphanGroup::spawn(200, &["exit", "1"]);
         let expected: HashSet<ProcessKey> = group
             .members
@@ -261,7 +262,7 @@ async fn two_hundred_simultaneous_exits_are_each_observed_once() {
 #[tokio::test]
 async fn untracked_exits_are_not_observed() {
     for selection in selections("untracked_exits_are_not_observed") {
-        let mut monitor = monitor(selection);
+        let mut monitor = monitor(selection).await;
         let tracked = Orphan::spawn(&["exit", "0"]);
         assert_eq!(monitor.track(key(&tracked)), None);
         let mut untracked = Orphan::spawn(&["exit", "0"]);
@@ -277,7 +278,7 @@ async fn untracked_exits_are_not_observed() {
 #[tokio::test]
 async fn a_dead_or_reused_pid_is_reported_dead_at_track() {
     for selection in selections("a_dead_or_reused_pid_is_reported_dead_at_track") {
-        let mut monitor = monitor(selection);
+        let mut monitor = monitor(selection).await;
         let mut dead = Orphan::spawn(&["exit", "0"]);
         dead.release();
         assert!(
@@ -318,17 +319,17 @@ async fn a_full_ring_buffer_is_noticed_and_reconciled() {
     if !privileged("a_full_ring_buffer_is_noticed_and_reconciled") {
         return;
     }
-    // A one-page ring holds 128 records; a one-slot queue to the monitor, which this test
-    // does not drain while the processes die, stops the reader after the first record.
+    // A one-page ring holds 128 records, and the monitor reads it only when asked for the
+    // next death, which this test does not do while the 300 processes die.
     let mut monitor = Monitor::start(MonitorConfig {
         selection: "ebpf".parse().unwrap(),
         ebpf: EbpfConfig {
             ring_bytes: 4096,
             ..EbpfConfig::default()
         },
-        queue: 1,
         ..MonitorConfig::default()
     })
+    .await
     .expect("eBPF monitor");
     let mut group = OrphanGroup::spawn(300, &["exit", "0"]);
     let expected: HashSet<ProcessKey> = group

@@ -6,6 +6,7 @@ use std::process::Command as Process;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 
+mod chaos;
 mod vm;
 
 #[derive(Debug, Parser)]
@@ -41,6 +42,16 @@ enum Command {
         /// Run only these parts: latency, scale (comma-separated; default: all).
         #[arg(long, value_name = "PARTS")]
         part: Option<String>,
+    },
+    /// Run the fault suite alone with more rounds and inputs: SIGKILLs mid-burst, ring-buffer
+    /// overflow, full disk, replaced databases, and the protocol fuzz. Needs root and BTF.
+    Chaos {
+        /// Rounds of each repeated fault (SIGKILL mid-burst, ring-buffer overflow).
+        #[arg(long, default_value_t = 20)]
+        rounds: u32,
+        /// Inputs per fuzz target (the parser, the line reader, a live daemon).
+        #[arg(long, default_value_t = 100_000)]
+        cases: u32,
     },
     /// Run the test suite inside QEMU guests booting other kernels (busybox initramfs,
     /// static binaries, no network, no systemd) and print a matrix kernel × test binary
@@ -82,6 +93,9 @@ fn main() -> Result<()> {
             json,
             part,
         } => bench(quick, smoke, json, part),
+        Command::Chaos { rounds, cases } => {
+            chaos::run(&workspace_root(), &chaos::Options { rounds, cases })
+        }
         Command::VmTest {
             kernels,
             filter,

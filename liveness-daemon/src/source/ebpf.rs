@@ -8,8 +8,7 @@
 use std::collections::HashMap as StdHashMap;
 use std::fmt;
 use std::io;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use aya::maps::{HashMap, Map, MapData, MapError, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, ProgramError};
@@ -17,21 +16,23 @@ use aya::{Btf, BtfError, Ebpf, EbpfLoader};
 use liveness_common::{
     COUNTER_EMITTED, COUNTER_LOST, ExitRecord, MAP_COUNTERS, MAP_EXITS, MAP_TRACKED, PROGRAM_NAME,
 };
+use serde::{Deserialize, Serialize};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
-use tokio::task::JoinHandle;
 
+use super::child::ProbeChild;
 use super::diagnose::{self, Denial};
 use super::{
-    DetectedBy, EventSink, ExitObservation, ExitSource, ExitStatus, SourceEvent, SourceStats,
-    TrackError,
+    DetectedBy, ExitObservation, ExitSource, ExitStatus, SourceEvent, SourceStats, TrackError,
 };
-use crate::identity::{DeathReason, ProcessKey};
+use crate::identity::{DeathReason, ProcRoot, ProcessKey};
 
 /// The compiled program; `cargo xtask build-ebpf --check` verifies it matches its source.
 static OBJECT: &[u8] = aya::include_bytes_aligned!("../../../liveness-ebpf/liveness.bpf.o");
 
 const TRACEPOINT: &str = "sched_process_exit";
+/// The program's `.rodata` variable holding the daemon's PID namespace inode number.
+const PIDNS_GLOBAL: &str = "daemon_pidns_inum";
 const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 /// Default capacity of the map of tracked processes (the object's own default).
@@ -104,6 +105,10 @@ pub enum EbpfError {
     },
     #[error("cannot wait on the eBPF ring buffer: {0}")]
     RingBuffer(#[source] io::Error),
+    #[error("cannot read the daemon's PID namespace (/proc/self/ns/pid): {0}")]
+    PidNamespace(#[source] io::Error),
+    #[error("the eBPF self-test failed: {0}")]
+    SelfTest(String),
 }
 
 impl EbpfError {
@@ -176,45 +181,67 @@ fn map_errno(error: &MapError) -> Option<i32> {
     }
 }
 
-/// `tgid -> start_ticks` of what user space put in the kernel map, shared with the reader
-/// task so `stats().tracked` needs no syscall and the reader can forget reported deaths.
-type Tracked = Arc<Mutex<StdHashMap<u32, u64>>>;
+/// How long the start-up self-test waits for the record of its child's exit.
+const SELF_TEST_PATIENCE: Duration = Duration::from_secs(2);
 
-fn lock(tracked: &Tracked) -> MutexGuard<'_, StdHashMap<u32, u64>> {
-    // A plain map cannot be left inconsistent by a panic, so poisoning carries no meaning.
-    tracked.lock().unwrap_or_else(PoisonError::into_inner)
+/// What the start-up self-test found: a loaded program is no proof that it sees deaths here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SelfTest {
+    pub passed: bool,
+    pub detail: String,
 }
 
-/// The eBPF exit source. Dropping it stops the reader task and detaches the program.
+/// The eBPF exit source. Its consumer reads the ring buffer in its own task
+/// ([`EbpfSource::wait`], [`EbpfSource::drain`]): no hop through another task and channel,
+/// and a consumer told of a death by another source can read the kernel's record of it at
+/// once, since the program runs before the process's pidfd or parent hear of the death.
 pub struct EbpfSource {
     /// Owns the program and its link: dropping it detaches.
     _ebpf: Ebpf,
     map: HashMap<MapData, u32, u64>,
-    tracked: Tracked,
-    counters: Arc<PerCpuArray<MapData, u64>>,
+    ring: AsyncFd<RingBuf<MapData>>,
+    /// `tgid -> start_ticks` of what user space put in the kernel map, so `stats().tracked`
+    /// needs no syscall and `untrack` never deletes a newer process's entry.
+    tracked: StdHashMap<u32, u64>,
+    counters: PerCpuArray<MapData, u64>,
     max_tracked: u32,
     refused: u64,
-    reader: JoinHandle<()>,
+    /// The kernel's loss count when the consumer was last told of losses.
+    reported_lost: u64,
+    /// Records the self-test made, left out of `stats().observed`.
+    self_test_records: u64,
+    self_test: SelfTest,
 }
 
 impl fmt::Debug for EbpfSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EbpfSource")
-            .field("tracked", &lock(&self.tracked).len())
+            .field("tracked", &self.tracked.len())
             .field("max_tracked", &self.max_tracked)
             .field("refused", &self.refused)
             .finish_non_exhaustive()
     }
 }
 
+/// The inode number of this process's PID namespace, which the program translates pids into.
+fn own_pidns_inum() -> Result<u32, EbpfError> {
+    let metadata = std::fs::metadata("/proc/self/ns/pid").map_err(EbpfError::PidNamespace)?;
+    u32::try_from(std::os::unix::fs::MetadataExt::ino(&metadata)).map_err(|_| {
+        EbpfError::PidNamespace(io::Error::other(
+            "the namespace inode number exceeds 32 bits",
+        ))
+    })
+}
+
 impl EbpfSource {
-    /// Loads and attaches the program and spawns the task that reads its ring buffer into
-    /// `sink`.
+    /// Loads and attaches the program, then proves it sees deaths here: it tracks a child of
+    /// the daemon and requires the record of its exit, with the right status, within
+    /// [`SELF_TEST_PATIENCE`].
     ///
     /// # Panics
     ///
     /// Outside a Tokio runtime with I/O enabled.
-    pub fn start(sink: EventSink, config: EbpfConfig) -> Result<EbpfSource, EbpfError> {
+    pub async fn start(config: EbpfConfig, proc: &ProcRoot) -> Result<EbpfSource, EbpfError> {
         let started = Instant::now();
         let btf = Btf::from_sys_fs().map_err(|error| match error {
             BtfError::FileError { error, .. } if error.kind() == io::ErrorKind::NotFound => {
@@ -222,8 +249,10 @@ impl EbpfSource {
             }
             error => EbpfError::KernelBtf(error),
         })?;
+        let pidns_inum = own_pidns_inum()?;
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
+            .override_global(PIDNS_GLOBAL, &pidns_inum, true)
             .map_max_entries(MAP_TRACKED, config.max_tracked)
             .map_max_entries(MAP_EXITS, config.ring_bytes)
             .load(OBJECT)
@@ -265,28 +294,128 @@ impl EbpfSource {
         let ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
             .map_err(|error| EbpfError::RingBuffer(error.into_parts().1))?;
 
-        let tracked = Tracked::default();
-        let counters = Arc::new(counters);
-        let reader = tokio::spawn(read_exits(
-            ring,
-            Arc::clone(&counters),
-            Arc::clone(&tracked),
-            sink,
-        ));
-        tracing::info!(
-            elapsed_ms = started.elapsed().as_millis(),
-            max_tracked = config.max_tracked,
-            "eBPF exit source attached to tp_btf/{TRACEPOINT}"
-        );
-        Ok(EbpfSource {
+        let mut source = EbpfSource {
             _ebpf: ebpf,
             map,
-            tracked,
+            ring,
+            tracked: StdHashMap::new(),
             counters,
             max_tracked: config.max_tracked,
             refused: 0,
-            reader,
-        })
+            reported_lost: 0,
+            self_test_records: 0,
+            self_test: SelfTest {
+                passed: false,
+                detail: "not run".into(),
+            },
+        };
+        let detail = source
+            .run_self_test(proc)
+            .await
+            .map_err(EbpfError::SelfTest)?;
+        source.self_test = SelfTest {
+            passed: true,
+            detail,
+        };
+        source.self_test_records = source.stats().observed;
+        tracing::info!(
+            elapsed_ms = started.elapsed().as_millis(),
+            max_tracked = config.max_tracked,
+            pidns_inum,
+            self_test = source.self_test.detail,
+            "eBPF exit source attached to tp_btf/{TRACEPOINT}"
+        );
+        Ok(source)
+    }
+
+    /// Tracks a child of ours, lets it exit and waits for its record. `Ok` says what was
+    /// seen; `Err` says why the program cannot be trusted here.
+    async fn run_self_test(&mut self, proc: &ProcRoot) -> Result<String, String> {
+        let mut child =
+            ProbeChild::spawn().map_err(|e| format!("cannot fork a test child: {e}"))?;
+        let pid = child.pid();
+        let start_ticks = proc
+            .stat(pid)
+            .map_err(|e| format!("cannot read the test child's start time: {e}"))?
+            .start_ticks;
+        let key = ProcessKey { pid, start_ticks };
+        self.track(key)
+            .map_err(|e| format!("cannot track the test child: {e}"))?;
+        let released = Instant::now();
+        child.release();
+        let deadline = tokio::time::Instant::now() + SELF_TEST_PATIENCE;
+        let mut events = Vec::new();
+        loop {
+            match tokio::time::timeout_at(deadline, self.wait(&mut events)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(format!("cannot read the ring buffer: {e}")),
+                Err(_) => {
+                    self.untrack(key);
+                    return Err(format!(
+                        "the program reported no exit of a test child (pid {pid}) within \
+                          {SELF_TEST_PATIENCE:?}, so it cannot see the deaths of this daemon's \
+                         processes here (an unusual PID or time namespace, or a kernel that \
+                         never runs it); use --sources pidfd"
+                    ));
+                }
+            }
+            let seen = events.drain(..).find_map(|event| match event {
+                SourceEvent::Exit(observation) if observation.key == key => Some(observation),
+                _ => None,
+            });
+            if let Some(observation) = seen {
+                let expected = ExitStatus::Exited {
+                    code: super::child::EXIT_CODE,
+                };
+                return match observation.status {
+                    Some(status) if status == expected => Ok(format!(
+                        "saw a test child exit with its status in {} us",
+                        released.elapsed().as_micros()
+                    )),
+                    other => Err(format!(
+                        "the test child's record carries {other:?}, not {expected:?}"
+                    )),
+                };
+            }
+        }
+    }
+
+    /// What start-up found when it checked that the program sees deaths.
+    pub fn self_test(&self) -> &SelfTest {
+        &self.self_test
+    }
+
+    /// Waits until the ring buffer has records, then reads them all into `out` (followed by
+    /// a [`SourceEvent::Lost`] when the kernel counted new losses). Cancel-safe: nothing is
+    /// read until the wait is over.
+    pub async fn wait(&mut self, out: &mut Vec<SourceEvent>) -> io::Result<()> {
+        let mut guard = self.ring.readable_mut().await?;
+        read_records(guard.get_inner_mut(), &mut self.tracked, out);
+        // Readiness that arrived during the read is kept by the guard's tick.
+        guard.clear_ready();
+        drop(guard);
+        self.check_losses(out);
+        Ok(())
+    }
+
+    /// Reads the records already in the ring buffer, without waiting.
+    pub fn drain(&mut self, out: &mut Vec<SourceEvent>) {
+        read_records(self.ring.get_mut(), &mut self.tracked, out);
+        self.check_losses(out);
+    }
+
+    fn check_losses(&mut self, out: &mut Vec<SourceEvent>) {
+        match counter_total(&self.counters, COUNTER_LOST) {
+            Ok(total) if total != self.reported_lost => {
+                self.reported_lost = total;
+                out.push(SourceEvent::Lost {
+                    detected_by: DetectedBy::Ebpf,
+                    total,
+                });
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "cannot read the eBPF loss counter"),
+        }
     }
 }
 
@@ -299,9 +428,48 @@ fn counter_total(counters: &PerCpuArray<MapData, u64>, slot: u32) -> Result<u64,
     Ok(counters.get(&slot, 0)?.iter().sum())
 }
 
-impl Drop for EbpfSource {
-    fn drop(&mut self) {
-        self.reader.abort();
+/// `CLOCK_MONOTONIC` now, the clock of `bpf_ktime_get_ns`.
+fn monotonic_ns() -> u64 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    (now.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(now.tv_nsec as u64)
+}
+
+/// Reads every record in the ring into `out`, forgetting the reported processes.
+fn read_records(
+    ring: &mut RingBuf<MapData>,
+    tracked: &mut StdHashMap<u32, u64>,
+    out: &mut Vec<SourceEvent>,
+) {
+    // One pair of clock readings turns the kernel's monotonic exit times into wall times.
+    let (now_wall, now_mono) = (SystemTime::now(), monotonic_ns());
+    while let Some(item) = ring.next() {
+        let record = ExitRecord::from_bytes(&item);
+        let len = item.len();
+        drop(item);
+        let Some(record) = record else {
+            tracing::warn!(len, "ignoring a short eBPF exit record");
+            continue;
+        };
+        let key = ProcessKey {
+            pid: record.tgid,
+            start_ticks: record.start_ticks,
+        };
+        if tracked.get(&key.pid) == Some(&key.start_ticks) {
+            tracked.remove(&key.pid);
+        }
+        let died_at = now_wall.checked_sub(Duration::from_nanos(
+            now_mono.saturating_sub(record.exit_monotonic_ns),
+        ));
+        out.push(SourceEvent::Exit(ExitObservation {
+            key,
+            reason: DeathReason::Exited,
+            status: Some(ExitStatus::from_wait_status(record.wait_status)),
+            detected_by: DetectedBy::Ebpf,
+            at: now_wall,
+            died_at,
+        }));
     }
 }
 
@@ -311,11 +479,9 @@ impl ExitSource for EbpfSource {
     }
 
     fn track(&mut self, key: ProcessKey) -> Result<(), TrackError> {
-        // Held across the insert so the reader cannot see this death before it is recorded.
-        let mut tracked = lock(&self.tracked);
         match self.map.insert(key.pid, key.start_ticks, 0) {
             Ok(()) => {
-                tracked.insert(key.pid, key.start_ticks);
+                self.tracked.insert(key.pid, key.start_ticks);
                 Ok(())
             }
             Err(error) => match map_errno(&error) {
@@ -332,12 +498,11 @@ impl ExitSource for EbpfSource {
     }
 
     fn untrack(&mut self, key: ProcessKey) {
-        let mut tracked = lock(&self.tracked);
         // The map is keyed by PID alone: never delete a newer process's entry.
-        if tracked.get(&key.pid) != Some(&key.start_ticks) {
+        if self.tracked.get(&key.pid) != Some(&key.start_ticks) {
             return;
         }
-        tracked.remove(&key.pid);
+        self.tracked.remove(&key.pid);
         match self.map.remove(&key.pid) {
             Ok(()) => {}
             // The kernel deletes the entry when it reports the death.
@@ -354,77 +519,10 @@ impl ExitSource for EbpfSource {
             })
         };
         SourceStats {
-            tracked: lock(&self.tracked).len() as u64,
-            observed: total(COUNTER_EMITTED),
+            tracked: self.tracked.len() as u64,
+            observed: total(COUNTER_EMITTED).saturating_sub(self.self_test_records),
             lost: total(COUNTER_LOST),
             refused: self.refused,
-        }
-    }
-}
-
-/// Drains the ring buffer on every wakeup into `sink`, then reports new kernel-side losses.
-/// Returns when the consumer is gone.
-async fn read_exits(
-    mut ring: AsyncFd<RingBuf<MapData>>,
-    counters: Arc<PerCpuArray<MapData, u64>>,
-    tracked: Tracked,
-    sink: EventSink,
-) {
-    let mut reported_lost = 0;
-    loop {
-        let mut guard = match ring.readable_mut().await {
-            Ok(guard) => guard,
-            Err(error) => {
-                tracing::error!(%error, "cannot wait on the eBPF ring buffer; eBPF source stopped");
-                return;
-            }
-        };
-        while let Some(item) = guard.get_inner_mut().next() {
-            let record = ExitRecord::from_bytes(&item);
-            let len = item.len();
-            // Frees the slot before waiting on the consumer.
-            drop(item);
-            let Some(record) = record else {
-                tracing::warn!(len, "ignoring a short eBPF exit record");
-                continue;
-            };
-            let key = ProcessKey {
-                pid: record.tgid,
-                start_ticks: record.start_ticks,
-            };
-            {
-                let mut tracked = lock(&tracked);
-                if tracked.get(&key.pid) == Some(&key.start_ticks) {
-                    tracked.remove(&key.pid);
-                }
-            }
-            let observation = ExitObservation {
-                key,
-                reason: DeathReason::Exited,
-                status: Some(ExitStatus::from_wait_status(record.wait_status)),
-                detected_by: DetectedBy::Ebpf,
-                at: SystemTime::now(),
-            };
-            // Waiting here is the backpressure: the ring fills and the kernel counts losses.
-            if sink.send(SourceEvent::Exit(observation)).await.is_err() {
-                return;
-            }
-        }
-        guard.clear_ready();
-
-        match counter_total(&counters, COUNTER_LOST) {
-            Ok(total) if total != reported_lost => {
-                reported_lost = total;
-                let lost = SourceEvent::Lost {
-                    detected_by: DetectedBy::Ebpf,
-                    total,
-                };
-                if sink.send(lost).await.is_err() {
-                    return;
-                }
-            }
-            Ok(_) => {}
-            Err(error) => tracing::warn!(%error, "cannot read the eBPF loss counter"),
         }
     }
 }
@@ -435,16 +533,14 @@ mod tests {
     use std::ffi::CStr;
     use std::mem::{offset_of, size_of};
     use std::os::unix::process::{CommandExt, ExitStatusExt};
-    use std::path::Path;
     use std::process::{Command, Stdio};
     use std::time::Duration;
 
     use object::{Object, ObjectSection};
-    use tokio::sync::mpsc;
 
     use super::*;
     use crate::identity::ProcRoot;
-    use crate::source::testutil::{PATIENCE, Proc, assert_quiet, next_exit};
+    use crate::source::testutil::{PATIENCE, Proc, QUIET, privileged};
 
     /// Selects a mode of [`helper_main`] in a re-executed test binary.
     const HELPER_ENV: &str = "LIVENESS_EBPF_TEST_HELPER";
@@ -517,32 +613,74 @@ mod tests {
         }
     }
 
-    /// True (after saying why) when eBPF cannot run here; with `LIVENESS_REQUIRE_EBPF=1` it
-    /// panics instead.
-    fn skip(test: &str) -> bool {
-        let why = if !rustix::process::geteuid().is_root() {
-            "not running as root"
-        } else if !Path::new(KERNEL_BTF).exists() {
-            "the kernel lacks BTF"
-        } else {
-            return false;
-        };
-        if std::env::var_os("LIVENESS_REQUIRE_EBPF").is_some_and(|v| v == "1") {
-            panic!("{test}: LIVENESS_REQUIRE_EBPF=1 but {why}");
+    /// The source, and the events read from its ring but not yet taken by the test.
+    struct Reader {
+        source: EbpfSource,
+        buffered: std::collections::VecDeque<SourceEvent>,
+    }
+
+    impl std::ops::Deref for Reader {
+        type Target = EbpfSource;
+        fn deref(&self) -> &EbpfSource {
+            &self.source
         }
-        eprintln!("skipping {test}: {why}");
-        true
+    }
+
+    impl std::ops::DerefMut for Reader {
+        fn deref_mut(&mut self) -> &mut EbpfSource {
+            &mut self.source
+        }
+    }
+
+    impl Reader {
+        /// The next event read within `patience`, if any.
+        async fn next_within(&mut self, patience: Duration) -> Option<SourceEvent> {
+            let deadline = tokio::time::Instant::now() + patience;
+            while self.buffered.is_empty() {
+                let mut events = Vec::new();
+                match tokio::time::timeout_at(deadline, self.source.wait(&mut events)).await {
+                    Ok(read) => read.expect("reading the ring buffer"),
+                    Err(_) => return None,
+                }
+                self.buffered.extend(events);
+            }
+            self.buffered.pop_front()
+        }
+    }
+
+    /// The next event, which must be an exit arriving within [`PATIENCE`].
+    async fn next_exit(reader: &mut Reader) -> ExitObservation {
+        match reader.next_within(PATIENCE).await {
+            Some(SourceEvent::Exit(observation)) => observation,
+            Some(other) => panic!("expected an exit observation, got {other:?}"),
+            None => panic!("no exit observation within {PATIENCE:?}"),
+        }
+    }
+
+    /// Panics if any event arrives within [`QUIET`]; `why` says why none should.
+    async fn assert_quiet(reader: &mut Reader, why: &str) {
+        if let Some(event) = reader.next_within(QUIET).await {
+            panic!("{why}, yet the source sent {event:?}");
+        }
     }
 
     /// Starts the source, or returns `None` where [`skip`] says so.
-    fn start(test: &str, config: EbpfConfig) -> Option<(EbpfSource, mpsc::Receiver<SourceEvent>)> {
-        if skip(test) {
+    async fn start(test: &str, config: EbpfConfig) -> Option<Reader> {
+        if !privileged(test) {
             return None;
         }
-        let (sink, events) = mpsc::channel(1024);
-        let source = EbpfSource::start(sink, config)
+        let source = EbpfSource::start(config, &ProcRoot::default())
+            .await
             .unwrap_or_else(|error| panic!("{test}: starting the eBPF source: {error}"));
-        Some((source, events))
+        assert!(
+            source.self_test().passed,
+            "{test}: {:?}",
+            source.self_test()
+        );
+        Some(Reader {
+            source,
+            buffered: Default::default(),
+        })
     }
 
     fn spawn_helper(mode: &str) -> Proc {
@@ -588,7 +726,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn reports_the_exit_code_of_a_tracked_process() {
-        let Some((mut source, mut events)) = start("exit code", EbpfConfig::default()) else {
+        let Some(mut source) = start("exit code", EbpfConfig::default()).await else {
             return;
         };
         let mut child = Proc::sh("read x; exit 7", &[]);
@@ -602,7 +740,7 @@ mod tests {
         assert_eq!(source.stats().tracked, 1);
 
         child.close_stdin();
-        let observation = next_exit(&mut events).await;
+        let observation = next_exit(&mut source).await;
         let status = assert_reported(&observation, key, &mut child);
         assert_eq!(status, ExitStatus::Exited { code: 7 });
         assert_eq!(
@@ -618,14 +756,14 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn reports_sigkill() {
-        let Some((mut source, mut events)) = start("SIGKILL", EbpfConfig::default()) else {
+        let Some(mut source) = start("SIGKILL", EbpfConfig::default()).await else {
             return;
         };
         let mut child = Proc::sleeper();
         let key = child.key();
         source.track(key).unwrap();
         child.kill();
-        let observation = next_exit(&mut events).await;
+        let observation = next_exit(&mut source).await;
         let status = assert_reported(&observation, key, &mut child);
         assert_eq!(
             status,
@@ -638,7 +776,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn untracked_untracked_and_stale_processes_report_nothing() {
-        let Some((mut source, mut events)) = start("not tracked", EbpfConfig::default()) else {
+        let Some(mut source) = start("not tracked", EbpfConfig::default()).await else {
             return;
         };
         let never = Proc::sh("read x; exit 1", &[]);
@@ -658,7 +796,7 @@ mod tests {
             child.close_stdin();
             child.reap();
         }
-        assert_quiet(&mut events, "untracked processes exited").await;
+        assert_quiet(&mut source, "untracked processes exited").await;
         assert_eq!(source.stats().observed, 0);
         assert_eq!(
             source.stats().tracked,
@@ -669,8 +807,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_leader_exiting_before_its_threads_is_not_a_death() {
-        let Some((mut source, mut events)) = start("leader exits first", EbpfConfig::default())
-        else {
+        let Some(mut source) = start("leader exits first", EbpfConfig::default()).await else {
             return;
         };
         let mut child = spawn_helper("leader-exits-first");
@@ -679,17 +816,17 @@ mod tests {
 
         child.poke();
         wait_until("the leader is a zombie", || stat_of(key.pid).state == 'Z').await;
-        assert_quiet(&mut events, "the leader exited while a thread runs").await;
+        assert_quiet(&mut source, "the leader exited while a thread runs").await;
 
         child.poke();
-        let observation = next_exit(&mut events).await;
+        let observation = next_exit(&mut source).await;
         let status = assert_reported(&observation, key, &mut child);
         assert_eq!(status, ExitStatus::Exited { code: 7 });
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn execve_is_not_a_death() {
-        let Some((mut source, mut events)) = start("execve", EbpfConfig::default()) else {
+        let Some(mut source) = start("execve", EbpfConfig::default()).await else {
             return;
         };
         // Single-threaded exec, and exec from a non-leader thread (de_thread kills the leader).
@@ -709,18 +846,18 @@ mod tests {
             .await;
             assert_eq!(stat_of(key.pid).start_ticks, key.start_ticks);
         }
-        assert_quiet(&mut events, "tracked processes called execve").await;
+        assert_quiet(&mut source, "tracked processes called execve").await;
 
         for (child, key) in [(&mut shell, keys[0]), (&mut threaded, keys[1])] {
             child.kill();
-            let observation = next_exit(&mut events).await;
+            let observation = next_exit(&mut source).await;
             assert_reported(&observation, key, child);
         }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn threads_dying_together_report_one_death() {
-        let Some((mut source, mut events)) = start("many threads", EbpfConfig::default()) else {
+        let Some(mut source) = start("many threads", EbpfConfig::default()).await else {
             return;
         };
         let mut children: Vec<Proc> = (0..20).map(|_| spawn_helper("many-threads")).collect();
@@ -741,7 +878,7 @@ mod tests {
 
         let mut seen = HashSet::new();
         for _ in 0..children.len() {
-            let observation = next_exit(&mut events).await;
+            let observation = next_exit(&mut source).await;
             assert!(
                 seen.insert(observation.key),
                 "{} reported twice",
@@ -749,7 +886,7 @@ mod tests {
             );
         }
         assert_eq!(seen, keys);
-        assert_quiet(&mut events, "every process was reported").await;
+        assert_quiet(&mut source, "every process was reported").await;
         for mut child in children {
             child.reap();
         }
@@ -757,7 +894,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn two_hundred_simultaneous_exits_are_each_reported_once() {
-        let Some((mut source, mut events)) = start("200 exits", EbpfConfig::default()) else {
+        let Some(mut source) = start("200 exits", EbpfConfig::default()).await else {
             return;
         };
         let mut children: Vec<(Proc, ProcessKey, u8)> = (0..200u8)
@@ -775,12 +912,12 @@ mod tests {
 
         let mut seen = std::collections::HashMap::new();
         for _ in 0..children.len() {
-            let observation = next_exit(&mut events).await;
+            let observation = next_exit(&mut source).await;
             if let Some(earlier) = seen.insert(observation.key, observation.status) {
                 panic!("{} reported twice ({earlier:?})", observation.key);
             }
         }
-        assert_quiet(&mut events, "all 200 were reported").await;
+        assert_quiet(&mut source, "all 200 were reported").await;
         for (mut child, key, code) in children {
             assert_eq!(
                 seen.get(&key),
@@ -795,13 +932,16 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn tracking_beyond_capacity_is_refused() {
-        let Some((mut source, _events)) = start(
+        let Some(mut source) = start(
             "capacity",
             EbpfConfig {
+                // The self-test needs one slot while the source starts.
                 max_tracked: 2,
                 ..EbpfConfig::default()
             },
-        ) else {
+        )
+        .await
+        else {
             return;
         };
         // PIDs above pid_max's ceiling: no process will ever exit with them.
@@ -823,7 +963,7 @@ mod tests {
 
     #[test]
     fn missing_privileges_name_the_capabilities() {
-        if skip("privileges") {
+        if !privileged("privileges") {
             return;
         }
         // Credentials are per thread in the kernel; the raw syscall drops them for this
@@ -832,8 +972,16 @@ mod tests {
             // SAFETY: changes this thread's credentials and nothing else.
             let rc = unsafe { libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534) };
             assert_eq!(rc, 0, "setresuid: {}", io::Error::last_os_error());
-            let (sink, _events) = mpsc::channel(1);
-            EbpfSource::start(sink, EbpfConfig::default()).map(drop)
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime
+                .block_on(EbpfSource::start(
+                    EbpfConfig::default(),
+                    &ProcRoot::default(),
+                ))
+                .map(drop)
         })
         .join()
         .unwrap();

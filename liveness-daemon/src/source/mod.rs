@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::identity::{DeathReason, ProcessKey};
 
+pub mod child;
 pub mod diagnose;
 pub mod ebpf;
 pub mod monitor;
@@ -98,6 +99,8 @@ pub struct ExitObservation {
     pub detected_by: DetectedBy,
     /// When the source observed the death.
     pub at: SystemTime,
+    /// When the process died by the kernel's clock, where the source reads it (eBPF).
+    pub died_at: Option<SystemTime>,
 }
 
 /// What sources send to their consumer.

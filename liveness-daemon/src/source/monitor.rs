@@ -3,8 +3,13 @@
 //! The monitor arms each event-driven source (eBPF, pidfd) for a process, then re-checks
 //! `/proc` once: a death before arming is caught by that check, a death after it by the
 //! sources. A process no event source could take (no fds left, map full) is covered by the
-//! `/proc` poller, started on demand, so no process is ever tracked by nothing. The first
-//! observation of a death wins; later ones for the same process are dropped.
+//! `/proc` poller, started on demand, so no process is ever tracked by nothing.
+//!
+//! Each death is reported once, with the most complete facts any source has: the eBPF ring
+//! buffer is read here, in the consumer's task, and a report without an exit status (from a
+//! pidfd) first drains that ring, which already holds the kernel's record of the death
+//! because `sched_process_exit` runs before the pidfd is woken. So the first report still
+//! ends the session at once, and a status the kernel recorded is never thrown away.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -14,8 +19,8 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use super::ebpf::{EbpfConfig, EbpfSource};
-use super::pidfd::PidfdSource;
+use super::ebpf::{EbpfConfig, EbpfSource, SelfTest};
+use super::pidfd::{PidfdConfig, PidfdSource};
 use super::procpoll::{DEFAULT_INTERVAL, ProcpollSource};
 use super::{DetectedBy, ExitObservation, ExitSource, SourceEvent, SourceStats, TrackError};
 use crate::identity::{Liveness, ProcRoot, ProcessKey};
@@ -23,6 +28,10 @@ use crate::identity::{Liveness, ProcRoot, ProcessKey};
 /// Events buffered between the sources and the monitor by default. When full, sources
 /// wait (see the module docs of [`super`]).
 pub const DEFAULT_QUEUE: usize = 4096;
+
+/// Processes re-checked in `/proc` per turn after the kernel lost exit reports: each turn
+/// yields first, so a reconcile of 100k processes never holds the engine for long.
+const RECONCILE_CHUNK: usize = 1024;
 
 /// A source the user can ask for by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -104,6 +113,7 @@ pub struct MonitorConfig {
     pub selection: Selection,
     pub procpoll_interval: Duration,
     pub ebpf: EbpfConfig,
+    pub pidfd: PidfdConfig,
     pub proc: ProcRoot,
     /// Events buffered between the sources and the monitor.
     pub queue: usize,
@@ -115,6 +125,7 @@ impl Default for MonitorConfig {
             selection: Selection::Auto,
             procpoll_interval: DEFAULT_INTERVAL,
             ebpf: EbpfConfig::default(),
+            pidfd: PidfdConfig::default(),
             proc: ProcRoot::default(),
             queue: DEFAULT_QUEUE,
         }
@@ -129,17 +140,62 @@ pub enum MonitorError {
     NothingSelected,
 }
 
+/// Whether a source is working.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceState {
+    /// Watching every tracked process it is meant to watch.
+    Active,
+    /// Running, but some tracked processes are beyond it (see the reason); others cover them.
+    Degraded,
+    /// The `/proc` poller, ready to cover what the other sources cannot.
+    Standby,
+    /// Not running; the reason says why.
+    Off,
+    /// `liveness doctor`: the source could start in the probing process.
+    Available,
+}
+
+/// Which exit statuses a source's reports carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StatusFacts {
+    /// Every death, from the kernel's own record.
+    Always,
+    /// Once the parent has reaped the process (pidfd on Linux 6.15+).
+    AfterReap,
+    Never,
+}
+
 /// What status says about one source.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SourceReport {
     pub name: SourceName,
-    /// `active`, `standby` (procpoll waiting to cover what others cannot) or `off`.
-    pub state: String,
-    /// Why the source is off or on standby.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: SourceState,
+    /// Why the source is off, degraded or on standby.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Which exit statuses its reports carry, while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_status: Option<StatusFacts>,
+    /// eBPF: whether it saw a test child's death at start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub self_test: Option<SelfTest>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats: Option<SourceStats>,
+}
+
+impl SourceReport {
+    fn off(name: SourceName, why: impl Into<String>) -> SourceReport {
+        SourceReport {
+            name,
+            state: SourceState::Off,
+            reason: Some(why.into()),
+            exit_status: None,
+            self_test: None,
+            stats: None,
+        }
+    }
 }
 
 /// Status of the whole monitor.
@@ -154,128 +210,229 @@ pub struct MonitorStatus {
     pub sources: Vec<SourceReport>,
 }
 
-/// Tries to start each source once, for `liveness doctor`. Must run inside a tokio runtime.
-pub fn probe(config: &MonitorConfig) -> Vec<SourceReport> {
+/// Tries to start each source once in this process, for `liveness doctor`. Must run inside
+/// a tokio runtime.
+pub async fn probe(config: &MonitorConfig) -> Vec<SourceReport> {
     let (sink, _events) = mpsc::channel(1);
-    SourceName::ALL
-        .iter()
-        .map(|&name| match start_source(name, config, sink.clone()) {
-            Ok(_) => SourceReport {
-                name,
-                state: "available".into(),
-                reason: None,
-                stats: None,
-            },
-            Err(why) => SourceReport {
-                name,
-                state: "off".into(),
-                reason: Some(why),
-                stats: None,
-            },
-        })
-        .collect()
+    let mut reports = Vec::new();
+    for name in SourceName::ALL {
+        let started = Started::start(name, config, &sink).await;
+        reports.push(match started {
+            Ok(started) => {
+                let mut report = started.report();
+                report.state = SourceState::Available;
+                report
+            }
+            Err(why) => SourceReport::off(name, why),
+        });
+    }
+    reports
 }
 
-fn start_source(
-    name: SourceName,
-    config: &MonitorConfig,
-    sink: mpsc::Sender<SourceEvent>,
-) -> Result<Box<dyn ExitSource>, String> {
-    Ok(match name {
-        SourceName::Ebpf => {
-            Box::new(EbpfSource::start(sink, config.ebpf).map_err(|e| e.to_string())?)
+/// A source that started.
+enum Started {
+    Ebpf(Box<EbpfSource>),
+    Pidfd(PidfdSource),
+    Procpoll(ProcpollSource),
+}
+
+impl Started {
+    async fn start(
+        name: SourceName,
+        config: &MonitorConfig,
+        sink: &mpsc::Sender<SourceEvent>,
+    ) -> Result<Started, String> {
+        Ok(match name {
+            SourceName::Ebpf => Started::Ebpf(Box::new(
+                EbpfSource::start(config.ebpf, &config.proc)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            )),
+            SourceName::Pidfd => Started::Pidfd(
+                PidfdSource::start(sink.clone(), config.pidfd).map_err(|e| e.to_string())?,
+            ),
+            SourceName::Procpoll => Started::Procpoll(start_procpoll(config, sink)),
+        })
+    }
+
+    fn report(&self) -> SourceReport {
+        match self {
+            Started::Ebpf(source) => report_ebpf(source),
+            Started::Pidfd(source) => report_pidfd(source),
+            Started::Procpoll(source) => report_procpoll(source),
         }
-        SourceName::Pidfd => Box::new(PidfdSource::start(sink).map_err(|e| e.to_string())?),
-        SourceName::Procpoll => Box::new(ProcpollSource::start(
-            sink,
-            config.procpoll_interval,
-            config.proc.clone(),
-        )),
-    })
+    }
+}
+
+fn running(name: SourceName, exit_status: StatusFacts, stats: SourceStats) -> SourceReport {
+    SourceReport {
+        name,
+        state: SourceState::Active,
+        reason: None,
+        exit_status: Some(exit_status),
+        self_test: None,
+        stats: Some(stats),
+    }
+}
+
+fn report_ebpf(source: &EbpfSource) -> SourceReport {
+    SourceReport {
+        self_test: Some(source.self_test().clone()),
+        ..running(SourceName::Ebpf, StatusFacts::Always, source.stats())
+    }
+}
+
+fn report_pidfd(source: &PidfdSource) -> SourceReport {
+    let facts = if source.gives_exit_status() {
+        StatusFacts::AfterReap
+    } else {
+        StatusFacts::Never
+    };
+    running(SourceName::Pidfd, facts, source.stats())
+}
+
+fn report_procpoll(source: &ProcpollSource) -> SourceReport {
+    running(SourceName::Procpoll, StatusFacts::Never, source.stats())
+}
+
+fn start_procpoll(config: &MonitorConfig, sink: &mpsc::Sender<SourceEvent>) -> ProcpollSource {
+    ProcpollSource::start(sink.clone(), config.procpoll_interval, config.proc.clone())
+}
+
+/// Which sources watch one tracked process.
+#[derive(Debug, Clone, Copy, Default)]
+struct Coverage {
+    ebpf: bool,
+    pidfd: bool,
+    procpoll: bool,
 }
 
 /// Watches tracked processes through every active source and yields each death once.
 #[derive(Debug)]
 pub struct Monitor {
     config: MonitorConfig,
-    /// Event-driven sources (and procpoll when it was selected explicitly).
-    sources: Vec<Box<dyn ExitSource>>,
-    /// The `/proc` poller covering processes nothing else could take; started on demand.
-    fallback: Option<Box<dyn ExitSource>>,
-    /// Every tracked process and whether the fallback covers it.
+    /// Read here, not through the channel (see the module docs).
+    ebpf: Option<EbpfSource>,
+    pidfd: Option<PidfdSource>,
+    /// The `/proc` poller: selected, or started for what nothing else could take.
+    procpoll: Option<ProcpollSource>,
+    procpoll_selected: bool,
+    /// Every tracked process and the sources watching it.
     tracked: HashMap<ProcessKey, Coverage>,
-    /// Why each unselected or failed source is off.
+    /// Why each source that is not running is off.
     off: Vec<(SourceName, String)>,
+    /// The eBPF self-test's verdict when it failed (a passing one is the source's own).
+    ebpf_self_test: Option<SelfTest>,
     sink: mpsc::Sender<SourceEvent>,
     events: mpsc::Receiver<SourceEvent>,
-    /// Deaths found by re-checking `/proc`, waiting to be handed out.
-    reconciled: VecDeque<ExitObservation>,
+    /// Deaths ready to be handed out.
+    ready: VecDeque<ExitObservation>,
+    /// Processes still to re-check after the kernel lost exit reports.
+    to_reconcile: Vec<ProcessKey>,
     loss_reconciles: u64,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
-struct Coverage {
-    by_fallback: bool,
-    without_pidfd: bool,
+/// What woke [`Monitor::next`].
+enum Wake {
+    Ring(std::io::Result<()>),
+    Channel(Option<SourceEvent>),
+}
+
+/// Waits on the eBPF ring buffer, or forever without one.
+async fn wait_ring(
+    ebpf: &mut Option<EbpfSource>,
+    out: &mut Vec<SourceEvent>,
+) -> std::io::Result<()> {
+    match ebpf {
+        Some(source) => source.wait(out).await,
+        None => std::future::pending().await,
+    }
 }
 
 impl Monitor {
     /// Starts the selected sources. Must run inside a tokio runtime.
-    pub fn start(config: MonitorConfig) -> Result<Monitor, MonitorError> {
+    pub async fn start(config: MonitorConfig) -> Result<Monitor, MonitorError> {
         let (sink, events) = mpsc::channel(config.queue.max(1));
-        let mut sources = Vec::new();
-        let mut off = Vec::new();
-        match &config.selection {
-            Selection::Auto => {
-                for name in [SourceName::Ebpf, SourceName::Pidfd] {
-                    match start_source(name, &config, sink.clone()) {
-                        Ok(source) => sources.push(source),
-                        Err(why) => off.push((name, why)),
-                    }
-                }
-            }
-            Selection::Only(names) => {
-                if names.is_empty() {
-                    return Err(MonitorError::NothingSelected);
-                }
-                for &name in names {
-                    let source = start_source(name, &config, sink.clone())
-                        .map_err(|why| MonitorError::Unavailable { name, why })?;
-                    sources.push(source);
-                }
-                for name in SourceName::ALL {
-                    if !names.contains(&name) {
-                        off.push((name, "not selected".into()));
-                    }
-                }
-            }
-        }
-        for source in &sources {
-            tracing::info!(source = %source.kind(), "exit source active");
-        }
-        for (name, why) in &off {
-            tracing::info!(source = %name, why, "exit source off");
-        }
-        Ok(Monitor {
-            config,
-            sources,
-            fallback: None,
+        let mut monitor = Monitor {
+            ebpf: None,
+            pidfd: None,
+            procpoll: None,
+            procpoll_selected: false,
             tracked: HashMap::new(),
-            off,
+            off: Vec::new(),
+            ebpf_self_test: None,
             sink,
             events,
-            reconciled: VecDeque::new(),
+            ready: VecDeque::new(),
+            to_reconcile: Vec::new(),
             loss_reconciles: 0,
-        })
+            config,
+        };
+        let (wanted, required) = match &monitor.config.selection {
+            Selection::Auto => (vec![SourceName::Ebpf, SourceName::Pidfd], false),
+            Selection::Only(names) if names.is_empty() => {
+                return Err(MonitorError::NothingSelected);
+            }
+            Selection::Only(names) => (names.clone(), true),
+        };
+        for name in SourceName::ALL {
+            if !wanted.contains(&name) {
+                // The poller stays on standby as the fallback even when not selected.
+                if required && name != SourceName::Procpoll {
+                    monitor.off.push((name, "not selected".into()));
+                }
+                continue;
+            }
+            match Started::start(name, &monitor.config, &monitor.sink).await {
+                Ok(started) => {
+                    tracing::info!(source = %name, "exit source active");
+                    monitor.install(started);
+                }
+                Err(why) if required => return Err(MonitorError::Unavailable { name, why }),
+                Err(why) => {
+                    tracing::warn!(source = %name, why, "exit source off");
+                    if name == SourceName::Ebpf && why.contains("self-test") {
+                        monitor.ebpf_self_test = Some(SelfTest {
+                            passed: false,
+                            detail: why.clone(),
+                        });
+                    }
+                    monitor.off.push((name, why));
+                }
+            }
+        }
+        if monitor.ebpf.is_none() && monitor.pidfd.is_none() && monitor.procpoll.is_none() {
+            tracing::warn!("no event-driven exit source works here; polling /proc instead");
+            let poller = start_procpoll(&monitor.config, &monitor.sink);
+            monitor.procpoll = Some(poller);
+        }
+        Ok(monitor)
+    }
+
+    fn install(&mut self, started: Started) {
+        match started {
+            Started::Ebpf(source) => self.ebpf = Some(*source),
+            Started::Pidfd(source) => self.pidfd = Some(source),
+            Started::Procpoll(source) => {
+                self.procpoll = Some(source);
+                self.procpoll_selected = true;
+            }
+        }
     }
 
     /// Names of the sources that are running.
     pub fn active_sources(&self) -> Vec<DetectedBy> {
-        self.sources
-            .iter()
-            .chain(&self.fallback)
-            .map(|s| s.kind())
-            .collect()
+        let mut active = Vec::new();
+        if self.ebpf.is_some() {
+            active.push(DetectedBy::Ebpf);
+        }
+        if self.pidfd.is_some() {
+            active.push(DetectedBy::Pidfd);
+        }
+        if self.procpoll.is_some() {
+            active.push(DetectedBy::Procpoll);
+        }
+        active
     }
 
     /// Starts watching a process of this boot. Returns its death at once when it is
@@ -284,34 +441,16 @@ impl Monitor {
         if self.tracked.contains_key(&key) {
             return None;
         }
-        let mut covered = false;
         let mut coverage = Coverage::default();
         let mut gone = false;
-        for source in &mut self.sources {
-            match source.track(key) {
-                Ok(()) => covered = true,
-                Err(TrackError::Gone) => gone = true,
-                Err(e) => {
-                    if source.kind() == DetectedBy::Pidfd {
-                        coverage.without_pidfd = true;
-                    }
-                    tracing::warn!(source = %source.kind(), %key, error = %e, "source cannot watch process");
-                }
-            }
+        if let Some(ebpf) = &mut self.ebpf {
+            coverage.ebpf = arm(ebpf, key, &mut gone);
         }
-        if !covered && !gone {
-            coverage.by_fallback = true;
-            let fallback = self.fallback.get_or_insert_with(|| {
-                tracing::warn!("starting the /proc poller for processes no other source can watch");
-                Box::new(ProcpollSource::start(
-                    self.sink.clone(),
-                    self.config.procpoll_interval,
-                    self.config.proc.clone(),
-                ))
-            });
-            if let Err(e) = fallback.track(key) {
-                tracing::error!(%key, error = %e, "the /proc poller cannot watch process");
-            }
+        if let Some(pidfd) = &mut self.pidfd {
+            coverage.pidfd = arm(pidfd, key, &mut gone);
+        }
+        if self.procpoll_selected || !(coverage.ebpf || coverage.pidfd || gone) {
+            coverage.procpoll = self.cover_by_procpoll(key);
         }
         self.tracked.insert(key, coverage);
         // Sources armed: anything that dies from now on is reported by them, so this one
@@ -319,28 +458,39 @@ impl Monitor {
         match self.config.proc.check_key(key) {
             Liveness::Dead(reason) => {
                 self.untrack(key);
-                Some(ExitObservation {
-                    key,
-                    reason,
-                    status: None,
-                    detected_by: DetectedBy::Reconcile,
-                    at: SystemTime::now(),
-                })
+                Some(reconciled(key, reason))
             }
             Liveness::Alive | Liveness::Unknown(_) => None,
+        }
+    }
+
+    /// Tracks `key` with the `/proc` poller, starting it if needed.
+    fn cover_by_procpoll(&mut self, key: ProcessKey) -> bool {
+        let (config, sink) = (&self.config, &self.sink);
+        let poller = self.procpoll.get_or_insert_with(|| {
+            tracing::warn!("starting the /proc poller for processes no other source can watch");
+            start_procpoll(config, sink)
+        });
+        match poller.track(key) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(%key, error = %e, "the /proc poller cannot watch process");
+                false
+            }
         }
     }
 
     /// Stops watching a process in every source.
     pub fn untrack(&mut self, key: ProcessKey) {
         if let Some(coverage) = self.tracked.remove(&key) {
-            for source in &mut self.sources {
+            if let (true, Some(source)) = (coverage.ebpf, &mut self.ebpf) {
                 source.untrack(key);
             }
-            if coverage.by_fallback
-                && let Some(fallback) = &mut self.fallback
-            {
-                fallback.untrack(key);
+            if let (true, Some(source)) = (coverage.pidfd, &mut self.pidfd) {
+                source.untrack(key);
+            }
+            if let (true, Some(source)) = (coverage.procpoll, &mut self.procpoll) {
+                source.untrack(key);
             }
         }
     }
@@ -348,15 +498,28 @@ impl Monitor {
     /// The next death of a tracked process. Cancel-safe: usable in `tokio::select!`.
     pub async fn next(&mut self) -> ExitObservation {
         loop {
-            if let Some(observation) = self.reconciled.pop_front() {
+            if let Some(observation) = self.ready.pop_front() {
                 return observation;
             }
-            // The monitor holds a sender itself, so the channel never closes.
-            let Some(event) = self.events.recv().await else {
+            if !self.to_reconcile.is_empty() {
+                // Lets the caller serve others between two chunks; nothing is lost if this
+                // future is dropped here.
+                tokio::task::yield_now().await;
+                self.reconcile_chunk();
                 continue;
+            }
+            let mut records = Vec::new();
+            let wake = tokio::select! {
+                biased;
+                read = wait_ring(&mut self.ebpf, &mut records) => Wake::Ring(read),
+                event = self.events.recv() => Wake::Channel(event),
             };
-            if let Some(observation) = self.accept(event) {
-                return observation;
+            match wake {
+                Wake::Ring(Ok(())) => records.into_iter().for_each(|r| self.accept(r)),
+                Wake::Ring(Err(error)) => self.ebpf_failed(&error.to_string()),
+                Wake::Channel(Some(event)) => self.accept(event),
+                // The monitor holds a sender itself, so the channel never closes.
+                Wake::Channel(None) => {}
             }
         }
     }
@@ -364,113 +527,239 @@ impl Monitor {
     /// A death that is ready now, without waiting.
     pub fn try_next(&mut self) -> Option<ExitObservation> {
         loop {
-            if let Some(observation) = self.reconciled.pop_front() {
+            if let Some(observation) = self.ready.pop_front() {
                 return Some(observation);
+            }
+            if !self.to_reconcile.is_empty() {
+                self.reconcile_chunk();
+                continue;
+            }
+            let mut records = Vec::new();
+            if let Some(ebpf) = &mut self.ebpf {
+                ebpf.drain(&mut records);
+            }
+            if !records.is_empty() {
+                records.into_iter().for_each(|r| self.accept(r));
+                continue;
             }
             let event = self.events.try_recv().ok()?;
-            if let Some(observation) = self.accept(event) {
-                return Some(observation);
-            }
+            self.accept(event);
         }
     }
 
-    fn accept(&mut self, event: SourceEvent) -> Option<ExitObservation> {
+    fn accept(&mut self, event: SourceEvent) {
         match event {
             SourceEvent::Exit(observation) => {
                 // Only the first report of a death passes; the others find it untracked.
-                if self.tracked.contains_key(&observation.key) {
-                    self.untrack(observation.key);
-                    Some(observation)
-                } else {
-                    None
+                let Some(coverage) = self.tracked.get(&observation.key).copied() else {
+                    return;
+                };
+                if observation.status.is_none()
+                    && coverage.ebpf
+                    && let Some(ebpf) = &mut self.ebpf
+                {
+                    // The kernel's record, with the status, is already in the ring.
+                    let mut records = Vec::new();
+                    ebpf.drain(&mut records);
+                    records.into_iter().for_each(|r| self.accept(r));
+                    if !self.tracked.contains_key(&observation.key) {
+                        return;
+                    }
                 }
+                self.untrack(observation.key);
+                self.ready.push_back(observation);
             }
             SourceEvent::Lost { detected_by, total } => {
                 tracing::warn!(source = %detected_by, total, "kernel lost exit reports; re-checking every tracked process");
                 self.loss_reconciles += 1;
-                self.reconcile();
-                None
+                // Any tracked death may be among the lost: re-check them all, in chunks.
+                self.to_reconcile = self.tracked.keys().copied().collect();
             }
         }
     }
 
-    /// Re-checks every tracked process in `/proc` and queues the dead ones.
-    fn reconcile(&mut self) {
-        let keys: Vec<ProcessKey> = self.tracked.keys().copied().collect();
-        for key in keys {
+    /// Re-checks a chunk of the processes queued by a loss in `/proc`, queueing the dead.
+    fn reconcile_chunk(&mut self) {
+        let at = self.to_reconcile.len().saturating_sub(RECONCILE_CHUNK);
+        for key in self.to_reconcile.split_off(at) {
+            if !self.tracked.contains_key(&key) {
+                continue;
+            }
             if let Liveness::Dead(reason) = self.config.proc.check_key(key) {
                 self.untrack(key);
-                self.reconciled.push_back(ExitObservation {
-                    key,
-                    reason,
-                    status: None,
-                    detected_by: DetectedBy::Reconcile,
-                    at: SystemTime::now(),
-                });
+                self.ready.push_back(reconciled(key, reason));
             }
         }
+    }
+
+    /// The ring-buffer reader failed: the eBPF source is off, and what only it watched
+    /// moves to the `/proc` poller after a re-check of everything (deaths may be unread).
+    fn ebpf_failed(&mut self, error: &str) {
+        let why = format!("the ring-buffer reader failed: {error}");
+        tracing::error!(why, "eBPF exit source off");
+        self.ebpf = None;
+        self.off.push((SourceName::Ebpf, why));
+        let orphaned: Vec<ProcessKey> = self
+            .tracked
+            .iter()
+            .filter(|(_, c)| c.ebpf && !c.pidfd && !c.procpoll)
+            .map(|(key, _)| *key)
+            .collect();
+        for key in orphaned {
+            let covered = self.cover_by_procpoll(key);
+            if let Some(coverage) = self.tracked.get_mut(&key) {
+                coverage.ebpf = false;
+                coverage.procpoll = covered;
+            }
+        }
+        for coverage in self.tracked.values_mut() {
+            coverage.ebpf = false;
+        }
+        self.loss_reconciles += 1;
+        self.to_reconcile = self.tracked.keys().copied().collect();
     }
 
     pub fn status(&self) -> MonitorStatus {
-        let mut sources: Vec<SourceReport> = self
-            .sources
-            .iter()
-            .map(|s| SourceReport {
-                name: name_of(s.kind()),
-                state: "active".into(),
-                reason: None,
-                stats: Some(s.stats()),
-            })
-            .collect();
-        let fallback_selected = sources.iter().any(|s| s.name == SourceName::Procpoll);
-        if !fallback_selected {
-            sources.push(match &self.fallback {
-                Some(fallback) => SourceReport {
-                    name: SourceName::Procpoll,
-                    state: "active".into(),
-                    reason: Some("covering processes no other source could watch".into()),
-                    stats: Some(fallback.stats()),
-                },
-                None => SourceReport {
-                    name: SourceName::Procpoll,
-                    state: "standby".into(),
-                    reason: Some("starts only for processes no other source can watch".into()),
-                    stats: None,
-                },
-            });
+        let lacking = |covered: fn(&Coverage) -> bool| {
+            self.tracked.values().filter(|c| !covered(c)).count() as u64
+        };
+        let without_pidfd = if self.pidfd.is_some() {
+            lacking(|c| c.pidfd)
+        } else {
+            0
+        };
+        let mut sources = Vec::new();
+        if let Some(ebpf) = &self.ebpf {
+            let mut report = report_ebpf(ebpf);
+            let missing = lacking(|c| c.ebpf);
+            if missing > 0 {
+                report.state = SourceState::Degraded;
+                report.reason = Some(format!(
+                    "{missing} tracked processes are not in the eBPF map (full); other sources cover them"
+                ));
+            }
+            sources.push(report);
+        }
+        if let Some(pidfd) = &self.pidfd {
+            let mut report = report_pidfd(pidfd);
+            if without_pidfd > 0 {
+                report.state = SourceState::Degraded;
+                report.reason = Some(format!(
+                    "{without_pidfd} tracked processes have no pidfd (out of file descriptors); other sources cover them"
+                ));
+            }
+            sources.push(report);
+        }
+        let only = self.ebpf.is_none() && self.pidfd.is_none();
+        match &self.procpoll {
+            Some(poller) => {
+                let mut report = report_procpoll(poller);
+                if only && !self.procpoll_selected {
+                    report.reason = Some("the only exit source that works here".into());
+                } else if !self.procpoll_selected {
+                    report.reason = Some("covering processes no other source could watch".into());
+                }
+                sources.push(report);
+            }
+            None if !self.off.iter().any(|(n, _)| *n == SourceName::Procpoll) => {
+                sources.push(SourceReport {
+                    state: SourceState::Standby,
+                    ..SourceReport::off(
+                        SourceName::Procpoll,
+                        "starts only for processes no other source can watch",
+                    )
+                })
+            }
+            None => {}
         }
         for (name, why) in &self.off {
             if !sources.iter().any(|s| s.name == *name) {
-                sources.push(SourceReport {
-                    name: *name,
-                    state: "off".into(),
-                    reason: Some(why.clone()),
-                    stats: None,
-                });
+                let mut report = SourceReport::off(*name, why.clone());
+                if *name == SourceName::Ebpf {
+                    report.self_test = self.ebpf_self_test.clone();
+                }
+                sources.push(report);
             }
         }
         sources.sort_by_key(|s| s.name);
         MonitorStatus {
             selection: self.config.selection.to_string(),
             tracked: self.tracked.len() as u64,
-            without_pidfd: self.tracked.values().filter(|c| c.without_pidfd).count() as u64,
+            without_pidfd,
             loss_reconciles: self.loss_reconciles,
             sources,
         }
     }
 }
 
-fn name_of(kind: DetectedBy) -> SourceName {
-    match kind {
-        DetectedBy::Ebpf => SourceName::Ebpf,
-        DetectedBy::Pidfd => SourceName::Pidfd,
-        DetectedBy::Procpoll | DetectedBy::Reconcile => SourceName::Procpoll,
+/// Arms one source for `key`; a refusal is logged and the others cover the process.
+fn arm(source: &mut dyn ExitSource, key: ProcessKey, gone: &mut bool) -> bool {
+    match source.track(key) {
+        Ok(()) => true,
+        Err(TrackError::Gone) => {
+            *gone = true;
+            false
+        }
+        Err(e) => {
+            tracing::warn!(source = %source.kind(), %key, error = %e, "source cannot watch process");
+            false
+        }
+    }
+}
+
+/// A death found by re-checking `/proc`.
+fn reconciled(key: ProcessKey, reason: crate::identity::DeathReason) -> ExitObservation {
+    ExitObservation {
+        key,
+        reason,
+        status: None,
+        detected_by: DetectedBy::Reconcile,
+        at: SystemTime::now(),
+        died_at: None,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::ExitStatus;
+    use crate::source::testutil::Proc;
+
+    /// A report without a status (a pidfd's, before the reap) must not hide the status the
+    /// eBPF program already wrote into the ring for the same death.
+    #[tokio::test]
+    async fn a_status_less_report_takes_the_status_from_the_ring() {
+        if !crate::source::testutil::privileged("status-less report") {
+            return;
+        }
+        let mut monitor = Monitor::start(MonitorConfig {
+            selection: "ebpf".parse().unwrap(),
+            ..MonitorConfig::default()
+        })
+        .await
+        .expect("the eBPF monitor starts");
+        let mut child = Proc::sh("read x; exit 5", &[]);
+        let key = child.key();
+        assert_eq!(monitor.track(key), None);
+        child.close_stdin();
+        child.reap();
+        // The record is in the ring; nothing has read it yet.
+        monitor.accept(SourceEvent::Exit(ExitObservation {
+            key,
+            reason: crate::identity::DeathReason::Exited,
+            status: None,
+            detected_by: DetectedBy::Pidfd,
+            at: SystemTime::now(),
+            died_at: None,
+        }));
+        let reported = monitor.try_next().expect("the death is reported");
+        assert_eq!(
+            (reported.detected_by, reported.status),
+            (DetectedBy::Ebpf, Some(ExitStatus::Exited { code: 5 })),
+            "the kernel's record must win over a report without a status"
+        );
+        assert_eq!(monitor.try_next(), None, "one death, one report");
+    }
 
     #[test]
     fn selection_parses_lists_and_rejects_unknown_names() {

@@ -12,7 +12,7 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use rustix::io::Errno;
 use rustix::ioctl::{Opcode, Updater, opcode};
@@ -23,6 +23,7 @@ use tokio::runtime::Handle;
 use tokio::task::AbortHandle;
 use tracing::{debug, warn};
 
+use super::child::ProbeChild;
 use super::diagnose::{self, Denial};
 use super::{
     DetectedBy, EventSink, ExitObservation, ExitSource, ExitStatus, SourceEvent, SourceStats,
@@ -130,6 +131,46 @@ fn pidfd_capacity(soft: u64) -> usize {
     usize::try_from(soft.saturating_sub(reserved)).unwrap_or(usize::MAX)
 }
 
+/// Default of [`PidfdConfig::status_wait`].
+pub const DEFAULT_STATUS_WAIT: Duration = Duration::from_millis(250);
+
+/// Settings of the pidfd source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PidfdConfig {
+    /// How long a death waits for its parent's reap, where the kernel then gives the exit
+    /// status (`PIDFD_INFO_EXIT`); past it the death is reported without one.
+    pub status_wait: Duration,
+}
+
+impl Default for PidfdConfig {
+    fn default() -> Self {
+        PidfdConfig {
+            status_wait: DEFAULT_STATUS_WAIT,
+        }
+    }
+}
+
+/// Whether this kernel tells a pidfd holder the exit status of a reaped process
+/// (`PIDFD_INFO_EXIT`, Linux 6.15): proven on a child of our own rather than guessed from
+/// the kernel version.
+fn kernel_gives_exit_status() -> bool {
+    let probe = || -> io::Result<bool> {
+        let mut child = ProbeChild::spawn()?;
+        let pid = Pid::from_raw(child.pid() as i32)
+            .ok_or_else(|| io::Error::other("fork returned PID 0"))?;
+        let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty())?;
+        child.reap()?;
+        Ok(exit_status(&pidfd)
+            == Some(ExitStatus::Exited {
+                code: super::child::EXIT_CODE,
+            }))
+    };
+    probe().unwrap_or_else(|e| {
+        debug!("cannot probe for pidfd exit statuses: {e}");
+        false
+    })
+}
+
 /// Watches each tracked process through its pidfd.
 pub struct PidfdSource {
     shared: Arc<Shared>,
@@ -143,6 +184,9 @@ pub struct PidfdSource {
 /// What the source shares with its watcher tasks.
 struct Shared {
     sink: EventSink,
+    /// Whether the kernel gives exit statuses through pidfds (see [`kernel_gives_exit_status`]).
+    exit_info: bool,
+    status_wait: Duration,
     /// The watcher task of each tracked process.
     watchers: Mutex<HashMap<ProcessKey, AbortHandle>>,
     observed: AtomicU64,
@@ -162,7 +206,7 @@ impl PidfdSource {
     ///
     /// # Panics
     /// Outside a tokio runtime, or in one without IO enabled.
-    pub fn start(sink: EventSink) -> Result<PidfdSource, PidfdError> {
+    pub fn start(sink: EventSink, config: PidfdConfig) -> Result<PidfdSource, PidfdError> {
         let runtime = Handle::current();
         let probe =
             match rustix::process::pidfd_open(rustix::process::getpid(), PidfdFlags::empty()) {
@@ -182,6 +226,8 @@ impl PidfdSource {
         Ok(PidfdSource {
             shared: Arc::new(Shared {
                 sink,
+                exit_info: kernel_gives_exit_status(),
+                status_wait: config.status_wait,
                 watchers: Mutex::new(HashMap::new()),
                 observed: AtomicU64::new(0),
             }),
@@ -194,6 +240,11 @@ impl PidfdSource {
             ),
             refused: 0,
         })
+    }
+
+    /// Whether deaths this source reports carry their exit status (once reaped).
+    pub fn gives_exit_status(&self) -> bool {
+        self.shared.exit_info
     }
 
     /// Opens a pidfd for `key` and proves it names that very process.
@@ -261,17 +312,23 @@ fn out_of_fds(e: impl fmt::Display) -> TrackError {
 }
 
 /// Waits for the process behind `pidfd` to exit and reports it.
-async fn watch(shared: Arc<Shared>, key: ProcessKey, pidfd: AsyncFd<OwnedFd>) {
-    // The pidfd is never read, so its readiness needs no clearing: one wake-up is all we use.
-    match pidfd.readable().await {
-        Ok(_) => {
+async fn watch(shared: Arc<Shared>, key: ProcessKey, mut pidfd: AsyncFd<OwnedFd>) {
+    match pidfd.readable_mut().await {
+        Ok(mut exited) => {
             let at = SystemTime::now();
+            let mut status = exit_status(exited.get_inner());
+            if status.is_none() && shared.exit_info {
+                exited.clear_ready();
+                drop(exited);
+                status = status_after_reap(&mut pidfd, shared.status_wait).await;
+            }
             let observation = ExitObservation {
                 key,
                 reason: DeathReason::Exited,
-                status: exit_status(pidfd.get_ref()),
+                status,
                 detected_by: DetectedBy::Pidfd,
                 at,
+                died_at: None,
             };
             if shared
                 .sink
@@ -294,6 +351,34 @@ async fn watch(shared: Arc<Shared>, key: ProcessKey, pidfd: AsyncFd<OwnedFd>) {
         .is_some_and(|task| task.id() == tokio::task::id())
     {
         watchers.remove(&key);
+    }
+}
+
+/// How often the status is asked for again while waiting for the reap, in case the kernel
+/// does not wake pidfd pollers when the process is reaped (it does from Linux 6.9).
+const REAP_RECHECK: Duration = Duration::from_millis(5);
+
+/// The kernel records a non-child's status only when its parent reaps it, usually within
+/// microseconds of the exit (init may take longer for orphans). Waits up to `limit` for
+/// that, so the death is reported once with its status rather than without it.
+async fn status_after_reap(pidfd: &mut AsyncFd<OwnedFd>, limit: Duration) -> Option<ExitStatus> {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let woken = tokio::select! {
+            woken = pidfd.readable_mut() => woken.ok(),
+            () = tokio::time::sleep(REAP_RECHECK) => None,
+            () = tokio::time::sleep_until(deadline) => None,
+        };
+        if let Some(mut guard) = woken {
+            guard.clear_ready();
+        }
+        if let Some(status) = exit_status(pidfd.get_ref()) {
+            return Some(status);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            debug!("no exit status within {limit:?}: the parent has not reaped the process");
+            return None;
+        }
     }
 }
 
@@ -384,20 +469,72 @@ mod tests {
 
     fn source(capacity: usize) -> (PidfdSource, mpsc::Receiver<SourceEvent>) {
         let (sink, rx) = mpsc::channel(capacity);
-        let source = PidfdSource::start(sink).expect("pidfds work on the test machine");
+        let source = PidfdSource::start(sink, PidfdConfig::default())
+            .expect("pidfds work on the test machine");
         (source, rx)
     }
 
-    /// The status the source must report for a *reaped* process that ended with `status`:
-    /// `PIDFD_INFO_EXIT` exists from Linux 6.15.
+    const SIGKILLED: ExitStatus = ExitStatus::Signaled {
+        signal: 9,
+        core_dumped: false,
+    };
+
+    /// The status the source must report for a *reaped* process that ended with `status`.
     fn expected(status: ExitStatus) -> Option<ExitStatus> {
+        kernel_gives_exit_status().then_some(status)
+    }
+
+    #[test]
+    fn the_exit_status_probe_matches_the_kernel_version() {
         let uname = rustix::system::uname();
         let release = uname.release().to_string_lossy();
         let mut numbers = release
             .split(|c: char| !c.is_ascii_digit())
             .map(|n| n.parse::<u32>().unwrap_or(0));
         let version = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
-        (version >= (6, 15)).then_some(status)
+        assert_eq!(
+            kernel_gives_exit_status(),
+            version >= (6, 15),
+            "PIDFD_INFO_EXIT exists from Linux 6.15; this is {release}"
+        );
+    }
+
+    /// A process that is not our child is reaped by its own parent, some time after its
+    /// pidfd became readable: the report waits for that reap and carries the status.
+    #[tokio::test]
+    async fn waits_for_a_late_reap_to_report_the_status() {
+        let (mut source, mut rx) = source(8);
+        let mut proc = Proc::sleeper();
+        let key = proc.key();
+        source.track(key).unwrap();
+        proc.kill();
+        let reaper = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            proc.reap();
+        });
+        let observation = next_exit(&mut rx).await;
+        reaper.join().unwrap();
+        assert_eq!(observation.status, expected(SIGKILLED));
+    }
+
+    /// A parent that never reaps in time costs the status, never the report.
+    #[tokio::test]
+    async fn reports_without_a_status_when_nobody_reaps_in_time() {
+        let (sink, mut rx) = mpsc::channel(8);
+        let mut source = PidfdSource::start(
+            sink,
+            PidfdConfig {
+                status_wait: Duration::from_millis(20),
+            },
+        )
+        .unwrap();
+        let mut proc = Proc::sleeper();
+        let key = proc.key();
+        source.track(key).unwrap();
+        proc.kill();
+        let observation = next_exit(&mut rx).await;
+        assert_eq!((observation.key, observation.status), (key, None));
+        proc.reap();
     }
 
     #[test]
@@ -477,13 +614,7 @@ mod tests {
         proc.reap();
         let observation = next_exit(&mut rx).await;
         assert_eq!(observation.key, key);
-        assert_eq!(
-            observation.status,
-            expected(ExitStatus::Signaled {
-                signal: 9,
-                core_dumped: false
-            })
-        );
+        assert_eq!(observation.status, expected(SIGKILLED));
     }
 
     #[tokio::test]

@@ -96,6 +96,7 @@ async fn sweep_forever(shared: Arc<Shared>, sink: EventSink, interval: Duration,
                     status: None,
                     detected_by: DetectedBy::Procpoll,
                     at: SystemTime::now(),
+                    died_at: None,
                 };
                 if sink.send(SourceEvent::Exit(observation)).await.is_err() {
                     debug!("the consumer is gone; procpoll stops");

@@ -122,3 +122,20 @@ pub async fn assert_quiet(rx: &mut Receiver<SourceEvent>, why: &str) {
         panic!("{why}, yet the source sent {event:?}");
     }
 }
+
+/// Whether eBPF tests can run here (root, BTF); says why not, and with
+/// `LIVENESS_REQUIRE_EBPF=1` fails instead of skipping.
+pub fn privileged(test: &str) -> bool {
+    let why = if !rustix::process::geteuid().is_root() {
+        "not running as root"
+    } else if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+        "the kernel lacks BTF"
+    } else {
+        return true;
+    };
+    if std::env::var_os("LIVENESS_REQUIRE_EBPF").is_some_and(|v| v == "1") {
+        panic!("{test}: LIVENESS_REQUIRE_EBPF=1 but {why}");
+    }
+    eprintln!("skipping {test}: {why}");
+    false
+}
