@@ -19,7 +19,8 @@ use crate::paths::Env;
 use crate::protocol::{
     AutoOwner, ErrorCode, OwnerSpec, PidOwner, PidfdOwner, Reply, Request, StreamMessage,
 };
-use crate::source::monitor::{MonitorConfig, SourceState, probe};
+use crate::source::diagnose::Restrictions;
+use crate::source::monitor::{MonitorConfig, probe};
 use crate::source::{DetectedBy, ExitStatus};
 use crate::store::{EndReason, Event, EventKind, Phase, Session};
 
@@ -243,7 +244,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// What this machine supports: which exit sources work here, and why the others do not.
+    /// Which exit sources the daemon runs and why the others are off (its self-test too),
+    /// and, apart, which ones this process could start itself.
+    #[command(after_help = DOCTOR_HELP)]
     Doctor {
         #[arg(long)]
         json: bool,
@@ -460,7 +463,7 @@ fn run_command(command: Command, socket: &Path) -> Exit {
             },
         ),
         Command::Wait { .. } => unreachable!("handled by run"),
-        Command::Doctor { json } => doctor(json),
+        Command::Doctor { json } => doctor(socket, json),
     }
 }
 
@@ -620,12 +623,7 @@ fn describe_event(event: &Event) -> String {
 }
 
 fn print_status(status: &serde_json::Value) {
-    // Strings without their JSON quotes; everything else as JSON.
-    let text = |value: &serde_json::Value| {
-        value
-            .as_str()
-            .map_or_else(|| value.to_string(), str::to_owned)
-    };
+    let text = json_text;
     let daemon = &status["daemon"];
     println!(
         "livenessd {} (protocol {}), pid {}",
@@ -647,16 +645,36 @@ fn print_status(status: &serde_json::Value) {
         "tracked processes {} (without pidfd: {})",
         monitor["tracked"], monitor["without_pidfd"]
     );
-    for source in monitor["sources"].as_array().into_iter().flatten() {
+    print_sources(&monitor["sources"]);
+}
+
+/// A JSON value as text: strings without their quotes, everything else as JSON.
+fn json_text(value: &serde_json::Value) -> String {
+    value
+        .as_str()
+        .map_or_else(|| value.to_string(), str::to_owned)
+}
+
+/// One line per exit source: name, state and reason, and the eBPF self-test where run.
+fn print_sources(sources: &serde_json::Value) {
+    for source in sources.as_array().into_iter().flatten() {
         let reason = source["reason"]
             .as_str()
             .map(|r| format!(": {r}"))
             .unwrap_or_default();
         println!(
             "  {:<9} {}{reason}",
-            text(&source["name"]),
-            text(&source["state"])
+            json_text(&source["name"]),
+            json_text(&source["state"])
         );
+        if let Some(passed) = source["self_test"]["passed"].as_bool() {
+            println!(
+                "  {:<9} self-test {}: {}",
+                "",
+                if passed { "passed" } else { "FAILED" },
+                json_text(&source["self_test"]["detail"])
+            );
+        }
     }
 }
 
@@ -934,7 +952,17 @@ fn wait_for_end(
     }
 }
 
-fn doctor(json: bool) -> Exit {
+const DOCTOR_HELP: &str = "\
+The daemon part is the daemon's own view (its status: each source's state and reason, the
+eBPF self-test); the client part is what this process, with its own privileges and seccomp
+filters, could start. They differ when the two run with different rights.
+Exit codes: 0 the daemon answered and has an active source, 69 the daemon cannot be
+reached (the client part is still printed) or has no active source, 70 internal error.";
+
+/// `liveness doctor`: the daemon's own account of its sources, and apart from it what this
+/// process could start (a daemon without CAP_BPF must not look able to run eBPF because
+/// the client has it).
+fn doctor(socket: &Path, json: bool) -> Exit {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -945,36 +973,89 @@ fn doctor(json: bool) -> Exit {
             return Exit::Software;
         }
     };
-    let reports = runtime.block_on(probe(&MonitorConfig::default()));
-    let kernel = rustix::system::uname();
-    let kernel = kernel.release().to_string_lossy().into_owned();
+    let (daemon, daemon_error) =
+        match Client::connect(socket).and_then(|mut client| client.call(&Request::Status {})) {
+            Ok(Reply {
+                ok: true,
+                status: Some(status),
+                ..
+            }) => (Some(daemon_doctor(&status)), None),
+            Ok(reply) => (
+                None,
+                Some(reply.error.map_or_else(
+                    || "the daemon refused without saying why".to_owned(),
+                    |e| e.message,
+                )),
+            ),
+            Err(e) => (None, Some(e.to_string())),
+        };
+    let sources = runtime.block_on(probe(&MonitorConfig::default()));
+    let restrictions = Restrictions::of_this_thread();
+    let client = serde_json::json!({
+        "pid": std::process::id(),
+        "euid": rustix::process::geteuid().as_raw(),
+        "kernel": rustix::system::uname().release().to_string_lossy(),
+        "seccomp_mode": restrictions.seccomp_mode,
+        "seccomp_filters": restrictions.seccomp_filters,
+        "capabilities": restrictions.capabilities,
+        "sources": sources,
+    });
     if json {
-        print_json(
-            &serde_json::json!({ "kernel": kernel, "euid": rustix::process::geteuid().as_raw(), "sources": reports }),
-        );
-    } else {
-        println!(
-            "kernel {kernel}, euid {}",
-            rustix::process::geteuid().as_raw()
-        );
-        for report in &reports {
-            let reason = report
-                .reason
-                .as_deref()
-                .map(|r| format!(": {r}"))
-                .unwrap_or_default();
-            println!(
-                "  {:<9} {}{reason}",
-                report.name.to_string(),
-                wire_name(report.state)
-            );
+        let mut report = serde_json::json!({ "daemon": daemon, "client": client });
+        if let Some(error) = &daemon_error {
+            report["daemon_error"] = error.as_str().into();
         }
+        print_json(&report);
+    } else {
+        match (&daemon, &daemon_error) {
+            (Some(daemon), _) => {
+                println!(
+                    "daemon: livenessd {}, pid {}, sources {}",
+                    json_text(&daemon["version"]),
+                    daemon["pid"],
+                    json_text(&daemon["selection"])
+                );
+                print_sources(&daemon["sources"]);
+            }
+            (None, error) => println!(
+                "daemon: not reachable: {}",
+                error.as_deref().unwrap_or("no answer")
+            ),
+        }
+        let capabilities = if restrictions.capabilities.is_empty() {
+            "none".to_owned()
+        } else {
+            restrictions.capabilities.join(" ")
+        };
+        println!(
+            "this client (pid {}, euid {}, kernel {}, seccomp mode {}, capabilities {capabilities}) could start:",
+            client["pid"],
+            client["euid"],
+            json_text(&client["kernel"]),
+            restrictions.seccomp_mode
+        );
+        print_sources(&client["sources"]);
     }
-    if reports.iter().any(|r| r.state == SourceState::Available) {
+    let daemon_active = daemon.as_ref().is_some_and(|d| {
+        d["sources"]
+            .as_array()
+            .is_some_and(|sources| sources.iter().any(|s| s["state"] == "active"))
+    });
+    if daemon_active {
         Exit::Ok
     } else {
         Exit::Unavailable
     }
+}
+
+/// The daemon part of `doctor`: who answered and its sources, as its status has them.
+fn daemon_doctor(status: &serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "pid": status["daemon"]["pid"],
+        "version": status["daemon"]["version"],
+        "selection": status["monitor"]["selection"],
+        "sources": status["monitor"]["sources"],
+    })
 }
 
 fn identity_error(e: &IdentityError) -> Exit {
