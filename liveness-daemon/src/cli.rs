@@ -10,13 +10,17 @@ use clap::{Parser, Subcommand};
 use serde::Serialize;
 
 use std::collections::BTreeMap;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use crate::client::{Client, ClientError, Cursor};
 use crate::identity::{DeathReason, Identity, IdentityError, Liveness, ProcRoot};
 use crate::paths::Env;
-use crate::protocol::{AutoOwner, ErrorCode, OwnerSpec, PidOwner, Reply, Request, StreamMessage};
-use crate::source::monitor::{MonitorConfig, SourceState, probe};
+use crate::protocol::{
+    AutoOwner, ErrorCode, OwnerSpec, PidOwner, PidfdOwner, Reply, Request, StreamMessage,
+};
+use crate::source::diagnose::Restrictions;
+use crate::source::monitor::{MonitorConfig, probe};
 use crate::source::{DetectedBy, ExitStatus};
 use crate::store::{EndReason, Event, EventKind, Phase, Session};
 
@@ -242,7 +246,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// What this machine supports: which exit sources work here, and why the others do not.
+    /// Which exit sources the daemon runs and why the others are off (its self-test too),
+    /// and, apart, which ones this process could start itself.
+    #[command(after_help = DOCTOR_HELP)]
     Doctor {
         #[arg(long)]
         json: bool,
@@ -255,7 +261,9 @@ struct OwnerArgs {
     /// `auto`: the first ancestor of this command that is not a shell or wrapper.
     #[arg(long, value_parser = ["auto"])]
     owner: Option<String>,
-    /// This process owns the session.
+    /// This process owns the session. PID is read in this command's PID namespace; where
+    /// the kernel allows (Linux 5.3+) the daemon is given a pidfd for it, which names the
+    /// process itself rather than a number that could be reused.
     #[arg(long, value_name = "PID")]
     owner_pid: Option<u32>,
     /// An identity captured earlier (`liveness check --pid PID --json`), possibly elsewhere.
@@ -363,22 +371,25 @@ fn run_command(command: Command, socket: &Path) -> Exit {
             labels,
             json,
         } => {
-            let owner = match owner_spec(owner) {
+            let (owner, pidfd) = match owner_spec(owner) {
                 Ok(owner) => owner,
                 Err(exit) => return exit,
             };
             let labels: BTreeMap<String, String> = labels.into_iter().collect();
-            session_call(
-                socket,
-                &Request::Register {
-                    session,
-                    uid,
-                    owner,
-                    pending,
-                    labels,
-                },
-                json,
-            )
+            let fds: Vec<_> = pidfd.iter().map(AsFd::as_fd).collect();
+            let request = Request::Register {
+                session,
+                uid,
+                owner,
+                pending,
+                labels,
+            };
+            let reply = Client::connect(socket).and_then(|mut c| c.call_with_fds(&request, &fds));
+            match reply {
+                Ok(reply) if reply.ok => print_session(&reply, json),
+                Ok(reply) => refused(&reply),
+                Err(e) => client_error(&e),
+            }
         }
         Command::Rename {
             session,
@@ -444,28 +455,54 @@ fn run_command(command: Command, socket: &Path) -> Exit {
             },
         ),
         Command::Wait { .. } => unreachable!("handled by run"),
-        Command::Doctor { json } => doctor(json),
+        Command::Doctor { json } => doctor(socket, json),
     }
 }
 
-fn owner_spec(owner: OwnerArgs) -> Result<OwnerSpec, Exit> {
+/// The owner as the request names it, and the pidfd to pass with the request, if any.
+///
+/// `auto` stays a request to the daemon: it walks up from the caller's pid, which the
+/// kernel translates into the daemon's namespace (`SO_PEERCRED`), so no number crosses a
+/// namespace.
+fn owner_spec(owner: OwnerArgs) -> Result<(OwnerSpec, Option<OwnedFd>), Exit> {
     match owner {
-        OwnerArgs { owner: Some(_), .. } => Ok(OwnerSpec::Auto(AutoOwner::Auto)),
+        OwnerArgs { owner: Some(_), .. } => Ok((OwnerSpec::Auto(AutoOwner::Auto), None)),
         OwnerArgs {
             owner_pid: Some(pid),
             ..
-        } => Ok(OwnerSpec::Pid(PidOwner { pid })),
+        } => match open_pidfd(pid) {
+            Ok(Some(pidfd)) => Ok((OwnerSpec::Pidfd(PidfdOwner { pidfd: 0 }), Some(pidfd))),
+            Ok(None) => Ok((OwnerSpec::Pid(PidOwner { pid }), None)),
+            Err(e) => Err(identity_error(&e)),
+        },
         OwnerArgs {
             owner_identity: Some(text),
             ..
         } => match serde_json::from_str(&text) {
-            Ok(identity) => Ok(OwnerSpec::Identity(identity)),
+            Ok(identity) => Ok((OwnerSpec::Identity(identity), None)),
             Err(e) => {
                 eprintln!("liveness: invalid --owner-identity JSON: {e}");
                 Err(Exit::DataErr)
             }
         },
         OwnerArgs { .. } => unreachable!("clap requires exactly one owner argument"),
+    }
+}
+
+/// A pidfd for `pid` in this command's namespace; `None` where pidfds do not apply (a
+/// kernel before 5.3, a seccomp filter, a thread id): the daemon is then given the number
+/// and says what is wrong with it.
+fn open_pidfd(pid: u32) -> Result<Option<OwnedFd>, IdentityError> {
+    let Some(raw) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return Err(IdentityError::NoSuchProcess(pid));
+    };
+    match rustix::process::pidfd_open(raw, rustix::process::PidfdFlags::empty()) {
+        Ok(pidfd) => Ok(Some(pidfd)),
+        Err(rustix::io::Errno::SRCH) => Err(IdentityError::NoSuchProcess(pid)),
+        Err(_) => Ok(None),
     }
 }
 
@@ -499,7 +536,8 @@ fn refused(reply: &Reply) -> Exit {
         | ErrorCode::AlreadyExists
         | ErrorCode::NotPending
         | ErrorCode::Ambiguous
-        | ErrorCode::NoOwner => Exit::DataErr,
+        | ErrorCode::NoOwner
+        | ErrorCode::InvalidOwner => Exit::DataErr,
     }
 }
 
@@ -553,16 +591,18 @@ fn call(socket: &Path, request: &Request, on_ok: impl FnOnce(Reply) -> Exit) -> 
 
 /// A request whose reply is one session.
 fn session_call(socket: &Path, request: &Request, json: bool) -> Exit {
-    call(socket, request, |reply| {
-        if let Some(session) = &reply.session {
-            if json {
-                print_json(session);
-            } else {
-                println!("{}", describe_session(session));
-            }
+    call(socket, request, |reply| print_session(&reply, json))
+}
+
+fn print_session(reply: &Reply, json: bool) -> Exit {
+    if let Some(session) = &reply.session {
+        if json {
+            print_json(session);
+        } else {
+            println!("{}", describe_session(session));
         }
-        Exit::Ok
-    })
+    }
+    Exit::Ok
 }
 
 /// The name a value has on the wire (`"active"`, `"owner_exited"`, ...); empty for none.
@@ -615,12 +655,7 @@ fn describe_event(event: &Event) -> String {
 }
 
 fn print_status(status: &serde_json::Value) {
-    // Strings without their JSON quotes; everything else as JSON.
-    let text = |value: &serde_json::Value| {
-        value
-            .as_str()
-            .map_or_else(|| value.to_string(), str::to_owned)
-    };
+    let text = json_text;
     let daemon = &status["daemon"];
     println!(
         "livenessd {} (protocol {}), pid {}",
@@ -642,16 +677,36 @@ fn print_status(status: &serde_json::Value) {
         "tracked processes {} (without pidfd: {})",
         monitor["tracked"], monitor["without_pidfd"]
     );
-    for source in monitor["sources"].as_array().into_iter().flatten() {
+    print_sources(&monitor["sources"]);
+}
+
+/// A JSON value as text: strings without their quotes, everything else as JSON.
+fn json_text(value: &serde_json::Value) -> String {
+    value
+        .as_str()
+        .map_or_else(|| value.to_string(), str::to_owned)
+}
+
+/// One line per exit source: name, state and reason, and the eBPF self-test where run.
+fn print_sources(sources: &serde_json::Value) {
+    for source in sources.as_array().into_iter().flatten() {
         let reason = source["reason"]
             .as_str()
             .map(|r| format!(": {r}"))
             .unwrap_or_default();
         println!(
             "  {:<9} {}{reason}",
-            text(&source["name"]),
-            text(&source["state"])
+            json_text(&source["name"]),
+            json_text(&source["state"])
         );
+        if let Some(passed) = source["self_test"]["passed"].as_bool() {
+            println!(
+                "  {:<9} self-test {}: {}",
+                "",
+                if passed { "passed" } else { "FAILED" },
+                json_text(&source["self_test"]["detail"])
+            );
+        }
     }
 }
 
@@ -929,7 +984,17 @@ fn wait_for_end(
     }
 }
 
-fn doctor(json: bool) -> Exit {
+const DOCTOR_HELP: &str = "\
+The daemon part is the daemon's own view (its status: each source's state and reason, the
+eBPF self-test); the client part is what this process, with its own privileges and seccomp
+filters, could start. They differ when the two run with different rights.
+Exit codes: 0 the daemon answered and has an active source, 69 the daemon cannot be
+reached (the client part is still printed) or has no active source, 70 internal error.";
+
+/// `liveness doctor`: the daemon's own account of its sources, and apart from it what this
+/// process could start (a daemon without CAP_BPF must not look able to run eBPF because
+/// the client has it).
+fn doctor(socket: &Path, json: bool) -> Exit {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -940,36 +1005,89 @@ fn doctor(json: bool) -> Exit {
             return Exit::Software;
         }
     };
-    let reports = runtime.block_on(probe(&MonitorConfig::default()));
-    let kernel = rustix::system::uname();
-    let kernel = kernel.release().to_string_lossy().into_owned();
+    let (daemon, daemon_error) =
+        match Client::connect(socket).and_then(|mut client| client.call(&Request::Status {})) {
+            Ok(Reply {
+                ok: true,
+                status: Some(status),
+                ..
+            }) => (Some(daemon_doctor(&status)), None),
+            Ok(reply) => (
+                None,
+                Some(reply.error.map_or_else(
+                    || "the daemon refused without saying why".to_owned(),
+                    |e| e.message,
+                )),
+            ),
+            Err(e) => (None, Some(e.to_string())),
+        };
+    let sources = runtime.block_on(probe(&MonitorConfig::default()));
+    let restrictions = Restrictions::of_this_thread();
+    let client = serde_json::json!({
+        "pid": std::process::id(),
+        "euid": rustix::process::geteuid().as_raw(),
+        "kernel": rustix::system::uname().release().to_string_lossy(),
+        "seccomp_mode": restrictions.seccomp_mode,
+        "seccomp_filters": restrictions.seccomp_filters,
+        "capabilities": restrictions.capabilities,
+        "sources": sources,
+    });
     if json {
-        print_json(
-            &serde_json::json!({ "kernel": kernel, "euid": rustix::process::geteuid().as_raw(), "sources": reports }),
-        );
-    } else {
-        println!(
-            "kernel {kernel}, euid {}",
-            rustix::process::geteuid().as_raw()
-        );
-        for report in &reports {
-            let reason = report
-                .reason
-                .as_deref()
-                .map(|r| format!(": {r}"))
-                .unwrap_or_default();
-            println!(
-                "  {:<9} {}{reason}",
-                report.name.to_string(),
-                wire_name(report.state)
-            );
+        let mut report = serde_json::json!({ "daemon": daemon, "client": client });
+        if let Some(error) = &daemon_error {
+            report["daemon_error"] = error.as_str().into();
         }
+        print_json(&report);
+    } else {
+        match (&daemon, &daemon_error) {
+            (Some(daemon), _) => {
+                println!(
+                    "daemon: livenessd {}, pid {}, sources {}",
+                    json_text(&daemon["version"]),
+                    daemon["pid"],
+                    json_text(&daemon["selection"])
+                );
+                print_sources(&daemon["sources"]);
+            }
+            (None, error) => println!(
+                "daemon: not reachable: {}",
+                error.as_deref().unwrap_or("no answer")
+            ),
+        }
+        let capabilities = if restrictions.capabilities.is_empty() {
+            "none".to_owned()
+        } else {
+            restrictions.capabilities.join(" ")
+        };
+        println!(
+            "this client (pid {}, euid {}, kernel {}, seccomp mode {}, capabilities {capabilities}) could start:",
+            client["pid"],
+            client["euid"],
+            json_text(&client["kernel"]),
+            restrictions.seccomp_mode
+        );
+        print_sources(&client["sources"]);
     }
-    if reports.iter().any(|r| r.state == SourceState::Available) {
+    let daemon_active = daemon.as_ref().is_some_and(|d| {
+        d["sources"]
+            .as_array()
+            .is_some_and(|sources| sources.iter().any(|s| s["state"] == "active"))
+    });
+    if daemon_active {
         Exit::Ok
     } else {
         Exit::Unavailable
     }
+}
+
+/// The daemon part of `doctor`: who answered and its sources, as its status has them.
+fn daemon_doctor(status: &serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "pid": status["daemon"]["pid"],
+        "version": status["daemon"]["version"],
+        "selection": status["monitor"]["selection"],
+        "sources": status["monitor"]["sources"],
+    })
 }
 
 fn identity_error(e: &IdentityError) -> Exit {
@@ -978,7 +1096,12 @@ fn identity_error(e: &IdentityError) -> Exit {
         IdentityError::NoSuchProcess(_) => Exit::Dead,
         IdentityError::Read { .. } => Exit::IoErr,
         IdentityError::Malformed { .. } => Exit::Unknown,
-        IdentityError::NoOwner { .. } | IdentityError::Thread { .. } => Exit::DataErr,
+        IdentityError::NoOwner { .. }
+        | IdentityError::Thread { .. }
+        | IdentityError::KernelThread { .. }
+        | IdentityError::NotPidfd(_) => Exit::DataErr,
+        IdentityError::NotVisible | IdentityError::NotInCallerNamespace { .. } => Exit::NotFound,
+        IdentityError::AmbiguousStartTime { .. } => Exit::Unknown,
     }
 }
 

@@ -11,17 +11,19 @@
 //! and closed, so it never slows the engine or anyone else.
 
 use std::fs::File;
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::engine::{Caller, Command, Published, Subscription};
+use crate::fdpass::FdReader;
 use crate::limits::{ConnectionSlot, Limit, Limits};
 use crate::protocol::{
     DEFAULT_LIST_PAGE, ErrorBody, ErrorCode, MAX_LINE_BYTES, MAX_LIST_PAGE, Reply, Request,
@@ -398,12 +400,13 @@ impl Connection {
         }
     }
 
-    /// Asks the engine.
-    async fn ask(&self, caller: Caller, request: Request) -> Reply {
+    /// Asks the engine, with the descriptors that came with the request.
+    async fn ask(&self, caller: Caller, request: Request, fds: Vec<OwnedFd>) -> Reply {
         let (reply_tx, reply_rx) = oneshot::channel();
         let command = Command::Request {
             caller,
             request,
+            fds,
             reply: reply_tx,
         };
         match self.engine.send(command).await {
@@ -417,9 +420,12 @@ impl Connection {
     async fn serve(mut self, caller: Caller, stream: UnixStream) -> Result<(), ConnectionError> {
         let (read, write) = stream.into_split();
         let mut write = BufWriter::new(write);
-        let mut reader = BufReader::new(read);
+        // Read with recvmsg: a request may come with a pidfd naming its owner.
+        let mut reader = BufReader::new(FdReader::new(read));
         let mut line = Vec::new();
         let line_timeout = self.limits.config().line_timeout;
+        // Stream position of the next line, to claim the descriptors sent with each line.
+        let mut position = 0u64;
         loop {
             let read = tokio::select! {
                 read = read_request(&mut reader, &mut line, line_timeout) => read?,
@@ -427,6 +433,13 @@ impl Connection {
                     return write_json(&mut write, &goodbye()).await;
                 }
             };
+            let start = position;
+            position += match read {
+                Line::TooLong(length) => length as u64,
+                _ => line.len() as u64,
+            };
+            // Claimed now even when unused, so a refused line's descriptors are closed.
+            let fds = reader.get_mut().take_fds(start..position);
             let envelope = match read {
                 Line::End => return Ok(()),
                 Line::TooLong(length) => {
@@ -474,7 +487,7 @@ impl Connection {
                     limit,
                     after,
                 } => self.list(caller, phase, limit, after).await,
-                request => self.ask(caller, request).await,
+                request => self.ask(caller, request, fds).await,
             };
             drop(turn);
             write_json(
@@ -493,7 +506,7 @@ impl Connection {
         caller: Caller,
         id: Option<serde_json::Value>,
         wanted: Wanted,
-        mut reader: BufReader<OwnedReadHalf>,
+        mut reader: BufReader<FdReader>,
         mut write: BufWriter<OwnedWriteHalf>,
     ) -> Result<(), ConnectionError> {
         let creator_uid = match caller.namespace(wanted.uid) {

@@ -54,11 +54,13 @@ enum Command {
         cases: u32,
     },
     /// Run the test suite inside QEMU guests booting other kernels (busybox initramfs,
-    /// static binaries, no network, no systemd). Needs qemu-system-x86, busybox-static,
-    /// bash-static and cpio; kernels are Debian's cloud kernels, fetched with apt-get.
+    /// static binaries, no network, no systemd) and print a matrix kernel × test binary
+    /// (each forced-fallback leg on its own row). Needs qemu-system-x86, busybox-static,
+    /// bash-static and cpio; kernels are Debian's cloud kernels, fetched with apt-get (5.10
+    /// through a private apt configuration for suite bullseye on the system's mirror).
     VmTest {
-        /// A Debian kernel version (6.1, 6.12) or the path of a kernel image (repeatable;
-        /// default: 6.1 and 6.12).
+        /// A Debian kernel version (5.10, 6.1, 6.12) or the path of a kernel image
+        /// (repeatable; default: 5.10, 6.1 and 6.12).
         #[arg(long = "kernel", value_name = "VERSION|PATH")]
         kernels: Vec<String>,
         /// Run only the tests whose names contain this.
