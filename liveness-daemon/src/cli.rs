@@ -10,12 +10,15 @@ use clap::{Parser, Subcommand};
 use serde::Serialize;
 
 use std::collections::BTreeMap;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use crate::client::{Client, ClientError, Cursor};
 use crate::identity::{DeathReason, Identity, IdentityError, Liveness, ProcRoot};
 use crate::paths::Env;
-use crate::protocol::{AutoOwner, ErrorCode, OwnerSpec, PidOwner, Reply, Request, StreamMessage};
+use crate::protocol::{
+    AutoOwner, ErrorCode, OwnerSpec, PidOwner, PidfdOwner, Reply, Request, StreamMessage,
+};
 use crate::source::diagnose::Restrictions;
 use crate::source::monitor::{MonitorConfig, probe};
 use crate::source::{DetectedBy, ExitStatus};
@@ -256,7 +259,9 @@ struct OwnerArgs {
     /// `auto`: the first ancestor of this command that is not a shell or wrapper.
     #[arg(long, value_parser = ["auto"])]
     owner: Option<String>,
-    /// This process owns the session.
+    /// This process owns the session. PID is read in this command's PID namespace; where
+    /// the kernel allows (Linux 5.3+) the daemon is given a pidfd for it, which names the
+    /// process itself rather than a number that could be reused.
     #[arg(long, value_name = "PID")]
     owner_pid: Option<u32>,
     /// An identity captured earlier (`liveness check --pid PID --json`), possibly elsewhere.
@@ -364,22 +369,25 @@ fn run_command(command: Command, socket: &Path) -> Exit {
             labels,
             json,
         } => {
-            let owner = match owner_spec(owner) {
+            let (owner, pidfd) = match owner_spec(owner) {
                 Ok(owner) => owner,
                 Err(exit) => return exit,
             };
             let labels: BTreeMap<String, String> = labels.into_iter().collect();
-            session_call(
-                socket,
-                &Request::Register {
-                    session,
-                    uid,
-                    owner,
-                    pending,
-                    labels,
-                },
-                json,
-            )
+            let fds: Vec<_> = pidfd.iter().map(AsFd::as_fd).collect();
+            let request = Request::Register {
+                session,
+                uid,
+                owner,
+                pending,
+                labels,
+            };
+            let reply = Client::connect(socket).and_then(|mut c| c.call_with_fds(&request, &fds));
+            match reply {
+                Ok(reply) if reply.ok => print_session(&reply, json),
+                Ok(reply) => refused(&reply),
+                Err(e) => client_error(&e),
+            }
         }
         Command::Rename {
             session,
@@ -459,24 +467,50 @@ fn run_command(command: Command, socket: &Path) -> Exit {
     }
 }
 
-fn owner_spec(owner: OwnerArgs) -> Result<OwnerSpec, Exit> {
+/// The owner as the request names it, and the pidfd to pass with the request, if any.
+///
+/// `auto` stays a request to the daemon: it walks up from the caller's pid, which the
+/// kernel translates into the daemon's namespace (`SO_PEERCRED`), so no number crosses a
+/// namespace.
+fn owner_spec(owner: OwnerArgs) -> Result<(OwnerSpec, Option<OwnedFd>), Exit> {
     match owner {
-        OwnerArgs { owner: Some(_), .. } => Ok(OwnerSpec::Auto(AutoOwner::Auto)),
+        OwnerArgs { owner: Some(_), .. } => Ok((OwnerSpec::Auto(AutoOwner::Auto), None)),
         OwnerArgs {
             owner_pid: Some(pid),
             ..
-        } => Ok(OwnerSpec::Pid(PidOwner { pid })),
+        } => match open_pidfd(pid) {
+            Ok(Some(pidfd)) => Ok((OwnerSpec::Pidfd(PidfdOwner { pidfd: 0 }), Some(pidfd))),
+            Ok(None) => Ok((OwnerSpec::Pid(PidOwner { pid }), None)),
+            Err(e) => Err(identity_error(&e)),
+        },
         OwnerArgs {
             owner_identity: Some(text),
             ..
         } => match serde_json::from_str(&text) {
-            Ok(identity) => Ok(OwnerSpec::Identity(identity)),
+            Ok(identity) => Ok((OwnerSpec::Identity(identity), None)),
             Err(e) => {
                 eprintln!("liveness: invalid --owner-identity JSON: {e}");
                 Err(Exit::DataErr)
             }
         },
         OwnerArgs { .. } => unreachable!("clap requires exactly one owner argument"),
+    }
+}
+
+/// A pidfd for `pid` in this command's namespace; `None` where pidfds do not apply (a
+/// kernel before 5.3, a seccomp filter, a thread id): the daemon is then given the number
+/// and says what is wrong with it.
+fn open_pidfd(pid: u32) -> Result<Option<OwnedFd>, IdentityError> {
+    let Some(raw) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return Err(IdentityError::NoSuchProcess(pid));
+    };
+    match rustix::process::pidfd_open(raw, rustix::process::PidfdFlags::empty()) {
+        Ok(pidfd) => Ok(Some(pidfd)),
+        Err(rustix::io::Errno::SRCH) => Err(IdentityError::NoSuchProcess(pid)),
+        Err(_) => Ok(None),
     }
 }
 
@@ -509,7 +543,8 @@ fn refused(reply: &Reply) -> Exit {
         | ErrorCode::AlreadyExists
         | ErrorCode::NotPending
         | ErrorCode::Ambiguous
-        | ErrorCode::NoOwner => Exit::DataErr,
+        | ErrorCode::NoOwner
+        | ErrorCode::InvalidOwner => Exit::DataErr,
     }
 }
 
@@ -524,16 +559,18 @@ fn call(socket: &Path, request: &Request, on_ok: impl FnOnce(Reply) -> Exit) -> 
 
 /// A request whose reply is one session.
 fn session_call(socket: &Path, request: &Request, json: bool) -> Exit {
-    call(socket, request, |reply| {
-        if let Some(session) = &reply.session {
-            if json {
-                print_json(session);
-            } else {
-                println!("{}", describe_session(session));
-            }
+    call(socket, request, |reply| print_session(&reply, json))
+}
+
+fn print_session(reply: &Reply, json: bool) -> Exit {
+    if let Some(session) = &reply.session {
+        if json {
+            print_json(session);
+        } else {
+            println!("{}", describe_session(session));
         }
-        Exit::Ok
-    })
+    }
+    Exit::Ok
 }
 
 /// The name a value has on the wire (`"active"`, `"owner_exited"`, ...); empty for none.
@@ -1027,7 +1064,12 @@ fn identity_error(e: &IdentityError) -> Exit {
         IdentityError::NoSuchProcess(_) => Exit::Dead,
         IdentityError::Read { .. } => Exit::IoErr,
         IdentityError::Malformed { .. } => Exit::Unknown,
-        IdentityError::NoOwner { .. } | IdentityError::Thread { .. } => Exit::DataErr,
+        IdentityError::NoOwner { .. }
+        | IdentityError::Thread { .. }
+        | IdentityError::KernelThread { .. }
+        | IdentityError::NotPidfd(_) => Exit::DataErr,
+        IdentityError::NotVisible | IdentityError::NotInCallerNamespace { .. } => Exit::NotFound,
+        IdentityError::AmbiguousStartTime { .. } => Exit::Unknown,
     }
 }
 

@@ -9,14 +9,17 @@
 //! however busy, delays a finalization; a burst of exits is committed in one transaction.
 
 use std::collections::BTreeMap;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::identity::{Identity, IdentityError, ProcRoot, ProcessKey};
-use crate::protocol::{ErrorBody, ErrorCode, OwnerSpec, PidOwner, Reply, Request, StreamMessage};
+use crate::identity::{Identity, IdentityError, Liveness, ProcRoot, ProcessKey};
+use crate::protocol::{
+    ErrorBody, ErrorCode, OwnerSpec, PidOwner, PidfdOwner, Reply, Request, StreamMessage,
+};
 use crate::source::monitor::{Monitor, MonitorStatus};
 use crate::source::{DetectedBy, ExitObservation};
 use crate::store::{EndReason, Event, NewSession, OwnerDeath, Phase, Session, Store, StoreError};
@@ -47,6 +50,7 @@ pub struct EngineConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Caller {
     pub uid: u32,
+    /// In the daemon's PID namespace; 0 when the client is not visible there.
     pub pid: u32,
 }
 
@@ -112,6 +116,8 @@ pub enum Command {
     Request {
         caller: Caller,
         request: Request,
+        /// Descriptors passed with the request line (a pidfd owner); closed when dropped.
+        fds: Vec<OwnedFd>,
         reply: oneshot::Sender<Reply>,
     },
     Subscribe {
@@ -119,7 +125,7 @@ pub enum Command {
     },
 }
 
-/// This boot and host: identities of other boots are dead, of other hosts unknown.
+/// This boot, and the host name as the daemon started under it (a label only).
 #[derive(Debug, Clone)]
 struct Local {
     boot_id: String,
@@ -197,6 +203,9 @@ impl Engine {
         config: EngineConfig,
         about: serde_json::Value,
     ) -> Result<Engine, EngineError> {
+        // The sources match start times exactly: a daemon whose readings are a tick apart
+        // from the kernel's would see every owner as already replaced.
+        config.proc.exact_start_times()?;
         let local = Local {
             boot_id: config.proc.boot_id()?,
             host: config.proc.host()?,
@@ -282,6 +291,7 @@ impl Engine {
             start_ticks: key.start_ticks,
             boot_id: self.local.boot_id.clone(),
             host: self.local.host.clone(),
+            pidfs_ino: None,
             comm: String::new(),
         }
     }
@@ -312,21 +322,36 @@ impl Engine {
     }
 
     /// Starts watching an owner. Returns its death at once when it is already dead.
-    /// Owners of another host cannot be watched: only the inactivity timeout ends them.
+    ///
+    /// The boot id decides: an owner of this boot is watched whatever host name it
+    /// carries. An owner of an earlier boot of this machine (one a daemon ran on with this
+    /// database, or for older records one with this host name) ended with that boot.
+    /// Owners of other machines cannot be watched: only the inactivity timeout ends them.
     fn watch(&mut self, owner: &Identity) -> Option<OwnerDeath> {
-        if owner.host != self.local.host {
-            return None;
-        }
+        let dead = |reason| OwnerDeath {
+            owner: owner.clone(),
+            reason,
+            exit: None,
+            detected_by: DetectedBy::Reconcile,
+            observed_ms: now_ms(),
+            died_ms: None,
+        };
         if owner.boot_id != self.local.boot_id {
+            let earlier_boot_here = match self.store.is_known_boot(&owner.boot_id) {
+                Ok(known) => known || owner.host == self.local.host,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot look up known boots");
+                    false
+                }
+            };
             // The stored fingerprint names the earlier boot: end exactly that owner.
-            return Some(OwnerDeath {
-                owner: owner.clone(),
-                reason: EndReason::Reboot,
-                exit: None,
-                detected_by: DetectedBy::Reconcile,
-                observed_ms: now_ms(),
-                died_ms: None,
-            });
+            return earlier_boot_here.then(|| dead(EndReason::Reboot));
+        }
+        // The sources key processes by pid and start time; where the pidfs inode is known,
+        // a process that took the pid within the same tick is told apart here.
+        if let Liveness::Dead(reason) = self.config.proc.check_process(owner.key(), owner.pidfs_ino)
+        {
+            return Some(dead(EndReason::from(reason)));
         }
         let death = self.monitor.track(owner.key())?;
         Some(self.death_of(&death))
@@ -346,7 +371,7 @@ impl Engine {
 
     /// Stops watching an owner that no ACTIVE session refers to any more.
     fn unwatch_if_unused(&mut self, owner: &Identity) {
-        if owner.host != self.local.host || owner.boot_id != self.local.boot_id {
+        if owner.boot_id != self.local.boot_id {
             return;
         }
         match self.store.active_sessions_of_owner(owner) {
@@ -457,9 +482,10 @@ impl Engine {
             Command::Request {
                 caller,
                 request,
+                fds,
                 reply,
             } => {
-                let answer = self.request(caller, request);
+                let answer = self.request(caller, request, &fds);
                 // The client may have gone; its reply has nowhere to go.
                 let _ = reply.send(answer);
             }
@@ -484,7 +510,7 @@ impl Engine {
         }
     }
 
-    fn request(&mut self, caller: Caller, request: Request) -> Reply {
+    fn request(&mut self, caller: Caller, request: Request, fds: &[OwnedFd]) -> Reply {
         let now = now_ms();
         match request {
             Request::Register {
@@ -493,7 +519,7 @@ impl Engine {
                 owner,
                 pending,
                 labels,
-            } => self.register(caller, session, uid, owner, pending, labels, now),
+            } => self.register(caller, session, uid, owner, fds, pending, labels, now),
             Request::Rename { session, to, uid } => match self.addressed(caller, &session, uid) {
                 Err(error) => error.into(),
                 Ok(found) => match self.store.rename(found.creator_uid, &session, &to, now) {
@@ -599,23 +625,49 @@ impl Engine {
         }
     }
 
-    fn resolve_owner(&self, caller: Caller, owner: OwnerSpec) -> Result<Identity, ErrorBody> {
-        let no_owner = |e: IdentityError| ErrorBody::new(ErrorCode::NoOwner, e.to_string());
+    /// The identity of the owner a client names. A pid is read in the client's PID
+    /// namespace, a pidfd names its process directly; nothing is read in the daemon's
+    /// namespace on the client's word.
+    fn resolve_owner(
+        &self,
+        caller: Caller,
+        owner: OwnerSpec,
+        fds: &[OwnedFd],
+    ) -> Result<Identity, ErrorBody> {
+        let proc = &self.config.proc;
         let identity = match owner {
-            OwnerSpec::Auto(_) => self
-                .config
-                .proc
+            OwnerSpec::Auto(_) => proc
                 .resolve_owner(caller.pid, &self.config.wrappers)
-                .map_err(no_owner)?,
-            OwnerSpec::Pid(PidOwner { pid }) => self.config.proc.capture(pid).map_err(no_owner)?,
+                .map_err(owner_error)?,
+            OwnerSpec::Pid(PidOwner { pid }) => {
+                proc.capture_for(caller.pid, pid).map_err(owner_error)?
+            }
+            OwnerSpec::Pidfd(PidfdOwner { pidfd }) => {
+                let Some(fd) = fds.get(pidfd) else {
+                    return Err(ErrorBody::new(
+                        ErrorCode::InvalidRequest,
+                        format!(
+                            "the owner is descriptor {pidfd} of the request line, but {} came with it: send the pidfd with SCM_RIGHTS in the sendmsg that carries the line",
+                            fds.len()
+                        ),
+                    ));
+                };
+                proc.capture_pidfd(fd.as_fd()).map_err(owner_error)?
+            }
+            OwnerSpec::Identity(identity) if identity.boot_id == self.local.boot_id => {
+                // Captured by the client (`liveness check`), so in its numbering, like
+                // any pid it sends. One that is not found there stays as given: its start
+                // time then tells whether it names a live process.
+                let pid = proc
+                    .translate_pid(caller.pid, identity.pid)
+                    .unwrap_or(identity.pid);
+                self.canonical(Identity { pid, ..identity })?
+            }
             OwnerSpec::Identity(identity) => identity,
         };
         // Only root may attach sessions to other users' processes. A process that is gone
         // can no longer be checked, and its session ends at once anyway.
-        if !caller.is_root()
-            && identity.host == self.local.host
-            && identity.boot_id == self.local.boot_id
-        {
+        if !caller.is_root() && identity.boot_id == self.local.boot_id {
             match self.config.proc.uid(identity.pid) {
                 Ok(uid) if uid != caller.uid => {
                     return Err(ErrorBody::new(
@@ -632,9 +684,31 @@ impl Engine {
         Ok(identity)
     }
 
+    /// An identity of this boot from a client, as the daemon reads it: a kernel thread is
+    /// refused, and where the pidfs inode names the live process, the daemon's own reading
+    /// of its start time is kept: a client in a time namespace whose offset is not whole
+    /// ticks reads the start time as the kernel's count or one more. An identity of a
+    /// process that is gone is kept as given: its session ends at once.
+    fn canonical(&self, identity: Identity) -> Result<Identity, ErrorBody> {
+        match self.config.proc.capture(identity.pid) {
+            Ok(live)
+                if live.pidfs_ino.is_some()
+                    && live.pidfs_ino == identity.pidfs_ino
+                    && identity.start_ticks == live.start_ticks + 1 =>
+            {
+                Ok(Identity {
+                    host: identity.host,
+                    ..live
+                })
+            }
+            Err(e @ IdentityError::KernelThread { .. }) => Err(owner_error(e)),
+            _ => Ok(identity),
+        }
+    }
+
     #[expect(
         clippy::too_many_arguments,
-        reason = "the fields of a register request"
+        reason = "the fields of a register request, plus who sent it"
     )]
     fn register(
         &mut self,
@@ -642,6 +716,7 @@ impl Engine {
         session: Option<String>,
         uid: Option<u32>,
         owner: OwnerSpec,
+        fds: &[OwnedFd],
         pending: bool,
         labels: BTreeMap<String, String>,
         now: i64,
@@ -661,7 +736,7 @@ impl Engine {
             Ok(namespace) => namespace.unwrap_or(caller.uid),
             Err(error) => return error.into(),
         };
-        let owner = match self.resolve_owner(caller, owner) {
+        let owner = match self.resolve_owner(caller, owner, fds) {
             Ok(owner) => owner,
             Err(error) => return error.into(),
         };
@@ -692,9 +767,13 @@ impl Engine {
     }
 
     /// Walks up from `pid` (or, for a thread id, its process) to the nearest process that
-    /// owns an ACTIVE session.
+    /// owns an ACTIVE session. `pid` is read in the caller's PID namespace.
     fn whose(&self, caller: Caller, pid: u32) -> Reply {
-        let mut current = self.config.proc.tgid(pid).unwrap_or(pid);
+        let local = match self.config.proc.translate_pid(caller.pid, pid) {
+            Ok(local) => local,
+            Err(e) => return Reply::error(ErrorCode::NotFound, e.to_string()),
+        };
+        let mut current = self.config.proc.tgid(local).unwrap_or(local);
         // Deep enough for any real process tree, bounded against a corrupt one.
         for _ in 0..256 {
             if current == 0 {
@@ -702,7 +781,7 @@ impl Engine {
             }
             let stat = match self.config.proc.stat(current) {
                 Ok(stat) => stat,
-                Err(IdentityError::NoSuchProcess(p)) if p == pid => {
+                Err(IdentityError::NoSuchProcess(p)) if p == local => {
                     return Reply::error(ErrorCode::NotFound, format!("no process with PID {pid}"));
                 }
                 Err(e) => return Reply::error(ErrorCode::NotFound, e.to_string()),
@@ -714,8 +793,10 @@ impl Engine {
             match self.store.active_sessions_of_owner(&owner) {
                 Ok(sessions) => {
                     if let Some(session) = sessions.into_iter().find(|s| caller.may_see(s)) {
+                        // In the caller's namespace, like the pid it asked about.
+                        let seen = self.config.proc.pid_seen_by(caller.pid, current);
                         return Reply {
-                            owner_pid: Some(current),
+                            owner_pid: Some(seen.unwrap_or(0)),
                             ..Reply::with_session(session)
                         };
                     }
@@ -758,9 +839,9 @@ impl Engine {
             Err(e) => tracing::error!(error = %e, "cannot list expired pending sessions"),
         }
         let cutoff = now - self.config.unknown_timeout.as_millis() as i64;
-        // Every live local owner is watched (the /proc poller takes what no other source
-        // can), so it ends when it dies; only owners on other hosts can time out.
-        match self.store.idle_on_other_hosts(cutoff, &self.local.host) {
+        // Every owner of this boot is watched (the /proc poller takes what no other source
+        // can), so it ends when it dies; only owners on other machines can time out.
+        match self.store.idle_of_other_boots(cutoff, &self.local.boot_id) {
             Ok(idle) => ended.extend(idle.into_iter().map(|s| (s, EndReason::Timeout))),
             Err(e) => tracing::error!(error = %e, "cannot list idle sessions"),
         }
@@ -800,6 +881,16 @@ impl Engine {
             }
         }
     }
+}
+
+/// The reply to an owner that cannot be bound: `invalid_owner` for what can never be
+/// watched as a process, `no_owner` for one that does not exist (for this client).
+fn owner_error(e: IdentityError) -> ErrorBody {
+    let code = match e {
+        IdentityError::KernelThread { .. } | IdentityError::NotPidfd(_) => ErrorCode::InvalidOwner,
+        _ => ErrorCode::NoOwner,
+    };
+    ErrorBody::new(code, e.to_string())
 }
 
 /// A fresh id for a pending session: random, so ids are never reused across restarts.

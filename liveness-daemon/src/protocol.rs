@@ -27,8 +27,19 @@ pub enum OwnerSpec {
     /// A full identity captured earlier, possibly on another host. Tried before `Pid`,
     /// which would otherwise match any object with a `pid`.
     Identity(Identity),
-    /// `{"pid": N}`: this process, whose identity the daemon captures.
+    /// `{"pidfd": I}`: the process behind the `I`-th descriptor passed with this request
+    /// line (`SCM_RIGHTS`); the daemon reads its identity from the pidfd itself.
+    Pidfd(PidfdOwner),
+    /// `{"pid": N}`: this process, whose identity the daemon captures. `N` is read in the
+    /// caller's PID namespace.
     Pid(PidOwner),
+}
+
+/// `{"pidfd": I}` and nothing else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PidfdOwner {
+    pub pidfd: usize,
 }
 
 /// `{"pid": N}` and nothing else.
@@ -128,6 +139,9 @@ pub enum ErrorCode {
     NotPending,
     /// The owner process does not exist or cannot be resolved.
     NoOwner,
+    /// The owner can never be watched as a process (a kernel thread, a descriptor that is
+    /// not a pidfd).
+    InvalidOwner,
     ShuttingDown,
     Internal,
 }
@@ -185,7 +199,8 @@ pub struct Reply {
     pub session: Option<Session>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sessions: Option<Vec<Session>>,
-    /// `whose`: the PID of the registered owner that was found among the ancestors.
+    /// `whose`: the PID of the registered owner that was found among the ancestors, in the
+    /// caller's PID namespace (0 when the owner is outside it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner_pid: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -348,6 +363,14 @@ mod tests {
             }
         ));
         assert_eq!(pid.id, Some(Value::from(7)));
+        let pidfd = parse(r#"{"op":"register","session":"s1","owner":{"pidfd":0}}"#).unwrap();
+        assert!(matches!(
+            pidfd.request,
+            Request::Register {
+                owner: OwnerSpec::Pidfd(PidfdOwner { pidfd: 0 }),
+                ..
+            }
+        ));
         let full = parse(
             r#"{"op":"register","pending":true,"owner":{"pid":1,"start_ticks":2,"boot_id":"b","host":"h"}}"#,
         )

@@ -10,12 +10,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::engine::{Caller, Command, Published, Subscription};
+use crate::fdpass::FdReader;
 use crate::protocol::{
     ErrorCode, MAX_LINE_BYTES, Reply, Request, StreamMessage, Subscribed, parse_request,
 };
@@ -228,8 +229,11 @@ impl Connection {
     async fn serve(mut self, caller: Caller, stream: UnixStream) -> Result<(), ConnectionError> {
         let (read, write) = stream.into_split();
         let mut write = BufWriter::new(write);
-        let mut reader = BufReader::new(read);
+        // Read with recvmsg: a request may come with a pidfd naming its owner.
+        let mut reader = BufReader::new(FdReader::new(read));
         let mut line = Vec::new();
+        // Stream position of the next line, to claim the descriptors sent with each line.
+        let mut position = 0u64;
         loop {
             let read = tokio::select! {
                 read = read_line_bounded(&mut reader, &mut line, MAX_LINE_BYTES) => read?,
@@ -237,6 +241,13 @@ impl Connection {
                     return write_json(&mut write, &goodbye()).await;
                 }
             };
+            let start = position;
+            position += match read {
+                Line::TooLong(length) => length as u64,
+                _ => line.len() as u64,
+            };
+            // Claimed now even when unused, so a refused line's descriptors are closed.
+            let fds = reader.get_mut().take_fds(start..position);
             let envelope = match read {
                 Line::End => return Ok(()),
                 Line::TooLong(length) => {
@@ -281,6 +292,7 @@ impl Connection {
             let command = Command::Request {
                 caller,
                 request: envelope.request,
+                fds,
                 reply: reply_tx,
             };
             let reply = match self.engine.send(command).await {
@@ -305,7 +317,7 @@ impl Connection {
         caller: Caller,
         id: Option<serde_json::Value>,
         wanted: Wanted,
-        mut reader: BufReader<OwnedReadHalf>,
+        mut reader: BufReader<FdReader>,
         mut write: BufWriter<OwnedWriteHalf>,
     ) -> Result<(), ConnectionError> {
         let creator_uid = match caller.namespace(wanted.uid) {

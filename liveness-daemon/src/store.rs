@@ -145,20 +145,34 @@ CREATE INDEX sessions_active_by_host ON sessions (owner_host, touched_ms)
 -- Root may name a session by id alone when one user has it.
 CREATE INDEX sessions_by_id ON sessions (id);
 "#,
+    r#"
+-- The pidfs inode (Linux 6.9+) joins the owner fingerprint: it tells apart two processes
+-- that got the same pid within one clock tick. NULL where it was not known.
+ALTER TABLE sessions ADD COLUMN owner_pidfs_ino INTEGER;
+-- The host name is a label, no longer a liveness fact: owners nobody can watch are those
+-- of another boot (another machine), found by boot id, not by host name.
+DROP INDEX sessions_active_by_host;
+CREATE INDEX sessions_active_by_boot ON sessions (owner_boot_id, touched_ms)
+    WHERE phase = 'active';
+-- Every boot a daemon ran on with this database: an owner of one of them is of this
+-- machine, so a reboot ends it even after the host was renamed.
+CREATE TABLE boots (boot_id TEXT PRIMARY KEY NOT NULL);
+INSERT INTO boots (boot_id) SELECT value FROM meta WHERE key = 'run_boot_id' AND value != '';
+"#,
 ];
 
 /// The schema version this code writes and understands.
 const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 
 /// Number of columns in [`session_columns!`].
-const SESSION_COLUMNS: usize = 18;
+const SESSION_COLUMNS: usize = 19;
 
 /// Columns of a session row, in the order [`session_from_row`] reads them.
 macro_rules! session_columns {
     () => {
         "id, owner_pid, owner_start_ticks, owner_boot_id, owner_host, owner_comm, phase, \
          pending, reason, exit, detected_by, creator_uid, labels, created_ms, updated_ms, \
-         touched_ms, ended_ms, pending_expires_ms"
+         touched_ms, ended_ms, pending_expires_ms, owner_pidfs_ino"
     };
 }
 
@@ -466,9 +480,24 @@ impl Store {
                 [boot_id],
             )?;
             tx.execute("UPDATE meta SET value = 0 WHERE key = 'run_clean'", [])?;
+            tx.execute(
+                "INSERT OR IGNORE INTO boots (boot_id) VALUES (?1)",
+                [boot_id],
+            )?;
             tx.commit()?;
             Ok(jump)
         })
+    }
+
+    /// Whether a daemon ran on boot `boot_id` with this database: its owners were of this
+    /// machine, whatever host name they carry.
+    pub fn is_known_boot(&self, boot_id: &str) -> Result<bool, StoreError> {
+        let found = self
+            .conn
+            .prepare_cached("SELECT 1 FROM boots WHERE boot_id = ?1")?
+            .query_row([boot_id], |_| Ok(()))
+            .optional()?;
+        Ok(found.is_some())
     }
 
     /// Marks a clean stop: the next run, on any boot, continues the seqs as they are.
@@ -541,7 +570,8 @@ impl Store {
                 tx.prepare_cached(
                     "UPDATE sessions SET owner_pid = ?2, owner_start_ticks = ?3, \
                      owner_boot_id = ?4, owner_host = ?5, owner_comm = ?6, updated_ms = ?7, \
-                     touched_ms = ?7 WHERE id = ?1 AND creator_uid = ?8 AND phase = 'active'",
+                     touched_ms = ?7, owner_pidfs_ino = ?9 \
+                     WHERE id = ?1 AND creator_uid = ?8 AND phase = 'active'",
                 )?
                 .execute(params![
                     session.id,
@@ -552,6 +582,7 @@ impl Store {
                     owner.comm,
                     now_ms,
                     session.creator_uid,
+                    owner.pidfs_ino.map(ticks_to_sql),
                 ])?;
                 session.updated_ms = now_ms;
                 session.touched_ms = now_ms;
@@ -647,15 +678,14 @@ impl Store {
         let ended = end_selected(
             &tx,
             select_active!(
-                "id = ?1 AND creator_uid = ?6 AND (?2 IS NULL OR (owner_pid = ?2 \
-                 AND owner_start_ticks = ?3 AND owner_boot_id = ?4 AND owner_host = ?5))"
+                "id = ?1 AND creator_uid = ?5 AND (?2 IS NULL OR (owner_pid = ?2 \
+                 AND owner_start_ticks = ?3 AND owner_boot_id = ?4))"
             ),
             params![
                 id,
                 expected_owner.map(|o| o.pid),
                 expected_owner.map(|o| ticks_to_sql(o.start_ticks)),
                 expected_owner.map(|o| &o.boot_id),
-                expected_owner.map(|o| &o.host),
                 uid,
             ],
             &ending,
@@ -718,16 +748,8 @@ impl Store {
             };
             events.extend(end_selected(
                 &tx,
-                select_active!(
-                    "owner_pid = ?1 AND owner_start_ticks = ?2 AND owner_boot_id = ?3 \
-                     AND owner_host = ?4"
-                ),
-                params![
-                    owner.pid,
-                    ticks_to_sql(owner.start_ticks),
-                    owner.boot_id,
-                    owner.host,
-                ],
+                select_active!("owner_pid = ?1 AND owner_start_ticks = ?2 AND owner_boot_id = ?3"),
+                params![owner.pid, ticks_to_sql(owner.start_ticks), owner.boot_id],
                 &ending,
             )?);
         }
@@ -782,9 +804,9 @@ impl Store {
     /// Each distinct owner of an active session (to track, and to reconcile at start).
     pub fn active_owners(&self) -> Result<Vec<Identity>, StoreError> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT owner_pid, owner_start_ticks, owner_boot_id, owner_host, MAX(owner_comm) \
-             FROM sessions WHERE phase = 'active' \
-             GROUP BY owner_pid, owner_start_ticks, owner_boot_id, owner_host",
+            "SELECT owner_pid, owner_start_ticks, owner_boot_id, MAX(owner_host), \
+             MAX(owner_comm), MAX(owner_pidfs_ino) FROM sessions WHERE phase = 'active' \
+             GROUP BY owner_pid, owner_start_ticks, owner_boot_id",
         )?;
         let owners = stmt
             .query_map([], |row| {
@@ -794,28 +816,24 @@ impl Store {
                     boot_id: row.get(2)?,
                     host: row.get(3)?,
                     comm: row.get(4)?,
+                    pidfs_ino: row.get::<_, Option<i64>>(5)?.map(ticks_from_sql),
                 })
             })?
             .collect::<Result<_, _>>()?;
         Ok(owners)
     }
 
-    /// Active sessions whose owner is the same process as `owner` (fingerprint, comm ignored).
+    /// Active sessions whose owner is the same process as `owner` (fingerprint; comm and
+    /// host ignored).
     pub fn active_sessions_of_owner(&self, owner: &Identity) -> Result<Vec<Session>, StoreError> {
         self.sessions(
             concat!(
                 "SELECT ",
                 session_columns!(),
                 " FROM sessions WHERE phase = 'active' AND owner_pid = ?1 \
-                 AND owner_start_ticks = ?2 AND owner_boot_id = ?3 AND owner_host = ?4 \
-                 ORDER BY id"
+                 AND owner_start_ticks = ?2 AND owner_boot_id = ?3 ORDER BY id"
             ),
-            params![
-                owner.pid,
-                ticks_to_sql(owner.start_ticks),
-                owner.boot_id,
-                owner.host
-            ],
+            params![owner.pid, ticks_to_sql(owner.start_ticks), owner.boot_id],
         )
     }
 
@@ -832,29 +850,30 @@ impl Store {
         )
     }
 
-    /// Active sessions owned on a host other than `local_host` without activity since
-    /// `cutoff_ms`: the only owners nothing can watch, so the inactivity timeout ends them.
-    /// Two range searches skip every local session, however many there are.
-    pub fn idle_on_other_hosts(
+    /// Active sessions owned on a boot other than `local_boot` without activity since
+    /// `cutoff_ms`: owners on other machines, the only ones nothing can watch, so the
+    /// inactivity timeout ends them. Two range searches skip every session of this boot,
+    /// however many there are.
+    pub fn idle_of_other_boots(
         &self,
         cutoff_ms: i64,
-        local_host: &str,
+        local_boot: &str,
     ) -> Result<Vec<Session>, StoreError> {
-        macro_rules! idle_where_host {
+        macro_rules! idle_where_boot {
             ($comparison:literal) => {
                 concat!(
                     "SELECT ",
                     session_columns!(),
-                    " FROM sessions INDEXED BY sessions_active_by_host \
-                     WHERE phase = 'active' AND owner_host ",
+                    " FROM sessions INDEXED BY sessions_active_by_boot \
+                     WHERE phase = 'active' AND owner_boot_id ",
                     $comparison,
                     " ?2 AND touched_ms < ?1"
                 )
             };
         }
         let mut idle = Vec::new();
-        for sql in [idle_where_host!("<"), idle_where_host!(">")] {
-            idle.extend(self.sessions(sql, params![cutoff_ms, local_host])?);
+        for sql in [idle_where_boot!("<"), idle_where_boot!(">")] {
+            idle.extend(self.sessions(sql, params![cutoff_ms, local_boot])?);
         }
         idle.sort_unstable_by(|a, b| a.id.cmp(&b.id));
         Ok(idle)
@@ -1055,8 +1074,9 @@ fn invisible_or_misleading(c: char) -> bool {
         )
 }
 
-/// SQLite integers are i64; start times are u64. A bit-preserving cast round-trips every
-/// value exactly and keeps equality comparisons correct (ordering is never used).
+/// SQLite integers are i64; start times and pidfs inodes are u64. A bit-preserving cast
+/// round-trips every value exactly and keeps equality comparisons correct (ordering is
+/// never used).
 fn ticks_to_sql(ticks: u64) -> i64 {
     ticks as i64
 }
@@ -1087,6 +1107,7 @@ fn session_from_row(row: &Row<'_>) -> Result<Session, StoreError> {
             boot_id: row.get(3)?,
             host: row.get(4)?,
             comm: row.get(5)?,
+            pidfs_ino: row.get::<_, Option<i64>>(18)?.map(ticks_from_sql),
         },
         phase: from_name(row.get(6)?)?,
         pending: row.get(7)?,
@@ -1127,7 +1148,8 @@ fn insert_session(conn: &Connection, s: &Session) -> Result<(), StoreError> {
     conn.prepare_cached(concat!(
         "INSERT INTO sessions (",
         session_columns!(),
-        ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
+        ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
+         ?19)"
     ))?
     .execute(params![
         s.id,
@@ -1148,6 +1170,7 @@ fn insert_session(conn: &Connection, s: &Session) -> Result<(), StoreError> {
         s.touched_ms,
         s.ended_ms,
         s.pending_expires_ms,
+        s.owner.pidfs_ino.map(ticks_to_sql),
     ])?;
     Ok(())
 }
@@ -1333,6 +1356,7 @@ mod tests {
             start_ticks: 1000 + u64::from(pid),
             boot_id: "boot-a".into(),
             host: "devbox".into(),
+            pidfs_ino: None,
             comm: "agent".into(),
         }
     }
@@ -1557,10 +1581,16 @@ mod tests {
     }
 
     #[test]
-    fn owner_fingerprint_includes_boot_and_host() {
+    fn owner_fingerprint_includes_boot_but_not_host() {
         let db = Db::new();
         let mut store = db.open();
-        store.register(req("s", owner(10)), NOW).unwrap();
+        let with_ino = Identity {
+            pidfs_ino: Some(77),
+            ..owner(10)
+        };
+        store.register(req("s", with_ino.clone()), NOW).unwrap();
+        assert_eq!(store.get(UID, "s").unwrap().unwrap().owner, with_ino);
+        assert_eq!(store.active_owners().unwrap(), [with_ino]);
         for other in [
             Identity {
                 start_ticks: 1,
@@ -1570,14 +1600,27 @@ mod tests {
                 boot_id: "boot-b".into(),
                 ..owner(10)
             },
-            Identity {
-                host: "elsewhere".into(),
-                ..owner(10)
-            },
         ] {
             assert!(end_by_owner(&mut store, &other).is_empty(), "{other:?}");
         }
-        assert_eq!(end_by_owner(&mut store, &owner(10)).len(), 1);
+        // The host name changed while the process ran: its death still ends the session.
+        let renamed = Identity {
+            host: "renamed".into(),
+            ..owner(10)
+        };
+        assert_eq!(end_by_owner(&mut store, &renamed).len(), 1);
+    }
+
+    #[test]
+    fn boots_run_on_are_remembered() {
+        let db = Db::new();
+        let mut store = db.open();
+        assert!(!store.is_known_boot("boot-a").unwrap());
+        store.begin_run("boot-a").unwrap();
+        store.begin_run("boot-b").unwrap();
+        assert!(store.is_known_boot("boot-a").unwrap());
+        assert!(store.is_known_boot("boot-b").unwrap());
+        assert!(!db.open().is_known_boot("boot-c").unwrap());
     }
 
     #[test]
@@ -1654,11 +1697,11 @@ mod tests {
     }
 
     #[test]
-    fn only_idle_owners_of_other_hosts_time_out() {
+    fn only_idle_owners_of_other_boots_time_out() {
         let db = Db::new();
         let mut store = db.open();
-        let on = |host: &str, pid| Identity {
-            host: host.into(),
+        let on = |boot: &str, pid| Identity {
+            boot_id: boot.into(),
             ..owner(pid)
         };
         // Hosts sorting before and after the local one, both idle and busy.
@@ -1669,7 +1712,7 @@ mod tests {
             .register(req("alpha-idle", on("alpha", 2)), NOW)
             .unwrap();
         store
-            .register(req("local-idle", on("devbox", 3)), NOW)
+            .register(req("local-idle", on("boot-a", 3)), NOW)
             .unwrap();
         store
             .register(req("alpha-busy", on("alpha", 4)), NOW)
@@ -1680,12 +1723,12 @@ mod tests {
             .unwrap();
         end_by_owner(&mut store, &on("zulu", 5));
 
-        let idle = store.idle_on_other_hosts(NOW + 50, "devbox").unwrap();
+        let idle = store.idle_of_other_boots(NOW + 50, "boot-a").unwrap();
         assert_eq!(
             idle.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
             ["alpha-idle", "zulu-idle"]
         );
-        assert!(store.idle_on_other_hosts(NOW, "devbox").unwrap().is_empty());
+        assert!(store.idle_of_other_boots(NOW, "boot-a").unwrap().is_empty());
     }
 
     #[test]
@@ -1732,7 +1775,7 @@ mod tests {
             Err(StoreError::NotFound(_))
         ));
 
-        let idle = store.idle_on_other_hosts(NOW + 50, "laptop").unwrap();
+        let idle = store.idle_of_other_boots(NOW + 50, "boot-z").unwrap();
         assert_eq!(idle.iter().map(|s| &s.id).collect::<Vec<_>>(), ["b"]);
         let ids = |v: Vec<Session>| v.into_iter().map(|s| s.id).collect::<Vec<_>>();
         assert_eq!(ids(store.list(None, None).unwrap()), ["a", "b", "c"]);
@@ -2016,16 +2059,29 @@ mod tests {
             [NOW],
         )
         .unwrap();
+        conn.execute(
+            "UPDATE meta SET value = 'boot-old' WHERE key = 'run_boot_id'",
+            [],
+        )
+        .unwrap();
         drop(conn);
 
         let store = db.open();
+        assert!(
+            store.is_known_boot("boot-old").unwrap(),
+            "the boot of the last run is known after the migration"
+        );
+        assert_eq!(
+            store.get(1000, "old").unwrap().unwrap().owner.pidfs_ino,
+            None
+        );
         let version: u32 = store
             .conn
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
         assert_eq!(version, SCHEMA_VERSION);
         // The queries that need the new indexes (INDEXED BY fails without them) see the row.
-        let idle = store.idle_on_other_hosts(NOW + 1, "devbox").unwrap();
+        let idle = store.idle_of_other_boots(NOW + 1, "boot-z").unwrap();
         assert_eq!(
             idle.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
             ["old"]

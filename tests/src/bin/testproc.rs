@@ -12,6 +12,9 @@
 //! - `exec CODE`: at the first line on stdin, execve itself as `named execd CODE`.
 //! - `thread-exec CODE`: like `exec`, but the execve is made by a non-leader thread.
 //! - `named NAME CODE`: set comm to NAME, then `exit CODE`.
+//!
+//! `testproc request SOCKET LINE` is a raw protocol client for tests that run commands
+//! inside namespaces: it sends LINE to the daemon's socket and prints the reply line.
 use std::ffi::CString;
 use std::io::{BufRead, Read, Write};
 
@@ -98,6 +101,23 @@ fn run_mode(args: &[String]) -> ! {
             });
             let _ = thread.join();
             exit_group(103)
+        }
+        Some("request") => {
+            let (Some(socket), Some(line)) = (args.get(1), args.get(2)) else {
+                eprintln!("usage: testproc request SOCKET LINE");
+                std::process::exit(100)
+            };
+            let mut stream = std::os::unix::net::UnixStream::connect(socket)
+                .unwrap_or_else(|e| panic!("connect {socket}: {e}"));
+            stream
+                .write_all(format!("{line}\n").as_bytes())
+                .expect("send the request");
+            let mut reply = String::new();
+            std::io::BufReader::new(stream)
+                .read_line(&mut reply)
+                .expect("read the reply");
+            print!("{reply}");
+            std::process::exit(0)
         }
         Some("named") => {
             let name = CString::new(args.get(1).cloned().unwrap_or_default()).unwrap();
