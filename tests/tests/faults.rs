@@ -871,3 +871,57 @@ fn garbage_lines_get_json_errors_and_change_nothing() {
         refused.get()
     );
 }
+
+/// With its descriptors used up by one user's connections (the connection limits raised
+/// out of the way), the daemon still accepts, sees who connects, refuses that user and
+/// serves root, through the descriptor it keeps spare.
+#[test]
+fn out_of_descriptors_the_daemon_still_serves_root() {
+    if !privileged("out_of_descriptors_the_daemon_still_serves_root") {
+        return;
+    }
+    const TRIED: usize = 80;
+    let daemon = Daemon::start_under(
+        &["prlimit", "--nofile=64:64", "--"],
+        None,
+        &[
+            "--sources",
+            "pidfd",
+            "--max-connections-per-uid",
+            "1000",
+            "--max-connections",
+            "1000",
+        ],
+    );
+    open_socket_to_everyone(&daemon);
+    let mut flood: Vec<ClientAs> = Vec::new();
+    let mut refused = 0;
+    for _ in 0..TRIED {
+        let mut client = ClientAs::connect(&daemon, FLOODER);
+        match client.request(&json!({"op": "status"})) {
+            Some(reply) if reply["ok"] == true => {}
+            Some(reply) => {
+                assert_eq!(reply["error"]["code"], "too_many_connections", "{reply}");
+                let message = reply["error"]["message"].as_str().unwrap_or_default();
+                assert!(message.contains("file descriptors"), "{reply}");
+                refused += 1;
+            }
+            None => panic!("a connection closed without a word"),
+        }
+        flood.push(client);
+    }
+    assert!(
+        refused > 0,
+        "the flood never ran the daemon out of descriptors"
+    );
+    let status = daemon.request(json!({"op": "status"}));
+    assert_eq!(status["ok"], true, "root is served: {status}");
+    let limits = &status["status"]["limits"]["connections"];
+    assert_eq!(limits["refused"]["file_descriptors"], refused, "{limits}");
+    assert_eq!(
+        limit_lines(&daemon),
+        1,
+        "one line, not one per refusal:\n{}",
+        daemon.log()
+    );
+}
