@@ -2141,6 +2141,7 @@ mod tests {
         use std::io::{Seek, SeekFrom, Write};
         let db = Db::new();
         let mut store = db.open();
+        let damaged_store = store.store_id().unwrap();
         for i in 0..200 {
             let labels = BTreeMap::from([("pad".to_owned(), "x".repeat(300))]);
             store
@@ -2177,6 +2178,11 @@ mod tests {
             (1..=200).contains(&kept.len()),
             "{} sessions read back",
             kept.len()
+        );
+        assert_ne!(
+            db.open().store_id().unwrap(),
+            damaged_store,
+            "a recovered database is a new store: its consumers are told to start over"
         );
     }
 
