@@ -14,9 +14,10 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use liveness::identity::{ProcRoot, ProcessKey};
-use liveness::source::DetectedBy;
-use liveness::source::monitor::{Monitor, MonitorConfig, Selection};
+use liveness_common::exit::DetectedBy;
+use liveness_common::identity::ProcessKey;
+use liveness_daemon::source::monitor::{Monitor, MonitorConfig, Selection};
+use liveness_proc::identity::ProcRoot;
 
 use crate::procs::monotonic_ns;
 

@@ -667,7 +667,7 @@ impl ProgramCost {
     /// The totals now, over every loaded copy of the program (one per running daemon; the
     /// kernel truncates program names to 15 bytes).
     fn now() -> Result<ProgramCost> {
-        let name = &liveness_common::PROGRAM_NAME.as_bytes()[..15];
+        let name = &liveness_common::record::PROGRAM_NAME.as_bytes()[..15];
         let mut total = ProgramCost::default();
         for info in aya::programs::loaded_programs() {
             let info = info.context("listing eBPF programs")?;

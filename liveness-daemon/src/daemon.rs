@@ -16,13 +16,14 @@ use tokio::sync::{mpsc, watch};
 use tracing_subscriber::EnvFilter;
 
 use crate::engine::{Engine, EngineConfig};
-use crate::identity::ProcRoot;
 use crate::limits::{Limits, LimitsConfig};
-use crate::paths::{DirUse, Env};
 use crate::source::ebpf::EbpfConfig;
 use crate::source::monitor::{Monitor, MonitorConfig, Selection};
 use crate::source::pidfd::PidfdConfig;
 use crate::store::Store;
+use crate::trust::DirUse;
+use liveness_proc::identity::ProcRoot;
+use liveness_proc::paths::Env;
 
 /// Commands queued from connections to the engine; connections wait when it is full.
 const ENGINE_QUEUE: usize = 1024;
@@ -181,7 +182,7 @@ enum StartError {
     )]
     NoStateDir,
     #[error("refusing an unsafe directory: {0}")]
-    Untrusted(#[from] crate::paths::UntrustedDir),
+    Untrusted(#[from] crate::trust::UntrustedDir),
     #[error("the {0} task ended unexpectedly")]
     TaskEnded(&'static str),
     #[error("the {task} task failed: {error}")]
@@ -295,7 +296,7 @@ fn create_dir(path: &Path, usage: DirUse) -> Result<(), StartError> {
         // must let everyone in.
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
     }
-    crate::paths::check_dir(path, rustix::process::geteuid().as_raw(), usage)?;
+    crate::trust::check_dir(path, rustix::process::geteuid().as_raw(), usage)?;
     Ok(())
 }
 
@@ -449,7 +450,7 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
         .collect();
     let about = serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
-        "protocol": crate::protocol::PROTOCOL_VERSION,
+        "protocol": liveness_common::protocol::PROTOCOL_VERSION,
         "pid": std::process::id(),
         "socket": socket,
         "state_dir": state_dir,

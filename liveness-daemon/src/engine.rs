@@ -16,16 +16,17 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::identity::{Identity, IdentityError, Liveness, ProcRoot, ProcessKey};
 use crate::limits::{Limits, SessionUsage};
-use crate::protocol::{
+use crate::source::ExitObservation;
+use crate::source::monitor::{Monitor, MonitorStatus};
+use crate::store::{ListQuery, NewSession, OwnerDeath, Store, StoreError};
+use liveness_common::exit::DetectedBy;
+use liveness_common::identity::{Identity, ProcessKey};
+use liveness_common::protocol::{
     ErrorBody, ErrorCode, OwnerSpec, PidOwner, PidfdOwner, Reply, Request, StreamMessage,
 };
-use crate::source::monitor::{Monitor, MonitorStatus};
-use crate::source::{DetectedBy, ExitObservation};
-use crate::store::{
-    EndReason, Event, ListQuery, NewSession, OwnerDeath, Phase, Session, Store, StoreError,
-};
+use liveness_common::session::{EndReason, Event, Phase, Session};
+use liveness_proc::identity::{IdentityError, Liveness, ProcRoot};
 
 /// Most exits committed in one transaction when they arrive together.
 const MAX_BATCH: usize = 1024;

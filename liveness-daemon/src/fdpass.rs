@@ -1,4 +1,5 @@
-//! File descriptors passed with request lines (`SCM_RIGHTS`), both ends.
+//! File descriptors passed with request lines (`SCM_RIGHTS`), the daemon's end (the
+//! client's is `liveness_client::fdpass`).
 //!
 //! A client sends a request line in one `sendmsg` with the descriptors attached (a pidfd
 //! naming a session's owner). A `recvmsg` on a Unix stream socket may return earlier
@@ -10,24 +11,19 @@
 //! [`OwnedFd`]s: whatever no request claims is closed, never leaked.
 
 use std::collections::VecDeque;
-use std::io::{self, IoSlice, IoSliceMut, Write};
+use std::io::{self, IoSliceMut};
 use std::mem::MaybeUninit;
 use std::ops::Range;
-use std::os::fd::{BorrowedFd, OwnedFd};
-use std::os::unix::net::UnixStream as StdUnixStream;
+use std::os::fd::OwnedFd;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use rustix::net::{
-    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags,
-};
+use liveness_common::protocol::MAX_FDS_PER_MESSAGE;
+use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
 use tokio::io::{AsyncRead, Interest, ReadBuf};
 use tokio::net::UnixStream;
 use tokio::net::unix::OwnedReadHalf;
 
-/// Most descriptors accepted with one message; the kernel closes any beyond (`MSG_CTRUNC`).
-pub const MAX_FDS_PER_MESSAGE: usize = 4;
 /// Most descriptors a connection holds while their lines are read; older ones are closed
 /// first when more arrive, so a client cannot pile up descriptors in the daemon.
 pub const MAX_HELD_FDS: usize = 8;
@@ -120,44 +116,13 @@ impl AsyncRead for FdReader {
     }
 }
 
-/// Writes `bytes` to a blocking stream with `fds` attached to the first of them.
-pub fn send_with_fds(
-    stream: &mut StdUnixStream,
-    bytes: &[u8],
-    fds: &[BorrowedFd<'_>],
-) -> io::Result<()> {
-    if fds.is_empty() {
-        return stream.write_all(bytes);
-    }
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS_PER_MESSAGE))];
-    let mut control = SendAncillaryBuffer::new(&mut space);
-    if fds.len() > MAX_FDS_PER_MESSAGE || !control.push(SendAncillaryMessage::ScmRights(fds)) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("at most {MAX_FDS_PER_MESSAGE} descriptors go with one request"),
-        ));
-    }
-    let sent = loop {
-        match rustix::net::sendmsg(
-            &*stream,
-            &[IoSlice::new(bytes)],
-            &mut control,
-            SendFlags::NOSIGNAL,
-        ) {
-            Ok(sent) => break sent,
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    };
-    // The descriptors went with the first byte; the rest is plain data.
-    stream.write_all(&bytes[sent..])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use liveness_client::fdpass::send_with_fds;
     use std::os::fd::AsFd;
     use std::os::unix::fs::MetadataExt;
+    use std::os::unix::net::UnixStream as StdUnixStream;
     use tokio::io::{AsyncBufReadExt, BufReader};
 
     fn inode(fd: &OwnedFd) -> u64 {

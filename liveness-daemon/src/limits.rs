@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::protocol::{ErrorBody, ErrorCode};
-use crate::store::{Event, EventKind, Session};
+use liveness_common::protocol::{ErrorBody, ErrorCode};
+use liveness_common::session::{Event, EventKind, Session};
 
 /// How often one limit may log that it refused something.
 const LOG_EVERY: Duration = Duration::from_secs(60);

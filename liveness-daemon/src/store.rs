@@ -14,11 +14,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, TransactionBehavior, params};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 
-use crate::identity::{DeathReason, Identity};
-use crate::source::{DetectedBy, ExitStatus};
+use liveness_common::exit::{DetectedBy, ExitStatus};
+use liveness_common::identity::Identity;
+use liveness_common::session::{EndReason, Event, EventKind, Phase, Session};
 
 /// Longest accepted session id, in bytes.
 pub const MAX_ID_LEN: usize = 256;
@@ -237,136 +238,35 @@ pub enum StoreError {
     Json(#[from] serde_json::Error),
 }
 
-/// Lifecycle phase of a session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    Active,
-    Ended,
-}
-
-/// Why a session ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EndReason {
-    OwnerExited,
-    /// The owner's PID now belongs to another process: the owner died unseen.
-    OwnerReused,
-    Reboot,
-    /// A client stopped it explicitly.
-    Stopped,
-    /// No activity within the inactivity timeout.
-    Timeout,
-    /// A pending session was never renamed to its real id in time.
-    PendingExpired,
-}
-
-impl From<DeathReason> for EndReason {
-    fn from(reason: DeathReason) -> EndReason {
-        match reason {
-            DeathReason::Exited => EndReason::OwnerExited,
-            DeathReason::PidReused => EndReason::OwnerReused,
-            DeathReason::Rebooted => EndReason::Reboot,
-        }
+/// An event about `session` as it is now, before its seq is assigned.
+fn event_about(kind: EventKind, session: &Session, at_ms: i64) -> Event {
+    Event {
+        seq: 0,
+        kind,
+        at_ms,
+        session: session.id.clone(),
+        owner: session.owner.clone(),
+        previous_owner: None,
+        previous_session: None,
+        reason: None,
+        exit: None,
+        detected_by: None,
+        observed_ms: None,
+        died_ms: None,
+        labels: session.labels.clone(),
+        creator_uid: session.creator_uid,
     }
 }
 
-/// A session as stored. JSON field names are public protocol.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Session {
-    pub id: String,
-    pub owner: Identity,
-    pub phase: Phase,
-    /// Registered under a placeholder id until the real one is known (see [`Store::rename`]).
-    pub pending: bool,
-    pub reason: Option<EndReason>,
-    pub exit: Option<ExitStatus>,
-    pub detected_by: Option<DetectedBy>,
-    pub creator_uid: u32,
-    pub labels: BTreeMap<String, String>,
-    pub created_ms: i64,
-    pub updated_ms: i64,
-    /// Last activity, for the inactivity timeout.
-    pub touched_ms: i64,
-    pub ended_ms: Option<i64>,
-    pub pending_expires_ms: Option<i64>,
-}
-
-/// Kind of an event; serialized as `session.<kind>`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum EventKind {
-    #[serde(rename = "session.registered")]
-    Registered,
-    #[serde(rename = "session.owner_changed")]
-    OwnerChanged,
-    #[serde(rename = "session.renamed")]
-    Renamed,
-    #[serde(rename = "session.ended")]
-    Ended,
-}
-
-/// One entry of the event stream, exactly as subscribers receive it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Event {
-    pub seq: u64,
-    pub kind: EventKind,
-    pub at_ms: i64,
-    pub session: String,
-    pub owner: Identity,
-    /// `session.owner_changed`: the owner that was replaced.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub previous_owner: Option<Identity>,
-    /// `session.renamed`: the old (pending) id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub previous_session: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<EndReason>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exit: Option<ExitStatus>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub detected_by: Option<DetectedBy>,
-    /// When a source learned of the death (`at_ms` is when it was committed).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_ms: Option<i64>,
-    /// When the owner died, by the kernel's clock: only where the source reads it (eBPF).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub died_ms: Option<i64>,
-    #[serde(default)]
-    pub labels: BTreeMap<String, String>,
-    /// The uid that registered the session: non-root subscribers see only their own.
-    pub creator_uid: u32,
-}
-
-impl Event {
-    /// An event about `session` as it is now, before its seq is assigned.
-    fn about(kind: EventKind, session: &Session, at_ms: i64) -> Event {
-        Event {
-            seq: 0,
-            kind,
-            at_ms,
-            session: session.id.clone(),
-            owner: session.owner.clone(),
-            previous_owner: None,
-            previous_session: None,
-            reason: None,
-            exit: None,
-            detected_by: None,
-            observed_ms: None,
-            died_ms: None,
-            labels: session.labels.clone(),
-            creator_uid: session.creator_uid,
-        }
-    }
-
-    fn ended(session: &Session, ending: &Ending) -> Event {
-        Event {
-            reason: session.reason,
-            exit: session.exit,
-            detected_by: session.detected_by,
-            observed_ms: ending.observed_ms,
-            died_ms: ending.died_ms,
-            ..Event::about(EventKind::Ended, session, ending.now_ms)
-        }
+/// The `session.ended` event of a session that `ending` just ended.
+fn event_ended(session: &Session, ending: &Ending) -> Event {
+    Event {
+        reason: session.reason,
+        exit: session.exit,
+        detected_by: session.detected_by,
+        observed_ms: ending.observed_ms,
+        died_ms: ending.died_ms,
+        ..event_about(EventKind::Ended, session, ending.now_ms)
     }
 }
 
@@ -729,7 +629,7 @@ impl Store {
                     pending_expires_ms: req.pending_expires_ms.filter(|_| req.pending),
                 };
                 insert_session(&tx, &session)?;
-                let event = append(&tx, Event::about(EventKind::Registered, &session, now_ms))?;
+                let event = append(&tx, event_about(EventKind::Registered, &session, now_ms))?;
                 Registered {
                     session,
                     event: Some(event),
@@ -773,7 +673,7 @@ impl Store {
                     &tx,
                     Event {
                         previous_owner: Some(previous),
-                        ..Event::about(EventKind::OwnerChanged, &session, now_ms)
+                        ..event_about(EventKind::OwnerChanged, &session, now_ms)
                     },
                 )?;
                 Registered {
@@ -819,7 +719,7 @@ impl Store {
             &tx,
             Event {
                 previous_session: Some(id.to_owned()),
-                ..Event::about(EventKind::Renamed, &session, now_ms)
+                ..event_about(EventKind::Renamed, &session, now_ms)
             },
         )?;
         tx.commit()?;
@@ -1548,7 +1448,7 @@ fn end_selected(
         session.detected_by = ending.detected_by;
         session.ended_ms = Some(ending.now_ms);
         session.updated_ms = ending.now_ms;
-        events.push(append(tx, Event::ended(&session, ending))?);
+        events.push(append(tx, event_ended(&session, ending))?);
     }
     Ok(events)
 }
@@ -2801,20 +2701,6 @@ mod tests {
         assert_eq!(ended["detected_by"], "ebpf");
         assert_eq!(ended["exit"]["kind"], "signaled");
         assert_eq!(ended["observed_ms"], NOW - 1);
-    }
-
-    #[test]
-    fn death_reasons_map_to_end_reasons() {
-        assert_eq!(EndReason::from(DeathReason::Exited), EndReason::OwnerExited);
-        assert_eq!(
-            EndReason::from(DeathReason::PidReused),
-            EndReason::OwnerReused
-        );
-        assert_eq!(EndReason::from(DeathReason::Rebooted), EndReason::Reboot);
-        assert_eq!(
-            serde_json::to_string(&EndReason::PendingExpired).unwrap(),
-            r#""pending_expired""#
-        );
     }
 
     #[test]

@@ -41,6 +41,8 @@ pub fn binary(name: &str) -> PathBuf {
             "-p",
             "liveness-daemon",
             "-p",
+            "liveness-cli",
+            "-p",
             "integration-tests",
             "--bins",
         ]);

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use integration_tests::{Daemon, binary, eventually, privileged};
-use liveness::source::diagnose::Release;
+use liveness_proc::diagnose::Release;
 use serde_json::{Value, json};
 
 const ARRIVAL: Duration = Duration::from_secs(20);

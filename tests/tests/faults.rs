@@ -845,7 +845,7 @@ fn garbage_lines_get_json_errors_and_change_nothing() {
         ..ProptestConfig::default()
     });
     let outcome = runner.run(&garbage_lines(), |line| {
-        if liveness::protocol::parse_request(&line).is_ok()
+        if liveness_common::protocol::parse_request(&line).is_ok()
             || line.iter().all(u8::is_ascii_whitespace)
         {
             // A valid request (by chance) would change state; a blank line has no reply.

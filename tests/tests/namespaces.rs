@@ -9,8 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use integration_tests::{Daemon, Orphan, binary, privileged, start_ticks};
-use liveness::client::Client;
-use liveness::protocol::{OwnerSpec, PidfdOwner, Request};
+use liveness_client::Client;
+use liveness_common::protocol::{OwnerSpec, PidfdOwner, Request};
 use serde_json::{Value, json};
 
 const QUIET: Duration = Duration::from_millis(600);
@@ -99,7 +99,7 @@ fn kernel_has_pidfs() -> bool {
     let own = rustix::process::getpid();
     let pidfd = rustix::process::pidfd_open(own, rustix::process::PidfdFlags::empty())
         .expect("pidfd_open of ourselves");
-    liveness::identity::pidfs_ino(pidfd.as_fd()).is_some()
+    liveness_proc::identity::pidfs_ino(pidfd.as_fd()).is_some()
 }
 
 #[test]

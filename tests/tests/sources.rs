@@ -5,10 +5,11 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use integration_tests::{Orphan, OrphanGroup, eventually, privileged, state};
-use liveness::identity::{DeathReason, ProcessKey};
-use liveness::source::ebpf::EbpfConfig;
-use liveness::source::monitor::{Monitor, MonitorConfig, SourceName};
-use liveness::source::{DetectedBy, ExitObservation, ExitStatus};
+use liveness_common::exit::{DetectedBy, ExitStatus};
+use liveness_common::identity::{DeathReason, ProcessKey};
+use liveness_daemon::source::ExitObservation;
+use liveness_daemon::source::ebpf::EbpfConfig;
+use liveness_daemon::source::monitor::{Monitor, MonitorConfig, SourceName};
 
 /// How long a death may take to arrive before the test fails (generous: shared machines).
 const ARRIVAL: Duration = Duration::from_secs(10);

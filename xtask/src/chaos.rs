@@ -23,6 +23,8 @@ const STEPS: &[(&str, &[&str])] = &[
         "protocol fuzz: parser and line reader",
         &[
             "-p",
+            "liveness-common",
+            "-p",
             "liveness-daemon",
             "--lib",
             "--",

@@ -195,6 +195,8 @@ fn bench(quick: bool, smoke: bool, json: Option<PathBuf>, part: Option<String>) 
             "-p",
             "liveness-daemon",
             "-p",
+            "liveness-cli",
+            "-p",
             "liveness-bench",
             "--bins",
         ])

@@ -33,6 +33,15 @@ const ARCHIVED_SUITES: &[(&str, &str)] = &[("5.10", "bullseye")];
 const LEGS_BINARY: &str = "fallbacks";
 
 const TARGET: &str = "x86_64-unknown-linux-gnu";
+/// Every crate whose tests run in the guests, and those that build the programs.
+const PACKAGES: &[&str] = &[
+    "liveness-common",
+    "liveness-proc",
+    "liveness-client",
+    "liveness-cli",
+    "liveness-daemon",
+    "integration-tests",
+];
 /// The binaries the tests run, from `LIVENESS_BIN_DIR` (`/bin` in the guest).
 const PROGRAMS: &[&str] = &["livenessd", "liveness", "testproc", "seccomp-deny"];
 const INSTALL_HINT: &str = "apt-get install -y qemu-system-x86 busybox-static bash-static cpio";
@@ -203,7 +212,7 @@ fn build(root: &Path, work: &Path) -> Result<Built> {
                 TARGET,
                 "--message-format=json-render-diagnostics",
             ])
-            .args(["-p", "liveness-daemon", "-p", "integration-tests"])
+            .args(PACKAGES.iter().flat_map(|package| ["-p", package]))
             .env("RUSTFLAGS", "-C target-feature=+crt-static")
             .env("CARGO_TARGET_DIR", work.join("build"))
             // Debug info would triple the initramfs; backtraces keep their symbols.

@@ -1,4 +1,4 @@
-//! `livenessd`: the daemon. All logic lives in `liveness::daemon`.
+//! `livenessd`: the daemon. All logic lives in `liveness_daemon::daemon`.
 fn main() -> std::process::ExitCode {
-    liveness::daemon::main()
+    liveness_daemon::daemon::main()
 }

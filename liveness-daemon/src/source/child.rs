@@ -76,8 +76,8 @@ impl Drop for ProbeChild {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::identity::ProcRoot;
-    use crate::source::ExitStatus;
+    use liveness_common::exit::ExitStatus;
+    use liveness_proc::identity::ProcRoot;
 
     #[test]
     fn lives_until_released_then_exits_with_its_code() {

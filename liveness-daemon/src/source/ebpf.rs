@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 use aya::maps::{HashMap, Map, MapData, MapError, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, ProgramError};
 use aya::{Btf, BtfError, Ebpf, EbpfLoader};
-use liveness_common::{
+use liveness_common::record::{
     COUNTER_EMITTED, COUNTER_LOST, ExitRecord, MAP_COUNTERS, MAP_EXITS, MAP_TRACKED, PROGRAM_NAME,
 };
 use serde::{Deserialize, Serialize};
@@ -21,11 +21,11 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
 use super::child::ProbeChild;
-use super::diagnose::{self, Denial};
-use super::{
-    DetectedBy, ExitObservation, ExitSource, ExitStatus, SourceEvent, SourceStats, TrackError,
-};
-use crate::identity::{DeathReason, ProcRoot, ProcessKey};
+use super::{ExitObservation, ExitSource, SourceEvent, SourceStats, TrackError};
+use liveness_common::exit::{DetectedBy, ExitStatus};
+use liveness_common::identity::{DeathReason, ProcessKey};
+use liveness_proc::diagnose::{self, Denial};
+use liveness_proc::identity::ProcRoot;
 
 /// The compiled program; `cargo xtask build-ebpf --check` verifies it matches its source.
 static OBJECT: &[u8] = aya::include_bytes_aligned!("../../../liveness-ebpf/liveness.bpf.o");
@@ -539,8 +539,8 @@ mod tests {
     use object::{Object, ObjectSection};
 
     use super::*;
-    use crate::identity::ProcRoot;
     use crate::source::testutil::{PATIENCE, Proc, QUIET, privileged};
+    use liveness_proc::identity::ProcRoot;
 
     /// Selects a mode of [`helper_main`] in a re-executed test binary.
     const HELPER_ENV: &str = "LIVENESS_EBPF_TEST_HELPER";
@@ -699,7 +699,7 @@ mod tests {
         }
     }
 
-    fn stat_of(pid: u32) -> crate::identity::Stat {
+    fn stat_of(pid: u32) -> liveness_proc::identity::Stat {
         ProcRoot::default()
             .stat(pid)
             .unwrap_or_else(|error| panic!("reading /proc/{pid}/stat: {error}"))

@@ -22,8 +22,10 @@ use tokio::sync::mpsc;
 use super::ebpf::{EbpfConfig, EbpfSource, SelfTest};
 use super::pidfd::{PidfdConfig, PidfdSource};
 use super::procpoll::{DEFAULT_INTERVAL, ProcpollSource};
-use super::{DetectedBy, ExitObservation, ExitSource, SourceEvent, SourceStats, TrackError};
-use crate::identity::{Liveness, ProcRoot, ProcessKey};
+use super::{ExitObservation, ExitSource, SourceEvent, SourceStats, TrackError};
+use liveness_common::exit::DetectedBy;
+use liveness_common::identity::ProcessKey;
+use liveness_proc::identity::{Liveness, ProcRoot};
 
 /// Events buffered between the sources and the monitor by default. When full, sources
 /// wait (see the module docs of [`super`]).
@@ -708,7 +710,7 @@ fn arm(source: &mut dyn ExitSource, key: ProcessKey, gone: &mut bool) -> bool {
 }
 
 /// A death found by re-checking `/proc`.
-fn reconciled(key: ProcessKey, reason: crate::identity::DeathReason) -> ExitObservation {
+fn reconciled(key: ProcessKey, reason: liveness_common::identity::DeathReason) -> ExitObservation {
     ExitObservation {
         key,
         reason,
@@ -722,8 +724,8 @@ fn reconciled(key: ProcessKey, reason: crate::identity::DeathReason) -> ExitObse
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::ExitStatus;
     use crate::source::testutil::Proc;
+    use liveness_common::exit::ExitStatus;
 
     /// A report without a status (a pidfd's, before the reap) must not hide the status the
     /// eBPF program already wrote into the ring for the same death.
@@ -746,7 +748,7 @@ mod tests {
         // The record is in the ring; nothing has read it yet.
         monitor.accept(SourceEvent::Exit(ExitObservation {
             key,
-            reason: crate::identity::DeathReason::Exited,
+            reason: liveness_common::identity::DeathReason::Exited,
             status: None,
             detected_by: DetectedBy::Pidfd,
             at: SystemTime::now(),

@@ -24,12 +24,11 @@ use tokio::task::AbortHandle;
 use tracing::{debug, warn};
 
 use super::child::ProbeChild;
-use super::diagnose::{self, Denial};
-use super::{
-    DetectedBy, EventSink, ExitObservation, ExitSource, ExitStatus, SourceEvent, SourceStats,
-    TrackError,
-};
-use crate::identity::{DeathReason, IdentityError, Liveness, ProcRoot, ProcessKey};
+use super::{EventSink, ExitObservation, ExitSource, SourceEvent, SourceStats, TrackError};
+use liveness_common::exit::{DetectedBy, ExitStatus};
+use liveness_common::identity::{DeathReason, ProcessKey};
+use liveness_proc::diagnose::{self, Denial};
+use liveness_proc::identity::{IdentityError, Liveness, ProcRoot};
 
 /// Why the pidfd source cannot run.
 #[derive(Debug, thiserror::Error)]

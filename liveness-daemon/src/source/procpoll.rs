@@ -18,10 +18,10 @@ use tokio::task::AbortHandle;
 use tokio::time::MissedTickBehavior;
 use tracing::debug;
 
-use super::{
-    DetectedBy, EventSink, ExitObservation, ExitSource, SourceEvent, SourceStats, TrackError,
-};
-use crate::identity::{Liveness, ProcRoot, ProcessKey};
+use super::{EventSink, ExitObservation, ExitSource, SourceEvent, SourceStats, TrackError};
+use liveness_common::exit::DetectedBy;
+use liveness_common::identity::ProcessKey;
+use liveness_proc::identity::{Liveness, ProcRoot};
 
 /// Time between two sweeps unless configured otherwise.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
@@ -164,8 +164,8 @@ mod tests {
     use tokio::sync::mpsc;
 
     use super::*;
-    use crate::identity::DeathReason;
     use crate::source::testutil::{PATIENCE, Proc, assert_quiet, next_exit};
+    use liveness_common::identity::DeathReason;
 
     const FAST: Duration = Duration::from_millis(20);
 

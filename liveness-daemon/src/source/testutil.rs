@@ -6,7 +6,8 @@ use std::time::Duration;
 use tokio::sync::mpsc::Receiver;
 
 use super::{ExitObservation, SourceEvent};
-use crate::identity::{ProcRoot, ProcessKey};
+use liveness_common::identity::ProcessKey;
+use liveness_proc::identity::ProcRoot;
 
 /// How long a test waits for an observation that must come. Generous: machines are noisy,
 /// and a correct run never waits this long.

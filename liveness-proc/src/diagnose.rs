@@ -238,6 +238,23 @@ pub fn explain(syscall: &Syscall, error: Option<i32>) -> Option<Denial> {
     )
 }
 
+/// Whether this process could use `syscall` as an exit source needs it: `None` when the
+/// harmless probe reached the kernel and no capability it needs is missing, else why not.
+/// Loads nothing, so `liveness doctor` can ask it without linking the daemon.
+pub fn availability(syscall: &Syscall) -> Option<Denial> {
+    let restrictions = Restrictions::of_this_thread();
+    match Probe::from_errno((syscall.probe)().raw_os_error()) {
+        Probe::Reached if restrictions.missing(syscall.needs).is_empty() => None,
+        probe => classify(
+            syscall,
+            probe,
+            Some(libc::EPERM),
+            Release::running(),
+            &restrictions,
+        ),
+    }
+}
+
 /// What the harmless call of a syscall returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Probe {

@@ -1,6 +1,9 @@
-//! A blocking client for the daemon's socket, used by the `liveness` CLI.
+//! A client for livenessd's socket: typed requests and replies, and the event stream.
 //!
 //! One request, one reply line; after `subscribe`, stream lines until the daemon closes.
+//! The vocabulary is `liveness_common`'s; the `liveness` CLI is built on this crate.
+
+pub mod fdpass;
 
 use std::io::{self, BufRead, BufReader};
 use std::os::fd::BorrowedFd;
@@ -9,8 +12,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use liveness_common::protocol::{PROTOCOL_VERSION, Reply, Request, StreamMessage};
+
 use crate::fdpass::send_with_fds;
-use crate::protocol::{PROTOCOL_VERSION, Reply, Request, StreamMessage};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {

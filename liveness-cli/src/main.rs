@@ -1,4 +1,4 @@
-//! The `liveness` command-line client.
+//! `liveness`: the command-line client of livenessd, built on `liveness-client`.
 //!
 //! Exit codes are part of the interface (documented in `--help` and README):
 //! 0 alive / success, 1 dead, 2 unknown, and the sysexits(3) range for failures.
@@ -13,16 +13,16 @@ use std::collections::BTreeMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use crate::client::{Client, ClientError, Cursor};
-use crate::identity::{DeathReason, Identity, IdentityError, Liveness, ProcRoot};
-use crate::paths::Env;
-use crate::protocol::{
+use liveness_client::{Client, ClientError, Cursor};
+use liveness_common::exit::{DetectedBy, ExitStatus};
+use liveness_common::identity::{DeathReason, Identity};
+use liveness_common::protocol::{
     AutoOwner, ErrorCode, OwnerSpec, PidOwner, PidfdOwner, Reply, Request, StreamMessage,
 };
-use crate::source::diagnose::Restrictions;
-use crate::source::monitor::{MonitorConfig, probe};
-use crate::source::{DetectedBy, ExitStatus};
-use crate::store::{EndReason, Event, EventKind, Phase, Session};
+use liveness_common::session::{EndReason, Event, EventKind, Phase, Session};
+use liveness_proc::diagnose::{self, Restrictions};
+use liveness_proc::identity::{IdentityError, Liveness, ProcRoot};
+use liveness_proc::paths::Env;
 
 /// Process exit codes of the `liveness` CLI.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -285,7 +285,7 @@ fn parse_label(text: &str) -> Result<(String, String), String> {
 }
 
 /// Parses the command line and runs the command.
-pub fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -995,16 +995,6 @@ reached (the client part is still printed) or has no active source, 70 internal 
 /// process could start (a daemon without CAP_BPF must not look able to run eBPF because
 /// the client has it).
 fn doctor(socket: &Path, json: bool) -> Exit {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("liveness: cannot start a runtime: {e}");
-            return Exit::Software;
-        }
-    };
     let (daemon, daemon_error) =
         match Client::connect(socket).and_then(|mut client| client.call(&Request::Status {})) {
             Ok(Reply {
@@ -1021,7 +1011,7 @@ fn doctor(socket: &Path, json: bool) -> Exit {
             ),
             Err(e) => (None, Some(e.to_string())),
         };
-    let sources = runtime.block_on(probe(&MonitorConfig::default()));
+    let sources = client_sources();
     let restrictions = Restrictions::of_this_thread();
     let client = serde_json::json!({
         "pid": std::process::id(),
@@ -1078,6 +1068,32 @@ fn doctor(socket: &Path, json: bool) -> Exit {
     } else {
         Exit::Unavailable
     }
+}
+
+/// What this process could start, by probing the syscalls each source needs (harmlessly:
+/// nothing is loaded, so the CLI needs no eBPF loader).
+fn client_sources() -> serde_json::Value {
+    let source = |name: &str, denial: Option<String>| match denial {
+        None => serde_json::json!({"name": name, "state": "available"}),
+        Some(reason) => serde_json::json!({"name": name, "state": "off", "reason": reason}),
+    };
+    let btf = std::path::Path::new("/sys/kernel/btf/vmlinux");
+    let ebpf = diagnose::availability(&diagnose::BPF)
+        .map(|denial| denial.to_string())
+        .or_else(|| {
+            (!btf.exists()).then(|| {
+                format!(
+                    "the kernel lacks BTF ({}): it needs CONFIG_DEBUG_INFO_BTF=y",
+                    btf.display()
+                )
+            })
+        });
+    let pidfd = diagnose::availability(&diagnose::PIDFD_OPEN).map(|denial| denial.to_string());
+    serde_json::json!([
+        source("ebpf", ebpf),
+        source("pidfd", pidfd),
+        source("procpoll", None),
+    ])
 }
 
 /// The daemon part of `doctor`: who answered and its sources, as its status has them.

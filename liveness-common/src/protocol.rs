@@ -11,12 +11,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::identity::Identity;
-use crate::store::{Event, Phase, Session};
+use crate::session::{Event, Phase, Session};
 
 /// The protocol version this build speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
 /// Longest request line accepted, newline included. Longer lines get an error and are skipped.
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
+/// Most descriptors passed with one request line; the kernel closes any beyond
+/// (`MSG_CTRUNC`).
+pub const MAX_FDS_PER_MESSAGE: usize = 4;
 /// Sessions in a `list` page when the request sets no `limit`.
 pub const DEFAULT_LIST_PAGE: usize = 1000;
 /// Most sessions in one `list` page, so that no listing holds a reader for long.

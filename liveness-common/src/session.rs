@@ -1,0 +1,127 @@
+//! Sessions and the events of the stream, as the daemon stores and sends them.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::exit::{DetectedBy, ExitStatus};
+use crate::identity::{DeathReason, Identity};
+
+/// Lifecycle phase of a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Active,
+    Ended,
+}
+
+/// Why a session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndReason {
+    OwnerExited,
+    /// The owner's PID now belongs to another process: the owner died unseen.
+    OwnerReused,
+    Reboot,
+    /// A client stopped it explicitly.
+    Stopped,
+    /// No activity within the inactivity timeout.
+    Timeout,
+    /// A pending session was never renamed to its real id in time.
+    PendingExpired,
+}
+
+impl From<DeathReason> for EndReason {
+    fn from(reason: DeathReason) -> EndReason {
+        match reason {
+            DeathReason::Exited => EndReason::OwnerExited,
+            DeathReason::PidReused => EndReason::OwnerReused,
+            DeathReason::Rebooted => EndReason::Reboot,
+        }
+    }
+}
+
+/// A session as stored. JSON field names are public protocol.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Session {
+    pub id: String,
+    pub owner: Identity,
+    pub phase: Phase,
+    /// Registered under a placeholder id until the real one is known (renamed with the `rename` request).
+    pub pending: bool,
+    pub reason: Option<EndReason>,
+    pub exit: Option<ExitStatus>,
+    pub detected_by: Option<DetectedBy>,
+    pub creator_uid: u32,
+    pub labels: BTreeMap<String, String>,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+    /// Last activity, for the inactivity timeout.
+    pub touched_ms: i64,
+    pub ended_ms: Option<i64>,
+    pub pending_expires_ms: Option<i64>,
+}
+
+/// Kind of an event; serialized as `session.<kind>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventKind {
+    #[serde(rename = "session.registered")]
+    Registered,
+    #[serde(rename = "session.owner_changed")]
+    OwnerChanged,
+    #[serde(rename = "session.renamed")]
+    Renamed,
+    #[serde(rename = "session.ended")]
+    Ended,
+}
+
+/// One entry of the event stream, exactly as subscribers receive it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub seq: u64,
+    pub kind: EventKind,
+    pub at_ms: i64,
+    pub session: String,
+    pub owner: Identity,
+    /// `session.owner_changed`: the owner that was replaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_owner: Option<Identity>,
+    /// `session.renamed`: the old (pending) id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_session: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<EndReason>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<ExitStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detected_by: Option<DetectedBy>,
+    /// When a source learned of the death (`at_ms` is when it was committed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_ms: Option<i64>,
+    /// When the owner died, by the kernel's clock: only where the source reads it (eBPF).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub died_ms: Option<i64>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// The uid that registered the session: non-root subscribers see only their own.
+    pub creator_uid: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn death_reasons_map_to_end_reasons() {
+        assert_eq!(EndReason::from(DeathReason::Exited), EndReason::OwnerExited);
+        assert_eq!(
+            EndReason::from(DeathReason::PidReused),
+            EndReason::OwnerReused
+        );
+        assert_eq!(EndReason::from(DeathReason::Rebooted), EndReason::Reboot);
+        assert_eq!(
+            serde_json::to_string(&EndReason::PendingExpired).unwrap(),
+            r#""pending_expired""#
+        );
+    }
+}

@@ -1,0 +1,12 @@
+//! Facts about processes, read from `/proc`, pidfds and the kernel itself, shared by the
+//! daemon and the `liveness` CLI (which must not link the daemon's SQLite or aya).
+//!
+//! - [`identity`]: capturing and checking fingerprints, resolving a hook's owner.
+//! - [`namespace`]: PID and time namespace arithmetic (`NSpid`, `timens_offsets`, fdinfo).
+//! - [`diagnose`]: why a syscall fails here (missing, filtered, unprivileged, old kernel).
+//! - [`paths`]: where the daemon listens and keeps its state by default.
+
+pub mod diagnose;
+pub mod identity;
+pub mod namespace;
+pub mod paths;
