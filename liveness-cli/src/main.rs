@@ -20,6 +20,7 @@ use liveness_common::protocol::{
     AutoOwner, ErrorCode, OwnerSpec, PidOwner, PidfdOwner, Reply, Request, StreamMessage,
 };
 use liveness_common::session::{EndReason, Event, EventKind, Phase, Session};
+use liveness_common::status::{SourceName, SourceReport, SourceState, Status};
 use liveness_proc::diagnose::{self, Restrictions};
 use liveness_proc::identity::{IdentityError, Liveness, ProcRoot};
 use liveness_proc::paths::Env;
@@ -428,7 +429,10 @@ fn run_command(command: Command, socket: &Path) -> Exit {
             Exit::Ok
         }),
         Command::Status { json } => call(socket, &Request::Status {}, |reply| {
-            let status = reply.status.unwrap_or_default();
+            let Some(status) = reply.status else {
+                eprintln!("liveness: the daemon's reply to status has no status");
+                return Exit::Software;
+            };
             if json {
                 print_json(&status);
             } else {
@@ -654,57 +658,44 @@ fn describe_event(event: &Event) -> String {
     )
 }
 
-fn print_status(status: &serde_json::Value) {
-    let text = json_text;
-    let daemon = &status["daemon"];
+fn print_status(status: &Status) {
+    let daemon = &status.daemon;
     println!(
         "livenessd {} (protocol {}), pid {}",
-        text(&daemon["version"]),
-        daemon["protocol"],
-        daemon["pid"]
+        daemon.version, daemon.protocol, daemon.pid
     );
-    println!(
-        "socket {}  state {}",
-        text(&daemon["socket"]),
-        text(&daemon["state_dir"])
-    );
+    println!("socket {}  state {}", daemon.socket, daemon.state_dir);
     println!(
         "active sessions {}  head seq {}  subscribers {}",
-        status["active_sessions"], status["head_seq"], status["subscribers"]
+        status.active_sessions, status.head_seq, status.subscribers
     );
-    let monitor = &status["monitor"];
+    let monitor = &status.monitor;
     println!(
         "tracked processes {} (without pidfd: {})",
-        monitor["tracked"], monitor["without_pidfd"]
+        monitor.tracked, monitor.without_pidfd
     );
-    print_sources(&monitor["sources"]);
-}
-
-/// A JSON value as text: strings without their quotes, everything else as JSON.
-fn json_text(value: &serde_json::Value) -> String {
-    value
-        .as_str()
-        .map_or_else(|| value.to_string(), str::to_owned)
+    print_sources(&monitor.sources);
 }
 
 /// One line per exit source: name, state and reason, and the eBPF self-test where run.
-fn print_sources(sources: &serde_json::Value) {
-    for source in sources.as_array().into_iter().flatten() {
-        let reason = source["reason"]
-            .as_str()
+fn print_sources(sources: &[SourceReport]) {
+    for source in sources {
+        let reason = source
+            .reason
+            .as_deref()
             .map(|r| format!(": {r}"))
             .unwrap_or_default();
         println!(
             "  {:<9} {}{reason}",
-            json_text(&source["name"]),
-            json_text(&source["state"])
+            source.name.to_string(),
+            wire_name(source.state)
         );
-        if let Some(passed) = source["self_test"]["passed"].as_bool() {
+        if let Some(test) = &source.self_test {
             println!(
                 "  {:<9} self-test {}: {}",
                 "",
-                if passed { "passed" } else { "FAILED" },
-                json_text(&source["self_test"]["detail"])
+                if test.passed { "passed" } else { "FAILED" },
+                test.detail
             );
         }
     }
@@ -1001,7 +992,7 @@ fn doctor(socket: &Path, json: bool) -> Exit {
                 ok: true,
                 status: Some(status),
                 ..
-            }) => (Some(daemon_doctor(&status)), None),
+            }) => (Some(DaemonDoctor::of(*status)), None),
             Ok(reply) => (
                 None,
                 Some(reply.error.map_or_else(
@@ -1011,39 +1002,43 @@ fn doctor(socket: &Path, json: bool) -> Exit {
             ),
             Err(e) => (None, Some(e.to_string())),
         };
-    let sources = client_sources();
     let restrictions = Restrictions::of_this_thread();
-    let client = serde_json::json!({
-        "pid": std::process::id(),
-        "euid": rustix::process::geteuid().as_raw(),
-        "kernel": rustix::system::uname().release().to_string_lossy(),
-        "seccomp_mode": restrictions.seccomp_mode,
-        "seccomp_filters": restrictions.seccomp_filters,
-        "capabilities": restrictions.capabilities,
-        "sources": sources,
+    let client = ClientDoctor {
+        pid: std::process::id(),
+        euid: rustix::process::geteuid().as_raw(),
+        kernel: rustix::system::uname()
+            .release()
+            .to_string_lossy()
+            .into_owned(),
+        sources: client_sources(),
+        restrictions,
+    };
+    let daemon_active = daemon.as_ref().is_some_and(|d| {
+        d.sources
+            .iter()
+            .any(|s| matches!(s.state, SourceState::Active | SourceState::Degraded))
     });
     if json {
-        let mut report = serde_json::json!({ "daemon": daemon, "client": client });
-        if let Some(error) = &daemon_error {
-            report["daemon_error"] = error.as_str().into();
-        }
-        print_json(&report);
+        print_json(&Doctor {
+            daemon,
+            daemon_error,
+            client,
+        });
     } else {
         match (&daemon, &daemon_error) {
             (Some(daemon), _) => {
                 println!(
                     "daemon: livenessd {}, pid {}, sources {}",
-                    json_text(&daemon["version"]),
-                    daemon["pid"],
-                    json_text(&daemon["selection"])
+                    daemon.version, daemon.pid, daemon.selection
                 );
-                print_sources(&daemon["sources"]);
+                print_sources(&daemon.sources);
             }
             (None, error) => println!(
                 "daemon: not reachable: {}",
                 error.as_deref().unwrap_or("no answer")
             ),
         }
+        let restrictions = &client.restrictions;
         let capabilities = if restrictions.capabilities.is_empty() {
             "none".to_owned()
         } else {
@@ -1051,18 +1046,10 @@ fn doctor(socket: &Path, json: bool) -> Exit {
         };
         println!(
             "this client (pid {}, euid {}, kernel {}, seccomp mode {}, capabilities {capabilities}) could start:",
-            client["pid"],
-            client["euid"],
-            json_text(&client["kernel"]),
-            restrictions.seccomp_mode
+            client.pid, client.euid, client.kernel, restrictions.seccomp_mode
         );
-        print_sources(&client["sources"]);
+        print_sources(&client.sources);
     }
-    let daemon_active = daemon.as_ref().is_some_and(|d| {
-        d["sources"]
-            .as_array()
-            .is_some_and(|sources| sources.iter().any(|s| s["state"] == "active"))
-    });
     if daemon_active {
         Exit::Ok
     } else {
@@ -1070,14 +1057,64 @@ fn doctor(socket: &Path, json: bool) -> Exit {
     }
 }
 
+/// `liveness doctor --json`.
+#[derive(Debug, Serialize)]
+struct Doctor {
+    /// The daemon's own account of its sources; `null` when it cannot be reached.
+    daemon: Option<DaemonDoctor>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    daemon_error: Option<String>,
+    /// What this process could start.
+    client: ClientDoctor,
+}
+
+/// The daemon part of `doctor`: who answered and its sources, as its status has them.
+#[derive(Debug, Serialize)]
+struct DaemonDoctor {
+    pid: u32,
+    version: String,
+    selection: String,
+    sources: Vec<SourceReport>,
+}
+
+impl DaemonDoctor {
+    fn of(status: Status) -> DaemonDoctor {
+        DaemonDoctor {
+            pid: status.daemon.pid,
+            version: status.daemon.version,
+            selection: status.monitor.selection,
+            sources: status.monitor.sources,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct ClientDoctor {
+    pid: u32,
+    euid: u32,
+    kernel: String,
+    /// `seccomp_mode`, `seccomp_filters`, `capabilities`.
+    #[serde(flatten)]
+    restrictions: Restrictions,
+    sources: Vec<SourceReport>,
+}
+
 /// What this process could start, by probing the syscalls each source needs (harmlessly:
 /// nothing is loaded, so the CLI needs no eBPF loader).
-fn client_sources() -> serde_json::Value {
-    let source = |name: &str, denial: Option<String>| match denial {
-        None => serde_json::json!({"name": name, "state": "available"}),
-        Some(reason) => serde_json::json!({"name": name, "state": "off", "reason": reason}),
+fn client_sources() -> Vec<SourceReport> {
+    let source = |name, denial: Option<String>| SourceReport {
+        name,
+        state: if denial.is_some() {
+            SourceState::Off
+        } else {
+            SourceState::Available
+        },
+        reason: denial,
+        exit_status: None,
+        self_test: None,
+        stats: None,
     };
-    let btf = std::path::Path::new("/sys/kernel/btf/vmlinux");
+    let btf = Path::new("/sys/kernel/btf/vmlinux");
     let ebpf = diagnose::availability(&diagnose::BPF)
         .map(|denial| denial.to_string())
         .or_else(|| {
@@ -1089,21 +1126,11 @@ fn client_sources() -> serde_json::Value {
             })
         });
     let pidfd = diagnose::availability(&diagnose::PIDFD_OPEN).map(|denial| denial.to_string());
-    serde_json::json!([
-        source("ebpf", ebpf),
-        source("pidfd", pidfd),
-        source("procpoll", None),
-    ])
-}
-
-/// The daemon part of `doctor`: who answered and its sources, as its status has them.
-fn daemon_doctor(status: &serde_json::Value) -> serde_json::Value {
-    serde_json::json!({
-        "pid": status["daemon"]["pid"],
-        "version": status["daemon"]["version"],
-        "selection": status["monitor"]["selection"],
-        "sources": status["monitor"]["sources"],
-    })
+    vec![
+        source(SourceName::Ebpf, ebpf),
+        source(SourceName::Pidfd, pidfd),
+        source(SourceName::Procpoll, None),
+    ]
 }
 
 fn identity_error(e: &IdentityError) -> Exit {

@@ -6,6 +6,7 @@
 //! - [`exit`]: how a process ended ([`exit::ExitStatus`]) and what noticed it.
 //! - [`session`]: sessions and the events of the stream.
 //! - [`protocol`]: requests, replies, errors and stream messages.
+//! - [`status`]: what the daemon reports about itself.
 //! - [`record`]: the record the eBPF program writes into its ring buffer.
 
 pub mod exit;
@@ -13,3 +14,4 @@ pub mod identity;
 pub mod protocol;
 pub mod record;
 pub mod session;
+pub mod status;

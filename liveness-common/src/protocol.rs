@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use crate::identity::Identity;
 use crate::session::{Event, Phase, Session};
+use crate::status::Status;
 
 /// The protocol version this build speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -225,7 +226,7 @@ pub struct Reply {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner_pid: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<Value>,
+    pub status: Option<Box<Status>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subscribed: Option<Subscribed>,
 }

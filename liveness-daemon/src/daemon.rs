@@ -16,12 +16,13 @@ use tokio::sync::{mpsc, watch};
 use tracing_subscriber::EnvFilter;
 
 use crate::engine::{Engine, EngineConfig};
-use crate::limits::{Limits, LimitsConfig};
+use crate::limits::Limits;
 use crate::source::ebpf::EbpfConfig;
 use crate::source::monitor::{Monitor, MonitorConfig, Selection};
 use crate::source::pidfd::PidfdConfig;
 use crate::store::Store;
 use crate::trust::DirUse;
+use liveness_common::status::{DaemonInfo, LimitsConfig};
 use liveness_proc::identity::ProcRoot;
 use liveness_proc::paths::Env;
 
@@ -448,13 +449,13 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
         .iter()
         .map(ToString::to_string)
         .collect();
-    let about = serde_json::json!({
-        "version": env!("CARGO_PKG_VERSION"),
-        "protocol": liveness_common::protocol::PROTOCOL_VERSION,
-        "pid": std::process::id(),
-        "socket": socket,
-        "state_dir": state_dir,
-    });
+    let about = DaemonInfo {
+        version: env!("CARGO_PKG_VERSION").into(),
+        protocol: liveness_common::protocol::PROTOCOL_VERSION,
+        pid: std::process::id(),
+        socket: socket.display().to_string(),
+        state_dir: state_dir.display().to_string(),
+    };
     let engine = Engine::new(
         store,
         monitor,

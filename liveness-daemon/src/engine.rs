@@ -13,12 +13,11 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::limits::{Limits, SessionUsage};
 use crate::source::ExitObservation;
-use crate::source::monitor::{Monitor, MonitorStatus};
+use crate::source::monitor::Monitor;
 use crate::store::{ListQuery, NewSession, OwnerDeath, Store, StoreError};
 use liveness_common::exit::DetectedBy;
 use liveness_common::identity::{Identity, ProcessKey};
@@ -26,6 +25,7 @@ use liveness_common::protocol::{
     ErrorBody, ErrorCode, OwnerSpec, PidOwner, PidfdOwner, Reply, Request, StreamMessage,
 };
 use liveness_common::session::{EndReason, Event, Phase, Session};
+use liveness_common::status::{Counters, DaemonInfo, LimitsStatus, Status};
 use liveness_proc::identity::{IdentityError, Liveness, ProcRoot};
 
 /// Most exits committed in one transaction when they arrive together.
@@ -140,16 +140,6 @@ struct Local {
     host: String,
 }
 
-/// Counters for status.
-#[derive(Debug, Default, Serialize)]
-struct Counters {
-    finalized_by: BTreeMap<DetectedBy, u64>,
-    lagged_subscribers: u64,
-    largest_batch: usize,
-    /// Commits of finalizations that failed and were retried.
-    failed_commits: u64,
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error("cannot read this machine's identity: {0}")]
@@ -177,7 +167,7 @@ pub struct Engine {
     started: Instant,
     last_prune: Option<Instant>,
     /// Facts status reports about the daemon itself (paths, versions).
-    about: serde_json::Value,
+    about: DaemonInfo,
 }
 
 fn now_ms() -> i64 {
@@ -211,7 +201,7 @@ impl Engine {
         store: Store,
         monitor: Monitor,
         config: EngineConfig,
-        about: serde_json::Value,
+        about: DaemonInfo,
     ) -> Result<Engine, EngineError> {
         // The sources match start times exactly: a daemon whose readings are a tick apart
         // from the kernel's would see every owner as already replaced.
@@ -598,7 +588,7 @@ impl Engine {
             },
             Request::Whose { pid } => self.whose(caller, pid),
             Request::Status {} => Reply {
-                status: Some(self.status()),
+                status: Some(Box::new(self.status())),
                 ..Reply::ok()
             },
             Request::Subscribe { .. } | Request::List { .. } => Reply::error(
@@ -837,24 +827,22 @@ impl Engine {
         )
     }
 
-    fn status(&self) -> serde_json::Value {
-        let monitor: MonitorStatus = self.monitor.status();
-        let active = self.store.count(Phase::Active).unwrap_or_default();
-        serde_json::json!({
-            "daemon": self.about,
-            "uptime_ms": self.started.elapsed().as_millis() as u64,
-            "head_seq": self.store.head_seq().unwrap_or_default(),
-            "store_id": self.store_id,
-            "active_sessions": active,
-            "subscribers": self.subscribers.iter().filter(|q| !q.is_closed()).count(),
-            "uncommitted_deaths": self.uncommitted.len(),
-            "monitor": monitor,
-            "counters": self.counters,
-            "limits": {
-                "connections": self.config.limits.status(),
-                "sessions": self.usage.status(),
+    fn status(&self) -> Status {
+        Status {
+            daemon: self.about.clone(),
+            uptime_ms: self.started.elapsed().as_millis() as u64,
+            head_seq: self.store.head_seq().unwrap_or_default(),
+            store_id: self.store_id.clone(),
+            active_sessions: self.store.count(Phase::Active).unwrap_or_default(),
+            subscribers: self.subscribers.iter().filter(|q| !q.is_closed()).count() as u64,
+            uncommitted_deaths: self.uncommitted.len() as u64,
+            monitor: self.monitor.status(),
+            counters: self.counters.clone(),
+            limits: LimitsStatus {
+                connections: self.config.limits.status(),
+                sessions: self.usage.status(),
             },
-        })
+        }
     }
 
     fn housekeeping(&mut self) {

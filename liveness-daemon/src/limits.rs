@@ -11,84 +11,32 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use liveness_common::protocol::{ErrorBody, ErrorCode};
 use liveness_common::session::{Event, EventKind, Session};
+use liveness_common::status::{
+    ConnectionsStatus, Limit, LimitsConfig, OpenConnections, SessionsStatus,
+};
 
 /// How often one limit may log that it refused something.
 const LOG_EVERY: Duration = Duration::from_secs(60);
-
-/// The limits, as set by `livenessd` flags.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct LimitsConfig {
-    /// Open connections of one non-root uid.
-    pub connections_per_uid: usize,
-    /// Open connections of all non-root uids together.
-    pub connections: usize,
-    /// Requests of one non-root uid handled at once; more wait their turn.
-    pub requests_per_uid: usize,
-    /// A request line begun but not finished within this long closes the connection.
-    #[serde(serialize_with = "as_millis")]
-    pub line_timeout: Duration,
-    /// ACTIVE sessions of one non-root uid.
-    pub sessions_per_uid: u64,
-    /// Bytes of label keys and values of one session.
-    pub label_bytes: u64,
-    /// Bytes of label keys and values of one non-root uid's ACTIVE sessions.
-    pub label_bytes_per_uid: u64,
-}
-
-fn as_millis<S: serde::Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_u64(duration.as_millis() as u64)
-}
-
-impl Default for LimitsConfig {
-    fn default() -> LimitsConfig {
-        LimitsConfig {
-            connections_per_uid: 64,
-            connections: 1024,
-            requests_per_uid: 8,
-            line_timeout: Duration::from_secs(10),
-            sessions_per_uid: 10_000,
-            label_bytes: 4096,
-            label_bytes_per_uid: 16 << 20,
-        }
-    }
-}
 
 /// Descriptors clients may hold with the default limits: each connection's socket, and
 /// up to three for a read-only database connection (file, WAL, shared memory) while it
 /// replays or lists; root's connections come out of the same headroom.
 pub const CLIENT_FDS: u64 = 4 * 1024 + 256;
 
-/// Which limit refused something.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Limit {
-    ConnectionsPerUid,
-    Connections,
-    /// The daemon ran out of file descriptors: a non-root client was turned away so
-    /// that root still gets one.
-    FileDescriptors,
-    LineTimeout,
-    SessionsPerUid,
-    LabelBytes,
-    LabelBytesPerUid,
-}
-
-impl Limit {
-    fn what(self) -> &'static str {
-        match self {
-            Limit::ConnectionsPerUid => "a uid reached its connection limit",
-            Limit::Connections => "non-root connections reached their total limit",
-            Limit::FileDescriptors => "out of file descriptors; only root is served",
-            Limit::LineTimeout => "a client stalled in the middle of a request line",
-            Limit::SessionsPerUid => "a uid reached its active session limit",
-            Limit::LabelBytes => "a registration carried too many label bytes",
-            Limit::LabelBytesPerUid => "a uid reached its label byte limit",
-        }
+/// What a refusal by `limit` means, for the log.
+fn what(limit: Limit) -> &'static str {
+    match limit {
+        Limit::ConnectionsPerUid => "a uid reached its connection limit",
+        Limit::Connections => "non-root connections reached their total limit",
+        Limit::FileDescriptors => "out of file descriptors; only root is served",
+        Limit::LineTimeout => "a client stalled in the middle of a request line",
+        Limit::SessionsPerUid => "a uid reached its active session limit",
+        Limit::LabelBytes => "a registration carried too many label bytes",
+        Limit::LabelBytesPerUid => "a uid reached its label byte limit",
     }
 }
 
@@ -112,7 +60,7 @@ impl Refusals {
                     uid,
                     also_refused = *unlogged,
                     "limit reached: {}",
-                    limit.what()
+                    what(limit)
                 );
                 (*at, *unlogged) = (now, 0);
             }
@@ -121,7 +69,7 @@ impl Refusals {
                     ?limit,
                     uid,
                     "limit reached: {} (logged at most once a minute)",
-                    limit.what()
+                    what(limit)
                 );
                 self.logged.insert(limit, (now, 0));
             }
@@ -264,18 +212,18 @@ impl Limits {
     }
 
     /// The `connections` part of `status.limits`.
-    pub fn status(&self) -> serde_json::Value {
+    pub fn status(&self) -> ConnectionsStatus {
         let state = self.state();
-        serde_json::json!({
-            "config": self.config,
-            "connections": {
-                "root": state.root,
-                "non_root": state.non_root,
-                "uids": state.uids.len(),
+        ConnectionsStatus {
+            config: self.config,
+            connections: OpenConnections {
+                root: state.root as u64,
+                non_root: state.non_root as u64,
+                uids: state.uids.len() as u64,
             },
-            "requests_waited": state.requests_waited,
-            "refused": state.refusals.counts,
-        })
+            requests_waited: state.requests_waited,
+            refused: state.refusals.counts.clone(),
+        }
     }
 }
 
@@ -380,11 +328,11 @@ impl SessionUsage {
     }
 
     /// The `sessions` part of `status.limits`.
-    pub fn status(&self) -> serde_json::Value {
-        serde_json::json!({
-            "uids": self.uids.len(),
-            "refused": self.refusals.counts,
-        })
+    pub fn status(&self) -> SessionsStatus {
+        SessionsStatus {
+            uids: self.uids.len() as u64,
+            refused: self.refusals.counts.clone(),
+        }
     }
 }
 
@@ -419,10 +367,18 @@ mod tests {
             .admit(1000)
             .expect("a closed connection frees its place");
         let status = limits.status();
-        assert_eq!(status["connections"]["root"], roots.len());
-        assert_eq!(status["connections"]["non_root"], 3);
-        assert_eq!(status["refused"]["connections_per_uid"], 1, "{status}");
-        assert_eq!(status["refused"]["connections"], 1, "{status}");
+        assert_eq!(status.connections.root, roots.len() as u64);
+        assert_eq!(status.connections.non_root, 3);
+        assert_eq!(
+            status.refused.get(&Limit::ConnectionsPerUid),
+            Some(&1),
+            "{status:?}"
+        );
+        assert_eq!(
+            status.refused.get(&Limit::Connections),
+            Some(&1),
+            "{status:?}"
+        );
     }
 
     #[test]
@@ -430,7 +386,7 @@ mod tests {
         let limits = Limits::new(config());
         let slots: Vec<_> = [1, 2, 3].map(|uid| limits.admit(uid).unwrap()).into();
         drop(slots);
-        assert_eq!(limits.status()["connections"]["uids"], 0);
+        assert_eq!(limits.status().connections.uids, 0);
         assert!(limits.state().uids.is_empty());
     }
 
@@ -446,7 +402,7 @@ mod tests {
         assert!(waiting.await.is_err(), "a second request must wait");
         drop(first);
         assert!(limits.request_turn(&slot).await.is_some());
-        assert_eq!(limits.status()["requests_waited"], 1);
+        assert_eq!(limits.status().requests_waited, 1);
         let root = limits.admit(0).unwrap();
         assert!(
             limits.request_turn(&root).await.is_none(),
@@ -510,8 +466,16 @@ mod tests {
             "nothing is kept for a uid with no session"
         );
         let status = usage.status();
-        assert_eq!(status["refused"]["sessions_per_uid"], 1, "{status}");
-        assert_eq!(status["refused"]["label_bytes"], 1, "{status}");
-        assert_eq!(status["refused"]["label_bytes_per_uid"], 1, "{status}");
+        for limit in [
+            Limit::SessionsPerUid,
+            Limit::LabelBytes,
+            Limit::LabelBytesPerUid,
+        ] {
+            assert_eq!(
+                status.refused.get(&limit),
+                Some(&1),
+                "{limit:?}: {status:?}"
+            );
+        }
     }
 }

@@ -24,13 +24,14 @@ use tokio::task::JoinSet;
 
 use crate::engine::{Caller, Command, Published, Subscription};
 use crate::fdpass::FdReader;
-use crate::limits::{ConnectionSlot, Limit, Limits};
+use crate::limits::{ConnectionSlot, Limits};
 use crate::store::{EventFilter, EventPage, EventReader, ListQuery, StoredEvent};
 use liveness_common::protocol::{
     DEFAULT_LIST_PAGE, ErrorBody, ErrorCode, MAX_LINE_BYTES, MAX_LIST_PAGE, Reply, Request,
     StreamMessage, Subscribed, parse_request,
 };
 use liveness_common::session::Phase;
+use liveness_common::status::Limit;
 
 /// A client that does not take a line within this long is disconnected.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);

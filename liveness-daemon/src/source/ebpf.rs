@@ -16,12 +16,13 @@ use aya::{Btf, BtfError, Ebpf, EbpfLoader};
 use liveness_common::record::{
     COUNTER_EMITTED, COUNTER_LOST, ExitRecord, MAP_COUNTERS, MAP_EXITS, MAP_TRACKED, PROGRAM_NAME,
 };
-use serde::{Deserialize, Serialize};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
 use super::child::ProbeChild;
-use super::{ExitObservation, ExitSource, SourceEvent, SourceStats, TrackError};
+use liveness_common::status::{SelfTest, SourceStats};
+
+use super::{ExitObservation, ExitSource, SourceEvent, TrackError};
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{DeathReason, ProcessKey};
 use liveness_proc::diagnose::{self, Denial};
@@ -183,13 +184,6 @@ fn map_errno(error: &MapError) -> Option<i32> {
 
 /// How long the start-up self-test waits for the record of its child's exit.
 const SELF_TEST_PATIENCE: Duration = Duration::from_secs(2);
-
-/// What the start-up self-test found: a loaded program is no proof that it sees deaths here.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SelfTest {
-    pub passed: bool,
-    pub detail: String,
-}
 
 /// The eBPF exit source. Its consumer reads the ring buffer in its own task
 /// ([`EbpfSource::wait`], [`EbpfSource::drain`]): no hop through another task and channel,

@@ -9,9 +9,8 @@ use std::fmt;
 use std::io;
 use std::time::SystemTime;
 
-use serde::{Deserialize, Serialize};
-
 use liveness_common::exit::{DetectedBy, ExitStatus};
+use liveness_common::status::SourceStats;
 
 use liveness_common::identity::{DeathReason, ProcessKey};
 
@@ -64,19 +63,6 @@ pub enum TrackError {
     Exhausted(String),
     #[error(transparent)]
     Io(#[from] io::Error),
-}
-
-/// Counters a source exposes in status.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SourceStats {
-    /// Processes being watched right now.
-    pub tracked: u64,
-    /// Exit observations sent.
-    pub observed: u64,
-    /// Exits the kernel could not report (eBPF ring buffer full).
-    pub lost: u64,
-    /// `track` calls refused with [`TrackError::Exhausted`].
-    pub refused: u64,
 }
 
 /// A mechanism that watches tracked processes and reports their deaths.

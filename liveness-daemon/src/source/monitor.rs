@@ -16,13 +16,16 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime};
 
-use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use super::ebpf::{EbpfConfig, EbpfSource, SelfTest};
+use liveness_common::status::{
+    MonitorStatus, SelfTest, SourceName, SourceReport, SourceState, SourceStats, StatusFacts,
+};
+
+use super::ebpf::{EbpfConfig, EbpfSource};
 use super::pidfd::{PidfdConfig, PidfdSource};
 use super::procpoll::{DEFAULT_INTERVAL, ProcpollSource};
-use super::{ExitObservation, ExitSource, SourceEvent, SourceStats, TrackError};
+use super::{ExitObservation, ExitSource, SourceEvent, TrackError};
 use liveness_common::exit::DetectedBy;
 use liveness_common::identity::ProcessKey;
 use liveness_proc::identity::{Liveness, ProcRoot};
@@ -34,33 +37,6 @@ pub const DEFAULT_QUEUE: usize = 4096;
 /// Processes re-checked in `/proc` per turn after the kernel lost exit reports: each turn
 /// yields first, so a reconcile of 100k processes never holds the engine for long.
 const RECONCILE_CHUNK: usize = 1024;
-
-/// A source the user can ask for by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SourceName {
-    Ebpf,
-    Pidfd,
-    Procpoll,
-}
-
-impl SourceName {
-    pub const ALL: [SourceName; 3] = [SourceName::Ebpf, SourceName::Pidfd, SourceName::Procpoll];
-
-    fn detected_by(self) -> DetectedBy {
-        match self {
-            SourceName::Ebpf => DetectedBy::Ebpf,
-            SourceName::Pidfd => DetectedBy::Pidfd,
-            SourceName::Procpoll => DetectedBy::Procpoll,
-        }
-    }
-}
-
-impl fmt::Display for SourceName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.detected_by().fmt(f)
-    }
-}
 
 /// Which sources to run: `auto`, or a comma-separated list such as `ebpf` or `ebpf,pidfd`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,93 +118,16 @@ pub enum MonitorError {
     NothingSelected,
 }
 
-/// Whether a source is working.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SourceState {
-    /// Watching every tracked process it is meant to watch.
-    Active,
-    /// Running, but some tracked processes are beyond it (see the reason); others cover them.
-    Degraded,
-    /// The `/proc` poller, ready to cover what the other sources cannot.
-    Standby,
-    /// Not running; the reason says why.
-    Off,
-    /// `liveness doctor`: the source could start in the probing process.
-    Available,
-}
-
-/// Which exit statuses a source's reports carry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StatusFacts {
-    /// Every death, from the kernel's own record.
-    Always,
-    /// Once the parent has reaped the process (pidfd on Linux 6.15+).
-    AfterReap,
-    Never,
-}
-
-/// What status says about one source.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SourceReport {
-    pub name: SourceName,
-    pub state: SourceState,
-    /// Why the source is off, degraded or on standby.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// Which exit statuses its reports carry, while it runs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exit_status: Option<StatusFacts>,
-    /// eBPF: whether it saw a test child's death at start.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub self_test: Option<SelfTest>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stats: Option<SourceStats>,
-}
-
-impl SourceReport {
-    fn off(name: SourceName, why: impl Into<String>) -> SourceReport {
-        SourceReport {
-            name,
-            state: SourceState::Off,
-            reason: Some(why.into()),
-            exit_status: None,
-            self_test: None,
-            stats: None,
-        }
+/// The report of a source that does not run, and why.
+fn off_report(name: SourceName, why: impl Into<String>) -> SourceReport {
+    SourceReport {
+        name,
+        state: SourceState::Off,
+        reason: Some(why.into()),
+        exit_status: None,
+        self_test: None,
+        stats: None,
     }
-}
-
-/// Status of the whole monitor.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MonitorStatus {
-    pub selection: String,
-    pub tracked: u64,
-    /// Tracked processes the pidfd source could not take (out of fds), covered by others.
-    pub without_pidfd: u64,
-    /// Times the kernel reported lost exits and every tracked process was re-checked.
-    pub loss_reconciles: u64,
-    pub sources: Vec<SourceReport>,
-}
-
-/// Tries to start each source once in this process, for `liveness doctor`. Must run inside
-/// a tokio runtime.
-pub async fn probe(config: &MonitorConfig) -> Vec<SourceReport> {
-    let (sink, _events) = mpsc::channel(1);
-    let mut reports = Vec::new();
-    for name in SourceName::ALL {
-        let started = Started::start(name, config, &sink).await;
-        reports.push(match started {
-            Ok(started) => {
-                let mut report = started.report();
-                report.state = SourceState::Available;
-                report
-            }
-            Err(why) => SourceReport::off(name, why),
-        });
-    }
-    reports
 }
 
 /// A source that started.
@@ -255,14 +154,6 @@ impl Started {
             ),
             SourceName::Procpoll => Started::Procpoll(start_procpoll(config, sink)),
         })
-    }
-
-    fn report(&self) -> SourceReport {
-        match self {
-            Started::Ebpf(source) => report_ebpf(source),
-            Started::Pidfd(source) => report_pidfd(source),
-            Started::Procpoll(source) => report_procpoll(source),
-        }
     }
 }
 
@@ -666,7 +557,7 @@ impl Monitor {
             None if !self.off.iter().any(|(n, _)| *n == SourceName::Procpoll) => {
                 sources.push(SourceReport {
                     state: SourceState::Standby,
-                    ..SourceReport::off(
+                    ..off_report(
                         SourceName::Procpoll,
                         "starts only for processes no other source can watch",
                     )
@@ -676,7 +567,7 @@ impl Monitor {
         }
         for (name, why) in &self.off {
             if !sources.iter().any(|s| s.name == *name) {
-                let mut report = SourceReport::off(*name, why.clone());
+                let mut report = off_report(*name, why.clone());
                 if *name == SourceName::Ebpf {
                     report.self_test = self.ebpf_self_test.clone();
                 }

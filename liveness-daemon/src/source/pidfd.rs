@@ -24,7 +24,9 @@ use tokio::task::AbortHandle;
 use tracing::{debug, warn};
 
 use super::child::ProbeChild;
-use super::{EventSink, ExitObservation, ExitSource, SourceEvent, SourceStats, TrackError};
+use liveness_common::status::SourceStats;
+
+use super::{EventSink, ExitObservation, ExitSource, SourceEvent, TrackError};
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{DeathReason, ProcessKey};
 use liveness_proc::diagnose::{self, Denial};

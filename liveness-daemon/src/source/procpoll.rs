@@ -18,7 +18,9 @@ use tokio::task::AbortHandle;
 use tokio::time::MissedTickBehavior;
 use tracing::debug;
 
-use super::{EventSink, ExitObservation, ExitSource, SourceEvent, SourceStats, TrackError};
+use liveness_common::status::SourceStats;
+
+use super::{EventSink, ExitObservation, ExitSource, SourceEvent, TrackError};
 use liveness_common::exit::DetectedBy;
 use liveness_common::identity::ProcessKey;
 use liveness_proc::identity::{Liveness, ProcRoot};

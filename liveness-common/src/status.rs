@@ -1,0 +1,250 @@
+//! What the daemon says about itself in reply to `status`: typed, so that clients read
+//! fields, not string indexes into a JSON blob.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::exit::DetectedBy;
+
+/// The reply to `status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    pub daemon: DaemonInfo,
+    pub uptime_ms: u64,
+    /// The last committed event seq.
+    pub head_seq: u64,
+    /// The database's identity: a different one means a new database (see `reset`).
+    pub store_id: String,
+    pub active_sessions: u64,
+    pub subscribers: u64,
+    /// Deaths observed whose commit failed and is retried.
+    pub uncommitted_deaths: u64,
+    pub monitor: MonitorStatus,
+    pub counters: Counters,
+    pub limits: LimitsStatus,
+}
+
+/// Who answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DaemonInfo {
+    pub version: String,
+    pub protocol: u32,
+    pub pid: u32,
+    pub socket: String,
+    pub state_dir: String,
+}
+
+/// A source the user can ask for by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceName {
+    Ebpf,
+    Pidfd,
+    Procpoll,
+}
+
+impl SourceName {
+    pub const ALL: [SourceName; 3] = [SourceName::Ebpf, SourceName::Pidfd, SourceName::Procpoll];
+
+    fn detected_by(self) -> DetectedBy {
+        match self {
+            SourceName::Ebpf => DetectedBy::Ebpf,
+            SourceName::Pidfd => DetectedBy::Pidfd,
+            SourceName::Procpoll => DetectedBy::Procpoll,
+        }
+    }
+}
+
+impl fmt::Display for SourceName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.detected_by().fmt(f)
+    }
+}
+
+/// Whether a source is working.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceState {
+    /// Watching every tracked process it is meant to watch.
+    Active,
+    /// Running, but some tracked processes are beyond it (see the reason); others cover them.
+    Degraded,
+    /// The `/proc` poller, ready to cover what the other sources cannot.
+    Standby,
+    /// Not running; the reason says why.
+    Off,
+    /// `liveness doctor`: the source could start in the probing process.
+    Available,
+}
+
+/// Which exit statuses a source's reports carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StatusFacts {
+    /// Every death, from the kernel's own record.
+    Always,
+    /// Once the parent has reaped the process (pidfd on Linux 6.15+).
+    AfterReap,
+    Never,
+}
+
+/// What status says about one source.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceReport {
+    pub name: SourceName,
+    pub state: SourceState,
+    /// Why the source is off, degraded or on standby.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Which exit statuses its reports carry, while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_status: Option<StatusFacts>,
+    /// eBPF: whether it saw a test child's death at start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub self_test: Option<SelfTest>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<SourceStats>,
+}
+
+/// Status of the whole monitor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MonitorStatus {
+    pub selection: String,
+    pub tracked: u64,
+    /// Tracked processes the pidfd source could not take (out of fds), covered by others.
+    pub without_pidfd: u64,
+    /// Times the kernel reported lost exits and every tracked process was re-checked.
+    pub loss_reconciles: u64,
+    pub sources: Vec<SourceReport>,
+}
+
+/// Counters a source exposes in status.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceStats {
+    /// Processes being watched right now.
+    pub tracked: u64,
+    /// Exit observations sent.
+    pub observed: u64,
+    /// Exits the kernel could not report (eBPF ring buffer full).
+    pub lost: u64,
+    /// Processes the source could not take (out of descriptors, map full).
+    pub refused: u64,
+}
+
+/// What the start-up self-test found: a loaded program is no proof that it sees deaths here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SelfTest {
+    pub passed: bool,
+    pub detail: String,
+}
+
+/// Counters for status.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    pub finalized_by: BTreeMap<DetectedBy, u64>,
+    pub lagged_subscribers: u64,
+    pub largest_batch: usize,
+    /// Commits of finalizations that failed and were retried.
+    pub failed_commits: u64,
+}
+
+/// Limits in force and what they refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitsStatus {
+    pub connections: ConnectionsStatus,
+    pub sessions: SessionsStatus,
+}
+
+/// Connections open and refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectionsStatus {
+    pub config: LimitsConfig,
+    pub connections: OpenConnections,
+    /// Requests that waited for a uid's earlier ones.
+    pub requests_waited: u64,
+    pub refused: BTreeMap<Limit, u64>,
+}
+
+/// Connections open now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenConnections {
+    pub root: u64,
+    pub non_root: u64,
+    /// Distinct non-root uids connected.
+    pub uids: u64,
+}
+
+/// Registrations refused by the per-uid session limits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionsStatus {
+    /// Non-root uids with active sessions.
+    pub uids: u64,
+    pub refused: BTreeMap<Limit, u64>,
+}
+
+/// The limits, as set by `livenessd` flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitsConfig {
+    /// Open connections of one non-root uid.
+    pub connections_per_uid: usize,
+    /// Open connections of all non-root uids together.
+    pub connections: usize,
+    /// Requests of one non-root uid handled at once; more wait their turn.
+    pub requests_per_uid: usize,
+    /// A request line begun but not finished within this long closes the connection.
+    #[serde(rename = "line_timeout_ms", with = "millis")]
+    pub line_timeout: Duration,
+    /// ACTIVE sessions of one non-root uid.
+    pub sessions_per_uid: u64,
+    /// Bytes of label keys and values of one session.
+    pub label_bytes: u64,
+    /// Bytes of label keys and values of one non-root uid's ACTIVE sessions.
+    pub label_bytes_per_uid: u64,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> LimitsConfig {
+        LimitsConfig {
+            connections_per_uid: 64,
+            connections: 1024,
+            requests_per_uid: 8,
+            line_timeout: Duration::from_secs(10),
+            sessions_per_uid: 10_000,
+            label_bytes: 4096,
+            label_bytes_per_uid: 16 << 20,
+        }
+    }
+}
+
+/// Which limit refused something.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    ConnectionsPerUid,
+    Connections,
+    /// The daemon ran out of file descriptors: a non-root client was turned away so
+    /// that root still gets one.
+    FileDescriptors,
+    LineTimeout,
+    SessionsPerUid,
+    LabelBytes,
+    LabelBytesPerUid,
+}
+
+/// A duration as whole milliseconds on the wire.
+mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u64(duration.as_millis() as u64)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+        u64::deserialize(deserializer).map(Duration::from_millis)
+    }
+}
