@@ -12,11 +12,12 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::client::{Client, ClientError};
+use crate::client::{Client, ClientError, Cursor};
 use crate::identity::{DeathReason, Identity, IdentityError, Liveness, ProcRoot};
 use crate::paths::Env;
 use crate::protocol::{AutoOwner, ErrorCode, OwnerSpec, PidOwner, Reply, Request, StreamMessage};
-use crate::source::monitor::{MonitorConfig, SourceState, probe};
+use crate::source::diagnose::Restrictions;
+use crate::source::monitor::{MonitorConfig, probe};
 use crate::source::{DetectedBy, ExitStatus};
 use crate::store::{EndReason, Event, EventKind, Phase, Session};
 
@@ -123,6 +124,9 @@ enum Command {
         /// The session id; optional with --pending (the daemon then makes one up).
         #[arg(long, required_unless_present = "pending")]
         session: Option<String>,
+        /// Root only: register in this user's namespace (ids are per user; see docs/protocol.md).
+        #[arg(long, value_name = "UID")]
+        uid: Option<u32>,
         /// The real id is not known yet: `rename` the session later, or it expires.
         #[arg(long)]
         pending: bool,
@@ -140,6 +144,9 @@ enum Command {
         session: String,
         #[arg(long)]
         to: String,
+        /// Root only: the session of this user (ids are per user; see docs/protocol.md).
+        #[arg(long, value_name = "UID")]
+        uid: Option<u32>,
         #[arg(long)]
         json: bool,
     },
@@ -147,6 +154,9 @@ enum Command {
     Touch {
         #[arg(long)]
         session: String,
+        /// Root only: the session of this user (ids are per user; see docs/protocol.md).
+        #[arg(long, value_name = "UID")]
+        uid: Option<u32>,
         #[arg(long)]
         json: bool,
     },
@@ -154,6 +164,9 @@ enum Command {
     End {
         #[arg(long)]
         session: String,
+        /// Root only: the session of this user (ids are per user; see docs/protocol.md).
+        #[arg(long, value_name = "UID")]
+        uid: Option<u32>,
         #[arg(long)]
         json: bool,
     },
@@ -161,6 +174,9 @@ enum Command {
     Get {
         #[arg(long)]
         session: String,
+        /// Root only: the session of this user (ids are per user; see docs/protocol.md).
+        #[arg(long, value_name = "UID")]
+        uid: Option<u32>,
         #[arg(long)]
         json: bool,
     },
@@ -188,9 +204,11 @@ enum Command {
     /// With --exec, runs CMD (through sh -c) for each session.ended event, with the event
     /// JSON on stdin and LIVENESS_SEQ, LIVENESS_SESSION, LIVENESS_REASON, LIVENESS_EXIT_CODE,
     /// LIVENESS_SIGNAL, LIVENESS_DETECTED_BY in its environment. With --cursor, the seq of the
-    /// last event handled is stored in FILE and a restarted watcher resumes after it. The
-    /// cursor is written once CMD has succeeded, so a watcher killed in between runs CMD for
-    /// that event again when it restarts: make CMD idempotent.
+    /// last event handled and the daemon's store id are stored in FILE and a restarted
+    /// watcher resumes after it. The cursor is written once CMD has succeeded, so a watcher
+    /// killed in between runs CMD for that event again when it restarts: make CMD
+    /// idempotent. If the daemon's database was replaced (deleted, restored, recreated), the
+    /// watcher is told so and starts over with the new database's first event.
     Watch {
         /// Replay events after this seq first (default: only new events).
         #[arg(long, value_name = "SEQ")]
@@ -198,10 +216,14 @@ enum Command {
         /// Only events of this session.
         #[arg(long)]
         session: Option<String>,
+        /// Root only: only events of this user's sessions.
+        #[arg(long, value_name = "UID")]
+        uid: Option<u32>,
         /// Run this command for each session.ended event.
         #[arg(long, value_name = "CMD")]
         exec: Option<String>,
-        /// Cursor file: read at start (it wins over --since), written after each handled event.
+        /// Cursor file ("SEQ STORE_ID", or a bare SEQ): read at start (it wins over --since),
+        /// written after each handled event.
         #[arg(long, value_name = "FILE")]
         cursor: Option<PathBuf>,
         /// Print each event as one JSON line.
@@ -213,10 +235,15 @@ enum Command {
     Wait {
         #[arg(long)]
         session: String,
+        /// Root only: the session of this user (ids are per user; see docs/protocol.md).
+        #[arg(long, value_name = "UID")]
+        uid: Option<u32>,
         #[arg(long)]
         json: bool,
     },
-    /// What this machine supports: which exit sources work here, and why the others do not.
+    /// Which exit sources the daemon runs and why the others are off (its self-test too),
+    /// and, apart, which ones this process could start itself.
+    #[command(after_help = DOCTOR_HELP)]
     Doctor {
         #[arg(long)]
         json: bool,
@@ -273,7 +300,7 @@ fn run(cli: Cli) -> ExitCode {
         .socket
         .unwrap_or_else(|| Env::from_process().client_socket(|p| p.exists()));
     match cli.command {
-        Command::Wait { session, json } => wait(socket, &session, json),
+        Command::Wait { session, uid, json } => wait(socket, &session, uid, json),
         command => run_command(command, socket).into(),
     }
 }
@@ -331,6 +358,7 @@ fn run_command(command: Command, socket: &Path) -> Exit {
         }
         Command::Register {
             session,
+            uid,
             pending,
             owner,
             labels,
@@ -345,6 +373,7 @@ fn run_command(command: Command, socket: &Path) -> Exit {
                 socket,
                 &Request::Register {
                     session,
+                    uid,
                     owner,
                     pending,
                     labels,
@@ -352,12 +381,21 @@ fn run_command(command: Command, socket: &Path) -> Exit {
                 json,
             )
         }
-        Command::Rename { session, to, json } => {
-            session_call(socket, &Request::Rename { session, to }, json)
+        Command::Rename {
+            session,
+            to,
+            uid,
+            json,
+        } => session_call(socket, &Request::Rename { session, to, uid }, json),
+        Command::Touch { session, uid, json } => {
+            session_call(socket, &Request::Touch { session, uid }, json)
         }
-        Command::Touch { session, json } => session_call(socket, &Request::Touch { session }, json),
-        Command::End { session, json } => session_call(socket, &Request::End { session }, json),
-        Command::Get { session, json } => session_call(socket, &Request::Get { session }, json),
+        Command::End { session, uid, json } => {
+            session_call(socket, &Request::End { session, uid }, json)
+        }
+        Command::Get { session, uid, json } => {
+            session_call(socket, &Request::Get { session, uid }, json)
+        }
         Command::List { phase, json } => {
             let phase = phase.map(|p| match p {
                 PhaseArg::Active => Phase::Active,
@@ -401,6 +439,7 @@ fn run_command(command: Command, socket: &Path) -> Exit {
         Command::Watch {
             since,
             session,
+            uid,
             exec,
             cursor,
             json,
@@ -409,13 +448,14 @@ fn run_command(command: Command, socket: &Path) -> Exit {
             Watch {
                 since,
                 session,
+                uid,
                 exec,
                 cursor,
                 json,
             },
         ),
         Command::Wait { .. } => unreachable!("handled by run"),
-        Command::Doctor { json } => doctor(json),
+        Command::Doctor { json } => doctor(socket, json),
     }
 }
 
@@ -468,6 +508,7 @@ fn refused(reply: &Reply) -> Exit {
         | ErrorCode::AlreadyEnded
         | ErrorCode::AlreadyExists
         | ErrorCode::NotPending
+        | ErrorCode::Ambiguous
         | ErrorCode::NoOwner => Exit::DataErr,
     }
 }
@@ -545,12 +586,7 @@ fn describe_event(event: &Event) -> String {
 }
 
 fn print_status(status: &serde_json::Value) {
-    // Strings without their JSON quotes; everything else as JSON.
-    let text = |value: &serde_json::Value| {
-        value
-            .as_str()
-            .map_or_else(|| value.to_string(), str::to_owned)
-    };
+    let text = json_text;
     let daemon = &status["daemon"];
     println!(
         "livenessd {} (protocol {}), pid {}",
@@ -572,16 +608,36 @@ fn print_status(status: &serde_json::Value) {
         "tracked processes {} (without pidfd: {})",
         monitor["tracked"], monitor["without_pidfd"]
     );
-    for source in monitor["sources"].as_array().into_iter().flatten() {
+    print_sources(&monitor["sources"]);
+}
+
+/// A JSON value as text: strings without their quotes, everything else as JSON.
+fn json_text(value: &serde_json::Value) -> String {
+    value
+        .as_str()
+        .map_or_else(|| value.to_string(), str::to_owned)
+}
+
+/// One line per exit source: name, state and reason, and the eBPF self-test where run.
+fn print_sources(sources: &serde_json::Value) {
+    for source in sources.as_array().into_iter().flatten() {
         let reason = source["reason"]
             .as_str()
             .map(|r| format!(": {r}"))
             .unwrap_or_default();
         println!(
             "  {:<9} {}{reason}",
-            text(&source["name"]),
-            text(&source["state"])
+            json_text(&source["name"]),
+            json_text(&source["state"])
         );
+        if let Some(passed) = source["self_test"]["passed"].as_bool() {
+            println!(
+                "  {:<9} self-test {}: {}",
+                "",
+                if passed { "passed" } else { "FAILED" },
+                json_text(&source["self_test"]["detail"])
+            );
+        }
     }
 }
 
@@ -589,28 +645,30 @@ fn print_status(status: &serde_json::Value) {
 struct Watch {
     since: Option<u64>,
     session: Option<String>,
+    uid: Option<u32>,
     exec: Option<String>,
     cursor: Option<PathBuf>,
     json: bool,
 }
 
-fn read_cursor(path: &Path) -> Result<Option<u64>, String> {
+fn read_cursor(path: &Path) -> Result<Option<Cursor>, String> {
     match std::fs::read_to_string(path) {
-        Ok(text) => text
-            .trim()
-            .parse()
-            .map(Some)
-            .map_err(|_| format!("{} does not hold a seq: {text:?}", path.display())),
+        Ok(text) => Cursor::parse(&text).map(Some).ok_or_else(|| {
+            format!(
+                "{} does not hold a cursor (SEQ or SEQ STORE_ID): {text:?}",
+                path.display()
+            )
+        }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(format!("cannot read {}: {e}", path.display())),
     }
 }
 
 /// Replaces the cursor atomically and durably: a crash leaves the old or the new value.
-fn write_cursor(path: &Path, seq: u64) -> std::io::Result<()> {
+fn write_cursor(path: &Path, cursor: &Cursor) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     let mut file = std::fs::File::create(&tmp)?;
-    writeln!(file, "{seq}")?;
+    writeln!(file, "{cursor}")?;
     file.sync_all()?;
     std::fs::rename(&tmp, path)
 }
@@ -645,10 +703,13 @@ fn exec_for_event(
 }
 
 fn watch(socket: &Path, options: Watch) -> Exit {
-    let mut since = options.since;
+    let mut position = options.since.map(|seq| Cursor {
+        seq,
+        store_id: None,
+    });
     if let Some(cursor) = &options.cursor {
         match read_cursor(cursor) {
-            Ok(Some(seq)) => since = Some(seq),
+            Ok(Some(saved)) => position = Some(saved),
             Ok(None) => {}
             Err(e) => {
                 eprintln!("liveness: {e}");
@@ -656,35 +717,66 @@ fn watch(socket: &Path, options: Watch) -> Exit {
             }
         }
     }
+    let save = |position: &Cursor| match &options.cursor {
+        Some(file) => write_cursor(file, position).map_err(|e| {
+            eprintln!("liveness: cannot write {}: {e}", file.display());
+            Exit::IoErr
+        }),
+        None => Ok(()),
+    };
     // A lagging watcher is disconnected by the daemon; it resumes after its last event.
     loop {
         let mut client = match Client::connect(socket) {
             Ok(client) => client,
             Err(e) => return client_error(&e),
         };
-        match client.subscribe(since, options.session.clone()) {
-            Ok(reply) if reply.ok => {}
-            Ok(reply) => return refused(&reply),
-            Err(e) => return client_error(&e),
-        }
+        let subscribed =
+            match client.subscribe(position.as_ref(), options.session.clone(), options.uid) {
+                Ok(Reply {
+                    ok: true,
+                    subscribed: Some(subscribed),
+                    ..
+                }) => subscribed,
+                Ok(reply) => return refused(&reply),
+                Err(e) => return client_error(&e),
+            };
+        // From here on the position is in the daemon's store: a cursor saved without a
+        // store id (or a watcher started without one) learns it.
+        let position = position.get_or_insert(Cursor {
+            seq: subscribed.since,
+            store_id: None,
+        });
+        position
+            .store_id
+            .get_or_insert_with(|| subscribed.store_id.clone());
         loop {
             let (line, message) = match client.next_message() {
                 Ok(next) => next,
                 Err(e) => return client_error(&e),
             };
-            match message {
+            match &message {
+                StreamMessage::Reset { since, head, .. } => {
+                    eprintln!(
+                        "liveness: the daemon's database is not the one event {since} came from \
+                         (it was replaced or recreated; its head is {head}): starting over with its first event"
+                    );
+                    position.follow(&message);
+                    if let Err(exit) = save(position) {
+                        return exit;
+                    }
+                }
                 StreamMessage::Event(event) => {
                     if options.json {
                         println!("{line}");
                     } else if options.exec.is_none() {
-                        println!("{}", describe_event(&event));
+                        println!("{}", describe_event(event));
                     }
                     // With --exec only session.ended events are handled (and worth a
                     // cursor write); the others are skipped again after a restart.
                     let handled = match (&options.exec, event.kind) {
                         (None, _) => true,
                         (Some(command), EventKind::Ended) => {
-                            match exec_for_event(command, &line, &event) {
+                            match exec_for_event(command, &line, event) {
                                 Ok(status) if status.success() => true,
                                 Ok(status) => {
                                     eprintln!(
@@ -701,11 +793,9 @@ fn watch(socket: &Path, options: Watch) -> Exit {
                         }
                         (Some(_), _) => false,
                     };
-                    if let (true, Some(cursor)) = (handled, &options.cursor)
-                        && let Err(e) = write_cursor(cursor, event.seq)
-                    {
-                        eprintln!("liveness: cannot write {}: {e}", cursor.display());
-                        return Exit::IoErr;
+                    position.follow(&message);
+                    if handled && let Err(exit) = save(position) {
+                        return exit;
                     }
                     let _ = std::io::stdout().flush();
                 }
@@ -720,7 +810,7 @@ fn watch(socket: &Path, options: Watch) -> Exit {
                 }
                 StreamMessage::Lagged { last_delivered } => {
                     eprintln!("liveness: fell behind; resuming after event {last_delivered}");
-                    since = Some(last_delivered);
+                    position.seq = *last_delivered;
                     break;
                 }
                 StreamMessage::Goodbye { reason } => {
@@ -755,20 +845,25 @@ impl WaitOutcome {
     }
 }
 
-fn wait(socket: &Path, id: &str, json: bool) -> ExitCode {
-    match wait_for_end(socket, id, json) {
+fn wait(socket: &Path, id: &str, uid: Option<u32>, json: bool) -> ExitCode {
+    match wait_for_end(socket, id, uid, json) {
         Ok(outcome) => ExitCode::from(outcome as u8),
         Err(exit) => exit.into(),
     }
 }
 
-fn wait_for_end(socket: &Path, id: &str, json: bool) -> Result<WaitOutcome, Exit> {
+fn wait_for_end(
+    socket: &Path,
+    id: &str,
+    uid: Option<u32>,
+    json: bool,
+) -> Result<WaitOutcome, Exit> {
     // Subscribe first, then look: an end between the two is still on the stream.
     let mut stream = match Client::connect(socket) {
         Ok(client) => client,
         Err(e) => return Err(client_error(&e)),
     };
-    match stream.subscribe(None, Some(id.to_owned())) {
+    match stream.subscribe(None, Some(id.to_owned()), uid) {
         Ok(reply) if reply.ok => {}
         Ok(reply) => return Err(refused(&reply)),
         Err(e) => return Err(client_error(&e)),
@@ -784,6 +879,7 @@ fn wait_for_end(socket: &Path, id: &str, json: bool) -> Result<WaitOutcome, Exit
     let current = match Client::connect(socket).and_then(|mut client| {
         client.call(&Request::Get {
             session: id.to_owned(),
+            uid,
         })
     }) {
         Ok(reply) if reply.ok => reply.session,
@@ -799,6 +895,7 @@ fn wait_for_end(socket: &Path, id: &str, json: bool) -> Result<WaitOutcome, Exit
                 let session = match Client::connect(socket).and_then(|mut c| {
                     c.call(&Request::Get {
                         session: event.session.clone(),
+                        uid: Some(event.creator_uid),
                     })
                 }) {
                     Ok(reply) if reply.ok => reply.session,
@@ -807,7 +904,7 @@ fn wait_for_end(socket: &Path, id: &str, json: bool) -> Result<WaitOutcome, Exit
                 };
                 return session.map(|s| report(&s)).ok_or(Exit::Software);
             }
-            Ok((_, StreamMessage::Lagged { .. })) => return wait_for_end(socket, id, json),
+            Ok((_, StreamMessage::Lagged { .. })) => return wait_for_end(socket, id, uid, json),
             Ok((_, StreamMessage::Goodbye { reason })) => {
                 eprintln!("liveness: the daemon stopped ({reason}) before the session ended");
                 return Err(Exit::Unavailable);
@@ -818,7 +915,17 @@ fn wait_for_end(socket: &Path, id: &str, json: bool) -> Result<WaitOutcome, Exit
     }
 }
 
-fn doctor(json: bool) -> Exit {
+const DOCTOR_HELP: &str = "\
+The daemon part is the daemon's own view (its status: each source's state and reason, the
+eBPF self-test); the client part is what this process, with its own privileges and seccomp
+filters, could start. They differ when the two run with different rights.
+Exit codes: 0 the daemon answered and has an active source, 69 the daemon cannot be
+reached (the client part is still printed) or has no active source, 70 internal error.";
+
+/// `liveness doctor`: the daemon's own account of its sources, and apart from it what this
+/// process could start (a daemon without CAP_BPF must not look able to run eBPF because
+/// the client has it).
+fn doctor(socket: &Path, json: bool) -> Exit {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -829,36 +936,89 @@ fn doctor(json: bool) -> Exit {
             return Exit::Software;
         }
     };
-    let reports = runtime.block_on(probe(&MonitorConfig::default()));
-    let kernel = rustix::system::uname();
-    let kernel = kernel.release().to_string_lossy().into_owned();
+    let (daemon, daemon_error) =
+        match Client::connect(socket).and_then(|mut client| client.call(&Request::Status {})) {
+            Ok(Reply {
+                ok: true,
+                status: Some(status),
+                ..
+            }) => (Some(daemon_doctor(&status)), None),
+            Ok(reply) => (
+                None,
+                Some(reply.error.map_or_else(
+                    || "the daemon refused without saying why".to_owned(),
+                    |e| e.message,
+                )),
+            ),
+            Err(e) => (None, Some(e.to_string())),
+        };
+    let sources = runtime.block_on(probe(&MonitorConfig::default()));
+    let restrictions = Restrictions::of_this_thread();
+    let client = serde_json::json!({
+        "pid": std::process::id(),
+        "euid": rustix::process::geteuid().as_raw(),
+        "kernel": rustix::system::uname().release().to_string_lossy(),
+        "seccomp_mode": restrictions.seccomp_mode,
+        "seccomp_filters": restrictions.seccomp_filters,
+        "capabilities": restrictions.capabilities,
+        "sources": sources,
+    });
     if json {
-        print_json(
-            &serde_json::json!({ "kernel": kernel, "euid": rustix::process::geteuid().as_raw(), "sources": reports }),
-        );
-    } else {
-        println!(
-            "kernel {kernel}, euid {}",
-            rustix::process::geteuid().as_raw()
-        );
-        for report in &reports {
-            let reason = report
-                .reason
-                .as_deref()
-                .map(|r| format!(": {r}"))
-                .unwrap_or_default();
-            println!(
-                "  {:<9} {}{reason}",
-                report.name.to_string(),
-                wire_name(report.state)
-            );
+        let mut report = serde_json::json!({ "daemon": daemon, "client": client });
+        if let Some(error) = &daemon_error {
+            report["daemon_error"] = error.as_str().into();
         }
+        print_json(&report);
+    } else {
+        match (&daemon, &daemon_error) {
+            (Some(daemon), _) => {
+                println!(
+                    "daemon: livenessd {}, pid {}, sources {}",
+                    json_text(&daemon["version"]),
+                    daemon["pid"],
+                    json_text(&daemon["selection"])
+                );
+                print_sources(&daemon["sources"]);
+            }
+            (None, error) => println!(
+                "daemon: not reachable: {}",
+                error.as_deref().unwrap_or("no answer")
+            ),
+        }
+        let capabilities = if restrictions.capabilities.is_empty() {
+            "none".to_owned()
+        } else {
+            restrictions.capabilities.join(" ")
+        };
+        println!(
+            "this client (pid {}, euid {}, kernel {}, seccomp mode {}, capabilities {capabilities}) could start:",
+            client["pid"],
+            client["euid"],
+            json_text(&client["kernel"]),
+            restrictions.seccomp_mode
+        );
+        print_sources(&client["sources"]);
     }
-    if reports.iter().any(|r| r.state == SourceState::Available) {
+    let daemon_active = daemon.as_ref().is_some_and(|d| {
+        d["sources"]
+            .as_array()
+            .is_some_and(|sources| sources.iter().any(|s| s["state"] == "active"))
+    });
+    if daemon_active {
         Exit::Ok
     } else {
         Exit::Unavailable
     }
+}
+
+/// The daemon part of `doctor`: who answered and its sources, as its status has them.
+fn daemon_doctor(status: &serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "pid": status["daemon"]["pid"],
+        "version": status["daemon"]["version"],
+        "selection": status["monitor"]["selection"],
+        "sources": status["monitor"]["sources"],
+    })
 }
 
 fn identity_error(e: &IdentityError) -> Exit {

@@ -82,13 +82,21 @@ impl Client {
         }
     }
 
-    /// Subscribes; the reply is the acknowledgement, then [`Client::next_message`] yields the stream.
+    /// Subscribes after `cursor` (from now on without one), to the events of `session`
+    /// (of user `uid`, root only) or all; the reply is the acknowledgement, then
+    /// [`Client::next_message`] yields the stream.
     pub fn subscribe(
         &mut self,
-        since: Option<u64>,
+        cursor: Option<&Cursor>,
         session: Option<String>,
+        uid: Option<u32>,
     ) -> Result<Reply, ClientError> {
-        self.call(&Request::Subscribe { since, session })
+        self.call(&Request::Subscribe {
+            since: cursor.map(|c| c.seq),
+            store_id: cursor.and_then(|c| c.store_id.clone()),
+            session,
+            uid,
+        })
     }
 
     /// The next stream line, raw and parsed.
@@ -97,5 +105,79 @@ impl Client {
         let message = serde_json::from_str(&line)
             .map_err(|e| ClientError::Protocol(format!("{e}: {}", line.trim())))?;
         Ok((line.trim_end().to_owned(), message))
+    }
+}
+
+/// Where a consumer stands in the event stream: the seq it handled last, and the store that
+/// seq belongs to (unknown for a bare seq, such as `--since`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    pub seq: u64,
+    pub store_id: Option<String>,
+}
+
+impl Cursor {
+    /// Parses a saved cursor: `SEQ STORE_ID`, or a bare `SEQ` as earlier versions wrote it.
+    pub fn parse(text: &str) -> Option<Cursor> {
+        let mut words = text.split_whitespace();
+        let seq = words.next()?.parse().ok()?;
+        let store_id = words.next().map(str::to_owned);
+        words.next().is_none().then_some(Cursor { seq, store_id })
+    }
+
+    /// Follows one stream message: a handled event moves the cursor to its seq; a `reset`
+    /// starts it over in the new store, before the store's first event.
+    pub fn follow(&mut self, message: &StreamMessage) {
+        match message {
+            StreamMessage::Event(event) => self.seq = event.seq,
+            StreamMessage::Reset { store_id, .. } => {
+                *self = Cursor {
+                    seq: 0,
+                    store_id: Some(store_id.clone()),
+                };
+            }
+            StreamMessage::Gap { .. }
+            | StreamMessage::Lagged { .. }
+            | StreamMessage::Goodbye { .. } => {}
+        }
+    }
+}
+
+/// The saved form that [`Cursor::parse`] reads.
+impl std::fmt::Display for Cursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.store_id {
+            Some(store_id) => write!(f, "{} {store_id}", self.seq),
+            None => write!(f, "{}", self.seq),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_read_both_forms_and_follow_a_reset() {
+        let old = Cursor::parse("42\n").expect("a bare seq, as earlier versions wrote");
+        assert_eq!((old.seq, old.store_id.as_deref()), (42, None));
+        let mut cursor = Cursor::parse("42 0123abcd\n").expect("seq and store id");
+        assert_eq!(cursor.store_id.as_deref(), Some("0123abcd"));
+        assert_eq!(Cursor::parse(&cursor.to_string()), Some(cursor.clone()));
+        for bad in ["", "x", "-1", "1 a b"] {
+            assert_eq!(Cursor::parse(bad), None, "{bad:?} is no cursor");
+        }
+        cursor.follow(&StreamMessage::Reset {
+            since: 42,
+            head: 3,
+            store_id: "ffee".into(),
+        });
+        assert_eq!(
+            cursor.to_string(),
+            "0 ffee",
+            "a reset starts over in the new store"
+        );
+        cursor.follow(&StreamMessage::Lagged { last_delivered: 9 });
+        assert_eq!(cursor.seq, 0, "only handled events move the cursor");
     }
 }

@@ -64,6 +64,22 @@ impl Caller {
     pub fn creator_filter(&self) -> Option<u32> {
         (!self.is_root()).then_some(self.uid)
     }
+
+    /// The session-id namespace a request with this `uid` field addresses: a user's own
+    /// always; for root, the user it names, or `None` (any user's) without one.
+    pub fn namespace(&self, uid: Option<u32>) -> Result<Option<u32>, ErrorBody> {
+        match uid {
+            Some(uid) if !self.is_root() && uid != self.uid => Err(ErrorBody::new(
+                ErrorCode::Forbidden,
+                format!(
+                    "only root may name another user's sessions with `uid` (you are uid {})",
+                    self.uid
+                ),
+            )),
+            Some(uid) => Ok(Some(uid)),
+            None => Ok(self.creator_filter()),
+        }
+    }
 }
 
 /// An event as published live: the stream line, serialized once for every subscriber,
@@ -85,6 +101,8 @@ pub type Batch = Arc<[Published]>;
 #[derive(Debug)]
 pub struct Subscription {
     pub head: u64,
+    /// The store the seqs belong to.
+    pub store_id: String,
     pub batches: mpsc::Receiver<Batch>,
 }
 
@@ -132,6 +150,8 @@ pub struct Engine {
     monitor: Monitor,
     config: EngineConfig,
     local: Local,
+    /// The store's identity, for status and subscriptions.
+    store_id: String,
     /// Each subscriber's queue; the connection applies its own filter.
     subscribers: Vec<mpsc::Sender<Batch>>,
     /// Deaths observed but not yet committed because the store failed; retried every
@@ -182,6 +202,7 @@ impl Engine {
             host: config.proc.host()?,
         };
         let mut store = store;
+        let store_id = store.store_id()?;
         if store.begin_run(&local.boot_id)? {
             tracing::warn!(
                 jump = crate::store::SEQ_JUMP_AFTER_POWER_LOSS,
@@ -193,6 +214,7 @@ impl Engine {
             monitor,
             config,
             local,
+            store_id,
             subscribers: Vec::new(),
             uncommitted: Vec::new(),
             counters: Counters::default(),
@@ -450,7 +472,12 @@ impl Engine {
                         return;
                     }
                 };
-                if reply.send(Subscription { head, batches }).is_ok() {
+                let subscription = Subscription {
+                    head,
+                    store_id: self.store_id.clone(),
+                    batches,
+                };
+                if reply.send(subscription).is_ok() {
                     self.subscribers.push(queue);
                 }
             }
@@ -462,38 +489,46 @@ impl Engine {
         match request {
             Request::Register {
                 session,
+                uid,
                 owner,
                 pending,
                 labels,
-            } => self.register(caller, session, owner, pending, labels, now),
-            Request::Rename { session, to } => match self.visible(caller, &session) {
+            } => self.register(caller, session, uid, owner, pending, labels, now),
+            Request::Rename { session, to, uid } => match self.addressed(caller, &session, uid) {
                 Err(error) => error.into(),
-                Ok(_) => match self.store.rename(&session, &to, now) {
+                Ok(found) => match self.store.rename(found.creator_uid, &session, &to, now) {
                     Ok(event) => {
                         self.publish(vec![event]);
-                        self.get_reply(&to)
+                        self.get_reply(found.creator_uid, &to)
                     }
                     Err(e) => store_error(e).into(),
                 },
             },
-            Request::Touch { session } => match self.visible(caller, &session) {
+            Request::Touch { session, uid } => match self.addressed(caller, &session, uid) {
                 Err(error) => error.into(),
-                Ok(_) => match self.store.touch(&session, now) {
-                    Ok(()) => self.get_reply(&session),
+                Ok(found) => match self.store.touch(found.creator_uid, &session, now) {
+                    Ok(()) => self.get_reply(found.creator_uid, &session),
                     Err(e) => store_error(e).into(),
                 },
             },
-            Request::End { session } => match self.visible(caller, &session) {
+            Request::End { session, uid } => match self.addressed(caller, &session, uid) {
                 Err(error) => error.into(),
                 Ok(existing) => {
-                    match self
-                        .store
-                        .end(&session, EndReason::Stopped, None, None, None, None, now)
-                    {
+                    let ended = self.store.end(
+                        existing.creator_uid,
+                        &session,
+                        EndReason::Stopped,
+                        None,
+                        None,
+                        None,
+                        None,
+                        now,
+                    );
+                    match ended {
                         Ok(Some(event)) => {
                             self.publish(vec![event]);
                             self.unwatch_if_unused(&existing.owner);
-                            self.get_reply(&session)
+                            self.get_reply(existing.creator_uid, &session)
                         }
                         Ok(None) => Reply::error(
                             ErrorCode::AlreadyEnded,
@@ -503,7 +538,7 @@ impl Engine {
                     }
                 }
             },
-            Request::Get { session } => match self.visible(caller, &session) {
+            Request::Get { session, uid } => match self.addressed(caller, &session, uid) {
                 Ok(found) => Reply::with_session(found),
                 Err(error) => error.into(),
             },
@@ -526,22 +561,38 @@ impl Engine {
         }
     }
 
-    /// The session, if it exists and the caller may see it; otherwise the error reply.
-    /// Another user's session is an explicit `forbidden`, not a pretended `not_found`.
-    fn visible(&self, caller: Caller, id: &str) -> Result<Session, ErrorBody> {
-        match self.store.get(id) {
-            Ok(Some(session)) if caller.may_see(&session) => Ok(session),
-            Ok(Some(_)) => Err(ErrorBody::new(
-                ErrorCode::Forbidden,
-                format!("session {id:?} belongs to another user"),
-            )),
-            Ok(None) => Err(store_error(StoreError::NotFound(id.to_owned()))),
-            Err(e) => Err(store_error(e)),
+    /// The session a request names (see [`Caller::namespace`]): a user's own of that id;
+    /// for root, user `uid`'s, or without `uid` the one user's that has it (`ambiguous`
+    /// when several have). Another user's id is simply not in a user's namespace, so
+    /// nothing tells a user whether it exists.
+    fn addressed(&self, caller: Caller, id: &str, uid: Option<u32>) -> Result<Session, ErrorBody> {
+        let not_found = || store_error(StoreError::NotFound(id.to_owned()));
+        if let Some(uid) = caller.namespace(uid)? {
+            return self
+                .store
+                .get(uid, id)
+                .map_err(store_error)?
+                .ok_or_else(not_found);
+        }
+        let mut found = self.store.find_any_user(id).map_err(store_error)?;
+        match found.len() {
+            0 => Err(not_found()),
+            1 => Ok(found.remove(0)),
+            _ => {
+                let uids: Vec<String> = found.iter().map(|s| s.creator_uid.to_string()).collect();
+                Err(ErrorBody::new(
+                    ErrorCode::Ambiguous,
+                    format!(
+                        "session {id:?} exists for uids {}; name one with `uid` (--uid)",
+                        uids.join(", ")
+                    ),
+                ))
+            }
         }
     }
 
-    fn get_reply(&self, id: &str) -> Reply {
-        match self.store.get(id) {
+    fn get_reply(&self, uid: u32, id: &str) -> Reply {
+        match self.store.get(uid, id) {
             Ok(Some(session)) => Reply::with_session(session),
             Ok(None) => store_error(StoreError::NotFound(id.to_owned())).into(),
             Err(e) => store_error(e).into(),
@@ -581,10 +632,15 @@ impl Engine {
         Ok(identity)
     }
 
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the fields of a register request"
+    )]
     fn register(
         &mut self,
         caller: Caller,
         session: Option<String>,
+        uid: Option<u32>,
         owner: OwnerSpec,
         pending: bool,
         labels: BTreeMap<String, String>,
@@ -600,17 +656,16 @@ impl Engine {
                 );
             }
         };
+        // Root registers in its own namespace unless it names a user's.
+        let namespace = match caller.namespace(uid) {
+            Ok(namespace) => namespace.unwrap_or(caller.uid),
+            Err(error) => return error.into(),
+        };
         let owner = match self.resolve_owner(caller, owner) {
             Ok(owner) => owner,
             Err(error) => return error.into(),
         };
-        let previous = match self.store.get(&id) {
-            Ok(Some(existing)) if !caller.may_see(&existing) => {
-                return Reply::error(
-                    ErrorCode::Forbidden,
-                    format!("session {id:?} belongs to another user"),
-                );
-            }
+        let previous = match self.store.get(namespace, &id) {
             Ok(existing) => existing.map(|s| s.owner),
             Err(e) => return store_error(e).into(),
         };
@@ -619,7 +674,7 @@ impl Engine {
             owner: owner.clone(),
             pending,
             pending_expires_ms: pending.then(|| now + self.config.pending_ttl.as_millis() as i64),
-            creator_uid: caller.uid,
+            creator_uid: namespace,
             labels,
         };
         let registered = match self.store.register(new, now) {
@@ -633,7 +688,7 @@ impl Engine {
         if let Some(death) = self.watch(&owner) {
             self.finalize(vec![death]);
         }
-        self.get_reply(&id)
+        self.get_reply(namespace, &id)
     }
 
     /// Walks up from `pid` (or, for a thread id, its process) to the nearest process that
@@ -682,6 +737,7 @@ impl Engine {
             "daemon": self.about,
             "uptime_ms": self.started.elapsed().as_millis() as u64,
             "head_seq": self.store.head_seq().unwrap_or_default(),
+            "store_id": self.store_id,
             "active_sessions": active,
             "subscribers": self.subscribers.iter().filter(|q| !q.is_closed()).count(),
             "uncommitted_deaths": self.uncommitted.len(),
@@ -710,6 +766,7 @@ impl Engine {
         }
         for (session, reason) in ended {
             match self.store.end(
+                session.creator_uid,
                 &session.id,
                 reason,
                 None,
@@ -753,4 +810,21 @@ fn generate_pending_id() -> String {
     }
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     format!("pending-{hex}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_root_names_another_users_namespace() {
+        let user = Caller { uid: 1000, pid: 1 };
+        let root = Caller { uid: 0, pid: 1 };
+        assert_eq!(user.namespace(None), Ok(Some(1000)), "a user's own");
+        assert_eq!(user.namespace(Some(1000)), Ok(Some(1000)));
+        let refused = user.namespace(Some(2000)).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::Forbidden, "{}", refused.message);
+        assert_eq!(root.namespace(Some(2000)), Ok(Some(2000)));
+        assert_eq!(root.namespace(None), Ok(None), "root: any user's");
+    }
 }

@@ -2,8 +2,8 @@
 //!
 //! Every request is one JSON object on one line, with an `op`, an optional protocol
 //! version `v` and an optional `id` echoed in the reply. Every reply is one line with
-//! `"ok": true|false`. A `subscribe` reply is followed by stream lines (`event`, `gap`,
-//! `lagged`, `goodbye`). The full description, with examples, is `docs/protocol.md`.
+//! `"ok": true|false`. A `subscribe` reply is followed by stream lines (`reset`, `event`,
+//! `gap`, `lagged`, `goodbye`). The full description, with examples, is `docs/protocol.md`.
 
 use std::collections::BTreeMap;
 
@@ -54,6 +54,9 @@ pub enum Request {
         /// Required unless `pending`; a pending registration without one gets a generated id.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         session: Option<String>,
+        /// Root only: register in this user's id namespace (default: the caller's own).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        uid: Option<u32>,
         owner: OwnerSpec,
         /// The real session id is not known yet: `rename` it later, or it expires.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -65,32 +68,44 @@ pub enum Request {
     Rename {
         session: String,
         to: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        uid: Option<u32>,
     },
     /// Record activity: postpones the inactivity timeout of owners that cannot be watched.
     Touch {
         session: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        uid: Option<u32>,
     },
     /// End a session explicitly (reason `stopped`).
     End {
         session: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        uid: Option<u32>,
     },
     Get {
         session: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        uid: Option<u32>,
     },
     List {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         phase: Option<Phase>,
     },
     /// Which ACTIVE session owns this process (it or its nearest registered ancestor)?
-    Whose {
-        pid: u32,
-    },
+    Whose { pid: u32 },
     /// Replay events after `since`, then stream live ones.
     Subscribe {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         since: Option<u64>,
+        /// The store `since` was read from: another store means the cursor is void (`reset`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        store_id: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         session: Option<String>,
+        /// Root only, with `session`: only that user's session of this id.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        uid: Option<u32>,
     },
     /// A struct variant (not a unit) so that unknown fields are rejected here too.
     Status {},
@@ -106,6 +121,8 @@ pub enum ErrorCode {
     UnsupportedVersion,
     NotFound,
     Forbidden,
+    /// Root named a session id that several users have: add `uid`.
+    Ambiguous,
     AlreadyEnded,
     AlreadyExists,
     NotPending,
@@ -215,12 +232,22 @@ impl Reply {
 pub struct Subscribed {
     pub since: u64,
     pub head: u64,
+    /// The identity of the store the seqs belong to (see [`StreamMessage::Reset`]).
+    pub store_id: String,
 }
 
 /// Lines that follow a `subscribe` reply (and `goodbye` on any connection at shutdown).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StreamMessage {
+    /// The cursor `since` does not belong to this store (it is above the head, or the
+    /// subscriber named another `store_id`): the database was replaced. Every retained
+    /// event follows, from the first; the consumer's cursor starts over in `store_id`.
+    Reset {
+        since: u64,
+        head: u64,
+        store_id: String,
+    },
     Event(Box<Event>),
     /// Events after `since` up to `pruned_through` fell out of the retention window and are
     /// gone; the stream goes on with the oldest retained event.
@@ -288,6 +315,8 @@ pub fn parse_request(line: &[u8]) -> Result<Envelope, Rejected> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     fn parse(line: &str) -> Result<Envelope, Rejected> {
@@ -385,5 +414,66 @@ mod tests {
         })
         .unwrap();
         assert_eq!(line, r#"{"gap":{"since":1,"pruned_through":5}}"#);
+    }
+
+    /// Requests of every kind, valid, for the fuzz to start from and mutate.
+    const SAMPLE_REQUESTS: &[&str] = &[
+        r#"{"v":1,"id":1,"op":"register","session":"s1","owner":"auto","labels":{"k":"v"}}"#,
+        r#"{"op":"register","pending":true,"owner":{"pid":42}}"#,
+        r#"{"op":"register","session":"s","uid":7,"owner":{"pid":1,"start_ticks":2,"boot_id":"b","host":"h"}}"#,
+        r#"{"op":"rename","session":"pending-1","to":"real","uid":0}"#,
+        r#"{"op":"touch","session":"s1"}"#,
+        r#"{"op":"end","session":"s1","id":"x"}"#,
+        r#"{"op":"get","session":"s1","uid":1000}"#,
+        r#"{"op":"list","phase":"active"}"#,
+        r#"{"op":"whose","pid":1}"#,
+        r#"{"op":"subscribe","since":3,"store_id":"ab","session":"s","uid":2}"#,
+        r#"{"op":"status","v":1}"#,
+    ];
+
+    /// A request line, a valid one with some bytes overwritten, or any bytes at all.
+    fn request_lines() -> impl Strategy<Value = Vec<u8>> {
+        let mutated = (
+            prop::sample::select(SAMPLE_REQUESTS),
+            prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
+        )
+            .prop_map(|(sample, edits)| {
+                let mut line = sample.as_bytes().to_vec();
+                for (at, byte) in edits {
+                    let at = at.index(line.len());
+                    line[at] = byte;
+                }
+                line
+            });
+        prop_oneof![
+            mutated,
+            prop::collection::vec(any::<u8>(), 0..256),
+            "[ -~]{0,128}".prop_map(String::into_bytes),
+        ]
+    }
+
+    proptest! {
+        /// Whatever arrives, the parser does not panic; what it refuses gets an error reply
+        /// that is valid JSON with `ok: false`; what it accepts means the same once written
+        /// back, so nothing is accepted by accident of the parser.
+        #[test]
+        fn every_line_is_parsed_or_refused_with_a_json_error(line in request_lines()) {
+            match parse_request(&line) {
+                Err(rejected) => {
+                    let reply = serde_json::to_string(&Reply::from(rejected)).unwrap();
+                    let reply: Value = serde_json::from_str(&reply).unwrap();
+                    prop_assert_eq!(&reply["ok"], &Value::Bool(false));
+                    prop_assert!(reply["error"]["code"].is_string(), "{}", reply);
+                }
+                Ok(envelope) => {
+                    let mut again = serde_json::to_value(&envelope.request).unwrap();
+                    if let Some(id) = &envelope.id {
+                        again["id"] = id.clone();
+                    }
+                    let again = parse_request(again.to_string().as_bytes());
+                    prop_assert_eq!(again, Ok(envelope));
+                }
+            }
+        }
     }
 }

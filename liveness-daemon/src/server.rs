@@ -182,6 +182,26 @@ async fn stopping(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
 }
 
+/// What a `subscribe` asked for.
+#[derive(Debug)]
+struct Wanted {
+    since: Option<u64>,
+    store_id: Option<String>,
+    session: Option<String>,
+    uid: Option<u32>,
+}
+
+impl Wanted {
+    /// Whether the subscriber's cursor is void here: it is above the head, or it names
+    /// another store. Seqs are never reused within one store, so either means the database
+    /// was replaced, and skipping every seq up to the cursor would lose events.
+    fn reset(&self, head: u64, store_id: &str) -> bool {
+        self.since.is_some_and(|since| {
+            since > head || self.store_id.as_deref().is_some_and(|id| id != store_id)
+        })
+    }
+}
+
 struct Connection {
     engine: mpsc::Sender<Command>,
     database: PathBuf,
@@ -238,11 +258,23 @@ impl Connection {
                     }
                 },
             };
-            if let Request::Subscribe { since, session } = envelope.request {
+            if let Request::Subscribe {
+                since,
+                store_id,
+                session,
+                uid,
+            } = envelope.request
+            {
+                let wanted = Wanted {
+                    since,
+                    store_id,
+                    session,
+                    uid,
+                };
                 // Every reply so far was flushed: the buffer being replaced is empty.
                 let write = BufWriter::with_capacity(STREAM_BUFFER, write.into_inner());
                 return self
-                    .stream(caller, envelope.id, since, session, reader, write)
+                    .stream(caller, envelope.id, wanted, reader, write)
                     .await;
             }
             let (reply_tx, reply_rx) = oneshot::channel();
@@ -272,33 +304,58 @@ impl Connection {
         mut self,
         caller: Caller,
         id: Option<serde_json::Value>,
-        since: Option<u64>,
-        session: Option<String>,
+        wanted: Wanted,
         mut reader: BufReader<OwnedReadHalf>,
         mut write: BufWriter<OwnedWriteHalf>,
     ) -> Result<(), ConnectionError> {
+        let creator_uid = match caller.namespace(wanted.uid) {
+            Ok(creator_uid) => creator_uid,
+            Err(error) => return write_json(&mut write, &Reply { id, ..error.into() }).await,
+        };
         let (reply_tx, reply_rx) = oneshot::channel();
         let command = Command::Subscribe { reply: reply_tx };
         let subscription = match self.engine.send(command).await {
             Ok(()) => reply_rx.await.ok(),
             Err(_) => None,
         };
-        let Some(Subscription { head, mut batches }) = subscription else {
+        let Some(Subscription {
+            head,
+            store_id,
+            mut batches,
+        }) = subscription
+        else {
             let reply = Reply::error(ErrorCode::ShuttingDown, "the daemon is stopping");
             return write_json(&mut write, &Reply { id, ..reply }).await;
         };
-        // Without `since`, the stream starts now: nothing is replayed.
-        let since = since.unwrap_or(head);
+        let reset = wanted.reset(head, &store_id);
+        // Without `since`, the stream starts now: nothing is replayed. After a reset,
+        // everything is.
+        let since = match (reset, wanted.since) {
+            (true, _) => 0,
+            (false, since) => since.unwrap_or(head),
+        };
         let ack = Reply {
             id,
-            subscribed: Some(Subscribed { since, head }),
+            subscribed: Some(Subscribed {
+                since,
+                head,
+                store_id: store_id.clone(),
+            }),
             ..Reply::ok()
         };
         write_json(&mut write, &ack).await?;
+        if reset {
+            let message = StreamMessage::Reset {
+                since: wanted.since.unwrap_or_default(),
+                head,
+                store_id,
+            };
+            write_json(&mut write, &message).await?;
+        }
 
         let filter = EventFilter {
-            session: session.as_deref(),
-            creator_uid: caller.creator_filter(),
+            session: wanted.session.as_deref(),
+            creator_uid,
         };
         let mut last = since;
         if last < head {
@@ -382,19 +439,35 @@ impl Connection {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     /// Every read of `input` in 4-byte buffer fills: complete lines as text, or the outcome.
     async fn lines(input: &[u8], max: usize) -> Vec<Result<String, Line>> {
-        let mut reader = BufReader::with_capacity(4, input);
+        lines_read_by(input, 4, max)
+            .await
+            .into_iter()
+            .map(|read| read.map(|line| String::from_utf8(line).unwrap()))
+            .collect()
+    }
+
+    /// Every read of `input` in `fill`-byte buffer fills: complete lines, or the outcome.
+    async fn lines_read_by(input: &[u8], fill: usize, max: usize) -> Vec<Result<Vec<u8>, Line>> {
+        let mut reader = BufReader::with_capacity(fill, input);
         let mut line = Vec::new();
         let mut out = Vec::new();
         loop {
-            match read_line_bounded(&mut reader, &mut line, max)
+            let read = read_line_bounded(&mut reader, &mut line, max)
                 .await
-                .unwrap()
-            {
-                Line::Complete => out.push(Ok(String::from_utf8(line.clone()).unwrap())),
+                .unwrap();
+            assert!(
+                line.len() <= max,
+                "buffered {} bytes of at most {max}",
+                line.len()
+            );
+            match read {
+                Line::Complete => out.push(Ok(line.clone())),
                 Line::End => {
                     out.push(Err(Line::End));
                     return out;
@@ -422,5 +495,37 @@ mod tests {
             vec![Err(Line::TooLong(10)), Err(Line::End)]
         );
         assert_eq!(lines(b"", 8).await, vec![Err(Line::End)]);
+    }
+
+    proptest! {
+        /// However the input is cut into reads, each line is returned whole when it fits,
+        /// reported with its length when it does not, and never buffered beyond the limit.
+        #[test]
+        fn lines_are_read_whole_or_skipped_whatever_the_reads(
+            // Only newlines matter to the reader: runs of one other byte, each perhaps
+            // ended by a newline, make every shape of input cheaply.
+            runs in prop::collection::vec((0..160usize, any::<u8>(), any::<bool>()), 0..12),
+            fill in 1..64usize,
+            max in 1..96usize,
+        ) {
+            let input: Vec<u8> = runs
+                .into_iter()
+                .flat_map(|(length, byte, newline)| {
+                    let byte = if byte == b'\n' { b'x' } else { byte };
+                    std::iter::repeat_n(byte, length).chain(newline.then_some(b'\n'))
+                })
+                .collect();
+            let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            let got = runtime.block_on(lines_read_by(&input, fill, max));
+            let expected: Vec<Result<Vec<u8>, Line>> = input
+                .split_inclusive(|&b| b == b'\n')
+                .map(|line| match line.len() {
+                    length if length <= max => Ok(line.to_vec()),
+                    length => Err(Line::TooLong(length)),
+                })
+                .chain([Err(Line::End)])
+                .collect();
+            prop_assert_eq!(got, expected);
+        }
     }
 }

@@ -98,6 +98,53 @@ DROP TABLE events;
 ALTER TABLE events_v3 RENAME TO events;
 CREATE INDEX events_by_session ON events (session, seq);
 "#,
+    r#"
+-- The store's identity, made once with the database: seqs mean something only within one
+-- store, so a consumer whose cursor came from another (the database was deleted, replaced
+-- or restored) is told to start over rather than have every seq up to its cursor skipped.
+INSERT INTO meta (key, value) VALUES ('store_id', lower(hex(randomblob(16))));
+"#,
+    r#"
+-- Session ids are per user: the key is (creator_uid, id), so no user can take another
+-- user's id first, nor learn from an error that it exists. The table is rebuilt for its new
+-- key, with every column, and its indexes made again.
+CREATE TABLE sessions_v5 (
+    id TEXT NOT NULL,
+    owner_pid INTEGER NOT NULL,
+    owner_start_ticks INTEGER NOT NULL,
+    owner_boot_id TEXT NOT NULL,
+    owner_host TEXT NOT NULL,
+    owner_comm TEXT NOT NULL,
+    phase TEXT NOT NULL CHECK (phase IN ('active', 'ended')),
+    pending INTEGER NOT NULL,
+    reason TEXT,
+    exit TEXT,
+    detected_by TEXT,
+    creator_uid INTEGER NOT NULL,
+    labels TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL,
+    ended_ms INTEGER,
+    touched_ms INTEGER NOT NULL,
+    pending_expires_ms INTEGER,
+    PRIMARY KEY (creator_uid, id)
+);
+INSERT INTO sessions_v5 (id, owner_pid, owner_start_ticks, owner_boot_id, owner_host,
+    owner_comm, phase, pending, reason, exit, detected_by, creator_uid, labels, created_ms,
+    updated_ms, ended_ms, touched_ms, pending_expires_ms)
+SELECT id, owner_pid, owner_start_ticks, owner_boot_id, owner_host, owner_comm, phase,
+    pending, reason, exit, detected_by, creator_uid, labels, created_ms, updated_ms,
+    ended_ms, touched_ms, pending_expires_ms FROM sessions;
+DROP TABLE sessions;
+ALTER TABLE sessions_v5 RENAME TO sessions;
+CREATE INDEX sessions_by_owner ON sessions (owner_pid, owner_start_ticks);
+CREATE INDEX sessions_pending_expiry ON sessions (pending_expires_ms)
+    WHERE phase = 'active' AND pending;
+CREATE INDEX sessions_active_by_host ON sessions (owner_host, touched_ms)
+    WHERE phase = 'active';
+-- Root may name a session by id alone when one user has it.
+CREATE INDEX sessions_by_id ON sessions (id);
+"#,
 ];
 
 /// The schema version this code writes and understands.
@@ -451,7 +498,7 @@ impl Store {
     pub fn register(&mut self, req: NewSession, now_ms: i64) -> Result<Registered, StoreError> {
         validate_id(&req.id)?;
         let tx = self.write_tx()?;
-        let registered = match get_session(&tx, &req.id)? {
+        let registered = match get_session(&tx, req.creator_uid, &req.id)? {
             None => {
                 let session = Session {
                     id: req.id,
@@ -481,7 +528,7 @@ impl Store {
             }
             Some(mut session) if session.owner.same_process(&req.owner) => {
                 // Same owner again: idempotent, but it is activity.
-                touch_active(&tx, &session.id, now_ms)?;
+                touch_active(&tx, session.creator_uid, &session.id, now_ms)?;
                 session.touched_ms = now_ms;
                 Registered {
                     session,
@@ -494,7 +541,7 @@ impl Store {
                 tx.prepare_cached(
                     "UPDATE sessions SET owner_pid = ?2, owner_start_ticks = ?3, \
                      owner_boot_id = ?4, owner_host = ?5, owner_comm = ?6, updated_ms = ?7, \
-                     touched_ms = ?7 WHERE id = ?1 AND phase = 'active'",
+                     touched_ms = ?7 WHERE id = ?1 AND creator_uid = ?8 AND phase = 'active'",
                 )?
                 .execute(params![
                     session.id,
@@ -503,7 +550,8 @@ impl Store {
                     owner.boot_id,
                     owner.host,
                     owner.comm,
-                    now_ms
+                    now_ms,
+                    session.creator_uid,
                 ])?;
                 session.updated_ms = now_ms;
                 session.touched_ms = now_ms;
@@ -524,27 +572,34 @@ impl Store {
         Ok(registered)
     }
 
-    /// Gives a pending session its real id; it stops being pending. Earlier events keep the
-    /// old id; the `session.renamed` event links the two.
-    pub fn rename(&mut self, id: &str, to: &str, now_ms: i64) -> Result<Event, StoreError> {
+    /// Gives user `uid`'s pending session its real id, in the same user's namespace; it
+    /// stops being pending. Earlier events keep the old id; the `session.renamed` event
+    /// links the two.
+    pub fn rename(
+        &mut self,
+        uid: u32,
+        id: &str,
+        to: &str,
+        now_ms: i64,
+    ) -> Result<Event, StoreError> {
         validate_id(to)?;
         let tx = self.write_tx()?;
         let mut session =
-            get_session(&tx, id)?.ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
+            get_session(&tx, uid, id)?.ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
         if session.phase == Phase::Ended {
             return Err(StoreError::AlreadyEnded(session.id));
         }
         if !session.pending {
             return Err(StoreError::NotPending(session.id));
         }
-        if get_session(&tx, to)?.is_some() {
+        if get_session(&tx, uid, to)?.is_some() {
             return Err(StoreError::AlreadyExists(to.to_owned()));
         }
         tx.prepare_cached(
             "UPDATE sessions SET id = ?2, pending = 0, pending_expires_ms = NULL, \
-             updated_ms = ?3, touched_ms = ?3 WHERE id = ?1",
+             updated_ms = ?3, touched_ms = ?3 WHERE id = ?1 AND creator_uid = ?4",
         )?
-        .execute(params![id, to, now_ms])?;
+        .execute(params![id, to, now_ms, uid])?;
         session.id = to.to_owned();
         let event = append(
             &tx,
@@ -558,25 +613,27 @@ impl Store {
     }
 
     /// Records activity on an active session (no event).
-    pub fn touch(&mut self, id: &str, now_ms: i64) -> Result<(), StoreError> {
+    pub fn touch(&mut self, uid: u32, id: &str, now_ms: i64) -> Result<(), StoreError> {
         // A single UPDATE commits atomically on its own.
-        if touch_active(&self.conn, id, now_ms)? {
+        if touch_active(&self.conn, uid, id, now_ms)? {
             return Ok(());
         }
-        match get_session(&self.conn, id)? {
+        match get_session(&self.conn, uid, id)? {
             None => Err(StoreError::NotFound(id.to_owned())),
             Some(_) => Err(StoreError::AlreadyEnded(id.to_owned())),
         }
     }
 
-    /// Ends one session if it is still active and, when `expected_owner` is given, still
-    /// owned by that process. `Ok(None)` when it was already ended or the owner changed.
+    /// Ends user `uid`'s session `id` if it is still active and, when `expected_owner` is
+    /// given, still owned by that process. `Ok(None)` when it was already ended or the
+    /// owner changed.
     #[expect(
         clippy::too_many_arguments,
         reason = "each is an independent fact of the ending"
     )]
     pub fn end(
         &mut self,
+        uid: u32,
         id: &str,
         reason: EndReason,
         exit: Option<ExitStatus>,
@@ -590,8 +647,8 @@ impl Store {
         let ended = end_selected(
             &tx,
             select_active!(
-                "id = ?1 AND (?2 IS NULL OR (owner_pid = ?2 AND owner_start_ticks = ?3 \
-                 AND owner_boot_id = ?4 AND owner_host = ?5))"
+                "id = ?1 AND creator_uid = ?6 AND (?2 IS NULL OR (owner_pid = ?2 \
+                 AND owner_start_ticks = ?3 AND owner_boot_id = ?4 AND owner_host = ?5))"
             ),
             params![
                 id,
@@ -599,11 +656,12 @@ impl Store {
                 expected_owner.map(|o| ticks_to_sql(o.start_ticks)),
                 expected_owner.map(|o| &o.boot_id),
                 expected_owner.map(|o| &o.host),
+                uid,
             ],
             &ending,
         )?;
         let Some(event) = ended.into_iter().next() else {
-            return if get_session(&tx, id)?.is_some() {
+            return if get_session(&tx, uid, id)?.is_some() {
                 Ok(None)
             } else {
                 Err(StoreError::NotFound(id.to_owned()))
@@ -677,8 +735,21 @@ impl Store {
         Ok(events)
     }
 
-    pub fn get(&self, id: &str) -> Result<Option<Session>, StoreError> {
-        get_session(&self.conn, id)
+    /// User `uid`'s session `id`.
+    pub fn get(&self, uid: u32, id: &str) -> Result<Option<Session>, StoreError> {
+        get_session(&self.conn, uid, id)
+    }
+
+    /// Every user's session of this id, by uid: how root finds a session by id alone.
+    pub fn find_any_user(&self, id: &str) -> Result<Vec<Session>, StoreError> {
+        self.sessions(
+            concat!(
+                "SELECT ",
+                session_columns!(),
+                " FROM sessions WHERE id = ?1 ORDER BY creator_uid"
+            ),
+            params![id],
+        )
     }
 
     /// Sessions, optionally of one phase and/or one creator, oldest first.
@@ -801,6 +872,15 @@ impl Store {
     /// The last committed seq, 0 before the first event.
     pub fn head_seq(&self) -> Result<u64, StoreError> {
         head_seq(&self.conn)
+    }
+
+    /// The store's identity: random, made with the database, never changed.
+    pub fn store_id(&self) -> Result<String, StoreError> {
+        Ok(self
+            .conn
+            .query_row("SELECT value FROM meta WHERE key = 'store_id'", [], |r| {
+                r.get(0)
+            })?)
     }
 
     /// Up to `limit` events with seq > `since` that match `filter`, or a gap.
@@ -951,12 +1031,28 @@ fn validate_id(id: &str) -> Result<(), StoreError> {
             id.len()
         )));
     }
-    if id.chars().any(char::is_control) {
+    if let Some(c) = id.chars().find(|&c| invisible_or_misleading(c)) {
         return Err(StoreError::InvalidId(format!(
-            "{id:?} contains a control character"
+            "{id:?} contains U+{:04X}: control, bidirectional-override and zero-width \
+             characters are not allowed, as they make two ids look alike",
+            u32::from(c)
         )));
     }
     Ok(())
+}
+
+/// Characters an id may not hold: controls, and those that display an id as another
+/// (bidirectional embeddings, overrides and isolates; zero-width spaces and joiners).
+fn invisible_or_misleading(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{202A}'..='\u{202E}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{200B}'..='\u{200D}'
+                | '\u{2060}'
+                | '\u{FEFF}'
+        )
 }
 
 /// SQLite integers are i64; start times are u64. A bit-preserving cast round-trips every
@@ -1016,13 +1112,13 @@ fn session_from_row(row: &Row<'_>) -> Result<Session, StoreError> {
     })
 }
 
-fn get_session(conn: &Connection, id: &str) -> Result<Option<Session>, StoreError> {
+fn get_session(conn: &Connection, uid: u32, id: &str) -> Result<Option<Session>, StoreError> {
     conn.prepare_cached(concat!(
         "SELECT ",
         session_columns!(),
-        " FROM sessions WHERE id = ?1"
+        " FROM sessions WHERE creator_uid = ?1 AND id = ?2"
     ))?
-    .query_and_then([id], session_from_row)?
+    .query_and_then(params![uid, id], session_from_row)?
     .next()
     .transpose()
 }
@@ -1133,11 +1229,14 @@ fn end_selected(
     Ok(events)
 }
 
-/// True when an active session `id` was touched.
-fn touch_active(conn: &Connection, id: &str, now_ms: i64) -> Result<bool, StoreError> {
+/// True when user `uid`'s active session `id` was touched.
+fn touch_active(conn: &Connection, uid: u32, id: &str, now_ms: i64) -> Result<bool, StoreError> {
     let changed = conn
-        .prepare_cached("UPDATE sessions SET touched_ms = ?2 WHERE id = ?1 AND phase = 'active'")?
-        .execute(params![id, now_ms])?;
+        .prepare_cached(
+            "UPDATE sessions SET touched_ms = ?2 \
+             WHERE creator_uid = ?3 AND id = ?1 AND phase = 'active'",
+        )?
+        .execute(params![id, now_ms, uid])?;
     Ok(changed > 0)
 }
 
@@ -1218,6 +1317,8 @@ mod tests {
     use super::*;
 
     const NOW: i64 = 1_700_000_000_000;
+    /// The uid that [`req`] registers as.
+    const UID: u32 = 1000;
 
     fn only(session: &str) -> EventFilter<'_> {
         EventFilter {
@@ -1242,7 +1343,7 @@ mod tests {
             owner,
             pending: false,
             pending_expires_ms: None,
-            creator_uid: 1000,
+            creator_uid: UID,
             labels: BTreeMap::from([("tool".into(), "claude".into())]),
         }
     }
@@ -1313,7 +1414,7 @@ mod tests {
         assert_eq!((event.seq, event.kind), (1, EventKind::Registered));
         assert_eq!(event.owner, owner(10));
         assert_eq!(first.session.phase, Phase::Active);
-        assert_eq!(store.get("s1").unwrap(), Some(first.session.clone()));
+        assert_eq!(store.get(UID, "s1").unwrap(), Some(first.session.clone()));
 
         // The same process again (even after an exec renamed it): idempotent, no event.
         let again = Identity {
@@ -1331,7 +1432,7 @@ mod tests {
         assert_eq!((event.seq, event.kind), (2, EventKind::OwnerChanged));
         assert_eq!(event.owner, owner(11));
         assert_eq!(event.previous_owner, Some(owner(10)));
-        assert_eq!(store.get("s1").unwrap().unwrap().owner, owner(11));
+        assert_eq!(store.get(UID, "s1").unwrap().unwrap().owner, owner(11));
     }
 
     #[test]
@@ -1344,6 +1445,7 @@ mod tests {
         assert!(end_by_owner(&mut store, &owner(10)).is_empty());
         let stale = store
             .end(
+                UID,
                 "s1",
                 EndReason::OwnerExited,
                 None,
@@ -1354,7 +1456,7 @@ mod tests {
             )
             .unwrap();
         assert_eq!(stale, None, "an old owner's death never ends a new turn");
-        assert_eq!(store.get("s1").unwrap().unwrap().phase, Phase::Active);
+        assert_eq!(store.get(UID, "s1").unwrap().unwrap().phase, Phase::Active);
 
         let ended = end_by_owner(&mut store, &owner(11));
         assert_eq!(ended.len(), 1);
@@ -1364,17 +1466,26 @@ mod tests {
         assert_eq!(event.exit, exited(0));
         assert_eq!(event.detected_by, Some(DetectedBy::Pidfd));
         assert_eq!((event.observed_ms, event.at_ms), (Some(NOW + 5), NOW + 6));
-        let session = store.get("s1").unwrap().unwrap();
+        let session = store.get(UID, "s1").unwrap().unwrap();
         assert_eq!(session.phase, Phase::Ended);
         assert_eq!(session.ended_ms, Some(NOW + 6));
 
         // A second source reporting the same death, or an explicit stop: nothing more.
         assert!(end_by_owner(&mut store, &owner(11)).is_empty());
-        let stop = store.end("s1", EndReason::Stopped, None, None, None, None, NOW + 7);
+        let stop = store.end(
+            UID,
+            "s1",
+            EndReason::Stopped,
+            None,
+            None,
+            None,
+            None,
+            NOW + 7,
+        );
         assert_eq!(stop.unwrap(), None);
         assert_eq!(store.head_seq().unwrap(), 3);
         assert!(matches!(
-            store.end("nope", EndReason::Stopped, None, None, None, None, NOW),
+            store.end(UID, "nope", EndReason::Stopped, None, None, None, None, NOW),
             Err(StoreError::NotFound(id)) if id == "nope"
         ));
     }
@@ -1387,6 +1498,7 @@ mod tests {
         store.register(req("b", owner(10)), NOW).unwrap();
         let event = store
             .end(
+                UID,
                 "a",
                 EndReason::OwnerReused,
                 None,
@@ -1399,14 +1511,23 @@ mod tests {
             .unwrap();
         assert_eq!(event.reason, Some(EndReason::OwnerReused));
         let event = store
-            .end("b", EndReason::Timeout, None, None, None, None, NOW + 2)
+            .end(
+                UID,
+                "b",
+                EndReason::Timeout,
+                None,
+                None,
+                None,
+                None,
+                NOW + 2,
+            )
             .unwrap()
             .unwrap();
         assert_eq!(
             (event.reason, event.detected_by, event.exit),
             (Some(EndReason::Timeout), None, None)
         );
-        assert_eq!(store.get("b").unwrap().unwrap().detected_by, None);
+        assert_eq!(store.get(UID, "b").unwrap().unwrap().detected_by, None);
     }
 
     #[test]
@@ -1469,12 +1590,12 @@ mod tests {
         assert!(store.expired_pending(NOW + 59_999).unwrap().is_empty());
         assert_eq!(store.expired_pending(NOW + 60_000).unwrap().len(), 1);
 
-        let event = store.rename("pending-10", "real", NOW + 1).unwrap();
+        let event = store.rename(UID, "pending-10", "real", NOW + 1).unwrap();
         assert_eq!((event.seq, event.kind), (2, EventKind::Renamed));
         assert_eq!(event.session, "real");
         assert_eq!(event.previous_session.as_deref(), Some("pending-10"));
-        assert_eq!(store.get("pending-10").unwrap(), None);
-        let session = store.get("real").unwrap().unwrap();
+        assert_eq!(store.get(UID, "pending-10").unwrap(), None);
+        let session = store.get(UID, "real").unwrap().unwrap();
         assert!(!session.pending);
         assert_eq!(session.pending_expires_ms, None);
         assert_eq!(session.created_ms, NOW);
@@ -1490,37 +1611,46 @@ mod tests {
         store.register(pending("p2", owner(11), NOW), NOW).unwrap();
         store.register(req("real", owner(12)), NOW).unwrap();
         store
-            .end("p2", EndReason::PendingExpired, None, None, None, None, NOW)
+            .end(
+                UID,
+                "p2",
+                EndReason::PendingExpired,
+                None,
+                None,
+                None,
+                None,
+                NOW,
+            )
             .unwrap();
         let head = store.head_seq().unwrap();
 
         assert!(matches!(
-            store.rename("missing", "x", NOW),
+            store.rename(UID, "missing", "x", NOW),
             Err(StoreError::NotFound(_))
         ));
         assert!(matches!(
-            store.rename("real", "x", NOW),
+            store.rename(UID, "real", "x", NOW),
             Err(StoreError::NotPending(id)) if id == "real"
         ));
         assert!(matches!(
-            store.rename("p1", "real", NOW),
+            store.rename(UID, "p1", "real", NOW),
             Err(StoreError::AlreadyExists(id)) if id == "real"
         ));
         assert!(matches!(
-            store.rename("p1", "p1", NOW),
+            store.rename(UID, "p1", "p1", NOW),
             Err(StoreError::AlreadyExists(_))
         ));
         assert!(matches!(
-            store.rename("p2", "x", NOW),
+            store.rename(UID, "p2", "x", NOW),
             Err(StoreError::AlreadyEnded(_))
         ));
         assert!(matches!(
-            store.rename("p1", "", NOW),
+            store.rename(UID, "p1", "", NOW),
             Err(StoreError::InvalidId(_))
         ));
         assert_eq!(store.head_seq().unwrap(), head);
-        assert!(store.get("p1").unwrap().unwrap().pending);
-        assert_eq!(store.get("x").unwrap(), None);
+        assert!(store.get(UID, "p1").unwrap().unwrap().pending);
+        assert_eq!(store.get(UID, "x").unwrap(), None);
     }
 
     #[test]
@@ -1544,7 +1674,7 @@ mod tests {
         store
             .register(req("alpha-busy", on("alpha", 4)), NOW)
             .unwrap();
-        store.touch("alpha-busy", NOW + 100).unwrap();
+        store.touch(UID, "alpha-busy", NOW + 100).unwrap();
         store
             .register(req("zulu-ended", on("zulu", 5)), NOW)
             .unwrap();
@@ -1569,14 +1699,14 @@ mod tests {
             Err(StoreError::AlreadyEnded(id)) if id == "s"
         ));
         assert!(matches!(
-            store.touch("s", NOW),
+            store.touch(UID, "s", NOW),
             Err(StoreError::AlreadyEnded(_))
         ));
         assert_eq!(store.head_seq().unwrap(), 2);
 
         assert_eq!(store.prune_sessions(NOW + 6).unwrap(), 0);
         assert_eq!(store.prune_sessions(NOW + 7).unwrap(), 1);
-        assert_eq!(store.get("s").unwrap(), None);
+        assert_eq!(store.get(UID, "s").unwrap(), None);
         assert!(store.register(req("s", owner(11)), NOW + 10).is_ok());
     }
 
@@ -1596,9 +1726,9 @@ mod tests {
             .unwrap();
         store.register(req("c", owner(12)), NOW + 2).unwrap();
         end_by_owner(&mut store, &owner(12));
-        store.touch("a", NOW + 100).unwrap();
+        store.touch(UID, "a", NOW + 100).unwrap();
         assert!(matches!(
-            store.touch("zz", NOW),
+            store.touch(UID, "zz", NOW),
             Err(StoreError::NotFound(_))
         ));
 
@@ -1632,6 +1762,14 @@ mod tests {
             "tab\there",
             "del\u{7f}",
             "\u{85}",
+            // Displayed as "evil" + "txt.exe" reversed, or as another id.
+            "right-to-left\u{202E}override",
+            "embedding\u{202A}",
+            "isolate\u{2066}x\u{2069}",
+            "zero\u{200B}width",
+            "joiner\u{200D}",
+            "word\u{2060}joiner",
+            "\u{FEFF}bom",
         ] {
             assert!(
                 matches!(
@@ -1861,7 +1999,7 @@ mod tests {
         let mut store = db.open();
         store.register(req("s", owner(10)), NOW).unwrap();
         drop(store);
-        assert!(db.open().get("s").unwrap().is_some());
+        assert!(db.open().get(UID, "s").unwrap().is_some());
     }
 
     #[test]
@@ -1893,6 +2031,95 @@ mod tests {
             ["old"]
         );
         assert!(store.expired_pending(NOW + 1).unwrap().is_empty());
+        assert!(
+            store.get(1000, "old").unwrap().is_some(),
+            "the session is in its creator's namespace"
+        );
+        assert_eq!(
+            store.store_id().unwrap().len(),
+            32,
+            "the store got an identity"
+        );
+    }
+
+    #[test]
+    fn session_ids_are_per_user() {
+        let db = Db::new();
+        let mut store = db.open();
+        let other = |id: &str, pid| NewSession {
+            creator_uid: 2000,
+            ..req(id, owner(pid))
+        };
+        store.register(req("shared", owner(10)), NOW).unwrap();
+        let theirs = store.register(other("shared", 20), NOW).unwrap();
+        assert!(
+            theirs.event.is_some(),
+            "a second user's registration of the same text is a new session, not a new owner"
+        );
+        assert_eq!(store.get(UID, "shared").unwrap().unwrap().owner, owner(10));
+        assert_eq!(store.get(2000, "shared").unwrap().unwrap().owner, owner(20));
+        let uids: Vec<u32> = store
+            .find_any_user("shared")
+            .unwrap()
+            .iter()
+            .map(|s| s.creator_uid)
+            .collect();
+        assert_eq!(uids, [UID, 2000]);
+
+        // Each user's operations stay in its own namespace.
+        let ended = store
+            .end(
+                UID,
+                "shared",
+                EndReason::Stopped,
+                None,
+                None,
+                None,
+                None,
+                NOW + 1,
+            )
+            .unwrap();
+        assert!(ended.is_some());
+        assert_eq!(
+            store.get(2000, "shared").unwrap().unwrap().phase,
+            Phase::Active
+        );
+        assert!(matches!(
+            store.touch(3000, "shared", NOW),
+            Err(StoreError::NotFound(_))
+        ));
+        store.register(other("pending-1", 21), NOW).unwrap();
+        store.register(req("taken", owner(11)), NOW).unwrap();
+        store
+            .rename(2000, "pending-1", "taken", NOW)
+            .map_err(|e| e.to_string())
+            .expect_err("only a pending session renames");
+        store
+            .register(
+                NewSession {
+                    pending: true,
+                    ..other("pending-2", 22)
+                },
+                NOW,
+            )
+            .unwrap();
+        store
+            .rename(2000, "pending-2", "taken", NOW)
+            .expect("another user's id does not block a rename");
+        assert_eq!(store.get(UID, "taken").unwrap().unwrap().owner, owner(11));
+        assert_eq!(store.get(2000, "taken").unwrap().unwrap().owner, owner(22));
+    }
+
+    #[test]
+    fn the_store_id_is_random_and_kept() {
+        let (first, second) = (Db::new(), Db::new());
+        let id = first.open().store_id().unwrap();
+        assert!(
+            id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{id:?}"
+        );
+        assert_eq!(first.open().store_id().unwrap(), id, "kept across opens");
+        assert_ne!(second.open().store_id().unwrap(), id, "each store its own");
     }
 
     #[test]
@@ -2043,7 +2270,7 @@ mod tests {
                 .event
                 .unwrap(),
         );
-        returned.push(store.rename("p", "real", NOW).unwrap());
+        returned.push(store.rename(UID, "p", "real", NOW).unwrap());
         returned.extend(
             store
                 .end_owned_by(
@@ -2106,7 +2333,7 @@ mod tests {
         std::mem::forget(store);
         let store = db.open();
         assert_eq!(store.head_seq().unwrap(), 2);
-        assert_eq!(store.get("s").unwrap().unwrap().phase, Phase::Ended);
+        assert_eq!(store.get(UID, "s").unwrap().unwrap().phase, Phase::Ended);
     }
 
     /// The real thing: a child process commits, then SIGKILLs itself.
@@ -2136,6 +2363,6 @@ mod tests {
         assert_eq!(status.signal(), Some(9), "{status:?}");
         let store = db.open();
         assert_eq!(store.head_seq().unwrap(), 2);
-        assert_eq!(store.get("s").unwrap().unwrap().phase, Phase::Ended);
+        assert_eq!(store.get(UID, "s").unwrap().unwrap().phase, Phase::Ended);
     }
 }

@@ -15,6 +15,17 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+/// How many rounds a fault test repeats: `normal` in an ordinary test run, or
+/// `LIVENESS_FAULT_ROUNDS` (which `cargo xtask chaos` sets higher).
+pub fn fault_rounds(normal: usize) -> usize {
+    match std::env::var("LIVENESS_FAULT_ROUNDS") {
+        Ok(text) => text
+            .parse()
+            .unwrap_or_else(|_| panic!("LIVENESS_FAULT_ROUNDS={text:?} is not a number of rounds")),
+        Err(_) => normal,
+    }
+}
+
 /// Path of one of the project's binaries, built fresh.
 pub fn binary(name: &str) -> PathBuf {
     static BIN_DIR: OnceLock<PathBuf> = OnceLock::new();

@@ -277,10 +277,13 @@ fn watch_exec_resumes_from_its_cursor_exactly() {
     let mut watcher = start_watcher();
     end("a");
     end("b");
+    // "SEQ STORE_ID": the seq is what this test follows.
     let cursor_at = || {
         std::fs::read_to_string(&cursor)
             .unwrap_or_default()
-            .trim()
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
             .to_owned()
     };
     // The cursor is written once the command has finished: wait for both.
@@ -309,4 +312,26 @@ fn watch_exec_resumes_from_its_cursor_exactly() {
         ["2 a stopped", "4 b stopped", "6 c stopped"],
         "each end handled exactly once"
     );
+}
+
+/// Ids that display as another id (bidirectional overrides, zero-width characters) or
+/// hold controls are refused, and nothing is written.
+#[test]
+fn ids_that_hide_or_reorder_characters_are_refused() {
+    let daemon = Daemon::start(&[]);
+    let owner = std::process::id().to_string();
+    for (id, code_point) in [
+        ("invoice\u{202E}gpj.exe", "U+202E"),
+        ("a\u{2066}b", "U+2066"),
+        ("zero\u{200B}width", "U+200B"),
+        ("\u{FEFF}bom", "U+FEFF"),
+        ("bell\u{7}", "U+0007"),
+    ] {
+        let output = daemon.cli(&["register", "--session", id, "--owner-pid", &owner]);
+        assert_eq!(output.status.code(), Some(65), "{id:?}: {output:?}");
+        let message = String::from_utf8_lossy(&output.stderr);
+        assert!(message.contains(code_point), "{id:?}: {message}");
+    }
+    let list = daemon.cli(&["list", "--json"]);
+    assert_eq!(String::from_utf8_lossy(&list.stdout).trim(), "[]");
 }

@@ -6,6 +6,7 @@ use std::process::Command as Process;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 
+mod chaos;
 mod vm;
 
 #[derive(Debug, Parser)]
@@ -47,12 +48,24 @@ enum Command {
         #[arg(long, conflicts_with = "part")]
         peers: bool,
     },
+    /// Run the fault suite alone with more rounds and inputs: SIGKILLs mid-burst, ring-buffer
+    /// overflow, full disk, replaced databases, and the protocol fuzz. Needs root and BTF.
+    Chaos {
+        /// Rounds of each repeated fault (SIGKILL mid-burst, ring-buffer overflow).
+        #[arg(long, default_value_t = 20)]
+        rounds: u32,
+        /// Inputs per fuzz target (the parser, the line reader, a live daemon).
+        #[arg(long, default_value_t = 100_000)]
+        cases: u32,
+    },
     /// Run the test suite inside QEMU guests booting other kernels (busybox initramfs,
-    /// static binaries, no network, no systemd). Needs qemu-system-x86, busybox-static,
-    /// bash-static and cpio; kernels are Debian's cloud kernels, fetched with apt-get.
+    /// static binaries, no network, no systemd) and print a matrix kernel × test binary
+    /// (each forced-fallback leg on its own row). Needs qemu-system-x86, busybox-static,
+    /// bash-static and cpio; kernels are Debian's cloud kernels, fetched with apt-get (5.10
+    /// through a private apt configuration for suite bullseye on the system's mirror).
     VmTest {
-        /// A Debian kernel version (6.1, 6.12) or the path of a kernel image (repeatable;
-        /// default: 6.1 and 6.12).
+        /// A Debian kernel version (5.10, 6.1, 6.12) or the path of a kernel image
+        /// (repeatable; default: 5.10, 6.1 and 6.12).
         #[arg(long = "kernel", value_name = "VERSION|PATH")]
         kernels: Vec<String>,
         /// Run only the tests whose names contain this.
@@ -91,6 +104,9 @@ fn main() -> Result<()> {
             json,
             if peers { Some("peers".into()) } else { part },
         ),
+        Command::Chaos { rounds, cases } => {
+            chaos::run(&workspace_root(), &chaos::Options { rounds, cases })
+        }
         Command::VmTest {
             kernels,
             filter,

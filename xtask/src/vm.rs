@@ -5,8 +5,14 @@
 //! binaries and the project's binaries, and nothing else: no systemd, no network, no cargo.
 //! The guest's `/init` runs every test binary as root with `LIVENESS_REQUIRE_EBPF=1` and
 //! prints one `VMTEST result NAME STATUS` line per binary on the serial console, which is
-//! read here. Kernels are Debian's cloud kernels (virtio and BTF built in), fetched with
-//! `apt-get download` and cached under `target/vm-test`.
+//! read here, along with libtest's own `test NAME ... ok` lines, so the run ends with a
+//! matrix of kernel × test binary (and each leg of the forced-fallback tests).
+//!
+//! Kernels are Debian's cloud kernels (virtio and BTF built in), fetched with
+//! `apt-get download` and cached under `target/vm-test`. Those of older Debian releases
+//! (5.10 is bullseye's) come through a private apt configuration under
+//! `target/vm-test/apt`: its own sources list naming the system's Debian mirror with the
+//! older suite, its own state and cache; the system's apt sources are never touched.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -16,13 +22,19 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 
-/// The kernels tested when none is named: the two Debian LTS lines before the development
-/// machines' own (the eBPF program reads no field that these lack).
-pub const DEFAULT_KERNELS: &[&str] = &["6.1", "6.12"];
+/// The kernels tested when none is named: the oldest LTS line with BTF and the ring buffer
+/// (5.10) and the two Debian LTS lines before the development machines' own.
+pub const DEFAULT_KERNELS: &[&str] = &["5.10", "6.1", "6.12"];
+
+/// Kernel lines of older Debian releases, by the suite that ships them.
+const ARCHIVED_SUITES: &[(&str, &str)] = &[("5.10", "bullseye")];
+
+/// The test binary whose tests are each a forced-fallback leg, shown one by one.
+const LEGS_BINARY: &str = "fallbacks";
 
 const TARGET: &str = "x86_64-unknown-linux-gnu";
 /// The binaries the tests run, from `LIVENESS_BIN_DIR` (`/bin` in the guest).
-const PROGRAMS: &[&str] = &["livenessd", "liveness", "testproc"];
+const PROGRAMS: &[&str] = &["livenessd", "liveness", "testproc", "seccomp-deny"];
 const INSTALL_HINT: &str = "apt-get install -y qemu-system-x86 busybox-static bash-static cpio";
 
 /// What `cargo xtask vm-test` was asked to do.
@@ -59,6 +71,7 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
     make_initrd(&work, &built, &busybox, &bash, options, &initrd)?;
 
     let mut failures = Vec::new();
+    let mut columns = Vec::new();
     for kernel in &options.kernels {
         let image = kernel_image(&work, kernel)?;
         let log = work.join(format!("{}.log", sanitize(kernel)));
@@ -73,11 +86,6 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
             log.display()
         );
         for (name, status) in &outcome.results {
-            println!(
-                "  {:<16} {}",
-                name,
-                if *status == 0 { "ok" } else { "FAILED" }
-            );
             if *status != 0 {
                 failures.push(format!("{kernel}: {name} (exit status {status})"));
             }
@@ -94,13 +102,84 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
                 built.tests.len()
             ));
         }
+        columns.push((kernel.clone(), outcome));
     }
+    print!("{}", matrix(&built.tests, &columns));
     if failures.is_empty() {
         println!("vm-test: every test binary passed on every kernel");
         Ok(())
     } else {
         bail!("vm-test failed:\n  {}", failures.join("\n  "))
     }
+}
+
+/// Kernel × test binary, pass or fail, with the forced-fallback tests one row each.
+fn matrix(tests: &[(String, PathBuf)], columns: &[(String, Outcome)]) -> String {
+    let mut rows: Vec<(String, Vec<String>)> = Vec::new();
+    for (name, _) in tests {
+        let binary_cell = |outcome: &Outcome| {
+            match outcome.results.iter().find(|(n, _)| n == name) {
+                Some((_, 0)) => "ok",
+                Some(_) => "FAILED",
+                None => "-",
+            }
+            .to_owned()
+        };
+        rows.push((
+            name.clone(),
+            columns.iter().map(|(_, o)| binary_cell(o)).collect(),
+        ));
+        if name != LEGS_BINARY {
+            continue;
+        }
+        let mut legs: Vec<&str> = columns
+            .iter()
+            .flat_map(|(_, o)| o.tests.iter())
+            .filter(|(binary, _, _)| binary == LEGS_BINARY)
+            .map(|(_, test, _)| test.as_str())
+            .collect();
+        legs.sort_unstable();
+        legs.dedup();
+        for leg in legs {
+            let leg_cell = |outcome: &Outcome| {
+                outcome
+                    .tests
+                    .iter()
+                    .find(|(binary, test, _)| binary == LEGS_BINARY && test == leg)
+                    .map_or_else(|| "-".to_owned(), |(_, _, verdict)| verdict.clone())
+            };
+            rows.push((
+                format!("  {leg}"),
+                columns.iter().map(|(_, o)| leg_cell(o)).collect(),
+            ));
+        }
+    }
+    const CORNER: &str = "test binary \\ kernel";
+    let width = rows
+        .iter()
+        .map(|(name, _)| name.len())
+        .chain([CORNER.len()])
+        .max()
+        .unwrap_or(0);
+    let mut text = format!("{CORNER:<width$}");
+    for (kernel, outcome) in columns {
+        text += &format!(
+            "  {:<10}",
+            outcome
+                .kernel
+                .as_deref()
+                .map_or(kernel.as_str(), |k| k.split('-').next().unwrap_or(k))
+        );
+    }
+    text.push('\n');
+    for (name, cells) in rows {
+        text += &format!("{name:<width$}");
+        for cell in cells {
+            text += &format!("  {cell:<10}");
+        }
+        text.push('\n');
+    }
+    text
 }
 
 /// Statically linked test binaries and programs, by name.
@@ -246,13 +325,18 @@ fn kernel_image(work: &Path, spec: &str) -> Result<PathBuf> {
     if Path::new(spec).is_file() {
         return Ok(PathBuf::from(spec));
     }
-    let package = newest_cloud_kernel(spec)?;
+    let apt = match ARCHIVED_SUITES.iter().find(|(version, _)| *version == spec) {
+        Some((_, suite)) => private_apt(work, suite)?,
+        None => Vec::new(),
+    };
+    let package = newest_cloud_kernel(spec, &apt)?;
     let unpacked = work.join("kernels").join(&package);
     if !unpacked.join("boot").is_dir() {
         let debs = work.join("debs");
         std::fs::create_dir_all(&debs)?;
         run_to_end(
             Process::new("apt-get")
+                .args(&apt)
                 // As root, apt would try (and fail) to drop to its sandbox user to write here.
                 .args(["download", "-q", "-o", "APT::Sandbox::User=root", &package])
                 .current_dir(&debs),
@@ -266,6 +350,95 @@ fn kernel_image(work: &Path, spec: &str) -> Result<PathBuf> {
     }
     file_in(&unpacked.join("boot"), |n| n.starts_with("vmlinuz-"))?
         .with_context(|| format!("{package} holds no vmlinuz"))
+}
+
+/// Options that point apt at a configuration of vm-test's own for `suite`: a sources list
+/// naming the system's Debian mirror with that suite, and state and cache directories
+/// under `work`. Its package lists are fetched once, then reused.
+fn private_apt(work: &Path, suite: &str) -> Result<Vec<String>> {
+    let root = work.join("apt").join(suite);
+    let sources = root.join("sources.list");
+    let state = root.join("state");
+    let cache = root.join("cache");
+    for dir in [state.join("lists/partial"), cache.join("archives/partial")] {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mirror = debian_mirror(Path::new("/etc/apt"))?;
+    std::fs::write(
+        &sources,
+        format!(
+            "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {mirror} {suite} main\n"
+        ),
+    )?;
+    let path = |p: &Path| p.display().to_string();
+    let options: Vec<String> = [
+        format!("Dir::Etc::sourcelist={}", path(&sources)),
+        // An empty value: no sources.list.d at all, so the system's suites stay out.
+        "Dir::Etc::sourceparts=".to_owned(),
+        format!("Dir::State={}", path(&state)),
+        // Which packages are installed is still the system's; apt only reads it.
+        "Dir::State::status=/var/lib/dpkg/status".to_owned(),
+        format!("Dir::Cache={}", path(&cache)),
+    ]
+    .into_iter()
+    .flat_map(|option| ["-o".to_owned(), option])
+    .collect();
+    let fetched = std::fs::read_dir(state.join("lists"))?
+        .filter_map(|e| e.ok())
+        // Stored compressed: `..._Packages.lz4`.
+        .any(|e| e.file_name().to_string_lossy().contains("_Packages"));
+    if !fetched {
+        run_to_end(Process::new("apt-get").args(&options).args([
+            "update",
+            "-q",
+            "-o",
+            "APT::Sandbox::User=root",
+        ]))
+        .with_context(|| format!("fetching the {suite} package lists from {mirror}"))?;
+    }
+    Ok(options)
+}
+
+/// The Debian mirror the system's apt sources use (`URIs:` of a deb822 `.sources` file or
+/// the URI of a one-line `deb` entry), leaving the security archive aside.
+fn debian_mirror(etc_apt: &Path) -> Result<String> {
+    let mut files = vec![etc_apt.join("sources.list")];
+    if let Ok(entries) = std::fs::read_dir(etc_apt.join("sources.list.d")) {
+        let mut parts: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        parts.sort();
+        files.extend(parts);
+    }
+    let uris = files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "list" || e == "sources"))
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .flat_map(|text| {
+            text.lines()
+                .filter_map(|line| {
+                    let line = line.trim();
+                    if let Some(uris) = line.strip_prefix("URIs:") {
+                        return Some(uris.split_whitespace().next()?.to_owned());
+                    }
+                    let rest = line.strip_prefix("deb ")?;
+                    // `deb [options] URI suite...`
+                    let rest = match rest.trim_start().strip_prefix('[') {
+                        Some(options) => options.split_once(']')?.1,
+                        None => rest,
+                    };
+                    Some(rest.split_whitespace().next()?.to_owned())
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect::<Vec<_>>();
+    uris.into_iter()
+        .find(|uri| uri.contains("debian") && !uri.contains("security"))
+        .with_context(|| {
+            format!(
+                "no Debian mirror in {}/sources.list{{,.d/*}}: vm-test fetches older kernels \
+                 from the mirror the system uses",
+                etc_apt.display()
+            )
+        })
 }
 
 /// The first file in `dir` whose name satisfies `wanted`.
@@ -285,12 +458,13 @@ fn run_to_end(command: &mut Process) -> Result<()> {
 }
 
 /// The newest `linux-image-<version>...-cloud-amd64` package Debian offers.
-fn newest_cloud_kernel(version: &str) -> Result<String> {
+fn newest_cloud_kernel(version: &str, apt: &[String]) -> Result<String> {
     ensure!(
         !version.is_empty() && version.chars().all(|c| c.is_ascii_digit() || c == '.'),
         "{version:?} is neither a kernel image file nor a version such as 6.1"
     );
     let output = Process::new("apt-cache")
+        .args(apt)
         .args(["search", "--names-only", &format!("^linux-image-{version}")])
         .output()
         .context("running apt-cache search")?;
@@ -326,8 +500,42 @@ fn version_key(name: &str) -> Vec<u64> {
 #[derive(Debug, Default)]
 struct Outcome {
     kernel: Option<String>,
+    /// Exit status of each test binary.
     results: Vec<(String, i32)>,
+    /// `(binary, test, ok|FAILED|ignored)` from libtest's own lines.
+    tests: Vec<(String, String, String)>,
     finished: bool,
+    /// The test binary the guest is running now.
+    running: Option<String>,
+}
+
+impl Outcome {
+    /// Takes in one line of the guest's console.
+    fn record(&mut self, line: &str) {
+        let Some(report) = line.find("VMTEST ").map(|at| &line[at + 7..]) else {
+            // `test NAME ... ok`, as libtest prints it for each test.
+            if let (Some(binary), ["test", test, "...", verdict]) = (
+                &self.running,
+                line.split_whitespace().collect::<Vec<_>>().as_slice(),
+            ) {
+                self.tests
+                    .push((binary.clone(), (*test).to_owned(), (*verdict).to_owned()));
+            }
+            return;
+        };
+        match report.split_whitespace().collect::<Vec<_>>().as_slice() {
+            ["kernel", release] => self.kernel = Some((*release).to_owned()),
+            ["start", name] => {
+                eprintln!("vm-test: {name}");
+                self.running = Some((*name).to_owned());
+            }
+            ["result", name, status] => self
+                .results
+                .push(((*name).to_owned(), status.parse().unwrap_or(-1))),
+            ["done"] => self.finished = true,
+            _ => {}
+        }
+    }
 }
 
 fn boot(image: &Path, initrd: &Path, log: &Path, options: &Options) -> Result<Outcome> {
@@ -376,18 +584,7 @@ fn boot(image: &Path, initrd: &Path, log: &Path, options: &Options) -> Result<Ou
             }
         };
         writeln!(log, "{line}")?;
-        let Some(report) = line.find("VMTEST ").map(|at| &line[at + 7..]) else {
-            continue;
-        };
-        match report.split_whitespace().collect::<Vec<_>>().as_slice() {
-            ["kernel", release] => outcome.kernel = Some((*release).to_owned()),
-            ["start", name] => eprintln!("vm-test: {name}"),
-            ["result", name, status] => outcome
-                .results
-                .push(((*name).to_owned(), status.parse().unwrap_or(-1))),
-            ["done"] => outcome.finished = true,
-            _ => {}
-        }
+        outcome.record(&line);
     }
     qemu.wait()?;
     let _ = reader.join();
@@ -432,4 +629,112 @@ fn sanitize(text: &str) -> String {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mirror_is_read_from_either_sources_format_leaving_security_aside() {
+        let etc = tempfile::tempdir().unwrap();
+        std::fs::create_dir(etc.path().join("sources.list.d")).unwrap();
+        std::fs::write(
+            etc.path().join("sources.list.d/debian.sources"),
+            "Types: deb\nURIs: http://deb.debian.org/debian-security\nSuites: bookworm-security\n\n\
+             Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm\n",
+        )
+        .unwrap();
+        assert_eq!(
+            debian_mirror(etc.path()).unwrap(),
+            "http://mirror.example/debian"
+        );
+
+        let etc = tempfile::tempdir().unwrap();
+        std::fs::write(
+            etc.path().join("sources.list"),
+            "# comment\ndeb [signed-by=/k.gpg] http://other.example/debian bookworm main\n",
+        )
+        .unwrap();
+        assert_eq!(
+            debian_mirror(etc.path()).unwrap(),
+            "http://other.example/debian"
+        );
+
+        let empty = tempfile::tempdir().unwrap();
+        let error = debian_mirror(empty.path()).unwrap_err().to_string();
+        assert!(error.contains("no Debian mirror"), "{error}");
+    }
+
+    fn guest(release: &str, lines: &[&str]) -> Outcome {
+        let mut outcome = Outcome::default();
+        outcome.record(&format!("VMTEST kernel {release}"));
+        for line in lines {
+            outcome.record(line);
+        }
+        outcome
+    }
+
+    #[test]
+    fn the_matrix_shows_each_binary_and_each_fallback_leg_per_kernel() {
+        let old = guest(
+            "5.10.0-46-cloud-amd64",
+            &[
+                "VMTEST start daemon",
+                "test owner_exit ... ok",
+                "VMTEST result daemon 0",
+                "VMTEST start fallbacks",
+                "test bpf_denied_falls_back_to_pidfd ... ok",
+                "test both_denied_fall_back_to_procpoll ... FAILED",
+                "VMTEST result fallbacks 101",
+                "VMTEST done",
+            ],
+        );
+        let new = guest(
+            "6.12.117+deb12-cloud-amd64",
+            &[
+                "VMTEST start daemon",
+                "VMTEST result daemon 0",
+                "VMTEST start fallbacks",
+                "test bpf_denied_falls_back_to_pidfd ... ok",
+                "test both_denied_fall_back_to_procpoll ... ok",
+                "VMTEST result fallbacks 0",
+                "VMTEST done",
+            ],
+        );
+        assert!(old.finished && new.finished);
+        assert_eq!(old.tests.len(), 3, "{:?}", old.tests);
+        let tests = [
+            ("daemon".to_owned(), PathBuf::new()),
+            ("fallbacks".to_owned(), PathBuf::new()),
+            ("stream".to_owned(), PathBuf::new()),
+        ];
+        let text = matrix(&tests, &[("5.10".into(), old), ("6.12".into(), new)]);
+        let rows: Vec<Vec<&str>> = text
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            rows[0][rows[0].len() - 2..],
+            ["5.10.0", "6.12.117+deb12"],
+            "{text}"
+        );
+        assert_eq!(rows[1], ["daemon", "ok", "ok"], "{text}");
+        assert_eq!(rows[2], ["fallbacks", "FAILED", "ok"], "{text}");
+        assert_eq!(
+            rows[3],
+            ["both_denied_fall_back_to_procpoll", "FAILED", "ok"],
+            "{text}"
+        );
+        assert_eq!(
+            rows[4],
+            ["bpf_denied_falls_back_to_pidfd", "ok", "ok"],
+            "{text}"
+        );
+        assert_eq!(
+            rows[5],
+            ["stream", "-", "-"],
+            "a binary that never reported: {text}"
+        );
+    }
 }

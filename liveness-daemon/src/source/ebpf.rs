@@ -21,6 +21,7 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
 use super::child::ProbeChild;
+use super::diagnose::{self, Denial};
 use super::{
     DetectedBy, ExitObservation, ExitSource, ExitStatus, SourceEvent, SourceStats, TrackError,
 };
@@ -69,11 +70,12 @@ pub enum EbpfError {
     NoKernelBtf,
     #[error("cannot read the kernel's BTF from {KERNEL_BTF}: {0}")]
     KernelBtf(#[source] BtfError),
-    #[error(
-        "{what} was refused: the eBPF source needs CAP_BPF and CAP_PERFMON (or root) ({source})"
-    )]
-    PermissionDenied {
+    /// `bpf(2)` is unavailable: filtered, missing, refused or unprivileged (see [`Denial`]).
+    #[error("{what} failed: {denial}")]
+    Denied {
         what: &'static str,
+        denial: Denial,
+        /// What aya reported, for the log: its wording names whichever map came first.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
@@ -115,17 +117,14 @@ impl EbpfError {
             &error,
             aya::EbpfError::MapError(MapError::CreateError { name, .. }) if name == MAP_EXITS
         );
-        match first_errno(&error) {
-            Some(libc::EPERM) => EbpfError::PermissionDenied {
-                what: "loading the eBPF object",
-                source: Box::new(error),
-            },
+        let errno = first_errno(&error);
+        match errno {
             // Kernels before 5.8 do not know the ring buffer map type.
             Some(libc::EINVAL) if ring_buffer_refused => EbpfError::KernelTooOld {
                 what: "creating the ring buffer",
                 source: Box::new(error),
             },
-            _ => EbpfError::Load(error),
+            _ => EbpfError::denied_or("loading the eBPF object", errno, error, EbpfError::Load),
         }
     }
 
@@ -135,11 +134,27 @@ impl EbpfError {
                 what: "looking up tp_btf/sched_process_exit",
                 source: Box::new(error),
             },
-            error if first_errno(&error) == Some(libc::EPERM) => EbpfError::PermissionDenied {
+            error => {
+                let errno = first_errno(&error);
+                EbpfError::denied_or(what, errno, error, EbpfError::Program)
+            }
+        }
+    }
+
+    /// [`EbpfError::Denied`] when probing `bpf(2)` finds why it fails here, else `otherwise`.
+    fn denied_or<E: std::error::Error + Send + Sync + 'static>(
+        what: &'static str,
+        errno: Option<i32>,
+        error: E,
+        otherwise: fn(E) -> EbpfError,
+    ) -> EbpfError {
+        match diagnose::explain(&diagnose::BPF, errno) {
+            Some(denial) => EbpfError::Denied {
                 what,
+                denial,
                 source: Box::new(error),
             },
-            error => EbpfError::Program(error),
+            None => otherwise(error),
         }
     }
 }
@@ -971,13 +986,18 @@ mod tests {
         .join()
         .unwrap();
         match result {
-            Err(error @ EbpfError::PermissionDenied { .. }) => {
+            Err(
+                error @ EbpfError::Denied {
+                    denial: Denial::Privileges { .. },
+                    ..
+                },
+            ) => {
                 assert!(
                     error.to_string().contains("CAP_BPF and CAP_PERFMON"),
                     "{error}"
                 );
             }
-            other => panic!("expected EbpfError::PermissionDenied, got {other:?}"),
+            other => panic!("expected EbpfError::Denied for privileges, got {other:?}"),
         }
     }
 

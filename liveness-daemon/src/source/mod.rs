@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::identity::{DeathReason, ProcessKey};
 
 pub mod child;
+pub mod diagnose;
 pub mod ebpf;
 pub mod monitor;
 pub mod pidfd;

@@ -24,6 +24,7 @@ use tokio::task::AbortHandle;
 use tracing::{debug, warn};
 
 use super::child::ProbeChild;
+use super::diagnose::{self, Denial};
 use super::{
     DetectedBy, EventSink, ExitObservation, ExitSource, ExitStatus, SourceEvent, SourceStats,
     TrackError,
@@ -33,8 +34,9 @@ use crate::identity::{DeathReason, IdentityError, Liveness, ProcRoot, ProcessKey
 /// Why the pidfd source cannot run.
 #[derive(Debug, thiserror::Error)]
 pub enum PidfdError {
-    #[error("pidfd_open does not exist: the kernel is older than Linux 5.3")]
-    Unsupported,
+    /// `pidfd_open(2)` is unavailable: filtered, missing or refused (see [`Denial`]).
+    #[error(transparent)]
+    Denied(Denial),
     #[error("pidfd_open fails on the daemon's own PID: {0}")]
     Probe(#[source] io::Error),
 }
@@ -209,8 +211,14 @@ impl PidfdSource {
         let probe =
             match rustix::process::pidfd_open(rustix::process::getpid(), PidfdFlags::empty()) {
                 Ok(pidfd) => pidfd,
-                Err(Errno::NOSYS) => return Err(PidfdError::Unsupported),
-                Err(e) => return Err(PidfdError::Probe(e.into())),
+                Err(e) => {
+                    return Err(
+                        match diagnose::explain(&diagnose::PIDFD_OPEN, Some(e.raw_os_error())) {
+                            Some(denial) => PidfdError::Denied(denial),
+                            None => PidfdError::Probe(e.into()),
+                        },
+                    );
+                }
             };
         // Registering the probe proves epoll takes pidfds here (and panics now, not in
         // `track`, if the runtime has no IO driver).
