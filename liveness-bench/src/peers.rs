@@ -574,15 +574,25 @@ impl Peers {
         match &mut target.tracker {
             Tracker::Nothing => Ok(()),
             Tracker::Daemon => {
-                let socket = &target.daemon.as_ref().context("no daemon")?.socket;
-                register_all(socket, pids, |pid| format!("peer-{pid}"), 1)?;
+                let daemon = target.daemon.as_ref().context("no daemon")?;
+                register_all(&daemon.socket, pids, |pid| format!("peer-{pid}"), 1).with_context(
+                    || {
+                        let log = daemon.log_text();
+                        let tail: Vec<&str> = log.lines().rev().take(3).collect();
+                        format!("registering with livenessd (log, last lines first: {tail:?})")
+                    },
+                )?;
                 Ok(())
             }
             Tracker::Stdin(stdin) => {
                 let mut batch: String = pids.iter().map(|pid| format!("{pid}\n")).collect();
                 batch.push('\n');
-                stdin.write_all(batch.as_bytes())?;
-                stdin.flush()?;
+                if let Err(e) = stdin
+                    .write_all(batch.as_bytes())
+                    .and_then(|()| stdin.flush())
+                {
+                    bail!("writing PIDs to a watcher: {e}: {}", log_tail(&target.log));
+                }
                 let wanted: Vec<(usize, usize)> = self
                     .peers
                     .iter()

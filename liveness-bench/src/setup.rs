@@ -132,7 +132,9 @@ pub fn bcc_kernel_headers() -> Result<PathBuf> {
     if dir.join(READY).is_file() {
         return Ok(dir);
     }
-    for (program, package) in [
+    let tarball = format!("/usr/src/{KERNEL_SOURCE_PACKAGE}.tar.xz");
+    // What `make prepare` and the offset check need: a program on PATH or a file.
+    let needs = [
         ("clang", "clang"),
         ("bpftool", "bpftool"),
         ("flex", "flex"),
@@ -140,13 +142,22 @@ pub fn bcc_kernel_headers() -> Result<PathBuf> {
         ("bc", "bc"),
         ("make", "make"),
         ("gcc", "gcc"),
-    ] {
-        ensure_program(program, &[package])?;
+        ("/usr/include/libelf.h", "libelf-dev"),
+        ("/usr/include/openssl/ssl.h", "libssl-dev"),
+        (tarball.as_str(), KERNEL_SOURCE_PACKAGE),
+    ];
+    let missing: Vec<&str> = needs
+        .iter()
+        .filter(|(what, _)| match what.strip_prefix('/') {
+            Some(_) => !Path::new(what).exists(),
+            None => which(what).is_none(),
+        })
+        .map(|&(_, package)| package)
+        .collect();
+    if !missing.is_empty() {
+        install(&missing)?;
     }
-    let tarball = PathBuf::from(format!("/usr/src/{KERNEL_SOURCE_PACKAGE}.tar.xz"));
-    if !tarball.is_file() {
-        install(&[KERNEL_SOURCE_PACKAGE, "libelf-dev", "libssl-dev"])?;
-    }
+    let tarball = PathBuf::from(tarball);
     let config = Path::new("/proc/config.gz");
     if !config.exists() {
         bail!("no /proc/config.gz: the running kernel's configuration is unknown");

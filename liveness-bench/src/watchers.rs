@@ -109,6 +109,8 @@ fn read_fd(fd: RawFd, buffer: &mut [u8]) -> Result<usize> {
 #[derive(Debug, Default)]
 struct PidfdWaiter {
     pidfds: HashMap<RawFd, (u32, OwnedFd)>,
+    /// Processes already gone when asked to track them: exited, reported at once.
+    gone: Vec<u32>,
 }
 
 impl Watch for PidfdWaiter {
@@ -116,7 +118,12 @@ impl Watch for PidfdWaiter {
         // SAFETY: pidfd_open takes a PID and flags and returns a new descriptor or -1.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
         if fd < 0 {
-            return Err(std::io::Error::last_os_error()).context(format!("pidfd_open({pid})"));
+            let error = std::io::Error::last_os_error();
+            if error.raw_os_error() == Some(libc::ESRCH) {
+                self.gone.push(pid);
+                return Ok(());
+            }
+            return Err(error).context(format!("pidfd_open({pid})"));
         }
         // SAFETY: the descriptor is fresh and ours.
         let owned = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
@@ -133,6 +140,7 @@ impl Watch for PidfdWaiter {
     }
 
     fn collect(&mut self, exited: &mut Vec<u32>) -> Result<()> {
+        exited.append(&mut self.gone);
         let mut fds: Vec<libc::pollfd> = self
             .pidfds
             .keys()
@@ -176,8 +184,8 @@ impl Poller {
 
 impl Watch for Poller {
     fn track(&mut self, pid: u32) -> Result<()> {
-        let (_, start) = procs::stat_state(pid, &mut self.buffer)
-            .with_context(|| format!("process {pid} is gone before it was tracked"))?;
+        // Already gone: start time 0 never matches, so the next sweep reports it.
+        let start = procs::stat_state(pid, &mut self.buffer).map_or(0, |(_, start)| start);
         self.tracked.push((pid, start));
         Ok(())
     }
@@ -239,6 +247,24 @@ impl ProcConnector {
         }
         // SAFETY: the descriptor is fresh and ours.
         let socket = unsafe { OwnedFd::from_raw_fd(fd) };
+        // Every fork, exec and exit of the machine arrives here: a large buffer (as root,
+        // past rmem_max) keeps a burst from overflowing it while this process waits for a CPU.
+        let size: libc::c_int = 8 << 20;
+        for option in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+            // SAFETY: setting an int option of our socket from a live value.
+            let set = unsafe {
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    option,
+                    (&raw const size).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if set == 0 {
+                break;
+            }
+        }
         // SAFETY: sockaddr_nl is plain data; zero is a valid start.
         let mut address: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
         address.nl_family = libc::AF_NETLINK as libc::sa_family_t;
@@ -304,8 +330,12 @@ impl Watch for ProcConnector {
                 match error.raw_os_error() {
                     Some(libc::EAGAIN) => return Ok(()),
                     Some(libc::EINTR) => continue,
-                    // The kernel dropped messages: say so rather than guess.
-                    Some(libc::ENOBUFS) => bail!("the proc connector overflowed"),
+                    // The kernel dropped messages: those exits are lost, as they are for any
+                    // listener that falls behind; say so and go on.
+                    Some(libc::ENOBUFS) => {
+                        eprintln!("proc connector: the socket overflowed, exits were lost");
+                        continue;
+                    }
                     _ => return Err(error).context("recv on the proc connector"),
                 }
             }
