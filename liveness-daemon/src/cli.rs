@@ -44,7 +44,8 @@ pub enum Exit {
     Software = 70,
     /// A file or `/proc` entry could not be read or written (EX_IOERR).
     IoErr = 74,
-    /// `watch --exec`: the command failed; the cursor stays before its event (EX_TEMPFAIL).
+    /// `watch --exec`: the command failed; the cursor stays before its event. Or a limit of
+    /// the daemon refused the request: try again later (EX_TEMPFAIL).
     TempFail = 75,
     /// The daemon refused: the session or process belongs to another user (EX_NOPERM).
     NoPerm = 77,
@@ -64,7 +65,8 @@ Exit codes:
   64  usage error                 65  invalid input, or refused as invalid
   66  no such session or process  69  daemon unreachable or stopping
   70  internal error              74  I/O error
-  75  watch --exec command failed 77  permission denied (another user's)";
+  75  watch --exec command failed, or a limit was reached (try again later)
+  77  permission denied (another user's)";
 
 const WAIT_HELP: &str = "\
 Exit codes of wait:
@@ -409,17 +411,7 @@ fn run_command(command: Command, socket: &Path) -> Exit {
                 PhaseArg::Active => Phase::Active,
                 PhaseArg::Ended => Phase::Ended,
             });
-            call(socket, &Request::List { phase }, |reply| {
-                let sessions = reply.sessions.unwrap_or_default();
-                if json {
-                    print_json(&sessions);
-                } else {
-                    for session in &sessions {
-                        println!("{}", describe_session(session));
-                    }
-                }
-                Exit::Ok
-            })
+            list(socket, phase, json)
         }
         Command::Whose { pid, json } => call(socket, &Request::Whose { pid }, |reply| {
             if json {
@@ -535,6 +527,7 @@ fn refused(reply: &Reply) -> Exit {
         ErrorCode::Forbidden => Exit::NoPerm,
         ErrorCode::ShuttingDown => Exit::Unavailable,
         ErrorCode::Internal => Exit::Software,
+        ErrorCode::TooManyConnections | ErrorCode::LimitReached => Exit::TempFail,
         ErrorCode::InvalidJson
         | ErrorCode::InvalidRequest
         | ErrorCode::LineTooLong
@@ -546,6 +539,45 @@ fn refused(reply: &Reply) -> Exit {
         | ErrorCode::NoOwner
         | ErrorCode::InvalidOwner => Exit::DataErr,
     }
+}
+
+/// Every page of `list`, on one connection; text is printed page by page, JSON as one
+/// array at the end.
+fn list(socket: &Path, phase: Option<Phase>, json: bool) -> Exit {
+    let mut client = match Client::connect(socket) {
+        Ok(client) => client,
+        Err(e) => return client_error(&e),
+    };
+    let mut all = Vec::new();
+    let mut after = None;
+    loop {
+        let request = Request::List {
+            phase,
+            limit: None,
+            after: after.take(),
+        };
+        let reply = match client.call(&request) {
+            Ok(reply) if reply.ok => reply,
+            Ok(reply) => return refused(&reply),
+            Err(e) => return client_error(&e),
+        };
+        let sessions = reply.sessions.unwrap_or_default();
+        if json {
+            all.extend(sessions);
+        } else {
+            for session in &sessions {
+                println!("{}", describe_session(session));
+            }
+        }
+        match reply.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    if json {
+        print_json(&all);
+    }
+    Exit::Ok
 }
 
 /// One request; `on_ok` handles a successful reply.

@@ -17,12 +17,15 @@ use serde::Serialize;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::identity::{Identity, IdentityError, Liveness, ProcRoot, ProcessKey};
+use crate::limits::{Limits, SessionUsage};
 use crate::protocol::{
     ErrorBody, ErrorCode, OwnerSpec, PidOwner, PidfdOwner, Reply, Request, StreamMessage,
 };
 use crate::source::monitor::{Monitor, MonitorStatus};
 use crate::source::{DetectedBy, ExitObservation};
-use crate::store::{EndReason, Event, NewSession, OwnerDeath, Phase, Session, Store, StoreError};
+use crate::store::{
+    EndReason, Event, ListQuery, NewSession, OwnerDeath, Phase, Session, Store, StoreError,
+};
 
 /// Most exits committed in one transaction when they arrive together.
 const MAX_BATCH: usize = 1024;
@@ -30,6 +33,8 @@ const MAX_BATCH: usize = 1024;
 const PRUNE_PERIOD: Duration = Duration::from_secs(60);
 /// How often deaths whose commit failed (a full disk, say) are committed again.
 const RETRY_PERIOD: Duration = Duration::from_secs(1);
+/// How often the database file is checked to still be the one opened.
+const FILE_CHECK_PERIOD: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -44,6 +49,8 @@ pub struct EngineConfig {
     /// Commit batches queued per subscriber before it counts as lagging and is disconnected.
     pub subscriber_queue: usize,
     pub proc: ProcRoot,
+    /// Connection limits, reported in status; the session limits come from their config.
+    pub limits: Arc<Limits>,
 }
 
 /// A client, as `SO_PEERCRED` identifies it.
@@ -164,6 +171,8 @@ pub struct Engine {
     /// [`RETRY_PERIOD`]. The sources no longer report them, so they must not be dropped.
     uncommitted: Vec<OwnerDeath>,
     counters: Counters,
+    /// Active sessions and label bytes per uid, for the registration limits.
+    usage: SessionUsage,
     started: Instant,
     last_prune: Option<Instant>,
     /// Facts status reports about the daemon itself (paths, versions).
@@ -212,6 +221,12 @@ impl Engine {
         };
         let mut store = store;
         let store_id = store.store_id()?;
+        let active = store.list(&ListQuery {
+            phase: Some(Phase::Active),
+            limit: usize::MAX,
+            ..ListQuery::default()
+        })?;
+        let usage = SessionUsage::new(*config.limits.config(), active.sessions);
         if store.begin_run(&local.boot_id)? {
             tracing::warn!(
                 jump = crate::store::SEQ_JUMP_AFTER_POWER_LOSS,
@@ -227,18 +242,20 @@ impl Engine {
             subscribers: Vec::new(),
             uncommitted: Vec::new(),
             counters: Counters::default(),
+            usage,
             started: Instant::now(),
             last_prune: None,
             about,
         })
     }
 
-    /// Runs until `shutdown` turns true, then commits every exit already observed.
+    /// Runs until `shutdown` turns true, then commits every exit already observed. Fails
+    /// when the database file is deleted or replaced under it.
     pub async fn run(
         mut self,
         mut commands: mpsc::Receiver<Command>,
         mut shutdown: watch::Receiver<bool>,
-    ) {
+    ) -> Result<(), EngineError> {
         self.reconcile_at_start();
         // Expiry and retention are applied before the first client is served, so a replay
         // right after a start already sees the retention window.
@@ -249,19 +266,26 @@ impl Engine {
         housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut retry = tokio::time::interval(RETRY_PERIOD);
         retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
+        let mut file_check = tokio::time::interval(FILE_CHECK_PERIOD);
+        file_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let outcome = loop {
             tokio::select! {
                 biased;
-                _ = shutdown.wait_for(|stop| *stop) => break,
+                _ = shutdown.wait_for(|stop| *stop) => break Ok(()),
                 observation = self.monitor.next() => self.finalize_observed(observation),
                 command = commands.recv() => match command {
                     Some(command) => self.handle(command),
-                    None => break,
+                    None => break Ok(()),
                 },
                 _ = retry.tick(), if !self.uncommitted.is_empty() => self.finalize(Vec::new()),
                 _ = housekeeping.tick() => self.housekeeping(),
+                _ = file_check.tick() => if let Err(e) = self.store.check_file() {
+                    break Err(EngineError::Store(e));
+                },
             }
-        }
+        };
+        // On failure nothing more is written to a file nobody will open again.
+        outcome?;
         // In-flight exits are committed before the daemon goes away.
         while let Some(observation) = self.monitor.try_next() {
             self.finalize_observed(observation);
@@ -278,6 +302,7 @@ impl Engine {
             tracing::error!(error = %e, "cannot record the clean stop");
         }
         tracing::info!("engine stopped");
+        Ok(())
     }
 
     fn housekeeping_period(&self) -> Duration {
@@ -421,6 +446,7 @@ impl Engine {
             // committed again later; should the daemon stop first, their sessions are still
             // ACTIVE in the store and the next start's reconcile ends them.
             Err(e) => {
+                let e = self.store.explain(e);
                 if retrying {
                     tracing::debug!(error = %e, count = deaths.len(), "committing finalizations failed again");
                 } else {
@@ -438,6 +464,7 @@ impl Engine {
         let batch: Batch = events
             .into_iter()
             .filter_map(|event| {
+                self.usage.apply(&event);
                 let (seq, session, creator_uid) =
                     (event.seq, event.session.clone(), event.creator_uid);
                 match serde_json::to_string(&StreamMessage::Event(Box::new(event))) {
@@ -568,21 +595,14 @@ impl Engine {
                 Ok(found) => Reply::with_session(found),
                 Err(error) => error.into(),
             },
-            Request::List { phase } => match self.store.list(phase, caller.creator_filter()) {
-                Ok(sessions) => Reply {
-                    sessions: Some(sessions),
-                    ..Reply::ok()
-                },
-                Err(e) => store_error(e).into(),
-            },
             Request::Whose { pid } => self.whose(caller, pid),
             Request::Status {} => Reply {
                 status: Some(self.status()),
                 ..Reply::ok()
             },
-            Request::Subscribe { .. } => Reply::error(
+            Request::Subscribe { .. } | Request::List { .. } => Reply::error(
                 ErrorCode::Internal,
-                "subscribe is handled by the connection",
+                "subscribe and list are handled by the connection",
             ),
         }
     }
@@ -744,6 +764,11 @@ impl Engine {
             Ok(existing) => existing.map(|s| s.owner),
             Err(e) => return store_error(e).into(),
         };
+        if previous.is_none()
+            && let Err(refused) = self.usage.check(caller.uid, &labels)
+        {
+            return refused.into();
+        }
         let new = NewSession {
             id: id.clone(),
             owner: owner.clone(),
@@ -754,7 +779,7 @@ impl Engine {
         };
         let registered = match self.store.register(new, now) {
             Ok(registered) => registered,
-            Err(e) => return store_error(e).into(),
+            Err(e) => return store_error(self.store.explain(e)).into(),
         };
         self.publish(registered.event.into_iter().collect());
         if let Some(previous) = previous.filter(|p| !p.same_process(&owner)) {
@@ -824,6 +849,10 @@ impl Engine {
             "uncommitted_deaths": self.uncommitted.len(),
             "monitor": monitor,
             "counters": self.counters,
+            "limits": {
+                "connections": self.config.limits.status(),
+                "sessions": self.usage.status(),
+            },
         })
     }
 

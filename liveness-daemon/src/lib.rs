@@ -9,6 +9,7 @@ pub mod daemon;
 pub mod engine;
 pub mod fdpass;
 pub mod identity;
+pub mod limits;
 pub mod namespace;
 pub mod paths;
 pub mod protocol;

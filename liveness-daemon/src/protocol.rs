@@ -17,6 +17,10 @@ use crate::store::{Event, Phase, Session};
 pub const PROTOCOL_VERSION: u32 = 1;
 /// Longest request line accepted, newline included. Longer lines get an error and are skipped.
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
+/// Sessions in a `list` page when the request sets no `limit`.
+pub const DEFAULT_LIST_PAGE: usize = 1000;
+/// Most sessions in one `list` page, so that no listing holds a reader for long.
+pub const MAX_LIST_PAGE: usize = 10_000;
 
 /// Who owns a session being registered.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,9 +103,16 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         uid: Option<u32>,
     },
+    /// One page of sessions, oldest first; `next` in the reply continues it.
     List {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         phase: Option<Phase>,
+        /// Sessions per page: at most [`MAX_LIST_PAGE`], [`DEFAULT_LIST_PAGE`] if unset.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<usize>,
+        /// The `next` cursor of the previous page.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<String>,
     },
     /// Which ACTIVE session owns this process (it or its nearest registered ancestor)?
     Whose { pid: u32 },
@@ -143,6 +154,10 @@ pub enum ErrorCode {
     /// not a pidfd).
     InvalidOwner,
     ShuttingDown,
+    /// A connection limit refused the connection; the daemon closes it.
+    TooManyConnections,
+    /// A per-uid or per-session limit refused a registration.
+    LimitReached,
     Internal,
 }
 
@@ -199,6 +214,9 @@ pub struct Reply {
     pub session: Option<Session>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sessions: Option<Vec<Session>>,
+    /// `list`: the cursor of the next page (`after`), absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
     /// `whose`: the PID of the registered owner that was found among the ancestors, in the
     /// caller's PID namespace (0 when the owner is outside it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -217,6 +235,7 @@ impl Reply {
             error: None,
             session: None,
             sessions: None,
+            next: None,
             owner_pid: None,
             status: None,
             subscribed: None,

@@ -392,6 +392,13 @@ impl Daemon {
         child.wait().expect("wait for livenessd")
     }
 
+    /// The exit status, once the daemon has exited on its own.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
     pub fn is_running(&mut self) -> bool {
         self.child
             .as_mut()

@@ -503,11 +503,15 @@ fn forcing_an_unavailable_source_fails_with_the_reason() {
     }
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    // The user's own directory for its sockets: one all may write to is refused.
+    let sockets = dir.path().join("run");
+    std::fs::create_dir(&sockets).unwrap();
+    std::os::unix::fs::chown(&sockets, Some(61_003), Some(61_003)).unwrap();
     let binaries = integration_tests::BinariesForAnyUser::new();
     let run_as_user = |sources: &str| {
         std::process::Command::new(binaries.path("livenessd"))
             .arg("--socket")
-            .arg(dir.path().join(format!("{sources}.sock")))
+            .arg(sockets.join(format!("{sources}.sock")))
             .arg("--state-dir")
             .arg(dir.path().join(format!("{sources}-state")))
             .args(["--sources", sources])
@@ -531,7 +535,7 @@ fn forcing_an_unavailable_source_fails_with_the_reason() {
     );
 
     let mut auto = run_as_user("auto");
-    let socket = dir.path().join("auto.sock");
+    let socket = sockets.join("auto.sock");
     assert!(
         eventually(ARRIVAL, || std::os::unix::net::UnixStream::connect(&socket)
             .is_ok()),
