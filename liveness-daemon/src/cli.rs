@@ -10,12 +10,15 @@ use clap::{Parser, Subcommand};
 use serde::Serialize;
 
 use std::collections::BTreeMap;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use crate::client::{Client, ClientError, Cursor};
 use crate::identity::{DeathReason, Identity, IdentityError, Liveness, ProcRoot};
 use crate::paths::Env;
-use crate::protocol::{AutoOwner, ErrorCode, OwnerSpec, PidOwner, Reply, Request, StreamMessage};
+use crate::protocol::{
+    AutoOwner, ErrorCode, OwnerSpec, PidOwner, PidfdOwner, Reply, Request, StreamMessage,
+};
 use crate::source::diagnose::Restrictions;
 use crate::source::monitor::{MonitorConfig, probe};
 use crate::source::{DetectedBy, ExitStatus};
@@ -41,7 +44,8 @@ pub enum Exit {
     Software = 70,
     /// A file or `/proc` entry could not be read or written (EX_IOERR).
     IoErr = 74,
-    /// `watch --exec`: the command failed; the cursor stays before its event (EX_TEMPFAIL).
+    /// `watch --exec`: the command failed; the cursor stays before its event. Or a limit of
+    /// the daemon refused the request: try again later (EX_TEMPFAIL).
     TempFail = 75,
     /// The daemon refused: the session or process belongs to another user (EX_NOPERM).
     NoPerm = 77,
@@ -61,7 +65,8 @@ Exit codes:
   64  usage error                 65  invalid input, or refused as invalid
   66  no such session or process  69  daemon unreachable or stopping
   70  internal error              74  I/O error
-  75  watch --exec command failed 77  permission denied (another user's)";
+  75  watch --exec command failed, or a limit was reached (try again later)
+  77  permission denied (another user's)";
 
 const WAIT_HELP: &str = "\
 Exit codes of wait:
@@ -256,7 +261,9 @@ struct OwnerArgs {
     /// `auto`: the first ancestor of this command that is not a shell or wrapper.
     #[arg(long, value_parser = ["auto"])]
     owner: Option<String>,
-    /// This process owns the session.
+    /// This process owns the session. PID is read in this command's PID namespace; where
+    /// the kernel allows (Linux 5.3+) the daemon is given a pidfd for it, which names the
+    /// process itself rather than a number that could be reused.
     #[arg(long, value_name = "PID")]
     owner_pid: Option<u32>,
     /// An identity captured earlier (`liveness check --pid PID --json`), possibly elsewhere.
@@ -364,22 +371,25 @@ fn run_command(command: Command, socket: &Path) -> Exit {
             labels,
             json,
         } => {
-            let owner = match owner_spec(owner) {
+            let (owner, pidfd) = match owner_spec(owner) {
                 Ok(owner) => owner,
                 Err(exit) => return exit,
             };
             let labels: BTreeMap<String, String> = labels.into_iter().collect();
-            session_call(
-                socket,
-                &Request::Register {
-                    session,
-                    uid,
-                    owner,
-                    pending,
-                    labels,
-                },
-                json,
-            )
+            let fds: Vec<_> = pidfd.iter().map(AsFd::as_fd).collect();
+            let request = Request::Register {
+                session,
+                uid,
+                owner,
+                pending,
+                labels,
+            };
+            let reply = Client::connect(socket).and_then(|mut c| c.call_with_fds(&request, &fds));
+            match reply {
+                Ok(reply) if reply.ok => print_session(&reply, json),
+                Ok(reply) => refused(&reply),
+                Err(e) => client_error(&e),
+            }
         }
         Command::Rename {
             session,
@@ -401,17 +411,7 @@ fn run_command(command: Command, socket: &Path) -> Exit {
                 PhaseArg::Active => Phase::Active,
                 PhaseArg::Ended => Phase::Ended,
             });
-            call(socket, &Request::List { phase }, |reply| {
-                let sessions = reply.sessions.unwrap_or_default();
-                if json {
-                    print_json(&sessions);
-                } else {
-                    for session in &sessions {
-                        println!("{}", describe_session(session));
-                    }
-                }
-                Exit::Ok
-            })
+            list(socket, phase, json)
         }
         Command::Whose { pid, json } => call(socket, &Request::Whose { pid }, |reply| {
             if json {
@@ -459,24 +459,50 @@ fn run_command(command: Command, socket: &Path) -> Exit {
     }
 }
 
-fn owner_spec(owner: OwnerArgs) -> Result<OwnerSpec, Exit> {
+/// The owner as the request names it, and the pidfd to pass with the request, if any.
+///
+/// `auto` stays a request to the daemon: it walks up from the caller's pid, which the
+/// kernel translates into the daemon's namespace (`SO_PEERCRED`), so no number crosses a
+/// namespace.
+fn owner_spec(owner: OwnerArgs) -> Result<(OwnerSpec, Option<OwnedFd>), Exit> {
     match owner {
-        OwnerArgs { owner: Some(_), .. } => Ok(OwnerSpec::Auto(AutoOwner::Auto)),
+        OwnerArgs { owner: Some(_), .. } => Ok((OwnerSpec::Auto(AutoOwner::Auto), None)),
         OwnerArgs {
             owner_pid: Some(pid),
             ..
-        } => Ok(OwnerSpec::Pid(PidOwner { pid })),
+        } => match open_pidfd(pid) {
+            Ok(Some(pidfd)) => Ok((OwnerSpec::Pidfd(PidfdOwner { pidfd: 0 }), Some(pidfd))),
+            Ok(None) => Ok((OwnerSpec::Pid(PidOwner { pid }), None)),
+            Err(e) => Err(identity_error(&e)),
+        },
         OwnerArgs {
             owner_identity: Some(text),
             ..
         } => match serde_json::from_str(&text) {
-            Ok(identity) => Ok(OwnerSpec::Identity(identity)),
+            Ok(identity) => Ok((OwnerSpec::Identity(identity), None)),
             Err(e) => {
                 eprintln!("liveness: invalid --owner-identity JSON: {e}");
                 Err(Exit::DataErr)
             }
         },
         OwnerArgs { .. } => unreachable!("clap requires exactly one owner argument"),
+    }
+}
+
+/// A pidfd for `pid` in this command's namespace; `None` where pidfds do not apply (a
+/// kernel before 5.3, a seccomp filter, a thread id): the daemon is then given the number
+/// and says what is wrong with it.
+fn open_pidfd(pid: u32) -> Result<Option<OwnedFd>, IdentityError> {
+    let Some(raw) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return Err(IdentityError::NoSuchProcess(pid));
+    };
+    match rustix::process::pidfd_open(raw, rustix::process::PidfdFlags::empty()) {
+        Ok(pidfd) => Ok(Some(pidfd)),
+        Err(rustix::io::Errno::SRCH) => Err(IdentityError::NoSuchProcess(pid)),
+        Err(_) => Ok(None),
     }
 }
 
@@ -501,6 +527,7 @@ fn refused(reply: &Reply) -> Exit {
         ErrorCode::Forbidden => Exit::NoPerm,
         ErrorCode::ShuttingDown => Exit::Unavailable,
         ErrorCode::Internal => Exit::Software,
+        ErrorCode::TooManyConnections | ErrorCode::LimitReached => Exit::TempFail,
         ErrorCode::InvalidJson
         | ErrorCode::InvalidRequest
         | ErrorCode::LineTooLong
@@ -509,8 +536,48 @@ fn refused(reply: &Reply) -> Exit {
         | ErrorCode::AlreadyExists
         | ErrorCode::NotPending
         | ErrorCode::Ambiguous
-        | ErrorCode::NoOwner => Exit::DataErr,
+        | ErrorCode::NoOwner
+        | ErrorCode::InvalidOwner => Exit::DataErr,
     }
+}
+
+/// Every page of `list`, on one connection; text is printed page by page, JSON as one
+/// array at the end.
+fn list(socket: &Path, phase: Option<Phase>, json: bool) -> Exit {
+    let mut client = match Client::connect(socket) {
+        Ok(client) => client,
+        Err(e) => return client_error(&e),
+    };
+    let mut all = Vec::new();
+    let mut after = None;
+    loop {
+        let request = Request::List {
+            phase,
+            limit: None,
+            after: after.take(),
+        };
+        let reply = match client.call(&request) {
+            Ok(reply) if reply.ok => reply,
+            Ok(reply) => return refused(&reply),
+            Err(e) => return client_error(&e),
+        };
+        let sessions = reply.sessions.unwrap_or_default();
+        if json {
+            all.extend(sessions);
+        } else {
+            for session in &sessions {
+                println!("{}", describe_session(session));
+            }
+        }
+        match reply.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    if json {
+        print_json(&all);
+    }
+    Exit::Ok
 }
 
 /// One request; `on_ok` handles a successful reply.
@@ -524,16 +591,18 @@ fn call(socket: &Path, request: &Request, on_ok: impl FnOnce(Reply) -> Exit) -> 
 
 /// A request whose reply is one session.
 fn session_call(socket: &Path, request: &Request, json: bool) -> Exit {
-    call(socket, request, |reply| {
-        if let Some(session) = &reply.session {
-            if json {
-                print_json(session);
-            } else {
-                println!("{}", describe_session(session));
-            }
+    call(socket, request, |reply| print_session(&reply, json))
+}
+
+fn print_session(reply: &Reply, json: bool) -> Exit {
+    if let Some(session) = &reply.session {
+        if json {
+            print_json(session);
+        } else {
+            println!("{}", describe_session(session));
         }
-        Exit::Ok
-    })
+    }
+    Exit::Ok
 }
 
 /// The name a value has on the wire (`"active"`, `"owner_exited"`, ...); empty for none.
@@ -1027,7 +1096,12 @@ fn identity_error(e: &IdentityError) -> Exit {
         IdentityError::NoSuchProcess(_) => Exit::Dead,
         IdentityError::Read { .. } => Exit::IoErr,
         IdentityError::Malformed { .. } => Exit::Unknown,
-        IdentityError::NoOwner { .. } | IdentityError::Thread { .. } => Exit::DataErr,
+        IdentityError::NoOwner { .. }
+        | IdentityError::Thread { .. }
+        | IdentityError::KernelThread { .. }
+        | IdentityError::NotPidfd(_) => Exit::DataErr,
+        IdentityError::NotVisible | IdentityError::NotInCallerNamespace { .. } => Exit::NotFound,
+        IdentityError::AmbiguousStartTime { .. } => Exit::Unknown,
     }
 }
 

@@ -2,12 +2,14 @@
 //!
 //! One request, one reply line; after `subscribe`, stream lines until the daemon closes.
 
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader};
+use std::os::fd::BorrowedFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use crate::fdpass::send_with_fds;
 use crate::protocol::{PROTOCOL_VERSION, Reply, Request, StreamMessage};
 
 #[derive(Debug, thiserror::Error)]
@@ -43,7 +45,7 @@ impl Client {
         })
     }
 
-    fn send(&mut self, request: &Request) -> Result<(), ClientError> {
+    fn send(&mut self, request: &Request, fds: &[BorrowedFd<'_>]) -> Result<(), ClientError> {
         let mut value =
             serde_json::to_value(request).map_err(|e| ClientError::Protocol(e.to_string()))?;
         if let Value::Object(object) = &mut value {
@@ -51,7 +53,7 @@ impl Client {
         }
         let mut line = value.to_string();
         line.push('\n');
-        self.writer.write_all(line.as_bytes())?;
+        send_with_fds(&mut self.writer, line.as_bytes(), fds)?;
         Ok(())
     }
 
@@ -65,7 +67,17 @@ impl Client {
 
     /// Sends one request and returns its reply (which may be an error reply).
     pub fn call(&mut self, request: &Request) -> Result<Reply, ClientError> {
-        self.send(request)?;
+        self.call_with_fds(request, &[])
+    }
+
+    /// [`Client::call`] with descriptors passed along with the request line (a pidfd owner
+    /// is `{"pidfd": I}`, the `I`-th of them).
+    pub fn call_with_fds(
+        &mut self,
+        request: &Request,
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<Reply, ClientError> {
+        self.send(request, fds)?;
         let line = self.read_line()?;
         match serde_json::from_str(&line) {
             Ok(reply) => Ok(reply),

@@ -17,7 +17,8 @@ use tracing_subscriber::EnvFilter;
 
 use crate::engine::{Engine, EngineConfig};
 use crate::identity::ProcRoot;
-use crate::paths::Env;
+use crate::limits::{Limits, LimitsConfig};
+use crate::paths::{DirUse, Env};
 use crate::source::ebpf::EbpfConfig;
 use crate::source::monitor::{Monitor, MonitorConfig, Selection};
 use crate::source::pidfd::PidfdConfig;
@@ -32,7 +33,8 @@ const ENGINE_QUEUE: usize = 1024;
 /// With no flags it runs on its embedded defaults: as root, state in /var/lib/liveness and
 /// the socket /run/liveness/liveness.sock; as another user, $XDG_STATE_HOME/liveness and
 /// $XDG_RUNTIME_DIR/liveness.sock. It stays in the foreground and logs to stderr (or
-/// --log-file); SIGTERM/SIGINT stop it cleanly, SIGHUP reopens the log file.
+/// --log-file); SIGTERM/SIGINT stop it cleanly, SIGHUP reopens the log file. Should any
+/// part of it fail while running, it exits non-zero so that a supervisor restarts it.
 #[derive(Debug, Parser)]
 #[command(name = "livenessd", version)]
 pub struct Args {
@@ -80,6 +82,55 @@ pub struct Args {
     /// Log to this file instead of stderr; SIGHUP reopens it (for log rotation).
     #[arg(long, value_name = "PATH")]
     log_file: Option<PathBuf>,
+    /// Set a damaged database aside (renamed with a timestamp), start a new one from what
+    /// can still be read, then run as usual (reconciling every session read).
+    #[arg(long)]
+    recover: bool,
+    /// Open connections of one non-root uid.
+    #[arg(long, default_value_t = LimitsConfig::default().connections_per_uid, value_parser = parse_count::<usize>, value_name = "COUNT")]
+    max_connections_per_uid: usize,
+    /// Open connections of all non-root uids together (root's are never refused).
+    #[arg(long, default_value_t = LimitsConfig::default().connections, value_parser = parse_count::<usize>, value_name = "COUNT")]
+    max_connections: usize,
+    /// Requests of one non-root uid handled at once; more wait their turn.
+    #[arg(long, default_value_t = LimitsConfig::default().requests_per_uid, value_parser = parse_count::<usize>, value_name = "COUNT")]
+    max_requests_per_uid: usize,
+    /// A client that begins a request line and does not end it within this long is
+    /// disconnected.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    line_timeout: Duration,
+    /// ACTIVE sessions of one non-root uid.
+    #[arg(long, default_value_t = LimitsConfig::default().sessions_per_uid, value_parser = parse_count::<u64>, value_name = "COUNT")]
+    max_sessions_per_uid: u64,
+    /// Bytes of label keys and values of one session.
+    #[arg(long, default_value_t = LimitsConfig::default().label_bytes, value_parser = parse_count::<u64>, value_name = "BYTES")]
+    max_label_bytes: u64,
+    /// Bytes of label keys and values of one non-root uid's ACTIVE sessions.
+    #[arg(long, default_value_t = LimitsConfig::default().label_bytes_per_uid, value_parser = parse_count::<u64>, value_name = "BYTES")]
+    max_label_bytes_per_uid: u64,
+}
+
+impl Args {
+    fn limits(&self) -> LimitsConfig {
+        LimitsConfig {
+            connections_per_uid: self.max_connections_per_uid,
+            connections: self.max_connections,
+            requests_per_uid: self.max_requests_per_uid,
+            line_timeout: self.line_timeout,
+            sessions_per_uid: self.max_sessions_per_uid,
+            label_bytes: self.max_label_bytes,
+            label_bytes_per_uid: self.max_label_bytes_per_uid,
+        }
+    }
+}
+
+/// A limit: a positive whole number.
+fn parse_count<T: std::str::FromStr + Default + PartialEq>(text: &str) -> Result<T, String> {
+    match text.parse::<T>() {
+        Ok(count) if count != T::default() => Ok(count),
+        Ok(_) => Err("0 would refuse everything; give a positive number".into()),
+        Err(_) => Err(format!("{text:?} is not a whole number")),
+    }
 }
 
 fn parse_ring_bytes(text: &str) -> Result<u32, String> {
@@ -89,7 +140,11 @@ fn parse_ring_bytes(text: &str) -> Result<u32, String> {
     }
 }
 
-/// Parses durations such as `250ms`, `30s`, `2m`, `1h`, `7d`.
+/// The longest duration a flag accepts: anything longer is a typo, and would overflow
+/// the timers it sets.
+const MAX_DURATION: Duration = Duration::from_secs(366 * 86_400);
+
+/// Parses durations such as `250ms`, `30s`, `2m`, `1h`, `7d`: at least 1ms, at most a year.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let split = text
         .find(|c: char| !c.is_ascii_digit())
@@ -106,13 +161,34 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "d" => 86_400_000,
         _ => return Err(format!("{text:?} has no unit: use ms, s, m, h or d")),
     };
-    Ok(Duration::from_millis(number.saturating_mul(millis)))
+    let duration = Duration::from_millis(number.saturating_mul(millis));
+    if duration.is_zero() {
+        return Err(format!("{text:?} is zero: give at least 1ms"));
+    }
+    if duration > MAX_DURATION {
+        return Err(format!("{text:?} is longer than a year, the most allowed"));
+    }
+    Ok(duration)
 }
 
 #[derive(Debug, thiserror::Error)]
 enum StartError {
     #[error("cannot create {path}: {source}")]
     CreateDir { path: PathBuf, source: io::Error },
+    #[error(
+        "no state directory: a user without $XDG_STATE_HOME or $HOME must give --state-dir \
+         (or LIVENESS_STATE_DIR), a directory only they can write"
+    )]
+    NoStateDir,
+    #[error("refusing an unsafe directory: {0}")]
+    Untrusted(#[from] crate::paths::UntrustedDir),
+    #[error("the {0} task ended unexpectedly")]
+    TaskEnded(&'static str),
+    #[error("the {task} task failed: {error}")]
+    TaskFailed {
+        task: &'static str,
+        error: tokio::task::JoinError,
+    },
     #[error("another livenessd already uses {0}")]
     StateLocked(PathBuf),
     #[error("another livenessd is listening on {0}")]
@@ -198,7 +274,14 @@ fn init_logging(log_file: Option<&LogFile>) {
     }
 }
 
-fn create_dir(path: &Path, mode: u32) -> Result<(), StartError> {
+/// Creates `path` (and its parents) unless it exists, then refuses it unless it is safe
+/// for `usage`. A directory made here gets exactly the mode `usage` allows.
+fn create_dir(path: &Path, usage: DirUse) -> Result<(), StartError> {
+    let mode = match usage {
+        DirUse::State => 0o700,
+        DirUse::Socket => 0o755,
+    };
+    let created = !path.exists();
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(mode)
@@ -206,7 +289,14 @@ fn create_dir(path: &Path, mode: u32) -> Result<(), StartError> {
         .map_err(|source| StartError::CreateDir {
             path: path.into(),
             source,
-        })
+        })?;
+    if created {
+        // The umask (0077 in the daemon) narrows the mode asked for; a socket directory
+        // must let everyone in.
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    }
+    crate::paths::check_dir(path, rustix::process::geteuid().as_raw(), usage)?;
+    Ok(())
 }
 
 /// Holds an exclusive lock on the state directory for the daemon's life: two daemons on
@@ -227,7 +317,7 @@ fn lock_state_dir(dir: &Path) -> Result<File, StartError> {
 /// Binds the socket, replacing a stale one left by a crash but never a live daemon's.
 fn bind_socket(path: &Path) -> Result<UnixListener, StartError> {
     if let Some(parent) = path.parent() {
-        create_dir(parent, 0o755)?;
+        create_dir(parent, DirUse::Socket)?;
     }
     if path.exists() {
         if std::os::unix::net::UnixStream::connect(path).is_ok() {
@@ -247,6 +337,10 @@ fn bind_socket(path: &Path) -> Result<UnixListener, StartError> {
 /// Entry point of `livenessd`.
 pub fn main() -> ExitCode {
     let args = Args::parse();
+    // Files 0600 and directories 0700 (the database, its journal, the lock, the log)
+    // whatever umask the daemon was started with; the socket is opened up explicitly.
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+    exit_on_panic();
     let log_file = match args.log_file.as_deref().map(LogFile::open).transpose() {
         Ok(file) => file,
         Err(e) => {
@@ -279,6 +373,21 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// Exit code after a panic (EX_SOFTWARE).
+const EXIT_PANIC: i32 = 70;
+
+/// A panic anywhere (a source's task, a runtime worker) would leave a daemon that looks
+/// alive but no longer does its job: it is logged and the process exits, so that the
+/// supervisor restarts it.
+fn exit_on_panic() {
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        tracing::error!("panic: {info}; exiting so that the daemon is restarted");
+        default_hook(info);
+        std::process::exit(EXIT_PANIC);
+    }));
+}
+
 async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
     // Before anything else: SIGHUP's default action would kill a daemon that is starting.
     let mut terminate = signal(SignalKind::terminate())?;
@@ -288,9 +397,14 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
     let state_dir = args
         .state_dir
         .clone()
-        .unwrap_or_else(|| env.default_state_dir());
-    let socket = args.socket.clone().unwrap_or_else(|| env.default_socket());
-    create_dir(&state_dir, 0o700)?;
+        .or_else(|| env.default_state_dir())
+        .ok_or(StartError::NoStateDir)?;
+    let socket = args
+        .socket
+        .clone()
+        .or_else(|| env.default_socket())
+        .ok_or(StartError::NoStateDir)?;
+    create_dir(&state_dir, DirUse::State)?;
     let _lock = lock_state_dir(&state_dir)?;
 
     match crate::source::pidfd::raise_nofile_limit() {
@@ -298,7 +412,21 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
         Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
     }
     let database = state_dir.join("liveness.db");
+    if args.recover {
+        let recovered = Store::recover(&database)?;
+        match &recovered.aside {
+            Some(aside) => tracing::warn!(
+                kept = %aside.display(),
+                sessions = recovered.sessions,
+                events = recovered.events,
+                seq_floor = recovered.seq_floor,
+                "recovered the damaged database: a new one holds what could be read"
+            ),
+            None => tracing::info!("--recover: the database is intact, nothing to recover"),
+        }
+    }
     let store = Store::open(&database)?;
+    let limits = Limits::new(args.limits());
     let proc = ProcRoot::default();
     let monitor = Monitor::start(MonitorConfig {
         selection: args.sources.clone(),
@@ -337,6 +465,7 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
             wrappers: args.wrappers.clone(),
             subscriber_queue: args.subscriber_queue.max(1),
             proc,
+            limits: Arc::clone(&limits),
         },
         about,
     )?;
@@ -345,13 +474,17 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
 
     let (stop, stopped) = watch::channel(false);
     let (commands, command_queue) = mpsc::channel(ENGINE_QUEUE);
-    let engine_task = tokio::spawn(engine.run(command_queue, stopped.clone()));
-    let server_task = tokio::spawn(crate::server::serve(listener, commands, database, stopped));
+    let mut engine_task = tokio::spawn(engine.run(command_queue, stopped.clone()));
+    let mut server_task = tokio::spawn(crate::server::serve(
+        listener, commands, database, limits, stopped,
+    ));
 
-    loop {
+    // The engine and the server run until told to stop: either ending first is a failure
+    // that stops the daemon (non-zero), never a daemon left up without them.
+    let failure = loop {
         tokio::select! {
-            _ = terminate.recv() => break,
-            _ = interrupt.recv() => break,
+            _ = terminate.recv() => break None,
+            _ = interrupt.recv() => break None,
             _ = hangup.recv() => match &log_file {
                 Some(file) => match file.reopen() {
                     Ok(()) => tracing::info!("SIGHUP: reopened the log file"),
@@ -359,19 +492,41 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
                 },
                 None => tracing::info!("SIGHUP: logging to stderr, nothing to reopen"),
             },
+            ended = &mut engine_task => break Some(("engine", match ended {
+                Ok(Ok(())) => StartError::TaskEnded("engine"),
+                Ok(Err(e)) => StartError::Engine(e),
+                Err(error) => StartError::TaskFailed { task: "engine", error },
+            })),
+            ended = &mut server_task => break Some(("server", match ended {
+                Ok(()) => StartError::TaskEnded("server"),
+                Err(error) => StartError::TaskFailed { task: "server", error },
+            })),
         }
-    }
+    };
     tracing::info!("stopping");
     let _ = stop.send(true);
-    if let Err(e) = server_task.await {
+    // The task that failed has ended (and its handle is spent); the other stops cleanly.
+    let failed = failure.as_ref().map(|(task, _)| *task);
+    if failed != Some("server")
+        && let Err(e) = server_task.await
+    {
         tracing::error!(error = %e, "server task failed");
     }
-    if let Err(e) = engine_task.await {
-        tracing::error!(error = %e, "engine task failed");
+    if failed != Some("engine") {
+        match engine_task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "engine failed while stopping"),
+            Err(e) => tracing::error!(error = %e, "engine task failed"),
+        }
     }
     let _ = std::fs::remove_file(&socket);
-    tracing::info!("stopped");
-    Ok(())
+    match failure.map(|(_, failure)| failure) {
+        None => {
+            tracing::info!("stopped");
+            Ok(())
+        }
+        Some(failure) => Err(failure),
+    }
 }
 
 #[cfg(test)]
@@ -401,5 +556,58 @@ mod tests {
             DEFAULT_STATUS_WAIT,
             "the flag's default is the library's"
         );
+    }
+
+    /// The old reproduction of a zombie daemon: a source panicking in a task on a runtime
+    /// worker (a zero poll interval, which the flags no longer accept) now ends the
+    /// process with [`EXIT_PANIC`].
+    #[test]
+    fn a_task_that_panics_ends_the_process() {
+        const CHILD: &str = "LIVENESS_DAEMON_TEST_PANICKING_CHILD";
+        if std::env::var_os(CHILD).is_some() {
+            exit_on_panic();
+            let runtime = tokio::runtime::Runtime::new().unwrap();
+            runtime.block_on(async {
+                let (sink, _events) = mpsc::channel(1);
+                let task = tokio::spawn(async move {
+                    crate::source::procpoll::ProcpollSource::start(
+                        sink,
+                        Duration::ZERO,
+                        ProcRoot::default(),
+                    )
+                });
+                let _ = task.await;
+                tokio::time::sleep(Duration::from_secs(30)).await;
+            });
+            unreachable!("the panic did not end the process");
+        }
+        let output = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "daemon::tests::a_task_that_panics_ends_the_process",
+                "--nocapture",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(EXIT_PANIC), "{stderr}");
+        assert!(stderr.contains("interval must not be zero"), "{stderr}");
+    }
+
+    #[test]
+    fn zero_and_absurd_durations_are_refused() {
+        for zero in ["0ms", "0s", "0d"] {
+            assert!(parse_duration(zero).unwrap_err().contains("zero"), "{zero}");
+        }
+        assert_eq!(parse_duration("1ms"), Ok(Duration::from_millis(1)));
+        assert_eq!(parse_duration("366d"), Ok(MAX_DURATION));
+        for absurd in ["367d", "99999999999999999999d", "18446744073709551615ms"] {
+            assert!(parse_duration(absurd).is_err(), "{absurd}");
+        }
+        let refused = Args::try_parse_from(["livenessd", "--procpoll-interval", "0ms"])
+            .expect_err("a zero poll interval");
+        assert!(refused.to_string().contains("zero"), "{refused}");
+        assert!(Args::try_parse_from(["livenessd", "--max-connections-per-uid", "0"]).is_err());
     }
 }

@@ -9,17 +9,23 @@
 //! however busy, delays a finalization; a burst of exits is committed in one transaction.
 
 use std::collections::BTreeMap;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::identity::{Identity, IdentityError, ProcRoot, ProcessKey};
-use crate::protocol::{ErrorBody, ErrorCode, OwnerSpec, PidOwner, Reply, Request, StreamMessage};
+use crate::identity::{Identity, IdentityError, Liveness, ProcRoot, ProcessKey};
+use crate::limits::{Limits, SessionUsage};
+use crate::protocol::{
+    ErrorBody, ErrorCode, OwnerSpec, PidOwner, PidfdOwner, Reply, Request, StreamMessage,
+};
 use crate::source::monitor::{Monitor, MonitorStatus};
 use crate::source::{DetectedBy, ExitObservation};
-use crate::store::{EndReason, Event, NewSession, OwnerDeath, Phase, Session, Store, StoreError};
+use crate::store::{
+    EndReason, Event, ListQuery, NewSession, OwnerDeath, Phase, Session, Store, StoreError,
+};
 
 /// Most exits committed in one transaction when they arrive together.
 const MAX_BATCH: usize = 1024;
@@ -27,6 +33,8 @@ const MAX_BATCH: usize = 1024;
 const PRUNE_PERIOD: Duration = Duration::from_secs(60);
 /// How often deaths whose commit failed (a full disk, say) are committed again.
 const RETRY_PERIOD: Duration = Duration::from_secs(1);
+/// How often the database file is checked to still be the one opened.
+const FILE_CHECK_PERIOD: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -41,12 +49,15 @@ pub struct EngineConfig {
     /// Commit batches queued per subscriber before it counts as lagging and is disconnected.
     pub subscriber_queue: usize,
     pub proc: ProcRoot,
+    /// Connection limits, reported in status; the session limits come from their config.
+    pub limits: Arc<Limits>,
 }
 
 /// A client, as `SO_PEERCRED` identifies it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Caller {
     pub uid: u32,
+    /// In the daemon's PID namespace; 0 when the client is not visible there.
     pub pid: u32,
 }
 
@@ -112,6 +123,8 @@ pub enum Command {
     Request {
         caller: Caller,
         request: Request,
+        /// Descriptors passed with the request line (a pidfd owner); closed when dropped.
+        fds: Vec<OwnedFd>,
         reply: oneshot::Sender<Reply>,
     },
     Subscribe {
@@ -119,7 +132,7 @@ pub enum Command {
     },
 }
 
-/// This boot and host: identities of other boots are dead, of other hosts unknown.
+/// This boot, and the host name as the daemon started under it (a label only).
 #[derive(Debug, Clone)]
 struct Local {
     boot_id: String,
@@ -158,6 +171,8 @@ pub struct Engine {
     /// [`RETRY_PERIOD`]. The sources no longer report them, so they must not be dropped.
     uncommitted: Vec<OwnerDeath>,
     counters: Counters,
+    /// Active sessions and label bytes per uid, for the registration limits.
+    usage: SessionUsage,
     started: Instant,
     last_prune: Option<Instant>,
     /// Facts status reports about the daemon itself (paths, versions).
@@ -197,12 +212,21 @@ impl Engine {
         config: EngineConfig,
         about: serde_json::Value,
     ) -> Result<Engine, EngineError> {
+        // The sources match start times exactly: a daemon whose readings are a tick apart
+        // from the kernel's would see every owner as already replaced.
+        config.proc.exact_start_times()?;
         let local = Local {
             boot_id: config.proc.boot_id()?,
             host: config.proc.host()?,
         };
         let mut store = store;
         let store_id = store.store_id()?;
+        let active = store.list(&ListQuery {
+            phase: Some(Phase::Active),
+            limit: usize::MAX,
+            ..ListQuery::default()
+        })?;
+        let usage = SessionUsage::new(*config.limits.config(), active.sessions);
         if store.begin_run(&local.boot_id)? {
             tracing::warn!(
                 jump = crate::store::SEQ_JUMP_AFTER_POWER_LOSS,
@@ -218,18 +242,20 @@ impl Engine {
             subscribers: Vec::new(),
             uncommitted: Vec::new(),
             counters: Counters::default(),
+            usage,
             started: Instant::now(),
             last_prune: None,
             about,
         })
     }
 
-    /// Runs until `shutdown` turns true, then commits every exit already observed.
+    /// Runs until `shutdown` turns true, then commits every exit already observed. Fails
+    /// when the database file is deleted or replaced under it.
     pub async fn run(
         mut self,
         mut commands: mpsc::Receiver<Command>,
         mut shutdown: watch::Receiver<bool>,
-    ) {
+    ) -> Result<(), EngineError> {
         self.reconcile_at_start();
         // Expiry and retention are applied before the first client is served, so a replay
         // right after a start already sees the retention window.
@@ -240,19 +266,26 @@ impl Engine {
         housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut retry = tokio::time::interval(RETRY_PERIOD);
         retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
+        let mut file_check = tokio::time::interval(FILE_CHECK_PERIOD);
+        file_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let outcome = loop {
             tokio::select! {
                 biased;
-                _ = shutdown.wait_for(|stop| *stop) => break,
+                _ = shutdown.wait_for(|stop| *stop) => break Ok(()),
                 observation = self.monitor.next() => self.finalize_observed(observation),
                 command = commands.recv() => match command {
                     Some(command) => self.handle(command),
-                    None => break,
+                    None => break Ok(()),
                 },
                 _ = retry.tick(), if !self.uncommitted.is_empty() => self.finalize(Vec::new()),
                 _ = housekeeping.tick() => self.housekeeping(),
+                _ = file_check.tick() => if let Err(e) = self.store.check_file() {
+                    break Err(EngineError::Store(e));
+                },
             }
-        }
+        };
+        // On failure nothing more is written to a file nobody will open again.
+        outcome?;
         // In-flight exits are committed before the daemon goes away.
         while let Some(observation) = self.monitor.try_next() {
             self.finalize_observed(observation);
@@ -269,6 +302,7 @@ impl Engine {
             tracing::error!(error = %e, "cannot record the clean stop");
         }
         tracing::info!("engine stopped");
+        Ok(())
     }
 
     fn housekeeping_period(&self) -> Duration {
@@ -282,6 +316,7 @@ impl Engine {
             start_ticks: key.start_ticks,
             boot_id: self.local.boot_id.clone(),
             host: self.local.host.clone(),
+            pidfs_ino: None,
             comm: String::new(),
         }
     }
@@ -312,21 +347,36 @@ impl Engine {
     }
 
     /// Starts watching an owner. Returns its death at once when it is already dead.
-    /// Owners of another host cannot be watched: only the inactivity timeout ends them.
+    ///
+    /// The boot id decides: an owner of this boot is watched whatever host name it
+    /// carries. An owner of an earlier boot of this machine (one a daemon ran on with this
+    /// database, or for older records one with this host name) ended with that boot.
+    /// Owners of other machines cannot be watched: only the inactivity timeout ends them.
     fn watch(&mut self, owner: &Identity) -> Option<OwnerDeath> {
-        if owner.host != self.local.host {
-            return None;
-        }
+        let dead = |reason| OwnerDeath {
+            owner: owner.clone(),
+            reason,
+            exit: None,
+            detected_by: DetectedBy::Reconcile,
+            observed_ms: now_ms(),
+            died_ms: None,
+        };
         if owner.boot_id != self.local.boot_id {
+            let earlier_boot_here = match self.store.is_known_boot(&owner.boot_id) {
+                Ok(known) => known || owner.host == self.local.host,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot look up known boots");
+                    false
+                }
+            };
             // The stored fingerprint names the earlier boot: end exactly that owner.
-            return Some(OwnerDeath {
-                owner: owner.clone(),
-                reason: EndReason::Reboot,
-                exit: None,
-                detected_by: DetectedBy::Reconcile,
-                observed_ms: now_ms(),
-                died_ms: None,
-            });
+            return earlier_boot_here.then(|| dead(EndReason::Reboot));
+        }
+        // The sources key processes by pid and start time; where the pidfs inode is known,
+        // a process that took the pid within the same tick is told apart here.
+        if let Liveness::Dead(reason) = self.config.proc.check_process(owner.key(), owner.pidfs_ino)
+        {
+            return Some(dead(EndReason::from(reason)));
         }
         let death = self.monitor.track(owner.key())?;
         Some(self.death_of(&death))
@@ -346,7 +396,7 @@ impl Engine {
 
     /// Stops watching an owner that no ACTIVE session refers to any more.
     fn unwatch_if_unused(&mut self, owner: &Identity) {
-        if owner.host != self.local.host || owner.boot_id != self.local.boot_id {
+        if owner.boot_id != self.local.boot_id {
             return;
         }
         match self.store.active_sessions_of_owner(owner) {
@@ -396,6 +446,7 @@ impl Engine {
             // committed again later; should the daemon stop first, their sessions are still
             // ACTIVE in the store and the next start's reconcile ends them.
             Err(e) => {
+                let e = self.store.explain(e);
                 if retrying {
                     tracing::debug!(error = %e, count = deaths.len(), "committing finalizations failed again");
                 } else {
@@ -413,6 +464,7 @@ impl Engine {
         let batch: Batch = events
             .into_iter()
             .filter_map(|event| {
+                self.usage.apply(&event);
                 let (seq, session, creator_uid) =
                     (event.seq, event.session.clone(), event.creator_uid);
                 match serde_json::to_string(&StreamMessage::Event(Box::new(event))) {
@@ -457,9 +509,10 @@ impl Engine {
             Command::Request {
                 caller,
                 request,
+                fds,
                 reply,
             } => {
-                let answer = self.request(caller, request);
+                let answer = self.request(caller, request, &fds);
                 // The client may have gone; its reply has nowhere to go.
                 let _ = reply.send(answer);
             }
@@ -484,7 +537,7 @@ impl Engine {
         }
     }
 
-    fn request(&mut self, caller: Caller, request: Request) -> Reply {
+    fn request(&mut self, caller: Caller, request: Request, fds: &[OwnedFd]) -> Reply {
         let now = now_ms();
         match request {
             Request::Register {
@@ -493,7 +546,7 @@ impl Engine {
                 owner,
                 pending,
                 labels,
-            } => self.register(caller, session, uid, owner, pending, labels, now),
+            } => self.register(caller, session, uid, owner, fds, pending, labels, now),
             Request::Rename { session, to, uid } => match self.addressed(caller, &session, uid) {
                 Err(error) => error.into(),
                 Ok(found) => match self.store.rename(found.creator_uid, &session, &to, now) {
@@ -542,21 +595,14 @@ impl Engine {
                 Ok(found) => Reply::with_session(found),
                 Err(error) => error.into(),
             },
-            Request::List { phase } => match self.store.list(phase, caller.creator_filter()) {
-                Ok(sessions) => Reply {
-                    sessions: Some(sessions),
-                    ..Reply::ok()
-                },
-                Err(e) => store_error(e).into(),
-            },
             Request::Whose { pid } => self.whose(caller, pid),
             Request::Status {} => Reply {
                 status: Some(self.status()),
                 ..Reply::ok()
             },
-            Request::Subscribe { .. } => Reply::error(
+            Request::Subscribe { .. } | Request::List { .. } => Reply::error(
                 ErrorCode::Internal,
-                "subscribe is handled by the connection",
+                "subscribe and list are handled by the connection",
             ),
         }
     }
@@ -599,23 +645,49 @@ impl Engine {
         }
     }
 
-    fn resolve_owner(&self, caller: Caller, owner: OwnerSpec) -> Result<Identity, ErrorBody> {
-        let no_owner = |e: IdentityError| ErrorBody::new(ErrorCode::NoOwner, e.to_string());
+    /// The identity of the owner a client names. A pid is read in the client's PID
+    /// namespace, a pidfd names its process directly; nothing is read in the daemon's
+    /// namespace on the client's word.
+    fn resolve_owner(
+        &self,
+        caller: Caller,
+        owner: OwnerSpec,
+        fds: &[OwnedFd],
+    ) -> Result<Identity, ErrorBody> {
+        let proc = &self.config.proc;
         let identity = match owner {
-            OwnerSpec::Auto(_) => self
-                .config
-                .proc
+            OwnerSpec::Auto(_) => proc
                 .resolve_owner(caller.pid, &self.config.wrappers)
-                .map_err(no_owner)?,
-            OwnerSpec::Pid(PidOwner { pid }) => self.config.proc.capture(pid).map_err(no_owner)?,
+                .map_err(owner_error)?,
+            OwnerSpec::Pid(PidOwner { pid }) => {
+                proc.capture_for(caller.pid, pid).map_err(owner_error)?
+            }
+            OwnerSpec::Pidfd(PidfdOwner { pidfd }) => {
+                let Some(fd) = fds.get(pidfd) else {
+                    return Err(ErrorBody::new(
+                        ErrorCode::InvalidRequest,
+                        format!(
+                            "the owner is descriptor {pidfd} of the request line, but {} came with it: send the pidfd with SCM_RIGHTS in the sendmsg that carries the line",
+                            fds.len()
+                        ),
+                    ));
+                };
+                proc.capture_pidfd(fd.as_fd()).map_err(owner_error)?
+            }
+            OwnerSpec::Identity(identity) if identity.boot_id == self.local.boot_id => {
+                // Captured by the client (`liveness check`), so in its numbering, like
+                // any pid it sends. One that is not found there stays as given: its start
+                // time then tells whether it names a live process.
+                let pid = proc
+                    .translate_pid(caller.pid, identity.pid)
+                    .unwrap_or(identity.pid);
+                self.canonical(Identity { pid, ..identity })?
+            }
             OwnerSpec::Identity(identity) => identity,
         };
         // Only root may attach sessions to other users' processes. A process that is gone
         // can no longer be checked, and its session ends at once anyway.
-        if !caller.is_root()
-            && identity.host == self.local.host
-            && identity.boot_id == self.local.boot_id
-        {
+        if !caller.is_root() && identity.boot_id == self.local.boot_id {
             match self.config.proc.uid(identity.pid) {
                 Ok(uid) if uid != caller.uid => {
                     return Err(ErrorBody::new(
@@ -632,9 +704,31 @@ impl Engine {
         Ok(identity)
     }
 
+    /// An identity of this boot from a client, as the daemon reads it: a kernel thread is
+    /// refused, and where the pidfs inode names the live process, the daemon's own reading
+    /// of its start time is kept: a client in a time namespace whose offset is not whole
+    /// ticks reads the start time as the kernel's count or one more. An identity of a
+    /// process that is gone is kept as given: its session ends at once.
+    fn canonical(&self, identity: Identity) -> Result<Identity, ErrorBody> {
+        match self.config.proc.capture(identity.pid) {
+            Ok(live)
+                if live.pidfs_ino.is_some()
+                    && live.pidfs_ino == identity.pidfs_ino
+                    && identity.start_ticks == live.start_ticks + 1 =>
+            {
+                Ok(Identity {
+                    host: identity.host,
+                    ..live
+                })
+            }
+            Err(e @ IdentityError::KernelThread { .. }) => Err(owner_error(e)),
+            _ => Ok(identity),
+        }
+    }
+
     #[expect(
         clippy::too_many_arguments,
-        reason = "the fields of a register request"
+        reason = "the fields of a register request, plus who sent it"
     )]
     fn register(
         &mut self,
@@ -642,6 +736,7 @@ impl Engine {
         session: Option<String>,
         uid: Option<u32>,
         owner: OwnerSpec,
+        fds: &[OwnedFd],
         pending: bool,
         labels: BTreeMap<String, String>,
         now: i64,
@@ -661,7 +756,7 @@ impl Engine {
             Ok(namespace) => namespace.unwrap_or(caller.uid),
             Err(error) => return error.into(),
         };
-        let owner = match self.resolve_owner(caller, owner) {
+        let owner = match self.resolve_owner(caller, owner, fds) {
             Ok(owner) => owner,
             Err(error) => return error.into(),
         };
@@ -669,6 +764,11 @@ impl Engine {
             Ok(existing) => existing.map(|s| s.owner),
             Err(e) => return store_error(e).into(),
         };
+        if previous.is_none()
+            && let Err(refused) = self.usage.check(caller.uid, &labels)
+        {
+            return refused.into();
+        }
         let new = NewSession {
             id: id.clone(),
             owner: owner.clone(),
@@ -679,7 +779,7 @@ impl Engine {
         };
         let registered = match self.store.register(new, now) {
             Ok(registered) => registered,
-            Err(e) => return store_error(e).into(),
+            Err(e) => return store_error(self.store.explain(e)).into(),
         };
         self.publish(registered.event.into_iter().collect());
         if let Some(previous) = previous.filter(|p| !p.same_process(&owner)) {
@@ -692,9 +792,13 @@ impl Engine {
     }
 
     /// Walks up from `pid` (or, for a thread id, its process) to the nearest process that
-    /// owns an ACTIVE session.
+    /// owns an ACTIVE session. `pid` is read in the caller's PID namespace.
     fn whose(&self, caller: Caller, pid: u32) -> Reply {
-        let mut current = self.config.proc.tgid(pid).unwrap_or(pid);
+        let local = match self.config.proc.translate_pid(caller.pid, pid) {
+            Ok(local) => local,
+            Err(e) => return Reply::error(ErrorCode::NotFound, e.to_string()),
+        };
+        let mut current = self.config.proc.tgid(local).unwrap_or(local);
         // Deep enough for any real process tree, bounded against a corrupt one.
         for _ in 0..256 {
             if current == 0 {
@@ -702,7 +806,7 @@ impl Engine {
             }
             let stat = match self.config.proc.stat(current) {
                 Ok(stat) => stat,
-                Err(IdentityError::NoSuchProcess(p)) if p == pid => {
+                Err(IdentityError::NoSuchProcess(p)) if p == local => {
                     return Reply::error(ErrorCode::NotFound, format!("no process with PID {pid}"));
                 }
                 Err(e) => return Reply::error(ErrorCode::NotFound, e.to_string()),
@@ -714,8 +818,10 @@ impl Engine {
             match self.store.active_sessions_of_owner(&owner) {
                 Ok(sessions) => {
                     if let Some(session) = sessions.into_iter().find(|s| caller.may_see(s)) {
+                        // In the caller's namespace, like the pid it asked about.
+                        let seen = self.config.proc.pid_seen_by(caller.pid, current);
                         return Reply {
-                            owner_pid: Some(current),
+                            owner_pid: Some(seen.unwrap_or(0)),
                             ..Reply::with_session(session)
                         };
                     }
@@ -743,6 +849,10 @@ impl Engine {
             "uncommitted_deaths": self.uncommitted.len(),
             "monitor": monitor,
             "counters": self.counters,
+            "limits": {
+                "connections": self.config.limits.status(),
+                "sessions": self.usage.status(),
+            },
         })
     }
 
@@ -758,9 +868,9 @@ impl Engine {
             Err(e) => tracing::error!(error = %e, "cannot list expired pending sessions"),
         }
         let cutoff = now - self.config.unknown_timeout.as_millis() as i64;
-        // Every live local owner is watched (the /proc poller takes what no other source
-        // can), so it ends when it dies; only owners on other hosts can time out.
-        match self.store.idle_on_other_hosts(cutoff, &self.local.host) {
+        // Every owner of this boot is watched (the /proc poller takes what no other source
+        // can), so it ends when it dies; only owners on other machines can time out.
+        match self.store.idle_of_other_boots(cutoff, &self.local.boot_id) {
             Ok(idle) => ended.extend(idle.into_iter().map(|s| (s, EndReason::Timeout))),
             Err(e) => tracing::error!(error = %e, "cannot list idle sessions"),
         }
@@ -800,6 +910,16 @@ impl Engine {
             }
         }
     }
+}
+
+/// The reply to an owner that cannot be bound: `invalid_owner` for what can never be
+/// watched as a process, `no_owner` for one that does not exist (for this client).
+fn owner_error(e: IdentityError) -> ErrorBody {
+    let code = match e {
+        IdentityError::KernelThread { .. } | IdentityError::NotPidfd(_) => ErrorCode::InvalidOwner,
+        _ => ErrorCode::NoOwner,
+    };
+    ErrorBody::new(code, e.to_string())
 }
 
 /// A fresh id for a pending session: random, so ids are never reused across restarts.

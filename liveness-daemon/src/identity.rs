@@ -2,15 +2,24 @@
 //! reuse and reboots, and the liveness check against it.
 //!
 //! A bare PID names whatever process holds that number *now*. An [`Identity`] names one
-//! process for its whole life: `{pid, start_ticks, boot_id, host}`. Everything is read
-//! through a [`ProcRoot`] so tests can feed crafted `/proc` trees.
+//! process for its whole life: `{pid, start_ticks, boot_id}`, plus the pidfs inode where
+//! the kernel has one (6.9+), which tells apart two processes started in the same 10 ms
+//! tick. The host name is carried as a label only: the boot id already names this kernel
+//! and this boot, and a host name changes under a running process. Start times are
+//! normalised by the reader's time namespace ([`BoottimeOffset`]), so an identity means the
+//! same in every namespace. Everything is read through a [`ProcRoot`] so tests can feed
+//! crafted `/proc` trees.
 
 use std::fmt;
 use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+use crate::namespace::{BoottimeOffset, parse_nspid, parse_pidfd_fdinfo};
 
 /// Process names that are never an owner: shells and launchers that sit between a hook
 /// and the program that really owns the session.
@@ -44,12 +53,20 @@ pub const MAX_RESOLVE_DEPTH: usize = 16;
 pub struct Identity {
     /// Process id (thread-group id).
     pub pid: u32,
-    /// Start time in clock ticks after boot: `/proc/<pid>/stat` field 22.
+    /// Start time in clock ticks after boot: `/proc/<pid>/stat` field 22, as read in the
+    /// initial time namespace (a reader in a time namespace subtracts its boottime offset).
     pub start_ticks: u64,
-    /// `/proc/sys/kernel/random/boot_id` of the boot the process runs in.
+    /// `/proc/sys/kernel/random/boot_id` of the boot the process runs in: decides "this
+    /// kernel, this boot".
     pub boot_id: String,
-    /// Host name (UTS namespace) the process runs on.
+    /// Host name (UTS namespace) of the process's reader when captured. A label for humans
+    /// and multi-host consumers: never compared to decide liveness.
     pub host: String,
+    /// Inode number of the process's pidfd in pidfs (Linux 6.9+): unique among the
+    /// processes of one boot, so it tells apart two processes that got the same pid within
+    /// one clock tick. Absent on older kernels and in identities captured without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pidfs_ino: Option<u64>,
     /// Command name when captured. For display only: `execve` changes it, so it is not
     /// part of the fingerprint compared by [`Identity::same_process`].
     #[serde(default)]
@@ -65,9 +82,15 @@ impl Identity {
         }
     }
 
-    /// True when both identities name the same process (the comm is ignored).
+    /// True when both identities name the same process: same boot, pid and start time,
+    /// and the same pidfs inode where both know it. The comm and the host name are labels.
     pub fn same_process(&self, other: &Identity) -> bool {
-        self.key() == other.key() && self.boot_id == other.boot_id && self.host == other.host
+        self.key() == other.key()
+            && self.boot_id == other.boot_id
+            && match (self.pidfs_ino, other.pidfs_ino) {
+                (Some(a), Some(b)) => a == b,
+                _ => true,
+            }
     }
 }
 
@@ -107,6 +130,24 @@ pub enum IdentityError {
     Thread { tid: u32, tgid: u32 },
     #[error("PID {pid} has no owner: {why}")]
     NoOwner { pid: u32, why: String },
+    #[error(
+        "PID {pid} ({comm}) is a kernel thread, which never exits like a process: name the program that owns the session"
+    )]
+    KernelThread { pid: u32, comm: String },
+    #[error(
+        "the process is not visible in the daemon's PID namespace: run the daemon in the host PID namespace, or the client in the daemon's"
+    )]
+    NotVisible,
+    #[error(
+        "no process has PID {pid} in your PID namespace: pass the owner as a pidfd (`liveness register --owner-pid` does where the kernel allows), or run the command in the owner's namespace"
+    )]
+    NotInCallerNamespace { pid: u32 },
+    #[error(
+        "start times read in this time namespace are ambiguous by one tick (its boottime offset, {offset_nanos} ns, is not a multiple of 10 ms) and this kernel has no pidfs inode to decide: capture identities outside this time namespace, or register the owner by pid"
+    )]
+    AmbiguousStartTime { offset_nanos: i64 },
+    #[error("not a pidfd: {0}")]
+    NotPidfd(String),
 }
 
 /// Why a process counts as dead.
@@ -147,10 +188,19 @@ pub struct Stat {
     pub comm: String,
     pub state: char,
     pub ppid: u32,
+    /// Kernel flags (field 9): `PF_KTHREAD` marks kernel threads.
+    pub flags: u32,
     /// Threads of the process still counted by the kernel (field 20).
     pub num_threads: u32,
+    /// Field 22 as read: [`ProcRoot::stat`] returns it normalised to the initial time
+    /// namespace.
     pub start_ticks: u64,
 }
+
+/// `PF_KTHREAD` in `include/linux/sched.h`.
+const PF_KTHREAD: u32 = 0x0020_0000;
+/// `PIDFS_MAGIC` in `include/uapi/linux/magic.h`: pidfds live in pidfs from Linux 6.9.
+const PIDFS_MAGIC: u64 = 0x5049_4446;
 
 impl Stat {
     /// Parses a stat line. The comm sits between the first `(` and the *last* `)`: it may
@@ -173,7 +223,7 @@ impl Stat {
             .ok_or("PID is not a number")?;
         let comm = String::from_utf8_lossy(&text[open + 1..close]).into_owned();
         let rest = std::str::from_utf8(&text[close + 1..]).map_err(|_| "fields are not UTF-8")?;
-        // Fields after the comm, numbered as in proc(5): 3 = state, 4 = ppid,
+        // Fields after the comm, numbered as in proc(5): 3 = state, 4 = ppid, 9 = flags,
         // 20 = num_threads, 22 = starttime.
         let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
         let field = |n: usize| fields.get(n - 3).copied().ok_or("too few fields");
@@ -183,6 +233,7 @@ impl Stat {
             _ => return Err("state is not one character"),
         };
         let ppid = field(4)?.parse().map_err(|_| "PPID is not a number")?;
+        let flags = field(9)?.parse().map_err(|_| "flags are not a number")?;
         let num_threads = field(20)?
             .parse()
             .map_err(|_| "thread count is not a number")?;
@@ -194,9 +245,14 @@ impl Stat {
             comm,
             state,
             ppid,
+            flags,
             num_threads,
             start_ticks,
         })
+    }
+
+    pub fn is_kernel_thread(&self) -> bool {
+        self.flags & PF_KTHREAD != 0
     }
 
     /// A zombie (`Z`) or dying (`X`) process has exited and awaits its parent's reap — but
@@ -211,17 +267,56 @@ impl Stat {
 #[derive(Debug, Clone)]
 pub struct ProcRoot {
     root: PathBuf,
+    /// The reader's boottime offset (`<root>/self/timens_offsets`), read once.
+    offset: BoottimeOffset,
+    /// Whether pids name live processes of this kernel, so pidfds can be opened for them
+    /// (not for a crafted tree).
+    live: bool,
 }
 
 impl Default for ProcRoot {
     fn default() -> Self {
-        ProcRoot::new("/proc")
+        let mut proc = ProcRoot::new("/proc");
+        proc.live = true;
+        proc
     }
 }
 
 impl ProcRoot {
+    /// A proc tree at `root`. Its `self/timens_offsets` gives the reader's time namespace
+    /// offset; without that file (kernels without time namespaces) there is none.
     pub fn new(root: impl Into<PathBuf>) -> ProcRoot {
-        ProcRoot { root: root.into() }
+        let root = root.into();
+        let path = root.join("self/timens_offsets");
+        let offset = match std::fs::read_to_string(&path) {
+            Ok(text) => BoottimeOffset::parse(&text).unwrap_or_else(|what| {
+                tracing::warn!(path = %path.display(), what, "ignoring a malformed time namespace offset");
+                BoottimeOffset::default()
+            }),
+            Err(_) => BoottimeOffset::default(),
+        };
+        ProcRoot {
+            root,
+            offset,
+            live: false,
+        }
+    }
+
+    /// The reader's boottime offset, by which start times read here are normalised.
+    pub fn boottime_offset(&self) -> BoottimeOffset {
+        self.offset
+    }
+
+    /// Fails when start times read here cannot be normalised exactly (a time namespace
+    /// whose boottime offset is not a whole number of ticks).
+    pub fn exact_start_times(&self) -> Result<(), IdentityError> {
+        if self.offset.is_whole_ticks() {
+            Ok(())
+        } else {
+            Err(IdentityError::AmbiguousStartTime {
+                offset_nanos: self.offset.nanos,
+            })
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -266,10 +361,11 @@ impl ProcRoot {
             }
             other => other?,
         };
-        let stat = Stat::parse(&bytes).map_err(|what| IdentityError::Malformed {
+        let mut stat = Stat::parse(&bytes).map_err(|what| IdentityError::Malformed {
             path: self.root.join(&rel),
             what,
         })?;
+        stat.start_ticks = self.offset.normalize(stat.start_ticks);
         if stat.pid != pid {
             return Err(IdentityError::Malformed {
                 path: self.root.join(rel),
@@ -279,18 +375,23 @@ impl ProcRoot {
         Ok(stat)
     }
 
-    /// The first number of a `/proc/<pid>/status` line such as `Uid:` or `Tgid:`.
-    fn status_field(&self, pid: u32, field: &'static str) -> Result<u32, IdentityError> {
-        let rel = format!("{pid}/status");
-        let text = match self.read(&rel) {
+    /// `/proc/<pid>/status`; a missing PID is [`IdentityError::NoSuchProcess`].
+    fn status(&self, pid: u32) -> Result<String, IdentityError> {
+        match self.read(&format!("{pid}/status")) {
             Err(IdentityError::Read { source, .. })
                 if matches!(source.raw_os_error(), Some(libc::ENOENT | libc::ESRCH)) =>
             {
-                return Err(IdentityError::NoSuchProcess(pid));
+                Err(IdentityError::NoSuchProcess(pid))
             }
-            other => String::from_utf8_lossy(&other?).into_owned(),
-        };
-        text.lines()
+            other => Ok(String::from_utf8_lossy(&other?).into_owned()),
+        }
+    }
+
+    /// The first number of a `/proc/<pid>/status` line such as `Uid:` or `Tgid:`.
+    fn status_field(&self, pid: u32, field: &'static str) -> Result<u32, IdentityError> {
+        let rel = format!("{pid}/status");
+        self.status(pid)?
+            .lines()
             .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
             .and_then(|values| values.split_ascii_whitespace().next())
             .and_then(|first| first.parse().ok())
@@ -327,60 +428,249 @@ impl ProcRoot {
         self.status_field(pid, "Tgid")
     }
 
+    /// A pidfd for a live process of this kernel, `None` for a crafted tree or where the
+    /// kernel has no `pidfd_open` (before 5.3) or the process is gone.
+    fn open_pidfd(&self, pid: u32) -> Option<OwnedFd> {
+        if !self.live {
+            return None;
+        }
+        let pid = rustix::process::Pid::from_raw(i32::try_from(pid).ok()?)?;
+        rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+    }
+
     /// Captures the identity of a live process. Fails rather than returning a partial
     /// identity; a zombie has already exited and has no identity worth owning anything.
+    ///
+    /// Where the kernel allows, a pidfd is opened first and held across the reads: while
+    /// it shows the process alive afterwards, the pid cannot have changed hands in between,
+    /// and its pidfs inode joins the fingerprint.
     pub fn capture(&self, pid: u32) -> Result<Identity, IdentityError> {
+        let pidfd = self.open_pidfd(pid);
+        self.capture_held(pid, pidfd.as_ref().map(AsFd::as_fd))
+    }
+
+    /// Captures the identity of the process behind a pidfd (received from a client, say).
+    /// The pid is the pidfd's own (fdinfo `Pid:`), in the namespace of this proc tree: no
+    /// pid is ever taken on trust.
+    pub fn capture_pidfd(&self, pidfd: BorrowedFd<'_>) -> Result<Identity, IdentityError> {
+        let rel = format!("self/fdinfo/{}", pidfd.as_raw_fd());
+        let text = String::from_utf8_lossy(&self.read(&rel)?).into_owned();
+        let info =
+            parse_pidfd_fdinfo(&text).map_err(|what| IdentityError::NotPidfd(what.into()))?;
+        match info.pid {
+            None => Err(IdentityError::NoSuchProcess(
+                info.nspid.last().copied().unwrap_or(0),
+            )),
+            Some(0) => Err(IdentityError::NotVisible),
+            Some(pid) => self.capture_held(pid, Some(pidfd)),
+        }
+    }
+
+    fn capture_held(
+        &self,
+        pid: u32,
+        pidfd: Option<BorrowedFd<'_>>,
+    ) -> Result<Identity, IdentityError> {
         let stat = self.stat(pid)?;
         if stat.has_exited() {
             return Err(IdentityError::NoSuchProcess(pid));
+        }
+        if stat.is_kernel_thread() {
+            return Err(IdentityError::KernelThread {
+                pid,
+                comm: stat.comm,
+            });
         }
         // Exit sources watch processes: a thread's id would never be reported dead.
         let tgid = self.tgid(pid)?;
         if tgid != pid {
             return Err(IdentityError::Thread { tid: pid, tgid });
         }
+        let pidfs_ino = match pidfd {
+            Some(pidfd) => {
+                // Read after the stat: still running now, so the stat was this process's.
+                if pidfd_exited(pidfd) {
+                    return Err(IdentityError::NoSuchProcess(pid));
+                }
+                pidfs_ino(pidfd)
+            }
+            None => None,
+        };
+        if pidfs_ino.is_none() {
+            self.exact_start_times()?;
+        }
         Ok(Identity {
             pid,
             start_ticks: stat.start_ticks,
             boot_id: self.boot_id()?,
             host: self.host()?,
+            pidfs_ino,
             comm: stat.comm,
         })
     }
 
     /// Is the process named by `identity` still alive?
     ///
-    /// Dead needs proof: the PID is gone or a zombie, its start time differs, or the boot
-    /// differs. Another host or an unreadable fact is Unknown (fail closed).
+    /// Dead needs proof: the PID is gone or a zombie, its start time or pidfs inode
+    /// differs, or the boot differs. The boot id decides "this kernel, this boot"; the
+    /// host name is only a label, consulted when the boot differs to tell a reboot of this
+    /// host (dead) from another machine (unknown). An unreadable fact is Unknown (fail
+    /// closed).
     pub fn check(&self, identity: &Identity) -> Liveness {
-        match self.host() {
-            Ok(host) if host == identity.host => {}
-            Ok(host) => {
-                return Liveness::Unknown(format!(
-                    "the identity is from host {:?}, this is {host:?}",
-                    identity.host
-                ));
-            }
-            Err(e) => return Liveness::Unknown(e.to_string()),
-        }
         match self.boot_id() {
-            Ok(boot) if boot == identity.boot_id => {}
-            Ok(_) => return Liveness::Dead(DeathReason::Rebooted),
-            Err(e) => return Liveness::Unknown(e.to_string()),
+            Ok(boot) if boot == identity.boot_id => {
+                self.check_process(identity.key(), identity.pidfs_ino)
+            }
+            Ok(_) => match self.host() {
+                Ok(host) if host == identity.host => Liveness::Dead(DeathReason::Rebooted),
+                Ok(host) => Liveness::Unknown(format!(
+                    "the identity is of another boot on host {:?} (this is {host:?}): another machine, or this one before a reboot and a rename",
+                    identity.host
+                )),
+                Err(e) => Liveness::Unknown(e.to_string()),
+            },
+            Err(e) => Liveness::Unknown(e.to_string()),
         }
-        self.check_key(identity.key())
     }
 
-    /// [`ProcRoot::check`] for a process already known to be of this host and boot.
+    /// [`ProcRoot::check`] for a process already known to be of this boot.
     pub fn check_key(&self, key: ProcessKey) -> Liveness {
-        match self.stat(key.pid) {
-            Err(IdentityError::NoSuchProcess(_)) => Liveness::Dead(DeathReason::Exited),
-            Err(e) => Liveness::Unknown(e.to_string()),
-            Ok(stat) if stat.start_ticks != key.start_ticks => {
-                Liveness::Dead(DeathReason::PidReused)
+        self.check_process(key, None)
+    }
+
+    /// [`ProcRoot::check_key`], and where `pidfs_ino` is known and the kernel has pidfs,
+    /// the inode too: a process that took the pid within the same clock tick has the
+    /// owner's start time but not its inode.
+    pub fn check_process(&self, key: ProcessKey, known_ino: Option<u64>) -> Liveness {
+        // Opened before the stat is read, for the same reason as in `capture`.
+        let held = known_ino.and_then(|ino| Some((ino, self.open_pidfd(key.pid)?)));
+        let stat = match self.stat(key.pid) {
+            Err(IdentityError::NoSuchProcess(_)) => return Liveness::Dead(DeathReason::Exited),
+            Err(e) => return Liveness::Unknown(e.to_string()),
+            Ok(stat) => stat,
+        };
+        if stat.start_ticks != key.start_ticks {
+            // Read in a time namespace whose offset is not whole ticks, a reading may be one
+            // tick above the kernel's count: then only the pidfs inode can decide.
+            let within_a_tick = stat.start_ticks.abs_diff(key.start_ticks) <= 1;
+            if self.offset.is_whole_ticks() || !within_a_tick {
+                return Liveness::Dead(DeathReason::PidReused);
             }
-            Ok(stat) if stat.has_exited() => Liveness::Dead(DeathReason::Exited),
-            Ok(_) => Liveness::Alive,
+            if held.is_none() {
+                return Liveness::Unknown(
+                    IdentityError::AmbiguousStartTime {
+                        offset_nanos: self.offset.nanos,
+                    }
+                    .to_string(),
+                );
+            }
+        }
+        if stat.has_exited() {
+            return Liveness::Dead(DeathReason::Exited);
+        }
+        // An inode was only recorded where pidfds live in pidfs (this boot, this kernel).
+        let now = |pidfd: &OwnedFd| rustix::fs::fstat(pidfd).ok().map(|st| st.st_ino);
+        match held.map(|(ino, pidfd)| (ino, now(&pidfd))) {
+            Some((ino, Some(now))) if now != ino => Liveness::Dead(DeathReason::PidReused),
+            _ => Liveness::Alive,
+        }
+    }
+
+    /// The pidfs inode of the process `key` names, when it is alive and the kernel has
+    /// pidfs (6.9+).
+    pub fn pidfs_ino_of_key(&self, key: ProcessKey) -> Option<u64> {
+        let pidfd = self.open_pidfd(key.pid)?;
+        let stat = self.stat(key.pid).ok()?;
+        if stat.start_ticks != key.start_ticks || pidfd_exited(pidfd.as_fd()) {
+            return None;
+        }
+        pidfs_ino(pidfd.as_fd())
+    }
+
+    /// The PID namespace of a process (`<pid>/ns/pid`, or `self/ns/pid` for `None`), by
+    /// its nsfs inode.
+    fn pid_namespace(&self, pid: Option<u32>) -> Result<u64, IdentityError> {
+        let rel = pid.map_or_else(|| "self/ns/pid".to_owned(), |pid| format!("{pid}/ns/pid"));
+        let path = self.root.join(rel);
+        match std::fs::metadata(&path) {
+            Ok(meta) => Ok(meta.ino()),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                Err(IdentityError::NoSuchProcess(pid.unwrap_or(0)))
+            }
+            Err(source) => Err(IdentityError::Read { path, source }),
+        }
+    }
+
+    /// The pid in this proc tree's namespace of the process that the client `peer` (a pid
+    /// of this tree, from `SO_PEERCRED`) calls `pid` in its own PID namespace.
+    ///
+    /// A client in this namespace needs no translation. A client in a child namespace is
+    /// translated through `NSpid:`, considering only processes of the client's own
+    /// namespace; `peer` 0 (the client is not visible here) is refused.
+    pub fn translate_pid(&self, peer: u32, pid: u32) -> Result<u32, IdentityError> {
+        if peer == 0 {
+            return Err(IdentityError::NotVisible);
+        }
+        let peer_ns = self.pid_namespace(Some(peer))?;
+        if peer_ns == self.pid_namespace(None)? {
+            return Ok(pid);
+        }
+        // The client's depth below this namespace: its NSpid has one entry per level.
+        let depth = parse_nspid(&self.status(peer)?).len();
+        let entries = std::fs::read_dir(&self.root).map_err(|source| IdentityError::Read {
+            path: self.root.clone(),
+            source,
+        })?;
+        for entry in entries.flatten() {
+            let Some(candidate) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let Ok(status) = self.status(candidate) else {
+                continue;
+            };
+            let nspid = parse_nspid(&status);
+            if nspid.len() == depth
+                && nspid.last() == Some(&pid)
+                && self.pid_namespace(Some(candidate)).ok() == Some(peer_ns)
+            {
+                return Ok(candidate);
+            }
+        }
+        Err(IdentityError::NotInCallerNamespace { pid })
+    }
+
+    /// The pid by which the client `peer` knows the process `local` (a pid of this tree):
+    /// the reverse of [`ProcRoot::translate_pid`]. `None` when the process is outside the
+    /// client's namespace, as an ancestor of the client's container is.
+    pub fn pid_seen_by(&self, peer: u32, local: u32) -> Option<u32> {
+        if peer == 0 {
+            return None;
+        }
+        if self.pid_namespace(Some(peer)).ok()? == self.pid_namespace(None).ok()? {
+            return Some(local);
+        }
+        let depth = parse_nspid(&self.status(peer).ok()?).len();
+        parse_nspid(&self.status(local).ok()?)
+            .get(depth.checked_sub(1)?)
+            .copied()
+    }
+
+    /// [`ProcRoot::capture`] of the process the client `peer` calls `pid`: translated
+    /// through the client's PID namespace, and checked again after the capture, so a pid
+    /// that changed hands in between is never bound.
+    pub fn capture_for(&self, peer: u32, pid: u32) -> Result<Identity, IdentityError> {
+        let local = self.translate_pid(peer, pid)?;
+        let identity = self.capture(local)?;
+        if local != pid && self.translate_pid(peer, pid)? != local {
+            return Err(IdentityError::NotInCallerNamespace { pid });
+        }
+        match self.check_process(identity.key(), identity.pidfs_ino) {
+            Liveness::Alive => Ok(identity),
+            _ => Err(IdentityError::NoSuchProcess(pid)),
         }
     }
 
@@ -408,6 +698,9 @@ impl ProcRoot {
         let mut current = pid;
         let mut chain = Vec::new();
         for _ in 0..MAX_RESOLVE_DEPTH {
+            if current == 0 {
+                return Err(IdentityError::NotVisible);
+            }
             if current <= 1 {
                 return Err(IdentityError::NoOwner {
                     pid,
@@ -439,6 +732,33 @@ impl ProcRoot {
             ),
         })
     }
+}
+
+/// Whether the process behind a pidfd has exited (the pidfd polls readable then).
+fn pidfd_exited(pidfd: BorrowedFd<'_>) -> bool {
+    let mut fds = [rustix::event::PollFd::new(
+        &pidfd,
+        rustix::event::PollFlags::IN,
+    )];
+    let zero = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    match rustix::event::poll(&mut fds, Some(&zero)) {
+        Ok(0) => false,
+        // Readable, or an error we cannot see past: treat as gone rather than bind it.
+        _ => true,
+    }
+}
+
+/// The pidfs inode of a pidfd: `None` before Linux 6.9, where pidfds are anonymous inodes
+/// that all share one number.
+pub fn pidfs_ino(pidfd: BorrowedFd<'_>) -> Option<u64> {
+    let fs = rustix::fs::fstatfs(pidfd).ok()?;
+    if fs.f_type as u64 != PIDFS_MAGIC {
+        return None;
+    }
+    Some(rustix::fs::fstat(pidfd).ok()?.st_ino)
 }
 
 #[cfg(test)]
@@ -509,6 +829,7 @@ mod tests {
                     comm: comm.to_owned(),
                     state: 'R',
                     ppid: 7,
+                    flags: 0,
                     num_threads: 1,
                     start_ticks: 123456
                 }
@@ -550,6 +871,7 @@ mod tests {
                 start_ticks: 1010,
                 boot_id: "boot-a".into(),
                 host: "devbox".into(),
+                pidfs_ino: None,
                 comm: "agent (v2)".into()
             }
         );
@@ -635,6 +957,15 @@ mod tests {
             ..id.clone()
         };
         assert!(matches!(root.check(&other_host), Liveness::Unknown(_)));
+        let renamed_host = Identity {
+            host: "before-rename".into(),
+            ..id.clone()
+        };
+        assert_eq!(
+            root.check(&renamed_host),
+            Liveness::Alive,
+            "the host name is a label: this boot's process is checked whatever it says"
+        );
 
         std::fs::write(proc.dir.path().join("20/stat"), b"garbage").unwrap();
         assert!(matches!(root.check(&id), Liveness::Unknown(_)));
@@ -678,10 +1009,145 @@ mod tests {
             boot_id: "b".into(),
             ..id.clone()
         }));
-        assert!(!id.same_process(&Identity {
-            host: "h".into(),
+        assert!(
+            id.same_process(&Identity {
+                host: "h".into(),
+                ..id.clone()
+            }),
+            "the host name is a label"
+        );
+        let with_ino = Identity {
+            pidfs_ino: Some(7),
+            ..id.clone()
+        };
+        assert!(
+            with_ino.same_process(&id),
+            "an unknown inode does not differ"
+        );
+        assert!(!with_ino.same_process(&Identity {
+            pidfs_ino: Some(8),
             ..id.clone()
         }));
+    }
+
+    #[test]
+    fn pids_of_a_client_in_a_child_namespace_are_translated() {
+        let proc = FakeProc::new()
+            .with(100, "runc", 1)
+            .with(200, "sh", 100)
+            .with(201, "agent", 200)
+            .with(300, "other", 1)
+            .with(2, "kthreadd", 0);
+        let dir = proc.dir.path();
+        let status = |pid: u32, nspid: &str| {
+            let text = format!("Name:\tx\nTgid:\t{pid}\nNSpid:\t{nspid}\n");
+            std::fs::write(dir.join(format!("{pid}/status")), text).unwrap();
+        };
+        status(200, "200\t1");
+        status(201, "201\t2");
+        // Pid 2 of a sibling container: same depth, another namespace.
+        status(300, "300\t2");
+        let ns = |pid: &str, link_to: Option<&str>| {
+            std::fs::create_dir_all(dir.join(pid).join("ns")).unwrap();
+            let path = dir.join(pid).join("ns/pid");
+            match link_to {
+                None => std::fs::write(path, "").unwrap(),
+                Some(other) => std::fs::hard_link(dir.join(other).join("ns/pid"), path).unwrap(),
+            }
+        };
+        ns("self", None);
+        ns("1", Some("self"));
+        ns("100", Some("self"));
+        ns("2", Some("self"));
+        ns("200", None);
+        ns("201", Some("200"));
+        ns("300", None);
+        let root = proc.root();
+        assert_eq!(
+            root.translate_pid(201, 2).unwrap(),
+            201,
+            "not the host's pid 2"
+        );
+        assert_eq!(root.translate_pid(201, 1).unwrap(), 200);
+        assert_eq!(
+            root.translate_pid(100, 2).unwrap(),
+            2,
+            "same namespace: as is"
+        );
+        assert!(matches!(
+            root.translate_pid(201, 7),
+            Err(IdentityError::NotInCallerNamespace { pid: 7 })
+        ));
+        assert!(matches!(
+            root.translate_pid(0, 2),
+            Err(IdentityError::NotVisible)
+        ));
+        assert_eq!(root.pid_seen_by(201, 201), Some(2));
+        assert_eq!(root.pid_seen_by(201, 100), None, "outside the container");
+        assert_eq!(root.pid_seen_by(100, 201), Some(201));
+    }
+
+    #[test]
+    fn kernel_threads_are_refused() {
+        let mut line = stat_line(2, "kthreadd", 'S', 0, 0);
+        // Field 9 (flags) is the seventh after the comm.
+        let fields: Vec<&str> = line.split(' ').collect();
+        let mut fields: Vec<String> = fields.iter().map(|f| (*f).to_owned()).collect();
+        fields[8] = (PF_KTHREAD | 0x40).to_string();
+        line = fields.join(" ");
+        let proc = FakeProc::new().with_raw(2, line.as_bytes());
+        assert!(proc.root().stat(2).unwrap().is_kernel_thread());
+        assert!(matches!(
+            proc.root().capture(2),
+            Err(IdentityError::KernelThread { pid: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn start_times_are_normalised_by_the_readers_time_namespace() {
+        let proc = FakeProc::new().with(20, "agent", 1);
+        std::fs::create_dir_all(proc.dir.path().join("self")).unwrap();
+        std::fs::write(
+            proc.dir.path().join("self/timens_offsets"),
+            "monotonic 0 0\nboottime 1000 0\n",
+        )
+        .unwrap();
+        // The fake stat says 1020 ticks; read in a namespace 1000 s ahead it would say
+        // 101020, which must mean the same process.
+        std::fs::write(
+            proc.dir.path().join("20/stat"),
+            stat_line(20, "agent", 'S', 1, 1020 + 100_000),
+        )
+        .unwrap();
+        let root = proc.root();
+        assert_eq!(root.capture(20).unwrap().start_ticks, 1020);
+
+        std::fs::write(
+            proc.dir.path().join("self/timens_offsets"),
+            "boottime 0 5000000\n",
+        )
+        .unwrap();
+        let ambiguous = proc.root();
+        assert!(matches!(
+            ambiguous.capture(20),
+            Err(IdentityError::AmbiguousStartTime {
+                offset_nanos: 5_000_000
+            })
+        ));
+        // Read here, the start time is 101020: a tick off is no proof of reuse, two are.
+        let key = |start_ticks| ProcessKey {
+            pid: 20,
+            start_ticks,
+        };
+        assert!(matches!(
+            ambiguous.check_key(key(101_019)),
+            Liveness::Unknown(_)
+        ));
+        assert_eq!(ambiguous.check_key(key(101_020)), Liveness::Alive);
+        assert_eq!(
+            ambiguous.check_key(key(101_018)),
+            Liveness::Dead(DeathReason::PidReused)
+        );
     }
 
     #[test]

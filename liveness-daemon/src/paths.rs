@@ -5,6 +5,7 @@
 //! `~/.local/state/liveness`) and `$XDG_RUNTIME_DIR/liveness.sock`. `LIVENESS_STATE_DIR`
 //! and `LIVENESS_SOCKET` override both, and flags override those.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// Where a root daemon (and the systemd unit) listens.
@@ -41,41 +42,108 @@ impl Env {
         }
     }
 
-    pub fn default_socket(&self) -> PathBuf {
+    /// `None` for a user with no runtime, state or home directory.
+    pub fn default_socket(&self) -> Option<PathBuf> {
         if let Some(socket) = &self.socket {
-            return socket.clone();
+            return Some(socket.clone());
         }
         match (&self.xdg_runtime_dir, self.uid) {
-            (_, 0) => PathBuf::from(SYSTEM_SOCKET),
-            (Some(runtime), _) => runtime.join("liveness.sock"),
+            (_, 0) => Some(PathBuf::from(SYSTEM_SOCKET)),
+            (Some(runtime), _) => Some(runtime.join("liveness.sock")),
             // Without a runtime dir, a per-user socket beside the state is still private.
-            (None, _) => self.default_state_dir().join("liveness.sock"),
+            (None, _) => Some(self.default_state_dir()?.join("liveness.sock")),
         }
     }
 
     /// The socket a client connects to: the user's own daemon if one listens at the user's
     /// default, otherwise the system daemon (a user rarely runs their own).
     pub fn client_socket(&self, exists: impl Fn(&Path) -> bool) -> PathBuf {
-        let own = self.default_socket();
-        if self.socket.is_some() || self.uid == 0 || exists(&own) {
-            return own;
+        match self.default_socket() {
+            Some(own) if self.socket.is_some() || self.uid == 0 || exists(&own) => own,
+            _ => PathBuf::from(SYSTEM_SOCKET),
         }
-        PathBuf::from(SYSTEM_SOCKET)
     }
 
-    pub fn default_state_dir(&self) -> PathBuf {
+    /// `None` for a user with neither `$XDG_STATE_HOME` nor `$HOME`.
+    pub fn default_state_dir(&self) -> Option<PathBuf> {
         if let Some(dir) = &self.state_dir {
-            return dir.clone();
+            return Some(dir.clone());
         }
         if self.uid == 0 {
-            return PathBuf::from("/var/lib/liveness");
+            return Some(PathBuf::from("/var/lib/liveness"));
         }
         match (&self.xdg_state_home, &self.home) {
-            (Some(state), _) => state.join("liveness"),
-            (None, Some(home)) => home.join(".local/state/liveness"),
-            (None, None) => PathBuf::from(format!("/tmp/liveness-{}", self.uid)),
+            (Some(state), _) => Some(state.join("liveness")),
+            (None, Some(home)) => Some(home.join(".local/state/liveness")),
+            (None, None) => None,
         }
     }
+}
+
+/// A directory the daemon will not trust with its state or socket.
+#[derive(Debug, thiserror::Error)]
+pub enum UntrustedDir {
+    #[error(
+        "{path} belongs to uid {owner}, not to the daemon's uid {uid}: another user could \
+         read or replace what is in it. Remove it, or `chown {uid} {path}`, and start again"
+    )]
+    ForeignOwner { path: PathBuf, owner: u32, uid: u32 },
+    #[error(
+        "{path} has mode {mode:04o}: other users could {what}. `chmod {fix:04o} {path}` and \
+         start again"
+    )]
+    Mode {
+        path: PathBuf,
+        mode: u32,
+        what: &'static str,
+        fix: u32,
+    },
+    #[error("cannot check {path}: {source}")]
+    Stat {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// What a directory is for, which sets who else may use it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirUse {
+    /// The database and lock: the daemon's uid alone.
+    State,
+    /// The socket: others may enter to connect (SO_PEERCRED tells them apart), but only the
+    /// daemon's uid (or root) may create, remove or replace what is in it.
+    Socket,
+}
+
+/// Refuses a directory not owned by `uid` (root too, for a socket directory) or open to
+/// others beyond what `usage` allows.
+pub fn check_dir(path: &Path, uid: u32, usage: DirUse) -> Result<(), UntrustedDir> {
+    let metadata = std::fs::metadata(path).map_err(|source| UntrustedDir::Stat {
+        path: path.into(),
+        source,
+    })?;
+    let owner = metadata.uid();
+    if owner != uid && !(usage == DirUse::Socket && owner == 0) {
+        return Err(UntrustedDir::ForeignOwner {
+            path: path.into(),
+            owner,
+            uid,
+        });
+    }
+    let mode = metadata.mode() & 0o7777;
+    let (forbidden, what, fix) = match usage {
+        DirUse::State => (0o077, "read the database or replace it", 0o700),
+        DirUse::Socket => (0o022, "replace the socket with their own", 0o755),
+    };
+    if mode & forbidden != 0 {
+        return Err(UntrustedDir::Mode {
+            path: path.into(),
+            mode,
+            what,
+            fix,
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -91,9 +159,12 @@ mod tests {
         };
         assert_eq!(
             env.default_socket(),
-            PathBuf::from("/run/liveness/liveness.sock")
+            Some(PathBuf::from("/run/liveness/liveness.sock"))
         );
-        assert_eq!(env.default_state_dir(), PathBuf::from("/var/lib/liveness"));
+        assert_eq!(
+            env.default_state_dir(),
+            Some(PathBuf::from("/var/lib/liveness"))
+        );
     }
 
     #[test]
@@ -106,21 +177,24 @@ mod tests {
         };
         assert_eq!(
             env.default_socket(),
-            PathBuf::from("/run/user/1000/liveness.sock")
+            Some(PathBuf::from("/run/user/1000/liveness.sock"))
         );
         assert_eq!(
             env.default_state_dir(),
-            PathBuf::from("/home/u/.local/state/liveness")
+            Some(PathBuf::from("/home/u/.local/state/liveness"))
         );
         let env = Env {
             xdg_state_home: Some("/xdg".into()),
             xdg_runtime_dir: None,
             ..env
         };
-        assert_eq!(env.default_state_dir(), PathBuf::from("/xdg/liveness"));
+        assert_eq!(
+            env.default_state_dir(),
+            Some(PathBuf::from("/xdg/liveness"))
+        );
         assert_eq!(
             env.default_socket(),
-            PathBuf::from("/xdg/liveness/liveness.sock")
+            Some(PathBuf::from("/xdg/liveness/liveness.sock"))
         );
     }
 
@@ -147,6 +221,40 @@ mod tests {
     }
 
     #[test]
+    fn users_without_home_get_no_shared_fallback() {
+        let env = Env {
+            uid: 1000,
+            ..Env::default()
+        };
+        assert_eq!(env.default_state_dir(), None);
+        assert_eq!(env.default_socket(), None);
+        assert_eq!(env.client_socket(|_| true), PathBuf::from(SYSTEM_SOCKET));
+    }
+
+    #[test]
+    fn directories_open_to_others_are_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let uid = rustix::process::geteuid().as_raw();
+        let chmod = |mode| {
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(mode)).unwrap()
+        };
+        chmod(0o700);
+        check_dir(dir.path(), uid, DirUse::State).expect("0700 is private");
+        check_dir(dir.path(), uid, DirUse::Socket).expect("0700 is fine for a socket");
+        chmod(0o755);
+        let refused = check_dir(dir.path(), uid, DirUse::State).expect_err("0755 state");
+        assert!(refused.to_string().contains("chmod 0700"), "{refused}");
+        check_dir(dir.path(), uid, DirUse::Socket).expect("others may enter to connect");
+        chmod(0o777);
+        let refused = check_dir(dir.path(), uid, DirUse::Socket).expect_err("0777 socket");
+        assert!(refused.to_string().contains("chmod 0755"), "{refused}");
+        chmod(0o700);
+        let refused = check_dir(dir.path(), uid + 1, DirUse::State).expect_err("foreign");
+        assert!(refused.to_string().contains("chown"), "{refused}");
+    }
+
+    #[test]
     fn environment_overrides_win() {
         let env = Env {
             uid: 0,
@@ -154,7 +262,7 @@ mod tests {
             state_dir: Some("/tmp/state".into()),
             ..Env::default()
         };
-        assert_eq!(env.default_socket(), PathBuf::from("/tmp/s.sock"));
-        assert_eq!(env.default_state_dir(), PathBuf::from("/tmp/state"));
+        assert_eq!(env.default_socket(), Some(PathBuf::from("/tmp/s.sock")));
+        assert_eq!(env.default_state_dir(), Some(PathBuf::from("/tmp/state")));
     }
 }

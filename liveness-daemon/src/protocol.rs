@@ -17,6 +17,10 @@ use crate::store::{Event, Phase, Session};
 pub const PROTOCOL_VERSION: u32 = 1;
 /// Longest request line accepted, newline included. Longer lines get an error and are skipped.
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
+/// Sessions in a `list` page when the request sets no `limit`.
+pub const DEFAULT_LIST_PAGE: usize = 1000;
+/// Most sessions in one `list` page, so that no listing holds a reader for long.
+pub const MAX_LIST_PAGE: usize = 10_000;
 
 /// Who owns a session being registered.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,8 +31,19 @@ pub enum OwnerSpec {
     /// A full identity captured earlier, possibly on another host. Tried before `Pid`,
     /// which would otherwise match any object with a `pid`.
     Identity(Identity),
-    /// `{"pid": N}`: this process, whose identity the daemon captures.
+    /// `{"pidfd": I}`: the process behind the `I`-th descriptor passed with this request
+    /// line (`SCM_RIGHTS`); the daemon reads its identity from the pidfd itself.
+    Pidfd(PidfdOwner),
+    /// `{"pid": N}`: this process, whose identity the daemon captures. `N` is read in the
+    /// caller's PID namespace.
     Pid(PidOwner),
+}
+
+/// `{"pidfd": I}` and nothing else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PidfdOwner {
+    pub pidfd: usize,
 }
 
 /// `{"pid": N}` and nothing else.
@@ -88,9 +103,16 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         uid: Option<u32>,
     },
+    /// One page of sessions, oldest first; `next` in the reply continues it.
     List {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         phase: Option<Phase>,
+        /// Sessions per page: at most [`MAX_LIST_PAGE`], [`DEFAULT_LIST_PAGE`] if unset.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<usize>,
+        /// The `next` cursor of the previous page.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<String>,
     },
     /// Which ACTIVE session owns this process (it or its nearest registered ancestor)?
     Whose { pid: u32 },
@@ -128,7 +150,14 @@ pub enum ErrorCode {
     NotPending,
     /// The owner process does not exist or cannot be resolved.
     NoOwner,
+    /// The owner can never be watched as a process (a kernel thread, a descriptor that is
+    /// not a pidfd).
+    InvalidOwner,
     ShuttingDown,
+    /// A connection limit refused the connection; the daemon closes it.
+    TooManyConnections,
+    /// A per-uid or per-session limit refused a registration.
+    LimitReached,
     Internal,
 }
 
@@ -185,7 +214,11 @@ pub struct Reply {
     pub session: Option<Session>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sessions: Option<Vec<Session>>,
-    /// `whose`: the PID of the registered owner that was found among the ancestors.
+    /// `list`: the cursor of the next page (`after`), absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+    /// `whose`: the PID of the registered owner that was found among the ancestors, in the
+    /// caller's PID namespace (0 when the owner is outside it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner_pid: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -202,6 +235,7 @@ impl Reply {
             error: None,
             session: None,
             sessions: None,
+            next: None,
             owner_pid: None,
             status: None,
             subscribed: None,
@@ -348,6 +382,14 @@ mod tests {
             }
         ));
         assert_eq!(pid.id, Some(Value::from(7)));
+        let pidfd = parse(r#"{"op":"register","session":"s1","owner":{"pidfd":0}}"#).unwrap();
+        assert!(matches!(
+            pidfd.request,
+            Request::Register {
+                owner: OwnerSpec::Pidfd(PidfdOwner { pidfd: 0 }),
+                ..
+            }
+        ));
         let full = parse(
             r#"{"op":"register","pending":true,"owner":{"pid":1,"start_ticks":2,"boot_id":"b","host":"h"}}"#,
         )

@@ -10,8 +10,8 @@
 //! [`EventReader`]s, extra read-only connections that WAL lets read during commits.
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, TransactionBehavior, params};
 use serde::de::DeserializeOwned;
@@ -145,20 +145,34 @@ CREATE INDEX sessions_active_by_host ON sessions (owner_host, touched_ms)
 -- Root may name a session by id alone when one user has it.
 CREATE INDEX sessions_by_id ON sessions (id);
 "#,
+    r#"
+-- The pidfs inode (Linux 6.9+) joins the owner fingerprint: it tells apart two processes
+-- that got the same pid within one clock tick. NULL where it was not known.
+ALTER TABLE sessions ADD COLUMN owner_pidfs_ino INTEGER;
+-- The host name is a label, no longer a liveness fact: owners nobody can watch are those
+-- of another boot (another machine), found by boot id, not by host name.
+DROP INDEX sessions_active_by_host;
+CREATE INDEX sessions_active_by_boot ON sessions (owner_boot_id, touched_ms)
+    WHERE phase = 'active';
+-- Every boot a daemon ran on with this database: an owner of one of them is of this
+-- machine, so a reboot ends it even after the host was renamed.
+CREATE TABLE boots (boot_id TEXT PRIMARY KEY NOT NULL);
+INSERT INTO boots (boot_id) SELECT value FROM meta WHERE key = 'run_boot_id' AND value != '';
+"#,
 ];
 
 /// The schema version this code writes and understands.
 const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 
 /// Number of columns in [`session_columns!`].
-const SESSION_COLUMNS: usize = 18;
+const SESSION_COLUMNS: usize = 19;
 
 /// Columns of a session row, in the order [`session_from_row`] reads them.
 macro_rules! session_columns {
     () => {
         "id, owner_pid, owner_start_ticks, owner_boot_id, owner_host, owner_comm, phase, \
          pending, reason, exit, detected_by, creator_uid, labels, created_ms, updated_ms, \
-         touched_ms, ended_ms, pending_expires_ms"
+         touched_ms, ended_ms, pending_expires_ms, owner_pidfs_ino"
     };
 }
 
@@ -198,6 +212,25 @@ pub enum StoreError {
          start livenessd once to migrate it"
     )]
     SchemaTooOld { found: u32, supported: u32 },
+    #[error(
+        "the database {path} is damaged ({detail}); it was left as it is. Run \
+         `livenessd --recover` with the same flags to set it aside and start from what can \
+         be read, or restore a backup"
+    )]
+    Damaged { path: PathBuf, detail: String },
+    #[error(
+        "the database {path} was {what} while the daemon ran; stopping rather than writing \
+         where nobody reads. Restart livenessd (and find out what {what} it)"
+    )]
+    FileChanged { path: PathBuf, what: &'static str },
+    #[error("cannot {action} {path}: {source}")]
+    File {
+        action: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("no space left on device for the database {path}: free some space ({detail})")]
+    NoSpace { path: PathBuf, detail: String },
     #[error("database: {0}")]
     Sqlite(#[from] rusqlite::Error),
     #[error("stored JSON: {0}")]
@@ -408,16 +441,90 @@ pub const SEQ_JUMP_AFTER_POWER_LOSS: u64 = 1 << 20;
 #[derive(Debug)]
 pub struct Store {
     conn: Connection,
+    path: PathBuf,
+    /// Device and inode of the file opened, to notice it being replaced or deleted.
+    file: FileId,
+}
+
+/// A file's device and inode.
+type FileId = (u64, u64);
+
+fn file_id(path: &Path) -> std::io::Result<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    let metadata = std::fs::metadata(path)?;
+    Ok((metadata.dev(), metadata.ino()))
+}
+
+/// A file that exists but is empty, with no write-ahead log holding its content: a
+/// database that was truncated (a new one is never empty, see [`create`]).
+fn is_truncated(path: &Path) -> bool {
+    let length = |path: &Path| std::fs::metadata(path).map(|m| m.len()).ok();
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    length(path) == Some(0) && length(Path::new(&wal)).unwrap_or(0) == 0
+}
+
+/// Creates a migrated database at `path` all at once (built beside it, then renamed), so
+/// that an empty file found later can only be a damaged one.
+fn create(path: &Path) -> Result<(), StoreError> {
+    let building = with_suffix(path, ".creating");
+    let _ = std::fs::remove_file(&building);
+    let mut conn = Connection::open(&building)?;
+    migrate(&mut conn)?;
+    drop(conn);
+    std::fs::rename(&building, path).map_err(|source| StoreError::File {
+        action: "create",
+        path: path.into(),
+        source,
+    })
+}
+
+/// Whether SQLite found the file to be no database or a corrupt one.
+fn is_damage(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
+    )
 }
 
 impl Store {
-    /// Opens (creating if needed) the database at `path` and migrates it. The parent
-    /// directory must exist.
+    /// Opens (creating if needed) the database at `path`, checks that it is intact and
+    /// migrates it. The parent directory must exist. A damaged database is refused
+    /// ([`StoreError::Damaged`]) without being changed.
     pub fn open(path: impl AsRef<Path>) -> Result<Store, StoreError> {
+        let path = path.as_ref();
+        if !path.exists() {
+            create(path)?;
+        }
+        if is_truncated(path) {
+            return Err(StoreError::Damaged {
+                path: path.into(),
+                detail: "the file is empty: it was truncated".into(),
+            });
+        }
+        Store::open_checked(path).map_err(|e| match e {
+            StoreError::Sqlite(e) if is_damage(&e) => StoreError::Damaged {
+                path: path.into(),
+                detail: e.to_string(),
+            },
+            other => other,
+        })
+    }
+
+    fn open_checked(path: &Path) -> Result<Store, StoreError> {
         let mut conn = Connection::open(path)?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
         // Refuse before touching anything (even the journal mode) of a newer schema.
         check_version(&conn, false)?;
+        // Pages and indexes, without the cross-checks of a full integrity_check: a damaged
+        // file is refused before anything trusts (or writes) it.
+        let verdict: String = conn.pragma_query_value(None, "quick_check", |r| r.get(0))?;
+        if verdict != "ok" {
+            return Err(StoreError::Damaged {
+                path: path.into(),
+                detail: verdict,
+            });
+        }
         conn.pragma_update(None, "journal_mode", "WAL")?;
         // WAL + NORMAL: a commit survives a daemon crash or SIGKILL (it is in the WAL file);
         // only a power loss may drop the newest commits. That is acceptable because start-up
@@ -432,7 +539,97 @@ impl Store {
         conn.pragma_update(None, "cache_size", -32 * 1024)?;
         conn.set_prepared_statement_cache_capacity(64);
         migrate(&mut conn)?;
-        Ok(Store { conn })
+        let file = file_id(path).map_err(|source| StoreError::File {
+            action: "stat",
+            path: path.into(),
+            source,
+        })?;
+        Ok(Store {
+            conn,
+            path: path.into(),
+            file,
+        })
+    }
+
+    /// `livenessd --recover`: sets a damaged database aside (renamed to
+    /// `<name>.damaged-<unix time>`, with its write-ahead log) and starts a new one at
+    /// `path` from every session and event that can still be read. Seqs continue a
+    /// [`SEQ_JUMP_AFTER_POWER_LOSS`] above the highest one read, since events after it may
+    /// have been streamed. Does nothing to an intact database.
+    pub fn recover(path: &Path) -> Result<Recovered, StoreError> {
+        match Store::open(path) {
+            Ok(_) => return Ok(Recovered::default()),
+            Err(StoreError::Damaged { .. }) => {}
+            Err(other) => return Err(other),
+        }
+        let stamp = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let aside = with_suffix(path, &format!(".damaged-{stamp}"));
+        let scratch = with_suffix(path, ".recovering");
+        let io = |source| StoreError::File {
+            action: "set aside",
+            path: path.into(),
+            source,
+        };
+        for suffix in ["", "-wal", "-shm"] {
+            let from = with_suffix(path, suffix);
+            if from.exists() {
+                std::fs::rename(&from, with_suffix(&aside, suffix)).map_err(io)?;
+                // Read from a copy: opening the kept file could change it (a WAL replay).
+                std::fs::copy(with_suffix(&aside, suffix), with_suffix(&scratch, suffix))
+                    .map_err(io)?;
+            }
+        }
+        let mut store = Store::open(path)?;
+        let recovered = salvage(&scratch, &mut store.conn);
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(with_suffix(&scratch, suffix));
+        }
+        Ok(Recovered {
+            aside: Some(aside),
+            ..recovered
+        })
+    }
+
+    /// Fails once the database file was deleted or replaced by another file since it was
+    /// opened: commits would then go to a file that nobody will ever open again.
+    pub fn check_file(&self) -> Result<(), StoreError> {
+        let what = match file_id(&self.path) {
+            Ok(file) if file == self.file => return Ok(()),
+            Ok(_) => "replaced",
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => "deleted",
+            // Unreadable for another reason (a permission change): not proof of a ghost.
+            Err(_) => return Ok(()),
+        };
+        Err(StoreError::FileChanged {
+            path: self.path.clone(),
+            what,
+        })
+    }
+
+    /// Says "no space left on device" for a failure caused by a full disk, which SQLite
+    /// may report as a generic I/O error (when it grows the write-ahead log).
+    pub fn explain(&self, error: StoreError) -> StoreError {
+        let StoreError::Sqlite(e) = &error else {
+            return error;
+        };
+        let full = match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::DiskFull) => true,
+            Some(rusqlite::ErrorCode::SystemIoFailure) => {
+                // SAFETY: the handle is only read, on the thread that owns the connection.
+                let errno = unsafe { rusqlite::ffi::sqlite3_system_errno(self.conn.handle()) };
+                errno == libc::ENOSPC
+            }
+            _ => false,
+        };
+        if !full {
+            return error;
+        }
+        StoreError::NoSpace {
+            path: self.path.clone(),
+            detail: e.to_string(),
+        }
     }
 
     /// Marks the start of a daemon run on boot `boot_id`; returns whether seqs jumped.
@@ -466,9 +663,24 @@ impl Store {
                 [boot_id],
             )?;
             tx.execute("UPDATE meta SET value = 0 WHERE key = 'run_clean'", [])?;
+            tx.execute(
+                "INSERT OR IGNORE INTO boots (boot_id) VALUES (?1)",
+                [boot_id],
+            )?;
             tx.commit()?;
             Ok(jump)
         })
+    }
+
+    /// Whether a daemon ran on boot `boot_id` with this database: its owners were of this
+    /// machine, whatever host name they carry.
+    pub fn is_known_boot(&self, boot_id: &str) -> Result<bool, StoreError> {
+        let found = self
+            .conn
+            .prepare_cached("SELECT 1 FROM boots WHERE boot_id = ?1")?
+            .query_row([boot_id], |_| Ok(()))
+            .optional()?;
+        Ok(found.is_some())
     }
 
     /// Marks a clean stop: the next run, on any boot, continues the seqs as they are.
@@ -541,7 +753,8 @@ impl Store {
                 tx.prepare_cached(
                     "UPDATE sessions SET owner_pid = ?2, owner_start_ticks = ?3, \
                      owner_boot_id = ?4, owner_host = ?5, owner_comm = ?6, updated_ms = ?7, \
-                     touched_ms = ?7 WHERE id = ?1 AND creator_uid = ?8 AND phase = 'active'",
+                     touched_ms = ?7, owner_pidfs_ino = ?9 \
+                     WHERE id = ?1 AND creator_uid = ?8 AND phase = 'active'",
                 )?
                 .execute(params![
                     session.id,
@@ -552,6 +765,7 @@ impl Store {
                     owner.comm,
                     now_ms,
                     session.creator_uid,
+                    owner.pidfs_ino.map(ticks_to_sql),
                 ])?;
                 session.updated_ms = now_ms;
                 session.touched_ms = now_ms;
@@ -647,15 +861,14 @@ impl Store {
         let ended = end_selected(
             &tx,
             select_active!(
-                "id = ?1 AND creator_uid = ?6 AND (?2 IS NULL OR (owner_pid = ?2 \
-                 AND owner_start_ticks = ?3 AND owner_boot_id = ?4 AND owner_host = ?5))"
+                "id = ?1 AND creator_uid = ?5 AND (?2 IS NULL OR (owner_pid = ?2 \
+                 AND owner_start_ticks = ?3 AND owner_boot_id = ?4))"
             ),
             params![
                 id,
                 expected_owner.map(|o| o.pid),
                 expected_owner.map(|o| ticks_to_sql(o.start_ticks)),
                 expected_owner.map(|o| &o.boot_id),
-                expected_owner.map(|o| &o.host),
                 uid,
             ],
             &ending,
@@ -718,16 +931,8 @@ impl Store {
             };
             events.extend(end_selected(
                 &tx,
-                select_active!(
-                    "owner_pid = ?1 AND owner_start_ticks = ?2 AND owner_boot_id = ?3 \
-                     AND owner_host = ?4"
-                ),
-                params![
-                    owner.pid,
-                    ticks_to_sql(owner.start_ticks),
-                    owner.boot_id,
-                    owner.host,
-                ],
+                select_active!("owner_pid = ?1 AND owner_start_ticks = ?2 AND owner_boot_id = ?3"),
+                params![owner.pid, ticks_to_sql(owner.start_ticks), owner.boot_id],
                 &ending,
             )?);
         }
@@ -752,22 +957,9 @@ impl Store {
         )
     }
 
-    /// Sessions, optionally of one phase and/or one creator, oldest first.
-    pub fn list(
-        &self,
-        phase: Option<Phase>,
-        creator_uid: Option<u32>,
-    ) -> Result<Vec<Session>, StoreError> {
-        let phase = phase.map(|p| name(&p)).transpose()?;
-        self.sessions(
-            concat!(
-                "SELECT ",
-                session_columns!(),
-                " FROM sessions WHERE (?1 IS NULL OR phase = ?1) \
-                 AND (?2 IS NULL OR creator_uid = ?2) ORDER BY created_ms, id"
-            ),
-            params![phase, creator_uid],
-        )
+    /// Same as [`EventReader::list`].
+    pub fn list(&self, query: &ListQuery) -> Result<SessionPage, StoreError> {
+        list(&self.conn, query)
     }
 
     /// How many sessions are in `phase`.
@@ -782,9 +974,9 @@ impl Store {
     /// Each distinct owner of an active session (to track, and to reconcile at start).
     pub fn active_owners(&self) -> Result<Vec<Identity>, StoreError> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT owner_pid, owner_start_ticks, owner_boot_id, owner_host, MAX(owner_comm) \
-             FROM sessions WHERE phase = 'active' \
-             GROUP BY owner_pid, owner_start_ticks, owner_boot_id, owner_host",
+            "SELECT owner_pid, owner_start_ticks, owner_boot_id, MAX(owner_host), \
+             MAX(owner_comm), MAX(owner_pidfs_ino) FROM sessions WHERE phase = 'active' \
+             GROUP BY owner_pid, owner_start_ticks, owner_boot_id",
         )?;
         let owners = stmt
             .query_map([], |row| {
@@ -794,28 +986,24 @@ impl Store {
                     boot_id: row.get(2)?,
                     host: row.get(3)?,
                     comm: row.get(4)?,
+                    pidfs_ino: row.get::<_, Option<i64>>(5)?.map(ticks_from_sql),
                 })
             })?
             .collect::<Result<_, _>>()?;
         Ok(owners)
     }
 
-    /// Active sessions whose owner is the same process as `owner` (fingerprint, comm ignored).
+    /// Active sessions whose owner is the same process as `owner` (fingerprint; comm and
+    /// host ignored).
     pub fn active_sessions_of_owner(&self, owner: &Identity) -> Result<Vec<Session>, StoreError> {
         self.sessions(
             concat!(
                 "SELECT ",
                 session_columns!(),
                 " FROM sessions WHERE phase = 'active' AND owner_pid = ?1 \
-                 AND owner_start_ticks = ?2 AND owner_boot_id = ?3 AND owner_host = ?4 \
-                 ORDER BY id"
+                 AND owner_start_ticks = ?2 AND owner_boot_id = ?3 ORDER BY id"
             ),
-            params![
-                owner.pid,
-                ticks_to_sql(owner.start_ticks),
-                owner.boot_id,
-                owner.host
-            ],
+            params![owner.pid, ticks_to_sql(owner.start_ticks), owner.boot_id],
         )
     }
 
@@ -832,29 +1020,30 @@ impl Store {
         )
     }
 
-    /// Active sessions owned on a host other than `local_host` without activity since
-    /// `cutoff_ms`: the only owners nothing can watch, so the inactivity timeout ends them.
-    /// Two range searches skip every local session, however many there are.
-    pub fn idle_on_other_hosts(
+    /// Active sessions owned on a boot other than `local_boot` without activity since
+    /// `cutoff_ms`: owners on other machines, the only ones nothing can watch, so the
+    /// inactivity timeout ends them. Two range searches skip every session of this boot,
+    /// however many there are.
+    pub fn idle_of_other_boots(
         &self,
         cutoff_ms: i64,
-        local_host: &str,
+        local_boot: &str,
     ) -> Result<Vec<Session>, StoreError> {
-        macro_rules! idle_where_host {
+        macro_rules! idle_where_boot {
             ($comparison:literal) => {
                 concat!(
                     "SELECT ",
                     session_columns!(),
-                    " FROM sessions INDEXED BY sessions_active_by_host \
-                     WHERE phase = 'active' AND owner_host ",
+                    " FROM sessions INDEXED BY sessions_active_by_boot \
+                     WHERE phase = 'active' AND owner_boot_id ",
                     $comparison,
                     " ?2 AND touched_ms < ?1"
                 )
             };
         }
         let mut idle = Vec::new();
-        for sql in [idle_where_host!("<"), idle_where_host!(">")] {
-            idle.extend(self.sessions(sql, params![cutoff_ms, local_host])?);
+        for sql in [idle_where_boot!("<"), idle_where_boot!(">")] {
+            idle.extend(self.sessions(sql, params![cutoff_ms, local_boot])?);
         }
         idle.sort_unstable_by(|a, b| a.id.cmp(&b.id));
         Ok(idle)
@@ -953,8 +1142,8 @@ impl Store {
     }
 }
 
-/// A read-only connection for event replay, usable beside the [`Store`] (WAL readers do not
-/// block the writer, nor it them).
+/// A read-only connection for event replay and listings, usable beside the [`Store`] (WAL
+/// readers do not block the writer, nor it them).
 #[derive(Debug)]
 pub struct EventReader {
     conn: Connection,
@@ -985,6 +1174,137 @@ impl EventReader {
     ) -> Result<EventPage, StoreError> {
         events_after(&self.conn, since, limit, filter)
     }
+
+    /// One page of sessions, oldest first.
+    pub fn list(&self, query: &ListQuery) -> Result<SessionPage, StoreError> {
+        list(&self.conn, query)
+    }
+}
+
+/// What [`Store::recover`] did.
+#[derive(Debug, Default)]
+pub struct Recovered {
+    /// Where the damaged database was kept; `None` when it was intact.
+    pub aside: Option<PathBuf>,
+    pub sessions: u64,
+    pub events: u64,
+    /// The seq the new database continues from.
+    pub seq_floor: u64,
+}
+
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// Copies into `into` (a new database) whatever rows of the damaged database at `from`
+/// can be read: each table until the first unreadable page, each row that parses.
+fn salvage(from: &Path, into: &mut Connection) -> Recovered {
+    let mut recovered = Recovered::default();
+    let Ok(old) = Connection::open(from) else {
+        return recovered;
+    };
+    let Ok(tx) = into.transaction() else {
+        return recovered;
+    };
+    if let Ok(mut stmt) = old.prepare(concat!("SELECT ", session_columns!(), " FROM sessions"))
+        && let Ok(rows) = stmt.query_and_then([], session_from_row)
+    {
+        for session in rows.map_while(Result::ok) {
+            if insert_session(&tx, &session).is_ok() {
+                recovered.sessions += 1;
+            }
+        }
+    }
+    let (mut lowest, mut highest) = (i64::MAX, 0i64);
+    if let Ok(mut stmt) =
+        old.prepare("SELECT seq, kind, session, creator_uid, at_ms, body FROM events ORDER BY seq")
+        && let Ok(rows) = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, u32>(3)?,
+                r.get::<_, i64>(4)?,
+                r.get::<_, String>(5)?,
+            ))
+        })
+    {
+        for (seq, kind, session, creator_uid, at_ms, body) in rows.map_while(Result::ok) {
+            let inserted = tx.execute(
+                "INSERT INTO events (seq, kind, session, creator_uid, at_ms, body) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![seq, kind, session, creator_uid, at_ms, body],
+            );
+            if inserted.is_ok() {
+                recovered.events += 1;
+                (lowest, highest) = (lowest.min(seq), highest.max(seq));
+            }
+        }
+    }
+    let floor = (highest as u64).saturating_add(SEQ_JUMP_AFTER_POWER_LOSS);
+    // Replays from before the oldest event read are told of a gap, not silently skipped.
+    let floored = tx
+        .execute(
+            "UPDATE meta SET value = ?1 WHERE key = 'seq_floor'",
+            [floor as i64],
+        )
+        .and_then(|_| {
+            tx.execute(
+                "UPDATE meta SET value = ?1 WHERE key = 'pruned_through'",
+                [lowest.saturating_sub(1).min(highest)],
+            )
+        });
+    if floored.is_ok() && tx.commit().is_ok() {
+        recovered.seq_floor = floor;
+        recovered
+    } else {
+        Recovered::default()
+    }
+}
+
+/// What [`EventReader::list`] returns: sessions of one phase and/or one creator, after a
+/// cursor.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ListQuery {
+    pub phase: Option<Phase>,
+    pub creator_uid: Option<u32>,
+    /// The `next` of the previous page; 0 for the first.
+    pub after: i64,
+    pub limit: usize,
+}
+
+/// A page of sessions and the cursor of the next one (`None` on the last page).
+#[derive(Debug)]
+pub struct SessionPage {
+    pub sessions: Vec<Session>,
+    pub next: Option<i64>,
+}
+
+/// Pages by rowid, the order in which sessions were created, so that each page is one
+/// range read however many sessions there are.
+fn list(conn: &Connection, query: &ListQuery) -> Result<SessionPage, StoreError> {
+    let phase = query.phase.map(|p| name(&p)).transpose()?;
+    let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
+    let mut last = None;
+    let sessions = conn
+        .prepare_cached(concat!(
+            "SELECT ",
+            session_columns!(),
+            ", rowid FROM sessions WHERE rowid > ?1 AND (?2 IS NULL OR phase = ?2) \
+             AND (?3 IS NULL OR creator_uid = ?3) ORDER BY rowid LIMIT ?4"
+        ))?
+        .query_and_then(
+            params![query.after, phase, query.creator_uid, limit],
+            |row| {
+                last = Some(row.get::<_, i64>(SESSION_COLUMNS)?);
+                session_from_row(row)
+            },
+        )?
+        .collect::<Result<Vec<_>, _>>()?;
+    let next = last.filter(|_| sessions.len() >= query.limit);
+    Ok(SessionPage { sessions, next })
 }
 
 /// Reads `user_version`; newer than [`SCHEMA_VERSION`] is always an error, older only when
@@ -1055,8 +1375,9 @@ fn invisible_or_misleading(c: char) -> bool {
         )
 }
 
-/// SQLite integers are i64; start times are u64. A bit-preserving cast round-trips every
-/// value exactly and keeps equality comparisons correct (ordering is never used).
+/// SQLite integers are i64; start times and pidfs inodes are u64. A bit-preserving cast
+/// round-trips every value exactly and keeps equality comparisons correct (ordering is
+/// never used).
 fn ticks_to_sql(ticks: u64) -> i64 {
     ticks as i64
 }
@@ -1087,6 +1408,7 @@ fn session_from_row(row: &Row<'_>) -> Result<Session, StoreError> {
             boot_id: row.get(3)?,
             host: row.get(4)?,
             comm: row.get(5)?,
+            pidfs_ino: row.get::<_, Option<i64>>(18)?.map(ticks_from_sql),
         },
         phase: from_name(row.get(6)?)?,
         pending: row.get(7)?,
@@ -1127,7 +1449,8 @@ fn insert_session(conn: &Connection, s: &Session) -> Result<(), StoreError> {
     conn.prepare_cached(concat!(
         "INSERT INTO sessions (",
         session_columns!(),
-        ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
+        ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
+         ?19)"
     ))?
     .execute(params![
         s.id,
@@ -1148,6 +1471,7 @@ fn insert_session(conn: &Connection, s: &Session) -> Result<(), StoreError> {
         s.touched_ms,
         s.ended_ms,
         s.pending_expires_ms,
+        s.owner.pidfs_ino.map(ticks_to_sql),
     ])?;
     Ok(())
 }
@@ -1333,6 +1657,7 @@ mod tests {
             start_ticks: 1000 + u64::from(pid),
             boot_id: "boot-a".into(),
             host: "devbox".into(),
+            pidfs_ino: None,
             comm: "agent".into(),
         }
     }
@@ -1557,10 +1882,16 @@ mod tests {
     }
 
     #[test]
-    fn owner_fingerprint_includes_boot_and_host() {
+    fn owner_fingerprint_includes_boot_but_not_host() {
         let db = Db::new();
         let mut store = db.open();
-        store.register(req("s", owner(10)), NOW).unwrap();
+        let with_ino = Identity {
+            pidfs_ino: Some(77),
+            ..owner(10)
+        };
+        store.register(req("s", with_ino.clone()), NOW).unwrap();
+        assert_eq!(store.get(UID, "s").unwrap().unwrap().owner, with_ino);
+        assert_eq!(store.active_owners().unwrap(), [with_ino]);
         for other in [
             Identity {
                 start_ticks: 1,
@@ -1570,14 +1901,27 @@ mod tests {
                 boot_id: "boot-b".into(),
                 ..owner(10)
             },
-            Identity {
-                host: "elsewhere".into(),
-                ..owner(10)
-            },
         ] {
             assert!(end_by_owner(&mut store, &other).is_empty(), "{other:?}");
         }
-        assert_eq!(end_by_owner(&mut store, &owner(10)).len(), 1);
+        // The host name changed while the process ran: its death still ends the session.
+        let renamed = Identity {
+            host: "renamed".into(),
+            ..owner(10)
+        };
+        assert_eq!(end_by_owner(&mut store, &renamed).len(), 1);
+    }
+
+    #[test]
+    fn boots_run_on_are_remembered() {
+        let db = Db::new();
+        let mut store = db.open();
+        assert!(!store.is_known_boot("boot-a").unwrap());
+        store.begin_run("boot-a").unwrap();
+        store.begin_run("boot-b").unwrap();
+        assert!(store.is_known_boot("boot-a").unwrap());
+        assert!(store.is_known_boot("boot-b").unwrap());
+        assert!(!db.open().is_known_boot("boot-c").unwrap());
     }
 
     #[test]
@@ -1654,11 +1998,11 @@ mod tests {
     }
 
     #[test]
-    fn only_idle_owners_of_other_hosts_time_out() {
+    fn only_idle_owners_of_other_boots_time_out() {
         let db = Db::new();
         let mut store = db.open();
-        let on = |host: &str, pid| Identity {
-            host: host.into(),
+        let on = |boot: &str, pid| Identity {
+            boot_id: boot.into(),
             ..owner(pid)
         };
         // Hosts sorting before and after the local one, both idle and busy.
@@ -1669,7 +2013,7 @@ mod tests {
             .register(req("alpha-idle", on("alpha", 2)), NOW)
             .unwrap();
         store
-            .register(req("local-idle", on("devbox", 3)), NOW)
+            .register(req("local-idle", on("boot-a", 3)), NOW)
             .unwrap();
         store
             .register(req("alpha-busy", on("alpha", 4)), NOW)
@@ -1680,12 +2024,12 @@ mod tests {
             .unwrap();
         end_by_owner(&mut store, &on("zulu", 5));
 
-        let idle = store.idle_on_other_hosts(NOW + 50, "devbox").unwrap();
+        let idle = store.idle_of_other_boots(NOW + 50, "boot-a").unwrap();
         assert_eq!(
             idle.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
             ["alpha-idle", "zulu-idle"]
         );
-        assert!(store.idle_on_other_hosts(NOW, "devbox").unwrap().is_empty());
+        assert!(store.idle_of_other_boots(NOW, "boot-a").unwrap().is_empty());
     }
 
     #[test]
@@ -1732,22 +2076,158 @@ mod tests {
             Err(StoreError::NotFound(_))
         ));
 
-        let idle = store.idle_on_other_hosts(NOW + 50, "laptop").unwrap();
+        let idle = store.idle_of_other_boots(NOW + 50, "boot-z").unwrap();
         assert_eq!(idle.iter().map(|s| &s.id).collect::<Vec<_>>(), ["b"]);
-        let ids = |v: Vec<Session>| v.into_iter().map(|s| s.id).collect::<Vec<_>>();
-        assert_eq!(ids(store.list(None, None).unwrap()), ["a", "b", "c"]);
-        assert_eq!(
-            ids(store.list(Some(Phase::Active), None).unwrap()),
-            ["a", "b"]
-        );
-        assert_eq!(ids(store.list(Some(Phase::Ended), None).unwrap()), ["c"]);
+        let ids = |phase, creator_uid| {
+            let query = ListQuery {
+                phase,
+                creator_uid,
+                after: 0,
+                limit: 10,
+            };
+            let page = store.list(&query).unwrap();
+            assert_eq!(page.next, None, "one page holds them all");
+            page.sessions.into_iter().map(|s| s.id).collect::<Vec<_>>()
+        };
+        assert_eq!(ids(None, None), ["a", "b", "c"]);
+        assert_eq!(ids(Some(Phase::Active), None), ["a", "b"]);
+        assert_eq!(ids(Some(Phase::Ended), None), ["c"]);
+        assert_eq!(ids(None, Some(1000)), ["a", "c"]);
+        assert_eq!(ids(Some(Phase::Active), Some(0)), ["b"]);
         assert_eq!(store.count(Phase::Active).unwrap(), 2);
         assert_eq!(store.count(Phase::Ended).unwrap(), 1);
-        assert_eq!(ids(store.list(None, Some(1000)).unwrap()), ["a", "c"]);
+    }
+
+    fn sessions_in(path: &Path) -> Vec<String> {
+        let store = Store::open(path).unwrap();
+        let query = ListQuery {
+            limit: 1000,
+            ..ListQuery::default()
+        };
+        let page = store.list(&query).unwrap();
+        page.sessions.into_iter().map(|s| s.id).collect()
+    }
+
+    #[test]
+    fn a_truncated_database_is_refused_until_recovered() {
+        let db = Db::new();
+        let mut store = db.open();
+        store.register(req("s", owner(10)), NOW).unwrap();
+        drop(store);
+        std::fs::File::create(db.path()).unwrap();
+        let refused = Store::open(db.path()).expect_err("an empty database file");
+        assert!(matches!(refused, StoreError::Damaged { .. }), "{refused}");
+        assert!(refused.to_string().contains("--recover"), "{refused}");
         assert_eq!(
-            ids(store.list(Some(Phase::Active), Some(0)).unwrap()),
-            ["b"]
+            std::fs::metadata(db.path()).unwrap().len(),
+            0,
+            "left as it was"
         );
+
+        let recovered = Store::recover(&db.path()).unwrap();
+        let aside = recovered.aside.expect("the damaged file is kept");
+        assert!(aside.exists(), "{}", aside.display());
+        assert_eq!((recovered.sessions, recovered.events), (0, 0));
+        let store = db.open();
+        assert_eq!(store.head_seq().unwrap(), SEQ_JUMP_AFTER_POWER_LOSS);
+        assert!(
+            Store::recover(&db.path()).unwrap().aside.is_none(),
+            "intact now"
+        );
+    }
+
+    #[test]
+    fn overwritten_pages_are_refused_and_what_is_readable_is_recovered() {
+        use std::io::{Seek, SeekFrom, Write};
+        let db = Db::new();
+        let mut store = db.open();
+        let damaged_store = store.store_id().unwrap();
+        for i in 0..200 {
+            let labels = BTreeMap::from([("pad".to_owned(), "x".repeat(300))]);
+            store
+                .register(
+                    NewSession {
+                        labels,
+                        ..req(&format!("s{i:03}"), owner(10 + i))
+                    },
+                    NOW,
+                )
+                .unwrap();
+        }
+        drop(store);
+        assert_eq!(sessions_in(&db.path()).len(), 200);
+        let length = std::fs::metadata(db.path()).unwrap().len();
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(db.path())
+            .unwrap();
+        // Garbage over a page in the middle (pages are 4 KiB; page 1 holds the header).
+        file.seek(SeekFrom::Start(length / 2 / 4096 * 4096))
+            .unwrap();
+        file.write_all(&[0xa5; 4096]).unwrap();
+        drop(file);
+        let refused = Store::open(db.path()).expect_err("a page of garbage");
+        assert!(matches!(refused, StoreError::Damaged { .. }), "{refused}");
+
+        let recovered = Store::recover(&db.path()).unwrap();
+        assert!(recovered.aside.is_some());
+        let kept = sessions_in(&db.path());
+        assert_eq!(kept.len() as u64, recovered.sessions);
+        // Which rows survive depends on what the garbage hit (a table or an index page).
+        assert!(
+            (1..=200).contains(&kept.len()),
+            "{} sessions read back",
+            kept.len()
+        );
+        assert_ne!(
+            db.open().store_id().unwrap(),
+            damaged_store,
+            "a recovered database is a new store: its consumers are told to start over"
+        );
+    }
+
+    #[test]
+    fn a_deleted_or_replaced_file_is_noticed() {
+        let db = Db::new();
+        let store = db.open();
+        store.check_file().expect("the file opened");
+        std::fs::remove_file(db.path()).unwrap();
+        let deleted = store.check_file().expect_err("deleted");
+        assert!(deleted.to_string().contains("deleted"), "{deleted}");
+        std::fs::write(db.path(), b"").unwrap();
+        let replaced = store.check_file().expect_err("replaced");
+        assert!(replaced.to_string().contains("replaced"), "{replaced}");
+    }
+
+    #[test]
+    fn lists_page_through_every_session_once() {
+        let db = Db::new();
+        let mut store = db.open();
+        for i in 0..7 {
+            store
+                .register(req(&format!("s{i}"), owner(10 + i)), NOW)
+                .unwrap();
+        }
+        let reader = EventReader::open(db.path()).unwrap();
+        let mut seen = Vec::new();
+        let mut after = 0;
+        let mut pages = 0;
+        loop {
+            let query = ListQuery {
+                after,
+                limit: 3,
+                ..ListQuery::default()
+            };
+            let page = reader.list(&query).unwrap();
+            pages += 1;
+            seen.extend(page.sessions.into_iter().map(|s| s.id));
+            match page.next {
+                Some(next) => after = next,
+                None => break,
+            }
+        }
+        assert_eq!(seen, ["s0", "s1", "s2", "s3", "s4", "s5", "s6"]);
+        assert_eq!(pages, 3);
     }
 
     #[test]
@@ -1780,7 +2260,7 @@ mod tests {
             );
         }
         assert_eq!(store.head_seq().unwrap(), 0);
-        assert!(store.list(None, None).unwrap().is_empty());
+        assert_eq!(store.count(Phase::Active).unwrap(), 0);
 
         let longest = "é".repeat(MAX_ID_LEN / 2);
         assert!(store.register(req(&longest, owner(10)), NOW).is_ok());
@@ -2016,16 +2496,29 @@ mod tests {
             [NOW],
         )
         .unwrap();
+        conn.execute(
+            "UPDATE meta SET value = 'boot-old' WHERE key = 'run_boot_id'",
+            [],
+        )
+        .unwrap();
         drop(conn);
 
         let store = db.open();
+        assert!(
+            store.is_known_boot("boot-old").unwrap(),
+            "the boot of the last run is known after the migration"
+        );
+        assert_eq!(
+            store.get(1000, "old").unwrap().unwrap().owner.pidfs_ino,
+            None
+        );
         let version: u32 = store
             .conn
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
         assert_eq!(version, SCHEMA_VERSION);
         // The queries that need the new indexes (INDEXED BY fails without them) see the row.
-        let idle = store.idle_on_other_hosts(NOW + 1, "devbox").unwrap();
+        let idle = store.idle_of_other_boots(NOW + 1, "boot-z").unwrap();
         assert_eq!(
             idle.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
             ["old"]
@@ -2199,6 +2692,7 @@ mod tests {
             EventReader::open(db.path()),
             Err(StoreError::SchemaTooOld { found: 0, .. })
         ));
+        std::fs::remove_file(db.path()).unwrap();
 
         let mut store = db.open();
         let reader = EventReader::open(db.path()).unwrap();

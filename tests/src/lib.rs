@@ -392,6 +392,13 @@ impl Daemon {
         child.wait().expect("wait for livenessd")
     }
 
+    /// The exit status, once the daemon has exited on its own.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
     pub fn is_running(&mut self) -> bool {
         self.child
             .as_mut()
@@ -421,6 +428,24 @@ impl Daemon {
     /// One request on a fresh connection.
     pub fn request(&self, request: Value) -> Value {
         self.connect().request(request)
+    }
+
+    /// The session `id`, failing the test if `get` fails.
+    pub fn session(&self, id: &str) -> Value {
+        let reply = self.request(serde_json::json!({"op": "get", "session": id}));
+        assert_eq!(reply["ok"], true, "get {id}: {reply}");
+        reply["session"].clone()
+    }
+
+    /// The session `id` once it has ended, failing the test if that takes over 15 s.
+    pub fn wait_ended(&self, id: &str) -> Value {
+        let mut last = Value::Null;
+        let ended = eventually(Duration::from_secs(15), || {
+            last = self.session(id);
+            last["phase"] == "ended"
+        });
+        assert!(ended, "{id} did not end: {last}\n{}", self.log());
+        last
     }
 }
 

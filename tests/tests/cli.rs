@@ -51,7 +51,12 @@ fn check_tells_alive_dead_and_unknown_by_exit_code() {
     assert_eq!(check(&rebooted).1["reason"], "rebooted");
     assert_eq!(check(&rebooted).0, Some(1));
 
-    let mut remote = identity.clone();
+    // The host name is a label: this boot's process is alive whatever name it carries.
+    let mut renamed = identity.clone();
+    renamed["host"] = json!("renamed-since");
+    assert_eq!(check(&renamed).0, Some(0), "alive under another host name");
+
+    let mut remote = rebooted.clone();
     remote["host"] = json!("not-this-host");
     let (code, verdict) = check(&remote);
     assert_eq!(

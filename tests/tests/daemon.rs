@@ -20,12 +20,6 @@ fn register(daemon: &Daemon, session: &str, pid: u32) -> Value {
     reply["session"].clone()
 }
 
-fn get(daemon: &Daemon, session: &str) -> Value {
-    let reply = daemon.request(json!({"op": "get", "session": session}));
-    assert_eq!(reply["ok"], true, "get {session}: {reply}");
-    reply["session"].clone()
-}
-
 /// Subscribes (replaying after `since` when given) and checks the acknowledgement.
 fn subscribe(daemon: &Daemon, since: Option<u64>) -> Conn {
     let mut conn = daemon.connect();
@@ -45,16 +39,6 @@ fn next_event(conn: &mut Conn) -> Value {
         .expect("an event within the deadline");
     assert!(line.get("event").is_some(), "expected an event, got {line}");
     line["event"].clone()
-}
-
-fn wait_ended(daemon: &Daemon, session: &str) -> Value {
-    let mut last = Value::Null;
-    let ended = eventually(ARRIVAL, || {
-        last = get(daemon, session);
-        last["phase"] == "ended"
-    });
-    assert!(ended, "{session} did not end: {last}");
-    last
 }
 
 #[test]
@@ -82,7 +66,7 @@ fn owner_exit_reaches_a_subscriber_with_its_exit_code() {
     if sources == "ebpf" {
         assert_eq!(ended["exit"], json!({"kind": "exited", "code": 7}));
     }
-    let stored = get(&daemon, "s1");
+    let stored = daemon.session("s1");
     assert_eq!(
         (stored["phase"].as_str(), stored["reason"].as_str()),
         (Some("ended"), Some("owner_exited"))
@@ -115,7 +99,7 @@ fn a_new_owner_is_not_ended_by_the_old_owners_death() {
         stream.next_within(QUIET).is_none(),
         "the old owner's death ended the session"
     );
-    assert_eq!(get(&daemon, "turns")["phase"], "active");
+    assert_eq!(daemon.session("turns")["phase"], "active");
     second.release();
     let ended = next_event(&mut stream);
     assert_eq!(
@@ -163,7 +147,7 @@ fn owners_that_die_while_the_daemon_is_killed_end_once_by_reconcile() {
     assert_eq!(ended, ["r0", "r1", "r2"]);
     assert!(stream.next_within(QUIET).is_none(), "a session ended twice");
     assert_eq!(
-        get(&daemon, "survivor")["phase"],
+        daemon.session("survivor")["phase"],
         "active",
         "a live owner was finalized"
     );
@@ -264,11 +248,11 @@ fn pending_sessions_are_renamed_or_expire() {
     assert_eq!(reply["session"]["id"], "real-id", "{reply}");
     assert_eq!(reply["session"]["pending"], false);
 
-    let expired = wait_ended(&daemon, &forgotten);
+    let expired = daemon.wait_ended(&forgotten);
     assert_eq!(expired["reason"], "pending_expired");
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(
-        get(&daemon, "real-id")["phase"],
+        daemon.session("real-id")["phase"],
         "active",
         "a renamed session must not expire"
     );
@@ -287,7 +271,7 @@ fn a_pending_session_whose_owner_dies_ends_like_any_other() {
         daemon.request(json!({"op": "register", "pending": true, "owner": {"pid": owner.pid}}));
     let id = reply["session"]["id"].as_str().unwrap().to_owned();
     owner.release();
-    assert_eq!(wait_ended(&daemon, &id)["reason"], "owner_exited");
+    assert_eq!(daemon.wait_ended(&id)["reason"], "owner_exited");
 }
 
 #[test]
@@ -308,10 +292,10 @@ fn owners_on_another_host_end_only_by_inactivity_timeout() {
             "touched session timed out: {reply}"
         );
     }
-    let ended = wait_ended(&daemon, "remote");
+    let ended = daemon.wait_ended("remote");
     assert_eq!(ended["reason"], "timeout");
     assert_eq!(
-        get(&daemon, "local")["phase"],
+        daemon.session("local")["phase"],
         "active",
         "an idle local owner timed out"
     );
@@ -519,11 +503,15 @@ fn forcing_an_unavailable_source_fails_with_the_reason() {
     }
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    // The user's own directory for its sockets: one all may write to is refused.
+    let sockets = dir.path().join("run");
+    std::fs::create_dir(&sockets).unwrap();
+    std::os::unix::fs::chown(&sockets, Some(61_003), Some(61_003)).unwrap();
     let binaries = integration_tests::BinariesForAnyUser::new();
     let run_as_user = |sources: &str| {
         std::process::Command::new(binaries.path("livenessd"))
             .arg("--socket")
-            .arg(dir.path().join(format!("{sources}.sock")))
+            .arg(sockets.join(format!("{sources}.sock")))
             .arg("--state-dir")
             .arg(dir.path().join(format!("{sources}-state")))
             .args(["--sources", sources])
@@ -547,7 +535,7 @@ fn forcing_an_unavailable_source_fails_with_the_reason() {
     );
 
     let mut auto = run_as_user("auto");
-    let socket = dir.path().join("auto.sock");
+    let socket = sockets.join("auto.sock");
     assert!(
         eventually(ARRIVAL, || std::os::unix::net::UnixStream::connect(&socket)
             .is_ok()),

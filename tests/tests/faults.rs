@@ -1,5 +1,6 @@
 //! Fault injection: a full disk, SIGKILL in the middle of a burst of deaths, a ring buffer
-//! that overflows, and garbage on the socket. `cargo xtask chaos` runs these with more
+//! that overflows, garbage on the socket, floods by another user (connections, half lines,
+//! listings), and damaged, deleted or foreign state. `cargo xtask chaos` runs these with more
 //! rounds and inputs (`LIVENESS_FAULT_ROUNDS`, `PROPTEST_CASES`).
 
 use std::ffi::CString;
@@ -110,6 +111,11 @@ fn a_death_on_a_full_disk_is_committed_once_space_returns() {
         stream.next_within(QUIET).is_none(),
         "an event was published that could not be committed"
     );
+    assert!(
+        daemon.log().contains("no space left on device"),
+        "a full disk is named as such:\n{}",
+        daemon.log()
+    );
     let session = control.request(json!({"op": "get", "session": "full"}));
     assert_eq!(session["session"]["phase"], "active", "{session}");
 
@@ -133,6 +139,457 @@ fn a_death_on_a_full_disk_is_committed_once_space_returns() {
     );
     let session = control.request(json!({"op": "get", "session": "full"}));
     assert_eq!(session["session"]["phase"], "ended", "{session}");
+}
+
+/// A uid that floods the daemon in the tests below.
+const FLOODER: u32 = 61_010;
+
+/// Lets other users reach the daemon's socket (the test's temp dir is private).
+fn open_socket_to_everyone(daemon: &Daemon) {
+    use std::os::unix::fs::PermissionsExt;
+    for dir in [daemon.dir.path(), daemon.socket.parent().unwrap()] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
+/// A raw protocol connection of another uid (`testproc client`, run as that uid).
+struct ClientAs {
+    child: std::process::Child,
+    to: Option<std::process::ChildStdin>,
+    from: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl ClientAs {
+    fn connect(daemon: &Daemon, uid: u32) -> ClientAs {
+        use std::os::unix::process::CommandExt;
+        use std::process::{Command, Stdio};
+        let mut child = Command::new(integration_tests::binary("testproc"))
+            .arg("client")
+            .arg(&daemon.socket)
+            .uid(uid)
+            .gid(uid)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("run testproc client as another user");
+        ClientAs {
+            to: child.stdin.take(),
+            from: std::io::BufReader::new(child.stdout.take().expect("stdout")),
+            child,
+        }
+    }
+
+    /// Sends a line; a connection the daemon already closed just does not take it.
+    fn send(&mut self, request: &Value) {
+        if let Some(to) = self.to.as_mut() {
+            let _ = writeln!(to, "{request}");
+        }
+    }
+
+    fn next(&mut self) -> Option<Value> {
+        use std::io::BufRead;
+        let mut line = String::new();
+        match self.from.read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"))),
+        }
+    }
+
+    fn request(&mut self, request: &Value) -> Option<Value> {
+        self.send(request);
+        self.next()
+    }
+}
+
+impl Drop for ClientAs {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// How many log lines say that a limit refused something.
+fn limit_lines(daemon: &Daemon) -> usize {
+    daemon
+        .log()
+        .lines()
+        .filter(|l| l.contains("limit reached"))
+        .count()
+}
+
+/// One user opens connections until refused: root still connects, registers and sees its
+/// session end; the limit is logged once, not per refusal; status counts it all, and a uid
+/// that closed its connections leaves nothing behind.
+#[test]
+fn a_connection_flood_by_one_user_leaves_root_served() {
+    if !privileged("a_connection_flood_by_one_user_leaves_root_served") {
+        return;
+    }
+    const LIMIT: usize = 16;
+    const TRIED: usize = 40;
+    let daemon = Daemon::start(&["--max-connections-per-uid", &LIMIT.to_string()]);
+    open_socket_to_everyone(&daemon);
+    let mut flood: Vec<ClientAs> = Vec::new();
+    let (mut admitted, mut refused) = (0, 0);
+    for _ in 0..TRIED {
+        let mut client = ClientAs::connect(&daemon, FLOODER);
+        match client.request(&json!({"op": "status"})) {
+            Some(reply) if reply["ok"] == true => admitted += 1,
+            Some(reply) => {
+                assert_eq!(reply["error"]["code"], "too_many_connections", "{reply}");
+                refused += 1;
+            }
+            None => panic!("a connection closed without a word"),
+        }
+        flood.push(client);
+    }
+    assert_eq!((admitted, refused), (LIMIT, TRIED - LIMIT));
+
+    let mut control = daemon.connect();
+    let mut stream = daemon.connect();
+    assert_eq!(stream.request(json!({"op": "subscribe"}))["ok"], true);
+    let mut owner = Orphan::spawn(&["exit", "0"]);
+    let reply =
+        control.request(json!({"op": "register", "session": "root", "owner": {"pid": owner.pid}}));
+    assert_eq!(
+        reply["ok"], true,
+        "root is served during the flood: {reply}"
+    );
+    owner.release();
+    let ended = eventually(ARRIVAL, || {
+        stream
+            .next_within(ARRIVAL)
+            .is_some_and(|line| line["event"]["kind"] == "session.ended")
+    });
+    assert!(ended, "root's session did not end during the flood");
+
+    let limits = status(&mut control)["limits"]["connections"].clone();
+    assert_eq!(
+        limits["refused"]["connections_per_uid"],
+        TRIED - LIMIT,
+        "{limits}"
+    );
+    assert_eq!(limits["connections"]["non_root"], LIMIT, "{limits}");
+    assert_eq!(
+        limit_lines(&daemon),
+        1,
+        "one line, not one per refusal:\n{}",
+        daemon.log()
+    );
+    drop(flood);
+    assert!(
+        eventually(ARRIVAL, || {
+            let now = status(&mut control)["limits"]["connections"].clone();
+            now["connections"]["non_root"] == 0 && now["connections"]["uids"] == 0
+        }),
+        "the flood's connections are still counted: {}",
+        status(&mut control)
+    );
+}
+
+/// A client that sends half a request line and stalls is disconnected, and counted.
+#[test]
+fn a_stalled_half_line_is_disconnected() {
+    let daemon = Daemon::start(&["--line-timeout", "200ms"]);
+    let mut stalled = daemon.connect();
+    stalled.send_raw(&vec![b'x'; 60 * 1024]);
+    assert_eq!(stalled.next_line(), None, "the connection was not closed");
+    let limits = daemon.request(json!({"op": "status"}))["status"]["limits"].clone();
+    assert_eq!(
+        limits["connections"]["refused"]["line_timeout"], 1,
+        "{limits}"
+    );
+}
+
+/// Three connections of a user looping `list` over 20,000 sessions: root's ending of a
+/// SIGKILLed owner still arrives within a generous bound, and the listings still answer.
+#[test]
+fn list_loops_of_a_user_do_not_hold_roots_endings() {
+    if !privileged("list_loops_of_a_user_do_not_hold_roots_endings") {
+        return;
+    }
+    const SESSIONS: usize = 20_000;
+    const BOUND: Duration = Duration::from_secs(2);
+    let daemon = Daemon::start(&["--max-sessions-per-uid", "30000"]);
+    open_socket_to_everyone(&daemon);
+    let mut registrar = ClientAs::connect(&daemon, FLOODER);
+    let elsewhere = json!({"pid": 1, "start_ticks": 1, "boot_id": "b", "host": "elsewhere"});
+    let mut writer = registrar.to.take().expect("stdin");
+    let requests = std::thread::spawn(move || {
+        for i in 0..SESSIONS {
+            let request = json!({"op": "register", "session": format!("u{i}"), "owner": elsewhere});
+            writeln!(writer, "{request}").expect("pipeline a registration");
+        }
+    });
+    for i in 0..SESSIONS {
+        let reply = registrar.next().expect("a reply per registration");
+        assert_eq!(reply["ok"], true, "registration {i}: {reply}");
+    }
+    requests.join().unwrap();
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let listers: Vec<_> = (0..3)
+        .map(|_| {
+            let mut client = ClientAs::connect(&daemon, FLOODER);
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut passes = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let (mut seen, mut after) = (0, Value::Null);
+                    loop {
+                        let reply = client
+                            .request(&json!({"op": "list", "after": after}))
+                            .expect("a list reply");
+                        assert_eq!(reply["ok"], true, "{reply}");
+                        seen += reply["sessions"].as_array().expect("sessions").len();
+                        after = reply["next"].clone();
+                        if after.is_null() {
+                            break;
+                        }
+                    }
+                    assert_eq!(seen, SESSIONS, "a full pass lists every session once");
+                    passes += 1;
+                }
+                passes
+            })
+        })
+        .collect();
+
+    let mut control = daemon.connect();
+    let mut stream = daemon.connect();
+    assert_eq!(stream.request(json!({"op": "subscribe"}))["ok"], true);
+    for round in 0..5 {
+        let owner = Orphan::spawn(&["exit", "0"]);
+        let session = format!("root-{round}");
+        let reply = control
+            .request(json!({"op": "register", "session": session, "owner": {"pid": owner.pid}}));
+        assert_eq!(reply["ok"], true, "{reply}");
+        assert_eq!(
+            stream.next_line().expect("registered")["event"]["kind"],
+            "session.registered"
+        );
+        // SAFETY: killing the orphan this test started.
+        unsafe { libc::kill(owner.pid as i32, libc::SIGKILL) };
+        let ended = stream.next_within(BOUND).unwrap_or_else(|| {
+            panic!("round {round}: no ending within {BOUND:?} while users list")
+        });
+        assert_eq!(ended["event"]["kind"], "session.ended", "{ended}");
+        assert_eq!(ended["event"]["session"], session, "{ended}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for lister in listers {
+        let passes = lister.join().expect("a lister failed");
+        assert!(passes >= 1, "a lister never completed a pass");
+    }
+}
+
+/// Runs `livenessd` on `state_dir`, expecting it to refuse to start; returns its stderr.
+fn refused_start(state_dir: &Path, extra: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(integration_tests::binary("livenessd"))
+        .arg("--socket")
+        .arg(dir.path().join("run/liveness.sock"))
+        .arg("--state-dir")
+        .arg(state_dir)
+        .args(extra)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run livenessd");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(1), "it started: {stderr}");
+    stderr
+}
+
+fn database(daemon: &Daemon) -> PathBuf {
+    daemon.state_dir.join("liveness.db")
+}
+
+/// A database truncated to 0 bytes is refused (not started afresh); `--recover` keeps it
+/// aside, starts a new one whose seqs skip ahead, and runs.
+#[test]
+fn a_truncated_database_is_refused_until_recovered() {
+    let mut daemon = Daemon::start(&[]);
+    let owner = Orphan::spawn(&["exit", "0"]);
+    let reply =
+        daemon.request(json!({"op": "register", "session": "s", "owner": {"pid": owner.pid}}));
+    assert_eq!(reply["ok"], true, "{reply}");
+    assert!(daemon.stop().success());
+    std::fs::File::create(database(&daemon)).expect("truncate the database");
+
+    let stderr = refused_start(&daemon.state_dir, &[]);
+    assert!(
+        stderr.contains("damaged") && stderr.contains("--recover"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::metadata(database(&daemon)).unwrap().len(),
+        0,
+        "left as it was"
+    );
+
+    let recovered = Daemon::start_with_state(Some(daemon.state_dir.clone()), &["--recover"]);
+    let status = recovered.request(json!({"op": "status"}));
+    assert_eq!(status["ok"], true, "{status}");
+    assert!(
+        status["status"]["head_seq"].as_u64() >= Some(1 << 20),
+        "seqs skip ahead: {status}"
+    );
+    assert!(
+        recovered.log().contains("recovered the damaged database"),
+        "{}",
+        recovered.log()
+    );
+    let kept = std::fs::read_dir(&daemon.state_dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("liveness.db.damaged-")
+        });
+    assert!(kept, "the damaged file was not kept");
+}
+
+/// A database with a page of garbage is refused with the way out.
+#[test]
+fn a_database_with_overwritten_pages_is_refused() {
+    use std::io::{Seek, SeekFrom};
+    let mut daemon = Daemon::start(&[]);
+    for i in 0..50 {
+        let owner = json!({"pid": 1, "start_ticks": 1, "boot_id": "b", "host": "elsewhere"});
+        let labels = json!({"pad": "x".repeat(1000)});
+        let reply = daemon.request(
+            json!({"op": "register", "session": format!("s{i}"), "owner": owner, "labels": labels}),
+        );
+        assert_eq!(reply["ok"], true, "{reply}");
+    }
+    assert!(daemon.stop().success());
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(database(&daemon))
+        .unwrap();
+    // Every page after the first (which holds the header and schema).
+    let length = file.metadata().unwrap().len();
+    file.seek(SeekFrom::Start(4096)).unwrap();
+    file.write_all(&vec![0xa5; length as usize - 4096]).unwrap();
+    drop(file);
+    let stderr = refused_start(&daemon.state_dir, &[]);
+    assert!(
+        stderr.contains("damaged") && stderr.contains("--recover"),
+        "{stderr}"
+    );
+}
+
+/// A database deleted while the daemon runs stops it, non-zero, saying why, instead of
+/// letting it write into a file nobody will open again.
+#[test]
+fn a_database_deleted_while_running_stops_the_daemon() {
+    let mut daemon = Daemon::start(&[]);
+    std::fs::remove_file(database(&daemon)).expect("delete the database");
+    assert!(
+        eventually(ARRIVAL, || daemon.exited().is_some()),
+        "the daemon kept running"
+    );
+    let log = daemon.log();
+    assert!(log.contains("was deleted while the daemon ran"), "{log}");
+    assert_eq!(daemon.exited().and_then(|s| s.code()), Some(1), "{log}");
+}
+
+/// State directories that others could read or that belong to someone else are refused,
+/// saying how to fix them.
+#[test]
+fn state_directories_open_to_others_are_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let stderr = refused_start(&state, &[]);
+    assert!(stderr.contains("chmod 0700"), "{stderr}");
+    if privileged("state_directories_open_to_others_are_refused (foreign owner)") {
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::chown(&state, Some(FLOODER), Some(FLOODER)).unwrap();
+        let stderr = refused_start(&state, &[]);
+        assert!(
+            stderr.contains(&format!("belongs to uid {FLOODER}")),
+            "{stderr}"
+        );
+    }
+}
+
+/// Under umask 0 the database, its journal and the lock are 0600 and the state directory
+/// 0700; the socket stays connectable by everyone.
+#[test]
+fn files_are_private_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let daemon = Daemon::start_under(&["sh", "-c", "umask 0; exec \"$0\" \"$@\""], None, &[]);
+    let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&daemon.state_dir), 0o700);
+    for entry in std::fs::read_dir(&daemon.state_dir).unwrap() {
+        let path = entry.unwrap().path();
+        assert_eq!(mode(&path), 0o600, "{}", path.display());
+    }
+    assert_eq!(mode(&daemon.socket), 0o666);
+}
+
+/// Resident memory of a process, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("daemon status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// A flood of connections each holding a 60 KB half line costs memory while it lasts;
+/// once they close, the memory is given back (not kept at the flood's high-water mark).
+#[test]
+fn memory_of_a_half_line_flood_is_given_back() {
+    use std::os::unix::net::UnixStream;
+    const CONNECTIONS: usize = 1000;
+    const HELD: u64 = 40 * 1024;
+    const LEFT: u64 = 16 * 1024;
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    let wanted = CONNECTIONS as u64 + 256;
+    if limit.maximum.is_some_and(|hard| hard < wanted) {
+        eprintln!("skipping: the open-file limit is below {wanted}");
+        return;
+    }
+    rustix::process::setrlimit(
+        rustix::process::Resource::Nofile,
+        rustix::process::Rlimit {
+            current: Some(wanted.max(limit.current.unwrap_or(0))),
+            maximum: limit.maximum,
+        },
+    )
+    .expect("raise the open-file limit");
+    // Root is not limited, so every connection is admitted and holds its half line.
+    let daemon = Daemon::start(&["--line-timeout", "10m"]);
+    assert_eq!(daemon.request(json!({"op": "status"}))["ok"], true);
+    let before = rss_kib(daemon.pid());
+    let half_line = vec![b'x'; 60 * 1024];
+    let flood: Vec<UnixStream> = (0..CONNECTIONS)
+        .map(|_| {
+            let mut stream = UnixStream::connect(&daemon.socket).expect("connect");
+            stream.write_all(&half_line).expect("send half a line");
+            stream
+        })
+        .collect();
+    assert!(
+        eventually(ARRIVAL, || rss_kib(daemon.pid()) > before + HELD),
+        "the flood was not buffered: {} KiB before, {} KiB now",
+        before,
+        rss_kib(daemon.pid())
+    );
+    drop(flood);
+    assert!(
+        eventually(Duration::from_secs(30), || rss_kib(daemon.pid())
+            < before + LEFT),
+        "memory was kept after the flood: {} KiB before, {} KiB after",
+        before,
+        rss_kib(daemon.pid())
+    );
 }
 
 /// Owners that die together: enough that their endings span several commits.
@@ -412,5 +869,59 @@ fn garbage_lines_get_json_errors_and_change_nothing() {
     eprintln!(
         "{} garbage lines refused, each with a JSON error",
         refused.get()
+    );
+}
+
+/// With its descriptors used up by one user's connections (the connection limits raised
+/// out of the way), the daemon still accepts, sees who connects, refuses that user and
+/// serves root, through the descriptor it keeps spare.
+#[test]
+fn out_of_descriptors_the_daemon_still_serves_root() {
+    if !privileged("out_of_descriptors_the_daemon_still_serves_root") {
+        return;
+    }
+    const TRIED: usize = 80;
+    let daemon = Daemon::start_under(
+        &["prlimit", "--nofile=64:64", "--"],
+        None,
+        &[
+            "--sources",
+            "pidfd",
+            "--max-connections-per-uid",
+            "1000",
+            "--max-connections",
+            "1000",
+        ],
+    );
+    open_socket_to_everyone(&daemon);
+    let mut flood: Vec<ClientAs> = Vec::new();
+    let mut refused = 0;
+    for _ in 0..TRIED {
+        let mut client = ClientAs::connect(&daemon, FLOODER);
+        match client.request(&json!({"op": "status"})) {
+            Some(reply) if reply["ok"] == true => {}
+            Some(reply) => {
+                assert_eq!(reply["error"]["code"], "too_many_connections", "{reply}");
+                let message = reply["error"]["message"].as_str().unwrap_or_default();
+                assert!(message.contains("file descriptors"), "{reply}");
+                refused += 1;
+            }
+            None => panic!("a connection closed without a word"),
+        }
+        flood.push(client);
+    }
+    assert!(
+        refused > 0,
+        "the flood never ran the daemon out of descriptors"
+    );
+    let status = daemon.request(json!({"op": "status"}));
+    assert_eq!(status["ok"], true, "root is served: {status}");
+    let limits = &status["status"]["limits"]["connections"];
+    assert_eq!(limits["refused"]["file_descriptors"], refused, "{limits}");
+    assert_eq!(
+        limit_lines(&daemon),
+        1,
+        "one line, not one per refusal:\n{}",
+        daemon.log()
     );
 }

@@ -119,9 +119,10 @@ pub fn raise_nofile_limit() -> io::Result<(u64, u64)> {
     ))
 }
 
-/// Descriptors the pidfd source leaves to the rest of the daemon (clients, the database,
-/// `/proc` reads), at most: half the open-file limit when that is small.
-const RESERVED_FDS: u64 = 256;
+/// Descriptors the pidfd source leaves to the rest of the daemon, at most (half the
+/// open-file limit when that is small): what clients may hold under the default connection
+/// limits, and some for the database, `/proc` reads and the eBPF maps.
+const RESERVED_FDS: u64 = crate::limits::CLIENT_FDS + 256;
 
 /// How many pidfds the source may hold under an open-file limit of `soft`: all but
 /// [`RESERVED_FDS`], so that running out of descriptors for pidfds never leaves the daemon
@@ -539,7 +540,7 @@ mod tests {
 
     #[test]
     fn pidfds_leave_descriptors_to_the_daemon() {
-        assert_eq!(pidfd_capacity(20_000), 20_000 - 256);
+        assert_eq!(pidfd_capacity(20_000), 20_000 - RESERVED_FDS as usize);
         assert_eq!(pidfd_capacity(64), 32, "half of a small limit is kept");
         assert_eq!(pidfd_capacity(0), 0);
     }

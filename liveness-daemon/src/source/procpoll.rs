@@ -2,8 +2,13 @@
 //!
 //! Needs nothing from the kernel beyond `/proc`, costs no file descriptor per process, and
 //! also notices PID reuse; its latency is the interval.
+//!
+//! Start times count 10 ms ticks, so a process forked into a dead owner's pid within the
+//! same tick has the owner's fingerprint. On Linux 6.9+ the poller also remembers each
+//! process's pidfs inode (unique per boot) when it starts tracking it and compares it on
+//! every sweep, which tells such an impostor apart; on older kernels that window remains.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -33,12 +38,14 @@ pub struct ProcpollSource {
 
 /// What the source shares with its sweeper task.
 struct Shared {
-    tracked: Mutex<HashSet<ProcessKey>>,
+    /// Each tracked process with its pidfs inode where the kernel has one.
+    tracked: Mutex<HashMap<ProcessKey, Option<u64>>>,
     observed: AtomicU64,
+    proc: ProcRoot,
 }
 
 impl Shared {
-    fn tracked(&self) -> MutexGuard<'_, HashSet<ProcessKey>> {
+    fn tracked(&self) -> MutexGuard<'_, HashMap<ProcessKey, Option<u64>>> {
         // The critical sections cannot panic halfway, so a poisoned set is still consistent.
         self.tracked.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -56,10 +63,11 @@ impl ProcpollSource {
             "the procpoll interval must not be zero"
         );
         let shared = Arc::new(Shared {
-            tracked: Mutex::new(HashSet::new()),
+            tracked: Mutex::new(HashMap::new()),
             observed: AtomicU64::new(0),
+            proc,
         });
-        let sweeper = tokio::spawn(sweep_forever(Arc::clone(&shared), sink, interval, proc));
+        let sweeper = tokio::spawn(sweep_forever(Arc::clone(&shared), sink, interval));
         ProcpollSource {
             shared,
             sweeper: sweeper.abort_handle(),
@@ -67,17 +75,18 @@ impl ProcpollSource {
     }
 }
 
-async fn sweep_forever(shared: Arc<Shared>, sink: EventSink, interval: Duration, proc: ProcRoot) {
+async fn sweep_forever(shared: Arc<Shared>, sink: EventSink, interval: Duration) {
     let mut ticker = tokio::time::interval(interval);
     // After a slow sweep, wait a full interval rather than sweeping back to back.
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
         // A snapshot, so `track` and `untrack` never wait for a sweep.
-        let keys: Vec<ProcessKey> = shared.tracked().iter().copied().collect();
+        let keys: Vec<(ProcessKey, Option<u64>)> =
+            shared.tracked().iter().map(|(k, ino)| (*k, *ino)).collect();
         for chunk in keys.chunks(SWEEP_CHUNK) {
-            for &key in chunk {
-                let reason = match proc.check_key(key) {
+            for &(key, ino) in chunk {
+                let reason = match shared.proc.check_process(key, ino) {
                     Liveness::Alive => continue,
                     Liveness::Unknown(why) => {
                         debug!(%key, "cannot tell whether the process lives, still tracking: {why}");
@@ -86,7 +95,7 @@ async fn sweep_forever(shared: Arc<Shared>, sink: EventSink, interval: Duration,
                     Liveness::Dead(reason) => reason,
                 };
                 // Untracked since the snapshot: no longer ours to report.
-                let was_tracked = shared.tracked().remove(&key);
+                let was_tracked = shared.tracked().remove(&key).is_some();
                 if !was_tracked {
                     continue;
                 }
@@ -115,7 +124,9 @@ impl ExitSource for ProcpollSource {
     }
 
     fn track(&mut self, key: ProcessKey) -> Result<(), TrackError> {
-        self.shared.tracked().insert(key);
+        // Read outside the lock: it opens a pidfd and reads /proc.
+        let ino = self.shared.proc.pidfs_ino_of_key(key);
+        self.shared.tracked().insert(key, ino);
         Ok(())
     }
 

@@ -12,6 +12,13 @@
 //! - `exec CODE`: at the first line on stdin, execve itself as `named execd CODE`.
 //! - `thread-exec CODE`: like `exec`, but the execve is made by a non-leader thread.
 //! - `named NAME CODE`: set comm to NAME, then `exit CODE`.
+//!
+//! `testproc client SOCKET` is a raw protocol connection for tests that speak as another
+//! user: it copies stdin's lines to the socket and the socket's lines to stdout, until
+//! either side ends.
+//!
+//! `testproc request SOCKET LINE` is a raw protocol client for tests that run commands
+//! inside namespaces: it sends LINE to the daemon's socket and prints the reply line.
 use std::ffi::CString;
 use std::io::{BufRead, Read, Write};
 
@@ -99,6 +106,23 @@ fn run_mode(args: &[String]) -> ! {
             let _ = thread.join();
             exit_group(103)
         }
+        Some("request") => {
+            let (Some(socket), Some(line)) = (args.get(1), args.get(2)) else {
+                eprintln!("usage: testproc request SOCKET LINE");
+                std::process::exit(100)
+            };
+            let mut stream = std::os::unix::net::UnixStream::connect(socket)
+                .unwrap_or_else(|e| panic!("connect {socket}: {e}"));
+            stream
+                .write_all(format!("{line}\n").as_bytes())
+                .expect("send the request");
+            let mut reply = String::new();
+            std::io::BufReader::new(stream)
+                .read_line(&mut reply)
+                .expect("read the reply");
+            print!("{reply}");
+            std::process::exit(0)
+        }
         Some("named") => {
             let name = CString::new(args.get(1).cloned().unwrap_or_default()).unwrap();
             let code = arg_u8(args, 2);
@@ -116,8 +140,38 @@ fn run_mode(args: &[String]) -> ! {
     }
 }
 
+/// `client SOCKET`: see the module comment.
+fn client(socket: &str) -> ! {
+    let stream = std::os::unix::net::UnixStream::connect(socket).unwrap_or_else(|e| {
+        eprintln!("testproc: connect {socket}: {e}");
+        std::process::exit(105)
+    });
+    let to_daemon = stream.try_clone().expect("clone the stream");
+    std::thread::spawn(move || forward(std::io::stdin(), to_daemon));
+    forward(stream, std::io::stdout());
+    exit_group(0)
+}
+
+/// Copies until either side ends, each read passed on at once (`io::copy` may wait to
+/// fill a pipe-to-socket splice).
+fn forward(mut from: impl Read, mut to: impl Write) {
+    let mut buffer = vec![0u8; 64 * 1024];
+    while let Ok(read @ 1..) = from.read(&mut buffer) {
+        if to
+            .write_all(&buffer[..read])
+            .and_then(|()| to.flush())
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("client") {
+        client(args.get(1).map_or("", String::as_str));
+    }
     if args.first().map(String::as_str) != Some("orphan") {
         run_mode(&args);
     }

@@ -1,0 +1,517 @@
+//! Fair limits per uid, so that no user can starve another (or root) of the daemon.
+//!
+//! Connections, requests in flight and half-sent lines are limited where connections are
+//! served ([`Limits`], shared by the server's tasks); active sessions and label bytes are
+//! limited where sessions are registered ([`SessionUsage`], owned by the engine). Root is
+//! never limited: it always has headroom to connect, register and see its sessions end.
+//! Each limit that refuses something logs one line, then at most one a minute with how
+//! many refusals it did not log.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::protocol::{ErrorBody, ErrorCode};
+use crate::store::{Event, EventKind, Session};
+
+/// How often one limit may log that it refused something.
+const LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// The limits, as set by `livenessd` flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LimitsConfig {
+    /// Open connections of one non-root uid.
+    pub connections_per_uid: usize,
+    /// Open connections of all non-root uids together.
+    pub connections: usize,
+    /// Requests of one non-root uid handled at once; more wait their turn.
+    pub requests_per_uid: usize,
+    /// A request line begun but not finished within this long closes the connection.
+    #[serde(serialize_with = "as_millis")]
+    pub line_timeout: Duration,
+    /// ACTIVE sessions of one non-root uid.
+    pub sessions_per_uid: u64,
+    /// Bytes of label keys and values of one session.
+    pub label_bytes: u64,
+    /// Bytes of label keys and values of one non-root uid's ACTIVE sessions.
+    pub label_bytes_per_uid: u64,
+}
+
+fn as_millis<S: serde::Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_u64(duration.as_millis() as u64)
+}
+
+impl Default for LimitsConfig {
+    fn default() -> LimitsConfig {
+        LimitsConfig {
+            connections_per_uid: 64,
+            connections: 1024,
+            requests_per_uid: 8,
+            line_timeout: Duration::from_secs(10),
+            sessions_per_uid: 10_000,
+            label_bytes: 4096,
+            label_bytes_per_uid: 16 << 20,
+        }
+    }
+}
+
+/// Descriptors clients may hold with the default limits: each connection's socket, and
+/// up to three for a read-only database connection (file, WAL, shared memory) while it
+/// replays or lists; root's connections come out of the same headroom.
+pub const CLIENT_FDS: u64 = 4 * 1024 + 256;
+
+/// Which limit refused something.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    ConnectionsPerUid,
+    Connections,
+    /// The daemon ran out of file descriptors: a non-root client was turned away so
+    /// that root still gets one.
+    FileDescriptors,
+    LineTimeout,
+    SessionsPerUid,
+    LabelBytes,
+    LabelBytesPerUid,
+}
+
+impl Limit {
+    fn what(self) -> &'static str {
+        match self {
+            Limit::ConnectionsPerUid => "a uid reached its connection limit",
+            Limit::Connections => "non-root connections reached their total limit",
+            Limit::FileDescriptors => "out of file descriptors; only root is served",
+            Limit::LineTimeout => "a client stalled in the middle of a request line",
+            Limit::SessionsPerUid => "a uid reached its active session limit",
+            Limit::LabelBytes => "a registration carried too many label bytes",
+            Limit::LabelBytesPerUid => "a uid reached its label byte limit",
+        }
+    }
+}
+
+/// Counts refusals and logs each limit at most once per [`LOG_EVERY`].
+#[derive(Debug, Default)]
+struct Refusals {
+    counts: BTreeMap<Limit, u64>,
+    /// When each limit last logged, and how many refusals it has not logged since.
+    logged: HashMap<Limit, (Instant, u64)>,
+}
+
+impl Refusals {
+    fn count(&mut self, limit: Limit, uid: u32) {
+        *self.counts.entry(limit).or_default() += 1;
+        let now = Instant::now();
+        match self.logged.get_mut(&limit) {
+            Some((at, unlogged)) if now.duration_since(*at) < LOG_EVERY => *unlogged += 1,
+            Some((at, unlogged)) => {
+                tracing::warn!(
+                    ?limit,
+                    uid,
+                    also_refused = *unlogged,
+                    "limit reached: {}",
+                    limit.what()
+                );
+                (*at, *unlogged) = (now, 0);
+            }
+            None => {
+                tracing::warn!(
+                    ?limit,
+                    uid,
+                    "limit reached: {} (logged at most once a minute)",
+                    limit.what()
+                );
+                self.logged.insert(limit, (now, 0));
+            }
+        }
+    }
+}
+
+/// What the server's connections share: open connections and requests in flight per uid.
+#[derive(Debug)]
+pub struct Limits {
+    config: LimitsConfig,
+    state: Mutex<ConnectionState>,
+}
+
+#[derive(Debug, Default)]
+struct ConnectionState {
+    /// Open connections and the request turns of each uid with at least one connection;
+    /// an entry goes when its last connection does, so a flood leaves nothing behind.
+    uids: HashMap<u32, UidConnections>,
+    non_root: usize,
+    root: usize,
+    /// Requests that waited for a turn because their uid had others in flight.
+    requests_waited: u64,
+    refusals: Refusals,
+}
+
+#[derive(Debug)]
+struct UidConnections {
+    open: usize,
+    turns: Arc<Semaphore>,
+}
+
+/// An admitted connection; dropping it frees its place.
+#[derive(Debug)]
+pub struct ConnectionSlot {
+    limits: Arc<Limits>,
+    uid: u32,
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        let mut state = self.limits.state();
+        if self.uid == 0 {
+            state.root -= 1;
+            return;
+        }
+        state.non_root -= 1;
+        if let Some(entry) = state.uids.get_mut(&self.uid) {
+            entry.open -= 1;
+            if entry.open == 0 {
+                state.uids.remove(&self.uid);
+            }
+        }
+    }
+}
+
+impl Limits {
+    pub fn new(config: LimitsConfig) -> Arc<Limits> {
+        Arc::new(Limits {
+            config,
+            state: Mutex::new(ConnectionState::default()),
+        })
+    }
+
+    pub fn config(&self) -> &LimitsConfig {
+        &self.config
+    }
+
+    fn state(&self) -> MutexGuard<'_, ConnectionState> {
+        // No critical section can panic halfway: a poisoned state is still consistent.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Admits a connection of `uid`, or says which limit refuses it (and counts that).
+    pub fn admit(self: &Arc<Self>, uid: u32) -> Result<ConnectionSlot, ErrorBody> {
+        let mut state = self.state();
+        if uid == 0 {
+            state.root += 1;
+            return Ok(ConnectionSlot {
+                limits: Arc::clone(self),
+                uid,
+            });
+        }
+        let open = state.uids.get(&uid).map_or(0, |u| u.open);
+        let refused = if open >= self.config.connections_per_uid {
+            Some((
+                Limit::ConnectionsPerUid,
+                format!(
+                    "uid {uid} already has {open} connections, the most allowed per user; close some"
+                ),
+            ))
+        } else if state.non_root >= self.config.connections {
+            Some((
+                Limit::Connections,
+                format!(
+                    "the daemon already serves {} connections of other users, the most allowed; try again later",
+                    state.non_root
+                ),
+            ))
+        } else {
+            None
+        };
+        if let Some((limit, message)) = refused {
+            state.refusals.count(limit, uid);
+            return Err(ErrorBody::new(ErrorCode::TooManyConnections, message));
+        }
+        state.non_root += 1;
+        let turns = self.config.requests_per_uid.max(1);
+        state
+            .uids
+            .entry(uid)
+            .or_insert_with(|| UidConnections {
+                open: 0,
+                turns: Arc::new(Semaphore::new(turns)),
+            })
+            .open += 1;
+        Ok(ConnectionSlot {
+            limits: Arc::clone(self),
+            uid,
+        })
+    }
+
+    /// Counts a refusal made elsewhere (out of descriptors, a stalled line).
+    pub fn refused(&self, limit: Limit, uid: u32) {
+        self.state().refusals.count(limit, uid);
+    }
+
+    /// Waits for a turn to send a request of the slot's uid to the engine; root never waits.
+    pub async fn request_turn(&self, slot: &ConnectionSlot) -> Option<OwnedSemaphorePermit> {
+        let turns = {
+            let state = self.state();
+            Arc::clone(&state.uids.get(&slot.uid)?.turns)
+        };
+        if let Ok(permit) = Arc::clone(&turns).try_acquire_owned() {
+            return Some(permit);
+        }
+        self.state().requests_waited += 1;
+        // The semaphore is never closed.
+        turns.acquire_owned().await.ok()
+    }
+
+    /// The `connections` part of `status.limits`.
+    pub fn status(&self) -> serde_json::Value {
+        let state = self.state();
+        serde_json::json!({
+            "config": self.config,
+            "connections": {
+                "root": state.root,
+                "non_root": state.non_root,
+                "uids": state.uids.len(),
+            },
+            "requests_waited": state.requests_waited,
+            "refused": state.refusals.counts,
+        })
+    }
+}
+
+/// Active sessions and label bytes of each non-root uid, kept by the engine from the
+/// events it commits (so every way a session starts or ends is counted once).
+#[derive(Debug)]
+pub struct SessionUsage {
+    config: LimitsConfig,
+    uids: HashMap<u32, Usage>,
+    refusals: Refusals,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Usage {
+    sessions: u64,
+    label_bytes: u64,
+}
+
+/// Bytes a session's labels count for: keys and values.
+pub fn label_bytes(labels: &BTreeMap<String, String>) -> u64 {
+    labels.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum()
+}
+
+impl SessionUsage {
+    /// Starts from the ACTIVE sessions in the store.
+    pub fn new(config: LimitsConfig, active: impl IntoIterator<Item = Session>) -> SessionUsage {
+        let mut usage = SessionUsage {
+            config,
+            uids: HashMap::new(),
+            refusals: Refusals::default(),
+        };
+        for session in active {
+            usage.add(session.creator_uid, label_bytes(&session.labels), 1);
+        }
+        usage
+    }
+
+    fn add(&mut self, uid: u32, bytes: u64, sessions: i64) {
+        if uid == 0 {
+            return;
+        }
+        let usage = self.uids.entry(uid).or_default();
+        usage.sessions = usage.sessions.saturating_add_signed(sessions);
+        if sessions >= 0 {
+            usage.label_bytes = usage.label_bytes.saturating_add(bytes);
+        } else {
+            usage.label_bytes = usage.label_bytes.saturating_sub(bytes);
+        }
+        if usage.sessions == 0 {
+            self.uids.remove(&uid);
+        }
+    }
+
+    /// Whether `uid` may register one more session with `labels`.
+    pub fn check(&mut self, uid: u32, labels: &BTreeMap<String, String>) -> Result<(), ErrorBody> {
+        let bytes = label_bytes(labels);
+        if bytes > self.config.label_bytes {
+            self.refusals.count(Limit::LabelBytes, uid);
+            return Err(ErrorBody::new(
+                ErrorCode::LimitReached,
+                format!(
+                    "labels of {bytes} bytes exceed the limit of {} per session",
+                    self.config.label_bytes
+                ),
+            ));
+        }
+        if uid == 0 {
+            return Ok(());
+        }
+        let usage = self.uids.get(&uid).copied().unwrap_or_default();
+        if usage.sessions >= self.config.sessions_per_uid {
+            self.refusals.count(Limit::SessionsPerUid, uid);
+            return Err(ErrorBody::new(
+                ErrorCode::LimitReached,
+                format!(
+                    "uid {uid} already has {} active sessions, the most allowed per user; end some first",
+                    usage.sessions
+                ),
+            ));
+        }
+        if usage.label_bytes + bytes > self.config.label_bytes_per_uid {
+            self.refusals.count(Limit::LabelBytesPerUid, uid);
+            return Err(ErrorBody::new(
+                ErrorCode::LimitReached,
+                format!(
+                    "uid {uid}'s active sessions already hold {} label bytes; {bytes} more would exceed the limit of {} per user",
+                    usage.label_bytes, self.config.label_bytes_per_uid
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Accounts for a committed event.
+    pub fn apply(&mut self, event: &Event) {
+        let bytes = label_bytes(&event.labels);
+        match event.kind {
+            EventKind::Registered => self.add(event.creator_uid, bytes, 1),
+            EventKind::Ended => self.add(event.creator_uid, bytes, -1),
+            EventKind::OwnerChanged | EventKind::Renamed => {}
+        }
+    }
+
+    /// The `sessions` part of `status.limits`.
+    pub fn status(&self) -> serde_json::Value {
+        serde_json::json!({
+            "uids": self.uids.len(),
+            "refused": self.refusals.counts,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> LimitsConfig {
+        LimitsConfig {
+            connections_per_uid: 2,
+            connections: 3,
+            sessions_per_uid: 2,
+            label_bytes: 10,
+            label_bytes_per_uid: 15,
+            ..LimitsConfig::default()
+        }
+    }
+
+    #[test]
+    fn connections_are_limited_per_uid_and_in_total_but_never_for_root() {
+        let limits = Limits::new(config());
+        let a1 = limits.admit(1000).expect("first of uid 1000");
+        let _a2 = limits.admit(1000).expect("second of uid 1000");
+        let refused = limits.admit(1000).expect_err("third of uid 1000");
+        assert_eq!(refused.code, ErrorCode::TooManyConnections);
+        let _b1 = limits.admit(1001).expect("uid 1001 has its own share");
+        let total = limits.admit(1002).expect_err("the total is reached");
+        assert!(total.message.contains("other users"), "{}", total.message);
+        let roots: Vec<_> = (0..10).map(|_| limits.admit(0).expect("root")).collect();
+        drop(a1);
+        let _a3 = limits
+            .admit(1000)
+            .expect("a closed connection frees its place");
+        let status = limits.status();
+        assert_eq!(status["connections"]["root"], roots.len());
+        assert_eq!(status["connections"]["non_root"], 3);
+        assert_eq!(status["refused"]["connections_per_uid"], 1, "{status}");
+        assert_eq!(status["refused"]["connections"], 1, "{status}");
+    }
+
+    #[test]
+    fn a_uid_with_no_connection_left_leaves_nothing_behind() {
+        let limits = Limits::new(config());
+        let slots: Vec<_> = [1, 2, 3].map(|uid| limits.admit(uid).unwrap()).into();
+        drop(slots);
+        assert_eq!(limits.status()["connections"]["uids"], 0);
+        assert!(limits.state().uids.is_empty());
+    }
+
+    #[tokio::test]
+    async fn requests_of_one_uid_take_turns() {
+        let limits = Limits::new(LimitsConfig {
+            requests_per_uid: 1,
+            ..config()
+        });
+        let slot = limits.admit(1000).unwrap();
+        let first = limits.request_turn(&slot).await.expect("a turn");
+        let waiting = tokio::time::timeout(Duration::from_millis(50), limits.request_turn(&slot));
+        assert!(waiting.await.is_err(), "a second request must wait");
+        drop(first);
+        assert!(limits.request_turn(&slot).await.is_some());
+        assert_eq!(limits.status()["requests_waited"], 1);
+        let root = limits.admit(0).unwrap();
+        assert!(
+            limits.request_turn(&root).await.is_none(),
+            "root never waits"
+        );
+    }
+
+    fn labels(bytes: usize) -> BTreeMap<String, String> {
+        BTreeMap::from([("k".to_owned(), "v".repeat(bytes - 1))])
+    }
+
+    fn event(kind: EventKind, uid: u32, bytes: usize) -> Event {
+        serde_json::from_value(serde_json::json!({
+            "seq": 1,
+            "kind": kind,
+            "at_ms": 0,
+            "session": "s",
+            "owner": {"pid": 1, "start_ticks": 1, "boot_id": "b", "host": "h"},
+            "labels": labels(bytes),
+            "creator_uid": uid,
+        }))
+        .expect("a well-formed event")
+    }
+
+    #[test]
+    fn sessions_and_label_bytes_are_limited_per_uid() {
+        let mut usage = SessionUsage::new(config(), []);
+        let refused = usage
+            .check(1000, &labels(11))
+            .expect_err("too many label bytes");
+        assert_eq!(refused.code, ErrorCode::LimitReached);
+        assert!(
+            refused.message.contains("per session"),
+            "{}",
+            refused.message
+        );
+        usage.check(1000, &labels(10)).expect("within the limit");
+        usage.apply(&event(EventKind::Registered, 1000, 10));
+        let refused = usage.check(1000, &labels(6)).expect_err("per uid bytes");
+        assert!(refused.message.contains("per user"), "{}", refused.message);
+        usage.apply(&event(EventKind::Registered, 1000, 1));
+        let refused = usage.check(1000, &labels(1)).expect_err("per uid sessions");
+        assert!(
+            refused.message.contains("active sessions"),
+            "{}",
+            refused.message
+        );
+        usage
+            .check(1001, &labels(10))
+            .expect("another uid has its own share");
+        usage
+            .check(0, &labels(10))
+            .expect("root is not limited by count");
+        usage.apply(&event(EventKind::Ended, 1000, 10));
+        usage
+            .check(1000, &labels(4))
+            .expect("an ended session frees its share");
+        usage.apply(&event(EventKind::Ended, 1000, 1));
+        assert!(
+            usage.uids.is_empty(),
+            "nothing is kept for a uid with no session"
+        );
+        let status = usage.status();
+        assert_eq!(status["refused"]["sessions_per_uid"], 1, "{status}");
+        assert_eq!(status["refused"]["label_bytes"], 1, "{status}");
+        assert_eq!(status["refused"]["label_bytes_per_uid"], 1, "{status}");
+    }
+}
