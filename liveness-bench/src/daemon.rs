@@ -154,6 +154,23 @@ impl Conn {
         Ok(())
     }
 
+    /// A connection subscribed to the event stream (only new events).
+    pub fn subscribe(socket: &Path) -> Result<Conn> {
+        let mut conn = Conn::connect(socket)?;
+        let ack = conn.call(&json!({"op": "subscribe"}))?;
+        if ack["ok"] != true {
+            bail!("subscribe failed: {ack}");
+        }
+        Ok(conn)
+    }
+
+    /// The socket and the bytes already read past the last reply (stream lines may follow
+    /// the acknowledgement in the same read).
+    pub fn into_parts(self) -> (UnixStream, Vec<u8>) {
+        let buffered = self.reader.buffer().to_vec();
+        (self.reader.into_inner(), buffered)
+    }
+
     fn read(&mut self) -> Result<Value> {
         let mut line = String::new();
         if self.reader.read_line(&mut line)? == 0 {
@@ -231,6 +248,30 @@ pub struct Ended {
     pub committed_ms: i64,
 }
 
+impl Ended {
+    /// The `session.ended` event on a stream line (`liveness watch --json` prints the same
+    /// lines), stamped `received_ns`; `None` for other events. A `lagged` notice is an
+    /// error: the reader fell behind. Only the fields used are parsed, so that the reader
+    /// is never what holds up the stream.
+    pub fn parse(line: &str, received_ns: u64) -> Result<Option<Ended>> {
+        let message: StreamLine<'_> = serde_json::from_str(line)
+            .with_context(|| format!("unexpected stream line {line:?}"))?;
+        if let Some(lagged) = message.lagged {
+            bail!("the subscriber lagged: {lagged}");
+        }
+        Ok(message
+            .event
+            .filter(|e| e.kind == "session.ended")
+            .map(|event| Ended {
+                session: event.session.into_owned(),
+                detected_by: event.detected_by.unwrap_or_default().into_owned(),
+                received_ns,
+                observed_ms: event.observed_ms.unwrap_or_default(),
+                committed_ms: event.at_ms,
+            }))
+    }
+}
+
 /// The parts of a stream line the subscriber reads.
 #[derive(Debug, serde::Deserialize)]
 struct StreamLine<'a> {
@@ -261,14 +302,9 @@ pub struct Subscriber {
 
 impl Subscriber {
     pub fn start(socket: &Path) -> Result<Subscriber> {
-        let mut conn = Conn::connect(socket)?;
-        let ack = conn.call(&json!({"op": "subscribe"}))?;
-        if ack["ok"] != true {
-            bail!("subscribe failed: {ack}");
-        }
+        let conn = Conn::subscribe(socket)?;
         let (tx, events) = mpsc::channel();
-        // Only the fields used are parsed, for the same reason as the large reads. The reader
-        // keeps its buffer: lines may already follow the acknowledgement in it.
+        // The reader keeps its buffer: lines may already follow the acknowledgement in it.
         let mut reader = conn.reader;
         let thread = std::thread::spawn(move || -> Result<()> {
             let mut line = String::new();
@@ -278,20 +314,8 @@ impl Subscriber {
                     return Ok(());
                 }
                 let received_ns = monotonic_ns();
-                let message: StreamLine<'_> = serde_json::from_str(&line)
-                    .with_context(|| format!("unexpected stream line {line:?}"))?;
-                if let Some(lagged) = message.lagged {
-                    bail!("the subscriber lagged: {lagged}");
-                }
-                let Some(event) = message.event.filter(|e| e.kind == "session.ended") else {
+                let Some(ended) = Ended::parse(&line, received_ns)? else {
                     continue;
-                };
-                let ended = Ended {
-                    session: event.session.into_owned(),
-                    detected_by: event.detected_by.unwrap_or_default().into_owned(),
-                    received_ns,
-                    observed_ms: event.observed_ms.unwrap_or_default(),
-                    committed_ms: event.at_ms,
                 };
                 if tx.send(ended).is_err() {
                     return Ok(());

@@ -2,19 +2,24 @@
 //! the `/proc` polling baseline. Run through `cargo xtask bench`, which builds this harness
 //! and the daemon in release mode first; `docs/benchmarks.md` explains every figure.
 
+mod bpf_stats;
 mod daemon;
 mod floor;
+mod peers;
 mod procs;
+mod setup;
+mod watchers;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
-use std::process::{Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use serde_json::{Value, json};
 
+use bpf_stats::ProgramCost;
 use daemon::{Daemon, Subscriber, register_all};
 use floor::Floor;
 use procs::{Owners, PidMax, Sleepers, monotonic_ns};
@@ -46,6 +51,9 @@ enum Part {
     Latency,
     /// Registration, RSS, idle CPU and burst per size, with the baseline and overhead.
     Scale,
+    /// liveness side by side with exitsnoop, bpftrace, the proc connector, pidfd and
+    /// `/proc` polling.
+    Peers,
 }
 
 impl Args {
@@ -67,6 +75,7 @@ struct Plan {
     storm: usize,
     storm_rounds: usize,
     overhead_owners: usize,
+    peers: peers::PeersPlan,
 }
 
 impl Plan {
@@ -83,6 +92,11 @@ impl Plan {
                 storm: 200,
                 storm_rounds: 2,
                 overhead_owners: 100,
+                peers: peers::PeersPlan {
+                    samples: 20,
+                    storm: 200,
+                    external: false,
+                },
             }
         } else if args.quick {
             Plan {
@@ -96,6 +110,11 @@ impl Plan {
                 storm: 5_000,
                 storm_rounds: 4,
                 overhead_owners: 10_000,
+                peers: peers::PeersPlan {
+                    samples: 200,
+                    storm: 5_000,
+                    external: true,
+                },
             }
         } else {
             Plan {
@@ -109,6 +128,11 @@ impl Plan {
                 storm: 20_000,
                 storm_rounds: 8,
                 overhead_owners: 10_000,
+                peers: peers::PeersPlan {
+                    samples: 500,
+                    storm: 20_000,
+                    external: true,
+                },
             }
         }
     }
@@ -182,8 +206,12 @@ struct Report {
     scale: Vec<Value>,
     baseline: Vec<Value>,
     overhead: Option<Value>,
+    peers: Option<peers::PeersReport>,
     errors: Vec<String>,
 }
+
+/// The entry point of a helper process: its argument after the marker.
+type HelperMain = fn(&str) -> Result<()>;
 
 fn main() -> ExitCode {
     let raw: Vec<String> = std::env::args().collect();
@@ -191,11 +219,19 @@ fn main() -> ExitCode {
         let number = |i: usize| raw.get(i).and_then(|a| a.parse().ok()).unwrap_or(0);
         procs::spawner_main(number(2), number(3).max(1));
     }
-    if raw.get(1).map(String::as_str) == Some(floor::FLOOR_ARG) {
-        return match floor::floor_main(raw.get(2).map_or("", String::as_str)) {
+    // The helper processes this binary re-executes as: `ARG NAME`.
+    let helpers: [(&str, HelperMain); 2] = [
+        (watchers::WATCHER_ARG, watchers::watcher_main),
+        (floor::FLOOR_ARG, floor::floor_main),
+    ];
+    if let Some((arg, helper)) = helpers
+        .iter()
+        .find(|(arg, _)| raw.get(1).map(String::as_str) == Some(*arg))
+    {
+        return match helper(raw.get(2).map_or("", String::as_str)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("bench floor: {e:#}");
+                eprintln!("bench {arg}: {e:#}");
                 ExitCode::from(2)
             }
         };
@@ -246,6 +282,13 @@ fn run(args: &Args) -> Result<bool> {
         }
     }
 
+    if args.runs(Part::Peers) {
+        eprintln!("bench: peers");
+        let peers = peers::run(&args.bin_dir, plan.peers)?;
+        report.errors.extend(peers.errors.iter().cloned());
+        report.peers = Some(peers);
+    }
+
     let goals = goals(&report);
     print_table(&plan, &report, &goals);
     let document = json!({
@@ -262,6 +305,7 @@ fn run(args: &Args) -> Result<bool> {
             "polling_delay": polling_delay(),
         },
         "overhead": report.overhead,
+        "peers": report.peers.as_ref().map(peers::PeersReport::json),
         "goals": goals,
         "errors": report.errors,
     });
@@ -566,34 +610,6 @@ fn sweep(pids: &[u32]) -> Result<Value> {
 /// stopped, alternating rounds. The daemon restarts on the same state and re-tracks its
 /// `owners` ACTIVE sessions each time.
 fn overhead(plan: &Plan, daemon: &mut Daemon, owners: usize) -> Result<Value> {
-    let storm = |count: usize| -> Result<f64> {
-        let started = Instant::now();
-        std::thread::scope(|scope| -> Result<()> {
-            let workers: Vec<_> = (0..2)
-                .map(|w| {
-                    scope.spawn(move || -> Result<()> {
-                        for _ in (w..count).step_by(2) {
-                            let status = Command::new("/bin/true")
-                                .stdin(Stdio::null())
-                                .stdout(Stdio::null())
-                                .status()?;
-                            if !status.success() {
-                                bail!("/bin/true failed: {status}");
-                            }
-                        }
-                        Ok(())
-                    })
-                })
-                .collect();
-            for worker in workers {
-                worker
-                    .join()
-                    .map_err(|_| anyhow::anyhow!("storm worker panicked"))??;
-            }
-            Ok(())
-        })?;
-        Ok(started.elapsed().as_secs_f64() * 1e3)
-    };
     let (mut running, mut stopped) = (Vec::new(), Vec::new());
     // What the storms cost that the wall time is too noisy to show: the eBPF program's own
     // run time (kernel statistics, on while this fd is open) and the daemon's CPU time.
@@ -619,12 +635,12 @@ fn overhead(plan: &Plan, daemon: &mut Daemon, owners: usize) -> Result<Value> {
                 daemon_running = run_with_daemon;
             }
             if run_with_daemon {
-                let (cost, ticks) = (ProgramCost::now()?, procs::cpu_ticks(daemon.pid())?);
-                running.push(storm(plan.storm)?);
-                program.add(ProgramCost::now()?.since(cost));
+                let (cost, ticks) = (ProgramCost::liveness()?, procs::cpu_ticks(daemon.pid())?);
+                running.push(procs::storm(plan.storm)?);
+                program.add(ProgramCost::liveness()?.since(cost));
                 daemon_ticks += procs::cpu_ticks(daemon.pid())? - ticks;
             } else {
-                stopped.push(storm(plan.storm)?);
+                stopped.push(procs::storm(plan.storm)?);
             }
         }
     }
@@ -654,42 +670,6 @@ fn overhead(plan: &Plan, daemon: &mut Daemon, owners: usize) -> Result<Value> {
         "ebpf_cpu_percent": four(program.nanos as f64 / 1e6 / (running_ms * cpus) * 100.0),
         "daemon_cpu_percent": four(daemon_ticks as f64 * 10.0 / (running_ms * cpus) * 100.0),
     }))
-}
-
-/// Runs and run time of the daemon's eBPF program, as the kernel counts them.
-#[derive(Debug, Default, Clone, Copy)]
-struct ProgramCost {
-    runs: u64,
-    nanos: u64,
-}
-
-impl ProgramCost {
-    /// The totals now, over every loaded copy of the program (one per running daemon; the
-    /// kernel truncates program names to 15 bytes).
-    fn now() -> Result<ProgramCost> {
-        let name = &liveness_common::record::PROGRAM_NAME.as_bytes()[..15];
-        let mut total = ProgramCost::default();
-        for info in aya::programs::loaded_programs() {
-            let info = info.context("listing eBPF programs")?;
-            if info.name() == name {
-                total.runs += info.run_count();
-                total.nanos += info.run_time().as_nanos() as u64;
-            }
-        }
-        Ok(total)
-    }
-
-    fn since(self, earlier: ProgramCost) -> ProgramCost {
-        ProgramCost {
-            runs: self.runs.saturating_sub(earlier.runs),
-            nanos: self.nanos.saturating_sub(earlier.nanos),
-        }
-    }
-
-    fn add(&mut self, more: ProgramCost) {
-        self.runs += more.runs;
-        self.nanos += more.nanos;
-    }
 }
 
 fn ratios(report: &Report) -> Value {
@@ -809,7 +789,70 @@ fn goals(report: &Report) -> Vec<Value> {
             cpu <= 2.0,
         ));
     }
+    if let Some(peers) = &report.peers {
+        peer_goals(peers, &mut goals);
+    }
     goals
+}
+
+/// liveness against the fastest raw tracer and against itself, in the same peers run.
+fn peer_goals(peers: &peers::PeersReport, goals: &mut Vec<Value>) {
+    let (Some(ebpf), Some(base)) = (peers.find("liveness-ebpf"), peers.base()) else {
+        return;
+    };
+    let p50 = ebpf.dist.p50 / base.dist.p50;
+    goals.push(goal(
+        "peers_ebpf_p50_vs_tracer",
+        "<= 1.25x",
+        p50,
+        "x",
+        p50 <= 1.25,
+    ));
+    let p99 = ebpf.dist.p99 / base.dist.p99;
+    goals.push(goal(
+        "peers_ebpf_p99_vs_tracer",
+        "<= 1.5x",
+        p99,
+        "x",
+        p99 <= 1.5,
+    ));
+    if let Some(watch) = peers.find("liveness-ebpf-watch") {
+        let more = watch.dist.p50 - ebpf.dist.p50;
+        goals.push(goal(
+            "peers_watch_over_direct_p50",
+            "<= 30 us",
+            more,
+            "us",
+            more <= 30.0,
+        ));
+    }
+    if let Some(auto) = peers.find("liveness-auto") {
+        let ratio = auto.dist.p50 / ebpf.dist.p50;
+        let pass = auto.dist.p50 <= ebpf.dist.p50 && auto.dist.p99 <= ebpf.dist.p99;
+        goals.push(goal(
+            "peers_auto_vs_ebpf_p50",
+            "<= 1x at p50 and p99",
+            ratio,
+            "x",
+            pass,
+        ));
+    }
+    if let (Some(ours), Some(theirs)) = (
+        ebpf.bpf.and_then(bpf_stats::ProgramCost::ns_per_run),
+        peers
+            .find("exitsnoop")
+            .and_then(|e| e.bpf)
+            .and_then(bpf_stats::ProgramCost::ns_per_run),
+    ) {
+        let ratio = ours / theirs;
+        goals.push(goal(
+            "peers_bpf_cost_vs_exitsnoop",
+            "<= 0.05x",
+            ratio,
+            "x",
+            ratio <= 0.05,
+        ));
+    }
 }
 
 fn print_table(plan: &Plan, report: &Report, goals: &[Value]) {
@@ -925,6 +968,9 @@ fn print_table(plan: &Plan, report: &Report, goals: &[Value]) {
              the daemon used {} %",
             o["ebpf_runs"], o["ebpf_ns_per_run"], o["ebpf_cpu_percent"], o["daemon_cpu_percent"]
         );
+    }
+    if let Some(peers) = &report.peers {
+        peers.print();
     }
     println!("\nGoals");
     for g in goals {

@@ -410,13 +410,51 @@ pub fn rss_bytes(pid: u32) -> Result<u64> {
 /// Start time (field 22 of /proc/<pid>/stat), read into a reused buffer: the work a
 /// polling tool does per owner and per sweep.
 pub fn start_ticks(pid: u32, buffer: &mut Vec<u8>) -> Option<u64> {
+    stat_state(pid, buffer).map(|(_, start)| start)
+}
+
+/// The state letter (field 3) and start time (field 22) of /proc/<pid>/stat.
+pub fn stat_state(pid: u32, buffer: &mut Vec<u8>) -> Option<(u8, u64)> {
     buffer.clear();
     let mut file = File::open(format!("/proc/{pid}/stat")).ok()?;
     file.read_to_end(buffer).ok()?;
     let close = buffer.iter().rposition(|&b| b == b')')?;
     let rest = std::str::from_utf8(&buffer[close + 1..]).ok()?;
+    let mut fields = rest.split_ascii_whitespace();
+    let state = *fields.next()?.as_bytes().first()?;
     // Field 22 is the 20th after the comm (state is the 1st).
-    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+    Some((state, fields.nth(18)?.parse().ok()?))
+}
+
+/// Forks, execs and waits for `/bin/true` `count` times over two worker threads: exits
+/// that nobody tracks. Returns the wall time in milliseconds.
+pub fn storm(count: usize) -> Result<f64> {
+    let started = std::time::Instant::now();
+    std::thread::scope(|scope| -> Result<()> {
+        let workers: Vec<_> = (0..2)
+            .map(|w| {
+                scope.spawn(move || -> Result<()> {
+                    for _ in (w..count).step_by(2) {
+                        let status = std::process::Command::new("/bin/true")
+                            .stdin(std::process::Stdio::null())
+                            .stdout(std::process::Stdio::null())
+                            .status()?;
+                        if !status.success() {
+                            bail!("/bin/true failed: {status}");
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for worker in workers {
+            worker
+                .join()
+                .map_err(|_| anyhow::anyhow!("storm worker panicked"))??;
+        }
+        Ok(())
+    })?;
+    Ok(started.elapsed().as_secs_f64() * 1e3)
 }
 
 /// Polls until `condition` holds or `timeout` passes.

@@ -27,8 +27,9 @@ enum Command {
         #[arg(long, env = "CLANG", default_value = "clang")]
         clang: String,
     },
-    /// Build livenessd and the harness in release mode and benchmark latency, scale and
-    /// overhead (see docs/benchmarks.md). Needs root for eBPF, pid_max and 100k processes.
+    /// Build livenessd and the harness in release mode and benchmark latency, scale,
+    /// overhead and peers (see docs/benchmarks.md). Needs root for eBPF, pid_max and 100k
+    /// processes; installs the peer tools with apt-get.
     Bench {
         /// Smaller sizes, under 2 minutes.
         #[arg(long, conflicts_with = "smoke")]
@@ -39,9 +40,13 @@ enum Command {
         /// Write the figures as JSON to this file.
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
-        /// Run only these parts: latency, scale (comma-separated; default: all).
+        /// Run only these parts: latency, scale, peers (comma-separated; default: all).
         #[arg(long, value_name = "PARTS")]
         part: Option<String>,
+        /// Run only the peers part: liveness next to exitsnoop, bpftrace, the proc
+        /// connector, pidfd and /proc polling (the same as --part peers).
+        #[arg(long, conflicts_with = "part")]
+        peers: bool,
     },
     /// Run the fault suite alone with more rounds and inputs: SIGKILLs mid-burst, ring-buffer
     /// overflow, full disk, replaced databases, and the protocol fuzz. Needs root and BTF.
@@ -92,7 +97,13 @@ fn main() -> Result<()> {
             smoke,
             json,
             part,
-        } => bench(quick, smoke, json, part),
+            peers,
+        } => bench(
+            quick,
+            smoke,
+            json,
+            if peers { Some("peers".into()) } else { part },
+        ),
         Command::Chaos { rounds, cases } => {
             chaos::run(&workspace_root(), &chaos::Options { rounds, cases })
         }

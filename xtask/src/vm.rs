@@ -45,6 +45,8 @@ const PACKAGES: &[&str] = &[
 /// The binaries the tests run, from `LIVENESS_BIN_DIR` (`/bin` in the guest).
 const PROGRAMS: &[&str] = &["livenessd", "liveness", "testproc", "seccomp-deny"];
 const INSTALL_HINT: &str = "apt-get install -y qemu-system-x86 busybox-static bash-static cpio";
+/// util-linux tools the tests run, copied from the host with their shared libraries.
+const UTIL_LINUX: &[&str] = &["unshare", "nsenter"];
 
 /// What `cargo xtask vm-test` was asked to do.
 #[derive(Debug)]
@@ -310,6 +312,19 @@ fn make_initrd(
     copy(busybox, staging.join("bin/busybox"))?;
     // Tests run hooks through `bash -c`; busybox has no bash.
     copy(bash, staging.join("bin/bash"))?;
+    // Namespace tests need util-linux's options (`--time`, `--kill-child`) that busybox's
+    // applets lack; these are dynamically linked, so their libraries come along, at the
+    // paths the loader looks in. Installed first, busybox's same-named links do not replace
+    // them.
+    for tool in UTIL_LINUX {
+        let path = which(tool)?;
+        copy(&path, staging.join("bin").join(tool))?;
+        for library in shared_libraries(&path)? {
+            let to = staging.join(library.strip_prefix("/").unwrap_or(&library));
+            std::fs::create_dir_all(to.parent().context("a library path has a parent")?)?;
+            copy(&library, to)?;
+        }
+    }
     for (name, path) in &built.programs {
         copy(path, staging.join("bin").join(name))?;
     }
@@ -608,6 +623,26 @@ fn which(tool: &str) -> Result<PathBuf> {
         .map(|dir| dir.join(tool))
         .find(|candidate| candidate.is_file())
         .with_context(|| format!("{tool} is not installed; on Debian: {INSTALL_HINT}"))
+}
+
+/// The shared libraries (and the loader) a dynamically linked program needs, by `ldd`.
+fn shared_libraries(program: &Path) -> Result<Vec<PathBuf>> {
+    let output = Process::new("ldd")
+        .arg(program)
+        .output()
+        .with_context(|| format!("running ldd {}", program.display()))?;
+    ensure!(
+        output.status.success(),
+        "ldd {} failed: {}",
+        program.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // `libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)`, `/lib64/ld-linux-x86-64.so.2 (0x...)`
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .split_whitespace()
+        .filter(|word| word.starts_with('/'))
+        .map(PathBuf::from)
+        .collect())
 }
 
 /// A tool that must be statically linked, as the guest has no shared libraries.

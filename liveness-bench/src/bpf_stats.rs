@@ -1,0 +1,92 @@
+//! What eBPF programs cost, as the kernel counts it: run count and run time per program,
+//! kept while statistics are enabled (`BPF_ENABLE_STATS`, held by the caller).
+
+use anyhow::{Context, Result};
+
+/// Runs and run time of a set of eBPF programs.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ProgramCost {
+    pub runs: u64,
+    pub nanos: u64,
+}
+
+impl ProgramCost {
+    /// The totals now, over every loaded copy of the daemon's program (one per running
+    /// daemon; the kernel truncates program names to 15 bytes).
+    pub fn liveness() -> Result<ProgramCost> {
+        let name = &liveness_common::record::PROGRAM_NAME.as_bytes()[..15];
+        ProgramCost::of(|info| info.name() == name)
+    }
+
+    /// The totals now over the programs with these IDs.
+    pub fn of_ids(ids: &[u32]) -> Result<ProgramCost> {
+        ProgramCost::of(|info| ids.contains(&info.id()))
+    }
+
+    fn of(wanted: impl Fn(&aya::programs::ProgramInfo) -> bool) -> Result<ProgramCost> {
+        let mut total = ProgramCost::default();
+        for info in aya::programs::loaded_programs() {
+            let info = info.context("listing eBPF programs")?;
+            if wanted(&info) {
+                total.runs += info.run_count();
+                total.nanos += info.run_time().as_nanos() as u64;
+            }
+        }
+        Ok(total)
+    }
+
+    /// IDs and names of every loaded program.
+    pub fn loaded() -> Result<Vec<(u32, Vec<u8>)>> {
+        aya::programs::loaded_programs()
+            .map(|info| {
+                let info = info.context("listing eBPF programs")?;
+                Ok((info.id(), info.name().to_vec()))
+            })
+            .collect()
+    }
+
+    pub fn since(self, earlier: ProgramCost) -> ProgramCost {
+        ProgramCost {
+            runs: self.runs.saturating_sub(earlier.runs),
+            nanos: self.nanos.saturating_sub(earlier.nanos),
+        }
+    }
+
+    pub fn add(&mut self, more: ProgramCost) {
+        self.runs += more.runs;
+        self.nanos += more.nanos;
+    }
+
+    /// Mean run time, if the program ran.
+    pub fn ns_per_run(self) -> Option<f64> {
+        (self.runs > 0).then(|| self.nanos as f64 / self.runs as f64)
+    }
+}
+
+/// IDs of the eBPF programs a process holds descriptors of (`anon_inode:bpf-prog`), read
+/// from `/proc/<pid>/fdinfo`.
+pub fn bpf_program_ids(pid: u32) -> Vec<u32> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    let mut ids: Vec<u32> = fds
+        .filter_map(|fd| {
+            let fd = fd.ok()?;
+            let target = std::fs::read_link(fd.path()).ok()?;
+            if target.as_os_str() != "anon_inode:bpf-prog" {
+                return None;
+            }
+            let fdinfo = format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_str()?);
+            std::fs::read_to_string(fdinfo)
+                .ok()?
+                .lines()
+                .find_map(|l| l.strip_prefix("prog_id:"))?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
