@@ -69,7 +69,7 @@ pub struct Args {
     subscriber_queue: usize,
     /// How long a death seen only by a pidfd waits for its parent's reap, which gives the
     /// exit status on Linux 6.15+; past it the session ends without a status.
-    #[arg(long, default_value = "250ms", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "50ms", value_parser = parse_duration, value_name = "DURATION")]
     exit_status_wait: Duration,
     /// Most processes the eBPF filter map holds.
     #[arg(long, default_value_t = EbpfConfig::default().max_tracked, value_name = "COUNT")]

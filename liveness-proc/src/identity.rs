@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use liveness_common::identity::{DeathReason, Identity, ProcessKey};
 
-use crate::namespace::{BoottimeOffset, parse_nspid, parse_pidfd_fdinfo};
+use crate::namespace::{BoottimeOffset, NANOS_PER_TICK, parse_nspid, parse_pidfd_fdinfo};
 
 /// Process names that are never an owner: shells and launchers that sit between a hook
 /// and the program that really owns the session.
@@ -183,6 +183,10 @@ impl Default for ProcRoot {
     fn default() -> Self {
         let mut proc = ProcRoot::new("/proc");
         proc.live = true;
+        if proc.offset != BoottimeOffset::default() && !proc.start_times_include_offset() {
+            // The readings are already the kernel's own (Linux 5.10 reads them so).
+            proc.offset = BoottimeOffset::default();
+        }
         proc
     }
 }
@@ -204,6 +208,51 @@ impl ProcRoot {
             root,
             offset,
             live: false,
+        }
+    }
+
+    /// Whether this kernel adds the reader's boottime offset to `/proc/<pid>/stat` start
+    /// times: Linux 6.1 does, 5.10 does not. Asked of the kernel, not of its version: a
+    /// child forked now started now, so its start time as read here is close to this time
+    /// namespace's `CLOCK_BOOTTIME` (which every kernel with time namespaces offsets) only
+    /// when the reading includes the offset too. Offsets under a second are taken as
+    /// included: a probe cannot tell them from the fork's own delay.
+    fn start_times_include_offset(&self) -> bool {
+        let offset_ticks = self.offset.nanos.div_euclid(NANOS_PER_TICK);
+        let probe = || -> Result<i64, IdentityError> {
+            // SAFETY: the child only calls _exit, which is async-signal-safe.
+            let child = match unsafe { libc::fork() } {
+                -1 => {
+                    return Err(IdentityError::Read {
+                        path: PathBuf::from("fork(2)"),
+                        source: io::Error::last_os_error(),
+                    });
+                }
+                0 => unsafe { libc::_exit(0) },
+                child => child as u32,
+            };
+            let read = self.read(&format!("{child}/stat"));
+            let now = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+            // SAFETY: reaps our own child into a local.
+            unsafe { libc::waitpid(child as i32, std::ptr::null_mut(), 0) };
+            let started = Stat::parse(&read?)
+                .map_err(|what| IdentityError::Malformed {
+                    path: self.root.join(format!("{child}/stat")),
+                    what,
+                })?
+                .start_ticks as i64;
+            let now_ticks =
+                now.tv_sec * (1_000_000_000 / NANOS_PER_TICK) + now.tv_nsec / NANOS_PER_TICK;
+            Ok(now_ticks - started)
+        };
+        match probe() {
+            // Read with the offset, the child's start lags "now" by almost nothing; read
+            // without it, by the whole offset.
+            Ok(lag) => lag.abs() < (offset_ticks.abs() / 2).max(100),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot tell whether /proc start times include the time namespace offset; assuming they do");
+                true
+            }
         }
     }
 

@@ -134,7 +134,10 @@ fn pidfd_capacity(soft: u64) -> usize {
 }
 
 /// Default of [`PidfdConfig::status_wait`].
-pub const DEFAULT_STATUS_WAIT: Duration = Duration::from_millis(250);
+/// A live parent (a shell, an IDE) reaps within microseconds; an init that reaps orphans
+/// lazily may take far longer, and then the death goes on without its status rather than
+/// holding up the session's end.
+pub const DEFAULT_STATUS_WAIT: Duration = Duration::from_millis(50);
 
 /// Settings of the pidfd source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -505,7 +508,14 @@ mod tests {
     /// pidfd became readable: the report waits for that reap and carries the status.
     #[tokio::test]
     async fn waits_for_a_late_reap_to_report_the_status() {
-        let (mut source, mut rx) = source(8);
+        let (sink, mut rx) = mpsc::channel(8);
+        let mut source = PidfdSource::start(
+            sink,
+            PidfdConfig {
+                status_wait: PATIENCE,
+            },
+        )
+        .unwrap();
         let mut proc = Proc::sleeper();
         let key = proc.key();
         source.track(key).unwrap();
