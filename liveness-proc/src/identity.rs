@@ -95,6 +95,9 @@ pub struct Stat {
     pub ppid: u32,
     /// Kernel flags (field 9): `PF_KTHREAD` marks kernel threads.
     pub flags: u32,
+    /// CPU time in user and kernel mode, in clock ticks (fields 14 and 15).
+    pub utime: u64,
+    pub stime: u64,
     /// Threads of the process still counted by the kernel (field 20).
     pub num_threads: u32,
     /// Field 22 as read: [`ProcRoot::stat`] returns it normalised to the initial time
@@ -129,7 +132,7 @@ impl Stat {
         let comm = String::from_utf8_lossy(&text[open + 1..close]).into_owned();
         let rest = std::str::from_utf8(&text[close + 1..]).map_err(|_| "fields are not UTF-8")?;
         // Fields after the comm, numbered as in proc(5): 3 = state, 4 = ppid, 9 = flags,
-        // 20 = num_threads, 22 = starttime.
+        // 14 = utime, 15 = stime, 20 = num_threads, 22 = starttime.
         let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
         let field = |n: usize| fields.get(n - 3).copied().ok_or("too few fields");
         let mut state_chars = field(3)?.chars();
@@ -139,6 +142,8 @@ impl Stat {
         };
         let ppid = field(4)?.parse().map_err(|_| "PPID is not a number")?;
         let flags = field(9)?.parse().map_err(|_| "flags are not a number")?;
+        let utime = field(14)?.parse().map_err(|_| "utime is not a number")?;
+        let stime = field(15)?.parse().map_err(|_| "stime is not a number")?;
         let num_threads = field(20)?
             .parse()
             .map_err(|_| "thread count is not a number")?;
@@ -151,9 +156,16 @@ impl Stat {
             state,
             ppid,
             flags,
+            utime,
+            stime,
             num_threads,
             start_ticks,
         })
+    }
+
+    /// CPU time used so far (user + kernel), in clock ticks.
+    pub fn cpu_ticks(&self) -> u64 {
+        self.utime + self.stime
     }
 
     pub fn is_kernel_thread(&self) -> bool {
@@ -735,6 +747,9 @@ mod tests {
         let mut fields = vec!["0".to_owned(); 20];
         fields[0] = state.to_string();
         fields[1] = ppid.to_string();
+        // utime and stime, distinct so that a swapped or shifted field shows.
+        fields[11] = "3".to_owned();
+        fields[12] = "4".to_owned();
         fields[17] = threads.to_string();
         fields[19] = start.to_string();
         format!("{pid} ({comm}) {} 0 0 0\n", fields.join(" "))
@@ -784,10 +799,13 @@ mod tests {
                     state: 'R',
                     ppid: 7,
                     flags: 0,
+                    utime: 3,
+                    stime: 4,
                     num_threads: 1,
                     start_ticks: 123456
                 }
             );
+            assert_eq!(stat.cpu_ticks(), 7, "cpu_ticks is utime + stime");
         }
     }
 
