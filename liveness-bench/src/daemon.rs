@@ -1,183 +1,69 @@
-//! A real release `livenessd` and clients that speak its public socket protocol.
+//! A real release `livenessd` (the test kit's [`Daemon`]) and clients that speak its
+//! public socket protocol.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+pub use integration_tests::{Conn, Daemon};
 use serde_json::{Value, json};
 
-use crate::procs::{monotonic_ns, wait_until};
+use crate::procs::monotonic_ns;
 
-#[derive(Debug)]
-pub struct Daemon {
-    child: Option<Child>,
-    binary: PathBuf,
-    args: Vec<String>,
-    pub socket: PathBuf,
-    pub log: PathBuf,
-    _dir: tempfile::TempDir,
+/// Starts `livenessd --sources <sources> [extra]` from `bin_dir` on a fresh state
+/// directory, logging at `info`, and waits until it answers.
+pub fn start(bin_dir: &Path, sources: &str, extra: &[&str]) -> Result<Daemon> {
+    let mut args = vec!["--sources", sources];
+    args.extend(extra);
+    let daemon = Daemon::start_release(&bin_dir.join("livenessd"), "info", &args);
+    ready(&daemon)?;
+    Ok(daemon)
 }
 
-impl Daemon {
-    /// Starts `livenessd --sources <sources> [extra]` on a fresh state directory.
-    pub fn start(bin_dir: &Path, sources: &str, extra: &[&str]) -> Result<Daemon> {
-        let dir = tempfile::Builder::new()
-            .prefix("liveness-bench")
-            .tempdir()?;
-        let socket = dir.path().join("liveness.sock");
-        let log = dir.path().join("livenessd.log");
-        let mut args: Vec<String> = vec![
-            "--socket".into(),
-            socket.display().to_string(),
-            "--state-dir".into(),
-            dir.path().join("state").display().to_string(),
-            "--log-file".into(),
-            log.display().to_string(),
-            "--sources".into(),
-            sources.into(),
-        ];
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let mut daemon = Daemon {
-            child: None,
-            binary: bin_dir.join("livenessd"),
-            args,
-            socket,
-            log,
-            _dir: dir,
-        };
-        daemon.spawn()?;
-        Ok(daemon)
+/// Waits for a `status` reply: the engine answers only after it has reconciled every
+/// ACTIVE owner.
+pub fn ready(daemon: &Daemon) -> Result<()> {
+    let status = daemon.request(json!({"op": "status"}));
+    if status["ok"] != true {
+        bail!("livenessd status failed: {status}");
     }
-
-    /// (Re)starts the process on the same state directory and waits until it answers:
-    /// the engine answers only after it has reconciled every ACTIVE owner.
-    pub fn spawn(&mut self) -> Result<()> {
-        let child = Command::new(&self.binary)
-            .args(&self.args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .with_context(|| format!("starting {}", self.binary.display()))?;
-        self.child = Some(child);
-        let socket = self.socket.clone();
-        if !wait_until(Duration::from_secs(30), || {
-            UnixStream::connect(&socket).is_ok()
-        }) {
-            bail!(
-                "livenessd did not listen within 30 s; log: {}",
-                self.log_text()
-            );
-        }
-        let status = Conn::connect(&self.socket)?.call(&json!({"op": "status"}))?;
-        if status["ok"] != true {
-            bail!("livenessd status failed: {status}");
-        }
-        Ok(())
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, Child::id)
-    }
-
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// SIGTERM, then SIGKILL if it has not stopped within 10 s.
-    pub fn stop(&mut self) -> Result<()> {
-        let Some(mut child) = self.child.take() else {
-            return Ok(());
-        };
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(status) = child.try_wait()? {
-                if !status.success() {
-                    bail!("livenessd exited with {status}; log: {}", self.log_text());
-                }
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                child.kill()?;
-                child.wait()?;
-                bail!("livenessd did not stop within 10 s of SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
+    Ok(())
 }
 
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+/// SIGTERM; an unclean exit is an error.
+pub fn stop(daemon: &mut Daemon) -> Result<()> {
+    let status = daemon.stop();
+    if !status.success() {
+        bail!("livenessd exited with {status}; log: {}", daemon.log());
     }
+    Ok(())
 }
 
-/// One request/reply connection.
-#[derive(Debug)]
-pub struct Conn {
-    reader: BufReader<UnixStream>,
-    writer: BufWriter<UnixStream>,
+/// A connection subscribed to the event stream (only new events), without a read timeout:
+/// the reader, holding any lines that followed the acknowledgement in the same read.
+pub fn subscribe(socket: &Path) -> Result<BufReader<UnixStream>> {
+    let mut conn = Conn::connect(socket);
+    let ack = conn.request(json!({"op": "subscribe"}));
+    if ack["ok"] != true {
+        bail!("subscribe failed: {ack}");
+    }
+    let (reader, _writer) = conn.into_parts();
+    reader.get_ref().set_read_timeout(None)?;
+    Ok(reader)
 }
 
-impl Conn {
-    pub fn connect(socket: &Path) -> Result<Conn> {
-        let stream = UnixStream::connect(socket)
-            .with_context(|| format!("connecting to {}", socket.display()))?;
-        Ok(Conn {
-            // Large reads: in a burst the harness must not be what holds up the stream.
-            reader: BufReader::with_capacity(256 * 1024, stream.try_clone()?),
-            writer: BufWriter::new(stream),
-        })
+/// The next reply line.
+fn read_reply(reader: &mut BufReader<UnixStream>) -> Result<Value> {
+    let mut line = String::new();
+    if reader.read_line(&mut line)? == 0 {
+        bail!("livenessd closed the connection");
     }
-
-    pub fn call(&mut self, request: &Value) -> Result<Value> {
-        self.send(request)?;
-        self.writer.flush()?;
-        self.read()
-    }
-
-    fn send(&mut self, request: &Value) -> Result<()> {
-        serde_json::to_writer(&mut self.writer, request)?;
-        self.writer.write_all(b"\n")?;
-        Ok(())
-    }
-
-    /// A connection subscribed to the event stream (only new events).
-    pub fn subscribe(socket: &Path) -> Result<Conn> {
-        let mut conn = Conn::connect(socket)?;
-        let ack = conn.call(&json!({"op": "subscribe"}))?;
-        if ack["ok"] != true {
-            bail!("subscribe failed: {ack}");
-        }
-        Ok(conn)
-    }
-
-    /// The socket and the bytes already read past the last reply (stream lines may follow
-    /// the acknowledgement in the same read).
-    pub fn into_parts(self) -> (UnixStream, Vec<u8>) {
-        let buffered = self.reader.buffer().to_vec();
-        (self.reader.into_inner(), buffered)
-    }
-
-    fn read(&mut self) -> Result<Value> {
-        let mut line = String::new();
-        if self.reader.read_line(&mut line)? == 0 {
-            bail!("livenessd closed the connection");
-        }
-        Ok(serde_json::from_str(&line)?)
-    }
+    Ok(serde_json::from_str(&line)?)
 }
 
 /// Registers `session_of(pid)` for each PID, pipelined on `connections` connections (each
@@ -196,8 +82,9 @@ pub fn register_all(
             .map(|part| {
                 let session_of = &session_of;
                 scope.spawn(move || -> Result<()> {
-                    let mut conn = Conn::connect(socket)?;
-                    let mut writer = BufWriter::new(conn.writer.get_ref().try_clone()?);
+                    let (mut reader, writer) = Conn::connect(socket).into_parts();
+                    reader.get_ref().set_read_timeout(None)?;
+                    let mut writer = BufWriter::new(writer);
                     std::thread::scope(|inner| -> Result<()> {
                         let handle = inner.spawn(|| -> Result<()> {
                             for &pid in part {
@@ -213,7 +100,7 @@ pub fn register_all(
                             Ok(())
                         });
                         for &pid in part {
-                            let reply = conn.read()?;
+                            let reply = read_reply(&mut reader)?;
                             if reply["ok"] != true {
                                 bail!("registering PID {pid} failed: {reply}");
                             }
@@ -302,10 +189,8 @@ pub struct Subscriber {
 
 impl Subscriber {
     pub fn start(socket: &Path) -> Result<Subscriber> {
-        let conn = Conn::subscribe(socket)?;
+        let mut reader = subscribe(socket)?;
         let (tx, events) = mpsc::channel();
-        // The reader keeps its buffer: lines may already follow the acknowledgement in it.
-        let mut reader = conn.reader;
         let thread = std::thread::spawn(move || -> Result<()> {
             let mut line = String::new();
             loop {

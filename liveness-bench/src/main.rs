@@ -362,7 +362,7 @@ fn session(part: &str, pid: u32) -> String {
 /// first.
 /// Both figures thus come from the same minutes of a shared, noisy machine.
 fn latency(args: &Args, plan: &Plan, source: &str, report: &mut Report) -> Result<()> {
-    let mut daemon = Daemon::start(&args.bin_dir, source, &[])?;
+    let mut daemon = daemon::start(&args.bin_dir, source, &[])?;
     let subscriber = Subscriber::start(&daemon.socket)?;
     let mut floor = match source {
         "ebpf" | "pidfd" => Some(Floor::start(source)?),
@@ -431,7 +431,7 @@ fn latency(args: &Args, plan: &Plan, source: &str, report: &mut Report) -> Resul
             done += round;
         }
     }
-    daemon.stop()?;
+    daemon::stop(&mut daemon)?;
     subscriber.finish()?;
     if lost > 0 {
         report.errors.push(format!(
@@ -463,7 +463,7 @@ fn scale(args: &Args, plan: &Plan, source: &str, n: usize, report: &mut Report) 
     let mut sleepers = Sleepers::spawn(n, group)?;
     let spawn_s = spawn_started.elapsed().as_secs_f64();
     let extra = ["--ebpf-max-tracked", &(n + 10_000).to_string()];
-    let mut daemon = Daemon::start(&args.bin_dir, source, &extra)?;
+    let mut daemon = daemon::start(&args.bin_dir, source, &extra)?;
     let part = format!("scale-{source}-{n}");
     let took = register_all(&daemon.socket, &sleepers.pids, |p| session(&part, p), 4)?;
     let register_per_s = n as f64 / took.as_secs_f64();
@@ -535,7 +535,7 @@ fn scale(args: &Args, plan: &Plan, source: &str, n: usize, report: &mut Report) 
     drop(floor);
     let lost = victims.len() - delivered.len();
     let duplicates: u32 = delivered.values().map(|c| c - 1).sum();
-    daemon.stop()?;
+    daemon::stop(&mut daemon)?;
     subscriber.finish()?;
     drop(sleepers);
     if lost > 0 || duplicates > 0 || strays > 0 {
@@ -628,9 +628,10 @@ fn overhead(plan: &Plan, daemon: &mut Daemon, owners: usize) -> Result<Value> {
         for run_with_daemon in order {
             if run_with_daemon != daemon_running {
                 if run_with_daemon {
-                    daemon.spawn()?;
+                    daemon.restart();
+                    daemon::ready(daemon)?;
                 } else {
-                    daemon.stop()?;
+                    daemon::stop(daemon)?;
                 }
                 daemon_running = run_with_daemon;
             }
@@ -645,7 +646,8 @@ fn overhead(plan: &Plan, daemon: &mut Daemon, owners: usize) -> Result<Value> {
         }
     }
     if !daemon_running {
-        daemon.spawn()?;
+        daemon.restart();
+        daemon::ready(daemon)?;
     }
     // Each pair ran back to back: its ratio is free of the drift between pairs (storms
     // took from 7 to 15 s over one run here, on both sides alike).

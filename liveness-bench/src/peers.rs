@@ -22,7 +22,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
 use crate::bpf_stats::{ProgramCost, bpf_program_ids};
-use crate::daemon::{Conn, Daemon, Ended, register_all};
+use crate::daemon::{self, Daemon, Ended, register_all};
 use crate::procs::{self, Owners, monotonic_ns};
 use crate::{Dist, round, setup, watchers};
 
@@ -292,7 +292,7 @@ pub fn run(bin_dir: &Path, plan: PeersPlan) -> Result<PeersReport> {
     // A daemon that failed is a harness failure; the readers end with it.
     for group in &mut peers.groups {
         if let Some(daemon) = &mut group.daemon
-            && let Err(e) = daemon.stop()
+            && let Err(e) = daemon::stop(daemon)
         {
             errors.push(format!("peers: {e:#}"));
         }
@@ -372,8 +372,10 @@ impl Peers {
     /// A daemon, a direct subscriber on its socket and a `liveness watch --json`.
     fn start_liveness(&mut self, bin_dir: &Path, source: &str, logs: &Path) -> Result<()> {
         let started_ns = monotonic_ns();
-        let daemon = Daemon::start(bin_dir, source, &[])?;
-        let (stream, buffered) = Conn::subscribe(&daemon.socket)?.into_parts();
+        let daemon = daemon::start(bin_dir, source, &[])?;
+        let reader = daemon::subscribe(&daemon.socket)?;
+        let buffered = reader.buffer().to_vec();
+        let stream = reader.into_inner();
         stream.set_nonblocking(true)?;
         let log = logs.join(format!("liveness-{source}-watch.log"));
         let mut watch = Command::new(bin_dir.join("liveness"))
@@ -577,7 +579,7 @@ impl Peers {
                 let daemon = target.daemon.as_ref().context("no daemon")?;
                 register_all(&daemon.socket, pids, |pid| format!("peer-{pid}"), 1).with_context(
                     || {
-                        let log = daemon.log_text();
+                        let log = daemon.log();
                         let tail: Vec<&str> = log.lines().rev().take(3).collect();
                         format!("registering with livenessd (log, last lines first: {tail:?})")
                     },

@@ -4,12 +4,11 @@
 //! (fork, setpgid, read, write, clock_gettime, pause, waitpid, close_range, _exit) and
 //! never allocates.
 
+use anyhow::{Context, Result, bail};
+use liveness_proc::identity::Stat;
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::time::Duration;
-
-use anyhow::{Context, Result, bail};
 
 /// CLOCK_MONOTONIC in nanoseconds, comparable across processes.
 pub fn monotonic_ns() -> u64 {
@@ -94,26 +93,9 @@ impl Owners {
         let (report_read, report_write) = pipe()?;
         let (go_fd, report_fd) = (go_read.as_raw_fd(), report_write.as_raw_fd());
         for _ in 0..count {
-            // SAFETY: the child only calls async-signal-safe functions (see the module doc).
-            match unsafe { libc::fork() } {
-                -1 => return Err(std::io::Error::last_os_error()).context("fork"),
-                0 => {
-                    // SAFETY: as above; the middle process forks once more and exits.
-                    match unsafe { libc::fork() } {
-                        0 => owner_main(go_fd, report_fd),
-                        -1 => exit_now(1),
-                        _ => exit_now(0),
-                    }
-                }
-                middle => {
-                    let mut status = 0;
-                    // SAFETY: reaping the middle process we just forked.
-                    unsafe { libc::waitpid(middle, &mut status, 0) };
-                    if status != 0 {
-                        bail!("the middle process of a double fork failed ({status:#x})");
-                    }
-                }
-            }
+            // The owner only calls async-signal-safe functions (see the module doc).
+            integration_tests::spawn_orphan(|| owner_main(go_fd, report_fd))
+                .context("forking an owner")?;
         }
         drop((go_read, report_write));
         let mut owners = Owners {
@@ -383,16 +365,7 @@ impl Drop for PidMax {
 
 /// utime + stime of a process, in clock ticks (USER_HZ = 100).
 pub fn cpu_ticks(pid: u32) -> Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let after = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest)
-        .context("malformed stat")?;
-    // After the comm: state(3) ... utime(14) stime(15), i.e. indexes 11 and 12 here.
-    let fields: Vec<&str> = after.split_ascii_whitespace().collect();
-    let utime: u64 = fields.get(11).context("no utime")?.parse()?;
-    let stime: u64 = fields.get(12).context("no stime")?.parse()?;
-    Ok(utime + stime)
+    Ok(integration_tests::proc_root().stat(pid)?.cpu_ticks())
 }
 
 /// VmRSS of a process in bytes.
@@ -410,20 +383,15 @@ pub fn rss_bytes(pid: u32) -> Result<u64> {
 /// Start time (field 22 of /proc/<pid>/stat), read into a reused buffer: the work a
 /// polling tool does per owner and per sweep.
 pub fn start_ticks(pid: u32, buffer: &mut Vec<u8>) -> Option<u64> {
-    stat_state(pid, buffer).map(|(_, start)| start)
+    read_stat(pid, buffer).map(|stat| stat.start_ticks)
 }
 
-/// The state letter (field 3) and start time (field 22) of /proc/<pid>/stat.
-pub fn stat_state(pid: u32, buffer: &mut Vec<u8>) -> Option<(u8, u64)> {
+/// `/proc/<pid>/stat` read into a reused buffer, parsed by the daemon's parser.
+pub fn read_stat(pid: u32, buffer: &mut Vec<u8>) -> Option<Stat> {
     buffer.clear();
     let mut file = File::open(format!("/proc/{pid}/stat")).ok()?;
     file.read_to_end(buffer).ok()?;
-    let close = buffer.iter().rposition(|&b| b == b')')?;
-    let rest = std::str::from_utf8(&buffer[close + 1..]).ok()?;
-    let mut fields = rest.split_ascii_whitespace();
-    let state = *fields.next()?.as_bytes().first()?;
-    // Field 22 is the 20th after the comm (state is the 1st).
-    Some((state, fields.nth(18)?.parse().ok()?))
+    Stat::parse(buffer).ok()
 }
 
 /// Forks, execs and waits for `/bin/true` `count` times over two worker threads: exits
@@ -455,16 +423,4 @@ pub fn storm(count: usize) -> Result<f64> {
         Ok(())
     })?;
     Ok(started.elapsed().as_secs_f64() * 1e3)
-}
-
-/// Polls until `condition` holds or `timeout` passes.
-pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = std::time::Instant::now() + timeout;
-    while !condition() {
-        if std::time::Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    true
 }

@@ -185,7 +185,7 @@ impl Poller {
 impl Watch for Poller {
     fn track(&mut self, pid: u32) -> Result<()> {
         // Already gone: start time 0 never matches, so the next sweep reports it.
-        let start = procs::stat_state(pid, &mut self.buffer).map_or(0, |(_, start)| start);
+        let start = procs::start_ticks(pid, &mut self.buffer).unwrap_or(0);
         self.tracked.push((pid, start));
         Ok(())
     }
@@ -207,8 +207,8 @@ impl Watch for Poller {
         self.next_sweep = (self.next_sweep + self.interval).max(now);
         let buffer = &mut self.buffer;
         self.tracked.retain(|&(pid, start)| {
-            let alive = matches!(procs::stat_state(pid, buffer),
-                Some((state, now_start)) if now_start == start && state != b'Z' && state != b'X');
+            let alive = matches!(procs::read_stat(pid, buffer),
+                Some(stat) if stat.start_ticks == start && !stat.has_exited());
             if !alive {
                 exited.push(pid);
             }

@@ -1,5 +1,8 @@
-//! Shared helpers for the integration tests: the real binaries, real processes whose death
-//! the test decides, and a real daemon on a private socket and state directory.
+//! The test kit of the integration tests and the benchmark harness (`liveness-bench`): the
+//! real binaries, real processes whose death the caller decides ([`spawn_orphan`],
+//! [`Orphan`]), `/proc` read with the daemon's own parser ([`proc_root`]), and a real
+//! daemon on a private socket and state directory ([`Daemon`], [`Conn`]). It depends on
+//! nothing test-only, so the benchmark can link it.
 //!
 //! Binaries: `LIVENESS_BIN_DIR` names a directory holding `livenessd`, `liveness` and
 //! `testproc` (for VMs, where there is no cargo); otherwise they are built once per test
@@ -13,6 +16,7 @@ use std::process::{Child, ChildStdin, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use liveness_proc::identity::ProcRoot;
 use serde_json::Value;
 
 /// How many rounds a fault test repeats: `normal` in an ordinary test run, or
@@ -133,21 +137,65 @@ pub fn privileged(test: &str) -> bool {
     }
 }
 
-/// Start time of a process in clock ticks (`/proc/<pid>/stat` field 22).
+/// `/proc` as the daemon reads it, with the daemon's own `/proc/<pid>/stat` parser.
+pub fn proc_root() -> &'static ProcRoot {
+    static PROC: OnceLock<ProcRoot> = OnceLock::new();
+    PROC.get_or_init(ProcRoot::default)
+}
+
+/// Start time of a process in clock ticks (`/proc/<pid>/stat` field 22), as the daemon
+/// records it.
 pub fn start_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+    proc_root().stat(pid).ok().map(|stat| stat.start_ticks)
 }
 
 /// `/proc/<pid>/stat` state letter, if the process exists.
 pub fn state(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 1..]
-        .split_ascii_whitespace()
-        .next()?
-        .chars()
-        .next()
+    proc_root().stat(pid).ok().map(|stat| stat.state)
+}
+
+/// Makes a process that is not the caller's child: a middle process, in a new session so
+/// that the caller's terminal signals miss it, forks `orphan` and exits at once, so the
+/// orphan is reparented to init or the nearest subreaper. Returns once the middle process
+/// is reaped. Between the forks only async-signal-safe calls are made, so a multi-threaded
+/// caller may use it, as long as `orphan` keeps to such calls too. If `orphan` returns,
+/// the orphan exits with status 0.
+pub fn spawn_orphan(orphan: impl FnOnce()) -> std::io::Result<()> {
+    // SAFETY: the child makes only async-signal-safe calls (setsid, fork, _exit) before
+    // `orphan`, whose contract says the same.
+    match unsafe { libc::fork() } {
+        -1 => Err(std::io::Error::last_os_error()),
+        0 => {
+            // SAFETY: as above.
+            unsafe { libc::setsid() };
+            // SAFETY: as above; the middle process only forks and exits.
+            match unsafe { libc::fork() } {
+                0 => {
+                    orphan();
+                    // SAFETY: _exit, not exit: the caller's atexit handlers and buffers are
+                    // not the orphan's to run or flush.
+                    unsafe { libc::_exit(0) }
+                }
+                // SAFETY: _exit ends the middle process without running the caller's
+                // destructors, which belong to the caller.
+                -1 => unsafe { libc::_exit(1) },
+                // SAFETY: as above.
+                _ => unsafe { libc::_exit(0) },
+            }
+        }
+        middle => {
+            let mut status = 0;
+            // SAFETY: reaping the middle process just forked.
+            unsafe { libc::waitpid(middle, &mut status, 0) };
+            if status == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::other(format!(
+                    "the middle process of a double fork failed to fork (wait status {status:#x})"
+                )))
+            }
+        }
+    }
 }
 
 /// Polls `condition` until it holds or `timeout` passes.
@@ -284,6 +332,10 @@ pub struct Daemon {
     pub dir: tempfile::TempDir,
     pub socket: PathBuf,
     pub state_dir: PathBuf,
+    /// The `livenessd` binary run.
+    program: PathBuf,
+    /// `LIVENESS_LOG` of the daemon.
+    log_level: &'static str,
     /// A command the daemon runs under (`unshare ...`, a seccomp wrapper), or empty.
     prefix: Vec<String>,
     args: Vec<String>,
@@ -302,6 +354,22 @@ impl Daemon {
     /// Like [`Daemon::start_with_state`], run as `PREFIX... livenessd ARGS...`, e.g. inside
     /// new namespaces made by `unshare`. [`Daemon::pid`] is then the prefix's first process.
     pub fn start_under(prefix: &[&str], state_dir: Option<PathBuf>, args: &[&str]) -> Daemon {
+        Daemon::start_program(&binary("livenessd"), "debug", prefix, state_dir, args)
+    }
+
+    /// Runs `livenessd` from a given path (a release build for a benchmark, say), logging
+    /// at `log_level` (debug logging would slow what a benchmark measures).
+    pub fn start_release(livenessd: &Path, log_level: &'static str, args: &[&str]) -> Daemon {
+        Daemon::start_program(livenessd, log_level, &[], None, args)
+    }
+
+    fn start_program(
+        livenessd: &Path,
+        log_level: &'static str,
+        prefix: &[&str],
+        state_dir: Option<PathBuf>,
+        args: &[&str],
+    ) -> Daemon {
         let dir = tempfile::tempdir().expect("temp dir");
         let socket = dir.path().join("run/liveness.sock");
         let state_dir = state_dir.unwrap_or_else(|| dir.path().join("state"));
@@ -310,6 +378,8 @@ impl Daemon {
             dir,
             socket,
             state_dir,
+            program: livenessd.to_owned(),
+            log_level,
             prefix: prefix.iter().map(|a| (*a).to_owned()).collect(),
             args: args.iter().map(|a| (*a).to_owned()).collect(),
         };
@@ -323,14 +393,13 @@ impl Daemon {
             .append(true)
             .open(self.log_path())
             .expect("daemon log file");
-        let livenessd = binary("livenessd");
         let mut command = match self.prefix.split_first() {
             Some((program, rest)) => {
                 let mut command = Command::new(program);
-                command.args(rest).arg(&livenessd);
+                command.args(rest).arg(&self.program);
                 command
             }
-            None => Command::new(&livenessd),
+            None => Command::new(&self.program),
         };
         let child = command
             .arg("--socket")
@@ -338,7 +407,7 @@ impl Daemon {
             .arg("--state-dir")
             .arg(&self.state_dir)
             .args(&self.args)
-            .env("LIVENESS_LOG", "debug")
+            .env("LIVENESS_LOG", self.log_level)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -387,11 +456,23 @@ impl Daemon {
         let _ = child.wait();
     }
 
-    /// SIGTERM, and the exit status.
+    /// SIGTERM, and the exit status; SIGKILL and a failure if it has not stopped in 30 s.
     pub fn stop(&mut self) -> std::process::ExitStatus {
         self.signal(libc::SIGTERM);
         let mut child = self.child.take().expect("daemon running");
-        child.wait().expect("wait for livenessd")
+        let mut status = None;
+        if !eventually(Duration::from_secs(30), || {
+            status = child.try_wait().expect("wait for livenessd");
+            status.is_some()
+        }) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "livenessd did not stop within 30 s of SIGTERM:\n{}",
+                self.log()
+            );
+        }
+        status.expect("exited")
     }
 
     /// The exit status, once the daemon has exited on its own.
@@ -479,9 +560,17 @@ impl Conn {
             .expect("read timeout");
         let writer = stream.try_clone().expect("clone stream");
         Conn {
-            reader: BufReader::new(stream),
+            // Large reads: in a burst the reader must not be what holds up the stream.
+            reader: BufReader::with_capacity(256 * 1024, stream),
             writer,
         }
+    }
+
+    /// The reader, with the bytes already read past the last reply (stream lines may follow
+    /// an acknowledgement in the same read), and the writer: for a caller that reads and
+    /// writes on its own terms, such as a pipelining benchmark.
+    pub fn into_parts(self) -> (BufReader<UnixStream>, UnixStream) {
+        (self.reader, self.writer)
     }
 
     pub fn send_raw(&mut self, bytes: &[u8]) {

@@ -175,33 +175,20 @@ fn main() {
     if args.first().map(String::as_str) != Some("orphan") {
         run_mode(&args);
     }
-    // SAFETY: single-threaded here, so fork is safe; each branch either exits or runs on.
-    match unsafe { libc::fork() } {
-        -1 => panic!("fork failed: {}", std::io::Error::last_os_error()),
-        0 => {
-            // SAFETY: as above; the middle process only forks again and exits.
-            unsafe { libc::setsid() };
-            match unsafe { libc::fork() } {
-                -1 => exit_group(104),
-                0 => {
-                    // The grandchild tells its PID itself, after the fork, so the line is
-                    // written exactly once; then stdout is closed so readers see EOF.
-                    let mut out = std::io::stdout().lock();
-                    let _ = writeln!(out, "{}", std::process::id());
-                    let _ = out.flush();
-                    // SAFETY: closing our own stdout; nothing else uses it.
-                    unsafe { libc::close(1) };
-                    drop(out);
-                    run_mode(&args[1..])
-                }
-                _ => exit_group(0),
-            }
-        }
-        child => {
-            let mut status = 0;
-            // SAFETY: reaping the middle process we just forked.
-            unsafe { libc::waitpid(child, &mut status, 0) };
-            exit_group(0)
-        }
+    let orphan = integration_tests::spawn_orphan(|| {
+        // The orphan tells its PID itself, after the forks, so the line is written exactly
+        // once; then stdout is closed so readers see EOF.
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{}", std::process::id());
+        let _ = out.flush();
+        // SAFETY: closing our own stdout; nothing else uses it.
+        unsafe { libc::close(1) };
+        drop(out);
+        run_mode(&args[1..])
+    });
+    if let Err(e) = orphan {
+        eprintln!("testproc: {e}");
+        exit_group(104)
     }
+    exit_group(0)
 }
