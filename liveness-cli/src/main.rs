@@ -9,21 +9,16 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use serde::Serialize;
 
-use std::collections::BTreeMap;
-use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use liveness_client::{Client, ClientError, Cursor};
+use liveness_client::{Client, ClientError, Cursor, Filter, Item, Owner, Registration};
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{DeathReason, Identity};
-use liveness_common::protocol::{
-    AutoOwner, ErrorCode, OwnerSpec, PidOwner, PidfdOwner, Reply, Request, StreamMessage,
-};
+use liveness_common::protocol::{ErrorCode, Reply, Request};
 use liveness_common::session::{EndReason, Event, EventKind, Phase, Session};
 use liveness_common::status::{SourceName, SourceReport, SourceState, Status};
 use liveness_proc::diagnose::{self, Restrictions};
 use liveness_proc::identity::{IdentityError, Liveness, ProcRoot};
-use liveness_proc::paths::Env;
 
 /// Process exit codes of the `liveness` CLI.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,6 +210,10 @@ enum Command {
     /// killed in between runs CMD for that event again when it restarts: make CMD
     /// idempotent. If the daemon's database was replaced (deleted, restored, recreated), the
     /// watcher is told so and starts over with the new database's first event.
+    ///
+    /// If the daemon stops or restarts, the watcher reconnects and resumes after the last
+    /// event it handled, retrying for up to 30 s (every 0.1 s, doubling to 2 s); then it
+    /// gives up with exit code 69.
     Watch {
         /// Replay events after this seq first (default: only new events).
         #[arg(long, value_name = "SEQ")]
@@ -237,6 +236,9 @@ enum Command {
         json: bool,
     },
     /// Block until a session ends; the exit code tells how (see below).
+    ///
+    /// If the daemon stops or restarts meanwhile, wait reconnects and goes on waiting,
+    /// retrying for up to 30 s (every 0.1 s, doubling to 2 s); then it gives up with 69.
     #[command(after_help = WAIT_HELP)]
     Wait {
         #[arg(long)]
@@ -304,9 +306,7 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> ExitCode {
-    let socket = &cli
-        .socket
-        .unwrap_or_else(|| Env::from_process().client_socket(|p| p.exists()));
+    let socket = &cli.socket.unwrap_or_else(liveness_client::default_socket);
     match cli.command {
         Command::Wait { session, uid, json } => wait(socket, &session, uid, json),
         command => run_command(command, socket).into(),
@@ -372,23 +372,19 @@ fn run_command(command: Command, socket: &Path) -> Exit {
             labels,
             json,
         } => {
-            let (owner, pidfd) = match owner_spec(owner) {
+            let owner = match owner_of(owner) {
                 Ok(owner) => owner,
                 Err(exit) => return exit,
             };
-            let labels: BTreeMap<String, String> = labels.into_iter().collect();
-            let fds: Vec<_> = pidfd.iter().map(AsFd::as_fd).collect();
-            let request = Request::Register {
+            let registration = Registration {
                 session,
-                uid,
                 owner,
                 pending,
-                labels,
+                labels: labels.into_iter().collect(),
+                uid,
             };
-            let reply = Client::connect(socket).and_then(|mut c| c.call_with_fds(&request, &fds));
-            match reply {
-                Ok(reply) if reply.ok => print_session(&reply, json),
-                Ok(reply) => refused(&reply),
+            match Client::connect(socket).and_then(|mut c| c.register(&registration)) {
+                Ok(session) => print_session(&session, json),
                 Err(e) => client_error(&e),
             }
         }
@@ -463,70 +459,45 @@ fn run_command(command: Command, socket: &Path) -> Exit {
     }
 }
 
-/// The owner as the request names it, and the pidfd to pass with the request, if any.
-///
-/// `auto` stays a request to the daemon: it walks up from the caller's pid, which the
-/// kernel translates into the daemon's namespace (`SO_PEERCRED`), so no number crosses a
-/// namespace.
-fn owner_spec(owner: OwnerArgs) -> Result<(OwnerSpec, Option<OwnedFd>), Exit> {
+/// The owner named on the command line. `auto` stays a request to the daemon: it walks up
+/// from the caller's pid, which the kernel translates into the daemon's namespace
+/// (`SO_PEERCRED`), so no number crosses a namespace.
+fn owner_of(owner: OwnerArgs) -> Result<Owner, Exit> {
     match owner {
-        OwnerArgs { owner: Some(_), .. } => Ok((OwnerSpec::Auto(AutoOwner::Auto), None)),
+        OwnerArgs { owner: Some(_), .. } => Ok(Owner::Auto),
         OwnerArgs {
             owner_pid: Some(pid),
             ..
-        } => match open_pidfd(pid) {
-            Ok(Some(pidfd)) => Ok((OwnerSpec::Pidfd(PidfdOwner { pidfd: 0 }), Some(pidfd))),
-            Ok(None) => Ok((OwnerSpec::Pid(PidOwner { pid }), None)),
-            Err(e) => Err(identity_error(&e)),
-        },
+        } => Ok(Owner::Pid(pid)),
         OwnerArgs {
             owner_identity: Some(text),
             ..
-        } => match serde_json::from_str(&text) {
-            Ok(identity) => Ok((OwnerSpec::Identity(identity), None)),
-            Err(e) => {
+        } => serde_json::from_str(&text)
+            .map(Owner::Identity)
+            .map_err(|e| {
                 eprintln!("liveness: invalid --owner-identity JSON: {e}");
-                Err(Exit::DataErr)
-            }
-        },
+                Exit::DataErr
+            }),
         OwnerArgs { .. } => unreachable!("clap requires exactly one owner argument"),
-    }
-}
-
-/// A pidfd for `pid` in this command's namespace; `None` where pidfds do not apply (a
-/// kernel before 5.3, a seccomp filter, a thread id): the daemon is then given the number
-/// and says what is wrong with it.
-fn open_pidfd(pid: u32) -> Result<Option<OwnedFd>, IdentityError> {
-    let Some(raw) = i32::try_from(pid)
-        .ok()
-        .and_then(rustix::process::Pid::from_raw)
-    else {
-        return Err(IdentityError::NoSuchProcess(pid));
-    };
-    match rustix::process::pidfd_open(raw, rustix::process::PidfdFlags::empty()) {
-        Ok(pidfd) => Ok(Some(pidfd)),
-        Err(rustix::io::Errno::SRCH) => Err(IdentityError::NoSuchProcess(pid)),
-        Err(_) => Ok(None),
     }
 }
 
 fn client_error(e: &ClientError) -> Exit {
     eprintln!("liveness: {e}");
     match e {
-        ClientError::Connect { .. } | ClientError::Closed => Exit::Unavailable,
+        ClientError::Connect { .. } | ClientError::Closed | ClientError::GaveUp { .. } => {
+            Exit::Unavailable
+        }
         ClientError::Io(_) => Exit::IoErr,
         ClientError::Protocol(_) => Exit::Software,
+        ClientError::NoSuchProcess(_) => Exit::Dead,
+        ClientError::Daemon { code, .. } => refusal_exit(*code),
     }
 }
 
-/// Reports an error reply and maps it to an exit code.
-fn refused(reply: &Reply) -> Exit {
-    let Some(error) = &reply.error else {
-        eprintln!("liveness: the daemon refused without saying why");
-        return Exit::Software;
-    };
-    eprintln!("liveness: {}", error.message);
-    match error.code {
+/// The exit code for a refusal by the daemon.
+fn refusal_exit(code: ErrorCode) -> Exit {
+    match code {
         ErrorCode::NotFound => Exit::NotFound,
         ErrorCode::Forbidden => Exit::NoPerm,
         ErrorCode::ShuttingDown => Exit::Unavailable,
@@ -545,66 +516,43 @@ fn refused(reply: &Reply) -> Exit {
     }
 }
 
-/// Every page of `list`, on one connection; text is printed page by page, JSON as one
-/// array at the end.
+/// Every page of `list`: text one session a line, JSON as one array.
 fn list(socket: &Path, phase: Option<Phase>, json: bool) -> Exit {
-    let mut client = match Client::connect(socket) {
-        Ok(client) => client,
+    let sessions = match Client::connect(socket).and_then(|mut c| c.list(phase)) {
+        Ok(sessions) => sessions,
         Err(e) => return client_error(&e),
     };
-    let mut all = Vec::new();
-    let mut after = None;
-    loop {
-        let request = Request::List {
-            phase,
-            limit: None,
-            after: after.take(),
-        };
-        let reply = match client.call(&request) {
-            Ok(reply) if reply.ok => reply,
-            Ok(reply) => return refused(&reply),
-            Err(e) => return client_error(&e),
-        };
-        let sessions = reply.sessions.unwrap_or_default();
-        if json {
-            all.extend(sessions);
-        } else {
-            for session in &sessions {
-                println!("{}", describe_session(session));
-            }
-        }
-        match reply.next {
-            Some(next) => after = Some(next),
-            None => break,
-        }
-    }
     if json {
-        print_json(&all);
+        print_json(&sessions);
+    } else {
+        for session in &sessions {
+            println!("{}", describe_session(session));
+        }
     }
     Exit::Ok
 }
 
-/// One request; `on_ok` handles a successful reply.
+/// One request; `on_ok` handles its reply.
 fn call(socket: &Path, request: &Request, on_ok: impl FnOnce(Reply) -> Exit) -> Exit {
     match Client::connect(socket).and_then(|mut client| client.call(request)) {
-        Ok(reply) if reply.ok => on_ok(reply),
-        Ok(reply) => refused(&reply),
+        Ok(reply) => on_ok(reply),
         Err(e) => client_error(&e),
     }
 }
 
 /// A request whose reply is one session.
 fn session_call(socket: &Path, request: &Request, json: bool) -> Exit {
-    call(socket, request, |reply| print_session(&reply, json))
+    call(socket, request, |reply| match &reply.session {
+        Some(session) => print_session(session, json),
+        None => Exit::Ok,
+    })
 }
 
-fn print_session(reply: &Reply, json: bool) -> Exit {
-    if let Some(session) = &reply.session {
-        if json {
-            print_json(session);
-        } else {
-            println!("{}", describe_session(session));
-        }
+fn print_session(session: &Session, json: bool) -> Exit {
+    if json {
+        print_json(session);
+    } else {
+        println!("{}", describe_session(session));
     }
     Exit::Ok
 }
@@ -784,103 +732,95 @@ fn watch(socket: &Path, options: Watch) -> Exit {
         }),
         None => Ok(()),
     };
-    // A lagging watcher is disconnected by the daemon; it resumes after its last event.
+    let filter = Filter {
+        session: options.session.clone(),
+        uid: options.uid,
+    };
+    let mut events = match Client::connect(socket).and_then(|c| c.subscribe(position, filter)) {
+        Ok(events) => events,
+        Err(e) => return client_error(&e),
+    };
     loop {
-        let mut client = match Client::connect(socket) {
-            Ok(client) => client,
+        let item = match events.next_item() {
+            Ok(item) => item,
             Err(e) => return client_error(&e),
         };
-        let subscribed =
-            match client.subscribe(position.as_ref(), options.session.clone(), options.uid) {
-                Ok(Reply {
-                    ok: true,
-                    subscribed: Some(subscribed),
-                    ..
-                }) => subscribed,
-                Ok(reply) => return refused(&reply),
-                Err(e) => return client_error(&e),
-            };
-        // From here on the position is in the daemon's store: a cursor saved without a
-        // store id (or a watcher started without one) learns it.
-        let position = position.get_or_insert(Cursor {
-            seq: subscribed.since,
-            store_id: None,
-        });
-        position
-            .store_id
-            .get_or_insert_with(|| subscribed.store_id.clone());
-        loop {
-            let (line, message) = match client.next_message() {
-                Ok(next) => next,
-                Err(e) => return client_error(&e),
-            };
-            match &message {
-                StreamMessage::Reset { since, head, .. } => {
-                    eprintln!(
-                        "liveness: the daemon's database is not the one event {since} came from \
-                         (it was replaced or recreated; its head is {head}): starting over with its first event"
-                    );
-                    position.follow(&message);
-                    if let Err(exit) = save(position) {
-                        return exit;
-                    }
-                }
-                StreamMessage::Event(event) => {
-                    if options.json {
-                        println!("{line}");
-                    } else if options.exec.is_none() {
-                        println!("{}", describe_event(event));
-                    }
-                    // With --exec only session.ended events are handled (and worth a
-                    // cursor write); the others are skipped again after a restart.
-                    let handled = match (&options.exec, event.kind) {
-                        (None, _) => true,
-                        (Some(command), EventKind::Ended) => {
-                            match exec_for_event(command, &line, event) {
-                                Ok(status) if status.success() => true,
-                                Ok(status) => {
-                                    eprintln!(
-                                        "liveness: {command:?} failed ({status}) for event {}; stopping before it",
-                                        event.seq
-                                    );
-                                    return Exit::TempFail;
-                                }
-                                Err(e) => {
-                                    eprintln!("liveness: cannot run {command:?}: {e}");
-                                    return Exit::TempFail;
-                                }
-                            }
-                        }
-                        (Some(_), _) => false,
-                    };
-                    position.follow(&message);
-                    if handled && let Err(exit) = save(position) {
-                        return exit;
-                    }
-                    let _ = std::io::stdout().flush();
-                }
-                StreamMessage::Gap {
-                    since: from,
-                    pruned_through,
-                } => {
-                    eprintln!(
-                        "liveness: events {}..={pruned_through} fell out of the daemon's retention and were missed",
-                        from + 1
-                    );
-                }
-                StreamMessage::Lagged { last_delivered } => {
-                    eprintln!("liveness: fell behind; resuming after event {last_delivered}");
-                    position.seq = *last_delivered;
-                    break;
-                }
-                StreamMessage::Goodbye { reason } => {
-                    eprintln!("liveness: the daemon closed the stream ({reason})");
-                    return Exit::Unavailable;
+        match item {
+            Item::Reset { since, head, .. } => {
+                eprintln!(
+                    "liveness: the daemon's database is not the one event {since} came from \
+                     (it was replaced or recreated; its head is {head}): starting over with its first event"
+                );
+                if let Some(Err(exit)) = events.cursor().map(save) {
+                    return exit;
                 }
             }
+            Item::Event(event) => {
+                let line = match serde_json::to_string(&StreamLine { event: &event }) {
+                    Ok(line) => line,
+                    Err(e) => {
+                        eprintln!("liveness: cannot encode event {}: {e}", event.seq);
+                        return Exit::Software;
+                    }
+                };
+                if options.json {
+                    println!("{line}");
+                } else if options.exec.is_none() {
+                    println!("{}", describe_event(&event));
+                }
+                // With --exec only session.ended events are handled (and worth a cursor
+                // write); the others are skipped again after a restart.
+                let handled = match (&options.exec, event.kind) {
+                    (None, _) => true,
+                    (Some(command), EventKind::Ended) => {
+                        match exec_for_event(command, &line, &event) {
+                            Ok(status) if status.success() => true,
+                            Ok(status) => {
+                                eprintln!(
+                                    "liveness: {command:?} failed ({status}) for event {}; stopping before it",
+                                    event.seq
+                                );
+                                return Exit::TempFail;
+                            }
+                            Err(e) => {
+                                eprintln!("liveness: cannot run {command:?}: {e}");
+                                return Exit::TempFail;
+                            }
+                        }
+                    }
+                    (Some(_), _) => false,
+                };
+                if handled && let Some(Err(exit)) = events.cursor().map(save) {
+                    return exit;
+                }
+                let _ = std::io::stdout().flush();
+            }
+            Item::Gap {
+                since: from,
+                pruned_through,
+            } => eprintln!(
+                "liveness: events {}..={pruned_through} fell out of the daemon's retention and were missed",
+                from + 1
+            ),
+            Item::Lagged { last_delivered } => {
+                eprintln!("liveness: fell behind; resuming after event {last_delivered}");
+            }
+            Item::Goodbye { reason } => eprintln!(
+                "liveness: the daemon stopped ({reason}); reconnecting {RECONNECT_HELP_SHORT}"
+            ),
         }
     }
 }
+
+/// An event line as the daemon sends it (`{"event": {...}}`), for `--json` and `--exec`.
+#[derive(Serialize)]
+struct StreamLine<'a> {
+    event: &'a Event,
+}
+
+/// How long `wait` and `watch` try to reach a restarted daemon ([`liveness_client::Retry`]'s
+/// default).
+const RECONNECT_HELP_SHORT: &str = "(retrying for up to 30 s, every 0.1 s doubling to 2 s)";
 
 /// How `wait` reports the end of a session (see `WAIT_HELP`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -918,61 +858,15 @@ fn wait_for_end(
     uid: Option<u32>,
     json: bool,
 ) -> Result<WaitOutcome, Exit> {
-    // Subscribe first, then look: an end between the two is still on the stream.
-    let mut stream = match Client::connect(socket) {
-        Ok(client) => client,
-        Err(e) => return Err(client_error(&e)),
-    };
-    match stream.subscribe(None, Some(id.to_owned()), uid) {
-        Ok(reply) if reply.ok => {}
-        Ok(reply) => return Err(refused(&reply)),
-        Err(e) => return Err(client_error(&e)),
+    let session = Client::connect(socket)
+        .and_then(|client| client.wait_for_end(id, uid))
+        .map_err(|e| client_error(&e))?;
+    if json {
+        print_json(&session);
+    } else {
+        println!("{}", describe_session(&session));
     }
-    let report = |session: &Session| {
-        if json {
-            print_json(session);
-        } else {
-            println!("{}", describe_session(session));
-        }
-        WaitOutcome::of(session)
-    };
-    let current = match Client::connect(socket).and_then(|mut client| {
-        client.call(&Request::Get {
-            session: id.to_owned(),
-            uid,
-        })
-    }) {
-        Ok(reply) if reply.ok => reply.session,
-        Ok(reply) => return Err(refused(&reply)),
-        Err(e) => return Err(client_error(&e)),
-    };
-    if let Some(session) = current.filter(|s| s.phase == Phase::Ended) {
-        return Ok(report(&session));
-    }
-    loop {
-        match stream.next_message() {
-            Ok((_, StreamMessage::Event(event))) if event.kind == EventKind::Ended => {
-                let session = match Client::connect(socket).and_then(|mut c| {
-                    c.call(&Request::Get {
-                        session: event.session.clone(),
-                        uid: Some(event.creator_uid),
-                    })
-                }) {
-                    Ok(reply) if reply.ok => reply.session,
-                    Ok(reply) => return Err(refused(&reply)),
-                    Err(e) => return Err(client_error(&e)),
-                };
-                return session.map(|s| report(&s)).ok_or(Exit::Software);
-            }
-            Ok((_, StreamMessage::Lagged { .. })) => return wait_for_end(socket, id, uid, json),
-            Ok((_, StreamMessage::Goodbye { reason })) => {
-                eprintln!("liveness: the daemon stopped ({reason}) before the session ended");
-                return Err(Exit::Unavailable);
-            }
-            Ok(_) => {}
-            Err(e) => return Err(client_error(&e)),
-        }
-    }
+    Ok(WaitOutcome::of(&session))
 }
 
 const DOCTOR_HELP: &str = "\
@@ -987,19 +881,8 @@ reached (the client part is still printed) or has no active source, 70 internal 
 /// the client has it).
 fn doctor(socket: &Path, json: bool) -> Exit {
     let (daemon, daemon_error) =
-        match Client::connect(socket).and_then(|mut client| client.call(&Request::Status {})) {
-            Ok(Reply {
-                ok: true,
-                status: Some(status),
-                ..
-            }) => (Some(DaemonDoctor::of(*status)), None),
-            Ok(reply) => (
-                None,
-                Some(reply.error.map_or_else(
-                    || "the daemon refused without saying why".to_owned(),
-                    |e| e.message,
-                )),
-            ),
+        match Client::connect(socket).and_then(|mut client| client.status()) {
+            Ok(status) => (Some(DaemonDoctor::of(status)), None),
             Err(e) => (None, Some(e.to_string())),
         };
     let restrictions = Restrictions::of_this_thread();

@@ -1,0 +1,298 @@
+//! A subscription that outlives its connection: it reconnects to a restarted daemon and
+//! resumes after the last event it delivered.
+
+use std::path::PathBuf;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use liveness_common::protocol::StreamMessage;
+
+use crate::{Client, ClientError, Cursor};
+
+/// What a [`Subscription`] yields: the daemon's stream messages, events at most once.
+pub type Item = StreamMessage;
+
+/// How long, and how often, a [`Subscription`] tries to reach a daemon that went away.
+///
+/// The first retry waits `first_delay`, each next one twice as long up to `max_delay`;
+/// after `give_up_after` without a connection the subscription fails with
+/// [`ClientError::GaveUp`]. The default (0.1 s doubling to 2 s, for up to 30 s) covers a
+/// daemon restarted by its service manager.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    /// The wait before the first reconnection attempt.
+    pub first_delay: Duration,
+    /// The longest wait between two attempts.
+    pub max_delay: Duration,
+    /// How long to keep trying before giving up.
+    pub give_up_after: Duration,
+}
+
+impl Default for Retry {
+    fn default() -> Retry {
+        Retry {
+            first_delay: Duration::from_millis(100),
+            max_delay: Duration::from_secs(2),
+            give_up_after: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Retry {
+    /// Calls `attempt` until it succeeds, fails for good, or the time is up.
+    pub(crate) fn run<T>(
+        &self,
+        mut attempt: impl FnMut() -> Result<T, ClientError>,
+    ) -> Result<T, ClientError> {
+        let start = Instant::now();
+        let mut delay = self.first_delay;
+        loop {
+            match attempt() {
+                Err(e) if e.is_transient() => {
+                    if start.elapsed() + delay > self.give_up_after {
+                        return Err(ClientError::GaveUp {
+                            seconds: self.give_up_after.as_secs(),
+                            last: Box::new(e),
+                        });
+                    }
+                    sleep(delay);
+                    delay = (delay * 2).min(self.max_delay);
+                }
+                result => return result,
+            }
+        }
+    }
+}
+
+/// Which events a subscription receives.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// Only this session's events (all sessions the caller may see if `None`).
+    pub session: Option<String>,
+    /// Root only, with `session`: the session of this user.
+    pub uid: Option<u32>,
+}
+
+/// A stream of events that survives daemon restarts.
+///
+/// It subscribes after its cursor, follows every event it delivers, and when the
+/// connection is lost (a `goodbye`, a closed socket, `lagged`) subscribes again after the
+/// last delivered event, retrying as its [`Retry`] says. The daemon replays from the
+/// cursor, so nothing committed in between is missed, and events at or before the cursor
+/// are dropped, so none is delivered twice.
+///
+/// It yields the stream's own messages ([`Item`]): events, and, for the consumer to
+/// report, `gap` (events pruned before they were read), `lagged` (the subscription
+/// resumes after it by itself), `reset` (another database: the cursor starts over in it)
+/// and `goodbye` (the daemon stopped: the next call reconnects).
+///
+/// ```no_run
+/// use liveness_client::{Client, Filter, Item};
+///
+/// let mut events = Client::connect_default()?.subscribe(None, Filter::default())?;
+/// loop {
+///     match events.next_item()? {
+///         Item::Event(event) => println!("#{} {} {:?}", event.seq, event.session, event.kind),
+///         other => eprintln!("{other:?}"),
+///     }
+/// }
+/// # Ok::<(), liveness_client::ClientError>(())
+/// ```
+#[derive(Debug)]
+pub struct Subscription {
+    /// The connection, `None` after it was lost until the next call reconnects.
+    client: Option<Client>,
+    socket: PathBuf,
+    filter: Filter,
+    cursor: Option<Cursor>,
+    retry: Retry,
+}
+
+impl Subscription {
+    /// Subscribes on `client`'s connection (which it takes over) after `cursor`, or from
+    /// now on without one.
+    pub(crate) fn start(
+        client: Client,
+        cursor: Option<Cursor>,
+        filter: Filter,
+    ) -> Result<Subscription, ClientError> {
+        let mut subscription = Subscription {
+            client: None,
+            socket: client.socket.clone(),
+            filter,
+            cursor,
+            retry: Retry::default(),
+        };
+        subscription.subscribe_on(client)?;
+        Ok(subscription)
+    }
+
+    /// Sets how reconnections are retried (the default is [`Retry::default`]).
+    pub fn with_retry(mut self, retry: Retry) -> Subscription {
+        self.retry = retry;
+        self
+    }
+
+    /// The last delivered event and its store: save it to resume a later subscription
+    /// ([`Client::subscribe`]) where this one stopped.
+    pub fn cursor(&self) -> Option<&Cursor> {
+        self.cursor.as_ref()
+    }
+
+    /// The filter this subscription was made with.
+    pub fn filter(&self) -> &Filter {
+        &self.filter
+    }
+
+    fn subscribe_on(&mut self, mut client: Client) -> Result<(), ClientError> {
+        let subscribed = client.subscribe_raw(
+            self.cursor.as_ref(),
+            self.filter.session.clone(),
+            self.filter.uid,
+        )?;
+        // From here on the position is in the daemon's store: a subscription started
+        // without a cursor, or with a bare seq, learns it.
+        let cursor = self.cursor.get_or_insert(Cursor {
+            seq: subscribed.since,
+            store_id: None,
+        });
+        cursor.store_id.get_or_insert(subscribed.store_id);
+        self.client = Some(client);
+        Ok(())
+    }
+
+    fn reconnect(&mut self) -> Result<(), ClientError> {
+        let retry = self.retry;
+        retry.run(|| {
+            let client = Client::connect(&self.socket)?;
+            self.subscribe_on(client)
+        })
+    }
+
+    /// The next message, reconnecting first if the connection was lost.
+    ///
+    /// Fails when the daemon refuses the subscription, sends something unreadable, or
+    /// stays away longer than the [`Retry`] bound.
+    pub fn next_item(&mut self) -> Result<Item, ClientError> {
+        loop {
+            let client = match &mut self.client {
+                Some(client) => client,
+                None => {
+                    self.reconnect()?;
+                    continue;
+                }
+            };
+            let message = match client.next_message() {
+                Ok(message) => message,
+                // A daemon killed without a goodbye: resume after the last event.
+                Err(e) if e.is_transient() => {
+                    self.client = None;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let cursor = self.cursor.as_mut().expect("subscribe_on sets the cursor");
+            match &message {
+                StreamMessage::Event(event) if event.seq <= cursor.seq => continue,
+                StreamMessage::Event(event) => cursor.seq = event.seq,
+                StreamMessage::Reset { store_id, .. } => {
+                    *cursor = Cursor {
+                        seq: 0,
+                        store_id: Some(store_id.clone()),
+                    };
+                }
+                StreamMessage::Lagged { .. } | StreamMessage::Goodbye { .. } => self.client = None,
+                StreamMessage::Gap { .. } => {}
+            }
+            return Ok(message);
+        }
+    }
+}
+
+impl Iterator for Subscription {
+    type Item = Result<Item, ClientError>;
+
+    /// [`Subscription::next_item`]; the iteration never ends on its own.
+    fn next(&mut self) -> Option<Self::Item> {
+        Some(self.next_item())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::UnixListener;
+
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn event(seq: u64) -> Value {
+        json!({"event": {
+            "seq": seq, "kind": "session.ended", "at_ms": 0, "session": "s",
+            "owner": {"pid": 1, "start_ticks": 1, "boot_id": "b", "host": "h", "comm": "c"},
+            "creator_uid": 0,
+        }})
+    }
+
+    /// A daemon stand-in: each connection reads the subscribe line, checks its cursor,
+    /// acknowledges it and sends `lines`.
+    fn serve(listener: &UnixListener, since: Option<u64>, lines: &[Value]) {
+        let (stream, _) = listener.accept().expect("accept");
+        let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+        let mut request = String::new();
+        reader.read_line(&mut request).expect("read the request");
+        let request: Value = serde_json::from_str(&request).expect("request JSON");
+        assert_eq!(request["op"], "subscribe", "{request}");
+        assert_eq!(request["since"].as_u64(), since, "resumes after: {request}");
+        let mut out = &stream;
+        let ack = json!({"ok": true, "subscribed": {"since": since.unwrap_or(0), "head": 0, "store_id": "st"}});
+        for line in std::iter::once(&ack).chain(lines) {
+            writeln!(out, "{line}").expect("write");
+        }
+    }
+
+    #[test]
+    fn resumes_after_a_goodbye_and_a_lost_connection_without_repeating_events() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let socket = dir.path().join("sock");
+        let listener = UnixListener::bind(&socket).expect("bind");
+        let daemon = std::thread::spawn(move || {
+            serve(
+                &listener,
+                None,
+                &[event(1), event(2), json!({"goodbye": {"reason": "stop"}})],
+            );
+            // The replay overlaps what was delivered; then the connection just drops.
+            serve(&listener, Some(2), &[event(2), event(3)]);
+            serve(&listener, Some(3), &[event(3), event(4)]);
+        });
+        let mut subscription = Client::connect(&socket)
+            .expect("connect")
+            .subscribe(None, Filter::default())
+            .expect("subscribe");
+        let mut seen = Vec::new();
+        while seen.len() < 5 {
+            match subscription.next_item().expect("next") {
+                Item::Event(event) => seen.push(format!("event {}", event.seq)),
+                other => seen.push(format!("{other:?}")),
+            }
+        }
+        daemon.join().expect("the stand-in daemon's assertions");
+        assert_eq!(
+            seen,
+            [
+                "event 1",
+                "event 2",
+                "Goodbye { reason: \"stop\" }",
+                "event 3",
+                "event 4"
+            ],
+            "every event once, in order, across two reconnections"
+        );
+        assert_eq!(
+            subscription.cursor().map(ToString::to_string).as_deref(),
+            Some("4 st")
+        );
+    }
+}
