@@ -455,7 +455,9 @@ impl Client {
             uid,
         };
         let mut events = self.subscribe(None, filter)?;
-        let current = Client::connect(&socket)?.get(session, uid)?;
+        // The daemon may restart at any point: every look-up waits for it as the stream does.
+        let retry = Retry::default();
+        let current = retry.run(|| Client::connect(&socket)?.get(session, uid))?;
         if current.phase == Phase::Ended {
             return Ok(current);
         }
@@ -463,7 +465,6 @@ impl Client {
             if let Item::Event(event) = events.next_item()?
                 && event.kind == EventKind::Ended
             {
-                let retry = Retry::default();
                 return retry.run(|| {
                     Client::connect(&socket)?.get(&event.session, Some(event.creator_uid))
                 });

@@ -123,7 +123,11 @@ impl Subscription {
             cursor,
             retry: Retry::default(),
         };
-        subscription.subscribe_on(client)?;
+        match subscription.subscribe_on(client) {
+            // The daemon went away between connecting and subscribing: it may be restarting.
+            Err(e) if e.is_transient() => subscription.reconnect()?,
+            result => result?,
+        }
         Ok(subscription)
     }
 
