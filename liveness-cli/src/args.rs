@@ -88,35 +88,11 @@ pub(crate) enum Command {
         json: bool,
     },
     /// Record activity (postpones the inactivity timeout of owners that cannot be watched).
-    Touch {
-        #[arg(long)]
-        session: String,
-        /// Root only: the session of this user (ids are per user; see docs/protocol.md).
-        #[arg(long, value_name = "UID")]
-        uid: Option<u32>,
-        #[arg(long)]
-        json: bool,
-    },
+    Touch(SessionArgs),
     /// End a session now (reason `stopped`).
-    End {
-        #[arg(long)]
-        session: String,
-        /// Root only: the session of this user (ids are per user; see docs/protocol.md).
-        #[arg(long, value_name = "UID")]
-        uid: Option<u32>,
-        #[arg(long)]
-        json: bool,
-    },
+    End(SessionArgs),
     /// Show one session.
-    Get {
-        #[arg(long)]
-        session: String,
-        /// Root only: the session of this user (ids are per user; see docs/protocol.md).
-        #[arg(long, value_name = "UID")]
-        uid: Option<u32>,
-        #[arg(long)]
-        json: bool,
-    },
+    Get(SessionArgs),
     /// List sessions.
     List {
         #[arg(long, value_enum)]
@@ -176,15 +152,7 @@ pub(crate) enum Command {
     /// If the daemon stops or restarts meanwhile, wait reconnects and goes on waiting,
     /// retrying for up to 30 s (every 0.1 s, doubling to 2 s); then it gives up with 69.
     #[command(after_help = WAIT_HELP)]
-    Wait {
-        #[arg(long)]
-        session: String,
-        /// Root only: the session of this user (ids are per user; see docs/protocol.md).
-        #[arg(long, value_name = "UID")]
-        uid: Option<u32>,
-        #[arg(long)]
-        json: bool,
-    },
+    Wait(SessionArgs),
     /// Which exit sources the daemon runs and why the others are off (its self-test too),
     /// and, apart, which ones this process could start itself.
     #[command(after_help = DOCTOR_HELP)]
@@ -221,4 +189,17 @@ fn parse_label(text: &str) -> Result<(String, String), String> {
         Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
         _ => Err(format!("{text:?} is not KEY=VALUE")),
     }
+}
+
+/// The session a command is about, and how to print the answer.
+#[derive(Debug, clap::Args)]
+pub(crate) struct SessionArgs {
+    #[arg(long)]
+    pub(crate) session: String,
+    /// Root only: the session of this user (ids are per user; see docs/protocol.md).
+    #[arg(long, value_name = "UID")]
+    pub(crate) uid: Option<u32>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
 }

@@ -21,7 +21,7 @@ use liveness_common::protocol::{Reply, Request};
 use liveness_common::session::Phase;
 use liveness_proc::identity::{Liveness, ProcRoot};
 
-use crate::args::{Cli, Command, OwnerArgs, PhaseArg};
+use crate::args::{Cli, Command, OwnerArgs, PhaseArg, SessionArgs};
 use crate::doctor::doctor;
 use crate::exit::{Exit, client_error, identity_error};
 use crate::render::{
@@ -51,7 +51,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> ExitCode {
     let socket = &cli.socket.unwrap_or_else(liveness_client::default_socket);
     match cli.command {
-        Command::Wait { session, uid, json } => wait(socket, &session, uid, json),
+        Command::Wait(SessionArgs { session, uid, json }) => wait(socket, &session, uid, json),
         command => run_command(command, socket).into(),
     }
 }
@@ -137,13 +137,13 @@ fn run_command(command: Command, socket: &Path) -> Exit {
             uid,
             json,
         } => session_call(socket, &Request::Rename { session, to, uid }, json),
-        Command::Touch { session, uid, json } => {
+        Command::Touch(SessionArgs { session, uid, json }) => {
             session_call(socket, &Request::Touch { session, uid }, json)
         }
-        Command::End { session, uid, json } => {
+        Command::End(SessionArgs { session, uid, json }) => {
             session_call(socket, &Request::End { session, uid }, json)
         }
-        Command::Get { session, uid, json } => {
+        Command::Get(SessionArgs { session, uid, json }) => {
             session_call(socket, &Request::Get { session, uid }, json)
         }
         Command::List { phase, json } => {
@@ -197,7 +197,7 @@ fn run_command(command: Command, socket: &Path) -> Exit {
                 json,
             },
         ),
-        Command::Wait { .. } => unreachable!("handled by run"),
+        Command::Wait(_) => unreachable!("handled by run"),
         Command::Doctor { json } => doctor(socket, json),
     }
 }
