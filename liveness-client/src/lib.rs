@@ -27,23 +27,21 @@
 
 mod error;
 pub mod fdpass;
+#[cfg(feature = "tokio")]
+pub mod nonblocking;
 mod subscription;
+mod wire;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-
-use serde_json::Value;
 
 pub use liveness_common;
 use liveness_common::identity::Identity;
 pub use liveness_common::protocol::ErrorCode;
-use liveness_common::protocol::{
-    AutoOwner, OwnerSpec, PROTOCOL_VERSION, PidOwner, PidfdOwner, Reply, Request, StreamMessage,
-    Subscribed,
-};
+use liveness_common::protocol::{Reply, Request, StreamMessage, Subscribed};
 use liveness_common::session::{EventKind, Phase, Session};
 use liveness_common::status::Status;
 
@@ -152,14 +150,7 @@ impl Client {
     }
 
     fn send(&mut self, request: &Request, fds: &[BorrowedFd<'_>]) -> Result<(), ClientError> {
-        let mut value =
-            serde_json::to_value(request).map_err(|e| ClientError::Protocol(e.to_string()))?;
-        if let Value::Object(object) = &mut value {
-            object.insert("v".into(), PROTOCOL_VERSION.into());
-        }
-        let mut line = value.to_string();
-        line.push('\n');
-        send_with_fds(&mut self.writer, line.as_bytes(), fds)?;
+        send_with_fds(&mut self.writer, wire::encode(request)?.as_bytes(), fds)?;
         Ok(())
     }
 
@@ -186,38 +177,12 @@ impl Client {
         fds: &[BorrowedFd<'_>],
     ) -> Result<Reply, ClientError> {
         self.send(request, fds)?;
-        let line = self.read_line()?;
-        let reply: Reply = match serde_json::from_str(&line) {
-            Ok(reply) => reply,
-            // The daemon may stop between a request and its reply.
-            Err(_)
-                if matches!(
-                    serde_json::from_str(&line),
-                    Ok(StreamMessage::Goodbye { .. })
-                ) =>
-            {
-                return Err(ClientError::Closed);
-            }
-            Err(e) => return Err(ClientError::Protocol(format!("{e}: {}", line.trim()))),
-        };
-        match (reply.ok, reply.error.clone()) {
-            (true, _) => Ok(reply),
-            (false, Some(error)) => Err(ClientError::Daemon {
-                code: error.code,
-                message: error.message,
-            }),
-            (false, None) => Err(ClientError::Protocol(format!(
-                "an error reply without an error: {}",
-                line.trim()
-            ))),
-        }
+        wire::decode_reply(&self.read_line()?)
     }
 
     /// A call whose reply carries one session.
     fn session_call(&mut self, request: &Request) -> Result<Session, ClientError> {
-        self.call(request)?
-            .session
-            .ok_or_else(|| ClientError::Protocol(format!("no session in the reply to {request:?}")))
+        self.call(request).and_then(wire::session)
     }
 
     /// Registers a session and its owner (or gives an active session a new owner).
@@ -234,25 +199,9 @@ impl Client {
     /// # Ok::<(), liveness_client::ClientError>(())
     /// ```
     pub fn register(&mut self, registration: &Registration) -> Result<Session, ClientError> {
-        let (owner, pidfd) = match &registration.owner {
-            Owner::Auto => (OwnerSpec::Auto(AutoOwner::Auto), None),
-            Owner::Identity(identity) => (OwnerSpec::Identity(identity.clone()), None),
-            Owner::Pid(pid) => match open_pidfd(*pid)? {
-                Some(pidfd) => (OwnerSpec::Pidfd(PidfdOwner { pidfd: 0 }), Some(pidfd)),
-                None => (OwnerSpec::Pid(PidOwner { pid: *pid }), None),
-            },
-        };
-        let request = Request::Register {
-            session: registration.session.clone(),
-            uid: registration.uid,
-            owner,
-            pending: registration.pending,
-            labels: registration.labels.clone(),
-        };
+        let (request, pidfd) = wire::register_request(registration)?;
         let fds: Vec<_> = pidfd.iter().map(AsFd::as_fd).collect();
-        self.call_with_fds(&request, &fds)?
-            .session
-            .ok_or_else(|| ClientError::Protocol("no session in the reply to register".into()))
+        self.call_with_fds(&request, &fds).and_then(wire::session)
     }
 
     /// Registers `session` with `owner: "auto"`: the daemon walks up from this process
@@ -369,14 +318,7 @@ impl Client {
     /// # Ok::<(), liveness_client::ClientError>(())
     /// ```
     pub fn whose(&mut self, pid: u32) -> Result<Whose, ClientError> {
-        let reply = self.call(&Request::Whose { pid })?;
-        let session = reply
-            .session
-            .ok_or_else(|| ClientError::Protocol("no session in the reply to whose".into()))?;
-        Ok(Whose {
-            owner_pid: reply.owner_pid.unwrap_or(session.owner.pid),
-            session,
-        })
+        self.call(&Request::Whose { pid }).and_then(wire::whose)
     }
 
     /// The daemon's state: exit sources, counters, versions.
@@ -388,10 +330,7 @@ impl Client {
     /// # Ok::<(), liveness_client::ClientError>(())
     /// ```
     pub fn status(&mut self) -> Result<Status, ClientError> {
-        self.call(&Request::Status {})?
-            .status
-            .map(|status| *status)
-            .ok_or_else(|| ClientError::Protocol("no status in the reply to status".into()))
+        self.call(&Request::Status {}).and_then(wire::status)
     }
 
     /// Turns this connection into a [`Subscription`] to the events after `cursor` (from
@@ -412,28 +351,14 @@ impl Client {
         Subscription::start(self, cursor, filter)
     }
 
-    /// Sends `subscribe` and returns the acknowledgement; stream lines follow.
-    fn subscribe_raw(
-        &mut self,
-        cursor: Option<&Cursor>,
-        session: Option<String>,
-        uid: Option<u32>,
-    ) -> Result<Subscribed, ClientError> {
-        self.call(&Request::Subscribe {
-            since: cursor.map(|c| c.seq),
-            store_id: cursor.and_then(|c| c.store_id.clone()),
-            session,
-            uid,
-        })?
-        .subscribed
-        .ok_or_else(|| ClientError::Protocol("no acknowledgement of subscribe".into()))
+    /// Sends a `subscribe` request and returns the acknowledgement; stream lines follow.
+    fn subscribe_raw(&mut self, request: &Request) -> Result<Subscribed, ClientError> {
+        self.call(request).and_then(wire::acknowledgement)
     }
 
     /// The next stream line after `subscribe`.
     fn next_message(&mut self) -> Result<StreamMessage, ClientError> {
-        let line = self.read_line()?;
-        serde_json::from_str(&line)
-            .map_err(|e| ClientError::Protocol(format!("{e}: {}", line.trim())))
+        wire::decode_message(&self.read_line()?)
     }
 
     /// Blocks until `session` has ended and returns it as ended, surviving daemon restarts
@@ -470,23 +395,6 @@ impl Client {
                 });
             }
         }
-    }
-}
-
-/// A pidfd for `pid` in this process's namespace; `None` where pidfds do not apply (a
-/// kernel before 5.3, a seccomp filter, a thread id): the daemon is then given the number
-/// and says what is wrong with it.
-fn open_pidfd(pid: u32) -> Result<Option<OwnedFd>, ClientError> {
-    let Some(raw) = i32::try_from(pid)
-        .ok()
-        .and_then(rustix::process::Pid::from_raw)
-    else {
-        return Err(ClientError::NoSuchProcess(pid));
-    };
-    match rustix::process::pidfd_open(raw, rustix::process::PidfdFlags::empty()) {
-        Ok(pidfd) => Ok(Some(pidfd)),
-        Err(rustix::io::Errno::SRCH) => Err(ClientError::NoSuchProcess(pid)),
-        Err(_) => Ok(None),
     }
 }
 

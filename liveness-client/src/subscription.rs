@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use liveness_common::protocol::StreamMessage;
+use liveness_common::protocol::{Request, StreamMessage, Subscribed};
 
 use crate::{Client, ClientError, Cursor};
 
@@ -44,23 +44,49 @@ impl Retry {
         &self,
         mut attempt: impl FnMut() -> Result<T, ClientError>,
     ) -> Result<T, ClientError> {
-        let start = Instant::now();
-        let mut delay = self.first_delay;
+        let mut backoff = Backoff::new(*self);
         loop {
             match attempt() {
-                Err(e) if e.is_transient() => {
-                    if start.elapsed() + delay > self.give_up_after {
-                        return Err(ClientError::GaveUp {
-                            seconds: self.give_up_after.as_secs(),
-                            last: Box::new(e),
-                        });
-                    }
-                    sleep(delay);
-                    delay = (delay * 2).min(self.max_delay);
-                }
+                Err(e) => sleep(backoff.after(e)?),
                 result => return result,
             }
         }
+    }
+}
+
+/// The waits of one round of retries: [`Backoff::after`] a failed attempt says how long to
+/// wait before the next, or gives up.
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    retry: Retry,
+    start: Instant,
+    delay: Duration,
+}
+
+impl Backoff {
+    pub(crate) fn new(retry: Retry) -> Backoff {
+        Backoff {
+            retry,
+            start: Instant::now(),
+            delay: retry.first_delay,
+        }
+    }
+
+    /// The wait after an attempt that failed with `error`, or the error to fail with: it
+    /// as it is if a restart cannot explain it, [`ClientError::GaveUp`] when time is up.
+    pub(crate) fn after(&mut self, error: ClientError) -> Result<Duration, ClientError> {
+        if !error.is_transient() {
+            return Err(error);
+        }
+        if self.start.elapsed() + self.delay > self.retry.give_up_after {
+            return Err(ClientError::GaveUp {
+                seconds: self.retry.give_up_after.as_secs(),
+                last: Box::new(error),
+            });
+        }
+        let delay = self.delay;
+        self.delay = (delay * 2).min(self.retry.max_delay);
+        Ok(delay)
     }
 }
 
@@ -71,6 +97,92 @@ pub struct Filter {
     pub session: Option<String>,
     /// Root only, with `session`: the session of this user.
     pub uid: Option<u32>,
+}
+
+/// Where a subscription stands, shared by the blocking and the async one: what to
+/// subscribe with, and what each stream message does to it.
+#[derive(Debug, Clone)]
+pub(crate) struct Position {
+    pub(crate) filter: Filter,
+    /// `None` only before the first acknowledgement of a subscription started from now.
+    pub(crate) cursor: Option<Cursor>,
+}
+
+/// What a subscription does with a stream message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// An event delivered before: drop it.
+    Skip,
+    /// Hand it to the consumer.
+    Deliver,
+    /// Hand it to the consumer; the connection is over, subscribe again on the next call.
+    DeliverAndReconnect,
+}
+
+impl Position {
+    /// The `subscribe` request that continues after the cursor.
+    pub(crate) fn request(&self) -> Request {
+        Request::Subscribe {
+            since: self.cursor.as_ref().map(|c| c.seq),
+            store_id: self.cursor.as_ref().and_then(|c| c.store_id.clone()),
+            session: self.filter.session.clone(),
+            uid: self.filter.uid,
+        }
+    }
+
+    /// From the acknowledgement on, the position is in the daemon's store: a subscription
+    /// started without a cursor, or with a bare seq, learns it.
+    pub(crate) fn acknowledged(&mut self, subscribed: Subscribed) {
+        let cursor = self.cursor.get_or_insert(Cursor {
+            seq: subscribed.since,
+            store_id: None,
+        });
+        cursor.store_id.get_or_insert(subscribed.store_id);
+    }
+
+    /// Handles the result of reading the next stream line: what to hand the consumer
+    /// (`None`: read again) and whether the connection goes on (a lost one, `goodbye` and
+    /// `lagged` end it; the next read subscribes again after the cursor).
+    pub(crate) fn take(
+        &mut self,
+        read: Result<StreamMessage, ClientError>,
+    ) -> (Option<Result<Item, ClientError>>, bool) {
+        match read {
+            // A daemon killed without a goodbye: resume after the last event.
+            Err(e) if e.is_transient() => (None, false),
+            Err(e) => (Some(Err(e)), true),
+            Ok(message) => match self.follow(&message) {
+                Step::Skip => (None, true),
+                Step::Deliver => (Some(Ok(message)), true),
+                Step::DeliverAndReconnect => (Some(Ok(message)), false),
+            },
+        }
+    }
+
+    fn follow(&mut self, message: &StreamMessage) -> Step {
+        let cursor = self.cursor.get_or_insert(Cursor {
+            seq: 0,
+            store_id: None,
+        });
+        match message {
+            StreamMessage::Event(event) if event.seq <= cursor.seq => Step::Skip,
+            StreamMessage::Event(event) => {
+                cursor.seq = event.seq;
+                Step::Deliver
+            }
+            StreamMessage::Reset { store_id, .. } => {
+                *cursor = Cursor {
+                    seq: 0,
+                    store_id: Some(store_id.clone()),
+                };
+                Step::Deliver
+            }
+            StreamMessage::Lagged { .. } | StreamMessage::Goodbye { .. } => {
+                Step::DeliverAndReconnect
+            }
+            StreamMessage::Gap { .. } => Step::Deliver,
+        }
+    }
 }
 
 /// A stream of events that survives daemon restarts.
@@ -103,8 +215,7 @@ pub struct Subscription {
     /// The connection, `None` after it was lost until the next call reconnects.
     client: Option<Client>,
     socket: PathBuf,
-    filter: Filter,
-    cursor: Option<Cursor>,
+    position: Position,
     retry: Retry,
 }
 
@@ -119,8 +230,7 @@ impl Subscription {
         let mut subscription = Subscription {
             client: None,
             socket: client.socket.clone(),
-            filter,
-            cursor,
+            position: Position { filter, cursor },
             retry: Retry::default(),
         };
         match subscription.subscribe_on(client) {
@@ -140,27 +250,17 @@ impl Subscription {
     /// The last delivered event and its store: save it to resume a later subscription
     /// ([`Client::subscribe`]) where this one stopped.
     pub fn cursor(&self) -> Option<&Cursor> {
-        self.cursor.as_ref()
+        self.position.cursor.as_ref()
     }
 
     /// The filter this subscription was made with.
     pub fn filter(&self) -> &Filter {
-        &self.filter
+        &self.position.filter
     }
 
     fn subscribe_on(&mut self, mut client: Client) -> Result<(), ClientError> {
-        let subscribed = client.subscribe_raw(
-            self.cursor.as_ref(),
-            self.filter.session.clone(),
-            self.filter.uid,
-        )?;
-        // From here on the position is in the daemon's store: a subscription started
-        // without a cursor, or with a bare seq, learns it.
-        let cursor = self.cursor.get_or_insert(Cursor {
-            seq: subscribed.since,
-            store_id: None,
-        });
-        cursor.store_id.get_or_insert(subscribed.store_id);
+        let subscribed = client.subscribe_raw(&self.position.request())?;
+        self.position.acknowledged(subscribed);
         self.client = Some(client);
         Ok(())
     }
@@ -186,29 +286,13 @@ impl Subscription {
                     continue;
                 }
             };
-            let message = match client.next_message() {
-                Ok(message) => message,
-                // A daemon killed without a goodbye: resume after the last event.
-                Err(e) if e.is_transient() => {
-                    self.client = None;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            let cursor = self.cursor.as_mut().expect("subscribe_on sets the cursor");
-            match &message {
-                StreamMessage::Event(event) if event.seq <= cursor.seq => continue,
-                StreamMessage::Event(event) => cursor.seq = event.seq,
-                StreamMessage::Reset { store_id, .. } => {
-                    *cursor = Cursor {
-                        seq: 0,
-                        store_id: Some(store_id.clone()),
-                    };
-                }
-                StreamMessage::Lagged { .. } | StreamMessage::Goodbye { .. } => self.client = None,
-                StreamMessage::Gap { .. } => {}
+            let (item, connected) = self.position.take(client.next_message());
+            if !connected {
+                self.client = None;
             }
-            return Ok(message);
+            if let Some(item) = item {
+                return item;
+            }
         }
     }
 }

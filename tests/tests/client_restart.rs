@@ -44,11 +44,23 @@ fn until_active(daemon: &Daemon, session: &str) {
     assert!(active, "{session} was never registered:\n{}", daemon.log());
 }
 
-/// SIGTERM (the daemon says goodbye to every subscriber), then the same daemon again.
-fn restart(daemon: &mut Daemon) {
+/// SIGTERM (the daemon says goodbye to every subscriber), then the same daemon again, up
+/// to watching its `owners` live owners again (an owner that died before that would be
+/// found dead by the start-up reconcile, which cannot know its exit status).
+fn restart(daemon: &mut Daemon, owners: u64) {
     let status = daemon.stop();
     assert!(status.success(), "livenessd stopped badly: {status}");
     daemon.restart();
+    let watching = eventually(Duration::from_secs(15), || {
+        daemon.request(json!({"op": "status"}))["status"]["monitor"]["tracked"]
+            .as_u64()
+            .is_some_and(|tracked| tracked >= owners)
+    });
+    assert!(
+        watching,
+        "the restarted daemon does not watch its owners:\n{}",
+        daemon.log()
+    );
 }
 
 fn finish(child: Child) -> Output {
@@ -69,7 +81,7 @@ fn the_crate_example_prints_the_exit_status_across_a_daemon_restart() {
         .spawn()
         .expect("run the example");
     until_active(&daemon, "example-session");
-    restart(&mut daemon);
+    restart(&mut daemon, 1);
     owner.release();
     let output = finish(waiter);
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -107,7 +119,7 @@ fn wait_survives_a_daemon_restart_and_reports_the_exit_code() {
         daemon.request(json!({"op": "status"}))["status"]["subscribers"] == 1
     });
     assert!(subscribed, "wait never subscribed:\n{}", daemon.log());
-    restart(&mut daemon);
+    restart(&mut daemon, 1);
     owner.release();
     let output = finish(waiter);
     assert_eq!(
@@ -153,7 +165,7 @@ fn watch_exec_runs_once_per_end_across_a_daemon_restart() {
         lines(),
         daemon.log()
     );
-    restart(&mut daemon);
+    restart(&mut daemon, 1);
     second.release();
     let both = eventually(Duration::from_secs(45), || lines().contains("two 5"));
     let _ = watcher.kill();
@@ -169,5 +181,61 @@ fn watch_exec_runs_once_per_end_across_a_daemon_restart() {
         lines(),
         "one 4\ntwo 5\n",
         "each end runs the command exactly once"
+    );
+}
+
+#[test]
+fn the_async_client_waits_for_an_end_across_a_daemon_restart() {
+    use liveness_client::nonblocking::AsyncClient;
+    use liveness_client::{Owner, Registration};
+
+    let mut daemon = Daemon::start(&[]);
+    let mut owner = Orphan::spawn(&["signal", "15"]);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let socket = daemon.socket.clone();
+    let (registered_tx, registered_rx) = std::sync::mpsc::sync_channel(1);
+    let pid = owner.pid;
+    let waiter = std::thread::spawn(move || {
+        runtime.block_on(async {
+            let mut client = AsyncClient::connect(&socket).await?;
+            client
+                .register(&Registration::new("async", Owner::Pid(pid)))
+                .await?;
+            let events = client.subscribe(
+                None,
+                liveness_client::Filter {
+                    session: Some("async".into()),
+                    uid: None,
+                },
+            );
+            let mut events = events.await?;
+            registered_tx.send(()).expect("the test waits");
+            // The stream, not a look-up, must carry the end across the restart.
+            loop {
+                if let liveness_client::Item::Event(event) = events.next_item().await?
+                    && event.kind == liveness_common::session::EventKind::Ended
+                {
+                    return Ok::<_, liveness_client::ClientError>(event);
+                }
+            }
+        })
+    });
+    registered_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the async client registered and subscribed");
+    restart(&mut daemon, 1);
+    owner.release();
+    let event = waiter
+        .join()
+        .expect("the async waiter")
+        .unwrap_or_else(|e| panic!("the async subscription failed: {e}\n{}", daemon.log()));
+    assert_eq!(event.session, "async");
+    assert_eq!(
+        event.exit.map(|exit| exit.to_string()).as_deref(),
+        Some("killed by signal 15"),
+        "{event:?}"
     );
 }
