@@ -383,4 +383,50 @@ mod tests {
             Some("4 st")
         );
     }
+
+    #[test]
+    fn a_reset_starts_the_cursor_over_and_lagged_ends_the_connection() {
+        let mut position = Position {
+            filter: Filter::default(),
+            cursor: Cursor::parse("7 old"),
+        };
+        let message = |value: Value| serde_json::from_value::<StreamMessage>(value).unwrap();
+        let (_, connected) = position.take(Ok(message(event(7))));
+        assert_eq!(
+            position.cursor.as_ref().unwrap().seq,
+            7,
+            "a repeat is dropped"
+        );
+        assert!(connected);
+        let reset = json!({"reset": {"since": 7, "head": 2, "store_id": "new"}});
+        let (item, _) = position.take(Ok(message(reset)));
+        assert!(matches!(item, Some(Ok(Item::Reset { .. }))), "{item:?}");
+        assert_eq!(
+            position.cursor.as_ref().map(ToString::to_string).as_deref(),
+            Some("0 new"),
+            "the cursor starts over in the new store"
+        );
+        let (item, _) = position.take(Ok(message(event(1))));
+        assert!(
+            matches!(item, Some(Ok(Item::Event(_)))),
+            "the new store's first event is delivered though its seq is below the old cursor"
+        );
+        let (item, connected) =
+            position.take(Ok(message(json!({"lagged": {"last_delivered": 1}}))));
+        assert!(
+            matches!(item, Some(Ok(Item::Lagged { last_delivered: 1 }))),
+            "{item:?}"
+        );
+        assert!(!connected, "after lagged the subscription subscribes again");
+        assert_eq!(
+            position.request(),
+            Request::Subscribe {
+                since: Some(1),
+                store_id: Some("new".into()),
+                session: None,
+                uid: None
+            },
+            "it resumes after the last delivered event"
+        );
+    }
 }
