@@ -112,6 +112,8 @@ fn a_client_in_a_child_pid_namespace_registers_by_pid_and_by_pidfd() {
     // number of the host's kthreadd.
     let script = r#"
         sleep 1000 &
+        # Until the fork has exec'd, pid 2 is still a copy of this shell.
+        until [ "$(cat /proc/2/comm)" = sleep ]; do :; done
         echo "{\"owner\": $!}"
         "$LIVENESS" --socket "$SOCK" register --session by-pidfd --owner-pid 2 --json
         "$TESTPROC" request "$SOCK" '{"op":"register","session":"by-pid","owner":{"pid":2}}'
