@@ -228,6 +228,7 @@ impl ProcRoot {
                         source: io::Error::last_os_error(),
                     });
                 }
+                // SAFETY: _exit is async-signal-safe and never returns.
                 0 => unsafe { libc::_exit(0) },
                 child => child as u32,
             };

@@ -181,6 +181,7 @@ fn main() {
         0 => {
             // SAFETY: as above; the middle process only forks again and exits.
             unsafe { libc::setsid() };
+            // SAFETY: the middle process is still single-threaded; each branch exits or runs on.
             match unsafe { libc::fork() } {
                 -1 => exit_group(104),
                 0 => {
