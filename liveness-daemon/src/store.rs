@@ -784,29 +784,6 @@ impl Store {
         Ok(Some(event))
     }
 
-    /// Ends every active session owned by `owner` (several may share one owner).
-    pub fn end_owned_by(
-        &mut self,
-        owner: &Identity,
-        reason: EndReason,
-        exit: Option<ExitStatus>,
-        detected_by: DetectedBy,
-        observed_ms: i64,
-        now_ms: i64,
-    ) -> Result<Vec<Event>, StoreError> {
-        self.end_many(
-            &[OwnerDeath {
-                owner: owner.clone(),
-                reason,
-                exit,
-                detected_by,
-                observed_ms,
-                died_ms: None,
-            }],
-            now_ms,
-        )
-    }
-
     /// Finalizes the sessions of many dead owners in ONE transaction (bursts of exits).
     /// Each session ends by compare-and-set on its owner fingerprint, so sessions that
     /// moved on to a new owner are left alone. Events come out in `deaths` order.
@@ -1604,14 +1581,29 @@ mod tests {
     }
 
     fn end_by_owner(store: &mut Store, who: &Identity) -> Vec<Event> {
+        end_owner(store, who, exited(0), DetectedBy::Pidfd, NOW + 5, NOW + 6)
+    }
+
+    /// Ends every active session of `owner`, as a lone death in a burst would.
+    fn end_owner(
+        store: &mut Store,
+        owner: &Identity,
+        exit: Option<ExitStatus>,
+        detected_by: DetectedBy,
+        observed_ms: i64,
+        now_ms: i64,
+    ) -> Vec<Event> {
         store
-            .end_owned_by(
-                who,
-                EndReason::OwnerExited,
-                exited(0),
-                DetectedBy::Pidfd,
-                NOW + 5,
-                NOW + 6,
+            .end_many(
+                &[OwnerDeath {
+                    owner: owner.clone(),
+                    reason: EndReason::OwnerExited,
+                    exit,
+                    detected_by,
+                    observed_ms,
+                    died_ms: None,
+                }],
+                now_ms,
             )
             .unwrap()
     }
@@ -2665,21 +2657,17 @@ mod tests {
                 .unwrap(),
         );
         returned.push(store.rename(UID, "p", "real", NOW).unwrap());
-        returned.extend(
-            store
-                .end_owned_by(
-                    &owner(11),
-                    EndReason::OwnerExited,
-                    Some(ExitStatus::Signaled {
-                        signal: 11,
-                        core_dumped: true,
-                    }),
-                    DetectedBy::Ebpf,
-                    NOW - 1,
-                    NOW,
-                )
-                .unwrap(),
-        );
+        returned.extend(end_owner(
+            &mut store,
+            &owner(11),
+            Some(ExitStatus::Signaled {
+                signal: 11,
+                core_dumped: true,
+            }),
+            DetectedBy::Ebpf,
+            NOW - 1,
+            NOW,
+        ));
         let EventPage::Events(stored) = store.events_after(0, 10, &EventFilter::default()).unwrap()
         else {
             panic!("no gap expected");
