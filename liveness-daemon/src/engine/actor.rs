@@ -14,7 +14,7 @@ use liveness_proc::identity::Liveness;
 
 use super::{
     Batch, Command, Engine, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, Published, RETRY_PERIOD,
-    Subscription, ms_of, now_ms,
+    Subscription, ms_of,
 };
 
 impl Engine {
@@ -122,7 +122,7 @@ impl Engine {
             reason,
             exit: None,
             detected_by: DetectedBy::Reconcile,
-            observed_ms: now_ms(),
+            observed_ms: self.config.clock.now_ms(),
             died_ms: None,
         };
         if owner.boot_id != self.local.boot_id {
@@ -191,7 +191,7 @@ impl Engine {
             return;
         }
         self.counters.largest_batch = self.counters.largest_batch.max(deaths.len());
-        match self.store.end_many(&deaths, now_ms()) {
+        match self.store.end_many(&deaths, self.config.clock.now_ms()) {
             Ok(events) => {
                 if retrying {
                     tracing::info!(

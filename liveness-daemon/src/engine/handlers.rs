@@ -17,7 +17,7 @@ use super::{Engine, now_ms, store_error};
 
 impl Engine {
     pub(super) fn request(&mut self, caller: Caller, request: Request, fds: &[OwnedFd]) -> Reply {
-        let now = now_ms();
+        let now = self.config.clock.now_ms();
         match request {
             Request::Register {
                 session,

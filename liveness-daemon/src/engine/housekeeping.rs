@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use liveness_common::session::EndReason;
 
-use super::{Engine, PRUNE_PERIOD, now_ms};
+use super::{Engine, PRUNE_PERIOD};
 
 impl Engine {
     pub(super) fn housekeeping_period(&self) -> Duration {
@@ -13,7 +13,7 @@ impl Engine {
     }
 
     pub(super) fn housekeeping(&mut self) {
-        let now = now_ms();
+        let now = self.config.clock.now_ms();
         let mut ended = Vec::new();
         match self.store.expired_pending(now) {
             Ok(expired) => {

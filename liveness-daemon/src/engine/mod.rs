@@ -28,6 +28,9 @@ mod handlers;
 mod housekeeping;
 mod whose;
 
+#[cfg(test)]
+mod tests;
+
 pub use auth::Caller;
 
 /// Most exits committed in one transaction when they arrive together.
@@ -54,6 +57,32 @@ pub struct EngineConfig {
     pub proc: ProcRoot,
     /// Connection limits, reported in status; the session limits come from their config.
     pub limits: Arc<Limits>,
+    /// The wall clock sessions and events record, and expiry and timeouts read.
+    pub clock: Clock,
+}
+
+/// Where the engine reads the wall clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub enum Clock {
+    /// The system clock.
+    #[default]
+    System,
+    /// `wall_ms` at tokio's instant `at`, moving with tokio's clock: a paused runtime
+    /// advanced by hand drives expiry and timeouts without waiting for them.
+    Tokio {
+        wall_ms: i64,
+        at: tokio::time::Instant,
+    },
+}
+
+impl Clock {
+    /// Milliseconds since the Unix epoch.
+    pub fn now_ms(&self) -> i64 {
+        match self {
+            Clock::System => now_ms(),
+            Clock::Tokio { wall_ms, at } => wall_ms + at.elapsed().as_millis() as i64,
+        }
+    }
 }
 
 /// An event as published live: the stream line, serialized once for every subscriber,

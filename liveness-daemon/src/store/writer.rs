@@ -600,6 +600,14 @@ impl Store {
         Ok(deleted as u64)
     }
 
+    /// Makes every write fail (SQLite's `query_only`) until turned off again: how tests
+    /// reach what callers do with a commit that fails.
+    #[cfg(test)]
+    pub fn fail_writes(&self, fail: bool) -> Result<(), StoreError> {
+        self.conn.pragma_update(None, "query_only", fail)?;
+        Ok(())
+    }
+
     /// IMMEDIATE: take the write lock up front, so a read-then-write transaction can never
     /// fail half-way with SQLITE_BUSY because a reader connection holds a snapshot.
     pub(super) fn write_tx(&mut self) -> Result<rusqlite::Transaction<'_>, StoreError> {
