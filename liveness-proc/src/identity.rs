@@ -257,11 +257,6 @@ impl ProcRoot {
         }
     }
 
-    /// The reader's boottime offset, by which start times read here are normalised.
-    pub fn boottime_offset(&self) -> BoottimeOffset {
-        self.offset
-    }
-
     /// Fails when start times read here cannot be normalised exactly (a time namespace
     /// whose boottime offset is not a whole number of ticks).
     pub fn exact_start_times(&self) -> Result<(), IdentityError> {
