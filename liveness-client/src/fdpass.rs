@@ -3,7 +3,7 @@
 
 use std::io::{self, IoSlice, Write};
 use std::mem::MaybeUninit;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 
 use liveness_common::protocol::MAX_FDS_PER_MESSAGE;
@@ -18,6 +18,18 @@ pub fn send_with_fds(
     if fds.is_empty() {
         return stream.write_all(bytes);
     }
+    let sent = sendmsg_with_fds(stream.as_fd(), bytes, fds)?;
+    // The descriptors went with the first byte; the rest is plain data.
+    stream.write_all(&bytes[sent..])
+}
+
+/// One `sendmsg` of (a first part of) `bytes` with `fds` attached: how many bytes went.
+/// A non-blocking socket may say `WouldBlock`.
+pub(crate) fn sendmsg_with_fds(
+    socket: BorrowedFd<'_>,
+    bytes: &[u8],
+    fds: &[BorrowedFd<'_>],
+) -> io::Result<usize> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS_PER_MESSAGE))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     if fds.len() > MAX_FDS_PER_MESSAGE || !control.push(SendAncillaryMessage::ScmRights(fds)) {
@@ -26,18 +38,16 @@ pub fn send_with_fds(
             format!("at most {MAX_FDS_PER_MESSAGE} descriptors go with one request"),
         ));
     }
-    let sent = loop {
+    loop {
         match rustix::net::sendmsg(
-            &*stream,
+            socket,
             &[IoSlice::new(bytes)],
             &mut control,
             SendFlags::NOSIGNAL,
         ) {
-            Ok(sent) => break sent,
+            Ok(sent) => return Ok(sent),
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(e.into()),
         }
-    };
-    // The descriptors went with the first byte; the rest is plain data.
-    stream.write_all(&bytes[sent..])
+    }
 }

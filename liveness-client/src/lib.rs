@@ -1,42 +1,131 @@
-//! A client for livenessd's socket: typed requests and replies, and the event stream.
+//! A client library for livenessd, the exit-notification daemon.
 //!
-//! One request, one reply line; after `subscribe`, stream lines until the daemon closes.
-//! The vocabulary is `liveness_common`'s; the `liveness` CLI is built on this crate.
+//! [`Client`] makes one typed call per request of the protocol (`docs/protocol.md`):
+//! [`register`](Client::register), [`rename`](Client::rename), [`touch`](Client::touch),
+//! [`end`](Client::end), [`get`](Client::get), [`list`](Client::list),
+//! [`whose`](Client::whose), [`status`](Client::status) and
+//! [`subscribe`](Client::subscribe). A refusal by the daemon is a
+//! [`ClientError::Daemon`] carrying its [`ErrorCode`] and message.
+//!
+//! A [`Subscription`] reconnects to a restarted daemon and resumes after the last event it
+//! delivered (bounded by [`Retry`]), so a consumer sees every event once.
+//! [`Client::wait_for_end`] builds on it: it subscribes, then looks, then waits.
+//!
+//! The vocabulary (sessions, events, error codes) is [`liveness_common`]'s. This crate
+//! links neither SQLite nor an eBPF loader; the `liveness` CLI is built on it.
+//!
+//! # Example
+//!
+//! Register a process as a session's owner, wait for the session to end (across daemon
+//! restarts), and print how the owner exited (`examples/wait_for_exit.rs`):
+//!
+//! ```no_run
+#![doc = include_str!("../examples/wait_for_exit.rs")]
+//! ```
 
+#![warn(missing_docs)]
+
+mod error;
 pub mod fdpass;
+#[cfg(feature = "tokio")]
+pub mod nonblocking;
+mod subscription;
+mod wire;
 
-use std::io::{self, BufRead, BufReader};
-use std::os::fd::BorrowedFd;
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+pub use liveness_common;
+use liveness_common::identity::Identity;
+pub use liveness_common::protocol::ErrorCode;
+use liveness_common::protocol::{Reply, Request, StreamMessage, Subscribed};
+use liveness_common::session::{EventKind, Phase, Session};
+use liveness_common::status::Status;
 
-use liveness_common::protocol::{PROTOCOL_VERSION, Reply, Request, StreamMessage};
-
+pub use crate::error::ClientError;
 use crate::fdpass::send_with_fds;
+pub use crate::subscription::{Filter, Item, Retry, Subscription};
 
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    #[error(
-        "cannot connect to livenessd at {path}: {source} (is the daemon running? see --socket)"
-    )]
-    Connect { path: PathBuf, source: io::Error },
-    #[error("lost the connection to livenessd: {0}")]
-    Io(#[from] io::Error),
-    #[error("livenessd closed the connection")]
-    Closed,
-    #[error("unexpected message from livenessd: {0}")]
-    Protocol(String),
+/// The socket of the daemon this process would talk to by default: `$LIVENESS_SOCKET`,
+/// else the user's own daemon's socket if it exists, else the system daemon's
+/// (`/run/liveness/liveness.sock`).
+pub fn default_socket() -> PathBuf {
+    liveness_proc::paths::Env::from_process().client_socket(|path| path.exists())
 }
 
+/// Who owns a session being registered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owner {
+    /// The caller's first ancestor that is not a shell or wrapper, found by the daemon from
+    /// the caller's credentials (what a hook run by a tool's shell wants).
+    Auto,
+    /// This process, in the caller's PID namespace. It is passed as a pidfd where the
+    /// kernel allows (Linux 5.3+), which names the process rather than a reusable number,
+    /// and as the number otherwise.
+    Pid(u32),
+    /// An identity captured earlier, possibly on another host.
+    Identity(Identity),
+}
+
+/// A `register` request: which session, owned by whom.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registration {
+    /// The session id; with `pending` it may be `None` and the daemon makes one up.
+    pub session: Option<String>,
+    /// The owner.
+    pub owner: Owner,
+    /// The real id is not known yet: [`Client::rename`] the session later, or it expires.
+    pub pending: bool,
+    /// Labels stored with the session and its events.
+    pub labels: BTreeMap<String, String>,
+    /// Root only: register in this user's namespace of session ids.
+    pub uid: Option<u32>,
+}
+
+impl Registration {
+    /// Session `session` owned by `owner`, not pending, without labels.
+    pub fn new(session: impl Into<String>, owner: Owner) -> Registration {
+        Registration {
+            session: Some(session.into()),
+            owner,
+            pending: false,
+            labels: BTreeMap::new(),
+            uid: None,
+        }
+    }
+}
+
+/// The answer to [`Client::whose`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Whose {
+    /// The active session owning the process or its nearest registered ancestor.
+    pub session: Session,
+    /// That owner's PID in the caller's namespace (0 when it is outside it).
+    pub owner_pid: u32,
+}
+
+/// A connection to livenessd: one request, one reply, in order.
+///
+/// ```no_run
+/// use liveness_client::{Client, Owner, Registration};
+///
+/// let mut client = Client::connect_default()?;
+/// let session = client.register(&Registration::new("build-42", Owner::Pid(std::process::id())))?;
+/// println!("{} is {:?}", session.id, session.phase);
+/// # Ok::<(), liveness_client::ClientError>(())
+/// ```
 #[derive(Debug)]
 pub struct Client {
     reader: BufReader<UnixStream>,
     writer: UnixStream,
+    socket: PathBuf,
 }
 
 impl Client {
+    /// Connects to the daemon listening on `path`.
     pub fn connect(path: &Path) -> Result<Client, ClientError> {
         let stream = UnixStream::connect(path).map_err(|source| ClientError::Connect {
             path: path.into(),
@@ -46,18 +135,22 @@ impl Client {
         Ok(Client {
             reader: BufReader::new(stream),
             writer,
+            socket: path.into(),
         })
     }
 
+    /// Connects to the daemon at [`default_socket`].
+    pub fn connect_default() -> Result<Client, ClientError> {
+        Client::connect(&default_socket())
+    }
+
+    /// The socket this client connected to.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
     fn send(&mut self, request: &Request, fds: &[BorrowedFd<'_>]) -> Result<(), ClientError> {
-        let mut value =
-            serde_json::to_value(request).map_err(|e| ClientError::Protocol(e.to_string()))?;
-        if let Value::Object(object) = &mut value {
-            object.insert("v".into(), PROTOCOL_VERSION.into());
-        }
-        let mut line = value.to_string();
-        line.push('\n');
-        send_with_fds(&mut self.writer, line.as_bytes(), fds)?;
+        send_with_fds(&mut self.writer, wire::encode(request)?.as_bytes(), fds)?;
         Ok(())
     }
 
@@ -69,58 +162,239 @@ impl Client {
         Ok(line)
     }
 
-    /// Sends one request and returns its reply (which may be an error reply).
+    /// Sends one request and returns its reply; an error reply is [`ClientError::Daemon`].
+    ///
+    /// The typed calls below are built on it; it serves requests they do not cover.
     pub fn call(&mut self, request: &Request) -> Result<Reply, ClientError> {
         self.call_with_fds(request, &[])
     }
 
-    /// [`Client::call`] with descriptors passed along with the request line (a pidfd owner
-    /// is `{"pidfd": I}`, the `I`-th of them).
+    /// [`Client::call`] with descriptors passed along with the request line (`SCM_RIGHTS`;
+    /// a pidfd owner is `{"pidfd": I}`, the `I`-th of them).
     pub fn call_with_fds(
         &mut self,
         request: &Request,
         fds: &[BorrowedFd<'_>],
     ) -> Result<Reply, ClientError> {
         self.send(request, fds)?;
-        let line = self.read_line()?;
-        match serde_json::from_str(&line) {
-            Ok(reply) => Ok(reply),
-            // The daemon may stop between a request and its reply.
-            Err(_)
-                if matches!(
-                    serde_json::from_str(&line),
-                    Ok(StreamMessage::Goodbye { .. })
-                ) =>
-            {
-                Err(ClientError::Closed)
-            }
-            Err(e) => Err(ClientError::Protocol(format!("{e}: {}", line.trim()))),
-        }
+        wire::decode_reply(&self.read_line()?)
     }
 
-    /// Subscribes after `cursor` (from now on without one), to the events of `session`
-    /// (of user `uid`, root only) or all; the reply is the acknowledgement, then
-    /// [`Client::next_message`] yields the stream.
-    pub fn subscribe(
+    /// A call whose reply carries one session.
+    fn session_call(&mut self, request: &Request) -> Result<Session, ClientError> {
+        self.call(request).and_then(wire::session)
+    }
+
+    /// Registers a session and its owner (or gives an active session a new owner).
+    ///
+    /// An [`Owner::Pid`] is sent as a pidfd where the kernel allows; a process that does
+    /// not exist is [`ClientError::NoSuchProcess`] without asking the daemon.
+    ///
+    /// ```no_run
+    /// # use liveness_client::{Client, Owner, Registration};
+    /// let mut client = Client::connect_default()?;
+    /// let mut registration = Registration::new("agent-7", Owner::Auto);
+    /// registration.labels.insert("tool".into(), "editor".into());
+    /// let session = client.register(&registration)?;
+    /// # Ok::<(), liveness_client::ClientError>(())
+    /// ```
+    pub fn register(&mut self, registration: &Registration) -> Result<Session, ClientError> {
+        let (request, pidfd) = wire::register_request(registration)?;
+        let fds: Vec<_> = pidfd.iter().map(AsFd::as_fd).collect();
+        self.call_with_fds(&request, &fds).and_then(wire::session)
+    }
+
+    /// Registers `session` with `owner: "auto"`: the daemon walks up from this process
+    /// past shells and wrappers to the program that owns it (what a hook wants).
+    ///
+    /// ```no_run
+    /// # use liveness_client::Client;
+    /// Client::connect_default()?.register_auto("agent-7")?;
+    /// # Ok::<(), liveness_client::ClientError>(())
+    /// ```
+    pub fn register_auto(&mut self, session: &str) -> Result<Session, ClientError> {
+        self.register(&Registration::new(session, Owner::Auto))
+    }
+
+    /// Gives the pending session `session` its real id `to`.
+    ///
+    /// ```no_run
+    /// # use liveness_client::Client;
+    /// Client::connect_default()?.rename("pending-1", "agent-7", None)?;
+    /// # Ok::<(), liveness_client::ClientError>(())
+    /// ```
+    pub fn rename(
         &mut self,
-        cursor: Option<&Cursor>,
-        session: Option<String>,
+        session: &str,
+        to: &str,
         uid: Option<u32>,
-    ) -> Result<Reply, ClientError> {
-        self.call(&Request::Subscribe {
-            since: cursor.map(|c| c.seq),
-            store_id: cursor.and_then(|c| c.store_id.clone()),
-            session,
+    ) -> Result<Session, ClientError> {
+        self.session_call(&Request::Rename {
+            session: session.into(),
+            to: to.into(),
             uid,
         })
     }
 
-    /// The next stream line, raw and parsed.
-    pub fn next_message(&mut self) -> Result<(String, StreamMessage), ClientError> {
-        let line = self.read_line()?;
-        let message = serde_json::from_str(&line)
-            .map_err(|e| ClientError::Protocol(format!("{e}: {}", line.trim())))?;
-        Ok((line.trim_end().to_owned(), message))
+    /// Records activity, postponing the inactivity timeout of an owner that cannot be
+    /// watched.
+    ///
+    /// ```no_run
+    /// # use liveness_client::Client;
+    /// Client::connect_default()?.touch("agent-7", None)?;
+    /// # Ok::<(), liveness_client::ClientError>(())
+    /// ```
+    pub fn touch(&mut self, session: &str, uid: Option<u32>) -> Result<Session, ClientError> {
+        self.session_call(&Request::Touch {
+            session: session.into(),
+            uid,
+        })
+    }
+
+    /// Ends a session now (reason `stopped`).
+    ///
+    /// ```no_run
+    /// # use liveness_client::Client;
+    /// let ended = Client::connect_default()?.end("agent-7", None)?;
+    /// # Ok::<(), liveness_client::ClientError>(())
+    /// ```
+    pub fn end(&mut self, session: &str, uid: Option<u32>) -> Result<Session, ClientError> {
+        self.session_call(&Request::End {
+            session: session.into(),
+            uid,
+        })
+    }
+
+    /// One session (`uid`: root only, the session of that user).
+    ///
+    /// ```no_run
+    /// # use liveness_client::Client;
+    /// let session = Client::connect_default()?.get("agent-7", None)?;
+    /// println!("{:?} {:?}", session.phase, session.exit);
+    /// # Ok::<(), liveness_client::ClientError>(())
+    /// ```
+    pub fn get(&mut self, session: &str, uid: Option<u32>) -> Result<Session, ClientError> {
+        self.session_call(&Request::Get {
+            session: session.into(),
+            uid,
+        })
+    }
+
+    /// Every session the caller may see (in `phase` if given), oldest first, following
+    /// the daemon's pages on this connection.
+    ///
+    /// ```no_run
+    /// # use liveness_client::Client;
+    /// use liveness_client::liveness_common::session::Phase;
+    /// for session in Client::connect_default()?.list(Some(Phase::Active))? {
+    ///     println!("{}", session.id);
+    /// }
+    /// # Ok::<(), liveness_client::ClientError>(())
+    /// ```
+    pub fn list(&mut self, phase: Option<Phase>) -> Result<Vec<Session>, ClientError> {
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let reply = self.call(&Request::List {
+                phase,
+                limit: None,
+                after: after.take(),
+            })?;
+            all.extend(reply.sessions.unwrap_or_default());
+            match reply.next {
+                Some(next) => after = Some(next),
+                None => return Ok(all),
+            }
+        }
+    }
+
+    /// The active session that owns process `pid` (in the caller's namespace) or its
+    /// nearest registered ancestor; [`ErrorCode::NotFound`] if none does.
+    ///
+    /// ```no_run
+    /// # use liveness_client::Client;
+    /// let found = Client::connect_default()?.whose(std::process::id())?;
+    /// println!("{} (owner PID {})", found.session.id, found.owner_pid);
+    /// # Ok::<(), liveness_client::ClientError>(())
+    /// ```
+    pub fn whose(&mut self, pid: u32) -> Result<Whose, ClientError> {
+        self.call(&Request::Whose { pid }).and_then(wire::whose)
+    }
+
+    /// The daemon's state: exit sources, counters, versions.
+    ///
+    /// ```no_run
+    /// # use liveness_client::Client;
+    /// let status = Client::connect_default()?.status()?;
+    /// println!("livenessd {}, head seq {}", status.daemon.version, status.head_seq);
+    /// # Ok::<(), liveness_client::ClientError>(())
+    /// ```
+    pub fn status(&mut self) -> Result<Status, ClientError> {
+        self.call(&Request::Status {}).and_then(wire::status)
+    }
+
+    /// Turns this connection into a [`Subscription`] to the events after `cursor` (from
+    /// now on without one) that pass `filter`. It reconnects to a restarted daemon as its
+    /// [`Retry`] says.
+    ///
+    /// ```no_run
+    /// # use liveness_client::{Client, Cursor, Filter};
+    /// let saved = Cursor::parse("41 6f1d0c2e").unwrap();
+    /// let events = Client::connect_default()?.subscribe(Some(saved), Filter::default())?;
+    /// # Ok::<(), liveness_client::ClientError>(())
+    /// ```
+    pub fn subscribe(
+        self,
+        cursor: Option<Cursor>,
+        filter: Filter,
+    ) -> Result<Subscription, ClientError> {
+        Subscription::start(self, cursor, filter)
+    }
+
+    /// Sends a `subscribe` request and returns the acknowledgement; stream lines follow.
+    fn subscribe_raw(&mut self, request: &Request) -> Result<Subscribed, ClientError> {
+        self.call(request).and_then(wire::acknowledgement)
+    }
+
+    /// The next stream line after `subscribe`.
+    fn next_message(&mut self) -> Result<StreamMessage, ClientError> {
+        wire::decode_message(&self.read_line()?)
+    }
+
+    /// Blocks until `session` has ended and returns it as ended, surviving daemon restarts
+    /// (see [`Retry`]).
+    ///
+    /// It subscribes to the session's events first and then looks it up, so an end that
+    /// happens in between is still seen.
+    ///
+    /// ```no_run
+    /// # use liveness_client::Client;
+    /// let ended = Client::connect_default()?.wait_for_end("agent-7", None)?;
+    /// println!("{:?}", ended.exit);
+    /// # Ok::<(), liveness_client::ClientError>(())
+    /// ```
+    pub fn wait_for_end(self, session: &str, uid: Option<u32>) -> Result<Session, ClientError> {
+        let socket = self.socket.clone();
+        let filter = Filter {
+            session: Some(session.to_owned()),
+            uid,
+        };
+        let mut events = self.subscribe(None, filter)?;
+        // The daemon may restart at any point: every look-up waits for it as the stream does.
+        let retry = Retry::default();
+        let current = retry.run(|| Client::connect(&socket)?.get(session, uid))?;
+        if current.phase == Phase::Ended {
+            return Ok(current);
+        }
+        loop {
+            if let Item::Event(event) = events.next_item()?
+                && event.kind == EventKind::Ended
+            {
+                return retry.run(|| {
+                    Client::connect(&socket)?.get(&event.session, Some(event.creator_uid))
+                });
+            }
+        }
     }
 }
 
@@ -128,7 +402,9 @@ impl Client {
 /// seq belongs to (unknown for a bare seq, such as `--since`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cursor {
+    /// The last event handled.
     pub seq: u64,
+    /// The store `seq` belongs to.
     pub store_id: Option<String>,
 }
 
@@ -139,23 +415,6 @@ impl Cursor {
         let seq = words.next()?.parse().ok()?;
         let store_id = words.next().map(str::to_owned);
         words.next().is_none().then_some(Cursor { seq, store_id })
-    }
-
-    /// Follows one stream message: a handled event moves the cursor to its seq; a `reset`
-    /// starts it over in the new store, before the store's first event.
-    pub fn follow(&mut self, message: &StreamMessage) {
-        match message {
-            StreamMessage::Event(event) => self.seq = event.seq,
-            StreamMessage::Reset { store_id, .. } => {
-                *self = Cursor {
-                    seq: 0,
-                    store_id: Some(store_id.clone()),
-                };
-            }
-            StreamMessage::Gap { .. }
-            | StreamMessage::Lagged { .. }
-            | StreamMessage::Goodbye { .. } => {}
-        }
     }
 }
 
@@ -174,26 +433,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cursors_read_both_forms_and_follow_a_reset() {
+    fn cursors_read_both_forms() {
         let old = Cursor::parse("42\n").expect("a bare seq, as earlier versions wrote");
         assert_eq!((old.seq, old.store_id.as_deref()), (42, None));
-        let mut cursor = Cursor::parse("42 0123abcd\n").expect("seq and store id");
+        let cursor = Cursor::parse("42 0123abcd\n").expect("seq and store id");
         assert_eq!(cursor.store_id.as_deref(), Some("0123abcd"));
         assert_eq!(Cursor::parse(&cursor.to_string()), Some(cursor.clone()));
         for bad in ["", "x", "-1", "1 a b"] {
             assert_eq!(Cursor::parse(bad), None, "{bad:?} is no cursor");
         }
-        cursor.follow(&StreamMessage::Reset {
-            since: 42,
-            head: 3,
-            store_id: "ffee".into(),
-        });
-        assert_eq!(
-            cursor.to_string(),
-            "0 ffee",
-            "a reset starts over in the new store"
-        );
-        cursor.follow(&StreamMessage::Lagged { last_delivered: 9 });
-        assert_eq!(cursor.seq, 0, "only handled events move the cursor");
     }
 }

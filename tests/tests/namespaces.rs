@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use integration_tests::{Daemon, Orphan, binary, privileged, start_ticks};
 use liveness_client::Client;
-use liveness_common::protocol::{OwnerSpec, PidfdOwner, Request};
+use liveness_common::protocol::{ErrorCode, OwnerSpec, PidfdOwner, Request};
 use serde_json::{Value, json};
 
 const QUIET: Duration = Duration::from_millis(600);
@@ -282,17 +282,10 @@ fn a_pidfd_owner_is_never_confused_with_a_process_reusing_its_pid() {
         pending: false,
         labels: Default::default(),
     };
-    let reply = client
+    let refusal = client
         .call_with_fds(&request, &[stale_pidfd.as_fd()])
-        .expect("call");
-    assert!(!reply.ok, "a dead owner's pidfd bound {:?}", reply.session);
-    let error = reply.error.unwrap();
-    assert_eq!(
-        serde_json::to_value(error.code).unwrap(),
-        "no_owner",
-        "{}",
-        error.message
-    );
+        .expect_err("a dead owner's pidfd must not bind");
+    assert_eq!(refusal.code(), Some(ErrorCode::NoOwner), "{refusal}");
     let whose = daemon.request(json!({"op": "whose", "pid": owner_pid}));
     assert_eq!(
         whose["error"]["code"], "not_found",

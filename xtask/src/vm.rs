@@ -46,7 +46,7 @@ const PACKAGES: &[&str] = &[
 const PROGRAMS: &[&str] = &["livenessd", "liveness", "testproc", "seccomp-deny"];
 const INSTALL_HINT: &str = "apt-get install -y qemu-system-x86 busybox-static bash-static cpio";
 /// util-linux tools the tests run, copied from the host with their shared libraries.
-const UTIL_LINUX: &[&str] = &["unshare", "nsenter"];
+const UTIL_LINUX: &[&str] = &["unshare", "nsenter", "prlimit"];
 
 /// What `cargo xtask vm-test` was asked to do.
 #[derive(Debug)]

@@ -1,0 +1,205 @@
+//! The command line: subcommands, their options and their help.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::doctor::DOCTOR_HELP;
+use crate::exit::EXIT_CODES_HELP;
+use crate::wait::WAIT_HELP;
+
+/// Tell session tooling when the process that owns a session dies.
+#[derive(Debug, Parser)]
+#[command(name = "liveness", version, after_help = EXIT_CODES_HELP)]
+pub(crate) struct Cli {
+    /// The daemon's socket [env: LIVENESS_SOCKET; default: the user's own daemon's socket
+    /// if it exists, else /run/liveness/liveness.sock].
+    #[arg(long, global = true, value_name = "PATH")]
+    pub(crate) socket: Option<PathBuf>,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Capture a process's identity (--pid), or check whether an identity is still alive (--identity).
+    ///
+    /// An identity is the fingerprint {pid, start_ticks, boot_id, host}: unlike a bare PID
+    /// it cannot be confused with a later process that reuses the number.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Check {
+        /// Capture the identity of this running process.
+        #[arg(
+            long,
+            conflicts_with = "identity",
+            required_unless_present = "identity"
+        )]
+        pid: Option<u32>,
+        /// An identity as JSON (as printed by `check --pid --json`) to check for liveness.
+        #[arg(long, value_name = "JSON")]
+        identity: Option<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Find the process that owns the caller: walk up from PID past shells, `env` and
+    /// wrappers to the first real program, and print its identity.
+    #[command(after_help = EXIT_CODES_HELP)]
+    ResolveOwner {
+        /// Start from this process (default: the parent of this command, e.g. the hook's shell).
+        #[arg(long)]
+        pid: Option<u32>,
+        /// A further process name to skip as a wrapper (repeatable).
+        #[arg(long = "wrapper", value_name = "COMM")]
+        wrappers: Vec<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Register a session and the process that owns it (or give an active session a new owner).
+    Register {
+        /// The session id; optional with --pending (the daemon then makes one up).
+        #[arg(long, required_unless_present = "pending")]
+        session: Option<String>,
+        /// Root only: register in this user's namespace (ids are per user; see docs/protocol.md).
+        #[arg(long, value_name = "UID")]
+        uid: Option<u32>,
+        /// The real id is not known yet: `rename` the session later, or it expires.
+        #[arg(long)]
+        pending: bool,
+        #[command(flatten)]
+        owner: OwnerArgs,
+        /// A label KEY=VALUE stored with the session and its events (repeatable).
+        #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+        labels: Vec<(String, String)>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Give a pending session its real id.
+    Rename {
+        #[arg(long)]
+        session: String,
+        #[arg(long)]
+        to: String,
+        /// Root only: the session of this user (ids are per user; see docs/protocol.md).
+        #[arg(long, value_name = "UID")]
+        uid: Option<u32>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Record activity (postpones the inactivity timeout of owners that cannot be watched).
+    Touch(SessionArgs),
+    /// End a session now (reason `stopped`).
+    End(SessionArgs),
+    /// Show one session.
+    Get(SessionArgs),
+    /// List sessions.
+    List {
+        #[arg(long, value_enum)]
+        phase: Option<PhaseArg>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Which active session owns a process (itself or its nearest registered ancestor)?
+    Whose {
+        #[arg(long)]
+        pid: u32,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The daemon's state: exit sources, counters, versions.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Follow the event stream.
+    ///
+    /// With --exec, runs CMD (through sh -c) for each session.ended event, with the event
+    /// JSON on stdin and LIVENESS_SEQ, LIVENESS_SESSION, LIVENESS_REASON, LIVENESS_EXIT_CODE,
+    /// LIVENESS_SIGNAL, LIVENESS_DETECTED_BY in its environment. With --cursor, the seq of the
+    /// last event handled and the daemon's store id are stored in FILE and a restarted
+    /// watcher resumes after it. The cursor is written once CMD has succeeded, so a watcher
+    /// killed in between runs CMD for that event again when it restarts: make CMD
+    /// idempotent. If the daemon's database was replaced (deleted, restored, recreated), the
+    /// watcher is told so and starts over with the new database's first event.
+    ///
+    /// If the daemon stops or restarts, the watcher reconnects and resumes after the last
+    /// event it handled, retrying for up to 30 s (every 0.1 s, doubling to 2 s); then it
+    /// gives up with exit code 69.
+    Watch {
+        /// Replay events after this seq first (default: only new events).
+        #[arg(long, value_name = "SEQ")]
+        since: Option<u64>,
+        /// Only events of this session.
+        #[arg(long)]
+        session: Option<String>,
+        /// Root only: only events of this user's sessions.
+        #[arg(long, value_name = "UID")]
+        uid: Option<u32>,
+        /// Run this command for each session.ended event.
+        #[arg(long, value_name = "CMD")]
+        exec: Option<String>,
+        /// Cursor file ("SEQ STORE_ID", or a bare SEQ): read at start (it wins over --since),
+        /// written after each handled event.
+        #[arg(long, value_name = "FILE")]
+        cursor: Option<PathBuf>,
+        /// Print each event as one JSON line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Block until a session ends; the exit code tells how (see below).
+    ///
+    /// If the daemon stops or restarts meanwhile, wait reconnects and goes on waiting,
+    /// retrying for up to 30 s (every 0.1 s, doubling to 2 s); then it gives up with 69.
+    #[command(after_help = WAIT_HELP)]
+    Wait(SessionArgs),
+    /// Which exit sources the daemon runs and why the others are off (its self-test too),
+    /// and, apart, which ones this process could start itself.
+    #[command(after_help = DOCTOR_HELP)]
+    Doctor {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+#[group(required = true, multiple = false)]
+pub(crate) struct OwnerArgs {
+    /// `auto`: the first ancestor of this command that is not a shell or wrapper.
+    #[arg(long, value_parser = ["auto"])]
+    pub(crate) owner: Option<String>,
+    /// This process owns the session. PID is read in this command's PID namespace; where
+    /// the kernel allows (Linux 5.3+) the daemon is given a pidfd for it, which names the
+    /// process itself rather than a number that could be reused.
+    #[arg(long, value_name = "PID")]
+    pub(crate) owner_pid: Option<u32>,
+    /// An identity captured earlier (`liveness check --pid PID --json`), possibly elsewhere.
+    #[arg(long, value_name = "JSON")]
+    pub(crate) owner_identity: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum PhaseArg {
+    Active,
+    Ended,
+}
+
+fn parse_label(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("{text:?} is not KEY=VALUE")),
+    }
+}
+
+/// The session a command is about, and how to print the answer.
+#[derive(Debug, clap::Args)]
+pub(crate) struct SessionArgs {
+    #[arg(long)]
+    pub(crate) session: String,
+    /// Root only: the session of this user (ids are per user; see docs/protocol.md).
+    #[arg(long, value_name = "UID")]
+    pub(crate) uid: Option<u32>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+}

@@ -1,0 +1,66 @@
+//! `liveness wait`: block until a session ends; the exit code tells how.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use liveness_client::Client;
+use liveness_common::exit::ExitStatus;
+use liveness_common::session::{EndReason, Session};
+
+use crate::exit::{Exit, client_error};
+use crate::render::{describe_session, print_json};
+
+pub(crate) const WAIT_HELP: &str = "\
+Exit codes of wait:
+  0   the owner exited with code 0, or the session was ended with `end`
+  1   the owner exited with a non-zero code
+  2   the owner was killed by a signal
+  3   ended otherwise: PID reused, reboot, timeout, pending expired, or status unknown
+  64+ the wait itself failed, as for the other commands (66: no such session)";
+
+/// How `wait` reports the end of a session (see `WAIT_HELP`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum WaitOutcome {
+    Clean = 0,
+    Failed = 1,
+    Killed = 2,
+    Otherwise = 3,
+}
+
+impl WaitOutcome {
+    fn of(session: &Session) -> WaitOutcome {
+        match (session.reason, session.exit) {
+            (Some(EndReason::Stopped), _) | (_, Some(ExitStatus::Exited { code: 0 })) => {
+                WaitOutcome::Clean
+            }
+            (_, Some(ExitStatus::Exited { .. })) => WaitOutcome::Failed,
+            (_, Some(ExitStatus::Signaled { .. })) => WaitOutcome::Killed,
+            _ => WaitOutcome::Otherwise,
+        }
+    }
+}
+
+pub(crate) fn wait(socket: &Path, id: &str, uid: Option<u32>, json: bool) -> ExitCode {
+    match wait_for_end(socket, id, uid, json) {
+        Ok(outcome) => ExitCode::from(outcome as u8),
+        Err(exit) => exit.into(),
+    }
+}
+
+fn wait_for_end(
+    socket: &Path,
+    id: &str,
+    uid: Option<u32>,
+    json: bool,
+) -> Result<WaitOutcome, Exit> {
+    let session = Client::connect(socket)
+        .and_then(|client| client.wait_for_end(id, uid))
+        .map_err(|e| client_error(&e))?;
+    if json {
+        print_json(&session);
+    } else {
+        println!("{}", describe_session(&session));
+    }
+    Ok(WaitOutcome::of(&session))
+}
