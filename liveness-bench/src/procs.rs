@@ -268,16 +268,22 @@ pub fn spawner_main(count: usize, group_size: usize) -> ! {
         let pid = match unsafe { libc::fork() } {
             0 => {
                 // Holding the pipes would keep the harness from ever seeing their ends.
+                // SAFETY: close is async-signal-safe; both descriptors are this child's
+                // inherited copies, which nothing else in it uses.
                 unsafe { libc::close(report) };
+                // SAFETY: as above.
                 unsafe { libc::close(hold) };
+                // SAFETY: setpgid is async-signal-safe and touches no memory of ours.
                 unsafe { libc::setpgid(0, leader) };
                 loop {
+                    // SAFETY: pause is async-signal-safe and takes no arguments.
                     unsafe { libc::pause() };
                 }
             }
             -1 => 0,
             pid => {
                 // Set from both sides so a kill of the group never races the child.
+                // SAFETY: setpgid on our own child's PID; no memory is passed.
                 unsafe { libc::setpgid(pid, if leader == 0 { pid } else { leader }) };
                 pid
             }

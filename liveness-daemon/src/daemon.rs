@@ -15,7 +15,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 use tracing_subscriber::EnvFilter;
 
-use crate::engine::{Engine, EngineConfig};
+use crate::engine::{Clock, Engine, EngineConfig};
 use crate::limits::Limits;
 use crate::source::ebpf::EbpfConfig;
 use crate::source::monitor::{Monitor, MonitorConfig, Selection};
@@ -468,6 +468,7 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
             subscriber_queue: args.subscriber_queue.max(1),
             proc,
             limits: Arc::clone(&limits),
+            clock: Clock::System,
         },
         about,
     )?;

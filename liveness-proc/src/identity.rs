@@ -240,6 +240,7 @@ impl ProcRoot {
                         source: io::Error::last_os_error(),
                     });
                 }
+                // SAFETY: _exit is async-signal-safe and never returns.
                 0 => unsafe { libc::_exit(0) },
                 child => child as u32,
             };
@@ -266,11 +267,6 @@ impl ProcRoot {
                 true
             }
         }
-    }
-
-    /// The reader's boottime offset, by which start times read here are normalised.
-    pub fn boottime_offset(&self) -> BoottimeOffset {
-        self.offset
     }
 
     /// Fails when start times read here cannot be normalised exactly (a time namespace

@@ -28,6 +28,8 @@ impl ProbeChild {
         // other threads of a multi-threaded parent cannot have left anything it needs locked.
         match unsafe { libc::fork() } {
             -1 => Err(io::Error::last_os_error()),
+            // SAFETY: the child runs only the async-signal-safe calls described above, on
+            // `byte`, a local it owns, and descriptors it inherited.
             0 => unsafe {
                 libc::close(write_fd);
                 let mut byte = 0u8;

@@ -1,0 +1,303 @@
+//! The actor loop: exits first, then commands; commit, then publish, then reply.
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, watch};
+
+use crate::source::ExitObservation;
+use crate::store::OwnerDeath;
+use liveness_common::exit::DetectedBy;
+use liveness_common::identity::{Identity, ProcessKey};
+use liveness_common::protocol::StreamMessage;
+use liveness_common::session::{EndReason, Event};
+use liveness_proc::identity::Liveness;
+
+use super::{
+    Batch, Command, Engine, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, Published, RETRY_PERIOD,
+    Subscription, ms_of,
+};
+
+impl Engine {
+    /// Runs until `shutdown` turns true, then commits every exit already observed. Fails
+    /// when the database file is deleted or replaced under it.
+    pub async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<Command>,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Result<(), EngineError> {
+        self.reconcile_at_start();
+        // Expiry and retention are applied before the first client is served, so a replay
+        // right after a start already sees the retention window.
+        self.housekeeping();
+        let period = self.housekeeping_period();
+        let mut housekeeping =
+            tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut retry = tokio::time::interval(RETRY_PERIOD);
+        retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut file_check = tokio::time::interval(FILE_CHECK_PERIOD);
+        file_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let outcome = loop {
+            tokio::select! {
+                biased;
+                _ = shutdown.wait_for(|stop| *stop) => break Ok(()),
+                observation = self.monitor.next() => self.finalize_observed(observation),
+                command = commands.recv() => match command {
+                    Some(command) => self.handle(command),
+                    None => break Ok(()),
+                },
+                _ = retry.tick(), if !self.uncommitted.is_empty() => self.finalize(Vec::new()),
+                _ = housekeeping.tick() => self.housekeeping(),
+                _ = file_check.tick() => if let Err(e) = self.store.check_file() {
+                    break Err(EngineError::Store(e));
+                },
+            }
+        };
+        // On failure nothing more is written to a file nobody will open again.
+        outcome?;
+        // In-flight exits are committed before the daemon goes away.
+        while let Some(observation) = self.monitor.try_next() {
+            self.finalize_observed(observation);
+        }
+        self.finalize(Vec::new());
+        if !self.uncommitted.is_empty() {
+            // Their sessions are still ACTIVE in the store: the next start reconciles them.
+            tracing::error!(
+                count = self.uncommitted.len(),
+                "stopping with finalizations that could not be committed; the next start will reconcile them"
+            );
+        }
+        if let Err(e) = self.store.end_run() {
+            tracing::error!(error = %e, "cannot record the clean stop");
+        }
+        tracing::info!("engine stopped");
+        Ok(())
+    }
+
+    pub(super) fn identity_of(&self, key: ProcessKey) -> Identity {
+        Identity {
+            pid: key.pid,
+            start_ticks: key.start_ticks,
+            boot_id: self.local.boot_id.clone(),
+            host: self.local.host.clone(),
+            pidfs_ino: None,
+            comm: String::new(),
+        }
+    }
+
+    /// Reconciles every ACTIVE owner after a start: those that died while the daemon was
+    /// down are finalized (`detected_by: reconcile`), the rest are watched.
+    pub(super) fn reconcile_at_start(&mut self) {
+        let owners = match self.store.active_owners() {
+            Ok(owners) => owners,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot list active owners; nothing reconciled");
+                return;
+            }
+        };
+        let count = owners.len();
+        let mut dead = Vec::new();
+        for owner in owners {
+            if let Some(observation) = self.watch(&owner) {
+                dead.push(observation);
+            }
+        }
+        tracing::info!(
+            owners = count,
+            dead = dead.len(),
+            "reconciled active sessions"
+        );
+        self.finalize(dead);
+    }
+
+    /// Starts watching an owner. Returns its death at once when it is already dead.
+    ///
+    /// The boot id decides: an owner of this boot is watched whatever host name it
+    /// carries. An owner of an earlier boot of this machine (one a daemon ran on with this
+    /// database, or for older records one with this host name) ended with that boot.
+    /// Owners of other machines cannot be watched: only the inactivity timeout ends them.
+    pub(super) fn watch(&mut self, owner: &Identity) -> Option<OwnerDeath> {
+        let dead = |reason| OwnerDeath {
+            owner: owner.clone(),
+            reason,
+            exit: None,
+            detected_by: DetectedBy::Reconcile,
+            observed_ms: self.config.clock.now_ms(),
+            died_ms: None,
+        };
+        if owner.boot_id != self.local.boot_id {
+            let earlier_boot_here = match self.store.is_known_boot(&owner.boot_id) {
+                Ok(known) => known || owner.host == self.local.host,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot look up known boots");
+                    false
+                }
+            };
+            // The stored fingerprint names the earlier boot: end exactly that owner.
+            return earlier_boot_here.then(|| dead(EndReason::Reboot));
+        }
+        // The sources key processes by pid and start time; where the pidfs inode is known,
+        // a process that took the pid within the same tick is told apart here.
+        if let Liveness::Dead(reason) = self.config.proc.check_process(owner.key(), owner.pidfs_ino)
+        {
+            return Some(dead(EndReason::from(reason)));
+        }
+        let death = self.monitor.track(owner.key())?;
+        Some(self.death_of(&death))
+    }
+
+    /// The store's view of a death observed on this boot.
+    pub(super) fn death_of(&self, observation: &ExitObservation) -> OwnerDeath {
+        OwnerDeath {
+            owner: self.identity_of(observation.key),
+            reason: EndReason::from(observation.reason),
+            exit: observation.status,
+            detected_by: observation.detected_by,
+            observed_ms: ms_of(observation.at),
+            died_ms: observation.died_at.map(ms_of),
+        }
+    }
+
+    /// Stops watching an owner that no ACTIVE session refers to any more.
+    pub(super) fn unwatch_if_unused(&mut self, owner: &Identity) {
+        if owner.boot_id != self.local.boot_id {
+            return;
+        }
+        match self.store.active_sessions_of_owner(owner) {
+            Ok(sessions) if sessions.is_empty() => self.monitor.untrack(owner.key()),
+            Ok(_) => {}
+            Err(e) => tracing::error!(error = %e, "cannot look up sessions of an owner"),
+        }
+    }
+
+    pub(super) fn finalize_observed(&mut self, first: ExitObservation) {
+        let mut batch = vec![self.death_of(&first)];
+        while batch.len() < MAX_BATCH {
+            match self.monitor.try_next() {
+                Some(observation) => batch.push(self.death_of(&observation)),
+                None => break,
+            }
+        }
+        self.finalize(batch);
+    }
+
+    /// Ends every ACTIVE session owned by the dead processes, in one transaction, together
+    /// with the deaths an earlier failed commit left over.
+    pub(super) fn finalize(&mut self, mut deaths: Vec<OwnerDeath>) {
+        let retrying = !self.uncommitted.is_empty();
+        // Older deaths first, so events keep the order in which deaths were seen.
+        deaths.splice(0..0, self.uncommitted.drain(..));
+        if deaths.is_empty() {
+            return;
+        }
+        self.counters.largest_batch = self.counters.largest_batch.max(deaths.len());
+        match self.store.end_many(&deaths, self.config.clock.now_ms()) {
+            Ok(events) => {
+                if retrying {
+                    tracing::info!(
+                        count = deaths.len(),
+                        "committed the finalizations that had failed"
+                    );
+                }
+                for event in &events {
+                    if let Some(by) = event.detected_by {
+                        *self.counters.finalized_by.entry(by).or_default() += 1;
+                    }
+                }
+                self.publish(events);
+            }
+            // Nothing is announced that was not committed. The deaths are kept and
+            // committed again later; should the daemon stop first, their sessions are still
+            // ACTIVE in the store and the next start's reconcile ends them.
+            Err(e) => {
+                let e = self.store.explain(e);
+                if retrying {
+                    tracing::debug!(error = %e, count = deaths.len(), "committing finalizations failed again");
+                } else {
+                    tracing::error!(error = %e, count = deaths.len(), "cannot commit finalizations; retrying every {RETRY_PERIOD:?}");
+                }
+                self.counters.failed_commits += 1;
+                self.uncommitted = deaths;
+            }
+        }
+    }
+
+    /// Sends committed events, as one batch, to every subscriber. A subscriber whose queue
+    /// is full is dropped; its connection tells it `lagged`.
+    pub(super) fn publish(&mut self, events: Vec<Event>) {
+        let batch: Batch = events
+            .into_iter()
+            .filter_map(|event| {
+                self.usage.apply(&event);
+                let (seq, session, creator_uid) =
+                    (event.seq, event.session.clone(), event.creator_uid);
+                match serde_json::to_string(&StreamMessage::Event(Box::new(event))) {
+                    Ok(line) => Some(Published {
+                        seq,
+                        session,
+                        creator_uid,
+                        line,
+                    }),
+                    Err(e) => {
+                        tracing::error!(error = %e, seq, "cannot serialize event");
+                        None
+                    }
+                }
+            })
+            .collect();
+        let Some(last) = batch.last().map(|p| p.seq) else {
+            return;
+        };
+        let before = self.subscribers.len();
+        let counters = &mut self.counters;
+        self.subscribers
+            .retain(|queue| match queue.try_send(Arc::clone(&batch)) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    counters.lagged_subscribers += 1;
+                    false
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            });
+        if self.subscribers.len() < before {
+            tracing::debug!(
+                seq = last,
+                dropped = before - self.subscribers.len(),
+                "dropped lagging or closed subscribers"
+            );
+        }
+    }
+
+    pub(super) fn handle(&mut self, command: Command) {
+        match command {
+            Command::Request {
+                caller,
+                request,
+                fds,
+                reply,
+            } => {
+                let answer = self.request(caller, request, &fds);
+                // The client may have gone; its reply has nowhere to go.
+                let _ = reply.send(answer);
+            }
+            Command::Subscribe { reply } => {
+                let (queue, batches) = mpsc::channel(self.config.subscriber_queue);
+                let head = match self.store.head_seq() {
+                    Ok(head) => head,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot read head seq");
+                        return;
+                    }
+                };
+                let subscription = Subscription {
+                    head,
+                    store_id: self.store_id.clone(),
+                    batches,
+                };
+                if reply.send(subscription).is_ok() {
+                    self.subscribers.push(queue);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,315 @@
+//! Request handlers: register, rename, touch, end, get, status.
+
+use std::collections::BTreeMap;
+use std::os::fd::{AsFd, OwnedFd};
+
+use crate::store::{NewSession, StoreError};
+use liveness_common::identity::Identity;
+use liveness_common::protocol::{
+    ErrorBody, ErrorCode, OwnerSpec, PidOwner, PidfdOwner, Reply, Request,
+};
+use liveness_common::session::{EndReason, Phase, Session};
+use liveness_common::status::{LimitsStatus, Status};
+use liveness_proc::identity::IdentityError;
+
+use super::auth::Caller;
+use super::{Engine, now_ms, store_error};
+
+impl Engine {
+    pub(super) fn request(&mut self, caller: Caller, request: Request, fds: &[OwnedFd]) -> Reply {
+        let now = self.config.clock.now_ms();
+        match request {
+            Request::Register {
+                session,
+                uid,
+                owner,
+                pending,
+                labels,
+            } => self.register(caller, session, uid, owner, fds, pending, labels, now),
+            Request::Rename { session, to, uid } => match self.addressed(caller, &session, uid) {
+                Err(error) => error.into(),
+                Ok(found) => match self.store.rename(found.creator_uid, &session, &to, now) {
+                    Ok(event) => {
+                        self.publish(vec![event]);
+                        self.get_reply(found.creator_uid, &to)
+                    }
+                    Err(e) => store_error(e).into(),
+                },
+            },
+            Request::Touch { session, uid } => match self.addressed(caller, &session, uid) {
+                Err(error) => error.into(),
+                Ok(found) => match self.store.touch(found.creator_uid, &session, now) {
+                    Ok(()) => self.get_reply(found.creator_uid, &session),
+                    Err(e) => store_error(e).into(),
+                },
+            },
+            Request::End { session, uid } => match self.addressed(caller, &session, uid) {
+                Err(error) => error.into(),
+                Ok(existing) => {
+                    let ended = self.store.end(
+                        existing.creator_uid,
+                        &session,
+                        EndReason::Stopped,
+                        None,
+                        None,
+                        None,
+                        None,
+                        now,
+                    );
+                    match ended {
+                        Ok(Some(event)) => {
+                            self.publish(vec![event]);
+                            self.unwatch_if_unused(&existing.owner);
+                            self.get_reply(existing.creator_uid, &session)
+                        }
+                        Ok(None) => Reply::error(
+                            ErrorCode::AlreadyEnded,
+                            format!("session {session:?} has already ended"),
+                        ),
+                        Err(e) => store_error(e).into(),
+                    }
+                }
+            },
+            Request::Get { session, uid } => match self.addressed(caller, &session, uid) {
+                Ok(found) => Reply::with_session(found),
+                Err(error) => error.into(),
+            },
+            Request::Whose { pid } => self.whose(caller, pid),
+            Request::Status {} => Reply {
+                status: Some(Box::new(self.status())),
+                ..Reply::ok()
+            },
+            Request::Subscribe { .. } | Request::List { .. } => Reply::error(
+                ErrorCode::Internal,
+                "subscribe and list are handled by the connection",
+            ),
+        }
+    }
+
+    /// The session a request names (see [`Caller::namespace`]): a user's own of that id;
+    /// for root, user `uid`'s, or without `uid` the one user's that has it (`ambiguous`
+    /// when several have). Another user's id is simply not in a user's namespace, so
+    /// nothing tells a user whether it exists.
+    pub(super) fn addressed(
+        &self,
+        caller: Caller,
+        id: &str,
+        uid: Option<u32>,
+    ) -> Result<Session, ErrorBody> {
+        let not_found = || store_error(StoreError::NotFound(id.to_owned()));
+        if let Some(uid) = caller.namespace(uid)? {
+            return self
+                .store
+                .get(uid, id)
+                .map_err(store_error)?
+                .ok_or_else(not_found);
+        }
+        let mut found = self.store.find_any_user(id).map_err(store_error)?;
+        match found.len() {
+            0 => Err(not_found()),
+            1 => Ok(found.remove(0)),
+            _ => {
+                let uids: Vec<String> = found.iter().map(|s| s.creator_uid.to_string()).collect();
+                Err(ErrorBody::new(
+                    ErrorCode::Ambiguous,
+                    format!(
+                        "session {id:?} exists for uids {}; name one with `uid` (--uid)",
+                        uids.join(", ")
+                    ),
+                ))
+            }
+        }
+    }
+
+    pub(super) fn get_reply(&self, uid: u32, id: &str) -> Reply {
+        match self.store.get(uid, id) {
+            Ok(Some(session)) => Reply::with_session(session),
+            Ok(None) => store_error(StoreError::NotFound(id.to_owned())).into(),
+            Err(e) => store_error(e).into(),
+        }
+    }
+
+    /// The identity of the owner a client names. A pid is read in the client's PID
+    /// namespace, a pidfd names its process directly; nothing is read in the daemon's
+    /// namespace on the client's word.
+    pub(super) fn resolve_owner(
+        &self,
+        caller: Caller,
+        owner: OwnerSpec,
+        fds: &[OwnedFd],
+    ) -> Result<Identity, ErrorBody> {
+        let proc = &self.config.proc;
+        let identity = match owner {
+            OwnerSpec::Auto(_) => proc
+                .resolve_owner(caller.pid, &self.config.wrappers)
+                .map_err(owner_error)?,
+            OwnerSpec::Pid(PidOwner { pid }) => {
+                proc.capture_for(caller.pid, pid).map_err(owner_error)?
+            }
+            OwnerSpec::Pidfd(PidfdOwner { pidfd }) => {
+                let Some(fd) = fds.get(pidfd) else {
+                    return Err(ErrorBody::new(
+                        ErrorCode::InvalidRequest,
+                        format!(
+                            "the owner is descriptor {pidfd} of the request line, but {} came with it: send the pidfd with SCM_RIGHTS in the sendmsg that carries the line",
+                            fds.len()
+                        ),
+                    ));
+                };
+                proc.capture_pidfd(fd.as_fd()).map_err(owner_error)?
+            }
+            OwnerSpec::Identity(identity) if identity.boot_id == self.local.boot_id => {
+                // Captured by the client (`liveness check`), so in its numbering, like
+                // any pid it sends. One that is not found there stays as given: its start
+                // time then tells whether it names a live process.
+                let pid = proc
+                    .translate_pid(caller.pid, identity.pid)
+                    .unwrap_or(identity.pid);
+                self.canonical(Identity { pid, ..identity })?
+            }
+            OwnerSpec::Identity(identity) => identity,
+        };
+        // Only root may attach sessions to other users' processes. A process that is gone
+        // can no longer be checked, and its session ends at once anyway.
+        if !caller.is_root() && identity.boot_id == self.local.boot_id {
+            match self.config.proc.uid(identity.pid) {
+                Ok(uid) if uid != caller.uid => {
+                    return Err(ErrorBody::new(
+                        ErrorCode::Forbidden,
+                        format!(
+                            "process {} belongs to uid {uid}, not to you (uid {})",
+                            identity.pid, caller.uid
+                        ),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Ok(identity)
+    }
+
+    /// An identity of this boot from a client, as the daemon reads it: a kernel thread is
+    /// refused, and where the pidfs inode names the live process, the daemon's own reading
+    /// of its start time is kept: a client in a time namespace whose offset is not whole
+    /// ticks reads the start time as the kernel's count or one more. An identity of a
+    /// process that is gone is kept as given: its session ends at once.
+    pub(super) fn canonical(&self, identity: Identity) -> Result<Identity, ErrorBody> {
+        match self.config.proc.capture(identity.pid) {
+            Ok(live)
+                if live.pidfs_ino.is_some()
+                    && live.pidfs_ino == identity.pidfs_ino
+                    && identity.start_ticks == live.start_ticks + 1 =>
+            {
+                Ok(Identity {
+                    host: identity.host,
+                    ..live
+                })
+            }
+            Err(e @ IdentityError::KernelThread { .. }) => Err(owner_error(e)),
+            _ => Ok(identity),
+        }
+    }
+
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the fields of a register request, plus who sent it"
+    )]
+    pub(super) fn register(
+        &mut self,
+        caller: Caller,
+        session: Option<String>,
+        uid: Option<u32>,
+        owner: OwnerSpec,
+        fds: &[OwnedFd],
+        pending: bool,
+        labels: BTreeMap<String, String>,
+        now: i64,
+    ) -> Reply {
+        let id = match (session, pending) {
+            (Some(id), _) => id,
+            (None, true) => generate_pending_id(),
+            (None, false) => {
+                return Reply::error(
+                    ErrorCode::InvalidRequest,
+                    "`session` is required unless `pending` is true",
+                );
+            }
+        };
+        // Root registers in its own namespace unless it names a user's.
+        let namespace = match caller.namespace(uid) {
+            Ok(namespace) => namespace.unwrap_or(caller.uid),
+            Err(error) => return error.into(),
+        };
+        let owner = match self.resolve_owner(caller, owner, fds) {
+            Ok(owner) => owner,
+            Err(error) => return error.into(),
+        };
+        let previous = match self.store.get(namespace, &id) {
+            Ok(existing) => existing.map(|s| s.owner),
+            Err(e) => return store_error(e).into(),
+        };
+        if previous.is_none()
+            && let Err(refused) = self.usage.check(caller.uid, &labels)
+        {
+            return refused.into();
+        }
+        let new = NewSession {
+            id: id.clone(),
+            owner: owner.clone(),
+            pending,
+            pending_expires_ms: pending.then(|| now + self.config.pending_ttl.as_millis() as i64),
+            creator_uid: namespace,
+            labels,
+        };
+        let registered = match self.store.register(new, now) {
+            Ok(registered) => registered,
+            Err(e) => return store_error(self.store.explain(e)).into(),
+        };
+        self.publish(registered.event.into_iter().collect());
+        if let Some(previous) = previous.filter(|p| !p.same_process(&owner)) {
+            self.unwatch_if_unused(&previous);
+        }
+        if let Some(death) = self.watch(&owner) {
+            self.finalize(vec![death]);
+        }
+        self.get_reply(namespace, &id)
+    }
+
+    pub(super) fn status(&self) -> Status {
+        Status {
+            daemon: self.about.clone(),
+            uptime_ms: self.started.elapsed().as_millis() as u64,
+            head_seq: self.store.head_seq().unwrap_or_default(),
+            store_id: self.store_id.clone(),
+            active_sessions: self.store.count(Phase::Active).unwrap_or_default(),
+            subscribers: self.subscribers.iter().filter(|q| !q.is_closed()).count() as u64,
+            uncommitted_deaths: self.uncommitted.len() as u64,
+            monitor: self.monitor.status(),
+            counters: self.counters.clone(),
+            limits: LimitsStatus {
+                connections: self.config.limits.status(),
+                sessions: self.usage.status(),
+            },
+        }
+    }
+}
+
+/// The reply to an owner that cannot be bound: `invalid_owner` for what can never be
+/// watched as a process, `no_owner` for one that does not exist (for this client).
+fn owner_error(e: IdentityError) -> ErrorBody {
+    let code = match e {
+        IdentityError::KernelThread { .. } | IdentityError::NotPidfd(_) => ErrorCode::InvalidOwner,
+        _ => ErrorCode::NoOwner,
+    };
+    ErrorBody::new(code, e.to_string())
+}
+
+/// A fresh id for a pending session: random, so ids are never reused across restarts.
+fn generate_pending_id() -> String {
+    let mut bytes = [0u8; 8];
+    if rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty()).is_err() {
+        bytes = now_ms().to_le_bytes();
+    }
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("pending-{hex}")
+}

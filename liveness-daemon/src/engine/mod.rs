@@ -1,0 +1,233 @@
+//! The engine: one task that owns the store and the exit monitor.
+//!
+//! Everything that changes state happens here, in order: commit to SQLite, then publish
+//! to subscribers, then reply. Because one task does both the committing and the
+//! publishing, a subscriber registered at head `seq` H receives exactly the events after H
+//! live, and replays the ones up to H from the store: no gap, no duplicate.
+//!
+//! Exit observations are handled before client commands (`biased` select), so no client,
+//! however busy, delays a finalization; a burst of exits is committed in one transaction.
+
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::limits::{Limits, SessionUsage};
+use crate::source::monitor::Monitor;
+use crate::store::{ListQuery, OwnerDeath, Store, StoreError};
+use liveness_common::protocol::{ErrorBody, ErrorCode, Reply, Request};
+use liveness_common::session::Phase;
+use liveness_common::status::{Counters, DaemonInfo};
+use liveness_proc::identity::{IdentityError, ProcRoot};
+
+mod actor;
+mod auth;
+mod handlers;
+mod housekeeping;
+mod whose;
+
+#[cfg(test)]
+mod tests;
+
+pub use auth::Caller;
+
+/// Most exits committed in one transaction when they arrive together.
+const MAX_BATCH: usize = 1024;
+/// How often retention runs.
+const PRUNE_PERIOD: Duration = Duration::from_secs(60);
+/// How often deaths whose commit failed (a full disk, say) are committed again.
+const RETRY_PERIOD: Duration = Duration::from_secs(1);
+/// How often the database file is checked to still be the one opened.
+const FILE_CHECK_PERIOD: Duration = Duration::from_secs(1);
+
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Sessions whose owner cannot be watched end after this long without `touch`.
+    pub unknown_timeout: Duration,
+    /// Pending sessions never renamed end after this long.
+    pub pending_ttl: Duration,
+    pub retain_events: u64,
+    pub retain_age: Duration,
+    /// Extra process names `owner: "auto"` skips.
+    pub wrappers: Vec<String>,
+    /// Commit batches queued per subscriber before it counts as lagging and is disconnected.
+    pub subscriber_queue: usize,
+    pub proc: ProcRoot,
+    /// Connection limits, reported in status; the session limits come from their config.
+    pub limits: Arc<Limits>,
+    /// The wall clock sessions and events record, and expiry and timeouts read.
+    pub clock: Clock,
+}
+
+/// Where the engine reads the wall clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub enum Clock {
+    /// The system clock.
+    #[default]
+    System,
+    /// `wall_ms` at tokio's instant `at`, moving with tokio's clock: a paused runtime
+    /// advanced by hand drives expiry and timeouts without waiting for them.
+    Tokio {
+        wall_ms: i64,
+        at: tokio::time::Instant,
+    },
+}
+
+impl Clock {
+    /// Milliseconds since the Unix epoch.
+    pub fn now_ms(&self) -> i64 {
+        match self {
+            Clock::System => now_ms(),
+            Clock::Tokio { wall_ms, at } => wall_ms + at.elapsed().as_millis() as i64,
+        }
+    }
+}
+
+/// An event as published live: the stream line, serialized once for every subscriber,
+/// with what subscribers filter on.
+#[derive(Debug)]
+pub struct Published {
+    pub seq: u64,
+    pub session: String,
+    pub creator_uid: u32,
+    pub line: String,
+}
+
+/// The events of one commit. Queues hold batches, so a burst of deaths committed together
+/// takes one slot: a subscriber is dropped for not reading, not for a burst.
+pub type Batch = Arc<[Published]>;
+
+/// A live subscription: batches after `head` arrive on `batches`; the events up to `head`
+/// are in the store. `batches` closes when the subscriber lags or the engine stops.
+#[derive(Debug)]
+pub struct Subscription {
+    pub head: u64,
+    /// The store the seqs belong to.
+    pub store_id: String,
+    pub batches: mpsc::Receiver<Batch>,
+}
+
+/// What connections ask of the engine.
+#[derive(Debug)]
+pub enum Command {
+    Request {
+        caller: Caller,
+        request: Request,
+        /// Descriptors passed with the request line (a pidfd owner); closed when dropped.
+        fds: Vec<OwnedFd>,
+        reply: oneshot::Sender<Reply>,
+    },
+    Subscribe {
+        reply: oneshot::Sender<Subscription>,
+    },
+}
+
+/// This boot, and the host name as the daemon started under it (a label only).
+#[derive(Debug, Clone)]
+struct Local {
+    boot_id: String,
+    host: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("cannot read this machine's identity: {0}")]
+    Local(#[from] IdentityError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+#[derive(Debug)]
+pub struct Engine {
+    store: Store,
+    monitor: Monitor,
+    config: EngineConfig,
+    local: Local,
+    /// The store's identity, for status and subscriptions.
+    store_id: String,
+    /// Each subscriber's queue; the connection applies its own filter.
+    subscribers: Vec<mpsc::Sender<Batch>>,
+    /// Deaths observed but not yet committed because the store failed; retried every
+    /// [`RETRY_PERIOD`]. The sources no longer report them, so they must not be dropped.
+    uncommitted: Vec<OwnerDeath>,
+    counters: Counters,
+    /// Active sessions and label bytes per uid, for the registration limits.
+    usage: SessionUsage,
+    started: Instant,
+    last_prune: Option<Instant>,
+    /// Facts status reports about the daemon itself (paths, versions).
+    about: DaemonInfo,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn ms_of(at: SystemTime) -> i64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn store_error(e: StoreError) -> ErrorBody {
+    let code = match &e {
+        StoreError::NotFound(_) => ErrorCode::NotFound,
+        StoreError::AlreadyEnded(_) => ErrorCode::AlreadyEnded,
+        StoreError::AlreadyExists(_) => ErrorCode::AlreadyExists,
+        StoreError::NotPending(_) => ErrorCode::NotPending,
+        StoreError::InvalidId(_) => ErrorCode::InvalidRequest,
+        _ => ErrorCode::Internal,
+    };
+    if code == ErrorCode::Internal {
+        tracing::error!(error = %e, "store failure");
+    }
+    ErrorBody::new(code, e.to_string())
+}
+
+impl Engine {
+    pub fn new(
+        store: Store,
+        monitor: Monitor,
+        config: EngineConfig,
+        about: DaemonInfo,
+    ) -> Result<Engine, EngineError> {
+        // The sources match start times exactly: a daemon whose readings are a tick apart
+        // from the kernel's would see every owner as already replaced.
+        config.proc.exact_start_times()?;
+        let local = Local {
+            boot_id: config.proc.boot_id()?,
+            host: config.proc.host()?,
+        };
+        let mut store = store;
+        let store_id = store.store_id()?;
+        let active = store.list(&ListQuery {
+            phase: Some(Phase::Active),
+            limit: usize::MAX,
+            ..ListQuery::default()
+        })?;
+        let usage = SessionUsage::new(*config.limits.config(), active.sessions);
+        if store.begin_run(&local.boot_id)? {
+            tracing::warn!(
+                jump = crate::store::SEQ_JUMP_AFTER_POWER_LOSS,
+                "the last run, on another boot, did not stop cleanly: event seqs skip ahead so none is reused"
+            );
+        }
+        Ok(Engine {
+            store,
+            monitor,
+            config,
+            local,
+            store_id,
+            subscribers: Vec::new(),
+            uncommitted: Vec::new(),
+            counters: Counters::default(),
+            usage,
+            started: Instant::now(),
+            last_prune: None,
+            about,
+        })
+    }
+}

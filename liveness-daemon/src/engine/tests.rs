@@ -1,0 +1,441 @@
+//! The engine over a temporary store, a crafted `/proc` tree watched by the poller and
+//! tokio's paused clock: no privileges, and time moves only when a test advances it.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::limits::Limits;
+use crate::source::ExitObservation;
+use crate::source::monitor::{Monitor, MonitorConfig, Selection};
+use crate::store::Store;
+use liveness_common::exit::DetectedBy;
+use liveness_common::identity::{DeathReason, Identity};
+use liveness_common::protocol::{ErrorCode, OwnerSpec, PidOwner, Reply, Request};
+use liveness_common::session::{EndReason, Phase, Session};
+use liveness_common::status::{DaemonInfo, LimitsConfig, SourceName};
+use liveness_proc::identity::ProcRoot;
+
+use super::{Batch, Caller, Clock, Command, Engine, EngineConfig};
+
+const BOOT_ID: &str = "boot-a";
+const WALL_MS: i64 = 1_700_000_000_000;
+const POLL: Duration = Duration::from_secs(1);
+const UNKNOWN_TIMEOUT: Duration = Duration::from_secs(600);
+const PENDING_TTL: Duration = Duration::from_secs(300);
+/// Bounds a wait for a death on tokio's paused clock, which jumps ahead when idle.
+const DEATH_WITHIN: Duration = Duration::from_secs(3600);
+
+const ROOT: Caller = Caller { uid: 0, pid: 1 };
+const ALICE: Caller = Caller { uid: 1000, pid: 10 };
+const BOB: Caller = Caller { uid: 2000, pid: 20 };
+
+/// A crafted proc tree: this boot's id and host, and processes with a stat, a status and
+/// a PID namespace (all the same one, so pids need no translation).
+struct FakeProc {
+    dir: tempfile::TempDir,
+}
+
+impl FakeProc {
+    fn new() -> FakeProc {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("sys/kernel/random")).unwrap();
+        std::fs::write(
+            root.join("sys/kernel/random/boot_id"),
+            format!("{BOOT_ID}\n"),
+        )
+        .unwrap();
+        std::fs::write(root.join("sys/kernel/hostname"), "devbox\n").unwrap();
+        std::fs::create_dir_all(root.join("self/ns")).unwrap();
+        std::fs::write(root.join("self/ns/pid"), "").unwrap();
+        let proc = FakeProc { dir };
+        for caller in [ROOT, ALICE, BOB] {
+            proc.spawn(caller.pid, caller.uid);
+        }
+        proc
+    }
+
+    fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Process `pid` of user `uid`, a child of init, started at tick `1000 + pid`.
+    fn spawn(&self, pid: u32, uid: u32) {
+        let dir = self.root().join(pid.to_string());
+        std::fs::create_dir_all(dir.join("ns")).unwrap();
+        // Fields 3..=22 as proc(5) numbers them: state, ppid, ..., num_threads, starttime.
+        let mut fields = vec!["0".to_owned(); 20];
+        fields[0] = "S".into();
+        fields[1] = "1".into();
+        fields[17] = "1".into();
+        fields[19] = (1000 + u64::from(pid)).to_string();
+        let stat = format!("{pid} (proc{pid}) {} 0 0 0\n", fields.join(" "));
+        std::fs::write(dir.join("stat"), stat).unwrap();
+        let status = format!("Name:\tproc{pid}\nTgid:\t{pid}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n");
+        std::fs::write(dir.join("status"), status).unwrap();
+        std::os::unix::fs::symlink(self.root().join("self/ns/pid"), dir.join("ns/pid")).unwrap();
+    }
+
+    fn kill(&self, pid: u32) {
+        std::fs::remove_dir_all(self.root().join(pid.to_string())).unwrap();
+    }
+}
+
+struct Fixture {
+    proc: FakeProc,
+    _db: tempfile::TempDir,
+    engine: Engine,
+}
+
+/// An engine whose only exit source polls the crafted tree, with its clock on tokio's.
+async fn fixture() -> Fixture {
+    let proc = FakeProc::new();
+    let db = tempfile::tempdir().unwrap();
+    let store = Store::open(db.path().join("liveness.db")).unwrap();
+    let root = ProcRoot::new(proc.root());
+    let monitor = Monitor::start(MonitorConfig {
+        selection: Selection::Only(vec![SourceName::Procpoll]),
+        procpoll_interval: POLL,
+        proc: root.clone(),
+        ..MonitorConfig::default()
+    })
+    .await
+    .unwrap();
+    let config = EngineConfig {
+        unknown_timeout: UNKNOWN_TIMEOUT,
+        pending_ttl: PENDING_TTL,
+        retain_events: 10_000,
+        retain_age: Duration::from_secs(86_400),
+        wrappers: Vec::new(),
+        subscriber_queue: 64,
+        proc: root,
+        limits: Limits::new(LimitsConfig::default()),
+        clock: Clock::Tokio {
+            wall_ms: WALL_MS,
+            at: tokio::time::Instant::now(),
+        },
+    };
+    let about = DaemonInfo {
+        version: "test".into(),
+        protocol: 1,
+        pid: 1,
+        socket: String::new(),
+        state_dir: String::new(),
+    };
+    let engine = Engine::new(store, monitor, config, about).unwrap();
+    Fixture {
+        proc,
+        _db: db,
+        engine,
+    }
+}
+
+impl Fixture {
+    fn ask(&mut self, caller: Caller, request: Request) -> Reply {
+        self.engine.request(caller, request, &[])
+    }
+
+    fn register(&mut self, caller: Caller, id: Option<&str>, owner: OwnerSpec) -> Reply {
+        self.ask(
+            caller,
+            Request::Register {
+                session: id.map(str::to_owned),
+                uid: None,
+                owner,
+                pending: id.is_none(),
+                labels: BTreeMap::new(),
+            },
+        )
+    }
+
+    /// Registers `id` for `caller` with process `pid` as its owner; it must succeed.
+    fn own(&mut self, caller: Caller, id: &str, pid: u32) -> Session {
+        let reply = self.register(caller, Some(id), OwnerSpec::Pid(PidOwner { pid }));
+        session_of(reply, "register")
+    }
+
+    fn get(&mut self, caller: Caller, id: &str, uid: Option<u32>) -> Reply {
+        let session = id.to_owned();
+        self.ask(caller, Request::Get { session, uid })
+    }
+
+    /// The session as root reads it in `uid`'s namespace.
+    fn session(&mut self, uid: u32, id: &str) -> Session {
+        let reply = self.get(ROOT, id, Some(uid));
+        session_of(reply, "get")
+    }
+
+    /// The next death the poller reports, handed to the engine as its loop would.
+    async fn next_death(&mut self) {
+        let observation = tokio::time::timeout(DEATH_WITHIN, self.engine.monitor.next())
+            .await
+            .expect("the poller reports the death of a tracked process");
+        self.engine.finalize_observed(observation);
+    }
+
+    fn subscribe(&mut self) -> mpsc::Receiver<Batch> {
+        let (reply, mut subscription) = oneshot::channel();
+        self.engine.handle(Command::Subscribe { reply });
+        let subscription = subscription
+            .try_recv()
+            .expect("the engine answers a subscription at once");
+        subscription.batches
+    }
+}
+
+fn session_of(reply: Reply, what: &str) -> Session {
+    match reply {
+        Reply {
+            ok: true,
+            session: Some(session),
+            ..
+        } => session,
+        other => panic!("{what} should succeed with a session, got {other:?}"),
+    }
+}
+
+fn error_of(reply: Reply) -> ErrorCode {
+    match reply.error {
+        Some(error) if !reply.ok => error.code,
+        _ => panic!("expected an error, got {reply:?}"),
+    }
+}
+
+/// The `session.ended` events about `id` in the batches received so far.
+fn ended_events(batches: &mut mpsc::Receiver<Batch>, id: &str) -> usize {
+    let mut count = 0;
+    while let Ok(batch) = batches.try_recv() {
+        count += batch
+            .iter()
+            .filter(|published| {
+                published.session == id && published.line.contains("\"session.ended\"")
+            })
+            .count();
+    }
+    count
+}
+
+#[tokio::test(start_paused = true)]
+async fn users_see_only_their_own_sessions_and_root_names_any_users() {
+    let mut f = fixture().await;
+    f.proc.spawn(11, ALICE.uid);
+    f.proc.spawn(21, BOB.uid);
+    f.own(ALICE, "s", 11);
+
+    let hidden = f.get(BOB, "s", None);
+    assert_eq!(
+        error_of(hidden),
+        ErrorCode::NotFound,
+        "another user's session is not in bob's namespace"
+    );
+    let named = f.get(BOB, "s", Some(ALICE.uid));
+    assert_eq!(
+        error_of(named),
+        ErrorCode::Forbidden,
+        "only root names another user's namespace"
+    );
+    let ended = f.ask(
+        BOB,
+        Request::End {
+            session: "s".into(),
+            uid: Some(ALICE.uid),
+        },
+    );
+    assert_eq!(
+        error_of(ended),
+        ErrorCode::Forbidden,
+        "bob cannot end alice's"
+    );
+    let borrowed = f.register(BOB, Some("b"), OwnerSpec::Pid(PidOwner { pid: 11 }));
+    assert_eq!(
+        error_of(borrowed),
+        ErrorCode::Forbidden,
+        "bob cannot own a session by alice's process"
+    );
+
+    // The same id in bob's namespace is another session.
+    f.own(BOB, "s", 21);
+    let ambiguous = f.get(ROOT, "s", None);
+    assert_eq!(
+        error_of(ambiguous),
+        ErrorCode::Ambiguous,
+        "root must say whose"
+    );
+    let alices = f.session(ALICE.uid, "s");
+    assert_eq!((alices.creator_uid, alices.owner.pid), (ALICE.uid, 11));
+    let bobs = session_of(f.get(BOB, "s", None), "bob's own get");
+    assert_eq!((bobs.creator_uid, bobs.owner.pid), (BOB.uid, 21));
+    assert_eq!(
+        f.session(ALICE.uid, "s").phase,
+        Phase::Active,
+        "nothing bob did changed alice's session"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_earlier_owners_death_does_not_end_a_session_with_a_new_owner() {
+    let mut f = fixture().await;
+    f.proc.spawn(11, ALICE.uid);
+    f.proc.spawn(12, ALICE.uid);
+    let first = f.own(ALICE, "s", 11).owner;
+    let second = f.own(ALICE, "s", 12).owner;
+    assert_ne!(first, second, "the second registration is a new turn");
+
+    // The first owner dies, and a source reports it after the new turn began.
+    f.proc.kill(11);
+    f.engine.finalize_observed(ExitObservation {
+        key: first.key(),
+        reason: DeathReason::Exited,
+        status: None,
+        detected_by: DetectedBy::Procpoll,
+        at: SystemTime::now(),
+        died_at: None,
+    });
+    let session = f.session(ALICE.uid, "s");
+    assert_eq!(
+        (session.phase, session.owner),
+        (Phase::Active, second),
+        "the session now belongs to its second owner"
+    );
+
+    f.proc.kill(12);
+    f.next_death().await;
+    let session = f.session(ALICE.uid, "s");
+    assert_eq!(
+        (session.phase, session.reason, session.detected_by),
+        (
+            Phase::Ended,
+            Some(EndReason::OwnerExited),
+            Some(DetectedBy::Procpoll)
+        ),
+        "the current owner's death ends it"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_death_whose_commit_failed_is_committed_and_published_once_on_retry() {
+    let mut f = fixture().await;
+    f.proc.spawn(11, ALICE.uid);
+    f.own(ALICE, "s", 11);
+    let mut batches = f.subscribe();
+
+    f.engine.store.fail_writes(true).unwrap();
+    f.proc.kill(11);
+    f.next_death().await;
+    assert_eq!(
+        f.engine.uncommitted.len(),
+        1,
+        "the death is kept for a retry"
+    );
+    assert_eq!(f.engine.counters.failed_commits, 1);
+    assert_eq!(
+        f.session(ALICE.uid, "s").phase,
+        Phase::Active,
+        "nothing was committed"
+    );
+    assert_eq!(
+        ended_events(&mut batches, "s"),
+        0,
+        "nothing uncommitted is published"
+    );
+
+    // What the loop's retry tick does; the first one still fails.
+    f.engine.finalize(Vec::new());
+    assert_eq!(
+        f.engine.uncommitted.len(),
+        1,
+        "still kept after a second failure"
+    );
+    f.engine.store.fail_writes(false).unwrap();
+    f.engine.finalize(Vec::new());
+    assert!(f.engine.uncommitted.is_empty(), "committed on the retry");
+    f.engine.finalize(Vec::new());
+
+    let session = f.session(ALICE.uid, "s");
+    assert_eq!(
+        (session.phase, session.reason),
+        (Phase::Ended, Some(EndReason::OwnerExited))
+    );
+    assert_eq!(
+        ended_events(&mut batches, "s"),
+        1,
+        "the end is published exactly once"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pending_session_never_renamed_expires_after_its_ttl() {
+    let mut f = fixture().await;
+    f.proc.spawn(11, ALICE.uid);
+    let pending = session_of(
+        f.register(ALICE, None, OwnerSpec::Pid(PidOwner { pid: 11 })),
+        "pending register",
+    );
+    assert!(pending.pending, "registered as pending");
+
+    tokio::time::advance(PENDING_TTL - Duration::from_secs(1)).await;
+    f.engine.housekeeping();
+    assert_eq!(
+        f.session(ALICE.uid, &pending.id).phase,
+        Phase::Active,
+        "not expired before its ttl"
+    );
+
+    tokio::time::advance(Duration::from_secs(2)).await;
+    f.engine.housekeeping();
+    let expired = f.session(ALICE.uid, &pending.id);
+    assert_eq!(
+        (expired.phase, expired.reason),
+        (Phase::Ended, Some(EndReason::PendingExpired))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_owner_on_another_machine_times_out_unless_touched() {
+    let mut f = fixture().await;
+    let remote = Identity {
+        pid: 4242,
+        start_ticks: 7,
+        boot_id: "boot-of-another-machine".into(),
+        host: "elsewhere".into(),
+        pidfs_ino: None,
+        comm: "agent".into(),
+    };
+    let session = session_of(
+        f.register(ALICE, Some("remote"), OwnerSpec::Identity(remote)),
+        "register a remote owner",
+    );
+    assert_eq!(session.phase, Phase::Active);
+
+    tokio::time::advance(UNKNOWN_TIMEOUT - Duration::from_secs(1)).await;
+    f.engine.housekeeping();
+    assert_eq!(f.session(ALICE.uid, "remote").phase, Phase::Active);
+    let touched = f.ask(
+        ALICE,
+        Request::Touch {
+            session: "remote".into(),
+            uid: None,
+        },
+    );
+    session_of(touched, "touch");
+
+    tokio::time::advance(Duration::from_secs(2)).await;
+    f.engine.housekeeping();
+    assert_eq!(
+        f.session(ALICE.uid, "remote").phase,
+        Phase::Active,
+        "a touch postpones the timeout"
+    );
+
+    tokio::time::advance(UNKNOWN_TIMEOUT).await;
+    f.engine.housekeeping();
+    let idle = f.session(ALICE.uid, "remote");
+    assert_eq!(
+        (idle.phase, idle.reason),
+        (Phase::Ended, Some(EndReason::Timeout)),
+        "idle for the whole timeout since the touch"
+    );
+}

@@ -1,0 +1,172 @@
+//! Durable session state and the event log, in one SQLite file.
+//!
+//! Every state change is ONE transaction that writes the session row and its event row
+//! together, and returns the committed [`Event`]: the caller announces it only after the
+//! commit (state and events are written before they are announced). Finalization is a
+//! compare-and-set on `phase = 'active'` plus the owner fingerprint, so a session ends
+//! exactly once and never by the death of an owner it no longer has.
+//!
+//! One [`Store`] (one writer connection) is driven by the engine; event replay may use
+//! [`EventReader`]s, extra read-only connections that WAL lets read during commits.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use liveness_common::exit::{DetectedBy, ExitStatus};
+use liveness_common::identity::Identity;
+use liveness_common::session::{EndReason, Event, Session};
+
+/// Longest accepted session id, in bytes.
+pub const MAX_ID_LEN: usize = 256;
+
+/// How long a statement waits for a lock held by another connection before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Number of columns in [`session_columns!`].
+const SESSION_COLUMNS: usize = 19;
+
+/// Columns of a session row, in the order [`session_from_row`] reads them.
+macro_rules! session_columns {
+    () => {
+        "id, owner_pid, owner_start_ticks, owner_boot_id, owner_host, owner_comm, phase, \
+         pending, reason, exit, detected_by, creator_uid, labels, created_ms, updated_ms, \
+         touched_ms, ended_ms, pending_expires_ms, owner_pidfs_ino"
+    };
+}
+
+/// Selects the ACTIVE sessions an ending applies to, with their rowids, for [`end_selected`];
+/// the caller appends the rest of the filter.
+macro_rules! select_active {
+    ($filter:literal) => {
+        concat!(
+            "SELECT ",
+            session_columns!(),
+            ", rowid FROM sessions WHERE phase = 'active' AND ",
+            $filter
+        )
+    };
+}
+
+/// Errors of the store. Every operation that fails has changed nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("no session {0:?}")]
+    NotFound(String),
+    #[error("session {0:?} has ended; ids are not reused")]
+    AlreadyEnded(String),
+    #[error("session {0:?} already exists")]
+    AlreadyExists(String),
+    #[error("session {0:?} is not pending; only a pending session can be renamed")]
+    NotPending(String),
+    #[error("invalid session id: {0}")]
+    InvalidId(String),
+    #[error(
+        "the database has schema version {found}, newer than this build supports ({supported}); \
+         upgrade liveness"
+    )]
+    SchemaTooNew { found: u32, supported: u32 },
+    #[error(
+        "the database has schema version {found}, this build needs {supported}; \
+         start livenessd once to migrate it"
+    )]
+    SchemaTooOld { found: u32, supported: u32 },
+    #[error(
+        "the database {path} is damaged ({detail}); it was left as it is. Run \
+         `livenessd --recover` with the same flags to set it aside and start from what can \
+         be read, or restore a backup"
+    )]
+    Damaged { path: PathBuf, detail: String },
+    #[error(
+        "the database {path} was {what} while the daemon ran; stopping rather than writing \
+         where nobody reads. Restart livenessd (and find out what {what} it)"
+    )]
+    FileChanged { path: PathBuf, what: &'static str },
+    #[error("cannot {action} {path}: {source}")]
+    File {
+        action: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("no space left on device for the database {path}: free some space ({detail})")]
+    NoSpace { path: PathBuf, detail: String },
+    #[error("database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("stored JSON: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// A registration request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewSession {
+    pub id: String,
+    pub owner: Identity,
+    pub pending: bool,
+    /// Only meaningful for a pending session; ignored otherwise.
+    pub pending_expires_ms: Option<i64>,
+    pub creator_uid: u32,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Result of [`Store::register`]: the session as stored, and the event to publish, if any
+/// (none when the same owner registered the same session again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registered {
+    pub session: Session,
+    pub event: Option<Event>,
+}
+
+/// One owner's death, to finalize every active session it owns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnerDeath {
+    pub owner: Identity,
+    pub reason: EndReason,
+    pub exit: Option<ExitStatus>,
+    pub detected_by: DetectedBy,
+    /// When the source observed the death.
+    pub observed_ms: i64,
+    /// When the owner died by the kernel's clock, where the source knows it.
+    pub died_ms: Option<i64>,
+}
+
+/// Which events a replay returns.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EventFilter<'a> {
+    /// Only events written under this session id.
+    pub session: Option<&'a str>,
+    /// Only events of sessions registered by this uid.
+    pub creator_uid: Option<u32>,
+}
+
+/// One stored event: its seq and its JSON body as sent to subscribers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredEvent {
+    pub seq: u64,
+    pub body: String,
+}
+
+/// Answer of `events_after`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventPage {
+    /// The events after `since`, oldest first.
+    Events(Vec<StoredEvent>),
+    /// Retention deleted events after `requested_since`: the consumer must resynchronize
+    /// (events after `pruned_through` are all still there).
+    Gap {
+        requested_since: u64,
+        pruned_through: u64,
+    },
+}
+
+mod reader;
+mod recovery;
+mod rows;
+mod schema;
+mod writer;
+
+pub use reader::{EventReader, ListQuery, SessionPage};
+pub use recovery::Recovered;
+pub use writer::{SEQ_JUMP_AFTER_POWER_LOSS, Store};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,90 @@
+//! The readers: [`EventReader`] connections for event replay and listings.
+
+use super::rows::{events_after, head_seq, name, session_from_row};
+use super::schema::check_version;
+use super::{BUSY_TIMEOUT, EventFilter, EventPage, SESSION_COLUMNS, StoreError};
+use liveness_common::session::{Phase, Session};
+use rusqlite::{Connection, OpenFlags, params};
+use std::path::Path;
+
+/// A read-only connection for event replay and listings, usable beside the [`Store`] (WAL
+/// readers do not block the writer, nor it them).
+#[derive(Debug)]
+pub struct EventReader {
+    conn: Connection,
+}
+
+impl EventReader {
+    /// Opens an existing database that [`Store::open`] has already created and migrated.
+    pub fn open(path: impl AsRef<Path>) -> Result<EventReader, StoreError> {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        check_version(&conn, true)?;
+        Ok(EventReader { conn })
+    }
+
+    pub fn head_seq(&self) -> Result<u64, StoreError> {
+        head_seq(&self.conn)
+    }
+
+    /// Same as [`Store::events_after`].
+    pub fn events_after(
+        &self,
+        since: u64,
+        limit: usize,
+        filter: &EventFilter<'_>,
+    ) -> Result<EventPage, StoreError> {
+        events_after(&self.conn, since, limit, filter)
+    }
+
+    /// One page of sessions, oldest first.
+    pub fn list(&self, query: &ListQuery) -> Result<SessionPage, StoreError> {
+        list(&self.conn, query)
+    }
+}
+
+/// What [`EventReader::list`] returns: sessions of one phase and/or one creator, after a
+/// cursor.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ListQuery {
+    pub phase: Option<Phase>,
+    pub creator_uid: Option<u32>,
+    /// The `next` of the previous page; 0 for the first.
+    pub after: i64,
+    pub limit: usize,
+}
+
+/// A page of sessions and the cursor of the next one (`None` on the last page).
+#[derive(Debug)]
+pub struct SessionPage {
+    pub sessions: Vec<Session>,
+    pub next: Option<i64>,
+}
+
+/// Pages by rowid, the order in which sessions were created, so that each page is one
+/// range read however many sessions there are.
+pub(super) fn list(conn: &Connection, query: &ListQuery) -> Result<SessionPage, StoreError> {
+    let phase = query.phase.map(|p| name(&p)).transpose()?;
+    let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
+    let mut last = None;
+    let sessions = conn
+        .prepare_cached(concat!(
+            "SELECT ",
+            session_columns!(),
+            ", rowid FROM sessions WHERE rowid > ?1 AND (?2 IS NULL OR phase = ?2) \
+             AND (?3 IS NULL OR creator_uid = ?3) ORDER BY rowid LIMIT ?4"
+        ))?
+        .query_and_then(
+            params![query.after, phase, query.creator_uid, limit],
+            |row| {
+                last = Some(row.get::<_, i64>(SESSION_COLUMNS)?);
+                session_from_row(row)
+            },
+        )?
+        .collect::<Result<Vec<_>, _>>()?;
+    let next = last.filter(|_| sessions.len() >= query.limit);
+    Ok(SessionPage { sessions, next })
+}

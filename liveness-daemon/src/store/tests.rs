@@ -1,0 +1,1224 @@
+use std::path::Path;
+
+use liveness_common::session::{EventKind, Phase};
+use rusqlite::Connection;
+
+use super::schema::{MIGRATIONS, SCHEMA_VERSION};
+use super::*;
+
+const NOW: i64 = 1_700_000_000_000;
+/// The uid that [`req`] registers as.
+const UID: u32 = 1000;
+
+fn only(session: &str) -> EventFilter<'_> {
+    EventFilter {
+        session: Some(session),
+        creator_uid: None,
+    }
+}
+
+fn owner(pid: u32) -> Identity {
+    Identity {
+        pid,
+        start_ticks: 1000 + u64::from(pid),
+        boot_id: "boot-a".into(),
+        host: "devbox".into(),
+        pidfs_ino: None,
+        comm: "agent".into(),
+    }
+}
+
+fn req(id: &str, owner: Identity) -> NewSession {
+    NewSession {
+        id: id.into(),
+        owner,
+        pending: false,
+        pending_expires_ms: None,
+        creator_uid: UID,
+        labels: BTreeMap::from([("tool".into(), "claude".into())]),
+    }
+}
+
+fn pending(id: &str, owner: Identity, expires_ms: i64) -> NewSession {
+    NewSession {
+        pending: true,
+        pending_expires_ms: Some(expires_ms),
+        ..req(id, owner)
+    }
+}
+
+struct Db {
+    dir: tempfile::TempDir,
+}
+
+impl Db {
+    fn new() -> Db {
+        Db {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+    fn path(&self) -> std::path::PathBuf {
+        self.dir.path().join("liveness.db")
+    }
+    fn open(&self) -> Store {
+        Store::open(self.path()).unwrap()
+    }
+}
+
+fn exited(code: u8) -> Option<ExitStatus> {
+    Some(ExitStatus::Exited { code })
+}
+
+fn end_by_owner(store: &mut Store, who: &Identity) -> Vec<Event> {
+    end_owner(store, who, exited(0), DetectedBy::Pidfd, NOW + 5, NOW + 6)
+}
+
+/// Ends every active session of `owner`, as a lone death in a burst would.
+fn end_owner(
+    store: &mut Store,
+    owner: &Identity,
+    exit: Option<ExitStatus>,
+    detected_by: DetectedBy,
+    observed_ms: i64,
+    now_ms: i64,
+) -> Vec<Event> {
+    store
+        .end_many(
+            &[OwnerDeath {
+                owner: owner.clone(),
+                reason: EndReason::OwnerExited,
+                exit,
+                detected_by,
+                observed_ms,
+                died_ms: None,
+            }],
+            now_ms,
+        )
+        .unwrap()
+}
+
+fn events(page: EventPage) -> Vec<Event> {
+    match page {
+        EventPage::Events(stored) => stored
+            .into_iter()
+            .map(|s| {
+                let event: Event = serde_json::from_str(&s.body).unwrap();
+                assert_eq!(event.seq, s.seq);
+                event
+            })
+            .collect(),
+        gap => panic!("expected events, got {gap:?}"),
+    }
+}
+
+#[test]
+fn register_then_new_owner_is_owner_changed() {
+    let db = Db::new();
+    let mut store = db.open();
+    let first = store.register(req("s1", owner(10)), NOW).unwrap();
+    let event = first.event.unwrap();
+    assert_eq!((event.seq, event.kind), (1, EventKind::Registered));
+    assert_eq!(event.owner, owner(10));
+    assert_eq!(first.session.phase, Phase::Active);
+    assert_eq!(store.get(UID, "s1").unwrap(), Some(first.session.clone()));
+
+    // The same process again (even after an exec renamed it): idempotent, no event.
+    let again = Identity {
+        comm: "exec'd".into(),
+        ..owner(10)
+    };
+    let same = store.register(req("s1", again), NOW + 1).unwrap();
+    assert_eq!(same.event, None);
+    assert_eq!(same.session.owner, owner(10));
+    assert_eq!(same.session.touched_ms, NOW + 1);
+    assert_eq!(store.head_seq().unwrap(), 1);
+
+    let turn = store.register(req("s1", owner(11)), NOW + 2).unwrap();
+    let event = turn.event.unwrap();
+    assert_eq!((event.seq, event.kind), (2, EventKind::OwnerChanged));
+    assert_eq!(event.owner, owner(11));
+    assert_eq!(event.previous_owner, Some(owner(10)));
+    assert_eq!(store.get(UID, "s1").unwrap().unwrap().owner, owner(11));
+}
+
+#[test]
+fn only_the_current_owner_ends_a_session_exactly_once() {
+    let db = Db::new();
+    let mut store = db.open();
+    store.register(req("s1", owner(10)), NOW).unwrap();
+    store.register(req("s1", owner(11)), NOW + 1).unwrap();
+
+    assert!(end_by_owner(&mut store, &owner(10)).is_empty());
+    let stale = store
+        .end(
+            UID,
+            "s1",
+            EndReason::OwnerExited,
+            None,
+            Some(DetectedBy::Ebpf),
+            None,
+            Some(&owner(10)),
+            NOW + 2,
+        )
+        .unwrap();
+    assert_eq!(stale, None, "an old owner's death never ends a new turn");
+    assert_eq!(store.get(UID, "s1").unwrap().unwrap().phase, Phase::Active);
+
+    let ended = end_by_owner(&mut store, &owner(11));
+    assert_eq!(ended.len(), 1);
+    let event = &ended[0];
+    assert_eq!((event.seq, event.kind), (3, EventKind::Ended));
+    assert_eq!(event.reason, Some(EndReason::OwnerExited));
+    assert_eq!(event.exit, exited(0));
+    assert_eq!(event.detected_by, Some(DetectedBy::Pidfd));
+    assert_eq!((event.observed_ms, event.at_ms), (Some(NOW + 5), NOW + 6));
+    let session = store.get(UID, "s1").unwrap().unwrap();
+    assert_eq!(session.phase, Phase::Ended);
+    assert_eq!(session.ended_ms, Some(NOW + 6));
+
+    // A second source reporting the same death, or an explicit stop: nothing more.
+    assert!(end_by_owner(&mut store, &owner(11)).is_empty());
+    let stop = store.end(
+        UID,
+        "s1",
+        EndReason::Stopped,
+        None,
+        None,
+        None,
+        None,
+        NOW + 7,
+    );
+    assert_eq!(stop.unwrap(), None);
+    assert_eq!(store.head_seq().unwrap(), 3);
+    assert!(matches!(
+        store.end(UID, "nope", EndReason::Stopped, None, None, None, None, NOW),
+        Err(StoreError::NotFound(id)) if id == "nope"
+    ));
+}
+
+#[test]
+fn end_by_id_with_and_without_expected_owner() {
+    let db = Db::new();
+    let mut store = db.open();
+    store.register(req("a", owner(10)), NOW).unwrap();
+    store.register(req("b", owner(10)), NOW).unwrap();
+    let event = store
+        .end(
+            UID,
+            "a",
+            EndReason::OwnerReused,
+            None,
+            Some(DetectedBy::Reconcile),
+            Some(NOW),
+            Some(&owner(10)),
+            NOW + 1,
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(event.reason, Some(EndReason::OwnerReused));
+    let event = store
+        .end(
+            UID,
+            "b",
+            EndReason::Timeout,
+            None,
+            None,
+            None,
+            None,
+            NOW + 2,
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (event.reason, event.detected_by, event.exit),
+        (Some(EndReason::Timeout), None, None)
+    );
+    assert_eq!(store.get(UID, "b").unwrap().unwrap().detected_by, None);
+}
+
+#[test]
+fn sessions_sharing_an_owner_all_end() {
+    let db = Db::new();
+    let mut store = db.open();
+    store.register(req("b", owner(10)), NOW).unwrap();
+    store.register(req("a", owner(10)), NOW).unwrap();
+    store.register(req("c", owner(20)), NOW).unwrap();
+    assert_eq!(store.active_owners().unwrap().len(), 2);
+    let mine = store.active_sessions_of_owner(&owner(10)).unwrap();
+    assert_eq!(
+        mine.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+
+    let ended = end_by_owner(&mut store, &owner(10));
+    let ids: Vec<_> = ended.iter().map(|e| (e.seq, e.session.as_str())).collect();
+    assert_eq!(ids, [(4, "a"), (5, "b")]);
+    assert_eq!(store.active_owners().unwrap(), [owner(20)]);
+    assert!(
+        store
+            .active_sessions_of_owner(&owner(10))
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[test]
+fn owner_fingerprint_includes_boot_but_not_host() {
+    let db = Db::new();
+    let mut store = db.open();
+    let with_ino = Identity {
+        pidfs_ino: Some(77),
+        ..owner(10)
+    };
+    store.register(req("s", with_ino.clone()), NOW).unwrap();
+    assert_eq!(store.get(UID, "s").unwrap().unwrap().owner, with_ino);
+    assert_eq!(store.active_owners().unwrap(), [with_ino]);
+    for other in [
+        Identity {
+            start_ticks: 1,
+            ..owner(10)
+        },
+        Identity {
+            boot_id: "boot-b".into(),
+            ..owner(10)
+        },
+    ] {
+        assert!(end_by_owner(&mut store, &other).is_empty(), "{other:?}");
+    }
+    // The host name changed while the process ran: its death still ends the session.
+    let renamed = Identity {
+        host: "renamed".into(),
+        ..owner(10)
+    };
+    assert_eq!(end_by_owner(&mut store, &renamed).len(), 1);
+}
+
+#[test]
+fn boots_run_on_are_remembered() {
+    let db = Db::new();
+    let mut store = db.open();
+    assert!(!store.is_known_boot("boot-a").unwrap());
+    store.begin_run("boot-a").unwrap();
+    store.begin_run("boot-b").unwrap();
+    assert!(store.is_known_boot("boot-a").unwrap());
+    assert!(store.is_known_boot("boot-b").unwrap());
+    assert!(!db.open().is_known_boot("boot-c").unwrap());
+}
+
+#[test]
+fn pending_session_is_renamed() {
+    let db = Db::new();
+    let mut store = db.open();
+    store
+        .register(pending("pending-10", owner(10), NOW + 60_000), NOW)
+        .unwrap();
+    assert!(store.expired_pending(NOW + 59_999).unwrap().is_empty());
+    assert_eq!(store.expired_pending(NOW + 60_000).unwrap().len(), 1);
+
+    let event = store.rename(UID, "pending-10", "real", NOW + 1).unwrap();
+    assert_eq!((event.seq, event.kind), (2, EventKind::Renamed));
+    assert_eq!(event.session, "real");
+    assert_eq!(event.previous_session.as_deref(), Some("pending-10"));
+    assert_eq!(store.get(UID, "pending-10").unwrap(), None);
+    let session = store.get(UID, "real").unwrap().unwrap();
+    assert!(!session.pending);
+    assert_eq!(session.pending_expires_ms, None);
+    assert_eq!(session.created_ms, NOW);
+    assert!(store.expired_pending(NOW + 60_000).unwrap().is_empty());
+    assert_eq!(end_by_owner(&mut store, &owner(10))[0].session, "real");
+}
+
+#[test]
+fn rename_errors_change_nothing() {
+    let db = Db::new();
+    let mut store = db.open();
+    store.register(pending("p1", owner(10), NOW), NOW).unwrap();
+    store.register(pending("p2", owner(11), NOW), NOW).unwrap();
+    store.register(req("real", owner(12)), NOW).unwrap();
+    store
+        .end(
+            UID,
+            "p2",
+            EndReason::PendingExpired,
+            None,
+            None,
+            None,
+            None,
+            NOW,
+        )
+        .unwrap();
+    let head = store.head_seq().unwrap();
+
+    assert!(matches!(
+        store.rename(UID, "missing", "x", NOW),
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(matches!(
+        store.rename(UID, "real", "x", NOW),
+        Err(StoreError::NotPending(id)) if id == "real"
+    ));
+    assert!(matches!(
+        store.rename(UID, "p1", "real", NOW),
+        Err(StoreError::AlreadyExists(id)) if id == "real"
+    ));
+    assert!(matches!(
+        store.rename(UID, "p1", "p1", NOW),
+        Err(StoreError::AlreadyExists(_))
+    ));
+    assert!(matches!(
+        store.rename(UID, "p2", "x", NOW),
+        Err(StoreError::AlreadyEnded(_))
+    ));
+    assert!(matches!(
+        store.rename(UID, "p1", "", NOW),
+        Err(StoreError::InvalidId(_))
+    ));
+    assert_eq!(store.head_seq().unwrap(), head);
+    assert!(store.get(UID, "p1").unwrap().unwrap().pending);
+    assert_eq!(store.get(UID, "x").unwrap(), None);
+}
+
+#[test]
+fn only_idle_owners_of_other_boots_time_out() {
+    let db = Db::new();
+    let mut store = db.open();
+    let on = |boot: &str, pid| Identity {
+        boot_id: boot.into(),
+        ..owner(pid)
+    };
+    // Hosts sorting before and after the local one, both idle and busy.
+    store
+        .register(req("zulu-idle", on("zulu", 1)), NOW)
+        .unwrap();
+    store
+        .register(req("alpha-idle", on("alpha", 2)), NOW)
+        .unwrap();
+    store
+        .register(req("local-idle", on("boot-a", 3)), NOW)
+        .unwrap();
+    store
+        .register(req("alpha-busy", on("alpha", 4)), NOW)
+        .unwrap();
+    store.touch(UID, "alpha-busy", NOW + 100).unwrap();
+    store
+        .register(req("zulu-ended", on("zulu", 5)), NOW)
+        .unwrap();
+    end_by_owner(&mut store, &on("zulu", 5));
+
+    let idle = store.idle_of_other_boots(NOW + 50, "boot-a").unwrap();
+    assert_eq!(
+        idle.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
+        ["alpha-idle", "zulu-idle"]
+    );
+    assert!(store.idle_of_other_boots(NOW, "boot-a").unwrap().is_empty());
+}
+
+#[test]
+fn ended_id_cannot_be_registered_again_until_pruned() {
+    let db = Db::new();
+    let mut store = db.open();
+    store.register(req("s", owner(10)), NOW).unwrap();
+    end_by_owner(&mut store, &owner(10));
+    assert!(matches!(
+        store.register(req("s", owner(11)), NOW + 10),
+        Err(StoreError::AlreadyEnded(id)) if id == "s"
+    ));
+    assert!(matches!(
+        store.touch(UID, "s", NOW),
+        Err(StoreError::AlreadyEnded(_))
+    ));
+    assert_eq!(store.head_seq().unwrap(), 2);
+
+    assert_eq!(store.prune_sessions(NOW + 6).unwrap(), 0);
+    assert_eq!(store.prune_sessions(NOW + 7).unwrap(), 1);
+    assert_eq!(store.get(UID, "s").unwrap(), None);
+    assert!(store.register(req("s", owner(11)), NOW + 10).is_ok());
+}
+
+#[test]
+fn touch_list_and_idle() {
+    let db = Db::new();
+    let mut store = db.open();
+    store.register(req("a", owner(10)), NOW).unwrap();
+    store
+        .register(
+            NewSession {
+                creator_uid: 0,
+                ..req("b", owner(11))
+            },
+            NOW + 1,
+        )
+        .unwrap();
+    store.register(req("c", owner(12)), NOW + 2).unwrap();
+    end_by_owner(&mut store, &owner(12));
+    store.touch(UID, "a", NOW + 100).unwrap();
+    assert!(matches!(
+        store.touch(UID, "zz", NOW),
+        Err(StoreError::NotFound(_))
+    ));
+
+    let idle = store.idle_of_other_boots(NOW + 50, "boot-z").unwrap();
+    assert_eq!(idle.iter().map(|s| &s.id).collect::<Vec<_>>(), ["b"]);
+    let ids = |phase, creator_uid| {
+        let query = ListQuery {
+            phase,
+            creator_uid,
+            after: 0,
+            limit: 10,
+        };
+        let page = store.list(&query).unwrap();
+        assert_eq!(page.next, None, "one page holds them all");
+        page.sessions.into_iter().map(|s| s.id).collect::<Vec<_>>()
+    };
+    assert_eq!(ids(None, None), ["a", "b", "c"]);
+    assert_eq!(ids(Some(Phase::Active), None), ["a", "b"]);
+    assert_eq!(ids(Some(Phase::Ended), None), ["c"]);
+    assert_eq!(ids(None, Some(1000)), ["a", "c"]);
+    assert_eq!(ids(Some(Phase::Active), Some(0)), ["b"]);
+    assert_eq!(store.count(Phase::Active).unwrap(), 2);
+    assert_eq!(store.count(Phase::Ended).unwrap(), 1);
+}
+
+fn sessions_in(path: &Path) -> Vec<String> {
+    let store = Store::open(path).unwrap();
+    let query = ListQuery {
+        limit: 1000,
+        ..ListQuery::default()
+    };
+    let page = store.list(&query).unwrap();
+    page.sessions.into_iter().map(|s| s.id).collect()
+}
+
+#[test]
+fn a_truncated_database_is_refused_until_recovered() {
+    let db = Db::new();
+    let mut store = db.open();
+    store.register(req("s", owner(10)), NOW).unwrap();
+    drop(store);
+    std::fs::File::create(db.path()).unwrap();
+    let refused = Store::open(db.path()).expect_err("an empty database file");
+    assert!(matches!(refused, StoreError::Damaged { .. }), "{refused}");
+    assert!(refused.to_string().contains("--recover"), "{refused}");
+    assert_eq!(
+        std::fs::metadata(db.path()).unwrap().len(),
+        0,
+        "left as it was"
+    );
+
+    let recovered = Store::recover(&db.path()).unwrap();
+    let aside = recovered.aside.expect("the damaged file is kept");
+    assert!(aside.exists(), "{}", aside.display());
+    assert_eq!((recovered.sessions, recovered.events), (0, 0));
+    let store = db.open();
+    assert_eq!(store.head_seq().unwrap(), SEQ_JUMP_AFTER_POWER_LOSS);
+    assert!(
+        Store::recover(&db.path()).unwrap().aside.is_none(),
+        "intact now"
+    );
+}
+
+#[test]
+fn overwritten_pages_are_refused_and_what_is_readable_is_recovered() {
+    use std::io::{Seek, SeekFrom, Write};
+    let db = Db::new();
+    let mut store = db.open();
+    let damaged_store = store.store_id().unwrap();
+    for i in 0..200 {
+        let labels = BTreeMap::from([("pad".to_owned(), "x".repeat(300))]);
+        store
+            .register(
+                NewSession {
+                    labels,
+                    ..req(&format!("s{i:03}"), owner(10 + i))
+                },
+                NOW,
+            )
+            .unwrap();
+    }
+    drop(store);
+    assert_eq!(sessions_in(&db.path()).len(), 200);
+    let length = std::fs::metadata(db.path()).unwrap().len();
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(db.path())
+        .unwrap();
+    // Garbage over a page in the middle (pages are 4 KiB; page 1 holds the header).
+    file.seek(SeekFrom::Start(length / 2 / 4096 * 4096))
+        .unwrap();
+    file.write_all(&[0xa5; 4096]).unwrap();
+    drop(file);
+    let refused = Store::open(db.path()).expect_err("a page of garbage");
+    assert!(matches!(refused, StoreError::Damaged { .. }), "{refused}");
+
+    let recovered = Store::recover(&db.path()).unwrap();
+    assert!(recovered.aside.is_some());
+    let kept = sessions_in(&db.path());
+    assert_eq!(kept.len() as u64, recovered.sessions);
+    // Which rows survive depends on what the garbage hit (a table or an index page).
+    assert!(
+        (1..=200).contains(&kept.len()),
+        "{} sessions read back",
+        kept.len()
+    );
+    assert_ne!(
+        db.open().store_id().unwrap(),
+        damaged_store,
+        "a recovered database is a new store: its consumers are told to start over"
+    );
+}
+
+#[test]
+fn a_deleted_or_replaced_file_is_noticed() {
+    let db = Db::new();
+    let store = db.open();
+    store.check_file().expect("the file opened");
+    std::fs::remove_file(db.path()).unwrap();
+    let deleted = store.check_file().expect_err("deleted");
+    assert!(deleted.to_string().contains("deleted"), "{deleted}");
+    std::fs::write(db.path(), b"").unwrap();
+    let replaced = store.check_file().expect_err("replaced");
+    assert!(replaced.to_string().contains("replaced"), "{replaced}");
+}
+
+#[test]
+fn lists_page_through_every_session_once() {
+    let db = Db::new();
+    let mut store = db.open();
+    for i in 0..7 {
+        store
+            .register(req(&format!("s{i}"), owner(10 + i)), NOW)
+            .unwrap();
+    }
+    let reader = EventReader::open(db.path()).unwrap();
+    let mut seen = Vec::new();
+    let mut after = 0;
+    let mut pages = 0;
+    loop {
+        let query = ListQuery {
+            after,
+            limit: 3,
+            ..ListQuery::default()
+        };
+        let page = reader.list(&query).unwrap();
+        pages += 1;
+        seen.extend(page.sessions.into_iter().map(|s| s.id));
+        match page.next {
+            Some(next) => after = next,
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["s0", "s1", "s2", "s3", "s4", "s5", "s6"]);
+    assert_eq!(pages, 3);
+}
+
+#[test]
+fn bad_ids_are_rejected_and_nothing_is_written() {
+    let db = Db::new();
+    let mut store = db.open();
+    let long = "x".repeat(MAX_ID_LEN + 1);
+    for bad in [
+        "",
+        long.as_str(),
+        "a\nb",
+        "tab\there",
+        "del\u{7f}",
+        "\u{85}",
+        // Displayed as "evil" + "txt.exe" reversed, or as another id.
+        "right-to-left\u{202E}override",
+        "embedding\u{202A}",
+        "isolate\u{2066}x\u{2069}",
+        "zero\u{200B}width",
+        "joiner\u{200D}",
+        "word\u{2060}joiner",
+        "\u{FEFF}bom",
+    ] {
+        assert!(
+            matches!(
+                store.register(req(bad, owner(10)), NOW),
+                Err(StoreError::InvalidId(_))
+            ),
+            "{bad:?}"
+        );
+    }
+    assert_eq!(store.head_seq().unwrap(), 0);
+    assert_eq!(store.count(Phase::Active).unwrap(), 0);
+
+    let longest = "é".repeat(MAX_ID_LEN / 2);
+    assert!(store.register(req(&longest, owner(10)), NOW).is_ok());
+    assert!(
+        store
+            .register(req("with space/and:punct", owner(10)), NOW)
+            .is_ok()
+    );
+}
+
+#[test]
+fn seq_survives_reopen_and_is_never_reused_after_prune() {
+    let db = Db::new();
+    {
+        let mut store = db.open();
+        for i in 0..3 {
+            store
+                .register(req(&format!("s{i}"), owner(10)), NOW)
+                .unwrap();
+        }
+    }
+    let mut store = db.open();
+    assert_eq!(store.head_seq().unwrap(), 3);
+    let event = store
+        .register(req("s3", owner(10)), NOW)
+        .unwrap()
+        .event
+        .unwrap();
+    assert_eq!(event.seq, 4);
+
+    assert_eq!(store.prune(0, i64::MAX, NOW).unwrap(), 4);
+    assert_eq!(store.head_seq().unwrap(), 4);
+    drop(store);
+    let mut store = db.open();
+    let event = store
+        .register(req("s4", owner(10)), NOW)
+        .unwrap()
+        .event
+        .unwrap();
+    assert_eq!(event.seq, 5, "seqs continue after everything was pruned");
+    assert_eq!(
+        events(store.events_after(4, 10, &EventFilter::default()).unwrap()),
+        [event]
+    );
+    assert_eq!(
+        store.events_after(3, 10, &EventFilter::default()).unwrap(),
+        EventPage::Gap {
+            requested_since: 3,
+            pruned_through: 4
+        }
+    );
+}
+
+#[test]
+fn events_after_replays_exactly_what_follows() {
+    let db = Db::new();
+    let mut store = db.open();
+    let mut all = Vec::new();
+    for i in 0..5u32 {
+        let r = store.register(req(&format!("s{}", i % 2), owner(10 + i)), NOW);
+        all.push(r.unwrap().event.unwrap());
+    }
+    all.extend(end_by_owner(&mut store, &owner(14)));
+    assert_eq!(
+        all.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5, 6]
+    );
+
+    assert_eq!(
+        events(store.events_after(0, 100, &EventFilter::default()).unwrap()),
+        all
+    );
+    assert_eq!(
+        events(store.events_after(2, 100, &EventFilter::default()).unwrap()),
+        all[2..]
+    );
+    assert_eq!(
+        events(store.events_after(2, 2, &EventFilter::default()).unwrap()),
+        all[2..4]
+    );
+    assert!(events(store.events_after(6, 100, &EventFilter::default()).unwrap()).is_empty());
+    let s0: Vec<_> = all.iter().filter(|e| e.session == "s0").cloned().collect();
+    assert_eq!(s0.len(), 4);
+    assert_eq!(events(store.events_after(0, 100, &only("s0")).unwrap()), s0);
+    assert_eq!(
+        events(store.events_after(1, 2, &only("s0")).unwrap()),
+        s0[1..3]
+    );
+    assert!(events(store.events_after(0, 100, &only("none")).unwrap()).is_empty());
+}
+
+#[test]
+fn events_after_filters_by_creator() {
+    let db = Db::new();
+    let mut store = db.open();
+    store.register(req("mine", owner(10)), NOW).unwrap();
+    let theirs = NewSession {
+        creator_uid: 2000,
+        ..req("theirs", owner(11))
+    };
+    store.register(theirs, NOW).unwrap();
+    let mine = EventFilter {
+        session: None,
+        creator_uid: Some(1000),
+    };
+    let got = events(store.events_after(0, 10, &mine).unwrap());
+    let sessions: Vec<_> = got
+        .iter()
+        .map(|e| (e.session.as_str(), e.creator_uid))
+        .collect();
+    assert_eq!(sessions, [("mine", 1000)]);
+}
+
+#[test]
+fn prune_by_age_and_count_reports_gaps() {
+    let db = Db::new();
+    let mut store = db.open();
+    for i in 0..10 {
+        store
+            .register(req(&format!("s{i}"), owner(10)), NOW + i * 1000)
+            .unwrap();
+    }
+    // Older than 5 s at NOW + 10 s: the events at +0 .. +4 s.
+    assert_eq!(store.prune(100, 5_000, NOW + 10_000).unwrap(), 5);
+    assert!(matches!(
+        store.events_after(5, 100, &EventFilter::default()).unwrap(),
+        EventPage::Events(v) if v.len() == 5
+    ));
+    assert_eq!(
+        store.events_after(0, 100, &EventFilter::default()).unwrap(),
+        EventPage::Gap {
+            requested_since: 0,
+            pruned_through: 5
+        }
+    );
+    // Count bound: keep the newest 3.
+    assert_eq!(store.prune(3, i64::MAX, NOW).unwrap(), 2);
+    assert!(matches!(
+        store.events_after(4, 100, &only("s9")).unwrap(),
+        EventPage::Gap {
+            pruned_through: 7,
+            ..
+        }
+    ));
+    assert_eq!(
+        events(store.events_after(7, 100, &EventFilter::default()).unwrap())
+            .iter()
+            .map(|e| e.seq)
+            .collect::<Vec<_>>(),
+        [8, 9, 10]
+    );
+    assert_eq!(
+        store.prune(3, i64::MAX, NOW).unwrap(),
+        0,
+        "nothing more to do"
+    );
+}
+
+#[test]
+fn seqs_jump_only_after_an_unclean_stop_on_another_boot() {
+    let db = Db::new();
+    let next_seq = |store: &mut Store, id: &str| {
+        store
+            .register(req(id, owner(10)), NOW)
+            .unwrap()
+            .event
+            .unwrap()
+            .seq
+    };
+    let mut store = db.open();
+    assert!(
+        !store.begin_run("boot-a").unwrap(),
+        "a new database has nothing to protect"
+    );
+    assert_eq!(next_seq(&mut store, "a"), 1);
+    drop(store);
+    // Killed, restarted on the same boot: nothing can have been lost.
+    let mut store = db.open();
+    assert!(!store.begin_run("boot-a").unwrap());
+    assert_eq!(next_seq(&mut store, "b"), 2);
+    drop(store);
+    // Not stopped cleanly, and now another boot: maybe a power loss.
+    let mut store = db.open();
+    assert!(store.begin_run("boot-b").unwrap());
+    assert_eq!(next_seq(&mut store, "c"), 3 + SEQ_JUMP_AFTER_POWER_LOSS);
+    store.end_run().unwrap();
+    drop(store);
+    let mut store = db.open();
+    assert!(
+        !store.begin_run("boot-c").unwrap(),
+        "after a clean stop the boot does not matter"
+    );
+    assert_eq!(next_seq(&mut store, "d"), 4 + SEQ_JUMP_AFTER_POWER_LOSS);
+}
+
+#[test]
+fn open_sets_wal_and_the_schema_version() {
+    let db = Db::new();
+    let store = db.open();
+    let pragma = |name: &str| {
+        store
+            .conn
+            .pragma_query_value(None, name, |r| r.get::<_, rusqlite::types::Value>(0))
+            .unwrap()
+    };
+    use rusqlite::types::Value;
+    assert_eq!(pragma("journal_mode"), Value::Text("wal".into()));
+    assert_eq!(pragma("synchronous"), Value::Integer(1), "NORMAL");
+    assert_eq!(pragma("foreign_keys"), Value::Integer(1));
+    assert_eq!(
+        pragma("user_version"),
+        Value::Integer(SCHEMA_VERSION.into())
+    );
+    drop(store);
+    // Reopening an up-to-date database migrates nothing and keeps the data.
+    let mut store = db.open();
+    store.register(req("s", owner(10)), NOW).unwrap();
+    drop(store);
+    assert!(db.open().get(UID, "s").unwrap().is_some());
+}
+
+#[test]
+fn a_first_version_database_is_migrated_with_its_sessions() {
+    let db = Db::new();
+    let conn = Connection::open(db.path()).unwrap();
+    conn.execute_batch(MIGRATIONS[0]).unwrap();
+    conn.pragma_update(None, "user_version", 1).unwrap();
+    conn.execute(
+        "INSERT INTO sessions (id, owner_pid, owner_start_ticks, owner_boot_id, owner_host, \
+         owner_comm, phase, pending, creator_uid, labels, created_ms, updated_ms, touched_ms) \
+         VALUES ('old', 7, 1007, 'boot-a', 'elsewhere', 'agent', 'active', 0, 1000, '{}', \
+         ?1, ?1, ?1)",
+        [NOW],
+    )
+    .unwrap();
+    conn.execute(
+        "UPDATE meta SET value = 'boot-old' WHERE key = 'run_boot_id'",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+
+    let store = db.open();
+    assert!(
+        store.is_known_boot("boot-old").unwrap(),
+        "the boot of the last run is known after the migration"
+    );
+    assert_eq!(
+        store.get(1000, "old").unwrap().unwrap().owner.pidfs_ino,
+        None
+    );
+    let version: u32 = store
+        .conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    // The queries that need the new indexes (INDEXED BY fails without them) see the row.
+    let idle = store.idle_of_other_boots(NOW + 1, "boot-z").unwrap();
+    assert_eq!(
+        idle.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
+        ["old"]
+    );
+    assert!(store.expired_pending(NOW + 1).unwrap().is_empty());
+    assert!(
+        store.get(1000, "old").unwrap().is_some(),
+        "the session is in its creator's namespace"
+    );
+    assert_eq!(
+        store.store_id().unwrap().len(),
+        32,
+        "the store got an identity"
+    );
+}
+
+#[test]
+fn session_ids_are_per_user() {
+    let db = Db::new();
+    let mut store = db.open();
+    let other = |id: &str, pid| NewSession {
+        creator_uid: 2000,
+        ..req(id, owner(pid))
+    };
+    store.register(req("shared", owner(10)), NOW).unwrap();
+    let theirs = store.register(other("shared", 20), NOW).unwrap();
+    assert!(
+        theirs.event.is_some(),
+        "a second user's registration of the same text is a new session, not a new owner"
+    );
+    assert_eq!(store.get(UID, "shared").unwrap().unwrap().owner, owner(10));
+    assert_eq!(store.get(2000, "shared").unwrap().unwrap().owner, owner(20));
+    let uids: Vec<u32> = store
+        .find_any_user("shared")
+        .unwrap()
+        .iter()
+        .map(|s| s.creator_uid)
+        .collect();
+    assert_eq!(uids, [UID, 2000]);
+
+    // Each user's operations stay in its own namespace.
+    let ended = store
+        .end(
+            UID,
+            "shared",
+            EndReason::Stopped,
+            None,
+            None,
+            None,
+            None,
+            NOW + 1,
+        )
+        .unwrap();
+    assert!(ended.is_some());
+    assert_eq!(
+        store.get(2000, "shared").unwrap().unwrap().phase,
+        Phase::Active
+    );
+    assert!(matches!(
+        store.touch(3000, "shared", NOW),
+        Err(StoreError::NotFound(_))
+    ));
+    store.register(other("pending-1", 21), NOW).unwrap();
+    store.register(req("taken", owner(11)), NOW).unwrap();
+    store
+        .rename(2000, "pending-1", "taken", NOW)
+        .map_err(|e| e.to_string())
+        .expect_err("only a pending session renames");
+    store
+        .register(
+            NewSession {
+                pending: true,
+                ..other("pending-2", 22)
+            },
+            NOW,
+        )
+        .unwrap();
+    store
+        .rename(2000, "pending-2", "taken", NOW)
+        .expect("another user's id does not block a rename");
+    assert_eq!(store.get(UID, "taken").unwrap().unwrap().owner, owner(11));
+    assert_eq!(store.get(2000, "taken").unwrap().unwrap().owner, owner(22));
+}
+
+#[test]
+fn the_store_id_is_random_and_kept() {
+    let (first, second) = (Db::new(), Db::new());
+    let id = first.open().store_id().unwrap();
+    assert!(
+        id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{id:?}"
+    );
+    assert_eq!(first.open().store_id().unwrap(), id, "kept across opens");
+    assert_ne!(second.open().store_id().unwrap(), id, "each store its own");
+}
+
+#[test]
+fn a_second_version_database_keeps_its_events_and_seq_head() {
+    let db = Db::new();
+    let mut conn = Connection::open(db.path()).unwrap();
+    for (version, sql) in MIGRATIONS[..2].iter().enumerate() {
+        conn.execute_batch(sql).unwrap();
+        conn.pragma_update(None, "user_version", version as i64 + 1)
+            .unwrap();
+    }
+    let tx = conn.transaction().unwrap();
+    for seq in 1..=3 {
+        tx.execute(
+            "INSERT INTO events (seq, kind, session, creator_uid, at_ms, body) \
+             VALUES (?1, 'session.registered', 's', 0, 0, '{}')",
+            [seq],
+        )
+        .unwrap();
+    }
+    // What begin_run left after a possible power loss: the counter ahead of the events.
+    tx.execute(
+        "UPDATE sqlite_sequence SET seq = 5000 WHERE name = 'events'",
+        [],
+    )
+    .unwrap();
+    tx.commit().unwrap();
+    drop(conn);
+
+    let mut store = db.open();
+    assert_eq!(store.head_seq().unwrap(), 5000, "the jumped head survives");
+    match store.events_after(0, 10, &only("s")).unwrap() {
+        EventPage::Events(stored) => {
+            assert_eq!(stored.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3])
+        }
+        gap => panic!("expected the three events, got {gap:?}"),
+    }
+    let registered = store.register(req("after", owner(9)), NOW).unwrap();
+    assert_eq!(registered.event.unwrap().seq, 5001);
+    let autoincrement: i64 = store
+        .conn
+        .query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE sql LIKE '%AUTOINCREMENT%'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(autoincrement, 0, "no table keeps AUTOINCREMENT");
+}
+
+#[test]
+fn schema_newer_than_the_code_is_refused() {
+    let db = Db::new();
+    drop(db.open());
+    Connection::open(db.path())
+        .unwrap()
+        .pragma_update(None, "user_version", 99)
+        .unwrap();
+    assert!(matches!(
+        Store::open(db.path()),
+        Err(StoreError::SchemaTooNew {
+            found: 99,
+            supported: SCHEMA_VERSION
+        })
+    ));
+    assert!(matches!(
+        EventReader::open(db.path()),
+        Err(StoreError::SchemaTooNew { .. })
+    ));
+}
+
+#[test]
+fn reader_needs_a_migrated_database_and_sees_commits() {
+    let db = Db::new();
+    drop(Connection::open(db.path()).unwrap());
+    assert!(matches!(
+        EventReader::open(db.path()),
+        Err(StoreError::SchemaTooOld { found: 0, .. })
+    ));
+    std::fs::remove_file(db.path()).unwrap();
+
+    let mut store = db.open();
+    let reader = EventReader::open(db.path()).unwrap();
+    assert_eq!(reader.head_seq().unwrap(), 0);
+    let event = store
+        .register(req("s", owner(10)), NOW)
+        .unwrap()
+        .event
+        .unwrap();
+    assert_eq!(reader.head_seq().unwrap(), 1);
+    assert_eq!(
+        events(reader.events_after(0, 10, &only("s")).unwrap()),
+        [event]
+    );
+}
+
+#[test]
+fn end_many_finalizes_a_thousand_owners_in_one_transaction() {
+    let db = Db::new();
+    let mut store = db.open();
+    for pid in 0..1000 {
+        store
+            .register(req(&format!("s{pid}"), owner(pid)), NOW)
+            .unwrap();
+    }
+    // One of them moved on to a new owner before the burst arrives.
+    store.register(req("s7", owner(5000)), NOW).unwrap();
+    let deaths: Vec<_> = (0..1000)
+        .map(|pid| OwnerDeath {
+            owner: owner(pid),
+            reason: EndReason::OwnerExited,
+            exit: Some(ExitStatus::Signaled {
+                signal: 9,
+                core_dumped: false,
+            }),
+            detected_by: DetectedBy::Ebpf,
+            observed_ms: NOW,
+            died_ms: None,
+        })
+        .collect();
+    let start = std::time::Instant::now();
+    let ended = store.end_many(&deaths, NOW + 1).unwrap();
+    eprintln!("end_many of 1000 owners: {:?}", start.elapsed());
+
+    assert_eq!(ended.len(), 999);
+    assert!(ended.iter().all(|e| e.session != "s7"));
+    let seqs: Vec<u64> = ended.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1002..=2000).collect::<Vec<_>>());
+    assert_eq!(store.head_seq().unwrap(), 2000);
+    assert_eq!(store.active_owners().unwrap(), [owner(5000)]);
+    assert!(store.end_many(&deaths, NOW + 2).unwrap().is_empty());
+}
+
+#[test]
+fn stored_body_round_trips_to_the_returned_event() {
+    let db = Db::new();
+    let mut store = db.open();
+    let mut returned = vec![
+        store
+            .register(pending("p", owner(10), NOW + 9), NOW)
+            .unwrap()
+            .event
+            .unwrap(),
+    ];
+    returned.push(
+        store
+            .register(req("p", owner(11)), NOW)
+            .unwrap()
+            .event
+            .unwrap(),
+    );
+    returned.push(store.rename(UID, "p", "real", NOW).unwrap());
+    returned.extend(end_owner(
+        &mut store,
+        &owner(11),
+        Some(ExitStatus::Signaled {
+            signal: 11,
+            core_dumped: true,
+        }),
+        DetectedBy::Ebpf,
+        NOW - 1,
+        NOW,
+    ));
+    let EventPage::Events(stored) = store.events_after(0, 10, &EventFilter::default()).unwrap()
+    else {
+        panic!("no gap expected");
+    };
+    assert_eq!(stored.len(), 4);
+    for (stored, event) in stored.iter().zip(&returned) {
+        assert_eq!(stored.body, serde_json::to_string(event).unwrap());
+        assert_eq!(&serde_json::from_str::<Event>(&stored.body).unwrap(), event);
+    }
+    let registered: serde_json::Value = serde_json::from_str(&stored[0].body).unwrap();
+    assert_eq!(registered["kind"], "session.registered");
+    assert!(
+        registered.get("reason").is_none(),
+        "None fields are omitted"
+    );
+    let ended: serde_json::Value = serde_json::from_str(&stored[3].body).unwrap();
+    assert_eq!(ended["kind"], "session.ended");
+    assert_eq!(ended["reason"], "owner_exited");
+    assert_eq!(ended["detected_by"], "ebpf");
+    assert_eq!(ended["exit"]["kind"], "signaled");
+    assert_eq!(ended["observed_ms"], NOW - 1);
+}
+
+#[test]
+fn commits_survive_an_unclean_drop() {
+    let db = Db::new();
+    let mut store = db.open();
+    store.register(req("s", owner(10)), NOW).unwrap();
+    end_by_owner(&mut store, &owner(10));
+    // No close, no checkpoint: the commits live only in the WAL.
+    std::mem::forget(store);
+    let store = db.open();
+    assert_eq!(store.head_seq().unwrap(), 2);
+    assert_eq!(store.get(UID, "s").unwrap().unwrap().phase, Phase::Ended);
+}
+
+/// The real thing: a child process commits, then SIGKILLs itself.
+#[test]
+fn commits_survive_sigkill() {
+    const CHILD_DB: &str = "LIVENESS_STORE_TEST_CHILD_DB";
+    if let Some(path) = std::env::var_os(CHILD_DB) {
+        let mut store = Store::open(path).unwrap();
+        store.register(req("s", owner(10)), NOW).unwrap();
+        end_by_owner(&mut store, &owner(10));
+        rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL)
+            .unwrap();
+        unreachable!("SIGKILL returned");
+    }
+    let db = Db::new();
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "store::tests::commits_survive_sigkill",
+            "--nocapture",
+        ])
+        .env(CHILD_DB, db.path())
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(9), "{status:?}");
+    let store = db.open();
+    assert_eq!(store.head_seq().unwrap(), 2);
+    assert_eq!(store.get(UID, "s").unwrap().unwrap().phase, Phase::Ended);
+}
