@@ -9,8 +9,14 @@ use std::time::Duration;
 use integration_tests::{Daemon, Orphan, binary, eventually};
 use serde_json::json;
 
-/// The crate-level example of `liveness-client`, built for this test.
+/// The crate-level example of `liveness-client`, built for this test (or, in the VMs,
+/// taken from `LIVENESS_BIN_DIR` beside the other programs).
 fn example(name: &str) -> PathBuf {
+    if let Some(dir) = std::env::var_os("LIVENESS_BIN_DIR") {
+        let path = PathBuf::from(dir).join(name);
+        assert!(path.exists(), "{} is missing", path.display());
+        return path;
+    }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut build = Command::new(cargo);
     build.args([

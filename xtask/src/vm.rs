@@ -43,7 +43,14 @@ const PACKAGES: &[&str] = &[
     "integration-tests",
 ];
 /// The binaries the tests run, from `LIVENESS_BIN_DIR` (`/bin` in the guest).
-const PROGRAMS: &[&str] = &["livenessd", "liveness", "testproc", "seccomp-deny"];
+/// The client crate's example is one of them: a test runs it against a restarted daemon.
+const PROGRAMS: &[&str] = &[
+    "livenessd",
+    "liveness",
+    "testproc",
+    "seccomp-deny",
+    "wait_for_exit",
+];
 const INSTALL_HINT: &str = "apt-get install -y qemu-system-x86 busybox-static bash-static cpio";
 /// util-linux tools the tests run, copied from the host with their shared libraries.
 const UTIL_LINUX: &[&str] = &["unshare", "nsenter", "prlimit"];
@@ -242,10 +249,11 @@ fn build(root: &Path, work: &Path) -> Result<Built> {
         .filter(|m| m["profile"]["test"] == true && matches!(kind(m).as_str(), "lib" | "test"))
         .map(named)
         .collect::<Vec<_>>();
-    let programs = artifacts(&["build", "--bins"])?
+    let programs = artifacts(&["build", "--bins", "--examples"])?
         .iter()
         .filter(|m| {
-            kind(m) == "bin" && PROGRAMS.contains(&m["target"]["name"].as_str().unwrap_or(""))
+            matches!(kind(m).as_str(), "bin" | "example")
+                && PROGRAMS.contains(&m["target"]["name"].as_str().unwrap_or(""))
         })
         .map(named)
         .collect::<Vec<_>>();
