@@ -30,7 +30,8 @@ pub fn fault_rounds(normal: usize) -> usize {
     }
 }
 
-/// Path of one of the project's binaries, built fresh.
+/// Path of one of the project's programs, built fresh: the binaries, and the client
+/// crate's examples (which cargo puts under `examples/`).
 pub fn binary(name: &str) -> PathBuf {
     static BIN_DIR: OnceLock<PathBuf> = OnceLock::new();
     let dir = BIN_DIR.get_or_init(|| {
@@ -47,8 +48,11 @@ pub fn binary(name: &str) -> PathBuf {
             "-p",
             "liveness-cli",
             "-p",
+            "liveness-client",
+            "-p",
             "integration-tests",
             "--bins",
+            "--examples",
         ]);
         if !cfg!(debug_assertions) {
             build.arg("--release");
@@ -65,8 +69,16 @@ pub fn binary(name: &str) -> PathBuf {
             .to_path_buf()
     });
     let path = dir.join(name);
-    assert!(path.exists(), "{} is missing", path.display());
-    path
+    if path.exists() {
+        return path;
+    }
+    let example = dir.join("examples").join(name);
+    assert!(
+        example.exists(),
+        "{} is missing (nor is it an example)",
+        path.display()
+    );
+    example
 }
 
 /// The project's binaries where another user can run them. A checkout under a private

@@ -2,44 +2,11 @@
 //! `liveness wait` and `liveness watch --exec` keep going when livenessd is SIGTERMed and
 //! started again in the middle, and see each end once.
 
-use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use integration_tests::{Daemon, Orphan, binary, eventually};
 use serde_json::json;
-
-/// The crate-level example of `liveness-client`, built for this test (or, in the VMs,
-/// taken from `LIVENESS_BIN_DIR` beside the other programs).
-fn example(name: &str) -> PathBuf {
-    if let Some(dir) = std::env::var_os("LIVENESS_BIN_DIR") {
-        let path = PathBuf::from(dir).join(name);
-        assert!(path.exists(), "{} is missing", path.display());
-        return path;
-    }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut build = Command::new(cargo);
-    build.args([
-        "build",
-        "--quiet",
-        "-p",
-        "liveness-client",
-        "--example",
-        name,
-    ]);
-    if !cfg!(debug_assertions) {
-        build.arg("--release");
-    }
-    let status = build.status().expect("run cargo to build the example");
-    assert!(status.success(), "building example {name} failed: {status}");
-    let path = binary("liveness")
-        .parent()
-        .expect("target/<profile>")
-        .join("examples")
-        .join(name);
-    assert!(path.exists(), "{} is missing", path.display());
-    path
-}
 
 /// Waits until `session` is registered and active.
 fn until_active(daemon: &Daemon, session: &str) {
@@ -75,7 +42,7 @@ fn finish(child: Child) -> Output {
 
 #[test]
 fn the_crate_example_prints_the_exit_status_across_a_daemon_restart() {
-    let example = example("wait_for_exit");
+    let example = binary("wait_for_exit");
     let mut daemon = Daemon::start(&[]);
     let mut owner = Orphan::spawn(&["exit", "7"]);
     let waiter = Command::new(&example)
