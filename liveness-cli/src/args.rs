@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 use crate::doctor::DOCTOR_HELP;
 use crate::exit::EXIT_CODES_HELP;
 use crate::wait::WAIT_HELP;
+use crate::watch::Watch;
 
 /// Tell session tooling when the process that owns a session dies.
 #[derive(Debug, Parser)]
@@ -126,27 +127,7 @@ pub(crate) enum Command {
     /// If the daemon stops or restarts, the watcher reconnects and resumes after the last
     /// event it handled, retrying for up to 30 s (every 0.1 s, doubling to 2 s); then it
     /// gives up with exit code 69.
-    Watch {
-        /// Replay events after this seq first (default: only new events).
-        #[arg(long, value_name = "SEQ")]
-        since: Option<u64>,
-        /// Only events of this session.
-        #[arg(long)]
-        session: Option<String>,
-        /// Root only: only events of this user's sessions.
-        #[arg(long, value_name = "UID")]
-        uid: Option<u32>,
-        /// Run this command for each session.ended event.
-        #[arg(long, value_name = "CMD")]
-        exec: Option<String>,
-        /// Cursor file ("SEQ STORE_ID", or a bare SEQ): read at start (it wins over --since),
-        /// written after each handled event.
-        #[arg(long, value_name = "FILE")]
-        cursor: Option<PathBuf>,
-        /// Print each event as one JSON line.
-        #[arg(long)]
-        json: bool,
-    },
+    Watch(Watch),
     /// Block until a session ends; the exit code tells how (see below).
     ///
     /// If the daemon stops or restarts meanwhile, wait reconnects and goes on waiting,

@@ -28,7 +28,7 @@ use crate::render::{
     describe_session, print_identity, print_json, print_liveness, print_session, print_status,
 };
 use crate::wait::wait;
-use crate::watch::{Watch, watch};
+use crate::watch::watch;
 
 /// Parses the command line and runs the command.
 fn main() -> ExitCode {
@@ -179,24 +179,7 @@ fn run_command(command: Command, socket: &Path) -> Exit {
             }
             Exit::Ok
         }),
-        Command::Watch {
-            since,
-            session,
-            uid,
-            exec,
-            cursor,
-            json,
-        } => watch(
-            socket,
-            Watch {
-                since,
-                session,
-                uid,
-                exec,
-                cursor,
-                json,
-            },
-        ),
+        Command::Watch(options) => watch(socket, options),
         Command::Wait(_) => unreachable!("handled by run"),
         Command::Doctor { json } => doctor(socket, json),
     }

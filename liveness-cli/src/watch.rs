@@ -13,13 +13,27 @@ use liveness_common::session::{Event, EventKind};
 use crate::exit::{Exit, client_error};
 use crate::render::{describe_event, wire_name};
 
-#[derive(Debug)]
+/// `liveness watch`: what to follow and what to do with each event.
+#[derive(Debug, clap::Args)]
 pub(crate) struct Watch {
+    /// Replay events after this seq first (default: only new events).
+    #[arg(long, value_name = "SEQ")]
     pub(crate) since: Option<u64>,
+    /// Only events of this session.
+    #[arg(long)]
     pub(crate) session: Option<String>,
+    /// Root only: only events of this user's sessions.
+    #[arg(long, value_name = "UID")]
     pub(crate) uid: Option<u32>,
+    /// Run this command for each session.ended event.
+    #[arg(long, value_name = "CMD")]
     pub(crate) exec: Option<String>,
+    /// Cursor file ("SEQ STORE_ID", or a bare SEQ): read at start (it wins over --since),
+    /// written after each handled event.
+    #[arg(long, value_name = "FILE")]
     pub(crate) cursor: Option<PathBuf>,
+    /// Print each event as one JSON line.
+    #[arg(long)]
     pub(crate) json: bool,
 }
 
