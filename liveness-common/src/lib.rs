@@ -2,6 +2,7 @@
 //! each other. This crate is the single source of truth for the wire protocol described in
 //! `docs/protocol.md`; it depends on serde and nothing of the daemon.
 //!
+//! - [`duration`]: durations as flags spell them.
 //! - [`identity`]: process fingerprints ([`identity::Identity`]).
 //! - [`exit`]: how a process ended ([`exit::ExitStatus`]) and what noticed it.
 //! - [`session`]: sessions and the events of the stream.
@@ -9,6 +10,7 @@
 //! - [`status`]: what the daemon reports about itself.
 //! - [`record`]: the record the eBPF program writes into its ring buffer.
 
+pub mod duration;
 pub mod exit;
 pub mod identity;
 pub mod protocol;
