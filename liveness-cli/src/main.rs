@@ -125,6 +125,8 @@ fn run_command(command: Command, socket: &Path) -> Exit {
                 pending,
                 labels: labels.into_iter().collect(),
                 uid,
+                on_end: None,
+                grace: None,
             };
             match Client::connect(socket).and_then(|mut c| c.register(&registration)) {
                 Ok(session) => print_session(&session, json),
@@ -141,7 +143,11 @@ fn run_command(command: Command, socket: &Path) -> Exit {
             session_call(socket, &Request::Touch { session, uid }, json)
         }
         Command::End(SessionArgs { session, uid, json }) => {
-            session_call(socket, &Request::End { session, uid }, json)
+            session_call(socket, &Request::End {
+                    session,
+                    uid,
+                    terminate: false,
+                }, json)
         }
         Command::Get(SessionArgs { session, uid, json }) => {
             session_call(socket, &Request::Get { session, uid }, json)

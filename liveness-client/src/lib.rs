@@ -37,12 +37,13 @@ use std::io::{BufRead, BufReader};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 pub use liveness_common;
 use liveness_common::identity::Identity;
 pub use liveness_common::protocol::ErrorCode;
 use liveness_common::protocol::{Reply, Request, StreamMessage, Subscribed};
-use liveness_common::session::{EventKind, Phase, Session};
+use liveness_common::session::{EventKind, OnEnd, Phase, Session};
 use liveness_common::status::Status;
 
 pub use crate::error::ClientError;
@@ -83,6 +84,11 @@ pub struct Registration {
     pub labels: BTreeMap<String, String>,
     /// Root only: register in this user's namespace of session ids.
     pub uid: Option<u32>,
+    /// What happens to the session's surviving processes when it ends (daemon default:
+    /// [`OnEnd::Leave`]). Set when the session is created.
+    pub on_end: Option<OnEnd>,
+    /// Between SIGTERM and SIGKILL when they are terminated (daemon default: 10 s).
+    pub grace: Option<Duration>,
 }
 
 impl Registration {
@@ -94,6 +100,8 @@ impl Registration {
             pending: false,
             labels: BTreeMap::new(),
             uid: None,
+            on_end: None,
+            grace: None,
         }
     }
 }
@@ -262,6 +270,7 @@ impl Client {
         self.session_call(&Request::End {
             session: session.into(),
             uid,
+            terminate: false,
         })
     }
 

@@ -46,6 +46,7 @@ impl Engine {
                     Some(command) => self.handle(command),
                     None => break Ok(()),
                 },
+                Some(done) = self.reaps.join_next(), if !self.reaps.is_empty() => self.finish_reap(done),
                 _ = retry.tick(), if !self.uncommitted.is_empty() => self.finalize(Vec::new()),
                 _ = housekeeping.tick() => self.housekeeping(),
                 _ = file_check.tick() => if let Err(e) = self.store.check_file() {
@@ -60,6 +61,7 @@ impl Engine {
             self.finalize_observed(observation);
         }
         self.finalize(Vec::new());
+        self.cancel_reaps().await;
         if !self.uncommitted.is_empty() {
             // Their sessions are still ACTIVE in the store: the next start reconciles them.
             tracing::error!(
@@ -225,6 +227,8 @@ impl Engine {
     /// Sends committed events, as one batch, to every subscriber. A subscriber whose queue
     /// is full is dropped; its connection tells it `lagged`.
     pub(super) fn publish(&mut self, events: Vec<Event>) {
+        // Right after the commit, while the ended sessions' trees are still known.
+        self.reap_by_policy(&events);
         let batch: Batch = events
             .into_iter()
             .filter_map(|event| {

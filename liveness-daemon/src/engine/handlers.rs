@@ -8,11 +8,12 @@ use liveness_common::identity::Identity;
 use liveness_common::protocol::{
     ErrorBody, ErrorCode, OwnerSpec, PidOwner, PidfdOwner, Reply, Request,
 };
-use liveness_common::session::{EndReason, Phase, Session};
+use liveness_common::session::{EndReason, OnEnd, Phase, Session};
 use liveness_common::status::{LimitsStatus, Status};
 use liveness_proc::identity::IdentityError;
 
 use super::auth::Caller;
+use super::reaping::AskedPolicy;
 use super::{Engine, now_ms, store_error};
 
 impl Engine {
@@ -25,7 +26,12 @@ impl Engine {
                 owner,
                 pending,
                 labels,
-            } => self.register(caller, session, uid, owner, fds, pending, labels, now),
+                on_end,
+                grace_ms,
+            } => {
+                let policy = AskedPolicy { on_end, grace_ms };
+                self.register(caller, session, uid, owner, fds, pending, labels, policy, now)
+            }
             Request::Rename { session, to, uid } => match self.addressed(caller, &session, uid) {
                 Err(error) => error.into(),
                 Ok(found) => match self.store.rename(found.creator_uid, &session, &to, now) {
@@ -43,7 +49,11 @@ impl Engine {
                     Err(e) => store_error(e).into(),
                 },
             },
-            Request::End { session, uid } => match self.addressed(caller, &session, uid) {
+            Request::End {
+                session,
+                uid,
+                terminate,
+            } => match self.addressed(caller, &session, uid) {
                 Err(error) => error.into(),
                 Ok(existing) => {
                     let ended = self.store.end(
@@ -58,6 +68,10 @@ impl Engine {
                     );
                     match ended {
                         Ok(Some(event)) => {
+                            // A `terminate` policy reaps on publish already.
+                            if terminate && existing.on_end == OnEnd::Leave {
+                                self.start_reap(&event);
+                            }
                             self.publish(vec![event]);
                             self.unwatch_if_unused(&existing.owner);
                             self.get_reply(existing.creator_uid, &session)
@@ -223,6 +237,7 @@ impl Engine {
         fds: &[OwnedFd],
         pending: bool,
         labels: BTreeMap<String, String>,
+        policy: AskedPolicy,
         now: i64,
     ) -> Reply {
         let id = match (session, pending) {
@@ -240,12 +255,20 @@ impl Engine {
             Ok(namespace) => namespace.unwrap_or(caller.uid),
             Err(error) => return error.into(),
         };
+        let (on_end, grace_ms) = match policy.resolve() {
+            Ok(resolved) => resolved,
+            Err(error) => return error.into(),
+        };
         let owner = match self.resolve_owner(caller, owner, fds) {
             Ok(owner) => owner,
             Err(error) => return error.into(),
         };
         let previous = match self.store.get(namespace, &id) {
-            Ok(existing) => existing.map(|s| s.owner),
+            Ok(Some(existing)) => match policy.check_unchanged(&existing) {
+                Ok(()) => Some(existing.owner),
+                Err(error) => return error.into(),
+            },
+            Ok(None) => None,
             Err(e) => return store_error(e).into(),
         };
         if previous.is_none()
@@ -260,6 +283,8 @@ impl Engine {
             pending_expires_ms: pending.then(|| now + self.config.pending_ttl.as_millis() as i64),
             creator_uid: namespace,
             labels,
+            on_end,
+            grace_ms,
         };
         let registered = match self.store.register(new, now) {
             Ok(registered) => registered,

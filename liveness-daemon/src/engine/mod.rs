@@ -13,8 +13,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
 
 use crate::limits::{Limits, SessionUsage};
+use crate::reap::Reaper;
 use crate::source::monitor::Monitor;
 use crate::store::{ListQuery, OwnerDeath, Store, StoreError};
 use liveness_common::protocol::{ErrorBody, ErrorCode, Reply, Request};
@@ -26,6 +28,7 @@ mod actor;
 mod auth;
 mod handlers;
 mod housekeeping;
+mod reaping;
 mod whose;
 
 #[cfg(test)]
@@ -159,6 +162,10 @@ pub struct Engine {
     last_prune: Option<Instant>,
     /// Facts status reports about the daemon itself (paths, versions).
     about: DaemonInfo,
+    reaper: Reaper,
+    /// Sessions' surviving processes being terminated: each task waits out a grace period
+    /// and returns what it did, for the engine to commit.
+    reaps: JoinSet<reaping::ReapDone>,
 }
 
 fn now_ms() -> i64 {
@@ -209,6 +216,7 @@ impl Engine {
             ..ListQuery::default()
         })?;
         let usage = SessionUsage::new(*config.limits.config(), active.sessions);
+        let reaper = Reaper::new(config.proc.clone());
         if store.begin_run(&local.boot_id)? {
             tracing::warn!(
                 jump = crate::store::SEQ_JUMP_AFTER_POWER_LOSS,
@@ -228,6 +236,8 @@ impl Engine {
             started: Instant::now(),
             last_prune: None,
             about,
+            reaper,
+            reaps: JoinSet::new(),
         })
     }
 }

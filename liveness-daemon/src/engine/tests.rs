@@ -147,6 +147,8 @@ impl Fixture {
                 owner,
                 pending: id.is_none(),
                 labels: BTreeMap::new(),
+                on_end: None,
+                grace_ms: None,
             },
         )
     }
@@ -242,6 +244,7 @@ async fn users_see_only_their_own_sessions_and_root_names_any_users() {
         Request::End {
             session: "s".into(),
             uid: Some(ALICE.uid),
+            terminate: false,
         },
     );
     assert_eq!(

@@ -25,6 +25,8 @@ pub(super) fn event_about(kind: EventKind, session: &Session, at_ms: i64) -> Eve
         died_ms: None,
         labels: session.labels.clone(),
         creator_uid: session.creator_uid,
+        on_end: session.on_end,
+        reaped: None,
     }
 }
 
@@ -130,6 +132,8 @@ pub(super) fn session_from_row(row: &Row<'_>) -> Result<Session, StoreError> {
         touched_ms: row.get(15)?,
         ended_ms: row.get(16)?,
         pending_expires_ms: row.get(17)?,
+        on_end: from_name(row.get(19)?)?,
+        grace_ms: u64::try_from(row.get::<_, i64>(20)?).unwrap_or_default(),
     })
 }
 
@@ -153,7 +157,7 @@ pub(super) fn insert_session(conn: &Connection, s: &Session) -> Result<(), Store
         "INSERT INTO sessions (",
         session_columns!(),
         ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-         ?19)"
+         ?19, ?20, ?21)"
     ))?
     .execute(params![
         s.id,
@@ -175,6 +179,8 @@ pub(super) fn insert_session(conn: &Connection, s: &Session) -> Result<(), Store
         s.ended_ms,
         s.pending_expires_ms,
         s.owner.pidfs_ino.map(ticks_to_sql),
+        name(&s.on_end)?,
+        i64::try_from(s.grace_ms).unwrap_or(i64::MAX),
     ])?;
     Ok(())
 }

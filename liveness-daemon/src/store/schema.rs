@@ -137,6 +137,14 @@ CREATE INDEX sessions_active_by_boot ON sessions (owner_boot_id, touched_ms)
 CREATE TABLE boots (boot_id TEXT PRIMARY KEY NOT NULL);
 INSERT INTO boots (boot_id) SELECT value FROM meta WHERE key = 'run_boot_id' AND value != '';
 "#,
+    r#"
+-- The cleanup policy, chosen at registration: whether the session's surviving processes
+-- are terminated when it ends, and their grace between SIGTERM and SIGKILL. Sessions made
+-- before it leave their processes, as they always did.
+ALTER TABLE sessions ADD COLUMN on_end TEXT NOT NULL DEFAULT 'leave'
+    CHECK (on_end IN ('leave', 'terminate'));
+ALTER TABLE sessions ADD COLUMN grace_ms INTEGER NOT NULL DEFAULT 10000;
+"#,
 ];
 
 /// The schema version this code writes and understands.

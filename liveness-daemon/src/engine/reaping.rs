@@ -1,0 +1,145 @@
+//! The cleanup policy: terminating an ended session's surviving processes.
+//!
+//! A session registered with `on_end: terminate`, or ended with `terminate: true`, has the
+//! live members of its process tree handed to the [`Reaper`] once its end is committed.
+//! Each reap runs in a task the engine owns (it waits out a grace period, and the engine
+//! must not); its outcome comes back to the engine, which commits the `session.reaped`
+//! event and publishes it like any other.
+
+use std::time::Duration;
+
+use tokio::task::JoinError;
+
+use liveness_common::protocol::{ErrorBody, ErrorCode};
+use liveness_common::session::{
+    DEFAULT_GRACE_MS, Event, EventKind, MAX_GRACE_MS, OnEnd, Reaped, Session,
+};
+
+use super::Engine;
+
+/// A finished reap: the ended event it was for, and what it did.
+pub(super) type ReapDone = (Event, Reaped);
+
+/// The cleanup fields of a `register` request, as sent.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct AskedPolicy {
+    pub(super) on_end: Option<OnEnd>,
+    pub(super) grace_ms: Option<u64>,
+}
+
+impl AskedPolicy {
+    /// The policy of a new session, or why the request is refused.
+    pub(super) fn resolve(&self) -> Result<(OnEnd, u64), ErrorBody> {
+        let grace_ms = self.grace_ms.unwrap_or(DEFAULT_GRACE_MS);
+        if grace_ms > MAX_GRACE_MS {
+            return Err(ErrorBody::new(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "grace_ms {grace_ms} is longer than the longest grace, {MAX_GRACE_MS} ms (one hour)"
+                ),
+            ));
+        }
+        Ok((self.on_end.unwrap_or_default(), grace_ms))
+    }
+
+    /// A registration of an existing session may repeat its policy, not change it.
+    pub(super) fn check_unchanged(&self, existing: &Session) -> Result<(), ErrorBody> {
+        let changed = self.on_end.is_some_and(|on_end| on_end != existing.on_end)
+            || self.grace_ms.is_some_and(|grace| grace != existing.grace_ms);
+        if !changed {
+            return Ok(());
+        }
+        Err(ErrorBody::new(
+            ErrorCode::InvalidRequest,
+            format!(
+                "session {:?} was registered with on_end {:?} and grace_ms {}: the cleanup policy is set when a session is created; register without on_end and grace_ms, or use a new session id",
+                existing.id,
+                existing.on_end,
+                existing.grace_ms
+            ),
+        ))
+    }
+}
+
+impl Engine {
+    /// Starts terminating the survivors of each session among `events` that just ended
+    /// with the policy `terminate`.
+    pub(super) fn reap_by_policy(&mut self, events: &[Event]) {
+        for ended in events {
+            if ended.kind == EventKind::Ended && ended.on_end == OnEnd::Terminate {
+                self.start_reap(ended);
+            }
+        }
+    }
+
+    /// Starts terminating what is left of the process tree of the session `ended` is about,
+    /// with the session's grace period.
+    pub(super) fn start_reap(&mut self, ended: &Event) {
+        let grace_ms = match self.store.get(ended.creator_uid, &ended.session) {
+            Ok(Some(session)) => session.grace_ms,
+            Ok(None) => DEFAULT_GRACE_MS,
+            Err(e) => {
+                tracing::error!(error = %e, session = ended.session, "cannot read the session's grace; using the default");
+                DEFAULT_GRACE_MS
+            }
+        };
+        let targets = self.membership.live_members(ended.owner.key());
+        tracing::info!(
+            session = ended.session,
+            uid = ended.creator_uid,
+            processes = targets.len(),
+            grace_ms,
+            "terminating the session's surviving processes"
+        );
+        let reaper = self.reaper.clone();
+        let ended = ended.clone();
+        self.reaps.spawn(async move {
+            let reaped = reaper
+                .reap(
+                    &targets,
+                    ended.creator_uid,
+                    Duration::from_millis(grace_ms),
+                )
+                .await;
+            (ended, reaped)
+        });
+    }
+
+    /// Commits and publishes the `session.reaped` event of a finished reap.
+    pub(super) fn finish_reap(&mut self, done: Result<ReapDone, JoinError>) {
+        let (ended, reaped) = match done {
+            Ok(done) => done,
+            Err(e) => {
+                tracing::error!(error = %e, "a reap task failed");
+                return;
+            }
+        };
+        let now = self.config.clock.now_ms();
+        match self.store.record_reaped(&ended, reaped, now) {
+            Ok(event) => self.publish(vec![event]),
+            Err(e) => {
+                let e = self.store.explain(e);
+                tracing::error!(error = %e, session = ended.session, "cannot commit the session.reaped event");
+            }
+        }
+    }
+
+    /// At shutdown: reaps still waiting out a grace period are cancelled. Their processes
+    /// had SIGTERM and are left as they are; no `session.reaped` event is written.
+    pub(super) async fn cancel_reaps(&mut self) {
+        if self.reaps.is_empty() {
+            return;
+        }
+        tracing::warn!(
+            count = self.reaps.len(),
+            "stopping while terminating sessions' processes: those still running are left running"
+        );
+        self.reaps.abort_all();
+        while let Some(done) = self.reaps.join_next().await {
+            // A reap that finished just before its abort is recorded after all.
+            if let Ok(done) = done {
+                self.finish_reap(Ok(done));
+            }
+        }
+    }
+}
