@@ -54,6 +54,7 @@ impl Engine {
                         None,
                         None,
                         None,
+                        self.survivors_of(&existing.owner),
                         now,
                     );
                     match ended {
@@ -75,6 +76,7 @@ impl Engine {
                 Err(error) => error.into(),
             },
             Request::Whose { pid } => self.whose(caller, pid),
+            Request::Processes { session, uid } => self.processes(caller, &session, uid),
             Request::Status {} => Reply {
                 status: Some(Box::new(self.status())),
                 ..Reply::ok()
@@ -290,6 +292,7 @@ impl Engine {
                 connections: self.config.limits.status(),
                 sessions: self.usage.status(),
             },
+            membership: Some(self.membership.status(super::membership::REFRESH_PERIOD)),
         }
     }
 }

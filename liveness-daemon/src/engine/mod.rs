@@ -15,6 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::limits::{Limits, SessionUsage};
+use membership::Membership;
 use crate::source::monitor::Monitor;
 use crate::store::{ListQuery, OwnerDeath, Store, StoreError};
 use liveness_common::protocol::{ErrorBody, ErrorCode, Reply, Request};
@@ -26,6 +27,8 @@ mod actor;
 mod auth;
 mod handlers;
 mod housekeeping;
+pub mod membership;
+mod trees;
 mod whose;
 
 #[cfg(test)]
@@ -159,6 +162,8 @@ pub struct Engine {
     last_prune: Option<Instant>,
     /// Facts status reports about the daemon itself (paths, versions).
     about: DaemonInfo,
+    /// The process trees of tracked owners.
+    membership: Membership,
 }
 
 fn now_ms() -> i64 {
@@ -190,7 +195,7 @@ fn store_error(e: StoreError) -> ErrorBody {
 impl Engine {
     pub fn new(
         store: Store,
-        monitor: Monitor,
+        mut monitor: Monitor,
         config: EngineConfig,
         about: DaemonInfo,
     ) -> Result<Engine, EngineError> {
@@ -215,7 +220,14 @@ impl Engine {
                 "the last run, on another boot, did not stop cleanly: event seqs skip ahead so none is reused"
             );
         }
+        let membership = Membership::new(
+            config.proc.clone(),
+            monitor.take_members_map(),
+            local.boot_id.clone(),
+            local.host.clone(),
+        );
         Ok(Engine {
+            membership,
             store,
             monitor,
             config,
