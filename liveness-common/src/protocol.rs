@@ -130,6 +130,13 @@ pub enum Request {
     },
     /// Which ACTIVE session owns this process (it or its nearest registered ancestor)?
     Whose { pid: u32 },
+    /// The live processes of a session's tree: its owner and every descendant since
+    /// registration, orphans included.
+    Processes {
+        session: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        uid: Option<u32>,
+    },
     /// Replay events after `since`, then stream live ones.
     Subscribe {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -239,6 +246,23 @@ pub struct Reply {
     pub status: Option<Box<Status>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subscribed: Option<Subscribed>,
+    /// `processes`: the session's live members, by pid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes: Option<Vec<MemberProcess>>,
+}
+
+/// One live process of a session's tree, as `processes` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberProcess {
+    pub identity: Identity,
+    /// True for the session's owner, the tree's root.
+    pub owner: bool,
+    /// The current parent, in the daemon's PID namespace (1 or a subreaper for an orphan).
+    pub ppid: u32,
+    /// The arguments; empty where they cannot be read.
+    pub cmdline: Vec<String>,
+    /// Milliseconds since the process started.
+    pub age_ms: u64,
 }
 
 impl Reply {
@@ -253,6 +277,7 @@ impl Reply {
             owner_pid: None,
             status: None,
             subscribed: None,
+            processes: None,
         }
     }
 

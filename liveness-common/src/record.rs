@@ -5,6 +5,12 @@
 
 /// Name of the `tp_btf/sched_process_exit` program in the object.
 pub const PROGRAM_NAME: &str = "on_sched_process_exit";
+/// Name of the `tp_btf/sched_process_fork` program in the object.
+pub const FORK_PROGRAM_NAME: &str = "on_sched_process_fork";
+/// Hash map `u32 tgid -> MemberRecord` of the processes descended from tracked ones.
+pub const MAP_MEMBERS: &str = "members";
+/// Per-CPU `u64` counters of the members map, indexed by the `MEMBER_COUNTER_*` constants.
+pub const MAP_MEMBER_COUNTERS: &str = "member_counters";
 /// Hash map `u32 tgid -> u64 expected start_ticks` of tracked processes.
 pub const MAP_TRACKED: &str = "tracked";
 /// Ring buffer carrying one [`ExitRecord`] per tracked process death.
@@ -18,6 +24,25 @@ pub const COUNTER_EMITTED: u32 = 0;
 pub const COUNTER_LOST: u32 = 1;
 /// Number of slots in the counters map.
 pub const COUNTER_SLOTS: u32 = 2;
+
+/// New processes of a tree that the members map had no room for.
+pub const MEMBER_COUNTER_FULL: u32 = 0;
+/// Number of slots in the member counters map.
+pub const MEMBER_COUNTER_SLOTS: u32 = 1;
+
+/// One member of a process tree: a process forked, directly or not, by a tracked process
+/// (the tree's root). The value of the members map, whose key is the member's tgid.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemberRecord {
+    /// The member's start time in clock ticks since boot (`/proc/<pid>/stat` field 22).
+    pub start_ticks: u64,
+    /// The root's start time, with `root_tgid` the key of the tree it belongs to.
+    pub root_start_ticks: u64,
+    pub root_tgid: u32,
+    /// Zero: keeps the size a multiple of eight on both sides.
+    pub padding: u32,
+}
 
 /// The death of a tracked process, as the eBPF program reports it.
 ///
@@ -63,6 +88,16 @@ mod tests {
         assert_eq!(offset_of!(ExitRecord, exit_monotonic_ns), 8);
         assert_eq!(offset_of!(ExitRecord, tgid), 16);
         assert_eq!(offset_of!(ExitRecord, wait_status), 20);
+    }
+
+    /// The same numbers are asserted by `_Static_assert` in `liveness.h`.
+    #[test]
+    fn member_record_layout_is_pinned() {
+        assert_eq!(size_of::<MemberRecord>(), 24);
+        assert_eq!(offset_of!(MemberRecord, start_ticks), 0);
+        assert_eq!(offset_of!(MemberRecord, root_start_ticks), 8);
+        assert_eq!(offset_of!(MemberRecord, root_tgid), 16);
+        assert_eq!(offset_of!(MemberRecord, padding), 20);
     }
 
     #[test]

@@ -60,6 +60,9 @@ pub struct Session {
     pub touched_ms: i64,
     pub ended_ms: Option<i64>,
     pub pending_expires_ms: Option<i64>,
+    /// Members of the session's process tree still alive when it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub survivors: Option<Survivors>,
     /// What happens to the session's surviving processes when it ends.
     #[serde(default)]
     pub on_end: OnEnd,
@@ -67,6 +70,32 @@ pub struct Session {
     /// terminated, in milliseconds.
     #[serde(default = "default_grace_ms")]
     pub grace_ms: u64,
+}
+
+/// Most survivors listed by identity; [`Survivors::total`] counts them all.
+pub const MAX_SURVIVORS_LISTED: usize = 1000;
+
+/// The processes of a session's tree (its owner and every descendant since registration,
+/// whatever they were reparented to) that were alive when the session ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Survivors {
+    /// Every survivor, listed or not.
+    pub total: u32,
+    /// At most [`MAX_SURVIVORS_LISTED`] of them, by pid.
+    pub members: Vec<Identity>,
+}
+
+impl Survivors {
+    /// The bounded list of `alive`, sorted by pid, with their total.
+    pub fn from_alive(mut alive: Vec<Identity>) -> Survivors {
+        alive.sort_by_key(|identity| identity.key());
+        let total = u32::try_from(alive.len()).unwrap_or(u32::MAX);
+        alive.truncate(MAX_SURVIVORS_LISTED);
+        Survivors {
+            total,
+            members: alive,
+        }
+    }
 }
 
 /// The grace between SIGTERM and SIGKILL when a registration names none.
@@ -164,6 +193,9 @@ pub struct Event {
     pub labels: BTreeMap<String, String>,
     /// The uid that registered the session: non-root subscribers see only their own.
     pub creator_uid: u32,
+    /// `session.ended`: the members of the session's process tree still alive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub survivors: Option<Survivors>,
     /// The session's cleanup policy, when it is not `leave`.
     #[serde(default, skip_serializing_if = "OnEnd::is_leave")]
     pub on_end: OnEnd,
@@ -188,5 +220,25 @@ mod tests {
             serde_json::to_string(&EndReason::PendingExpired).unwrap(),
             r#""pending_expired""#
         );
+    }
+
+    #[test]
+    fn survivors_are_sorted_bounded_and_counted() {
+        let identity = |pid| Identity {
+            pid,
+            start_ticks: 1,
+            boot_id: "b".into(),
+            host: "h".into(),
+            pidfs_ino: None,
+            comm: "c".into(),
+        };
+        let alive: Vec<Identity> = (0..MAX_SURVIVORS_LISTED as u32 + 5)
+            .rev()
+            .map(identity)
+            .collect();
+        let survivors = Survivors::from_alive(alive);
+        assert_eq!(survivors.total, MAX_SURVIVORS_LISTED as u32 + 5);
+        assert_eq!(survivors.members.len(), MAX_SURVIVORS_LISTED);
+        assert_eq!(survivors.members[0].pid, 0, "listed by pid, lowest first");
     }
 }

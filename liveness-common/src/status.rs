@@ -25,6 +25,54 @@ pub struct Status {
     pub monitor: MonitorStatus,
     pub counters: Counters,
     pub limits: LimitsStatus,
+    /// How sessions' process trees are followed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub membership: Option<MembershipStatus>,
+}
+
+/// How the members of sessions' process trees are found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MembershipMode {
+    /// The eBPF fork program adds every new process of a tree as it is forked.
+    Kernel,
+    /// The kernel map filled up: `/proc` scans find the members it had no room for.
+    KernelAndScan,
+    /// No eBPF: `/proc` is scanned at registration and at an interval.
+    Scan,
+}
+
+impl MembershipMode {
+    /// What the mode can miss, for status and doctor.
+    pub fn misses(self) -> &'static str {
+        match self {
+            MembershipMode::Kernel => {
+                "nothing forked while the daemon runs; processes forked and orphaned while it                  was stopped"
+            }
+            MembershipMode::KernelAndScan | MembershipMode::Scan => {
+                "a process forked and orphaned (its parent exited) between two scans"
+            }
+        }
+    }
+}
+
+/// Status of process-tree membership.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MembershipStatus {
+    pub mode: MembershipMode,
+    /// Trees followed (tracked owners of ACTIVE sessions).
+    pub trees: u64,
+    /// Members known to the daemon, owners not included.
+    pub members: u64,
+    /// How often `/proc` is scanned in the scan modes.
+    pub scan_interval_ms: u64,
+    /// Capacity of the kernel's members map, with eBPF.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_capacity: Option<u32>,
+    /// New processes the kernel map had no room for.
+    pub kernel_full: u64,
+    /// What this mode can miss.
+    pub misses: String,
 }
 
 /// Who answered.

@@ -79,6 +79,10 @@ pub struct Args {
     /// full are counted, and every tracked process is then re-checked.
     #[arg(long, default_value_t = EbpfConfig::default().ring_bytes, value_parser = parse_ring_bytes, value_name = "BYTES")]
     ebpf_ring_bytes: u32,
+    /// Capacity of the eBPF map of session process-tree members. New processes that find it
+    /// full are counted, and members are then found by scanning /proc as well.
+    #[arg(long, default_value_t = EbpfConfig::default().max_members, value_name = "COUNT")]
+    ebpf_max_members: u32,
     /// A process name that `owner: "auto"` skips as a wrapper (repeatable).
     #[arg(long = "wrapper", value_name = "COMM")]
     wrappers: Vec<String>,
@@ -406,6 +410,7 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
         ebpf: EbpfConfig {
             max_tracked: args.ebpf_max_tracked,
             ring_bytes: args.ebpf_ring_bytes,
+            max_members: args.ebpf_max_members,
         },
         pidfd: PidfdConfig {
             status_wait: args.exit_status_wait,

@@ -1,7 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Reports the death of tracked processes: one ring-buffer record per process, when its last
- * thread passes sched_process_exit. Exits of untracked processes cost one hash lookup.
+ * thread passes sched_process_exit. Exits of untracked processes cost two hash lookups
+ * (tracked, members).
+ *
+ * Also keeps the process trees of tracked processes: every new process (not thread) forked
+ * by a tracked process or by a member joins the members map, attributed to the same root,
+ * and leaves it when its last thread exits. User space reads the map; a member's exit is
+ * not reported on the ring, since it ends nothing.
  */
 #include "liveness.h"
 
@@ -26,6 +32,22 @@ struct {
 	__type(value, __u64);
 } tracked SEC(".maps");
 
+/* tgid -> the member's start time and its tree's root. User space overrides max_entries. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct member_record);
+} members SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MEMBER_COUNTER_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} member_counters SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 2 * 1024 * 1024);
@@ -38,13 +60,18 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
-static __always_inline void bump(__u32 slot)
+static __always_inline void bump_in(void *map, __u32 slot)
 {
-	__u64 *count = bpf_map_lookup_elem(&counters, &slot);
+	__u64 *count = bpf_map_lookup_elem(map, &slot);
 
 	/* Per-CPU slot, and a tracing program cannot nest with itself on one CPU. */
 	if (count)
 		*count += 1;
+}
+
+static __always_inline void bump(__u32 slot)
+{
+	bump_in(&counters, slot);
 }
 
 /*
@@ -90,6 +117,64 @@ static __always_inline __u32 tgid_seen_by_daemon(struct task_struct *task)
 	return 0;
 }
 
+/* The start time of the process a task belongs to, as /proc/<pid>/stat shows it. */
+static __always_inline __u64 process_start_ticks(struct task_struct *task)
+{
+	return BPF_CORE_READ(task, group_leader, start_boottime) / NSEC_PER_CLOCK_TICK;
+}
+
+/*
+ * A new process joins the tree of its parent when the parent is tracked (a tree's root) or
+ * a member. Thread creation returns after one comparison; an untracked fork costs two
+ * hash lookups.
+ */
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(on_sched_process_fork, struct task_struct *parent, struct task_struct *child)
+{
+	/* A thread joins its creator's thread group: not a new process. */
+	if (child->pid != child->tgid)
+		return 0;
+
+	__u32 parent_tgid = tgid_seen_by_daemon(parent);
+	__u64 parent_start = process_start_ticks(parent);
+	struct member_record member = {};
+	__u64 *root_start = bpf_map_lookup_elem(&tracked, &parent_tgid);
+
+	if (root_start && *root_start == parent_start) {
+		member.root_tgid = parent_tgid;
+		member.root_start_ticks = parent_start;
+	} else {
+		struct member_record *parent_member = bpf_map_lookup_elem(&members, &parent_tgid);
+
+		/* A stale entry names an earlier process that had this pid. */
+		if (!parent_member || parent_member->start_ticks != parent_start)
+			return 0;
+		member.root_tgid = parent_member->root_tgid;
+		member.root_start_ticks = parent_member->root_start_ticks;
+	}
+
+	__u32 child_tgid = tgid_seen_by_daemon(child);
+
+	if (!child_tgid)
+		return 0;
+	/* The child leads its own group, and copy_process set its start time already. */
+	member.start_ticks = child->start_boottime / NSEC_PER_CLOCK_TICK;
+	if (bpf_map_update_elem(&members, &child_tgid, &member, BPF_ANY) != 0)
+		bump_in(&member_counters, MEMBER_COUNTER_FULL);
+	return 0;
+}
+
+/* A member leaves its tree when its last thread exits (a tracked process may be a member
+ * too). Two threads may both see live == 0: deleting twice is harmless. */
+static __always_inline void leave_tree(struct task_struct *task, __u32 tgid,
+				       struct member_record *member)
+{
+	if (BPF_CORE_READ(task, signal, live.counter) != 0)
+		return;
+	if (process_start_ticks(task) == member->start_ticks)
+		bpf_map_delete_elem(&members, &tgid);
+}
+
 /*
  * Only the first argument (task) is read: the second (group_dead) exists only from Linux
  * 6.16, and a program touching it fails to load on older kernels.
@@ -98,6 +183,11 @@ SEC("tp_btf/sched_process_exit")
 int BPF_PROG(on_sched_process_exit, struct task_struct *task)
 {
 	__u32 tgid = tgid_seen_by_daemon(task);
+	struct member_record *member = bpf_map_lookup_elem(&members, &tgid);
+
+	if (member)
+		leave_tree(task, tgid, member);
+
 	__u64 *expected_start = bpf_map_lookup_elem(&tracked, &tgid);
 
 	if (!expected_start)

@@ -46,6 +46,7 @@ struct pid {
 
 struct task_struct {
 	int exit_code;
+	int pid;
 	int tgid;
 	struct task_struct *group_leader;
 	struct pid *thread_pid;
@@ -71,6 +72,23 @@ struct task_struct {
 #define COUNTER_EMITTED 0
 #define COUNTER_LOST 1
 #define COUNTER_SLOTS 2
+
+/* Mirrors liveness_common::MEMBER_COUNTER_*. */
+#define MEMBER_COUNTER_FULL 0
+#define MEMBER_COUNTER_SLOTS 1
+
+/* Mirrors liveness_common::MemberRecord: a process of the tree rooted at a tracked process. */
+struct member_record {
+	__u64 start_ticks;
+	__u64 root_start_ticks;
+	__u32 root_tgid;
+	__u32 padding;
+};
+
+_Static_assert(sizeof(struct member_record) == 24, "member_record size");
+_Static_assert(__builtin_offsetof(struct member_record, root_start_ticks) == 8,
+	       "root_start_ticks offset");
+_Static_assert(__builtin_offsetof(struct member_record, root_tgid) == 16, "root_tgid offset");
 
 /* Mirrors liveness_common::ExitRecord; the daemon's tests compare this type's BTF to it. */
 struct exit_record {

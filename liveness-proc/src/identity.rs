@@ -379,6 +379,40 @@ impl ProcRoot {
         Some(called.to_string_lossy().into_owned())
     }
 
+    /// Clock ticks since boot now, on the scale of start times: process ages are this
+    /// minus their start time. Read in this reader's time namespace and normalised like
+    /// start times.
+    pub fn uptime_ticks(&self) -> u64 {
+        let now = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+        let per_second = (1_000_000_000 / NANOS_PER_TICK) as u64;
+        let ticks = now.tv_sec as u64 * per_second + now.tv_nsec as u64 / NANOS_PER_TICK as u64;
+        self.offset.normalize(ticks)
+    }
+
+    /// Every process now in this proc tree (not threads, which `/proc` does not list),
+    /// with its parent and start time. Processes that vanish during the walk are skipped.
+    pub fn processes(&self) -> Result<Vec<Stat>, IdentityError> {
+        let entries = std::fs::read_dir(&self.root).map_err(|source| IdentityError::Read {
+            path: self.root.clone(),
+            source,
+        })?;
+        Ok(entries
+            .filter_map(Result::ok)
+            .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+            .filter_map(|pid| self.stat(pid).ok())
+            .collect())
+    }
+
+    /// A process's arguments, lossily decoded; empty for a kernel thread or a zombie.
+    pub fn cmdline(&self, pid: u32) -> Result<Vec<String>, IdentityError> {
+        let bytes = self.read(&format!("{pid}/cmdline"))?;
+        Ok(bytes
+            .split(|&b| b == 0)
+            .filter(|arg| !arg.is_empty())
+            .map(|arg| String::from_utf8_lossy(arg).into_owned())
+            .collect())
+    }
+
     /// The real user id of a process.
     pub fn uid(&self, pid: u32) -> Result<u32, IdentityError> {
         self.status_field(pid, "Uid")

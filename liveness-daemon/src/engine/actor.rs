@@ -13,7 +13,7 @@ use liveness_common::session::{EndReason, Event};
 use liveness_proc::identity::Liveness;
 
 use super::{
-    Batch, Command, Engine, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, Published, RETRY_PERIOD,
+    membership, Batch, Command, Engine, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, Published, RETRY_PERIOD,
     Subscription, ms_of,
 };
 
@@ -35,6 +35,8 @@ impl Engine {
         housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut retry = tokio::time::interval(RETRY_PERIOD);
         retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut trees = tokio::time::interval(membership::REFRESH_PERIOD);
+        trees.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut file_check = tokio::time::interval(FILE_CHECK_PERIOD);
         file_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let outcome = loop {
@@ -49,6 +51,7 @@ impl Engine {
                 Some(done) = self.reaps.join_next(), if !self.reaps.is_empty() => self.finish_reap(done),
                 _ = retry.tick(), if !self.uncommitted.is_empty() => self.finalize(Vec::new()),
                 _ = housekeeping.tick() => self.housekeeping(),
+                _ = trees.tick() => self.refresh_trees(),
                 _ = file_check.tick() => if let Err(e) = self.store.check_file() {
                     break Err(EngineError::Store(e));
                 },
@@ -61,6 +64,8 @@ impl Engine {
             self.finalize_observed(observation);
         }
         self.finalize(Vec::new());
+        // What the kernel added since the last refresh, for the next run.
+        self.refresh_trees();
         self.cancel_reaps().await;
         if !self.uncommitted.is_empty() {
             // Their sessions are still ACTIVE in the store: the next start reconciles them.
@@ -109,6 +114,11 @@ impl Engine {
             dead = dead.len(),
             "reconciled active sessions"
         );
+        // Members persisted for trees whose owner died or moved on while no daemon ran.
+        let followed: Vec<ProcessKey> = self.membership.roots().collect();
+        if let Err(e) = self.store.keep_members_of(&followed) {
+            tracing::warn!(error = %e, "cannot drop the members of trees no longer followed");
+        }
         self.finalize(dead);
     }
 
@@ -126,6 +136,7 @@ impl Engine {
             detected_by: DetectedBy::Reconcile,
             observed_ms: self.config.clock.now_ms(),
             died_ms: None,
+            survivors: None,
         };
         if owner.boot_id != self.local.boot_id {
             let earlier_boot_here = match self.store.is_known_boot(&owner.boot_id) {
@@ -144,8 +155,13 @@ impl Engine {
         {
             return Some(dead(EndReason::from(reason)));
         }
-        let death = self.monitor.track(owner.key())?;
-        Some(self.death_of(&death))
+        match self.monitor.track(owner.key()) {
+            Some(death) => Some(self.death_of(&death)),
+            None => {
+                self.follow_tree(owner);
+                None
+            }
+        }
     }
 
     /// The store's view of a death observed on this boot.
@@ -157,6 +173,7 @@ impl Engine {
             detected_by: observation.detected_by,
             observed_ms: ms_of(observation.at),
             died_ms: observation.died_at.map(ms_of),
+            survivors: None,
         }
     }
 
@@ -166,7 +183,10 @@ impl Engine {
             return;
         }
         match self.store.active_sessions_of_owner(owner) {
-            Ok(sessions) if sessions.is_empty() => self.monitor.untrack(owner.key()),
+            Ok(sessions) if sessions.is_empty() => {
+                self.monitor.untrack(owner.key());
+                self.forget_tree(owner);
+            }
             Ok(_) => {}
             Err(e) => tracing::error!(error = %e, "cannot look up sessions of an owner"),
         }
@@ -193,6 +213,12 @@ impl Engine {
             return;
         }
         self.counters.largest_batch = self.counters.largest_batch.max(deaths.len());
+        // Computed once: a retried commit keeps the survivors of the moment of the death.
+        for death in &mut deaths {
+            if death.survivors.is_none() {
+                death.survivors = self.survivors_of(&death.owner);
+            }
+        }
         match self.store.end_many(&deaths, self.config.clock.now_ms()) {
             Ok(events) => {
                 if retrying {
@@ -207,6 +233,10 @@ impl Engine {
                     }
                 }
                 self.publish(events);
+                // Every session of a dead owner has ended: nobody follows its tree now.
+                for death in &deaths {
+                    self.forget_tree(&death.owner);
+                }
             }
             // Nothing is announced that was not committed. The deaths are kept and
             // committed again later; should the daemon stop first, their sessions are still

@@ -64,6 +64,7 @@ impl Engine {
                         None,
                         None,
                         None,
+                        self.survivors_of(&existing.owner),
                         now,
                     );
                     match ended {
@@ -89,6 +90,7 @@ impl Engine {
                 Err(error) => error.into(),
             },
             Request::Whose { pid } => self.whose(caller, pid),
+            Request::Processes { session, uid } => self.processes(caller, &session, uid),
             Request::Status {} => Reply {
                 status: Some(Box::new(self.status())),
                 ..Reply::ok()
@@ -315,6 +317,7 @@ impl Engine {
                 connections: self.config.limits.status(),
                 sessions: self.usage.status(),
             },
+            membership: Some(self.membership.status(super::membership::REFRESH_PERIOD)),
         }
     }
 }

@@ -39,6 +39,7 @@ impl Engine {
                 None,
                 None,
                 Some(&session.owner),
+                self.survivors_of(&session.owner),
                 now,
             ) {
                 Ok(Some(event)) => {

@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use crate::limits::{Limits, SessionUsage};
+use membership::Membership;
 use crate::reap::Reaper;
 use crate::source::monitor::Monitor;
 use crate::store::{ListQuery, OwnerDeath, Store, StoreError};
@@ -28,6 +29,8 @@ mod actor;
 mod auth;
 mod handlers;
 mod housekeeping;
+pub mod membership;
+mod trees;
 mod reaping;
 mod whose;
 
@@ -162,6 +165,8 @@ pub struct Engine {
     last_prune: Option<Instant>,
     /// Facts status reports about the daemon itself (paths, versions).
     about: DaemonInfo,
+    /// The process trees of tracked owners.
+    membership: Membership,
     reaper: Reaper,
     /// Sessions' surviving processes being terminated: each task waits out a grace period
     /// and returns what it did, for the engine to commit.
@@ -197,7 +202,7 @@ fn store_error(e: StoreError) -> ErrorBody {
 impl Engine {
     pub fn new(
         store: Store,
-        monitor: Monitor,
+        mut monitor: Monitor,
         config: EngineConfig,
         about: DaemonInfo,
     ) -> Result<Engine, EngineError> {
@@ -223,7 +228,14 @@ impl Engine {
                 "the last run, on another boot, did not stop cleanly: event seqs skip ahead so none is reused"
             );
         }
+        let membership = Membership::new(
+            config.proc.clone(),
+            monitor.take_members_map(),
+            local.boot_id.clone(),
+            local.host.clone(),
+        );
         Ok(Engine {
+            membership,
             store,
             monitor,
             config,

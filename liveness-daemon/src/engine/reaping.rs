@@ -83,7 +83,12 @@ impl Engine {
                 DEFAULT_GRACE_MS
             }
         };
-        let targets = self.membership.live_members(ended.owner.key());
+        // The tree of an owner of another boot cannot be known here, nor signalled.
+        let targets = if ended.owner.boot_id == self.local.boot_id {
+            self.membership.live_members(ended.owner.key())
+        } else {
+            Vec::new()
+        };
         tracing::info!(
             session = ended.session,
             uid = ended.creator_uid,

@@ -14,12 +14,14 @@ use aya::maps::{HashMap, Map, MapData, MapError, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, ProgramError};
 use aya::{Btf, BtfError, Ebpf, EbpfLoader};
 use liveness_common::record::{
-    COUNTER_EMITTED, COUNTER_LOST, ExitRecord, MAP_COUNTERS, MAP_EXITS, MAP_TRACKED, PROGRAM_NAME,
+    COUNTER_EMITTED, COUNTER_LOST, ExitRecord, FORK_PROGRAM_NAME, MAP_COUNTERS, MAP_EXITS,
+    MAP_MEMBER_COUNTERS, MAP_MEMBERS, MAP_TRACKED, PROGRAM_NAME,
 };
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
 use super::child::ProbeChild;
+use super::members_map::MembersMap;
 use liveness_common::status::{SelfTest, SourceStats};
 
 use super::{ExitObservation, ExitSource, SourceEvent, TrackError};
@@ -32,12 +34,15 @@ use liveness_proc::identity::ProcRoot;
 static OBJECT: &[u8] = aya::include_bytes_aligned!("../../../liveness-ebpf/liveness.bpf.o");
 
 const TRACEPOINT: &str = "sched_process_exit";
+const FORK_TRACEPOINT: &str = "sched_process_fork";
 /// The program's `.rodata` variable holding the daemon's PID namespace inode number.
 const PIDNS_GLOBAL: &str = "daemon_pidns_inum";
 const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 /// Default capacity of the map of tracked processes (the object's own default).
 pub const DEFAULT_MAX_TRACKED: u32 = 262_144;
+/// Default capacity of the map of process-tree members (the object's own default).
+pub const DEFAULT_MAX_MEMBERS: u32 = 65_536;
 /// Default size of the ring buffer (the object's own default): about 65,000 records.
 pub const DEFAULT_RING_BYTES: u32 = 2 * 1024 * 1024;
 
@@ -50,6 +55,9 @@ pub struct EbpfConfig {
     /// Size of the ring buffer in bytes: a power of two, at least a page. Deaths that find
     /// it full are counted as lost, which makes the consumer re-check every process.
     pub ring_bytes: u32,
+    /// Capacity of the kernel map of process-tree members. New processes that find it full
+    /// are counted, and the daemon then finds members by scanning `/proc` as well.
+    pub max_members: u32,
 }
 
 impl Default for EbpfConfig {
@@ -57,6 +65,7 @@ impl Default for EbpfConfig {
         EbpfConfig {
             max_tracked: DEFAULT_MAX_TRACKED,
             ring_bytes: DEFAULT_RING_BYTES,
+            max_members: DEFAULT_MAX_MEMBERS,
         }
     }
 }
@@ -205,6 +214,8 @@ pub struct EbpfSource {
     /// Records the self-test made, left out of `stats().observed`.
     self_test_records: u64,
     self_test: SelfTest,
+    /// The process trees' map, until the membership takes it.
+    members: Option<MembersMap>,
 }
 
 impl fmt::Debug for EbpfSource {
@@ -249,6 +260,7 @@ impl EbpfSource {
             .override_global(PIDNS_GLOBAL, &pidns_inum, true)
             .map_max_entries(MAP_TRACKED, config.max_tracked)
             .map_max_entries(MAP_EXITS, config.ring_bytes)
+            .map_max_entries(MAP_MEMBERS, config.max_members)
             .load(OBJECT)
             .map_err(EbpfError::from_load)?;
 
@@ -263,6 +275,32 @@ impl EbpfSource {
         program
             .attach()
             .map_err(|e| EbpfError::from_program("attaching the eBPF program", e))?;
+        let forks: &mut BtfTracePoint = ebpf
+            .program_mut(FORK_PROGRAM_NAME)
+            .ok_or(EbpfError::BadObject(FORK_PROGRAM_NAME))?
+            .try_into()
+            .map_err(|_| EbpfError::BadObject(FORK_PROGRAM_NAME))?;
+        forks
+            .load(FORK_TRACEPOINT, &btf)
+            .map_err(|e| EbpfError::from_program("loading the eBPF fork program", e))?;
+        forks
+            .attach()
+            .map_err(|e| EbpfError::from_program("attaching the eBPF fork program", e))?;
+        let members = MembersMap::new(
+            HashMap::try_from(take_map(&mut ebpf, MAP_MEMBERS)?).map_err(|source| {
+                EbpfError::Map {
+                    name: MAP_MEMBERS,
+                    source,
+                }
+            })?,
+            PerCpuArray::try_from(take_map(&mut ebpf, MAP_MEMBER_COUNTERS)?).map_err(
+                |source| EbpfError::Map {
+                    name: MAP_MEMBER_COUNTERS,
+                    source,
+                },
+            )?,
+            config.max_members,
+        );
 
         let map = HashMap::try_from(take_map(&mut ebpf, MAP_TRACKED)?).map_err(|source| {
             EbpfError::Map {
@@ -302,6 +340,7 @@ impl EbpfSource {
                 passed: false,
                 detail: "not run".into(),
             },
+            members: Some(members),
         };
         let detail = source
             .run_self_test(proc)
@@ -372,6 +411,11 @@ impl EbpfSource {
                 };
             }
         }
+    }
+
+    /// The kernel's map of process-tree members, once: its reader owns it from then on.
+    pub fn take_members(&mut self) -> Option<MembersMap> {
+        self.members.take()
     }
 
     /// What start-up found when it checked that the program sees deaths.

@@ -16,6 +16,7 @@ use liveness_common::identity::{DeathReason, ProcessKey};
 
 pub mod child;
 pub mod ebpf;
+pub mod members_map;
 pub mod monitor;
 pub mod pidfd;
 pub mod procpoll;

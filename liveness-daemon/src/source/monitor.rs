@@ -313,6 +313,11 @@ impl Monitor {
         }
     }
 
+    /// The eBPF source's map of process-tree members, once, when that source runs.
+    pub fn take_members_map(&mut self) -> Option<super::members_map::MembersMap> {
+        self.ebpf.as_mut()?.take_members()
+    }
+
     /// Names of the sources that are running.
     pub fn active_sources(&self) -> Vec<DetectedBy> {
         let mut active = Vec::new();

@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use liveness_common::exit::{DetectedBy, ExitStatus};
-use liveness_common::identity::Identity;
-use liveness_common::session::{EndReason, Event, OnEnd, Session};
+use liveness_common::identity::{Identity, ProcessKey};
+use liveness_common::session::{EndReason, Event, OnEnd, Session, Survivors};
 
 /// Longest accepted session id, in bytes.
 pub const MAX_ID_LEN: usize = 256;
@@ -24,14 +24,14 @@ pub const MAX_ID_LEN: usize = 256;
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Number of columns in [`session_columns!`].
-const SESSION_COLUMNS: usize = 21;
+const SESSION_COLUMNS: usize = 22;
 
 /// Columns of a session row, in the order [`session_from_row`] reads them.
 macro_rules! session_columns {
     () => {
         "id, owner_pid, owner_start_ticks, owner_boot_id, owner_host, owner_comm, phase, \
          pending, reason, exit, detected_by, creator_uid, labels, created_ms, updated_ms, \
-         touched_ms, ended_ms, pending_expires_ms, owner_pidfs_ino, on_end, grace_ms"
+         touched_ms, ended_ms, pending_expires_ms, owner_pidfs_ino, survivors, on_end, grace_ms"
     };
 }
 
@@ -129,6 +129,18 @@ pub struct OwnerDeath {
     pub observed_ms: i64,
     /// When the owner died by the kernel's clock, where the source knows it.
     pub died_ms: Option<i64>,
+    /// The members of the owner's process tree still alive.
+    pub survivors: Option<Survivors>,
+}
+
+/// A member of a process tree, as persisted across daemon restarts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub key: ProcessKey,
+    /// The tracked owner whose tree it belongs to.
+    pub root: ProcessKey,
+    /// Command name when first seen, for display.
+    pub comm: String,
 }
 
 /// Which events a replay returns.
@@ -160,6 +172,7 @@ pub enum EventPage {
     },
 }
 
+mod members;
 mod reader;
 mod recovery;
 mod rows;

@@ -3,7 +3,7 @@
 use super::{EventFilter, EventPage, MAX_ID_LEN, SESSION_COLUMNS, StoreError, StoredEvent};
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::Identity;
-use liveness_common::session::{EndReason, Event, EventKind, Phase, Session};
+use liveness_common::session::{EndReason, Event, EventKind, Phase, Session, Survivors};
 use rusqlite::{Connection, Row, params};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -25,6 +25,7 @@ pub(super) fn event_about(kind: EventKind, session: &Session, at_ms: i64) -> Eve
         died_ms: None,
         labels: session.labels.clone(),
         creator_uid: session.creator_uid,
+        survivors: None,
         on_end: session.on_end,
         reaped: None,
     }
@@ -38,6 +39,7 @@ pub(super) fn event_ended(session: &Session, ending: &Ending) -> Event {
         detected_by: session.detected_by,
         observed_ms: ending.observed_ms,
         died_ms: ending.died_ms,
+        survivors: session.survivors.clone(),
         ..event_about(EventKind::Ended, session, ending.now_ms)
     }
 }
@@ -132,8 +134,12 @@ pub(super) fn session_from_row(row: &Row<'_>) -> Result<Session, StoreError> {
         touched_ms: row.get(15)?,
         ended_ms: row.get(16)?,
         pending_expires_ms: row.get(17)?,
-        on_end: from_name(row.get(19)?)?,
-        grace_ms: u64::try_from(row.get::<_, i64>(20)?).unwrap_or_default(),
+        survivors: row
+            .get::<_, Option<String>>(19)?
+            .map(|s| serde_json::from_str(&s))
+            .transpose()?,
+        on_end: from_name(row.get(20)?)?,
+        grace_ms: u64::try_from(row.get::<_, i64>(21)?).unwrap_or_default(),
     })
 }
 
@@ -157,7 +163,7 @@ pub(super) fn insert_session(conn: &Connection, s: &Session) -> Result<(), Store
         "INSERT INTO sessions (",
         session_columns!(),
         ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-         ?19, ?20, ?21)"
+         ?19, ?20, ?21, ?22)"
     ))?
     .execute(params![
         s.id,
@@ -179,6 +185,10 @@ pub(super) fn insert_session(conn: &Connection, s: &Session) -> Result<(), Store
         s.ended_ms,
         s.pending_expires_ms,
         s.owner.pidfs_ino.map(ticks_to_sql),
+        s.survivors
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()?,
         name(&s.on_end)?,
         i64::try_from(s.grace_ms).unwrap_or(i64::MAX),
     ])?;
@@ -192,6 +202,7 @@ pub(super) struct Ending {
     pub(super) detected_by: Option<DetectedBy>,
     pub(super) observed_ms: Option<i64>,
     pub(super) died_ms: Option<i64>,
+    pub(super) survivors: Option<Survivors>,
     pub(super) now_ms: i64,
     /// The same three as stored in their columns.
     pub(super) columns: (String, Option<String>, Option<String>),
@@ -216,6 +227,7 @@ impl Ending {
             detected_by,
             observed_ms,
             died_ms: None,
+            survivors: None,
             now_ms,
             columns,
         })
@@ -257,9 +269,26 @@ pub(super) fn end_selected(
         session.detected_by = ending.detected_by;
         session.ended_ms = Some(ending.now_ms);
         session.updated_ms = ending.now_ms;
+        record_survivors(tx, rowid, &mut session, ending)?;
         events.push(append(tx, event_ended(&session, ending))?);
     }
     Ok(events)
+}
+
+/// Stores the survivors of an ending in the session row `rowid` and in `session`.
+fn record_survivors(
+    tx: &Connection,
+    rowid: i64,
+    session: &mut Session,
+    ending: &Ending,
+) -> Result<(), StoreError> {
+    let Some(survivors) = &ending.survivors else {
+        return Ok(());
+    };
+    tx.prepare_cached("UPDATE sessions SET survivors = ?2 WHERE rowid = ?1")?
+        .execute(params![rowid, serde_json::to_string(survivors)?])?;
+    session.survivors = Some(survivors.clone());
+    Ok(())
 }
 
 /// True when user `uid`'s active session `id` was touched.

@@ -138,6 +138,22 @@ CREATE TABLE boots (boot_id TEXT PRIMARY KEY NOT NULL);
 INSERT INTO boots (boot_id) SELECT value FROM meta WHERE key = 'run_boot_id' AND value != '';
 "#,
     r#"
+-- Process trees. A session that ends records the members of its owner's tree still alive
+-- (JSON: total and a bounded list of identities).
+ALTER TABLE sessions ADD COLUMN survivors TEXT;
+-- The members of the trees of live owners, so that a restarted daemon still knows the
+-- orphans of a session: re-checked by fingerprint at start, the dead ones dropped.
+CREATE TABLE members (
+    pid INTEGER NOT NULL,
+    start_ticks INTEGER NOT NULL,
+    root_pid INTEGER NOT NULL,
+    root_start_ticks INTEGER NOT NULL,
+    comm TEXT NOT NULL,
+    PRIMARY KEY (pid, start_ticks)
+);
+CREATE INDEX members_by_root ON members (root_pid, root_start_ticks);
+"#,
+    r#"
 -- The cleanup policy, chosen at registration: whether the session's surviving processes
 -- are terminated when it ends, and their grace between SIGTERM and SIGKILL. Sessions made
 -- before it leave their processes, as they always did.

@@ -93,6 +93,7 @@ fn end_owner(
                 detected_by,
                 observed_ms,
                 died_ms: None,
+                survivors: None,
             }],
             now_ms,
         )
@@ -160,6 +161,7 @@ fn only_the_current_owner_ends_a_session_exactly_once() {
             Some(DetectedBy::Ebpf),
             None,
             Some(&owner(10)),
+            None,
             NOW + 2,
         )
         .unwrap();
@@ -188,12 +190,13 @@ fn only_the_current_owner_ends_a_session_exactly_once() {
         None,
         None,
         None,
+        None,
         NOW + 7,
     );
     assert_eq!(stop.unwrap(), None);
     assert_eq!(store.head_seq().unwrap(), 3);
     assert!(matches!(
-        store.end(UID, "nope", EndReason::Stopped, None, None, None, None, NOW),
+        store.end(UID, "nope", EndReason::Stopped, None, None, None, None, None, NOW),
         Err(StoreError::NotFound(id)) if id == "nope"
     ));
 }
@@ -213,6 +216,7 @@ fn end_by_id_with_and_without_expected_owner() {
             Some(DetectedBy::Reconcile),
             Some(NOW),
             Some(&owner(10)),
+            None,
             NOW + 1,
         )
         .unwrap()
@@ -223,6 +227,7 @@ fn end_by_id_with_and_without_expected_owner() {
             UID,
             "b",
             EndReason::Timeout,
+            None,
             None,
             None,
             None,
@@ -342,6 +347,7 @@ fn rename_errors_change_nothing() {
             UID,
             "p2",
             EndReason::PendingExpired,
+            None,
             None,
             None,
             None,
@@ -952,6 +958,7 @@ fn session_ids_are_per_user() {
             None,
             None,
             None,
+            None,
             NOW + 1,
         )
         .unwrap();
@@ -1114,6 +1121,7 @@ fn end_many_finalizes_a_thousand_owners_in_one_transaction() {
             detected_by: DetectedBy::Ebpf,
             observed_ms: NOW,
             died_ms: None,
+            survivors: None,
         })
         .collect();
     let start = std::time::Instant::now();

@@ -9,7 +9,9 @@ use super::schema::{FileId, check_version, create, file_id, is_damage, is_trunca
 use super::{BUSY_TIMEOUT, EventFilter, EventPage, NewSession, OwnerDeath, Registered, StoreError};
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::Identity;
-use liveness_common::session::{EndReason, Event, EventKind, Phase, Reaped, Session};
+use liveness_common::session::{
+    EndReason, Event, EventKind, Phase, Reaped, Session, Survivors,
+};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use std::path::{Path, PathBuf};
 
@@ -228,6 +230,7 @@ impl Store {
                     touched_ms: now_ms,
                     ended_ms: None,
                     pending_expires_ms: req.pending_expires_ms.filter(|_| req.pending),
+                    survivors: None,
                     on_end: req.on_end,
                     grace_ms: req.grace_ms,
                 };
@@ -357,10 +360,14 @@ impl Store {
         detected_by: Option<DetectedBy>,
         observed_ms: Option<i64>,
         expected_owner: Option<&Identity>,
+        survivors: Option<Survivors>,
         now_ms: i64,
     ) -> Result<Option<Event>, StoreError> {
         let tx = self.write_tx()?;
-        let ending = Ending::new(reason, exit, detected_by, observed_ms, now_ms)?;
+        let ending = Ending {
+            survivors,
+            ..Ending::new(reason, exit, detected_by, observed_ms, now_ms)?
+        };
         let ended = end_selected(
             &tx,
             select_active!(
@@ -427,6 +434,7 @@ impl Store {
             let owner = &death.owner;
             let ending = Ending {
                 died_ms: death.died_ms,
+                survivors: death.survivors.clone(),
                 ..Ending::new(
                     death.reason,
                     death.exit,

@@ -1,0 +1,465 @@
+//! Process trees: which processes belong to which tracked owner.
+//!
+//! A tree is keyed by its root, the owner's [`ProcessKey`]; its members are the processes
+//! descended from the root since it was followed, for life, whatever they were reparented
+//! to. The owner's existing descendants are attached from `/proc` when the tree is
+//! followed. After that, with eBPF, the kernel adds every new process as it is forked (the
+//! members map, read here); without it, or for what the kernel map had no room for, a
+//! `/proc` scan at an interval attaches the descendants of every known member. A member
+//! seen once stays attributed by its fingerprint, so an orphan reparented to init still
+//! names its tree.
+//!
+//! The daemon keeps its own copy of each tree (what it persists across restarts); the
+//! kernel map is the live feed that [`Membership::refresh`] merges into it.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use liveness_common::identity::{Identity, ProcessKey};
+use liveness_common::session::Survivors;
+use liveness_common::status::{MembershipMode, MembershipStatus};
+use liveness_proc::identity::{Liveness, ProcRoot, Stat};
+
+use crate::source::members_map::{KernelMember, MembersMap};
+use crate::store::Member;
+
+/// How often trees are refreshed: the kernel map merged, and `/proc` scanned where the
+/// kernel does not follow forks.
+pub const REFRESH_PERIOD: Duration = Duration::from_secs(1);
+
+
+/// What a refresh changed, for the store to persist.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    pub added: Vec<Member>,
+    pub removed: Vec<ProcessKey>,
+}
+
+impl Changes {
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty()
+    }
+
+    fn extend(&mut self, other: Changes) {
+        self.added.extend(other.added);
+        self.removed.extend(other.removed);
+    }
+}
+
+#[derive(Debug)]
+pub struct Membership {
+    proc: ProcRoot,
+    boot_id: String,
+    host: String,
+    kernel: Option<MembersMap>,
+    /// root -> its members (owners not included), with their command names.
+    trees: HashMap<ProcessKey, BTreeMap<ProcessKey, String>>,
+    /// member -> its root.
+    root_of: HashMap<ProcessKey, ProcessKey>,
+}
+
+impl Membership {
+    pub fn new(
+        proc: ProcRoot,
+        kernel: Option<MembersMap>,
+        boot_id: String,
+        host: String,
+    ) -> Membership {
+        Membership {
+            proc,
+            boot_id,
+            host,
+            kernel,
+            trees: HashMap::new(),
+            root_of: HashMap::new(),
+        }
+    }
+
+    pub fn mode(&self) -> MembershipMode {
+        match &self.kernel {
+            None => MembershipMode::Scan,
+            Some(kernel) if kernel.full_count() > 0 => MembershipMode::KernelAndScan,
+            Some(_) => MembershipMode::Kernel,
+        }
+    }
+
+    fn identity(&self, key: ProcessKey, comm: &str) -> Identity {
+        Identity {
+            pid: key.pid,
+            start_ticks: key.start_ticks,
+            boot_id: self.boot_id.clone(),
+            host: self.host.clone(),
+            pidfs_ino: None,
+            comm: comm.to_owned(),
+        }
+    }
+
+    /// Follows the tree of `root` (idempotent): members persisted by an earlier run that
+    /// are still alive are taken back, then every descendant in `/proc` of the root or of
+    /// a member is attached. Returns what joined, and the persisted members that died.
+    pub fn follow(&mut self, root: ProcessKey, persisted: Vec<Member>) -> Changes {
+        self.trees.entry(root).or_default();
+        let mut changes = Changes::default();
+        for member in persisted {
+            if self.proc.check_key(member.key) == Liveness::Alive {
+                self.attach(Member { root, ..member });
+            } else {
+                changes.removed.push(member.key);
+            }
+        }
+        match self.proc.processes() {
+            Ok(processes) => changes.extend(self.attach_descendants(&processes, Some(root))),
+            Err(e) => tracing::warn!(error = %e, "cannot scan /proc for a new tree's members"),
+        }
+        changes
+    }
+
+    /// Adds a member to its tree and to the kernel map (so its own forks join in the
+    /// kernel); false when it was already known.
+    fn attach(&mut self, member: Member) -> bool {
+        let Some(tree) = self.trees.get_mut(&member.root) else {
+            return false;
+        };
+        if member.key == member.root || self.root_of.contains_key(&member.key) {
+            return false;
+        }
+        tree.insert(member.key, member.comm.clone());
+        self.root_of.insert(member.key, member.root);
+        if let Some(kernel) = &mut self.kernel
+            && let Err(error) = kernel.insert(KernelMember {
+                member: member.key,
+                root: member.root,
+            })
+        {
+            // Full: the kernel counts nothing for this, but scans cover the tree from now on.
+            tracing::debug!(%error, member = %member.key, "cannot add a member to the kernel map");
+        }
+        true
+    }
+
+    /// Attaches every process in `processes` descended from a root or a member (of `only`
+    /// when given). Returns the new members.
+    fn attach_descendants(&mut self, processes: &[Stat], only: Option<ProcessKey>) -> Changes {
+        let found = descendants(processes, |key| {
+            let root = if self.trees.contains_key(&key) {
+                Some(key)
+            } else {
+                self.root_of.get(&key).copied()
+            };
+            root.filter(|root| only.is_none_or(|only| only == *root))
+        });
+        let mut changes = Changes::default();
+        for member in found {
+            if self.attach(member.clone()) {
+                changes.added.push(member);
+            }
+        }
+        changes
+    }
+
+    /// The roots of the trees followed.
+    pub fn roots(&self) -> impl Iterator<Item = ProcessKey> + '_ {
+        self.trees.keys().copied()
+    }
+
+    /// Stops following the tree of `root`: its members are forgotten here and in the
+    /// kernel. Returns them.
+    pub fn forget(&mut self, root: ProcessKey) -> Vec<ProcessKey> {
+        let Some(tree) = self.trees.remove(&root) else {
+            return Vec::new();
+        };
+        let members: Vec<ProcessKey> = tree.into_keys().collect();
+        for key in &members {
+            self.root_of.remove(key);
+        }
+        if let Some(kernel) = &mut self.kernel {
+            // Including what the kernel added since the last refresh.
+            for entry in kernel.members() {
+                if entry.root == root {
+                    kernel.remove(entry.member);
+                }
+            }
+        }
+        members
+    }
+
+    /// Merges what the kernel added, scans `/proc` where the kernel does not follow every
+    /// fork, and drops members that died.
+    pub fn refresh(&mut self) -> Changes {
+        let mut changes = Changes::default();
+        if self.trees.is_empty() {
+            return changes;
+        }
+        // With a kernel map that never filled, a member it does not hold has died (the exit
+        // program removed it), or was never in it; only those are checked in /proc.
+        let mut in_kernel = HashSet::new();
+        if let Some(kernel) = &self.kernel {
+            let entries = kernel.members();
+            for entry in entries {
+                in_kernel.insert(entry.member);
+                if !self.trees.contains_key(&entry.root) || self.root_of.contains_key(&entry.member)
+                {
+                    continue;
+                }
+                // Its comm, and proof that it is still the process the kernel recorded.
+                match self.proc.stat(entry.member.pid) {
+                    Ok(stat) if stat.start_ticks == entry.member.start_ticks => {
+                        let member = Member {
+                            key: entry.member,
+                            root: entry.root,
+                            comm: stat.comm,
+                        };
+                        if self.attach(member.clone()) {
+                            changes.added.push(member);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let scanned = match self.mode() {
+            MembershipMode::Kernel => None,
+            MembershipMode::Scan | MembershipMode::KernelAndScan => match self.proc.processes() {
+                Ok(processes) => Some(processes),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot scan /proc for members");
+                    None
+                }
+            },
+        };
+        if let Some(processes) = &scanned {
+            changes.extend(self.attach_descendants(processes, None));
+        }
+        let alive: Option<HashSet<ProcessKey>> = scanned.as_ref().map(|processes| {
+            processes
+                .iter()
+                .filter(|stat| !stat.has_exited())
+                .map(|stat| ProcessKey {
+                    pid: stat.pid,
+                    start_ticks: stat.start_ticks,
+                })
+                .collect()
+        });
+        let dead: Vec<ProcessKey> = self
+            .root_of
+            .keys()
+            .filter(|key| match &alive {
+                Some(alive) => !alive.contains(key),
+                None => !in_kernel.contains(key) && self.proc.check_key(**key) != Liveness::Alive,
+            })
+            .copied()
+            .collect();
+        for key in dead {
+            if let Some(root) = self.root_of.remove(&key)
+                && let Some(tree) = self.trees.get_mut(&root)
+            {
+                tree.remove(&key);
+            }
+            changes.removed.push(key);
+        }
+        changes
+    }
+
+    /// The root of the tree `key` belongs to: itself for a followed root.
+    pub fn root_of(&self, key: ProcessKey) -> Option<ProcessKey> {
+        if self.trees.contains_key(&key) {
+            return Some(key);
+        }
+        if let Some(root) = self.root_of.get(&key) {
+            return Some(*root);
+        }
+        // Forked since the last refresh.
+        let kernel = self.kernel.as_ref()?;
+        kernel
+            .members()
+            .into_iter()
+            .find(|entry| entry.member == key && self.trees.contains_key(&entry.root))
+            .map(|entry| entry.root)
+    }
+
+    /// Every process of the tree of `root` still alive, the root included: what the
+    /// daemon knows merged with what the kernel added since the last refresh, each checked
+    /// in `/proc` now. Unbounded.
+    pub fn live_members(&self, root: ProcessKey) -> Vec<Identity> {
+        let mut candidates: BTreeMap<ProcessKey, String> =
+            self.trees.get(&root).cloned().unwrap_or_default();
+        candidates.entry(root).or_default();
+        if let Some(kernel) = &self.kernel {
+            for entry in kernel.members() {
+                if entry.root == root {
+                    candidates.entry(entry.member).or_default();
+                }
+            }
+        }
+        candidates
+            .into_iter()
+            .filter_map(|(key, comm)| {
+                let stat = self.proc.stat(key.pid).ok()?;
+                if stat.start_ticks != key.start_ticks || stat.has_exited() {
+                    return None;
+                }
+                let comm = if comm.is_empty() { stat.comm } else { comm };
+                Some(self.identity(key, &comm))
+            })
+            .collect()
+    }
+
+    /// The survivors of the tree of `root`, for a session that ends now.
+    pub fn survivors(&self, root: ProcessKey) -> Survivors {
+        Survivors::from_alive(self.live_members(root))
+    }
+
+    pub fn status(&self, scan_interval: Duration) -> MembershipStatus {
+        let mode = self.mode();
+        MembershipStatus {
+            mode,
+            trees: self.trees.len() as u64,
+            members: self.root_of.len() as u64,
+            scan_interval_ms: scan_interval.as_millis() as u64,
+            kernel_capacity: self.kernel.as_ref().map(MembersMap::capacity),
+            kernel_full: self.kernel.as_ref().map_or(0, MembersMap::full_count),
+            misses: mode.misses().to_owned(),
+        }
+    }
+}
+
+/// The processes descended from a process that `tree_of` places in a tree, each with that
+/// tree's root. A process whose parent is unknown to `processes` (it exited) is found only
+/// through a known ancestor, which is why members are remembered by fingerprint.
+fn descendants(
+    processes: &[Stat],
+    tree_of: impl Fn(ProcessKey) -> Option<ProcessKey>,
+) -> Vec<Member> {
+    let mut children: HashMap<u32, Vec<&Stat>> = HashMap::new();
+    for stat in processes {
+        children.entry(stat.ppid).or_default().push(stat);
+    }
+    let mut found = Vec::new();
+    let mut queue: Vec<(&Stat, ProcessKey)> = processes
+        .iter()
+        .filter_map(|stat| {
+            let key = ProcessKey {
+                pid: stat.pid,
+                start_ticks: stat.start_ticks,
+            };
+            Some((stat, tree_of(key)?))
+        })
+        .collect();
+    let mut seen: HashSet<u32> = queue.iter().map(|(stat, _)| stat.pid).collect();
+    while let Some((parent, root)) = queue.pop() {
+        for &child in children.get(&parent.pid).map(Vec::as_slice).unwrap_or_default() {
+            // A child cannot start before its parent: an older process with a parent of
+            // this pid had an earlier parent that the pid was reused from.
+            if child.start_ticks < parent.start_ticks || !seen.insert(child.pid) {
+                continue;
+            }
+            found.push(Member {
+                key: ProcessKey {
+                    pid: child.pid,
+                    start_ticks: child.start_ticks,
+                },
+                root,
+                comm: child.comm.clone(),
+            });
+            queue.push((child, root));
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stat(pid: u32, ppid: u32, start_ticks: u64) -> Stat {
+        Stat {
+            pid,
+            comm: format!("p{pid}"),
+            state: 'S',
+            ppid,
+            flags: 0,
+            utime: 0,
+            stime: 0,
+            num_threads: 1,
+            start_ticks,
+        }
+    }
+
+    fn key(pid: u32, start_ticks: u64) -> ProcessKey {
+        ProcessKey { pid, start_ticks }
+    }
+
+    #[test]
+    fn descendants_of_roots_and_members_are_found_with_their_root() {
+        let processes = [
+            stat(1, 0, 1),
+            stat(10, 1, 100), // root
+            stat(11, 10, 110),
+            stat(12, 11, 120),
+            stat(20, 1, 105), // an orphan member, reparented to init
+            stat(21, 20, 130),
+            stat(30, 1, 90), // unrelated
+            stat(31, 30, 95),
+        ];
+        let root = key(10, 100);
+        let mut found = descendants(&processes, |k| {
+            (k == root || k == key(20, 105)).then_some(root)
+        });
+        found.sort_by_key(|m| m.key);
+        let keys: Vec<ProcessKey> = found.iter().map(|m| m.key).collect();
+        assert_eq!(keys, [key(11, 110), key(12, 120), key(21, 130)]);
+        assert!(found.iter().all(|m| m.root == root), "{found:?}");
+    }
+
+    #[test]
+    fn a_child_older_than_its_parent_belongs_to_a_reused_pid() {
+        // pid 10 was reused: 11's parent was an earlier process 10.
+        let processes = [stat(10, 1, 500), stat(11, 10, 400), stat(12, 10, 600)];
+        let found = descendants(&processes, |k| (k == key(10, 500)).then_some(k));
+        let keys: Vec<ProcessKey> = found.iter().map(|m| m.key).collect();
+        assert_eq!(keys, [key(12, 600)]);
+    }
+
+    #[test]
+    fn scan_mode_follows_says_what_it_misses() {
+        let membership = Membership::new(ProcRoot::default(), None, "b".into(), "h".into());
+        assert_eq!(membership.mode(), MembershipMode::Scan);
+        assert!(
+            membership
+                .status(REFRESH_PERIOD)
+                .misses
+                .contains("between two scans")
+        );
+    }
+
+    #[test]
+    fn a_live_child_is_attached_and_a_dead_one_dropped() {
+        let proc = ProcRoot::default();
+        let mut child = std::process::Command::new("sleep")
+            .arg("1000")
+            .spawn()
+            .expect("spawn sleep");
+        let me = proc.stat(std::process::id()).unwrap();
+        let root = key(me.pid, me.start_ticks);
+        let child_key = key(child.id(), proc.stat(child.id()).unwrap().start_ticks);
+        let mut membership = Membership::new(proc, None, "b".into(), "h".into());
+
+        let changes = membership.follow(root, Vec::new());
+        assert!(
+            changes.added.iter().any(|m| m.key == child_key),
+            "the running child joins at follow: {changes:?}"
+        );
+        assert_eq!(membership.root_of(child_key), Some(root));
+        let live: Vec<ProcessKey> = membership.live_members(root).iter().map(Identity::key).collect();
+        assert!(live.contains(&child_key) && live.contains(&root), "{live:?}");
+
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let changes = membership.refresh();
+        assert!(changes.removed.contains(&child_key), "{changes:?}");
+        assert_eq!(membership.root_of(child_key), None);
+        // Other tests of this binary may have children of their own in the tree.
+        assert!(!membership.forget(root).contains(&child_key));
+        assert_eq!(membership.root_of(root), None, "a forgotten tree is not followed");
+    }
+}
