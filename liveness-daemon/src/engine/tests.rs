@@ -14,7 +14,7 @@ use crate::store::Store;
 use liveness_common::exit::DetectedBy;
 use liveness_common::identity::{DeathReason, Identity};
 use liveness_common::protocol::{ErrorCode, OwnerSpec, PidOwner, Reply, Request};
-use liveness_common::session::{EndReason, Phase, Session};
+use liveness_common::session::{DEFAULT_GRACE_MS, EndReason, MAX_GRACE_MS, OnEnd, Phase, Session};
 use liveness_common::status::{DaemonInfo, LimitsConfig, SourceName};
 use liveness_proc::identity::ProcRoot;
 
@@ -441,4 +441,58 @@ async fn an_owner_on_another_machine_times_out_unless_touched() {
         (Phase::Ended, Some(EndReason::Timeout)),
         "idle for the whole timeout since the touch"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_cleanup_policy_is_set_at_creation_and_bad_values_change_nothing() {
+    let mut f = fixture().await;
+    f.proc.spawn(11, ALICE.uid);
+    let register = |on_end, grace_ms| Request::Register {
+        session: Some("s".into()),
+        uid: None,
+        owner: OwnerSpec::Pid(PidOwner { pid: 11 }),
+        pending: false,
+        labels: BTreeMap::new(),
+        on_end,
+        grace_ms,
+    };
+    let too_long = f.ask(ALICE, register(Some(OnEnd::Terminate), Some(MAX_GRACE_MS + 1)));
+    let message = too_long.error.as_ref().map(|e| e.message.clone());
+    assert_eq!(error_of(too_long), ErrorCode::InvalidRequest);
+    assert!(
+        message.as_deref().is_some_and(|m| m.contains("grace_ms")),
+        "{message:?}"
+    );
+    assert_eq!(
+        error_of(f.get(ALICE, "s", None)),
+        ErrorCode::NotFound,
+        "a refused registration stores nothing"
+    );
+
+    let created = session_of(
+        f.ask(ALICE, register(Some(OnEnd::Terminate), Some(1500))),
+        "register with a policy",
+    );
+    assert_eq!((created.on_end, created.grace_ms), (OnEnd::Terminate, 1500));
+    session_of(
+        f.ask(ALICE, register(None, None)),
+        "a later turn that names no policy keeps it",
+    );
+    session_of(
+        f.ask(ALICE, register(Some(OnEnd::Terminate), Some(1500))),
+        "a later turn may repeat it",
+    );
+    let changed = f.ask(ALICE, register(Some(OnEnd::Leave), None));
+    let message = changed.error.as_ref().map(|e| e.message.clone());
+    assert_eq!(error_of(changed), ErrorCode::InvalidRequest);
+    assert!(
+        message.as_deref().is_some_and(|m| m.contains("set when a session is created")),
+        "{message:?}"
+    );
+    let kept = f.session(ALICE.uid, "s");
+    assert_eq!((kept.on_end, kept.grace_ms), (OnEnd::Terminate, 1500));
+
+    f.proc.spawn(12, ALICE.uid);
+    let plain = f.own(ALICE, "plain", 12);
+    assert_eq!((plain.on_end, plain.grace_ms), (OnEnd::Leave, DEFAULT_GRACE_MS));
 }
