@@ -1,8 +1,11 @@
 //! The command line: subcommands, their options and their help.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use liveness_common::duration::parse_duration;
+use liveness_common::session::OnEnd;
 
 use crate::doctor::DOCTOR_HELP;
 use crate::exit::EXIT_CODES_HELP;
@@ -73,6 +76,14 @@ pub(crate) enum Command {
         /// A label KEY=VALUE stored with the session and its events (repeatable).
         #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
         labels: Vec<(String, String)>,
+        /// What happens to the session's surviving processes when it ends: `terminate`
+        /// sends them SIGTERM, then SIGKILL after --grace (default: leave them running).
+        #[arg(long, value_enum, value_name = "POLICY")]
+        on_end: Option<OnEndArg>,
+        /// How long terminated processes have between SIGTERM and SIGKILL, e.g. 1s
+        /// (default 10s, at most 1h).
+        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+        grace: Option<Duration>,
         #[arg(long)]
         json: bool,
     },
@@ -91,7 +102,14 @@ pub(crate) enum Command {
     /// Record activity (postpones the inactivity timeout of owners that cannot be watched).
     Touch(SessionArgs),
     /// End a session now (reason `stopped`).
-    End(SessionArgs),
+    End {
+        #[command(flatten)]
+        session: SessionArgs,
+        /// Also terminate the session's processes that are still running (SIGTERM, then
+        /// SIGKILL after the session's grace), whatever its --on-end policy.
+        #[arg(long)]
+        terminate: bool,
+    },
     /// Show one session.
     Get(SessionArgs),
     /// List sessions.
@@ -157,6 +175,21 @@ pub(crate) struct OwnerArgs {
     /// An identity captured earlier (`liveness check --pid PID --json`), possibly elsewhere.
     #[arg(long, value_name = "JSON")]
     pub(crate) owner_identity: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum OnEndArg {
+    Leave,
+    Terminate,
+}
+
+impl From<OnEndArg> for OnEnd {
+    fn from(arg: OnEndArg) -> OnEnd {
+        match arg {
+            OnEndArg::Leave => OnEnd::Leave,
+            OnEndArg::Terminate => OnEnd::Terminate,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]

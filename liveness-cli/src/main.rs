@@ -18,7 +18,7 @@ use clap::Parser;
 use liveness_client::{Client, Owner, Registration};
 use liveness_common::identity::Identity;
 use liveness_common::protocol::{Reply, Request};
-use liveness_common::session::Phase;
+use liveness_common::session::{OnEnd, Phase};
 use liveness_proc::identity::{Liveness, ProcRoot};
 
 use crate::args::{Cli, Command, OwnerArgs, PhaseArg, SessionArgs};
@@ -113,6 +113,8 @@ fn run_command(command: Command, socket: &Path) -> Exit {
             pending,
             owner,
             labels,
+            on_end,
+            grace,
             json,
         } => {
             let owner = match owner_of(owner) {
@@ -125,8 +127,8 @@ fn run_command(command: Command, socket: &Path) -> Exit {
                 pending,
                 labels: labels.into_iter().collect(),
                 uid,
-                on_end: None,
-                grace: None,
+                on_end: on_end.map(OnEnd::from),
+                grace,
             };
             match Client::connect(socket).and_then(|mut c| c.register(&registration)) {
                 Ok(session) => print_session(&session, json),
@@ -142,13 +144,18 @@ fn run_command(command: Command, socket: &Path) -> Exit {
         Command::Touch(SessionArgs { session, uid, json }) => {
             session_call(socket, &Request::Touch { session, uid }, json)
         }
-        Command::End(SessionArgs { session, uid, json }) => {
-            session_call(socket, &Request::End {
-                    session,
-                    uid,
-                    terminate: false,
-                }, json)
-        }
+        Command::End {
+            session: SessionArgs { session, uid, json },
+            terminate,
+        } => session_call(
+            socket,
+            &Request::End {
+                session,
+                uid,
+                terminate,
+            },
+            json,
+        ),
         Command::Get(SessionArgs { session, uid, json }) => {
             session_call(socket, &Request::Get { session, uid }, json)
         }

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{DeathReason, Identity};
-use liveness_common::session::{EndReason, Event, Session};
+use liveness_common::session::{EndReason, Event, OnEnd, Reaped, Session};
 use liveness_common::status::{SourceReport, Status};
 use liveness_proc::identity::Liveness;
 
@@ -50,12 +50,36 @@ fn describe_end(
 
 pub(crate) fn describe_session(session: &Session) -> String {
     let pending = if session.pending { " (pending)" } else { "" };
+    let policy = match session.on_end {
+        OnEnd::Leave => String::new(),
+        OnEnd::Terminate => format!(", on end: terminate (grace {} ms)", session.grace_ms),
+    };
     format!(
-        "{} {} owner {}{pending}{}",
+        "{} {} owner {}{pending}{}{policy}",
         session.id,
         wire_name(session.phase),
         session.owner,
         describe_end(session.reason, session.exit, session.detected_by)
+    )
+}
+
+/// What a reap did, by pid: `terminated [12 13], killed [14], failed [1: why]`.
+fn describe_reaped(reaped: &Reaped) -> String {
+    let pids = |pids: &[u32]| {
+        let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+        pids.join(" ")
+    };
+    let failed: Vec<String> = reaped
+        .failed
+        .iter()
+        .map(|f| format!("{}: {}", f.pid, f.reason))
+        .collect();
+    format!(
+        ": terminated [{}], killed [{}], already exited [{}], failed [{}]",
+        pids(&reaped.terminated),
+        pids(&reaped.killed),
+        pids(&reaped.exited),
+        failed.join("; ")
     )
 }
 
@@ -66,7 +90,10 @@ pub(crate) fn describe_event(event: &Event) -> String {
         wire_name(event.kind),
         event.session,
         event.owner,
-        describe_end(event.reason, event.exit, event.detected_by)
+        match &event.reaped {
+            Some(reaped) => describe_reaped(reaped),
+            None => describe_end(event.reason, event.exit, event.detected_by),
+        }
     )
 }
 
