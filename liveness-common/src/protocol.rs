@@ -504,7 +504,13 @@ mod tests {
         );
         let end = parse(r#"{"op":"end","session":"s","terminate":true}"#).unwrap();
         assert!(
-            matches!(end.request, Request::End { terminate: true, .. }),
+            matches!(
+                end.request,
+                Request::End {
+                    terminate: true,
+                    ..
+                }
+            ),
             "{end:?}"
         );
         let (code, message) =

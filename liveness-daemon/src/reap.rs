@@ -230,7 +230,13 @@ mod tests {
     /// Waits until the process runs `comm`: a shell has then set its traps and exec'd.
     fn wait_for_exec(pid: u32, comm: &str) {
         let started = std::time::Instant::now();
-        while ProcRoot::default().stat(pid).map(|s| s.comm).ok().as_deref() != Some(comm) {
+        while ProcRoot::default()
+            .stat(pid)
+            .map(|s| s.comm)
+            .ok()
+            .as_deref()
+            != Some(comm)
+        {
             assert!(
                 started.elapsed() < PATIENCE,
                 "process {pid} never ran {comm}"
@@ -258,9 +264,7 @@ mod tests {
     #[tokio::test]
     async fn sigterm_ends_a_process_that_heeds_it() {
         let mut heeds = Proc::sleeper();
-        let reaped = reaper()
-            .reap(&[identity(heeds.pid())], 0, PATIENCE)
-            .await;
+        let reaped = reaper().reap(&[identity(heeds.pid())], 0, PATIENCE).await;
         assert_eq!(
             reaped,
             Reaped {
@@ -276,9 +280,7 @@ mod tests {
         let mut ignores = ignores_term();
         let mut heeds = Proc::sleeper();
         let targets = [identity(ignores.pid()), identity(heeds.pid())];
-        let reaped = reaper()
-            .reap(&targets, 0, Duration::from_millis(300))
-            .await;
+        let reaped = reaper().reap(&targets, 0, Duration::from_millis(300)).await;
         assert_eq!(reaped.killed, vec![ignores.pid()], "{reaped:?}");
         assert_eq!(reaped.terminated, vec![heeds.pid()], "{reaped:?}");
         assert!(reaped.failed.is_empty(), "{reaped:?}");
@@ -363,7 +365,10 @@ mod tests {
             "{}",
             refused.reason
         );
-        assert!(still_running(&mut not_theirs), "the refused process was signalled");
+        assert!(
+            still_running(&mut not_theirs),
+            "the refused process was signalled"
+        );
 
         // Root runs the permitted case as another user; anyone else as itself.
         let (uid, mut theirs) = if me == 0 {

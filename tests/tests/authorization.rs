@@ -1,25 +1,13 @@
 //! Authorization by SO_PEERCRED between users: the CLI runs as two unprivileged uids.
 
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Output};
 
-use integration_tests::{BinariesForAnyUser, Daemon, Orphan, privileged};
+use integration_tests::{BinariesForAnyUser, Daemon, Orphan, cli_as, privileged, shared_daemon};
 use serde_json::{Value, json};
 
 const ALICE: u32 = 61_001;
 const BOB: u32 = 61_002;
-
-fn cli_as(binaries: &BinariesForAnyUser, daemon: &Daemon, uid: u32, args: &[&str]) -> Output {
-    Command::new(binaries.path("liveness"))
-        .arg("--socket")
-        .arg(&daemon.socket)
-        .args(args)
-        .uid(uid)
-        .gid(uid)
-        .output()
-        .expect("run liveness as another user")
-}
 
 fn json_of(output: &Output) -> Value {
     serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
@@ -55,20 +43,6 @@ fn process_of(uid: u32) -> UserProcess {
         .spawn()
         .expect("spawn a process as another user");
     UserProcess(child)
-}
-
-/// A daemon whose socket other users can reach (the test's temp dir is private by
-/// default), and the binaries they can run.
-fn shared_daemon() -> (Daemon, BinariesForAnyUser) {
-    let daemon = Daemon::start(&[]);
-    let binaries = BinariesForAnyUser::new();
-    for dir in [
-        daemon.dir.path().to_path_buf(),
-        daemon.socket.parent().unwrap().to_path_buf(),
-    ] {
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    (daemon, binaries)
 }
 
 #[test]

@@ -30,7 +30,9 @@ impl Engine {
                 grace_ms,
             } => {
                 let policy = AskedPolicy { on_end, grace_ms };
-                self.register(caller, session, uid, owner, fds, pending, labels, policy, now)
+                self.register(
+                    caller, session, uid, owner, fds, pending, labels, policy, now,
+                )
             }
             Request::Rename { session, to, uid } => match self.addressed(caller, &session, uid) {
                 Err(error) => error.into(),

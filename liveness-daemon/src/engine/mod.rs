@@ -16,7 +16,6 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use crate::limits::{Limits, SessionUsage};
-use membership::Membership;
 use crate::reap::Reaper;
 use crate::source::monitor::Monitor;
 use crate::store::{ListQuery, OwnerDeath, Store, StoreError};
@@ -24,14 +23,15 @@ use liveness_common::protocol::{ErrorBody, ErrorCode, Reply, Request};
 use liveness_common::session::Phase;
 use liveness_common::status::{Counters, DaemonInfo};
 use liveness_proc::identity::{IdentityError, ProcRoot};
+use membership::Membership;
 
 mod actor;
 mod auth;
 mod handlers;
 mod housekeeping;
 pub mod membership;
-mod trees;
 mod reaping;
+mod trees;
 mod whose;
 
 #[cfg(test)]

@@ -45,7 +45,9 @@ impl AskedPolicy {
     /// A registration of an existing session may repeat its policy, not change it.
     pub(super) fn check_unchanged(&self, existing: &Session) -> Result<(), ErrorBody> {
         let changed = self.on_end.is_some_and(|on_end| on_end != existing.on_end)
-            || self.grace_ms.is_some_and(|grace| grace != existing.grace_ms);
+            || self
+                .grace_ms
+                .is_some_and(|grace| grace != existing.grace_ms);
         if !changed {
             return Ok(());
         }
@@ -53,9 +55,7 @@ impl AskedPolicy {
             ErrorCode::InvalidRequest,
             format!(
                 "session {:?} was registered with on_end {:?} and grace_ms {}: the cleanup policy is set when a session is created; register without on_end and grace_ms, or use a new session id",
-                existing.id,
-                existing.on_end,
-                existing.grace_ms
+                existing.id, existing.on_end, existing.grace_ms
             ),
         ))
     }
@@ -100,11 +100,7 @@ impl Engine {
         let ended = ended.clone();
         self.reaps.spawn(async move {
             let reaped = reaper
-                .reap(
-                    &targets,
-                    ended.creator_uid,
-                    Duration::from_millis(grace_ms),
-                )
+                .reap(&targets, ended.creator_uid, Duration::from_millis(grace_ms))
                 .await;
             (ended, reaped)
         });

@@ -456,7 +456,10 @@ async fn the_cleanup_policy_is_set_at_creation_and_bad_values_change_nothing() {
         on_end,
         grace_ms,
     };
-    let too_long = f.ask(ALICE, register(Some(OnEnd::Terminate), Some(MAX_GRACE_MS + 1)));
+    let too_long = f.ask(
+        ALICE,
+        register(Some(OnEnd::Terminate), Some(MAX_GRACE_MS + 1)),
+    );
     let message = too_long.error.as_ref().map(|e| e.message.clone());
     assert_eq!(error_of(too_long), ErrorCode::InvalidRequest);
     assert!(
@@ -486,7 +489,9 @@ async fn the_cleanup_policy_is_set_at_creation_and_bad_values_change_nothing() {
     let message = changed.error.as_ref().map(|e| e.message.clone());
     assert_eq!(error_of(changed), ErrorCode::InvalidRequest);
     assert!(
-        message.as_deref().is_some_and(|m| m.contains("set when a session is created")),
+        message
+            .as_deref()
+            .is_some_and(|m| m.contains("set when a session is created")),
         "{message:?}"
     );
     let kept = f.session(ALICE.uid, "s");
@@ -494,5 +499,8 @@ async fn the_cleanup_policy_is_set_at_creation_and_bad_values_change_nothing() {
 
     f.proc.spawn(12, ALICE.uid);
     let plain = f.own(ALICE, "plain", 12);
-    assert_eq!((plain.on_end, plain.grace_ms), (OnEnd::Leave, DEFAULT_GRACE_MS));
+    assert_eq!(
+        (plain.on_end, plain.grace_ms),
+        (OnEnd::Leave, DEFAULT_GRACE_MS)
+    );
 }

@@ -1273,7 +1273,11 @@ fn the_cleanup_policy_is_stored_and_the_reaped_event_recorded() {
     assert_eq!(event.reaped.as_ref(), Some(&reaped));
     assert_eq!((event.session.as_str(), event.creator_uid), ("s1", UID));
     let replayed = events(store.events_after(ended.seq, 10, &only("s1")).unwrap());
-    assert_eq!(replayed, vec![event], "the stored event is the one published");
+    assert_eq!(
+        replayed,
+        vec![event],
+        "the stored event is the one published"
+    );
     assert_eq!(
         store.get(UID, "s1").unwrap().unwrap().phase,
         Phase::Ended,
@@ -1281,5 +1285,8 @@ fn the_cleanup_policy_is_stored_and_the_reaped_event_recorded() {
     );
 
     let plain = store.register(req("s2", owner(20)), NOW).unwrap().session;
-    assert_eq!((plain.on_end, plain.grace_ms), (OnEnd::Leave, DEFAULT_GRACE_MS));
+    assert_eq!(
+        (plain.on_end, plain.grace_ms),
+        (OnEnd::Leave, DEFAULT_GRACE_MS)
+    );
 }

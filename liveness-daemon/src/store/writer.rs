@@ -9,9 +9,7 @@ use super::schema::{FileId, check_version, create, file_id, is_damage, is_trunca
 use super::{BUSY_TIMEOUT, EventFilter, EventPage, NewSession, OwnerDeath, Registered, StoreError};
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::Identity;
-use liveness_common::session::{
-    EndReason, Event, EventKind, Phase, Reaped, Session, Survivors,
-};
+use liveness_common::session::{EndReason, Event, EventKind, Phase, Reaped, Session, Survivors};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use std::path::{Path, PathBuf};
 
