@@ -310,7 +310,7 @@ impl Engine {
                 fds,
                 reply,
             } => {
-                let answer = self.request(caller, request, &fds);
+                let answer = self.request(caller, *request, &fds);
                 // The client may have gone; its reply has nowhere to go.
                 let _ = reply.send(answer);
             }

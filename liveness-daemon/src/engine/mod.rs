@@ -120,7 +120,8 @@ pub struct Subscription {
 pub enum Command {
     Request {
         caller: Caller,
-        request: Request,
+        /// Boxed: a request is large, and the command queue holds many commands.
+        request: Box<Request>,
         /// Descriptors passed with the request line (a pidfd owner); closed when dropped.
         fds: Vec<OwnedFd>,
         reply: oneshot::Sender<Reply>,

@@ -201,7 +201,7 @@ fn family() -> ! {
         let line = line.unwrap_or_default();
         let words: Vec<&str> = line.split_whitespace().collect();
         // Members must not keep the middle process's pipe open.
-        let held = hold.as_ref().map(|fd| std::os::fd::AsRawFd::as_raw_fd(fd));
+        let held = hold.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
         let spawn = |ignore_term: bool, uid: Option<u32>| {
             integration_tests::spawn_orphan(|| {
                 if let Some(fd) = held {
