@@ -230,29 +230,49 @@ fn end_terminate_ends_a_tree_on_demand_and_leave_leaves_one() {
         "leave is not spelled out: {ended}"
     );
 
-    // On request, whatever the policy: the owner, still alive, goes too.
+    // On request, whatever the policy. The owner, still alive, is the registering tool's
+    // to manage; while it owns another active session, the tree is that session's too.
     let mut asked = Family::spawn();
     register(&daemon, "now", &asked, &[]);
+    register(&daemon, "next", &asked, &[]);
     asked.release();
     let member = asked.orphan();
-    let ended = cli_ok(
+    cli_ok(
         &daemon,
         &["end", "--session", "now", "--terminate", "--json"],
     );
-    assert_eq!(ended["reason"], "stopped", "{ended}");
-    let reaped = next_event(&mut stream, "session.reaped", "now", MARGIN);
+    let shared = next_event(&mut stream, "session.reaped", "now", MARGIN);
     assert_eq!(
-        pids(&reaped["reaped"], "terminated"),
-        sorted(vec![asked.pid(), asked.before.pid, member.pid]),
-        "{reaped}"
+        failed_pids(&shared["reaped"]),
+        sorted(vec![asked.before.pid, member.pid]),
+        "{shared}"
     );
     assert!(
-        gone_within(member, MARGIN),
-        "member {} still runs",
-        member.pid
+        shared["reaped"]["failed"][0]["reason"]
+            .as_str()
+            .is_some_and(|reason| reason.contains("\"next\"")),
+        "the reason names the session that shares the tree: {shared}"
     );
-    use std::os::unix::process::ExitStatusExt;
-    assert_eq!(asked.reap_owner().signal(), Some(libc::SIGTERM));
+    assert!(member.is_running(), "a shared tree was signalled");
+
+    let ended = cli_ok(
+        &daemon,
+        &["end", "--session", "next", "--terminate", "--json"],
+    );
+    assert_eq!(ended["reason"], "stopped", "{ended}");
+    let reaped = next_event(&mut stream, "session.reaped", "next", MARGIN);
+    assert_eq!(
+        pids(&reaped["reaped"], "terminated"),
+        sorted(vec![asked.before.pid, member.pid]),
+        "{reaped}"
+    );
+    for gone in [asked.before, member] {
+        assert!(gone_within(gone, MARGIN), "member {} still runs", gone.pid);
+    }
+    assert!(
+        Fingerprint::of(asked.pid()).is_running(),
+        "the live owner was signalled"
+    );
 
     assert!(
         kept.is_running(),
@@ -297,7 +317,7 @@ fn a_users_session_never_has_roots_processes_signalled() {
     assert_eq!(pids(outcome, "terminated"), vec![hers.pid], "{reaped}");
     assert_eq!(
         failed_pids(outcome),
-        sorted(vec![family.pid(), family.before.pid, roots.pid]),
+        sorted(vec![family.before.pid, roots.pid]),
         "{reaped}"
     );
     for failure in outcome["failed"].as_array().unwrap() {

@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use tokio::task::JoinError;
 
+use liveness_common::identity::Identity;
 use liveness_common::protocol::{ErrorBody, ErrorCode};
 use liveness_common::session::{
-    DEFAULT_GRACE_MS, Event, EventKind, MAX_GRACE_MS, OnEnd, Reaped, Session,
+    DEFAULT_GRACE_MS, Event, EventKind, MAX_GRACE_MS, OnEnd, ReapFailure, Reaped, Session,
 };
 
 use super::Engine;
@@ -73,7 +74,10 @@ impl Engine {
     }
 
     /// Starts terminating what is left of the process tree of the session `ended` is about,
-    /// with the session's grace period.
+    /// with the session's grace period. The owner itself is not signalled: a live owner
+    /// belongs to the tool that registered it (an agent that ends one conversation and
+    /// starts the next). A tree whose owner still owns an ACTIVE session belongs to that
+    /// session too, and is left running.
     pub(super) fn start_reap(&mut self, ended: &Event) {
         let grace_ms = match self.store.get(ended.creator_uid, &ended.session) {
             Ok(Some(session)) => session.grace_ms,
@@ -83,12 +87,51 @@ impl Engine {
                 DEFAULT_GRACE_MS
             }
         };
+        let owner = &ended.owner;
         // The tree of an owner of another boot cannot be known here, nor signalled.
-        let targets = if ended.owner.boot_id == self.local.boot_id {
-            self.membership.live_members(ended.owner.key())
+        let targets: Vec<Identity> = if owner.boot_id == self.local.boot_id {
+            let mut members = self.membership.live_members(owner.key());
+            members.retain(|member| !member.same_process(owner));
+            members
         } else {
             Vec::new()
         };
+        let ended = ended.clone();
+        // Fails closed: a tree that may be shared is not signalled.
+        let shared = match self.store.active_sessions_of_owner(owner) {
+            Ok(sessions) => sessions.first().map(|sharing| {
+                format!(
+                    "it also belongs to the active session {:?}, which has the same owner: left running",
+                    sharing.id
+                )
+            }),
+            Err(e) => Some(format!(
+                "cannot tell whether an active session shares it ({e}): left running"
+            )),
+        };
+        if let Some(reason) = shared {
+            tracing::info!(
+                session = ended.session,
+                reason,
+                "not terminating a process tree"
+            );
+            let failed = targets
+                .iter()
+                .map(|target| ReapFailure {
+                    pid: target.pid,
+                    reason: reason.clone(),
+                })
+                .collect();
+            // Through the task set all the same, so it is published after the ending.
+            self.reaps.spawn(async move {
+                let reaped = Reaped {
+                    failed,
+                    ..Reaped::default()
+                };
+                (ended, reaped)
+            });
+            return;
+        }
         tracing::info!(
             session = ended.session,
             uid = ended.creator_uid,
@@ -97,7 +140,6 @@ impl Engine {
             "terminating the session's surviving processes"
         );
         let reaper = self.reaper.clone();
-        let ended = ended.clone();
         self.reaps.spawn(async move {
             let reaped = reaper
                 .reap(&targets, ended.creator_uid, Duration::from_millis(grace_ms))
