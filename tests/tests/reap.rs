@@ -230,21 +230,21 @@ fn end_terminate_ends_a_tree_on_demand_and_leave_leaves_one() {
         "leave is not spelled out: {ended}"
     );
 
-    // On request, whatever the policy. The owner, still alive, is the registering tool's
-    // to manage; while it owns another active session, the tree is that session's too.
+    // On request, whatever the policy. A live owner, and what still descends from it, are
+    // the registering tool's to manage; while the owner has another active session, the
+    // tree is that session's too.
     let mut asked = Family::spawn();
     register(&daemon, "now", &asked, &[]);
     register(&daemon, "next", &asked, &[]);
-    asked.release();
     let member = asked.orphan();
     cli_ok(
         &daemon,
         &["end", "--session", "now", "--terminate", "--json"],
     );
     let shared = next_event(&mut stream, "session.reaped", "now", MARGIN);
-    assert_eq!(
-        failed_pids(&shared["reaped"]),
-        sorted(vec![asked.before.pid, member.pid]),
+    let failed = failed_pids(&shared["reaped"]);
+    assert!(
+        failed.contains(&asked.before.pid) && failed.contains(&member.pid),
         "{shared}"
     );
     assert!(
@@ -263,15 +263,17 @@ fn end_terminate_ends_a_tree_on_demand_and_leave_leaves_one() {
     let reaped = next_event(&mut stream, "session.reaped", "next", MARGIN);
     assert_eq!(
         pids(&reaped["reaped"], "terminated"),
-        sorted(vec![asked.before.pid, member.pid]),
-        "{reaped}"
+        vec![member.pid],
+        "only the orphan: {reaped}"
     );
-    for gone in [asked.before, member] {
-        assert!(gone_within(gone, MARGIN), "member {} still runs", gone.pid);
-    }
     assert!(
-        Fingerprint::of(asked.pid()).is_running(),
-        "the live owner was signalled"
+        gone_within(member, MARGIN),
+        "member {} still runs",
+        member.pid
+    );
+    assert!(
+        Fingerprint::of(asked.pid()).is_running() && asked.before.is_running(),
+        "the live owner or its descendant was signalled"
     );
 
     assert!(

@@ -6,17 +6,19 @@
 //! must not); its outcome comes back to the engine, which commits the `session.reaped`
 //! event and publishes it like any other.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use tokio::task::JoinError;
 
-use liveness_common::identity::Identity;
+use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::protocol::{ErrorBody, ErrorCode};
 use liveness_common::session::{
     DEFAULT_GRACE_MS, Event, EventKind, MAX_GRACE_MS, OnEnd, ReapFailure, Reaped, Session,
 };
 
 use super::Engine;
+use super::membership::descendants;
 
 /// A finished reap: the ended event it was for, and what it did.
 pub(super) type ReapDone = (Event, Reaped);
@@ -74,10 +76,7 @@ impl Engine {
     }
 
     /// Starts terminating what is left of the process tree of the session `ended` is about,
-    /// with the session's grace period. The owner itself is not signalled: a live owner
-    /// belongs to the tool that registered it (an agent that ends one conversation and
-    /// starts the next). A tree whose owner still owns an ACTIVE session belongs to that
-    /// session too, and is left running.
+    /// with the session's grace period (see [`Engine::reap_targets`] for what is spared).
     pub(super) fn start_reap(&mut self, ended: &Event) {
         let grace_ms = match self.store.get(ended.creator_uid, &ended.session) {
             Ok(Some(session)) => session.grace_ms,
@@ -87,29 +86,9 @@ impl Engine {
                 DEFAULT_GRACE_MS
             }
         };
-        let owner = &ended.owner;
-        // The tree of an owner of another boot cannot be known here, nor signalled.
-        let targets: Vec<Identity> = if owner.boot_id == self.local.boot_id {
-            let mut members = self.membership.live_members(owner.key());
-            members.retain(|member| !member.same_process(owner));
-            members
-        } else {
-            Vec::new()
-        };
+        let (targets, refusal) = self.reap_targets(&ended.owner);
         let ended = ended.clone();
-        // Fails closed: a tree that may be shared is not signalled.
-        let shared = match self.store.active_sessions_of_owner(owner) {
-            Ok(sessions) => sessions.first().map(|sharing| {
-                format!(
-                    "it also belongs to the active session {:?}, which has the same owner: left running",
-                    sharing.id
-                )
-            }),
-            Err(e) => Some(format!(
-                "cannot tell whether an active session shares it ({e}): left running"
-            )),
-        };
-        if let Some(reason) = shared {
+        if let Some(reason) = refusal {
             tracing::info!(
                 session = ended.session,
                 reason,
@@ -146,6 +125,61 @@ impl Engine {
                 .await;
             (ended, reaped)
         });
+    }
+
+    /// The survivors of the tree of `owner` to signal; with a reason, none may be, and
+    /// they are reported with it.
+    ///
+    /// The owner is never signalled, nor, while it lives, the processes still descended
+    /// from it: a live owner and its children belong to the tool that registered it (an
+    /// agent that ends one conversation and goes on with the next, its servers with it);
+    /// only what left it (orphaned, reparented) is the ended session's to clean up. A tree
+    /// whose owner still owns an ACTIVE session is that session's too, and left running.
+    fn reap_targets(&self, owner: &Identity) -> (Vec<Identity>, Option<String>) {
+        // The tree of an owner of another boot cannot be known here, nor signalled.
+        if owner.boot_id != self.local.boot_id {
+            return (Vec::new(), None);
+        }
+        let mut members = self.membership.live_members(owner.key());
+        let owner_alive = members.iter().any(|member| member.same_process(owner));
+        members.retain(|member| !member.same_process(owner));
+        // Fails closed: a tree that may be another session's is not signalled.
+        match self.store.active_sessions_of_owner(owner) {
+            Ok(sessions) => {
+                if let Some(sharing) = sessions.first() {
+                    let reason = format!(
+                        "it also belongs to the active session {:?}, which has the same owner: left running",
+                        sharing.id
+                    );
+                    return (members, Some(reason));
+                }
+            }
+            Err(e) => {
+                let reason =
+                    format!("cannot tell whether an active session shares it ({e}): left running");
+                return (members, Some(reason));
+            }
+        }
+        if owner_alive {
+            let root = owner.key();
+            match self.config.proc.processes() {
+                Ok(processes) => {
+                    let attached: HashSet<ProcessKey> =
+                        descendants(&processes, |key| (key == root).then_some(root))
+                            .into_iter()
+                            .map(|member| member.key)
+                            .collect();
+                    members.retain(|member| !attached.contains(&member.key()));
+                }
+                Err(e) => {
+                    let reason = format!(
+                        "cannot tell whether it is still a child of the live owner ({e}): left running"
+                    );
+                    return (members, Some(reason));
+                }
+            }
+        }
+        (members, None)
     }
 
     /// Commits and publishes the `session.reaped` event of a finished reap.
