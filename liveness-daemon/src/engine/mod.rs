@@ -28,6 +28,7 @@ use membership::Membership;
 mod actor;
 mod auth;
 mod handlers;
+mod hops;
 mod housekeeping;
 pub mod membership;
 mod reaping;
@@ -65,6 +66,8 @@ pub struct EngineConfig {
     pub limits: Arc<Limits>,
     /// The wall clock sessions and events record, and expiry and timeouts read.
     pub clock: Clock,
+    /// Put each death's hop timestamps on its ended event (`--trace-hops`).
+    pub trace_hops: bool,
 }
 
 /// Where the engine reads the wall clock.
@@ -172,6 +175,8 @@ pub struct Engine {
     /// Sessions' surviving processes being terminated: each task waits out a grace period
     /// and returns what it did, for the engine to commit.
     reaps: JoinSet<reaping::ReapDone>,
+    /// With `--trace-hops` only.
+    hops: Option<hops::HopTrace>,
 }
 
 fn now_ms() -> i64 {
@@ -237,6 +242,7 @@ impl Engine {
         );
         Ok(Engine {
             membership,
+            hops: config.trace_hops.then(hops::HopTrace::default),
             store,
             monitor,
             config,

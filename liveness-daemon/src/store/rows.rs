@@ -28,6 +28,7 @@ pub(super) fn event_about(kind: EventKind, session: &Session, at_ms: i64) -> Eve
         survivors: None,
         on_end: session.on_end,
         reaped: None,
+        hops: None,
     }
 }
 
