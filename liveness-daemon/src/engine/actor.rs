@@ -12,6 +12,7 @@ use liveness_common::protocol::StreamMessage;
 use liveness_common::session::{EndReason, Event};
 use liveness_proc::identity::Liveness;
 
+use super::reaping::terminating;
 use super::{
     Batch, Command, Engine, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, Published, RETRY_PERIOD,
     Subscription, membership, ms_of,
@@ -264,8 +265,15 @@ impl Engine {
     /// Sends committed events, as one batch, to every subscriber. A subscriber whose queue
     /// is full is dropped; its connection tells it `lagged`.
     pub(super) fn publish(&mut self, events: Vec<Event>) {
-        // Right after the commit, while the ended sessions' trees are still known.
-        self.reap_by_policy(&events);
+        let to_reap = terminating(&events);
+        self.send_to_subscribers(events);
+        // Once the subscribers have the endings, while the sessions' trees are still known.
+        for ended in &to_reap {
+            self.start_reap(ended);
+        }
+    }
+
+    fn send_to_subscribers(&mut self, events: Vec<Event>) {
         let batch: Batch = events
             .into_iter()
             .filter_map(|mut event| {

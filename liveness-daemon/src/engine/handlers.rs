@@ -72,10 +72,12 @@ impl Engine {
                     match ended {
                         Ok(Some(event)) => {
                             // A `terminate` policy reaps on publish already.
-                            if terminate && existing.on_end == OnEnd::Leave {
-                                self.start_reap(&event);
-                            }
+                            let reap = (terminate && existing.on_end == OnEnd::Leave)
+                                .then(|| event.clone());
                             self.publish(vec![event]);
+                            if let Some(ended) = reap {
+                                self.start_reap(&ended);
+                            }
                             self.unwatch_if_unused(&existing.owner);
                             self.get_reply(existing.creator_uid, &session)
                         }

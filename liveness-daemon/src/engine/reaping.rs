@@ -64,17 +64,16 @@ impl AskedPolicy {
     }
 }
 
-impl Engine {
-    /// Starts terminating the survivors of each session among `events` that just ended
-    /// with the policy `terminate`.
-    pub(super) fn reap_by_policy(&mut self, events: &[Event]) {
-        for ended in events {
-            if ended.kind == EventKind::Ended && ended.on_end == OnEnd::Terminate {
-                self.start_reap(ended);
-            }
-        }
-    }
+/// The `session.ended` events among `events` of sessions whose policy is `terminate`.
+pub(super) fn terminating(events: &[Event]) -> Vec<Event> {
+    events
+        .iter()
+        .filter(|event| event.kind == EventKind::Ended && event.on_end == OnEnd::Terminate)
+        .cloned()
+        .collect()
+}
 
+impl Engine {
     /// Starts terminating what is left of the process tree of the session `ended` is about,
     /// with the session's grace period (see [`Engine::reap_targets`] for what is spared).
     pub(super) fn start_reap(&mut self, ended: &Event) {
@@ -86,7 +85,7 @@ impl Engine {
                 DEFAULT_GRACE_MS
             }
         };
-        let (targets, refusal) = self.reap_targets(&ended.owner);
+        let (targets, refusal) = self.reap_targets(ended);
         let ended = ended.clone();
         if let Some(reason) = refusal {
             tracing::info!(
@@ -135,12 +134,20 @@ impl Engine {
     /// agent that ends one conversation and goes on with the next, its servers with it);
     /// only what left it (orphaned, reparented) is the ended session's to clean up. A tree
     /// whose owner still owns an ACTIVE session is that session's too, and left running.
-    fn reap_targets(&self, owner: &Identity) -> (Vec<Identity>, Option<String>) {
+    fn reap_targets(&self, ended: &Event) -> (Vec<Identity>, Option<String>) {
+        let owner = &ended.owner;
         // The tree of an owner of another boot cannot be known here, nor signalled.
         if owner.boot_id != self.local.boot_id {
             return (Vec::new(), None);
         }
-        let mut members = self.membership.live_members(owner.key());
+        // The survivors the ending just read, when it listed them all (the reaper checks
+        // each again); only a longer list is read anew.
+        let mut members = match &ended.survivors {
+            Some(survivors) if survivors.members.len() as u64 == u64::from(survivors.total) => {
+                survivors.members.clone()
+            }
+            _ => self.membership.live_members(owner.key()),
+        };
         let owner_alive = members.iter().any(|member| member.same_process(owner));
         members.retain(|member| !member.same_process(owner));
         // Fails closed: a tree that may be another session's is not signalled.
