@@ -130,8 +130,8 @@ impl Drop for Reaped {
 }
 
 #[test]
-fn terminate_policy_ends_every_survivor_and_nothing_else() {
-    if !privileged("terminate_policy_ends_every_survivor_and_nothing_else") {
+fn reap_on_owner_death_ends_every_survivor_and_nothing_else() {
+    if !privileged("reap_on_owner_death_ends_every_survivor_and_nothing_else") {
         return;
     }
     let (daemon, mut stream) = daemon_and_stream();
@@ -213,8 +213,8 @@ fn terminate_policy_ends_every_survivor_and_nothing_else() {
 }
 
 #[test]
-fn end_terminate_ends_a_tree_on_demand_and_leave_leaves_one() {
-    if !privileged("end_terminate_ends_a_tree_on_demand_and_leave_leaves_one") {
+fn reap_on_request_spares_a_live_owner_and_leave_leaves_a_tree() {
+    if !privileged("reap_on_request_spares_a_live_owner_and_leave_leaves_a_tree") {
         return;
     }
     let (daemon, mut stream) = daemon_and_stream();
@@ -290,8 +290,8 @@ fn end_terminate_ends_a_tree_on_demand_and_leave_leaves_one() {
 }
 
 #[test]
-fn a_users_session_never_has_roots_processes_signalled() {
-    if !privileged("a_users_session_never_has_roots_processes_signalled") {
+fn reap_for_a_user_never_signals_roots_processes() {
+    if !privileged("reap_for_a_user_never_signals_roots_processes") {
         return;
     }
     let (daemon, binaries) = shared_daemon();
@@ -344,8 +344,8 @@ fn a_users_session_never_has_roots_processes_signalled() {
 }
 
 #[test]
-fn a_stopping_daemon_cancels_a_reap_waiting_out_its_grace() {
-    if !privileged("a_stopping_daemon_cancels_a_reap_waiting_out_its_grace") {
+fn reap_waiting_out_its_grace_is_cancelled_by_a_stopping_daemon() {
+    if !privileged("reap_waiting_out_its_grace_is_cancelled_by_a_stopping_daemon") {
         return;
     }
     let mut daemon = Daemon::start(&[]);
