@@ -1,7 +1,8 @@
 //! The cleanup policy: terminating an ended session's surviving processes.
 //!
 //! A session registered with `on_end: terminate`, or ended with `terminate: true`, has the
-//! live members of its process tree handed to the [`Reaper`] once its end is committed.
+//! survivors of its process tree handed to the [`crate::reap::Reaper`] once its end is
+//! committed and published, less those the owner still looks after.
 //! Each reap runs in a task the engine owns (it waits out a grace period, and the engine
 //! must not); its outcome comes back to the engine, which commits the `session.reaped`
 //! event and publishes it like any other.
@@ -126,8 +127,8 @@ impl Engine {
         });
     }
 
-    /// The survivors of the tree of `owner` to signal; with a reason, none may be, and
-    /// they are reported with it.
+    /// The survivors of the ended session's tree to signal; with a reason, none may be,
+    /// and they are reported with it.
     ///
     /// The owner is never signalled, nor, while it lives, the processes still descended
     /// from it: a live owner and its children belong to the tool that registered it (an
