@@ -168,6 +168,20 @@ fn reap_on_owner_death_ends_every_survivor_and_nothing_else() {
     family.kill_owner();
     let ended = next_event(&mut stream, "session.ended", "agent", MARGIN);
     assert_eq!(ended["on_end"], "terminate", "{ended}");
+    let survivors: Vec<u32> = ended["survivors"]["members"]
+        .as_array()
+        .map(|members| {
+            members
+                .iter()
+                .filter_map(|member| member["pid"].as_u64().map(|pid| pid as u32))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        sorted(survivors),
+        sorted(vec![before.pid, after.pid, stubborn.pid]),
+        "the ended event lists the survivors the reap then ends: {ended}"
+    );
     let reaped = next_event(&mut stream, "session.reaped", "agent", GRACE + MARGIN);
     let outcome = &reaped["reaped"];
     assert_eq!(
