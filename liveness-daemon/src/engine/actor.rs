@@ -13,8 +13,8 @@ use liveness_common::session::{EndReason, Event};
 use liveness_proc::identity::Liveness;
 
 use super::{
-    membership, Batch, Command, Engine, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, Published, RETRY_PERIOD,
-    Subscription, ms_of,
+    Batch, Command, Engine, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, Published, RETRY_PERIOD,
+    Subscription, membership, ms_of,
 };
 
 impl Engine {

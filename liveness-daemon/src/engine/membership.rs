@@ -27,7 +27,6 @@ use crate::store::Member;
 /// kernel does not follow forks.
 pub const REFRESH_PERIOD: Duration = Duration::from_secs(1);
 
-
 /// What a refresh changed, for the store to persist.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Changes {
@@ -347,7 +346,11 @@ fn descendants(
         .collect();
     let mut seen: HashSet<u32> = queue.iter().map(|(stat, _)| stat.pid).collect();
     while let Some((parent, root)) = queue.pop() {
-        for &child in children.get(&parent.pid).map(Vec::as_slice).unwrap_or_default() {
+        for &child in children
+            .get(&parent.pid)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+        {
             // A child cannot start before its parent: an older process with a parent of
             // this pid had an earlier parent that the pid was reused from.
             if child.start_ticks < parent.start_ticks || !seen.insert(child.pid) {
@@ -450,8 +453,15 @@ mod tests {
             "the running child joins at follow: {changes:?}"
         );
         assert_eq!(membership.root_of(child_key), Some(root));
-        let live: Vec<ProcessKey> = membership.live_members(root).iter().map(Identity::key).collect();
-        assert!(live.contains(&child_key) && live.contains(&root), "{live:?}");
+        let live: Vec<ProcessKey> = membership
+            .live_members(root)
+            .iter()
+            .map(Identity::key)
+            .collect();
+        assert!(
+            live.contains(&child_key) && live.contains(&root),
+            "{live:?}"
+        );
 
         child.kill().unwrap();
         child.wait().unwrap();
@@ -460,6 +470,10 @@ mod tests {
         assert_eq!(membership.root_of(child_key), None);
         // Other tests of this binary may have children of their own in the tree.
         assert!(!membership.forget(root).contains(&child_key));
-        assert_eq!(membership.root_of(root), None, "a forgotten tree is not followed");
+        assert_eq!(
+            membership.root_of(root),
+            None,
+            "a forgotten tree is not followed"
+        );
     }
 }

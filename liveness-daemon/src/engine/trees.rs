@@ -5,8 +5,8 @@ use liveness_common::identity::Identity;
 use liveness_common::protocol::{MemberProcess, Reply};
 use liveness_common::session::Survivors;
 
-use super::auth::Caller;
 use super::Engine;
+use super::auth::Caller;
 
 impl Engine {
     /// Follows the tree of a live owner of this boot, taking back what an earlier run
@@ -37,7 +37,11 @@ impl Engine {
         self.save_members(&changes.added, &changes.removed);
     }
 
-    fn save_members(&mut self, added: &[crate::store::Member], removed: &[liveness_common::identity::ProcessKey]) {
+    fn save_members(
+        &mut self,
+        added: &[crate::store::Member],
+        removed: &[liveness_common::identity::ProcessKey],
+    ) {
         if let Err(e) = self.store.save_members(added, removed) {
             // Only a restart's knowledge of orphans depends on it; the daemon goes on.
             tracing::warn!(error = %e, "cannot persist process-tree members");

@@ -293,12 +293,12 @@ impl EbpfSource {
                     source,
                 }
             })?,
-            PerCpuArray::try_from(take_map(&mut ebpf, MAP_MEMBER_COUNTERS)?).map_err(
-                |source| EbpfError::Map {
+            PerCpuArray::try_from(take_map(&mut ebpf, MAP_MEMBER_COUNTERS)?).map_err(|source| {
+                EbpfError::Map {
                     name: MAP_MEMBER_COUNTERS,
                     source,
-                },
-            )?,
+                }
+            })?,
             config.max_members,
         );
 
