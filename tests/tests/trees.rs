@@ -264,7 +264,7 @@ fn membership_mode(daemon: &Daemon) -> Value {
 }
 
 #[test]
-fn orphans_from_before_and_after_registration_stay_in_the_session() {
+fn orphans_left_before_and_after_registration_stay_in_the_tree() {
     if !privileged("orphans in the kernel's tree") {
         return;
     }
@@ -290,7 +290,7 @@ fn orphans_from_before_and_after_registration_stay_in_the_session() {
 }
 
 #[test]
-fn threads_are_not_members() {
+fn threads_are_not_members_of_a_tree() {
     if !privileged("threads in the kernel's tree") {
         return;
     }
@@ -332,7 +332,7 @@ fn threads_are_not_members() {
 }
 
 #[test]
-fn membership_survives_a_daemon_restart() {
+fn a_tree_survives_a_daemon_restart() {
     let daemon_args: &[&str] = if privileged("membership across a restart") {
         &[]
     } else {
@@ -373,7 +373,7 @@ fn membership_survives_a_daemon_restart() {
 }
 
 #[test]
-fn without_ebpf_a_proc_scan_attaches_descendants() {
+fn without_ebpf_a_proc_scan_finds_the_tree() {
     let daemon = Daemon::start(&["--sources", "pidfd"]);
     assert_eq!(membership_mode(&daemon), "scan");
     let mut owner = Owner::spawn();
