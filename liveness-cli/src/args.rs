@@ -126,6 +126,9 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The live processes of a session's tree: its owner (starred) and every process it
+    /// started since registration, orphans reparented to init included.
+    Processes(SessionArgs),
     /// The daemon's state: exit sources, counters, versions.
     Status {
         #[arg(long)]

@@ -6,11 +6,11 @@ use std::path::Path;
 use serde::Serialize;
 
 use liveness_client::Client;
-use liveness_common::status::{SourceName, SourceReport, SourceState, Status};
+use liveness_common::status::{MembershipStatus, SourceName, SourceReport, SourceState, Status};
 use liveness_proc::diagnose::{self, Restrictions};
 
 use crate::exit::Exit;
-use crate::render::{print_json, print_sources};
+use crate::render::{print_json, print_membership, print_sources};
 
 pub(crate) const DOCTOR_HELP: &str = "\
 The daemon part is the daemon's own view (its status: each source's state and reason, the
@@ -58,6 +58,9 @@ pub(crate) fn doctor(socket: &Path, json: bool) -> Exit {
                     daemon.version, daemon.pid, daemon.selection
                 );
                 print_sources(&daemon.sources);
+                if let Some(membership) = &daemon.membership {
+                    print_membership(membership);
+                }
             }
             (None, error) => println!(
                 "daemon: not reachable: {}",
@@ -101,6 +104,9 @@ struct DaemonDoctor {
     version: String,
     selection: String,
     sources: Vec<SourceReport>,
+    /// How sessions' process trees are followed and what that can miss.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    membership: Option<MembershipStatus>,
 }
 
 impl DaemonDoctor {
@@ -110,6 +116,7 @@ impl DaemonDoctor {
             version: status.daemon.version,
             selection: status.monitor.selection,
             sources: status.monitor.sources,
+            membership: status.membership,
         }
     }
 }

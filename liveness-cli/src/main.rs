@@ -6,6 +6,7 @@
 mod args;
 mod doctor;
 mod exit;
+mod processes;
 mod render;
 mod wait;
 mod watch;
@@ -192,6 +193,7 @@ fn run_command(command: Command, socket: &Path) -> Exit {
             }
             Exit::Ok
         }),
+        Command::Processes(args) => processes::processes(socket, args),
         Command::Watch(options) => watch(socket, options),
         Command::Wait(_) => unreachable!("handled by run"),
         Command::Doctor { json } => doctor(socket, json),

@@ -7,7 +7,7 @@ use serde::Serialize;
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{DeathReason, Identity};
 use liveness_common::session::{EndReason, Event, OnEnd, Reaped, Session};
-use liveness_common::status::{SourceReport, Status};
+use liveness_common::status::{MembershipStatus, SourceReport, Status};
 use liveness_proc::identity::Liveness;
 
 use crate::exit::Exit;
@@ -114,6 +114,20 @@ pub(crate) fn print_status(status: &Status) {
         monitor.tracked, monitor.without_pidfd
     );
     print_sources(&monitor.sources);
+    if let Some(membership) = &status.membership {
+        print_membership(membership);
+    }
+}
+
+/// How process trees are followed, and what that can miss.
+pub(crate) fn print_membership(membership: &MembershipStatus) {
+    println!(
+        "process trees {} ({} members), membership by {}; can miss {}",
+        membership.trees,
+        membership.members,
+        wire_name(membership.mode),
+        membership.misses
+    );
 }
 
 /// One line per exit source: name, state and reason, and the eBPF self-test where run.

@@ -1,4 +1,5 @@
-//! `whose`: walking up the process tree to the nearest registered owner.
+//! `whose`: the session whose process tree holds a process (so an orphan reparented to
+//! init still names it), else the nearest registered owner among its ancestors.
 
 use liveness_common::identity::ProcessKey;
 use liveness_common::protocol::{ErrorCode, Reply};
@@ -9,7 +10,8 @@ use super::{Engine, store_error};
 
 impl Engine {
     /// Walks up from `pid` (or, for a thread id, its process) to the nearest process that
-    /// owns an ACTIVE session. `pid` is read in the caller's PID namespace.
+    /// owns an ACTIVE session or belongs to one's tree. `pid` is read in the caller's PID
+    /// namespace.
     pub(super) fn whose(&self, caller: Caller, pid: u32) -> Reply {
         let local = match self.config.proc.translate_pid(caller.pid, pid) {
             Ok(local) => local,
@@ -28,15 +30,20 @@ impl Engine {
                 }
                 Err(e) => return Reply::error(ErrorCode::NotFound, e.to_string()),
             };
-            let owner = self.identity_of(ProcessKey {
+            let key = ProcessKey {
                 pid: current,
                 start_ticks: stat.start_ticks,
-            });
-            match self.store.active_sessions_of_owner(&owner) {
+            };
+            // Membership first: a member's parent may be init, or a process of another tree.
+            let owner = self.membership.root_of(key).unwrap_or(key);
+            match self
+                .store
+                .active_sessions_of_owner(&self.identity_of(owner))
+            {
                 Ok(sessions) => {
                     if let Some(session) = sessions.into_iter().find(|s| caller.may_see(s)) {
                         // In the caller's namespace, like the pid it asked about.
-                        let seen = self.config.proc.pid_seen_by(caller.pid, current);
+                        let seen = self.config.proc.pid_seen_by(caller.pid, owner.pid);
                         return Reply {
                             owner_pid: Some(seen.unwrap_or(0)),
                             ..Reply::with_session(session)

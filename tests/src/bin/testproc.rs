@@ -12,6 +12,8 @@
 //! - `exec CODE`: at the first line on stdin, execve itself as `named execd CODE`.
 //! - `thread-exec CODE`: like `exec`, but the execve is made by a non-leader thread.
 //! - `named NAME CODE`: set comm to NAME, then `exit CODE`.
+//! - `threads-wait N`: start N threads that never end, print their thread ids on one line,
+//!   then exit_group(0) at EOF.
 //!
 //! `testproc family` is the owner of a process tree whose members are orphans, as a
 //! session's are: it forks a middle process that forks the first member and prints its
@@ -112,6 +114,29 @@ fn run_mode(args: &[String]) -> ! {
             });
             let _ = thread.join();
             exit_group(103)
+        }
+        Some("threads-wait") => {
+            let count = arg_u8(args, 1);
+            let (tids, rx) = std::sync::mpsc::channel();
+            for _ in 0..count {
+                let tids = tids.clone();
+                std::thread::spawn(move || {
+                    // SAFETY: gettid has no preconditions.
+                    let _ = tids.send(unsafe { libc::gettid() });
+                    loop {
+                        std::thread::park();
+                    }
+                });
+            }
+            let tids: Vec<String> = rx
+                .iter()
+                .take(count as usize)
+                .map(|t| t.to_string())
+                .collect();
+            println!("{}", tids.join(" "));
+            let _ = std::io::stdout().flush();
+            wait_for_eof();
+            exit_group(0)
         }
         Some("request") => {
             let (Some(socket), Some(line)) = (args.get(1), args.get(2)) else {

@@ -1,0 +1,386 @@
+//! Session process trees with real processes: orphans left before and after registration
+//! stay attributed to their session (`whose`, `processes`), are reported as `survivors`
+//! when the owner is SIGKILLed, threads are not members, membership survives a daemon
+//! restart, and the `/proc`-scan fallback does the same without eBPF.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+use integration_tests::{Daemon, binary, eventually, privileged, proc_root, start_ticks};
+use serde_json::{Value, json};
+
+const PATIENCE: Duration = Duration::from_secs(15);
+
+/// An owner process that runs the shell commands the test sends it, one per line, and
+/// whose output the test reads.
+struct Owner {
+    child: Child,
+    commands: ChildStdin,
+    output: BufReader<ChildStdout>,
+    pid: u32,
+    /// Processes the test made through the owner, killed at the end by fingerprint.
+    spawned: Vec<(u32, u64)>,
+}
+
+impl Owner {
+    fn spawn() -> Owner {
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(r#"echo ready; while read -r cmd; do eval "$cmd"; done"#)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn sh");
+        let commands = child.stdin.take().expect("stdin");
+        let output = BufReader::new(child.stdout.take().expect("stdout"));
+        let pid = child.id();
+        let mut owner = Owner {
+            child,
+            commands,
+            output,
+            pid,
+            spawned: Vec::new(),
+        };
+        assert_eq!(owner.line(), "ready");
+        owner
+    }
+
+    fn send(&mut self, line: &str) {
+        writeln!(self.commands, "{line}").expect("write to the owner");
+    }
+
+    fn line(&mut self) -> String {
+        let mut line = String::new();
+        self.output
+            .read_line(&mut line)
+            .expect("read from the owner");
+        line.trim().to_owned()
+    }
+
+    fn pid_line(&mut self) -> u32 {
+        let line = self.line();
+        let pid: u32 = line
+            .parse()
+            .unwrap_or_else(|_| panic!("the owner printed {line:?}, not a pid"));
+        let start = start_ticks(pid).unwrap_or_else(|| panic!("{pid} is already gone"));
+        self.spawned.push((pid, start));
+        pid
+    }
+
+    /// A sleeper whose parent, a subshell of the owner, stays until [`Owner::release`]:
+    /// then the sleeper is orphaned.
+    fn held_orphan(&mut self) -> u32 {
+        self.send("(sleep 1000 & echo $!; read -r x)");
+        self.pid_line()
+    }
+
+    /// Lets the subshell of [`Owner::held_orphan`] exit.
+    fn release(&mut self) {
+        self.send("x");
+    }
+
+    /// A sleeper whose parent subshell exits at once.
+    fn orphan(&mut self) -> u32 {
+        self.send("(sleep 1000 & echo $!)");
+        self.pid_line()
+    }
+
+    fn sigkill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.sigkill();
+        for &(pid, start) in &self.spawned {
+            kill_if_same(pid, start);
+        }
+    }
+}
+
+fn kill_if_same(pid: u32, start: u64) {
+    if start_ticks(pid) == Some(start) {
+        // SAFETY: signalling a process this test started, checked by its start time.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+}
+
+fn ppid(pid: u32) -> u32 {
+    proc_root().stat(pid).expect("stat").ppid
+}
+
+/// Waits until `pid`'s parent is neither the owner nor a child of it: it was orphaned.
+fn wait_orphaned(owner: &Owner, pid: u32) {
+    let out_of_tree = eventually(PATIENCE, || {
+        let parent = ppid(pid);
+        parent != owner.pid
+            && proc_root()
+                .stat(parent)
+                .map_or(true, |p| p.ppid != owner.pid)
+    });
+    assert!(
+        out_of_tree,
+        "{pid} was not reparented out of the owner's tree"
+    );
+}
+
+fn register(daemon: &Daemon, session: &str, owner: &Owner) {
+    let reply = daemon.request(json!({
+        "op": "register", "session": session, "owner": {"pid": owner.pid}
+    }));
+    assert_eq!(reply["ok"], true, "register: {reply}");
+}
+
+/// The session `whose --pid` names, through the CLI.
+fn whose(daemon: &Daemon, pid: u32) -> Value {
+    let out = daemon.cli(&["whose", "--pid", &pid.to_string(), "--json"]);
+    assert!(
+        out.status.success(),
+        "whose --pid {pid}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reply: Value = serde_json::from_slice(&out.stdout).expect("whose --json output");
+    reply["session"]["id"].clone()
+}
+
+/// The pids `processes --session` lists, through the CLI.
+fn processes(daemon: &Daemon, session: &str) -> Vec<u32> {
+    let out = daemon.cli(&["processes", "--session", session, "--json"]);
+    assert!(
+        out.status.success(),
+        "processes: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: Vec<Value> = serde_json::from_slice(&out.stdout).expect("processes --json");
+    listed
+        .iter()
+        .map(|p| p["identity"]["pid"].as_u64().expect("pid") as u32)
+        .collect()
+}
+
+fn wait_listed(daemon: &Daemon, session: &str, pid: u32) {
+    let mut last = Vec::new();
+    let listed = eventually(PATIENCE, || {
+        last = processes(daemon, session);
+        last.contains(&pid)
+    });
+    assert!(
+        listed,
+        "{pid} never listed among {session}'s processes: {last:?}"
+    );
+}
+
+/// `(pid, start_ticks)` of each listed survivor.
+fn survivor_keys(survivors: &Value) -> Vec<(u32, u64)> {
+    survivors["members"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no survivors list: {survivors}"))
+        .iter()
+        .map(|m| {
+            (
+                m["pid"].as_u64().unwrap() as u32,
+                m["start_ticks"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The `session.ended` event of `session`, from a replay of the whole stream.
+fn ended_event(daemon: &Daemon, session: &str) -> Value {
+    let mut conn = daemon.connect();
+    let reply = conn.request(json!({"op": "subscribe", "since": 0, "session": session}));
+    assert_eq!(reply["ok"], true, "subscribe: {reply}");
+    loop {
+        let line = conn
+            .next_within(PATIENCE)
+            .unwrap_or_else(|| panic!("no session.ended event for {session}"));
+        if line["event"]["kind"] == "session.ended" {
+            return line["event"].clone();
+        }
+    }
+}
+
+/// Kills the owner and checks that `expected` are survivors, in the stored session and in
+/// its ended event, and `gone` are not.
+fn kill_owner_and_check_survivors(
+    daemon: &Daemon,
+    session: &str,
+    owner: &mut Owner,
+    expected: &[u32],
+    gone: &[u32],
+) {
+    let keys: Vec<(u32, u64)> = expected
+        .iter()
+        .map(|&pid| (pid, start_ticks(pid).expect("a survivor-to-be is alive")))
+        .collect();
+    owner.sigkill();
+    let ended = daemon.wait_ended(session);
+    let event = ended_event(daemon, session);
+    for (what, survivors) in [
+        ("session", &ended["survivors"]),
+        ("event", &event["survivors"]),
+    ] {
+        let listed = survivor_keys(survivors);
+        for key in &keys {
+            assert!(
+                listed.contains(key),
+                "{what}: {key:?} not among {survivors}"
+            );
+        }
+        for pid in gone {
+            assert!(
+                !listed.iter().any(|(p, _)| p == pid),
+                "{what}: dead {pid} reported alive: {survivors}"
+            );
+        }
+        assert!(
+            survivors["total"].as_u64().unwrap() as usize >= keys.len(),
+            "{what}: total {survivors}"
+        );
+    }
+}
+
+/// An orphan of a process forked before `session` was registered, and one forked after,
+/// both reparented out of the owner's tree. The second one's parent stays until the
+/// daemon lists it: a scan misses a process forked and orphaned between two scans.
+fn orphans_around_registration(daemon: &Daemon, session: &str, owner: &mut Owner) -> (u32, u32) {
+    let before = owner.held_orphan();
+    register(daemon, session, owner);
+    owner.release();
+    let after = owner.held_orphan();
+    wait_listed(daemon, session, after);
+    owner.release();
+    wait_orphaned(owner, before);
+    wait_orphaned(owner, after);
+    (before, after)
+}
+
+fn membership_mode(daemon: &Daemon) -> Value {
+    let reply = daemon.request(json!({"op": "status"}));
+    reply["status"]["membership"]["mode"].clone()
+}
+
+#[test]
+fn orphans_left_before_and_after_registration_stay_in_the_tree() {
+    if !privileged("orphans in the kernel's tree") {
+        return;
+    }
+    let daemon = Daemon::start(&[]);
+    assert_eq!(membership_mode(&daemon), "kernel");
+    let mut owner = Owner::spawn();
+    let before = owner.held_orphan();
+    register(&daemon, "agent", &owner);
+    owner.release();
+    // Forked after registration, orphaned at once: only the kernel's fork tracking sees it.
+    let after = owner.orphan();
+    wait_orphaned(&owner, before);
+    wait_orphaned(&owner, after);
+
+    for pid in [before, after] {
+        assert_eq!(whose(&daemon, pid), "agent", "whose --pid {pid}");
+    }
+    let listed = processes(&daemon, "agent");
+    for pid in [owner.pid, before, after] {
+        assert!(listed.contains(&pid), "{pid} not in {listed:?}");
+    }
+    kill_owner_and_check_survivors(&daemon, "agent", &mut owner, &[before, after], &[]);
+}
+
+#[test]
+fn threads_are_not_members_of_a_tree() {
+    if !privileged("threads in the kernel's tree") {
+        return;
+    }
+    let daemon = Daemon::start(&[]);
+    let mut owner = Owner::spawn();
+    register(&daemon, "threads", &owner);
+    let testproc = binary("testproc");
+    owner.send(&format!(
+        "sleep 1000 | {} threads-wait 3 & echo $!",
+        testproc.display()
+    ));
+    // The pid line and the thread-id line come in either order.
+    let (first, second) = (owner.line(), owner.line());
+    let (pid_line, tids) = if first.contains(' ') {
+        (second, first)
+    } else {
+        (first, second)
+    };
+    let pid: u32 = pid_line.parse().expect("pid");
+    owner.spawned.push((pid, start_ticks(pid).expect("alive")));
+    let tids: Vec<u32> = tids.split(' ').map(|t| t.parse().expect("tid")).collect();
+    assert_eq!(tids.len(), 3);
+
+    wait_listed(&daemon, "threads", pid);
+    let listed = processes(&daemon, "threads");
+    for tid in &tids {
+        assert!(
+            !listed.contains(tid),
+            "thread {tid} listed as a process: {listed:?}"
+        );
+    }
+    let reply = daemon.request(json!({"op": "status"}));
+    let members = reply["status"]["membership"]["members"].as_u64().unwrap();
+    // sleep and testproc (and maybe a subshell for the pipeline): never the 3 threads.
+    assert!(
+        members <= 3,
+        "{members} members for 2 or 3 processes: {reply}"
+    );
+}
+
+#[test]
+fn a_tree_survives_a_daemon_restart() {
+    let daemon_args: &[&str] = if privileged("membership across a restart") {
+        &[]
+    } else {
+        &["--sources", "pidfd"]
+    };
+    let mut daemon = Daemon::start(daemon_args);
+    let mut owner = Owner::spawn();
+    let (kept, dies) = orphans_around_registration(&daemon, "restart", &mut owner);
+
+    daemon.stop();
+    let dies_start = start_ticks(dies).expect("alive");
+    kill_if_same(dies, dies_start);
+    assert!(
+        eventually(PATIENCE, || start_ticks(dies) != Some(dies_start)
+            || proc_root().stat(dies).is_ok_and(|s| s.state == 'Z')),
+        "{dies} did not die"
+    );
+    daemon.restart();
+
+    assert_eq!(
+        whose(&daemon, kept),
+        "restart",
+        "an orphan kept across the restart"
+    );
+    let listed = processes(&daemon, "restart");
+    assert!(listed.contains(&kept), "{kept} not in {listed:?}");
+    assert!(
+        !listed.contains(&dies),
+        "dead {dies} listed alive: {listed:?}"
+    );
+    // The tree is followed again: a process forked now joins it.
+    let later = owner.held_orphan();
+    wait_listed(&daemon, "restart", later);
+    owner.release();
+    wait_orphaned(&owner, later);
+    assert_eq!(whose(&daemon, later), "restart");
+    kill_owner_and_check_survivors(&daemon, "restart", &mut owner, &[kept, later], &[dies]);
+}
+
+#[test]
+fn without_ebpf_a_proc_scan_finds_the_tree() {
+    let daemon = Daemon::start(&["--sources", "pidfd"]);
+    assert_eq!(membership_mode(&daemon), "scan");
+    let mut owner = Owner::spawn();
+    let (before, after) = orphans_around_registration(&daemon, "scanned", &mut owner);
+
+    for pid in [before, after] {
+        assert_eq!(whose(&daemon, pid), "scanned", "whose --pid {pid}");
+    }
+    kill_owner_and_check_survivors(&daemon, "scanned", &mut owner, &[before, after], &[]);
+}
