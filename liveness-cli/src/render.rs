@@ -1,7 +1,5 @@
 //! How sessions, events, identities and the status are printed, as text or JSON.
 
-use std::io::Write;
-
 use serde::Serialize;
 
 use liveness_common::exit::{DetectedBy, ExitStatus};
@@ -10,15 +8,14 @@ use liveness_common::session::{EndReason, Event, Session};
 use liveness_common::status::{SourceReport, Status};
 use liveness_proc::identity::Liveness;
 
-use crate::exit::Exit;
+use crate::output::{self, outln};
 
-pub(crate) fn print_session(session: &Session, json: bool) -> Exit {
+pub(crate) fn print_session(session: &Session, json: bool) {
     if json {
-        print_json(session);
+        output::json(session);
     } else {
-        println!("{}", describe_session(session));
+        outln!("{}", describe_session(session));
     }
-    Exit::Ok
 }
 
 /// The name a value has on the wire (`"active"`, `"owner_exited"`, ...); empty for none.
@@ -72,19 +69,24 @@ pub(crate) fn describe_event(event: &Event) -> String {
 
 pub(crate) fn print_status(status: &Status) {
     let daemon = &status.daemon;
-    println!(
+    outln!(
         "livenessd {} (protocol {}), pid {}",
-        daemon.version, daemon.protocol, daemon.pid
+        daemon.version,
+        daemon.protocol,
+        daemon.pid
     );
-    println!("socket {}  state {}", daemon.socket, daemon.state_dir);
-    println!(
+    outln!("socket {}  state {}", daemon.socket, daemon.state_dir);
+    outln!(
         "active sessions {}  head seq {}  subscribers {}",
-        status.active_sessions, status.head_seq, status.subscribers
+        status.active_sessions,
+        status.head_seq,
+        status.subscribers
     );
     let monitor = &status.monitor;
-    println!(
+    outln!(
         "tracked processes {} (without pidfd: {})",
-        monitor.tracked, monitor.without_pidfd
+        monitor.tracked,
+        monitor.without_pidfd
     );
     print_sources(&monitor.sources);
 }
@@ -97,13 +99,13 @@ pub(crate) fn print_sources(sources: &[SourceReport]) {
             .as_deref()
             .map(|r| format!(": {r}"))
             .unwrap_or_default();
-        println!(
+        outln!(
             "  {:<9} {}{reason}",
             source.name.to_string(),
             wire_name(source.state)
         );
         if let Some(test) = &source.self_test {
-            println!(
+            outln!(
                 "  {:<9} self-test {}: {}",
                 "",
                 if test.passed { "passed" } else { "FAILED" },
@@ -113,19 +115,17 @@ pub(crate) fn print_sources(sources: &[SourceReport]) {
     }
 }
 
-pub(crate) fn print_json(value: &impl Serialize) {
-    let mut out = std::io::stdout().lock();
-    // A closed stdout (e.g. `| head`) is not worth a panic.
-    let _ = serde_json::to_writer(&mut out, value).map(|()| writeln!(out));
-}
-
 pub(crate) fn print_identity(identity: &Identity, json: bool) {
     if json {
-        print_json(identity);
+        output::json(identity);
     } else {
-        println!(
+        outln!(
             "pid {} ({}) start_ticks {} boot_id {} host {}",
-            identity.pid, identity.comm, identity.start_ticks, identity.boot_id, identity.host
+            identity.pid,
+            identity.comm,
+            identity.start_ticks,
+            identity.boot_id,
+            identity.host
         );
     }
 }
@@ -147,13 +147,13 @@ pub(crate) fn print_liveness(identity: &Identity, liveness: &Liveness, json: boo
         Liveness::Unknown(why) => ("unknown", None, why.clone()),
     };
     if json {
-        print_json(&Verdict {
+        output::json(&Verdict {
             identity,
             liveness: word,
             reason,
             detail,
         });
     } else {
-        println!("{word}: {detail} ({identity})");
+        outln!("{word}: {detail} ({identity})");
     }
 }
