@@ -195,6 +195,11 @@ enum StartError {
     StateLocked(PathBuf),
     #[error("another livenessd is listening on {0}")]
     SocketInUse(PathBuf),
+    #[error(
+        "the socket's directory {0} does not exist: create it first, or check --socket \
+         (only the default runtime directory is created)"
+    )]
+    NoSocketDir(PathBuf),
     #[error("cannot listen on {path}: {source}")]
     Listen { path: PathBuf, source: io::Error },
     #[error("cannot open the log file {path}: {source}")]
@@ -406,6 +411,13 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
         .clone()
         .or_else(|| env.default_socket())
         .ok_or(StartError::NoStateDir)?;
+    // Checked before anything is created or loaded: a typo in --socket fails at once.
+    if let Some(dir) = socket.parent()
+        && !dir.exists()
+        && !env.may_create_socket_dir(dir)
+    {
+        return Err(StartError::NoSocketDir(dir.into()));
+    }
     create_dir(&state_dir, DirUse::State)?;
     let _lock = lock_state_dir(&state_dir)?;
 
