@@ -71,6 +71,10 @@ pub struct Args {
     /// exit status on Linux 6.15+; past it the session ends without a status.
     #[arg(long, default_value = "50ms", value_parser = parse_duration, value_name = "DURATION")]
     exit_status_wait: Duration,
+    /// Put on each `session.ended` event the monotonic time of every hop its death took
+    /// through the daemon (`hops`), for benchmarks.
+    #[arg(long)]
+    trace_hops: bool,
     /// Most processes the eBPF filter map holds.
     #[arg(long, default_value_t = EbpfConfig::default().max_tracked, value_name = "COUNT")]
     ebpf_max_tracked: u32,
@@ -481,6 +485,7 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
             proc,
             limits: Arc::clone(&limits),
             clock: Clock::System,
+            trace_hops: args.trace_hops,
         },
         about,
     )?;

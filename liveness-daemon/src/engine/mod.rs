@@ -25,6 +25,7 @@ use liveness_proc::identity::{IdentityError, ProcRoot};
 mod actor;
 mod auth;
 mod handlers;
+mod hops;
 mod housekeeping;
 mod whose;
 
@@ -59,6 +60,8 @@ pub struct EngineConfig {
     pub limits: Arc<Limits>,
     /// The wall clock sessions and events record, and expiry and timeouts read.
     pub clock: Clock,
+    /// Put each death's hop timestamps on its ended event (`--trace-hops`).
+    pub trace_hops: bool,
 }
 
 /// Where the engine reads the wall clock.
@@ -159,6 +162,8 @@ pub struct Engine {
     last_prune: Option<Instant>,
     /// Facts status reports about the daemon itself (paths, versions).
     about: DaemonInfo,
+    /// With `--trace-hops` only.
+    hops: Option<hops::HopTrace>,
 }
 
 fn now_ms() -> i64 {
@@ -216,6 +221,7 @@ impl Engine {
             );
         }
         Ok(Engine {
+            hops: config.trace_hops.then(hops::HopTrace::default),
             store,
             monitor,
             config,

@@ -25,6 +25,7 @@ pub(super) fn event_about(kind: EventKind, session: &Session, at_ms: i64) -> Eve
         died_ms: None,
         labels: session.labels.clone(),
         creator_uid: session.creator_uid,
+        hops: None,
     }
 }
 
