@@ -4,6 +4,7 @@
 //! is `exit::EXIT_CODES`, printed by `--help` and copied in the README).
 
 mod args;
+mod clock;
 mod doctor;
 mod exit;
 mod output;
@@ -27,7 +28,8 @@ use crate::doctor::doctor;
 use crate::exit::{Exit, Failure};
 use crate::output::outln;
 use crate::render::{
-    describe_session, print_identity, print_liveness, print_session, print_status,
+    describe_session, print_identity, print_liveness, print_session, print_session_table,
+    print_status,
 };
 use crate::wait::wait;
 use crate::watch::watch;
@@ -167,11 +169,11 @@ fn run_command(command: Command, context: &Context) -> Result<Exit, Failure> {
                     &serde_json::json!({ "session": reply.session, "owner_pid": reply.owner_pid }),
                 );
             } else if let Some(session) = &reply.session {
-                outln!(
-                    "{} (owner PID {})",
-                    describe_session(session),
-                    reply.owner_pid.unwrap_or(session.owner.pid)
-                );
+                let via = match reply.owner_pid {
+                    Some(owner) if owner != pid => format!(", through its ancestor {owner}"),
+                    _ => String::new(),
+                };
+                outln!("{}{via}", describe_session(session));
             }
             Ok(Exit::Ok)
         }
@@ -226,9 +228,7 @@ fn list(
     if json {
         output::json(&sessions);
     } else {
-        for session in &sessions {
-            outln!("{}", describe_session(session));
-        }
+        print_session_table(&sessions, phase.is_some() || !labels.labels.is_empty());
     }
     Ok(Exit::Ok)
 }
