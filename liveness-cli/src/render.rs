@@ -312,21 +312,21 @@ pub(crate) fn print_sources(sources: &[SourceReport]) {
             .as_deref()
             .map(|r| format!(": {r}"))
             .unwrap_or_default();
-        let stats = source
-            .stats
-            .as_ref()
-            .map(|s| {
-                format!(
-                    " ({} watched, {} exits seen, {} lost, {} refused)",
-                    s.tracked, s.observed, s.lost, s.refused
-                )
-            })
-            .unwrap_or_default();
         outln!(
-            "  {:<9} {}{stats}{reason}",
+            "  {:<9} {}{reason}",
             source.name.to_string(),
             wire_name(source.state)
         );
+        if let Some(stats) = &source.stats {
+            outln!(
+                "  {:<9} {} watched, {} exits seen, {} lost, {} refused",
+                "",
+                stats.tracked,
+                stats.observed,
+                stats.lost,
+                stats.refused
+            );
+        }
         if let Some(test) = &source.self_test {
             outln!(
                 "  {:<9} self-test {}: {}",
