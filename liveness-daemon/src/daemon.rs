@@ -275,6 +275,21 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogFile {
 
 fn init_logging(log_file: Option<&LogFile>) {
     let filter = EnvFilter::try_from_env("LIVENESS_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    // Under systemd with stderr going to the journal, log to journald natively so that
+    // every field (session, owner_pid, reason, source, latency_ms...) is a journal field:
+    // `journalctl -u livenessd SESSION=abc`.
+    if log_file.is_none()
+        && stderr_is_the_journal()
+        && let Ok(journald) = tracing_journald::layer()
+    {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        tracing_subscriber::registry()
+            .with(filter)
+            .with(journald.with_syslog_identifier("livenessd".into()))
+            .init();
+        return;
+    }
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     match log_file {
         Some(file) => builder.with_ansi(false).with_writer(file.clone()).init(),
@@ -283,6 +298,19 @@ fn init_logging(log_file: Option<&LogFile>) {
             .with_writer(io::stderr)
             .init(),
     }
+}
+
+/// Whether stderr is the journal's stream: systemd sets `JOURNAL_STREAM=DEV:INODE` for a
+/// service whose output goes to the journal, and the numbers must be stderr's own (a child
+/// that inherited the variable but not the stream is not logging to the journal).
+fn stderr_is_the_journal() -> bool {
+    let Some(stream) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    let Ok(stat) = rustix::fs::fstat(io::stderr()) else {
+        return false;
+    };
+    stream.to_string_lossy() == format!("{}:{}", stat.st_dev, stat.st_ino)
 }
 
 /// Creates `path` (and its parents) unless it exists, then refuses it unless it is safe

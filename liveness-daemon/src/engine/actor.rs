@@ -236,6 +236,7 @@ impl Engine {
             .into_iter()
             .filter_map(|mut event| {
                 self.usage.apply(&event);
+                super::eventlog::log(&event);
                 super::hops::published(&mut event);
                 let (seq, session, creator_uid) =
                     (event.seq, event.session.clone(), event.creator_uid);

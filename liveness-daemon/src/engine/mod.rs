@@ -24,6 +24,7 @@ use liveness_proc::identity::{IdentityError, ProcRoot};
 
 mod actor;
 mod auth;
+mod eventlog;
 mod handlers;
 mod hops;
 mod housekeeping;

@@ -1,0 +1,54 @@
+//! What an operator sees of the daemon: a log line per session registered and ended, the
+//! retention of ended sessions, and the metrics listener.
+
+use std::time::Duration;
+
+use integration_tests::{Daemon, Orphan, eventually};
+use serde_json::json;
+
+/// The line of the daemon's log that says `message` about `session`.
+fn log_line(daemon: &Daemon, message: &str, session: &str) -> Option<String> {
+    daemon
+        .log()
+        .lines()
+        .find(|line| line.contains(message) && line.contains(&format!("session={session} ")))
+        .map(str::to_owned)
+}
+
+#[test]
+fn each_session_registered_and_ended_is_one_info_line() {
+    let daemon = Daemon::start(&[]);
+    let mut owner = Orphan::spawn(&["exit", "3"]);
+    let reply =
+        daemon.request(json!({"op": "register", "session": "logged", "owner": {"pid": owner.pid}}));
+    assert_eq!(reply["ok"], true, "{reply}");
+    owner.release();
+    daemon.wait_ended("logged");
+    let mut ended = None;
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            ended = log_line(&daemon, "session ended", "logged");
+            ended.is_some()
+        }),
+        "no 'session ended' line:\n{}",
+        daemon.log()
+    );
+    let ended = ended.unwrap();
+    for field in [
+        " INFO ",
+        &format!("owner_pid={}", owner.pid),
+        "reason=owner_exited",
+        "source=",
+        "exit=exited with code 3",
+        "latency_ms=",
+    ] {
+        assert!(ended.contains(field), "lacks {field:?}: {ended}");
+    }
+    let registered = log_line(&daemon, "session registered", "logged")
+        .unwrap_or_else(|| panic!("no 'session registered' line:\n{}", daemon.log()));
+    assert!(registered.contains(" INFO "), "{registered}");
+    assert!(
+        registered.contains(&format!("owner_pid={}", owner.pid)),
+        "{registered}"
+    );
+}
