@@ -61,7 +61,8 @@ pub struct Args {
     /// Keep at most this many events for replay.
     #[arg(long, default_value_t = 100_000, value_name = "COUNT")]
     retain_events: u64,
-    /// Keep events for replay at most this long.
+    /// Keep events for replay, and ended sessions for `get`, at most this long. An ended
+    /// session's id is refused while it is kept and free again once it is deleted.
     #[arg(long, default_value = "7d", value_parser = parse_duration, value_name = "DURATION")]
     retain_age: Duration,
     /// Commits (batches of events) queued per subscriber before it is disconnected as lagging.

@@ -52,3 +52,41 @@ fn each_session_registered_and_ended_is_one_info_line() {
         "{registered}"
     );
 }
+
+/// Ended ids stay taken while their session is kept; retention deletes the session (and
+/// says so in the log), after which the id may be registered again, as documented.
+#[test]
+fn an_ended_id_is_free_again_after_retention_and_the_prune_is_logged() {
+    let mut daemon = Daemon::start(&[]);
+    let me = std::process::id();
+    let register = |daemon: &Daemon| {
+        daemon.request(json!({"op": "register", "session": "reused", "owner": {"pid": me}}))
+    };
+    assert_eq!(register(&daemon)["ok"], true);
+    let ended = daemon.request(json!({"op": "end", "session": "reused"}));
+    assert_eq!(ended["ok"], true, "{ended}");
+    let refused = register(&daemon);
+    assert_eq!(refused["error"]["code"], "already_ended", "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("--retain-age"),
+        "says until when: {message}"
+    );
+    daemon.stop();
+
+    // Past a retention of 1 s, the next start prunes it.
+    std::thread::sleep(Duration::from_millis(1100));
+    let state = daemon.state_dir.clone();
+    let daemon = Daemon::start_with_state(Some(state), &["--retain-age", "1s"]);
+    assert!(
+        eventually(Duration::from_secs(10), || daemon
+            .log()
+            .contains("pruned ended sessions beyond retention")),
+        "the prune is not logged:\n{}",
+        daemon.log()
+    );
+    let gone = daemon.request(json!({"op": "get", "session": "reused"}));
+    assert_eq!(gone["error"]["code"], "not_found", "{gone}");
+    let again = register(&daemon);
+    assert_eq!(again["ok"], true, "the id is free again: {again}");
+}
