@@ -78,6 +78,10 @@ pub(crate) enum Command {
         /// A label KEY=VALUE stored with the session and its events (repeatable).
         #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
         labels: Vec<(String, String)>,
+        /// With --owner auto: a further process name to skip as a wrapper, for this
+        /// registration only (repeatable), e.g. `--wrapper timeout`.
+        #[arg(long = "wrapper", value_name = "COMM", requires = "owner")]
+        wrappers: Vec<String>,
     },
     /// Give a pending session its real id.
     Rename {

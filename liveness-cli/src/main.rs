@@ -131,6 +131,7 @@ fn run_command(command: Command, context: &Context) -> Result<Exit, Failure> {
             pending,
             owner,
             labels,
+            wrappers,
         } => {
             let registration = Registration {
                 session,
@@ -138,9 +139,14 @@ fn run_command(command: Command, context: &Context) -> Result<Exit, Failure> {
                 pending,
                 labels: labels.into_iter().collect(),
                 uid,
+                wrappers,
             };
-            let session = Client::connect(socket).and_then(|mut c| c.register(&registration))?;
-            print_session(&session, json);
+            let registered = Client::connect(socket)
+                .and_then(|mut c| c.register_with_warnings(&registration))?;
+            for warning in &registered.warnings {
+                output::warn(warning, json);
+            }
+            print_session(&registered.session, json);
             Ok(Exit::Ok)
         }
         Command::Rename { session, to, uid } => {

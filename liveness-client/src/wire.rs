@@ -13,7 +13,7 @@ use liveness_common::protocol::{
 use liveness_common::session::Session;
 use liveness_common::status::Status;
 
-use crate::{ClientError, Owner, Registration, Whose};
+use crate::{ClientError, Owner, Registered, Registration, Whose};
 
 /// A request as one line, newline included, with the protocol version.
 pub(crate) fn encode(request: &Request) -> Result<String, ClientError> {
@@ -68,6 +68,14 @@ pub(crate) fn session(reply: Reply) -> Result<Session, ClientError> {
     reply.session.ok_or_else(|| missing("session"))
 }
 
+pub(crate) fn registered(mut reply: Reply) -> Result<Registered, ClientError> {
+    let warnings = std::mem::take(&mut reply.warnings);
+    Ok(Registered {
+        session: session(reply)?,
+        warnings,
+    })
+}
+
 pub(crate) fn whose(reply: Reply) -> Result<Whose, ClientError> {
     let owner_pid = reply.owner_pid;
     let session = session(reply)?;
@@ -105,6 +113,7 @@ pub(crate) fn register_request(
         owner,
         pending: registration.pending,
         labels: registration.labels.clone(),
+        wrappers: registration.wrappers.clone(),
     };
     Ok((request, pidfd))
 }

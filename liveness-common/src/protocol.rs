@@ -82,6 +82,10 @@ pub enum Request {
         pending: bool,
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         labels: BTreeMap<String, String>,
+        /// `owner: "auto"`: further process names to skip as wrappers, for this request
+        /// only (added to the daemon's `--wrapper` list).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        wrappers: Vec<String>,
     },
     /// Give a pending session its real id.
     Rename {
@@ -229,6 +233,10 @@ pub struct Reply {
     pub status: Option<Box<Status>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subscribed: Option<Subscribed>,
+    /// `register`: what succeeded but looks wrong (an owner that is a launcher, one that
+    /// has already exited), for the client to show.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl Reply {
@@ -243,6 +251,7 @@ impl Reply {
             owner_pid: None,
             status: None,
             subscribed: None,
+            warnings: Vec::new(),
         }
     }
 

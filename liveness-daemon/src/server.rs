@@ -407,7 +407,7 @@ impl Connection {
         let (reply_tx, reply_rx) = oneshot::channel();
         let command = Command::Request {
             caller,
-            request,
+            request: Box::new(request),
             fds,
             reply: reply_tx,
         };

@@ -379,3 +379,54 @@ fn livenessd_refuses_a_socket_directory_that_does_not_exist() {
         "the directory was created"
     );
 }
+
+/// `--owner auto` under `timeout` stops at `timeout`: the registration succeeds with a
+/// warning that names `--wrapper`; `--wrapper timeout` on the request skips it, for that
+/// request only.
+#[test]
+fn an_auto_owner_that_is_a_launcher_is_warned_of_and_wrappers_are_per_request() {
+    let daemon = Daemon::start(&[]);
+    let register = |session: &str, extra: &str| {
+        let script = format!(
+            "{} --socket {} register --session {session} --owner auto {extra}; true",
+            binary("liveness").display(),
+            daemon.socket.display()
+        );
+        Command::new("timeout")
+            .args(["30", "sh", "-c", &script])
+            .output()
+            .expect("run timeout")
+    };
+    let warned = register("under-timeout", "");
+    assert!(warned.status.success(), "{warned:?}");
+    let stderr = String::from_utf8_lossy(&warned.stderr);
+    assert!(
+        stderr.contains("warning") && stderr.contains("--wrapper timeout"),
+        "{stderr}"
+    );
+    assert_eq!(
+        daemon.session("under-timeout")["owner"]["comm"],
+        "timeout",
+        "without the wrapper, the owner is timeout"
+    );
+
+    let skipped = register("past-timeout", "--wrapper timeout --json");
+    assert!(skipped.status.success(), "{skipped:?}");
+    assert!(skipped.stderr.is_empty(), "no warning: {skipped:?}");
+    assert_eq!(
+        daemon.session("past-timeout")["owner"]["pid"],
+        std::process::id(),
+        "timeout skipped: the owner is this test"
+    );
+
+    // The wrapper was for that request only.
+    let again = register("under-timeout-again", "--json");
+    let warning: Value = serde_json::from_slice(&again.stderr)
+        .unwrap_or_else(|e| panic!("a JSON warning ({e}): {again:?}"));
+    assert!(
+        warning["warning"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("launcher")),
+        "{warning}"
+    );
+}

@@ -236,7 +236,7 @@ impl Engine {
             .into_iter()
             .filter_map(|mut event| {
                 self.usage.apply(&event);
-                super::eventlog::log(&event);
+                super::eventlog::log(&event, &mut self.fresh_owners);
                 super::hops::published(&mut event);
                 let (seq, session, creator_uid) =
                     (event.seq, event.session.clone(), event.creator_uid);
@@ -285,7 +285,7 @@ impl Engine {
                 fds,
                 reply,
             } => {
-                let answer = self.request(caller, request, &fds);
+                let answer = self.request(caller, *request, &fds);
                 // The client may have gone; its reply has nowhere to go.
                 let _ = reply.send(answer);
             }

@@ -5,6 +5,8 @@
 use liveness_common::protocol::wire_name;
 use liveness_common::session::{Event, EventKind};
 
+use super::owner_checks::FreshOwners;
+
 /// From the owner's death (the kernel's time where the source reads it, else when a
 /// source saw it) to the commit of its end, in milliseconds.
 pub(super) fn end_latency_ms(event: &Event) -> Option<i64> {
@@ -14,9 +16,25 @@ pub(super) fn end_latency_ms(event: &Event) -> Option<i64> {
         .map(|died| (event.at_ms - died).max(0))
 }
 
-/// Logs a committed event.
-pub(super) fn log(event: &Event) {
+/// Logs a committed event, and warns of an owner that died within a second of its
+/// registration (a launcher or a hook's own process, most likely, not the real owner).
+pub(super) fn log(event: &Event, fresh_owners: &mut FreshOwners) {
     let owner = &event.owner;
+    if event.kind == EventKind::Ended
+        && let Some(lived_ms) = event
+            .died_ms
+            .or(event.observed_ms)
+            .and_then(|died| fresh_owners.died_young(owner.key(), died))
+    {
+        tracing::warn!(
+            session = %event.session,
+            owner_pid = owner.pid,
+            owner_comm = %owner.comm,
+            lived_ms,
+            "the owner exited within a second of its registration: was it a launcher or the \
+             hook itself rather than the program the session is about? (see resolve-owner, --wrapper)"
+        );
+    }
     match event.kind {
         EventKind::Registered => tracing::info!(
             session = %event.session,

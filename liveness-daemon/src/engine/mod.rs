@@ -28,6 +28,7 @@ mod eventlog;
 mod handlers;
 mod hops;
 mod housekeeping;
+mod owner_checks;
 mod whose;
 
 #[cfg(test)]
@@ -118,7 +119,8 @@ pub struct Subscription {
 pub enum Command {
     Request {
         caller: Caller,
-        request: Request,
+        /// Boxed: requests are large next to the other commands.
+        request: Box<Request>,
         /// Descriptors passed with the request line (a pidfd owner); closed when dropped.
         fds: Vec<OwnedFd>,
         reply: oneshot::Sender<Reply>,
@@ -165,6 +167,8 @@ pub struct Engine {
     about: DaemonInfo,
     /// With `--trace-hops` only.
     hops: Option<hops::HopTrace>,
+    /// Owners registered within the last second, to warn of those that die at once.
+    fresh_owners: owner_checks::FreshOwners,
 }
 
 fn now_ms() -> i64 {
@@ -223,6 +227,7 @@ impl Engine {
         }
         Ok(Engine {
             hops: config.trace_hops.then(hops::HopTrace::default),
+            fresh_owners: owner_checks::FreshOwners::default(),
             store,
             monitor,
             config,

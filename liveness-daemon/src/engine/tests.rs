@@ -148,6 +148,7 @@ impl Fixture {
                 owner,
                 pending: id.is_none(),
                 labels: BTreeMap::new(),
+                wrappers: Vec::new(),
             },
         )
     }
