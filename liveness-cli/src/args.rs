@@ -142,6 +142,19 @@ pub(crate) enum Command {
     /// and, apart, which ones this process could start itself.
     #[command(after_help = DOCTOR_HELP)]
     Doctor,
+    /// Print the shell completion script for SHELL, e.g.
+    /// `liveness completions bash > /etc/bash_completion.d/liveness`.
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (liveness.1 and one per subcommand) into DIR.
+    #[command(hide = true)]
+    GenerateMan {
+        /// Where to write the pages.
+        dir: PathBuf,
+    },
 }
 
 #[derive(Debug, clap::Args)]

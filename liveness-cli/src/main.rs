@@ -7,6 +7,7 @@ mod args;
 mod clock;
 mod doctor;
 mod exit;
+mod generate;
 mod output;
 mod render;
 mod wait;
@@ -197,6 +198,8 @@ fn run_command(command: Command, context: &Context) -> Result<Exit, Failure> {
         Command::Watch(options) => watch(socket, options, json),
         Command::Wait(_) => unreachable!("handled by main"),
         Command::Doctor => Ok(doctor(socket, json)),
+        Command::Completions { shell } => generate::completions(shell),
+        Command::GenerateMan { dir } => generate::man_pages(&dir),
     }
 }
 

@@ -115,6 +115,10 @@ pub struct Args {
     /// Bytes of label keys and values of one non-root uid's ACTIVE sessions.
     #[arg(long, default_value_t = LimitsConfig::default().label_bytes_per_uid, value_parser = parse_count::<u64>, value_name = "BYTES")]
     max_label_bytes_per_uid: u64,
+    /// Write the man page livenessd.8, generated from these flags, into DIR and exit (for
+    /// packaging: `cargo xtask dist`).
+    #[arg(long, value_name = "DIR", hide = true)]
+    generate_man: Option<PathBuf>,
 }
 
 impl Args {
@@ -377,6 +381,18 @@ fn bind_socket(path: &Path) -> Result<UnixListener, StartError> {
 /// Entry point of `livenessd`.
 pub fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(dir) = &args.generate_man {
+        return match write_man_page(dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!(
+                    "livenessd: cannot write the man page into {}: {e}",
+                    dir.display()
+                );
+                ExitCode::from(1)
+            }
+        };
+    }
     // Files 0600 and directories 0700 (the database, its journal, the lock, the log)
     // whatever umask the daemon was started with; the socket is opened up explicitly.
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
@@ -411,6 +427,15 @@ pub fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+fn write_man_page(dir: &Path) -> io::Result<()> {
+    let mut page = Vec::new();
+    clap_mangen::Man::new(<Args as clap::CommandFactory>::command())
+        .section("8")
+        .render(&mut page)?;
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("livenessd.8"), page)
 }
 
 /// Exit code after a panic (EX_SOFTWARE).

@@ -430,3 +430,43 @@ fn an_auto_owner_that_is_a_launcher_is_warned_of_and_wrappers_are_per_request() 
         "{warning}"
     );
 }
+
+/// Completions for three shells and a man page per subcommand, from the clap definitions.
+#[test]
+fn completions_and_man_pages_are_generated_for_every_subcommand() {
+    for shell in ["bash", "zsh", "fish"] {
+        let output = liveness(&["completions", shell]);
+        assert!(output.status.success(), "{shell}: {output:?}");
+        let script = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            script.contains("register") && script.contains("--owner-pid"),
+            "{shell}: the script knows the subcommands and their flags"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let output = liveness(&["generate-man", dir.path().to_str().unwrap()]);
+    assert!(output.status.success(), "{output:?}");
+    let help = String::from_utf8_lossy(&liveness(&["--help"]).stdout).into_owned();
+    let subcommands: Vec<&str> = help
+        .lines()
+        .skip_while(|line| !line.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|line| line.starts_with("  "))
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .collect();
+    assert!(subcommands.contains(&"register"), "{help}");
+    for name in subcommands {
+        let page = dir.path().join(format!("liveness-{name}.1"));
+        let text =
+            std::fs::read_to_string(&page).unwrap_or_else(|e| panic!("{}: {e}", page.display()));
+        assert!(text.contains(".TH"), "{} is a man page", page.display());
+    }
+    let output = Command::new(binary("livenessd"))
+        .arg("--generate-man")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    assert!(dir.path().join("livenessd.8").exists());
+}
