@@ -5,12 +5,14 @@
 //! - [`identity`]: process fingerprints ([`identity::Identity`]).
 //! - [`exit`]: how a process ended ([`exit::ExitStatus`]) and what noticed it.
 //! - [`session`]: sessions and the events of the stream.
+//! - [`lock`]: locks held by sessions, with fencing tokens.
 //! - [`protocol`]: requests, replies, errors and stream messages.
 //! - [`status`]: what the daemon reports about itself.
 //! - [`record`]: the record the eBPF program writes into its ring buffer.
 
 pub mod exit;
 pub mod identity;
+pub mod lock;
 pub mod protocol;
 pub mod record;
 pub mod session;

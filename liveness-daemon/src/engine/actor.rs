@@ -8,10 +8,11 @@ use crate::source::ExitObservation;
 use crate::store::OwnerDeath;
 use liveness_common::exit::DetectedBy;
 use liveness_common::identity::{Identity, ProcessKey};
-use liveness_common::protocol::StreamMessage;
+use liveness_common::protocol::{Request, StreamMessage};
 use liveness_common::session::{EndReason, Event};
 use liveness_proc::identity::Liveness;
 
+use super::locks::{AcquireRequest, LockEffect};
 use super::{
     Batch, Command, Engine, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, Published, RETRY_PERIOD,
     Subscription, ms_of,
@@ -222,9 +223,17 @@ impl Engine {
         }
     }
 
+    /// Announces committed events, then applies what they change for requests waiting for
+    /// a lock (a freed lock is granted here, its event published after these).
+    pub(super) fn publish(&mut self, events: Vec<Event>) {
+        let effects = LockEffect::of(&events);
+        self.broadcast(events);
+        self.follow_locks(effects);
+    }
+
     /// Sends committed events, as one batch, to every subscriber. A subscriber whose queue
     /// is full is dropped; its connection tells it `lagged`.
-    pub(super) fn publish(&mut self, events: Vec<Event>) {
+    fn broadcast(&mut self, events: Vec<Event>) {
         let batch: Batch = events
             .into_iter()
             .filter_map(|event| {
@@ -270,6 +279,28 @@ impl Engine {
 
     pub(super) fn handle(&mut self, command: Command) {
         match command {
+            Command::Request {
+                caller,
+                request:
+                    Request::LockAcquire {
+                        name,
+                        session,
+                        uid,
+                        wait,
+                        timeout_ms,
+                    },
+                reply,
+                ..
+            } => {
+                let request = AcquireRequest {
+                    name,
+                    session,
+                    uid,
+                    wait,
+                    timeout_ms,
+                };
+                self.lock_acquire(caller, request, reply);
+            }
             Command::Request {
                 caller,
                 request,

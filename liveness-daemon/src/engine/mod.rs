@@ -26,6 +26,7 @@ mod actor;
 mod auth;
 mod handlers;
 mod housekeeping;
+mod locks;
 mod whose;
 
 #[cfg(test)]
@@ -159,6 +160,8 @@ pub struct Engine {
     last_prune: Option<Instant>,
     /// Facts status reports about the daemon itself (paths, versions).
     about: DaemonInfo,
+    /// Requests waiting for a lock.
+    waiters: locks::Waiters,
 }
 
 fn now_ms() -> i64 {
@@ -178,7 +181,9 @@ fn store_error(e: StoreError) -> ErrorBody {
         StoreError::AlreadyEnded(_) => ErrorCode::AlreadyEnded,
         StoreError::AlreadyExists(_) => ErrorCode::AlreadyExists,
         StoreError::NotPending(_) => ErrorCode::NotPending,
-        StoreError::InvalidId(_) => ErrorCode::InvalidRequest,
+        StoreError::InvalidId(_) | StoreError::InvalidLockName(_) => ErrorCode::InvalidRequest,
+        StoreError::NotHeld { .. } => ErrorCode::NotHeld,
+        StoreError::TooManyLocks(_) => ErrorCode::LimitReached,
         _ => ErrorCode::Internal,
     };
     if code == ErrorCode::Internal {
@@ -228,6 +233,7 @@ impl Engine {
             started: Instant::now(),
             last_prune: None,
             about,
+            waiters: locks::Waiters::default(),
         })
     }
 }
