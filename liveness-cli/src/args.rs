@@ -6,6 +6,8 @@ use clap::{Parser, Subcommand};
 
 use crate::doctor::DOCTOR_HELP;
 use crate::exit::EXIT_CODES_HELP;
+use crate::lock::LockCommand;
+use crate::run::{RUN_HELP, RunArgs};
 use crate::wait::WAIT_HELP;
 use crate::watch::Watch;
 
@@ -141,6 +143,18 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Locks held by sessions: acquire, release, list, and run a command holding one.
+    Lock {
+        #[command(subcommand)]
+        command: LockCommand,
+    },
+    /// Run CMD as the owner of a new session, registered before CMD starts; wait for it,
+    /// and exit with its status once the session has ended.
+    ///
+    /// CMD finds its session's id in LIVENESS_SESSION. SIGINT and SIGTERM sent to liveness
+    /// are passed on to CMD.
+    #[command(after_help = RUN_HELP)]
+    Run(RunArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -165,7 +179,7 @@ pub(crate) enum PhaseArg {
     Ended,
 }
 
-fn parse_label(text: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_label(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
         _ => Err(format!("{text:?} is not KEY=VALUE")),

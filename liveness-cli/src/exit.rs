@@ -15,6 +15,8 @@ pub(crate) enum Exit {
     Ok = 0,
     Dead = 1,
     Unknown = 2,
+    /// `lock acquire`: another session holds the lock.
+    LockHeld = 3,
     /// Bad command line (EX_USAGE).
     Usage = 64,
     /// Bad input data, or a request the daemon refused as invalid (EX_DATAERR).
@@ -45,6 +47,7 @@ Exit codes:
   0   alive (check) or success
   1   dead: the process exited, its PID was reused, or the machine rebooted
   2   unknown: cannot be decided here (another host, unreadable /proc)
+  3   lock acquire, lock run: the lock is held by another session
   64  usage error                 65  invalid input, or refused as invalid
   66  no such session or process  69  daemon unreachable or stopping
   70  internal error              74  I/O error
@@ -72,6 +75,7 @@ fn refusal_exit(code: ErrorCode) -> Exit {
         ErrorCode::ShuttingDown => Exit::Unavailable,
         ErrorCode::Internal => Exit::Software,
         ErrorCode::TooManyConnections | ErrorCode::LimitReached => Exit::TempFail,
+        ErrorCode::LockHeld => Exit::LockHeld,
         ErrorCode::InvalidJson
         | ErrorCode::InvalidRequest
         | ErrorCode::LineTooLong
@@ -79,6 +83,7 @@ fn refusal_exit(code: ErrorCode) -> Exit {
         | ErrorCode::AlreadyEnded
         | ErrorCode::AlreadyExists
         | ErrorCode::NotPending
+        | ErrorCode::NotHeld
         | ErrorCode::Ambiguous
         | ErrorCode::NoOwner
         | ErrorCode::InvalidOwner => Exit::DataErr,

@@ -6,7 +6,9 @@
 mod args;
 mod doctor;
 mod exit;
+mod lock;
 mod render;
+mod run;
 mod wait;
 mod watch;
 
@@ -52,6 +54,8 @@ fn run(cli: Cli) -> ExitCode {
     let socket = &cli.socket.unwrap_or_else(liveness_client::default_socket);
     match cli.command {
         Command::Wait(SessionArgs { session, uid, json }) => wait(socket, &session, uid, json),
+        Command::Lock { command } => lock::lock(socket, command),
+        Command::Run(args) => run::run(socket, args),
         command => run_command(command, socket).into(),
     }
 }
@@ -180,7 +184,9 @@ fn run_command(command: Command, socket: &Path) -> Exit {
             Exit::Ok
         }),
         Command::Watch(options) => watch(socket, options),
-        Command::Wait(_) => unreachable!("handled by run"),
+        Command::Wait(_) | Command::Lock { .. } | Command::Run(_) => {
+            unreachable!("handled by run")
+        }
         Command::Doctor { json } => doctor(socket, json),
     }
 }

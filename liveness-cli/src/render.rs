@@ -60,14 +60,63 @@ pub(crate) fn describe_session(session: &Session) -> String {
 }
 
 pub(crate) fn describe_event(event: &Event) -> String {
+    let lock = event.lock.as_ref().map_or_else(String::new, |lock| {
+        let reason = lock.reason.map(|r| format!(" ({})", wire_name(r)));
+        format!(
+            " lock {} token {}{}",
+            lock.name,
+            lock.token,
+            reason.unwrap_or_default()
+        )
+    });
     format!(
-        "#{} {} {} owner {}{}",
+        "#{} {} {}{lock} owner {}{}",
         event.seq,
         wire_name(event.kind),
         event.session,
         event.owner,
         describe_end(event.reason, event.exit, event.detected_by)
     )
+}
+
+/// A time in Unix milliseconds as UTC, `2026-11-23T17:50:23.123Z`.
+pub(crate) fn describe_ms(ms: i64) -> String {
+    let (days, ms_of_day) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
+    // Days to a civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let shifted_month = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
+    let month = if shifted_month < 10 {
+        shifted_month + 3
+    } else {
+        shifted_month - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    let seconds = ms_of_day / 1000;
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        seconds / 3600,
+        seconds / 60 % 60,
+        seconds % 60,
+        ms_of_day % 1000
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_print_as_utc() {
+        assert_eq!(describe_ms(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(describe_ms(951_782_400_123), "2000-02-29T00:00:00.123Z");
+        assert_eq!(describe_ms(1_795_369_823_456), "2026-11-22T17:50:23.456Z");
+    }
 }
 
 pub(crate) fn print_status(status: &Status) {

@@ -3,6 +3,7 @@
 //! `docs/protocol.md`; it depends on serde and nothing of the daemon.
 //!
 //! - [`identity`]: process fingerprints ([`identity::Identity`]).
+//! - [`duration`]: durations on command lines (`500ms`, `30s`, `2m`).
 //! - [`exit`]: how a process ended ([`exit::ExitStatus`]) and what noticed it.
 //! - [`session`]: sessions and the events of the stream.
 //! - [`lock`]: locks held by sessions, with fencing tokens.
@@ -10,6 +11,7 @@
 //! - [`status`]: what the daemon reports about itself.
 //! - [`record`]: the record the eBPF program writes into its ring buffer.
 
+pub mod duration;
 pub mod exit;
 pub mod identity;
 pub mod lock;
