@@ -176,7 +176,7 @@ impl Engine {
         let uid = holder.creator_uid;
         match self.store.acquire_lock(uid, &holder.id, &name, now) {
             Ok(Acquired::Granted { lock, event }) => {
-                self.publish(vec![event]);
+                self.publish(vec![*event]);
                 answer(reply, lock_reply(lock));
             }
             Ok(Acquired::AlreadyHeld(lock)) => {
@@ -283,7 +283,7 @@ impl Engine {
                     let waiters = self.waiters.count(&key);
                     // Published before the reply: the connection may have closed just now,
                     // and then the grant is undone by a release, which is published too.
-                    self.publish(vec![event]);
+                    self.publish(vec![*event]);
                     if waiter
                         .reply
                         .send(lock_reply(Lock { waiters, ..lock }))

@@ -16,7 +16,7 @@ pub const MAX_LOCKS_PER_SESSION: usize = 256;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Acquired {
     /// The lock was free and is now the session's: publish `event`.
-    Granted { lock: Lock, event: Event },
+    Granted { lock: Lock, event: Box<Event> },
     /// The session holds it already (no new grant, the token stays).
     AlreadyHeld(Lock),
     /// Another session holds it.
@@ -177,7 +177,10 @@ impl Store {
             lock_event(EventKind::LockAcquired, &holder, &lock, None, now_ms),
         )?;
         tx.commit()?;
-        Ok(Acquired::Granted { lock, event })
+        Ok(Acquired::Granted {
+            lock,
+            event: Box::new(event),
+        })
     }
 
     /// Releases lock `name` of user `uid`'s namespace, which session `session` must hold.

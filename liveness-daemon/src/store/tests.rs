@@ -1229,7 +1229,7 @@ fn commits_survive_sigkill() {
 
 fn granted(acquired: Acquired) -> (Lock, Event) {
     match acquired {
-        Acquired::Granted { lock, event } => (lock, event),
+        Acquired::Granted { lock, event } => (lock, *event),
         other => panic!("the lock should be granted, got {other:?}"),
     }
 }
@@ -1306,7 +1306,8 @@ fn a_lock_is_exclusive_and_its_tokens_only_grow() {
 fn every_ending_releases_the_sessions_locks_in_its_transaction() {
     let db = Db::new();
     let mut store = db.open();
-    let endings: [(&str, u32, fn(&mut Store, &Identity) -> Vec<Event>); 3] = [
+    type EndWith = fn(&mut Store, &Identity) -> Vec<Event>;
+    let endings: [(&str, u32, EndWith); 3] = [
         ("exited", 10, end_by_owner),
         ("stopped", 11, |store, _| {
             let stopped = store.end(
