@@ -41,6 +41,10 @@ pub(super) struct Waiters {
 }
 
 impl Waiters {
+    pub(super) fn is_empty(&self) -> bool {
+        self.queues.is_empty()
+    }
+
     /// Queues `waiter` last; gives it back when the queue is full.
     fn push(&mut self, key: LockKey, waiter: Waiter) -> Result<(), Waiter> {
         let queue = self.queues.entry(key).or_default();

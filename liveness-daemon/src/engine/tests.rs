@@ -632,3 +632,29 @@ async fn lock_names_are_per_user_and_no_user_releases_anothers() {
     let mut bad = acquire(&mut f, ALICE, "s", "", false);
     assert_eq!(error_of(bad.try_recv().unwrap()), ErrorCode::InvalidRequest);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_pending_waiter_renamed_while_it_waits_gets_the_lock_under_its_real_id() {
+    let mut f = fixture().await;
+    f.proc.spawn(11, ALICE.uid);
+    f.proc.spawn(12, ALICE.uid);
+    f.own(ALICE, "holder", 11);
+    let pending = session_of(
+        f.register(ALICE, None, OwnerSpec::Pid(PidOwner { pid: 12 })),
+        "pending register",
+    );
+    token_of(&mut acquire(&mut f, ALICE, "holder", "l", false), "holder");
+    let mut waiter = acquire(&mut f, ALICE, &pending.id, "l", true);
+    let renamed = f.ask(
+        ALICE,
+        Request::Rename {
+            session: pending.id.clone(),
+            to: "real".into(),
+            uid: None,
+        },
+    );
+    session_of(renamed, "rename");
+    assert!(release(&mut f, ALICE, "holder", "l").ok);
+    token_of(&mut waiter, "granted after the rename");
+    assert_eq!(locks(&mut f, ALICE)[0].session, "real");
+}

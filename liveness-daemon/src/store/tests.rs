@@ -1439,3 +1439,30 @@ fn tokens_jump_with_seqs_after_an_unclean_stop_on_another_boot() {
     let (second, _) = granted(acquire(&mut store, "a", "build"));
     assert_eq!(second.token, first.token + 1 + SEQ_JUMP_AFTER_POWER_LOSS);
 }
+
+#[test]
+fn recovery_keeps_the_locks_of_recovered_sessions_and_never_reuses_a_token() {
+    let (old, new) = (Db::new(), Db::new());
+    let mut store = old.open();
+    store.register(req("a", owner(10)), NOW).unwrap();
+    let (held, _) = granted(acquire(&mut store, "a", "x"));
+    // A lock whose session cannot be read back would have no end to release it.
+    store
+        .conn
+        .execute(
+            "INSERT INTO locks (uid, name, session, token, since_ms) VALUES (?1, 'ghost', 'gone', 99, 0)",
+            [UID],
+        )
+        .unwrap();
+    drop(store);
+    let mut recovered = new.open();
+    super::recovery::salvage(&old.path(), &mut recovered.conn);
+    assert_eq!(recovered.locks(None).unwrap(), [held.clone()]);
+    recovered.register(req("b", owner(11)), NOW).unwrap();
+    let (next, _) = granted(recovered.acquire_lock(UID, "b", "y", NOW).unwrap());
+    assert!(
+        next.token > 99 + SEQ_JUMP_AFTER_POWER_LOSS,
+        "tokens continue above every one that may have been handed out: {}",
+        next.token
+    );
+}
