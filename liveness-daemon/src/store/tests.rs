@@ -1457,7 +1457,7 @@ fn recovery_keeps_the_locks_of_recovered_sessions_and_never_reuses_a_token() {
     drop(store);
     let mut recovered = new.open();
     super::recovery::salvage(&old.path(), &mut recovered.conn);
-    assert_eq!(recovered.locks(None).unwrap(), [held.clone()]);
+    assert_eq!(recovered.locks(None).unwrap(), [held]);
     recovered.register(req("b", owner(11)), NOW).unwrap();
     let (next, _) = granted(recovered.acquire_lock(UID, "b", "y", NOW).unwrap());
     assert!(
