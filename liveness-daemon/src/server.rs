@@ -8,7 +8,9 @@
 //! read-only store connection instead, so that no listing holds the engine. A `subscribe` turns the connection into a
 //! stream: replay from a read-only store connection up to the head seq the engine gave,
 //! then live events from a bounded queue. A stream that cannot keep up is told `lagged`
-//! and closed, so it never slows the engine or anyone else.
+//! and closed, so it never slows the engine or anyone else. A `lock_acquire` that waits
+//! gives its uid's turn back once the engine has queued it, and leaves the queue when its
+//! client hangs up or its `timeout_ms` passes.
 
 use std::fs::File;
 use std::os::fd::OwnedFd;
