@@ -343,3 +343,69 @@ fn held_error(lock: &Lock) -> ErrorBody {
         ),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiter(session: &str) -> (Waiter, oneshot::Receiver<Reply>) {
+        let (reply, answer) = oneshot::channel();
+        let session = session.to_owned();
+        (Waiter { session, reply }, answer)
+    }
+
+    #[test]
+    fn a_full_queue_refuses_and_closed_waiters_make_room() {
+        let mut waiters = Waiters::default();
+        let key = (1000, "l".to_owned());
+        let mut answers = Vec::new();
+        for i in 0..MAX_WAITERS_PER_LOCK {
+            let (w, answer) = waiter(&format!("s{i}"));
+            waiters.push(key.clone(), w).expect("room in the queue");
+            answers.push(answer);
+        }
+        let (extra, _) = waiter("extra");
+        let refused = waiters
+            .push(key.clone(), extra)
+            .expect_err("the queue is full");
+        assert_eq!(refused.session, "extra", "the refused waiter is given back");
+        // The first in line hangs up: its place is free, and it is never served.
+        drop(answers.remove(0));
+        let (late, _late_answer) = waiter("late");
+        waiters
+            .push(key.clone(), late)
+            .expect("a closed waiter's place is free");
+        assert_eq!(waiters.count(&key), MAX_WAITERS_PER_LOCK as u32);
+        let first = waiters.pop(&key).expect("a waiter");
+        assert_eq!(
+            first.session, "s1",
+            "served in order, skipping the closed one"
+        );
+    }
+
+    #[test]
+    fn an_ended_sessions_waiters_leave_every_queue_of_its_user_only() {
+        let mut waiters = Waiters::default();
+        let mut answers = Vec::new();
+        for (uid, name, session) in [(1, "a", "s"), (1, "b", "s"), (1, "b", "t"), (2, "a", "s")] {
+            let (w, answer) = waiter(session);
+            waiters.push((uid, name.to_owned()), w).unwrap();
+            answers.push(answer);
+        }
+        let mut removed: Vec<_> = waiters
+            .remove_session(1, "s")
+            .into_iter()
+            .map(|(name, w)| (name, w.session))
+            .collect();
+        removed.sort();
+        let s = || "s".to_owned();
+        assert_eq!(removed, [("a".to_owned(), s()), ("b".to_owned(), s())]);
+        assert_eq!(waiters.count(&(1, "a".into())), 0);
+        assert_eq!(waiters.count(&(1, "b".into())), 1, "t still waits");
+        assert_eq!(
+            waiters.count(&(2, "a".into())),
+            1,
+            "another user's s still waits"
+        );
+    }
+}
