@@ -148,17 +148,50 @@ fn a_waiter_gets_the_lock_as_soon_as_the_holders_owner_is_killed() {
     let granted = waiter.next_line().expect("the waiter's reply");
     let delay = killed.elapsed();
     let granted = token(&granted);
-    eprintln!(
-        "measured: the waiter had the lock {delay:?} after the holder's owner was told to SIGKILL itself"
-    );
     assert!(granted > held);
-    let (kind, session, token, reason) = next_lock_event(&mut stream);
+    // One commit ends the session and releases its lock; the grant follows in the same
+    // step of the daemon.
+    let ended = next_event(&mut stream);
+    let released = next_event(&mut stream);
+    let acquired = next_event(&mut stream);
     assert_eq!(
-        (kind.as_str(), session.as_str(), token, reason),
-        ("lock.released", "holder", held, json!("session_ended"))
+        (
+            &ended["kind"],
+            &ended["reason"],
+            &released["kind"],
+            &acquired["kind"]
+        ),
+        (
+            &json!("session.ended"),
+            &json!("owner_exited"),
+            &json!("lock.released"),
+            &json!("lock.acquired")
+        ),
+        "{ended}\n{released}\n{acquired}"
     );
-    let ended = daemon.session("holder");
-    assert_eq!(ended["reason"], "owner_exited", "{ended}");
+    assert_eq!(
+        (
+            &released["session"],
+            &released["lock"]["token"],
+            &released["lock"]["reason"]
+        ),
+        (&json!("holder"), &json!(held), &json!("session_ended"))
+    );
+    assert_eq!(
+        (&acquired["session"], &acquired["lock"]["token"]),
+        (&json!("waiter"), &json!(granted))
+    );
+    let ms = |event: &Value, field: &str| event[field].as_i64();
+    eprintln!(
+        "measured: the waiter had the lock {delay:?} after the holder's owner was told to \
+         SIGKILL itself; detected by {}, died_ms {:?} observed_ms {:?}, session.ended at_ms {:?}, \
+         lock.acquired at_ms {:?}",
+        ended["detected_by"],
+        ms(&ended, "died_ms"),
+        ms(&ended, "observed_ms"),
+        ms(&ended, "at_ms"),
+        ms(&acquired, "at_ms"),
+    );
 }
 
 #[test]
@@ -456,14 +489,45 @@ fn lock_run_holds_the_lock_for_the_commands_lifetime_only() {
     assert_eq!(refused.status.code(), Some(3), "{refused:?}");
     assert!(refused.stdout.is_empty(), "CMD must not run: {refused:?}");
     assert_eq!(locks(&daemon)[0]["session"], "holder");
+
+    // With --wait, CMD runs once the holder lets go, with the next token.
+    let waiting = liveness(&daemon)
+        .args([
+            "lock",
+            "run",
+            "deploy",
+            "--wait",
+            "--",
+            "sh",
+            "-c",
+            "echo $LIVENESS_LOCK_TOKEN",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start liveness lock run --wait");
+    assert!(eventually(WAIT, || locks(&daemon)[0]["waiters"] == 1));
+    daemon.request(json!({"op": "lock_release", "name": "deploy", "session": "holder"}));
+    let output = waiting.wait_with_output().expect("lock run --wait");
+    assert!(output.status.success(), "{output:?}");
+    let waited: u64 = String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .expect("a token");
+    assert!(waited > held, "{held} then {waited}");
+    assert!(locks(&daemon).is_empty(), "free once lock run has returned");
+}
+
+/// The `liveness` CLI pointed at `daemon`, to start in the background.
+fn liveness(daemon: &Daemon) -> std::process::Command {
+    let mut command = std::process::Command::new(integration_tests::binary("liveness"));
+    command.arg("--socket").arg(&daemon.socket);
+    command
 }
 
 #[test]
 fn run_passes_sigterm_on_to_the_command() {
     let daemon = Daemon::start(&[]);
-    let mut run = std::process::Command::new(integration_tests::binary("liveness"))
-        .arg("--socket")
-        .arg(&daemon.socket)
+    let mut run = liveness(&daemon)
         .args([
             "lock",
             "run",
