@@ -182,7 +182,12 @@ pub fn process_of(uid: u32) -> UserProcess {
 /// A daemon whose socket other users can reach (the test's temp dir is private by
 /// default), and the binaries they can run.
 pub fn shared_daemon() -> (Daemon, BinariesForAnyUser) {
-    let daemon = Daemon::start(&[]);
+    shared_daemon_with(&[])
+}
+
+/// [`shared_daemon`] started with `args`.
+pub fn shared_daemon_with(args: &[&str]) -> (Daemon, BinariesForAnyUser) {
+    let daemon = Daemon::start(args);
     let binaries = BinariesForAnyUser::new();
     for dir in [
         daemon.dir.path().to_path_buf(),

@@ -1,10 +1,11 @@
 //! Locks held by sessions, end to end: real daemon, real processes, the real CLI.
 
+use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
 use integration_tests::{
     Conn, Daemon, Orphan, cli_as, eventually, json_of, next_event, privileged, process_of,
-    register, shared_daemon, subscribe,
+    register, shared_daemon, shared_daemon_with, subscribe,
 };
 use serde_json::{Value, json};
 
@@ -406,6 +407,73 @@ fn another_user_cannot_release_or_see_a_lock() {
         root_view.contains(&alices),
         "alice's lock is untouched: {root_view:?}"
     );
+}
+
+#[test]
+fn a_users_waiting_acquire_does_not_hold_up_its_other_requests() {
+    if !privileged("a_users_waiting_acquire_does_not_hold_up_its_other_requests") {
+        return;
+    }
+    const CAROL: u32 = 61_013;
+    // One request of hers at a time: a waiting acquire that kept its turn would block the
+    // release it waits for.
+    let (daemon, binaries) = shared_daemon_with(&["--max-requests-per-uid", "1"]);
+    let process = process_of(CAROL);
+    let pid = process.id().to_string();
+    for id in ["holder", "waiter"] {
+        let registered = cli_as(
+            &binaries,
+            &daemon,
+            CAROL,
+            &["register", "--session", id, "--owner-pid", &pid],
+        );
+        assert!(registered.status.success(), "{registered:?}");
+    }
+    let held = cli_as(
+        &binaries,
+        &daemon,
+        CAROL,
+        &["lock", "acquire", "l", "--session", "holder"],
+    );
+    assert!(held.status.success(), "{held:?}");
+    let waiting = std::process::Command::new(binaries.path("liveness"))
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .args([
+            "lock",
+            "acquire",
+            "l",
+            "--session",
+            "waiter",
+            "--wait",
+            "--json",
+        ])
+        .uid(CAROL)
+        .gid(CAROL)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start a waiting acquire as carol");
+    assert!(eventually(WAIT, || locks(&daemon)
+        .first()
+        .is_some_and(|l| l["waiters"] == 1)));
+    // Bounded: held up behind the waiting request, it would never return.
+    let released = std::process::Command::new("timeout")
+        .arg("20")
+        .arg(binaries.path("liveness"))
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .args(["lock", "release", "l", "--session", "holder"])
+        .uid(CAROL)
+        .gid(CAROL)
+        .output()
+        .expect("run liveness lock release as carol");
+    assert!(
+        released.status.success(),
+        "the release must not wait behind the waiting acquire: {released:?}"
+    );
+    let granted = waiting.wait_with_output().expect("the waiting acquire");
+    assert!(granted.status.success(), "{granted:?}");
+    assert_eq!(json_of(&granted)["session"], "waiter");
 }
 
 /// A shell command that reports its environment and then does what `then` says.
