@@ -288,7 +288,7 @@ fn a_lock_of_a_pending_session_that_never_resolves_is_freed_when_it_expires() {
 }
 
 #[test]
-fn a_waiter_that_hangs_up_or_times_out_leaves_the_queue() {
+fn a_lock_waiter_that_hangs_up_or_times_out_leaves_the_queue() {
     let daemon = Daemon::start(&[]);
     let owners: Vec<_> = (0..3).map(|_| Orphan::spawn(&["exit", "0"])).collect();
     for (id, owner) in ["h", "gone", "next"].iter().zip(&owners) {
@@ -410,8 +410,8 @@ fn another_user_cannot_release_or_see_a_lock() {
 }
 
 #[test]
-fn a_users_waiting_acquire_does_not_hold_up_its_other_requests() {
-    if !privileged("a_users_waiting_acquire_does_not_hold_up_its_other_requests") {
+fn a_users_waiting_lock_acquire_does_not_hold_up_its_other_requests() {
+    if !privileged("a_users_waiting_lock_acquire_does_not_hold_up_its_other_requests") {
         return;
     }
     const CAROL: u32 = 61_013;
