@@ -203,6 +203,8 @@ struct Report {
     latency: BTreeMap<String, Value>,
     latency_dist: BTreeMap<String, Dist>,
     floor: BTreeMap<String, Dist>,
+    /// Per source, the p50 of each hop of a death through the daemon.
+    breakdown: BTreeMap<String, Vec<(&'static str, Dist)>>,
     scale: Vec<Value>,
     baseline: Vec<Value>,
     overhead: Option<Value>,
@@ -299,6 +301,9 @@ fn run(args: &Args) -> Result<bool> {
         "latency": report.latency,
         "floor": report.floor.iter().map(|(k, d)| (k.clone(), d.json())).collect::<BTreeMap<_, _>>(),
         "ratio_to_floor": ratios(&report),
+        "breakdown": report.breakdown.iter().map(|(source, hops)| {
+            (source.clone(), hops.iter().map(|(hop, d)| ((*hop).to_owned(), d.json())).collect::<BTreeMap<_, _>>())
+        }).collect::<BTreeMap<_, _>>(),
         "scale": report.scale,
         "baseline": {
             "sweeps": report.baseline,
@@ -362,7 +367,8 @@ fn session(part: &str, pid: u32) -> String {
 /// first.
 /// Both figures thus come from the same minutes of a shared, noisy machine.
 fn latency(args: &Args, plan: &Plan, source: &str, report: &mut Report) -> Result<()> {
-    let mut daemon = daemon::start(&args.bin_dir, source, &[])?;
+    // Two clock readings per death, against tens of microseconds measured.
+    let mut daemon = daemon::start(&args.bin_dir, source, &["--trace-hops"])?;
     let subscriber = Subscriber::start(&daemon.socket)?;
     let mut floor = match source {
         "ebpf" | "pidfd" => Some(Floor::start(source)?),
@@ -378,6 +384,7 @@ fn latency(args: &Args, plan: &Plan, source: &str, report: &mut Report) -> Resul
     let mut samples = Vec::with_capacity(plan.latency_samples);
     let mut floor_samples = Vec::with_capacity(plan.latency_samples);
     let mut detected_by: BTreeMap<String, u64> = BTreeMap::new();
+    let mut breakdown = Breakdown::default();
     let mut lost = 0;
     let mut seen = HashMap::new();
     let batch = if parallel > 1 { parallel } else { 100 };
@@ -423,6 +430,7 @@ fn latency(args: &Args, plan: &Plan, source: &str, report: &mut Report) -> Resul
                 match subscriber.wait_for(&session(&part, exit.pid), timeout, &mut seen) {
                     Some(ended) => {
                         samples.push(ended.received_ns.saturating_sub(exit.exit_ns));
+                        breakdown.add(exit.exit_ns, &ended);
                         *detected_by.entry(ended.detected_by).or_default() += 1;
                     }
                     None => lost += 1,
@@ -448,12 +456,60 @@ fn latency(args: &Args, plan: &Plan, source: &str, report: &mut Report) -> Resul
     }
     report.latency.insert(source.into(), value);
     report.latency_dist.insert(source.into(), dist);
+    report.breakdown.insert(source.into(), breakdown.dists());
     if floor.is_some() {
         report
             .floor
             .insert(source.into(), Dist::of_ns(&floor_samples));
     }
     Ok(())
+}
+
+/// The time of each hop of one death, from the owner's last clock reading to the
+/// subscriber's read; `kernel exit` needs the eBPF record's time, and without it the
+/// source's part starts at the owner's clock reading.
+#[derive(Debug, Default)]
+struct Breakdown {
+    hops: BTreeMap<&'static str, Vec<u64>>,
+}
+
+/// Hop names, in the order a death takes them.
+const HOPS: [&str; 5] = [
+    "exit -> kernel exit",
+    "kernel exit -> read",
+    "read -> committed",
+    "committed -> published",
+    "published -> subscriber",
+];
+
+impl Breakdown {
+    fn add(&mut self, exit_ns: u64, ended: &daemon::Ended) {
+        let Some(h) = ended.hops else { return };
+        let died = h.died_ns.unwrap_or(exit_ns);
+        let stamps = [
+            exit_ns,
+            died,
+            h.read_ns,
+            h.committed_ns,
+            h.published_ns,
+            ended.received_ns,
+        ];
+        for (name, pair) in HOPS.iter().zip(stamps.windows(2)) {
+            if h.died_ns.is_none() && *name == HOPS[0] {
+                continue;
+            }
+            self.hops
+                .entry(name)
+                .or_default()
+                .push(pair[1].saturating_sub(pair[0]));
+        }
+    }
+
+    fn dists(&self) -> Vec<(&'static str, Dist)> {
+        HOPS.iter()
+            .filter_map(|name| Some((*name, Dist::of_ns(self.hops.get(name)?))))
+            .collect()
+    }
 }
 
 /// One scale setting: `n` sleeping owners under `--sources source`.
@@ -894,6 +950,27 @@ fn print_table(plan: &Plan, report: &Report, goals: &[Value]) {
         println!(
             "  {name}: end-to-end / floor = {} at p50, {} at p99",
             r["p50"], r["p99"]
+        );
+    }
+    if !report.breakdown.is_empty() {
+        println!("\nWhere the time goes: p50 of each hop of one death (us)");
+        print!("{:<10}", "source");
+        for hop in HOPS {
+            print!(" {hop:>24}");
+        }
+        println!();
+        for (source, hops) in &report.breakdown {
+            print!("{source:<10}");
+            for hop in HOPS {
+                match hops.iter().find(|(name, _)| *name == hop) {
+                    Some((_, d)) => print!(" {:>24.1}", d.p50),
+                    None => print!(" {:>24}", "-"),
+                }
+            }
+            println!();
+        }
+        println!(
+            "  (without the kernel's exit time (pidfd, procpoll), the first hop starts at the owner's last clock reading)"
         );
     }
     println!("\nScale (burst: ms from the kill until the last death reached each stage)");

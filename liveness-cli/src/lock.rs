@@ -1,24 +1,24 @@
 //! `liveness lock`: take, release and list locks held by sessions, and `lock run`.
 
-use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Subcommand;
 
-use liveness_client::{Client, ErrorCode};
+use liveness_client::Client;
 use liveness_common::duration::parse_duration;
-use liveness_common::lock::Lock;
 
-use crate::exit::{Exit, client_error};
-use crate::render::print_json;
+use crate::Context;
+use crate::exit::{Exit, Failure};
+use crate::output::{self, outln};
+use crate::render::print_lock_table;
 use crate::run::{RunArgs, run_holding};
 
 pub(crate) const LOCK_HELP: &str = "\
 Exit codes of lock acquire (and of lock run before CMD starts):
   0   granted: the token is printed
   3   held by another session (without --wait), or still held after --timeout
-  64+ as for the other commands (66: no such session)
+  64+ as for the other commands (see `liveness --help`)
 lock run otherwise exits with CMD's status (128+N when a signal N killed it).";
 
 /// `liveness lock ...`.
@@ -31,29 +31,25 @@ pub(crate) enum LockCommand {
     /// earlier one of the lock: pass it to what the lock guards, to refuse older holders.
     #[command(after_help = LOCK_HELP)]
     Acquire {
+        /// The lock's name (per user, like session ids).
         name: String,
         #[command(flatten)]
         holder: Holder,
         #[command(flatten)]
         wait: WaitArgs,
-        #[arg(long)]
-        json: bool,
     },
     /// Release lock NAME, held by the session.
     Release {
+        /// The lock's name.
         name: String,
         #[command(flatten)]
         holder: Holder,
-        #[arg(long)]
-        json: bool,
     },
     /// List the held locks you may see: name, holder session, token, since, waiters.
     List {
         /// Root only: only this user's locks.
         #[arg(long, value_name = "UID")]
         uid: Option<u32>,
-        #[arg(long)]
-        json: bool,
     },
     /// Run CMD as the owner of a new session that holds lock NAME for CMD's lifetime.
     ///
@@ -62,6 +58,7 @@ pub(crate) enum LockCommand {
     /// exits, however it exits.
     #[command(after_help = LOCK_HELP)]
     Run {
+        /// The lock's name.
         name: String,
         #[command(flatten)]
         wait: WaitArgs,
@@ -73,6 +70,7 @@ pub(crate) enum LockCommand {
 /// The session a lock is taken or released for.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Holder {
+    /// The session that holds (or takes) the lock.
     #[arg(long)]
     session: String,
     /// Root only: the session of this user (lock names are per user, like session ids).
@@ -91,80 +89,37 @@ pub(crate) struct WaitArgs {
     pub(crate) timeout: Option<Duration>,
 }
 
-pub(crate) fn lock(socket: &Path, command: LockCommand) -> ExitCode {
-    let exit = match command {
-        LockCommand::Acquire {
-            name,
-            holder,
-            wait,
-            json,
-        } => {
-            let acquired = Client::connect(socket).and_then(|mut client| {
+pub(crate) fn lock(context: &Context, command: LockCommand) -> Result<ExitCode, Failure> {
+    let socket = context.socket.as_path();
+    match command {
+        LockCommand::Acquire { name, holder, wait } => {
+            let lock = Client::connect(socket).and_then(|mut client| {
                 client.lock_acquire(&name, &holder.session, holder.uid, wait.wait, wait.timeout)
-            });
-            match acquired {
-                Ok(lock) if json => print_lock_json(&lock),
-                Ok(lock) => {
-                    println!("{}", lock.token);
-                    Exit::Ok
-                }
-                Err(e) => lock_error(&e),
-            }
-        }
-        LockCommand::Release { name, holder, json } => {
-            let released = Client::connect(socket)
-                .and_then(|mut client| client.lock_release(&name, &holder.session, holder.uid));
-            match released {
-                Ok(lock) if json => print_lock_json(&lock),
-                Ok(lock) => {
-                    println!("released {} (token {})", lock.name, lock.token);
-                    Exit::Ok
-                }
-                Err(e) => client_error(&e),
-            }
-        }
-        LockCommand::List { uid, json } => {
-            let locks = match Client::connect(socket).and_then(|mut client| client.lock_list(uid)) {
-                Ok(locks) => locks,
-                Err(e) => return client_error(&e).into(),
-            };
-            if json {
-                print_json(&locks);
+            })?;
+            if context.json {
+                output::json(&lock);
             } else {
-                for lock in &locks {
-                    println!("{}", describe_lock(lock));
-                }
+                outln!("{}", lock.token);
             }
-            Exit::Ok
         }
-        LockCommand::Run { name, wait, run } => return run_holding(socket, &name, wait, run),
-    };
-    exit.into()
-}
-
-fn print_lock_json(lock: &Lock) -> Exit {
-    print_json(lock);
-    Exit::Ok
-}
-
-/// A failed acquire: a held lock has its own exit code, the rest as for every command.
-pub(crate) fn lock_error(e: &liveness_client::ClientError) -> Exit {
-    if e.code() == Some(ErrorCode::LockHeld) {
-        eprintln!("liveness: {e}");
-        return Exit::LockHeld;
+        LockCommand::Release { name, holder } => {
+            let lock = Client::connect(socket)
+                .and_then(|mut client| client.lock_release(&name, &holder.session, holder.uid))?;
+            if context.json {
+                output::json(&lock);
+            } else {
+                outln!("released {} (token {})", lock.name, lock.token);
+            }
+        }
+        LockCommand::List { uid } => {
+            let locks = Client::connect(socket).and_then(|mut client| client.lock_list(uid))?;
+            if context.json {
+                output::json(&locks);
+            } else {
+                print_lock_table(&locks);
+            }
+        }
+        LockCommand::Run { name, wait, run } => return run_holding(context, &name, wait, run),
     }
-    client_error(e)
-}
-
-/// One line of `lock list`.
-fn describe_lock(lock: &Lock) -> String {
-    format!(
-        "{} held by {} (uid {}) token {} since {} waiters {}",
-        lock.name,
-        lock.session,
-        lock.uid,
-        lock.token,
-        crate::render::describe_ms(lock.since_ms),
-        lock.waiters
-    )
+    Ok(Exit::Ok.into())
 }

@@ -11,21 +11,21 @@ use std::ffi::{CString, OsString, c_char};
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
 use std::process::ExitCode;
 
 use liveness_client::{Client, Owner, Registration};
 
+use crate::Context;
 use crate::args::parse_label;
-use crate::exit::{Exit, client_error};
-use crate::lock::{WaitArgs, lock_error};
+use crate::exit::{Exit, Failure};
+use crate::lock::WaitArgs;
 
 pub(crate) const RUN_HELP: &str = "\
 Exit codes of run:
   CMD's own exit code; 128+N when signal N killed it
   126 CMD cannot be executed      127 CMD was not found
-  Before CMD starts, those of the other commands (64+: see `liveness --help`),
-  and for lock run 3 when the lock is held (without --wait, or after --timeout).";
+  Before CMD starts, those of every command (see `liveness --help`): for lock run,
+  3 (lock_held) when the lock is held (without --wait, or after --timeout).";
 
 /// What `run` runs, as which session.
 #[derive(Debug, clap::Args)]
@@ -43,32 +43,34 @@ pub(crate) struct RunArgs {
 }
 
 /// `liveness run`.
-pub(crate) fn run(socket: &Path, args: RunArgs) -> ExitCode {
-    exit_code(run_session(socket, args, None))
+pub(crate) fn run(context: &Context, args: RunArgs) -> Result<ExitCode, Failure> {
+    run_session(context, args, None)
 }
 
 /// `liveness lock run`.
-pub(crate) fn run_holding(socket: &Path, name: &str, wait: WaitArgs, args: RunArgs) -> ExitCode {
-    exit_code(run_session(socket, args, Some((name, wait))))
+pub(crate) fn run_holding(
+    context: &Context,
+    name: &str,
+    wait: WaitArgs,
+    args: RunArgs,
+) -> Result<ExitCode, Failure> {
+    run_session(context, args, Some((name, wait)))
 }
 
-fn exit_code(outcome: Result<u8, Exit>) -> ExitCode {
-    match outcome {
-        Ok(status) => ExitCode::from(status),
-        Err(exit) => exit.into(),
-    }
-}
-
-/// Runs CMD as the owner of the session, holding `lock` if given; CMD's status as a shell
+/// Runs CMD as the owner of the session, holding `lock` if given: CMD's status as a shell
 /// reports it, or liveness's own failure before CMD started.
-fn run_session(socket: &Path, args: RunArgs, lock: Option<(&str, WaitArgs)>) -> Result<u8, Exit> {
+fn run_session(
+    context: &Context,
+    args: RunArgs,
+    lock: Option<(&str, WaitArgs)>,
+) -> Result<ExitCode, Failure> {
+    let socket = context.socket.as_path();
     let id = args.session.unwrap_or_else(new_run_id);
     let program = Program::new(&args.command, &id, lock.map(|(name, _)| name))?;
-    let child = program.fork().map_err(|e| {
-        eprintln!("liveness: cannot start a process: {e}");
-        Exit::Software
-    })?;
-    let mut client = Client::connect(socket).map_err(|e| client_error(&e))?;
+    let child = program
+        .fork()
+        .map_err(|e| Failure::new(Exit::Software, format!("cannot start a process: {e}")))?;
+    let mut client = Client::connect(socket)?;
     let registration = Registration {
         session: Some(id.clone()),
         owner: Owner::Pid(child.pid as u32),
@@ -76,23 +78,19 @@ fn run_session(socket: &Path, args: RunArgs, lock: Option<(&str, WaitArgs)>) -> 
         labels: args.labels.into_iter().collect(),
         uid: None,
     };
-    client
-        .register(&registration)
-        .map_err(|e| client_error(&e))?;
+    client.register(&registration)?;
     let token = match lock {
         Some((name, wait)) => Some(
             client
-                .lock_acquire(name, &id, None, wait.wait, wait.timeout)
-                .map_err(|e| lock_error(&e))?
+                .lock_acquire(name, &id, None, wait.wait, wait.timeout)?
                 .token,
         ),
         None => None,
     };
     drop(client);
-    let status = child.start(token).map_err(|e| {
-        eprintln!("liveness: lost track of the command: {e}");
-        Exit::Software
-    })?;
+    let status = child
+        .start(token)
+        .map_err(|e| Failure::new(Exit::Software, format!("lost track of the command: {e}")))?;
     // The owner is dead: the daemon ends the session from the death itself, with CMD's exit
     // status, releasing its locks. Waiting for that means the lock is free once run exits.
     if let Err(e) = Client::connect(socket).and_then(|client| client.wait_for_end(&id, None)) {
@@ -100,7 +98,7 @@ fn run_session(socket: &Path, args: RunArgs, lock: Option<(&str, WaitArgs)>) -> 
             "liveness: the command ended, but the end of session {id} was not confirmed: {e}"
         );
     }
-    Ok(status)
+    Ok(ExitCode::from(status))
 }
 
 /// A fresh session id for a run: random, so never one that exists.
@@ -130,14 +128,13 @@ struct Program {
 }
 
 impl Program {
-    fn new(command: &[OsString], session: &str, lock: Option<&str>) -> Result<Program, Exit> {
-        let bad = |what: &str| {
-            eprintln!("liveness: {what} contains a NUL byte");
-            Exit::Usage
-        };
+    fn new(command: &[OsString], session: &str, lock: Option<&str>) -> Result<Program, Failure> {
         let argv = command
             .iter()
-            .map(|arg| CString::new(arg.as_bytes()).map_err(|_| bad("the command")))
+            .map(|arg| {
+                CString::new(arg.as_bytes())
+                    .map_err(|_| Failure::new(Exit::Usage, format!("{arg:?} contains a NUL byte")))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let ours = [
             "LIVENESS_SESSION",

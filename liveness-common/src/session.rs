@@ -115,6 +115,26 @@ pub struct Event {
     /// `lock.acquired` and `lock.released`: which lock, its token, why it was released.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock: Option<LockChange>,
+    /// `session.ended`, only from a daemon started with `--trace-hops`: where the time
+    /// between the death and the event went.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hops: Option<Hops>,
+}
+
+/// `CLOCK_MONOTONIC` nanoseconds at each hop of one death through the daemon. Clients
+/// read the last hop (serialization, the socket, their own wake-up) against their own
+/// clock reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hops {
+    /// The kernel ran the exit (eBPF records only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub died_ns: Option<u64>,
+    /// The engine took the death from its source.
+    pub read_ns: u64,
+    /// The session's end was committed to the database.
+    pub committed_ns: u64,
+    /// The event was handed to the subscribers' queues.
+    pub published_ns: u64,
 }
 
 #[cfg(test)]

@@ -71,6 +71,10 @@ pub struct Args {
     /// exit status on Linux 6.15+; past it the session ends without a status.
     #[arg(long, default_value = "50ms", value_parser = parse_duration, value_name = "DURATION")]
     exit_status_wait: Duration,
+    /// Put on each `session.ended` event the monotonic time of every hop its death took
+    /// through the daemon (`hops`), for benchmarks.
+    #[arg(long)]
+    trace_hops: bool,
     /// Most processes the eBPF filter map holds.
     #[arg(long, default_value_t = EbpfConfig::default().max_tracked, value_name = "COUNT")]
     ebpf_max_tracked: u32,
@@ -166,6 +170,11 @@ enum StartError {
     StateLocked(PathBuf),
     #[error("another livenessd is listening on {0}")]
     SocketInUse(PathBuf),
+    #[error(
+        "the socket's directory {0} does not exist: create it first, or check --socket \
+         (only the default runtime directory is created)"
+    )]
+    NoSocketDir(PathBuf),
     #[error("cannot listen on {path}: {source}")]
     Listen { path: PathBuf, source: io::Error },
     #[error("cannot open the log file {path}: {source}")]
@@ -377,6 +386,13 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
         .clone()
         .or_else(|| env.default_socket())
         .ok_or(StartError::NoStateDir)?;
+    // Checked before anything is created or loaded: a typo in --socket fails at once.
+    if let Some(dir) = socket.parent()
+        && !dir.exists()
+        && !env.may_create_socket_dir(dir)
+    {
+        return Err(StartError::NoSocketDir(dir.into()));
+    }
     create_dir(&state_dir, DirUse::State)?;
     let _lock = lock_state_dir(&state_dir)?;
 
@@ -440,6 +456,7 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
             proc,
             limits: Arc::clone(&limits),
             clock: Clock::System,
+            trace_hops: args.trace_hops,
         },
         about,
     )?;

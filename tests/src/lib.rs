@@ -454,6 +454,8 @@ impl Daemon {
         args: &[&str],
     ) -> Daemon {
         let dir = tempfile::tempdir().expect("temp dir");
+        // livenessd creates no socket directory but its default one.
+        std::fs::create_dir(dir.path().join("run")).expect("socket dir");
         let socket = dir.path().join("run/liveness.sock");
         let state_dir = state_dir.unwrap_or_else(|| dir.path().join("state"));
         let mut daemon = Daemon {

@@ -172,12 +172,16 @@ impl Engine {
     }
 
     pub(super) fn finalize_observed(&mut self, first: ExitObservation) {
-        let mut batch = vec![self.death_of(&first)];
-        while batch.len() < MAX_BATCH {
-            match self.monitor.try_next() {
-                Some(observation) => batch.push(self.death_of(&observation)),
-                None => break,
+        let mut batch = Vec::new();
+        let mut next = Some(first);
+        while let Some(observation) = next {
+            if let Some(hops) = &mut self.hops {
+                hops.read(&observation);
             }
+            batch.push(self.death_of(&observation));
+            next = (batch.len() < MAX_BATCH)
+                .then(|| self.monitor.try_next())
+                .flatten();
         }
         self.finalize(batch);
     }
@@ -193,7 +197,10 @@ impl Engine {
         }
         self.counters.largest_batch = self.counters.largest_batch.max(deaths.len());
         match self.store.end_many(&deaths, self.config.clock.now_ms()) {
-            Ok(events) => {
+            Ok(mut events) => {
+                if let Some(hops) = &mut self.hops {
+                    hops.committed(&mut events);
+                }
                 if retrying {
                     tracing::info!(
                         count = deaths.len(),
@@ -241,8 +248,9 @@ impl Engine {
     fn broadcast(&mut self, events: Vec<Event>) {
         let batch: Batch = events
             .into_iter()
-            .filter_map(|event| {
+            .filter_map(|mut event| {
                 self.usage.apply(&event);
+                super::hops::published(&mut event);
                 let (seq, session, creator_uid) =
                     (event.seq, event.session.clone(), event.creator_uid);
                 match serde_json::to_string(&StreamMessage::Event(Box::new(event))) {

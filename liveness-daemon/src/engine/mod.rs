@@ -25,6 +25,7 @@ use liveness_proc::identity::{IdentityError, ProcRoot};
 mod actor;
 mod auth;
 mod handlers;
+mod hops;
 mod housekeeping;
 mod locks;
 mod whose;
@@ -60,6 +61,8 @@ pub struct EngineConfig {
     pub limits: Arc<Limits>,
     /// The wall clock sessions and events record, and expiry and timeouts read.
     pub clock: Clock,
+    /// Put each death's hop timestamps on its ended event (`--trace-hops`).
+    pub trace_hops: bool,
 }
 
 /// Where the engine reads the wall clock.
@@ -162,6 +165,8 @@ pub struct Engine {
     about: DaemonInfo,
     /// Requests waiting for a lock.
     waiters: locks::Waiters,
+    /// With `--trace-hops` only.
+    hops: Option<hops::HopTrace>,
 }
 
 fn now_ms() -> i64 {
@@ -221,6 +226,7 @@ impl Engine {
             );
         }
         Ok(Engine {
+            hops: config.trace_hops.then(hops::HopTrace::default),
             store,
             monitor,
             config,

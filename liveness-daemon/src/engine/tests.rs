@@ -117,6 +117,7 @@ async fn fixture() -> Fixture {
             wall_ms: WALL_MS,
             at: tokio::time::Instant::now(),
         },
+        trace_hops: false,
     };
     let about = DaemonInfo {
         version: "test".into(),

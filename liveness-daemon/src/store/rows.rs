@@ -27,6 +27,7 @@ pub(super) fn event_about(kind: EventKind, session: &Session, at_ms: i64) -> Eve
         labels: session.labels.clone(),
         creator_uid: session.creator_uid,
         lock: None,
+        hops: None,
     }
 }
 
