@@ -6,6 +6,8 @@ use clap::{Parser, Subcommand};
 
 use crate::doctor::DOCTOR_HELP;
 use crate::exit::exit_codes_help;
+use crate::lock::LockCommand;
+use crate::run::{RUN_HELP, RunArgs};
 use crate::wait::WAIT_HELP;
 use crate::watch::Watch;
 
@@ -155,6 +157,18 @@ pub(crate) enum Command {
         /// Where to write the pages.
         dir: PathBuf,
     },
+    /// Locks held by sessions: acquire, release, list, and run a command holding one.
+    Lock {
+        #[command(subcommand)]
+        command: LockCommand,
+    },
+    /// Run CMD as the owner of a new session, registered before CMD starts; wait for it,
+    /// and exit with its status once the session has ended.
+    ///
+    /// CMD finds its session's id in LIVENESS_SESSION. SIGINT and SIGTERM sent to liveness
+    /// are passed on to CMD.
+    #[command(after_help = RUN_HELP)]
+    Run(RunArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -219,7 +233,7 @@ impl LabelFilter {
     }
 }
 
-fn parse_label(text: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_label(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
         _ => Err(format!("{text:?} is not KEY=VALUE")),

@@ -19,6 +19,8 @@ pub(crate) enum Exit {
     Ok = 0,
     Dead = 1,
     Unknown = 2,
+    /// `lock acquire`, `lock run`: another session holds the lock.
+    LockHeld = 3,
     /// Bad command line (EX_USAGE).
     Usage = 64,
     /// Bad input data, or a request the daemon refused as invalid (EX_DATAERR).
@@ -51,6 +53,11 @@ pub(crate) const EXIT_CODES: &[(Exit, &str, &str)] = &[
         Exit::Unknown,
         "unknown",
         "check: cannot be decided here (another host, unreadable /proc)",
+    ),
+    (
+        Exit::LockHeld,
+        "lock_held",
+        "lock acquire, lock run: another session holds the lock",
     ),
     (Exit::Usage, "usage", "bad command line (see --help)"),
     (
@@ -194,6 +201,7 @@ fn refusal_exit(code: ErrorCode) -> Exit {
         ErrorCode::ShuttingDown => Exit::Unavailable,
         ErrorCode::Internal => Exit::Software,
         ErrorCode::TooManyConnections | ErrorCode::LimitReached => Exit::TempFail,
+        ErrorCode::LockHeld => Exit::LockHeld,
         ErrorCode::InvalidJson
         | ErrorCode::InvalidRequest
         | ErrorCode::LineTooLong
@@ -201,6 +209,7 @@ fn refusal_exit(code: ErrorCode) -> Exit {
         | ErrorCode::AlreadyEnded
         | ErrorCode::AlreadyExists
         | ErrorCode::NotPending
+        | ErrorCode::NotHeld
         | ErrorCode::Ambiguous
         | ErrorCode::InvalidOwner => Exit::DataErr,
     }

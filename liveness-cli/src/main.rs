@@ -8,8 +8,10 @@ mod clock;
 mod doctor;
 mod exit;
 mod generate;
+mod lock;
 mod output;
 mod render;
+mod run;
 mod wait;
 mod watch;
 
@@ -58,6 +60,8 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Wait(args) => wait(&context, &args),
+        Command::Lock { command } => lock::lock(&context, command),
+        Command::Run(args) => run::run(&context, args),
         command => run_command(command, &context).map(ExitCode::from),
     };
     result.unwrap_or_else(|failure| {
@@ -196,7 +200,9 @@ fn run_command(command: Command, context: &Context) -> Result<Exit, Failure> {
             Ok(Exit::Ok)
         }
         Command::Watch(options) => watch(socket, options, json),
-        Command::Wait(_) => unreachable!("handled by main"),
+        Command::Wait(_) | Command::Lock { .. } | Command::Run(_) => {
+            unreachable!("handled by main")
+        }
         Command::Doctor => Ok(doctor(socket, json)),
         Command::Completions { shell } => generate::completions(shell),
         Command::GenerateMan { dir } => generate::man_pages(&dir),

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{DeathReason, Identity};
+use liveness_common::lock::Lock;
 use liveness_common::protocol::wire_name;
 use liveness_common::session::{EndReason, Event, EventKind, Phase, Session};
 use liveness_common::status::{SourceReport, Status};
@@ -93,6 +94,36 @@ pub(crate) fn print_session_table(sessions: &[Session], filtered: bool) {
         .collect();
     print_table(
         ["SESSION", "STATE", "OWNER", "CREATED", "STATUS", "LABELS"],
+        &rows,
+    );
+}
+
+/// Held locks as a table, like the sessions'; a friendly line when there are none.
+pub(crate) fn print_lock_table(locks: &[Lock]) {
+    if locks.is_empty() {
+        outln!("No locks are held. Take one with `liveness lock acquire NAME --session ID`.");
+        return;
+    }
+    let now = clock::now_ms();
+    let rows: Vec<[String; 6]> = locks
+        .iter()
+        .map(|lock| {
+            [
+                lock.name.clone(),
+                lock.session.clone(),
+                lock.uid.to_string(),
+                lock.token.to_string(),
+                format!(
+                    "{} ({})",
+                    clock::local_time(lock.since_ms),
+                    clock::age(lock.since_ms, now)
+                ),
+                lock.waiters.to_string(),
+            ]
+        })
+        .collect();
+    print_table(
+        ["LOCK", "SESSION", "UID", "TOKEN", "SINCE", "WAITERS"],
         &rows,
     );
 }
@@ -222,6 +253,12 @@ pub(crate) fn describe_event(event: &Event) -> String {
     );
     if let Some(previous) = &event.previous_session {
         text.push_str(&format!(" (was {previous})"));
+    }
+    if let Some(lock) = &event.lock {
+        text.push_str(&format!(": lock {} token {}", lock.name, lock.token));
+        if let Some(reason) = lock.reason {
+            text.push_str(&format!(" ({})", wire_name(reason)));
+        }
     }
     if event.kind == EventKind::Ended {
         text.push_str(&format!(

@@ -6,6 +6,7 @@ use std::os::fd::OwnedFd;
 
 use serde_json::Value;
 
+use liveness_common::lock::Lock;
 use liveness_common::protocol::{
     AutoOwner, OwnerSpec, PROTOCOL_VERSION, PidOwner, PidfdOwner, Reply, Request, StreamMessage,
     Subscribed,
@@ -74,6 +75,14 @@ pub(crate) fn registered(mut reply: Reply) -> Result<Registered, ClientError> {
         session: session(reply)?,
         warnings,
     })
+}
+
+pub(crate) fn lock(reply: Reply) -> Result<Lock, ClientError> {
+    reply.lock.ok_or_else(|| missing("lock"))
+}
+
+pub(crate) fn locks(reply: Reply) -> Result<Vec<Lock>, ClientError> {
+    reply.locks.ok_or_else(|| missing("locks"))
 }
 
 pub(crate) fn whose(reply: Reply) -> Result<Whose, ClientError> {

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::identity::Identity;
+use crate::lock::Lock;
 use crate::session::{Event, Phase, Session};
 use crate::status::Status;
 
@@ -139,6 +140,33 @@ pub enum Request {
     },
     /// A struct variant (not a unit) so that unknown fields are rejected here too.
     Status {},
+    /// Take lock `name` (in the namespace of `session`'s user) for `session`, active or
+    /// pending. Held by another session: `lock_held` at once, or with `wait`, queue in
+    /// order and get it when it is released or its holder ends, or `lock_held` after
+    /// `timeout_ms`. The connection stays open while waiting; closing it leaves the queue.
+    LockAcquire {
+        name: String,
+        session: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        uid: Option<u32>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        wait: bool,
+        /// With `wait`: give up after this long. Without: wait as long as it takes.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_ms: Option<u64>,
+    },
+    /// Release lock `name`, held by `session`.
+    LockRelease {
+        name: String,
+        session: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        uid: Option<u32>,
+    },
+    /// The held locks the caller may see (root: every user's, or user `uid`'s).
+    LockList {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        uid: Option<u32>,
+    },
 }
 
 /// Machine-readable error codes; the message says the rest.
@@ -164,8 +192,13 @@ pub enum ErrorCode {
     ShuttingDown,
     /// A connection limit refused the connection; the daemon closes it.
     TooManyConnections,
-    /// A per-uid or per-session limit refused a registration.
+    /// A per-uid or per-session limit refused a registration, or a lock's queue is full.
     LimitReached,
+    /// The lock is held by another session (and the request did not wait, or its
+    /// `timeout_ms` passed).
+    LockHeld,
+    /// The session does not hold that lock.
+    NotHeld,
     Internal,
 }
 
@@ -237,6 +270,12 @@ pub struct Reply {
     /// has already exited), for the client to show.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// `lock_acquire`, `lock_release`: the lock granted or released.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock: Option<Lock>,
+    /// `lock_list`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locks: Option<Vec<Lock>>,
 }
 
 impl Reply {
@@ -252,6 +291,8 @@ impl Reply {
             status: None,
             subscribed: None,
             warnings: Vec::new(),
+            lock: None,
+            locks: None,
         }
     }
 

@@ -57,7 +57,10 @@ pub(super) fn log(event: &Event, fresh_owners: &mut FreshOwners) {
             seq = event.seq,
             "session ended"
         ),
-        EventKind::OwnerChanged | EventKind::Renamed => tracing::debug!(
+        EventKind::OwnerChanged
+        | EventKind::Renamed
+        | EventKind::LockAcquired
+        | EventKind::LockReleased => tracing::debug!(
             session = %event.session,
             kind = %wire_name(event.kind),
             owner_pid = owner.pid,

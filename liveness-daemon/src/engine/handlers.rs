@@ -65,12 +65,12 @@ impl Engine {
                         now,
                     );
                     match ended {
-                        Ok(Some(event)) => {
-                            self.publish(vec![event]);
+                        Ok(events) if !events.is_empty() => {
+                            self.publish(events);
                             self.unwatch_if_unused(&existing.owner);
                             self.get_reply(existing.creator_uid, &session)
                         }
-                        Ok(None) => Reply::error(
+                        Ok(_) => Reply::error(
                             ErrorCode::AlreadyEnded,
                             format!("session {session:?} has already ended"),
                         ),
@@ -87,9 +87,17 @@ impl Engine {
                 status: Some(Box::new(self.status())),
                 ..Reply::ok()
             },
+            Request::LockRelease { name, session, uid } => {
+                self.lock_release(caller, &name, &session, uid)
+            }
+            Request::LockList { uid } => self.lock_list(caller, uid),
             Request::Subscribe { .. } | Request::List { .. } => Reply::error(
                 ErrorCode::Internal,
                 "subscribe and list are handled by the connection",
+            ),
+            Request::LockAcquire { .. } => Reply::error(
+                ErrorCode::Internal,
+                "lock_acquire is handled with its reply channel, as it may wait",
             ),
         }
     }

@@ -41,11 +41,11 @@ impl Engine {
                 Some(&session.owner),
                 now,
             ) {
-                Ok(Some(event)) => {
-                    self.publish(vec![event]);
+                Ok(events) if events.is_empty() => {}
+                Ok(events) => {
+                    self.publish(events);
                     self.unwatch_if_unused(&session.owner);
                 }
-                Ok(None) => {}
                 Err(e) => tracing::error!(error = %e, session = session.id, "cannot end session"),
             }
         }

@@ -28,6 +28,7 @@ mod eventlog;
 mod handlers;
 mod hops;
 mod housekeeping;
+mod locks;
 mod owner_checks;
 mod whose;
 
@@ -165,6 +166,8 @@ pub struct Engine {
     last_prune: Option<Instant>,
     /// Facts status reports about the daemon itself (paths, versions).
     about: DaemonInfo,
+    /// Requests waiting for a lock.
+    waiters: locks::Waiters,
     /// With `--trace-hops` only.
     hops: Option<hops::HopTrace>,
     /// Owners registered within the last second, to warn of those that die at once.
@@ -188,7 +191,9 @@ fn store_error(e: StoreError) -> ErrorBody {
         StoreError::AlreadyEnded(_) => ErrorCode::AlreadyEnded,
         StoreError::AlreadyExists(_) => ErrorCode::AlreadyExists,
         StoreError::NotPending(_) => ErrorCode::NotPending,
-        StoreError::InvalidId(_) => ErrorCode::InvalidRequest,
+        StoreError::InvalidId(_) | StoreError::InvalidLockName(_) => ErrorCode::InvalidRequest,
+        StoreError::NotHeld { .. } => ErrorCode::NotHeld,
+        StoreError::TooManyLocks(_) => ErrorCode::LimitReached,
         _ => ErrorCode::Internal,
     };
     if code == ErrorCode::Internal {
@@ -240,6 +245,7 @@ impl Engine {
             started: Instant::now(),
             last_prune: None,
             about,
+            waiters: locks::Waiters::default(),
         })
     }
 }

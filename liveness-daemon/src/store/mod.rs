@@ -64,6 +64,15 @@ pub enum StoreError {
     NotPending(String),
     #[error("invalid session id: {0}")]
     InvalidId(String),
+    #[error("invalid lock name: {0}")]
+    InvalidLockName(String),
+    #[error("session {session:?} does not hold lock {name:?}")]
+    NotHeld { name: String, session: String },
+    #[error(
+        "session {0:?} holds {max} locks already, the most one session may; release some",
+        max = locks::MAX_LOCKS_PER_SESSION
+    )]
+    TooManyLocks(String),
     #[error(
         "the database has schema version {found}, newer than this build supports ({supported}); \
          upgrade liveness"
@@ -161,12 +170,14 @@ pub enum EventPage {
     },
 }
 
+mod locks;
 mod reader;
 mod recovery;
 mod rows;
 mod schema;
 mod writer;
 
+pub use locks::{Acquired, MAX_LOCKS_PER_SESSION};
 pub use reader::{EventReader, ListQuery, SessionPage};
 pub use recovery::Recovered;
 pub use writer::{SEQ_JUMP_AFTER_POWER_LOSS, Store};
