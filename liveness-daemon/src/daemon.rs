@@ -115,6 +115,10 @@ pub struct Args {
     /// Bytes of label keys and values of one non-root uid's ACTIVE sessions.
     #[arg(long, default_value_t = LimitsConfig::default().label_bytes_per_uid, value_parser = parse_count::<u64>, value_name = "BYTES")]
     max_label_bytes_per_uid: u64,
+    /// Serve the status counters in the Prometheus format at http://ADDR/metrics (e.g.
+    /// 127.0.0.1:9464). Off by default; there is no authentication, so keep ADDR local.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<std::net::SocketAddr>,
     /// Write the man page livenessd.8, generated from these flags, into DIR and exit (for
     /// packaging: `cargo xtask dist`).
     #[arg(long, value_name = "DIR", hide = true)]
@@ -180,6 +184,11 @@ enum StartError {
          (only the default runtime directory is created)"
     )]
     NoSocketDir(PathBuf),
+    #[error("cannot listen for metrics on {addr}: {source}")]
+    MetricsListen {
+        addr: std::net::SocketAddr,
+        source: io::Error,
+    },
     #[error("cannot listen on {path}: {source}")]
     Listen { path: PathBuf, source: io::Error },
     #[error("cannot open the log file {path}: {source}")]
@@ -514,12 +523,30 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
         },
         about,
     )?;
+    let metrics = match args.metrics_listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| StartError::MetricsListen { addr, source })?;
+            tracing::info!(addr = %listener.local_addr()?, "metrics listening");
+            Some((listener, engine.end_metrics()))
+        }
+        None => None,
+    };
     let listener = bind_socket(&socket)?;
     tracing::info!(socket = %socket.display(), state_dir = %state_dir.display(), sources = %sources.join(","), "livenessd listening");
 
     let (stop, stopped) = watch::channel(false);
     let (commands, command_queue) = mpsc::channel(ENGINE_QUEUE);
     let mut engine_task = tokio::spawn(engine.run(command_queue, stopped.clone()));
+    let mut metrics_task = metrics.map(|(listener, ends)| {
+        tokio::spawn(crate::metrics::serve(
+            listener,
+            commands.clone(),
+            ends,
+            stopped.clone(),
+        ))
+    });
     let mut server_task = tokio::spawn(crate::server::serve(
         listener, commands, database, limits, stopped,
     ));
@@ -546,6 +573,15 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
                 Ok(()) => StartError::TaskEnded("server"),
                 Err(error) => StartError::TaskFailed { task: "server", error },
             })),
+            Some(ended) = async {
+                match &mut metrics_task {
+                    Some(task) => Some(task.await),
+                    None => std::future::pending().await,
+                }
+            } => break Some(("metrics", match ended {
+                Ok(()) => StartError::TaskEnded("metrics"),
+                Err(error) => StartError::TaskFailed { task: "metrics", error },
+            })),
         }
     };
     tracing::info!("stopping");
@@ -556,6 +592,12 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
         && let Err(e) = server_task.await
     {
         tracing::error!(error = %e, "server task failed");
+    }
+    if failed != Some("metrics")
+        && let Some(task) = metrics_task
+        && let Err(e) = task.await
+    {
+        tracing::error!(error = %e, "metrics task failed");
     }
     if failed != Some("engine") {
         match engine_task.await {

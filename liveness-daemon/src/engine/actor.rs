@@ -251,6 +251,7 @@ impl Engine {
             .filter_map(|mut event| {
                 self.usage.apply(&event);
                 super::eventlog::log(&event, &mut self.fresh_owners);
+                self.end_metrics.record(&event);
                 super::hops::published(&mut event);
                 let (seq, session, creator_uid) =
                     (event.seq, event.session.clone(), event.creator_uid);

@@ -316,6 +316,7 @@ impl Engine {
             head_seq: self.store.head_seq().unwrap_or_default(),
             store_id: self.store_id.clone(),
             active_sessions: self.store.count(Phase::Active).unwrap_or_default(),
+            ended_sessions: self.store.count(Phase::Ended).unwrap_or_default(),
             subscribers: self.subscribers.iter().filter(|q| !q.is_closed()).count() as u64,
             uncommitted_deaths: self.uncommitted.len() as u64,
             monitor: self.monitor.status(),

@@ -172,6 +172,8 @@ pub struct Engine {
     hops: Option<hops::HopTrace>,
     /// Owners registered within the last second, to warn of those that die at once.
     fresh_owners: owner_checks::FreshOwners,
+    /// Ends of sessions by reason and source, and their latency, for `--metrics-listen`.
+    end_metrics: crate::metrics::EndMetrics,
 }
 
 fn now_ms() -> i64 {
@@ -233,6 +235,7 @@ impl Engine {
         Ok(Engine {
             hops: config.trace_hops.then(hops::HopTrace::default),
             fresh_owners: owner_checks::FreshOwners::default(),
+            end_metrics: crate::metrics::EndMetrics::default(),
             store,
             monitor,
             config,
@@ -247,5 +250,10 @@ impl Engine {
             about,
             waiters: locks::Waiters::default(),
         })
+    }
+
+    /// The counts of session ends the engine keeps for the metrics listener (shared).
+    pub fn end_metrics(&self) -> crate::metrics::EndMetrics {
+        self.end_metrics.clone()
     }
 }
