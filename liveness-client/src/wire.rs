@@ -6,6 +6,7 @@ use std::os::fd::OwnedFd;
 
 use serde_json::Value;
 
+use liveness_common::lock::Lock;
 use liveness_common::protocol::{
     AutoOwner, OwnerSpec, PROTOCOL_VERSION, PidOwner, PidfdOwner, Reply, Request, StreamMessage,
     Subscribed,
@@ -13,7 +14,7 @@ use liveness_common::protocol::{
 use liveness_common::session::Session;
 use liveness_common::status::Status;
 
-use crate::{ClientError, Owner, Registration, Whose};
+use crate::{ClientError, Owner, Registered, Registration, Whose};
 
 /// A request as one line, newline included, with the protocol version.
 pub(crate) fn encode(request: &Request) -> Result<String, ClientError> {
@@ -68,6 +69,22 @@ pub(crate) fn session(reply: Reply) -> Result<Session, ClientError> {
     reply.session.ok_or_else(|| missing("session"))
 }
 
+pub(crate) fn registered(mut reply: Reply) -> Result<Registered, ClientError> {
+    let warnings = std::mem::take(&mut reply.warnings);
+    Ok(Registered {
+        session: session(reply)?,
+        warnings,
+    })
+}
+
+pub(crate) fn lock(reply: Reply) -> Result<Lock, ClientError> {
+    reply.lock.ok_or_else(|| missing("lock"))
+}
+
+pub(crate) fn locks(reply: Reply) -> Result<Vec<Lock>, ClientError> {
+    reply.locks.ok_or_else(|| missing("locks"))
+}
+
 pub(crate) fn whose(reply: Reply) -> Result<Whose, ClientError> {
     let owner_pid = reply.owner_pid;
     let session = session(reply)?;
@@ -109,6 +126,7 @@ pub(crate) fn register_request(
         grace_ms: registration
             .grace
             .map(|grace| u64::try_from(grace.as_millis()).unwrap_or(u64::MAX)),
+        wrappers: registration.wrappers.clone(),
     };
     Ok((request, pidfd))
 }

@@ -1,11 +1,10 @@
-//! Durations as people type them (`500ms`, `30s`, `2m`, `1h`, `7d`): the daemon's flags
-//! and the CLI's read them alike.
+//! Durations as the command lines of the daemon and the CLI spell them.
 
 use std::time::Duration;
 
 /// The longest duration a flag accepts: anything longer is a typo, and would overflow
 /// the timers it sets.
-pub const MAX_DURATION: Duration = Duration::from_secs(366 * 86_400);
+const MAX_DURATION: Duration = Duration::from_secs(366 * 86_400);
 
 /// Parses durations such as `250ms`, `30s`, `2m`, `1h`, `7d`: at least 1ms, at most a year.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {

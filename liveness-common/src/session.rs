@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::exit::{DetectedBy, ExitStatus};
 use crate::identity::{DeathReason, Identity};
+use crate::lock::LockChange;
 
 /// Lifecycle phase of a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -146,7 +147,7 @@ pub struct ReapFailure {
     pub reason: String,
 }
 
-/// Kind of an event; serialized as `session.<kind>`.
+/// Kind of an event; serialized as `session.<kind>` or `lock.<kind>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EventKind {
     #[serde(rename = "session.registered")]
@@ -161,6 +162,12 @@ pub enum EventKind {
     /// request.
     #[serde(rename = "session.reaped")]
     Reaped,
+    /// The event's session was granted a lock.
+    #[serde(rename = "lock.acquired")]
+    LockAcquired,
+    /// The event's session no longer holds a lock.
+    #[serde(rename = "lock.released")]
+    LockReleased,
 }
 
 /// One entry of the event stream, exactly as subscribers receive it.
@@ -202,6 +209,9 @@ pub struct Event {
     /// `session.reaped`: what terminating the surviving processes did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reaped: Option<Reaped>,
+    /// `lock.acquired` and `lock.released`: which lock, its token, why it was released.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock: Option<LockChange>,
     /// `session.ended`, only from a daemon started with `--trace-hops`: where the time
     /// between the death and the event went.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -22,7 +22,6 @@ use crate::source::monitor::{Monitor, MonitorConfig, Selection};
 use crate::source::pidfd::PidfdConfig;
 use crate::store::Store;
 use crate::trust::DirUse;
-use liveness_common::duration::parse_duration;
 use liveness_common::status::{DaemonInfo, LimitsConfig};
 use liveness_proc::identity::ProcRoot;
 use liveness_proc::paths::Env;
@@ -62,7 +61,8 @@ pub struct Args {
     /// Keep at most this many events for replay.
     #[arg(long, default_value_t = 100_000, value_name = "COUNT")]
     retain_events: u64,
-    /// Keep events for replay at most this long.
+    /// Keep events for replay, and ended sessions for `get`, at most this long. An ended
+    /// session's id is refused while it is kept and free again once it is deleted.
     #[arg(long, default_value = "7d", value_parser = parse_duration, value_name = "DURATION")]
     retain_age: Duration,
     /// Commits (batches of events) queued per subscriber before it is disconnected as lagging.
@@ -119,6 +119,14 @@ pub struct Args {
     /// Bytes of label keys and values of one non-root uid's ACTIVE sessions.
     #[arg(long, default_value_t = LimitsConfig::default().label_bytes_per_uid, value_parser = parse_count::<u64>, value_name = "BYTES")]
     max_label_bytes_per_uid: u64,
+    /// Serve the status counters in the Prometheus format at http://ADDR/metrics (e.g.
+    /// 127.0.0.1:9464). Off by default; there is no authentication, so keep ADDR local.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<std::net::SocketAddr>,
+    /// Write the man page livenessd.8, generated from these flags, into DIR and exit (for
+    /// packaging: `cargo xtask dist`).
+    #[arg(long, value_name = "DIR", hide = true)]
+    generate_man: Option<PathBuf>,
 }
 
 impl Args {
@@ -151,6 +159,8 @@ fn parse_ring_bytes(text: &str) -> Result<u32, String> {
     }
 }
 
+pub use liveness_common::duration::parse_duration;
+
 #[derive(Debug, thiserror::Error)]
 enum StartError {
     #[error("cannot create {path}: {source}")]
@@ -173,6 +183,16 @@ enum StartError {
     StateLocked(PathBuf),
     #[error("another livenessd is listening on {0}")]
     SocketInUse(PathBuf),
+    #[error(
+        "the socket's directory {0} does not exist: create it first, or check --socket \
+         (only the default runtime directory is created)"
+    )]
+    NoSocketDir(PathBuf),
+    #[error("cannot listen for metrics on {addr}: {source}")]
+    MetricsListen {
+        addr: std::net::SocketAddr,
+        source: io::Error,
+    },
     #[error("cannot listen on {path}: {source}")]
     Listen { path: PathBuf, source: io::Error },
     #[error("cannot open the log file {path}: {source}")]
@@ -244,6 +264,21 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogFile {
 
 fn init_logging(log_file: Option<&LogFile>) {
     let filter = EnvFilter::try_from_env("LIVENESS_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    // Under systemd with stderr going to the journal, log to journald natively so that
+    // every field (session, owner_pid, reason, source, latency_ms...) is a journal field:
+    // `journalctl -u livenessd SESSION=abc`.
+    if log_file.is_none()
+        && stderr_is_the_journal()
+        && let Ok(journald) = tracing_journald::layer()
+    {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        tracing_subscriber::registry()
+            .with(filter)
+            .with(journald.with_syslog_identifier("livenessd".into()))
+            .init();
+        return;
+    }
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     match log_file {
         Some(file) => builder.with_ansi(false).with_writer(file.clone()).init(),
@@ -252,6 +287,19 @@ fn init_logging(log_file: Option<&LogFile>) {
             .with_writer(io::stderr)
             .init(),
     }
+}
+
+/// Whether stderr is the journal's stream: systemd sets `JOURNAL_STREAM=DEV:INODE` for a
+/// service whose output goes to the journal, and the numbers must be stderr's own (a child
+/// that inherited the variable but not the stream is not logging to the journal).
+fn stderr_is_the_journal() -> bool {
+    let Some(stream) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    let Ok(stat) = rustix::fs::fstat(io::stderr()) else {
+        return false;
+    };
+    stream.to_string_lossy() == format!("{}:{}", stat.st_dev, stat.st_ino)
 }
 
 /// Creates `path` (and its parents) unless it exists, then refuses it unless it is safe
@@ -317,6 +365,18 @@ fn bind_socket(path: &Path) -> Result<UnixListener, StartError> {
 /// Entry point of `livenessd`.
 pub fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(dir) = &args.generate_man {
+        return match write_man_page(dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!(
+                    "livenessd: cannot write the man page into {}: {e}",
+                    dir.display()
+                );
+                ExitCode::from(1)
+            }
+        };
+    }
     // Files 0600 and directories 0700 (the database, its journal, the lock, the log)
     // whatever umask the daemon was started with; the socket is opened up explicitly.
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
@@ -353,6 +413,15 @@ pub fn main() -> ExitCode {
     }
 }
 
+fn write_man_page(dir: &Path) -> io::Result<()> {
+    let mut page = Vec::new();
+    clap_mangen::Man::new(<Args as clap::CommandFactory>::command())
+        .section("8")
+        .render(&mut page)?;
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("livenessd.8"), page)
+}
+
 /// Exit code after a panic (EX_SOFTWARE).
 const EXIT_PANIC: i32 = 70;
 
@@ -384,6 +453,13 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
         .clone()
         .or_else(|| env.default_socket())
         .ok_or(StartError::NoStateDir)?;
+    // Checked before anything is created or loaded: a typo in --socket fails at once.
+    if let Some(dir) = socket.parent()
+        && !dir.exists()
+        && !env.may_create_socket_dir(dir)
+    {
+        return Err(StartError::NoSocketDir(dir.into()));
+    }
     create_dir(&state_dir, DirUse::State)?;
     let _lock = lock_state_dir(&state_dir)?;
 
@@ -452,12 +528,30 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
         },
         about,
     )?;
+    let metrics = match args.metrics_listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| StartError::MetricsListen { addr, source })?;
+            tracing::info!(addr = %listener.local_addr()?, "metrics listening");
+            Some((listener, engine.end_metrics()))
+        }
+        None => None,
+    };
     let listener = bind_socket(&socket)?;
     tracing::info!(socket = %socket.display(), state_dir = %state_dir.display(), sources = %sources.join(","), "livenessd listening");
 
     let (stop, stopped) = watch::channel(false);
     let (commands, command_queue) = mpsc::channel(ENGINE_QUEUE);
     let mut engine_task = tokio::spawn(engine.run(command_queue, stopped.clone()));
+    let mut metrics_task = metrics.map(|(listener, ends)| {
+        tokio::spawn(crate::metrics::serve(
+            listener,
+            commands.clone(),
+            ends,
+            stopped.clone(),
+        ))
+    });
     let mut server_task = tokio::spawn(crate::server::serve(
         listener, commands, database, limits, stopped,
     ));
@@ -484,6 +578,15 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
                 Ok(()) => StartError::TaskEnded("server"),
                 Err(error) => StartError::TaskFailed { task: "server", error },
             })),
+            Some(ended) = async {
+                match &mut metrics_task {
+                    Some(task) => Some(task.await),
+                    None => std::future::pending().await,
+                }
+            } => break Some(("metrics", match ended {
+                Ok(()) => StartError::TaskEnded("metrics"),
+                Err(error) => StartError::TaskFailed { task: "metrics", error },
+            })),
         }
     };
     tracing::info!("stopping");
@@ -494,6 +597,12 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
         && let Err(e) = server_task.await
     {
         tracing::error!(error = %e, "server task failed");
+    }
+    if failed != Some("metrics")
+        && let Some(task) = metrics_task
+        && let Err(e) = task.await
+    {
+        tracing::error!(error = %e, "metrics task failed");
     }
     if failed != Some("engine") {
         match engine_task.await {
@@ -527,7 +636,7 @@ mod tests {
     }
 
     #[test]
-    fn duration_flags_default_to_the_librarys() {
+    fn the_status_wait_flag_defaults_to_the_librarys() {
         assert_eq!(
             Args::parse_from(["livenessd"]).exit_status_wait,
             DEFAULT_STATUS_WAIT,
@@ -573,7 +682,7 @@ mod tests {
     }
 
     #[test]
-    fn zero_durations_and_counts_are_refused() {
+    fn zero_durations_and_limits_are_refused() {
         let refused = Args::try_parse_from(["livenessd", "--procpoll-interval", "0ms"])
             .expect_err("a zero poll interval");
         assert!(refused.to_string().contains("zero"), "{refused}");

@@ -3,47 +3,14 @@
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Output};
 
-use integration_tests::{BinariesForAnyUser, Daemon, Orphan, cli_as, privileged, shared_daemon};
+use integration_tests::{
+    BinariesForAnyUser, Daemon, Orphan, UserProcess, cli_as, json_of, privileged, process_of,
+    shared_daemon,
+};
 use serde_json::{Value, json};
 
 const ALICE: u32 = 61_001;
 const BOB: u32 = 61_002;
-
-fn json_of(output: &Output) -> Value {
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{e}: stdout {:?} stderr {:?}",
-            output.stdout,
-            String::from_utf8_lossy(&output.stderr)
-        )
-    })
-}
-
-/// A process owned by `uid` that lives until dropped.
-struct UserProcess(std::process::Child);
-
-impl UserProcess {
-    fn id(&self) -> u32 {
-        self.0.id()
-    }
-}
-
-impl Drop for UserProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn process_of(uid: u32) -> UserProcess {
-    let child = Command::new("sleep")
-        .arg("300")
-        .uid(uid)
-        .gid(uid)
-        .spawn()
-        .expect("spawn a process as another user");
-    UserProcess(child)
-}
 
 #[test]
 fn users_see_and_change_only_their_own_sessions() {

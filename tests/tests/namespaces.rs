@@ -285,6 +285,7 @@ fn a_pidfd_owner_is_never_confused_with_a_process_reusing_its_pid() {
         labels: Default::default(),
         on_end: None,
         grace_ms: None,
+        wrappers: Vec::new(),
     };
     let refusal = client
         .call_with_fds(&request, &[stale_pidfd.as_fd()])

@@ -8,10 +8,11 @@ use crate::source::ExitObservation;
 use crate::store::OwnerDeath;
 use liveness_common::exit::DetectedBy;
 use liveness_common::identity::{Identity, ProcessKey};
-use liveness_common::protocol::StreamMessage;
+use liveness_common::protocol::{Request, StreamMessage};
 use liveness_common::session::{EndReason, Event};
 use liveness_proc::identity::Liveness;
 
+use super::locks::{AcquireRequest, LockEffect};
 use super::reaping::terminating;
 use super::{
     Batch, Command, Engine, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, Published, RETRY_PERIOD,
@@ -262,22 +263,34 @@ impl Engine {
         }
     }
 
-    /// Sends committed events, as one batch, to every subscriber. A subscriber whose queue
-    /// is full is dropped; its connection tells it `lagged`.
+    /// Announces committed events, then applies what they change for requests waiting for
+    /// a lock (a freed lock is granted here, its event published after these), and starts
+    /// terminating the survivors of sessions whose policy says so.
     pub(super) fn publish(&mut self, events: Vec<Event>) {
+        // Without waiters nothing can change for them: a burst of ends costs nothing more.
+        let effects = if self.waiters.is_empty() {
+            Vec::new()
+        } else {
+            LockEffect::of(&events)
+        };
         let to_reap = terminating(&events);
-        self.send_to_subscribers(events);
+        self.broadcast(events);
+        self.follow_locks(effects);
         // Once the subscribers have the endings, while the sessions' trees are still known.
         for ended in &to_reap {
             self.start_reap(ended);
         }
     }
 
-    fn send_to_subscribers(&mut self, events: Vec<Event>) {
+    /// Sends committed events, as one batch, to every subscriber. A subscriber whose queue
+    /// is full is dropped; its connection tells it `lagged`.
+    fn broadcast(&mut self, events: Vec<Event>) {
         let batch: Batch = events
             .into_iter()
             .filter_map(|mut event| {
                 self.usage.apply(&event);
+                super::eventlog::log(&event, &mut self.fresh_owners);
+                self.end_metrics.record(&event);
                 super::hops::published(&mut event);
                 let (seq, session, creator_uid) =
                     (event.seq, event.session.clone(), event.creator_uid);
@@ -325,11 +338,29 @@ impl Engine {
                 request,
                 fds,
                 reply,
-            } => {
-                let answer = self.request(caller, *request, &fds);
-                // The client may have gone; its reply has nowhere to go.
-                let _ = reply.send(answer);
-            }
+            } => match *request {
+                Request::LockAcquire {
+                    name,
+                    session,
+                    uid,
+                    wait,
+                    timeout_ms,
+                } => {
+                    let request = AcquireRequest {
+                        name,
+                        session,
+                        uid,
+                        wait,
+                        timeout_ms,
+                    };
+                    self.lock_acquire(caller, request, reply);
+                }
+                request => {
+                    let answer = self.request(caller, request, &fds);
+                    // The client may have gone; its reply has nowhere to go.
+                    let _ = reply.send(answer);
+                }
+            },
             Command::Subscribe { reply } => {
                 let (queue, batches) = mpsc::channel(self.config.subscriber_queue);
                 let head = match self.store.head_seq() {

@@ -27,10 +27,13 @@ use membership::Membership;
 
 mod actor;
 mod auth;
+mod eventlog;
 mod handlers;
 mod hops;
 mod housekeeping;
+mod locks;
 pub mod membership;
+mod owner_checks;
 mod reaping;
 mod trees;
 mod whose;
@@ -123,7 +126,7 @@ pub struct Subscription {
 pub enum Command {
     Request {
         caller: Caller,
-        /// Boxed: a request is large, and the command queue holds many commands.
+        /// Boxed: requests are large next to the other commands.
         request: Box<Request>,
         /// Descriptors passed with the request line (a pidfd owner); closed when dropped.
         fds: Vec<OwnedFd>,
@@ -169,6 +172,8 @@ pub struct Engine {
     last_prune: Option<Instant>,
     /// Facts status reports about the daemon itself (paths, versions).
     about: DaemonInfo,
+    /// Requests waiting for a lock.
+    waiters: locks::Waiters,
     /// The process trees of tracked owners.
     membership: Membership,
     reaper: Reaper,
@@ -177,6 +182,10 @@ pub struct Engine {
     reaps: JoinSet<reaping::ReapDone>,
     /// With `--trace-hops` only.
     hops: Option<hops::HopTrace>,
+    /// Owners registered within the last second, to warn of those that die at once.
+    fresh_owners: owner_checks::FreshOwners,
+    /// Ends of sessions by reason and source, and their latency, for `--metrics-listen`.
+    end_metrics: crate::metrics::EndMetrics,
 }
 
 fn now_ms() -> i64 {
@@ -196,7 +205,9 @@ fn store_error(e: StoreError) -> ErrorBody {
         StoreError::AlreadyEnded(_) => ErrorCode::AlreadyEnded,
         StoreError::AlreadyExists(_) => ErrorCode::AlreadyExists,
         StoreError::NotPending(_) => ErrorCode::NotPending,
-        StoreError::InvalidId(_) => ErrorCode::InvalidRequest,
+        StoreError::InvalidId(_) | StoreError::InvalidLockName(_) => ErrorCode::InvalidRequest,
+        StoreError::NotHeld { .. } => ErrorCode::NotHeld,
+        StoreError::TooManyLocks(_) => ErrorCode::LimitReached,
         _ => ErrorCode::Internal,
     };
     if code == ErrorCode::Internal {
@@ -243,6 +254,8 @@ impl Engine {
         Ok(Engine {
             membership,
             hops: config.trace_hops.then(hops::HopTrace::default),
+            fresh_owners: owner_checks::FreshOwners::default(),
+            end_metrics: crate::metrics::EndMetrics::default(),
             store,
             monitor,
             config,
@@ -255,8 +268,14 @@ impl Engine {
             started: Instant::now(),
             last_prune: None,
             about,
+            waiters: locks::Waiters::default(),
             reaper,
             reaps: JoinSet::new(),
         })
+    }
+
+    /// The counts of session ends the engine keeps for the metrics listener (shared).
+    pub fn end_metrics(&self) -> crate::metrics::EndMetrics {
+        self.end_metrics.clone()
     }
 }
