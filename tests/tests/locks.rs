@@ -612,6 +612,14 @@ fn run_passes_sigterm_on_to_the_command() {
         eventually(WAIT, || locks(&daemon).len() == 1),
         "the lock is taken before sleep runs"
     );
+    // Signals are passed on once CMD runs (before, they stop liveness and CMD never runs).
+    let owner = daemon.session("sig")["owner"]["pid"].clone();
+    let comm = format!("/proc/{owner}/comm");
+    assert!(
+        eventually(WAIT, || std::fs::read_to_string(&comm)
+            .is_ok_and(|c| c.trim() == "sleep")),
+        "the session's owner becomes sleep"
+    );
     // SAFETY: signalling our own child.
     unsafe { libc::kill(run.id() as i32, libc::SIGTERM) };
     let status = run.wait().expect("wait for liveness");
