@@ -80,6 +80,10 @@ pub(crate) enum Command {
         /// A label KEY=VALUE stored with the session and its events (repeatable).
         #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
         labels: Vec<(String, String)>,
+        /// With --owner auto: a further process name to skip as a wrapper, for this
+        /// registration only (repeatable), e.g. `--wrapper timeout`.
+        #[arg(long = "wrapper", value_name = "COMM", requires = "owner")]
+        wrappers: Vec<String>,
     },
     /// Give a pending session its real id.
     Rename {
@@ -140,6 +144,19 @@ pub(crate) enum Command {
     /// and, apart, which ones this process could start itself.
     #[command(after_help = DOCTOR_HELP)]
     Doctor,
+    /// Print the shell completion script for SHELL, e.g.
+    /// `liveness completions bash > /etc/bash_completion.d/liveness`.
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (liveness.1 and one per subcommand) into DIR.
+    #[command(hide = true)]
+    GenerateMan {
+        /// Where to write the pages.
+        dir: PathBuf,
+    },
     /// Locks held by sessions: acquire, release, list, and run a command holding one.
     Lock {
         #[command(subcommand)]

@@ -7,6 +7,7 @@ mod args;
 mod clock;
 mod doctor;
 mod exit;
+mod generate;
 mod lock;
 mod output;
 mod render;
@@ -135,6 +136,7 @@ fn run_command(command: Command, context: &Context) -> Result<Exit, Failure> {
             pending,
             owner,
             labels,
+            wrappers,
         } => {
             let registration = Registration {
                 session,
@@ -142,9 +144,14 @@ fn run_command(command: Command, context: &Context) -> Result<Exit, Failure> {
                 pending,
                 labels: labels.into_iter().collect(),
                 uid,
+                wrappers,
             };
-            let session = Client::connect(socket).and_then(|mut c| c.register(&registration))?;
-            print_session(&session, json);
+            let registered = Client::connect(socket)
+                .and_then(|mut c| c.register_with_warnings(&registration))?;
+            for warning in &registered.warnings {
+                output::warn(warning, json);
+            }
+            print_session(&registered.session, json);
             Ok(Exit::Ok)
         }
         Command::Rename { session, to, uid } => {
@@ -197,6 +204,8 @@ fn run_command(command: Command, context: &Context) -> Result<Exit, Failure> {
             unreachable!("handled by main")
         }
         Command::Doctor => Ok(doctor(socket, json)),
+        Command::Completions { shell } => generate::completions(shell),
+        Command::GenerateMan { dir } => generate::man_pages(&dir),
     }
 }
 

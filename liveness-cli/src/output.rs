@@ -26,6 +26,19 @@ pub(crate) fn json(value: &impl Serialize) {
     }
 }
 
+/// A warning on stderr: something succeeded but looks wrong. With `--json`, one object
+/// `{"warning":{"message":...}}`.
+pub(crate) fn warn(message: &str, json: bool) {
+    if json {
+        eprintln!(
+            "{}",
+            serde_json::json!({ "warning": { "message": message } })
+        );
+    } else {
+        eprintln!("liveness: warning: {message}");
+    }
+}
+
 fn finish(written: std::io::Result<()>) {
     match written {
         Ok(()) => {}

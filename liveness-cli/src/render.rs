@@ -7,6 +7,7 @@ use serde::Serialize;
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{DeathReason, Identity};
 use liveness_common::lock::Lock;
+use liveness_common::protocol::wire_name;
 use liveness_common::session::{EndReason, Event, EventKind, Phase, Session};
 use liveness_common::status::{SourceReport, Status};
 use liveness_proc::identity::{Liveness, ProcRoot};
@@ -227,14 +228,6 @@ fn signal_name(signal: u8) -> String {
         .checked_sub(1)
         .and_then(|i| NAMES.get(i))
         .map_or_else(|| format!("signal {signal}"), |name| (*name).to_owned())
-}
-
-/// The name a value has on the wire (`"active"`, `"owner_exited"`, ...); empty for none.
-pub(crate) fn wire_name(value: impl Serialize) -> String {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(name)) => name,
-        _ => String::new(),
-    }
 }
 
 /// A session in one line (`whose`): "agent-1 active, owner claude (pid 1234)".

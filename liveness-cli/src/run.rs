@@ -78,6 +78,7 @@ fn run_session(
         pending: false,
         labels: args.labels.into_iter().collect(),
         uid: None,
+        wrappers: Vec::new(),
     };
     client.register(&registration)?;
     let token = match lock {

@@ -9,12 +9,13 @@ use serde::Serialize;
 
 use liveness_client::{Client, Cursor, Filter, Item};
 use liveness_common::exit::ExitStatus;
+use liveness_common::protocol::wire_name;
 use liveness_common::session::{Event, EventKind};
 
 use crate::args::LabelFilter;
 use crate::exit::{Exit, Failure};
 use crate::output::outln;
-use crate::render::{describe_event, wire_name};
+use crate::render::describe_event;
 
 /// `liveness watch`: what to follow and what to do with each event.
 #[derive(Debug, clap::Args)]

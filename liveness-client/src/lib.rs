@@ -86,6 +86,19 @@ pub struct Registration {
     pub labels: BTreeMap<String, String>,
     /// Root only: register in this user's namespace of session ids.
     pub uid: Option<u32>,
+    /// [`Owner::Auto`]: further process names to skip as wrappers, for this registration
+    /// only (added to the daemon's own `--wrapper` list).
+    pub wrappers: Vec<String>,
+}
+
+/// The answer to [`Client::register_with_warnings`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Registered {
+    /// The session as registered.
+    pub session: Session,
+    /// What succeeded but looks wrong (an owner that is a launcher, one that has already
+    /// exited): worth showing to whoever registered.
+    pub warnings: Vec<String>,
 }
 
 impl Registration {
@@ -97,6 +110,7 @@ impl Registration {
             pending: false,
             labels: BTreeMap::new(),
             uid: None,
+            wrappers: Vec::new(),
         }
     }
 }
@@ -202,9 +216,19 @@ impl Client {
     /// # Ok::<(), liveness_client::ClientError>(())
     /// ```
     pub fn register(&mut self, registration: &Registration) -> Result<Session, ClientError> {
+        self.register_with_warnings(registration)
+            .map(|registered| registered.session)
+    }
+
+    /// [`Client::register`], with the daemon's warnings about the registration.
+    pub fn register_with_warnings(
+        &mut self,
+        registration: &Registration,
+    ) -> Result<Registered, ClientError> {
         let (request, pidfd) = wire::register_request(registration)?;
         let fds: Vec<_> = pidfd.iter().map(AsFd::as_fd).collect();
-        self.call_with_fds(&request, &fds).and_then(wire::session)
+        self.call_with_fds(&request, &fds)
+            .and_then(wire::registered)
     }
 
     /// Registers `session` with `owner: "auto"`: the daemon walks up from this process

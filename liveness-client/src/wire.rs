@@ -15,7 +15,7 @@ use liveness_common::protocol::{
 use liveness_common::session::Session;
 use liveness_common::status::Status;
 
-use crate::{ClientError, Owner, Registration, Whose};
+use crate::{ClientError, Owner, Registered, Registration, Whose};
 
 /// A request as one line, newline included, with the protocol version.
 pub(crate) fn encode(request: &Request) -> Result<String, ClientError> {
@@ -95,6 +95,14 @@ pub(crate) fn lock_release_request(name: &str, session: &str, uid: Option<u32>) 
     }
 }
 
+pub(crate) fn registered(mut reply: Reply) -> Result<Registered, ClientError> {
+    let warnings = std::mem::take(&mut reply.warnings);
+    Ok(Registered {
+        session: session(reply)?,
+        warnings,
+    })
+}
+
 pub(crate) fn lock(reply: Reply) -> Result<Lock, ClientError> {
     reply.lock.ok_or_else(|| missing("lock"))
 }
@@ -140,6 +148,7 @@ pub(crate) fn register_request(
         owner,
         pending: registration.pending,
         labels: registration.labels.clone(),
+        wrappers: registration.wrappers.clone(),
     };
     Ok((request, pidfd))
 }

@@ -83,6 +83,10 @@ pub enum Request {
         pending: bool,
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         labels: BTreeMap<String, String>,
+        /// `owner: "auto"`: further process names to skip as wrappers, for this request
+        /// only (added to the daemon's `--wrapper` list).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        wrappers: Vec<String>,
     },
     /// Give a pending session its real id.
     Rename {
@@ -262,6 +266,10 @@ pub struct Reply {
     pub status: Option<Box<Status>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subscribed: Option<Subscribed>,
+    /// `register`: what succeeded but looks wrong (an owner that is a launcher, one that
+    /// has already exited), for the client to show.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// `lock_acquire`, `lock_release`: the lock granted or released.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock: Option<Lock>,
@@ -282,6 +290,7 @@ impl Reply {
             owner_pid: None,
             status: None,
             subscribed: None,
+            warnings: Vec::new(),
             lock: None,
             locks: None,
         }
@@ -350,6 +359,15 @@ pub enum StreamMessage {
 pub struct Envelope {
     pub id: Option<Value>,
     pub request: Request,
+}
+
+/// The name a value has on the wire (`"active"`, `"owner_exited"`, `"ebpf"`), for text
+/// that must use the same words as the JSON; empty for `None` or a non-string value.
+pub fn wire_name(value: impl Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(Value::String(name)) => name,
+        _ => String::new(),
+    }
 }
 
 /// Parses one request line. The error reply carries the request's `id` when one was readable.

@@ -61,7 +61,8 @@ pub struct Args {
     /// Keep at most this many events for replay.
     #[arg(long, default_value_t = 100_000, value_name = "COUNT")]
     retain_events: u64,
-    /// Keep events for replay at most this long.
+    /// Keep events for replay, and ended sessions for `get`, at most this long. An ended
+    /// session's id is refused while it is kept and free again once it is deleted.
     #[arg(long, default_value = "7d", value_parser = parse_duration, value_name = "DURATION")]
     retain_age: Duration,
     /// Commits (batches of events) queued per subscriber before it is disconnected as lagging.
@@ -114,6 +115,14 @@ pub struct Args {
     /// Bytes of label keys and values of one non-root uid's ACTIVE sessions.
     #[arg(long, default_value_t = LimitsConfig::default().label_bytes_per_uid, value_parser = parse_count::<u64>, value_name = "BYTES")]
     max_label_bytes_per_uid: u64,
+    /// Serve the status counters in the Prometheus format at http://ADDR/metrics (e.g.
+    /// 127.0.0.1:9464). Off by default; there is no authentication, so keep ADDR local.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<std::net::SocketAddr>,
+    /// Write the man page livenessd.8, generated from these flags, into DIR and exit (for
+    /// packaging: `cargo xtask dist`).
+    #[arg(long, value_name = "DIR", hide = true)]
+    generate_man: Option<PathBuf>,
 }
 
 impl Args {
@@ -175,6 +184,11 @@ enum StartError {
          (only the default runtime directory is created)"
     )]
     NoSocketDir(PathBuf),
+    #[error("cannot listen for metrics on {addr}: {source}")]
+    MetricsListen {
+        addr: std::net::SocketAddr,
+        source: io::Error,
+    },
     #[error("cannot listen on {path}: {source}")]
     Listen { path: PathBuf, source: io::Error },
     #[error("cannot open the log file {path}: {source}")]
@@ -246,6 +260,21 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogFile {
 
 fn init_logging(log_file: Option<&LogFile>) {
     let filter = EnvFilter::try_from_env("LIVENESS_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    // Under systemd with stderr going to the journal, log to journald natively so that
+    // every field (session, owner_pid, reason, source, latency_ms...) is a journal field:
+    // `journalctl -u livenessd SESSION=abc`.
+    if log_file.is_none()
+        && stderr_is_the_journal()
+        && let Ok(journald) = tracing_journald::layer()
+    {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        tracing_subscriber::registry()
+            .with(filter)
+            .with(journald.with_syslog_identifier("livenessd".into()))
+            .init();
+        return;
+    }
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     match log_file {
         Some(file) => builder.with_ansi(false).with_writer(file.clone()).init(),
@@ -254,6 +283,19 @@ fn init_logging(log_file: Option<&LogFile>) {
             .with_writer(io::stderr)
             .init(),
     }
+}
+
+/// Whether stderr is the journal's stream: systemd sets `JOURNAL_STREAM=DEV:INODE` for a
+/// service whose output goes to the journal, and the numbers must be stderr's own (a child
+/// that inherited the variable but not the stream is not logging to the journal).
+fn stderr_is_the_journal() -> bool {
+    let Some(stream) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    let Ok(stat) = rustix::fs::fstat(io::stderr()) else {
+        return false;
+    };
+    stream.to_string_lossy() == format!("{}:{}", stat.st_dev, stat.st_ino)
 }
 
 /// Creates `path` (and its parents) unless it exists, then refuses it unless it is safe
@@ -319,6 +361,18 @@ fn bind_socket(path: &Path) -> Result<UnixListener, StartError> {
 /// Entry point of `livenessd`.
 pub fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(dir) = &args.generate_man {
+        return match write_man_page(dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!(
+                    "livenessd: cannot write the man page into {}: {e}",
+                    dir.display()
+                );
+                ExitCode::from(1)
+            }
+        };
+    }
     // Files 0600 and directories 0700 (the database, its journal, the lock, the log)
     // whatever umask the daemon was started with; the socket is opened up explicitly.
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
@@ -353,6 +407,15 @@ pub fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+fn write_man_page(dir: &Path) -> io::Result<()> {
+    let mut page = Vec::new();
+    clap_mangen::Man::new(<Args as clap::CommandFactory>::command())
+        .section("8")
+        .render(&mut page)?;
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("livenessd.8"), page)
 }
 
 /// Exit code after a panic (EX_SOFTWARE).
@@ -460,12 +523,30 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
         },
         about,
     )?;
+    let metrics = match args.metrics_listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| StartError::MetricsListen { addr, source })?;
+            tracing::info!(addr = %listener.local_addr()?, "metrics listening");
+            Some((listener, engine.end_metrics()))
+        }
+        None => None,
+    };
     let listener = bind_socket(&socket)?;
     tracing::info!(socket = %socket.display(), state_dir = %state_dir.display(), sources = %sources.join(","), "livenessd listening");
 
     let (stop, stopped) = watch::channel(false);
     let (commands, command_queue) = mpsc::channel(ENGINE_QUEUE);
     let mut engine_task = tokio::spawn(engine.run(command_queue, stopped.clone()));
+    let mut metrics_task = metrics.map(|(listener, ends)| {
+        tokio::spawn(crate::metrics::serve(
+            listener,
+            commands.clone(),
+            ends,
+            stopped.clone(),
+        ))
+    });
     let mut server_task = tokio::spawn(crate::server::serve(
         listener, commands, database, limits, stopped,
     ));
@@ -492,6 +573,15 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
                 Ok(()) => StartError::TaskEnded("server"),
                 Err(error) => StartError::TaskFailed { task: "server", error },
             })),
+            Some(ended) = async {
+                match &mut metrics_task {
+                    Some(task) => Some(task.await),
+                    None => std::future::pending().await,
+                }
+            } => break Some(("metrics", match ended {
+                Ok(()) => StartError::TaskEnded("metrics"),
+                Err(error) => StartError::TaskFailed { task: "metrics", error },
+            })),
         }
     };
     tracing::info!("stopping");
@@ -502,6 +592,12 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
         && let Err(e) = server_task.await
     {
         tracing::error!(error = %e, "server task failed");
+    }
+    if failed != Some("metrics")
+        && let Some(task) = metrics_task
+        && let Err(e) = task.await
+    {
+        tracing::error!(error = %e, "metrics task failed");
     }
     if failed != Some("engine") {
         match engine_task.await {

@@ -428,7 +428,7 @@ impl Connection {
         let (reply_tx, reply_rx) = oneshot::channel();
         let command = Command::Request {
             caller,
-            request,
+            request: Box::new(request),
             fds,
             reply: reply_tx,
         };
@@ -460,13 +460,13 @@ impl Connection {
         let (reply_tx, mut reply_rx) = oneshot::channel();
         let command = Command::Request {
             caller,
-            request: Request::LockAcquire {
+            request: Box::new(Request::LockAcquire {
                 name: name.clone(),
                 session,
                 uid,
                 wait: true,
                 timeout_ms,
-            },
+            }),
             fds: Vec::new(),
             reply: reply_tx,
         };

@@ -379,3 +379,94 @@ fn livenessd_refuses_a_socket_directory_that_does_not_exist() {
         "the directory was created"
     );
 }
+
+/// `--owner auto` under `timeout` stops at `timeout`: the registration succeeds with a
+/// warning that names `--wrapper`; `--wrapper timeout` on the request skips it, for that
+/// request only.
+#[test]
+fn an_auto_owner_that_is_a_launcher_is_warned_of_and_wrappers_are_per_request() {
+    let daemon = Daemon::start(&[]);
+    let register = |session: &str, extra: &str| {
+        let script = format!(
+            "{} --socket {} register --session {session} --owner auto {extra}; true",
+            binary("liveness").display(),
+            daemon.socket.display()
+        );
+        Command::new("timeout")
+            .args(["30", "sh", "-c", &script])
+            .output()
+            .expect("run timeout")
+    };
+    let warned = register("under-timeout", "");
+    assert!(warned.status.success(), "{warned:?}");
+    let stderr = String::from_utf8_lossy(&warned.stderr);
+    assert!(
+        stderr.contains("warning") && stderr.contains("--wrapper timeout"),
+        "{stderr}"
+    );
+    assert_eq!(
+        daemon.session("under-timeout")["owner"]["comm"],
+        "timeout",
+        "without the wrapper, the owner is timeout"
+    );
+
+    let skipped = register("past-timeout", "--wrapper timeout --json");
+    assert!(skipped.status.success(), "{skipped:?}");
+    assert!(skipped.stderr.is_empty(), "no warning: {skipped:?}");
+    assert_eq!(
+        daemon.session("past-timeout")["owner"]["pid"],
+        std::process::id(),
+        "timeout skipped: the owner is this test"
+    );
+
+    // The wrapper was for that request only.
+    let again = register("under-timeout-again", "--json");
+    let warning: Value = serde_json::from_slice(&again.stderr)
+        .unwrap_or_else(|e| panic!("a JSON warning ({e}): {again:?}"));
+    assert!(
+        warning["warning"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("launcher")),
+        "{warning}"
+    );
+}
+
+/// Completions for three shells and a man page per subcommand, from the clap definitions.
+#[test]
+fn completions_and_man_pages_are_generated_for_every_subcommand() {
+    for shell in ["bash", "zsh", "fish"] {
+        let output = liveness(&["completions", shell]);
+        assert!(output.status.success(), "{shell}: {output:?}");
+        let script = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            script.contains("register") && script.contains("--owner-pid"),
+            "{shell}: the script knows the subcommands and their flags"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let output = liveness(&["generate-man", dir.path().to_str().unwrap()]);
+    assert!(output.status.success(), "{output:?}");
+    let help = String::from_utf8_lossy(&liveness(&["--help"]).stdout).into_owned();
+    let subcommands: Vec<&str> = help
+        .lines()
+        .skip_while(|line| !line.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|line| line.starts_with("  "))
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .collect();
+    assert!(subcommands.contains(&"register"), "{help}");
+    for name in subcommands {
+        let page = dir.path().join(format!("liveness-{name}.1"));
+        let text =
+            std::fs::read_to_string(&page).unwrap_or_else(|e| panic!("{}: {e}", page.display()));
+        assert!(text.contains(".TH"), "{} is a man page", page.display());
+    }
+    let output = Command::new(binary("livenessd"))
+        .arg("--generate-man")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    assert!(dir.path().join("livenessd.8").exists());
+}

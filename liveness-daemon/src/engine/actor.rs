@@ -250,6 +250,8 @@ impl Engine {
             .into_iter()
             .filter_map(|mut event| {
                 self.usage.apply(&event);
+                super::eventlog::log(&event, &mut self.fresh_owners);
+                self.end_metrics.record(&event);
                 super::hops::published(&mut event);
                 let (seq, session, creator_uid) =
                     (event.seq, event.session.clone(), event.creator_uid);
@@ -294,36 +296,32 @@ impl Engine {
         match command {
             Command::Request {
                 caller,
-                request:
-                    Request::LockAcquire {
-                        name,
-                        session,
-                        uid,
-                        wait,
-                        timeout_ms,
-                    },
+                request,
+                fds,
                 reply,
-                ..
-            } => {
-                let request = AcquireRequest {
+            } => match *request {
+                Request::LockAcquire {
                     name,
                     session,
                     uid,
                     wait,
                     timeout_ms,
-                };
-                self.lock_acquire(caller, request, reply);
-            }
-            Command::Request {
-                caller,
-                request,
-                fds,
-                reply,
-            } => {
-                let answer = self.request(caller, request, &fds);
-                // The client may have gone; its reply has nowhere to go.
-                let _ = reply.send(answer);
-            }
+                } => {
+                    let request = AcquireRequest {
+                        name,
+                        session,
+                        uid,
+                        wait,
+                        timeout_ms,
+                    };
+                    self.lock_acquire(caller, request, reply);
+                }
+                request => {
+                    let answer = self.request(caller, request, &fds);
+                    // The client may have gone; its reply has nowhere to go.
+                    let _ = reply.send(answer);
+                }
+            },
             Command::Subscribe { reply } => {
                 let (queue, batches) = mpsc::channel(self.config.subscriber_queue);
                 let head = match self.store.head_seq() {

@@ -24,10 +24,12 @@ use liveness_proc::identity::{IdentityError, ProcRoot};
 
 mod actor;
 mod auth;
+mod eventlog;
 mod handlers;
 mod hops;
 mod housekeeping;
 mod locks;
+mod owner_checks;
 mod whose;
 
 #[cfg(test)]
@@ -118,7 +120,8 @@ pub struct Subscription {
 pub enum Command {
     Request {
         caller: Caller,
-        request: Request,
+        /// Boxed: requests are large next to the other commands.
+        request: Box<Request>,
         /// Descriptors passed with the request line (a pidfd owner); closed when dropped.
         fds: Vec<OwnedFd>,
         reply: oneshot::Sender<Reply>,
@@ -167,6 +170,10 @@ pub struct Engine {
     waiters: locks::Waiters,
     /// With `--trace-hops` only.
     hops: Option<hops::HopTrace>,
+    /// Owners registered within the last second, to warn of those that die at once.
+    fresh_owners: owner_checks::FreshOwners,
+    /// Ends of sessions by reason and source, and their latency, for `--metrics-listen`.
+    end_metrics: crate::metrics::EndMetrics,
 }
 
 fn now_ms() -> i64 {
@@ -227,6 +234,8 @@ impl Engine {
         }
         Ok(Engine {
             hops: config.trace_hops.then(hops::HopTrace::default),
+            fresh_owners: owner_checks::FreshOwners::default(),
+            end_metrics: crate::metrics::EndMetrics::default(),
             store,
             monitor,
             config,
@@ -241,5 +250,10 @@ impl Engine {
             about,
             waiters: locks::Waiters::default(),
         })
+    }
+
+    /// The counts of session ends the engine keeps for the metrics listener (shared).
+    pub fn end_metrics(&self) -> crate::metrics::EndMetrics {
+        self.end_metrics.clone()
     }
 }

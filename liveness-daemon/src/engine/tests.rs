@@ -148,6 +148,7 @@ impl Fixture {
                 owner,
                 pending: id.is_none(),
                 labels: BTreeMap::new(),
+                wrappers: Vec::new(),
             },
         )
     }
@@ -460,7 +461,7 @@ fn acquire(
     };
     f.engine.handle(Command::Request {
         caller,
-        request,
+        request: Box::new(request),
         fds: Vec::new(),
         reply,
     });

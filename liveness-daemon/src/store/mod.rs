@@ -53,7 +53,10 @@ macro_rules! select_active {
 pub enum StoreError {
     #[error("no session {0:?}")]
     NotFound(String),
-    #[error("session {0:?} has ended; ids are not reused")]
+    #[error(
+        "session {0:?} has ended; its id stays taken while the ended session is kept \
+         (livenessd --retain-age, 7 days by default): use a new id"
+    )]
     AlreadyEnded(String),
     #[error("session {0:?} already exists")]
     AlreadyExists(String),

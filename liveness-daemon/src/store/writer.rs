@@ -531,7 +531,8 @@ impl Store {
         Ok(idle)
     }
 
-    /// Deletes sessions that ended before `ended_before_ms`; their ids become free again.
+    /// Deletes sessions that ended before `ended_before_ms`. Their ids become free again:
+    /// an ended id is refused only while its session is kept (as documented).
     pub fn prune_sessions(&mut self, ended_before_ms: i64) -> Result<u64, StoreError> {
         let deleted = self
             .conn
