@@ -3,9 +3,10 @@
 //!
 //! The child is forked first and waits on a pipe; the session is registered with the
 //! child's pid (sent as a pidfd) and, for `lock run`, the lock is taken; only then is the
-//! child told to exec CMD, with the token in its environment. Signals sent to `liveness`
-//! (SIGINT, SIGTERM) are passed on to CMD; those a terminal sends reach CMD directly, as
-//! it is in the same process group.
+//! child told to exec CMD, with the token in its environment. Once CMD may run, signals
+//! sent to `liveness` (SIGINT, SIGTERM) are passed on to it; those a terminal sends reach
+//! CMD directly, as it is in the same process group. Before that they stop `liveness` as
+//! usual, and the waiting child, reading the end of the pipe, exits without running CMD.
 
 use std::ffi::{CString, OsString, c_char};
 use std::io::Write;

@@ -404,13 +404,9 @@ impl Client {
         wait: bool,
         timeout: Option<Duration>,
     ) -> Result<Lock, ClientError> {
-        self.call(&Request::LockAcquire {
-            name: name.into(),
-            session: session.into(),
-            uid,
-            wait,
-            timeout_ms: timeout.map(|t| t.as_millis().try_into().unwrap_or(u64::MAX)),
-        })
+        self.call(&wire::lock_acquire_request(
+            name, session, uid, wait, timeout,
+        ))
         .and_then(wire::lock)
     }
 
@@ -427,12 +423,8 @@ impl Client {
         session: &str,
         uid: Option<u32>,
     ) -> Result<Lock, ClientError> {
-        self.call(&Request::LockRelease {
-            name: name.into(),
-            session: session.into(),
-            uid,
-        })
-        .and_then(wire::lock)
+        self.call(&wire::lock_release_request(name, session, uid))
+            .and_then(wire::lock)
     }
 
     /// The held locks the caller may see (`uid`: root only, that user's), with how many

@@ -3,6 +3,7 @@
 //! reply.
 
 use std::os::fd::OwnedFd;
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -67,6 +68,31 @@ fn missing(what: &str) -> ClientError {
 
 pub(crate) fn session(reply: Reply) -> Result<Session, ClientError> {
     reply.session.ok_or_else(|| missing("session"))
+}
+
+/// A `lock_acquire` request; `timeout` only with `wait`.
+pub(crate) fn lock_acquire_request(
+    name: &str,
+    session: &str,
+    uid: Option<u32>,
+    wait: bool,
+    timeout: Option<Duration>,
+) -> Request {
+    Request::LockAcquire {
+        name: name.into(),
+        session: session.into(),
+        uid,
+        wait,
+        timeout_ms: timeout.map(|t| t.as_millis().try_into().unwrap_or(u64::MAX)),
+    }
+}
+
+pub(crate) fn lock_release_request(name: &str, session: &str, uid: Option<u32>) -> Request {
+    Request::LockRelease {
+        name: name.into(),
+        session: session.into(),
+        uid,
+    }
 }
 
 pub(crate) fn registered(mut reply: Reply) -> Result<Registered, ClientError> {

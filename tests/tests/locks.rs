@@ -612,6 +612,14 @@ fn run_passes_sigterm_on_to_the_command() {
         eventually(WAIT, || locks(&daemon).len() == 1),
         "the lock is taken before sleep runs"
     );
+    // Signals are passed on once CMD runs (before, they stop liveness and CMD never runs).
+    let owner = daemon.session("sig")["owner"]["pid"].clone();
+    let comm = format!("/proc/{owner}/comm");
+    assert!(
+        eventually(WAIT, || std::fs::read_to_string(&comm)
+            .is_ok_and(|c| c.trim() == "sleep")),
+        "the session's owner becomes sleep"
+    );
     // SAFETY: signalling our own child.
     unsafe { libc::kill(run.id() as i32, libc::SIGTERM) };
     let status = run.wait().expect("wait for liveness");
@@ -630,4 +638,42 @@ fn run_passes_sigterm_on_to_the_command() {
             "eBPF saw the signal: {ended}"
         );
     }
+}
+
+#[test]
+fn the_client_libraries_take_wait_for_and_release_locks() {
+    use liveness_client::nonblocking::AsyncClient;
+    use liveness_client::{Client, ErrorCode};
+    let daemon = Daemon::start(&[]);
+    let (a, b) = (Orphan::spawn(&["exit", "0"]), Orphan::spawn(&["exit", "0"]));
+    register(&daemon, "a", a.pid);
+    register(&daemon, "b", b.pid);
+    let mut client = Client::connect(&daemon.socket).expect("connect");
+    let held = client
+        .lock_acquire("lib", "a", None, false, None)
+        .expect("a free lock");
+    let refused = client
+        .lock_acquire("lib", "b", None, false, None)
+        .expect_err("held by a");
+    assert_eq!(refused.code(), Some(ErrorCode::LockHeld), "{refused}");
+
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let socket = daemon.socket.clone();
+    let waiting = runtime.spawn(async move {
+        let mut client = AsyncClient::connect(&socket).await?;
+        client
+            .lock_acquire("lib", "b", None, true, Some(WAIT))
+            .await
+    });
+    assert!(eventually(WAIT, || {
+        client.lock_list(None).expect("lock_list")[0].waiters == 1
+    }));
+    let released = client.lock_release("lib", "a", None).expect("release");
+    assert_eq!(released.token, held.token);
+    let granted = runtime
+        .block_on(waiting)
+        .expect("the task")
+        .expect("granted to the async waiter");
+    assert_eq!(granted.session, "b");
+    assert!(granted.token > held.token);
 }
