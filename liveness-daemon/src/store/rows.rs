@@ -262,38 +262,37 @@ pub(super) fn end_selected(
     let mut events = Vec::with_capacity(found.len());
     for (rowid, mut session) in found {
         let (reason, exit, detected_by) = &ending.columns;
+        // The survivors in the same statement: a second UPDATE of the row cost every ending.
+        let survivors = ending
+            .survivors
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()?;
         tx.prepare_cached(
             "UPDATE sessions SET phase = 'ended', reason = ?2, exit = ?3, detected_by = ?4, \
-             ended_ms = ?5, updated_ms = ?5 WHERE rowid = ?1",
+             ended_ms = ?5, updated_ms = ?5, survivors = COALESCE(?6, survivors) WHERE rowid = ?1",
         )?
-        .execute(params![rowid, reason, exit, detected_by, ending.now_ms])?;
+        .execute(params![
+            rowid,
+            reason,
+            exit,
+            detected_by,
+            ending.now_ms,
+            survivors
+        ])?;
         session.phase = Phase::Ended;
         session.reason = Some(ending.reason);
         session.exit = ending.exit;
         session.detected_by = ending.detected_by;
         session.ended_ms = Some(ending.now_ms);
         session.updated_ms = ending.now_ms;
-        record_survivors(tx, rowid, &mut session, ending)?;
+        if ending.survivors.is_some() {
+            session.survivors.clone_from(&ending.survivors);
+        }
         events.push(append(tx, event_ended(&session, ending))?);
         events.extend(release_locks_of(tx, &session, ending.now_ms)?);
     }
     Ok(events)
-}
-
-/// Stores the survivors of an ending in the session row `rowid` and in `session`.
-fn record_survivors(
-    tx: &Connection,
-    rowid: i64,
-    session: &mut Session,
-    ending: &Ending,
-) -> Result<(), StoreError> {
-    let Some(survivors) = &ending.survivors else {
-        return Ok(());
-    };
-    tx.prepare_cached("UPDATE sessions SET survivors = ?2 WHERE rowid = ?1")?
-        .execute(params![rowid, serde_json::to_string(survivors)?])?;
-    session.survivors = Some(survivors.clone());
-    Ok(())
 }
 
 /// True when user `uid`'s active session `id` was touched.
