@@ -230,6 +230,11 @@ fn kill_owner_and_check_survivors(
                 "{what}: {key:?} not among {survivors}"
             );
         }
+        assert!(
+            !listed.iter().any(|(pid, _)| *pid == owner.pid),
+            "{what}: the owner {} listed among its own survivors: {survivors}",
+            owner.pid
+        );
         for pid in gone {
             assert!(
                 !listed.iter().any(|(p, _)| p == pid),

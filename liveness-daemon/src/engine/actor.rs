@@ -194,7 +194,7 @@ impl Engine {
         match self.store.active_sessions_of_owner(owner) {
             Ok(sessions) if sessions.is_empty() => {
                 self.monitor.untrack(owner.key());
-                self.forget_tree(owner);
+                self.forget_trees([owner]);
             }
             Ok(_) => {}
             Err(e) => tracing::error!(error = %e, "cannot look up sessions of an owner"),
@@ -226,11 +226,15 @@ impl Engine {
             return;
         }
         self.counters.largest_batch = self.counters.largest_batch.max(deaths.len());
-        // Computed once: a retried commit keeps the survivors of the moment of the death.
-        for death in &mut deaths {
-            if death.survivors.is_none() {
-                death.survivors = self.survivors_of(&death.owner);
-            }
+        // Computed once, for the whole batch: a retried commit keeps the survivors of the
+        // moment of the death.
+        let owners = deaths
+            .iter()
+            .filter(|death| death.survivors.is_none())
+            .map(|death| &death.owner);
+        let mut found = self.survivors_of(owners).into_iter();
+        for death in deaths.iter_mut().filter(|death| death.survivors.is_none()) {
+            death.survivors = found.next().flatten();
         }
         match self.store.end_many(&deaths, self.config.clock.now_ms()) {
             Ok(mut events) => {
@@ -250,9 +254,7 @@ impl Engine {
                 }
                 self.publish(events);
                 // Every session of a dead owner has ended: nobody follows its tree now.
-                for death in &deaths {
-                    self.forget_tree(&death.owner);
-                }
+                self.forget_trees(deaths.iter().map(|death| &death.owner));
             }
             // Nothing is announced that was not committed. The deaths are kept and
             // committed again later; should the daemon stop first, their sessions are still

@@ -72,7 +72,7 @@ impl Engine {
                         None,
                         None,
                         None,
-                        self.survivors_of(&existing.owner),
+                        self.survivors_of([&existing.owner]).pop().flatten(),
                         now,
                     );
                     match ended {

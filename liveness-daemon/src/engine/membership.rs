@@ -161,20 +161,30 @@ impl Membership {
         self.trees.keys().copied()
     }
 
-    /// Stops following the tree of `root`: its members are forgotten here and in the
-    /// kernel. Returns them.
-    pub fn forget(&mut self, root: ProcessKey) -> Vec<ProcessKey> {
-        let Some(tree) = self.trees.remove(&root) else {
+    /// Stops following the trees of `roots`: their members are forgotten here and in the
+    /// kernel, whose map is read once for all of them. Returns the members.
+    pub fn forget(&mut self, roots: &[ProcessKey]) -> Vec<ProcessKey> {
+        let roots: HashSet<ProcessKey> = roots
+            .iter()
+            .copied()
+            .filter(|root| self.trees.contains_key(root))
+            .collect();
+        if roots.is_empty() {
             return Vec::new();
-        };
-        let members: Vec<ProcessKey> = tree.into_keys().collect();
+        }
+        let mut members = Vec::new();
+        for root in &roots {
+            if let Some(tree) = self.trees.remove(root) {
+                members.extend(tree.into_keys());
+            }
+        }
         for key in &members {
             self.root_of.remove(key);
         }
         if let Some(kernel) = &mut self.kernel {
             // Including what the kernel added since the last refresh.
             for entry in kernel.members() {
-                if entry.root == root {
+                if roots.contains(&entry.root) {
                     kernel.remove(entry.member);
                 }
             }
@@ -276,36 +286,81 @@ impl Membership {
             .map(|entry| entry.root)
     }
 
-    /// Every process of the tree of `root` still alive, the root included: what the
-    /// daemon knows merged with what the kernel added since the last refresh, each checked
-    /// in `/proc` now. Unbounded.
-    pub fn live_members(&self, root: ProcessKey) -> Vec<Identity> {
-        let mut candidates: BTreeMap<ProcessKey, String> =
-            self.trees.get(&root).cloned().unwrap_or_default();
-        candidates.entry(root).or_default();
-        if let Some(kernel) = &self.kernel {
-            for entry in kernel.members() {
-                if entry.root == root {
-                    candidates.entry(entry.member).or_default();
-                }
-            }
+    /// What is known of the tree of `root`, the root excluded: each member with its command
+    /// name (empty until read) and whether the kernel map, read as `kernel`, holds it.
+    fn candidates(
+        &self,
+        root: ProcessKey,
+        kernel: &[KernelMember],
+    ) -> BTreeMap<ProcessKey, (String, bool)> {
+        let mut candidates: BTreeMap<ProcessKey, (String, bool)> = self
+            .trees
+            .get(&root)
+            .into_iter()
+            .flatten()
+            .map(|(key, comm)| (*key, (comm.clone(), false)))
+            .collect();
+        for entry in kernel.iter().filter(|entry| entry.root == root) {
+            candidates.entry(entry.member).or_default().1 = true;
         }
         candidates
+    }
+
+    fn kernel_members(&self) -> Vec<KernelMember> {
+        self.kernel
+            .as_ref()
+            .map(MembersMap::members)
+            .unwrap_or_default()
+    }
+
+    /// The identity of a process if it is alive now. One the kernel map holds has not
+    /// exited (its exit removes it there): it is read in `/proc` only for a command name
+    /// not known yet.
+    fn alive(&self, key: ProcessKey, comm: String, in_kernel: bool) -> Option<Identity> {
+        if in_kernel && !comm.is_empty() {
+            return Some(self.identity(key, &comm));
+        }
+        let stat = self.proc.stat(key.pid).ok()?;
+        if stat.start_ticks != key.start_ticks || stat.has_exited() {
+            return None;
+        }
+        let comm = if comm.is_empty() { stat.comm } else { comm };
+        Some(self.identity(key, &comm))
+    }
+
+    /// Every process of the tree of `root` still alive, the root included: what the
+    /// daemon knows merged with what the kernel added since the last refresh. Unbounded.
+    pub fn live_members(&self, root: ProcessKey) -> Vec<Identity> {
+        let mut candidates = self.candidates(root, &self.kernel_members());
+        candidates.entry(root).or_default();
+        candidates
             .into_iter()
-            .filter_map(|(key, comm)| {
-                let stat = self.proc.stat(key.pid).ok()?;
-                if stat.start_ticks != key.start_ticks || stat.has_exited() {
-                    return None;
-                }
-                let comm = if comm.is_empty() { stat.comm } else { comm };
-                Some(self.identity(key, &comm))
-            })
+            .filter_map(|(key, (comm, in_kernel))| self.alive(key, comm, in_kernel))
             .collect()
     }
 
-    /// The survivors of the tree of `root`, for a session that ends now.
-    pub fn survivors(&self, root: ProcessKey) -> Survivors {
-        Survivors::from_alive(self.live_members(root))
+    /// The survivors of the trees of `roots`, for sessions that end now: one for each, in
+    /// order. A root is never its own survivor: an owner whose death the kernel reported
+    /// may still show in `/proc` as running. The kernel map is read once for all of them,
+    /// and a root without members costs no `/proc` read, so that an ending stays cheap.
+    pub fn survivors(&self, roots: &[ProcessKey]) -> Vec<Survivors> {
+        let kernel = if roots.iter().any(|root| self.trees.contains_key(root)) {
+            self.kernel_members()
+        } else {
+            Vec::new()
+        };
+        roots
+            .iter()
+            .map(|&root| {
+                let alive = self
+                    .candidates(root, &kernel)
+                    .into_iter()
+                    .filter(|(key, _)| *key != root)
+                    .filter_map(|(key, (comm, in_kernel))| self.alive(key, comm, in_kernel))
+                    .collect();
+                Survivors::from_alive(alive)
+            })
+            .collect()
     }
 
     pub fn status(&self, scan_interval: Duration) -> MembershipStatus {
@@ -435,17 +490,48 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_live_child_is_attached_and_a_dead_one_dropped() {
+    /// Scan-mode membership over the real /proc, the tree of this test process not yet
+    /// followed, and a sleeping child of it (the caller kills it).
+    fn this_process_and_a_child() -> (Membership, ProcessKey, std::process::Child, ProcessKey) {
         let proc = ProcRoot::default();
-        let mut child = std::process::Command::new("sleep")
+        let child = std::process::Command::new("sleep")
             .arg("1000")
             .spawn()
             .expect("spawn sleep");
         let me = proc.stat(std::process::id()).unwrap();
         let root = key(me.pid, me.start_ticks);
         let child_key = key(child.id(), proc.stat(child.id()).unwrap().start_ticks);
-        let mut membership = Membership::new(proc, None, "b".into(), "h".into());
+        let membership = Membership::new(proc, None, "b".into(), "h".into());
+        (membership, root, child, child_key)
+    }
+
+    #[test]
+    fn a_root_is_never_its_own_survivor() {
+        // A root that still shows in /proc as running, as an owner whose death the kernel
+        // reported may: its tree's survivors are its members only.
+        let (mut membership, root, mut child, child_key) = this_process_and_a_child();
+        membership.follow(root, Vec::new());
+
+        // Answered for a batch of roots, in order: one without a tree has none.
+        let survivors = membership.survivors(&[key(1, 0), root]);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let [none, survivors] = survivors.as_slice() else {
+            panic!("one Survivors per root: {survivors:?}");
+        };
+        assert_eq!(none.total, 0, "a root without a tree: {none:?}");
+        let listed: Vec<ProcessKey> = survivors.members.iter().map(Identity::key).collect();
+        assert!(
+            listed.contains(&child_key),
+            "the child survives: {listed:?}"
+        );
+        assert!(!listed.contains(&root), "the root is listed: {listed:?}");
+        assert_eq!(survivors.total as usize, listed.len(), "{survivors:?}");
+    }
+
+    #[test]
+    fn a_live_child_is_attached_and_a_dead_one_dropped() {
+        let (mut membership, root, mut child, child_key) = this_process_and_a_child();
 
         let changes = membership.follow(root, Vec::new());
         assert!(
@@ -469,7 +555,7 @@ mod tests {
         assert!(changes.removed.contains(&child_key), "{changes:?}");
         assert_eq!(membership.root_of(child_key), None);
         // Other tests of this binary may have children of their own in the tree.
-        assert!(!membership.forget(root).contains(&child_key));
+        assert!(!membership.forget(&[root]).contains(&child_key));
         assert_eq!(
             membership.root_of(root),
             None,

@@ -15,8 +15,10 @@ use tokio::task::JoinError;
 use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::protocol::{ErrorBody, ErrorCode};
 use liveness_common::session::{
-    DEFAULT_GRACE_MS, Event, EventKind, MAX_GRACE_MS, OnEnd, ReapFailure, Reaped, Session,
+    DEFAULT_GRACE_MS, EndReason, Event, EventKind, MAX_GRACE_MS, OnEnd, ReapFailure, Reaped,
+    Session,
 };
+use liveness_proc::identity::Liveness;
 
 use super::Engine;
 use super::membership::descendants;
@@ -149,8 +151,14 @@ impl Engine {
             }
             _ => self.membership.live_members(owner.key()),
         };
-        let owner_alive = members.iter().any(|member| member.same_process(owner));
         members.retain(|member| !member.same_process(owner));
+        // Survivors never list the owner. One whose death ended the session is dead even
+        // while `/proc` still shows it exiting.
+        let owner_alive = !matches!(
+            ended.reason,
+            Some(EndReason::OwnerExited | EndReason::OwnerReused | EndReason::Reboot)
+        ) && self.config.proc.check_process(owner.key(), owner.pidfs_ino)
+            == Liveness::Alive;
         // Fails closed: a tree that may be another session's is not signalled.
         match self.store.active_sessions_of_owner(owner) {
             Ok(sessions) => {

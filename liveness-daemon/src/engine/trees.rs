@@ -1,7 +1,7 @@
 //! The engine's side of process trees: following an owner's tree while it owns ACTIVE
 //! sessions, persisting its members, the survivors of an ending, and `processes`.
 
-use liveness_common::identity::Identity;
+use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::protocol::{MemberProcess, Reply};
 use liveness_common::session::Survivors;
 
@@ -21,12 +21,14 @@ impl Engine {
         self.save_members(&changes.added, &changes.removed);
     }
 
-    /// Stops following the tree of an owner no ACTIVE session refers to.
-    pub(super) fn forget_tree(&mut self, owner: &Identity) {
-        if owner.boot_id != self.local.boot_id {
-            return;
-        }
-        let removed = self.membership.forget(owner.key());
+    /// Stops following the trees of owners no ACTIVE session refers to.
+    pub(super) fn forget_trees<'a>(&mut self, owners: impl IntoIterator<Item = &'a Identity>) {
+        let roots: Vec<ProcessKey> = owners
+            .into_iter()
+            .filter(|owner| owner.boot_id == self.local.boot_id)
+            .map(Identity::key)
+            .collect();
+        let removed = self.membership.forget(&roots);
         self.save_members(&[], &removed);
     }
 
@@ -48,10 +50,24 @@ impl Engine {
         }
     }
 
-    /// The survivors of a session whose owner is `owner`, when it ends now: `None` for an
-    /// owner of another boot, whose tree cannot be known.
-    pub(super) fn survivors_of(&self, owner: &Identity) -> Option<Survivors> {
-        (owner.boot_id == self.local.boot_id).then(|| self.membership.survivors(owner.key()))
+    /// The survivors of sessions whose owners are `owners`, when they end now: one for
+    /// each, in order, `None` for an owner of another boot, whose tree cannot be known.
+    pub(super) fn survivors_of<'a>(
+        &self,
+        owners: impl IntoIterator<Item = &'a Identity>,
+    ) -> Vec<Option<Survivors>> {
+        let owners: Vec<&Identity> = owners.into_iter().collect();
+        let here = |owner: &Identity| owner.boot_id == self.local.boot_id;
+        let roots: Vec<ProcessKey> = owners
+            .iter()
+            .filter(|owner| here(owner))
+            .map(|owner| owner.key())
+            .collect();
+        let mut found = self.membership.survivors(&roots).into_iter();
+        owners
+            .iter()
+            .map(|owner| here(owner).then(|| found.next()).flatten())
+            .collect()
     }
 
     /// `processes`: the live members of an ACTIVE session's tree.
