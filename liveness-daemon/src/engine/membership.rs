@@ -268,11 +268,10 @@ impl Membership {
             return Some(*root);
         }
         // Forked since the last refresh.
-        let kernel = self.kernel.as_ref()?;
-        kernel
-            .members()
-            .into_iter()
-            .find(|entry| entry.member == key && self.trees.contains_key(&entry.root))
+        self.kernel
+            .as_ref()?
+            .get(key.pid)
+            .filter(|entry| entry.member == key && self.trees.contains_key(&entry.root))
             .map(|entry| entry.root)
     }
 
