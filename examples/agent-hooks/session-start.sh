@@ -11,7 +11,8 @@
 # owner is neither this short-lived script (whose exit would end the session at once) nor
 # a launch wrapper that started the agent and exited (it is not an ancestor of the hook,
 # so its exit is not mistaken for the agent's). If the hook runs under another
-# intermediate program (timeout, npx, uv...), start livenessd with `--wrapper NAME`;
+# intermediate program (timeout, npx, uv...), add `--wrapper NAME` to the register line
+# below (`liveness register` warns when the owner it found is such a launcher);
 # `liveness resolve-owner` run from the hook prints the owner the walk finds.
 #
 # A hook must not break the agent: problems are reported on stderr, the exit status is

@@ -133,6 +133,17 @@ pub struct Ended {
     /// it was committed), both wall-clock milliseconds.
     pub observed_ms: i64,
     pub committed_ms: i64,
+    /// With `livenessd --trace-hops`: the daemon's monotonic stamps of this death.
+    pub hops: Option<Hops>,
+}
+
+/// The `hops` of an event (`livenessd --trace-hops`), CLOCK_MONOTONIC ns.
+#[derive(Debug, Clone, Copy, serde::Deserialize)]
+pub struct Hops {
+    pub died_ns: Option<u64>,
+    pub read_ns: u64,
+    pub committed_ns: u64,
+    pub published_ns: u64,
 }
 
 impl Ended {
@@ -155,6 +166,7 @@ impl Ended {
                 received_ns,
                 observed_ms: event.observed_ms.unwrap_or_default(),
                 committed_ms: event.at_ms,
+                hops: event.hops,
             }))
     }
 }
@@ -177,6 +189,7 @@ struct EventFields<'a> {
     detected_by: Option<Cow<'a, str>>,
     observed_ms: Option<i64>,
     at_ms: i64,
+    hops: Option<Hops>,
 }
 
 /// A subscriber on its own thread: every `session.ended` goes to `events`, stamped with

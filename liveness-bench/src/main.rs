@@ -87,7 +87,7 @@ impl Plan {
                 procpoll_parallel: 20,
                 ebpf_sizes: vec![100],
                 auto_sizes: vec![100],
-                burst: 100,
+                burst: 50,
                 idle: Duration::from_secs(1),
                 storm: 200,
                 storm_rounds: 2,
@@ -203,6 +203,8 @@ struct Report {
     latency: BTreeMap<String, Value>,
     latency_dist: BTreeMap<String, Dist>,
     floor: BTreeMap<String, Dist>,
+    /// Per source, the p50 of each hop of a death through the daemon.
+    breakdown: BTreeMap<String, Vec<(&'static str, Dist)>>,
     scale: Vec<Value>,
     baseline: Vec<Value>,
     overhead: Option<Value>,
@@ -299,6 +301,9 @@ fn run(args: &Args) -> Result<bool> {
         "latency": report.latency,
         "floor": report.floor.iter().map(|(k, d)| (k.clone(), d.json())).collect::<BTreeMap<_, _>>(),
         "ratio_to_floor": ratios(&report),
+        "breakdown": report.breakdown.iter().map(|(source, hops)| {
+            (source.clone(), hops.iter().map(|(hop, d)| ((*hop).to_owned(), d.json())).collect::<BTreeMap<_, _>>())
+        }).collect::<BTreeMap<_, _>>(),
         "scale": report.scale,
         "baseline": {
             "sweeps": report.baseline,
@@ -362,7 +367,8 @@ fn session(part: &str, pid: u32) -> String {
 /// first.
 /// Both figures thus come from the same minutes of a shared, noisy machine.
 fn latency(args: &Args, plan: &Plan, source: &str, report: &mut Report) -> Result<()> {
-    let mut daemon = daemon::start(&args.bin_dir, source, &[])?;
+    // Two clock readings per death, against tens of microseconds measured.
+    let mut daemon = daemon::start(&args.bin_dir, source, &["--trace-hops"])?;
     let subscriber = Subscriber::start(&daemon.socket)?;
     let mut floor = match source {
         "ebpf" | "pidfd" => Some(Floor::start(source)?),
@@ -378,6 +384,7 @@ fn latency(args: &Args, plan: &Plan, source: &str, report: &mut Report) -> Resul
     let mut samples = Vec::with_capacity(plan.latency_samples);
     let mut floor_samples = Vec::with_capacity(plan.latency_samples);
     let mut detected_by: BTreeMap<String, u64> = BTreeMap::new();
+    let mut breakdown = Breakdown::default();
     let mut lost = 0;
     let mut seen = HashMap::new();
     let batch = if parallel > 1 { parallel } else { 100 };
@@ -423,6 +430,7 @@ fn latency(args: &Args, plan: &Plan, source: &str, report: &mut Report) -> Resul
                 match subscriber.wait_for(&session(&part, exit.pid), timeout, &mut seen) {
                     Some(ended) => {
                         samples.push(ended.received_ns.saturating_sub(exit.exit_ns));
+                        breakdown.add(exit.exit_ns, &ended);
                         *detected_by.entry(ended.detected_by).or_default() += 1;
                     }
                     None => lost += 1,
@@ -448,12 +456,183 @@ fn latency(args: &Args, plan: &Plan, source: &str, report: &mut Report) -> Resul
     }
     report.latency.insert(source.into(), value);
     report.latency_dist.insert(source.into(), dist);
+    report.breakdown.insert(source.into(), breakdown.dists());
     if floor.is_some() {
         report
             .floor
             .insert(source.into(), Dist::of_ns(&floor_samples));
     }
     Ok(())
+}
+
+/// The time of each hop of one death, from the owner's last clock reading to the
+/// subscriber's read; `kernel exit` needs the eBPF record's time, and without it the
+/// source's part starts at the owner's clock reading.
+#[derive(Debug, Default)]
+struct Breakdown {
+    hops: BTreeMap<&'static str, Vec<u64>>,
+}
+
+/// Hop names, in the order a death takes them.
+const HOPS: [&str; 5] = [
+    "exit -> kernel exit",
+    "kernel exit -> read",
+    "read -> committed",
+    "committed -> published",
+    "published -> subscriber",
+];
+
+impl Breakdown {
+    fn add(&mut self, exit_ns: u64, ended: &daemon::Ended) {
+        let Some(h) = ended.hops else { return };
+        let died = h.died_ns.unwrap_or(exit_ns);
+        let stamps = [
+            exit_ns,
+            died,
+            h.read_ns,
+            h.committed_ns,
+            h.published_ns,
+            ended.received_ns,
+        ];
+        for (name, pair) in HOPS.iter().zip(stamps.windows(2)) {
+            if h.died_ns.is_none() && *name == HOPS[0] {
+                continue;
+            }
+            self.hops
+                .entry(name)
+                .or_default()
+                .push(pair[1].saturating_sub(pair[0]));
+        }
+    }
+
+    fn dists(&self) -> Vec<(&'static str, Dist)> {
+        HOPS.iter()
+            .filter_map(|name| Some((*name, Dist::of_ns(self.hops.get(name)?))))
+            .collect()
+    }
+}
+
+/// What one burst's measuring subscriber saw.
+#[derive(Debug)]
+struct Burst {
+    killed: usize,
+    delivered: usize,
+    duplicates: u32,
+    strays: u64,
+    /// Kill to each event read, over every victim.
+    delays: Dist,
+    last_observed_ms: i64,
+    last_committed_ms: i64,
+    /// The same deaths through the bare eBPF source.
+    floor_last_ms: f64,
+}
+
+impl Burst {
+    fn lost(&self) -> usize {
+        self.killed - self.delivered
+    }
+
+    fn error(&self, what: &str) -> Option<String> {
+        (self.lost() > 0 || self.duplicates > 0 || self.strays > 0).then(|| {
+            format!(
+                "{what}: burst of {}: {} lost, {} duplicated, {} ended sessions that were not killed",
+                self.killed,
+                self.lost(),
+                self.duplicates,
+                self.strays
+            )
+        })
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "killed": self.killed,
+            "delivered": self.delivered,
+            "lost": self.lost(),
+            "duplicates": self.duplicates,
+            "last_event_ms": round(self.delays.max / 1e3),
+            "p50_event_ms": round(self.delays.p50 / 1e3),
+            "p99_event_ms": round(self.delays.p99 / 1e3),
+            "last_observed_ms": self.last_observed_ms,
+            "last_committed_ms": self.last_committed_ms,
+            "floor_last_ms": self.floor_last_ms,
+        })
+    }
+}
+
+/// SIGKILLs sleeper group `group` at once, and follows the deaths on each subscriber and
+/// on the bare eBPF source (the floor), each until every death has arrived and half a
+/// second more for duplicates. One [`Burst`] per subscriber, in order.
+fn kill_and_follow(
+    sleepers: &mut Sleepers,
+    group: usize,
+    part: &str,
+    subscribers: &[Subscriber],
+) -> Result<Vec<Burst>> {
+    let victims: HashSet<String> = sleepers
+        .group(group)
+        .iter()
+        .map(|&p| session(part, p))
+        .collect();
+    let mut floor = Floor::start("ebpf")?;
+    floor.track(sleepers.group(group))?;
+    let killed_ns = monotonic_ns();
+    let killed_ms = wall_ms();
+    sleepers.kill_group(group);
+    let mut bursts = Vec::with_capacity(subscribers.len());
+    for subscriber in subscribers {
+        let mut delivered: HashMap<String, u32> = HashMap::new();
+        let mut delays = Vec::with_capacity(victims.len());
+        let (mut last_observed_ms, mut last_committed_ms) = (killed_ms, killed_ms);
+        let mut strays = 0u64;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut settle: Option<Instant> = None;
+        // Each subscriber's thread stamped its lines as it read them, so reading the
+        // queues one after the other does not change the figures.
+        loop {
+            let until = settle.unwrap_or(deadline);
+            let Some(wait) = until.checked_duration_since(Instant::now()) else {
+                break;
+            };
+            let Ok(ended) = subscriber.events.recv_timeout(wait) else {
+                break;
+            };
+            if !victims.contains(&ended.session) {
+                strays += 1;
+                continue;
+            }
+            let count = delivered.entry(ended.session).or_default();
+            *count += 1;
+            if *count == 1 {
+                delays.push(ended.received_ns.saturating_sub(killed_ns));
+            }
+            last_observed_ms = last_observed_ms.max(ended.observed_ms);
+            last_committed_ms = last_committed_ms.max(ended.committed_ms);
+            if settle.is_none() && delivered.len() == victims.len() {
+                settle = Some(Instant::now() + Duration::from_millis(500));
+            }
+        }
+        bursts.push(Burst {
+            killed: victims.len(),
+            delivered: delivered.len(),
+            duplicates: delivered.values().map(|c| c - 1).sum(),
+            strays,
+            delays: Dist::of_ns(&delays),
+            last_observed_ms: last_observed_ms - killed_ms,
+            last_committed_ms: last_committed_ms - killed_ms,
+            floor_last_ms: 0.0,
+        });
+    }
+    let mut floor_last_ns = 0;
+    for _ in 0..victims.len() {
+        let (_, at) = floor.next(Duration::from_secs(60))?;
+        floor_last_ns = floor_last_ns.max(at);
+    }
+    let floor_last_ms = round(floor_last_ns.saturating_sub(killed_ns) as f64 / 1e6);
+    for burst in &mut bursts {
+        burst.floor_last_ms = floor_last_ms;
+    }
+    Ok(bursts)
 }
 
 /// One scale setting: `n` sleeping owners under `--sources source`.
@@ -483,67 +662,32 @@ fn scale(args: &Args, plan: &Plan, source: &str, n: usize, report: &mut Report) 
     }
 
     // Burst: SIGKILL one process group, all at once.
-    let subscriber = Subscriber::start(&daemon.socket)?;
-    let victims: HashSet<String> = sleepers
-        .group(0)
-        .iter()
-        .map(|&p| session(&part, p))
-        .collect();
-    let mut floor = Floor::start("ebpf")?;
-    floor.track(sleepers.group(0))?;
-    let killed_ns = monotonic_ns();
-    let killed_ms = wall_ms();
-    sleepers.kill_group(0);
-    let mut delivered: HashMap<String, u32> = HashMap::new();
-    let mut last_ns = killed_ns;
-    let (mut last_observed_ms, mut last_committed_ms) = (killed_ms, killed_ms);
-    let mut strays = 0u64;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut settle: Option<Instant> = None;
-    loop {
-        let now = Instant::now();
-        let until = match settle {
-            // Once all arrived, listen a little longer for duplicates.
-            Some(at) => at,
-            None => deadline,
-        };
-        let Some(wait) = until.checked_duration_since(now) else {
-            break;
-        };
-        match subscriber.events.recv_timeout(wait) {
-            Ok(ended) => {
-                if victims.contains(&ended.session) {
-                    *delivered.entry(ended.session).or_default() += 1;
-                    last_ns = last_ns.max(ended.received_ns);
-                    last_observed_ms = last_observed_ms.max(ended.observed_ms);
-                    last_committed_ms = last_committed_ms.max(ended.committed_ms);
-                } else {
-                    strays += 1;
-                }
-                if settle.is_none() && delivered.len() == victims.len() {
-                    settle = Some(Instant::now() + Duration::from_millis(500));
-                }
-            }
-            Err(_) => break,
-        }
-    }
-    let mut floor_last_ns = 0;
-    for _ in 0..victims.len() {
-        let (_, at) = floor.next(Duration::from_secs(60))?;
-        floor_last_ns = floor_last_ns.max(at);
-    }
-    drop(floor);
-    let lost = victims.len() - delivered.len();
-    let duplicates: u32 = delivered.values().map(|c| c - 1).sum();
+    let alone = Subscriber::start(&daemon.socket)?;
+    let burst = kill_and_follow(&mut sleepers, 0, &part, std::slice::from_ref(&alone))?.remove(0);
+    let mut subscribers = vec![alone];
+    // The same burst again with four more subscribers, one of which never reads: the
+    // stream's policy says a stalled subscriber is dropped and delays nobody.
+    let fanout = if source == "ebpf" && sleepers.groups() > 1 {
+        let readers = (0..4)
+            .map(|_| Subscriber::start(&daemon.socket))
+            .collect::<Result<Vec<_>>>()?;
+        let stalled = daemon::subscribe(&daemon.socket)?;
+        let bursts = kill_and_follow(&mut sleepers, 1, &part, &readers)?;
+        drop(stalled);
+        subscribers.extend(readers);
+        Some(bursts)
+    } else {
+        None
+    };
     daemon::stop(&mut daemon)?;
-    subscriber.finish()?;
+    for subscriber in subscribers {
+        subscriber.finish()?;
+    }
     drop(sleepers);
-    if lost > 0 || duplicates > 0 || strays > 0 {
-        report.errors.push(format!(
-            "scale {source} {n}: burst of {}: {lost} lost, {duplicates} duplicated, {strays} \
-             ended sessions that were not killed",
-            victims.len()
-        ));
+    for outcome in std::iter::once(&burst).chain(fanout.iter().flatten()) {
+        if let Some(error) = outcome.error(&format!("scale {source} {n}")) {
+            report.errors.push(error);
+        }
     }
     report.scale.push(json!({
         "source": source,
@@ -554,16 +698,12 @@ fn scale(args: &Args, plan: &Plan, source: &str, n: usize, report: &mut Report) 
         "rss_mb": round(rss as f64 / 1048576.0),
         "idle_cpu_percent": round(idle_cpu),
         "idle_window_s": plan.idle.as_secs(),
-        "burst": {
-            "killed": victims.len(),
-            "delivered": delivered.len(),
-            "lost": lost,
-            "duplicates": duplicates,
-            "last_event_ms": round((last_ns - killed_ns) as f64 / 1e6),
-            "last_observed_ms": last_observed_ms - killed_ms,
-            "last_committed_ms": last_committed_ms - killed_ms,
-            "floor_last_ms": round(floor_last_ns.saturating_sub(killed_ns) as f64 / 1e6),
-        },
+        "burst": burst.json(),
+        // The reading subscribers' view of the second burst; a fifth one never read.
+        "fanout": fanout.map(|bursts| json!({
+            "stalled": 1,
+            "readers": bursts.iter().map(Burst::json).collect::<Vec<_>>(),
+        })),
     }));
     Ok(())
 }
@@ -775,6 +915,21 @@ fn goals(report: &Report) -> Vec<Value> {
             "ms",
             last <= 1000.0 && clean,
         ));
+        let readers = big["fanout"]["readers"].as_array();
+        if let Some(readers) = readers {
+            let worst = readers
+                .iter()
+                .map(|r| f(&r["p99_event_ms"]))
+                .fold(0.0, f64::max);
+            let ratio = worst / f(&burst["p99_event_ms"]);
+            goals.push(goal(
+                &format!("ebpf_{owners}_burst_p99_with_a_stalled_subscriber"),
+                "<= 2x the burst with one subscriber",
+                round(ratio),
+                "x",
+                ratio <= 2.0,
+            ));
+        }
     }
     if let Some(overhead) = &report.overhead {
         let ratio = overhead["ratio"].as_f64().unwrap_or(f64::NAN);
@@ -896,6 +1051,27 @@ fn print_table(plan: &Plan, report: &Report, goals: &[Value]) {
             r["p50"], r["p99"]
         );
     }
+    if !report.breakdown.is_empty() {
+        println!("\nWhere the time goes: p50 of each hop of one death (us)");
+        print!("{:<10}", "source");
+        for hop in HOPS {
+            print!(" {hop:>24}");
+        }
+        println!();
+        for (source, hops) in &report.breakdown {
+            print!("{source:<10}");
+            for hop in HOPS {
+                match hops.iter().find(|(name, _)| *name == hop) {
+                    Some((_, d)) => print!(" {:>24.1}", d.p50),
+                    None => print!(" {:>24}", "-"),
+                }
+            }
+            println!();
+        }
+        println!(
+            "  (without the kernel's exit time (pidfd, procpoll), the first hop starts at the owner's last clock reading)"
+        );
+    }
     println!("\nScale (burst: ms from the kill until the last death reached each stage)");
     println!(
         "{:<6} {:>7} {:>8} {:>8} {:>8} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>5} {:>5}",
@@ -930,6 +1106,22 @@ fn print_table(plan: &Plan, report: &Report, goals: &[Value]) {
             b["last_event_ms"].to_string(),
             b["lost"].to_string(),
             b["duplicates"].to_string()
+        );
+    }
+    for s in report.scale.iter().filter(|s| !s["fanout"].is_null()) {
+        let p99 = |b: &Value| b["p99_event_ms"].to_string();
+        let readers: Vec<String> = s["fanout"]["readers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(p99)
+            .collect();
+        println!(
+            "  {} {}: burst p99 {} ms with one subscriber; with 4 reading and 1 stalled: {} ms",
+            s["source"].as_str().unwrap_or(""),
+            s["owners"],
+            p99(&s["burst"]),
+            readers.join(", ")
         );
     }
     println!("\nBaseline: a /proc sweep of every ACTIVE owner (what polling tools do)");

@@ -5,20 +5,33 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::doctor::DOCTOR_HELP;
-use crate::exit::EXIT_CODES_HELP;
+use crate::exit::exit_codes_help;
+use crate::lock::LockCommand;
+use crate::run::{RUN_HELP, RunArgs};
 use crate::wait::WAIT_HELP;
 use crate::watch::Watch;
 
 /// Tell session tooling when the process that owns a session dies.
 #[derive(Debug, Parser)]
-#[command(name = "liveness", version, after_help = EXIT_CODES_HELP)]
+#[command(name = "liveness", version, after_help = exit_codes_help())]
 pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) global: GlobalArgs,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// The options every command takes, before or after the subcommand's name.
+#[derive(Debug, clap::Args)]
+pub(crate) struct GlobalArgs {
     /// The daemon's socket [env: LIVENESS_SOCKET; default: the user's own daemon's socket
     /// if it exists, else /run/liveness/liveness.sock].
     #[arg(long, global = true, value_name = "PATH")]
     pub(crate) socket: Option<PathBuf>,
-    #[command(subcommand)]
-    pub(crate) command: Command,
+    /// Print JSON instead of text: one document per answer (one line per event for
+    /// `watch`), and failures as {"error":{"code","exit","message"}} on stderr.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -27,7 +40,7 @@ pub(crate) enum Command {
     ///
     /// An identity is the fingerprint {pid, start_ticks, boot_id, host}: unlike a bare PID
     /// it cannot be confused with a later process that reuses the number.
-    #[command(after_help = EXIT_CODES_HELP)]
+    #[command(after_help = exit_codes_help())]
     Check {
         /// Capture the identity of this running process.
         #[arg(
@@ -39,13 +52,10 @@ pub(crate) enum Command {
         /// An identity as JSON (as printed by `check --pid --json`) to check for liveness.
         #[arg(long, value_name = "JSON")]
         identity: Option<String>,
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
     },
     /// Find the process that owns the caller: walk up from PID past shells, `env` and
     /// wrappers to the first real program, and print its identity.
-    #[command(after_help = EXIT_CODES_HELP)]
+    #[command(after_help = exit_codes_help())]
     ResolveOwner {
         /// Start from this process (default: the parent of this command, e.g. the hook's shell).
         #[arg(long)]
@@ -53,9 +63,6 @@ pub(crate) enum Command {
         /// A further process name to skip as a wrapper (repeatable).
         #[arg(long = "wrapper", value_name = "COMM")]
         wrappers: Vec<String>,
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
     },
     /// Register a session and the process that owns it (or give an active session a new owner).
     Register {
@@ -73,20 +80,22 @@ pub(crate) enum Command {
         /// A label KEY=VALUE stored with the session and its events (repeatable).
         #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
         labels: Vec<(String, String)>,
-        #[arg(long)]
-        json: bool,
+        /// With --owner auto: a further process name to skip as a wrapper, for this
+        /// registration only (repeatable), e.g. `--wrapper timeout`.
+        #[arg(long = "wrapper", value_name = "COMM", requires = "owner")]
+        wrappers: Vec<String>,
     },
     /// Give a pending session its real id.
     Rename {
+        /// The pending session's current id (as `register --pending` printed it).
         #[arg(long)]
         session: String,
-        #[arg(long)]
+        /// Its real id from now on.
+        #[arg(long, value_name = "SESSION")]
         to: String,
         /// Root only: the session of this user (ids are per user; see docs/protocol.md).
         #[arg(long, value_name = "UID")]
         uid: Option<u32>,
-        #[arg(long)]
-        json: bool,
     },
     /// Record activity (postpones the inactivity timeout of owners that cannot be watched).
     Touch(SessionArgs),
@@ -96,26 +105,23 @@ pub(crate) enum Command {
     Get(SessionArgs),
     /// List sessions.
     List {
+        /// Only sessions in this phase (default: all).
         #[arg(long, value_enum)]
         phase: Option<PhaseArg>,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        labels: LabelFilter,
     },
     /// Which active session owns a process (itself or its nearest registered ancestor)?
     Whose {
+        /// The process to look up, in this command's PID namespace.
         #[arg(long)]
         pid: u32,
-        #[arg(long)]
-        json: bool,
     },
     /// The live processes of a session's tree: its owner (starred) and every process it
     /// started since registration, orphans reparented to init included.
     Processes(SessionArgs),
     /// The daemon's state: exit sources, counters, versions.
-    Status {
-        #[arg(long)]
-        json: bool,
-    },
+    Status,
     /// Follow the event stream.
     ///
     /// With --exec, runs CMD (through sh -c) for each session.ended event, with the event
@@ -140,18 +146,41 @@ pub(crate) enum Command {
     /// Which exit sources the daemon runs and why the others are off (its self-test too),
     /// and, apart, which ones this process could start itself.
     #[command(after_help = DOCTOR_HELP)]
-    Doctor {
-        #[arg(long)]
-        json: bool,
+    Doctor,
+    /// Print the shell completion script for SHELL, e.g.
+    /// `liveness completions bash > /etc/bash_completion.d/liveness`.
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
     },
+    /// Write the man pages (liveness.1 and one per subcommand) into DIR.
+    #[command(hide = true)]
+    GenerateMan {
+        /// Where to write the pages.
+        dir: PathBuf,
+    },
+    /// Locks held by sessions: acquire, release, list, and run a command holding one.
+    Lock {
+        #[command(subcommand)]
+        command: LockCommand,
+    },
+    /// Run CMD as the owner of a new session, registered before CMD starts; wait for it,
+    /// and exit with its status once the session has ended.
+    ///
+    /// CMD finds its session's id in LIVENESS_SESSION. SIGINT and SIGTERM sent to liveness
+    /// are passed on to CMD.
+    #[command(after_help = RUN_HELP)]
+    Run(RunArgs),
 }
 
 #[derive(Debug, clap::Args)]
 #[group(required = true, multiple = false)]
 pub(crate) struct OwnerArgs {
-    /// `auto`: the first ancestor of this command that is not a shell or wrapper.
-    #[arg(long, value_parser = ["auto"])]
-    pub(crate) owner: Option<String>,
+    /// `auto`: the first ancestor of this command that is not a shell or wrapper
+    /// (for a PID, use --owner-pid).
+    #[arg(long, value_name = "auto", value_parser = parse_owner_keyword)]
+    pub(crate) owner: Option<AutoOwner>,
     /// This process owns the session. PID is read in this command's PID namespace; where
     /// the kernel allows (Linux 5.3+) the daemon is given a pidfd for it, which names the
     /// process itself rather than a number that could be reused.
@@ -162,28 +191,116 @@ pub(crate) struct OwnerArgs {
     pub(crate) owner_identity: Option<String>,
 }
 
+/// `--owner auto`, the one keyword `--owner` takes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AutoOwner;
+
+/// Accepts `auto`, and points the usual mistakes at the right option.
+fn parse_owner_keyword(text: &str) -> Result<AutoOwner, String> {
+    if text == "auto" {
+        Ok(AutoOwner)
+    } else if text.parse::<u32>().is_ok() {
+        Err(format!(
+            "--owner takes only `auto`; to name process {text}, use `--owner-pid {text}`"
+        ))
+    } else if text.trim_start().starts_with('{') {
+        Err("--owner takes only `auto`; for an identity JSON, use `--owner-identity JSON`".into())
+    } else {
+        Err(format!(
+            "--owner takes only `auto` (not {text:?}); or use --owner-pid PID or --owner-identity JSON"
+        ))
+    }
+}
+
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub(crate) enum PhaseArg {
+    /// Sessions whose owner is (believed) alive.
     Active,
+    /// Finalized sessions, kept for the retention period.
     Ended,
 }
 
-fn parse_label(text: &str) -> Result<(String, String), String> {
+/// `--label KEY=VALUE` filters: a session or event matches when it has every label given.
+#[derive(Debug, Default, clap::Args)]
+pub(crate) struct LabelFilter {
+    /// Only sessions with this label (repeatable: all must match), as `docker ps --filter label=`.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub(crate) labels: Vec<(String, String)>,
+}
+
+impl LabelFilter {
+    pub(crate) fn matches(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+        self.labels
+            .iter()
+            .all(|(key, value)| labels.get(key) == Some(value))
+    }
+}
+
+pub(crate) fn parse_label(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
         _ => Err(format!("{text:?} is not KEY=VALUE")),
     }
 }
 
-/// The session a command is about, and how to print the answer.
+/// The session a command is about.
 #[derive(Debug, clap::Args)]
 pub(crate) struct SessionArgs {
+    /// The session's id.
     #[arg(long)]
     pub(crate) session: String,
     /// Root only: the session of this user (ids are per user; see docs/protocol.md).
     #[arg(long, value_name = "UID")]
     pub(crate) uid: Option<u32>,
-    /// Print JSON instead of text.
-    #[arg(long)]
-    pub(crate) json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// Every option of every subcommand, nested ones too, explains itself in `--help`.
+    #[test]
+    fn every_flag_has_help_text() {
+        fn check(command: &clap::Command, path: &str) {
+            for arg in command.get_arguments() {
+                let id = arg.get_id().as_str();
+                if arg.is_hide_set() || id == "help" || id == "version" {
+                    continue;
+                }
+                assert!(
+                    arg.get_help().is_some() || arg.get_long_help().is_some(),
+                    "`{path}` option {id:?} has no help text"
+                );
+            }
+            for sub in command.get_subcommands() {
+                check(sub, &format!("{path} {}", sub.get_name()));
+            }
+        }
+        let cli = Cli::command();
+        cli.clone().debug_assert();
+        check(&cli, "liveness");
+    }
+
+    #[test]
+    fn owner_with_a_number_points_at_owner_pid() {
+        let error =
+            Cli::try_parse_from(["liveness", "register", "--session", "s", "--owner", "1234"])
+                .expect_err("--owner 1234 is refused");
+        let text = error.to_string();
+        assert!(text.contains("--owner-pid 1234"), "{text}");
+    }
+
+    #[test]
+    fn json_and_socket_go_before_or_after_the_subcommand() {
+        for args in [
+            &["liveness", "--json", "--socket", "/s", "status"][..],
+            &["liveness", "status", "--json", "--socket", "/s"][..],
+        ] {
+            let cli = Cli::try_parse_from(args).expect("parses");
+            assert!(cli.global.json, "{args:?}");
+            assert_eq!(cli.global.socket, Some(PathBuf::from("/s")), "{args:?}");
+        }
+    }
 }

@@ -10,7 +10,8 @@ use liveness_common::status::{MembershipStatus, SourceName, SourceReport, Source
 use liveness_proc::diagnose::{self, Restrictions};
 
 use crate::exit::Exit;
-use crate::render::{print_json, print_membership, print_sources};
+use crate::output::{self, outln};
+use crate::render::{print_membership, print_sources};
 
 pub(crate) const DOCTOR_HELP: &str = "\
 The daemon part is the daemon's own view (its status: each source's state and reason, the
@@ -45,7 +46,7 @@ pub(crate) fn doctor(socket: &Path, json: bool) -> Exit {
             .any(|s| matches!(s.state, SourceState::Active | SourceState::Degraded))
     });
     if json {
-        print_json(&Doctor {
+        output::json(&Doctor {
             daemon,
             daemon_error,
             client,
@@ -53,16 +54,18 @@ pub(crate) fn doctor(socket: &Path, json: bool) -> Exit {
     } else {
         match (&daemon, &daemon_error) {
             (Some(daemon), _) => {
-                println!(
+                outln!(
                     "daemon: livenessd {}, pid {}, sources {}",
-                    daemon.version, daemon.pid, daemon.selection
+                    daemon.version,
+                    daemon.pid,
+                    daemon.selection
                 );
                 print_sources(&daemon.sources);
                 if let Some(membership) = &daemon.membership {
                     print_membership(membership);
                 }
             }
-            (None, error) => println!(
+            (None, error) => outln!(
                 "daemon: not reachable: {}",
                 error.as_deref().unwrap_or("no answer")
             ),
@@ -73,9 +76,12 @@ pub(crate) fn doctor(socket: &Path, json: bool) -> Exit {
         } else {
             restrictions.capabilities.join(" ")
         };
-        println!(
+        outln!(
             "this client (pid {}, euid {}, kernel {}, seccomp mode {}, capabilities {capabilities}) could start:",
-            client.pid, client.euid, client.kernel, restrictions.seccomp_mode
+            client.pid,
+            client.euid,
+            client.kernel,
+            restrictions.seccomp_mode
         );
         print_sources(&client.sources);
     }

@@ -1,7 +1,11 @@
-//! The exit-code policy: what each outcome and each failure exits with (documented in
-//! `--help` and the README).
+//! The exit-code policy: one code per meaning, whatever the command (the table below is
+//! printed by `--help` and copied in the README), and how a failure is reported: a line on
+//! stderr, or with `--json` a JSON object on stderr.
 
+use std::fmt;
 use std::process::ExitCode;
+
+use serde::Serialize;
 
 use liveness_client::ClientError;
 use liveness_common::protocol::ErrorCode;
@@ -15,6 +19,8 @@ pub(crate) enum Exit {
     Ok = 0,
     Dead = 1,
     Unknown = 2,
+    /// `lock acquire`, `lock run`: another session holds the lock.
+    LockHeld = 3,
     /// Bad command line (EX_USAGE).
     Usage = 64,
     /// Bad input data, or a request the daemon refused as invalid (EX_DATAERR).
@@ -34,44 +40,168 @@ pub(crate) enum Exit {
     NoPerm = 77,
 }
 
+/// Every exit code with its name (the `code` of a JSON error) and its meaning: the one
+/// table behind `--help`, the JSON errors and the README.
+pub(crate) const EXIT_CODES: &[(Exit, &str, &str)] = &[
+    (Exit::Ok, "ok", "success; check: the process is alive"),
+    (
+        Exit::Dead,
+        "dead",
+        "check: dead (exited, PID reused, or the machine rebooted)",
+    ),
+    (
+        Exit::Unknown,
+        "unknown",
+        "check: cannot be decided here (another host, unreadable /proc)",
+    ),
+    (
+        Exit::LockHeld,
+        "lock_held",
+        "lock acquire, lock run: another session holds the lock",
+    ),
+    (Exit::Usage, "usage", "bad command line (see --help)"),
+    (
+        Exit::DataErr,
+        "invalid_input",
+        "invalid input, or a request the daemon refused as invalid",
+    ),
+    (Exit::NotFound, "not_found", "no such session or process"),
+    (
+        Exit::Unavailable,
+        "unavailable",
+        "the daemon cannot be reached or is stopping",
+    ),
+    (
+        Exit::Software,
+        "internal",
+        "internal error (a bug: please report it)",
+    ),
+    (
+        Exit::IoErr,
+        "io",
+        "a file or /proc entry could not be read or written",
+    ),
+    (
+        Exit::TempFail,
+        "try_again",
+        "watch --exec: the command failed; or a daemon limit was reached",
+    ),
+    (
+        Exit::NoPerm,
+        "forbidden",
+        "permission denied: another user's session or process",
+    ),
+];
+
+impl Exit {
+    /// The stable name of this outcome, as JSON errors carry it.
+    pub(crate) fn name(self) -> &'static str {
+        EXIT_CODES
+            .iter()
+            .find(|(exit, ..)| *exit == self)
+            .map_or("internal", |(_, name, _)| name)
+    }
+}
+
 impl From<Exit> for ExitCode {
     fn from(exit: Exit) -> ExitCode {
         ExitCode::from(exit as u8)
     }
 }
 
-pub(crate) const EXIT_CODES_HELP: &str = "\
-Exit codes:
-  0   alive (check) or success
-  1   dead: the process exited, its PID was reused, or the machine rebooted
-  2   unknown: cannot be decided here (another host, unreadable /proc)
-  64  usage error                 65  invalid input, or refused as invalid
-  66  no such session or process  69  daemon unreachable or stopping
-  70  internal error              74  I/O error
-  75  watch --exec command failed, or a limit was reached (try again later)
-  77  permission denied (another user's)";
+/// The exit-code table as `--help` prints it.
+pub(crate) fn exit_codes_help() -> String {
+    let mut help = String::from("Exit codes (the same for every command):\n");
+    for (exit, name, meaning) in EXIT_CODES {
+        help.push_str(&format!("  {:<3} {name:<14} {meaning}\n", *exit as u8));
+    }
+    help.push_str("With --json, a failure is one JSON object on stderr:\n");
+    help.push_str(r#"  {"error":{"code":"not_found","exit":66,"message":"..."}}"#);
+    help
+}
 
-pub(crate) fn client_error(e: &ClientError) -> Exit {
-    eprintln!("liveness: {e}");
-    match e {
-        ClientError::Connect { .. } | ClientError::Closed | ClientError::GaveUp { .. } => {
-            Exit::Unavailable
+/// A command that could not do its job: the exit code and what to tell the user.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) exit: Exit,
+    pub(crate) message: String,
+    /// The daemon's own error code when the daemon refused the request.
+    pub(crate) daemon_code: Option<ErrorCode>,
+}
+
+impl Failure {
+    pub(crate) fn new(exit: Exit, message: impl fmt::Display) -> Failure {
+        Failure {
+            exit,
+            message: message.to_string(),
+            daemon_code: None,
         }
-        ClientError::Io(_) => Exit::IoErr,
-        ClientError::Protocol(_) => Exit::Software,
-        ClientError::NoSuchProcess(_) => Exit::Dead,
-        ClientError::Daemon { code, .. } => refusal_exit(*code),
+    }
+
+    /// Prints the failure on stderr: a line of text, or with `json` one JSON object.
+    pub(crate) fn report(&self, json: bool) {
+        if json {
+            let error = JsonError {
+                error: JsonErrorBody {
+                    code: self.exit.name(),
+                    exit: self.exit as u8,
+                    message: &self.message,
+                    daemon_code: self.daemon_code,
+                },
+            };
+            match serde_json::to_string(&error) {
+                Ok(line) => eprintln!("{line}"),
+                Err(_) => eprintln!("liveness: {}", self.message),
+            }
+        } else {
+            eprintln!("liveness: {}", self.message);
+        }
+    }
+}
+
+/// `{"error": {...}}`, the shape of every failure under `--json`.
+#[derive(Serialize)]
+struct JsonError<'a> {
+    error: JsonErrorBody<'a>,
+}
+
+#[derive(Serialize)]
+struct JsonErrorBody<'a> {
+    code: &'static str,
+    exit: u8,
+    message: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    daemon_code: Option<ErrorCode>,
+}
+
+impl From<ClientError> for Failure {
+    fn from(e: ClientError) -> Failure {
+        let exit = match &e {
+            ClientError::Connect { .. } | ClientError::Closed | ClientError::GaveUp { .. } => {
+                Exit::Unavailable
+            }
+            ClientError::Io(_) => Exit::IoErr,
+            ClientError::Protocol(_) => Exit::Software,
+            ClientError::NoSuchProcess(_) => Exit::NotFound,
+            ClientError::Daemon { code, .. } => refusal_exit(*code),
+        };
+        Failure {
+            exit,
+            message: e.to_string(),
+            daemon_code: e.code(),
+        }
     }
 }
 
 /// The exit code for a refusal by the daemon.
 fn refusal_exit(code: ErrorCode) -> Exit {
     match code {
-        ErrorCode::NotFound => Exit::NotFound,
+        ErrorCode::NotFound | ErrorCode::NoOwner => Exit::NotFound,
         ErrorCode::Forbidden => Exit::NoPerm,
         ErrorCode::ShuttingDown => Exit::Unavailable,
         ErrorCode::Internal => Exit::Software,
         ErrorCode::TooManyConnections | ErrorCode::LimitReached => Exit::TempFail,
+        ErrorCode::LockHeld => Exit::LockHeld,
         ErrorCode::InvalidJson
         | ErrorCode::InvalidRequest
         | ErrorCode::LineTooLong
@@ -79,23 +209,54 @@ fn refusal_exit(code: ErrorCode) -> Exit {
         | ErrorCode::AlreadyEnded
         | ErrorCode::AlreadyExists
         | ErrorCode::NotPending
+        | ErrorCode::NotHeld
         | ErrorCode::Ambiguous
-        | ErrorCode::NoOwner
         | ErrorCode::InvalidOwner => Exit::DataErr,
     }
 }
 
-pub(crate) fn identity_error(e: &IdentityError) -> Exit {
-    eprintln!("liveness: {e}");
-    match e {
-        IdentityError::NoSuchProcess(_) => Exit::Dead,
-        IdentityError::Read { .. } => Exit::IoErr,
-        IdentityError::Malformed { .. } => Exit::Unknown,
-        IdentityError::NoOwner { .. }
-        | IdentityError::Thread { .. }
-        | IdentityError::KernelThread { .. }
-        | IdentityError::NotPidfd(_) => Exit::DataErr,
-        IdentityError::NotVisible | IdentityError::NotInCallerNamespace { .. } => Exit::NotFound,
-        IdentityError::AmbiguousStartTime { .. } => Exit::Unknown,
+impl From<IdentityError> for Failure {
+    fn from(e: IdentityError) -> Failure {
+        let exit = match &e {
+            IdentityError::NoSuchProcess(_)
+            | IdentityError::NotVisible
+            | IdentityError::NotInCallerNamespace { .. }
+            | IdentityError::NoOwner { .. } => Exit::NotFound,
+            IdentityError::Read { .. } => Exit::IoErr,
+            IdentityError::Malformed { .. } | IdentityError::AmbiguousStartTime { .. } => {
+                Exit::Unknown
+            }
+            IdentityError::Thread { .. }
+            | IdentityError::KernelThread { .. }
+            | IdentityError::NotPidfd(_) => Exit::DataErr,
+        };
+        Failure::new(exit, e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_exit_code_has_one_distinct_name() {
+        for (i, (exit, name, _)) in EXIT_CODES.iter().enumerate() {
+            assert_eq!(exit.name(), *name, "{exit:?}");
+            for (other, other_name, _) in &EXIT_CODES[i + 1..] {
+                assert!(
+                    *other as u8 != *exit as u8 && other_name != name,
+                    "{exit:?} and {other:?} share a code or a name"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_readme_lists_every_exit_code() {
+        let readme = include_str!("../../README.md");
+        for (exit, name, _) in EXIT_CODES {
+            let row = format!("| {} | `{name}` |", *exit as u8);
+            assert!(readme.contains(&row), "README lacks the row {row:?}");
+        }
     }
 }

@@ -1,17 +1,22 @@
 //! `liveness`: the command-line client of livenessd, built on `liveness-client`.
 //!
-//! Exit codes are part of the interface (documented in `--help` and README):
-//! 0 alive / success, 1 dead, 2 unknown, and the sysexits(3) range for failures.
+//! Exit codes are part of the interface: one per meaning, whatever the command (the table
+//! is `exit::EXIT_CODES`, printed by `--help` and copied in the README).
 
 mod args;
+mod clock;
 mod doctor;
 mod exit;
+mod generate;
+mod lock;
+mod output;
 mod processes;
 mod render;
+mod run;
 mod wait;
 mod watch;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -20,93 +25,111 @@ use liveness_client::{Client, Owner, Registration};
 use liveness_common::identity::Identity;
 use liveness_common::protocol::{Reply, Request};
 use liveness_common::session::Phase;
-use liveness_proc::identity::{Liveness, ProcRoot};
+use liveness_proc::identity::{IdentityError, Liveness, ProcRoot};
 
-use crate::args::{Cli, Command, OwnerArgs, PhaseArg, SessionArgs};
+use crate::args::{Cli, Command, LabelFilter, OwnerArgs, PhaseArg, SessionArgs};
 use crate::doctor::doctor;
-use crate::exit::{Exit, client_error, identity_error};
+use crate::exit::{Exit, Failure};
+use crate::output::outln;
 use crate::render::{
-    describe_session, print_identity, print_json, print_liveness, print_session, print_status,
+    describe_session, print_identity, print_liveness, print_session, print_session_table,
+    print_status,
 };
 use crate::wait::wait;
 use crate::watch::watch;
+
+/// What every command is given besides its own arguments.
+pub(crate) struct Context {
+    /// The daemon's socket, resolved.
+    pub(crate) socket: PathBuf,
+    /// `--json`: answers and failures as JSON.
+    pub(crate) json: bool,
+}
 
 /// Parses the command line and runs the command.
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) => {
-            let _ = e.print();
-            // Help and version requests are successes; clap's own code for errors is 2,
-            // which here means "unknown", so map usage errors to EX_USAGE.
-            return if e.use_stderr() {
-                Exit::Usage.into()
-            } else {
-                Exit::Ok.into()
-            };
-        }
+        Err(e) => return usage_error(e),
     };
-    run(cli)
+    let context = Context {
+        socket: cli
+            .global
+            .socket
+            .unwrap_or_else(liveness_client::default_socket),
+        json: cli.global.json,
+    };
+    let result = match cli.command {
+        Command::Wait(args) => wait(&context, &args),
+        Command::Lock { command } => lock::lock(&context, command),
+        Command::Run(args) => run::run(&context, args),
+        command => run_command(command, &context).map(ExitCode::from),
+    };
+    result.unwrap_or_else(|failure| {
+        failure.report(context.json);
+        failure.exit.into()
+    })
 }
 
-fn run(cli: Cli) -> ExitCode {
-    let socket = &cli.socket.unwrap_or_else(liveness_client::default_socket);
-    match cli.command {
-        Command::Wait(SessionArgs { session, uid, json }) => wait(socket, &session, uid, json),
-        command => run_command(command, socket).into(),
+/// Help and version requests are successes; clap's own code for errors is 2, which here
+/// means "unknown", so usage errors exit with EX_USAGE (as a JSON error under `--json`).
+fn usage_error(e: clap::Error) -> ExitCode {
+    if !e.use_stderr() {
+        let _ = e.print();
+        return Exit::Ok.into();
     }
+    // The parse failed, so whether --json was given is read from the raw arguments.
+    let json = std::env::args_os().skip(1).any(|arg| arg == "--json");
+    if json {
+        let text = e.render().to_string();
+        // The error and its tip, without the usage synopsis that follows.
+        let message = text.split("\n\nUsage:").next().unwrap_or(&text);
+        Failure::new(Exit::Usage, message.trim().trim_start_matches("error: ")).report(true);
+    } else {
+        let _ = e.print();
+    }
+    Exit::Usage.into()
 }
 
-fn run_command(command: Command, socket: &Path) -> Exit {
+fn run_command(command: Command, context: &Context) -> Result<Exit, Failure> {
     let proc = ProcRoot::default();
+    let socket = context.socket.as_path();
+    let json = context.json;
     match command {
-        Command::Check {
-            pid: Some(pid),
-            json,
-            ..
-        } => match proc.capture(pid) {
+        Command::Check { pid: Some(pid), .. } => match proc.capture(pid) {
             Ok(identity) => {
                 print_identity(&identity, json);
-                Exit::Ok
+                Ok(Exit::Ok)
             }
-            Err(e) => identity_error(&e),
+            // For check, a process that is gone is an answer: dead.
+            Err(IdentityError::NoSuchProcess(_)) => Err(Failure::new(
+                Exit::Dead,
+                format!("no process {pid}: it has exited (or is not in this PID namespace)"),
+            )),
+            Err(e) => Err(e.into()),
         },
         Command::Check {
             identity: Some(text),
-            json,
             ..
         } => {
-            let identity: Identity = match serde_json::from_str(&text) {
-                Ok(identity) => identity,
-                Err(e) => {
-                    eprintln!("liveness: invalid identity JSON: {e}");
-                    return Exit::DataErr;
-                }
-            };
+            let identity: Identity = serde_json::from_str(&text)
+                .map_err(|e| Failure::new(Exit::DataErr, format!("invalid identity JSON: {e}")))?;
             let liveness = proc.check(&identity);
             print_liveness(&identity, &liveness, json);
-            match liveness {
+            Ok(match liveness {
                 Liveness::Alive => Exit::Ok,
                 Liveness::Dead(_) => Exit::Dead,
                 Liveness::Unknown(_) => Exit::Unknown,
-            }
+            })
         }
         Command::Check { .. } => unreachable!("clap requires --pid or --identity"),
-        Command::ResolveOwner {
-            pid,
-            wrappers,
-            json,
-        } => {
+        Command::ResolveOwner { pid, wrappers } => {
             let start = pid.unwrap_or_else(|| {
                 rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32)
             });
-            match proc.resolve_owner(start, &wrappers) {
-                Ok(identity) => {
-                    print_identity(&identity, json);
-                    Exit::Ok
-                }
-                Err(e) => identity_error(&e),
-            }
+            let identity = proc.resolve_owner(start, &wrappers)?;
+            print_identity(&identity, json);
+            Ok(Exit::Ok)
         }
         Command::Register {
             session,
@@ -114,83 +137,84 @@ fn run_command(command: Command, socket: &Path) -> Exit {
             pending,
             owner,
             labels,
-            json,
+            wrappers,
         } => {
-            let owner = match owner_of(owner) {
-                Ok(owner) => owner,
-                Err(exit) => return exit,
-            };
             let registration = Registration {
                 session,
-                owner,
+                owner: owner_of(owner)?,
                 pending,
                 labels: labels.into_iter().collect(),
                 uid,
+                wrappers,
             };
-            match Client::connect(socket).and_then(|mut c| c.register(&registration)) {
-                Ok(session) => print_session(&session, json),
-                Err(e) => client_error(&e),
+            let registered = Client::connect(socket)
+                .and_then(|mut c| c.register_with_warnings(&registration))?;
+            for warning in &registered.warnings {
+                output::warn(warning, json);
             }
+            print_session(&registered.session, json);
+            Ok(Exit::Ok)
         }
-        Command::Rename {
-            session,
-            to,
-            uid,
-            json,
-        } => session_call(socket, &Request::Rename { session, to, uid }, json),
-        Command::Touch(SessionArgs { session, uid, json }) => {
+        Command::Rename { session, to, uid } => {
+            session_call(socket, &Request::Rename { session, to, uid }, json)
+        }
+        Command::Touch(SessionArgs { session, uid }) => {
             session_call(socket, &Request::Touch { session, uid }, json)
         }
-        Command::End(SessionArgs { session, uid, json }) => {
+        Command::End(SessionArgs { session, uid }) => {
             session_call(socket, &Request::End { session, uid }, json)
         }
-        Command::Get(SessionArgs { session, uid, json }) => {
+        Command::Get(SessionArgs { session, uid }) => {
             session_call(socket, &Request::Get { session, uid }, json)
         }
-        Command::List { phase, json } => {
+        Command::List { phase, labels } => {
             let phase = phase.map(|p| match p {
                 PhaseArg::Active => Phase::Active,
                 PhaseArg::Ended => Phase::Ended,
             });
-            list(socket, phase, json)
+            list(socket, phase, &labels, json)
         }
-        Command::Whose { pid, json } => call(socket, &Request::Whose { pid }, |reply| {
+        Command::Whose { pid } => {
+            let reply = call(socket, &Request::Whose { pid })?;
             if json {
-                print_json(
+                output::json(
                     &serde_json::json!({ "session": reply.session, "owner_pid": reply.owner_pid }),
                 );
             } else if let Some(session) = &reply.session {
-                println!(
-                    "{} (owner PID {})",
-                    describe_session(session),
-                    reply.owner_pid.unwrap_or(session.owner.pid)
-                );
+                let via = match reply.owner_pid {
+                    Some(owner) if owner != pid => format!(", through its ancestor {owner}"),
+                    _ => String::new(),
+                };
+                outln!("{}{via}", describe_session(session));
             }
-            Exit::Ok
-        }),
-        Command::Status { json } => call(socket, &Request::Status {}, |reply| {
-            let Some(status) = reply.status else {
-                eprintln!("liveness: the daemon's reply to status has no status");
-                return Exit::Software;
-            };
+            Ok(Exit::Ok)
+        }
+        Command::Status => {
+            let status = call(socket, &Request::Status {})?.status.ok_or_else(|| {
+                Failure::new(Exit::Software, "the daemon's reply to status has no status")
+            })?;
             if json {
-                print_json(&status);
+                output::json(&status);
             } else {
                 print_status(&status);
             }
-            Exit::Ok
-        }),
-        Command::Processes(args) => processes::processes(socket, args),
-        Command::Watch(options) => watch(socket, options),
-        Command::Wait(_) => unreachable!("handled by run"),
-        Command::Doctor { json } => doctor(socket, json),
+            Ok(Exit::Ok)
+        }
+        Command::Processes(args) => processes::processes(socket, args, json),
+        Command::Watch(options) => watch(socket, options, json),
+        Command::Wait(_) | Command::Lock { .. } | Command::Run(_) => {
+            unreachable!("handled by main")
+        }
+        Command::Doctor => Ok(doctor(socket, json)),
+        Command::Completions { shell } => generate::completions(shell),
+        Command::GenerateMan { dir } => generate::man_pages(&dir),
     }
 }
 
 /// The owner named on the command line. `auto` stays a request to the daemon: it walks up
 /// from the caller's pid, which the kernel translates into the daemon's namespace
 /// (`SO_PEERCRED`), so no number crosses a namespace.
-fn owner_of(owner: OwnerArgs) -> Result<Owner, Exit> {
+fn owner_of(owner: OwnerArgs) -> Result<Owner, Failure> {
     match owner {
         OwnerArgs { owner: Some(_), .. } => Ok(Owner::Auto),
         OwnerArgs {
@@ -203,41 +227,38 @@ fn owner_of(owner: OwnerArgs) -> Result<Owner, Exit> {
         } => serde_json::from_str(&text)
             .map(Owner::Identity)
             .map_err(|e| {
-                eprintln!("liveness: invalid --owner-identity JSON: {e}");
-                Exit::DataErr
+                Failure::new(Exit::DataErr, format!("invalid --owner-identity JSON: {e}"))
             }),
         OwnerArgs { .. } => unreachable!("clap requires exactly one owner argument"),
     }
 }
 
 /// Every page of `list`: text one session a line, JSON as one array.
-fn list(socket: &Path, phase: Option<Phase>, json: bool) -> Exit {
-    let sessions = match Client::connect(socket).and_then(|mut c| c.list(phase)) {
-        Ok(sessions) => sessions,
-        Err(e) => return client_error(&e),
-    };
+fn list(
+    socket: &Path,
+    phase: Option<Phase>,
+    labels: &LabelFilter,
+    json: bool,
+) -> Result<Exit, Failure> {
+    let mut sessions = Client::connect(socket).and_then(|mut c| c.list(phase))?;
+    sessions.retain(|session| labels.matches(&session.labels));
     if json {
-        print_json(&sessions);
+        output::json(&sessions);
     } else {
-        for session in &sessions {
-            println!("{}", describe_session(session));
-        }
+        print_session_table(&sessions, phase.is_some() || !labels.labels.is_empty());
     }
-    Exit::Ok
+    Ok(Exit::Ok)
 }
 
-/// One request; `on_ok` handles its reply.
-fn call(socket: &Path, request: &Request, on_ok: impl FnOnce(Reply) -> Exit) -> Exit {
-    match Client::connect(socket).and_then(|mut client| client.call(request)) {
-        Ok(reply) => on_ok(reply),
-        Err(e) => client_error(&e),
-    }
+/// One request and its reply.
+fn call(socket: &Path, request: &Request) -> Result<Reply, Failure> {
+    Ok(Client::connect(socket).and_then(|mut client| client.call(request))?)
 }
 
 /// A request whose reply is one session.
-fn session_call(socket: &Path, request: &Request, json: bool) -> Exit {
-    call(socket, request, |reply| match &reply.session {
-        Some(session) => print_session(session, json),
-        None => Exit::Ok,
-    })
+fn session_call(socket: &Path, request: &Request, json: bool) -> Result<Exit, Failure> {
+    if let Some(session) = &call(socket, request)?.session {
+        print_session(session, json);
+    }
+    Ok(Exit::Ok)
 }

@@ -6,21 +6,26 @@ use liveness_common::protocol::{MemberProcess, Request};
 
 use crate::args::SessionArgs;
 use crate::exit::Exit;
-use crate::render::print_json;
+use crate::exit::Failure;
+use crate::output::{self, outln};
 
-pub(crate) fn processes(socket: &Path, SessionArgs { session, uid, json }: SessionArgs) -> Exit {
-    crate::call(socket, &Request::Processes { session, uid }, |reply| {
-        let processes = reply.processes.unwrap_or_default();
-        if json {
-            print_json(&processes);
-        } else {
-            println!("{:>8} {:>8} {:>10}  COMMAND", "PID", "PPID", "AGE");
-            for process in &processes {
-                println!("{}", describe(process));
-            }
+pub(crate) fn processes(
+    socket: &Path,
+    SessionArgs { session, uid }: SessionArgs,
+    json: bool,
+) -> Result<Exit, Failure> {
+    let processes = crate::call(socket, &Request::Processes { session, uid })?
+        .processes
+        .unwrap_or_default();
+    if json {
+        output::json(&processes);
+    } else {
+        outln!("{:>8} {:>8} {:>10}  COMMAND", "PID", "PPID", "AGE");
+        for process in &processes {
+            outln!("{}", describe(process));
         }
-        Exit::Ok
-    })
+    }
+    Ok(Exit::Ok)
 }
 
 /// One line: pid (starred for the owner), parent, age and command line.

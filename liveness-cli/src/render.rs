@@ -1,91 +1,336 @@
 //! How sessions, events, identities and the status are printed, as text or JSON.
 
-use std::io::Write;
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{DeathReason, Identity};
-use liveness_common::session::{EndReason, Event, Session};
+use liveness_common::lock::Lock;
+use liveness_common::protocol::wire_name;
+use liveness_common::session::{EndReason, Event, EventKind, Phase, Session};
 use liveness_common::status::{MembershipStatus, SourceReport, Status};
-use liveness_proc::identity::Liveness;
+use liveness_proc::identity::{Liveness, ProcRoot};
 
-use crate::exit::Exit;
+use crate::clock;
+use crate::output::{self, outln};
 
-pub(crate) fn print_session(session: &Session, json: bool) -> Exit {
+/// A session as the answer to `get`, `register`, `end`, `wait`...: a block like
+/// `systemctl status`, or its JSON.
+pub(crate) fn print_session(session: &Session, json: bool) {
     if json {
-        print_json(session);
+        output::json(session);
     } else {
-        println!("{}", describe_session(session));
-    }
-    Exit::Ok
-}
-
-/// The name a value has on the wire (`"active"`, `"owner_exited"`, ...); empty for none.
-pub(crate) fn wire_name(value: impl Serialize) -> String {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(name)) => name,
-        _ => String::new(),
+        print_session_block(session, clock::now_ms());
     }
 }
 
-/// How something ended, for the one-line descriptions.
-fn describe_end(
+fn print_session_block(session: &Session, now: i64) {
+    let (mark, state) = match session.phase {
+        Phase::Active if session.pending => ("●", "active (pending)"),
+        Phase::Active => ("●", "active"),
+        Phase::Ended => ("○", "ended"),
+    };
+    outln!("{mark} {} - {state}", session.id);
+    outln!("     Owner: {}", describe_owner(session));
+    outln!(
+        "   Created: {} ({})",
+        clock::local_time(session.created_ms),
+        clock::age(session.created_ms, now)
+    );
+    if let Some(ended) = session.ended_ms {
+        outln!(
+            "     Ended: {} ({}): {}",
+            clock::local_time(ended),
+            clock::age(ended, now),
+            how_it_ended(session.reason, session.exit, session.detected_by)
+        );
+    } else if let Some(expires) = session.pending_expires_ms {
+        outln!(
+            "   Expires: {} ({}) unless renamed",
+            clock::local_time(expires),
+            clock::age(expires, now)
+        );
+    }
+    if !session.labels.is_empty() {
+        outln!("    Labels: {}", describe_labels(&session.labels));
+    }
+}
+
+/// Sessions as a table with headers, like `docker ps`; a friendly line when there are none.
+pub(crate) fn print_session_table(sessions: &[Session], filtered: bool) {
+    if sessions.is_empty() {
+        outln!(
+            "No sessions{}. Register one with `liveness register --session ID --owner auto`.",
+            if filtered { " match" } else { "" }
+        );
+        return;
+    }
+    let now = clock::now_ms();
+    let rows: Vec<[String; 6]> = sessions
+        .iter()
+        .map(|session| {
+            let (state, status) = match session.ended_ms {
+                Some(ended) => (
+                    "ended".to_owned(),
+                    format!(
+                        "ended {}, {}",
+                        clock::age(ended, now),
+                        how_it_ended(session.reason, session.exit, session.detected_by)
+                    ),
+                ),
+                None if session.pending => ("pending".to_owned(), "waiting for its id".to_owned()),
+                None => ("active".to_owned(), "running".to_owned()),
+            };
+            [
+                session.id.clone(),
+                state,
+                describe_owner(session),
+                clock::age(session.created_ms, now),
+                status,
+                describe_labels(&session.labels),
+            ]
+        })
+        .collect();
+    print_table(
+        ["SESSION", "STATE", "OWNER", "CREATED", "STATUS", "LABELS"],
+        &rows,
+    );
+}
+
+/// Held locks as a table, like the sessions'; a friendly line when there are none.
+pub(crate) fn print_lock_table(locks: &[Lock]) {
+    if locks.is_empty() {
+        outln!("No locks are held. Take one with `liveness lock acquire NAME --session ID`.");
+        return;
+    }
+    let now = clock::now_ms();
+    let rows: Vec<[String; 6]> = locks
+        .iter()
+        .map(|lock| {
+            [
+                lock.name.clone(),
+                lock.session.clone(),
+                lock.uid.to_string(),
+                lock.token.to_string(),
+                format!(
+                    "{} ({})",
+                    clock::local_time(lock.since_ms),
+                    clock::age(lock.since_ms, now)
+                ),
+                lock.waiters.to_string(),
+            ]
+        })
+        .collect();
+    print_table(
+        ["LOCK", "SESSION", "UID", "TOKEN", "SINCE", "WAITERS"],
+        &rows,
+    );
+}
+
+/// Left-aligned columns, two spaces apart; the last one is not padded.
+fn print_table<const N: usize>(headers: [&str; N], rows: &[[String; N]]) {
+    let mut widths = headers.map(|h| h.chars().count());
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: [&str; N]| {
+        let mut text = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 == N {
+                text.push_str(cell);
+            } else {
+                text.push_str(&format!("{cell:<width$}  ", width = widths[i]));
+            }
+        }
+        text.trim_end().to_owned()
+    };
+    outln!("{}", line(headers));
+    for row in rows {
+        outln!("{}", line(row.each_ref().map(String::as_str)));
+    }
+}
+
+/// "claude (pid 1234)", with the name the process has now when it changed (an `exec`
+/// since registration): "node (pid 1234, registered as claude)".
+fn describe_owner(session: &Session) -> String {
+    let owner = &session.owner;
+    let current = (session.phase == Phase::Active)
+        .then(|| current_name(owner))
+        .flatten()
+        .filter(|name| *name != owner.comm);
+    match current {
+        Some(name) => format!("{name} (pid {}, registered as {})", owner.pid, owner.comm),
+        None => format!("{} (pid {})", owner.comm, owner.pid),
+    }
+}
+
+/// The owner's command name now, if it is still the same process on this machine.
+fn current_name(owner: &Identity) -> Option<String> {
+    let now = ProcRoot::default().capture(owner.pid).ok()?;
+    (now.start_ticks == owner.start_ticks && now.boot_id == owner.boot_id).then_some(now.comm)
+}
+
+fn describe_labels(labels: &BTreeMap<String, String>) -> String {
+    labels
+        .iter()
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// How a session ended, for people: "killed by SIGKILL (detected by ebpf)", "stopped
+/// with `end`", "owner gone unseen: its PID was reused (detected by procpoll)".
+fn how_it_ended(
     reason: Option<EndReason>,
     exit: Option<ExitStatus>,
     detected_by: Option<DetectedBy>,
 ) -> String {
-    let mut text = String::new();
-    if let Some(reason) = reason {
-        text.push_str(&format!(" ended: {}", wire_name(reason)));
+    let what = match (exit, reason) {
+        (Some(exit), _) => describe_exit(exit),
+        (None, Some(EndReason::OwnerExited)) => "owner exited (status unknown)".to_owned(),
+        (None, Some(EndReason::OwnerReused)) => "owner gone unseen: its PID was reused".to_owned(),
+        (None, Some(EndReason::Reboot)) => "the machine rebooted".to_owned(),
+        (None, Some(EndReason::Stopped)) => "stopped with `end`".to_owned(),
+        (None, Some(EndReason::Timeout)) => "no activity within the timeout".to_owned(),
+        (None, Some(EndReason::PendingExpired)) => "pending, never renamed".to_owned(),
+        (None, None) => "ended".to_owned(),
+    };
+    match detected_by {
+        Some(by) => format!("{what} (detected by {by})"),
+        None => what,
     }
-    if let Some(exit) = exit {
-        text.push_str(&format!(", {exit}"));
+}
+
+/// "exited with code 0", "killed by SIGKILL", "killed by SIGSEGV (core dumped)".
+fn describe_exit(exit: ExitStatus) -> String {
+    match exit {
+        ExitStatus::Exited { code } => format!("exited with code {code}"),
+        ExitStatus::Signaled {
+            signal,
+            core_dumped,
+        } => format!(
+            "killed by {}{}",
+            signal_name(signal),
+            if core_dumped { " (core dumped)" } else { "" }
+        ),
     }
-    if let Some(by) = detected_by {
-        text.push_str(&format!(" (detected by {by})"));
+}
+
+fn signal_name(signal: u8) -> String {
+    const NAMES: [&str; 15] = [
+        "SIGHUP", "SIGINT", "SIGQUIT", "SIGILL", "SIGTRAP", "SIGABRT", "SIGBUS", "SIGFPE",
+        "SIGKILL", "SIGUSR1", "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM",
+    ];
+    usize::from(signal)
+        .checked_sub(1)
+        .and_then(|i| NAMES.get(i))
+        .map_or_else(|| format!("signal {signal}"), |name| (*name).to_owned())
+}
+
+/// A session in one line (`whose`): "agent-1 active, owner claude (pid 1234)".
+pub(crate) fn describe_session(session: &Session) -> String {
+    let state = match (session.phase, session.pending) {
+        (Phase::Active, true) => "active (pending)",
+        (Phase::Active, false) => "active",
+        (Phase::Ended, _) => "ended",
+    };
+    format!("{} {state}, owner {}", session.id, describe_owner(session))
+}
+
+/// An event in one line: local time, seq, kind, session, owner, how it ended, labels.
+pub(crate) fn describe_event(event: &Event) -> String {
+    let mut text = format!(
+        "{}  #{} {} {} owner {} (pid {})",
+        clock::local_time(event.at_ms),
+        event.seq,
+        wire_name(event.kind),
+        event.session,
+        event.owner.comm,
+        event.owner.pid
+    );
+    if let Some(previous) = &event.previous_session {
+        text.push_str(&format!(" (was {previous})"));
+    }
+    if let Some(lock) = &event.lock {
+        text.push_str(&format!(": lock {} token {}", lock.name, lock.token));
+        if let Some(reason) = lock.reason {
+            text.push_str(&format!(" ({})", wire_name(reason)));
+        }
+    }
+    if event.kind == EventKind::Ended {
+        text.push_str(&format!(
+            ": {}",
+            how_it_ended(event.reason, event.exit, event.detected_by)
+        ));
+    }
+    if !event.labels.is_empty() {
+        text.push_str(&format!("  [{}]", describe_labels(&event.labels)));
     }
     text
 }
 
-pub(crate) fn describe_session(session: &Session) -> String {
-    let pending = if session.pending { " (pending)" } else { "" };
-    format!(
-        "{} {} owner {}{pending}{}",
-        session.id,
-        wire_name(session.phase),
-        session.owner,
-        describe_end(session.reason, session.exit, session.detected_by)
-    )
-}
-
-pub(crate) fn describe_event(event: &Event) -> String {
-    format!(
-        "#{} {} {} owner {}{}",
-        event.seq,
-        wire_name(event.kind),
-        event.session,
-        event.owner,
-        describe_end(event.reason, event.exit, event.detected_by)
-    )
-}
-
+/// `status` for people: who answered, then sessions, events, deaths, processes and limits
+/// with their counters, then the sources.
 pub(crate) fn print_status(status: &Status) {
     let daemon = &status.daemon;
-    println!(
-        "livenessd {} (protocol {}), pid {}",
-        daemon.version, daemon.protocol, daemon.pid
+    let now = clock::now_ms();
+    outln!(
+        "livenessd {} (protocol {}), pid {}, up since {} ({})",
+        daemon.version,
+        daemon.protocol,
+        daemon.pid,
+        clock::local_time(now - status.uptime_ms as i64),
+        clock::age(now - status.uptime_ms as i64, now)
     );
-    println!("socket {}  state {}", daemon.socket, daemon.state_dir);
-    println!(
-        "active sessions {}  head seq {}  subscribers {}",
-        status.active_sessions, status.head_seq, status.subscribers
+    outln!("    Socket: {}", daemon.socket);
+    outln!("     State: {}", daemon.state_dir);
+    outln!(
+        "  Sessions: {} active, {} deaths awaiting commit",
+        status.active_sessions,
+        status.uncommitted_deaths
+    );
+    let counters = &status.counters;
+    let finalized = if counters.finalized_by.is_empty() {
+        "none yet".to_owned()
+    } else {
+        counters
+            .finalized_by
+            .iter()
+            .map(|(by, count)| format!("{by} {count}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    outln!(
+        "    Deaths: finalized by {finalized}; {} failed commits, largest batch {}",
+        counters.failed_commits,
+        counters.largest_batch
+    );
+    outln!(
+        "    Events: head seq {}, {} subscribers, {} disconnected for lagging",
+        status.head_seq,
+        status.subscribers,
+        counters.lagged_subscribers
     );
     let monitor = &status.monitor;
-    println!(
-        "tracked processes {} (without pidfd: {})",
-        monitor.tracked, monitor.without_pidfd
+    outln!(
+        " Processes: {} tracked, {} without a pidfd, {} re-checks after kernel losses",
+        monitor.tracked,
+        monitor.without_pidfd,
+        monitor.loss_reconciles
     );
+    let limits = &status.limits;
+    let refused: u64 = limits.connections.refused.values().sum::<u64>()
+        + limits.sessions.refused.values().sum::<u64>();
+    outln!(
+        "    Limits: {} root and {} other connections open, {} requests waited, {refused} refusals",
+        limits.connections.connections.root,
+        limits.connections.connections.non_root,
+        limits.connections.requests_waited
+    );
+    outln!("   Sources: {}", monitor.selection);
     print_sources(&monitor.sources);
     if let Some(membership) = &status.membership {
         print_membership(membership);
@@ -94,8 +339,8 @@ pub(crate) fn print_status(status: &Status) {
 
 /// How process trees are followed, and what that can miss.
 pub(crate) fn print_membership(membership: &MembershipStatus) {
-    println!(
-        "process trees {} ({} members), membership by {}; can miss {}",
+    outln!(
+        "     Trees: {} followed, {} members, by {}; can miss {}",
         membership.trees,
         membership.members,
         wire_name(membership.mode),
@@ -111,13 +356,23 @@ pub(crate) fn print_sources(sources: &[SourceReport]) {
             .as_deref()
             .map(|r| format!(": {r}"))
             .unwrap_or_default();
-        println!(
+        outln!(
             "  {:<9} {}{reason}",
             source.name.to_string(),
             wire_name(source.state)
         );
+        if let Some(stats) = &source.stats {
+            outln!(
+                "  {:<9} {} watched, {} exits seen, {} lost, {} refused",
+                "",
+                stats.tracked,
+                stats.observed,
+                stats.lost,
+                stats.refused
+            );
+        }
         if let Some(test) = &source.self_test {
-            println!(
+            outln!(
                 "  {:<9} self-test {}: {}",
                 "",
                 if test.passed { "passed" } else { "FAILED" },
@@ -127,20 +382,30 @@ pub(crate) fn print_sources(sources: &[SourceReport]) {
     }
 }
 
-pub(crate) fn print_json(value: &impl Serialize) {
-    let mut out = std::io::stdout().lock();
-    // A closed stdout (e.g. `| head`) is not worth a panic.
-    let _ = serde_json::to_writer(&mut out, value).map(|()| writeln!(out));
-}
-
 pub(crate) fn print_identity(identity: &Identity, json: bool) {
     if json {
-        print_json(identity);
+        output::json(identity);
     } else {
-        println!(
-            "pid {} ({}) start_ticks {} boot_id {} host {}",
-            identity.pid, identity.comm, identity.start_ticks, identity.boot_id, identity.host
-        );
+        outln!("{} (pid {})", identity.comm, identity.pid);
+        outln!("   Started: {}", describe_start(identity));
+        outln!("      Boot: {}", identity.boot_id);
+        outln!("      Host: {}", identity.host);
+    }
+}
+
+/// A process's start as a local time and an age when it is of this boot, else in ticks.
+fn describe_start(identity: &Identity) -> String {
+    let this_boot = ProcRoot::default()
+        .boot_id()
+        .is_ok_and(|boot| boot == identity.boot_id);
+    match clock::process_start_ms(identity.start_ticks).filter(|_| this_boot) {
+        Some(start) => format!(
+            "{} ({}; start_ticks {})",
+            clock::local_time(start),
+            clock::age(start, clock::now_ms()),
+            identity.start_ticks
+        ),
+        None => format!("start_ticks {} of another boot", identity.start_ticks),
     }
 }
 
@@ -161,13 +426,13 @@ pub(crate) fn print_liveness(identity: &Identity, liveness: &Liveness, json: boo
         Liveness::Unknown(why) => ("unknown", None, why.clone()),
     };
     if json {
-        print_json(&Verdict {
+        output::json(&Verdict {
             identity,
             liveness: word,
             reason,
             detail,
         });
     } else {
-        println!("{word}: {detail} ({identity})");
+        outln!("{word}: {detail} ({identity})");
     }
 }

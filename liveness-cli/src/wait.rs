@@ -1,14 +1,15 @@
 //! `liveness wait`: block until a session ends; the exit code tells how.
 
-use std::path::Path;
 use std::process::ExitCode;
 
 use liveness_client::Client;
 use liveness_common::exit::ExitStatus;
 use liveness_common::session::{EndReason, Session};
 
-use crate::exit::{Exit, client_error};
-use crate::render::{describe_session, print_json};
+use crate::Context;
+use crate::args::SessionArgs;
+use crate::exit::Failure;
+use crate::render::print_session;
 
 pub(crate) const WAIT_HELP: &str = "\
 Exit codes of wait:
@@ -41,26 +42,9 @@ impl WaitOutcome {
     }
 }
 
-pub(crate) fn wait(socket: &Path, id: &str, uid: Option<u32>, json: bool) -> ExitCode {
-    match wait_for_end(socket, id, uid, json) {
-        Ok(outcome) => ExitCode::from(outcome as u8),
-        Err(exit) => exit.into(),
-    }
-}
-
-fn wait_for_end(
-    socket: &Path,
-    id: &str,
-    uid: Option<u32>,
-    json: bool,
-) -> Result<WaitOutcome, Exit> {
-    let session = Client::connect(socket)
-        .and_then(|client| client.wait_for_end(id, uid))
-        .map_err(|e| client_error(&e))?;
-    if json {
-        print_json(&session);
-    } else {
-        println!("{}", describe_session(&session));
-    }
-    Ok(WaitOutcome::of(&session))
+pub(crate) fn wait(context: &Context, args: &SessionArgs) -> Result<ExitCode, Failure> {
+    let session = Client::connect(&context.socket)
+        .and_then(|client| client.wait_for_end(&args.session, args.uid))?;
+    print_session(&session, context.json);
+    Ok(ExitCode::from(WaitOutcome::of(&session) as u8))
 }

@@ -2,16 +2,20 @@
 //! command per ended session (`--exec`) and saving a cursor.
 
 use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use liveness_client::{Client, Cursor, Filter, Item};
 use liveness_common::exit::ExitStatus;
+use liveness_common::protocol::wire_name;
 use liveness_common::session::{Event, EventKind};
 
-use crate::exit::{Exit, client_error};
-use crate::render::{describe_event, wire_name};
+use crate::args::LabelFilter;
+use crate::exit::{Exit, Failure};
+use crate::output::outln;
+use crate::render::describe_event;
 
 /// `liveness watch`: what to follow and what to do with each event.
 #[derive(Debug, clap::Args)]
@@ -22,6 +26,8 @@ pub(crate) struct Watch {
     /// Only events of this session.
     #[arg(long)]
     pub(crate) session: Option<String>,
+    #[command(flatten)]
+    pub(crate) labels: LabelFilter,
     /// Root only: only events of this user's sessions.
     #[arg(long, value_name = "UID")]
     pub(crate) uid: Option<u32>,
@@ -32,9 +38,6 @@ pub(crate) struct Watch {
     /// written after each handled event.
     #[arg(long, value_name = "FILE")]
     pub(crate) cursor: Option<PathBuf>,
-    /// Print each event as one JSON line.
-    #[arg(long)]
-    pub(crate) json: bool,
 }
 
 fn read_cursor(path: &Path) -> Result<Option<Cursor>, String> {
@@ -88,25 +91,24 @@ fn exec_for_event(
     child.wait()
 }
 
-pub(crate) fn watch(socket: &Path, options: Watch) -> Exit {
+pub(crate) fn watch(socket: &Path, options: Watch, json: bool) -> Result<Exit, Failure> {
+    // Problems the first event would otherwise reveal are refused now, before waiting.
+    if let Some(command) = &options.exec {
+        check_command(command)?;
+    }
     let mut position = options.since.map(|seq| Cursor {
         seq,
         store_id: None,
     });
     if let Some(cursor) = &options.cursor {
-        match read_cursor(cursor) {
-            Ok(Some(saved)) => position = Some(saved),
-            Ok(None) => {}
-            Err(e) => {
-                eprintln!("liveness: {e}");
-                return Exit::IoErr;
-            }
+        prepare_cursor_dir(cursor)?;
+        if let Some(saved) = read_cursor(cursor).map_err(|e| Failure::new(Exit::IoErr, e))? {
+            position = Some(saved);
         }
     }
     let save = |position: &Cursor| match &options.cursor {
         Some(file) => write_cursor(file, position).map_err(|e| {
-            eprintln!("liveness: cannot write {}: {e}", file.display());
-            Exit::IoErr
+            Failure::new(Exit::IoErr, format!("cannot write {}: {e}", file.display()))
         }),
         None => Ok(()),
     };
@@ -114,64 +116,55 @@ pub(crate) fn watch(socket: &Path, options: Watch) -> Exit {
         session: options.session.clone(),
         uid: options.uid,
     };
-    let mut events = match Client::connect(socket).and_then(|c| c.subscribe(position, filter)) {
-        Ok(events) => events,
-        Err(e) => return client_error(&e),
-    };
+    let mut events = Client::connect(socket).and_then(|c| c.subscribe(position, filter))?;
     loop {
-        let item = match events.next_item() {
-            Ok(item) => item,
-            Err(e) => return client_error(&e),
-        };
-        match item {
+        match events.next_item()? {
             Item::Reset { since, head, .. } => {
                 eprintln!(
                     "liveness: the daemon's database is not the one event {since} came from \
                      (it was replaced or recreated; its head is {head}): starting over with its first event"
                 );
-                if let Some(Err(exit)) = events.cursor().map(save) {
-                    return exit;
-                }
+                events.cursor().map(save).transpose()?;
             }
             Item::Event(event) => {
-                let line = match serde_json::to_string(&StreamLine { event: &event }) {
-                    Ok(line) => line,
-                    Err(e) => {
-                        eprintln!("liveness: cannot encode event {}: {e}", event.seq);
-                        return Exit::Software;
-                    }
-                };
-                if options.json {
-                    println!("{line}");
+                if !options.labels.matches(&event.labels) {
+                    continue;
+                }
+                let line = serde_json::to_string(&StreamLine { event: &event }).map_err(|e| {
+                    Failure::new(
+                        Exit::Software,
+                        format!("cannot encode event {}: {e}", event.seq),
+                    )
+                })?;
+                if json {
+                    outln!("{line}");
                 } else if options.exec.is_none() {
-                    println!("{}", describe_event(&event));
+                    outln!("{}", describe_event(&event));
                 }
                 // With --exec only session.ended events are handled (and worth a cursor
                 // write); the others are skipped again after a restart.
                 let handled = match (&options.exec, event.kind) {
                     (None, _) => true,
                     (Some(command), EventKind::Ended) => {
-                        match exec_for_event(command, &line, &event) {
-                            Ok(status) if status.success() => true,
-                            Ok(status) => {
-                                eprintln!(
-                                    "liveness: {command:?} failed ({status}) for event {}; stopping before it",
+                        let status = exec_for_event(command, &line, &event).map_err(|e| {
+                            Failure::new(Exit::TempFail, format!("cannot run {command:?}: {e}"))
+                        })?;
+                        if !status.success() {
+                            return Err(Failure::new(
+                                Exit::TempFail,
+                                format!(
+                                    "{command:?} failed ({status}) for event {}; stopping before it",
                                     event.seq
-                                );
-                                return Exit::TempFail;
-                            }
-                            Err(e) => {
-                                eprintln!("liveness: cannot run {command:?}: {e}");
-                                return Exit::TempFail;
-                            }
+                                ),
+                            ));
                         }
+                        true
                     }
                     (Some(_), _) => false,
                 };
-                if handled && let Some(Err(exit)) = events.cursor().map(save) {
-                    return exit;
+                if handled {
+                    events.cursor().map(save).transpose()?;
                 }
-                let _ = std::io::stdout().flush();
             }
             Item::Gap {
                 since: from,
@@ -190,8 +183,116 @@ pub(crate) fn watch(socket: &Path, options: Watch) -> Exit {
     }
 }
 
+/// Creates the cursor file's directory (`~/.local/state` may not exist yet), so that the
+/// first write after the first event does not fail.
+fn prepare_cursor_dir(cursor: &Path) -> Result<(), Failure> {
+    match cursor.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => std::fs::create_dir_all(dir).map_err(|e| {
+            Failure::new(
+                Exit::IoErr,
+                format!(
+                    "cannot create the cursor's directory {}: {e}",
+                    dir.display()
+                ),
+            )
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Checks `--exec`'s command line as far as it can be checked before it runs: its shell
+/// syntax, and that the program it starts with exists and is executable. A command that
+/// starts with an expansion (`$HANDLER ...`) is checked for syntax only.
+fn check_command(command: &str) -> Result<(), Failure> {
+    let refuse = |why: String| Failure::new(Exit::Usage, format!("--exec {command:?}: {why}"));
+    let syntax = std::process::Command::new("/bin/sh")
+        .args(["-n", "-c", command])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| Failure::new(Exit::Software, format!("cannot run /bin/sh: {e}")))?;
+    if !syntax.status.success() {
+        return Err(refuse(format!(
+            "not a valid shell command: {}",
+            String::from_utf8_lossy(&syntax.stderr).trim()
+        )));
+    }
+    let Some(program) = command.split_whitespace().next() else {
+        return Err(refuse("the command is empty".into()));
+    };
+    if program.contains([
+        '$', '`', '"', '\'', '\\', '=', '(', ')', '{', '}', ';', '&', '|', '<', '>',
+    ]) {
+        return Ok(());
+    }
+    if program.contains('/') {
+        let metadata = std::fs::metadata(program).map_err(|e| {
+            refuse(format!(
+                "{program}: {e} (relative paths are taken from the current directory)"
+            ))
+        })?;
+        if !metadata.is_file() || metadata.permissions().mode() & 0o111 == 0 {
+            return Err(refuse(format!(
+                "{program} is not an executable file (chmod +x {program}?)"
+            )));
+        }
+        return Ok(());
+    }
+    // A name: a shell builtin or a program on PATH, as sh itself will look it up.
+    let found = std::process::Command::new("/bin/sh")
+        .args(["-c", "command -v -- \"$1\" >/dev/null", "sh", program])
+        .stdin(std::process::Stdio::null())
+        .status()
+        .map_err(|e| Failure::new(Exit::Software, format!("cannot run /bin/sh: {e}")))?;
+    if found.success() {
+        Ok(())
+    } else {
+        Err(refuse(format!("{program}: command not found on PATH")))
+    }
+}
+
 /// An event line as the daemon sends it (`{"event": {...}}`), for `--json` and `--exec`.
 #[derive(Serialize)]
 struct StreamLine<'a> {
     event: &'a Event,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exec_commands_are_checked_before_the_first_event() {
+        assert!(check_command("true").is_ok(), "a builtin");
+        assert!(check_command("cat >/dev/null").is_ok(), "a program on PATH");
+        assert!(check_command("/bin/sh -c true").is_ok(), "a path");
+        assert!(
+            check_command("$HANDLER arg").is_ok(),
+            "an expansion: syntax only"
+        );
+        for bad in [
+            "./does-not-exist.sh",
+            "/nonexistent/handler",
+            "no-such-program-anywhere",
+            "if then",
+            "",
+        ] {
+            let failure = check_command(bad).expect_err(bad);
+            assert_eq!(failure.exit, Exit::Usage, "{bad:?}: {}", failure.message);
+        }
+        let plain = std::env::temp_dir().join(format!("liveness-not-exec-{}", std::process::id()));
+        std::fs::write(&plain, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let failure = check_command(&plain.display().to_string()).expect_err("not executable");
+        std::fs::remove_file(&plain).unwrap();
+        assert!(failure.message.contains("chmod +x"), "{}", failure.message);
+    }
+
+    #[test]
+    fn the_cursor_directory_is_created() {
+        let dir = std::env::temp_dir().join(format!("liveness-cursor-{}", std::process::id()));
+        let cursor = dir.join("a/b/cursor");
+        prepare_cursor_dir(&cursor).expect("created");
+        assert!(dir.join("a/b").is_dir());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -3,8 +3,9 @@
 //! [`Client`] makes one typed call per request of the protocol (`docs/protocol.md`):
 //! [`register`](Client::register), [`rename`](Client::rename), [`touch`](Client::touch),
 //! [`end`](Client::end), [`get`](Client::get), [`list`](Client::list),
-//! [`whose`](Client::whose), [`status`](Client::status) and
-//! [`subscribe`](Client::subscribe). A refusal by the daemon is a
+//! [`whose`](Client::whose), [`status`](Client::status),
+//! [`lock_acquire`](Client::lock_acquire), [`lock_release`](Client::lock_release),
+//! [`lock_list`](Client::lock_list) and [`subscribe`](Client::subscribe). A refusal by the daemon is a
 //! [`ClientError::Daemon`] carrying its [`ErrorCode`] and message.
 //!
 //! A [`Subscription`] reconnects to a restarted daemon and resumes after the last event it
@@ -37,9 +38,11 @@ use std::io::{BufRead, BufReader};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 pub use liveness_common;
 use liveness_common::identity::Identity;
+use liveness_common::lock::Lock;
 pub use liveness_common::protocol::ErrorCode;
 use liveness_common::protocol::{Reply, Request, StreamMessage, Subscribed};
 use liveness_common::session::{EventKind, Phase, Session};
@@ -83,6 +86,19 @@ pub struct Registration {
     pub labels: BTreeMap<String, String>,
     /// Root only: register in this user's namespace of session ids.
     pub uid: Option<u32>,
+    /// [`Owner::Auto`]: further process names to skip as wrappers, for this registration
+    /// only (added to the daemon's own `--wrapper` list).
+    pub wrappers: Vec<String>,
+}
+
+/// The answer to [`Client::register_with_warnings`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Registered {
+    /// The session as registered.
+    pub session: Session,
+    /// What succeeded but looks wrong (an owner that is a launcher, one that has already
+    /// exited): worth showing to whoever registered.
+    pub warnings: Vec<String>,
 }
 
 impl Registration {
@@ -94,6 +110,7 @@ impl Registration {
             pending: false,
             labels: BTreeMap::new(),
             uid: None,
+            wrappers: Vec::new(),
         }
     }
 }
@@ -199,9 +216,19 @@ impl Client {
     /// # Ok::<(), liveness_client::ClientError>(())
     /// ```
     pub fn register(&mut self, registration: &Registration) -> Result<Session, ClientError> {
+        self.register_with_warnings(registration)
+            .map(|registered| registered.session)
+    }
+
+    /// [`Client::register`], with the daemon's warnings about the registration.
+    pub fn register_with_warnings(
+        &mut self,
+        registration: &Registration,
+    ) -> Result<Registered, ClientError> {
         let (request, pidfd) = wire::register_request(registration)?;
         let fds: Vec<_> = pidfd.iter().map(AsFd::as_fd).collect();
-        self.call_with_fds(&request, &fds).and_then(wire::session)
+        self.call_with_fds(&request, &fds)
+            .and_then(wire::registered)
     }
 
     /// Registers `session` with `owner: "auto"`: the daemon walks up from this process
@@ -349,6 +376,61 @@ impl Client {
         filter: Filter,
     ) -> Result<Subscription, ClientError> {
         Subscription::start(self, cursor, filter)
+    }
+
+    /// Takes lock `name` for `session` (`uid`: root only, that user's session) and returns
+    /// it with its fencing token. Held by another session: [`ErrorCode::LockHeld`] at once,
+    /// or with `wait`, after waiting in line for it (up to `timeout`, if given).
+    ///
+    /// ```no_run
+    /// # use liveness_client::Client;
+    /// let lock = Client::connect_default()?.lock_acquire("build", "agent-7", None, true, None)?;
+    /// println!("token {}", lock.token);
+    /// # Ok::<(), liveness_client::ClientError>(())
+    /// ```
+    pub fn lock_acquire(
+        &mut self,
+        name: &str,
+        session: &str,
+        uid: Option<u32>,
+        wait: bool,
+        timeout: Option<Duration>,
+    ) -> Result<Lock, ClientError> {
+        self.call(&wire::lock_acquire_request(
+            name, session, uid, wait, timeout,
+        ))
+        .and_then(wire::lock)
+    }
+
+    /// Releases lock `name`, which `session` holds; returns it as it was held.
+    ///
+    /// ```no_run
+    /// # use liveness_client::Client;
+    /// Client::connect_default()?.lock_release("build", "agent-7", None)?;
+    /// # Ok::<(), liveness_client::ClientError>(())
+    /// ```
+    pub fn lock_release(
+        &mut self,
+        name: &str,
+        session: &str,
+        uid: Option<u32>,
+    ) -> Result<Lock, ClientError> {
+        self.call(&wire::lock_release_request(name, session, uid))
+            .and_then(wire::lock)
+    }
+
+    /// The held locks the caller may see (`uid`: root only, that user's), with how many
+    /// requests wait for each.
+    ///
+    /// ```no_run
+    /// # use liveness_client::Client;
+    /// for lock in Client::connect_default()?.lock_list(None)? {
+    ///     println!("{} held by {} (token {})", lock.name, lock.session, lock.token);
+    /// }
+    /// # Ok::<(), liveness_client::ClientError>(())
+    /// ```
+    pub fn lock_list(&mut self, uid: Option<u32>) -> Result<Vec<Lock>, ClientError> {
+        self.call(&Request::LockList { uid }).and_then(wire::locks)
     }
 
     /// Sends a `subscribe` request and returns the acknowledgement; stream lines follow.

@@ -13,11 +13,13 @@
 
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Interest};
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
+use liveness_common::lock::Lock;
 use liveness_common::protocol::{Reply, Request};
 use liveness_common::session::{EventKind, Phase, Session};
 use liveness_common::status::Status;
@@ -196,6 +198,40 @@ impl AsyncClient {
     /// [`Client::status`](crate::Client::status).
     pub async fn status(&mut self) -> Result<Status, ClientError> {
         self.call(&Request::Status {}).await.and_then(wire::status)
+    }
+
+    /// [`Client::lock_acquire`](crate::Client::lock_acquire): with `wait`, the future
+    /// resolves when the lock is granted. A request cancelled by dropping the future is
+    /// still in line: drop the client too (closing its connection takes it out of line)
+    /// rather than send another request on it.
+    pub async fn lock_acquire(
+        &mut self,
+        name: &str,
+        session: &str,
+        uid: Option<u32>,
+        wait: bool,
+        timeout: Option<Duration>,
+    ) -> Result<Lock, ClientError> {
+        let request = wire::lock_acquire_request(name, session, uid, wait, timeout);
+        self.call(&request).await.and_then(wire::lock)
+    }
+
+    /// [`Client::lock_release`](crate::Client::lock_release).
+    pub async fn lock_release(
+        &mut self,
+        name: &str,
+        session: &str,
+        uid: Option<u32>,
+    ) -> Result<Lock, ClientError> {
+        let request = wire::lock_release_request(name, session, uid);
+        self.call(&request).await.and_then(wire::lock)
+    }
+
+    /// [`Client::lock_list`](crate::Client::lock_list).
+    pub async fn lock_list(&mut self, uid: Option<u32>) -> Result<Vec<Lock>, ClientError> {
+        self.call(&Request::LockList { uid })
+            .await
+            .and_then(wire::locks)
     }
 
     /// [`Client::subscribe`](crate::Client::subscribe): a subscription that reconnects and

@@ -3,9 +3,11 @@
 //! reply.
 
 use std::os::fd::OwnedFd;
+use std::time::Duration;
 
 use serde_json::Value;
 
+use liveness_common::lock::Lock;
 use liveness_common::protocol::{
     AutoOwner, OwnerSpec, PROTOCOL_VERSION, PidOwner, PidfdOwner, Reply, Request, StreamMessage,
     Subscribed,
@@ -13,7 +15,7 @@ use liveness_common::protocol::{
 use liveness_common::session::Session;
 use liveness_common::status::Status;
 
-use crate::{ClientError, Owner, Registration, Whose};
+use crate::{ClientError, Owner, Registered, Registration, Whose};
 
 /// A request as one line, newline included, with the protocol version.
 pub(crate) fn encode(request: &Request) -> Result<String, ClientError> {
@@ -68,6 +70,47 @@ pub(crate) fn session(reply: Reply) -> Result<Session, ClientError> {
     reply.session.ok_or_else(|| missing("session"))
 }
 
+/// A `lock_acquire` request; `timeout` only with `wait`.
+pub(crate) fn lock_acquire_request(
+    name: &str,
+    session: &str,
+    uid: Option<u32>,
+    wait: bool,
+    timeout: Option<Duration>,
+) -> Request {
+    Request::LockAcquire {
+        name: name.into(),
+        session: session.into(),
+        uid,
+        wait,
+        timeout_ms: timeout.map(|t| t.as_millis().try_into().unwrap_or(u64::MAX)),
+    }
+}
+
+pub(crate) fn lock_release_request(name: &str, session: &str, uid: Option<u32>) -> Request {
+    Request::LockRelease {
+        name: name.into(),
+        session: session.into(),
+        uid,
+    }
+}
+
+pub(crate) fn registered(mut reply: Reply) -> Result<Registered, ClientError> {
+    let warnings = std::mem::take(&mut reply.warnings);
+    Ok(Registered {
+        session: session(reply)?,
+        warnings,
+    })
+}
+
+pub(crate) fn lock(reply: Reply) -> Result<Lock, ClientError> {
+    reply.lock.ok_or_else(|| missing("lock"))
+}
+
+pub(crate) fn locks(reply: Reply) -> Result<Vec<Lock>, ClientError> {
+    reply.locks.ok_or_else(|| missing("locks"))
+}
+
 pub(crate) fn whose(reply: Reply) -> Result<Whose, ClientError> {
     let owner_pid = reply.owner_pid;
     let session = session(reply)?;
@@ -105,6 +148,7 @@ pub(crate) fn register_request(
         owner,
         pending: registration.pending,
         labels: registration.labels.clone(),
+        wrappers: registration.wrappers.clone(),
     };
     Ok((request, pidfd))
 }

@@ -83,7 +83,9 @@ impl fmt::Display for ProcessKey {
 pub enum DeathReason {
     /// No process has the PID any more, or it is a zombie waiting to be reaped.
     Exited,
-    /// The PID now belongs to another process (different start time).
+    /// The PID now belongs to another process (different start time). Named on the wire
+    /// as a session's end reason is, `owner_reused`; `pid_reused` is still read.
+    #[serde(rename = "owner_reused", alias = "pid_reused")]
     PidReused,
     /// The machine rebooted since the identity was captured.
     Rebooted,

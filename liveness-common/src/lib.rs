@@ -3,14 +3,18 @@
 //! `docs/protocol.md`; it depends on serde and nothing of the daemon.
 //!
 //! - [`identity`]: process fingerprints ([`identity::Identity`]).
+//! - [`duration`]: durations on command lines (`500ms`, `30s`, `2m`).
 //! - [`exit`]: how a process ended ([`exit::ExitStatus`]) and what noticed it.
 //! - [`session`]: sessions and the events of the stream.
+//! - [`lock`]: locks held by sessions, with fencing tokens.
 //! - [`protocol`]: requests, replies, errors and stream messages.
 //! - [`status`]: what the daemon reports about itself.
 //! - [`record`]: the record the eBPF program writes into its ring buffer.
 
+pub mod duration;
 pub mod exit;
 pub mod identity;
+pub mod lock;
 pub mod protocol;
 pub mod record;
 pub mod session;

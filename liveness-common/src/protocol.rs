@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::identity::Identity;
+use crate::lock::Lock;
 use crate::session::{Event, Phase, Session};
 use crate::status::Status;
 
@@ -82,6 +83,10 @@ pub enum Request {
         pending: bool,
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         labels: BTreeMap<String, String>,
+        /// `owner: "auto"`: further process names to skip as wrappers, for this request
+        /// only (added to the daemon's `--wrapper` list).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        wrappers: Vec<String>,
     },
     /// Give a pending session its real id.
     Rename {
@@ -142,6 +147,33 @@ pub enum Request {
     },
     /// A struct variant (not a unit) so that unknown fields are rejected here too.
     Status {},
+    /// Take lock `name` (in the namespace of `session`'s user) for `session`, active or
+    /// pending. Held by another session: `lock_held` at once, or with `wait`, queue in
+    /// order and get it when it is released or its holder ends, or `lock_held` after
+    /// `timeout_ms`. The connection stays open while waiting; closing it leaves the queue.
+    LockAcquire {
+        name: String,
+        session: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        uid: Option<u32>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        wait: bool,
+        /// With `wait`: give up after this long. Without: wait as long as it takes.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_ms: Option<u64>,
+    },
+    /// Release lock `name`, held by `session`.
+    LockRelease {
+        name: String,
+        session: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        uid: Option<u32>,
+    },
+    /// The held locks the caller may see (root: every user's, or user `uid`'s).
+    LockList {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        uid: Option<u32>,
+    },
 }
 
 /// Machine-readable error codes; the message says the rest.
@@ -167,8 +199,13 @@ pub enum ErrorCode {
     ShuttingDown,
     /// A connection limit refused the connection; the daemon closes it.
     TooManyConnections,
-    /// A per-uid or per-session limit refused a registration.
+    /// A per-uid or per-session limit refused a registration, or a lock's queue is full.
     LimitReached,
+    /// The lock is held by another session (and the request did not wait, or its
+    /// `timeout_ms` passed).
+    LockHeld,
+    /// The session does not hold that lock.
+    NotHeld,
     Internal,
 }
 
@@ -236,6 +273,16 @@ pub struct Reply {
     pub status: Option<Box<Status>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subscribed: Option<Subscribed>,
+    /// `register`: what succeeded but looks wrong (an owner that is a launcher, one that
+    /// has already exited), for the client to show.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// `lock_acquire`, `lock_release`: the lock granted or released.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock: Option<Lock>,
+    /// `lock_list`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locks: Option<Vec<Lock>>,
     /// `processes`: the session's live members, by pid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub processes: Option<Vec<MemberProcess>>,
@@ -268,6 +315,9 @@ impl Reply {
             status: None,
             subscribed: None,
             processes: None,
+            warnings: Vec::new(),
+            lock: None,
+            locks: None,
         }
     }
 
@@ -334,6 +384,15 @@ pub enum StreamMessage {
 pub struct Envelope {
     pub id: Option<Value>,
     pub request: Request,
+}
+
+/// The name a value has on the wire (`"active"`, `"owner_exited"`, `"ebpf"`), for text
+/// that must use the same words as the JSON; empty for `None` or a non-string value.
+pub fn wire_name(value: impl Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(Value::String(name)) => name,
+        _ => String::new(),
+    }
 }
 
 /// Parses one request line. The error reply carries the request's `id` when one was readable.

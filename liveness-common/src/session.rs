@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::exit::{DetectedBy, ExitStatus};
 use crate::identity::{DeathReason, Identity};
+use crate::lock::LockChange;
 
 /// Lifecycle phase of a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,7 +92,7 @@ impl Survivors {
     }
 }
 
-/// Kind of an event; serialized as `session.<kind>`.
+/// Kind of an event; serialized as `session.<kind>` or `lock.<kind>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EventKind {
     #[serde(rename = "session.registered")]
@@ -102,6 +103,12 @@ pub enum EventKind {
     Renamed,
     #[serde(rename = "session.ended")]
     Ended,
+    /// The event's session was granted a lock.
+    #[serde(rename = "lock.acquired")]
+    LockAcquired,
+    /// The event's session no longer holds a lock.
+    #[serde(rename = "lock.released")]
+    LockReleased,
 }
 
 /// One entry of the event stream, exactly as subscribers receive it.
@@ -137,6 +144,29 @@ pub struct Event {
     /// `session.ended`: the members of the session's process tree still alive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub survivors: Option<Survivors>,
+    /// `lock.acquired` and `lock.released`: which lock, its token, why it was released.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock: Option<LockChange>,
+    /// `session.ended`, only from a daemon started with `--trace-hops`: where the time
+    /// between the death and the event went.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hops: Option<Hops>,
+}
+
+/// `CLOCK_MONOTONIC` nanoseconds at each hop of one death through the daemon. Clients
+/// read the last hop (serialization, the socket, their own wake-up) against their own
+/// clock reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hops {
+    /// The kernel ran the exit (eBPF records only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub died_ns: Option<u64>,
+    /// The engine took the death from its source.
+    pub read_ns: u64,
+    /// The session's end was committed to the database.
+    pub committed_ns: u64,
+    /// The event was handed to the subscribers' queues.
+    pub published_ns: u64,
 }
 
 #[cfg(test)]

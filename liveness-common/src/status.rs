@@ -19,6 +19,9 @@ pub struct Status {
     /// The database's identity: a different one means a new database (see `reset`).
     pub store_id: String,
     pub active_sessions: u64,
+    /// Ended sessions still kept (retention deletes them with their events).
+    #[serde(default)]
+    pub ended_sessions: u64,
     pub subscribers: u64,
     /// Deaths observed whose commit failed and is retried.
     pub uncommitted_deaths: u64,

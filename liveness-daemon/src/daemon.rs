@@ -61,7 +61,8 @@ pub struct Args {
     /// Keep at most this many events for replay.
     #[arg(long, default_value_t = 100_000, value_name = "COUNT")]
     retain_events: u64,
-    /// Keep events for replay at most this long.
+    /// Keep events for replay, and ended sessions for `get`, at most this long. An ended
+    /// session's id is refused while it is kept and free again once it is deleted.
     #[arg(long, default_value = "7d", value_parser = parse_duration, value_name = "DURATION")]
     retain_age: Duration,
     /// Commits (batches of events) queued per subscriber before it is disconnected as lagging.
@@ -71,6 +72,10 @@ pub struct Args {
     /// exit status on Linux 6.15+; past it the session ends without a status.
     #[arg(long, default_value = "50ms", value_parser = parse_duration, value_name = "DURATION")]
     exit_status_wait: Duration,
+    /// Put on each `session.ended` event the monotonic time of every hop its death took
+    /// through the daemon (`hops`), for benchmarks.
+    #[arg(long)]
+    trace_hops: bool,
     /// Most processes the eBPF filter map holds.
     #[arg(long, default_value_t = EbpfConfig::default().max_tracked, value_name = "COUNT")]
     ebpf_max_tracked: u32,
@@ -114,6 +119,14 @@ pub struct Args {
     /// Bytes of label keys and values of one non-root uid's ACTIVE sessions.
     #[arg(long, default_value_t = LimitsConfig::default().label_bytes_per_uid, value_parser = parse_count::<u64>, value_name = "BYTES")]
     max_label_bytes_per_uid: u64,
+    /// Serve the status counters in the Prometheus format at http://ADDR/metrics (e.g.
+    /// 127.0.0.1:9464). Off by default; there is no authentication, so keep ADDR local.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<std::net::SocketAddr>,
+    /// Write the man page livenessd.8, generated from these flags, into DIR and exit (for
+    /// packaging: `cargo xtask dist`).
+    #[arg(long, value_name = "DIR", hide = true)]
+    generate_man: Option<PathBuf>,
 }
 
 impl Args {
@@ -146,36 +159,7 @@ fn parse_ring_bytes(text: &str) -> Result<u32, String> {
     }
 }
 
-/// The longest duration a flag accepts: anything longer is a typo, and would overflow
-/// the timers it sets.
-const MAX_DURATION: Duration = Duration::from_secs(366 * 86_400);
-
-/// Parses durations such as `250ms`, `30s`, `2m`, `1h`, `7d`: at least 1ms, at most a year.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 500ms, 30s, 2m, 1h, 7d"))?;
-    let millis = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return Err(format!("{text:?} has no unit: use ms, s, m, h or d")),
-    };
-    let duration = Duration::from_millis(number.saturating_mul(millis));
-    if duration.is_zero() {
-        return Err(format!("{text:?} is zero: give at least 1ms"));
-    }
-    if duration > MAX_DURATION {
-        return Err(format!("{text:?} is longer than a year, the most allowed"));
-    }
-    Ok(duration)
-}
+pub use liveness_common::duration::parse_duration;
 
 #[derive(Debug, thiserror::Error)]
 enum StartError {
@@ -199,6 +183,16 @@ enum StartError {
     StateLocked(PathBuf),
     #[error("another livenessd is listening on {0}")]
     SocketInUse(PathBuf),
+    #[error(
+        "the socket's directory {0} does not exist: create it first, or check --socket \
+         (only the default runtime directory is created)"
+    )]
+    NoSocketDir(PathBuf),
+    #[error("cannot listen for metrics on {addr}: {source}")]
+    MetricsListen {
+        addr: std::net::SocketAddr,
+        source: io::Error,
+    },
     #[error("cannot listen on {path}: {source}")]
     Listen { path: PathBuf, source: io::Error },
     #[error("cannot open the log file {path}: {source}")]
@@ -270,6 +264,21 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogFile {
 
 fn init_logging(log_file: Option<&LogFile>) {
     let filter = EnvFilter::try_from_env("LIVENESS_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    // Under systemd with stderr going to the journal, log to journald natively so that
+    // every field (session, owner_pid, reason, source, latency_ms...) is a journal field:
+    // `journalctl -u livenessd SESSION=abc`.
+    if log_file.is_none()
+        && stderr_is_the_journal()
+        && let Ok(journald) = tracing_journald::layer()
+    {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        tracing_subscriber::registry()
+            .with(filter)
+            .with(journald.with_syslog_identifier("livenessd".into()))
+            .init();
+        return;
+    }
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     match log_file {
         Some(file) => builder.with_ansi(false).with_writer(file.clone()).init(),
@@ -278,6 +287,19 @@ fn init_logging(log_file: Option<&LogFile>) {
             .with_writer(io::stderr)
             .init(),
     }
+}
+
+/// Whether stderr is the journal's stream: systemd sets `JOURNAL_STREAM=DEV:INODE` for a
+/// service whose output goes to the journal, and the numbers must be stderr's own (a child
+/// that inherited the variable but not the stream is not logging to the journal).
+fn stderr_is_the_journal() -> bool {
+    let Some(stream) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    let Ok(stat) = rustix::fs::fstat(io::stderr()) else {
+        return false;
+    };
+    stream.to_string_lossy() == format!("{}:{}", stat.st_dev, stat.st_ino)
 }
 
 /// Creates `path` (and its parents) unless it exists, then refuses it unless it is safe
@@ -343,6 +365,18 @@ fn bind_socket(path: &Path) -> Result<UnixListener, StartError> {
 /// Entry point of `livenessd`.
 pub fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(dir) = &args.generate_man {
+        return match write_man_page(dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!(
+                    "livenessd: cannot write the man page into {}: {e}",
+                    dir.display()
+                );
+                ExitCode::from(1)
+            }
+        };
+    }
     // Files 0600 and directories 0700 (the database, its journal, the lock, the log)
     // whatever umask the daemon was started with; the socket is opened up explicitly.
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
@@ -379,6 +413,15 @@ pub fn main() -> ExitCode {
     }
 }
 
+fn write_man_page(dir: &Path) -> io::Result<()> {
+    let mut page = Vec::new();
+    clap_mangen::Man::new(<Args as clap::CommandFactory>::command())
+        .section("8")
+        .render(&mut page)?;
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("livenessd.8"), page)
+}
+
 /// Exit code after a panic (EX_SOFTWARE).
 const EXIT_PANIC: i32 = 70;
 
@@ -410,6 +453,13 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
         .clone()
         .or_else(|| env.default_socket())
         .ok_or(StartError::NoStateDir)?;
+    // Checked before anything is created or loaded: a typo in --socket fails at once.
+    if let Some(dir) = socket.parent()
+        && !dir.exists()
+        && !env.may_create_socket_dir(dir)
+    {
+        return Err(StartError::NoSocketDir(dir.into()));
+    }
     create_dir(&state_dir, DirUse::State)?;
     let _lock = lock_state_dir(&state_dir)?;
 
@@ -474,15 +524,34 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
             proc,
             limits: Arc::clone(&limits),
             clock: Clock::System,
+            trace_hops: args.trace_hops,
         },
         about,
     )?;
+    let metrics = match args.metrics_listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| StartError::MetricsListen { addr, source })?;
+            tracing::info!(addr = %listener.local_addr()?, "metrics listening");
+            Some((listener, engine.end_metrics()))
+        }
+        None => None,
+    };
     let listener = bind_socket(&socket)?;
     tracing::info!(socket = %socket.display(), state_dir = %state_dir.display(), sources = %sources.join(","), "livenessd listening");
 
     let (stop, stopped) = watch::channel(false);
     let (commands, command_queue) = mpsc::channel(ENGINE_QUEUE);
     let mut engine_task = tokio::spawn(engine.run(command_queue, stopped.clone()));
+    let mut metrics_task = metrics.map(|(listener, ends)| {
+        tokio::spawn(crate::metrics::serve(
+            listener,
+            commands.clone(),
+            ends,
+            stopped.clone(),
+        ))
+    });
     let mut server_task = tokio::spawn(crate::server::serve(
         listener, commands, database, limits, stopped,
     ));
@@ -509,6 +578,15 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
                 Ok(()) => StartError::TaskEnded("server"),
                 Err(error) => StartError::TaskFailed { task: "server", error },
             })),
+            Some(ended) = async {
+                match &mut metrics_task {
+                    Some(task) => Some(task.await),
+                    None => std::future::pending().await,
+                }
+            } => break Some(("metrics", match ended {
+                Ok(()) => StartError::TaskEnded("metrics"),
+                Err(error) => StartError::TaskFailed { task: "metrics", error },
+            })),
         }
     };
     tracing::info!("stopping");
@@ -519,6 +597,12 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
         && let Err(e) = server_task.await
     {
         tracing::error!(error = %e, "server task failed");
+    }
+    if failed != Some("metrics")
+        && let Some(task) = metrics_task
+        && let Err(e) = task.await
+    {
+        tracing::error!(error = %e, "metrics task failed");
     }
     if failed != Some("engine") {
         match engine_task.await {
@@ -552,13 +636,7 @@ mod tests {
     }
 
     #[test]
-    fn durations_need_a_unit() {
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
-        assert!(parse_duration("10").unwrap_err().contains("no unit"));
-        assert!(parse_duration("h").unwrap_err().contains("not a duration"));
-        assert!(parse_duration("5 weeks").is_err());
+    fn the_status_wait_flag_defaults_to_the_librarys() {
         assert_eq!(
             Args::parse_from(["livenessd"]).exit_status_wait,
             DEFAULT_STATUS_WAIT,
@@ -604,15 +682,7 @@ mod tests {
     }
 
     #[test]
-    fn zero_and_absurd_durations_are_refused() {
-        for zero in ["0ms", "0s", "0d"] {
-            assert!(parse_duration(zero).unwrap_err().contains("zero"), "{zero}");
-        }
-        assert_eq!(parse_duration("1ms"), Ok(Duration::from_millis(1)));
-        assert_eq!(parse_duration("366d"), Ok(MAX_DURATION));
-        for absurd in ["367d", "99999999999999999999d", "18446744073709551615ms"] {
-            assert!(parse_duration(absurd).is_err(), "{absurd}");
-        }
+    fn zero_durations_and_limits_are_refused() {
         let refused = Args::try_parse_from(["livenessd", "--procpoll-interval", "0ms"])
             .expect_err("a zero poll interval");
         assert!(refused.to_string().contains("zero"), "{refused}");

@@ -8,6 +8,7 @@ pub mod daemon;
 pub mod engine;
 pub mod fdpass;
 pub mod limits;
+pub mod metrics;
 pub mod server;
 pub mod source;
 pub mod store;

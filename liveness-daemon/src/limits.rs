@@ -323,7 +323,10 @@ impl SessionUsage {
         match event.kind {
             EventKind::Registered => self.add(event.creator_uid, bytes, 1),
             EventKind::Ended => self.add(event.creator_uid, bytes, -1),
-            EventKind::OwnerChanged | EventKind::Renamed => {}
+            EventKind::OwnerChanged
+            | EventKind::Renamed
+            | EventKind::LockAcquired
+            | EventKind::LockReleased => {}
         }
     }
 

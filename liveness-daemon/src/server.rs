@@ -8,7 +8,9 @@
 //! read-only store connection instead, so that no listing holds the engine. A `subscribe` turns the connection into a
 //! stream: replay from a read-only store connection up to the head seq the engine gave,
 //! then live events from a bounded queue. A stream that cannot keep up is told `lagged`
-//! and closed, so it never slows the engine or anyone else.
+//! and closed, so it never slows the engine or anyone else. A `lock_acquire` that waits
+//! gives its uid's turn back once the engine has queued it, and leaves the queue when its
+//! client hangs up or its `timeout_ms` passes.
 
 use std::fs::File;
 use std::os::fd::OwnedFd;
@@ -19,7 +21,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::engine::{Caller, Command, Published, Subscription};
@@ -314,6 +316,25 @@ async fn read_request<R: AsyncBufRead + Unpin>(
         .map_err(ConnectionError::from)
 }
 
+/// Resolves when the client closes its side. A client that sends more is still there
+/// (what it sent is read after the current reply): this then never resolves.
+async fn client_closed<R: AsyncBufRead + Unpin>(reader: &mut R) {
+    if let Ok(buffered) = reader.fill_buf().await
+        && !buffered.is_empty()
+    {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// A `lock_acquire` with `wait`.
+#[derive(Debug)]
+struct WaitingAcquire {
+    name: String,
+    session: String,
+    uid: Option<u32>,
+    timeout_ms: Option<u64>,
+}
+
 /// What a `subscribe` asked for.
 #[derive(Debug)]
 struct Wanted {
@@ -407,7 +428,7 @@ impl Connection {
         let (reply_tx, reply_rx) = oneshot::channel();
         let command = Command::Request {
             caller,
-            request,
+            request: Box::new(request),
             fds,
             reply: reply_tx,
         };
@@ -417,6 +438,77 @@ impl Connection {
             }),
             Err(_) => Reply::error(ErrorCode::ShuttingDown, "the daemon is stopping"),
         }
+    }
+
+    /// A `lock_acquire` that waits. The uid's request turn is given back once the engine
+    /// has the request, as waiting holds up nothing of the engine's; the timeout runs here;
+    /// a client that closes the connection leaves the queue (`None`: nobody to answer).
+    async fn wait_for_lock(
+        &mut self,
+        caller: Caller,
+        request: WaitingAcquire,
+        turn: Option<OwnedSemaphorePermit>,
+        reader: &mut BufReader<FdReader>,
+    ) -> Option<Reply> {
+        let WaitingAcquire {
+            name,
+            session,
+            uid,
+            timeout_ms,
+        } = request;
+        let shutting_down = || Reply::error(ErrorCode::ShuttingDown, "the daemon is stopping");
+        let (reply_tx, mut reply_rx) = oneshot::channel();
+        let command = Command::Request {
+            caller,
+            request: Box::new(Request::LockAcquire {
+                name: name.clone(),
+                session,
+                uid,
+                wait: true,
+                timeout_ms,
+            }),
+            fds: Vec::new(),
+            reply: reply_tx,
+        };
+        if self.engine.send(command).await.is_err() {
+            return Some(shutting_down());
+        }
+        drop(turn);
+        let deadline = async {
+            match timeout_ms {
+                Some(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+                None => std::future::pending().await,
+            }
+        };
+        let client_left = tokio::select! {
+            biased;
+            reply = &mut reply_rx => return Some(reply.unwrap_or_else(|_| shutting_down())),
+            () = deadline => false,
+            () = client_closed(reader) => true,
+            () = stopping(&mut self.shutdown) => false,
+        };
+        // No grant can arrive after this; one that arrived meanwhile is taken.
+        reply_rx.close();
+        let granted = reply_rx.try_recv().ok();
+        if !client_left {
+            return Some(granted.unwrap_or_else(|| match timeout_ms {
+                Some(ms) if !*self.shutdown.borrow() => Reply::error(
+                    ErrorCode::LockHeld,
+                    format!("lock {name:?} is still held after waiting {ms} ms"),
+                ),
+                _ => shutting_down(),
+            }));
+        }
+        // Granted to a client that is gone: nobody knows the token, so it is given back.
+        if let Some(lock) = granted.and_then(|reply| reply.lock) {
+            let release = Request::LockRelease {
+                name: lock.name,
+                session: lock.session,
+                uid: Some(lock.uid),
+            };
+            self.ask(caller, release, Vec::new()).await;
+        }
+        None
     }
 
     async fn serve(mut self, caller: Caller, stream: UnixStream) -> Result<(), ConnectionError> {
@@ -488,10 +580,35 @@ impl Connection {
                     phase,
                     limit,
                     after,
-                } => self.list(caller, phase, limit, after).await,
-                request => self.ask(caller, request, fds).await,
+                } => {
+                    let reply = self.list(caller, phase, limit, after).await;
+                    drop(turn);
+                    reply
+                }
+                Request::LockAcquire {
+                    name,
+                    session,
+                    uid,
+                    wait: true,
+                    timeout_ms,
+                } => {
+                    let request = WaitingAcquire {
+                        name,
+                        session,
+                        uid,
+                        timeout_ms,
+                    };
+                    match self.wait_for_lock(caller, request, turn, &mut reader).await {
+                        Some(reply) => reply,
+                        None => return Ok(()),
+                    }
+                }
+                request => {
+                    let reply = self.ask(caller, request, fds).await;
+                    drop(turn);
+                    reply
+                }
             };
-            drop(turn);
             write_json(
                 &mut write,
                 &Reply {

@@ -26,6 +26,14 @@ pub const DEFAULT_SKIPPED_COMMS: &[&str] = &[
     "sh", "bash", "dash", "zsh", "fish", "ksh", "ash", "env", "liveness",
 ];
 
+/// Launchers: programs that run another program and are not the owner a session wants.
+/// `owner: "auto"` does not skip them (a launcher may be the real owner), but a
+/// registration whose owner is one gets a warning that names `--wrapper`.
+pub const KNOWN_LAUNCHERS: &[&str] = &[
+    "timeout", "nohup", "setsid", "sudo", "su", "doas", "runuser", "npx", "npm", "pnpm", "yarn",
+    "uv", "uvx", "pipx", "xargs", "stdbuf", "nice", "ionice", "taskset", "flock", "strace",
+];
+
 /// Processes that adopt orphans (init and common subreapers). Reaching one while resolving
 /// an owner means the real owner is gone or was never an ancestor.
 const REAPER_COMMS: &[&str] = &[

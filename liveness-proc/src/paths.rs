@@ -54,6 +54,19 @@ impl Env {
         }
     }
 
+    /// Whether the daemon may create `dir` to put its socket in: only the directory of its
+    /// own default socket (`/run/liveness` for root), whatever `LIVENESS_SOCKET` says. A
+    /// directory named by the user that does not exist is more likely a typo than a wish,
+    /// and one created as root would be left behind.
+    pub fn may_create_socket_dir(&self, dir: &Path) -> bool {
+        let own_default = Env {
+            socket: None,
+            ..self.clone()
+        }
+        .default_socket();
+        own_default.as_deref().and_then(Path::parent) == Some(dir)
+    }
+
     /// The socket a client connects to: the user's own daemon if one listens at the user's
     /// default, otherwise the system daemon (a user rarely runs their own).
     pub fn client_socket(&self, exists: impl Fn(&Path) -> bool) -> PathBuf {
@@ -174,5 +187,25 @@ mod tests {
         };
         assert_eq!(env.default_socket(), Some(PathBuf::from("/tmp/s.sock")));
         assert_eq!(env.default_state_dir(), Some(PathBuf::from("/tmp/state")));
+    }
+
+    #[test]
+    fn only_the_default_socket_directory_may_be_created() {
+        let root = Env::default();
+        assert!(root.may_create_socket_dir(Path::new("/run/liveness")));
+        assert!(!root.may_create_socket_dir(Path::new("/nonexistent/dir")));
+        let overridden = Env {
+            socket: Some("/elsewhere/x.sock".into()),
+            ..Env::default()
+        };
+        assert!(overridden.may_create_socket_dir(Path::new("/run/liveness")));
+        assert!(!overridden.may_create_socket_dir(Path::new("/elsewhere")));
+        let user = Env {
+            uid: 1000,
+            xdg_runtime_dir: Some("/run/user/1000".into()),
+            ..Env::default()
+        };
+        assert!(user.may_create_socket_dir(Path::new("/run/user/1000")));
+        assert!(!user.may_create_socket_dir(Path::new("/run/liveness")));
     }
 }

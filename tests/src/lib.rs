@@ -10,7 +10,9 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Output, Stdio};
 use std::sync::OnceLock;
@@ -91,7 +93,6 @@ pub struct BinariesForAnyUser {
 
 impl BinariesForAnyUser {
     pub fn new() -> BinariesForAnyUser {
-        use std::os::unix::fs::PermissionsExt;
         let original = binary("liveness");
         let searchable = original
             .ancestors()
@@ -125,6 +126,76 @@ impl Default for BinariesForAnyUser {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// Runs the `liveness` CLI as user `uid` (and its group of the same number) against
+/// `daemon`.
+pub fn cli_as(binaries: &BinariesForAnyUser, daemon: &Daemon, uid: u32, args: &[&str]) -> Output {
+    Command::new(binaries.path("liveness"))
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .args(args)
+        .uid(uid)
+        .gid(uid)
+        .output()
+        .expect("run liveness as another user")
+}
+
+/// The JSON a command printed, failing the test with its output if it is none.
+pub fn json_of(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: stdout {:?} stderr {:?}",
+            output.stdout,
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+/// A process owned by `uid` (`sleep 300`) that lives until dropped.
+#[derive(Debug)]
+pub struct UserProcess(Child);
+
+impl UserProcess {
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for UserProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn process_of(uid: u32) -> UserProcess {
+    let child = Command::new("sleep")
+        .arg("300")
+        .uid(uid)
+        .gid(uid)
+        .spawn()
+        .expect("spawn a process as another user");
+    UserProcess(child)
+}
+
+/// A daemon whose socket other users can reach (the test's temp dir is private by
+/// default), and the binaries they can run.
+pub fn shared_daemon() -> (Daemon, BinariesForAnyUser) {
+    shared_daemon_with(&[])
+}
+
+/// [`shared_daemon`] started with `args`.
+pub fn shared_daemon_with(args: &[&str]) -> (Daemon, BinariesForAnyUser) {
+    let daemon = Daemon::start(args);
+    let binaries = BinariesForAnyUser::new();
+    for dir in [
+        daemon.dir.path().to_path_buf(),
+        daemon.socket.parent().unwrap().to_path_buf(),
+    ] {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    (daemon, binaries)
 }
 
 /// Whether privileged tests can run here (root, BTF). When they cannot, prints why and
@@ -383,6 +454,8 @@ impl Daemon {
         args: &[&str],
     ) -> Daemon {
         let dir = tempfile::tempdir().expect("temp dir");
+        // livenessd creates no socket directory but its default one.
+        std::fs::create_dir(dir.path().join("run")).expect("socket dir");
         let socket = dir.path().join("run/liveness.sock");
         let state_dir = state_dir.unwrap_or_else(|| dir.path().join("state"));
         let mut daemon = Daemon {
@@ -554,6 +627,35 @@ impl Drop for Daemon {
             eprintln!("--- livenessd log ---\n{}", self.log());
         }
     }
+}
+
+/// Registers `session` with process `pid` as its owner; the registration must succeed.
+pub fn register(daemon: &Daemon, session: &str, pid: u32) -> Value {
+    let reply = daemon
+        .request(serde_json::json!({"op": "register", "session": session, "owner": {"pid": pid}}));
+    assert_eq!(reply["ok"], true, "register {session}: {reply}");
+    reply["session"].clone()
+}
+
+/// Subscribes (replaying after `since` when given) and checks the acknowledgement.
+pub fn subscribe(daemon: &Daemon, since: Option<u64>) -> Conn {
+    let mut conn = daemon.connect();
+    let request = match since {
+        Some(since) => serde_json::json!({"op": "subscribe", "since": since}),
+        None => serde_json::json!({"op": "subscribe"}),
+    };
+    let ack = conn.request(request);
+    assert_eq!(ack["ok"], true, "subscribe: {ack}");
+    conn
+}
+
+/// The next event on a subscription, failing on anything else.
+pub fn next_event(conn: &mut Conn) -> Value {
+    let line = conn
+        .next_within(Duration::from_secs(10))
+        .expect("an event within the deadline");
+    assert!(line.get("event").is_some(), "expected an event, got {line}");
+    line["event"].clone()
 }
 
 /// A raw protocol connection.

@@ -1,75 +1,16 @@
 //! Authorization by SO_PEERCRED between users: the CLI runs as two unprivileged uids.
 
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Output};
 
-use integration_tests::{BinariesForAnyUser, Daemon, Orphan, privileged};
+use integration_tests::{
+    BinariesForAnyUser, Daemon, Orphan, UserProcess, cli_as, json_of, privileged, process_of,
+    shared_daemon,
+};
 use serde_json::{Value, json};
 
 const ALICE: u32 = 61_001;
 const BOB: u32 = 61_002;
-
-fn cli_as(binaries: &BinariesForAnyUser, daemon: &Daemon, uid: u32, args: &[&str]) -> Output {
-    Command::new(binaries.path("liveness"))
-        .arg("--socket")
-        .arg(&daemon.socket)
-        .args(args)
-        .uid(uid)
-        .gid(uid)
-        .output()
-        .expect("run liveness as another user")
-}
-
-fn json_of(output: &Output) -> Value {
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{e}: stdout {:?} stderr {:?}",
-            output.stdout,
-            String::from_utf8_lossy(&output.stderr)
-        )
-    })
-}
-
-/// A process owned by `uid` that lives until dropped.
-struct UserProcess(std::process::Child);
-
-impl UserProcess {
-    fn id(&self) -> u32 {
-        self.0.id()
-    }
-}
-
-impl Drop for UserProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn process_of(uid: u32) -> UserProcess {
-    let child = Command::new("sleep")
-        .arg("300")
-        .uid(uid)
-        .gid(uid)
-        .spawn()
-        .expect("spawn a process as another user");
-    UserProcess(child)
-}
-
-/// A daemon whose socket other users can reach (the test's temp dir is private by
-/// default), and the binaries they can run.
-fn shared_daemon() -> (Daemon, BinariesForAnyUser) {
-    let daemon = Daemon::start(&[]);
-    let binaries = BinariesForAnyUser::new();
-    for dir in [
-        daemon.dir.path().to_path_buf(),
-        daemon.socket.parent().unwrap().to_path_buf(),
-    ] {
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    (daemon, binaries)
-}
 
 #[test]
 fn users_see_and_change_only_their_own_sessions() {

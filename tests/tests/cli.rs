@@ -42,7 +42,7 @@ fn check_tells_alive_dead_and_unknown_by_exit_code() {
     let (code, verdict) = check(&reused);
     assert_eq!(
         (code, verdict["reason"].as_str()),
-        (Some(1), Some("pid_reused")),
+        (Some(1), Some("owner_reused")),
         "{verdict}"
     );
 
@@ -159,7 +159,7 @@ fn resolve_owner_walks_past_sh_and_bash_layers() {
         "--wrapper",
         "sleep",
     ]);
-    assert_eq!(wrapped.status.code(), Some(65), "{wrapped:?}");
+    assert_eq!(wrapped.status.code(), Some(66), "{wrapped:?}");
     assert!(
         String::from_utf8_lossy(&wrapped.stderr).contains("has no owner"),
         "{wrapped:?}"

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use integration_tests::{Conn, Daemon, Orphan, eventually, privileged};
+use integration_tests::{
+    Conn, Daemon, Orphan, eventually, next_event, privileged, register, subscribe,
+};
 use serde_json::{Value, json};
 
 const ARRIVAL: Duration = Duration::from_secs(10);
@@ -11,34 +13,6 @@ const QUIET: Duration = Duration::from_millis(500);
 /// Exit sources for tests that assert the exit status: eBPF knows it for non-children.
 fn exact_sources(test: &str) -> &'static str {
     if privileged(test) { "ebpf" } else { "pidfd" }
-}
-
-fn register(daemon: &Daemon, session: &str, pid: u32) -> Value {
-    let reply =
-        daemon.request(json!({"op": "register", "session": session, "owner": {"pid": pid}}));
-    assert_eq!(reply["ok"], true, "register {session}: {reply}");
-    reply["session"].clone()
-}
-
-/// Subscribes (replaying after `since` when given) and checks the acknowledgement.
-fn subscribe(daemon: &Daemon, since: Option<u64>) -> Conn {
-    let mut conn = daemon.connect();
-    let request = match since {
-        Some(since) => json!({"op": "subscribe", "since": since}),
-        None => json!({"op": "subscribe"}),
-    };
-    let ack = conn.request(request);
-    assert_eq!(ack["ok"], true, "subscribe: {ack}");
-    conn
-}
-
-/// The next event on a subscription, failing on anything else.
-fn next_event(conn: &mut Conn) -> Value {
-    let line = conn
-        .next_within(ARRIVAL)
-        .expect("an event within the deadline");
-    assert!(line.get("event").is_some(), "expected an event, got {line}");
-    line["event"].clone()
 }
 
 #[test]

@@ -158,6 +158,29 @@ fn every_death_ends_with_its_status_under_the_default_sources() {
     );
 }
 
+/// Registers an orphan with the daemon, lets it exit with status 3 and returns its
+/// `session.ended` event, with `CLOCK_MONOTONIC` just before the release and just after
+/// the event was read.
+fn one_death(daemon: &Daemon) -> (u64, Value, u64) {
+    let mut stream = daemon.connect();
+    stream.request(json!({"op": "subscribe"}));
+    let mut owner = Orphan::spawn(&["exit", "3"]);
+    daemon.request(json!({"op": "register", "session": "t", "owner": {"pid": owner.pid}}));
+    let released = monotonic_ns();
+    owner.release();
+    loop {
+        let line = stream.next_within(ARRIVAL).expect("the session must end");
+        if line["event"]["kind"] == "session.ended" {
+            break (released, line["event"].clone(), monotonic_ns());
+        }
+    }
+}
+
+fn monotonic_ns() -> u64 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
 /// The kernel's exit time travels with the event: `died_ms` (eBPF) is never after
 /// `observed_ms`, which is never after the commit (`at_ms`).
 #[test]
@@ -166,17 +189,7 @@ fn the_event_says_when_the_owner_died() {
         return;
     }
     let daemon = Daemon::start(&["--sources", "ebpf"]);
-    let mut stream = daemon.connect();
-    stream.request(json!({"op": "subscribe"}));
-    let mut owner = Orphan::spawn(&["exit", "3"]);
-    daemon.request(json!({"op": "register", "session": "t", "owner": {"pid": owner.pid}}));
-    owner.release();
-    let ended = loop {
-        let line = stream.next_within(ARRIVAL).expect("the session must end");
-        if line["event"]["kind"] == "session.ended" {
-            break line["event"].clone();
-        }
-    };
+    let (_, ended, _) = one_death(&daemon);
     let (died, observed, committed) = (
         ended["died_ms"].as_i64().expect("died_ms from eBPF"),
         ended["observed_ms"].as_i64().expect("observed_ms"),
@@ -187,6 +200,39 @@ fn the_event_says_when_the_owner_died() {
         "died {died}, observed {observed}, committed {committed}: {ended}"
     );
     assert_eq!(ended["detected_by"], "ebpf", "{ended}");
+    assert!(
+        ended.get("hops").is_none(),
+        "hops only with --trace-hops: {ended}"
+    );
+}
+
+/// With `--trace-hops` the event carries the monotonic time of every hop, in order,
+/// between the owner's release and the subscriber's read.
+#[test]
+fn trace_hops_stamps_every_hop_in_order() {
+    if !privileged("trace_hops_stamps_every_hop_in_order") {
+        return;
+    }
+    let daemon = Daemon::start(&["--sources", "ebpf", "--trace-hops"]);
+    let (released, ended, read) = one_death(&daemon);
+    let hops = &ended["hops"];
+    let stamp = |name: &str| {
+        hops[name]
+            .as_u64()
+            .unwrap_or_else(|| panic!("hops.{name} missing: {ended}"))
+    };
+    let order = [
+        released,
+        stamp("died_ns"),
+        stamp("read_ns"),
+        stamp("committed_ns"),
+        stamp("published_ns"),
+        read,
+    ];
+    assert!(
+        order.windows(2).all(|pair| pair[0] <= pair[1]),
+        "release, death, read, commit, publish and the subscriber's read out of order: {order:?} {ended}"
+    );
 }
 
 /// Status says what each source can do here, and that eBPF proved it sees deaths.

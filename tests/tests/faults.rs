@@ -388,7 +388,7 @@ fn refused_start(state_dir: &Path, extra: &[&str]) -> String {
     let dir = tempfile::tempdir().unwrap();
     let output = std::process::Command::new(integration_tests::binary("livenessd"))
         .arg("--socket")
-        .arg(dir.path().join("run/liveness.sock"))
+        .arg(dir.path().join("liveness.sock"))
         .arg("--state-dir")
         .arg(state_dir)
         .args(extra)

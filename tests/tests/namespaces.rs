@@ -283,6 +283,7 @@ fn a_pidfd_owner_is_never_confused_with_a_process_reusing_its_pid() {
         owner: OwnerSpec::Pidfd(PidfdOwner { pidfd: 0 }),
         pending: false,
         labels: Default::default(),
+        wrappers: Vec::new(),
     };
     let refusal = client
         .call_with_fds(&request, &[stale_pidfd.as_fd()])

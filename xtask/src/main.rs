@@ -7,6 +7,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 
 mod chaos;
+mod dist;
 mod vm;
 
 #[derive(Debug, Parser)]
@@ -48,6 +49,11 @@ enum Command {
         #[arg(long, conflicts_with = "part")]
         peers: bool,
     },
+    /// Build the release artifacts into target/artifacts: stripped binaries with their debug
+    /// info in separate files, shell completions (bash, zsh, fish), man pages, and a .deb
+    /// with the binaries, the systemd unit, the completions and the man pages. Needs
+    /// binutils (objcopy, objdump) and dpkg-deb.
+    Dist,
     /// Run the fault suite alone with more rounds and inputs: SIGKILLs mid-burst, ring-buffer
     /// overflow, full disk, replaced databases, and the protocol fuzz. Needs root and BTF.
     Chaos {
@@ -104,6 +110,7 @@ fn main() -> Result<()> {
             json,
             if peers { Some("peers".into()) } else { part },
         ),
+        Command::Dist => dist::run(&workspace_root()),
         Command::Chaos { rounds, cases } => {
             chaos::run(&workspace_root(), &chaos::Options { rounds, cases })
         }

@@ -284,6 +284,8 @@ mount -t devtmpfs devtmpfs /dev
 mount -t tmpfs tmpfs /tmp
 mount -t tmpfs tmpfs /run
 hostname liveness-vm
+# Loopback, for the metrics listener's test.
+ip link set lo up
 echo "VMTEST kernel $(uname -r)"
 for name in {names}; do
     echo "VMTEST start $name"

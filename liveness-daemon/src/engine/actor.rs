@@ -8,10 +8,11 @@ use crate::source::ExitObservation;
 use crate::store::OwnerDeath;
 use liveness_common::exit::DetectedBy;
 use liveness_common::identity::{Identity, ProcessKey};
-use liveness_common::protocol::StreamMessage;
+use liveness_common::protocol::{Request, StreamMessage};
 use liveness_common::session::{EndReason, Event};
 use liveness_proc::identity::Liveness;
 
+use super::locks::{AcquireRequest, LockEffect};
 use super::{
     Batch, Command, Engine, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, Published, RETRY_PERIOD,
     Subscription, membership, ms_of,
@@ -191,12 +192,16 @@ impl Engine {
     }
 
     pub(super) fn finalize_observed(&mut self, first: ExitObservation) {
-        let mut batch = vec![self.death_of(&first)];
-        while batch.len() < MAX_BATCH {
-            match self.monitor.try_next() {
-                Some(observation) => batch.push(self.death_of(&observation)),
-                None => break,
+        let mut batch = Vec::new();
+        let mut next = Some(first);
+        while let Some(observation) = next {
+            if let Some(hops) = &mut self.hops {
+                hops.read(&observation);
             }
+            batch.push(self.death_of(&observation));
+            next = (batch.len() < MAX_BATCH)
+                .then(|| self.monitor.try_next())
+                .flatten();
         }
         self.finalize(batch);
     }
@@ -218,7 +223,10 @@ impl Engine {
             }
         }
         match self.store.end_many(&deaths, self.config.clock.now_ms()) {
-            Ok(events) => {
+            Ok(mut events) => {
+                if let Some(hops) = &mut self.hops {
+                    hops.committed(&mut events);
+                }
                 if retrying {
                     tracing::info!(
                         count = deaths.len(),
@@ -252,13 +260,29 @@ impl Engine {
         }
     }
 
+    /// Announces committed events, then applies what they change for requests waiting for
+    /// a lock (a freed lock is granted here, its event published after these).
+    pub(super) fn publish(&mut self, events: Vec<Event>) {
+        // Without waiters nothing can change for them: a burst of ends costs nothing more.
+        let effects = if self.waiters.is_empty() {
+            Vec::new()
+        } else {
+            LockEffect::of(&events)
+        };
+        self.broadcast(events);
+        self.follow_locks(effects);
+    }
+
     /// Sends committed events, as one batch, to every subscriber. A subscriber whose queue
     /// is full is dropped; its connection tells it `lagged`.
-    pub(super) fn publish(&mut self, events: Vec<Event>) {
+    fn broadcast(&mut self, events: Vec<Event>) {
         let batch: Batch = events
             .into_iter()
-            .filter_map(|event| {
+            .filter_map(|mut event| {
                 self.usage.apply(&event);
+                super::eventlog::log(&event, &mut self.fresh_owners);
+                self.end_metrics.record(&event);
+                super::hops::published(&mut event);
                 let (seq, session, creator_uid) =
                     (event.seq, event.session.clone(), event.creator_uid);
                 match serde_json::to_string(&StreamMessage::Event(Box::new(event))) {
@@ -305,11 +329,29 @@ impl Engine {
                 request,
                 fds,
                 reply,
-            } => {
-                let answer = self.request(caller, request, &fds);
-                // The client may have gone; its reply has nowhere to go.
-                let _ = reply.send(answer);
-            }
+            } => match *request {
+                Request::LockAcquire {
+                    name,
+                    session,
+                    uid,
+                    wait,
+                    timeout_ms,
+                } => {
+                    let request = AcquireRequest {
+                        name,
+                        session,
+                        uid,
+                        wait,
+                        timeout_ms,
+                    };
+                    self.lock_acquire(caller, request, reply);
+                }
+                request => {
+                    let answer = self.request(caller, request, &fds);
+                    // The client may have gone; its reply has nowhere to go.
+                    let _ = reply.send(answer);
+                }
+            },
             Command::Subscribe { reply } => {
                 let (queue, batches) = mpsc::channel(self.config.subscriber_queue);
                 let head = match self.store.head_seq() {

@@ -13,6 +13,7 @@ use liveness_common::status::{LimitsStatus, Status};
 use liveness_proc::identity::IdentityError;
 
 use super::auth::Caller;
+use super::owner_checks::Requested;
 use super::{Engine, now_ms, store_error};
 
 impl Engine {
@@ -25,7 +26,14 @@ impl Engine {
                 owner,
                 pending,
                 labels,
-            } => self.register(caller, session, uid, owner, fds, pending, labels, now),
+                wrappers,
+            } => {
+                let owner = Requested {
+                    spec: owner,
+                    wrappers,
+                };
+                self.register(caller, session, uid, owner, fds, pending, labels, now)
+            }
             Request::Rename { session, to, uid } => match self.addressed(caller, &session, uid) {
                 Err(error) => error.into(),
                 Ok(found) => match self.store.rename(found.creator_uid, &session, &to, now) {
@@ -58,12 +66,12 @@ impl Engine {
                         now,
                     );
                     match ended {
-                        Ok(Some(event)) => {
-                            self.publish(vec![event]);
+                        Ok(events) if !events.is_empty() => {
+                            self.publish(events);
                             self.unwatch_if_unused(&existing.owner);
                             self.get_reply(existing.creator_uid, &session)
                         }
-                        Ok(None) => Reply::error(
+                        Ok(_) => Reply::error(
                             ErrorCode::AlreadyEnded,
                             format!("session {session:?} has already ended"),
                         ),
@@ -81,9 +89,17 @@ impl Engine {
                 status: Some(Box::new(self.status())),
                 ..Reply::ok()
             },
+            Request::LockRelease { name, session, uid } => {
+                self.lock_release(caller, &name, &session, uid)
+            }
+            Request::LockList { uid } => self.lock_list(caller, uid),
             Request::Subscribe { .. } | Request::List { .. } => Reply::error(
                 ErrorCode::Internal,
                 "subscribe and list are handled by the connection",
+            ),
+            Request::LockAcquire { .. } => Reply::error(
+                ErrorCode::Internal,
+                "lock_acquire is handled with its reply channel, as it may wait",
             ),
         }
     }
@@ -137,14 +153,17 @@ impl Engine {
     pub(super) fn resolve_owner(
         &self,
         caller: Caller,
-        owner: OwnerSpec,
+        owner: Requested,
         fds: &[OwnedFd],
     ) -> Result<Identity, ErrorBody> {
         let proc = &self.config.proc;
-        let identity = match owner {
-            OwnerSpec::Auto(_) => proc
-                .resolve_owner(caller.pid, &self.config.wrappers)
-                .map_err(owner_error)?,
+        let identity = match owner.spec {
+            OwnerSpec::Auto(_) => {
+                let mut wrappers = owner.wrappers;
+                wrappers.extend(self.config.wrappers.iter().cloned());
+                proc.resolve_owner(caller.pid, &wrappers)
+                    .map_err(owner_error)?
+            }
             OwnerSpec::Pid(PidOwner { pid }) => {
                 proc.capture_for(caller.pid, pid).map_err(owner_error)?
             }
@@ -221,12 +240,13 @@ impl Engine {
         caller: Caller,
         session: Option<String>,
         uid: Option<u32>,
-        owner: OwnerSpec,
+        owner: Requested,
         fds: &[OwnedFd],
         pending: bool,
         labels: BTreeMap<String, String>,
         now: i64,
     ) -> Reply {
+        let auto = matches!(owner.spec, OwnerSpec::Auto(_));
         let id = match (session, pending) {
             (Some(id), _) => id,
             (None, true) => generate_pending_id(),
@@ -271,10 +291,24 @@ impl Engine {
         if let Some(previous) = previous.filter(|p| !p.same_process(&owner)) {
             self.unwatch_if_unused(&previous);
         }
-        if let Some(death) = self.watch(&owner) {
-            self.finalize(vec![death]);
+        let mut warnings = Vec::new();
+        if auto && let Some(warning) = self.launcher_warning(&owner) {
+            warnings.push(warning);
         }
-        self.get_reply(namespace, &id)
+        match self.watch(&owner) {
+            Some(death) => {
+                warnings.push(format!(
+                    "the owner {}[{}] has already exited: the session ended at once",
+                    owner.comm, owner.pid
+                ));
+                self.finalize(vec![death]);
+            }
+            None => self.fresh_owners.registered(owner.key(), now),
+        }
+        Reply {
+            warnings,
+            ..self.get_reply(namespace, &id)
+        }
     }
 
     pub(super) fn status(&self) -> Status {
@@ -284,6 +318,7 @@ impl Engine {
             head_seq: self.store.head_seq().unwrap_or_default(),
             store_id: self.store_id.clone(),
             active_sessions: self.store.count(Phase::Active).unwrap_or_default(),
+            ended_sessions: self.store.count(Phase::Ended).unwrap_or_default(),
             subscribers: self.subscribers.iter().filter(|q| !q.is_closed()).count() as u64,
             uncommitted_deaths: self.uncommitted.len() as u64,
             monitor: self.monitor.status(),

@@ -42,11 +42,11 @@ impl Engine {
                 self.survivors_of(&session.owner),
                 now,
             ) {
-                Ok(Some(event)) => {
-                    self.publish(vec![event]);
+                Ok(events) if events.is_empty() => {}
+                Ok(events) => {
+                    self.publish(events);
                     self.unwatch_if_unused(&session.owner);
                 }
-                Ok(None) => {}
                 Err(e) => tracing::error!(error = %e, session = session.id, "cannot end session"),
             }
         }
@@ -61,9 +61,16 @@ impl Engine {
                 Ok(deleted) => tracing::info!(deleted, "pruned events beyond retention"),
                 Err(e) => tracing::error!(error = %e, "cannot prune events"),
             }
-            // Ended sessions are kept for `get` as long as their events are.
-            if let Err(e) = self.store.prune_sessions(now - max_age) {
-                tracing::error!(error = %e, "cannot prune ended sessions");
+            // Ended sessions are kept for `get` as long as their events are; then their
+            // ids may be registered again.
+            match self.store.prune_sessions(now - max_age) {
+                Ok(0) => {}
+                Ok(deleted) => tracing::info!(
+                    deleted,
+                    retain_age_s = self.config.retain_age.as_secs(),
+                    "pruned ended sessions beyond retention; their ids are free again"
+                ),
+                Err(e) => tracing::error!(error = %e, "cannot prune ended sessions"),
             }
         }
     }

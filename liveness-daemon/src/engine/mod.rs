@@ -25,9 +25,13 @@ use membership::Membership;
 
 mod actor;
 mod auth;
+mod eventlog;
 mod handlers;
+mod hops;
 mod housekeeping;
+mod locks;
 pub mod membership;
+mod owner_checks;
 mod trees;
 mod whose;
 
@@ -62,6 +66,8 @@ pub struct EngineConfig {
     pub limits: Arc<Limits>,
     /// The wall clock sessions and events record, and expiry and timeouts read.
     pub clock: Clock,
+    /// Put each death's hop timestamps on its ended event (`--trace-hops`).
+    pub trace_hops: bool,
 }
 
 /// Where the engine reads the wall clock.
@@ -117,7 +123,8 @@ pub struct Subscription {
 pub enum Command {
     Request {
         caller: Caller,
-        request: Request,
+        /// Boxed: requests are large next to the other commands.
+        request: Box<Request>,
         /// Descriptors passed with the request line (a pidfd owner); closed when dropped.
         fds: Vec<OwnedFd>,
         reply: oneshot::Sender<Reply>,
@@ -164,6 +171,14 @@ pub struct Engine {
     about: DaemonInfo,
     /// The process trees of tracked owners.
     membership: Membership,
+    /// Requests waiting for a lock.
+    waiters: locks::Waiters,
+    /// With `--trace-hops` only.
+    hops: Option<hops::HopTrace>,
+    /// Owners registered within the last second, to warn of those that die at once.
+    fresh_owners: owner_checks::FreshOwners,
+    /// Ends of sessions by reason and source, and their latency, for `--metrics-listen`.
+    end_metrics: crate::metrics::EndMetrics,
 }
 
 fn now_ms() -> i64 {
@@ -183,7 +198,9 @@ fn store_error(e: StoreError) -> ErrorBody {
         StoreError::AlreadyEnded(_) => ErrorCode::AlreadyEnded,
         StoreError::AlreadyExists(_) => ErrorCode::AlreadyExists,
         StoreError::NotPending(_) => ErrorCode::NotPending,
-        StoreError::InvalidId(_) => ErrorCode::InvalidRequest,
+        StoreError::InvalidId(_) | StoreError::InvalidLockName(_) => ErrorCode::InvalidRequest,
+        StoreError::NotHeld { .. } => ErrorCode::NotHeld,
+        StoreError::TooManyLocks(_) => ErrorCode::LimitReached,
         _ => ErrorCode::Internal,
     };
     if code == ErrorCode::Internal {
@@ -228,6 +245,9 @@ impl Engine {
         );
         Ok(Engine {
             membership,
+            hops: config.trace_hops.then(hops::HopTrace::default),
+            fresh_owners: owner_checks::FreshOwners::default(),
+            end_metrics: crate::metrics::EndMetrics::default(),
             store,
             monitor,
             config,
@@ -240,6 +260,12 @@ impl Engine {
             started: Instant::now(),
             last_prune: None,
             about,
+            waiters: locks::Waiters::default(),
         })
+    }
+
+    /// The counts of session ends the engine keeps for the metrics listener (shared).
+    pub fn end_metrics(&self) -> crate::metrics::EndMetrics {
+        self.end_metrics.clone()
     }
 }

@@ -117,6 +117,7 @@ async fn fixture() -> Fixture {
             wall_ms: WALL_MS,
             at: tokio::time::Instant::now(),
         },
+        trace_hops: false,
     };
     let about = DaemonInfo {
         version: "test".into(),
@@ -147,6 +148,7 @@ impl Fixture {
                 owner,
                 pending: id.is_none(),
                 labels: BTreeMap::new(),
+                wrappers: Vec::new(),
             },
         )
     }
@@ -438,4 +440,223 @@ async fn an_owner_on_another_machine_times_out_unless_touched() {
         (Phase::Ended, Some(EndReason::Timeout)),
         "idle for the whole timeout since the touch"
     );
+}
+
+/// Sends a `lock_acquire` as a connection would; the reply comes on the receiver, at once
+/// or, for one that waits, when it is granted or fails.
+fn acquire(
+    f: &mut Fixture,
+    caller: Caller,
+    session: &str,
+    name: &str,
+    wait: bool,
+) -> oneshot::Receiver<Reply> {
+    let (reply, answer) = oneshot::channel();
+    let request = Request::LockAcquire {
+        name: name.into(),
+        session: session.into(),
+        uid: None,
+        wait,
+        timeout_ms: None,
+    };
+    f.engine.handle(Command::Request {
+        caller,
+        request: Box::new(request),
+        fds: Vec::new(),
+        reply,
+    });
+    answer
+}
+
+/// The token of a granted lock, which must have been answered already.
+fn token_of(answer: &mut oneshot::Receiver<Reply>, what: &str) -> u64 {
+    match answer.try_recv() {
+        Ok(Reply {
+            ok: true,
+            lock: Some(lock),
+            ..
+        }) => lock.token,
+        other => panic!("{what}: the lock should be granted, got {other:?}"),
+    }
+}
+
+fn release(f: &mut Fixture, caller: Caller, session: &str, name: &str) -> Reply {
+    let (name, session) = (name.into(), session.into());
+    f.ask(
+        caller,
+        Request::LockRelease {
+            name,
+            session,
+            uid: None,
+        },
+    )
+}
+
+fn locks(f: &mut Fixture, caller: Caller) -> Vec<liveness_common::lock::Lock> {
+    match f.ask(caller, Request::LockList { uid: None }) {
+        Reply {
+            ok: true,
+            locks: Some(locks),
+            ..
+        } => locks,
+        other => panic!("lock_list should succeed, got {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiters_get_a_lock_in_order_as_it_is_released_or_its_holder_dies() {
+    let mut f = fixture().await;
+    for pid in [11, 12, 13, 14] {
+        f.proc.spawn(pid, ALICE.uid);
+        f.own(ALICE, &format!("s{pid}"), pid);
+    }
+    let first = token_of(&mut acquire(&mut f, ALICE, "s11", "build", false), "free");
+    let mut busy = acquire(&mut f, ALICE, "s12", "build", false);
+    assert_eq!(
+        error_of(busy.try_recv().unwrap()),
+        ErrorCode::LockHeld,
+        "held, and the request does not wait"
+    );
+    let mut second = acquire(&mut f, ALICE, "s12", "build", true);
+    let gone = acquire(&mut f, ALICE, "s13", "build", true);
+    let mut third = acquire(&mut f, ALICE, "s14", "build", true);
+    assert!(second.try_recv().is_err(), "waits while held");
+    assert_eq!(locks(&mut f, ALICE)[0].waiters, 3);
+    drop(gone);
+    assert_eq!(
+        locks(&mut f, ALICE)[0].waiters,
+        2,
+        "a waiter whose connection closed is not counted"
+    );
+
+    assert!(
+        release(&mut f, ALICE, "s11", "build").ok,
+        "the holder releases"
+    );
+    let second = token_of(&mut second, "first in line, on release");
+    assert!(third.try_recv().is_err(), "still waits");
+    // The holder's owner dies: the end releases the lock, the next waiter has it at once.
+    f.proc.kill(12);
+    f.next_death().await;
+    let third = token_of(
+        &mut third,
+        "next in line, skipping the closed one, on death",
+    );
+    assert!(first < second && second < third, "{first} {second} {third}");
+    let listed = locks(&mut f, ALICE);
+    assert_eq!(
+        (listed.len(), listed[0].session.as_str(), listed[0].waiters),
+        (1, "s14", 0)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pending_sessions_lock_is_freed_when_it_expires_and_its_waiters_leave_when_they_end() {
+    let mut f = fixture().await;
+    f.proc.spawn(11, ALICE.uid);
+    f.proc.spawn(12, ALICE.uid);
+    f.proc.spawn(13, ALICE.uid);
+    let stuck = session_of(
+        f.register(ALICE, None, OwnerSpec::Pid(PidOwner { pid: 11 })),
+        "pending register",
+    );
+    token_of(
+        &mut acquire(&mut f, ALICE, &stuck.id, "worktree", false),
+        "pending holder",
+    );
+    f.own(ALICE, "waiter", 12);
+    f.own(ALICE, "quitter", 13);
+    let mut quitter = acquire(&mut f, ALICE, "quitter", "worktree", true);
+    let mut waiter = acquire(&mut f, ALICE, "waiter", "worktree", true);
+    let ended = f.ask(
+        ALICE,
+        Request::End {
+            session: "quitter".into(),
+            uid: None,
+        },
+    );
+    session_of(ended, "end");
+    assert_eq!(
+        error_of(quitter.try_recv().expect("answered when its session ends")),
+        ErrorCode::AlreadyEnded,
+        "a waiter whose session ended leaves the queue"
+    );
+
+    // The pending session is never renamed and its owner lives on: only expiry ends it.
+    tokio::time::advance(PENDING_TTL + Duration::from_secs(1)).await;
+    f.engine.housekeeping();
+    assert_eq!(
+        f.session(ALICE.uid, &stuck.id).reason,
+        Some(EndReason::PendingExpired)
+    );
+    token_of(&mut waiter, "the expired session's lock goes to the waiter");
+}
+
+#[tokio::test(start_paused = true)]
+async fn lock_names_are_per_user_and_no_user_releases_anothers() {
+    let mut f = fixture().await;
+    f.proc.spawn(11, ALICE.uid);
+    f.proc.spawn(21, BOB.uid);
+    f.own(ALICE, "s", 11);
+    f.own(BOB, "s", 21);
+    token_of(&mut acquire(&mut f, ALICE, "s", "build", false), "alice's");
+    token_of(
+        &mut acquire(&mut f, BOB, "s", "build", false),
+        "bob's own build lock",
+    );
+    assert_eq!(locks(&mut f, BOB).len(), 1, "bob sees only his own");
+    assert_eq!(locks(&mut f, ROOT).len(), 2, "root sees every user's");
+
+    let named = f.ask(
+        BOB,
+        Request::LockRelease {
+            name: "build".into(),
+            session: "s".into(),
+            uid: Some(ALICE.uid),
+        },
+    );
+    assert_eq!(error_of(named), ErrorCode::Forbidden);
+    assert!(
+        release(&mut f, BOB, "s", "build").ok,
+        "bob releases his own"
+    );
+    assert_eq!(
+        error_of(release(&mut f, BOB, "s", "build")),
+        ErrorCode::NotHeld,
+        "released once"
+    );
+    let alices = locks(&mut f, ALICE);
+    assert_eq!(
+        (alices.len(), alices[0].uid, alices[0].session.as_str()),
+        (1, ALICE.uid, "s"),
+        "alice's lock is untouched"
+    );
+    let mut bad = acquire(&mut f, ALICE, "s", "", false);
+    assert_eq!(error_of(bad.try_recv().unwrap()), ErrorCode::InvalidRequest);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pending_waiter_renamed_while_it_waits_gets_the_lock_under_its_real_id() {
+    let mut f = fixture().await;
+    f.proc.spawn(11, ALICE.uid);
+    f.proc.spawn(12, ALICE.uid);
+    f.own(ALICE, "holder", 11);
+    let pending = session_of(
+        f.register(ALICE, None, OwnerSpec::Pid(PidOwner { pid: 12 })),
+        "pending register",
+    );
+    token_of(&mut acquire(&mut f, ALICE, "holder", "l", false), "holder");
+    let mut waiter = acquire(&mut f, ALICE, &pending.id, "l", true);
+    let renamed = f.ask(
+        ALICE,
+        Request::Rename {
+            session: pending.id.clone(),
+            to: "real".into(),
+            uid: None,
+        },
+    );
+    session_of(renamed, "rename");
+    assert!(release(&mut f, ALICE, "holder", "l").ok);
+    token_of(&mut waiter, "granted after the rename");
+    assert_eq!(locks(&mut f, ALICE)[0].session, "real");
 }

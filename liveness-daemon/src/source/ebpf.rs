@@ -467,7 +467,7 @@ fn counter_total(counters: &PerCpuArray<MapData, u64>, slot: u32) -> Result<u64,
 }
 
 /// `CLOCK_MONOTONIC` now, the clock of `bpf_ktime_get_ns`.
-fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     (now.tv_sec as u64)
         .saturating_mul(1_000_000_000)

@@ -53,7 +53,10 @@ macro_rules! select_active {
 pub enum StoreError {
     #[error("no session {0:?}")]
     NotFound(String),
-    #[error("session {0:?} has ended; ids are not reused")]
+    #[error(
+        "session {0:?} has ended; its id stays taken while the ended session is kept \
+         (livenessd --retain-age, 7 days by default): use a new id"
+    )]
     AlreadyEnded(String),
     #[error("session {0:?} already exists")]
     AlreadyExists(String),
@@ -61,6 +64,15 @@ pub enum StoreError {
     NotPending(String),
     #[error("invalid session id: {0}")]
     InvalidId(String),
+    #[error("invalid lock name: {0}")]
+    InvalidLockName(String),
+    #[error("session {session:?} does not hold lock {name:?}")]
+    NotHeld { name: String, session: String },
+    #[error(
+        "session {0:?} holds {max} locks already, the most one session may; release some",
+        max = locks::MAX_LOCKS_PER_SESSION
+    )]
+    TooManyLocks(String),
     #[error(
         "the database has schema version {found}, newer than this build supports ({supported}); \
          upgrade liveness"
@@ -170,6 +182,7 @@ pub enum EventPage {
     },
 }
 
+mod locks;
 mod members;
 mod reader;
 mod recovery;
@@ -177,6 +190,7 @@ mod rows;
 mod schema;
 mod writer;
 
+pub use locks::{Acquired, MAX_LOCKS_PER_SESSION};
 pub use reader::{EventReader, ListQuery, SessionPage};
 pub use recovery::Recovered;
 pub use writer::{SEQ_JUMP_AFTER_POWER_LOSS, Store};

@@ -107,13 +107,52 @@ pub(super) fn salvage(from: &Path, into: &mut Connection) -> Recovered {
             }
         }
     }
+    let mut highest_token = 0i64;
+    if let Ok(mut stmt) = old.prepare("SELECT uid, name, session, token, since_ms FROM locks")
+        && let Ok(rows) = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, u32>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, i64>(3)?,
+                r.get::<_, i64>(4)?,
+            ))
+        })
+    {
+        for (uid, name, session, token, since_ms) in rows.map_while(Result::ok) {
+            highest_token = highest_token.max(token);
+            // Only locks of a recovered active session: a lock whose session was lost would
+            // have no end to release it.
+            let _ = tx.execute(
+                "INSERT OR IGNORE INTO locks (uid, name, session, token, since_ms) \
+                 SELECT ?1, ?2, ?3, ?4, ?5 FROM sessions \
+                 WHERE creator_uid = ?1 AND id = ?3 AND phase = 'active'",
+                params![uid, name, session, token, since_ms],
+            );
+        }
+    }
     let floor = (highest as u64).saturating_add(SEQ_JUMP_AFTER_POWER_LOSS);
+    // Every grant wrote an event, so no token exceeds the highest seq; the old counter and
+    // the tokens read are jumped past too, as grants after the last readable page may be lost.
+    let old_token = old
+        .query_row("SELECT value FROM meta WHERE key = 'lock_token'", [], |r| {
+            r.get::<_, i64>(0)
+        })
+        .unwrap_or(0)
+        .max(highest_token) as u64;
+    let token_floor = floor.max(old_token.saturating_add(SEQ_JUMP_AFTER_POWER_LOSS));
     // Replays from before the oldest event read are told of a gap, not silently skipped.
     let floored = tx
         .execute(
             "UPDATE meta SET value = ?1 WHERE key = 'seq_floor'",
             [floor as i64],
         )
+        .and_then(|_| {
+            tx.execute(
+                "UPDATE meta SET value = ?1 WHERE key = 'lock_token'",
+                [token_floor as i64],
+            )
+        })
         .and_then(|_| {
             tx.execute(
                 "UPDATE meta SET value = ?1 WHERE key = 'pruned_through'",

@@ -1,5 +1,6 @@
 //! Row mapping and the statements the writer and the readers share.
 
+use super::locks::release_locks_of;
 use super::{EventFilter, EventPage, MAX_ID_LEN, SESSION_COLUMNS, StoreError, StoredEvent};
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::Identity;
@@ -26,6 +27,8 @@ pub(super) fn event_about(kind: EventKind, session: &Session, at_ms: i64) -> Eve
         labels: session.labels.clone(),
         creator_uid: session.creator_uid,
         survivors: None,
+        lock: None,
+        hops: None,
     }
 }
 
@@ -228,7 +231,8 @@ impl Ending {
     }
 }
 
-/// The compare-and-set that ends sessions, inside the caller's write transaction: `select`
+/// The compare-and-set that ends sessions, inside the caller's write transaction, and the
+/// one place every ending is written: each session's locks are released with it. `select`
 /// (made with [`select_active!`]) finds the ACTIVE sessions the ending applies to, and each
 /// is updated by rowid. The transaction holds the write lock, so nothing changes between
 /// the two. (One `UPDATE ... RETURNING` per death builds an ephemeral table and a
@@ -265,6 +269,7 @@ pub(super) fn end_selected(
         session.updated_ms = ending.now_ms;
         record_survivors(tx, rowid, &mut session, ending)?;
         events.push(append(tx, event_ended(&session, ending))?);
+        events.extend(release_locks_of(tx, &session, ending.now_ms)?);
     }
     Ok(events)
 }

@@ -138,6 +138,23 @@ CREATE TABLE boots (boot_id TEXT PRIMARY KEY NOT NULL);
 INSERT INTO boots (boot_id) SELECT value FROM meta WHERE key = 'run_boot_id' AND value != '';
 "#,
     r#"
+-- Locks held by sessions: one row per held lock, named in the namespace of the holding
+-- session's user. A release deletes the row; ending the session releases its locks in the
+-- same transaction.
+CREATE TABLE locks (
+    uid INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    session TEXT NOT NULL,
+    token INTEGER NOT NULL,
+    since_ms INTEGER NOT NULL,
+    PRIMARY KEY (uid, name)
+);
+CREATE INDEX locks_by_session ON locks (uid, session);
+-- The last fencing token granted. One counter for every lock, never lowered: a token is
+-- greater than every earlier one of its lock whatever was released or pruned meanwhile.
+INSERT INTO meta (key, value) VALUES ('lock_token', 0);
+"#,
+    r#"
 -- Process trees. A session that ends records the members of its owner's tree still alive
 -- (JSON: total and a bounded list of identities).
 ALTER TABLE sessions ADD COLUMN survivors TEXT;

@@ -1,5 +1,6 @@
 use std::path::Path;
 
+use liveness_common::lock::{Lock, ReleaseReason};
 use liveness_common::session::{EventKind, Phase};
 use rusqlite::Connection;
 
@@ -163,7 +164,10 @@ fn only_the_current_owner_ends_a_session_exactly_once() {
             NOW + 2,
         )
         .unwrap();
-    assert_eq!(stale, None, "an old owner's death never ends a new turn");
+    assert!(
+        stale.is_empty(),
+        "an old owner's death never ends a new turn"
+    );
     assert_eq!(store.get(UID, "s1").unwrap().unwrap().phase, Phase::Active);
 
     let ended = end_by_owner(&mut store, &owner(11));
@@ -191,7 +195,7 @@ fn only_the_current_owner_ends_a_session_exactly_once() {
         None,
         NOW + 7,
     );
-    assert_eq!(stop.unwrap(), None);
+    assert!(stop.unwrap().is_empty());
     assert_eq!(store.head_seq().unwrap(), 3);
     assert!(matches!(
         store.end(UID, "nope", EndReason::Stopped, None, None, None, None, None, NOW),
@@ -218,7 +222,7 @@ fn end_by_id_with_and_without_expected_owner() {
             NOW + 1,
         )
         .unwrap()
-        .unwrap();
+        .remove(0);
     assert_eq!(event.reason, Some(EndReason::OwnerReused));
     let event = store
         .end(
@@ -233,7 +237,7 @@ fn end_by_id_with_and_without_expected_owner() {
             NOW + 2,
         )
         .unwrap()
-        .unwrap();
+        .remove(0);
     assert_eq!(
         (event.reason, event.detected_by, event.exit),
         (Some(EndReason::Timeout), None, None)
@@ -960,7 +964,7 @@ fn session_ids_are_per_user() {
             NOW + 1,
         )
         .unwrap();
-    assert!(ended.is_some());
+    assert!(!ended.is_empty());
     assert_eq!(
         store.get(2000, "shared").unwrap().unwrap().phase,
         Phase::Active
@@ -1229,4 +1233,246 @@ fn commits_survive_sigkill() {
     let store = db.open();
     assert_eq!(store.head_seq().unwrap(), 2);
     assert_eq!(store.get(UID, "s").unwrap().unwrap().phase, Phase::Ended);
+}
+
+fn granted(acquired: Acquired) -> (Lock, Event) {
+    match acquired {
+        Acquired::Granted { lock, event } => (lock, *event),
+        other => panic!("the lock should be granted, got {other:?}"),
+    }
+}
+
+fn acquire(store: &mut Store, session: &str, name: &str) -> Acquired {
+    store.acquire_lock(UID, session, name, NOW).unwrap()
+}
+
+#[test]
+fn a_lock_is_exclusive_and_its_tokens_only_grow() {
+    let db = Db::new();
+    let mut store = db.open();
+    store.register(req("a", owner(10)), NOW).unwrap();
+    store.register(req("b", owner(11)), NOW).unwrap();
+    let (first, event) = granted(acquire(&mut store, "a", "build"));
+    assert_eq!(
+        (
+            event.kind,
+            event.session.as_str(),
+            event.lock.as_ref().map(|l| l.token)
+        ),
+        (EventKind::LockAcquired, "a", Some(first.token))
+    );
+    assert_eq!(
+        acquire(&mut store, "a", "build"),
+        Acquired::AlreadyHeld(first.clone()),
+        "the holder asking again gets the same grant"
+    );
+    assert_eq!(
+        acquire(&mut store, "b", "build"),
+        Acquired::HeldByOther(first.clone())
+    );
+    let refused = store.release_lock(UID, "b", "build", NOW).unwrap_err();
+    assert!(
+        matches!(refused, StoreError::NotHeld { .. }),
+        "only the holder releases: {refused}"
+    );
+    assert_eq!(store.lock(UID, "build").unwrap(), Some(first.clone()));
+
+    let mut tokens = vec![first.token];
+    let (_, released) = store.release_lock(UID, "a", "build", NOW).unwrap();
+    assert_eq!(
+        released.lock.as_ref().and_then(|l| l.reason),
+        Some(ReleaseReason::Released)
+    );
+    tokens.push(granted(acquire(&mut store, "b", "build")).0.token);
+    store.release_lock(UID, "b", "build", NOW).unwrap();
+    // Another user's lock of the same name is another lock, and takes a token too.
+    store
+        .register(
+            NewSession {
+                creator_uid: 2000,
+                ..req("a", owner(12))
+            },
+            NOW,
+        )
+        .unwrap();
+    granted(store.acquire_lock(2000, "a", "build", NOW).unwrap());
+    // Every session that held it ended and was pruned: the counter does not go back.
+    end_by_owner(&mut store, &owner(10));
+    end_by_owner(&mut store, &owner(11));
+    assert_eq!(store.prune_sessions(NOW + 1_000).unwrap(), 2);
+    drop(store);
+    let mut store = db.open();
+    store.register(req("c", owner(13)), NOW).unwrap();
+    tokens.push(granted(acquire(&mut store, "c", "build")).0.token);
+    assert!(
+        tokens.windows(2).all(|pair| pair[0] < pair[1]),
+        "tokens strictly increase across releases, users, prunes and reopening: {tokens:?}"
+    );
+}
+
+#[test]
+fn every_ending_releases_the_sessions_locks_in_its_transaction() {
+    let db = Db::new();
+    let mut store = db.open();
+    type EndWith = fn(&mut Store, &Identity) -> Vec<Event>;
+    let endings: [(&str, u32, EndWith); 3] = [
+        ("exited", 10, end_by_owner),
+        ("stopped", 11, |store, _| {
+            let stopped = store.end(
+                UID,
+                "stopped",
+                EndReason::Stopped,
+                None,
+                None,
+                None,
+                None,
+                None,
+                NOW,
+            );
+            stopped.unwrap()
+        }),
+        ("expired", 12, |store, owner| {
+            let expired = store.end(
+                UID,
+                "expired",
+                EndReason::PendingExpired,
+                None,
+                None,
+                None,
+                Some(owner),
+                None,
+                NOW,
+            );
+            expired.unwrap()
+        }),
+    ];
+    for (id, pid, end) in endings {
+        store.register(pending(id, owner(pid), NOW), NOW).unwrap();
+        for name in ["x", "y"] {
+            granted(acquire(&mut store, id, &format!("{id}-{name}")));
+        }
+        let events = end(&mut store, &owner(pid));
+        let kinds: Vec<_> = events.iter().map(|e| e.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                EventKind::Ended,
+                EventKind::LockReleased,
+                EventKind::LockReleased
+            ],
+            "{id}: the end and both releases come out of one commit"
+        );
+        for event in &events[1..] {
+            let lock = event.lock.as_ref().expect("a lock event names its lock");
+            assert_eq!(
+                (event.session.as_str(), lock.reason),
+                (id, Some(ReleaseReason::SessionEnded))
+            );
+            assert_eq!(store.lock(UID, &lock.name).unwrap(), None, "{id}: released");
+        }
+    }
+    assert!(store.locks(None).unwrap().is_empty());
+    let refused = store.acquire_lock(UID, "exited", "z", NOW).unwrap_err();
+    assert!(
+        matches!(refused, StoreError::AlreadyEnded(_)),
+        "an ended session takes no lock: {refused}"
+    );
+}
+
+#[test]
+fn a_renamed_pending_session_keeps_its_locks() {
+    let db = Db::new();
+    let mut store = db.open();
+    store
+        .register(pending("pending-1", owner(10), NOW + 1), NOW)
+        .unwrap();
+    let (lock, _) = granted(acquire(&mut store, "pending-1", "worktree"));
+    store.rename(UID, "pending-1", "real", NOW).unwrap();
+    assert_eq!(
+        store.lock(UID, "worktree").unwrap(),
+        Some(Lock {
+            session: "real".into(),
+            ..lock
+        })
+    );
+    store.release_lock(UID, "real", "worktree", NOW).unwrap();
+}
+
+#[test]
+fn bad_lock_requests_change_nothing() {
+    let db = Db::new();
+    let mut store = db.open();
+    store.register(req("a", owner(10)), NOW).unwrap();
+    let head = store.head_seq().unwrap();
+    for name in [
+        "",
+        "bad\nname",
+        "zero\u{200B}width",
+        &"n".repeat(MAX_ID_LEN + 1),
+    ] {
+        let refused = store.acquire_lock(UID, "a", name, NOW).unwrap_err();
+        assert!(
+            matches!(refused, StoreError::InvalidLockName(_)),
+            "{name:?}: {refused}"
+        );
+    }
+    let refused = store
+        .acquire_lock(UID, "missing", "build", NOW)
+        .unwrap_err();
+    assert!(matches!(refused, StoreError::NotFound(_)), "{refused}");
+    for i in 0..MAX_LOCKS_PER_SESSION {
+        granted(acquire(&mut store, "a", &format!("l{i}")));
+    }
+    let head_full = store.head_seq().unwrap();
+    let refused = store.acquire_lock(UID, "a", "one-more", NOW).unwrap_err();
+    assert!(matches!(refused, StoreError::TooManyLocks(_)), "{refused}");
+    assert_eq!(
+        store.head_seq().unwrap(),
+        head_full,
+        "no event for a refusal"
+    );
+    assert_eq!(head_full, head + MAX_LOCKS_PER_SESSION as u64);
+    assert_eq!(store.locks(Some(UID)).unwrap().len(), MAX_LOCKS_PER_SESSION);
+}
+
+#[test]
+fn tokens_jump_with_seqs_after_an_unclean_stop_on_another_boot() {
+    let db = Db::new();
+    let mut store = db.open();
+    store.begin_run("boot-a").unwrap();
+    store.register(req("a", owner(10)), NOW).unwrap();
+    let (first, _) = granted(acquire(&mut store, "a", "build"));
+    drop(store);
+    let mut store = db.open();
+    assert!(store.begin_run("boot-b").unwrap(), "maybe a power loss");
+    store.release_lock(UID, "a", "build", NOW).unwrap();
+    let (second, _) = granted(acquire(&mut store, "a", "build"));
+    assert_eq!(second.token, first.token + 1 + SEQ_JUMP_AFTER_POWER_LOSS);
+}
+
+#[test]
+fn recovery_keeps_the_locks_of_recovered_sessions_and_never_reuses_a_token() {
+    let (old, new) = (Db::new(), Db::new());
+    let mut store = old.open();
+    store.register(req("a", owner(10)), NOW).unwrap();
+    let (held, _) = granted(acquire(&mut store, "a", "x"));
+    // A lock whose session cannot be read back would have no end to release it.
+    store
+        .conn
+        .execute(
+            "INSERT INTO locks (uid, name, session, token, since_ms) VALUES (?1, 'ghost', 'gone', 99, 0)",
+            [UID],
+        )
+        .unwrap();
+    drop(store);
+    let mut recovered = new.open();
+    super::recovery::salvage(&old.path(), &mut recovered.conn);
+    assert_eq!(recovered.locks(None).unwrap(), [held]);
+    recovered.register(req("b", owner(11)), NOW).unwrap();
+    let (next, _) = granted(recovered.acquire_lock(UID, "b", "y", NOW).unwrap());
+    assert!(
+        next.token > 99 + SEQ_JUMP_AFTER_POWER_LOSS,
+        "tokens continue above every one that may have been handed out: {}",
+        next.token
+    );
 }

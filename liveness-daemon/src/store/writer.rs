@@ -1,5 +1,6 @@
 //! The writer: [`Store`], the one read-write connection the engine drives.
 
+use super::locks::{jump_tokens, rename_holder};
 use super::reader::{ListQuery, SessionPage};
 use super::rows::{
     Ending, append, end_selected, event_about, events_after, get_session, head_seq, insert_session,
@@ -138,7 +139,8 @@ impl Store {
     /// With `synchronous=NORMAL` a power loss can drop the newest commits after their
     /// events were streamed; reusing those seqs would make a consumer that handled one skip
     /// the new event that takes it. A power loss means a new boot, and a run that did not
-    /// stop cleanly: then the counter jumps by [`SEQ_JUMP_AFTER_POWER_LOSS`]. A daemon
+    /// stop cleanly: then the counter jumps by [`SEQ_JUMP_AFTER_POWER_LOSS`], and so does
+    /// the lock token counter (a lost grant's token may be in use by a writer). A daemon
     /// crash on the same boot loses nothing, so seqs stay contiguous.
     pub fn begin_run(&mut self, boot_id: &str) -> Result<bool, StoreError> {
         self.durably(|conn| {
@@ -158,6 +160,7 @@ impl Store {
                     "UPDATE meta SET value = ?1 WHERE key = 'seq_floor'",
                     [floor],
                 )?;
+                jump_tokens(&tx, SEQ_JUMP_AFTER_POWER_LOSS)?;
             }
             tx.execute(
                 "UPDATE meta SET value = ?1 WHERE key = 'run_boot_id'",
@@ -316,6 +319,7 @@ impl Store {
              updated_ms = ?3, touched_ms = ?3 WHERE id = ?1 AND creator_uid = ?4",
         )?
         .execute(params![id, to, now_ms, uid])?;
+        rename_holder(&tx, uid, id, to)?;
         session.id = to.to_owned();
         let event = append(
             &tx,
@@ -341,8 +345,8 @@ impl Store {
     }
 
     /// Ends user `uid`'s session `id` if it is still active and, when `expected_owner` is
-    /// given, still owned by that process. `Ok(None)` when it was already ended or the
-    /// owner changed.
+    /// given, still owned by that process: its `session.ended` event, then those of the
+    /// locks it held. None when it was already ended or the owner changed.
     #[expect(
         clippy::too_many_arguments,
         reason = "each is an independent fact of the ending"
@@ -358,7 +362,7 @@ impl Store {
         expected_owner: Option<&Identity>,
         survivors: Option<Survivors>,
         now_ms: i64,
-    ) -> Result<Option<Event>, StoreError> {
+    ) -> Result<Vec<Event>, StoreError> {
         let tx = self.write_tx()?;
         let ending = Ending {
             survivors,
@@ -379,15 +383,15 @@ impl Store {
             ],
             &ending,
         )?;
-        let Some(event) = ended.into_iter().next() else {
+        if ended.is_empty() {
             return if get_session(&tx, uid, id)?.is_some() {
-                Ok(None)
+                Ok(ended)
             } else {
                 Err(StoreError::NotFound(id.to_owned()))
             };
-        };
+        }
         tx.commit()?;
-        Ok(Some(event))
+        Ok(ended)
     }
 
     /// Finalizes the sessions of many dead owners in ONE transaction (bursts of exits).
@@ -533,7 +537,8 @@ impl Store {
         Ok(idle)
     }
 
-    /// Deletes sessions that ended before `ended_before_ms`; their ids become free again.
+    /// Deletes sessions that ended before `ended_before_ms`. Their ids become free again:
+    /// an ended id is refused only while its session is kept (as documented).
     pub fn prune_sessions(&mut self, ended_before_ms: i64) -> Result<u64, StoreError> {
         let deleted = self
             .conn

@@ -1,0 +1,374 @@
+//! `liveness run` and `liveness lock run`: run a command as the owner of a session that is
+//! registered before the command starts, so no death of it can be missed.
+//!
+//! The child is forked first and waits on a pipe; the session is registered with the
+//! child's pid (sent as a pidfd) and, for `lock run`, the lock is taken; only then is the
+//! child told to exec CMD, with the token in its environment. Once CMD may run, signals
+//! sent to `liveness` (SIGINT, SIGTERM) are passed on to it; those a terminal sends reach
+//! CMD directly, as it is in the same process group. Before that they stop `liveness` as
+//! usual, and the waiting child, reading the end of the pipe, exits without running CMD.
+
+use std::ffi::{CString, OsString, c_char};
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::process::ExitCode;
+
+use liveness_client::{Client, Owner, Registration};
+
+use crate::Context;
+use crate::args::parse_label;
+use crate::exit::{Exit, Failure};
+use crate::lock::WaitArgs;
+
+pub(crate) const RUN_HELP: &str = "\
+Exit codes of run:
+  CMD's own exit code; 128+N when signal N killed it
+  126 CMD cannot be executed      127 CMD was not found
+  Before CMD starts, those of every command (see `liveness --help`): for lock run,
+  3 (lock_held) when the lock is held (without --wait, or after --timeout).";
+
+/// What `run` runs, as which session.
+#[derive(Debug, clap::Args)]
+pub(crate) struct RunArgs {
+    /// The session id (default: a new `run-<random hex>`). An active session of this id
+    /// gets CMD as its new owner.
+    #[arg(long)]
+    session: Option<String>,
+    /// A label KEY=VALUE stored with the session and its events (repeatable).
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    labels: Vec<(String, String)>,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+/// `liveness run`.
+pub(crate) fn run(context: &Context, args: RunArgs) -> Result<ExitCode, Failure> {
+    run_session(context, args, None)
+}
+
+/// `liveness lock run`.
+pub(crate) fn run_holding(
+    context: &Context,
+    name: &str,
+    wait: WaitArgs,
+    args: RunArgs,
+) -> Result<ExitCode, Failure> {
+    run_session(context, args, Some((name, wait)))
+}
+
+/// Runs CMD as the owner of the session, holding `lock` if given: CMD's status as a shell
+/// reports it, or liveness's own failure before CMD started.
+fn run_session(
+    context: &Context,
+    args: RunArgs,
+    lock: Option<(&str, WaitArgs)>,
+) -> Result<ExitCode, Failure> {
+    let socket = context.socket.as_path();
+    let id = args.session.unwrap_or_else(new_run_id);
+    let program = Program::new(&args.command, &id, lock.map(|(name, _)| name))?;
+    let child = program
+        .fork()
+        .map_err(|e| Failure::new(Exit::Software, format!("cannot start a process: {e}")))?;
+    let mut client = Client::connect(socket)?;
+    let registration = Registration {
+        session: Some(id.clone()),
+        owner: Owner::Pid(child.pid as u32),
+        pending: false,
+        labels: args.labels.into_iter().collect(),
+        uid: None,
+        wrappers: Vec::new(),
+    };
+    client.register(&registration)?;
+    let token = match lock {
+        Some((name, wait)) => Some(
+            client
+                .lock_acquire(name, &id, None, wait.wait, wait.timeout)?
+                .token,
+        ),
+        None => None,
+    };
+    drop(client);
+    let status = child
+        .start(token)
+        .map_err(|e| Failure::new(Exit::Software, format!("lost track of the command: {e}")))?;
+    // The owner is dead: the daemon ends the session from the death itself, with CMD's exit
+    // status, releasing its locks. Waiting for that means the lock is free once run exits.
+    if let Err(e) = Client::connect(socket).and_then(|client| client.wait_for_end(&id, None)) {
+        eprintln!(
+            "liveness: the command ended, but the end of session {id} was not confirmed: {e}"
+        );
+    }
+    Ok(ExitCode::from(status))
+}
+
+/// A fresh session id for a run: random, so never one that exists.
+fn new_run_id() -> String {
+    let mut bytes = [0u8; 8];
+    if rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty()).is_err() {
+        bytes = u64::from(std::process::id()).to_le_bytes();
+    }
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("run-{hex}")
+}
+
+/// Where the token goes in the environment: written by the child, after the fork, into
+/// this space left after `LIVENESS_LOCK_TOKEN=` (a u64 has at most 20 digits).
+const TOKEN_VAR: &[u8] = b"LIVENESS_LOCK_TOKEN=";
+const TOKEN_DIGITS: usize = 20;
+
+/// Everything the child needs to exec CMD, made before the fork: the child only reads a
+/// pipe, writes digits into [`TOKEN_VAR`]'s space, and execs (no allocation after fork).
+struct Program {
+    argv: Vec<CString>,
+    env: Vec<Vec<u8>>,
+    /// The index in `env` of the token's entry, for `lock run`.
+    token_entry: Option<usize>,
+    /// Said when CMD cannot be executed.
+    failure: Vec<u8>,
+}
+
+impl Program {
+    fn new(command: &[OsString], session: &str, lock: Option<&str>) -> Result<Program, Failure> {
+        let argv = command
+            .iter()
+            .map(|arg| {
+                CString::new(arg.as_bytes())
+                    .map_err(|_| Failure::new(Exit::Usage, format!("{arg:?} contains a NUL byte")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let ours = [
+            "LIVENESS_SESSION",
+            "LIVENESS_LOCK_NAME",
+            "LIVENESS_LOCK_TOKEN",
+        ];
+        let mut env: Vec<Vec<u8>> = std::env::vars_os()
+            .filter(|(key, _)| !ours.iter().any(|ours| key.as_bytes() == ours.as_bytes()))
+            .map(|(key, value)| [key.as_bytes(), b"=", value.as_bytes()].concat())
+            .filter(|entry| !entry.contains(&0))
+            .collect();
+        env.push([b"LIVENESS_SESSION=", session.as_bytes()].concat());
+        let token_entry = match lock {
+            Some(name) => {
+                env.push([b"LIVENESS_LOCK_NAME=", name.as_bytes()].concat());
+                env.push([TOKEN_VAR, &[0u8; TOKEN_DIGITS]].concat());
+                Some(env.len() - 1)
+            }
+            None => None,
+        };
+        for entry in &mut env {
+            entry.push(0);
+        }
+        let failure = format!(
+            "liveness: cannot execute {}: not found, or not executable\n",
+            command[0].to_string_lossy()
+        );
+        Ok(Program {
+            argv,
+            env,
+            token_entry,
+            failure: failure.into_bytes(),
+        })
+    }
+
+    /// Forks the child that will exec CMD once [`Paused::start`] tells it to.
+    fn fork(mut self) -> std::io::Result<Paused> {
+        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        let argv: Vec<*const c_char> = self
+            .argv
+            .iter()
+            .map(|arg| arg.as_ptr())
+            .chain([std::ptr::null()])
+            .collect();
+        let token_slot = self
+            .token_entry
+            .map(|i| self.env[i][TOKEN_VAR.len()..].as_mut_ptr());
+        let envp: Vec<*const c_char> = self
+            .env
+            .iter()
+            .map(|entry| entry.as_ptr().cast())
+            .chain([std::ptr::null()])
+            .collect();
+        // SAFETY: this process has one thread (the client is blocking, nothing spawned
+        // one), so the child may run any code; it still sticks to async-signal-safe calls
+        // on memory prepared above, which stays valid as `self` lives on in the child.
+        match unsafe { libc::fork() } {
+            -1 => Err(std::io::Error::last_os_error()),
+            0 => {
+                let child = Child {
+                    go: read.as_raw_fd(),
+                    parents_end: write.as_raw_fd(),
+                    argv: &argv,
+                    envp: &envp,
+                    token_slot,
+                    failure: &self.failure,
+                };
+                // SAFETY: in the child of the fork above, with the pointers made for it.
+                unsafe { child.exec_when_told() }
+            }
+            pid => Ok(Paused {
+                pid,
+                go: Some(write),
+            }),
+        }
+    }
+}
+
+/// The child's side: what it reads and execs, all prepared before the fork.
+struct Child<'a> {
+    go: RawFd,
+    parents_end: RawFd,
+    argv: &'a [*const c_char],
+    envp: &'a [*const c_char],
+    token_slot: Option<*mut u8>,
+    failure: &'a [u8],
+}
+
+impl Child<'_> {
+    /// Waits for the parent's word: `g` and the token's digits to exec CMD, nothing (the
+    /// parent gave up or died) to exit at once.
+    ///
+    /// # Safety
+    /// Only in the child of a fork, with `argv` and `envp` null-terminated arrays of
+    /// NUL-terminated strings and `token_slot` (if any) [`TOKEN_DIGITS`] writable bytes
+    /// followed by a NUL.
+    unsafe fn exec_when_told(&self) -> ! {
+        // SAFETY: see the function's contract; only async-signal-safe calls follow.
+        unsafe {
+            libc::close(self.parents_end);
+            let mut word = [0u8; 1 + TOKEN_DIGITS];
+            let mut length = 0;
+            while length < word.len() {
+                let read = libc::read(
+                    self.go,
+                    word[length..].as_mut_ptr().cast(),
+                    word.len() - length,
+                );
+                match read {
+                    0 => break,
+                    n if n > 0 => length += n as usize,
+                    _ if *libc::__errno_location() == libc::EINTR => {}
+                    _ => break,
+                }
+            }
+            if length == 0 || word[0] != b'g' {
+                libc::_exit(Exit::Unavailable as i32);
+            }
+            if let Some(slot) = self.token_slot {
+                std::ptr::copy_nonoverlapping(word[1..].as_ptr(), slot, length - 1);
+            }
+            // Rust ignores SIGPIPE; CMD gets the default disposition, as from a shell.
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            libc::execvpe(self.argv[0], self.argv.as_ptr(), self.envp.as_ptr());
+            let code = if *libc::__errno_location() == libc::ENOENT {
+                127
+            } else {
+                126
+            };
+            libc::write(2, self.failure.as_ptr().cast(), self.failure.len());
+            libc::_exit(code)
+        }
+    }
+}
+
+/// A forked child waiting for the word to exec CMD. Dropped without [`Paused::start`], it
+/// is told nothing, exits, and is reaped.
+struct Paused {
+    pid: libc::pid_t,
+    go: Option<OwnedFd>,
+}
+
+impl Paused {
+    /// Lets the child exec CMD (with `token` in its environment), passes SIGINT and SIGTERM
+    /// sent to this process on to it, and returns its status as a shell reports it.
+    fn start(mut self, token: Option<u64>) -> std::io::Result<u8> {
+        let forwarded = Signals::block()?;
+        let word = format!("g{}", token.map(|t| t.to_string()).unwrap_or_default());
+        let go = self.go.take().expect("a paused child is started once");
+        // A child that cannot read it was killed already: its status is reaped below.
+        let _ = std::fs::File::from(go).write_all(word.as_bytes());
+        loop {
+            if let Some(status) = self.try_reap()? {
+                return Ok(status);
+            }
+            forwarded.forward_next(self.pid)?;
+        }
+    }
+
+    /// The child's status as a shell reports it, once it has exited.
+    fn try_reap(&self) -> std::io::Result<Option<u8>> {
+        let mut status = 0;
+        // SAFETY: plain system call on our own child.
+        match unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) } {
+            0 => Ok(None),
+            -1 => Err(std::io::Error::last_os_error()),
+            _ if libc::WIFSIGNALED(status) => Ok(Some(128 + libc::WTERMSIG(status) as u8)),
+            _ => Ok(Some(libc::WEXITSTATUS(status) as u8)),
+        }
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        if self.go.take().is_some() {
+            // Closed unwritten: the child exits at once, and is reaped here.
+            let mut status = 0;
+            // SAFETY: plain system call on our own child.
+            unsafe { libc::waitpid(self.pid, &mut status, 0) };
+        }
+    }
+}
+
+/// SIGINT, SIGTERM and SIGCHLD, blocked so that they are taken one at a time with
+/// `sigwaitinfo` (no handler runs in the middle of anything); unblocked when dropped.
+struct Signals {
+    set: libc::sigset_t,
+    before: libc::sigset_t,
+}
+
+impl Signals {
+    fn block() -> std::io::Result<Signals> {
+        // SAFETY: sigset_t is plain data, initialized by sigemptyset before use.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            let mut before: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGCHLD] {
+                libc::sigaddset(&mut set, signal);
+            }
+            if libc::sigprocmask(libc::SIG_BLOCK, &set, &mut before) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(Signals { set, before })
+        }
+    }
+
+    /// Waits for the next signal; passes SIGINT and SIGTERM on to `pid` unless the kernel
+    /// sent them (a terminal's ^C already reached the whole process group).
+    fn forward_next(&self, pid: libc::pid_t) -> std::io::Result<()> {
+        // SAFETY: siginfo_t is plain data that sigwaitinfo fills in.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: the set was initialized in `block`.
+        let signal = unsafe { libc::sigwaitinfo(&self.set, &mut info) };
+        if signal == -1 {
+            let error = std::io::Error::last_os_error();
+            return match error.kind() {
+                std::io::ErrorKind::Interrupted => Ok(()),
+                _ => Err(error),
+            };
+        }
+        if signal != libc::SIGCHLD && info.si_code != libc::SI_KERNEL {
+            // SAFETY: plain system call on our own child, not reaped yet.
+            unsafe { libc::kill(pid, signal) };
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Signals {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved in `block`.
+        unsafe { libc::sigprocmask(libc::SIG_SETMASK, &self.before, std::ptr::null_mut()) };
+    }
+}

@@ -1,0 +1,62 @@
+//! Locks held by sessions: what `lock_acquire`, `lock_release` and `lock_list` report, and
+//! what `lock.acquired` / `lock.released` events say.
+
+use serde::{Deserialize, Serialize};
+
+/// A held lock. A lock's name belongs to the namespace of the session that holds it (its
+/// creator's uid), like session ids: two users' locks of one name are two locks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lock {
+    pub name: String,
+    /// The namespace the name is in: the uid of the holding session's creator.
+    pub uid: u32,
+    /// The holding session.
+    pub session: String,
+    /// The fencing token of this grant: greater than that of every earlier grant of the
+    /// lock, across releases, restarts and retention.
+    pub token: u64,
+    /// When it was granted.
+    pub since_ms: i64,
+    /// Requests waiting for it, in line to get it in order.
+    #[serde(default)]
+    pub waiters: u32,
+}
+
+/// Why a lock was released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReleaseReason {
+    /// Its session released it (`lock_release`).
+    Released,
+    /// Its session ended, for any reason: the release is in the same transaction.
+    SessionEnded,
+}
+
+/// The lock a `lock.acquired` or `lock.released` event is about (its session is the event's
+/// `session`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockChange {
+    pub name: String,
+    pub token: u64,
+    /// `lock.released` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<ReleaseReason>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn release_reasons_are_snake_case() {
+        let change = LockChange {
+            name: "build".into(),
+            token: 3,
+            reason: Some(ReleaseReason::SessionEnded),
+        };
+        assert_eq!(
+            serde_json::to_string(&change).unwrap(),
+            r#"{"name":"build","token":3,"reason":"session_ended"}"#
+        );
+    }
+}

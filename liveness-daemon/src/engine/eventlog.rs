@@ -1,0 +1,71 @@
+//! One info line per session registered and per session ended, with structured fields
+//! (kept as journal fields when the daemon logs to journald): who, whose, why, seen by
+//! which source, and how long from the death to the commit.
+
+use liveness_common::protocol::wire_name;
+use liveness_common::session::{Event, EventKind};
+
+use super::owner_checks::FreshOwners;
+
+/// From the owner's death (the kernel's time where the source reads it, else when a
+/// source saw it) to the commit of its end, in milliseconds.
+pub(super) fn end_latency_ms(event: &Event) -> Option<i64> {
+    event
+        .died_ms
+        .or(event.observed_ms)
+        .map(|died| (event.at_ms - died).max(0))
+}
+
+/// Logs a committed event, and warns of an owner that died within a second of its
+/// registration (a launcher or a hook's own process, most likely, not the real owner).
+pub(super) fn log(event: &Event, fresh_owners: &mut FreshOwners) {
+    let owner = &event.owner;
+    if event.kind == EventKind::Ended
+        && let Some(lived_ms) = event
+            .died_ms
+            .or(event.observed_ms)
+            .and_then(|died| fresh_owners.died_young(owner.key(), died))
+    {
+        tracing::warn!(
+            session = %event.session,
+            owner_pid = owner.pid,
+            owner_comm = %owner.comm,
+            lived_ms,
+            "the owner exited within a second of its registration: was it a launcher or the \
+             hook itself rather than the program the session is about? (see resolve-owner, --wrapper)"
+        );
+    }
+    match event.kind {
+        EventKind::Registered => tracing::info!(
+            session = %event.session,
+            uid = event.creator_uid,
+            owner_pid = owner.pid,
+            owner_comm = %owner.comm,
+            owner_start_ticks = owner.start_ticks,
+            seq = event.seq,
+            "session registered"
+        ),
+        EventKind::Ended => tracing::info!(
+            session = %event.session,
+            uid = event.creator_uid,
+            owner_pid = owner.pid,
+            owner_comm = %owner.comm,
+            reason = %wire_name(event.reason),
+            source = %wire_name(event.detected_by),
+            exit = %event.exit.map(|e| e.to_string()).unwrap_or_default(),
+            latency_ms = end_latency_ms(event),
+            seq = event.seq,
+            "session ended"
+        ),
+        EventKind::OwnerChanged
+        | EventKind::Renamed
+        | EventKind::LockAcquired
+        | EventKind::LockReleased => tracing::debug!(
+            session = %event.session,
+            kind = %wire_name(event.kind),
+            owner_pid = owner.pid,
+            seq = event.seq,
+            "session changed"
+        ),
+    }
+}

@@ -1,0 +1,247 @@
+//! Locks held by sessions: granted with a fencing token from one counter that only grows,
+//! released by their session or, in the transaction that ends it, with the session.
+
+use super::rows::{append, event_about, get_session, invisible_or_misleading};
+use super::writer::Store;
+use super::{MAX_ID_LEN, StoreError};
+use liveness_common::lock::{Lock, LockChange, ReleaseReason};
+use liveness_common::session::{Event, EventKind, Phase, Session};
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+/// Most locks one session holds at once: with the per-uid session limit, it bounds what a
+/// user can make the daemon store.
+pub const MAX_LOCKS_PER_SESSION: usize = 256;
+
+/// What [`Store::acquire_lock`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Acquired {
+    /// The lock was free and is now the session's: publish `event`.
+    Granted { lock: Lock, event: Box<Event> },
+    /// The session holds it already (no new grant, the token stays).
+    AlreadyHeld(Lock),
+    /// Another session holds it.
+    HeldByOther(Lock),
+}
+
+const LOCK_COLUMNS: &str = "name, uid, session, token, since_ms";
+
+fn lock_from_row(row: &Row<'_>) -> rusqlite::Result<Lock> {
+    Ok(Lock {
+        name: row.get(0)?,
+        uid: row.get(1)?,
+        session: row.get(2)?,
+        token: row.get::<_, i64>(3)? as u64,
+        since_ms: row.get(4)?,
+        waiters: 0,
+    })
+}
+
+fn get_lock(conn: &Connection, uid: u32, name: &str) -> Result<Option<Lock>, StoreError> {
+    Ok(conn
+        .prepare_cached(&format!(
+            "SELECT {LOCK_COLUMNS} FROM locks WHERE uid = ?1 AND name = ?2"
+        ))?
+        .query_row(params![uid, name], lock_from_row)
+        .optional()?)
+}
+
+pub(super) fn validate_lock_name(name: &str) -> Result<(), StoreError> {
+    let problem = if name.is_empty() {
+        "empty".to_owned()
+    } else if name.len() > MAX_ID_LEN {
+        format!("{} bytes, at most {MAX_ID_LEN} allowed", name.len())
+    } else if let Some(c) = name.chars().find(|&c| invisible_or_misleading(c)) {
+        format!(
+            "{name:?} contains U+{:04X}: control, bidirectional-override and zero-width \
+             characters are not allowed, as they make two names look alike",
+            u32::from(c)
+        )
+    } else {
+        return Ok(());
+    };
+    Err(StoreError::InvalidLockName(problem))
+}
+
+/// The `lock.acquired` / `lock.released` event of `lock`, held by `session`.
+fn lock_event(
+    kind: EventKind,
+    session: &Session,
+    lock: &Lock,
+    reason: Option<ReleaseReason>,
+    now_ms: i64,
+) -> Event {
+    Event {
+        lock: Some(LockChange {
+            name: lock.name.clone(),
+            token: lock.token,
+            reason,
+        }),
+        ..event_about(kind, session, now_ms)
+    }
+}
+
+/// Releases every lock `session` holds, inside the caller's transaction: the one that ends
+/// the session (every ending goes through [`super::rows::end_selected`], which calls this).
+pub(super) fn release_locks_of(
+    tx: &Connection,
+    session: &Session,
+    now_ms: i64,
+) -> Result<Vec<Event>, StoreError> {
+    let mut held: Vec<Lock> = tx
+        .prepare_cached(&format!(
+            "DELETE FROM locks WHERE uid = ?1 AND session = ?2 RETURNING {LOCK_COLUMNS}"
+        ))?
+        .query_map(params![session.creator_uid, session.id], lock_from_row)?
+        .collect::<Result<_, _>>()?;
+    // Events in name order, reproducibly.
+    held.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+    held.iter()
+        .map(|lock| {
+            let event = lock_event(
+                EventKind::LockReleased,
+                session,
+                lock,
+                Some(ReleaseReason::SessionEnded),
+                now_ms,
+            );
+            append(tx, event)
+        })
+        .collect()
+}
+
+/// Moves the locks of a pending session to its new id, inside the rename's transaction.
+pub(super) fn rename_holder(
+    tx: &Connection,
+    uid: u32,
+    from: &str,
+    to: &str,
+) -> Result<(), StoreError> {
+    tx.prepare_cached("UPDATE locks SET session = ?3 WHERE uid = ?1 AND session = ?2")?
+        .execute(params![uid, from, to])?;
+    Ok(())
+}
+
+/// Raises the token counter by `jump`, inside the caller's transaction: after a possible
+/// power loss, grants SQLite lost may have been handed out already.
+pub(super) fn jump_tokens(tx: &Connection, jump: u64) -> Result<(), StoreError> {
+    tx.prepare_cached("UPDATE meta SET value = value + ?1 WHERE key = 'lock_token'")?
+        .execute([jump as i64])?;
+    Ok(())
+}
+
+impl Store {
+    /// Grants lock `name` of user `uid`'s namespace to that user's active session
+    /// `session`, if no session holds it, with the next token.
+    pub fn acquire_lock(
+        &mut self,
+        uid: u32,
+        session: &str,
+        name: &str,
+        now_ms: i64,
+    ) -> Result<Acquired, StoreError> {
+        validate_lock_name(name)?;
+        let tx = self.write_tx()?;
+        let holder = active_session(&tx, uid, session)?;
+        if let Some(lock) = get_lock(&tx, uid, name)? {
+            return Ok(if lock.session == session {
+                Acquired::AlreadyHeld(lock)
+            } else {
+                Acquired::HeldByOther(lock)
+            });
+        }
+        let held: i64 = tx
+            .prepare_cached("SELECT COUNT(*) FROM locks WHERE uid = ?1 AND session = ?2")?
+            .query_row(params![uid, session], |r| r.get(0))?;
+        if held as usize >= MAX_LOCKS_PER_SESSION {
+            return Err(StoreError::TooManyLocks(session.to_owned()));
+        }
+        let token: i64 = tx
+            .prepare_cached(
+                "UPDATE meta SET value = value + 1 WHERE key = 'lock_token' RETURNING value",
+            )?
+            .query_row([], |r| r.get(0))?;
+        let lock = Lock {
+            name: name.to_owned(),
+            uid,
+            session: session.to_owned(),
+            token: token as u64,
+            since_ms: now_ms,
+            waiters: 0,
+        };
+        tx.prepare_cached(
+            "INSERT INTO locks (uid, name, session, token, since_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?
+        .execute(params![uid, name, session, token, now_ms])?;
+        let event = append(
+            &tx,
+            lock_event(EventKind::LockAcquired, &holder, &lock, None, now_ms),
+        )?;
+        tx.commit()?;
+        Ok(Acquired::Granted {
+            lock,
+            event: Box::new(event),
+        })
+    }
+
+    /// Releases lock `name` of user `uid`'s namespace, which session `session` must hold.
+    pub fn release_lock(
+        &mut self,
+        uid: u32,
+        session: &str,
+        name: &str,
+        now_ms: i64,
+    ) -> Result<(Lock, Event), StoreError> {
+        validate_lock_name(name)?;
+        let tx = self.write_tx()?;
+        let holder = get_session(&tx, uid, session)?
+            .ok_or_else(|| StoreError::NotFound(session.to_owned()))?;
+        let lock = match get_lock(&tx, uid, name)? {
+            Some(lock) if lock.session == session => lock,
+            _ => {
+                return Err(StoreError::NotHeld {
+                    name: name.to_owned(),
+                    session: session.to_owned(),
+                });
+            }
+        };
+        tx.prepare_cached("DELETE FROM locks WHERE uid = ?1 AND name = ?2")?
+            .execute(params![uid, name])?;
+        let event = append(
+            &tx,
+            lock_event(
+                EventKind::LockReleased,
+                &holder,
+                &lock,
+                Some(ReleaseReason::Released),
+                now_ms,
+            ),
+        )?;
+        tx.commit()?;
+        Ok((lock, event))
+    }
+
+    /// Held locks, of user `uid`'s namespace or of every user's, by uid and name.
+    pub fn locks(&self, uid: Option<u32>) -> Result<Vec<Lock>, StoreError> {
+        Ok(self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT {LOCK_COLUMNS} FROM locks WHERE ?1 IS NULL OR uid = ?1 ORDER BY uid, name"
+            ))?
+            .query_map(params![uid], lock_from_row)?
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// Lock `name` of user `uid`'s namespace, if held.
+    pub fn lock(&self, uid: u32, name: &str) -> Result<Option<Lock>, StoreError> {
+        get_lock(&self.conn, uid, name)
+    }
+}
+
+/// User `uid`'s session `id`, which must be active to take a lock.
+fn active_session(conn: &Connection, uid: u32, id: &str) -> Result<Session, StoreError> {
+    match get_session(conn, uid, id)? {
+        None => Err(StoreError::NotFound(id.to_owned())),
+        Some(session) if session.phase == Phase::Ended => Err(StoreError::AlreadyEnded(session.id)),
+        Some(session) => Ok(session),
+    }
+}
