@@ -219,7 +219,7 @@ impl Engine {
         // Computed once: a retried commit keeps the survivors of the moment of the death.
         for death in &mut deaths {
             if death.survivors.is_none() {
-                death.survivors = self.survivors_of(&death.owner);
+                death.survivors = self.survivors_of(&death.owner, true);
             }
         }
         match self.store.end_many(&deaths, self.config.clock.now_ms()) {

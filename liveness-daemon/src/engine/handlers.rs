@@ -62,7 +62,7 @@ impl Engine {
                         None,
                         None,
                         None,
-                        self.survivors_of(&existing.owner),
+                        self.survivors_of(&existing.owner, false),
                         now,
                     );
                     match ended {

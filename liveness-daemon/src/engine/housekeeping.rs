@@ -39,7 +39,7 @@ impl Engine {
                 None,
                 None,
                 Some(&session.owner),
-                self.survivors_of(&session.owner),
+                self.survivors_of(&session.owner, false),
                 now,
             ) {
                 Ok(events) if events.is_empty() => {}

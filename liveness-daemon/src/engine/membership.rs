@@ -337,9 +337,15 @@ impl Membership {
             .collect()
     }
 
-    /// The survivors of the tree of `root`, for a session that ends now.
-    pub fn survivors(&self, root: ProcessKey) -> Survivors {
-        Survivors::from_alive(self.live_members(root))
+    /// The survivors of the tree of `root`, for a session that ends now. After the root's
+    /// own death it is left out: the eBPF source reports a death while the process is
+    /// still in do_exit, before `/proc` shows it exiting.
+    pub fn survivors(&self, root: ProcessKey, root_died: bool) -> Survivors {
+        let mut alive = self.live_members(root);
+        if root_died {
+            alive.retain(|member| member.key() != root);
+        }
+        Survivors::from_alive(alive)
     }
 
     pub fn status(&self, scan_interval: Duration) -> MembershipStatus {

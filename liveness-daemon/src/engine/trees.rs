@@ -48,10 +48,12 @@ impl Engine {
         }
     }
 
-    /// The survivors of a session whose owner is `owner`, when it ends now: `None` for an
-    /// owner of another boot, whose tree cannot be known.
-    pub(super) fn survivors_of(&self, owner: &Identity) -> Option<Survivors> {
-        (owner.boot_id == self.local.boot_id).then(|| self.membership.survivors(owner.key()))
+    /// The survivors of a session whose owner is `owner`, when it ends now (`owner_died`:
+    /// because the owner died): `None` for an owner of another boot, whose tree cannot be
+    /// known.
+    pub(super) fn survivors_of(&self, owner: &Identity, owner_died: bool) -> Option<Survivors> {
+        (owner.boot_id == self.local.boot_id)
+            .then(|| self.membership.survivors(owner.key(), owner_died))
     }
 
     /// `processes`: the live members of an ACTIVE session's tree.
