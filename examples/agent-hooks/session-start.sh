@@ -28,7 +28,13 @@ if [ -z "$id" ]; then
     exit 0
 fi
 
-if ! liveness register --session "$id" --owner auto --label tool=agent >/dev/null; then
+# --on-end terminate: when the session ends, however it ends, the processes the agent
+# started (MCP servers, dev servers, watchers), even orphaned ones, get SIGTERM, then
+# SIGKILL after the grace. The agent itself, if still alive, and the processes still
+# under it are left alone: only what it left behind is ended. Set
+# AGENT_ON_END=leave to keep them running.
+if ! liveness register --session "$id" --owner auto --label tool=agent \
+    --on-end "${AGENT_ON_END:-terminate}" --grace "${AGENT_GRACE:-5s}" >/dev/null; then
     echo "session-start: could not register session $id with livenessd" >&2
     exit 0
 fi

@@ -7,6 +7,7 @@ mod daemon;
 mod floor;
 mod peers;
 mod procs;
+mod reap;
 mod setup;
 mod watchers;
 
@@ -54,6 +55,9 @@ enum Part {
     /// liveness side by side with exitsnoop, bpftrace, the proc connector, pidfd and
     /// `/proc` polling.
     Peers,
+    /// A session's survivors terminated by its cleanup policy: owner death to
+    /// `session.reaped`.
+    Reap,
 }
 
 impl Args {
@@ -76,6 +80,7 @@ struct Plan {
     storm_rounds: usize,
     overhead_owners: usize,
     peers: peers::PeersPlan,
+    reap: reap::ReapPlan,
 }
 
 impl Plan {
@@ -97,6 +102,10 @@ impl Plan {
                     storm: 200,
                     external: false,
                 },
+                reap: reap::ReapPlan {
+                    survivors: 20,
+                    rounds: 1,
+                },
             }
         } else if args.quick {
             Plan {
@@ -115,6 +124,10 @@ impl Plan {
                     storm: 5_000,
                     external: true,
                 },
+                reap: reap::ReapPlan {
+                    survivors: 500,
+                    rounds: 3,
+                },
             }
         } else {
             Plan {
@@ -132,6 +145,10 @@ impl Plan {
                     samples: 500,
                     storm: 20_000,
                     external: true,
+                },
+                reap: reap::ReapPlan {
+                    survivors: 500,
+                    rounds: 5,
                 },
             }
         }
@@ -209,6 +226,7 @@ struct Report {
     baseline: Vec<Value>,
     overhead: Option<Value>,
     peers: Option<peers::PeersReport>,
+    reap: Option<Value>,
     errors: Vec<String>,
 }
 
@@ -291,6 +309,11 @@ fn run(args: &Args) -> Result<bool> {
         report.peers = Some(peers);
     }
 
+    if args.runs(Part::Reap) {
+        eprintln!("bench: reap");
+        report.reap = Some(reap::run(&args.bin_dir, plan.reap, &mut report.errors)?);
+    }
+
     let goals = goals(&report);
     print_table(&plan, &report, &goals);
     let document = json!({
@@ -311,6 +334,7 @@ fn run(args: &Args) -> Result<bool> {
         },
         "overhead": report.overhead,
         "peers": report.peers.as_ref().map(peers::PeersReport::json),
+        "reap": report.reap,
         "goals": goals,
         "errors": report.errors,
     });

@@ -5,6 +5,7 @@
 //! never allocates.
 
 use anyhow::{Context, Result, bail};
+use integration_tests::Fingerprint;
 use liveness_proc::identity::Stat;
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
@@ -157,6 +158,86 @@ fn owner_main(go: RawFd, report: RawFd) -> ! {
     exit_now(0)
 }
 
+/// One session's process tree: an owner that is not the harness's child, and `children`
+/// children of its own, forked before the owner reports its pid. The children `pause()`;
+/// the first `stubborn` of them ignore SIGTERM. Dropping it kills whatever is left.
+#[derive(Debug)]
+pub struct Tree {
+    pub owner: Fingerprint,
+    pub children: Vec<Fingerprint>,
+}
+
+impl Tree {
+    pub fn spawn(children: usize, stubborn: usize) -> Result<Tree> {
+        let (report_read, report_write) = pipe()?;
+        let report_fd = report_write.as_raw_fd();
+        // The owner only calls async-signal-safe functions (see the module doc).
+        integration_tests::spawn_orphan(|| tree_owner_main(children, stubborn, report_fd))
+            .context("forking a tree's owner")?;
+        drop(report_write);
+        let mut pid = [0u8; 8];
+        File::from(report_read)
+            .read_exact(&mut pid)
+            .context("reading the tree owner's pid")?;
+        let owner = u64::from_le_bytes(pid) as u32;
+        let listed = std::fs::read_to_string(format!("/proc/{owner}/task/{owner}/children"))
+            .context("reading the tree owner's children")?;
+        let children: Vec<Fingerprint> = listed
+            .split_ascii_whitespace()
+            .filter_map(|pid| pid.parse().ok())
+            .map(Fingerprint::of)
+            .collect();
+        Ok(Tree {
+            owner: Fingerprint::of(owner),
+            children,
+        })
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        self.owner.kill();
+        for child in &self.children {
+            child.kill();
+        }
+    }
+}
+
+fn tree_owner_main(children: usize, stubborn: usize, report: RawFd) -> ! {
+    close_all_but(&mut [report]);
+    for i in 0..children {
+        // SAFETY: fork in a process that makes only async-signal-safe calls.
+        match unsafe { libc::fork() } {
+            0 => {
+                // SAFETY: closing the report pipe, which the child does not use.
+                unsafe { libc::close(report) };
+                if i < stubborn {
+                    // SAFETY: setting this process's disposition of SIGTERM.
+                    unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
+                }
+                pause_forever()
+            }
+            -1 => exit_now(5),
+            _ => {}
+        }
+    }
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() } as u64;
+    if !write_all_raw(report, &pid.to_le_bytes()) {
+        exit_now(2);
+    }
+    // SAFETY: closing the report pipe: the harness reads to the pid and no further.
+    unsafe { libc::close(report) };
+    pause_forever()
+}
+
+fn pause_forever() -> ! {
+    loop {
+        // SAFETY: pause is async-signal-safe and takes no arguments.
+        unsafe { libc::pause() };
+    }
+}
+
 /// Many sleeping processes (`pause()`), forked by one small spawner process that is the
 /// harness's child. They form process groups of `group_size`, so a burst can kill one group
 /// (SIGKILL to the group) and leave the rest. Dropping kills them all.
@@ -275,10 +356,7 @@ pub fn spawner_main(count: usize, group_size: usize) -> ! {
                 unsafe { libc::close(hold) };
                 // SAFETY: setpgid is async-signal-safe and touches no memory of ours.
                 unsafe { libc::setpgid(0, leader) };
-                loop {
-                    // SAFETY: pause is async-signal-safe and takes no arguments.
-                    unsafe { libc::pause() };
-                }
+                pause_forever()
             }
             -1 => 0,
             pid => {

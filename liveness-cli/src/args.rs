@@ -1,8 +1,11 @@
 //! The command line: subcommands, their options and their help.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use liveness_common::duration::parse_duration;
+use liveness_common::session::OnEnd;
 
 use crate::doctor::DOCTOR_HELP;
 use crate::exit::exit_codes_help;
@@ -84,6 +87,14 @@ pub(crate) enum Command {
         /// registration only (repeatable), e.g. `--wrapper timeout`.
         #[arg(long = "wrapper", value_name = "COMM", requires = "owner")]
         wrappers: Vec<String>,
+        /// What happens to the session's surviving processes when it ends: `terminate`
+        /// sends them SIGTERM, then SIGKILL after --grace (default: leave them running).
+        #[arg(long, value_enum, value_name = "POLICY")]
+        on_end: Option<OnEndArg>,
+        /// How long terminated processes have between SIGTERM and SIGKILL, e.g. 1s
+        /// (default 10s, at most 1h).
+        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+        grace: Option<Duration>,
     },
     /// Give a pending session its real id.
     Rename {
@@ -100,7 +111,14 @@ pub(crate) enum Command {
     /// Record activity (postpones the inactivity timeout of owners that cannot be watched).
     Touch(SessionArgs),
     /// End a session now (reason `stopped`).
-    End(SessionArgs),
+    End {
+        #[command(flatten)]
+        session: SessionArgs,
+        /// Also terminate the session's processes that are still running (SIGTERM, then
+        /// SIGKILL after the session's grace), whatever its --on-end policy.
+        #[arg(long)]
+        terminate: bool,
+    },
     /// Show one session.
     Get(SessionArgs),
     /// List sessions.
@@ -209,6 +227,21 @@ fn parse_owner_keyword(text: &str) -> Result<AutoOwner, String> {
         Err(format!(
             "--owner takes only `auto` (not {text:?}); or use --owner-pid PID or --owner-identity JSON"
         ))
+    }
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum OnEndArg {
+    Leave,
+    Terminate,
+}
+
+impl From<OnEndArg> for OnEnd {
+    fn from(arg: OnEndArg) -> OnEnd {
+        match arg {
+            OnEndArg::Leave => OnEnd::Leave,
+            OnEndArg::Terminate => OnEnd::Terminate,
+        }
     }
 }
 

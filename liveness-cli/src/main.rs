@@ -24,7 +24,7 @@ use clap::Parser;
 use liveness_client::{Client, Owner, Registration};
 use liveness_common::identity::Identity;
 use liveness_common::protocol::{Reply, Request};
-use liveness_common::session::Phase;
+use liveness_common::session::{OnEnd, Phase};
 use liveness_proc::identity::{IdentityError, Liveness, ProcRoot};
 
 use crate::args::{Cli, Command, LabelFilter, OwnerArgs, PhaseArg, SessionArgs};
@@ -138,6 +138,8 @@ fn run_command(command: Command, context: &Context) -> Result<Exit, Failure> {
             owner,
             labels,
             wrappers,
+            on_end,
+            grace,
         } => {
             let registration = Registration {
                 session,
@@ -146,6 +148,8 @@ fn run_command(command: Command, context: &Context) -> Result<Exit, Failure> {
                 labels: labels.into_iter().collect(),
                 uid,
                 wrappers,
+                on_end: on_end.map(OnEnd::from),
+                grace,
             };
             let registered = Client::connect(socket)
                 .and_then(|mut c| c.register_with_warnings(&registration))?;
@@ -161,9 +165,18 @@ fn run_command(command: Command, context: &Context) -> Result<Exit, Failure> {
         Command::Touch(SessionArgs { session, uid }) => {
             session_call(socket, &Request::Touch { session, uid }, json)
         }
-        Command::End(SessionArgs { session, uid }) => {
-            session_call(socket, &Request::End { session, uid }, json)
-        }
+        Command::End {
+            session: SessionArgs { session, uid },
+            terminate,
+        } => session_call(
+            socket,
+            &Request::End {
+                session,
+                uid,
+                terminate,
+            },
+            json,
+        ),
         Command::Get(SessionArgs { session, uid }) => {
             session_call(socket, &Request::Get { session, uid }, json)
         }

@@ -5,8 +5,7 @@ use std::path::Path;
 use liveness_common::protocol::{MemberProcess, Request};
 
 use crate::args::SessionArgs;
-use crate::exit::Exit;
-use crate::exit::Failure;
+use crate::exit::{Exit, Failure};
 use crate::output::{self, outln};
 
 pub(crate) fn processes(
@@ -14,9 +13,8 @@ pub(crate) fn processes(
     SessionArgs { session, uid }: SessionArgs,
     json: bool,
 ) -> Result<Exit, Failure> {
-    let processes = crate::call(socket, &Request::Processes { session, uid })?
-        .processes
-        .unwrap_or_default();
+    let reply = crate::call(socket, &Request::Processes { session, uid })?;
+    let processes = reply.processes.unwrap_or_default();
     if json {
         output::json(&processes);
     } else {

@@ -8,7 +8,7 @@ use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{DeathReason, Identity};
 use liveness_common::lock::Lock;
 use liveness_common::protocol::wire_name;
-use liveness_common::session::{EndReason, Event, EventKind, Phase, Session};
+use liveness_common::session::{EndReason, Event, EventKind, OnEnd, Phase, Reaped, Session};
 use liveness_common::status::{MembershipStatus, SourceReport, Status};
 use liveness_proc::identity::{Liveness, ProcRoot};
 
@@ -50,6 +50,12 @@ fn print_session_block(session: &Session, now: i64) {
             "   Expires: {} ({}) unless renamed",
             clock::local_time(expires),
             clock::age(expires, now)
+        );
+    }
+    if session.on_end == OnEnd::Terminate {
+        outln!(
+            "    On end: terminate its processes (SIGKILL after {} ms)",
+            session.grace_ms
         );
     }
     if !session.labels.is_empty() {
@@ -266,10 +272,33 @@ pub(crate) fn describe_event(event: &Event) -> String {
             how_it_ended(event.reason, event.exit, event.detected_by)
         ));
     }
+    if let Some(reaped) = &event.reaped {
+        text.push_str(&describe_reaped(reaped));
+    }
     if !event.labels.is_empty() {
         text.push_str(&format!("  [{}]", describe_labels(&event.labels)));
     }
     text
+}
+
+/// What a reap did, by pid: `terminated [12 13], killed [14], failed [1: why]`.
+fn describe_reaped(reaped: &Reaped) -> String {
+    let pids = |pids: &[u32]| {
+        let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+        pids.join(" ")
+    };
+    let failed: Vec<String> = reaped
+        .failed
+        .iter()
+        .map(|f| format!("{}: {}", f.pid, f.reason))
+        .collect();
+    format!(
+        ": terminated [{}], killed [{}], already exited [{}], failed [{}]",
+        pids(&reaped.terminated),
+        pids(&reaped.killed),
+        pids(&reaped.exited),
+        failed.join("; ")
+    )
 }
 
 /// `status` for people: who answered, then sessions, events, deaths, processes and limits

@@ -78,6 +78,8 @@ fn run_session(
         pending: false,
         labels: args.labels.into_iter().collect(),
         uid: None,
+        on_end: None,
+        grace: None,
         wrappers: Vec::new(),
     };
     client.register(&registration)?;

@@ -45,7 +45,7 @@ use liveness_common::identity::Identity;
 use liveness_common::lock::Lock;
 pub use liveness_common::protocol::ErrorCode;
 use liveness_common::protocol::{Reply, Request, StreamMessage, Subscribed};
-use liveness_common::session::{EventKind, Phase, Session};
+use liveness_common::session::{EventKind, OnEnd, Phase, Session};
 use liveness_common::status::Status;
 
 pub use crate::error::ClientError;
@@ -86,6 +86,11 @@ pub struct Registration {
     pub labels: BTreeMap<String, String>,
     /// Root only: register in this user's namespace of session ids.
     pub uid: Option<u32>,
+    /// What happens to the session's surviving processes when it ends (daemon default:
+    /// [`OnEnd::Leave`]). Set when the session is created.
+    pub on_end: Option<OnEnd>,
+    /// Between SIGTERM and SIGKILL when they are terminated (daemon default: 10 s).
+    pub grace: Option<Duration>,
     /// [`Owner::Auto`]: further process names to skip as wrappers, for this registration
     /// only (added to the daemon's own `--wrapper` list).
     pub wrappers: Vec<String>,
@@ -110,6 +115,8 @@ impl Registration {
             pending: false,
             labels: BTreeMap::new(),
             uid: None,
+            on_end: None,
+            grace: None,
             wrappers: Vec::new(),
         }
     }
@@ -289,6 +296,7 @@ impl Client {
         self.session_call(&Request::End {
             session: session.into(),
             uid,
+            terminate: false,
         })
     }
 

@@ -155,6 +155,7 @@ impl AsyncClient {
         self.session_call(&Request::End {
             session: session.into(),
             uid,
+            terminate: false,
         })
         .await
     }

@@ -148,6 +148,10 @@ pub(crate) fn register_request(
         owner,
         pending: registration.pending,
         labels: registration.labels.clone(),
+        on_end: registration.on_end,
+        grace_ms: registration
+            .grace
+            .map(|grace| u64::try_from(grace.as_millis()).unwrap_or(u64::MAX)),
         wrappers: registration.wrappers.clone(),
     };
     Ok((request, pidfd))

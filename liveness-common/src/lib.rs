@@ -2,6 +2,7 @@
 //! each other. This crate is the single source of truth for the wire protocol described in
 //! `docs/protocol.md`; it depends on serde and nothing of the daemon.
 //!
+//! - [`duration`]: durations as flags spell them.
 //! - [`identity`]: process fingerprints ([`identity::Identity`]).
 //! - [`duration`]: durations on command lines (`500ms`, `30s`, `2m`).
 //! - [`exit`]: how a process ended ([`exit::ExitStatus`]) and what noticed it.

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::identity::Identity;
 use crate::lock::Lock;
-use crate::session::{Event, Phase, Session};
+use crate::session::{Event, OnEnd, Phase, Session};
 use crate::status::Status;
 
 /// The protocol version this build speaks.
@@ -83,6 +83,13 @@ pub enum Request {
         pending: bool,
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         labels: BTreeMap<String, String>,
+        /// The cleanup policy (default `leave`); set when the session is created.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        on_end: Option<OnEnd>,
+        /// Milliseconds between SIGTERM and SIGKILL when the session's processes are
+        /// terminated (default [`crate::session::DEFAULT_GRACE_MS`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        grace_ms: Option<u64>,
         /// `owner: "auto"`: further process names to skip as wrappers, for this request
         /// only (added to the daemon's `--wrapper` list).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -106,6 +113,9 @@ pub enum Request {
         session: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         uid: Option<u32>,
+        /// Terminate the session's surviving processes, whatever its policy.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        terminate: bool,
     },
     Get {
         session: String,
@@ -535,6 +545,46 @@ mod tests {
     }
 
     #[test]
+    fn cleanup_policy_fields_parse_and_bad_ones_are_named() {
+        let register = parse(
+            r#"{"op":"register","session":"s","owner":"auto","on_end":"terminate","grace_ms":1500}"#,
+        )
+        .unwrap();
+        assert!(
+            matches!(
+                register.request,
+                Request::Register {
+                    on_end: Some(OnEnd::Terminate),
+                    grace_ms: Some(1500),
+                    ..
+                }
+            ),
+            "{register:?}"
+        );
+        let end = parse(r#"{"op":"end","session":"s","terminate":true}"#).unwrap();
+        assert!(
+            matches!(
+                end.request,
+                Request::End {
+                    terminate: true,
+                    ..
+                }
+            ),
+            "{end:?}"
+        );
+        let (code, message) =
+            error_of(r#"{"op":"register","session":"s","owner":"auto","on_end":"kill"}"#);
+        assert_eq!(code, ErrorCode::InvalidRequest);
+        assert!(
+            message.contains("kill") && message.contains("terminate"),
+            "the error names the bad value and the valid ones: {message}"
+        );
+        let (_, message) =
+            error_of(r#"{"op":"register","session":"s","owner":"auto","grace_ms":"1s"}"#);
+        assert!(message.contains("invalid type"), "{message}");
+    }
+
+    #[test]
     fn stream_messages_are_tagged_by_kind() {
         let line = serde_json::to_string(&StreamMessage::Lagged { last_delivered: 9 }).unwrap();
         assert_eq!(line, r#"{"lagged":{"last_delivered":9}}"#);
@@ -554,6 +604,8 @@ mod tests {
         r#"{"op":"rename","session":"pending-1","to":"real","uid":0}"#,
         r#"{"op":"touch","session":"s1"}"#,
         r#"{"op":"end","session":"s1","id":"x"}"#,
+        r#"{"op":"end","session":"s1","terminate":true}"#,
+        r#"{"op":"register","session":"s2","owner":"auto","on_end":"terminate","grace_ms":1000}"#,
         r#"{"op":"get","session":"s1","uid":1000}"#,
         r#"{"op":"list","phase":"active"}"#,
         r#"{"op":"whose","pid":1}"#,

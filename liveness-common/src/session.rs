@@ -64,6 +64,13 @@ pub struct Session {
     /// Members of the session's process tree still alive when it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub survivors: Option<Survivors>,
+    /// What happens to the session's surviving processes when it ends.
+    #[serde(default)]
+    pub on_end: OnEnd,
+    /// How long surviving processes have between SIGTERM and SIGKILL when they are
+    /// terminated, in milliseconds.
+    #[serde(default = "default_grace_ms")]
+    pub grace_ms: u64,
 }
 
 /// Most survivors listed by identity; [`Survivors::total`] counts them all.
@@ -92,6 +99,54 @@ impl Survivors {
     }
 }
 
+/// The grace between SIGTERM and SIGKILL when a registration names none.
+pub const DEFAULT_GRACE_MS: u64 = 10_000;
+/// The longest grace a registration may ask for: a terminated session's processes are
+/// gone within this bound.
+pub const MAX_GRACE_MS: u64 = 3_600_000;
+
+fn default_grace_ms() -> u64 {
+    DEFAULT_GRACE_MS
+}
+
+/// The cleanup policy of a session: what happens to its surviving processes at its end.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnEnd {
+    /// They keep running; the ended event lists them.
+    #[default]
+    Leave,
+    /// They get SIGTERM, then SIGKILL after the grace period (`session.reaped` reports it).
+    Terminate,
+}
+
+impl OnEnd {
+    pub fn is_leave(&self) -> bool {
+        *self == OnEnd::Leave
+    }
+}
+
+/// What terminating a session's surviving processes did (`session.reaped`), by pid.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reaped {
+    /// Exited after SIGTERM, within the grace period.
+    pub terminated: Vec<u32>,
+    /// Still running when the grace period ended: SIGKILLed, and gone.
+    pub killed: Vec<u32>,
+    /// Had already exited before they were signalled (their pid may now be another
+    /// process's, which was left alone).
+    pub exited: Vec<u32>,
+    /// Not signalled, or still alive after SIGKILL, and why.
+    pub failed: Vec<ReapFailure>,
+}
+
+/// A process the reaper could not, or would not, end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReapFailure {
+    pub pid: u32,
+    pub reason: String,
+}
+
 /// Kind of an event; serialized as `session.<kind>` or `lock.<kind>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EventKind {
@@ -103,6 +158,10 @@ pub enum EventKind {
     Renamed,
     #[serde(rename = "session.ended")]
     Ended,
+    /// The surviving processes of an ended session were terminated by its policy or on
+    /// request.
+    #[serde(rename = "session.reaped")]
+    Reaped,
     /// The event's session was granted a lock.
     #[serde(rename = "lock.acquired")]
     LockAcquired,
@@ -144,6 +203,12 @@ pub struct Event {
     /// `session.ended`: the members of the session's process tree still alive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub survivors: Option<Survivors>,
+    /// The session's cleanup policy, when it is not `leave`.
+    #[serde(default, skip_serializing_if = "OnEnd::is_leave")]
+    pub on_end: OnEnd,
+    /// `session.reaped`: what terminating the surviving processes did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reaped: Option<Reaped>,
     /// `lock.acquired` and `lock.released`: which lock, its token, why it was released.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock: Option<LockChange>,

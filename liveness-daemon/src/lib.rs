@@ -9,6 +9,7 @@ pub mod engine;
 pub mod fdpass;
 pub mod limits;
 pub mod metrics;
+pub mod reap;
 pub mod server;
 pub mod source;
 pub mod store;

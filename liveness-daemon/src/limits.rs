@@ -326,7 +326,8 @@ impl SessionUsage {
             EventKind::OwnerChanged
             | EventKind::Renamed
             | EventKind::LockAcquired
-            | EventKind::LockReleased => {}
+            | EventKind::LockReleased
+            | EventKind::Reaped => {}
         }
     }
 

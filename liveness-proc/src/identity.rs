@@ -451,6 +451,28 @@ impl ProcRoot {
         self.status_field(pid, "Uid")
     }
 
+    /// The real and saved set-user-IDs of a process: those an unprivileged sender's real or
+    /// effective uid must match for the kernel to let it signal the process (kill(2)).
+    pub fn signal_uids(&self, pid: u32) -> Result<[u32; 2], IdentityError> {
+        let status = self.status(pid)?;
+        let ids: Vec<u32> = status
+            .lines()
+            .find_map(|line| line.strip_prefix("Uid:"))
+            .map(|ids| {
+                ids.split_ascii_whitespace()
+                    .filter_map(|id| id.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        match ids[..] {
+            [real, _effective, saved, ..] => Ok([real, saved]),
+            _ => Err(IdentityError::Malformed {
+                path: self.root.join(format!("{pid}/status")),
+                what: "Uid",
+            }),
+        }
+    }
+
     /// The process a thread id belongs to (itself for a process id). `/proc/<tid>` exists
     /// for every thread, though only processes are listed.
     pub fn tgid(&self, pid: u32) -> Result<u32, IdentityError> {
@@ -764,7 +786,7 @@ impl ProcRoot {
 }
 
 /// Whether the process behind a pidfd has exited (the pidfd polls readable then).
-fn pidfd_exited(pidfd: BorrowedFd<'_>) -> bool {
+pub fn pidfd_exited(pidfd: BorrowedFd<'_>) -> bool {
     let mut fds = [rustix::event::PollFd::new(
         &pidfd,
         rustix::event::PollFlags::IN,
@@ -1016,10 +1038,19 @@ mod tests {
         )
         .unwrap();
         assert_eq!(proc.root().uid(70).unwrap(), 1000);
+        assert_eq!(
+            proc.root().signal_uids(70).unwrap(),
+            [1000, 0],
+            "real and saved, not effective or fs"
+        );
         assert_eq!(proc.root().tgid(70).unwrap(), 70);
         std::fs::write(&status, "Name:\tagent\nUidx:\t5\n").unwrap();
         assert!(matches!(
             proc.root().uid(70),
+            Err(IdentityError::Malformed { .. })
+        ));
+        assert!(matches!(
+            proc.root().signal_uids(70),
             Err(IdentityError::Malformed { .. })
         ));
         assert!(matches!(

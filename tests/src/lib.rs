@@ -342,6 +342,131 @@ impl Drop for Orphan {
     }
 }
 
+/// A process named by its fingerprint, which the test may check and kill without ever
+/// touching another process that took its pid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fingerprint {
+    pub pid: u32,
+    pub start_ticks: u64,
+}
+
+impl Fingerprint {
+    pub fn of(pid: u32) -> Fingerprint {
+        Fingerprint {
+            pid,
+            start_ticks: wait_start_ticks(pid),
+        }
+    }
+
+    /// Still this process, and not a zombie (an orphan's is reaped whenever init gets to it).
+    pub fn is_running(&self) -> bool {
+        proc_root()
+            .stat(self.pid)
+            .is_ok_and(|stat| stat.start_ticks == self.start_ticks && !stat.has_exited())
+    }
+
+    pub fn kill(&self) {
+        kill_if_same(self.pid, self.start_ticks);
+    }
+}
+
+/// `testproc family`: an owner whose descendants become orphans, as a session's process
+/// tree does (see `src/bin/testproc.rs`). Every process of it is killed on drop.
+#[derive(Debug)]
+pub struct Family {
+    owner: Child,
+    commands: ChildStdin,
+    replies: BufReader<std::process::ChildStdout>,
+    /// The descendant it had from the start, under a middle process until [`Family::release`].
+    pub before: Fingerprint,
+    members: Vec<Fingerprint>,
+}
+
+impl Family {
+    pub fn spawn() -> Family {
+        let mut owner = Command::new(binary("testproc"))
+            .arg("family")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot spawn testproc family: {e}"));
+        let commands = owner.stdin.take().expect("stdin");
+        let mut replies = BufReader::new(owner.stdout.take().expect("stdout"));
+        let before = Fingerprint::of(read_pid_line(&mut replies));
+        Family {
+            owner,
+            commands,
+            replies,
+            before,
+            members: vec![before],
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.owner.id()
+    }
+
+    fn ask(&mut self, command: &str) -> u32 {
+        writeln!(self.commands, "{command}").expect("write to testproc family");
+        let pid = read_pid_line(&mut self.replies);
+        if command == "release" {
+            return pid;
+        }
+        let member = Fingerprint::of(pid);
+        self.members.push(member);
+        pid
+    }
+
+    /// Ends the middle process above [`Family::before`], which is reparented to init (or
+    /// the nearest subreaper) before this returns.
+    pub fn release(&mut self) {
+        self.ask("release");
+    }
+
+    /// A new descendant, orphaned at once.
+    pub fn orphan(&mut self) -> Fingerprint {
+        Fingerprint::of(self.ask("orphan"))
+    }
+
+    /// A new orphaned descendant that ignores SIGTERM.
+    pub fn stubborn(&mut self) -> Fingerprint {
+        Fingerprint::of(self.ask("stubborn"))
+    }
+
+    /// A new orphaned descendant that runs as user and group `uid` (the owner must be root).
+    pub fn orphan_as(&mut self, uid: u32) -> Fingerprint {
+        Fingerprint::of(self.ask(&format!("as {uid}")))
+    }
+
+    /// SIGKILLs the owner and reaps it; its descendants live on.
+    pub fn kill_owner(&mut self) {
+        let _ = self.owner.kill();
+        let _ = self.owner.wait();
+    }
+
+    /// Reaps the owner once it has died (of a signal the test did not send itself).
+    pub fn reap_owner(&mut self) -> std::process::ExitStatus {
+        self.owner.wait().expect("reap testproc family")
+    }
+}
+
+impl Drop for Family {
+    fn drop(&mut self) {
+        self.kill_owner();
+        for member in &self.members {
+            member.kill();
+        }
+    }
+}
+
+fn read_pid_line(from: &mut impl BufRead) -> u32 {
+    let mut line = String::new();
+    from.read_line(&mut line).expect("read a PID from testproc");
+    line.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("testproc printed {line:?}, not a PID"))
+}
+
 /// Many orphans sharing one control pipe: they all die at once when it closes.
 #[derive(Debug)]
 pub struct OrphanGroup {
@@ -386,15 +511,10 @@ impl Drop for OrphanGroup {
 }
 
 fn read_pid(child: &mut Child) -> u32 {
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("read the orphan's PID");
+    let pid = read_pid_line(&mut BufReader::new(child.stdout.take().expect("stdout")));
     let status = child.wait().expect("reap the middle process");
     assert!(status.success(), "testproc orphan failed: {status}");
-    line.trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("testproc printed {line:?}, not a PID"))
+    pid
 }
 
 fn wait_start_ticks(pid: u32) -> u64 {

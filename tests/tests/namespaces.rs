@@ -283,6 +283,8 @@ fn a_pidfd_owner_is_never_confused_with_a_process_reusing_its_pid() {
         owner: OwnerSpec::Pidfd(PidfdOwner { pidfd: 0 }),
         pending: false,
         labels: Default::default(),
+        on_end: None,
+        grace_ms: None,
         wrappers: Vec::new(),
     };
     let refusal = client

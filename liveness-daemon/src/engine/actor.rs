@@ -8,15 +8,23 @@ use crate::source::ExitObservation;
 use crate::store::OwnerDeath;
 use liveness_common::exit::DetectedBy;
 use liveness_common::identity::{Identity, ProcessKey};
-use liveness_common::protocol::{Request, StreamMessage};
+use liveness_common::protocol::Request;
 use liveness_common::session::{EndReason, Event};
 use liveness_proc::identity::Liveness;
 
 use super::locks::{AcquireRequest, LockEffect};
+use super::reaping::terminating;
 use super::{
     Batch, Command, Engine, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, Published, RETRY_PERIOD,
     Subscription, membership, ms_of,
 };
+
+/// A stream line of one event, as [`liveness_common::protocol::StreamMessage::Event`]
+/// writes it, from a borrowed event.
+#[derive(serde::Serialize)]
+struct EventLine<'a> {
+    event: &'a Event,
+}
 
 impl Engine {
     /// Runs until `shutdown` turns true, then commits every exit already observed. Fails
@@ -49,6 +57,7 @@ impl Engine {
                     Some(command) => self.handle(command),
                     None => break Ok(()),
                 },
+                Some(done) = self.reaps.join_next(), if !self.reaps.is_empty() => self.finish_reap(done),
                 _ = retry.tick(), if !self.uncommitted.is_empty() => self.finalize(Vec::new()),
                 _ = housekeeping.tick() => self.housekeeping(),
                 _ = trees.tick() => self.refresh_trees(),
@@ -66,6 +75,7 @@ impl Engine {
         self.finalize(Vec::new());
         // What the kernel added since the last refresh, for the next run.
         self.refresh_trees();
+        self.cancel_reaps().await;
         if !self.uncommitted.is_empty() {
             // Their sessions are still ACTIVE in the store: the next start reconciles them.
             tracing::error!(
@@ -261,7 +271,8 @@ impl Engine {
     }
 
     /// Announces committed events, then applies what they change for requests waiting for
-    /// a lock (a freed lock is granted here, its event published after these).
+    /// a lock (a freed lock is granted here, its event published after these), and starts
+    /// terminating the survivors of sessions whose policy says so.
     pub(super) fn publish(&mut self, events: Vec<Event>) {
         // Without waiters nothing can change for them: a burst of ends costs nothing more.
         let effects = if self.waiters.is_empty() {
@@ -269,43 +280,53 @@ impl Engine {
         } else {
             LockEffect::of(&events)
         };
+        let to_reap = terminating(&events);
         self.broadcast(events);
         self.follow_locks(effects);
+        // Once the subscribers have the endings, while the sessions' trees are still known.
+        for ended in &to_reap {
+            self.start_reap(ended);
+        }
     }
 
     /// Sends committed events, as one batch, to every subscriber. A subscriber whose queue
-    /// is full is dropped; its connection tells it `lagged`.
-    fn broadcast(&mut self, events: Vec<Event>) {
+    /// is full is dropped; its connection tells it `lagged`. The log lines and metrics come
+    /// after, so that a slow log destination never delays the stream.
+    fn broadcast(&mut self, mut events: Vec<Event>) {
         let batch: Batch = events
-            .into_iter()
-            .filter_map(|mut event| {
-                self.usage.apply(&event);
-                super::eventlog::log(&event, &mut self.fresh_owners);
-                self.end_metrics.record(&event);
-                super::hops::published(&mut event);
-                let (seq, session, creator_uid) =
-                    (event.seq, event.session.clone(), event.creator_uid);
-                match serde_json::to_string(&StreamMessage::Event(Box::new(event))) {
+            .iter_mut()
+            .filter_map(|event| {
+                self.usage.apply(event);
+                super::hops::published(event);
+                match serde_json::to_string(&EventLine { event }) {
                     Ok(line) => Some(Published {
-                        seq,
-                        session,
-                        creator_uid,
+                        seq: event.seq,
+                        session: event.session.clone(),
+                        creator_uid: event.creator_uid,
                         line,
                     }),
                     Err(e) => {
-                        tracing::error!(error = %e, seq, "cannot serialize event");
+                        tracing::error!(error = %e, seq = event.seq, "cannot serialize event");
                         None
                     }
                 }
             })
             .collect();
+        self.send(&batch);
+        for event in &events {
+            super::eventlog::log(event, &mut self.fresh_owners);
+            self.end_metrics.record(event);
+        }
+    }
+
+    fn send(&mut self, batch: &Batch) {
         let Some(last) = batch.last().map(|p| p.seq) else {
             return;
         };
         let before = self.subscribers.len();
         let counters = &mut self.counters;
         self.subscribers
-            .retain(|queue| match queue.try_send(Arc::clone(&batch)) {
+            .retain(|queue| match queue.try_send(Arc::clone(batch)) {
                 Ok(()) => true,
                 Err(mpsc::error::TrySendError::Full(_)) => {
                     counters.lagged_subscribers += 1;
@@ -371,5 +392,27 @@ impl Engine {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use liveness_common::protocol::StreamMessage;
+
+    #[test]
+    fn a_borrowed_event_line_is_the_stream_message() {
+        // Built from JSON so that fields added later need no change here.
+        let event: Event = serde_json::from_value(serde_json::json!({
+            "seq": 7, "kind": "session.ended", "at_ms": 1, "session": "s",
+            "owner": {"pid": 1, "start_ticks": 2, "boot_id": "b", "host": "h", "comm": "c"},
+            "reason": "owner_exited", "detected_by": "ebpf", "labels": {"k": "v"},
+            "creator_uid": 0,
+        }))
+        .unwrap();
+        assert_eq!(
+            serde_json::to_string(&EventLine { event: &event }).unwrap(),
+            serde_json::to_string(&StreamMessage::Event(Box::new(event))).unwrap()
+        );
     }
 }

@@ -1,4 +1,4 @@
-//! One info line per session registered and per session ended, with structured fields
+//! One info line per session registered, ended and reaped, with structured fields
 //! (kept as journal fields when the daemon logs to journald): who, whose, why, seen by
 //! which source, and how long from the death to the commit.
 
@@ -57,6 +57,19 @@ pub(super) fn log(event: &Event, fresh_owners: &mut FreshOwners) {
             seq = event.seq,
             "session ended"
         ),
+        EventKind::Reaped => {
+            let reaped = event.reaped.clone().unwrap_or_default();
+            tracing::info!(
+                session = %event.session,
+                uid = event.creator_uid,
+                terminated = reaped.terminated.len(),
+                killed = reaped.killed.len(),
+                exited = reaped.exited.len(),
+                failed = reaped.failed.len(),
+                seq = event.seq,
+                "session's processes reaped"
+            );
+        }
         EventKind::OwnerChanged
         | EventKind::Renamed
         | EventKind::LockAcquired

@@ -8,12 +8,13 @@ use liveness_common::identity::Identity;
 use liveness_common::protocol::{
     ErrorBody, ErrorCode, OwnerSpec, PidOwner, PidfdOwner, Reply, Request,
 };
-use liveness_common::session::{EndReason, Phase, Session};
+use liveness_common::session::{EndReason, EventKind, OnEnd, Phase, Session};
 use liveness_common::status::{LimitsStatus, Status};
 use liveness_proc::identity::IdentityError;
 
 use super::auth::Caller;
 use super::owner_checks::Requested;
+use super::reaping::AskedPolicy;
 use super::{Engine, now_ms, store_error};
 
 impl Engine {
@@ -27,12 +28,17 @@ impl Engine {
                 pending,
                 labels,
                 wrappers,
+                on_end,
+                grace_ms,
             } => {
                 let owner = Requested {
                     spec: owner,
                     wrappers,
                 };
-                self.register(caller, session, uid, owner, fds, pending, labels, now)
+                let policy = AskedPolicy { on_end, grace_ms };
+                self.register(
+                    caller, session, uid, owner, fds, pending, labels, policy, now,
+                )
             }
             Request::Rename { session, to, uid } => match self.addressed(caller, &session, uid) {
                 Err(error) => error.into(),
@@ -51,7 +57,11 @@ impl Engine {
                     Err(e) => store_error(e).into(),
                 },
             },
-            Request::End { session, uid } => match self.addressed(caller, &session, uid) {
+            Request::End {
+                session,
+                uid,
+                terminate,
+            } => match self.addressed(caller, &session, uid) {
                 Err(error) => error.into(),
                 Ok(existing) => {
                     let ended = self.store.end(
@@ -67,7 +77,15 @@ impl Engine {
                     );
                     match ended {
                         Ok(events) if !events.is_empty() => {
+                            // A `terminate` policy reaps on publish already.
+                            let reap = (terminate && existing.on_end == OnEnd::Leave)
+                                .then(|| events.iter().find(|e| e.kind == EventKind::Ended))
+                                .flatten()
+                                .cloned();
                             self.publish(events);
+                            if let Some(ended) = reap {
+                                self.start_reap(&ended);
+                            }
                             self.unwatch_if_unused(&existing.owner);
                             self.get_reply(existing.creator_uid, &session)
                         }
@@ -244,6 +262,7 @@ impl Engine {
         fds: &[OwnedFd],
         pending: bool,
         labels: BTreeMap<String, String>,
+        policy: AskedPolicy,
         now: i64,
     ) -> Reply {
         let auto = matches!(owner.spec, OwnerSpec::Auto(_));
@@ -262,12 +281,20 @@ impl Engine {
             Ok(namespace) => namespace.unwrap_or(caller.uid),
             Err(error) => return error.into(),
         };
+        let (on_end, grace_ms) = match policy.resolve() {
+            Ok(resolved) => resolved,
+            Err(error) => return error.into(),
+        };
         let owner = match self.resolve_owner(caller, owner, fds) {
             Ok(owner) => owner,
             Err(error) => return error.into(),
         };
         let previous = match self.store.get(namespace, &id) {
-            Ok(existing) => existing.map(|s| s.owner),
+            Ok(Some(existing)) => match policy.check_unchanged(&existing) {
+                Ok(()) => Some(existing.owner),
+                Err(error) => return error.into(),
+            },
+            Ok(None) => None,
             Err(e) => return store_error(e).into(),
         };
         if previous.is_none()
@@ -282,6 +309,8 @@ impl Engine {
             pending_expires_ms: pending.then(|| now + self.config.pending_ttl.as_millis() as i64),
             creator_uid: namespace,
             labels,
+            on_end,
+            grace_ms,
         };
         let registered = match self.store.register(new, now) {
             Ok(registered) => registered,

@@ -365,7 +365,7 @@ impl Membership {
 /// The processes descended from a process that `tree_of` places in a tree, each with that
 /// tree's root. A process whose parent is unknown to `processes` (it exited) is found only
 /// through a known ancestor, which is why members are remembered by fingerprint.
-fn descendants(
+pub(super) fn descendants(
     processes: &[Stat],
     tree_of: impl Fn(ProcessKey) -> Option<ProcessKey>,
 ) -> Vec<Member> {

@@ -13,8 +13,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
 
 use crate::limits::{Limits, SessionUsage};
+use crate::reap::Reaper;
 use crate::source::monitor::Monitor;
 use crate::store::{ListQuery, OwnerDeath, Store, StoreError};
 use liveness_common::protocol::{ErrorBody, ErrorCode, Reply, Request};
@@ -32,6 +34,7 @@ mod housekeeping;
 mod locks;
 pub mod membership;
 mod owner_checks;
+mod reaping;
 mod trees;
 mod whose;
 
@@ -169,10 +172,14 @@ pub struct Engine {
     last_prune: Option<Instant>,
     /// Facts status reports about the daemon itself (paths, versions).
     about: DaemonInfo,
-    /// The process trees of tracked owners.
-    membership: Membership,
     /// Requests waiting for a lock.
     waiters: locks::Waiters,
+    /// The process trees of tracked owners.
+    membership: Membership,
+    reaper: Reaper,
+    /// Sessions' surviving processes being terminated: each task waits out a grace period
+    /// and returns what it did, for the engine to commit.
+    reaps: JoinSet<reaping::ReapDone>,
     /// With `--trace-hops` only.
     hops: Option<hops::HopTrace>,
     /// Owners registered within the last second, to warn of those that die at once.
@@ -231,6 +238,7 @@ impl Engine {
             ..ListQuery::default()
         })?;
         let usage = SessionUsage::new(*config.limits.config(), active.sessions);
+        let reaper = Reaper::new(config.proc.clone());
         if store.begin_run(&local.boot_id)? {
             tracing::warn!(
                 jump = crate::store::SEQ_JUMP_AFTER_POWER_LOSS,
@@ -261,6 +269,8 @@ impl Engine {
             last_prune: None,
             about,
             waiters: locks::Waiters::default(),
+            reaper,
+            reaps: JoinSet::new(),
         })
     }
 

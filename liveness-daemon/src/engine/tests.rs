@@ -14,7 +14,7 @@ use crate::store::Store;
 use liveness_common::exit::DetectedBy;
 use liveness_common::identity::{DeathReason, Identity};
 use liveness_common::protocol::{ErrorCode, OwnerSpec, PidOwner, Reply, Request};
-use liveness_common::session::{EndReason, Phase, Session};
+use liveness_common::session::{DEFAULT_GRACE_MS, EndReason, MAX_GRACE_MS, OnEnd, Phase, Session};
 use liveness_common::status::{DaemonInfo, LimitsConfig, SourceName};
 use liveness_proc::identity::ProcRoot;
 
@@ -148,6 +148,8 @@ impl Fixture {
                 owner,
                 pending: id.is_none(),
                 labels: BTreeMap::new(),
+                on_end: None,
+                grace_ms: None,
                 wrappers: Vec::new(),
             },
         )
@@ -244,6 +246,7 @@ async fn users_see_only_their_own_sessions_and_root_names_any_users() {
         Request::End {
             session: "s".into(),
             uid: Some(ALICE.uid),
+            terminate: false,
         },
     );
     assert_eq!(
@@ -442,6 +445,68 @@ async fn an_owner_on_another_machine_times_out_unless_touched() {
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn the_cleanup_policy_is_set_at_creation_and_bad_values_change_nothing() {
+    let mut f = fixture().await;
+    f.proc.spawn(11, ALICE.uid);
+    let register = |on_end, grace_ms| Request::Register {
+        session: Some("s".into()),
+        uid: None,
+        owner: OwnerSpec::Pid(PidOwner { pid: 11 }),
+        pending: false,
+        labels: BTreeMap::new(),
+        on_end,
+        grace_ms,
+        wrappers: Vec::new(),
+    };
+    let too_long = f.ask(
+        ALICE,
+        register(Some(OnEnd::Terminate), Some(MAX_GRACE_MS + 1)),
+    );
+    let message = too_long.error.as_ref().map(|e| e.message.clone());
+    assert_eq!(error_of(too_long), ErrorCode::InvalidRequest);
+    assert!(
+        message.as_deref().is_some_and(|m| m.contains("grace_ms")),
+        "{message:?}"
+    );
+    assert_eq!(
+        error_of(f.get(ALICE, "s", None)),
+        ErrorCode::NotFound,
+        "a refused registration stores nothing"
+    );
+
+    let created = session_of(
+        f.ask(ALICE, register(Some(OnEnd::Terminate), Some(1500))),
+        "register with a policy",
+    );
+    assert_eq!((created.on_end, created.grace_ms), (OnEnd::Terminate, 1500));
+    session_of(
+        f.ask(ALICE, register(None, None)),
+        "a later turn that names no policy keeps it",
+    );
+    session_of(
+        f.ask(ALICE, register(Some(OnEnd::Terminate), Some(1500))),
+        "a later turn may repeat it",
+    );
+    let changed = f.ask(ALICE, register(Some(OnEnd::Leave), None));
+    let message = changed.error.as_ref().map(|e| e.message.clone());
+    assert_eq!(error_of(changed), ErrorCode::InvalidRequest);
+    assert!(
+        message
+            .as_deref()
+            .is_some_and(|m| m.contains("set when a session is created")),
+        "{message:?}"
+    );
+    let kept = f.session(ALICE.uid, "s");
+    assert_eq!((kept.on_end, kept.grace_ms), (OnEnd::Terminate, 1500));
+
+    f.proc.spawn(12, ALICE.uid);
+    let plain = f.own(ALICE, "plain", 12);
+    assert_eq!(
+        (plain.on_end, plain.grace_ms),
+        (OnEnd::Leave, DEFAULT_GRACE_MS)
+    );
+}
 /// Sends a `lock_acquire` as a connection would; the reply comes on the receiver, at once
 /// or, for one that waits, when it is granted or fails.
 fn acquire(
@@ -573,6 +638,7 @@ async fn a_pending_sessions_lock_is_freed_when_it_expires_and_its_waiters_leave_
         Request::End {
             session: "quitter".into(),
             uid: None,
+            terminate: false,
         },
     );
     session_of(ended, "end");

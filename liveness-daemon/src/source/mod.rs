@@ -21,7 +21,7 @@ pub mod monitor;
 pub mod pidfd;
 pub mod procpoll;
 #[cfg(test)]
-mod testutil;
+pub(crate) mod testutil;
 
 /// One source's report that a tracked process died.
 #[derive(Debug, Clone, PartialEq, Eq)]

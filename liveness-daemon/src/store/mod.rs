@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{Identity, ProcessKey};
-use liveness_common::session::{EndReason, Event, Session, Survivors};
+use liveness_common::session::{EndReason, Event, OnEnd, Session, Survivors};
 
 /// Longest accepted session id, in bytes.
 pub const MAX_ID_LEN: usize = 256;
@@ -24,14 +24,14 @@ pub const MAX_ID_LEN: usize = 256;
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Number of columns in [`session_columns!`].
-const SESSION_COLUMNS: usize = 20;
+const SESSION_COLUMNS: usize = 22;
 
 /// Columns of a session row, in the order [`session_from_row`] reads them.
 macro_rules! session_columns {
     () => {
         "id, owner_pid, owner_start_ticks, owner_boot_id, owner_host, owner_comm, phase, \
          pending, reason, exit, detected_by, creator_uid, labels, created_ms, updated_ms, \
-         touched_ms, ended_ms, pending_expires_ms, owner_pidfs_ino, survivors"
+         touched_ms, ended_ms, pending_expires_ms, owner_pidfs_ino, survivors, on_end, grace_ms"
     };
 }
 
@@ -118,6 +118,8 @@ pub struct NewSession {
     pub pending_expires_ms: Option<i64>,
     pub creator_uid: u32,
     pub labels: BTreeMap<String, String>,
+    pub on_end: OnEnd,
+    pub grace_ms: u64,
 }
 
 /// Result of [`Store::register`]: the session as stored, and the event to publish, if any

@@ -27,6 +27,8 @@ pub(super) fn event_about(kind: EventKind, session: &Session, at_ms: i64) -> Eve
         labels: session.labels.clone(),
         creator_uid: session.creator_uid,
         survivors: None,
+        on_end: session.on_end,
+        reaped: None,
         lock: None,
         hops: None,
     }
@@ -139,6 +141,8 @@ pub(super) fn session_from_row(row: &Row<'_>) -> Result<Session, StoreError> {
             .get::<_, Option<String>>(19)?
             .map(|s| serde_json::from_str(&s))
             .transpose()?,
+        on_end: from_name(row.get(20)?)?,
+        grace_ms: u64::try_from(row.get::<_, i64>(21)?).unwrap_or_default(),
     })
 }
 
@@ -162,7 +166,7 @@ pub(super) fn insert_session(conn: &Connection, s: &Session) -> Result<(), Store
         "INSERT INTO sessions (",
         session_columns!(),
         ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-         ?19, ?20)"
+         ?19, ?20, ?21, ?22)"
     ))?
     .execute(params![
         s.id,
@@ -188,6 +192,8 @@ pub(super) fn insert_session(conn: &Connection, s: &Session) -> Result<(), Store
             .as_ref()
             .map(serde_json::to_string)
             .transpose()?,
+        name(&s.on_end)?,
+        i64::try_from(s.grace_ms).unwrap_or(i64::MAX),
     ])?;
     Ok(())
 }

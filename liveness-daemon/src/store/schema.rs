@@ -170,6 +170,14 @@ CREATE TABLE members (
 );
 CREATE INDEX members_by_root ON members (root_pid, root_start_ticks);
 "#,
+    r#"
+-- The cleanup policy, chosen at registration: whether the session's surviving processes
+-- are terminated when it ends, and their grace between SIGTERM and SIGKILL. Sessions made
+-- before it leave their processes, as they always did.
+ALTER TABLE sessions ADD COLUMN on_end TEXT NOT NULL DEFAULT 'leave'
+    CHECK (on_end IN ('leave', 'terminate'));
+ALTER TABLE sessions ADD COLUMN grace_ms INTEGER NOT NULL DEFAULT 10000;
+"#,
 ];
 
 /// The schema version this code writes and understands.

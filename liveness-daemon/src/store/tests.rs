@@ -1,7 +1,7 @@
 use std::path::Path;
 
 use liveness_common::lock::{Lock, ReleaseReason};
-use liveness_common::session::{EventKind, Phase};
+use liveness_common::session::{DEFAULT_GRACE_MS, EventKind, OnEnd, Phase, ReapFailure, Reaped};
 use rusqlite::Connection;
 
 use super::schema::{MIGRATIONS, SCHEMA_VERSION};
@@ -37,6 +37,8 @@ fn req(id: &str, owner: Identity) -> NewSession {
         pending_expires_ms: None,
         creator_uid: UID,
         labels: BTreeMap::from([("tool".into(), "claude".into())]),
+        on_end: OnEnd::Leave,
+        grace_ms: DEFAULT_GRACE_MS,
     }
 }
 
@@ -1233,6 +1235,64 @@ fn commits_survive_sigkill() {
     let store = db.open();
     assert_eq!(store.head_seq().unwrap(), 2);
     assert_eq!(store.get(UID, "s").unwrap().unwrap().phase, Phase::Ended);
+}
+
+#[test]
+fn the_cleanup_policy_is_stored_and_the_reaped_event_recorded() {
+    let db = Db::new();
+    let mut store = db.open();
+    let terminating = NewSession {
+        on_end: OnEnd::Terminate,
+        grace_ms: 1500,
+        ..req("s1", owner(10))
+    };
+    let registered = store.register(terminating, NOW).unwrap();
+    assert_eq!(
+        registered.event.map(|e| e.on_end),
+        Some(OnEnd::Terminate),
+        "the registered event names the policy"
+    );
+    let session = store.get(UID, "s1").unwrap().unwrap();
+    assert_eq!((session.on_end, session.grace_ms), (OnEnd::Terminate, 1500));
+    let mut ended = end_by_owner(&mut store, &owner(10));
+    let ended = ended.pop().expect("the session ends");
+    assert_eq!(ended.on_end, OnEnd::Terminate);
+
+    let reaped = Reaped {
+        terminated: vec![11],
+        killed: vec![12],
+        exited: vec![13],
+        failed: vec![ReapFailure {
+            pid: 14,
+            reason: "refused".into(),
+        }],
+    };
+    let event = store
+        .record_reaped(&ended, reaped.clone(), NOW + 9)
+        .unwrap();
+    assert_eq!(
+        (event.seq, event.kind, event.at_ms),
+        (ended.seq + 1, EventKind::Reaped, NOW + 9)
+    );
+    assert_eq!(event.reaped.as_ref(), Some(&reaped));
+    assert_eq!((event.session.as_str(), event.creator_uid), ("s1", UID));
+    let replayed = events(store.events_after(ended.seq, 10, &only("s1")).unwrap());
+    assert_eq!(
+        replayed,
+        vec![event],
+        "the stored event is the one published"
+    );
+    assert_eq!(
+        store.get(UID, "s1").unwrap().unwrap().phase,
+        Phase::Ended,
+        "the session row is not changed"
+    );
+
+    let plain = store.register(req("s2", owner(20)), NOW).unwrap().session;
+    assert_eq!(
+        (plain.on_end, plain.grace_ms),
+        (OnEnd::Leave, DEFAULT_GRACE_MS)
+    );
 }
 
 fn granted(acquired: Acquired) -> (Lock, Event) {

@@ -10,7 +10,7 @@ use super::schema::{FileId, check_version, create, file_id, is_damage, is_trunca
 use super::{BUSY_TIMEOUT, EventFilter, EventPage, NewSession, OwnerDeath, Registered, StoreError};
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::Identity;
-use liveness_common::session::{EndReason, Event, EventKind, Phase, Session, Survivors};
+use liveness_common::session::{EndReason, Event, EventKind, Phase, Reaped, Session, Survivors};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use std::path::{Path, PathBuf};
 
@@ -232,6 +232,8 @@ impl Store {
                     ended_ms: None,
                     pending_expires_ms: req.pending_expires_ms.filter(|_| req.pending),
                     survivors: None,
+                    on_end: req.on_end,
+                    grace_ms: req.grace_ms,
                 };
                 insert_session(&tx, &session)?;
                 let event = append(&tx, event_about(EventKind::Registered, &session, now_ms))?;
@@ -392,6 +394,32 @@ impl Store {
         }
         tx.commit()?;
         Ok(ended)
+    }
+
+    /// Records what terminating the surviving processes of an ended session did: the
+    /// `session.reaped` event, about the session as its `ended` event described it.
+    pub fn record_reaped(
+        &mut self,
+        ended: &Event,
+        reaped: Reaped,
+        now_ms: i64,
+    ) -> Result<Event, StoreError> {
+        let tx = self.write_tx()?;
+        let event = append(
+            &tx,
+            Event {
+                kind: EventKind::Reaped,
+                at_ms: now_ms,
+                exit: None,
+                detected_by: None,
+                observed_ms: None,
+                died_ms: None,
+                reaped: Some(reaped),
+                ..ended.clone()
+            },
+        )?;
+        tx.commit()?;
+        Ok(event)
     }
 
     /// Finalizes the sessions of many dead owners in ONE transaction (bursts of exits).

@@ -15,6 +15,13 @@
 //! - `threads-wait N`: start N threads that never end, print their thread ids on one line,
 //!   then exit_group(0) at EOF.
 //!
+//! `testproc family` is the owner of a process tree whose members are orphans, as a
+//! session's are: it forks a middle process that forks the first member and prints its
+//! PID, so that member is the owner's grandchild until the line `release` ends the middle
+//! process (the reply is the middle's PID). Then each line forks a member that is
+//! orphaned at once and prints its PID: `orphan`, `stubborn` (SIGTERM ignored), `as UID`
+//! (runs as that user and group). Members live until killed; so does the owner.
+//!
 //! `testproc client SOCKET` is a raw protocol connection for tests that speak as another
 //! user: it copies stdin's lines to the socket and the socket's lines to stdout, until
 //! either side ends.
@@ -165,6 +172,102 @@ fn run_mode(args: &[String]) -> ! {
     }
 }
 
+/// A member of a `family`: prints its PID and lives until killed.
+fn member(ignore_term: bool, uid: Option<u32>) -> ! {
+    if ignore_term {
+        // SAFETY: setting a signal disposition of this single-threaded process.
+        unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
+    }
+    if let Some(uid) = uid {
+        // SAFETY: plain syscalls changing this process's credentials.
+        let changed = unsafe { libc::setgid(uid) == 0 && libc::setuid(uid) == 0 };
+        if !changed {
+            eprintln!("testproc: cannot become uid {uid}");
+            exit_group(106)
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{}", std::process::id());
+    let _ = out.flush();
+    loop {
+        // SAFETY: pause only waits for a signal.
+        unsafe { libc::pause() };
+    }
+}
+
+/// `family`: see the module comment. Single-threaded, so its children may do anything.
+fn family() -> ! {
+    let (hold_read, hold_write) = rustix::pipe::pipe().expect("pipe");
+    // SAFETY: this process has one thread; the children run ordinary code after fork.
+    let middle = match unsafe { libc::fork() } {
+        -1 => exit_group(107),
+        0 => {
+            drop(hold_write);
+            // SAFETY: as above.
+            match unsafe { libc::fork() } {
+                0 => {
+                    drop(hold_read);
+                    member(false, None)
+                }
+                -1 => exit_group(107),
+                _ => {
+                    let mut sink = Vec::new();
+                    let _ = std::fs::File::from(hold_read).read_to_end(&mut sink);
+                    exit_group(0)
+                }
+            }
+        }
+        middle => middle,
+    };
+    drop(hold_read);
+    let mut hold = Some(hold_write);
+    let mut out = std::io::stdout();
+    for line in std::io::stdin().lock().lines() {
+        let line = line.unwrap_or_default();
+        let words: Vec<&str> = line.split_whitespace().collect();
+        // Members must not keep the middle process's pipe open.
+        let held = hold.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
+        let spawn = |ignore_term: bool, uid: Option<u32>| {
+            integration_tests::spawn_orphan(|| {
+                if let Some(fd) = held {
+                    // SAFETY: closing an inherited descriptor this process does not use.
+                    unsafe { libc::close(fd) };
+                }
+                member(ignore_term, uid)
+            })
+        };
+        let spawned = match words[..] {
+            ["release"] => {
+                hold = None;
+                let mut status = 0;
+                // SAFETY: reaping our own child, the middle process.
+                unsafe { libc::waitpid(middle, &mut status, 0) };
+                let _ = writeln!(out, "{middle}");
+                Ok(())
+            }
+            ["orphan"] => spawn(false, None),
+            ["stubborn"] => spawn(true, None),
+            ["as", uid] => match uid.parse() {
+                Ok(uid) => spawn(false, Some(uid)),
+                Err(_) => exit_group(100),
+            },
+            _ => {
+                eprintln!("testproc family: unknown command {line:?}");
+                exit_group(100)
+            }
+        };
+        if let Err(e) = spawned {
+            eprintln!("testproc family: {e}");
+            exit_group(104)
+        }
+        let _ = out.flush();
+    }
+    loop {
+        // SAFETY: pause only waits for a signal.
+        unsafe { libc::pause() };
+    }
+}
+
 /// `client SOCKET`: see the module comment.
 fn client(socket: &str) -> ! {
     let stream = std::os::unix::net::UnixStream::connect(socket).unwrap_or_else(|e| {
@@ -196,6 +299,9 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("client") {
         client(args.get(1).map_or("", String::as_str));
+    }
+    if args.first().map(String::as_str) == Some("family") {
+        family();
     }
     if args.first().map(String::as_str) != Some("orphan") {
         run_mode(&args);

@@ -1,0 +1,230 @@
+//! The cleanup policy: terminating an ended session's surviving processes.
+//!
+//! A session registered with `on_end: terminate`, or ended with `terminate: true`, has the
+//! survivors of its process tree handed to the [`crate::reap::Reaper`] once its end is
+//! committed and published, less those the owner still looks after.
+//! Each reap runs in a task the engine owns (it waits out a grace period, and the engine
+//! must not); its outcome comes back to the engine, which commits the `session.reaped`
+//! event and publishes it like any other.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use tokio::task::JoinError;
+
+use liveness_common::identity::{Identity, ProcessKey};
+use liveness_common::protocol::{ErrorBody, ErrorCode};
+use liveness_common::session::{
+    DEFAULT_GRACE_MS, Event, EventKind, MAX_GRACE_MS, OnEnd, ReapFailure, Reaped, Session,
+};
+
+use super::Engine;
+use super::membership::descendants;
+
+/// A finished reap: the ended event it was for, and what it did.
+pub(super) type ReapDone = (Event, Reaped);
+
+/// The cleanup fields of a `register` request, as sent.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct AskedPolicy {
+    pub(super) on_end: Option<OnEnd>,
+    pub(super) grace_ms: Option<u64>,
+}
+
+impl AskedPolicy {
+    /// The policy of a new session, or why the request is refused.
+    pub(super) fn resolve(&self) -> Result<(OnEnd, u64), ErrorBody> {
+        let grace_ms = self.grace_ms.unwrap_or(DEFAULT_GRACE_MS);
+        if grace_ms > MAX_GRACE_MS {
+            return Err(ErrorBody::new(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "grace_ms {grace_ms} is longer than the longest grace, {MAX_GRACE_MS} ms (one hour)"
+                ),
+            ));
+        }
+        Ok((self.on_end.unwrap_or_default(), grace_ms))
+    }
+
+    /// A registration of an existing session may repeat its policy, not change it.
+    pub(super) fn check_unchanged(&self, existing: &Session) -> Result<(), ErrorBody> {
+        let changed = self.on_end.is_some_and(|on_end| on_end != existing.on_end)
+            || self
+                .grace_ms
+                .is_some_and(|grace| grace != existing.grace_ms);
+        if !changed {
+            return Ok(());
+        }
+        Err(ErrorBody::new(
+            ErrorCode::InvalidRequest,
+            format!(
+                "session {:?} was registered with on_end {:?} and grace_ms {}: the cleanup policy is set when a session is created; register without on_end and grace_ms, or use a new session id",
+                existing.id, existing.on_end, existing.grace_ms
+            ),
+        ))
+    }
+}
+
+/// The `session.ended` events among `events` of sessions whose policy is `terminate`.
+pub(super) fn terminating(events: &[Event]) -> Vec<Event> {
+    events
+        .iter()
+        .filter(|event| event.kind == EventKind::Ended && event.on_end == OnEnd::Terminate)
+        .cloned()
+        .collect()
+}
+
+impl Engine {
+    /// Starts terminating what is left of the process tree of the session `ended` is about,
+    /// with the session's grace period (see [`Engine::reap_targets`] for what is spared).
+    pub(super) fn start_reap(&mut self, ended: &Event) {
+        let grace_ms = match self.store.get(ended.creator_uid, &ended.session) {
+            Ok(Some(session)) => session.grace_ms,
+            Ok(None) => DEFAULT_GRACE_MS,
+            Err(e) => {
+                tracing::error!(error = %e, session = ended.session, "cannot read the session's grace; using the default");
+                DEFAULT_GRACE_MS
+            }
+        };
+        let (targets, refusal) = self.reap_targets(ended);
+        let ended = ended.clone();
+        if let Some(reason) = refusal {
+            tracing::info!(
+                session = ended.session,
+                reason,
+                "not terminating a process tree"
+            );
+            let failed = targets
+                .iter()
+                .map(|target| ReapFailure {
+                    pid: target.pid,
+                    reason: reason.clone(),
+                })
+                .collect();
+            // Through the task set all the same, so it is published after the ending.
+            self.reaps.spawn(async move {
+                let reaped = Reaped {
+                    failed,
+                    ..Reaped::default()
+                };
+                (ended, reaped)
+            });
+            return;
+        }
+        tracing::info!(
+            session = ended.session,
+            uid = ended.creator_uid,
+            processes = targets.len(),
+            grace_ms,
+            "terminating the session's surviving processes"
+        );
+        let reaper = self.reaper.clone();
+        self.reaps.spawn(async move {
+            let reaped = reaper
+                .reap(&targets, ended.creator_uid, Duration::from_millis(grace_ms))
+                .await;
+            (ended, reaped)
+        });
+    }
+
+    /// The survivors of the ended session's tree to signal; with a reason, none may be,
+    /// and they are reported with it.
+    ///
+    /// The owner is never signalled, nor, while it lives, the processes still descended
+    /// from it: a live owner and its children belong to the tool that registered it (an
+    /// agent that ends one conversation and goes on with the next, its servers with it);
+    /// only what left it (orphaned, reparented) is the ended session's to clean up. A tree
+    /// whose owner still owns an ACTIVE session is that session's too, and left running.
+    fn reap_targets(&self, ended: &Event) -> (Vec<Identity>, Option<String>) {
+        let owner = &ended.owner;
+        // The tree of an owner of another boot cannot be known here, nor signalled.
+        if owner.boot_id != self.local.boot_id {
+            return (Vec::new(), None);
+        }
+        // The survivors the ending just read, when it listed them all (the reaper checks
+        // each again); only a longer list is read anew.
+        let mut members = match &ended.survivors {
+            Some(survivors) if survivors.members.len() as u64 == u64::from(survivors.total) => {
+                survivors.members.clone()
+            }
+            _ => self.membership.live_members(owner.key()),
+        };
+        let owner_alive = members.iter().any(|member| member.same_process(owner));
+        members.retain(|member| !member.same_process(owner));
+        // Fails closed: a tree that may be another session's is not signalled.
+        match self.store.active_sessions_of_owner(owner) {
+            Ok(sessions) => {
+                if let Some(sharing) = sessions.first() {
+                    let reason = format!(
+                        "it also belongs to the active session {:?}, which has the same owner: left running",
+                        sharing.id
+                    );
+                    return (members, Some(reason));
+                }
+            }
+            Err(e) => {
+                let reason =
+                    format!("cannot tell whether an active session shares it ({e}): left running");
+                return (members, Some(reason));
+            }
+        }
+        if owner_alive {
+            let root = owner.key();
+            match self.config.proc.processes() {
+                Ok(processes) => {
+                    let attached: HashSet<ProcessKey> =
+                        descendants(&processes, |key| (key == root).then_some(root))
+                            .into_iter()
+                            .map(|member| member.key)
+                            .collect();
+                    members.retain(|member| !attached.contains(&member.key()));
+                }
+                Err(e) => {
+                    let reason = format!(
+                        "cannot tell whether it is still a child of the live owner ({e}): left running"
+                    );
+                    return (members, Some(reason));
+                }
+            }
+        }
+        (members, None)
+    }
+
+    /// Commits and publishes the `session.reaped` event of a finished reap.
+    pub(super) fn finish_reap(&mut self, done: Result<ReapDone, JoinError>) {
+        let (ended, reaped) = match done {
+            Ok(done) => done,
+            Err(e) => {
+                tracing::error!(error = %e, "a reap task failed");
+                return;
+            }
+        };
+        let now = self.config.clock.now_ms();
+        match self.store.record_reaped(&ended, reaped, now) {
+            Ok(event) => self.publish(vec![event]),
+            Err(e) => {
+                let e = self.store.explain(e);
+                tracing::error!(error = %e, session = ended.session, "cannot commit the session.reaped event");
+            }
+        }
+    }
+
+    /// At shutdown: reaps still waiting out a grace period are cancelled. Their processes
+    /// had SIGTERM and are left as they are; no `session.reaped` event is written.
+    pub(super) async fn cancel_reaps(&mut self) {
+        if self.reaps.is_empty() {
+            return;
+        }
+        tracing::warn!(
+            count = self.reaps.len(),
+            "stopping while terminating sessions' processes: those still running are left running"
+        );
+        self.reaps.abort_all();
+        while let Some(done) = self.reaps.join_next().await {
+            // A reap that finished just before its abort is recorded after all.
+            if let Ok(done) = done {
+                self.finish_reap(Ok(done));
+            }
+        }
+    }
+}

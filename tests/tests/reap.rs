@@ -1,0 +1,407 @@
+//! The cleanup policy: a session's surviving processes are terminated when it ends
+//! (`register --on-end terminate --grace`) or on request (`end --terminate`), through
+//! pidfds verified against their fingerprints, and `session.reaped` says what happened.
+//! Real daemon, real process trees of orphans, real signals.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use integration_tests::{
+    Conn, Daemon, Family, Fingerprint, Orphan, cli_as, eventually, privileged, shared_daemon,
+};
+use serde_json::{Value, json};
+
+/// The grace the tests ask for.
+const GRACE: Duration = Duration::from_secs(1);
+/// Added to the grace for everything else a reap waits on: generous, as machines are noisy.
+const MARGIN: Duration = Duration::from_secs(20);
+/// A user with no processes of its own here.
+const ALICE: u32 = 61_011;
+
+/// A daemon, and a stream of its events from the first.
+fn daemon_and_stream() -> (Daemon, Conn) {
+    let daemon = Daemon::start(&[]);
+    let stream = subscribe(&daemon);
+    (daemon, stream)
+}
+
+/// A stream of every event, from the start of the store.
+fn subscribe(daemon: &Daemon) -> Conn {
+    let mut conn = daemon.connect();
+    let reply = conn.request(json!({"op": "subscribe", "since": 0}));
+    assert_eq!(reply["ok"], true, "subscribe: {reply}");
+    conn
+}
+
+/// The next event of `kind` about `session`, skipping others; fails after `within`.
+fn next_event(stream: &mut Conn, kind: &str, session: &str, within: Duration) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Some(line) = stream.next_within(left.max(Duration::from_millis(1))) else {
+            panic!("no {kind} event for {session} within {within:?}");
+        };
+        let event = &line["event"];
+        if event["kind"] == kind && event["session"] == session {
+            return event.clone();
+        }
+    }
+}
+
+fn pids(reaped: &Value, outcome: &str) -> Vec<u32> {
+    let mut pids: Vec<u32> = reaped[outcome]
+        .as_array()
+        .unwrap_or_else(|| panic!("session.reaped has no {outcome} list: {reaped}"))
+        .iter()
+        .map(|pid| pid.as_u64().expect("a pid") as u32)
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+fn failed_pids(reaped: &Value) -> Vec<u32> {
+    let mut pids: Vec<u32> = reaped["failed"]
+        .as_array()
+        .expect("a failed list")
+        .iter()
+        .map(|failure| failure["pid"].as_u64().expect("a pid") as u32)
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+fn sorted(mut pids: Vec<u32>) -> Vec<u32> {
+    pids.sort_unstable();
+    pids
+}
+
+fn cli_ok(daemon: &Daemon, args: &[&str]) -> Value {
+    let output = daemon.cli(args);
+    assert!(
+        output.status.success(),
+        "liveness {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("JSON output")
+}
+
+/// `liveness register --session SESSION --owner-pid OWNER EXTRA... --json`.
+fn register(daemon: &Daemon, session: &str, family: &Family, extra: &[&str]) -> Value {
+    let owner = family.pid().to_string();
+    let mut args = vec!["register", "--session", session, "--owner-pid", &owner];
+    args.extend(extra);
+    args.push("--json");
+    cli_ok(daemon, &args)
+}
+
+fn gone_within(process: Fingerprint, within: Duration) -> bool {
+    eventually(within, || !process.is_running())
+}
+
+/// A process of the test's own that is given `pid` (free now) through
+/// `/proc/sys/kernel/ns_last_pid`: what an unrelated process that reused a member's pid
+/// looks like. Other processes fork meanwhile, so it takes a few tries.
+fn process_with_pid(pid: u32) -> Child {
+    for _ in 0..500 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string())
+            .expect("write ns_last_pid (needs root)");
+        let mut child = Command::new("sleep")
+            .arg("300")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn sleep");
+        if child.id() == pid {
+            return child;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    panic!("could not start a process with pid {pid}: something else keeps taking it");
+}
+
+/// Kills the process `child` on drop.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn reap_on_owner_death_ends_every_survivor_and_nothing_else() {
+    if !privileged("reap_on_owner_death_ends_every_survivor_and_nothing_else") {
+        return;
+    }
+    let (daemon, mut stream) = daemon_and_stream();
+    let mut family = Family::spawn();
+    let bystander = Orphan::spawn(&["exit", "0"]);
+    let registered = register(
+        &daemon,
+        "agent",
+        &family,
+        &["--on-end", "terminate", "--grace", "1s"],
+    );
+    assert_eq!(
+        (&registered["on_end"], &registered["grace_ms"]),
+        (&json!("terminate"), &json!(1000)),
+        "{registered}"
+    );
+
+    // One member from before the registration, orphaned after it; two forked and
+    // orphaned after it, one of which ignores SIGTERM.
+    family.release();
+    let before = family.before;
+    let after = family.orphan();
+    let stubborn = family.stubborn();
+    // A member that dies, and whose pid an unrelated process then takes.
+    let doomed = family.orphan();
+    doomed.kill();
+    assert!(
+        eventually(MARGIN, || integration_tests::state(doomed.pid).is_none()),
+        "member {} was not reaped by init",
+        doomed.pid
+    );
+    let reused = Reaped(process_with_pid(doomed.pid));
+
+    family.kill_owner();
+    let ended = next_event(&mut stream, "session.ended", "agent", MARGIN);
+    assert_eq!(ended["on_end"], "terminate", "{ended}");
+    let survivors: Vec<u32> = ended["survivors"]["members"]
+        .as_array()
+        .map(|members| {
+            members
+                .iter()
+                .filter_map(|member| member["pid"].as_u64().map(|pid| pid as u32))
+                .collect()
+        })
+        .unwrap_or_default();
+    for member in [before, after, stubborn] {
+        assert!(
+            survivors.contains(&member.pid),
+            "the ended event lists survivor {}: {ended}",
+            member.pid
+        );
+    }
+    let reaped = next_event(&mut stream, "session.reaped", "agent", GRACE + MARGIN);
+    let outcome = &reaped["reaped"];
+    assert_eq!(
+        pids(outcome, "terminated"),
+        sorted(vec![before.pid, after.pid]),
+        "{reaped}"
+    );
+    assert_eq!(pids(outcome, "killed"), vec![stubborn.pid], "{reaped}");
+    assert_eq!(failed_pids(outcome), Vec::<u32>::new(), "{reaped}");
+    for untouched in [bystander.pid, reused.0.id()] {
+        for list in ["terminated", "killed"] {
+            assert!(
+                !pids(outcome, list).contains(&untouched),
+                "pid {untouched} is outside the tree but was {list}: {reaped}"
+            );
+        }
+    }
+    assert_eq!(
+        (reaped["seq"].as_u64(), &reaped["owner"]),
+        (ended["seq"].as_u64().map(|seq| seq + 1), &ended["owner"]),
+        "session.reaped follows session.ended about the same owner"
+    );
+
+    for member in [before, after, stubborn] {
+        assert!(
+            gone_within(member, GRACE + MARGIN),
+            "member {} still runs",
+            member.pid
+        );
+    }
+    assert!(
+        Fingerprint::of(bystander.pid).is_running(),
+        "the bystander was signalled"
+    );
+    let mut reused = reused;
+    assert!(
+        reused.0.try_wait().expect("try_wait").is_none(),
+        "the process that reused a dead member's pid was signalled"
+    );
+    // Stored, so a consumer that was away replays it.
+    let replayed = next_event(&mut subscribe(&daemon), "session.reaped", "agent", MARGIN);
+    assert_eq!(replayed, reaped, "replayed as it was published");
+}
+
+#[test]
+fn reap_on_request_spares_a_live_owner_and_leave_leaves_a_tree() {
+    if !privileged("reap_on_request_spares_a_live_owner_and_leave_leaves_a_tree") {
+        return;
+    }
+    let (daemon, mut stream) = daemon_and_stream();
+
+    // The default policy: the owner's death leaves its tree running.
+    let mut left = Family::spawn();
+    register(&daemon, "kept", &left, &[]);
+    let kept = left.orphan();
+    left.kill_owner();
+    let ended = next_event(&mut stream, "session.ended", "kept", MARGIN);
+    assert!(
+        ended.get("on_end").is_none(),
+        "leave is not spelled out: {ended}"
+    );
+
+    // On request, whatever the policy. A live owner, and what still descends from it, are
+    // the registering tool's to manage; while the owner has another active session, the
+    // tree is that session's too.
+    let mut asked = Family::spawn();
+    register(&daemon, "now", &asked, &[]);
+    register(&daemon, "next", &asked, &[]);
+    let member = asked.orphan();
+    cli_ok(
+        &daemon,
+        &["end", "--session", "now", "--terminate", "--json"],
+    );
+    let shared = next_event(&mut stream, "session.reaped", "now", MARGIN);
+    let failed = failed_pids(&shared["reaped"]);
+    assert!(
+        failed.contains(&asked.before.pid) && failed.contains(&member.pid),
+        "{shared}"
+    );
+    assert!(
+        shared["reaped"]["failed"][0]["reason"]
+            .as_str()
+            .is_some_and(|reason| reason.contains("\"next\"")),
+        "the reason names the session that shares the tree: {shared}"
+    );
+    assert!(member.is_running(), "a shared tree was signalled");
+
+    let ended = cli_ok(
+        &daemon,
+        &["end", "--session", "next", "--terminate", "--json"],
+    );
+    assert_eq!(ended["reason"], "stopped", "{ended}");
+    let reaped = next_event(&mut stream, "session.reaped", "next", MARGIN);
+    assert_eq!(
+        pids(&reaped["reaped"], "terminated"),
+        vec![member.pid],
+        "only the orphan: {reaped}"
+    );
+    assert!(
+        gone_within(member, MARGIN),
+        "member {} still runs",
+        member.pid
+    );
+    assert!(
+        Fingerprint::of(asked.pid()).is_running() && asked.before.is_running(),
+        "the live owner or its descendant was signalled"
+    );
+
+    assert!(
+        kept.is_running(),
+        "a session with the leave policy had its process {} ended",
+        kept.pid
+    );
+    let plain_end = daemon.request(json!({"op": "end", "session": "kept", "terminate": true}));
+    assert_eq!(
+        plain_end["error"]["code"], "already_ended",
+        "an ended session's tree is not reaped after the fact: {plain_end}"
+    );
+    assert!(kept.is_running());
+}
+
+#[test]
+fn reap_for_a_user_never_signals_roots_processes() {
+    if !privileged("reap_for_a_user_never_signals_roots_processes") {
+        return;
+    }
+    let (daemon, binaries) = shared_daemon();
+    let mut stream = subscribe(&daemon);
+    // Root registers its own process tree in alice's namespace: her session, root's processes.
+    let mut family = Family::spawn();
+    register(&daemon, "mine", &family, &["--uid", &ALICE.to_string()]);
+    family.release();
+    let hers = family.orphan_as(ALICE);
+    let roots = family.orphan();
+
+    let ended = cli_as(
+        &binaries,
+        &daemon,
+        ALICE,
+        &["end", "--session", "mine", "--terminate", "--json"],
+    );
+    assert!(
+        ended.status.success(),
+        "alice ends her session: {}",
+        String::from_utf8_lossy(&ended.stderr)
+    );
+    let reaped = next_event(&mut stream, "session.reaped", "mine", MARGIN);
+    let outcome = &reaped["reaped"];
+    assert_eq!(pids(outcome, "terminated"), vec![hers.pid], "{reaped}");
+    assert_eq!(
+        failed_pids(outcome),
+        sorted(vec![family.before.pid, roots.pid]),
+        "{reaped}"
+    );
+    for failure in outcome["failed"].as_array().unwrap() {
+        let reason = failure["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.contains("uid 0") && reason.contains(&format!("uid {ALICE}")),
+            "the reason names both users: {reason}"
+        );
+    }
+    assert!(gone_within(hers, MARGIN), "alice's process still runs");
+    for root_process in [roots, family.before] {
+        assert!(
+            root_process.is_running(),
+            "root's process {} was signalled",
+            root_process.pid
+        );
+    }
+    assert!(
+        Fingerprint::of(family.pid()).is_running(),
+        "root's owner was signalled"
+    );
+}
+
+#[test]
+fn reap_waiting_out_its_grace_is_cancelled_by_a_stopping_daemon() {
+    if !privileged("reap_waiting_out_its_grace_is_cancelled_by_a_stopping_daemon") {
+        return;
+    }
+    let mut daemon = Daemon::start(&[]);
+    let mut family = Family::spawn();
+    register(
+        &daemon,
+        "long",
+        &family,
+        &["--on-end", "terminate", "--grace", "1h"],
+    );
+    family.release();
+    let stubborn = family.stubborn();
+    family.kill_owner();
+    assert!(
+        eventually(MARGIN, || daemon
+            .log()
+            .contains("terminating the session's surviving processes")),
+        "the reap did not start:\n{}",
+        daemon.log()
+    );
+    // Within the daemon's own stop bound, not the hour of grace.
+    let status = daemon.stop();
+    assert!(status.success(), "livenessd stopped with {status}");
+    assert!(
+        stubborn.is_running(),
+        "SIGKILL was sent though the grace had not passed"
+    );
+    assert!(
+        daemon
+            .log()
+            .contains("stopping while terminating sessions' processes"),
+        "the cancelled reap is logged:\n{}",
+        daemon.log()
+    );
+    daemon.restart();
+    let mut stream = subscribe(&daemon);
+    let ended = next_event(&mut stream, "session.ended", "long", MARGIN);
+    assert_eq!(ended["session"], "long");
+    assert!(
+        stream.next_within(Duration::from_millis(300)).is_none(),
+        "no session.reaped is recorded for a reap that did not finish"
+    );
+}
