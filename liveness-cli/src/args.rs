@@ -87,14 +87,8 @@ pub(crate) enum Command {
         /// registration only (repeatable), e.g. `--wrapper timeout`.
         #[arg(long = "wrapper", value_name = "COMM", requires = "owner")]
         wrappers: Vec<String>,
-        /// What happens to the session's surviving processes when it ends: `terminate`
-        /// sends them SIGTERM, then SIGKILL after --grace (default: leave them running).
-        #[arg(long, value_enum, value_name = "POLICY")]
-        on_end: Option<OnEndArg>,
-        /// How long terminated processes have between SIGTERM and SIGKILL, e.g. 1s
-        /// (default 10s, at most 1h).
-        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
-        grace: Option<Duration>,
+        #[command(flatten)]
+        cleanup: CleanupArgs,
     },
     /// Give a pending session its real id.
     Rename {
@@ -228,6 +222,19 @@ fn parse_owner_keyword(text: &str) -> Result<AutoOwner, String> {
             "--owner takes only `auto` (not {text:?}); or use --owner-pid PID or --owner-identity JSON"
         ))
     }
+}
+
+/// What happens to a session's surviving processes when it ends.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub(crate) struct CleanupArgs {
+    /// What happens to the session's surviving processes when it ends: `terminate`
+    /// sends them SIGTERM, then SIGKILL after --grace (default: leave them running).
+    #[arg(long, value_enum, value_name = "POLICY")]
+    pub(crate) on_end: Option<OnEndArg>,
+    /// How long terminated processes have between SIGTERM and SIGKILL, e.g. 1s
+    /// (default 10s, at most 1h).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) grace: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]

@@ -138,8 +138,7 @@ fn run_command(command: Command, context: &Context) -> Result<Exit, Failure> {
             owner,
             labels,
             wrappers,
-            on_end,
-            grace,
+            cleanup,
         } => {
             let registration = Registration {
                 session,
@@ -148,8 +147,8 @@ fn run_command(command: Command, context: &Context) -> Result<Exit, Failure> {
                 labels: labels.into_iter().collect(),
                 uid,
                 wrappers,
-                on_end: on_end.map(OnEnd::from),
-                grace,
+                on_end: cleanup.on_end.map(OnEnd::from),
+                grace: cleanup.grace,
             };
             let registered = Client::connect(socket)
                 .and_then(|mut c| c.register_with_warnings(&registration))?;

@@ -15,9 +15,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::process::ExitCode;
 
 use liveness_client::{Client, Owner, Registration};
+use liveness_common::session::OnEnd;
 
 use crate::Context;
-use crate::args::parse_label;
+use crate::args::{CleanupArgs, parse_label};
 use crate::exit::{Exit, Failure};
 use crate::lock::WaitArgs;
 
@@ -38,6 +39,8 @@ pub(crate) struct RunArgs {
     /// A label KEY=VALUE stored with the session and its events (repeatable).
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     labels: Vec<(String, String)>,
+    #[command(flatten)]
+    cleanup: CleanupArgs,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -78,8 +81,8 @@ fn run_session(
         pending: false,
         labels: args.labels.into_iter().collect(),
         uid: None,
-        on_end: None,
-        grace: None,
+        on_end: args.cleanup.on_end.map(OnEnd::from),
+        grace: args.cleanup.grace,
         wrappers: Vec::new(),
     };
     client.register(&registration)?;

@@ -677,3 +677,32 @@ fn the_client_libraries_take_wait_for_and_release_locks() {
     assert_eq!(granted.session, "b");
     assert!(granted.token > held.token);
 }
+
+#[test]
+fn run_with_on_end_terminate_ends_what_the_command_left_running() {
+    let daemon = Daemon::start(&[]);
+    let output = daemon.cli(&[
+        "run",
+        "--session",
+        "leaves",
+        "--on-end",
+        "terminate",
+        "--grace",
+        "1s",
+        "--",
+        "sh",
+        "-c",
+        "sleep 300 >/dev/null 2>&1 & echo $!",
+    ]);
+    assert!(output.status.success(), "{output:?}");
+    let left: u32 = String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("the background pid: {output:?}"));
+    assert!(
+        eventually(WAIT, || integration_tests::state(left)
+            .is_none_or(|s| s == 'Z')),
+        "the sleep CMD left behind was terminated with its session"
+    );
+    assert_eq!(daemon.session("leaves")["on_end"], "terminate");
+}
