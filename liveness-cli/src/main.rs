@@ -194,7 +194,9 @@ fn run_command(command: Command, context: &Context) -> Result<Exit, Failure> {
                 );
             } else if let Some(session) = &reply.session {
                 let via = match reply.owner_pid {
-                    Some(owner) if owner != pid => format!(", through its ancestor {owner}"),
+                    Some(owner) if owner != pid => {
+                        format!(", in the process tree of its owner {owner}")
+                    }
                     _ => String::new(),
                 };
                 outln!("{}{via}", describe_session(session));

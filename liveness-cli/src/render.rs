@@ -368,8 +368,8 @@ pub(crate) fn print_status(status: &Status) {
 
 /// How process trees are followed, and what that can miss.
 pub(crate) fn print_membership(membership: &MembershipStatus) {
-    println!(
-        "process trees {} ({} members), membership by {}; can miss {}",
+    outln!(
+        "     Trees: {} followed, {} members, by {}; can miss {}",
         membership.trees,
         membership.members,
         wire_name(membership.mode),

@@ -411,6 +411,31 @@ impl ProcRoot {
             .collect())
     }
 
+    /// The processes whose parent is `pid`, from `/proc/<pid>/task/*/children`
+    /// (`CONFIG_PROC_CHILDREN`): a walk of one process tree without reading every process.
+    /// A kernel without those files gives a `Read` error of kind `NotFound`.
+    pub fn children(&self, pid: u32) -> Result<Vec<u32>, IdentityError> {
+        let tasks = self.root.join(format!("{pid}/task"));
+        let entries = std::fs::read_dir(&tasks).map_err(|source| IdentityError::Read {
+            path: tasks.clone(),
+            source,
+        })?;
+        let mut children = Vec::new();
+        for task in entries.filter_map(Result::ok) {
+            let path = task.path().join("children");
+            match std::fs::read_to_string(&path) {
+                Ok(text) => children.extend(
+                    text.split_ascii_whitespace()
+                        .filter_map(|c| c.parse::<u32>().ok()),
+                ),
+                // The thread exited meanwhile; its children were the process's anyway.
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                Err(source) => return Err(IdentityError::Read { path, source }),
+            }
+        }
+        Ok(children)
+    }
+
     /// A process's arguments, lossily decoded; empty for a kernel thread or a zombie.
     pub fn cmdline(&self, pid: u32) -> Result<Vec<String>, IdentityError> {
         let bytes = self.read(&format!("{pid}/cmdline"))?;

@@ -106,11 +106,46 @@ impl Membership {
                 changes.removed.push(member.key);
             }
         }
-        match self.proc.processes() {
+        let mut starts: Vec<ProcessKey> = self.trees[&root].keys().copied().collect();
+        starts.push(root);
+        // The tree's own processes where the kernel lists children; else all of /proc.
+        match self
+            .subtree(&starts)
+            .map_or_else(|| self.proc.processes(), Ok)
+        {
             Ok(processes) => changes.extend(self.attach_descendants(&processes, Some(root))),
             Err(e) => tracing::warn!(error = %e, "cannot scan /proc for a new tree's members"),
         }
         changes
+    }
+
+    /// `starts` and every process descended from them, found through the kernel's lists of
+    /// children: proportional to the tree, not to the machine's processes. `None` where the
+    /// kernel has no such lists.
+    fn subtree(&self, starts: &[ProcessKey]) -> Option<Vec<Stat>> {
+        let mut found = Vec::new();
+        let mut queue: Vec<u32> = starts.iter().map(|key| key.pid).collect();
+        let mut seen: HashSet<u32> = queue.iter().copied().collect();
+        while let Some(pid) = queue.pop() {
+            let Ok(stat) = self.proc.stat(pid) else {
+                continue;
+            };
+            match self.proc.children(pid) {
+                Ok(children) => {
+                    queue.extend(children.into_iter().filter(|child| seen.insert(*child)));
+                }
+                Err(liveness_proc::identity::IdentityError::Read { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound
+                        && self.proc.stat(pid).is_ok() =>
+                {
+                    return None;
+                }
+                // Gone meanwhile.
+                Err(_) => {}
+            }
+            found.push(stat);
+        }
+        Some(found)
     }
 
     /// Adds a member to its tree and to the kernel map (so its own forks join in the
@@ -278,11 +313,10 @@ impl Membership {
             return Some(*root);
         }
         // Forked since the last refresh.
-        let kernel = self.kernel.as_ref()?;
-        kernel
-            .members()
-            .into_iter()
-            .find(|entry| entry.member == key && self.trees.contains_key(&entry.root))
+        self.kernel
+            .as_ref()?
+            .get(key.pid)
+            .filter(|entry| entry.member == key && self.trees.contains_key(&entry.root))
             .map(|entry| entry.root)
     }
 

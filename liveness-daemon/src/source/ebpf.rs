@@ -968,6 +968,71 @@ mod tests {
         assert_eq!((stats.tracked, stats.observed, stats.lost), (0, 200, 0));
     }
 
+    /// Sends one line to a [`Proc::sh`] script blocked in `read`.
+    fn send_line(process: &mut Proc) {
+        let stdin = process.0.stdin.as_mut().expect("piped stdin");
+        std::io::Write::write_all(stdin, b"\n").expect("write to the script");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn forks_join_the_tree_leave_it_at_exit_and_a_full_map_is_counted() {
+        let Some(mut source) = start(
+            "fork tracking",
+            EbpfConfig {
+                max_members: 3,
+                ..EbpfConfig::default()
+            },
+        )
+        .await
+        else {
+            return;
+        };
+        let members = source.take_members().expect("the members map");
+        let mut owner = Proc::sh(
+            "read x; (sleep 1000 &); read x; sleep 1000 & sleep 1000 & sleep 1000 & sleep 1000 & read x",
+            &[],
+        );
+        let root = owner.key();
+        source.track(root).unwrap();
+        let in_tree = || {
+            members
+                .members()
+                .into_iter()
+                .filter(|entry| entry.root == root)
+                .map(|entry| entry.member)
+                .collect::<Vec<_>>()
+        };
+
+        // A subshell forked by the owner, and its sleep forked by that member.
+        send_line(&mut owner);
+        wait_until("the subshell's sleep is a member", || {
+            in_tree().iter().any(|m| stat_of(m.pid).comm == "sleep")
+        })
+        .await;
+        let sleeper = *in_tree()
+            .iter()
+            .find(|m| stat_of(m.pid).comm == "sleep")
+            .unwrap();
+        assert_eq!(stat_of(sleeper.pid).start_ticks, sleeper.start_ticks);
+        // SAFETY: killing the test's own grandchild, just identified by its start time.
+        unsafe { libc::kill(sleeper.pid as i32, libc::SIGKILL) };
+        wait_until("a dead member leaves the map", || {
+            !in_tree().contains(&sleeper)
+        })
+        .await;
+        assert_eq!(members.full_count(), 0);
+
+        // Four more processes and room for three.
+        send_line(&mut owner);
+        wait_until("a fork found the map full", || members.full_count() > 0).await;
+        assert!(in_tree().len() <= 3, "{:?}", in_tree());
+        for member in in_tree() {
+            // SAFETY: killing the test's own descendants, named by the map.
+            unsafe { libc::kill(member.pid as i32, libc::SIGKILL) };
+        }
+        owner.kill();
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn tracking_beyond_capacity_is_refused() {
         let Some(mut source) = start(

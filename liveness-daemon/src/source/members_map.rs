@@ -25,6 +25,21 @@ pub struct KernelMember {
     pub root: ProcessKey,
 }
 
+impl KernelMember {
+    fn of(pid: u32, record: MemberRecord) -> KernelMember {
+        KernelMember {
+            member: ProcessKey {
+                pid,
+                start_ticks: record.start_ticks,
+            },
+            root: ProcessKey {
+                pid: record.root_tgid,
+                start_ticks: record.root_start_ticks,
+            },
+        }
+    }
+}
+
 /// The members map and its counter, taken from the eBPF source when it starts.
 pub struct MembersMap {
     map: HashMap<MapData, u32, Value>,
@@ -64,17 +79,14 @@ impl MembersMap {
         self.map
             .iter()
             .filter_map(Result::ok)
-            .map(|(pid, Value(record))| KernelMember {
-                member: ProcessKey {
-                    pid,
-                    start_ticks: record.start_ticks,
-                },
-                root: ProcessKey {
-                    pid: record.root_tgid,
-                    start_ticks: record.root_start_ticks,
-                },
-            })
+            .map(|(pid, Value(record))| KernelMember::of(pid, record))
             .collect()
+    }
+
+    /// The entry for `pid`, if the kernel holds one: one lookup, not a walk of the map.
+    pub fn get(&self, pid: u32) -> Option<KernelMember> {
+        let Value(record) = self.map.get(&pid, 0).ok()?;
+        Some(KernelMember::of(pid, record))
     }
 
     /// Adds a member found in `/proc`, so that its new children join its tree in the kernel.
@@ -91,8 +103,10 @@ impl MembersMap {
     /// Removes a member of a tree nobody follows any more; an entry for another process
     /// that has the pid now is left alone.
     pub fn remove(&mut self, member: ProcessKey) {
-        let current = self.map.get(&member.pid, 0).ok();
-        if current.is_some_and(|Value(record)| record.start_ticks == member.start_ticks) {
+        if self
+            .get(member.pid)
+            .is_some_and(|entry| entry.member == member)
+        {
             // Gone meanwhile (it exited): nothing to remove.
             let _ = self.map.remove(&member.pid);
         }
