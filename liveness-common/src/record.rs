@@ -27,8 +27,11 @@ pub const COUNTER_SLOTS: u32 = 2;
 
 /// New processes of a tree that the members map had no room for.
 pub const MEMBER_COUNTER_FULL: u32 = 0;
+/// New processes the kernel added to a tree: unchanged since a walk of the map means the
+/// walk saw every member the kernel added.
+pub const MEMBER_COUNTER_ADDED: u32 = 1;
 /// Number of slots in the member counters map.
-pub const MEMBER_COUNTER_SLOTS: u32 = 1;
+pub const MEMBER_COUNTER_SLOTS: u32 = 2;
 
 /// One member of a process tree: a process forked, directly or not, by a tracked process
 /// (the tree's root). The value of the members map, whose key is the member's tgid.

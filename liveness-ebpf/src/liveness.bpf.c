@@ -161,6 +161,8 @@ int BPF_PROG(on_sched_process_fork, struct task_struct *parent, struct task_stru
 	member.start_ticks = child->start_boottime / NSEC_PER_CLOCK_TICK;
 	if (bpf_map_update_elem(&members, &child_tgid, &member, BPF_ANY) != 0)
 		bump_in(&member_counters, MEMBER_COUNTER_FULL);
+	else
+		bump_in(&member_counters, MEMBER_COUNTER_ADDED);
 	return 0;
 }
 

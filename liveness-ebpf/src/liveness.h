@@ -75,7 +75,8 @@ struct task_struct {
 
 /* Mirrors liveness_common::MEMBER_COUNTER_*. */
 #define MEMBER_COUNTER_FULL 0
-#define MEMBER_COUNTER_SLOTS 1
+#define MEMBER_COUNTER_ADDED 1
+#define MEMBER_COUNTER_SLOTS 2
 
 /* Mirrors liveness_common::MemberRecord: a process of the tree rooted at a tracked process. */
 struct member_record {

@@ -55,6 +55,9 @@ pub struct Membership {
     trees: HashMap<ProcessKey, BTreeMap<ProcessKey, String>>,
     /// member -> its root.
     root_of: HashMap<ProcessKey, ProcessKey>,
+    /// The kernel's count of added members when the last refresh walked the map: while it
+    /// stays the same, `trees` holds every member the kernel added.
+    merged_added: Option<u64>,
 }
 
 impl Membership {
@@ -71,6 +74,7 @@ impl Membership {
             kernel,
             trees: HashMap::new(),
             root_of: HashMap::new(),
+            merged_added: None,
         }
     }
 
@@ -216,9 +220,13 @@ impl Membership {
         for key in &members {
             self.root_of.remove(key);
         }
+        // Including what the kernel added since the last refresh.
+        let news = self.kernel_news();
         if let Some(kernel) = &mut self.kernel {
-            // Including what the kernel added since the last refresh.
-            for entry in kernel.members() {
+            for &member in &members {
+                kernel.remove(member);
+            }
+            for entry in news {
                 if roots.contains(&entry.root) {
                     kernel.remove(entry.member);
                 }
@@ -231,6 +239,9 @@ impl Membership {
     /// fork, and drops members that died.
     pub fn refresh(&mut self) -> Changes {
         let mut changes = Changes::default();
+        // Read before the walk: a member added during it changes the count again. Members
+        // of roots without a tree are never merged, so with no tree there is nothing to walk.
+        self.merged_added = self.kernel.as_ref().and_then(MembersMap::added_count);
         if self.trees.is_empty() {
             return changes;
         }
@@ -340,11 +351,17 @@ impl Membership {
         candidates
     }
 
-    fn kernel_members(&self) -> Vec<KernelMember> {
-        self.kernel
-            .as_ref()
-            .map(MembersMap::members)
-            .unwrap_or_default()
+    /// What the kernel map holds beyond what the last refresh merged into `trees`: a walk
+    /// of the map only when the kernel added a member since (or its count cannot be read).
+    fn kernel_news(&self) -> Vec<KernelMember> {
+        match &self.kernel {
+            Some(kernel)
+                if self.merged_added.is_none() || kernel.added_count() != self.merged_added =>
+            {
+                kernel.members()
+            }
+            _ => Vec::new(),
+        }
     }
 
     /// The identity of a process if it is alive now. One the kernel map holds has not
@@ -365,7 +382,7 @@ impl Membership {
     /// Every process of the tree of `root` still alive, the root included: what the
     /// daemon knows merged with what the kernel added since the last refresh. Unbounded.
     pub fn live_members(&self, root: ProcessKey) -> Vec<Identity> {
-        let mut candidates = self.candidates(root, &self.kernel_members());
+        let mut candidates = self.candidates(root, &self.kernel_news());
         candidates.entry(root).or_default();
         candidates
             .into_iter()
@@ -378,10 +395,15 @@ impl Membership {
     /// may still show in `/proc` as running. The kernel map is read once for all of them,
     /// and a root without members costs no `/proc` read, so that an ending stays cheap.
     pub fn survivors(&self, roots: &[ProcessKey]) -> Vec<Survivors> {
-        let kernel = if roots.iter().any(|root| self.trees.contains_key(root)) {
-            self.kernel_members()
-        } else {
-            Vec::new()
+        // A tree with members known takes the whole map, which spares a /proc read for each
+        // member it holds; empty trees need only what the kernel added since the last refresh.
+        let known = roots
+            .iter()
+            .any(|root| self.trees.get(root).is_some_and(|tree| !tree.is_empty()));
+        let kernel = match &self.kernel {
+            Some(kernel) if known => kernel.members(),
+            _ if roots.iter().any(|root| self.trees.contains_key(root)) => self.kernel_news(),
+            _ => Vec::new(),
         };
         roots
             .iter()

@@ -1004,6 +1004,7 @@ mod tests {
         };
 
         // A subshell forked by the owner, and its sleep forked by that member.
+        let added_before = members.added_count().expect("the added counter");
         send_line(&mut owner);
         wait_until("the subshell's sleep is a member", || {
             in_tree().iter().any(|m| stat_of(m.pid).comm == "sleep")
@@ -1014,6 +1015,12 @@ mod tests {
             .find(|m| stat_of(m.pid).comm == "sleep")
             .unwrap();
         assert_eq!(stat_of(sleeper.pid).start_ticks, sleeper.start_ticks);
+        // The count that tells user space whether a walk of the map can find anything new.
+        let added = members.added_count().expect("the added counter") - added_before;
+        assert!(
+            added >= 2,
+            "the subshell and its sleep joined, yet {added} were counted"
+        );
         // SAFETY: killing the test's own grandchild, just identified by its start time.
         unsafe { libc::kill(sleeper.pid as i32, libc::SIGKILL) };
         wait_until("a dead member leaves the map", || {

@@ -6,7 +6,7 @@
 use aya::Pod;
 use aya::maps::{HashMap, MapData, MapError, PerCpuArray};
 use liveness_common::identity::ProcessKey;
-use liveness_common::record::{MEMBER_COUNTER_FULL, MemberRecord};
+use liveness_common::record::{MEMBER_COUNTER_ADDED, MEMBER_COUNTER_FULL, MemberRecord};
 
 /// The map's value as aya reads and writes it.
 #[repr(transparent)]
@@ -114,11 +114,21 @@ impl MembersMap {
 
     /// New processes of trees that found the map full since the daemon started.
     pub fn full_count(&self) -> u64 {
-        match self.counters.get(&MEMBER_COUNTER_FULL, 0) {
-            Ok(values) => values.iter().sum(),
+        self.counter(MEMBER_COUNTER_FULL).unwrap_or(0)
+    }
+
+    /// New processes the kernel added since the daemon started: one read, where a walk of
+    /// the map visits every bucket of it, empty or not.
+    pub fn added_count(&self) -> Option<u64> {
+        self.counter(MEMBER_COUNTER_ADDED)
+    }
+
+    fn counter(&self, slot: u32) -> Option<u64> {
+        match self.counters.get(&slot, 0) {
+            Ok(values) => Some(values.iter().sum()),
             Err(error) => {
                 tracing::warn!(%error, "cannot read the members map counter");
-                0
+                None
             }
         }
     }
