@@ -2,6 +2,7 @@
 //! kept while statistics are enabled (`BPF_ENABLE_STATS`, held by the caller).
 
 use anyhow::{Context, Result};
+use liveness_common::record::FORK_PROGRAM_NAME;
 
 /// Runs and run time of a set of eBPF programs.
 #[derive(Debug, Default, Clone, Copy)]
@@ -13,22 +14,30 @@ pub struct ProgramCost {
 impl ProgramCost {
     /// The totals now, over every loaded copy of the daemon's program (one per running
     /// daemon; the kernel truncates program names to 15 bytes).
-    pub fn liveness() -> Result<ProgramCost> {
-        let name = &liveness_common::record::PROGRAM_NAME.as_bytes()[..15];
-        ProgramCost::of(|info| info.name() == name)
+    /// The loaded programs of this name (every daemon's).
+    pub fn named(name: &str) -> Result<ProgramCost> {
+        ProgramCost::of(|info| info.name() == name.as_bytes(), false)
     }
 
     /// The totals now over the programs with these IDs.
+    /// One tool's programs. liveness's fork program serves its exit program: its time is
+    /// charged to the exits, so that `ns_per_run` is liveness's cost per exit, as it is a
+    /// tracer's.
     pub fn of_ids(ids: &[u32]) -> Result<ProgramCost> {
-        ProgramCost::of(|info| ids.contains(&info.id()))
+        ProgramCost::of(|info| ids.contains(&info.id()), true)
     }
 
-    fn of(wanted: impl Fn(&aya::programs::ProgramInfo) -> bool) -> Result<ProgramCost> {
+    fn of(
+        wanted: impl Fn(&aya::programs::ProgramInfo) -> bool,
+        forks_charged_to_exits: bool,
+    ) -> Result<ProgramCost> {
         let mut total = ProgramCost::default();
         for info in aya::programs::loaded_programs() {
             let info = info.context("listing eBPF programs")?;
             if wanted(&info) {
-                total.runs += info.run_count();
+                if !(forks_charged_to_exits && info.name() == FORK_PROGRAM_NAME.as_bytes()) {
+                    total.runs += info.run_count();
+                }
                 total.nanos += info.run_time().as_nanos() as u64;
             }
         }

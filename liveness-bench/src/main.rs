@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use bpf_stats::ProgramCost;
 use daemon::{Daemon, Subscriber, register_all};
 use floor::Floor;
+use liveness_common::record::{EXIT_PROGRAM_NAME, FORK_PROGRAM_NAME};
 use procs::{Owners, PidMax, Sleepers, monotonic_ns};
 
 #[derive(Debug, Parser)]
@@ -779,7 +780,14 @@ fn overhead(plan: &Plan, daemon: &mut Daemon, owners: usize) -> Result<Value> {
     // run time (kernel statistics, on while this fd is open) and the daemon's CPU time.
     let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
         .context("enabling eBPF run-time statistics")?;
-    let (mut program, mut daemon_ticks) = (ProgramCost::default(), 0);
+    let (mut exits, mut forks, mut daemon_ticks) =
+        (ProgramCost::default(), ProgramCost::default(), 0);
+    let costs = || -> Result<(ProgramCost, ProgramCost)> {
+        Ok((
+            ProgramCost::named(EXIT_PROGRAM_NAME)?,
+            ProgramCost::named(FORK_PROGRAM_NAME)?,
+        ))
+    };
     // Pairs in alternating order (running first, then stopped first), so a drift of the
     // machine's speed during the run weighs on both sides alike.
     let mut daemon_running = true;
@@ -800,9 +808,11 @@ fn overhead(plan: &Plan, daemon: &mut Daemon, owners: usize) -> Result<Value> {
                 daemon_running = run_with_daemon;
             }
             if run_with_daemon {
-                let (cost, ticks) = (ProgramCost::liveness()?, procs::cpu_ticks(daemon.pid())?);
+                let ((exit, fork), ticks) = (costs()?, procs::cpu_ticks(daemon.pid())?);
                 running.push(procs::storm(plan.storm)?);
-                program.add(ProgramCost::liveness()?.since(cost));
+                let (exit_after, fork_after) = costs()?;
+                exits.add(exit_after.since(exit));
+                forks.add(fork_after.since(fork));
                 daemon_ticks += procs::cpu_ticks(daemon.pid())? - ticks;
             } else {
                 stopped.push(procs::storm(plan.storm)?);
@@ -831,9 +841,12 @@ fn overhead(plan: &Plan, daemon: &mut Daemon, owners: usize) -> Result<Value> {
         "pair_ratios": pair_ratios.iter().map(|&r| four(r)).collect::<Vec<_>>(),
         "ratio": four(median(&pair_ratios)),
         // Shares of all the CPUs' time during the running storms.
-        "ebpf_runs": program.runs,
-        "ebpf_ns_per_run": round(program.nanos as f64 / program.runs.max(1) as f64),
-        "ebpf_cpu_percent": four(program.nanos as f64 / 1e6 / (running_ms * cpus) * 100.0),
+        // The exit program, and the fork program that follows process trees.
+        "ebpf_runs": exits.runs,
+        "ebpf_ns_per_run": round(exits.nanos as f64 / exits.runs.max(1) as f64),
+        "ebpf_fork_runs": forks.runs,
+        "ebpf_fork_ns_per_run": round(forks.nanos as f64 / forks.runs.max(1) as f64),
+        "ebpf_cpu_percent": four((exits.nanos + forks.nanos) as f64 / 1e6 / (running_ms * cpus) * 100.0),
         "daemon_cpu_percent": four(daemon_ticks as f64 * 10.0 / (running_ms * cpus) * 100.0),
     }))
 }
@@ -962,6 +975,17 @@ fn goals(report: &Report) -> Vec<Value> {
         // wall-time ratio above is noisier than 2 % on a shared machine.
         let cpu = overhead["ebpf_cpu_percent"].as_f64().unwrap_or(f64::NAN)
             + overhead["daemon_cpu_percent"].as_f64().unwrap_or(f64::NAN);
+        let per_event = ["ebpf_ns_per_run", "ebpf_fork_ns_per_run"]
+            .iter()
+            .map(|key| overhead[*key].as_f64().unwrap_or(f64::NAN))
+            .fold(0.0, f64::max);
+        goals.push(goal(
+            "overhead_bpf_ns_per_untracked_event",
+            "<= 1000 ns per fork and per exit",
+            per_event,
+            "ns",
+            per_event <= 1000.0,
+        ));
         goals.push(goal(
             "overhead_cpu",
             "<= 2 % of the CPUs",
@@ -1182,9 +1206,14 @@ fn print_table(plan: &Plan, report: &Report, goals: &[Value]) {
             o["running_median_ms"], o["stopped_median_ms"], o["ratio"]
         );
         println!(
-            "  while running: the eBPF program ran {} times, {} ns each: {} % of the CPUs; \
-             the daemon used {} %",
-            o["ebpf_runs"], o["ebpf_ns_per_run"], o["ebpf_cpu_percent"], o["daemon_cpu_percent"]
+            "  while running: the exit program ran {} times, {} ns each; the fork program {} \
+             times, {} ns each: {} % of the CPUs; the daemon used {} %",
+            o["ebpf_runs"],
+            o["ebpf_ns_per_run"],
+            o["ebpf_fork_runs"],
+            o["ebpf_fork_ns_per_run"],
+            o["ebpf_cpu_percent"],
+            o["daemon_cpu_percent"]
         );
     }
     if let Some(peers) = &report.peers {

@@ -25,6 +25,7 @@ use crate::bpf_stats::{ProgramCost, bpf_program_ids};
 use crate::daemon::{self, Daemon, Ended, register_all};
 use crate::procs::{self, Owners, monotonic_ns};
 use crate::{Dist, round, setup, watchers};
+use liveness_common::record::{EXIT_PROGRAM_NAME, FORK_PROGRAM_NAME};
 
 /// Sizes of the peers section.
 #[derive(Debug, Clone, Copy)]
@@ -503,11 +504,13 @@ impl Peers {
             if group.programs.is_empty() {
                 // A tool that closed its program descriptors after attaching: the programs
                 // loaded while it started, but not liveness's (other daemons may run here).
-                let liveness_name = &liveness_common::record::PROGRAM_NAME.as_bytes()[..15];
+                let liveness = [EXIT_PROGRAM_NAME, FORK_PROGRAM_NAME].map(str::as_bytes);
                 group.programs = ProgramCost::loaded()
                     .unwrap_or_default()
                     .into_iter()
-                    .filter(|(id, name)| !before.contains(id) && name.as_slice() != liveness_name)
+                    .filter(|(id, name)| {
+                        !before.contains(id) && !liveness.contains(&name.as_slice())
+                    })
                     .map(|(id, _)| id)
                     .collect();
             }

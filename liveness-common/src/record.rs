@@ -3,10 +3,11 @@
 //! the tests below and the BTF check in `liveness-daemon` pin both so they cannot drift
 //! apart. Plain `core` only, so a Rust eBPF program could use it as it is.
 
-/// Name of the `tp_btf/sched_process_exit` program in the object.
-pub const PROGRAM_NAME: &str = "on_sched_process_exit";
+/// Name of the `tp_btf/sched_process_exit` program in the object. The kernel keeps 15
+/// bytes of a program's name: both names fit, so `bpftool prog` tells them apart.
+pub const EXIT_PROGRAM_NAME: &str = "liveness_exit";
 /// Name of the `tp_btf/sched_process_fork` program in the object.
-pub const FORK_PROGRAM_NAME: &str = "on_sched_process_fork";
+pub const FORK_PROGRAM_NAME: &str = "liveness_fork";
 /// Hash map `u32 tgid -> MemberRecord` of the processes descended from tracked ones.
 pub const MAP_MEMBERS: &str = "members";
 /// Per-CPU `u64` counters of the members map, indexed by the `MEMBER_COUNTER_*` constants.
@@ -80,6 +81,14 @@ impl ExitRecord {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn program_names_fit_the_kernels_and_differ() {
+        for name in [EXIT_PROGRAM_NAME, FORK_PROGRAM_NAME] {
+            assert!(name.len() <= 15, "{name} is cut to 15 bytes by the kernel");
+        }
+        assert_ne!(EXIT_PROGRAM_NAME, FORK_PROGRAM_NAME);
+    }
+
     use super::*;
     use core::mem::{offset_of, size_of};
 

@@ -129,7 +129,7 @@ static __always_inline __u64 process_start_ticks(struct task_struct *task)
  * hash lookups.
  */
 SEC("tp_btf/sched_process_fork")
-int BPF_PROG(on_sched_process_fork, struct task_struct *parent, struct task_struct *child)
+int BPF_PROG(liveness_fork, struct task_struct *parent, struct task_struct *child)
 {
 	/* A thread joins its creator's thread group: not a new process. */
 	if (child->pid != child->tgid)
@@ -182,7 +182,7 @@ static __always_inline void leave_tree(struct task_struct *task, __u32 tgid,
  * 6.16, and a program touching it fails to load on older kernels.
  */
 SEC("tp_btf/sched_process_exit")
-int BPF_PROG(on_sched_process_exit, struct task_struct *task)
+int BPF_PROG(liveness_exit, struct task_struct *task)
 {
 	__u32 tgid = tgid_seen_by_daemon(task);
 	struct member_record *member = bpf_map_lookup_elem(&members, &tgid);

@@ -14,8 +14,8 @@ use aya::maps::{HashMap, Map, MapData, MapError, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, ProgramError};
 use aya::{Btf, BtfError, Ebpf, EbpfLoader};
 use liveness_common::record::{
-    COUNTER_EMITTED, COUNTER_LOST, ExitRecord, FORK_PROGRAM_NAME, MAP_COUNTERS, MAP_EXITS,
-    MAP_MEMBER_COUNTERS, MAP_MEMBERS, MAP_TRACKED, PROGRAM_NAME,
+    COUNTER_EMITTED, COUNTER_LOST, EXIT_PROGRAM_NAME, ExitRecord, FORK_PROGRAM_NAME, MAP_COUNTERS,
+    MAP_EXITS, MAP_MEMBER_COUNTERS, MAP_MEMBERS, MAP_TRACKED,
 };
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
@@ -265,10 +265,10 @@ impl EbpfSource {
             .map_err(EbpfError::from_load)?;
 
         let program: &mut BtfTracePoint = ebpf
-            .program_mut(PROGRAM_NAME)
-            .ok_or(EbpfError::BadObject(PROGRAM_NAME))?
+            .program_mut(EXIT_PROGRAM_NAME)
+            .ok_or(EbpfError::BadObject(EXIT_PROGRAM_NAME))?
             .try_into()
-            .map_err(|_| EbpfError::BadObject(PROGRAM_NAME))?;
+            .map_err(|_| EbpfError::BadObject(EXIT_PROGRAM_NAME))?;
         program
             .load(TRACEPOINT, &btf)
             .map_err(|e| EbpfError::from_program("loading the eBPF program", e))?;
