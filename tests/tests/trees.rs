@@ -30,6 +30,9 @@ impl Owner {
             .arg(r#"echo ready; while read -r cmd; do eval "$cmd"; done"#)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
+            // Its sleepers outlive the test: with the test's stderr they would hold the
+            // output pipe of `cargo test` open, and whoever reads it to the end would wait.
+            .stderr(Stdio::null())
             .spawn()
             .expect("spawn sh");
         let commands = child.stdin.take().expect("stdin");
@@ -298,8 +301,9 @@ fn threads_are_not_members_of_a_tree() {
     let mut owner = Owner::spawn();
     register(&daemon, "threads", &owner);
     let testproc = binary("testproc");
+    // The sleep only holds the pipeline open; it ends on its own after the test.
     owner.send(&format!(
-        "sleep 1000 | {} threads-wait 3 & echo $!",
+        "sleep 120 | {} threads-wait 3 & echo $!",
         testproc.display()
     ));
     // The pid line and the thread-id line come in either order.
