@@ -64,8 +64,14 @@ impl Engine {
                 _ = file_check.tick() => if let Err(e) = self.store.check_file() {
                     break Err(EngineError::Store(e));
                 },
+                // Last: only when nothing else is ready, and after one yield, so that the
+                // connections woken by a publish write to their sockets first.
+                () = tokio::task::yield_now(), if !self.unlogged.is_empty() => {
+                    self.unlogged.flush(&mut self.fresh_owners);
+                }
             }
         };
+        self.unlogged.flush(&mut self.fresh_owners);
         // On failure nothing more is written to a file nobody will open again.
         outcome?;
         // In-flight exits are committed before the daemon goes away.
@@ -73,6 +79,7 @@ impl Engine {
             self.finalize_observed(observation);
         }
         self.finalize(Vec::new());
+        self.unlogged.flush(&mut self.fresh_owners);
         // What the kernel added since the last refresh, for the next run.
         self.refresh_trees();
         self.cancel_reaps().await;
@@ -292,8 +299,8 @@ impl Engine {
     }
 
     /// Sends committed events, as one batch, to every subscriber. A subscriber whose queue
-    /// is full is dropped; its connection tells it `lagged`. The log lines and metrics come
-    /// after, so that a slow log destination never delays the stream.
+    /// is full is dropped; its connection tells it `lagged`. The metrics come after, and
+    /// the log lines only once the woken connections have written (see `eventlog`).
     fn broadcast(&mut self, mut events: Vec<Event>) {
         let batch: Batch = events
             .iter_mut()
@@ -316,9 +323,9 @@ impl Engine {
             .collect();
         self.send(&batch);
         for event in &events {
-            super::eventlog::log(event, &mut self.fresh_owners);
             self.end_metrics.record(event);
         }
+        self.unlogged.push(events, &mut self.fresh_owners);
     }
 
     fn send(&mut self, batch: &Batch) {

@@ -1,6 +1,11 @@
 //! One info line per session registered, ended and reaped, with structured fields
 //! (kept as journal fields when the daemon logs to journald): who, whose, why, seen by
 //! which source, and how long from the death to the commit.
+//!
+//! The lines are written after the subscribers' connections have had their turn, not
+//! between the commit and their wake-up: the engine and the connections share the
+//! runtime's workers, so a log write (to a file, to journald) before its yield delayed
+//! every stream reader by its cost.
 
 use liveness_common::protocol::wire_name;
 use liveness_common::session::{Event, EventKind};
@@ -16,9 +21,36 @@ pub(super) fn end_latency_ms(event: &Event) -> Option<i64> {
         .map(|died| (event.at_ms - died).max(0))
 }
 
+/// Most events held back before their lines are written at once: a burst of ends is not
+/// held in memory.
+const MAX_DEFERRED: usize = 1024;
+
+/// Published events whose lines are still to be written.
+#[derive(Debug, Default)]
+pub(super) struct Deferred(Vec<Event>);
+
+impl Deferred {
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub(super) fn push(&mut self, events: Vec<Event>, fresh_owners: &mut FreshOwners) {
+        self.0.extend(events);
+        if self.0.len() >= MAX_DEFERRED {
+            self.flush(fresh_owners);
+        }
+    }
+
+    pub(super) fn flush(&mut self, fresh_owners: &mut FreshOwners) {
+        for event in self.0.drain(..) {
+            log(&event, fresh_owners);
+        }
+    }
+}
+
 /// Logs a committed event, and warns of an owner that died within a second of its
 /// registration (a launcher or a hook's own process, most likely, not the real owner).
-pub(super) fn log(event: &Event, fresh_owners: &mut FreshOwners) {
+fn log(event: &Event, fresh_owners: &mut FreshOwners) {
     let owner = &event.owner;
     if event.kind == EventKind::Ended
         && let Some(lived_ms) = event

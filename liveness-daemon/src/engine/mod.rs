@@ -184,6 +184,9 @@ pub struct Engine {
     hops: Option<hops::HopTrace>,
     /// Owners registered within the last second, to warn of those that die at once.
     fresh_owners: owner_checks::FreshOwners,
+    /// Published events not logged yet: their lines are written once the subscribers'
+    /// connections have had their turn (see [`eventlog::Deferred`]).
+    unlogged: eventlog::Deferred,
     /// Ends of sessions by reason and source, and their latency, for `--metrics-listen`.
     end_metrics: crate::metrics::EndMetrics,
 }
@@ -255,6 +258,7 @@ impl Engine {
             membership,
             hops: config.trace_hops.then(hops::HopTrace::default),
             fresh_owners: owner_checks::FreshOwners::default(),
+            unlogged: eventlog::Deferred::default(),
             end_metrics: crate::metrics::EndMetrics::default(),
             store,
             monitor,
