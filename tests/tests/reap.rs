@@ -385,7 +385,11 @@ fn replay_all(daemon: &Daemon) -> Vec<Value> {
         .as_u64()
         .unwrap_or_else(|| panic!("subscribe: {ack}"));
     let mut events: Vec<Value> = Vec::new();
-    while events.last().map_or(0, |event| event["seq"].as_u64().unwrap_or(0)) < head {
+    while events
+        .last()
+        .map_or(0, |event| event["seq"].as_u64().unwrap_or(0))
+        < head
+    {
         let line = conn
             .next_within(MARGIN)
             .unwrap_or_else(|| panic!("the replay stopped before seq {head}: {events:?}"));
@@ -532,11 +536,7 @@ fn a_reap_cut_short_runs_again(session: &str, interrupt: fn(&mut Daemon)) {
         "what the first run ended had exited: {reaped}"
     );
     assert_eq!(failed_pids(outcome), Vec::<u32>::new(), "{reaped}");
-    assert!(
-        gone_within(stubborn, MARGIN),
-        "{} still runs",
-        stubborn.pid
-    );
+    assert!(gone_within(stubborn, MARGIN), "{} still runs", stubborn.pid);
 
     // Once: across one more restart, the log holds one of each.
     assert!(daemon.stop().success());

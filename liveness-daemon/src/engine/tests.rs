@@ -395,7 +395,12 @@ async fn a_reap_outcome_whose_commit_failed_is_committed_and_published_once_on_r
 
     // The reap (of no process: the tree had no other) finishes while the store fails.
     f.engine.store.fail_writes(true).unwrap();
-    let done = f.engine.reaps.join_next().await.expect("the end started a reap");
+    let done = f
+        .engine
+        .reaps
+        .join_next()
+        .await
+        .expect("the end started a reap");
     f.engine.finish_reap(done);
     assert_eq!(
         f.engine.uncommitted.reaps.len(),
@@ -411,7 +416,11 @@ async fn a_reap_outcome_whose_commit_failed_is_committed_and_published_once_on_r
 
     // What the loop's retry tick does; the first one still fails.
     f.engine.retry_commits();
-    assert_eq!(f.engine.uncommitted.reaps.len(), 1, "kept after a second failure");
+    assert_eq!(
+        f.engine.uncommitted.reaps.len(),
+        1,
+        "kept after a second failure"
+    );
     f.engine.store.fail_writes(false).unwrap();
     f.engine.retry_commits();
     assert!(f.engine.uncommitted.is_empty(), "committed on the retry");
