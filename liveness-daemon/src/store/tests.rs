@@ -1315,6 +1315,33 @@ fn the_cleanup_policy_is_stored_and_the_reaped_event_recorded() {
         (plain.on_end, plain.grace_ms),
         (OnEnd::Leave, DEFAULT_GRACE_MS)
     );
+    let end = |store: &mut Store, id: &str, terminate: bool| {
+        let owner = owner(20);
+        store
+            .end(
+                UID,
+                id,
+                EndReason::Stopped,
+                None,
+                None,
+                None,
+                Some(&owner),
+                None,
+                terminate,
+                NOW + 11,
+            )
+            .unwrap()
+    };
+    store.register(req("s3", owner(20)), NOW).unwrap();
+    end(&mut store, "s3", false);
+    assert_eq!(store.reaps_due().unwrap(), [], "leave: no reap is due");
+    end(&mut store, "s2", true);
+    let due: Vec<_> = store.reaps_due().unwrap().iter().map(about).collect();
+    assert_eq!(
+        due,
+        [("s2".to_owned(), Some(EndReason::Stopped), OnEnd::Leave)],
+        "an end that asks to terminate marks the reap due whatever the policy"
+    );
 }
 
 fn granted(acquired: Acquired) -> (Lock, Event) {
