@@ -75,27 +75,72 @@ impl ProgramCost {
 /// IDs of the eBPF programs a process holds descriptors of (`anon_inode:bpf-prog`), read
 /// from `/proc/<pid>/fdinfo`.
 pub fn bpf_program_ids(pid: u32) -> Vec<u32> {
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return Vec::new();
-    };
-    let mut ids: Vec<u32> = fds
-        .filter_map(|fd| {
-            let fd = fd.ok()?;
-            let target = std::fs::read_link(fd.path()).ok()?;
-            if target.as_os_str() != "anon_inode:bpf-prog" {
-                return None;
-            }
-            let fdinfo = format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_str()?);
-            std::fs::read_to_string(fdinfo)
-                .ok()?
-                .lines()
-                .find_map(|l| l.strip_prefix("prog_id:"))?
-                .trim()
-                .parse()
-                .ok()
-        })
+    let mut ids: Vec<u32> = fdinfos(pid, "anon_inode:bpf-prog")
+        .iter()
+        .filter_map(|fdinfo| field(fdinfo, "prog_id"))
+        .map(|id| id as u32)
         .collect();
     ids.sort_unstable();
     ids.dedup();
     ids
+}
+
+/// Whether a process holds a program of this name.
+pub fn holds_program(pid: u32, name: &str) -> Result<bool> {
+    let ids = bpf_program_ids(pid);
+    Ok(ProgramCost::loaded()?
+        .iter()
+        .any(|(id, loaded)| ids.contains(id) && loaded == name.as_bytes()))
+}
+
+/// The kernel memory of an eBPF map a process holds, as its fdinfo counts it.
+#[derive(Debug, Clone, Copy)]
+pub struct MapMemory {
+    pub max_entries: u64,
+    /// `memlock`: the map's memory use in bytes (of its elements so far, for a map that
+    /// is not preallocated).
+    pub bytes: u64,
+}
+
+/// The memory of the map of this name a process holds, if it holds one.
+pub fn map_memory(pid: u32, name: &str) -> Result<Option<MapMemory>> {
+    for fdinfo in fdinfos(pid, "anon_inode:bpf-map") {
+        let Some(id) = field(&fdinfo, "map_id") else {
+            continue;
+        };
+        let info = aya::maps::MapInfo::from_id(id as u32)
+            .with_context(|| format!("reading eBPF map {id}"))?;
+        if info.name() == name.as_bytes() {
+            return Ok(Some(MapMemory {
+                max_entries: field(&fdinfo, "max_entries").unwrap_or(0),
+                bytes: field(&fdinfo, "memlock").unwrap_or(0),
+            }));
+        }
+    }
+    Ok(None)
+}
+
+/// The fdinfo of each descriptor of a process that links to `target`.
+fn fdinfos(pid: u32, target: &str) -> Vec<String> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    fds.filter_map(|fd| {
+        let fd = fd.ok()?;
+        if std::fs::read_link(fd.path()).ok()?.as_os_str() != target {
+            return None;
+        }
+        std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_str()?)).ok()
+    })
+    .collect()
+}
+
+/// A numeric `name:` line of an fdinfo.
+fn field(fdinfo: &str, name: &str) -> Option<u64> {
+    fdinfo
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))?
+        .trim()
+        .parse()
+        .ok()
 }

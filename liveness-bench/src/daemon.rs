@@ -13,6 +13,9 @@ use anyhow::{Context, Result, bail};
 pub use integration_tests::{Conn, Daemon};
 use serde_json::{Value, json};
 
+use liveness_common::record::FORK_PROGRAM_NAME;
+
+use crate::bpf_stats;
 use crate::procs::monotonic_ns;
 
 /// Starts `livenessd --sources <sources> [extra]` from `bin_dir` on a fresh state
@@ -31,6 +34,23 @@ pub fn ready(daemon: &Daemon) -> Result<()> {
     let status = daemon.request(json!({"op": "status"}));
     if status["ok"] != true {
         bail!("livenessd status failed: {status}");
+    }
+    Ok(())
+}
+
+/// Fails unless the daemon follows process trees in the kernel: its status says so and it
+/// holds the fork program. Figures of a run without it would measure something else.
+pub fn require_fork_tracking(daemon: &Daemon) -> Result<()> {
+    let status = daemon.request(json!({"op": "status"}));
+    let mode = &status["status"]["membership"]["mode"];
+    if mode != "kernel" {
+        bail!(
+            "livenessd does not follow process trees in the kernel (membership mode {mode}); log: {}",
+            daemon.log()
+        );
+    }
+    if !bpf_stats::holds_program(daemon.pid(), FORK_PROGRAM_NAME)? {
+        bail!("livenessd holds no {FORK_PROGRAM_NAME} eBPF program");
     }
     Ok(())
 }

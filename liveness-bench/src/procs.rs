@@ -158,39 +158,85 @@ fn owner_main(go: RawFd, report: RawFd) -> ! {
     exit_now(0)
 }
 
-/// One session's process tree: an owner that is not the harness's child, and `children`
-/// children of its own, forked before the owner reports its pid. The children `pause()`;
-/// the first `stubborn` of them ignore SIGTERM. Dropping it kills whatever is left.
+/// What a [`Tree`]'s owner forks: `before` children before it reports its pid (the first
+/// `stubborn` of them ignore SIGTERM), and on [`Tree::grow`] `long_lived` more that stay and
+/// `short_lived` ones that exit at once, interleaved.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TreeShape {
+    pub before: usize,
+    pub stubborn: usize,
+    pub long_lived: usize,
+    pub short_lived: usize,
+}
+
+/// One session's process tree: an owner that is not the harness's child, and its children.
+/// The long-lived children `pause()`. Dropping it kills whatever is left.
 #[derive(Debug)]
 pub struct Tree {
     pub owner: Fingerprint,
+    /// The owner's living children.
     pub children: Vec<Fingerprint>,
+    /// Writing a byte makes the owner fork the rest of its shape; closing it, nothing more.
+    go: Option<File>,
+    /// The owner reports its pid, then the pids of its short-lived children, here.
+    report: File,
 }
 
 impl Tree {
-    pub fn spawn(children: usize, stubborn: usize) -> Result<Tree> {
+    pub fn spawn(shape: TreeShape) -> Result<Tree> {
         let (report_read, report_write) = pipe()?;
-        let report_fd = report_write.as_raw_fd();
+        let (go_read, go_write) = pipe()?;
+        let fds = [report_write.as_raw_fd(), go_read.as_raw_fd()];
         // The owner only calls async-signal-safe functions (see the module doc).
-        integration_tests::spawn_orphan(|| tree_owner_main(children, stubborn, report_fd))
+        integration_tests::spawn_orphan(|| tree_owner_main(shape, fds[0], fds[1]))
             .context("forking a tree's owner")?;
-        drop(report_write);
+        drop((report_write, go_read));
+        let mut report = File::from(report_read);
         let mut pid = [0u8; 8];
-        File::from(report_read)
+        report
             .read_exact(&mut pid)
             .context("reading the tree owner's pid")?;
-        let owner = u64::from_le_bytes(pid) as u32;
+        let owner = Fingerprint::of(u64::from_le_bytes(pid) as u32);
+        let mut tree = Tree {
+            children: Vec::new(),
+            owner,
+            go: Some(File::from(go_write)),
+            report,
+        };
+        tree.children = tree.living_children()?;
+        Ok(tree)
+    }
+
+    /// Makes the owner fork its long- and short-lived children; returns the short-lived
+    /// ones' pids once all of them have exited and been reaped.
+    pub fn grow(&mut self) -> Result<Vec<u32>> {
+        let mut go = self.go.take().context("the tree already grew")?;
+        go.write_all(b"x")
+            .context("telling the tree's owner to fork")?;
+        let mut bytes = Vec::new();
+        self.report
+            .read_to_end(&mut bytes)
+            .context("reading the short-lived children's pids")?;
+        let short: Vec<u32> = bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        if short.contains(&0) {
+            bail!("the tree's owner failed to fork (pid_max, threads-max or memory)");
+        }
+        self.children = self.living_children()?;
+        Ok(short)
+    }
+
+    fn living_children(&self) -> Result<Vec<Fingerprint>> {
+        let owner = self.owner.pid;
         let listed = std::fs::read_to_string(format!("/proc/{owner}/task/{owner}/children"))
             .context("reading the tree owner's children")?;
-        let children: Vec<Fingerprint> = listed
+        Ok(listed
             .split_ascii_whitespace()
             .filter_map(|pid| pid.parse().ok())
             .map(Fingerprint::of)
-            .collect();
-        Ok(Tree {
-            owner: Fingerprint::of(owner),
-            children,
-        })
+            .collect())
     }
 }
 
@@ -203,22 +249,29 @@ impl Drop for Tree {
     }
 }
 
-fn tree_owner_main(children: usize, stubborn: usize, report: RawFd) -> ! {
-    close_all_but(&mut [report]);
-    for i in 0..children {
-        // SAFETY: fork in a process that makes only async-signal-safe calls.
-        match unsafe { libc::fork() } {
-            0 => {
-                // SAFETY: closing the report pipe, which the child does not use.
-                unsafe { libc::close(report) };
-                if i < stubborn {
-                    // SAFETY: setting this process's disposition of SIGTERM.
-                    unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
-                }
-                pause_forever()
-            }
-            -1 => exit_now(5),
-            _ => {}
+/// Forks a child that pauses for ever, ignoring SIGTERM if `stubborn`; -1 if fork failed.
+fn fork_sleeper(stubborn: bool, close: &[RawFd]) -> libc::pid_t {
+    // SAFETY: fork in a process that makes only async-signal-safe calls.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        for &fd in close {
+            // SAFETY: closing the owner's pipes, which the child does not use.
+            unsafe { libc::close(fd) };
+        }
+        if stubborn {
+            // SAFETY: setting this process's disposition of SIGTERM.
+            unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
+        }
+        pause_forever()
+    }
+    pid
+}
+
+fn tree_owner_main(shape: TreeShape, report: RawFd, go: RawFd) -> ! {
+    close_all_but(&mut [report, go]);
+    for i in 0..shape.before {
+        if fork_sleeper(i < shape.stubborn, &[report, go]) < 0 {
+            exit_now(5);
         }
     }
     // SAFETY: getpid has no preconditions.
@@ -226,8 +279,47 @@ fn tree_owner_main(children: usize, stubborn: usize, report: RawFd) -> ! {
     if !write_all_raw(report, &pid.to_le_bytes()) {
         exit_now(2);
     }
-    // SAFETY: closing the report pipe: the harness reads to the pid and no further.
+    let mut byte = 0u8;
+    // SAFETY: reading one byte into a local; EOF (or an error) means nothing more to fork.
+    if unsafe { libc::read(go, (&raw mut byte).cast(), 1) } == 1 {
+        let total = shape.long_lived + shape.short_lived;
+        let mut buffer = [0u8; 4096];
+        let mut filled = 0;
+        for i in 0..total {
+            // Long-lived children spread evenly among the short-lived ones.
+            let long = (i + 1) * shape.long_lived / total != i * shape.long_lived / total;
+            if long {
+                if fork_sleeper(false, &[report, go]) < 0 {
+                    exit_now(5);
+                }
+                continue;
+            }
+            // SAFETY: as in fork_sleeper; the child exits at once.
+            let child = match unsafe { libc::fork() } {
+                0 => exit_now(0),
+                -1 => 0,
+                child => {
+                    // SAFETY: reaping our own child, so that it leaves no zombie behind.
+                    unsafe { libc::waitpid(child, std::ptr::null_mut(), 0) };
+                    child
+                }
+            };
+            buffer[filled..filled + 4].copy_from_slice(&(child as u32).to_le_bytes());
+            filled += 4;
+            if filled == buffer.len() {
+                write_all_raw(report, &buffer);
+                filled = 0;
+            }
+            if child == 0 {
+                break;
+            }
+        }
+        write_all_raw(report, &buffer[..filled]);
+    }
+    // SAFETY: closing the pipes: the harness reads the report to its end.
     unsafe { libc::close(report) };
+    // SAFETY: as above.
+    unsafe { libc::close(go) };
     pause_forever()
 }
 

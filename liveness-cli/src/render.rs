@@ -293,11 +293,16 @@ fn describe_reaped(reaped: &Reaped) -> String {
         .map(|f| format!("{}: {}", f.pid, f.reason))
         .collect();
     format!(
-        ": terminated [{}], killed [{}], already exited [{}], failed [{}]",
+        ": terminated [{}], killed [{}], already exited [{}], failed [{}]{}",
         pids(&reaped.terminated),
         pids(&reaped.killed),
         pids(&reaped.exited),
-        failed.join("; ")
+        failed.join("; "),
+        if reaped.resumed {
+            " (run again after a daemon restart)"
+        } else {
+            ""
+        }
     )
 }
 
@@ -463,5 +468,25 @@ pub(crate) fn print_liveness(identity: &Identity, liveness: &Liveness, json: boo
         });
     } else {
         outln!("{word}: {detail} ({identity})");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reap_run_again_after_a_restart_says_so() {
+        let resumed = Reaped {
+            killed: vec![14],
+            resumed: true,
+            ..Reaped::default()
+        };
+        assert_eq!(
+            describe_reaped(&resumed),
+            ": terminated [], killed [14], already exited [], failed [] (run again after a daemon restart)"
+        );
+        let first = describe_reaped(&Reaped::default());
+        assert!(!first.contains("again"), "{first}");
     }
 }

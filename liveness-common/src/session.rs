@@ -138,6 +138,10 @@ pub struct Reaped {
     pub exited: Vec<u32>,
     /// Not signalled, or still alive after SIGKILL, and why.
     pub failed: Vec<ReapFailure>,
+    /// The reap was cut short by a stop or a crash of the daemon and run again by its next
+    /// start: SIGTERM again, then a whole grace. What the first run ended is in `exited`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resumed: bool,
 }
 
 /// A process the reaper could not, or would not, end.

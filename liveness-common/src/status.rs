@@ -198,7 +198,7 @@ pub struct Counters {
     pub finalized_by: BTreeMap<DetectedBy, u64>,
     pub lagged_subscribers: u64,
     pub largest_batch: usize,
-    /// Commits of finalizations that failed and were retried.
+    /// Commits of finalizations and reap outcomes that failed and were retried.
     pub failed_commits: u64,
 }
 

@@ -359,49 +359,222 @@ fn reap_for_a_user_never_signals_roots_processes() {
     );
 }
 
+/// Whether the daemon's database holds `member` among the persisted members of a tree:
+/// what a daemon that starts after a crash knows of the trees.
+fn persisted(daemon: &Daemon, member: Fingerprint) -> bool {
+    let db = rusqlite::Connection::open_with_flags(
+        daemon.state_dir.join("liveness.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .expect("open the daemon's database");
+    db.busy_timeout(MARGIN).expect("busy timeout");
+    db.query_row(
+        "SELECT COUNT(*) FROM members WHERE pid = ?1 AND start_ticks = ?2",
+        [i64::from(member.pid), member.start_ticks as i64],
+        |row| row.get::<_, i64>(0),
+    )
+    .expect("read the members table")
+        == 1
+}
+
+/// Every stored event, replayed from the first up to the head at subscription.
+fn replay_all(daemon: &Daemon) -> Vec<Value> {
+    let mut conn = daemon.connect();
+    let ack = conn.request(json!({"op": "subscribe", "since": 0}));
+    let head = ack["subscribed"]["head"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("subscribe: {ack}"));
+    let mut events: Vec<Value> = Vec::new();
+    while events
+        .last()
+        .map_or(0, |event| event["seq"].as_u64().unwrap_or(0))
+        < head
+    {
+        let line = conn
+            .next_within(MARGIN)
+            .unwrap_or_else(|| panic!("the replay stopped before seq {head}: {events:?}"));
+        events.push(line["event"].clone());
+    }
+    events
+}
+
+fn count_of(events: &[Value], kind: &str, session: &str) -> usize {
+    events
+        .iter()
+        .filter(|event| event["kind"] == kind && event["session"] == session)
+        .count()
+}
+
 #[test]
-fn reap_waiting_out_its_grace_is_cancelled_by_a_stopping_daemon() {
-    if !privileged("reap_waiting_out_its_grace_is_cancelled_by_a_stopping_daemon") {
+fn reap_of_an_owner_that_died_while_the_daemon_was_down() {
+    if !privileged("reap_of_an_owner_that_died_while_the_daemon_was_down") {
         return;
     }
     let mut daemon = Daemon::start(&[]);
     let mut family = Family::spawn();
+    let bystander = Orphan::spawn(&["exit", "0"]);
     register(
         &daemon,
-        "long",
+        "away",
         &family,
-        &["--on-end", "terminate", "--grace", "1h"],
+        &["--on-end", "terminate", "--grace", "1s"],
+    );
+    family.release();
+    let before = family.before;
+    let after = family.orphan();
+    let doomed = family.orphan();
+    // What a daemon that crashes knows of the tree is what it persisted.
+    for member in [before, after, doomed] {
+        assert!(
+            eventually(MARGIN, || persisted(&daemon, member)),
+            "member {} was never persisted",
+            member.pid
+        );
+    }
+    daemon.kill9();
+
+    // While no daemon runs: a member dies and an unrelated process takes its pid, then the
+    // owner dies.
+    doomed.kill();
+    assert!(
+        eventually(MARGIN, || integration_tests::state(doomed.pid).is_none()),
+        "member {} was not reaped by init",
+        doomed.pid
+    );
+    let mut impostor = Reaped(process_with_pid(doomed.pid));
+    family.kill_owner();
+    daemon.restart();
+
+    let mut stream = subscribe(&daemon);
+    let ended = next_event(&mut stream, "session.ended", "away", MARGIN);
+    assert_eq!(
+        (&ended["detected_by"], &ended["on_end"]),
+        (&json!("reconcile"), &json!("terminate")),
+        "{ended}"
+    );
+    let survivors: Vec<u32> = ended["survivors"]["members"]
+        .as_array()
+        .map(|members| {
+            members
+                .iter()
+                .filter_map(|member| member["pid"].as_u64().map(|pid| pid as u32))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        sorted(survivors),
+        sorted(vec![before.pid, after.pid]),
+        "the persisted members still alive survive, the dead one's pid is not one: {ended}"
+    );
+    let reaped = next_event(&mut stream, "session.reaped", "away", GRACE + MARGIN);
+    let outcome = &reaped["reaped"];
+    assert_eq!(
+        pids(outcome, "terminated"),
+        sorted(vec![before.pid, after.pid]),
+        "{reaped}"
+    );
+    assert_eq!(pids(outcome, "killed"), Vec::<u32>::new(), "{reaped}");
+    assert_eq!(failed_pids(outcome), Vec::<u32>::new(), "{reaped}");
+    for member in [before, after] {
+        assert!(
+            gone_within(member, MARGIN),
+            "member {} still runs",
+            member.pid
+        );
+    }
+    assert!(
+        Fingerprint::of(bystander.pid).is_running(),
+        "the bystander was signalled"
+    );
+    assert!(
+        impostor.0.try_wait().expect("try_wait").is_none(),
+        "the process that took a dead member's pid was signalled"
+    );
+}
+
+/// A reap waiting out its grace when `interrupt` ends the daemon runs again at the next
+/// start, and one `session.reaped` is recorded.
+fn a_reap_cut_short_runs_again(session: &str, interrupt: fn(&mut Daemon)) {
+    // Long enough that the daemon is surely interrupted within it.
+    const LONG_GRACE: Duration = Duration::from_secs(8);
+    let mut daemon = Daemon::start(&[]);
+    let mut family = Family::spawn();
+    register(
+        &daemon,
+        session,
+        &family,
+        &["--on-end", "terminate", "--grace", "8s"],
     );
     family.release();
     let stubborn = family.stubborn();
+    let heeds = family.orphan();
     family.kill_owner();
-    assert!(
-        eventually(MARGIN, || daemon
-            .log()
-            .contains("terminating the session's surviving processes")),
-        "the reap did not start:\n{}",
-        daemon.log()
-    );
-    // Within the daemon's own stop bound, not the hour of grace.
-    let status = daemon.stop();
-    assert!(status.success(), "livenessd stopped with {status}");
+    // Those that heed SIGTERM are gone once it was sent: the reap waits out its grace.
+    for heeds in [family.before, heeds] {
+        assert!(
+            gone_within(heeds, MARGIN),
+            "the reap's SIGTERM did not end {}:\n{}",
+            heeds.pid,
+            daemon.log()
+        );
+    }
+    interrupt(&mut daemon);
     assert!(
         stubborn.is_running(),
         "SIGKILL was sent though the grace had not passed"
     );
-    assert!(
-        daemon
-            .log()
-            .contains("stopping while terminating sessions' processes"),
-        "the cancelled reap is logged:\n{}",
-        daemon.log()
-    );
+
     daemon.restart();
     let mut stream = subscribe(&daemon);
-    let ended = next_event(&mut stream, "session.ended", "long", MARGIN);
-    assert_eq!(ended["session"], "long");
-    assert!(
-        stream.next_within(Duration::from_millis(300)).is_none(),
-        "no session.reaped is recorded for a reap that did not finish"
+    let reaped = next_event(&mut stream, "session.reaped", session, LONG_GRACE + MARGIN);
+    let outcome = &reaped["reaped"];
+    assert_eq!(outcome["resumed"], true, "{reaped}");
+    assert_eq!(pids(outcome, "killed"), vec![stubborn.pid], "{reaped}");
+    assert_eq!(
+        pids(outcome, "exited"),
+        sorted(vec![family.before.pid, heeds.pid]),
+        "what the first run ended had exited: {reaped}"
     );
+    assert_eq!(failed_pids(outcome), Vec::<u32>::new(), "{reaped}");
+    assert!(gone_within(stubborn, MARGIN), "{} still runs", stubborn.pid);
+
+    // Once: across one more restart, the log holds one of each.
+    assert!(daemon.stop().success());
+    daemon.restart();
+    let events = replay_all(&daemon);
+    assert_eq!(
+        (
+            count_of(&events, "session.ended", session),
+            count_of(&events, "session.reaped", session)
+        ),
+        (1, 1),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn reap_cut_by_a_daemon_crash_runs_again_at_the_next_start() {
+    if !privileged("reap_cut_by_a_daemon_crash_runs_again_at_the_next_start") {
+        return;
+    }
+    a_reap_cut_short_runs_again("crashed", Daemon::kill9);
+}
+
+#[test]
+fn reap_cut_by_a_daemon_stop_runs_again_at_the_next_start() {
+    if !privileged("reap_cut_by_a_daemon_stop_runs_again_at_the_next_start") {
+        return;
+    }
+    a_reap_cut_short_runs_again("stopped", |daemon| {
+        // Within the daemon's own stop bound, not the grace.
+        let status = daemon.stop();
+        assert!(status.success(), "livenessd stopped with {status}");
+        assert!(
+            daemon
+                .log()
+                .contains("stopping while terminating sessions' processes"),
+            "the cut reap is logged:\n{}",
+            daemon.log()
+        );
+    });
 }

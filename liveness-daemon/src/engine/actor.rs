@@ -58,7 +58,7 @@ impl Engine {
                     None => break Ok(()),
                 },
                 Some(done) = self.reaps.join_next(), if !self.reaps.is_empty() => self.finish_reap(done),
-                _ = retry.tick(), if !self.uncommitted.is_empty() => self.finalize(Vec::new()),
+                _ = retry.tick(), if !self.uncommitted.is_empty() => self.retry_commits(),
                 _ = housekeeping.tick() => self.housekeeping(),
                 _ = trees.tick() => self.refresh_trees(),
                 _ = file_check.tick() => if let Err(e) = self.store.check_file() {
@@ -84,10 +84,12 @@ impl Engine {
         self.refresh_trees();
         self.cancel_reaps().await;
         if !self.uncommitted.is_empty() {
-            // Their sessions are still ACTIVE in the store: the next start reconciles them.
+            // Their sessions are still ACTIVE in the store, or their reaps still due: the
+            // next start reconciles them, and runs the reaps again.
             tracing::error!(
-                count = self.uncommitted.len(),
-                "stopping with finalizations that could not be committed; the next start will reconcile them"
+                deaths = self.uncommitted.deaths.len(),
+                reaps = self.uncommitted.reaps.len(),
+                "stopping with finalizations or reap outcomes that could not be committed; the next start will reconcile them and run the reaps again"
             );
         }
         if let Err(e) = self.store.end_run() {
@@ -109,8 +111,11 @@ impl Engine {
     }
 
     /// Reconciles every ACTIVE owner after a start: those that died while the daemon was
-    /// down are finalized (`detected_by: reconcile`), the rest are watched.
+    /// down are finalized (`detected_by: reconcile`), the rest are watched. Reaps that a
+    /// stop or a crash cut short run again first, so that the reaps of sessions ended here
+    /// are not started twice.
     pub(super) fn reconcile_at_start(&mut self) {
+        self.resume_reaps();
         let owners = match self.store.active_owners() {
             Ok(owners) => owners,
             Err(e) => {
@@ -130,6 +135,13 @@ impl Engine {
             dead = dead.len(),
             "reconciled active sessions"
         );
+        // The trees of owners that died meanwhile, from their persisted members still
+        // alive: their survivors are reported, and terminated by policy, like any others.
+        for death in &dead {
+            if death.owner.boot_id == self.local.boot_id {
+                self.follow_tree(&death.owner);
+            }
+        }
         // Members persisted for trees whose owner died or moved on while no daemon ran.
         let followed: Vec<ProcessKey> = self.membership.roots().collect();
         if let Err(e) = self.store.keep_members_of(&followed) {
@@ -226,15 +238,7 @@ impl Engine {
     /// Ends every ACTIVE session owned by the dead processes, in one transaction, together
     /// with the deaths an earlier failed commit left over.
     pub(super) fn finalize(&mut self, mut deaths: Vec<OwnerDeath>) {
-        let retrying = !self.uncommitted.is_empty();
-        // Older deaths first, so events keep the order in which deaths were seen.
-        deaths.splice(0..0, self.uncommitted.drain(..));
-        if deaths.is_empty() {
-            return;
-        }
-        self.counters.largest_batch = self.counters.largest_batch.max(deaths.len());
-        // Computed once, for the whole batch: a retried commit keeps the survivors of the
-        // moment of the death.
+        // Computed once, at the death: a retried commit keeps the survivors of that moment.
         let owners = deaths
             .iter()
             .filter(|death| death.survivors.is_none())
@@ -243,40 +247,34 @@ impl Engine {
         for death in deaths.iter_mut().filter(|death| death.survivors.is_none()) {
             death.survivors = found.next().flatten();
         }
-        match self.store.end_many(&deaths, self.config.clock.now_ms()) {
-            Ok(mut events) => {
-                if let Some(hops) = &mut self.hops {
-                    hops.committed(&mut events);
-                }
-                if retrying {
-                    tracing::info!(
-                        count = deaths.len(),
-                        "committed the finalizations that had failed"
-                    );
-                }
-                for event in &events {
-                    if let Some(by) = event.detected_by {
-                        *self.counters.finalized_by.entry(by).or_default() += 1;
-                    }
-                }
-                self.publish(events);
-                // Every session of a dead owner has ended: nobody follows its tree now.
-                self.forget_trees(deaths.iter().map(|death| &death.owner));
-            }
-            // Nothing is announced that was not committed. The deaths are kept and
-            // committed again later; should the daemon stop first, their sessions are still
-            // ACTIVE in the store and the next start's reconcile ends them.
-            Err(e) => {
-                let e = self.store.explain(e);
-                if retrying {
-                    tracing::debug!(error = %e, count = deaths.len(), "committing finalizations failed again");
-                } else {
-                    tracing::error!(error = %e, count = deaths.len(), "cannot commit finalizations; retrying every {RETRY_PERIOD:?}");
-                }
-                self.counters.failed_commits += 1;
-                self.uncommitted = deaths;
+        // Older deaths first, so events keep the order in which deaths were seen. Nothing
+        // is announced that was not committed; should the daemon stop before a retry
+        // succeeds, the sessions are still ACTIVE in the store and the next start's
+        // reconcile ends them.
+        let committed = self.commit_or_keep(
+            |uncommitted| &mut uncommitted.deaths,
+            deaths,
+            "finalizations",
+            |engine, deaths| {
+                engine.counters.largest_batch = engine.counters.largest_batch.max(deaths.len());
+                let now = engine.config.clock.now_ms();
+                engine.store.end_many(deaths, now)
+            },
+        );
+        let Some((deaths, mut events)) = committed else {
+            return;
+        };
+        if let Some(hops) = &mut self.hops {
+            hops.committed(&mut events);
+        }
+        for event in &events {
+            if let Some(by) = event.detected_by {
+                *self.counters.finalized_by.entry(by).or_default() += 1;
             }
         }
+        self.publish(events);
+        // Every session of a dead owner has ended: nobody follows its tree now.
+        self.forget_trees(deaths.iter().map(|death| &death.owner));
     }
 
     /// Announces committed events, then applies what they change for requests waiting for

@@ -73,6 +73,7 @@ impl Engine {
                         None,
                         None,
                         self.survivors_of([&existing.owner]).pop().flatten(),
+                        terminate,
                         now,
                     );
                     match ended {
@@ -349,7 +350,7 @@ impl Engine {
             active_sessions: self.store.count(Phase::Active).unwrap_or_default(),
             ended_sessions: self.store.count(Phase::Ended).unwrap_or_default(),
             subscribers: self.subscribers.iter().filter(|q| !q.is_closed()).count() as u64,
-            uncommitted_deaths: self.uncommitted.len() as u64,
+            uncommitted_deaths: self.uncommitted.deaths.len() as u64,
             monitor: self.monitor.status(),
             counters: self.counters.clone(),
             limits: LimitsStatus {

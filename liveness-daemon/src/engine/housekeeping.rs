@@ -40,6 +40,7 @@ impl Engine {
                 None,
                 Some(&session.owner),
                 self.survivors_of([&session.owner]).pop().flatten(),
+                false,
                 now,
             ) {
                 Ok(events) if events.is_empty() => {}

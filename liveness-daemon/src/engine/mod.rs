@@ -18,7 +18,7 @@ use tokio::task::JoinSet;
 use crate::limits::{Limits, SessionUsage};
 use crate::reap::Reaper;
 use crate::source::monitor::Monitor;
-use crate::store::{ListQuery, OwnerDeath, Store, StoreError};
+use crate::store::{ListQuery, Store, StoreError};
 use liveness_common::protocol::{ErrorBody, ErrorCode, Reply, Request};
 use liveness_common::session::Phase;
 use liveness_common::status::{Counters, DaemonInfo};
@@ -35,6 +35,7 @@ mod locks;
 pub mod membership;
 mod owner_checks;
 mod reaping;
+mod retry;
 mod trees;
 mod whose;
 
@@ -162,9 +163,9 @@ pub struct Engine {
     store_id: String,
     /// Each subscriber's queue; the connection applies its own filter.
     subscribers: Vec<mpsc::Sender<Batch>>,
-    /// Deaths observed but not yet committed because the store failed; retried every
-    /// [`RETRY_PERIOD`]. The sources no longer report them, so they must not be dropped.
-    uncommitted: Vec<OwnerDeath>,
+    /// Deaths and reap outcomes not yet committed because the store failed; retried every
+    /// [`RETRY_PERIOD`]. Nothing reports them again, so they must not be dropped.
+    uncommitted: retry::Uncommitted,
     counters: Counters,
     /// Active sessions and label bytes per uid, for the registration limits.
     usage: SessionUsage,
@@ -266,7 +267,7 @@ impl Engine {
             local,
             store_id,
             subscribers: Vec::new(),
-            uncommitted: Vec::new(),
+            uncommitted: retry::Uncommitted::default(),
             counters: Counters::default(),
             usage,
             started: Instant::now(),

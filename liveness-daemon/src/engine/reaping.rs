@@ -5,7 +5,14 @@
 //! committed and published, less those the owner still looks after.
 //! Each reap runs in a task the engine owns (it waits out a grace period, and the engine
 //! must not); its outcome comes back to the engine, which commits the `session.reaped`
-//! event and publishes it like any other.
+//! event and publishes it like any other (a failed commit is kept and retried, see
+//! [`super::retry`]).
+//!
+//! A reap is due from the commit of the end (the store marks it in that transaction) until
+//! its outcome is recorded. A stop or a crash in between leaves it due, and the next start
+//! runs it again: the survivors the end recorded, each checked against its fingerprint
+//! once more, get SIGTERM again and a whole grace. One `session.reaped` is recorded per
+//! session, whichever run finishes first.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -80,6 +87,30 @@ impl Engine {
     /// Starts terminating what is left of the process tree of the session `ended` is about,
     /// with the session's grace period (see [`Engine::reap_targets`] for what is spared).
     pub(super) fn start_reap(&mut self, ended: &Event) {
+        self.spawn_reap(ended, false);
+    }
+
+    /// At start: runs again the reaps that a stop or a crash of the last run cut short.
+    pub(super) fn resume_reaps(&mut self) {
+        let due = match self.store.reaps_due() {
+            Ok(due) => due,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot list the reaps a stop cut short; they are not run again");
+                return;
+            }
+        };
+        if !due.is_empty() {
+            tracing::warn!(
+                count = due.len(),
+                "running again the terminations of sessions' processes that the last run did not finish"
+            );
+        }
+        for ended in &due {
+            self.spawn_reap(ended, true);
+        }
+    }
+
+    fn spawn_reap(&mut self, ended: &Event, resumed: bool) {
         let grace_ms = match self.store.get(ended.creator_uid, &ended.session) {
             Ok(Some(session)) => session.grace_ms,
             Ok(None) => DEFAULT_GRACE_MS,
@@ -107,6 +138,7 @@ impl Engine {
             self.reaps.spawn(async move {
                 let reaped = Reaped {
                     failed,
+                    resumed,
                     ..Reaped::default()
                 };
                 (ended, reaped)
@@ -125,7 +157,7 @@ impl Engine {
             let reaped = reaper
                 .reap(&targets, ended.creator_uid, Duration::from_millis(grace_ms))
                 .await;
-            (ended, reaped)
+            (ended, Reaped { resumed, ..reaped })
         });
     }
 
@@ -143,14 +175,20 @@ impl Engine {
         if owner.boot_id != self.local.boot_id {
             return (Vec::new(), None);
         }
-        // The survivors the ending just read, when it listed them all (the reaper checks
-        // each again); only a longer list is read anew.
-        let mut members = match &ended.survivors {
-            Some(survivors) if survivors.members.len() as u64 == u64::from(survivors.total) => {
-                survivors.members.clone()
-            }
-            _ => self.membership.live_members(owner.key()),
-        };
+        // The survivors the ending read, when it listed them all (the reaper checks each
+        // again); a longer list is completed with the tree as known now (after a restart,
+        // the listed ones are all there is).
+        let listed = ended.survivors.as_ref();
+        let mut members = listed.map(|s| s.members.clone()).unwrap_or_default();
+        if listed.is_none_or(|s| s.members.len() as u64 != u64::from(s.total)) {
+            let known: HashSet<ProcessKey> = members.iter().map(Identity::key).collect();
+            members.extend(
+                self.membership
+                    .live_members(owner.key())
+                    .into_iter()
+                    .filter(|member| !known.contains(&member.key())),
+            );
+        }
         members.retain(|member| !member.same_process(owner));
         // Survivors never list the owner. One whose death ended the session is dead even
         // while `/proc` still shows it exiting.
@@ -200,39 +238,47 @@ impl Engine {
 
     /// Commits and publishes the `session.reaped` event of a finished reap.
     pub(super) fn finish_reap(&mut self, done: Result<ReapDone, JoinError>) {
-        let (ended, reaped) = match done {
-            Ok(done) => done,
-            Err(e) => {
-                tracing::error!(error = %e, "a reap task failed");
-                return;
-            }
-        };
-        let now = self.config.clock.now_ms();
-        match self.store.record_reaped(&ended, reaped, now) {
-            Ok(event) => self.publish(vec![event]),
-            Err(e) => {
-                let e = self.store.explain(e);
-                tracing::error!(error = %e, session = ended.session, "cannot commit the session.reaped event");
-            }
+        match done {
+            Ok(done) => self.record_reaps(vec![done]),
+            // Still due in the store: the next start runs it again.
+            Err(e) => tracing::error!(error = %e, "a reap task failed"),
+        }
+    }
+
+    /// Commits the `session.reaped` events of finished reaps, after those whose commit
+    /// failed before, and publishes them.
+    pub(super) fn record_reaps(&mut self, done: Vec<ReapDone>) {
+        let committed = self.commit_or_keep(
+            |uncommitted| &mut uncommitted.reaps,
+            done,
+            "reap outcomes",
+            |engine, done| {
+                let now = engine.config.clock.now_ms();
+                engine.store.record_reaped(done, now)
+            },
+        );
+        if let Some((_, events)) = committed {
+            self.publish(events);
         }
     }
 
     /// At shutdown: reaps still waiting out a grace period are cancelled. Their processes
-    /// had SIGTERM and are left as they are; no `session.reaped` event is written.
+    /// had SIGTERM and are left as they are; the reaps stay due in the store, and the next
+    /// start runs them again.
     pub(super) async fn cancel_reaps(&mut self) {
         if self.reaps.is_empty() {
             return;
         }
         tracing::warn!(
             count = self.reaps.len(),
-            "stopping while terminating sessions' processes: those still running are left running"
+            "stopping while terminating sessions' processes: the next start terminates them again"
         );
         self.reaps.abort_all();
+        let mut finished = Vec::new();
         while let Some(done) = self.reaps.join_next().await {
             // A reap that finished just before its abort is recorded after all.
-            if let Ok(done) = done {
-                self.finish_reap(Ok(done));
-            }
+            finished.extend(done.ok());
         }
+        self.record_reaps(finished);
     }
 }

@@ -208,15 +208,14 @@ fn error_of(reply: Reply) -> ErrorCode {
     }
 }
 
-/// The `session.ended` events about `id` in the batches received so far.
-fn ended_events(batches: &mut mpsc::Receiver<Batch>, id: &str) -> usize {
+/// The events of `kind` about `id` in the batches received since the last call.
+fn published(batches: &mut mpsc::Receiver<Batch>, id: &str, kind: &str) -> usize {
+    let kind = format!("\"{kind}\"");
     let mut count = 0;
     while let Ok(batch) = batches.try_recv() {
         count += batch
             .iter()
-            .filter(|published| {
-                published.session == id && published.line.contains("\"session.ended\"")
-            })
+            .filter(|published| published.session == id && published.line.contains(&kind))
             .count();
     }
     count
@@ -331,7 +330,7 @@ async fn a_death_whose_commit_failed_is_committed_and_published_once_on_retry() 
     f.proc.kill(11);
     f.next_death().await;
     assert_eq!(
-        f.engine.uncommitted.len(),
+        f.engine.uncommitted.deaths.len(),
         1,
         "the death is kept for a retry"
     );
@@ -342,7 +341,7 @@ async fn a_death_whose_commit_failed_is_committed_and_published_once_on_retry() 
         "nothing was committed"
     );
     assert_eq!(
-        ended_events(&mut batches, "s"),
+        published(&mut batches, "s", "session.ended"),
         0,
         "nothing uncommitted is published"
     );
@@ -350,7 +349,7 @@ async fn a_death_whose_commit_failed_is_committed_and_published_once_on_retry() 
     // What the loop's retry tick does; the first one still fails.
     f.engine.finalize(Vec::new());
     assert_eq!(
-        f.engine.uncommitted.len(),
+        f.engine.uncommitted.deaths.len(),
         1,
         "still kept after a second failure"
     );
@@ -365,9 +364,90 @@ async fn a_death_whose_commit_failed_is_committed_and_published_once_on_retry() 
         (Phase::Ended, Some(EndReason::OwnerExited))
     );
     assert_eq!(
-        ended_events(&mut batches, "s"),
+        published(&mut batches, "s", "session.ended"),
         1,
         "the end is published exactly once"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reap_outcome_whose_commit_failed_is_committed_and_published_once_on_retry() {
+    let mut f = fixture().await;
+    f.proc.spawn(11, ALICE.uid);
+    let registered = f.ask(
+        ALICE,
+        Request::Register {
+            session: Some("s".into()),
+            uid: None,
+            owner: OwnerSpec::Pid(PidOwner { pid: 11 }),
+            pending: false,
+            labels: BTreeMap::new(),
+            on_end: Some(OnEnd::Terminate),
+            grace_ms: Some(1000),
+            wrappers: Vec::new(),
+        },
+    );
+    session_of(registered, "register with on_end terminate");
+    let mut batches = f.subscribe();
+    f.proc.kill(11);
+    f.next_death().await;
+    assert_eq!(published(&mut batches, "s", "session.ended"), 1);
+
+    // The reap (of no process: the tree had no other) finishes while the store fails.
+    f.engine.store.fail_writes(true).unwrap();
+    let done = f
+        .engine
+        .reaps
+        .join_next()
+        .await
+        .expect("the end started a reap");
+    f.engine.finish_reap(done);
+    assert_eq!(
+        f.engine.uncommitted.reaps.len(),
+        1,
+        "the outcome is kept for a retry"
+    );
+    assert_eq!(f.engine.counters.failed_commits, 1);
+    assert_eq!(
+        published(&mut batches, "s", "session.reaped"),
+        0,
+        "nothing uncommitted is published"
+    );
+
+    // What the loop's retry tick does; the first one still fails.
+    f.engine.retry_commits();
+    assert_eq!(
+        f.engine.uncommitted.reaps.len(),
+        1,
+        "kept after a second failure"
+    );
+    f.engine.store.fail_writes(false).unwrap();
+    f.engine.retry_commits();
+    assert!(f.engine.uncommitted.is_empty(), "committed on the retry");
+    f.engine.retry_commits();
+
+    assert_eq!(
+        published(&mut batches, "s", "session.reaped"),
+        1,
+        "the outcome is published exactly once"
+    );
+    let filter = crate::store::EventFilter {
+        session: Some("s"),
+        creator_uid: Some(ALICE.uid),
+    };
+    let crate::store::EventPage::Events(stored) =
+        f.engine.store.events_after(0, 100, &filter).unwrap()
+    else {
+        panic!("no gap in a new store");
+    };
+    let reaped = stored
+        .iter()
+        .filter(|event| event.body.contains("\"session.reaped\""))
+        .count();
+    assert_eq!(reaped, 1, "stored exactly once: {stored:?}");
+    assert!(
+        f.engine.store.reaps_due().unwrap().is_empty(),
+        "no longer due"
     );
 }
 

@@ -187,6 +187,7 @@ pub enum EventPage {
 mod locks;
 mod members;
 mod reader;
+mod reaps;
 mod recovery;
 mod rows;
 mod schema;

@@ -4,7 +4,7 @@ use super::locks::release_locks_of;
 use super::{EventFilter, EventPage, MAX_ID_LEN, SESSION_COLUMNS, StoreError, StoredEvent};
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::Identity;
-use liveness_common::session::{EndReason, Event, EventKind, Phase, Session, Survivors};
+use liveness_common::session::{EndReason, Event, EventKind, OnEnd, Phase, Session, Survivors};
 use rusqlite::{Connection, Row, params};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -37,13 +37,25 @@ pub(super) fn event_about(kind: EventKind, session: &Session, at_ms: i64) -> Eve
 /// The `session.ended` event of a session that `ending` just ended.
 pub(super) fn event_ended(session: &Session, ending: &Ending) -> Event {
     Event {
+        observed_ms: ending.observed_ms,
+        died_ms: ending.died_ms,
+        ..ended_event(session)
+    }
+}
+
+/// The `session.ended` event of an ended session, as its row records it: what a reap
+/// resumed after a restart reports about (the observation times are not stored).
+pub(super) fn ended_event(session: &Session) -> Event {
+    Event {
         reason: session.reason,
         exit: session.exit,
         detected_by: session.detected_by,
-        observed_ms: ending.observed_ms,
-        died_ms: ending.died_ms,
         survivors: session.survivors.clone(),
-        ..event_about(EventKind::Ended, session, ending.now_ms)
+        ..event_about(
+            EventKind::Ended,
+            session,
+            session.ended_ms.unwrap_or(session.updated_ms),
+        )
     }
 }
 
@@ -206,6 +218,8 @@ pub(super) struct Ending {
     pub(super) observed_ms: Option<i64>,
     pub(super) died_ms: Option<i64>,
     pub(super) survivors: Option<Survivors>,
+    /// Terminate the surviving processes whatever the sessions' policy (`end --terminate`).
+    pub(super) terminate: bool,
     pub(super) now_ms: i64,
     /// The same three as stored in their columns.
     pub(super) columns: (String, Option<String>, Option<String>),
@@ -231,6 +245,7 @@ impl Ending {
             observed_ms,
             died_ms: None,
             survivors: None,
+            terminate: false,
             now_ms,
             columns,
         })
@@ -238,7 +253,8 @@ impl Ending {
 }
 
 /// The compare-and-set that ends sessions, inside the caller's write transaction, and the
-/// one place every ending is written: each session's locks are released with it. `select`
+/// one place every ending is written: each session's locks are released with it, and a
+/// reap its policy (or the ending) asks for is marked due ([`super::reaps`]). `select`
 /// (made with [`select_active!`]) finds the ACTIVE sessions the ending applies to, and each
 /// is updated by rowid. The transaction holds the write lock, so nothing changes between
 /// the two. (One `UPDATE ... RETURNING` per death builds an ephemeral table and a
@@ -288,6 +304,11 @@ pub(super) fn end_selected(
         session.updated_ms = ending.now_ms;
         if ending.survivors.is_some() {
             session.survivors.clone_from(&ending.survivors);
+        }
+        if ending.terminate || session.on_end == OnEnd::Terminate {
+            // The reap is due from this commit on: a restart that finds the row runs it.
+            tx.prepare_cached("INSERT OR REPLACE INTO reaps (uid, session) VALUES (?1, ?2)")?
+                .execute(params![session.creator_uid, session.id])?;
         }
         events.push(append(tx, event_ended(&session, ending))?);
         events.extend(release_locks_of(tx, &session, ending.now_ms)?);

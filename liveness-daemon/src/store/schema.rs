@@ -178,6 +178,16 @@ ALTER TABLE sessions ADD COLUMN on_end TEXT NOT NULL DEFAULT 'leave'
     CHECK (on_end IN ('leave', 'terminate'));
 ALTER TABLE sessions ADD COLUMN grace_ms INTEGER NOT NULL DEFAULT 10000;
 "#,
+    r#"
+-- Reaps due: a session that ends with its surviving processes to terminate gets a row in
+-- the transaction of its end, and loses it in the one that records its session.reaped. A
+-- row found at start is a reap that a stop or a crash cut short: it runs again.
+CREATE TABLE reaps (
+    uid INTEGER NOT NULL,
+    session TEXT NOT NULL,
+    PRIMARY KEY (uid, session)
+);
+"#,
 ];
 
 /// The schema version this code writes and understands.

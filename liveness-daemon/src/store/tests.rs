@@ -163,6 +163,7 @@ fn only_the_current_owner_ends_a_session_exactly_once() {
             None,
             Some(&owner(10)),
             None,
+            false,
             NOW + 2,
         )
         .unwrap();
@@ -195,12 +196,13 @@ fn only_the_current_owner_ends_a_session_exactly_once() {
         None,
         None,
         None,
+        false,
         NOW + 7,
     );
     assert!(stop.unwrap().is_empty());
     assert_eq!(store.head_seq().unwrap(), 3);
     assert!(matches!(
-        store.end(UID, "nope", EndReason::Stopped, None, None, None, None, None, NOW),
+        store.end(UID, "nope", EndReason::Stopped, None, None, None, None, None, false, NOW),
         Err(StoreError::NotFound(id)) if id == "nope"
     ));
 }
@@ -221,6 +223,7 @@ fn end_by_id_with_and_without_expected_owner() {
             Some(NOW),
             Some(&owner(10)),
             None,
+            false,
             NOW + 1,
         )
         .unwrap()
@@ -236,6 +239,7 @@ fn end_by_id_with_and_without_expected_owner() {
             None,
             None,
             None,
+            false,
             NOW + 2,
         )
         .unwrap()
@@ -356,6 +360,7 @@ fn rename_errors_change_nothing() {
             None,
             None,
             None,
+            false,
             NOW,
         )
         .unwrap();
@@ -963,6 +968,7 @@ fn session_ids_are_per_user() {
             None,
             None,
             None,
+            false,
             NOW + 1,
         )
         .unwrap();
@@ -1266,10 +1272,26 @@ fn the_cleanup_policy_is_stored_and_the_reaped_event_recorded() {
             pid: 14,
             reason: "refused".into(),
         }],
+        resumed: false,
     };
-    let event = store
-        .record_reaped(&ended, reaped.clone(), NOW + 9)
-        .unwrap();
+    let about = |event: &Event| (event.session.clone(), event.reason, event.on_end);
+    let due: Vec<_> = store.reaps_due().unwrap().iter().map(about).collect();
+    assert_eq!(
+        due,
+        [about(&ended)],
+        "the end marks the reap due, in its own transaction"
+    );
+    let done = [(ended.clone(), reaped.clone())];
+    let [event] = &store.record_reaped(&done, NOW + 9).unwrap()[..] else {
+        panic!("one session.reaped is recorded");
+    };
+    let event = event.clone();
+    assert_eq!(store.reaps_due().unwrap(), [], "recording it ends the reap");
+    assert_eq!(
+        store.record_reaped(&done, NOW + 10).unwrap(),
+        [],
+        "a session's reap is recorded once, however often it ran"
+    );
     assert_eq!(
         (event.seq, event.kind, event.at_ms),
         (ended.seq + 1, EventKind::Reaped, NOW + 9)
@@ -1292,6 +1314,33 @@ fn the_cleanup_policy_is_stored_and_the_reaped_event_recorded() {
     assert_eq!(
         (plain.on_end, plain.grace_ms),
         (OnEnd::Leave, DEFAULT_GRACE_MS)
+    );
+    let end = |store: &mut Store, id: &str, terminate: bool| {
+        let owner = owner(20);
+        store
+            .end(
+                UID,
+                id,
+                EndReason::Stopped,
+                None,
+                None,
+                None,
+                Some(&owner),
+                None,
+                terminate,
+                NOW + 11,
+            )
+            .unwrap()
+    };
+    store.register(req("s3", owner(20)), NOW).unwrap();
+    end(&mut store, "s3", false);
+    assert_eq!(store.reaps_due().unwrap(), [], "leave: no reap is due");
+    end(&mut store, "s2", true);
+    let due: Vec<_> = store.reaps_due().unwrap().iter().map(about).collect();
+    assert_eq!(
+        due,
+        [("s2".to_owned(), Some(EndReason::Stopped), OnEnd::Leave)],
+        "an end that asks to terminate marks the reap due whatever the policy"
     );
 }
 
@@ -1387,6 +1436,7 @@ fn every_ending_releases_the_sessions_locks_in_its_transaction() {
                 None,
                 None,
                 None,
+                false,
                 NOW,
             );
             stopped.unwrap()
@@ -1401,6 +1451,7 @@ fn every_ending_releases_the_sessions_locks_in_its_transaction() {
                 None,
                 Some(owner),
                 None,
+                false,
                 NOW,
             );
             expired.unwrap()

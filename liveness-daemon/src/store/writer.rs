@@ -10,7 +10,7 @@ use super::schema::{FileId, check_version, create, file_id, is_damage, is_trunca
 use super::{BUSY_TIMEOUT, EventFilter, EventPage, NewSession, OwnerDeath, Registered, StoreError};
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::Identity;
-use liveness_common::session::{EndReason, Event, EventKind, Phase, Reaped, Session, Survivors};
+use liveness_common::session::{EndReason, Event, EventKind, Phase, Session, Survivors};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use std::path::{Path, PathBuf};
 
@@ -348,7 +348,8 @@ impl Store {
 
     /// Ends user `uid`'s session `id` if it is still active and, when `expected_owner` is
     /// given, still owned by that process: its `session.ended` event, then those of the
-    /// locks it held. None when it was already ended or the owner changed.
+    /// locks it held. None when it was already ended or the owner changed. With
+    /// `terminate`, its surviving processes are to be terminated whatever its policy.
     #[expect(
         clippy::too_many_arguments,
         reason = "each is an independent fact of the ending"
@@ -363,11 +364,13 @@ impl Store {
         observed_ms: Option<i64>,
         expected_owner: Option<&Identity>,
         survivors: Option<Survivors>,
+        terminate: bool,
         now_ms: i64,
     ) -> Result<Vec<Event>, StoreError> {
         let tx = self.write_tx()?;
         let ending = Ending {
             survivors,
+            terminate,
             ..Ending::new(reason, exit, detected_by, observed_ms, now_ms)?
         };
         let ended = end_selected(
@@ -394,32 +397,6 @@ impl Store {
         }
         tx.commit()?;
         Ok(ended)
-    }
-
-    /// Records what terminating the surviving processes of an ended session did: the
-    /// `session.reaped` event, about the session as its `ended` event described it.
-    pub fn record_reaped(
-        &mut self,
-        ended: &Event,
-        reaped: Reaped,
-        now_ms: i64,
-    ) -> Result<Event, StoreError> {
-        let tx = self.write_tx()?;
-        let event = append(
-            &tx,
-            Event {
-                kind: EventKind::Reaped,
-                at_ms: now_ms,
-                exit: None,
-                detected_by: None,
-                observed_ms: None,
-                died_ms: None,
-                reaped: Some(reaped),
-                ..ended.clone()
-            },
-        )?;
-        tx.commit()?;
-        Ok(event)
     }
 
     /// Finalizes the sessions of many dead owners in ONE transaction (bursts of exits).
