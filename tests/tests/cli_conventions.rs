@@ -241,6 +241,8 @@ fn watch_creates_the_cursor_directory_at_start() {
 
 /// `examples/agent-hooks`: the hooks and the watcher command of its README, verbatim, with
 /// HOME a fresh directory (so `~/.local/state` does not exist) and the binaries on PATH.
+/// Each agent leaves an orphaned server behind, which `whose` and `processes` still place
+/// in its session and which the session's end terminates.
 #[test]
 fn agent_hooks_example_works_verbatim() {
     const README: &str = include_str!("../../examples/agent-hooks/README.md");
@@ -309,24 +311,63 @@ fn agent_hooks_example_works_verbatim() {
         .unwrap();
     // Two sessions, each owned by an "agent": a copy of bash under another name (the owner
     // walk skips programs by their executable's name), as a real agent would be.
+    // Each agent starts an "MCP server" after its session began, the way `npx` does: in the
+    // background of a shell that exits at once, so that the server is an orphan of init.
     let agent = work.path().join("agent");
     std::fs::copy("/bin/bash", &agent).unwrap();
     let mut agents = Vec::new();
     for id in ["agent-1", "agent-2"] {
-        let script = format!("SESSION_ID={id} ./session-start.sh </dev/null; exec sleep 600");
-        let agent = run(&agent, &script).spawn().unwrap();
+        let script = format!(
+            "SESSION_ID={id} ./session-start.sh </dev/null; \
+             sh -c 'sleep 601 </dev/null >/dev/null 2>&1 & echo $! >{id}.server.tmp'; \
+             mv {id}.server.tmp {id}.server; exec sleep 600"
+        );
+        let agent = run(&agent, &script).stderr(Stdio::null()).spawn().unwrap();
         agents.push(agent);
     }
     let lock = |id: &str| locks.join(format!("{id}.lock"));
+    let server_file = |id: &str| hooks.join(format!("{id}.server"));
     assert!(
-        eventually(Duration::from_secs(15), || lock("agent-1").exists()
-            && lock("agent-2").exists()),
-        "the start hook made no locks\n{}",
+        eventually(Duration::from_secs(15), || ["agent-1", "agent-2"]
+            .iter()
+            .all(|id| lock(id).exists() && server_file(id).exists())),
+        "the start hook made no locks, or no server started\n{}",
         daemon.log()
     );
+    let mut servers = Vec::new();
+    for id in ["agent-1", "agent-2"] {
+        let pid: u32 = std::fs::read_to_string(server_file(id))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let server = integration_tests::Fingerprint::of(pid);
+        // Its parent is gone; the session it belongs to is still known, from the CLI.
+        let whose = daemon.cli(&["whose", "--pid", &pid.to_string(), "--json"]);
+        let whose: Value = serde_json::from_slice(&whose.stdout)
+            .unwrap_or_else(|e| panic!("whose --pid {pid}: {e}: {whose:?}"));
+        assert_eq!(whose["session"]["id"], id, "whose --pid {pid}: {whose}");
+        let listed = daemon.cli(&["processes", "--session", id, "--json"]);
+        assert!(
+            String::from_utf8_lossy(&listed.stdout).contains(&format!("\"pid\":{pid}")),
+            "processes --session {id} does not list the server {pid}: {listed:?}"
+        );
+        servers.push(server);
+    }
     for agent in &mut agents {
         let _ = agent.kill();
         let _ = agent.wait();
+    }
+    // `--on-end terminate`: the servers go with their agents' sessions, not days later.
+    for server in &servers {
+        let gone = eventually(Duration::from_secs(15), || !server.is_running());
+        server.kill();
+        assert!(
+            gone,
+            "the orphaned server {} outlived its session\n{}",
+            server.pid,
+            daemon.log()
+        );
     }
     let released = eventually(Duration::from_secs(15), || {
         !lock("agent-1").exists() && !lock("agent-2").exists()
