@@ -21,9 +21,10 @@ pub(super) fn end_latency_ms(event: &Event) -> Option<i64> {
         .map(|died| (event.at_ms - died).max(0))
 }
 
-/// Most events held back before their lines are written at once: a burst of ends is not
-/// held in memory.
-const MAX_DEFERRED: usize = 1024;
+/// Most events held back before their lines are written at once. Enough for a burst of
+/// ten thousand ends to reach the stream before any of its lines is written (about 6 MB
+/// held for that long); a larger burst writes them as it goes.
+const MAX_DEFERRED: usize = 16_384;
 
 /// Published events whose lines are still to be written.
 #[derive(Debug, Default)]
