@@ -292,6 +292,32 @@ fn orphans_left_before_and_after_registration_stay_in_the_tree() {
     kill_owner_and_check_survivors(&daemon, "agent", &mut owner, &[before, after], &[]);
 }
 
+/// A child that exited before registration but was not reaped yet (a zombie) is in
+/// `/proc`, so the registration walk finds it. Written to the kernel's map after its exit,
+/// its entry had no exit to remove it, and it was reported as a survivor of the owner.
+#[test]
+fn a_zombie_found_at_registration_is_not_a_survivor() {
+    if !privileged("zombies in the kernel's tree") {
+        return;
+    }
+    let daemon = Daemon::start(&[]);
+    assert_eq!(membership_mode(&daemon), "kernel");
+    let mut owner = Owner::spawn();
+    // The shell reaps a background job only around its next foreground command; `read`
+    // is a builtin, so `true` stays a zombie until the owner dies.
+    owner.send("true & echo $!");
+    let zombie: u32 = owner.line().parse().expect("a pid");
+    let exited = eventually(PATIENCE, || {
+        proc_root().stat(zombie).is_ok_and(|stat| stat.has_exited())
+    });
+    assert!(exited, "{zombie} did not become a zombie of the owner");
+    register(&daemon, "zombie", &owner);
+    // A survivor, so that the tree is not empty and the whole kernel map is read.
+    let alive = owner.orphan();
+    wait_listed(&daemon, "zombie", alive);
+    kill_owner_and_check_survivors(&daemon, "zombie", &mut owner, &[alive], &[zombie]);
+}
+
 #[test]
 fn threads_are_not_members_of_a_tree() {
     if !privileged("threads in the kernel's tree") {

@@ -163,14 +163,25 @@ impl Membership {
         }
         tree.insert(member.key, member.comm.clone());
         self.root_of.insert(member.key, member.root);
-        if let Some(kernel) = &mut self.kernel
-            && let Err(error) = kernel.insert(KernelMember {
+        if let Some(kernel) = &mut self.kernel {
+            match kernel.insert(KernelMember {
                 member: member.key,
                 root: member.root,
-            })
-        {
-            // Full: the kernel counts nothing for this, but scans cover the tree from now on.
-            tracing::debug!(%error, member = %member.key, "cannot add a member to the kernel map");
+            }) {
+                // A process that exited before its entry was written (a zombie still shows
+                // in /proc) had nothing for its exit to remove: the entry would outlive it,
+                // and the map's word is that its members are alive. Checked after the write,
+                // so an exit after the check finds the entry and removes it.
+                Ok(()) if self.proc.check_key(member.key) != Liveness::Alive => {
+                    kernel.remove(member.key);
+                }
+                Ok(()) => {}
+                // Full: the kernel counts nothing for this, but scans cover the tree from
+                // now on.
+                Err(error) => {
+                    tracing::debug!(%error, member = %member.key, "cannot add a member to the kernel map");
+                }
+            }
         }
         true
     }
