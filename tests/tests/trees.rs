@@ -302,20 +302,73 @@ fn a_zombie_found_at_registration_is_not_a_survivor() {
     }
     let daemon = Daemon::start(&[]);
     assert_eq!(membership_mode(&daemon), "kernel");
-    let mut owner = Owner::spawn();
-    // The shell reaps a background job only around its next foreground command; `read`
-    // is a builtin, so `true` stays a zombie until the owner dies.
-    owner.send("true & echo $!");
-    let zombie: u32 = owner.line().parse().expect("a pid");
+    // Once the shell has exec'd `sleep`, nothing in the owner ever waits: a child killed
+    // then stays its zombie (the shell itself may reap one that dies before the exec).
+    // The other child keeps the tree from being empty, so the whole kernel map is read.
+    let mut owner = Command::new("sh")
+        .arg("-c")
+        .arg("sleep 1000 & z=$!; sleep 1000 & echo $z $!; exec sleep 1000")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn sh");
+    let mut line = String::new();
+    BufReader::new(owner.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read the children's pids");
+    let pids: Vec<u32> = line
+        .split_whitespace()
+        .map(|pid| pid.parse().expect("a pid"))
+        .collect();
+    let [zombie, alive] = pids[..] else {
+        panic!("the owner printed {line:?}, not two pids");
+    };
+    let alive_key = (
+        alive,
+        start_ticks(alive).expect("the sleeping child is alive"),
+    );
+    let owner_pid = owner.id();
+    let exec_done = eventually(PATIENCE, || {
+        proc_root()
+            .stat(owner_pid)
+            .is_ok_and(|stat| stat.comm == "sleep")
+    });
+    assert!(exec_done, "the owner shell did not exec sleep");
+    kill_if_same(
+        zombie,
+        start_ticks(zombie).expect("the child to kill is alive"),
+    );
     let exited = eventually(PATIENCE, || {
         proc_root().stat(zombie).is_ok_and(|stat| stat.has_exited())
     });
-    assert!(exited, "{zombie} did not become a zombie of the owner");
-    register(&daemon, "zombie", &owner);
-    // A survivor, so that the tree is not empty and the whole kernel map is read.
-    let alive = owner.orphan();
-    wait_listed(&daemon, "zombie", alive);
-    kill_owner_and_check_survivors(&daemon, "zombie", &mut owner, &[alive], &[zombie]);
+    assert!(
+        exited,
+        "{zombie} did not become a zombie of the owner: {:?}",
+        proc_root().stat(zombie)
+    );
+    let reply = daemon.request(json!({
+        "op": "register", "session": "zombie", "owner": {"pid": owner.id()}
+    }));
+    assert_eq!(reply["ok"], true, "{reply}");
+    let _ = owner.kill();
+    let _ = owner.wait();
+    let ended = daemon.wait_ended("zombie");
+    kill_if_same(alive_key.0, alive_key.1);
+    let event = ended_event(&daemon, "zombie");
+    for (what, survivors) in [
+        ("session", &ended["survivors"]),
+        ("event", &event["survivors"]),
+    ] {
+        let listed = survivor_keys(survivors);
+        assert!(
+            listed.contains(&alive_key),
+            "{what}: {alive} not among {survivors}"
+        );
+        assert!(
+            !listed.iter().any(|(pid, _)| *pid == zombie),
+            "{what}: the zombie {zombie} reported alive: {survivors}"
+        );
+    }
 }
 
 #[test]
