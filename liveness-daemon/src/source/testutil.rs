@@ -20,9 +20,13 @@ pub const QUIET: Duration = Duration::from_millis(300);
 pub struct Proc(pub Child);
 
 impl Proc {
+    /// Without the test run's output: a descendant that outlived its test would hold it
+    /// open, and whoever reads the run's output to its end would wait for it.
     pub fn spawn(command: &mut Command) -> Proc {
         Proc(
             command
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
                 .spawn()
                 .unwrap_or_else(|e| panic!("cannot spawn {command:?}: {e}")),
         )
