@@ -8,8 +8,12 @@
 pub const EXIT_PROGRAM_NAME: &str = "liveness_exit";
 /// Name of the `tp_btf/sched_process_fork` program in the object.
 pub const FORK_PROGRAM_NAME: &str = "liveness_fork";
-/// Hash map `u32 tgid -> MemberRecord` of the processes descended from tracked ones.
+/// Hash map `u32 tgid -> MemberRecord` of the processes descended from tracked ones, and
+/// of the tracked processes themselves (each the root of its own tree).
 pub const MAP_MEMBERS: &str = "members";
+/// Array of one `u64`, mapped into user space: the members map's entries flagged
+/// [`MEMBER_FLAG_COUNTED`], which the fork program keeps at most `max_members`.
+pub const MAP_MEMBER_SLOTS: &str = "member_slots";
 /// Per-CPU `u64` counters of the members map, indexed by the `MEMBER_COUNTER_*` constants.
 pub const MAP_MEMBER_COUNTERS: &str = "member_counters";
 /// Hash map `u32 tgid -> u64 expected start_ticks` of tracked processes.
@@ -26,7 +30,8 @@ pub const COUNTER_LOST: u32 = 1;
 /// Number of slots in the counters map.
 pub const COUNTER_SLOTS: u32 = 2;
 
-/// New processes of a tree that the members map had no room for.
+/// New processes of a tree that the kernel could not add: every member slot was taken, or
+/// an entry for an earlier process with the pid was in the way.
 pub const MEMBER_COUNTER_FULL: u32 = 0;
 /// New processes the kernel added to a tree: unchanged since a walk of the map means the
 /// walk saw every member the kernel added.
@@ -34,8 +39,13 @@ pub const MEMBER_COUNTER_ADDED: u32 = 1;
 /// Number of slots in the member counters map.
 pub const MEMBER_COUNTER_SLOTS: u32 = 2;
 
+/// [`MemberRecord::flags`]: the entry holds one of the `max_members` slots (every member's
+/// entry, and a tracked process's entry made from its entry as a member).
+pub const MEMBER_FLAG_COUNTED: u32 = 1;
+
 /// One member of a process tree: a process forked, directly or not, by a tracked process
-/// (the tree's root). The value of the members map, whose key is the member's tgid.
+/// (the tree's root), or a tracked process itself (its own root). The value of the members
+/// map, whose key is the process's tgid.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemberRecord {
@@ -44,8 +54,8 @@ pub struct MemberRecord {
     /// The root's start time, with `root_tgid` the key of the tree it belongs to.
     pub root_start_ticks: u64,
     pub root_tgid: u32,
-    /// Zero: keeps the size a multiple of eight on both sides.
-    pub padding: u32,
+    /// `MEMBER_FLAG_*` bits; the field also keeps the size a multiple of eight on both sides.
+    pub flags: u32,
 }
 
 /// The death of a tracked process, as the eBPF program reports it.
@@ -109,7 +119,7 @@ mod tests {
         assert_eq!(offset_of!(MemberRecord, start_ticks), 0);
         assert_eq!(offset_of!(MemberRecord, root_start_ticks), 8);
         assert_eq!(offset_of!(MemberRecord, root_tgid), 16);
-        assert_eq!(offset_of!(MemberRecord, padding), 20);
+        assert_eq!(offset_of!(MemberRecord, flags), 20);
     }
 
     #[test]

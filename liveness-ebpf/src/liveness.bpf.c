@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Reports the death of tracked processes: one ring-buffer record per process, when its last
- * thread passes sched_process_exit. Exits of untracked processes cost two hash lookups
- * (tracked, members).
+ * thread passes sched_process_exit.
  *
  * Also keeps the process trees of tracked processes: every new process (not thread) forked
  * by a tracked process or by a member joins the members map, attributed to the same root,
  * and leaves it when its last thread exits. User space reads the map; a member's exit is
  * not reported on the ring, since it ends nothing.
+ *
+ * Every tracked process has an entry in the members map too, naming itself as its tree's
+ * root. So a process with no entry there is neither tracked nor a member, and its fork or
+ * exit costs one hash lookup.
  */
 #include "liveness.h"
 
@@ -23,6 +26,13 @@
  */
 const volatile __u32 daemon_pidns_inum = PROC_PID_INIT_INO;
 
+/*
+ * How many entries of the members map the trees' members may hold, set by the loader. The
+ * map has room for these plus one entry per tracked process, so members never take a
+ * tracked process's room.
+ */
+const volatile __u64 max_members = 65536;
+
 /* tgid -> expected start_ticks. User space overrides max_entries at load time. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -32,14 +42,30 @@ struct {
 	__type(value, __u64);
 } tracked SEC(".maps");
 
-/* tgid -> the member's start time and its tree's root. User space overrides max_entries. */
+/*
+ * tgid -> the process's start time and its tree's root, for members and tracked processes.
+ * User space sets max_entries to max_members plus the tracked map's size.
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 65536);
+	__uint(max_entries, 65536 + 262144);
 	__type(key, __u32);
 	__type(value, struct member_record);
 } members SEC(".maps");
+
+/*
+ * Entries of the members map flagged MEMBER_FLAG_COUNTED. Every writer, here or in user
+ * space (which maps it), adds one before inserting and takes one after deleting, atomically,
+ * so it never counts fewer than there are.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} member_slots SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -124,9 +150,50 @@ static __always_inline __u64 process_start_ticks(struct task_struct *task)
 }
 
 /*
- * A new process joins the tree of its parent when the parent is tracked (a tree's root) or
- * a member. Thread creation returns after one comparison; an untracked fork costs two
- * hash lookups.
+ * Takes one of the max_members slots, or none when all are taken. The count read after the
+ * atomic add includes this add and every one before it, so of any set of adds the last
+ * sees them all: no more than max_members succeed at once. No fetching atomics: Linux 5.10
+ * lacks them.
+ */
+static __always_inline int take_member_slot(void)
+{
+	__u32 zero = 0;
+	__u64 *used = bpf_map_lookup_elem(&member_slots, &zero);
+
+	if (!used)
+		return 0;
+	__sync_fetch_and_add(used, 1);
+	if (*(volatile __u64 *)used <= max_members)
+		return 1;
+	__sync_fetch_and_add(used, -1);
+	return 0;
+}
+
+static __always_inline void release_member_slot(void)
+{
+	__u32 zero = 0;
+	__u64 *used = bpf_map_lookup_elem(&member_slots, &zero);
+
+	if (used)
+		__sync_fetch_and_add(used, -1);
+}
+
+/*
+ * Deletes tgid's entry, read as `entry` just before, and gives back its slot. Only the
+ * deletion that succeeds gives it back: two threads, or user space, may race for it.
+ */
+static __always_inline void delete_entry(__u32 tgid, struct member_record *entry)
+{
+	__u32 flags = entry->flags;
+
+	if (bpf_map_delete_elem(&members, &tgid) == 0 && (flags & MEMBER_FLAG_COUNTED))
+		release_member_slot();
+}
+
+/*
+ * A new process joins the tree of its parent when the parent has an entry: as a tracked
+ * process (the root) or as a member. Thread creation returns after one comparison; any
+ * other fork of a process with no entry costs one hash lookup.
  */
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(liveness_fork, struct task_struct *parent, struct task_struct *child)
@@ -136,45 +203,46 @@ int BPF_PROG(liveness_fork, struct task_struct *parent, struct task_struct *chil
 		return 0;
 
 	__u32 parent_tgid = tgid_seen_by_daemon(parent);
-	__u64 parent_start = process_start_ticks(parent);
-	struct member_record member = {};
-	__u64 *root_start = bpf_map_lookup_elem(&tracked, &parent_tgid);
+	struct member_record *parent_entry = bpf_map_lookup_elem(&members, &parent_tgid);
 
-	if (root_start && *root_start == parent_start) {
-		member.root_tgid = parent_tgid;
-		member.root_start_ticks = parent_start;
-	} else {
-		struct member_record *parent_member = bpf_map_lookup_elem(&members, &parent_tgid);
+	/* A stale entry names an earlier process that had this pid. A tracked parent's entry
+	 * names itself as the root, so its children join its tree even when it is a member of
+	 * another tree as well (a nested session). */
+	if (!parent_entry || parent_entry->start_ticks != process_start_ticks(parent))
+		return 0;
 
-		/* A stale entry names an earlier process that had this pid. */
-		if (!parent_member || parent_member->start_ticks != parent_start)
-			return 0;
-		member.root_tgid = parent_member->root_tgid;
-		member.root_start_ticks = parent_member->root_start_ticks;
-	}
-
+	struct member_record member = {
+		.root_start_ticks = parent_entry->root_start_ticks,
+		.root_tgid = parent_entry->root_tgid,
+		.flags = MEMBER_FLAG_COUNTED,
+	};
 	__u32 child_tgid = tgid_seen_by_daemon(child);
 
 	if (!child_tgid)
 		return 0;
 	/* The child leads its own group, and copy_process set its start time already. */
 	member.start_ticks = child->start_boottime / NSEC_PER_CLOCK_TICK;
-	if (bpf_map_update_elem(&members, &child_tgid, &member, BPF_ANY) != 0)
-		bump_in(&member_counters, MEMBER_COUNTER_FULL);
-	else
-		bump_in(&member_counters, MEMBER_COUNTER_ADDED);
-	return 0;
-}
 
-/* A member leaves its tree when its last thread exits (a tracked process may be a member
- * too). Two threads may both see live == 0: deleting twice is harmless. */
-static __always_inline void leave_tree(struct task_struct *task, __u32 tgid,
-				       struct member_record *member)
-{
-	if (BPF_CORE_READ(task, signal, live.counter) != 0)
-		return;
-	if (process_start_ticks(task) == member->start_ticks)
-		bpf_map_delete_elem(&members, &tgid);
+	struct member_record *existing = bpf_map_lookup_elem(&members, &child_tgid);
+
+	if (existing) {
+		/* User space saw the child in /proc first and wrote its entry. */
+		if (existing->start_ticks == member.start_ticks)
+			return 0;
+		/* An earlier process with this pid, gone. */
+		delete_entry(child_tgid, existing);
+	}
+	if (!take_member_slot()) {
+		bump_in(&member_counters, MEMBER_COUNTER_FULL);
+		return 0;
+	}
+	/* Never over an entry written meanwhile: it may be a tracked process's. */
+	if (bpf_map_update_elem(&members, &child_tgid, &member, BPF_NOEXIST) != 0) {
+		release_member_slot();
+		return 0;
+	}
+	bump_in(&member_counters, MEMBER_COUNTER_ADDED);
+	return 0;
 }
 
 /*
@@ -185,14 +253,10 @@ SEC("tp_btf/sched_process_exit")
 int BPF_PROG(liveness_exit, struct task_struct *task)
 {
 	__u32 tgid = tgid_seen_by_daemon(task);
-	struct member_record *member = bpf_map_lookup_elem(&members, &tgid);
+	struct member_record *entry = bpf_map_lookup_elem(&members, &tgid);
 
-	if (member)
-		leave_tree(task, tgid, member);
-
-	__u64 *expected_start = bpf_map_lookup_elem(&tracked, &tgid);
-
-	if (!expected_start)
+	/* Neither tracked nor a member: a tracked process always has an entry here. */
+	if (!entry)
 		return 0;
 
 	/* do_exit decrements live before this tracepoint: non-zero means other threads remain,
@@ -208,10 +272,19 @@ int BPF_PROG(liveness_exit, struct task_struct *task)
 	__u64 start_ticks = leader->start_boottime / NSEC_PER_CLOCK_TICK;
 
 	/* A stale entry for an earlier process that had this PID. */
-	if (start_ticks != *expected_start)
+	if (start_ticks != entry->start_ticks)
 		return 0;
 
-	/* Two threads exiting together can both see live == 0; only one deletion succeeds. */
+	/* The process leaves its tree, or its own tree's root entry goes. Two threads exiting
+	 * together can both get here: deleting twice is harmless. */
+	delete_entry(tgid, entry);
+
+	__u64 *expected_start = bpf_map_lookup_elem(&tracked, &tgid);
+
+	if (!expected_start || start_ticks != *expected_start)
+		return 0;
+
+	/* Only one of two threads exiting together deletes it. */
 	if (bpf_map_delete_elem(&tracked, &tgid) != 0)
 		return 0;
 

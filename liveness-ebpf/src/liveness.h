@@ -78,18 +78,25 @@ struct task_struct {
 #define MEMBER_COUNTER_ADDED 1
 #define MEMBER_COUNTER_SLOTS 2
 
-/* Mirrors liveness_common::MemberRecord: a process of the tree rooted at a tracked process. */
+/* Mirrors liveness_common::MEMBER_FLAG_*: the entry holds one of the max_members slots. */
+#define MEMBER_FLAG_COUNTED 1
+
+/*
+ * Mirrors liveness_common::MemberRecord: a process of the tree rooted at a tracked process,
+ * or a tracked process itself (root_tgid is then its own tgid).
+ */
 struct member_record {
 	__u64 start_ticks;
 	__u64 root_start_ticks;
 	__u32 root_tgid;
-	__u32 padding;
+	__u32 flags;
 };
 
 _Static_assert(sizeof(struct member_record) == 24, "member_record size");
 _Static_assert(__builtin_offsetof(struct member_record, root_start_ticks) == 8,
 	       "root_start_ticks offset");
 _Static_assert(__builtin_offsetof(struct member_record, root_tgid) == 16, "root_tgid offset");
+_Static_assert(__builtin_offsetof(struct member_record, flags) == 20, "flags offset");
 
 /* Mirrors liveness_common::ExitRecord; the daemon's tests compare this type's BTF to it. */
 struct exit_record {

@@ -107,8 +107,7 @@ impl BinariesForAnyUser {
         for name in ["liveness", "livenessd"] {
             let (from, to) = (binary(name), dir.path().join(name));
             if std::fs::hard_link(&from, &to).is_err() {
-                std::fs::copy(&from, &to)
-                    .unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
+                copy_executable(&from, &to);
             }
         }
         BinariesForAnyUser { dir: Some(dir) }
@@ -279,6 +278,23 @@ pub fn spawn_orphan(orphan: impl FnOnce()) -> std::io::Result<()> {
             }
         }
     }
+}
+
+/// Copies an executable so that it can be run at once. `cp` writes it, not this process:
+/// a process forked meanwhile by another test's thread would inherit a descriptor open for
+/// writing the copy, and until that process execs, running the copy fails with ETXTBSY.
+pub fn copy_executable(from: &Path, to: &Path) {
+    let copied = Command::new("cp")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap_or_else(|e| panic!("run cp: {e}"));
+    assert!(
+        copied.success(),
+        "cp {} {}: {copied}",
+        from.display(),
+        to.display()
+    );
 }
 
 /// Polls `condition` until it holds or `timeout` passes.

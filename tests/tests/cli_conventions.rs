@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use integration_tests::{Daemon, binary, eventually};
+use integration_tests::{Daemon, binary, copy_executable, eventually};
 use serde_json::Value;
 
 fn liveness(args: &[&str]) -> Output {
@@ -314,7 +314,7 @@ fn agent_hooks_example_works_verbatim() {
     // Each agent starts an "MCP server" after its session began, the way `npx` does: in the
     // background of a shell that exits at once, so that the server is an orphan of init.
     let agent = work.path().join("agent");
-    std::fs::copy("/bin/bash", &agent).unwrap();
+    copy_executable(Path::new("/bin/bash"), &agent);
     let mut agents = Vec::new();
     for id in ["agent-1", "agent-2"] {
         let script = format!(
@@ -432,7 +432,7 @@ fn an_auto_owner_that_is_a_launcher_is_warned_of_and_wrappers_are_per_request() 
     // its script in a child.
     let dir = tempfile::tempdir().unwrap();
     let timeout = dir.path().join("timeout");
-    std::fs::copy("/bin/bash", &timeout).unwrap();
+    copy_executable(Path::new("/bin/bash"), &timeout);
     let register = |session: &str, extra: &str| {
         let script = format!(
             "{} --socket {} register --session {session} --owner auto {extra}; true",

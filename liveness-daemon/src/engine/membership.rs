@@ -163,21 +163,21 @@ impl Membership {
         }
         tree.insert(member.key, member.comm.clone());
         self.root_of.insert(member.key, member.root);
+        let entry = KernelMember {
+            member: member.key,
+            root: member.root,
+        };
         if let Some(kernel) = &mut self.kernel {
-            match kernel.insert(KernelMember {
-                member: member.key,
-                root: member.root,
-            }) {
+            match kernel.insert(entry) {
                 // A process that exited before its entry was written (a zombie still shows
                 // in /proc) had nothing for its exit to remove: the entry would outlive it,
                 // and the map's word is that its members are alive. Checked after the write,
                 // so an exit after the check finds the entry and removes it.
-                Ok(()) if self.proc.check_key(member.key) != Liveness::Alive => {
-                    kernel.remove(member.key);
+                Ok(true) if self.proc.check_key(member.key) != Liveness::Alive => {
+                    kernel.remove(entry);
                 }
-                Ok(()) => {}
-                // Full: the kernel counts nothing for this, but scans cover the tree from
-                // now on.
+                Ok(_) => {}
+                // No slot left: counted as full, so scans cover the trees from now on.
                 Err(error) => {
                     tracing::debug!(%error, member = %member.key, "cannot add a member to the kernel map");
                 }
@@ -225,25 +225,28 @@ impl Membership {
         let mut members = Vec::new();
         for root in &roots {
             if let Some(tree) = self.trees.remove(root) {
-                members.extend(tree.into_keys());
+                members.extend(tree.into_keys().map(|member| KernelMember {
+                    member,
+                    root: *root,
+                }));
             }
         }
-        for key in &members {
-            self.root_of.remove(key);
+        for entry in &members {
+            self.root_of.remove(&entry.member);
         }
         // Including what the kernel added since the last refresh.
         let news = self.kernel_news();
         if let Some(kernel) = &mut self.kernel {
-            for &member in &members {
-                kernel.remove(member);
+            for &entry in &members {
+                kernel.remove(entry);
             }
             for entry in news {
                 if roots.contains(&entry.root) {
-                    kernel.remove(entry.member);
+                    kernel.remove(entry);
                 }
             }
         }
-        members
+        members.into_iter().map(|entry| entry.member).collect()
     }
 
     /// Merges what the kernel added, scans `/proc` where the kernel does not follow every

@@ -15,13 +15,13 @@ use aya::programs::{BtfTracePoint, ProgramError};
 use aya::{Btf, BtfError, Ebpf, EbpfLoader};
 use liveness_common::record::{
     COUNTER_EMITTED, COUNTER_LOST, EXIT_PROGRAM_NAME, ExitRecord, FORK_PROGRAM_NAME, MAP_COUNTERS,
-    MAP_EXITS, MAP_MEMBER_COUNTERS, MAP_MEMBERS, MAP_TRACKED,
+    MAP_EXITS, MAP_MEMBER_COUNTERS, MAP_MEMBER_SLOTS, MAP_MEMBERS, MAP_TRACKED,
 };
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
 use super::child::ProbeChild;
-use super::members_map::MembersMap;
+use super::members_map::{MembersMap, MembersMapError, map_errno};
 use liveness_common::status::{SelfTest, SourceStats};
 
 use super::{ExitObservation, ExitSource, SourceEvent, TrackError};
@@ -37,6 +37,8 @@ const TRACEPOINT: &str = "sched_process_exit";
 const FORK_TRACEPOINT: &str = "sched_process_fork";
 /// The program's `.rodata` variable holding the daemon's PID namespace inode number.
 const PIDNS_GLOBAL: &str = "daemon_pidns_inum";
+/// The program's `.rodata` variable holding the members' share of the members map.
+const MAX_MEMBERS_GLOBAL: &str = "max_members";
 const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 /// Default capacity of the map of tracked processes (the object's own default).
@@ -55,8 +57,9 @@ pub struct EbpfConfig {
     /// Size of the ring buffer in bytes: a power of two, at least a page. Deaths that find
     /// it full are counted as lost, which makes the consumer re-check every process.
     pub ring_bytes: u32,
-    /// Capacity of the kernel map of process-tree members. New processes that find it full
-    /// are counted, and the daemon then finds members by scanning `/proc` as well.
+    /// How many process-tree members the kernel map may hold (it has room for one more
+    /// entry per tracked process besides). New processes that find no room are counted, and
+    /// the daemon then finds members by scanning `/proc` as well.
     pub max_members: u32,
 }
 
@@ -184,13 +187,6 @@ fn first_errno(error: &(dyn std::error::Error + 'static)) -> Option<i32> {
     None
 }
 
-fn map_errno(error: &MapError) -> Option<i32> {
-    match error {
-        MapError::SyscallError(error) => error.io_error.raw_os_error(),
-        _ => None,
-    }
-}
-
 /// How long the start-up self-test waits for the record of its child's exit.
 const SELF_TEST_PATIENCE: Duration = Duration::from_secs(2);
 
@@ -216,6 +212,8 @@ pub struct EbpfSource {
     self_test: SelfTest,
     /// The process trees' map, until the membership takes it.
     members: Option<MembersMap>,
+    /// This source's handle on the same map, for the entries of tracked processes.
+    roots: MembersMap,
 }
 
 impl fmt::Debug for EbpfSource {
@@ -260,7 +258,12 @@ impl EbpfSource {
             .override_global(PIDNS_GLOBAL, &pidns_inum, true)
             .map_max_entries(MAP_TRACKED, config.max_tracked)
             .map_max_entries(MAP_EXITS, config.ring_bytes)
-            .map_max_entries(MAP_MEMBERS, config.max_members)
+            .override_global(MAX_MEMBERS_GLOBAL, &u64::from(config.max_members), true)
+            // Members take at most max_members entries; every tracked process has one more.
+            .map_max_entries(
+                MAP_MEMBERS,
+                config.max_members.saturating_add(config.max_tracked),
+            )
             .load(OBJECT)
             .map_err(EbpfError::from_load)?;
 
@@ -287,20 +290,19 @@ impl EbpfSource {
             .attach()
             .map_err(|e| EbpfError::from_program("attaching the eBPF fork program", e))?;
         let members = MembersMap::new(
-            HashMap::try_from(take_map(&mut ebpf, MAP_MEMBERS)?).map_err(|source| {
-                EbpfError::Map {
-                    name: MAP_MEMBERS,
-                    source,
-                }
-            })?,
-            PerCpuArray::try_from(take_map(&mut ebpf, MAP_MEMBER_COUNTERS)?).map_err(|source| {
-                EbpfError::Map {
-                    name: MAP_MEMBER_COUNTERS,
-                    source,
-                }
-            })?,
+            take_map(&mut ebpf, MAP_MEMBERS)?,
+            take_map(&mut ebpf, MAP_MEMBER_COUNTERS)?,
+            take_map(&mut ebpf, MAP_MEMBER_SLOTS)?,
             config.max_members,
-        );
+        )
+        .map_err(|source| EbpfError::Map {
+            name: MAP_MEMBERS,
+            source,
+        })?;
+        let roots = members.try_clone().map_err(|source| EbpfError::Map {
+            name: MAP_MEMBERS,
+            source,
+        })?;
 
         let map = HashMap::try_from(take_map(&mut ebpf, MAP_TRACKED)?).map_err(|source| {
             EbpfError::Map {
@@ -341,6 +343,7 @@ impl EbpfSource {
                 detail: "not run".into(),
             },
             members: Some(members),
+            roots,
         };
         let detail = source
             .run_self_test(proc)
@@ -517,22 +520,38 @@ impl ExitSource for EbpfSource {
     }
 
     fn track(&mut self, key: ProcessKey) -> Result<(), TrackError> {
-        match self.map.insert(key.pid, key.start_ticks, 0) {
-            Ok(()) => {
-                self.tracked.insert(key.pid, key.start_ticks);
-                Ok(())
-            }
-            Err(error) => match map_errno(&error) {
-                Some(libc::E2BIG | libc::ENOMEM) => {
-                    self.refused += 1;
-                    Err(TrackError::Exhausted(format!(
+        let refuse = |source: &mut EbpfSource, why: String| {
+            source.refused += 1;
+            Err(TrackError::Exhausted(why))
+        };
+        // The tracked entry first: the members map then never holds more tracked
+        // processes' entries than the tracked map holds processes, which its size counts on.
+        if let Err(error) = self.map.insert(key.pid, key.start_ticks, 0) {
+            return match map_errno(&error) {
+                Some(libc::E2BIG | libc::ENOMEM) => refuse(
+                    self,
+                    format!(
                         "the eBPF map of tracked processes is full ({} entries)",
                         self.max_tracked
-                    )))
-                }
+                    ),
+                ),
                 _ => Err(TrackError::Io(io::Error::other(error))),
-            },
+            };
         }
+        // Without its entry in the members map, the programs would not see its exit.
+        if let Err(error) = self.roots.add_root(key) {
+            // Whatever this pid's entry was, it was replaced: forget it.
+            self.tracked.remove(&key.pid);
+            if let Err(error) = self.map.remove(&key.pid) {
+                tracing::warn!(%key, %error, "cannot remove a process from the eBPF map");
+            }
+            return match error {
+                MembersMapError::NoRoom(_) => refuse(self, error.to_string()),
+                error => Err(TrackError::Io(io::Error::other(error))),
+            };
+        }
+        self.tracked.insert(key.pid, key.start_ticks);
+        Ok(())
     }
 
     fn untrack(&mut self, key: ProcessKey) {
@@ -541,6 +560,9 @@ impl ExitSource for EbpfSource {
             return;
         }
         self.tracked.remove(&key.pid);
+        // The root entry first: the members map never holds more of them than the tracked
+        // map holds processes.
+        self.roots.remove_root(key);
         match self.map.remove(&key.pid) {
             Ok(()) => {}
             // The kernel deletes the entry when it reports the death.

@@ -2,11 +2,47 @@
 //! with every new process descended from a tracked one and the exit program empties as
 //! they die. User space reads it, and seeds it with descendants that existed before their
 //! root was tracked, so that their own children join the tree in the kernel too.
+//!
+//! Every tracked process has an entry too, as the root of its own tree, so that a process
+//! with no entry costs the programs one lookup. Members may hold at most `capacity` entries
+//! (the counted ones, see [`MEMBER_FLAG_COUNTED`]); the map has room for one more entry per
+//! tracked process, so a tracked process's entry always fits. The kernel only ever adds an
+//! entry where there is none, and deletes only an exiting process's own: user space, one
+//! task, is the only writer that replaces or removes entries of others.
+
+use std::io;
+use std::os::fd::AsFd;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use aya::Pod;
-use aya::maps::{HashMap, MapData, MapError, PerCpuArray};
+use aya::maps::{Array, HashMap, IterableMap, Map, MapData, MapError, PerCpuArray};
+use aya::sys::SyscallError;
 use liveness_common::identity::ProcessKey;
-use liveness_common::record::{MEMBER_COUNTER_ADDED, MEMBER_COUNTER_FULL, MemberRecord};
+use liveness_common::record::{
+    MEMBER_COUNTER_ADDED, MEMBER_COUNTER_FULL, MEMBER_FLAG_COUNTED, MemberRecord,
+};
+
+/// BPF_NOEXIST and BPF_EXIST, for `bpf_map_update_elem`.
+const NO_EXIST: u64 = 1;
+const EXIST: u64 = 2;
+/// Attempts at writing an entry that the kernel changes under us, each time by a process's
+/// fork or exit: more than a couple means something else is wrong.
+const WRITE_ATTEMPTS: usize = 4;
+
+/// Why an entry could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum MembersMapError {
+    #[error("every one of the members map's {0} member slots is taken")]
+    Full(u32),
+    #[error("the members map has no room left (raise --ebpf-max-tracked): {0}")]
+    NoRoom(#[source] MapError),
+    #[error("the members map's entry for pid {0} kept changing while it was written")]
+    Contended(u32),
+    #[error(transparent)]
+    Map(#[from] MapError),
+}
 
 /// The map's value as aya reads and writes it.
 #[repr(transparent)]
@@ -14,7 +50,7 @@ use liveness_common::record::{MEMBER_COUNTER_ADDED, MEMBER_COUNTER_FULL, MemberR
 pub(super) struct Value(MemberRecord);
 
 // SAFETY: `MemberRecord` is `repr(C)` plain old data of integers only (no padding bytes:
-// its explicit `padding` field fills the tail), so every bit pattern is valid.
+// its `flags` field fills the tail), so every bit pattern is valid.
 unsafe impl Pod for Value {}
 
 /// One member as the kernel recorded it.
@@ -26,6 +62,11 @@ pub struct KernelMember {
 }
 
 impl KernelMember {
+    /// A tracked process's own entry.
+    fn is_root(&self) -> bool {
+        self.member == self.root
+    }
+
     fn of(pid: u32, record: MemberRecord) -> KernelMember {
         KernelMember {
             member: ProcessKey {
@@ -40,87 +81,289 @@ impl KernelMember {
     }
 }
 
-/// The members map and its counter, taken from the eBPF source when it starts.
+/// The count of counted entries, shared with the kernel through a mapping of the
+/// `member_slots` array, so both sides change it with atomic instructions.
+struct MemberSlots {
+    used: NonNull<AtomicU64>,
+    len: usize,
+    capacity: u64,
+}
+
+// SAFETY: the mapping is shared memory reached only through the atomic, which any thread
+// may use; it stays mapped until the last owner drops it.
+unsafe impl Send for MemberSlots {}
+// SAFETY: as above: every access is atomic.
+unsafe impl Sync for MemberSlots {}
+
+impl MemberSlots {
+    fn map(slots: &MapData, capacity: u32) -> Result<MemberSlots, MapError> {
+        // One u64 rounds up to one page, the array's mappable size.
+        // SAFETY: sysconf has no preconditions.
+        let len = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        // SAFETY: maps the array's page shared; the kernel checked at creation that the map
+        // allows it (BPF_F_MMAPABLE). Nothing else aliases it in this process.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&slots.fd().as_fd()),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(MapError::SyscallError(SyscallError {
+                call: "mmap",
+                io_error: io::Error::last_os_error(),
+            }));
+        }
+        Ok(MemberSlots {
+            used: NonNull::new(ptr.cast()).expect("mmap succeeded"),
+            len,
+            capacity: u64::from(capacity),
+        })
+    }
+
+    fn used(&self) -> &AtomicU64 {
+        // SAFETY: the page is mapped, writable and 8-aligned for as long as `self` lives.
+        unsafe { self.used.as_ref() }
+    }
+
+    /// Takes a slot, as the fork program does: add first, then check, so that the count is
+    /// never below the entries.
+    fn take(&self) -> bool {
+        if self.used().fetch_add(1, Ordering::SeqCst) < self.capacity {
+            return true;
+        }
+        self.release();
+        false
+    }
+
+    fn release(&self) {
+        self.used().fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Drop for MemberSlots {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly what `map` mapped; no reference to it outlives `self`.
+        unsafe { libc::munmap(self.used.as_ptr().cast(), self.len) };
+    }
+}
+
+/// A handle on the members map and its counters. The eBPF source holds one for the roots
+/// and the membership another for the members; both belong to the engine's task.
 pub struct MembersMap {
     map: HashMap<MapData, u32, Value>,
     counters: PerCpuArray<MapData, u64>,
-    capacity: u32,
+    slots: Arc<MemberSlots>,
+    /// Members this handle found no slot for (the kernel counts its own).
+    refused: u64,
 }
 
 impl std::fmt::Debug for MembersMap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MembersMap")
-            .field("capacity", &self.capacity)
+            .field("capacity", &self.slots.capacity)
             .finish_non_exhaustive()
     }
 }
 
+/// A second handle on the same kernel map, through a duplicated file descriptor.
+fn duplicate(map: &MapData) -> Result<MapData, MapError> {
+    let fd = map
+        .fd()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|io_error| SyscallError {
+            call: "dup",
+            io_error,
+        })?;
+    MapData::from_fd(fd)
+}
+
 impl MembersMap {
+    /// The handle on the maps named by [`liveness_common::record`]'s `MAP_MEMBER*`.
     pub(super) fn new(
-        map: HashMap<MapData, u32, Value>,
-        counters: PerCpuArray<MapData, u64>,
+        map: Map,
+        counters: Map,
+        slots: Map,
         capacity: u32,
-    ) -> MembersMap {
-        MembersMap {
-            map,
-            counters,
-            capacity,
-        }
+    ) -> Result<MembersMap, MapError> {
+        let slots: Array<MapData, u64> = Array::try_from(slots)?;
+        Ok(MembersMap {
+            map: HashMap::try_from(map)?,
+            counters: PerCpuArray::try_from(counters)?,
+            // The mapping keeps the map alive without its descriptor.
+            slots: Arc::new(MemberSlots::map(slots.map(), capacity)?),
+            refused: 0,
+        })
     }
 
-    /// The map's capacity (`--ebpf-max-members`).
+    /// Another handle on the same maps and slot count.
+    pub(super) fn try_clone(&self) -> Result<MembersMap, MapError> {
+        Ok(MembersMap {
+            map: HashMap::try_from(Map::HashMap(duplicate(self.map.map())?))?,
+            counters: PerCpuArray::try_from(Map::PerCpuArray(duplicate(self.counters.map())?))?,
+            slots: Arc::clone(&self.slots),
+            refused: 0,
+        })
+    }
+
+    /// The members' share of the map (`--ebpf-max-members`).
     pub fn capacity(&self) -> u32 {
-        self.capacity
+        self.slots.capacity as u32
     }
 
-    /// Every member the kernel holds now. Entries that vanish during the walk (a member
-    /// exiting) are skipped.
+    /// Every member the kernel holds now, roots left out. Entries that vanish during the
+    /// walk (a member exiting) are skipped.
     pub fn members(&self) -> Vec<KernelMember> {
         self.map
             .iter()
             .filter_map(Result::ok)
             .map(|(pid, Value(record))| KernelMember::of(pid, record))
+            .filter(|entry| !entry.is_root())
             .collect()
     }
 
-    /// The entry for `pid`, if the kernel holds one: one lookup, not a walk of the map.
+    /// The member entry for `pid`, if the kernel holds one: one lookup, not a walk.
     pub fn get(&self, pid: u32) -> Option<KernelMember> {
+        self.entry(pid).filter(|entry| !entry.is_root())
+    }
+
+    fn entry(&self, pid: u32) -> Option<KernelMember> {
         let Value(record) = self.map.get(&pid, 0).ok()?;
         Some(KernelMember::of(pid, record))
     }
 
-    /// Adds a member found in `/proc`, so that its new children join its tree in the kernel.
-    pub fn insert(&mut self, member: KernelMember) -> Result<(), MapError> {
+    fn record(&self, pid: u32) -> Option<MemberRecord> {
+        self.map.get(&pid, 0).ok().map(|Value(record)| record)
+    }
+
+    /// Deletes `pid`'s entry, read as `record`, and gives its slot back if it held one.
+    /// Only one deletion succeeds when the exit program races for it.
+    fn delete(&mut self, pid: u32, record: MemberRecord) {
+        if self.map.remove(&pid).is_ok() && record.flags & MEMBER_FLAG_COUNTED != 0 {
+            self.slots.release();
+        }
+    }
+
+    /// Adds a member found in `/proc`, so that its new children join its tree in the
+    /// kernel. True when this wrote its entry; false when the process has one already (a
+    /// member, or tracked itself).
+    pub fn insert(&mut self, member: KernelMember) -> Result<bool, MembersMapError> {
+        match self.record(member.member.pid) {
+            Some(record) if record.start_ticks == member.member.start_ticks => return Ok(false),
+            // An earlier process that had this pid.
+            Some(stale) => self.delete(member.member.pid, stale),
+            None => {}
+        }
+        if !self.slots.take() {
+            self.refused += 1;
+            return Err(MembersMapError::Full(self.capacity()));
+        }
         let record = MemberRecord {
             start_ticks: member.member.start_ticks,
             root_start_ticks: member.root.start_ticks,
             root_tgid: member.root.pid,
-            padding: 0,
+            flags: MEMBER_FLAG_COUNTED,
         };
-        self.map.insert(member.member.pid, Value(record), 0)
-    }
-
-    /// Removes a member of a tree nobody follows any more; an entry for another process
-    /// that has the pid now is left alone.
-    pub fn remove(&mut self, member: ProcessKey) {
-        if self
-            .get(member.pid)
-            .is_some_and(|entry| entry.member == member)
-        {
-            // Gone meanwhile (it exited): nothing to remove.
-            let _ = self.map.remove(&member.pid);
+        match self.map.insert(member.member.pid, Value(record), NO_EXIST) {
+            Ok(()) => Ok(true),
+            Err(error) => {
+                self.slots.release();
+                match map_errno(&error) {
+                    // The fork program added it meanwhile.
+                    Some(libc::EEXIST) => Ok(false),
+                    Some(libc::E2BIG | libc::ENOMEM) => Err(MembersMapError::NoRoom(error)),
+                    _ => Err(error.into()),
+                }
+            }
         }
     }
 
-    /// New processes of trees that found the map full since the daemon started.
+    /// Removes a member of a tree nobody follows any more. An entry for another process
+    /// that has the pid now, or one that makes the process a root, is left alone.
+    pub fn remove(&mut self, member: KernelMember) {
+        if let Some(record) = self.record(member.member.pid)
+            && KernelMember::of(member.member.pid, record) == member
+            && !member.is_root()
+        {
+            self.delete(member.member.pid, record);
+        }
+    }
+
+    /// Makes `root`, a tracked process, the root of its own tree: its entry tells the
+    /// programs, in one lookup, that its exit is to be reported and whose tree its children
+    /// join. An entry it has as a member of another tree becomes its root entry and keeps
+    /// its slot; so the inner of two nested sessions gets the children.
+    pub fn add_root(&mut self, root: ProcessKey) -> Result<(), MembersMapError> {
+        for _ in 0..WRITE_ATTEMPTS {
+            let mut record = MemberRecord {
+                start_ticks: root.start_ticks,
+                root_start_ticks: root.start_ticks,
+                root_tgid: root.pid,
+                flags: 0,
+            };
+            let flags = match self.record(root.pid) {
+                Some(existing) if existing.start_ticks == root.start_ticks => {
+                    // Only over the entry just read (its exit may delete it meanwhile),
+                    // with its slot.
+                    record.flags = existing.flags;
+                    EXIST
+                }
+                Some(stale) => {
+                    self.delete(root.pid, stale);
+                    NO_EXIST
+                }
+                None => NO_EXIST,
+            };
+            match self.map.insert(root.pid, Value(record), flags) {
+                Ok(()) => return Ok(()),
+                // Changed meanwhile: read it again.
+                Err(error) if matches!(map_errno(&error), Some(libc::EEXIST | libc::ENOENT)) => {}
+                Err(error) if matches!(map_errno(&error), Some(libc::E2BIG | libc::ENOMEM)) => {
+                    return Err(MembersMapError::NoRoom(error));
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Err(MembersMapError::Contended(root.pid))
+    }
+
+    /// Removes `root`'s entry as the root of its tree, not an entry of a newer process with
+    /// its pid. Only if that process exits, its pid is reused and the fork program adds the
+    /// new one between this read and this deletion is the new one's entry deleted instead:
+    /// a member the kernel then does not follow.
+    pub fn remove_root(&mut self, root: ProcessKey) {
+        if let Some(record) = self.record(root.pid)
+            && KernelMember::of(root.pid, record)
+                == (KernelMember {
+                    member: root,
+                    root,
+                })
+        {
+            self.delete(root.pid, record);
+        }
+    }
+
+    /// New processes of trees that found no slot, or that user space found none for,
+    /// since the daemon started.
     pub fn full_count(&self) -> u64 {
-        self.counter(MEMBER_COUNTER_FULL).unwrap_or(0)
+        self.counter(MEMBER_COUNTER_FULL).unwrap_or(0) + self.refused
     }
 
     /// New processes the kernel added since the daemon started: one read, where a walk of
     /// the map visits every bucket of it, empty or not.
     pub fn added_count(&self) -> Option<u64> {
         self.counter(MEMBER_COUNTER_ADDED)
+    }
+
+    /// The slots taken now: at least the members' entries, which the kernel keeps within
+    /// [`MembersMap::capacity`].
+    pub fn slots_used(&self) -> u64 {
+        self.slots.used().load(Ordering::SeqCst)
     }
 
     fn counter(&self, slot: u32) -> Option<u64> {
@@ -131,5 +374,12 @@ impl MembersMap {
                 None
             }
         }
+    }
+}
+
+pub(super) fn map_errno(error: &MapError) -> Option<i32> {
+    match error {
+        MapError::SyscallError(error) => error.io_error.raw_os_error(),
+        _ => None,
     }
 }
