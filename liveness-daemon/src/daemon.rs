@@ -83,8 +83,10 @@ pub struct Args {
     /// full are counted, and every tracked process is then re-checked.
     #[arg(long, default_value_t = EbpfConfig::default().ring_bytes, value_parser = parse_ring_bytes, value_name = "BYTES")]
     ebpf_ring_bytes: u32,
-    /// Capacity of the eBPF map of session process-tree members. New processes that find it
-    /// full are counted, and members are then found by scanning /proc as well.
+    /// Most session process-tree members the eBPF members map holds (it has room for one
+    /// more entry per tracked process besides, so members never take a tracked process's
+    /// room). New processes that find no room are counted, and members are then found by
+    /// scanning /proc as well.
     #[arg(long, default_value_t = EbpfConfig::default().max_members, value_name = "COUNT")]
     ebpf_max_members: u32,
     /// A process name that `owner: "auto"` skips as a wrapper (repeatable).

@@ -15,6 +15,7 @@
 #include "liveness.h"
 
 #include <linux/bpf.h>
+#include <linux/errno.h>
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -237,8 +238,13 @@ int BPF_PROG(liveness_fork, struct task_struct *parent, struct task_struct *chil
 		return 0;
 	}
 	/* Never over an entry written meanwhile: it may be a tracked process's. */
-	if (bpf_map_update_elem(&members, &child_tgid, &member, BPF_NOEXIST) != 0) {
+	long error = bpf_map_update_elem(&members, &child_tgid, &member, BPF_NOEXIST);
+
+	if (error) {
 		release_member_slot();
+		/* Out of memory: the child is not followed here, so user space must scan. */
+		if (error != -EEXIST)
+			bump_in(&member_counters, MEMBER_COUNTER_FULL);
 		return 0;
 	}
 	bump_in(&member_counters, MEMBER_COUNTER_ADDED);

@@ -467,3 +467,63 @@ fn without_ebpf_a_proc_scan_finds_the_tree() {
     }
     kill_owner_and_check_survivors(&daemon, "scanned", &mut owner, &[before, after], &[]);
 }
+
+/// An owner inside another session's tree (a nested session): while it is tracked, the
+/// processes it forks join its own tree; once its session ends, while it lives on, what it
+/// forks joins the outer tree again, even when orphaned at once.
+#[test]
+fn a_nested_session_has_its_own_tree_and_gives_the_owner_back_at_its_end() {
+    if !privileged("nested trees in the kernel") {
+        return;
+    }
+    let daemon = Daemon::start(&[]);
+    assert_eq!(membership_mode(&daemon), "kernel");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    // One fifo per turn: a reader opening a fifo while the last turn's writer still has it
+    // open would read its end of file as a turn.
+    let turns = ["first", "second"].map(|turn| dir.path().join(turn));
+    for fifo in &turns {
+        let made = Command::new("mkfifo")
+            .arg(fifo)
+            .status()
+            .expect("run mkfifo");
+        assert!(made.success(), "mkfifo {}", fifo.display());
+    }
+    let turn = |fifo: &std::path::Path| {
+        std::fs::write(fifo, "x\n").expect("write to the inner owner's fifo");
+    };
+
+    let mut owner = Owner::spawn();
+    register(&daemon, "outer", &owner);
+    // The inner owner: a member of the outer tree, which forks a sleep at its first turn
+    // and an orphaned one at its second.
+    owner.send(&format!(
+        "sh -c 'echo $$; read -r x < {}; sleep 1000 & echo $!; read -r x < {}; (sleep 1000 & echo $!); exec sleep 1000' &",
+        turns[0].display(),
+        turns[1].display()
+    ));
+    let inner_owner = owner.pid_line();
+    wait_listed(&daemon, "outer", inner_owner);
+    let reply = daemon.request(json!({
+        "op": "register", "session": "inner", "owner": {"pid": inner_owner}
+    }));
+    assert_eq!(reply["ok"], true, "register the inner session: {reply}");
+
+    turn(&turns[0]);
+    let inner_child = owner.pid_line();
+    wait_listed(&daemon, "inner", inner_child);
+    assert_eq!(whose(&daemon, inner_child), "inner");
+    let outer_listed = processes(&daemon, "outer");
+    assert!(
+        outer_listed.contains(&inner_owner) && !outer_listed.contains(&inner_child),
+        "the outer tree holds the inner owner, not its child: {outer_listed:?}"
+    );
+
+    let reply = daemon.request(json!({"op": "end", "session": "inner"}));
+    assert_eq!(reply["ok"], true, "end the inner session: {reply}");
+    turn(&turns[1]);
+    let orphan = owner.pid_line();
+    wait_orphaned(&owner, orphan);
+    wait_listed(&daemon, "outer", orphan);
+    assert_eq!(whose(&daemon, orphan), "outer");
+}

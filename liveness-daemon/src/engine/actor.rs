@@ -183,6 +183,7 @@ impl Engine {
         {
             return Some(dead(EndReason::from(reason)));
         }
+        self.keep_membership(owner);
         match self.monitor.track(owner.key()) {
             Some(death) => Some(self.death_of(&death)),
             None => {

@@ -163,27 +163,33 @@ impl Membership {
         }
         tree.insert(member.key, member.comm.clone());
         self.root_of.insert(member.key, member.root);
-        let entry = KernelMember {
+        self.write_to_kernel(KernelMember {
             member: member.key,
             root: member.root,
+        });
+        true
+    }
+
+    /// Writes a member's entry to the kernel map, so that its own forks join its tree in
+    /// the kernel.
+    fn write_to_kernel(&mut self, entry: KernelMember) {
+        let Some(kernel) = &mut self.kernel else {
+            return;
         };
-        if let Some(kernel) = &mut self.kernel {
-            match kernel.insert(entry) {
-                // A process that exited before its entry was written (a zombie still shows
-                // in /proc) had nothing for its exit to remove: the entry would outlive it,
-                // and the map's word is that its members are alive. Checked after the write,
-                // so an exit after the check finds the entry and removes it.
-                Ok(true) if self.proc.check_key(member.key) != Liveness::Alive => {
-                    kernel.remove(entry);
-                }
-                Ok(_) => {}
-                // No slot left: counted as full, so scans cover the trees from now on.
-                Err(error) => {
-                    tracing::debug!(%error, member = %member.key, "cannot add a member to the kernel map");
-                }
+        match kernel.insert(entry) {
+            // A process that exited before its entry was written (a zombie still shows in
+            // /proc) had nothing for its exit to remove: the entry would outlive it, and the
+            // map's word is that its members are alive. Checked after the write, so an exit
+            // after the check finds the entry and removes it.
+            Ok(true) if self.proc.check_key(entry.member) != Liveness::Alive => {
+                kernel.remove(entry);
+            }
+            Ok(_) => {}
+            // No slot left: counted as full, so scans cover the trees from now on.
+            Err(error) => {
+                tracing::debug!(%error, member = %entry.member, "cannot add a member to the kernel map");
             }
         }
-        true
     }
 
     /// Attaches every process in `processes` descended from a root or a member (of `only`
@@ -204,6 +210,28 @@ impl Membership {
             }
         }
         changes
+    }
+
+    /// Takes `key` into its tree now if the kernel map holds it as a member, one the last
+    /// refresh has not merged yet: tracking it makes its entry there its own tree's root (a
+    /// nested session), after which only this copy says it is a member. Returns it when it
+    /// joined.
+    pub fn merge_member(&mut self, key: ProcessKey) -> Option<Member> {
+        if self.root_of.contains_key(&key) {
+            return None;
+        }
+        let entry = self
+            .kernel
+            .as_ref()?
+            .get(key.pid)
+            .filter(|entry| entry.member == key && self.trees.contains_key(&entry.root))?;
+        let stat = self.proc.stat(key.pid).ok()?;
+        let member = Member {
+            key,
+            root: entry.root,
+            comm: stat.comm,
+        };
+        (stat.start_ticks == key.start_ticks && self.attach(member.clone())).then_some(member)
     }
 
     /// The roots of the trees followed.
@@ -244,6 +272,16 @@ impl Membership {
                 if roots.contains(&entry.root) {
                     kernel.remove(entry);
                 }
+            }
+        }
+        // A root that is a member of a tree still followed (a nested session) had its
+        // entry made its own tree's root while tracked: it goes back to the outer tree.
+        for &root in &roots {
+            if let Some(&outer) = self.root_of.get(&root) {
+                self.write_to_kernel(KernelMember {
+                    member: root,
+                    root: outer,
+                });
             }
         }
         members.into_iter().map(|entry| entry.member).collect()

@@ -21,6 +21,14 @@ impl Engine {
         self.save_members(&changes.added, &changes.removed);
     }
 
+    /// Keeps an owner about to be tracked in the tree it is a member of, if any (see
+    /// [`super::membership::Membership::merge_member`]).
+    pub(super) fn keep_membership(&mut self, owner: &Identity) {
+        if let Some(member) = self.membership.merge_member(owner.key()) {
+            self.save_members(&[member], &[]);
+        }
+    }
+
     /// Stops following the trees of owners no ACTIVE session refers to.
     pub(super) fn forget_trees<'a>(&mut self, owners: impl IntoIterator<Item = &'a Identity>) {
         let roots: Vec<ProcessKey> = owners

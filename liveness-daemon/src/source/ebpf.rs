@@ -1002,6 +1002,9 @@ mod tests {
             "fork tracking",
             EbpfConfig {
                 max_members: 3,
+                // The owner and one more: the map has room for five entries in all, which
+                // the owner's five descendants would fill without the members' budget.
+                max_tracked: 2,
                 ..EbpfConfig::default()
             },
         )
@@ -1055,6 +1058,26 @@ mod tests {
         send_line(&mut owner);
         wait_until("a fork found the map full", || members.full_count() > 0).await;
         assert!(in_tree().len() <= 3, "{:?}", in_tree());
+        assert_eq!(
+            members.slots_used(),
+            in_tree().len() as u64,
+            "one slot per member entry"
+        );
+
+        // However many members there are, a tracked process's entry has room, and its
+        // exit is reported.
+        let mut late = Proc::exit_on_eof(3);
+        let late_key = late.key();
+        source
+            .track(late_key)
+            .expect("tracking with every member slot taken");
+        late.close_stdin();
+        let observation = next_exit(&mut source).await;
+        assert_eq!(
+            (observation.key, observation.status),
+            (late_key, Some(ExitStatus::Exited { code: 3 }))
+        );
+
         // The map holds at most three of the four sleepers; the owner's children list has
         // them all.
         let children = ProcRoot::default()
@@ -1066,6 +1089,64 @@ mod tests {
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
         }
         owner.kill();
+        wait_until("every member's exit gave its slot back", || {
+            members.slots_used() == 0
+        })
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_tracked_member_roots_its_own_tree_until_untracked() {
+        let Some(mut source) = start("nested trees", EbpfConfig::default()).await else {
+            return;
+        };
+        let members = source.take_members().expect("the members map");
+        // The inner shell reads the owner's stdin too: one line each, in turn.
+        let mut owner = Proc::sh("read x; sh -c 'read y; sleep 1000 & read y'; read x", &[]);
+        let outer = owner.key();
+        source.track(outer).unwrap();
+        let child_of = |root: ProcessKey, comm: &str| {
+            members
+                .members()
+                .into_iter()
+                .find(|entry| entry.root == root && stat_of(entry.member.pid).comm == comm)
+                .map(|entry| entry.member)
+        };
+        send_line(&mut owner);
+        wait_until("the inner shell is a member", || {
+            child_of(outer, "sh").is_some()
+        })
+        .await;
+        let inner = child_of(outer, "sh").unwrap();
+        assert_eq!(members.slots_used(), 1);
+
+        // Tracked, the member is the root of a tree of its own, in its slot.
+        source.track(inner).unwrap();
+        assert_eq!(
+            members.get(inner.pid),
+            None,
+            "a root is not listed as a member"
+        );
+        assert_eq!(members.slots_used(), 1);
+        send_line(&mut owner);
+        wait_until("the inner shell's sleep joins its tree", || {
+            child_of(inner, "sleep").is_some()
+        })
+        .await;
+        let sleeper = child_of(inner, "sleep").unwrap();
+        assert_eq!(child_of(outer, "sleep"), None);
+
+        // Untracked, its entry goes with its slot; the sleep stays a member.
+        source.untrack(inner);
+        assert_eq!(members.get(inner.pid), None);
+        assert_eq!(members.slots_used(), 1);
+        for pid in [sleeper.pid, inner.pid] {
+            // SAFETY: killing the test's own descendants, just identified by their start
+            // times.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        owner.kill();
+        wait_until("every slot is given back", || members.slots_used() == 0).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -229,12 +229,9 @@ impl MembersMap {
 
     /// The member entry for `pid`, if the kernel holds one: one lookup, not a walk.
     pub fn get(&self, pid: u32) -> Option<KernelMember> {
-        self.entry(pid).filter(|entry| !entry.is_root())
-    }
-
-    fn entry(&self, pid: u32) -> Option<KernelMember> {
-        let Value(record) = self.map.get(&pid, 0).ok()?;
-        Some(KernelMember::of(pid, record))
+        self.record(pid)
+            .map(|record| KernelMember::of(pid, record))
+            .filter(|entry| !entry.is_root())
     }
 
     fn record(&self, pid: u32) -> Option<MemberRecord> {
@@ -338,11 +335,7 @@ impl MembersMap {
     /// a member the kernel then does not follow.
     pub fn remove_root(&mut self, root: ProcessKey) {
         if let Some(record) = self.record(root.pid)
-            && KernelMember::of(root.pid, record)
-                == (KernelMember {
-                    member: root,
-                    root,
-                })
+            && KernelMember::of(root.pid, record) == (KernelMember { member: root, root })
         {
             self.delete(root.pid, record);
         }
