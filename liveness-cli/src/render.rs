@@ -380,6 +380,12 @@ pub(crate) fn print_membership(membership: &MembershipStatus) {
         wire_name(membership.mode),
         membership.misses
     );
+    if let (Some(capacity), Some(used)) = (membership.kernel_capacity, membership.kernel_used) {
+        outln!(
+            "            kernel map: {used} of {capacity} member entries, {} new processes found it full",
+            membership.kernel_full
+        );
+    }
 }
 
 /// One line per exit source: name, state and reason, and the eBPF self-test where run.

@@ -50,7 +50,7 @@ impl MembershipMode {
     pub fn misses(self) -> &'static str {
         match self {
             MembershipMode::Kernel => {
-                "nothing forked while the daemon runs; processes forked and orphaned while it                  was stopped"
+                "nothing forked while the daemon runs; processes forked and orphaned while it was stopped"
             }
             MembershipMode::KernelAndScan | MembershipMode::Scan => {
                 "a process forked and orphaned (its parent exited) between two scans"
@@ -72,6 +72,9 @@ pub struct MembershipStatus {
     /// Capacity of the kernel's members map, with eBPF.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_capacity: Option<u32>,
+    /// Of `kernel_capacity`, the member entries the kernel map holds now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_used: Option<u64>,
     /// New processes the kernel map had no room for.
     pub kernel_full: u64,
     /// What this mode can miss.
@@ -297,5 +300,25 @@ mod millis {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
         u64::deserialize(deserializer).map(Duration::from_millis)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_each_membership_mode_misses_is_one_line_of_text() {
+        for mode in [
+            MembershipMode::Kernel,
+            MembershipMode::KernelAndScan,
+            MembershipMode::Scan,
+        ] {
+            let misses = mode.misses();
+            assert!(
+                !misses.is_empty() && !misses.contains("  ") && !misses.contains('\n'),
+                "{mode:?}: {misses:?}"
+            );
+        }
     }
 }

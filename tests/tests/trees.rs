@@ -289,7 +289,22 @@ fn orphans_left_before_and_after_registration_stay_in_the_tree() {
     for pid in [owner.pid, before, after] {
         assert!(listed.contains(&pid), "{pid} not in {listed:?}");
     }
+    // The two orphans hold a member slot each once their subshells are gone; the owner's
+    // own entry takes none.
+    wait_kernel_used(&daemon, 2);
     kill_owner_and_check_survivors(&daemon, "agent", &mut owner, &[before, after], &[]);
+    // A tree nobody follows gives its slots back, its live members' too.
+    wait_kernel_used(&daemon, 0);
+}
+
+/// Waits until `status.membership.kernel_used` is `expected`.
+fn wait_kernel_used(daemon: &Daemon, expected: u64) {
+    let mut last = Value::Null;
+    let reached = eventually(PATIENCE, || {
+        last = daemon.request(json!({"op": "status"}))["status"]["membership"].clone();
+        last["kernel_used"] == expected
+    });
+    assert!(reached, "kernel_used never {expected}: {last}");
 }
 
 /// A child that exited before registration but was not reaped yet (a zombie) is in

@@ -479,6 +479,7 @@ impl Membership {
             members: self.root_of.len() as u64,
             scan_interval_ms: scan_interval.as_millis() as u64,
             kernel_capacity: self.kernel.as_ref().map(MembersMap::capacity),
+            kernel_used: self.kernel.as_ref().map(MembersMap::slots_used),
             kernel_full: self.kernel.as_ref().map_or(0, MembersMap::full_count),
             misses: mode.misses().to_owned(),
         }

@@ -353,8 +353,8 @@ impl MembersMap {
         self.counter(MEMBER_COUNTER_ADDED)
     }
 
-    /// The slots taken now: at least the members' entries, which the kernel keeps within
-    /// [`MembersMap::capacity`].
+    /// The member slots taken now: the counted entries, which the kernel keeps within
+    /// [`MembersMap::capacity`], and any a writer is adding or has just deleted.
     pub fn slots_used(&self) -> u64 {
         self.slots.used().load(Ordering::SeqCst)
     }
