@@ -39,7 +39,8 @@ pub struct Status {
 pub enum MembershipMode {
     /// The eBPF fork program adds every new process of a tree as it is forked.
     Kernel,
-    /// The kernel map filled up: `/proc` scans find the members it had no room for.
+    /// The kernel map filled up, or an owner could not be tracked in the kernel: `/proc`
+    /// scans find the members the kernel did not add.
     KernelAndScan,
     /// No eBPF: `/proc` is scanned at registration and at an interval.
     Scan,

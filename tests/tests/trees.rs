@@ -542,3 +542,38 @@ fn a_nested_session_has_its_own_tree_and_gives_the_owner_back_at_its_end() {
     wait_listed(&daemon, "outer", orphan);
     assert_eq!(whose(&daemon, orphan), "outer");
 }
+
+/// An owner the kernel cannot track (its map of tracked processes full) has no entry of its
+/// own there, so the kernel adds nothing it forks: its tree is scanned in `/proc` instead,
+/// and status says so.
+#[test]
+fn the_tree_of_an_owner_the_kernel_cannot_track_is_scanned() {
+    if !privileged("an owner beyond the kernel's map") {
+        return;
+    }
+    let daemon = Daemon::start(&["--ebpf-max-tracked", "1"]);
+    let first = Owner::spawn();
+    register(&daemon, "in-kernel", &first);
+    assert_eq!(membership_mode(&daemon), "kernel");
+    let mut second = Owner::spawn();
+    register(&daemon, "beyond", &second);
+    let reply = daemon.request(json!({"op": "status"}));
+    let ebpf = reply["status"]["monitor"]["sources"]
+        .as_array()
+        .and_then(|sources| sources.iter().find(|source| source["name"] == "ebpf"))
+        .unwrap_or_else(|| panic!("no ebpf source in {reply}"));
+    assert_eq!(
+        ebpf["stats"]["refused"], 1,
+        "the second owner is refused: {reply}"
+    );
+    assert_eq!(membership_mode(&daemon), "kernel_and_scan");
+
+    // Forked after registration, orphaned once a scan has seen it.
+    let orphan = second.held_orphan();
+    wait_listed(&daemon, "beyond", orphan);
+    second.release();
+    wait_orphaned(&second, orphan);
+    assert_eq!(whose(&daemon, orphan), "beyond");
+    kill_owner_and_check_survivors(&daemon, "beyond", &mut second, &[orphan], &[]);
+    drop(first);
+}

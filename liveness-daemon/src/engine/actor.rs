@@ -188,6 +188,7 @@ impl Engine {
             Some(death) => Some(self.death_of(&death)),
             None => {
                 self.follow_tree(owner);
+                self.membership.check_rooted(owner.key());
                 None
             }
         }

@@ -58,6 +58,9 @@ pub struct Membership {
     /// The kernel's count of added members when the last refresh walked the map: while it
     /// stays the same, `trees` holds every member the kernel added.
     merged_added: Option<u64>,
+    /// Trees whose root the kernel does not follow (the eBPF source could not track it):
+    /// `/proc` scans find their members.
+    unrooted: HashSet<ProcessKey>,
 }
 
 impl Membership {
@@ -75,13 +78,16 @@ impl Membership {
             trees: HashMap::new(),
             root_of: HashMap::new(),
             merged_added: None,
+            unrooted: HashSet::new(),
         }
     }
 
     pub fn mode(&self) -> MembershipMode {
         match &self.kernel {
             None => MembershipMode::Scan,
-            Some(kernel) if kernel.full_count() > 0 => MembershipMode::KernelAndScan,
+            Some(kernel) if kernel.full_count() > 0 || !self.unrooted.is_empty() => {
+                MembershipMode::KernelAndScan
+            }
             Some(_) => MembershipMode::Kernel,
         }
     }
@@ -121,6 +127,18 @@ impl Membership {
             Err(e) => tracing::warn!(error = %e, "cannot scan /proc for a new tree's members"),
         }
         changes
+    }
+
+    /// Checks that the kernel follows the forks of `root`, a live owner just tracked: where
+    /// the eBPF source could not track it (its map full), the tree is scanned instead.
+    pub fn check_rooted(&mut self, root: ProcessKey) {
+        if let Some(kernel) = &self.kernel
+            && self.trees.contains_key(&root)
+            && !kernel.has_root(root)
+        {
+            tracing::warn!(%root, "the kernel does not follow this owner's forks: its tree is scanned in /proc");
+            self.unrooted.insert(root);
+        }
     }
 
     /// `starts` and every process descended from them, found through the kernel's lists of
@@ -252,6 +270,7 @@ impl Membership {
         }
         let mut members = Vec::new();
         for root in &roots {
+            self.unrooted.remove(root);
             if let Some(tree) = self.trees.remove(root) {
                 members.extend(tree.into_keys().map(|member| KernelMember {
                     member,

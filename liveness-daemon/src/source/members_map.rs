@@ -334,11 +334,21 @@ impl MembersMap {
     /// new one between this read and this deletion is the new one's entry deleted instead:
     /// a member the kernel then does not follow.
     pub fn remove_root(&mut self, root: ProcessKey) {
-        if let Some(record) = self.record(root.pid)
-            && KernelMember::of(root.pid, record) == (KernelMember { member: root, root })
-        {
+        if let Some(record) = self.root_record(root) {
             self.delete(root.pid, record);
         }
+    }
+
+    /// Whether `root` has its entry as the root of its tree: the programs then report its
+    /// exit and add what it forks.
+    pub fn has_root(&self, root: ProcessKey) -> bool {
+        self.root_record(root).is_some()
+    }
+
+    fn root_record(&self, root: ProcessKey) -> Option<MemberRecord> {
+        self.record(root.pid).filter(|&record| {
+            KernelMember::of(root.pid, record) == KernelMember { member: root, root }
+        })
     }
 
     /// New processes of trees that found no slot, or that user space found none for,
