@@ -734,6 +734,16 @@ impl Daemon {
         self.connect().request(request)
     }
 
+    /// The exit source `name` as `status` reports it, failing the test if it is not listed.
+    pub fn source_status(&self, name: &str) -> Value {
+        let reply = self.request(serde_json::json!({"op": "status"}));
+        reply["status"]["monitor"]["sources"]
+            .as_array()
+            .and_then(|sources| sources.iter().find(|source| source["name"] == name))
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name} source in {reply}"))
+    }
+
     /// The session `id`, failing the test if `get` fails.
     pub fn session(&self, id: &str) -> Value {
         let reply = self.request(serde_json::json!({"op": "get", "session": id}));

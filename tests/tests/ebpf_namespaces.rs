@@ -47,14 +47,9 @@ fn a_daemon_in_a_child_pid_namespace_sees_deaths_through_ebpf() {
         None,
         &["--sources", "ebpf"],
     );
-    let status = daemon.request(json!({"op": "status"}));
-    let ebpf = status["status"]["monitor"]["sources"]
-        .as_array()
-        .and_then(|sources| sources.iter().find(|s| s["name"] == "ebpf"))
-        .cloned()
-        .unwrap_or_else(|| panic!("no ebpf source in {status}"));
-    assert_eq!(ebpf["state"], "active", "{status}");
-    assert_eq!(ebpf["self_test"]["passed"], true, "{status}");
+    let ebpf = daemon.source_status("ebpf");
+    assert_eq!(ebpf["state"], "active", "{ebpf}");
+    assert_eq!(ebpf["self_test"]["passed"], true, "{ebpf}");
 
     // `unshare --fork` runs the daemon as its only child, PID 1 of the new namespace.
     let livenessd = children_of(daemon.pid())[0];

@@ -557,14 +557,10 @@ fn the_tree_of_an_owner_the_kernel_cannot_track_is_scanned() {
     assert_eq!(membership_mode(&daemon), "kernel");
     let mut second = Owner::spawn();
     register(&daemon, "beyond", &second);
-    let reply = daemon.request(json!({"op": "status"}));
-    let ebpf = reply["status"]["monitor"]["sources"]
-        .as_array()
-        .and_then(|sources| sources.iter().find(|source| source["name"] == "ebpf"))
-        .unwrap_or_else(|| panic!("no ebpf source in {reply}"));
+    let ebpf = daemon.source_status("ebpf");
     assert_eq!(
         ebpf["stats"]["refused"], 1,
-        "the second owner is refused: {reply}"
+        "the second owner is refused: {ebpf}"
     );
     assert_eq!(membership_mode(&daemon), "kernel_and_scan");
 

@@ -238,15 +238,11 @@ impl Membership {
         if self.root_of.contains_key(&key) {
             return None;
         }
-        let entry = self
-            .kernel
-            .as_ref()?
-            .get(key.pid)
-            .filter(|entry| entry.member == key && self.trees.contains_key(&entry.root))?;
+        let root = self.kernel_root_of(key)?;
         let stat = self.proc.stat(key.pid).ok()?;
         let member = Member {
             key,
-            root: entry.root,
+            root,
             comm: stat.comm,
         };
         (stat.start_ticks == key.start_ticks && self.attach(member.clone())).then_some(member)
@@ -395,6 +391,11 @@ impl Membership {
             return Some(*root);
         }
         // Forked since the last refresh.
+        self.kernel_root_of(key)
+    }
+
+    /// The followed tree the kernel map holds `key` in as a member.
+    fn kernel_root_of(&self, key: ProcessKey) -> Option<ProcessKey> {
         self.kernel
             .as_ref()?
             .get(key.pid)
