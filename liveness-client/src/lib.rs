@@ -438,7 +438,14 @@ impl Client {
     /// # Ok::<(), liveness_client::ClientError>(())
     /// ```
     pub fn lock_list(&mut self, uid: Option<u32>) -> Result<Vec<Lock>, ClientError> {
-        self.call(&Request::LockList { uid }).and_then(wire::locks)
+        let (mut all, mut after) = (Vec::new(), None);
+        loop {
+            let reply = self.call(&wire::lock_list_request(uid, after))?;
+            match wire::locks_page(reply, &mut all)? {
+                Some(next) => after = Some(next),
+                None => return Ok(all),
+            }
+        }
     }
 
     /// Sends a `subscribe` request and returns the acknowledgement; stream lines follow.

@@ -230,9 +230,14 @@ impl AsyncClient {
 
     /// [`Client::lock_list`](crate::Client::lock_list).
     pub async fn lock_list(&mut self, uid: Option<u32>) -> Result<Vec<Lock>, ClientError> {
-        self.call(&Request::LockList { uid })
-            .await
-            .and_then(wire::locks)
+        let (mut all, mut after) = (Vec::new(), None);
+        loop {
+            let reply = self.call(&wire::lock_list_request(uid, after)).await?;
+            match wire::locks_page(reply, &mut all)? {
+                Some(next) => after = Some(next),
+                None => return Ok(all),
+            }
+        }
     }
 
     /// [`Client::subscribe`](crate::Client::subscribe): a subscription that reconnects and

@@ -107,8 +107,19 @@ pub(crate) fn lock(reply: Reply) -> Result<Lock, ClientError> {
     reply.lock.ok_or_else(|| missing("lock"))
 }
 
-pub(crate) fn locks(reply: Reply) -> Result<Vec<Lock>, ClientError> {
-    reply.locks.ok_or_else(|| missing("locks"))
+/// A page of `lock_list`: after the `next` of the previous one, the default page size.
+pub(crate) fn lock_list_request(uid: Option<u32>, after: Option<String>) -> Request {
+    Request::LockList {
+        uid,
+        limit: None,
+        after,
+    }
+}
+
+/// The locks of a `lock_list` page, appended to `all`, and the cursor of the next page.
+pub(crate) fn locks_page(reply: Reply, all: &mut Vec<Lock>) -> Result<Option<String>, ClientError> {
+    all.extend(reply.locks.ok_or_else(|| missing("locks"))?);
+    Ok(reply.next)
 }
 
 pub(crate) fn whose(reply: Reply) -> Result<Whose, ClientError> {

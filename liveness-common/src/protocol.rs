@@ -179,10 +179,17 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         uid: Option<u32>,
     },
-    /// The held locks the caller may see (root: every user's, or user `uid`'s).
+    /// The held locks the caller may see (root: every user's, or user `uid`'s), one page
+    /// at a time, by uid and name.
     LockList {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         uid: Option<u32>,
+        /// Locks per page: at most [`MAX_LIST_PAGE`], [`DEFAULT_LIST_PAGE`] if unset.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<usize>,
+        /// The `next` cursor of the previous page.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<String>,
     },
 }
 

@@ -256,8 +256,16 @@ pub struct LimitsConfig {
     pub sessions_per_uid: u64,
     /// Bytes of label keys and values of one session.
     pub label_bytes: u64,
-    /// Bytes of label keys and values of one non-root uid's ACTIVE sessions.
+    /// Bytes of label keys and values, and of held lock names, of one non-root uid's
+    /// ACTIVE sessions.
     pub label_bytes_per_uid: u64,
+    /// Locks held by one non-root uid's sessions.
+    #[serde(default = "default_locks_per_uid")]
+    pub locks_per_uid: u64,
+}
+
+fn default_locks_per_uid() -> u64 {
+    LimitsConfig::default().locks_per_uid
 }
 
 impl Default for LimitsConfig {
@@ -270,6 +278,7 @@ impl Default for LimitsConfig {
             sessions_per_uid: 10_000,
             label_bytes: 4096,
             label_bytes_per_uid: 16 << 20,
+            locks_per_uid: 1024,
         }
     }
 }
@@ -287,6 +296,7 @@ pub enum Limit {
     SessionsPerUid,
     LabelBytes,
     LabelBytesPerUid,
+    LocksPerUid,
 }
 
 /// A duration as whole milliseconds on the wire.

@@ -118,9 +118,13 @@ pub struct Args {
     /// Bytes of label keys and values of one session.
     #[arg(long, default_value_t = LimitsConfig::default().label_bytes, value_parser = parse_count::<u64>, value_name = "BYTES")]
     max_label_bytes: u64,
-    /// Bytes of label keys and values of one non-root uid's ACTIVE sessions.
+    /// Bytes of label keys and values, and of held lock names, of one non-root uid's
+    /// ACTIVE sessions.
     #[arg(long, default_value_t = LimitsConfig::default().label_bytes_per_uid, value_parser = parse_count::<u64>, value_name = "BYTES")]
     max_label_bytes_per_uid: u64,
+    /// Locks held by one non-root uid's sessions.
+    #[arg(long, default_value_t = LimitsConfig::default().locks_per_uid, value_parser = parse_count::<u64>, value_name = "COUNT")]
+    max_locks_per_uid: u64,
     /// Serve the status counters in the Prometheus format at http://ADDR/metrics (e.g.
     /// 127.0.0.1:9464). Off by default; there is no authentication, so keep ADDR local.
     #[arg(long, value_name = "ADDR")]
@@ -141,6 +145,7 @@ impl Args {
             sessions_per_uid: self.max_sessions_per_uid,
             label_bytes: self.max_label_bytes,
             label_bytes_per_uid: self.max_label_bytes_per_uid,
+            locks_per_uid: self.max_locks_per_uid,
         }
     }
 }
@@ -486,6 +491,7 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
     let store = Store::open(&database)?;
     let limits = Limits::new(args.limits());
     let proc = ProcRoot::default();
+    let proc_for_readers = proc.clone();
     let monitor = Monitor::start(MonitorConfig {
         selection: args.sources.clone(),
         procpoll_interval: args.procpoll_interval,
@@ -530,6 +536,11 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
         },
         about,
     )?;
+    let readers = crate::server::Readers {
+        database,
+        proc: proc_for_readers,
+        members: engine.members_reader(),
+    };
     let metrics = match args.metrics_listen {
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)
@@ -555,7 +566,7 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
         ))
     });
     let mut server_task = tokio::spawn(crate::server::serve(
-        listener, commands, database, limits, stopped,
+        listener, commands, readers, limits, stopped,
     ));
 
     // The engine and the server run until told to stop: either ending first is a failure

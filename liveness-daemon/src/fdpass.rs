@@ -7,8 +7,12 @@
 //! after that message (Linux never reads past descriptors in one call): the last byte a
 //! read returns belongs to the message the descriptors came with. The server's reader
 //! notes that stream position for each descriptor, and the connection claims the ones
-//! noted within a line's bytes for that line's request. Descriptors are held in
-//! [`OwnedFd`]s: whatever no request claims is closed, never leaked.
+//! noted within a line's bytes for that line's request.
+//!
+//! Only pidfds are kept, and whatever no request claims is closed, never leaked: a pidfd's
+//! close cannot block. Anything else is refused at receipt: it is handed to the
+//! [`Closer`] at once (its close may block for as long as its sender likes) and the line
+//! it came with learns only what it was.
 
 use std::collections::VecDeque;
 use std::io::{self, IoSliceMut};
@@ -18,15 +22,24 @@ use std::os::fd::OwnedFd;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use liveness_common::protocol::MAX_FDS_PER_MESSAGE;
 use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
 use tokio::io::{AsyncRead, Interest, ReadBuf};
 use tokio::net::UnixStream;
 use tokio::net::unix::OwnedReadHalf;
 
+use crate::closer::Closer;
+
 /// Most descriptors a connection holds while their lines are read; older ones are closed
 /// first when more arrive, so a client cannot pile up descriptors in the daemon.
 pub const MAX_HELD_FDS: usize = 8;
+
+/// A descriptor that came with a request line.
+#[derive(Debug)]
+pub enum Passed {
+    Pidfd(OwnedFd),
+    /// Anything else, already on its way to be closed: what it was, for the error.
+    Refused(String),
+}
 
 /// The read half of a connection, read with `recvmsg` so passed descriptors are kept.
 #[derive(Debug)]
@@ -35,21 +48,26 @@ pub struct FdReader {
     /// Bytes read so far: the stream position of the next byte.
     position: u64,
     /// Received descriptors with the stream position of the last byte of their read.
-    held: VecDeque<(u64, OwnedFd)>,
+    held: VecDeque<(u64, Passed)>,
+    /// Who sent them, and where what is not a pidfd goes.
+    uid: u32,
+    closer: Closer,
 }
 
 impl FdReader {
-    pub fn new(half: OwnedReadHalf) -> FdReader {
+    pub fn new(half: OwnedReadHalf, uid: u32, closer: Closer) -> FdReader {
         FdReader {
             half,
             position: 0,
             held: VecDeque::new(),
+            uid,
+            closer,
         }
     }
 
     /// The descriptors that arrived with the bytes `line` (stream positions). Those that
     /// arrived before it belonged to earlier lines that did not use them: they are closed.
-    pub fn take_fds(&mut self, line: Range<u64>) -> Vec<OwnedFd> {
+    pub fn take_fds(&mut self, line: Range<u64>) -> Vec<Passed> {
         while self.held.front().is_some_and(|(at, _)| *at < line.start) {
             self.held.pop_front();
         }
@@ -65,13 +83,44 @@ impl FdReader {
             tracing::debug!("a client passed more descriptors than it used; closing the oldest");
             self.held.pop_front();
         }
-        self.held.push_back((at, fd));
+        let passed = match kind_of(&fd) {
+            None => Passed::Pidfd(fd),
+            Some(kind) => {
+                self.closer.close(self.uid, fd);
+                Passed::Refused(kind)
+            }
+        };
+        self.held.push_back((at, passed));
     }
 }
 
+/// `None` for a pidfd, else what the descriptor is. Read from its `/proc/self/fd` link,
+/// which asks nothing of the file's file system (an fstat of a FUSE file would wait for its
+/// server); pidfds read `anon_inode:[pidfd]`, in pidfs too.
+fn kind_of(fd: &OwnedFd) -> Option<String> {
+    use std::os::fd::AsRawFd;
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+    let Ok(link) = link else {
+        return Some("descriptor whose kind cannot be read".into());
+    };
+    let link = link.to_string_lossy();
+    let kind = match link.strip_prefix("anon_inode:") {
+        Some("[pidfd]") => return None,
+        Some(anon) => anon.trim_matches(['[', ']']),
+        None if link.starts_with('/') => "file",
+        None => link.split(':').next().unwrap_or_default(),
+    };
+    Some(kind.to_owned())
+}
+
+/// The most descriptors one message can carry (`SCM_MAX_FD`). The control buffer has room
+/// for all of them: those that did not fit would be closed by the kernel on return from
+/// `recvmsg`, in the thread that called it.
+const SCM_MAX_FD: usize = 253;
+
 /// One `recvmsg`: the bytes read, and the descriptors that came with them.
 fn receive(stream: &UnixStream, into: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS_PER_MESSAGE))];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(SCM_MAX_FD))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let received = rustix::net::recvmsg(
         stream,
@@ -120,28 +169,60 @@ impl AsyncRead for FdReader {
 mod tests {
     use super::*;
     use liveness_client::fdpass::send_with_fds;
-    use std::os::fd::AsFd;
-    use std::os::unix::fs::MetadataExt;
+    use liveness_common::protocol::MAX_FDS_PER_MESSAGE;
+    use std::os::fd::{AsFd, AsRawFd};
     use std::os::unix::net::UnixStream as StdUnixStream;
+    use std::process::{Child, Command};
     use tokio::io::{AsyncBufReadExt, BufReader};
 
-    fn inode(fd: &OwnedFd) -> u64 {
-        rustix::fs::fstat(fd).unwrap().st_ino
+    fn reader_of(server: StdUnixStream, closer: &Closer) -> BufReader<FdReader> {
+        server.set_nonblocking(true).unwrap();
+        let (read, _write) = UnixStream::from_std(server).unwrap().into_split();
+        BufReader::new(FdReader::new(read, 1000, closer.clone()))
+    }
+
+    /// A child that lives until dropped, with a pidfd of it.
+    struct Sleeper(Child, OwnedFd);
+
+    impl Sleeper {
+        fn spawn() -> Sleeper {
+            let child = Command::new("sleep").arg("60").spawn().unwrap();
+            let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+            let pidfd =
+                rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).unwrap();
+            Sleeper(child, pidfd)
+        }
+    }
+
+    impl Drop for Sleeper {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    /// The pid a kept pidfd names (its fdinfo's `Pid:`), or what a refused one was.
+    fn what(passed: &Passed) -> String {
+        match passed {
+            Passed::Pidfd(fd) => {
+                let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd()))
+                    .unwrap();
+                let pid = info.lines().find_map(|l| l.strip_prefix("Pid:")).unwrap();
+                pid.trim().to_owned()
+            }
+            Passed::Refused(kind) => format!("refused {kind}"),
+        }
     }
 
     #[tokio::test]
     async fn descriptors_belong_to_the_line_they_were_sent_with() {
         let (mut client, server) = StdUnixStream::pair().unwrap();
-        server.set_nonblocking(true).unwrap();
-        let (read, _write) = UnixStream::from_std(server).unwrap().into_split();
-        let mut reader = BufReader::new(FdReader::new(read));
-        let first = tempfile::tempfile().unwrap();
-        let second = tempfile::tempfile().unwrap();
-        let unused = tempfile::tempfile().unwrap();
+        let mut reader = reader_of(server, &Closer::default());
+        let (first, second, unused) = (Sleeper::spawn(), Sleeper::spawn(), Sleeper::spawn());
 
         send_with_fds(&mut client, b"plain\n", &[]).unwrap();
-        send_with_fds(&mut client, b"one\n", &[unused.as_fd()]).unwrap();
-        send_with_fds(&mut client, b"two\n", &[first.as_fd(), second.as_fd()]).unwrap();
+        send_with_fds(&mut client, b"one\n", &[unused.1.as_fd()]).unwrap();
+        send_with_fds(&mut client, b"two\n", &[first.1.as_fd(), second.1.as_fd()]).unwrap();
         send_with_fds(&mut client, b"after\n", &[]).unwrap();
         drop(client);
 
@@ -158,17 +239,16 @@ mod tests {
             // to the next line.
             if line != "one\n" {
                 let fds = reader.get_mut().take_fds(start..position);
-                claimed.push((line, fds.iter().map(inode).collect::<Vec<_>>()));
+                claimed.push((line, fds.iter().map(what).collect::<Vec<_>>()));
             }
         }
-        let expected = |file: &std::fs::File| file.metadata().unwrap().ino();
         assert_eq!(
             claimed,
             vec![
                 ("plain\n".to_owned(), vec![]),
                 (
                     "two\n".to_owned(),
-                    vec![expected(&first), expected(&second)]
+                    vec![first.0.id().to_string(), second.0.id().to_string()]
                 ),
                 ("after\n".to_owned(), vec![]),
             ]
@@ -180,14 +260,35 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn what_is_not_a_pidfd_is_refused_at_receipt_and_closed_elsewhere() {
+        let (mut client, server) = StdUnixStream::pair().unwrap();
+        let closer = Closer::default();
+        let mut reader = reader_of(server, &closer);
+        let (pipe_read, pipe_write) = rustix::pipe::pipe().unwrap();
+        let file = tempfile::tempfile().unwrap();
+        let (socket, _peer) = StdUnixStream::pair().unwrap();
+        let fds = [pipe_write.as_fd(), file.as_fd(), socket.as_fd()];
+        send_with_fds(&mut client, b"three\n", &fds).unwrap();
+        drop(pipe_write);
+        let mut line = String::new();
+        reader.read_line(&mut line).await.unwrap();
+        let passed = reader.get_mut().take_fds(0..line.len() as u64);
+        let kinds: Vec<String> = passed.iter().map(what).collect();
+        assert_eq!(kinds, ["refused pipe", "refused file", "refused socket"]);
+        // The daemon's copy of the pipe's write end went to the closer: EOF here.
+        let mut buf = [0u8; 1];
+        let read = tokio::task::spawn_blocking(move || rustix::io::read(&pipe_read, &mut buf));
+        let read = tokio::time::timeout(std::time::Duration::from_secs(5), read).await;
+        assert_eq!(read.expect("closed").unwrap().unwrap(), 0);
+    }
+
+    #[tokio::test]
     async fn held_descriptors_are_bounded() {
         let (mut client, server) = StdUnixStream::pair().unwrap();
-        server.set_nonblocking(true).unwrap();
-        let (read, _write) = UnixStream::from_std(server).unwrap().into_split();
-        let mut reader = BufReader::new(FdReader::new(read));
-        let file = tempfile::tempfile().unwrap();
+        let mut reader = reader_of(server, &Closer::default());
+        let sleeper = Sleeper::spawn();
         for _ in 0..MAX_HELD_FDS + 3 {
-            send_with_fds(&mut client, b"x", &[file.as_fd()]).unwrap();
+            send_with_fds(&mut client, b"x", &[sleeper.1.as_fd()]).unwrap();
         }
         drop(client);
         let mut all = Vec::new();
@@ -196,7 +297,7 @@ mod tests {
             .unwrap();
         assert_eq!(all.len(), MAX_HELD_FDS + 3);
         assert_eq!(reader.get_ref().held.len(), MAX_HELD_FDS);
-        let too_many = vec![file.as_fd(); MAX_FDS_PER_MESSAGE + 1];
+        let too_many = vec![sleeper.1.as_fd(); MAX_FDS_PER_MESSAGE + 1];
         let (mut client, _server) = StdUnixStream::pair().unwrap();
         assert!(send_with_fds(&mut client, b"x\n", &too_many).is_err());
     }

@@ -4,11 +4,13 @@
 //! The binary `livenessd` is thin; the logic lives in these modules. The vocabulary they
 //! speak is `liveness_common`'s, the process facts they read `liveness_proc`'s.
 
+pub mod closer;
 pub mod daemon;
 pub mod engine;
 pub mod fdpass;
 pub mod limits;
 pub mod metrics;
+pub mod offload;
 pub mod reap;
 pub mod server;
 pub mod source;

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use liveness_common::lock::Lock;
 use liveness_common::protocol::{ErrorBody, ErrorCode};
 use liveness_common::session::{Event, EventKind, Session};
 use liveness_common::status::{
@@ -37,6 +38,7 @@ fn what(limit: Limit) -> &'static str {
         Limit::SessionsPerUid => "a uid reached its active session limit",
         Limit::LabelBytes => "a registration carried too many label bytes",
         Limit::LabelBytesPerUid => "a uid reached its label byte limit",
+        Limit::LocksPerUid => "a uid reached its lock limit",
     }
 }
 
@@ -239,7 +241,9 @@ pub struct SessionUsage {
 #[derive(Debug, Default, Clone, Copy)]
 struct Usage {
     sessions: u64,
+    /// Of labels and of held lock names.
     label_bytes: u64,
+    locks: u64,
 }
 
 /// Bytes a session's labels count for: keys and values.
@@ -248,33 +252,78 @@ pub fn label_bytes(labels: &BTreeMap<String, String>) -> u64 {
 }
 
 impl SessionUsage {
-    /// Starts from the ACTIVE sessions in the store.
-    pub fn new(config: LimitsConfig, active: impl IntoIterator<Item = Session>) -> SessionUsage {
+    /// Starts from the ACTIVE sessions and the held locks in the store.
+    pub fn new(
+        config: LimitsConfig,
+        active: impl IntoIterator<Item = Session>,
+        held: impl IntoIterator<Item = Lock>,
+    ) -> SessionUsage {
         let mut usage = SessionUsage {
             config,
             uids: HashMap::new(),
             refusals: Refusals::default(),
         };
         for session in active {
-            usage.add(session.creator_uid, label_bytes(&session.labels), 1);
+            usage.add(session.creator_uid, label_bytes(&session.labels), 1, 0);
+        }
+        for lock in held {
+            usage.add(lock.uid, lock.name.len() as u64, 0, 1);
         }
         usage
     }
 
-    fn add(&mut self, uid: u32, bytes: u64, sessions: i64) {
+    /// Adds (or, with a negative count, takes away) sessions or locks and their bytes.
+    fn add(&mut self, uid: u32, bytes: u64, sessions: i64, locks: i64) {
         if uid == 0 {
             return;
         }
         let usage = self.uids.entry(uid).or_default();
         usage.sessions = usage.sessions.saturating_add_signed(sessions);
-        if sessions >= 0 {
+        usage.locks = usage.locks.saturating_add_signed(locks);
+        if sessions + locks >= 0 {
             usage.label_bytes = usage.label_bytes.saturating_add(bytes);
         } else {
             usage.label_bytes = usage.label_bytes.saturating_sub(bytes);
         }
-        if usage.sessions == 0 {
+        if usage.sessions == 0 && usage.locks == 0 {
             self.uids.remove(&uid);
         }
+    }
+
+    /// Whether `uid` may be granted one more lock, named `name`; a refusal is counted by
+    /// [`SessionUsage::refused`] when it is the answer.
+    pub fn check_lock(&self, uid: u32, name: &str) -> Result<(), (Limit, ErrorBody)> {
+        if uid == 0 {
+            return Ok(());
+        }
+        let usage = self.uids.get(&uid).copied().unwrap_or_default();
+        if usage.locks >= self.config.locks_per_uid {
+            let message = format!(
+                "uid {uid}'s sessions hold {} locks, the most allowed per user; release some first",
+                usage.locks
+            );
+            return Err((
+                Limit::LocksPerUid,
+                ErrorBody::new(ErrorCode::LimitReached, message),
+            ));
+        }
+        let bytes = name.len() as u64;
+        if usage.label_bytes + bytes > self.config.label_bytes_per_uid {
+            let message = format!(
+                "uid {uid}'s active sessions already hold {} bytes of labels and lock names; {bytes} more would exceed the limit of {} per user",
+                usage.label_bytes, self.config.label_bytes_per_uid
+            );
+            return Err((
+                Limit::LabelBytesPerUid,
+                ErrorBody::new(ErrorCode::LimitReached, message),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Counts a refusal by `limit`.
+    pub fn refused(&mut self, limit: Limit, uid: u32) {
+        self.refusals.count(limit, uid);
     }
 
     /// Whether `uid` may register one more session with `labels`.
@@ -320,14 +369,13 @@ impl SessionUsage {
     /// Accounts for a committed event.
     pub fn apply(&mut self, event: &Event) {
         let bytes = label_bytes(&event.labels);
+        let lock_bytes = event.lock.as_ref().map_or(0, |lock| lock.name.len() as u64);
         match event.kind {
-            EventKind::Registered => self.add(event.creator_uid, bytes, 1),
-            EventKind::Ended => self.add(event.creator_uid, bytes, -1),
-            EventKind::OwnerChanged
-            | EventKind::Renamed
-            | EventKind::LockAcquired
-            | EventKind::LockReleased
-            | EventKind::Reaped => {}
+            EventKind::Registered => self.add(event.creator_uid, bytes, 1, 0),
+            EventKind::Ended => self.add(event.creator_uid, bytes, -1, 0),
+            EventKind::LockAcquired => self.add(event.creator_uid, lock_bytes, 0, 1),
+            EventKind::LockReleased => self.add(event.creator_uid, lock_bytes, 0, -1),
+            EventKind::OwnerChanged | EventKind::Renamed | EventKind::Reaped => {}
         }
     }
 
@@ -433,7 +481,7 @@ mod tests {
 
     #[test]
     fn sessions_and_label_bytes_are_limited_per_uid() {
-        let mut usage = SessionUsage::new(config(), []);
+        let mut usage = SessionUsage::new(config(), [], []);
         let refused = usage
             .check(1000, &labels(11))
             .expect_err("too many label bytes");

@@ -884,3 +884,89 @@ impl Conn {
         }
     }
 }
+
+/// Lets other users reach the daemon's socket (the test's temp dir is private).
+pub fn open_socket_to_everyone(daemon: &Daemon) {
+    use std::os::unix::fs::PermissionsExt;
+    for dir in [daemon.dir.path(), daemon.socket.parent().unwrap()] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
+/// `testproc ARGS...` run as user `uid` (and its group of the same number), with stdin
+/// and stdout piped; killed and waited for on drop.
+#[derive(Debug)]
+pub struct TestprocAs {
+    child: Child,
+    pub to: Option<ChildStdin>,
+    from: BufReader<std::process::ChildStdout>,
+}
+
+impl TestprocAs {
+    pub fn spawn(uid: u32, args: &[&str]) -> TestprocAs {
+        let mut child = Command::new(binary("testproc"))
+            .args(args)
+            .uid(uid)
+            .gid(uid)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("run testproc {args:?} as uid {uid}: {e}"));
+        TestprocAs {
+            to: child.stdin.take(),
+            from: BufReader::new(child.stdout.take().expect("stdout")),
+            child,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The next line it prints, or `None` once its stdout closed.
+    pub fn read_line(&mut self) -> Option<String> {
+        let mut line = String::new();
+        match self.from.read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(line),
+        }
+    }
+}
+
+impl Drop for TestprocAs {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A raw protocol connection of another uid (`testproc client`, run as that uid).
+#[derive(Debug)]
+pub struct ClientAs(pub TestprocAs);
+
+impl ClientAs {
+    pub fn connect(daemon: &Daemon, uid: u32) -> ClientAs {
+        ClientAs(TestprocAs::spawn(
+            uid,
+            &["client", &daemon.socket.to_string_lossy()],
+        ))
+    }
+
+    /// Sends a line; a connection the daemon already closed just does not take it.
+    pub fn send(&mut self, request: &Value) {
+        if let Some(to) = self.0.to.as_mut() {
+            let _ = writeln!(to, "{request}");
+        }
+    }
+
+    /// The next reply or stream line, or `None` once the connection closed.
+    pub fn next_line(&mut self) -> Option<Value> {
+        let line = self.0.read_line()?;
+        Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}")))
+    }
+
+    pub fn request(&mut self, request: &Value) -> Option<Value> {
+        self.send(request);
+        self.next_line()
+    }
+}

@@ -9,7 +9,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use integration_tests::{Conn, Daemon, Orphan, OrphanGroup, eventually, fault_rounds, privileged};
+use integration_tests::{
+    ClientAs, Conn, Daemon, Orphan, OrphanGroup, eventually, fault_rounds, open_socket_to_everyone,
+    privileged,
+};
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 use serde_json::{Value, json};
@@ -144,70 +147,6 @@ fn a_death_on_a_full_disk_is_committed_once_space_returns() {
 /// A uid that floods the daemon in the tests below.
 const FLOODER: u32 = 61_010;
 
-/// Lets other users reach the daemon's socket (the test's temp dir is private).
-fn open_socket_to_everyone(daemon: &Daemon) {
-    use std::os::unix::fs::PermissionsExt;
-    for dir in [daemon.dir.path(), daemon.socket.parent().unwrap()] {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-}
-
-/// A raw protocol connection of another uid (`testproc client`, run as that uid).
-struct ClientAs {
-    child: std::process::Child,
-    to: Option<std::process::ChildStdin>,
-    from: std::io::BufReader<std::process::ChildStdout>,
-}
-
-impl ClientAs {
-    fn connect(daemon: &Daemon, uid: u32) -> ClientAs {
-        use std::os::unix::process::CommandExt;
-        use std::process::{Command, Stdio};
-        let mut child = Command::new(integration_tests::binary("testproc"))
-            .arg("client")
-            .arg(&daemon.socket)
-            .uid(uid)
-            .gid(uid)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("run testproc client as another user");
-        ClientAs {
-            to: child.stdin.take(),
-            from: std::io::BufReader::new(child.stdout.take().expect("stdout")),
-            child,
-        }
-    }
-
-    /// Sends a line; a connection the daemon already closed just does not take it.
-    fn send(&mut self, request: &Value) {
-        if let Some(to) = self.to.as_mut() {
-            let _ = writeln!(to, "{request}");
-        }
-    }
-
-    fn next(&mut self) -> Option<Value> {
-        use std::io::BufRead;
-        let mut line = String::new();
-        match self.from.read_line(&mut line) {
-            Ok(0) | Err(_) => None,
-            Ok(_) => Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"))),
-        }
-    }
-
-    fn request(&mut self, request: &Value) -> Option<Value> {
-        self.send(request);
-        self.next()
-    }
-}
-
-impl Drop for ClientAs {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// How many log lines say that a limit refused something.
 fn limit_lines(daemon: &Daemon) -> usize {
     daemon
@@ -314,7 +253,7 @@ fn list_loops_of_a_user_do_not_hold_roots_endings() {
     open_socket_to_everyone(&daemon);
     let mut registrar = ClientAs::connect(&daemon, FLOODER);
     let elsewhere = json!({"pid": 1, "start_ticks": 1, "boot_id": "b", "host": "elsewhere"});
-    let mut writer = registrar.to.take().expect("stdin");
+    let mut writer = registrar.0.to.take().expect("stdin");
     let requests = std::thread::spawn(move || {
         for i in 0..SESSIONS {
             let request = json!({"op": "register", "session": format!("u{i}"), "owner": elsewhere});
@@ -322,7 +261,7 @@ fn list_loops_of_a_user_do_not_hold_roots_endings() {
         }
     });
     for i in 0..SESSIONS {
-        let reply = registrar.next().expect("a reply per registration");
+        let reply = registrar.next_line().expect("a reply per registration");
         assert_eq!(reply["ok"], true, "registration {i}: {reply}");
     }
     requests.join().unwrap();

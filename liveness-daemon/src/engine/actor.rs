@@ -382,6 +382,17 @@ impl Engine {
                     let _ = reply.send(answer);
                 }
             },
+            Command::Tree {
+                caller,
+                session,
+                uid,
+                reply,
+            } => {
+                let _ = reply.send(self.tree_of(caller, &session, uid));
+            }
+            Command::Waiters { keys, reply } => {
+                let _ = reply.send(self.waiter_counts(&keys));
+            }
             Command::Subscribe { reply } => {
                 let (queue, batches) = mpsc::channel(self.config.subscriber_queue);
                 let head = match self.store.head_seq() {

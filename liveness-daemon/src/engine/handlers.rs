@@ -1,7 +1,9 @@
 //! Request handlers: register, rename, touch, end, get, status.
 
 use std::collections::BTreeMap;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
+
+use crate::fdpass::Passed;
 
 use crate::store::{NewSession, StoreError};
 use liveness_common::identity::Identity;
@@ -18,7 +20,7 @@ use super::reaping::AskedPolicy;
 use super::{Engine, now_ms, store_error};
 
 impl Engine {
-    pub(super) fn request(&mut self, caller: Caller, request: Request, fds: &[OwnedFd]) -> Reply {
+    pub(super) fn request(&mut self, caller: Caller, request: Request, fds: &[Passed]) -> Reply {
         let now = self.config.clock.now_ms();
         match request {
             Request::Register {
@@ -103,7 +105,6 @@ impl Engine {
                 Err(error) => error.into(),
             },
             Request::Whose { pid } => self.whose(caller, pid),
-            Request::Processes { session, uid } => self.processes(caller, &session, uid),
             Request::Status {} => Reply {
                 status: Some(Box::new(self.status())),
                 ..Reply::ok()
@@ -111,10 +112,12 @@ impl Engine {
             Request::LockRelease { name, session, uid } => {
                 self.lock_release(caller, &name, &session, uid)
             }
-            Request::LockList { uid } => self.lock_list(caller, uid),
-            Request::Subscribe { .. } | Request::List { .. } => Reply::error(
+            Request::Subscribe { .. }
+            | Request::List { .. }
+            | Request::LockList { .. }
+            | Request::Processes { .. } => Reply::error(
                 ErrorCode::Internal,
-                "subscribe and list are handled by the connection",
+                "subscribe, list, lock_list and processes are handled by the connection",
             ),
             Request::LockAcquire { .. } => Reply::error(
                 ErrorCode::Internal,
@@ -173,7 +176,7 @@ impl Engine {
         &self,
         caller: Caller,
         owner: Requested,
-        fds: &[OwnedFd],
+        fds: &[Passed],
     ) -> Result<Identity, ErrorBody> {
         let proc = &self.config.proc;
         let identity = match owner.spec {
@@ -186,8 +189,17 @@ impl Engine {
             OwnerSpec::Pid(PidOwner { pid }) => {
                 proc.capture_for(caller.pid, pid).map_err(owner_error)?
             }
-            OwnerSpec::Pidfd(PidfdOwner { pidfd }) => {
-                let Some(fd) = fds.get(pidfd) else {
+            OwnerSpec::Pidfd(PidfdOwner { pidfd }) => match fds.get(pidfd) {
+                Some(Passed::Pidfd(fd)) => proc.capture_pidfd(fd.as_fd()).map_err(owner_error)?,
+                Some(Passed::Refused(kind)) => {
+                    return Err(ErrorBody::new(
+                        ErrorCode::InvalidOwner,
+                        format!(
+                            "descriptor {pidfd} of the request line is a {kind}, not a pidfd: send one from pidfd_open(2)"
+                        ),
+                    ));
+                }
+                None => {
                     return Err(ErrorBody::new(
                         ErrorCode::InvalidRequest,
                         format!(
@@ -195,9 +207,8 @@ impl Engine {
                             fds.len()
                         ),
                     ));
-                };
-                proc.capture_pidfd(fd.as_fd()).map_err(owner_error)?
-            }
+                }
+            },
             OwnerSpec::Identity(identity) if identity.boot_id == self.local.boot_id => {
                 // Captured by the client (`liveness check`), so in its numbering, like
                 // any pid it sends. One that is not found there stays as given: its start
@@ -260,7 +271,7 @@ impl Engine {
         session: Option<String>,
         uid: Option<u32>,
         owner: Requested,
-        fds: &[OwnedFd],
+        fds: &[Passed],
         pending: bool,
         labels: BTreeMap<String, String>,
         policy: AskedPolicy,

@@ -178,7 +178,11 @@ impl Engine {
         };
         let now = self.config.clock.now_ms();
         let uid = holder.creator_uid;
-        match self.store.acquire_lock(uid, &holder.id, &name, now) {
+        let room = self.usage.check_lock(uid, &name);
+        match self
+            .store
+            .acquire_lock(uid, &holder.id, &name, room.is_ok(), now)
+        {
             Ok(Acquired::Granted { lock, event }) => {
                 self.publish(vec![*event]);
                 answer(reply, lock_reply(lock));
@@ -186,6 +190,12 @@ impl Engine {
             Ok(Acquired::AlreadyHeld(lock)) => {
                 let waiters = self.waiters.count(&(uid, name));
                 answer(reply, lock_reply(Lock { waiters, ..lock }));
+            }
+            Ok(Acquired::NoRoom) => {
+                if let Err((limit, error)) = room {
+                    self.usage.refused(limit, uid);
+                    answer(reply, error.into());
+                }
             }
             Ok(Acquired::HeldByOther(lock)) if !wait => answer(reply, held_error(&lock).into()),
             Ok(Acquired::HeldByOther(_)) => {
@@ -234,26 +244,9 @@ impl Engine {
     }
 
     /// `lock_list`: the held locks of the caller's namespace (root: every one, or `uid`'s).
-    pub(super) fn lock_list(&self, caller: Caller, uid: Option<u32>) -> Reply {
-        let namespace = match caller.namespace(uid) {
-            Ok(namespace) => namespace,
-            Err(error) => return error.into(),
-        };
-        match self.store.locks(namespace) {
-            Ok(locks) => Reply {
-                locks: Some(
-                    locks
-                        .into_iter()
-                        .map(|lock| Lock {
-                            waiters: self.waiters.count(&(lock.uid, lock.name.clone())),
-                            ..lock
-                        })
-                        .collect(),
-                ),
-                ..Reply::ok()
-            },
-            Err(e) => store_error(e).into(),
-        }
+    /// How many requests wait for each lock of `keys` (a page of `lock_list`).
+    pub(super) fn waiter_counts(&self, keys: &[LockKey]) -> Vec<u32> {
+        keys.iter().map(|key| self.waiters.count(key)).collect()
     }
 
     /// Applies what committed events change for the waiters (see [`LockEffect`]).
@@ -282,7 +275,11 @@ impl Engine {
         let (uid, name) = &key;
         while let Some(waiter) = self.waiters.pop(&key) {
             let now = self.config.clock.now_ms();
-            match self.store.acquire_lock(*uid, &waiter.session, name, now) {
+            let room = self.usage.check_lock(*uid, name);
+            match self
+                .store
+                .acquire_lock(*uid, &waiter.session, name, room.is_ok(), now)
+            {
                 Ok(Acquired::Granted { lock, event }) => {
                     let waiters = self.waiters.count(&key);
                     // Published before the reply: the connection may have closed just now,
@@ -305,6 +302,12 @@ impl Engine {
                 }
                 Ok(Acquired::AlreadyHeld(lock)) => {
                     let _ = waiter.reply.send(lock_reply(lock));
+                }
+                Ok(Acquired::NoRoom) => {
+                    if let Err((limit, error)) = room {
+                        self.usage.refused(limit, *uid);
+                        let _ = waiter.reply.send(error.into());
+                    }
                 }
                 // Not free after all: this waiter goes back first in line, and waits.
                 Ok(Acquired::HeldByOther(_)) => {

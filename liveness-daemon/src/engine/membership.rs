@@ -13,6 +13,7 @@
 //! kernel map is the live feed that [`Membership::refresh`] merges into it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use liveness_common::identity::{Identity, ProcessKey};
@@ -45,14 +46,113 @@ impl Changes {
     }
 }
 
+/// A tree's members (the root not included), with their command names (empty until read).
+pub type Tree = BTreeMap<ProcessKey, String>;
+
+/// One tree as the daemon knew it at a moment, for reading what is alive of it off the
+/// engine: a walk of the kernel map and a `/proc` read per member cost what the tree's
+/// owner chose, and nothing of the engine's.
+#[derive(Debug, Clone)]
+pub struct TreeView {
+    root: ProcessKey,
+    members: Arc<Tree>,
+    /// The kernel's count of added members merged into `members`.
+    merged_added: Option<u64>,
+    local: Local,
+}
+
+impl TreeView {
+    /// Every process of the tree still alive, the root included: what the daemon knew
+    /// merged with what the kernel added since (read through `kernel`, a handle of the
+    /// members map). Unbounded.
+    pub fn live_members(&self, kernel: Option<&MembersMap>, proc: &ProcRoot) -> Vec<Identity> {
+        let news = kernel_news(kernel, self.merged_added);
+        let mut candidates = candidates(self.root, &self.members, &news);
+        candidates.entry(self.root).or_default();
+        candidates
+            .into_iter()
+            .filter_map(|(key, (comm, in_kernel))| self.local.alive(proc, key, comm, in_kernel))
+            .collect()
+    }
+}
+
+/// This boot and host, which identities of members carry.
+#[derive(Debug, Clone)]
+struct Local {
+    boot_id: String,
+    host: String,
+}
+
+impl Local {
+    fn identity(&self, key: ProcessKey, comm: &str) -> Identity {
+        Identity {
+            pid: key.pid,
+            start_ticks: key.start_ticks,
+            boot_id: self.boot_id.clone(),
+            host: self.host.clone(),
+            pidfs_ino: None,
+            comm: comm.to_owned(),
+        }
+    }
+
+    /// The identity of a process if it is alive now. One the kernel map holds has not
+    /// exited (its exit removes it there): it is read in `/proc` only for a command name
+    /// not known yet.
+    fn alive(
+        &self,
+        proc: &ProcRoot,
+        key: ProcessKey,
+        comm: String,
+        in_kernel: bool,
+    ) -> Option<Identity> {
+        if in_kernel && !comm.is_empty() {
+            return Some(self.identity(key, &comm));
+        }
+        let stat = proc.stat(key.pid).ok()?;
+        if stat.start_ticks != key.start_ticks || stat.has_exited() {
+            return None;
+        }
+        let comm = if comm.is_empty() { stat.comm } else { comm };
+        Some(self.identity(key, &comm))
+    }
+}
+
+/// What is known of the tree of `root`, the root excluded: each member with its command
+/// name (empty until read) and whether the kernel map, read as `kernel`, holds it.
+fn candidates(
+    root: ProcessKey,
+    tree: &Tree,
+    kernel: &[KernelMember],
+) -> BTreeMap<ProcessKey, (String, bool)> {
+    let mut candidates: BTreeMap<ProcessKey, (String, bool)> = tree
+        .iter()
+        .map(|(key, comm)| (*key, (comm.clone(), false)))
+        .collect();
+    for entry in kernel.iter().filter(|entry| entry.root == root) {
+        candidates.entry(entry.member).or_default().1 = true;
+    }
+    candidates
+}
+
+/// What the kernel map holds beyond what was merged at the count `merged_added`: a walk
+/// of the map only when the kernel added a member since (or its count cannot be read).
+fn kernel_news(kernel: Option<&MembersMap>, merged_added: Option<u64>) -> Vec<KernelMember> {
+    match kernel {
+        Some(kernel) if merged_added.is_none() || kernel.added_count() != merged_added => {
+            kernel.members()
+        }
+        _ => Vec::new(),
+    }
+}
+
 #[derive(Debug)]
 pub struct Membership {
     proc: ProcRoot,
-    boot_id: String,
-    host: String,
+    local: Local,
     kernel: Option<MembersMap>,
-    /// root -> its members (owners not included), with their command names.
-    trees: HashMap<ProcessKey, BTreeMap<ProcessKey, String>>,
+    /// root -> its members (owners not included), with their command names. Shared with
+    /// the [`TreeView`]s handed out, and copied on write only while one is held.
+    trees: HashMap<ProcessKey, Arc<Tree>>,
     /// member -> its root.
     root_of: HashMap<ProcessKey, ProcessKey>,
     /// The kernel's count of added members when the last refresh walked the map: while it
@@ -72,8 +172,7 @@ impl Membership {
     ) -> Membership {
         Membership {
             proc,
-            boot_id,
-            host,
+            local: Local { boot_id, host },
             kernel,
             trees: HashMap::new(),
             root_of: HashMap::new(),
@@ -89,17 +188,6 @@ impl Membership {
                 MembershipMode::KernelAndScan
             }
             Some(_) => MembershipMode::Kernel,
-        }
-    }
-
-    fn identity(&self, key: ProcessKey, comm: &str) -> Identity {
-        Identity {
-            pid: key.pid,
-            start_ticks: key.start_ticks,
-            boot_id: self.boot_id.clone(),
-            host: self.host.clone(),
-            pidfs_ino: None,
-            comm: comm.to_owned(),
         }
     }
 
@@ -179,7 +267,7 @@ impl Membership {
         if member.key == member.root || self.root_of.contains_key(&member.key) {
             return false;
         }
-        tree.insert(member.key, member.comm.clone());
+        Arc::make_mut(tree).insert(member.key, member.comm.clone());
         self.root_of.insert(member.key, member.root);
         self.write_to_kernel(KernelMember {
             member: member.key,
@@ -268,7 +356,7 @@ impl Membership {
         for root in &roots {
             self.unrooted.remove(root);
             if let Some(tree) = self.trees.remove(root) {
-                members.extend(tree.into_keys().map(|member| KernelMember {
+                members.extend(tree.keys().map(|&member| KernelMember {
                     member,
                     root: *root,
                 }));
@@ -375,7 +463,7 @@ impl Membership {
             if let Some(root) = self.root_of.remove(&key)
                 && let Some(tree) = self.trees.get_mut(&root)
             {
-                tree.remove(&key);
+                Arc::make_mut(tree).remove(&key);
             }
             changes.removed.push(key);
         }
@@ -403,63 +491,47 @@ impl Membership {
             .map(|entry| entry.root)
     }
 
-    /// What is known of the tree of `root`, the root excluded: each member with its command
-    /// name (empty until read) and whether the kernel map, read as `kernel`, holds it.
+    /// What is known of the tree of `root`, the root excluded (see [`candidates`]).
     fn candidates(
         &self,
         root: ProcessKey,
         kernel: &[KernelMember],
     ) -> BTreeMap<ProcessKey, (String, bool)> {
-        let mut candidates: BTreeMap<ProcessKey, (String, bool)> = self
-            .trees
-            .get(&root)
-            .into_iter()
-            .flatten()
-            .map(|(key, comm)| (*key, (comm.clone(), false)))
-            .collect();
-        for entry in kernel.iter().filter(|entry| entry.root == root) {
-            candidates.entry(entry.member).or_default().1 = true;
-        }
-        candidates
+        let empty = Tree::new();
+        candidates(
+            root,
+            self.trees.get(&root).map_or(&empty, |tree| tree),
+            kernel,
+        )
     }
 
-    /// What the kernel map holds beyond what the last refresh merged into `trees`: a walk
-    /// of the map only when the kernel added a member since (or its count cannot be read).
+    /// What the kernel map holds beyond what the last refresh merged into `trees`.
     fn kernel_news(&self) -> Vec<KernelMember> {
-        match &self.kernel {
-            Some(kernel)
-                if self.merged_added.is_none() || kernel.added_count() != self.merged_added =>
-            {
-                kernel.members()
-            }
-            _ => Vec::new(),
-        }
+        kernel_news(self.kernel.as_ref(), self.merged_added)
     }
 
-    /// The identity of a process if it is alive now. One the kernel map holds has not
-    /// exited (its exit removes it there): it is read in `/proc` only for a command name
-    /// not known yet.
     fn alive(&self, key: ProcessKey, comm: String, in_kernel: bool) -> Option<Identity> {
-        if in_kernel && !comm.is_empty() {
-            return Some(self.identity(key, &comm));
-        }
-        let stat = self.proc.stat(key.pid).ok()?;
-        if stat.start_ticks != key.start_ticks || stat.has_exited() {
-            return None;
-        }
-        let comm = if comm.is_empty() { stat.comm } else { comm };
-        Some(self.identity(key, &comm))
+        self.local.alive(&self.proc, key, comm, in_kernel)
     }
 
-    /// Every process of the tree of `root` still alive, the root included: what the
-    /// daemon knows merged with what the kernel added since the last refresh. Unbounded.
-    pub fn live_members(&self, root: ProcessKey) -> Vec<Identity> {
-        let mut candidates = self.candidates(root, &self.kernel_news());
-        candidates.entry(root).or_default();
-        candidates
-            .into_iter()
-            .filter_map(|(key, (comm, in_kernel))| self.alive(key, comm, in_kernel))
-            .collect()
+    /// The tree of `root` as known now, to read off the engine (see [`TreeView`]); an
+    /// empty one for a root not followed.
+    pub fn view(&self, root: ProcessKey) -> TreeView {
+        TreeView {
+            root,
+            members: self.trees.get(&root).cloned().unwrap_or_default(),
+            merged_added: self.merged_added,
+            local: self.local.clone(),
+        }
+    }
+
+    /// Another handle on the kernel's members map, for reading [`TreeView`]s.
+    pub fn kernel_reader(&self) -> Option<MembersMap> {
+        let kernel = self.kernel.as_ref()?;
+        kernel
+            .try_clone()
+            .inspect_err(|e| tracing::warn!(error = %e, "cannot open a reader of the members map"))
+            .ok()
     }
 
     /// The survivors of the trees of `roots`, for sessions that end now: one for each, in
@@ -669,7 +741,8 @@ mod tests {
         );
         assert_eq!(membership.root_of(child_key), Some(root));
         let live: Vec<ProcessKey> = membership
-            .live_members(root)
+            .view(root)
+            .live_members(None, &ProcRoot::default())
             .iter()
             .map(Identity::key)
             .collect();

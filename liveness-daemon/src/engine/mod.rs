@@ -8,7 +8,6 @@
 //! Exit observations are handled before client commands (`biased` select), so no client,
 //! however busy, delays a finalization; a burst of exits is committed in one transaction.
 
-use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -17,13 +16,14 @@ use tokio::task::JoinSet;
 
 use crate::limits::{Limits, SessionUsage};
 use crate::reap::Reaper;
+use crate::source::members_map::MembersMap;
 use crate::source::monitor::Monitor;
 use crate::store::{ListQuery, Store, StoreError};
 use liveness_common::protocol::{ErrorBody, ErrorCode, Reply, Request};
-use liveness_common::session::Phase;
+use liveness_common::session::{Phase, Session};
 use liveness_common::status::{Counters, DaemonInfo};
 use liveness_proc::identity::{IdentityError, ProcRoot};
-use membership::Membership;
+use membership::{Membership, TreeView};
 
 mod actor;
 mod auth;
@@ -43,6 +43,7 @@ mod whose;
 mod tests;
 
 pub use auth::Caller;
+pub use trees::processes_of;
 
 /// Most exits committed in one transaction when they arrive together.
 const MAX_BATCH: usize = 1024;
@@ -129,12 +130,25 @@ pub enum Command {
         caller: Caller,
         /// Boxed: requests are large next to the other commands.
         request: Box<Request>,
-        /// Descriptors passed with the request line (a pidfd owner); closed when dropped.
-        fds: Vec<OwnedFd>,
+        /// Pidfds passed with the request line (an owner), and what was refused of the
+        /// rest; a pidfd's close never blocks, so they may be dropped anywhere.
+        fds: Vec<crate::fdpass::Passed>,
         reply: oneshot::Sender<Reply>,
     },
     Subscribe {
         reply: oneshot::Sender<Subscription>,
+    },
+    /// How many wait for each of these locks (`lock_list`).
+    Waiters {
+        keys: Vec<(u32, String)>,
+        reply: oneshot::Sender<Vec<u32>>,
+    },
+    /// The session a `processes` request names, with its tree to read off the engine.
+    Tree {
+        caller: Caller,
+        session: String,
+        uid: Option<u32>,
+        reply: oneshot::Sender<Result<(Session, Option<TreeView>), ErrorBody>>,
     },
 }
 
@@ -177,6 +191,9 @@ pub struct Engine {
     waiters: locks::Waiters,
     /// The process trees of tracked owners.
     membership: Membership,
+    /// A handle of the kernel's members map for reading trees off the engine (connections'
+    /// `processes`, reaps).
+    members_reader: Option<Arc<MembersMap>>,
     reaper: Reaper,
     /// Sessions' surviving processes being terminated: each task waits out a grace period
     /// and returns what it did, for the engine to commit.
@@ -241,7 +258,7 @@ impl Engine {
             limit: usize::MAX,
             ..ListQuery::default()
         })?;
-        let usage = SessionUsage::new(*config.limits.config(), active.sessions);
+        let usage = SessionUsage::new(*config.limits.config(), active.sessions, store.locks(None)?);
         let reaper = Reaper::new(config.proc.clone());
         if store.begin_run(&local.boot_id)? {
             tracing::warn!(
@@ -256,6 +273,7 @@ impl Engine {
             local.host.clone(),
         );
         Ok(Engine {
+            members_reader: membership.kernel_reader().map(Arc::new),
             membership,
             hops: config.trace_hops.then(hops::HopTrace::default),
             fresh_owners: owner_checks::FreshOwners::default(),
@@ -277,6 +295,11 @@ impl Engine {
             reaper,
             reaps: JoinSet::new(),
         })
+    }
+
+    /// A handle of the kernel's members map, for connections to read trees with.
+    pub fn members_reader(&self) -> Option<Arc<MembersMap>> {
+        self.members_reader.clone()
     }
 
     /// The counts of session ends the engine keeps for the metrics listener (shared).

@@ -25,10 +25,88 @@ use liveness_common::session::{
     DEFAULT_GRACE_MS, EndReason, Event, EventKind, MAX_GRACE_MS, OnEnd, ReapFailure, Reaped,
     Session,
 };
-use liveness_proc::identity::Liveness;
+use liveness_proc::identity::{Liveness, ProcRoot};
 
 use super::Engine;
-use super::membership::descendants;
+use super::membership::{TreeView, descendants};
+use crate::offload::offload;
+use crate::source::members_map::MembersMap;
+
+/// What a reap signals, decided on the engine from what it knows cheaply; what costs as
+/// much as the tree (completing a long survivors list, sparing the live owner's children)
+/// is read in the reap's task, off the engine.
+#[derive(Debug)]
+struct ReapPlan {
+    owner: Identity,
+    /// The ending was not the owner's death: its live descendants are spared.
+    owner_may_live: bool,
+    /// The survivors the ending listed.
+    listed: Vec<Identity>,
+    /// The tree as known at the ending, where the list was cut short.
+    complete_with: Option<TreeView>,
+    /// Why none may be signalled.
+    refusal: Option<String>,
+}
+
+/// Processes to report as not signalled, and why.
+type Refused = (Vec<Identity>, String);
+
+impl ReapPlan {
+    fn nothing(owner: Identity) -> ReapPlan {
+        ReapPlan {
+            owner,
+            owner_may_live: false,
+            listed: Vec::new(),
+            complete_with: None,
+            refusal: None,
+        }
+    }
+
+    /// The processes to signal, read through `kernel` (the members map) and `proc`.
+    fn targets(
+        self,
+        kernel: Option<&MembersMap>,
+        proc: &ProcRoot,
+    ) -> Result<Vec<Identity>, Refused> {
+        let owner = self.owner;
+        let mut members = self.listed;
+        if let Some(tree) = self.complete_with {
+            let known: HashSet<ProcessKey> = members.iter().map(Identity::key).collect();
+            members.extend(
+                tree.live_members(kernel, proc)
+                    .into_iter()
+                    .filter(|member| !known.contains(&member.key())),
+            );
+        }
+        // Survivors never list the owner.
+        members.retain(|member| !member.same_process(&owner));
+        if let Some(reason) = self.refusal {
+            return Err((members, reason));
+        }
+        if self.owner_may_live
+            && proc.check_process(owner.key(), owner.pidfs_ino) == Liveness::Alive
+        {
+            let root = owner.key();
+            match proc.processes() {
+                Ok(processes) => {
+                    let attached: HashSet<ProcessKey> =
+                        descendants(&processes, |key| (key == root).then_some(root))
+                            .into_iter()
+                            .map(|member| member.key)
+                            .collect();
+                    members.retain(|member| !attached.contains(&member.key()));
+                }
+                Err(e) => {
+                    let reason = format!(
+                        "cannot tell whether it is still a child of the live owner ({e}): left running"
+                    );
+                    return Err((members, reason));
+                }
+            }
+        }
+        Ok(members)
+    }
+}
 
 /// A finished reap: the ended event it was for, and what it did.
 pub(super) type ReapDone = (Event, Reaped);
@@ -119,121 +197,99 @@ impl Engine {
                 DEFAULT_GRACE_MS
             }
         };
-        let (targets, refusal) = self.reap_targets(ended);
+        let plan = self.reap_plan(ended);
         let ended = ended.clone();
-        if let Some(reason) = refusal {
-            tracing::info!(
-                session = ended.session,
-                reason,
-                "not terminating a process tree"
-            );
-            let failed = targets
-                .iter()
-                .map(|target| ReapFailure {
-                    pid: target.pid,
-                    reason: reason.clone(),
-                })
-                .collect();
-            // Through the task set all the same, so it is published after the ending.
-            self.reaps.spawn(async move {
-                let reaped = Reaped {
-                    failed,
-                    resumed,
-                    ..Reaped::default()
-                };
-                (ended, reaped)
-            });
-            return;
-        }
-        tracing::info!(
-            session = ended.session,
-            uid = ended.creator_uid,
-            processes = targets.len(),
-            grace_ms,
-            "terminating the session's surviving processes"
+        let (reaper, kernel, proc) = (
+            self.reaper.clone(),
+            self.members_reader.clone(),
+            self.config.proc.clone(),
         );
-        let reaper = self.reaper.clone();
+        // Through the task set also when nothing is signalled, so that the outcome is
+        // published after the ending.
         self.reaps.spawn(async move {
-            let reaped = reaper
-                .reap(&targets, ended.creator_uid, Duration::from_millis(grace_ms))
-                .await;
+            let targets = offload(move || plan.targets(kernel.as_deref(), &proc)).await;
+            let reaped = match targets {
+                Some(Ok(targets)) => {
+                    tracing::info!(
+                        session = ended.session,
+                        uid = ended.creator_uid,
+                        processes = targets.len(),
+                        grace_ms,
+                        "terminating the session's surviving processes"
+                    );
+                    reaper
+                        .reap(&targets, ended.creator_uid, Duration::from_millis(grace_ms))
+                        .await
+                }
+                Some(Err((targets, reason))) => {
+                    tracing::info!(
+                        session = ended.session,
+                        reason,
+                        "not terminating a process tree"
+                    );
+                    let failed = targets
+                        .iter()
+                        .map(|target| ReapFailure {
+                            pid: target.pid,
+                            reason: reason.clone(),
+                        })
+                        .collect();
+                    Reaped {
+                        failed,
+                        ..Reaped::default()
+                    }
+                }
+                None => Reaped::default(),
+            };
             (ended, Reaped { resumed, ..reaped })
         });
     }
 
-    /// The survivors of the ended session's tree to signal; with a reason, none may be,
-    /// and they are reported with it.
+    /// What the reap of the ended session may signal, as far as the engine knows it
+    /// cheaply (see [`ReapPlan`]).
     ///
     /// The owner is never signalled, nor, while it lives, the processes still descended
     /// from it: a live owner and its children belong to the tool that registered it (an
     /// agent that ends one conversation and goes on with the next, its servers with it);
     /// only what left it (orphaned, reparented) is the ended session's to clean up. A tree
     /// whose owner still owns an ACTIVE session is that session's too, and left running.
-    fn reap_targets(&self, ended: &Event) -> (Vec<Identity>, Option<String>) {
-        let owner = &ended.owner;
+    fn reap_plan(&self, ended: &Event) -> ReapPlan {
+        let owner = ended.owner.clone();
         // The tree of an owner of another boot cannot be known here, nor signalled.
         if owner.boot_id != self.local.boot_id {
-            return (Vec::new(), None);
+            return ReapPlan::nothing(owner);
         }
         // The survivors the ending read, when it listed them all (the reaper checks each
         // again); a longer list is completed with the tree as known now (after a restart,
         // the listed ones are all there is).
         let listed = ended.survivors.as_ref();
-        let mut members = listed.map(|s| s.members.clone()).unwrap_or_default();
-        if listed.is_none_or(|s| s.members.len() as u64 != u64::from(s.total)) {
-            let known: HashSet<ProcessKey> = members.iter().map(Identity::key).collect();
-            members.extend(
-                self.membership
-                    .live_members(owner.key())
-                    .into_iter()
-                    .filter(|member| !known.contains(&member.key())),
-            );
-        }
-        members.retain(|member| !member.same_process(owner));
-        // Survivors never list the owner. One whose death ended the session is dead even
-        // while `/proc` still shows it exiting.
-        let owner_alive = !matches!(
-            ended.reason,
-            Some(EndReason::OwnerExited | EndReason::OwnerReused | EndReason::Reboot)
-        ) && self.config.proc.check_process(owner.key(), owner.pidfs_ino)
-            == Liveness::Alive;
+        let complete_with = listed
+            .is_none_or(|s| s.members.len() as u64 != u64::from(s.total))
+            .then(|| self.membership.view(owner.key()));
         // Fails closed: a tree that may be another session's is not signalled.
-        match self.store.active_sessions_of_owner(owner) {
-            Ok(sessions) => {
-                if let Some(sharing) = sessions.first() {
-                    let reason = format!(
-                        "it also belongs to the active session {:?}, which has the same owner: left running",
-                        sharing.id
-                    );
-                    return (members, Some(reason));
-                }
-            }
-            Err(e) => {
-                let reason =
-                    format!("cannot tell whether an active session shares it ({e}): left running");
-                return (members, Some(reason));
-            }
+        let refusal = match self.store.active_sessions_of_owner(&owner) {
+            Ok(sessions) => sessions.first().map(|sharing| {
+                format!(
+                    "it also belongs to the active session {:?}, which has the same owner: left running",
+                    sharing.id
+                )
+            }),
+            Err(e) => Some(format!(
+                "cannot tell whether an active session shares it ({e}): left running"
+            )),
+        };
+        ReapPlan {
+            // One whose death ended the session is dead even while `/proc` still shows it
+            // exiting.
+            owner_may_live: !matches!(
+                ended.reason,
+                Some(EndReason::OwnerExited | EndReason::OwnerReused | EndReason::Reboot)
+            ),
+            listed: listed.map(|s| s.members.clone()).unwrap_or_default(),
+            complete_with,
+            refusal,
+            owner,
         }
-        if owner_alive {
-            let root = owner.key();
-            match self.config.proc.processes() {
-                Ok(processes) => {
-                    let attached: HashSet<ProcessKey> =
-                        descendants(&processes, |key| (key == root).then_some(root))
-                            .into_iter()
-                            .map(|member| member.key)
-                            .collect();
-                    members.retain(|member| !attached.contains(&member.key()));
-                }
-                Err(e) => {
-                    let reason = format!(
-                        "cannot tell whether it is still a child of the live owner ({e}): left running"
-                    );
-                    return (members, Some(reason));
-                }
-            }
-        }
-        (members, None)
     }
 
     /// Commits and publishes the `session.reaped` event of a finished reap.

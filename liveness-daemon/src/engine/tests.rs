@@ -86,7 +86,7 @@ impl FakeProc {
 
 struct Fixture {
     proc: FakeProc,
-    _db: tempfile::TempDir,
+    db: tempfile::TempDir,
     engine: Engine,
 }
 
@@ -127,11 +127,7 @@ async fn fixture() -> Fixture {
         state_dir: String::new(),
     };
     let engine = Engine::new(store, monitor, config, about).unwrap();
-    Fixture {
-        proc,
-        _db: db,
-        engine,
-    }
+    Fixture { proc, db, engine }
 }
 
 impl Fixture {
@@ -637,15 +633,22 @@ fn release(f: &mut Fixture, caller: Caller, session: &str, name: &str) -> Reply 
     )
 }
 
+/// What `lock_list` answers `caller`: the locks from the store, the waiters from the engine.
 fn locks(f: &mut Fixture, caller: Caller) -> Vec<liveness_common::lock::Lock> {
-    match f.ask(caller, Request::LockList { uid: None }) {
-        Reply {
-            ok: true,
-            locks: Some(locks),
-            ..
-        } => locks,
-        other => panic!("lock_list should succeed, got {other:?}"),
-    }
+    let reader = crate::store::EventReader::open(f.db.path().join("liveness.db")).unwrap();
+    let query = crate::store::LockQuery {
+        uid: caller.namespace(None).unwrap(),
+        after: None,
+        limit: usize::MAX,
+    };
+    let locks = reader.locks(&query).unwrap().locks;
+    let keys: Vec<_> = locks.iter().map(|l| (l.uid, l.name.clone())).collect();
+    let counts = f.engine.waiter_counts(&keys);
+    locks
+        .into_iter()
+        .zip(counts)
+        .map(|(lock, waiters)| liveness_common::lock::Lock { waiters, ..lock })
+        .collect()
 }
 
 #[tokio::test(start_paused = true)]

@@ -2,11 +2,14 @@
 //! sessions, persisting its members, the survivors of an ending, and `processes`.
 
 use liveness_common::identity::{Identity, ProcessKey};
-use liveness_common::protocol::{MemberProcess, Reply};
-use liveness_common::session::Survivors;
+use liveness_common::protocol::{ErrorBody, MemberProcess, Reply};
+use liveness_common::session::{Phase, Session, Survivors};
+use liveness_proc::identity::ProcRoot;
 
 use super::Engine;
 use super::auth::Caller;
+use super::membership::TreeView;
+use crate::source::members_map::MembersMap;
 
 impl Engine {
     /// Follows the tree of a live owner of this boot, taking back what an earlier run
@@ -78,36 +81,47 @@ impl Engine {
             .collect()
     }
 
-    /// `processes`: the live members of an ACTIVE session's tree.
-    pub(super) fn processes(&self, caller: Caller, session: &str, uid: Option<u32>) -> Reply {
-        let found = match self.addressed(caller, session, uid) {
-            Ok(found) => found,
-            Err(error) => return error.into(),
-        };
-        let members = if found.owner.boot_id == self.local.boot_id
-            && found.phase == liveness_common::session::Phase::Active
-        {
-            self.membership.live_members(found.owner.key())
-        } else {
-            Vec::new()
-        };
-        let now_ticks = self.config.proc.uptime_ticks();
-        let processes = members
-            .into_iter()
-            .filter_map(|identity| {
-                let stat = self.config.proc.stat(identity.pid).ok()?;
-                Some(MemberProcess {
-                    owner: identity.same_process(&found.owner),
-                    ppid: stat.ppid,
-                    cmdline: self.config.proc.cmdline(identity.pid).unwrap_or_default(),
-                    age_ms: now_ticks.saturating_sub(identity.start_ticks) * 10,
-                    identity,
-                })
+    /// What `processes` reads: the session a request names and, for an ACTIVE one of this
+    /// boot, its tree as known now. The reading itself is [`processes_of`]'s, off the engine.
+    pub(super) fn tree_of(
+        &self,
+        caller: Caller,
+        session: &str,
+        uid: Option<u32>,
+    ) -> Result<(Session, Option<TreeView>), ErrorBody> {
+        let found = self.addressed(caller, session, uid)?;
+        let view = (found.owner.boot_id == self.local.boot_id && found.phase == Phase::Active)
+            .then(|| self.membership.view(found.owner.key()));
+        Ok((found, view))
+    }
+}
+
+/// The reply to `processes`: the live members of `tree`, which `session` owns, read in
+/// `/proc` and through `kernel` (a handle of the members map). Its cost is the tree's, so
+/// it never runs on the engine.
+pub fn processes_of(
+    session: Session,
+    tree: Option<TreeView>,
+    kernel: Option<&MembersMap>,
+    proc: &ProcRoot,
+) -> Reply {
+    let members = tree.map_or_else(Vec::new, |tree| tree.live_members(kernel, proc));
+    let now_ticks = proc.uptime_ticks();
+    let processes = members
+        .into_iter()
+        .filter_map(|identity| {
+            let stat = proc.stat(identity.pid).ok()?;
+            Some(MemberProcess {
+                owner: identity.same_process(&session.owner),
+                ppid: stat.ppid,
+                cmdline: proc.cmdline(identity.pid).unwrap_or_default(),
+                age_ms: now_ticks.saturating_sub(identity.start_ticks) * 10,
+                identity,
             })
-            .collect();
-        Reply {
-            processes: Some(processes),
-            ..Reply::with_session(found)
-        }
+        })
+        .collect();
+    Reply {
+        processes: Some(processes),
+        ..Reply::with_session(session)
     }
 }

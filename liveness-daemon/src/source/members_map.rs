@@ -202,7 +202,7 @@ impl MembersMap {
     }
 
     /// Another handle on the same maps and slot count.
-    pub(super) fn try_clone(&self) -> Result<MembersMap, MapError> {
+    pub(crate) fn try_clone(&self) -> Result<MembersMap, MapError> {
         Ok(MembersMap {
             map: HashMap::try_from(Map::HashMap(duplicate(self.map.map())?))?,
             counters: PerCpuArray::try_from(Map::PerCpuArray(duplicate(self.counters.map())?))?,

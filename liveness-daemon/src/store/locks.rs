@@ -21,6 +21,8 @@ pub enum Acquired {
     AlreadyHeld(Lock),
     /// Another session holds it.
     HeldByOther(Lock),
+    /// It is free, but the caller said there is no room for one more (nothing changed).
+    NoRoom,
 }
 
 const LOCK_COLUMNS: &str = "name, uid, session, token, since_ms";
@@ -121,6 +123,20 @@ pub(super) fn rename_holder(
     Ok(())
 }
 
+/// Tokens granted per millisecond before the counter runs ahead of the clock.
+const TOKENS_PER_MS: i64 = 1000;
+
+/// The least token a grant at `now_ms` may have: the wall clock in microseconds. A token is
+/// one more than the last one granted, or this floor if that is greater, like a hybrid
+/// logical clock: so a grant after the state was deleted, or restored from an older copy,
+/// still exceeds every token granted before, unless the clock stepped back or grants ran
+/// ahead of it (more than [`TOKENS_PER_MS`] per millisecond, sustained). Microseconds keep
+/// tokens below 2^53 (exact in JavaScript and in JSON readers that use doubles) until the
+/// 23rd century.
+fn token_floor(now_ms: i64) -> i64 {
+    now_ms.saturating_mul(TOKENS_PER_MS)
+}
+
 /// Raises the token counter by `jump`, inside the caller's transaction: after a possible
 /// power loss, grants SQLite lost may have been handed out already.
 pub(super) fn jump_tokens(tx: &Connection, jump: u64) -> Result<(), StoreError> {
@@ -129,14 +145,68 @@ pub(super) fn jump_tokens(tx: &Connection, jump: u64) -> Result<(), StoreError> 
     Ok(())
 }
 
+/// What [`super::EventReader::locks`] reads: held locks of one user's namespace or of every
+/// user's, by uid and name, after a cursor.
+#[derive(Debug, Clone, Default)]
+pub struct LockQuery {
+    pub uid: Option<u32>,
+    /// The uid and name of the last lock of the previous page.
+    pub after: Option<(u32, String)>,
+    pub limit: usize,
+}
+
+impl LockQuery {
+    /// A `next` cursor as [`locks_page`] writes it: `UID/NAME`.
+    pub fn parse_cursor(cursor: &str) -> Option<(u32, String)> {
+        let (uid, name) = cursor.split_once('/')?;
+        Some((uid.parse().ok()?, name.to_owned()))
+    }
+}
+
+/// A page of locks and the cursor of the next one (`None` on the last page).
+#[derive(Debug)]
+pub struct LockPage {
+    pub locks: Vec<Lock>,
+    pub next: Option<String>,
+}
+
+/// One page of held locks, a range read of the primary key however many there are.
+pub(super) fn locks_page(conn: &Connection, query: &LockQuery) -> Result<LockPage, StoreError> {
+    let (after_uid, after_name) = match &query.after {
+        Some((uid, name)) => (Some(*uid), name.as_str()),
+        None => (None, ""),
+    };
+    let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
+    let locks: Vec<Lock> = conn
+        .prepare_cached(&format!(
+            "SELECT {LOCK_COLUMNS} FROM locks WHERE (?1 IS NULL OR uid = ?1) \
+             AND (?2 IS NULL OR (uid, name) > (?2, ?3)) ORDER BY uid, name LIMIT ?4"
+        ))?
+        .query_map(
+            params![query.uid, after_uid, after_name, limit],
+            lock_from_row,
+        )?
+        .collect::<Result<_, _>>()?;
+    let next = (locks.len() >= query.limit)
+        .then(|| {
+            locks
+                .last()
+                .map(|lock| format!("{}/{}", lock.uid, lock.name))
+        })
+        .flatten();
+    Ok(LockPage { locks, next })
+}
+
 impl Store {
     /// Grants lock `name` of user `uid`'s namespace to that user's active session
-    /// `session`, if no session holds it, with the next token.
+    /// `session`, if no session holds it and `room` (the user's limits allow one more),
+    /// with the next token.
     pub fn acquire_lock(
         &mut self,
         uid: u32,
         session: &str,
         name: &str,
+        room: bool,
         now_ms: i64,
     ) -> Result<Acquired, StoreError> {
         validate_lock_name(name)?;
@@ -155,11 +225,14 @@ impl Store {
         if held as usize >= MAX_LOCKS_PER_SESSION {
             return Err(StoreError::TooManyLocks(session.to_owned()));
         }
+        if !room {
+            return Ok(Acquired::NoRoom);
+        }
         let token: i64 = tx
             .prepare_cached(
-                "UPDATE meta SET value = value + 1 WHERE key = 'lock_token' RETURNING value",
+                "UPDATE meta SET value = max(value + 1, ?1) WHERE key = 'lock_token' RETURNING value",
             )?
-            .query_row([], |r| r.get(0))?;
+            .query_row([token_floor(now_ms)], |r| r.get(0))?;
         let lock = Lock {
             name: name.to_owned(),
             uid,

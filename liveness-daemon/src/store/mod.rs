@@ -193,7 +193,7 @@ mod rows;
 mod schema;
 mod writer;
 
-pub use locks::{Acquired, MAX_LOCKS_PER_SESSION};
+pub use locks::{Acquired, LockPage, LockQuery, MAX_LOCKS_PER_SESSION};
 pub use reader::{EventReader, ListQuery, SessionPage};
 pub use recovery::Recovered;
 pub use writer::{SEQ_JUMP_AFTER_POWER_LOSS, Store};

@@ -1,5 +1,6 @@
 //! The readers: [`EventReader`] connections for event replay and listings.
 
+use super::locks::{LockPage, LockQuery, locks_page};
 use super::rows::{events_after, head_seq, name, session_from_row};
 use super::schema::check_version;
 use super::{BUSY_TIMEOUT, EventFilter, EventPage, SESSION_COLUMNS, StoreError};
@@ -38,6 +39,11 @@ impl EventReader {
         filter: &EventFilter<'_>,
     ) -> Result<EventPage, StoreError> {
         events_after(&self.conn, since, limit, filter)
+    }
+
+    /// One page of held locks (see [`LockQuery`]).
+    pub fn locks(&self, query: &LockQuery) -> Result<LockPage, StoreError> {
+        locks_page(&self.conn, query)
     }
 
     /// One page of sessions, oldest first.

@@ -1352,7 +1352,7 @@ fn granted(acquired: Acquired) -> (Lock, Event) {
 }
 
 fn acquire(store: &mut Store, session: &str, name: &str) -> Acquired {
-    store.acquire_lock(UID, session, name, NOW).unwrap()
+    store.acquire_lock(UID, session, name, true, NOW).unwrap()
 }
 
 #[test]
@@ -1404,7 +1404,7 @@ fn a_lock_is_exclusive_and_its_tokens_only_grow() {
             NOW,
         )
         .unwrap();
-    granted(store.acquire_lock(2000, "a", "build", NOW).unwrap());
+    granted(store.acquire_lock(2000, "a", "build", true, NOW).unwrap());
     // Every session that held it ended and was pruned: the counter does not go back.
     end_by_owner(&mut store, &owner(10));
     end_by_owner(&mut store, &owner(11));
@@ -1483,7 +1483,9 @@ fn every_ending_releases_the_sessions_locks_in_its_transaction() {
         }
     }
     assert!(store.locks(None).unwrap().is_empty());
-    let refused = store.acquire_lock(UID, "exited", "z", NOW).unwrap_err();
+    let refused = store
+        .acquire_lock(UID, "exited", "z", true, NOW)
+        .unwrap_err();
     assert!(
         matches!(refused, StoreError::AlreadyEnded(_)),
         "an ended session takes no lock: {refused}"
@@ -1521,21 +1523,23 @@ fn bad_lock_requests_change_nothing() {
         "zero\u{200B}width",
         &"n".repeat(MAX_ID_LEN + 1),
     ] {
-        let refused = store.acquire_lock(UID, "a", name, NOW).unwrap_err();
+        let refused = store.acquire_lock(UID, "a", name, true, NOW).unwrap_err();
         assert!(
             matches!(refused, StoreError::InvalidLockName(_)),
             "{name:?}: {refused}"
         );
     }
     let refused = store
-        .acquire_lock(UID, "missing", "build", NOW)
+        .acquire_lock(UID, "missing", "build", true, NOW)
         .unwrap_err();
     assert!(matches!(refused, StoreError::NotFound(_)), "{refused}");
     for i in 0..MAX_LOCKS_PER_SESSION {
         granted(acquire(&mut store, "a", &format!("l{i}")));
     }
     let head_full = store.head_seq().unwrap();
-    let refused = store.acquire_lock(UID, "a", "one-more", NOW).unwrap_err();
+    let refused = store
+        .acquire_lock(UID, "a", "one-more", true, NOW)
+        .unwrap_err();
     assert!(matches!(refused, StoreError::TooManyLocks(_)), "{refused}");
     assert_eq!(
         store.head_seq().unwrap(),
@@ -1580,10 +1584,48 @@ fn recovery_keeps_the_locks_of_recovered_sessions_and_never_reuses_a_token() {
     super::recovery::salvage(&old.path(), &mut recovered.conn);
     assert_eq!(recovered.locks(None).unwrap(), [held]);
     recovered.register(req("b", owner(11)), NOW).unwrap();
-    let (next, _) = granted(recovered.acquire_lock(UID, "b", "y", NOW).unwrap());
+    let (next, _) = granted(recovered.acquire_lock(UID, "b", "y", true, NOW).unwrap());
     assert!(
         next.token > 99 + SEQ_JUMP_AFTER_POWER_LOSS,
         "tokens continue above every one that may have been handed out: {}",
         next.token
     );
+}
+
+#[test]
+fn a_token_granted_after_the_state_was_deleted_or_restored_exceeds_every_earlier_one() {
+    let (db, fresh) = (Db::new(), Db::new());
+    let mut store = db.open();
+    store.register(req("a", owner(10)), NOW).unwrap();
+    let (first, _) = granted(acquire(&mut store, "a", "x"));
+    drop(store);
+    let older = std::fs::read(db.path()).unwrap();
+    let mut store = db.open();
+    // Many grants within the same millisecond run the counter ahead of the clock's floor.
+    let mut last = first.token;
+    for _ in 0..50 {
+        store.release_lock(UID, "a", "x", NOW).unwrap();
+        let (lock, _) = granted(acquire(&mut store, "a", "x"));
+        assert!(lock.token > last);
+        last = lock.token;
+    }
+    drop(store);
+    std::fs::write(db.path(), older).unwrap();
+    for suffix in ["-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.path().display()));
+    }
+    let later = NOW + 1;
+    for (what, mut store) in [("restored", db.open()), ("deleted", fresh.open())] {
+        if what == "deleted" {
+            store.register(req("a", owner(10)), later).unwrap();
+        } else {
+            store.release_lock(UID, "a", "x", later).unwrap();
+        }
+        let (lock, _) = granted(store.acquire_lock(UID, "a", "x", true, later).unwrap());
+        assert!(
+            lock.token > last,
+            "{what}: token {} after tokens up to {last}",
+            lock.token
+        );
+    }
 }

@@ -26,6 +26,15 @@
 //! user: it copies stdin's lines to the socket and the socket's lines to stdout, until
 //! either side ends.
 //!
+//! `testproc tree N` forks N children that sleep until it dies (they die with it), prints
+//! `ready` and lives until stdin ends: a big process tree that costs little.
+//!
+//! `testproc linger SOCKET LINE` passes the daemon a descriptor whose close blocks: a
+//! loopback TCP socket with unsent data its peer never reads and a linger of 10^6 s. It
+//! sends LINE without its newline and with the socket in `SCM_RIGHTS`, closes its own copy
+//! of the socket, sends the newline, prints the reply, then keeps the peer unread until
+//! stdin ends.
+//!
 //! `testproc request SOCKET LINE` is a raw protocol client for tests that run commands
 //! inside namespaces: it sends LINE to the daemon's socket and prints the reply line.
 use std::ffi::CString;
@@ -295,8 +304,103 @@ fn forward(mut from: impl Read, mut to: impl Write) {
     }
 }
 
+/// See the module's `tree`.
+fn tree(count: usize) -> ! {
+    // SAFETY: getpid cannot fail.
+    let parent = unsafe { libc::getpid() };
+    for _ in 0..count {
+        // SAFETY: the child only calls async-signal-safe functions, then pauses.
+        match unsafe { libc::fork() } {
+            // SAFETY: prctl, getppid, _exit and pause are async-signal-safe.
+            0 => unsafe {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                // The parent died before the signal was asked for.
+                if libc::getppid() != parent {
+                    libc::_exit(0);
+                }
+                loop {
+                    libc::pause();
+                }
+            },
+            -1 => {
+                eprintln!("testproc: fork: {}", std::io::Error::last_os_error());
+                exit_group(101)
+            }
+            _ => {}
+        }
+    }
+    println!("ready");
+    let _ = std::io::stdout().flush();
+    wait_for_eof();
+    exit_group(0)
+}
+
+/// See the module's `linger`.
+fn linger(socket: &str, line: &str) -> ! {
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::AsFd;
+    use std::os::unix::net::UnixStream;
+    let listener = TcpListener::bind("127.0.0.1:0").expect("listen on loopback");
+    let small = |fd: std::os::fd::BorrowedFd<'_>, option| {
+        // SAFETY: setsockopt with a valid int; failure only leaves the default size.
+        unsafe {
+            let size: libc::c_int = 4096;
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&fd),
+                libc::SOL_SOCKET,
+                option,
+                (&raw const size).cast(),
+                size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    };
+    small(listener.as_fd(), libc::SO_RCVBUF);
+    let stuck = TcpStream::connect(listener.local_addr().unwrap()).expect("connect");
+    let (peer, _) = listener.accept().expect("accept");
+    small(stuck.as_fd(), libc::SO_SNDBUF);
+    stuck.set_nonblocking(true).unwrap();
+    let chunk = [0u8; 4096];
+    while (&stuck).write(&chunk).is_ok() {}
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 1_000_000,
+    };
+    // SAFETY: setsockopt with a valid struct linger.
+    let set = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&stuck),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&raw const linger).cast(),
+            size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(set, 0, "SO_LINGER");
+    let mut daemon = UnixStream::connect(socket).expect("connect to the daemon");
+    liveness_client::fdpass::send_with_fds(&mut daemon, line.as_bytes(), &[stuck.as_fd()])
+        .expect("send the line with the socket");
+    drop(stuck);
+    daemon.write_all(b"\n").expect("send the newline");
+    let mut reply = String::new();
+    let _ = std::io::BufReader::new(&daemon).read_line(&mut reply);
+    print!("{reply}");
+    let _ = std::io::stdout().flush();
+    wait_for_eof();
+    drop(peer);
+    exit_group(0)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("tree") {
+        tree(args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1));
+    }
+    if args.first().map(String::as_str) == Some("linger") {
+        linger(
+            args.get(1).map_or("", String::as_str),
+            args.get(2).map_or("", String::as_str),
+        );
+    }
     if args.first().map(String::as_str) == Some("client") {
         client(args.get(1).map_or("", String::as_str));
     }

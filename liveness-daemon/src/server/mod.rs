@@ -13,8 +13,6 @@
 //! client hangs up or its `timeout_ms` passes.
 
 use std::fs::File;
-use std::os::fd::OwnedFd;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,15 +22,18 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
+mod reads;
+
+pub use reads::Readers;
+
+use crate::closer::{CloseOnDrop, Closer};
 use crate::engine::{Caller, Command, Published, Subscription};
-use crate::fdpass::FdReader;
+use crate::fdpass::{FdReader, Passed};
 use crate::limits::{ConnectionSlot, Limits};
-use crate::store::{EventFilter, EventPage, EventReader, ListQuery, StoredEvent};
+use crate::store::{EventFilter, EventPage, EventReader, StoredEvent};
 use liveness_common::protocol::{
-    DEFAULT_LIST_PAGE, ErrorBody, ErrorCode, MAX_LINE_BYTES, MAX_LIST_PAGE, Reply, Request,
-    StreamMessage, Subscribed, parse_request,
+    ErrorBody, ErrorCode, MAX_LINE_BYTES, Reply, Request, StreamMessage, Subscribed, parse_request,
 };
-use liveness_common::session::Phase;
 use liveness_common::status::Limit;
 
 /// A client that does not take a line within this long is disconnected.
@@ -66,10 +67,11 @@ enum ConnectionError {
 pub async fn serve(
     listener: UnixListener,
     engine: mpsc::Sender<Command>,
-    database: PathBuf,
+    readers: Readers,
     limits: Arc<Limits>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let closer = Closer::default();
     let mut connections = JoinSet::new();
     // Held so that, out of descriptors, closing it makes room to accept root.
     let mut spare = open_spare();
@@ -137,9 +139,27 @@ pub async fn serve(
                 continue;
             }
         };
+        // The last reference to the connection is this copy, closed by the closer: what a
+        // client leaves unread in the socket (descriptors among it) is released there.
+        let last_close = match rustix::io::fcntl_dupfd_cloexec(&stream, 0) {
+            Ok(copy) => Some(closer.on_drop(caller.uid, copy)),
+            // Root is served also out of descriptors, and may stall only itself.
+            Err(_) if caller.uid == 0 => None,
+            Err(_) => {
+                limits.refused(Limit::FileDescriptors, caller.uid);
+                let refusal = ErrorBody::new(
+                    ErrorCode::TooManyConnections,
+                    "the daemon is out of file descriptors; try again later",
+                );
+                refuse(&stream, refusal);
+                continue;
+            }
+        };
         let connection = Connection {
+            closer: closer.clone(),
+            _last_close: last_close,
             engine: engine.clone(),
-            database: database.clone(),
+            readers: readers.clone(),
             limits: Arc::clone(&limits),
             slot,
             shutdown: shutdown.clone(),
@@ -356,8 +376,12 @@ impl Wanted {
 }
 
 struct Connection {
+    /// Where the descriptors this connection's client passes are closed.
+    closer: Closer,
+    /// Dropped after the connection's own halves (see [`serve`]).
+    _last_close: Option<CloseOnDrop>,
     engine: mpsc::Sender<Command>,
-    database: PathBuf,
+    readers: Readers,
     limits: Arc<Limits>,
     /// This connection's place under its uid's limits, freed when it closes.
     slot: ConnectionSlot,
@@ -376,55 +400,8 @@ impl Connection {
         }
     }
 
-    /// One page of `list`, read off the engine with the caller's view.
-    async fn list(
-        &self,
-        caller: Caller,
-        phase: Option<Phase>,
-        limit: Option<usize>,
-        after: Option<String>,
-    ) -> Reply {
-        let limit = limit.unwrap_or(DEFAULT_LIST_PAGE);
-        if !(1..=MAX_LIST_PAGE).contains(&limit) {
-            return Reply::error(
-                ErrorCode::InvalidRequest,
-                format!("`limit` must be between 1 and {MAX_LIST_PAGE}"),
-            );
-        }
-        let after = match after.as_deref().map(str::parse::<i64>) {
-            None => 0,
-            Some(Ok(after)) if after >= 0 => after,
-            Some(_) => {
-                return Reply::error(
-                    ErrorCode::InvalidRequest,
-                    format!("`after` must be the `next` of a list reply, not {after:?}"),
-                );
-            }
-        };
-        let query = ListQuery {
-            phase,
-            creator_uid: caller.creator_filter(),
-            after,
-            limit,
-        };
-        let database = self.database.clone();
-        let page = tokio::task::spawn_blocking(move || EventReader::open(&database)?.list(&query));
-        match page.await {
-            Ok(Ok(page)) => Reply {
-                sessions: Some(page.sessions),
-                next: page.next.map(|next| next.to_string()),
-                ..Reply::ok()
-            },
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, "cannot list sessions");
-                Reply::error(ErrorCode::Internal, format!("cannot list sessions: {e}"))
-            }
-            Err(e) => Reply::error(ErrorCode::Internal, format!("listing failed: {e}")),
-        }
-    }
-
     /// Asks the engine, with the descriptors that came with the request.
-    async fn ask(&self, caller: Caller, request: Request, fds: Vec<OwnedFd>) -> Reply {
+    async fn ask(&self, caller: Caller, request: Request, fds: Vec<Passed>) -> Reply {
         let (reply_tx, reply_rx) = oneshot::channel();
         let command = Command::Request {
             caller,
@@ -515,12 +492,14 @@ impl Connection {
         let (read, write) = stream.into_split();
         let mut write = BufWriter::new(write);
         // Read with recvmsg: a request may come with a pidfd naming its owner.
-        let mut reader = BufReader::new(FdReader::new(read));
+        let mut reader = BufReader::new(FdReader::new(read, caller.uid, self.closer.clone()));
         let mut line = Vec::new();
         let line_timeout = self.limits.config().line_timeout;
         // Stream position of the next line, to claim the descriptors sent with each line.
         let mut position = 0u64;
         loop {
+            // A client whose passed descriptors take long to close gets no more read.
+            self.closer.wait_for_room(caller.uid).await;
             let read = tokio::select! {
                 read = read_request(&mut reader, &mut line, line_timeout) => read?,
                 () = stopping(&mut self.shutdown) => {
@@ -581,7 +560,21 @@ impl Connection {
                     limit,
                     after,
                 } => {
-                    let reply = self.list(caller, phase, limit, after).await;
+                    let reply = self.readers.list(caller, phase, limit, after).await;
+                    drop(turn);
+                    reply
+                }
+                Request::LockList { uid, limit, after } => {
+                    let reply = (self.readers)
+                        .lock_list(&self.engine, caller, uid, limit, after)
+                        .await;
+                    drop(turn);
+                    reply
+                }
+                Request::Processes { session, uid } => {
+                    let reply = (self.readers)
+                        .processes(&self.engine, caller, session, uid)
+                        .await;
                     drop(turn);
                     reply
                 }
@@ -679,7 +672,7 @@ impl Connection {
         };
         let mut last = since;
         if last < head {
-            let store = EventReader::open(&self.database).map_err(std::io::Error::other)?;
+            let store = EventReader::open(&self.readers.database).map_err(std::io::Error::other)?;
             while last < head {
                 let page = store
                     .events_after(last, REPLAY_PAGE, &filter)

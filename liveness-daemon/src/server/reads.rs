@@ -1,0 +1,198 @@
+//! Requests answered off the engine: their cost is whatever the client chose (a long
+//! listing, a big tree), so they read a read-only store connection, `/proc` and the
+//! kernel's members map on the blocking pool, at a lower priority (see
+//! [`crate::offload`]). Where they need the engine's view (which session a request names,
+//! how many wait for a lock) they ask it a question it answers in bounded time.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::engine::{Caller, Command};
+use crate::offload::offload;
+use crate::source::members_map::MembersMap;
+use crate::store::{EventReader, ListQuery, LockQuery, StoreError};
+use liveness_common::protocol::{DEFAULT_LIST_PAGE, ErrorBody, ErrorCode, MAX_LIST_PAGE, Reply};
+use liveness_common::session::Phase;
+use liveness_proc::identity::ProcRoot;
+
+/// What connections read without the engine: the database (read-only connections),
+/// `/proc`, and the kernel's members map.
+#[derive(Debug, Clone)]
+pub struct Readers {
+    pub database: PathBuf,
+    pub proc: ProcRoot,
+    pub members: Option<Arc<MembersMap>>,
+}
+
+fn stopping() -> Reply {
+    Reply::error(ErrorCode::ShuttingDown, "the daemon is stopping")
+}
+
+/// A page's size, checked.
+fn page_limit(limit: Option<usize>) -> Result<usize, ErrorBody> {
+    let limit = limit.unwrap_or(DEFAULT_LIST_PAGE);
+    if (1..=MAX_LIST_PAGE).contains(&limit) {
+        Ok(limit)
+    } else {
+        Err(ErrorBody::new(
+            ErrorCode::InvalidRequest,
+            format!("`limit` must be between 1 and {MAX_LIST_PAGE}"),
+        ))
+    }
+}
+
+/// The `after` of a request that pages, as `parse` reads a `next` cursor.
+fn cursor<T>(
+    after: Option<&str>,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> Result<Option<T>, ErrorBody> {
+    match after {
+        None => Ok(None),
+        Some(text) => parse(text).map(Some).ok_or_else(|| {
+            ErrorBody::new(
+                ErrorCode::InvalidRequest,
+                format!("`after` must be the `next` of the previous reply, not {text:?}"),
+            )
+        }),
+    }
+}
+
+/// What a read on the blocking pool came back with.
+fn read_reply<T>(
+    what: &str,
+    read: Option<Result<T, StoreError>>,
+    reply: impl FnOnce(T) -> Reply,
+) -> Reply {
+    match read {
+        Some(Ok(page)) => reply(page),
+        Some(Err(e)) => {
+            tracing::error!(error = %e, "cannot read {what}");
+            Reply::error(ErrorCode::Internal, format!("cannot read {what}: {e}"))
+        }
+        None => Reply::error(ErrorCode::Internal, format!("reading {what} failed")),
+    }
+}
+
+/// Asks the engine a question whose answer comes on a oneshot.
+async fn ask_engine<T>(
+    engine: &mpsc::Sender<Command>,
+    command: impl FnOnce(oneshot::Sender<T>) -> Command,
+) -> Option<T> {
+    let (reply_tx, reply_rx) = oneshot::channel();
+    engine.send(command(reply_tx)).await.ok()?;
+    reply_rx.await.ok()
+}
+
+impl Readers {
+    /// One page of `list`, with the caller's view.
+    pub async fn list(
+        &self,
+        caller: Caller,
+        phase: Option<Phase>,
+        limit: Option<usize>,
+        after: Option<String>,
+    ) -> Reply {
+        let query = match (
+            page_limit(limit),
+            cursor(after.as_deref(), |t| {
+                t.parse::<i64>().ok().filter(|a| *a >= 0)
+            }),
+        ) {
+            (Ok(limit), Ok(after)) => ListQuery {
+                phase,
+                creator_uid: caller.creator_filter(),
+                after: after.unwrap_or(0),
+                limit,
+            },
+            (Err(refused), _) | (_, Err(refused)) => return refused.into(),
+        };
+        let database = self.database.clone();
+        let page = offload(move || EventReader::open(&database)?.list(&query)).await;
+        read_reply("sessions", page, |page| Reply {
+            sessions: Some(page.sessions),
+            next: page.next.map(|next| next.to_string()),
+            ..Reply::ok()
+        })
+    }
+
+    /// One page of `lock_list`, by uid and name, with the caller's view; the engine adds
+    /// how many wait for each lock of the page.
+    pub async fn lock_list(
+        &self,
+        engine: &mpsc::Sender<Command>,
+        caller: Caller,
+        uid: Option<u32>,
+        limit: Option<usize>,
+        after: Option<String>,
+    ) -> Reply {
+        let namespace = match caller.namespace(uid) {
+            Ok(namespace) => namespace,
+            Err(error) => return error.into(),
+        };
+        let query = match (
+            page_limit(limit),
+            cursor(after.as_deref(), LockQuery::parse_cursor),
+        ) {
+            (Ok(limit), Ok(after)) => LockQuery {
+                uid: namespace,
+                after,
+                limit,
+            },
+            (Err(refused), _) | (_, Err(refused)) => return refused.into(),
+        };
+        let database = self.database.clone();
+        let page = offload(move || EventReader::open(&database)?.locks(&query)).await;
+        let page = match page {
+            Some(Ok(page)) => page,
+            other => return read_reply("locks", other, |_| Reply::ok()),
+        };
+        let keys = page
+            .locks
+            .iter()
+            .map(|lock| (lock.uid, lock.name.clone()))
+            .collect();
+        let Some(counts) = ask_engine(engine, |reply| Command::Waiters { keys, reply }).await
+        else {
+            return stopping();
+        };
+        let locks = page
+            .locks
+            .into_iter()
+            .zip(counts)
+            .map(|(lock, waiters)| liveness_common::lock::Lock { waiters, ..lock })
+            .collect();
+        Reply {
+            locks: Some(locks),
+            next: page.next,
+            ..Reply::ok()
+        }
+    }
+
+    /// `processes`: the engine names the session and hands over its tree; reading what is
+    /// alive of it, however big, happens here.
+    pub async fn processes(
+        &self,
+        engine: &mpsc::Sender<Command>,
+        caller: Caller,
+        session: String,
+        uid: Option<u32>,
+    ) -> Reply {
+        let tree = ask_engine(engine, |reply| Command::Tree {
+            caller,
+            session,
+            uid,
+            reply,
+        });
+        let (session, tree) = match tree.await {
+            Some(Ok(found)) => found,
+            Some(Err(error)) => return error.into(),
+            None => return stopping(),
+        };
+        let Readers { proc, members, .. } = self.clone();
+        offload(move || crate::engine::processes_of(session, tree, members.as_deref(), &proc))
+            .await
+            .unwrap_or_else(|| Reply::error(ErrorCode::Internal, "reading the tree failed"))
+    }
+}
