@@ -297,6 +297,11 @@ impl Engine {
         })
     }
 
+    /// The exit sources that run.
+    pub fn active_sources(&self) -> Vec<liveness_common::exit::DetectedBy> {
+        self.monitor.active_sources()
+    }
+
     /// A handle of the kernel's members map, for connections to read trees with.
     pub fn members_reader(&self) -> Option<Arc<MembersMap>> {
         self.members_reader.clone()

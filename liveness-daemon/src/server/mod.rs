@@ -24,6 +24,7 @@ use tokio::task::JoinSet;
 
 mod reads;
 
+use reads::Answer;
 pub use reads::Readers;
 
 use crate::closer::{CloseOnDrop, Closer};
@@ -554,29 +555,22 @@ impl Connection {
                     .await;
             }
             let turn = self.limits.request_turn(&self.slot).await;
-            let reply = match envelope.request {
+            let id = envelope.id;
+            let answer = match envelope.request {
                 Request::List {
                     phase,
                     limit,
                     after,
-                } => {
-                    let reply = self.readers.list(caller, phase, limit, after).await;
-                    drop(turn);
-                    reply
-                }
+                } => self.readers.list(id, caller, phase, limit, after).await,
                 Request::LockList { uid, limit, after } => {
-                    let reply = (self.readers)
-                        .lock_list(&self.engine, caller, uid, limit, after)
-                        .await;
-                    drop(turn);
-                    reply
+                    (self.readers)
+                        .lock_list(id, &self.engine, caller, uid, limit, after)
+                        .await
                 }
                 Request::Processes { session, uid } => {
-                    let reply = (self.readers)
-                        .processes(&self.engine, caller, session, uid)
-                        .await;
-                    drop(turn);
-                    reply
+                    (self.readers)
+                        .processes(id, &self.engine, caller, session, uid)
+                        .await
                 }
                 Request::LockAcquire {
                     name,
@@ -592,24 +586,20 @@ impl Connection {
                         timeout_ms,
                     };
                     match self.wait_for_lock(caller, request, turn, &mut reader).await {
-                        Some(reply) => reply,
+                        Some(reply) => Reply { id, ..reply }.into(),
                         None => return Ok(()),
                     }
                 }
-                request => {
-                    let reply = self.ask(caller, request, fds).await;
-                    drop(turn);
-                    reply
+                request => Reply {
+                    id,
+                    ..self.ask(caller, request, fds).await
                 }
+                .into(),
             };
-            write_json(
-                &mut write,
-                &Reply {
-                    id: envelope.id,
-                    ..reply
-                },
-            )
-            .await?;
+            match answer {
+                Answer::Reply(reply) => write_json(&mut write, &reply).await?,
+                Answer::Line(line) => write_lines(&mut write, &[line]).await?,
+            }
         }
     }
 

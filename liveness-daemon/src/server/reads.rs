@@ -59,19 +59,45 @@ fn cursor<T>(
     }
 }
 
-/// What a read on the blocking pool came back with.
-fn read_reply<T>(
-    what: &str,
-    read: Option<Result<T, StoreError>>,
-    reply: impl FnOnce(T) -> Reply,
-) -> Reply {
-    match read {
-        Some(Ok(page)) => reply(page),
+/// A reply to write. One whose size a client chose comes serialized from the blocking
+/// pool, so that not even its serialization holds a runtime worker.
+#[derive(Debug)]
+pub enum Answer {
+    Reply(Box<Reply>),
+    /// The whole line, with the request's id, without the newline.
+    Line(String),
+}
+
+impl From<Reply> for Answer {
+    fn from(reply: Reply) -> Answer {
+        Answer::Reply(Box::new(reply))
+    }
+}
+
+/// A reply built and serialized on the blocking pool, with the request's `id`.
+async fn offload_reply(
+    id: Option<serde_json::Value>,
+    what: &'static str,
+    build: impl FnOnce() -> Reply + Send + 'static,
+) -> Answer {
+    let line = offload(move || serde_json::to_string(&Reply { id, ..build() })).await;
+    match line {
+        Some(Ok(line)) => Answer::Line(line),
         Some(Err(e)) => {
+            Reply::error(ErrorCode::Internal, format!("cannot serialize {what}: {e}")).into()
+        }
+        None => Reply::error(ErrorCode::Internal, format!("reading {what} failed")).into(),
+    }
+}
+
+/// The reply to a read from the store.
+fn read_reply<T>(what: &str, read: Result<T, StoreError>, reply: impl FnOnce(T) -> Reply) -> Reply {
+    match read {
+        Ok(page) => reply(page),
+        Err(e) => {
             tracing::error!(error = %e, "cannot read {what}");
             Reply::error(ErrorCode::Internal, format!("cannot read {what}: {e}"))
         }
-        None => Reply::error(ErrorCode::Internal, format!("reading {what} failed")),
     }
 }
 
@@ -89,11 +115,12 @@ impl Readers {
     /// One page of `list`, with the caller's view.
     pub async fn list(
         &self,
+        id: Option<serde_json::Value>,
         caller: Caller,
         phase: Option<Phase>,
         limit: Option<usize>,
         after: Option<String>,
-    ) -> Reply {
+    ) -> Answer {
         let query = match (
             page_limit(limit),
             cursor(after.as_deref(), |t| {
@@ -106,30 +133,34 @@ impl Readers {
                 after: after.unwrap_or(0),
                 limit,
             },
-            (Err(refused), _) | (_, Err(refused)) => return refused.into(),
+            (Err(refused), _) | (_, Err(refused)) => return Reply::from(refused).into(),
         };
         let database = self.database.clone();
-        let page = offload(move || EventReader::open(&database)?.list(&query)).await;
-        read_reply("sessions", page, |page| Reply {
-            sessions: Some(page.sessions),
-            next: page.next.map(|next| next.to_string()),
-            ..Reply::ok()
+        offload_reply(id, "sessions", move || {
+            let page = EventReader::open(&database).and_then(|reader| reader.list(&query));
+            read_reply("sessions", page, |page| Reply {
+                sessions: Some(page.sessions),
+                next: page.next.map(|next| next.to_string()),
+                ..Reply::ok()
+            })
         })
+        .await
     }
 
     /// One page of `lock_list`, by uid and name, with the caller's view; the engine adds
     /// how many wait for each lock of the page.
     pub async fn lock_list(
         &self,
+        id: Option<serde_json::Value>,
         engine: &mpsc::Sender<Command>,
         caller: Caller,
         uid: Option<u32>,
         limit: Option<usize>,
         after: Option<String>,
-    ) -> Reply {
+    ) -> Answer {
         let namespace = match caller.namespace(uid) {
             Ok(namespace) => namespace,
-            Err(error) => return error.into(),
+            Err(error) => return Reply::from(error).into(),
         };
         let query = match (
             page_limit(limit),
@@ -140,13 +171,14 @@ impl Readers {
                 after,
                 limit,
             },
-            (Err(refused), _) | (_, Err(refused)) => return refused.into(),
+            (Err(refused), _) | (_, Err(refused)) => return Reply::from(refused).into(),
         };
         let database = self.database.clone();
         let page = offload(move || EventReader::open(&database)?.locks(&query)).await;
         let page = match page {
             Some(Ok(page)) => page,
-            other => return read_reply("locks", other, |_| Reply::ok()),
+            Some(Err(e)) => return read_reply::<()>("locks", Err(e), |_| Reply::ok()).into(),
+            None => return Reply::error(ErrorCode::Internal, "reading locks failed").into(),
         };
         let keys = page
             .locks
@@ -155,7 +187,7 @@ impl Readers {
             .collect();
         let Some(counts) = ask_engine(engine, |reply| Command::Waiters { keys, reply }).await
         else {
-            return stopping();
+            return stopping().into();
         };
         let locks = page
             .locks
@@ -164,21 +196,24 @@ impl Readers {
             .map(|(lock, waiters)| liveness_common::lock::Lock { waiters, ..lock })
             .collect();
         Reply {
+            id,
             locks: Some(locks),
             next: page.next,
             ..Reply::ok()
         }
+        .into()
     }
 
     /// `processes`: the engine names the session and hands over its tree; reading what is
     /// alive of it, however big, happens here.
     pub async fn processes(
         &self,
+        id: Option<serde_json::Value>,
         engine: &mpsc::Sender<Command>,
         caller: Caller,
         session: String,
         uid: Option<u32>,
-    ) -> Reply {
+    ) -> Answer {
         let tree = ask_engine(engine, |reply| Command::Tree {
             caller,
             session,
@@ -187,12 +222,13 @@ impl Readers {
         });
         let (session, tree) = match tree.await {
             Some(Ok(found)) => found,
-            Some(Err(error)) => return error.into(),
-            None => return stopping(),
+            Some(Err(error)) => return Reply::from(error).into(),
+            None => return stopping().into(),
         };
         let Readers { proc, members, .. } = self.clone();
-        offload(move || crate::engine::processes_of(session, tree, members.as_deref(), &proc))
-            .await
-            .unwrap_or_else(|| Reply::error(ErrorCode::Internal, "reading the tree failed"))
+        offload_reply(id, "the tree", move || {
+            crate::engine::processes_of(session, tree, members.as_deref(), &proc)
+        })
+        .await
     }
 }

@@ -1,0 +1,181 @@
+//! `livenessd`'s flags.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::source::ebpf::EbpfConfig;
+use crate::source::monitor::Selection;
+use liveness_common::status::LimitsConfig;
+
+/// The liveness daemon: learns from the kernel when session owners die and finalizes
+/// their sessions.
+///
+/// With no flags it runs on its embedded defaults: as root, state in /var/lib/liveness and
+/// the socket /run/liveness/liveness.sock; as another user, $XDG_STATE_HOME/liveness and
+/// $XDG_RUNTIME_DIR/liveness.sock. It stays in the foreground and logs to stderr (or
+/// --log-file); SIGTERM/SIGINT stop it cleanly, SIGHUP reopens the log file. Should any
+/// part of it fail while running, it exits non-zero so that a supervisor restarts it.
+#[derive(Debug, Parser)]
+#[command(name = "livenessd", version)]
+pub struct Args {
+    /// Socket to listen on [env: LIVENESS_SOCKET].
+    #[arg(long, value_name = "PATH")]
+    pub(super) socket: Option<PathBuf>,
+    /// Directory for the database [env: LIVENESS_STATE_DIR].
+    #[arg(long, value_name = "DIR")]
+    pub(super) state_dir: Option<PathBuf>,
+    /// Exit sources: auto, or a comma-separated list of ebpf, pidfd, procpoll.
+    #[arg(long, default_value = "auto", value_name = "LIST")]
+    pub(super) sources: Selection,
+    /// How often the /proc poller re-checks the processes it covers.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub(super) procpoll_interval: Duration,
+    /// Sessions whose owner cannot be watched (another host) end after this long without activity.
+    #[arg(long, default_value = "1h", value_parser = parse_duration, value_name = "DURATION")]
+    pub(super) unknown_timeout: Duration,
+    /// Pending sessions that are never renamed end after this long.
+    #[arg(long, default_value = "2m", value_parser = parse_duration, value_name = "DURATION")]
+    pub(super) pending_ttl: Duration,
+    /// Keep at most this many events for replay.
+    #[arg(long, default_value_t = 100_000, value_name = "COUNT")]
+    pub(super) retain_events: u64,
+    /// Keep events for replay, and ended sessions for `get`, at most this long. An ended
+    /// session's id is refused while it is kept and free again once it is deleted.
+    #[arg(long, default_value = "7d", value_parser = parse_duration, value_name = "DURATION")]
+    pub(super) retain_age: Duration,
+    /// Commits (batches of events) queued per subscriber before it is disconnected as lagging.
+    #[arg(long, default_value_t = 4096, value_name = "COUNT")]
+    pub(super) subscriber_queue: usize,
+    /// How long a death seen only by a pidfd waits for its parent's reap, which gives the
+    /// exit status on Linux 6.15+; past it the session ends without a status.
+    #[arg(long, default_value = "50ms", value_parser = parse_duration, value_name = "DURATION")]
+    pub(super) exit_status_wait: Duration,
+    /// Put on each `session.ended` event the monotonic time of every hop its death took
+    /// through the daemon (`hops`), for benchmarks.
+    #[arg(long)]
+    pub(super) trace_hops: bool,
+    /// Most processes the eBPF filter map holds.
+    #[arg(long, default_value_t = EbpfConfig::default().max_tracked, value_name = "COUNT")]
+    pub(super) ebpf_max_tracked: u32,
+    /// Size of the eBPF ring buffer (a power of two, at least 4096). Deaths that find it
+    /// full are counted, and every tracked process is then re-checked.
+    #[arg(long, default_value_t = EbpfConfig::default().ring_bytes, value_parser = parse_ring_bytes, value_name = "BYTES")]
+    pub(super) ebpf_ring_bytes: u32,
+    /// Most session process-tree members the eBPF members map holds (it has room for one
+    /// more entry per tracked process besides, so members never take a tracked process's
+    /// room). New processes that find no room are counted, and members are then found by
+    /// scanning /proc as well.
+    #[arg(long, default_value_t = EbpfConfig::default().max_members, value_name = "COUNT")]
+    pub(super) ebpf_max_members: u32,
+    /// A process name that `owner: "auto"` skips as a wrapper (repeatable).
+    #[arg(long = "wrapper", value_name = "COMM")]
+    pub(super) wrappers: Vec<String>,
+    /// Log to this file instead of stderr; SIGHUP reopens it (for log rotation).
+    #[arg(long, value_name = "PATH")]
+    pub(super) log_file: Option<PathBuf>,
+    /// Set a damaged database aside (renamed with a timestamp), start a new one from what
+    /// can still be read, then run as usual (reconciling every session read).
+    #[arg(long)]
+    pub(super) recover: bool,
+    /// Open connections of one non-root uid.
+    #[arg(long, default_value_t = LimitsConfig::default().connections_per_uid, value_parser = parse_count::<usize>, value_name = "COUNT")]
+    pub(super) max_connections_per_uid: usize,
+    /// Open connections of all non-root uids together (root's are never refused).
+    #[arg(long, default_value_t = LimitsConfig::default().connections, value_parser = parse_count::<usize>, value_name = "COUNT")]
+    pub(super) max_connections: usize,
+    /// Requests of one non-root uid handled at once; more wait their turn.
+    #[arg(long, default_value_t = LimitsConfig::default().requests_per_uid, value_parser = parse_count::<usize>, value_name = "COUNT")]
+    pub(super) max_requests_per_uid: usize,
+    /// A client that begins a request line and does not end it within this long is
+    /// disconnected.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub(super) line_timeout: Duration,
+    /// ACTIVE sessions of one non-root uid.
+    #[arg(long, default_value_t = LimitsConfig::default().sessions_per_uid, value_parser = parse_count::<u64>, value_name = "COUNT")]
+    pub(super) max_sessions_per_uid: u64,
+    /// Bytes of label keys and values of one session.
+    #[arg(long, default_value_t = LimitsConfig::default().label_bytes, value_parser = parse_count::<u64>, value_name = "BYTES")]
+    pub(super) max_label_bytes: u64,
+    /// Bytes of label keys and values, and of held lock names, of one non-root uid's
+    /// ACTIVE sessions.
+    #[arg(long, default_value_t = LimitsConfig::default().label_bytes_per_uid, value_parser = parse_count::<u64>, value_name = "BYTES")]
+    pub(super) max_label_bytes_per_uid: u64,
+    /// Locks held by one non-root uid's sessions.
+    #[arg(long, default_value_t = LimitsConfig::default().locks_per_uid, value_parser = parse_count::<u64>, value_name = "COUNT")]
+    pub(super) max_locks_per_uid: u64,
+    /// Serve the status counters in the Prometheus format at http://ADDR/metrics (e.g.
+    /// 127.0.0.1:9464). Off by default; there is no authentication, so keep ADDR local.
+    #[arg(long, value_name = "ADDR")]
+    pub(super) metrics_listen: Option<std::net::SocketAddr>,
+    /// Write the man page livenessd.8, generated from these flags, into DIR and exit (for
+    /// packaging: `cargo xtask dist`).
+    #[arg(long, value_name = "DIR", hide = true)]
+    pub(super) generate_man: Option<PathBuf>,
+}
+
+impl Args {
+    pub(super) fn limits(&self) -> LimitsConfig {
+        LimitsConfig {
+            connections_per_uid: self.max_connections_per_uid,
+            connections: self.max_connections,
+            requests_per_uid: self.max_requests_per_uid,
+            line_timeout: self.line_timeout,
+            sessions_per_uid: self.max_sessions_per_uid,
+            label_bytes: self.max_label_bytes,
+            label_bytes_per_uid: self.max_label_bytes_per_uid,
+            locks_per_uid: self.max_locks_per_uid,
+        }
+    }
+}
+
+/// A limit: a positive whole number.
+fn parse_count<T: std::str::FromStr + Default + PartialEq>(text: &str) -> Result<T, String> {
+    match text.parse::<T>() {
+        Ok(count) if count != T::default() => Ok(count),
+        Ok(_) => Err("0 would refuse everything; give a positive number".into()),
+        Err(_) => Err(format!("{text:?} is not a whole number")),
+    }
+}
+
+fn parse_ring_bytes(text: &str) -> Result<u32, String> {
+    match text.parse::<u32>() {
+        Ok(bytes) if bytes >= 4096 && bytes.is_power_of_two() => Ok(bytes),
+        _ => Err(format!("{text:?} is not a power of two of at least 4096")),
+    }
+}
+
+pub use liveness_common::duration::parse_duration;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::pidfd::DEFAULT_STATUS_WAIT;
+
+    #[test]
+    fn ring_sizes_are_powers_of_two_of_a_page_or_more() {
+        assert_eq!(parse_ring_bytes("4096"), Ok(4096));
+        assert_eq!(parse_ring_bytes("2097152"), Ok(2 * 1024 * 1024));
+        for bad in ["4095", "6144", "2048", "0", "big"] {
+            assert!(parse_ring_bytes(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_status_wait_flag_defaults_to_the_librarys() {
+        assert_eq!(
+            Args::parse_from(["livenessd"]).exit_status_wait,
+            DEFAULT_STATUS_WAIT,
+            "the flag's default is the library's"
+        );
+    }
+
+    #[test]
+    fn zero_durations_and_limits_are_refused() {
+        let refused = Args::try_parse_from(["livenessd", "--procpoll-interval", "0ms"])
+            .expect_err("a zero poll interval");
+        assert!(refused.to_string().contains("zero"), "{refused}");
+        assert!(Args::try_parse_from(["livenessd", "--max-connections-per-uid", "0"]).is_err());
+    }
+}

@@ -1,0 +1,458 @@
+//! `livenessd`: wires the store, the exit monitor, the engine and the socket server
+//! together, and owns their shutdown.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::sync::watch;
+
+use crate::engine::{Clock, EngineConfig};
+use crate::limits::Limits;
+use crate::source::ebpf::EbpfConfig;
+use crate::source::monitor::MonitorConfig;
+use crate::source::pidfd::PidfdConfig;
+use crate::store::Store;
+use crate::trust::DirUse;
+use args::Args;
+use engine_thread::{EngineStart, EngineThread};
+use liveness_common::status::DaemonInfo;
+use liveness_proc::identity::ProcRoot;
+use liveness_proc::paths::Env;
+use logging::{LogFile, init_logging};
+use places::{bind_socket, create_dir, lock_state_dir};
+
+mod args;
+mod engine_thread;
+mod logging;
+mod places;
+
+pub use args::parse_duration;
+
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    #[error("cannot create {path}: {source}")]
+    CreateDir { path: PathBuf, source: io::Error },
+    #[error(
+        "no state directory: a user without $XDG_STATE_HOME or $HOME must give --state-dir \
+         (or LIVENESS_STATE_DIR), a directory only they can write"
+    )]
+    NoStateDir,
+    #[error("refusing an unsafe directory: {0}")]
+    Untrusted(#[from] crate::trust::UntrustedDir),
+    #[error("the {0} task ended unexpectedly")]
+    TaskEnded(Task),
+    #[error("the {task} task failed: {error}")]
+    TaskFailed {
+        task: Task,
+        error: tokio::task::JoinError,
+    },
+    #[error("another livenessd already uses {0}")]
+    StateLocked(PathBuf),
+    #[error("another livenessd is listening on {0}")]
+    SocketInUse(PathBuf),
+    #[error(
+        "the socket's directory {0} does not exist: create it first, or check --socket \
+         (only the default runtime directory is created)"
+    )]
+    NoSocketDir(PathBuf),
+    #[error("cannot listen for metrics on {addr}: {source}")]
+    MetricsListen {
+        addr: std::net::SocketAddr,
+        source: io::Error,
+    },
+    #[error("cannot listen on {path}: {source}")]
+    Listen { path: PathBuf, source: io::Error },
+    #[error("cannot open the log file {path}: {source}")]
+    LogFile { path: PathBuf, source: io::Error },
+    #[error(transparent)]
+    Io(#[from] io::Error),
+    #[error("cannot open the database: {0}")]
+    Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Monitor(#[from] crate::source::monitor::MonitorError),
+    #[error(transparent)]
+    Engine(#[from] crate::engine::EngineError),
+}
+
+/// Entry point of `livenessd`.
+pub fn main() -> ExitCode {
+    let args = Args::parse();
+    if let Some(dir) = &args.generate_man {
+        return match write_man_page(dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!(
+                    "livenessd: cannot write the man page into {}: {e}",
+                    dir.display()
+                );
+                ExitCode::from(1)
+            }
+        };
+    }
+    // Files 0600 and directories 0700 (the database, its journal, the lock, the log)
+    // whatever umask the daemon was started with; the socket is opened up explicitly.
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+    exit_on_panic();
+    let log_file = match args.log_file.as_deref().map(LogFile::open).transpose() {
+        Ok(file) => file,
+        Err(e) => {
+            eprintln!("livenessd: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    init_logging(log_file.as_ref());
+    // Connections are served a step below the engine's thread (see `crate::offload`).
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_start(|| crate::offload::lower_this_thread(crate::offload::CONNECTIONS_NICE))
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the runtime");
+            return ExitCode::from(1);
+        }
+    };
+    let logs_to_file = log_file.is_some();
+    match runtime.block_on(run(args, log_file)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            // Whoever started the daemon reads stderr, not the log file.
+            if logs_to_file {
+                eprintln!("livenessd: {e}");
+            }
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn write_man_page(dir: &Path) -> io::Result<()> {
+    let mut page = Vec::new();
+    clap_mangen::Man::new(<Args as clap::CommandFactory>::command())
+        .section("8")
+        .render(&mut page)?;
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("livenessd.8"), page)
+}
+
+/// Exit code after a panic (EX_SOFTWARE).
+const EXIT_PANIC: i32 = 70;
+
+/// A panic anywhere (a source's task, a runtime worker) would leave a daemon that looks
+/// alive but no longer does its job: it is logged and the process exits, so that the
+/// supervisor restarts it.
+fn exit_on_panic() {
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        tracing::error!("panic: {info}; exiting so that the daemon is restarted");
+        default_hook(info);
+        std::process::exit(EXIT_PANIC);
+    }));
+}
+
+/// The daemon's long-lived parts, each of which stopping on its own is a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Task {
+    Engine,
+    Server,
+    Metrics,
+}
+
+impl std::fmt::Display for Task {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Task::Engine => "engine",
+            Task::Server => "server",
+            Task::Metrics => "metrics",
+        })
+    }
+}
+
+/// The signals the daemon handles, installed before anything else: SIGHUP's default
+/// action would kill a daemon that is starting.
+struct Signals {
+    terminate: Signal,
+    interrupt: Signal,
+    hangup: Signal,
+}
+
+impl Signals {
+    fn install() -> io::Result<Signals> {
+        Ok(Signals {
+            terminate: signal(SignalKind::terminate())?,
+            interrupt: signal(SignalKind::interrupt())?,
+            hangup: signal(SignalKind::hangup())?,
+        })
+    }
+}
+
+/// Where the state and the socket are, from the flags or the embedded defaults.
+fn places(args: &Args, env: &Env) -> Result<(PathBuf, PathBuf), StartError> {
+    let state_dir = args
+        .state_dir
+        .clone()
+        .or_else(|| env.default_state_dir())
+        .ok_or(StartError::NoStateDir)?;
+    let socket = args
+        .socket
+        .clone()
+        .or_else(|| env.default_socket())
+        .ok_or(StartError::NoStateDir)?;
+    // Checked before anything is created or loaded: a typo in --socket fails at once.
+    if let Some(dir) = socket.parent()
+        && !dir.exists()
+        && !env.may_create_socket_dir(dir)
+    {
+        return Err(StartError::NoSocketDir(dir.into()));
+    }
+    Ok((state_dir, socket))
+}
+
+/// Opens the database, first setting a damaged one aside with `--recover`.
+fn open_store(database: &Path, recover: bool) -> Result<Store, StartError> {
+    if recover {
+        let recovered = Store::recover(database)?;
+        match &recovered.aside {
+            Some(aside) => tracing::warn!(
+                kept = %aside.display(),
+                sessions = recovered.sessions,
+                events = recovered.events,
+                seq_floor = recovered.seq_floor,
+                "recovered the damaged database: a new one holds what could be read"
+            ),
+            None => tracing::info!("--recover: the database is intact, nothing to recover"),
+        }
+    }
+    Ok(Store::open(database)?)
+}
+
+/// What the engine thread needs, from the flags.
+fn engine_start(
+    args: &Args,
+    store: Store,
+    proc: &ProcRoot,
+    limits: &Arc<Limits>,
+    about: DaemonInfo,
+) -> EngineStart {
+    EngineStart {
+        store,
+        monitor: MonitorConfig {
+            selection: args.sources.clone(),
+            procpoll_interval: args.procpoll_interval,
+            ebpf: EbpfConfig {
+                max_tracked: args.ebpf_max_tracked,
+                ring_bytes: args.ebpf_ring_bytes,
+                max_members: args.ebpf_max_members,
+            },
+            pidfd: PidfdConfig {
+                status_wait: args.exit_status_wait,
+            },
+            proc: proc.clone(),
+            queue: crate::source::monitor::DEFAULT_QUEUE,
+        },
+        engine: EngineConfig {
+            unknown_timeout: args.unknown_timeout,
+            pending_ttl: args.pending_ttl,
+            retain_events: args.retain_events,
+            retain_age: args.retain_age,
+            wrappers: args.wrappers.clone(),
+            subscriber_queue: args.subscriber_queue.max(1),
+            proc: proc.clone(),
+            limits: Arc::clone(limits),
+            clock: Clock::System,
+            trace_hops: args.trace_hops,
+        },
+        about,
+    }
+}
+
+/// Binds the metrics listener of `--metrics-listen`, if asked for.
+async fn bind_metrics(
+    addr: Option<std::net::SocketAddr>,
+) -> Result<Option<tokio::net::TcpListener>, StartError> {
+    let Some(addr) = addr else {
+        return Ok(None);
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::MetricsListen { addr, source })?;
+    tracing::info!(addr = %listener.local_addr()?, "metrics listening");
+    if !addr.ip().is_loopback() {
+        tracing::warn!(
+            %addr,
+            "the metrics listener is not on a loopback address: anyone who reaches it reads the daemon's counters, without authentication"
+        );
+    }
+    Ok(Some(listener))
+}
+
+async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
+    let mut signals = Signals::install()?;
+    let env = Env::from_process();
+    let (state_dir, socket) = places(&args, &env)?;
+    create_dir(&state_dir, DirUse::State)?;
+    let _lock = lock_state_dir(&state_dir)?;
+    match crate::source::pidfd::raise_nofile_limit() {
+        Ok((soft, hard)) => tracing::debug!(soft, hard, "open-file limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
+    }
+    let database = state_dir.join("liveness.db");
+    let store = open_store(&database, args.recover)?;
+    let limits = Limits::new(args.limits());
+    let proc = ProcRoot::default();
+    let about = DaemonInfo {
+        version: env!("CARGO_PKG_VERSION").into(),
+        protocol: liveness_common::protocol::PROTOCOL_VERSION,
+        pid: std::process::id(),
+        socket: socket.display().to_string(),
+        state_dir: state_dir.display().to_string(),
+    };
+    let (stop, stopped) = watch::channel(false);
+    let start = engine_start(&args, store, &proc, &limits, about);
+    let EngineThread {
+        commands,
+        sources,
+        members,
+        end_metrics,
+        done: mut engine_done,
+        thread: engine_thread,
+    } = EngineThread::start(start, stopped.clone()).await?;
+    let metrics = bind_metrics(args.metrics_listen).await?;
+    let listener = bind_socket(&socket)?;
+    let sources: Vec<String> = sources.iter().map(ToString::to_string).collect();
+    tracing::info!(socket = %socket.display(), state_dir = %state_dir.display(), sources = %sources.join(","), "livenessd listening");
+
+    let readers = crate::server::Readers {
+        database,
+        proc,
+        members,
+    };
+    let mut metrics_task = metrics.map(|listener| {
+        tokio::spawn(crate::metrics::serve(
+            listener,
+            commands.clone(),
+            end_metrics,
+            stopped.clone(),
+        ))
+    });
+    let mut server_task = tokio::spawn(crate::server::serve(
+        listener, commands, readers, limits, stopped,
+    ));
+
+    // The engine and the server run until told to stop: either ending first is a failure
+    // that stops the daemon (non-zero), never a daemon left up without them.
+    let failure = loop {
+        tokio::select! {
+            _ = signals.terminate.recv() => break None,
+            _ = signals.interrupt.recv() => break None,
+            _ = signals.hangup.recv() => match &log_file {
+                Some(file) => match file.reopen() {
+                    Ok(()) => tracing::info!("SIGHUP: reopened the log file"),
+                    Err(e) => tracing::error!(error = %e, "SIGHUP: cannot reopen the log file"),
+                },
+                None => tracing::info!("SIGHUP: logging to stderr, nothing to reopen"),
+            },
+            ended = &mut engine_done => break Some((Task::Engine, match ended {
+                Ok(Ok(())) | Err(_) => StartError::TaskEnded(Task::Engine),
+                Ok(Err(e)) => StartError::Engine(e),
+            })),
+            ended = &mut server_task => break Some((Task::Server, task_ended(Task::Server, ended))),
+            Some(ended) = async {
+                match &mut metrics_task {
+                    Some(task) => Some(task.await),
+                    None => std::future::pending().await,
+                }
+            } => break Some((Task::Metrics, task_ended(Task::Metrics, ended))),
+        }
+    };
+    tracing::info!("stopping");
+    let _ = stop.send(true);
+    // The task that failed has ended (and its handle is spent); the others stop cleanly.
+    let failed = failure.as_ref().map(|(task, _)| *task);
+    if failed != Some(Task::Server)
+        && let Err(e) = server_task.await
+    {
+        tracing::error!(error = %e, "server task failed");
+    }
+    if failed != Some(Task::Metrics)
+        && let Some(task) = metrics_task
+        && let Err(e) = task.await
+    {
+        tracing::error!(error = %e, "metrics task failed");
+    }
+    if failed != Some(Task::Engine) {
+        match engine_done.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "engine failed while stopping"),
+            Err(_) => tracing::error!("the engine ended without a word"),
+        }
+    }
+    if engine_thread.join().is_err() {
+        tracing::error!("the engine thread panicked");
+    }
+    let _ = std::fs::remove_file(&socket);
+    match failure.map(|(_, failure)| failure) {
+        None => {
+            tracing::info!("stopped");
+            Ok(())
+        }
+        Some(failure) => Err(failure),
+    }
+}
+
+/// The error of a task that ended while it should have run on.
+fn task_ended(task: Task, ended: Result<(), tokio::task::JoinError>) -> StartError {
+    match ended {
+        Ok(()) => StartError::TaskEnded(task),
+        Err(error) => StartError::TaskFailed { task, error },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tokio::sync::mpsc;
+
+    /// The old reproduction of a zombie daemon: a source panicking in a task on a runtime
+    /// worker (a zero poll interval, which the flags no longer accept) now ends the
+    /// process with [`EXIT_PANIC`].
+    #[test]
+    fn a_task_that_panics_ends_the_process() {
+        const CHILD: &str = "LIVENESS_DAEMON_TEST_PANICKING_CHILD";
+        if std::env::var_os(CHILD).is_some() {
+            exit_on_panic();
+            let runtime = tokio::runtime::Runtime::new().unwrap();
+            runtime.block_on(async {
+                let (sink, _events) = mpsc::channel(1);
+                let task = tokio::spawn(async move {
+                    crate::source::procpoll::ProcpollSource::start(
+                        sink,
+                        Duration::ZERO,
+                        ProcRoot::default(),
+                    )
+                });
+                let _ = task.await;
+                tokio::time::sleep(Duration::from_secs(30)).await;
+            });
+            unreachable!("the panic did not end the process");
+        }
+        let output = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "daemon::tests::a_task_that_panics_ends_the_process",
+                "--nocapture",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(EXIT_PANIC), "{stderr}");
+        assert!(stderr.contains("interval must not be zero"), "{stderr}");
+    }
+}
