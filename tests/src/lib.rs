@@ -904,7 +904,20 @@ pub struct TestprocAs {
 
 impl TestprocAs {
     pub fn spawn(uid: u32, args: &[&str]) -> TestprocAs {
-        let mut child = Command::new(binary("testproc"))
+        TestprocAs::spawn_niced(uid, 0, args)
+    }
+
+    /// [`TestprocAs::spawn`] at niceness `nice`.
+    pub fn spawn_niced(uid: u32, nice: i32, args: &[&str]) -> TestprocAs {
+        let mut command = Command::new(binary("testproc"));
+        // SAFETY: setpriority is async-signal-safe.
+        unsafe {
+            command.pre_exec(move || {
+                libc::setpriority(libc::PRIO_PROCESS, 0, nice);
+                Ok(())
+            });
+        }
+        let mut child = command
             .args(args)
             .uid(uid)
             .gid(uid)

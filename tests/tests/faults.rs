@@ -83,8 +83,9 @@ fn status(conn: &mut Conn) -> Value {
 }
 
 /// An owner dies while the database cannot grow: nothing is announced that was not
-/// committed, the session stays ACTIVE, and once space is back the death is committed and
-/// published exactly once, without a restart.
+/// committed, and the death is committed and published exactly once, without a restart:
+/// when the WAL starts over in the space it had (after a checkpoint), or once space is
+/// back.
 #[test]
 fn a_death_on_a_full_disk_is_committed_once_space_returns() {
     if !privileged("a_death_on_a_full_disk_is_committed_once_space_returns") {
@@ -111,20 +112,22 @@ fn a_death_on_a_full_disk_is_committed_once_space_returns() {
         status(&mut control)
     );
     assert!(
-        stream.next_within(QUIET).is_none(),
-        "an event was published that could not be committed"
-    );
-    assert!(
         daemon.log().contains("no space left on device"),
         "a full disk is named as such:\n{}",
         daemon.log()
     );
+    // An event that comes is committed: the session reads as ended the moment it does.
+    let early = stream.next_within(QUIET);
     let session = control.request(json!({"op": "get", "session": "full"}));
-    assert_eq!(session["session"]["phase"], "active", "{session}");
+    let phase = if early.is_some() { "ended" } else { "active" };
+    assert_eq!(
+        session["session"]["phase"], phase,
+        "{session} after {early:?}"
+    );
 
     std::fs::remove_file(filler).expect("free the space");
-    let ended = stream
-        .next_within(ARRIVAL)
+    let ended = early
+        .or_else(|| stream.next_within(ARRIVAL))
         .expect("the death is committed once space returns");
     assert_eq!(ended["event"]["kind"], "session.ended", "{ended}");
     assert_eq!(ended["event"]["reason"], "owner_exited", "{ended}");

@@ -14,6 +14,7 @@ use liveness_proc::identity::Liveness;
 
 use super::locks::{AcquireRequest, LockEffect};
 use super::reaping::terminating;
+use super::trees::Start;
 use super::{
     Batch, Command, Engine, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, Published, RETRY_PERIOD,
     Subscription, membership, ms_of,
@@ -34,6 +35,9 @@ impl Engine {
         mut commands: mpsc::Receiver<Command>,
         mut shutdown: watch::Receiver<bool>,
     ) -> Result<(), EngineError> {
+        let _checkpointer = crate::store::Checkpointer::start(self.store.path())
+            .inspect_err(|e| tracing::error!(error = %e, "cannot start the WAL checkpoint; the WAL grows until the next start"))
+            .ok();
         self.reconcile_at_start();
         // Expiry and retention are applied before the first client is served, so a replay
         // right after a start already sees the retention window.
@@ -46,9 +50,17 @@ impl Engine {
         retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut trees = tokio::time::interval(membership::REFRESH_PERIOD);
         trees.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut tree_slices = tokio::time::interval(super::trees::TREE_PERIOD);
+        tree_slices.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut file_check = tokio::time::interval(FILE_CHECK_PERIOD);
         file_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let outcome = loop {
+            // Deaths already in the ring are read first, without waiting for readiness: a
+            // thread kept busy by commands would otherwise only learn of it when its runtime
+            // next polls for events.
+            if let Some(observation) = self.monitor.try_next() {
+                self.finalize_observed(observation);
+            }
             tokio::select! {
                 biased;
                 _ = shutdown.wait_for(|stop| *stop) => break Ok(()),
@@ -61,9 +73,13 @@ impl Engine {
                 _ = retry.tick(), if !self.uncommitted.is_empty() => self.retry_commits(),
                 _ = housekeeping.tick() => self.housekeeping(),
                 _ = trees.tick() => self.refresh_trees(),
+                Some(found) = self.tree_walks.join_next(), if !self.tree_walks.is_empty() => {
+                    self.found(found.unwrap_or_default());
+                }
                 _ = file_check.tick() => if let Err(e) = self.store.check_file() {
                     break Err(EngineError::Store(e));
                 },
+                _ = tree_slices.tick(), if !self.tree_work.is_empty() => self.tree_step(),
                 // Last: only when nothing else is ready, and after one yield, so that the
                 // connections woken by a publish write to their sockets first.
                 () = tokio::task::yield_now(), if !self.unlogged.is_empty() => {
@@ -81,7 +97,8 @@ impl Engine {
         self.finalize(Vec::new());
         self.unlogged.flush(&mut self.fresh_owners);
         // What the kernel added since the last refresh, for the next run.
-        self.refresh_trees();
+        self.finish_tree_work().await;
+        self.refresh_trees_now();
         self.cancel_reaps().await;
         if !self.uncommitted.is_empty() {
             // Their sessions are still ACTIVE in the store, or their reaps still due: the
@@ -126,7 +143,7 @@ impl Engine {
         let count = owners.len();
         let mut dead = Vec::new();
         for owner in owners {
-            if let Some(observation) = self.watch(&owner) {
+            if let Some(observation) = self.watch(&owner, Start::Restart) {
                 dead.push(observation);
             }
         }
@@ -139,11 +156,12 @@ impl Engine {
         // alive: their survivors are reported, and terminated by policy, like any others.
         for death in &dead {
             if death.owner.boot_id == self.local.boot_id {
-                self.follow_tree(&death.owner);
+                self.follow_tree_now(&death.owner);
             }
         }
         // Members persisted for trees whose owner died or moved on while no daemon ran.
         let followed: Vec<ProcessKey> = self.membership.roots().collect();
+        self.persist_members();
         if let Err(e) = self.store.keep_members_of(&followed) {
             tracing::warn!(error = %e, "cannot drop the members of trees no longer followed");
         }
@@ -156,7 +174,7 @@ impl Engine {
     /// carries. An owner of an earlier boot of this machine (one a daemon ran on with this
     /// database, or for older records one with this host name) ended with that boot.
     /// Owners of other machines cannot be watched: only the inactivity timeout ends them.
-    pub(super) fn watch(&mut self, owner: &Identity) -> Option<OwnerDeath> {
+    pub(super) fn watch(&mut self, owner: &Identity, start: Start) -> Option<OwnerDeath> {
         let dead = |reason| OwnerDeath {
             owner: owner.clone(),
             reason,
@@ -187,7 +205,7 @@ impl Engine {
         match self.monitor.track(owner.key()) {
             Some(death) => Some(self.death_of(&death)),
             None => {
-                self.follow_tree(owner);
+                self.follow_tree(owner, start);
                 self.membership.check_rooted(owner.key());
                 None
             }
@@ -378,8 +396,7 @@ impl Engine {
                 }
                 request => {
                     let answer = self.request(caller, request, &fds);
-                    // The client may have gone; its reply has nowhere to go.
-                    let _ = reply.send(answer);
+                    self.answer(reply, answer);
                 }
             },
             Command::Tree {
@@ -390,8 +407,26 @@ impl Engine {
             } => {
                 let _ = reply.send(self.tree_of(caller, &session, uid));
             }
-            Command::Waiters { keys, reply } => {
-                let _ = reply.send(self.waiter_counts(&keys));
+            Command::Whose {
+                caller,
+                pid,
+                ancestry,
+                reply,
+            } => {
+                let _ = reply.send(self.whose(caller, pid, &ancestry));
+            }
+            Command::End {
+                caller,
+                session,
+                uid,
+                terminate,
+                survivors,
+                reply,
+            } => {
+                let _ = reply.send(self.end(caller, &session, uid, terminate, survivors));
+            }
+            Command::Waiting { reply } => {
+                let _ = reply.send(self.waiting());
             }
             Command::Subscribe { reply } => {
                 let (queue, batches) = mpsc::channel(self.config.subscriber_queue);

@@ -6,11 +6,11 @@ use std::os::fd::AsFd;
 use crate::fdpass::Passed;
 
 use crate::store::{NewSession, StoreError};
-use liveness_common::identity::Identity;
+use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::protocol::{
     ErrorBody, ErrorCode, OwnerSpec, PidOwner, PidfdOwner, Reply, Request,
 };
-use liveness_common::session::{EndReason, EventKind, OnEnd, Phase, Session};
+use liveness_common::session::{EndReason, EventKind, OnEnd, Phase, Session, Survivors};
 use liveness_common::status::{LimitsStatus, Status};
 use liveness_proc::identity::IdentityError;
 
@@ -59,52 +59,10 @@ impl Engine {
                     Err(e) => store_error(e).into(),
                 },
             },
-            Request::End {
-                session,
-                uid,
-                terminate,
-            } => match self.addressed(caller, &session, uid) {
-                Err(error) => error.into(),
-                Ok(existing) => {
-                    let ended = self.store.end(
-                        existing.creator_uid,
-                        &session,
-                        EndReason::Stopped,
-                        None,
-                        None,
-                        None,
-                        None,
-                        self.survivors_of([&existing.owner]).pop().flatten(),
-                        terminate,
-                        now,
-                    );
-                    match ended {
-                        Ok(events) if !events.is_empty() => {
-                            // A `terminate` policy reaps on publish already.
-                            let reap = (terminate && existing.on_end == OnEnd::Leave)
-                                .then(|| events.iter().find(|e| e.kind == EventKind::Ended))
-                                .flatten()
-                                .cloned();
-                            self.publish(events);
-                            if let Some(ended) = reap {
-                                self.start_reap(&ended);
-                            }
-                            self.unwatch_if_unused(&existing.owner);
-                            self.get_reply(existing.creator_uid, &session)
-                        }
-                        Ok(_) => Reply::error(
-                            ErrorCode::AlreadyEnded,
-                            format!("session {session:?} has already ended"),
-                        ),
-                        Err(e) => store_error(e).into(),
-                    }
-                }
-            },
             Request::Get { session, uid } => match self.addressed(caller, &session, uid) {
                 Ok(found) => Reply::with_session(found),
                 Err(error) => error.into(),
             },
-            Request::Whose { pid } => self.whose(caller, pid),
             Request::Status {} => Reply {
                 status: Some(Box::new(self.status())),
                 ..Reply::ok()
@@ -115,14 +73,69 @@ impl Engine {
             Request::Subscribe { .. }
             | Request::List { .. }
             | Request::LockList { .. }
-            | Request::Processes { .. } => Reply::error(
+            | Request::Processes { .. }
+            | Request::Whose { .. }
+            | Request::End { .. } => Reply::error(
                 ErrorCode::Internal,
-                "subscribe, list, lock_list and processes are handled by the connection",
+                "subscribe, list, lock_list, processes, whose and end are handled by the connection",
             ),
             Request::LockAcquire { .. } => Reply::error(
                 ErrorCode::Internal,
                 "lock_acquire is handled with its reply channel, as it may wait",
             ),
+        }
+    }
+
+    /// `end`: `survivors` were read off the engine from the tree of the root they name;
+    /// should the session have another owner by now, they are read here.
+    pub(super) fn end(
+        &mut self,
+        caller: Caller,
+        session: &str,
+        uid: Option<u32>,
+        terminate: bool,
+        survivors: Option<(ProcessKey, Survivors)>,
+    ) -> Reply {
+        let now = self.config.clock.now_ms();
+        let existing = match self.addressed(caller, session, uid) {
+            Ok(existing) => existing,
+            Err(error) => return error.into(),
+        };
+        let survivors = match survivors {
+            Some((root, survivors)) if root == existing.owner.key() => Some(survivors),
+            _ => self.survivors_of([&existing.owner]).pop().flatten(),
+        };
+        let ended = self.store.end(
+            existing.creator_uid,
+            session,
+            EndReason::Stopped,
+            None,
+            None,
+            None,
+            None,
+            survivors,
+            terminate,
+            now,
+        );
+        match ended {
+            Ok(events) if !events.is_empty() => {
+                // A `terminate` policy reaps on publish already.
+                let reap = (terminate && existing.on_end == OnEnd::Leave)
+                    .then(|| events.iter().find(|e| e.kind == EventKind::Ended))
+                    .flatten()
+                    .cloned();
+                self.publish(events);
+                if let Some(ended) = reap {
+                    self.start_reap(&ended);
+                }
+                self.unwatch_if_unused(&existing.owner);
+                self.get_reply(existing.creator_uid, session)
+            }
+            Ok(_) => Reply::error(
+                ErrorCode::AlreadyEnded,
+                format!("session {session:?} has already ended"),
+            ),
+            Err(e) => store_error(e).into(),
         }
     }
 
@@ -336,7 +349,7 @@ impl Engine {
         if auto && let Some(warning) = self.launcher_warning(&owner) {
             warnings.push(warning);
         }
-        match self.watch(&owner) {
+        match self.watch(&owner, super::trees::Start::Registration) {
             Some(death) => {
                 warnings.push(format!(
                     "the owner {}[{}] has already exited: the session ended at once",

@@ -244,9 +244,16 @@ impl Engine {
     }
 
     /// `lock_list`: the held locks of the caller's namespace (root: every one, or `uid`'s).
-    /// How many requests wait for each lock of `keys` (a page of `lock_list`).
-    pub(super) fn waiter_counts(&self, keys: &[LockKey]) -> Vec<u32> {
-        keys.iter().map(|key| self.waiters.count(key)).collect()
+    /// How many requests wait for each lock that has any: as many as there are open
+    /// connections waiting at most, whatever the number of locks.
+    pub(super) fn waiting(&self) -> std::collections::HashMap<LockKey, u32> {
+        let waiters = &self.waiters;
+        waiters
+            .queues
+            .keys()
+            .map(|key| (key.clone(), waiters.count(key)))
+            .filter(|(_, count)| *count > 0)
+            .collect()
     }
 
     /// Applies what committed events change for the waiters (see [`LockEffect`]).

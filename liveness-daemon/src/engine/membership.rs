@@ -39,10 +39,116 @@ impl Changes {
     pub fn is_empty(&self) -> bool {
         self.added.is_empty() && self.removed.is_empty()
     }
+}
 
-    fn extend(&mut self, other: Changes) {
-        self.added.extend(other.added);
-        self.removed.extend(other.removed);
+/// What a refresh reads of the trees: a copy taken on the engine, read off it.
+#[derive(Debug, Clone)]
+pub struct RefreshView {
+    roots: HashSet<ProcessKey>,
+    /// member -> its root.
+    known: HashMap<ProcessKey, ProcessKey>,
+    /// Whether `/proc` is scanned for members (the kernel does not follow every tree).
+    scan: bool,
+}
+
+/// What a refresh found.
+#[derive(Debug, Default)]
+pub struct Refreshed {
+    /// The kernel's count of added members, read before its map was.
+    pub merged_added: Option<u64>,
+    /// New members, from the kernel's map or a scan.
+    pub found: Vec<Member>,
+    /// Known members that died.
+    pub dead: Vec<ProcessKey>,
+}
+
+impl RefreshView {
+    /// Reads what the kernel added (through `kernel`, a handle of the members map), scans
+    /// `/proc` where the kernel does not follow every fork, and finds the members that died.
+    /// Its cost is the trees', so it runs off the engine.
+    pub fn read(&self, kernel: Option<&MembersMap>, proc: &ProcRoot) -> Refreshed {
+        let mut refreshed = Refreshed {
+            // Read before the walk: a member added during it changes the count again.
+            merged_added: kernel.and_then(MembersMap::added_count),
+            ..Refreshed::default()
+        };
+        // With a kernel map that never filled, a member it does not hold has died (the exit
+        // program removed it), or was never in it; only those are checked in /proc.
+        let mut in_kernel = HashSet::new();
+        for entry in kernel.map(MembersMap::members).unwrap_or_default() {
+            in_kernel.insert(entry.member);
+            if !self.roots.contains(&entry.root) || self.known.contains_key(&entry.member) {
+                continue;
+            }
+            // Its comm, and proof that it is still the process the kernel recorded.
+            match proc.stat(entry.member.pid) {
+                Ok(stat) if stat.start_ticks == entry.member.start_ticks => {
+                    refreshed.found.push(Member {
+                        key: entry.member,
+                        root: entry.root,
+                        comm: stat.comm,
+                    });
+                }
+                _ => {}
+            }
+        }
+        let scanned = match self.scan.then(|| proc.processes()) {
+            None => None,
+            Some(Ok(processes)) => Some(processes),
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "cannot scan /proc for members");
+                None
+            }
+        };
+        if let Some(processes) = &scanned {
+            let tree_of = |key: ProcessKey| {
+                if self.roots.contains(&key) {
+                    Some(key)
+                } else {
+                    self.known.get(&key).copied()
+                }
+            };
+            refreshed.found.extend(descendants(processes, tree_of));
+        }
+        let alive: Option<HashSet<ProcessKey>> = scanned.as_ref().map(|processes| {
+            processes
+                .iter()
+                .filter(|stat| !stat.has_exited())
+                .map(|stat| ProcessKey {
+                    pid: stat.pid,
+                    start_ticks: stat.start_ticks,
+                })
+                .collect()
+        });
+        refreshed.dead = self
+            .known
+            .keys()
+            .filter(|key| match &alive {
+                Some(alive) => !alive.contains(key),
+                None => !in_kernel.contains(key) && proc.check_key(**key) != Liveness::Alive,
+            })
+            .copied()
+            .collect();
+        refreshed
+    }
+}
+
+/// What [`Membership::forget`] let go of: each forgotten tree with its root.
+#[derive(Debug, Default)]
+pub struct Forgotten {
+    pub trees: Vec<(ProcessKey, Arc<Tree>)>,
+}
+
+impl Forgotten {
+    /// The kernel entries of the forgotten members: with the roots of their trees, what
+    /// [`Membership::unlink`] takes out.
+    pub fn entries(&self) -> impl Iterator<Item = KernelMember> + '_ {
+        self.trees.iter().flat_map(|(root, tree)| {
+            tree.keys().map(|&member| KernelMember {
+                member,
+                root: *root,
+            })
+        })
     }
 }
 
@@ -73,6 +179,36 @@ impl TreeView {
             .into_iter()
             .filter_map(|(key, (comm, in_kernel))| self.local.alive(proc, key, comm, in_kernel))
             .collect()
+    }
+
+    pub fn root(&self) -> ProcessKey {
+        self.root
+    }
+
+    /// The survivors of the tree if its session ended now: its live members but the root.
+    pub fn survivors(&self, kernel: Option<&MembersMap>, proc: &ProcRoot) -> Survivors {
+        let mut alive = self.live_members(kernel, proc);
+        alive.retain(|member| member.key() != self.root);
+        Survivors::from_alive(alive)
+    }
+
+    /// The descendants in `/proc` of the root and of every member: the processes the owner
+    /// started before its tree was followed.
+    pub fn descendants(&self, proc: &ProcRoot) -> Vec<Member> {
+        let mut starts: Vec<ProcessKey> = self.members.keys().copied().collect();
+        starts.push(self.root);
+        // The tree's own processes where the kernel lists children; else all of /proc.
+        let processes = match subtree(proc, &starts).map_or_else(|| proc.processes(), Ok) {
+            Ok(processes) => processes,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot scan /proc for a tree's members");
+                return Vec::new();
+            }
+        };
+        let root = self.root;
+        descendants(&processes, |key| {
+            (key == root || self.members.contains_key(&key)).then_some(root)
+        })
     }
 }
 
@@ -153,7 +289,9 @@ pub struct Membership {
     /// root -> its members (owners not included), with their command names. Shared with
     /// the [`TreeView`]s handed out, and copied on write only while one is held.
     trees: HashMap<ProcessKey, Arc<Tree>>,
-    /// member -> its root.
+    /// member -> its root. Entries of a forgotten tree stay until [`Membership::unlink`]
+    /// takes them out a slice at a time: only those of followed trees count (see
+    /// [`Membership::member_of`]).
     root_of: HashMap<ProcessKey, ProcessKey>,
     /// The kernel's count of added members when the last refresh walked the map: while it
     /// stays the same, `trees` holds every member the kernel added.
@@ -191,28 +329,64 @@ impl Membership {
         }
     }
 
-    /// Follows the tree of `root` (idempotent): members persisted by an earlier run that
-    /// are still alive are taken back, then every descendant in `/proc` of the root or of
-    /// a member is attached. Returns what joined, and the persisted members that died.
-    pub fn follow(&mut self, root: ProcessKey, persisted: Vec<Member>) -> Changes {
+    /// Follows the tree of `root` (idempotent). Its members join with
+    /// [`Membership::take_back`] (after a restart) and [`Membership::attach_found`] (what
+    /// [`TreeView::descendants`] finds off the engine).
+    pub fn follow(&mut self, root: ProcessKey) {
         self.trees.entry(root).or_default();
+    }
+
+    /// Takes back the members of `root`'s tree that an earlier run persisted and are still
+    /// alive. Returns them, and the persisted members that died.
+    pub fn take_back(&mut self, root: ProcessKey, persisted: Vec<Member>) -> Changes {
         let mut changes = Changes::default();
         for member in persisted {
             if self.proc.check_key(member.key) == Liveness::Alive {
-                self.attach(Member { root, ..member });
+                let member = Member { root, ..member };
+                if self.attach(member.clone()) {
+                    changes.added.push(member);
+                }
             } else {
                 changes.removed.push(member.key);
             }
         }
-        let mut starts: Vec<ProcessKey> = self.trees[&root].keys().copied().collect();
-        starts.push(root);
-        // The tree's own processes where the kernel lists children; else all of /proc.
-        match self
-            .subtree(&starts)
-            .map_or_else(|| self.proc.processes(), Ok)
-        {
-            Ok(processes) => changes.extend(self.attach_descendants(&processes, Some(root))),
-            Err(e) => tracing::warn!(error = %e, "cannot scan /proc for a new tree's members"),
+        changes
+    }
+
+    /// Takes members whose kernel entries were written off the engine (see
+    /// [`write_members`]) into their trees, if still followed. Returns those that joined.
+    pub fn adopt(&mut self, members: impl IntoIterator<Item = Member>) -> Changes {
+        let mut changes = Changes::default();
+        for member in members {
+            if self.join(&member) {
+                changes.added.push(member);
+            }
+        }
+        changes
+    }
+
+    /// Adds a member to its tree here only; false when its tree is not followed or it is
+    /// a member already.
+    fn join(&mut self, member: &Member) -> bool {
+        if member.key == member.root || self.member_of(member.key).is_some() {
+            return false;
+        }
+        let Some(tree) = self.trees.get_mut(&member.root) else {
+            return false;
+        };
+        Arc::make_mut(tree).insert(member.key, member.comm.clone());
+        self.root_of.insert(member.key, member.root);
+        true
+    }
+
+    /// Attaches members found off the engine, each to its tree if that is still followed.
+    /// Returns those that joined.
+    pub fn attach_found(&mut self, found: impl IntoIterator<Item = Member>) -> Changes {
+        let mut changes = Changes::default();
+        for member in found {
+            if self.attach(member.clone()) {
+                changes.added.push(member);
+            }
         }
         changes
     }
@@ -229,46 +403,12 @@ impl Membership {
         }
     }
 
-    /// `starts` and every process descended from them, found through the kernel's lists of
-    /// children: proportional to the tree, not to the machine's processes. `None` where the
-    /// kernel has no such lists.
-    fn subtree(&self, starts: &[ProcessKey]) -> Option<Vec<Stat>> {
-        let mut found = Vec::new();
-        let mut queue: Vec<u32> = starts.iter().map(|key| key.pid).collect();
-        let mut seen: HashSet<u32> = queue.iter().copied().collect();
-        while let Some(pid) = queue.pop() {
-            let Ok(stat) = self.proc.stat(pid) else {
-                continue;
-            };
-            match self.proc.children(pid) {
-                Ok(children) => {
-                    queue.extend(children.into_iter().filter(|child| seen.insert(*child)));
-                }
-                Err(liveness_proc::identity::IdentityError::Read { source, .. })
-                    if source.kind() == std::io::ErrorKind::NotFound
-                        && self.proc.stat(pid).is_ok() =>
-                {
-                    return None;
-                }
-                // Gone meanwhile.
-                Err(_) => {}
-            }
-            found.push(stat);
-        }
-        Some(found)
-    }
-
     /// Adds a member to its tree and to the kernel map (so its own forks join in the
     /// kernel); false when it was already known.
     fn attach(&mut self, member: Member) -> bool {
-        let Some(tree) = self.trees.get_mut(&member.root) else {
-            return false;
-        };
-        if member.key == member.root || self.root_of.contains_key(&member.key) {
+        if !self.join(&member) {
             return false;
         }
-        Arc::make_mut(tree).insert(member.key, member.comm.clone());
-        self.root_of.insert(member.key, member.root);
         self.write_to_kernel(KernelMember {
             member: member.key,
             root: member.root,
@@ -276,46 +416,18 @@ impl Membership {
         true
     }
 
+    /// A handle of the kernel's members map to write entries with off the engine (see
+    /// [`write_members`]).
+    pub fn kernel_writer(&self) -> Option<MembersMap> {
+        self.kernel_reader()
+    }
+
     /// Writes a member's entry to the kernel map, so that its own forks join its tree in
     /// the kernel.
     fn write_to_kernel(&mut self, entry: KernelMember) {
-        let Some(kernel) = &mut self.kernel else {
-            return;
-        };
-        match kernel.insert(entry) {
-            // A process that exited before its entry was written (a zombie still shows in
-            // /proc) had nothing for its exit to remove: the entry would outlive it, and the
-            // map's word is that its members are alive. Checked after the write, so an exit
-            // after the check finds the entry and removes it.
-            Ok(true) if self.proc.check_key(entry.member) != Liveness::Alive => {
-                kernel.remove(entry);
-            }
-            Ok(_) => {}
-            // No slot left: counted as full, so scans cover the trees from now on.
-            Err(error) => {
-                tracing::debug!(%error, member = %entry.member, "cannot add a member to the kernel map");
-            }
+        if let Some(kernel) = &mut self.kernel {
+            write_member(kernel, &self.proc, entry);
         }
-    }
-
-    /// Attaches every process in `processes` descended from a root or a member (of `only`
-    /// when given). Returns the new members.
-    fn attach_descendants(&mut self, processes: &[Stat], only: Option<ProcessKey>) -> Changes {
-        let found = descendants(processes, |key| {
-            let root = if self.trees.contains_key(&key) {
-                Some(key)
-            } else {
-                self.root_of.get(&key).copied()
-            };
-            root.filter(|root| only.is_none_or(|only| only == *root))
-        });
-        let mut changes = Changes::default();
-        for member in found {
-            if self.attach(member.clone()) {
-                changes.added.push(member);
-            }
-        }
-        changes
     }
 
     /// Takes `key` into its tree now if the kernel map holds it as a member, one the last
@@ -323,7 +435,7 @@ impl Membership {
     /// nested session), after which only this copy says it is a member. Returns it when it
     /// joined.
     pub fn merge_member(&mut self, key: ProcessKey) -> Option<Member> {
-        if self.root_of.contains_key(&key) {
+        if self.member_of(key).is_some() {
             return None;
         }
         let root = self.kernel_root_of(key)?;
@@ -341,133 +453,116 @@ impl Membership {
         self.trees.keys().copied()
     }
 
-    /// Stops following the trees of `roots`: their members are forgotten here and in the
-    /// kernel, whose map is read once for all of them. Returns the members.
-    pub fn forget(&mut self, roots: &[ProcessKey]) -> Vec<ProcessKey> {
-        let roots: HashSet<ProcessKey> = roots
-            .iter()
-            .copied()
-            .filter(|root| self.trees.contains_key(root))
-            .collect();
-        if roots.is_empty() {
-            return Vec::new();
-        }
-        let mut members = Vec::new();
-        for root in &roots {
-            self.unrooted.remove(root);
-            if let Some(tree) = self.trees.remove(root) {
-                members.extend(tree.keys().map(|&member| KernelMember {
-                    member,
-                    root: *root,
-                }));
-            }
-        }
-        for entry in &members {
-            self.root_of.remove(&entry.member);
-        }
-        // Including what the kernel added since the last refresh.
-        let news = self.kernel_news();
-        if let Some(kernel) = &mut self.kernel {
-            for &entry in &members {
-                kernel.remove(entry);
-            }
-            for entry in news {
-                if roots.contains(&entry.root) {
-                    kernel.remove(entry);
-                }
+    /// Stops following the trees of `roots`. Returns them, for [`Membership::unlink`] to
+    /// take their members out here and in the kernel, a slice at a time (with what
+    /// [`kernel_entries_of`] finds the kernel added since the last refresh).
+    pub fn forget(&mut self, roots: &[ProcessKey]) -> Forgotten {
+        let mut forgotten = Forgotten::default();
+        for &root in roots {
+            if let Some(tree) = self.trees.remove(&root) {
+                self.unrooted.remove(&root);
+                forgotten.trees.push((root, tree));
             }
         }
         // A root that is a member of a tree still followed (a nested session) had its
         // entry made its own tree's root while tracked: it goes back to the outer tree.
-        for &root in &roots {
-            if let Some(&outer) = self.root_of.get(&root) {
+        for &(root, _) in &forgotten.trees {
+            if let Some(outer) = self.member_of(root) {
                 self.write_to_kernel(KernelMember {
                     member: root,
                     root: outer,
                 });
             }
         }
-        members.into_iter().map(|entry| entry.member).collect()
+        forgotten
     }
 
-    /// Merges what the kernel added, scans `/proc` where the kernel does not follow every
-    /// fork, and drops members that died.
-    pub fn refresh(&mut self) -> Changes {
-        let mut changes = Changes::default();
-        // Read before the walk: a member added during it changes the count again. Members
-        // of roots without a tree are never merged, so with no tree there is nothing to walk.
-        self.merged_added = self.kernel.as_ref().and_then(MembersMap::added_count);
-        if self.trees.is_empty() {
-            return changes;
-        }
-        // With a kernel map that never filled, a member it does not hold has died (the exit
-        // program removed it), or was never in it; only those are checked in /proc.
-        let mut in_kernel = HashSet::new();
-        if let Some(kernel) = &self.kernel {
-            let entries = kernel.members();
-            for entry in entries {
-                in_kernel.insert(entry.member);
-                if !self.trees.contains_key(&entry.root) || self.root_of.contains_key(&entry.member)
-                {
-                    continue;
-                }
-                // Its comm, and proof that it is still the process the kernel recorded.
-                match self.proc.stat(entry.member.pid) {
-                    Ok(stat) if stat.start_ticks == entry.member.start_ticks => {
-                        let member = Member {
-                            key: entry.member,
-                            root: entry.root,
-                            comm: stat.comm,
-                        };
-                        if self.attach(member.clone()) {
-                            changes.added.push(member);
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        }
-        let scanned = match self.mode() {
-            MembershipMode::Kernel => None,
-            MembershipMode::Scan | MembershipMode::KernelAndScan => match self.proc.processes() {
-                Ok(processes) => Some(processes),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot scan /proc for members");
-                    None
-                }
-            },
-        };
-        if let Some(processes) = &scanned {
-            changes.extend(self.attach_descendants(processes, None));
-        }
-        let alive: Option<HashSet<ProcessKey>> = scanned.as_ref().map(|processes| {
-            processes
-                .iter()
-                .filter(|stat| !stat.has_exited())
-                .map(|stat| ProcessKey {
-                    pid: stat.pid,
-                    start_ticks: stat.start_ticks,
-                })
-                .collect()
-        });
-        let dead: Vec<ProcessKey> = self
-            .root_of
-            .keys()
-            .filter(|key| match &alive {
-                Some(alive) => !alive.contains(key),
-                None => !in_kernel.contains(key) && self.proc.check_key(**key) != Liveness::Alive,
-            })
-            .copied()
-            .collect();
-        for key in dead {
-            if let Some(root) = self.root_of.remove(&key)
-                && let Some(tree) = self.trees.get_mut(&root)
+    /// Takes the members of forgotten trees out: here, unless a tree followed since holds
+    /// them, and in the kernel, unless their tree is followed again.
+    pub fn unlink(&mut self, entries: &[KernelMember]) {
+        for &entry in entries {
+            if self.root_of.get(&entry.member) == Some(&entry.root)
+                && !self.trees.contains_key(&entry.root)
             {
-                Arc::make_mut(tree).remove(&key);
+                self.root_of.remove(&entry.member);
             }
-            changes.removed.push(key);
+            if let Some(kernel) = &mut self.kernel
+                && !self.trees.contains_key(&entry.root)
+            {
+                kernel.remove(entry);
+            }
         }
+    }
+
+    /// What a refresh reads of the trees (see [`RefreshView::read`]), or `None` with no
+    /// tree followed.
+    pub fn refresh_view(&self) -> Option<RefreshView> {
+        if self.trees.is_empty() {
+            return None;
+        }
+        Some(RefreshView {
+            roots: self.trees.keys().copied().collect(),
+            known: self.root_of.clone(),
+            scan: self.mode() != MembershipMode::Kernel,
+        })
+    }
+
+    /// Drops a member found dead. Returns whether it was one.
+    pub fn drop_dead(&mut self, key: ProcessKey) -> bool {
+        let Some(root) = self.member_of(key) else {
+            return false;
+        };
+        self.root_of.remove(&key);
+        if let Some(tree) = self.trees.get_mut(&root) {
+            Arc::make_mut(tree).remove(&key);
+        }
+        true
+    }
+
+    /// Notes that the trees hold what the kernel added up to its count `added`.
+    pub fn merged(&mut self, added: Option<u64>) {
+        self.merged_added = added;
+    }
+
+    /// A whole refresh at once (at shutdown, and in tests): merges what the kernel added,
+    /// scans `/proc` where the kernel does not follow every fork, and drops members that
+    /// died.
+    pub fn refresh(&mut self) -> Changes {
+        let Some(view) = self.refresh_view() else {
+            self.merged_added = self.kernel.as_ref().and_then(MembersMap::added_count);
+            return Changes::default();
+        };
+        let refreshed = view.read(self.kernel.as_ref(), &self.proc);
+        let mut changes = self.attach_found(refreshed.found);
+        for key in refreshed.dead {
+            if self.drop_dead(key) {
+                changes.removed.push(key);
+            }
+        }
+        self.merged_added = refreshed.merged_added;
         changes
+    }
+
+    /// The root of the tree `key` belongs to as far as merged (no kernel lookup): itself for
+    /// a followed root.
+    pub fn known_root_of(&self, key: ProcessKey) -> Option<ProcessKey> {
+        if self.trees.contains_key(&key) {
+            return Some(key);
+        }
+        self.member_of(key)
+    }
+
+    /// The followed tree `key` is a member of, as merged.
+    fn member_of(&self, key: ProcessKey) -> Option<ProcessKey> {
+        self.root_of
+            .get(&key)
+            .copied()
+            .filter(|root| self.trees.contains_key(root))
+    }
+
+    /// Whether the tree of `root` is followed.
+    pub fn follows(&self, root: ProcessKey) -> bool {
+        self.trees.contains_key(&root)
     }
 
     /// The root of the tree `key` belongs to: itself for a followed root.
@@ -475,8 +570,8 @@ impl Membership {
         if self.trees.contains_key(&key) {
             return Some(key);
         }
-        if let Some(root) = self.root_of.get(&key) {
-            return Some(*root);
+        if let Some(root) = self.member_of(key) {
+            return Some(root);
         }
         // Forked since the last refresh.
         self.kernel_root_of(key)
@@ -568,7 +663,7 @@ impl Membership {
         MembershipStatus {
             mode,
             trees: self.trees.len() as u64,
-            members: self.root_of.len() as u64,
+            members: self.trees.values().map(|tree| tree.len() as u64).sum(),
             scan_interval_ms: scan_interval.as_millis() as u64,
             kernel_capacity: self.kernel.as_ref().map(MembersMap::capacity),
             kernel_used: self.kernel.as_ref().map(MembersMap::slots_used),
@@ -576,6 +671,77 @@ impl Membership {
             misses: mode.misses().to_owned(),
         }
     }
+}
+
+/// `starts` and every process descended from them, found through the kernel's lists of
+/// children: proportional to the tree, not to the machine's processes. `None` where the
+/// kernel has no such lists.
+fn subtree(proc: &ProcRoot, starts: &[ProcessKey]) -> Option<Vec<Stat>> {
+    let mut found = Vec::new();
+    let mut queue: Vec<u32> = starts.iter().map(|key| key.pid).collect();
+    let mut seen: HashSet<u32> = queue.iter().copied().collect();
+    while let Some(pid) = queue.pop() {
+        let Ok(stat) = proc.stat(pid) else {
+            continue;
+        };
+        match proc.children(pid) {
+            Ok(children) => {
+                queue.extend(children.into_iter().filter(|child| seen.insert(*child)));
+            }
+            Err(liveness_proc::identity::IdentityError::Read { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound && proc.stat(pid).is_ok() =>
+            {
+                return None;
+            }
+            // Gone meanwhile.
+            Err(_) => {}
+        }
+        found.push(stat);
+    }
+    Some(found)
+}
+
+/// Writes a member's entry to the kernel map, so that its own forks join its tree in the
+/// kernel.
+fn write_member(kernel: &mut MembersMap, proc: &ProcRoot, entry: KernelMember) {
+    match kernel.insert(entry) {
+        // A process that exited before its entry was written (a zombie still shows in
+        // /proc) had nothing for its exit to remove: the entry would outlive it, and the
+        // map's word is that its members are alive. Checked after the write, so an exit
+        // after the check finds the entry and removes it.
+        Ok(true) if proc.check_key(entry.member) != Liveness::Alive => {
+            kernel.remove(entry);
+        }
+        Ok(_) => {}
+        // No slot left: counted as full, so scans cover the trees from now on.
+        Err(error) => {
+            tracing::debug!(%error, member = %entry.member, "cannot add a member to the kernel map");
+        }
+    }
+}
+
+/// Writes the kernel entries of members found off the engine, there too: the engine then
+/// only [`Membership::adopt`]s them.
+pub fn write_members(kernel: Option<&mut MembersMap>, proc: &ProcRoot, members: &[Member]) {
+    if let Some(kernel) = kernel {
+        for member in members {
+            let entry = KernelMember {
+                member: member.key,
+                root: member.root,
+            };
+            write_member(kernel, proc, entry);
+        }
+    }
+}
+
+/// The kernel map's entries of members of `roots`, by a walk of the map: what the kernel
+/// added to forgotten trees since they were last merged.
+pub fn kernel_entries_of(kernel: &MembersMap, roots: &HashSet<ProcessKey>) -> Vec<KernelMember> {
+    kernel
+        .members()
+        .into_iter()
+        .filter(|entry| roots.contains(&entry.root))
+        .collect()
 }
 
 /// The processes descended from a process that `tree_of` places in a tree, each with that
@@ -693,6 +859,14 @@ mod tests {
 
     /// Scan-mode membership over the real /proc, the tree of this test process not yet
     /// followed, and a sleeping child of it (the caller kills it).
+    /// Follows `root` and attaches its descendants at once, as the engine does after its
+    /// walk off the engine.
+    fn follow_now(membership: &mut Membership, root: ProcessKey) -> Changes {
+        membership.follow(root);
+        let found = membership.view(root).descendants(&ProcRoot::default());
+        membership.attach_found(found)
+    }
+
     fn this_process_and_a_child() -> (Membership, ProcessKey, std::process::Child, ProcessKey) {
         let proc = ProcRoot::default();
         let child = std::process::Command::new("sleep")
@@ -711,7 +885,7 @@ mod tests {
         // A root that still shows in /proc as running, as an owner whose death the kernel
         // reported may: its tree's survivors are its members only.
         let (mut membership, root, mut child, child_key) = this_process_and_a_child();
-        membership.follow(root, Vec::new());
+        follow_now(&mut membership, root);
 
         // Answered for a batch of roots, in order: one without a tree has none.
         let survivors = membership.survivors(&[key(1, 0), root]);
@@ -734,10 +908,10 @@ mod tests {
     fn a_live_child_is_attached_and_a_dead_one_dropped() {
         let (mut membership, root, mut child, child_key) = this_process_and_a_child();
 
-        let changes = membership.follow(root, Vec::new());
+        let changes = follow_now(&mut membership, root);
         assert!(
             changes.added.iter().any(|m| m.key == child_key),
-            "the running child joins at follow: {changes:?}"
+            "the running child joins when its tree is followed: {changes:?}"
         );
         assert_eq!(membership.root_of(child_key), Some(root));
         let live: Vec<ProcessKey> = membership
@@ -757,7 +931,12 @@ mod tests {
         assert!(changes.removed.contains(&child_key), "{changes:?}");
         assert_eq!(membership.root_of(child_key), None);
         // Other tests of this binary may have children of their own in the tree.
-        assert!(!membership.forget(&[root]).contains(&child_key));
+        assert!(
+            !membership
+                .forget(&[root])
+                .entries()
+                .any(|e| e.member == child_key)
+        );
         assert_eq!(
             membership.root_of(root),
             None,

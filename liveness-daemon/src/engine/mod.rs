@@ -19,8 +19,9 @@ use crate::reap::Reaper;
 use crate::source::members_map::MembersMap;
 use crate::source::monitor::Monitor;
 use crate::store::{ListQuery, Store, StoreError};
+use liveness_common::identity::ProcessKey;
 use liveness_common::protocol::{ErrorBody, ErrorCode, Reply, Request};
-use liveness_common::session::{Phase, Session};
+use liveness_common::session::{Phase, Session, Survivors};
 use liveness_common::status::{Counters, DaemonInfo};
 use liveness_proc::identity::{IdentityError, ProcRoot};
 use membership::{Membership, TreeView};
@@ -44,6 +45,7 @@ mod tests;
 
 pub use auth::Caller;
 pub use trees::processes_of;
+pub use whose::ancestry;
 
 /// Most exits committed in one transaction when they arrive together.
 const MAX_BATCH: usize = 1024;
@@ -138,10 +140,25 @@ pub enum Command {
     Subscribe {
         reply: oneshot::Sender<Subscription>,
     },
-    /// How many wait for each of these locks (`lock_list`).
-    Waiters {
-        keys: Vec<(u32, String)>,
-        reply: oneshot::Sender<Vec<u32>>,
+    /// How many wait for each lock that has waiters (`lock_list`).
+    Waiting {
+        reply: oneshot::Sender<std::collections::HashMap<(u32, String), u32>>,
+    },
+    /// `whose`, with the ancestry of the pid read off the engine.
+    Whose {
+        caller: Caller,
+        pid: u32,
+        ancestry: Vec<whose::Link>,
+        reply: oneshot::Sender<Reply>,
+    },
+    /// `end`, with the survivors of the owner's tree (named by its root) read off the engine.
+    End {
+        caller: Caller,
+        session: String,
+        uid: Option<u32>,
+        terminate: bool,
+        survivors: Option<(ProcessKey, Survivors)>,
+        reply: oneshot::Sender<Reply>,
     },
     /// The session a `processes` request names, with its tree to read off the engine.
     Tree {
@@ -195,6 +212,18 @@ pub struct Engine {
     /// `processes`, reaps).
     members_reader: Option<Arc<MembersMap>>,
     reaper: Reaper,
+    /// Tree work found off the engine, done a chunk at a time (see [`trees`]).
+    tree_work: std::collections::VecDeque<trees::TreeWork>,
+    /// Walks of `/proc` and of the kernel map under way, off the engine.
+    tree_walks: JoinSet<Vec<trees::TreeWork>>,
+    /// A refresh of the trees is under way (walking, or its findings queued).
+    refreshing: bool,
+    /// A handle of the kernel's members map for the walks off the engine to write with.
+    members_writer: Option<Arc<std::sync::Mutex<MembersMap>>>,
+    /// Trees being walked off the engine, with the replies that wait for their walk.
+    walking: std::collections::HashMap<ProcessKey, Vec<(oneshot::Sender<Reply>, Reply)>>,
+    /// Members to persist at the next refresh (`None`: to forget).
+    unsaved_members: std::collections::HashMap<ProcessKey, Option<crate::store::Member>>,
     /// Sessions' surviving processes being terminated: each task waits out a grace period
     /// and returns what it did, for the engine to commit.
     reaps: JoinSet<reaping::ReapDone>,
@@ -274,6 +303,9 @@ impl Engine {
         );
         Ok(Engine {
             members_reader: membership.kernel_reader().map(Arc::new),
+            members_writer: membership
+                .kernel_writer()
+                .map(|writer| Arc::new(std::sync::Mutex::new(writer))),
             membership,
             hops: config.trace_hops.then(hops::HopTrace::default),
             fresh_owners: owner_checks::FreshOwners::default(),
@@ -294,6 +326,11 @@ impl Engine {
             waiters: locks::Waiters::default(),
             reaper,
             reaps: JoinSet::new(),
+            tree_work: std::collections::VecDeque::new(),
+            tree_walks: JoinSet::new(),
+            refreshing: false,
+            unsaved_members: std::collections::HashMap::new(),
+            walking: std::collections::HashMap::new(),
         })
     }
 

@@ -131,8 +131,17 @@ async fn fixture() -> Fixture {
 }
 
 impl Fixture {
+    /// A request as a connection hands it to the engine (`end` with the survivors left
+    /// for the engine to read).
     fn ask(&mut self, caller: Caller, request: Request) -> Reply {
-        self.engine.request(caller, request, &[])
+        match request {
+            Request::End {
+                session,
+                uid,
+                terminate,
+            } => self.engine.end(caller, &session, uid, terminate, None),
+            request => self.engine.request(caller, request, &[]),
+        }
     }
 
     fn register(&mut self, caller: Caller, id: Option<&str>, owner: OwnerSpec) -> Reply {
@@ -641,13 +650,17 @@ fn locks(f: &mut Fixture, caller: Caller) -> Vec<liveness_common::lock::Lock> {
         after: None,
         limit: usize::MAX,
     };
+    let waiting = f.engine.waiting();
     let locks = reader.locks(&query).unwrap().locks;
-    let keys: Vec<_> = locks.iter().map(|l| (l.uid, l.name.clone())).collect();
-    let counts = f.engine.waiter_counts(&keys);
     locks
         .into_iter()
-        .zip(counts)
-        .map(|(lock, waiters)| liveness_common::lock::Lock { waiters, ..lock })
+        .map(|lock| {
+            let waiters = waiting.get(&(lock.uid, lock.name.clone())).copied();
+            liveness_common::lock::Lock {
+                waiters: waiters.unwrap_or(0),
+                ..lock
+            }
+        })
         .collect()
 }
 

@@ -567,6 +567,20 @@ impl Connection {
                         .lock_list(id, &self.engine, caller, uid, limit, after)
                         .await
                 }
+                Request::Whose { pid } => {
+                    let reply = self.readers.whose(&self.engine, caller, pid).await;
+                    Reply { id, ..reply }.into()
+                }
+                Request::End {
+                    session,
+                    uid,
+                    terminate,
+                } => {
+                    let reply = (self.readers)
+                        .end(&self.engine, caller, session, uid, terminate)
+                        .await;
+                    Reply { id, ..reply }.into()
+                }
                 Request::Processes { session, uid } => {
                     (self.readers)
                         .processes(id, &self.engine, caller, session, uid)

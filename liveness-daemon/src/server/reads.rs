@@ -173,35 +173,30 @@ impl Readers {
             },
             (Err(refused), _) | (_, Err(refused)) => return Reply::from(refused).into(),
         };
-        let database = self.database.clone();
-        let page = offload(move || EventReader::open(&database)?.locks(&query)).await;
-        let page = match page {
-            Some(Ok(page)) => page,
-            Some(Err(e)) => return read_reply::<()>("locks", Err(e), |_| Reply::ok()).into(),
-            None => return Reply::error(ErrorCode::Internal, "reading locks failed").into(),
-        };
-        let keys = page
-            .locks
-            .iter()
-            .map(|lock| (lock.uid, lock.name.clone()))
-            .collect();
-        let Some(counts) = ask_engine(engine, |reply| Command::Waiters { keys, reply }).await
-        else {
+        // The few locks that have waiters, from the engine first: a page read after
+        // cannot miss a lock granted meanwhile, only show a count a moment old.
+        let Some(waiting) = ask_engine(engine, |reply| Command::Waiting { reply }).await else {
             return stopping().into();
         };
-        let locks = page
-            .locks
-            .into_iter()
-            .zip(counts)
-            .map(|(lock, waiters)| liveness_common::lock::Lock { waiters, ..lock })
-            .collect();
-        Reply {
-            id,
-            locks: Some(locks),
-            next: page.next,
-            ..Reply::ok()
-        }
-        .into()
+        let database = self.database.clone();
+        offload_reply(id, "locks", move || {
+            let page = EventReader::open(&database).and_then(|reader| reader.locks(&query));
+            read_reply("locks", page, |page| Reply {
+                locks: Some(
+                    page.locks
+                        .into_iter()
+                        .map(|lock| {
+                            let key = (lock.uid, lock.name.clone());
+                            let waiters = waiting.get(&key).copied().unwrap_or(0);
+                            liveness_common::lock::Lock { waiters, ..lock }
+                        })
+                        .collect(),
+                ),
+                next: page.next,
+                ..Reply::ok()
+            })
+        })
+        .await
     }
 
     /// `processes`: the engine names the session and hands over its tree; reading what is
@@ -230,5 +225,65 @@ impl Readers {
             crate::engine::processes_of(session, tree, members.as_deref(), &proc)
         })
         .await
+    }
+
+    /// `whose`: the ancestry of the process is read here, then the engine looks it up.
+    pub async fn whose(&self, engine: &mpsc::Sender<Command>, caller: Caller, pid: u32) -> Reply {
+        let Readers { proc, members, .. } = self.clone();
+        let read =
+            offload(move || crate::engine::ancestry(&proc, members.as_deref(), caller.pid, pid));
+        let ancestry = match read.await {
+            Some(Ok(ancestry)) => ancestry,
+            Some(Err(error)) => return error.into(),
+            None => return Reply::error(ErrorCode::Internal, "reading the ancestry failed"),
+        };
+        ask_engine(engine, |reply| Command::Whose {
+            caller,
+            pid,
+            ancestry,
+            reply,
+        })
+        .await
+        .unwrap_or_else(stopping)
+    }
+
+    /// `end`: the survivors of the owner's tree are read here, then the engine ends the
+    /// session with them.
+    pub async fn end(
+        &self,
+        engine: &mpsc::Sender<Command>,
+        caller: Caller,
+        session: String,
+        uid: Option<u32>,
+        terminate: bool,
+    ) -> Reply {
+        let tree = ask_engine(engine, |reply| Command::Tree {
+            caller,
+            session: session.clone(),
+            uid,
+            reply,
+        });
+        let tree = match tree.await {
+            Some(Ok((_, tree))) => tree,
+            Some(Err(error)) => return error.into(),
+            None => return stopping(),
+        };
+        let survivors = match tree {
+            Some(tree) => {
+                let Readers { proc, members, .. } = self.clone();
+                offload(move || (tree.root(), tree.survivors(members.as_deref(), &proc))).await
+            }
+            None => None,
+        };
+        ask_engine(engine, |reply| Command::End {
+            caller,
+            session,
+            uid,
+            terminate,
+            survivors,
+            reply,
+        })
+        .await
+        .unwrap_or_else(stopping)
     }
 }

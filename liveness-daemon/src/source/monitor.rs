@@ -333,6 +333,11 @@ impl Monitor {
         active
     }
 
+    /// Whether `key` is watched.
+    pub fn is_tracked(&self, key: ProcessKey) -> bool {
+        self.tracked.contains_key(&key)
+    }
+
     /// Starts watching a process of this boot. Returns its death at once when it is
     /// already dead (or its PID was reused); it is then not tracked.
     pub fn track(&mut self, key: ProcessKey) -> Option<ExitObservation> {

@@ -184,6 +184,7 @@ pub enum EventPage {
     },
 }
 
+mod checkpoint;
 mod locks;
 mod members;
 mod reader;
@@ -193,6 +194,7 @@ mod rows;
 mod schema;
 mod writer;
 
+pub use checkpoint::Checkpointer;
 pub use locks::{Acquired, LockPage, LockQuery, MAX_LOCKS_PER_SESSION};
 pub use reader::{EventReader, ListQuery, SessionPage};
 pub use recovery::Recovered;

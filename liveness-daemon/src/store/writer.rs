@@ -76,6 +76,8 @@ impl Store {
         // per commit (about 250 us here), more than the whole latency budget of a death.
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", true)?;
+        // Never inside a commit: the checkpoint has a thread of its own (see `checkpoint`).
+        conn.pragma_update(None, "wal_autocheckpoint", 0)?;
         // 32 MiB (negative = KiB) instead of 2: a burst of thousands of finalizations in one
         // transaction dirties pages all over the sessions table, and a small cache spills them
         // to the WAL mid-transaction (end_many of 10k measured ~1.5x faster).
@@ -92,6 +94,11 @@ impl Store {
             path: path.into(),
             file,
         })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// Fails once the database file was deleted or replaced by another file since it was

@@ -29,6 +29,9 @@
 //! `testproc tree N` forks N children that sleep until it dies (they die with it), prints
 //! `ready` and lives until stdin ends: a big process tree that costs little.
 //!
+//! `testproc chain N` forks a chain of N processes, each the child of the one before (they
+//! die with it), prints the last one's PID and lives until stdin ends: a deep ancestry.
+//!
 //! `testproc linger SOCKET LINE` passes the daemon a descriptor whose close blocks: a
 //! loopback TCP socket with unsent data its peer never reads and a linger of 10^6 s. It
 //! sends LINE without its newline and with the socket in `SCM_RIGHTS`, closes its own copy
@@ -335,6 +338,50 @@ fn tree(count: usize) -> ! {
     exit_group(0)
 }
 
+/// See the module's `chain`.
+fn chain(depth: usize) -> ! {
+    let (read, write) = rustix::pipe::pipe().expect("pipe");
+    // SAFETY: getpid cannot fail.
+    let first = unsafe { libc::getpid() };
+    for level in 0..depth {
+        // SAFETY: getpid cannot fail.
+        let parent = unsafe { libc::getpid() };
+        // SAFETY: the child goes on with async-signal-safe calls only.
+        match unsafe { libc::fork() } {
+            // SAFETY: prctl, getppid and _exit are async-signal-safe.
+            0 => unsafe {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if libc::getppid() != parent {
+                    libc::_exit(0);
+                }
+            },
+            -1 => exit_group(101),
+            _ if level == 0 => break,
+            _ => loop {
+                // SAFETY: pause only waits for a signal.
+                unsafe { libc::pause() };
+            },
+        }
+    }
+    // SAFETY: getpid cannot fail.
+    let me = unsafe { libc::getpid() };
+    if me != first {
+        // The last of the chain (whatever forked it pauses): it tells the first its PID.
+        let _ = rustix::io::write(&write, format!("{me}\n").as_bytes());
+        loop {
+            // SAFETY: pause only waits for a signal.
+            unsafe { libc::pause() };
+        }
+    }
+    drop(write);
+    let mut last = String::new();
+    let _ = std::io::BufReader::new(std::fs::File::from(read)).read_line(&mut last);
+    print!("{last}");
+    let _ = std::io::stdout().flush();
+    wait_for_eof();
+    exit_group(0)
+}
+
 /// See the module's `linger`.
 fn linger(socket: &str, line: &str) -> ! {
     use std::net::{TcpListener, TcpStream};
@@ -392,6 +439,9 @@ fn linger(socket: &str, line: &str) -> ! {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("chain") {
+        chain(args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1));
+    }
     if args.first().map(String::as_str) == Some("tree") {
         tree(args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1));
     }
