@@ -3,26 +3,36 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::process::ExitCode;
 
 use clap::CommandFactory;
 
-use crate::args::Cli;
+use crate::args::{Cli, CompletionsArgs, GenerateManArgs};
+use crate::context::Context;
 use crate::exit::{Exit, Failure};
 
-/// `liveness completions SHELL`: the completion script on stdout.
-pub(crate) fn completions(shell: clap_complete::Shell) -> Result<Exit, Failure> {
-    let mut script = Vec::new();
-    clap_complete::generate(shell, &mut Cli::command(), "liveness", &mut script);
-    let mut out = std::io::stdout().lock();
-    out.write_all(&script)
-        .and_then(|()| out.flush())
-        .map_err(|e| Failure::new(Exit::IoErr, format!("cannot write the completions: {e}")))?;
-    Ok(Exit::Ok)
+impl CompletionsArgs {
+    /// The completion script on stdout.
+    pub(crate) fn execute(&self, _: &Context) -> Result<ExitCode, Failure> {
+        let mut script = Vec::new();
+        clap_complete::generate(self.shell, &mut Cli::command(), "liveness", &mut script);
+        let mut out = std::io::stdout().lock();
+        out.write_all(&script)
+            .and_then(|()| out.flush())
+            .map_err(|e| Failure::new(Exit::IoErr, format!("cannot write the completions: {e}")))?;
+        Ok(Exit::Ok.into())
+    }
 }
 
-/// `liveness generate-man DIR`: `liveness.1` and one `liveness-SUBCOMMAND.1` per
-/// subcommand, in DIR.
-pub(crate) fn man_pages(dir: &Path) -> Result<Exit, Failure> {
+impl GenerateManArgs {
+    /// `liveness.1` and one `liveness-SUBCOMMAND.1` per subcommand, in DIR.
+    pub(crate) fn execute(&self, _: &Context) -> Result<ExitCode, Failure> {
+        man_pages(&self.dir)?;
+        Ok(Exit::Ok.into())
+    }
+}
+
+fn man_pages(dir: &Path) -> Result<(), Failure> {
     let io = |e: std::io::Error| Failure::new(Exit::IoErr, format!("{}: {e}", dir.display()));
     std::fs::create_dir_all(dir).map_err(io)?;
     let command = Cli::command();
@@ -31,7 +41,7 @@ pub(crate) fn man_pages(dir: &Path) -> Result<Exit, Failure> {
         let name = format!("liveness-{}", sub.get_name());
         write_page(dir, &name, sub.clone().bin_name(&name).display_name(&name)).map_err(io)?;
     }
-    Ok(Exit::Ok)
+    Ok(())
 }
 
 fn write_page(dir: &Path, name: &str, command: clap::Command) -> std::io::Result<()> {

@@ -1,29 +1,32 @@
 //! `liveness processes --session S`: the live processes of a session's tree.
 
-use std::path::Path;
+use std::process::ExitCode;
 
 use liveness_common::protocol::{MemberProcess, Request};
 
-use crate::args::SessionArgs;
+use crate::args::{ProcessesArgs, SessionArgs};
+use crate::context::Context;
 use crate::exit::{Exit, Failure};
 use crate::output::{self, outln};
 
-pub(crate) fn processes(
-    socket: &Path,
-    SessionArgs { session, uid }: SessionArgs,
-    json: bool,
-) -> Result<Exit, Failure> {
-    let reply = crate::call(socket, &Request::Processes { session, uid })?;
-    let processes = reply.processes.unwrap_or_default();
-    if json {
-        output::json(&processes);
-    } else {
-        outln!("{:>8} {:>8} {:>10}  COMMAND", "PID", "PPID", "AGE");
-        for process in &processes {
-            outln!("{}", describe(process));
+impl ProcessesArgs {
+    pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
+        let SessionArgs { session, uid } = &self.session;
+        let request = Request::Processes {
+            session: session.clone(),
+            uid: *uid,
+        };
+        let processes = context.call(&request)?.processes.unwrap_or_default();
+        if context.json {
+            output::json(&processes);
+        } else {
+            outln!("{:>8} {:>8} {:>10}  COMMAND", "PID", "PPID", "AGE");
+            for process in &processes {
+                outln!("{}", describe(process));
+            }
         }
+        Ok(Exit::Ok.into())
     }
-    Ok(Exit::Ok)
 }
 
 /// One line: pid (starred for the owner), parent, age and command line.

@@ -17,95 +17,62 @@ use std::process::ExitCode;
 use liveness_client::{Client, Owner, Registration};
 use liveness_common::session::OnEnd;
 
-use crate::Context;
-use crate::args::{CleanupArgs, parse_label};
+use crate::args::{LockWait, RunArgs};
+use crate::context::Context;
 use crate::exit::{Exit, Failure};
-use crate::lock::WaitArgs;
 
-pub(crate) const RUN_HELP: &str = "\
-Exit codes of run:
-  CMD's own exit code; 128+N when signal N killed it
-  126 CMD cannot be executed      127 CMD was not found
-  Before CMD starts, those of every command (see `liveness --help`): for lock run,
-  3 (lock_held) when the lock is held (without --wait, or after --timeout).";
-
-/// What `run` runs, as which session.
-#[derive(Debug, clap::Args)]
-pub(crate) struct RunArgs {
-    /// The session id (default: a new `run-<random hex>`). An active session of this id
-    /// gets CMD as its new owner.
-    #[arg(long)]
-    session: Option<String>,
-    /// A label KEY=VALUE stored with the session and its events (repeatable).
-    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
-    labels: Vec<(String, String)>,
-    #[command(flatten)]
-    cleanup: CleanupArgs,
-    /// The command and its arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "CMD")]
-    command: Vec<OsString>,
-}
-
-/// `liveness run`.
-pub(crate) fn run(context: &Context, args: RunArgs) -> Result<ExitCode, Failure> {
-    run_session(context, args, None)
-}
-
-/// `liveness lock run`.
-pub(crate) fn run_holding(
-    context: &Context,
-    name: &str,
-    wait: WaitArgs,
-    args: RunArgs,
-) -> Result<ExitCode, Failure> {
-    run_session(context, args, Some((name, wait)))
-}
-
-/// Runs CMD as the owner of the session, holding `lock` if given: CMD's status as a shell
-/// reports it, or liveness's own failure before CMD started.
-fn run_session(
-    context: &Context,
-    args: RunArgs,
-    lock: Option<(&str, WaitArgs)>,
-) -> Result<ExitCode, Failure> {
-    let socket = context.socket.as_path();
-    let id = args.session.unwrap_or_else(new_run_id);
-    let program = Program::new(&args.command, &id, lock.map(|(name, _)| name))?;
-    let child = program
-        .fork()
-        .map_err(|e| Failure::new(Exit::Software, format!("cannot start a process: {e}")))?;
-    let mut client = Client::connect(socket)?;
-    let registration = Registration {
-        session: Some(id.clone()),
-        owner: Owner::Pid(child.pid as u32),
-        pending: false,
-        labels: args.labels.into_iter().collect(),
-        uid: None,
-        on_end: args.cleanup.on_end.map(OnEnd::from),
-        grace: args.cleanup.grace,
-        wrappers: Vec::new(),
-    };
-    client.register(&registration)?;
-    let token = match lock {
-        Some((name, wait)) => Some(
-            client
-                .lock_acquire(name, &id, None, wait.wait, wait.timeout)?
-                .token,
-        ),
-        None => None,
-    };
-    drop(client);
-    let status = child
-        .start(token)
-        .map_err(|e| Failure::new(Exit::Software, format!("lost track of the command: {e}")))?;
-    // The owner is dead: the daemon ends the session from the death itself, with CMD's exit
-    // status, releasing its locks. Waiting for that means the lock is free once run exits.
-    if let Err(e) = Client::connect(socket).and_then(|client| client.wait_for_end(&id, None)) {
-        eprintln!(
-            "liveness: the command ended, but the end of session {id} was not confirmed: {e}"
-        );
+impl RunArgs {
+    pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
+        self.run_session(context, None)
     }
-    Ok(ExitCode::from(status))
+
+    /// Runs CMD as the owner of the session, holding `lock` if given: CMD's status as a shell
+    /// reports it, or liveness's own failure before CMD started.
+    pub(crate) fn run_session(
+        &self,
+        context: &Context,
+        lock: Option<(&str, LockWait)>,
+    ) -> Result<ExitCode, Failure> {
+        let id = self.session.clone().unwrap_or_else(new_run_id);
+        let program = Program::new(&self.command, &id, lock.map(|(name, _)| name))?;
+        let child = program
+            .fork()
+            .map_err(|e| Failure::new(Exit::Software, format!("cannot start a process: {e}")))?;
+        let mut client = context.connect()?;
+        let registration = Registration {
+            session: Some(id.clone()),
+            owner: Owner::Pid(child.pid as u32),
+            pending: false,
+            labels: self.labels.iter().cloned().collect(),
+            uid: None,
+            on_end: self.cleanup.on_end.map(OnEnd::from),
+            grace: self.cleanup.grace,
+            wrappers: Vec::new(),
+        };
+        client.register(&registration)?;
+        let token = match lock {
+            Some((name, wait)) => Some(
+                client
+                    .lock_acquire(name, &id, None, wait.wait, wait.timeout)?
+                    .token,
+            ),
+            None => None,
+        };
+        drop(client);
+        let status = child
+            .start(token)
+            .map_err(|e| Failure::new(Exit::Software, format!("lost track of the command: {e}")))?;
+        // The owner is dead: the daemon ends the session from the death itself, with CMD's exit
+        // status, releasing its locks. Waiting for that means the lock is free once run exits.
+        if let Err(e) =
+            Client::connect(&context.socket).and_then(|client| client.wait_for_end(&id, None))
+        {
+            eprintln!(
+                "liveness: the command ended, but the end of session {id} was not confirmed: {e}"
+            );
+        }
+        Ok(ExitCode::from(status))
+    }
 }
 
 /// A fresh session id for a run: random, so never one that exists.

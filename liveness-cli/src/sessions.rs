@@ -1,0 +1,139 @@
+//! The commands about sessions that are one request and its reply: `register`, `rename`,
+//! `touch`, `end`, `get`, `list` and `whose`.
+
+use std::process::ExitCode;
+
+use liveness_client::{Owner, Registration};
+use liveness_common::protocol::Request;
+use liveness_common::session::{OnEnd, Phase};
+
+use crate::args::{
+    EndArgs, GetArgs, ListArgs, OwnerArg, PhaseArg, RegisterArgs, RenameArgs, SessionArgs,
+    TouchArgs, WhoseArgs,
+};
+use crate::context::Context;
+use crate::exit::{Exit, Failure};
+use crate::output::{self, outln};
+use crate::render::{describe_session, print_session, print_session_table};
+
+impl RegisterArgs {
+    pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
+        let registration = Registration {
+            session: self.session.clone(),
+            owner: self.owner.0.to_owner()?,
+            pending: self.pending,
+            labels: self.labels.iter().cloned().collect(),
+            uid: self.uid,
+            wrappers: self.wrappers.clone(),
+            on_end: self.cleanup.on_end.map(OnEnd::from),
+            grace: self.cleanup.grace,
+        };
+        let registered = context.connect()?.register_with_warnings(&registration)?;
+        for warning in &registered.warnings {
+            output::warn(warning, context.json);
+        }
+        print_session(&registered.session, context.json);
+        Ok(Exit::Ok.into())
+    }
+}
+
+impl OwnerArg {
+    /// The owner to register. `auto` stays a request to the daemon: it walks up from the
+    /// caller's pid, which the kernel translates into the daemon's namespace
+    /// (`SO_PEERCRED`), so no number crosses a namespace.
+    fn to_owner(&self) -> Result<Owner, Failure> {
+        match self {
+            OwnerArg::Auto => Ok(Owner::Auto),
+            OwnerArg::Pid(pid) => Ok(Owner::Pid(*pid)),
+            OwnerArg::Identity(text) => {
+                serde_json::from_str(text)
+                    .map(Owner::Identity)
+                    .map_err(|e| {
+                        Failure::new(Exit::DataErr, format!("invalid --owner-identity JSON: {e}"))
+                    })
+            }
+        }
+    }
+}
+
+impl RenameArgs {
+    pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
+        let session = context
+            .connect()?
+            .rename(&self.session, &self.to, self.uid)?;
+        print_session(&session, context.json);
+        Ok(Exit::Ok.into())
+    }
+}
+
+impl TouchArgs {
+    pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
+        let SessionArgs { session, uid } = &self.session;
+        let session = context.connect()?.touch(session, *uid)?;
+        print_session(&session, context.json);
+        Ok(Exit::Ok.into())
+    }
+}
+
+impl EndArgs {
+    pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
+        let SessionArgs { session, uid } = &self.session;
+        // The client's `end` never terminates; `--terminate` asks in the request itself.
+        let request = Request::End {
+            session: session.clone(),
+            uid: *uid,
+            terminate: self.terminate,
+        };
+        if let Some(session) = &context.call(&request)?.session {
+            print_session(session, context.json);
+        }
+        Ok(Exit::Ok.into())
+    }
+}
+
+impl GetArgs {
+    pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
+        let SessionArgs { session, uid } = &self.session;
+        let session = context.connect()?.get(session, *uid)?;
+        print_session(&session, context.json);
+        Ok(Exit::Ok.into())
+    }
+}
+
+impl ListArgs {
+    /// Every page: text one session a line, JSON as one array.
+    pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
+        let phase = self.phase.map(|phase| match phase {
+            PhaseArg::Active => Phase::Active,
+            PhaseArg::Ended => Phase::Ended,
+        });
+        let mut sessions = context.connect()?.list(phase)?;
+        sessions.retain(|session| self.labels.matches(&session.labels));
+        if context.json {
+            output::json(&sessions);
+        } else {
+            print_session_table(&sessions, phase.is_some() || !self.labels.labels.is_empty());
+        }
+        Ok(Exit::Ok.into())
+    }
+}
+
+impl WhoseArgs {
+    pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
+        let reply = context.call(&Request::Whose { pid: self.pid })?;
+        if context.json {
+            output::json(
+                &serde_json::json!({ "session": reply.session, "owner_pid": reply.owner_pid }),
+            );
+        } else if let Some(session) = &reply.session {
+            let via = match reply.owner_pid {
+                Some(owner) if owner != self.pid => {
+                    format!(", in the process tree of its owner {owner}")
+                }
+                _ => String::new(),
+            };
+            outln!("{}{via}", describe_session(session));
+        }
+        Ok(Exit::Ok.into())
+    }
+}

@@ -1,0 +1,21 @@
+//! `liveness status`: the daemon's state.
+
+use std::process::ExitCode;
+
+use crate::args::StatusArgs;
+use crate::context::Context;
+use crate::exit::{Exit, Failure};
+use crate::output;
+use crate::render::print_status;
+
+impl StatusArgs {
+    pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
+        let status = context.connect()?.status()?;
+        if context.json {
+            output::json(&status);
+        } else {
+            print_status(&status);
+        }
+        Ok(Exit::Ok.into())
+    }
+}
