@@ -517,3 +517,27 @@ fn completions_and_man_pages_are_generated_for_every_subcommand() {
     assert!(output.status.success(), "{output:?}");
     assert!(dir.path().join("livenessd.8").exists());
 }
+
+/// A refusal names the cleanup policy with the words the user types (`leave`), not the
+/// program's own (`Leave`).
+#[test]
+fn a_changed_cleanup_policy_is_refused_in_the_users_words() {
+    let daemon = Daemon::start(&[]);
+    register_self(&daemon, "kept", &[]);
+    let pid = std::process::id().to_string();
+    let changed = daemon.cli(&[
+        "register",
+        "--session",
+        "kept",
+        "--owner-pid",
+        &pid,
+        "--on-end",
+        "terminate",
+    ]);
+    assert_eq!(changed.status.code(), Some(65), "{changed:?}");
+    let stderr = String::from_utf8_lossy(&changed.stderr);
+    assert!(
+        stderr.contains("on_end leave") && !stderr.contains("Leave"),
+        "{stderr}"
+    );
+}
