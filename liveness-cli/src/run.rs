@@ -97,7 +97,7 @@ struct Program {
     env: Vec<Vec<u8>>,
     /// The index in `env` of the token's entry, for `lock run`.
     token_entry: Option<usize>,
-    /// Said when CMD cannot be executed.
+    /// Said when CMD cannot be executed, before the reason ([`exec_failure`]).
     failure: Vec<u8>,
 }
 
@@ -133,7 +133,7 @@ impl Program {
             entry.push(0);
         }
         let failure = format!(
-            "liveness: cannot execute {}: not found, or not executable\n",
+            "liveness: cannot execute {}: ",
             command[0].to_string_lossy()
         );
         Ok(Program {
@@ -233,14 +233,23 @@ impl Child<'_> {
             // Rust ignores SIGPIPE; CMD gets the default disposition, as from a shell.
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
             libc::execvpe(self.argv[0], self.argv.as_ptr(), self.envp.as_ptr());
-            let code = if *libc::__errno_location() == libc::ENOENT {
-                127
-            } else {
-                126
-            };
+            let (code, reason) = exec_failure(*libc::__errno_location());
             libc::write(2, self.failure.as_ptr().cast(), self.failure.len());
+            libc::write(2, reason.as_ptr().cast(), reason.len());
             libc::_exit(code)
         }
+    }
+}
+
+/// The exit code a shell gives when `execve` fails with `errno` (127: not found, 126:
+/// found but not executable), and the reason to print: static text, as the child of a
+/// fork allocates nothing.
+fn exec_failure(errno: i32) -> (i32, &'static str) {
+    match errno {
+        libc::ENOENT => (127, "not found\n"),
+        libc::EACCES => (126, "permission denied (not an executable file?)\n"),
+        libc::ENOEXEC => (126, "not an executable format (a script needs a #! line)\n"),
+        _ => (126, "found, but the kernel refused to execute it\n"),
     }
 }
 

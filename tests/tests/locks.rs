@@ -520,6 +520,29 @@ fn run_exits_with_the_commands_status_and_ends_its_session() {
     assert_eq!(missing.status.code(), Some(127), "{missing:?}");
 }
 
+/// 127 when CMD is not found, 126 when it is found but cannot be executed, as a shell
+/// says, each with its own reason.
+#[test]
+fn run_says_whether_cmd_was_not_found_or_not_executable() {
+    let daemon = Daemon::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("not-executable.sh");
+    std::fs::write(&plain, "#!/bin/sh\n").unwrap();
+    for (cmd, code, says) in [
+        ("no-such-program-anywhere", 127, "not found"),
+        ("/nonexistent/cmd", 127, "not found"),
+        (plain.to_str().unwrap(), 126, "permission denied"),
+    ] {
+        let output = daemon.cli(&["run", "--", cmd]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(code), "{cmd}: {stderr}");
+        assert!(
+            stderr.contains(&format!("cannot execute {cmd}: {says}")),
+            "{cmd}: {stderr}"
+        );
+    }
+}
+
 #[test]
 fn lock_run_holds_the_lock_for_the_commands_lifetime_only() {
     let daemon = Daemon::start(&[]);
