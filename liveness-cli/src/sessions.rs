@@ -3,9 +3,11 @@
 
 use std::process::ExitCode;
 
-use liveness_client::{Owner, Registration};
+use serde::Serialize;
+
+use liveness_client::{Owner, Registration, Whose};
 use liveness_common::protocol::Request;
-use liveness_common::session::{OnEnd, Phase};
+use liveness_common::session::{OnEnd, Phase, Session};
 
 use crate::args::{
     EndArgs, GetArgs, ListArgs, OwnerArg, PhaseArg, RegisterArgs, RenameArgs, SessionArgs,
@@ -120,20 +122,29 @@ impl ListArgs {
 
 impl WhoseArgs {
     pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
-        let reply = context.call(&Request::Whose { pid: self.pid })?;
+        let Whose { session, owner_pid } = context.connect()?.whose(self.pid)?;
         if context.json {
-            output::json(
-                &serde_json::json!({ "session": reply.session, "owner_pid": reply.owner_pid }),
-            );
-        } else if let Some(session) = &reply.session {
-            let via = match reply.owner_pid {
-                Some(owner) if owner != self.pid => {
-                    format!(", in the process tree of its owner {owner}")
-                }
-                _ => String::new(),
+            output::json(&WhoseJson {
+                session: &session,
+                owner_pid,
+            });
+        } else {
+            let via = if owner_pid != self.pid {
+                format!(", in the process tree of its owner {owner_pid}")
+            } else {
+                String::new()
             };
-            outln!("{}{via}", describe_session(session));
+            outln!("{}{via}", describe_session(&session));
         }
         Ok(Exit::Ok.into())
     }
+}
+
+/// `whose --json`: the session as `get --json` prints it, so that one path reads a field
+/// of either, with the owner's pid in this command's PID namespace beside its fields.
+#[derive(Serialize)]
+struct WhoseJson<'a> {
+    #[serde(flatten)]
+    session: &'a Session,
+    owner_pid: u32,
 }

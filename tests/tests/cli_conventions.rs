@@ -346,7 +346,7 @@ fn agent_hooks_example_works_verbatim() {
         let whose = daemon.cli(&["whose", "--pid", &pid.to_string(), "--json"]);
         let whose: Value = serde_json::from_slice(&whose.stdout)
             .unwrap_or_else(|e| panic!("whose --pid {pid}: {e}: {whose:?}"));
-        assert_eq!(whose["session"]["id"], id, "whose --pid {pid}: {whose}");
+        assert_eq!(whose["id"], id, "whose --pid {pid}: {whose}");
         let listed = daemon.cli(&["processes", "--session", id, "--json"]);
         assert!(
             String::from_utf8_lossy(&listed.stdout).contains(&format!("\"pid\":{pid}")),
@@ -540,4 +540,28 @@ fn a_changed_cleanup_policy_is_refused_in_the_users_words() {
         stderr.contains("on_end leave") && !stderr.contains("Leave"),
         "{stderr}"
     );
+}
+
+/// `get --json` and `whose --json` print a session in one shape: its fields at the top,
+/// so that `jq .survivors` reads either; `whose` adds the owner's pid as the caller
+/// numbers it.
+#[test]
+fn get_and_whose_print_a_session_in_one_shape() {
+    let daemon = Daemon::start(&[]);
+    register_self(&daemon, "shape", &["k=v"]);
+    let me = std::process::id();
+    let get: Value =
+        serde_json::from_slice(&daemon.cli(&["--json", "get", "--session", "shape"]).stdout)
+            .expect("get --json");
+    let whose: Value = serde_json::from_slice(
+        &daemon
+            .cli(&["--json", "whose", "--pid", &me.to_string()])
+            .stdout,
+    )
+    .expect("whose --json");
+    assert_eq!(get["id"], "shape", "{get}");
+    assert_eq!(whose["owner_pid"], me, "{whose}");
+    let mut session = whose.clone();
+    session.as_object_mut().unwrap().remove("owner_pid");
+    assert_eq!(session, get, "whose --json is get --json and owner_pid");
 }
