@@ -5,7 +5,9 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex, PoisonError};
 
+use rustix::event::{PollFd, PollFlags};
 use serde::Serialize;
 
 use liveness_client::{Cursor, Filter, Item};
@@ -98,8 +100,16 @@ impl WatchArgs {
             uid: self.uid,
         };
         let mut events = context.connect()?.subscribe(position, filter)?;
+        // Held while an event is handled, so that a closed stdout ends the watcher between
+        // events, never halfway through a command or before its cursor is saved.
+        let handling = Arc::new(Mutex::new(()));
+        if json || self.exec.is_none() {
+            exit_when_stdout_closes(Arc::clone(&handling));
+        }
         loop {
-            match events.next_item()? {
+            let item = events.next_item()?;
+            let _handling = handling.lock().unwrap_or_else(PoisonError::into_inner);
+            match item {
                 Item::Reset { since, head, .. } => {
                     eprintln!(
                         "liveness: the daemon's database is not the one event {since} came from \
@@ -108,43 +118,7 @@ impl WatchArgs {
                     events.cursor().map(save).transpose()?;
                 }
                 Item::Event(event) => {
-                    if !self.labels.matches(&event.labels) {
-                        continue;
-                    }
-                    let line =
-                        serde_json::to_string(&StreamLine { event: &event }).map_err(|e| {
-                            Failure::new(
-                                Exit::Software,
-                                format!("cannot encode event {}: {e}", event.seq),
-                            )
-                        })?;
-                    if json {
-                        outln!("{line}");
-                    } else if self.exec.is_none() {
-                        outln!("{}", describe_event(&event));
-                    }
-                    // With --exec only session.ended events are handled (and worth a cursor
-                    // write); the others are skipped again after a restart.
-                    let handled = match (&self.exec, event.kind) {
-                        (None, _) => true,
-                        (Some(command), EventKind::Ended) => {
-                            let status = exec_for_event(command, &line, &event).map_err(|e| {
-                                Failure::new(Exit::TempFail, format!("cannot run {command:?}: {e}"))
-                            })?;
-                            if !status.success() {
-                                return Err(Failure::new(
-                                    Exit::TempFail,
-                                    format!(
-                                        "{command:?} failed ({status}) for event {}; stopping before it",
-                                        event.seq
-                                    ),
-                                ));
-                            }
-                            true
-                        }
-                        (Some(_), _) => false,
-                    };
-                    if handled {
+                    if self.labels.matches(&event.labels) && self.handle(&event, json)? {
                         events.cursor().map(save).transpose()?;
                     }
                 }
@@ -164,6 +138,65 @@ impl WatchArgs {
             }
         }
     }
+
+    /// Prints an event and runs `--exec` for it: whether it was handled (and is worth a
+    /// cursor write). With --exec only session.ended events are handled; the others are
+    /// skipped again after a restart.
+    fn handle(&self, event: &Event, json: bool) -> Result<bool, Failure> {
+        let line = serde_json::to_string(&StreamLine { event }).map_err(|e| {
+            Failure::new(
+                Exit::Software,
+                format!("cannot encode event {}: {e}", event.seq),
+            )
+        })?;
+        if json {
+            outln!("{line}");
+        } else if self.exec.is_none() {
+            outln!("{}", describe_event(event));
+        }
+        match (&self.exec, event.kind) {
+            (None, _) => Ok(true),
+            (Some(command), EventKind::Ended) => {
+                let status = exec_for_event(command, &line, event).map_err(|e| {
+                    Failure::new(Exit::TempFail, format!("cannot run {command:?}: {e}"))
+                })?;
+                if !status.success() {
+                    return Err(Failure::new(
+                        Exit::TempFail,
+                        format!(
+                            "{command:?} failed ({status}) for event {}; stopping before it",
+                            event.seq
+                        ),
+                    ));
+                }
+                Ok(true)
+            }
+            (Some(_), _) => Ok(false),
+        }
+    }
+}
+
+/// Ends the watcher quietly once the reader of its stdout has gone (`watch | head -3`),
+/// as a failed write would, without waiting for the next event to write: a pipe or a
+/// socket whose reader closed polls POLLERR or POLLHUP. A file never does, and the thread
+/// waits for nothing. It exits once `handling` is free: between events.
+fn exit_when_stdout_closes(handling: Arc<Mutex<()>>) {
+    std::thread::spawn(move || {
+        let stdout = std::io::stdout();
+        loop {
+            let mut fds = [PollFd::new(&stdout, PollFlags::empty())];
+            match rustix::event::poll(&mut fds, None) {
+                Ok(_) if fds[0].revents().intersects(PollFlags::ERR | PollFlags::HUP) => {
+                    let _between_events = handling.lock();
+                    std::process::exit(Exit::Ok as i32);
+                }
+                // POLLNVAL: no stdout at all; writing to it will say so.
+                Ok(_) => return,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(_) => return,
+            }
+        }
+    });
 }
 
 /// Creates the cursor file's directory (`~/.local/state` may not exist yet), so that the

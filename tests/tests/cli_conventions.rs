@@ -565,3 +565,43 @@ fn get_and_whose_print_a_session_in_one_shape() {
     session.as_object_mut().unwrap().remove("owner_pid");
     assert_eq!(session, get, "whose --json is get --json and owner_pid");
 }
+
+/// `liveness watch | head -1`: once the reader has gone, the watcher ends (quietly, 0)
+/// without waiting for another event to fail writing.
+#[test]
+fn watch_ends_when_its_reader_goes_without_waiting_for_an_event() {
+    let daemon = Daemon::start(&[]);
+    register_self(&daemon, "a", &[]);
+    register_self(&daemon, "b", &[]);
+    for json in [false, true] {
+        let mut command = Command::new(binary("liveness"));
+        command
+            .arg("--socket")
+            .arg(&daemon.socket)
+            .args(["watch", "--since", "0"]);
+        if json {
+            command.arg("--json");
+        }
+        let mut watcher = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        let mut reader = std::io::BufReader::new(watcher.stdout.take().unwrap());
+        std::io::BufRead::read_line(&mut reader, &mut first).unwrap();
+        assert!(first.contains('a'), "json {json}: {first}");
+        drop(reader);
+        // No event follows: only the closed pipe can end it.
+        let ended = eventually(Duration::from_secs(10), || {
+            matches!(watcher.try_wait(), Ok(Some(_)))
+        });
+        if !ended {
+            let _ = watcher.kill();
+        }
+        let output = watcher.wait_with_output().unwrap();
+        assert!(ended, "json {json}: still running after its reader left");
+        assert_eq!(output.status.code(), Some(0), "json {json}: {output:?}");
+        assert!(output.stderr.is_empty(), "json {json}: {output:?}");
+    }
+}
