@@ -99,6 +99,8 @@ struct Program {
     token_entry: Option<usize>,
     /// Said when CMD cannot be executed, before the reason ([`exec_failure`]).
     failure: Vec<u8>,
+    /// The command name CMD will have once exec'd (the kernel's: its file's base name).
+    comm: CString,
 }
 
 impl Program {
@@ -136,11 +138,20 @@ impl Program {
             "liveness: cannot execute {}: ",
             command[0].to_string_lossy()
         );
+        let program = argv[0].as_bytes();
+        let base = program
+            .rsplit(|&byte| byte == b'/')
+            .next()
+            .unwrap_or(program);
+        // Never empty: `liveness run -- ./dir/` still names its process.
+        let comm = CString::new(if base.is_empty() { program } else { base })
+            .unwrap_or_else(|_| argv[0].clone());
         Ok(Program {
             argv,
             env,
             token_entry,
             failure: failure.into_bytes(),
+            comm,
         })
     }
 
@@ -162,10 +173,22 @@ impl Program {
             .map(|entry| entry.as_ptr().cast())
             .chain([std::ptr::null()])
             .collect();
+        // The child is registered before it execs CMD: named after CMD from the fork on, it
+        // is registered under CMD's name (`make`), which the session keeps after CMD has
+        // ended, rather than `liveness`. This (only) thread lends it the name; the name is
+        // for people, so failing to set it stops nothing.
+        let own_name = rustix::thread::name().ok();
+        if own_name.is_some() {
+            let _ = rustix::thread::set_name(&self.comm);
+        }
         // SAFETY: this process has one thread (the client is blocking, nothing spawned
         // one), so the child may run any code; it still sticks to async-signal-safe calls
         // on memory prepared above, which stays valid as `self` lives on in the child.
-        match unsafe { libc::fork() } {
+        let forked = unsafe { libc::fork() };
+        if let Some(own_name) = own_name.filter(|_| forked != 0) {
+            let _ = rustix::thread::set_name(&own_name);
+        }
+        match forked {
             -1 => Err(std::io::Error::last_os_error()),
             0 => {
                 let child = Child {

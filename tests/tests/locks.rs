@@ -509,6 +509,10 @@ fn run_exits_with_the_commands_status_and_ends_its_session() {
             (&json!("ended"), &json!("owner_exited"), &json!("v")),
             "ended by the time run returns: {ended}"
         );
+        assert_eq!(
+            ended["owner"]["comm"], "sh",
+            "registered under CMD's name, not liveness's: {ended}"
+        );
     }
     let generated = daemon.cli(&["run", "--", "sh", "-c", &script("true")]);
     let stdout = String::from_utf8_lossy(&generated.stdout).into_owned();
