@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 
 use liveness_client::Client;
-use liveness_common::protocol::{Reply, Request};
 
 use crate::exit::Failure;
 
@@ -19,10 +18,5 @@ impl Context {
     /// A connection to the daemon.
     pub(crate) fn connect(&self) -> Result<Client, Failure> {
         Ok(Client::connect(&self.socket)?)
-    }
-
-    /// One request and its reply, on a connection of its own.
-    pub(crate) fn call(&self, request: &Request) -> Result<Reply, Failure> {
-        Ok(self.connect()?.call(request)?)
     }
 }

@@ -14,6 +14,7 @@ use crate::args::DoctorArgs;
 use crate::context::Context;
 use crate::exit::{Exit, Failure};
 use crate::output::{self, outln};
+use crate::pids::Numbering;
 use crate::render::{print_membership, print_sources};
 
 impl DoctorArgs {
@@ -22,11 +23,15 @@ impl DoctorArgs {
     /// it).
     pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
         let json = context.json;
-        let (daemon, daemon_error) =
-            match Client::connect(&context.socket).and_then(|mut client| client.status()) {
-                Ok(status) => (Some(DaemonDoctor::of(status)), None),
-                Err(e) => (None, Some(e.to_string())),
-            };
+        let mut pids = Numbering::Same;
+        let answer = Client::connect(&context.socket).and_then(|mut client| {
+            pids = Numbering::of(&client);
+            client.status()
+        });
+        let (daemon, daemon_error) = match answer {
+            Ok(status) => (Some(DaemonDoctor::of(status)), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
         let restrictions = Restrictions::of_this_thread();
         let client = ClientDoctor {
             pid: std::process::id(),
@@ -53,9 +58,9 @@ impl DoctorArgs {
             match (&daemon, &daemon_error) {
                 (Some(daemon), _) => {
                     outln!(
-                        "daemon: livenessd {}, pid {}, sources {}",
+                        "daemon: livenessd {}, {}, sources {}",
                         daemon.version,
-                        daemon.pid,
+                        pids.daemon(daemon.pid),
                         daemon.selection
                     );
                     print_sources(&daemon.sources);

@@ -12,6 +12,7 @@ mod exit;
 mod generate;
 mod lock;
 mod output;
+mod pids;
 mod processes;
 mod render;
 mod run;

@@ -16,6 +16,7 @@ use crate::args::{
 use crate::context::Context;
 use crate::exit::{Exit, Failure};
 use crate::output::{self, outln};
+use crate::pids::{Here, Numbering};
 use crate::render::{describe_session, print_session, print_session_table};
 
 impl RegisterArgs {
@@ -30,11 +31,13 @@ impl RegisterArgs {
             on_end: self.cleanup.on_end.map(OnEnd::from),
             grace: self.cleanup.grace,
         };
-        let registered = context.connect()?.register_with_warnings(&registration)?;
+        let mut client = context.connect()?;
+        let pids = Numbering::of(&client);
+        let registered = client.register_with_warnings(&registration)?;
         for warning in &registered.warnings {
             output::warn(warning, context.json);
         }
-        print_session(&registered.session, context.json);
+        print_session(&registered.session, context.json, &pids);
         Ok(Exit::Ok.into())
     }
 }
@@ -60,10 +63,10 @@ impl OwnerArg {
 
 impl RenameArgs {
     pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
-        let session = context
-            .connect()?
-            .rename(&self.session, &self.to, self.uid)?;
-        print_session(&session, context.json);
+        let mut client = context.connect()?;
+        let pids = Numbering::of(&client);
+        let session = client.rename(&self.session, &self.to, self.uid)?;
+        print_session(&session, context.json, &pids);
         Ok(Exit::Ok.into())
     }
 }
@@ -71,8 +74,10 @@ impl RenameArgs {
 impl TouchArgs {
     pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
         let SessionArgs { session, uid } = &self.session;
-        let session = context.connect()?.touch(session, *uid)?;
-        print_session(&session, context.json);
+        let mut client = context.connect()?;
+        let pids = Numbering::of(&client);
+        let session = client.touch(session, *uid)?;
+        print_session(&session, context.json, &pids);
         Ok(Exit::Ok.into())
     }
 }
@@ -86,8 +91,10 @@ impl EndArgs {
             uid: *uid,
             terminate: self.terminate,
         };
-        if let Some(session) = &context.call(&request)?.session {
-            print_session(session, context.json);
+        let mut client = context.connect()?;
+        let pids = Numbering::of(&client);
+        if let Some(session) = &client.call(&request)?.session {
+            print_session(session, context.json, &pids);
         }
         Ok(Exit::Ok.into())
     }
@@ -96,8 +103,10 @@ impl EndArgs {
 impl GetArgs {
     pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
         let SessionArgs { session, uid } = &self.session;
-        let session = context.connect()?.get(session, *uid)?;
-        print_session(&session, context.json);
+        let mut client = context.connect()?;
+        let pids = Numbering::of(&client);
+        let session = client.get(session, *uid)?;
+        print_session(&session, context.json, &pids);
         Ok(Exit::Ok.into())
     }
 }
@@ -109,12 +118,15 @@ impl ListArgs {
             PhaseArg::Active => Phase::Active,
             PhaseArg::Ended => Phase::Ended,
         });
-        let mut sessions = context.connect()?.list(phase)?;
+        let mut client = context.connect()?;
+        let pids = Numbering::of(&client);
+        let mut sessions = client.list(phase)?;
         sessions.retain(|session| self.labels.matches(&session.labels));
         if context.json {
             output::json(&sessions);
         } else {
-            print_session_table(&sessions, phase.is_some() || !self.labels.labels.is_empty());
+            let filtered = phase.is_some() || !self.labels.labels.is_empty();
+            print_session_table(&sessions, filtered, &pids);
         }
         Ok(Exit::Ok.into())
     }
@@ -122,19 +134,29 @@ impl ListArgs {
 
 impl WhoseArgs {
     pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
-        let Whose { session, owner_pid } = context.connect()?.whose(self.pid)?;
+        let mut client = context.connect()?;
+        let pids = Numbering::of(&client);
+        let Whose { session, owner_pid } = client.whose(self.pid)?;
         if context.json {
             output::json(&WhoseJson {
                 session: &session,
                 owner_pid,
             });
         } else {
-            let via = if owner_pid != self.pid {
-                format!(", in the process tree of its owner {owner_pid}")
+            // The owner as this command sees it: its pid here from the daemon (0: it is not
+            // in this PID namespace), its name now from /proc.
+            let here = (owner_pid != 0).then(|| Here {
+                pid: owner_pid,
+                comm: pids
+                    .here(&session.owner)
+                    .map_or_else(|| session.owner.comm.clone(), |here| here.comm),
+            });
+            let via = if owner_pid == self.pid {
+                ""
             } else {
-                String::new()
+                ", in its owner's process tree"
             };
-            outln!("{}{via}", describe_session(&session));
+            outln!("{}{via}", describe_session(&session, here, &pids));
         }
         Ok(Exit::Ok.into())
     }

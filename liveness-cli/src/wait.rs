@@ -8,6 +8,7 @@ use liveness_common::session::{EndReason, Session};
 use crate::args::WaitArgs;
 use crate::context::Context;
 use crate::exit::Failure;
+use crate::pids::Numbering;
 use crate::render::print_session;
 
 /// How `wait` reports the end of a session (see `args::WAIT_HELP`).
@@ -35,10 +36,10 @@ impl WaitOutcome {
 
 impl WaitArgs {
     pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
-        let session = context
-            .connect()?
-            .wait_for_end(&self.session.session, self.session.uid)?;
-        print_session(&session, context.json);
+        let client = context.connect()?;
+        let pids = Numbering::of(&client);
+        let session = client.wait_for_end(&self.session.session, self.session.uid)?;
+        print_session(&session, context.json, &pids);
         Ok(ExitCode::from(WaitOutcome::of(&session) as u8))
     }
 }

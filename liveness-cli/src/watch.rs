@@ -19,6 +19,7 @@ use crate::args::WatchArgs;
 use crate::context::Context;
 use crate::exit::{Exit, Failure};
 use crate::output::outln;
+use crate::pids::Numbering;
 use crate::render::describe_event;
 
 fn read_cursor(path: &Path) -> Result<Option<Cursor>, String> {
@@ -99,7 +100,9 @@ impl WatchArgs {
             session: self.session.clone(),
             uid: self.uid,
         };
-        let mut events = context.connect()?.subscribe(position, filter)?;
+        let client = context.connect()?;
+        let pids = Numbering::of(&client);
+        let mut events = client.subscribe(position, filter)?;
         // Held while an event is handled, so that a closed stdout ends the watcher between
         // events, never halfway through a command or before its cursor is saved.
         let handling = Arc::new(Mutex::new(()));
@@ -118,7 +121,7 @@ impl WatchArgs {
                     events.cursor().map(save).transpose()?;
                 }
                 Item::Event(event) => {
-                    if self.labels.matches(&event.labels) && self.handle(&event, json)? {
+                    if self.labels.matches(&event.labels) && self.handle(&event, json, &pids)? {
                         events.cursor().map(save).transpose()?;
                     }
                 }
@@ -142,7 +145,7 @@ impl WatchArgs {
     /// Prints an event and runs `--exec` for it: whether it was handled (and is worth a
     /// cursor write). With --exec only session.ended events are handled; the others are
     /// skipped again after a restart.
-    fn handle(&self, event: &Event, json: bool) -> Result<bool, Failure> {
+    fn handle(&self, event: &Event, json: bool, pids: &Numbering) -> Result<bool, Failure> {
         let line = serde_json::to_string(&StreamLine { event }).map_err(|e| {
             Failure::new(
                 Exit::Software,
@@ -152,7 +155,7 @@ impl WatchArgs {
         if json {
             outln!("{line}");
         } else if self.exec.is_none() {
-            outln!("{}", describe_event(event));
+            outln!("{}", describe_event(event, pids));
         }
         match (&self.exec, event.kind) {
             (None, _) => Ok(true),
