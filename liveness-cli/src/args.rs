@@ -396,7 +396,9 @@ Exit codes of wait:
   0   the owner exited with code 0, or the session was ended with `end`
   1   the owner exited with a non-zero code
   2   the owner was killed by a signal
-  3   ended otherwise: PID reused, reboot, timeout, pending expired, or status unknown
+  3   ended without its owner's exit: reboot, timeout, pending session expired
+  4   the owner is gone, but not how: its death was seen without its status (by /proc
+      polling, by the check after a daemon restart, by a pidfd before Linux 6.15)
   64+ the wait itself failed, as for the other commands (66: no such session)";
 
 // `doctor`

@@ -18,7 +18,10 @@ enum WaitOutcome {
     Clean = 0,
     Failed = 1,
     Killed = 2,
+    /// Ended without its owner's exit: a reboot, a timeout, a pending session's expiry.
     Otherwise = 3,
+    /// The owner is gone, but how is unknown: its death was seen without a status.
+    Unseen = 4,
 }
 
 impl WaitOutcome {
@@ -29,6 +32,7 @@ impl WaitOutcome {
             }
             (_, Some(ExitStatus::Exited { .. })) => WaitOutcome::Failed,
             (_, Some(ExitStatus::Signaled { .. })) => WaitOutcome::Killed,
+            (Some(EndReason::OwnerExited | EndReason::OwnerReused), None) => WaitOutcome::Unseen,
             _ => WaitOutcome::Otherwise,
         }
     }
