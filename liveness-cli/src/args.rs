@@ -95,7 +95,7 @@ pub(crate) enum Command {
     /// Print the shell completion script for SHELL, e.g.
     /// `liveness completions bash > /etc/bash_completion.d/liveness`.
     Completions(CompletionsArgs),
-    /// Write the man pages (liveness.1 and one per subcommand) into DIR.
+    /// Write the man pages (liveness.1 and one per subcommand, lock's too) into DIR.
     #[command(hide = true)]
     GenerateMan(GenerateManArgs),
     /// Locks held by sessions: acquire, release, list, and run a command holding one.

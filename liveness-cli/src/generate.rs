@@ -25,29 +25,27 @@ impl CompletionsArgs {
 }
 
 impl GenerateManArgs {
-    /// `liveness.1` and one `liveness-SUBCOMMAND.1` per subcommand, in DIR.
+    /// `liveness.1` and one page per subcommand, nested ones too: `liveness-SUBCOMMAND.1`,
+    /// `liveness-lock-acquire.1`.
     pub(crate) fn execute(&self, _: &Context) -> Result<ExitCode, Failure> {
-        man_pages(&self.dir)?;
+        let dir = &self.dir;
+        let io = |e: std::io::Error| Failure::new(Exit::IoErr, format!("{}: {e}", dir.display()));
+        std::fs::create_dir_all(dir).map_err(io)?;
+        write_pages(dir, "liveness", Cli::command()).map_err(io)?;
         Ok(Exit::Ok.into())
     }
 }
 
-fn man_pages(dir: &Path) -> Result<(), Failure> {
-    let io = |e: std::io::Error| Failure::new(Exit::IoErr, format!("{}: {e}", dir.display()));
-    std::fs::create_dir_all(dir).map_err(io)?;
-    let command = Cli::command();
-    write_page(dir, "liveness", command.clone()).map_err(io)?;
-    for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
-        let name = format!("liveness-{}", sub.get_name());
-        write_page(dir, &name, sub.clone().bin_name(&name).display_name(&name)).map_err(io)?;
-    }
-    Ok(())
-}
-
-fn write_page(dir: &Path, name: &str, command: clap::Command) -> std::io::Result<()> {
+/// The page of `command`, named `name`, then those of its subcommands.
+fn write_pages(dir: &Path, name: &str, command: clap::Command) -> std::io::Result<()> {
     let mut page = Vec::new();
-    clap_mangen::Man::new(command)
+    clap_mangen::Man::new(command.clone())
         .title(name.to_uppercase())
         .render(&mut page)?;
-    std::fs::write(dir.join(format!("{name}.1")), page)
+    std::fs::write(dir.join(format!("{name}.1")), page)?;
+    for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let name = format!("{name}-{}", sub.get_name());
+        write_pages(dir, &name, sub.clone().bin_name(&name).display_name(&name))?;
+    }
+    Ok(())
 }

@@ -478,7 +478,8 @@ fn an_auto_owner_that_is_a_launcher_is_warned_of_and_wrappers_are_per_request() 
     );
 }
 
-/// Completions for three shells and a man page per subcommand, from the clap definitions.
+/// Completions for three shells and a man page per subcommand, nested ones (`lock acquire`)
+/// too, from the clap definitions.
 #[test]
 fn completions_and_man_pages_are_generated_for_every_subcommand() {
     for shell in ["bash", "zsh", "fish"] {
@@ -493,18 +494,30 @@ fn completions_and_man_pages_are_generated_for_every_subcommand() {
     let dir = tempfile::tempdir().unwrap();
     let output = liveness(&["generate-man", dir.path().to_str().unwrap()]);
     assert!(output.status.success(), "{output:?}");
-    let help = String::from_utf8_lossy(&liveness(&["--help"]).stdout).into_owned();
-    let subcommands: Vec<&str> = help
-        .lines()
-        .skip_while(|line| !line.starts_with("Commands:"))
-        .skip(1)
-        .take_while(|line| line.starts_with("  "))
-        .filter_map(|line| line.split_whitespace().next())
-        .filter(|name| *name != "help")
-        .collect();
-    assert!(subcommands.contains(&"register"), "{help}");
-    for name in subcommands {
-        let page = dir.path().join(format!("liveness-{name}.1"));
+    // The subcommands `liveness PATH --help` lists, as pages `liveness-PATH-NAME`.
+    let subcommands = |path: &[&str]| -> Vec<String> {
+        let help = liveness(&[path, &["--help"]].concat());
+        let prefix = [&["liveness"], path].concat().join("-");
+        String::from_utf8_lossy(&help.stdout)
+            .lines()
+            .skip_while(|line| !line.starts_with("Commands:"))
+            .skip(1)
+            .take_while(|line| line.starts_with("  "))
+            .filter_map(|line| line.split_whitespace().next())
+            .filter(|name| *name != "help")
+            .map(|name| format!("{prefix}-{name}"))
+            .collect()
+    };
+    let mut pages = subcommands(&[]);
+    assert!(pages.contains(&"liveness-register".to_owned()), "{pages:?}");
+    let lock = subcommands(&["lock"]);
+    assert!(
+        lock.contains(&"liveness-lock-acquire".to_owned()),
+        "{lock:?}"
+    );
+    pages.extend(lock);
+    for name in pages {
+        let page = dir.path().join(format!("{name}.1"));
         let text =
             std::fs::read_to_string(&page).unwrap_or_else(|e| panic!("{}: {e}", page.display()));
         assert!(text.contains(".TH"), "{} is a man page", page.display());
