@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 use liveness_common::duration::parse_duration;
 use liveness_common::session::OnEnd;
 
-use crate::exit::exit_codes_help;
+use crate::exit::{exit_codes_help, wait_codes_help};
 
 /// Tell session tooling when the process that owns a session dies.
 #[derive(Debug, Parser)]
@@ -86,7 +86,7 @@ pub(crate) enum Command {
     ///
     /// If the daemon stops or restarts meanwhile, wait reconnects and goes on waiting,
     /// retrying for up to 30 s (every 0.1 s, doubling to 2 s); then it gives up with 69.
-    #[command(after_help = WAIT_HELP)]
+    #[command(after_help = wait_codes_help())]
     Wait(WaitArgs),
     /// Which exit sources the daemon runs and why the others are off (its self-test too),
     /// and, apart, which ones this process could start itself.
@@ -390,16 +390,6 @@ pub(crate) struct WaitArgs {
     #[command(flatten)]
     pub(crate) session: SessionArgs,
 }
-
-pub(crate) const WAIT_HELP: &str = "\
-Exit codes of wait:
-  0   the owner exited with code 0, or the session was ended with `end`
-  1   the owner exited with a non-zero code
-  2   the owner was killed by a signal
-  3   ended without its owner's exit: reboot, timeout, pending session expired
-  4   the owner is gone, but not how: its death was seen without its status (by /proc
-      polling, by the check after a daemon restart, by a pidfd before Linux 6.15)
-  64+ the wait itself failed, as for the other commands (66: no such session)";
 
 // `doctor`
 #[derive(Debug, clap::Args)]

@@ -1,7 +1,7 @@
 //! `liveness`: the command-line client of livenessd, built on `liveness-client`.
 //!
 //! Exit codes are part of the interface: one per meaning, whatever the command (the table
-//! is `exit::EXIT_CODES`, printed by `--help` and copied in the README).
+//! is `exit::EXIT_CODES`, printed by `--help` and copied in docs/cli.md).
 
 mod args;
 mod check;
