@@ -577,6 +577,12 @@ fn get_and_whose_print_a_session_in_one_shape() {
     let mut session = whose.clone();
     session.as_object_mut().unwrap().remove("owner_pid");
     assert_eq!(session, get, "whose --json is get --json and owner_pid");
+    // What the docs show: `get --json | jq .survivors` once the session has ended.
+    assert!(daemon.cli(&["end", "--session", "shape"]).status.success());
+    let ended: Value =
+        serde_json::from_slice(&daemon.cli(&["--json", "get", "--session", "shape"]).stdout)
+            .expect("get --json");
+    assert!(ended["survivors"]["total"].is_u64(), "{ended}");
 }
 
 /// `liveness watch | head -1`: once the reader has gone, the watcher ends (quietly, 0)
@@ -616,5 +622,24 @@ fn watch_ends_when_its_reader_goes_without_waiting_for_an_event() {
         assert!(ended, "json {json}: still running after its reader left");
         assert_eq!(output.status.code(), Some(0), "json {json}: {output:?}");
         assert!(output.stderr.is_empty(), "json {json}: {output:?}");
+    }
+}
+
+/// The README stays an introduction (at most 250 lines; the details live in docs/), and
+/// keeps the two commands a new machine starts with: the daemon on its embedded defaults,
+/// and the test command CI runs.
+#[test]
+fn the_readme_stays_short_and_keeps_its_two_commands() {
+    const README: &str = include_str!("../../README.md");
+    let lines = README.lines().count();
+    assert!(
+        lines <= 250,
+        "README.md has {lines} lines: move details to docs/"
+    );
+    for command in [
+        "cargo build --release -p liveness-daemon -p liveness-cli && ./target/release/livenessd\n",
+        "\ncargo test --workspace ",
+    ] {
+        assert!(README.contains(command), "README.md lacks {command:?}");
     }
 }
