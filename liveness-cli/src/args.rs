@@ -1,5 +1,9 @@
-//! The command line: subcommands, their options and their help.
+//! The command line: every subcommand, its options and its help, as clap types. What a
+//! command does is the `execute` of its arguments' type, in the module named after it;
+//! this module imports none of them.
 
+use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -7,12 +11,7 @@ use clap::{Parser, Subcommand};
 use liveness_common::duration::parse_duration;
 use liveness_common::session::OnEnd;
 
-use crate::doctor::DOCTOR_HELP;
-use crate::exit::exit_codes_help;
-use crate::lock::LockCommand;
-use crate::run::{RUN_HELP, RunArgs};
-use crate::wait::WAIT_HELP;
-use crate::watch::Watch;
+use crate::exit::{exit_codes_help, wait_codes_help};
 
 /// Tell session tooling when the process that owns a session dies.
 #[derive(Debug, Parser)]
@@ -44,96 +43,30 @@ pub(crate) enum Command {
     /// An identity is the fingerprint {pid, start_ticks, boot_id, host}: unlike a bare PID
     /// it cannot be confused with a later process that reuses the number.
     #[command(after_help = exit_codes_help())]
-    Check {
-        /// Capture the identity of this running process.
-        #[arg(
-            long,
-            conflicts_with = "identity",
-            required_unless_present = "identity"
-        )]
-        pid: Option<u32>,
-        /// An identity as JSON (as printed by `check --pid --json`) to check for liveness.
-        #[arg(long, value_name = "JSON")]
-        identity: Option<String>,
-    },
+    Check(CheckArgs),
     /// Find the process that owns the caller: walk up from PID past shells, `env` and
     /// wrappers to the first real program, and print its identity.
     #[command(after_help = exit_codes_help())]
-    ResolveOwner {
-        /// Start from this process (default: the parent of this command, e.g. the hook's shell).
-        #[arg(long)]
-        pid: Option<u32>,
-        /// A further process name to skip as a wrapper (repeatable).
-        #[arg(long = "wrapper", value_name = "COMM")]
-        wrappers: Vec<String>,
-    },
+    ResolveOwner(ResolveOwnerArgs),
     /// Register a session and the process that owns it (or give an active session a new owner).
-    Register {
-        /// The session id; optional with --pending (the daemon then makes one up).
-        #[arg(long, required_unless_present = "pending")]
-        session: Option<String>,
-        /// Root only: register in this user's namespace (ids are per user; see docs/protocol.md).
-        #[arg(long, value_name = "UID")]
-        uid: Option<u32>,
-        /// The real id is not known yet: `rename` the session later, or it expires.
-        #[arg(long)]
-        pending: bool,
-        #[command(flatten)]
-        owner: OwnerArgs,
-        /// A label KEY=VALUE stored with the session and its events (repeatable).
-        #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
-        labels: Vec<(String, String)>,
-        /// With --owner auto: a further process name to skip as a wrapper, for this
-        /// registration only (repeatable), e.g. `--wrapper timeout`.
-        #[arg(long = "wrapper", value_name = "COMM", requires = "owner")]
-        wrappers: Vec<String>,
-        #[command(flatten)]
-        cleanup: CleanupArgs,
-    },
+    Register(RegisterArgs),
     /// Give a pending session its real id.
-    Rename {
-        /// The pending session's current id (as `register --pending` printed it).
-        #[arg(long)]
-        session: String,
-        /// Its real id from now on.
-        #[arg(long, value_name = "SESSION")]
-        to: String,
-        /// Root only: the session of this user (ids are per user; see docs/protocol.md).
-        #[arg(long, value_name = "UID")]
-        uid: Option<u32>,
-    },
+    Rename(RenameArgs),
     /// Record activity (postpones the inactivity timeout of owners that cannot be watched).
-    Touch(SessionArgs),
+    Touch(TouchArgs),
     /// End a session now (reason `stopped`).
-    End {
-        #[command(flatten)]
-        session: SessionArgs,
-        /// Also terminate the session's processes that are still running (SIGTERM, then
-        /// SIGKILL after the session's grace), whatever its --on-end policy.
-        #[arg(long)]
-        terminate: bool,
-    },
+    End(EndArgs),
     /// Show one session.
-    Get(SessionArgs),
+    Get(GetArgs),
     /// List sessions.
-    List {
-        /// Only sessions in this phase (default: all).
-        #[arg(long, value_enum)]
-        phase: Option<PhaseArg>,
-        #[command(flatten)]
-        labels: LabelFilter,
-    },
+    List(ListArgs),
     /// Which active session owns a process (itself or its nearest registered ancestor)?
-    Whose {
-        /// The process to look up, in this command's PID namespace.
-        #[arg(long)]
-        pid: u32,
-    },
+    Whose(WhoseArgs),
     /// The live processes of a session's tree: its owner (starred) and every process it
     /// started since registration, orphans reparented to init included.
-    Processes(SessionArgs),
+    Processes(ProcessesArgs),
     /// The daemon's state: exit sources, counters, versions.
-    Status,
+    Status(StatusArgs),
     /// Follow the event stream.
     ///
     /// With --exec, runs CMD (through sh -c) for each session.ended event, with the event
@@ -148,35 +81,25 @@ pub(crate) enum Command {
     /// If the daemon stops or restarts, the watcher reconnects and resumes after the last
     /// event it handled, retrying for up to 30 s (every 0.1 s, doubling to 2 s); then it
     /// gives up with exit code 69.
-    Watch(Watch),
+    Watch(WatchArgs),
     /// Block until a session ends; the exit code tells how (see below).
     ///
     /// If the daemon stops or restarts meanwhile, wait reconnects and goes on waiting,
     /// retrying for up to 30 s (every 0.1 s, doubling to 2 s); then it gives up with 69.
-    #[command(after_help = WAIT_HELP)]
-    Wait(SessionArgs),
+    #[command(after_help = wait_codes_help())]
+    Wait(WaitArgs),
     /// Which exit sources the daemon runs and why the others are off (its self-test too),
     /// and, apart, which ones this process could start itself.
     #[command(after_help = DOCTOR_HELP)]
-    Doctor,
+    Doctor(DoctorArgs),
     /// Print the shell completion script for SHELL, e.g.
     /// `liveness completions bash > /etc/bash_completion.d/liveness`.
-    Completions {
-        /// The shell to complete for.
-        #[arg(value_enum)]
-        shell: clap_complete::Shell,
-    },
-    /// Write the man pages (liveness.1 and one per subcommand) into DIR.
+    Completions(CompletionsArgs),
+    /// Write the man pages (liveness.1 and one per subcommand, lock's too) into DIR.
     #[command(hide = true)]
-    GenerateMan {
-        /// Where to write the pages.
-        dir: PathBuf,
-    },
+    GenerateMan(GenerateManArgs),
     /// Locks held by sessions: acquire, release, list, and run a command holding one.
-    Lock {
-        #[command(subcommand)]
-        command: LockCommand,
-    },
+    Lock(LockArgs),
     /// Run CMD as the owner of a new session, registered before CMD starts; wait for it,
     /// and exit with its status once the session has ended.
     ///
@@ -186,21 +109,131 @@ pub(crate) enum Command {
     Run(RunArgs),
 }
 
+// `check`
+#[derive(Debug, clap::Args)]
+pub(crate) struct CheckArgs {
+    #[command(flatten)]
+    pub(crate) target: OneOf<CheckTarget>,
+}
+
+/// What `check` is about: a running process, or an identity captured earlier.
+#[derive(Debug)]
+pub(crate) enum CheckTarget {
+    Pid(u32),
+    Identity(String),
+}
+
+/// `check`'s options as clap reads them; exactly one is given.
+#[derive(Debug, clap::Args)]
+pub(crate) struct CheckOptions {
+    /// Capture the identity of this running process.
+    #[arg(
+        long,
+        conflicts_with = "identity",
+        required_unless_present = "identity"
+    )]
+    pid: Option<u32>,
+    /// An identity as JSON (as printed by `check --pid --json`) to check for liveness.
+    #[arg(long, value_name = "JSON")]
+    identity: Option<String>,
+}
+
+impl Choice for CheckTarget {
+    type Options = CheckOptions;
+
+    fn choose(options: CheckOptions) -> Option<CheckTarget> {
+        match options {
+            CheckOptions { pid: Some(pid), .. } => Some(CheckTarget::Pid(pid)),
+            CheckOptions {
+                identity: Some(text),
+                ..
+            } => Some(CheckTarget::Identity(text)),
+            CheckOptions { .. } => None,
+        }
+    }
+}
+
+// `resolve-owner`
+#[derive(Debug, clap::Args)]
+pub(crate) struct ResolveOwnerArgs {
+    /// Start from this process (default: the parent of this command, e.g. the hook's shell).
+    #[arg(long)]
+    pub(crate) pid: Option<u32>,
+    /// A further process name to skip as a wrapper (repeatable).
+    #[arg(long = "wrapper", value_name = "COMM")]
+    pub(crate) wrappers: Vec<String>,
+}
+
+// `register`
+#[derive(Debug, clap::Args)]
+pub(crate) struct RegisterArgs {
+    /// The session id; optional with --pending (the daemon then makes one up).
+    #[arg(long, required_unless_present = "pending")]
+    pub(crate) session: Option<String>,
+    /// Root only: register in this user's namespace (ids are per user; see docs/protocol.md).
+    #[arg(long, value_name = "UID")]
+    pub(crate) uid: Option<u32>,
+    /// The real id is not known yet: `rename` the session later, or it expires.
+    #[arg(long)]
+    pub(crate) pending: bool,
+    #[command(flatten)]
+    pub(crate) owner: OneOf<OwnerArg>,
+    /// A label KEY=VALUE stored with the session and its events (repeatable).
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub(crate) labels: Vec<(String, String)>,
+    /// With --owner auto: a further process name to skip as a wrapper, for this
+    /// registration only (repeatable), e.g. `--wrapper timeout`.
+    #[arg(long = "wrapper", value_name = "COMM", requires = "owner")]
+    pub(crate) wrappers: Vec<String>,
+    #[command(flatten)]
+    pub(crate) cleanup: CleanupArgs,
+}
+
+/// The owner named on the command line.
+#[derive(Debug)]
+pub(crate) enum OwnerArg {
+    /// `--owner auto`.
+    Auto,
+    Pid(u32),
+    /// `--owner-identity`, JSON still to be read.
+    Identity(String),
+}
+
+/// The owner options as clap reads them; exactly one is given.
 #[derive(Debug, clap::Args)]
 #[group(required = true, multiple = false)]
-pub(crate) struct OwnerArgs {
+pub(crate) struct OwnerOptions {
     /// `auto`: the first ancestor of this command that is not a shell or wrapper
     /// (for a PID, use --owner-pid).
     #[arg(long, value_name = "auto", value_parser = parse_owner_keyword)]
-    pub(crate) owner: Option<AutoOwner>,
+    owner: Option<AutoOwner>,
     /// This process owns the session. PID is read in this command's PID namespace; where
     /// the kernel allows (Linux 5.3+) the daemon is given a pidfd for it, which names the
     /// process itself rather than a number that could be reused.
     #[arg(long, value_name = "PID")]
-    pub(crate) owner_pid: Option<u32>,
+    owner_pid: Option<u32>,
     /// An identity captured earlier (`liveness check --pid PID --json`), possibly elsewhere.
     #[arg(long, value_name = "JSON")]
-    pub(crate) owner_identity: Option<String>,
+    owner_identity: Option<String>,
+}
+
+impl Choice for OwnerArg {
+    type Options = OwnerOptions;
+
+    fn choose(options: OwnerOptions) -> Option<OwnerArg> {
+        match options {
+            OwnerOptions { owner: Some(_), .. } => Some(OwnerArg::Auto),
+            OwnerOptions {
+                owner_pid: Some(pid),
+                ..
+            } => Some(OwnerArg::Pid(pid)),
+            OwnerOptions {
+                owner_identity: Some(text),
+                ..
+            } => Some(OwnerArg::Identity(text)),
+            OwnerOptions { .. } => None,
+        }
+    }
 }
 
 /// `--owner auto`, the one keyword `--owner` takes.
@@ -252,6 +285,55 @@ impl From<OnEndArg> for OnEnd {
     }
 }
 
+// `rename`
+#[derive(Debug, clap::Args)]
+pub(crate) struct RenameArgs {
+    /// The pending session's current id (as `register --pending` printed it).
+    #[arg(long)]
+    pub(crate) session: String,
+    /// Its real id from now on.
+    #[arg(long, value_name = "SESSION")]
+    pub(crate) to: String,
+    /// Root only: the session of this user (ids are per user; see docs/protocol.md).
+    #[arg(long, value_name = "UID")]
+    pub(crate) uid: Option<u32>,
+}
+
+// `touch`
+#[derive(Debug, clap::Args)]
+pub(crate) struct TouchArgs {
+    #[command(flatten)]
+    pub(crate) session: SessionArgs,
+}
+
+// `end`
+#[derive(Debug, clap::Args)]
+pub(crate) struct EndArgs {
+    #[command(flatten)]
+    pub(crate) session: SessionArgs,
+    /// Also terminate the session's processes that are still running (SIGTERM, then
+    /// SIGKILL after the session's grace), whatever its --on-end policy.
+    #[arg(long)]
+    pub(crate) terminate: bool,
+}
+
+// `get`
+#[derive(Debug, clap::Args)]
+pub(crate) struct GetArgs {
+    #[command(flatten)]
+    pub(crate) session: SessionArgs,
+}
+
+// `list`
+#[derive(Debug, clap::Args)]
+pub(crate) struct ListArgs {
+    /// Only sessions in this phase (default: all).
+    #[arg(long, value_enum)]
+    pub(crate) phase: Option<PhaseArg>,
+    #[command(flatten)]
+    pub(crate) labels: LabelFilter,
+}
+
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub(crate) enum PhaseArg {
     /// Sessions whose owner is (believed) alive.
@@ -259,6 +341,203 @@ pub(crate) enum PhaseArg {
     /// Finalized sessions, kept for the retention period.
     Ended,
 }
+
+// `whose`
+#[derive(Debug, clap::Args)]
+pub(crate) struct WhoseArgs {
+    /// The process to look up, in this command's PID namespace.
+    #[arg(long)]
+    pub(crate) pid: u32,
+}
+
+// `processes`
+#[derive(Debug, clap::Args)]
+pub(crate) struct ProcessesArgs {
+    #[command(flatten)]
+    pub(crate) session: SessionArgs,
+}
+
+// `status`
+#[derive(Debug, clap::Args)]
+pub(crate) struct StatusArgs {}
+
+// `watch`
+#[derive(Debug, clap::Args)]
+pub(crate) struct WatchArgs {
+    /// Replay events after this seq first (default: only new events).
+    #[arg(long, value_name = "SEQ")]
+    pub(crate) since: Option<u64>,
+    /// Only events of this session.
+    #[arg(long)]
+    pub(crate) session: Option<String>,
+    #[command(flatten)]
+    pub(crate) labels: LabelFilter,
+    /// Root only: only events of this user's sessions.
+    #[arg(long, value_name = "UID")]
+    pub(crate) uid: Option<u32>,
+    /// Run this command for each session.ended event.
+    #[arg(long, value_name = "CMD")]
+    pub(crate) exec: Option<String>,
+    /// Cursor file ("SEQ STORE_ID", or a bare SEQ): read at start (it wins over --since),
+    /// written after each handled event.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) cursor: Option<PathBuf>,
+}
+
+// `wait`
+#[derive(Debug, clap::Args)]
+pub(crate) struct WaitArgs {
+    #[command(flatten)]
+    pub(crate) session: SessionArgs,
+}
+
+// `doctor`
+#[derive(Debug, clap::Args)]
+pub(crate) struct DoctorArgs {}
+
+pub(crate) const DOCTOR_HELP: &str = "\
+The daemon part is the daemon's own view (its status: each source's state and reason, the
+eBPF self-test); the client part is what this process, with its own privileges and seccomp
+filters, could start. They differ when the two run with different rights.
+Exit codes: 0 the daemon answered and has an active source, 69 the daemon cannot be
+reached (the client part is still printed) or has no active source, 70 internal error.";
+
+// `completions`
+#[derive(Debug, clap::Args)]
+pub(crate) struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub(crate) shell: clap_complete::Shell,
+}
+
+// `generate-man`
+#[derive(Debug, clap::Args)]
+pub(crate) struct GenerateManArgs {
+    /// Where to write the pages.
+    pub(crate) dir: PathBuf,
+}
+
+// `lock`
+#[derive(Debug, clap::Args)]
+pub(crate) struct LockArgs {
+    #[command(subcommand)]
+    pub(crate) command: LockCommand,
+}
+
+/// `liveness lock ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum LockCommand {
+    /// Take lock NAME for a session and print its fencing token.
+    ///
+    /// The lock is the session's until it is released or the session ends, whatever ends
+    /// it: its owner's death, `end`, expiry. Each grant's token is greater than every
+    /// earlier one of the lock: pass it to what the lock guards, to refuse older holders.
+    #[command(after_help = LOCK_HELP)]
+    Acquire(LockAcquireArgs),
+    /// Release lock NAME, held by the session.
+    Release(LockReleaseArgs),
+    /// List the held locks you may see: name, holder session, token, since, waiters.
+    List(LockListArgs),
+    /// Run CMD as the owner of a new session that holds lock NAME for CMD's lifetime.
+    ///
+    /// CMD gets the token in LIVENESS_LOCK_TOKEN (and the lock's name in
+    /// LIVENESS_LOCK_NAME, its session in LIVENESS_SESSION). The lock is released when CMD
+    /// exits, however it exits.
+    #[command(after_help = LOCK_HELP)]
+    Run(LockRunArgs),
+}
+
+pub(crate) const LOCK_HELP: &str = "\
+Exit codes of lock acquire (and of lock run before CMD starts):
+  0   granted: the token is printed
+  3   held by another session (without --wait), or still held after --timeout
+  64+ as for the other commands (see `liveness --help`)
+lock run otherwise exits with CMD's status (128+N when a signal N killed it).";
+
+// `lock acquire`
+#[derive(Debug, clap::Args)]
+pub(crate) struct LockAcquireArgs {
+    /// The lock's name (per user, like session ids).
+    pub(crate) name: String,
+    #[command(flatten)]
+    pub(crate) holder: Holder,
+    #[command(flatten)]
+    pub(crate) wait: LockWait,
+}
+
+// `lock release`
+#[derive(Debug, clap::Args)]
+pub(crate) struct LockReleaseArgs {
+    /// The lock's name.
+    pub(crate) name: String,
+    #[command(flatten)]
+    pub(crate) holder: Holder,
+}
+
+// `lock list`
+#[derive(Debug, clap::Args)]
+pub(crate) struct LockListArgs {
+    /// Root only: only this user's locks.
+    #[arg(long, value_name = "UID")]
+    pub(crate) uid: Option<u32>,
+}
+
+// `lock run`
+#[derive(Debug, clap::Args)]
+pub(crate) struct LockRunArgs {
+    /// The lock's name.
+    pub(crate) name: String,
+    #[command(flatten)]
+    pub(crate) wait: LockWait,
+    #[command(flatten)]
+    pub(crate) run: RunArgs,
+}
+
+/// The session a lock is taken or released for.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Holder {
+    /// The session that holds (or takes) the lock.
+    #[arg(long)]
+    pub(crate) session: String,
+    /// Root only: the session of this user (lock names are per user, like session ids).
+    #[arg(long, value_name = "UID")]
+    pub(crate) uid: Option<u32>,
+}
+
+/// Whether to wait for a held lock, and how long.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub(crate) struct LockWait {
+    /// Wait in line for the lock if another session holds it.
+    #[arg(long)]
+    pub(crate) wait: bool,
+    /// With --wait: give up after this long (500ms, 30s, 2m, ...).
+    #[arg(long, requires = "wait", value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) timeout: Option<Duration>,
+}
+
+// `run`, and the command part of `lock run`
+#[derive(Debug, clap::Args)]
+pub(crate) struct RunArgs {
+    /// The session id (default: a new `run-<random hex>`). An active session of this id
+    /// gets CMD as its new owner.
+    #[arg(long)]
+    pub(crate) session: Option<String>,
+    /// A label KEY=VALUE stored with the session and its events (repeatable).
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub(crate) labels: Vec<(String, String)>,
+    #[command(flatten)]
+    pub(crate) cleanup: CleanupArgs,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub(crate) command: Vec<OsString>,
+}
+
+pub(crate) const RUN_HELP: &str = "\
+Exit codes of run:
+  CMD's own exit code; 128+N when signal N killed it
+  126 CMD cannot be executed      127 CMD was not found
+  Before CMD starts, those of every command (see `liveness --help`): for lock run,
+  3 (lock_held) when the lock is held (without --wait, or after --timeout).";
 
 /// `--label KEY=VALUE` filters: a session or event matches when it has every label given.
 #[derive(Debug, Default, clap::Args)]
@@ -269,14 +548,14 @@ pub(crate) struct LabelFilter {
 }
 
 impl LabelFilter {
-    pub(crate) fn matches(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+    pub(crate) fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.labels
             .iter()
             .all(|(key, value)| labels.get(key) == Some(value))
     }
 }
 
-pub(crate) fn parse_label(text: &str) -> Result<(String, String), String> {
+fn parse_label(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
         _ => Err(format!("{text:?} is not KEY=VALUE")),
@@ -292,6 +571,50 @@ pub(crate) struct SessionArgs {
     /// Root only: the session of this user (ids are per user; see docs/protocol.md).
     #[arg(long, value_name = "UID")]
     pub(crate) uid: Option<u32>,
+}
+
+/// Options of which exactly one is given (clap checks that), read as the enum they mean:
+/// commands get the enum, so none of them has a case for "none of them".
+pub(crate) trait Choice: Sized {
+    /// The options as clap declares and parses them.
+    type Options: clap::Args + clap::FromArgMatches;
+    /// The one option given; `None` only if clap let a command line through without one.
+    fn choose(options: Self::Options) -> Option<Self>;
+}
+
+/// A [`Choice`], flattened into a command's arguments like its options would be.
+#[derive(Debug)]
+pub(crate) struct OneOf<T>(pub(crate) T);
+
+impl<T: Choice> clap::FromArgMatches for OneOf<T> {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<OneOf<T>, clap::Error> {
+        let options = T::Options::from_arg_matches(matches)?;
+        T::choose(options).map(OneOf).ok_or_else(|| {
+            clap::Error::raw(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "one of the options is required",
+            )
+        })
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = OneOf::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl<T: Choice> clap::Args for OneOf<T> {
+    fn group_id() -> Option<clap::Id> {
+        T::Options::group_id()
+    }
+
+    fn augment_args(command: clap::Command) -> clap::Command {
+        T::Options::augment_args(command)
+    }
+
+    fn augment_args_for_update(command: clap::Command) -> clap::Command {
+        T::Options::augment_args_for_update(command)
+    }
 }
 
 #[cfg(test)]
@@ -330,6 +653,35 @@ mod tests {
                 .expect_err("--owner 1234 is refused");
         let text = error.to_string();
         assert!(text.contains("--owner-pid 1234"), "{text}");
+    }
+
+    #[test]
+    fn the_one_option_given_is_the_one_chosen() {
+        let owner = |args: &[&str]| match Cli::try_parse_from(args).map(|cli| cli.command) {
+            Ok(Command::Register(register)) => register.owner.0,
+            other => panic!("{args:?}: {other:?}"),
+        };
+        let register = ["liveness", "register", "--session", "s"];
+        assert!(matches!(
+            owner(&[&register[..], &["--owner", "auto"]].concat()),
+            OwnerArg::Auto
+        ));
+        assert!(matches!(
+            owner(&[&register[..], &["--owner-pid", "7"]].concat()),
+            OwnerArg::Pid(7)
+        ));
+        assert!(matches!(
+            owner(&[&register[..], &["--owner-identity", "{}"]].concat()),
+            OwnerArg::Identity(text) if text == "{}"
+        ));
+        for refused in [
+            &register[..],
+            &[&register[..], &["--owner", "auto", "--owner-pid", "7"]].concat(),
+            &["liveness", "check"],
+            &["liveness", "check", "--pid", "1", "--identity", "{}"],
+        ] {
+            assert!(Cli::try_parse_from(refused).is_err(), "{refused:?}");
+        }
     }
 
     #[test]

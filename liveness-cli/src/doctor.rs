@@ -2,6 +2,7 @@
 //! process could start.
 
 use std::path::Path;
+use std::process::ExitCode;
 
 use serde::Serialize;
 
@@ -9,86 +10,90 @@ use liveness_client::Client;
 use liveness_common::status::{MembershipStatus, SourceName, SourceReport, SourceState, Status};
 use liveness_proc::diagnose::{self, Restrictions};
 
-use crate::exit::Exit;
+use crate::args::DoctorArgs;
+use crate::context::Context;
+use crate::exit::{Exit, Failure};
 use crate::output::{self, outln};
+use crate::pids::Numbering;
 use crate::render::{print_membership, print_sources};
 
-pub(crate) const DOCTOR_HELP: &str = "\
-The daemon part is the daemon's own view (its status: each source's state and reason, the
-eBPF self-test); the client part is what this process, with its own privileges and seccomp
-filters, could start. They differ when the two run with different rights.
-Exit codes: 0 the daemon answered and has an active source, 69 the daemon cannot be
-reached (the client part is still printed) or has no active source, 70 internal error.";
-
-/// `liveness doctor`: the daemon's own account of its sources, and apart from it what this
-/// process could start (a daemon without CAP_BPF must not look able to run eBPF because
-/// the client has it).
-pub(crate) fn doctor(socket: &Path, json: bool) -> Exit {
-    let (daemon, daemon_error) =
-        match Client::connect(socket).and_then(|mut client| client.status()) {
+impl DoctorArgs {
+    /// The daemon's own account of its sources, and apart from it what this process could
+    /// start (a daemon without CAP_BPF must not look able to run eBPF because the client has
+    /// it).
+    pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
+        let json = context.json;
+        let mut pids = Numbering::Same;
+        let answer = Client::connect(&context.socket).and_then(|mut client| {
+            pids = Numbering::of(&client);
+            client.status()
+        });
+        let (daemon, daemon_error) = match answer {
             Ok(status) => (Some(DaemonDoctor::of(status)), None),
             Err(e) => (None, Some(e.to_string())),
         };
-    let restrictions = Restrictions::of_this_thread();
-    let client = ClientDoctor {
-        pid: std::process::id(),
-        euid: rustix::process::geteuid().as_raw(),
-        kernel: rustix::system::uname()
-            .release()
-            .to_string_lossy()
-            .into_owned(),
-        sources: client_sources(),
-        restrictions,
-    };
-    let daemon_active = daemon.as_ref().is_some_and(|d| {
-        d.sources
-            .iter()
-            .any(|s| matches!(s.state, SourceState::Active | SourceState::Degraded))
-    });
-    if json {
-        output::json(&Doctor {
-            daemon,
-            daemon_error,
-            client,
-        });
-    } else {
-        match (&daemon, &daemon_error) {
-            (Some(daemon), _) => {
-                outln!(
-                    "daemon: livenessd {}, pid {}, sources {}",
-                    daemon.version,
-                    daemon.pid,
-                    daemon.selection
-                );
-                print_sources(&daemon.sources);
-                if let Some(membership) = &daemon.membership {
-                    print_membership(membership);
-                }
-            }
-            (None, error) => outln!(
-                "daemon: not reachable: {}",
-                error.as_deref().unwrap_or("no answer")
-            ),
-        }
-        let restrictions = &client.restrictions;
-        let capabilities = if restrictions.capabilities.is_empty() {
-            "none".to_owned()
-        } else {
-            restrictions.capabilities.join(" ")
+        let restrictions = Restrictions::of_this_thread();
+        let client = ClientDoctor {
+            pid: std::process::id(),
+            euid: rustix::process::geteuid().as_raw(),
+            kernel: rustix::system::uname()
+                .release()
+                .to_string_lossy()
+                .into_owned(),
+            sources: client_sources(),
+            restrictions,
         };
-        outln!(
-            "this client (pid {}, euid {}, kernel {}, seccomp mode {}, capabilities {capabilities}) could start:",
-            client.pid,
-            client.euid,
-            client.kernel,
-            restrictions.seccomp_mode
-        );
-        print_sources(&client.sources);
-    }
-    if daemon_active {
-        Exit::Ok
-    } else {
-        Exit::Unavailable
+        let daemon_active = daemon.as_ref().is_some_and(|d| {
+            d.sources
+                .iter()
+                .any(|s| matches!(s.state, SourceState::Active | SourceState::Degraded))
+        });
+        if json {
+            output::json(&Doctor {
+                daemon,
+                daemon_error,
+                client,
+            });
+        } else {
+            match (&daemon, &daemon_error) {
+                (Some(daemon), _) => {
+                    outln!(
+                        "daemon: livenessd {}, {}, sources {}",
+                        daemon.version,
+                        pids.daemon(daemon.pid),
+                        daemon.selection
+                    );
+                    print_sources(&daemon.sources);
+                    if let Some(membership) = &daemon.membership {
+                        print_membership(membership);
+                    }
+                }
+                (None, error) => outln!(
+                    "daemon: not reachable: {}",
+                    error.as_deref().unwrap_or("no answer")
+                ),
+            }
+            let restrictions = &client.restrictions;
+            let capabilities = if restrictions.capabilities.is_empty() {
+                "none".to_owned()
+            } else {
+                restrictions.capabilities.join(" ")
+            };
+            outln!(
+                "this client (pid {}, euid {}, kernel {}, seccomp mode {}, capabilities {capabilities}) could start:",
+                client.pid,
+                client.euid,
+                client.kernel,
+                restrictions.seccomp_mode
+            );
+            print_sources(&client.sources);
+        }
+        Ok(if daemon_active {
+            Exit::Ok
+        } else {
+            Exit::Unavailable
+        }
+        .into())
     }
 }
 

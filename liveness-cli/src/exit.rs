@@ -1,6 +1,7 @@
-//! The exit-code policy: one code per meaning, whatever the command (the table below is
-//! printed by `--help` and copied in the README), and how a failure is reported: a line on
-//! stderr, or with `--json` a JSON object on stderr.
+//! The exit-code policy: one code per meaning, whatever the command, and `wait`'s own
+//! codes (the tables below are printed by `--help` and copied in docs/cli.md, which a test
+//! checks), and how a failure is reported: a line on stderr, or with `--json` a JSON
+//! object on stderr.
 
 use std::fmt;
 use std::process::ExitCode;
@@ -8,7 +9,9 @@ use std::process::ExitCode;
 use serde::Serialize;
 
 use liveness_client::ClientError;
+use liveness_common::exit::ExitStatus;
 use liveness_common::protocol::ErrorCode;
+use liveness_common::session::{EndReason, Session};
 use liveness_proc::identity::IdentityError;
 
 /// Process exit codes of the `liveness` CLI.
@@ -41,7 +44,7 @@ pub(crate) enum Exit {
 }
 
 /// Every exit code with its name (the `code` of a JSON error) and its meaning: the one
-/// table behind `--help`, the JSON errors and the README.
+/// table behind `--help`, the JSON errors and docs/cli.md.
 pub(crate) const EXIT_CODES: &[(Exit, &str, &str)] = &[
     (Exit::Ok, "ok", "success; check: the process is alive"),
     (
@@ -117,6 +120,73 @@ pub(crate) fn exit_codes_help() -> String {
     }
     help.push_str("With --json, a failure is one JSON object on stderr:\n");
     help.push_str(r#"  {"error":{"code":"not_found","exit":66,"message":"..."}}"#);
+    help
+}
+
+/// How `wait` tells the end of a session, by codes of its own while it succeeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum WaitOutcome {
+    Clean = 0,
+    Failed = 1,
+    Killed = 2,
+    /// Ended without its owner's exit: a reboot, a timeout, a pending session's expiry.
+    Otherwise = 3,
+    /// The owner is gone, but how is unknown: its death was seen without a status.
+    Unseen = 4,
+}
+
+/// `wait`'s codes and their meaning: the table behind `wait --help` and docs/cli.md.
+pub(crate) const WAIT_CODES: &[(WaitOutcome, &str)] = &[
+    (
+        WaitOutcome::Clean,
+        "the owner exited with code 0, or the session was ended with `end`",
+    ),
+    (WaitOutcome::Failed, "the owner exited with a non-zero code"),
+    (WaitOutcome::Killed, "the owner was killed by a signal"),
+    (
+        WaitOutcome::Otherwise,
+        "ended without an exit of its owner: reboot, timeout, pending expired",
+    ),
+    (
+        WaitOutcome::Unseen,
+        "the owner is gone, but its status is unknown: its death was seen by /proc polling, \
+         by the check after a daemon restart, or by a pidfd before Linux 6.15",
+    ),
+];
+
+impl WaitOutcome {
+    pub(crate) fn of(session: &Session) -> WaitOutcome {
+        match (session.reason, session.exit) {
+            (Some(EndReason::Stopped), _) | (_, Some(ExitStatus::Exited { code: 0 })) => {
+                WaitOutcome::Clean
+            }
+            (_, Some(ExitStatus::Exited { .. })) => WaitOutcome::Failed,
+            (_, Some(ExitStatus::Signaled { .. })) => WaitOutcome::Killed,
+            (Some(EndReason::OwnerExited | EndReason::OwnerReused), None) => WaitOutcome::Unseen,
+            _ => WaitOutcome::Otherwise,
+        }
+    }
+}
+
+/// `wait`'s codes as `wait --help` prints them, meanings wrapped within 80 columns.
+pub(crate) fn wait_codes_help() -> String {
+    let mut help = String::from("Exit codes of wait:\n");
+    for (outcome, meaning) in WAIT_CODES {
+        let mut line = format!("  {:<3}", *outcome as u8);
+        for word in meaning.split(' ') {
+            if line.len() + 1 + word.len() > 80 {
+                help.push_str(&line);
+                help.push('\n');
+                line = " ".repeat(5);
+            }
+            line.push(' ');
+            line.push_str(word);
+        }
+        help.push_str(&line);
+        help.push('\n');
+    }
+    help.push_str("  64+ the wait itself failed, as for the other commands (66: no such session)");
     help
 }
 
@@ -251,12 +321,17 @@ mod tests {
         }
     }
 
+    /// docs/cli.md has both tables, row for row.
     #[test]
-    fn the_readme_lists_every_exit_code() {
-        let readme = include_str!("../../README.md");
+    fn the_docs_list_every_exit_code() {
+        let docs = include_str!("../../docs/cli.md");
         for (exit, name, _) in EXIT_CODES {
             let row = format!("| {} | `{name}` |", *exit as u8);
-            assert!(readme.contains(&row), "README lacks the row {row:?}");
+            assert!(docs.contains(&row), "docs/cli.md lacks the row {row:?}");
+        }
+        for (outcome, meaning) in WAIT_CODES {
+            let row = format!("| {} | {meaning} |", *outcome as u8);
+            assert!(docs.contains(&row), "docs/cli.md lacks the row {row:?}");
         }
     }
 }

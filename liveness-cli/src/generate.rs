@@ -3,41 +3,49 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::process::ExitCode;
 
 use clap::CommandFactory;
 
-use crate::args::Cli;
+use crate::args::{Cli, CompletionsArgs, GenerateManArgs};
+use crate::context::Context;
 use crate::exit::{Exit, Failure};
 
-/// `liveness completions SHELL`: the completion script on stdout.
-pub(crate) fn completions(shell: clap_complete::Shell) -> Result<Exit, Failure> {
-    let mut script = Vec::new();
-    clap_complete::generate(shell, &mut Cli::command(), "liveness", &mut script);
-    let mut out = std::io::stdout().lock();
-    out.write_all(&script)
-        .and_then(|()| out.flush())
-        .map_err(|e| Failure::new(Exit::IoErr, format!("cannot write the completions: {e}")))?;
-    Ok(Exit::Ok)
-}
-
-/// `liveness generate-man DIR`: `liveness.1` and one `liveness-SUBCOMMAND.1` per
-/// subcommand, in DIR.
-pub(crate) fn man_pages(dir: &Path) -> Result<Exit, Failure> {
-    let io = |e: std::io::Error| Failure::new(Exit::IoErr, format!("{}: {e}", dir.display()));
-    std::fs::create_dir_all(dir).map_err(io)?;
-    let command = Cli::command();
-    write_page(dir, "liveness", command.clone()).map_err(io)?;
-    for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
-        let name = format!("liveness-{}", sub.get_name());
-        write_page(dir, &name, sub.clone().bin_name(&name).display_name(&name)).map_err(io)?;
+impl CompletionsArgs {
+    /// The completion script on stdout.
+    pub(crate) fn execute(&self, _: &Context) -> Result<ExitCode, Failure> {
+        let mut script = Vec::new();
+        clap_complete::generate(self.shell, &mut Cli::command(), "liveness", &mut script);
+        let mut out = std::io::stdout().lock();
+        out.write_all(&script)
+            .and_then(|()| out.flush())
+            .map_err(|e| Failure::new(Exit::IoErr, format!("cannot write the completions: {e}")))?;
+        Ok(Exit::Ok.into())
     }
-    Ok(Exit::Ok)
 }
 
-fn write_page(dir: &Path, name: &str, command: clap::Command) -> std::io::Result<()> {
+impl GenerateManArgs {
+    /// `liveness.1` and one page per subcommand, nested ones too: `liveness-SUBCOMMAND.1`,
+    /// `liveness-lock-acquire.1`.
+    pub(crate) fn execute(&self, _: &Context) -> Result<ExitCode, Failure> {
+        let dir = &self.dir;
+        let io = |e: std::io::Error| Failure::new(Exit::IoErr, format!("{}: {e}", dir.display()));
+        std::fs::create_dir_all(dir).map_err(io)?;
+        write_pages(dir, "liveness", Cli::command()).map_err(io)?;
+        Ok(Exit::Ok.into())
+    }
+}
+
+/// The page of `command`, named `name`, then those of its subcommands.
+fn write_pages(dir: &Path, name: &str, command: clap::Command) -> std::io::Result<()> {
     let mut page = Vec::new();
-    clap_mangen::Man::new(command)
+    clap_mangen::Man::new(command.clone())
         .title(name.to_uppercase())
         .render(&mut page)?;
-    std::fs::write(dir.join(format!("{name}.1")), page)
+    std::fs::write(dir.join(format!("{name}.1")), page)?;
+    for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let name = format!("{name}-{}", sub.get_name());
+        write_pages(dir, &name, sub.clone().bin_name(&name).display_name(&name))?;
+    }
+    Ok(())
 }

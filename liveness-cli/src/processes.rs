@@ -1,48 +1,89 @@
 //! `liveness processes --session S`: the live processes of a session's tree.
 
-use std::path::Path;
+use std::process::ExitCode;
 
 use liveness_common::protocol::{MemberProcess, Request};
 
-use crate::args::SessionArgs;
+use crate::args::{ProcessesArgs, SessionArgs};
+use crate::context::Context;
 use crate::exit::{Exit, Failure};
 use crate::output::{self, outln};
+use crate::pids::Numbering;
 
-pub(crate) fn processes(
-    socket: &Path,
-    SessionArgs { session, uid }: SessionArgs,
-    json: bool,
-) -> Result<Exit, Failure> {
-    let reply = crate::call(socket, &Request::Processes { session, uid })?;
-    let processes = reply.processes.unwrap_or_default();
-    if json {
-        output::json(&processes);
-    } else {
-        outln!("{:>8} {:>8} {:>10}  COMMAND", "PID", "PPID", "AGE");
-        for process in &processes {
-            outln!("{}", describe(process));
+impl ProcessesArgs {
+    pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
+        let SessionArgs { session, uid } = &self.session;
+        let request = Request::Processes {
+            session: session.clone(),
+            uid: *uid,
+        };
+        let mut client = context.connect()?;
+        let pids = Numbering::of(&client);
+        let reply = client.call(&request)?;
+        let processes = reply.processes.unwrap_or_default();
+        if context.json {
+            output::json(&processes);
+        } else if pids.differs() {
+            // Run in another PID namespace than the daemon: the pid here first ("-" for a
+            // process not seen here, or not known to be that one), then the daemon's pid
+            // and parent, said to be its. The owner is looked for by the session's
+            // identity of it, which has its pidfs inode.
+            outln!(
+                "{:>8} {:>10} {:>11} {:>10}  COMMAND",
+                "PID",
+                "DAEMON-PID",
+                "DAEMON-PPID",
+                "AGE"
+            );
+            for process in &processes {
+                let identity = match &reply.session {
+                    Some(session) if process.owner => &session.owner,
+                    _ => &process.identity,
+                };
+                let here = pids
+                    .here(identity)
+                    .map_or_else(|| "-".to_owned(), |here| here.pid.to_string());
+                outln!(
+                    "{:>8} {:>10} {:>11} {:>10}  {}",
+                    starred(process, here),
+                    process.identity.pid,
+                    process.ppid,
+                    age(process.age_ms),
+                    command(process)
+                );
+            }
+        } else {
+            outln!("{:>8} {:>8} {:>10}  COMMAND", "PID", "PPID", "AGE");
+            for process in &processes {
+                outln!(
+                    "{:>8} {:>8} {:>10}  {}",
+                    starred(process, process.identity.pid.to_string()),
+                    process.ppid,
+                    age(process.age_ms),
+                    command(process)
+                );
+            }
         }
+        Ok(Exit::Ok.into())
     }
-    Ok(Exit::Ok)
 }
 
-/// One line: pid (starred for the owner), parent, age and command line.
-fn describe(process: &MemberProcess) -> String {
-    let pid = format!(
-        "{}{}",
-        if process.owner { "*" } else { "" },
-        process.identity.pid
-    );
-    let command = if process.cmdline.is_empty() {
+/// A pid, starred for the session's owner.
+fn starred(process: &MemberProcess, pid: String) -> String {
+    if process.owner {
+        format!("*{pid}")
+    } else {
+        pid
+    }
+}
+
+/// Its command line, or `[comm]` where the arguments cannot be read.
+fn command(process: &MemberProcess) -> String {
+    if process.cmdline.is_empty() {
         format!("[{}]", process.identity.comm)
     } else {
         process.cmdline.join(" ")
-    };
-    format!(
-        "{pid:>8} {:>8} {:>10}  {command}",
-        process.ppid,
-        age(process.age_ms)
-    )
+    }
 }
 
 /// `3d4h`, `2h5m`, `4m10s`, `12s`.

@@ -14,25 +14,26 @@ use liveness_proc::identity::{Liveness, ProcRoot};
 
 use crate::clock;
 use crate::output::{self, outln};
+use crate::pids::{Here, Numbering};
 
 /// A session as the answer to `get`, `register`, `end`, `wait`...: a block like
 /// `systemctl status`, or its JSON.
-pub(crate) fn print_session(session: &Session, json: bool) {
+pub(crate) fn print_session(session: &Session, json: bool, pids: &Numbering) {
     if json {
         output::json(session);
     } else {
-        print_session_block(session, clock::now_ms());
+        print_session_block(session, clock::now_ms(), pids);
     }
 }
 
-fn print_session_block(session: &Session, now: i64) {
+fn print_session_block(session: &Session, now: i64, pids: &Numbering) {
     let (mark, state) = match session.phase {
         Phase::Active if session.pending => ("●", "active (pending)"),
         Phase::Active => ("●", "active"),
         Phase::Ended => ("○", "ended"),
     };
     outln!("{mark} {} - {state}", session.id);
-    outln!("     Owner: {}", describe_owner(session));
+    outln!("     Owner: {}", describe_owner(session, pids));
     outln!(
         "   Created: {} ({})",
         clock::local_time(session.created_ms),
@@ -64,7 +65,7 @@ fn print_session_block(session: &Session, now: i64) {
 }
 
 /// Sessions as a table with headers, like `docker ps`; a friendly line when there are none.
-pub(crate) fn print_session_table(sessions: &[Session], filtered: bool) {
+pub(crate) fn print_session_table(sessions: &[Session], filtered: bool, pids: &Numbering) {
     if sessions.is_empty() {
         outln!(
             "No sessions{}. Register one with `liveness register --session ID --owner auto`.",
@@ -91,7 +92,7 @@ pub(crate) fn print_session_table(sessions: &[Session], filtered: bool) {
             [
                 session.id.clone(),
                 state,
-                describe_owner(session),
+                describe_owner(session, pids),
                 clock::age(session.created_ms, now),
                 status,
                 describe_labels(&session.labels),
@@ -159,24 +160,24 @@ fn print_table<const N: usize>(headers: [&str; N], rows: &[[String; N]]) {
     }
 }
 
-/// "claude (pid 1234)", with the name the process has now when it changed (an `exec`
-/// since registration): "node (pid 1234, registered as claude)".
-fn describe_owner(session: &Session) -> String {
-    let owner = &session.owner;
-    let current = (session.phase == Phase::Active)
-        .then(|| current_name(owner))
-        .flatten()
-        .filter(|name| *name != owner.comm);
-    match current {
-        Some(name) => format!("{name} (pid {}, registered as {})", owner.pid, owner.comm),
-        None => format!("{} (pid {})", owner.comm, owner.pid),
-    }
+/// A session's owner: as it is now if it is still running (see [`describe_process`]).
+fn describe_owner(session: &Session, pids: &Numbering) -> String {
+    let here = (session.phase == Phase::Active)
+        .then(|| pids.here(&session.owner))
+        .flatten();
+    describe_process(&session.owner, here, pids)
 }
 
-/// The owner's command name now, if it is still the same process on this machine.
-fn current_name(owner: &Identity) -> Option<String> {
-    let now = ProcRoot::default().capture(owner.pid).ok()?;
-    (now.start_ticks == owner.start_ticks && now.boot_id == owner.boot_id).then_some(now.comm)
+/// "claude (pid 1234)", with the name the process has now when it changed (an `exec`
+/// since registration): "node (pid 1234, registered as claude)"; run in another PID
+/// namespace than the daemon, with its pid here first: "claude (pid 2; 1234 in the
+/// daemon's PID namespace)". `here` is the process now, if it still runs and is seen here.
+fn describe_process(identity: &Identity, here: Option<Here>, pids: &Numbering) -> String {
+    let pid = pids.pid(identity.pid, here.as_ref().map(|here| here.pid));
+    match here.filter(|here| here.comm != identity.comm) {
+        Some(now) => format!("{} ({pid}, registered as {})", now.comm, identity.comm),
+        None => format!("{} ({pid})", identity.comm),
+    }
 }
 
 fn describe_labels(labels: &BTreeMap<String, String>) -> String {
@@ -236,26 +237,27 @@ fn signal_name(signal: u8) -> String {
         .map_or_else(|| format!("signal {signal}"), |name| (*name).to_owned())
 }
 
-/// A session in one line (`whose`): "agent-1 active, owner claude (pid 1234)".
-pub(crate) fn describe_session(session: &Session) -> String {
+/// A session in one line (`whose`): "agent-1 active, owner claude (pid 1234)". `here` is
+/// its owner as this command sees it, when known.
+pub(crate) fn describe_session(session: &Session, here: Option<Here>, pids: &Numbering) -> String {
     let state = match (session.phase, session.pending) {
         (Phase::Active, true) => "active (pending)",
         (Phase::Active, false) => "active",
         (Phase::Ended, _) => "ended",
     };
-    format!("{} {state}, owner {}", session.id, describe_owner(session))
+    let owner = describe_process(&session.owner, here, pids);
+    format!("{} {state}, owner {owner}", session.id)
 }
 
 /// An event in one line: local time, seq, kind, session, owner, how it ended, labels.
-pub(crate) fn describe_event(event: &Event) -> String {
+pub(crate) fn describe_event(event: &Event, pids: &Numbering) -> String {
     let mut text = format!(
-        "{}  #{} {} {} owner {} (pid {})",
+        "{}  #{} {} {} owner {}",
         clock::local_time(event.at_ms),
         event.seq,
         wire_name(event.kind),
         event.session,
-        event.owner.comm,
-        event.owner.pid
+        describe_process(&event.owner, pids.here(&event.owner), pids)
     );
     if let Some(previous) = &event.previous_session {
         text.push_str(&format!(" (was {previous})"));
@@ -274,6 +276,9 @@ pub(crate) fn describe_event(event: &Event) -> String {
     }
     if let Some(reaped) = &event.reaped {
         text.push_str(&describe_reaped(reaped));
+        if pids.differs() {
+            text.push_str(" (pids in the daemon's PID namespace)");
+        }
     }
     if !event.labels.is_empty() {
         text.push_str(&format!("  [{}]", describe_labels(&event.labels)));
@@ -308,14 +313,14 @@ fn describe_reaped(reaped: &Reaped) -> String {
 
 /// `status` for people: who answered, then sessions, events, deaths, processes and limits
 /// with their counters, then the sources.
-pub(crate) fn print_status(status: &Status) {
+pub(crate) fn print_status(status: &Status, pids: &Numbering) {
     let daemon = &status.daemon;
     let now = clock::now_ms();
     outln!(
-        "livenessd {} (protocol {}), pid {}, up since {} ({})",
+        "livenessd {} (protocol {}), {}, up since {} ({})",
         daemon.version,
         daemon.protocol,
-        daemon.pid,
+        pids.daemon(daemon.pid),
         clock::local_time(now - status.uptime_ms as i64),
         clock::age(now - status.uptime_ms as i64, now)
     );

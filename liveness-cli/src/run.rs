@@ -17,95 +17,62 @@ use std::process::ExitCode;
 use liveness_client::{Client, Owner, Registration};
 use liveness_common::session::OnEnd;
 
-use crate::Context;
-use crate::args::{CleanupArgs, parse_label};
+use crate::args::{LockWait, RunArgs};
+use crate::context::Context;
 use crate::exit::{Exit, Failure};
-use crate::lock::WaitArgs;
 
-pub(crate) const RUN_HELP: &str = "\
-Exit codes of run:
-  CMD's own exit code; 128+N when signal N killed it
-  126 CMD cannot be executed      127 CMD was not found
-  Before CMD starts, those of every command (see `liveness --help`): for lock run,
-  3 (lock_held) when the lock is held (without --wait, or after --timeout).";
-
-/// What `run` runs, as which session.
-#[derive(Debug, clap::Args)]
-pub(crate) struct RunArgs {
-    /// The session id (default: a new `run-<random hex>`). An active session of this id
-    /// gets CMD as its new owner.
-    #[arg(long)]
-    session: Option<String>,
-    /// A label KEY=VALUE stored with the session and its events (repeatable).
-    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
-    labels: Vec<(String, String)>,
-    #[command(flatten)]
-    cleanup: CleanupArgs,
-    /// The command and its arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "CMD")]
-    command: Vec<OsString>,
-}
-
-/// `liveness run`.
-pub(crate) fn run(context: &Context, args: RunArgs) -> Result<ExitCode, Failure> {
-    run_session(context, args, None)
-}
-
-/// `liveness lock run`.
-pub(crate) fn run_holding(
-    context: &Context,
-    name: &str,
-    wait: WaitArgs,
-    args: RunArgs,
-) -> Result<ExitCode, Failure> {
-    run_session(context, args, Some((name, wait)))
-}
-
-/// Runs CMD as the owner of the session, holding `lock` if given: CMD's status as a shell
-/// reports it, or liveness's own failure before CMD started.
-fn run_session(
-    context: &Context,
-    args: RunArgs,
-    lock: Option<(&str, WaitArgs)>,
-) -> Result<ExitCode, Failure> {
-    let socket = context.socket.as_path();
-    let id = args.session.unwrap_or_else(new_run_id);
-    let program = Program::new(&args.command, &id, lock.map(|(name, _)| name))?;
-    let child = program
-        .fork()
-        .map_err(|e| Failure::new(Exit::Software, format!("cannot start a process: {e}")))?;
-    let mut client = Client::connect(socket)?;
-    let registration = Registration {
-        session: Some(id.clone()),
-        owner: Owner::Pid(child.pid as u32),
-        pending: false,
-        labels: args.labels.into_iter().collect(),
-        uid: None,
-        on_end: args.cleanup.on_end.map(OnEnd::from),
-        grace: args.cleanup.grace,
-        wrappers: Vec::new(),
-    };
-    client.register(&registration)?;
-    let token = match lock {
-        Some((name, wait)) => Some(
-            client
-                .lock_acquire(name, &id, None, wait.wait, wait.timeout)?
-                .token,
-        ),
-        None => None,
-    };
-    drop(client);
-    let status = child
-        .start(token)
-        .map_err(|e| Failure::new(Exit::Software, format!("lost track of the command: {e}")))?;
-    // The owner is dead: the daemon ends the session from the death itself, with CMD's exit
-    // status, releasing its locks. Waiting for that means the lock is free once run exits.
-    if let Err(e) = Client::connect(socket).and_then(|client| client.wait_for_end(&id, None)) {
-        eprintln!(
-            "liveness: the command ended, but the end of session {id} was not confirmed: {e}"
-        );
+impl RunArgs {
+    pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
+        self.run_session(context, None)
     }
-    Ok(ExitCode::from(status))
+
+    /// Runs CMD as the owner of the session, holding `lock` if given: CMD's status as a shell
+    /// reports it, or liveness's own failure before CMD started.
+    pub(crate) fn run_session(
+        &self,
+        context: &Context,
+        lock: Option<(&str, LockWait)>,
+    ) -> Result<ExitCode, Failure> {
+        let id = self.session.clone().unwrap_or_else(new_run_id);
+        let program = Program::new(&self.command, &id, lock.map(|(name, _)| name))?;
+        let child = program
+            .fork()
+            .map_err(|e| Failure::new(Exit::Software, format!("cannot start a process: {e}")))?;
+        let mut client = context.connect()?;
+        let registration = Registration {
+            session: Some(id.clone()),
+            owner: Owner::Pid(child.pid as u32),
+            pending: false,
+            labels: self.labels.iter().cloned().collect(),
+            uid: None,
+            on_end: self.cleanup.on_end.map(OnEnd::from),
+            grace: self.cleanup.grace,
+            wrappers: Vec::new(),
+        };
+        client.register(&registration)?;
+        let token = match lock {
+            Some((name, wait)) => Some(
+                client
+                    .lock_acquire(name, &id, None, wait.wait, wait.timeout)?
+                    .token,
+            ),
+            None => None,
+        };
+        drop(client);
+        let status = child
+            .start(token)
+            .map_err(|e| Failure::new(Exit::Software, format!("lost track of the command: {e}")))?;
+        // The owner is dead: the daemon ends the session from the death itself, with CMD's exit
+        // status, releasing its locks. Waiting for that means the lock is free once run exits.
+        if let Err(e) =
+            Client::connect(&context.socket).and_then(|client| client.wait_for_end(&id, None))
+        {
+            eprintln!(
+                "liveness: the command ended, but the end of session {id} was not confirmed: {e}"
+            );
+        }
+        Ok(ExitCode::from(status))
+    }
 }
 
 /// A fresh session id for a run: random, so never one that exists.
@@ -130,8 +97,10 @@ struct Program {
     env: Vec<Vec<u8>>,
     /// The index in `env` of the token's entry, for `lock run`.
     token_entry: Option<usize>,
-    /// Said when CMD cannot be executed.
+    /// Said when CMD cannot be executed, before the reason ([`exec_failure`]).
     failure: Vec<u8>,
+    /// The command name CMD will have once exec'd (the kernel's: its file's base name).
+    comm: CString,
 }
 
 impl Program {
@@ -166,14 +135,23 @@ impl Program {
             entry.push(0);
         }
         let failure = format!(
-            "liveness: cannot execute {}: not found, or not executable\n",
+            "liveness: cannot execute {}: ",
             command[0].to_string_lossy()
         );
+        let program = argv[0].as_bytes();
+        let base = program
+            .rsplit(|&byte| byte == b'/')
+            .next()
+            .unwrap_or(program);
+        // Never empty: `liveness run -- ./dir/` still names its process.
+        let comm = CString::new(if base.is_empty() { program } else { base })
+            .unwrap_or_else(|_| argv[0].clone());
         Ok(Program {
             argv,
             env,
             token_entry,
             failure: failure.into_bytes(),
+            comm,
         })
     }
 
@@ -195,10 +173,22 @@ impl Program {
             .map(|entry| entry.as_ptr().cast())
             .chain([std::ptr::null()])
             .collect();
+        // The child is registered before it execs CMD: named after CMD from the fork on, it
+        // is registered under CMD's name (`make`), which the session keeps after CMD has
+        // ended, rather than `liveness`. This (only) thread lends it the name; the name is
+        // for people, so failing to set it stops nothing.
+        let own_name = rustix::thread::name().ok();
+        if own_name.is_some() {
+            let _ = rustix::thread::set_name(&self.comm);
+        }
         // SAFETY: this process has one thread (the client is blocking, nothing spawned
         // one), so the child may run any code; it still sticks to async-signal-safe calls
         // on memory prepared above, which stays valid as `self` lives on in the child.
-        match unsafe { libc::fork() } {
+        let forked = unsafe { libc::fork() };
+        if let Some(own_name) = own_name.filter(|_| forked != 0) {
+            let _ = rustix::thread::set_name(&own_name);
+        }
+        match forked {
             -1 => Err(std::io::Error::last_os_error()),
             0 => {
                 let child = Child {
@@ -266,14 +256,23 @@ impl Child<'_> {
             // Rust ignores SIGPIPE; CMD gets the default disposition, as from a shell.
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
             libc::execvpe(self.argv[0], self.argv.as_ptr(), self.envp.as_ptr());
-            let code = if *libc::__errno_location() == libc::ENOENT {
-                127
-            } else {
-                126
-            };
+            let (code, reason) = exec_failure(*libc::__errno_location());
             libc::write(2, self.failure.as_ptr().cast(), self.failure.len());
+            libc::write(2, reason.as_ptr().cast(), reason.len());
             libc::_exit(code)
         }
+    }
+}
+
+/// The exit code a shell gives when `execve` fails with `errno` (127: not found, 126:
+/// found but not executable), and the reason to print: static text, as the child of a
+/// fork allocates nothing.
+fn exec_failure(errno: i32) -> (i32, &'static str) {
+    match errno {
+        libc::ENOENT => (127, "not found\n"),
+        libc::EACCES => (126, "permission denied (not an executable file?)\n"),
+        libc::ENOEXEC => (126, "not an executable format (a script needs a #! line)\n"),
+        _ => (126, "found, but the kernel refused to execute it\n"),
     }
 }
 

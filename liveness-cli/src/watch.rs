@@ -3,42 +3,24 @@
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex, PoisonError};
 
+use rustix::event::{PollFd, PollFlags};
 use serde::Serialize;
 
-use liveness_client::{Client, Cursor, Filter, Item};
+use liveness_client::{Cursor, Filter, Item};
 use liveness_common::exit::ExitStatus;
 use liveness_common::protocol::wire_name;
 use liveness_common::session::{Event, EventKind};
 
-use crate::args::LabelFilter;
+use crate::args::WatchArgs;
+use crate::context::Context;
 use crate::exit::{Exit, Failure};
 use crate::output::outln;
+use crate::pids::Numbering;
 use crate::render::describe_event;
-
-/// `liveness watch`: what to follow and what to do with each event.
-#[derive(Debug, clap::Args)]
-pub(crate) struct Watch {
-    /// Replay events after this seq first (default: only new events).
-    #[arg(long, value_name = "SEQ")]
-    pub(crate) since: Option<u64>,
-    /// Only events of this session.
-    #[arg(long)]
-    pub(crate) session: Option<String>,
-    #[command(flatten)]
-    pub(crate) labels: LabelFilter,
-    /// Root only: only events of this user's sessions.
-    #[arg(long, value_name = "UID")]
-    pub(crate) uid: Option<u32>,
-    /// Run this command for each session.ended event.
-    #[arg(long, value_name = "CMD")]
-    pub(crate) exec: Option<String>,
-    /// Cursor file ("SEQ STORE_ID", or a bare SEQ): read at start (it wins over --since),
-    /// written after each handled event.
-    #[arg(long, value_name = "FILE")]
-    pub(crate) cursor: Option<PathBuf>,
-}
 
 fn read_cursor(path: &Path) -> Result<Option<Cursor>, String> {
     match std::fs::read_to_string(path) {
@@ -91,96 +73,133 @@ fn exec_for_event(
     child.wait()
 }
 
-pub(crate) fn watch(socket: &Path, options: Watch, json: bool) -> Result<Exit, Failure> {
-    // Problems the first event would otherwise reveal are refused now, before waiting.
-    if let Some(command) = &options.exec {
-        check_command(command)?;
-    }
-    let mut position = options.since.map(|seq| Cursor {
-        seq,
-        store_id: None,
-    });
-    if let Some(cursor) = &options.cursor {
-        prepare_cursor_dir(cursor)?;
-        if let Some(saved) = read_cursor(cursor).map_err(|e| Failure::new(Exit::IoErr, e))? {
-            position = Some(saved);
+impl WatchArgs {
+    pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
+        let json = context.json;
+        // Problems the first event would otherwise reveal are refused now, before waiting.
+        if let Some(command) = &self.exec {
+            check_command(command)?;
         }
-    }
-    let save = |position: &Cursor| match &options.cursor {
-        Some(file) => write_cursor(file, position).map_err(|e| {
-            Failure::new(Exit::IoErr, format!("cannot write {}: {e}", file.display()))
-        }),
-        None => Ok(()),
-    };
-    let filter = Filter {
-        session: options.session.clone(),
-        uid: options.uid,
-    };
-    let mut events = Client::connect(socket).and_then(|c| c.subscribe(position, filter))?;
-    loop {
-        match events.next_item()? {
-            Item::Reset { since, head, .. } => {
-                eprintln!(
-                    "liveness: the daemon's database is not the one event {since} came from \
-                     (it was replaced or recreated; its head is {head}): starting over with its first event"
-                );
-                events.cursor().map(save).transpose()?;
+        let mut position = self.since.map(|seq| Cursor {
+            seq,
+            store_id: None,
+        });
+        if let Some(cursor) = &self.cursor {
+            prepare_cursor_dir(cursor)?;
+            if let Some(saved) = read_cursor(cursor).map_err(|e| Failure::new(Exit::IoErr, e))? {
+                position = Some(saved);
             }
-            Item::Event(event) => {
-                if !options.labels.matches(&event.labels) {
-                    continue;
-                }
-                let line = serde_json::to_string(&StreamLine { event: &event }).map_err(|e| {
-                    Failure::new(
-                        Exit::Software,
-                        format!("cannot encode event {}: {e}", event.seq),
-                    )
-                })?;
-                if json {
-                    outln!("{line}");
-                } else if options.exec.is_none() {
-                    outln!("{}", describe_event(&event));
-                }
-                // With --exec only session.ended events are handled (and worth a cursor
-                // write); the others are skipped again after a restart.
-                let handled = match (&options.exec, event.kind) {
-                    (None, _) => true,
-                    (Some(command), EventKind::Ended) => {
-                        let status = exec_for_event(command, &line, &event).map_err(|e| {
-                            Failure::new(Exit::TempFail, format!("cannot run {command:?}: {e}"))
-                        })?;
-                        if !status.success() {
-                            return Err(Failure::new(
-                                Exit::TempFail,
-                                format!(
-                                    "{command:?} failed ({status}) for event {}; stopping before it",
-                                    event.seq
-                                ),
-                            ));
-                        }
-                        true
-                    }
-                    (Some(_), _) => false,
-                };
-                if handled {
+        }
+        let save = |position: &Cursor| match &self.cursor {
+            Some(file) => write_cursor(file, position).map_err(|e| {
+                Failure::new(Exit::IoErr, format!("cannot write {}: {e}", file.display()))
+            }),
+            None => Ok(()),
+        };
+        let filter = Filter {
+            session: self.session.clone(),
+            uid: self.uid,
+        };
+        let client = context.connect()?;
+        let pids = Numbering::of(&client);
+        let mut events = client.subscribe(position, filter)?;
+        // Held while an event is handled, so that a closed stdout ends the watcher between
+        // events, never halfway through a command or before its cursor is saved.
+        let handling = Arc::new(Mutex::new(()));
+        if json || self.exec.is_none() {
+            exit_when_stdout_closes(Arc::clone(&handling));
+        }
+        loop {
+            let item = events.next_item()?;
+            let _handling = handling.lock().unwrap_or_else(PoisonError::into_inner);
+            match item {
+                Item::Reset { since, head, .. } => {
+                    eprintln!(
+                        "liveness: the daemon's database is not the one event {since} came from \
+                     (it was replaced or recreated; its head is {head}): starting over with its first event"
+                    );
                     events.cursor().map(save).transpose()?;
                 }
-            }
-            Item::Gap {
-                since: from,
-                pruned_through,
-            } => eprintln!(
-                "liveness: events {}..={pruned_through} fell out of the daemon's retention and were missed",
-                from + 1
-            ),
-            Item::Lagged { last_delivered } => {
-                eprintln!("liveness: fell behind; resuming after event {last_delivered}");
-            }
-            Item::Goodbye { reason } => {
-                eprintln!("liveness: the daemon stopped ({reason}); reconnecting (see --help)")
+                Item::Event(event) => {
+                    if self.labels.matches(&event.labels) && self.handle(&event, json, &pids)? {
+                        events.cursor().map(save).transpose()?;
+                    }
+                }
+                Item::Gap {
+                    since: from,
+                    pruned_through,
+                } => eprintln!(
+                    "liveness: events {}..={pruned_through} fell out of the daemon's retention and were missed",
+                    from + 1
+                ),
+                Item::Lagged { last_delivered } => {
+                    eprintln!("liveness: fell behind; resuming after event {last_delivered}");
+                }
+                Item::Goodbye { reason } => {
+                    eprintln!("liveness: the daemon stopped ({reason}); reconnecting (see --help)")
+                }
             }
         }
     }
+
+    /// Prints an event and runs `--exec` for it: whether it was handled (and is worth a
+    /// cursor write). With --exec only session.ended events are handled; the others are
+    /// skipped again after a restart.
+    fn handle(&self, event: &Event, json: bool, pids: &Numbering) -> Result<bool, Failure> {
+        let line = serde_json::to_string(&StreamLine { event }).map_err(|e| {
+            Failure::new(
+                Exit::Software,
+                format!("cannot encode event {}: {e}", event.seq),
+            )
+        })?;
+        if json {
+            outln!("{line}");
+        } else if self.exec.is_none() {
+            outln!("{}", describe_event(event, pids));
+        }
+        match (&self.exec, event.kind) {
+            (None, _) => Ok(true),
+            (Some(command), EventKind::Ended) => {
+                let status = exec_for_event(command, &line, event).map_err(|e| {
+                    Failure::new(Exit::TempFail, format!("cannot run {command:?}: {e}"))
+                })?;
+                if !status.success() {
+                    return Err(Failure::new(
+                        Exit::TempFail,
+                        format!(
+                            "{command:?} failed ({status}) for event {}; stopping before it",
+                            event.seq
+                        ),
+                    ));
+                }
+                Ok(true)
+            }
+            (Some(_), _) => Ok(false),
+        }
+    }
+}
+
+/// Ends the watcher quietly once the reader of its stdout has gone (`watch | head -3`),
+/// as a failed write would, without waiting for the next event to write: a pipe or a
+/// socket whose reader closed polls POLLERR or POLLHUP. A file never does, and the thread
+/// waits for nothing. It exits once `handling` is free: between events.
+fn exit_when_stdout_closes(handling: Arc<Mutex<()>>) {
+    std::thread::spawn(move || {
+        let stdout = std::io::stdout();
+        loop {
+            let mut fds = [PollFd::new(&stdout, PollFlags::empty())];
+            match rustix::event::poll(&mut fds, None) {
+                Ok(_) if fds[0].revents().intersects(PollFlags::ERR | PollFlags::HUP) => {
+                    let _between_events = handling.lock();
+                    std::process::exit(Exit::Ok as i32);
+                }
+                // POLLNVAL: no stdout at all; writing to it will say so.
+                Ok(_) => return,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(_) => return,
+            }
+        }
+    });
 }
 
 /// Creates the cursor file's directory (`~/.local/state` may not exist yet), so that the

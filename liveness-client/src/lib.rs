@@ -148,6 +148,14 @@ pub struct Client {
     socket: PathBuf,
 }
 
+/// The connection's socket, for what the kernel knows of it: `SO_PEERCRED` tells which
+/// process the daemon is, as this process's PID namespace numbers it.
+impl AsFd for Client {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.writer.as_fd()
+    }
+}
+
 impl Client {
     /// Connects to the daemon listening on `path`.
     pub fn connect(path: &Path) -> Result<Client, ClientError> {

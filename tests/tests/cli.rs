@@ -197,9 +197,9 @@ fn wait_exit_code_tells_how_the_session_ended() {
         owner.release();
         let output = wait.wait_with_output().unwrap();
         let session: Value = serde_json::from_slice(&output.stdout).unwrap();
-        // The exit status needs eBPF (non-child); without it the outcome is "otherwise".
+        // The exit status needs eBPF (non-child); without it the owner died unseen.
         let expected = if session["exit"].is_null() {
-            3
+            4
         } else {
             expected
         };
@@ -231,6 +231,57 @@ fn wait_exit_code_tells_how_the_session_ended() {
     assert_eq!(
         daemon.cli(&["wait", "--session", "nope"]).status.code(),
         Some(66)
+    );
+}
+
+/// An owner that exited while no daemon ran is found dead by the check at the next start,
+/// which cannot know its status: `wait` says so with 4, apart from the endings that are no
+/// exit of the owner (3).
+#[test]
+fn wait_exits_4_when_the_owner_died_unseen() {
+    let mut daemon = Daemon::start(&["--pending-ttl", "1s"]);
+    let mut owner = Orphan::spawn(&["exit", "0"]);
+    let register = daemon.cli(&[
+        "register",
+        "--session",
+        "unseen",
+        "--owner-pid",
+        &owner.pid.to_string(),
+    ]);
+    assert!(register.status.success(), "{register:?}");
+    daemon.stop();
+    owner.release();
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            integration_tests::state(owner.pid).is_none_or(|state| state == 'Z')
+        }),
+        "the owner did not exit"
+    );
+    daemon.restart();
+    let wait = daemon.cli(&["wait", "--session", "unseen", "--json"]);
+    let session: Value = serde_json::from_slice(&wait.stdout).unwrap();
+    assert_eq!(
+        (&session["detected_by"], &session["exit"]),
+        (&json!("reconcile"), &Value::Null),
+        "{session}"
+    );
+    assert_eq!(wait.status.code(), Some(4), "{session}");
+
+    // A pending session never renamed expires: no exit of its owner, which lives on.
+    let pending = daemon.cli(&[
+        "register",
+        "--pending",
+        "--owner-pid",
+        &std::process::id().to_string(),
+        "--json",
+    ]);
+    assert!(pending.status.success(), "{pending:?}");
+    let pending: Value = serde_json::from_slice(&pending.stdout).unwrap();
+    let id = pending["id"].as_str().unwrap();
+    assert_eq!(
+        daemon.cli(&["wait", "--session", id]).status.code(),
+        Some(3),
+        "pending expired"
     );
 }
 

@@ -346,7 +346,7 @@ fn agent_hooks_example_works_verbatim() {
         let whose = daemon.cli(&["whose", "--pid", &pid.to_string(), "--json"]);
         let whose: Value = serde_json::from_slice(&whose.stdout)
             .unwrap_or_else(|e| panic!("whose --pid {pid}: {e}: {whose:?}"));
-        assert_eq!(whose["session"]["id"], id, "whose --pid {pid}: {whose}");
+        assert_eq!(whose["id"], id, "whose --pid {pid}: {whose}");
         let listed = daemon.cli(&["processes", "--session", id, "--json"]);
         assert!(
             String::from_utf8_lossy(&listed.stdout).contains(&format!("\"pid\":{pid}")),
@@ -478,7 +478,8 @@ fn an_auto_owner_that_is_a_launcher_is_warned_of_and_wrappers_are_per_request() 
     );
 }
 
-/// Completions for three shells and a man page per subcommand, from the clap definitions.
+/// Completions for three shells and a man page per subcommand, nested ones (`lock acquire`)
+/// too, from the clap definitions.
 #[test]
 fn completions_and_man_pages_are_generated_for_every_subcommand() {
     for shell in ["bash", "zsh", "fish"] {
@@ -493,18 +494,30 @@ fn completions_and_man_pages_are_generated_for_every_subcommand() {
     let dir = tempfile::tempdir().unwrap();
     let output = liveness(&["generate-man", dir.path().to_str().unwrap()]);
     assert!(output.status.success(), "{output:?}");
-    let help = String::from_utf8_lossy(&liveness(&["--help"]).stdout).into_owned();
-    let subcommands: Vec<&str> = help
-        .lines()
-        .skip_while(|line| !line.starts_with("Commands:"))
-        .skip(1)
-        .take_while(|line| line.starts_with("  "))
-        .filter_map(|line| line.split_whitespace().next())
-        .filter(|name| *name != "help")
-        .collect();
-    assert!(subcommands.contains(&"register"), "{help}");
-    for name in subcommands {
-        let page = dir.path().join(format!("liveness-{name}.1"));
+    // The subcommands `liveness PATH --help` lists, as pages `liveness-PATH-NAME`.
+    let subcommands = |path: &[&str]| -> Vec<String> {
+        let help = liveness(&[path, &["--help"]].concat());
+        let prefix = [&["liveness"], path].concat().join("-");
+        String::from_utf8_lossy(&help.stdout)
+            .lines()
+            .skip_while(|line| !line.starts_with("Commands:"))
+            .skip(1)
+            .take_while(|line| line.starts_with("  "))
+            .filter_map(|line| line.split_whitespace().next())
+            .filter(|name| *name != "help")
+            .map(|name| format!("{prefix}-{name}"))
+            .collect()
+    };
+    let mut pages = subcommands(&[]);
+    assert!(pages.contains(&"liveness-register".to_owned()), "{pages:?}");
+    let lock = subcommands(&["lock"]);
+    assert!(
+        lock.contains(&"liveness-lock-acquire".to_owned()),
+        "{lock:?}"
+    );
+    pages.extend(lock);
+    for name in pages {
+        let page = dir.path().join(format!("{name}.1"));
         let text =
             std::fs::read_to_string(&page).unwrap_or_else(|e| panic!("{}: {e}", page.display()));
         assert!(text.contains(".TH"), "{} is a man page", page.display());
@@ -516,4 +529,117 @@ fn completions_and_man_pages_are_generated_for_every_subcommand() {
         .unwrap();
     assert!(output.status.success(), "{output:?}");
     assert!(dir.path().join("livenessd.8").exists());
+}
+
+/// A refusal names the cleanup policy with the words the user types (`leave`), not the
+/// program's own (`Leave`).
+#[test]
+fn a_changed_cleanup_policy_is_refused_in_the_users_words() {
+    let daemon = Daemon::start(&[]);
+    register_self(&daemon, "kept", &[]);
+    let pid = std::process::id().to_string();
+    let changed = daemon.cli(&[
+        "register",
+        "--session",
+        "kept",
+        "--owner-pid",
+        &pid,
+        "--on-end",
+        "terminate",
+    ]);
+    assert_eq!(changed.status.code(), Some(65), "{changed:?}");
+    let stderr = String::from_utf8_lossy(&changed.stderr);
+    assert!(
+        stderr.contains("on_end leave") && !stderr.contains("Leave"),
+        "{stderr}"
+    );
+}
+
+/// `get --json` and `whose --json` print a session in one shape: its fields at the top,
+/// so that `jq .survivors` reads either; `whose` adds the owner's pid as the caller
+/// numbers it.
+#[test]
+fn get_and_whose_print_a_session_in_one_shape() {
+    let daemon = Daemon::start(&[]);
+    register_self(&daemon, "shape", &["k=v"]);
+    let me = std::process::id();
+    let get: Value =
+        serde_json::from_slice(&daemon.cli(&["--json", "get", "--session", "shape"]).stdout)
+            .expect("get --json");
+    let whose: Value = serde_json::from_slice(
+        &daemon
+            .cli(&["--json", "whose", "--pid", &me.to_string()])
+            .stdout,
+    )
+    .expect("whose --json");
+    assert_eq!(get["id"], "shape", "{get}");
+    assert_eq!(whose["owner_pid"], me, "{whose}");
+    let mut session = whose.clone();
+    session.as_object_mut().unwrap().remove("owner_pid");
+    assert_eq!(session, get, "whose --json is get --json and owner_pid");
+    // What the docs show: `get --json | jq .survivors` once the session has ended.
+    assert!(daemon.cli(&["end", "--session", "shape"]).status.success());
+    let ended: Value =
+        serde_json::from_slice(&daemon.cli(&["--json", "get", "--session", "shape"]).stdout)
+            .expect("get --json");
+    assert!(ended["survivors"]["total"].is_u64(), "{ended}");
+}
+
+/// `liveness watch | head -1`: once the reader has gone, the watcher ends (quietly, 0)
+/// without waiting for another event to fail writing.
+#[test]
+fn watch_ends_when_its_reader_goes_without_waiting_for_an_event() {
+    let daemon = Daemon::start(&[]);
+    register_self(&daemon, "a", &[]);
+    register_self(&daemon, "b", &[]);
+    for json in [false, true] {
+        let mut command = Command::new(binary("liveness"));
+        command
+            .arg("--socket")
+            .arg(&daemon.socket)
+            .args(["watch", "--since", "0"]);
+        if json {
+            command.arg("--json");
+        }
+        let mut watcher = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        let mut reader = std::io::BufReader::new(watcher.stdout.take().unwrap());
+        std::io::BufRead::read_line(&mut reader, &mut first).unwrap();
+        assert!(first.contains('a'), "json {json}: {first}");
+        drop(reader);
+        // No event follows: only the closed pipe can end it.
+        let ended = eventually(Duration::from_secs(10), || {
+            matches!(watcher.try_wait(), Ok(Some(_)))
+        });
+        if !ended {
+            let _ = watcher.kill();
+        }
+        let output = watcher.wait_with_output().unwrap();
+        assert!(ended, "json {json}: still running after its reader left");
+        assert_eq!(output.status.code(), Some(0), "json {json}: {output:?}");
+        assert!(output.stderr.is_empty(), "json {json}: {output:?}");
+    }
+}
+
+/// The README stays an introduction (at most 250 lines; the details live in docs/), and
+/// keeps the two commands a new machine starts with: the daemon on its embedded defaults,
+/// and the test command CI runs.
+#[test]
+fn the_readme_stays_short_and_keeps_its_two_commands() {
+    const README: &str = include_str!("../../README.md");
+    let lines = README.lines().count();
+    assert!(
+        lines <= 250,
+        "README.md has {lines} lines: move details to docs/"
+    );
+    for command in [
+        "cargo build --release -p liveness-daemon -p liveness-cli && ./target/release/livenessd\n",
+        "\ncargo test --workspace ",
+    ] {
+        assert!(README.contains(command), "README.md lacks {command:?}");
+    }
 }

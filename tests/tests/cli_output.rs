@@ -101,6 +101,26 @@ fn get_shows_local_times_and_the_owners_current_name() {
         get.contains(&format!("execd (pid {pid}, registered as testproc)")),
         "the current name and the registered one: {get}"
     );
+    // The stream's lines too: its registration shows the owner as it is now.
+    let mut watch = std::process::Command::new(integration_tests::binary("liveness"))
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .args(["watch", "--since", "0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut registered = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(watch.stdout.take().unwrap()),
+        &mut registered,
+    )
+    .unwrap();
+    let _ = watch.kill();
+    let _ = watch.wait();
+    assert!(
+        registered.contains(&format!("owner execd (pid {pid}, registered as testproc)")),
+        "{registered}"
+    );
     let created = get
         .lines()
         .find(|line| line.trim_start().starts_with("Created:"))

@@ -509,6 +509,10 @@ fn run_exits_with_the_commands_status_and_ends_its_session() {
             (&json!("ended"), &json!("owner_exited"), &json!("v")),
             "ended by the time run returns: {ended}"
         );
+        assert_eq!(
+            ended["owner"]["comm"], "sh",
+            "registered under CMD's name, not liveness's: {ended}"
+        );
     }
     let generated = daemon.cli(&["run", "--", "sh", "-c", &script("true")]);
     let stdout = String::from_utf8_lossy(&generated.stdout).into_owned();
@@ -518,6 +522,29 @@ fn run_exits_with_the_commands_status_and_ends_its_session() {
     );
     let missing = daemon.cli(&["run", "--", "/nonexistent/cmd"]);
     assert_eq!(missing.status.code(), Some(127), "{missing:?}");
+}
+
+/// 127 when CMD is not found, 126 when it is found but cannot be executed, as a shell
+/// says, each with its own reason.
+#[test]
+fn run_says_whether_cmd_was_not_found_or_not_executable() {
+    let daemon = Daemon::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("not-executable.sh");
+    std::fs::write(&plain, "#!/bin/sh\n").unwrap();
+    for (cmd, code, says) in [
+        ("no-such-program-anywhere", 127, "not found"),
+        ("/nonexistent/cmd", 127, "not found"),
+        (plain.to_str().unwrap(), 126, "permission denied"),
+    ] {
+        let output = daemon.cli(&["run", "--", cmd]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(code), "{cmd}: {stderr}");
+        assert!(
+            stderr.contains(&format!("cannot execute {cmd}: {says}")),
+            "{cmd}: {stderr}"
+        );
+    }
 }
 
 #[test]

@@ -102,6 +102,28 @@ fn kernel_has_pidfs() -> bool {
     liveness_proc::identity::pidfs_ino(pidfd.as_fd()).is_some()
 }
 
+/// `sh -c SCRIPT` as pid 1 of a new PID namespace with its own /proc, like a container,
+/// with the binaries in $LIVENESS and $TESTPROC and the daemon's socket in $SOCK and
+/// $LIVENESS_SOCKET.
+fn in_a_new_pid_namespace(daemon: &Daemon, script: &str) -> Command {
+    let mut command = Command::new("unshare");
+    command
+        .args([
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "--kill-child",
+            "sh",
+            "-c",
+            script,
+        ])
+        .env("LIVENESS", binary("liveness"))
+        .env("TESTPROC", binary("testproc"))
+        .env("SOCK", &daemon.socket)
+        .env("LIVENESS_SOCKET", &daemon.socket);
+    command
+}
+
 #[test]
 fn a_client_in_a_child_pid_namespace_registers_by_pid_and_by_pidfd() {
     if !namespaces_allowed("a_client_in_a_child_pid_namespace_registers_by_pid_and_by_pidfd") {
@@ -125,19 +147,7 @@ fn a_client_in_a_child_pid_namespace_registers_by_pid_and_by_pidfd() {
         echo '{"done": true}'
         wait
     "#;
-    let mut container = Command::new("unshare")
-        .args([
-            "--pid",
-            "--fork",
-            "--mount-proc",
-            "--kill-child",
-            "sh",
-            "-c",
-            script,
-        ])
-        .env("LIVENESS", binary("liveness"))
-        .env("TESTPROC", binary("testproc"))
-        .env("SOCK", &daemon.socket)
+    let mut container = in_a_new_pid_namespace(&daemon, script)
         .stdout(Stdio::piped())
         .spawn()
         .expect("run unshare");
@@ -607,4 +617,71 @@ fn a_host_name_changed_across_a_restart_stops_no_watch_and_no_reboot() {
     stays_active(&daemon, "alive");
     owner.release();
     assert_eq!(daemon.wait_ended("alive")["reason"], "owner_exited");
+}
+
+/// The CLI run in a child PID namespace shows every pid in its own numbering, with the
+/// daemon's beside it, said to be the daemon's; never one numbering passed for the other.
+#[test]
+fn the_cli_in_a_child_pid_namespace_numbers_pids_as_its_user_does() {
+    if !namespaces_allowed("the_cli_in_a_child_pid_namespace_numbers_pids_as_its_user_does") {
+        return;
+    }
+    let daemon = Daemon::start(&[]);
+    // The owner is pid 2 here, a shell whose child `sleep` is pid 3: the loop forks
+    // nothing (`read` and `[` are builtins), so no other process takes pid 3 first.
+    let script = r#"
+        sh -c 'sleep 1000; true' &
+        until read -r comm </proc/3/comm && [ "$comm" = sleep ]; do :; done 2>/dev/null
+        "$LIVENESS" register --session in-ns --owner-pid 2 >/dev/null || exit 1
+        echo "== whose 2"; "$LIVENESS" whose --pid 2
+        echo "== whose 3"; "$LIVENESS" whose --pid 3
+        echo "== get"; "$LIVENESS" get --session in-ns
+        echo "== list"; "$LIVENESS" list
+        echo "== processes"; "$LIVENESS" processes --session in-ns
+        echo "== status"; "$LIVENESS" status
+        kill -9 $!
+    "#;
+    let output = in_a_new_pid_namespace(&daemon, script)
+        .output()
+        .expect("run unshare");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "{output:?}");
+    let part = |name: &str| {
+        text.split("== ")
+            .find_map(|part| part.strip_prefix(name))
+            .unwrap_or_else(|| panic!("no {name:?} in:\n{text}"))
+            .to_owned()
+    };
+    let host = daemon.session("in-ns")["owner"]["pid"].as_u64().unwrap();
+    assert_ne!(host, 2, "the daemon numbers the owner otherwise");
+    let owner = format!("sh (pid 2; {host} in the daemon's PID namespace)");
+    assert!(
+        part("whose 2").contains(&format!("in-ns active, owner {owner}\n")),
+        "{text}"
+    );
+    assert!(
+        part("whose 3").contains(&format!("owner {owner}, in its owner's process tree")),
+        "{text}"
+    );
+    assert!(part("get").contains(&format!("Owner: {owner}")), "{text}");
+    assert!(part("list").contains(&owner), "{text}");
+    let processes = part("processes");
+    assert!(processes.contains("DAEMON-PID"), "{text}");
+    let owner_row = processes
+        .lines()
+        .find(|line| line.trim_start().starts_with("*2 "))
+        .unwrap_or_else(|| panic!("no row for the owner, pid 2 here: {text}"));
+    assert!(owner_row.contains(&format!(" {host} ")), "{text}");
+    let daemon_pid = daemon.pid();
+    assert!(
+        part("status").contains(&format!("pid {daemon_pid} in the daemon's PID namespace")),
+        "{text}"
+    );
+    // The same commands in the daemon's own namespace say nothing of namespaces.
+    let get = daemon.cli(&["get", "--session", "in-ns"]);
+    let get = String::from_utf8_lossy(&get.stdout);
+    assert!(
+        get.contains(&format!("(pid {host})")) && !get.contains("namespace"),
+        "{get}"
+    );
 }

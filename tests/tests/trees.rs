@@ -146,7 +146,7 @@ fn whose(daemon: &Daemon, pid: u32) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     let reply: Value = serde_json::from_slice(&out.stdout).expect("whose --json output");
-    reply["session"]["id"].clone()
+    reply["id"].clone()
 }
 
 /// The pids `processes --session` lists, through the CLI.

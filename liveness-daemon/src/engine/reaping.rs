@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::task::JoinError;
 
 use liveness_common::identity::{Identity, ProcessKey};
-use liveness_common::protocol::{ErrorBody, ErrorCode};
+use liveness_common::protocol::{ErrorBody, ErrorCode, wire_name};
 use liveness_common::session::{
     DEFAULT_GRACE_MS, EndReason, Event, EventKind, MAX_GRACE_MS, OnEnd, ReapFailure, Reaped,
     Session,
@@ -145,8 +145,10 @@ impl AskedPolicy {
         Err(ErrorBody::new(
             ErrorCode::InvalidRequest,
             format!(
-                "session {:?} was registered with on_end {:?} and grace_ms {}: the cleanup policy is set when a session is created; register without on_end and grace_ms, or use a new session id",
-                existing.id, existing.on_end, existing.grace_ms
+                "session {:?} was registered with on_end {} and grace_ms {}: the cleanup policy is set when a session is created; register without on_end and grace_ms, or use a new session id",
+                existing.id,
+                wire_name(existing.on_end),
+                existing.grace_ms
             ),
         ))
     }

@@ -1,0 +1,172 @@
+//! The commands about sessions that are one request and its reply: `register`, `rename`,
+//! `touch`, `end`, `get`, `list` and `whose`.
+
+use std::process::ExitCode;
+
+use serde::Serialize;
+
+use liveness_client::{Owner, Registration, Whose};
+use liveness_common::protocol::Request;
+use liveness_common::session::{OnEnd, Phase, Session};
+
+use crate::args::{
+    EndArgs, GetArgs, ListArgs, OwnerArg, PhaseArg, RegisterArgs, RenameArgs, SessionArgs,
+    TouchArgs, WhoseArgs,
+};
+use crate::context::Context;
+use crate::exit::{Exit, Failure};
+use crate::output::{self, outln};
+use crate::pids::{Here, Numbering};
+use crate::render::{describe_session, print_session, print_session_table};
+
+impl RegisterArgs {
+    pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
+        let registration = Registration {
+            session: self.session.clone(),
+            owner: self.owner.0.to_owner()?,
+            pending: self.pending,
+            labels: self.labels.iter().cloned().collect(),
+            uid: self.uid,
+            wrappers: self.wrappers.clone(),
+            on_end: self.cleanup.on_end.map(OnEnd::from),
+            grace: self.cleanup.grace,
+        };
+        let mut client = context.connect()?;
+        let pids = Numbering::of(&client);
+        let registered = client.register_with_warnings(&registration)?;
+        for warning in &registered.warnings {
+            output::warn(warning, context.json);
+        }
+        print_session(&registered.session, context.json, &pids);
+        Ok(Exit::Ok.into())
+    }
+}
+
+impl OwnerArg {
+    /// The owner to register. `auto` stays a request to the daemon: it walks up from the
+    /// caller's pid, which the kernel translates into the daemon's namespace
+    /// (`SO_PEERCRED`), so no number crosses a namespace.
+    fn to_owner(&self) -> Result<Owner, Failure> {
+        match self {
+            OwnerArg::Auto => Ok(Owner::Auto),
+            OwnerArg::Pid(pid) => Ok(Owner::Pid(*pid)),
+            OwnerArg::Identity(text) => {
+                serde_json::from_str(text)
+                    .map(Owner::Identity)
+                    .map_err(|e| {
+                        Failure::new(Exit::DataErr, format!("invalid --owner-identity JSON: {e}"))
+                    })
+            }
+        }
+    }
+}
+
+impl RenameArgs {
+    pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
+        let mut client = context.connect()?;
+        let pids = Numbering::of(&client);
+        let session = client.rename(&self.session, &self.to, self.uid)?;
+        print_session(&session, context.json, &pids);
+        Ok(Exit::Ok.into())
+    }
+}
+
+impl TouchArgs {
+    pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
+        let SessionArgs { session, uid } = &self.session;
+        let mut client = context.connect()?;
+        let pids = Numbering::of(&client);
+        let session = client.touch(session, *uid)?;
+        print_session(&session, context.json, &pids);
+        Ok(Exit::Ok.into())
+    }
+}
+
+impl EndArgs {
+    pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
+        let SessionArgs { session, uid } = &self.session;
+        // The client's `end` never terminates; `--terminate` asks in the request itself.
+        let request = Request::End {
+            session: session.clone(),
+            uid: *uid,
+            terminate: self.terminate,
+        };
+        let mut client = context.connect()?;
+        let pids = Numbering::of(&client);
+        if let Some(session) = &client.call(&request)?.session {
+            print_session(session, context.json, &pids);
+        }
+        Ok(Exit::Ok.into())
+    }
+}
+
+impl GetArgs {
+    pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
+        let SessionArgs { session, uid } = &self.session;
+        let mut client = context.connect()?;
+        let pids = Numbering::of(&client);
+        let session = client.get(session, *uid)?;
+        print_session(&session, context.json, &pids);
+        Ok(Exit::Ok.into())
+    }
+}
+
+impl ListArgs {
+    /// Every page: text one session a line, JSON as one array.
+    pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
+        let phase = self.phase.map(|phase| match phase {
+            PhaseArg::Active => Phase::Active,
+            PhaseArg::Ended => Phase::Ended,
+        });
+        let mut client = context.connect()?;
+        let pids = Numbering::of(&client);
+        let mut sessions = client.list(phase)?;
+        sessions.retain(|session| self.labels.matches(&session.labels));
+        if context.json {
+            output::json(&sessions);
+        } else {
+            let filtered = phase.is_some() || !self.labels.labels.is_empty();
+            print_session_table(&sessions, filtered, &pids);
+        }
+        Ok(Exit::Ok.into())
+    }
+}
+
+impl WhoseArgs {
+    pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
+        let mut client = context.connect()?;
+        let pids = Numbering::of(&client);
+        let Whose { session, owner_pid } = client.whose(self.pid)?;
+        if context.json {
+            output::json(&WhoseJson {
+                session: &session,
+                owner_pid,
+            });
+        } else {
+            // The owner as this command sees it: its pid here from the daemon (0: it is not
+            // in this PID namespace), its name now from /proc.
+            let here = (owner_pid != 0).then(|| Here {
+                pid: owner_pid,
+                comm: pids
+                    .here(&session.owner)
+                    .map_or_else(|| session.owner.comm.clone(), |here| here.comm),
+            });
+            let via = if owner_pid == self.pid {
+                ""
+            } else {
+                ", in its owner's process tree"
+            };
+            outln!("{}{via}", describe_session(&session, here, &pids));
+        }
+        Ok(Exit::Ok.into())
+    }
+}
+
+/// `whose --json`: the session as `get --json` prints it, so that one path reads a field
+/// of either, with the owner's pid in this command's PID namespace beside its fields.
+#[derive(Serialize)]
+struct WhoseJson<'a> {
+    #[serde(flatten)]
+    session: &'a Session,
+    owner_pid: u32,
+}
