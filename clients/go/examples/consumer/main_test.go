@@ -89,6 +89,27 @@ func waitSubscribed(t *testing.T, ctx context.Context, socket string, subscriber
 	}
 }
 
+// saved waits for the consumer to save the cursor of the daemon's last event: it handles an
+// event, then saves, so stopping it in between would have it handle the event again.
+func saved(t *testing.T, ctx context.Context, socket, path string) {
+	c, err := liveness.Dial(ctx, socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, err := c.Status(ctx)
+	c.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ctx.Err() == nil {
+		if cursor, err := liveness.LoadCursor(path); err == nil && cursor != nil && float64(cursor.Seq) == status["head_seq"] {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("the consumer did not save seq %v", status["head_seq"])
+}
+
 func TestConsumerResumesAcrossRestarts(t *testing.T) {
 	d := testdaemon.Start(t)
 	ctx := testdaemon.Context(t, 90*time.Second)
@@ -117,6 +138,7 @@ func TestConsumerResumesAcrossRestarts(t *testing.T) {
 	d.Start()
 	c.expect(t, "b owner_exited")
 
+	saved(t, ctx, d.Socket, cursor)
 	c.stop()
 	testdaemon.Kill(register("c"))
 	c = startConsumer(t, d.Socket, cursor)
