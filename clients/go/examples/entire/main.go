@@ -130,6 +130,8 @@ func resync(ctx context.Context, s store) error {
 		session, err := client.Get(ctx, r.ID)
 		switch {
 		case errors.Is(err, liveness.ErrNotFound):
+			// Not registered (yet, or the daemon was down at its turn start): /proc decides.
+			err = nil
 			if verdict := liveness.Check(r.Agent); verdict.State == liveness.Dead {
 				err = finalize(s, r.ID, r.Agent, verdict.Reason, nil)
 			}
