@@ -16,8 +16,8 @@ type daemon struct {
 	socket string
 }
 
-func startDaemon(t *testing.T) *daemon {
-	d := testdaemon.Start(t)
+func startDaemon(t *testing.T, args ...string) *daemon {
+	d := testdaemon.Start(t, args...)
 	return &daemon{Daemon: d, t: t, socket: d.Socket}
 }
 

@@ -194,6 +194,50 @@ func TestRestartResume(t *testing.T) {
 	}
 }
 
+func TestLagged(t *testing.T) {
+	d := startDaemon(t, "--subscriber-queue", "8")
+	ctx := withTimeout(t, 60*time.Second)
+	sub, err := Subscribe(ctx, d.socket, nil, Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	owner, err := Capture(child(t).Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Far more events than the socket's buffers and the queue of 8 hold, while the
+	// subscriber reads nothing: the daemon drops it with lagged.
+	c := d.dial(ctx)
+	const sessions = 2000
+	for i := 0; i < sessions; i++ {
+		if _, err := c.Register(ctx, Registration{Session: fmt.Sprintf("s%04d", i), Owner: OwnerIdentity(owner)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lagged := false
+	for i := 0; i < sessions; {
+		m, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Lagged != nil {
+			lagged = true
+			continue
+		}
+		if m.Event == nil {
+			t.Fatalf("unexpected %+v", m)
+		}
+		if want := fmt.Sprintf("s%04d", i); m.Event.Session != want {
+			t.Fatalf("event %d is of %s, expected %s: missed or twice", m.Event.Seq, m.Event.Session, want)
+		}
+		i++
+	}
+	if !lagged {
+		t.Fatal("the subscriber was never told it lagged: the test proves nothing")
+	}
+}
+
 func TestReset(t *testing.T) {
 	d := startDaemon(t)
 	ctx := withTimeout(t, 60*time.Second)

@@ -28,8 +28,8 @@ def binary(name: str) -> str:
 class Daemon:
     """A livenessd on a temporary socket and state directory."""
 
-    def __init__(self, dir: Path):
-        self.dir = dir
+    def __init__(self, dir: Path, *args: str):
+        self.dir, self.args = dir, args
         (dir / "run").mkdir()
         self.socket = str(dir / "run/liveness.sock")
         self.state = str(dir / "state")
@@ -42,7 +42,7 @@ class Daemon:
     def start(self) -> None:
         with open(self.dir / "livenessd.log", "ab") as log:
             self.process = subprocess.Popen(
-                [binary("livenessd"), "--socket", self.socket, "--state-dir", self.state],
+                [binary("livenessd"), "--socket", self.socket, "--state-dir", self.state, *self.args],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
                 env={**os.environ, "LIVENESS_LOG": "info"},
             )

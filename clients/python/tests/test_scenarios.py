@@ -117,6 +117,29 @@ def test_restart_resume(daemon: Daemon, children: Children) -> None:
     assert replayed == seen[1:]
 
 
+def test_lagged(tmp_path: Path, children: Children) -> None:
+    daemon = Daemon(tmp_path, "--subscriber-queue", "8")
+    try:
+        owner = liveness.capture(children.spawn().pid)
+        sessions = [f"s{i:04}" for i in range(2000)]
+        with Subscription(daemon.socket) as events, Client(daemon.socket) as client:
+            # Far more events than the socket's buffers and the queue of 8 hold, while the
+            # subscriber reads nothing: the daemon drops it with lagged.
+            for session in sessions:
+                client.register(session, owner)
+            delivered, lagged = [], False
+            for message in events:
+                lagged |= isinstance(message, liveness.Lagged)
+                if isinstance(message, Event):
+                    delivered.append(message.session)
+                    if len(delivered) == len(sessions):
+                        break
+        assert lagged, "the subscriber was never told it lagged: the test proves nothing"
+        assert delivered == sessions, "missed or twice"
+    finally:
+        daemon.kill9()
+
+
 def test_reset(daemon: Daemon, children: Children) -> None:
     owner = children.spawn()
     with Subscription(daemon.socket) as events:

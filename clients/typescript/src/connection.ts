@@ -4,6 +4,11 @@ import * as net from "node:net";
 
 import { ConnectError, ConnectionLost } from "./errors.js";
 
+/** Lines read ahead of the reader before the socket stops reading: a reader that falls
+ * behind leaves the rest in the kernel, where the daemon sees it (and drops a lagging
+ * subscriber with `lagged`), instead of in this process's memory. */
+const READ_AHEAD = 64;
+
 /** A connected socket whose input is read one line at a time, however long. */
 export class LineSocket {
   private buffered = "";
@@ -20,6 +25,7 @@ export class LineSocket {
         this.lines.push(this.buffered.slice(0, newline));
         this.buffered = this.buffered.slice(newline + 1);
       }
+      if (this.lines.length >= READ_AHEAD) socket.pause();
       this.deliver();
     });
     const end = (e?: Error) => {
@@ -48,6 +54,7 @@ export class LineSocket {
     if (this.lines.length > 0) {
       this.waiting = undefined;
       waiter.resolve(this.lines.shift()!);
+      if (this.lines.length < READ_AHEAD && this.socket.isPaused()) this.socket.resume();
     } else if (this.ended) {
       this.waiting = undefined;
       waiter.reject(this.ended);

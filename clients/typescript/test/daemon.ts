@@ -36,14 +36,18 @@ export class Daemon {
   readonly state: string;
   private process: ChildProcess | undefined;
 
-  private constructor(readonly dir: string) {
+  private constructor(
+    readonly dir: string,
+    private readonly args: string[],
+  ) {
     mkdirSync(path.join(dir, "run"));
     this.socket = path.join(dir, "run/liveness.sock");
     this.state = path.join(dir, "state");
   }
 
-  static async start(t: TestContext): Promise<Daemon> {
-    const daemon = new Daemon(tempDir(t));
+  /** A daemon with `args` besides its socket and state directory. */
+  static async start(t: TestContext, ...args: string[]): Promise<Daemon> {
+    const daemon = new Daemon(tempDir(t), args);
     t.after(() => daemon.process?.kill("SIGKILL"));
     await daemon.start();
     return daemon;
@@ -56,7 +60,7 @@ export class Daemon {
   /** Runs livenessd (again, after stop or kill9) and resolves once it listens. */
   async start(): Promise<void> {
     const log = openSync(path.join(this.dir, "livenessd.log"), "a");
-    const daemon = spawn(binary("livenessd"), ["--socket", this.socket, "--state-dir", this.state], {
+    const daemon = spawn(binary("livenessd"), ["--socket", this.socket, "--state-dir", this.state, ...this.args], {
       stdio: ["ignore", "ignore", log],
       env: { ...process.env, LIVENESS_LOG: "info" },
     });

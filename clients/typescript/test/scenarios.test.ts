@@ -133,6 +133,26 @@ test("restart-resume", async (t) => {
   assert.deepEqual(replayed, seen.slice(1));
 });
 
+test("lagged", async (t) => {
+  const d = await Daemon.start(t, "--subscriber-queue", "8");
+  const owner = capture(child(t).pid);
+  const events = await subscribe({ socket: d.socket });
+  const client = await Client.connect(d.socket);
+  t.after(() => (events.close(), client.close()));
+  // Far more events than the socket's buffers and the queue of 8 hold, while the
+  // subscriber reads nothing: the daemon drops it with lagged.
+  const sessions = Array.from({ length: 2000 }, (_, i) => `s${String(i).padStart(4, "0")}`);
+  for (const session of sessions) await client.register({ session, owner });
+  const delivered: string[] = [];
+  let lagged = false;
+  for await (const message of events) {
+    if ("lagged" in message) lagged = true;
+    if ("event" in message && delivered.push(message.event.session) === sessions.length) break;
+  }
+  assert.ok(lagged, "the subscriber was never told it lagged: the test proves nothing");
+  assert.deepEqual(delivered, sessions, "missed or twice");
+});
+
 test("reset", async (t) => {
   const d = await Daemon.start(t);
   const owner = child(t);

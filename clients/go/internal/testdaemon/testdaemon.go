@@ -42,18 +42,20 @@ type Daemon struct {
 	// Socket and State are the daemon's socket and state directory.
 	Socket string
 	State  string
+	args   []string
 	pid    int
 	exited chan error
 }
 
-// Start runs a livenessd for the test, killed at its end.
-func Start(t testing.TB) *Daemon {
+// Start runs a livenessd for the test, with args besides its socket and state directory,
+// killed at its end.
+func Start(t testing.TB, args ...string) *Daemon {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.Mkdir(filepath.Join(dir, "run"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	d := &Daemon{t: t, dir: dir, Socket: filepath.Join(dir, "run/liveness.sock"), State: filepath.Join(dir, "state")}
+	d := &Daemon{t: t, dir: dir, Socket: filepath.Join(dir, "run/liveness.sock"), State: filepath.Join(dir, "state"), args: args}
 	d.Start()
 	t.Cleanup(func() {
 		if d.exited != nil {
@@ -76,7 +78,7 @@ func (d *Daemon) Start() {
 		d.t.Fatal(err)
 	}
 	defer log.Close()
-	cmd := exec.Command(Binary(d.t, "livenessd"), "--socket", d.Socket, "--state-dir", d.State)
+	cmd := exec.Command(Binary(d.t, "livenessd"), append([]string{"--socket", d.Socket, "--state-dir", d.State}, d.args...)...)
 	cmd.Env = append(os.Environ(), "LIVENESS_LOG=info")
 	cmd.Stderr = log
 	if err := cmd.Start(); err != nil {
