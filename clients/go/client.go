@@ -292,19 +292,26 @@ func (c *Client) Get(ctx context.Context, session string, opts ...Option) (Sessi
 // following the daemon's pages.
 func (c *Client) List(ctx context.Context, phase Phase) ([]Session, error) {
 	var all []Session
-	after := ""
-	for {
-		r, err := c.call(ctx, &request{Op: "list", Phase: phase, After: after})
-		if err != nil {
-			return nil, err
-		}
+	err := c.pages(ctx, &request{Op: "list", Phase: phase}, func(r *reply) {
 		if r.Sessions != nil {
 			all = append(all, *r.Sessions...)
 		}
-		if r.Next == nil {
-			return all, nil
+	})
+	return all, err
+}
+
+// pages calls req for each page of its answer, handing each reply to take.
+func (c *Client) pages(ctx context.Context, req *request, take func(*reply)) error {
+	for {
+		r, err := c.call(ctx, req)
+		if err != nil {
+			return err
 		}
-		after = *r.Next
+		take(r)
+		if r.Next == nil {
+			return nil
+		}
+		req.After = *r.Next
 	}
 }
 

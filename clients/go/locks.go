@@ -32,13 +32,16 @@ func (c *Client) ReleaseLock(ctx context.Context, name, session string, opts ...
 	return lockCall(c.call(ctx, (&request{Op: "lock_release", Name: name, Session: session}).with(opts)))
 }
 
-// Locks lists the held locks the caller may see, by uid then name.
+// Locks lists the held locks the caller may see, by uid then name, following the daemon's
+// pages.
 func (c *Client) Locks(ctx context.Context, opts ...Option) ([]Lock, error) {
-	r, err := c.call(ctx, (&request{Op: "lock_list"}).with(opts))
-	if err != nil || r.Locks == nil {
-		return nil, err
-	}
-	return *r.Locks, nil
+	var all []Lock
+	err := c.pages(ctx, (&request{Op: "lock_list"}).with(opts), func(r *reply) {
+		if r.Locks != nil {
+			all = append(all, *r.Locks...)
+		}
+	})
+	return all, err
 }
 
 func lockCall(r *reply, err error) (Lock, error) {

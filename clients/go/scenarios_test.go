@@ -238,6 +238,43 @@ func TestLagged(t *testing.T) {
 	}
 }
 
+func TestPages(t *testing.T) {
+	d := startDaemon(t)
+	ctx := withTimeout(t, 60*time.Second)
+	owner, err := Capture(child(t).Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := d.dial(ctx)
+	const count = 1001 // the daemon's pages hold 1000
+	for i := 0; i < count; i++ {
+		name := fmt.Sprintf("s%04d", i)
+		if _, err := c.Register(ctx, Registration{Session: name, Owner: OwnerIdentity(owner)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.AcquireLock(ctx, "lock-"+name, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sessions, err := c.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	locks, err := c.Locks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sessions) != count || len(locks) != count {
+		t.Fatalf("%d sessions and %d locks listed, %d of each held", len(sessions), len(locks), count)
+	}
+	for i := 0; i < count; i++ {
+		name := fmt.Sprintf("s%04d", i)
+		if sessions[i].ID != name || locks[i].Name != "lock-"+name || locks[i].Session != name {
+			t.Fatalf("item %d: session %s, lock %s of %s", i, sessions[i].ID, locks[i].Name, locks[i].Session)
+		}
+	}
+}
+
 func TestReset(t *testing.T) {
 	d := startDaemon(t)
 	ctx := withTimeout(t, 60*time.Second)

@@ -140,6 +140,17 @@ def test_lagged(tmp_path: Path, children: Children) -> None:
         daemon.kill9()
 
 
+def test_pages(daemon: Daemon, children: Children) -> None:
+    owner = liveness.capture(children.spawn().pid)
+    names = [f"s{i:04}" for i in range(1001)]  # the daemon's pages hold 1000
+    with Client(daemon.socket) as client:
+        for name in names:
+            client.register(name, owner)
+            client.acquire_lock(f"lock-{name}", name)
+        assert [s.id for s in client.list()] == names
+        assert [(lock.name, lock.session) for lock in client.locks()] == [(f"lock-{n}", n) for n in names]
+
+
 def test_reset(daemon: Daemon, children: Children) -> None:
     owner = children.spawn()
     with Subscription(daemon.socket) as events:

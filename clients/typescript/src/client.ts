@@ -193,14 +193,16 @@ export class Client {
   /** Every session the caller may see (in `phase`, or both), oldest first, following the
    * daemon's pages. */
   async list(phase?: Phase): Promise<Session[]> {
-    const all: Session[] = [];
-    let after: string | undefined;
-    for (;;) {
-      const reply = await this.call({ op: "list", phase, after });
-      all.push(...(reply.sessions ?? []));
-      if (reply.next === undefined) return all;
-      after = reply.next;
+    return (await this.pages({ op: "list", phase })).flatMap((reply) => reply.sessions ?? []);
+  }
+
+  /** The replies to `request` and to the same for each next page. */
+  private async pages(request: Request): Promise<Reply[]> {
+    const replies = [await this.call(request)];
+    while (replies[replies.length - 1].next !== undefined) {
+      replies.push(await this.call({ ...request, after: replies[replies.length - 1].next }));
     }
+    return replies;
   }
 
   /** The active session that owns process `pid` (in the caller's PID namespace) or its
@@ -247,8 +249,8 @@ export class Client {
     return (await this.call({ op: "lock_release", name, session, uid: options.uid })).lock!;
   }
 
-  /** The held locks the caller may see, by uid then name. */
+  /** The held locks the caller may see, by uid then name, following the daemon's pages. */
   async locks(options: ForUser = {}): Promise<Lock[]> {
-    return (await this.call({ op: "lock_list", uid: options.uid })).locks ?? [];
+    return (await this.pages({ op: "lock_list", uid: options.uid })).flatMap((reply) => reply.locks ?? []);
   }
 }

@@ -153,6 +153,20 @@ test("lagged", async (t) => {
   assert.deepEqual(delivered, sessions, "missed or twice");
 });
 
+test("pages", async (t) => {
+  const d = await Daemon.start(t);
+  const owner = capture(child(t).pid);
+  const client = await Client.connect(d.socket);
+  t.after(() => client.close());
+  const names = Array.from({ length: 1001 }, (_, i) => `s${String(i).padStart(4, "0")}`); // pages hold 1000
+  for (const name of names) {
+    await client.register({ session: name, owner });
+    await client.acquireLock(`lock-${name}`, name);
+  }
+  assert.deepEqual((await client.list()).map((s) => s.id), names);
+  assert.deepEqual((await client.locks()).map((l) => [l.name, l.session]), names.map((n) => [`lock-${n}`, n]));
+});
+
 test("reset", async (t) => {
   const d = await Daemon.start(t);
   const owner = child(t);

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import socket as _socket
@@ -225,17 +226,19 @@ class Client:
     def get(self, session: str, *, uid: Optional[int] = None) -> Session:
         return self._session(Request(op="get", session=session, uid=uid))
 
+    def _pages(self, request: Request) -> Iterator[Reply]:
+        """The replies to ``request`` and to the same for each next page."""
+        while True:
+            reply = self.call(request)
+            yield reply
+            if reply.next is None:
+                return
+            request = dataclasses.replace(request, after=reply.next)
+
     def list(self, phase: Optional[str] = None) -> List[Session]:
         """Every session the caller may see (``"active"``, ``"ended"`` or both), oldest
         first, following the daemon's pages."""
-        sessions: List[Session] = []
-        after = None
-        while True:
-            reply = self.call(Request(op="list", phase=phase, after=after))
-            sessions.extend(reply.sessions or [])
-            if reply.next is None:
-                return sessions
-            after = reply.next
+        return [s for reply in self._pages(Request(op="list", phase=phase)) for s in reply.sessions or []]
 
     def whose(self, pid: int) -> Whose:
         """The active session that owns process ``pid`` (in the caller's PID namespace) or
@@ -278,8 +281,8 @@ class Client:
         return reply.lock
 
     def locks(self, *, uid: Optional[int] = None) -> List[Lock]:
-        """The held locks the caller may see, by uid then name."""
-        return self.call(Request(op="lock_list", uid=uid)).locks or []
+        """The held locks the caller may see, by uid then name, following the daemon's pages."""
+        return [lock for reply in self._pages(Request(op="lock_list", uid=uid)) for lock in reply.locks or []]
 
     @contextlib.contextmanager
     def lock(self, name: str, session: str, **acquire: Any) -> Iterator[Lock]:
