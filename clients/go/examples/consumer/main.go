@@ -1,0 +1,29 @@
+// Prints every session that ends, resuming after the last one it printed across daemon
+// restarts and its own. Usage: consumer CURSOR_FILE
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+
+	liveness "example.invalid/liveness/clients/go"
+)
+
+func main() {
+	ctx, path := context.Background(), os.Args[1]
+	cursor, err := liveness.LoadCursor(path)
+	if err != nil {
+		log.Fatal(err)
+	}
+	events, err := liveness.Subscribe(ctx, "", cursor, liveness.Filter{})
+	for err == nil {
+		var event *liveness.Event
+		if event, err = events.NextEvent(ctx); err == nil && event.Kind == liveness.KindEnded {
+			fmt.Println(event.Session, event.Reason)
+			err = liveness.SaveCursor(path, *events.Cursor())
+		}
+	}
+	log.Fatal(err)
+}

@@ -1,0 +1,3 @@
+module example.invalid/liveness/clients/go
+
+go 1.19

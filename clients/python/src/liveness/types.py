@@ -1,0 +1,356 @@
+"""The protocol's objects (docs/protocol.md §2, §5, §12, §14), as dataclasses."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Union
+
+from ._codec import Wire, decode, encode
+
+DEFAULT_GRACE_MS = 10_000
+
+# Event kinds. A newer daemon may send others: ignore kinds you do not know.
+SESSION_REGISTERED = "session.registered"
+SESSION_OWNER_CHANGED = "session.owner_changed"
+SESSION_RENAMED = "session.renamed"
+SESSION_ENDED = "session.ended"
+SESSION_REAPED = "session.reaped"
+LOCK_ACQUIRED = "lock.acquired"
+LOCK_RELEASED = "lock.released"
+
+
+@dataclass(frozen=True)
+class Identity(Wire):
+    """A process's fingerprint: a pid whose start time (or pidfs inode) differs is another
+    process. ``host`` and ``comm`` are labels, never compared."""
+
+    pid: int
+    start_ticks: int
+    boot_id: str
+    host: str
+    pidfs_ino: Optional[int] = None
+    comm: str = ""
+
+    def same_process(self, other: Identity) -> bool:
+        """Same boot, pid and start time, and the same pidfs inode where both know it."""
+        return (
+            (self.pid, self.start_ticks, self.boot_id) == (other.pid, other.start_ticks, other.boot_id)
+            and (self.pidfs_ino is None or other.pidfs_ino is None or self.pidfs_ino == other.pidfs_ino)
+        )
+
+    @classmethod
+    def from_json(cls, value: Any) -> Identity:
+        unknown = set(value) - {f.name for f in dataclasses.fields(cls)} if isinstance(value, dict) else set()
+        if unknown:
+            raise ValueError(f"Identity: unknown fields {sorted(unknown)}")
+        return super().from_json(value)  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    """How a process ended, as wait(2) would tell its parent: ``kind`` is ``"exited"``
+    (with ``code``) or ``"signaled"`` (with ``signal`` and ``core_dumped``)."""
+
+    kind: str
+    code: Optional[int] = None
+    signal: Optional[int] = None
+    core_dumped: bool = False
+
+    @classmethod
+    def from_json(cls, value: Any) -> ExitStatus:
+        kind = value.get("kind") if isinstance(value, dict) else None
+        if kind == "exited":
+            return cls(kind, code=decode(int, value.get("code"), "code"))
+        if kind == "signaled":
+            return cls(kind, signal=decode(int, value.get("signal"), "signal"),
+                       core_dumped=decode(bool, value.get("core_dumped"), "core_dumped"))
+        raise ValueError(f"an exit status of unknown kind: {value!r}")
+
+    def to_json(self) -> Dict[str, Any]:
+        if self.kind == "exited":
+            return {"kind": "exited", "code": self.code}
+        return {"kind": "signaled", "signal": self.signal, "core_dumped": self.core_dumped}
+
+    def __str__(self) -> str:
+        if self.kind == "exited":
+            return f"exited with code {self.code}"
+        return f"killed by signal {self.signal}" + (" (core dumped)" if self.core_dumped else "")
+
+
+@dataclass(frozen=True)
+class Survivors(Wire):
+    """The members of a session's tree alive at its end: ``total``, and at most 1000 by pid."""
+
+    total: int
+    members: List[Identity]
+
+
+@dataclass(frozen=True)
+class Session(Wire):
+    """A session as the daemon stores it (docs/protocol.md §2 "Session")."""
+
+    NULLABLE = frozenset({"reason", "exit", "detected_by", "ended_ms", "pending_expires_ms"})
+
+    id: str
+    owner: Identity
+    phase: str
+    pending: bool
+    reason: Optional[str]
+    exit: Optional[ExitStatus]
+    detected_by: Optional[str]
+    creator_uid: int
+    labels: Dict[str, str]
+    created_ms: int
+    updated_ms: int
+    touched_ms: int
+    ended_ms: Optional[int]
+    pending_expires_ms: Optional[int]
+    survivors: Optional[Survivors] = None
+    on_end: str = "leave"
+    grace_ms: int = DEFAULT_GRACE_MS
+
+
+@dataclass(frozen=True)
+class ReapFailure(Wire):
+    pid: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Reaped(Wire):
+    """What terminating a session's surviving processes did, by pid."""
+
+    OMIT_DEFAULT = frozenset({"resumed"})
+
+    terminated: List[int]
+    killed: List[int]
+    exited: List[int]
+    failed: List[ReapFailure]
+    resumed: bool = False
+
+
+@dataclass(frozen=True)
+class LockChange(Wire):
+    """The lock of a ``lock.acquired`` or ``lock.released`` event."""
+
+    name: str
+    token: int
+    reason: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Hops(Wire):
+    """CLOCK_MONOTONIC nanoseconds of a death through a daemon run with --trace-hops."""
+
+    read_ns: int
+    committed_ns: int
+    published_ns: int
+    died_ns: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Event(Wire):
+    """One entry of the event stream (docs/protocol.md §5)."""
+
+    OMIT_DEFAULT = frozenset({"on_end"})
+
+    seq: int
+    kind: str
+    at_ms: int
+    session: str
+    owner: Identity
+    creator_uid: int
+    labels: Dict[str, str] = field(default_factory=dict)
+    previous_owner: Optional[Identity] = None
+    previous_session: Optional[str] = None
+    reason: Optional[str] = None
+    exit: Optional[ExitStatus] = None
+    detected_by: Optional[str] = None
+    observed_ms: Optional[int] = None
+    died_ms: Optional[int] = None
+    survivors: Optional[Survivors] = None
+    on_end: str = "leave"
+    reaped: Optional[Reaped] = None
+    lock: Optional[LockChange] = None
+    hops: Optional[Hops] = None
+
+
+@dataclass(frozen=True)
+class Lock(Wire):
+    """A held lock; ``token`` only grows: pass it on, and refuse lower ones."""
+
+    name: str
+    uid: int
+    session: str
+    token: int
+    since_ms: int
+    waiters: int = 0
+
+
+@dataclass(frozen=True)
+class Process(Wire):
+    """A live process of a session's tree, as ``processes`` lists it."""
+
+    identity: Identity
+    owner: bool
+    ppid: int
+    cmdline: List[str]
+    age_ms: int
+
+
+@dataclass(frozen=True)
+class Subscribed(Wire):
+    """A subscription's acknowledgement, and the body of a ``reset``."""
+
+    since: int
+    head: int
+    store_id: str
+
+
+@dataclass(frozen=True)
+class Reset(Subscribed):
+    """The cursor was of another database: every event of this one follows, from the
+    first; the cursor starts over in ``store_id``."""
+
+
+@dataclass(frozen=True)
+class Gap(Wire):
+    """Events ``since+1 .. pruned_through`` were deleted by retention before they were read."""
+
+    since: int
+    pruned_through: int
+
+
+@dataclass(frozen=True)
+class Lagged(Wire):
+    """The subscriber fell behind; the daemon closed the stream (the subscription resumes)."""
+
+    last_delivered: int
+
+
+@dataclass(frozen=True)
+class Goodbye(Wire):
+    """The daemon is stopping (the subscription resumes once it is back)."""
+
+    reason: str
+
+
+Message = Union[Event, Reset, Gap, Lagged, Goodbye]
+"""A line of the event stream."""
+
+_MESSAGES = {"event": Event, "reset": Reset, "gap": Gap, "lagged": Lagged, "goodbye": Goodbye}
+
+
+def decode_message(value: Any) -> Optional[Message]:
+    """A stream line; ``None`` for a line of a newer protocol, to be ignored."""
+    for key, cls in _MESSAGES.items():
+        if isinstance(value, dict) and key in value:
+            return cls.from_json(value[key])  # type: ignore[no-any-return]
+    return None
+
+
+def encode_message(message: Message) -> Dict[str, Any]:
+    key = {cls: key for key, cls in _MESSAGES.items()}[type(message)]
+    return {key: encode(message)}
+
+
+@dataclass(frozen=True)
+class ErrorBody(Wire):
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Reply(Wire):
+    """One reply; which keys are set depends on the request."""
+
+    OMIT_DEFAULT = frozenset({"warnings"})
+
+    ok: bool
+    id: Any = None
+    error: Optional[ErrorBody] = None
+    session: Optional[Session] = None
+    sessions: Optional[List[Session]] = None
+    next: Optional[str] = None
+    owner_pid: Optional[int] = None
+    status: Optional[Dict[str, Any]] = None
+    subscribed: Optional[Subscribed] = None
+    warnings: List[str] = field(default_factory=list)
+    lock: Optional[Lock] = None
+    locks: Optional[List[Lock]] = None
+    processes: Optional[List[Process]] = None
+
+
+AUTO = "auto"
+"""``owner="auto"``: the daemon walks up from the connecting process past shells and
+wrappers to the first other program (a Python program that connects is itself that one)."""
+
+Owner = Union[str, int, Identity]
+"""Who owns a session being registered: ``AUTO``, a pid (sent as a pidfd where the kernel
+allows), or an :class:`Identity` captured earlier."""
+
+
+@dataclass(frozen=True)
+class OwnerSpec:
+    """An owner as the wire spells it: ``"auto"``, ``{"pid": N}``, ``{"pidfd": I}`` or an
+    identity."""
+
+    auto: bool = False
+    pid: Optional[int] = None
+    pidfd: Optional[int] = None
+    identity: Optional[Identity] = None
+
+    @classmethod
+    def from_json(cls, value: Any) -> OwnerSpec:
+        if value == "auto":
+            return cls(auto=True)
+        if isinstance(value, dict) and "start_ticks" in value:
+            return cls(identity=Identity.from_json(value))
+        if isinstance(value, dict) and set(value) in ({"pid"}, {"pidfd"}):
+            return cls(**{k: decode(int, v, k) for k, v in value.items()})
+        raise ValueError(f"{value!r} is no owner")
+
+    def to_json(self) -> Any:
+        if self.auto:
+            return "auto"
+        if self.identity is not None:
+            return self.identity.to_json()
+        return {"pid": self.pid} if self.pid is not None else {"pidfd": self.pidfd}
+
+
+@dataclass(frozen=True)
+class Request(Wire):
+    """One request; which fields are set depends on ``op``. Refuses fields it does not know."""
+
+    OMIT_DEFAULT = frozenset({"pending", "labels", "wrappers", "terminate", "wait"})
+
+    op: str
+    v: Optional[int] = None
+    id: Any = None
+    session: Optional[str] = None
+    uid: Optional[int] = None
+    owner: Optional[OwnerSpec] = None
+    pending: bool = False
+    labels: Dict[str, str] = field(default_factory=dict)
+    on_end: Optional[str] = None
+    grace_ms: Optional[int] = None
+    wrappers: List[str] = field(default_factory=list)
+    to: Optional[str] = None
+    terminate: bool = False
+    phase: Optional[str] = None
+    limit: Optional[int] = None
+    after: Optional[str] = None
+    pid: Optional[int] = None
+    since: Optional[int] = None
+    store_id: Optional[str] = None
+    name: Optional[str] = None
+    wait: bool = False
+    timeout_ms: Optional[int] = None
+
+    @classmethod
+    def from_json(cls, value: Any) -> Request:
+        unknown = set(value) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"a request with unknown fields {sorted(unknown)}")
+        return super().from_json(value)  # type: ignore[no-any-return]

@@ -1,0 +1,34 @@
+// A client of livenessd, the Linux exit-notification daemon: tell it which process owns
+// which session (`Client.register`), learn when it dies (`subscribe`, `waitForEnd`), hold
+// locks released when their session ends (`Client.acquireLock`), and read or judge a
+// process's fingerprint without a daemon (`capture`, `check`). The protocol is
+// docs/protocol.md; Node's standard library is all it needs.
+
+export * from "./client.js";
+export * from "./errors.js";
+export { capture, check, type Liveness } from "./proc.js";
+export * from "./subscription.js";
+export {
+  DEFAULT_GRACE_MS,
+  LOCK_ACQUIRED,
+  LOCK_RELEASED,
+  SESSION_ENDED,
+  SESSION_OWNER_CHANGED,
+  SESSION_REAPED,
+  SESSION_REGISTERED,
+  SESSION_RENAMED,
+  sameProcess,
+  type ExitStatus,
+  type Identity,
+  type LivenessEvent,
+  type Lock,
+  type LockChange,
+  type Message,
+  type OnEnd,
+  type Phase,
+  type Process,
+  type Reaped,
+  type Session,
+  type Subscribed,
+  type Survivors,
+} from "./types.js";

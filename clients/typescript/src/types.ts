@@ -1,0 +1,409 @@
+// The protocol's objects (docs/protocol.md §2, §5, §12, §14). Their fields keep the wire's
+// names, so that what this client gives is what the protocol document says.
+
+import {
+  type Codec,
+  DecodeError,
+  arrayOf,
+  bool,
+  defaulted,
+  int,
+  json,
+  nullable,
+  object,
+  oneOf,
+  optional,
+  recordOf,
+  required,
+  str,
+} from "./codec.js";
+
+/** A process's fingerprint: a pid whose start time (or pidfs inode) differs is another
+ * process. `host` and `comm` are labels, never compared. */
+export interface Identity {
+  pid: number;
+  /** Start time in clock ticks after boot, as the initial time namespace counts it. */
+  start_ticks: number;
+  boot_id: string;
+  host: string;
+  /** The pidfs inode (Linux 6.9+), where known. */
+  pidfs_ino?: number;
+  comm: string;
+}
+
+export const identity: Codec<Identity> = object<Identity>(
+  {
+    pid: required(int),
+    start_ticks: required(int),
+    boot_id: required(str),
+    host: required(str),
+    pidfs_ino: optional(int),
+    comm: defaulted(str, ""),
+  },
+  true,
+);
+
+/** Whether two identities name the same process: same boot, pid and start time, and the
+ * same pidfs inode where both know it. */
+export function sameProcess(a: Identity, b: Identity): boolean {
+  return (
+    a.pid === b.pid &&
+    a.start_ticks === b.start_ticks &&
+    a.boot_id === b.boot_id &&
+    (a.pidfs_ino === undefined || b.pidfs_ino === undefined || a.pidfs_ino === b.pidfs_ino)
+  );
+}
+
+/** How a process ended, as wait(2) would tell its parent. */
+export type ExitStatus =
+  | { kind: "exited"; code: number }
+  | { kind: "signaled"; signal: number; core_dumped: boolean };
+
+const exited = object<{ kind: "exited"; code: number }>({ kind: required(oneOf("exited")), code: required(int) });
+const signaled = object<{ kind: "signaled"; signal: number; core_dumped: boolean }>({
+  kind: required(oneOf("signaled")),
+  signal: required(int),
+  core_dumped: required(bool),
+});
+
+export const exitStatus: Codec<ExitStatus> = {
+  decode: (v, path) => {
+    const kind = (v as { kind?: unknown } | null)?.kind;
+    if (kind === "exited") return exited.decode(v, path);
+    if (kind === "signaled") return signaled.decode(v, path);
+    throw new DecodeError(`${path}: an exit status of unknown kind ${JSON.stringify(kind)}`);
+  },
+  encode: (v) => (v.kind === "exited" ? exited.encode(v) : signaled.encode(v)),
+};
+
+/** The members of a session's tree alive at its end: all counted, at most 1000 listed. */
+export interface Survivors {
+  total: number;
+  members: Identity[];
+}
+
+export const survivors = object<Survivors>({ total: required(int), members: required(arrayOf(identity)) });
+
+export type Phase = "active" | "ended";
+/** A session's cleanup policy. */
+export type OnEnd = "leave" | "terminate";
+const phase = oneOf<Phase>("active", "ended");
+const onEnd = oneOf<OnEnd>("leave", "terminate");
+
+/** A session as the daemon stores it (docs/protocol.md §2 "Session"). */
+export interface Session {
+  id: string;
+  owner: Identity;
+  phase: Phase;
+  pending: boolean;
+  /** Why it ended (`owner_exited`, `owner_reused`, `reboot`, `stopped`, `timeout`,
+   * `pending_expired`); null while active. */
+  reason: string | null;
+  exit: ExitStatus | null;
+  /** What noticed the owner's death (`ebpf`, `pidfd`, `procpoll`, `reconcile`). */
+  detected_by: string | null;
+  creator_uid: number;
+  labels: Record<string, string>;
+  created_ms: number;
+  updated_ms: number;
+  touched_ms: number;
+  ended_ms: number | null;
+  pending_expires_ms: number | null;
+  survivors?: Survivors;
+  on_end: OnEnd;
+  grace_ms: number;
+}
+
+export const DEFAULT_GRACE_MS = 10_000;
+
+export const session = object<Session>({
+  id: required(str),
+  owner: required(identity),
+  phase: required(phase),
+  pending: required(bool),
+  reason: nullable(str),
+  exit: nullable(exitStatus),
+  detected_by: nullable(str),
+  creator_uid: required(int),
+  labels: required(recordOf(str)),
+  created_ms: required(int),
+  updated_ms: required(int),
+  touched_ms: required(int),
+  ended_ms: nullable(int),
+  pending_expires_ms: nullable(int),
+  survivors: optional(survivors),
+  on_end: defaulted(onEnd, "leave"),
+  grace_ms: defaulted(int, DEFAULT_GRACE_MS),
+});
+
+/** What terminating a session's surviving processes did, by pid. */
+export interface Reaped {
+  terminated: number[];
+  killed: number[];
+  exited: number[];
+  failed: { pid: number; reason: string }[];
+  resumed: boolean;
+}
+
+const reaped = object<Reaped>({
+  terminated: required(arrayOf(int)),
+  killed: required(arrayOf(int)),
+  exited: required(arrayOf(int)),
+  failed: required(arrayOf(object<{ pid: number; reason: string }>({ pid: required(int), reason: required(str) }))),
+  resumed: defaulted(bool, false, true),
+});
+
+/** The lock of a `lock.acquired` or `lock.released` event. */
+export interface LockChange {
+  name: string;
+  token: number;
+  /** `released` or `session_ended`, on `lock.released` only. */
+  reason?: string;
+}
+
+/** CLOCK_MONOTONIC nanoseconds of a death through a daemon run with --trace-hops. */
+export interface Hops {
+  died_ns?: number;
+  read_ns: number;
+  committed_ns: number;
+  published_ns: number;
+}
+
+/** The kinds of events; a newer daemon may send others: ignore kinds you do not know. */
+export const SESSION_REGISTERED = "session.registered";
+export const SESSION_OWNER_CHANGED = "session.owner_changed";
+export const SESSION_RENAMED = "session.renamed";
+export const SESSION_ENDED = "session.ended";
+export const SESSION_REAPED = "session.reaped";
+export const LOCK_ACQUIRED = "lock.acquired";
+export const LOCK_RELEASED = "lock.released";
+
+/** One entry of the event stream (docs/protocol.md §5). */
+export interface LivenessEvent {
+  seq: number;
+  kind: string;
+  at_ms: number;
+  session: string;
+  owner: Identity;
+  previous_owner?: Identity;
+  previous_session?: string;
+  reason?: string;
+  exit?: ExitStatus;
+  detected_by?: string;
+  observed_ms?: number;
+  died_ms?: number;
+  labels: Record<string, string>;
+  creator_uid: number;
+  survivors?: Survivors;
+  on_end: OnEnd;
+  reaped?: Reaped;
+  lock?: LockChange;
+  hops?: Hops;
+}
+
+export const event = object<LivenessEvent>({
+  seq: required(int),
+  kind: required(str),
+  at_ms: required(int),
+  session: required(str),
+  owner: required(identity),
+  previous_owner: optional(identity),
+  previous_session: optional(str),
+  reason: optional(str),
+  exit: optional(exitStatus),
+  detected_by: optional(str),
+  observed_ms: optional(int),
+  died_ms: optional(int),
+  labels: defaulted(recordOf(str), {}),
+  creator_uid: required(int),
+  survivors: optional(survivors),
+  on_end: defaulted(onEnd, "leave", true),
+  reaped: optional(reaped),
+  lock: optional(object<LockChange>({ name: required(str), token: required(int), reason: optional(str) })),
+  hops: optional(
+    object<Hops>({
+      died_ns: optional(int),
+      read_ns: required(int),
+      committed_ns: required(int),
+      published_ns: required(int),
+    }),
+  ),
+});
+
+/** A held lock; `token` only grows: pass it on, and refuse lower ones. */
+export interface Lock {
+  name: string;
+  uid: number;
+  session: string;
+  token: number;
+  since_ms: number;
+  waiters: number;
+}
+
+export const lock = object<Lock>({
+  name: required(str),
+  uid: required(int),
+  session: required(str),
+  token: required(int),
+  since_ms: required(int),
+  waiters: defaulted(int, 0),
+});
+
+/** A live process of a session's tree, as `processes` lists it. */
+export interface Process {
+  identity: Identity;
+  owner: boolean;
+  ppid: number;
+  cmdline: string[];
+  age_ms: number;
+}
+
+const process_ = object<Process>({
+  identity: required(identity),
+  owner: required(bool),
+  ppid: required(int),
+  cmdline: required(arrayOf(str)),
+  age_ms: required(int),
+});
+
+/** A subscription's acknowledgement, and the body of a `reset`. */
+export interface Subscribed {
+  since: number;
+  head: number;
+  store_id: string;
+}
+
+const subscribed = object<Subscribed>({ since: required(int), head: required(int), store_id: required(str) });
+
+/** A line of the event stream. `reset`: the cursor was of another database, every event
+ * of this one follows; `gap`: events were pruned before they were read; `lagged` and
+ * `goodbye`: the daemon closed the stream. */
+export type Message =
+  | { event: LivenessEvent }
+  | { reset: Subscribed }
+  | { gap: { since: number; pruned_through: number } }
+  | { lagged: { last_delivered: number } }
+  | { goodbye: { reason: string } };
+
+const messages: Record<string, Codec<unknown>> = {
+  event: event as Codec<unknown>,
+  reset: subscribed as Codec<unknown>,
+  gap: object<{ since: number; pruned_through: number }>({ since: required(int), pruned_through: required(int) }) as Codec<unknown>,
+  lagged: object<{ last_delivered: number }>({ last_delivered: required(int) }) as Codec<unknown>,
+  goodbye: object<{ reason: string }>({ reason: required(str) }) as Codec<unknown>,
+};
+
+/** A stream line; undefined for a line of a newer protocol, to be ignored. */
+export const message: Codec<Message | undefined> = {
+  decode: (v, path) => {
+    for (const [key, codec] of Object.entries(messages)) {
+      if (typeof v === "object" && v !== null && key in v) {
+        return { [key]: codec.decode((v as Record<string, unknown>)[key], `${path}.${key}`) } as Message;
+      }
+    }
+    return undefined;
+  },
+  encode: (v) => {
+    const [key, body] = Object.entries(v as object)[0];
+    return { [key]: messages[key].encode(body) };
+  },
+};
+
+/** One reply; which keys are set depends on the request. */
+export interface Reply {
+  ok: boolean;
+  id?: unknown;
+  error?: { code: string; message: string };
+  session?: Session;
+  sessions?: Session[];
+  next?: string;
+  owner_pid?: number;
+  status?: Record<string, unknown>;
+  subscribed?: Subscribed;
+  warnings: string[];
+  lock?: Lock;
+  locks?: Lock[];
+  processes?: Process[];
+}
+
+export const reply = object<Reply>({
+  ok: required(bool),
+  id: optional(json),
+  error: optional(object<{ code: string; message: string }>({ code: required(str), message: required(str) })),
+  session: optional(session),
+  sessions: optional(arrayOf(session)),
+  next: optional(str),
+  owner_pid: optional(int),
+  status: optional(recordOf(json)),
+  subscribed: optional(subscribed),
+  warnings: defaulted(arrayOf(str), [], true),
+  lock: optional(lock),
+  locks: optional(arrayOf(lock)),
+  processes: optional(arrayOf(process_)),
+});
+
+/** An owner as the wire spells it. */
+export type OwnerSpec = "auto" | { pid: number } | { pidfd: number } | Identity;
+
+const ownerSpec: Codec<OwnerSpec> = {
+  decode: (v, path) => {
+    if (v === "auto") return "auto";
+    if (typeof v === "object" && v !== null && "start_ticks" in v) return identity.decode(v, path);
+    return object<{ pid: number }>({ pid: required(int) }, true).decode(v, path);
+  },
+  encode: (v) => (typeof v === "object" && "start_ticks" in v ? identity.encode(v) : v),
+};
+
+/** One request; which fields are set depends on `op`. */
+export interface Request {
+  op: string;
+  v?: number;
+  id?: unknown;
+  session?: string;
+  uid?: number;
+  owner?: OwnerSpec;
+  pending?: boolean;
+  labels?: Record<string, string>;
+  on_end?: OnEnd;
+  grace_ms?: number;
+  wrappers?: string[];
+  to?: string;
+  terminate?: boolean;
+  phase?: Phase;
+  limit?: number;
+  after?: string;
+  pid?: number;
+  since?: number;
+  store_id?: string;
+  name?: string;
+  wait?: boolean;
+  timeout_ms?: number;
+}
+
+export const request = object<Request>(
+  {
+    op: required(str),
+    v: optional(int),
+    id: optional(json),
+    session: optional(str),
+    uid: optional(int),
+    owner: optional(ownerSpec),
+    pending: optional(bool),
+    labels: optional(recordOf(str)),
+    on_end: optional(onEnd),
+    grace_ms: optional(int),
+    wrappers: optional(arrayOf(str)),
+    to: optional(str),
+    terminate: optional(bool),
+    phase: optional(phase),
+    limit: optional(int),
+    after: optional(str),
+    pid: optional(int),
+    since: optional(int),
+    store_id: optional(str),
+    name: optional(str),
+    wait: optional(bool),
+    timeout_ms: optional(int),
+  },
+  true,
+);
