@@ -50,11 +50,16 @@ enum Command {
         #[arg(long, conflicts_with = "part")]
         peers: bool,
     },
-    /// Build the release artifacts into target/artifacts: stripped binaries with their debug
-    /// info in separate files, shell completions (bash, zsh, fish), man pages, and a .deb
-    /// with the binaries, the systemd unit, the completions and the man pages. Needs
-    /// binutils (objcopy, objdump) and dpkg-deb.
-    Dist,
+    /// Build the release artifacts into target/artifacts: stripped binaries, shell
+    /// completions (bash, zsh, fish), man pages, and a .deb with the binaries, the systemd
+    /// unit, the completions, the man pages and the maintainer scripts. Reuses the release
+    /// build (`cargo build --release`). Needs binutils (objcopy, objdump) and dpkg-deb.
+    Dist {
+        /// Build with full debug info instead (the `dist` profile: everything is compiled
+        /// again) and keep it in target/artifacts/debug, linked from the binaries.
+        #[arg(long)]
+        debug_info: bool,
+    },
     /// Run the fault suite alone with more rounds and inputs: SIGKILLs mid-burst, ring-buffer
     /// overflow, full disk, replaced databases, and the protocol fuzz. Needs root and BTF.
     Chaos {
@@ -111,7 +116,9 @@ fn main() -> Result<()> {
             json,
             if peers { Some("peers".into()) } else { part },
         ),
-        Command::Dist => dist::run(&workspace_root()),
+        Command::Dist { debug_info } => {
+            dist::run(&workspace_root(), &dist::Options { debug_info }).map(drop)
+        }
         Command::Chaos { rounds, cases } => {
             chaos::run(&workspace_root(), &chaos::Options { rounds, cases })
         }
@@ -139,6 +146,11 @@ fn main() -> Result<()> {
             },
         ),
     }
+}
+
+/// Where cargo builds: `CARGO_TARGET_DIR`, else `target/` in the workspace.
+fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from)
 }
 
 fn workspace_root() -> PathBuf {
@@ -224,9 +236,7 @@ fn bench(quick: bool, smoke: bool, json: Option<PathBuf>, part: Option<String>) 
     if !status.success() {
         bail!("building the release binaries failed ({status})");
     }
-    let bin_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| root.join("target"), PathBuf::from)
-        .join("release");
+    let bin_dir = target_dir(&root).join("release");
     let mut harness = Process::new(bin_dir.join("liveness-bench"));
     harness.arg("--bin-dir").arg(&bin_dir);
     if quick {
