@@ -542,6 +542,7 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
     };
     let listener = bind_socket(&socket)?;
     tracing::info!(socket = %socket.display(), state_dir = %state_dir.display(), sources = %sources.join(","), "livenessd listening");
+    crate::systemd::notify_ready(&format!("listening; sources {}", sources.join(",")));
 
     let (stop, stopped) = watch::channel(false);
     let (commands, command_queue) = mpsc::channel(ENGINE_QUEUE);
