@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod chaos;
 mod dist;
+mod systemd_vm;
 mod vm;
 
 #[derive(Debug, Parser)]
@@ -76,6 +77,13 @@ enum Command {
     /// bash-static and cpio; kernels are Debian's cloud kernels, fetched with apt-get (5.10
     /// through a private apt configuration for suite bullseye on the system's mirror).
     VmTest {
+        /// Instead: install the .deb in a Debian bookworm guest booted with systemd as PID 1
+        /// and check, as root and as a user, the unit in its sandbox, the journal, restarts,
+        /// removal, purge and an upgrade from the previous release (the newest v* tag), in a
+        /// table. Needs mmdebstrap and e2fsprogs besides QEMU; the guest's root file system
+        /// is cached in target/vm-test/systemd.
+        #[arg(long, conflicts_with_all = ["kernels", "filter"])]
+        systemd: bool,
         /// A Debian kernel version (5.10, 6.1, 6.12) or the path of a kernel image
         /// (repeatable; default: 5.10, 6.1 and 6.12).
         #[arg(long = "kernel", value_name = "VERSION|PATH")]
@@ -123,14 +131,14 @@ fn main() -> Result<()> {
             chaos::run(&workspace_root(), &chaos::Options { rounds, cases })
         }
         Command::VmTest {
+            systemd,
             kernels,
             filter,
             memory,
             timeout_minutes,
             accel,
-        } => vm::run(
-            &workspace_root(),
-            &vm::Options {
+        } => {
+            let options = vm::Options {
                 kernels: if kernels.is_empty() {
                     vm::DEFAULT_KERNELS
                         .iter()
@@ -143,8 +151,13 @@ fn main() -> Result<()> {
                 memory_mib: memory,
                 timeout: std::time::Duration::from_secs(timeout_minutes * 60),
                 accel,
-            },
-        ),
+            };
+            if systemd {
+                systemd_vm::run(&workspace_root(), &options)
+            } else {
+                vm::run(&workspace_root(), &options)
+            }
+        }
     }
 }
 
