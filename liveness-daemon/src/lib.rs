@@ -15,4 +15,5 @@ pub mod reap;
 pub mod server;
 pub mod source;
 pub mod store;
+pub mod systemd;
 pub mod trust;

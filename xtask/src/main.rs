@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod chaos;
 mod dist;
+mod systemd_vm;
 mod vm;
 
 #[derive(Debug, Parser)]
@@ -50,11 +51,16 @@ enum Command {
         #[arg(long, conflicts_with = "part")]
         peers: bool,
     },
-    /// Build the release artifacts into target/artifacts: stripped binaries with their debug
-    /// info in separate files, shell completions (bash, zsh, fish), man pages, and a .deb
-    /// with the binaries, the systemd unit, the completions and the man pages. Needs
-    /// binutils (objcopy, objdump) and dpkg-deb.
-    Dist,
+    /// Build the release artifacts into target/artifacts: stripped binaries, shell
+    /// completions (bash, zsh, fish), man pages, and a .deb with the binaries, the systemd
+    /// unit, the completions, the man pages and the maintainer scripts. Reuses the release
+    /// build (`cargo build --release`). Needs binutils (objcopy, objdump) and dpkg-deb.
+    Dist {
+        /// Build with full debug info instead (the `dist` profile: everything is compiled
+        /// again) and keep it in target/artifacts/debug, linked from the binaries.
+        #[arg(long)]
+        debug_info: bool,
+    },
     /// Run the fault suite alone with more rounds and inputs: SIGKILLs mid-burst, ring-buffer
     /// overflow, full disk, replaced databases, and the protocol fuzz. Needs root and BTF.
     Chaos {
@@ -71,6 +77,13 @@ enum Command {
     /// bash-static and cpio; kernels are Debian's cloud kernels, fetched with apt-get (5.10
     /// through a private apt configuration for suite bullseye on the system's mirror).
     VmTest {
+        /// Instead: install the .deb in a Debian bookworm guest booted with systemd as PID 1
+        /// and check, as root and as a user, the unit in its sandbox, the journal, restarts,
+        /// removal, purge and an upgrade from the previous release (the newest v* tag), in a
+        /// table. Needs mmdebstrap and e2fsprogs besides QEMU; the guest's root file system
+        /// is cached in target/vm-test/systemd.
+        #[arg(long, conflicts_with_all = ["kernels", "filter"])]
+        systemd: bool,
         /// A Debian kernel version (5.10, 6.1, 6.12) or the path of a kernel image
         /// (repeatable; default: 5.10, 6.1 and 6.12).
         #[arg(long = "kernel", value_name = "VERSION|PATH")]
@@ -111,19 +124,21 @@ fn main() -> Result<()> {
             json,
             if peers { Some("peers".into()) } else { part },
         ),
-        Command::Dist => dist::run(&workspace_root()),
+        Command::Dist { debug_info } => {
+            dist::run(&workspace_root(), &dist::Options { debug_info }).map(drop)
+        }
         Command::Chaos { rounds, cases } => {
             chaos::run(&workspace_root(), &chaos::Options { rounds, cases })
         }
         Command::VmTest {
+            systemd,
             kernels,
             filter,
             memory,
             timeout_minutes,
             accel,
-        } => vm::run(
-            &workspace_root(),
-            &vm::Options {
+        } => {
+            let options = vm::Options {
                 kernels: if kernels.is_empty() {
                     vm::DEFAULT_KERNELS
                         .iter()
@@ -136,9 +151,19 @@ fn main() -> Result<()> {
                 memory_mib: memory,
                 timeout: std::time::Duration::from_secs(timeout_minutes * 60),
                 accel,
-            },
-        ),
+            };
+            if systemd {
+                systemd_vm::run(&workspace_root(), &options)
+            } else {
+                vm::run(&workspace_root(), &options)
+            }
+        }
     }
+}
+
+/// Where cargo builds: `CARGO_TARGET_DIR`, else `target/` in the workspace.
+fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from)
 }
 
 fn workspace_root() -> PathBuf {
@@ -224,9 +249,7 @@ fn bench(quick: bool, smoke: bool, json: Option<PathBuf>, part: Option<String>) 
     if !status.success() {
         bail!("building the release binaries failed ({status})");
     }
-    let bin_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| root.join("target"), PathBuf::from)
-        .join("release");
+    let bin_dir = target_dir(&root).join("release");
     let mut harness = Process::new(bin_dir.join("liveness-bench"));
     harness.arg("--bin-dir").arg(&bin_dir);
     if quick {

@@ -81,7 +81,7 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
     let busybox = static_tool("busybox")?;
     let bash = static_tool("bash-static")?;
     for tool in ["qemu-system-x86_64", "cpio"] {
-        which(tool)?;
+        which(tool, INSTALL_HINT)?;
     }
 
     let built = build(root, &work)?;
@@ -327,7 +327,7 @@ fn make_initrd(
     // paths the loader looks in. Installed first, busybox's same-named links do not replace
     // them.
     for tool in UTIL_LINUX {
-        let path = which(tool)?;
+        let path = which(tool, INSTALL_HINT)?;
         copy(&path, staging.join("bin").join(tool))?;
         for library in shared_libraries(&path)? {
             let to = staging.join(library.strip_prefix("/").unwrap_or(&library));
@@ -435,7 +435,7 @@ fn private_apt(work: &Path, suite: &str) -> Result<Vec<String>> {
 
 /// The Debian mirror the system's apt sources use (`URIs:` of a deb822 `.sources` file or
 /// the URI of a one-line `deb` entry), leaving the security archive aside.
-fn debian_mirror(etc_apt: &Path) -> Result<String> {
+pub(crate) fn debian_mirror(etc_apt: &Path) -> Result<String> {
     let mut files = vec![etc_apt.join("sources.list")];
     if let Ok(entries) = std::fs::read_dir(etc_apt.join("sources.list.d")) {
         let mut parts: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
@@ -483,7 +483,7 @@ fn file_in(dir: &Path, wanted: impl Fn(&str) -> bool) -> Result<Option<PathBuf>>
 }
 
 /// Runs a command to its end; failing to start or a failure status is an error.
-fn run_to_end(command: &mut Process) -> Result<()> {
+pub(crate) fn run_to_end(command: &mut Process) -> Result<()> {
     let status = command
         .status()
         .with_context(|| format!("running {command:?}"))?;
@@ -573,16 +573,37 @@ impl Outcome {
 }
 
 fn boot(image: &Path, initrd: &Path, log: &Path, options: &Options) -> Result<Outcome> {
-    let log_file = std::fs::File::create(log)?;
-    let mut qemu = Process::new("qemu-system-x86_64")
-        .args(["-accel", &options.accel, "-cpu", "max", "-smp", "2"])
-        .args(["-m", &options.memory_mib.to_string()])
-        .args(["-nographic", "-no-reboot"])
-        .arg("-kernel")
+    let mut qemu = qemu(options);
+    qemu.arg("-kernel")
         .arg(image)
         .arg("-initrd")
         .arg(initrd)
-        .args(["-append", "console=ttyS0 panic=-1 quiet"])
+        .args(["-append", "console=ttyS0 panic=-1 quiet"]);
+    let mut outcome = Outcome::default();
+    run_guest(qemu, log, options.timeout, |line| outcome.record(line))?;
+    Ok(outcome)
+}
+
+/// QEMU for an x86-64 guest with 2 vCPUs, its serial console on stdout, and no reboot: the
+/// guest's power-off (or a panic, with `panic=-1`) ends QEMU.
+pub(crate) fn qemu(options: &Options) -> Process {
+    let mut qemu = Process::new("qemu-system-x86_64");
+    qemu.args(["-accel", &options.accel, "-cpu", "max", "-smp", "2"])
+        .args(["-m", &options.memory_mib.to_string()])
+        .args(["-nographic", "-no-reboot"]);
+    qemu
+}
+
+/// Runs `qemu` until the guest powers off, or kills it at `timeout`: every line of its
+/// console goes to `log` and to `record`.
+pub(crate) fn run_guest(
+    mut qemu: Process,
+    log: &Path,
+    timeout: Duration,
+    mut record: impl FnMut(&str),
+) -> Result<()> {
+    let log_file = std::fs::File::create(log)?;
+    let mut qemu = qemu
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(log_file.try_clone()?)
@@ -599,8 +620,7 @@ fn boot(image: &Path, initrd: &Path, log: &Path, options: &Options) -> Result<Ou
             }
         }
     });
-    let deadline = Instant::now() + options.timeout;
-    let mut outcome = Outcome::default();
+    let deadline = Instant::now() + timeout;
     let mut log = std::io::BufWriter::new(log_file);
     loop {
         let line = match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
@@ -608,31 +628,27 @@ fn boot(image: &Path, initrd: &Path, log: &Path, options: &Options) -> Result<Ou
             // QEMU exited: the guest powered off, or crashed.
             Err(RecvTimeoutError::Disconnected) => break,
             Err(RecvTimeoutError::Timeout) => {
-                writeln!(
-                    log,
-                    "vm-test: no power-off within {:?}; killed",
-                    options.timeout
-                )?;
+                writeln!(log, "vm-test: no power-off within {timeout:?}; killed")?;
                 qemu.kill()?;
                 break;
             }
         };
         writeln!(log, "{line}")?;
-        outcome.record(&line);
+        record(&line);
     }
     qemu.wait()?;
     let _ = reader.join();
-    Ok(outcome)
+    Ok(())
 }
 
 /// Path of a tool on PATH, or an error that says how to install it.
-fn which(tool: &str) -> Result<PathBuf> {
+pub(crate) fn which(tool: &str, install_hint: &str) -> Result<PathBuf> {
     std::env::var_os("PATH")
         .into_iter()
         .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
         .map(|dir| dir.join(tool))
         .find(|candidate| candidate.is_file())
-        .with_context(|| format!("{tool} is not installed; on Debian: {INSTALL_HINT}"))
+        .with_context(|| format!("{tool} is not installed; on Debian: {install_hint}"))
 }
 
 /// The shared libraries (and the loader) a dynamically linked program needs, by `ldd`.
@@ -657,7 +673,7 @@ fn shared_libraries(program: &Path) -> Result<Vec<PathBuf>> {
 
 /// A tool that must be statically linked, as the guest has no shared libraries.
 fn static_tool(tool: &str) -> Result<PathBuf> {
-    let path = which(tool)?;
+    let path = which(tool, INSTALL_HINT)?;
     // `ldd` fails on a static executable.
     let dynamic = Process::new("ldd")
         .arg(&path)

@@ -78,7 +78,12 @@ pub(super) fn init_logging(log_file: Option<&LogFile>) {
         use tracing_subscriber::util::SubscriberInitExt;
         tracing_subscriber::registry()
             .with(filter)
-            .with(journald.with_syslog_identifier("livenessd".into()))
+            // Fields unprefixed (SESSION, not tracing-journald's default F_SESSION).
+            .with(
+                journald
+                    .with_syslog_identifier("livenessd".into())
+                    .with_field_prefix(None),
+            )
             .init();
         return;
     }

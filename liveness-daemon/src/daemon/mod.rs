@@ -326,6 +326,7 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
     let listener = bind_socket(&socket)?;
     let sources: Vec<String> = sources.iter().map(ToString::to_string).collect();
     tracing::info!(socket = %socket.display(), state_dir = %state_dir.display(), sources = %sources.join(","), "livenessd listening");
+    crate::systemd::notify_ready(&format!("listening; sources {}", sources.join(",")));
 
     let readers = crate::server::Readers {
         database,

@@ -1,0 +1,357 @@
+#!/bin/bash
+# The checks of `cargo xtask vm-test --systemd`, run as root in a Debian guest booted with
+# systemd as PID 1. The packages come on a disk of their own, mounted at /payload:
+# new.deb (this tree's) and previous.deb (the previous release's).
+#
+# Each check runs in a subshell with errexit and prints one line on the console,
+# `VMCHECK ok|FAILED MILLISECONDS NAME`, after its own output (prefixed `VMLOG`);
+# `VMFACT KEY VALUE` lines carry what the host records (versions, the security score) and
+# `VMDONE` ends the run. Checks build on each other's state, in this order: a fresh
+# install and what it runs, removal and purge, a machine without systemd, then an upgrade
+# from the previous release.
+set -uo pipefail
+
+new_deb=/payload/new.deb
+previous_deb=/payload/previous.deb
+# The console: check output is captured, facts go straight out.
+exec 3>&1
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+export DEBIAN_FRONTEND=noninteractive
+
+fact() { echo "VMFACT $*" >&3; }
+
+check() {
+    local name=$1
+    shift
+    local started log status
+    started=$(date +%s%N)
+    log=$(mktemp)
+    (
+        set -euo pipefail
+        "$@"
+    ) >"$log" 2>&1
+    status=$?
+    sed 's/^/VMLOG /' "$log"
+    rm -f "$log"
+    local millis=$((($(date +%s%N) - started) / 1000000))
+    if [ "$status" = 0 ]; then
+        echo "VMCHECK ok $millis $name"
+    else
+        echo "VMCHECK FAILED $millis $name"
+    fi
+}
+
+# expect WHAT COMMAND...: fails the check, saying WHAT, unless COMMAND succeeds.
+expect() {
+    local what=$1
+    shift
+    if ! "$@"; then
+        echo "expected: $what ($*)" >&2
+        exit 1
+    fi
+}
+
+# within SECONDS COMMAND...: retries COMMAND every 0.1 s until it succeeds.
+within() {
+    local deadline=$(($(date +%s) + $1))
+    shift
+    until "$@"; do
+        if [ "$(date +%s)" -ge "$deadline" ]; then
+            echo "still failing after the deadline: $*" >&2
+            return 1
+        fi
+        sleep 0.1
+    done
+}
+
+# An unprivileged user, as a login would make them (no capabilities, their own groups).
+# A command, not a function, so that `"${alice[@]}" CMD &` gives CMD's own pid in $!.
+alice=(setpriv --reuid=alice --regid=alice --init-groups env HOME=/home/alice USER=alice)
+as_alice() { "${alice[@]}" "$@"; }
+
+# Starts a process of alice's that sleeps; prints its pid.
+alice_sleeper() {
+    "${alice[@]}" sleep 1000 >/dev/null 2>&1 &
+    echo $!
+}
+
+phase() { liveness get --uid "$(id -u alice)" --session "$1" --json | jq -r .phase; }
+ended() { [ "$(phase "$1")" = ended ]; }
+gone() { ! kill -0 "$1" 2>/dev/null; }
+subscribed() { [ "$(liveness status --json | jq .subscribers)" -ge 1 ]; }
+active() { [ "$(systemctl is-active livenessd)" = active ]; }
+main_pid() { systemctl show -p MainPID --value livenessd; }
+journal_cursor() { journalctl -u livenessd -n 0 --show-cursor | sed -n 's/^-- cursor: //p'; }
+# The daemon's journal entries after CURSOR whose message is MESSAGE, counted.
+messages_since() { journalctl -u livenessd --after-cursor "$1" -o json | jq -c "select(.MESSAGE == \"$2\")" | wc -l; }
+
+# The sources the daemon runs, as USER sees them: eBPF and pidfd active (eBPF's start-up
+# self-test saw a death), the /proc poller on standby, nothing off or degraded.
+sources_active() {
+    local status
+    status=$("$@" liveness status --json)
+    jq -c '.monitor.sources[] | {name, state, reason, self_test}' <<<"$status"
+    expect "eBPF active, its self-test passed" \
+        jq -e '.monitor.sources[] | select(.name == "ebpf") | .state == "active" and .self_test.passed' <<<"$status"
+    expect "pidfd active" jq -e '.monitor.sources[] | select(.name == "pidfd") | .state == "active"' <<<"$status"
+    expect "no source off or degraded" \
+        jq -e '[.monitor.sources[] | select(.state == "off" or .state == "degraded")] | length == 0' <<<"$status"
+}
+
+# As the README's Install section says (apt-get resolves the dependencies, dpkg -i does not).
+fresh_install() {
+    apt-get install -y "$new_deb"
+    fact new_version "$(dpkg-query -W -f '${Version}' liveness)"
+    expect "the package enabled the unit" [ "$(systemctl is-enabled livenessd)" = enabled ]
+    expect "the package started the daemon" active
+    # Type=notify: started means listening.
+    liveness status >/dev/null
+    systemctl status --no-pager livenessd || true
+    # Start-up found nothing to warn about: no probe refused by the sandbox, no limit it
+    # could not raise.
+    journalctl -u livenessd -b --no-pager -o cat
+    expect "no warning at start" [ -z "$(journalctl -u livenessd -b -p warning -o cat)" ]
+}
+
+status_as_root() { sources_active env; }
+status_as_user() { sources_active as_alice; }
+
+sigkill_ends_session() {
+    local owner code=0
+    owner=$(alice_sleeper)
+    as_alice liveness register --session killed --owner-pid "$owner"
+    kill -KILL "$owner"
+    # Exit code 2: the owner was killed by a signal.
+    timeout 20 liveness wait --uid "$(id -u alice)" --session killed || code=$?
+    liveness get --uid "$(id -u alice)" --session killed --json | jq -c '{phase, reason, exit, detected_by}'
+    expect "wait says killed by a signal" [ "$code" = 2 ]
+}
+
+journal_fields() {
+    local entries
+    entries=$(journalctl -u livenessd -o json | jq -c 'select(.SESSION == "killed")')
+    jq -c '{MESSAGE, SESSION, UID, OWNER_PID, REASON, SOURCE, EXIT, LATENCY_MS, SEQ, PRIORITY, SYSLOG_IDENTIFIER}' <<<"$entries"
+    expect "one entry for the registration" [ "$(jq -c 'select(.MESSAGE == "session registered")' <<<"$entries" | wc -l)" = 1 ]
+    expect "one entry for the end" [ "$(jq -c 'select(.MESSAGE == "session ended")' <<<"$entries" | wc -l)" = 1 ]
+    local session
+    session=$(liveness get --uid "$(id -u alice)" --session killed --json)
+    expect "the end's REASON and SOURCE fields are the session's" jq -e --argjson s "$session" \
+        'select(.MESSAGE == "session ended") | .REASON == $s.reason and .SOURCE == $s.detected_by and .OWNER_PID == ($s.owner.pid | tostring)' <<<"$entries"
+    journalctl -u livenessd --no-pager SESSION=killed
+}
+
+# A session's leftover process is signalled by the daemon inside its sandbox: root
+# without CAP_KILL could not signal another user's process.
+reap_in_sandbox() {
+    rm -f /tmp/go /tmp/survivor
+    "${alice[@]}" bash -c 'while [ ! -e /tmp/go ]; do sleep 0.1; done; setsid sleep 1000 & echo $! >/tmp/survivor' &
+    local owner=$! survivor
+    as_alice liveness register --session reap --owner-pid "$owner" --on-end terminate --grace 2s
+    touch /tmp/go
+    within 10 test -s /tmp/survivor
+    survivor=$(cat /tmp/survivor)
+    within 20 ended reap
+    if ! within 20 gone "$survivor"; then
+        journalctl -u livenessd -o json -n 20 | jq -c '{MESSAGE, PID, ERROR}'
+        exit 1
+    fi
+    liveness get --uid "$(id -u alice)" --session reap --json | jq -c '{phase, reason, survivors}'
+}
+
+restart_loses_nothing() {
+    local one two token head pid
+    one=$(alice_sleeper)
+    two=$(alice_sleeper)
+    as_alice liveness register --session kept-1 --owner-pid "$one"
+    as_alice liveness register --session kept-2 --owner-pid "$two"
+    token=$(as_alice liveness lock acquire build --session kept-1)
+    head=$(liveness status --json | jq .head_seq)
+    pid=$(main_pid)
+    systemctl restart livenessd
+    expect "a new daemon" [ "$(main_pid)" != "$pid" ]
+    expect "no event lost" [ "$(liveness status --json | jq .head_seq)" = "$head" ]
+    expect "both sessions still active" [ "$(phase kept-1)$(phase kept-2)" = activeactive ]
+    as_alice liveness lock list --json | jq -c .
+    expect "the lock still held, with its token" \
+        as_alice sh -c "liveness lock list --json | jq -e '.[] | select(.name == \"build\") | .session == \"kept-1\" and .token == $token'"
+    # The restarted daemon watches the owners it found.
+    kill -KILL "$two"
+    within 10 ended kept-2
+    # Fencing tokens keep growing.
+    as_alice liveness end --session kept-1
+    local three next
+    three=$(alice_sleeper)
+    as_alice liveness register --session kept-3 --owner-pid "$three"
+    next=$(as_alice liveness lock acquire build --session kept-3)
+    expect "a greater token ($next > $token)" [ "$next" -gt "$token" ]
+    kill -KILL "$one" "$three"
+}
+
+crash_restart_reconciles() {
+    local owner restarts pid
+    owner=$(alice_sleeper)
+    as_alice liveness register --session crashed --owner-pid "$owner"
+    restarts=$(systemctl show -p NRestarts --value livenessd)
+    pid=$(main_pid)
+    systemctl kill -s KILL livenessd
+    # The owner dies while no daemon runs (RestartSec=1s).
+    within 5 gone "$pid"
+    kill -KILL "$owner"
+    within 30 active
+    within 30 liveness status
+    expect "restarted once by Restart=on-failure" [ "$(systemctl show -p NRestarts --value livenessd)" = $((restarts + 1)) ]
+    within 10 ended crashed
+    liveness get --uid "$(id -u alice)" --session crashed --json | jq -c '{phase, reason, detected_by}'
+    expect "ended by the reconcile at start" \
+        [ "$(liveness get --uid "$(id -u alice)" --session crashed --json | jq -r .detected_by)" = reconcile ]
+}
+
+security_exposure() {
+    local report score
+    report=$(systemd-analyze security --no-pager livenessd)
+    echo "$report"
+    score=$(sed -n 's/.*Overall exposure level for livenessd.service: \([0-9.]*\).*/\1/p' <<<"$report")
+    expect "a score" [ -n "$score" ]
+    fact exposure "$score"
+}
+
+# The drop-in of docs/install.md (on the payload disk) serves the metrics on the loopback
+# interface; without it the unit allows no network at all.
+metrics_drop_in() {
+    local dir=/etc/systemd/system/livenessd.service.d reply
+    mkdir -p "$dir"
+    cp /payload/metrics.conf "$dir/metrics.conf"
+    systemctl daemon-reload
+    systemctl restart livenessd
+    reply=$(
+        exec 4<>/dev/tcp/127.0.0.1/9464
+        printf 'GET /metrics HTTP/1.0\r\n\r\n' >&4
+        cat <&4
+    )
+    grep liveness_source_up <<<"$reply"
+    expect "the eBPF source up" grep -q 'liveness_source_up{source="ebpf"} 1' <<<"$reply"
+    rm -r "$dir"
+    systemctl daemon-reload
+    systemctl restart livenessd
+}
+
+remove_keeps_state() {
+    local head
+    head=$(liveness status --json | jq .head_seq)
+    apt-get remove -y liveness
+    expect "stopped" [ "$(systemctl is-active livenessd)" != active ]
+    expect "the binaries gone" [ ! -e /usr/bin/livenessd ]
+    expect "the database kept" [ -f /var/lib/liveness/liveness.db ]
+    # Installed again, the daemon finds everything where it was.
+    dpkg -i "$new_deb"
+    expect "started again" active
+    expect "the events kept" [ "$(liveness status --json | jq .head_seq)" = "$head" ]
+    expect "an ended session kept" ended crashed
+}
+
+purge_removes_state() {
+    apt-get purge -y liveness
+    expect "stopped" [ "$(systemctl is-active livenessd)" != active ]
+    expect "the state gone" [ ! -e /var/lib/liveness ]
+    expect "no unit link left" [ -z "$(find /etc/systemd/system -name 'livenessd*')" ]
+}
+
+# As in a container or WSL without systemd: /run/systemd/system is absent. The package
+# enables the unit for a later boot with systemd, starts nothing and says how to run
+# the daemon.
+without_systemd() {
+    local said
+    said=$(unshare --mount sh -c "mount -t tmpfs none /run/systemd && dpkg -i $new_deb" 2>&1)
+    echo "$said"
+    expect "says how to run the daemon" grep -q 'Start it as root' <<<"$said"
+    expect "started nothing" [ "$(systemctl is-active livenessd)" != active ]
+    apt-get purge -y liveness
+}
+
+# The previous release, as its users ran it (its package started nothing: they ran
+# `systemctl enable --now livenessd`), with sessions, a lock and a consumer's cursor.
+previous_release() {
+    rm -f /tmp/handled /tmp/cursor
+    dpkg -i "$previous_deb"
+    fact previous_version "$(dpkg-query -W -f '${Version}' liveness)"
+    systemctl daemon-reload
+    systemctl enable --now livenessd
+    within 30 liveness status >/dev/null
+    first=$(alice_sleeper)
+    second=$(alice_sleeper)
+    as_alice liveness register --session up-1 --owner-pid "$first"
+    as_alice liveness register --session up-2 --owner-pid "$second"
+    as_alice liveness lock acquire deploy --session up-2 >/tmp/token
+    "${alice[@]}" liveness watch --exec 'echo "$LIVENESS_SESSION" >>/tmp/handled' --cursor /tmp/cursor &
+    local watcher=$!
+    # Without a cursor yet, the watcher follows from when it subscribes.
+    within 20 subscribed
+    kill -KILL "$first"
+    within 20 grep -qx up-1 /tmp/handled
+    kill "$watcher"
+    wait "$watcher" || true
+    echo "second=$second" >/tmp/upgrade.env
+}
+
+upgrade_restarts_once() {
+    local cursor pid
+    cursor=$(journal_cursor)
+    pid=$(main_pid)
+    dpkg -i "$new_deb"
+    fact upgraded_to "$(dpkg-query -W -f '${Version}' liveness)"
+    expect "running" active
+    expect "a new daemon" [ "$(main_pid)" != "$pid" ]
+    expect "stopped once" [ "$(messages_since "$cursor" stopped)" = 1 ]
+    expect "started once" [ "$(messages_since "$cursor" "livenessd listening")" = 1 ]
+    expect "enabled, the package's choice from now on" [ "$(systemctl is-enabled livenessd)" = enabled ]
+}
+
+upgrade_kept_everything() {
+    # shellcheck source=/dev/null
+    . /tmp/upgrade.env
+    local token
+    token=$(cat /tmp/token)
+    expect "the ended session kept" ended up-1
+    expect "the active session still active" [ "$(phase up-2)" = active ]
+    expect "the lock still held, with its token" \
+        as_alice sh -c "liveness lock list --json | jq -e '.[] | select(.name == \"deploy\") | .session == \"up-2\" and .token == $token'"
+    kill -KILL "$second"
+    within 10 ended up-2
+    # The consumer resumes after its cursor: up-2 handled, up-1 not again.
+    "${alice[@]}" liveness watch --exec 'echo "$LIVENESS_SESSION" >>/tmp/handled' --cursor /tmp/cursor &
+    local watcher=$!
+    within 20 grep -qx up-2 /tmp/handled
+    kill "$watcher"
+    wait "$watcher" || true
+    cat /tmp/handled
+    expect "each end handled once" [ "$(tr '\n' ' ' </tmp/handled)" = "up-1 up-2 " ]
+    local owner next
+    owner=$(alice_sleeper)
+    as_alice liveness register --session up-3 --owner-pid "$owner"
+    next=$(as_alice liveness lock acquire deploy --session up-3)
+    expect "a greater token ($next > $token)" [ "$next" -gt "$token" ]
+    kill -KILL "$owner"
+}
+
+fact kernel "$(uname -r)"
+fact systemd "$(systemctl --version | sed -n '1s/^systemd \([0-9]*\).*/\1/p')"
+fact pid1 "$(cat /proc/1/comm)"
+systemctl is-system-running --wait >/dev/null || true
+
+check "fresh install: the package enables and starts livenessd" fresh_install
+check "status as root: eBPF and pidfd active in the sandbox" status_as_root
+check "status as a user: the same, through the same socket" status_as_user
+check "an owner killed with SIGKILL ends its session" sigkill_ends_session
+check "journal: one entry per registration and end, with fields" journal_fields
+check "end policy terminates a user's leftover process" reap_in_sandbox
+check "systemctl restart loses nothing (sessions, lock, token)" restart_loses_nothing
+check "systemctl kill -s KILL: restarted, reconcile ends the dead" crash_restart_reconciles
+check "systemd-analyze security livenessd" security_exposure
+check "metrics drop-in of docs/install.md: served on 127.0.0.1" metrics_drop_in
+check "apt-get remove stops the daemon and keeps the state" remove_keeps_state
+check "apt-get purge removes /var/lib/liveness" purge_removes_state
+check "without systemd as init: starts nothing, says how to run" without_systemd
+check "previous release running: sessions, lock, consumer cursor" previous_release
+check "upgrade: the daemon restarts once" upgrade_restarts_once
+check "upgrade kept sessions, lock, token, events, cursor" upgrade_kept_everything
+echo VMDONE

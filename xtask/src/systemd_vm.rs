@@ -1,0 +1,460 @@
+//! `cargo xtask vm-test --systemd`: the Debian package where users run it. A Debian
+//! bookworm guest (its own cloud kernel and initramfs, systemd as PID 1) gets this tree's
+//! .deb and the previous release's, and `systemd_checks.sh` runs in it as root: install,
+//! the daemon in its sandbox, the journal, restarts and crashes, removal, purge, a machine
+//! without systemd, and an upgrade from the previous release. The run ends with a table
+//! check | result | seconds.
+//!
+//! The root file system is made by `mmdebstrap` from Debian's packages, on the mirror the
+//! system's apt sources name (the system's apt configuration is neither used nor touched),
+//! and cached under `target/vm-test/systemd` as an ext4 image, which the guest only reads
+//! (`snapshot=on`): every run starts from the same fresh system. The packages come on a
+//! second disk. The previous release is the newest `v*` tag before HEAD; its .deb is built
+//! by its own `cargo xtask dist`, from `git archive`, once.
+
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::process::{Command as Process, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail, ensure};
+
+use crate::dist;
+use crate::vm::{self, Options, debian_mirror, run_to_end};
+
+const SUITE: &str = "bookworm";
+/// The guest's packages besides the minimal base: systemd as init, its bus, Debian's cloud
+/// kernel (virtio and BTF built in) with its initramfs, and what the checks use.
+const GUEST_PACKAGES: &[&str] = &[
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "linux-image-cloud-amd64",
+    "jq",
+    "procps",
+];
+/// Runs the checks once the guest has booted, then powers it off, whatever happened.
+const CHECKS_UNIT: &str = "\
+[Unit]
+Description=The checks of cargo xtask vm-test --systemd
+
+[Service]
+Type=exec
+ExecStartPre=/bin/mkdir -p /payload
+ExecStartPre=/bin/mount -o ro /dev/vdb /payload
+ExecStart=/bin/bash /payload/checks.sh
+ExecStopPost=/bin/systemctl poweroff --force --force
+StandardOutput=tty
+StandardError=tty
+TTYPath=/dev/ttyS0
+
+[Install]
+WantedBy=multi-user.target
+";
+const CHECKS: &str = include_str!("systemd_checks.sh");
+const INSTALL_DOC: &str = include_str!("../../docs/install.md");
+/// The first line of the metrics drop-in's block in docs/install.md.
+const METRICS_DROP_IN: &str = "# /etc/systemd/system/livenessd.service.d/metrics.conf";
+/// `systemd-analyze security livenessd`'s overall exposure (0 safest, 10 least) with the
+/// unit as verified in this guest, as docs/install.md states it: a unit change that makes
+/// it worse fails the run.
+pub const EXPOSURE: f64 = 1.3;
+const INSTALL_HINT: &str = "apt-get install -y qemu-system-x86 mmdebstrap e2fsprogs";
+
+pub fn run(root: &Path, options: &Options) -> Result<()> {
+    let started = Instant::now();
+    for tool in ["qemu-system-x86_64", "mmdebstrap", "mke2fs", "git"] {
+        vm::which(tool, INSTALL_HINT)?;
+    }
+    let work = root.join("target/vm-test/systemd");
+    std::fs::create_dir_all(&work)?;
+    // The root file system downloads and unpacks while the packages build.
+    let (guest, packages) = std::thread::scope(|scope| {
+        let guest = scope.spawn(|| root_filesystem(&work));
+        let packages = packages(root, &work);
+        (guest.join(), packages)
+    });
+    let guest = guest.map_err(|_| anyhow::anyhow!("building the root file system panicked"))??;
+    let packages = packages?;
+    let payload = payload(&work, &packages)?;
+
+    let mut qemu = vm::qemu(options);
+    qemu.arg("-kernel")
+        .arg(&guest.kernel)
+        .arg("-initrd")
+        .arg(&guest.initrd)
+        .args([
+            "-append",
+            "root=/dev/vda rw console=ttyS0 panic=-1 quiet systemd.show_status=false",
+        ])
+        .arg("-drive")
+        .arg(drive(&guest.image, "snapshot=on"))
+        .arg("-drive")
+        .arg(drive(&payload, "readonly=on"))
+        // No network card: the guest needs none.
+        .args(["-nic", "none"]);
+    let log = work.join("guest.log");
+    let booted = Instant::now();
+    let mut report = Report::default();
+    vm::run_guest(qemu, &log, options.timeout, |line| report.record(line))?;
+    print!("{}", report.table());
+    println!(
+        "guest: {} ({}), systemd {}, PID 1 {}; {} upgraded to {}; {:.0} s in the guest, {:.0} s \
+         in all; log {}",
+        report.fact("kernel"),
+        SUITE,
+        report.fact("systemd"),
+        report.fact("pid1"),
+        report.fact("previous_version"),
+        report.fact("upgraded_to"),
+        booted.elapsed().as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+        log.display()
+    );
+    report.verdict()
+}
+
+/// `-drive` for a raw image on virtio.
+fn drive(image: &Path, mode: &str) -> String {
+    format!("file={},format=raw,if=virtio,{mode}", image.display())
+}
+
+/// The guest's kernel, initramfs and root file system image.
+#[derive(Debug)]
+struct Guest {
+    kernel: PathBuf,
+    initrd: PathBuf,
+    image: PathBuf,
+}
+
+/// The cached guest, made first if the recipe changed (suite, packages, checks unit).
+fn root_filesystem(work: &Path) -> Result<Guest> {
+    let mut recipe = std::collections::hash_map::DefaultHasher::new();
+    (SUITE, GUEST_PACKAGES, CHECKS_UNIT).hash(&mut recipe);
+    let dir = work.join(format!("rootfs-{:016x}", recipe.finish()));
+    let guest = Guest {
+        kernel: dir.join("vmlinuz"),
+        initrd: dir.join("initrd.img"),
+        image: dir.join("rootfs.img"),
+    };
+    if guest.image.is_file() {
+        return Ok(guest);
+    }
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    let tree = dir.join("tree");
+    std::fs::create_dir_all(&dir)?;
+    let mirror = debian_mirror(Path::new("/etc/apt"))?;
+    let log = dir.join("mmdebstrap.log");
+    eprintln!(
+        "vm-test: making the {SUITE} root file system from {mirror} (log {})",
+        log.display()
+    );
+    let log_file = std::fs::File::create(&log)?;
+    run_to_end(
+        Process::new("mmdebstrap")
+            .args(["--mode=root", "--variant=minbase"])
+            .arg(format!("--include={}", GUEST_PACKAGES.join(",")))
+            .args(["--aptopt", "Acquire::Languages \"none\""])
+            .arg(SUITE)
+            .arg(&tree)
+            .arg(format!(
+                "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {mirror} {SUITE} main"
+            ))
+            .stdout(log_file.try_clone()?)
+            .stderr(log_file),
+    )
+    .with_context(|| format!("mmdebstrap failed; see {}", log.display()))?;
+    let etc = tree.join("etc");
+    std::fs::write(etc.join("hostname"), "liveness-vm\n")?;
+    let units = etc.join("systemd/system");
+    std::fs::write(units.join("vm-checks.service"), CHECKS_UNIT)?;
+    std::os::unix::fs::symlink(
+        "/etc/systemd/system/vm-checks.service",
+        units.join("multi-user.target.wants/vm-checks.service"),
+    )?;
+    // The checks own the serial console; no login prompts.
+    for unit in ["serial-getty@ttyS0.service", "getty@tty1.service"] {
+        let _ = std::fs::remove_file(units.join("getty.target.wants").join(unit));
+        std::os::unix::fs::symlink("/dev/null", units.join(unit))?;
+    }
+    run_to_end(
+        Process::new("chroot")
+            .arg(&tree)
+            .args(["useradd", "--create-home", "alice"]),
+    )?;
+    for (prefix, to) in [("vmlinuz-", &guest.kernel), ("initrd.img-", &guest.initrd)] {
+        let from = std::fs::read_dir(tree.join("boot"))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(prefix))
+            })
+            .with_context(|| format!("no /boot/{prefix}* in the root file system"))?;
+        std::fs::copy(from, to)?;
+    }
+    let partial = dir.join("rootfs.img.partial");
+    ext4_image(&tree, &partial, "2G")?;
+    std::fs::rename(&partial, &guest.image)?;
+    std::fs::remove_dir_all(&tree)?;
+    Ok(guest)
+}
+
+/// An ext4 file system image of `size` holding `tree` (`mke2fs -d`: no mount needed).
+fn ext4_image(tree: &Path, image: &Path, size: &str) -> Result<()> {
+    let _ = std::fs::remove_file(image);
+    run_to_end(
+        Process::new("mke2fs")
+            .args(["-q", "-t", "ext4", "-d"])
+            .arg(tree)
+            .arg(image)
+            .arg(size)
+            .stdout(Stdio::null()),
+    )
+}
+
+/// This tree's .deb and the previous release's.
+#[derive(Debug)]
+struct Packages {
+    new: PathBuf,
+    previous: PathBuf,
+}
+
+fn packages(root: &Path, work: &Path) -> Result<Packages> {
+    let new = dist::run(root, &dist::Options::default())?;
+    let tag = git(
+        root,
+        &[
+            "describe",
+            "--tags",
+            "--abbrev=0",
+            "--match=v[0-9]*",
+            "HEAD^",
+        ],
+    )
+    .context(
+        "no release tag (v*) before HEAD: the upgrade check installs the previous release \
+             first (a clone without tags? git fetch --tags)",
+    )?;
+    let commit = git(root, &["rev-parse", &format!("{tag}^{{commit}}")])?;
+    let dir = work.join("previous").join(&commit);
+    let previous = dir.join("liveness.deb");
+    if previous.is_file() {
+        return Ok(Packages { new, previous });
+    }
+    let source = dir.join("source");
+    if source.exists() {
+        std::fs::remove_dir_all(&source)?;
+    }
+    std::fs::create_dir_all(&source)?;
+    eprintln!("vm-test: building the package of {tag} ({commit}) with its own `cargo xtask dist`");
+    run_to_end(
+        Process::new("sh")
+            .arg("-c")
+            .arg("git archive --format=tar \"$1\" | tar -x -C \"$2\"")
+            .arg("sh")
+            .arg(&commit)
+            .arg(&source)
+            .current_dir(root),
+    )?;
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    run_to_end(
+        Process::new(cargo)
+            .args(["xtask", "dist"])
+            .current_dir(&source)
+            // That tree's dist finds its build in its own target/.
+            .env_remove("CARGO_TARGET_DIR"),
+    )?;
+    let artifacts = source.join("target/artifacts");
+    let deb = std::fs::read_dir(&artifacts)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|e| e == "deb"))
+        .with_context(|| format!("{tag}'s dist made no .deb in {}", artifacts.display()))?;
+    std::fs::copy(deb, &previous)?;
+    // Gigabytes of build; the package is what is kept.
+    std::fs::remove_dir_all(&source)?;
+    Ok(Packages { new, previous })
+}
+
+fn git(root: &Path, args: &[&str]) -> Result<String> {
+    let output = Process::new("git").current_dir(root).args(args).output()?;
+    ensure!(
+        output.status.success(),
+        "git {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stderr).trim()
+    );
+    Ok(String::from_utf8(output.stdout)?.trim().to_owned())
+}
+
+/// The second disk: the packages and the checks.
+fn payload(work: &Path, packages: &Packages) -> Result<PathBuf> {
+    let dir = work.join("payload");
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    std::fs::create_dir_all(&dir)?;
+    std::fs::copy(&packages.new, dir.join("new.deb"))?;
+    std::fs::copy(&packages.previous, dir.join("previous.deb"))?;
+    std::fs::write(dir.join("checks.sh"), CHECKS)?;
+    std::fs::write(dir.join("metrics.conf"), metrics_drop_in(INSTALL_DOC)?)?;
+    let image = work.join("payload.img");
+    ext4_image(&dir, &image, "64M")?;
+    Ok(image)
+}
+
+/// The metrics drop-in as docs/install.md shows it: the block that starts with its path.
+fn metrics_drop_in(docs: &str) -> Result<String> {
+    let start = docs
+        .find(METRICS_DROP_IN)
+        .with_context(|| format!("docs/install.md shows no {METRICS_DROP_IN}"))?;
+    let block = &docs[start..];
+    let end = block
+        .find("```")
+        .context("the drop-in's block does not end")?;
+    Ok(block[..end].to_owned())
+}
+
+/// What the guest reported.
+#[derive(Debug, Default)]
+struct Report {
+    /// `(name, ok, milliseconds)`, in order.
+    checks: Vec<(String, bool, u64)>,
+    facts: BTreeMap<String, String>,
+    done: bool,
+}
+
+impl Report {
+    fn record(&mut self, line: &str) {
+        if let Some(at) = line.find("VMCHECK ") {
+            let mut words = line[at + 8..].splitn(3, ' ');
+            if let (Some(result), Some(millis), Some(name)) =
+                (words.next(), words.next(), words.next())
+            {
+                let ok = result == "ok";
+                eprintln!("vm-test: {} {name}", if ok { "ok    " } else { "FAILED" });
+                self.checks
+                    .push((name.to_owned(), ok, millis.parse().unwrap_or(0)));
+            }
+        } else if let Some(at) = line.find("VMFACT ") {
+            if let Some((key, value)) = line[at + 7..].split_once(' ') {
+                self.facts.insert(key.to_owned(), value.trim().to_owned());
+            }
+        } else if line.contains("VMDONE") {
+            self.done = true;
+        }
+    }
+
+    fn fact(&self, key: &str) -> &str {
+        self.facts.get(key).map_or("?", String::as_str)
+    }
+
+    fn table(&self) -> String {
+        const HEADER: &str = "check";
+        let width = self
+            .checks
+            .iter()
+            .map(|(name, _, _)| name.len())
+            .chain([HEADER.len()])
+            .max()
+            .unwrap_or(0);
+        let mut text = format!("{HEADER:<width$} | result | seconds\n");
+        text += &format!("{}-|--------|--------\n", "-".repeat(width));
+        for (name, ok, millis) in &self.checks {
+            text += &format!(
+                "{name:<width$} | {:<6} | {:>7.1}\n",
+                if *ok { "ok" } else { "FAILED" },
+                *millis as f64 / 1000.0
+            );
+        }
+        text
+    }
+
+    /// Every check passed, the run finished, and the unit is no more exposed than recorded.
+    fn verdict(&self) -> Result<()> {
+        let mut failures: Vec<String> = self
+            .checks
+            .iter()
+            .filter(|(_, ok, _)| !ok)
+            .map(|(name, _, _)| format!("failed: {name}"))
+            .collect();
+        if !self.done {
+            failures.push("the checks did not finish (timed out or crashed)".into());
+        }
+        if self.checks.is_empty() {
+            failures.push("no check reported".into());
+        }
+        match self.fact("exposure").parse::<f64>() {
+            Ok(score) if score > EXPOSURE => failures.push(format!(
+                "systemd-analyze security livenessd: {score}, worse than the {EXPOSURE} recorded \
+                 in docs/install.md"
+            )),
+            Ok(score) => println!(
+                "systemd-analyze security livenessd: {score} (recorded: {EXPOSURE}, 0 is safest)"
+            ),
+            Err(_) => failures.push("no systemd-analyze security score".into()),
+        }
+        if failures.is_empty() {
+            println!("vm-test --systemd: every check passed");
+            Ok(())
+        } else {
+            bail!("vm-test --systemd failed:\n  {}", failures.join("\n  "))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_report_reads_checks_and_facts_among_console_noise() {
+        let mut report = Report::default();
+        for line in [
+            "[   3.1] systemd[1]: Started something.",
+            "VMFACT kernel 6.1.0-50-cloud-amd64",
+            "VMLOG some output",
+            "VMCHECK ok 4200 fresh install: the package enables and starts livenessd",
+            "VMCHECK FAILED 150 status as root",
+            "VMFACT exposure 1.0",
+        ] {
+            report.record(line);
+        }
+        assert_eq!(report.fact("kernel"), "6.1.0-50-cloud-amd64");
+        assert_eq!(report.checks.len(), 2);
+        let table = report.table();
+        assert!(
+            table.contains(
+                "fresh install: the package enables and starts livenessd | ok     |     4.2"
+            ),
+            "{table}"
+        );
+        let error = report.verdict().unwrap_err().to_string();
+        assert!(error.contains("failed: status as root"), "{error}");
+        assert!(error.contains("did not finish"), "{error}");
+        report.checks.remove(1);
+        report.record("VMDONE");
+        report.verdict().unwrap();
+        report.record("VMFACT exposure 9.6");
+        assert!(report.verdict().unwrap_err().to_string().contains("worse"));
+    }
+
+    #[test]
+    fn the_recorded_exposure_is_the_one_the_docs_state() {
+        assert!(
+            INSTALL_DOC.contains(&format!("exposure level {EXPOSURE}")),
+            "docs/install.md must state `exposure level {EXPOSURE}`"
+        );
+    }
+
+    #[test]
+    fn the_metrics_drop_in_is_read_from_the_docs() {
+        let drop_in = metrics_drop_in(INSTALL_DOC).unwrap();
+        assert!(drop_in.starts_with(METRICS_DROP_IN), "{drop_in}");
+        assert!(drop_in.contains("\n[Service]\n"), "{drop_in}");
+        assert!(drop_in.ends_with("IPAddressAllow=localhost\n"), "{drop_in}");
+    }
+}
