@@ -58,6 +58,9 @@ pub fn lookup_account(uid: u32) -> io::Result<Option<RunAs>> {
                 }));
             }
             libc::ERANGE if buffer.len() < 1 << 20 => buffer.resize(buffer.len() * 2, 0),
+            // What getpwuid_r(3) lists for "not found", as some databases report it (the
+            // files one without an /etc/passwd, on a minimal system).
+            libc::ENOENT | libc::ESRCH | libc::EBADF | libc::EPERM => return Ok(None),
             errno => return Err(io::Error::from_raw_os_error(errno)),
         }
     }
