@@ -191,7 +191,7 @@ async fn run(
         },
     })?;
     let root = child.id();
-    let pidfd = match sys::pidfd_of_child(root) {
+    let pidfd = match sys::pidfd_of(root) {
         Ok(pidfd) => pidfd,
         Err(e) => {
             // Without a pidfd it cannot be bounded: end it now rather than run it blind.

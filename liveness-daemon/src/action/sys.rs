@@ -330,13 +330,13 @@ pub fn read_some(fd: &OwnedFd, buffer: &mut [u8]) -> io::Result<usize> {
     Ok(rustix::io::read(fd, buffer)?)
 }
 
-/// A pidfd for the child just spawned (it cannot have been reaped: only the runner waits
-/// for it).
-pub fn pidfd_of_child(pid: u32) -> io::Result<OwnedFd> {
+/// A pidfd for `pid`. For the action's own child it is always that process (only the
+/// runner reaps it); for another, the caller checks it still names the process it meant.
+pub fn pidfd_of(pid: u32) -> io::Result<OwnedFd> {
     let pid = i32::try_from(pid)
         .ok()
         .and_then(Pid::from_raw)
-        .ok_or_else(|| io::Error::other(format!("child pid {pid} out of range")))?;
+        .ok_or_else(|| io::Error::other(format!("pid {pid} out of range")))?;
     Ok(rustix::process::pidfd_open(
         pid,
         rustix::process::PidfdFlags::empty(),

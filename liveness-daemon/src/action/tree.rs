@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
-use rustix::process::{Pid, PidfdFlags, Signal};
+use rustix::process::Signal;
 use tokio::time::Instant;
 
 use liveness_proc::identity::{ProcRoot, pidfd_exited};
@@ -136,8 +136,7 @@ fn child_pidfd(proc: &ProcRoot, parent: u32, child: u32) -> Option<OwnedFd> {
     if before.ppid != parent || before.has_exited() {
         return None;
     }
-    let pid = Pid::from_raw(i32::try_from(child).ok()?)?;
-    let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty()).ok()?;
+    let pidfd = sys::pidfd_of(child).ok()?;
     let after = proc.stat(child).ok()?;
     (after.start_ticks == before.start_ticks && !pidfd_exited(pidfd.as_fd())).then_some(pidfd)
 }
