@@ -2,6 +2,7 @@
 //! each other. This crate is the single source of truth for the wire protocol described in
 //! `docs/protocol.md`; it depends on serde and nothing of the daemon.
 //!
+//! - [`action`]: end actions, the facts they are given and their outcomes.
 //! - [`duration`]: durations as flags spell them.
 //! - [`identity`]: process fingerprints ([`identity::Identity`]).
 //! - [`duration`]: durations on command lines (`500ms`, `30s`, `2m`).
@@ -12,6 +13,7 @@
 //! - [`status`]: what the daemon reports about itself.
 //! - [`record`]: the record the eBPF program writes into its ring buffer.
 
+pub mod action;
 pub mod duration;
 pub mod exit;
 pub mod identity;

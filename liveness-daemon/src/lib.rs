@@ -4,6 +4,7 @@
 //! The binary `livenessd` is thin; the logic lives in these modules. The vocabulary they
 //! speak is `liveness_common`'s, the process facts they read `liveness_proc`'s.
 
+pub mod action;
 pub mod closer;
 pub mod daemon;
 pub mod engine;

@@ -22,7 +22,7 @@ use crate::source::pidfd::register_readable;
 
 /// How long SIGKILLed processes have to vanish before they are reported as failed: a
 /// process in uninterruptible sleep dies only once it wakes.
-const KILL_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const KILL_WAIT: Duration = Duration::from_secs(5);
 
 /// Why a process was not ended.
 #[derive(Debug, thiserror::Error)]
@@ -56,7 +56,7 @@ pub struct Reaper {
 }
 
 /// A process that received a signal, with the pidfd that shows when it is gone.
-type Signalled = (u32, OwnedFd);
+pub(crate) type Signalled = (u32, OwnedFd);
 
 impl Reaper {
     pub fn new(proc: ProcRoot) -> Reaper {
@@ -162,7 +162,7 @@ fn failure(pid: u32, error: ReapError) -> ReapFailure {
 }
 
 /// Sends `signal` through a verified pidfd; `None` when the process has exited meanwhile.
-fn signal(pidfd: OwnedFd, signal: Signal) -> Result<Option<OwnedFd>, ReapError> {
+pub(crate) fn signal(pidfd: OwnedFd, signal: Signal) -> Result<Option<OwnedFd>, ReapError> {
     match rustix::process::pidfd_send_signal(&pidfd, signal) {
         Ok(()) => Ok(Some(pidfd)),
         Err(Errno::SRCH) => Ok(None),
@@ -179,7 +179,7 @@ fn signal(pidfd: OwnedFd, signal: Signal) -> Result<Option<OwnedFd>, ReapError> 
 
 /// Waits until `deadline` for the signalled processes to exit: returns those that did,
 /// and those still running.
-async fn wait_for_exits(
+pub(crate) async fn wait_for_exits(
     signalled: Vec<Signalled>,
     deadline: Instant,
 ) -> (Vec<u32>, Vec<Signalled>) {

@@ -131,11 +131,25 @@ pub async fn assert_quiet(rx: &mut Receiver<SourceEvent>, why: &str) {
 /// Whether eBPF tests can run here (root, BTF); says why not, and with
 /// `LIVENESS_REQUIRE_EBPF=1` fails instead of skipping.
 pub fn privileged(test: &str) -> bool {
-    let why = if !rustix::process::geteuid().is_root() {
-        "not running as root"
-    } else if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
-        "the kernel lacks BTF"
-    } else {
+    let btf = std::path::Path::new("/sys/kernel/btf/vmlinux").exists();
+    required(
+        test,
+        not_root().or((!btf).then_some("the kernel lacks BTF")),
+    )
+}
+
+/// Whether tests that need root (a second uid, capabilities) can run here; skips or, with
+/// `LIVENESS_REQUIRE_EBPF=1` (privileged tests must run), fails when not.
+pub fn root(test: &str) -> bool {
+    required(test, not_root())
+}
+
+fn not_root() -> Option<&'static str> {
+    (!rustix::process::geteuid().is_root()).then_some("not running as root")
+}
+
+fn required(test: &str, missing: Option<&str>) -> bool {
+    let Some(why) = missing else {
         return true;
     };
     if std::env::var_os("LIVENESS_REQUIRE_EBPF").is_some_and(|v| v == "1") {

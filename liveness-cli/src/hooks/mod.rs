@@ -1,0 +1,535 @@
+//! Agent adapters: liveness's hooks in a coding agent's settings, so that the end commands a
+//! user gave the agent run exactly once per session: by the agent when it manages to, by
+//! livenessd (as end actions) when it does not (a crash, SIGKILL, a closed terminal, a
+//! mode that skips its end hooks). `docs/end-actions.md` describes the flow.
+//!
+//! The installed hooks run `liveness hooks AGENT HOOK`:
+//! - `session-start`, given the agent's hook input on stdin: registers the session (owner
+//!   `auto`: the agent, found by walking up from the hook) with the user's end commands as
+//!   end actions ([`Agent::session_start`]);
+//! - `session-end`: tells the daemon the agent ran them itself, and ends the session
+//!   ([`Agent::session_end`]);
+//! - `end-hook --input START -- ARGV…`, the end action itself: turns the end facts on its
+//!   stdin into the agent's own hook input ([`Agent::end_input`]) and runs the user's
+//!   command with it ([`end_hook_command`]).
+//!
+//! Adding an agent is one file: a type implementing [`Agent`], listed in [`AGENTS`].
+
+pub mod claude_code;
+pub mod json;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+use liveness_common::action::{ActionSpec, EndFacts};
+
+use self::json::{Json, Object};
+
+/// Every agent liveness has an adapter for.
+pub static AGENTS: &[&dyn Agent] = &[&claude_code::ClaudeCode];
+
+/// The agent called `name` on the command line.
+pub fn agent(name: &str) -> Result<&'static dyn Agent, HookError> {
+    AGENTS
+        .iter()
+        .copied()
+        .find(|agent| agent.name() == name)
+        .ok_or_else(|| HookError::UnknownAgent(name.to_owned()))
+}
+
+/// One agent's hook protocol, as liveness adapts it.
+pub trait Agent: Sync + fmt::Debug {
+    /// Its name on the command line (`liveness hooks install NAME`).
+    fn name(&self) -> &'static str;
+
+    /// The settings file `install` edits when none is named.
+    fn user_settings(&self, env: &HookEnv) -> Result<PathBuf, HookError>;
+
+    /// Adds liveness's hooks to `settings`, or refreshes them in place; everything else is
+    /// kept as it is.
+    fn add_hooks(&self, settings: &mut Object, command: &HookCommand) -> Result<(), HookError>;
+
+    /// Removes every hook of liveness's from `settings`, and what only held them.
+    fn remove_hooks(&self, settings: &mut Object) -> Result<(), HookError>;
+
+    /// The settings files whose end commands a session started with `input` runs, in the
+    /// agent's order.
+    fn settings_files(&self, input: &Value, env: &HookEnv) -> Vec<PathBuf>;
+
+    /// What the session-start hook registers, from its input and the agent's settings.
+    fn session_start(
+        &self,
+        input: &Value,
+        settings: &[Value],
+        env: &HookEnv,
+        command: &HookCommand,
+    ) -> Result<StartPlan, HookError>;
+
+    /// The session whose end commands the agent ran itself (the session-end hook's input).
+    fn session_end(&self, input: &Value) -> Result<String, HookError>;
+
+    /// The hook input an end command gets when livenessd runs it: the agent's own schema,
+    /// from the fields its session started with (`start`), plus a `liveness` object with
+    /// the end facts.
+    fn end_input(&self, start: &Value, facts: &EndFacts) -> Value;
+}
+
+/// What the hooks of an agent read from their environment, gathered once (and given
+/// explicitly in tests).
+#[derive(Debug, Clone, Default)]
+pub struct HookEnv {
+    pub home: Option<PathBuf>,
+    /// Each variable the adapters read, by name.
+    pub vars: BTreeMap<String, String>,
+}
+
+impl HookEnv {
+    /// The process's own environment.
+    pub fn from_process(names: &[&str]) -> HookEnv {
+        HookEnv {
+            home: std::env::var_os("HOME").map(PathBuf::from),
+            vars: names
+                .iter()
+                .filter_map(|name| Some(((*name).to_owned(), std::env::var(name).ok()?)))
+                .collect(),
+        }
+    }
+
+    pub fn var(&self, name: &str) -> Option<&str> {
+        self.vars
+            .get(name)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+}
+
+/// The command line the installed hooks run: this `liveness` binary, and the daemon's
+/// socket when one was named at install time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookCommand {
+    pub program: PathBuf,
+    pub socket: Option<PathBuf>,
+}
+
+impl HookCommand {
+    /// `PROGRAM [--socket PATH] hooks AGENT HOOK`, as an argv.
+    pub fn argv(&self, agent: &str, hook: &str) -> Vec<String> {
+        let mut argv = vec![self.program.display().to_string()];
+        if let Some(socket) = &self.socket {
+            argv.extend(["--socket".to_owned(), socket.display().to_string()]);
+        }
+        argv.extend(["hooks", agent, hook].map(str::to_owned));
+        argv
+    }
+
+    /// The same as one shell command line (agents run hook commands with `sh -c`).
+    pub fn shell_line(&self, agent: &str, hook: &str) -> String {
+        self.argv(agent, hook)
+            .iter()
+            .map(|word| shell_quote(word))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// Whether a hook's command line is liveness's `hooks AGENT HOOK` (whatever the path of
+/// the binary and the options before `hooks`).
+pub fn is_hook_command(line: &str, agent: &str, hook: &str) -> bool {
+    let words = shell_words(line);
+    words
+        .first()
+        .and_then(|program| Path::new(program).file_name())
+        .is_some_and(|name| name == "liveness")
+        && words.ends_with(&["hooks".to_owned(), agent.to_owned(), hook.to_owned()])
+}
+
+/// `word` as one shell word: as is when it is plain, else in single quotes.
+fn shell_quote(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._+-=:,@%".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// The words of a simple command line: quotes and backslashes as `sh` reads them, and
+/// nothing else of the shell's (a line with pipes or variables is not one of ours).
+fn shell_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word: Option<String> = None;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            c if c.is_whitespace() => words.extend(word.take()),
+            '\'' => word
+                .get_or_insert_with(String::new)
+                .extend(chars.by_ref().take_while(|&c| c != '\'')),
+            '"' => word
+                .get_or_insert_with(String::new)
+                .extend(chars.by_ref().take_while(|&c| c != '"')),
+            '\\' => word.get_or_insert_with(String::new).extend(chars.next()),
+            c => word.get_or_insert_with(String::new).push(c),
+        }
+    }
+    words.extend(word);
+    words
+}
+
+/// What a session-start hook registers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartPlan {
+    /// The agent's session id.
+    pub session: String,
+    pub labels: BTreeMap<String, String>,
+    /// The user's end commands, as end actions.
+    pub actions: Vec<ActionSpec>,
+    /// End hooks that were not carried over, and why (for the hook's stderr).
+    pub notes: Vec<String>,
+}
+
+/// Why a hook or an install could not do its work.
+#[derive(Debug)]
+pub enum HookError {
+    UnknownAgent(String),
+    NoHome,
+    Read {
+        path: PathBuf,
+        source: io::Error,
+    },
+    Write {
+        path: PathBuf,
+        source: io::Error,
+    },
+    /// A settings file that is not what the agent reads (not JSON, not an object, a
+    /// `hooks` that is not an object...): it is left as it is.
+    Settings {
+        path: PathBuf,
+        what: String,
+    },
+    /// The hook input the agent gave is not what its protocol says.
+    Input(String),
+}
+
+impl fmt::Display for HookError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HookError::UnknownAgent(name) => {
+                let known: Vec<&str> = AGENTS.iter().map(|agent| agent.name()).collect();
+                write!(
+                    f,
+                    "no adapter for agent {name:?} (known: {})",
+                    known.join(", ")
+                )
+            }
+            HookError::NoHome => f.write_str("HOME is not set: name the settings file"),
+            HookError::Read { path, source } => {
+                write!(f, "cannot read {}: {source}", path.display())
+            }
+            HookError::Write { path, source } => {
+                write!(f, "cannot write {}: {source}", path.display())
+            }
+            HookError::Settings { path, what } => {
+                write!(f, "{}: {what}; it was left unchanged", path.display())
+            }
+            HookError::Input(what) => write!(f, "bad hook input: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for HookError {}
+
+/// The file that keeps a settings file as it was before liveness first changed it.
+pub fn backup_path(settings: &Path) -> PathBuf {
+    let mut name = settings.file_name().unwrap_or_default().to_os_string();
+    name.push(".liveness-backup");
+    settings.with_file_name(name)
+}
+
+/// What `install` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Installed {
+    /// The hooks were there already, as they would be written: nothing was touched.
+    Unchanged,
+    /// The hooks were added (or refreshed); `backup` keeps the file as it was before
+    /// liveness first changed it (none when there was no file).
+    Changed { backup: Option<PathBuf> },
+}
+
+/// Adds `agent`'s hooks to the settings file `path` (created if missing), keeping every
+/// other setting and hook. Idempotent: installing again changes no byte. Before the first
+/// change, the file is copied to [`backup_path`].
+pub fn install(
+    agent: &dyn Agent,
+    path: &Path,
+    command: &HookCommand,
+) -> Result<Installed, HookError> {
+    let path = resolve(path);
+    let original = read_optional(&path)?;
+    let settings = match &original {
+        Some(bytes) => parse_object(&path, bytes)?,
+        None => Object::default(),
+    };
+    let mut edited = settings.clone();
+    agent
+        .add_hooks(&mut edited, command)
+        .map_err(|e| e.at(&path))?;
+    if original.is_some() && edited == settings {
+        return Ok(Installed::Unchanged);
+    }
+    let backup = match &original {
+        Some(bytes) => {
+            let backup = backup_path(&path);
+            // The oldest copy is the user's own: a later install keeps it.
+            if !backup.exists() {
+                write_atomically(&backup, bytes, &path)?;
+            }
+            Some(backup)
+        }
+        None => None,
+    };
+    write_atomically(&path, Json::Object(edited).to_pretty().as_bytes(), &path)?;
+    Ok(Installed::Changed { backup })
+}
+
+/// What `uninstall` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Uninstalled {
+    /// No hook of liveness's was there.
+    NotInstalled,
+    /// The file is again, byte for byte, what it was before the install; the backup is gone.
+    Restored,
+    /// There was no file before the install, and nothing else is in it: it is gone.
+    Removed,
+    /// The file was edited since the install: only liveness's hooks were taken out, and the
+    /// backup of the original is kept.
+    HooksRemoved { backup: Option<PathBuf> },
+}
+
+/// Takes `agent`'s hooks out of the settings file `path`: restores the original file when
+/// nothing else changed since the install.
+pub fn uninstall(agent: &dyn Agent, path: &Path) -> Result<Uninstalled, HookError> {
+    let path = resolve(path);
+    let Some(current) = read_optional(&path)? else {
+        return Ok(Uninstalled::NotInstalled);
+    };
+    let settings = parse_object(&path, &current)?;
+    let mut cleaned = settings.clone();
+    agent.remove_hooks(&mut cleaned).map_err(|e| e.at(&path))?;
+    if cleaned == settings {
+        return Ok(Uninstalled::NotInstalled);
+    }
+    let backup = backup_path(&path);
+    match read_optional(&backup)? {
+        Some(original) if parse_object(&backup, &original).ok().as_ref() == Some(&cleaned) => {
+            write_atomically(&path, &original, &path)?;
+            remove(&backup)?;
+            Ok(Uninstalled::Restored)
+        }
+        None if cleaned.is_empty() => {
+            remove(&path)?;
+            Ok(Uninstalled::Removed)
+        }
+        kept => {
+            write_atomically(&path, Json::Object(cleaned).to_pretty().as_bytes(), &path)?;
+            Ok(Uninstalled::HooksRemoved {
+                backup: kept.map(|_| backup),
+            })
+        }
+    }
+}
+
+/// The file a settings path names: a symbolic link (into a dotfiles repository, say) is
+/// followed, so that the link stays and its target is edited.
+fn resolve(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned())
+}
+
+fn read_optional(path: &Path) -> Result<Option<Vec<u8>>, HookError> {
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(HookError::Read {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+fn parse_object(path: &Path, bytes: &[u8]) -> Result<Object, HookError> {
+    let what = |what: String| HookError::Settings {
+        path: path.to_owned(),
+        what,
+    };
+    match serde_json::from_slice::<Json>(bytes) {
+        Ok(Json::Object(object)) => Ok(object),
+        Ok(_) => Err(what("not a JSON object".into())),
+        Err(e) => Err(what(format!("not valid JSON ({e})"))),
+    }
+}
+
+/// The settings documents among `paths` that exist, for reading; one that cannot be read
+/// or parsed is left out with a note, as an agent would not use it either.
+pub fn read_settings(paths: &[PathBuf], notes: &mut Vec<String>) -> Vec<Value> {
+    paths
+        .iter()
+        .filter_map(|path| match read_optional(path) {
+            Ok(Some(bytes)) => match serde_json::from_slice::<Value>(&bytes) {
+                Ok(value) => Some(value),
+                Err(e) => {
+                    notes.push(format!("{}: not valid JSON ({e}); skipped", path.display()));
+                    None
+                }
+            },
+            Ok(None) => None,
+            Err(e) => {
+                notes.push(format!("{e}; skipped"));
+                None
+            }
+        })
+        .collect()
+}
+
+/// Writes `bytes` to `path` through a temporary file renamed over it, so that the agent
+/// never reads half a file; with the permissions of `like` when it exists.
+fn write_atomically(path: &Path, bytes: &[u8], like: &Path) -> Result<(), HookError> {
+    let failed = |source| HookError::Write {
+        path: path.to_owned(),
+        source,
+    };
+    if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(failed)?;
+    }
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(".liveness-tmp");
+    let temporary = PathBuf::from(temporary);
+    std::fs::write(&temporary, bytes).map_err(failed)?;
+    if let Ok(metadata) = std::fs::metadata(like) {
+        let mode = metadata.permissions().mode() & 0o7777;
+        std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(mode))
+            .map_err(failed)?;
+    }
+    std::fs::rename(&temporary, path).map_err(|e| {
+        let _ = std::fs::remove_file(&temporary);
+        failed(e)
+    })
+}
+
+fn remove(path: &Path) -> Result<(), HookError> {
+    std::fs::remove_file(path).map_err(|source| HookError::Write {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+impl HookError {
+    /// A settings shape error found by an agent, placed at the file it read.
+    fn at(self, path: &Path) -> HookError {
+        match self {
+            HookError::Settings { what, .. } => HookError::Settings {
+                path: path.to_owned(),
+                what,
+            },
+            other => other,
+        }
+    }
+}
+
+/// The user's end command `argv`, with `input` (the agent's hook input) as its stdin: the
+/// `end-hook` wrapper execs it, so the command's status is the action's. The input is an
+/// anonymous file, which the command may read at its pace, or not at all.
+pub fn end_hook_command(argv: &[String], input: &[u8]) -> io::Result<Command> {
+    let (program, args) = argv
+        .split_first()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no end command to run"))?;
+    let file = rustix::fs::memfd_create(c"liveness-hook-input", rustix::fs::MemfdFlags::CLOEXEC)?;
+    let mut written = 0;
+    while written < input.len() {
+        written += rustix::io::write(&file, &input[written..])?;
+    }
+    rustix::fs::seek(&file, rustix::fs::SeekFrom::Start(0))?;
+    let mut command = Command::new(program);
+    command.args(args).stdin(Stdio::from(file));
+    Ok(command)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hook_command_lines_quote_what_needs_it_and_are_recognized() {
+        let plain = HookCommand {
+            program: "/usr/bin/liveness".into(),
+            socket: None,
+        };
+        assert_eq!(
+            plain.shell_line("claude-code", "session-start"),
+            "/usr/bin/liveness hooks claude-code session-start"
+        );
+        let odd = HookCommand {
+            program: "/home/a b/it's/liveness".into(),
+            socket: Some("/run/x y.sock".into()),
+        };
+        let line = odd.shell_line("claude-code", "session-end");
+        assert_eq!(
+            line,
+            r#"'/home/a b/it'\''s/liveness' --socket '/run/x y.sock' hooks claude-code session-end"#
+        );
+        assert_eq!(shell_words(&line), odd.argv("claude-code", "session-end"));
+        assert!(is_hook_command(&line, "claude-code", "session-end"));
+        assert!(!is_hook_command(&line, "claude-code", "session-start"));
+        assert!(!is_hook_command(
+            "/usr/bin/other hooks claude-code session-end",
+            "claude-code",
+            "session-end"
+        ));
+        assert!(is_hook_command(
+            "liveness hooks claude-code session-end",
+            "claude-code",
+            "session-end"
+        ));
+    }
+
+    #[test]
+    fn an_unknown_agent_names_the_known_ones() {
+        assert_eq!(agent("claude-code").unwrap().name(), "claude-code");
+        let error = agent("nope").unwrap_err().to_string();
+        assert!(
+            error.contains("\"nope\"") && error.contains("claude-code"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn settings_that_cannot_be_read_are_noted_and_missing_ones_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("good.json");
+        let bad = dir.path().join("bad.json");
+        std::fs::write(&good, r#"{"a": 1}"#).unwrap();
+        std::fs::write(&bad, "{").unwrap();
+        let mut notes = Vec::new();
+        let read = read_settings(&[dir.path().join("missing.json"), bad, good], &mut notes);
+        assert_eq!(read, [serde_json::json!({"a": 1})]);
+        assert_eq!(notes.len(), 1);
+        assert!(notes[0].contains("bad.json: not valid JSON"), "{notes:?}");
+    }
+
+    #[test]
+    fn the_end_command_reads_the_input_on_stdin() {
+        let input = br#"{"session_id":"s"}"#;
+        let output = end_hook_command(&["cat".into()], input)
+            .unwrap()
+            .output()
+            .unwrap();
+        assert!(output.status.success());
+        assert_eq!(output.stdout, input);
+        assert!(end_hook_command(&[], input).is_err());
+    }
+}

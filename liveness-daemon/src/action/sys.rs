@@ -1,0 +1,373 @@
+//! The system calls of running an action, in one place: the user database, the steps the
+//! child takes between `fork` and `exec`, and the descriptors the parent prepares.
+//!
+//! Everything the child needs is computed before the fork ([`ChildSetup`]); after it, the
+//! child makes only raw system calls on that data and allocates nothing, so a fork from
+//! the daemon's many threads cannot deadlock on a lock another thread held.
+
+use std::ffi::{CStr, CString, OsString};
+use std::fmt;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStringExt;
+use std::path::PathBuf;
+
+use rustix::fs::{MemfdFlags, SeekFrom};
+use rustix::io::Errno;
+use rustix::pipe::PipeFlags;
+use rustix::process::{Gid, Pid, Uid};
+use rustix::thread::{CapabilitySet, CapabilitySets};
+
+use liveness_common::exit::ExitStatus;
+
+use super::user::RunAs;
+
+/// The passwd entry of `uid` with its groups, or `None` when the databases have none.
+pub fn lookup_account(uid: u32) -> io::Result<Option<RunAs>> {
+    let mut buffer = vec![0u8; 1024];
+    loop {
+        // SAFETY: all-zero is a valid `passwd` (null pointers, zero ids); getpwuid_r fills it.
+        let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: the buffer outlives every pointer the entry holds into it, which are read
+        // before the next iteration reuses or grows it.
+        let rc = unsafe {
+            libc::getpwuid_r(
+                uid,
+                &mut entry,
+                buffer.as_mut_ptr().cast(),
+                buffer.len(),
+                &mut found,
+            )
+        };
+        match rc {
+            0 if found.is_null() => return Ok(None),
+            0 => {
+                // SAFETY: getpwuid_r succeeded: the strings are NUL-terminated in `buffer`.
+                let text = |p: *const libc::c_char| unsafe { CStr::from_ptr(p) }.to_owned();
+                let path = |p| PathBuf::from(OsString::from_vec(text(p).into_bytes()));
+                let name = text(entry.pw_name);
+                let groups = group_list(&name, entry.pw_gid)?;
+                return Ok(Some(RunAs {
+                    uid,
+                    gid: entry.pw_gid,
+                    groups,
+                    name: name.to_string_lossy().into_owned(),
+                    home: path(entry.pw_dir),
+                    shell: path(entry.pw_shell),
+                }));
+            }
+            libc::ERANGE if buffer.len() < 1 << 20 => buffer.resize(buffer.len() * 2, 0),
+            // What getpwuid_r(3) lists for "not found", as some databases report it (the
+            // files one without an /etc/passwd, on a minimal system).
+            libc::ENOENT | libc::ESRCH | libc::EBADF | libc::EPERM => return Ok(None),
+            errno => return Err(io::Error::from_raw_os_error(errno)),
+        }
+    }
+}
+
+/// `getgrouplist`: the groups `initgroups` would give the user.
+fn group_list(name: &CStr, gid: u32) -> io::Result<Vec<u32>> {
+    let mut groups: Vec<libc::gid_t> = vec![0; 64];
+    loop {
+        let mut count = libc::c_int::try_from(groups.len()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: `groups` has room for `count` entries; the call writes at most that many
+        // and sets `count` to how many there are.
+        let rc = unsafe { libc::getgrouplist(name.as_ptr(), gid, groups.as_mut_ptr(), &mut count) };
+        let count = usize::try_from(count).unwrap_or(0);
+        if rc >= 0 {
+            groups.truncate(count);
+            return Ok(groups);
+        }
+        if count <= groups.len() || count > 65_536 {
+            return Err(io::Error::other(format!(
+                "getgrouplist failed for {} ({count} groups)",
+                name.to_string_lossy()
+            )));
+        }
+        groups.resize(count, 0);
+    }
+}
+
+/// The ids a child takes on before it runs the action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ids {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+}
+
+/// One step of the child's setup, reported to the parent when it fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Step {
+    Session = 1,
+    Groups,
+    Gid,
+    Uid,
+    Capabilities,
+    NoNewPrivs,
+    Subreaper,
+    Directory,
+    Descriptors,
+}
+
+impl Step {
+    const ALL: [Step; 9] = [
+        Step::Session,
+        Step::Groups,
+        Step::Gid,
+        Step::Uid,
+        Step::Capabilities,
+        Step::NoNewPrivs,
+        Step::Subreaper,
+        Step::Directory,
+        Step::Descriptors,
+    ];
+
+    fn from_byte(byte: u8) -> Option<Step> {
+        Step::ALL.into_iter().find(|step| *step as u8 == byte)
+    }
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Step::Session => "start a session of its own",
+            Step::Groups => "set its supplementary groups",
+            Step::Gid => "set its group id",
+            Step::Uid => "set its user id",
+            Step::Capabilities => "drop its capabilities",
+            Step::NoNewPrivs => "set no_new_privs",
+            Step::Subreaper => "become the subreaper of its tree",
+            Step::Directory => "enter its working directory",
+            Step::Descriptors => "close the daemon's descriptors",
+        })
+    }
+}
+
+/// `CLOSE_RANGE_CLOEXEC` (Linux 5.11): mark the range close-on-exec instead of closing it.
+const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+/// The capability numbers the kernel may know: dropping one it does not know is EINVAL.
+const CAPABILITY_NUMBERS: libc::c_ulong = 64;
+
+/// What the child does between `fork` and `exec`, prepared by the parent.
+#[derive(Debug)]
+pub struct ChildSetup {
+    /// `None`: keep the daemon's ids (a per-user daemon runs actions as itself).
+    ids: Option<(Uid, Gid, Vec<Gid>)>,
+    cwd: CString,
+    /// Where the child writes the [`Step`] that failed (close-on-exec).
+    report: OwnedFd,
+}
+
+impl ChildSetup {
+    /// The setup, and the pipe end on which the parent learns which step failed.
+    pub fn new(ids: Option<&Ids>, cwd: CString) -> io::Result<(ChildSetup, StepReport)> {
+        let (read, write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
+        let ids = ids.map(|ids| {
+            (
+                Uid::from_raw(ids.uid),
+                Gid::from_raw(ids.gid),
+                ids.groups.iter().copied().map(Gid::from_raw).collect(),
+            )
+        });
+        Ok((
+            ChildSetup {
+                ids,
+                cwd,
+                report: write,
+            },
+            StepReport(read),
+        ))
+    }
+
+    /// Runs every step in the child, in order: a session of its own (so no controlling
+    /// terminal and its own process group), default signal dispositions and umask 022, the
+    /// capability bounding and ambient sets emptied where permitted, the ids, the other
+    /// capability sets emptied, `no_new_privs`, subreaper of its tree, the working directory
+    /// (entered as the user, so a directory the user cannot enter fails), and every
+    /// descriptor above stderr marked close-on-exec.
+    ///
+    /// # Safety
+    ///
+    /// Only in the child between `fork` and `exec`: it makes only async-signal-safe system
+    /// calls and allocates nothing.
+    pub unsafe fn apply(&self) -> io::Result<()> {
+        self.step(Step::Session, || rustix::process::setsid().map(drop))?;
+        for signal in 1..=libc::SIGRTMAX() {
+            if signal != libc::SIGKILL && signal != libc::SIGSTOP {
+                // SAFETY: signal(2) with SIG_DFL is async-signal-safe; numbers the C library
+                // keeps for itself are refused, which is harmless.
+                unsafe { libc::signal(signal, libc::SIG_DFL) };
+            }
+        }
+        rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
+        // Dropping from the bounding set needs CAP_SETPCAP: a daemon without it cannot, and
+        // its bounding set is then no wider than what it could pass on anyway.
+        for capability in 0..CAPABILITY_NUMBERS {
+            // SAFETY: prctl(PR_CAPBSET_DROP) is a plain system call.
+            if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0) } != 0
+                && Errno::from_raw_os_error(errno()) == Errno::PERM
+            {
+                break;
+            }
+        }
+        // EINVAL before Linux 4.3, which has no ambient set.
+        let _ = rustix::thread::clear_ambient_capability_set();
+        if let Some((uid, gid, groups)) = &self.ids {
+            // The thread calls change the whole process: after the fork it has one thread.
+            self.step(Step::Groups, || rustix::thread::set_thread_groups(groups))?;
+            self.step(Step::Gid, || {
+                rustix::thread::set_thread_res_gid(*gid, *gid, *gid)
+            })?;
+            self.step(Step::Uid, || {
+                rustix::thread::set_thread_res_uid(*uid, *uid, *uid)
+            })?;
+        }
+        self.step(Step::Capabilities, || {
+            rustix::thread::set_capabilities(
+                None,
+                CapabilitySets {
+                    effective: CapabilitySet::empty(),
+                    permitted: CapabilitySet::empty(),
+                    inheritable: CapabilitySet::empty(),
+                },
+            )
+        })?;
+        self.step(Step::NoNewPrivs, || rustix::thread::set_no_new_privs(true))?;
+        self.step(Step::Subreaper, || {
+            rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+        })?;
+        self.step(Step::Directory, || {
+            rustix::process::chdir(self.cwd.as_c_str())
+        })?;
+        self.step(Step::Descriptors, mark_cloexec_above_stderr)
+    }
+
+    fn step(&self, step: Step, call: impl FnOnce() -> rustix::io::Result<()>) -> io::Result<()> {
+        call().map_err(|errno| {
+            // Best effort: the exec status pipe of the standard library carries the errno.
+            let _ = rustix::io::write(&self.report, &[step as u8]);
+            io::Error::from_raw_os_error(errno.raw_os_error())
+        })
+    }
+}
+
+fn errno() -> i32 {
+    io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// Marks every descriptor above stderr close-on-exec, so the action gets none of the
+/// daemon's, whatever flags they were opened with. Marking rather than closing keeps the
+/// standard library's exec status pipe working until the exec.
+fn mark_cloexec_above_stderr() -> rustix::io::Result<()> {
+    // SAFETY: close_range only changes descriptor flags here.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3 as libc::c_uint,
+            libc::c_uint::MAX,
+            CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    // Before Linux 5.11: every possible descriptor, one call each.
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(1 << 20)
+        .min(1 << 20);
+    for fd in 3..limit as RawFd {
+        // SAFETY: fcntl on a number that may or may not be open: EBADF when it is not.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+        // SAFETY: as above, on an open descriptor.
+        if flags >= 0 && unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) } < 0 {
+            return Err(Errno::from_raw_os_error(errno()));
+        }
+    }
+    Ok(())
+}
+
+/// The parent's end of the pipe on which a failed child setup names its [`Step`].
+#[derive(Debug)]
+pub struct StepReport(OwnedFd);
+
+impl StepReport {
+    /// The step that failed, once the spawn has failed (the child has exited by then).
+    pub fn failed_step(&self) -> Option<Step> {
+        let mut byte = [0u8];
+        match rustix::io::read(&self.0, &mut byte) {
+            Ok(1) => Step::from_byte(byte[0]),
+            _ => None,
+        }
+    }
+}
+
+/// An anonymous file holding `bytes`, positioned at its start: an action's stdin, which it
+/// may read at its own pace (or not at all) without ever blocking the daemon.
+pub fn memfd_with(name: &CStr, bytes: &[u8]) -> io::Result<OwnedFd> {
+    let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC)?;
+    let mut written = 0;
+    while written < bytes.len() {
+        written += rustix::io::write(&fd, &bytes[written..])?;
+    }
+    rustix::fs::seek(&fd, SeekFrom::Start(0))?;
+    Ok(fd)
+}
+
+/// A pipe for an action's stderr: the read end non-blocking for the daemon, the write end
+/// for the child (the spawn makes it descriptor 2, without close-on-exec).
+pub fn stderr_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let (read, write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC)?;
+    rustix::io::ioctl_fionbio(&read, true)?;
+    Ok((read, write))
+}
+
+/// Reads what is there without blocking: `Ok(0)` at the end, `WouldBlock` when empty.
+pub fn read_some(fd: &OwnedFd, buffer: &mut [u8]) -> io::Result<usize> {
+    Ok(rustix::io::read(fd, buffer)?)
+}
+
+/// A pidfd for `pid`. For the action's own child it is always that process (only the
+/// runner reaps it); for another, the caller checks it still names the process it meant.
+pub fn pidfd_of(pid: u32) -> io::Result<OwnedFd> {
+    let pid = i32::try_from(pid)
+        .ok()
+        .and_then(Pid::from_raw)
+        .ok_or_else(|| io::Error::other(format!("pid {pid} out of range")))?;
+    Ok(rustix::process::pidfd_open(
+        pid,
+        rustix::process::PidfdFlags::empty(),
+    )?)
+}
+
+/// Reaps the exited child behind `pidfd`: how it ended.
+pub fn reap(pidfd: &OwnedFd) -> io::Result<ExitStatus> {
+    let status = rustix::process::waitid(
+        rustix::process::WaitId::PidFd(pidfd.as_fd()),
+        rustix::process::WaitIdOptions::EXITED,
+    )?
+    .ok_or_else(|| io::Error::other("waitid returned no status"))?;
+    match (status.exit_status(), status.terminating_signal()) {
+        (Some(code), _) => Ok(ExitStatus::Exited { code: code as u8 }),
+        (None, Some(signal)) => Ok(ExitStatus::Signaled {
+            signal: signal as u8,
+            core_dumped: status.dumped(),
+        }),
+        (None, None) => Err(io::Error::other(
+            "waitid returned neither a code nor a signal",
+        )),
+    }
+}
+
+/// Sends `signal` to the process group `pgid`.
+pub fn signal_group(pgid: u32, signal: rustix::process::Signal) -> io::Result<()> {
+    match i32::try_from(pgid).ok().and_then(Pid::from_raw) {
+        Some(pgid) => Ok(rustix::process::kill_process_group(pgid, signal)?),
+        None => Err(io::Error::other(format!(
+            "process group {pgid} out of range"
+        ))),
+    }
+}

@@ -1,0 +1,142 @@
+//! Ending an action's whole process tree when it runs past its timeout.
+//!
+//! An action is the leader of a process group and session of its own, and the subreaper
+//! of its tree: while it runs, a descendant whose parent exits is reparented to it rather
+//! than to init, so the tree stays whole under it. At the timeout:
+//!
+//! 1. the tree is walked from the action (`/proc/<pid>/task/*/children`), each member held
+//!    by a pidfd verified against its parent and start time;
+//! 2. the process group and every member get SIGTERM, and the grace passes (or all exit);
+//! 3. the group and every member still running get SIGSTOP (a stopped process forks no
+//!    more), and the walk is repeated from each of them until it finds no one new;
+//! 4. the group and every member get SIGKILL.
+//!
+//! A signal to a process group is atomic with respect to `fork`: a child forked meanwhile
+//! is in the group and gets it. What can escape: a process that left the process group
+//! (`setsid`, `setpgid`) *and* left the tree, which after the action itself has exited means
+//! one whose parent died and which was reparented to init (or the nearest subreaper above
+//! the daemon) before the walk found it; and any process that is not the action's
+//! descendant (a service it asked to start, say). Tracking the tree in the kernel, as the
+//! daemon's membership does for sessions, would close the first.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
+use std::time::Duration;
+
+use rustix::process::Signal;
+use tokio::time::Instant;
+
+use liveness_proc::identity::{ProcRoot, pidfd_exited};
+
+use super::sys;
+use crate::reap::{KILL_WAIT, Signalled, signal, wait_for_exits};
+
+/// Most processes of one action's tree that are tracked: a fork bomb is stopped by the
+/// group signals, not walked to the end.
+const MAX_MEMBERS: usize = 4096;
+
+/// Ends the tree of the action `root` (also its process group): SIGTERM, `grace`, then
+/// SIGKILL for what is left. Returns how many processes had to be SIGKILLed.
+pub async fn end_tree(proc: &ProcRoot, root: u32, root_pidfd: &OwnedFd, grace: Duration) -> u32 {
+    let mut members: Vec<Signalled> = Vec::new();
+    if let Ok(pidfd) = root_pidfd.try_clone() {
+        members.push((root, pidfd));
+    }
+    discover(proc, &mut members);
+    let _ = sys::signal_group(root, Signal::TERM);
+    let members = signal_all(members, Signal::TERM);
+    let (_, mut running) = wait_for_exits(members, Instant::now() + grace).await;
+    let _ = sys::signal_group(root, Signal::STOP);
+    running = signal_all(running, Signal::STOP);
+    loop {
+        let known = running.len();
+        discover(proc, &mut running);
+        if running.len() == known {
+            break;
+        }
+        let found = running.split_off(known);
+        running.extend(signal_all(found, Signal::STOP));
+    }
+    let _ = sys::signal_group(root, Signal::KILL);
+    let killing = signal_all(running, Signal::KILL);
+    let killed = killing.len() as u32;
+    let (_, unkillable) = wait_for_exits(killing, Instant::now() + KILL_WAIT).await;
+    for (pid, _) in unkillable {
+        tracing::warn!(
+            pid,
+            "a process of a timed-out action is still running after SIGKILL (in uninterruptible sleep?)"
+        );
+    }
+    killed
+}
+
+/// Sends `signal` to each member; those that had exited drop out.
+fn signal_all(members: Vec<Signalled>, which: Signal) -> Vec<Signalled> {
+    members
+        .into_iter()
+        .filter_map(|(pid, pidfd)| match signal(pidfd, which) {
+            Ok(sent) => sent.map(|pidfd| (pid, pidfd)),
+            Err(e) => {
+                tracing::warn!(pid, error = %e, "cannot signal a process of a timed-out action");
+                None
+            }
+        })
+        .collect()
+}
+
+/// Adds every descendant of the running members that is not among them yet.
+fn discover(proc: &ProcRoot, members: &mut Vec<Signalled>) {
+    // Read once, and only on a kernel without `/proc/<pid>/task/*/children`.
+    let mut scanned: Option<HashMap<u32, Vec<u32>>> = None;
+    let mut frontier: Vec<u32> = members
+        .iter()
+        .filter(|(_, pidfd)| !pidfd_exited(pidfd.as_fd()))
+        .map(|(pid, _)| *pid)
+        .collect();
+    while let Some(parent) = frontier.pop() {
+        let children = proc.children(parent).unwrap_or_else(|_| {
+            scanned
+                .get_or_insert_with(|| by_parent(proc))
+                .get(&parent)
+                .cloned()
+                .unwrap_or_default()
+        });
+        for child in children {
+            if members.len() >= MAX_MEMBERS {
+                tracing::warn!(
+                    limit = MAX_MEMBERS,
+                    "a timed-out action has too many processes to track; the rest get only the process group's signals"
+                );
+                return;
+            }
+            if members.iter().any(|(pid, _)| *pid == child) {
+                continue;
+            }
+            if let Some(pidfd) = child_pidfd(proc, parent, child) {
+                members.push((child, pidfd));
+                frontier.push(child);
+            }
+        }
+    }
+}
+
+/// Every process's children, from one scan of `/proc`.
+fn by_parent(proc: &ProcRoot) -> HashMap<u32, Vec<u32>> {
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    for stat in proc.processes().unwrap_or_default() {
+        children.entry(stat.ppid).or_default().push(stat.pid);
+    }
+    children
+}
+
+/// A pidfd of `child` while it is still `parent`'s running child: opened between two reads
+/// of its start time, so a pid that passed to another process in between is never held.
+fn child_pidfd(proc: &ProcRoot, parent: u32, child: u32) -> Option<OwnedFd> {
+    let before = proc.stat(child).ok()?;
+    if before.ppid != parent || before.has_exited() {
+        return None;
+    }
+    let pidfd = sys::pidfd_of(child).ok()?;
+    let after = proc.stat(child).ok()?;
+    (after.start_ticks == before.start_ticks && !pidfd_exited(pidfd.as_fd())).then_some(pidfd)
+}
