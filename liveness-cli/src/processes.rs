@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use liveness_common::protocol::{MemberProcess, Request};
+use liveness_common::request;
 
 use crate::args::{ProcessesArgs, SessionArgs};
 use crate::context::Context;
@@ -13,10 +14,10 @@ use crate::pids::Numbering;
 impl ProcessesArgs {
     pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
         let SessionArgs { session, uid } = &self.session;
-        let request = Request::Processes {
+        let request = Request::Processes(request::Processes {
             session: session.clone(),
             uid: *uid,
-        };
+        });
         let mut client = context.connect()?;
         let pids = Numbering::of(&client);
         let reply = client.call(&request)?;

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use liveness_client::{Owner, Registration, Whose};
 use liveness_common::protocol::Request;
+use liveness_common::request;
 use liveness_common::session::{OnEnd, Phase, Session};
 
 use crate::args::{
@@ -86,11 +87,11 @@ impl EndArgs {
     pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
         let SessionArgs { session, uid } = &self.session;
         // The client's `end` never terminates; `--terminate` asks in the request itself.
-        let request = Request::End {
+        let request = Request::End(request::End {
             session: session.clone(),
             uid: *uid,
             terminate: self.terminate,
-        };
+        });
         let mut client = context.connect()?;
         let pids = Numbering::of(&client);
         if let Some(session) = &client.call(&request)?.session {

@@ -45,6 +45,7 @@ use liveness_common::identity::Identity;
 use liveness_common::lock::Lock;
 pub use liveness_common::protocol::ErrorCode;
 use liveness_common::protocol::{Reply, Request, StreamMessage, Subscribed};
+use liveness_common::request;
 use liveness_common::session::{EventKind, OnEnd, Phase, Session};
 use liveness_common::status::Status;
 
@@ -271,11 +272,11 @@ impl Client {
         to: &str,
         uid: Option<u32>,
     ) -> Result<Session, ClientError> {
-        self.session_call(&Request::Rename {
+        self.session_call(&Request::Rename(request::Rename {
             session: session.into(),
             to: to.into(),
             uid,
-        })
+        }))
     }
 
     /// Records activity, postponing the inactivity timeout of an owner that cannot be
@@ -287,10 +288,10 @@ impl Client {
     /// # Ok::<(), liveness_client::ClientError>(())
     /// ```
     pub fn touch(&mut self, session: &str, uid: Option<u32>) -> Result<Session, ClientError> {
-        self.session_call(&Request::Touch {
+        self.session_call(&Request::Touch(request::Touch {
             session: session.into(),
             uid,
-        })
+        }))
     }
 
     /// Ends a session now (reason `stopped`).
@@ -301,11 +302,11 @@ impl Client {
     /// # Ok::<(), liveness_client::ClientError>(())
     /// ```
     pub fn end(&mut self, session: &str, uid: Option<u32>) -> Result<Session, ClientError> {
-        self.session_call(&Request::End {
+        self.session_call(&Request::End(request::End {
             session: session.into(),
             uid,
             terminate: false,
-        })
+        }))
     }
 
     /// One session (`uid`: root only, the session of that user).
@@ -317,10 +318,10 @@ impl Client {
     /// # Ok::<(), liveness_client::ClientError>(())
     /// ```
     pub fn get(&mut self, session: &str, uid: Option<u32>) -> Result<Session, ClientError> {
-        self.session_call(&Request::Get {
+        self.session_call(&Request::Get(request::Get {
             session: session.into(),
             uid,
-        })
+        }))
     }
 
     /// Every session the caller may see (in `phase` if given), oldest first, following
@@ -338,11 +339,11 @@ impl Client {
         let mut all = Vec::new();
         let mut after = None;
         loop {
-            let reply = self.call(&Request::List {
+            let reply = self.call(&Request::List(request::List {
                 phase,
                 limit: None,
                 after: after.take(),
-            })?;
+            }))?;
             all.extend(reply.sessions.unwrap_or_default());
             match reply.next {
                 Some(next) => after = Some(next),
@@ -361,7 +362,8 @@ impl Client {
     /// # Ok::<(), liveness_client::ClientError>(())
     /// ```
     pub fn whose(&mut self, pid: u32) -> Result<Whose, ClientError> {
-        self.call(&Request::Whose { pid }).and_then(wire::whose)
+        self.call(&Request::Whose(request::Whose { pid }))
+            .and_then(wire::whose)
     }
 
     /// The daemon's state: exit sources, counters, versions.
@@ -373,7 +375,8 @@ impl Client {
     /// # Ok::<(), liveness_client::ClientError>(())
     /// ```
     pub fn status(&mut self) -> Result<Status, ClientError> {
-        self.call(&Request::Status {}).and_then(wire::status)
+        self.call(&Request::Status(request::Status {}))
+            .and_then(wire::status)
     }
 
     /// Turns this connection into a [`Subscription`] to the events after `cursor` (from

@@ -21,6 +21,7 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 use liveness_common::lock::Lock;
 use liveness_common::protocol::{Reply, Request};
+use liveness_common::request;
 use liveness_common::session::{EventKind, Phase, Session};
 use liveness_common::status::Status;
 
@@ -133,39 +134,39 @@ impl AsyncClient {
         to: &str,
         uid: Option<u32>,
     ) -> Result<Session, ClientError> {
-        self.session_call(&Request::Rename {
+        self.session_call(&Request::Rename(request::Rename {
             session: session.into(),
             to: to.into(),
             uid,
-        })
+        }))
         .await
     }
 
     /// [`Client::touch`](crate::Client::touch).
     pub async fn touch(&mut self, session: &str, uid: Option<u32>) -> Result<Session, ClientError> {
-        self.session_call(&Request::Touch {
+        self.session_call(&Request::Touch(request::Touch {
             session: session.into(),
             uid,
-        })
+        }))
         .await
     }
 
     /// [`Client::end`](crate::Client::end).
     pub async fn end(&mut self, session: &str, uid: Option<u32>) -> Result<Session, ClientError> {
-        self.session_call(&Request::End {
+        self.session_call(&Request::End(request::End {
             session: session.into(),
             uid,
             terminate: false,
-        })
+        }))
         .await
     }
 
     /// [`Client::get`](crate::Client::get).
     pub async fn get(&mut self, session: &str, uid: Option<u32>) -> Result<Session, ClientError> {
-        self.session_call(&Request::Get {
+        self.session_call(&Request::Get(request::Get {
             session: session.into(),
             uid,
-        })
+        }))
         .await
     }
 
@@ -175,11 +176,11 @@ impl AsyncClient {
         let mut after = None;
         loop {
             let reply = self
-                .call(&Request::List {
+                .call(&Request::List(request::List {
                     phase,
                     limit: None,
                     after: after.take(),
-                })
+                }))
                 .await?;
             all.extend(reply.sessions.unwrap_or_default());
             match reply.next {
@@ -191,14 +192,16 @@ impl AsyncClient {
 
     /// [`Client::whose`](crate::Client::whose).
     pub async fn whose(&mut self, pid: u32) -> Result<Whose, ClientError> {
-        self.call(&Request::Whose { pid })
+        self.call(&Request::Whose(request::Whose { pid }))
             .await
             .and_then(wire::whose)
     }
 
     /// [`Client::status`](crate::Client::status).
     pub async fn status(&mut self) -> Result<Status, ClientError> {
-        self.call(&Request::Status {}).await.and_then(wire::status)
+        self.call(&Request::Status(request::Status {}))
+            .await
+            .and_then(wire::status)
     }
 
     /// [`Client::lock_acquire`](crate::Client::lock_acquire): with `wait`, the future

@@ -6,6 +6,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use liveness_common::protocol::{Request, StreamMessage, Subscribed};
+use liveness_common::request;
 
 use crate::{Client, ClientError, Cursor};
 
@@ -122,12 +123,12 @@ enum Step {
 impl Position {
     /// The `subscribe` request that continues after the cursor.
     pub(crate) fn request(&self) -> Request {
-        Request::Subscribe {
+        Request::Subscribe(request::Subscribe {
             since: self.cursor.as_ref().map(|c| c.seq),
             store_id: self.cursor.as_ref().and_then(|c| c.store_id.clone()),
             session: self.filter.session.clone(),
             uid: self.filter.uid,
-        }
+        })
     }
 
     /// From the acknowledgement on, the position is in the daemon's store: a subscription
@@ -420,12 +421,12 @@ mod tests {
         assert!(!connected, "after lagged the subscription subscribes again");
         assert_eq!(
             position.request(),
-            Request::Subscribe {
+            Request::Subscribe(request::Subscribe {
                 since: Some(1),
                 store_id: Some("new".into()),
                 session: None,
                 uid: None
-            },
+            }),
             "it resumes after the last delivered event"
         );
     }

@@ -12,6 +12,7 @@ use liveness_common::protocol::{
     AutoOwner, OwnerSpec, PROTOCOL_VERSION, PidOwner, PidfdOwner, Reply, Request, StreamMessage,
     Subscribed,
 };
+use liveness_common::request;
 use liveness_common::session::Session;
 use liveness_common::status::Status;
 
@@ -78,21 +79,21 @@ pub(crate) fn lock_acquire_request(
     wait: bool,
     timeout: Option<Duration>,
 ) -> Request {
-    Request::LockAcquire {
+    Request::LockAcquire(request::LockAcquire {
         name: name.into(),
         session: session.into(),
         uid,
         wait,
         timeout_ms: timeout.map(|t| t.as_millis().try_into().unwrap_or(u64::MAX)),
-    }
+    })
 }
 
 pub(crate) fn lock_release_request(name: &str, session: &str, uid: Option<u32>) -> Request {
-    Request::LockRelease {
+    Request::LockRelease(request::LockRelease {
         name: name.into(),
         session: session.into(),
         uid,
-    }
+    })
 }
 
 pub(crate) fn registered(mut reply: Reply) -> Result<Registered, ClientError> {
@@ -109,11 +110,11 @@ pub(crate) fn lock(reply: Reply) -> Result<Lock, ClientError> {
 
 /// A page of `lock_list`: after the `next` of the previous one, the default page size.
 pub(crate) fn lock_list_request(uid: Option<u32>, after: Option<String>) -> Request {
-    Request::LockList {
+    Request::LockList(request::LockList {
         uid,
         limit: None,
         after,
-    }
+    })
 }
 
 /// The locks of a `lock_list` page, appended to `all`, and the cursor of the next page.
@@ -153,7 +154,7 @@ pub(crate) fn register_request(
             None => (OwnerSpec::Pid(PidOwner { pid: *pid }), None),
         },
     };
-    let request = Request::Register {
+    let request = Request::Register(request::Register {
         session: registration.session.clone(),
         uid: registration.uid,
         owner,
@@ -164,7 +165,7 @@ pub(crate) fn register_request(
             .grace
             .map(|grace| u64::try_from(grace.as_millis()).unwrap_or(u64::MAX)),
         wrappers: registration.wrappers.clone(),
-    };
+    });
     Ok((request, pidfd))
 }
 

@@ -3,13 +3,13 @@
 //! `docs/protocol.md`; it depends on serde and nothing of the daemon.
 //!
 //! - [`action`]: end actions, the facts they are given and their outcomes.
-//! - [`duration`]: durations as flags spell them.
 //! - [`identity`]: process fingerprints ([`identity::Identity`]).
 //! - [`duration`]: durations on command lines (`500ms`, `30s`, `2m`).
 //! - [`exit`]: how a process ended ([`exit::ExitStatus`]) and what noticed it.
 //! - [`session`]: sessions and the events of the stream.
 //! - [`lock`]: locks held by sessions, with fencing tokens.
-//! - [`protocol`]: requests, replies, errors and stream messages.
+//! - [`protocol`]: the request enum, replies, errors and stream messages.
+//! - [`request`]: each request, a type of its own.
 //! - [`status`]: what the daemon reports about itself.
 //! - [`record`]: the record the eBPF program writes into its ring buffer.
 
@@ -20,5 +20,6 @@ pub mod identity;
 pub mod lock;
 pub mod protocol;
 pub mod record;
+pub mod request;
 pub mod session;
 pub mod status;

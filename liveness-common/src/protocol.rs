@@ -5,14 +5,14 @@
 //! `"ok": true|false`. A `subscribe` reply is followed by stream lines (`reset`, `event`,
 //! `gap`, `lagged`, `goodbye`). The full description, with examples, is `docs/protocol.md`.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
+
+use crate::request;
 use serde_json::Value;
 
 use crate::identity::Identity;
 use crate::lock::Lock;
-use crate::session::{Event, OnEnd, Phase, Session};
+use crate::session::{Event, Session};
 use crate::status::Status;
 
 /// The protocol version this build speaks.
@@ -67,130 +67,21 @@ pub enum AutoOwner {
 
 /// One request, discriminated by `op`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
-    /// Create a session, or give an ACTIVE one a new owner (a new turn).
-    Register {
-        /// Required unless `pending`; a pending registration without one gets a generated id.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        session: Option<String>,
-        /// Root only: register in this user's id namespace (default: the caller's own).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        uid: Option<u32>,
-        owner: OwnerSpec,
-        /// The real session id is not known yet: `rename` it later, or it expires.
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        pending: bool,
-        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-        labels: BTreeMap<String, String>,
-        /// The cleanup policy (default `leave`); set when the session is created.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        on_end: Option<OnEnd>,
-        /// Milliseconds between SIGTERM and SIGKILL when the session's processes are
-        /// terminated (default [`crate::session::DEFAULT_GRACE_MS`]).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        grace_ms: Option<u64>,
-        /// `owner: "auto"`: further process names to skip as wrappers, for this request
-        /// only (added to the daemon's `--wrapper` list).
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        wrappers: Vec<String>,
-    },
-    /// Give a pending session its real id.
-    Rename {
-        session: String,
-        to: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        uid: Option<u32>,
-    },
-    /// Record activity: postpones the inactivity timeout of owners that cannot be watched.
-    Touch {
-        session: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        uid: Option<u32>,
-    },
-    /// End a session explicitly (reason `stopped`).
-    End {
-        session: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        uid: Option<u32>,
-        /// Terminate the session's surviving processes, whatever its policy.
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        terminate: bool,
-    },
-    Get {
-        session: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        uid: Option<u32>,
-    },
-    /// One page of sessions, oldest first; `next` in the reply continues it.
-    List {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        phase: Option<Phase>,
-        /// Sessions per page: at most [`MAX_LIST_PAGE`], [`DEFAULT_LIST_PAGE`] if unset.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        limit: Option<usize>,
-        /// The `next` cursor of the previous page.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        after: Option<String>,
-    },
-    /// Which ACTIVE session owns this process (it or its nearest registered ancestor)?
-    Whose { pid: u32 },
-    /// The live processes of a session's tree: its owner and every descendant since
-    /// registration, orphans included.
-    Processes {
-        session: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        uid: Option<u32>,
-    },
-    /// Replay events after `since`, then stream live ones.
-    Subscribe {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        since: Option<u64>,
-        /// The store `since` was read from: another store means the cursor is void (`reset`).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        store_id: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        session: Option<String>,
-        /// Root only, with `session`: only that user's session of this id.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        uid: Option<u32>,
-    },
-    /// A struct variant (not a unit) so that unknown fields are rejected here too.
-    Status {},
-    /// Take lock `name` (in the namespace of `session`'s user) for `session`, active or
-    /// pending. Held by another session: `lock_held` at once, or with `wait`, queue in
-    /// order and get it when it is released or its holder ends, or `lock_held` after
-    /// `timeout_ms`. The connection stays open while waiting; closing it leaves the queue.
-    LockAcquire {
-        name: String,
-        session: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        uid: Option<u32>,
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        wait: bool,
-        /// With `wait`: give up after this long. Without: wait as long as it takes.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        timeout_ms: Option<u64>,
-    },
-    /// Release lock `name`, held by `session`.
-    LockRelease {
-        name: String,
-        session: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        uid: Option<u32>,
-    },
-    /// The held locks the caller may see (root: every user's, or user `uid`'s), one page
-    /// at a time, by uid and name.
-    LockList {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        uid: Option<u32>,
-        /// Locks per page: at most [`MAX_LIST_PAGE`], [`DEFAULT_LIST_PAGE`] if unset.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        limit: Option<usize>,
-        /// The `next` cursor of the previous page.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        after: Option<String>,
-    },
+    Register(request::Register),
+    Rename(request::Rename),
+    Touch(request::Touch),
+    End(request::End),
+    Get(request::Get),
+    List(request::List),
+    Whose(request::Whose),
+    Processes(request::Processes),
+    Subscribe(request::Subscribe),
+    Status(request::Status),
+    LockAcquire(request::LockAcquire),
+    LockRelease(request::LockRelease),
+    LockList(request::LockList),
 }
 
 /// Machine-readable error codes; the message says the rest.
@@ -457,6 +348,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::session::OnEnd;
 
     fn parse(line: &str) -> Result<Envelope, Rejected> {
         parse_request(line.as_bytes())
@@ -472,38 +364,38 @@ mod tests {
         let auto = parse(r#"{"op":"register","session":"s1","owner":"auto"}"#).unwrap();
         assert!(matches!(
             auto.request,
-            Request::Register {
+            Request::Register(request::Register {
                 owner: OwnerSpec::Auto(AutoOwner::Auto),
                 ..
-            }
+            })
         ));
         let pid =
             parse(r#"{"op":"register","session":"s1","owner":{"pid":42},"v":1,"id":7}"#).unwrap();
         assert!(matches!(
             pid.request,
-            Request::Register {
+            Request::Register(request::Register {
                 owner: OwnerSpec::Pid(PidOwner { pid: 42 }),
                 ..
-            }
+            })
         ));
         assert_eq!(pid.id, Some(Value::from(7)));
         let pidfd = parse(r#"{"op":"register","session":"s1","owner":{"pidfd":0}}"#).unwrap();
         assert!(matches!(
             pidfd.request,
-            Request::Register {
+            Request::Register(request::Register {
                 owner: OwnerSpec::Pidfd(PidfdOwner { pidfd: 0 }),
                 ..
-            }
+            })
         ));
         let full = parse(
             r#"{"op":"register","pending":true,"owner":{"pid":1,"start_ticks":2,"boot_id":"b","host":"h"}}"#,
         )
         .unwrap();
-        let Request::Register {
+        let Request::Register(request::Register {
             owner: OwnerSpec::Identity(identity),
             pending: true,
             ..
-        } = full.request
+        }) = full.request
         else {
             panic!("a full identity must parse as one: {full:?}");
         };
@@ -560,11 +452,11 @@ mod tests {
         assert!(
             matches!(
                 register.request,
-                Request::Register {
+                Request::Register(request::Register {
                     on_end: Some(OnEnd::Terminate),
                     grace_ms: Some(1500),
                     ..
-                }
+                })
             ),
             "{register:?}"
         );
@@ -572,10 +464,10 @@ mod tests {
         assert!(
             matches!(
                 end.request,
-                Request::End {
+                Request::End(request::End {
                     terminate: true,
                     ..
-                }
+                })
             ),
             "{end:?}"
         );

@@ -19,6 +19,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use liveness_common::protocol::{Request, wire_name};
+use liveness_common::request;
 use liveness_common::session::{Event, EventKind};
 use liveness_common::status::{SourceState, Status};
 
@@ -162,7 +163,7 @@ async fn ask_status(engine: &mpsc::Sender<Command>) -> Option<Status> {
     let (reply, answer) = oneshot::channel();
     let command = Command::Request {
         caller: Caller { uid: 0, pid: 0 },
-        request: Box::new(Request::Status {}),
+        request: Box::new(Request::Status(request::Status {})),
         fds: Vec::new(),
         reply,
     };

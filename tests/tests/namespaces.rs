@@ -11,6 +11,7 @@ use std::time::Duration;
 use integration_tests::{Daemon, Orphan, binary, privileged, start_ticks};
 use liveness_client::Client;
 use liveness_common::protocol::{ErrorCode, OwnerSpec, PidfdOwner, Request};
+use liveness_common::request;
 use serde_json::{Value, json};
 
 const QUIET: Duration = Duration::from_millis(600);
@@ -287,7 +288,7 @@ fn a_pidfd_owner_is_never_confused_with_a_process_reusing_its_pid() {
     // A pidfd names its process, not its number: passed after the pid changed hands, it
     // still names the dead owner.
     let mut client = Client::connect(&daemon.socket).expect("connect");
-    let request = Request::Register {
+    let request = Request::Register(request::Register {
         session: Some("late".into()),
         uid: None,
         owner: OwnerSpec::Pidfd(PidfdOwner { pidfd: 0 }),
@@ -296,7 +297,7 @@ fn a_pidfd_owner_is_never_confused_with_a_process_reusing_its_pid() {
         on_end: None,
         grace_ms: None,
         wrappers: Vec::new(),
-    };
+    });
     let refusal = client
         .call_with_fds(&request, &[stale_pidfd.as_fd()])
         .expect_err("a dead owner's pidfd must not bind");

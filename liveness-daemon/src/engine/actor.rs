@@ -9,6 +9,7 @@ use crate::store::OwnerDeath;
 use liveness_common::exit::DetectedBy;
 use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::protocol::Request;
+use liveness_common::request;
 use liveness_common::session::{EndReason, Event};
 use liveness_proc::identity::Liveness;
 
@@ -378,13 +379,13 @@ impl Engine {
                 fds,
                 reply,
             } => match *request {
-                Request::LockAcquire {
+                Request::LockAcquire(request::LockAcquire {
                     name,
                     session,
                     uid,
                     wait,
                     timeout_ms,
-                } => {
+                }) => {
                     let request = AcquireRequest {
                         name,
                         session,

@@ -10,6 +10,7 @@ use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::protocol::{
     ErrorBody, ErrorCode, OwnerSpec, PidOwner, PidfdOwner, Reply, Request,
 };
+use liveness_common::request;
 use liveness_common::session::{EndReason, EventKind, OnEnd, Phase, Session, Survivors};
 use liveness_common::status::{LimitsStatus, Status};
 use liveness_proc::identity::IdentityError;
@@ -23,7 +24,7 @@ impl Engine {
     pub(super) fn request(&mut self, caller: Caller, request: Request, fds: &[Passed]) -> Reply {
         let now = self.config.clock.now_ms();
         match request {
-            Request::Register {
+            Request::Register(request::Register {
                 session,
                 uid,
                 owner,
@@ -32,7 +33,7 @@ impl Engine {
                 wrappers,
                 on_end,
                 grace_ms,
-            } => {
+            }) => {
                 let owner = Requested {
                     spec: owner,
                     wrappers,
@@ -42,44 +43,50 @@ impl Engine {
                     caller, session, uid, owner, fds, pending, labels, policy, now,
                 )
             }
-            Request::Rename { session, to, uid } => match self.addressed(caller, &session, uid) {
-                Err(error) => error.into(),
-                Ok(found) => match self.store.rename(found.creator_uid, &session, &to, now) {
-                    Ok(event) => {
-                        self.publish(vec![event]);
-                        self.get_reply(found.creator_uid, &to)
-                    }
-                    Err(e) => store_error(e).into(),
-                },
-            },
-            Request::Touch { session, uid } => match self.addressed(caller, &session, uid) {
-                Err(error) => error.into(),
-                Ok(found) => match self.store.touch(found.creator_uid, &session, now) {
-                    Ok(()) => self.get_reply(found.creator_uid, &session),
-                    Err(e) => store_error(e).into(),
-                },
-            },
-            Request::Get { session, uid } => match self.addressed(caller, &session, uid) {
-                Ok(found) => Reply::with_session(found),
-                Err(error) => error.into(),
-            },
-            Request::Status {} => Reply {
+            Request::Rename(request::Rename { session, to, uid }) => {
+                match self.addressed(caller, &session, uid) {
+                    Err(error) => error.into(),
+                    Ok(found) => match self.store.rename(found.creator_uid, &session, &to, now) {
+                        Ok(event) => {
+                            self.publish(vec![event]);
+                            self.get_reply(found.creator_uid, &to)
+                        }
+                        Err(e) => store_error(e).into(),
+                    },
+                }
+            }
+            Request::Touch(request::Touch { session, uid }) => {
+                match self.addressed(caller, &session, uid) {
+                    Err(error) => error.into(),
+                    Ok(found) => match self.store.touch(found.creator_uid, &session, now) {
+                        Ok(()) => self.get_reply(found.creator_uid, &session),
+                        Err(e) => store_error(e).into(),
+                    },
+                }
+            }
+            Request::Get(request::Get { session, uid }) => {
+                match self.addressed(caller, &session, uid) {
+                    Ok(found) => Reply::with_session(found),
+                    Err(error) => error.into(),
+                }
+            }
+            Request::Status(request::Status {}) => Reply {
                 status: Some(Box::new(self.status())),
                 ..Reply::ok()
             },
-            Request::LockRelease { name, session, uid } => {
+            Request::LockRelease(request::LockRelease { name, session, uid }) => {
                 self.lock_release(caller, &name, &session, uid)
             }
-            Request::Subscribe { .. }
-            | Request::List { .. }
-            | Request::LockList { .. }
-            | Request::Processes { .. }
-            | Request::Whose { .. }
-            | Request::End { .. } => Reply::error(
+            Request::Subscribe(request::Subscribe { .. })
+            | Request::List(request::List { .. })
+            | Request::LockList(request::LockList { .. })
+            | Request::Processes(request::Processes { .. })
+            | Request::Whose(request::Whose { .. })
+            | Request::End(request::End { .. }) => Reply::error(
                 ErrorCode::Internal,
                 "subscribe, list, lock_list, processes, whose and end are handled by the connection",
             ),
-            Request::LockAcquire { .. } => Reply::error(
+            Request::LockAcquire(request::LockAcquire { .. }) => Reply::error(
                 ErrorCode::Internal,
                 "lock_acquire is handled with its reply channel, as it may wait",
             ),

@@ -14,6 +14,7 @@ use crate::store::Store;
 use liveness_common::exit::DetectedBy;
 use liveness_common::identity::{DeathReason, Identity};
 use liveness_common::protocol::{ErrorCode, OwnerSpec, PidOwner, Reply, Request};
+use liveness_common::request;
 use liveness_common::session::{DEFAULT_GRACE_MS, EndReason, MAX_GRACE_MS, OnEnd, Phase, Session};
 use liveness_common::status::{DaemonInfo, LimitsConfig, SourceName};
 use liveness_proc::identity::ProcRoot;
@@ -135,11 +136,11 @@ impl Fixture {
     /// for the engine to read).
     fn ask(&mut self, caller: Caller, request: Request) -> Reply {
         match request {
-            Request::End {
+            Request::End(request::End {
                 session,
                 uid,
                 terminate,
-            } => self.engine.end(caller, &session, uid, terminate, None),
+            }) => self.engine.end(caller, &session, uid, terminate, None),
             request => self.engine.request(caller, request, &[]),
         }
     }
@@ -147,7 +148,7 @@ impl Fixture {
     fn register(&mut self, caller: Caller, id: Option<&str>, owner: OwnerSpec) -> Reply {
         self.ask(
             caller,
-            Request::Register {
+            Request::Register(request::Register {
                 session: id.map(str::to_owned),
                 uid: None,
                 owner,
@@ -156,7 +157,7 @@ impl Fixture {
                 on_end: None,
                 grace_ms: None,
                 wrappers: Vec::new(),
-            },
+            }),
         )
     }
 
@@ -168,7 +169,7 @@ impl Fixture {
 
     fn get(&mut self, caller: Caller, id: &str, uid: Option<u32>) -> Reply {
         let session = id.to_owned();
-        self.ask(caller, Request::Get { session, uid })
+        self.ask(caller, Request::Get(request::Get { session, uid }))
     }
 
     /// The session as root reads it in `uid`'s namespace.
@@ -247,11 +248,11 @@ async fn users_see_only_their_own_sessions_and_root_names_any_users() {
     );
     let ended = f.ask(
         BOB,
-        Request::End {
+        Request::End(request::End {
             session: "s".into(),
             uid: Some(ALICE.uid),
             terminate: false,
-        },
+        }),
     );
     assert_eq!(
         error_of(ended),
@@ -381,7 +382,7 @@ async fn a_reap_outcome_whose_commit_failed_is_committed_and_published_once_on_r
     f.proc.spawn(11, ALICE.uid);
     let registered = f.ask(
         ALICE,
-        Request::Register {
+        Request::Register(request::Register {
             session: Some("s".into()),
             uid: None,
             owner: OwnerSpec::Pid(PidOwner { pid: 11 }),
@@ -390,7 +391,7 @@ async fn a_reap_outcome_whose_commit_failed_is_committed_and_published_once_on_r
             on_end: Some(OnEnd::Terminate),
             grace_ms: Some(1000),
             wrappers: Vec::new(),
-        },
+        }),
     );
     session_of(registered, "register with on_end terminate");
     let mut batches = f.subscribe();
@@ -505,10 +506,10 @@ async fn an_owner_on_another_machine_times_out_unless_touched() {
     assert_eq!(f.session(ALICE.uid, "remote").phase, Phase::Active);
     let touched = f.ask(
         ALICE,
-        Request::Touch {
+        Request::Touch(request::Touch {
             session: "remote".into(),
             uid: None,
-        },
+        }),
     );
     session_of(touched, "touch");
 
@@ -534,15 +535,17 @@ async fn an_owner_on_another_machine_times_out_unless_touched() {
 async fn the_cleanup_policy_is_set_at_creation_and_bad_values_change_nothing() {
     let mut f = fixture().await;
     f.proc.spawn(11, ALICE.uid);
-    let register = |on_end, grace_ms| Request::Register {
-        session: Some("s".into()),
-        uid: None,
-        owner: OwnerSpec::Pid(PidOwner { pid: 11 }),
-        pending: false,
-        labels: BTreeMap::new(),
-        on_end,
-        grace_ms,
-        wrappers: Vec::new(),
+    let register = |on_end, grace_ms| {
+        Request::Register(request::Register {
+            session: Some("s".into()),
+            uid: None,
+            owner: OwnerSpec::Pid(PidOwner { pid: 11 }),
+            pending: false,
+            labels: BTreeMap::new(),
+            on_end,
+            grace_ms,
+            wrappers: Vec::new(),
+        })
     };
     let too_long = f.ask(
         ALICE,
@@ -602,13 +605,13 @@ fn acquire(
     wait: bool,
 ) -> oneshot::Receiver<Reply> {
     let (reply, answer) = oneshot::channel();
-    let request = Request::LockAcquire {
+    let request = Request::LockAcquire(request::LockAcquire {
         name: name.into(),
         session: session.into(),
         uid: None,
         wait,
         timeout_ms: None,
-    };
+    });
     f.engine.handle(Command::Request {
         caller,
         request: Box::new(request),
@@ -634,11 +637,11 @@ fn release(f: &mut Fixture, caller: Caller, session: &str, name: &str) -> Reply 
     let (name, session) = (name.into(), session.into());
     f.ask(
         caller,
-        Request::LockRelease {
+        Request::LockRelease(request::LockRelease {
             name,
             session,
             uid: None,
-        },
+        }),
     )
 }
 
@@ -731,11 +734,11 @@ async fn a_pending_sessions_lock_is_freed_when_it_expires_and_its_waiters_leave_
     let mut waiter = acquire(&mut f, ALICE, "waiter", "worktree", true);
     let ended = f.ask(
         ALICE,
-        Request::End {
+        Request::End(request::End {
             session: "quitter".into(),
             uid: None,
             terminate: false,
-        },
+        }),
     );
     session_of(ended, "end");
     assert_eq!(
@@ -771,11 +774,11 @@ async fn lock_names_are_per_user_and_no_user_releases_anothers() {
 
     let named = f.ask(
         BOB,
-        Request::LockRelease {
+        Request::LockRelease(request::LockRelease {
             name: "build".into(),
             session: "s".into(),
             uid: Some(ALICE.uid),
-        },
+        }),
     );
     assert_eq!(error_of(named), ErrorCode::Forbidden);
     assert!(
@@ -811,11 +814,11 @@ async fn a_pending_waiter_renamed_while_it_waits_gets_the_lock_under_its_real_id
     let mut waiter = acquire(&mut f, ALICE, &pending.id, "l", true);
     let renamed = f.ask(
         ALICE,
-        Request::Rename {
+        Request::Rename(request::Rename {
             session: pending.id.clone(),
             to: "real".into(),
             uid: None,
-        },
+        }),
     );
     session_of(renamed, "rename");
     assert!(release(&mut f, ALICE, "holder", "l").ok);

@@ -35,6 +35,7 @@ use crate::store::{EventFilter, EventPage, EventReader, StoredEvent};
 use liveness_common::protocol::{
     ErrorBody, ErrorCode, MAX_LINE_BYTES, Reply, Request, StreamMessage, Subscribed, parse_request,
 };
+use liveness_common::request;
 use liveness_common::status::Limit;
 
 /// A client that does not take a line within this long is disconnected.
@@ -438,13 +439,13 @@ impl Connection {
         let (reply_tx, mut reply_rx) = oneshot::channel();
         let command = Command::Request {
             caller,
-            request: Box::new(Request::LockAcquire {
+            request: Box::new(Request::LockAcquire(request::LockAcquire {
                 name: name.clone(),
                 session,
                 uid,
                 wait: true,
                 timeout_ms,
-            }),
+            })),
             fds: Vec::new(),
             reply: reply_tx,
         };
@@ -479,11 +480,11 @@ impl Connection {
         }
         // Granted to a client that is gone: nobody knows the token, so it is given back.
         if let Some(lock) = granted.and_then(|reply| reply.lock) {
-            let release = Request::LockRelease {
+            let release = Request::LockRelease(request::LockRelease {
                 name: lock.name,
                 session: lock.session,
                 uid: Some(lock.uid),
-            };
+            });
             self.ask(caller, release, Vec::new()).await;
         }
         None
@@ -535,12 +536,12 @@ impl Connection {
                     }
                 },
             };
-            if let Request::Subscribe {
+            if let Request::Subscribe(request::Subscribe {
                 since,
                 store_id,
                 session,
                 uid,
-            } = envelope.request
+            }) = envelope.request
             {
                 let wanted = Wanted {
                     since,
@@ -557,42 +558,42 @@ impl Connection {
             let turn = self.limits.request_turn(&self.slot).await;
             let id = envelope.id;
             let answer = match envelope.request {
-                Request::List {
+                Request::List(request::List {
                     phase,
                     limit,
                     after,
-                } => self.readers.list(id, caller, phase, limit, after).await,
-                Request::LockList { uid, limit, after } => {
+                }) => self.readers.list(id, caller, phase, limit, after).await,
+                Request::LockList(request::LockList { uid, limit, after }) => {
                     (self.readers)
                         .lock_list(id, &self.engine, caller, uid, limit, after)
                         .await
                 }
-                Request::Whose { pid } => {
+                Request::Whose(request::Whose { pid }) => {
                     let reply = self.readers.whose(&self.engine, caller, pid).await;
                     Reply { id, ..reply }.into()
                 }
-                Request::End {
+                Request::End(request::End {
                     session,
                     uid,
                     terminate,
-                } => {
+                }) => {
                     let reply = (self.readers)
                         .end(&self.engine, caller, session, uid, terminate)
                         .await;
                     Reply { id, ..reply }.into()
                 }
-                Request::Processes { session, uid } => {
+                Request::Processes(request::Processes { session, uid }) => {
                     (self.readers)
                         .processes(id, &self.engine, caller, session, uid)
                         .await
                 }
-                Request::LockAcquire {
+                Request::LockAcquire(request::LockAcquire {
                     name,
                     session,
                     uid,
                     wait: true,
                     timeout_ms,
-                } => {
+                }) => {
                     let request = WaitingAcquire {
                         name,
                         session,

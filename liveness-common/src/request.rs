@@ -1,0 +1,172 @@
+//! The requests of the protocol, one type each: [`crate::protocol::Request`] names them
+//! by `op`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::OwnerSpec;
+use crate::session::{OnEnd, Phase};
+
+/// Create a session, or give an ACTIVE one a new owner (a new turn).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Register {
+    /// Required unless `pending`; a pending registration without one gets a generated id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// Root only: register in this user's id namespace (default: the caller's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    pub owner: OwnerSpec,
+    /// The real session id is not known yet: `rename` it later, or it expires.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pending: bool,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// The cleanup policy (default `leave`); set when the session is created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_end: Option<OnEnd>,
+    /// Milliseconds between SIGTERM and SIGKILL when the session's processes are
+    /// terminated (default [`crate::session::DEFAULT_GRACE_MS`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_ms: Option<u64>,
+    /// `owner: "auto"`: further process names to skip as wrappers, for this request
+    /// only (added to the daemon's `--wrapper` list).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wrappers: Vec<String>,
+}
+
+/// Give a pending session its real id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rename {
+    pub session: String,
+    pub to: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+}
+
+/// Record activity: postpones the inactivity timeout of owners that cannot be watched.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Touch {
+    pub session: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+}
+
+/// End a session explicitly (reason `stopped`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct End {
+    pub session: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    /// Terminate the session's surviving processes, whatever its policy.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub terminate: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Get {
+    pub session: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+}
+
+/// One page of sessions, oldest first; `next` in the reply continues it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct List {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// Sessions per page: at most [`crate::protocol::MAX_LIST_PAGE`], [`crate::protocol::DEFAULT_LIST_PAGE`] if unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    /// The `next` cursor of the previous page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+}
+
+/// Which ACTIVE session owns this process (it or its nearest registered ancestor)?
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Whose {
+    pub pid: u32,
+}
+
+/// The live processes of a session's tree: its owner and every descendant since
+/// registration, orphans included.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Processes {
+    pub session: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+}
+
+/// Replay events after `since`, then stream live ones.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Subscribe {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<u64>,
+    /// The store `since` was read from: another store means the cursor is void (`reset`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// Root only, with `session`: only that user's session of this id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+}
+
+/// A struct variant (not a unit) so that unknown fields are rejected here too.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Status {}
+
+/// Take lock `name` (in the namespace of `session`'s user) for `session`, active or
+/// pending. Held by another session: `lock_held` at once, or with `wait`, queue in
+/// order and get it when it is released or its holder ends, or `lock_held` after
+/// `timeout_ms`. The connection stays open while waiting; closing it leaves the queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockAcquire {
+    pub name: String,
+    pub session: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub wait: bool,
+    /// With `wait`: give up after this long. Without: wait as long as it takes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// Release lock `name`, held by `session`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockRelease {
+    pub name: String,
+    pub session: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+}
+
+/// The held locks the caller may see (root: every user's, or user `uid`'s), one page
+/// at a time, by uid and name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockList {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    /// Locks per page: at most [`crate::protocol::MAX_LIST_PAGE`], [`crate::protocol::DEFAULT_LIST_PAGE`] if unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    /// The `next` cursor of the previous page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+}
