@@ -69,7 +69,7 @@ impl RefreshView {
     pub fn read(&self, kernel: Option<&MembersMap>, proc: &ProcRoot) -> Refreshed {
         let mut refreshed = Refreshed {
             // Read before the walk: a member added during it changes the count again.
-            merged_added: kernel.and_then(MembersMap::added_count),
+            merged_added: kernel.map(MembersMap::added_count),
             ..Refreshed::default()
         };
         // With a kernel map that never filled, a member it does not hold has died (the exit
@@ -274,7 +274,7 @@ fn candidates(
 /// of the map only when the kernel added a member since (or its count cannot be read).
 fn kernel_news(kernel: Option<&MembersMap>, merged_added: Option<u64>) -> Vec<KernelMember> {
     match kernel {
-        Some(kernel) if merged_added.is_none() || kernel.added_count() != merged_added => {
+        Some(kernel) if Some(kernel.added_count()) != merged_added => {
             kernel.members()
         }
         _ => Vec::new(),
@@ -529,7 +529,7 @@ impl Membership {
     /// died.
     pub fn refresh(&mut self) -> Changes {
         let Some(view) = self.refresh_view() else {
-            self.merged_added = self.kernel.as_ref().and_then(MembersMap::added_count);
+            self.merged_added = self.kernel.as_ref().map(MembersMap::added_count);
             return Changes::default();
         };
         let refreshed = view.read(self.kernel.as_ref(), &self.proc);

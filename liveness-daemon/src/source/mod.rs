@@ -20,6 +20,7 @@ pub mod members_map;
 pub mod monitor;
 pub mod pidfd;
 pub mod procpoll;
+pub mod shared_array;
 #[cfg(test)]
 pub(crate) mod testutil;
 
