@@ -271,7 +271,7 @@ fn candidates(
 }
 
 /// What the kernel map holds beyond what was merged at the count `merged_added`: a walk
-/// of the map only when the kernel added a member since (or its count cannot be read).
+/// of the map only when the kernel added a member since, or nothing was merged yet.
 fn kernel_news(kernel: Option<&MembersMap>, merged_added: Option<u64>) -> Vec<KernelMember> {
     match kernel {
         Some(kernel) if Some(kernel.added_count()) != merged_added => {
