@@ -22,12 +22,13 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
+
 mod reads;
 
 use reads::Answer;
 pub use reads::Readers;
 
-use crate::closer::{CloseOnDrop, Closer};
+use crate::closer::Closer;
 use crate::engine::{Caller, Command, Published, Subscription};
 use crate::fdpass::{FdReader, Passed};
 use crate::limits::{ConnectionSlot, Limits};
@@ -50,6 +51,9 @@ const STREAM_BUFFER: usize = 64 * 1024;
 /// A line buffer that grew beyond this for one long request is given back after it, so
 /// that idle connections do not keep their high-water mark.
 const KEPT_LINE_CAPACITY: usize = 4096;
+/// How long the accept loop waits, out of descriptors and without its reserve, before it
+/// looks again.
+const SPARE_RETRY: Duration = Duration::from_millis(10);
 /// How long a connection found after running out of descriptors may take to be accepted.
 const SPARE_ACCEPT: Duration = Duration::from_millis(100);
 /// How often memory freed by closed connections is handed back to the system.
@@ -100,7 +104,15 @@ pub async fn serve(
         let stream = match accepted {
             Ok((stream, _)) => stream,
             Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
-                drop(spare.take());
+                let Some(reserve) = spare.take() else {
+                    // The reserve is not back yet (a closed connection's last descriptor
+                    // may still be on its way to the closer): wait for one to free up
+                    // rather than spin on the full table.
+                    tokio::time::sleep(SPARE_RETRY).await;
+                    spare = open_spare();
+                    continue;
+                };
+                drop(reserve);
                 let Ok(Ok((stream, _))) =
                     tokio::time::timeout(SPARE_ACCEPT, listener.accept()).await
                 else {
@@ -141,25 +153,8 @@ pub async fn serve(
                 continue;
             }
         };
-        // The last reference to the connection is this copy, closed by the closer: what a
-        // client leaves unread in the socket (descriptors among it) is released there.
-        let last_close = match rustix::io::fcntl_dupfd_cloexec(&stream, 0) {
-            Ok(copy) => Some(closer.on_drop(caller.uid, copy)),
-            // Root is served also out of descriptors, and may stall only itself.
-            Err(_) if caller.uid == 0 => None,
-            Err(_) => {
-                limits.refused(Limit::FileDescriptors, caller.uid);
-                let refusal = ErrorBody::new(
-                    ErrorCode::TooManyConnections,
-                    "the daemon is out of file descriptors; try again later",
-                );
-                refuse(&stream, refusal);
-                continue;
-            }
-        };
         let connection = Connection {
             closer: closer.clone(),
-            _last_close: last_close,
             engine: engine.clone(),
             readers: readers.clone(),
             limits: Arc::clone(&limits),
@@ -380,8 +375,6 @@ impl Wanted {
 struct Connection {
     /// Where the descriptors this connection's client passes are closed.
     closer: Closer,
-    /// Dropped after the connection's own halves (see [`serve`]).
-    _last_close: Option<CloseOnDrop>,
     engine: mpsc::Sender<Command>,
     readers: Readers,
     limits: Arc<Limits>,

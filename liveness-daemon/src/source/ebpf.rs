@@ -14,8 +14,8 @@ use aya::maps::{Array, HashMap, IterableMap, Map, MapData, MapError, RingBuf};
 use aya::programs::{BtfTracePoint, ProgramError};
 use aya::{Btf, BtfError, Ebpf, EbpfLoader};
 use liveness_common::record::{
-    COUNTER_EMITTED, COUNTER_LOST, COUNTER_SLOTS, EXIT_PROGRAM_NAME, ExitRecord, FORK_PROGRAM_NAME, MAP_COUNTERS,
-    MAP_EXITS, MAP_MEMBER_COUNTERS, MAP_MEMBER_SLOTS, MAP_MEMBERS, MAP_TRACKED,
+    COUNTER_EMITTED, COUNTER_LOST, COUNTER_SLOTS, EXIT_PROGRAM_NAME, ExitRecord, FORK_PROGRAM_NAME,
+    MAP_COUNTERS, MAP_EXITS, MAP_MEMBER_COUNTERS, MAP_MEMBER_SLOTS, MAP_MEMBERS, MAP_TRACKED,
 };
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
@@ -461,7 +461,6 @@ impl EbpfSource {
 fn take_map(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, EbpfError> {
     ebpf.take_map(name).ok_or(EbpfError::BadObject(name))
 }
-
 
 /// `CLOCK_MONOTONIC` now, the clock of `bpf_ktime_get_ns`.
 pub(crate) fn monotonic_ns() -> u64 {
