@@ -8,6 +8,7 @@ pub mod action;
 pub mod closer;
 pub mod daemon;
 pub mod engine;
+pub mod faults;
 pub mod fdpass;
 pub mod limits;
 pub mod metrics;

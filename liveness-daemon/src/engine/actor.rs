@@ -5,10 +5,10 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 
 use crate::source::ExitObservation;
-use crate::store::OwnerDeath;
+use crate::store::{JournaledDeaths, OwnerDeath, journal_deaths};
 use liveness_common::exit::DetectedBy;
 use liveness_common::identity::{Identity, ProcessKey};
-use liveness_common::protocol::Request;
+use liveness_common::protocol::{ErrorCode, Reply, Request};
 use liveness_common::request;
 use liveness_common::session::{EndReason, Event};
 use liveness_proc::identity::Liveness;
@@ -71,7 +71,9 @@ impl Engine {
                     None => break Ok(()),
                 },
                 Some(done) = self.reaps.join_next(), if !self.reaps.is_empty() => self.finish_reap(done),
-                _ = retry.tick(), if !self.uncommitted.is_empty() => self.retry_commits(),
+                _ = retry.tick(), if !self.uncommitted.is_empty() || !self.unapplied.is_empty() => {
+                    self.retry_commits();
+                }
                 _ = housekeeping.tick() => self.housekeeping(),
                 _ = trees.tick() => self.refresh_trees(),
                 Some(found) = self.tree_walks.join_next(), if !self.tree_walks.is_empty() => {
@@ -256,8 +258,10 @@ impl Engine {
         self.finalize(batch);
     }
 
-    /// Ends every ACTIVE session owned by the dead processes, in one transaction, together
-    /// with the deaths an earlier failed commit left over.
+    /// Ends every ACTIVE session owned by the dead processes, together with the deaths an
+    /// earlier failed append left over: the batch is built from the sessions in memory,
+    /// appended to the journal in one write, sent to the subscribers, and only then
+    /// written to SQLite, before what it changes for locks and reaps.
     pub(super) fn finalize(&mut self, mut deaths: Vec<OwnerDeath>) {
         // Computed once, at the death: a retried commit keeps the survivors of that moment.
         let owners = deaths
@@ -269,22 +273,32 @@ impl Engine {
             death.survivors = found.next().flatten();
         }
         // Older deaths first, so events keep the order in which deaths were seen. Nothing
-        // is announced that was not committed; should the daemon stop before a retry
+        // is announced that was not appended; should the daemon stop before a retry
         // succeeds, the sessions are still ACTIVE in the store and the next start's
         // reconcile ends them.
-        let committed = self.commit_or_keep(
+        let appended = self.commit_or_keep(
             |uncommitted| &mut uncommitted.deaths,
             deaths,
             "finalizations",
             |engine, deaths| {
                 engine.counters.largest_batch = engine.counters.largest_batch.max(deaths.len());
                 let now = engine.config.clock.now_ms();
-                engine.store.end_many(deaths, now)
+                let batch = journal_deaths(&engine.active, deaths, now, engine.head)?;
+                if !batch.events.is_empty() {
+                    engine.journal.append(&batch.entry)?;
+                }
+                Ok(batch)
             },
         );
-        let Some((deaths, mut events)) = committed else {
+        let Some((deaths, JournaledDeaths { entry, mut events })) = appended else {
             return;
         };
+        if let Some(last) = entry.last_seq() {
+            self.head = last;
+        }
+        for ending in &entry.endings {
+            self.active.forget(&(ending.uid, ending.id.clone()));
+        }
         if let Some(hops) = &mut self.hops {
             hops.committed(&mut events);
         }
@@ -293,15 +307,53 @@ impl Engine {
                 *self.counters.finalized_by.entry(by).or_default() += 1;
             }
         }
-        self.publish(events);
+        crate::faults::point("after-append");
+        let effects = LockEffect::of(&events);
+        let to_reap = terminating(&events);
+        self.broadcast(events);
+        crate::faults::point("after-publish");
+        // What grants a freed lock reads: SQLite, once the batch is in it.
+        self.unapplied.push((entry, effects));
+        self.apply_journaled();
+        for ended in &to_reap {
+            self.start_reap(ended);
+        }
         // Every session of a dead owner has ended: nobody follows its tree now.
         self.forget_trees(deaths.iter().map(|death| &death.owner));
+    }
+
+    /// Writes to SQLite the journaled batches that are not in it yet, in order, and applies
+    /// what each changes for requests waiting for a lock. False while some cannot be (the
+    /// retry tick tries again): the store is then behind what was published.
+    pub(super) fn apply_journaled(&mut self) -> bool {
+        while let Some((entry, _)) = self.unapplied.first() {
+            if let Err(e) = self.store.apply(entry) {
+                let e = self.store.explain(e);
+                tracing::error!(error = %e, "cannot write published deaths to the database; trying again");
+                self.counters.failed_commits += 1;
+                return false;
+            }
+            let (_, effects) = self.unapplied.remove(0);
+            if !self.waiters.is_empty() {
+                self.follow_locks(effects);
+            }
+        }
+        if let Err(e) = self.journal.compact() {
+            tracing::warn!(error = %e, "cannot empty the journal");
+        }
+        true
     }
 
     /// Announces committed events, then applies what they change for requests waiting for
     /// a lock (a freed lock is granted here, its event published after these), and starts
     /// terminating the survivors of sessions whose policy says so.
     pub(super) fn publish(&mut self, events: Vec<Event>) {
+        if let Some(last) = events.last() {
+            self.head = self.head.max(last.seq);
+        }
+        if let Err(e) = self.active.sync(&events, &self.store) {
+            tracing::error!(error = %e, "cannot read back what a commit changed");
+        }
         // Without waiters nothing can change for them: a burst of ends costs nothing more.
         let effects = if self.waiters.is_empty() {
             Vec::new()
@@ -372,6 +424,18 @@ impl Engine {
     }
 
     pub(super) fn handle(&mut self, command: Command) {
+        // Published deaths that SQLite does not have yet would be missing from what a
+        // request reads or a replay sends: nothing is served until they are written.
+        if !self.unapplied.is_empty() && !self.apply_journaled() {
+            if let Command::Request { reply, .. } = command {
+                let error = Reply::error(
+                    ErrorCode::Internal,
+                    "the database cannot be written (see the daemon's log); try again",
+                );
+                let _ = reply.send(error);
+            }
+            return;
+        }
         match command {
             Command::Request {
                 caller,

@@ -8,6 +8,7 @@
 //! Exit observations are handled before client commands (`biased` select), so no client,
 //! however busy, delays a finalization; a burst of exits is committed in one transaction.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -18,7 +19,8 @@ use crate::limits::{Limits, SessionUsage};
 use crate::reap::Reaper;
 use crate::source::members_map::MembersMap;
 use crate::source::monitor::Monitor;
-use crate::store::{ListQuery, Store, StoreError};
+use crate::store::journal::Journal;
+use crate::store::{Active, ListQuery, Store, StoreError};
 use liveness_common::identity::ProcessKey;
 use liveness_common::protocol::{ErrorBody, ErrorCode, Reply, Request};
 use liveness_common::session::{Phase, Session, Survivors};
@@ -187,6 +189,15 @@ pub enum EngineError {
 #[derive(Debug)]
 pub struct Engine {
     store: Store,
+    /// The ACTIVE sessions and their locks, as the store has them: what a death ends.
+    active: Active,
+    /// Where a batch of deaths is made durable before it is published.
+    journal: Journal,
+    /// The seq of the newest event.
+    head: u64,
+    /// Journaled batches of deaths not in SQLite yet (its write failed), with what they
+    /// change for lock waiters.
+    unapplied: Vec<(crate::store::journal::JournalEntry, Vec<locks::LockEffect>)>,
     monitor: Monitor,
     config: EngineConfig,
     local: Local,
@@ -282,6 +293,21 @@ impl Engine {
         };
         let mut store = store;
         let store_id = store.store_id()?;
+        // What a crash left between its journal append and its commit is applied first.
+        let state_dir = store
+            .path()
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let (mut journal, entries) = Journal::open(&state_dir).map_err(StoreError::from)?;
+        let replayed = store.replay(&entries)?;
+        if replayed > 0 {
+            tracing::warn!(
+                batches = replayed,
+                "applied the deaths a crash left in the journal, already published, to the database"
+            );
+        }
+        journal.clear().map_err(StoreError::from)?;
         let active = store.list(&ListQuery {
             phase: Some(Phase::Active),
             limit: usize::MAX,
@@ -301,7 +327,13 @@ impl Engine {
             local.boot_id.clone(),
             local.host.clone(),
         );
+        let sessions = Active::load(&store)?;
+        let head = store.head_seq()?;
         Ok(Engine {
+            active: sessions,
+            journal,
+            head,
+            unapplied: Vec::new(),
             members_reader: membership.kernel_reader().map(Arc::new),
             members_writer: membership
                 .kernel_writer()

@@ -24,6 +24,7 @@ impl Uncommitted {
 impl Engine {
     /// The retry tick: commits again whatever failed.
     pub(super) fn retry_commits(&mut self) {
+        self.apply_journaled();
         self.finalize(Vec::new());
         self.record_reaps(Vec::new());
     }

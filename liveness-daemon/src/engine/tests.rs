@@ -326,13 +326,13 @@ async fn an_earlier_owners_death_does_not_end_a_session_with_a_new_owner() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_death_whose_commit_failed_is_committed_and_published_once_on_retry() {
+async fn a_death_whose_append_failed_is_appended_and_published_once_on_retry() {
     let mut f = fixture().await;
     f.proc.spawn(11, ALICE.uid);
     f.own(ALICE, "s", 11);
     let mut batches = f.subscribe();
 
-    f.engine.store.fail_writes(true).unwrap();
+    f.engine.journal.fail_appends(true);
     f.proc.kill(11);
     f.next_death().await;
     assert_eq!(
@@ -359,9 +359,9 @@ async fn a_death_whose_commit_failed_is_committed_and_published_once_on_retry() 
         1,
         "still kept after a second failure"
     );
-    f.engine.store.fail_writes(false).unwrap();
+    f.engine.journal.fail_appends(false);
     f.engine.finalize(Vec::new());
-    assert!(f.engine.uncommitted.is_empty(), "committed on the retry");
+    assert!(f.engine.uncommitted.is_empty(), "appended on the retry");
     f.engine.finalize(Vec::new());
 
     let session = f.session(ALICE.uid, "s");
@@ -373,6 +373,58 @@ async fn a_death_whose_commit_failed_is_committed_and_published_once_on_retry() 
         published(&mut batches, "s", "session.ended"),
         1,
         "the end is published exactly once"
+    );
+}
+
+/// A batch appended and published whose write to SQLite fails: requests are refused
+/// meanwhile (they would read the session as still ACTIVE, and `end` would end it twice),
+/// and the retry writes it exactly once.
+#[tokio::test(start_paused = true)]
+async fn published_deaths_that_sqlite_refused_are_written_once_and_nothing_is_served_before() {
+    let mut f = fixture().await;
+    f.proc.spawn(11, ALICE.uid);
+    f.own(ALICE, "s", 11);
+    let mut batches = f.subscribe();
+
+    f.engine.store.fail_writes(true).unwrap();
+    f.proc.kill(11);
+    f.next_death().await;
+    assert_eq!(
+        published(&mut batches, "s", "session.ended"),
+        1,
+        "appended to the journal: published"
+    );
+    assert_eq!(f.engine.unapplied.len(), 1, "kept for SQLite");
+    let (reply, mut refused) = tokio::sync::oneshot::channel();
+    f.engine.handle(Command::Request {
+        caller: ALICE,
+        request: Box::new(Request::Get(request::Get {
+            session: "s".into(),
+            uid: None,
+        })),
+        fds: Vec::new(),
+        reply,
+    });
+    let refused = refused.try_recv().expect("answered at once");
+    assert_eq!(
+        error_of(refused),
+        ErrorCode::Internal,
+        "not served from a store behind"
+    );
+
+    f.engine.store.fail_writes(false).unwrap();
+    f.engine.retry_commits();
+    assert!(f.engine.unapplied.is_empty());
+    let session = f.session(ALICE.uid, "s");
+    assert_eq!(
+        (session.phase, session.reason),
+        (Phase::Ended, Some(EndReason::OwnerExited))
+    );
+    f.engine.retry_commits();
+    assert_eq!(
+        published(&mut batches, "s", "session.ended"),
+        0,
+        "published once"
     );
 }
 

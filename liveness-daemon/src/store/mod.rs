@@ -53,6 +53,8 @@ macro_rules! select_active {
 pub enum StoreError {
     #[error("no session {0:?}")]
     NotFound(String),
+    #[error(transparent)]
+    Journal(#[from] journal::JournalError),
     #[error(
         "session {0:?} has ended; its id stays taken while the ended session is kept \
          (livenessd --retain-age, 7 days by default): use a new id"
@@ -100,7 +102,7 @@ pub enum StoreError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("no space left on device for the database {path}: free some space ({detail})")]
+    #[error("no space left on device for {path}: free some space ({detail})")]
     NoSpace { path: PathBuf, detail: String },
     #[error("database: {0}")]
     Sqlite(#[from] rusqlite::Error),
@@ -184,7 +186,10 @@ pub enum EventPage {
     },
 }
 
+mod active;
+mod apply;
 mod checkpoint;
+pub mod journal;
 mod locks;
 mod members;
 mod reader;
@@ -194,6 +199,8 @@ mod rows;
 mod schema;
 mod writer;
 
+pub use active::Active;
+pub use apply::{JournaledDeaths, journal_deaths};
 pub use checkpoint::Checkpointer;
 pub use locks::{Acquired, LockPage, LockQuery, MAX_LOCKS_PER_SESSION};
 pub use reader::{EventReader, ListQuery, SessionPage};
