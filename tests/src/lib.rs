@@ -744,6 +744,17 @@ impl Daemon {
             .unwrap_or_else(|| panic!("no {name} source in {reply}"))
     }
 
+    /// The address of `--metrics-listen`, as the daemon logs it.
+    pub fn metrics_addr(&self) -> String {
+        self.log()
+            .lines()
+            .find(|line| line.contains("metrics listening"))
+            .and_then(|line| line.split("addr=").nth(1))
+            .and_then(|addr| addr.split_whitespace().next())
+            .map(str::to_owned)
+            .unwrap_or_else(|| panic!("no 'metrics listening' line:\n{}", self.log()))
+    }
+
     /// The session `id`, failing the test if `get` fails.
     pub fn session(&self, id: &str) -> Value {
         let reply = self.request(serde_json::json!({"op": "get", "session": id}));
@@ -883,6 +894,39 @@ impl Conn {
             Err(e) => panic!("reading from livenessd: {e}"),
         }
     }
+}
+
+impl Conn {
+    /// The next event of `kind` about `session`, skipping other lines; fails after `within`.
+    pub fn next_event_of(&mut self, kind: &str, session: &str, within: Duration) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Some(line) = self.next_within(left.max(Duration::from_millis(1))) else {
+                panic!("no {kind} event for {session} within {within:?}");
+            };
+            let event = &line["event"];
+            if event["kind"] == kind && event["session"] == session {
+                return event.clone();
+            }
+        }
+    }
+}
+
+/// GET `path` from a metrics listener over plain HTTP, as a scraper does it: the whole
+/// response, or a failure after 10 s (a scraper's usual timeout).
+pub fn scrape(addr: &str, path: &str) -> String {
+    use std::io::Read;
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to the metrics listener");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("read timeout");
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").expect("send the request");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .unwrap_or_else(|e| panic!("no answer to GET {path} within 10 s: {e}"));
+    response
 }
 
 /// Lets other users reach the daemon's socket (the test's temp dir is private).

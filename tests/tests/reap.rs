@@ -4,7 +4,7 @@
 //! Real daemon, real process trees of orphans, real signals.
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use integration_tests::{
     Conn, Daemon, Family, Fingerprint, Orphan, cli_as, eventually, privileged, shared_daemon,
@@ -31,21 +31,6 @@ fn subscribe(daemon: &Daemon) -> Conn {
     let reply = conn.request(json!({"op": "subscribe", "since": 0}));
     assert_eq!(reply["ok"], true, "subscribe: {reply}");
     conn
-}
-
-/// The next event of `kind` about `session`, skipping others; fails after `within`.
-fn next_event(stream: &mut Conn, kind: &str, session: &str, within: Duration) -> Value {
-    let deadline = Instant::now() + within;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let Some(line) = stream.next_within(left.max(Duration::from_millis(1))) else {
-            panic!("no {kind} event for {session} within {within:?}");
-        };
-        let event = &line["event"];
-        if event["kind"] == kind && event["session"] == session {
-            return event.clone();
-        }
-    }
 }
 
 fn pids(reaped: &Value, outcome: &str) -> Vec<u32> {
@@ -166,7 +151,7 @@ fn reap_on_owner_death_ends_every_survivor_and_nothing_else() {
     let reused = Reaped(process_with_pid(doomed.pid));
 
     family.kill_owner();
-    let ended = next_event(&mut stream, "session.ended", "agent", MARGIN);
+    let ended = stream.next_event_of("session.ended", "agent", MARGIN);
     assert_eq!(ended["on_end"], "terminate", "{ended}");
     let survivors: Vec<u32> = ended["survivors"]["members"]
         .as_array()
@@ -184,7 +169,7 @@ fn reap_on_owner_death_ends_every_survivor_and_nothing_else() {
             member.pid
         );
     }
-    let reaped = next_event(&mut stream, "session.reaped", "agent", GRACE + MARGIN);
+    let reaped = stream.next_event_of("session.reaped", "agent", GRACE + MARGIN);
     let outcome = &reaped["reaped"];
     assert_eq!(
         pids(outcome, "terminated"),
@@ -224,7 +209,7 @@ fn reap_on_owner_death_ends_every_survivor_and_nothing_else() {
         "the process that reused a dead member's pid was signalled"
     );
     // Stored, so a consumer that was away replays it.
-    let replayed = next_event(&mut subscribe(&daemon), "session.reaped", "agent", MARGIN);
+    let replayed = subscribe(&daemon).next_event_of("session.reaped", "agent", MARGIN);
     assert_eq!(replayed, reaped, "replayed as it was published");
 }
 
@@ -240,7 +225,7 @@ fn reap_on_request_spares_a_live_owner_and_leave_leaves_a_tree() {
     register(&daemon, "kept", &left, &[]);
     let kept = left.orphan();
     left.kill_owner();
-    let ended = next_event(&mut stream, "session.ended", "kept", MARGIN);
+    let ended = stream.next_event_of("session.ended", "kept", MARGIN);
     assert!(
         ended.get("on_end").is_none(),
         "leave is not spelled out: {ended}"
@@ -257,7 +242,7 @@ fn reap_on_request_spares_a_live_owner_and_leave_leaves_a_tree() {
         &daemon,
         &["end", "--session", "now", "--terminate", "--json"],
     );
-    let shared = next_event(&mut stream, "session.reaped", "now", MARGIN);
+    let shared = stream.next_event_of("session.reaped", "now", MARGIN);
     let failed = failed_pids(&shared["reaped"]);
     assert!(
         failed.contains(&asked.before.pid) && failed.contains(&member.pid),
@@ -276,7 +261,7 @@ fn reap_on_request_spares_a_live_owner_and_leave_leaves_a_tree() {
         &["end", "--session", "next", "--terminate", "--json"],
     );
     assert_eq!(ended["reason"], "stopped", "{ended}");
-    let reaped = next_event(&mut stream, "session.reaped", "next", MARGIN);
+    let reaped = stream.next_event_of("session.reaped", "next", MARGIN);
     assert_eq!(
         pids(&reaped["reaped"], "terminated"),
         vec![member.pid],
@@ -330,7 +315,7 @@ fn reap_for_a_user_never_signals_roots_processes() {
         "alice ends her session: {}",
         String::from_utf8_lossy(&ended.stderr)
     );
-    let reaped = next_event(&mut stream, "session.reaped", "mine", MARGIN);
+    let reaped = stream.next_event_of("session.reaped", "mine", MARGIN);
     let outcome = &reaped["reaped"];
     assert_eq!(pids(outcome, "terminated"), vec![hers.pid], "{reaped}");
     assert_eq!(
@@ -446,7 +431,7 @@ fn reap_of_an_owner_that_died_while_the_daemon_was_down() {
     daemon.restart();
 
     let mut stream = subscribe(&daemon);
-    let ended = next_event(&mut stream, "session.ended", "away", MARGIN);
+    let ended = stream.next_event_of("session.ended", "away", MARGIN);
     assert_eq!(
         (&ended["detected_by"], &ended["on_end"]),
         (&json!("reconcile"), &json!("terminate")),
@@ -466,7 +451,7 @@ fn reap_of_an_owner_that_died_while_the_daemon_was_down() {
         sorted(vec![before.pid, after.pid]),
         "the persisted members still alive survive, the dead one's pid is not one: {ended}"
     );
-    let reaped = next_event(&mut stream, "session.reaped", "away", GRACE + MARGIN);
+    let reaped = stream.next_event_of("session.reaped", "away", GRACE + MARGIN);
     let outcome = &reaped["reaped"];
     assert_eq!(
         pids(outcome, "terminated"),
@@ -526,7 +511,7 @@ fn a_reap_cut_short_runs_again(session: &str, interrupt: fn(&mut Daemon)) {
 
     daemon.restart();
     let mut stream = subscribe(&daemon);
-    let reaped = next_event(&mut stream, "session.reaped", session, LONG_GRACE + MARGIN);
+    let reaped = stream.next_event_of("session.reaped", session, LONG_GRACE + MARGIN);
     let outcome = &reaped["reaped"];
     assert_eq!(outcome["resumed"], true, "{reaped}");
     assert_eq!(pids(outcome, "killed"), vec![stubborn.pid], "{reaped}");
@@ -578,3 +563,4 @@ fn reap_cut_by_a_daemon_stop_runs_again_at_the_next_start() {
         );
     });
 }
+
