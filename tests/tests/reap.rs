@@ -3,11 +3,15 @@
 //! pidfds verified against their fingerprints, and `session.reaped` says what happened.
 //! Real daemon, real process trees of orphans, real signals.
 
+use std::fs::Permissions;
+use std::os::unix::fs::PermissionsExt;
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
 use std::time::Duration;
 
 use integration_tests::{
-    Conn, Daemon, Family, Fingerprint, Orphan, cli_as, eventually, privileged, shared_daemon,
+    ClientAs, Conn, Daemon, Family, Fingerprint, Orphan, TestprocAs, binary, cli_as,
+    copy_executable, eventually, open_socket_to_everyone, privileged, shared_daemon,
 };
 use serde_json::{Value, json};
 
@@ -564,3 +568,95 @@ fn reap_cut_by_a_daemon_stop_runs_again_at_the_next_start() {
     });
 }
 
+/// Kills the process on drop, if it is still the same one.
+struct KillOnDrop(Fingerprint);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        self.0.kill();
+    }
+}
+
+/// The lines a process prints, read on a thread of their own, so that a test can wait for
+/// one with a deadline.
+fn lines_of(mut process: TestprocAs) -> mpsc::Receiver<String> {
+    let (lines, received) = mpsc::channel();
+    std::thread::spawn(move || {
+        while let Some(line) = process.read_line() {
+            if lines.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    received
+}
+
+/// A user's survivor that takes root's ids during the grace (on SIGTERM it execs a
+/// set-user-ID-root program, which calls `setresuid(0, 0, 0)`) may no longer be signalled
+/// by that user: the root daemon does not SIGKILL it on the user's behalf, and reports it
+/// under `failed` with what changed.
+#[test]
+fn a_survivor_that_becomes_root_during_the_grace_is_not_killed() {
+    if !privileged("a_survivor_that_becomes_root_during_the_grace_is_not_killed") {
+        return;
+    }
+    let daemon = Daemon::start(&[]);
+    open_socket_to_everyone(&daemon);
+    let mut stream = subscribe(&daemon);
+    // A set-user-ID-root copy of testproc, where the user can run it.
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::set_permissions(dir.path(), Permissions::from_mode(0o755)).expect("chmod");
+    let helper = dir.path().join("testproc-setuid");
+    copy_executable(&binary("testproc"), &helper);
+    std::fs::set_permissions(&helper, Permissions::from_mode(0o4755)).expect("chmod u+s");
+
+    let mut owner = TestprocAs::spawn(ALICE, &["survivors", "1", &helper.to_string_lossy()]);
+    let member = owner
+        .read_line()
+        .and_then(|line| line.trim().parse().ok())
+        .map(Fingerprint::of)
+        .expect("the survivor's pid");
+    let member = KillOnDrop(member);
+    assert_eq!(owner.read_line().as_deref(), Some("ready\n"));
+    let mut alice = ClientAs::connect(&daemon, ALICE);
+    let reply = alice
+        .request(
+            &json!({"op": "register", "session": "rooted", "owner": {"pid": owner.pid()},
+            "on_end": "terminate", "grace_ms": GRACE.as_millis() as u64}),
+        )
+        .expect("a reply");
+    assert_eq!(reply["ok"], true, "{reply}");
+    // The owner's children join its tree off the engine.
+    let joined = eventually(MARGIN, || {
+        let listed = alice
+            .request(&json!({"op": "processes", "session": "rooted"}))
+            .expect("a reply");
+        listed["processes"].as_array().map_or(0, Vec::len) == 2
+    });
+    assert!(joined, "the survivor never joined the owner's tree");
+
+    // The owner exits; its child survives it, takes root's ids on SIGTERM and says so.
+    owner.to = None;
+    let said = lines_of(owner);
+    let ended = stream.next_event_of("session.ended", "rooted", MARGIN);
+    assert_eq!(ended["reason"], "owner_exited", "{ended}");
+    assert_eq!(
+        said.recv_timeout(MARGIN).as_deref(),
+        Ok("root\n"),
+        "the survivor did not become root on SIGTERM"
+    );
+
+    let reaped = stream.next_event_of("session.reaped", "rooted", GRACE + MARGIN);
+    let outcome = &reaped["reaped"];
+    assert_eq!(pids(outcome, "killed"), Vec::<u32>::new(), "{reaped}");
+    assert_eq!(failed_pids(outcome), vec![member.0.pid], "{reaped}");
+    let reason = outcome["failed"][0]["reason"].as_str().unwrap_or_default();
+    let changed = format!("from real uid {ALICE} saved uid {ALICE} to real uid 0 saved uid 0");
+    for says in [changed.as_str(), "not sent SIGKILL"] {
+        assert!(reason.contains(says), "{reason:?} lacks {says:?}");
+    }
+    assert!(
+        member.0.is_running(),
+        "the survivor that became root was signalled"
+    );
+}
