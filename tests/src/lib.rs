@@ -988,6 +988,20 @@ impl TestprocAs {
             Ok(_) => Some(line),
         }
     }
+
+    /// The lines it prints from now on, read on a thread of their own, so that a test can
+    /// wait for one with a deadline. The process is dropped once its stdout closes.
+    pub fn into_lines(mut self) -> std::sync::mpsc::Receiver<String> {
+        let (lines, received) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            while let Some(line) = self.read_line() {
+                if lines.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        received
+    }
 }
 
 impl Drop for TestprocAs {
@@ -1025,5 +1039,23 @@ impl ClientAs {
     pub fn request(&mut self, request: &Value) -> Option<Value> {
         self.send(request);
         self.next_line()
+    }
+
+    /// Waits until `processes` lists `count` processes in `session`'s tree (an owner's
+    /// descendants join it off the engine, a slice at a time); fails the test with the
+    /// last count otherwise.
+    pub fn wait_for_tree(&mut self, session: &str, count: usize, within: Duration) {
+        let mut listed = 0;
+        let complete = eventually(within, || {
+            let reply = self
+                .request(&serde_json::json!({"op": "processes", "session": session}))
+                .expect("a reply to processes");
+            listed = reply["processes"].as_array().map_or(0, Vec::len);
+            listed == count
+        });
+        assert!(
+            complete,
+            "{listed} processes in the tree of {session}, not {count}"
+        );
     }
 }

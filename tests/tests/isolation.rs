@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use integration_tests::{
-    ClientAs, Conn, Daemon, Orphan, TestprocAs, open_socket_to_everyone, privileged,
+    ClientAs, Conn, Daemon, Fingerprint, Orphan, TestprocAs, open_socket_to_everyone, privileged,
 };
 use serde_json::{Value, json};
 
@@ -261,19 +261,7 @@ fn processes_of_a_big_tree_stall_nobody() {
         .request(&json!({"op": "register", "session": "big", "owner": {"pid": tree.pid()}}))
         .expect("a reply");
     assert_eq!(reply["ok"], true, "{reply}");
-    // The owner's children join its tree off the engine, a slice at a time.
-    let mut count = 0;
-    let listed = integration_tests::eventually(Duration::from_secs(20), || {
-        let listed = mallory
-            .request(&json!({"op": "processes", "session": "big"}))
-            .expect("a reply");
-        count = listed["processes"].as_array().map_or(0, Vec::len);
-        count == 4_001
-    });
-    assert!(
-        listed,
-        "{count} processes listed, not the owner and its 4,000 children"
-    );
+    mallory.wait_for_tree("big", 4_001, Duration::from_secs(20));
     holds_while(&daemon, "processes over 4,000", || {
         Attack::looping(&daemon, 8, json!({"op": "processes", "session": "big"}))
     });
@@ -334,4 +322,107 @@ fn lock_listings_stall_nobody() {
     holds_while(&daemon, "lock_list over 10,240 locks", || {
         Attack::looping(&daemon, 8, json!({"op": "lock_list", "limit": 10_000}))
     });
+}
+
+/// A user other than the attacker.
+const ALICE: u32 = 61_031;
+
+/// Kills every process on drop that is still the same one.
+struct KillAll(Vec<Fingerprint>);
+
+impl Drop for KillAll {
+    fn drop(&mut self) {
+        for process in &self.0 {
+            process.kill();
+        }
+    }
+}
+
+/// Item 5: a reap held a pidfd for each survivor for the whole grace, so 1,100 survivors of
+/// one user's session that ignore SIGTERM, with the daemon at 1,024 descriptors, left
+/// another user unable to register. The reap holds a bounded share; the others are
+/// verified again through a new pidfd before SIGKILL.
+#[test]
+fn a_reap_with_more_survivors_than_descriptors_stalls_nobody() {
+    if !privileged("a_reap_with_more_survivors_than_descriptors_stalls_nobody") {
+        return;
+    }
+    const SURVIVORS: usize = 1_100;
+    const GRACE: Duration = Duration::from_secs(15);
+    const MARGIN: Duration = Duration::from_secs(60);
+    let daemon = Daemon::start_under(&["prlimit", "--nofile=1024:1024", "--"], None, &[]);
+    open_socket_to_everyone(&daemon);
+    let mut stream = daemon.connect();
+    assert_eq!(stream.request(json!({"op": "subscribe"}))["ok"], true);
+    let mut owner = TestprocAs::spawn(MALLORY, &["survivors", &SURVIVORS.to_string()]);
+    let survivors = KillAll(
+        (0..SURVIVORS)
+            .map(|_| {
+                let pid = owner.read_line().and_then(|line| line.trim().parse().ok());
+                Fingerprint::of(pid.expect("a survivor's pid"))
+            })
+            .collect(),
+    );
+    assert_eq!(owner.read_line().as_deref(), Some("ready\n"));
+    let mut mallory = ClientAs::connect(&daemon, MALLORY);
+    let reply = mallory
+        .request(
+            &json!({"op": "register", "session": "crowd", "owner": {"pid": owner.pid()},
+            "on_end": "terminate", "grace_ms": GRACE.as_millis() as u64}),
+        )
+        .expect("a reply");
+    assert_eq!(reply["ok"], true, "{reply}");
+    mallory.wait_for_tree("crowd", SURVIVORS + 1, MARGIN);
+
+    // The owner exits; each survivor prints `term` when SIGTERM reaches it.
+    owner.to = None;
+    let said = owner.into_lines();
+    let term_within = |wait| said.recv_timeout(wait).is_ok_and(|line| line == "term\n");
+    // Once SIGTERM has reached them all, or no more for a while (a daemon out of
+    // descriptors then has signalled what it could).
+    let mut signalled = 0;
+    while signalled < SURVIVORS && term_within(Duration::from_secs(4)) {
+        signalled += 1;
+    }
+
+    // Within the grace, another user is served, and the daemon keeps descriptors spare.
+    let alices = TestprocAs::spawn(ALICE, &["tree", "0"]);
+    let mut alice = ClientAs::connect(&daemon, ALICE);
+    let reply = alice
+        .request(&json!({"op": "register", "session": "meanwhile", "owner": {"pid": alices.pid()}}))
+        .expect("a reply to another user's register");
+    assert_eq!(reply["ok"], true, "{reply}");
+    let open = std::fs::read_dir(format!("/proc/{}/fd", daemon.pid()))
+        .expect("the daemon's descriptors")
+        .count();
+    assert!(
+        survivors.0.iter().all(Fingerprint::is_running),
+        "the grace was over before another user registered"
+    );
+    assert!(open <= 512, "the daemon holds {open} descriptors of 1,024");
+    while signalled < SURVIVORS && term_within(MARGIN) {
+        signalled += 1;
+    }
+    assert_eq!(signalled, SURVIVORS, "survivors that got SIGTERM");
+
+    let reaped = stream.next_event_of("session.reaped", "crowd", GRACE + MARGIN);
+    let outcome = &reaped["reaped"];
+    let mut killed: Vec<u64> = outcome["killed"]
+        .as_array()
+        .map(|pids| pids.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default();
+    killed.sort_unstable();
+    let mut expected: Vec<u64> = survivors.0.iter().map(|s| u64::from(s.pid)).collect();
+    expected.sort_unstable();
+    assert!(
+        killed == expected,
+        "not every survivor was SIGKILLed: {outcome}"
+    );
+    for list in ["terminated", "exited", "failed"] {
+        assert_eq!(outcome[list], json!([]), "{list}: {outcome}");
+    }
+    assert!(
+        integration_tests::eventually(MARGIN, || !survivors.0.iter().any(Fingerprint::is_running)),
+        "survivors still run after the reap"
+    );
 }

@@ -6,7 +6,6 @@
 use std::fs::Permissions;
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use integration_tests::{
@@ -577,20 +576,6 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// The lines a process prints, read on a thread of their own, so that a test can wait for
-/// one with a deadline.
-fn lines_of(mut process: TestprocAs) -> mpsc::Receiver<String> {
-    let (lines, received) = mpsc::channel();
-    std::thread::spawn(move || {
-        while let Some(line) = process.read_line() {
-            if lines.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    received
-}
-
 /// A user's survivor that takes root's ids during the grace (on SIGTERM it execs a
 /// set-user-ID-root program, which calls `setresuid(0, 0, 0)`) may no longer be signalled
 /// by that user: the root daemon does not SIGKILL it on the user's behalf, and reports it
@@ -626,18 +611,11 @@ fn a_survivor_that_becomes_root_during_the_grace_is_not_killed() {
         )
         .expect("a reply");
     assert_eq!(reply["ok"], true, "{reply}");
-    // The owner's children join its tree off the engine.
-    let joined = eventually(MARGIN, || {
-        let listed = alice
-            .request(&json!({"op": "processes", "session": "rooted"}))
-            .expect("a reply");
-        listed["processes"].as_array().map_or(0, Vec::len) == 2
-    });
-    assert!(joined, "the survivor never joined the owner's tree");
+    alice.wait_for_tree("rooted", 2, MARGIN);
 
     // The owner exits; its child survives it, takes root's ids on SIGTERM and says so.
     owner.to = None;
-    let said = lines_of(owner);
+    let said = owner.into_lines();
     let ended = stream.next_event_of("session.ended", "rooted", MARGIN);
     assert_eq!(ended["reason"], "owner_exited", "{ended}");
     assert_eq!(
