@@ -643,7 +643,11 @@ impl Daemon {
             {
                 panic!("livenessd exited during start ({status}):\n{}", self.log());
             }
-            UnixStream::connect(&self.socket).is_ok()
+            // Ready once open to everyone: the daemon listens a moment before it opens the
+            // socket's mode, and tells its supervisor it is ready only after.
+            let open = std::fs::metadata(&self.socket)
+                .is_ok_and(|socket| socket.permissions().mode() & 0o777 == 0o666);
+            open && UnixStream::connect(&self.socket).is_ok()
         });
         assert!(
             ready,
