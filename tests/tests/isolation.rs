@@ -4,8 +4,8 @@
 
 use std::io::Write;
 use std::net::TcpStream;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use integration_tests::{
@@ -82,6 +82,13 @@ impl Victim {
             .max()
             .unwrap_or_default()
     }
+}
+
+/// Held by each test for its whole run: one test's attack must not be measured as noise in
+/// another's baseline, nor its processes slow another's.
+fn alone() -> MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Measures the victim's baseline, starts `attack`, and checks the victim while it runs.
@@ -209,6 +216,7 @@ fn a_passed_descriptor_whose_close_blocks_stalls_nobody() {
     if !privileged("a_passed_descriptor_whose_close_blocks_stalls_nobody") {
         return;
     }
+    let _alone = alone();
     let daemon = Daemon::start(&[]);
     open_socket_to_everyone(&daemon);
     let lingering = |line: &str| {
@@ -254,6 +262,7 @@ fn processes_of_a_big_tree_stall_nobody() {
     if !privileged("processes_of_a_big_tree_stall_nobody") {
         return;
     }
+    let _alone = alone();
     let daemon = Daemon::start(&[]);
     open_socket_to_everyone(&daemon);
     let tree = tree_of_mallory(4_000);
@@ -282,6 +291,7 @@ fn whose_of_a_deep_chain_stalls_nobody() {
     if !privileged("whose_of_a_deep_chain_stalls_nobody") {
         return;
     }
+    let _alone = alone();
     let daemon = Daemon::start(&[]);
     open_socket_to_everyone(&daemon);
     let mut chain = TestprocAs::spawn(MALLORY, &["chain", "250"]);
@@ -302,6 +312,7 @@ fn lock_listings_stall_nobody() {
     if !privileged("lock_listings_stall_nobody") {
         return;
     }
+    let _alone = alone();
     const LOCKS: usize = 10_240;
     let daemon = Daemon::start(&["--max-locks-per-uid", "20000"]);
     open_socket_to_everyone(&daemon);
@@ -348,6 +359,7 @@ fn a_reap_with_more_survivors_than_descriptors_stalls_nobody() {
     if !privileged("a_reap_with_more_survivors_than_descriptors_stalls_nobody") {
         return;
     }
+    let _alone = alone();
     const SURVIVORS: usize = 1_100;
     const GRACE: Duration = Duration::from_secs(15);
     const MARGIN: Duration = Duration::from_secs(60);
@@ -435,6 +447,7 @@ fn a_reap_with_more_survivors_than_descriptors_stalls_nobody() {
 #[test]
 fn silent_metrics_connections_hold_up_no_scrape() {
     const SILENT: usize = 100;
+    let _alone = alone();
     let daemon = Daemon::start(&["--metrics-listen", "127.0.0.1:0"]);
     let addr = daemon.metrics_addr();
     let silent: Vec<TcpStream> = (0..SILENT)
