@@ -46,7 +46,8 @@ const PIDFDS_PER_UID: usize = 512;
 /// rest is the exit sources', the clients' and the database's.
 const PIDFDS_SHARE_OF_LIMIT: u64 = 8;
 /// How often a reap looks up in `/proc` the targets it holds no pidfd for, while it
-/// waits for them to exit.
+/// waits for them to exit: this often for each [`PIDFDS_PER_REAP`] of them or fewer, less
+/// often for more, so that a look costs at most a few percent of a CPU.
 const POLL: Duration = Duration::from_millis(200);
 
 /// Why a process was not ended.
@@ -380,7 +381,8 @@ impl Reaper {
 
     /// Waits until `deadline` for the signalled targets to exit: returns the pids of those
     /// that did, and those still running. The held pidfds are watched; the other targets
-    /// are looked up in `/proc` every [`POLL`] once the held ones are done.
+    /// are looked up in `/proc` (see [`POLL`]) once the held ones are done, and once more
+    /// at the deadline.
     async fn wait(&self, targets: Vec<Target>, deadline: Instant) -> (Vec<u32>, Vec<Target>) {
         let (held, mut unheld): (Vec<Target>, Vec<Target>) = targets
             .into_iter()
@@ -421,7 +423,8 @@ impl Reaper {
                 break;
             }
             if !unheld.is_empty() {
-                tokio::time::sleep_until((now + POLL).min(deadline)).await;
+                let every = POLL * (1 + unheld.len() / PIDFDS_PER_REAP) as u32;
+                tokio::time::sleep_until((now + every).min(deadline)).await;
             }
         }
         still.extend(unheld);
