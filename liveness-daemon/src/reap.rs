@@ -318,31 +318,34 @@ impl Reaper {
                 None => return Ok(None),
             },
         };
+        let mut refusal = None;
         if uid != 0 {
             let [real, saved] = match self.proc.signal_uids(target.identity.pid) {
                 Err(e) if gone(&e) => return Ok(None),
                 other => other?,
             };
             let now = SignalIds { real, saved };
-            match target.ids {
-                _ if now.permit(uid) => {}
-                None => return Err(ReapError::NotPermitted { uid, owner: real }),
-                Some(before) => {
-                    return Err(ReapError::IdsChanged {
-                        uid,
-                        before,
-                        now,
-                        signal: signal_name(signal),
-                    });
-                }
-            }
+            refusal = match target.ids {
+                _ if now.permit(uid) => None,
+                None => Some(ReapError::NotPermitted { uid, owner: real }),
+                Some(before) => Some(ReapError::IdsChanged {
+                    uid,
+                    before,
+                    now,
+                    signal: signal_name(signal),
+                }),
+            };
             target.ids.get_or_insert(now);
         }
-        // Checked after the reads: still running now, so they were this process's.
+        // Checked after the reads: still running now, so they were this process's (a held
+        // pidfd's pid may have passed to another process since the last signal).
         if pidfd_exited(pidfd.as_fd()) {
             return Ok(None);
         }
-        Ok(Some(pidfd))
+        match refusal {
+            Some(refused) => Err(refused),
+            None => Ok(Some(pidfd)),
+        }
     }
 
     /// A new pidfd of the process `target` names, or `None` when that process has exited.
