@@ -643,7 +643,11 @@ impl Daemon {
             {
                 panic!("livenessd exited during start ({status}):\n{}", self.log());
             }
-            UnixStream::connect(&self.socket).is_ok()
+            // Ready once open to everyone: the daemon listens a moment before it opens the
+            // socket's mode, and tells its supervisor it is ready only after.
+            let open = std::fs::metadata(&self.socket)
+                .is_ok_and(|socket| socket.permissions().mode() & 0o777 == 0o666);
+            open && UnixStream::connect(&self.socket).is_ok()
         });
         assert!(
             ready,
@@ -742,6 +746,17 @@ impl Daemon {
             .and_then(|sources| sources.iter().find(|source| source["name"] == name))
             .cloned()
             .unwrap_or_else(|| panic!("no {name} source in {reply}"))
+    }
+
+    /// The address of `--metrics-listen`, as the daemon logs it.
+    pub fn metrics_addr(&self) -> String {
+        self.log()
+            .lines()
+            .find(|line| line.contains("metrics listening"))
+            .and_then(|line| line.split("addr=").nth(1))
+            .and_then(|addr| addr.split_whitespace().next())
+            .map(str::to_owned)
+            .unwrap_or_else(|| panic!("no 'metrics listening' line:\n{}", self.log()))
     }
 
     /// The session `id`, failing the test if `get` fails.
@@ -885,6 +900,39 @@ impl Conn {
     }
 }
 
+impl Conn {
+    /// The next event of `kind` about `session`, skipping other lines; fails after `within`.
+    pub fn next_event_of(&mut self, kind: &str, session: &str, within: Duration) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Some(line) = self.next_within(left.max(Duration::from_millis(1))) else {
+                panic!("no {kind} event for {session} within {within:?}");
+            };
+            let event = &line["event"];
+            if event["kind"] == kind && event["session"] == session {
+                return event.clone();
+            }
+        }
+    }
+}
+
+/// GET `path` from a metrics listener over plain HTTP, as a scraper does it: the whole
+/// response, or a failure after 10 s (a scraper's usual timeout).
+pub fn scrape(addr: &str, path: &str) -> String {
+    use std::io::Read;
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to the metrics listener");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("read timeout");
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").expect("send the request");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .unwrap_or_else(|e| panic!("no answer to GET {path} within 10 s: {e}"));
+    response
+}
+
 /// Lets other users reach the daemon's socket (the test's temp dir is private).
 pub fn open_socket_to_everyone(daemon: &Daemon) {
     use std::os::unix::fs::PermissionsExt;
@@ -944,6 +992,20 @@ impl TestprocAs {
             Ok(_) => Some(line),
         }
     }
+
+    /// The lines it prints from now on, read on a thread of their own, so that a test can
+    /// wait for one with a deadline. The process is dropped once its stdout closes.
+    pub fn into_lines(mut self) -> std::sync::mpsc::Receiver<String> {
+        let (lines, received) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            while let Some(line) = self.read_line() {
+                if lines.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        received
+    }
 }
 
 impl Drop for TestprocAs {
@@ -981,5 +1043,23 @@ impl ClientAs {
     pub fn request(&mut self, request: &Value) -> Option<Value> {
         self.send(request);
         self.next_line()
+    }
+
+    /// Waits until `processes` lists `count` processes in `session`'s tree (an owner's
+    /// descendants join it off the engine, a slice at a time); fails the test with the
+    /// last count otherwise.
+    pub fn wait_for_tree(&mut self, session: &str, count: usize, within: Duration) {
+        let mut listed = 0;
+        let complete = eventually(within, || {
+            let reply = self
+                .request(&serde_json::json!({"op": "processes", "session": session}))
+                .expect("a reply to processes");
+            listed = reply["processes"].as_array().map_or(0, Vec::len);
+            listed == count
+        });
+        assert!(
+            complete,
+            "{listed} processes in the tree of {session}, not {count}"
+        );
     }
 }

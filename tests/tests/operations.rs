@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use integration_tests::{Daemon, Orphan, eventually};
+use integration_tests::{Daemon, Orphan, eventually, scrape};
 use serde_json::json;
 
 /// The line of the daemon's log that says `message` about `session`.
@@ -91,16 +91,6 @@ fn an_ended_id_is_free_again_after_retention_and_the_prune_is_logged() {
     assert_eq!(again["ok"], true, "the id is free again: {again}");
 }
 
-/// GET /metrics over plain HTTP, as a scraper does it.
-fn scrape(addr: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).expect("connect to the metrics listener");
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response
-}
-
 /// The value of the sample `name` (with its labels, as exposed) in an exposition.
 fn sample(exposition: &str, name: &str) -> Option<f64> {
     exposition
@@ -112,18 +102,7 @@ fn sample(exposition: &str, name: &str) -> Option<f64> {
 #[test]
 fn the_metrics_listener_serves_the_status_counters() {
     let daemon = Daemon::start(&["--metrics-listen", "127.0.0.1:0"]);
-    let addr = daemon
-        .log()
-        .lines()
-        .find(|line| line.contains("metrics listening"))
-        .and_then(|line| line.split("addr=").nth(1))
-        .map(|addr| {
-            addr.split_whitespace()
-                .next()
-                .unwrap_or_default()
-                .to_owned()
-        })
-        .unwrap_or_else(|| panic!("no 'metrics listening' line:\n{}", daemon.log()));
+    let addr = daemon.metrics_addr();
 
     let mut killed = Orphan::spawn(&["signal", "9"]);
     let reply =

@@ -62,7 +62,9 @@ enum Command {
         debug_info: bool,
     },
     /// Run the fault suite alone with more rounds and inputs: SIGKILLs mid-burst, ring-buffer
-    /// overflow, full disk, replaced databases, and the protocol fuzz. Needs root and BTF.
+    /// overflow, full disk, replaced databases, the protocol fuzz, tokens past a restored
+    /// state, and the stall tests (a second uid attacks while a victim's deaths are timed).
+    /// Needs root and BTF.
     Chaos {
         /// Rounds of each repeated fault (SIGKILL mid-burst, ring-buffer overflow).
         #[arg(long, default_value_t = 20)]
