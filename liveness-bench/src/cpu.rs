@@ -50,6 +50,9 @@ struct Setup {
     /// Exit to the watcher's line, per death, in order.
     latencies: Vec<u64>,
     lost: usize,
+    /// Batches registered so far, probes included: a batch's number is part of its
+    /// sessions' ids, which a PID used again later must not meet.
+    batches: usize,
 }
 
 impl Drop for Setup {
@@ -84,8 +87,7 @@ pub fn run(builds: &[Build], plan: CpuPlan) -> Result<CpuReport> {
     let batches = plan.deaths.div_ceil(plan.batch) * setups.len();
     for batch in 0..batches {
         let setup = &mut setups[batch % builds.len()];
-        let owners = Owners::spawn(plan.batch)?;
-        register_all(&setup.daemon.socket, &owners.pids, session, 1)?;
+        let owners = setup.register(plan.batch)?;
         deaths(setup, owners)?;
     }
     let mut errors = Vec::new();
@@ -143,8 +145,24 @@ pub fn run(builds: &[Build], plan: CpuPlan) -> Result<CpuReport> {
     })
 }
 
-fn session(pid: u32) -> String {
-    format!("cpu-{pid}")
+impl Setup {
+    /// Forks `count` owners and registers them with the daemon.
+    fn register(&mut self, count: usize) -> Result<Owners> {
+        let owners = Owners::spawn(count)?;
+        self.batches += 1;
+        let batch = self.batches;
+        register_all(
+            &self.daemon.socket,
+            &owners.pids,
+            |pid| session(batch, pid),
+            1,
+        )?;
+        Ok(owners)
+    }
+}
+
+fn session(batch: usize, pid: u32) -> String {
+    format!("cpu-{batch}-{pid}")
 }
 
 /// The build's daemon and watcher, once the watcher has printed an owner's end.
@@ -152,7 +170,7 @@ fn start(build: &Build, log: &std::path::Path) -> Result<Setup> {
     let daemon = build.start("auto", &[])?;
     let mut watch = build.watch(&daemon.socket, log)?;
     let lines = Subscriber::reading(BufReader::new(watch.stdout.take().context("stdout")?));
-    let setup = Setup {
+    let mut setup = Setup {
         build: build.clone(),
         daemon,
         watch,
@@ -161,21 +179,18 @@ fn start(build: &Build, log: &std::path::Path) -> Result<Setup> {
         watch_ns: Vec::new(),
         latencies: Vec::new(),
         lost: 0,
+        batches: 0,
     };
     // The watcher subscribes on its own time: probe until one end reaches it.
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut seen = HashMap::new();
     loop {
-        let mut probe = Owners::spawn(1)?;
-        register_all(&setup.daemon.socket, &probe.pids, session, 1)?;
+        let mut probe = setup.register(1)?;
         probe.release(1)?;
         let pid = probe.next_report()?.pid;
         let waited = Duration::from_millis(200);
-        if setup
-            .lines
-            .wait_for(&session(pid), waited, &mut seen)
-            .is_some()
-        {
+        let probed = session(setup.batches, pid);
+        if setup.lines.wait_for(&probed, waited, &mut seen).is_some() {
             return Ok(setup);
         }
         if Instant::now() > deadline {
@@ -191,7 +206,7 @@ fn start(build: &Build, log: &std::path::Path) -> Result<Setup> {
 /// Lets the batch's owners die one at a time and takes the CPU time it cost.
 fn deaths(setup: &mut Setup, mut owners: Owners) -> Result<()> {
     let (daemon_pid, watch_pid) = (setup.daemon.pid(), setup.watch.id());
-    let mut seen = HashMap::new();
+    let (mut seen, batch) = (HashMap::new(), setup.batches);
     std::thread::sleep(PAUSE);
     let (daemon_before, watch_before) = (procs::cpu_ns(daemon_pid)?, procs::cpu_ns(watch_pid)?);
     for _ in 0..owners.pids.len() {
@@ -199,7 +214,7 @@ fn deaths(setup: &mut Setup, mut owners: Owners) -> Result<()> {
         let exit = owners.next_report()?;
         match setup
             .lines
-            .wait_for(&session(exit.pid), PATIENCE, &mut seen)
+            .wait_for(&session(batch, exit.pid), PATIENCE, &mut seen)
         {
             Some(ended) => setup
                 .latencies

@@ -537,7 +537,6 @@ fn latency(builds: &[Build], plan: &Plan, source: &str, report: &mut Report) -> 
         1
     };
     let timeout = Duration::from_secs(if source == "procpoll" { 10 } else { 5 });
-    let part = format!("lat-{source}");
     // Per build, then the floor's.
     let mut samples = vec![Vec::with_capacity(plan.latency_samples); builds.len()];
     let mut floor_samples = Vec::with_capacity(plan.latency_samples);
@@ -547,6 +546,7 @@ fn latency(builds: &[Build], plan: &Plan, source: &str, report: &mut Report) -> 
     let mut seen = vec![HashMap::new(); builds.len()];
     let batch = if parallel > 1 { parallel } else { 100 };
     let splits = builds.len() + usize::from(floor.is_some());
+    let mut batches = 0;
     loop {
         let missing = |samples: &Vec<u64>| plan.latency_samples.saturating_sub(samples.len());
         let needed = samples
@@ -560,6 +560,9 @@ fn latency(builds: &[Build], plan: &Plan, source: &str, report: &mut Report) -> 
         }
         let count = batch.min(needed * splits);
         let mut owners = Owners::spawn(count)?;
+        // A PID can come again over a run: each batch's sessions have their own ids.
+        batches += 1;
+        let part = format!("lat-{source}-{batches}");
         // The owners take turns: each build's daemon, then the floor, if there is one.
         let mut to: Vec<Vec<u32>> = vec![Vec::new(); splits];
         for (i, &pid) in owners.pids.iter().enumerate() {

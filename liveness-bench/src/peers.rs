@@ -84,7 +84,7 @@ enum Format {
     Columns { pid_at: Option<usize> },
     /// One PID per line (`ack` acknowledges a batch of PIDs to track).
     Pid,
-    /// liveness stream lines, `session.ended` of the session `peer-<pid>`.
+    /// liveness stream lines, `session.ended` of the session `peer-<registration>-<pid>`.
     Events,
 }
 
@@ -168,6 +168,8 @@ struct Peers {
     /// The build each owner is tracked by, in turns.
     owner_build: HashMap<u32, usize>,
     builds: usize,
+    /// Registrations with a daemon so far: part of the sessions' ids.
+    registrations: usize,
 }
 
 impl Peer {
@@ -668,13 +670,15 @@ impl Peers {
             Tracker::Nothing => Ok(()),
             Tracker::Daemon => {
                 let daemon = target.daemon.as_ref().context("no daemon")?;
-                register_all(&daemon.socket, pids, |pid| format!("peer-{pid}"), 1).with_context(
-                    || {
-                        let log = daemon.log();
-                        let tail: Vec<&str> = log.lines().rev().take(3).collect();
-                        format!("registering with livenessd (log, last lines first: {tail:?})")
-                    },
-                )?;
+                // A PID can come again over a run, its earlier session still kept.
+                self.registrations += 1;
+                let registration = self.registrations;
+                let session = |pid| format!("peer-{registration}-{pid}");
+                register_all(&daemon.socket, pids, session, 1).with_context(|| {
+                    let log = daemon.log();
+                    let tail: Vec<&str> = log.lines().rev().take(3).collect();
+                    format!("registering with livenessd (log, last lines first: {tail:?})")
+                })?;
                 Ok(())
             }
             Tracker::Stdin(stdin) => {
@@ -911,7 +915,10 @@ impl Peers {
                     let text = std::str::from_utf8(line).context("a non-UTF-8 stream line")?;
                     Ended::parse(text, stamp)
                         .with_context(|| peer.name.clone())?
-                        .and_then(|ended| ended.session.strip_prefix("peer-")?.parse().ok())
+                        .and_then(|ended| {
+                            let (_, pid) = ended.session.strip_prefix("peer-")?.rsplit_once('-')?;
+                            pid.parse().ok()
+                        })
                 }
             };
             if let Some(pid) = pid
@@ -1223,8 +1230,8 @@ mod tests {
         peers.watched.insert(31);
         feed(
             &mut peers,
-            r#"{"event":{"kind":"session.started","session":"peer-31","at_ms":1}}
-{"event":{"kind":"session.ended","session":"peer-31","at_ms":2}}
+            r#"{"event":{"kind":"session.started","session":"peer-7-31","at_ms":1}}
+{"event":{"kind":"session.ended","session":"peer-7-31","at_ms":2}}
 "#,
         );
         assert_eq!(
