@@ -453,7 +453,6 @@ fn run(args: &Args) -> Result<bool> {
         "peers": report.peers.as_ref().map(peers::PeersReport::json),
         "versus_baseline": (builds.len() > 1).then(|| json!({
             "name": args.baseline_name,
-            "bin_dir": builds[1].bin_dir,
             "latency": report.latency_versus.iter().map(|(source, (base, p50, p99))| {
                 (source.clone(), json!({"base": base.json(), "p50": p50.json(), "p99": p99.json()}))
             }).collect::<BTreeMap<_, _>>(),
@@ -829,12 +828,16 @@ fn kill_and_follow(
 /// With a baseline, a daemon of each build tracks all `n` owners, and each burst runs with
 /// only the measured build's daemon up: the other is stopped for it and started again
 /// after (it then finalizes the burst's deaths as it reconciles, before its own burst). The
-/// builds take turns for one round, or two where the owners make room for two bursts per
-/// build of the full size and the fan-out burst, which runs for the build under test only.
+/// builds take turns in rounds, in one order and then the other, each burst once its daemon
+/// is quiet: the first burst of a run meets a daemon that has been up all along, a later
+/// one a daemon just started, and with the same binary on both sides a single round gave
+/// the first one a burst 0.4–0.75x as long. Two rounds, or up to four where the owners
+/// hold that many bursts of the full size and one more (100k owners: four rounds of 10k);
+/// the fan-out burst runs for the build under test only, where owners are left for it.
 fn scale(builds: &[Build], plan: &Plan, source: &str, n: usize, report: &mut Report) -> Result<()> {
     let rounds = match builds.len() {
         1 => 1,
-        many => ((n / plan.burst).saturating_sub(1) / many).clamp(1, 2),
+        many => ((n / plan.burst).saturating_sub(1) / many).clamp(2, 4),
     };
     let group = plan.burst.min(n / (rounds * builds.len()));
     let spawn_started = Instant::now();
@@ -885,6 +888,7 @@ fn scale(builds: &[Build], plan: &Plan, source: &str, n: usize, report: &mut Rep
         for turn in 0..builds.len() {
             let measured = (round + turn) % builds.len();
             only(&mut daemons, Some(measured))?;
+            settle(&daemons[measured])?;
             let alone = Subscriber::start(&daemons[measured].socket)?;
             let burst = kill_and_follow(
                 &mut sleepers,
@@ -968,6 +972,23 @@ fn scale(builds: &[Build], plan: &Plan, source: &str, n: usize, report: &mut Rep
             "rss": round(rss[0] as f64 / rss[1] as f64),
         })),
     }));
+    Ok(())
+}
+
+/// Waits until the daemon is quiet (under 1 ms of CPU in 100 ms), for 10 s at most: one
+/// just started goes on with work of its own after it answers (its WAL checkpoint, the
+/// deaths it reconciled), which a burst measured meanwhile would count as the burst's.
+fn settle(daemon: &Daemon) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut before = procs::cpu_ns(daemon.pid())?;
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = procs::cpu_ns(daemon.pid())?;
+        if now - before < 1_000_000 {
+            break;
+        }
+        before = now;
+    }
     Ok(())
 }
 
