@@ -22,7 +22,6 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
-
 mod reads;
 
 use reads::Answer;
