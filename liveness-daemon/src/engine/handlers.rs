@@ -5,7 +5,7 @@ use std::os::fd::AsFd;
 
 use crate::fdpass::Passed;
 
-use crate::store::{NewSession, StoreError};
+use crate::store::{Ending, NewSession, StoreError};
 use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::protocol::{
     ErrorBody, ErrorCode, OwnerSpec, PidOwner, PidfdOwner, Reply, Request,
@@ -112,18 +112,14 @@ impl Engine {
             Some((root, survivors)) if root == existing.owner.key() => Some(survivors),
             _ => self.survivors_of([&existing.owner]).pop().flatten(),
         };
-        let ended = self.store.end(
-            existing.creator_uid,
-            session,
-            EndReason::Stopped,
-            None,
-            None,
-            None,
-            None,
+        let ending = Ending {
             survivors,
             terminate,
-            now,
-        );
+            ..Ending::because(EndReason::Stopped)
+        };
+        let ended = self
+            .store
+            .end(existing.creator_uid, session, None, &ending, now);
         match ended {
             Ok(events) if !events.is_empty() => {
                 // A `terminate` policy reaps on publish already.

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use liveness_common::session::EndReason;
 
 use super::{Engine, PRUNE_PERIOD};
+use crate::store::Ending;
 
 impl Engine {
     pub(super) fn housekeeping_period(&self) -> Duration {
@@ -31,18 +32,12 @@ impl Engine {
             Err(e) => tracing::error!(error = %e, "cannot list idle sessions"),
         }
         for (session, reason) in ended {
-            match self.store.end(
-                session.creator_uid,
-                &session.id,
-                reason,
-                None,
-                None,
-                None,
-                Some(&session.owner),
-                self.survivors_of([&session.owner]).pop().flatten(),
-                false,
-                now,
-            ) {
+            let ending = Ending {
+                survivors: self.survivors_of([&session.owner]).pop().flatten(),
+                ..Ending::because(reason)
+            };
+            let owner = Some(&session.owner);
+            match (self.store).end(session.creator_uid, &session.id, owner, &ending, now) {
                 Ok(events) if events.is_empty() => {}
                 Ok(events) => {
                     self.publish(events);

@@ -145,6 +145,52 @@ pub struct OwnerDeath {
     pub survivors: Option<Survivors>,
 }
 
+/// How a session ends: what [`Store::end`] and [`Store::end_many`] write into it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ending {
+    pub reason: EndReason,
+    pub exit: Option<ExitStatus>,
+    /// The source that saw the death, for an ending that is one.
+    pub detected_by: Option<DetectedBy>,
+    /// When the source observed the death.
+    pub observed_ms: Option<i64>,
+    /// When the owner died by the kernel's clock, where the source knows it.
+    pub died_ms: Option<i64>,
+    /// The members of the owner's process tree still alive.
+    pub survivors: Option<Survivors>,
+    /// Terminate the surviving processes whatever the session's policy (`end --terminate`).
+    pub terminate: bool,
+}
+
+impl Ending {
+    /// An ending for `reason` and nothing else known.
+    pub fn because(reason: EndReason) -> Ending {
+        Ending {
+            reason,
+            exit: None,
+            detected_by: None,
+            observed_ms: None,
+            died_ms: None,
+            survivors: None,
+            terminate: false,
+        }
+    }
+}
+
+impl OwnerDeath {
+    /// The ending of every session the dead owner had.
+    fn ending(&self) -> Ending {
+        Ending {
+            exit: self.exit,
+            detected_by: Some(self.detected_by),
+            observed_ms: Some(self.observed_ms),
+            died_ms: self.died_ms,
+            survivors: self.survivors.clone(),
+            ..Ending::because(self.reason)
+        }
+    }
+}
+
 /// A member of a process tree, as persisted across daemon restarts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Member {

@@ -157,13 +157,11 @@ fn only_the_current_owner_ends_a_session_exactly_once() {
         .end(
             UID,
             "s1",
-            EndReason::OwnerExited,
-            None,
-            Some(DetectedBy::Ebpf),
-            None,
             Some(&owner(10)),
-            None,
-            false,
+            &Ending {
+                detected_by: Some(DetectedBy::Ebpf),
+                ..Ending::because(EndReason::OwnerExited)
+            },
             NOW + 2,
         )
         .unwrap();
@@ -190,19 +188,14 @@ fn only_the_current_owner_ends_a_session_exactly_once() {
     let stop = store.end(
         UID,
         "s1",
-        EndReason::Stopped,
         None,
-        None,
-        None,
-        None,
-        None,
-        false,
+        &Ending::because(EndReason::Stopped),
         NOW + 7,
     );
     assert!(stop.unwrap().is_empty());
     assert_eq!(store.head_seq().unwrap(), 3);
     assert!(matches!(
-        store.end(UID, "nope", EndReason::Stopped, None, None, None, None, None, false, NOW),
+        store.end(UID, "nope", None, &Ending::because(EndReason::Stopped), NOW),
         Err(StoreError::NotFound(id)) if id == "nope"
     ));
 }
@@ -217,13 +210,12 @@ fn end_by_id_with_and_without_expected_owner() {
         .end(
             UID,
             "a",
-            EndReason::OwnerReused,
-            None,
-            Some(DetectedBy::Reconcile),
-            Some(NOW),
             Some(&owner(10)),
-            None,
-            false,
+            &Ending {
+                detected_by: Some(DetectedBy::Reconcile),
+                observed_ms: Some(NOW),
+                ..Ending::because(EndReason::OwnerReused)
+            },
             NOW + 1,
         )
         .unwrap()
@@ -233,13 +225,8 @@ fn end_by_id_with_and_without_expected_owner() {
         .end(
             UID,
             "b",
-            EndReason::Timeout,
             None,
-            None,
-            None,
-            None,
-            None,
-            false,
+            &Ending::because(EndReason::Timeout),
             NOW + 2,
         )
         .unwrap()
@@ -354,13 +341,8 @@ fn rename_errors_change_nothing() {
         .end(
             UID,
             "p2",
-            EndReason::PendingExpired,
             None,
-            None,
-            None,
-            None,
-            None,
-            false,
+            &Ending::because(EndReason::PendingExpired),
             NOW,
         )
         .unwrap();
@@ -962,13 +944,8 @@ fn session_ids_are_per_user() {
         .end(
             UID,
             "shared",
-            EndReason::Stopped,
             None,
-            None,
-            None,
-            None,
-            None,
-            false,
+            &Ending::because(EndReason::Stopped),
             NOW + 1,
         )
         .unwrap();
@@ -1321,13 +1298,11 @@ fn the_cleanup_policy_is_stored_and_the_reaped_event_recorded() {
             .end(
                 UID,
                 id,
-                EndReason::Stopped,
-                None,
-                None,
-                None,
                 Some(&owner),
-                None,
-                terminate,
+                &Ending {
+                    terminate,
+                    ..Ending::because(EndReason::Stopped)
+                },
                 NOW + 11,
             )
             .unwrap()
@@ -1430,13 +1405,8 @@ fn every_ending_releases_the_sessions_locks_in_its_transaction() {
             let stopped = store.end(
                 UID,
                 "stopped",
-                EndReason::Stopped,
                 None,
-                None,
-                None,
-                None,
-                None,
-                false,
+                &Ending::because(EndReason::Stopped),
                 NOW,
             );
             stopped.unwrap()
@@ -1445,13 +1415,8 @@ fn every_ending_releases_the_sessions_locks_in_its_transaction() {
             let expired = store.end(
                 UID,
                 "expired",
-                EndReason::PendingExpired,
-                None,
-                None,
-                None,
                 Some(owner),
-                None,
-                false,
+                &Ending::because(EndReason::PendingExpired),
                 NOW,
             );
             expired.unwrap()
