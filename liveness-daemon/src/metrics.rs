@@ -3,84 +3,31 @@
 //! machine. Off unless asked for.
 //!
 //! Two kinds of values: the ends of sessions (by reason and source, and the death-to-commit
-//! latency histogram) are counted as each `session.ended` event is published; everything
-//! else is read from the daemon's `status` at each scrape, as `liveness status` shows it.
+//! latency histogram) are counted by the engine as each `session.ended` event is published
+//! ([`EndMetrics`]); everything else is read from the daemon's `status` at each scrape, as
+//! `liveness status` shows it. This module only renders them.
 
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use liveness_common::protocol::{Request, wire_name};
+use liveness_common::protocol::Request;
 use liveness_common::request;
-use liveness_common::session::{Event, EventKind};
 use liveness_common::status::{SourceState, Status};
 
-use crate::engine::{Caller, Command};
+use crate::engine::{Caller, Command, EndMetrics};
 
-/// The end-to-end latency buckets, in seconds: from a death (the kernel's time where the
-/// source reads it) to the commit of its session's end. Millisecond resolution.
-const LATENCY_BUCKETS: [f64; 12] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
-];
 /// A scraper that does not send its request, or read the answer, within this long is
 /// dropped (scrapes are served one at a time).
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest request head read.
 const MAX_REQUEST: usize = 8192;
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct EndLabels {
-    reason: String,
-    /// The exit source that saw the death; `none` for ends no source saw (`stopped`,
-    /// `timeout`, `pending_expired`).
-    source: String,
-}
-
-/// Counted as ends are published; cheap clones share the counts.
-#[derive(Debug, Clone)]
-pub struct EndMetrics {
-    ended: Family<EndLabels, Counter>,
-    latency: Histogram,
-}
-
-impl Default for EndMetrics {
-    fn default() -> EndMetrics {
-        EndMetrics {
-            ended: Family::default(),
-            latency: Histogram::new(LATENCY_BUCKETS),
-        }
-    }
-}
-
-impl EndMetrics {
-    /// Counts a published event if it is a session's end.
-    pub fn record(&self, event: &Event) {
-        if event.kind != EventKind::Ended {
-            return;
-        }
-        let source = event
-            .detected_by
-            .map_or_else(|| "none".to_owned(), wire_name);
-        self.ended
-            .get_or_create(&EndLabels {
-                reason: wire_name(event.reason),
-                source,
-            })
-            .inc();
-        if let Some(died) = event.died_ms.or(event.observed_ms) {
-            self.latency
-                .observe((event.at_ms - died).max(0) as f64 / 1000.0);
-        }
-    }
-}
 
 /// Serves scrapes until `stop` turns true.
 pub async fn serve(

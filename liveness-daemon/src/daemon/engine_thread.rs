@@ -10,8 +10,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::StartError;
-use crate::engine::{Command, Engine, EngineConfig, EngineError};
-use crate::metrics::EndMetrics;
+use crate::engine::{Command, EndMetrics, Engine, EngineConfig, EngineError};
 use crate::source::members_map::MembersMap;
 use crate::source::monitor::{Monitor, MonitorConfig};
 use crate::store::Store;

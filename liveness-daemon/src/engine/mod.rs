@@ -28,6 +28,7 @@ use membership::{Membership, TreeView};
 
 mod actor;
 mod auth;
+mod end_metrics;
 mod eventlog;
 mod handlers;
 mod hops;
@@ -44,6 +45,7 @@ mod whose;
 mod tests;
 
 pub use auth::Caller;
+pub use end_metrics::EndMetrics;
 pub use trees::processes_of;
 pub use whose::ancestry;
 
@@ -235,7 +237,7 @@ pub struct Engine {
     /// connections have had their turn (see [`eventlog::Deferred`]).
     unlogged: eventlog::Deferred,
     /// Ends of sessions by reason and source, and their latency, for `--metrics-listen`.
-    end_metrics: crate::metrics::EndMetrics,
+    end_metrics: EndMetrics,
 }
 
 fn now_ms() -> i64 {
@@ -310,7 +312,7 @@ impl Engine {
             hops: config.trace_hops.then(hops::HopTrace::default),
             fresh_owners: owner_checks::FreshOwners::default(),
             unlogged: eventlog::Deferred::default(),
-            end_metrics: crate::metrics::EndMetrics::default(),
+            end_metrics: EndMetrics::default(),
             store,
             monitor,
             config,
@@ -345,7 +347,7 @@ impl Engine {
     }
 
     /// The counts of session ends the engine keeps for the metrics listener (shared).
-    pub fn end_metrics(&self) -> crate::metrics::EndMetrics {
+    pub fn end_metrics(&self) -> EndMetrics {
         self.end_metrics.clone()
     }
 }
