@@ -15,13 +15,12 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::watch;
 
-use liveness_common::protocol::Request;
 use liveness_common::request;
 use liveness_common::status::{SourceState, Status};
 
-use crate::engine::{Caller, Command, EndMetrics};
+use crate::engine::{Caller, EndMetrics, Handle};
 
 /// A scraper that does not send its request, or read the answer, within this long is
 /// dropped (scrapes are served one at a time).
@@ -32,7 +31,7 @@ const MAX_REQUEST: usize = 8192;
 /// Serves scrapes until `stop` turns true.
 pub async fn serve(
     listener: TcpListener,
-    engine: mpsc::Sender<Command>,
+    engine: Handle,
     ends: EndMetrics,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -55,11 +54,7 @@ pub async fn serve(
     }
 }
 
-async fn answer(
-    mut stream: TcpStream,
-    engine: &mpsc::Sender<Command>,
-    ends: &EndMetrics,
-) -> std::io::Result<()> {
+async fn answer(mut stream: TcpStream, engine: &Handle, ends: &EndMetrics) -> std::io::Result<()> {
     let mut head = Vec::new();
     let mut buffer = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < MAX_REQUEST {
@@ -106,16 +101,9 @@ fn request_path(head: &[u8]) -> Option<&str> {
 }
 
 /// The daemon's status, asked as root would ask it.
-async fn ask_status(engine: &mpsc::Sender<Command>) -> Option<Status> {
-    let (reply, answer) = oneshot::channel();
-    let command = Command::Request {
-        caller: Caller { uid: 0, pid: 0 },
-        request: Box::new(Request::Status(request::Status {})),
-        fds: Vec::new(),
-        reply,
-    };
-    engine.send(command).await.ok()?;
-    answer.await.ok()?.status.map(|status| *status)
+async fn ask_status(engine: &Handle) -> Option<Status> {
+    let root = Caller { uid: 0, pid: 0 };
+    engine.ask(root, request::Status {}).await.ok()
 }
 
 /// The exposition of one scrape.

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::StartError;
-use crate::engine::{Command, EndMetrics, Engine, EngineConfig, EngineError};
+use crate::engine::{EndMetrics, Engine, EngineConfig, EngineError, Handle};
 use crate::source::members_map::MembersMap;
 use crate::source::monitor::{Monitor, MonitorConfig};
 use crate::store::Store;
@@ -36,7 +36,7 @@ pub struct EngineStart {
 /// it, and its outcome once it stops.
 #[derive(Debug)]
 pub struct EngineThread {
-    pub commands: mpsc::Sender<Command>,
+    pub engine: Handle,
     pub sources: Vec<DetectedBy>,
     pub members: Option<Arc<MembersMap>>,
     pub end_metrics: EndMetrics,
@@ -91,7 +91,7 @@ impl EngineThread {
             })?;
         match ready.await {
             Ok(Ok((sources, members, end_metrics))) => Ok(EngineThread {
-                commands,
+                engine: Handle::new(commands),
                 sources,
                 members,
                 end_metrics,

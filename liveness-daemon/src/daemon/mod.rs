@@ -315,7 +315,7 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
     let (stop, stopped) = watch::channel(false);
     let start = engine_start(&args, store, &proc, &limits, about);
     let EngineThread {
-        commands,
+        engine,
         sources,
         members,
         end_metrics,
@@ -336,13 +336,13 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
     let mut metrics_task = metrics.map(|listener| {
         tokio::spawn(crate::metrics::serve(
             listener,
-            commands.clone(),
+            engine.clone(),
             end_metrics,
             stopped.clone(),
         ))
     });
     let mut server_task = tokio::spawn(crate::server::serve(
-        listener, commands, readers, limits, stopped,
+        listener, engine, readers, limits, stopped,
     ));
 
     // The engine and the server run until told to stop: either ending first is a failure

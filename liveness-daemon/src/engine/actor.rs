@@ -8,17 +8,14 @@ use crate::source::ExitObservation;
 use crate::store::OwnerDeath;
 use liveness_common::exit::DetectedBy;
 use liveness_common::identity::{Identity, ProcessKey};
-use liveness_common::protocol::Request;
-use liveness_common::request;
 use liveness_common::session::{EndReason, Event};
 use liveness_proc::identity::Liveness;
 
-use super::locks::{AcquireRequest, LockEffect};
 use super::reaping::terminating;
 use super::trees::Start;
 use super::{
     Batch, Command, Engine, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, Published, RETRY_PERIOD,
-    Subscription, membership, ms_of,
+    membership, ms_of,
 };
 
 /// A stream line of one event, as [`liveness_common::protocol::StreamMessage::Event`]
@@ -67,7 +64,7 @@ impl Engine {
                 _ = shutdown.wait_for(|stop| *stop) => break Ok(()),
                 observation = self.monitor.next() => self.finalize_observed(observation),
                 command = commands.recv() => match command {
-                    Some(command) => self.handle(command),
+                    Some(command) => command.run(&mut self),
                     None => break Ok(()),
                 },
                 Some(done) = self.reaps.join_next(), if !self.reaps.is_empty() => self.finish_reap(done),
@@ -299,18 +296,25 @@ impl Engine {
     }
 
     /// Announces committed events, then applies what they change for requests waiting for
-    /// a lock (a freed lock is granted here, its event published after these), and starts
-    /// terminating the survivors of sessions whose policy says so.
+    /// a lock (a freed lock is granted here, its event published before its grant is
+    /// sent), and starts terminating the survivors of sessions whose policy says so.
     pub(super) fn publish(&mut self, events: Vec<Event>) {
-        // Without waiters nothing can change for them: a burst of ends costs nothing more.
-        let effects = if self.waiters.is_empty() {
-            Vec::new()
-        } else {
-            LockEffect::of(&events)
-        };
+        let effects = self.locks.effects_of(&events);
         let to_reap = terminating(&events);
         self.broadcast(events);
-        self.follow_locks(effects);
+        for effect in effects {
+            let now = self.config.clock.now_ms();
+            let (store, usage) = (&mut self.store, &mut self.usage);
+            let Some(granted) = self.locks.follow(effect, store, usage, now) else {
+                continue;
+            };
+            // Published before the grant is sent: the connection may have closed just now,
+            // and then the grant is undone by a release, which is published too.
+            self.publish(vec![granted.event.clone()]);
+            if let Some(release) = self.locks.deliver(granted, &mut self.store, now) {
+                self.publish(vec![release]);
+            }
+        }
         // Once the subscribers have the endings, while the sessions' trees are still known.
         for ended in &to_reap {
             self.start_reap(ended);
@@ -368,85 +372,6 @@ impl Engine {
                 dropped = before - self.subscribers.len(),
                 "dropped lagging or closed subscribers"
             );
-        }
-    }
-
-    pub(super) fn handle(&mut self, command: Command) {
-        match command {
-            Command::Request {
-                caller,
-                request,
-                fds,
-                reply,
-            } => match *request {
-                Request::LockAcquire(request::LockAcquire {
-                    name,
-                    session,
-                    uid,
-                    wait,
-                    timeout_ms,
-                }) => {
-                    let request = AcquireRequest {
-                        name,
-                        session,
-                        uid,
-                        wait,
-                        timeout_ms,
-                    };
-                    self.lock_acquire(caller, request, reply);
-                }
-                request => {
-                    let answer = self.request(caller, request, &fds);
-                    self.answer(reply, answer);
-                }
-            },
-            Command::Tree {
-                caller,
-                session,
-                uid,
-                reply,
-            } => {
-                let _ = reply.send(self.tree_of(caller, &session, uid));
-            }
-            Command::Whose {
-                caller,
-                pid,
-                ancestry,
-                reply,
-            } => {
-                let _ = reply.send(self.whose(caller, pid, &ancestry));
-            }
-            Command::End {
-                caller,
-                session,
-                uid,
-                terminate,
-                survivors,
-                reply,
-            } => {
-                let _ = reply.send(self.end(caller, &session, uid, terminate, survivors));
-            }
-            Command::Waiting { reply } => {
-                let _ = reply.send(self.waiting());
-            }
-            Command::Subscribe { reply } => {
-                let (queue, batches) = mpsc::channel(self.config.subscriber_queue);
-                let head = match self.store.head_seq() {
-                    Ok(head) => head,
-                    Err(e) => {
-                        tracing::error!(error = %e, "cannot read head seq");
-                        return;
-                    }
-                };
-                let subscription = Subscription {
-                    head,
-                    store_id: self.store_id.clone(),
-                    batches,
-                };
-                if reply.send(subscription).is_ok() {
-                    self.subscribers.push(queue);
-                }
-            }
         }
     }
 }

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::limits::{Limits, SessionUsage};
@@ -20,34 +20,37 @@ use crate::source::members_map::MembersMap;
 use crate::source::monitor::Monitor;
 use crate::store::{ListQuery, Store, StoreError};
 use liveness_common::identity::ProcessKey;
-use liveness_common::protocol::{ErrorBody, ErrorCode, Reply, Request};
-use liveness_common::session::{Phase, Session, Survivors};
+use liveness_common::protocol::{ErrorBody, ErrorCode};
+use liveness_common::session::Phase;
 use liveness_common::status::{Counters, DaemonInfo};
 use liveness_proc::identity::{IdentityError, ProcRoot};
-use membership::{Membership, TreeView};
+use membership::Membership;
 
 mod actor;
 mod auth;
 mod end_metrics;
 mod eventlog;
-mod handlers;
 mod hops;
 mod housekeeping;
 mod locks;
 pub mod membership;
+mod op;
 mod owner_checks;
 mod reaping;
 mod retry;
 mod trees;
-mod whose;
 
 #[cfg(test)]
 mod tests;
 
 pub use auth::Caller;
 pub use end_metrics::EndMetrics;
-pub use trees::processes_of;
-pub use whose::ancestry;
+pub use locks::{Acquire, Queued};
+pub use membership::TreeView;
+pub use op::{
+    Ask, Command, End, Found, Handle, Link, Op, Register, Registered, Subscribe, Subscription,
+    Tree, Waiting, Whose, ancestry, stopping,
+};
 
 /// Most exits committed in one transaction when they arrive together.
 const MAX_BATCH: usize = 1024;
@@ -117,60 +120,6 @@ pub struct Published {
 /// takes one slot: a subscriber is dropped for not reading, not for a burst.
 pub type Batch = Arc<[Published]>;
 
-/// A live subscription: batches after `head` arrive on `batches`; the events up to `head`
-/// are in the store. `batches` closes when the subscriber lags or the engine stops.
-#[derive(Debug)]
-pub struct Subscription {
-    pub head: u64,
-    /// The store the seqs belong to.
-    pub store_id: String,
-    pub batches: mpsc::Receiver<Batch>,
-}
-
-/// What connections ask of the engine.
-#[derive(Debug)]
-pub enum Command {
-    Request {
-        caller: Caller,
-        /// Boxed: requests are large next to the other commands.
-        request: Box<Request>,
-        /// Pidfds passed with the request line (an owner), and what was refused of the
-        /// rest; a pidfd's close never blocks, so they may be dropped anywhere.
-        fds: Vec<crate::fdpass::Passed>,
-        reply: oneshot::Sender<Reply>,
-    },
-    Subscribe {
-        reply: oneshot::Sender<Subscription>,
-    },
-    /// How many wait for each lock that has waiters (`lock_list`).
-    Waiting {
-        reply: oneshot::Sender<std::collections::HashMap<(u32, String), u32>>,
-    },
-    /// `whose`, with the ancestry of the pid read off the engine.
-    Whose {
-        caller: Caller,
-        pid: u32,
-        ancestry: Vec<whose::Link>,
-        reply: oneshot::Sender<Reply>,
-    },
-    /// `end`, with the survivors of the owner's tree (named by its root) read off the engine.
-    End {
-        caller: Caller,
-        session: String,
-        uid: Option<u32>,
-        terminate: bool,
-        survivors: Option<(ProcessKey, Survivors)>,
-        reply: oneshot::Sender<Reply>,
-    },
-    /// The session a `processes` request names, with its tree to read off the engine.
-    Tree {
-        caller: Caller,
-        session: String,
-        uid: Option<u32>,
-        reply: oneshot::Sender<Result<(Session, Option<TreeView>), ErrorBody>>,
-    },
-}
-
 /// This boot, and the host name as the daemon started under it (a label only).
 #[derive(Debug, Clone)]
 struct Local {
@@ -207,7 +156,7 @@ pub struct Engine {
     /// Facts status reports about the daemon itself (paths, versions).
     about: DaemonInfo,
     /// Requests waiting for a lock.
-    waiters: locks::Waiters,
+    locks: locks::Locks,
     /// The process trees of tracked owners.
     membership: Membership,
     /// A handle of the kernel's members map for reading trees off the engine (connections'
@@ -222,8 +171,8 @@ pub struct Engine {
     refreshing: bool,
     /// A handle of the kernel's members map for the walks off the engine to write with.
     members_writer: Option<Arc<std::sync::Mutex<MembersMap>>>,
-    /// Trees being walked off the engine, with the replies that wait for their walk.
-    walking: std::collections::HashMap<ProcessKey, Vec<(oneshot::Sender<Reply>, Reply)>>,
+    /// Trees being walked off the engine, with the answers that wait for their walk.
+    walking: std::collections::HashMap<ProcessKey, Vec<trees::Parked>>,
     /// Members to persist at the next refresh (`None`: to forget).
     unsaved_members: std::collections::HashMap<ProcessKey, Option<crate::store::Member>>,
     /// Sessions' surviving processes being terminated: each task waits out a grace period
@@ -325,7 +274,7 @@ impl Engine {
             started: Instant::now(),
             last_prune: None,
             about,
-            waiters: locks::Waiters::default(),
+            locks: locks::Locks::default(),
             reaper,
             reaps: JoinSet::new(),
             tree_work: std::collections::VecDeque::new(),

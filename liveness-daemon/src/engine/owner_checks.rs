@@ -6,18 +6,9 @@
 use std::collections::VecDeque;
 
 use liveness_common::identity::{Identity, ProcessKey};
-use liveness_common::protocol::OwnerSpec;
 use liveness_proc::identity::KNOWN_LAUNCHERS;
 
 use super::Engine;
-
-/// An owner as a `register` request names it, with the request's own wrapper list.
-#[derive(Debug)]
-pub(crate) struct Requested {
-    pub(crate) spec: OwnerSpec,
-    /// Further names `auto` skips, for this request only.
-    pub(crate) wrappers: Vec<String>,
-}
 
 /// An owner that dies sooner than this after its registration was probably not the
 /// program the session is about.

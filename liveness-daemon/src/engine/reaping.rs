@@ -20,10 +20,8 @@ use std::time::Duration;
 use tokio::task::JoinError;
 
 use liveness_common::identity::{Identity, ProcessKey};
-use liveness_common::protocol::{ErrorBody, ErrorCode, wire_name};
 use liveness_common::session::{
-    DEFAULT_GRACE_MS, EndReason, Event, EventKind, MAX_GRACE_MS, OnEnd, ReapFailure, Reaped,
-    Session,
+    DEFAULT_GRACE_MS, EndReason, Event, EventKind, OnEnd, ReapFailure, Reaped,
 };
 use liveness_proc::identity::{Liveness, ProcRoot};
 
@@ -110,49 +108,6 @@ impl ReapPlan {
 
 /// A finished reap: the ended event it was for, and what it did.
 pub(super) type ReapDone = (Event, Reaped);
-
-/// The cleanup fields of a `register` request, as sent.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct AskedPolicy {
-    pub(super) on_end: Option<OnEnd>,
-    pub(super) grace_ms: Option<u64>,
-}
-
-impl AskedPolicy {
-    /// The policy of a new session, or why the request is refused.
-    pub(super) fn resolve(&self) -> Result<(OnEnd, u64), ErrorBody> {
-        let grace_ms = self.grace_ms.unwrap_or(DEFAULT_GRACE_MS);
-        if grace_ms > MAX_GRACE_MS {
-            return Err(ErrorBody::new(
-                ErrorCode::InvalidRequest,
-                format!(
-                    "grace_ms {grace_ms} is longer than the longest grace, {MAX_GRACE_MS} ms (one hour)"
-                ),
-            ));
-        }
-        Ok((self.on_end.unwrap_or_default(), grace_ms))
-    }
-
-    /// A registration of an existing session may repeat its policy, not change it.
-    pub(super) fn check_unchanged(&self, existing: &Session) -> Result<(), ErrorBody> {
-        let changed = self.on_end.is_some_and(|on_end| on_end != existing.on_end)
-            || self
-                .grace_ms
-                .is_some_and(|grace| grace != existing.grace_ms);
-        if !changed {
-            return Ok(());
-        }
-        Err(ErrorBody::new(
-            ErrorCode::InvalidRequest,
-            format!(
-                "session {:?} was registered with on_end {} and grace_ms {}: the cleanup policy is set when a session is created; register without on_end and grace_ms, or use a new session id",
-                existing.id,
-                wire_name(existing.on_end),
-                existing.grace_ms
-            ),
-        ))
-    }
-}
 
 /// The `session.ended` events among `events` of sessions whose policy is `terminate`.
 pub(super) fn terminating(events: &[Event]) -> Vec<Event> {

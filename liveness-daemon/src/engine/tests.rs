@@ -13,13 +13,16 @@ use crate::source::monitor::{Monitor, MonitorConfig, Selection};
 use crate::store::Store;
 use liveness_common::exit::DetectedBy;
 use liveness_common::identity::{DeathReason, Identity};
-use liveness_common::protocol::{ErrorCode, OwnerSpec, PidOwner, Reply, Request};
+use liveness_common::lock::Lock;
+use liveness_common::protocol::{ErrorBody, ErrorCode, OwnerSpec, PidOwner};
 use liveness_common::request;
 use liveness_common::session::{DEFAULT_GRACE_MS, EndReason, MAX_GRACE_MS, OnEnd, Phase, Session};
 use liveness_common::status::{DaemonInfo, LimitsConfig, SourceName};
 use liveness_proc::identity::ProcRoot;
 
-use super::{Batch, Caller, Clock, Command, Engine, EngineConfig};
+use super::{
+    Acquire, Batch, Caller, Clock, End, Engine, EngineConfig, Op, Register, Registered, Subscribe,
+};
 
 const BOOT_ID: &str = "boot-a";
 const WALL_MS: i64 = 1_700_000_000_000;
@@ -132,33 +135,20 @@ async fn fixture() -> Fixture {
 }
 
 impl Fixture {
-    /// A request as a connection hands it to the engine (`end` with the survivors left
-    /// for the engine to read).
-    fn ask(&mut self, caller: Caller, request: Request) -> Reply {
-        match request {
-            Request::End(request::End {
-                session,
-                uid,
-                terminate,
-            }) => self.engine.end(caller, &session, uid, terminate, None),
-            request => self.engine.request(caller, request, &[]),
-        }
+    /// An operation as the engine applies it for a connection (`end` with the survivors
+    /// left for the engine to read).
+    fn ask<O: Op>(&mut self, caller: Caller, op: O) -> Result<O::Answer, ErrorBody> {
+        op.apply(&mut self.engine, caller)
     }
 
-    fn register(&mut self, caller: Caller, id: Option<&str>, owner: OwnerSpec) -> Reply {
-        self.ask(
-            caller,
-            Request::Register(request::Register {
-                session: id.map(str::to_owned),
-                uid: None,
-                owner,
-                pending: id.is_none(),
-                labels: BTreeMap::new(),
-                on_end: None,
-                grace_ms: None,
-                wrappers: Vec::new(),
-            }),
-        )
+    fn register(
+        &mut self,
+        caller: Caller,
+        id: Option<&str>,
+        owner: OwnerSpec,
+    ) -> Result<Session, ErrorBody> {
+        self.ask(caller, registration(id, owner, None, None))
+            .map(Session::from)
     }
 
     /// Registers `id` for `caller` with process `pid` as its owner; it must succeed.
@@ -167,9 +157,9 @@ impl Fixture {
         session_of(reply, "register")
     }
 
-    fn get(&mut self, caller: Caller, id: &str, uid: Option<u32>) -> Reply {
+    fn get(&mut self, caller: Caller, id: &str, uid: Option<u32>) -> Result<Session, ErrorBody> {
         let session = id.to_owned();
-        self.ask(caller, Request::Get(request::Get { session, uid }))
+        self.ask(caller, request::Get { session, uid })
     }
 
     /// The session as root reads it in `uid`'s namespace.
@@ -187,30 +177,51 @@ impl Fixture {
     }
 
     fn subscribe(&mut self) -> mpsc::Receiver<Batch> {
-        let (reply, mut subscription) = oneshot::channel();
-        self.engine.handle(Command::Subscribe { reply });
-        let subscription = subscription
-            .try_recv()
-            .expect("the engine answers a subscription at once");
+        let subscription = self.ask(ROOT, Subscribe).expect("a subscription");
         subscription.batches
     }
 }
 
-fn session_of(reply: Reply, what: &str) -> Session {
-    match reply {
-        Reply {
-            ok: true,
-            session: Some(session),
-            ..
-        } => session,
-        other => panic!("{what} should succeed with a session, got {other:?}"),
+impl From<Registered> for Session {
+    fn from(registered: Registered) -> Session {
+        registered.session
     }
 }
 
-fn error_of(reply: Reply) -> ErrorCode {
-    match reply.error {
-        Some(error) if !reply.ok => error.code,
-        _ => panic!("expected an error, got {reply:?}"),
+/// A `register` of `id` (pending without one) owned by `owner`, with a cleanup policy.
+fn registration(
+    id: Option<&str>,
+    owner: OwnerSpec,
+    on_end: Option<OnEnd>,
+    grace_ms: Option<u64>,
+) -> Register {
+    let request = request::Register {
+        session: id.map(str::to_owned),
+        uid: None,
+        owner,
+        pending: id.is_none(),
+        labels: BTreeMap::new(),
+        on_end,
+        grace_ms,
+        wrappers: Vec::new(),
+    };
+    Register {
+        request,
+        fds: Vec::new(),
+    }
+}
+
+fn session_of(answer: Result<impl Into<Session>, ErrorBody>, what: &str) -> Session {
+    match answer {
+        Ok(session) => session.into(),
+        Err(error) => panic!("{what} should succeed with a session, got {error:?}"),
+    }
+}
+
+fn error_of<T: std::fmt::Debug>(answer: Result<T, ErrorBody>) -> ErrorCode {
+    match answer {
+        Err(error) => error.code,
+        Ok(answer) => panic!("expected an error, got {answer:?}"),
     }
 }
 
@@ -248,11 +259,14 @@ async fn users_see_only_their_own_sessions_and_root_names_any_users() {
     );
     let ended = f.ask(
         BOB,
-        Request::End(request::End {
-            session: "s".into(),
-            uid: Some(ALICE.uid),
-            terminate: false,
-        }),
+        End {
+            request: request::End {
+                session: "s".into(),
+                uid: Some(ALICE.uid),
+                terminate: false,
+            },
+            survivors: None,
+        },
     );
     assert_eq!(
         error_of(ended),
@@ -380,19 +394,9 @@ async fn a_death_whose_commit_failed_is_committed_and_published_once_on_retry() 
 async fn a_reap_outcome_whose_commit_failed_is_committed_and_published_once_on_retry() {
     let mut f = fixture().await;
     f.proc.spawn(11, ALICE.uid);
-    let registered = f.ask(
-        ALICE,
-        Request::Register(request::Register {
-            session: Some("s".into()),
-            uid: None,
-            owner: OwnerSpec::Pid(PidOwner { pid: 11 }),
-            pending: false,
-            labels: BTreeMap::new(),
-            on_end: Some(OnEnd::Terminate),
-            grace_ms: Some(1000),
-            wrappers: Vec::new(),
-        }),
-    );
+    let owner = OwnerSpec::Pid(PidOwner { pid: 11 });
+    let register = registration(Some("s"), owner, Some(OnEnd::Terminate), Some(1000));
+    let registered = f.ask(ALICE, register);
     session_of(registered, "register with on_end terminate");
     let mut batches = f.subscribe();
     f.proc.kill(11);
@@ -506,10 +510,10 @@ async fn an_owner_on_another_machine_times_out_unless_touched() {
     assert_eq!(f.session(ALICE.uid, "remote").phase, Phase::Active);
     let touched = f.ask(
         ALICE,
-        Request::Touch(request::Touch {
+        request::Touch {
             session: "remote".into(),
             uid: None,
-        }),
+        },
     );
     session_of(touched, "touch");
 
@@ -536,22 +540,14 @@ async fn the_cleanup_policy_is_set_at_creation_and_bad_values_change_nothing() {
     let mut f = fixture().await;
     f.proc.spawn(11, ALICE.uid);
     let register = |on_end, grace_ms| {
-        Request::Register(request::Register {
-            session: Some("s".into()),
-            uid: None,
-            owner: OwnerSpec::Pid(PidOwner { pid: 11 }),
-            pending: false,
-            labels: BTreeMap::new(),
-            on_end,
-            grace_ms,
-            wrappers: Vec::new(),
-        })
+        let owner = OwnerSpec::Pid(PidOwner { pid: 11 });
+        registration(Some("s"), owner, on_end, grace_ms)
     };
     let too_long = f.ask(
         ALICE,
         register(Some(OnEnd::Terminate), Some(MAX_GRACE_MS + 1)),
     );
-    let message = too_long.error.as_ref().map(|e| e.message.clone());
+    let message = too_long.as_ref().err().map(|e| e.message.clone());
     assert_eq!(error_of(too_long), ErrorCode::InvalidRequest);
     assert!(
         message.as_deref().is_some_and(|m| m.contains("grace_ms")),
@@ -577,7 +573,7 @@ async fn the_cleanup_policy_is_set_at_creation_and_bad_values_change_nothing() {
         "a later turn may repeat it",
     );
     let changed = f.ask(ALICE, register(Some(OnEnd::Leave), None));
-    let message = changed.error.as_ref().map(|e| e.message.clone());
+    let message = changed.as_ref().err().map(|e| e.message.clone());
     assert_eq!(error_of(changed), ErrorCode::InvalidRequest);
     assert!(
         message
@@ -595,7 +591,7 @@ async fn the_cleanup_policy_is_set_at_creation_and_bad_values_change_nothing() {
         (OnEnd::Leave, DEFAULT_GRACE_MS)
     );
 }
-/// Sends a `lock_acquire` as a connection would; the reply comes on the receiver, at once
+/// Sends a `lock_acquire` as a connection would; the answer comes on the receiver, at once
 /// or, for one that waits, when it is granted or fails.
 fn acquire(
     f: &mut Fixture,
@@ -603,63 +599,59 @@ fn acquire(
     session: &str,
     name: &str,
     wait: bool,
-) -> oneshot::Receiver<Reply> {
-    let (reply, answer) = oneshot::channel();
-    let request = Request::LockAcquire(request::LockAcquire {
+) -> oneshot::Receiver<Result<Lock, ErrorBody>> {
+    let request = request::LockAcquire {
         name: name.into(),
         session: session.into(),
         uid: None,
         wait,
         timeout_ms: None,
-    });
-    f.engine.handle(Command::Request {
-        caller,
-        request: Box::new(request),
-        fds: Vec::new(),
-        reply,
-    });
-    answer
+    };
+    let answer = match f.ask(caller, request) {
+        Ok(Acquire::Queued(queued)) => return queued.grant,
+        Ok(Acquire::Held(lock)) => Ok(lock),
+        Err(error) => Err(error),
+    };
+    let (reply, answered) = oneshot::channel();
+    let _ = reply.send(answer);
+    answered
 }
 
 /// The token of a granted lock, which must have been answered already.
-fn token_of(answer: &mut oneshot::Receiver<Reply>, what: &str) -> u64 {
+fn token_of(answer: &mut oneshot::Receiver<Result<Lock, ErrorBody>>, what: &str) -> u64 {
     match answer.try_recv() {
-        Ok(Reply {
-            ok: true,
-            lock: Some(lock),
-            ..
-        }) => lock.token,
+        Ok(Ok(lock)) => lock.token,
         other => panic!("{what}: the lock should be granted, got {other:?}"),
     }
 }
 
-fn release(f: &mut Fixture, caller: Caller, session: &str, name: &str) -> Reply {
+fn release(f: &mut Fixture, caller: Caller, session: &str, name: &str) -> Result<Lock, ErrorBody> {
     let (name, session) = (name.into(), session.into());
     f.ask(
         caller,
-        Request::LockRelease(request::LockRelease {
+        request::LockRelease {
             name,
             session,
             uid: None,
-        }),
+        },
     )
 }
 
 /// What `lock_list` answers `caller`: the locks from the store, the waiters from the engine.
-fn locks(f: &mut Fixture, caller: Caller) -> Vec<liveness_common::lock::Lock> {
+fn locks(f: &mut Fixture, caller: Caller) -> Vec<Lock> {
     let reader = crate::store::EventReader::open(f.db.path().join("liveness.db")).unwrap();
     let query = crate::store::LockQuery {
         uid: caller.namespace(None).unwrap(),
         after: None,
         limit: usize::MAX,
     };
-    let waiting = f.engine.waiting();
+    let waiting = f.engine.locks.waiting();
     let locks = reader.locks(&query).unwrap().locks;
     locks
         .into_iter()
         .map(|lock| {
             let waiters = waiting.get(&(lock.uid, lock.name.clone())).copied();
-            liveness_common::lock::Lock {
+            Lock {
                 waiters: waiters.unwrap_or(0),
                 ..lock
             }
@@ -694,7 +686,7 @@ async fn waiters_get_a_lock_in_order_as_it_is_released_or_its_holder_dies() {
     );
 
     assert!(
-        release(&mut f, ALICE, "s11", "build").ok,
+        release(&mut f, ALICE, "s11", "build").is_ok(),
         "the holder releases"
     );
     let second = token_of(&mut second, "first in line, on release");
@@ -734,11 +726,14 @@ async fn a_pending_sessions_lock_is_freed_when_it_expires_and_its_waiters_leave_
     let mut waiter = acquire(&mut f, ALICE, "waiter", "worktree", true);
     let ended = f.ask(
         ALICE,
-        Request::End(request::End {
-            session: "quitter".into(),
-            uid: None,
-            terminate: false,
-        }),
+        End {
+            request: request::End {
+                session: "quitter".into(),
+                uid: None,
+                terminate: false,
+            },
+            survivors: None,
+        },
     );
     session_of(ended, "end");
     assert_eq!(
@@ -774,15 +769,15 @@ async fn lock_names_are_per_user_and_no_user_releases_anothers() {
 
     let named = f.ask(
         BOB,
-        Request::LockRelease(request::LockRelease {
+        request::LockRelease {
             name: "build".into(),
             session: "s".into(),
             uid: Some(ALICE.uid),
-        }),
+        },
     );
     assert_eq!(error_of(named), ErrorCode::Forbidden);
     assert!(
-        release(&mut f, BOB, "s", "build").ok,
+        release(&mut f, BOB, "s", "build").is_ok(),
         "bob releases his own"
     );
     assert_eq!(
@@ -814,14 +809,14 @@ async fn a_pending_waiter_renamed_while_it_waits_gets_the_lock_under_its_real_id
     let mut waiter = acquire(&mut f, ALICE, &pending.id, "l", true);
     let renamed = f.ask(
         ALICE,
-        Request::Rename(request::Rename {
+        request::Rename {
             session: pending.id.clone(),
             to: "real".into(),
             uid: None,
-        }),
+        },
     );
     session_of(renamed, "rename");
-    assert!(release(&mut f, ALICE, "holder", "l").ok);
+    assert!(release(&mut f, ALICE, "holder", "l").is_ok());
     token_of(&mut waiter, "granted after the rename");
     assert_eq!(locks(&mut f, ALICE)[0].session, "real");
 }

@@ -10,21 +10,16 @@
 //! what was found for a tree forgotten meanwhile is dropped when it arrives.
 
 use liveness_common::identity::{Identity, ProcessKey};
-use liveness_common::protocol::{ErrorBody, MemberProcess, Reply};
-use liveness_common::session::{Phase, Session, Survivors};
-use liveness_proc::identity::ProcRoot;
+use liveness_common::session::Survivors;
 
 use std::collections::HashSet;
 use std::sync::PoisonError;
 use std::time::{Duration, Instant};
 
-use tokio::sync::oneshot;
-
 use super::Engine;
-use super::auth::Caller;
-use super::membership::{TreeView, kernel_entries_of, write_members};
+use super::membership::{kernel_entries_of, write_members};
 use crate::offload::offload;
-use crate::source::members_map::{KernelMember, MembersMap};
+use crate::source::members_map::KernelMember;
 use crate::store::Member;
 
 /// How long one turn of the engine may spend on tree work: what a death that arrives
@@ -33,6 +28,15 @@ const TREE_SLICE: Duration = Duration::from_micros(200);
 /// One slice of tree work at most this often: the engine's thread spends at most a fifth
 /// of its time on it, and stays a thread the scheduler wakes at once.
 pub(super) const TREE_PERIOD: Duration = Duration::from_millis(1);
+
+/// An answer that waits for the walk of its session's tree: what sends it.
+pub(super) struct Parked(pub(super) Box<dyn FnOnce() + Send>);
+
+impl std::fmt::Debug for Parked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Parked")
+    }
+}
 
 /// Why a tree is followed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,14 +106,12 @@ impl Engine {
         });
     }
 
-    /// Sends `answer`, or keeps it until the walk of the tree of the session it names is
+    /// Sends an answer (runs `send`) at once, or once the walk of the tree of `root` is
     /// done, if one is under way.
-    pub(super) fn answer(&mut self, reply: oneshot::Sender<Reply>, answer: Reply) {
-        let root = answer.session.as_ref().map(|session| session.owner.key());
+    pub(super) fn answer(&mut self, root: Option<ProcessKey>, send: Parked) {
         match root.and_then(|root| self.walking.get_mut(&root)) {
-            Some(waiting) => waiting.push((reply, answer)),
-            // The client may have gone; its reply has nowhere to go.
-            None => drop(reply.send(answer)),
+            Some(waiting) => waiting.push(send),
+            None => (send.0)(),
         }
     }
 
@@ -179,8 +181,8 @@ impl Engine {
             });
             self.tree_work.extend(entries.map(TreeWork::Unlink));
         }
-        for (reply, answer) in self.walking.remove(&root).unwrap_or_default() {
-            let _ = reply.send(answer);
+        for send in self.walking.remove(&root).unwrap_or_default() {
+            (send.0)();
         }
     }
 
@@ -317,49 +319,5 @@ impl Engine {
             .iter()
             .map(|owner| here(owner).then(|| found.next()).flatten())
             .collect()
-    }
-
-    /// What `processes` reads: the session a request names and, for an ACTIVE one of this
-    /// boot, its tree as known now. The reading itself is [`processes_of`]'s, off the engine.
-    pub(super) fn tree_of(
-        &self,
-        caller: Caller,
-        session: &str,
-        uid: Option<u32>,
-    ) -> Result<(Session, Option<TreeView>), ErrorBody> {
-        let found = self.addressed(caller, session, uid)?;
-        let view = (found.owner.boot_id == self.local.boot_id && found.phase == Phase::Active)
-            .then(|| self.membership.view(found.owner.key()));
-        Ok((found, view))
-    }
-}
-
-/// The reply to `processes`: the live members of `tree`, which `session` owns, read in
-/// `/proc` and through `kernel` (a handle of the members map). Its cost is the tree's, so
-/// it never runs on the engine.
-pub fn processes_of(
-    session: Session,
-    tree: Option<TreeView>,
-    kernel: Option<&MembersMap>,
-    proc: &ProcRoot,
-) -> Reply {
-    let members = tree.map_or_else(Vec::new, |tree| tree.live_members(kernel, proc));
-    let now_ticks = proc.uptime_ticks();
-    let processes = members
-        .into_iter()
-        .filter_map(|identity| {
-            let stat = proc.stat(identity.pid).ok()?;
-            Some(MemberProcess {
-                owner: identity.same_process(&session.owner),
-                ppid: stat.ppid,
-                cmdline: proc.cmdline(identity.pid).unwrap_or_default(),
-                age_ms: now_ticks.saturating_sub(identity.start_ticks) * 10,
-                identity,
-            })
-        })
-        .collect();
-    Reply {
-        processes: Some(processes),
-        ..Reply::with_session(session)
     }
 }

@@ -19,17 +19,20 @@ use std::time::Duration;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
+use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::task::JoinSet;
 
+mod locks;
 mod reads;
+mod reply;
 
 use reads::Answer;
 pub use reads::Readers;
+use reply::IntoReply;
 
 use crate::closer::{CloseOnDrop, Closer};
-use crate::engine::{Caller, Command, Published, Subscription};
-use crate::fdpass::{FdReader, Passed};
+use crate::engine::{Ask, Caller, Command, Handle, Op, Published, Subscribe, Subscription};
+use crate::fdpass::FdReader;
 use crate::limits::{ConnectionSlot, Limits};
 use crate::store::{EventFilter, EventPage, EventReader, StoredEvent};
 use liveness_common::protocol::{
@@ -68,7 +71,7 @@ enum ConnectionError {
 /// Serves clients until `shutdown` turns true, then says goodbye to each and returns.
 pub async fn serve(
     listener: UnixListener,
-    engine: mpsc::Sender<Command>,
+    engine: Handle,
     readers: Readers,
     limits: Arc<Limits>,
     mut shutdown: watch::Receiver<bool>,
@@ -348,33 +351,28 @@ async fn client_closed<R: AsyncBufRead + Unpin>(reader: &mut R) {
     }
 }
 
-/// A `lock_acquire` with `wait`.
-#[derive(Debug)]
-struct WaitingAcquire {
-    name: String,
-    session: String,
-    uid: Option<u32>,
-    timeout_ms: Option<u64>,
+/// Whether a subscriber's cursor is void here: it is above the head, or it names another
+/// store. Seqs are never reused within one store, so either means the database was
+/// replaced, and skipping every seq up to the cursor would lose events.
+fn reset(wanted: &request::Subscribe, head: u64, store_id: &str) -> bool {
+    wanted.since.is_some_and(|since| {
+        since > head || wanted.store_id.as_deref().is_some_and(|id| id != store_id)
+    })
 }
 
-/// What a `subscribe` asked for.
-#[derive(Debug)]
-struct Wanted {
-    since: Option<u64>,
-    store_id: Option<String>,
-    session: Option<String>,
-    uid: Option<u32>,
-}
-
-impl Wanted {
-    /// Whether the subscriber's cursor is void here: it is above the head, or it names
-    /// another store. Seqs are never reused within one store, so either means the database
-    /// was replaced, and skipping every seq up to the cursor would lose events.
-    fn reset(&self, head: u64, store_id: &str) -> bool {
-        self.since.is_some_and(|since| {
-            since > head || self.store_id.as_deref().is_some_and(|id| id != store_id)
-        })
-    }
+/// Asks the engine `op` in one of the caller's turns (`turn`).
+async fn ask<O: Op>(
+    turn: impl Future<Output = Option<OwnedSemaphorePermit>>,
+    engine: &Handle,
+    caller: Caller,
+    op: O,
+) -> Answer
+where
+    Command: From<Ask<O>>,
+    O::Answer: IntoReply,
+{
+    let _turn = turn.await;
+    engine.ask(caller, op).await.into()
 }
 
 struct Connection {
@@ -382,7 +380,7 @@ struct Connection {
     closer: Closer,
     /// Dropped after the connection's own halves (see [`serve`]).
     _last_close: Option<CloseOnDrop>,
-    engine: mpsc::Sender<Command>,
+    engine: Handle,
     readers: Readers,
     limits: Arc<Limits>,
     /// This connection's place under its uid's limits, freed when it closes.
@@ -400,94 +398,6 @@ impl Connection {
             }
             Ok(()) => {}
         }
-    }
-
-    /// Asks the engine, with the descriptors that came with the request.
-    async fn ask(&self, caller: Caller, request: Request, fds: Vec<Passed>) -> Reply {
-        let (reply_tx, reply_rx) = oneshot::channel();
-        let command = Command::Request {
-            caller,
-            request: Box::new(request),
-            fds,
-            reply: reply_tx,
-        };
-        match self.engine.send(command).await {
-            Ok(()) => reply_rx.await.unwrap_or_else(|_| {
-                Reply::error(ErrorCode::ShuttingDown, "the daemon is stopping")
-            }),
-            Err(_) => Reply::error(ErrorCode::ShuttingDown, "the daemon is stopping"),
-        }
-    }
-
-    /// A `lock_acquire` that waits. The uid's request turn is given back once the engine
-    /// has the request, as waiting holds up nothing of the engine's; the timeout runs here;
-    /// a client that closes the connection leaves the queue (`None`: nobody to answer).
-    async fn wait_for_lock(
-        &mut self,
-        caller: Caller,
-        request: WaitingAcquire,
-        turn: Option<OwnedSemaphorePermit>,
-        reader: &mut BufReader<FdReader>,
-    ) -> Option<Reply> {
-        let WaitingAcquire {
-            name,
-            session,
-            uid,
-            timeout_ms,
-        } = request;
-        let shutting_down = || Reply::error(ErrorCode::ShuttingDown, "the daemon is stopping");
-        let (reply_tx, mut reply_rx) = oneshot::channel();
-        let command = Command::Request {
-            caller,
-            request: Box::new(Request::LockAcquire(request::LockAcquire {
-                name: name.clone(),
-                session,
-                uid,
-                wait: true,
-                timeout_ms,
-            })),
-            fds: Vec::new(),
-            reply: reply_tx,
-        };
-        if self.engine.send(command).await.is_err() {
-            return Some(shutting_down());
-        }
-        drop(turn);
-        let deadline = async {
-            match timeout_ms {
-                Some(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
-                None => std::future::pending().await,
-            }
-        };
-        let client_left = tokio::select! {
-            biased;
-            reply = &mut reply_rx => return Some(reply.unwrap_or_else(|_| shutting_down())),
-            () = deadline => false,
-            () = client_closed(reader) => true,
-            () = stopping(&mut self.shutdown) => false,
-        };
-        // No grant can arrive after this; one that arrived meanwhile is taken.
-        reply_rx.close();
-        let granted = reply_rx.try_recv().ok();
-        if !client_left {
-            return Some(granted.unwrap_or_else(|| match timeout_ms {
-                Some(ms) if !*self.shutdown.borrow() => Reply::error(
-                    ErrorCode::LockHeld,
-                    format!("lock {name:?} is still held after waiting {ms} ms"),
-                ),
-                _ => shutting_down(),
-            }));
-        }
-        // Granted to a client that is gone: nobody knows the token, so it is given back.
-        if let Some(lock) = granted.and_then(|reply| reply.lock) {
-            let release = Request::LockRelease(request::LockRelease {
-                name: lock.name,
-                session: lock.session,
-                uid: Some(lock.uid),
-            });
-            self.ask(caller, release, Vec::new()).await;
-        }
-        None
     }
 
     async fn serve(mut self, caller: Caller, stream: UnixStream) -> Result<(), ConnectionError> {
@@ -536,80 +446,60 @@ impl Connection {
                     }
                 },
             };
-            if let Request::Subscribe(request::Subscribe {
-                since,
-                store_id,
-                session,
-                uid,
-            }) = envelope.request
-            {
-                let wanted = Wanted {
-                    since,
-                    store_id,
-                    session,
-                    uid,
-                };
-                // Every reply so far was flushed: the buffer being replaced is empty.
-                let write = BufWriter::with_capacity(STREAM_BUFFER, write.into_inner());
-                return self
-                    .stream(caller, envelope.id, wanted, reader, write)
-                    .await;
-            }
-            let turn = self.limits.request_turn(&self.slot).await;
             let id = envelope.id;
-            let answer = match envelope.request {
-                Request::List(request::List {
-                    phase,
-                    limit,
-                    after,
-                }) => self.readers.list(id, caller, phase, limit, after).await,
-                Request::LockList(request::LockList { uid, limit, after }) => {
-                    (self.readers)
-                        .lock_list(id, &self.engine, caller, uid, limit, after)
-                        .await
+            // Every request but a subscription is served in one of its uid's turns.
+            let (limits, slot) = (&self.limits, &self.slot);
+            let turn = || limits.request_turn(slot);
+            let (engine, readers) = (&self.engine, &self.readers);
+            let answer: Answer = match envelope.request {
+                Request::Subscribe(request) => {
+                    // Every reply so far was flushed: the buffer being replaced is empty.
+                    let write = BufWriter::with_capacity(STREAM_BUFFER, write.into_inner());
+                    return self.stream(caller, id, request, reader, write).await;
                 }
-                Request::Whose(request::Whose { pid }) => {
-                    let reply = self.readers.whose(&self.engine, caller, pid).await;
-                    Reply { id, ..reply }.into()
+                Request::List(request) => {
+                    let _turn = turn().await;
+                    readers.list(id.clone(), caller, request).await
                 }
-                Request::End(request::End {
-                    session,
-                    uid,
-                    terminate,
-                }) => {
-                    let reply = (self.readers)
-                        .end(&self.engine, caller, session, uid, terminate)
-                        .await;
-                    Reply { id, ..reply }.into()
+                Request::LockList(request) => {
+                    let _turn = turn().await;
+                    readers.lock_list(id.clone(), engine, caller, request).await
                 }
-                Request::Processes(request::Processes { session, uid }) => {
-                    (self.readers)
-                        .processes(id, &self.engine, caller, session, uid)
-                        .await
+                Request::Processes(request) => {
+                    let _turn = turn().await;
+                    readers.processes(id.clone(), engine, caller, request).await
                 }
-                Request::LockAcquire(request::LockAcquire {
-                    name,
-                    session,
-                    uid,
-                    wait: true,
-                    timeout_ms,
-                }) => {
-                    let request = WaitingAcquire {
-                        name,
-                        session,
-                        uid,
-                        timeout_ms,
-                    };
-                    match self.wait_for_lock(caller, request, turn, &mut reader).await {
-                        Some(reply) => Reply { id, ..reply }.into(),
+                Request::Whose(request) => {
+                    let _turn = turn().await;
+                    readers.whose(engine, caller, request).await.into()
+                }
+                Request::End(request) => {
+                    let _turn = turn().await;
+                    readers.end(engine, caller, request).await.into()
+                }
+                Request::LockAcquire(request) => {
+                    let turn = turn().await;
+                    let shutdown = &mut self.shutdown;
+                    let acquired =
+                        locks::acquire(engine, caller, request, turn, &mut reader, shutdown);
+                    match acquired.await {
+                        Some(acquired) => acquired.into(),
                         None => return Ok(()),
                     }
                 }
-                request => Reply {
-                    id,
-                    ..self.ask(caller, request, fds).await
+                Request::Register(request) => {
+                    let register = crate::engine::Register { request, fds };
+                    ask(turn(), engine, caller, register).await
                 }
-                .into(),
+                Request::Rename(request) => ask(turn(), engine, caller, request).await,
+                Request::Touch(request) => ask(turn(), engine, caller, request).await,
+                Request::Get(request) => ask(turn(), engine, caller, request).await,
+                Request::Status(request) => ask(turn(), engine, caller, request).await,
+                Request::LockRelease(request) => ask(turn(), engine, caller, request).await,
+            };
+            let answer = match answer {
+                Answer::Reply(reply) => Answer::Reply(Box::new(Reply { id, ..*reply })),
+                line => line,
             };
             match answer {
                 Answer::Reply(reply) => write_json(&mut write, &reply).await?,
@@ -622,7 +512,7 @@ impl Connection {
         mut self,
         caller: Caller,
         id: Option<serde_json::Value>,
-        wanted: Wanted,
+        wanted: request::Subscribe,
         mut reader: BufReader<FdReader>,
         mut write: BufWriter<OwnedWriteHalf>,
     ) -> Result<(), ConnectionError> {
@@ -630,22 +520,15 @@ impl Connection {
             Ok(creator_uid) => creator_uid,
             Err(error) => return write_json(&mut write, &Reply { id, ..error.into() }).await,
         };
-        let (reply_tx, reply_rx) = oneshot::channel();
-        let command = Command::Subscribe { reply: reply_tx };
-        let subscription = match self.engine.send(command).await {
-            Ok(()) => reply_rx.await.ok(),
-            Err(_) => None,
-        };
-        let Some(Subscription {
+        let Subscription {
             head,
             store_id,
             mut batches,
-        }) = subscription
-        else {
-            let reply = Reply::error(ErrorCode::ShuttingDown, "the daemon is stopping");
-            return write_json(&mut write, &Reply { id, ..reply }).await;
+        } = match self.engine.ask(caller, Subscribe).await {
+            Ok(subscription) => subscription,
+            Err(error) => return write_json(&mut write, &Reply { id, ..error.into() }).await,
         };
-        let reset = wanted.reset(head, &store_id);
+        let reset = reset(&wanted, head, &store_id);
         // Without `since`, the stream starts now: nothing is replayed. After a reset,
         // everything is.
         let since = match (reset, wanted.since) {
