@@ -6,10 +6,10 @@
 
 use std::time::Duration;
 
-use tokio::io::AsyncBufRead;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 
-use super::{client_closed, stopping};
+use super::framing::Requests;
+use super::stopping;
 use crate::engine::{Acquire, Caller, Handle, Queued, stopping as shutting_down};
 use liveness_common::lock::Lock;
 use liveness_common::protocol::{ErrorBody, ErrorCode};
@@ -17,12 +17,12 @@ use liveness_common::request;
 
 /// Acquires a lock for `caller`, waiting if the request says so. `None`: the client left
 /// while waiting, and there is nobody to answer.
-pub(super) async fn acquire<R: AsyncBufRead + Unpin>(
+pub(super) async fn acquire(
     engine: &Handle,
     caller: Caller,
     request: request::LockAcquire,
     turn: Option<OwnedSemaphorePermit>,
-    reader: &mut R,
+    requests: &mut Requests,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Option<Result<Lock, ErrorBody>> {
     let (name, timeout_ms) = (request.name.clone(), request.timeout_ms);
@@ -42,7 +42,7 @@ pub(super) async fn acquire<R: AsyncBufRead + Unpin>(
         biased;
         granted = &mut grant => return Some(granted.unwrap_or_else(|_| Err(shutting_down()))),
         () = deadline => false,
-        () = client_closed(reader) => true,
+        () = requests.closed() => true,
         () = stopping(shutdown) => false,
     };
     // No grant can arrive after this; one that arrived meanwhile is taken.

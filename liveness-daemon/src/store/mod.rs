@@ -201,15 +201,6 @@ pub struct Member {
     pub comm: String,
 }
 
-/// Which events a replay returns.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct EventFilter<'a> {
-    /// Only events written under this session id.
-    pub session: Option<&'a str>,
-    /// Only events of sessions registered by this uid.
-    pub creator_uid: Option<u32>,
-}
-
 /// One stored event: its seq and its JSON body as sent to subscribers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredEvent {
@@ -236,6 +227,7 @@ mod members;
 mod reader;
 mod reaps;
 mod recovery;
+mod replay;
 mod rows;
 mod schema;
 mod writer;
@@ -244,6 +236,7 @@ pub use checkpoint::Checkpointer;
 pub use locks::{Acquired, LockPage, LockQuery, MAX_LOCKS_PER_SESSION};
 pub use reader::{EventReader, ListQuery, SessionPage};
 pub use recovery::Recovered;
+pub use replay::{EventFilter, ReplayPage};
 pub use writer::{SEQ_JUMP_AFTER_POWER_LOSS, Store};
 
 #[cfg(test)]

@@ -1,10 +1,11 @@
 //! Row mapping and the statements the writer and the readers share.
 
 use super::locks::release_locks_of;
+use super::replay::EVENTS_AFTER;
 use super::{Ending, EventFilter, EventPage, MAX_ID_LEN, SESSION_COLUMNS, StoreError, StoredEvent};
 use liveness_common::identity::Identity;
 use liveness_common::session::{Event, EventKind, OnEnd, Phase, Session};
-use rusqlite::{Connection, Row, params};
+use rusqlite::{Connection, Row, named_params, params};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -365,13 +366,14 @@ pub(super) fn events_after(
         })
     };
     let events = tx
-        .prepare_cached(
-            "SELECT seq, body FROM events WHERE seq > ?1 \
-             AND (?3 IS NULL OR session = ?3) AND (?4 IS NULL OR creator_uid = ?4) \
-             ORDER BY seq LIMIT ?2",
-        )?
+        .prepare_cached(&EVENTS_AFTER)?
         .query_map(
-            params![since, limit, filter.session, filter.creator_uid],
+            named_params! {
+                ":since": since,
+                ":limit": limit,
+                ":session": filter.session,
+                ":creator_uid": filter.creator_uid,
+            },
             row,
         )?
         .collect::<Result<_, _>>()?;
