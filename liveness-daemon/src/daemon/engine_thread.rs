@@ -11,8 +11,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::StartError;
 use crate::engine::{EndMetrics, Engine, EngineConfig, EngineError, Handle};
-use crate::source::members_map::MembersMap;
 use crate::source::monitor::{Monitor, MonitorConfig};
+use crate::source::tree_map::TreeMap;
 use crate::store::Store;
 use liveness_common::exit::DetectedBy;
 use liveness_common::status::DaemonInfo;
@@ -38,7 +38,7 @@ pub struct EngineStart {
 pub struct EngineThread {
     pub engine: Handle,
     pub sources: Vec<DetectedBy>,
-    pub members: Option<Arc<MembersMap>>,
+    pub members: Option<Arc<TreeMap>>,
     pub end_metrics: EndMetrics,
     pub done: oneshot::Receiver<Result<(), EngineError>>,
     /// Ends after `done` resolved, or once the engine was told to stop.
@@ -46,7 +46,7 @@ pub struct EngineThread {
 }
 
 /// What the thread reports once the engine is built, or why it could not be.
-type Ready = Result<(Vec<DetectedBy>, Option<Arc<MembersMap>>, EndMetrics), StartError>;
+type Ready = Result<(Vec<DetectedBy>, Option<Arc<TreeMap>>, EndMetrics), StartError>;
 
 impl EngineThread {
     /// Starts the exit sources and the engine on a new thread, which runs the engine until
@@ -81,7 +81,7 @@ impl EngineThread {
                         }
                     };
                     let sources = engine.active_sources();
-                    let shared = (sources, engine.members_reader(), engine.end_metrics());
+                    let shared = (sources, engine.tree_reader(), engine.end_metrics());
                     if ready_tx.send(Ok(shared)).is_err() {
                         return;
                     }

@@ -11,20 +11,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::mpsc;
-use tokio::task::JoinSet;
-
 use crate::limits::{Limits, SessionUsage};
-use crate::reap::Reaper;
-use crate::source::members_map::MembersMap;
 use crate::source::monitor::Monitor;
+use crate::source::tree_map::TreeMap;
 use crate::store::{ListQuery, Store, StoreError};
-use liveness_common::identity::ProcessKey;
 use liveness_common::protocol::{ErrorBody, ErrorCode};
 use liveness_common::session::Phase;
 use liveness_common::status::{Counters, DaemonInfo};
 use liveness_proc::identity::{IdentityError, ProcRoot};
-use membership::Membership;
 
 mod actor;
 mod auth;
@@ -33,12 +27,12 @@ mod eventlog;
 mod hops;
 mod housekeeping;
 mod locks;
-pub mod membership;
 mod op;
 mod owner_checks;
-mod reaping;
+mod reaps;
 mod retry;
-mod trees;
+mod subscribers;
+mod tree;
 
 #[cfg(test)]
 mod tests;
@@ -46,11 +40,11 @@ mod tests;
 pub use auth::Caller;
 pub use end_metrics::EndMetrics;
 pub use locks::{Acquire, Queued};
-pub use membership::TreeView;
 pub use op::{
     Ask, Command, End, Found, Handle, Link, Op, Register, Registered, Subscribe, Subscription,
     Tree, Waiting, Whose, ancestry, stopping,
 };
+pub use tree::TreeView;
 
 /// Most exits committed in one transaction when they arrive together.
 const MAX_BATCH: usize = 1024;
@@ -135,6 +129,8 @@ pub enum EngineError {
     Store(#[from] StoreError),
 }
 
+/// The engine: the order of what happens (commit, then publish, then the effects), over
+/// concerns that each own their state and are handed the store they need.
 #[derive(Debug)]
 pub struct Engine {
     store: Store,
@@ -143,41 +139,23 @@ pub struct Engine {
     local: Local,
     /// The store's identity, for status and subscriptions.
     store_id: String,
-    /// Each subscriber's queue; the connection applies its own filter.
-    subscribers: Vec<mpsc::Sender<Batch>>,
+    subscribers: subscribers::Subscribers,
     /// Deaths and reap outcomes not yet committed because the store failed; retried every
     /// [`RETRY_PERIOD`]. Nothing reports them again, so they must not be dropped.
-    uncommitted: retry::Uncommitted,
+    retries: retry::Retries,
     counters: Counters,
     /// Active sessions and label bytes per uid, for the registration limits.
     usage: SessionUsage,
     started: Instant,
-    last_prune: Option<Instant>,
+    housekeeping: housekeeping::Housekeeping,
     /// Facts status reports about the daemon itself (paths, versions).
     about: DaemonInfo,
     /// Requests waiting for a lock.
     locks: locks::Locks,
     /// The process trees of tracked owners.
-    membership: Membership,
-    /// A handle of the kernel's members map for reading trees off the engine (connections'
-    /// `processes`, reaps).
-    members_reader: Option<Arc<MembersMap>>,
-    reaper: Reaper,
-    /// Tree work found off the engine, done a chunk at a time (see [`trees`]).
-    tree_work: std::collections::VecDeque<trees::TreeWork>,
-    /// Walks of `/proc` and of the kernel map under way, off the engine.
-    tree_walks: JoinSet<Vec<trees::TreeWork>>,
-    /// A refresh of the trees is under way (walking, or its findings queued).
-    refreshing: bool,
-    /// A handle of the kernel's members map for the walks off the engine to write with.
-    members_writer: Option<Arc<std::sync::Mutex<MembersMap>>>,
-    /// Trees being walked off the engine, with the answers that wait for their walk.
-    walking: std::collections::HashMap<ProcessKey, Vec<trees::Parked>>,
-    /// Members to persist at the next refresh (`None`: to forget).
-    unsaved_members: std::collections::HashMap<ProcessKey, Option<crate::store::Member>>,
-    /// Sessions' surviving processes being terminated: each task waits out a grace period
-    /// and returns what it did, for the engine to commit.
-    reaps: JoinSet<reaping::ReapDone>,
+    trees: tree::Trees,
+    /// Sessions' surviving processes being terminated.
+    reaps: reaps::Reaps,
     /// With `--trace-hops` only.
     hops: Option<hops::HopTrace>,
     /// Owners registered within the last second, to warn of those that die at once.
@@ -239,49 +217,38 @@ impl Engine {
             ..ListQuery::default()
         })?;
         let usage = SessionUsage::new(*config.limits.config(), active.sessions, store.locks(None)?);
-        let reaper = Reaper::new(config.proc.clone());
         if store.begin_run(&local.boot_id)? {
             tracing::warn!(
                 jump = crate::store::SEQ_JUMP_AFTER_POWER_LOSS,
                 "the last run, on another boot, did not stop cleanly: event seqs skip ahead so none is reused"
             );
         }
-        let membership = Membership::new(
+        let trees = tree::Trees::new(
             config.proc.clone(),
-            monitor.take_members_map(),
+            monitor.take_tree_map(),
             local.boot_id.clone(),
             local.host.clone(),
         );
         Ok(Engine {
-            members_reader: membership.kernel_reader().map(Arc::new),
-            members_writer: membership
-                .kernel_writer()
-                .map(|writer| Arc::new(std::sync::Mutex::new(writer))),
-            membership,
+            trees,
+            reaps: reaps::Reaps::new(config.proc.clone(), local.boot_id.clone()),
             hops: config.trace_hops.then(hops::HopTrace::default),
             fresh_owners: owner_checks::FreshOwners::default(),
             unlogged: eventlog::Deferred::default(),
             end_metrics: EndMetrics::default(),
+            subscribers: subscribers::Subscribers::new(config.subscriber_queue),
             store,
             monitor,
             config,
             local,
             store_id,
-            subscribers: Vec::new(),
-            uncommitted: retry::Uncommitted::default(),
+            retries: retry::Retries::default(),
             counters: Counters::default(),
             usage,
             started: Instant::now(),
-            last_prune: None,
+            housekeeping: housekeeping::Housekeeping::default(),
             about,
             locks: locks::Locks::default(),
-            reaper,
-            reaps: JoinSet::new(),
-            tree_work: std::collections::VecDeque::new(),
-            tree_walks: JoinSet::new(),
-            refreshing: false,
-            unsaved_members: std::collections::HashMap::new(),
-            walking: std::collections::HashMap::new(),
         })
     }
 
@@ -290,9 +257,9 @@ impl Engine {
         self.monitor.active_sources()
     }
 
-    /// A handle of the kernel's members map, for connections to read trees with.
-    pub fn members_reader(&self) -> Option<Arc<MembersMap>> {
-        self.members_reader.clone()
+    /// A handle of the kernel's tree map, for connections to read trees with.
+    pub fn tree_reader(&self) -> Option<Arc<TreeMap>> {
+        self.trees.reader()
     }
 
     /// The counts of session ends the engine keeps for the metrics listener (shared).

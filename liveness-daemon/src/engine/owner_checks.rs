@@ -6,9 +6,7 @@
 use std::collections::VecDeque;
 
 use liveness_common::identity::{Identity, ProcessKey};
-use liveness_proc::identity::KNOWN_LAUNCHERS;
-
-use super::Engine;
+use liveness_proc::identity::{KNOWN_LAUNCHERS, ProcRoot};
 
 /// An owner that dies sooner than this after its registration was probably not the
 /// program the session is about.
@@ -47,20 +45,18 @@ impl FreshOwners {
     }
 }
 
-impl Engine {
-    /// A warning when `owner: "auto"` stopped at a known launcher.
-    pub(super) fn launcher_warning(&self, owner: &Identity) -> Option<String> {
-        let program = self.config.proc.program_name(owner.pid);
-        let name = [Some(owner.comm.as_str()), program.as_deref()]
-            .into_iter()
-            .flatten()
-            .find(|name| KNOWN_LAUNCHERS.contains(name))?;
-        Some(format!(
-            "the owner found is {name}[{}], a launcher: the session ends when it exits. If it \
-             runs the real owner, skip it with `--wrapper {name}` (or `livenessd --wrapper {name}`)",
-            owner.pid
-        ))
-    }
+/// A warning when `owner: "auto"` stopped at a known launcher.
+pub(super) fn launcher_warning(proc: &ProcRoot, owner: &Identity) -> Option<String> {
+    let program = proc.program_name(owner.pid);
+    let name = [Some(owner.comm.as_str()), program.as_deref()]
+        .into_iter()
+        .flatten()
+        .find(|name| KNOWN_LAUNCHERS.contains(name))?;
+    Some(format!(
+        "the owner found is {name}[{}], a launcher: the session ends when it exits. If it \
+         runs the real owner, skip it with `--wrapper {name}` (or `livenessd --wrapper {name}`)",
+        owner.pid
+    ))
 }
 
 #[cfg(test)]

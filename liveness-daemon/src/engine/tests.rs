@@ -350,7 +350,7 @@ async fn a_death_whose_commit_failed_is_committed_and_published_once_on_retry() 
     f.proc.kill(11);
     f.next_death().await;
     assert_eq!(
-        f.engine.uncommitted.deaths.len(),
+        f.engine.retries.counts().0,
         1,
         "the death is kept for a retry"
     );
@@ -369,13 +369,13 @@ async fn a_death_whose_commit_failed_is_committed_and_published_once_on_retry() 
     // What the loop's retry tick does; the first one still fails.
     f.engine.finalize(Vec::new());
     assert_eq!(
-        f.engine.uncommitted.deaths.len(),
+        f.engine.retries.counts().0,
         1,
         "still kept after a second failure"
     );
     f.engine.store.fail_writes(false).unwrap();
     f.engine.finalize(Vec::new());
-    assert!(f.engine.uncommitted.is_empty(), "committed on the retry");
+    assert!(f.engine.retries.is_empty(), "committed on the retry");
     f.engine.finalize(Vec::new());
 
     let session = f.session(ALICE.uid, "s");
@@ -408,12 +408,12 @@ async fn a_reap_outcome_whose_commit_failed_is_committed_and_published_once_on_r
     let done = f
         .engine
         .reaps
-        .join_next()
+        .finished()
         .await
         .expect("the end started a reap");
-    f.engine.finish_reap(done);
+    f.engine.record_reaps(vec![done]);
     assert_eq!(
-        f.engine.uncommitted.reaps.len(),
+        f.engine.retries.counts().1,
         1,
         "the outcome is kept for a retry"
     );
@@ -427,13 +427,13 @@ async fn a_reap_outcome_whose_commit_failed_is_committed_and_published_once_on_r
     // What the loop's retry tick does; the first one still fails.
     f.engine.retry_commits();
     assert_eq!(
-        f.engine.uncommitted.reaps.len(),
+        f.engine.retries.counts().1,
         1,
         "kept after a second failure"
     );
     f.engine.store.fail_writes(false).unwrap();
     f.engine.retry_commits();
-    assert!(f.engine.uncommitted.is_empty(), "committed on the retry");
+    assert!(f.engine.retries.is_empty(), "committed on the retry");
     f.engine.retry_commits();
 
     assert_eq!(

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::reply::{IntoReply, Processes};
 use crate::engine::{self, Caller, Handle, TreeView, ancestry};
 use crate::offload::offload;
-use crate::source::members_map::MembersMap;
+use crate::source::tree_map::TreeMap;
 use crate::store::{EventReader, ListQuery, LockQuery, StoreError};
 use liveness_common::protocol::{
     DEFAULT_LIST_PAGE, ErrorBody, ErrorCode, MAX_LIST_PAGE, MemberProcess, Reply,
@@ -25,7 +25,7 @@ use liveness_proc::identity::ProcRoot;
 pub struct Readers {
     pub database: PathBuf,
     pub proc: ProcRoot,
-    pub members: Option<Arc<MembersMap>>,
+    pub members: Option<Arc<TreeMap>>,
 }
 
 /// A page's size, checked.
@@ -252,7 +252,7 @@ impl Readers {
 fn processes_of(
     session: &Session,
     tree: Option<TreeView>,
-    kernel: Option<&MembersMap>,
+    kernel: Option<&TreeMap>,
     proc: &ProcRoot,
 ) -> Vec<MemberProcess> {
     let members = tree.map_or_else(Vec::new, |tree| tree.live_members(kernel, proc));

@@ -16,12 +16,12 @@ use liveness_common::identity::{DeathReason, ProcessKey};
 
 pub mod child;
 pub mod ebpf;
-pub mod members_map;
 pub mod monitor;
 pub mod pidfd;
 pub mod procpoll;
 #[cfg(test)]
 pub(crate) mod testutil;
+pub mod tree_map;
 
 /// One source's report that a tracked process died.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -314,7 +314,7 @@ impl Monitor {
     }
 
     /// The eBPF source's map of process-tree members, once, when that source runs.
-    pub fn take_members_map(&mut self) -> Option<super::members_map::MembersMap> {
+    pub fn take_tree_map(&mut self) -> Option<super::tree_map::TreeMap> {
         self.ebpf.as_mut()?.take_members()
     }
 

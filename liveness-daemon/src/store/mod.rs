@@ -223,13 +223,13 @@ pub enum EventPage {
 
 mod checkpoint;
 mod locks;
-mod members;
 mod reader;
 mod reaps;
 mod recovery;
 mod replay;
 mod rows;
 mod schema;
+mod tree;
 mod writer;
 
 pub use checkpoint::Checkpointer;

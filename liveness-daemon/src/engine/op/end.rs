@@ -30,7 +30,7 @@ impl Op for End {
         let existing = addressed(&engine.store, caller, &session, uid)?;
         let survivors = match self.survivors {
             Some((root, survivors)) if root == existing.owner.key() => Some(survivors),
-            _ => engine.survivors_of([&existing.owner]).pop().flatten(),
+            _ => engine.trees.survivors_of([&existing.owner]).pop().flatten(),
         };
         let ending = Ending {
             survivors,
@@ -53,7 +53,7 @@ impl Op for End {
             .cloned();
         engine.publish(events);
         if let Some(ended) = reap {
-            engine.start_reap(&ended);
+            engine.reaps.start(&ended, &engine.store, &engine.trees);
         }
         engine.unwatch_if_unused(&existing.owner);
         stored(&engine.store, existing.creator_uid, &session)

@@ -12,7 +12,7 @@ use std::fmt;
 use tokio::sync::{mpsc, oneshot};
 
 use super::auth::Caller;
-use super::trees::Parked;
+use super::tree::Parked;
 use super::{Engine, store_error};
 use crate::store::{Store, StoreError};
 use liveness_common::protocol::{ErrorBody, ErrorCode};
@@ -46,7 +46,7 @@ pub trait Op: fmt::Debug + Send + 'static {
     fn apply(self, engine: &mut Engine, caller: Caller) -> Result<Self::Answer, ErrorBody>;
 
     /// The session an answer is about: while the tree of its owner is being walked, the
-    /// answer waits for the walk (see [`super::trees`]), so that what the owner forks once
+    /// answer waits for the walk (see [`super::tree`]), so that what the owner forks once
     /// its client has heard back is in the tree.
     fn about(_answer: &Self::Answer) -> Option<&Session> {
         None
@@ -71,7 +71,8 @@ impl<O: Op> Ask<O> {
             .map(|s| s.owner.key());
         let reply = self.reply;
         // The client may have gone; its answer has nowhere to go.
-        engine.answer(root, Parked(Box::new(move || drop(reply.send(answer)))));
+        let send = Parked(Box::new(move || drop(reply.send(answer))));
+        engine.trees.answer(root, send);
     }
 }
 

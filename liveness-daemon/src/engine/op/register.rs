@@ -9,7 +9,8 @@ use liveness_common::session::{DEFAULT_GRACE_MS, MAX_GRACE_MS, OnEnd, Session};
 use liveness_proc::identity::IdentityError;
 
 use super::{Op, stored};
-use crate::engine::trees::Start;
+use crate::engine::owner_checks::launcher_warning;
+use crate::engine::tree::Start;
 use crate::engine::{Caller, Engine, now_ms, store_error};
 use crate::fdpass::Passed;
 use crate::store::NewSession;
@@ -82,7 +83,7 @@ impl Op for Register {
             engine.unwatch_if_unused(&previous);
         }
         let mut warnings = Vec::new();
-        if auto && let Some(warning) = engine.launcher_warning(&owner) {
+        if auto && let Some(warning) = launcher_warning(&engine.config.proc, &owner) {
             warnings.push(warning);
         }
         match engine.watch(&owner, Start::Registration) {

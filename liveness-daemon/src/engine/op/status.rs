@@ -6,7 +6,7 @@ use liveness_common::session::Phase;
 use liveness_common::status::{LimitsStatus, Status};
 
 use super::Op;
-use crate::engine::{Caller, Engine, membership};
+use crate::engine::{Caller, Engine};
 
 impl Op for request::Status {
     type Answer = Status;
@@ -20,15 +20,15 @@ impl Op for request::Status {
             store_id: engine.store_id.clone(),
             active_sessions: store.count(Phase::Active).unwrap_or_default(),
             ended_sessions: store.count(Phase::Ended).unwrap_or_default(),
-            subscribers: engine.subscribers.iter().filter(|q| !q.is_closed()).count() as u64,
-            uncommitted_deaths: engine.uncommitted.deaths.len() as u64,
+            subscribers: engine.subscribers.count(),
+            uncommitted_deaths: engine.retries.counts().0 as u64,
             monitor: engine.monitor.status(),
             counters: engine.counters.clone(),
             limits: LimitsStatus {
                 connections: engine.config.limits.status(),
                 sessions: engine.usage.status(),
             },
-            membership: Some(engine.membership.status(membership::REFRESH_PERIOD)),
+            membership: Some(engine.trees.status()),
         })
     }
 }

@@ -26,12 +26,10 @@ impl Op for Subscribe {
 
     fn apply(self, engine: &mut Engine, _: Caller) -> Result<Subscription, ErrorBody> {
         let head = engine.store.head_seq().map_err(store_error)?;
-        let (queue, batches) = mpsc::channel(engine.config.subscriber_queue);
-        engine.subscribers.push(queue);
         Ok(Subscription {
             head,
             store_id: engine.store_id.clone(),
-            batches,
+            batches: engine.subscribers.subscribe(),
         })
     }
 }

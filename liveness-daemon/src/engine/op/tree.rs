@@ -5,8 +5,7 @@ use liveness_common::protocol::ErrorBody;
 use liveness_common::session::{Phase, Session};
 
 use super::{Op, addressed};
-use crate::engine::membership::TreeView;
-use crate::engine::{Caller, Engine};
+use crate::engine::{Caller, Engine, TreeView};
 
 #[derive(Debug)]
 pub struct Tree {
@@ -21,7 +20,7 @@ impl Op for Tree {
     fn apply(self, engine: &mut Engine, caller: Caller) -> Result<Self::Answer, ErrorBody> {
         let found = addressed(&engine.store, caller, &self.session, self.uid)?;
         let view = (found.owner.boot_id == engine.local.boot_id && found.phase == Phase::Active)
-            .then(|| engine.membership.view(found.owner.key()));
+            .then(|| engine.trees.view(found.owner.key()));
         Ok((found, view))
     }
 }

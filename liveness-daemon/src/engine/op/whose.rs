@@ -13,7 +13,7 @@ use liveness_proc::identity::{IdentityError, ProcRoot};
 
 use super::Op;
 use crate::engine::{Caller, Engine, store_error};
-use crate::source::members_map::MembersMap;
+use crate::source::tree_map::TreeMap;
 
 /// Deep enough for any real process tree, bounded against a corrupt one.
 const MAX_DEPTH: usize = 256;
@@ -26,7 +26,7 @@ pub type Link = (ProcessKey, Option<ProcessKey>);
 /// its process), nearest first, up to the first process without a parent.
 pub fn ancestry(
     proc: &ProcRoot,
-    kernel: Option<&MembersMap>,
+    kernel: Option<&TreeMap>,
     caller_pid: u32,
     pid: u32,
 ) -> Result<Vec<Link>, ErrorBody> {
@@ -83,12 +83,8 @@ impl Op for Whose {
     /// belongs to one's tree.
     fn apply(self, engine: &mut Engine, caller: Caller) -> Result<Found, ErrorBody> {
         for (key, kernel_root) in self.ancestry {
-            // Membership first: a member's parent may be init, or a process of another tree.
-            let owner = engine
-                .membership
-                .known_root_of(key)
-                .or(kernel_root.filter(|root| engine.membership.follows(*root)))
-                .unwrap_or(key);
+            // Trees first: a member's parent may be init, or a process of another tree.
+            let owner = engine.trees.root_of(key, kernel_root).unwrap_or(key);
             // Every owner of an ACTIVE session of this boot is tracked: the store is asked
             // only about those.
             if !engine.monitor.is_tracked(owner) {
