@@ -30,8 +30,6 @@ mod engine_thread;
 mod logging;
 mod places;
 
-pub use args::parse_duration;
-
 #[derive(Debug, thiserror::Error)]
 enum StartError {
     #[error("cannot create {path}: {source}")]

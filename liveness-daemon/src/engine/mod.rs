@@ -41,8 +41,8 @@ pub use auth::Caller;
 pub use end_metrics::EndMetrics;
 pub use locks::{Acquire, Queued};
 pub use op::{
-    Ask, Command, End, Found, Handle, Link, Op, Register, Registered, Subscribe, Subscription,
-    Tree, Waiting, Whose, ancestry, stopping,
+    Ask, Command, End, Found, Handle, Op, Register, Registered, Subscribe, Subscription, Tree,
+    Waiting, Whose, ancestry, stopping,
 };
 pub use tree::TreeView;
 
@@ -83,7 +83,8 @@ pub enum Clock {
     #[default]
     System,
     /// `wall_ms` at tokio's instant `at`, moving with tokio's clock: a paused runtime
-    /// advanced by hand drives expiry and timeouts without waiting for them.
+    /// advanced by hand drives expiry and timeouts without waiting for them (tests).
+    #[cfg(test)]
     Tokio {
         wall_ms: i64,
         at: tokio::time::Instant,
@@ -95,6 +96,7 @@ impl Clock {
     pub fn now_ms(&self) -> i64 {
         match self {
             Clock::System => now_ms(),
+            #[cfg(test)]
             Clock::Tokio { wall_ms, at } => wall_ms + at.elapsed().as_millis() as i64,
         }
     }

@@ -233,10 +233,9 @@ mod tree;
 mod writer;
 
 pub use checkpoint::Checkpointer;
-pub use locks::{Acquired, LockPage, LockQuery, MAX_LOCKS_PER_SESSION};
+pub use locks::{Acquired, LockPage, LockQuery};
 pub use reader::{EventReader, ListQuery, SessionPage};
-pub use recovery::Recovered;
-pub use replay::{EventFilter, ReplayPage};
+pub use replay::EventFilter;
 pub use writer::{SEQ_JUMP_AFTER_POWER_LOSS, Store};
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The readers: [`EventReader`] connections for event replay and listings.
 
 use super::locks::{LockPage, LockQuery, locks_page};
-use super::rows::{head_seq, name, session_from_row};
+use super::rows::{name, session_from_row};
 use super::schema::check_version;
 use super::{BUSY_TIMEOUT, SESSION_COLUMNS, StoreError};
 use liveness_common::session::{Phase, Session};
@@ -25,10 +25,6 @@ impl EventReader {
         conn.busy_timeout(BUSY_TIMEOUT)?;
         check_version(&conn, true)?;
         Ok(EventReader { conn })
-    }
-
-    pub fn head_seq(&self) -> Result<u64, StoreError> {
-        head_seq(&self.conn)
     }
 
     /// One page of held locks (see [`LockQuery`]).
