@@ -1,7 +1,9 @@
 //! Housekeeping: what ends by time (pending sessions never renamed, owners on other
 //! machines not touched within the timeout) and retention.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use liveness_common::session::{EndReason, Session};
 

@@ -1,118 +1,69 @@
-//! The engine over a temporary store, a crafted `/proc` tree watched by the poller and
-//! tokio's paused clock: no privileges, and time moves only when a test advances it.
+//! The engine over a temporary store, a crafted `/proc` tree, an exit source in memory
+//! whose deaths each test decides, and tokio's paused clock: no privileges, and time moves
+//! only when a test advances it.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::{mpsc, oneshot};
 
 use crate::limits::Limits;
 use crate::source::ExitObservation;
-use crate::source::monitor::{Monitor, MonitorConfig, Selection};
+use crate::source::fake::FakeExits;
+use crate::source::monitor::{Monitor, MonitorConfig};
 use crate::store::Store;
-use liveness_common::exit::DetectedBy;
-use liveness_common::identity::{DeathReason, Identity};
+use liveness_common::exit::{DetectedBy, ExitStatus};
+use liveness_common::identity::{DeathReason, Identity, ProcessKey};
 use liveness_common::lock::Lock;
 use liveness_common::protocol::{ErrorBody, ErrorCode, OwnerSpec, PidOwner};
 use liveness_common::request;
 use liveness_common::session::{DEFAULT_GRACE_MS, EndReason, MAX_GRACE_MS, OnEnd, Phase, Session};
-use liveness_common::status::{DaemonInfo, LimitsConfig, SourceName};
-use liveness_proc::identity::ProcRoot;
+use liveness_common::status::{DaemonInfo, LimitsConfig};
+use liveness_proc::fake::FakeProc;
 
 use super::{
-    Acquire, Batch, Caller, Clock, End, Engine, EngineConfig, Op, Register, Registered, Subscribe,
+    Acquire, Batch, Caller, Clock, End, Engine, EngineConfig, Op, PRUNE_PERIOD, Register,
+    Registered, Subscribe,
 };
 
-const BOOT_ID: &str = "boot-a";
 const WALL_MS: i64 = 1_700_000_000_000;
-const POLL: Duration = Duration::from_secs(1);
+/// How the processes of these tests exit, unless a test says otherwise.
+const EXITED: ExitStatus = ExitStatus::Exited { code: 0 };
 const UNKNOWN_TIMEOUT: Duration = Duration::from_secs(600);
 const PENDING_TTL: Duration = Duration::from_secs(300);
-/// Bounds a wait for a death on tokio's paused clock, which jumps ahead when idle.
-const DEATH_WITHIN: Duration = Duration::from_secs(3600);
+const RETAIN_AGE: Duration = Duration::from_secs(86_400);
+/// Bounds a wait for a death, which the source has reported already.
+const DEATH_WITHIN: Duration = Duration::from_secs(1);
 
 const ROOT: Caller = Caller { uid: 0, pid: 1 };
 const ALICE: Caller = Caller { uid: 1000, pid: 10 };
 const BOB: Caller = Caller { uid: 2000, pid: 20 };
 
-/// A crafted proc tree: this boot's id and host, and processes with a stat, a status and
-/// a PID namespace (all the same one, so pids need no translation).
-struct FakeProc {
-    dir: tempfile::TempDir,
-}
-
-impl FakeProc {
-    fn new() -> FakeProc {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
-        std::fs::create_dir_all(root.join("sys/kernel/random")).unwrap();
-        std::fs::write(
-            root.join("sys/kernel/random/boot_id"),
-            format!("{BOOT_ID}\n"),
-        )
-        .unwrap();
-        std::fs::write(root.join("sys/kernel/hostname"), "devbox\n").unwrap();
-        std::fs::create_dir_all(root.join("self/ns")).unwrap();
-        std::fs::write(root.join("self/ns/pid"), "").unwrap();
-        let proc = FakeProc { dir };
-        for caller in [ROOT, ALICE, BOB] {
-            proc.spawn(caller.pid, caller.uid);
-        }
-        proc
-    }
-
-    fn root(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// Process `pid` of user `uid`, a child of init, started at tick `1000 + pid`.
-    fn spawn(&self, pid: u32, uid: u32) {
-        let dir = self.root().join(pid.to_string());
-        std::fs::create_dir_all(dir.join("ns")).unwrap();
-        // Fields 3..=22 as proc(5) numbers them: state, ppid, ..., num_threads, starttime.
-        let mut fields = vec!["0".to_owned(); 20];
-        fields[0] = "S".into();
-        fields[1] = "1".into();
-        fields[17] = "1".into();
-        fields[19] = (1000 + u64::from(pid)).to_string();
-        let stat = format!("{pid} (proc{pid}) {} 0 0 0\n", fields.join(" "));
-        std::fs::write(dir.join("stat"), stat).unwrap();
-        let status = format!("Name:\tproc{pid}\nTgid:\t{pid}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n");
-        std::fs::write(dir.join("status"), status).unwrap();
-        std::os::unix::fs::symlink(self.root().join("self/ns/pid"), dir.join("ns/pid")).unwrap();
-    }
-
-    fn kill(&self, pid: u32) {
-        std::fs::remove_dir_all(self.root().join(pid.to_string())).unwrap();
-    }
-}
-
 struct Fixture {
     proc: FakeProc,
+    exits: FakeExits,
     db: tempfile::TempDir,
     engine: Engine,
 }
 
-/// An engine whose only exit source polls the crafted tree, with its clock on tokio's.
+/// An engine whose only exit source is in memory, with its clock on tokio's.
 async fn fixture() -> Fixture {
     let proc = FakeProc::new();
+    for caller in [ROOT, ALICE, BOB] {
+        proc.spawn(caller.pid, caller.uid);
+    }
     let db = tempfile::tempdir().unwrap();
     let store = Store::open(db.path().join("liveness.db")).unwrap();
-    let root = ProcRoot::new(proc.root());
-    let monitor = Monitor::start(MonitorConfig {
-        selection: Selection::Only(vec![SourceName::Procpoll]),
-        procpoll_interval: POLL,
+    let root = proc.root();
+    let (monitor, exits) = Monitor::with_fake(MonitorConfig {
         proc: root.clone(),
         ..MonitorConfig::default()
-    })
-    .await
-    .unwrap();
+    });
     let config = EngineConfig {
         unknown_timeout: UNKNOWN_TIMEOUT,
         pending_ttl: PENDING_TTL,
         retain_events: 10_000,
-        retain_age: Duration::from_secs(86_400),
+        retain_age: RETAIN_AGE,
         wrappers: Vec::new(),
         subscriber_queue: 64,
         proc: root,
@@ -131,7 +82,12 @@ async fn fixture() -> Fixture {
         state_dir: String::new(),
     };
     let engine = Engine::new(store, monitor, config, about).unwrap();
-    Fixture { proc, db, engine }
+    Fixture {
+        proc,
+        exits,
+        db,
+        engine,
+    }
 }
 
 impl Fixture {
@@ -168,7 +124,17 @@ impl Fixture {
         session_of(reply, "get")
     }
 
-    /// The next death the poller reports, handed to the engine as its loop would.
+    /// Process `pid` (of the crafted tree) exits with `status`.
+    fn die(&mut self, pid: u32, status: ExitStatus) {
+        self.proc.kill(pid);
+        let key = ProcessKey {
+            pid,
+            start_ticks: 1000 + u64::from(pid),
+        };
+        assert!(self.exits.die(key, status), "process {pid} is watched");
+    }
+
+    /// The next death the source reports, handed to the engine as its loop would.
     async fn next_death(&mut self) {
         let observation = tokio::time::timeout(DEATH_WITHIN, self.engine.monitor.next())
             .await
@@ -325,7 +291,7 @@ async fn an_earlier_owners_death_does_not_end_a_session_with_a_new_owner() {
         "the session now belongs to its second owner"
     );
 
-    f.proc.kill(12);
+    f.die(12, EXITED);
     f.next_death().await;
     let session = f.session(ALICE.uid, "s");
     assert_eq!(
@@ -333,7 +299,7 @@ async fn an_earlier_owners_death_does_not_end_a_session_with_a_new_owner() {
         (
             Phase::Ended,
             Some(EndReason::OwnerExited),
-            Some(DetectedBy::Procpoll)
+            Some(DetectedBy::Ebpf)
         ),
         "the current owner's death ends it"
     );
@@ -347,7 +313,7 @@ async fn a_death_whose_commit_failed_is_committed_and_published_once_on_retry() 
     let mut batches = f.subscribe();
 
     f.engine.store.fail_writes(true).unwrap();
-    f.proc.kill(11);
+    f.die(11, EXITED);
     f.next_death().await;
     assert_eq!(
         f.engine.retries.counts().0,
@@ -399,7 +365,7 @@ async fn a_reap_outcome_whose_commit_failed_is_committed_and_published_once_on_r
     let registered = f.ask(ALICE, register);
     session_of(registered, "register with on_end terminate");
     let mut batches = f.subscribe();
-    f.proc.kill(11);
+    f.die(11, EXITED);
     f.next_death().await;
     assert_eq!(published(&mut batches, "s", "session.ended"), 1);
 
@@ -470,6 +436,18 @@ async fn a_pending_session_never_renamed_expires_after_its_ttl() {
         "pending register",
     );
     assert!(pending.pending, "registered as pending");
+    let renamed = session_of(
+        f.register(ALICE, None, OwnerSpec::Pid(PidOwner { pid: 11 })),
+        "another pending register",
+    );
+    assert_ne!(renamed.id, pending.id, "pending ids are unique");
+    let rename = request::Rename {
+        session: renamed.id.clone(),
+        to: "real".into(),
+        uid: None,
+    };
+    let real = session_of(f.ask(ALICE, rename), "rename");
+    assert!(!real.pending);
 
     tokio::time::advance(PENDING_TTL - Duration::from_secs(1)).await;
     f.engine.housekeeping();
@@ -486,11 +464,26 @@ async fn a_pending_session_never_renamed_expires_after_its_ttl() {
         (expired.phase, expired.reason),
         (Phase::Ended, Some(EndReason::PendingExpired))
     );
+    tokio::time::advance(PENDING_TTL * 10).await;
+    f.engine.housekeeping();
+    assert_eq!(
+        f.session(ALICE.uid, "real").phase,
+        Phase::Active,
+        "a renamed session never expires"
+    );
+    assert_eq!(
+        error_of(f.get(ALICE, &renamed.id, None)),
+        ErrorCode::NotFound,
+        "the pending id is gone after the rename"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn an_owner_on_another_machine_times_out_unless_touched() {
     let mut f = fixture().await;
+    // An owner of this boot is watched: it never times out, however idle.
+    f.proc.spawn(11, ALICE.uid);
+    f.own(ALICE, "local", 11);
     let remote = Identity {
         pid: 4242,
         start_ticks: 7,
@@ -533,6 +526,85 @@ async fn an_owner_on_another_machine_times_out_unless_touched() {
         (Phase::Ended, Some(EndReason::Timeout)),
         "idle for the whole timeout since the touch"
     );
+    assert_eq!(
+        f.session(ALICE.uid, "local").phase,
+        Phase::Active,
+        "an idle local owner timed out"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_source_reports_the_exit_status_the_ended_session_keeps() {
+    let mut f = fixture().await;
+    f.proc.spawn(11, ALICE.uid);
+    f.own(ALICE, "s", 11);
+    let mut batches = f.subscribe();
+    let killed = ExitStatus::Signaled {
+        signal: 9,
+        core_dumped: false,
+    };
+    f.die(11, killed);
+    f.next_death().await;
+    let ended = f.session(ALICE.uid, "s");
+    assert_eq!(
+        (ended.phase, ended.exit, ended.detected_by),
+        (Phase::Ended, Some(killed), Some(DetectedBy::Ebpf))
+    );
+    assert_eq!(published(&mut batches, "s", "session.ended"), 1);
+    f.proc.spawn(11, ALICE.uid);
+    assert!(
+        !f.exits.die(
+            ProcessKey {
+                pid: 11,
+                start_ticks: 1011
+            },
+            killed
+        ),
+        "a process that died is watched no more"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_ended_id_is_refused_until_retention_deletes_the_session() {
+    let mut f = fixture().await;
+    f.proc.spawn(11, ALICE.uid);
+    f.own(ALICE, "reused", 11);
+    let end = End {
+        request: request::End {
+            session: "reused".into(),
+            uid: None,
+            terminate: false,
+        },
+        survivors: None,
+    };
+    session_of(f.ask(ALICE, end), "end");
+    let again = || {
+        registration(
+            Some("reused"),
+            OwnerSpec::Pid(PidOwner { pid: 11 }),
+            None,
+            None,
+        )
+    };
+    let refused = f.ask(ALICE, again());
+    let message = refused.as_ref().err().map(|e| e.message.clone());
+    assert_eq!(error_of(refused), ErrorCode::AlreadyEnded);
+    assert!(
+        message.is_some_and(|m| m.contains("--retain-age")),
+        "says until when"
+    );
+
+    tokio::time::advance(RETAIN_AGE - Duration::from_secs(1)).await;
+    f.engine.housekeeping();
+    assert_eq!(f.session(ALICE.uid, "reused").phase, Phase::Ended, "kept");
+    tokio::time::advance(PRUNE_PERIOD).await;
+    f.engine.housekeeping();
+    assert_eq!(
+        error_of(f.get(ALICE, "reused", None)),
+        ErrorCode::NotFound,
+        "deleted past retention"
+    );
+    session_of(f.ask(ALICE, again()), "the id is free again");
 }
 
 #[tokio::test(start_paused = true)]
@@ -692,7 +764,7 @@ async fn waiters_get_a_lock_in_order_as_it_is_released_or_its_holder_dies() {
     let second = token_of(&mut second, "first in line, on release");
     assert!(third.try_recv().is_err(), "still waits");
     // The holder's owner dies: the end releases the lock, the next waiter has it at once.
-    f.proc.kill(12);
+    f.die(12, EXITED);
     f.next_death().await;
     let third = token_of(
         &mut third,

@@ -68,3 +68,139 @@ pub(super) async fn acquire(
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::net::UnixStream;
+    use tokio::sync::{mpsc, oneshot};
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::closer::Closer;
+    use crate::engine::Command;
+
+    const ALICE: Caller = Caller { uid: 1000, pid: 10 };
+
+    /// What the test's engine was asked to do after queueing the request.
+    #[derive(Debug)]
+    enum Asked {
+        /// The queued request's grant goes here.
+        Queued(oneshot::Sender<Result<Lock, ErrorBody>>),
+        /// A lock given back.
+        Release,
+    }
+
+    /// A client's connection, waiting for locks of an engine that queues every request.
+    struct Waiting {
+        engine: Handle,
+        requests: Requests,
+        shutdown: watch::Receiver<bool>,
+        _stop: watch::Sender<bool>,
+    }
+
+    impl Waiting {
+        /// The connection, what the engine was asked, and the client's end of the socket.
+        fn new() -> (Waiting, mpsc::UnboundedReceiver<Asked>, UnixStream) {
+            let (commands, mut queue) = mpsc::channel(8);
+            let (asked, answered) = mpsc::unbounded_channel();
+            tokio::spawn(async move {
+                while let Some(command) = queue.recv().await {
+                    match command {
+                        Command::LockAcquire(ask) => {
+                            let (grant_tx, grant) = oneshot::channel();
+                            let _ = ask.reply.send(Ok(Acquire::Queued(Queued { grant })));
+                            let _ = asked.send(Asked::Queued(grant_tx));
+                        }
+                        Command::LockRelease(_) => {
+                            let _ = asked.send(Asked::Release);
+                        }
+                        other => panic!("not asked of a waiting lock: {other:?}"),
+                    }
+                }
+            });
+            let (client, server) = UnixStream::pair().unwrap();
+            let (read, _) = server.into_split();
+            let (stop, shutdown) = watch::channel(false);
+            let waiting = Waiting {
+                engine: Handle::new(commands),
+                requests: Requests::new(read, ALICE.uid, Closer::default()),
+                shutdown,
+                _stop: stop,
+            };
+            (waiting, answered, client)
+        }
+
+        async fn acquire(&mut self, timeout_ms: Option<u64>) -> Option<Result<Lock, ErrorBody>> {
+            let request = request::LockAcquire {
+                name: "build".into(),
+                session: "s".into(),
+                uid: None,
+                wait: true,
+                timeout_ms,
+            };
+            let (requests, shutdown) = (&mut self.requests, &mut self.shutdown);
+            acquire(&self.engine, ALICE, request, None, requests, shutdown).await
+        }
+    }
+
+    /// The grant of the request the engine queued next.
+    async fn queued(
+        asked: &mut mpsc::UnboundedReceiver<Asked>,
+    ) -> oneshot::Sender<Result<Lock, ErrorBody>> {
+        match asked.recv().await {
+            Some(Asked::Queued(grant)) => grant,
+            other => panic!("the request was queued, not {other:?}"),
+        }
+    }
+
+    fn lock() -> Lock {
+        Lock {
+            name: "build".into(),
+            uid: ALICE.uid,
+            session: "s".into(),
+            token: 7,
+            since_ms: 1,
+            waiters: 0,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_gives_up_at_its_timeout_and_leaves_the_queue() {
+        let (mut waiting, mut asked, _client) = Waiting::new();
+        let started = Instant::now();
+        let outcome = waiting.acquire(Some(800)).await;
+        let error = outcome.expect("an answer").expect_err("no lock");
+        assert_eq!(error.code, ErrorCode::LockHeld, "{}", error.message);
+        assert!(error.message.contains("800 ms"), "{}", error.message);
+        assert_eq!(started.elapsed(), Duration::from_millis(800));
+        assert!(
+            queued(&mut asked).await.is_closed(),
+            "the waiter left the queue"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_reaches_the_waiter_and_a_hang_up_leaves_the_queue() {
+        let (mut waiting, mut asked, client) = Waiting::new();
+        let grant = async {
+            let grant = queued(&mut asked).await;
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            grant.send(Ok(lock())).unwrap();
+        };
+        let (granted, ()) = tokio::join!(waiting.acquire(None), grant);
+        assert_eq!(granted.expect("an answer").expect("the lock"), lock());
+
+        let hang_up = async {
+            let grant = queued(&mut asked).await;
+            drop(client);
+            grant
+        };
+        let (left, grant) = tokio::join!(waiting.acquire(None), hang_up);
+        assert!(left.is_none(), "nobody to answer: {left:?}");
+        assert!(grant.is_closed(), "the waiter left the queue");
+        assert!(
+            asked.try_recv().is_err(),
+            "nothing granted, nothing given back"
+        );
+    }
+}

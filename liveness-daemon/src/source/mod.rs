@@ -16,6 +16,8 @@ use liveness_common::identity::{DeathReason, ProcessKey};
 
 pub mod child;
 pub mod ebpf;
+#[cfg(test)]
+pub(crate) mod fake;
 pub mod monitor;
 pub mod pidfd;
 pub mod procpoll;
