@@ -7,6 +7,10 @@
 //!
 //! Exit observations are handled before client commands (`biased` select), so no client,
 //! however busy, delays a finalization; a burst of exits is committed in one transaction.
+//!
+//! What clients ask is one [`Op`] each, in [`op`]; the concerns the order runs over own
+//! their state: [`locks`], [`tree`], [`reaps`], [`retry`], [`subscribers`],
+//! [`housekeeping`].
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

@@ -210,7 +210,7 @@ pub struct EbpfSource {
     /// Records the self-test made, left out of `stats().observed`.
     self_test_records: u64,
     self_test: SelfTest,
-    /// The process trees' map, until the membership takes it.
+    /// The process trees' map, until the engine's trees take it.
     members: Option<TreeMap>,
     /// This source's handle on the same map, for the entries of tracked processes.
     roots: TreeMap,

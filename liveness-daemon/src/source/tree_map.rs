@@ -153,7 +153,7 @@ impl Drop for MemberSlots {
 }
 
 /// A handle on the members map and its counters. The eBPF source holds one for the roots
-/// and the membership another for the members; both belong to the engine's task.
+/// and the engine's trees another for the members; both belong to the engine's task.
 pub struct TreeMap {
     map: HashMap<MapData, u32, Value>,
     counters: PerCpuArray<MapData, u64>,
