@@ -133,7 +133,7 @@ impl KnownTrees {
     }
 
     /// Takes members whose kernel entries were written off the engine (see
-    /// [`write_members`]) into their trees, if still followed. Returns those that joined.
+    /// [`write_members`](super::walk::write_members)) into their trees, if still followed. Returns those that joined.
     pub fn adopt(&mut self, members: impl IntoIterator<Item = Member>) -> Changes {
         let mut changes = Changes::default();
         for member in members {
@@ -228,7 +228,7 @@ impl KnownTrees {
 
     /// Stops following the trees of `roots`. Returns them, for [`KnownTrees::unlink`] to
     /// take their members out here and in the kernel, a slice at a time (with what
-    /// [`kernel_entries_of`] finds the kernel added since the last refresh).
+    /// [`kernel_entries_of`](super::walk::kernel_entries_of) finds the kernel added since the last refresh).
     pub fn forget(&mut self, roots: &[ProcessKey]) -> Forgotten {
         let mut forgotten = Forgotten::default();
         for &root in roots {

@@ -57,7 +57,7 @@ pub(super) fn write_member(kernel: &mut TreeMap, proc: &ProcRoot, entry: KernelM
 }
 
 /// Writes the kernel entries of members found off the engine, there too: the engine then
-/// only [`KnownTrees::adopt`]s them.
+/// only [`KnownTrees::adopt`](super::known::KnownTrees::adopt)s them.
 pub(super) fn write_members(kernel: Option<&mut TreeMap>, proc: &ProcRoot, members: &[Member]) {
     if let Some(kernel) = kernel {
         for member in members {
