@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio::io::BufWriter;
 use tokio::net::UnixStream;
-use tokio::sync::{OwnedSemaphorePermit, watch};
+use tokio::sync::watch;
 
 use super::framing::{ConnectionError, Line, Requests, write_json, write_lines};
 use super::reads::Answer;
@@ -19,18 +19,12 @@ use crate::limits::{ConnectionSlot, Limits};
 use liveness_common::protocol::{ErrorCode, MAX_LINE_BYTES, Reply, Request, parse_request};
 use liveness_common::status::Limit;
 
-/// Asks the engine `op` in one of the caller's turns (`turn`).
-async fn ask<O: Op>(
-    turn: impl Future<Output = Option<OwnedSemaphorePermit>>,
-    engine: &Handle,
-    caller: Caller,
-    op: O,
-) -> Answer
+/// Asks the engine `op`, and answers as the wire has it.
+async fn ask<O: Op>(engine: &Handle, caller: Caller, op: O) -> Answer
 where
     Command: From<Ask<O>>,
     O::Answer: IntoReply,
 {
-    let _turn = turn.await;
     engine.ask(caller, op).await.into()
 }
 
@@ -96,9 +90,12 @@ impl Connection {
                 },
             };
             let id = envelope.id;
-            // Every request but a subscription is served in one of its uid's turns.
-            let (limits, slot) = (&self.limits, &self.slot);
-            let turn = || limits.request_turn(slot);
+            // Every request but a subscription is served in one of its uid's turns, held
+            // until its reply is written (a lock's wait gives it back once queued).
+            let mut turn = match &envelope.request {
+                Request::Subscribe(_) => None,
+                _ => self.limits.request_turn(&self.slot).await,
+            };
             let (engine, readers) = (&self.engine, &self.readers);
             let answer: Answer = match envelope.request {
                 Request::Subscribe(request) => {
@@ -111,29 +108,17 @@ impl Connection {
                     };
                     return stream.run(requests, write, &mut self.shutdown).await;
                 }
-                Request::List(request) => {
-                    let _turn = turn().await;
-                    readers.list(id.clone(), caller, request).await
-                }
+                Request::List(request) => readers.list(id.clone(), caller, request).await,
                 Request::LockList(request) => {
-                    let _turn = turn().await;
                     readers.lock_list(id.clone(), engine, caller, request).await
                 }
                 Request::Processes(request) => {
-                    let _turn = turn().await;
                     readers.processes(id.clone(), engine, caller, request).await
                 }
-                Request::Whose(request) => {
-                    let _turn = turn().await;
-                    readers.whose(engine, caller, request).await.into()
-                }
-                Request::End(request) => {
-                    let _turn = turn().await;
-                    readers.end(engine, caller, request).await.into()
-                }
+                Request::Whose(request) => readers.whose(engine, caller, request).await.into(),
+                Request::End(request) => readers.end(engine, caller, request).await.into(),
                 Request::LockAcquire(request) => {
-                    let turn = turn().await;
-                    let shutdown = &mut self.shutdown;
+                    let (turn, shutdown) = (&mut turn, &mut self.shutdown);
                     let acquired =
                         locks::acquire(engine, caller, request, turn, &mut requests, shutdown);
                     match acquired.await {
@@ -143,13 +128,13 @@ impl Connection {
                 }
                 Request::Register(request) => {
                     let register = Register { request, fds };
-                    ask(turn(), engine, caller, register).await
+                    ask(engine, caller, register).await
                 }
-                Request::Rename(request) => ask(turn(), engine, caller, request).await,
-                Request::Touch(request) => ask(turn(), engine, caller, request).await,
-                Request::Get(request) => ask(turn(), engine, caller, request).await,
-                Request::Status(request) => ask(turn(), engine, caller, request).await,
-                Request::LockRelease(request) => ask(turn(), engine, caller, request).await,
+                Request::Rename(request) => ask(engine, caller, request).await,
+                Request::Touch(request) => ask(engine, caller, request).await,
+                Request::Get(request) => ask(engine, caller, request).await,
+                Request::Status(request) => ask(engine, caller, request).await,
+                Request::LockRelease(request) => ask(engine, caller, request).await,
             };
             let answer = match answer {
                 Answer::Reply(reply) => Answer::Reply(Box::new(Reply { id, ..*reply })),

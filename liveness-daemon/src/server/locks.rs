@@ -15,13 +15,14 @@ use liveness_common::lock::Lock;
 use liveness_common::protocol::{ErrorBody, ErrorCode};
 use liveness_common::request;
 
-/// Acquires a lock for `caller`, waiting if the request says so. `None`: the client left
-/// while waiting, and there is nobody to answer.
+/// Acquires a lock for `caller`, waiting if the request says so; a request that waits gives
+/// its uid's `turn` back once it is queued. `None`: the client left while waiting, and there
+/// is nobody to answer.
 pub(super) async fn acquire(
     engine: &Handle,
     caller: Caller,
     request: request::LockAcquire,
-    turn: Option<OwnedSemaphorePermit>,
+    turn: &mut Option<OwnedSemaphorePermit>,
     requests: &mut Requests,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Option<Result<Lock, ErrorBody>> {
@@ -31,7 +32,7 @@ pub(super) async fn acquire(
         Ok(Acquire::Queued(queued)) => queued,
         Err(error) => return Some(Err(error)),
     };
-    drop(turn);
+    drop(turn.take());
     let deadline = async {
         match timeout_ms {
             Some(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
@@ -139,7 +140,7 @@ mod tests {
                 timeout_ms,
             };
             let (requests, shutdown) = (&mut self.requests, &mut self.shutdown);
-            acquire(&self.engine, ALICE, request, None, requests, shutdown).await
+            acquire(&self.engine, ALICE, request, &mut None, requests, shutdown).await
         }
     }
 
