@@ -14,13 +14,14 @@ pub const MAP_MEMBERS: &str = "members";
 /// Array of one `u64`, mapped into user space: the members map's entries flagged
 /// [`MEMBER_FLAG_COUNTED`], which the fork program keeps at most `max_members`.
 pub const MAP_MEMBER_SLOTS: &str = "member_slots";
-/// Per-CPU `u64` counters of the members map, indexed by the `MEMBER_COUNTER_*` constants.
+/// `u64` counters of the members map, indexed by the `MEMBER_COUNTER_*` constants, which
+/// every CPU adds to atomically and the daemon maps (`BPF_F_MMAPABLE`).
 pub const MAP_MEMBER_COUNTERS: &str = "member_counters";
 /// Hash map `u32 tgid -> u64 expected start_ticks` of tracked processes.
 pub const MAP_TRACKED: &str = "tracked";
 /// Ring buffer carrying one [`ExitRecord`] per tracked process death.
 pub const MAP_EXITS: &str = "exits";
-/// Per-CPU `u64` counters, indexed by the `COUNTER_*` constants.
+/// `u64` counters, indexed by the `COUNTER_*` constants, as the members map's are.
 pub const MAP_COUNTERS: &str = "counters";
 
 /// Records written into the ring buffer.

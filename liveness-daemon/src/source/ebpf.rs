@@ -10,17 +10,18 @@ use std::fmt;
 use std::io;
 use std::time::{Duration, Instant, SystemTime};
 
-use aya::maps::{HashMap, Map, MapData, MapError, PerCpuArray, RingBuf};
+use aya::maps::{Array, HashMap, IterableMap, Map, MapData, MapError, RingBuf};
 use aya::programs::{BtfTracePoint, ProgramError};
 use aya::{Btf, BtfError, Ebpf, EbpfLoader};
 use liveness_common::record::{
-    COUNTER_EMITTED, COUNTER_LOST, EXIT_PROGRAM_NAME, ExitRecord, FORK_PROGRAM_NAME, MAP_COUNTERS,
-    MAP_EXITS, MAP_MEMBER_COUNTERS, MAP_MEMBER_SLOTS, MAP_MEMBERS, MAP_TRACKED,
+    COUNTER_EMITTED, COUNTER_LOST, COUNTER_SLOTS, EXIT_PROGRAM_NAME, ExitRecord, FORK_PROGRAM_NAME,
+    MAP_COUNTERS, MAP_EXITS, MAP_MEMBER_COUNTERS, MAP_MEMBER_SLOTS, MAP_MEMBERS, MAP_TRACKED,
 };
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
 use super::child::ProbeChild;
+use super::shared_array::SharedArray;
 use super::tree_map::{TreeMap, TreeMapError, map_errno};
 use liveness_common::status::{SelfTest, SourceStats};
 
@@ -202,7 +203,8 @@ pub struct EbpfSource {
     /// `tgid -> start_ticks` of what user space put in the kernel map, so `stats().tracked`
     /// needs no syscall and `untrack` never deletes a newer process's entry.
     tracked: StdHashMap<u32, u64>,
-    counters: PerCpuArray<MapData, u64>,
+    /// The `COUNTER_*` slots, read without a system call.
+    counters: SharedArray,
     max_tracked: u32,
     refused: u64,
     /// The kernel's loss count when the consumer was last told of losses.
@@ -310,12 +312,11 @@ impl EbpfSource {
                 source,
             }
         })?;
-        let counters =
-            PerCpuArray::try_from(take_map(&mut ebpf, MAP_COUNTERS)?).map_err(|source| {
-                EbpfError::Map {
-                    name: MAP_COUNTERS,
-                    source,
-                }
+        let counters = Array::<MapData, u64>::try_from(take_map(&mut ebpf, MAP_COUNTERS)?)
+            .and_then(|counters| SharedArray::map(counters.map(), COUNTER_SLOTS as usize))
+            .map_err(|source| EbpfError::Map {
+                name: MAP_COUNTERS,
+                source,
             })?;
         let ring = RingBuf::try_from(take_map(&mut ebpf, MAP_EXITS)?).map_err(|source| {
             EbpfError::Map {
@@ -446,27 +447,19 @@ impl EbpfSource {
     }
 
     fn check_losses(&mut self, out: &mut Vec<SourceEvent>) {
-        match counter_total(&self.counters, COUNTER_LOST) {
-            Ok(total) if total != self.reported_lost => {
-                self.reported_lost = total;
-                out.push(SourceEvent::Lost {
-                    detected_by: DetectedBy::Ebpf,
-                    total,
-                });
-            }
-            Ok(_) => {}
-            Err(error) => tracing::warn!(%error, "cannot read the eBPF loss counter"),
+        let total = self.counters.get(COUNTER_LOST);
+        if total != self.reported_lost {
+            self.reported_lost = total;
+            out.push(SourceEvent::Lost {
+                detected_by: DetectedBy::Ebpf,
+                total,
+            });
         }
     }
 }
 
 fn take_map(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, EbpfError> {
     ebpf.take_map(name).ok_or(EbpfError::BadObject(name))
-}
-
-/// Sum over CPUs of one slot of the counters map.
-fn counter_total(counters: &PerCpuArray<MapData, u64>, slot: u32) -> Result<u64, MapError> {
-    Ok(counters.get(&slot, 0)?.iter().sum())
 }
 
 /// `CLOCK_MONOTONIC` now, the clock of `bpf_ktime_get_ns`.
@@ -572,12 +565,7 @@ impl ExitSource for EbpfSource {
     }
 
     fn stats(&self) -> SourceStats {
-        let total = |slot| {
-            counter_total(&self.counters, slot).unwrap_or_else(|error| {
-                tracing::warn!(%error, "cannot read the eBPF counters");
-                0
-            })
-        };
+        let total = |slot| self.counters.get(slot);
         SourceStats {
             tracked: self.tracked.len() as u64,
             observed: total(COUNTER_EMITTED).saturating_sub(self.self_test_records),
@@ -1029,7 +1017,7 @@ mod tests {
         };
 
         // A subshell forked by the owner, and its sleep forked by that member.
-        let added_before = members.added_count().expect("the added counter");
+        let added_before = members.added_count();
         send_line(&mut owner);
         wait_until("the subshell's sleep is a member", || {
             in_tree().iter().any(|m| stat_of(m.pid).comm == "sleep")
@@ -1041,7 +1029,7 @@ mod tests {
             .unwrap();
         assert_eq!(stat_of(sleeper.pid).start_ticks, sleeper.start_ticks);
         // The count that tells user space whether a walk of the map can find anything new.
-        let added = members.added_count().expect("the added counter") - added_before;
+        let added = members.added_count() - added_before;
         assert!(
             added >= 2,
             "the subshell and its sleep joined, yet {added} were counted"

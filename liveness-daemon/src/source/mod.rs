@@ -21,6 +21,7 @@ pub(crate) mod fake;
 pub mod monitor;
 pub mod pidfd;
 pub mod procpoll;
+pub mod shared_array;
 #[cfg(test)]
 pub(crate) mod testutil;
 pub mod tree_map;

@@ -10,18 +10,19 @@
 //! entry where there is none, and deletes only an exiting process's own: user space, one
 //! task, is the only writer that replaces or removes entries of others.
 
-use std::io;
 use std::os::fd::AsFd;
-use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use aya::Pod;
-use aya::maps::{Array, HashMap, IterableMap, Map, MapData, MapError, PerCpuArray};
+use aya::maps::{Array, HashMap, IterableMap, Map, MapData, MapError};
 use aya::sys::SyscallError;
+
+use super::shared_array::SharedArray;
 use liveness_common::identity::ProcessKey;
 use liveness_common::record::{
-    MEMBER_COUNTER_ADDED, MEMBER_COUNTER_FULL, MEMBER_FLAG_COUNTED, MemberRecord,
+    MEMBER_COUNTER_ADDED, MEMBER_COUNTER_FULL, MEMBER_COUNTER_SLOTS, MEMBER_FLAG_COUNTED,
+    MemberRecord,
 };
 
 /// BPF_NOEXIST and BPF_EXIST, for `bpf_map_update_elem`.
@@ -83,51 +84,15 @@ impl KernelMember {
 
 /// The count of counted entries, shared with the kernel through a mapping of the
 /// `member_slots` array, so both sides change it with atomic instructions.
+#[derive(Debug)]
 struct MemberSlots {
-    used: NonNull<AtomicU64>,
-    len: usize,
+    used: SharedArray,
     capacity: u64,
 }
 
-// SAFETY: the mapping is shared memory reached only through the atomic, which any thread
-// may use; it stays mapped until the last owner drops it.
-unsafe impl Send for MemberSlots {}
-// SAFETY: as above: every access is atomic.
-unsafe impl Sync for MemberSlots {}
-
 impl MemberSlots {
-    fn map(slots: &MapData, capacity: u32) -> Result<MemberSlots, MapError> {
-        // One u64 rounds up to one page, the array's mappable size.
-        // SAFETY: sysconf has no preconditions.
-        let len = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
-        // SAFETY: maps the array's page shared; the kernel checked at creation that the map
-        // allows it (BPF_F_MMAPABLE). Nothing else aliases it in this process.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                std::os::fd::AsRawFd::as_raw_fd(&slots.fd().as_fd()),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(MapError::SyscallError(SyscallError {
-                call: "mmap",
-                io_error: io::Error::last_os_error(),
-            }));
-        }
-        Ok(MemberSlots {
-            used: NonNull::new(ptr.cast()).expect("mmap succeeded"),
-            len,
-            capacity: u64::from(capacity),
-        })
-    }
-
     fn used(&self) -> &AtomicU64 {
-        // SAFETY: the page is mapped, writable and 8-aligned for as long as `self` lives.
-        unsafe { self.used.as_ref() }
+        self.used.slot(0)
     }
 
     /// Takes a slot, as the fork program does: add first, then check, so that the count is
@@ -145,18 +110,11 @@ impl MemberSlots {
     }
 }
 
-impl Drop for MemberSlots {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly what `map` mapped; no reference to it outlives `self`.
-        unsafe { libc::munmap(self.used.as_ptr().cast(), self.len) };
-    }
-}
-
 /// A handle on the members map and its counters. The eBPF source holds one for the roots
 /// and the engine's trees another for the members; both belong to the engine's task.
 pub struct TreeMap {
     map: HashMap<MapData, u32, Value>,
-    counters: PerCpuArray<MapData, u64>,
+    counters: Arc<SharedArray>,
     slots: Arc<MemberSlots>,
     /// Members this handle found no slot for (the kernel counts its own).
     refused: u64,
@@ -192,11 +150,17 @@ impl TreeMap {
         capacity: u32,
     ) -> Result<TreeMap, MapError> {
         let slots: Array<MapData, u64> = Array::try_from(slots)?;
+        let counters: Array<MapData, u64> = Array::try_from(counters)?;
         Ok(TreeMap {
             map: HashMap::try_from(map)?,
-            counters: PerCpuArray::try_from(counters)?,
-            // The mapping keeps the map alive without its descriptor.
-            slots: Arc::new(MemberSlots::map(slots.map(), capacity)?),
+            counters: Arc::new(SharedArray::map(
+                counters.map(),
+                MEMBER_COUNTER_SLOTS as usize,
+            )?),
+            slots: Arc::new(MemberSlots {
+                used: SharedArray::map(slots.map(), 1)?,
+                capacity: u64::from(capacity),
+            }),
             refused: 0,
         })
     }
@@ -205,7 +169,7 @@ impl TreeMap {
     pub(crate) fn try_clone(&self) -> Result<TreeMap, MapError> {
         Ok(TreeMap {
             map: HashMap::try_from(Map::HashMap(duplicate(self.map.map())?))?,
-            counters: PerCpuArray::try_from(Map::PerCpuArray(duplicate(self.counters.map())?))?,
+            counters: Arc::clone(&self.counters),
             slots: Arc::clone(&self.slots),
             refused: 0,
         })
@@ -354,29 +318,19 @@ impl TreeMap {
     /// New processes of trees that found no slot, or that user space found none for,
     /// since the daemon started.
     pub fn full_count(&self) -> u64 {
-        self.counter(MEMBER_COUNTER_FULL).unwrap_or(0) + self.refused
+        self.counters.get(MEMBER_COUNTER_FULL) + self.refused
     }
 
     /// New processes the kernel added since the daemon started: one read, where a walk of
     /// the map visits every bucket of it, empty or not.
-    pub fn added_count(&self) -> Option<u64> {
-        self.counter(MEMBER_COUNTER_ADDED)
+    pub fn added_count(&self) -> u64 {
+        self.counters.get(MEMBER_COUNTER_ADDED)
     }
 
     /// The member slots taken now: the counted entries, which the kernel keeps within
     /// [`TreeMap::capacity`], and any a writer is adding or has just deleted.
     pub fn slots_used(&self) -> u64 {
         self.slots.used().load(Ordering::SeqCst)
-    }
-
-    fn counter(&self, slot: u32) -> Option<u64> {
-        match self.counters.get(&slot, 0) {
-            Ok(values) => Some(values.iter().sum()),
-            Err(error) => {
-                tracing::warn!(%error, "cannot read the members map counter");
-                None
-            }
-        }
     }
 }
 

@@ -302,7 +302,7 @@ impl KnownTrees {
     /// died.
     pub fn refresh(&mut self) -> Changes {
         let Some(view) = self.refresh_view() else {
-            self.merged_added = self.kernel.as_ref().and_then(TreeMap::added_count);
+            self.merged_added = self.kernel.as_ref().map(TreeMap::added_count);
             return Changes::default();
         };
         let refreshed = view.read(self.kernel.as_ref(), &self.proc);

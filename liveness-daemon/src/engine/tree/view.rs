@@ -41,7 +41,7 @@ impl RefreshView {
     pub fn read(&self, kernel: Option<&TreeMap>, proc: &ProcRoot) -> Refreshed {
         let mut refreshed = Refreshed {
             // Read before the walk: a member added during it changes the count again.
-            merged_added: kernel.and_then(TreeMap::added_count),
+            merged_added: kernel.map(TreeMap::added_count),
             ..Refreshed::default()
         };
         // With a kernel map that never filled, a member it does not hold has died (the exit
@@ -221,15 +221,13 @@ pub(super) fn candidates(
 }
 
 /// What the kernel map holds beyond what was merged at the count `merged_added`: a walk
-/// of the map only when the kernel added a member since (or its count cannot be read).
+/// of the map only when the kernel added a member since, or nothing was merged yet.
 pub(super) fn kernel_news(
     kernel: Option<&TreeMap>,
     merged_added: Option<u64>,
 ) -> Vec<KernelMember> {
     match kernel {
-        Some(kernel) if merged_added.is_none() || kernel.added_count() != merged_added => {
-            kernel.members()
-        }
+        Some(kernel) if Some(kernel.added_count()) != merged_added => kernel.members(),
         _ => Vec::new(),
     }
 }
