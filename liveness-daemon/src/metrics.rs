@@ -8,37 +8,29 @@
 //! never hold up a scrape.
 //!
 //! Two kinds of values: the ends of sessions (by reason and source, and the death-to-commit
-//! latency histogram) are counted as each `session.ended` event is published; everything
-//! else is read from the daemon's `status` at each scrape, as `liveness status` shows it.
+//! latency histogram) are counted by the engine as each `session.ended` event is published
+//! ([`EndMetrics`]); everything else is read from the daemon's `status` at each scrape, as
+//! `liveness status` shows it. This module only renders them.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinSet};
 
-use liveness_common::protocol::{Request, wire_name};
 use liveness_common::request;
-use liveness_common::session::{Event, EventKind};
 use liveness_common::status::{SourceState, Status};
 
-use crate::engine::{Caller, Command};
+use crate::engine::{Caller, EndMetrics, Handle};
 
-/// The end-to-end latency buckets, in seconds: from a death (the kernel's time where the
-/// source reads it) to the commit of its session's end. Millisecond resolution.
-const LATENCY_BUCKETS: [f64; 12] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
-];
 /// Connections served at once. When all are taken, the oldest that has not sent its
 /// request head yet is dropped for the new one, so that silent connections, however many,
 /// never keep a scraper waiting.
@@ -50,52 +42,6 @@ const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest request head read.
 const MAX_REQUEST: usize = 8192;
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct EndLabels {
-    reason: String,
-    /// The exit source that saw the death; `none` for ends no source saw (`stopped`,
-    /// `timeout`, `pending_expired`).
-    source: String,
-}
-
-/// Counted as ends are published; cheap clones share the counts.
-#[derive(Debug, Clone)]
-pub struct EndMetrics {
-    ended: Family<EndLabels, Counter>,
-    latency: Histogram,
-}
-
-impl Default for EndMetrics {
-    fn default() -> EndMetrics {
-        EndMetrics {
-            ended: Family::default(),
-            latency: Histogram::new(LATENCY_BUCKETS),
-        }
-    }
-}
-
-impl EndMetrics {
-    /// Counts a published event if it is a session's end.
-    pub fn record(&self, event: &Event) {
-        if event.kind != EventKind::Ended {
-            return;
-        }
-        let source = event
-            .detected_by
-            .map_or_else(|| "none".to_owned(), wire_name);
-        self.ended
-            .get_or_create(&EndLabels {
-                reason: wire_name(event.reason),
-                source,
-            })
-            .inc();
-        if let Some(died) = event.died_ms.or(event.observed_ms) {
-            self.latency
-                .observe((event.at_ms - died).max(0) as f64 / 1000.0);
-        }
-    }
-}
 
 /// A connection being served.
 #[derive(Debug)]
@@ -109,7 +55,7 @@ struct Open {
 /// until `stop` turns true.
 pub async fn serve(
     listener: TcpListener,
-    engine: mpsc::Sender<Command>,
+    engine: Handle,
     ends: EndMetrics,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -164,12 +110,7 @@ pub async fn serve(
 }
 
 /// Reads a request head within [`HEAD_TIMEOUT`] and answers it within [`ANSWER_TIMEOUT`].
-async fn answer(
-    mut stream: TcpStream,
-    engine: mpsc::Sender<Command>,
-    ends: EndMetrics,
-    headed: Arc<AtomicBool>,
-) {
+async fn answer(mut stream: TcpStream, engine: Handle, ends: EndMetrics, headed: Arc<AtomicBool>) {
     let head = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut stream)).await {
         Ok(Ok(head)) => head,
         Ok(Err(e)) => return tracing::debug!(error = %e, "metrics: cannot read a request"),
@@ -200,7 +141,7 @@ async fn read_head(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
 async fn respond(
     mut stream: TcpStream,
     head: &[u8],
-    engine: &mpsc::Sender<Command>,
+    engine: &Handle,
     ends: &EndMetrics,
 ) -> std::io::Result<()> {
     let (status, content_type, body) = match request_path(head) {
@@ -240,16 +181,9 @@ fn request_path(head: &[u8]) -> Option<&str> {
 }
 
 /// The daemon's status, asked as root would ask it.
-async fn ask_status(engine: &mpsc::Sender<Command>) -> Option<Status> {
-    let (reply, answer) = oneshot::channel();
-    let command = Command::Request {
-        caller: Caller { uid: 0, pid: 0 },
-        request: Box::new(Request::Status(request::Status {})),
-        fds: Vec::new(),
-        reply,
-    };
-    engine.send(command).await.ok()?;
-    answer.await.ok()?.status.map(|status| *status)
+async fn ask_status(engine: &Handle) -> Option<Status> {
+    let root = Caller { uid: 0, pid: 0 };
+    engine.ask(root, request::Status {}).await.ok()
 }
 
 /// The exposition of one scrape.

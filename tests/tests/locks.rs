@@ -77,7 +77,6 @@ fn two_sessions_contend_and_the_waiter_gets_the_lock_on_release() {
         "b waits in line: {:?}",
         locks(&daemon)
     );
-    assert_eq!(waiter.next_within(Duration::from_millis(300)), None);
 
     let released = daemon.cli(&["lock", "release", "build", "--session", "a", "--json"]);
     assert!(released.status.success(), "{released:?}");

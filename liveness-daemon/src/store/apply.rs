@@ -13,7 +13,7 @@ use liveness_common::session::{Event, EventKind, OnEnd, Phase};
 use super::active::Active;
 use super::journal::{JournalEntry, JournaledEnding, JournaledEvent, JournaledRelease};
 use super::locks::lock_event;
-use super::rows::{Ending, event_ended, name};
+use super::rows::{event_ended, name};
 use super::{OwnerDeath, Store, StoreError};
 
 /// A batch of deaths, ready to journal: the entry, and its events (with their seqs) for
@@ -51,17 +51,7 @@ pub fn journal_deaths(
         Ok(())
     };
     for death in deaths {
-        let ending = Ending {
-            died_ms: death.died_ms,
-            survivors: death.survivors.clone(),
-            ..Ending::new(
-                death.reason,
-                death.exit,
-                Some(death.detected_by),
-                Some(death.observed_ms),
-                now_ms,
-            )?
-        };
+        let ending = death.ending();
         for (session, held) in active.of_owner(&death.owner) {
             // Two reports of one owner in a batch end its sessions once.
             if !ended.insert((session.creator_uid, session.id.clone())) {

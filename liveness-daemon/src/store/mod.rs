@@ -147,6 +147,52 @@ pub struct OwnerDeath {
     pub survivors: Option<Survivors>,
 }
 
+/// How a session ends: what [`Store::end`] and [`Store::end_many`] write into it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ending {
+    pub reason: EndReason,
+    pub exit: Option<ExitStatus>,
+    /// The source that saw the death, for an ending that is one.
+    pub detected_by: Option<DetectedBy>,
+    /// When the source observed the death.
+    pub observed_ms: Option<i64>,
+    /// When the owner died by the kernel's clock, where the source knows it.
+    pub died_ms: Option<i64>,
+    /// The members of the owner's process tree still alive.
+    pub survivors: Option<Survivors>,
+    /// Terminate the surviving processes whatever the session's policy (`end --terminate`).
+    pub terminate: bool,
+}
+
+impl Ending {
+    /// An ending for `reason` and nothing else known.
+    pub fn because(reason: EndReason) -> Ending {
+        Ending {
+            reason,
+            exit: None,
+            detected_by: None,
+            observed_ms: None,
+            died_ms: None,
+            survivors: None,
+            terminate: false,
+        }
+    }
+}
+
+impl OwnerDeath {
+    /// The ending of every session the dead owner had.
+    fn ending(&self) -> Ending {
+        Ending {
+            exit: self.exit,
+            detected_by: Some(self.detected_by),
+            observed_ms: Some(self.observed_ms),
+            died_ms: self.died_ms,
+            survivors: self.survivors.clone(),
+            ..Ending::because(self.reason)
+        }
+    }
+}
+
 /// A member of a process tree, as persisted across daemon restarts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Member {
@@ -155,15 +201,6 @@ pub struct Member {
     pub root: ProcessKey,
     /// Command name when first seen, for display.
     pub comm: String,
-}
-
-/// Which events a replay returns.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct EventFilter<'a> {
-    /// Only events written under this session id.
-    pub session: Option<&'a str>,
-    /// Only events of sessions registered by this uid.
-    pub creator_uid: Option<u32>,
 }
 
 /// One stored event: its seq and its JSON body as sent to subscribers.
@@ -191,20 +228,21 @@ mod apply;
 mod checkpoint;
 pub mod journal;
 mod locks;
-mod members;
 mod reader;
 mod reaps;
 mod recovery;
+mod replay;
 mod rows;
 mod schema;
+mod tree;
 mod writer;
 
 pub use active::Active;
 pub use apply::{JournaledDeaths, journal_deaths};
 pub use checkpoint::Checkpointer;
-pub use locks::{Acquired, LockPage, LockQuery, MAX_LOCKS_PER_SESSION};
+pub use locks::{Acquired, LockPage, LockQuery};
 pub use reader::{EventReader, ListQuery, SessionPage};
-pub use recovery::Recovered;
+pub use replay::EventFilter;
 pub use writer::{SEQ_JUMP_AFTER_POWER_LOSS, Store};
 
 #[cfg(test)]

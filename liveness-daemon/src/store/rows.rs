@@ -1,11 +1,11 @@
 //! Row mapping and the statements the writer and the readers share.
 
 use super::locks::release_locks_of;
-use super::{EventFilter, EventPage, MAX_ID_LEN, SESSION_COLUMNS, StoreError, StoredEvent};
-use liveness_common::exit::{DetectedBy, ExitStatus};
+use super::replay::EVENTS_AFTER;
+use super::{Ending, EventFilter, EventPage, MAX_ID_LEN, SESSION_COLUMNS, StoreError, StoredEvent};
 use liveness_common::identity::Identity;
-use liveness_common::session::{EndReason, Event, EventKind, OnEnd, Phase, Session, Survivors};
-use rusqlite::{Connection, Row, params};
+use liveness_common::session::{Event, EventKind, OnEnd, Phase, Session};
+use rusqlite::{Connection, Row, named_params, params};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -210,42 +210,23 @@ pub(super) fn insert_session(conn: &Connection, s: &Session) -> Result<(), Store
     Ok(())
 }
 
-/// How sessions end: what [`end_selected`] writes into each.
-pub(super) struct Ending {
-    pub(super) reason: EndReason,
-    pub(super) exit: Option<ExitStatus>,
-    pub(super) detected_by: Option<DetectedBy>,
-    pub(super) observed_ms: Option<i64>,
-    pub(super) died_ms: Option<i64>,
-    pub(super) survivors: Option<Survivors>,
-    /// Terminate the surviving processes whatever the sessions' policy (`end --terminate`).
-    pub(super) terminate: bool,
+/// An [`Ending`] as [`end_selected`] writes it: with the time and its stored columns.
+pub(super) struct EndingRow<'a> {
+    pub(super) ending: &'a Ending,
     pub(super) now_ms: i64,
-    /// The same three as stored in their columns.
+    /// The reason, exit and source as stored in their columns.
     pub(super) columns: (String, Option<String>, Option<String>),
 }
 
-impl Ending {
-    pub(super) fn new(
-        reason: EndReason,
-        exit: Option<ExitStatus>,
-        detected_by: Option<DetectedBy>,
-        observed_ms: Option<i64>,
-        now_ms: i64,
-    ) -> Result<Ending, StoreError> {
+impl EndingRow<'_> {
+    pub(super) fn new(ending: &Ending, now_ms: i64) -> Result<EndingRow<'_>, StoreError> {
         let columns = (
-            name(&reason)?,
-            exit.map(|e| serde_json::to_string(&e)).transpose()?,
-            detected_by.map(|d| name(&d)).transpose()?,
+            name(&ending.reason)?,
+            ending.exit.map(|e| serde_json::to_string(&e)).transpose()?,
+            ending.detected_by.map(|d| name(&d)).transpose()?,
         );
-        Ok(Ending {
-            reason,
-            exit,
-            detected_by,
-            observed_ms,
-            died_ms: None,
-            survivors: None,
-            terminate: false,
+        Ok(EndingRow {
+            ending,
             now_ms,
             columns,
         })
@@ -264,8 +245,9 @@ pub(super) fn end_selected(
     tx: &Connection,
     select: &str,
     params: impl rusqlite::Params,
-    ending: &Ending,
+    row: &EndingRow<'_>,
 ) -> Result<Vec<Event>, StoreError> {
+    let (ending, now_ms) = (row.ending, row.now_ms);
     let mut found: Vec<(i64, Session)> = tx
         .prepare_cached(select)?
         .query_and_then(params, |row| {
@@ -277,7 +259,7 @@ pub(super) fn end_selected(
     found.sort_unstable_by(|a, b| a.1.id.cmp(&b.1.id));
     let mut events = Vec::with_capacity(found.len());
     for (rowid, mut session) in found {
-        let (reason, exit, detected_by) = &ending.columns;
+        let (reason, exit, detected_by) = &row.columns;
         // The survivors in the same statement: a second UPDATE of the row cost every ending.
         let survivors = ending
             .survivors
@@ -288,20 +270,13 @@ pub(super) fn end_selected(
             "UPDATE sessions SET phase = 'ended', reason = ?2, exit = ?3, detected_by = ?4, \
              ended_ms = ?5, updated_ms = ?5, survivors = COALESCE(?6, survivors) WHERE rowid = ?1",
         )?
-        .execute(params![
-            rowid,
-            reason,
-            exit,
-            detected_by,
-            ending.now_ms,
-            survivors
-        ])?;
+        .execute(params![rowid, reason, exit, detected_by, now_ms, survivors])?;
         session.phase = Phase::Ended;
         session.reason = Some(ending.reason);
         session.exit = ending.exit;
         session.detected_by = ending.detected_by;
-        session.ended_ms = Some(ending.now_ms);
-        session.updated_ms = ending.now_ms;
+        session.ended_ms = Some(now_ms);
+        session.updated_ms = now_ms;
         if ending.survivors.is_some() {
             session.survivors.clone_from(&ending.survivors);
         }
@@ -311,7 +286,7 @@ pub(super) fn end_selected(
                 .execute(params![session.creator_uid, session.id])?;
         }
         events.push(append(tx, event_ended(&session, ending))?);
-        events.extend(release_locks_of(tx, &session, ending.now_ms)?);
+        events.extend(release_locks_of(tx, &session, now_ms)?);
     }
     Ok(events)
 }
@@ -391,13 +366,14 @@ pub(super) fn events_after(
         })
     };
     let events = tx
-        .prepare_cached(
-            "SELECT seq, body FROM events WHERE seq > ?1 \
-             AND (?3 IS NULL OR session = ?3) AND (?4 IS NULL OR creator_uid = ?4) \
-             ORDER BY seq LIMIT ?2",
-        )?
+        .prepare_cached(&EVENTS_AFTER)?
         .query_map(
-            params![since, limit, filter.session, filter.creator_uid],
+            named_params! {
+                ":since": since,
+                ":limit": limit,
+                ":session": filter.session,
+                ":creator_uid": filter.creator_uid,
+            },
             row,
         )?
         .collect::<Result<_, _>>()?;

@@ -1,9 +1,11 @@
 use std::path::Path;
 
 use liveness_common::lock::{Lock, ReleaseReason};
+use liveness_common::protocol::StreamMessage;
 use liveness_common::session::{DEFAULT_GRACE_MS, EventKind, OnEnd, Phase, ReapFailure, Reaped};
 use rusqlite::Connection;
 
+use super::locks::MAX_LOCKS_PER_SESSION;
 use super::schema::{MIGRATIONS, SCHEMA_VERSION};
 use super::*;
 
@@ -65,6 +67,15 @@ impl Db {
     }
     fn open(&self) -> Store {
         Store::open(self.path()).unwrap()
+    }
+}
+
+/// Registers sessions `s0`, `s1`... owned by processes 10, 11...
+fn register_many(store: &mut Store, count: u32) {
+    for i in 0..count {
+        store
+            .register(req(&format!("s{i}"), owner(10 + i)), NOW)
+            .unwrap();
     }
 }
 
@@ -157,13 +168,11 @@ fn only_the_current_owner_ends_a_session_exactly_once() {
         .end(
             UID,
             "s1",
-            EndReason::OwnerExited,
-            None,
-            Some(DetectedBy::Ebpf),
-            None,
             Some(&owner(10)),
-            None,
-            false,
+            &Ending {
+                detected_by: Some(DetectedBy::Ebpf),
+                ..Ending::because(EndReason::OwnerExited)
+            },
             NOW + 2,
         )
         .unwrap();
@@ -190,19 +199,14 @@ fn only_the_current_owner_ends_a_session_exactly_once() {
     let stop = store.end(
         UID,
         "s1",
-        EndReason::Stopped,
         None,
-        None,
-        None,
-        None,
-        None,
-        false,
+        &Ending::because(EndReason::Stopped),
         NOW + 7,
     );
     assert!(stop.unwrap().is_empty());
     assert_eq!(store.head_seq().unwrap(), 3);
     assert!(matches!(
-        store.end(UID, "nope", EndReason::Stopped, None, None, None, None, None, false, NOW),
+        store.end(UID, "nope", None, &Ending::because(EndReason::Stopped), NOW),
         Err(StoreError::NotFound(id)) if id == "nope"
     ));
 }
@@ -217,13 +221,12 @@ fn end_by_id_with_and_without_expected_owner() {
         .end(
             UID,
             "a",
-            EndReason::OwnerReused,
-            None,
-            Some(DetectedBy::Reconcile),
-            Some(NOW),
             Some(&owner(10)),
-            None,
-            false,
+            &Ending {
+                detected_by: Some(DetectedBy::Reconcile),
+                observed_ms: Some(NOW),
+                ..Ending::because(EndReason::OwnerReused)
+            },
             NOW + 1,
         )
         .unwrap()
@@ -233,13 +236,8 @@ fn end_by_id_with_and_without_expected_owner() {
         .end(
             UID,
             "b",
-            EndReason::Timeout,
             None,
-            None,
-            None,
-            None,
-            None,
-            false,
+            &Ending::because(EndReason::Timeout),
             NOW + 2,
         )
         .unwrap()
@@ -354,13 +352,8 @@ fn rename_errors_change_nothing() {
         .end(
             UID,
             "p2",
-            EndReason::PendingExpired,
             None,
-            None,
-            None,
-            None,
-            None,
-            false,
+            &Ending::because(EndReason::PendingExpired),
             NOW,
         )
         .unwrap();
@@ -601,11 +594,7 @@ fn a_deleted_or_replaced_file_is_noticed() {
 fn lists_page_through_every_session_once() {
     let db = Db::new();
     let mut store = db.open();
-    for i in 0..7 {
-        store
-            .register(req(&format!("s{i}"), owner(10 + i)), NOW)
-            .unwrap();
-    }
+    register_many(&mut store, 7);
     let reader = EventReader::open(db.path()).unwrap();
     let mut seen = Vec::new();
     let mut after = 0;
@@ -770,6 +759,86 @@ fn events_after_filters_by_creator() {
         .map(|e| (e.session.as_str(), e.creator_uid))
         .collect();
     assert_eq!(sessions, [("mine", 1000)]);
+}
+
+/// The replay's filter (SQL) and the live stream's (`admits`) are one test: for every
+/// filter, the replay returns exactly the stored events `admits` lets through.
+#[test]
+fn the_sql_filter_and_admits_agree() {
+    let db = Db::new();
+    let mut store = db.open();
+    for (id, uid, pid) in [
+        ("a", 1000, 10),
+        ("b", 1000, 11),
+        ("a", 2000, 12),
+        ("c", 2000, 13),
+    ] {
+        let new = NewSession {
+            creator_uid: uid,
+            ..req(id, owner(pid))
+        };
+        store.register(new, NOW).unwrap();
+    }
+    let all = events(store.events_after(0, 100, &EventFilter::default()).unwrap());
+    assert_eq!(all.len(), 4);
+    for session in [None, Some("a"), Some("c"), Some("none")] {
+        for creator_uid in [None, Some(1000), Some(2000), Some(3000)] {
+            let filter = EventFilter {
+                session,
+                creator_uid,
+            };
+            let replayed: Vec<u64> = events(store.events_after(0, 100, &filter).unwrap())
+                .iter()
+                .map(|e| e.seq)
+                .collect();
+            let admitted: Vec<u64> = all
+                .iter()
+                .filter(|e| filter.admits(&e.session, e.creator_uid))
+                .map(|e| e.seq)
+                .collect();
+            assert_eq!(replayed, admitted, "{filter:?}");
+        }
+    }
+}
+
+/// A replay pages through the stored events up to a head, as stream lines, and says where
+/// retention left a gap.
+#[test]
+fn a_replay_yields_stream_lines_up_to_the_head_and_its_gaps() {
+    let db = Db::new();
+    let mut store = db.open();
+    register_many(&mut store, 5);
+    let reader = EventReader::open(db.path()).unwrap();
+    let all = EventFilter::default();
+    let first = reader.replay(0, 4, &all, 3).unwrap();
+    assert_eq!(first.next, Some(3), "a full page goes on");
+    let lines: Vec<StreamMessage> = first
+        .lines
+        .iter()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let seqs: Vec<u64> = lines
+        .iter()
+        .map(|line| match line {
+            StreamMessage::Event(event) => event.seq,
+            other => panic!("an event line, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(seqs, [1, 2, 3]);
+    let last = reader.replay(3, 4, &all, 3).unwrap();
+    assert_eq!(
+        (last.lines.len(), last.next),
+        (1, None),
+        "event 5 is past the head"
+    );
+
+    store.prune(2, i64::MAX, NOW).unwrap();
+    let gap = reader.replay(0, 5, &all, 3).unwrap();
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&gap.lines[0]).unwrap(),
+        serde_json::json!({"gap": {"since": 0, "pruned_through": 3}})
+    );
+    assert_eq!(gap.next, Some(3), "the replay goes on after the gap");
 }
 
 #[test]
@@ -962,13 +1031,8 @@ fn session_ids_are_per_user() {
         .end(
             UID,
             "shared",
-            EndReason::Stopped,
             None,
-            None,
-            None,
-            None,
-            None,
-            false,
+            &Ending::because(EndReason::Stopped),
             NOW + 1,
         )
         .unwrap();
@@ -1096,17 +1160,18 @@ fn reader_needs_a_migrated_database_and_sees_commits() {
 
     let mut store = db.open();
     let reader = EventReader::open(db.path()).unwrap();
-    assert_eq!(reader.head_seq().unwrap(), 0);
+    let none = reader.replay(0, 1, &only("s"), 10).unwrap();
+    assert_eq!(none.lines, Vec::<String>::new());
     let event = store
         .register(req("s", owner(10)), NOW)
         .unwrap()
         .event
         .unwrap();
-    assert_eq!(reader.head_seq().unwrap(), 1);
-    assert_eq!(
-        events(reader.events_after(0, 10, &only("s")).unwrap()),
-        [event]
-    );
+    let replayed = reader.replay(0, 1, &only("s"), 10).unwrap();
+    let lines: Vec<StreamMessage> = (replayed.lines.iter())
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(lines, [StreamMessage::Event(Box::new(event))]);
 }
 
 #[test]
@@ -1321,13 +1386,11 @@ fn the_cleanup_policy_is_stored_and_the_reaped_event_recorded() {
             .end(
                 UID,
                 id,
-                EndReason::Stopped,
-                None,
-                None,
-                None,
                 Some(&owner),
-                None,
-                terminate,
+                &Ending {
+                    terminate,
+                    ..Ending::because(EndReason::Stopped)
+                },
                 NOW + 11,
             )
             .unwrap()
@@ -1430,13 +1493,8 @@ fn every_ending_releases_the_sessions_locks_in_its_transaction() {
             let stopped = store.end(
                 UID,
                 "stopped",
-                EndReason::Stopped,
                 None,
-                None,
-                None,
-                None,
-                None,
-                false,
+                &Ending::because(EndReason::Stopped),
                 NOW,
             );
             stopped.unwrap()
@@ -1445,13 +1503,8 @@ fn every_ending_releases_the_sessions_locks_in_its_transaction() {
             let expired = store.end(
                 UID,
                 "expired",
-                EndReason::PendingExpired,
-                None,
-                None,
-                None,
                 Some(owner),
-                None,
-                false,
+                &Ending::because(EndReason::PendingExpired),
                 NOW,
             );
             expired.unwrap()

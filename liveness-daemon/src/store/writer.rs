@@ -6,14 +6,14 @@ use super::journal::JournalError;
 use super::locks::{jump_tokens, rename_holder};
 use super::reader::{ListQuery, SessionPage};
 use super::rows::{
-    Ending, append, end_selected, event_about, events_after, get_session, head_seq, insert_session,
-    name, session_from_row, ticks_from_sql, ticks_to_sql, touch_active, validate_id,
+    EndingRow, append, end_selected, event_about, events_after, get_session, head_seq,
+    insert_session, name, session_from_row, ticks_from_sql, ticks_to_sql, touch_active,
+    validate_id,
 };
 use super::schema::{FileId, check_version, create, file_id, is_damage, is_truncated, migrate};
-use super::{BUSY_TIMEOUT, EventFilter, EventPage, NewSession, Registered, StoreError};
-use liveness_common::exit::{DetectedBy, ExitStatus};
+use super::{BUSY_TIMEOUT, Ending, EventFilter, EventPage, NewSession, Registered, StoreError};
 use liveness_common::identity::Identity;
-use liveness_common::session::{EndReason, Event, EventKind, Phase, Session, Survivors};
+use liveness_common::session::{Event, EventKind, Phase, Session};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use std::path::{Path, PathBuf};
 
@@ -364,33 +364,18 @@ impl Store {
         }
     }
 
-    /// Ends user `uid`'s session `id` if it is still active and, when `expected_owner` is
-    /// given, still owned by that process: its `session.ended` event, then those of the
-    /// locks it held. None when it was already ended or the owner changed. With
-    /// `terminate`, its surviving processes are to be terminated whatever its policy.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "each is an independent fact of the ending"
-    )]
+    /// Ends user `uid`'s session `id` as `ending` says, if it is still active and, when
+    /// `expected_owner` is given, still owned by that process: its `session.ended` event,
+    /// then those of the locks it held. None when it was already ended or the owner changed.
     pub fn end(
         &mut self,
         uid: u32,
         id: &str,
-        reason: EndReason,
-        exit: Option<ExitStatus>,
-        detected_by: Option<DetectedBy>,
-        observed_ms: Option<i64>,
         expected_owner: Option<&Identity>,
-        survivors: Option<Survivors>,
-        terminate: bool,
+        ending: &Ending,
         now_ms: i64,
     ) -> Result<Vec<Event>, StoreError> {
         let tx = self.write_tx()?;
-        let ending = Ending {
-            survivors,
-            terminate,
-            ..Ending::new(reason, exit, detected_by, observed_ms, now_ms)?
-        };
         let ended = end_selected(
             &tx,
             select_active!(
@@ -404,7 +389,7 @@ impl Store {
                 expected_owner.map(|o| &o.boot_id),
                 uid,
             ],
-            &ending,
+            &EndingRow::new(ending, now_ms)?,
         )?;
         if ended.is_empty() {
             return if get_session(&tx, uid, id)?.is_some() {
