@@ -1,6 +1,8 @@
 //! The engine's loop and its order: exits first, then commands; commit, then publish,
 //! then the effects (lock grants, reaps), then reply.
 
+use std::sync::Arc;
+
 use tokio::sync::{mpsc, watch};
 
 use crate::source::ExitObservation;
@@ -15,7 +17,7 @@ use super::locks::LockEffect;
 use super::reaps::{ReapDone, terminating};
 use super::tree::{REFRESH_PERIOD, Start, TREE_PERIOD};
 use super::{
-    Batch, Command, Engine, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, Published, RETRY_PERIOD,
+    Command, Engine, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, Published, RETRY_PERIOD,
     housekeeping, ms_of,
 };
 
@@ -86,8 +88,8 @@ impl Engine {
                     break Err(EngineError::Store(e));
                 },
                 _ = tree_slices.tick(), if self.trees.has_work() => self.trees.step(),
-                // Last: only when nothing else is ready, and after one yield, so that the
-                // connections woken by a publish write to their sockets first.
+                // Last: only when nothing else is ready, after one yield, so that a death
+                // that comes meanwhile is not written behind log lines.
                 () = tokio::task::yield_now(), if !self.unlogged.is_empty() => {
                     self.unlogged.flush(&mut self.fresh_owners);
                 }
@@ -399,21 +401,25 @@ impl Engine {
         }
     }
 
-    /// Sends committed events, as one batch, to every subscriber. A subscriber whose queue
-    /// is full is dropped; its connection tells it `lagged`. The metrics come after, and
-    /// the log lines only once the woken connections have written (see `eventlog`).
+    /// Writes committed events, as one batch, to every subscriber (see `outbox`). A
+    /// subscriber whose queue is full is dropped; its connection tells it `lagged`. The
+    /// metrics come after, and the log lines only once the engine would otherwise wait
+    /// (see `eventlog`).
     fn broadcast(&mut self, mut events: Vec<Event>) {
-        let batch: Batch = events
+        let batch: Vec<Published> = events
             .iter_mut()
             .filter_map(|event| {
                 self.usage.apply(event);
                 super::hops::published(event);
                 match serde_json::to_string(&EventLine { event }) {
-                    Ok(line) => Some(Published {
+                    Ok(mut line) => Some(Published {
                         seq: event.seq,
                         session: event.session.clone(),
                         creator_uid: event.creator_uid,
-                        line,
+                        line: {
+                            line.push('\n');
+                            Arc::from(line)
+                        },
                     }),
                     Err(e) => {
                         tracing::error!(error = %e, seq = event.seq, "cannot serialize event");

@@ -33,6 +33,7 @@ mod housekeeping;
 mod journaled;
 mod locks;
 mod op;
+mod outbox;
 mod owner_checks;
 mod reaps;
 mod retry;
@@ -49,6 +50,7 @@ pub use op::{
     Ask, Command, End, Found, Handle, Op, Register, Registered, Subscribe, Subscription, Tree,
     Waiting, Whose, ancestry, stopping,
 };
+pub use outbox::{Ended, Flushed, Outbox};
 pub use tree::TreeView;
 
 /// Most exits committed in one transaction when they arrive together.
@@ -107,19 +109,15 @@ impl Clock {
     }
 }
 
-/// An event as published live: the stream line, serialized once for every subscriber,
-/// with what subscribers filter on.
+/// An event as published live: the stream line (with its newline), serialized once for
+/// every subscriber, with what subscribers filter on.
 #[derive(Debug)]
-pub struct Published {
-    pub seq: u64,
-    pub session: String,
-    pub creator_uid: u32,
-    pub line: String,
+struct Published {
+    seq: u64,
+    session: String,
+    creator_uid: u32,
+    line: Arc<str>,
 }
-
-/// The events of one commit. Queues hold batches, so a burst of deaths committed together
-/// takes one slot: a subscriber is dropped for not reading, not for a burst.
-pub type Batch = Arc<[Published]>;
 
 /// This boot, and the host name as the daemon started under it (a label only).
 #[derive(Debug, Clone)]

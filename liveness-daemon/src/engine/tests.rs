@@ -3,9 +3,11 @@
 //! only when a test advances it.
 
 use std::collections::BTreeMap;
+use std::io::Read;
+use std::os::unix::net::UnixStream;
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use crate::limits::Limits;
 use crate::source::ExitObservation;
@@ -22,8 +24,8 @@ use liveness_common::status::{DaemonInfo, LimitsConfig};
 use liveness_proc::fake::FakeProc;
 
 use super::{
-    Acquire, Batch, Caller, Clock, End, Engine, EngineConfig, Op, PRUNE_PERIOD, Register,
-    Registered, Subscribe,
+    Acquire, Caller, Clock, End, Engine, EngineConfig, Op, PRUNE_PERIOD, Register, Registered,
+    Subscribe,
 };
 
 const WALL_MS: i64 = 1_700_000_000_000;
@@ -142,9 +144,18 @@ impl Fixture {
         self.engine.finalize_observed(observation);
     }
 
-    fn subscribe(&mut self) -> mpsc::Receiver<Batch> {
-        let subscription = self.ask(ROOT, Subscribe).expect("a subscription");
-        subscription.batches
+    /// A subscriber of every event from now on: the socket the engine writes to.
+    fn subscribe(&mut self) -> UnixStream {
+        let (ours, theirs) = UnixStream::pair().expect("a socket pair");
+        ours.set_nonblocking(true).unwrap();
+        theirs.set_nonblocking(true).unwrap();
+        let subscribe = Subscribe {
+            socket: ours.into(),
+            filter: crate::store::EventFilter::default(),
+        };
+        let subscription = self.ask(ROOT, subscribe).expect("a subscription");
+        subscription.outbox.go_live(subscription.head);
+        theirs
     }
 }
 
@@ -191,17 +202,16 @@ fn error_of<T: std::fmt::Debug>(answer: Result<T, ErrorBody>) -> ErrorCode {
     }
 }
 
-/// The events of `kind` about `id` in the batches received since the last call.
-fn published(batches: &mut mpsc::Receiver<Batch>, id: &str, kind: &str) -> usize {
-    let kind = format!("\"{kind}\"");
-    let mut count = 0;
-    while let Ok(batch) = batches.try_recv() {
-        count += batch
-            .iter()
-            .filter(|published| published.session == id && published.line.contains(&kind))
-            .count();
-    }
-    count
+/// The events of `kind` about `id` the subscriber received since the last call.
+fn published(subscriber: &mut UnixStream, id: &str, kind: &str) -> usize {
+    let mut received = String::new();
+    // Non-blocking: what the engine wrote so far.
+    let _ = subscriber.read_to_string(&mut received);
+    received
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).expect("a JSON line"))
+        .filter(|line| line["event"]["session"] == id && line["event"]["kind"] == kind)
+        .count()
 }
 
 #[tokio::test(start_paused = true)]
@@ -461,7 +471,7 @@ async fn a_reap_outcome_whose_commit_failed_is_committed_and_published_once_on_r
         "the outcome is published exactly once"
     );
     let filter = crate::store::EventFilter {
-        session: Some("s"),
+        session: Some("s".to_owned()),
         creator_uid: Some(ALICE.uid),
     };
     let crate::store::EventPage::Events(stored) =

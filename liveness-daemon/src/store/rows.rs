@@ -342,7 +342,7 @@ pub(super) fn events_after(
     conn: &Connection,
     since: u64,
     limit: usize,
-    filter: &EventFilter<'_>,
+    filter: &EventFilter,
 ) -> Result<EventPage, StoreError> {
     // One read transaction: the gap check and the rows come from the same snapshot, so a
     // prune committed in between cannot delete events unnoticed.

@@ -13,9 +13,9 @@ const NOW: i64 = 1_700_000_000_000;
 /// The uid that [`req`] registers as.
 const UID: u32 = 1000;
 
-fn only(session: &str) -> EventFilter<'_> {
+fn only(session: &str) -> EventFilter {
     EventFilter {
-        session: Some(session),
+        session: Some(session.to_owned()),
         creator_uid: None,
     }
 }
@@ -784,7 +784,7 @@ fn the_sql_filter_and_admits_agree() {
     for session in [None, Some("a"), Some("c"), Some("none")] {
         for creator_uid in [None, Some(1000), Some(2000), Some(3000)] {
             let filter = EventFilter {
-                session,
+                session: session.map(str::to_owned),
                 creator_uid,
             };
             let replayed: Vec<u64> = events(store.events_after(0, 100, &filter).unwrap())

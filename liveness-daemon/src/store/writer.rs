@@ -555,7 +555,7 @@ impl Store {
         &self,
         since: u64,
         limit: usize,
-        filter: &EventFilter<'_>,
+        filter: &EventFilter,
     ) -> Result<EventPage, StoreError> {
         events_after(&self.conn, since, limit, filter)
     }
