@@ -352,6 +352,8 @@ mod tests {
             pending: false,
             reason: None,
             exit: None,
+            cause: None,
+            usage: None,
             detected_by: None,
             creator_uid: 1000,
             labels: BTreeMap::from([("k".into(), "v".into())]),

@@ -22,6 +22,13 @@ struct signal_struct {
 	atomic_t live;
 	unsigned int flags;
 	int group_exit_code;
+	/* CPU time of the threads already gone, in nanoseconds. */
+	__u64 utime;
+	__u64 stime;
+	/* The process's peak resident set, in pages: do_exit raises it before the tracepoint. */
+	unsigned long maxrss;
+	/* Set by mark_oom_victim, once, when the OOM killer chose the process. */
+	struct mm_struct *oom_mm;
 };
 
 struct ns_common {
@@ -51,7 +58,43 @@ struct task_struct {
 	struct task_struct *group_leader;
 	struct pid *thread_pid;
 	__u64 start_boottime;
+	/* This thread's CPU time, in nanoseconds. */
+	__u64 utime;
+	__u64 stime;
 	struct signal_struct *signal;
+};
+
+/* Only its address is used: the siginfo layout read through it is user-space ABI. */
+struct kernel_siginfo;
+
+/* The memory cgroup an OOM kill is confined to: its kernfs node's id is its inode number. */
+struct kernfs_node {
+	__u64 id;
+};
+
+struct cgroup {
+	struct kernfs_node *kn;
+};
+
+struct cgroup_subsys_state {
+	struct cgroup *cgroup;
+};
+
+struct mem_cgroup {
+	struct cgroup_subsys_state css;
+};
+
+/* out_of_memory's argument: memcg is NULL when the whole machine ran out. */
+struct oom_control {
+	struct mem_cgroup *memcg;
+};
+
+/*
+ * The mark_victim tracepoint's event: from Linux 6.8 its arguments are the victim's task and
+ * uid (and the event records the uid), before only the victim's pid.
+ */
+struct trace_event_raw_mark_victim___task {
+	unsigned int uid;
 };
 
 #pragma clang attribute pop
@@ -71,7 +114,9 @@ struct task_struct {
 /* Mirrors liveness_common::COUNTER_*. */
 #define COUNTER_EMITTED 0
 #define COUNTER_LOST 1
-#define COUNTER_SLOTS 2
+#define COUNTER_CAUSES_LOST 2
+#define COUNTER_USAGE_LOST 3
+#define COUNTER_SLOTS 4
 
 /* Mirrors liveness_common::MEMBER_COUNTER_*. */
 #define MEMBER_COUNTER_FULL 0
@@ -98,19 +143,104 @@ _Static_assert(__builtin_offsetof(struct member_record, root_start_ticks) == 8,
 _Static_assert(__builtin_offsetof(struct member_record, root_tgid) == 16, "root_tgid offset");
 _Static_assert(__builtin_offsetof(struct member_record, flags) == 20, "flags offset");
 
+/* Mirrors liveness_common::CAUSE_*: what a signal_cause holds. */
+#define CAUSE_SIGNAL 1
+#define CAUSE_SENDER_IN_TREE 2
+#define CAUSE_OOM_MARKED 4
+#define CAUSE_OOM_SCOPE_KNOWN 8
+
+/* Mirrors liveness_common::ORIGIN_*: how the signal's siginfo came to be. */
+#define ORIGIN_SIGINFO 0
+#define ORIGIN_NOINFO 1
+#define ORIGIN_PRIV 2
+
+/* Mirrors liveness_common::EXIT_*: what an exit_record holds besides the death. */
+#define EXIT_HAS_CAUSE 1
+#define EXIT_HAS_MEMBERS 2
+#define EXIT_OOM_VICTIM 4
+
+/*
+ * Mirrors liveness_common::Usage: CPU time in nanoseconds and the peak resident set in
+ * pages, of one process or summed over the members of a tree that exited.
+ */
+struct usage {
+	__u64 user_ns;
+	__u64 system_ns;
+	/* Of one process; over a tree's members, the largest member's. */
+	__u64 peak_rss_pages;
+};
+
+_Static_assert(sizeof(struct usage) == 24, "usage size");
+
+/* Mirrors liveness_common::TreeUsage: the members of a tracked process's tree that exited. */
+struct tree_usage {
+	__u64 root_start_ticks;
+	struct usage total;
+	__u32 exited;
+	__u32 pad;
+};
+
+_Static_assert(sizeof(struct tree_usage) == 40, "tree_usage size");
+_Static_assert(__builtin_offsetof(struct tree_usage, total) == 8, "total offset");
+_Static_assert(__builtin_offsetof(struct tree_usage, exited) == 32, "exited offset");
+
+/*
+ * Mirrors liveness_common::SignalCause: the last signal that kills by default sent to a
+ * tracked process, with its sender (current when it was sent), and the OOM kill if the
+ * OOM killer chose the process.
+ */
+struct signal_cause {
+	__u64 target_start_ticks;
+	__u64 sender_start_ticks;
+	/* The root of the tree the sender belongs to, when CAUSE_SENDER_IN_TREE. */
+	__u64 sender_root_start_ticks;
+	/* The kernfs id of the memory cgroup whose limit was reached; 0 for the machine's. */
+	__u64 oom_cgroup_id;
+	__u32 sender_tgid;
+	__u32 sender_uid;
+	__u32 sender_root_tgid;
+	/* si_code as the kernel set it, when origin is ORIGIN_SIGINFO. */
+	__s32 code;
+	__u32 signal;
+	__u16 origin;
+	__u16 flags;
+	char sender_comm[16];
+};
+
+_Static_assert(sizeof(struct signal_cause) == 72, "signal_cause size");
+_Static_assert(__builtin_offsetof(struct signal_cause, sender_tgid) == 32, "sender_tgid offset");
+_Static_assert(__builtin_offsetof(struct signal_cause, signal) == 48, "signal offset");
+_Static_assert(__builtin_offsetof(struct signal_cause, origin) == 52, "origin offset");
+_Static_assert(__builtin_offsetof(struct signal_cause, sender_comm) == 56, "sender_comm offset");
+
+/* The OOM kill in progress: out_of_memory runs under a global mutex, one at a time. */
+struct oom_context {
+	__u64 pid_tgid;
+	__u64 cgroup_id;
+};
+
 /* Mirrors liveness_common::ExitRecord; the daemon's tests compare this type's BTF to it. */
 struct exit_record {
 	__u64 start_ticks;
 	__u64 exit_monotonic_ns;
 	__u32 tgid;
 	__u32 wait_status;
+	struct usage usage;
+	struct tree_usage members;
+	struct signal_cause cause;
+	__u32 flags;
+	__u32 pad;
 };
 
-_Static_assert(sizeof(struct exit_record) == 24, "exit_record size");
+_Static_assert(sizeof(struct exit_record) == 168, "exit_record size");
 _Static_assert(__builtin_offsetof(struct exit_record, start_ticks) == 0, "start_ticks offset");
 _Static_assert(__builtin_offsetof(struct exit_record, exit_monotonic_ns) == 8,
 	       "exit_monotonic_ns offset");
 _Static_assert(__builtin_offsetof(struct exit_record, tgid) == 16, "tgid offset");
 _Static_assert(__builtin_offsetof(struct exit_record, wait_status) == 20, "wait_status offset");
+_Static_assert(__builtin_offsetof(struct exit_record, usage) == 24, "usage offset");
+_Static_assert(__builtin_offsetof(struct exit_record, members) == 48, "members offset");
+_Static_assert(__builtin_offsetof(struct exit_record, cause) == 88, "cause offset");
+_Static_assert(__builtin_offsetof(struct exit_record, flags) == 160, "flags offset");
 
 #endif /* LIVENESS_H */

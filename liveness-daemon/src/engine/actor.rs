@@ -6,6 +6,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::source::ExitObservation;
 use crate::store::OwnerDeath;
+use liveness_common::cause::SenderSession;
 use liveness_common::exit::DetectedBy;
 use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::protocol::Request;
@@ -184,6 +185,9 @@ impl Engine {
             observed_ms: self.config.clock.now_ms(),
             died_ms: None,
             survivors: None,
+            cause: None,
+            usage: None,
+            sender_session: None,
         };
         if owner.boot_id != self.local.boot_id {
             let earlier_boot_here = match self.store.is_known_boot(&owner.boot_id) {
@@ -215,6 +219,7 @@ impl Engine {
 
     /// The store's view of a death observed on this boot.
     pub(super) fn death_of(&self, observation: &ExitObservation) -> OwnerDeath {
+        let facts = observation.facts.as_ref();
         OwnerDeath {
             owner: self.identity_of(observation.key),
             reason: EndReason::from(observation.reason),
@@ -223,6 +228,26 @@ impl Engine {
             observed_ms: ms_of(observation.at),
             died_ms: observation.died_at.map(ms_of),
             survivors: None,
+            cause: facts.map(|facts| facts.cause.clone()),
+            usage: facts.map(|facts| facts.usage.clone()),
+            sender_session: facts
+                .and_then(|facts| facts.sender_root)
+                .and_then(|root| self.session_rooted_at(root)),
+        }
+    }
+
+    /// The session whose owner is `root`, which a signal's sender belonged to (as `root`
+    /// itself or a member of its tree) when it sent the signal.
+    fn session_rooted_at(&self, root: ProcessKey) -> Option<SenderSession> {
+        match self.store.active_sessions_of_owner(&self.identity_of(root)) {
+            Ok(sessions) => sessions.into_iter().next().map(|session| SenderSession {
+                id: session.id,
+                creator_uid: session.creator_uid,
+            }),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot look up the session of a signal's sender");
+                None
+            }
         }
     }
 

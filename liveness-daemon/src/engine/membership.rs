@@ -274,9 +274,7 @@ fn candidates(
 /// of the map only when the kernel added a member since, or nothing was merged yet.
 fn kernel_news(kernel: Option<&MembersMap>, merged_added: Option<u64>) -> Vec<KernelMember> {
     match kernel {
-        Some(kernel) if Some(kernel.added_count()) != merged_added => {
-            kernel.members()
-        }
+        Some(kernel) if Some(kernel.added_count()) != merged_added => kernel.members(),
         _ => Vec::new(),
     }
 }

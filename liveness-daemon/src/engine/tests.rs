@@ -303,6 +303,7 @@ async fn an_earlier_owners_death_does_not_end_a_session_with_a_new_owner() {
         detected_by: DetectedBy::Procpoll,
         at: SystemTime::now(),
         died_at: None,
+        facts: None,
     });
     let session = f.session(ALICE.uid, "s");
     assert_eq!(

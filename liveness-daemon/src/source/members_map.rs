@@ -332,7 +332,6 @@ impl MembersMap {
     pub fn slots_used(&self) -> u64 {
         self.slots.used().load(Ordering::SeqCst)
     }
-
 }
 
 pub(super) fn map_errno(error: &MapError) -> Option<i32> {

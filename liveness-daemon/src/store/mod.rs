@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use liveness_common::cause::{Cause, SenderSession, Usage};
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::session::{EndReason, Event, OnEnd, Session, Survivors};
@@ -24,14 +25,15 @@ pub const MAX_ID_LEN: usize = 256;
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Number of columns in [`session_columns!`].
-const SESSION_COLUMNS: usize = 22;
+const SESSION_COLUMNS: usize = 24;
 
 /// Columns of a session row, in the order [`session_from_row`] reads them.
 macro_rules! session_columns {
     () => {
         "id, owner_pid, owner_start_ticks, owner_boot_id, owner_host, owner_comm, phase, \
          pending, reason, exit, detected_by, creator_uid, labels, created_ms, updated_ms, \
-         touched_ms, ended_ms, pending_expires_ms, owner_pidfs_ino, survivors, on_end, grace_ms"
+         touched_ms, ended_ms, pending_expires_ms, owner_pidfs_ino, survivors, on_end, grace_ms, \
+         cause, usage"
     };
 }
 
@@ -143,6 +145,13 @@ pub struct OwnerDeath {
     pub died_ms: Option<i64>,
     /// The members of the owner's process tree still alive.
     pub survivors: Option<Survivors>,
+    /// Why it died, where the source saw it; otherwise what the reason and source can say.
+    pub cause: Option<Cause>,
+    /// What it cost, where the kernel showed it.
+    pub usage: Option<Usage>,
+    /// The session the signal's sender belonged to, named in each ended session's cause
+    /// whose readers may see it.
+    pub sender_session: Option<SenderSession>,
 }
 
 /// A member of a process tree, as persisted across daemon restarts.

@@ -2,6 +2,7 @@
 
 use super::locks::release_locks_of;
 use super::{EventFilter, EventPage, MAX_ID_LEN, SESSION_COLUMNS, StoreError, StoredEvent};
+use liveness_common::cause::{Cause, SenderSession, Usage};
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::Identity;
 use liveness_common::session::{EndReason, Event, EventKind, OnEnd, Phase, Session, Survivors};
@@ -21,6 +22,8 @@ pub(super) fn event_about(kind: EventKind, session: &Session, at_ms: i64) -> Eve
         previous_session: None,
         reason: None,
         exit: None,
+        cause: None,
+        usage: None,
         detected_by: None,
         observed_ms: None,
         died_ms: None,
@@ -49,6 +52,8 @@ pub(super) fn ended_event(session: &Session) -> Event {
     Event {
         reason: session.reason,
         exit: session.exit,
+        cause: session.cause.clone(),
+        usage: session.usage.clone(),
         detected_by: session.detected_by,
         survivors: session.survivors.clone(),
         ..event_about(
@@ -155,7 +160,17 @@ pub(super) fn session_from_row(row: &Row<'_>) -> Result<Session, StoreError> {
             .transpose()?,
         on_end: from_name(row.get(20)?)?,
         grace_ms: u64::try_from(row.get::<_, i64>(21)?).unwrap_or_default(),
+        cause: json_column(row, 22)?,
+        usage: json_column(row, 23)?,
     })
+}
+
+/// A nullable column holding JSON.
+fn json_column<T: DeserializeOwned>(row: &Row<'_>, index: usize) -> Result<Option<T>, StoreError> {
+    Ok(row
+        .get::<_, Option<String>>(index)?
+        .map(|s| serde_json::from_str(&s))
+        .transpose()?)
 }
 
 pub(super) fn get_session(
@@ -178,7 +193,7 @@ pub(super) fn insert_session(conn: &Connection, s: &Session) -> Result<(), Store
         "INSERT INTO sessions (",
         session_columns!(),
         ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-         ?19, ?20, ?21, ?22)"
+         ?19, ?20, ?21, ?22, ?23, ?24)"
     ))?
     .execute(params![
         s.id,
@@ -206,6 +221,8 @@ pub(super) fn insert_session(conn: &Connection, s: &Session) -> Result<(), Store
             .transpose()?,
         name(&s.on_end)?,
         i64::try_from(s.grace_ms).unwrap_or(i64::MAX),
+        s.cause.as_ref().map(serde_json::to_string).transpose()?,
+        s.usage.as_ref().map(serde_json::to_string).transpose()?,
     ])?;
     Ok(())
 }
@@ -218,6 +235,10 @@ pub(super) struct Ending {
     pub(super) observed_ms: Option<i64>,
     pub(super) died_ms: Option<i64>,
     pub(super) survivors: Option<Survivors>,
+    /// Why, from the owner's side: by default what the reason and the source can say.
+    pub(super) cause: Cause,
+    pub(super) usage: Option<Usage>,
+    pub(super) sender_session: Option<SenderSession>,
     /// Terminate the surviving processes whatever the sessions' policy (`end --terminate`).
     pub(super) terminate: bool,
     pub(super) now_ms: i64,
@@ -245,6 +266,9 @@ impl Ending {
             observed_ms,
             died_ms: None,
             survivors: None,
+            cause: Cause::unseen(reason, detected_by, exit),
+            usage: None,
+            sender_session: None,
             terminate: false,
             now_ms,
             columns,
@@ -284,9 +308,20 @@ pub(super) fn end_selected(
             .as_ref()
             .map(serde_json::to_string)
             .transpose()?;
+        let mut cause = ending.cause.clone();
+        if let Some(sender_session) = &ending.sender_session {
+            cause.name_sender_session(sender_session, session.creator_uid);
+        }
+        let cause_json = serde_json::to_string(&cause)?;
+        let usage = ending
+            .usage
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()?;
         tx.prepare_cached(
             "UPDATE sessions SET phase = 'ended', reason = ?2, exit = ?3, detected_by = ?4, \
-             ended_ms = ?5, updated_ms = ?5, survivors = COALESCE(?6, survivors) WHERE rowid = ?1",
+             ended_ms = ?5, updated_ms = ?5, survivors = COALESCE(?6, survivors), cause = ?7, \
+             usage = ?8 WHERE rowid = ?1",
         )?
         .execute(params![
             rowid,
@@ -294,12 +329,16 @@ pub(super) fn end_selected(
             exit,
             detected_by,
             ending.now_ms,
-            survivors
+            survivors,
+            cause_json,
+            usage
         ])?;
         session.phase = Phase::Ended;
         session.reason = Some(ending.reason);
         session.exit = ending.exit;
         session.detected_by = ending.detected_by;
+        session.cause = Some(cause);
+        session.usage.clone_from(&ending.usage);
         session.ended_ms = Some(ending.now_ms);
         session.updated_ms = ending.now_ms;
         if ending.survivors.is_some() {

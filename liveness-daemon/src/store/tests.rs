@@ -95,6 +95,9 @@ fn end_owner(
                 observed_ms,
                 died_ms: None,
                 survivors: None,
+                cause: None,
+                usage: None,
+                sender_session: None,
             }],
             now_ms,
         )
@@ -1132,6 +1135,9 @@ fn end_many_finalizes_a_thousand_owners_in_one_transaction() {
             observed_ms: NOW,
             died_ms: None,
             survivors: None,
+            cause: None,
+            usage: None,
+            sender_session: None,
         })
         .collect();
     let start = std::time::Instant::now();
@@ -1628,4 +1634,123 @@ fn a_token_granted_after_the_state_was_deleted_or_restored_exceeds_every_earlier
             lock.token
         );
     }
+}
+
+#[test]
+fn causes_and_usage_are_stored_and_a_foreign_sender_session_is_not_named() {
+    use liveness_common::cause::{Cause, MembersUsage, SenderSession, Usage};
+    let db = Db::new();
+    let mut store = db.open();
+    // Two sessions of one owner, by two creators; the sender belongs to a session of UID.
+    let victim = owner(20);
+    store.register(req("mine", victim.clone()), NOW).unwrap();
+    store
+        .register(
+            NewSession {
+                creator_uid: UID + 1,
+                ..req("theirs", victim.clone())
+            },
+            NOW,
+        )
+        .unwrap();
+    let sender = liveness_common::cause::Sender {
+        pid: 30,
+        start_ticks: 3,
+        comm: "kill".into(),
+        uid: UID,
+        session: None,
+    };
+    let usage = Usage {
+        cpu_user_us: 300_000,
+        cpu_system_us: 1_000,
+        peak_rss_bytes: 1 << 20,
+        members: MembersUsage::default(),
+    };
+    let events = store
+        .end_many(
+            &[OwnerDeath {
+                owner: victim,
+                reason: EndReason::OwnerExited,
+                exit: Some(ExitStatus::Signaled {
+                    signal: 15,
+                    core_dumped: false,
+                }),
+                detected_by: DetectedBy::Ebpf,
+                observed_ms: NOW,
+                died_ms: None,
+                survivors: None,
+                cause: Some(Cause::Signal {
+                    signal: 15,
+                    sender: Some(sender),
+                    kernel: None,
+                }),
+                usage: Some(usage.clone()),
+                sender_session: Some(SenderSession {
+                    id: "builder".into(),
+                    creator_uid: UID,
+                }),
+            }],
+            NOW + 1,
+        )
+        .unwrap();
+    let named = |cause: &Option<Cause>| match cause {
+        Some(Cause::Signal {
+            sender: Some(sender),
+            ..
+        }) => sender.session.clone(),
+        other => panic!("not a signal with a sender: {other:?}"),
+    };
+    let by_session = |id: &str| events.iter().find(|e| e.session == id).unwrap();
+    assert_eq!(named(&by_session("mine").cause), Some("builder".into()));
+    assert_eq!(
+        named(&by_session("theirs").cause),
+        None,
+        "another user's session id reached a non-root creator's ending"
+    );
+    // Stored as sent, and read back after a reopen.
+    drop(store);
+    let store = db.open();
+    let mine = store.get(UID, "mine").unwrap().unwrap();
+    assert_eq!(named(&mine.cause), Some("builder".into()));
+    assert_eq!(mine.usage, Some(usage));
+    let theirs = store.get(UID + 1, "theirs").unwrap().unwrap();
+    assert_eq!(named(&theirs.cause), None);
+}
+
+#[test]
+fn endings_no_source_explained_say_what_is_known() {
+    use liveness_common::cause::{Cause, CauseKind};
+    let db = Db::new();
+    let mut store = db.open();
+    store.register(req("stopped", owner(40)), NOW).unwrap();
+    let stopped = store
+        .end(
+            UID,
+            "stopped",
+            EndReason::Stopped,
+            None,
+            None,
+            None,
+            None,
+            None,
+            false,
+            NOW + 1,
+        )
+        .unwrap();
+    assert_eq!(stopped[0].cause, Some(Cause::NoDeath));
+    store.register(req("seen", owner(41)), NOW).unwrap();
+    let seen = end_owner(
+        &mut store,
+        &owner(41),
+        Some(ExitStatus::Signaled {
+            signal: 9,
+            core_dumped: false,
+        }),
+        DetectedBy::Pidfd,
+        NOW,
+        NOW + 1,
+    );
+    let cause = seen[0].cause.clone().unwrap();
+    assert_eq!(cause.kind(), CauseKind::Unknown);
+    assert!(cause.to_string().contains("pidfd"), "{cause}");
 }

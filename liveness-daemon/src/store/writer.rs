@@ -230,6 +230,8 @@ impl Store {
                     pending: req.pending,
                     reason: None,
                     exit: None,
+                    cause: None,
+                    usage: None,
                     detected_by: None,
                     creator_uid: req.creator_uid,
                     labels: req.labels,
@@ -418,16 +420,20 @@ impl Store {
         let mut events = Vec::new();
         for death in deaths {
             let owner = &death.owner;
+            let defaults = Ending::new(
+                death.reason,
+                death.exit,
+                Some(death.detected_by),
+                Some(death.observed_ms),
+                now_ms,
+            )?;
             let ending = Ending {
                 died_ms: death.died_ms,
                 survivors: death.survivors.clone(),
-                ..Ending::new(
-                    death.reason,
-                    death.exit,
-                    Some(death.detected_by),
-                    Some(death.observed_ms),
-                    now_ms,
-                )?
+                cause: death.cause.clone().unwrap_or(defaults.cause),
+                usage: death.usage.clone(),
+                sender_session: death.sender_session.clone(),
+                ..defaults
             };
             events.extend(end_selected(
                 &tx,
