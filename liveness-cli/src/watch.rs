@@ -62,6 +62,14 @@ fn exec_for_event(
         .env("LIVENESS_REASON", wire_name(event.reason))
         .env("LIVENESS_EXIT_CODE", code)
         .env("LIVENESS_SIGNAL", signal)
+        .env(
+            "LIVENESS_CAUSE",
+            event
+                .cause
+                .as_ref()
+                .map(|c| c.kind().name())
+                .unwrap_or_default(),
+        )
         .env("LIVENESS_DETECTED_BY", wire_name(event.detected_by))
         .env("LIVENESS_OWNER_PID", event.owner.pid.to_string())
         .stdin(std::process::Stdio::piped())
@@ -121,7 +129,14 @@ impl WatchArgs {
                     events.cursor().map(save).transpose()?;
                 }
                 Item::Event(event) => {
-                    if self.labels.matches(&event.labels) && self.handle(&event, json, &pids)? {
+                    // A cause filter keeps the endings of those causes and nothing else.
+                    let cause_matches = !self.causes.is_set()
+                        || (event.kind == EventKind::Ended
+                            && self.causes.matches(event.cause.as_ref()));
+                    if self.labels.matches(&event.labels)
+                        && cause_matches
+                        && self.handle(&event, json, &pids)?
+                    {
                         events.cursor().map(save).transpose()?;
                     }
                 }

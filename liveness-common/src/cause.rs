@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use crate::exit::{DetectedBy, ExitStatus};
 use crate::identity::ProcessKey;
 use crate::record::{
-    CAUSE_OOM_MARKED, CAUSE_OOM_SCOPE_KNOWN, CAUSE_SENDER_IN_TREE, EXIT_HAS_CAUSE,
-    EXIT_HAS_MEMBERS, EXIT_OOM_VICTIM, ExitRecord, ORIGIN_SIGINFO, SignalCause,
+    CAUSE_LIMITS_READ, CAUSE_OOM_MARKED, CAUSE_SENDER_IN_TREE, EXIT_HAS_CAUSE, EXIT_HAS_MEMBERS,
+    EXIT_OOM_VICTIM, ExitRecord, ORIGIN_SIGINFO, SignalCause,
 };
 use crate::session::EndReason;
 
@@ -131,11 +131,12 @@ impl fmt::Display for KernelReason {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OomScope {
-    /// A memory cgroup reached its limit (`memory.max`, or `memory.limit_in_bytes` on v1).
+    /// A memory cgroup of the owner (its own or an ancestor) was at its limit
+    /// (`memory.max`, or `memory.limit_in_bytes` on v1) when the kernel killed it.
     Cgroup,
-    /// The whole machine.
+    /// None was: the whole machine ran out.
     Global,
-    /// The kill was seen, not what it answered (the `out_of_memory` program is not loaded).
+    /// The kill was seen, not the limits at its moment (its SIGKILL was not).
     Unknown,
 }
 
@@ -473,7 +474,7 @@ impl KernelFacts {
             oom_cgroup_id: None,
         };
         if signal == SIGKILL && (record.flags & EXIT_OOM_VICTIM != 0 || oom_marked) {
-            let scope_known = seen.filter(|c| c.flags & CAUSE_OOM_SCOPE_KNOWN != 0);
+            let scope_known = seen.filter(|c| c.flags & CAUSE_LIMITS_READ != 0);
             let scope = match scope_known.map(|c| c.oom_cgroup_id) {
                 Some(0) => OomScope::Global,
                 Some(id) => {
@@ -700,7 +701,7 @@ mod tests {
     #[test]
     fn oom_kills_name_their_scope() {
         let mut oom = record(9, ORIGIN_PRIV, 0, EXIT_HAS_CAUSE | EXIT_OOM_VICTIM);
-        oom.cause.flags |= CAUSE_OOM_MARKED | CAUSE_OOM_SCOPE_KNOWN;
+        oom.cause.flags |= CAUSE_OOM_MARKED | CAUSE_LIMITS_READ;
         oom.cause.oom_cgroup_id = 1234;
         let facts = KernelFacts::of_record(&oom, killed(9), 4096);
         assert_eq!(facts.oom_cgroup_id, Some(1234));

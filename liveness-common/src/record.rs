@@ -12,8 +12,6 @@ pub const FORK_PROGRAM_NAME: &str = "liveness_fork";
 pub const SIGNAL_PROGRAM_NAME: &str = "liveness_signal";
 /// Name of the `tp_btf/mark_victim` program: the OOM killer's victims.
 pub const OOM_PROGRAM_NAME: &str = "liveness_oom";
-/// Name of the `fentry/out_of_memory` program: which limit an OOM kill answers.
-pub const OOM_CONTEXT_PROGRAM_NAME: &str = "liveness_oomctx";
 /// Hash map `u32 tgid -> SignalCause` of the last killing signal sent to each tracked process.
 pub const MAP_CAUSES: &str = "causes";
 /// Hash map `u32 root tgid -> TreeUsage` of the members of each tree that exited.
@@ -79,8 +77,9 @@ pub const CAUSE_SIGNAL: u16 = 1;
 pub const CAUSE_SENDER_IN_TREE: u16 = 2;
 /// [`SignalCause::flags`]: the `mark_victim` program saw the OOM killer choose the process.
 pub const CAUSE_OOM_MARKED: u16 = 4;
-/// [`SignalCause::flags`]: `oom_cgroup_id` says which limit the OOM kill answered.
-pub const CAUSE_OOM_SCOPE_KNOWN: u16 = 8;
+/// [`SignalCause::flags`]: the kernel sent SIGKILL and the target's memory cgroups' limits
+/// were read then: `oom_cgroup_id` is the one at its limit, or 0.
+pub const CAUSE_LIMITS_READ: u16 = 8;
 
 /// [`SignalCause::origin`]: the sender passed a siginfo, whose `si_code` is in `code`.
 pub const ORIGIN_SIGINFO: u16 = 0;
@@ -126,8 +125,9 @@ pub struct SignalCause {
     pub target_start_ticks: u64,
     pub sender_start_ticks: u64,
     pub sender_root_start_ticks: u64,
-    /// The kernfs id (inode number) of the memory cgroup whose limit an OOM kill answered;
-    /// 0 when the whole machine ran out. Meaningful with [`CAUSE_OOM_SCOPE_KNOWN`].
+    /// With [`CAUSE_LIMITS_READ`]: the kernfs id (inode number) of the nearest memory
+    /// cgroup of the target within one charge of its limit when the kernel sent SIGKILL;
+    /// 0 when none was (an OOM kill then answered the machine's memory).
     pub oom_cgroup_id: u64,
     pub sender_tgid: u32,
     pub sender_uid: u32,
@@ -192,7 +192,6 @@ mod tests {
             FORK_PROGRAM_NAME,
             SIGNAL_PROGRAM_NAME,
             OOM_PROGRAM_NAME,
-            OOM_CONTEXT_PROGRAM_NAME,
         ];
         for name in names {
             assert!(name.len() <= 15, "{name} is cut to 15 bytes by the kernel");

@@ -173,10 +173,8 @@ pub struct SourceReport {
 pub struct CausesReport {
     /// The sender of a killing signal (`signal_generate`).
     pub signals: bool,
-    /// The OOM killer's victims (`mark_victim`).
+    /// The OOM killer's victims (`mark_victim`; the exit's own mark where it is missing).
     pub oom: bool,
-    /// Whether an OOM kill answered a cgroup's limit or the machine's (`out_of_memory`).
-    pub oom_scope: bool,
     /// CPU time and peak memory at the exit.
     pub usage: bool,
     /// Senders and members' usage the kernel's maps had no room for.

@@ -18,6 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use liveness_common::cause::CauseKind;
 use liveness_common::protocol::{Request, wire_name};
 use liveness_common::request;
 use liveness_common::session::{Event, EventKind};
@@ -42,6 +43,8 @@ struct EndLabels {
     /// The exit source that saw the death; `none` for ends no source saw (`stopped`,
     /// `timeout`, `pending_expired`).
     source: String,
+    /// The kind of the ending's cause: exit, signal, oom, hangup, unknown, none.
+    cause: String,
 }
 
 /// Counted as ends are published; cheap clones share the counts.
@@ -73,6 +76,12 @@ impl EndMetrics {
             .get_or_create(&EndLabels {
                 reason: wire_name(event.reason),
                 source,
+                cause: event
+                    .cause
+                    .as_ref()
+                    .map_or(CauseKind::Unknown, |cause| cause.kind())
+                    .name()
+                    .to_owned(),
             })
             .inc();
         if let Some(died) = event.died_ms.or(event.observed_ms) {
@@ -190,7 +199,7 @@ fn render(status: &Status, ends: &EndMetrics) -> String {
     );
     registry.register(
         "sessions_ended",
-        "Sessions ended since the daemon started, by reason and by the exit source that saw the death",
+        "Sessions ended since the daemon started, by reason, by the exit source that saw the death and by the kind of its cause",
         ends.ended.clone(),
     );
     registry.register(

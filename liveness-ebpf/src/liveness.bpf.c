@@ -13,9 +13,9 @@
  * exit costs one hash lookup.
  *
  * Why a tracked process died, and what it cost: the last signal that kills by default sent
- * to it is kept with its sender (signal_generate), the OOM killer's choice of it with the
- * cgroup whose limit was reached (out_of_memory, mark_victim), and the CPU time of its
- * tree's members as they exit; its exit record carries all of it with its own usage. A
+ * to it is kept with its sender (signal_generate), with the memory cgroup at its limit when
+ * the kernel sends SIGKILL, the OOM killer's choice of it (mark_victim), and the CPU time of
+ * its tree's members as they exit; its exit record carries all of it with its own usage. A
  * signal to any other process costs a comparison, or one lookup for the signals that kill.
  */
 #include "liveness.h"
@@ -109,14 +109,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct tree_usage);
 } tree_usages SEC(".maps");
-
-/* The OOM kill in progress, for mark_victim to tell a cgroup's limit from the machine's. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct oom_context);
-} oom_context SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -478,6 +470,44 @@ int BPF_PROG(liveness_exit, struct task_struct *task)
 #define SEND_SIG_NOINFO 0
 #define SEND_SIG_PRIV 1
 
+#define SIGKILL 9
+
+/* include/linux/page_counter.h: the limit of a cgroup that has none, in pages. */
+#define PAGE_COUNTER_MAX (0x7fffffffffffffffUL / 4096)
+/* The largest charge that can fail: a huge page, 512 pages. */
+#define LARGEST_CHARGE 512
+/* Memory cgroups nest deeper than this only in contrived trees. */
+#define MAX_CGROUP_DEPTH 16
+
+/*
+ * The kernfs id of the nearest memory cgroup of `task` (its own, or an ancestor) whose
+ * usage is within one charge of its limit: where a charge fails and the OOM killer runs
+ * for the cgroup, not for the machine. 0 when none is. Read when the kernel sends SIGKILL,
+ * before the victim's memory is freed.
+ */
+static __always_inline __u64 cgroup_at_limit(struct task_struct *task)
+{
+	struct css_set *cgroups = BPF_CORE_READ(task, cgroups);
+	int id = bpf_core_enum_value(enum cgroup_subsys_id, memory_cgrp_id);
+	struct cgroup_subsys_state *css = 0;
+	__u64 slot = (__u64)cgroups + bpf_core_field_offset(struct css_set, subsys) +
+		     id * sizeof(css);
+
+	if (!cgroups || bpf_probe_read_kernel(&css, sizeof(css), (const void *)slot))
+		return 0;
+	for (int depth = 0; depth < MAX_CGROUP_DEPTH && css; depth++) {
+		struct mem_cgroup *memcg =
+			(struct mem_cgroup *)((__u64)css - bpf_core_field_offset(struct mem_cgroup, css));
+		unsigned long max = BPF_CORE_READ(memcg, memory.max);
+		long usage = BPF_CORE_READ(memcg, memory.usage.counter);
+
+		if (max < PAGE_COUNTER_MAX && usage + LARGEST_CHARGE > (long)max)
+			return BPF_CORE_READ(memcg, css.cgroup, kn, id);
+		css = BPF_CORE_READ(css, parent);
+	}
+	return 0;
+}
+
 /*
  * Keeps the sender of every signal that kills by default queued to a tracked process: the
  * last one before its death is the one that killed it (its exit record checks the number).
@@ -521,6 +551,13 @@ int BPF_PROG(liveness_signal, int sig, struct kernel_siginfo *info, struct task_
 		bpf_probe_read_kernel(&cause.code, sizeof(cause.code), (void *)info + 8);
 	}
 
+	/* The OOM killer's SIGKILL comes before its victim's memory is freed: where a cgroup's
+	 * limit stands, it is still at it. */
+	if (sig == SIGKILL && cause.origin == ORIGIN_PRIV) {
+		cause.oom_cgroup_id = cgroup_at_limit(task);
+		cause.flags |= CAUSE_LIMITS_READ;
+	}
+
 	struct task_struct *sender = (struct task_struct *)bpf_get_current_task();
 
 	cause.sender_tgid = current_tgid_seen_by_daemon();
@@ -543,25 +580,8 @@ int BPF_PROG(liveness_signal, int sig, struct kernel_siginfo *info, struct task_
 }
 
 /*
- * Notes the memory cgroup whose limit an OOM kill answers (none when the machine ran out),
- * for mark_victim, which runs inside this call when it kills.
- */
-SEC("fentry/out_of_memory")
-int BPF_PROG(liveness_oomctx, struct oom_control *oc)
-{
-	__u32 zero = 0;
-	struct oom_context *context = bpf_map_lookup_elem(&oom_context, &zero);
-
-	if (!context)
-		return 0;
-	context->pid_tgid = bpf_get_current_pid_tgid();
-	context->cgroup_id = BPF_CORE_READ(oc, memcg, css.cgroup, kn, id);
-	return 0;
-}
-
-/*
- * The OOM killer chose a process: if it is tracked, its cause says so, with the scope that
- * out_of_memory noted. Its SIGKILL was queued just before, in this same task.
+ * The OOM killer chose a process: if it is tracked, its cause says so. Its SIGKILL was
+ * queued just before, in this same task, with the cgroup at its limit.
  */
 SEC("tp_btf/mark_victim")
 int liveness_oom(__u64 *ctx)
@@ -590,17 +610,8 @@ int liveness_oom(__u64 *ctx)
 
 	struct signal_cause *cause = bpf_map_lookup_elem(&causes, &tgid);
 
-	if (!cause || cause->target_start_ticks != *expected_start)
-		return 0;
-
-	__u32 zero = 0;
-	struct oom_context *context = bpf_map_lookup_elem(&oom_context, &zero);
-
-	cause->flags |= CAUSE_OOM_MARKED;
-	if (context && context->pid_tgid == bpf_get_current_pid_tgid()) {
-		cause->oom_cgroup_id = context->cgroup_id;
-		cause->flags |= CAUSE_OOM_SCOPE_KNOWN;
-	}
+	if (cause && cause->target_start_ticks == *expected_start)
+		cause->flags |= CAUSE_OOM_MARKED;
 	return 0;
 }
 

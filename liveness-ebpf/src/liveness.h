@@ -62,12 +62,13 @@ struct task_struct {
 	__u64 utime;
 	__u64 stime;
 	struct signal_struct *signal;
+	struct css_set *cgroups;
 };
 
 /* Only its address is used: the siginfo layout read through it is user-space ABI. */
 struct kernel_siginfo;
 
-/* The memory cgroup an OOM kill is confined to: its kernfs node's id is its inode number. */
+/* A cgroup's kernfs node: its id is the inode number of the cgroup's directory. */
 struct kernfs_node {
 	__u64 id;
 };
@@ -78,15 +79,31 @@ struct cgroup {
 
 struct cgroup_subsys_state {
 	struct cgroup *cgroup;
+	struct cgroup_subsys_state *parent;
+};
+
+/* A task's cgroups, one per controller, indexed by enum cgroup_subsys_id. */
+struct css_set {
+	struct cgroup_subsys_state *subsys[1];
+};
+
+enum cgroup_subsys_id {
+	memory_cgrp_id = 4,
+};
+
+typedef struct {
+	long counter;
+} atomic_long_t;
+
+/* Memory charged to a cgroup, in pages, and its limit (memory.max, memory.limit_in_bytes). */
+struct page_counter {
+	atomic_long_t usage;
+	unsigned long max;
 };
 
 struct mem_cgroup {
 	struct cgroup_subsys_state css;
-};
-
-/* out_of_memory's argument: memcg is NULL when the whole machine ran out. */
-struct oom_control {
-	struct mem_cgroup *memcg;
+	struct page_counter memory;
 };
 
 /*
@@ -147,7 +164,7 @@ _Static_assert(__builtin_offsetof(struct member_record, flags) == 20, "flags off
 #define CAUSE_SIGNAL 1
 #define CAUSE_SENDER_IN_TREE 2
 #define CAUSE_OOM_MARKED 4
-#define CAUSE_OOM_SCOPE_KNOWN 8
+#define CAUSE_LIMITS_READ 8
 
 /* Mirrors liveness_common::ORIGIN_*: how the signal's siginfo came to be. */
 #define ORIGIN_SIGINFO 0
@@ -194,7 +211,8 @@ struct signal_cause {
 	__u64 sender_start_ticks;
 	/* The root of the tree the sender belongs to, when CAUSE_SENDER_IN_TREE. */
 	__u64 sender_root_start_ticks;
-	/* The kernfs id of the memory cgroup whose limit was reached; 0 for the machine's. */
+	/* With CAUSE_LIMITS_READ: the kernfs id of the nearest memory cgroup of the target at
+	 * its limit when the kernel sent SIGKILL, or 0 when none was. */
 	__u64 oom_cgroup_id;
 	__u32 sender_tgid;
 	__u32 sender_uid;
@@ -212,12 +230,6 @@ _Static_assert(__builtin_offsetof(struct signal_cause, sender_tgid) == 32, "send
 _Static_assert(__builtin_offsetof(struct signal_cause, signal) == 48, "signal offset");
 _Static_assert(__builtin_offsetof(struct signal_cause, origin) == 52, "origin offset");
 _Static_assert(__builtin_offsetof(struct signal_cause, sender_comm) == 56, "sender_comm offset");
-
-/* The OOM kill in progress: out_of_memory runs under a global mutex, one at a time. */
-struct oom_context {
-	__u64 pid_tgid;
-	__u64 cgroup_id;
-};
 
 /* Mirrors liveness_common::ExitRecord; the daemon's tests compare this type's BTF to it. */
 struct exit_record {

@@ -49,6 +49,7 @@ const PROGRAMS: &[&str] = &[
     "liveness",
     "testproc",
     "seccomp-deny",
+    "dying",
     "wait_for_exit",
 ];
 const INSTALL_HINT: &str = "apt-get install -y qemu-system-x86 busybox-static bash-static cpio";

@@ -11,13 +11,13 @@ use std::io;
 use std::time::{Duration, Instant, SystemTime};
 
 use aya::maps::{Array, HashMap, IterableMap, Map, MapData, MapError, RingBuf};
-use aya::programs::{BtfTracePoint, FEntry, ProgramError};
+use aya::programs::{BtfTracePoint, ProgramError};
 use aya::{Btf, BtfError, Ebpf, EbpfLoader};
 use liveness_common::record::{
     COUNTER_CAUSES_LOST, COUNTER_EMITTED, COUNTER_LOST, COUNTER_SLOTS, COUNTER_USAGE_LOST,
     EXIT_PROGRAM_NAME, ExitRecord, FORK_PROGRAM_NAME, MAP_CAUSES, MAP_COUNTERS, MAP_EXITS,
     MAP_MEMBER_COUNTERS, MAP_MEMBER_SLOTS, MAP_MEMBERS, MAP_TRACKED, MAP_TREE_USAGES,
-    OOM_CONTEXT_PROGRAM_NAME, OOM_PROGRAM_NAME, SIGNAL_PROGRAM_NAME, SignalCause, TreeUsage,
+    OOM_PROGRAM_NAME, SIGNAL_PROGRAM_NAME, SignalCause, TreeUsage,
 };
 use liveness_common::status::CausesReport;
 use tokio::io::Interest;
@@ -43,7 +43,6 @@ const TRACEPOINT: &str = "sched_process_exit";
 const FORK_TRACEPOINT: &str = "sched_process_fork";
 const SIGNAL_TRACEPOINT: &str = "signal_generate";
 const OOM_TRACEPOINT: &str = "mark_victim";
-const OOM_FUNCTION: &str = "out_of_memory";
 /// The program's `.rodata` variable holding the daemon's PID namespace inode number.
 const PIDNS_GLOBAL: &str = "daemon_pidns_inum";
 /// The program's `.rodata` variable holding the members' share of the members map.
@@ -239,8 +238,6 @@ struct CauseWatch {
     signals: Result<(), String>,
     /// `mark_victim`: the OOM killer's victims.
     oom: Result<(), String>,
-    /// `out_of_memory`: whether a cgroup's limit or the machine's memory ran out.
-    oom_scope: Result<(), String>,
 }
 
 impl CauseWatch {
@@ -249,7 +246,6 @@ impl CauseWatch {
         let reason = [
             why(&self.signals).map(|e| format!("signal senders are not seen: {e}")),
             why(&self.oom).map(|e| format!("OOM kills are not seen: {e}")),
-            why(&self.oom_scope).map(|e| format!("an OOM kill's cgroup is not seen: {e}")),
         ]
         .into_iter()
         .flatten()
@@ -257,7 +253,6 @@ impl CauseWatch {
         CausesReport {
             signals: self.signals.is_ok(),
             oom: self.oom.is_ok(),
-            oom_scope: self.oom_scope.is_ok(),
             usage: true,
             lost,
             reason: (!reason.is_empty()).then(|| reason.join("; ")),
@@ -285,20 +280,6 @@ fn attach_cause_programs(ebpf: &mut Ebpf, btf: &Btf) -> CauseWatch {
     };
     let signals = tracepoint(ebpf, SIGNAL_PROGRAM_NAME, SIGNAL_TRACEPOINT);
     let oom = tracepoint(ebpf, OOM_PROGRAM_NAME, OOM_TRACEPOINT);
-    let oom_scope = (|| {
-        let program: &mut FEntry = ebpf
-            .program_mut(OOM_CONTEXT_PROGRAM_NAME)
-            .ok_or(EbpfError::BadObject(OOM_CONTEXT_PROGRAM_NAME))?
-            .try_into()
-            .map_err(|_| EbpfError::BadObject(OOM_CONTEXT_PROGRAM_NAME))?;
-        program
-            .load(OOM_FUNCTION, btf)
-            .map_err(|e| EbpfError::from_program("loading an eBPF program", e))?;
-        program
-            .attach()
-            .map_err(|e| EbpfError::from_program("attaching an eBPF program", e))?;
-        Ok::<(), EbpfError>(())
-    })();
     let described = |what: &str, result: Result<(), EbpfError>| {
         result.map_err(|error| {
             tracing::warn!(%error, "{what}: not attached");
@@ -308,7 +289,6 @@ fn attach_cause_programs(ebpf: &mut Ebpf, btf: &Btf) -> CauseWatch {
     CauseWatch {
         signals: described(SIGNAL_TRACEPOINT, signals),
         oom: described(OOM_TRACEPOINT, oom),
-        oom_scope: described(OOM_FUNCTION, oom_scope),
     }
 }
 
@@ -635,7 +615,7 @@ fn read_records(
             detected_by: DetectedBy::Ebpf,
             at: now_wall,
             died_at,
-            facts: Some(facts),
+            facts: Some(Box::new(facts)),
         }));
     }
 }

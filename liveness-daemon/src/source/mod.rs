@@ -38,8 +38,9 @@ pub struct ExitObservation {
     pub at: SystemTime,
     /// When the process died by the kernel's clock, where the source reads it (eBPF).
     pub died_at: Option<SystemTime>,
-    /// Why it died and what it cost, where the kernel showed it (eBPF).
-    pub facts: Option<KernelFacts>,
+    /// Why it died and what it cost, where the kernel showed it (eBPF). Boxed: most
+    /// observations carry none, and events move through channels by value.
+    pub facts: Option<Box<KernelFacts>>,
 }
 
 /// What sources send to their consumer.
