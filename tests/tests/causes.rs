@@ -108,8 +108,8 @@ fn cause_of(daemon: &Daemon, id: &str) -> Value {
 /// every session, sends SIGKILL to another owner: uid 0, no session. And a non-root creator
 /// whose owner root's session B killed sees the sender, never B's id.
 #[test]
-fn a_signal_names_its_sender_and_the_sessions_the_reader_may_see() {
-    let test = "a_signal_names_its_sender_and_the_sessions_the_reader_may_see";
+fn cause_signal_names_its_sender_and_the_sessions_the_reader_may_see() {
+    let test = "cause_signal_names_its_sender_and_the_sessions_the_reader_may_see";
     if !privileged(test) {
         return;
     }
@@ -219,8 +219,8 @@ fn watched(daemon: &Daemon, uid: u32, args: &[&str], until: &str) -> String {
 /// Deaths the process brings on itself, or the kernel does: abort() (SIGABRT it sends
 /// itself, so the sender is the owner), a segfault and a CPU-time limit (the kernel's).
 #[test]
-fn self_inflicted_and_kernel_raised_signals() {
-    let Some(daemon) = started("self_inflicted_and_kernel_raised_signals") else {
+fn cause_self_inflicted_and_kernel_raised_signals() {
+    let Some(daemon) = started("cause_self_inflicted_and_kernel_raised_signals") else {
         return;
     };
     let mut aborts = Dying::spawn(&["abort"]);
@@ -265,8 +265,8 @@ fn self_inflicted_and_kernel_raised_signals() {
 /// A session leader whose pty's master side closes gets SIGHUP from the kernel: `hangup`.
 /// The same signal sent by a process is a signal with its sender.
 #[test]
-fn a_pty_hang_up_is_told_apart_from_a_sent_sighup() {
-    let Some(daemon) = started("a_pty_hang_up_is_told_apart_from_a_sent_sighup") else {
+fn cause_pty_hang_up_is_told_apart_from_a_sent_sighup() {
+    let Some(daemon) = started("cause_pty_hang_up_is_told_apart_from_a_sent_sighup") else {
         return;
     };
     let mut terminal = Dying::spawn(&["hangup"]);
@@ -340,7 +340,10 @@ impl MemoryCgroup {
         let dir = root.join(name);
         std::fs::create_dir(&dir).expect("create a v2 cgroup");
         write(&dir.join("memory.max"), LIMIT);
-        write(&dir.join("memory.swap.max"), "0");
+        let swap = dir.join("memory.swap.max");
+        if swap.exists() {
+            write(&swap, "0");
+        }
         MemoryCgroup { dir, path, mounted }
     }
 
@@ -379,8 +382,8 @@ fn write(path: &Path, value: &str) {
 /// The OOM killer in a 32 MiB memory cgroup: cause `oom`, scope `cgroup`, the cgroup's
 /// path, and a peak of the limit's order.
 #[test]
-fn an_oom_kill_names_the_cgroup_whose_limit_was_reached() {
-    let Some(daemon) = started("an_oom_kill_names_the_cgroup_whose_limit_was_reached") else {
+fn cause_oom_kill_names_the_cgroup_whose_limit_was_reached() {
+    let Some(daemon) = started("cause_oom_kill_names_the_cgroup_whose_limit_was_reached") else {
         return;
     };
     let cgroup = MemoryCgroup::new(&format!("liveness-oom-{}", std::process::id()));
@@ -412,8 +415,8 @@ fn an_oom_kill_names_the_cgroup_whose_limit_was_reached() {
 /// CPU time from the kernel at the exit: an owner that burns 300 ms reports at least 250,
 /// and the members of a tree that burn and exit before their owner are summed.
 #[test]
-fn usage_counts_the_owner_and_the_members_that_exited() {
-    let Some(daemon) = started("usage_counts_the_owner_and_the_members_that_exited") else {
+fn cause_usage_counts_the_owner_and_the_members_that_exited() {
+    let Some(daemon) = started("cause_usage_counts_the_owner_and_the_members_that_exited") else {
         return;
     };
     let mut burner = Dying::spawn(&["burn", "300"]);
@@ -445,8 +448,8 @@ fn usage_counts_the_owner_and_the_members_that_exited() {
 /// `watch` and `list` filter ended sessions by cause; `wait` keeps its exit codes and its
 /// JSON adds the cause; the metrics count ends by cause.
 #[test]
-fn causes_filter_and_count_endings() {
-    let Some(daemon) = started("causes_filter_and_count_endings") else {
+fn cause_filters_and_counts_endings() {
+    let Some(daemon) = started("cause_filters_and_counts_endings") else {
         return;
     };
     let mut exits = Dying::spawn(&["burn", "0"]);
