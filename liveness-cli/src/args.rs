@@ -72,7 +72,7 @@ pub(crate) enum Command {
     ///
     /// With --exec, runs CMD (through sh -c) for each session.ended event, with the event
     /// JSON on stdin and LIVENESS_SEQ, LIVENESS_SESSION, LIVENESS_REASON, LIVENESS_EXIT_CODE,
-    /// LIVENESS_SIGNAL, LIVENESS_DETECTED_BY in its environment. With --cursor, the seq of the
+    /// LIVENESS_SIGNAL, LIVENESS_CAUSE, LIVENESS_DETECTED_BY in its environment. With --cursor, the seq of the
     /// last event handled and the daemon's store id are stored in FILE and a restarted
     /// watcher resumes after it. The cursor is written once CMD has succeeded, so a watcher
     /// killed in between runs CMD for that event again when it restarts: make CMD
