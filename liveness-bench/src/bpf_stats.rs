@@ -38,7 +38,9 @@ impl ProgramCost {
         for info in aya::programs::loaded_programs() {
             let info = info.context("listing eBPF programs")?;
             if wanted(&info) {
-                let serving = SERVING_EXITS.iter().any(|name| info.name() == name.as_bytes());
+                let serving = SERVING_EXITS
+                    .iter()
+                    .any(|name| info.name() == name.as_bytes());
                 if !(forks_charged_to_exits && serving) {
                     total.runs += info.run_count();
                 }

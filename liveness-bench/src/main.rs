@@ -1065,7 +1065,13 @@ fn goals(report: &Report) -> Vec<Value> {
             // A program that never ran measured nothing.
             let ran = overhead[runs].as_u64() > Some(0);
             let ns = number(ns);
-            goals.push(goal(name, &format!("<= {most} ns"), ns, "ns", ran && ns <= most));
+            goals.push(goal(
+                name,
+                &format!("<= {most} ns"),
+                ns,
+                "ns",
+                ran && ns <= most,
+            ));
         }
         goals.push(goal(
             "overhead_cpu",

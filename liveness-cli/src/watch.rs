@@ -62,12 +62,13 @@ fn exec_for_event(
         .env("LIVENESS_REASON", wire_name(event.reason))
         .env("LIVENESS_EXIT_CODE", code)
         .env("LIVENESS_SIGNAL", signal)
+        // As JSON, as end actions get it.
         .env(
             "LIVENESS_CAUSE",
             event
                 .cause
                 .as_ref()
-                .map(|c| c.kind().name())
+                .and_then(|cause| serde_json::to_string(cause).ok())
                 .unwrap_or_default(),
         )
         .env("LIVENESS_DETECTED_BY", wire_name(event.detected_by))

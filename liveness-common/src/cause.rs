@@ -430,21 +430,22 @@ const SI_TKILL: i32 = -6;
 impl KernelFacts {
     /// Reads an exit record whose status is `status`; `page_size` turns pages into bytes.
     pub fn of_record(record: &ExitRecord, status: ExitStatus, page_size: u64) -> KernelFacts {
-        let micros = |ns: u64| ns / 1000;
         let members = if record.flags & EXIT_HAS_MEMBERS != 0 {
             let tree = &record.members;
+            let (cpu_user_us, cpu_system_us) = cpu_times(&tree.total);
             MembersUsage {
                 exited: tree.exited,
-                cpu_user_us: micros(tree.total.user_ns),
-                cpu_system_us: micros(tree.total.system_ns),
+                cpu_user_us,
+                cpu_system_us,
                 peak_rss_bytes: tree.total.peak_rss_pages.saturating_mul(page_size),
             }
         } else {
             MembersUsage::default()
         };
+        let (cpu_user_us, cpu_system_us) = cpu_times(&record.usage);
         let usage = Usage {
-            cpu_user_us: micros(record.usage.user_ns),
-            cpu_system_us: micros(record.usage.system_ns),
+            cpu_user_us,
+            cpu_system_us,
             peak_rss_bytes: record.usage.peak_rss_pages.saturating_mul(page_size),
             members,
         };
@@ -521,6 +522,19 @@ impl KernelFacts {
     }
 }
 
+/// User and system time in microseconds: the exact runtime split in the proportion of the
+/// tick samples, as `getrusage` reports them (samples alone miss what ran between ticks).
+fn cpu_times(usage: &crate::record::Usage) -> (u64, u64) {
+    let sampled = u128::from(usage.user_ns) + u128::from(usage.system_ns);
+    let runtime = u128::from(usage.runtime_ns);
+    // No sample at all: it ran between ticks, counted as user time.
+    let system = (runtime * u128::from(usage.system_ns))
+        .checked_div(sampled)
+        .unwrap_or(0);
+    let micros = |ns: u128| u64::try_from(ns / 1000).unwrap_or(u64::MAX);
+    (micros(runtime - system), micros(system))
+}
+
 /// Whether a process sent the signal (then `current` was its sender) rather than the kernel.
 fn sent_by_a_process(cause: &SignalCause) -> bool {
     cause.origin == ORIGIN_SIGINFO && matches!(cause.code, SI_USER | SI_QUEUE | SI_MESGQ | SI_TKILL)
@@ -576,15 +590,17 @@ mod tests {
             tgid: 3,
             wait_status: 0,
             usage: Raw {
-                user_ns: 300_000_000,
-                system_ns: 2_000_000,
+                user_ns: 296_000_000,
+                system_ns: 4_000_000,
+                runtime_ns: 310_000_000,
                 peak_rss_pages: 10,
             },
             members: TreeUsage {
                 root_start_ticks: 1,
                 total: Raw {
-                    user_ns: 5_000,
-                    system_ns: 1_000,
+                    user_ns: 0,
+                    system_ns: 0,
+                    runtime_ns: 5_000,
                     peak_rss_pages: 2,
                 },
                 exited: 2,
@@ -639,7 +655,13 @@ mod tests {
                 start_ticks: 50
             })
         );
-        assert_eq!(facts.usage.cpu_user_us, 300_000);
+        // 310 ms ran, 296 of 300 sampled ms in user mode.
+        assert_eq!(
+            (facts.usage.cpu_user_us, facts.usage.cpu_system_us),
+            (305_866, 4_133)
+        );
+        // Between ticks: all of it counted as user time.
+        assert_eq!(facts.usage.members.cpu_user_us, 5);
         assert_eq!(facts.usage.peak_rss_bytes, 40_960);
         assert_eq!(facts.usage.members.exited, 2);
         assert_eq!(facts.usage.members.peak_rss_bytes, 8192);

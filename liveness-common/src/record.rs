@@ -97,12 +97,15 @@ pub const EXIT_HAS_MEMBERS: u32 = 2;
 /// [`ExitRecord::flags`]: the OOM killer chose the process (`signal->oom_mm` was set).
 pub const EXIT_OOM_VICTIM: u32 = 4;
 
-/// CPU time and peak resident memory, of one process or summed over a tree's members.
+/// CPU time and peak resident memory, of one process or summed over a tree's members. The
+/// user and system times are samples taken at ticks, the runtime is exact: the kernel's
+/// `getrusage` splits the runtime in the samples' proportion, and so does the daemon.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Usage {
     pub user_ns: u64,
     pub system_ns: u64,
+    pub runtime_ns: u64,
     /// Of one process; over a tree's members, the largest member's.
     pub peak_rss_pages: u64,
 }
@@ -206,19 +209,19 @@ mod tests {
     /// The same numbers are asserted by `_Static_assert` in `liveness.h`.
     #[test]
     fn exit_record_layout_is_pinned() {
-        assert_eq!(size_of::<ExitRecord>(), 168);
+        assert_eq!(size_of::<ExitRecord>(), 184);
         assert_eq!(offset_of!(ExitRecord, start_ticks), 0);
         assert_eq!(offset_of!(ExitRecord, exit_monotonic_ns), 8);
         assert_eq!(offset_of!(ExitRecord, tgid), 16);
         assert_eq!(offset_of!(ExitRecord, wait_status), 20);
         assert_eq!(offset_of!(ExitRecord, usage), 24);
-        assert_eq!(offset_of!(ExitRecord, members), 48);
-        assert_eq!(offset_of!(ExitRecord, cause), 88);
-        assert_eq!(offset_of!(ExitRecord, flags), 160);
-        assert_eq!(size_of::<Usage>(), 24);
-        assert_eq!(size_of::<TreeUsage>(), 40);
+        assert_eq!(offset_of!(ExitRecord, members), 56);
+        assert_eq!(offset_of!(ExitRecord, cause), 104);
+        assert_eq!(offset_of!(ExitRecord, flags), 176);
+        assert_eq!(size_of::<Usage>(), 32);
+        assert_eq!(size_of::<TreeUsage>(), 48);
         assert_eq!(offset_of!(TreeUsage, total), 8);
-        assert_eq!(offset_of!(TreeUsage, exited), 32);
+        assert_eq!(offset_of!(TreeUsage, exited), 40);
         assert_eq!(size_of::<SignalCause>(), 72);
         assert_eq!(offset_of!(SignalCause, sender_tgid), 32);
         assert_eq!(offset_of!(SignalCause, signal), 48);
@@ -244,9 +247,9 @@ mod tests {
         bytes[16..20].copy_from_slice(&4321u32.to_ne_bytes());
         bytes[20..24].copy_from_slice(&0x0700u32.to_ne_bytes());
         bytes[24..32].copy_from_slice(&5u64.to_ne_bytes());
-        bytes[88 + 48..88 + 52].copy_from_slice(&15u32.to_ne_bytes());
-        bytes[88 + 56..88 + 60].copy_from_slice(b"kill");
-        bytes[160..164].copy_from_slice(&EXIT_HAS_CAUSE.to_ne_bytes());
+        bytes[104 + 48..104 + 52].copy_from_slice(&15u32.to_ne_bytes());
+        bytes[104 + 56..104 + 60].copy_from_slice(b"kill");
+        bytes[176..180].copy_from_slice(&EXIT_HAS_CAUSE.to_ne_bytes());
         let record = ExitRecord::from_bytes(&bytes).unwrap();
         assert_eq!(
             (

@@ -299,9 +299,11 @@ static __always_inline void usage_at_exit(struct task_struct *task, struct task_
 {
 	usage->user_ns = signal->utime + task->utime;
 	usage->system_ns = signal->stime + task->stime;
+	usage->runtime_ns = signal->sum_sched_runtime + task->se.sum_exec_runtime;
 	if (leader != task) {
 		usage->user_ns += leader->utime;
 		usage->system_ns += leader->stime;
+		usage->runtime_ns += leader->se.sum_exec_runtime;
 	}
 	usage->peak_rss_pages = signal->maxrss;
 }
@@ -336,6 +338,7 @@ static __always_inline void add_to_tree(__u32 root_tgid, __u64 root_start_ticks,
 	}
 	__sync_fetch_and_add(&tree->total.user_ns, usage->user_ns);
 	__sync_fetch_and_add(&tree->total.system_ns, usage->system_ns);
+	__sync_fetch_and_add(&tree->total.runtime_ns, usage->runtime_ns);
 	__sync_fetch_and_add(&tree->exited, 1);
 	if (usage->peak_rss_pages > tree->total.peak_rss_pages)
 		tree->total.peak_rss_pages = usage->peak_rss_pages;

@@ -22,9 +22,11 @@ struct signal_struct {
 	atomic_t live;
 	unsigned int flags;
 	int group_exit_code;
-	/* CPU time of the threads already gone, in nanoseconds. */
+	/* CPU time of the threads already gone, in nanoseconds: sampled at ticks (utime,
+	 * stime) and exact (sum_sched_runtime). */
 	__u64 utime;
 	__u64 stime;
+	__u64 sum_sched_runtime;
 	/* The process's peak resident set, in pages: do_exit raises it before the tracepoint. */
 	unsigned long maxrss;
 	/* Set by mark_oom_victim, once, when the OOM killer chose the process. */
@@ -51,6 +53,10 @@ struct pid {
 	struct upid numbers[1];
 };
 
+struct sched_entity {
+	__u64 sum_exec_runtime;
+};
+
 struct task_struct {
 	int exit_code;
 	int pid;
@@ -58,9 +64,10 @@ struct task_struct {
 	struct task_struct *group_leader;
 	struct pid *thread_pid;
 	__u64 start_boottime;
-	/* This thread's CPU time, in nanoseconds. */
+	/* This thread's CPU time, in nanoseconds: sampled at ticks, and exact in se. */
 	__u64 utime;
 	__u64 stime;
+	struct sched_entity se;
 	struct signal_struct *signal;
 	struct css_set *cgroups;
 };
@@ -178,16 +185,19 @@ _Static_assert(__builtin_offsetof(struct member_record, flags) == 20, "flags off
 
 /*
  * Mirrors liveness_common::Usage: CPU time in nanoseconds and the peak resident set in
- * pages, of one process or summed over the members of a tree that exited.
+ * pages, of one process or summed over the members of a tree that exited. The user and
+ * system times are samples taken at ticks; the runtime is exact, and user space splits it
+ * in their proportion, as getrusage does.
  */
 struct usage {
 	__u64 user_ns;
 	__u64 system_ns;
+	__u64 runtime_ns;
 	/* Of one process; over a tree's members, the largest member's. */
 	__u64 peak_rss_pages;
 };
 
-_Static_assert(sizeof(struct usage) == 24, "usage size");
+_Static_assert(sizeof(struct usage) == 32, "usage size");
 
 /* Mirrors liveness_common::TreeUsage: the members of a tracked process's tree that exited. */
 struct tree_usage {
@@ -197,9 +207,9 @@ struct tree_usage {
 	__u32 pad;
 };
 
-_Static_assert(sizeof(struct tree_usage) == 40, "tree_usage size");
+_Static_assert(sizeof(struct tree_usage) == 48, "tree_usage size");
 _Static_assert(__builtin_offsetof(struct tree_usage, total) == 8, "total offset");
-_Static_assert(__builtin_offsetof(struct tree_usage, exited) == 32, "exited offset");
+_Static_assert(__builtin_offsetof(struct tree_usage, exited) == 40, "exited offset");
 
 /*
  * Mirrors liveness_common::SignalCause: the last signal that kills by default sent to a
@@ -244,15 +254,15 @@ struct exit_record {
 	__u32 pad;
 };
 
-_Static_assert(sizeof(struct exit_record) == 168, "exit_record size");
+_Static_assert(sizeof(struct exit_record) == 184, "exit_record size");
 _Static_assert(__builtin_offsetof(struct exit_record, start_ticks) == 0, "start_ticks offset");
 _Static_assert(__builtin_offsetof(struct exit_record, exit_monotonic_ns) == 8,
 	       "exit_monotonic_ns offset");
 _Static_assert(__builtin_offsetof(struct exit_record, tgid) == 16, "tgid offset");
 _Static_assert(__builtin_offsetof(struct exit_record, wait_status) == 20, "wait_status offset");
 _Static_assert(__builtin_offsetof(struct exit_record, usage) == 24, "usage offset");
-_Static_assert(__builtin_offsetof(struct exit_record, members) == 48, "members offset");
-_Static_assert(__builtin_offsetof(struct exit_record, cause) == 88, "cause offset");
-_Static_assert(__builtin_offsetof(struct exit_record, flags) == 160, "flags offset");
+_Static_assert(__builtin_offsetof(struct exit_record, members) == 56, "members offset");
+_Static_assert(__builtin_offsetof(struct exit_record, cause) == 104, "cause offset");
+_Static_assert(__builtin_offsetof(struct exit_record, flags) == 176, "flags offset");
 
 #endif /* LIVENESS_H */

@@ -75,9 +75,8 @@ impl Dying {
 
 impl Drop for Dying {
     fn drop(&mut self) {
-        // SAFETY: signalling our own child, which its reaper has not reaped while this lives
-        // (a reaped pid could be reused: the reaper is joined after).
-        unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+        // Every mode ends at the end of its stdin, if it has not died already; nothing is
+        // signalled by pid, which the reaper may have freed for reuse.
         self.stdin = None;
         if let Some(reaper) = self.reaper.take() {
             let _ = reaper.join();

@@ -53,7 +53,7 @@ const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
 pub const DEFAULT_MAX_TRACKED: u32 = 262_144;
 /// Default capacity of the map of process-tree members (the object's own default).
 pub const DEFAULT_MAX_MEMBERS: u32 = 65_536;
-/// Default size of the ring buffer (the object's own default): about 47,000 records.
+/// Default size of the ring buffer (the object's own default): about 43,000 records.
 pub const DEFAULT_RING_BYTES: u32 = 8 * 1024 * 1024;
 
 /// Settings of the eBPF source.
@@ -1418,6 +1418,7 @@ mod tests {
             &[
                 ("user_ns", offset_of!(RawUsage, user_ns)),
                 ("system_ns", offset_of!(RawUsage, system_ns)),
+                ("runtime_ns", offset_of!(RawUsage, runtime_ns)),
                 ("peak_rss_pages", offset_of!(RawUsage, peak_rss_pages)),
             ],
         );
