@@ -563,11 +563,14 @@ int BPF_PROG(liveness_signal, int sig, struct kernel_siginfo *info, struct task_
 
 	struct task_struct *sender = (struct task_struct *)bpf_get_current_task();
 
+	struct task_struct *sender_leader = BPF_CORE_READ(sender, group_leader);
+
 	cause.sender_tgid = current_tgid_seen_by_daemon();
 	cause.sender_start_ticks =
-		BPF_CORE_READ(sender, group_leader, start_boottime) / NSEC_PER_CLOCK_TICK;
+		BPF_CORE_READ(sender_leader, start_boottime) / NSEC_PER_CLOCK_TICK;
 	cause.sender_uid = (__u32)bpf_get_current_uid_gid();
-	bpf_get_current_comm(cause.sender_comm, sizeof(cause.sender_comm));
+	/* The process's command, as ps shows it, not the sending thread's name. */
+	BPF_CORE_READ_STR_INTO(&cause.sender_comm, sender_leader, comm);
 
 	/* The sender's tree, looked up now: a `kill` is gone long before user space reads this. */
 	struct member_record *tree = bpf_map_lookup_elem(&members, &cause.sender_tgid);

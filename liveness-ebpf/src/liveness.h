@@ -68,6 +68,7 @@ struct task_struct {
 	__u64 utime;
 	__u64 stime;
 	struct sched_entity se;
+	char comm[16];
 	struct signal_struct *signal;
 	struct css_set *cgroups;
 };

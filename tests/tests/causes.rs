@@ -142,6 +142,9 @@ fn cause_signal_names_its_sender_and_the_sessions_the_reader_may_see() {
     );
     assert_eq!(cause["sender"]["pid"], std::process::id(), "{cause}");
     assert_eq!(cause["sender"]["uid"], 0, "{cause}");
+    // The process's command, not the name of the test's thread that sent it.
+    let own = std::fs::read_to_string("/proc/self/comm").unwrap();
+    assert_eq!(cause["sender"]["comm"], own.trim(), "{cause}");
     assert_eq!(cause["sender"].get("session"), None, "{cause}");
 
     // A user's owner, killed by a process of root's session B.
