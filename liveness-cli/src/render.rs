@@ -448,10 +448,11 @@ pub(crate) fn print_sources(sources: &[SourceReport]) {
             );
         }
         if let Some(causes) = &source.causes {
+            // Usage comes with every exit record.
             let seen = [
                 (causes.signals, "signal senders"),
                 (causes.oom, "OOM kills"),
-                (causes.usage, "usage"),
+                (true, "usage"),
             ]
             .iter()
             .filter(|(seen, _)| *seen)

@@ -175,8 +175,6 @@ pub struct CausesReport {
     pub signals: bool,
     /// The OOM killer's victims (`mark_victim`; the exit's own mark where it is missing).
     pub oom: bool,
-    /// CPU time and peak memory at the exit.
-    pub usage: bool,
     /// Senders and members' usage the kernel's maps had no room for.
     pub lost: u64,
     /// What is not seen, and why.

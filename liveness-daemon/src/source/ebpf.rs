@@ -253,7 +253,6 @@ impl CauseWatch {
         CausesReport {
             signals: self.signals.is_ok(),
             oom: self.oom.is_ok(),
-            usage: true,
             lost,
             reason: (!reason.is_empty()).then(|| reason.join("; ")),
         }
