@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -17,6 +17,45 @@ use liveness_common::record::FORK_PROGRAM_NAME;
 
 use crate::bpf_stats;
 use crate::procs::monotonic_ns;
+
+/// One build of `livenessd` and `liveness` that a run measures: the one under test, and,
+/// with `--baseline-bin-dir`, the baseline it is compared with.
+#[derive(Debug, Clone)]
+pub struct Build {
+    pub bin_dir: PathBuf,
+    /// Whether it is the baseline.
+    pub baseline: bool,
+}
+
+impl Build {
+    /// What the report calls it.
+    pub fn name(&self) -> &'static str {
+        if self.baseline { "base" } else { "new" }
+    }
+
+    /// Appended to a row's name for the baseline's figures.
+    pub fn suffix(&self) -> &'static str {
+        if self.baseline { "@base" } else { "" }
+    }
+
+    /// `livenessd`, as [`start`] does.
+    pub fn start(&self, sources: &str, extra: &[&str]) -> Result<Daemon> {
+        start(&self.bin_dir, sources, extra)
+    }
+
+    /// `liveness --socket SOCKET watch --json`, its output piped, its errors to `log`.
+    pub fn watch(&self, socket: &Path, log: &Path) -> Result<std::process::Child> {
+        std::process::Command::new(self.bin_dir.join("liveness"))
+            .arg("--socket")
+            .arg(socket)
+            .args(["watch", "--json"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::fs::File::create(log)?)
+            .spawn()
+            .context("starting liveness watch --json")
+    }
+}
 
 /// Starts `livenessd --sources <sources> [extra]` from `bin_dir` on a fresh state
 /// directory, logging at `info`, and waits until it answers.
@@ -221,8 +260,13 @@ pub struct Subscriber {
 }
 
 impl Subscriber {
+    /// A subscriber on the daemon's socket.
     pub fn start(socket: &Path) -> Result<Subscriber> {
-        let mut reader = subscribe(socket)?;
+        Ok(Subscriber::reading(subscribe(socket)?))
+    }
+
+    /// Reads stream lines from `reader`: a socket, or `liveness watch --json`'s output.
+    pub fn reading(mut reader: impl BufRead + Send + 'static) -> Subscriber {
         let (tx, events) = mpsc::channel();
         let thread = std::thread::spawn(move || -> Result<()> {
             let mut line = String::new();
@@ -240,10 +284,10 @@ impl Subscriber {
                 }
             }
         });
-        Ok(Subscriber {
+        Subscriber {
             events,
             thread: Some(thread),
-        })
+        }
     }
 
     /// Waits for the `session.ended` of `session`; other sessions' events are kept in `seen`.

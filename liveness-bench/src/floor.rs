@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use liveness_common::exit::DetectedBy;
 use liveness_common::identity::ProcessKey;
-use liveness_daemon::source::monitor::{Monitor, MonitorConfig, Selection};
+use liveness_daemon::{Monitor, MonitorConfig, Selection};
 use liveness_proc::identity::ProcRoot;
 
 use crate::procs::monotonic_ns;

@@ -3,6 +3,7 @@
 //! and the daemon in release mode first; `docs/benchmarks.md` explains every figure.
 
 mod bpf_stats;
+mod cpu;
 mod daemon;
 mod floor;
 mod peers;
@@ -10,6 +11,7 @@ mod procs;
 mod reap;
 mod setup;
 mod trees;
+mod versus;
 mod watchers;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -22,10 +24,11 @@ use clap::Parser;
 use serde_json::{Value, json};
 
 use bpf_stats::ProgramCost;
-use daemon::{Daemon, Subscriber, register_all};
+use daemon::{Build, Daemon, Subscriber, register_all};
 use floor::Floor;
 use liveness_common::record::{EXIT_PROGRAM_NAME, FORK_PROGRAM_NAME, SIGNAL_PROGRAM_NAME};
 use procs::{Owners, PidMax, Sleepers, monotonic_ns};
+use versus::Ratio;
 
 #[derive(Debug, Parser)]
 #[command(about = "Benchmarks a release livenessd through its socket protocol")]
@@ -45,6 +48,14 @@ struct Args {
     /// Run only these parts (comma-separated; default: all), e.g. to profile one.
     #[arg(long, value_enum, value_delimiter = ',')]
     part: Vec<Part>,
+    /// Directory holding a baseline's release `livenessd` and `liveness`: every latency and
+    /// CPU figure is then measured for both builds, alternately, in the same run, with the
+    /// ratios new / baseline and their spread.
+    #[arg(long)]
+    baseline_bin_dir: Option<PathBuf>,
+    /// What the report calls the baseline (its revision, say).
+    #[arg(long, requires = "baseline_bin_dir", default_value = "baseline")]
+    baseline_name: String,
 }
 
 /// The parts of a run, in the order they run.
@@ -52,6 +63,8 @@ struct Args {
 enum Part {
     /// End-to-end latency per source and the kernel floor.
     Latency,
+    /// CPU per death: the daemon's and `liveness watch`'s CPU time over isolated deaths.
+    Cpu,
     /// Registration, RSS, idle CPU and burst per size, with the baseline and overhead.
     Scale,
     /// liveness side by side with exitsnoop, bpftrace, the proc connector, pidfd and
@@ -69,6 +82,19 @@ impl Args {
     fn runs(&self, part: Part) -> bool {
         self.part.is_empty() || self.part.contains(&part)
     }
+
+    /// The build under test, then the baseline if there is one.
+    fn builds(&self) -> Vec<Build> {
+        let new = Build {
+            bin_dir: self.bin_dir.clone(),
+            baseline: false,
+        };
+        let base = self.baseline_bin_dir.as_ref().map(|dir| Build {
+            bin_dir: dir.clone(),
+            baseline: true,
+        });
+        std::iter::once(new).chain(base).collect()
+    }
 }
 
 /// Sizes of one run.
@@ -84,6 +110,7 @@ struct Plan {
     storm: usize,
     storm_rounds: usize,
     overhead_owners: usize,
+    cpu: cpu::CpuPlan,
     peers: peers::PeersPlan,
     reap: reap::ReapPlan,
     trees: Vec<trees::TreeSize>,
@@ -103,6 +130,10 @@ impl Plan {
                 storm: 200,
                 storm_rounds: 2,
                 overhead_owners: 100,
+                cpu: cpu::CpuPlan {
+                    deaths: 20,
+                    batch: 10,
+                },
                 peers: peers::PeersPlan {
                     samples: 20,
                     storm: 200,
@@ -129,6 +160,10 @@ impl Plan {
                 storm: 5_000,
                 storm_rounds: 4,
                 overhead_owners: 10_000,
+                cpu: cpu::CpuPlan {
+                    deaths: 1_000,
+                    batch: 50,
+                },
                 peers: peers::PeersPlan {
                     samples: 200,
                     storm: 5_000,
@@ -155,6 +190,10 @@ impl Plan {
                 storm: 20_000,
                 storm_rounds: 8,
                 overhead_owners: 10_000,
+                cpu: cpu::CpuPlan {
+                    deaths: 1_000,
+                    batch: 50,
+                },
                 peers: peers::PeersPlan {
                     samples: 500,
                     storm: 20_000,
@@ -251,10 +290,29 @@ struct Report {
     scale: Vec<Value>,
     baseline: Vec<Value>,
     overhead: Option<Value>,
+    cpu: Option<cpu::CpuReport>,
     peers: Option<peers::PeersReport>,
+    /// Per latency source, the baseline's figures and the ratios new / baseline.
+    latency_versus: BTreeMap<String, (Dist, Ratio, Ratio)>,
+    /// The baseline's `reap` and `trees` figures, and every time in them as a ratio.
+    reap_versus: Option<Value>,
+    trees_versus: Option<Value>,
+    /// The largest eBPF setting's bursts against the baseline's.
+    burst_versus: Option<BurstVersus>,
     reap: Option<Value>,
     trees: Option<Value>,
     errors: Vec<String>,
+}
+
+/// One setting's bursts, the build under test against the baseline.
+#[derive(Debug)]
+struct BurstVersus {
+    owners: usize,
+    killed: usize,
+    /// Of the wall time from the kill to the last event, over the bursts of each build.
+    ratio: Ratio,
+    /// None of the build under test's deaths was lost or duplicated.
+    clean: bool,
 }
 
 /// The entry point of a helper process: its argument after the marker.
@@ -313,38 +371,63 @@ fn run(args: &Args) -> Result<bool> {
         bail!("kernel.threads-max is {threads_max}: too low for {n} processes");
     }
 
+    let builds = args.builds();
+    if builds.len() > 1 {
+        eprintln!(
+            "bench: against the baseline {} ({})",
+            args.baseline_name,
+            builds[1].bin_dir.display()
+        );
+    }
     if args.runs(Part::Latency) {
         eprintln!("bench: {} run: latency", plan.mode);
         for source in ["ebpf", "pidfd", "auto", "procpoll"] {
-            latency(args, &plan, source, &mut report)?;
+            latency(&builds, &plan, source, &mut report)?;
         }
+    }
+    if args.runs(Part::Cpu) {
+        eprintln!("bench: cpu per death");
+        let cpu = cpu::run(&builds, plan.cpu)?;
+        report.errors.extend(cpu.errors.iter().cloned());
+        report.cpu = Some(cpu);
     }
     if args.runs(Part::Scale) {
         for &n in &plan.ebpf_sizes {
             eprintln!("bench: scale ebpf {n}");
-            scale(args, &plan, "ebpf", n, &mut report)?;
+            scale(&builds, &plan, "ebpf", n, &mut report)?;
         }
         for &n in &plan.auto_sizes {
             eprintln!("bench: scale auto {n}");
-            scale(args, &plan, "auto", n, &mut report)?;
+            scale(&builds, &plan, "auto", n, &mut report)?;
         }
     }
 
     if args.runs(Part::Peers) {
         eprintln!("bench: peers");
-        let peers = peers::run(&args.bin_dir, plan.peers)?;
+        let peers = peers::run(&builds, plan.peers)?;
         report.errors.extend(peers.errors.iter().cloned());
         report.peers = Some(peers);
     }
 
+    // One run per build, one after the other: each is a handful of deaths of large trees.
     if args.runs(Part::Reap) {
         eprintln!("bench: reap");
-        report.reap = Some(reap::run(&args.bin_dir, plan.reap, &mut report.errors)?);
+        let runs = builds
+            .iter()
+            .map(|b| reap::run(&b.bin_dir, plan.reap, &mut report.errors))
+            .collect::<Result<Vec<_>>>()?;
+        report.reap_versus = versus_times(&runs);
+        report.reap = runs.into_iter().next();
     }
 
     if args.runs(Part::Trees) {
         eprintln!("bench: trees");
-        report.trees = Some(trees::run(&args.bin_dir, &plan.trees, &mut report.errors)?);
+        let runs = builds
+            .iter()
+            .map(|b| trees::run(&b.bin_dir, &plan.trees, &mut report.errors))
+            .collect::<Result<Vec<_>>>()?;
+        report.trees_versus = versus_times(&runs);
+        report.trees = runs.into_iter().next();
     }
 
     let goals = goals(&report);
@@ -366,7 +449,16 @@ fn run(args: &Args) -> Result<bool> {
             "polling_delay": polling_delay(),
         },
         "overhead": report.overhead,
+        "cpu": report.cpu.as_ref().map(|c| &c.json),
         "peers": report.peers.as_ref().map(peers::PeersReport::json),
+        "versus_baseline": (builds.len() > 1).then(|| json!({
+            "name": args.baseline_name,
+            "latency": report.latency_versus.iter().map(|(source, (base, p50, p99))| {
+                (source.clone(), json!({"base": base.json(), "p50": p50.json(), "p99": p99.json()}))
+            }).collect::<BTreeMap<_, _>>(),
+            "reap": report.reap_versus,
+            "trees": report.trees_versus,
+        })),
         "reap": report.reap,
         "trees": report.trees,
         "goals": goals,
@@ -422,12 +514,18 @@ fn session(part: &str, pid: u32) -> String {
 /// For eBPF and pidfd the floor is measured in the same run, interleaved: each batch of
 /// owners is split between the daemon and a floor process running the same kind of source
 /// (see [`Floor`]), and the owner that exits next is whichever reads the shared `go` pipe
-/// first.
-/// Both figures thus come from the same minutes of a shared, noisy machine.
-fn latency(args: &Args, plan: &Plan, source: &str, report: &mut Report) -> Result<()> {
+/// first. With a baseline, the baseline's daemon takes its share of each batch the same way.
+/// Every figure thus comes from the same minutes of a shared, noisy machine.
+fn latency(builds: &[Build], plan: &Plan, source: &str, report: &mut Report) -> Result<()> {
     // Two clock readings per death, against tens of microseconds measured.
-    let mut daemon = daemon::start(&args.bin_dir, source, &["--trace-hops"])?;
-    let subscriber = Subscriber::start(&daemon.socket)?;
+    let mut daemons = builds
+        .iter()
+        .map(|b| b.start(source, &["--trace-hops"]))
+        .collect::<Result<Vec<_>>>()?;
+    let subscribers = daemons
+        .iter()
+        .map(|d| Subscriber::start(&d.socket))
+        .collect::<Result<Vec<_>>>()?;
     let mut floor = match source {
         "ebpf" | "pidfd" => Some(Floor::start(source)?),
         _ => None,
@@ -438,35 +536,42 @@ fn latency(args: &Args, plan: &Plan, source: &str, report: &mut Report) -> Resul
         1
     };
     let timeout = Duration::from_secs(if source == "procpoll" { 10 } else { 5 });
-    let part = format!("lat-{source}");
-    let mut samples = Vec::with_capacity(plan.latency_samples);
+    // Per build, then the floor's.
+    let mut samples = vec![Vec::with_capacity(plan.latency_samples); builds.len()];
     let mut floor_samples = Vec::with_capacity(plan.latency_samples);
     let mut detected_by: BTreeMap<String, u64> = BTreeMap::new();
     let mut breakdown = Breakdown::default();
-    let mut lost = 0;
-    let mut seen = HashMap::new();
+    let mut lost = vec![0; builds.len()];
+    let mut seen = vec![HashMap::new(); builds.len()];
     let batch = if parallel > 1 { parallel } else { 100 };
-    let splits = if floor.is_some() { 2 } else { 1 };
+    let splits = builds.len() + usize::from(floor.is_some());
+    let mut batches = 0;
     loop {
         let missing = |samples: &Vec<u64>| plan.latency_samples.saturating_sub(samples.len());
-        let needed = missing(&samples).max(missing(&floor_samples) * (splits - 1));
+        let needed = samples
+            .iter()
+            .chain(floor.as_ref().map(|_| &floor_samples))
+            .map(missing)
+            .max()
+            .unwrap_or(0);
         if needed == 0 {
             break;
         }
         let count = batch.min(needed * splits);
         let mut owners = Owners::spawn(count)?;
-        // Every other owner goes to the floor, when there is one.
-        let (mut to_floor, mut to_daemon) = (Vec::new(), Vec::new());
+        // A PID can come again over a run: each batch's sessions have their own ids.
+        batches += 1;
+        let part = format!("lat-{source}-{batches}");
+        // The owners take turns: each build's daemon, then the floor, if there is one.
+        let mut to: Vec<Vec<u32>> = vec![Vec::new(); splits];
         for (i, &pid) in owners.pids.iter().enumerate() {
-            if i % splits == 1 {
-                to_floor.push(pid);
-            } else {
-                to_daemon.push(pid);
-            }
+            to[i % splits].push(pid);
         }
-        register_all(&daemon.socket, &to_daemon, |p| session(&part, p), 1)?;
+        for (daemon, pids) in daemons.iter().zip(&to) {
+            register_all(&daemon.socket, pids, |p| session(&part, p), 1)?;
+        }
         if let Some(floor) = &mut floor {
-            floor.track(&to_floor)?;
+            floor.track(&to[builds.len()])?;
         }
         let mut done = 0;
         while done < count {
@@ -477,7 +582,11 @@ fn latency(args: &Args, plan: &Plan, source: &str, report: &mut Report) -> Resul
                 exits.push(owners.next_report()?);
             }
             for exit in exits {
-                if let Some(floor) = floor.as_mut().filter(|_| to_floor.contains(&exit.pid)) {
+                let turn = to
+                    .iter()
+                    .position(|pids| pids.contains(&exit.pid))
+                    .context("an owner nobody tracked")?;
+                if let Some(floor) = floor.as_mut().filter(|_| turn == builds.len()) {
                     let (pid, received) = floor.next(timeout)?;
                     if pid != exit.pid {
                         bail!("floor: expected the exit of {}, got {pid}", exit.pid);
@@ -485,28 +594,39 @@ fn latency(args: &Args, plan: &Plan, source: &str, report: &mut Report) -> Resul
                     floor_samples.push(received.saturating_sub(exit.exit_ns));
                     continue;
                 }
-                match subscriber.wait_for(&session(&part, exit.pid), timeout, &mut seen) {
+                let session = session(&part, exit.pid);
+                match subscribers[turn].wait_for(&session, timeout, &mut seen[turn]) {
                     Some(ended) => {
-                        samples.push(ended.received_ns.saturating_sub(exit.exit_ns));
-                        breakdown.add(exit.exit_ns, &ended);
-                        *detected_by.entry(ended.detected_by).or_default() += 1;
+                        samples[turn].push(ended.received_ns.saturating_sub(exit.exit_ns));
+                        // Where the time goes, for the build under test.
+                        if turn == 0 {
+                            breakdown.add(exit.exit_ns, &ended);
+                            *detected_by.entry(ended.detected_by).or_default() += 1;
+                        }
                     }
-                    None => lost += 1,
+                    None => lost[turn] += 1,
                 }
             }
             done += round;
         }
     }
-    daemon::stop(&mut daemon)?;
-    subscriber.finish()?;
-    if lost > 0 {
-        report.errors.push(format!(
-            "latency {source}: {lost} session.ended events never arrived"
-        ));
+    for daemon in &mut daemons {
+        daemon::stop(daemon)?;
     }
-    let dist = Dist::of_ns(&samples);
+    for subscriber in subscribers {
+        subscriber.finish()?;
+    }
+    for (build, &lost) in builds.iter().zip(&lost) {
+        if lost > 0 {
+            report.errors.push(format!(
+                "latency {source} ({}): {lost} session.ended events never arrived",
+                build.name()
+            ));
+        }
+    }
+    let dist = Dist::of_ns(&samples[0]);
     let mut value = dist.json();
-    value["lost"] = json!(lost);
+    value["lost"] = json!(lost[0]);
     value["parallel_exits"] = json!(parallel);
     value["detected_by"] = json!(detected_by);
     if source == "procpoll" {
@@ -515,6 +635,16 @@ fn latency(args: &Args, plan: &Plan, source: &str, report: &mut Report) -> Resul
     report.latency.insert(source.into(), value);
     report.latency_dist.insert(source.into(), dist);
     report.breakdown.insert(source.into(), breakdown.dists());
+    if let [new, base] = &samples[..] {
+        report.latency_versus.insert(
+            source.into(),
+            (
+                Dist::of_ns(base),
+                Ratio::of_latencies(new, base, |d| d.p50),
+                Ratio::of_latencies(new, base, |d| d.p99),
+            ),
+        );
+    }
     if floor.is_some() {
         report
             .floor
@@ -694,75 +824,188 @@ fn kill_and_follow(
 }
 
 /// One scale setting: `n` sleeping owners under `--sources source`.
-fn scale(args: &Args, plan: &Plan, source: &str, n: usize, report: &mut Report) -> Result<()> {
+///
+/// With a baseline, a daemon of each build tracks all `n` owners, and each burst runs with
+/// only the measured build's daemon up: the other is stopped for it and started again
+/// after (it then finalizes the burst's deaths as it reconciles, before its own burst). The
+/// builds take turns in rounds, in one order and then the other, each burst once its daemon
+/// is quiet: the first burst of a run meets a daemon that has been up all along, a later
+/// one a daemon just started, and with the same binary on both sides a single round gave
+/// the first one a burst 0.4–0.75x as long. Two rounds, or up to four where the owners
+/// hold that many bursts of the full size and one more (100k owners: four rounds of 10k);
+/// the fan-out burst runs for the build under test only, where owners are left for it.
+fn scale(builds: &[Build], plan: &Plan, source: &str, n: usize, report: &mut Report) -> Result<()> {
+    let rounds = match builds.len() {
+        1 => 1,
+        many => ((n / plan.burst).saturating_sub(1) / many).clamp(2, 4),
+    };
+    let group = plan.burst.min(n / (rounds * builds.len()));
     let spawn_started = Instant::now();
-    let group = plan.burst.min(n);
     let mut sleepers = Sleepers::spawn(n, group)?;
     let spawn_s = spawn_started.elapsed().as_secs_f64();
     let extra = ["--ebpf-max-tracked", &(n + 10_000).to_string()];
-    let mut daemon = daemon::start(&args.bin_dir, source, &extra)?;
+    let mut daemons = builds
+        .iter()
+        .map(|b| b.start(source, &extra))
+        .collect::<Result<Vec<_>>>()?;
     let part = format!("scale-{source}-{n}");
-    let took = register_all(&daemon.socket, &sleepers.pids, |p| session(&part, p), 4)?;
-    let register_per_s = n as f64 / took.as_secs_f64();
+    let took = daemons
+        .iter()
+        .map(|d| register_all(&d.socket, &sleepers.pids, |p| session(&part, p), 4))
+        .collect::<Result<Vec<_>>>()?;
     std::thread::sleep(Duration::from_millis(500));
-    let rss = procs::rss_bytes(daemon.pid())?;
-    let before = procs::cpu_ticks(daemon.pid())?;
+    let rss = daemons
+        .iter()
+        .map(|d| procs::rss_bytes(d.pid()))
+        .collect::<Result<Vec<_>>>()?;
+    // Idle together: neither does anything the other waits for.
+    let ticks = |daemons: &[Daemon]| -> Result<Vec<u64>> {
+        daemons.iter().map(|d| procs::cpu_ticks(d.pid())).collect()
+    };
+    let before = ticks(&daemons)?;
     let idle_started = Instant::now();
     std::thread::sleep(plan.idle);
-    let ticks = procs::cpu_ticks(daemon.pid())? - before;
-    let idle_cpu = ticks as f64 / 100.0 / idle_started.elapsed().as_secs_f64() * 100.0;
+    let idle_cpu: Vec<f64> = ticks(&daemons)?
+        .iter()
+        .zip(&before)
+        .map(|(after, before)| {
+            (after - before) as f64 / 100.0 / idle_started.elapsed().as_secs_f64() * 100.0
+        })
+        .collect();
 
     if source == "ebpf" {
         report.baseline.push(sweep(&sleepers.pids)?);
     }
     if source == "auto" && n == plan.overhead_owners {
-        report.overhead = Some(overhead(plan, &mut daemon, n)?);
+        report.overhead = Some(overhead(plan, &mut daemons, n)?);
     }
 
-    // Burst: SIGKILL one process group, all at once.
-    let alone = Subscriber::start(&daemon.socket)?;
-    let burst = kill_and_follow(&mut sleepers, 0, &part, std::slice::from_ref(&alone))?.remove(0);
-    let mut subscribers = vec![alone];
+    // Bursts: SIGKILL one process group, all at once.
+    let mut bursts: Vec<Vec<Burst>> = builds.iter().map(|_| Vec::new()).collect();
+    let mut subscribers = Vec::new();
+    let mut next_group = 0;
+    for round in 0..rounds {
+        for turn in 0..builds.len() {
+            let measured = (round + turn) % builds.len();
+            only(&mut daemons, Some(measured))?;
+            settle(&daemons[measured])?;
+            let alone = Subscriber::start(&daemons[measured].socket)?;
+            let burst = kill_and_follow(
+                &mut sleepers,
+                next_group,
+                &part,
+                std::slice::from_ref(&alone),
+            )?;
+            bursts[measured].extend(burst);
+            subscribers.push(alone);
+            next_group += 1;
+        }
+    }
     // The same burst again with four more subscribers, one of which never reads: the
     // stream's policy says a stalled subscriber is dropped and delays nobody.
-    let fanout = if source == "ebpf" && sleepers.groups() > 1 {
+    let fanout = if source == "ebpf" && next_group < sleepers.groups() {
+        only(&mut daemons, Some(0))?;
         let readers = (0..4)
-            .map(|_| Subscriber::start(&daemon.socket))
+            .map(|_| Subscriber::start(&daemons[0].socket))
             .collect::<Result<Vec<_>>>()?;
-        let stalled = daemon::subscribe(&daemon.socket)?;
-        let bursts = kill_and_follow(&mut sleepers, 1, &part, &readers)?;
+        let stalled = daemon::subscribe(&daemons[0].socket)?;
+        let bursts = kill_and_follow(&mut sleepers, next_group, &part, &readers)?;
         drop(stalled);
         subscribers.extend(readers);
         Some(bursts)
     } else {
         None
     };
-    daemon::stop(&mut daemon)?;
+    only(&mut daemons, None)?;
     for subscriber in subscribers {
         subscriber.finish()?;
     }
     drop(sleepers);
-    for outcome in std::iter::once(&burst).chain(fanout.iter().flatten()) {
-        if let Some(error) = outcome.error(&format!("scale {source} {n}")) {
+    for (build, outcome) in bursts
+        .iter()
+        .zip(builds)
+        .flat_map(|(b, build)| b.iter().map(move |burst| (build, burst)))
+        .chain(fanout.iter().flatten().map(|burst| (&builds[0], burst)))
+    {
+        if let Some(error) = outcome.error(&format!("scale {source} {n} ({})", build.name())) {
             report.errors.push(error);
         }
     }
+    let last_ms = |bursts: &[Burst]| -> Vec<(f64, usize)> {
+        bursts.iter().map(|b| (b.delays.max / 1e3, 1)).collect()
+    };
+    if let (true, [new, base]) = (source == "ebpf", &bursts[..]) {
+        report.burst_versus = Some(BurstVersus {
+            owners: n,
+            killed: group,
+            ratio: Ratio::of_costs(&last_ms(new), &last_ms(base)),
+            clean: new.iter().all(|b| b.error("").is_none()),
+        });
+    }
+    let register_per_s = |took: &Duration| (n as f64 / took.as_secs_f64()).round();
+    let rss_mb = |rss: &u64| round(*rss as f64 / 1048576.0);
     report.scale.push(json!({
         "source": source,
         "owners": n,
         "spawn_s": round(spawn_s),
-        "register_s": round(took.as_secs_f64()),
-        "register_per_s": register_per_s.round(),
-        "rss_mb": round(rss as f64 / 1048576.0),
-        "idle_cpu_percent": round(idle_cpu),
+        "register_s": round(took[0].as_secs_f64()),
+        "register_per_s": register_per_s(&took[0]),
+        "rss_mb": rss_mb(&rss[0]),
+        "idle_cpu_percent": round(idle_cpu[0]),
         "idle_window_s": plan.idle.as_secs(),
-        "burst": burst.json(),
+        "burst": bursts[0][0].json(),
+        // Every burst of the build under test, the first one above included.
+        "bursts": bursts[0].iter().map(Burst::json).collect::<Vec<_>>(),
         // The reading subscribers' view of the second burst; a fifth one never read.
         "fanout": fanout.map(|bursts| json!({
             "stalled": 1,
             "readers": bursts.iter().map(Burst::json).collect::<Vec<_>>(),
         })),
+        "versus_baseline": (builds.len() > 1).then(|| json!({
+            "base": {
+                "register_per_s": register_per_s(&took[1]),
+                "rss_mb": rss_mb(&rss[1]),
+                "idle_cpu_percent": round(idle_cpu[1]),
+                "bursts": bursts[1].iter().map(Burst::json).collect::<Vec<_>>(),
+            },
+            "burst_last_event": Ratio::of_costs(&last_ms(&bursts[0]), &last_ms(&bursts[1])).json(),
+            "rss": round(rss[0] as f64 / rss[1] as f64),
+        })),
     }));
+    Ok(())
+}
+
+/// Waits until the daemon is quiet (under 1 ms of CPU in 100 ms), for 10 s at most: one
+/// just started goes on with work of its own after it answers (its WAL checkpoint, the
+/// deaths it reconciled), which a burst measured meanwhile would count as the burst's.
+fn settle(daemon: &Daemon) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut before = procs::cpu_ns(daemon.pid())?;
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = procs::cpu_ns(daemon.pid())?;
+        if now - before < 1_000_000 {
+            break;
+        }
+        before = now;
+    }
+    Ok(())
+}
+
+/// Leaves only daemon `which` running, or none: the others are stopped (SIGTERM), and a
+/// stopped one started again on its state answers only once it has reconciled its owners.
+fn only(daemons: &mut [Daemon], which: Option<usize>) -> Result<()> {
+    for (index, daemon) in daemons.iter_mut().enumerate() {
+        if which != Some(index) && daemon.is_running() {
+            daemon::stop(daemon)?;
+        }
+    }
+    if let Some(daemon) = which.map(|index| &mut daemons[index])
+        && !daemon.is_running()
+    {
+        daemon.restart();
+        daemon::ready(daemon)?;
+    }
     Ok(())
 }
 
@@ -804,22 +1047,16 @@ fn sweep(pids: &[u32]) -> Result<Value> {
     }))
 }
 
-/// Storm of untracked fork/exec/exit (`/bin/true`, two workers), daemon running vs
-/// stopped, alternating rounds. The daemon restarts on the same state and re-tracks its
-/// `owners` ACTIVE sessions each time.
-fn overhead(plan: &Plan, daemon: &mut Daemon, owners: usize) -> Result<Value> {
-    daemon::require_fork_tracking(daemon)?;
-    let (mut running, mut stopped) = (Vec::new(), Vec::new());
+/// Storm of untracked fork/exec/exit (`/bin/true`, two workers), with each build's daemon
+/// running alone and with none, in rounds whose order rotates (running then stopped,
+/// stopped then running, ...), so that a drift of the machine's speed weighs on every side
+/// alike. A daemon restarts on the same state and re-tracks its `owners` ACTIVE sessions
+/// each time; the storm starts once it answers.
+fn overhead(plan: &Plan, daemons: &mut [Daemon], owners: usize) -> Result<Value> {
     // What the storms cost that the wall time is too noisy to show: the eBPF program's own
     // run time (kernel statistics, on while this fd is open) and the daemon's CPU time.
     let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
         .context("enabling eBPF run-time statistics")?;
-    let (mut exits, mut forks, mut signals, mut daemon_ticks) = (
-        ProgramCost::default(),
-        ProgramCost::default(),
-        ProgramCost::default(),
-        0,
-    );
     let costs = || -> Result<[ProgramCost; 3]> {
         Ok([
             ProgramCost::named(EXIT_PROGRAM_NAME)?,
@@ -827,86 +1064,145 @@ fn overhead(plan: &Plan, daemon: &mut Daemon, owners: usize) -> Result<Value> {
             ProgramCost::named(SIGNAL_PROGRAM_NAME)?,
         ])
     };
-    // Pairs in alternating order (running first, then stopped first), so a drift of the
-    // machine's speed during the run weighs on both sides alike.
-    let mut daemon_running = true;
-    for pair in 0..plan.storm_rounds {
-        let order = if pair % 2 == 0 {
-            [true, false]
-        } else {
-            [false, true]
-        };
-        for run_with_daemon in order {
-            if run_with_daemon != daemon_running {
-                if run_with_daemon {
-                    daemon.restart();
-                    daemon::ready(daemon)?;
-                    daemon::require_fork_tracking(daemon)?;
-                } else {
-                    daemon::stop(daemon)?;
-                }
-                daemon_running = run_with_daemon;
-            }
-            if run_with_daemon {
-                let ([exit, fork, signal], ticks) = (costs()?, procs::cpu_ticks(daemon.pid())?);
-                running.push(procs::storm(plan.storm)?);
-                let [exit_after, fork_after, signal_after] = costs()?;
-                exits.add(exit_after.since(exit));
-                forks.add(fork_after.since(fork));
-                signals.add(signal_after.since(signal));
-                daemon_ticks += procs::cpu_ticks(daemon.pid())? - ticks;
-            } else {
+    let mut running: Vec<Storms> = daemons.iter().map(|_| Storms::default()).collect();
+    let mut stopped = Vec::new();
+    let states: Vec<Option<usize>> = (0..daemons.len()).map(Some).chain([None]).collect();
+    for round in 0..plan.storm_rounds {
+        for turn in 0..states.len() {
+            let state = states[(round + turn) % states.len()];
+            only(daemons, state)?;
+            let Some(index) = state else {
                 stopped.push(procs::storm(plan.storm)?);
-            }
+                continue;
+            };
+            let daemon = &daemons[index];
+            daemon::require_fork_tracking(daemon)?;
+            let ([exit, fork, signal], ticks) = (costs()?, procs::cpu_ticks(daemon.pid())?);
+            let wall_ms = procs::storm(plan.storm)?;
+            let [exit_after, fork_after, signal_after] = costs()?;
+            let storms = &mut running[index];
+            storms.wall_ms.push(wall_ms);
+            storms.exits.add(exit_after.since(exit));
+            storms.forks.add(fork_after.since(fork));
+            storms.signals.add(signal_after.since(signal));
+            storms.daemon_ticks += procs::cpu_ticks(daemon.pid())? - ticks;
         }
     }
-    if !daemon_running {
-        daemon.restart();
-        daemon::ready(daemon)?;
+    let mut value = running[0].json(&stopped);
+    value["storm_processes"] = json!(plan.storm);
+    value["rounds_each"] = json!(plan.storm_rounds);
+    value["owners_tracked"] = json!(owners);
+    value["sources"] = json!("auto");
+    value["stopped_ms"] = json!(stopped.iter().map(|&x| round(x)).collect::<Vec<_>>());
+    value["stopped_median_ms"] = json!(round(median(&stopped)));
+    // Checked before every running storm: the daemon's status and its fork program.
+    value["fork_tracking_loaded"] = json!(true);
+    if let [new, base] = &running[..] {
+        let per_run = |s: &Storms| vec![(s.wall_ms.iter().sum::<f64>(), s.wall_ms.len())];
+        value["versus_baseline"] = json!({
+            "base": base.json(&stopped),
+            "running_ms": Ratio::of_costs(&per_run(new), &per_run(base)).json(),
+        });
     }
-    // Each pair ran back to back: its ratio is free of the drift between pairs (storms
-    // took from 7 to 15 s over one run here, on both sides alike).
-    let pair_ratios: Vec<f64> = running.iter().zip(&stopped).map(|(r, s)| r / s).collect();
-    // The noise of the ratio: the pairs' spread, and the standard error of their mean.
-    let pairs = pair_ratios.len() as f64;
-    let mean = pair_ratios.iter().sum::<f64>() / pairs;
-    let stddev = (pair_ratios.iter().map(|r| (r - mean).powi(2)).sum::<f64>()
-        / (pairs - 1.0).max(1.0))
-    .sqrt();
-    let four = |x: f64| (x * 1e4).round() / 1e4;
-    let running_ms: f64 = running.iter().sum();
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-    Ok(json!({
-        "storm_processes": plan.storm,
-        "rounds_each": plan.storm_rounds,
-        "owners_tracked": owners,
-        "sources": "auto",
-        "running_ms": running.iter().map(|&x| round(x)).collect::<Vec<_>>(),
-        "stopped_ms": stopped.iter().map(|&x| round(x)).collect::<Vec<_>>(),
-        "running_median_ms": round(median(&running)),
-        "stopped_median_ms": round(median(&stopped)),
-        "pair_ratios": pair_ratios.iter().map(|&r| four(r)).collect::<Vec<_>>(),
-        "ratio": four(median(&pair_ratios)),
-        "ratio_min": four(pair_ratios.iter().copied().fold(f64::INFINITY, f64::min)),
-        "ratio_max": four(pair_ratios.iter().copied().fold(0.0, f64::max)),
-        "ratio_stddev": four(stddev),
-        "ratio_stderr": four(stddev / pairs.sqrt()),
-        // Checked before every running storm: the daemon's status and its fork program.
-        "fork_tracking_loaded": true,
-        // The exit program, and the fork program that follows process trees: runs and mean
-        // run time, as the kernel counts them.
-        "ebpf_runs": exits.runs,
-        "ebpf_ns_per_run": round(exits.nanos as f64 / exits.runs.max(1) as f64),
-        "ebpf_fork_runs": forks.runs,
-        "ebpf_fork_ns_per_run": round(forks.nanos as f64 / forks.runs.max(1) as f64),
-        // The signal program, which every SIGCHLD of the storm runs (one per exit): the
-        // senders of killing signals to tracked processes.
-        "ebpf_signal_runs": signals.runs,
-        "ebpf_signal_ns_per_run": round(signals.nanos as f64 / signals.runs.max(1) as f64),
-        // Shares of all the CPUs' time during the running storms.
-        "ebpf_cpu_percent": four((exits.nanos + forks.nanos + signals.nanos) as f64 / 1e6 / (running_ms * cpus) * 100.0),
-        "daemon_cpu_percent": four(daemon_ticks as f64 * 10.0 / (running_ms * cpus) * 100.0),
-    }))
+    Ok(value)
+}
+
+/// The storms one build's daemon ran through.
+#[derive(Debug, Default)]
+struct Storms {
+    wall_ms: Vec<f64>,
+    exits: ProgramCost,
+    forks: ProgramCost,
+    signals: ProgramCost,
+    daemon_ticks: u64,
+}
+
+impl Storms {
+    /// Its figures against the storms with no daemon, round by round.
+    fn json(&self, stopped: &[f64]) -> Value {
+        // Each pair ran back to back: its ratio is free of the drift between pairs (storms
+        // took from 7 to 15 s over one run here, on both sides alike).
+        let pair_ratios: Vec<f64> = self
+            .wall_ms
+            .iter()
+            .zip(stopped)
+            .map(|(r, s)| r / s)
+            .collect();
+        // The noise of the ratio: the pairs' spread, and the standard error of their mean.
+        let pairs = pair_ratios.len() as f64;
+        let mean = pair_ratios.iter().sum::<f64>() / pairs;
+        let stddev = (pair_ratios.iter().map(|r| (r - mean).powi(2)).sum::<f64>()
+            / (pairs - 1.0).max(1.0))
+        .sqrt();
+        let four = |x: f64| (x * 1e4).round() / 1e4;
+        let running_ms: f64 = self.wall_ms.iter().sum();
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        let (exits, forks, signals) = (self.exits, self.forks, self.signals);
+        json!({
+            "running_ms": self.wall_ms.iter().map(|&x| round(x)).collect::<Vec<_>>(),
+            "running_median_ms": round(median(&self.wall_ms)),
+            "pair_ratios": pair_ratios.iter().map(|&r| four(r)).collect::<Vec<_>>(),
+            "ratio": four(median(&pair_ratios)),
+            "ratio_min": four(pair_ratios.iter().copied().fold(f64::INFINITY, f64::min)),
+            "ratio_max": four(pair_ratios.iter().copied().fold(0.0, f64::max)),
+            "ratio_stddev": four(stddev),
+            "ratio_stderr": four(stddev / pairs.sqrt()),
+            // The exit program, and the fork program that follows process trees: runs and
+            // mean run time, as the kernel counts them.
+            "ebpf_runs": exits.runs,
+            "ebpf_ns_per_run": round(exits.nanos as f64 / exits.runs.max(1) as f64),
+            "ebpf_fork_runs": forks.runs,
+            "ebpf_fork_ns_per_run": round(forks.nanos as f64 / forks.runs.max(1) as f64),
+            // The signal program, which every SIGCHLD of the storm runs (one per exit): the
+            // senders of killing signals to tracked processes.
+            "ebpf_signal_runs": signals.runs,
+            "ebpf_signal_ns_per_run": round(signals.nanos as f64 / signals.runs.max(1) as f64),
+            // Shares of all the CPUs' time during the running storms.
+            "ebpf_cpu_percent": four((exits.nanos + forks.nanos + signals.nanos) as f64 / 1e6 / (running_ms * cpus) * 100.0),
+            "daemon_cpu_percent": four(self.daemon_ticks as f64 * 10.0 / (running_ms * cpus) * 100.0),
+        })
+    }
+}
+
+/// The baseline's figures of a part that ran once per build, and the ratio new / baseline
+/// of each of its death's times (`death_to_*`: a time, or the p50 and p99 of a
+/// distribution), at the same place.
+fn versus_times(runs: &[Value]) -> Option<Value> {
+    let [new, base] = runs else { return None };
+    Some(json!({"base": base, "ratios": ratios_of_times(new, base)}))
+}
+
+fn ratios_of_times(new: &Value, base: &Value) -> Value {
+    let ratio = |new: &Value, base: &Value| match (new.as_f64(), base.as_f64()) {
+        (Some(new), Some(base)) => json!(round(new / base)),
+        _ => Value::Null,
+    };
+    match (new, base) {
+        (Value::Object(new), Value::Object(base)) => Value::Object(
+            new.iter()
+                .filter_map(|(key, new)| {
+                    let base = base.get(key)?;
+                    let value = match key.strip_prefix("death_to_") {
+                        Some(_) if new.is_object() => json!({
+                            "p50_us": ratio(&new["p50_us"], &base["p50_us"]),
+                            "p99_us": ratio(&new["p99_us"], &base["p99_us"]),
+                        }),
+                        Some(_) => ratio(new, base),
+                        None => ratios_of_times(new, base),
+                    };
+                    let empty = value.is_null() || value.as_object().is_some_and(|o| o.is_empty());
+                    (!empty).then(|| (key.clone(), value))
+                })
+                .collect(),
+        ),
+        (Value::Array(new), Value::Array(base)) => Value::Array(
+            new.iter()
+                .zip(base)
+                .map(|(new, base)| ratios_of_times(new, base))
+                .collect(),
+        ),
+        _ => Value::Null,
+    }
 }
 
 fn ratios(report: &Report) -> Value {
@@ -927,6 +1223,19 @@ fn ratios(report: &Report) -> Value {
 
 fn goal(name: &str, target: &str, value: f64, unit: &str, pass: bool) -> Value {
     json!({"name": name, "target": target, "value": round(value), "unit": unit, "pass": pass})
+}
+
+/// A goal on a ratio taken alternately in one run, with its spread over the run's parts.
+fn ratio_goal(name: &str, target: &str, ratio: &Ratio, limit: f64) -> Value {
+    let mut goal = goal(name, target, ratio.value, "x", ratio.value <= limit);
+    let (low, high) = ratio.spread();
+    goal["spread"] = json!([round(low), round(high)]);
+    goal
+}
+
+/// A goal whose figure this run did not take: a miss, never a pass, saying why.
+fn unmeasured(name: &str, target: &str, why: &str) -> Value {
+    json!({"name": name, "target": target, "value": null, "unit": "", "pass": false, "why": why})
 }
 
 fn goals(report: &Report) -> Vec<Value> {
@@ -1102,31 +1411,63 @@ fn goals(report: &Report) -> Vec<Value> {
     if let Some(peers) = &report.peers {
         peer_goals(peers, &mut goals);
     }
+    baseline_goals(report, &mut goals);
     goals
 }
 
-/// liveness against the fastest raw tracer and against itself, in the same peers run.
+/// The death path's goals against the build it replaces, measured in the same run.
+fn baseline_goals(report: &Report, goals: &mut Vec<Value>) {
+    let no_baseline = "needs a baseline (cargo xtask bench --baseline REV)";
+    if let Some(cpu) = &report.cpu {
+        let (name, target) = ("cpu_per_death_vs_baseline", "<= 0.25x the baseline");
+        goals.push(match &cpu.daemon_ratio {
+            Some(ratio) => ratio_goal(name, target, ratio, 0.25),
+            None => unmeasured(name, target, no_baseline),
+        });
+    }
+    if report.scale.iter().any(|s| s["source"] == "ebpf") {
+        let target = "<= 0.5x the baseline, 0 lost, 0 duplicated";
+        goals.push(match &report.burst_versus {
+            Some(versus) => {
+                let mut goal = ratio_goal(
+                    &format!("burst_{}_of_{}_vs_baseline", versus.killed, versus.owners),
+                    target,
+                    &versus.ratio,
+                    0.5,
+                );
+                goal["pass"] = json!(goal["pass"] == true && versus.clean);
+                goal
+            }
+            None => unmeasured("burst_vs_baseline", target, no_baseline),
+        });
+    }
+}
+
+/// liveness against the raw tracer (exitsnoop, unless it did not run) on the same deaths,
+/// and against itself, in the same peers run.
 fn peer_goals(peers: &peers::PeersReport, goals: &mut Vec<Value>) {
-    let (Some(ebpf), Some(base)) = (peers.find("liveness-ebpf"), peers.base()) else {
+    let Some(ebpf) = peers.find("liveness-ebpf") else {
         return;
     };
-    let p50 = ebpf.dist.p50 / base.dist.p50;
-    goals.push(goal(
-        "peers_ebpf_p50_vs_tracer",
-        "<= 1.25x",
-        p50,
-        "x",
-        p50 <= 1.25,
-    ));
-    let p99 = ebpf.dist.p99 / base.dist.p99;
-    goals.push(goal(
-        "peers_ebpf_p99_vs_tracer",
-        "<= 1.5x",
-        p99,
-        "x",
-        p99 <= 1.5,
-    ));
-    if let Some(watch) = peers.find("liveness-ebpf-watch") {
+    let tracer = peers.base().map_or("the raw tracer", |b| b.name.as_str());
+    let watch = peers.find("liveness-ebpf-watch");
+    // The death path's goals: a subscriber told of a death sooner than a raw, non-durable
+    // tracer prints it, `liveness watch` no later, and its tail close.
+    let p50 = |f: &peers::PeerFigures| f.to_base.as_ref().map(|(p50, _)| p50.clone());
+    let p99 = |f: &peers::PeerFigures| f.to_base.as_ref().map(|(_, p99)| p99.clone());
+    for (name, ratio, limit) in [
+        ("peers_ebpf_p50_vs_tracer", p50(ebpf), 0.8),
+        ("peers_ebpf_p99_vs_tracer", p99(ebpf), 1.5),
+        ("peers_ebpf_watch_p50_vs_tracer", watch.and_then(p50), 1.0),
+        ("peers_ebpf_watch_p99_vs_tracer", watch.and_then(p99), 1.25),
+    ] {
+        let target = format!("<= {limit}x {tracer}, same deaths");
+        goals.push(match ratio {
+            Some(ratio) => ratio_goal(name, &target, &ratio, limit),
+            None => unmeasured(name, &target, "no raw tracer ran (a smoke run starts none)"),
+        });
+    }
+    if let Some(watch) = watch {
         let more = watch.dist.p50 - ebpf.dist.p50;
         goals.push(goal(
             "peers_watch_over_direct_p50",
@@ -1335,10 +1676,18 @@ fn print_table(plan: &Plan, report: &Report, goals: &[Value]) {
     if let Some(peers) = &report.peers {
         peers.print();
     }
-    println!("\nGoals");
+    print_versus(report);
+    println!("\nGoals: measured against the goal, met (PASS) or missed (MISS)");
     for g in goals {
+        let spread = match g["spread"].as_array().map(Vec::as_slice) {
+            Some([low, high]) => format!(", spread {low}..{high}"),
+            _ => String::new(),
+        };
+        let why = g["why"]
+            .as_str()
+            .map_or(String::new(), |why| format!("; not measured: {why}"));
         println!(
-            "  {:<4} {:<28} {:>10} {:<3} (target {})",
+            "  {:<4} {:<34} {:>10} {:<3} (target {}{spread}{why})",
             if g["pass"] == true { "PASS" } else { "MISS" },
             g["name"].as_str().unwrap_or(""),
             g["value"],
@@ -1347,4 +1696,102 @@ fn print_table(plan: &Plan, report: &Report, goals: &[Value]) {
         );
     }
     println!();
+}
+
+/// The CPU part, and every figure against the baseline.
+fn print_versus(report: &Report) {
+    if let Some(cpu) = &report.cpu {
+        let c = &cpu.json;
+        println!(
+            "\nCPU per death: {} isolated deaths per build (sources {}, {} ms apart), CPU time per death (us)",
+            c["deaths_per_build"], c["sources"], c["pause_ms"]
+        );
+        for (build, f) in c["builds"].as_object().into_iter().flatten() {
+            println!(
+                "  {build:<5} daemon {:>8}   liveness watch {:>8}   (watch line p50 {} us, lost {})",
+                f["daemon_us_per_death"].to_string(),
+                f["watch_us_per_death"].to_string(),
+                f["watch_latency"]["p50_us"],
+                f["lost"]
+            );
+        }
+        let v = &c["versus_baseline"];
+        if !v.is_null() {
+            println!(
+                "  new / base: daemon {} watch {} (ratio, min..max over pairs of batches)",
+                show(&v["daemon_cpu_per_death"]),
+                show(&v["watch_cpu_per_death"])
+            );
+        }
+    }
+    if report.latency_versus.is_empty()
+        && report.scale.iter().all(|s| s["versus_baseline"].is_null())
+        && report.reap_versus.is_none()
+        && report.trees_versus.is_none()
+    {
+        return;
+    }
+    println!("\nAgainst the baseline, in the same run (new / base; min..max over the run's parts)");
+    for (source, (base, p50, p99)) in &report.latency_versus {
+        println!(
+            "  latency {source:<9} p50 {}  p99 {}   (base p50 {:.1} us, p99 {:.1} us)",
+            p50.show(),
+            p99.show(),
+            base.p50,
+            base.p99
+        );
+    }
+    for s in report
+        .scale
+        .iter()
+        .filter(|s| !s["versus_baseline"].is_null())
+    {
+        let v = &s["versus_baseline"];
+        let base_last: Vec<String> = v["base"]["bursts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|b| b["last_event_ms"].to_string())
+            .collect();
+        println!(
+            "  scale {} {}: burst of {} last event {} (base: {} ms); RSS {} (base {} MB)",
+            s["source"].as_str().unwrap_or(""),
+            s["owners"],
+            s["burst"]["killed"],
+            show(&v["burst_last_event"]),
+            base_last.join(", "),
+            v["rss"],
+            v["base"]["rss_mb"]
+        );
+    }
+    if let Some(o) = report.overhead.as_ref().map(|o| &o["versus_baseline"])
+        && !o.is_null()
+    {
+        println!(
+            "  overhead storms: wall time with the daemon running {}; base: per untracked exit {} ns, fork {} ns, daemon {} % of the CPUs",
+            show(&o["running_ms"]),
+            o["base"]["ebpf_ns_per_run"],
+            o["base"]["ebpf_fork_ns_per_run"],
+            o["base"]["daemon_cpu_percent"]
+        );
+    }
+    for (part, versus) in [
+        ("reap", &report.reap_versus),
+        ("trees", &report.trees_versus),
+    ] {
+        if let Some(v) = versus {
+            println!(
+                "  {part} (one run each, every time as a ratio): {}",
+                v["ratios"]
+            );
+        }
+    }
+}
+
+/// A [`Ratio`]'s JSON as [`Ratio::show`] prints it.
+fn show(ratio: &Value) -> String {
+    match ratio["ratio"].as_f64() {
+        Some(value) => format!("{value:.2} ({}..{})", ratio["min"], ratio["max"]),
+        None => "-".into(),
+    }
 }

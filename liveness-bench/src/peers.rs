@@ -8,8 +8,15 @@
 //!
 //! The tools: libbpf-tools `exitsnoop`, BCC's `exitsnoop-bpfcc`, a `bpftrace` one-liner on
 //! `sched_process_exit`, the bench's own proc-connector listener, pidfd waiter and `/proc`
-//! pollers (see [`crate::watchers`]), and `livenessd` with `--sources ebpf`, `pidfd` and
-//! `auto`, each read by a direct socket subscriber and through `liveness watch --json`.
+//! pollers and the floor, liveness's own eBPF object read by a minimal loop (see
+//! [`crate::watchers`]), and `livenessd` with `--sources ebpf`, `pidfd` and `auto`, each
+//! read by a direct socket subscriber and through `liveness watch --json`.
+//!
+//! With a baseline build, each source runs a daemon of each build, and the owners take
+//! turns: each is tracked by one build's daemons (and by every other tool), so that only
+//! one build is woken by each death, as in a run without a baseline, and both builds'
+//! deaths are spread over the same minutes. Every ratio of a row to the raw tracer is
+//! taken over the row's own deaths.
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -22,8 +29,9 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
 use crate::bpf_stats::{ProgramCost, bpf_program_ids};
-use crate::daemon::{self, Daemon, Ended, register_all};
+use crate::daemon::{self, Build, Daemon, Ended, register_all};
 use crate::procs::{self, Owners, monotonic_ns};
+use crate::versus::{Ratio, quarters};
 use crate::{Dist, round, setup, watchers};
 use liveness_common::record::{
     EXIT_PROGRAM_NAME, FORK_PROGRAM_NAME, OOM_PROGRAM_NAME, SIGNAL_PROGRAM_NAME,
@@ -53,6 +61,8 @@ enum Kind {
     Tracer,
     /// The bench's own few lines of code.
     Own,
+    /// liveness's own eBPF object read by a minimal loop: the floor under the daemon.
+    Floor,
     /// `livenessd`, through its socket protocol.
     Liveness,
 }
@@ -62,6 +72,7 @@ impl Kind {
         match self {
             Kind::Tracer => "tracer",
             Kind::Own => "own",
+            Kind::Floor => "floor",
             Kind::Liveness => "liveness",
         }
     }
@@ -75,7 +86,7 @@ enum Format {
     Columns { pid_at: Option<usize> },
     /// One PID per line (`ack` acknowledges a batch of PIDs to track).
     Pid,
-    /// liveness stream lines, `session.ended` of the session `peer-<pid>`.
+    /// liveness stream lines, `session.ended` of the session `peer-<registration>-<pid>`.
     Events,
 }
 
@@ -95,6 +106,8 @@ struct Peer {
     name: String,
     kind: Kind,
     group: usize,
+    /// The build whose owners it reports (its group's), or `None`: every owner.
+    build: Option<usize>,
     output: OwnedFd,
     pending: Vec<u8>,
     format: Format,
@@ -115,6 +128,8 @@ struct Peer {
 #[derive(Debug)]
 struct Group {
     tracker: Tracker,
+    /// A daemon's build: it tracks only that build's owners.
+    build: Option<usize>,
     children: Vec<Child>,
     daemon: Option<Daemon>,
     /// Its eBPF programs.
@@ -152,6 +167,18 @@ struct Peers {
     /// PIDs whose reports are kept (owners and probes); every other line is dropped.
     watched: HashSet<u32>,
     skipped: Vec<(String, String)>,
+    /// The build each owner is tracked by, in turns.
+    owner_build: HashMap<u32, usize>,
+    builds: usize,
+    /// Registrations with a daemon so far: part of the sessions' ids.
+    registrations: usize,
+}
+
+impl Peer {
+    /// Whether it reports this owner's exit.
+    fn reports(&self, owner_build: Option<&usize>) -> bool {
+        self.build.is_none() || self.build.as_ref() == owner_build
+    }
 }
 
 /// The figures of one tool.
@@ -159,9 +186,17 @@ struct Peers {
 pub struct PeerFigures {
     pub name: String,
     kind: Kind,
+    /// The build it belongs to, for a liveness row.
+    build: Option<&'static str>,
     pub dist: Dist,
+    /// Its latencies in exit order.
+    series: Vec<u64>,
     /// p50 of each quarter of the run (in exit order): how much p50 wanders within it.
     quarters: Vec<f64>,
+    /// Against the raw tracer the ratios are to, over this row's deaths, at p50 and p99.
+    pub to_base: Option<(Ratio, Ratio)>,
+    /// Against the floor (`ebpf-floor`), the same way.
+    pub to_floor: Option<(Ratio, Ratio)>,
     lost: usize,
     startup_ms: Option<f64>,
     cpu_ms_per_20k: f64,
@@ -172,13 +207,15 @@ pub struct PeerFigures {
 #[derive(Debug, Default)]
 pub struct PeersReport {
     pub figures: Vec<PeerFigures>,
+    /// The raw tracer the ratios are to.
+    base: Option<String>,
     pub skipped: Vec<(String, String)>,
     pub storm: usize,
     pub samples: usize,
     pub errors: Vec<String>,
 }
 
-pub fn run(bin_dir: &Path, plan: PeersPlan) -> Result<PeersReport> {
+pub fn run(builds: &[Build], plan: PeersPlan) -> Result<PeersReport> {
     let logs = tempfile::Builder::new()
         .prefix("liveness-bench-peers")
         .tempdir()?;
@@ -191,7 +228,10 @@ pub fn run(bin_dir: &Path, plan: PeersPlan) -> Result<PeersReport> {
             None
         }
     };
-    let mut peers = Peers::default();
+    let mut peers = Peers {
+        builds: builds.len(),
+        ..Peers::default()
+    };
     let mut errors = Vec::new();
     realtime_reader();
 
@@ -201,6 +241,7 @@ pub fn run(bin_dir: &Path, plan: PeersPlan) -> Result<PeersReport> {
         ("pidfd", Duration::from_millis(100)),
         ("poll-10", Duration::from_millis(200)),
         ("poll-1000", Duration::from_millis(1500)),
+        ("ebpf-floor", Duration::from_millis(100)),
     ] {
         let mut command = Command::new(std::env::current_exe()?);
         command.args([watchers::WATCHER_ARG, name]);
@@ -215,7 +256,11 @@ pub fn run(bin_dir: &Path, plan: PeersPlan) -> Result<PeersReport> {
             .start_tool(
                 Row {
                     name: row.clone(),
-                    kind: Kind::Own,
+                    kind: if name == "ebpf-floor" {
+                        Kind::Floor
+                    } else {
+                        Kind::Own
+                    },
                     format: Format::Pid,
                     waited_for,
                 },
@@ -225,10 +270,14 @@ pub fn run(bin_dir: &Path, plan: PeersPlan) -> Result<PeersReport> {
             )
             .with_context(|| format!("starting the bench's {row}"))?;
     }
-    for source in ["ebpf", "pidfd", "auto"] {
-        peers
-            .start_liveness(bin_dir, source, logs.path())
-            .with_context(|| format!("starting liveness --sources {source}"))?;
+    for (index, build) in builds.iter().enumerate() {
+        for source in ["ebpf", "pidfd", "auto"] {
+            peers
+                .start_liveness(index, build, source, logs.path())
+                .with_context(|| {
+                    format!("starting liveness --sources {source} ({})", build.name())
+                })?;
+        }
     }
     // Declared after the tools: they are stopped before tracefs is unmounted.
     let _tracefs = if plan.external {
@@ -245,46 +294,77 @@ pub fn run(bin_dir: &Path, plan: PeersPlan) -> Result<PeersReport> {
         eprintln!("bench: peers: skipping {name}: {reason}");
     }
 
+    let samples = plan.samples * builds.len();
     eprintln!(
-        "bench: peers: {} exits seen by {} tools",
-        plan.samples,
+        "bench: peers: {samples} exits seen by {} tools",
         peers.peers.len()
     );
-    let exits = peers.rounds(plan.samples)?;
+    let exits = peers.rounds(samples)?;
     let (cpu_ticks, bpf) = peers.storm_costs(plan.storm)?;
 
     // In the order the owners exited, for the p50 of each quarter of the run.
     let mut exits: Vec<(u32, u64)> = exits.into_iter().collect();
     exits.sort_unstable_by_key(|&(_, exit_ns)| exit_ns);
+    let latencies = |peer: &Peer, exits: &[(u32, u64)]| -> Vec<u64> {
+        exits
+            .iter()
+            .filter_map(|(pid, exit_ns)| Some(peer.seen.get(pid)?.saturating_sub(*exit_ns)))
+            .collect()
+    };
+    // The ratios are to exitsnoop, or without it to the fastest raw tracer by p50.
+    let base = peers
+        .peers
+        .iter()
+        .filter(|p| p.kind == Kind::Tracer)
+        .map(|p| (p, Dist::of_ns(&latencies(p, &exits))))
+        .filter(|(_, d)| d.samples > 0)
+        .min_by(|(a, da), (b, db)| {
+            (b.name == "exitsnoop")
+                .cmp(&(a.name == "exitsnoop"))
+                .then(da.p50.total_cmp(&db.p50))
+        })
+        .map(|(p, _)| p);
+    let floor = peers.peers.iter().find(|p| p.kind == Kind::Floor);
     let mut figures = Vec::new();
     for (index, peer) in peers.peers.iter().enumerate() {
-        let latencies = |exits: &[(u32, u64)]| -> Vec<u64> {
-            exits
-                .iter()
-                .filter_map(|(pid, exit_ns)| Some(peer.seen.get(pid)?.saturating_sub(*exit_ns)))
-                .collect()
-        };
-        let samples = latencies(&exits);
-        let quarters = exits
-            .chunks(exits.len().div_ceil(4).max(1))
-            .map(|quarter| Dist::of_ns(&latencies(quarter)).p50)
+        let own: Vec<(u32, u64)> = exits
+            .iter()
+            .copied()
+            .filter(|(pid, _)| peer.reports(peers.owner_build.get(pid)))
             .collect();
-        let lost = exits.len() - samples.len();
+        let samples = latencies(peer, &own);
+        let quarters = quarters(&own)
+            .map(|quarter| Dist::of_ns(&latencies(peer, quarter)).p50)
+            .collect();
+        let lost = own.len() - samples.len();
         if lost > 0 && peer.kind != Kind::Tracer {
             errors.push(format!(
                 "peers {}: {lost} of {} exits never reported{}",
                 peer.name,
-                exits.len(),
+                own.len(),
                 peer.ended
                     .as_ref()
                     .map_or(String::new(), |why| format!(" ({why})"))
             ));
         }
+        let against = |reference: &Peer| {
+            let theirs = latencies(reference, &own);
+            (
+                Ratio::of_latencies(&samples, &theirs, |d| d.p50),
+                Ratio::of_latencies(&samples, &theirs, |d| d.p99),
+            )
+        };
+        let to_base = base.map(against);
+        let to_floor = floor.map(against);
         figures.push(PeerFigures {
             name: peer.name.clone(),
             kind: peer.kind,
+            build: peer.build.map(|b| builds[b].name()),
             dist: Dist::of_ns(&samples),
+            series: samples,
             quarters,
+            to_base,
+            to_floor,
             lost,
             startup_ms: peer.startup_ns.map(|ns| ns as f64 / 1e6),
             cpu_ms_per_20k: cpu_ticks[index] as f64 * 10.0 * CPU_PER_SPAWNS as f64
@@ -292,6 +372,7 @@ pub fn run(bin_dir: &Path, plan: PeersPlan) -> Result<PeersReport> {
             bpf: bpf[peer.group],
         });
     }
+    let base = base.map(|b| b.name.clone());
     // A daemon that failed is a harness failure; the readers end with it.
     for group in &mut peers.groups {
         if let Some(daemon) = &mut group.daemon
@@ -305,9 +386,10 @@ pub fn run(bin_dir: &Path, plan: PeersPlan) -> Result<PeersReport> {
     normal_reader();
     Ok(PeersReport {
         figures,
+        base,
         skipped,
         storm: plan.storm,
-        samples: plan.samples,
+        samples,
         errors,
     })
 }
@@ -323,7 +405,7 @@ impl Peers {
         logs: &Path,
     ) -> Result<()> {
         let log = logs.join(format!("{}.log", row.name));
-        let tracks = row.kind == Kind::Own;
+        let tracks = matches!(row.kind, Kind::Own | Kind::Floor);
         let started_ns = monotonic_ns();
         let mut child = command
             .stdin(if tracks {
@@ -343,6 +425,7 @@ impl Peers {
         let pid = child.id();
         self.groups.push(Group {
             tracker,
+            build: None,
             children: vec![child],
             daemon: None,
             programs: Vec::new(),
@@ -360,6 +443,7 @@ impl Peers {
             name: row.name,
             kind: row.kind,
             group: self.groups.len() - 1,
+            build: self.groups.last().and_then(|g| g.build),
             output,
             pending,
             format: row.format,
@@ -372,28 +456,30 @@ impl Peers {
         });
     }
 
-    /// A daemon, a direct subscriber on its socket and a `liveness watch --json`.
-    fn start_liveness(&mut self, bin_dir: &Path, source: &str, logs: &Path) -> Result<()> {
+    /// A daemon of build number `index`, a direct subscriber on its socket and a
+    /// `liveness watch --json` of the same build.
+    fn start_liveness(
+        &mut self,
+        index: usize,
+        build: &Build,
+        source: &str,
+        logs: &Path,
+    ) -> Result<()> {
         let started_ns = monotonic_ns();
-        let daemon = daemon::start(bin_dir, source, &[])?;
+        let daemon = build.start(source, &[])?;
         let reader = daemon::subscribe(&daemon.socket)?;
         let buffered = reader.buffer().to_vec();
         let stream = reader.into_inner();
         stream.set_nonblocking(true)?;
-        let log = logs.join(format!("liveness-{source}-watch.log"));
-        let mut watch = Command::new(bin_dir.join("liveness"))
-            .arg("--socket")
-            .arg(&daemon.socket)
-            .args(["watch", "--json"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log)?)
-            .spawn()
-            .context("starting liveness watch --json")?;
+        let name = format!("liveness-{source}");
+        let suffix = build.suffix();
+        let log = logs.join(format!("{name}-watch{suffix}.log"));
+        let mut watch = build.watch(&daemon.socket, &log)?;
         let watch_output = nonblocking(watch.stdout.take().context("stdout")?.into())?;
         let (daemon_pid, watch_pid) = (daemon.pid(), watch.id());
         self.groups.push(Group {
             tracker: Tracker::Daemon,
+            build: Some(index),
             children: vec![watch],
             programs: bpf_program_ids(daemon_pid),
             daemon: Some(daemon),
@@ -407,10 +493,14 @@ impl Peers {
             format: Format::Events,
             waited_for: true,
         };
-        let name = format!("liveness-{source}");
-        self.add_peer(row(name.clone()), stream.into(), buffered, vec![daemon_pid]);
         self.add_peer(
-            row(format!("{name}-watch")),
+            row(format!("{name}{suffix}")),
+            stream.into(),
+            buffered,
+            vec![daemon_pid],
+        );
+        self.add_peer(
+            row(format!("{name}-watch{suffix}")),
             watch_output,
             Vec::new(),
             vec![daemon_pid, watch_pid],
@@ -588,13 +678,15 @@ impl Peers {
             Tracker::Nothing => Ok(()),
             Tracker::Daemon => {
                 let daemon = target.daemon.as_ref().context("no daemon")?;
-                register_all(&daemon.socket, pids, |pid| format!("peer-{pid}"), 1).with_context(
-                    || {
-                        let log = daemon.log();
-                        let tail: Vec<&str> = log.lines().rev().take(3).collect();
-                        format!("registering with livenessd (log, last lines first: {tail:?})")
-                    },
-                )?;
+                // A PID can come again over a run, its earlier session still kept.
+                self.registrations += 1;
+                let registration = self.registrations;
+                let session = |pid| format!("peer-{registration}-{pid}");
+                register_all(&daemon.socket, pids, session, 1).with_context(|| {
+                    let log = daemon.log();
+                    let tail: Vec<&str> = log.lines().rev().take(3).collect();
+                    format!("registering with livenessd (log, last lines first: {tail:?})")
+                })?;
                 Ok(())
             }
             Tracker::Stdin(stdin) => {
@@ -635,27 +727,44 @@ impl Peers {
         while exits.len() < samples {
             let mut owners = Owners::spawn(BATCH.min(samples - exits.len()))?;
             self.watched.extend(&owners.pids);
+            for &pid in &owners.pids {
+                let turn = self.owner_build.len() % self.builds.max(1);
+                self.owner_build.insert(pid, turn);
+            }
             for group in 0..self.groups.len() {
-                self.track(group, &owners.pids)?;
+                let build = self.groups[group].build;
+                let pids: Vec<u32> = owners
+                    .pids
+                    .iter()
+                    .copied()
+                    .filter(|pid| build.is_none() || build == self.owner_build.get(pid).copied())
+                    .collect();
+                if !pids.is_empty() {
+                    self.track(group, &pids)?;
+                }
             }
             for _ in 0..owners.pids.len() {
                 owners.release(1)?;
                 let exit = owners.next_report()?;
                 exits.insert(exit.pid, exit.exit_ns);
+                let turn = self.owner_build.get(&exit.pid).copied();
                 self.pump(Instant::now() + ROUND_TIMEOUT, |peers| {
                     peers
                         .iter()
-                        .filter(|p| p.waited_for && p.ended.is_none())
+                        .filter(|p| p.waited_for && p.ended.is_none() && p.reports(turn.as_ref()))
                         .all(|p| p.seen.contains_key(&exit.pid))
                 })?;
             }
         }
         // The slow pollers report the last exits after the rounds.
+        let owner_build = self.owner_build.clone();
         self.pump(Instant::now() + Duration::from_secs(3), |peers| {
-            peers
-                .iter()
-                .filter(|p| p.ended.is_none())
-                .all(|p| exits.keys().all(|pid| p.seen.contains_key(pid)))
+            peers.iter().filter(|p| p.ended.is_none()).all(|p| {
+                exits
+                    .keys()
+                    .filter(|pid| p.reports(owner_build.get(*pid)))
+                    .all(|pid| p.seen.contains_key(pid))
+            })
         })?;
         Ok(exits)
     }
@@ -814,7 +923,10 @@ impl Peers {
                     let text = std::str::from_utf8(line).context("a non-UTF-8 stream line")?;
                     Ended::parse(text, stamp)
                         .with_context(|| peer.name.clone())?
-                        .and_then(|ended| ended.session.strip_prefix("peer-")?.parse().ok())
+                        .and_then(|ended| {
+                            let (_, pid) = ended.session.strip_prefix("peer-")?.rsplit_once('-')?;
+                            pid.parse().ok()
+                        })
                 }
             };
             if let Some(pid) = pid
@@ -877,12 +989,9 @@ fn log_tail(log: &Path) -> String {
 }
 
 impl PeersReport {
-    /// The fastest raw tracer by p50: what the ratios are to.
+    /// The raw tracer the ratios are to: exitsnoop, or without it the fastest by p50.
     pub fn base(&self) -> Option<&PeerFigures> {
-        self.figures
-            .iter()
-            .filter(|f| f.kind == Kind::Tracer && f.dist.samples > 0)
-            .min_by(|a, b| a.dist.p50.total_cmp(&b.dist.p50))
+        self.find(self.base.as_deref()?)
     }
 
     pub fn find(&self, name: &str) -> Option<&PeerFigures> {
@@ -891,8 +1000,21 @@ impl PeersReport {
             .find(|f| f.name == name && f.dist.samples > 0)
     }
 
+    /// Each liveness row of the build under test against the same row of the baseline, at
+    /// p50 and p99: `(row, p50, p99)`.
+    pub fn versus_baseline(&self) -> Vec<(&str, Ratio, Ratio)> {
+        self.figures
+            .iter()
+            .filter(|f| f.build == Some("new"))
+            .filter_map(|new| {
+                let base = self.find(&format!("{}@base", new.name))?;
+                let at = |at: fn(&Dist) -> f64| Ratio::of_latencies(&new.series, &base.series, at);
+                Some((new.name.as_str(), at(|d| d.p50), at(|d| d.p99)))
+            })
+            .collect()
+    }
+
     pub fn json(&self) -> Value {
-        let base = self.base();
         let tools: Vec<Value> = self
             .figures
             .iter()
@@ -900,18 +1022,20 @@ impl PeersReport {
                 let mut value = f.dist.json();
                 value["name"] = json!(f.name);
                 value["kind"] = json!(f.kind.name());
+                value["build"] = json!(f.build);
                 value["lost"] = json!(f.lost);
-                value["ratio_p50"] = json!(base.map(|b| round(f.dist.p50 / b.dist.p50)));
-                value["ratio_p99"] = json!(base.map(|b| round(f.dist.p99 / b.dist.p99)));
+                value["ratio_p50"] = json!(f.to_base.as_ref().map(|(p50, _)| round(p50.value)));
+                value["ratio_p99"] = json!(f.to_base.as_ref().map(|(_, p99)| round(p99.value)));
+                value["ratio_to_floor_p50"] =
+                    json!(f.to_floor.as_ref().map(|(p50, _)| round(p50.value)));
+                value["ratio_to_floor_p99"] =
+                    json!(f.to_floor.as_ref().map(|(_, p99)| round(p99.value)));
                 value["p50_quarters_us"] =
                     json!(f.quarters.iter().map(|&q| round(q)).collect::<Vec<_>>());
-                value["ratio_p50_quarters"] = json!(base.map(|b| {
-                    f.quarters
-                        .iter()
-                        .zip(&b.quarters)
-                        .map(|(q, bq)| round(q / bq))
-                        .collect::<Vec<_>>()
-                }));
+                value["ratio_p50_quarters"] =
+                    json!(f.to_base.as_ref().map(|(p50, _)| {
+                        p50.parts.iter().map(|&r| round(r)).collect::<Vec<_>>()
+                    }));
                 value["startup_ms"] = json!(f.startup_ms.map(round));
                 value["cpu_ms_per_20k_spawns"] = json!(round(f.cpu_ms_per_20k));
                 value["bpf_runs"] = json!(f.bpf.map(|c| c.runs));
@@ -922,20 +1046,22 @@ impl PeersReport {
         json!({
             "samples": self.samples,
             "storm_spawns": self.storm,
-            "ratio_base": base.map(|b| b.name.clone()),
+            "ratio_base": self.base,
             "tools": tools,
+            "versus_baseline": self.versus_baseline().into_iter().map(|(name, p50, p99)| {
+                json!({"name": name, "p50": p50.json(), "p99": p99.json()})
+            }).collect::<Vec<_>>(),
             "skipped": self.skipped.iter().map(|(name, reason)| json!({"name": name, "reason": reason})).collect::<Vec<_>>(),
         })
     }
 
     pub fn print(&self) {
-        let base = self.base();
         println!(
             "\nPeers: exit -> the tool's line read by the harness (us), {} exits seen by every tool at once",
             self.samples
         );
         println!(
-            "{:<22} {:>7} {:>5} {:>9} {:>9} {:>9} {:>10} {:>6} {:>6} {:>10} {:>9} {:>8}",
+            "{:<26} {:>7} {:>5} {:>9} {:>9} {:>9} {:>10} {:>6} {:>6} {:>10} {:>9} {:>8}",
             "tool",
             "samples",
             "lost",
@@ -949,16 +1075,10 @@ impl PeersReport {
             "CPU ms",
             "BPF ns"
         );
-        let spread = |values: &[f64]| {
-            let (low, high) = values
-                .iter()
-                .fold((f64::MAX, f64::MIN), |(l, h), &v| (l.min(v), h.max(v)));
-            (low, high)
-        };
-        let ratio = |a: f64, b: Option<f64>| b.map_or("-".to_owned(), |b| format!("{:.2}", a / b));
+        let ratio = |r: Option<&Ratio>| r.map_or("-".to_owned(), |r| format!("{:.2}", r.value));
         for f in &self.figures {
             println!(
-                "{:<22} {:>7} {:>5} {:>9.1} {:>9.1} {:>9.1} {:>10.1} {:>6} {:>6} {:>10} {:>9.0} {:>8}",
+                "{:<26} {:>7} {:>5} {:>9.1} {:>9.1} {:>9.1} {:>10.1} {:>6} {:>6} {:>10} {:>9.0} {:>8}",
                 f.name,
                 f.dist.samples,
                 f.lost,
@@ -966,8 +1086,8 @@ impl PeersReport {
                 f.dist.p90,
                 f.dist.p99,
                 f.dist.max,
-                ratio(f.dist.p50, base.map(|b| b.dist.p50)),
-                ratio(f.dist.p99, base.map(|b| b.dist.p99)),
+                ratio(f.to_base.as_ref().map(|(p50, _)| p50)),
+                ratio(f.to_base.as_ref().map(|(_, p99)| p99)),
                 f.startup_ms.map_or("-".to_owned(), |ms| format!("{ms:.0}")),
                 f.cpu_ms_per_20k,
                 f.bpf
@@ -975,30 +1095,26 @@ impl PeersReport {
                     .map_or("-".to_owned(), |ns| format!("{ns:.0}")),
             );
         }
-        match base {
-            Some(b) => println!(
-                "  x: ratio to the fastest raw tracer in this run, {}",
-                b.name
+        match &self.base {
+            Some(base) => println!(
+                "  x: ratio to {base} over the same deaths (a build's rows: its own half of them)"
             ),
             None => println!("  x: no raw tracer ran, no ratios"),
         }
         println!("  Noise: p50 in each quarter of the run, and the x p50 of each quarter");
         for f in &self.figures {
-            let (low, high) = spread(&f.quarters);
-            let ratios: Option<Vec<f64>> = base.map(|b| {
-                f.quarters
-                    .iter()
-                    .zip(&b.quarters)
-                    .map(|(q, bq)| q / bq)
-                    .collect()
-            });
+            let quarters = Ratio {
+                value: 0.0,
+                parts: f.quarters.clone(),
+            };
+            let (low, high) = quarters.spread();
             println!(
-                "  {:<22} p50 {:>9.1} .. {:>9.1}{}",
+                "  {:<26} p50 {:>9.1} .. {:>9.1}{}",
                 f.name,
                 low,
                 high,
-                ratios.map_or(String::new(), |r| {
-                    let (low, high) = spread(&r);
+                f.to_base.as_ref().map_or(String::new(), |(p50, _)| {
+                    let (low, high) = p50.spread();
                     format!("   x p50 {low:.2} .. {high:.2}")
                 })
             );
@@ -1008,6 +1124,35 @@ impl PeersReport {
              ({} run); BPF ns: its eBPF programs' mean run time per exit over them",
             self.storm
         );
+        if let Some(floor) = self.figures.iter().find(|f| f.kind == Kind::Floor) {
+            println!(
+                "  Floor: {} (liveness's eBPF object, a poll loop, one write per exit) p50 {:.1} us{}",
+                floor.name,
+                floor.dist.p50,
+                floor.to_base.as_ref().map_or(String::new(), |(p50, _)| {
+                    format!(", {} the tracer", p50.show())
+                })
+            );
+            for f in self.figures.iter().filter(|f| f.kind == Kind::Liveness) {
+                if let Some((p50, p99)) = &f.to_floor {
+                    println!(
+                        "    {:<26} x floor p50 {}  p99 {}",
+                        f.name,
+                        p50.show(),
+                        p99.show()
+                    );
+                }
+            }
+        }
+        let versus = self.versus_baseline();
+        if !versus.is_empty() {
+            println!(
+                "  New against the baseline, each on its own half of the deaths: p50 and p99 ratios (quarters)"
+            );
+            for (name, p50, p99) in versus {
+                println!("  {name:<26} p50 {}   p99 {}", p50.show(), p99.show());
+            }
+        }
         for (name, reason) in &self.skipped {
             println!("  skipped {name}: {reason}");
         }
@@ -1026,6 +1171,7 @@ mod tests {
         let mut peers = Peers::default();
         peers.groups.push(Group {
             tracker: Tracker::Nothing,
+            build: None,
             children: Vec::new(),
             daemon: None,
             programs: Vec::new(),
@@ -1092,8 +1238,8 @@ mod tests {
         peers.watched.insert(31);
         feed(
             &mut peers,
-            r#"{"event":{"kind":"session.started","session":"peer-31","at_ms":1}}
-{"event":{"kind":"session.ended","session":"peer-31","at_ms":2}}
+            r#"{"event":{"kind":"session.started","session":"peer-7-31","at_ms":1}}
+{"event":{"kind":"session.ended","session":"peer-7-31","at_ms":2}}
 "#,
         );
         assert_eq!(

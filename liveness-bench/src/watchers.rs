@@ -1,5 +1,7 @@
 //! The bench's own exit watchers, the few lines of code a user writes instead of running a
-//! daemon: a proc-connector listener, a pidfd waiter and a `/proc` poller. Each runs as this
+//! daemon: a proc-connector listener, a pidfd waiter and a `/proc` poller; and the floor
+//! under liveness, the project's own eBPF object read by as little code as can read it.
+//! Each runs as this
 //! binary re-executed (see [`WATCHER_ARG`]) and speaks one line protocol on its standard
 //! streams, so that the harness reads them exactly like the peer tools it compares them with.
 //!
@@ -13,11 +15,17 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use aya::maps::{HashMap as AyaHashMap, MapData, RingBuf};
+use aya::programs::BtfTracePoint;
+use aya::{Btf, Ebpf, EbpfLoader};
+use liveness_common::record::{
+    EXIT_PROGRAM_NAME, ExitRecord, MAP_EXITS, MAP_MEMBERS, MAP_TRACKED, MemberRecord,
+};
 
 use crate::procs;
 
 /// First argument that makes this binary a watcher: `WATCHER_ARG KIND`, where KIND is
-/// `proc-connector`, `pidfd` or `poll-<interval ms>`.
+/// `proc-connector`, `pidfd`, `ebpf-floor` or `poll-<interval ms>`.
 pub const WATCHER_ARG: &str = "__watcher";
 
 /// What a watcher does per exit, per batch and between events.
@@ -36,9 +44,12 @@ pub fn watcher_main(kind: &str) -> Result<()> {
     let mut watch: Box<dyn Watch> = match kind {
         "proc-connector" => Box::new(ProcConnector::open()?),
         "pidfd" => Box::new(PidfdWaiter::default()),
+        "ebpf-floor" => Box::new(EbpfFloor::open()?),
         _ => match kind.strip_prefix("poll-").and_then(|ms| ms.parse().ok()) {
             Some(ms) => Box::new(Poller::every(Duration::from_millis(ms))),
-            None => bail!("unknown watcher {kind:?}: proc-connector, pidfd or poll-<ms>"),
+            None => {
+                bail!("unknown watcher {kind:?}: proc-connector, pidfd, ebpf-floor or poll-<ms>")
+            }
         },
     };
     let mut input = Vec::new();
@@ -156,6 +167,93 @@ impl Watch for PidfdWaiter {
             if let Some((pid, _)) = self.pidfds.remove(&fd.fd) {
                 exited.push(pid);
             }
+        }
+        Ok(())
+    }
+}
+
+/// The project's eBPF object, the one `livenessd` embeds.
+static OBJECT: &[u8] = aya::include_bytes_aligned!("../../liveness-ebpf/liveness.bpf.o");
+
+/// The floor under liveness: its own eBPF object, exit program only, with the tracked
+/// processes written into its maps as the daemon writes them, and its ring buffer read by
+/// the watcher loop: `poll`, the records, one `write` per exit. No durable step, no socket,
+/// no runtime: what any daemon built on this object could at best deliver on this machine.
+struct EbpfFloor {
+    /// Holds the attached program.
+    _ebpf: Ebpf,
+    tracked: AyaHashMap<MapData, u32, u64>,
+    members: AyaHashMap<MapData, u32, Member>,
+    ring: RingBuf<MapData>,
+    buffer: Vec<u8>,
+}
+
+/// A members-map value, as aya writes it.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+struct Member(MemberRecord);
+
+// SAFETY: MemberRecord is repr(C), all integers, no padding (its layout is pinned by
+// liveness-common's tests against the C header).
+unsafe impl aya::Pod for Member {}
+
+impl EbpfFloor {
+    fn open() -> Result<EbpfFloor> {
+        let btf = Btf::from_sys_fs().context("reading the kernel's BTF")?;
+        let mut ebpf = EbpfLoader::new()
+            .btf(Some(&btf))
+            .load(OBJECT)
+            .context("loading liveness.bpf.o")?;
+        let program: &mut BtfTracePoint = ebpf
+            .program_mut(EXIT_PROGRAM_NAME)
+            .with_context(|| format!("no {EXIT_PROGRAM_NAME} in liveness.bpf.o"))?
+            .try_into()?;
+        program.load("sched_process_exit", &btf)?;
+        program.attach()?;
+        let mut take = |name: &str| {
+            ebpf.take_map(name)
+                .with_context(|| format!("no map {name} in liveness.bpf.o"))
+        };
+        let (tracked, members, ring) = (take(MAP_TRACKED)?, take(MAP_MEMBERS)?, take(MAP_EXITS)?);
+        Ok(EbpfFloor {
+            tracked: AyaHashMap::try_from(tracked)?,
+            members: AyaHashMap::try_from(members)?,
+            ring: RingBuf::try_from(ring)?,
+            _ebpf: ebpf,
+            buffer: Vec::with_capacity(512),
+        })
+    }
+}
+
+impl Watch for EbpfFloor {
+    fn track(&mut self, pid: u32) -> Result<()> {
+        let start_ticks = procs::start_ticks(pid, &mut self.buffer)
+            .with_context(|| format!("process {pid} is gone before it was tracked"))?;
+        self.tracked.insert(pid, start_ticks, 0)?;
+        // The exit program looks every exit up in the members map first: a tracked process
+        // is the root of its own tree there.
+        let root = MemberRecord {
+            start_ticks,
+            root_start_ticks: start_ticks,
+            root_tgid: pid,
+            flags: 0,
+        };
+        self.members.insert(pid, Member(root), 0)?;
+        Ok(())
+    }
+
+    fn fds(&self) -> Vec<RawFd> {
+        vec![self.ring.as_raw_fd()]
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        None
+    }
+
+    fn collect(&mut self, exited: &mut Vec<u32>) -> Result<()> {
+        while let Some(item) = self.ring.next() {
+            let record = ExitRecord::from_bytes(&item).context("a short ring-buffer record")?;
+            exited.push(record.tgid);
         }
         Ok(())
     }

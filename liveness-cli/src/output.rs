@@ -15,6 +15,13 @@ pub(crate) fn line(args: fmt::Arguments<'_>) {
     finish(written.and_then(|()| out.flush()));
 }
 
+/// Writes a line that ends in its newline with one `write(2)`: stdout's line buffer passes
+/// it straight through when it holds nothing, so a reader never sees it in pieces.
+pub(crate) fn whole_line(line: &[u8]) {
+    let mut out = std::io::stdout().lock();
+    finish(out.write_all(line).and_then(|()| out.flush()));
+}
+
 /// Writes `value` as one line of JSON.
 pub(crate) fn json(value: &impl Serialize) {
     match serde_json::to_string(value) {

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use rustix::event::{PollFd, PollFlags};
 use serde::Serialize;
 
-use liveness_client::{Cursor, Filter, Item};
+use liveness_client::{Cursor, Filter, Item, Line};
 use liveness_common::exit::ExitStatus;
 use liveness_common::protocol::wire_name;
 use liveness_common::session::{Event, EventKind};
@@ -18,7 +18,7 @@ use liveness_common::session::{Event, EventKind};
 use crate::args::WatchArgs;
 use crate::context::Context;
 use crate::exit::{Exit, Failure};
-use crate::output::outln;
+use crate::output::{self, outln};
 use crate::pids::Numbering;
 use crate::render::describe_event;
 
@@ -118,8 +118,26 @@ impl WatchArgs {
         if json || self.exec.is_none() {
             exit_when_stdout_closes(Arc::clone(&handling));
         }
+        // With nothing to read in an event, its line goes out as the daemon sent it: no
+        // parse, no second serialization, one write.
+        let forward = json && self.exec.is_none() && self.labels.labels.is_empty();
         loop {
-            let item = events.next_item()?;
+            let item = if forward {
+                match events.next_line()? {
+                    Line::Event { mut line, .. } => {
+                        let _handling = handling.lock().unwrap_or_else(PoisonError::into_inner);
+                        if !line.ends_with('\n') {
+                            line.push('\n');
+                        }
+                        output::whole_line(line.as_bytes());
+                        events.cursor().map(save).transpose()?;
+                        continue;
+                    }
+                    Line::Other(item) => item,
+                }
+            } else {
+                events.next_item()?
+            };
             let _handling = handling.lock().unwrap_or_else(PoisonError::into_inner);
             match item {
                 Item::Reset { since, head, .. } => {

@@ -51,7 +51,7 @@ use liveness_common::status::Status;
 
 pub use crate::error::ClientError;
 use crate::fdpass::send_with_fds;
-pub use crate::subscription::{Filter, Item, Retry, Subscription};
+pub use crate::subscription::{Filter, Item, Line, Retry, Subscription};
 
 /// The socket of the daemon this process would talk to by default: `$LIVENESS_SOCKET`,
 /// else the user's own daemon's socket if it exists, else the system daemon's
@@ -467,6 +467,11 @@ impl Client {
     /// The next stream line after `subscribe`.
     fn next_message(&mut self) -> Result<StreamMessage, ClientError> {
         wire::decode_message(&self.read_line()?)
+    }
+
+    /// The next stream line after `subscribe`, an event left as the daemon sent it.
+    fn next_line(&mut self) -> Result<Line, ClientError> {
+        wire::decode_line(self.read_line()?)
     }
 
     /// Blocks until `session` has ended and returns it as ended, surviving daemon restarts

@@ -13,6 +13,51 @@ use crate::{Client, ClientError, Cursor};
 /// What a [`Subscription`] yields: the daemon's stream messages, events at most once.
 pub type Item = StreamMessage;
 
+/// What [`Subscription::next_line`] yields: an event as the very line the daemon sent, for
+/// a consumer that passes events on rather than reading them, or any other message, read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Line {
+    /// An event.
+    Event {
+        /// Its seq, for the cursor.
+        seq: u64,
+        /// Its line exactly as the daemon sent it, newline included.
+        line: String,
+    },
+    /// Any other stream message.
+    Other(Item),
+}
+
+/// What following a stream message needs to know of it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum View<'a> {
+    Event { seq: u64 },
+    Other(&'a StreamMessage),
+}
+
+/// A stream message in either form a subscription yields.
+pub(crate) trait Message {
+    fn view(&self) -> View<'_>;
+}
+
+impl Message for StreamMessage {
+    fn view(&self) -> View<'_> {
+        match self {
+            StreamMessage::Event(event) => View::Event { seq: event.seq },
+            other => View::Other(other),
+        }
+    }
+}
+
+impl Message for Line {
+    fn view(&self) -> View<'_> {
+        match self {
+            Line::Event { seq, .. } => View::Event { seq: *seq },
+            Line::Other(message) => message.view(),
+        }
+    }
+}
+
 /// How long, and how often, a [`Subscription`] tries to reach a daemon that went away.
 ///
 /// The first retry waits `first_delay`, each next one twice as long up to `max_delay`;
@@ -144,10 +189,10 @@ impl Position {
     /// Handles the result of reading the next stream line: what to hand the consumer
     /// (`None`: read again) and whether the connection goes on (a lost one, `goodbye` and
     /// `lagged` end it; the next read subscribes again after the cursor).
-    pub(crate) fn take(
+    pub(crate) fn take<M: Message>(
         &mut self,
-        read: Result<StreamMessage, ClientError>,
-    ) -> (Option<Result<Item, ClientError>>, bool) {
+        read: Result<M, ClientError>,
+    ) -> (Option<Result<M, ClientError>>, bool) {
         match read {
             // A daemon killed without a goodbye: resume after the last event.
             Err(e) if e.is_transient() => (None, false),
@@ -160,17 +205,22 @@ impl Position {
         }
     }
 
-    fn follow(&mut self, message: &StreamMessage) -> Step {
+    fn follow(&mut self, message: &impl Message) -> Step {
         let cursor = self.cursor.get_or_insert(Cursor {
             seq: 0,
             store_id: None,
         });
-        match message {
-            StreamMessage::Event(event) if event.seq <= cursor.seq => Step::Skip,
-            StreamMessage::Event(event) => {
-                cursor.seq = event.seq;
-                Step::Deliver
+        let message = match message.view() {
+            View::Event { seq } if seq <= cursor.seq => return Step::Skip,
+            View::Event { seq } => {
+                cursor.seq = seq;
+                return Step::Deliver;
             }
+            View::Other(message) => message,
+        };
+        match message {
+            // Seen as View::Event above.
+            StreamMessage::Event(_) => Step::Deliver,
             StreamMessage::Reset { store_id, .. } => {
                 *cursor = Cursor {
                     seq: 0,
@@ -279,6 +329,20 @@ impl Subscription {
     /// Fails when the daemon refuses the subscription, sends something unreadable, or
     /// stays away longer than the [`Retry`] bound.
     pub fn next_item(&mut self) -> Result<Item, ClientError> {
+        self.next_with(Client::next_message)
+    }
+
+    /// The next message as [`Subscription::next_item`] gives it, except that an event is
+    /// not parsed beyond its seq: it comes as the daemon's own line, to be passed on as it
+    /// is (`liveness watch --json` prints it).
+    pub fn next_line(&mut self) -> Result<Line, ClientError> {
+        self.next_with(Client::next_line)
+    }
+
+    fn next_with<M: Message>(
+        &mut self,
+        read: fn(&mut Client) -> Result<M, ClientError>,
+    ) -> Result<M, ClientError> {
         loop {
             let client = match &mut self.client {
                 Some(client) => client,
@@ -287,7 +351,7 @@ impl Subscription {
                     continue;
                 }
             };
-            let (item, connected) = self.position.take(client.next_message());
+            let (item, connected) = self.position.take(read(client));
             if !connected {
                 self.client = None;
             }
@@ -341,25 +405,37 @@ mod tests {
         }
     }
 
-    #[test]
-    fn resumes_after_a_goodbye_and_a_lost_connection_without_repeating_events() {
+    /// A stand-in daemon that serves one connection per `(since, lines)`, in turn, and a
+    /// subscription to it from now on; the directory holds its socket.
+    fn subscribed(
+        connections: Vec<(Option<u64>, Vec<Value>)>,
+    ) -> (Subscription, std::thread::JoinHandle<()>, tempfile::TempDir) {
         let dir = tempfile::tempdir().expect("temp dir");
         let socket = dir.path().join("sock");
         let listener = UnixListener::bind(&socket).expect("bind");
         let daemon = std::thread::spawn(move || {
-            serve(
-                &listener,
-                None,
-                &[event(1), event(2), json!({"goodbye": {"reason": "stop"}})],
-            );
-            // The replay overlaps what was delivered; then the connection just drops.
-            serve(&listener, Some(2), &[event(2), event(3)]);
-            serve(&listener, Some(3), &[event(3), event(4)]);
+            for (since, lines) in connections {
+                serve(&listener, since, &lines);
+            }
         });
-        let mut subscription = Client::connect(&socket)
+        let subscription = Client::connect(&socket)
             .expect("connect")
             .subscribe(None, Filter::default())
             .expect("subscribe");
+        (subscription, daemon, dir)
+    }
+
+    #[test]
+    fn resumes_after_a_goodbye_and_a_lost_connection_without_repeating_events() {
+        let (mut subscription, daemon, _dir) = subscribed(vec![
+            (
+                None,
+                vec![event(1), event(2), json!({"goodbye": {"reason": "stop"}})],
+            ),
+            // The replay overlaps what was delivered; then the connection just drops.
+            (Some(2), vec![event(2), event(3)]),
+            (Some(3), vec![event(3), event(4)]),
+        ]);
         let mut seen = Vec::new();
         while seen.len() < 5 {
             match subscription.next_item().expect("next") {
@@ -383,6 +459,34 @@ mod tests {
             subscription.cursor().map(ToString::to_string).as_deref(),
             Some("4 st")
         );
+    }
+
+    #[test]
+    fn lines_are_the_daemons_own_and_resume_without_repeating_events() {
+        let (mut subscription, daemon, _dir) = subscribed(vec![
+            (None, vec![event(1), json!({"goodbye": {"reason": "stop"}})]),
+            (Some(1), vec![event(1), event(2)]),
+        ]);
+        let lines: Vec<Line> = (0..3)
+            .map(|_| subscription.next_line().expect("next"))
+            .collect();
+        daemon.join().expect("the stand-in daemon's assertions");
+        let sent = |seq| Line::Event {
+            seq,
+            line: format!("{}\n", event(seq)),
+        };
+        assert_eq!(
+            lines,
+            [
+                sent(1),
+                Line::Other(Item::Goodbye {
+                    reason: "stop".into()
+                }),
+                sent(2)
+            ],
+            "each event once, as the bytes sent, across a reconnection"
+        );
+        assert_eq!(subscription.cursor().map(|c| c.seq), Some(2));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use std::os::fd::OwnedFd;
 use std::time::Duration;
 
+use serde::Deserialize;
 use serde_json::Value;
 
 use liveness_common::lock::Lock;
@@ -16,7 +17,7 @@ use liveness_common::request;
 use liveness_common::session::Session;
 use liveness_common::status::Status;
 
-use crate::{ClientError, Owner, Registered, Registration, Whose};
+use crate::{ClientError, Line, Owner, Registered, Registration, Whose};
 
 /// A request as one line, newline included, with the protocol version.
 pub(crate) fn encode(request: &Request) -> Result<String, ClientError> {
@@ -61,6 +62,23 @@ pub(crate) fn decode_reply(line: &str) -> Result<Reply, ClientError> {
 /// A line of the stream that follows a `subscribe` reply.
 pub(crate) fn decode_message(line: &str) -> Result<StreamMessage, ClientError> {
     serde_json::from_str(line).map_err(|e| ClientError::Protocol(format!("{e}: {}", line.trim())))
+}
+
+/// A line of the stream, an event read only as far as its seq: the rest of it is skipped
+/// (though checked to be JSON), and the line kept as it came.
+pub(crate) fn decode_line(line: String) -> Result<Line, ClientError> {
+    #[derive(Deserialize)]
+    struct EventLine {
+        event: Seq,
+    }
+    #[derive(Deserialize)]
+    struct Seq {
+        seq: u64,
+    }
+    match serde_json::from_str::<EventLine>(&line) {
+        Ok(EventLine { event: Seq { seq } }) => Ok(Line::Event { seq, line }),
+        Err(_) => decode_message(&line).map(Line::Other),
+    }
 }
 
 fn missing(what: &str) -> ClientError {

@@ -65,8 +65,8 @@ pub struct Sender {
     pub session: Option<String>,
 }
 
-/// The session a signal's sender belonged to, before it is shown to the readers of an
-/// ending that may see it.
+/// A session a signal's sender belonged to, before it is shown to the readers of an ending
+/// that may see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SenderSession {
     pub id: String,
@@ -74,17 +74,20 @@ pub struct SenderSession {
 }
 
 impl Cause {
-    /// Names the sender's session in the cause of a session created by `creator_uid`, when
-    /// everyone who reads that session may see it: its creator and root. Another user's
-    /// session id is never shown to a non-root reader.
-    pub fn name_sender_session(&mut self, session: &SenderSession, creator_uid: u32) {
+    /// Names the sender's session in the cause of a session created by `creator_uid`: the
+    /// first of `sessions` (those of the sender's tree) that everyone who reads that session
+    /// may see, its creator and root. Another user's session id is never shown to a
+    /// non-root reader.
+    pub fn name_sender_session(&mut self, sessions: &[SenderSession], creator_uid: u32) {
         if let Cause::Signal {
             sender: Some(sender),
             ..
         } = self
-            && (session.creator_uid == creator_uid || creator_uid == 0)
         {
-            sender.session = Some(session.id.clone());
+            sender.session = sessions
+                .iter()
+                .find(|session| session.creator_uid == creator_uid || creator_uid == 0)
+                .map(|session| session.id.clone());
         }
     }
 }

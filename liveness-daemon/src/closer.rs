@@ -5,9 +5,10 @@
 //! passes; a file on a FUSE mount blocks until its server answers the flush. Linux runs
 //! that final release in the thread that dropped the last reference, also when the
 //! reference was a descriptor queued, unread, on a socket being closed. So a descriptor a
-//! client passed with `SCM_RIGHTS`, and a client's connection (whose receive queue may
-//! still hold such descriptors), are never closed on a thread that deaths or other
-//! clients wait on: they go to the closing thread of the uid that sent them. A close that
+//! client passed with `SCM_RIGHTS` is never closed on a thread that deaths or other
+//! clients wait on: it goes to the closing thread of the uid that sent it (and a
+//! connection's reader takes what is still queued before it closes: see
+//! [`crate::fdpass::FdReader`]). A close that
 //! hangs stalls only the later closes of its own sender, whose connections stop reading
 //! while too many of its closes are pending.
 
@@ -26,23 +27,6 @@ const IDLE: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone, Default)]
 pub struct Closer {
     lanes: Arc<Mutex<HashMap<u32, Lane>>>,
-}
-
-/// A descriptor closed by the [`Closer`] however its holder goes (returned, failed or
-/// aborted at shutdown).
-#[derive(Debug)]
-pub struct CloseOnDrop {
-    fd: Option<OwnedFd>,
-    uid: u32,
-    closer: Closer,
-}
-
-impl Drop for CloseOnDrop {
-    fn drop(&mut self) {
-        if let Some(fd) = self.fd.take() {
-            self.closer.close(self.uid, fd);
-        }
-    }
 }
 
 #[derive(Debug)]
@@ -88,15 +72,6 @@ impl Closer {
         // The thread cannot have ended: it takes the lock before leaving.
         let _ = queue.send(fd);
         lanes.insert(uid, Lane { queue, pending: 1 });
-    }
-
-    /// Keeps `fd` open until the returned guard is dropped, then closes it here.
-    pub fn on_drop(&self, uid: u32, fd: OwnedFd) -> CloseOnDrop {
-        CloseOnDrop {
-            fd: Some(fd),
-            uid,
-            closer: self.clone(),
-        }
     }
 
     /// Closes not done yet of `uid`.

@@ -94,6 +94,32 @@ impl FdReader {
     }
 }
 
+impl Drop for FdReader {
+    /// Before the connection closes, takes what its client left unread in the socket: a
+    /// descriptor queued in it would be released by the close, in this thread, and its
+    /// release may block. Shut for reading first, the socket takes nothing more, so this
+    /// ends with what was queued.
+    fn drop(&mut self) {
+        let stream: &UnixStream = self.half.as_ref();
+        if rustix::net::shutdown(stream, rustix::net::Shutdown::Read).is_err() {
+            return;
+        }
+        let mut sink = [0u8; 4096];
+        loop {
+            match receive(stream, &mut sink) {
+                Ok((0, fds)) if fds.is_empty() => return,
+                Ok((_, fds)) => {
+                    for fd in fds {
+                        self.closer.close(self.uid, fd);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return,
+            }
+        }
+    }
+}
+
 /// `None` for a pidfd, else what the descriptor is. Read from its `/proc/self/fd` link,
 /// which asks nothing of the file's file system (an fstat of a FUSE file would wait for its
 /// server); pidfds read `anon_inode:[pidfd]`, in pidfs too.

@@ -1,20 +1,32 @@
 //! livenessd: learn from the kernel when the process that owns a session dies, finalize the
 //! session durably, and tell every interested tool.
 //!
-//! The binary `livenessd` is thin; the logic lives in these modules. The vocabulary they
-//! speak is `liveness_common`'s, the process facts they read `liveness_proc`'s.
+//! The binary `livenessd` is thin: it calls [`main`]. The modules are the daemon's own
+//! (docs/architecture.md maps them); what other crates use is re-exported here: the exit
+//! monitor (the benchmark measures its floor, the integration tests its sources) and the
+//! store (a test opens a fresh database with it). The end-action runner ([`action`]) is
+//! public until the engine runs it. The vocabulary the modules speak is
+//! `liveness_common`'s, the process facts they read `liveness_proc`'s.
 
+// Public while nothing in the daemon runs end actions yet.
 pub mod action;
-pub mod closer;
-pub mod daemon;
-pub mod engine;
-pub mod fdpass;
-pub mod limits;
-pub mod metrics;
-pub mod offload;
-pub mod reap;
-pub mod server;
-pub mod source;
-pub mod store;
-pub mod systemd;
-pub mod trust;
+mod closer;
+mod daemon;
+mod engine;
+mod faults;
+mod fdpass;
+mod limits;
+mod metrics;
+mod offload;
+mod reap;
+mod server;
+mod source;
+mod store;
+mod systemd;
+mod trust;
+
+pub use daemon::main;
+pub use source::ExitObservation;
+pub use source::ebpf::EbpfConfig;
+pub use source::monitor::{Monitor, MonitorConfig, Selection};
+pub use store::Store;

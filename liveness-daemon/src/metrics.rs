@@ -2,102 +2,66 @@
 //! format (OpenMetrics text), over plain HTTP (`GET /metrics`), for a scraper on this
 //! machine. Off unless asked for.
 //!
-//! Two kinds of values: the ends of sessions (by reason and source, and the death-to-commit
-//! latency histogram) are counted as each `session.ended` event is published; everything
-//! else is read from the daemon's `status` at each scrape, as `liveness status` shows it.
+//! Whoever reaches the address can connect, so connections are served side by side, a
+//! bounded number at once, and one that sends no request is dropped after a short while,
+//! or at once when another connection needs its place: silent connections, however many,
+//! never hold up a scrape.
+//!
+//! Two kinds of values: the ends of sessions (by reason, source and cause, and the
+//! death-to-commit latency histogram) are counted by the engine as each `session.ended`
+//! event is published ([`EndMetrics`]); everything else is read from the daemon's `status`
+//! at each scrape, as `liveness status` shows it. This module only renders them.
 
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::watch;
+use tokio::task::{AbortHandle, JoinSet};
 
-use liveness_common::cause::CauseKind;
-use liveness_common::protocol::{Request, wire_name};
 use liveness_common::request;
-use liveness_common::session::{Event, EventKind};
 use liveness_common::status::{SourceState, Status};
 
-use crate::engine::{Caller, Command};
+use crate::engine::{Caller, EndMetrics, Handle};
 
-/// The end-to-end latency buckets, in seconds: from a death (the kernel's time where the
-/// source reads it) to the commit of its session's end. Millisecond resolution.
-const LATENCY_BUCKETS: [f64; 12] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
-];
-/// A scraper that does not send its request, or read the answer, within this long is
-/// dropped (scrapes are served one at a time).
-const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections served at once. When all are taken, the oldest that has not sent its
+/// request head yet is dropped for the new one, so that silent connections, however many,
+/// never keep a scraper waiting.
+const MAX_CONNECTIONS: usize = 16;
+/// A connection that has not sent its request head within this long is dropped (a
+/// scraper sends it as soon as it connects).
+const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
+/// A scrape whose answer is not written within this long is dropped.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest request head read.
 const MAX_REQUEST: usize = 8192;
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct EndLabels {
-    reason: String,
-    /// The exit source that saw the death; `none` for ends no source saw (`stopped`,
-    /// `timeout`, `pending_expired`).
-    source: String,
-    /// The kind of the ending's cause: exit, signal, oom, hangup, unknown, none.
-    cause: String,
+/// A connection being served.
+#[derive(Debug)]
+struct Open {
+    task: AbortHandle,
+    /// Whether it has sent its request head (then it is answered within [`ANSWER_TIMEOUT`]).
+    headed: Arc<AtomicBool>,
 }
 
-/// Counted as ends are published; cheap clones share the counts.
-#[derive(Debug, Clone)]
-pub struct EndMetrics {
-    ended: Family<EndLabels, Counter>,
-    latency: Histogram,
-}
-
-impl Default for EndMetrics {
-    fn default() -> EndMetrics {
-        EndMetrics {
-            ended: Family::default(),
-            latency: Histogram::new(LATENCY_BUCKETS),
-        }
-    }
-}
-
-impl EndMetrics {
-    /// Counts a published event if it is a session's end.
-    pub fn record(&self, event: &Event) {
-        if event.kind != EventKind::Ended {
-            return;
-        }
-        let source = event
-            .detected_by
-            .map_or_else(|| "none".to_owned(), wire_name);
-        self.ended
-            .get_or_create(&EndLabels {
-                reason: wire_name(event.reason),
-                source,
-                cause: event
-                    .cause
-                    .as_ref()
-                    .map_or(CauseKind::Unknown, |cause| cause.kind())
-                    .name()
-                    .to_owned(),
-            })
-            .inc();
-        if let Some(died) = event.died_ms.or(event.observed_ms) {
-            self.latency
-                .observe((event.at_ms - died).max(0) as f64 / 1000.0);
-        }
-    }
-}
-
-/// Serves scrapes until `stop` turns true.
+/// Serves scrapes, each connection in a task of its own (at most [`MAX_CONNECTIONS`]),
+/// until `stop` turns true.
 pub async fn serve(
     listener: TcpListener,
-    engine: mpsc::Sender<Command>,
+    engine: Handle,
     ends: EndMetrics,
     mut stop: watch::Receiver<bool>,
 ) {
+    let mut tasks = JoinSet::new();
+    // Oldest first.
+    let mut open: VecDeque<Open> = VecDeque::new();
     loop {
         let stream = tokio::select! {
             _ = stop.wait_for(|stop| *stop) => return,
@@ -109,19 +73,59 @@ pub async fn serve(
                 }
             },
         };
-        match tokio::time::timeout(SCRAPE_TIMEOUT, answer(stream, &engine, &ends)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::debug!(error = %e, "metrics: scrape failed"),
-            Err(_) => tracing::debug!("metrics: scrape timed out"),
+        while tasks.try_join_next().is_some() {}
+        open.retain(|conn| !conn.task.is_finished());
+        if open.len() >= MAX_CONNECTIONS {
+            match open
+                .iter()
+                .position(|conn| !conn.headed.load(Ordering::Relaxed))
+            {
+                Some(silent) => {
+                    if let Some(conn) = open.remove(silent) {
+                        conn.task.abort();
+                    }
+                    tracing::debug!(
+                        "metrics: dropped the oldest connection that sent no request, for a new one"
+                    );
+                }
+                // Every one is being answered, which takes at most ANSWER_TIMEOUT.
+                None => {
+                    tokio::select! {
+                        _ = stop.wait_for(|stop| *stop) => return,
+                        _ = tasks.join_next() => {}
+                    }
+                    open.retain(|conn| !conn.task.is_finished());
+                }
+            }
         }
+        let headed = Arc::new(AtomicBool::new(false));
+        let task = tasks.spawn(answer(
+            stream,
+            engine.clone(),
+            ends.clone(),
+            Arc::clone(&headed),
+        ));
+        open.push_back(Open { task, headed });
     }
 }
 
-async fn answer(
-    mut stream: TcpStream,
-    engine: &mpsc::Sender<Command>,
-    ends: &EndMetrics,
-) -> std::io::Result<()> {
+/// Reads a request head within [`HEAD_TIMEOUT`] and answers it within [`ANSWER_TIMEOUT`].
+async fn answer(mut stream: TcpStream, engine: Handle, ends: EndMetrics, headed: Arc<AtomicBool>) {
+    let head = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut stream)).await {
+        Ok(Ok(head)) => head,
+        Ok(Err(e)) => return tracing::debug!(error = %e, "metrics: cannot read a request"),
+        Err(_) => return tracing::debug!("metrics: no request within {HEAD_TIMEOUT:?}"),
+    };
+    headed.store(true, Ordering::Relaxed);
+    match tokio::time::timeout(ANSWER_TIMEOUT, respond(stream, &head, &engine, &ends)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::debug!(error = %e, "metrics: scrape failed"),
+        Err(_) => tracing::debug!("metrics: scrape timed out"),
+    }
+}
+
+/// The request head, up to its blank line (or [`MAX_REQUEST`] bytes, or the end).
+async fn read_head(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     let mut head = Vec::new();
     let mut buffer = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < MAX_REQUEST {
@@ -131,7 +135,16 @@ async fn answer(
         }
         head.extend_from_slice(&buffer[..read]);
     }
-    let (status, content_type, body) = match request_path(&head) {
+    Ok(head)
+}
+
+async fn respond(
+    mut stream: TcpStream,
+    head: &[u8],
+    engine: &Handle,
+    ends: &EndMetrics,
+) -> std::io::Result<()> {
+    let (status, content_type, body) = match request_path(head) {
         Some("/metrics") => match ask_status(engine).await {
             Some(status) => (
                 "200 OK",
@@ -168,16 +181,9 @@ fn request_path(head: &[u8]) -> Option<&str> {
 }
 
 /// The daemon's status, asked as root would ask it.
-async fn ask_status(engine: &mpsc::Sender<Command>) -> Option<Status> {
-    let (reply, answer) = oneshot::channel();
-    let command = Command::Request {
-        caller: Caller { uid: 0, pid: 0 },
-        request: Box::new(Request::Status(request::Status {})),
-        fds: Vec::new(),
-        reply,
-    };
-    engine.send(command).await.ok()?;
-    answer.await.ok()?.status.map(|status| *status)
+async fn ask_status(engine: &Handle) -> Option<Status> {
+    let root = Caller { uid: 0, pid: 0 };
+    engine.ask(root, request::Status {}).await.ok()
 }
 
 /// The exposition of one scrape.

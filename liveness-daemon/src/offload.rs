@@ -2,14 +2,18 @@
 //! short time slices, so that the scheduler lets it preempt at once when a death wakes it;
 //! the runtime that serves connections runs a step below it; work whose size someone else
 //! chose (a listing, a big process tree, a `/proc` scan for a reap) runs on the blocking
-//! pool under `SCHED_IDLE`, which any other thread preempts on waking. Under load a death
-//! is handled before a client's request, and a small request before a big one.
+//! pool a step below that. Under load a death is handled before a client's request, and a
+//! small request before a big one. (Not `SCHED_IDLE`: a thread of it that hands a result
+//! back to the runtime, under the runtime's locks, can wait for the CPU long enough to
+//! hold up the threads that serve connections.)
 //!
 //! These only ever lower a thread's claim, which needs no privilege; Linux applies them to
 //! the calling thread only. Where the kernel refuses one, the thread runs as it was.
 
 /// Niceness of the threads that serve connections.
 pub const CONNECTIONS_NICE: i32 = 5;
+/// Niceness of the threads that do work whose size someone else chose.
+const CLIENT_WORK_NICE: i32 = 10;
 /// The time slice the engine's thread asks for (Linux 6.12+ honours it for normal tasks:
 /// a waking task with a shorter slice preempts the running one).
 const ENGINE_SLICE_NS: u64 = 100_000;
@@ -49,13 +53,12 @@ pub fn short_slices() {
     unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &raw const attr, 0) };
 }
 
-/// Runs `work` on the blocking pool under `SCHED_IDLE`. `None` if it panicked.
+/// Runs `work` on the blocking pool, at the lowest of the daemon's priorities. `None` if
+/// it panicked.
 pub async fn offload<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
     let work = move || {
         // Once set it stays: every task of the blocking pool is such work.
-        let param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: sched_setscheduler reads a valid `sched_param`, for thread 0, the caller.
-        unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &raw const param) };
+        lower_this_thread(CLIENT_WORK_NICE);
         work()
     };
     tokio::task::spawn_blocking(work).await.ok()

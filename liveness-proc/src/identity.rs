@@ -815,62 +815,7 @@ pub fn pidfs_ino(pidfd: BorrowedFd<'_>) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn stat_line(pid: u32, comm: &str, state: char, ppid: u32, start: u64) -> String {
-        stat_line_threads(pid, comm, state, ppid, start, 1)
-    }
-
-    fn stat_line_threads(
-        pid: u32,
-        comm: &str,
-        state: char,
-        ppid: u32,
-        start: u64,
-        threads: u32,
-    ) -> String {
-        // Fields 3..=22 as proc(5) numbers them, with the ones liveness ignores zeroed.
-        let mut fields = vec!["0".to_owned(); 20];
-        fields[0] = state.to_string();
-        fields[1] = ppid.to_string();
-        // utime and stime, distinct so that a swapped or shifted field shows.
-        fields[11] = "3".to_owned();
-        fields[12] = "4".to_owned();
-        fields[17] = threads.to_string();
-        fields[19] = start.to_string();
-        format!("{pid} ({comm}) {} 0 0 0\n", fields.join(" "))
-    }
-
-    /// A crafted proc tree: boot id, host name, and one stat file per process.
-    struct FakeProc {
-        dir: tempfile::TempDir,
-    }
-
-    impl FakeProc {
-        fn new() -> FakeProc {
-            let dir = tempfile::tempdir().unwrap();
-            std::fs::create_dir_all(dir.path().join("sys/kernel/random")).unwrap();
-            std::fs::write(dir.path().join("sys/kernel/random/boot_id"), "boot-a\n").unwrap();
-            std::fs::write(dir.path().join("sys/kernel/hostname"), "devbox\n").unwrap();
-            FakeProc { dir }
-        }
-
-        fn with_raw(self, pid: u32, stat: &[u8]) -> FakeProc {
-            std::fs::create_dir_all(self.dir.path().join(pid.to_string())).unwrap();
-            std::fs::write(self.dir.path().join(format!("{pid}/stat")), stat).unwrap();
-            let status = format!("Name:\tx\nTgid:\t{pid}\nUid:\t1000\t1000\t1000\t1000\n");
-            std::fs::write(self.dir.path().join(format!("{pid}/status")), status).unwrap();
-            self
-        }
-
-        fn with(self, pid: u32, comm: &str, ppid: u32) -> FakeProc {
-            let line = stat_line(pid, comm, 'S', ppid, 1000 + u64::from(pid));
-            self.with_raw(pid, line.as_bytes())
-        }
-
-        fn root(&self) -> ProcRoot {
-            ProcRoot::new(self.dir.path())
-        }
-    }
+    use crate::fake::{FakeProc, stat_line, stat_line_threads};
 
     #[test]
     fn parses_comm_with_parentheses_spaces_and_newlines() {
@@ -950,14 +895,14 @@ mod tests {
         ));
 
         let thread = FakeProc::new().with(15, "worker", 1);
-        std::fs::write(thread.dir.path().join("15/status"), "Tgid:\t10\nUid:\t0\n").unwrap();
+        std::fs::write(thread.path().join("15/status"), "Tgid:\t10\nUid:\t0\n").unwrap();
         assert!(matches!(
             thread.root().capture(15),
             Err(IdentityError::Thread { tid: 15, tgid: 10 })
         ));
 
         let no_boot = FakeProc::new().with(14, "a", 1);
-        std::fs::remove_file(no_boot.dir.path().join("sys/kernel/random/boot_id")).unwrap();
+        std::fs::remove_file(no_boot.path().join("sys/kernel/random/boot_id")).unwrap();
         assert!(matches!(
             no_boot.root().capture(14),
             Err(IdentityError::Read { .. })
@@ -1024,14 +969,14 @@ mod tests {
             "the host name is a label: this boot's process is checked whatever it says"
         );
 
-        std::fs::write(proc.dir.path().join("20/stat"), b"garbage").unwrap();
+        std::fs::write(proc.path().join("20/stat"), b"garbage").unwrap();
         assert!(matches!(root.check(&id), Liveness::Unknown(_)));
     }
 
     #[test]
     fn uid_is_the_real_uid_from_status() {
         let proc = FakeProc::new().with(70, "agent", 1);
-        let status = proc.dir.path().join("70/status");
+        let status = proc.path().join("70/status");
         std::fs::write(
             &status,
             "Name:\tagent\nTgid:\t70\nUid:\t1000\t0\t0\t0\nGid:\t5\n",
@@ -1104,7 +1049,7 @@ mod tests {
             .with(201, "agent", 200)
             .with(300, "other", 1)
             .with(2, "kthreadd", 0);
-        let dir = proc.dir.path();
+        let dir = proc.path();
         let status = |pid: u32, nspid: &str| {
             let text = format!("Name:\tx\nTgid:\t{pid}\nNSpid:\t{nspid}\n");
             std::fs::write(dir.join(format!("{pid}/status")), text).unwrap();
@@ -1172,16 +1117,16 @@ mod tests {
     #[test]
     fn start_times_are_normalised_by_the_readers_time_namespace() {
         let proc = FakeProc::new().with(20, "agent", 1);
-        std::fs::create_dir_all(proc.dir.path().join("self")).unwrap();
+        std::fs::create_dir_all(proc.path().join("self")).unwrap();
         std::fs::write(
-            proc.dir.path().join("self/timens_offsets"),
+            proc.path().join("self/timens_offsets"),
             "monotonic 0 0\nboottime 1000 0\n",
         )
         .unwrap();
         // The fake stat says 1020 ticks; read in a namespace 1000 s ahead it would say
         // 101020, which must mean the same process.
         std::fs::write(
-            proc.dir.path().join("20/stat"),
+            proc.path().join("20/stat"),
             stat_line(20, "agent", 'S', 1, 1020 + 100_000),
         )
         .unwrap();
@@ -1189,7 +1134,7 @@ mod tests {
         assert_eq!(root.capture(20).unwrap().start_ticks, 1020);
 
         std::fs::write(
-            proc.dir.path().join("self/timens_offsets"),
+            proc.path().join("self/timens_offsets"),
             "boottime 0 5000000\n",
         )
         .unwrap();
@@ -1222,8 +1167,8 @@ mod tests {
             .with(30, "agent", 1)
             .with(31, "session-start.s", 30)
             .with(32, "liveness", 31);
-        std::os::unix::fs::symlink("/usr/bin/dash", proc.dir.path().join("31/exe")).unwrap();
-        std::os::unix::fs::symlink("/usr/bin/python3.11", proc.dir.path().join("30/exe")).unwrap();
+        std::os::unix::fs::symlink("/usr/bin/dash", proc.path().join("31/exe")).unwrap();
+        std::os::unix::fs::symlink("/usr/bin/python3.11", proc.path().join("30/exe")).unwrap();
         assert_eq!(proc.root().resolve_owner(32, &[]).unwrap().pid, 30);
         assert_eq!(proc.root().program_name(31).as_deref(), Some("dash"));
         assert_eq!(
@@ -1241,16 +1186,16 @@ mod tests {
             .with(32, "liveness", 31)
             .with(33, "not-a-shell", 1);
         for pid in [31, 33] {
-            std::os::unix::fs::symlink("/bin/busybox", proc.dir.path().join(format!("{pid}/exe")))
+            std::os::unix::fs::symlink("/bin/busybox", proc.path().join(format!("{pid}/exe")))
                 .unwrap();
         }
         // The kernel runs `#!/bin/sh` scripts as `/bin/sh SCRIPT`.
         std::fs::write(
-            proc.dir.path().join("31/cmdline"),
+            proc.path().join("31/cmdline"),
             b"/bin/sh\0/hooks/session-start.sh\0",
         )
         .unwrap();
-        std::fs::write(proc.dir.path().join("33/cmdline"), b"/bin/busybox\0httpd\0").unwrap();
+        std::fs::write(proc.path().join("33/cmdline"), b"/bin/busybox\0httpd\0").unwrap();
         assert_eq!(proc.root().program_name(31).as_deref(), Some("sh"));
         assert_eq!(proc.root().resolve_owner(32, &[]).unwrap().pid, 30);
         assert_eq!(

@@ -5,8 +5,11 @@
 //! - [`namespace`]: PID and time namespace arithmetic (`NSpid`, `timens_offsets`, fdinfo).
 //! - [`diagnose`]: why a syscall fails here (missing, filtered, unprivileged, old kernel).
 //! - [`paths`]: where the daemon listens and keeps its state by default.
+//! - `fake` (feature `fake`): a crafted `/proc` for tests.
 
 pub mod diagnose;
+#[cfg(any(test, feature = "fake"))]
+pub mod fake;
 pub mod identity;
 pub mod namespace;
 pub mod paths;

@@ -182,18 +182,15 @@ fn wait_exit_code_tells_how_the_session_ended() {
             &owner.pid.to_string(),
         ]);
         assert!(register.status.success(), "{register:?}");
-        let mut wait = Command::new(binary("liveness"))
+        let wait = Command::new(binary("liveness"))
             .arg("--socket")
             .arg(&daemon.socket)
             .args(["wait", "--session", &session, "--json"])
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(200));
-        assert!(
-            wait.try_wait().unwrap().is_none(),
-            "wait returned before the session ended"
-        );
+        // A wait that returned before the session ended could not tell how it ended: the
+        // exit code says it.
         owner.release();
         let output = wait.wait_with_output().unwrap();
         let session: Value = serde_json::from_slice(&output.stdout).unwrap();
@@ -355,17 +352,18 @@ fn watch_exec_resumes_from_its_cursor_exactly() {
 
     end("c");
     let mut watcher = start_watcher();
+    // One more end after the restart: a repeat of an earlier one would come before it.
+    end("d");
     assert!(
-        eventually(Duration::from_secs(10), || lines().len() == 3),
+        eventually(Duration::from_secs(10), || lines().len() == 4),
         "handled {:?}",
         lines()
     );
-    std::thread::sleep(Duration::from_millis(300));
     watcher.kill().unwrap();
     watcher.wait().unwrap();
     assert_eq!(
         lines(),
-        ["2 a stopped", "4 b stopped", "6 c stopped"],
+        ["2 a stopped", "4 b stopped", "6 c stopped", "8 d stopped"],
         "each end handled exactly once"
     );
 }
@@ -390,4 +388,103 @@ fn ids_that_hide_or_reorder_characters_are_refused() {
     }
     let list = daemon.cli(&["list", "--json"]);
     assert_eq!(String::from_utf8_lossy(&list.stdout).trim(), "[]");
+}
+
+/// `watch --json` passes each event on as the very line the daemon sent, in one write(2),
+/// and that line is also the one that parsing the event and printing it again gives (what
+/// `watch --json` printed before it forwarded lines): for a line longer than stdout's
+/// 1 KiB buffer, an exit status, labels, and across a daemon restart, each event once.
+#[test]
+fn watch_json_writes_the_daemons_own_lines_whole_across_a_restart() {
+    use std::io::BufRead;
+    use std::os::unix::net::UnixDatagram;
+
+    let mut daemon = Daemon::start(&[]);
+    // Its stdout keeps the bounds of each write: one datagram per write(2).
+    let (stdout, writes) = UnixDatagram::pair().unwrap();
+    let mut watcher = Command::new(binary("liveness"))
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .args(["watch", "--json", "--since", "0"])
+        .stdout(std::os::fd::OwnedFd::from(stdout))
+        .spawn()
+        .unwrap();
+    let (lines, written) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        let mut write = vec![0u8; 64 * 1024];
+        while let Ok(n) = writes.recv(&mut write) {
+            let text = String::from_utf8(write[..n].to_vec()).expect("UTF-8");
+            if n == 0 || lines.send(text).is_err() {
+                break;
+            }
+        }
+    });
+    let mut watched = Vec::new();
+    let mut read_until_ended = |session: &str| loop {
+        let line = written
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("no session.ended of {session} from watch"));
+        assert!(
+            line.ends_with('\n') && line.matches('\n').count() == 1,
+            "one write(2) per line, the whole line: {line:?}"
+        );
+        watched.push(line.clone());
+        let event: Value = serde_json::from_str(&line).unwrap();
+        if event["event"]["kind"] == "session.ended" && event["event"]["session"] == session {
+            break;
+        }
+    };
+
+    let long = "x".repeat(700);
+    let mut owner = Orphan::spawn(&["exit", "3"]);
+    let registered = daemon.cli(&[
+        "register",
+        "--session",
+        "long",
+        "--owner-pid",
+        &owner.pid.to_string(),
+        "--label",
+        &format!("first={long}"),
+        "--label",
+        &format!("second={long}"),
+    ]);
+    assert!(registered.status.success(), "{registered:?}");
+    owner.release();
+    read_until_ended("long");
+    daemon.stop();
+    daemon.restart();
+    let me = std::process::id().to_string();
+    for args in [
+        &["register", "--session", "after", "--owner-pid", &me][..],
+        &["end", "--session", "after"],
+    ] {
+        assert!(daemon.cli(args).status.success(), "{args:?}");
+    }
+    read_until_ended("after");
+    let _ = watcher.kill();
+    let _ = watcher.wait();
+
+    // The daemon's own lines of the same events, replayed to a subscriber of its socket.
+    let (mut socket, _writer) = integration_tests::subscribe(&daemon, Some(0)).into_parts();
+    let sent: Vec<String> = (0..watched.len())
+        .map(|_| {
+            let mut line = String::new();
+            socket.read_line(&mut line).expect("a replayed event");
+            line
+        })
+        .collect();
+    assert_eq!(watched, sent, "watch printed the daemon's lines, each once");
+    assert!(
+        watched.iter().any(|line| line.len() > 1024),
+        "a line longer than stdout's 1 KiB buffer"
+    );
+    for line in &watched {
+        let event: liveness_common::protocol::StreamMessage =
+            serde_json::from_str(line).expect("a stream message");
+        assert_eq!(
+            serde_json::to_string(&event).unwrap() + "\n",
+            *line,
+            "the same bytes as the event parsed and printed again"
+        );
+    }
 }

@@ -184,7 +184,7 @@ fn a_watcher_resuming_in_a_replaced_database_runs_every_hook() {
     // The database is replaced by a fresh one (restored from elsewhere, recreated).
     assert!(daemon.stop().success());
     let fresh = daemon.dir.path().join("fresh.db");
-    drop(liveness_daemon::store::Store::open(&fresh).expect("create a fresh database"));
+    drop(liveness_daemon::Store::open(&fresh).expect("create a fresh database"));
     remove_database(&daemon.state_dir);
     std::fs::rename(&fresh, daemon.state_dir.join("liveness.db")).unwrap();
     daemon.restart();

@@ -3,11 +3,14 @@
 //! pidfds verified against their fingerprints, and `session.reaped` says what happened.
 //! Real daemon, real process trees of orphans, real signals.
 
+use std::fs::Permissions;
+use std::os::unix::fs::PermissionsExt;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use integration_tests::{
-    Conn, Daemon, Family, Fingerprint, Orphan, cli_as, eventually, privileged, shared_daemon,
+    ClientAs, Conn, Daemon, Family, Fingerprint, Orphan, TestprocAs, binary, cli_as,
+    copy_executable, eventually, open_socket_to_everyone, privileged, shared_daemon,
 };
 use serde_json::{Value, json};
 
@@ -31,21 +34,6 @@ fn subscribe(daemon: &Daemon) -> Conn {
     let reply = conn.request(json!({"op": "subscribe", "since": 0}));
     assert_eq!(reply["ok"], true, "subscribe: {reply}");
     conn
-}
-
-/// The next event of `kind` about `session`, skipping others; fails after `within`.
-fn next_event(stream: &mut Conn, kind: &str, session: &str, within: Duration) -> Value {
-    let deadline = Instant::now() + within;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let Some(line) = stream.next_within(left.max(Duration::from_millis(1))) else {
-            panic!("no {kind} event for {session} within {within:?}");
-        };
-        let event = &line["event"];
-        if event["kind"] == kind && event["session"] == session {
-            return event.clone();
-        }
-    }
 }
 
 fn pids(reaped: &Value, outcome: &str) -> Vec<u32> {
@@ -166,7 +154,7 @@ fn reap_on_owner_death_ends_every_survivor_and_nothing_else() {
     let reused = Reaped(process_with_pid(doomed.pid));
 
     family.kill_owner();
-    let ended = next_event(&mut stream, "session.ended", "agent", MARGIN);
+    let ended = stream.next_event_of("session.ended", "agent", MARGIN);
     assert_eq!(ended["on_end"], "terminate", "{ended}");
     let survivors: Vec<u32> = ended["survivors"]["members"]
         .as_array()
@@ -184,7 +172,7 @@ fn reap_on_owner_death_ends_every_survivor_and_nothing_else() {
             member.pid
         );
     }
-    let reaped = next_event(&mut stream, "session.reaped", "agent", GRACE + MARGIN);
+    let reaped = stream.next_event_of("session.reaped", "agent", GRACE + MARGIN);
     let outcome = &reaped["reaped"];
     assert_eq!(
         pids(outcome, "terminated"),
@@ -224,7 +212,7 @@ fn reap_on_owner_death_ends_every_survivor_and_nothing_else() {
         "the process that reused a dead member's pid was signalled"
     );
     // Stored, so a consumer that was away replays it.
-    let replayed = next_event(&mut subscribe(&daemon), "session.reaped", "agent", MARGIN);
+    let replayed = subscribe(&daemon).next_event_of("session.reaped", "agent", MARGIN);
     assert_eq!(replayed, reaped, "replayed as it was published");
 }
 
@@ -240,7 +228,7 @@ fn reap_on_request_spares_a_live_owner_and_leave_leaves_a_tree() {
     register(&daemon, "kept", &left, &[]);
     let kept = left.orphan();
     left.kill_owner();
-    let ended = next_event(&mut stream, "session.ended", "kept", MARGIN);
+    let ended = stream.next_event_of("session.ended", "kept", MARGIN);
     assert!(
         ended.get("on_end").is_none(),
         "leave is not spelled out: {ended}"
@@ -257,7 +245,7 @@ fn reap_on_request_spares_a_live_owner_and_leave_leaves_a_tree() {
         &daemon,
         &["end", "--session", "now", "--terminate", "--json"],
     );
-    let shared = next_event(&mut stream, "session.reaped", "now", MARGIN);
+    let shared = stream.next_event_of("session.reaped", "now", MARGIN);
     let failed = failed_pids(&shared["reaped"]);
     assert!(
         failed.contains(&asked.before.pid) && failed.contains(&member.pid),
@@ -276,7 +264,7 @@ fn reap_on_request_spares_a_live_owner_and_leave_leaves_a_tree() {
         &["end", "--session", "next", "--terminate", "--json"],
     );
     assert_eq!(ended["reason"], "stopped", "{ended}");
-    let reaped = next_event(&mut stream, "session.reaped", "next", MARGIN);
+    let reaped = stream.next_event_of("session.reaped", "next", MARGIN);
     assert_eq!(
         pids(&reaped["reaped"], "terminated"),
         vec![member.pid],
@@ -330,7 +318,7 @@ fn reap_for_a_user_never_signals_roots_processes() {
         "alice ends her session: {}",
         String::from_utf8_lossy(&ended.stderr)
     );
-    let reaped = next_event(&mut stream, "session.reaped", "mine", MARGIN);
+    let reaped = stream.next_event_of("session.reaped", "mine", MARGIN);
     let outcome = &reaped["reaped"];
     assert_eq!(pids(outcome, "terminated"), vec![hers.pid], "{reaped}");
     assert_eq!(
@@ -446,7 +434,7 @@ fn reap_of_an_owner_that_died_while_the_daemon_was_down() {
     daemon.restart();
 
     let mut stream = subscribe(&daemon);
-    let ended = next_event(&mut stream, "session.ended", "away", MARGIN);
+    let ended = stream.next_event_of("session.ended", "away", MARGIN);
     assert_eq!(
         (&ended["detected_by"], &ended["on_end"]),
         (&json!("reconcile"), &json!("terminate")),
@@ -466,7 +454,7 @@ fn reap_of_an_owner_that_died_while_the_daemon_was_down() {
         sorted(vec![before.pid, after.pid]),
         "the persisted members still alive survive, the dead one's pid is not one: {ended}"
     );
-    let reaped = next_event(&mut stream, "session.reaped", "away", GRACE + MARGIN);
+    let reaped = stream.next_event_of("session.reaped", "away", GRACE + MARGIN);
     let outcome = &reaped["reaped"];
     assert_eq!(
         pids(outcome, "terminated"),
@@ -526,7 +514,7 @@ fn a_reap_cut_short_runs_again(session: &str, interrupt: fn(&mut Daemon)) {
 
     daemon.restart();
     let mut stream = subscribe(&daemon);
-    let reaped = next_event(&mut stream, "session.reaped", session, LONG_GRACE + MARGIN);
+    let reaped = stream.next_event_of("session.reaped", session, LONG_GRACE + MARGIN);
     let outcome = &reaped["reaped"];
     assert_eq!(outcome["resumed"], true, "{reaped}");
     assert_eq!(pids(outcome, "killed"), vec![stubborn.pid], "{reaped}");
@@ -577,4 +565,76 @@ fn reap_cut_by_a_daemon_stop_runs_again_at_the_next_start() {
             daemon.log()
         );
     });
+}
+
+/// Kills the process on drop, if it is still the same one.
+struct KillOnDrop(Fingerprint);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        self.0.kill();
+    }
+}
+
+/// A user's survivor that takes root's ids during the grace (on SIGTERM it execs a
+/// set-user-ID-root program, which calls `setresuid(0, 0, 0)`) may no longer be signalled
+/// by that user: the root daemon does not SIGKILL it on the user's behalf, and reports it
+/// under `failed` with what changed.
+#[test]
+fn a_survivor_that_becomes_root_during_the_grace_is_not_killed() {
+    if !privileged("a_survivor_that_becomes_root_during_the_grace_is_not_killed") {
+        return;
+    }
+    let daemon = Daemon::start(&[]);
+    open_socket_to_everyone(&daemon);
+    let mut stream = subscribe(&daemon);
+    // A set-user-ID-root copy of testproc, where the user can run it.
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::set_permissions(dir.path(), Permissions::from_mode(0o755)).expect("chmod");
+    let helper = dir.path().join("testproc-setuid");
+    copy_executable(&binary("testproc"), &helper);
+    std::fs::set_permissions(&helper, Permissions::from_mode(0o4755)).expect("chmod u+s");
+
+    let mut owner = TestprocAs::spawn(ALICE, &["survivors", "1", &helper.to_string_lossy()]);
+    let member = owner
+        .read_line()
+        .and_then(|line| line.trim().parse().ok())
+        .map(Fingerprint::of)
+        .expect("the survivor's pid");
+    let member = KillOnDrop(member);
+    assert_eq!(owner.read_line().as_deref(), Some("ready\n"));
+    let mut alice = ClientAs::connect(&daemon, ALICE);
+    let reply = alice
+        .request(
+            &json!({"op": "register", "session": "rooted", "owner": {"pid": owner.pid()},
+            "on_end": "terminate", "grace_ms": GRACE.as_millis() as u64}),
+        )
+        .expect("a reply");
+    assert_eq!(reply["ok"], true, "{reply}");
+    alice.wait_for_tree("rooted", 2, MARGIN);
+
+    // The owner exits; its child survives it, takes root's ids on SIGTERM and says so.
+    owner.to = None;
+    let said = owner.into_lines();
+    let ended = stream.next_event_of("session.ended", "rooted", MARGIN);
+    assert_eq!(ended["reason"], "owner_exited", "{ended}");
+    assert_eq!(
+        said.recv_timeout(MARGIN).as_deref(),
+        Ok("root\n"),
+        "the survivor did not become root on SIGTERM"
+    );
+
+    let reaped = stream.next_event_of("session.reaped", "rooted", GRACE + MARGIN);
+    let outcome = &reaped["reaped"];
+    assert_eq!(pids(outcome, "killed"), Vec::<u32>::new(), "{reaped}");
+    assert_eq!(failed_pids(outcome), vec![member.0.pid], "{reaped}");
+    let reason = outcome["failed"][0]["reason"].as_str().unwrap_or_default();
+    let changed = format!("from real uid {ALICE} saved uid {ALICE} to real uid 0 saved uid 0");
+    for says in [changed.as_str(), "not sent SIGKILL"] {
+        assert!(reason.contains(says), "{reason:?} lacks {says:?}");
+    }
+    assert!(
+        member.0.is_running(),
+        "the survivor that became root was signalled"
+    );
 }

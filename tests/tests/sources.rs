@@ -8,9 +8,9 @@ use integration_tests::{Orphan, OrphanGroup, eventually, privileged, state};
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{DeathReason, ProcessKey};
 use liveness_common::status::SourceName;
-use liveness_daemon::source::ExitObservation;
-use liveness_daemon::source::ebpf::EbpfConfig;
-use liveness_daemon::source::monitor::{Monitor, MonitorConfig};
+use liveness_daemon::EbpfConfig;
+use liveness_daemon::ExitObservation;
+use liveness_daemon::{Monitor, MonitorConfig};
 
 /// How long a death may take to arrive before the test fails (generous: shared machines).
 const ARRIVAL: Duration = Duration::from_secs(10);

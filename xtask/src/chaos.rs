@@ -16,8 +16,9 @@ pub struct Options {
     pub cases: u32,
 }
 
-/// What runs, in order: the property tests of the parser and the line reader, then the
-/// integration tests that break things around a real daemon.
+/// What runs, in order: the property tests of the parser and the line reader, the
+/// integration tests that break things around a real daemon, then the stall tests: a
+/// second uid attacks while a victim's deaths are timed and root's `status` asked.
 const STEPS: &[(&str, &[&str])] = &[
     (
         "protocol fuzz: parser and line reader",
@@ -41,6 +42,29 @@ const STEPS: &[(&str, &[&str])] = &[
             "faults",
             "--test",
             "cursor_reset",
+            "--",
+            "--nocapture",
+        ],
+    ),
+    (
+        "fencing tokens past a restored or deleted state",
+        &[
+            "-p",
+            "integration-tests",
+            "--test",
+            "locks",
+            "--",
+            "--nocapture",
+            "tokens_grow_past_a_restored_or_deleted_state",
+        ],
+    ),
+    (
+        "no user stalls another's deaths",
+        &[
+            "-p",
+            "integration-tests",
+            "--test",
+            "isolation",
             "--",
             "--nocapture",
         ],

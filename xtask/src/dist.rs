@@ -19,7 +19,7 @@ use std::process::Command as Process;
 
 use anyhow::{Context, Result, bail, ensure};
 
-const BINARIES: [&str; 2] = ["liveness", "livenessd"];
+pub const BINARIES: [&str; 2] = ["liveness", "livenessd"];
 const UNIT: &str = "dist/livenessd.service";
 /// The maintainer scripts, the changelog, the copyright and the lintian overrides.
 const DEBIAN: &str = "dist/debian";
@@ -50,7 +50,7 @@ pub fn run(root: &Path, options: &Options) -> Result<PathBuf> {
     } else {
         "release"
     };
-    build(root, profile)?;
+    build(root, profile, None)?;
     let built = crate::target_dir(root).join(profile);
     for dir in ["bin", "completions", "man"] {
         std::fs::create_dir_all(out.join(dir))?;
@@ -93,9 +93,15 @@ pub fn run(root: &Path, options: &Options) -> Result<PathBuf> {
     Ok(deb)
 }
 
-fn build(root: &Path, profile: &str) -> Result<()> {
+/// Builds the two binaries of the workspace at `root` with `profile`, into `target_dir` if
+/// given (else where cargo would: `CARGO_TARGET_DIR`, or `root/target`).
+pub fn build(root: &Path, profile: &str, target_dir: Option<&Path>) -> Result<()> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Process::new(cargo)
+    let mut command = Process::new(cargo);
+    if let Some(dir) = target_dir {
+        command.env("CARGO_TARGET_DIR", dir);
+    }
+    let status = command
         .current_dir(root)
         .args(["build", "--locked", "--profile", profile])
         .args(["-p", "liveness-cli", "-p", "liveness-daemon", "--bins"])

@@ -6,6 +6,7 @@ use std::process::Command as Process;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 
+mod baseline;
 mod chaos;
 mod dist;
 mod systemd_vm;
@@ -42,7 +43,7 @@ enum Command {
         /// Write the figures as JSON to this file.
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
-        /// Run only these parts: latency, scale, peers, reap, trees (comma-separated; default:
+        /// Run only these parts: latency, cpu, scale, peers, reap, trees (comma-separated; default:
         /// all).
         #[arg(long, value_name = "PARTS")]
         part: Option<String>,
@@ -50,6 +51,15 @@ enum Command {
         /// connector, pidfd and /proc polling (the same as --part peers).
         #[arg(long, conflicts_with = "part")]
         peers: bool,
+        /// Also measure `livenessd` and `liveness` of this git revision (a commit, branch or
+        /// tag) in the same run: every latency and CPU figure for both builds, alternately,
+        /// with new/baseline ratios and their spread. Built in release mode once into
+        /// target/bench-baseline/<commit>, and reused.
+        #[arg(long, value_name = "REV")]
+        baseline: Option<String>,
+        /// The same with a directory holding a release `livenessd` and `liveness`.
+        #[arg(long, value_name = "DIR", conflicts_with = "baseline")]
+        baseline_bin: Option<PathBuf>,
     },
     /// Build the release artifacts into target/artifacts: stripped binaries, shell
     /// completions (bash, zsh, fish), man pages, and a .deb with the binaries, the systemd
@@ -62,7 +72,9 @@ enum Command {
         debug_info: bool,
     },
     /// Run the fault suite alone with more rounds and inputs: SIGKILLs mid-burst, ring-buffer
-    /// overflow, full disk, replaced databases, and the protocol fuzz. Needs root and BTF.
+    /// overflow, full disk, replaced databases, the protocol fuzz, tokens past a restored
+    /// state, and the stall tests (a second uid attacks while a victim's deaths are timed).
+    /// Needs root and BTF.
     Chaos {
         /// Rounds of each repeated fault (SIGKILL mid-burst, ring-buffer overflow).
         #[arg(long, default_value_t = 20)]
@@ -118,12 +130,19 @@ fn main() -> Result<()> {
             json,
             part,
             peers,
-        } => bench(
+            baseline,
+            baseline_bin,
+        } => bench(&BenchOptions {
             quick,
             smoke,
             json,
-            if peers { Some("peers".into()) } else { part },
-        ),
+            part: if peers { Some("peers".into()) } else { part },
+            baseline: match (baseline, baseline_bin) {
+                (Some(rev), _) => Some(Baseline::Revision(rev)),
+                (None, Some(dir)) => Some(Baseline::Directory(dir)),
+                (None, None) => None,
+            },
+        }),
         Command::Dist { debug_info } => {
             dist::run(&workspace_root(), &dist::Options { debug_info }).map(drop)
         }
@@ -225,11 +244,35 @@ fn read(path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("reading {}", path.display()))
 }
 
+/// What `cargo xtask bench` was asked to do.
+#[derive(Debug)]
+struct BenchOptions {
+    quick: bool,
+    smoke: bool,
+    json: Option<PathBuf>,
+    part: Option<String>,
+    baseline: Option<Baseline>,
+}
+
+/// Where the baseline's binaries come from.
+#[derive(Debug)]
+enum Baseline {
+    Revision(String),
+    Directory(PathBuf),
+}
+
 /// The harness is a release binary of its own (`liveness-bench`), not code in xtask: what
 /// measures latency must be optimized like what is measured, and xtask stays a debug build
 /// that starts fast.
-fn bench(quick: bool, smoke: bool, json: Option<PathBuf>, part: Option<String>) -> Result<()> {
+fn bench(options: &BenchOptions) -> Result<()> {
     let root = workspace_root();
+    // The baseline first: building it is the long step, and a revision that does not
+    // build should stop the run before the working tree's build.
+    let baseline = match &options.baseline {
+        Some(Baseline::Revision(rev)) => Some(baseline::of_revision(&root, rev)?),
+        Some(Baseline::Directory(dir)) => Some(baseline::of_directory(dir)?),
+        None => None,
+    };
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let status = Process::new(cargo)
         .current_dir(&root)
@@ -252,16 +295,23 @@ fn bench(quick: bool, smoke: bool, json: Option<PathBuf>, part: Option<String>) 
     let bin_dir = target_dir(&root).join("release");
     let mut harness = Process::new(bin_dir.join("liveness-bench"));
     harness.arg("--bin-dir").arg(&bin_dir);
-    if quick {
+    if options.quick {
         harness.arg("--quick");
     }
-    if smoke {
+    if options.smoke {
         harness.arg("--smoke");
     }
-    if let Some(part) = part {
+    if let Some(part) = &options.part {
         harness.arg("--part").arg(part);
     }
-    if let Some(json) = json {
+    if let Some(baseline) = &baseline {
+        harness
+            .arg("--baseline-bin-dir")
+            .arg(&baseline.bin_dir)
+            .arg("--baseline-name")
+            .arg(&baseline.name);
+    }
+    if let Some(json) = &options.json {
         // The harness runs in the workspace root; keep a relative path relative to the caller.
         let json = std::env::current_dir()?.join(json);
         harness.arg("--json").arg(json);

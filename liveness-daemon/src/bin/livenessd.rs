@@ -1,4 +1,4 @@
-//! `livenessd`: the daemon. All logic lives in `liveness_daemon::daemon`.
+//! `livenessd`: the daemon. All logic lives in the `liveness_daemon` library.
 fn main() -> std::process::ExitCode {
-    liveness_daemon::daemon::main()
+    liveness_daemon::main()
 }

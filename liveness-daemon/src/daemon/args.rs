@@ -146,7 +146,7 @@ fn parse_ring_bytes(text: &str) -> Result<u32, String> {
     }
 }
 
-pub use liveness_common::duration::parse_duration;
+use liveness_common::duration::parse_duration;
 
 #[cfg(test)]
 mod tests {

@@ -10,10 +10,9 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::StartError;
-use crate::engine::{Command, Engine, EngineConfig, EngineError};
-use crate::metrics::EndMetrics;
-use crate::source::members_map::MembersMap;
+use crate::engine::{EndMetrics, Engine, EngineConfig, EngineError, Handle};
 use crate::source::monitor::{Monitor, MonitorConfig};
+use crate::source::tree_map::TreeMap;
 use crate::store::Store;
 use liveness_common::exit::DetectedBy;
 use liveness_common::status::DaemonInfo;
@@ -37,9 +36,9 @@ pub struct EngineStart {
 /// it, and its outcome once it stops.
 #[derive(Debug)]
 pub struct EngineThread {
-    pub commands: mpsc::Sender<Command>,
+    pub engine: Handle,
     pub sources: Vec<DetectedBy>,
-    pub members: Option<Arc<MembersMap>>,
+    pub members: Option<Arc<TreeMap>>,
     pub end_metrics: EndMetrics,
     pub done: oneshot::Receiver<Result<(), EngineError>>,
     /// Ends after `done` resolved, or once the engine was told to stop.
@@ -47,7 +46,7 @@ pub struct EngineThread {
 }
 
 /// What the thread reports once the engine is built, or why it could not be.
-type Ready = Result<(Vec<DetectedBy>, Option<Arc<MembersMap>>, EndMetrics), StartError>;
+type Ready = Result<(Vec<DetectedBy>, Option<Arc<TreeMap>>, EndMetrics), StartError>;
 
 impl EngineThread {
     /// Starts the exit sources and the engine on a new thread, which runs the engine until
@@ -82,7 +81,7 @@ impl EngineThread {
                         }
                     };
                     let sources = engine.active_sources();
-                    let shared = (sources, engine.members_reader(), engine.end_metrics());
+                    let shared = (sources, engine.tree_reader(), engine.end_metrics());
                     if ready_tx.send(Ok(shared)).is_err() {
                         return;
                     }
@@ -92,7 +91,7 @@ impl EngineThread {
             })?;
         match ready.await {
             Ok(Ok((sources, members, end_metrics))) => Ok(EngineThread {
-                commands,
+                engine: Handle::new(commands),
                 sources,
                 members,
                 end_metrics,

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use clap::Parser;
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
 
 use crate::engine::{Clock, EngineConfig};
 use crate::limits::Limits;
@@ -29,8 +30,6 @@ mod args;
 mod engine_thread;
 mod logging;
 mod places;
-
-pub use args::parse_duration;
 
 #[derive(Debug, thiserror::Error)]
 enum StartError {
@@ -293,116 +292,182 @@ async fn bind_metrics(
 
 async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
     let mut signals = Signals::install()?;
-    let env = Env::from_process();
-    let (state_dir, socket) = places(&args, &env)?;
-    create_dir(&state_dir, DirUse::State)?;
-    let _lock = lock_state_dir(&state_dir)?;
-    match crate::source::pidfd::raise_nofile_limit() {
-        Ok((soft, hard)) => tracing::debug!(soft, hard, "open-file limit"),
-        Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
-    }
-    let database = state_dir.join("liveness.db");
-    let store = open_store(&database, args.recover)?;
-    let limits = Limits::new(args.limits());
-    let proc = ProcRoot::default();
-    let about = DaemonInfo {
-        version: env!("CARGO_PKG_VERSION").into(),
-        protocol: liveness_common::protocol::PROTOCOL_VERSION,
-        pid: std::process::id(),
-        socket: socket.display().to_string(),
-        state_dir: state_dir.display().to_string(),
-    };
+    let (state, _lock) = prepare(&args)?;
     let (stop, stopped) = watch::channel(false);
-    let start = engine_start(&args, store, &proc, &limits, about);
-    let EngineThread {
-        commands,
-        sources,
-        members,
-        end_metrics,
-        done: mut engine_done,
-        thread: engine_thread,
-    } = EngineThread::start(start, stopped.clone()).await?;
-    let metrics = bind_metrics(args.metrics_listen).await?;
-    let listener = bind_socket(&socket)?;
-    let sources: Vec<String> = sources.iter().map(ToString::to_string).collect();
-    tracing::info!(socket = %socket.display(), state_dir = %state_dir.display(), sources = %sources.join(","), "livenessd listening");
-    crate::systemd::notify_ready(&format!("listening; sources {}", sources.join(",")));
-
-    let readers = crate::server::Readers {
-        database,
-        proc,
-        members,
-    };
-    let mut metrics_task = metrics.map(|listener| {
-        tokio::spawn(crate::metrics::serve(
-            listener,
-            commands.clone(),
-            end_metrics,
-            stopped.clone(),
-        ))
-    });
-    let mut server_task = tokio::spawn(crate::server::serve(
-        listener, commands, readers, limits, stopped,
-    ));
-
-    // The engine and the server run until told to stop: either ending first is a failure
-    // that stops the daemon (non-zero), never a daemon left up without them.
-    let failure = loop {
-        tokio::select! {
-            _ = signals.terminate.recv() => break None,
-            _ = signals.interrupt.recv() => break None,
-            _ = signals.hangup.recv() => match &log_file {
-                Some(file) => match file.reopen() {
-                    Ok(()) => tracing::info!("SIGHUP: reopened the log file"),
-                    Err(e) => tracing::error!(error = %e, "SIGHUP: cannot reopen the log file"),
-                },
-                None => tracing::info!("SIGHUP: logging to stderr, nothing to reopen"),
-            },
-            ended = &mut engine_done => break Some((Task::Engine, match ended {
-                Ok(Ok(())) | Err(_) => StartError::TaskEnded(Task::Engine),
-                Ok(Err(e)) => StartError::Engine(e),
-            })),
-            ended = &mut server_task => break Some((Task::Server, task_ended(Task::Server, ended))),
-            Some(ended) = async {
-                match &mut metrics_task {
-                    Some(task) => Some(task.await),
-                    None => std::future::pending().await,
-                }
-            } => break Some((Task::Metrics, task_ended(Task::Metrics, ended))),
-        }
-    };
+    let mut tasks = Tasks::start(&args, state, stopped).await?;
+    let failure = tasks.until_failure(&mut signals, log_file.as_ref()).await;
     tracing::info!("stopping");
     let _ = stop.send(true);
-    // The task that failed has ended (and its handle is spent); the others stop cleanly.
-    let failed = failure.as_ref().map(|(task, _)| *task);
-    if failed != Some(Task::Server)
-        && let Err(e) = server_task.await
-    {
-        tracing::error!(error = %e, "server task failed");
-    }
-    if failed != Some(Task::Metrics)
-        && let Some(task) = metrics_task
-        && let Err(e) = task.await
-    {
-        tracing::error!(error = %e, "metrics task failed");
-    }
-    if failed != Some(Task::Engine) {
-        match engine_done.await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::error!(error = %e, "engine failed while stopping"),
-            Err(_) => tracing::error!("the engine ended without a word"),
-        }
-    }
-    if engine_thread.join().is_err() {
-        tracing::error!("the engine thread panicked");
-    }
-    let _ = std::fs::remove_file(&socket);
+    tasks.stop(failure.as_ref().map(|(task, _)| *task)).await;
     match failure.map(|(_, failure)| failure) {
         None => {
             tracing::info!("stopped");
             Ok(())
         }
         Some(failure) => Err(failure),
+    }
+}
+
+/// What the daemon runs on, ready before any task starts.
+struct State {
+    socket: PathBuf,
+    state_dir: PathBuf,
+    database: PathBuf,
+    store: Store,
+    limits: Arc<Limits>,
+}
+
+/// Finds the daemon's places, locks its state directory (the lock is held until it is
+/// dropped) and opens its database.
+fn prepare(args: &Args) -> Result<(State, std::fs::File), StartError> {
+    let env = Env::from_process();
+    let (state_dir, socket) = places(args, &env)?;
+    create_dir(&state_dir, DirUse::State)?;
+    let lock = lock_state_dir(&state_dir)?;
+    match crate::source::pidfd::raise_nofile_limit() {
+        Ok((soft, hard)) => tracing::debug!(soft, hard, "open-file limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
+    }
+    let database = state_dir.join("liveness.db");
+    let store = open_store(&database, args.recover)?;
+    let state = State {
+        socket,
+        state_dir,
+        database,
+        store,
+        limits: Limits::new(args.limits()),
+    };
+    Ok((state, lock))
+}
+
+/// The daemon's running parts.
+struct Tasks {
+    engine_done: oneshot::Receiver<Result<(), crate::engine::EngineError>>,
+    engine_thread: std::thread::JoinHandle<()>,
+    server: JoinHandle<()>,
+    metrics: Option<JoinHandle<()>>,
+    socket: PathBuf,
+}
+
+impl Tasks {
+    /// Starts the engine on its thread, then listens: for metrics if asked, and on the
+    /// socket, after which systemd hears that the daemon is ready.
+    async fn start(
+        args: &Args,
+        state: State,
+        stopped: watch::Receiver<bool>,
+    ) -> Result<Tasks, StartError> {
+        let State {
+            socket,
+            state_dir,
+            database,
+            store,
+            limits,
+        } = state;
+        let proc = ProcRoot::default();
+        let about = DaemonInfo {
+            version: env!("CARGO_PKG_VERSION").into(),
+            protocol: liveness_common::protocol::PROTOCOL_VERSION,
+            pid: std::process::id(),
+            socket: socket.display().to_string(),
+            state_dir: state_dir.display().to_string(),
+        };
+        let start = engine_start(args, store, &proc, &limits, about);
+        let EngineThread {
+            engine,
+            sources,
+            members,
+            end_metrics,
+            done: engine_done,
+            thread: engine_thread,
+        } = EngineThread::start(start, stopped.clone()).await?;
+        let metrics = bind_metrics(args.metrics_listen).await?;
+        let listener = bind_socket(&socket)?;
+        let sources: Vec<String> = sources.iter().map(ToString::to_string).collect();
+        tracing::info!(socket = %socket.display(), state_dir = %state_dir.display(), sources = %sources.join(","), "livenessd listening");
+        crate::systemd::notify_ready(&format!("listening; sources {}", sources.join(",")));
+
+        let readers = crate::server::Readers {
+            database,
+            proc,
+            members,
+        };
+        let metrics = metrics.map(|listener| {
+            let serve =
+                crate::metrics::serve(listener, engine.clone(), end_metrics, stopped.clone());
+            tokio::spawn(serve)
+        });
+        let server = tokio::spawn(crate::server::serve(
+            listener, engine, readers, limits, stopped,
+        ));
+        Ok(Tasks {
+            engine_done,
+            engine_thread,
+            server,
+            metrics,
+            socket,
+        })
+    }
+
+    /// Runs until a signal says stop (`None`), or a task ends: the engine and the server
+    /// run until told to stop, so either ending first is a failure that stops the daemon
+    /// (non-zero), never a daemon left up without them. SIGHUP reopens the log file.
+    async fn until_failure(
+        &mut self,
+        signals: &mut Signals,
+        log_file: Option<&LogFile>,
+    ) -> Option<(Task, StartError)> {
+        loop {
+            tokio::select! {
+                _ = signals.terminate.recv() => return None,
+                _ = signals.interrupt.recv() => return None,
+                _ = signals.hangup.recv() => match log_file {
+                    Some(file) => match file.reopen() {
+                        Ok(()) => tracing::info!("SIGHUP: reopened the log file"),
+                        Err(e) => tracing::error!(error = %e, "SIGHUP: cannot reopen the log file"),
+                    },
+                    None => tracing::info!("SIGHUP: logging to stderr, nothing to reopen"),
+                },
+                ended = &mut self.engine_done => return Some((Task::Engine, match ended {
+                    Ok(Ok(())) | Err(_) => StartError::TaskEnded(Task::Engine),
+                    Ok(Err(e)) => StartError::Engine(e),
+                })),
+                ended = &mut self.server => return Some((Task::Server, task_ended(Task::Server, ended))),
+                Some(ended) = async {
+                    match &mut self.metrics {
+                        Some(task) => Some(task.await),
+                        None => std::future::pending().await,
+                    }
+                } => return Some((Task::Metrics, task_ended(Task::Metrics, ended))),
+            }
+        }
+    }
+
+    /// Waits for every task but the one that `failed` (it has ended, and its handle is
+    /// spent) to stop cleanly, and removes the socket.
+    async fn stop(self, failed: Option<Task>) {
+        if failed != Some(Task::Server)
+            && let Err(e) = self.server.await
+        {
+            tracing::error!(error = %e, "server task failed");
+        }
+        if failed != Some(Task::Metrics)
+            && let Some(task) = self.metrics
+            && let Err(e) = task.await
+        {
+            tracing::error!(error = %e, "metrics task failed");
+        }
+        if failed != Some(Task::Engine) {
+            match self.engine_done.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::error!(error = %e, "engine failed while stopping"),
+                Err(_) => tracing::error!("the engine ended without a word"),
+            }
+        }
+        if self.engine_thread.join().is_err() {
+            tracing::error!("the engine thread panicked");
+        }
+        let _ = std::fs::remove_file(&self.socket);
     }
 }
 

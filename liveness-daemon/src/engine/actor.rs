@@ -1,25 +1,22 @@
-//! The actor loop: exits first, then commands; commit, then publish, then reply.
-
-use std::sync::Arc;
+//! The engine's loop and its order: exits first, then commands; commit, then publish,
+//! then the effects (lock grants, reaps), then reply.
 
 use tokio::sync::{mpsc, watch};
 
 use crate::source::ExitObservation;
-use crate::store::OwnerDeath;
-use liveness_common::cause::SenderSession;
+use crate::store::journal::JournalEntry;
+use crate::store::{Ending, JournaledDeaths, OwnerDeath};
 use liveness_common::exit::DetectedBy;
 use liveness_common::identity::{Identity, ProcessKey};
-use liveness_common::protocol::Request;
-use liveness_common::request;
-use liveness_common::session::{EndReason, Event};
+use liveness_common::session::{EndReason, Event, Session};
 use liveness_proc::identity::Liveness;
 
-use super::locks::{AcquireRequest, LockEffect};
-use super::reaping::terminating;
-use super::trees::Start;
+use super::locks::LockEffect;
+use super::reaps::{ReapDone, terminating};
+use super::tree::{REFRESH_PERIOD, Start, TREE_PERIOD};
 use super::{
     Batch, Command, Engine, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, Published, RETRY_PERIOD,
-    Subscription, membership, ms_of,
+    housekeeping, ms_of,
 };
 
 /// A stream line of one event, as [`liveness_common::protocol::StreamMessage::Event`]
@@ -27,6 +24,13 @@ use super::{
 #[derive(serde::Serialize)]
 struct EventLine<'a> {
     event: &'a Event,
+}
+
+/// A tokio interval of `period` whose missed ticks are delayed, not burst.
+fn every(period: std::time::Duration) -> tokio::time::Interval {
+    let mut interval = tokio::time::interval(period);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    interval
 }
 
 impl Engine {
@@ -44,18 +48,14 @@ impl Engine {
         // Expiry and retention are applied before the first client is served, so a replay
         // right after a start already sees the retention window.
         self.housekeeping();
-        let period = self.housekeeping_period();
+        let period = housekeeping::period(&self.config);
         let mut housekeeping =
             tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut retry = tokio::time::interval(RETRY_PERIOD);
-        retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut trees = tokio::time::interval(membership::REFRESH_PERIOD);
-        trees.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut tree_slices = tokio::time::interval(super::trees::TREE_PERIOD);
-        tree_slices.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut file_check = tokio::time::interval(FILE_CHECK_PERIOD);
-        file_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut retry = every(RETRY_PERIOD);
+        let mut trees = every(REFRESH_PERIOD);
+        let mut tree_slices = every(TREE_PERIOD);
+        let mut file_check = every(FILE_CHECK_PERIOD);
         let outcome = loop {
             // Deaths already in the ring are read first, without waiting for readiness: a
             // thread kept busy by commands would otherwise only learn of it when its runtime
@@ -68,20 +68,24 @@ impl Engine {
                 _ = shutdown.wait_for(|stop| *stop) => break Ok(()),
                 observation = self.monitor.next() => self.finalize_observed(observation),
                 command = commands.recv() => match command {
-                    Some(command) => self.handle(command),
+                    Some(command) => command.run(&mut self),
                     None => break Ok(()),
                 },
-                Some(done) = self.reaps.join_next(), if !self.reaps.is_empty() => self.finish_reap(done),
-                _ = retry.tick(), if !self.uncommitted.is_empty() => self.retry_commits(),
-                _ = housekeeping.tick() => self.housekeeping(),
-                _ = trees.tick() => self.refresh_trees(),
-                Some(found) = self.tree_walks.join_next(), if !self.tree_walks.is_empty() => {
-                    self.found(found.unwrap_or_default());
+                done = self.reaps.finished() => match done {
+                    Ok(done) => self.record_reaps(vec![done]),
+                    // Still due in the store: the next start runs it again.
+                    Err(e) => tracing::error!(error = %e, "a reap task failed"),
+                },
+                _ = retry.tick(), if !self.retries.is_empty() || self.journaled.behind() => {
+                    self.retry_commits();
                 }
+                _ = housekeeping.tick() => self.housekeeping(),
+                _ = trees.tick() => self.trees.refresh(&mut self.store),
+                found = self.trees.walked() => self.trees.found(found),
                 _ = file_check.tick() => if let Err(e) = self.store.check_file() {
                     break Err(EngineError::Store(e));
                 },
-                _ = tree_slices.tick(), if !self.tree_work.is_empty() => self.tree_step(),
+                _ = tree_slices.tick(), if self.trees.has_work() => self.trees.step(),
                 // Last: only when nothing else is ready, and after one yield, so that the
                 // connections woken by a publish write to their sockets first.
                 () = tokio::task::yield_now(), if !self.unlogged.is_empty() => {
@@ -99,15 +103,18 @@ impl Engine {
         self.finalize(Vec::new());
         self.unlogged.flush(&mut self.fresh_owners);
         // What the kernel added since the last refresh, for the next run.
-        self.finish_tree_work().await;
-        self.refresh_trees_now();
-        self.cancel_reaps().await;
-        if !self.uncommitted.is_empty() {
+        self.trees.finish().await;
+        self.trees.refresh_now(&mut self.store);
+        // A reap that finished just before its abort is recorded after all.
+        let finished = self.reaps.cancel().await;
+        self.record_reaps(finished);
+        if !self.retries.is_empty() {
             // Their sessions are still ACTIVE in the store, or their reaps still due: the
             // next start reconciles them, and runs the reaps again.
+            let (deaths, reaps) = self.retries.counts();
             tracing::error!(
-                deaths = self.uncommitted.deaths.len(),
-                reaps = self.uncommitted.reaps.len(),
+                deaths,
+                reaps,
                 "stopping with finalizations or reap outcomes that could not be committed; the next start will reconcile them and run the reaps again"
             );
         }
@@ -134,7 +141,7 @@ impl Engine {
     /// stop or a crash cut short run again first, so that the reaps of sessions ended here
     /// are not started twice.
     pub(super) fn reconcile_at_start(&mut self) {
-        self.resume_reaps();
+        self.reaps.resume(&mut self.store, &self.trees);
         let owners = match self.store.active_owners() {
             Ok(owners) => owners,
             Err(e) => {
@@ -158,15 +165,10 @@ impl Engine {
         // alive: their survivors are reported, and terminated by policy, like any others.
         for death in &dead {
             if death.owner.boot_id == self.local.boot_id {
-                self.follow_tree_now(&death.owner);
+                self.trees.follow_now(&death.owner, &self.store);
             }
         }
-        // Members persisted for trees whose owner died or moved on while no daemon ran.
-        let followed: Vec<ProcessKey> = self.membership.roots().collect();
-        self.persist_members();
-        if let Err(e) = self.store.keep_members_of(&followed) {
-            tracing::warn!(error = %e, "cannot drop the members of trees no longer followed");
-        }
+        self.trees.keep_only_followed(&mut self.store);
         self.finalize(dead);
     }
 
@@ -187,7 +189,7 @@ impl Engine {
             survivors: None,
             cause: None,
             usage: None,
-            sender_session: None,
+            sender_root: None,
         };
         if owner.boot_id != self.local.boot_id {
             let earlier_boot_here = match self.store.is_known_boot(&owner.boot_id) {
@@ -206,12 +208,12 @@ impl Engine {
         {
             return Some(dead(EndReason::from(reason)));
         }
-        self.keep_membership(owner);
+        self.trees.keep_member(owner);
         match self.monitor.track(owner.key()) {
             Some(death) => Some(self.death_of(&death)),
             None => {
-                self.follow_tree(owner, start);
-                self.membership.check_rooted(owner.key());
+                self.trees.follow(owner, start, &self.store);
+                self.trees.check_rooted(owner.key());
                 None
             }
         }
@@ -230,24 +232,7 @@ impl Engine {
             survivors: None,
             cause: facts.map(|facts| facts.cause.clone()),
             usage: facts.map(|facts| facts.usage.clone()),
-            sender_session: facts
-                .and_then(|facts| facts.sender_root)
-                .and_then(|root| self.session_rooted_at(root)),
-        }
-    }
-
-    /// The session whose owner is `root`, which a signal's sender belonged to (as `root`
-    /// itself or a member of its tree) when it sent the signal.
-    fn session_rooted_at(&self, root: ProcessKey) -> Option<SenderSession> {
-        match self.store.active_sessions_of_owner(&self.identity_of(root)) {
-            Ok(sessions) => sessions.into_iter().next().map(|session| SenderSession {
-                id: session.id,
-                creator_uid: session.creator_uid,
-            }),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot look up the session of a signal's sender");
-                None
-            }
+            sender_root: facts.and_then(|facts| facts.sender_root),
         }
     }
 
@@ -259,7 +244,7 @@ impl Engine {
         match self.store.active_sessions_of_owner(owner) {
             Ok(sessions) if sessions.is_empty() => {
                 self.monitor.untrack(owner.key());
-                self.forget_trees([owner]);
+                self.trees.forget([owner]);
             }
             Ok(_) => {}
             Err(e) => tracing::error!(error = %e, "cannot look up sessions of an owner"),
@@ -289,25 +274,19 @@ impl Engine {
             .iter()
             .filter(|death| death.survivors.is_none())
             .map(|death| &death.owner);
-        let mut found = self.survivors_of(owners).into_iter();
+        let mut found = self.trees.survivors_of(owners).into_iter();
         for death in deaths.iter_mut().filter(|death| death.survivors.is_none()) {
             death.survivors = found.next().flatten();
         }
         // Older deaths first, so events keep the order in which deaths were seen. Nothing
-        // is announced that was not committed; should the daemon stop before a retry
+        // is announced that was not appended; should the daemon stop before a retry
         // succeeds, the sessions are still ACTIVE in the store and the next start's
         // reconcile ends them.
-        let committed = self.commit_or_keep(
-            |uncommitted| &mut uncommitted.deaths,
-            deaths,
-            "finalizations",
-            |engine, deaths| {
-                engine.counters.largest_batch = engine.counters.largest_batch.max(deaths.len());
-                let now = engine.config.clock.now_ms();
-                engine.store.end_many(deaths, now)
-            },
-        );
-        let Some((deaths, mut events)) = committed else {
+        let now = self.config.clock.now_ms();
+        let (journaled, store, counters) =
+            (&mut self.journaled, &mut self.store, &mut self.counters);
+        let appended = self.retries.end(deaths, journaled, store, counters, now);
+        let Some((deaths, JournaledDeaths { entry, mut events })) = appended else {
             return;
         };
         if let Some(hops) = &mut self.hops {
@@ -318,27 +297,112 @@ impl Engine {
                 *self.counters.finalized_by.entry(by).or_default() += 1;
             }
         }
-        self.publish(events);
+        crate::faults::point("after-append");
+        let effects = self.locks.effects_of(&events);
+        let to_reap = terminating(&events);
+        self.broadcast(events);
+        crate::faults::point("after-publish");
+        // What a waiter's grant reads, and a reap's plan: SQLite, once the batch is in it.
+        self.apply_journaled(Some((entry, effects)));
+        for ended in &to_reap {
+            self.reaps.start(ended, &self.store, &self.trees);
+        }
         // Every session of a dead owner has ended: nobody follows its tree now.
-        self.forget_trees(deaths.iter().map(|death| &death.owner));
+        self.trees.forget(deaths.iter().map(|death| &death.owner));
+    }
+
+    /// Writes published batches to SQLite (see [`super::journaled`]) and grants what they
+    /// freed. False while some cannot be written.
+    fn apply_journaled(&mut self, entry: Option<(JournalEntry, Vec<LockEffect>)>) -> bool {
+        let applied = self.journaled.apply(entry, &mut self.store);
+        if !applied.complete {
+            self.counters.failed_commits += 1;
+        }
+        self.follow_locks(applied.effects);
+        applied.complete
+    }
+
+    /// Whether SQLite has every published batch, after trying to write those it does not.
+    pub(super) fn caught_up(&mut self) -> bool {
+        !self.journaled.behind() || self.apply_journaled(None)
+    }
+
+    /// Commits and publishes the `session.reaped` events of finished reaps, after those
+    /// whose commit failed before.
+    pub(super) fn record_reaps(&mut self, done: Vec<ReapDone>) {
+        let now = self.config.clock.now_ms();
+        let store = &mut self.store;
+        if let Some(events) = self
+            .retries
+            .record_reaps(done, store, &mut self.counters, now)
+        {
+            self.publish(events);
+        }
+    }
+
+    /// The retry tick: writes and commits again whatever failed.
+    pub(super) fn retry_commits(&mut self) {
+        self.caught_up();
+        self.finalize(Vec::new());
+        self.record_reaps(Vec::new());
+    }
+
+    /// Ends what housekeeping finds due, and applies retention.
+    pub(super) fn housekeeping(&mut self) {
+        let now = self.config.clock.now_ms();
+        let due = (self.housekeeping).due(&self.store, &self.config, &self.local.boot_id, now);
+        for (session, reason) in due {
+            self.end_due(&session, reason, now);
+        }
+        self.housekeeping.prune(&mut self.store, &self.config, now);
+    }
+
+    /// Ends a session housekeeping found due, if it still has the owner it had then.
+    fn end_due(&mut self, session: &Session, reason: EndReason, now: i64) {
+        let ending = Ending {
+            survivors: self.trees.survivors_of([&session.owner]).pop().flatten(),
+            ..Ending::because(reason)
+        };
+        let owner = Some(&session.owner);
+        match (self.store).end(session.creator_uid, &session.id, owner, &ending, now) {
+            Ok(events) if events.is_empty() => {}
+            Ok(events) => {
+                self.publish(events);
+                self.unwatch_if_unused(&session.owner);
+            }
+            Err(e) => tracing::error!(error = %e, session = session.id, "cannot end session"),
+        }
     }
 
     /// Announces committed events, then applies what they change for requests waiting for
-    /// a lock (a freed lock is granted here, its event published after these), and starts
-    /// terminating the survivors of sessions whose policy says so.
+    /// a lock (a freed lock is granted here, its event published before its grant is
+    /// sent), and starts terminating the survivors of sessions whose policy says so.
     pub(super) fn publish(&mut self, events: Vec<Event>) {
-        // Without waiters nothing can change for them: a burst of ends costs nothing more.
-        let effects = if self.waiters.is_empty() {
-            Vec::new()
-        } else {
-            LockEffect::of(&events)
-        };
+        self.journaled.committed(&events, &self.store);
+        let effects = self.locks.effects_of(&events);
         let to_reap = terminating(&events);
         self.broadcast(events);
         self.follow_locks(effects);
         // Once the subscribers have the endings, while the sessions' trees are still known.
         for ended in &to_reap {
-            self.start_reap(ended);
+            self.reaps.start(ended, &self.store, &self.trees);
+        }
+    }
+
+    /// Grants what `effects` freed, to the waiters first in line.
+    fn follow_locks(&mut self, effects: Vec<LockEffect>) {
+        for effect in effects {
+            let now = self.config.clock.now_ms();
+            let (store, usage) = (&mut self.store, &mut self.usage);
+            let Some(granted) = self.locks.follow(effect, store, usage, now) else {
+                continue;
+            };
+            // Published before the grant is sent: the connection may have closed just now,
+            // and then the grant is undone by a release, which is published too.
+            self.publish(vec![granted.event.clone()]);
+            if let Some(release) = self.locks.deliver(granted, &mut self.store, now) {
+                self.publish(vec![release]);
+            }
         }
     }
 
@@ -365,114 +429,11 @@ impl Engine {
                 }
             })
             .collect();
-        self.send(&batch);
+        self.counters.lagged_subscribers += self.subscribers.send(&batch);
         for event in &events {
             self.end_metrics.record(event);
         }
         self.unlogged.push(events, &mut self.fresh_owners);
-    }
-
-    fn send(&mut self, batch: &Batch) {
-        let Some(last) = batch.last().map(|p| p.seq) else {
-            return;
-        };
-        let before = self.subscribers.len();
-        let counters = &mut self.counters;
-        self.subscribers
-            .retain(|queue| match queue.try_send(Arc::clone(batch)) {
-                Ok(()) => true,
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    counters.lagged_subscribers += 1;
-                    false
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => false,
-            });
-        if self.subscribers.len() < before {
-            tracing::debug!(
-                seq = last,
-                dropped = before - self.subscribers.len(),
-                "dropped lagging or closed subscribers"
-            );
-        }
-    }
-
-    pub(super) fn handle(&mut self, command: Command) {
-        match command {
-            Command::Request {
-                caller,
-                request,
-                fds,
-                reply,
-            } => match *request {
-                Request::LockAcquire(request::LockAcquire {
-                    name,
-                    session,
-                    uid,
-                    wait,
-                    timeout_ms,
-                }) => {
-                    let request = AcquireRequest {
-                        name,
-                        session,
-                        uid,
-                        wait,
-                        timeout_ms,
-                    };
-                    self.lock_acquire(caller, request, reply);
-                }
-                request => {
-                    let answer = self.request(caller, request, &fds);
-                    self.answer(reply, answer);
-                }
-            },
-            Command::Tree {
-                caller,
-                session,
-                uid,
-                reply,
-            } => {
-                let _ = reply.send(self.tree_of(caller, &session, uid));
-            }
-            Command::Whose {
-                caller,
-                pid,
-                ancestry,
-                reply,
-            } => {
-                let _ = reply.send(self.whose(caller, pid, &ancestry));
-            }
-            Command::End {
-                caller,
-                session,
-                uid,
-                terminate,
-                survivors,
-                reply,
-            } => {
-                let _ = reply.send(self.end(caller, &session, uid, terminate, survivors));
-            }
-            Command::Waiting { reply } => {
-                let _ = reply.send(self.waiting());
-            }
-            Command::Subscribe { reply } => {
-                let (queue, batches) = mpsc::channel(self.config.subscriber_queue);
-                let head = match self.store.head_seq() {
-                    Ok(head) => head,
-                    Err(e) => {
-                        tracing::error!(error = %e, "cannot read head seq");
-                        return;
-                    }
-                };
-                let subscription = Subscription {
-                    head,
-                    store_id: self.store_id.clone(),
-                    batches,
-                };
-                if reply.send(subscription).is_ok() {
-                    self.subscribers.push(queue);
-                }
-            }
-        }
     }
 }
 

@@ -1,22 +1,23 @@
-//! Locks: `lock_acquire`, `lock_release`, `lock_list`, and the queues of requests waiting
-//! for a lock.
+//! Locks: the queues of requests waiting for a lock, and what committed events change for
+//! them.
 //!
-//! The store holds who has each lock; the engine holds who waits, in memory (a waiter is
+//! The store holds who has each lock; [`Locks`] holds who waits, in memory (a waiter is
 //! an open connection, gone with a restart anyway). Every release and every session end
-//! reaches [`Engine::publish`] as committed events, which hands the lock to the next waiter
-//! right then, in the same turn of the engine: nothing polls.
+//! reaches [`Engine::publish`](super::Engine) as committed events, which hands the lock to
+//! the next waiter right then, in the same turn of the engine: nothing polls. How a waiting
+//! connection gives up (its timeout, its client hanging up) is the server's side of it.
 
 use std::collections::{HashMap, VecDeque};
 
 use tokio::sync::oneshot;
 
-use crate::store::Acquired;
+use crate::limits::SessionUsage;
+use crate::store::{Acquired, Store};
 use liveness_common::lock::Lock;
-use liveness_common::protocol::{ErrorBody, ErrorCode, Reply};
+use liveness_common::protocol::{ErrorBody, ErrorCode};
 use liveness_common::session::{Event, EventKind};
 
-use super::auth::Caller;
-use super::{Engine, store_error};
+use super::store_error;
 
 /// Most requests waiting for one lock. A waiting request beyond it is refused at once
 /// (`limit_reached`) rather than queued; every waiter also holds one of its uid's bounded
@@ -24,31 +25,132 @@ use super::{Engine, store_error};
 pub(super) const MAX_WAITERS_PER_LOCK: usize = 1024;
 
 /// A lock: its namespace (uid) and name.
-type LockKey = (u32, String);
+pub(super) type LockKey = (u32, String);
 
-/// A `lock_acquire` with `wait`, queued: its session and where its reply goes.
+/// Where a waiting request's grant goes, or why none comes.
+type GrantSender = oneshot::Sender<Result<Lock, ErrorBody>>;
+
+/// The engine's answer to `lock_acquire`.
+#[derive(Debug)]
+pub enum Acquire {
+    /// The session holds the lock: granted now, or held already.
+    Held(Lock),
+    /// Another session holds it and the request waits, first come first served.
+    Queued(Queued),
+}
+
+/// A request in a lock's queue: the grant, or why none comes (its session ended), arrives
+/// on `grant`. Dropping it leaves the queue.
+#[derive(Debug)]
+pub struct Queued {
+    pub grant: oneshot::Receiver<Result<Lock, ErrorBody>>,
+}
+
+/// A `lock_acquire` with `wait`, queued: its session and where its grant goes.
 #[derive(Debug)]
 struct Waiter {
     session: String,
-    reply: oneshot::Sender<Reply>,
+    grant: GrantSender,
+}
+
+/// A lock granted to a waiter, committed: its event to publish, then the grant to send.
+#[derive(Debug)]
+pub(super) struct Granted {
+    pub(super) event: Event,
+    lock: Lock,
+    waiter: Waiter,
 }
 
 /// The requests waiting for each lock, first come first served. A waiter whose connection
-/// closed (its reply channel is closed) is skipped and dropped wherever a queue is read.
+/// closed (its grant channel is closed) is skipped and dropped wherever a queue is read.
 #[derive(Debug, Default)]
-pub(super) struct Waiters {
+pub(super) struct Locks {
     queues: HashMap<LockKey, VecDeque<Waiter>>,
 }
 
-impl Waiters {
+/// What [`take`] found.
+#[derive(Debug)]
+pub(super) enum Taken {
+    /// The lock was free and is now the session's, committed: publish `event`.
+    Granted { lock: Lock, event: Box<Event> },
+    /// The session holds it already.
+    AlreadyHeld(Lock),
+    /// Another session holds it.
+    HeldByOther(Lock),
+}
+
+/// Takes lock `name` for user `uid`'s session `session` if it is free and the user's
+/// limits allow one more: what `lock_acquire` and a grant to a waiter both do.
+pub(super) fn take(
+    store: &mut Store,
+    usage: &mut SessionUsage,
+    uid: u32,
+    session: &str,
+    name: &str,
+    now: i64,
+) -> Result<Taken, ErrorBody> {
+    let room = usage.check_lock(uid, name);
+    let acquired = store
+        .acquire_lock(uid, session, name, room.is_ok(), now)
+        .map_err(|e| store_error(store.explain(e)))?;
+    match acquired {
+        Acquired::Granted { lock, event } => Ok(Taken::Granted { lock, event }),
+        Acquired::AlreadyHeld(lock) => Ok(Taken::AlreadyHeld(lock)),
+        Acquired::HeldByOther(lock) => Ok(Taken::HeldByOther(lock)),
+        Acquired::NoRoom => Err(match room {
+            Err((limit, error)) => {
+                usage.refused(limit, uid);
+                error
+            }
+            Ok(()) => ErrorBody::new(
+                ErrorCode::Internal,
+                "the store found no room for a lock the limits allow",
+            ),
+        }),
+    }
+}
+
+/// `lock_held`, naming the holder (a session of the same user: names are per user).
+pub(super) fn held_error(lock: &Lock) -> ErrorBody {
+    ErrorBody::new(
+        ErrorCode::LockHeld,
+        format!(
+            "lock {:?} is held by session {:?} (token {}); wait for it with `wait` (--wait)",
+            lock.name, lock.session, lock.token
+        ),
+    )
+}
+
+impl Locks {
     pub(super) fn is_empty(&self) -> bool {
         self.queues.is_empty()
+    }
+
+    /// Queues user `uid`'s session `session` last for lock `name`; refused when the queue
+    /// is full.
+    pub(super) fn queue(
+        &mut self,
+        uid: u32,
+        name: &str,
+        session: String,
+    ) -> Result<Queued, ErrorBody> {
+        let (grant, queued) = oneshot::channel();
+        self.push((uid, name.to_owned()), Waiter { session, grant })
+            .map_err(|_| {
+                ErrorBody::new(
+                    ErrorCode::LimitReached,
+                    format!(
+                        "{MAX_WAITERS_PER_LOCK} requests wait for lock {name:?} already; try again later"
+                    ),
+                )
+            })?;
+        Ok(Queued { grant: queued })
     }
 
     /// Queues `waiter` last; gives it back when the queue is full.
     fn push(&mut self, key: LockKey, waiter: Waiter) -> Result<(), Waiter> {
         let queue = self.queues.entry(key).or_default();
-        queue.retain(|w| !w.reply.is_closed());
+        queue.retain(|w| !w.grant.is_closed());
         if queue.len() >= MAX_WAITERS_PER_LOCK {
             return Err(waiter);
         }
@@ -59,7 +161,7 @@ impl Waiters {
     /// The first waiter of `key` whose connection is still open.
     fn pop(&mut self, key: &LockKey) -> Option<Waiter> {
         let queue = self.queues.get_mut(key)?;
-        let next = std::iter::from_fn(|| queue.pop_front()).find(|w| !w.reply.is_closed());
+        let next = std::iter::from_fn(|| queue.pop_front()).find(|w| !w.grant.is_closed());
         if queue.is_empty() {
             self.queues.remove(key);
         }
@@ -67,10 +169,19 @@ impl Waiters {
     }
 
     /// How many wait for `key` on open connections.
-    fn count(&self, key: &LockKey) -> u32 {
+    pub(super) fn count(&self, key: &LockKey) -> u32 {
         self.queues.get(key).map_or(0, |queue| {
-            queue.iter().filter(|w| !w.reply.is_closed()).count() as u32
+            queue.iter().filter(|w| !w.grant.is_closed()).count() as u32
         })
+    }
+
+    /// How many wait for each lock that has waiters.
+    pub(super) fn waiting(&self) -> HashMap<LockKey, u32> {
+        self.queues
+            .keys()
+            .map(|key| (key.clone(), self.count(key)))
+            .filter(|(_, count)| *count > 0)
+            .collect()
     }
 
     /// Takes out every waiter of user `uid`'s session `session`, with the lock it waited for.
@@ -98,6 +209,99 @@ impl Waiters {
             }
         }
     }
+
+    /// What committed events change for the waiters, in event order: nothing without
+    /// waiters, so that a burst of ends costs nothing more.
+    pub(super) fn effects_of(&self, events: &[Event]) -> Vec<LockEffect> {
+        if self.is_empty() {
+            return Vec::new();
+        }
+        LockEffect::of(events)
+    }
+
+    /// Applies what a committed event changes for the waiters: a waiter whose session
+    /// ended is told so; a freed lock is taken for the first waiter that can have it,
+    /// committed, and returned for the engine to publish before it is sent.
+    pub(super) fn follow(
+        &mut self,
+        effect: LockEffect,
+        store: &mut Store,
+        usage: &mut SessionUsage,
+        now: i64,
+    ) -> Option<Granted> {
+        match effect {
+            LockEffect::Freed(key) => self.grant_next(key, store, usage, now),
+            LockEffect::SessionEnded { uid, session } => {
+                for (name, waiter) in self.remove_session(uid, &session) {
+                    let error = ErrorBody::new(
+                        ErrorCode::AlreadyEnded,
+                        format!("session {session:?} ended while waiting for lock {name:?}"),
+                    );
+                    let _ = waiter.grant.send(Err(error));
+                }
+                None
+            }
+            LockEffect::Renamed { uid, from, to } => {
+                self.rename_session(uid, &from, &to);
+                None
+            }
+        }
+    }
+
+    /// Grants a lock that just became free to the first waiter that can take it.
+    fn grant_next(
+        &mut self,
+        key: LockKey,
+        store: &mut Store,
+        usage: &mut SessionUsage,
+        now: i64,
+    ) -> Option<Granted> {
+        let (uid, name) = &key;
+        while let Some(waiter) = self.pop(&key) {
+            match take(store, usage, *uid, &waiter.session, name, now) {
+                Ok(Taken::Granted { lock, event }) => {
+                    let waiters = self.count(&key);
+                    return Some(Granted {
+                        event: *event,
+                        lock: Lock { waiters, ..lock },
+                        waiter,
+                    });
+                }
+                Ok(Taken::AlreadyHeld(lock)) => {
+                    let _ = waiter.grant.send(Ok(lock));
+                }
+                // Not free after all: this waiter goes back first in line, and waits.
+                Ok(Taken::HeldByOther(_)) => {
+                    self.queues.entry(key).or_default().push_front(waiter);
+                    return None;
+                }
+                Err(error) => {
+                    let _ = waiter.grant.send(Err(error));
+                }
+            }
+        }
+        None
+    }
+
+    /// Sends a published grant. A waiter that left meanwhile has the lock released again:
+    /// returns the release's event, to publish (it grants the lock to the next waiter).
+    pub(super) fn deliver(
+        &mut self,
+        granted: Granted,
+        store: &mut Store,
+        now: i64,
+    ) -> Option<Event> {
+        let Granted { lock, waiter, .. } = granted;
+        let (uid, name) = (lock.uid, lock.name.clone());
+        if waiter.grant.send(Ok(lock)).is_ok() {
+            return None;
+        }
+        tracing::debug!(lock = name, "a waiter left as it was granted; releasing");
+        store
+            .release_lock(uid, &waiter.session, &name, now)
+            .ok()
+            .map(|(_, event)| event)
+    }
 }
 
 /// What committed events change for the waiters, in event order.
@@ -112,7 +316,7 @@ pub(super) enum LockEffect {
 }
 
 impl LockEffect {
-    pub(super) fn of(events: &[Event]) -> Vec<LockEffect> {
+    fn of(events: &[Event]) -> Vec<LockEffect> {
         events
             .iter()
             .filter_map(|event| {
@@ -137,236 +341,19 @@ impl LockEffect {
     }
 }
 
-/// The reply of a lock that was granted or held.
-fn lock_reply(lock: Lock) -> Reply {
-    Reply {
-        lock: Some(lock),
-        ..Reply::ok()
-    }
-}
-
-impl Engine {
-    /// `lock_acquire`. A request that waits keeps `reply` in the lock's queue; every other
-    /// outcome is sent at once.
-    pub(super) fn lock_acquire(
-        &mut self,
-        caller: Caller,
-        request: AcquireRequest,
-        reply: oneshot::Sender<Reply>,
-    ) {
-        let AcquireRequest {
-            name,
-            session,
-            uid,
-            wait,
-            timeout_ms,
-        } = request;
-        let answer = |reply: oneshot::Sender<Reply>, answer: Reply| {
-            // The client may have gone; its reply has nowhere to go.
-            let _ = reply.send(answer);
-        };
-        if timeout_ms.is_some() && !wait {
-            let error = Reply::error(
-                ErrorCode::InvalidRequest,
-                "`timeout_ms` applies only to a request that waits: add `wait: true`",
-            );
-            return answer(reply, error);
-        }
-        let holder = match self.addressed(caller, &session, uid) {
-            Ok(holder) => holder,
-            Err(error) => return answer(reply, error.into()),
-        };
-        let now = self.config.clock.now_ms();
-        let uid = holder.creator_uid;
-        let room = self.usage.check_lock(uid, &name);
-        match self
-            .store
-            .acquire_lock(uid, &holder.id, &name, room.is_ok(), now)
-        {
-            Ok(Acquired::Granted { lock, event }) => {
-                self.publish(vec![*event]);
-                answer(reply, lock_reply(lock));
-            }
-            Ok(Acquired::AlreadyHeld(lock)) => {
-                let waiters = self.waiters.count(&(uid, name));
-                answer(reply, lock_reply(Lock { waiters, ..lock }));
-            }
-            Ok(Acquired::NoRoom) => {
-                if let Err((limit, error)) = room {
-                    self.usage.refused(limit, uid);
-                    answer(reply, error.into());
-                }
-            }
-            Ok(Acquired::HeldByOther(lock)) if !wait => answer(reply, held_error(&lock).into()),
-            Ok(Acquired::HeldByOther(_)) => {
-                let waiter = Waiter {
-                    session: holder.id,
-                    reply,
-                };
-                if let Err(refused) = self.waiters.push((uid, name.clone()), waiter) {
-                    let error = Reply::error(
-                        ErrorCode::LimitReached,
-                        format!(
-                            "{MAX_WAITERS_PER_LOCK} requests wait for lock {name:?} already; try again later"
-                        ),
-                    );
-                    answer(refused.reply, error);
-                }
-            }
-            Err(e) => answer(reply, store_error(self.store.explain(e)).into()),
-        }
-    }
-
-    /// `lock_release`: only the holding session releases, and only its user (or root)
-    /// names that session.
-    pub(super) fn lock_release(
-        &mut self,
-        caller: Caller,
-        name: &str,
-        session: &str,
-        uid: Option<u32>,
-    ) -> Reply {
-        let holder = match self.addressed(caller, session, uid) {
-            Ok(holder) => holder,
-            Err(error) => return error.into(),
-        };
-        let now = self.config.clock.now_ms();
-        match self
-            .store
-            .release_lock(holder.creator_uid, &holder.id, name, now)
-        {
-            Ok((lock, event)) => {
-                self.publish(vec![event]);
-                lock_reply(lock)
-            }
-            Err(e) => store_error(self.store.explain(e)).into(),
-        }
-    }
-
-    /// `lock_list`: the held locks of the caller's namespace (root: every one, or `uid`'s).
-    /// How many requests wait for each lock that has any: as many as there are open
-    /// connections waiting at most, whatever the number of locks.
-    pub(super) fn waiting(&self) -> std::collections::HashMap<LockKey, u32> {
-        let waiters = &self.waiters;
-        waiters
-            .queues
-            .keys()
-            .map(|key| (key.clone(), waiters.count(key)))
-            .filter(|(_, count)| *count > 0)
-            .collect()
-    }
-
-    /// Applies what committed events change for the waiters (see [`LockEffect`]).
-    pub(super) fn follow_locks(&mut self, effects: Vec<LockEffect>) {
-        for effect in effects {
-            match effect {
-                LockEffect::Freed(key) => self.grant_next(key),
-                LockEffect::SessionEnded { uid, session } => {
-                    for (name, waiter) in self.waiters.remove_session(uid, &session) {
-                        let error = Reply::error(
-                            ErrorCode::AlreadyEnded,
-                            format!("session {session:?} ended while waiting for lock {name:?}"),
-                        );
-                        let _ = waiter.reply.send(error);
-                    }
-                }
-                LockEffect::Renamed { uid, from, to } => {
-                    self.waiters.rename_session(uid, &from, &to);
-                }
-            }
-        }
-    }
-
-    /// Grants a lock that just became free to the first waiter that can take it.
-    fn grant_next(&mut self, key: LockKey) {
-        let (uid, name) = &key;
-        while let Some(waiter) = self.waiters.pop(&key) {
-            let now = self.config.clock.now_ms();
-            let room = self.usage.check_lock(*uid, name);
-            match self
-                .store
-                .acquire_lock(*uid, &waiter.session, name, room.is_ok(), now)
-            {
-                Ok(Acquired::Granted { lock, event }) => {
-                    let waiters = self.waiters.count(&key);
-                    // Published before the reply: the connection may have closed just now,
-                    // and then the grant is undone by a release, which is published too.
-                    self.publish(vec![*event]);
-                    if waiter
-                        .reply
-                        .send(lock_reply(Lock { waiters, ..lock }))
-                        .is_err()
-                    {
-                        tracing::debug!(lock = name, "a waiter left as it was granted; releasing");
-                        if let Ok((_, event)) =
-                            self.store.release_lock(*uid, &waiter.session, name, now)
-                        {
-                            // Its release event grants the lock to the next waiter.
-                            self.publish(vec![event]);
-                        }
-                    }
-                    return;
-                }
-                Ok(Acquired::AlreadyHeld(lock)) => {
-                    let _ = waiter.reply.send(lock_reply(lock));
-                }
-                Ok(Acquired::NoRoom) => {
-                    if let Err((limit, error)) = room {
-                        self.usage.refused(limit, *uid);
-                        let _ = waiter.reply.send(error.into());
-                    }
-                }
-                // Not free after all: this waiter goes back first in line, and waits.
-                Ok(Acquired::HeldByOther(_)) => {
-                    self.waiters
-                        .queues
-                        .entry(key.clone())
-                        .or_default()
-                        .push_front(waiter);
-                    return;
-                }
-                Err(e) => {
-                    let _ = waiter.reply.send(store_error(self.store.explain(e)).into());
-                }
-            }
-        }
-    }
-}
-
-/// A `lock_acquire` request's fields.
-#[derive(Debug)]
-pub(super) struct AcquireRequest {
-    pub(super) name: String,
-    pub(super) session: String,
-    pub(super) uid: Option<u32>,
-    pub(super) wait: bool,
-    pub(super) timeout_ms: Option<u64>,
-}
-
-/// `lock_held`, naming the holder (a session of the same user: names are per user).
-fn held_error(lock: &Lock) -> ErrorBody {
-    ErrorBody::new(
-        ErrorCode::LockHeld,
-        format!(
-            "lock {:?} is held by session {:?} (token {}); wait for it with `wait` (--wait)",
-            lock.name, lock.session, lock.token
-        ),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn waiter(session: &str) -> (Waiter, oneshot::Receiver<Reply>) {
-        let (reply, answer) = oneshot::channel();
+    fn waiter(session: &str) -> (Waiter, oneshot::Receiver<Result<Lock, ErrorBody>>) {
+        let (grant, answer) = oneshot::channel();
         let session = session.to_owned();
-        (Waiter { session, reply }, answer)
+        (Waiter { session, grant }, answer)
     }
 
     #[test]
     fn a_full_queue_refuses_and_closed_waiters_make_room() {
-        let mut waiters = Waiters::default();
+        let mut waiters = Locks::default();
         let key = (1000, "l".to_owned());
         let mut answers = Vec::new();
         for i in 0..MAX_WAITERS_PER_LOCK {
@@ -395,7 +382,7 @@ mod tests {
 
     #[test]
     fn an_ended_sessions_waiters_leave_every_queue_of_its_user_only() {
-        let mut waiters = Waiters::default();
+        let mut waiters = Locks::default();
         let mut answers = Vec::new();
         for (uid, name, session) in [(1, "a", "s"), (1, "b", "s"), (1, "b", "t"), (2, "a", "s")] {
             let (w, answer) = waiter(session);

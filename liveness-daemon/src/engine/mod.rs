@@ -7,45 +7,49 @@
 //!
 //! Exit observations are handled before client commands (`biased` select), so no client,
 //! however busy, delays a finalization; a burst of exits is committed in one transaction.
+//!
+//! What clients ask is one [`Op`] each, in [`op`]; the concerns the order runs over own
+//! their state: [`locks`], [`tree`], [`reaps`], [`retry`], [`subscribers`],
+//! [`housekeeping`].
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinSet;
-
 use crate::limits::{Limits, SessionUsage};
-use crate::reap::Reaper;
-use crate::source::members_map::MembersMap;
 use crate::source::monitor::Monitor;
+use crate::source::tree_map::TreeMap;
 use crate::store::{ListQuery, Store, StoreError};
-use liveness_common::identity::ProcessKey;
-use liveness_common::protocol::{ErrorBody, ErrorCode, Reply, Request};
-use liveness_common::session::{Phase, Session, Survivors};
+use liveness_common::protocol::{ErrorBody, ErrorCode};
+use liveness_common::session::Phase;
 use liveness_common::status::{Counters, DaemonInfo};
 use liveness_proc::identity::{IdentityError, ProcRoot};
-use membership::{Membership, TreeView};
 
 mod actor;
 mod auth;
+mod end_metrics;
 mod eventlog;
-mod handlers;
 mod hops;
 mod housekeeping;
+mod journaled;
 mod locks;
-pub mod membership;
+mod op;
 mod owner_checks;
-mod reaping;
+mod reaps;
 mod retry;
-mod trees;
-mod whose;
+mod subscribers;
+mod tree;
 
 #[cfg(test)]
 mod tests;
 
 pub use auth::Caller;
-pub use trees::processes_of;
-pub use whose::ancestry;
+pub use end_metrics::EndMetrics;
+pub use locks::{Acquire, Queued};
+pub use op::{
+    Ask, Command, End, Found, Handle, Op, Register, Registered, Subscribe, Subscription, Tree,
+    Waiting, Whose, ancestry, stopping,
+};
+pub use tree::TreeView;
 
 /// Most exits committed in one transaction when they arrive together.
 const MAX_BATCH: usize = 1024;
@@ -84,7 +88,8 @@ pub enum Clock {
     #[default]
     System,
     /// `wall_ms` at tokio's instant `at`, moving with tokio's clock: a paused runtime
-    /// advanced by hand drives expiry and timeouts without waiting for them.
+    /// advanced by hand drives expiry and timeouts without waiting for them (tests).
+    #[cfg(test)]
     Tokio {
         wall_ms: i64,
         at: tokio::time::Instant,
@@ -96,6 +101,7 @@ impl Clock {
     pub fn now_ms(&self) -> i64 {
         match self {
             Clock::System => now_ms(),
+            #[cfg(test)]
             Clock::Tokio { wall_ms, at } => wall_ms + at.elapsed().as_millis() as i64,
         }
     }
@@ -115,60 +121,6 @@ pub struct Published {
 /// takes one slot: a subscriber is dropped for not reading, not for a burst.
 pub type Batch = Arc<[Published]>;
 
-/// A live subscription: batches after `head` arrive on `batches`; the events up to `head`
-/// are in the store. `batches` closes when the subscriber lags or the engine stops.
-#[derive(Debug)]
-pub struct Subscription {
-    pub head: u64,
-    /// The store the seqs belong to.
-    pub store_id: String,
-    pub batches: mpsc::Receiver<Batch>,
-}
-
-/// What connections ask of the engine.
-#[derive(Debug)]
-pub enum Command {
-    Request {
-        caller: Caller,
-        /// Boxed: requests are large next to the other commands.
-        request: Box<Request>,
-        /// Pidfds passed with the request line (an owner), and what was refused of the
-        /// rest; a pidfd's close never blocks, so they may be dropped anywhere.
-        fds: Vec<crate::fdpass::Passed>,
-        reply: oneshot::Sender<Reply>,
-    },
-    Subscribe {
-        reply: oneshot::Sender<Subscription>,
-    },
-    /// How many wait for each lock that has waiters (`lock_list`).
-    Waiting {
-        reply: oneshot::Sender<std::collections::HashMap<(u32, String), u32>>,
-    },
-    /// `whose`, with the ancestry of the pid read off the engine.
-    Whose {
-        caller: Caller,
-        pid: u32,
-        ancestry: Vec<whose::Link>,
-        reply: oneshot::Sender<Reply>,
-    },
-    /// `end`, with the survivors of the owner's tree (named by its root) read off the engine.
-    End {
-        caller: Caller,
-        session: String,
-        uid: Option<u32>,
-        terminate: bool,
-        survivors: Option<(ProcessKey, Survivors)>,
-        reply: oneshot::Sender<Reply>,
-    },
-    /// The session a `processes` request names, with its tree to read off the engine.
-    Tree {
-        caller: Caller,
-        session: String,
-        uid: Option<u32>,
-        reply: oneshot::Sender<Result<(Session, Option<TreeView>), ErrorBody>>,
-    },
-}
-
 /// This boot, and the host name as the daemon started under it (a label only).
 #[derive(Debug, Clone)]
 struct Local {
@@ -184,49 +136,36 @@ pub enum EngineError {
     Store(#[from] StoreError),
 }
 
+/// The engine: the order of what happens (commit, then publish, then the effects), over
+/// concerns that each own their state and are handed the store they need.
 #[derive(Debug)]
 pub struct Engine {
     store: Store,
+    /// The ACTIVE sessions in memory, the journal a death is appended to before it is
+    /// published, and the batches SQLite does not have yet.
+    journaled: journaled::Journaled,
     monitor: Monitor,
     config: EngineConfig,
     local: Local,
     /// The store's identity, for status and subscriptions.
     store_id: String,
-    /// Each subscriber's queue; the connection applies its own filter.
-    subscribers: Vec<mpsc::Sender<Batch>>,
+    subscribers: subscribers::Subscribers,
     /// Deaths and reap outcomes not yet committed because the store failed; retried every
     /// [`RETRY_PERIOD`]. Nothing reports them again, so they must not be dropped.
-    uncommitted: retry::Uncommitted,
+    retries: retry::Retries,
     counters: Counters,
     /// Active sessions and label bytes per uid, for the registration limits.
     usage: SessionUsage,
     started: Instant,
-    last_prune: Option<Instant>,
+    housekeeping: housekeeping::Housekeeping,
     /// Facts status reports about the daemon itself (paths, versions).
     about: DaemonInfo,
     /// Requests waiting for a lock.
-    waiters: locks::Waiters,
+    locks: locks::Locks,
     /// The process trees of tracked owners.
-    membership: Membership,
-    /// A handle of the kernel's members map for reading trees off the engine (connections'
-    /// `processes`, reaps).
-    members_reader: Option<Arc<MembersMap>>,
-    reaper: Reaper,
-    /// Tree work found off the engine, done a chunk at a time (see [`trees`]).
-    tree_work: std::collections::VecDeque<trees::TreeWork>,
-    /// Walks of `/proc` and of the kernel map under way, off the engine.
-    tree_walks: JoinSet<Vec<trees::TreeWork>>,
-    /// A refresh of the trees is under way (walking, or its findings queued).
-    refreshing: bool,
-    /// A handle of the kernel's members map for the walks off the engine to write with.
-    members_writer: Option<Arc<std::sync::Mutex<MembersMap>>>,
-    /// Trees being walked off the engine, with the replies that wait for their walk.
-    walking: std::collections::HashMap<ProcessKey, Vec<(oneshot::Sender<Reply>, Reply)>>,
-    /// Members to persist at the next refresh (`None`: to forget).
-    unsaved_members: std::collections::HashMap<ProcessKey, Option<crate::store::Member>>,
-    /// Sessions' surviving processes being terminated: each task waits out a grace period
-    /// and returns what it did, for the engine to commit.
-    reaps: JoinSet<reaping::ReapDone>,
+    trees: tree::Trees,
+    /// Sessions' surviving processes being terminated.
+    reaps: reaps::Reaps,
     /// With `--trace-hops` only.
     hops: Option<hops::HopTrace>,
     /// Owners registered within the last second, to warn of those that die at once.
@@ -235,7 +174,7 @@ pub struct Engine {
     /// connections have had their turn (see [`eventlog::Deferred`]).
     unlogged: eventlog::Deferred,
     /// Ends of sessions by reason and source, and their latency, for `--metrics-listen`.
-    end_metrics: crate::metrics::EndMetrics,
+    end_metrics: EndMetrics,
 }
 
 fn now_ms() -> i64 {
@@ -282,55 +221,48 @@ impl Engine {
         };
         let mut store = store;
         let store_id = store.store_id()?;
+        // Before anything reads the store: what a crash left in the journal goes in first.
+        let mut journaled = journaled::Journaled::open(&mut store)?;
         let active = store.list(&ListQuery {
             phase: Some(Phase::Active),
             limit: usize::MAX,
             ..ListQuery::default()
         })?;
         let usage = SessionUsage::new(*config.limits.config(), active.sessions, store.locks(None)?);
-        let reaper = Reaper::new(config.proc.clone());
         if store.begin_run(&local.boot_id)? {
             tracing::warn!(
                 jump = crate::store::SEQ_JUMP_AFTER_POWER_LOSS,
                 "the last run, on another boot, did not stop cleanly: event seqs skip ahead so none is reused"
             );
         }
-        let membership = Membership::new(
+        let trees = tree::Trees::new(
             config.proc.clone(),
-            monitor.take_members_map(),
+            monitor.take_tree_map(),
             local.boot_id.clone(),
             local.host.clone(),
         );
+        journaled.set_head(store.head_seq()?);
         Ok(Engine {
-            members_reader: membership.kernel_reader().map(Arc::new),
-            members_writer: membership
-                .kernel_writer()
-                .map(|writer| Arc::new(std::sync::Mutex::new(writer))),
-            membership,
+            journaled,
+            trees,
+            reaps: reaps::Reaps::new(config.proc.clone(), local.boot_id.clone()),
             hops: config.trace_hops.then(hops::HopTrace::default),
             fresh_owners: owner_checks::FreshOwners::default(),
             unlogged: eventlog::Deferred::default(),
-            end_metrics: crate::metrics::EndMetrics::default(),
+            end_metrics: EndMetrics::default(),
+            subscribers: subscribers::Subscribers::new(config.subscriber_queue),
             store,
             monitor,
             config,
             local,
             store_id,
-            subscribers: Vec::new(),
-            uncommitted: retry::Uncommitted::default(),
+            retries: retry::Retries::default(),
             counters: Counters::default(),
             usage,
             started: Instant::now(),
-            last_prune: None,
+            housekeeping: housekeeping::Housekeeping::default(),
             about,
-            waiters: locks::Waiters::default(),
-            reaper,
-            reaps: JoinSet::new(),
-            tree_work: std::collections::VecDeque::new(),
-            tree_walks: JoinSet::new(),
-            refreshing: false,
-            unsaved_members: std::collections::HashMap::new(),
-            walking: std::collections::HashMap::new(),
+            locks: locks::Locks::default(),
         })
     }
 
@@ -339,13 +271,13 @@ impl Engine {
         self.monitor.active_sources()
     }
 
-    /// A handle of the kernel's members map, for connections to read trees with.
-    pub fn members_reader(&self) -> Option<Arc<MembersMap>> {
-        self.members_reader.clone()
+    /// A handle of the kernel's tree map, for connections to read trees with.
+    pub fn tree_reader(&self) -> Option<Arc<TreeMap>> {
+        self.trees.reader()
     }
 
     /// The counts of session ends the engine keeps for the metrics listener (shared).
-    pub fn end_metrics(&self) -> crate::metrics::EndMetrics {
+    pub fn end_metrics(&self) -> EndMetrics {
         self.end_metrics.clone()
     }
 }

@@ -6,18 +6,7 @@
 use std::collections::VecDeque;
 
 use liveness_common::identity::{Identity, ProcessKey};
-use liveness_common::protocol::OwnerSpec;
-use liveness_proc::identity::KNOWN_LAUNCHERS;
-
-use super::Engine;
-
-/// An owner as a `register` request names it, with the request's own wrapper list.
-#[derive(Debug)]
-pub(crate) struct Requested {
-    pub(crate) spec: OwnerSpec,
-    /// Further names `auto` skips, for this request only.
-    pub(crate) wrappers: Vec<String>,
-}
+use liveness_proc::identity::{KNOWN_LAUNCHERS, ProcRoot};
 
 /// An owner that dies sooner than this after its registration was probably not the
 /// program the session is about.
@@ -56,20 +45,18 @@ impl FreshOwners {
     }
 }
 
-impl Engine {
-    /// A warning when `owner: "auto"` stopped at a known launcher.
-    pub(super) fn launcher_warning(&self, owner: &Identity) -> Option<String> {
-        let program = self.config.proc.program_name(owner.pid);
-        let name = [Some(owner.comm.as_str()), program.as_deref()]
-            .into_iter()
-            .flatten()
-            .find(|name| KNOWN_LAUNCHERS.contains(name))?;
-        Some(format!(
-            "the owner found is {name}[{}], a launcher: the session ends when it exits. If it \
-             runs the real owner, skip it with `--wrapper {name}` (or `livenessd --wrapper {name}`)",
-            owner.pid
-        ))
-    }
+/// A warning when `owner: "auto"` stopped at a known launcher.
+pub(super) fn launcher_warning(proc: &ProcRoot, owner: &Identity) -> Option<String> {
+    let program = proc.program_name(owner.pid);
+    let name = [Some(owner.comm.as_str()), program.as_deref()]
+        .into_iter()
+        .flatten()
+        .find(|name| KNOWN_LAUNCHERS.contains(name))?;
+    Some(format!(
+        "the owner found is {name}[{}], a launcher: the session ends when it exits. If it \
+         runs the real owner, skip it with `--wrapper {name}` (or `livenessd --wrapper {name}`)",
+        owner.pid
+    ))
 }
 
 #[cfg(test)]

@@ -1,68 +1,113 @@
 //! Commits that failed (a full disk, say) are kept and made again, every [`RETRY_PERIOD`]
 //! and with the next commit of their kind: the deaths the sources reported and the outcomes
 //! of finished reaps are facts nobody reports twice, so none may be dropped. Nothing is
-//! announced before its commit.
+//! announced before its commit (for deaths, their append to the journal).
 
-use crate::store::{OwnerDeath, StoreError};
+use liveness_common::session::Event;
+use liveness_common::status::Counters;
 
-use super::reaping::ReapDone;
-use super::{Engine, RETRY_PERIOD};
+use super::RETRY_PERIOD;
+use super::journaled::Journaled;
+use super::reaps::ReapDone;
+use crate::store::{JournaledDeaths, OwnerDeath, Store, StoreError};
 
 /// What is waiting to be committed again, oldest first.
 #[derive(Debug, Default)]
-pub(super) struct Uncommitted {
-    pub(super) deaths: Vec<OwnerDeath>,
-    pub(super) reaps: Vec<ReapDone>,
+pub(super) struct Retries {
+    deaths: Vec<OwnerDeath>,
+    reaps: Vec<ReapDone>,
 }
 
-impl Uncommitted {
+impl Retries {
     pub(super) fn is_empty(&self) -> bool {
         self.deaths.is_empty() && self.reaps.is_empty()
     }
-}
 
-impl Engine {
-    /// The retry tick: commits again whatever failed.
-    pub(super) fn retry_commits(&mut self) {
-        self.finalize(Vec::new());
-        self.record_reaps(Vec::new());
+    /// How many deaths and reap outcomes wait.
+    pub(super) fn counts(&self) -> (usize, usize) {
+        (self.deaths.len(), self.reaps.len())
     }
 
-    /// Commits `new` after what an earlier failed commit of the same kind left in
-    /// `kept(&mut self.uncommitted)`, in one call of `commit`, so that their order holds.
-    /// Returns them all with what `commit` returned; on failure keeps them all to be
-    /// committed again, counts the failure and returns `None`.
-    pub(super) fn commit_or_keep<T, R>(
+    /// Ends the sessions of `deaths`, after those an earlier failed append left, in one
+    /// journaled batch. Returns them all with the batch; on failure keeps them.
+    pub(super) fn end(
         &mut self,
-        kept: fn(&mut Uncommitted) -> &mut Vec<T>,
-        new: Vec<T>,
-        what: &'static str,
-        commit: impl FnOnce(&mut Engine, &[T]) -> Result<R, StoreError>,
-    ) -> Option<(Vec<T>, R)> {
-        let mut items = std::mem::take(kept(&mut self.uncommitted));
-        let retrying = !items.is_empty();
-        items.extend(new);
-        if items.is_empty() {
-            return None;
+        deaths: Vec<OwnerDeath>,
+        journaled: &mut Journaled,
+        store: &mut Store,
+        counters: &mut Counters,
+        now: i64,
+    ) -> Option<(Vec<OwnerDeath>, JournaledDeaths)> {
+        let batch = self.deaths.len() + deaths.len();
+        counters.largest_batch = counters.largest_batch.max(batch);
+        let end = |_: &mut Store, deaths: &[OwnerDeath]| journaled.append(deaths, now);
+        commit_or_keep(
+            &mut self.deaths,
+            deaths,
+            "finalizations",
+            store,
+            counters,
+            end,
+        )
+    }
+
+    /// Records the outcomes of finished reaps, after those an earlier failed commit left.
+    /// Returns the events committed; on failure keeps them.
+    pub(super) fn record_reaps(
+        &mut self,
+        done: Vec<ReapDone>,
+        store: &mut Store,
+        counters: &mut Counters,
+        now: i64,
+    ) -> Option<Vec<Event>> {
+        let record = |store: &mut Store, done: &[ReapDone]| store.record_reaped(done, now);
+        commit_or_keep(
+            &mut self.reaps,
+            done,
+            "reap outcomes",
+            store,
+            counters,
+            record,
+        )
+        .map(|(_, events)| events)
+    }
+}
+
+/// Commits `new` after what an earlier failed commit of the same kind left in `kept`, in
+/// one call of `commit`, so that their order holds. Returns them all with what `commit`
+/// returned; on failure keeps them all to be committed again, counts the failure and
+/// returns `None`.
+fn commit_or_keep<T, R>(
+    kept: &mut Vec<T>,
+    new: Vec<T>,
+    what: &'static str,
+    store: &mut Store,
+    counters: &mut Counters,
+    commit: impl FnOnce(&mut Store, &[T]) -> Result<R, StoreError>,
+) -> Option<(Vec<T>, R)> {
+    let mut items = std::mem::take(kept);
+    let retrying = !items.is_empty();
+    items.extend(new);
+    if items.is_empty() {
+        return None;
+    }
+    match commit(store, &items) {
+        Ok(committed) => {
+            if retrying {
+                tracing::info!(count = items.len(), what, "committed what had failed");
+            }
+            Some((items, committed))
         }
-        match commit(self, &items) {
-            Ok(committed) => {
-                if retrying {
-                    tracing::info!(count = items.len(), what, "committed what had failed");
-                }
-                Some((items, committed))
+        Err(e) => {
+            let e = store.explain(e);
+            if retrying {
+                tracing::debug!(error = %e, count = items.len(), what, "committing failed again");
+            } else {
+                tracing::error!(error = %e, count = items.len(), what, "cannot commit; retrying every {RETRY_PERIOD:?}");
             }
-            Err(e) => {
-                let e = self.store.explain(e);
-                if retrying {
-                    tracing::debug!(error = %e, count = items.len(), what, "committing failed again");
-                } else {
-                    tracing::error!(error = %e, count = items.len(), what, "cannot commit; retrying every {RETRY_PERIOD:?}");
-                }
-                self.counters.failed_commits += 1;
-                *kept(&mut self.uncommitted) = items;
-                None
-            }
+            counters.failed_commits += 1;
+            *kept = items;
+            None
         }
     }
 }

@@ -1,115 +1,69 @@
-//! The engine over a temporary store, a crafted `/proc` tree watched by the poller and
-//! tokio's paused clock: no privileges, and time moves only when a test advances it.
+//! The engine over a temporary store, a crafted `/proc` tree, an exit source in memory
+//! whose deaths each test decides, and tokio's paused clock: no privileges, and time moves
+//! only when a test advances it.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::{mpsc, oneshot};
 
 use crate::limits::Limits;
 use crate::source::ExitObservation;
-use crate::source::monitor::{Monitor, MonitorConfig, Selection};
+use crate::source::fake::FakeExits;
+use crate::source::monitor::{Monitor, MonitorConfig};
 use crate::store::Store;
-use liveness_common::exit::DetectedBy;
-use liveness_common::identity::{DeathReason, Identity};
-use liveness_common::protocol::{ErrorCode, OwnerSpec, PidOwner, Reply, Request};
+use liveness_common::exit::{DetectedBy, ExitStatus};
+use liveness_common::identity::{DeathReason, Identity, ProcessKey};
+use liveness_common::lock::Lock;
+use liveness_common::protocol::{ErrorBody, ErrorCode, OwnerSpec, PidOwner};
 use liveness_common::request;
 use liveness_common::session::{DEFAULT_GRACE_MS, EndReason, MAX_GRACE_MS, OnEnd, Phase, Session};
-use liveness_common::status::{DaemonInfo, LimitsConfig, SourceName};
-use liveness_proc::identity::ProcRoot;
+use liveness_common::status::{DaemonInfo, LimitsConfig};
+use liveness_proc::fake::FakeProc;
 
-use super::{Batch, Caller, Clock, Command, Engine, EngineConfig};
+use super::{
+    Acquire, Batch, Caller, Clock, End, Engine, EngineConfig, Op, PRUNE_PERIOD, Register,
+    Registered, Subscribe,
+};
 
-const BOOT_ID: &str = "boot-a";
 const WALL_MS: i64 = 1_700_000_000_000;
-const POLL: Duration = Duration::from_secs(1);
+/// How the processes of these tests exit, unless a test says otherwise.
+const EXITED: ExitStatus = ExitStatus::Exited { code: 0 };
 const UNKNOWN_TIMEOUT: Duration = Duration::from_secs(600);
 const PENDING_TTL: Duration = Duration::from_secs(300);
-/// Bounds a wait for a death on tokio's paused clock, which jumps ahead when idle.
-const DEATH_WITHIN: Duration = Duration::from_secs(3600);
+const RETAIN_AGE: Duration = Duration::from_secs(86_400);
+/// Bounds a wait for a death, which the source has reported already.
+const DEATH_WITHIN: Duration = Duration::from_secs(1);
 
 const ROOT: Caller = Caller { uid: 0, pid: 1 };
 const ALICE: Caller = Caller { uid: 1000, pid: 10 };
 const BOB: Caller = Caller { uid: 2000, pid: 20 };
 
-/// A crafted proc tree: this boot's id and host, and processes with a stat, a status and
-/// a PID namespace (all the same one, so pids need no translation).
-struct FakeProc {
-    dir: tempfile::TempDir,
-}
-
-impl FakeProc {
-    fn new() -> FakeProc {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
-        std::fs::create_dir_all(root.join("sys/kernel/random")).unwrap();
-        std::fs::write(
-            root.join("sys/kernel/random/boot_id"),
-            format!("{BOOT_ID}\n"),
-        )
-        .unwrap();
-        std::fs::write(root.join("sys/kernel/hostname"), "devbox\n").unwrap();
-        std::fs::create_dir_all(root.join("self/ns")).unwrap();
-        std::fs::write(root.join("self/ns/pid"), "").unwrap();
-        let proc = FakeProc { dir };
-        for caller in [ROOT, ALICE, BOB] {
-            proc.spawn(caller.pid, caller.uid);
-        }
-        proc
-    }
-
-    fn root(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// Process `pid` of user `uid`, a child of init, started at tick `1000 + pid`.
-    fn spawn(&self, pid: u32, uid: u32) {
-        let dir = self.root().join(pid.to_string());
-        std::fs::create_dir_all(dir.join("ns")).unwrap();
-        // Fields 3..=22 as proc(5) numbers them: state, ppid, ..., num_threads, starttime.
-        let mut fields = vec!["0".to_owned(); 20];
-        fields[0] = "S".into();
-        fields[1] = "1".into();
-        fields[17] = "1".into();
-        fields[19] = (1000 + u64::from(pid)).to_string();
-        let stat = format!("{pid} (proc{pid}) {} 0 0 0\n", fields.join(" "));
-        std::fs::write(dir.join("stat"), stat).unwrap();
-        let status = format!("Name:\tproc{pid}\nTgid:\t{pid}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n");
-        std::fs::write(dir.join("status"), status).unwrap();
-        std::os::unix::fs::symlink(self.root().join("self/ns/pid"), dir.join("ns/pid")).unwrap();
-    }
-
-    fn kill(&self, pid: u32) {
-        std::fs::remove_dir_all(self.root().join(pid.to_string())).unwrap();
-    }
-}
-
 struct Fixture {
     proc: FakeProc,
+    exits: FakeExits,
     db: tempfile::TempDir,
     engine: Engine,
 }
 
-/// An engine whose only exit source polls the crafted tree, with its clock on tokio's.
+/// An engine whose only exit source is in memory, with its clock on tokio's.
 async fn fixture() -> Fixture {
     let proc = FakeProc::new();
+    for caller in [ROOT, ALICE, BOB] {
+        proc.spawn(caller.pid, caller.uid);
+    }
     let db = tempfile::tempdir().unwrap();
     let store = Store::open(db.path().join("liveness.db")).unwrap();
-    let root = ProcRoot::new(proc.root());
-    let monitor = Monitor::start(MonitorConfig {
-        selection: Selection::Only(vec![SourceName::Procpoll]),
-        procpoll_interval: POLL,
+    let root = proc.root();
+    let (monitor, exits) = Monitor::with_fake(MonitorConfig {
         proc: root.clone(),
         ..MonitorConfig::default()
-    })
-    .await
-    .unwrap();
+    });
     let config = EngineConfig {
         unknown_timeout: UNKNOWN_TIMEOUT,
         pending_ttl: PENDING_TTL,
         retain_events: 10_000,
-        retain_age: Duration::from_secs(86_400),
+        retain_age: RETAIN_AGE,
         wrappers: Vec::new(),
         subscriber_queue: 64,
         proc: root,
@@ -128,37 +82,29 @@ async fn fixture() -> Fixture {
         state_dir: String::new(),
     };
     let engine = Engine::new(store, monitor, config, about).unwrap();
-    Fixture { proc, db, engine }
+    Fixture {
+        proc,
+        exits,
+        db,
+        engine,
+    }
 }
 
 impl Fixture {
-    /// A request as a connection hands it to the engine (`end` with the survivors left
-    /// for the engine to read).
-    fn ask(&mut self, caller: Caller, request: Request) -> Reply {
-        match request {
-            Request::End(request::End {
-                session,
-                uid,
-                terminate,
-            }) => self.engine.end(caller, &session, uid, terminate, None),
-            request => self.engine.request(caller, request, &[]),
-        }
+    /// An operation as the engine applies it for a connection (`end` with the survivors
+    /// left for the engine to read).
+    fn ask<O: Op>(&mut self, caller: Caller, op: O) -> Result<O::Answer, ErrorBody> {
+        op.apply(&mut self.engine, caller)
     }
 
-    fn register(&mut self, caller: Caller, id: Option<&str>, owner: OwnerSpec) -> Reply {
-        self.ask(
-            caller,
-            Request::Register(request::Register {
-                session: id.map(str::to_owned),
-                uid: None,
-                owner,
-                pending: id.is_none(),
-                labels: BTreeMap::new(),
-                on_end: None,
-                grace_ms: None,
-                wrappers: Vec::new(),
-            }),
-        )
+    fn register(
+        &mut self,
+        caller: Caller,
+        id: Option<&str>,
+        owner: OwnerSpec,
+    ) -> Result<Session, ErrorBody> {
+        self.ask(caller, registration(id, owner, None, None))
+            .map(Session::from)
     }
 
     /// Registers `id` for `caller` with process `pid` as its owner; it must succeed.
@@ -167,9 +113,9 @@ impl Fixture {
         session_of(reply, "register")
     }
 
-    fn get(&mut self, caller: Caller, id: &str, uid: Option<u32>) -> Reply {
+    fn get(&mut self, caller: Caller, id: &str, uid: Option<u32>) -> Result<Session, ErrorBody> {
         let session = id.to_owned();
-        self.ask(caller, Request::Get(request::Get { session, uid }))
+        self.ask(caller, request::Get { session, uid })
     }
 
     /// The session as root reads it in `uid`'s namespace.
@@ -178,7 +124,17 @@ impl Fixture {
         session_of(reply, "get")
     }
 
-    /// The next death the poller reports, handed to the engine as its loop would.
+    /// Process `pid` (of the crafted tree) exits with `status`.
+    fn die(&mut self, pid: u32, status: ExitStatus) {
+        self.proc.kill(pid);
+        let key = ProcessKey {
+            pid,
+            start_ticks: 1000 + u64::from(pid),
+        };
+        assert!(self.exits.die(key, status), "process {pid} is watched");
+    }
+
+    /// The next death the source reports, handed to the engine as its loop would.
     async fn next_death(&mut self) {
         let observation = tokio::time::timeout(DEATH_WITHIN, self.engine.monitor.next())
             .await
@@ -187,30 +143,51 @@ impl Fixture {
     }
 
     fn subscribe(&mut self) -> mpsc::Receiver<Batch> {
-        let (reply, mut subscription) = oneshot::channel();
-        self.engine.handle(Command::Subscribe { reply });
-        let subscription = subscription
-            .try_recv()
-            .expect("the engine answers a subscription at once");
+        let subscription = self.ask(ROOT, Subscribe).expect("a subscription");
         subscription.batches
     }
 }
 
-fn session_of(reply: Reply, what: &str) -> Session {
-    match reply {
-        Reply {
-            ok: true,
-            session: Some(session),
-            ..
-        } => session,
-        other => panic!("{what} should succeed with a session, got {other:?}"),
+impl From<Registered> for Session {
+    fn from(registered: Registered) -> Session {
+        registered.session
     }
 }
 
-fn error_of(reply: Reply) -> ErrorCode {
-    match reply.error {
-        Some(error) if !reply.ok => error.code,
-        _ => panic!("expected an error, got {reply:?}"),
+/// A `register` of `id` (pending without one) owned by `owner`, with a cleanup policy.
+fn registration(
+    id: Option<&str>,
+    owner: OwnerSpec,
+    on_end: Option<OnEnd>,
+    grace_ms: Option<u64>,
+) -> Register {
+    let request = request::Register {
+        session: id.map(str::to_owned),
+        uid: None,
+        owner,
+        pending: id.is_none(),
+        labels: BTreeMap::new(),
+        on_end,
+        grace_ms,
+        wrappers: Vec::new(),
+    };
+    Register {
+        request,
+        fds: Vec::new(),
+    }
+}
+
+fn session_of(answer: Result<impl Into<Session>, ErrorBody>, what: &str) -> Session {
+    match answer {
+        Ok(session) => session.into(),
+        Err(error) => panic!("{what} should succeed with a session, got {error:?}"),
+    }
+}
+
+fn error_of<T: std::fmt::Debug>(answer: Result<T, ErrorBody>) -> ErrorCode {
+    match answer {
+        Err(error) => error.code,
+        Ok(answer) => panic!("expected an error, got {answer:?}"),
     }
 }
 
@@ -248,11 +225,14 @@ async fn users_see_only_their_own_sessions_and_root_names_any_users() {
     );
     let ended = f.ask(
         BOB,
-        Request::End(request::End {
-            session: "s".into(),
-            uid: Some(ALICE.uid),
-            terminate: false,
-        }),
+        End {
+            request: request::End {
+                session: "s".into(),
+                uid: Some(ALICE.uid),
+                terminate: false,
+            },
+            survivors: None,
+        },
     );
     assert_eq!(
         error_of(ended),
@@ -312,7 +292,7 @@ async fn an_earlier_owners_death_does_not_end_a_session_with_a_new_owner() {
         "the session now belongs to its second owner"
     );
 
-    f.proc.kill(12);
+    f.die(12, EXITED);
     f.next_death().await;
     let session = f.session(ALICE.uid, "s");
     assert_eq!(
@@ -320,24 +300,24 @@ async fn an_earlier_owners_death_does_not_end_a_session_with_a_new_owner() {
         (
             Phase::Ended,
             Some(EndReason::OwnerExited),
-            Some(DetectedBy::Procpoll)
+            Some(DetectedBy::Ebpf)
         ),
         "the current owner's death ends it"
     );
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_death_whose_commit_failed_is_committed_and_published_once_on_retry() {
+async fn a_death_whose_append_failed_is_appended_and_published_once_on_retry() {
     let mut f = fixture().await;
     f.proc.spawn(11, ALICE.uid);
     f.own(ALICE, "s", 11);
     let mut batches = f.subscribe();
 
-    f.engine.store.fail_writes(true).unwrap();
-    f.proc.kill(11);
+    f.engine.journaled.journal().fail_appends(true);
+    f.die(11, EXITED);
     f.next_death().await;
     assert_eq!(
-        f.engine.uncommitted.deaths.len(),
+        f.engine.retries.counts().0,
         1,
         "the death is kept for a retry"
     );
@@ -350,20 +330,20 @@ async fn a_death_whose_commit_failed_is_committed_and_published_once_on_retry() 
     assert_eq!(
         published(&mut batches, "s", "session.ended"),
         0,
-        "nothing uncommitted is published"
+        "nothing unappended is published"
     );
 
     // What the loop's retry tick does; the first one still fails.
-    f.engine.finalize(Vec::new());
+    f.engine.retry_commits();
     assert_eq!(
-        f.engine.uncommitted.deaths.len(),
+        f.engine.retries.counts().0,
         1,
         "still kept after a second failure"
     );
-    f.engine.store.fail_writes(false).unwrap();
-    f.engine.finalize(Vec::new());
-    assert!(f.engine.uncommitted.is_empty(), "committed on the retry");
-    f.engine.finalize(Vec::new());
+    f.engine.journaled.journal().fail_appends(false);
+    f.engine.retry_commits();
+    assert!(f.engine.retries.is_empty(), "appended on the retry");
+    f.engine.retry_commits();
 
     let session = f.session(ALICE.uid, "s");
     assert_eq!(
@@ -377,26 +357,69 @@ async fn a_death_whose_commit_failed_is_committed_and_published_once_on_retry() 
     );
 }
 
+/// A batch appended and published whose write to SQLite fails: operations are refused
+/// meanwhile (they would read the session as still ACTIVE, and `end` would end it twice),
+/// and the retry writes it exactly once.
+#[tokio::test(start_paused = true)]
+async fn published_deaths_that_sqlite_refused_are_written_once_and_nothing_is_served_before() {
+    let mut f = fixture().await;
+    f.proc.spawn(11, ALICE.uid);
+    f.own(ALICE, "s", 11);
+    let mut batches = f.subscribe();
+
+    f.engine.store.fail_writes(true).unwrap();
+    f.die(11, EXITED);
+    f.next_death().await;
+    assert_eq!(
+        published(&mut batches, "s", "session.ended"),
+        1,
+        "appended to the journal: published"
+    );
+    assert!(f.engine.journaled.behind(), "kept for SQLite");
+    let (reply, mut answer) = oneshot::channel();
+    let get = request::Get {
+        session: "s".into(),
+        uid: None,
+    };
+    let ask = super::Ask {
+        caller: ALICE,
+        op: get,
+        reply,
+    };
+    super::Command::from(ask).run(&mut f.engine);
+    let refused = answer.try_recv().expect("answered at once");
+    assert_eq!(
+        error_of(refused),
+        ErrorCode::Internal,
+        "not served from a store behind"
+    );
+
+    f.engine.store.fail_writes(false).unwrap();
+    f.engine.retry_commits();
+    assert!(!f.engine.journaled.behind());
+    let session = f.session(ALICE.uid, "s");
+    assert_eq!(
+        (session.phase, session.reason),
+        (Phase::Ended, Some(EndReason::OwnerExited))
+    );
+    f.engine.retry_commits();
+    assert_eq!(
+        published(&mut batches, "s", "session.ended"),
+        0,
+        "published once"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_reap_outcome_whose_commit_failed_is_committed_and_published_once_on_retry() {
     let mut f = fixture().await;
     f.proc.spawn(11, ALICE.uid);
-    let registered = f.ask(
-        ALICE,
-        Request::Register(request::Register {
-            session: Some("s".into()),
-            uid: None,
-            owner: OwnerSpec::Pid(PidOwner { pid: 11 }),
-            pending: false,
-            labels: BTreeMap::new(),
-            on_end: Some(OnEnd::Terminate),
-            grace_ms: Some(1000),
-            wrappers: Vec::new(),
-        }),
-    );
+    let owner = OwnerSpec::Pid(PidOwner { pid: 11 });
+    let register = registration(Some("s"), owner, Some(OnEnd::Terminate), Some(1000));
+    let registered = f.ask(ALICE, register);
     session_of(registered, "register with on_end terminate");
     let mut batches = f.subscribe();
-    f.proc.kill(11);
+    f.die(11, EXITED);
     f.next_death().await;
     assert_eq!(published(&mut batches, "s", "session.ended"), 1);
 
@@ -405,12 +428,12 @@ async fn a_reap_outcome_whose_commit_failed_is_committed_and_published_once_on_r
     let done = f
         .engine
         .reaps
-        .join_next()
+        .finished()
         .await
         .expect("the end started a reap");
-    f.engine.finish_reap(done);
+    f.engine.record_reaps(vec![done]);
     assert_eq!(
-        f.engine.uncommitted.reaps.len(),
+        f.engine.retries.counts().1,
         1,
         "the outcome is kept for a retry"
     );
@@ -424,13 +447,13 @@ async fn a_reap_outcome_whose_commit_failed_is_committed_and_published_once_on_r
     // What the loop's retry tick does; the first one still fails.
     f.engine.retry_commits();
     assert_eq!(
-        f.engine.uncommitted.reaps.len(),
+        f.engine.retries.counts().1,
         1,
         "kept after a second failure"
     );
     f.engine.store.fail_writes(false).unwrap();
     f.engine.retry_commits();
-    assert!(f.engine.uncommitted.is_empty(), "committed on the retry");
+    assert!(f.engine.retries.is_empty(), "committed on the retry");
     f.engine.retry_commits();
 
     assert_eq!(
@@ -467,6 +490,18 @@ async fn a_pending_session_never_renamed_expires_after_its_ttl() {
         "pending register",
     );
     assert!(pending.pending, "registered as pending");
+    let renamed = session_of(
+        f.register(ALICE, None, OwnerSpec::Pid(PidOwner { pid: 11 })),
+        "another pending register",
+    );
+    assert_ne!(renamed.id, pending.id, "pending ids are unique");
+    let rename = request::Rename {
+        session: renamed.id.clone(),
+        to: "real".into(),
+        uid: None,
+    };
+    let real = session_of(f.ask(ALICE, rename), "rename");
+    assert!(!real.pending);
 
     tokio::time::advance(PENDING_TTL - Duration::from_secs(1)).await;
     f.engine.housekeeping();
@@ -483,11 +518,26 @@ async fn a_pending_session_never_renamed_expires_after_its_ttl() {
         (expired.phase, expired.reason),
         (Phase::Ended, Some(EndReason::PendingExpired))
     );
+    tokio::time::advance(PENDING_TTL * 10).await;
+    f.engine.housekeeping();
+    assert_eq!(
+        f.session(ALICE.uid, "real").phase,
+        Phase::Active,
+        "a renamed session never expires"
+    );
+    assert_eq!(
+        error_of(f.get(ALICE, &renamed.id, None)),
+        ErrorCode::NotFound,
+        "the pending id is gone after the rename"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn an_owner_on_another_machine_times_out_unless_touched() {
     let mut f = fixture().await;
+    // An owner of this boot is watched: it never times out, however idle.
+    f.proc.spawn(11, ALICE.uid);
+    f.own(ALICE, "local", 11);
     let remote = Identity {
         pid: 4242,
         start_ticks: 7,
@@ -507,10 +557,10 @@ async fn an_owner_on_another_machine_times_out_unless_touched() {
     assert_eq!(f.session(ALICE.uid, "remote").phase, Phase::Active);
     let touched = f.ask(
         ALICE,
-        Request::Touch(request::Touch {
+        request::Touch {
             session: "remote".into(),
             uid: None,
-        }),
+        },
     );
     session_of(touched, "touch");
 
@@ -530,6 +580,176 @@ async fn an_owner_on_another_machine_times_out_unless_touched() {
         (Phase::Ended, Some(EndReason::Timeout)),
         "idle for the whole timeout since the touch"
     );
+    assert_eq!(
+        f.session(ALICE.uid, "local").phase,
+        Phase::Active,
+        "an idle local owner timed out"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_source_reports_the_exit_status_the_ended_session_keeps() {
+    let mut f = fixture().await;
+    f.proc.spawn(11, ALICE.uid);
+    f.own(ALICE, "s", 11);
+    let mut batches = f.subscribe();
+    let killed = ExitStatus::Signaled {
+        signal: 9,
+        core_dumped: false,
+    };
+    f.die(11, killed);
+    f.next_death().await;
+    let ended = f.session(ALICE.uid, "s");
+    assert_eq!(
+        (ended.phase, ended.exit, ended.detected_by),
+        (Phase::Ended, Some(killed), Some(DetectedBy::Ebpf))
+    );
+    assert_eq!(published(&mut batches, "s", "session.ended"), 1);
+    f.proc.spawn(11, ALICE.uid);
+    assert!(
+        !f.exits.die(
+            ProcessKey {
+                pid: 11,
+                start_ticks: 1011
+            },
+            killed
+        ),
+        "a process that died is watched no more"
+    );
+}
+
+/// Process `pid` dies of SIGTERM sent, as the kernel's programs saw it, by a member of
+/// the tree of the owner `sender_root`.
+fn killed_from_the_tree_of(f: &mut Fixture, pid: u32, sender_root: u32) {
+    use liveness_common::cause::{Cause, KernelFacts, MembersUsage, Sender, Usage};
+    let key = |pid: u32| ProcessKey {
+        pid,
+        start_ticks: 1000 + u64::from(pid),
+    };
+    f.proc.kill(pid);
+    let facts = KernelFacts {
+        cause: Cause::Signal {
+            signal: 15,
+            sender: Some(Sender {
+                pid: 99,
+                start_ticks: 1099,
+                comm: "kill".into(),
+                uid: 2000,
+                session: None,
+            }),
+            kernel: None,
+        },
+        usage: Usage {
+            cpu_user_us: 1,
+            cpu_system_us: 2,
+            peak_rss_bytes: 4096,
+            members: MembersUsage::default(),
+        },
+        sender_root: Some(key(sender_root)),
+        oom_cgroup_id: None,
+    };
+    let killed = ExitStatus::Signaled {
+        signal: 15,
+        core_dumped: false,
+    };
+    assert!(f.exits.die_seen(key(pid), killed, Some(facts)));
+}
+
+/// The sender's session is looked up among the ACTIVE sessions in memory, on the death
+/// path, and named only in the causes of sessions whose readers may see it.
+#[tokio::test(start_paused = true)]
+async fn a_senders_session_is_named_only_where_its_readers_may_see_it() {
+    use liveness_common::cause::Cause;
+    let mut f = fixture().await;
+    for (pid, caller) in [(11, ALICE), (12, ALICE), (13, BOB)] {
+        f.proc.spawn(pid, caller.uid);
+    }
+    f.own(ALICE, "target", 11);
+    f.own(ROOT, "watched-by-root", 11);
+    f.own(ALICE, "other-target", 12);
+    f.own(BOB, "bobs-builder", 13);
+    let mut batches = f.subscribe();
+    let sender_session = |session: &Session| match &session.cause {
+        Some(Cause::Signal {
+            sender: Some(sender),
+            ..
+        }) => sender.session.clone(),
+        other => panic!("{}: not a signal with a sender: {other:?}", session.id),
+    };
+
+    killed_from_the_tree_of(&mut f, 11, 13);
+    f.next_death().await;
+    let target = f.session(ALICE.uid, "target");
+    assert_eq!(
+        sender_session(&target),
+        None,
+        "Bob's session shown to Alice"
+    );
+    assert!(target.usage.is_some(), "{target:?}");
+    let root_s = f.session(ROOT.uid, "watched-by-root");
+    assert_eq!(sender_session(&root_s), Some("bobs-builder".into()));
+    assert_eq!(published(&mut batches, "target", "session.ended"), 1);
+
+    // The sender's tree is in a session of Alice's too (after Bob's in id order), which root
+    // registered for her: Alice reads that one.
+    let mut for_alice = registration(
+        Some("builder"),
+        OwnerSpec::Pid(PidOwner { pid: 13 }),
+        None,
+        None,
+    );
+    for_alice.request.uid = Some(ALICE.uid);
+    session_of(
+        f.ask(ROOT, for_alice).map(Session::from),
+        "register for Alice",
+    );
+    killed_from_the_tree_of(&mut f, 12, 13);
+    f.next_death().await;
+    let other = f.session(ALICE.uid, "other-target");
+    assert_eq!(sender_session(&other), Some("builder".into()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_ended_id_is_refused_until_retention_deletes_the_session() {
+    let mut f = fixture().await;
+    f.proc.spawn(11, ALICE.uid);
+    f.own(ALICE, "reused", 11);
+    let end = End {
+        request: request::End {
+            session: "reused".into(),
+            uid: None,
+            terminate: false,
+        },
+        survivors: None,
+    };
+    session_of(f.ask(ALICE, end), "end");
+    let again = || {
+        registration(
+            Some("reused"),
+            OwnerSpec::Pid(PidOwner { pid: 11 }),
+            None,
+            None,
+        )
+    };
+    let refused = f.ask(ALICE, again());
+    let message = refused.as_ref().err().map(|e| e.message.clone());
+    assert_eq!(error_of(refused), ErrorCode::AlreadyEnded);
+    assert!(
+        message.is_some_and(|m| m.contains("--retain-age")),
+        "says until when"
+    );
+
+    tokio::time::advance(RETAIN_AGE - Duration::from_secs(1)).await;
+    f.engine.housekeeping();
+    assert_eq!(f.session(ALICE.uid, "reused").phase, Phase::Ended, "kept");
+    tokio::time::advance(PRUNE_PERIOD).await;
+    f.engine.housekeeping();
+    assert_eq!(
+        error_of(f.get(ALICE, "reused", None)),
+        ErrorCode::NotFound,
+        "deleted past retention"
+    );
+    session_of(f.ask(ALICE, again()), "the id is free again");
 }
 
 #[tokio::test(start_paused = true)]
@@ -537,22 +757,14 @@ async fn the_cleanup_policy_is_set_at_creation_and_bad_values_change_nothing() {
     let mut f = fixture().await;
     f.proc.spawn(11, ALICE.uid);
     let register = |on_end, grace_ms| {
-        Request::Register(request::Register {
-            session: Some("s".into()),
-            uid: None,
-            owner: OwnerSpec::Pid(PidOwner { pid: 11 }),
-            pending: false,
-            labels: BTreeMap::new(),
-            on_end,
-            grace_ms,
-            wrappers: Vec::new(),
-        })
+        let owner = OwnerSpec::Pid(PidOwner { pid: 11 });
+        registration(Some("s"), owner, on_end, grace_ms)
     };
     let too_long = f.ask(
         ALICE,
         register(Some(OnEnd::Terminate), Some(MAX_GRACE_MS + 1)),
     );
-    let message = too_long.error.as_ref().map(|e| e.message.clone());
+    let message = too_long.as_ref().err().map(|e| e.message.clone());
     assert_eq!(error_of(too_long), ErrorCode::InvalidRequest);
     assert!(
         message.as_deref().is_some_and(|m| m.contains("grace_ms")),
@@ -578,7 +790,7 @@ async fn the_cleanup_policy_is_set_at_creation_and_bad_values_change_nothing() {
         "a later turn may repeat it",
     );
     let changed = f.ask(ALICE, register(Some(OnEnd::Leave), None));
-    let message = changed.error.as_ref().map(|e| e.message.clone());
+    let message = changed.as_ref().err().map(|e| e.message.clone());
     assert_eq!(error_of(changed), ErrorCode::InvalidRequest);
     assert!(
         message
@@ -596,7 +808,7 @@ async fn the_cleanup_policy_is_set_at_creation_and_bad_values_change_nothing() {
         (OnEnd::Leave, DEFAULT_GRACE_MS)
     );
 }
-/// Sends a `lock_acquire` as a connection would; the reply comes on the receiver, at once
+/// Sends a `lock_acquire` as a connection would; the answer comes on the receiver, at once
 /// or, for one that waits, when it is granted or fails.
 fn acquire(
     f: &mut Fixture,
@@ -604,63 +816,59 @@ fn acquire(
     session: &str,
     name: &str,
     wait: bool,
-) -> oneshot::Receiver<Reply> {
-    let (reply, answer) = oneshot::channel();
-    let request = Request::LockAcquire(request::LockAcquire {
+) -> oneshot::Receiver<Result<Lock, ErrorBody>> {
+    let request = request::LockAcquire {
         name: name.into(),
         session: session.into(),
         uid: None,
         wait,
         timeout_ms: None,
-    });
-    f.engine.handle(Command::Request {
-        caller,
-        request: Box::new(request),
-        fds: Vec::new(),
-        reply,
-    });
-    answer
+    };
+    let answer = match f.ask(caller, request) {
+        Ok(Acquire::Queued(queued)) => return queued.grant,
+        Ok(Acquire::Held(lock)) => Ok(lock),
+        Err(error) => Err(error),
+    };
+    let (reply, answered) = oneshot::channel();
+    let _ = reply.send(answer);
+    answered
 }
 
 /// The token of a granted lock, which must have been answered already.
-fn token_of(answer: &mut oneshot::Receiver<Reply>, what: &str) -> u64 {
+fn token_of(answer: &mut oneshot::Receiver<Result<Lock, ErrorBody>>, what: &str) -> u64 {
     match answer.try_recv() {
-        Ok(Reply {
-            ok: true,
-            lock: Some(lock),
-            ..
-        }) => lock.token,
+        Ok(Ok(lock)) => lock.token,
         other => panic!("{what}: the lock should be granted, got {other:?}"),
     }
 }
 
-fn release(f: &mut Fixture, caller: Caller, session: &str, name: &str) -> Reply {
+fn release(f: &mut Fixture, caller: Caller, session: &str, name: &str) -> Result<Lock, ErrorBody> {
     let (name, session) = (name.into(), session.into());
     f.ask(
         caller,
-        Request::LockRelease(request::LockRelease {
+        request::LockRelease {
             name,
             session,
             uid: None,
-        }),
+        },
     )
 }
 
 /// What `lock_list` answers `caller`: the locks from the store, the waiters from the engine.
-fn locks(f: &mut Fixture, caller: Caller) -> Vec<liveness_common::lock::Lock> {
+fn locks(f: &mut Fixture, caller: Caller) -> Vec<Lock> {
     let reader = crate::store::EventReader::open(f.db.path().join("liveness.db")).unwrap();
     let query = crate::store::LockQuery {
         uid: caller.namespace(None).unwrap(),
         after: None,
         limit: usize::MAX,
     };
-    let waiting = f.engine.waiting();
+    let waiting = f.engine.locks.waiting();
     let locks = reader.locks(&query).unwrap().locks;
     locks
         .into_iter()
         .map(|lock| {
             let waiters = waiting.get(&(lock.uid, lock.name.clone())).copied();
-            liveness_common::lock::Lock {
+            Lock {
                 waiters: waiters.unwrap_or(0),
                 ..lock
             }
@@ -695,13 +903,13 @@ async fn waiters_get_a_lock_in_order_as_it_is_released_or_its_holder_dies() {
     );
 
     assert!(
-        release(&mut f, ALICE, "s11", "build").ok,
+        release(&mut f, ALICE, "s11", "build").is_ok(),
         "the holder releases"
     );
     let second = token_of(&mut second, "first in line, on release");
     assert!(third.try_recv().is_err(), "still waits");
     // The holder's owner dies: the end releases the lock, the next waiter has it at once.
-    f.proc.kill(12);
+    f.die(12, EXITED);
     f.next_death().await;
     let third = token_of(
         &mut third,
@@ -735,11 +943,14 @@ async fn a_pending_sessions_lock_is_freed_when_it_expires_and_its_waiters_leave_
     let mut waiter = acquire(&mut f, ALICE, "waiter", "worktree", true);
     let ended = f.ask(
         ALICE,
-        Request::End(request::End {
-            session: "quitter".into(),
-            uid: None,
-            terminate: false,
-        }),
+        End {
+            request: request::End {
+                session: "quitter".into(),
+                uid: None,
+                terminate: false,
+            },
+            survivors: None,
+        },
     );
     session_of(ended, "end");
     assert_eq!(
@@ -775,15 +986,15 @@ async fn lock_names_are_per_user_and_no_user_releases_anothers() {
 
     let named = f.ask(
         BOB,
-        Request::LockRelease(request::LockRelease {
+        request::LockRelease {
             name: "build".into(),
             session: "s".into(),
             uid: Some(ALICE.uid),
-        }),
+        },
     );
     assert_eq!(error_of(named), ErrorCode::Forbidden);
     assert!(
-        release(&mut f, BOB, "s", "build").ok,
+        release(&mut f, BOB, "s", "build").is_ok(),
         "bob releases his own"
     );
     assert_eq!(
@@ -815,14 +1026,14 @@ async fn a_pending_waiter_renamed_while_it_waits_gets_the_lock_under_its_real_id
     let mut waiter = acquire(&mut f, ALICE, &pending.id, "l", true);
     let renamed = f.ask(
         ALICE,
-        Request::Rename(request::Rename {
+        request::Rename {
             session: pending.id.clone(),
             to: "real".into(),
             uid: None,
-        }),
+        },
     );
     session_of(renamed, "rename");
-    assert!(release(&mut f, ALICE, "holder", "l").ok);
+    assert!(release(&mut f, ALICE, "holder", "l").is_ok());
     token_of(&mut waiter, "granted after the rename");
     assert_eq!(locks(&mut f, ALICE)[0].session, "real");
 }

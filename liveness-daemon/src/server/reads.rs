@@ -7,14 +7,16 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, oneshot};
-
-use crate::engine::{Caller, Command};
+use super::reply::{IntoReply, Processes};
+use crate::engine::{self, Caller, Handle, TreeView, ancestry};
 use crate::offload::offload;
-use crate::source::members_map::MembersMap;
+use crate::source::tree_map::TreeMap;
 use crate::store::{EventReader, ListQuery, LockQuery, StoreError};
-use liveness_common::protocol::{DEFAULT_LIST_PAGE, ErrorBody, ErrorCode, MAX_LIST_PAGE, Reply};
-use liveness_common::session::Phase;
+use liveness_common::protocol::{
+    DEFAULT_LIST_PAGE, ErrorBody, ErrorCode, MAX_LIST_PAGE, MemberProcess, Reply,
+};
+use liveness_common::request;
+use liveness_common::session::Session;
 use liveness_proc::identity::ProcRoot;
 
 /// What connections read without the engine: the database (read-only connections),
@@ -23,11 +25,7 @@ use liveness_proc::identity::ProcRoot;
 pub struct Readers {
     pub database: PathBuf,
     pub proc: ProcRoot,
-    pub members: Option<Arc<MembersMap>>,
-}
-
-fn stopping() -> Reply {
-    Reply::error(ErrorCode::ShuttingDown, "the daemon is stopping")
+    pub members: Option<Arc<TreeMap>>,
 }
 
 /// A page's size, checked.
@@ -68,19 +66,25 @@ pub enum Answer {
     Line(String),
 }
 
-impl From<Reply> for Answer {
-    fn from(reply: Reply) -> Answer {
-        Answer::Reply(Box::new(reply))
+impl<A: IntoReply> From<A> for Answer {
+    fn from(answer: A) -> Answer {
+        Answer::Reply(Box::new(answer.into_reply()))
     }
 }
 
 /// A reply built and serialized on the blocking pool, with the request's `id`.
-async fn offload_reply(
+async fn offload_reply<A: IntoReply>(
     id: Option<serde_json::Value>,
     what: &'static str,
-    build: impl FnOnce() -> Reply + Send + 'static,
+    build: impl FnOnce() -> Result<A, ErrorBody> + Send + 'static,
 ) -> Answer {
-    let line = offload(move || serde_json::to_string(&Reply { id, ..build() })).await;
+    let line = offload(move || {
+        serde_json::to_string(&Reply {
+            id,
+            ..build().into_reply()
+        })
+    })
+    .await;
     match line {
         Some(Ok(line)) => Answer::Line(line),
         Some(Err(e)) => {
@@ -90,25 +94,12 @@ async fn offload_reply(
     }
 }
 
-/// The reply to a read from the store.
-fn read_reply<T>(what: &str, read: Result<T, StoreError>, reply: impl FnOnce(T) -> Reply) -> Reply {
-    match read {
-        Ok(page) => reply(page),
-        Err(e) => {
-            tracing::error!(error = %e, "cannot read {what}");
-            Reply::error(ErrorCode::Internal, format!("cannot read {what}: {e}"))
-        }
-    }
-}
-
-/// Asks the engine a question whose answer comes on a oneshot.
-async fn ask_engine<T>(
-    engine: &mpsc::Sender<Command>,
-    command: impl FnOnce(oneshot::Sender<T>) -> Command,
-) -> Option<T> {
-    let (reply_tx, reply_rx) = oneshot::channel();
-    engine.send(command(reply_tx)).await.ok()?;
-    reply_rx.await.ok()
+/// A read from the store, its failure logged.
+fn read<T>(what: &str, read: Result<T, StoreError>) -> Result<T, ErrorBody> {
+    read.map_err(|e| {
+        tracing::error!(error = %e, "cannot read {what}");
+        ErrorBody::new(ErrorCode::Internal, format!("cannot read {what}: {e}"))
+    })
 }
 
 impl Readers {
@@ -117,10 +108,13 @@ impl Readers {
         &self,
         id: Option<serde_json::Value>,
         caller: Caller,
-        phase: Option<Phase>,
-        limit: Option<usize>,
-        after: Option<String>,
+        request: request::List,
     ) -> Answer {
+        let request::List {
+            phase,
+            limit,
+            after,
+        } = request;
         let query = match (
             page_limit(limit),
             cursor(after.as_deref(), |t| {
@@ -138,11 +132,7 @@ impl Readers {
         let database = self.database.clone();
         offload_reply(id, "sessions", move || {
             let page = EventReader::open(&database).and_then(|reader| reader.list(&query));
-            read_reply("sessions", page, |page| Reply {
-                sessions: Some(page.sessions),
-                next: page.next.map(|next| next.to_string()),
-                ..Reply::ok()
-            })
+            read("sessions", page)
         })
         .await
     }
@@ -152,12 +142,11 @@ impl Readers {
     pub async fn lock_list(
         &self,
         id: Option<serde_json::Value>,
-        engine: &mpsc::Sender<Command>,
+        engine: &Handle,
         caller: Caller,
-        uid: Option<u32>,
-        limit: Option<usize>,
-        after: Option<String>,
+        request: request::LockList,
     ) -> Answer {
+        let request::LockList { uid, limit, after } = request;
         let namespace = match caller.namespace(uid) {
             Ok(namespace) => namespace,
             Err(error) => return Reply::from(error).into(),
@@ -175,26 +164,19 @@ impl Readers {
         };
         // The few locks that have waiters, from the engine first: a page read after
         // cannot miss a lock granted meanwhile, only show a count a moment old.
-        let Some(waiting) = ask_engine(engine, |reply| Command::Waiting { reply }).await else {
-            return stopping().into();
+        let waiting = match engine.ask(caller, engine::Waiting).await {
+            Ok(waiting) => waiting,
+            Err(error) => return Reply::from(error).into(),
         };
         let database = self.database.clone();
         offload_reply(id, "locks", move || {
             let page = EventReader::open(&database).and_then(|reader| reader.locks(&query));
-            read_reply("locks", page, |page| Reply {
-                locks: Some(
-                    page.locks
-                        .into_iter()
-                        .map(|lock| {
-                            let key = (lock.uid, lock.name.clone());
-                            let waiters = waiting.get(&key).copied().unwrap_or(0);
-                            liveness_common::lock::Lock { waiters, ..lock }
-                        })
-                        .collect(),
-                ),
-                next: page.next,
-                ..Reply::ok()
-            })
+            let mut page = read("locks", page)?;
+            for lock in &mut page.locks {
+                let key = (lock.uid, lock.name.clone());
+                lock.waiters = waiting.get(&key).copied().unwrap_or(0);
+            }
+            Ok(page)
         })
         .await
     }
@@ -204,70 +186,55 @@ impl Readers {
     pub async fn processes(
         &self,
         id: Option<serde_json::Value>,
-        engine: &mpsc::Sender<Command>,
+        engine: &Handle,
         caller: Caller,
-        session: String,
-        uid: Option<u32>,
+        request: request::Processes,
     ) -> Answer {
-        let tree = ask_engine(engine, |reply| Command::Tree {
-            caller,
-            session,
-            uid,
-            reply,
-        });
-        let (session, tree) = match tree.await {
-            Some(Ok(found)) => found,
-            Some(Err(error)) => return Reply::from(error).into(),
-            None => return stopping().into(),
+        let request::Processes { session, uid } = request;
+        let (session, tree) = match engine.ask(caller, engine::Tree { session, uid }).await {
+            Ok(found) => found,
+            Err(error) => return Reply::from(error).into(),
         };
         let Readers { proc, members, .. } = self.clone();
         offload_reply(id, "the tree", move || {
-            crate::engine::processes_of(session, tree, members.as_deref(), &proc)
+            let processes = processes_of(&session, tree, members.as_deref(), &proc);
+            Ok(Processes { session, processes })
         })
         .await
     }
 
     /// `whose`: the ancestry of the process is read here, then the engine looks it up.
-    pub async fn whose(&self, engine: &mpsc::Sender<Command>, caller: Caller, pid: u32) -> Reply {
+    pub async fn whose(
+        &self,
+        engine: &Handle,
+        caller: Caller,
+        request: request::Whose,
+    ) -> Result<engine::Found, ErrorBody> {
+        let request::Whose { pid } = request;
         let Readers { proc, members, .. } = self.clone();
-        let read =
-            offload(move || crate::engine::ancestry(&proc, members.as_deref(), caller.pid, pid));
-        let ancestry = match read.await {
-            Some(Ok(ancestry)) => ancestry,
-            Some(Err(error)) => return error.into(),
-            None => return Reply::error(ErrorCode::Internal, "reading the ancestry failed"),
-        };
-        ask_engine(engine, |reply| Command::Whose {
-            caller,
-            pid,
-            ancestry,
-            reply,
-        })
-        .await
-        .unwrap_or_else(stopping)
+        let read = offload(move || ancestry(&proc, members.as_deref(), caller.pid, pid));
+        let ancestry = read.await.unwrap_or_else(|| {
+            Err(ErrorBody::new(
+                ErrorCode::Internal,
+                "reading the ancestry failed",
+            ))
+        })?;
+        engine.ask(caller, engine::Whose { pid, ancestry }).await
     }
 
     /// `end`: the survivors of the owner's tree are read here, then the engine ends the
     /// session with them.
     pub async fn end(
         &self,
-        engine: &mpsc::Sender<Command>,
+        engine: &Handle,
         caller: Caller,
-        session: String,
-        uid: Option<u32>,
-        terminate: bool,
-    ) -> Reply {
-        let tree = ask_engine(engine, |reply| Command::Tree {
-            caller,
-            session: session.clone(),
-            uid,
-            reply,
-        });
-        let tree = match tree.await {
-            Some(Ok((_, tree))) => tree,
-            Some(Err(error)) => return error.into(),
-            None => return stopping(),
+        request: request::End,
+    ) -> Result<Session, ErrorBody> {
+        let tree = engine::Tree {
+            session: request.session.clone(),
+            uid: request.uid,
         };
+        let (_, tree) = engine.ask(caller, tree).await?;
         let survivors = match tree {
             Some(tree) => {
                 let Readers { proc, members, .. } = self.clone();
@@ -275,15 +242,32 @@ impl Readers {
             }
             None => None,
         };
-        ask_engine(engine, |reply| Command::End {
-            caller,
-            session,
-            uid,
-            terminate,
-            survivors,
-            reply,
-        })
-        .await
-        .unwrap_or_else(stopping)
+        let end = engine::End { request, survivors };
+        engine.ask(caller, end).await
     }
+}
+
+/// The live members of `tree`, which `session` owns, read in `/proc` and through `kernel`
+/// (a handle of the members map). Its cost is the tree's, so it never runs on the engine.
+fn processes_of(
+    session: &Session,
+    tree: Option<TreeView>,
+    kernel: Option<&TreeMap>,
+    proc: &ProcRoot,
+) -> Vec<MemberProcess> {
+    let members = tree.map_or_else(Vec::new, |tree| tree.live_members(kernel, proc));
+    let now_ticks = proc.uptime_ticks();
+    members
+        .into_iter()
+        .filter_map(|identity| {
+            let stat = proc.stat(identity.pid).ok()?;
+            Some(MemberProcess {
+                owner: identity.same_process(&session.owner),
+                ppid: stat.ppid,
+                cmdline: proc.cmdline(identity.pid).unwrap_or_default(),
+                age_ms: now_ticks.saturating_sub(identity.start_ticks) * 10,
+                identity,
+            })
+        })
+        .collect()
 }

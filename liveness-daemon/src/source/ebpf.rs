@@ -25,8 +25,8 @@ use tokio::io::unix::AsyncFd;
 
 use super::cgroups;
 use super::child::ProbeChild;
-use super::members_map::{MembersMap, MembersMapError, map_errno};
 use super::shared_array::SharedArray;
+use super::tree_map::{TreeMap, TreeMapError, map_errno};
 use liveness_common::cause::{Cause, KernelFacts};
 use liveness_common::status::{SelfTest, SourceStats};
 
@@ -219,10 +219,10 @@ pub struct EbpfSource {
     /// Records the self-test made, left out of `stats().observed`.
     self_test_records: u64,
     self_test: SelfTest,
-    /// The process trees' map, until the membership takes it.
-    members: Option<MembersMap>,
+    /// The process trees' map, until the engine's trees take it.
+    members: Option<TreeMap>,
     /// This source's handle on the same map, for the entries of tracked processes.
-    roots: MembersMap,
+    roots: TreeMap,
     /// Which of the programs that see why a process died are attached.
     causes: CauseWatch,
     /// `tgid -> SignalCause` and `tgid -> TreeUsage`: entries of a process untracked alive
@@ -368,7 +368,7 @@ impl EbpfSource {
             .attach()
             .map_err(|e| EbpfError::from_program("attaching the eBPF fork program", e))?;
         let causes = attach_cause_programs(&mut ebpf, &btf);
-        let members = MembersMap::new(
+        let members = TreeMap::new(
             take_map(&mut ebpf, MAP_MEMBERS)?,
             take_map(&mut ebpf, MAP_MEMBER_COUNTERS)?,
             take_map(&mut ebpf, MAP_MEMBER_SLOTS)?,
@@ -511,7 +511,7 @@ impl EbpfSource {
     }
 
     /// The kernel's map of process-tree members, once: its reader owns it from then on.
-    pub fn take_members(&mut self) -> Option<MembersMap> {
+    pub fn take_members(&mut self) -> Option<TreeMap> {
         self.members.take()
     }
 
@@ -651,7 +651,7 @@ impl ExitSource for EbpfSource {
                 tracing::warn!(%key, %error, "cannot remove a process from the eBPF map");
             }
             return match error {
-                MembersMapError::NoRoom(_) => refuse(self, error.to_string()),
+                TreeMapError::NoRoom(_) => refuse(self, error.to_string()),
                 error => Err(TrackError::Io(io::Error::other(error))),
             };
         }

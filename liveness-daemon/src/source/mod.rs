@@ -18,13 +18,15 @@ use liveness_common::identity::{DeathReason, ProcessKey};
 pub mod cgroups;
 pub mod child;
 pub mod ebpf;
-pub mod members_map;
+#[cfg(test)]
+pub(crate) mod fake;
 pub mod monitor;
 pub mod pidfd;
 pub mod procpoll;
 pub mod shared_array;
 #[cfg(test)]
 pub(crate) mod testutil;
+pub mod tree_map;
 
 /// One source's report that a tracked process died.
 #[derive(Debug, Clone, PartialEq, Eq)]

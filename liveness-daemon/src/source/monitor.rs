@@ -201,6 +201,19 @@ struct Coverage {
     ebpf: bool,
     pidfd: bool,
     procpoll: bool,
+    #[cfg(test)]
+    fake: bool,
+}
+
+impl Coverage {
+    /// Whether a source that reports deaths as they happen watches the process.
+    fn event_driven(&self) -> bool {
+        #[cfg(test)]
+        if self.fake {
+            return true;
+        }
+        self.ebpf || self.pidfd
+    }
 }
 
 /// Watches tracked processes through every active source and yields each death once.
@@ -226,6 +239,9 @@ pub struct Monitor {
     /// Processes still to re-check after the kernel lost exit reports.
     to_reconcile: Vec<ProcessKey>,
     loss_reconciles: u64,
+    /// Deaths decided by a test (see [`Monitor::with_fake`]).
+    #[cfg(test)]
+    fake: Option<super::fake::FakeSource>,
 }
 
 /// What woke [`Monitor::next`].
@@ -246,10 +262,10 @@ async fn wait_ring(
 }
 
 impl Monitor {
-    /// Starts the selected sources. Must run inside a tokio runtime.
-    pub async fn start(config: MonitorConfig) -> Result<Monitor, MonitorError> {
+    /// A monitor with no source running yet.
+    fn idle(config: MonitorConfig) -> Monitor {
         let (sink, events) = mpsc::channel(config.queue.max(1));
-        let mut monitor = Monitor {
+        Monitor {
             ebpf: None,
             pidfd: None,
             procpoll: None,
@@ -263,7 +279,24 @@ impl Monitor {
             to_reconcile: Vec::new(),
             loss_reconciles: 0,
             config,
-        };
+            #[cfg(test)]
+            fake: None,
+        }
+    }
+
+    /// A monitor whose only source is in memory: the handle decides every death, and
+    /// `/proc` (the config's) is read only to check a process once it is tracked.
+    #[cfg(test)]
+    pub(crate) fn with_fake(config: MonitorConfig) -> (Monitor, super::fake::FakeExits) {
+        let mut monitor = Monitor::idle(config);
+        let (source, exits) = super::fake::FakeSource::new(monitor.sink.clone());
+        monitor.fake = Some(source);
+        (monitor, exits)
+    }
+
+    /// Starts the selected sources. Must run inside a tokio runtime.
+    pub async fn start(config: MonitorConfig) -> Result<Monitor, MonitorError> {
+        let mut monitor = Monitor::idle(config);
         let (wanted, required) = match &monitor.config.selection {
             Selection::Auto => (vec![SourceName::Ebpf, SourceName::Pidfd], false),
             Selection::Only(names) if names.is_empty() => {
@@ -317,7 +350,7 @@ impl Monitor {
     }
 
     /// The eBPF source's map of process-tree members, once, when that source runs.
-    pub fn take_members_map(&mut self) -> Option<super::members_map::MembersMap> {
+    pub fn take_tree_map(&mut self) -> Option<super::tree_map::TreeMap> {
         self.ebpf.as_mut()?.take_members()
     }
 
@@ -355,7 +388,11 @@ impl Monitor {
         if let Some(pidfd) = &mut self.pidfd {
             coverage.pidfd = arm(pidfd, key, &mut gone);
         }
-        if self.procpoll_selected || !(coverage.ebpf || coverage.pidfd || gone) {
+        #[cfg(test)]
+        if let Some(fake) = &mut self.fake {
+            coverage.fake = arm(fake, key, &mut gone);
+        }
+        if self.procpoll_selected || !(coverage.event_driven() || gone) {
             coverage.procpoll = self.cover_by_procpoll(key);
         }
         self.tracked.insert(key, coverage);
@@ -396,6 +433,10 @@ impl Monitor {
                 source.untrack(key);
             }
             if let (true, Some(source)) = (coverage.procpoll, &mut self.procpoll) {
+                source.untrack(key);
+            }
+            #[cfg(test)]
+            if let (true, Some(source)) = (coverage.fake, &mut self.fake) {
                 source.untrack(key);
             }
         }

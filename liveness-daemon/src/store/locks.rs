@@ -65,7 +65,7 @@ pub(super) fn validate_lock_name(name: &str) -> Result<(), StoreError> {
 }
 
 /// The `lock.acquired` / `lock.released` event of `lock`, held by `session`.
-fn lock_event(
+pub(super) fn lock_event(
     kind: EventKind,
     session: &Session,
     lock: &Lock,

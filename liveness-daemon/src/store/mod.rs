@@ -16,7 +16,7 @@ use std::time::Duration;
 use liveness_common::cause::{Cause, SenderSession, Usage};
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{Identity, ProcessKey};
-use liveness_common::session::{EndReason, Event, OnEnd, Session, Survivors};
+use liveness_common::session::{EndReason, Event, OnEnd, Phase, Session, Survivors};
 
 /// Longest accepted session id, in bytes.
 pub const MAX_ID_LEN: usize = 256;
@@ -55,6 +55,8 @@ macro_rules! select_active {
 pub enum StoreError {
     #[error("no session {0:?}")]
     NotFound(String),
+    #[error(transparent)]
+    Journal(#[from] journal::JournalError),
     #[error(
         "session {0:?} has ended; its id stays taken while the ended session is kept \
          (livenessd --retain-age, 7 days by default): use a new id"
@@ -102,7 +104,7 @@ pub enum StoreError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("no space left on device for the database {path}: free some space ({detail})")]
+    #[error("no space left on device for {path}: free some space ({detail})")]
     NoSpace { path: PathBuf, detail: String },
     #[error("database: {0}")]
     Sqlite(#[from] rusqlite::Error),
@@ -145,13 +147,96 @@ pub struct OwnerDeath {
     pub died_ms: Option<i64>,
     /// The members of the owner's process tree still alive.
     pub survivors: Option<Survivors>,
-    /// Why it died, where the source saw it; otherwise what the reason and source can say.
+    /// Why it died, where a kernel program saw it; otherwise what the reason, the source
+    /// and the status can say (see [`Cause::unseen`]).
     pub cause: Option<Cause>,
     /// What it cost, where the kernel showed it.
     pub usage: Option<Usage>,
-    /// The session the signal's sender belonged to, named in each ended session's cause
-    /// whose readers may see it.
-    pub sender_session: Option<SenderSession>,
+    /// The owner of the tree the signal's sender belonged to when it sent the signal: its
+    /// session is named in the cause of each ending whose readers may see it.
+    pub sender_root: Option<ProcessKey>,
+}
+
+/// How a session ends: what [`Store::end`] and [`Store::end_many`] write into it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ending {
+    pub reason: EndReason,
+    pub exit: Option<ExitStatus>,
+    /// The source that saw the death, for an ending that is one.
+    pub detected_by: Option<DetectedBy>,
+    /// When the source observed the death.
+    pub observed_ms: Option<i64>,
+    /// When the owner died by the kernel's clock, where the source knows it.
+    pub died_ms: Option<i64>,
+    /// The members of the owner's process tree still alive.
+    pub survivors: Option<Survivors>,
+    /// Why the owner died, where a kernel program saw it; otherwise what the reason, the
+    /// source and the status can say.
+    pub cause: Option<Cause>,
+    /// What the owner cost, where the kernel showed it.
+    pub usage: Option<Usage>,
+    /// The sessions a signal's sender belonged to: each cause names the first that its
+    /// readers may see.
+    pub sender_sessions: Vec<SenderSession>,
+    /// Terminate the surviving processes whatever the session's policy (`end --terminate`).
+    pub terminate: bool,
+}
+
+impl Ending {
+    /// An ending for `reason` and nothing else known.
+    pub fn because(reason: EndReason) -> Ending {
+        Ending {
+            reason,
+            exit: None,
+            detected_by: None,
+            observed_ms: None,
+            died_ms: None,
+            survivors: None,
+            cause: None,
+            usage: None,
+            sender_sessions: Vec::new(),
+            terminate: false,
+        }
+    }
+
+    /// Ends `session` in memory as this ending says, at `now_ms`: what its row and its
+    /// `session.ended` event then record, whether the ending is journaled or committed.
+    fn end(&self, session: &mut Session, now_ms: i64) {
+        let mut cause = self
+            .cause
+            .clone()
+            .unwrap_or_else(|| Cause::unseen(self.reason, self.detected_by, self.exit));
+        cause.name_sender_session(&self.sender_sessions, session.creator_uid);
+        session.phase = Phase::Ended;
+        session.reason = Some(self.reason);
+        session.exit = self.exit;
+        session.detected_by = self.detected_by;
+        session.cause = Some(cause);
+        session.usage.clone_from(&self.usage);
+        session.ended_ms = Some(now_ms);
+        session.updated_ms = now_ms;
+        if self.survivors.is_some() {
+            session.survivors.clone_from(&self.survivors);
+        }
+    }
+}
+
+impl OwnerDeath {
+    /// The ending of every session the dead owner had; `sender_sessions` are those of its
+    /// [`OwnerDeath::sender_root`].
+    fn ending(&self, sender_sessions: Vec<SenderSession>) -> Ending {
+        Ending {
+            exit: self.exit,
+            detected_by: Some(self.detected_by),
+            observed_ms: Some(self.observed_ms),
+            died_ms: self.died_ms,
+            survivors: self.survivors.clone(),
+            cause: self.cause.clone(),
+            usage: self.usage.clone(),
+            sender_sessions,
+            ..Ending::because(self.reason)
+        }
+    }
 }
 
 /// A member of a process tree, as persisted across daemon restarts.
@@ -162,15 +247,6 @@ pub struct Member {
     pub root: ProcessKey,
     /// Command name when first seen, for display.
     pub comm: String,
-}
-
-/// Which events a replay returns.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct EventFilter<'a> {
-    /// Only events written under this session id.
-    pub session: Option<&'a str>,
-    /// Only events of sessions registered by this uid.
-    pub creator_uid: Option<u32>,
 }
 
 /// One stored event: its seq and its JSON body as sent to subscribers.
@@ -193,20 +269,26 @@ pub enum EventPage {
     },
 }
 
+mod active;
+mod apply;
 mod checkpoint;
+pub mod journal;
 mod locks;
-mod members;
 mod reader;
 mod reaps;
 mod recovery;
+mod replay;
 mod rows;
 mod schema;
+mod tree;
 mod writer;
 
+pub use active::Active;
+pub use apply::{JournaledDeaths, journal_deaths};
 pub use checkpoint::Checkpointer;
-pub use locks::{Acquired, LockPage, LockQuery, MAX_LOCKS_PER_SESSION};
+pub use locks::{Acquired, LockPage, LockQuery};
 pub use reader::{EventReader, ListQuery, SessionPage};
-pub use recovery::Recovered;
+pub use replay::EventFilter;
 pub use writer::{SEQ_JUMP_AFTER_POWER_LOSS, Store};
 
 #[cfg(test)]

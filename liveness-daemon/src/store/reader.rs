@@ -1,9 +1,9 @@
 //! The readers: [`EventReader`] connections for event replay and listings.
 
 use super::locks::{LockPage, LockQuery, locks_page};
-use super::rows::{events_after, head_seq, name, session_from_row};
+use super::rows::{name, session_from_row};
 use super::schema::check_version;
-use super::{BUSY_TIMEOUT, EventFilter, EventPage, SESSION_COLUMNS, StoreError};
+use super::{BUSY_TIMEOUT, SESSION_COLUMNS, StoreError};
 use liveness_common::session::{Phase, Session};
 use rusqlite::{Connection, OpenFlags, params};
 use std::path::Path;
@@ -12,7 +12,7 @@ use std::path::Path;
 /// readers do not block the writer, nor it them).
 #[derive(Debug)]
 pub struct EventReader {
-    conn: Connection,
+    pub(super) conn: Connection,
 }
 
 impl EventReader {
@@ -25,20 +25,6 @@ impl EventReader {
         conn.busy_timeout(BUSY_TIMEOUT)?;
         check_version(&conn, true)?;
         Ok(EventReader { conn })
-    }
-
-    pub fn head_seq(&self) -> Result<u64, StoreError> {
-        head_seq(&self.conn)
-    }
-
-    /// Same as [`Store::events_after`].
-    pub fn events_after(
-        &self,
-        since: u64,
-        limit: usize,
-        filter: &EventFilter<'_>,
-    ) -> Result<EventPage, StoreError> {
-        events_after(&self.conn, since, limit, filter)
     }
 
     /// One page of held locks (see [`LockQuery`]).

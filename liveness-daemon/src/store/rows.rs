@@ -1,12 +1,11 @@
 //! Row mapping and the statements the writer and the readers share.
 
 use super::locks::release_locks_of;
-use super::{EventFilter, EventPage, MAX_ID_LEN, SESSION_COLUMNS, StoreError, StoredEvent};
-use liveness_common::cause::{Cause, SenderSession, Usage};
-use liveness_common::exit::{DetectedBy, ExitStatus};
+use super::replay::EVENTS_AFTER;
+use super::{Ending, EventFilter, EventPage, MAX_ID_LEN, SESSION_COLUMNS, StoreError, StoredEvent};
 use liveness_common::identity::Identity;
-use liveness_common::session::{EndReason, Event, EventKind, OnEnd, Phase, Session, Survivors};
-use rusqlite::{Connection, Row, params};
+use liveness_common::session::{Event, EventKind, OnEnd, Session};
+use rusqlite::{Connection, Row, named_params, params};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -173,6 +172,11 @@ fn json_column<T: DeserializeOwned>(row: &Row<'_>, index: usize) -> Result<Optio
         .transpose()?)
 }
 
+/// A nullable JSON column's value.
+pub(super) fn json_value<T: Serialize>(value: Option<&T>) -> Result<Option<String>, StoreError> {
+    Ok(value.map(serde_json::to_string).transpose()?)
+}
+
 pub(super) fn get_session(
     conn: &Connection,
     uid: u32,
@@ -221,55 +225,29 @@ pub(super) fn insert_session(conn: &Connection, s: &Session) -> Result<(), Store
             .transpose()?,
         name(&s.on_end)?,
         i64::try_from(s.grace_ms).unwrap_or(i64::MAX),
-        s.cause.as_ref().map(serde_json::to_string).transpose()?,
-        s.usage.as_ref().map(serde_json::to_string).transpose()?,
+        json_value(s.cause.as_ref())?,
+        json_value(s.usage.as_ref())?,
     ])?;
     Ok(())
 }
 
-/// How sessions end: what [`end_selected`] writes into each.
-pub(super) struct Ending {
-    pub(super) reason: EndReason,
-    pub(super) exit: Option<ExitStatus>,
-    pub(super) detected_by: Option<DetectedBy>,
-    pub(super) observed_ms: Option<i64>,
-    pub(super) died_ms: Option<i64>,
-    pub(super) survivors: Option<Survivors>,
-    /// Why, from the owner's side: by default what the reason and the source can say.
-    pub(super) cause: Cause,
-    pub(super) usage: Option<Usage>,
-    pub(super) sender_session: Option<SenderSession>,
-    /// Terminate the surviving processes whatever the sessions' policy (`end --terminate`).
-    pub(super) terminate: bool,
+/// An [`Ending`] as [`end_selected`] writes it: with the time and its stored columns.
+pub(super) struct EndingRow<'a> {
+    pub(super) ending: &'a Ending,
     pub(super) now_ms: i64,
-    /// The same three as stored in their columns.
+    /// The reason, exit and source as stored in their columns.
     pub(super) columns: (String, Option<String>, Option<String>),
 }
 
-impl Ending {
-    pub(super) fn new(
-        reason: EndReason,
-        exit: Option<ExitStatus>,
-        detected_by: Option<DetectedBy>,
-        observed_ms: Option<i64>,
-        now_ms: i64,
-    ) -> Result<Ending, StoreError> {
+impl EndingRow<'_> {
+    pub(super) fn new(ending: &Ending, now_ms: i64) -> Result<EndingRow<'_>, StoreError> {
         let columns = (
-            name(&reason)?,
-            exit.map(|e| serde_json::to_string(&e)).transpose()?,
-            detected_by.map(|d| name(&d)).transpose()?,
+            name(&ending.reason)?,
+            ending.exit.map(|e| serde_json::to_string(&e)).transpose()?,
+            ending.detected_by.map(|d| name(&d)).transpose()?,
         );
-        Ok(Ending {
-            reason,
-            exit,
-            detected_by,
-            observed_ms,
-            died_ms: None,
-            survivors: None,
-            cause: Cause::unseen(reason, detected_by, exit),
-            usage: None,
-            sender_session: None,
-            terminate: false,
+        Ok(EndingRow {
+            ending,
             now_ms,
             columns,
         })
@@ -288,8 +266,9 @@ pub(super) fn end_selected(
     tx: &Connection,
     select: &str,
     params: impl rusqlite::Params,
-    ending: &Ending,
+    row: &EndingRow<'_>,
 ) -> Result<Vec<Event>, StoreError> {
+    let (ending, now_ms) = (row.ending, row.now_ms);
     let mut found: Vec<(i64, Session)> = tx
         .prepare_cached(select)?
         .query_and_then(params, |row| {
@@ -301,23 +280,10 @@ pub(super) fn end_selected(
     found.sort_unstable_by(|a, b| a.1.id.cmp(&b.1.id));
     let mut events = Vec::with_capacity(found.len());
     for (rowid, mut session) in found {
-        let (reason, exit, detected_by) = &ending.columns;
+        let (reason, exit, detected_by) = &row.columns;
         // The survivors in the same statement: a second UPDATE of the row cost every ending.
-        let survivors = ending
-            .survivors
-            .as_ref()
-            .map(serde_json::to_string)
-            .transpose()?;
-        let mut cause = ending.cause.clone();
-        if let Some(sender_session) = &ending.sender_session {
-            cause.name_sender_session(sender_session, session.creator_uid);
-        }
-        let cause_json = serde_json::to_string(&cause)?;
-        let usage = ending
-            .usage
-            .as_ref()
-            .map(serde_json::to_string)
-            .transpose()?;
+        let survivors = json_value(ending.survivors.as_ref())?;
+        ending.end(&mut session, now_ms);
         tx.prepare_cached(
             "UPDATE sessions SET phase = 'ended', reason = ?2, exit = ?3, detected_by = ?4, \
              ended_ms = ?5, updated_ms = ?5, survivors = COALESCE(?6, survivors), cause = ?7, \
@@ -328,29 +294,18 @@ pub(super) fn end_selected(
             reason,
             exit,
             detected_by,
-            ending.now_ms,
+            now_ms,
             survivors,
-            cause_json,
-            usage
+            json_value(session.cause.as_ref())?,
+            json_value(session.usage.as_ref())?,
         ])?;
-        session.phase = Phase::Ended;
-        session.reason = Some(ending.reason);
-        session.exit = ending.exit;
-        session.detected_by = ending.detected_by;
-        session.cause = Some(cause);
-        session.usage.clone_from(&ending.usage);
-        session.ended_ms = Some(ending.now_ms);
-        session.updated_ms = ending.now_ms;
-        if ending.survivors.is_some() {
-            session.survivors.clone_from(&ending.survivors);
-        }
         if ending.terminate || session.on_end == OnEnd::Terminate {
             // The reap is due from this commit on: a restart that finds the row runs it.
             tx.prepare_cached("INSERT OR REPLACE INTO reaps (uid, session) VALUES (?1, ?2)")?
                 .execute(params![session.creator_uid, session.id])?;
         }
         events.push(append(tx, event_ended(&session, ending))?);
-        events.extend(release_locks_of(tx, &session, ending.now_ms)?);
+        events.extend(release_locks_of(tx, &session, now_ms)?);
     }
     Ok(events)
 }
@@ -430,13 +385,14 @@ pub(super) fn events_after(
         })
     };
     let events = tx
-        .prepare_cached(
-            "SELECT seq, body FROM events WHERE seq > ?1 \
-             AND (?3 IS NULL OR session = ?3) AND (?4 IS NULL OR creator_uid = ?4) \
-             ORDER BY seq LIMIT ?2",
-        )?
+        .prepare_cached(&EVENTS_AFTER)?
         .query_map(
-            params![since, limit, filter.session, filter.creator_uid],
+            named_params! {
+                ":since": since,
+                ":limit": limit,
+                ":session": filter.session,
+                ":creator_uid": filter.creator_uid,
+            },
             row,
         )?
         .collect::<Result<_, _>>()?;

@@ -1,9 +1,11 @@
 use std::path::Path;
 
 use liveness_common::lock::{Lock, ReleaseReason};
+use liveness_common::protocol::StreamMessage;
 use liveness_common::session::{DEFAULT_GRACE_MS, EventKind, OnEnd, Phase, ReapFailure, Reaped};
 use rusqlite::Connection;
 
+use super::locks::MAX_LOCKS_PER_SESSION;
 use super::schema::{MIGRATIONS, SCHEMA_VERSION};
 use super::*;
 
@@ -68,6 +70,15 @@ impl Db {
     }
 }
 
+/// Registers sessions `s0`, `s1`... owned by processes 10, 11...
+fn register_many(store: &mut Store, count: u32) {
+    for i in 0..count {
+        store
+            .register(req(&format!("s{i}"), owner(10 + i)), NOW)
+            .unwrap();
+    }
+}
+
 fn exited(code: u8) -> Option<ExitStatus> {
     Some(ExitStatus::Exited { code })
 }
@@ -97,7 +108,7 @@ fn end_owner(
                 survivors: None,
                 cause: None,
                 usage: None,
-                sender_session: None,
+                sender_root: None,
             }],
             now_ms,
         )
@@ -160,13 +171,11 @@ fn only_the_current_owner_ends_a_session_exactly_once() {
         .end(
             UID,
             "s1",
-            EndReason::OwnerExited,
-            None,
-            Some(DetectedBy::Ebpf),
-            None,
             Some(&owner(10)),
-            None,
-            false,
+            &Ending {
+                detected_by: Some(DetectedBy::Ebpf),
+                ..Ending::because(EndReason::OwnerExited)
+            },
             NOW + 2,
         )
         .unwrap();
@@ -193,19 +202,14 @@ fn only_the_current_owner_ends_a_session_exactly_once() {
     let stop = store.end(
         UID,
         "s1",
-        EndReason::Stopped,
         None,
-        None,
-        None,
-        None,
-        None,
-        false,
+        &Ending::because(EndReason::Stopped),
         NOW + 7,
     );
     assert!(stop.unwrap().is_empty());
     assert_eq!(store.head_seq().unwrap(), 3);
     assert!(matches!(
-        store.end(UID, "nope", EndReason::Stopped, None, None, None, None, None, false, NOW),
+        store.end(UID, "nope", None, &Ending::because(EndReason::Stopped), NOW),
         Err(StoreError::NotFound(id)) if id == "nope"
     ));
 }
@@ -220,13 +224,12 @@ fn end_by_id_with_and_without_expected_owner() {
         .end(
             UID,
             "a",
-            EndReason::OwnerReused,
-            None,
-            Some(DetectedBy::Reconcile),
-            Some(NOW),
             Some(&owner(10)),
-            None,
-            false,
+            &Ending {
+                detected_by: Some(DetectedBy::Reconcile),
+                observed_ms: Some(NOW),
+                ..Ending::because(EndReason::OwnerReused)
+            },
             NOW + 1,
         )
         .unwrap()
@@ -236,13 +239,8 @@ fn end_by_id_with_and_without_expected_owner() {
         .end(
             UID,
             "b",
-            EndReason::Timeout,
             None,
-            None,
-            None,
-            None,
-            None,
-            false,
+            &Ending::because(EndReason::Timeout),
             NOW + 2,
         )
         .unwrap()
@@ -357,13 +355,8 @@ fn rename_errors_change_nothing() {
         .end(
             UID,
             "p2",
-            EndReason::PendingExpired,
             None,
-            None,
-            None,
-            None,
-            None,
-            false,
+            &Ending::because(EndReason::PendingExpired),
             NOW,
         )
         .unwrap();
@@ -604,11 +597,7 @@ fn a_deleted_or_replaced_file_is_noticed() {
 fn lists_page_through_every_session_once() {
     let db = Db::new();
     let mut store = db.open();
-    for i in 0..7 {
-        store
-            .register(req(&format!("s{i}"), owner(10 + i)), NOW)
-            .unwrap();
-    }
+    register_many(&mut store, 7);
     let reader = EventReader::open(db.path()).unwrap();
     let mut seen = Vec::new();
     let mut after = 0;
@@ -773,6 +762,86 @@ fn events_after_filters_by_creator() {
         .map(|e| (e.session.as_str(), e.creator_uid))
         .collect();
     assert_eq!(sessions, [("mine", 1000)]);
+}
+
+/// The replay's filter (SQL) and the live stream's (`admits`) are one test: for every
+/// filter, the replay returns exactly the stored events `admits` lets through.
+#[test]
+fn the_sql_filter_and_admits_agree() {
+    let db = Db::new();
+    let mut store = db.open();
+    for (id, uid, pid) in [
+        ("a", 1000, 10),
+        ("b", 1000, 11),
+        ("a", 2000, 12),
+        ("c", 2000, 13),
+    ] {
+        let new = NewSession {
+            creator_uid: uid,
+            ..req(id, owner(pid))
+        };
+        store.register(new, NOW).unwrap();
+    }
+    let all = events(store.events_after(0, 100, &EventFilter::default()).unwrap());
+    assert_eq!(all.len(), 4);
+    for session in [None, Some("a"), Some("c"), Some("none")] {
+        for creator_uid in [None, Some(1000), Some(2000), Some(3000)] {
+            let filter = EventFilter {
+                session,
+                creator_uid,
+            };
+            let replayed: Vec<u64> = events(store.events_after(0, 100, &filter).unwrap())
+                .iter()
+                .map(|e| e.seq)
+                .collect();
+            let admitted: Vec<u64> = all
+                .iter()
+                .filter(|e| filter.admits(&e.session, e.creator_uid))
+                .map(|e| e.seq)
+                .collect();
+            assert_eq!(replayed, admitted, "{filter:?}");
+        }
+    }
+}
+
+/// A replay pages through the stored events up to a head, as stream lines, and says where
+/// retention left a gap.
+#[test]
+fn a_replay_yields_stream_lines_up_to_the_head_and_its_gaps() {
+    let db = Db::new();
+    let mut store = db.open();
+    register_many(&mut store, 5);
+    let reader = EventReader::open(db.path()).unwrap();
+    let all = EventFilter::default();
+    let first = reader.replay(0, 4, &all, 3).unwrap();
+    assert_eq!(first.next, Some(3), "a full page goes on");
+    let lines: Vec<StreamMessage> = first
+        .lines
+        .iter()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let seqs: Vec<u64> = lines
+        .iter()
+        .map(|line| match line {
+            StreamMessage::Event(event) => event.seq,
+            other => panic!("an event line, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(seqs, [1, 2, 3]);
+    let last = reader.replay(3, 4, &all, 3).unwrap();
+    assert_eq!(
+        (last.lines.len(), last.next),
+        (1, None),
+        "event 5 is past the head"
+    );
+
+    store.prune(2, i64::MAX, NOW).unwrap();
+    let gap = reader.replay(0, 5, &all, 3).unwrap();
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&gap.lines[0]).unwrap(),
+        serde_json::json!({"gap": {"since": 0, "pruned_through": 3}})
+    );
+    assert_eq!(gap.next, Some(3), "the replay goes on after the gap");
 }
 
 #[test]
@@ -965,13 +1034,8 @@ fn session_ids_are_per_user() {
         .end(
             UID,
             "shared",
-            EndReason::Stopped,
             None,
-            None,
-            None,
-            None,
-            None,
-            false,
+            &Ending::because(EndReason::Stopped),
             NOW + 1,
         )
         .unwrap();
@@ -1099,17 +1163,18 @@ fn reader_needs_a_migrated_database_and_sees_commits() {
 
     let mut store = db.open();
     let reader = EventReader::open(db.path()).unwrap();
-    assert_eq!(reader.head_seq().unwrap(), 0);
+    let none = reader.replay(0, 1, &only("s"), 10).unwrap();
+    assert_eq!(none.lines, Vec::<String>::new());
     let event = store
         .register(req("s", owner(10)), NOW)
         .unwrap()
         .event
         .unwrap();
-    assert_eq!(reader.head_seq().unwrap(), 1);
-    assert_eq!(
-        events(reader.events_after(0, 10, &only("s")).unwrap()),
-        [event]
-    );
+    let replayed = reader.replay(0, 1, &only("s"), 10).unwrap();
+    let lines: Vec<StreamMessage> = (replayed.lines.iter())
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(lines, [StreamMessage::Event(Box::new(event))]);
 }
 
 #[test]
@@ -1137,7 +1202,7 @@ fn end_many_finalizes_a_thousand_owners_in_one_transaction() {
             survivors: None,
             cause: None,
             usage: None,
-            sender_session: None,
+            sender_root: None,
         })
         .collect();
     let start = std::time::Instant::now();
@@ -1327,13 +1392,11 @@ fn the_cleanup_policy_is_stored_and_the_reaped_event_recorded() {
             .end(
                 UID,
                 id,
-                EndReason::Stopped,
-                None,
-                None,
-                None,
                 Some(&owner),
-                None,
-                terminate,
+                &Ending {
+                    terminate,
+                    ..Ending::because(EndReason::Stopped)
+                },
                 NOW + 11,
             )
             .unwrap()
@@ -1436,13 +1499,8 @@ fn every_ending_releases_the_sessions_locks_in_its_transaction() {
             let stopped = store.end(
                 UID,
                 "stopped",
-                EndReason::Stopped,
                 None,
-                None,
-                None,
-                None,
-                None,
-                false,
+                &Ending::because(EndReason::Stopped),
                 NOW,
             );
             stopped.unwrap()
@@ -1451,13 +1509,8 @@ fn every_ending_releases_the_sessions_locks_in_its_transaction() {
             let expired = store.end(
                 UID,
                 "expired",
-                EndReason::PendingExpired,
-                None,
-                None,
-                None,
                 Some(owner),
-                None,
-                false,
+                &Ending::because(EndReason::PendingExpired),
                 NOW,
             );
             expired.unwrap()
@@ -1636,85 +1689,132 @@ fn a_token_granted_after_the_state_was_deleted_or_restored_exceeds_every_earlier
     }
 }
 
-#[test]
-fn causes_and_usage_are_stored_and_a_foreign_sender_session_is_not_named() {
-    use liveness_common::cause::{Cause, MembersUsage, SenderSession, Usage};
-    let db = Db::new();
-    let mut store = db.open();
-    // Two sessions of one owner, by two creators; the sender belongs to a session of UID.
+/// A death by SIGTERM from a member of session "builder"'s tree (rooted at owner 30),
+/// whose owner has three sessions: its creator's, another user's, and root's.
+fn killed_by_a_builder(store: &mut Store) -> OwnerDeath {
+    use liveness_common::cause::{Cause, MembersUsage, Sender, Usage};
     let victim = owner(20);
     store.register(req("mine", victim.clone()), NOW).unwrap();
-    store
-        .register(
-            NewSession {
-                creator_uid: UID + 1,
-                ..req("theirs", victim.clone())
-            },
-            NOW,
-        )
-        .unwrap();
-    let sender = liveness_common::cause::Sender {
-        pid: 30,
-        start_ticks: 3,
-        comm: "kill".into(),
-        uid: UID,
-        session: None,
-    };
-    let usage = Usage {
-        cpu_user_us: 300_000,
-        cpu_system_us: 1_000,
-        peak_rss_bytes: 1 << 20,
-        members: MembersUsage::default(),
-    };
-    let events = store
-        .end_many(
-            &[OwnerDeath {
-                owner: victim,
-                reason: EndReason::OwnerExited,
-                exit: Some(ExitStatus::Signaled {
-                    signal: 15,
-                    core_dumped: false,
-                }),
-                detected_by: DetectedBy::Ebpf,
-                observed_ms: NOW,
-                died_ms: None,
-                survivors: None,
-                cause: Some(Cause::Signal {
-                    signal: 15,
-                    sender: Some(sender),
-                    kernel: None,
-                }),
-                usage: Some(usage.clone()),
-                sender_session: Some(SenderSession {
-                    id: "builder".into(),
-                    creator_uid: UID,
-                }),
-            }],
-            NOW + 1,
-        )
-        .unwrap();
-    let named = |cause: &Option<Cause>| match cause {
+    for (id, creator_uid) in [("theirs", UID + 1), ("roots", 0)] {
+        let session = NewSession {
+            creator_uid,
+            ..req(id, victim.clone())
+        };
+        store.register(session, NOW).unwrap();
+    }
+    store.register(req("builder", owner(30)), NOW).unwrap();
+    OwnerDeath {
+        owner: victim,
+        reason: EndReason::OwnerExited,
+        exit: Some(ExitStatus::Signaled {
+            signal: 15,
+            core_dumped: false,
+        }),
+        detected_by: DetectedBy::Ebpf,
+        observed_ms: NOW,
+        died_ms: None,
+        survivors: None,
+        cause: Some(Cause::Signal {
+            signal: 15,
+            sender: Some(Sender {
+                pid: 31,
+                start_ticks: 3,
+                comm: "kill".into(),
+                uid: UID,
+                session: None,
+            }),
+            kernel: None,
+        }),
+        usage: Some(Usage {
+            cpu_user_us: 300_000,
+            cpu_system_us: 1_000,
+            peak_rss_bytes: 1 << 20,
+            members: MembersUsage::default(),
+        }),
+        sender_root: Some(owner(30).key()),
+    }
+}
+
+/// The session a cause names as its sender's.
+fn sender_session(cause: Option<&liveness_common::cause::Cause>) -> Option<String> {
+    use liveness_common::cause::Cause;
+    match cause {
         Some(Cause::Signal {
             sender: Some(sender),
             ..
         }) => sender.session.clone(),
         other => panic!("not a signal with a sender: {other:?}"),
-    };
+    }
+}
+
+#[test]
+fn causes_and_usage_are_stored_and_a_foreign_sender_session_is_not_named() {
+    let db = Db::new();
+    let mut store = db.open();
+    let death = killed_by_a_builder(&mut store);
+    let events = store
+        .end_many(std::slice::from_ref(&death), NOW + 1)
+        .unwrap();
     let by_session = |id: &str| events.iter().find(|e| e.session == id).unwrap();
-    assert_eq!(named(&by_session("mine").cause), Some("builder".into()));
     assert_eq!(
-        named(&by_session("theirs").cause),
+        sender_session(by_session("mine").cause.as_ref()),
+        Some("builder".into())
+    );
+    assert_eq!(
+        sender_session(by_session("theirs").cause.as_ref()),
         None,
         "another user's session id reached a non-root creator's ending"
     );
-    // Stored as sent, and read back after a reopen.
+    assert_eq!(
+        sender_session(by_session("roots").cause.as_ref()),
+        Some("builder".into()),
+        "root sees every session"
+    );
+    // Stored as published, and read back after a reopen.
     drop(store);
     let store = db.open();
     let mine = store.get(UID, "mine").unwrap().unwrap();
-    assert_eq!(named(&mine.cause), Some("builder".into()));
-    assert_eq!(mine.usage, Some(usage));
+    assert_eq!(mine.cause, by_session("mine").cause);
+    assert_eq!(mine.usage, death.usage);
     let theirs = store.get(UID + 1, "theirs").unwrap().unwrap();
-    assert_eq!(named(&theirs.cause), None);
+    assert_eq!(sender_session(theirs.cause.as_ref()), None);
+}
+
+/// A daemon killed between a death's append and its commit applies the journal at its
+/// next start: the causes and usage come back from the journal, not from the source.
+#[test]
+fn a_replayed_journal_entry_keeps_its_causes_and_usage() {
+    let db = Db::new();
+    let mut store = db.open();
+    let death = killed_by_a_builder(&mut store);
+    let active = super::Active::load(&store).unwrap();
+    let batch =
+        super::journal_deaths(&active, &[death], NOW + 1, store.head_seq().unwrap()).unwrap();
+    // Through the journal's own encoding, as a start reads it back.
+    let entry: super::journal::JournalEntry =
+        serde_json::from_str(&serde_json::to_string(&batch.entry).unwrap()).unwrap();
+    drop(store);
+    let mut store = db.open();
+    assert_eq!(store.get(UID, "mine").unwrap().unwrap().cause, None);
+    assert_eq!(store.replay(&[entry]).unwrap(), 1);
+    for published in &batch.events {
+        if published.kind != EventKind::Ended {
+            continue;
+        }
+        let stored = store
+            .get(published.creator_uid, &published.session)
+            .unwrap()
+            .unwrap();
+        assert_eq!(stored.cause, published.cause, "{}", published.session);
+        assert_eq!(stored.usage, published.usage, "{}", published.session);
+    }
+    let stored = events(store.events_after(0, 100, &EventFilter::default()).unwrap());
+    let ended: Vec<_> = stored
+        .into_iter()
+        .filter(|e| e.kind == EventKind::Ended)
+        .collect();
+    assert_eq!(ended.len(), 3);
+    assert!(ended.iter().all(|e| e.usage.is_some() && e.cause.is_some()));
 }
 
 #[test]
@@ -1727,13 +1827,8 @@ fn endings_no_source_explained_say_what_is_known() {
         .end(
             UID,
             "stopped",
-            EndReason::Stopped,
             None,
-            None,
-            None,
-            None,
-            None,
-            false,
+            &Ending::because(EndReason::Stopped),
             NOW + 1,
         )
         .unwrap();

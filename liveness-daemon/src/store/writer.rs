@@ -1,16 +1,19 @@
 //! The writer: [`Store`], the one read-write connection the engine drives.
 
+#[cfg(test)]
+use super::OwnerDeath;
+use super::journal::JournalError;
 use super::locks::{jump_tokens, rename_holder};
 use super::reader::{ListQuery, SessionPage};
 use super::rows::{
-    Ending, append, end_selected, event_about, events_after, get_session, head_seq, insert_session,
-    name, session_from_row, ticks_from_sql, ticks_to_sql, touch_active, validate_id,
+    EndingRow, append, end_selected, event_about, events_after, get_session, head_seq,
+    insert_session, name, session_from_row, ticks_from_sql, ticks_to_sql, touch_active,
+    validate_id,
 };
 use super::schema::{FileId, check_version, create, file_id, is_damage, is_truncated, migrate};
-use super::{BUSY_TIMEOUT, EventFilter, EventPage, NewSession, OwnerDeath, Registered, StoreError};
-use liveness_common::exit::{DetectedBy, ExitStatus};
+use super::{BUSY_TIMEOUT, Ending, EventFilter, EventPage, NewSession, Registered, StoreError};
 use liveness_common::identity::Identity;
-use liveness_common::session::{EndReason, Event, EventKind, Phase, Session, Survivors};
+use liveness_common::session::{Event, EventKind, Phase, Session};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use std::path::{Path, PathBuf};
 
@@ -120,6 +123,14 @@ impl Store {
     /// Says "no space left on device" for a failure caused by a full disk, which SQLite
     /// may report as a generic I/O error (when it grows the write-ahead log).
     pub fn explain(&self, error: StoreError) -> StoreError {
+        if let StoreError::Journal(JournalError::Io { path, source }) = &error
+            && source.raw_os_error() == Some(libc::ENOSPC)
+        {
+            return StoreError::NoSpace {
+                path: path.clone(),
+                detail: source.to_string(),
+            };
+        }
         let StoreError::Sqlite(e) = &error else {
             return error;
         };
@@ -355,33 +366,18 @@ impl Store {
         }
     }
 
-    /// Ends user `uid`'s session `id` if it is still active and, when `expected_owner` is
-    /// given, still owned by that process: its `session.ended` event, then those of the
-    /// locks it held. None when it was already ended or the owner changed. With
-    /// `terminate`, its surviving processes are to be terminated whatever its policy.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "each is an independent fact of the ending"
-    )]
+    /// Ends user `uid`'s session `id` as `ending` says, if it is still active and, when
+    /// `expected_owner` is given, still owned by that process: its `session.ended` event,
+    /// then those of the locks it held. None when it was already ended or the owner changed.
     pub fn end(
         &mut self,
         uid: u32,
         id: &str,
-        reason: EndReason,
-        exit: Option<ExitStatus>,
-        detected_by: Option<DetectedBy>,
-        observed_ms: Option<i64>,
         expected_owner: Option<&Identity>,
-        survivors: Option<Survivors>,
-        terminate: bool,
+        ending: &Ending,
         now_ms: i64,
     ) -> Result<Vec<Event>, StoreError> {
         let tx = self.write_tx()?;
-        let ending = Ending {
-            survivors,
-            terminate,
-            ..Ending::new(reason, exit, detected_by, observed_ms, now_ms)?
-        };
         let ended = end_selected(
             &tx,
             select_active!(
@@ -395,7 +391,7 @@ impl Store {
                 expected_owner.map(|o| &o.boot_id),
                 uid,
             ],
-            &ending,
+            &EndingRow::new(ending, now_ms)?,
         )?;
         if ended.is_empty() {
             return if get_session(&tx, uid, id)?.is_some() {
@@ -408,42 +404,19 @@ impl Store {
         Ok(ended)
     }
 
-    /// Finalizes the sessions of many dead owners in ONE transaction (bursts of exits).
-    /// Each session ends by compare-and-set on its owner fingerprint, so sessions that
-    /// moved on to a new owner are left alone. Events come out in `deaths` order.
+    /// Ends every ACTIVE session of each dead owner now, as the engine's journaled path
+    /// does (the same [`super::journal_deaths`] and [`Store::apply`]), without a journal:
+    /// what the store's tests of endings run.
+    #[cfg(test)]
     pub fn end_many(
         &mut self,
         deaths: &[OwnerDeath],
         now_ms: i64,
     ) -> Result<Vec<Event>, StoreError> {
-        let tx = self.write_tx()?;
-        let mut events = Vec::new();
-        for death in deaths {
-            let owner = &death.owner;
-            let defaults = Ending::new(
-                death.reason,
-                death.exit,
-                Some(death.detected_by),
-                Some(death.observed_ms),
-                now_ms,
-            )?;
-            let ending = Ending {
-                died_ms: death.died_ms,
-                survivors: death.survivors.clone(),
-                cause: death.cause.clone().unwrap_or(defaults.cause),
-                usage: death.usage.clone(),
-                sender_session: death.sender_session.clone(),
-                ..defaults
-            };
-            events.extend(end_selected(
-                &tx,
-                select_active!("owner_pid = ?1 AND owner_start_ticks = ?2 AND owner_boot_id = ?3"),
-                params![owner.pid, ticks_to_sql(owner.start_ticks), owner.boot_id],
-                &ending,
-            )?);
-        }
-        tx.commit()?;
-        Ok(events)
+        let active = super::Active::load(self)?;
+        let batch = super::journal_deaths(&active, deaths, now_ms, self.head_seq()?)?;
+        self.apply(&batch.entry)?;
+        Ok(batch.events)
     }
 
     /// User `uid`'s session `id`.

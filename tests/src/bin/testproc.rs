@@ -38,6 +38,14 @@
 //! of the socket, sends the newline, prints the reply, then keeps the peer unread until
 //! stdin ends.
 //!
+//! `testproc survivors N [HELPER]` forks N children that outlive it, prints their PIDs (one
+//! a line), then `ready`, and exits when stdin ends: the survivors of a session's owner.
+//! They catch SIGTERM and live on: without HELPER each prints `term` for it; with HELPER
+//! each execs `HELPER rooted` instead.
+//!
+//! `testproc rooted`, run from a set-user-ID-root copy of testproc, takes root's ids
+//! (`setresuid(0, 0, 0)`), prints `root` and lives until killed.
+//!
 //! `testproc request SOCKET LINE` is a raw protocol client for tests that run commands
 //! inside namespaces: it sends LINE to the daemon's socket and prints the reply line.
 use std::ffi::CString;
@@ -437,10 +445,92 @@ fn linger(socket: &str, line: &str) -> ! {
     exit_group(0)
 }
 
+/// The `execv` arguments of a survivor's SIGTERM handler, made before the forks (a
+/// handler may not allocate): null until `survivors` is given a HELPER.
+static ON_TERM_EXEC: std::sync::atomic::AtomicPtr<*const libc::c_char> =
+    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+
+extern "C" fn on_term(_: libc::c_int) {
+    let argv = ON_TERM_EXEC.load(std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: write and execv are async-signal-safe; `argv` is a leaked, NULL-terminated
+    // array of leaked C strings.
+    unsafe {
+        if argv.is_null() {
+            libc::write(1, c"term\n".as_ptr().cast(), 5);
+        } else {
+            libc::execv(*argv, argv.cast_const());
+            libc::write(1, c"exec failed\n".as_ptr().cast(), 12);
+        }
+    }
+}
+
+/// See the module's `survivors`.
+fn survivors(count: usize, helper: Option<&str>) -> ! {
+    if let Some(helper) = helper {
+        let strings = [CString::new(helper).unwrap(), c"rooted".to_owned()];
+        let mut argv: Vec<*const libc::c_char> = strings.iter().map(|arg| arg.as_ptr()).collect();
+        argv.push(std::ptr::null());
+        std::mem::forget(strings);
+        ON_TERM_EXEC.store(
+            argv.leak().as_mut_ptr(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+    // Installed before the forks, which inherit it.
+    // SAFETY: `on_term` only makes async-signal-safe calls.
+    unsafe { libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t) };
+    let mut out = std::io::stdout().lock();
+    for _ in 0..count {
+        // SAFETY: this process has one thread; the child only pauses.
+        match unsafe { libc::fork() } {
+            0 => loop {
+                // SAFETY: pause only waits for a signal.
+                unsafe { libc::pause() };
+            },
+            -1 => {
+                eprintln!("testproc: fork: {}", std::io::Error::last_os_error());
+                exit_group(101)
+            }
+            child => {
+                let _ = writeln!(out, "{child}");
+            }
+        }
+    }
+    let _ = writeln!(out, "ready");
+    let _ = out.flush();
+    drop(out);
+    wait_for_eof();
+    exit_group(0)
+}
+
+/// See the module's `rooted`.
+fn rooted() -> ! {
+    // SAFETY: a plain syscall changing this process's credentials.
+    if unsafe { libc::setresuid(0, 0, 0) } != 0 {
+        println!("not root: {}", std::io::Error::last_os_error());
+        exit_group(106)
+    }
+    println!("root");
+    let _ = std::io::stdout().flush();
+    loop {
+        // SAFETY: pause only waits for a signal.
+        unsafe { libc::pause() };
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("chain") {
         chain(args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1));
+    }
+    if args.first().map(String::as_str) == Some("survivors") {
+        survivors(
+            args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1),
+            args.get(2).map(String::as_str),
+        );
+    }
+    if args.first().map(String::as_str) == Some("rooted") {
+        rooted();
     }
     if args.first().map(String::as_str) == Some("tree") {
         tree(args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1));

@@ -17,20 +17,19 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use tokio::task::JoinError;
+use tokio::task::{JoinError, JoinSet};
 
 use liveness_common::identity::{Identity, ProcessKey};
-use liveness_common::protocol::{ErrorBody, ErrorCode, wire_name};
 use liveness_common::session::{
-    DEFAULT_GRACE_MS, EndReason, Event, EventKind, MAX_GRACE_MS, OnEnd, ReapFailure, Reaped,
-    Session,
+    DEFAULT_GRACE_MS, EndReason, Event, EventKind, OnEnd, ReapFailure, Reaped,
 };
 use liveness_proc::identity::{Liveness, ProcRoot};
 
-use super::Engine;
-use super::membership::{TreeView, descendants};
+use super::tree::{TreeView, Trees, descendants};
 use crate::offload::offload;
-use crate::source::members_map::MembersMap;
+use crate::reap::Reaper;
+use crate::source::tree_map::TreeMap;
+use crate::store::Store;
 
 /// What a reap signals, decided on the engine from what it knows cheaply; what costs as
 /// much as the tree (completing a long survivors list, sparing the live owner's children)
@@ -63,11 +62,7 @@ impl ReapPlan {
     }
 
     /// The processes to signal, read through `kernel` (the members map) and `proc`.
-    fn targets(
-        self,
-        kernel: Option<&MembersMap>,
-        proc: &ProcRoot,
-    ) -> Result<Vec<Identity>, Refused> {
+    fn targets(self, kernel: Option<&TreeMap>, proc: &ProcRoot) -> Result<Vec<Identity>, Refused> {
         let owner = self.owner;
         let mut members = self.listed;
         if let Some(tree) = self.complete_with {
@@ -111,49 +106,6 @@ impl ReapPlan {
 /// A finished reap: the ended event it was for, and what it did.
 pub(super) type ReapDone = (Event, Reaped);
 
-/// The cleanup fields of a `register` request, as sent.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct AskedPolicy {
-    pub(super) on_end: Option<OnEnd>,
-    pub(super) grace_ms: Option<u64>,
-}
-
-impl AskedPolicy {
-    /// The policy of a new session, or why the request is refused.
-    pub(super) fn resolve(&self) -> Result<(OnEnd, u64), ErrorBody> {
-        let grace_ms = self.grace_ms.unwrap_or(DEFAULT_GRACE_MS);
-        if grace_ms > MAX_GRACE_MS {
-            return Err(ErrorBody::new(
-                ErrorCode::InvalidRequest,
-                format!(
-                    "grace_ms {grace_ms} is longer than the longest grace, {MAX_GRACE_MS} ms (one hour)"
-                ),
-            ));
-        }
-        Ok((self.on_end.unwrap_or_default(), grace_ms))
-    }
-
-    /// A registration of an existing session may repeat its policy, not change it.
-    pub(super) fn check_unchanged(&self, existing: &Session) -> Result<(), ErrorBody> {
-        let changed = self.on_end.is_some_and(|on_end| on_end != existing.on_end)
-            || self
-                .grace_ms
-                .is_some_and(|grace| grace != existing.grace_ms);
-        if !changed {
-            return Ok(());
-        }
-        Err(ErrorBody::new(
-            ErrorCode::InvalidRequest,
-            format!(
-                "session {:?} was registered with on_end {} and grace_ms {}: the cleanup policy is set when a session is created; register without on_end and grace_ms, or use a new session id",
-                existing.id,
-                wire_name(existing.on_end),
-                existing.grace_ms
-            ),
-        ))
-    }
-}
-
 /// The `session.ended` events among `events` of sessions whose policy is `terminate`.
 pub(super) fn terminating(events: &[Event]) -> Vec<Event> {
     events
@@ -163,16 +115,36 @@ pub(super) fn terminating(events: &[Event]) -> Vec<Event> {
         .collect()
 }
 
-impl Engine {
+/// The reaps under way: each a task that waits out its grace period and returns what it
+/// did, for the engine to commit.
+#[derive(Debug)]
+pub(super) struct Reaps {
+    tasks: JoinSet<ReapDone>,
+    reaper: Reaper,
+    proc: ProcRoot,
+    /// This boot: only its processes are signalled.
+    boot_id: String,
+}
+
+impl Reaps {
+    pub(super) fn new(proc: ProcRoot, boot_id: String) -> Reaps {
+        Reaps {
+            tasks: JoinSet::new(),
+            reaper: Reaper::new(proc.clone()),
+            proc,
+            boot_id,
+        }
+    }
+
     /// Starts terminating what is left of the process tree of the session `ended` is about,
-    /// with the session's grace period (see [`Engine::reap_targets`] for what is spared).
-    pub(super) fn start_reap(&mut self, ended: &Event) {
-        self.spawn_reap(ended, false);
+    /// with the session's grace period (see [`Reaps::plan`] for what is spared).
+    pub(super) fn start(&mut self, ended: &Event, store: &Store, trees: &Trees) {
+        self.spawn(ended, false, store, trees);
     }
 
     /// At start: runs again the reaps that a stop or a crash of the last run cut short.
-    pub(super) fn resume_reaps(&mut self) {
-        let due = match self.store.reaps_due() {
+    pub(super) fn resume(&mut self, store: &mut Store, trees: &Trees) {
+        let due = match store.reaps_due() {
             Ok(due) => due,
             Err(e) => {
                 tracing::error!(error = %e, "cannot list the reaps a stop cut short; they are not run again");
@@ -186,12 +158,12 @@ impl Engine {
             );
         }
         for ended in &due {
-            self.spawn_reap(ended, true);
+            self.spawn(ended, true, store, trees);
         }
     }
 
-    fn spawn_reap(&mut self, ended: &Event, resumed: bool) {
-        let grace_ms = match self.store.get(ended.creator_uid, &ended.session) {
+    fn spawn(&mut self, ended: &Event, resumed: bool, store: &Store, trees: &Trees) {
+        let grace_ms = match store.get(ended.creator_uid, &ended.session) {
             Ok(Some(session)) => session.grace_ms,
             Ok(None) => DEFAULT_GRACE_MS,
             Err(e) => {
@@ -199,16 +171,12 @@ impl Engine {
                 DEFAULT_GRACE_MS
             }
         };
-        let plan = self.reap_plan(ended);
+        let plan = self.plan(ended, store, trees);
         let ended = ended.clone();
-        let (reaper, kernel, proc) = (
-            self.reaper.clone(),
-            self.members_reader.clone(),
-            self.config.proc.clone(),
-        );
+        let (reaper, kernel, proc) = (self.reaper.clone(), trees.reader(), self.proc.clone());
         // Through the task set also when nothing is signalled, so that the outcome is
         // published after the ending.
-        self.reaps.spawn(async move {
+        self.tasks.spawn(async move {
             let targets = offload(move || plan.targets(kernel.as_deref(), &proc)).await;
             let reaped = match targets {
                 Some(Ok(targets)) => {
@@ -255,10 +223,10 @@ impl Engine {
     /// agent that ends one conversation and goes on with the next, its servers with it);
     /// only what left it (orphaned, reparented) is the ended session's to clean up. A tree
     /// whose owner still owns an ACTIVE session is that session's too, and left running.
-    fn reap_plan(&self, ended: &Event) -> ReapPlan {
+    fn plan(&self, ended: &Event, store: &Store, trees: &Trees) -> ReapPlan {
         let owner = ended.owner.clone();
         // The tree of an owner of another boot cannot be known here, nor signalled.
-        if owner.boot_id != self.local.boot_id {
+        if owner.boot_id != self.boot_id {
             return ReapPlan::nothing(owner);
         }
         // The survivors the ending read, when it listed them all (the reaper checks each
@@ -267,9 +235,9 @@ impl Engine {
         let listed = ended.survivors.as_ref();
         let complete_with = listed
             .is_none_or(|s| s.members.len() as u64 != u64::from(s.total))
-            .then(|| self.membership.view(owner.key()));
+            .then(|| trees.view(owner.key()));
         // Fails closed: a tree that may be another session's is not signalled.
-        let refusal = match self.store.active_sessions_of_owner(&owner) {
+        let refusal = match store.active_sessions_of_owner(&owner) {
             Ok(sessions) => sessions.first().map(|sharing| {
                 format!(
                     "it also belongs to the active session {:?}, which has the same owner: left running",
@@ -294,49 +262,30 @@ impl Engine {
         }
     }
 
-    /// Commits and publishes the `session.reaped` event of a finished reap.
-    pub(super) fn finish_reap(&mut self, done: Result<ReapDone, JoinError>) {
-        match done {
-            Ok(done) => self.record_reaps(vec![done]),
-            // Still due in the store: the next start runs it again.
-            Err(e) => tracing::error!(error = %e, "a reap task failed"),
-        }
-    }
-
-    /// Commits the `session.reaped` events of finished reaps, after those whose commit
-    /// failed before, and publishes them.
-    pub(super) fn record_reaps(&mut self, done: Vec<ReapDone>) {
-        let committed = self.commit_or_keep(
-            |uncommitted| &mut uncommitted.reaps,
-            done,
-            "reap outcomes",
-            |engine, done| {
-                let now = engine.config.clock.now_ms();
-                engine.store.record_reaped(done, now)
-            },
-        );
-        if let Some((_, events)) = committed {
-            self.publish(events);
+    /// The next reap to finish; pending while none runs. Cancel-safe.
+    pub(super) async fn finished(&mut self) -> Result<ReapDone, JoinError> {
+        match self.tasks.join_next().await {
+            Some(done) => done,
+            None => std::future::pending().await,
         }
     }
 
     /// At shutdown: reaps still waiting out a grace period are cancelled. Their processes
     /// had SIGTERM and are left as they are; the reaps stay due in the store, and the next
-    /// start runs them again.
-    pub(super) async fn cancel_reaps(&mut self) {
-        if self.reaps.is_empty() {
-            return;
+    /// start runs them again. Returns those that finished just before their abort.
+    pub(super) async fn cancel(&mut self) -> Vec<ReapDone> {
+        if self.tasks.is_empty() {
+            return Vec::new();
         }
         tracing::warn!(
-            count = self.reaps.len(),
+            count = self.tasks.len(),
             "stopping while terminating sessions' processes: the next start terminates them again"
         );
-        self.reaps.abort_all();
+        self.tasks.abort_all();
         let mut finished = Vec::new();
-        while let Some(done) = self.reaps.join_next().await {
-            // A reap that finished just before its abort is recorded after all.
+        while let Some(done) = self.tasks.join_next().await {
             finished.extend(done.ok());
         }
-        self.record_reaps(finished);
+        finished
     }
 }

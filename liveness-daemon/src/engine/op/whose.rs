@@ -7,12 +7,13 @@
 //! tracked owners.
 
 use liveness_common::identity::ProcessKey;
-use liveness_common::protocol::{ErrorBody, ErrorCode, Reply};
+use liveness_common::protocol::{ErrorBody, ErrorCode};
+use liveness_common::session::Session;
 use liveness_proc::identity::{IdentityError, ProcRoot};
 
-use super::auth::Caller;
-use super::{Engine, store_error};
-use crate::source::members_map::MembersMap;
+use super::Op;
+use crate::engine::{Caller, Engine, store_error};
+use crate::source::tree_map::TreeMap;
 
 /// Deep enough for any real process tree, bounded against a corrupt one.
 const MAX_DEPTH: usize = 256;
@@ -25,7 +26,7 @@ pub type Link = (ProcessKey, Option<ProcessKey>);
 /// its process), nearest first, up to the first process without a parent.
 pub fn ancestry(
     proc: &ProcRoot,
-    kernel: Option<&MembersMap>,
+    kernel: Option<&TreeMap>,
     caller_pid: u32,
     pid: u32,
 ) -> Result<Vec<Link>, ErrorBody> {
@@ -59,42 +60,54 @@ pub fn ancestry(
     Ok(links)
 }
 
-impl Engine {
-    /// The nearest link of `ancestry` (of `pid`, as the caller asked) that owns an ACTIVE
-    /// session the caller may see or belongs to one's tree.
-    pub(super) fn whose(&self, caller: Caller, pid: u32, ancestry: &[Link]) -> Reply {
-        for &(key, kernel_root) in ancestry {
-            // Membership first: a member's parent may be init, or a process of another tree.
-            let owner = self
-                .membership
-                .known_root_of(key)
-                .or(kernel_root.filter(|root| self.membership.follows(*root)))
-                .unwrap_or(key);
+/// `whose`, with the ancestry of the pid read off the engine (see [`ancestry`]).
+#[derive(Debug)]
+pub struct Whose {
+    /// As the caller asked.
+    pub pid: u32,
+    pub ancestry: Vec<Link>,
+}
+
+/// The session found, and its owner's pid in the caller's PID namespace (0 when the
+/// owner is outside it).
+#[derive(Debug)]
+pub struct Found {
+    pub session: Session,
+    pub owner_pid: u32,
+}
+
+impl Op for Whose {
+    type Answer = Found;
+
+    /// The nearest link of the ancestry that owns an ACTIVE session the caller may see or
+    /// belongs to one's tree.
+    fn apply(self, engine: &mut Engine, caller: Caller) -> Result<Found, ErrorBody> {
+        for (key, kernel_root) in self.ancestry {
+            // Trees first: a member's parent may be init, or a process of another tree.
+            let owner = engine.trees.root_of(key, kernel_root).unwrap_or(key);
             // Every owner of an ACTIVE session of this boot is tracked: the store is asked
             // only about those.
-            if !self.monitor.is_tracked(owner) {
+            if !engine.monitor.is_tracked(owner) {
                 continue;
             }
-            match self
-                .store
-                .active_sessions_of_owner(&self.identity_of(owner))
-            {
-                Ok(sessions) => {
-                    if let Some(session) = sessions.into_iter().find(|s| caller.may_see(s)) {
-                        // In the caller's namespace, like the pid it asked about.
-                        let seen = self.config.proc.pid_seen_by(caller.pid, owner.pid);
-                        return Reply {
-                            owner_pid: Some(seen.unwrap_or(0)),
-                            ..Reply::with_session(session)
-                        };
-                    }
-                }
-                Err(e) => return store_error(e).into(),
+            let sessions = (engine.store)
+                .active_sessions_of_owner(&engine.identity_of(owner))
+                .map_err(store_error)?;
+            if let Some(session) = sessions.into_iter().find(|s| caller.may_see(s)) {
+                // In the caller's namespace, like the pid it asked about.
+                let seen = engine.config.proc.pid_seen_by(caller.pid, owner.pid);
+                return Ok(Found {
+                    session,
+                    owner_pid: seen.unwrap_or(0),
+                });
             }
         }
-        Reply::error(
+        Err(ErrorBody::new(
             ErrorCode::NotFound,
-            format!("no active session owns PID {pid} or any of its ancestors"),
-        )
+            format!(
+                "no active session owns PID {} or any of its ancestors",
+                self.pid
+            ),
+        ))
     }
 }

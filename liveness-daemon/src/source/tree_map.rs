@@ -34,7 +34,7 @@ const WRITE_ATTEMPTS: usize = 4;
 
 /// Why an entry could not be written.
 #[derive(Debug, thiserror::Error)]
-pub enum MembersMapError {
+pub enum TreeMapError {
     #[error("every one of the members map's {0} member slots is taken")]
     Full(u32),
     #[error("the members map has no room left (raise --ebpf-max-tracked): {0}")]
@@ -111,8 +111,8 @@ impl MemberSlots {
 }
 
 /// A handle on the members map and its counters. The eBPF source holds one for the roots
-/// and the membership another for the members; both belong to the engine's task.
-pub struct MembersMap {
+/// and the engine's trees another for the members; both belong to the engine's task.
+pub struct TreeMap {
     map: HashMap<MapData, u32, Value>,
     counters: Arc<SharedArray>,
     slots: Arc<MemberSlots>,
@@ -120,9 +120,9 @@ pub struct MembersMap {
     refused: u64,
 }
 
-impl std::fmt::Debug for MembersMap {
+impl std::fmt::Debug for TreeMap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MembersMap")
+        f.debug_struct("TreeMap")
             .field("capacity", &self.slots.capacity)
             .finish_non_exhaustive()
     }
@@ -141,17 +141,17 @@ fn duplicate(map: &MapData) -> Result<MapData, MapError> {
     MapData::from_fd(fd)
 }
 
-impl MembersMap {
+impl TreeMap {
     /// The handle on the maps named by [`liveness_common::record`]'s `MAP_MEMBER*`.
     pub(super) fn new(
         map: Map,
         counters: Map,
         slots: Map,
         capacity: u32,
-    ) -> Result<MembersMap, MapError> {
+    ) -> Result<TreeMap, MapError> {
         let slots: Array<MapData, u64> = Array::try_from(slots)?;
         let counters: Array<MapData, u64> = Array::try_from(counters)?;
-        Ok(MembersMap {
+        Ok(TreeMap {
             map: HashMap::try_from(map)?,
             counters: Arc::new(SharedArray::map(
                 counters.map(),
@@ -166,8 +166,8 @@ impl MembersMap {
     }
 
     /// Another handle on the same maps and slot count.
-    pub(crate) fn try_clone(&self) -> Result<MembersMap, MapError> {
-        Ok(MembersMap {
+    pub(crate) fn try_clone(&self) -> Result<TreeMap, MapError> {
+        Ok(TreeMap {
             map: HashMap::try_from(Map::HashMap(duplicate(self.map.map())?))?,
             counters: Arc::clone(&self.counters),
             slots: Arc::clone(&self.slots),
@@ -213,7 +213,7 @@ impl MembersMap {
     /// Adds a member found in `/proc`, so that its new children join its tree in the
     /// kernel. True when this wrote its entry; false when the process has one already (a
     /// member, or tracked itself).
-    pub fn insert(&mut self, member: KernelMember) -> Result<bool, MembersMapError> {
+    pub fn insert(&mut self, member: KernelMember) -> Result<bool, TreeMapError> {
         match self.record(member.member.pid) {
             Some(record) if record.start_ticks == member.member.start_ticks => return Ok(false),
             // An earlier process that had this pid.
@@ -222,7 +222,7 @@ impl MembersMap {
         }
         if !self.slots.take() {
             self.refused += 1;
-            return Err(MembersMapError::Full(self.capacity()));
+            return Err(TreeMapError::Full(self.capacity()));
         }
         let record = MemberRecord {
             start_ticks: member.member.start_ticks,
@@ -237,7 +237,7 @@ impl MembersMap {
                 match map_errno(&error) {
                     // The fork program added it meanwhile.
                     Some(libc::EEXIST) => Ok(false),
-                    Some(libc::E2BIG | libc::ENOMEM) => Err(MembersMapError::NoRoom(error)),
+                    Some(libc::E2BIG | libc::ENOMEM) => Err(TreeMapError::NoRoom(error)),
                     _ => Err(error.into()),
                 }
             }
@@ -259,7 +259,7 @@ impl MembersMap {
     /// programs, in one lookup, that its exit is to be reported and whose tree its children
     /// join. An entry it has as a member of another tree becomes its root entry and keeps
     /// its slot; so the inner of two nested sessions gets the children.
-    pub fn add_root(&mut self, root: ProcessKey) -> Result<(), MembersMapError> {
+    pub fn add_root(&mut self, root: ProcessKey) -> Result<(), TreeMapError> {
         for _ in 0..WRITE_ATTEMPTS {
             let mut record = MemberRecord {
                 start_ticks: root.start_ticks,
@@ -285,12 +285,12 @@ impl MembersMap {
                 // Changed meanwhile: read it again.
                 Err(error) if matches!(map_errno(&error), Some(libc::EEXIST | libc::ENOENT)) => {}
                 Err(error) if matches!(map_errno(&error), Some(libc::E2BIG | libc::ENOMEM)) => {
-                    return Err(MembersMapError::NoRoom(error));
+                    return Err(TreeMapError::NoRoom(error));
                 }
                 Err(error) => return Err(error.into()),
             }
         }
-        Err(MembersMapError::Contended(root.pid))
+        Err(TreeMapError::Contended(root.pid))
     }
 
     /// Removes `root`'s entry as the root of its tree, not an entry of a newer process with
@@ -328,7 +328,7 @@ impl MembersMap {
     }
 
     /// The member slots taken now: the counted entries, which the kernel keeps within
-    /// [`MembersMap::capacity`], and any a writer is adding or has just deleted.
+    /// [`TreeMap::capacity`], and any a writer is adding or has just deleted.
     pub fn slots_used(&self) -> u64 {
         self.slots.used().load(Ordering::SeqCst)
     }

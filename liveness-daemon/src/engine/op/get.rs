@@ -1,0 +1,20 @@
+//! `get`: a session as stored.
+
+use liveness_common::protocol::ErrorBody;
+use liveness_common::request::Get;
+use liveness_common::session::Session;
+
+use super::{Op, addressed};
+use crate::engine::{Caller, Engine};
+
+impl Op for Get {
+    type Answer = Session;
+
+    fn apply(self, engine: &mut Engine, caller: Caller) -> Result<Session, ErrorBody> {
+        addressed(&engine.store, caller, &self.session, self.uid)
+    }
+
+    fn about(session: &Session) -> Option<&Session> {
+        Some(session)
+    }
+}

@@ -1,0 +1,202 @@
+//! What connections (and the metrics listener) ask of the engine: one type per operation,
+//! each with one [`Op::apply`], in a file of its own.
+//!
+//! An operation travels to the engine's thread as an [`Ask`]: who asks, the operation, and
+//! where its answer goes. [`Command`] holds one of each kind, so the engine's queue carries
+//! only what the engine does: what a connection serves itself (a subscription's replay, a
+//! listing, the reading of a tree) has no variant here. Inside the daemon an answer is
+//! `Result<Answer, ErrorBody>`; the server turns it into the wire's reply.
+
+use std::fmt;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::auth::Caller;
+use super::tree::Parked;
+use super::{Engine, store_error};
+use crate::store::{Store, StoreError};
+use liveness_common::protocol::{ErrorBody, ErrorCode};
+use liveness_common::request;
+use liveness_common::session::Session;
+
+mod end;
+mod get;
+mod lock_acquire;
+mod lock_release;
+mod register;
+mod rename;
+mod status;
+mod subscribe;
+mod touch;
+mod tree;
+mod waiting;
+mod whose;
+
+pub use end::End;
+pub use register::{Register, Registered};
+pub use subscribe::{Subscribe, Subscription};
+pub use tree::Tree;
+pub use waiting::Waiting;
+pub use whose::{Found, Whose, ancestry};
+
+/// One thing the engine does, in bounded time, on its own thread.
+pub trait Op: fmt::Debug + Send + 'static {
+    type Answer: fmt::Debug + Send + 'static;
+
+    fn apply(self, engine: &mut Engine, caller: Caller) -> Result<Self::Answer, ErrorBody>;
+
+    /// The session an answer is about: while the tree of its owner is being walked, the
+    /// answer waits for the walk (see [`super::tree`]), so that what the owner forks once
+    /// its client has heard back is in the tree.
+    fn about(_answer: &Self::Answer) -> Option<&Session> {
+        None
+    }
+}
+
+/// An operation on its way to the engine: who asks, and where the answer goes.
+#[derive(Debug)]
+pub struct Ask<O: Op> {
+    pub caller: Caller,
+    pub op: O,
+    pub reply: oneshot::Sender<Result<O::Answer, ErrorBody>>,
+}
+
+impl<O: Op> Ask<O> {
+    fn run(self, engine: &mut Engine) {
+        // Published deaths that SQLite does not have yet would be missing from what an
+        // operation reads (and `end` would end such a session again): none runs until
+        // they are written.
+        let answer = if engine.caught_up() {
+            self.op.apply(engine, self.caller)
+        } else {
+            Err(ErrorBody::new(
+                ErrorCode::Internal,
+                "the database cannot be written (see the daemon's log); try again",
+            ))
+        };
+        let root = answer
+            .as_ref()
+            .ok()
+            .and_then(O::about)
+            .map(|s| s.owner.key());
+        let reply = self.reply;
+        // The client may have gone; its answer has nowhere to go.
+        let send = Parked(Box::new(move || drop(reply.send(answer))));
+        engine.trees.answer(root, send);
+    }
+}
+
+/// The engine's queue of operations: one variant per [`Op`], with the `From` that wraps
+/// an [`Ask`] and the dispatch that runs it.
+macro_rules! commands {
+    ($($name:ident($op:ty),)*) => {
+        /// What the engine is asked to do.
+        #[derive(Debug)]
+        pub enum Command {
+            $($name(Ask<$op>),)*
+        }
+
+        $(impl From<Ask<$op>> for Command {
+            fn from(ask: Ask<$op>) -> Command {
+                Command::$name(ask)
+            }
+        })*
+
+        impl Command {
+            pub(super) fn run(self, engine: &mut Engine) {
+                match self {
+                    $(Command::$name(ask) => ask.run(engine),)*
+                }
+            }
+        }
+    };
+}
+
+commands! {
+    Register(Register),
+    Rename(request::Rename),
+    Touch(request::Touch),
+    Get(request::Get),
+    Status(request::Status),
+    End(End),
+    LockAcquire(request::LockAcquire),
+    LockRelease(request::LockRelease),
+    Tree(Tree),
+    Whose(Whose),
+    Waiting(Waiting),
+    Subscribe(Subscribe),
+}
+
+/// Where operations go to the engine, from any thread.
+#[derive(Debug, Clone)]
+pub struct Handle {
+    commands: mpsc::Sender<Command>,
+}
+
+impl Handle {
+    pub(crate) fn new(commands: mpsc::Sender<Command>) -> Handle {
+        Handle { commands }
+    }
+
+    /// Asks the engine `op` for `caller`, and waits for the answer; `shutting_down` once
+    /// the engine has stopped.
+    pub async fn ask<O: Op>(&self, caller: Caller, op: O) -> Result<O::Answer, ErrorBody>
+    where
+        Command: From<Ask<O>>,
+    {
+        let (reply, answer) = oneshot::channel();
+        let ask = Ask { caller, op, reply };
+        if self.commands.send(ask.into()).await.is_err() {
+            return Err(stopping());
+        }
+        answer.await.unwrap_or_else(|_| Err(stopping()))
+    }
+}
+
+/// The answer of an engine that is stopping.
+pub fn stopping() -> ErrorBody {
+    ErrorBody::new(ErrorCode::ShuttingDown, "the daemon is stopping")
+}
+
+/// The session a request names (see [`Caller::namespace`]): a user's own of that id;
+/// for root, user `uid`'s, or without `uid` the one user's that has it (`ambiguous`
+/// when several have). Another user's id is simply not in a user's namespace, so
+/// nothing tells a user whether it exists.
+fn addressed(
+    store: &Store,
+    caller: Caller,
+    id: &str,
+    uid: Option<u32>,
+) -> Result<Session, ErrorBody> {
+    let not_found = || store_error(StoreError::NotFound(id.to_owned()));
+    if let Some(uid) = caller.namespace(uid)? {
+        return store
+            .get(uid, id)
+            .map_err(store_error)?
+            .ok_or_else(not_found);
+    }
+    let mut found = store.find_any_user(id).map_err(store_error)?;
+    match found.len() {
+        0 => Err(not_found()),
+        1 => Ok(found.remove(0)),
+        _ => {
+            let uids: Vec<String> = found.iter().map(|s| s.creator_uid.to_string()).collect();
+            Err(ErrorBody::new(
+                ErrorCode::Ambiguous,
+                format!(
+                    "session {id:?} exists for uids {}; name one with `uid` (--uid)",
+                    uids.join(", ")
+                ),
+            ))
+        }
+    }
+}
+
+/// User `uid`'s session `id` as stored now.
+fn stored(store: &Store, uid: u32, id: &str) -> Result<Session, ErrorBody> {
+    match store.get(uid, id) {
+        Ok(Some(session)) => Ok(session),
+        Ok(None) => Err(store_error(StoreError::NotFound(id.to_owned()))),
+        Err(e) => Err(store_error(e)),
+    }
+}

@@ -1,0 +1,254 @@
+//! `register`: a new session, or a new turn (owner) of an ACTIVE one.
+
+use std::os::fd::AsFd;
+
+use liveness_common::identity::Identity;
+use liveness_common::protocol::{ErrorBody, ErrorCode, OwnerSpec, PidOwner, PidfdOwner};
+use liveness_common::request;
+use liveness_common::session::{DEFAULT_GRACE_MS, MAX_GRACE_MS, OnEnd, Session};
+use liveness_proc::identity::IdentityError;
+
+use super::{Op, stored};
+use crate::engine::owner_checks::launcher_warning;
+use crate::engine::tree::Start;
+use crate::engine::{Caller, Engine, now_ms, store_error};
+use crate::fdpass::Passed;
+use crate::store::NewSession;
+use liveness_common::protocol::wire_name;
+
+/// A `register` request, with the descriptors that came with its line (a pidfd naming
+/// the owner).
+#[derive(Debug)]
+pub struct Register {
+    pub request: request::Register,
+    /// A pidfd's close never blocks, so they may be dropped anywhere.
+    pub fds: Vec<Passed>,
+}
+
+/// The session registered, and what succeeded but looks wrong.
+#[derive(Debug)]
+pub struct Registered {
+    pub session: Session,
+    pub warnings: Vec<String>,
+}
+
+impl Op for Register {
+    type Answer = Registered;
+
+    fn apply(self, engine: &mut Engine, caller: Caller) -> Result<Registered, ErrorBody> {
+        let Register { request, fds } = self;
+        let now = engine.config.clock.now_ms();
+        let auto = matches!(request.owner, OwnerSpec::Auto(_));
+        let id = match (request.session, request.pending) {
+            (Some(id), _) => id,
+            (None, true) => generate_pending_id(),
+            (None, false) => {
+                return Err(ErrorBody::new(
+                    ErrorCode::InvalidRequest,
+                    "`session` is required unless `pending` is true",
+                ));
+            }
+        };
+        // Root registers in its own namespace unless it names a user's.
+        let namespace = caller.namespace(request.uid)?.unwrap_or(caller.uid);
+        let (on_end, grace_ms) = policy(request.on_end, request.grace_ms)?;
+        let owner = resolve_owner(engine, caller, request.owner, request.wrappers, &fds)?;
+        let previous = match engine.store.get(namespace, &id).map_err(store_error)? {
+            Some(existing) => {
+                check_unchanged(&existing, request.on_end, request.grace_ms)?;
+                Some(existing.owner)
+            }
+            None => None,
+        };
+        if previous.is_none() {
+            engine.usage.check(caller.uid, &request.labels)?;
+        }
+        let pending = request.pending;
+        let new = NewSession {
+            id: id.clone(),
+            owner: owner.clone(),
+            pending,
+            pending_expires_ms: pending.then(|| now + engine.config.pending_ttl.as_millis() as i64),
+            creator_uid: namespace,
+            labels: request.labels,
+            on_end,
+            grace_ms,
+        };
+        let registered = engine
+            .store
+            .register(new, now)
+            .map_err(|e| store_error(engine.store.explain(e)))?;
+        engine.publish(registered.event.into_iter().collect());
+        if let Some(previous) = previous.filter(|p| !p.same_process(&owner)) {
+            engine.unwatch_if_unused(&previous);
+        }
+        let mut warnings = Vec::new();
+        if auto && let Some(warning) = launcher_warning(&engine.config.proc, &owner) {
+            warnings.push(warning);
+        }
+        match engine.watch(&owner, Start::Registration) {
+            Some(death) => {
+                warnings.push(format!(
+                    "the owner {}[{}] has already exited: the session ended at once",
+                    owner.comm, owner.pid
+                ));
+                engine.finalize(vec![death]);
+            }
+            None => engine.fresh_owners.registered(owner.key(), now),
+        }
+        let session = stored(&engine.store, namespace, &id)?;
+        Ok(Registered { session, warnings })
+    }
+
+    fn about(registered: &Registered) -> Option<&Session> {
+        Some(&registered.session)
+    }
+}
+
+/// The cleanup policy of a new session, or why the request is refused.
+fn policy(on_end: Option<OnEnd>, grace_ms: Option<u64>) -> Result<(OnEnd, u64), ErrorBody> {
+    let grace_ms = grace_ms.unwrap_or(DEFAULT_GRACE_MS);
+    if grace_ms > MAX_GRACE_MS {
+        return Err(ErrorBody::new(
+            ErrorCode::InvalidRequest,
+            format!(
+                "grace_ms {grace_ms} is longer than the longest grace, {MAX_GRACE_MS} ms (one hour)"
+            ),
+        ));
+    }
+    Ok((on_end.unwrap_or_default(), grace_ms))
+}
+
+/// A registration of an existing session may repeat its policy, not change it.
+fn check_unchanged(
+    existing: &Session,
+    on_end: Option<OnEnd>,
+    grace_ms: Option<u64>,
+) -> Result<(), ErrorBody> {
+    let changed = on_end.is_some_and(|on_end| on_end != existing.on_end)
+        || grace_ms.is_some_and(|grace| grace != existing.grace_ms);
+    if !changed {
+        return Ok(());
+    }
+    Err(ErrorBody::new(
+        ErrorCode::InvalidRequest,
+        format!(
+            "session {:?} was registered with on_end {} and grace_ms {}: the cleanup policy is set when a session is created; register without on_end and grace_ms, or use a new session id",
+            existing.id,
+            wire_name(existing.on_end),
+            existing.grace_ms
+        ),
+    ))
+}
+
+/// The identity of the owner a client names. A pid is read in the client's PID
+/// namespace, a pidfd names its process directly; nothing is read in the daemon's
+/// namespace on the client's word. `wrappers` are the request's own names `auto` skips.
+fn resolve_owner(
+    engine: &Engine,
+    caller: Caller,
+    spec: OwnerSpec,
+    mut wrappers: Vec<String>,
+    fds: &[Passed],
+) -> Result<Identity, ErrorBody> {
+    let proc = &engine.config.proc;
+    let identity = match spec {
+        OwnerSpec::Auto(_) => {
+            wrappers.extend(engine.config.wrappers.iter().cloned());
+            proc.resolve_owner(caller.pid, &wrappers)
+                .map_err(owner_error)?
+        }
+        OwnerSpec::Pid(PidOwner { pid }) => {
+            proc.capture_for(caller.pid, pid).map_err(owner_error)?
+        }
+        OwnerSpec::Pidfd(PidfdOwner { pidfd }) => match fds.get(pidfd) {
+            Some(Passed::Pidfd(fd)) => proc.capture_pidfd(fd.as_fd()).map_err(owner_error)?,
+            Some(Passed::Refused(kind)) => {
+                return Err(ErrorBody::new(
+                    ErrorCode::InvalidOwner,
+                    format!(
+                        "descriptor {pidfd} of the request line is a {kind}, not a pidfd: send one from pidfd_open(2)"
+                    ),
+                ));
+            }
+            None => {
+                return Err(ErrorBody::new(
+                    ErrorCode::InvalidRequest,
+                    format!(
+                        "the owner is descriptor {pidfd} of the request line, but {} came with it: send the pidfd with SCM_RIGHTS in the sendmsg that carries the line",
+                        fds.len()
+                    ),
+                ));
+            }
+        },
+        OwnerSpec::Identity(identity) if identity.boot_id == engine.local.boot_id => {
+            // Captured by the client (`liveness check`), so in its numbering, like
+            // any pid it sends. One that is not found there stays as given: its start
+            // time then tells whether it names a live process.
+            let pid = proc
+                .translate_pid(caller.pid, identity.pid)
+                .unwrap_or(identity.pid);
+            canonical(engine, Identity { pid, ..identity })?
+        }
+        OwnerSpec::Identity(identity) => identity,
+    };
+    // Only root may attach sessions to other users' processes. A process that is gone
+    // can no longer be checked, and its session ends at once anyway.
+    if !caller.is_root() && identity.boot_id == engine.local.boot_id {
+        match proc.uid(identity.pid) {
+            Ok(uid) if uid != caller.uid => {
+                return Err(ErrorBody::new(
+                    ErrorCode::Forbidden,
+                    format!(
+                        "process {} belongs to uid {uid}, not to you (uid {})",
+                        identity.pid, caller.uid
+                    ),
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(identity)
+}
+
+/// An identity of this boot from a client, as the daemon reads it: a kernel thread is
+/// refused, and where the pidfs inode names the live process, the daemon's own reading
+/// of its start time is kept: a client in a time namespace whose offset is not whole
+/// ticks reads the start time as the kernel's count or one more. An identity of a
+/// process that is gone is kept as given: its session ends at once.
+fn canonical(engine: &Engine, identity: Identity) -> Result<Identity, ErrorBody> {
+    match engine.config.proc.capture(identity.pid) {
+        Ok(live)
+            if live.pidfs_ino.is_some()
+                && live.pidfs_ino == identity.pidfs_ino
+                && identity.start_ticks == live.start_ticks + 1 =>
+        {
+            Ok(Identity {
+                host: identity.host,
+                ..live
+            })
+        }
+        Err(e @ IdentityError::KernelThread { .. }) => Err(owner_error(e)),
+        _ => Ok(identity),
+    }
+}
+
+/// The reply to an owner that cannot be bound: `invalid_owner` for what can never be
+/// watched as a process, `no_owner` for one that does not exist (for this client).
+fn owner_error(e: IdentityError) -> ErrorBody {
+    let code = match e {
+        IdentityError::KernelThread { .. } | IdentityError::NotPidfd(_) => ErrorCode::InvalidOwner,
+        _ => ErrorCode::NoOwner,
+    };
+    ErrorBody::new(code, e.to_string())
+}
+
+/// A fresh id for a pending session: random, so ids are never reused across restarts.
+fn generate_pending_id() -> String {
+    let mut bytes = [0u8; 8];
+    if rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty()).is_err() {
+        bytes = now_ms().to_le_bytes();
+    }
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("pending-{hex}")
+}

@@ -1,0 +1,34 @@
+//! `status`: the daemon's view of itself.
+
+use liveness_common::protocol::ErrorBody;
+use liveness_common::request;
+use liveness_common::session::Phase;
+use liveness_common::status::{LimitsStatus, Status};
+
+use super::Op;
+use crate::engine::{Caller, Engine};
+
+impl Op for request::Status {
+    type Answer = Status;
+
+    fn apply(self, engine: &mut Engine, _: Caller) -> Result<Status, ErrorBody> {
+        let store = &engine.store;
+        Ok(Status {
+            daemon: engine.about.clone(),
+            uptime_ms: engine.started.elapsed().as_millis() as u64,
+            head_seq: store.head_seq().unwrap_or_default(),
+            store_id: engine.store_id.clone(),
+            active_sessions: store.count(Phase::Active).unwrap_or_default(),
+            ended_sessions: store.count(Phase::Ended).unwrap_or_default(),
+            subscribers: engine.subscribers.count(),
+            uncommitted_deaths: engine.retries.counts().0 as u64,
+            monitor: engine.monitor.status(),
+            counters: engine.counters.clone(),
+            limits: LimitsStatus {
+                connections: engine.config.limits.status(),
+                sessions: engine.usage.status(),
+            },
+            membership: Some(engine.trees.status()),
+        })
+    }
+}

@@ -1,0 +1,21 @@
+//! How many wait for each lock that has waiters, for `lock_list`: as many as there are
+//! open connections waiting at most, whatever the number of locks.
+
+use std::collections::HashMap;
+
+use liveness_common::protocol::ErrorBody;
+
+use super::Op;
+use crate::engine::{Caller, Engine};
+
+#[derive(Debug)]
+pub struct Waiting;
+
+impl Op for Waiting {
+    /// By lock: its user and name.
+    type Answer = HashMap<(u32, String), u32>;
+
+    fn apply(self, engine: &mut Engine, _: Caller) -> Result<Self::Answer, ErrorBody> {
+        Ok(engine.locks.waiting())
+    }
+}

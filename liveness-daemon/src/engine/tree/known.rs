@@ -1,0 +1,543 @@
+//! The process trees as the daemon knows them: which processes belong to which tracked
+//! owner.
+//!
+//! A tree is keyed by its root, the owner's [`ProcessKey`]; its members are the processes
+//! descended from the root since it was followed, for life, whatever they were reparented
+//! to. The owner's existing descendants are attached from `/proc` when the tree is
+//! followed. After that, with eBPF, the kernel adds every new process as it is forked (the
+//! kernel's tree map, read here); without it, or for what the kernel map had no room for,
+//! a `/proc` scan at an interval attaches the descendants of every known member. A member
+//! seen once stays attributed by its fingerprint, so an orphan reparented to init still
+//! names its tree.
+//!
+//! The daemon keeps its own copy of each tree (what it persists across restarts); the
+//! kernel map is the live feed that [`KnownTrees::refresh`] merges into it.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use liveness_common::identity::{Identity, ProcessKey};
+use liveness_common::session::Survivors;
+use liveness_common::status::{MembershipMode, MembershipStatus};
+use liveness_proc::identity::{Liveness, ProcRoot};
+
+use super::view::{Local, RefreshView, TreeView, candidates, kernel_news};
+use super::walk::write_member;
+use crate::source::tree_map::{KernelMember, TreeMap};
+use crate::store::Member;
+
+/// How often trees are refreshed: the kernel map merged, and `/proc` scanned where the
+/// kernel does not follow forks.
+pub const REFRESH_PERIOD: Duration = Duration::from_secs(1);
+
+/// What a refresh changed, for the store to persist.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    pub added: Vec<Member>,
+    pub removed: Vec<ProcessKey>,
+}
+
+/// What [`KnownTrees::forget`] let go of: each forgotten tree with its root.
+#[derive(Debug, Default)]
+pub struct Forgotten {
+    pub trees: Vec<(ProcessKey, Arc<Tree>)>,
+}
+
+impl Forgotten {
+    /// The kernel entries of the forgotten members: with the roots of their trees, what
+    /// [`KnownTrees::unlink`] takes out.
+    pub fn entries(&self) -> impl Iterator<Item = KernelMember> + '_ {
+        self.trees.iter().flat_map(|(root, tree)| {
+            tree.keys().map(|&member| KernelMember {
+                member,
+                root: *root,
+            })
+        })
+    }
+}
+
+/// A tree's members (the root not included), with their command names (empty until read).
+pub type Tree = BTreeMap<ProcessKey, String>;
+
+#[derive(Debug)]
+pub struct KnownTrees {
+    proc: ProcRoot,
+    local: Local,
+    kernel: Option<TreeMap>,
+    /// root -> its members (owners not included), with their command names. Shared with
+    /// the [`TreeView`]s handed out, and copied on write only while one is held.
+    trees: HashMap<ProcessKey, Arc<Tree>>,
+    /// member -> its root. Entries of a forgotten tree stay until [`KnownTrees::unlink`]
+    /// takes them out a slice at a time: only those of followed trees count (see
+    /// [`KnownTrees::member_of`]).
+    root_of: HashMap<ProcessKey, ProcessKey>,
+    /// The kernel's count of added members when the last refresh walked the map: while it
+    /// stays the same, `trees` holds every member the kernel added.
+    merged_added: Option<u64>,
+    /// Trees whose root the kernel does not follow (the eBPF source could not track it):
+    /// `/proc` scans find their members.
+    unrooted: HashSet<ProcessKey>,
+}
+
+impl KnownTrees {
+    pub fn new(
+        proc: ProcRoot,
+        kernel: Option<TreeMap>,
+        boot_id: String,
+        host: String,
+    ) -> KnownTrees {
+        KnownTrees {
+            proc,
+            local: Local { boot_id, host },
+            kernel,
+            trees: HashMap::new(),
+            root_of: HashMap::new(),
+            merged_added: None,
+            unrooted: HashSet::new(),
+        }
+    }
+
+    pub fn mode(&self) -> MembershipMode {
+        match &self.kernel {
+            None => MembershipMode::Scan,
+            Some(kernel) if kernel.full_count() > 0 || !self.unrooted.is_empty() => {
+                MembershipMode::KernelAndScan
+            }
+            Some(_) => MembershipMode::Kernel,
+        }
+    }
+
+    /// Follows the tree of `root` (idempotent). Its members join with
+    /// [`KnownTrees::take_back`] (after a restart) and [`KnownTrees::attach_found`] (what
+    /// [`TreeView::descendants`] finds off the engine).
+    pub fn follow(&mut self, root: ProcessKey) {
+        self.trees.entry(root).or_default();
+    }
+
+    /// Takes back the members of `root`'s tree that an earlier run persisted and are still
+    /// alive. Returns them, and the persisted members that died.
+    pub fn take_back(&mut self, root: ProcessKey, persisted: Vec<Member>) -> Changes {
+        let mut changes = Changes::default();
+        for member in persisted {
+            if self.proc.check_key(member.key) == Liveness::Alive {
+                let member = Member { root, ..member };
+                if self.attach(member.clone()) {
+                    changes.added.push(member);
+                }
+            } else {
+                changes.removed.push(member.key);
+            }
+        }
+        changes
+    }
+
+    /// Takes members whose kernel entries were written off the engine (see
+    /// [`write_members`](super::walk::write_members)) into their trees, if still followed. Returns those that joined.
+    pub fn adopt(&mut self, members: impl IntoIterator<Item = Member>) -> Changes {
+        let mut changes = Changes::default();
+        for member in members {
+            if self.join(&member) {
+                changes.added.push(member);
+            }
+        }
+        changes
+    }
+
+    /// Adds a member to its tree here only; false when its tree is not followed or it is
+    /// a member already.
+    fn join(&mut self, member: &Member) -> bool {
+        if member.key == member.root || self.member_of(member.key).is_some() {
+            return false;
+        }
+        let Some(tree) = self.trees.get_mut(&member.root) else {
+            return false;
+        };
+        Arc::make_mut(tree).insert(member.key, member.comm.clone());
+        self.root_of.insert(member.key, member.root);
+        true
+    }
+
+    /// Attaches members found off the engine, each to its tree if that is still followed.
+    /// Returns those that joined.
+    pub fn attach_found(&mut self, found: impl IntoIterator<Item = Member>) -> Changes {
+        let mut changes = Changes::default();
+        for member in found {
+            if self.attach(member.clone()) {
+                changes.added.push(member);
+            }
+        }
+        changes
+    }
+
+    /// Checks that the kernel follows the forks of `root`, a live owner just tracked: where
+    /// the eBPF source could not track it (its map full), the tree is scanned instead.
+    pub fn check_rooted(&mut self, root: ProcessKey) {
+        if let Some(kernel) = &self.kernel
+            && self.trees.contains_key(&root)
+            && !kernel.has_root(root)
+        {
+            tracing::warn!(%root, "the kernel does not follow this owner's forks: its tree is scanned in /proc");
+            self.unrooted.insert(root);
+        }
+    }
+
+    /// Adds a member to its tree and to the kernel map (so its own forks join in the
+    /// kernel); false when it was already known.
+    fn attach(&mut self, member: Member) -> bool {
+        if !self.join(&member) {
+            return false;
+        }
+        self.write_to_kernel(KernelMember {
+            member: member.key,
+            root: member.root,
+        });
+        true
+    }
+
+    /// Writes a member's entry to the kernel map, so that its own forks join its tree in
+    /// the kernel.
+    fn write_to_kernel(&mut self, entry: KernelMember) {
+        if let Some(kernel) = &mut self.kernel {
+            write_member(kernel, &self.proc, entry);
+        }
+    }
+
+    /// Takes `key` into its tree now if the kernel map holds it as a member, one the last
+    /// refresh has not merged yet: tracking it makes its entry there its own tree's root (a
+    /// nested session), after which only this copy says it is a member. Returns it when it
+    /// joined.
+    pub fn merge_member(&mut self, key: ProcessKey) -> Option<Member> {
+        if self.member_of(key).is_some() {
+            return None;
+        }
+        let root = self.kernel_root_of(key)?;
+        let stat = self.proc.stat(key.pid).ok()?;
+        let member = Member {
+            key,
+            root,
+            comm: stat.comm,
+        };
+        (stat.start_ticks == key.start_ticks && self.attach(member.clone())).then_some(member)
+    }
+
+    /// The roots of the trees followed.
+    pub fn roots(&self) -> impl Iterator<Item = ProcessKey> + '_ {
+        self.trees.keys().copied()
+    }
+
+    /// Stops following the trees of `roots`. Returns them, for [`KnownTrees::unlink`] to
+    /// take their members out here and in the kernel, a slice at a time (with what
+    /// [`kernel_entries_of`](super::walk::kernel_entries_of) finds the kernel added since the last refresh).
+    pub fn forget(&mut self, roots: &[ProcessKey]) -> Forgotten {
+        let mut forgotten = Forgotten::default();
+        for &root in roots {
+            if let Some(tree) = self.trees.remove(&root) {
+                self.unrooted.remove(&root);
+                forgotten.trees.push((root, tree));
+            }
+        }
+        // A root that is a member of a tree still followed (a nested session) had its
+        // entry made its own tree's root while tracked: it goes back to the outer tree.
+        for &(root, _) in &forgotten.trees {
+            if let Some(outer) = self.member_of(root) {
+                self.write_to_kernel(KernelMember {
+                    member: root,
+                    root: outer,
+                });
+            }
+        }
+        forgotten
+    }
+
+    /// Takes the members of forgotten trees out: here, unless a tree followed since holds
+    /// them, and in the kernel, unless their tree is followed again.
+    pub fn unlink(&mut self, entries: &[KernelMember]) {
+        for &entry in entries {
+            if self.root_of.get(&entry.member) == Some(&entry.root)
+                && !self.trees.contains_key(&entry.root)
+            {
+                self.root_of.remove(&entry.member);
+            }
+            if let Some(kernel) = &mut self.kernel
+                && !self.trees.contains_key(&entry.root)
+            {
+                kernel.remove(entry);
+            }
+        }
+    }
+
+    /// What a refresh reads of the trees (see [`RefreshView::read`]), or `None` with no
+    /// tree followed.
+    pub fn refresh_view(&self) -> Option<RefreshView> {
+        if self.trees.is_empty() {
+            return None;
+        }
+        Some(RefreshView {
+            roots: self.trees.keys().copied().collect(),
+            known: self.root_of.clone(),
+            scan: self.mode() != MembershipMode::Kernel,
+        })
+    }
+
+    /// Drops a member found dead. Returns whether it was one.
+    pub fn drop_dead(&mut self, key: ProcessKey) -> bool {
+        let Some(root) = self.member_of(key) else {
+            return false;
+        };
+        self.root_of.remove(&key);
+        if let Some(tree) = self.trees.get_mut(&root) {
+            Arc::make_mut(tree).remove(&key);
+        }
+        true
+    }
+
+    /// Notes that the trees hold what the kernel added up to its count `added`.
+    pub fn merged(&mut self, added: Option<u64>) {
+        self.merged_added = added;
+    }
+
+    /// A whole refresh at once (at shutdown, and in tests): merges what the kernel added,
+    /// scans `/proc` where the kernel does not follow every fork, and drops members that
+    /// died.
+    pub fn refresh(&mut self) -> Changes {
+        let Some(view) = self.refresh_view() else {
+            self.merged_added = self.kernel.as_ref().map(TreeMap::added_count);
+            return Changes::default();
+        };
+        let refreshed = view.read(self.kernel.as_ref(), &self.proc);
+        let mut changes = self.attach_found(refreshed.found);
+        for key in refreshed.dead {
+            if self.drop_dead(key) {
+                changes.removed.push(key);
+            }
+        }
+        self.merged_added = refreshed.merged_added;
+        changes
+    }
+
+    /// The root of the tree `key` belongs to as far as merged (no kernel lookup): itself for
+    /// a followed root.
+    pub fn known_root_of(&self, key: ProcessKey) -> Option<ProcessKey> {
+        if self.trees.contains_key(&key) {
+            return Some(key);
+        }
+        self.member_of(key)
+    }
+
+    /// The followed tree `key` is a member of, as merged.
+    fn member_of(&self, key: ProcessKey) -> Option<ProcessKey> {
+        self.root_of
+            .get(&key)
+            .copied()
+            .filter(|root| self.trees.contains_key(root))
+    }
+
+    /// Whether the tree of `root` is followed.
+    pub fn follows(&self, root: ProcessKey) -> bool {
+        self.trees.contains_key(&root)
+    }
+
+    /// The followed tree the kernel map holds `key` in as a member.
+    fn kernel_root_of(&self, key: ProcessKey) -> Option<ProcessKey> {
+        self.kernel
+            .as_ref()?
+            .get(key.pid)
+            .filter(|entry| entry.member == key && self.trees.contains_key(&entry.root))
+            .map(|entry| entry.root)
+    }
+
+    /// What is known of the tree of `root`, the root excluded (see [`candidates`]).
+    fn candidates(
+        &self,
+        root: ProcessKey,
+        kernel: &[KernelMember],
+    ) -> BTreeMap<ProcessKey, (String, bool)> {
+        let empty = Tree::new();
+        candidates(
+            root,
+            self.trees.get(&root).map_or(&empty, |tree| tree),
+            kernel,
+        )
+    }
+
+    /// What the kernel map holds beyond what the last refresh merged into `trees`.
+    fn kernel_news(&self) -> Vec<KernelMember> {
+        kernel_news(self.kernel.as_ref(), self.merged_added)
+    }
+
+    fn alive(&self, key: ProcessKey, comm: String, in_kernel: bool) -> Option<Identity> {
+        self.local.alive(&self.proc, key, comm, in_kernel)
+    }
+
+    /// The tree of `root` as known now, to read off the engine (see [`TreeView`]); an
+    /// empty one for a root not followed.
+    pub fn view(&self, root: ProcessKey) -> TreeView {
+        TreeView {
+            root,
+            members: self.trees.get(&root).cloned().unwrap_or_default(),
+            merged_added: self.merged_added,
+            local: self.local.clone(),
+        }
+    }
+
+    /// Another handle on the kernel's members map, for reading [`TreeView`]s.
+    pub fn kernel_reader(&self) -> Option<TreeMap> {
+        let kernel = self.kernel.as_ref()?;
+        kernel
+            .try_clone()
+            .inspect_err(|e| tracing::warn!(error = %e, "cannot open a reader of the members map"))
+            .ok()
+    }
+
+    /// The survivors of the trees of `roots`, for sessions that end now: one for each, in
+    /// order. A root is never its own survivor: an owner whose death the kernel reported
+    /// may still show in `/proc` as running. The kernel map is read once for all of them,
+    /// and a root without members costs no `/proc` read, so that an ending stays cheap.
+    pub fn survivors(&self, roots: &[ProcessKey]) -> Vec<Survivors> {
+        // A tree with members known takes the whole map, which spares a /proc read for each
+        // member it holds; empty trees need only what the kernel added since the last refresh.
+        let known = roots
+            .iter()
+            .any(|root| self.trees.get(root).is_some_and(|tree| !tree.is_empty()));
+        let kernel = match &self.kernel {
+            Some(kernel) if known => kernel.members(),
+            _ if roots.iter().any(|root| self.trees.contains_key(root)) => self.kernel_news(),
+            _ => Vec::new(),
+        };
+        roots
+            .iter()
+            .map(|&root| {
+                let alive = self
+                    .candidates(root, &kernel)
+                    .into_iter()
+                    .filter(|(key, _)| *key != root)
+                    .filter_map(|(key, (comm, in_kernel))| self.alive(key, comm, in_kernel))
+                    .collect();
+                Survivors::from_alive(alive)
+            })
+            .collect()
+    }
+
+    pub fn status(&self, scan_interval: Duration) -> MembershipStatus {
+        let mode = self.mode();
+        MembershipStatus {
+            mode,
+            trees: self.trees.len() as u64,
+            members: self.trees.values().map(|tree| tree.len() as u64).sum(),
+            scan_interval_ms: scan_interval.as_millis() as u64,
+            kernel_capacity: self.kernel.as_ref().map(TreeMap::capacity),
+            kernel_used: self.kernel.as_ref().map(TreeMap::slots_used),
+            kernel_full: self.kernel.as_ref().map_or(0, TreeMap::full_count),
+            misses: mode.misses().to_owned(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(pid: u32, start_ticks: u64) -> ProcessKey {
+        ProcessKey { pid, start_ticks }
+    }
+
+    #[test]
+    fn scan_mode_follows_says_what_it_misses() {
+        let known = KnownTrees::new(ProcRoot::default(), None, "b".into(), "h".into());
+        assert_eq!(known.mode(), MembershipMode::Scan);
+        assert!(
+            known
+                .status(REFRESH_PERIOD)
+                .misses
+                .contains("between two scans")
+        );
+    }
+
+    /// Scan-mode known over the real /proc, the tree of this test process not yet
+    /// followed, and a sleeping child of it (the caller kills it).
+    /// Follows `root` and attaches its descendants at once, as the engine does after its
+    /// walk off the engine.
+    fn follow_now(known: &mut KnownTrees, root: ProcessKey) -> Changes {
+        known.follow(root);
+        let found = known.view(root).descendants(&ProcRoot::default());
+        known.attach_found(found)
+    }
+
+    fn this_process_and_a_child() -> (KnownTrees, ProcessKey, std::process::Child, ProcessKey) {
+        let proc = ProcRoot::default();
+        let child = std::process::Command::new("sleep")
+            .arg("1000")
+            .spawn()
+            .expect("spawn sleep");
+        let me = proc.stat(std::process::id()).unwrap();
+        let root = key(me.pid, me.start_ticks);
+        let child_key = key(child.id(), proc.stat(child.id()).unwrap().start_ticks);
+        let known = KnownTrees::new(proc, None, "b".into(), "h".into());
+        (known, root, child, child_key)
+    }
+
+    #[test]
+    fn a_root_is_never_its_own_survivor() {
+        // A root that still shows in /proc as running, as an owner whose death the kernel
+        // reported may: its tree's survivors are its members only.
+        let (mut known, root, mut child, child_key) = this_process_and_a_child();
+        follow_now(&mut known, root);
+
+        // Answered for a batch of roots, in order: one without a tree has none.
+        let survivors = known.survivors(&[key(1, 0), root]);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let [none, survivors] = survivors.as_slice() else {
+            panic!("one Survivors per root: {survivors:?}");
+        };
+        assert_eq!(none.total, 0, "a root without a tree: {none:?}");
+        let listed: Vec<ProcessKey> = survivors.members.iter().map(Identity::key).collect();
+        assert!(
+            listed.contains(&child_key),
+            "the child survives: {listed:?}"
+        );
+        assert!(!listed.contains(&root), "the root is listed: {listed:?}");
+        assert_eq!(survivors.total as usize, listed.len(), "{survivors:?}");
+    }
+
+    #[test]
+    fn a_live_child_is_attached_and_a_dead_one_dropped() {
+        let (mut known, root, mut child, child_key) = this_process_and_a_child();
+
+        let changes = follow_now(&mut known, root);
+        assert!(
+            changes.added.iter().any(|m| m.key == child_key),
+            "the running child joins when its tree is followed: {changes:?}"
+        );
+        assert_eq!(known.known_root_of(child_key), Some(root));
+        let live: Vec<ProcessKey> = known
+            .view(root)
+            .live_members(None, &ProcRoot::default())
+            .iter()
+            .map(Identity::key)
+            .collect();
+        assert!(
+            live.contains(&child_key) && live.contains(&root),
+            "{live:?}"
+        );
+
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let changes = known.refresh();
+        assert!(changes.removed.contains(&child_key), "{changes:?}");
+        assert_eq!(known.known_root_of(child_key), None);
+        // Other tests of this binary may have children of their own in the tree.
+        assert!(
+            !known
+                .forget(&[root])
+                .entries()
+                .any(|e| e.member == child_key)
+        );
+        assert_eq!(
+            known.known_root_of(root),
+            None,
+            "a forgotten tree is not followed"
+        );
+    }
+}

@@ -1,0 +1,147 @@
+//! A connection's request loop: each line parsed and routed once, to what the connection
+//! serves itself (a subscription, reads off the engine, the wait for a lock) or to the
+//! engine, in one of its uid's turns; the answer written back with the request's id.
+
+use std::sync::Arc;
+
+use tokio::io::BufWriter;
+use tokio::net::UnixStream;
+use tokio::sync::watch;
+
+use super::framing::{ConnectionError, Line, Requests, write_json, write_lines};
+use super::reads::Answer;
+use super::reply::IntoReply;
+use super::stream::Stream;
+use super::{Readers, goodbye, locks, stopping};
+use crate::closer::Closer;
+use crate::engine::{Ask, Caller, Command, Handle, Op, Register};
+use crate::limits::{ConnectionSlot, Limits};
+use liveness_common::protocol::{ErrorCode, MAX_LINE_BYTES, Reply, Request, parse_request};
+use liveness_common::status::Limit;
+
+/// Asks the engine `op`, and answers as the wire has it.
+async fn ask<O: Op>(engine: &Handle, caller: Caller, op: O) -> Answer
+where
+    Command: From<Ask<O>>,
+    O::Answer: IntoReply,
+{
+    engine.ask(caller, op).await.into()
+}
+
+pub(super) struct Connection {
+    /// Where the descriptors this connection's client passes are closed.
+    pub(super) closer: Closer,
+    pub(super) engine: Handle,
+    pub(super) readers: Readers,
+    pub(super) limits: Arc<Limits>,
+    /// This connection's place under its uid's limits, freed when it closes.
+    pub(super) slot: ConnectionSlot,
+    pub(super) shutdown: watch::Receiver<bool>,
+}
+
+impl Connection {
+    pub(super) async fn run(self, caller: Caller, stream: UnixStream) {
+        let limits = Arc::clone(&self.limits);
+        match self.serve(caller, stream).await {
+            Err(ConnectionError::LineTimeout) => limits.refused(Limit::LineTimeout, caller.uid),
+            Err(e) => {
+                tracing::debug!(uid = caller.uid, pid = caller.pid, error = %e, "connection closed");
+            }
+            Ok(()) => {}
+        }
+    }
+
+    async fn serve(mut self, caller: Caller, stream: UnixStream) -> Result<(), ConnectionError> {
+        let (read, write) = stream.into_split();
+        let mut write = BufWriter::new(write);
+        let mut requests = Requests::new(read, caller.uid, self.closer.clone());
+        let line_timeout = self.limits.config().line_timeout;
+        loop {
+            // A client whose passed descriptors take long to close gets no more read.
+            self.closer.wait_for_room(caller.uid).await;
+            let (read, fds) = tokio::select! {
+                read = requests.next(line_timeout) => read?,
+                () = stopping(&mut self.shutdown) => {
+                    return write_json(&mut write, &goodbye()).await;
+                }
+            };
+            let line = requests.line();
+            let envelope = match read {
+                Line::End => return Ok(()),
+                Line::TooLong(length) => {
+                    let reply = Reply::error(
+                        ErrorCode::LineTooLong,
+                        format!(
+                            "request line of {length} bytes exceeds the limit of {MAX_LINE_BYTES}"
+                        ),
+                    );
+                    write_json(&mut write, &reply).await?;
+                    continue;
+                }
+                Line::Complete if line.iter().all(u8::is_ascii_whitespace) => continue,
+                Line::Complete => match parse_request(line) {
+                    Ok(envelope) => envelope,
+                    Err(rejected) => {
+                        write_json(&mut write, &Reply::from(rejected)).await?;
+                        continue;
+                    }
+                },
+            };
+            let id = envelope.id;
+            // Every request but a subscription is served in one of its uid's turns, held
+            // until its reply is written (a lock's wait gives it back once queued).
+            let mut turn = match &envelope.request {
+                Request::Subscribe(_) => None,
+                _ => self.limits.request_turn(&self.slot).await,
+            };
+            let (engine, readers) = (&self.engine, &self.readers);
+            let answer: Answer = match envelope.request {
+                Request::Subscribe(request) => {
+                    let stream = Stream {
+                        engine,
+                        database: &readers.database,
+                        caller,
+                        id,
+                        wanted: request,
+                    };
+                    return stream.run(requests, write, &mut self.shutdown).await;
+                }
+                Request::List(request) => readers.list(id.clone(), caller, request).await,
+                Request::LockList(request) => {
+                    readers.lock_list(id.clone(), engine, caller, request).await
+                }
+                Request::Processes(request) => {
+                    readers.processes(id.clone(), engine, caller, request).await
+                }
+                Request::Whose(request) => readers.whose(engine, caller, request).await.into(),
+                Request::End(request) => readers.end(engine, caller, request).await.into(),
+                Request::LockAcquire(request) => {
+                    let (turn, shutdown) = (&mut turn, &mut self.shutdown);
+                    let acquired =
+                        locks::acquire(engine, caller, request, turn, &mut requests, shutdown);
+                    match acquired.await {
+                        Some(acquired) => acquired.into(),
+                        None => return Ok(()),
+                    }
+                }
+                Request::Register(request) => {
+                    let register = Register { request, fds };
+                    ask(engine, caller, register).await
+                }
+                Request::Rename(request) => ask(engine, caller, request).await,
+                Request::Touch(request) => ask(engine, caller, request).await,
+                Request::Get(request) => ask(engine, caller, request).await,
+                Request::Status(request) => ask(engine, caller, request).await,
+                Request::LockRelease(request) => ask(engine, caller, request).await,
+            };
+            let answer = match answer {
+                Answer::Reply(reply) => Answer::Reply(Box::new(Reply { id, ..*reply })),
+                line => line,
+            };
+            match answer {
+                Answer::Reply(reply) => write_json(&mut write, &reply).await?,
+                Answer::Line(line) => write_lines(&mut write, &[line]).await?,
+            }
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! The ACTIVE sessions and the locks they hold, in memory: what a death needs to end its
+//! owner's sessions without reading the database (see [`super::apply`]). It follows the
+//! database through the events of every commit (each change to an ACTIVE session or a
+//! lock is one), reading back the rows they name, and starts from the database's rows.
+
+use std::collections::{BTreeSet, HashMap};
+
+use liveness_common::cause::SenderSession;
+use liveness_common::identity::{Identity, ProcessKey};
+use liveness_common::lock::Lock;
+use liveness_common::session::{Event, EventKind, Phase, Session};
+
+use super::reader::ListQuery;
+use super::{Store, StoreError};
+
+/// A session's key: its creator's uid and its id.
+type Key = (u32, String);
+
+/// See the module.
+#[derive(Debug, Default)]
+pub struct Active {
+    sessions: HashMap<Key, Session>,
+    /// Sessions by the pid and start time of their owner.
+    by_owner: HashMap<ProcessKey, BTreeSet<Key>>,
+    /// Locks by holding session.
+    locks: HashMap<Key, Vec<Lock>>,
+}
+
+impl Active {
+    /// The database's ACTIVE sessions and held locks.
+    pub fn load(store: &Store) -> Result<Active, StoreError> {
+        let mut active = Active::default();
+        let sessions = store.list(&ListQuery {
+            phase: Some(Phase::Active),
+            limit: usize::MAX,
+            ..ListQuery::default()
+        })?;
+        for session in sessions.sessions {
+            active.insert(session);
+        }
+        for lock in store.locks(None)? {
+            active
+                .locks
+                .entry((lock.uid, lock.session.clone()))
+                .or_default()
+                .push(lock);
+        }
+        Ok(active)
+    }
+
+    fn insert(&mut self, session: Session) {
+        let key = (session.creator_uid, session.id.clone());
+        self.unindex(&key);
+        self.by_owner
+            .entry(session.owner.key())
+            .or_default()
+            .insert(key.clone());
+        self.sessions.insert(key, session);
+    }
+
+    fn unindex(&mut self, key: &Key) -> Option<Session> {
+        let session = self.sessions.remove(key)?;
+        let owner = session.owner.key();
+        if let Some(keys) = self.by_owner.get_mut(&owner) {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.by_owner.remove(&owner);
+            }
+        }
+        Some(session)
+    }
+
+    /// Follows what a commit's events changed, reading back the rows they name.
+    pub fn sync(&mut self, events: &[Event], store: &Store) -> Result<(), StoreError> {
+        for event in events {
+            let key = (event.creator_uid, event.session.clone());
+            match event.kind {
+                EventKind::Registered | EventKind::OwnerChanged | EventKind::Renamed => {
+                    if let Some(previous) = &event.previous_session {
+                        let old = (event.creator_uid, previous.clone());
+                        self.unindex(&old);
+                        if let Some(held) = self.locks.remove(&old) {
+                            self.locks.insert(key.clone(), held);
+                        }
+                    }
+                    match store.get(key.0, &key.1)? {
+                        Some(session) if session.phase == Phase::Active => self.insert(session),
+                        _ => self.forget(&key),
+                    }
+                }
+                EventKind::Ended => self.forget(&key),
+                EventKind::LockAcquired | EventKind::LockReleased => {
+                    let Some(name) = event.lock.as_ref().map(|lock| &lock.name) else {
+                        continue;
+                    };
+                    let held = self.locks.entry(key.clone()).or_default();
+                    held.retain(|lock| &lock.name != name);
+                    if let Some(lock) = store.lock(key.0, name)?
+                        && lock.session == key.1
+                    {
+                        held.push(lock);
+                    }
+                    if held.is_empty() {
+                        self.locks.remove(&key);
+                    }
+                }
+                EventKind::Reaped => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets an ended session.
+    pub fn forget(&mut self, key: &(u32, String)) {
+        self.unindex(key);
+        self.locks.remove(key);
+    }
+
+    /// The ACTIVE sessions whose owner is `owner` (same pid, start time and boot, as the
+    /// database's ending selects them), each with the locks it holds, in id order.
+    pub fn of_owner(&self, owner: &Identity) -> Vec<(&Session, &[Lock])> {
+        let Some(keys) = self.by_owner.get(&owner.key()) else {
+            return Vec::new();
+        };
+        let mut found: Vec<(&Session, &[Lock])> = keys
+            .iter()
+            .filter_map(|key| {
+                let session = self.sessions.get(key)?;
+                let held = self.locks.get(key).map_or(&[][..], Vec::as_slice);
+                (session.owner.boot_id == owner.boot_id).then_some((session, held))
+            })
+            .collect();
+        found.sort_by(|a, b| a.0.id.cmp(&b.0.id));
+        found
+    }
+
+    /// The sessions of the process `owner` of boot `boot_id`, in id order: those a signal's
+    /// sender belonged to, as the owner of its tree or a member.
+    pub fn sessions_of(&self, owner: ProcessKey, boot_id: &str) -> Vec<SenderSession> {
+        let Some(keys) = self.by_owner.get(&owner) else {
+            return Vec::new();
+        };
+        let mut found: Vec<SenderSession> = keys
+            .iter()
+            .filter_map(|key| self.sessions.get(key))
+            .filter(|session| session.owner.boot_id == boot_id)
+            .map(|session| SenderSession {
+                id: session.id.clone(),
+                creator_uid: session.creator_uid,
+            })
+            .collect();
+        found.sort_by(|a, b| a.id.cmp(&b.id));
+        found
+    }
+}

@@ -1,0 +1,108 @@
+//! Processes of other users: a plain one, and `testproc` run as one.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, ChildStdin, Command, Stdio};
+
+use crate::binary;
+
+/// A process owned by `uid` (`sleep 300`) that lives until dropped.
+#[derive(Debug)]
+pub struct UserProcess(Child);
+
+impl UserProcess {
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for UserProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn process_of(uid: u32) -> UserProcess {
+    let child = Command::new("sleep")
+        .arg("300")
+        .uid(uid)
+        .gid(uid)
+        .spawn()
+        .expect("spawn a process as another user");
+    UserProcess(child)
+}
+
+/// `testproc ARGS...` run as user `uid` (and its group of the same number), with stdin
+/// and stdout piped; killed and waited for on drop.
+#[derive(Debug)]
+pub struct TestprocAs {
+    child: Child,
+    pub to: Option<ChildStdin>,
+    from: BufReader<std::process::ChildStdout>,
+}
+
+impl TestprocAs {
+    pub fn spawn(uid: u32, args: &[&str]) -> TestprocAs {
+        TestprocAs::spawn_niced(uid, 0, args)
+    }
+
+    /// [`TestprocAs::spawn`] at niceness `nice`.
+    pub fn spawn_niced(uid: u32, nice: i32, args: &[&str]) -> TestprocAs {
+        let mut command = Command::new(binary("testproc"));
+        // SAFETY: setpriority is async-signal-safe.
+        unsafe {
+            command.pre_exec(move || {
+                libc::setpriority(libc::PRIO_PROCESS, 0, nice);
+                Ok(())
+            });
+        }
+        let mut child = command
+            .args(args)
+            .uid(uid)
+            .gid(uid)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("run testproc {args:?} as uid {uid}: {e}"));
+        TestprocAs {
+            to: child.stdin.take(),
+            from: BufReader::new(child.stdout.take().expect("stdout")),
+            child,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The next line it prints, or `None` once its stdout closed.
+    pub fn read_line(&mut self) -> Option<String> {
+        let mut line = String::new();
+        match self.from.read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(line),
+        }
+    }
+
+    /// The lines it prints from now on, read on a thread of their own, so that a test can
+    /// wait for one with a deadline. The process is dropped once its stdout closes.
+    pub fn into_lines(mut self) -> std::sync::mpsc::Receiver<String> {
+        let (lines, received) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            while let Some(line) = self.read_line() {
+                if lines.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        received
+    }
+}
+
+impl Drop for TestprocAs {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

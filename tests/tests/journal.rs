@@ -1,0 +1,167 @@
+//! The journal: a death is appended to it before it is published, and written to SQLite
+//! after. A SIGKILL at any point between loses nothing and duplicates nothing: after the
+//! append (not published yet), after the publish (not in SQLite yet), and during the
+//! replay of the journal at the next start.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use integration_tests::{Conn, Daemon, Orphan, binary, eventually, privileged};
+use serde_json::{Value, json};
+
+/// The state directory kept across the daemons of a test (the daemon makes it 0700).
+struct StateDir(std::path::PathBuf);
+
+impl StateDir {
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+/// A daemon that SIGKILLs itself at `point` (see liveness-daemon's `faults`), on `state`.
+fn dying_at(point: &str, state: &Path) -> Daemon {
+    let fault = format!("LIVENESS_FAULT={point}");
+    Daemon::start_under(
+        &["env", &fault],
+        Some(state.to_owned()),
+        &["--sources", "ebpf"],
+    )
+}
+
+/// Registers session `s` owned by an orphan, which then exits with 3 (kept until the
+/// test ends: dropping it kills what is left of it).
+fn owner_dies(daemon: &Daemon) -> Orphan {
+    let mut owner = Orphan::spawn(&["exit", "3"]);
+    let reply =
+        daemon.request(json!({"op": "register", "session": "s", "owner": {"pid": owner.pid}}));
+    assert_eq!(reply["ok"], true, "{reply}");
+    owner.release();
+    owner
+}
+
+/// Waits for the daemon to be SIGKILLed by its fault point.
+fn killed(daemon: &mut Daemon) {
+    assert!(
+        eventually(Duration::from_secs(20), || daemon.exited().is_some()),
+        "the daemon did not die at its fault point:\n{}",
+        daemon.log()
+    );
+    use std::os::unix::process::ExitStatusExt;
+    let status = daemon.exited().expect("exited");
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{}", daemon.log());
+}
+
+/// Every `session.ended` of session `s` in a replay from the start.
+fn endings(daemon: &Daemon) -> Vec<Value> {
+    let mut stream = daemon.connect();
+    let ack = stream.request(json!({"op": "subscribe", "since": 0, "session": "s"}));
+    assert_eq!(ack["ok"], true, "{ack}");
+    let head = ack["subscribed"]["head"].as_u64().expect("head");
+    let mut ended = Vec::new();
+    let mut seen = 0;
+    while seen < head {
+        let Some(line) = stream.next_within(Duration::from_secs(5)) else {
+            break;
+        };
+        let event = &line["event"];
+        seen = event["seq"].as_u64().unwrap_or(seen);
+        if event["kind"] == "session.ended" {
+            ended.push(event.clone());
+        }
+    }
+    ended
+}
+
+/// The session, once ended, as it was ended by the death the eBPF source saw (not found
+/// dead by a reconcile at start), exactly once.
+fn ended_once_as_observed(daemon: &Daemon) {
+    let ended = endings(daemon);
+    assert_eq!(ended.len(), 1, "one ending: {ended:?}");
+    assert_eq!(ended[0]["detected_by"], "ebpf", "{}", ended[0]);
+    assert_eq!(ended[0]["exit"], json!({"kind": "exited", "code": 3}));
+    let session = daemon.session("s");
+    assert_eq!(session["phase"], "ended", "{session}");
+    assert_eq!(session["detected_by"], "ebpf", "{session}");
+}
+
+#[test]
+fn a_kill_after_the_append_publishes_the_death_once_at_the_next_start() {
+    if !privileged("a_kill_after_the_append_publishes_the_death_once_at_the_next_start") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let state = StateDir(dir.path().join("state"));
+    let mut daemon = dying_at("after-append", state.path());
+    let mut live = daemon.connect();
+    assert_eq!(live.request(json!({"op": "subscribe"}))["ok"], true);
+    let _owner = owner_dies(&daemon);
+    killed(&mut daemon);
+    while let Some(line) = live.next_line() {
+        assert_ne!(
+            line["event"]["kind"], "session.ended",
+            "published before it died: {line}"
+        );
+    }
+    let daemon = Daemon::start_with_state(Some(state.path().to_owned()), &["--sources", "ebpf"]);
+    ended_once_as_observed(&daemon);
+}
+
+#[test]
+fn a_kill_after_the_publish_keeps_the_event_as_published_once() {
+    if !privileged("a_kill_after_the_publish_keeps_the_event_as_published_once") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let state = StateDir(dir.path().join("state"));
+    let mut daemon = dying_at("after-publish", state.path());
+    let mut live: Conn = daemon.connect();
+    assert_eq!(live.request(json!({"op": "subscribe"}))["ok"], true);
+    let _owner = owner_dies(&daemon);
+    killed(&mut daemon);
+    let mut published = Vec::new();
+    while let Some(line) = live.next_line() {
+        if line["event"]["kind"] == "session.ended" {
+            published.push(line["event"].clone());
+        }
+    }
+    let daemon = Daemon::start_with_state(Some(state.path().to_owned()), &["--sources", "ebpf"]);
+    ended_once_as_observed(&daemon);
+    let replayed = endings(&daemon);
+    for event in &published {
+        assert_eq!(
+            event, &replayed[0],
+            "the event replayed is the one published"
+        );
+    }
+}
+
+#[test]
+fn a_kill_during_the_journals_replay_replays_it_again_once() {
+    if !privileged("a_kill_during_the_journals_replay_replays_it_again_once") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let state = StateDir(dir.path().join("state"));
+    let mut daemon = dying_at("after-publish", state.path());
+    let _owner = owner_dies(&daemon);
+    killed(&mut daemon);
+    // A start that dies while it replays the journal.
+    let status = Command::new("env")
+        .arg("LIVENESS_FAULT=mid-replay")
+        .arg(binary("livenessd"))
+        .arg("--socket")
+        .arg(dir.path().join("s.sock"))
+        .arg("--state-dir")
+        .arg(state.path())
+        .status()
+        .expect("run livenessd");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGKILL),
+        "died replaying the journal"
+    );
+    let daemon = Daemon::start_with_state(Some(state.path().to_owned()), &["--sources", "ebpf"]);
+    ended_once_as_observed(&daemon);
+}
