@@ -24,6 +24,7 @@ mod source;
 mod store;
 mod systemd;
 mod trust;
+mod turns;
 
 pub use daemon::main;
 pub use source::ExitObservation;

@@ -7,8 +7,16 @@
 //! back to the runtime, under the runtime's locks, can wait for the CPU long enough to
 //! hold up the threads that serve connections.)
 //!
+//! A user's requests take turns on the pool (`offload_for`): however many it sends, one
+//! uid's work holds at most half of the CPUs, so that the rest stays free for deaths and
+//! for other users.
+//!
 //! These only ever lower a thread's claim, which needs no privilege; Linux applies them to
 //! the calling thread only. Where the kernel refuses one, the thread runs as it was.
+
+use std::sync::{Arc, LazyLock};
+
+use crate::turns::UidTurns;
 
 /// Niceness of the threads that serve connections.
 pub const CONNECTIONS_NICE: i32 = 5;
@@ -51,6 +59,20 @@ pub fn short_slices() {
     // SAFETY: sched_setattr reads `size` bytes of a valid `sched_attr` for thread 0, the
     // caller; it changes nothing else.
     unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &raw const attr, 0) };
+}
+
+/// Runs `work` a client of `uid` asked for on the blocking pool, when that uid has a turn
+/// free (see the module). `None` if it panicked.
+pub async fn offload_for<T: Send + 'static>(
+    uid: u32,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    static TURNS: LazyLock<Arc<UidTurns>> = LazyLock::new(|| {
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        UidTurns::new(cpus / 2)
+    });
+    let _turn = TURNS.take(uid).await;
+    offload(work).await
 }
 
 /// Runs `work` on the blocking pool, at the lowest of the daemon's priorities. `None` if

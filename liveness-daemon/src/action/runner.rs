@@ -19,12 +19,12 @@ use liveness_proc::identity::{ProcRoot, pidfd_exited};
 
 use super::ActionError;
 use super::env::environment;
-use super::slots::ActionSlots;
 use super::sys::{self, ChildSetup};
 use super::tail::Tail;
 use super::tree::end_tree;
 use super::user::RunAs;
 use crate::source::pidfd::register_readable;
+use crate::turns::UidTurns;
 
 /// How long a timed-out action's processes have between SIGTERM and SIGKILL.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
@@ -44,18 +44,18 @@ pub struct RunOptions {
     pub kill_grace: Duration,
 }
 
-/// Runs end actions as their creators, at most [`ActionSlots`]' number per user at once.
+/// Runs end actions as their creators, at most a few per user at once.
 #[derive(Debug, Clone)]
 pub struct ActionRunner {
     options: RunOptions,
-    slots: Arc<ActionSlots>,
+    slots: Arc<UidTurns>,
 }
 
 impl ActionRunner {
     pub fn new(options: RunOptions, per_uid: usize) -> ActionRunner {
         ActionRunner {
             options,
-            slots: ActionSlots::new(per_uid),
+            slots: UidTurns::new(per_uid),
         }
     }
 
@@ -68,7 +68,7 @@ impl ActionRunner {
         facts: &EndFacts,
         registered_gid: Option<u32>,
     ) -> ActionOutcome {
-        let _slot = self.slots.acquire(facts.uid).await;
+        let _slot = self.slots.take(facts.uid).await;
         match RunAs::lookup(facts.uid, registered_gid) {
             Ok(user) => run_action(spec, facts, &user, &self.options).await,
             Err(e) => failed(facts, now_ms(), Duration::ZERO, &e),

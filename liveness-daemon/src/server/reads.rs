@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::reply::{IntoReply, Processes};
 use crate::engine::{self, Caller, Handle, TreeView, ancestry};
-use crate::offload::offload;
+use crate::offload::offload_for;
 use crate::source::tree_map::TreeMap;
 use crate::store::{EventReader, ListQuery, LockQuery, StoreError};
 use liveness_common::protocol::{
@@ -74,11 +74,12 @@ impl<A: IntoReply> From<A> for Answer {
 
 /// A reply built and serialized on the blocking pool, with the request's `id`.
 async fn offload_reply<A: IntoReply>(
+    caller: Caller,
     id: Option<serde_json::Value>,
     what: &'static str,
     build: impl FnOnce() -> Result<A, ErrorBody> + Send + 'static,
 ) -> Answer {
-    let line = offload(move || {
+    let line = offload_for(caller.uid, move || {
         serde_json::to_string(&Reply {
             id,
             ..build().into_reply()
@@ -130,7 +131,7 @@ impl Readers {
             (Err(refused), _) | (_, Err(refused)) => return Reply::from(refused).into(),
         };
         let database = self.database.clone();
-        offload_reply(id, "sessions", move || {
+        offload_reply(caller, id, "sessions", move || {
             let page = EventReader::open(&database).and_then(|reader| reader.list(&query));
             read("sessions", page)
         })
@@ -169,7 +170,7 @@ impl Readers {
             Err(error) => return Reply::from(error).into(),
         };
         let database = self.database.clone();
-        offload_reply(id, "locks", move || {
+        offload_reply(caller, id, "locks", move || {
             let page = EventReader::open(&database).and_then(|reader| reader.locks(&query));
             let mut page = read("locks", page)?;
             for lock in &mut page.locks {
@@ -196,7 +197,7 @@ impl Readers {
             Err(error) => return Reply::from(error).into(),
         };
         let Readers { proc, members, .. } = self.clone();
-        offload_reply(id, "the tree", move || {
+        offload_reply(caller, id, "the tree", move || {
             let processes = processes_of(&session, tree, members.as_deref(), &proc);
             Ok(Processes { session, processes })
         })
@@ -212,7 +213,9 @@ impl Readers {
     ) -> Result<engine::Found, ErrorBody> {
         let request::Whose { pid } = request;
         let Readers { proc, members, .. } = self.clone();
-        let read = offload(move || ancestry(&proc, members.as_deref(), caller.pid, pid));
+        let read = offload_for(caller.uid, move || {
+            ancestry(&proc, members.as_deref(), caller.pid, pid)
+        });
         let ancestry = read.await.unwrap_or_else(|| {
             Err(ErrorBody::new(
                 ErrorCode::Internal,
@@ -238,7 +241,10 @@ impl Readers {
         let survivors = match tree {
             Some(tree) => {
                 let Readers { proc, members, .. } = self.clone();
-                offload(move || (tree.root(), tree.survivors(members.as_deref(), &proc))).await
+                offload_for(caller.uid, move || {
+                    (tree.root(), tree.survivors(members.as_deref(), &proc))
+                })
+                .await
             }
             None => None,
         };
