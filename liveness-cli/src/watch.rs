@@ -118,9 +118,11 @@ impl WatchArgs {
         if json || self.exec.is_none() {
             exit_when_stdout_closes(Arc::clone(&handling));
         }
-        // With nothing to read in an event, its line goes out as the daemon sent it: no
-        // parse, no second serialization, one write.
-        let forward = json && self.exec.is_none() && self.labels.labels.is_empty();
+        // With nothing to read in an event (no command to run, no label or cause to filter
+        // on), its line goes out as the daemon sent it: no parse, no second serialization,
+        // one write.
+        let filtered = !self.labels.labels.is_empty() || self.causes.is_set();
+        let forward = json && self.exec.is_none() && !filtered;
         loop {
             let item = if forward {
                 match events.next_line()? {

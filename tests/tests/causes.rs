@@ -447,8 +447,9 @@ fn cause_usage_counts_the_owner_and_the_members_that_exited() {
     );
 }
 
-/// `watch` and `list` filter ended sessions by cause; `wait` keeps its exit codes and its
-/// JSON adds the cause; the metrics count ends by cause.
+/// `watch` (also with `--json`, which otherwise forwards the daemon's lines untouched) and
+/// `list` filter ended sessions by cause; `wait` keeps its exit codes and its JSON adds the
+/// cause. (The metrics' count by cause is tested in operations.rs.)
 #[test]
 fn cause_filters_and_counts_endings() {
     let Some(daemon) = started("cause_filters_and_counts_endings") else {
