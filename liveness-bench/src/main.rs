@@ -1669,7 +1669,7 @@ fn print_table(plan: &Plan, report: &Report, goals: &[Value]) {
             o["ebpf_signal_runs"]
         );
         println!(
-            "  both programs took {} % of the CPUs; the daemon {} %",
+            "  the eBPF programs took {} % of the CPUs; the daemon {} %",
             o["ebpf_cpu_percent"], o["daemon_cpu_percent"]
         );
     }
