@@ -138,10 +138,7 @@ pub(super) fn session_from_row(row: &Row<'_>) -> Result<Session, StoreError> {
             .get::<_, Option<String>>(8)?
             .map(from_name)
             .transpose()?,
-        exit: row
-            .get::<_, Option<String>>(9)?
-            .map(|s| serde_json::from_str(&s))
-            .transpose()?,
+        exit: json_column(row, 9)?,
         detected_by: row
             .get::<_, Option<String>>(10)?
             .map(from_name)
@@ -153,10 +150,7 @@ pub(super) fn session_from_row(row: &Row<'_>) -> Result<Session, StoreError> {
         touched_ms: row.get(15)?,
         ended_ms: row.get(16)?,
         pending_expires_ms: row.get(17)?,
-        survivors: row
-            .get::<_, Option<String>>(19)?
-            .map(|s| serde_json::from_str(&s))
-            .transpose()?,
+        survivors: json_column(row, 19)?,
         on_end: from_name(row.get(20)?)?,
         grace_ms: u64::try_from(row.get::<_, i64>(21)?).unwrap_or_default(),
         cause: json_column(row, 22)?,
@@ -209,7 +203,7 @@ pub(super) fn insert_session(conn: &Connection, s: &Session) -> Result<(), Store
         name(&s.phase)?,
         s.pending,
         s.reason.map(|r| name(&r)).transpose()?,
-        s.exit.map(|e| serde_json::to_string(&e)).transpose()?,
+        json_value(s.exit.as_ref())?,
         s.detected_by.map(|d| name(&d)).transpose()?,
         s.creator_uid,
         serde_json::to_string(&s.labels)?,
@@ -219,10 +213,7 @@ pub(super) fn insert_session(conn: &Connection, s: &Session) -> Result<(), Store
         s.ended_ms,
         s.pending_expires_ms,
         s.owner.pidfs_ino.map(ticks_to_sql),
-        s.survivors
-            .as_ref()
-            .map(serde_json::to_string)
-            .transpose()?,
+        json_value(s.survivors.as_ref())?,
         name(&s.on_end)?,
         i64::try_from(s.grace_ms).unwrap_or(i64::MAX),
         json_value(s.cause.as_ref())?,
@@ -243,7 +234,7 @@ impl EndingRow<'_> {
     pub(super) fn new(ending: &Ending, now_ms: i64) -> Result<EndingRow<'_>, StoreError> {
         let columns = (
             name(&ending.reason)?,
-            ending.exit.map(|e| serde_json::to_string(&e)).transpose()?,
+            json_value(ending.exit.as_ref())?,
             ending.detected_by.map(|d| name(&d)).transpose()?,
         );
         Ok(EndingRow {
