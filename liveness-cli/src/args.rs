@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use liveness_common::cause::{Cause, CauseKind};
 use liveness_common::duration::parse_duration;
 use liveness_common::session::OnEnd;
 
@@ -71,7 +72,7 @@ pub(crate) enum Command {
     ///
     /// With --exec, runs CMD (through sh -c) for each session.ended event, with the event
     /// JSON on stdin and LIVENESS_SEQ, LIVENESS_SESSION, LIVENESS_REASON, LIVENESS_EXIT_CODE,
-    /// LIVENESS_SIGNAL, LIVENESS_DETECTED_BY in its environment. With --cursor, the seq of the
+    /// LIVENESS_SIGNAL, LIVENESS_CAUSE, LIVENESS_DETECTED_BY in its environment. With --cursor, the seq of the
     /// last event handled and the daemon's store id are stored in FILE and a restarted
     /// watcher resumes after it. The cursor is written once CMD has succeeded, so a watcher
     /// killed in between runs CMD for that event again when it restarts: make CMD
@@ -332,6 +333,8 @@ pub(crate) struct ListArgs {
     pub(crate) phase: Option<PhaseArg>,
     #[command(flatten)]
     pub(crate) labels: LabelFilter,
+    #[command(flatten)]
+    pub(crate) causes: CauseFilter,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -372,6 +375,8 @@ pub(crate) struct WatchArgs {
     pub(crate) session: Option<String>,
     #[command(flatten)]
     pub(crate) labels: LabelFilter,
+    #[command(flatten)]
+    pub(crate) causes: CauseFilter,
     /// Root only: only events of this user's sessions.
     #[arg(long, value_name = "UID")]
     pub(crate) uid: Option<u32>,
@@ -553,6 +558,31 @@ impl LabelFilter {
             .iter()
             .all(|(key, value)| labels.get(key) == Some(value))
     }
+}
+
+/// Ended sessions by why they ended.
+#[derive(Debug, clap::Args)]
+pub(crate) struct CauseFilter {
+    /// Only ended sessions whose cause is of this kind: exit, signal, oom, hangup, unknown
+    /// or none (the owner did not die). Repeatable: any may match.
+    #[arg(long = "cause", value_name = "KIND", value_parser = parse_cause)]
+    pub(crate) kinds: Vec<CauseKind>,
+}
+
+impl CauseFilter {
+    /// Whether the filter asks for anything.
+    pub(crate) fn is_set(&self) -> bool {
+        !self.kinds.is_empty()
+    }
+
+    /// Whether an ending with this cause passes; without a filter, everything does.
+    pub(crate) fn matches(&self, cause: Option<&Cause>) -> bool {
+        !self.is_set() || cause.is_some_and(|cause| self.kinds.contains(&cause.kind()))
+    }
+}
+
+fn parse_cause(text: &str) -> Result<CauseKind, String> {
+    text.parse()
 }
 
 fn parse_label(text: &str) -> Result<(String, String), String> {

@@ -122,11 +122,14 @@ impl ListArgs {
         let mut client = context.connect()?;
         let pids = Numbering::of(&client);
         let mut sessions = client.list(phase)?;
-        sessions.retain(|session| self.labels.matches(&session.labels));
+        sessions.retain(|session| {
+            self.labels.matches(&session.labels) && self.causes.matches(session.cause.as_ref())
+        });
         if context.json {
             output::json(&sessions);
         } else {
-            let filtered = phase.is_some() || !self.labels.labels.is_empty();
+            let filtered =
+                phase.is_some() || !self.labels.labels.is_empty() || self.causes.is_set();
             print_session_table(&sessions, filtered, &pids);
         }
         Ok(Exit::Ok.into())

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::cause::{Cause, Usage};
 use crate::exit::{DetectedBy, ExitStatus};
 use crate::identity::{DeathReason, Identity};
 use crate::lock::LockChange;
@@ -52,6 +53,12 @@ pub struct Session {
     pub pending: bool,
     pub reason: Option<EndReason>,
     pub exit: Option<ExitStatus>,
+    /// Why the session ended, from its owner's side; set on every ended session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<Cause>,
+    /// What the owner (and its tree's members that exited) cost, where the kernel showed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
     pub detected_by: Option<DetectedBy>,
     pub creator_uid: u32,
     pub labels: BTreeMap<String, String>,
@@ -192,6 +199,12 @@ pub struct Event {
     pub reason: Option<EndReason>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<ExitStatus>,
+    /// `session.ended`: why, from the owner's side.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<Cause>,
+    /// `session.ended`: what the owner and its tree's exited members cost (eBPF only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detected_by: Option<DetectedBy>,
     /// When a source learned of the death (`at_ms` is when it was committed).

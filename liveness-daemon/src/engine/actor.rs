@@ -189,6 +189,9 @@ impl Engine {
             observed_ms: self.config.clock.now_ms(),
             died_ms: None,
             survivors: None,
+            cause: None,
+            usage: None,
+            sender_root: None,
         };
         if owner.boot_id != self.local.boot_id {
             let earlier_boot_here = match self.store.is_known_boot(&owner.boot_id) {
@@ -220,6 +223,7 @@ impl Engine {
 
     /// The store's view of a death observed on this boot.
     pub(super) fn death_of(&self, observation: &ExitObservation) -> OwnerDeath {
+        let facts = observation.facts.as_ref();
         OwnerDeath {
             owner: self.identity_of(observation.key),
             reason: EndReason::from(observation.reason),
@@ -228,6 +232,9 @@ impl Engine {
             observed_ms: ms_of(observation.at),
             died_ms: observation.died_at.map(ms_of),
             survivors: None,
+            cause: facts.map(|facts| facts.cause.clone()),
+            usage: facts.map(|facts| facts.usage.clone()),
+            sender_root: facts.and_then(|facts| facts.sender_root),
         }
     }
 

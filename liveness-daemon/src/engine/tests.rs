@@ -293,6 +293,7 @@ async fn an_earlier_owners_death_does_not_end_a_session_with_a_new_owner() {
         detected_by: DetectedBy::Procpoll,
         at: SystemTime::now(),
         died_at: None,
+        facts: None,
     });
     let session = f.session(ALICE.uid, "s");
     assert_eq!(
@@ -625,6 +626,97 @@ async fn a_source_reports_the_exit_status_the_ended_session_keeps() {
         ),
         "a process that died is watched no more"
     );
+}
+
+/// Process `pid` dies of SIGTERM sent, as the kernel's programs saw it, by a member of
+/// the tree of the owner `sender_root`.
+fn killed_from_the_tree_of(f: &mut Fixture, pid: u32, sender_root: u32) {
+    use liveness_common::cause::{Cause, KernelFacts, MembersUsage, Sender, Usage};
+    let key = |pid: u32| ProcessKey {
+        pid,
+        start_ticks: 1000 + u64::from(pid),
+    };
+    f.proc.kill(pid);
+    let facts = KernelFacts {
+        cause: Cause::Signal {
+            signal: 15,
+            sender: Some(Sender {
+                pid: 99,
+                start_ticks: 1099,
+                comm: "kill".into(),
+                uid: 2000,
+                session: None,
+            }),
+            kernel: None,
+        },
+        usage: Usage {
+            cpu_user_us: 1,
+            cpu_system_us: 2,
+            peak_rss_bytes: 4096,
+            members: MembersUsage::default(),
+        },
+        sender_root: Some(key(sender_root)),
+        oom_cgroup_id: None,
+    };
+    let killed = ExitStatus::Signaled {
+        signal: 15,
+        core_dumped: false,
+    };
+    assert!(f.exits.die_seen(key(pid), killed, Some(facts)));
+}
+
+/// The sender's session is looked up among the ACTIVE sessions in memory, on the death
+/// path, and named only in the causes of sessions whose readers may see it.
+#[tokio::test(start_paused = true)]
+async fn a_senders_session_is_named_only_where_its_readers_may_see_it() {
+    use liveness_common::cause::Cause;
+    let mut f = fixture().await;
+    for (pid, caller) in [(11, ALICE), (12, ALICE), (13, BOB)] {
+        f.proc.spawn(pid, caller.uid);
+    }
+    f.own(ALICE, "target", 11);
+    f.own(ROOT, "watched-by-root", 11);
+    f.own(ALICE, "other-target", 12);
+    f.own(BOB, "bobs-builder", 13);
+    let mut batches = f.subscribe();
+    let sender_session = |session: &Session| match &session.cause {
+        Some(Cause::Signal {
+            sender: Some(sender),
+            ..
+        }) => sender.session.clone(),
+        other => panic!("{}: not a signal with a sender: {other:?}", session.id),
+    };
+
+    killed_from_the_tree_of(&mut f, 11, 13);
+    f.next_death().await;
+    let target = f.session(ALICE.uid, "target");
+    assert_eq!(
+        sender_session(&target),
+        None,
+        "Bob's session shown to Alice"
+    );
+    assert!(target.usage.is_some(), "{target:?}");
+    let root_s = f.session(ROOT.uid, "watched-by-root");
+    assert_eq!(sender_session(&root_s), Some("bobs-builder".into()));
+    assert_eq!(published(&mut batches, "target", "session.ended"), 1);
+
+    // The sender's tree is in a session of Alice's too (after Bob's in id order), which root
+    // registered for her: Alice reads that one.
+    let mut for_alice = registration(
+        Some("builder"),
+        OwnerSpec::Pid(PidOwner { pid: 13 }),
+        None,
+        None,
+    );
+    for_alice.request.uid = Some(ALICE.uid);
+    session_of(
+        f.ask(ROOT, for_alice).map(Session::from),
+        "register for Alice",
+    );
+    killed_from_the_tree_of(&mut f, 12, 13);
+    f.next_death().await;
+    let other = f.session(ALICE.uid, "other-target");
+    assert_eq!(sender_session(&other), Some("builder".into()));
 }
 
 #[tokio::test(start_paused = true)]

@@ -188,6 +188,13 @@ CREATE TABLE reaps (
     PRIMARY KEY (uid, session)
 );
 "#,
+    r#"
+-- Why an ended session's owner died (JSON: the cause's kind and facts) and what it cost
+-- (JSON: CPU time and peak memory, its tree's exited members summed). Sessions that ended
+-- before have neither.
+ALTER TABLE sessions ADD COLUMN cause TEXT;
+ALTER TABLE sessions ADD COLUMN usage TEXT;
+"#,
 ];
 
 /// The schema version this code writes and understands.

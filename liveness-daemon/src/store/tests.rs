@@ -106,6 +106,9 @@ fn end_owner(
                 observed_ms,
                 died_ms: None,
                 survivors: None,
+                cause: None,
+                usage: None,
+                sender_root: None,
             }],
             now_ms,
         )
@@ -1197,6 +1200,9 @@ fn end_many_finalizes_a_thousand_owners_in_one_transaction() {
             observed_ms: NOW,
             died_ms: None,
             survivors: None,
+            cause: None,
+            usage: None,
+            sender_root: None,
         })
         .collect();
     let start = std::time::Instant::now();
@@ -1681,4 +1687,165 @@ fn a_token_granted_after_the_state_was_deleted_or_restored_exceeds_every_earlier
             lock.token
         );
     }
+}
+
+/// A death by SIGTERM from a member of session "builder"'s tree (rooted at owner 30),
+/// whose owner has three sessions: its creator's, another user's, and root's.
+fn killed_by_a_builder(store: &mut Store) -> OwnerDeath {
+    use liveness_common::cause::{Cause, MembersUsage, Sender, Usage};
+    let victim = owner(20);
+    store.register(req("mine", victim.clone()), NOW).unwrap();
+    for (id, creator_uid) in [("theirs", UID + 1), ("roots", 0)] {
+        let session = NewSession {
+            creator_uid,
+            ..req(id, victim.clone())
+        };
+        store.register(session, NOW).unwrap();
+    }
+    store.register(req("builder", owner(30)), NOW).unwrap();
+    OwnerDeath {
+        owner: victim,
+        reason: EndReason::OwnerExited,
+        exit: Some(ExitStatus::Signaled {
+            signal: 15,
+            core_dumped: false,
+        }),
+        detected_by: DetectedBy::Ebpf,
+        observed_ms: NOW,
+        died_ms: None,
+        survivors: None,
+        cause: Some(Cause::Signal {
+            signal: 15,
+            sender: Some(Sender {
+                pid: 31,
+                start_ticks: 3,
+                comm: "kill".into(),
+                uid: UID,
+                session: None,
+            }),
+            kernel: None,
+        }),
+        usage: Some(Usage {
+            cpu_user_us: 300_000,
+            cpu_system_us: 1_000,
+            peak_rss_bytes: 1 << 20,
+            members: MembersUsage::default(),
+        }),
+        sender_root: Some(owner(30).key()),
+    }
+}
+
+/// The session a cause names as its sender's.
+fn sender_session(cause: Option<&liveness_common::cause::Cause>) -> Option<String> {
+    use liveness_common::cause::Cause;
+    match cause {
+        Some(Cause::Signal {
+            sender: Some(sender),
+            ..
+        }) => sender.session.clone(),
+        other => panic!("not a signal with a sender: {other:?}"),
+    }
+}
+
+#[test]
+fn causes_and_usage_are_stored_and_a_foreign_sender_session_is_not_named() {
+    let db = Db::new();
+    let mut store = db.open();
+    let death = killed_by_a_builder(&mut store);
+    let events = store
+        .end_many(std::slice::from_ref(&death), NOW + 1)
+        .unwrap();
+    let by_session = |id: &str| events.iter().find(|e| e.session == id).unwrap();
+    assert_eq!(
+        sender_session(by_session("mine").cause.as_ref()),
+        Some("builder".into())
+    );
+    assert_eq!(
+        sender_session(by_session("theirs").cause.as_ref()),
+        None,
+        "another user's session id reached a non-root creator's ending"
+    );
+    assert_eq!(
+        sender_session(by_session("roots").cause.as_ref()),
+        Some("builder".into()),
+        "root sees every session"
+    );
+    // Stored as published, and read back after a reopen.
+    drop(store);
+    let store = db.open();
+    let mine = store.get(UID, "mine").unwrap().unwrap();
+    assert_eq!(mine.cause, by_session("mine").cause);
+    assert_eq!(mine.usage, death.usage);
+    let theirs = store.get(UID + 1, "theirs").unwrap().unwrap();
+    assert_eq!(sender_session(theirs.cause.as_ref()), None);
+}
+
+/// A daemon killed between a death's append and its commit applies the journal at its
+/// next start: the causes and usage come back from the journal, not from the source.
+#[test]
+fn a_replayed_journal_entry_keeps_its_causes_and_usage() {
+    let db = Db::new();
+    let mut store = db.open();
+    let death = killed_by_a_builder(&mut store);
+    let active = super::Active::load(&store).unwrap();
+    let batch =
+        super::journal_deaths(&active, &[death], NOW + 1, store.head_seq().unwrap()).unwrap();
+    // Through the journal's own encoding, as a start reads it back.
+    let entry: super::journal::JournalEntry =
+        serde_json::from_str(&serde_json::to_string(&batch.entry).unwrap()).unwrap();
+    drop(store);
+    let mut store = db.open();
+    assert_eq!(store.get(UID, "mine").unwrap().unwrap().cause, None);
+    assert_eq!(store.replay(&[entry]).unwrap(), 1);
+    for published in &batch.events {
+        if published.kind != EventKind::Ended {
+            continue;
+        }
+        let stored = store
+            .get(published.creator_uid, &published.session)
+            .unwrap()
+            .unwrap();
+        assert_eq!(stored.cause, published.cause, "{}", published.session);
+        assert_eq!(stored.usage, published.usage, "{}", published.session);
+    }
+    let stored = events(store.events_after(0, 100, &EventFilter::default()).unwrap());
+    let ended: Vec<_> = stored
+        .into_iter()
+        .filter(|e| e.kind == EventKind::Ended)
+        .collect();
+    assert_eq!(ended.len(), 3);
+    assert!(ended.iter().all(|e| e.usage.is_some() && e.cause.is_some()));
+}
+
+#[test]
+fn endings_no_source_explained_say_what_is_known() {
+    use liveness_common::cause::{Cause, CauseKind};
+    let db = Db::new();
+    let mut store = db.open();
+    store.register(req("stopped", owner(40)), NOW).unwrap();
+    let stopped = store
+        .end(
+            UID,
+            "stopped",
+            None,
+            &Ending::because(EndReason::Stopped),
+            NOW + 1,
+        )
+        .unwrap();
+    assert_eq!(stopped[0].cause, Some(Cause::NoDeath));
+    store.register(req("seen", owner(41)), NOW).unwrap();
+    let seen = end_owner(
+        &mut store,
+        &owner(41),
+        Some(ExitStatus::Signaled {
+            signal: 9,
+            core_dumped: false,
+        }),
+        DetectedBy::Pidfd,
+        NOW,
+        NOW + 1,
+    );
+    let cause = seen[0].cause.clone().unwrap();
+    assert_eq!(cause.kind(), CauseKind::Unknown);
+    assert!(cause.to_string().contains("pidfd"), "{cause}");
 }

@@ -241,6 +241,8 @@ impl Store {
                     pending: req.pending,
                     reason: None,
                     exit: None,
+                    cause: None,
+                    usage: None,
                     detected_by: None,
                     creator_uid: req.creator_uid,
                     labels: req.labels,
