@@ -187,6 +187,8 @@ pub(crate) struct RegisterArgs {
     pub(crate) wrappers: Vec<String>,
     #[command(flatten)]
     pub(crate) cleanup: CleanupArgs,
+    #[command(flatten)]
+    pub(crate) end_actions: EndActionArgs,
 }
 
 /// The owner named on the command line.
@@ -268,6 +270,22 @@ pub(crate) struct CleanupArgs {
     /// (default 10s, at most 1h).
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub(crate) grace: Option<Duration>,
+}
+
+/// Commands run when a session ends.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct EndActionArgs {
+    /// Run CMD (through `sh -c`, as you, in the current directory) once when the session
+    /// ends, however it ends: its owner's exit or crash, `end`, a timeout, a reboot, or a
+    /// death the daemon found after a restart. Repeatable. CMD reads the end facts as JSON
+    /// on stdin and in LIVENESS_* variables. Make it idempotent: a run cut short by a
+    /// crash of the daemon runs again. On an active session, replaces its commands.
+    #[arg(long = "on-end-run", value_name = "CMD")]
+    pub(crate) on_end_run: Vec<String>,
+    /// How long each --on-end-run command may run before its whole process tree is ended
+    /// (default 60s, at most 1h).
+    #[arg(long, requires = "on_end_run", value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) on_end_timeout: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -389,6 +407,10 @@ pub(crate) struct WatchArgs {
 pub(crate) struct WaitArgs {
     #[command(flatten)]
     pub(crate) session: SessionArgs,
+    /// Wait until the session is finalized: ended, and each of its end actions has its
+    /// outcome (the same as ended for a session without end actions).
+    #[arg(long)]
+    pub(crate) finalized: bool,
 }
 
 // `doctor`
@@ -527,6 +549,8 @@ pub(crate) struct RunArgs {
     pub(crate) labels: Vec<(String, String)>,
     #[command(flatten)]
     pub(crate) cleanup: CleanupArgs,
+    #[command(flatten)]
+    pub(crate) end_actions: EndActionArgs,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub(crate) command: Vec<OsString>,

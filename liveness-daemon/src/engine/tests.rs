@@ -22,8 +22,8 @@ use liveness_common::status::{DaemonInfo, LimitsConfig};
 use liveness_proc::fake::FakeProc;
 
 use super::{
-    Acquire, Batch, Caller, Clock, End, Engine, EngineConfig, Op, PRUNE_PERIOD, Register,
-    Registered, Subscribe,
+    Acquire, ActionConfig, Batch, Caller, Clock, End, Engine, EngineConfig, Op, PRUNE_PERIOD,
+    Register, Registered, Subscribe,
 };
 
 const WALL_MS: i64 = 1_700_000_000_000;
@@ -35,9 +35,21 @@ const RETAIN_AGE: Duration = Duration::from_secs(86_400);
 /// Bounds a wait for a death, which the source has reported already.
 const DEATH_WITHIN: Duration = Duration::from_secs(1);
 
-const ROOT: Caller = Caller { uid: 0, pid: 1 };
-const ALICE: Caller = Caller { uid: 1000, pid: 10 };
-const BOB: Caller = Caller { uid: 2000, pid: 20 };
+const ROOT: Caller = Caller {
+    uid: 0,
+    gid: 0,
+    pid: 1,
+};
+const ALICE: Caller = Caller {
+    uid: 1000,
+    gid: 1000,
+    pid: 10,
+};
+const BOB: Caller = Caller {
+    uid: 2000,
+    gid: 2000,
+    pid: 20,
+};
 
 struct Fixture {
     proc: FakeProc,
@@ -73,6 +85,7 @@ async fn fixture() -> Fixture {
             at: tokio::time::Instant::now(),
         },
         trace_hops: false,
+        actions: ActionConfig::default(),
     };
     let about = DaemonInfo {
         version: "test".into(),
@@ -170,6 +183,7 @@ fn registration(
         on_end,
         grace_ms,
         wrappers: Vec::new(),
+        on_end_run: None,
     };
     Register {
         request,
