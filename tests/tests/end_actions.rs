@@ -75,17 +75,6 @@ fn register(daemon: &Daemon, request: Value) -> Value {
     reply["session"].clone()
 }
 
-/// The session once it is finalized (each action has its outcome).
-fn finalized(daemon: &Daemon, id: &str) -> Value {
-    let mut last = Value::Null;
-    let done = eventually(WITHIN, || {
-        last = daemon.request(json!({"op": "get", "session": id}));
-        last["session"]["finalized_ms"].is_i64()
-    });
-    assert!(done, "{id} was not finalized: {last}\n{}", daemon.log());
-    last["session"].clone()
-}
-
 /// Every event of session `id` from the start, by kind (read from the whole stream up to
 /// its head: a session's own events need not reach it).
 fn events_of(daemon: &Daemon, id: &str, kind: &str) -> Vec<Value> {
@@ -178,15 +167,15 @@ fn every_ending_runs_the_actions_once() {
     let reply = daemon.request(json!({"op": "end", "session": "end"}));
     assert_eq!(reply["ok"], true, "{reply}");
     for id in ["exit", "kill", "end", "timeout", "reboot"] {
-        finalized(&daemon, id);
+        daemon.wait_finalized(id, None);
     }
-    finalized(&daemon, "expiring");
+    daemon.wait_finalized("expiring", None);
     // A death while the daemon is down is found by the reconcile, and still runs.
     daemon.kill9();
     downtime.release();
     assert!(eventually(WITHIN, || !Fingerprint::of(downtime.pid).is_running()));
     daemon.restart();
-    finalized(&daemon, "downtime");
+    daemon.wait_finalized("downtime", None);
     // Nothing runs twice, however long one waits.
     std::thread::sleep(Duration::from_millis(1500));
     let mut lines = marks.lines();
@@ -248,7 +237,7 @@ fn die_at_and_restart(point: &str, action: Value) -> (Daemon, Value, tempfile::T
     killed_by_its_fault(&mut daemon);
     let log = daemon.log();
     let again = Daemon::start_with_state(Some(state.path().join("state")), &[]);
-    let session = finalized(&again, "s");
+    let session = again.wait_finalized("s", None);
     assert!(log.contains(point), "{log}");
     (again, session, state)
 }
@@ -328,7 +317,7 @@ fn a_stop_during_an_action_ends_it_and_the_next_start_runs_it_again() {
         "a stop ends its running actions"
     );
     daemon.restart();
-    finalized(&daemon, "s");
+    daemon.wait_finalized("s", None);
     assert_eq!(marks.lines().len(), 3, "{:?}", marks.lines());
     assert_eq!(marks.lines()[2], "done");
     let outcome = one_outcome(&daemon, "s");
@@ -356,7 +345,7 @@ fn timeouts_end_the_tree_and_failures_keep_their_stderr() {
         json!({"session": "s", "owner": {"pid": owner.pid}, "on_end_run": [slow, failing]}),
     );
     daemon.request(json!({"op": "end", "session": "s"}));
-    let session = finalized(&daemon, "s");
+    let session = daemon.wait_finalized("s", None);
     let actions = session["actions"]
         .as_array()
         .expect("get lists the actions");
@@ -407,7 +396,8 @@ fn an_unprivileged_users_action_runs_as_that_user() {
         .request(&json!({"op": "end", "session": "mine"}))
         .expect("a reply");
     assert_eq!(reply["ok"], true, "{reply}");
-    let outcome = one_outcome_for(&daemon, uid);
+    let session = daemon.wait_finalized("mine", Some(uid));
+    let outcome = &session["actions"][0]["outcome"];
     assert_eq!(outcome["exit"]["code"], 0, "{outcome}");
     let status = outcome["stderr_tail"].as_str().unwrap();
     let field = |name: &str| {
@@ -432,17 +422,6 @@ fn an_unprivileged_users_action_runs_as_that_user() {
     assert!(fds.len() <= 4, "no descriptor of the daemon's: {fds:?}");
 }
 
-/// The one outcome of user `uid`'s session `mine`, read by root.
-fn one_outcome_for(daemon: &Daemon, uid: u32) -> Value {
-    let mut last = Value::Null;
-    let done = eventually(WITHIN, || {
-        last = daemon.request(json!({"op": "get", "session": "mine", "uid": uid}));
-        last["session"]["finalized_ms"].is_i64()
-    });
-    assert!(done, "{last}\n{}", daemon.log());
-    last["session"]["actions"][0]["outcome"].clone()
-}
-
 /// `actions_done` before the end: nothing runs, the outcome says why, and the session is
 /// final at its end.
 #[test]
@@ -461,7 +440,7 @@ fn actions_done_by_the_agent_are_not_run() {
     assert_eq!(reply["ok"], true, "{reply}");
     assert_eq!(reply["session"]["actions"][0]["state"], "done", "{reply}");
     daemon.request(json!({"op": "end", "session": "s"}));
-    let session = finalized(&daemon, "s");
+    let session = daemon.wait_finalized("s", None);
     assert_eq!(
         session["actions"][0]["outcome"]["skipped"], "done_by_agent",
         "{session}"
@@ -469,4 +448,56 @@ fn actions_done_by_the_agent_are_not_run() {
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(marks.lines(), Vec::<String>::new(), "it did not run");
     one_outcome(&daemon, "s");
+}
+
+/// `liveness run --on-end-run CMD`: CMD runs through `sh -c` in the directory `run` was
+/// started in, and `liveness wait --finalized` returns once it has.
+#[test]
+fn the_cli_registers_end_actions_and_waits_for_their_outcome() {
+    if !privileged("the_cli_registers_end_actions_and_waits_for_their_outcome") {
+        return;
+    }
+    let marks = Marks::new();
+    let daemon = Daemon::start(&[]);
+    let command = format!(
+        "sleep 0.5; echo \"$LIVENESS_SESSION $LIVENESS_REASON $PWD\" >> {}",
+        marks.log().display()
+    );
+    let ran = std::process::Command::new(integration_tests::binary("liveness"))
+        .current_dir(marks.dir.path())
+        .args([
+            "--socket",
+            daemon.socket.to_str().unwrap(),
+            "run",
+            "--session",
+            "cli",
+        ])
+        .args(["--on-end-run", &command, "--", "true"])
+        .output()
+        .unwrap();
+    assert!(ran.status.success(), "{ran:?}");
+    let waited = daemon.cli(&["--json", "wait", "--session", "cli", "--finalized"]);
+    assert!(waited.status.success(), "{waited:?}");
+    let session: Value = serde_json::from_slice(&waited.stdout).unwrap();
+    assert!(session["finalized_ms"].is_i64(), "{session}");
+    let dir = marks.dir.path().canonicalize().unwrap();
+    assert_eq!(
+        marks.lines(),
+        [format!("cli owner_exited {}", dir.display())],
+        "it ran by the time wait returned"
+    );
+    let refused = daemon.cli(&[
+        "register",
+        "--session",
+        "x",
+        "--owner",
+        "auto",
+        "--on-end-timeout",
+        "2h",
+        "--on-end-run",
+        "true",
+    ]);
+    assert_eq!(refused.status.code(), Some(64), "{refused:?}");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("over the limit"), "{said}");
 }
