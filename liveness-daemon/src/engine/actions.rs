@@ -15,7 +15,7 @@
 //! end was committed but whose actions never started (a crash in between, or a death found
 //! by the reconcile at start) start at the next start.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -51,20 +51,31 @@ impl Default for ActionConfig {
     }
 }
 
-/// A finished run: which action, and what it did; `None` when it was not run after all
-/// (it had an outcome by the time its slot came).
-pub(super) type ActionDone = Option<(ActionKey, ActionOutcome)>;
+/// A finished run: which action, and what it did (`None`: it was not run after all, as it
+/// had an outcome by the time its slot came, or could not be marked running).
+pub(super) type ActionDone = (ActionKey, Option<ActionOutcome>);
 
 /// What a run tells the engine on its way.
 #[derive(Debug)]
 pub(super) enum Progress {
-    /// It has its slot: mark it `running`, and send its ended session (`None`: skip it).
+    /// It has its slot: mark it `running`, and say whether to run it.
     Begin {
         key: ActionKey,
-        reply: oneshot::Sender<Option<Box<Session>>>,
+        reply: oneshot::Sender<Begun>,
     },
     /// Its first process exists.
     Spawned { key: ActionKey, root: ProcessKey },
+}
+
+/// The engine's answer to [`Progress::Begin`].
+#[derive(Debug)]
+pub(super) enum Begun {
+    /// Marked `running`: run it, with the facts of its ended session.
+    Run(Box<Session>),
+    /// It has an outcome already, or its session is gone.
+    Skip,
+    /// The store could not mark it: ask again later.
+    Later,
 }
 
 /// What [`Actions::next`] found.
@@ -82,6 +93,8 @@ pub(super) struct Actions {
     tasks: JoinSet<ActionDone>,
     progress_tx: mpsc::UnboundedSender<Progress>,
     progress: mpsc::UnboundedReceiver<Progress>,
+    /// The actions with a task, so that none ever gets two.
+    live: HashSet<ActionKey>,
     /// The first process of each running action, for a stop to end.
     running: HashMap<ActionKey, ProcessKey>,
     /// Ended sessions whose actions start once SQLite has their end, by uid and id.
@@ -109,6 +122,7 @@ impl Actions {
             tasks: JoinSet::new(),
             progress_tx,
             progress,
+            live: HashSet::new(),
             running: HashMap::new(),
             queued: Vec::new(),
         }
@@ -119,25 +133,33 @@ impl Actions {
         self.queued.extend(sessions);
     }
 
+    /// Whether sessions wait for their actions to start.
+    pub(super) fn has_queued(&self) -> bool {
+        !self.queued.is_empty()
+    }
+
     /// Starts the actions of the queued sessions, now that SQLite has their ends. Returns
     /// the `session.finalized` events of those with none left to run (each was skipped
     /// before the end), committed.
     pub(super) fn start_queued(&mut self, store: &mut Store, now_ms: i64) -> Vec<Event> {
         let mut finalized = Vec::new();
+        let mut failed = Vec::new();
         for (uid, id) in std::mem::take(&mut self.queued) {
-            match store.actions_due(Some((uid, &id))) {
-                Ok(due) if due.is_empty() => match store.finalize_if_done(uid, &id, now_ms) {
-                    Ok(event) => finalized.extend(event),
-                    Err(e) => {
-                        tracing::error!(error = %e, session = id, "cannot record that a session is final")
-                    }
-                },
-                Ok(due) => due.into_iter().for_each(|due| self.spawn(due)),
-                Err(e) => {
-                    tracing::error!(error = %e, session = id, "cannot list a session's end actions; the next start runs them")
+            let started = store.actions_due(Some((uid, &id))).and_then(|due| {
+                if due.is_empty() {
+                    finalized.extend(store.finalize_if_done(uid, &id, now_ms)?);
                 }
+                due.into_iter().for_each(|due| self.spawn(due));
+                Ok(())
+            });
+            if let Err(e) = started {
+                let e = store.explain(e);
+                tracing::error!(error = %e, session = id, "cannot start a session's end actions; trying again");
+                failed.push((uid, id));
             }
         }
+        // Kept for the retry tick.
+        self.queued = failed;
         finalized
     }
 
@@ -169,6 +191,9 @@ impl Actions {
             resumed,
             root,
         } = due;
+        if !self.live.insert(key.clone()) {
+            return;
+        }
         let runner = self.runner.clone();
         let progress = self.progress_tx.clone();
         let run = async move {
@@ -177,19 +202,34 @@ impl Actions {
                 end_leftover(&options.proc, root, options.kill_grace).await;
             }
             let slot = runner.slot(key.uid).await;
-            let (reply, session) = oneshot::channel();
-            let begin = Progress::Begin {
-                key: key.clone(),
-                reply,
+            let begun = loop {
+                let (reply, begun) = oneshot::channel();
+                let begin = Progress::Begin {
+                    key: key.clone(),
+                    reply,
+                };
+                if progress.send(begin).is_err() {
+                    break None;
+                }
+                match begun.await {
+                    Ok(Begun::Run(session)) => break Some(session),
+                    Ok(Begun::Skip) | Err(_) => break None,
+                    Ok(Begun::Later) => tokio::time::sleep(super::RETRY_PERIOD).await,
+                }
             };
-            progress.send(begin).ok()?;
-            let session = session.await.ok()??;
             let run = ActionRun {
                 index: key.index,
                 resumed,
             };
-            let facts = EndFacts::of(&session, run)?;
-            let spec = session.on_end_run.get(key.index as usize)?;
+            let Some(session) = begun else {
+                return (key, None);
+            };
+            let Some(facts) = EndFacts::of(&session, run) else {
+                return (key, None);
+            };
+            let Some(spec) = session.on_end_run.get(key.index as usize) else {
+                return (key, None);
+            };
             let spawned = |root| {
                 let _ = progress.send(Progress::Spawned {
                     key: key.clone(),
@@ -197,7 +237,7 @@ impl Actions {
                 });
             };
             let outcome = runner.run(&slot, spec, &facts, gid, spawned).await;
-            Some((key, outcome))
+            (key, Some(outcome))
         };
         match &self.runtime {
             Some(runtime) => self.tasks.spawn_on(run, runtime),
@@ -208,7 +248,9 @@ impl Actions {
     /// What a run says next, or the next run to finish; pending while none runs.
     /// Cancel-safe.
     pub(super) async fn next(&mut self) -> Next {
+        // Progress first: what a run said before it finished is taken before its end.
         tokio::select! {
+            biased;
             Some(progress) = self.progress.recv() => Next::Progress(progress),
             Some(done) = self.tasks.join_next() => Next::Finished(done),
         }
@@ -219,9 +261,11 @@ impl Actions {
         self.running.insert(key, root);
     }
 
-    /// A run's outcome is being recorded: its process is no longer a stop's to end.
+    /// A run is over (its outcome is being recorded, or it did not run after all): its
+    /// process is no longer a stop's to end, and the action may get a task again.
     pub(super) fn done(&mut self, key: &ActionKey) {
         self.running.remove(key);
+        self.live.remove(key);
     }
 
     /// At shutdown: the runs are cut short and what they started is ended (their rows stay
@@ -237,7 +281,9 @@ impl Actions {
         self.tasks.abort_all();
         let mut finished = Vec::new();
         while let Some(done) = self.tasks.join_next().await {
-            finished.extend(done.ok().flatten());
+            if let Ok((key, Some(outcome))) = done {
+                finished.push((key, outcome));
+            }
         }
         for (key, _) in &finished {
             self.running.remove(key);

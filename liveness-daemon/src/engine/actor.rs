@@ -12,7 +12,7 @@ use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::session::{EndReason, Event, Session};
 use liveness_proc::identity::Liveness;
 
-use super::actions::{Next, Progress, with_actions};
+use super::actions::{Begun, Next, Progress, with_actions};
 use super::locks::LockEffect;
 use super::reaps::{ReapDone, terminating};
 use super::tree::{REFRESH_PERIOD, Start, TREE_PERIOD};
@@ -80,13 +80,17 @@ impl Engine {
                 },
                 next = self.actions.next() => match next {
                     Next::Progress(progress) => self.action_progress(progress),
-                    Next::Finished(Ok(done)) => self.record_actions(done.into_iter().collect()),
+                    Next::Finished(Ok((key, Some(outcome)))) => {
+                        self.record_actions(vec![(key, outcome)]);
+                    }
+                    Next::Finished(Ok((key, None))) => self.actions.done(&key),
                     // Still `running` in the store: the next start runs it again.
                     Next::Finished(Err(e)) => {
                         tracing::error!(error = %e, "an end action's task failed");
                     }
                 },
-                _ = retry.tick(), if !self.retries.is_empty() || self.journaled.behind() => {
+                _ = retry.tick(), if !self.retries.is_empty() || self.journaled.behind()
+                    || self.actions.has_queued() => {
                     self.retry_commits();
                 }
                 _ = housekeeping.tick() => self.housekeeping(),
@@ -351,21 +355,21 @@ impl Engine {
 
     /// A run of an end action has its slot (it is marked `running` before it is spawned),
     /// or has spawned its first process.
-    fn action_progress(&mut self, progress: Progress) {
+    pub(super) fn action_progress(&mut self, progress: Progress) {
         match progress {
             Progress::Begin { key, reply } => {
                 crate::faults::point("before-action-start");
-                let session = match self.store.run_action(&key) {
-                    Ok(Begin::Run(session)) => Some(session),
-                    Ok(Begin::Skip) => None,
+                let begun = match self.store.run_action(&key) {
+                    Ok(Begin::Run(session)) => Begun::Run(session),
+                    Ok(Begin::Skip) => Begun::Skip,
                     Err(e) => {
                         let e = self.store.explain(e);
-                        tracing::error!(error = %e, session = key.session, index = key.index, "cannot mark an end action as running; the next start runs it");
-                        None
+                        tracing::error!(error = %e, session = key.session, index = key.index, "cannot mark an end action as running; trying again");
+                        Begun::Later
                     }
                 };
                 // The run may have been cut short meanwhile.
-                let _ = reply.send(session);
+                let _ = reply.send(begun);
             }
             Progress::Spawned { key, root } => {
                 if let Err(e) = self.store.action_spawned(&key, root) {
