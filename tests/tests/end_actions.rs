@@ -226,14 +226,35 @@ fn killed_by_its_fault(daemon: &mut Daemon) {
 /// Ends session `s`, whose action is `action`, on a daemon that dies at `point`; returns
 /// a daemon started again on the same state, and the session once finalized there.
 fn die_at_and_restart(point: &str, action: Value) -> (Daemon, Value, tempfile::TempDir) {
+    die_at_and_restart_after(point, action, Ending::Request)
+}
+
+/// How session `s` ends in [`die_at_and_restart_after`].
+#[derive(PartialEq)]
+enum Ending {
+    /// `end`: a commit of its own.
+    Request,
+    /// Its owner's death: the journaled path.
+    Death,
+}
+
+fn die_at_and_restart_after(
+    point: &str,
+    action: Value,
+    ending: Ending,
+) -> (Daemon, Value, tempfile::TempDir) {
     let state = state_dir();
     let mut daemon = dying_at(point, state.path());
-    let owner = Orphan::spawn(&["exit", "0"]);
+    let mut owner = Orphan::spawn(&["exit", "0"]);
     register(
         &daemon,
         json!({"session": "s", "owner": {"pid": owner.pid}, "on_end_run": [action]}),
     );
-    daemon.request(json!({"op": "end", "session": "s"}));
+    if ending == Ending::Death {
+        owner.release();
+    } else {
+        daemon.request(json!({"op": "end", "session": "s"}));
+    }
     killed_by_its_fault(&mut daemon);
     let log = daemon.log();
     let again = Daemon::start_with_state(Some(state.path().join("state")), &[]);
@@ -252,6 +273,21 @@ fn a_kill_before_the_action_starts_runs_it_at_the_next_start() {
     assert_eq!(marks.lines(), ["s stopped 0"], "it ran once, not resumed");
     let outcome = one_outcome(&daemon, "s");
     assert!(outcome.get("resumed").is_none(), "{outcome}");
+}
+
+/// A death published but not yet in SQLite when the daemon dies: the journal's replay at
+/// the next start ends the session, and its action runs then, once.
+#[test]
+fn a_kill_between_a_deaths_publication_and_its_commit_still_runs_the_action() {
+    if !privileged("a_kill_between_a_deaths_publication_and_its_commit_still_runs_the_action") {
+        return;
+    }
+    let marks = Marks::new();
+    let (daemon, session, _state) =
+        die_at_and_restart_after("after-publish", marks.action(), Ending::Death);
+    assert_eq!(session["reason"], "owner_exited", "{session}");
+    assert_eq!(marks.lines(), ["s owner_exited 0"]);
+    one_outcome(&daemon, "s");
 }
 
 #[test]
