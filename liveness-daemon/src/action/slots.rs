@@ -53,6 +53,7 @@ impl ActionSlots {
     }
 
     /// Users with a running or waiting action.
+    #[cfg(test)]
     pub fn users(&self) -> usize {
         self.uids().len()
     }

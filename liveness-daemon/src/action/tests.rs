@@ -14,8 +14,9 @@ use liveness_common::identity::Identity;
 use liveness_common::session::{EndReason, Survivors};
 use liveness_proc::identity::ProcRoot;
 
-use super::runner::ActionRunner;
-use super::{RunAs, RunOptions, run_action};
+use super::RunOptions;
+use super::runner::{ActionRunner, run_action};
+use super::user::RunAs;
 use crate::source::testutil::root;
 
 /// An unprivileged user with supplementary groups of its own, whatever the databases of
