@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use liveness_common::action::ActionOutcome;
 use liveness_common::cause::{Cause, SignalName};
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{DeathReason, Identity};
@@ -66,9 +67,41 @@ fn print_session_block(session: &Session, now: i64, pids: &Numbering) {
             session.grace_ms
         );
     }
+    for (index, spec) in session.on_end_run.iter().enumerate() {
+        let state = session.actions.get(index);
+        let how = match state.and_then(|state| state.outcome.as_ref()) {
+            Some(outcome) => describe_outcome(outcome),
+            None => state
+                .map(|state| wire_name(state.state))
+                .unwrap_or_default(),
+        };
+        outln!("  End run{index:>2}: {} ({how})", spec.argv.join(" "));
+    }
+    if let Some(finalized) = session.finalized_ms {
+        outln!(" Finalized: {}", clock::local_time(finalized));
+    }
     if !session.labels.is_empty() {
         outln!("    Labels: {}", describe_labels(&session.labels));
     }
+}
+
+/// What an end action did, in a few words: `exit 0 in 12 ms`, `timed out after 60000 ms`,
+/// `skipped: done_by_agent`, `could not run: why`.
+fn describe_outcome(outcome: &ActionOutcome) -> String {
+    let mut text = if let Some(skipped) = outcome.skipped {
+        format!("skipped: {}", wire_name(skipped))
+    } else if let Some(error) = &outcome.error {
+        format!("could not run: {error}")
+    } else if outcome.timed_out {
+        format!("timed out after {} ms", outcome.duration_ms)
+    } else {
+        let exit = outcome.exit.map(|e| e.to_string()).unwrap_or_default();
+        format!("{exit} in {} ms", outcome.duration_ms)
+    };
+    if outcome.resumed {
+        text.push_str(", run again after a daemon restart");
+    }
+    text
 }
 
 /// Sessions as a table with headers, like `docker ps`; a friendly line when there are none.
@@ -295,6 +328,13 @@ pub(crate) fn describe_event(event: &Event, pids: &Numbering) -> String {
                 event.cause.as_ref(),
                 event.detected_by
             )
+        ));
+    }
+    if let Some(outcome) = &event.action {
+        text.push_str(&format!(
+            ": end action {}: {}",
+            outcome.index,
+            describe_outcome(outcome)
         ));
     }
     if let Some(reaped) = &event.reaped {

@@ -237,9 +237,30 @@ pub struct ActionOutcome {
     /// This run repeats one cut short by a stop or a crash of the daemon.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub resumed: bool,
+    /// It was not run, and why (`done_by_agent`: the agent ran its end commands itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<Skipped>,
+}
+
+/// Why an end action was not run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Skipped {
+    /// The client said the session's end commands were run already (`actions_done`).
+    DoneByAgent,
 }
 
 impl ActionOutcome {
+    /// The outcome of action `index`, not run because of `why`.
+    pub fn skipped(index: u32, why: Skipped, at_ms: i64) -> ActionOutcome {
+        ActionOutcome {
+            index,
+            started_ms: at_ms,
+            skipped: Some(why),
+            ..ActionOutcome::default()
+        }
+    }
+
     /// It ran, in time, and exited with status 0.
     pub fn succeeded(&self) -> bool {
         !self.timed_out && self.exit == Some(ExitStatus::Exited { code: 0 })
@@ -365,6 +386,9 @@ mod tests {
             survivors: None,
             on_end: OnEnd::Leave,
             grace_ms: 1,
+            on_end_run: Vec::new(),
+            actions: Vec::new(),
+            finalized_ms: None,
         };
         let run = ActionRun {
             index: 2,

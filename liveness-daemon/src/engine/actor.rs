@@ -7,12 +7,14 @@ use tokio::sync::{mpsc, watch};
 
 use crate::source::ExitObservation;
 use crate::store::journal::JournalEntry;
-use crate::store::{Ending, JournaledDeaths, OwnerDeath};
+use crate::store::{ActionKey, Begin, Ending, JournaledDeaths, OwnerDeath};
+use liveness_common::action::ActionOutcome;
 use liveness_common::exit::DetectedBy;
 use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::session::{EndReason, Event, Session};
 use liveness_proc::identity::Liveness;
 
+use super::actions::{Begun, Next, Progress, with_actions};
 use super::locks::LockEffect;
 use super::reaps::{ReapDone, terminating};
 use super::tree::{REFRESH_PERIOD, Start, TREE_PERIOD};
@@ -78,7 +80,19 @@ impl Engine {
                     // Still due in the store: the next start runs it again.
                     Err(e) => tracing::error!(error = %e, "a reap task failed"),
                 },
-                _ = retry.tick(), if !self.retries.is_empty() || self.journaled.behind() => {
+                next = self.actions.next() => match next {
+                    Next::Progress(progress) => self.action_progress(progress),
+                    Next::Finished(Ok((key, Some(outcome)))) => {
+                        self.record_actions(vec![(key, outcome)]);
+                    }
+                    Next::Finished(Ok((key, None))) => self.actions.done(&key),
+                    // Still `running` in the store: the next start runs it again.
+                    Next::Finished(Err(e)) => {
+                        tracing::error!(error = %e, "an end action's task failed");
+                    }
+                },
+                _ = retry.tick(), if !self.retries.is_empty() || self.journaled.behind()
+                    || self.actions.has_queued() => {
                     self.retry_commits();
                 }
                 _ = housekeeping.tick() => self.housekeeping(),
@@ -107,17 +121,20 @@ impl Engine {
         // What the kernel added since the last refresh, for the next run.
         self.trees.finish().await;
         self.trees.refresh_now(&mut self.store);
-        // A reap that finished just before its abort is recorded after all.
+        // A reap or an action that finished just before its abort is recorded after all.
         let finished = self.reaps.cancel().await;
         self.record_reaps(finished);
+        let finished = self.actions.stop().await;
+        self.record_actions(finished);
         if !self.retries.is_empty() {
-            // Their sessions are still ACTIVE in the store, or their reaps still due: the
-            // next start reconciles them, and runs the reaps again.
-            let (deaths, reaps) = self.retries.counts();
+            // Their sessions are still ACTIVE in the store, their reaps still due, their
+            // actions still running: the next start reconciles them and runs them again.
+            let (deaths, reaps, actions) = self.retries.counts();
             tracing::error!(
                 deaths,
                 reaps,
-                "stopping with finalizations or reap outcomes that could not be committed; the next start will reconcile them and run the reaps again"
+                actions,
+                "stopping with finalizations, reap or end action outcomes that could not be committed; the next start will reconcile them and run them again"
             );
         }
         if let Err(e) = self.store.end_run() {
@@ -144,6 +161,7 @@ impl Engine {
     /// are not started twice.
     pub(super) fn reconcile_at_start(&mut self) {
         self.reaps.resume(&mut self.store, &self.trees);
+        self.actions.resume(&self.store);
         let owners = match self.store.active_owners() {
             Ok(owners) => owners,
             Err(e) => {
@@ -302,6 +320,7 @@ impl Engine {
         crate::faults::point("after-append");
         let effects = self.locks.effects_of(&events);
         let to_reap = terminating(&events);
+        self.actions.ended(with_actions(&events));
         self.broadcast(events);
         crate::faults::point("after-publish");
         // What a waiter's grant reads, and a reap's plan: SQLite, once the batch is in it.
@@ -309,6 +328,7 @@ impl Engine {
         for ended in &to_reap {
             self.reaps.start(ended, &self.store, &self.trees);
         }
+        self.start_actions();
         // Every session of a dead owner has ended: nobody follows its tree now.
         self.trees.forget(deaths.iter().map(|death| &death.owner));
     }
@@ -329,6 +349,66 @@ impl Engine {
         !self.journaled.behind() || self.apply_journaled(None)
     }
 
+    /// Starts the end actions of the sessions that ended, once SQLite has their ends (a
+    /// batch it could not write yet holds them back until it can).
+    fn start_actions(&mut self) {
+        if self.journaled.behind() {
+            return;
+        }
+        let now = self.config.clock.now_ms();
+        let finalized = self.actions.start_queued(&mut self.store, now);
+        if !finalized.is_empty() {
+            self.publish(finalized);
+        }
+    }
+
+    /// A run of an end action has its slot (it is marked `running` before it is spawned),
+    /// or has spawned its first process.
+    pub(super) fn action_progress(&mut self, progress: Progress) {
+        match progress {
+            Progress::Begin { key, reply } => {
+                crate::faults::point("before-action-start");
+                let begun = match self.store.run_action(&key) {
+                    Ok(Begin::Run(session)) => Begun::Run(session),
+                    Ok(Begin::Skip) => Begun::Skip,
+                    Err(e) => {
+                        let e = self.store.explain(e);
+                        tracing::error!(error = %e, session = key.session, index = key.index, "cannot mark an end action as running; trying again");
+                        Begun::Later
+                    }
+                };
+                // The run may have been cut short meanwhile.
+                let _ = reply.send(begun);
+            }
+            Progress::Spawned { key, root } => {
+                if let Err(e) = self.store.action_spawned(&key, root) {
+                    tracing::error!(error = %e, session = key.session, "cannot record an end action's process; a crash now would leave it running beside its rerun");
+                }
+                self.actions.spawned(key, root);
+                crate::faults::point("after-action-spawn");
+            }
+        }
+    }
+
+    /// Commits and publishes the `session.action` events (and `session.finalized`) of
+    /// finished end actions, after those whose commit failed before.
+    pub(super) fn record_actions(&mut self, done: Vec<(ActionKey, ActionOutcome)>) {
+        for (key, _) in &done {
+            self.actions.done(key);
+        }
+        if !done.is_empty() {
+            crate::faults::point("before-action-commit");
+        }
+        let now = self.config.clock.now_ms();
+        let store = &mut self.store;
+        if let Some(events) = self
+            .retries
+            .record_actions(done, store, &mut self.counters, now)
+        {
+            self.publish(events);
+        }
+    }
+
     /// Commits and publishes the `session.reaped` events of finished reaps, after those
     /// whose commit failed before.
     pub(super) fn record_reaps(&mut self, done: Vec<ReapDone>) {
@@ -347,6 +427,8 @@ impl Engine {
         self.caught_up();
         self.finalize(Vec::new());
         self.record_reaps(Vec::new());
+        self.record_actions(Vec::new());
+        self.start_actions();
     }
 
     /// Ends what housekeeping finds due, and applies retention.
@@ -383,12 +465,14 @@ impl Engine {
         self.journaled.committed(&events, &self.store);
         let effects = self.locks.effects_of(&events);
         let to_reap = terminating(&events);
+        self.actions.ended(with_actions(&events));
         self.broadcast(events);
         self.follow_locks(effects);
         // Once the subscribers have the endings, while the sessions' trees are still known.
         for ended in &to_reap {
             self.reaps.start(ended, &self.store, &self.trees);
         }
+        self.start_actions();
     }
 
     /// Grants what `effects` freed, to the waiters first in line.

@@ -24,8 +24,8 @@ use liveness_common::status::{DaemonInfo, LimitsConfig};
 use liveness_proc::fake::FakeProc;
 
 use super::{
-    Acquire, Caller, Clock, End, Engine, EngineConfig, Op, PRUNE_PERIOD, Register, Registered,
-    Subscribe,
+    Acquire, ActionConfig, Caller, Clock, End, Engine, EngineConfig, Op, PRUNE_PERIOD, Register,
+    Registered, Subscribe,
 };
 
 const WALL_MS: i64 = 1_700_000_000_000;
@@ -37,9 +37,21 @@ const RETAIN_AGE: Duration = Duration::from_secs(86_400);
 /// Bounds a wait for a death, which the source has reported already.
 const DEATH_WITHIN: Duration = Duration::from_secs(1);
 
-const ROOT: Caller = Caller { uid: 0, pid: 1 };
-const ALICE: Caller = Caller { uid: 1000, pid: 10 };
-const BOB: Caller = Caller { uid: 2000, pid: 20 };
+const ROOT: Caller = Caller {
+    uid: 0,
+    gid: 0,
+    pid: 1,
+};
+const ALICE: Caller = Caller {
+    uid: 1000,
+    gid: 1000,
+    pid: 10,
+};
+const BOB: Caller = Caller {
+    uid: 2000,
+    gid: 2000,
+    pid: 20,
+};
 
 struct Fixture {
     proc: FakeProc,
@@ -75,6 +87,7 @@ async fn fixture() -> Fixture {
             at: tokio::time::Instant::now(),
         },
         trace_hops: false,
+        actions: ActionConfig::default(),
     };
     let about = DaemonInfo {
         version: "test".into(),
@@ -181,6 +194,7 @@ fn registration(
         on_end,
         grace_ms,
         wrappers: Vec::new(),
+        on_end_run: None,
     };
     Register {
         request,
@@ -1046,4 +1060,58 @@ async fn a_pending_waiter_renamed_while_it_waits_gets_the_lock_under_its_real_id
     assert!(release(&mut f, ALICE, "holder", "l").is_ok());
     token_of(&mut waiter, "granted after the rename");
     assert_eq!(locks(&mut f, ALICE)[0].session, "real");
+}
+
+/// Takes what the runs of end actions say until one finishes, as the loop would.
+async fn next_action_done(
+    f: &mut Fixture,
+) -> (
+    crate::store::ActionKey,
+    Option<liveness_common::action::ActionOutcome>,
+) {
+    loop {
+        match f.engine.actions.next().await {
+            super::actions::Next::Progress(progress) => f.engine.action_progress(progress),
+            super::actions::Next::Finished(done) => return done.expect("the run's task"),
+        }
+    }
+}
+
+/// Real time: an action is a real process, which a paused clock would time out at once.
+#[tokio::test]
+async fn an_action_outcome_whose_commit_failed_is_committed_and_published_once_on_retry() {
+    let mut f = fixture().await;
+    f.proc.spawn(11, ALICE.uid);
+    let mut register = registration(Some("s"), OwnerSpec::Pid(PidOwner { pid: 11 }), None, None);
+    let action = liveness_common::action::ActionSpec {
+        cwd: Some("/".into()),
+        ..liveness_common::action::ActionSpec::new(["/bin/true"])
+    };
+    register.request.on_end_run = Some(vec![action]);
+    session_of(f.ask(ALICE, register), "register with an end action");
+    let mut batches = f.subscribe();
+    f.die(11, EXITED);
+    f.next_death().await;
+    assert_eq!(published(&mut batches, "s", "session.ended"), 1);
+
+    // The end was published without a wait for the action, which runs meanwhile.
+    let (key, outcome) = next_action_done(&mut f).await;
+    let outcome = outcome.expect("it ran");
+    assert!(outcome.succeeded(), "{outcome:?}");
+    f.engine.store.fail_writes(true).unwrap();
+    f.engine.record_actions(vec![(key, outcome)]);
+    assert_eq!(f.engine.retries.counts().2, 1, "kept for a retry");
+    assert_eq!(published(&mut batches, "s", "session.action"), 0);
+    f.engine.store.fail_writes(false).unwrap();
+    f.engine.retry_commits();
+    f.engine.retry_commits();
+    let mut lines = String::new();
+    // Non-blocking: what the engine wrote so far.
+    let _ = batches.read_to_string(&mut lines);
+    let count = |kind: &str| lines.lines().filter(|line| line.contains(kind)).count();
+    assert_eq!(count("\"session.action\""), 1, "once: {lines}");
+    assert_eq!(count("\"session.finalized\""), 1, "{lines}");
+    let session = f.session(ALICE.uid, "s");
+    assert!(session.is_finalized(), "{session:?}");
+    assert!(f.engine.store.actions_due(None).unwrap().is_empty());
 }

@@ -104,8 +104,19 @@ impl Active {
                         self.locks.remove(&key);
                     }
                 }
-                EventKind::Reaped => {}
+                EventKind::Reaped | EventKind::Action | EventKind::Finalized => {}
             }
+        }
+        Ok(())
+    }
+
+    /// Reads user `uid`'s session `id` again after a change that has no event (a
+    /// registration by the same owner that replaced its end actions).
+    pub fn refresh(&mut self, uid: u32, id: &str, store: &Store) -> Result<(), StoreError> {
+        let key = (uid, id.to_owned());
+        match store.get(uid, id)? {
+            Some(session) if session.phase == Phase::Active => self.insert(session),
+            _ => self.forget(&key),
         }
         Ok(())
     }

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use liveness_common::action::ActionSpec;
 use liveness_common::cause::{Cause, SenderSession, Usage};
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{Identity, ProcessKey};
@@ -25,7 +26,7 @@ pub const MAX_ID_LEN: usize = 256;
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Number of columns in [`session_columns!`].
-const SESSION_COLUMNS: usize = 24;
+const SESSION_COLUMNS: usize = 26;
 
 /// Columns of a session row, in the order [`session_from_row`] reads them.
 macro_rules! session_columns {
@@ -33,7 +34,7 @@ macro_rules! session_columns {
         "id, owner_pid, owner_start_ticks, owner_boot_id, owner_host, owner_comm, phase, \
          pending, reason, exit, detected_by, creator_uid, labels, created_ms, updated_ms, \
          touched_ms, ended_ms, pending_expires_ms, owner_pidfs_ino, survivors, on_end, grace_ms, \
-         cause, usage"
+         cause, usage, on_end_run, finalized_ms"
     };
 }
 
@@ -124,6 +125,11 @@ pub struct NewSession {
     pub labels: BTreeMap<String, String>,
     pub on_end: OnEnd,
     pub grace_ms: u64,
+    /// The end actions; `None` keeps those of an ACTIVE session registered again.
+    pub on_end_run: Option<Vec<ActionSpec>>,
+    /// The creator's primary group as it registered (`SO_PEERCRED`), when it registered
+    /// for itself: the group its actions run with should the user databases not know it.
+    pub creator_gid: Option<u32>,
 }
 
 /// Result of [`Store::register`]: the session as stored, and the event to publish, if any
@@ -269,6 +275,7 @@ pub enum EventPage {
     },
 }
 
+mod actions;
 mod active;
 mod apply;
 mod checkpoint;
@@ -283,6 +290,7 @@ mod schema;
 mod tree;
 mod writer;
 
+pub use actions::{ActionKey, Begin, DueAction};
 pub use active::Active;
 pub use apply::{JournaledDeaths, journal_deaths};
 pub use checkpoint::Checkpointer;

@@ -33,6 +33,8 @@ pub(super) fn event_about(kind: EventKind, session: &Session, at_ms: i64) -> Eve
         reaped: None,
         lock: None,
         hops: None,
+        actions: u32::try_from(session.on_end_run.len()).unwrap_or(u32::MAX),
+        action: None,
     }
 }
 
@@ -155,6 +157,9 @@ pub(super) fn session_from_row(row: &Row<'_>) -> Result<Session, StoreError> {
         grace_ms: u64::try_from(row.get::<_, i64>(21)?).unwrap_or_default(),
         cause: json_column(row, 22)?,
         usage: json_column(row, 23)?,
+        on_end_run: json_column(row, 24)?.unwrap_or_default(),
+        actions: Vec::new(),
+        finalized_ms: row.get(25)?,
     })
 }
 
@@ -191,7 +196,7 @@ pub(super) fn insert_session(conn: &Connection, s: &Session) -> Result<(), Store
         "INSERT INTO sessions (",
         session_columns!(),
         ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-         ?19, ?20, ?21, ?22, ?23, ?24)"
+         ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26)"
     ))?
     .execute(params![
         s.id,
@@ -218,6 +223,8 @@ pub(super) fn insert_session(conn: &Connection, s: &Session) -> Result<(), Store
         i64::try_from(s.grace_ms).unwrap_or(i64::MAX),
         json_value(s.cause.as_ref())?,
         json_value(s.usage.as_ref())?,
+        specs_column(&s.on_end_run)?,
+        s.finalized_ms,
     ])?;
     Ok(())
 }
@@ -299,6 +306,15 @@ pub(super) fn end_selected(
         events.extend(release_locks_of(tx, &session, now_ms)?);
     }
     Ok(events)
+}
+
+/// The `on_end_run` column: NULL for none.
+pub(super) fn specs_column(
+    specs: &[liveness_common::action::ActionSpec],
+) -> Result<Option<String>, StoreError> {
+    Ok((!specs.is_empty())
+        .then(|| serde_json::to_string(specs))
+        .transpose()?)
 }
 
 /// True when user `uid`'s active session `id` was touched.

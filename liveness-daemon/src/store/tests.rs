@@ -41,6 +41,8 @@ fn req(id: &str, owner: Identity) -> NewSession {
         labels: BTreeMap::from([("tool".into(), "claude".into())]),
         on_end: OnEnd::Leave,
         grace_ms: DEFAULT_GRACE_MS,
+        on_end_run: None,
+        creator_gid: None,
     }
 }
 
@@ -1848,4 +1850,144 @@ fn endings_no_source_explained_say_what_is_known() {
     let cause = seen[0].cause.clone().unwrap();
     assert_eq!(cause.kind(), CauseKind::Unknown);
     assert!(cause.to_string().contains("pidfd"), "{cause}");
+}
+
+fn with_actions(id: &str, owner: Identity, count: usize) -> NewSession {
+    let specs = (0..count)
+        .map(|i| liveness_common::action::ActionSpec::new(["echo", &i.to_string()]))
+        .collect();
+    NewSession {
+        on_end_run: Some(specs),
+        creator_gid: Some(4242),
+        ..req(id, owner)
+    }
+}
+
+fn kinds(events: &[Event]) -> Vec<EventKind> {
+    events.iter().map(|event| event.kind).collect()
+}
+
+#[test]
+fn end_actions_are_due_once_their_session_ends_and_recorded_once() {
+    use liveness_common::action::{ActionOutcome, Skipped};
+    use liveness_common::session::ActionPhase;
+    let db = Db::new();
+    let mut store = db.open();
+    let registered = store
+        .register(with_actions("s", owner(10), 2), NOW)
+        .unwrap();
+    assert_eq!(
+        registered.event.unwrap().actions,
+        2,
+        "the event counts them"
+    );
+    assert_eq!(store.actions_due(None).unwrap(), [], "not before the end");
+    let ended = end_by_owner(&mut store, &owner(10));
+    assert_eq!(
+        ended[0].actions, 2,
+        "the ended event says a finalized follows"
+    );
+    let due = store.actions_due(None).unwrap();
+    assert_eq!(due.len(), 2);
+    assert_eq!(
+        (due[0].gid, due[0].resumed, due[0].root),
+        (Some(4242), false, None)
+    );
+
+    let key = due[0].key.clone();
+    let Begin::Run(session) = store.run_action(&key).unwrap() else {
+        panic!("a pending action runs");
+    };
+    assert_eq!(session.on_end_run.len(), 2);
+    let root = ProcessKey {
+        pid: 77,
+        start_ticks: 5,
+    };
+    store.action_spawned(&key, root).unwrap();
+    let again = store.actions_due(Some((UID, "s"))).unwrap();
+    assert_eq!(
+        (again[0].resumed, again[0].root),
+        (true, Some(root)),
+        "a restart resumes it"
+    );
+
+    let outcome = ActionOutcome {
+        index: 0,
+        exit: exited(0),
+        ..ActionOutcome::default()
+    };
+    let events = store
+        .record_actions(&[(key.clone(), outcome.clone())], NOW + 9)
+        .unwrap();
+    assert_eq!(kinds(&events), [EventKind::Action]);
+    assert_eq!(events[0].action.as_ref(), Some(&outcome));
+    let twice = store
+        .record_actions(&[(key.clone(), outcome)], NOW + 9)
+        .unwrap();
+    assert_eq!(twice, [], "an outcome is recorded once");
+    assert_eq!(
+        store.run_action(&key).unwrap(),
+        Begin::Skip,
+        "and never runs again"
+    );
+
+    let (skipped, running) = store.skip_actions(UID, "s", NOW + 10).unwrap();
+    assert_eq!(kinds(&skipped), [EventKind::Action, EventKind::Finalized]);
+    assert_eq!(running, 0);
+    assert_eq!(
+        skipped[0].action.as_ref().and_then(|o| o.skipped),
+        Some(Skipped::DoneByAgent)
+    );
+    assert_eq!(store.actions_due(None).unwrap(), []);
+    let session = store.get(UID, "s").unwrap().unwrap();
+    assert_eq!(session.finalized_ms, Some(NOW + 10));
+    assert!(session.is_finalized());
+    let states = store.action_states(UID, "s").unwrap();
+    assert!(
+        states
+            .iter()
+            .all(|s| s.state == ActionPhase::Done && s.outcome.is_some())
+    );
+    assert_eq!(
+        store.finalize_if_done(UID, "s", NOW + 11).unwrap(),
+        None,
+        "once"
+    );
+}
+
+#[test]
+fn actions_follow_renames_and_a_new_list_replaces_the_old() {
+    let db = Db::new();
+    let mut store = db.open();
+    store
+        .register(
+            NewSession {
+                pending: true,
+                pending_expires_ms: Some(NOW + 1000),
+                ..with_actions("pending-1", owner(10), 3)
+            },
+            NOW,
+        )
+        .unwrap();
+    store.rename(UID, "pending-1", "real", NOW + 1).unwrap();
+    assert_eq!(store.action_states(UID, "real").unwrap().len(), 3);
+    // The same owner again, with one action: the list is replaced; without: kept.
+    store
+        .register(with_actions("real", owner(10), 1), NOW + 2)
+        .unwrap();
+    store.register(req("real", owner(10)), NOW + 3).unwrap();
+    let session = store.get(UID, "real").unwrap().unwrap();
+    assert_eq!(session.on_end_run.len(), 1);
+    assert_eq!(store.action_states(UID, "real").unwrap().len(), 1);
+    // Skipped before the end: the end itself has nothing left to run.
+    let (events, _) = store.skip_actions(UID, "real", NOW + 4).unwrap();
+    assert_eq!(
+        kinds(&events),
+        [EventKind::Action],
+        "not final before the end"
+    );
+    end_by_owner(&mut store, &owner(10));
+    assert_eq!(store.actions_due(Some((UID, "real"))).unwrap(), []);
+    let finalized = store.finalize_if_done(UID, "real", NOW + 7).unwrap();
+    assert_eq!(finalized.map(|e| e.kind), Some(EventKind::Finalized));
 }
