@@ -253,7 +253,11 @@ fn die_at_and_restart_after(
     if ending == Ending::Death {
         owner.release();
     } else {
-        daemon.request(json!({"op": "end", "session": "s"}));
+        // The daemon may die before its reply is written: the end is committed before
+        // any action starts, and the restart shows it.
+        let mut conn = daemon.connect();
+        conn.send_raw(format!("{}\n", json!({"op": "end", "session": "s"})).as_bytes());
+        let _ = conn.next_line();
     }
     killed_by_its_fault(&mut daemon);
     let log = daemon.log();
