@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 
-use crate::offload::offload;
+use crate::offload::{offload, offload_for};
 use crate::source::tree_map::{KernelMember, TreeMap};
 use crate::store::{Member, Store};
 use known::KnownTrees;
@@ -54,8 +54,9 @@ impl std::fmt::Debug for Parked {
 /// Why a tree is followed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Start {
-    /// A session of its owner was registered.
-    Registration,
+    /// A session of its owner was registered by `uid`, whose turns the walk of the tree
+    /// takes: its size is that user's choice.
+    Registration { uid: u32 },
     /// The daemon started, and an ACTIVE session of its owner was in the store.
     Restart,
 }
@@ -160,15 +161,19 @@ impl Trees {
         let view = self.known.view(root);
         let (proc, writer) = (self.proc.clone(), self.writer.clone());
         self.walks.spawn(async move {
-            let found = offload(move || {
+            let walk = move || {
                 let members = view.descendants(&proc);
                 let mut writer = writer
                     .as_ref()
                     .map(|writer| writer.lock().unwrap_or_else(PoisonError::into_inner));
                 write_members(writer.as_deref_mut(), &proc, &members);
                 members
-            });
-            let members = found.await.unwrap_or_default();
+            };
+            let found = match start {
+                Start::Registration { uid } => offload_for(uid, walk).await,
+                Start::Restart => offload(walk).await,
+            };
+            let members = found.unwrap_or_default();
             vec![TreeWork::Adopted { root, members }]
         });
     }
