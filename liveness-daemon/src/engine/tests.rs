@@ -1115,3 +1115,41 @@ async fn an_action_outcome_whose_commit_failed_is_committed_and_published_once_o
     assert!(session.is_finalized(), "{session:?}");
     assert!(f.engine.store.actions_due(None).unwrap().is_empty());
 }
+
+/// A pending session that took a lock, then got its real id, dies: the journaled ending
+/// releases the lock under the id it has now, and the waiter gets it. (The ACTIVE sessions
+/// in memory once kept the lock under its pending id, and the release missed the row.)
+#[tokio::test(start_paused = true)]
+async fn a_renamed_holders_death_frees_its_lock_for_the_waiter() {
+    let mut f = fixture().await;
+    f.proc.spawn(11, ALICE.uid);
+    f.proc.spawn(12, ALICE.uid);
+    let pending = session_of(
+        f.register(ALICE, None, OwnerSpec::Pid(PidOwner { pid: 11 })),
+        "pending register",
+    );
+    token_of(
+        &mut acquire(&mut f, ALICE, &pending.id, "repo", false),
+        "free",
+    );
+    let rename = request::Rename {
+        session: pending.id.clone(),
+        to: "conv-a".into(),
+        uid: None,
+    };
+    session_of(f.ask(ALICE, rename), "rename");
+    f.own(ALICE, "second", 12);
+    let mut waiting = acquire(&mut f, ALICE, "second", "repo", true);
+
+    f.die(11, EXITED);
+    f.next_death().await;
+    assert_eq!(f.session(ALICE.uid, "conv-a").phase, Phase::Ended);
+    token_of(&mut waiting, "the dead holder's lock, for the waiter");
+    let held = f
+        .engine
+        .store
+        .lock(ALICE.uid, "repo")
+        .unwrap()
+        .expect("held");
+    assert_eq!(held.session, "second", "{held:?}");
+}
