@@ -212,9 +212,11 @@ export class Client {
     return { session: reply.session!, owner_pid: reply.owner_pid ?? reply.session!.owner.pid };
   }
 
-  /** The live processes of an active session's tree, the owner included. */
+  /** The live processes of an active session's tree, the owner included, following the
+   * daemon's pages. */
   async processes(session: string, options: ForUser = {}): Promise<Process[]> {
-    return (await this.call({ op: "processes", session, uid: options.uid })).processes ?? [];
+    const replies = await this.pages({ op: "processes", session, uid: options.uid });
+    return replies.flatMap((reply) => reply.processes ?? []);
   }
 
   /** What the daemon says about itself; informational, and its shape may grow. */

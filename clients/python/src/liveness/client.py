@@ -249,8 +249,10 @@ class Client:
         return Whose(reply.session, owner_pid)
 
     def processes(self, session: str, *, uid: Optional[int] = None) -> List[Process]:
-        """The live processes of an active session's tree, the owner included."""
-        return self.call(Request(op="processes", session=session, uid=uid)).processes or []
+        """The live processes of an active session's tree, the owner included, following
+        the daemon's pages."""
+        request = Request(op="processes", session=session, uid=uid)
+        return [p for reply in self._pages(request) for p in reply.processes or []]
 
     def status(self) -> Dict[str, Any]:
         """What the daemon says about itself; informational, and its shape may grow."""
