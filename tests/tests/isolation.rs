@@ -273,7 +273,11 @@ fn processes_of_a_big_tree_stall_nobody() {
     assert_eq!(reply["ok"], true, "{reply}");
     mallory.wait_for_tree("big", 4_001, Duration::from_secs(20));
     holds_while(&daemon, "processes over 4,000", || {
-        Attack::looping(&daemon, 8, json!({"op": "processes", "session": "big"}))
+        Attack::looping(
+            &daemon,
+            8,
+            json!({"op": "processes", "session": "big", "limit": 10_000}),
+        )
     });
 }
 
@@ -499,5 +503,27 @@ fn registrations_of_a_big_tree_stall_nobody() {
             4,
             json!({"op": "register", "session": "again", "owner": owner}),
         )
+    });
+}
+/// `end` with `terminate`, looped over sessions of an owner with a 4,000-process tree:
+/// each end lists the tree's survivors and starts a reap.
+#[test]
+fn ends_of_a_big_tree_stall_nobody() {
+    if !privileged("ends_of_a_big_tree_stall_nobody") {
+        return;
+    }
+    let _alone = alone();
+    let daemon = Daemon::start(&[]);
+    open_socket_to_everyone(&daemon);
+    let tree = tree_of_mallory(4_000);
+    let pid = tree.pid();
+    holds_while(&daemon, "end --terminate over 4,000", || {
+        Attack::rounds(&daemon, 4, move |client| {
+            let id = format!("end-{}-{}", client.process.pid(), client.round);
+            let register = json!({"op": "register", "session": id, "owner": {"pid": pid}});
+            assert_ok(&client.raw_request(&register));
+            let end = json!({"op": "end", "session": id, "terminate": true});
+            assert_ok(&client.raw_request(&end));
+        })
     });
 }
