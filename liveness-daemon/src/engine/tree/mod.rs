@@ -25,7 +25,8 @@ use crate::offload::{offload, offload_for};
 use crate::source::tree_map::{KernelMember, TreeMap};
 use crate::store::{Member, Store};
 use known::KnownTrees;
-use walk::{kernel_entries_of, write_members};
+use view::kernel_news;
+use walk::write_members;
 
 mod known;
 mod view;
@@ -312,10 +313,15 @@ impl Trees {
             let found = offload(move || {
                 let roots: HashSet<ProcessKey> =
                     forgotten.trees.iter().map(|(root, _)| *root).collect();
-                let news = kernel.map(|kernel| kernel_entries_of(&kernel, &roots));
+                // A walk of the map only when the kernel added a member since the trees
+                // were merged: most deaths leave nothing the kernel added unmerged, and a
+                // walk of a big hash map costs a system call per entry.
+                let news = kernel_news(kernel.as_deref(), forgotten.merged_added)
+                    .into_iter()
+                    .filter(|entry| roots.contains(&entry.root));
                 forgotten
                     .entries()
-                    .chain(news.into_iter().flatten())
+                    .chain(news)
                     .map(TreeWork::Unlink)
                     .collect::<Vec<_>>()
             });
