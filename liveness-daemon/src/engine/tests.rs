@@ -417,6 +417,20 @@ async fn published_deaths_that_sqlite_refused_are_written_once_and_nothing_is_se
         ErrorCode::Internal,
         "not served from a store behind"
     );
+    // Nor is the barrier that `list`, read off the engine, passes first.
+    let (reply, mut answer) = oneshot::channel();
+    let ask = super::Ask {
+        caller: ALICE,
+        op: super::Synced,
+        reply,
+    };
+    super::Command::from(ask).run(&mut f.engine);
+    let refused = answer.try_recv().expect("answered at once");
+    assert_eq!(
+        error_of(refused),
+        ErrorCode::Internal,
+        "list waits for SQLite"
+    );
 
     f.engine.store.fail_writes(false).unwrap();
     f.engine.retry_commits();

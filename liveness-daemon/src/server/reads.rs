@@ -109,6 +109,7 @@ impl Readers {
     pub async fn list(
         &self,
         id: Option<serde_json::Value>,
+        engine: &Handle,
         caller: Caller,
         request: request::List,
     ) -> Answer {
@@ -131,6 +132,11 @@ impl Readers {
             },
             (Err(refused), _) | (_, Err(refused)) => return Reply::from(refused).into(),
         };
+        // What was published is in SQLite before it is read: a client that saw an event
+        // never lists its session as it was before.
+        if let Err(error) = engine.ask(caller, engine::Synced).await {
+            return Reply::from(error).into();
+        }
         let database = self.database.clone();
         offload_reply(caller, id, "sessions", move || {
             let page = EventReader::open(&database).and_then(|reader| reader.list(&query));
