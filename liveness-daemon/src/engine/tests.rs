@@ -112,6 +112,17 @@ impl Fixture {
         op.apply(&mut self.engine, caller)
     }
 
+    /// `op` as a connection sends it, through the engine's checks before any operation.
+    fn command<O: Op>(&mut self, caller: Caller, op: O) -> Result<O::Answer, ErrorBody>
+    where
+        super::Command: From<super::Ask<O>>,
+    {
+        let (reply, mut answer) = oneshot::channel();
+        let ask = super::Ask { caller, op, reply };
+        super::Command::from(ask).run(&mut self.engine);
+        answer.try_recv().expect("answered at once")
+    }
+
     fn register(
         &mut self,
         caller: Caller,
@@ -400,34 +411,18 @@ async fn published_deaths_that_sqlite_refused_are_written_once_and_nothing_is_se
         "appended to the journal: published"
     );
     assert!(f.engine.journaled.behind(), "kept for SQLite");
-    let (reply, mut answer) = oneshot::channel();
     let get = request::Get {
         session: "s".into(),
         uid: None,
     };
-    let ask = super::Ask {
-        caller: ALICE,
-        op: get,
-        reply,
-    };
-    super::Command::from(ask).run(&mut f.engine);
-    let refused = answer.try_recv().expect("answered at once");
     assert_eq!(
-        error_of(refused),
+        error_of(f.command(ALICE, get)),
         ErrorCode::Internal,
         "not served from a store behind"
     );
     // Nor is the barrier that `list`, read off the engine, passes first.
-    let (reply, mut answer) = oneshot::channel();
-    let ask = super::Ask {
-        caller: ALICE,
-        op: super::Synced,
-        reply,
-    };
-    super::Command::from(ask).run(&mut f.engine);
-    let refused = answer.try_recv().expect("answered at once");
     assert_eq!(
-        error_of(refused),
+        error_of(f.command(ALICE, super::Synced)),
         ErrorCode::Internal,
         "list waits for SQLite"
     );
