@@ -1102,9 +1102,18 @@ async fn an_action_outcome_whose_commit_failed_is_committed_and_published_once_o
     f.engine.record_actions(vec![(key, outcome)]);
     assert_eq!(f.engine.retries.counts().2, 1, "kept for a retry");
     assert_eq!(published(&mut batches, "s", "session.action"), 0);
+    let status = f.ask(ROOT, liveness_common::request::Status {}).unwrap();
+    assert_eq!(
+        (status.actions.running, status.actions.uncommitted_outcomes),
+        (0, 1),
+        "status counts the outcome waiting for its commit, and no run: {:?}",
+        status.actions
+    );
     f.engine.store.fail_writes(false).unwrap();
     f.engine.retry_commits();
     f.engine.retry_commits();
+    let status = f.ask(ROOT, liveness_common::request::Status {}).unwrap();
+    assert_eq!(status.actions.uncommitted_outcomes, 0, "committed");
     let mut lines = String::new();
     // Non-blocking: what the engine wrote so far.
     let _ = batches.read_to_string(&mut lines);
