@@ -519,12 +519,7 @@ async fn a_pending_session_never_renamed_expires_after_its_ttl() {
         "another pending register",
     );
     assert_ne!(renamed.id, pending.id, "pending ids are unique");
-    let rename = request::Rename {
-        session: renamed.id.clone(),
-        to: "real".into(),
-        uid: None,
-    };
-    let real = session_of(f.ask(ALICE, rename), "rename");
+    let real = rename(&mut f, ALICE, &renamed.id, "real");
     assert!(!real.pending);
 
     tokio::time::advance(PENDING_TTL - Duration::from_secs(1)).await;
@@ -878,6 +873,16 @@ fn release(f: &mut Fixture, caller: Caller, session: &str, name: &str) -> Result
     )
 }
 
+/// Renames `caller`'s pending session `from` to `to`.
+fn rename(f: &mut Fixture, caller: Caller, from: &str, to: &str) -> Session {
+    let request = request::Rename {
+        session: from.into(),
+        to: to.into(),
+        uid: None,
+    };
+    session_of(f.ask(caller, request), "rename")
+}
+
 /// What `lock_list` answers `caller`: the locks from the store, the waiters from the engine.
 fn locks(f: &mut Fixture, caller: Caller) -> Vec<Lock> {
     let reader = crate::store::EventReader::open(f.db.path().join("liveness.db")).unwrap();
@@ -1048,18 +1053,31 @@ async fn a_pending_waiter_renamed_while_it_waits_gets_the_lock_under_its_real_id
     );
     token_of(&mut acquire(&mut f, ALICE, "holder", "l", false), "holder");
     let mut waiter = acquire(&mut f, ALICE, &pending.id, "l", true);
-    let renamed = f.ask(
-        ALICE,
-        request::Rename {
-            session: pending.id.clone(),
-            to: "real".into(),
-            uid: None,
-        },
-    );
-    session_of(renamed, "rename");
+    rename(&mut f, ALICE, &pending.id, "real");
     assert!(release(&mut f, ALICE, "holder", "l").is_ok());
     token_of(&mut waiter, "granted after the rename");
     assert_eq!(locks(&mut f, ALICE)[0].session, "real");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lock_taken_under_a_pending_id_is_released_when_the_renamed_sessions_owner_dies() {
+    let mut f = fixture().await;
+    f.proc.spawn(11, ALICE.uid);
+    f.proc.spawn(12, ALICE.uid);
+    let pending = session_of(
+        f.register(ALICE, None, OwnerSpec::Pid(PidOwner { pid: 11 })),
+        "pending register",
+    );
+    let first = token_of(&mut acquire(&mut f, ALICE, &pending.id, "l", false), "free");
+    rename(&mut f, ALICE, &pending.id, "real");
+    f.own(ALICE, "next", 12);
+    let mut waiter = acquire(&mut f, ALICE, "next", "l", true);
+    f.die(11, EXITED);
+    f.next_death().await;
+    let second = token_of(&mut waiter, "the renamed holder's death frees the lock");
+    assert!(first < second);
+    let listed = locks(&mut f, ALICE);
+    assert_eq!((listed.len(), listed[0].session.as_str()), (1, "next"));
 }
 
 /// Takes what the runs of end actions say until one finishes, as the loop would.

@@ -79,7 +79,12 @@ impl Active {
                     if let Some(previous) = &event.previous_session {
                         let old = (event.creator_uid, previous.clone());
                         self.unindex(&old);
-                        if let Some(held) = self.locks.remove(&old) {
+                        // The rename moved the rows to the new id: so must the copies, whose
+                        // session names the rows a death deletes.
+                        if let Some(mut held) = self.locks.remove(&old) {
+                            for lock in &mut held {
+                                lock.session.clone_from(&key.1);
+                            }
                             self.locks.insert(key.clone(), held);
                         }
                     }
