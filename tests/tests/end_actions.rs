@@ -251,12 +251,16 @@ fn die_at_and_restart_after(
         &daemon,
         json!({"session": "s", "owner": {"pid": owner.pid}, "on_end_run": [action]}),
     );
+    // The daemon may reach its fault point, and die, before it replies to the `end`: the
+    // line is sent, and the connection kept open until then, without a wait for a reply.
+    let mut ending_request = daemon.connect();
     if ending == Ending::Death {
         owner.release();
     } else {
-        daemon.request(json!({"op": "end", "session": "s"}));
+        ending_request.send_raw(b"{\"op\":\"end\",\"session\":\"s\"}\n");
     }
     killed_by_its_fault(&mut daemon);
+    drop(ending_request);
     let log = daemon.log();
     let again = Daemon::start_with_state(Some(state.path().join("state")), &[]);
     let session = again.wait_finalized("s", None);
