@@ -304,6 +304,13 @@ impl Actions {
                 finished.push((key, outcome));
             }
         }
+        // A run may have started its process after the engine last read what the runs
+        // said (the stop is served first): that process is ended too.
+        while let Ok(progress) = self.progress.try_recv() {
+            if let Progress::Spawned { key, root } = progress {
+                self.running.insert(key, root);
+            }
+        }
         for (key, _) in &finished {
             self.running.remove(key);
         }
