@@ -340,6 +340,30 @@ fn lock_listings_stall_nobody() {
     });
 }
 
+/// Item 7 of the hardening issue as a flood: a user taking and giving back locks of
+/// long, new names as fast as four connections go, each a commit and two events.
+#[test]
+fn lock_floods_stall_nobody() {
+    if !privileged("lock_floods_stall_nobody") {
+        return;
+    }
+    let _alone = alone();
+    let daemon = Daemon::start(&[]);
+    open_socket_to_everyone(&daemon);
+    let holder = TestprocAs::spawn(MALLORY, &["tree", "0"]);
+    let mut mallory = ClientAs::connect(&daemon, MALLORY);
+    register_mallorys(&mut mallory, "flood", holder.pid(), "leave");
+    holds_while(&daemon, "lock acquire and release flood", || {
+        Attack::rounds(&daemon, 4, |client| {
+            let name = format!("{:0>190}-{}-{}", "", client.process.pid(), client.round);
+            let take = json!({"op": "lock_acquire", "session": "flood", "name": name});
+            assert_ok(&client.raw_request(&take));
+            let give = json!({"op": "lock_release", "session": "flood", "name": name});
+            assert_ok(&client.raw_request(&give));
+        })
+    });
+}
+
 /// A user other than the attacker.
 const ALICE: u32 = 61_031;
 
