@@ -52,25 +52,33 @@ fn killed(daemon: &mut Daemon) {
     assert_eq!(status.signal(), Some(libc::SIGKILL), "{}", daemon.log());
 }
 
-/// Every `session.ended` of session `s` in a replay from the start.
-fn endings(daemon: &Daemon) -> Vec<Value> {
+/// Every event of `subscribe` (a subscription from the start) up to the head it acks,
+/// and the stream to read what follows.
+fn replay(daemon: &Daemon, subscribe: Value) -> (Vec<Value>, Conn) {
     let mut stream = daemon.connect();
-    let ack = stream.request(json!({"op": "subscribe", "since": 0, "session": "s"}));
+    let ack = stream.request(subscribe);
     assert_eq!(ack["ok"], true, "{ack}");
     let head = ack["subscribed"]["head"].as_u64().expect("head");
-    let mut ended = Vec::new();
+    let mut events = Vec::new();
     let mut seen = 0;
     while seen < head {
         let Some(line) = stream.next_within(Duration::from_secs(5)) else {
             break;
         };
-        let event = &line["event"];
-        seen = event["seq"].as_u64().unwrap_or(seen);
-        if event["kind"] == "session.ended" {
-            ended.push(event.clone());
-        }
+        seen = line["event"]["seq"].as_u64().unwrap_or(seen);
+        events.push(line["event"].clone());
     }
-    ended
+    (events, stream)
+}
+
+/// Every `session.ended` of session `s` in a replay from the start.
+fn endings(daemon: &Daemon) -> Vec<Value> {
+    let subscribe = json!({"op": "subscribe", "since": 0, "session": "s"});
+    let (events, _) = replay(daemon, subscribe);
+    events
+        .into_iter()
+        .filter(|event| event["kind"] == "session.ended")
+        .collect()
 }
 
 /// The session, once ended, as it was ended by the death the eBPF source saw (not found
@@ -173,4 +181,75 @@ fn a_kill_during_the_journals_replay_replays_it_again_once() {
     );
     let daemon = Daemon::start_with_state(Some(state.path().to_owned()), &["--sources", "ebpf"]);
     ended_once_as_observed(&daemon);
+}
+
+/// Deaths published in a row wait for SQLite together (a short while, while nothing reads
+/// them there): a plain SIGKILL right after their events were seen, before any write to
+/// SQLite, loses none and repeats none, and the seqs go on after them.
+#[test]
+fn a_kill_right_after_deaths_in_a_row_were_published_keeps_each_once() {
+    if !privileged("a_kill_right_after_deaths_in_a_row_were_published_keeps_each_once") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let state = StateDir(dir.path().join("state"));
+    let mut daemon =
+        Daemon::start_with_state(Some(state.path().to_owned()), &["--sources", "ebpf"]);
+    let mut live = daemon.connect();
+    assert_eq!(live.request(json!({"op": "subscribe"}))["ok"], true);
+    let mut owners = Vec::new();
+    for i in 0..3 {
+        let owner = Orphan::spawn(&["exit", "3"]);
+        let reply = daemon.request(
+            json!({"op": "register", "session": format!("s{i}"), "owner": {"pid": owner.pid}}),
+        );
+        assert_eq!(reply["ok"], true, "{reply}");
+        owners.push(owner);
+    }
+    for owner in &mut owners {
+        owner.release();
+    }
+    let mut published = Vec::new();
+    while published.len() < 3 {
+        let line = live
+            .next_within(Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("3 endings published: {published:?}\n{}", daemon.log()));
+        if line["event"]["kind"] == "session.ended" {
+            published.push(line["event"].clone());
+        }
+    }
+    daemon.kill9();
+
+    let daemon = Daemon::start_with_state(Some(state.path().to_owned()), &["--sources", "ebpf"]);
+    let (replayed, mut stream) = replay(&daemon, json!({"op": "subscribe", "since": 0}));
+    let head = replayed
+        .last()
+        .and_then(|e| e["seq"].as_u64())
+        .expect("a head");
+    let ended: Vec<&Value> = replayed
+        .iter()
+        .filter(|event| event["kind"] == "session.ended")
+        .collect();
+    assert_eq!(
+        ended,
+        published.iter().collect::<Vec<_>>(),
+        "each published ending kept once, as published"
+    );
+    let seqs: Vec<u64> = replayed.iter().filter_map(|e| e["seq"].as_u64()).collect();
+    assert_eq!(
+        seqs,
+        (1..=head).collect::<Vec<_>>(),
+        "every seq once, no gap"
+    );
+    for i in 0..3 {
+        assert_eq!(daemon.session(&format!("s{i}"))["phase"], "ended");
+    }
+    let owner = Orphan::spawn(&["exit", "3"]);
+    let reply =
+        daemon.request(json!({"op": "register", "session": "after", "owner": {"pid": owner.pid}}));
+    assert_eq!(reply["ok"], true, "{reply}");
+    let next = stream
+        .next_within(Duration::from_secs(5))
+        .expect("the registration's event");
+    assert_eq!(next["event"]["seq"].as_u64(), Some(head + 1), "{next}");
 }

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 
 use crate::source::ExitObservation;
-use crate::store::journal::JournalEntry;
 use crate::store::{ActionKey, Begin, Ending, JournaledDeaths, OwnerDeath};
 use liveness_common::action::ActionOutcome;
 use liveness_common::exit::DetectedBy;
@@ -17,10 +16,10 @@ use liveness_proc::identity::Liveness;
 use super::actions::{Begun, Next, Progress, with_actions};
 use super::locks::LockEffect;
 use super::reaps::{ReapDone, terminating};
-use super::tree::{REFRESH_PERIOD, Start, TREE_PERIOD};
+use super::tree::{REFRESH_PERIOD, Start, TREE_PERIOD, TreeWork};
 use super::{
-    Command, Engine, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, Published, RETRY_PERIOD,
-    housekeeping, ms_of,
+    APPLY_DELAY, Command, Engine, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, Published,
+    RETRY_PERIOD, housekeeping, ms_of,
 };
 
 /// A stream line of one event, as [`liveness_common::protocol::StreamMessage::Event`]
@@ -28,6 +27,32 @@ use super::{
 #[derive(serde::Serialize)]
 struct EventLine<'a> {
     event: &'a Event,
+}
+
+/// What woke the engine's loop.
+// One lives on the stack for a turn of the loop: no reason to box the big outcomes.
+#[allow(clippy::large_enum_variant)]
+enum Wake {
+    Death(ExitObservation),
+    Command(Command),
+    Reap(Result<ReapDone, tokio::task::JoinError>),
+    Action(Next),
+    Retry,
+    Housekeeping,
+    TreeRefresh,
+    TreeWalked(Vec<TreeWork>),
+    FileCheck,
+    TreeSlice,
+    Apply,
+    Log,
+}
+
+/// Sleeps until `at`; never returns without one (its branch is disabled then).
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// A tokio interval of `period` whose missed ticks are delayed, not burst.
@@ -67,46 +92,63 @@ impl Engine {
             if let Some(observation) = self.monitor.try_next() {
                 self.finalize_observed(observation);
             }
-            tokio::select! {
+            let apply_at = self.apply_at;
+            let wake = tokio::select! {
                 biased;
                 _ = shutdown.wait_for(|stop| *stop) => break Ok(()),
-                observation = self.monitor.next() => self.finalize_observed(observation),
+                observation = self.monitor.next() => Wake::Death(observation),
                 command = commands.recv() => match command {
-                    Some(command) => command.run(&mut self),
+                    Some(command) => Wake::Command(command),
                     None => break Ok(()),
                 },
-                done = self.reaps.finished() => match done {
-                    Ok(done) => self.record_reaps(vec![done]),
-                    // Still due in the store: the next start runs it again.
-                    Err(e) => tracing::error!(error = %e, "a reap task failed"),
-                },
-                next = self.actions.next() => match next {
-                    Next::Progress(progress) => self.action_progress(progress),
-                    Next::Finished(Ok((key, Some(outcome)))) => {
-                        self.record_actions(vec![(key, outcome)]);
-                    }
-                    Next::Finished(Ok((key, None))) => self.actions.done(&key),
-                    // Still `running` in the store: the next start runs it again.
-                    Next::Finished(Err(e)) => {
-                        tracing::error!(error = %e, "an end action's task failed");
-                    }
-                },
-                _ = retry.tick(), if !self.retries.is_empty() || self.journaled.behind()
-                    || self.actions.has_queued() => {
-                    self.retry_commits();
+                done = self.reaps.finished() => Wake::Reap(done),
+                next = self.actions.next() => Wake::Action(next),
+                _ = retry.tick(), if !self.retries.is_empty() || self.actions.has_queued() => {
+                    Wake::Retry
                 }
-                _ = housekeeping.tick() => self.housekeeping(),
-                _ = trees.tick() => self.trees.refresh(&mut self.store),
-                found = self.trees.walked() => self.trees.found(found),
-                _ = file_check.tick() => if let Err(e) = self.store.check_file() {
-                    break Err(EngineError::Store(e));
-                },
-                _ = tree_slices.tick(), if self.trees.has_work() => self.trees.step(),
+                _ = housekeeping.tick() => Wake::Housekeeping,
+                _ = trees.tick() => Wake::TreeRefresh,
+                found = self.trees.walked() => Wake::TreeWalked(found),
+                _ = file_check.tick() => Wake::FileCheck,
+                _ = tree_slices.tick(), if self.trees.has_work() => Wake::TreeSlice,
+                () = sleep_until(apply_at), if apply_at.is_some() => Wake::Apply,
                 // Last: only when nothing else is ready, after one yield, so that a death
                 // that comes meanwhile is not written behind log lines.
-                () = tokio::task::yield_now(), if !self.unlogged.is_empty() => {
-                    self.unlogged.flush(&mut self.fresh_owners);
+                () = tokio::task::yield_now(), if !self.unlogged.is_empty() => Wake::Log,
+            };
+            // Everything but a death, a log line and the file's check reads or writes
+            // SQLite, which must first have what was published (and the seqs it used).
+            if !matches!(wake, Wake::Death(_) | Wake::Log | Wake::FileCheck) {
+                self.caught_up();
+            }
+            match wake {
+                Wake::Death(observation) => self.finalize_observed(observation),
+                Wake::Command(command) => command.run(&mut self),
+                Wake::Reap(Ok(done)) => self.record_reaps(vec![done]),
+                // Still due in the store: the next start runs it again.
+                Wake::Reap(Err(e)) => tracing::error!(error = %e, "a reap task failed"),
+                Wake::Action(Next::Progress(progress)) => self.action_progress(progress),
+                Wake::Action(Next::Finished(Ok((key, Some(outcome))))) => {
+                    self.record_actions(vec![(key, outcome)]);
                 }
+                Wake::Action(Next::Finished(Ok((key, None)))) => self.actions.done(&key),
+                // Still `running` in the store: the next start runs it again.
+                Wake::Action(Next::Finished(Err(e))) => {
+                    tracing::error!(error = %e, "an end action's task failed");
+                }
+                Wake::Retry => self.retry_commits(),
+                Wake::Housekeeping => self.housekeeping(),
+                Wake::TreeRefresh => self.trees.refresh(&mut self.store),
+                Wake::TreeWalked(found) => self.trees.found(found),
+                Wake::FileCheck => {
+                    if let Err(e) = self.store.check_file() {
+                        break Err(EngineError::Store(e));
+                    }
+                }
+                Wake::TreeSlice => self.trees.step(),
+                // Written by `caught_up` above.
+                Wake::Apply => {}
+                Wake::Log => self.unlogged.flush(&mut self.fresh_owners),
             }
         };
         self.unlogged.flush(&mut self.fresh_owners);
@@ -117,6 +159,7 @@ impl Engine {
             self.finalize_observed(observation);
         }
         self.finalize(Vec::new());
+        self.caught_up();
         self.unlogged.flush(&mut self.fresh_owners);
         // What the kernel added since the last refresh, for the next run.
         self.trees.finish().await;
@@ -320,33 +363,42 @@ impl Engine {
         crate::faults::point("after-append");
         let effects = self.locks.effects_of(&events);
         let to_reap = terminating(&events);
+        let acting = with_actions(&events).next().is_some();
         self.actions.ended(with_actions(&events));
         self.broadcast(events);
         crate::faults::point("after-publish");
-        // What a waiter's grant reads, and a reap's plan: SQLite, once the batch is in it.
-        self.apply_journaled(Some((entry, effects)));
-        for ended in &to_reap {
-            self.reaps.start(ended, &self.store, &self.trees);
+        self.journaled.push(entry, effects);
+        // SQLite gets the batch once the engine has nothing more pressing (see
+        // `APPLY_DELAY`), with the batches after it in one transaction; at once when a
+        // waiter's grant, a reap's plan or an end action reads the batch there.
+        if to_reap.is_empty() && !acting && !self.journaled.has_effects() {
+            self.apply_at
+                .get_or_insert_with(|| tokio::time::Instant::now() + APPLY_DELAY);
+        } else {
+            self.caught_up();
+            for ended in &to_reap {
+                self.reaps.start(ended, &self.store, &self.trees);
+            }
+            self.start_actions();
         }
-        self.start_actions();
         // Every session of a dead owner has ended: nobody follows its tree now.
         self.trees.forget(deaths.iter().map(|death| &death.owner));
     }
 
-    /// Writes published batches to SQLite (see [`super::journaled`]) and grants what they
-    /// freed. False while some cannot be written.
-    fn apply_journaled(&mut self, entry: Option<(JournalEntry, Vec<LockEffect>)>) -> bool {
-        let applied = self.journaled.apply(entry, &mut self.store);
+    /// Whether SQLite has every published batch, after writing those it does not have (in
+    /// one transaction) and granting what they freed. While they cannot be written, tries
+    /// again every [`RETRY_PERIOD`].
+    pub(super) fn caught_up(&mut self) -> bool {
+        if !self.journaled.behind() {
+            return true;
+        }
+        let applied = self.journaled.apply(&mut self.store);
+        self.apply_at = (!applied.complete).then(|| tokio::time::Instant::now() + RETRY_PERIOD);
         if !applied.complete {
             self.counters.failed_commits += 1;
         }
         self.follow_locks(applied.effects);
         applied.complete
-    }
-
-    /// Whether SQLite has every published batch, after trying to write those it does not.
-    pub(super) fn caught_up(&mut self) -> bool {
-        !self.journaled.behind() || self.apply_journaled(None)
     }
 
     /// Starts the end actions of the sessions that ended, once SQLite has their ends (a

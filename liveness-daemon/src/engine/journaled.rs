@@ -1,7 +1,8 @@
 //! What the death path keeps beside the store: the ACTIVE sessions in memory, the journal,
 //! the newest seq, and the journaled batches that SQLite does not have yet. A batch of
 //! deaths is built from memory, appended to the journal and published; only then is it
-//! written to SQLite (see `Engine::finalize`).
+//! written to SQLite, with the batches after it in one transaction, once the engine has
+//! nothing more pressing (see `Engine::finalize` and `Engine::caught_up`).
 
 use std::path::Path;
 
@@ -17,9 +18,10 @@ pub(super) struct Journaled {
     journal: Journal,
     /// The seq of the newest event.
     head: u64,
-    /// Batches published whose write to SQLite failed, with what they change for lock
-    /// waiters, oldest first.
-    unapplied: Vec<(JournalEntry, Vec<LockEffect>)>,
+    /// Batches published that SQLite does not have yet (not written yet, or refused),
+    /// oldest first, and what they change for lock waiters.
+    unapplied: Vec<JournalEntry>,
+    effects: Vec<LockEffect>,
 }
 
 impl Journaled {
@@ -45,6 +47,7 @@ impl Journaled {
             journal,
             head: store.head_seq()?,
             unapplied: Vec::new(),
+            effects: Vec::new(),
         })
     }
 
@@ -91,34 +94,37 @@ impl Journaled {
         Ok(batch)
     }
 
-    /// Writes a published batch to SQLite, after any that failed before, in order. Returns
-    /// what they change for lock waiters, of those written; `complete` turns false while
-    /// some cannot be (the store is then behind what was published).
-    pub(super) fn apply(
-        &mut self,
-        entry: Option<(JournalEntry, Vec<LockEffect>)>,
-        store: &mut Store,
-    ) -> Applied {
-        self.unapplied.extend(entry);
-        let mut effects = Vec::new();
-        while let Some((entry, _)) = self.unapplied.first() {
-            if let Err(e) = store.apply(entry) {
-                let e = store.explain(e);
-                tracing::error!(error = %e, "cannot write published deaths to the database; trying again");
-                return Applied {
-                    effects,
-                    complete: false,
-                };
-            }
-            effects.extend(self.unapplied.remove(0).1);
+    /// Keeps a published batch for SQLite, with what it changes for lock waiters.
+    pub(super) fn push(&mut self, entry: JournalEntry, effects: Vec<LockEffect>) {
+        self.unapplied.push(entry);
+        self.effects.extend(effects);
+    }
+
+    /// Writes the published batches SQLite does not have, in order, in one transaction.
+    /// Returns what they change for lock waiters once written; `complete` is false when
+    /// they cannot be (the store is then behind what was published, and they are kept).
+    pub(super) fn apply(&mut self, store: &mut Store) -> Applied {
+        if let Err(e) = store.apply(&self.unapplied) {
+            let e = store.explain(e);
+            tracing::error!(error = %e, "cannot write published deaths to the database; trying again");
+            return Applied {
+                effects: Vec::new(),
+                complete: false,
+            };
         }
+        self.unapplied.clear();
         if let Err(e) = self.journal.compact() {
             tracing::warn!(error = %e, "cannot empty the journal");
         }
         Applied {
-            effects,
+            effects: std::mem::take(&mut self.effects),
             complete: true,
         }
+    }
+
+    /// Whether a batch SQLite does not have yet frees a lock that someone waits for.
+    pub(super) fn has_effects(&self) -> bool {
+        !self.effects.is_empty()
     }
 
     /// Whether published batches wait for SQLite.

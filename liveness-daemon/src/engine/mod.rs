@@ -57,6 +57,10 @@ pub use tree::TreeView;
 
 /// Most exits committed in one transaction when they arrive together.
 const MAX_BATCH: usize = 1024;
+/// How long a published batch of deaths may wait for its SQLite write (nothing reads it
+/// there before: anything that does writes it first). Meanwhile the CPU goes to the
+/// subscribers the batch woke, and the deaths that follow share the transaction.
+const APPLY_DELAY: Duration = Duration::from_millis(50);
 /// How often retention runs.
 const PRUNE_PERIOD: Duration = Duration::from_secs(60);
 /// How often deaths whose commit failed (a full disk, say) are committed again.
@@ -177,6 +181,9 @@ pub struct Engine {
     /// Published events not logged yet: their lines are written once the subscribers'
     /// connections have had their turn (see [`eventlog::Deferred`]).
     unlogged: eventlog::Deferred,
+    /// When the batches SQLite does not have yet are written (again): `None` when it has
+    /// every one.
+    apply_at: Option<tokio::time::Instant>,
     /// Ends of sessions by reason and source, and their latency, for `--metrics-listen`.
     end_metrics: EndMetrics,
 }
@@ -254,6 +261,7 @@ impl Engine {
             hops: config.trace_hops.then(hops::HopTrace::default),
             fresh_owners: owner_checks::FreshOwners::default(),
             unlogged: eventlog::Deferred::default(),
+            apply_at: None,
             end_metrics: EndMetrics::default(),
             subscribers: subscribers::Subscribers::new(config.subscriber_queue),
             store,

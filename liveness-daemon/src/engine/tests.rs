@@ -108,7 +108,9 @@ async fn fixture() -> Fixture {
 impl Fixture {
     /// An operation as the engine applies it for a connection (`end` with the survivors
     /// left for the engine to read).
+    /// `op` applied as the loop applies it: after SQLite has what was published.
     fn ask<O: Op>(&mut self, caller: Caller, op: O) -> Result<O::Answer, ErrorBody> {
+        self.engine.caught_up();
         op.apply(&mut self.engine, caller)
     }
 
@@ -1150,4 +1152,58 @@ async fn an_action_outcome_whose_commit_failed_is_committed_and_published_once_o
     let session = f.session(ALICE.uid, "s");
     assert!(session.is_finalized(), "{session:?}");
     assert!(f.engine.store.actions_due(None).unwrap().is_empty());
+}
+
+/// A death's batch is published before SQLite has it, and waits there while nothing reads
+/// it: deaths in a row share one write. Whatever comes next writes them first, so that it
+/// reads them and its own events take the seqs after theirs.
+#[tokio::test(start_paused = true)]
+async fn published_deaths_wait_for_sqlite_together_and_whatever_comes_next_writes_them_first() {
+    let mut f = fixture().await;
+    for pid in [11, 12, 13] {
+        f.proc.spawn(pid, ALICE.uid);
+    }
+    f.own(ALICE, "a", 11);
+    f.own(ALICE, "b", 12);
+    let mut batches = f.subscribe();
+    f.die(11, EXITED);
+    f.next_death().await;
+    f.die(12, EXITED);
+    f.next_death().await;
+    assert_eq!(published(&mut batches, "a", "session.ended"), 1);
+    assert!(f.engine.journaled.behind(), "both wait for SQLite");
+    let stored = f.engine.store.get(ALICE.uid, "b").unwrap().unwrap();
+    assert_eq!(stored.phase, Phase::Active, "not written yet");
+    let head = f.engine.store.head_seq().unwrap();
+
+    f.own(ALICE, "c", 13);
+    assert!(
+        !f.engine.journaled.behind(),
+        "written before the registration"
+    );
+    for id in ["a", "b"] {
+        assert_eq!(f.session(ALICE.uid, id).phase, Phase::Ended, "{id}");
+    }
+    let crate::store::EventPage::Events(stored) = f
+        .engine
+        .store
+        .events_after(head, 100, &crate::store::EventFilter::default())
+        .unwrap()
+    else {
+        panic!("no gap in a new store");
+    };
+    let order: Vec<(u64, String)> = stored
+        .iter()
+        .map(|event| {
+            let body: serde_json::Value = serde_json::from_str(&event.body).unwrap();
+            (event.seq, format!("{} {}", body["session"], body["kind"]))
+        })
+        .collect();
+    let expected = [
+        (head + 1, r#""a" "session.ended""#),
+        (head + 2, r#""b" "session.ended""#),
+        (head + 3, r#""c" "session.registered""#),
+    ]
+    .map(|(seq, what)| (seq, what.to_owned()));
+    assert_eq!(order, expected, "each seq once, in the order published");
 }

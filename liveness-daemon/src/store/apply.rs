@@ -95,52 +95,14 @@ pub fn journal_deaths(
 }
 
 impl Store {
-    /// Writes what one journaled batch of deaths changed, in one transaction: each session
-    /// ended as journaled (if it is still ACTIVE), its reap marked due, its locks released,
-    /// its events stored with their seqs. Applying an entry twice changes nothing more.
-    pub fn apply(&mut self, entry: &JournalEntry) -> Result<(), StoreError> {
+    /// Writes what journaled batches of deaths changed, in order, in one transaction: each
+    /// session ended as journaled (if it is still ACTIVE), its reap marked due, its locks
+    /// released, its events stored with their seqs. Applying an entry twice changes nothing
+    /// more.
+    pub fn apply(&mut self, entries: &[JournalEntry]) -> Result<(), StoreError> {
         let tx = self.write_tx()?;
-        for ending in &entry.endings {
-            let ended = tx
-                .prepare_cached(
-                    "UPDATE sessions SET phase = 'ended', reason = ?3, exit = ?4, \
-                     detected_by = ?5, ended_ms = ?6, updated_ms = ?6, \
-                     survivors = COALESCE(?7, survivors), cause = ?8, usage = ?9 \
-                     WHERE creator_uid = ?1 AND id = ?2 AND phase = 'active'",
-                )?
-                .execute(params![
-                    ending.uid,
-                    ending.id,
-                    name(&ending.reason)?,
-                    json_value(ending.exit.as_ref())?,
-                    ending.detected_by.map(|d| name(&d)).transpose()?,
-                    ending.ended_ms,
-                    json_value(ending.survivors.as_ref())?,
-                    json_value(ending.cause.as_ref())?,
-                    json_value(ending.usage.as_ref())?,
-                ])?;
-            if ended > 0 && ending.reap {
-                tx.prepare_cached("INSERT OR REPLACE INTO reaps (uid, session) VALUES (?1, ?2)")?
-                    .execute(params![ending.uid, ending.id])?;
-            }
-        }
-        for release in &entry.released {
-            tx.prepare_cached("DELETE FROM locks WHERE uid = ?1 AND name = ?2 AND session = ?3")?
-                .execute(params![release.uid, release.name, release.session])?;
-        }
-        for event in &entry.events {
-            tx.prepare_cached(
-                "INSERT OR IGNORE INTO events (seq, kind, session, creator_uid, at_ms, body) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )?
-            .execute(params![
-                i64::try_from(event.seq).unwrap_or(i64::MAX),
-                event.kind,
-                event.session,
-                event.creator_uid,
-                event.at_ms,
-                event.body
-            ])?;
+        for entry in entries {
+            apply_entry(&tx, entry)?;
         }
         tx.commit()?;
         Ok(())
@@ -154,10 +116,57 @@ impl Store {
         for entry in entries {
             if entry.last_seq().is_some_and(|last| last > head) {
                 crate::faults::point("mid-replay");
-                self.apply(entry)?;
+                self.apply(std::slice::from_ref(entry))?;
                 applied += 1;
             }
         }
         Ok(applied)
     }
+}
+
+/// One entry's changes, within `tx`.
+fn apply_entry(tx: &rusqlite::Transaction<'_>, entry: &JournalEntry) -> Result<(), StoreError> {
+    for ending in &entry.endings {
+        let ended = tx
+            .prepare_cached(
+                "UPDATE sessions SET phase = 'ended', reason = ?3, exit = ?4, \
+                 detected_by = ?5, ended_ms = ?6, updated_ms = ?6, \
+                 survivors = COALESCE(?7, survivors), cause = ?8, usage = ?9 \
+                 WHERE creator_uid = ?1 AND id = ?2 AND phase = 'active'",
+            )?
+            .execute(params![
+                ending.uid,
+                ending.id,
+                name(&ending.reason)?,
+                json_value(ending.exit.as_ref())?,
+                ending.detected_by.map(|d| name(&d)).transpose()?,
+                ending.ended_ms,
+                json_value(ending.survivors.as_ref())?,
+                json_value(ending.cause.as_ref())?,
+                json_value(ending.usage.as_ref())?,
+            ])?;
+        if ended > 0 && ending.reap {
+            tx.prepare_cached("INSERT OR REPLACE INTO reaps (uid, session) VALUES (?1, ?2)")?
+                .execute(params![ending.uid, ending.id])?;
+        }
+    }
+    for release in &entry.released {
+        tx.prepare_cached("DELETE FROM locks WHERE uid = ?1 AND name = ?2 AND session = ?3")?
+            .execute(params![release.uid, release.name, release.session])?;
+    }
+    for event in &entry.events {
+        tx.prepare_cached(
+            "INSERT OR IGNORE INTO events (seq, kind, session, creator_uid, at_ms, body) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?
+        .execute(params![
+            i64::try_from(event.seq).unwrap_or(i64::MAX),
+            event.kind,
+            event.session,
+            event.creator_uid,
+            event.at_ms,
+            event.body
+        ])?;
+    }
+    Ok(())
 }

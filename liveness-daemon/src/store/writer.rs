@@ -430,7 +430,7 @@ impl Store {
     ) -> Result<Vec<Event>, StoreError> {
         let active = super::Active::load(self)?;
         let batch = super::journal_deaths(&active, deaths, now_ms, self.head_seq()?)?;
-        self.apply(&batch.entry)?;
+        self.apply(std::slice::from_ref(&batch.entry))?;
         Ok(batch.events)
     }
 
