@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
-use integration_tests::{Daemon, binary, eventually, privileged, proc_root, start_ticks};
+use integration_tests::{Daemon, binary, eventually, privileged, proc_root, start_ticks, state};
 use serde_json::{Value, json};
 
 const PATIENCE: Duration = Duration::from_secs(15);
@@ -572,4 +572,133 @@ fn the_tree_of_an_owner_the_kernel_cannot_track_is_scanned() {
     assert_eq!(whose(&daemon, orphan), "beyond");
     kill_owner_and_check_survivors(&daemon, "beyond", &mut second, &[orphan], &[]);
     drop(first);
+}
+
+/// A line-driven helper process (`testproc MODE`), killed on drop.
+struct Helper {
+    child: Child,
+    input: ChildStdin,
+    output: BufReader<ChildStdout>,
+}
+
+impl Helper {
+    fn spawn(mode: &str) -> Helper {
+        let mut child = Command::new(binary("testproc"))
+            .arg(mode)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn testproc");
+        let input = child.stdin.take().expect("stdin");
+        let output = BufReader::new(child.stdout.take().expect("stdout"));
+        Helper {
+            child,
+            input,
+            output,
+        }
+    }
+
+    fn ask(&mut self, line: &str) -> String {
+        writeln!(self.input, "{line}").expect("write to testproc");
+        self.line()
+    }
+
+    fn line(&mut self) -> String {
+        let mut line = String::new();
+        self.output.read_line(&mut line).expect("read testproc");
+        line.trim().to_owned()
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A member that died, and a process outside the tree that took its pid within the
+/// member's clock tick (so with its start time): `(owner, session, stranger)`.
+fn stranger_with_a_members_pid_and_start(
+    daemon: &Daemon,
+    strangers: &mut Helper,
+    made: &mut Vec<(u32, u64)>,
+) -> (Helper, String, u32) {
+    // Everything from the member's fork to the stranger's must fit in one 10 ms tick,
+    // a registration included: a busy machine needs a few tries.
+    for attempt in 0..100 {
+        let session = format!("reuse-{attempt}");
+        let mut owner = Helper::spawn("reuse");
+        let member: u32 = owner.line().parse().expect("the member's pid");
+        let member_start = start_ticks(member).expect("the member is alive");
+        let reply = daemon.request(json!({
+            "op": "register", "session": session, "owner": {"pid": owner.child.id()},
+            "on_end": "terminate", "grace_ms": 100
+        }));
+        assert_eq!(reply["ok"], true, "register: {reply}");
+        assert_eq!(owner.ask("go"), "reaped");
+        let answer = strangers.ask(&member.to_string());
+        if let Ok(pid) = answer.parse::<u32>() {
+            let start = start_ticks(pid).expect("the stranger is alive");
+            made.push((pid, start));
+            if start == member_start {
+                return (owner, session, pid);
+            }
+        }
+        let reply = daemon.request(json!({"op": "end", "session": session}));
+        assert_eq!(reply["ok"], true, "end: {reply}");
+    }
+    panic!("no stranger took a member's pid within its clock tick in 100 tries");
+}
+
+/// A member dies and a process outside the tree takes its pid within the same clock tick:
+/// it has the member's pid and start time, but not its pidfs inode. It is never named by
+/// `whose`, listed by `processes` (before and after a refresh), reported as a survivor, or
+/// signalled by the `terminate` policy.
+#[test]
+fn a_stranger_that_took_a_members_pid_in_its_tick_is_no_member() {
+    if !privileged("a member's pid reused within its tick") {
+        return;
+    }
+    let daemon = Daemon::start(&[]);
+    let mut strangers = Helper::spawn("stranger");
+    let mut made = Vec::new();
+    let (mut owner, session, stranger) =
+        stranger_with_a_members_pid_and_start(&daemon, &mut strangers, &mut made);
+    let check = |when: &str| {
+        let reply = daemon.request(json!({"op": "whose", "pid": stranger}));
+        assert_eq!(
+            reply["ok"], false,
+            "{when}: whose names the stranger: {reply}"
+        );
+        let listed = processes(&daemon, &session);
+        assert!(
+            !listed.contains(&stranger),
+            "{when}: the stranger {stranger} is listed: {listed:?}"
+        );
+    };
+    check("at once");
+    // A refresh of the trees (every second) checks every member again.
+    std::thread::sleep(Duration::from_millis(1500));
+    check("after a refresh");
+
+    let key = (stranger, start_ticks(stranger).expect("alive"));
+    let _ = owner.child.kill();
+    let _ = owner.child.wait();
+    let ended = daemon.wait_ended(&session);
+    assert!(
+        !survivor_keys(&ended["survivors"]).contains(&key),
+        "the stranger is a survivor: {ended}"
+    );
+    // Past the grace: a SIGTERM or SIGKILL of the policy would have ended it by now.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        start_ticks(stranger),
+        Some(key.1),
+        "the terminate policy signalled the stranger"
+    );
+    assert_ne!(state(stranger), Some('Z'), "the stranger was killed");
+    for (pid, start) in made {
+        kill_if_same(pid, start);
+    }
 }

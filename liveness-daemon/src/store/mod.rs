@@ -201,6 +201,9 @@ pub struct Member {
     pub root: ProcessKey,
     /// Command name when first seen, for display.
     pub comm: String,
+    /// Its pidfs inode, where the kernel has pidfs (6.9+): with the pid and start time, what
+    /// tells it from a process that took its pid within its clock tick.
+    pub pidfs_ino: Option<u64>,
 }
 
 /// One stored event: its seq and its JSON body as sent to subscribers.

@@ -188,6 +188,11 @@ CREATE TABLE reaps (
     PRIMARY KEY (uid, session)
 );
 "#,
+    r#"
+-- A member's pidfs inode (Linux 6.9+), so that a process that took a dead member's pid
+-- within its clock tick is not taken for it after a restart either.
+ALTER TABLE members ADD COLUMN pidfs_ino INTEGER;
+"#,
 ];
 
 /// The schema version this code writes and understands.

@@ -57,8 +57,35 @@ impl Forgotten {
     }
 }
 
-/// A tree's members (the root not included), with their command names (empty until read).
-pub type Tree = BTreeMap<ProcessKey, String>;
+/// What is kept of a member: its command name (empty until read) and its pidfs inode
+/// (where the kernel has pidfs, and once read), which tells it from a process that took
+/// its pid within its clock tick.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Facts {
+    pub comm: String,
+    pub pidfs_ino: Option<u64>,
+}
+
+impl Facts {
+    pub fn of(member: &Member) -> Facts {
+        Facts {
+            comm: member.comm.clone(),
+            pidfs_ino: member.pidfs_ino,
+        }
+    }
+
+    /// Whether a process read as `key` with the inode `pidfs_ino` may be this member: an
+    /// inode known on both sides must be the same.
+    pub fn matches(&self, pidfs_ino: Option<u64>) -> bool {
+        match (self.pidfs_ino, pidfs_ino) {
+            (Some(known), Some(now)) => known == now,
+            _ => true,
+        }
+    }
+}
+
+/// A tree's members (the root not included).
+pub type Tree = BTreeMap<ProcessKey, Facts>;
 
 #[derive(Debug)]
 pub struct KnownTrees {
@@ -120,7 +147,7 @@ impl KnownTrees {
     pub fn take_back(&mut self, root: ProcessKey, persisted: Vec<Member>) -> Changes {
         let mut changes = Changes::default();
         for member in persisted {
-            if self.proc.check_key(member.key) == Liveness::Alive {
+            if self.proc.check_process(member.key, member.pidfs_ino) == Liveness::Alive {
                 let member = Member { root, ..member };
                 if self.attach(member.clone()) {
                     changes.added.push(member);
@@ -153,7 +180,7 @@ impl KnownTrees {
         let Some(tree) = self.trees.get_mut(&member.root) else {
             return false;
         };
-        Arc::make_mut(tree).insert(member.key, member.comm.clone());
+        Arc::make_mut(tree).insert(member.key, Facts::of(member));
         self.root_of.insert(member.key, member.root);
         true
     }
@@ -217,6 +244,7 @@ impl KnownTrees {
             key,
             root,
             comm: stat.comm,
+            pidfs_ino: self.proc.pidfs_ino_of_key(key),
         };
         (stat.start_ticks == key.start_ticks && self.attach(member.clone())).then_some(member)
     }
@@ -273,9 +301,17 @@ impl KnownTrees {
         if self.trees.is_empty() {
             return None;
         }
+        let inode = |member: &ProcessKey, root: &ProcessKey| {
+            let facts = self.trees.get(root)?.get(member)?;
+            facts.pidfs_ino
+        };
         Some(RefreshView {
             roots: self.trees.keys().copied().collect(),
-            known: self.root_of.clone(),
+            known: self
+                .root_of
+                .iter()
+                .map(|(member, root)| (*member, (*root, inode(member, root))))
+                .collect(),
             scan: self.mode() != MembershipMode::Kernel,
         })
     }
@@ -317,12 +353,15 @@ impl KnownTrees {
     }
 
     /// The root of the tree `key` belongs to as far as merged (no kernel lookup): itself for
-    /// a followed root.
-    pub fn known_root_of(&self, key: ProcessKey) -> Option<ProcessKey> {
+    /// a followed root. A process read with another pidfs inode than the member's took its
+    /// pid within its clock tick: it is not the member.
+    pub fn known_root_of(&self, key: ProcessKey, pidfs_ino: Option<u64>) -> Option<ProcessKey> {
         if self.trees.contains_key(&key) {
             return Some(key);
         }
-        self.member_of(key)
+        let root = self.member_of(key)?;
+        let facts = self.trees.get(&root)?.get(&key)?;
+        facts.matches(pidfs_ino).then_some(root)
     }
 
     /// The followed tree `key` is a member of, as merged.
@@ -352,7 +391,7 @@ impl KnownTrees {
         &self,
         root: ProcessKey,
         kernel: &[KernelMember],
-    ) -> BTreeMap<ProcessKey, (String, bool)> {
+    ) -> BTreeMap<ProcessKey, (Facts, bool)> {
         let empty = Tree::new();
         candidates(
             root,
@@ -366,8 +405,8 @@ impl KnownTrees {
         kernel_news(self.kernel.as_ref(), self.merged_added)
     }
 
-    fn alive(&self, key: ProcessKey, comm: String, in_kernel: bool) -> Option<Identity> {
-        self.local.alive(&self.proc, key, comm, in_kernel)
+    fn alive(&self, key: ProcessKey, facts: Facts, in_kernel: bool) -> Option<Identity> {
+        self.local.alive(&self.proc, key, facts, in_kernel)
     }
 
     /// The tree of `root` as known now, to read off the engine (see [`TreeView`]); an
@@ -412,11 +451,22 @@ impl KnownTrees {
                     .candidates(root, &kernel)
                     .into_iter()
                     .filter(|(key, _)| *key != root)
-                    .filter_map(|(key, (comm, in_kernel))| self.alive(key, comm, in_kernel))
+                    .filter_map(|(key, (facts, in_kernel))| self.alive(key, facts, in_kernel))
                     .collect();
                 Survivors::from_alive(alive)
             })
             .collect()
+    }
+
+    /// What the mode can miss, and where the kernel has no pidfs, what it can be fooled by.
+    fn misses(&self, mode: MembershipMode) -> String {
+        let mut misses = mode.misses().to_owned();
+        if !self.proc.has_pidfs() {
+            misses.push_str(
+                "; without pidfs (Linux 6.9+), a process outside the trees that takes a dead member's pid within the member's clock tick (10 ms) is taken for it",
+            );
+        }
+        misses
     }
 
     pub fn status(&self, scan_interval: Duration) -> MembershipStatus {
@@ -429,7 +479,7 @@ impl KnownTrees {
             kernel_capacity: self.kernel.as_ref().map(TreeMap::capacity),
             kernel_used: self.kernel.as_ref().map(TreeMap::slots_used),
             kernel_full: self.kernel.as_ref().map_or(0, TreeMap::full_count),
-            misses: mode.misses().to_owned(),
+            misses: self.misses(mode),
         }
     }
 }
@@ -510,7 +560,7 @@ mod tests {
             changes.added.iter().any(|m| m.key == child_key),
             "the running child joins when its tree is followed: {changes:?}"
         );
-        assert_eq!(known.known_root_of(child_key), Some(root));
+        assert_eq!(known.known_root_of(child_key, None), Some(root));
         let live: Vec<ProcessKey> = known
             .view(root)
             .live_members(None, &ProcRoot::default())
@@ -526,7 +576,7 @@ mod tests {
         child.wait().unwrap();
         let changes = known.refresh();
         assert!(changes.removed.contains(&child_key), "{changes:?}");
-        assert_eq!(known.known_root_of(child_key), None);
+        assert_eq!(known.known_root_of(child_key, None), None);
         // Other tests of this binary may have children of their own in the tree.
         assert!(
             !known
@@ -535,7 +585,7 @@ mod tests {
                 .any(|e| e.member == child_key)
         );
         assert_eq!(
-            known.known_root_of(root),
+            known.known_root_of(root, None),
             None,
             "a forgotten tree is not followed"
         );

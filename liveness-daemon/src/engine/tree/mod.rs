@@ -419,15 +419,16 @@ impl Trees {
         self.known.view(root)
     }
 
-    /// The tree `key` is a member of, or roots, as merged; else the followed tree the
-    /// kernel map holds it in as `kernel_root`.
+    /// The tree `key` (read with the pidfs inode `pidfs_ino`) is a member of, or roots, as
+    /// merged; else the followed tree the kernel map holds it in as `kernel_root`.
     pub(super) fn root_of(
         &self,
         key: ProcessKey,
+        pidfs_ino: Option<u64>,
         kernel_root: Option<ProcessKey>,
     ) -> Option<ProcessKey> {
         self.known
-            .known_root_of(key)
+            .known_root_of(key, pidfs_ino)
             .or(kernel_root.filter(|root| self.known.follows(*root)))
     }
 

@@ -8,7 +8,7 @@ use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::session::Survivors;
 use liveness_proc::identity::{Liveness, ProcRoot};
 
-use super::known::Tree;
+use super::known::{Facts, Tree};
 use super::walk::{descendants, subtree};
 use crate::source::tree_map::{KernelMember, TreeMap};
 use crate::store::Member;
@@ -17,8 +17,8 @@ use crate::store::Member;
 #[derive(Debug, Clone)]
 pub struct RefreshView {
     pub(super) roots: HashSet<ProcessKey>,
-    /// member -> its root.
-    pub(super) known: HashMap<ProcessKey, ProcessKey>,
+    /// member -> its root, and its pidfs inode where known.
+    pub(super) known: HashMap<ProcessKey, (ProcessKey, Option<u64>)>,
     /// Whether `/proc` is scanned for members (the kernel does not follow every tree).
     pub(super) scan: bool,
 }
@@ -59,6 +59,7 @@ impl RefreshView {
                         key: entry.member,
                         root: entry.root,
                         comm: stat.comm,
+                        pidfs_ino: proc.pidfs_ino_of_key(entry.member),
                     });
                 }
                 _ => {}
@@ -77,10 +78,12 @@ impl RefreshView {
                 if self.roots.contains(&key) {
                     Some(key)
                 } else {
-                    self.known.get(&key).copied()
+                    self.known.get(&key).map(|(root, _)| *root)
                 }
             };
-            refreshed.found.extend(descendants(processes, tree_of));
+            refreshed
+                .found
+                .extend(with_inodes(proc, descendants(processes, tree_of)));
         }
         let alive: Option<HashSet<ProcessKey>> = scanned.as_ref().map(|processes| {
             processes
@@ -92,14 +95,18 @@ impl RefreshView {
                 })
                 .collect()
         });
+        // A member whose pidfs inode is known is checked with it: a process that took its pid
+        // within its clock tick has its pid and start time.
+        let dead =
+            |key: &ProcessKey, ino: Option<u64>| proc.check_process(*key, ino) != Liveness::Alive;
         refreshed.dead = self
             .known
-            .keys()
-            .filter(|key| match &alive {
-                Some(alive) => !alive.contains(key),
-                None => !in_kernel.contains(key) && proc.check_key(**key) != Liveness::Alive,
+            .iter()
+            .filter(|(key, (_, ino))| match &alive {
+                Some(alive) => !alive.contains(key) || (ino.is_some() && dead(key, *ino)),
+                None => !in_kernel.contains(key) && dead(key, *ino),
             })
-            .copied()
+            .map(|(key, _)| *key)
             .collect();
         refreshed
     }
@@ -127,7 +134,7 @@ impl TreeView {
         candidates.entry(self.root).or_default();
         candidates
             .into_iter()
-            .filter_map(|(key, (comm, in_kernel))| self.local.alive(proc, key, comm, in_kernel))
+            .filter_map(|(key, (facts, in_kernel))| self.local.alive(proc, key, facts, in_kernel))
             .collect()
     }
 
@@ -156,9 +163,10 @@ impl TreeView {
             }
         };
         let root = self.root;
-        descendants(&processes, |key| {
+        let found = descendants(&processes, |key| {
             (key == root || self.members.contains_key(&key)).then_some(root)
-        })
+        });
+        with_inodes(proc, found)
     }
 }
 
@@ -170,47 +178,74 @@ pub(super) struct Local {
 }
 
 impl Local {
-    pub(super) fn identity(&self, key: ProcessKey, comm: &str) -> Identity {
+    pub(super) fn identity(&self, key: ProcessKey, facts: Facts) -> Identity {
         Identity {
             pid: key.pid,
             start_ticks: key.start_ticks,
             boot_id: self.boot_id.clone(),
             host: self.host.clone(),
-            pidfs_ino: None,
-            comm: comm.to_owned(),
+            pidfs_ino: facts.pidfs_ino,
+            comm: facts.comm,
         }
     }
 
     /// The identity of a process if it is alive now. One the kernel map holds has not
     /// exited (its exit removes it there): it is read in `/proc` only for a command name
-    /// not known yet.
+    /// not known yet. Another is checked with its pidfs inode where known, which a
+    /// process that took its pid within its clock tick does not have.
     pub(super) fn alive(
         &self,
         proc: &ProcRoot,
         key: ProcessKey,
-        comm: String,
+        mut facts: Facts,
         in_kernel: bool,
     ) -> Option<Identity> {
-        if in_kernel && !comm.is_empty() {
-            return Some(self.identity(key, &comm));
+        if in_kernel && !facts.comm.is_empty() {
+            return Some(self.identity(key, facts));
+        }
+        if !in_kernel
+            && facts.pidfs_ino.is_some()
+            && proc.check_process(key, facts.pidfs_ino) != Liveness::Alive
+        {
+            return None;
         }
         let stat = proc.stat(key.pid).ok()?;
         if stat.start_ticks != key.start_ticks || stat.has_exited() {
             return None;
         }
-        let comm = if comm.is_empty() { stat.comm } else { comm };
-        Some(self.identity(key, &comm))
+        if facts.comm.is_empty() {
+            facts.comm = stat.comm;
+        }
+        Some(self.identity(key, facts))
     }
 }
 
-/// What is known of the tree of `root`, the root excluded: each member with its command
-/// name (empty until read) and whether the kernel map, read as `kernel`, holds it.
+/// Members found in `/proc`, each with its pidfs inode, read now: one that exited since is
+/// left out.
+pub(super) fn with_inodes(proc: &ProcRoot, found: Vec<Member>) -> Vec<Member> {
+    if !proc.has_pidfs() {
+        return found;
+    }
+    found
+        .into_iter()
+        .filter_map(|member| {
+            let pidfs_ino = Some(proc.pidfs_ino_of_key(member.key)?);
+            Some(Member {
+                pidfs_ino,
+                ..member
+            })
+        })
+        .collect()
+}
+
+/// What is known of the tree of `root`, the root excluded: each member with its facts
+/// and whether the kernel map, read as `kernel`, holds it.
 pub(super) fn candidates(
     root: ProcessKey,
     tree: &Tree,
     kernel: &[KernelMember],
-) -> BTreeMap<ProcessKey, (String, bool)> {
-    let mut candidates: BTreeMap<ProcessKey, (String, bool)> = tree
+) -> BTreeMap<ProcessKey, (Facts, bool)> {
+    let mut candidates: BTreeMap<ProcessKey, (Facts, bool)> = tree
         .iter()
         .map(|(key, comm)| (*key, (comm.clone(), false)))
         .collect();

@@ -124,6 +124,7 @@ pub(crate) fn descendants(
                 },
                 root,
                 comm: child.comm.clone(),
+                pidfs_ino: None,
             });
             queue.push((child, root));
         }
