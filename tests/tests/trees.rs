@@ -702,3 +702,88 @@ fn a_stranger_that_took_a_members_pid_in_its_tick_is_no_member() {
         kill_if_same(pid, start);
     }
 }
+
+/// `status.membership` now.
+fn membership(daemon: &Daemon) -> Value {
+    daemon.request(json!({"op": "status"}))["status"]["membership"].clone()
+}
+
+/// Waits until the membership mode is `expected`.
+fn wait_mode(daemon: &Daemon, expected: &str) -> Value {
+    let mut last = Value::Null;
+    let reached = eventually(PATIENCE, || {
+        last = membership(daemon);
+        last["mode"] == expected
+    });
+    assert!(
+        reached,
+        "the membership mode never became {expected}: {last}"
+    );
+    last
+}
+
+/// With a members map of five slots, five sleepers fill it: a process forked then (a
+/// `testproc family`, its middle process and first member) is refused a slot, found by a
+/// scan, and counted once in `kernel_full`. Once the sleepers are gone, a refresh gives the
+/// refused members their entries back and the mode is `kernel` again: what such a member
+/// forks and orphans at once is a member.
+#[test]
+fn members_refused_a_slot_get_one_back_once_slots_are_free() {
+    if !privileged("members refused a kernel slot") {
+        return;
+    }
+    let daemon = Daemon::start(&["--ebpf-max-members", "5"]);
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (input, output) = (dir.path().join("in"), dir.path().join("out"));
+    for fifo in [&input, &output] {
+        let made = Command::new("mkfifo").arg(fifo).status().expect("mkfifo");
+        assert!(made.success(), "mkfifo {}", fifo.display());
+    }
+    let mut owner = Owner::spawn();
+    register(&daemon, "storm", &owner);
+    owner.send("s=; for i in 1 2 3 4 5; do sleep 1000 & s=\"$s $!\"; done; echo $s");
+    for pid in owner.line().split(' ') {
+        let pid = pid.parse().expect("a pid");
+        owner.spawned.push((pid, start_ticks(pid).expect("alive")));
+    }
+    wait_kernel_used(&daemon, 5);
+
+    owner.send(&format!(
+        "{} family < {} > {} & echo $!",
+        binary("testproc").display(),
+        input.display(),
+        output.display()
+    ));
+    let family = owner.pid_line();
+    let mut commands = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&input)
+        .expect("open the family's input");
+    let mut replies = BufReader::new(std::fs::File::open(&output).expect("open its output"));
+    let mut reply = |owner: &mut Owner| {
+        let mut line = String::new();
+        replies.read_line(&mut line).expect("read the family");
+        let pid: u32 = line.trim().parse().expect("a pid");
+        owner
+            .spawned
+            .push((pid, start_ticks(pid).expect("a member is alive")));
+        pid
+    };
+    let before = reply(&mut owner);
+    wait_listed(&daemon, "storm", family);
+    wait_listed(&daemon, "storm", before);
+    assert_eq!(membership(&daemon)["mode"], "kernel_and_scan");
+
+    owner.send("kill $s");
+    let status = wait_mode(&daemon, "kernel");
+    // The family, its middle process and its first member: each refused once.
+    assert_eq!(status["kernel_full"], 3, "{status}");
+    wait_kernel_used(&daemon, 3);
+
+    // The orphan and the middle process it is orphaned by take the two slots left.
+    writeln!(commands, "orphan").expect("ask the family for an orphan");
+    let orphan = reply(&mut owner);
+    wait_orphaned(&owner, orphan);
+    assert_eq!(whose(&daemon, orphan), "storm");
+    wait_listed(&daemon, "storm", orphan);
+}

@@ -116,8 +116,9 @@ pub struct TreeMap {
     map: HashMap<MapData, u32, Value>,
     counters: Arc<SharedArray>,
     slots: Arc<MemberSlots>,
-    /// Members this handle found no slot for (the kernel counts its own).
-    refused: u64,
+    /// Processes user space found no slot for, each once, that the kernel did not count at
+    /// their fork; shared by every handle.
+    refused: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for TreeMap {
@@ -161,7 +162,7 @@ impl TreeMap {
                 used: SharedArray::map(slots.map(), 1)?,
                 capacity: u64::from(capacity),
             }),
-            refused: 0,
+            refused: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -171,7 +172,7 @@ impl TreeMap {
             map: HashMap::try_from(Map::HashMap(duplicate(self.map.map())?))?,
             counters: Arc::clone(&self.counters),
             slots: Arc::clone(&self.slots),
-            refused: 0,
+            refused: Arc::clone(&self.refused),
         })
     }
 
@@ -221,7 +222,6 @@ impl TreeMap {
             None => {}
         }
         if !self.slots.take() {
-            self.refused += 1;
             return Err(TreeMapError::Full(self.capacity()));
         }
         let record = MemberRecord {
@@ -316,9 +316,16 @@ impl TreeMap {
     }
 
     /// New processes of trees that found no slot, or that user space found none for,
-    /// since the daemon started.
+    /// since the daemon started: each once (see [`TreeMap::count_refused`]).
     pub fn full_count(&self) -> u64 {
-        self.counters.get(MEMBER_COUNTER_FULL) + self.refused
+        self.counters.get(MEMBER_COUNTER_FULL) + self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Counts a process that user space found no slot for and whose fork the kernel did not
+    /// count: one that existed before its tree was followed, or whose parent had no entry.
+    /// A write retried later is not counted again.
+    pub fn count_refused(&self) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
     }
 
     /// New processes the kernel added since the daemon started: one read, where a walk of

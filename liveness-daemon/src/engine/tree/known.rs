@@ -22,7 +22,7 @@ use liveness_common::session::Survivors;
 use liveness_common::status::{MembershipMode, MembershipStatus};
 use liveness_proc::identity::{Liveness, ProcRoot};
 
-use super::view::{Local, RefreshView, TreeView, candidates, kernel_news};
+use super::view::{Local, Merge, RefreshView, TreeView, candidates, kernel_news};
 use super::walk::write_member;
 use crate::source::tree_map::{KernelMember, TreeMap};
 use crate::store::Member;
@@ -105,6 +105,12 @@ pub struct KnownTrees {
     /// Trees whose root the kernel does not follow (the eBPF source could not track it):
     /// `/proc` scans find their members.
     unrooted: HashSet<ProcessKey>,
+    /// Live members the last refresh left without a kernel entry (no slot was free): scans
+    /// cover their trees, and each refresh writes them again while slots are free.
+    unlinked: usize,
+    /// The kernel's count of processes refused a slot when a scan last left no member
+    /// without its entry: a refusal since means a scan is due.
+    full_merged: u64,
 }
 
 impl KnownTrees {
@@ -122,13 +128,19 @@ impl KnownTrees {
             root_of: HashMap::new(),
             merged_added: None,
             unrooted: HashSet::new(),
+            unlinked: 0,
+            full_merged: 0,
         }
     }
 
     pub fn mode(&self) -> MembershipMode {
         match &self.kernel {
             None => MembershipMode::Scan,
-            Some(kernel) if kernel.full_count() > 0 || !self.unrooted.is_empty() => {
+            Some(kernel)
+                if self.unlinked > 0
+                    || kernel.full_count() != self.full_merged
+                    || !self.unrooted.is_empty() =>
+            {
                 MembershipMode::KernelAndScan
             }
             Some(_) => MembershipMode::Kernel,
@@ -209,24 +221,30 @@ impl KnownTrees {
         }
     }
 
-    /// Adds a member to its tree and to the kernel map (so its own forks join in the
-    /// kernel); false when it was already known.
+    /// Adds a member that existed before its tree was followed to its tree and to the
+    /// kernel map (so its own forks join in the kernel); false when it was already known.
     fn attach(&mut self, member: Member) -> bool {
         if !self.join(&member) {
             return false;
         }
-        self.write_to_kernel(KernelMember {
+        let entry = KernelMember {
             member: member.key,
             root: member.root,
-        });
+        };
+        if !self.write_to_kernel(entry)
+            && let Some(kernel) = &self.kernel
+        {
+            kernel.count_refused();
+        }
         true
     }
 
     /// Writes a member's entry to the kernel map, so that its own forks join its tree in
-    /// the kernel.
-    fn write_to_kernel(&mut self, entry: KernelMember) {
-        if let Some(kernel) = &mut self.kernel {
-            write_member(kernel, &self.proc, entry);
+    /// the kernel. False when the map had no slot for it.
+    fn write_to_kernel(&mut self, entry: KernelMember) -> bool {
+        match &mut self.kernel {
+            Some(kernel) => write_member(kernel, &self.proc, entry),
+            None => true,
         }
     }
 
@@ -269,10 +287,11 @@ impl KnownTrees {
         // entry made its own tree's root while tracked: it goes back to the outer tree.
         for &(root, _) in &forgotten.trees {
             if let Some(outer) = self.member_of(root) {
-                self.write_to_kernel(KernelMember {
+                let entry = KernelMember {
                     member: root,
                     root: outer,
-                });
+                };
+                self.write_to_kernel(entry);
             }
         }
         forgotten
@@ -307,6 +326,7 @@ impl KnownTrees {
         };
         Some(RefreshView {
             roots: self.trees.keys().copied().collect(),
+            unrooted: self.unrooted.clone(),
             known: self
                 .root_of
                 .iter()
@@ -328,9 +348,16 @@ impl KnownTrees {
         true
     }
 
-    /// Notes that the trees hold what the kernel added up to its count `added`.
-    pub fn merged(&mut self, added: Option<u64>) {
-        self.merged_added = added;
+    /// Notes what a refresh merged: the trees hold what the kernel added up to its count,
+    /// and how many live members it left without a kernel entry.
+    pub fn merged(&mut self, merge: Merge) {
+        self.merged_added = merge.added;
+        if let Some(full) = merge.full {
+            self.unlinked = merge.unlinked;
+            if merge.scanned && merge.unlinked == 0 {
+                self.full_merged = full;
+            }
+        }
     }
 
     /// A whole refresh at once (at shutdown, and in tests): merges what the kernel added,
@@ -338,17 +365,23 @@ impl KnownTrees {
     /// died.
     pub fn refresh(&mut self) -> Changes {
         let Some(view) = self.refresh_view() else {
-            self.merged_added = self.kernel.as_ref().map(TreeMap::added_count);
+            let kernel = self.kernel.as_ref();
+            self.merged(Merge {
+                added: kernel.map(TreeMap::added_count),
+                full: kernel.map(TreeMap::full_count),
+                unlinked: 0,
+                scanned: true,
+            });
             return Changes::default();
         };
-        let refreshed = view.read(self.kernel.as_ref(), &self.proc);
-        let mut changes = self.attach_found(refreshed.found);
+        let refreshed = view.read(self.kernel.as_mut(), &self.proc);
+        let mut changes = self.adopt(refreshed.found);
         for key in refreshed.dead {
             if self.drop_dead(key) {
                 changes.removed.push(key);
             }
         }
-        self.merged_added = refreshed.merged_added;
+        self.merged(refreshed.merge);
         changes
     }
 

@@ -25,6 +25,7 @@ use crate::offload::offload;
 use crate::source::tree_map::{KernelMember, TreeMap};
 use crate::store::{Member, Store};
 use known::KnownTrees;
+use view::Merge;
 use walk::{kernel_entries_of, write_members};
 
 mod known;
@@ -69,15 +70,15 @@ pub(super) enum TreeWork {
         root: ProcessKey,
         members: Vec<Member>,
     },
-    /// A process found in `/proc` under a followed tree.
-    Attach(Member),
+    /// A member a refresh found (in the kernel's map, or in `/proc` with its kernel entry
+    /// written already).
+    Found(Member),
     /// A member of a forgotten tree: its kernel entry and its persisted row go.
     Unlink(KernelMember),
     /// A member a refresh found dead.
     Dead(ProcessKey),
-    /// The end of a refresh's findings: the trees hold what the kernel added up to this
-    /// count.
-    Merged(Option<u64>),
+    /// The end of a refresh's findings (see [`Merge`]).
+    Merged(Merge),
 }
 
 /// The trees of tracked owners, and the tree work under way off the engine.
@@ -208,8 +209,8 @@ impl Trees {
         let (mut added, mut removed) = (Vec::new(), Vec::new());
         while Instant::now() < deadline {
             match self.work.pop_front() {
-                Some(TreeWork::Attach(member)) => {
-                    added.extend(self.known.attach_found([member]).added);
+                Some(TreeWork::Found(member)) => {
+                    added.extend(self.known.adopt([member]).added);
                 }
                 Some(TreeWork::Unlink(entry)) => {
                     self.known.unlink(&[entry]);
@@ -220,8 +221,8 @@ impl Trees {
                         removed.push(key);
                     }
                 }
-                Some(TreeWork::Merged(added)) => {
-                    self.known.merged(added);
+                Some(TreeWork::Merged(merge)) => {
+                    self.known.merged(merge);
                     self.refreshing = false;
                 }
                 Some(TreeWork::Adopted { root, members }) => self.adopt(root, members),
@@ -246,7 +247,13 @@ impl Trees {
         for work in found {
             match work {
                 TreeWork::Adopted { root, members } => self.adopt(root, members),
-                TreeWork::Attach(member) if !self.known.follows(member.root) => {}
+                // Its entry goes again, unless its tree is followed again by then.
+                TreeWork::Found(member) if !self.known.follows(member.root) => {
+                    self.work.push_back(TreeWork::Unlink(KernelMember {
+                        member: member.key,
+                        root: member.root,
+                    }));
+                }
                 work => self.work.push_back(work),
             }
         }
@@ -330,17 +337,22 @@ impl Trees {
             return;
         };
         self.refreshing = true;
-        let (kernel, proc) = (self.reader.clone(), self.proc.clone());
+        let (writer, proc) = (self.writer.clone(), self.proc.clone());
         self.walks.spawn(async move {
-            let read = offload(move || view.read(kernel.as_deref(), &proc)).await;
-            let Some(refreshed) = read else {
-                return vec![TreeWork::Merged(None)];
+            let read = offload(move || {
+                let mut writer = writer
+                    .as_ref()
+                    .map(|writer| writer.lock().unwrap_or_else(PoisonError::into_inner));
+                view.read(writer.as_deref_mut(), &proc)
+            });
+            let Some(refreshed) = read.await else {
+                return vec![TreeWork::Merged(Merge::default())];
             };
-            let found = refreshed.found.into_iter().map(TreeWork::Attach);
+            let found = refreshed.found.into_iter().map(TreeWork::Found);
             let dead = refreshed.dead.into_iter().map(TreeWork::Dead);
             found
                 .chain(dead)
-                .chain([TreeWork::Merged(refreshed.merged_added)])
+                .chain([TreeWork::Merged(refreshed.merge)])
                 .collect()
         });
     }

@@ -9,7 +9,7 @@ use liveness_common::session::Survivors;
 use liveness_proc::identity::{Liveness, ProcRoot};
 
 use super::known::{Facts, Tree};
-use super::walk::{descendants, subtree};
+use super::walk::{descendants, subtree, write_member};
 use crate::source::tree_map::{KernelMember, TreeMap};
 use crate::store::Member;
 
@@ -17,18 +17,32 @@ use crate::store::Member;
 #[derive(Debug, Clone)]
 pub struct RefreshView {
     pub(super) roots: HashSet<ProcessKey>,
+    /// Roots the kernel does not follow: what they fork is not in its map.
+    pub(super) unrooted: HashSet<ProcessKey>,
     /// member -> its root, and its pidfs inode where known.
     pub(super) known: HashMap<ProcessKey, (ProcessKey, Option<u64>)>,
     /// Whether `/proc` is scanned for members (the kernel does not follow every tree).
     pub(super) scan: bool,
 }
 
+/// What a refresh leaves to note, besides the members it found and those that died.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Merge {
+    /// The kernel's count of added members, read before its map was.
+    pub added: Option<u64>,
+    /// The kernel's count of processes refused a slot, read before its map was.
+    pub full: Option<u64>,
+    /// Live members left without a kernel entry: no slot was free for them.
+    pub unlinked: usize,
+    /// Whether `/proc` was scanned.
+    pub scanned: bool,
+}
+
 /// What a refresh found.
 #[derive(Debug, Default)]
 pub struct Refreshed {
-    /// The kernel's count of added members, read before its map was.
-    pub merged_added: Option<u64>,
-    /// New members, from the kernel's map or a scan.
+    pub merge: Merge,
+    /// New members, from the kernel's map or a scan, their kernel entries written.
     pub found: Vec<Member>,
     /// Known members that died.
     pub dead: Vec<ProcessKey>,
@@ -36,18 +50,25 @@ pub struct Refreshed {
 
 impl RefreshView {
     /// Reads what the kernel added (through `kernel`, a handle of the members map), scans
-    /// `/proc` where the kernel does not follow every fork, and finds the members that died.
-    /// Its cost is the trees', so it runs off the engine.
-    pub fn read(&self, kernel: Option<&TreeMap>, proc: &ProcRoot) -> Refreshed {
+    /// `/proc` where the kernel does not follow every fork, finds the members that died,
+    /// and writes the kernel entries of live members that have none while slots are free
+    /// (those a scan found, and those refused a slot before). Its cost is the trees', so it
+    /// runs off the engine.
+    pub fn read(&self, mut kernel: Option<&mut TreeMap>, proc: &ProcRoot) -> Refreshed {
         let mut refreshed = Refreshed {
-            // Read before the walk: a member added during it changes the count again.
-            merged_added: kernel.map(TreeMap::added_count),
+            merge: Merge {
+                // Read before the walk: a member added during it changes the counts again.
+                added: kernel.as_deref().map(TreeMap::added_count),
+                full: kernel.as_deref().map(TreeMap::full_count),
+                unlinked: 0,
+                scanned: self.scan,
+            },
             ..Refreshed::default()
         };
-        // With a kernel map that never filled, a member it does not hold has died (the exit
-        // program removed it), or was never in it; only those are checked in /proc.
+        // A member the kernel map does not hold has died (the exit program removed it), or
+        // was never in it; only those are checked in /proc.
         let mut in_kernel = HashSet::new();
-        for entry in kernel.map(TreeMap::members).unwrap_or_default() {
+        for entry in kernel.as_deref().map(TreeMap::members).unwrap_or_default() {
             in_kernel.insert(entry.member);
             if !self.roots.contains(&entry.root) || self.known.contains_key(&entry.member) {
                 continue;
@@ -81,9 +102,36 @@ impl RefreshView {
                     self.known.get(&key).map(|(root, _)| *root)
                 }
             };
-            refreshed
-                .found
-                .extend(with_inodes(proc, descendants(processes, tree_of)));
+            let found = with_inodes(proc, descendants(processes, tree_of));
+            let parents: HashMap<u32, u32> =
+                processes.iter().map(|stat| (stat.pid, stat.ppid)).collect();
+            // The kernel saw the fork of a process whose parent has an entry, and counted it
+            // if it found no slot; the others are counted here, once.
+            let with_entry: HashSet<u32> = in_kernel
+                .iter()
+                .chain(self.roots.difference(&self.unrooted))
+                .map(|key| key.pid)
+                .collect();
+            let kernel_saw_fork = |member: &Member| {
+                parents
+                    .get(&member.key.pid)
+                    .is_some_and(|parent| with_entry.contains(parent))
+            };
+            for member in found {
+                if let Some(kernel) = kernel.as_deref_mut() {
+                    let entry = KernelMember {
+                        member: member.key,
+                        root: member.root,
+                    };
+                    if !write_member(kernel, proc, entry) {
+                        refreshed.merge.unlinked += 1;
+                        if !kernel_saw_fork(&member) {
+                            kernel.count_refused();
+                        }
+                    }
+                }
+                refreshed.found.push(member);
+            }
         }
         let alive: Option<HashSet<ProcessKey>> = scanned.as_ref().map(|processes| {
             processes
@@ -99,15 +147,30 @@ impl RefreshView {
         // within its clock tick has its pid and start time.
         let dead =
             |key: &ProcessKey, ino: Option<u64>| proc.check_process(*key, ino) != Liveness::Alive;
-        refreshed.dead = self
-            .known
-            .iter()
-            .filter(|(key, (_, ino))| match &alive {
+        let mut unlinked = Vec::new();
+        for (key, (root, ino)) in &self.known {
+            let died = match &alive {
                 Some(alive) => !alive.contains(key) || (ino.is_some() && dead(key, *ino)),
                 None => !in_kernel.contains(key) && dead(key, *ino),
-            })
-            .map(|(key, _)| *key)
-            .collect();
+            };
+            if died {
+                refreshed.dead.push(*key);
+            } else if !in_kernel.contains(key) {
+                unlinked.push(KernelMember {
+                    member: *key,
+                    root: *root,
+                });
+            }
+        }
+        // Members refused a slot before get one back once slots are free (a storm past).
+        if let Some(kernel) = kernel {
+            for entry in unlinked {
+                let free = kernel.slots_used() < u64::from(kernel.capacity());
+                if !(free && write_member(kernel, proc, entry)) {
+                    refreshed.merge.unlinked += 1;
+                }
+            }
+        }
         refreshed
     }
 }

@@ -38,8 +38,8 @@ pub(super) fn subtree(proc: &ProcRoot, starts: &[ProcessKey]) -> Option<Vec<Stat
 }
 
 /// Writes a member's entry to the kernel map, so that its own forks join its tree in the
-/// kernel.
-pub(super) fn write_member(kernel: &mut TreeMap, proc: &ProcRoot, entry: KernelMember) {
+/// kernel. False when the map had no slot for it (then scans cover its tree).
+pub(super) fn write_member(kernel: &mut TreeMap, proc: &ProcRoot, entry: KernelMember) -> bool {
     match kernel.insert(entry) {
         // A process that exited before its entry was written (a zombie still shows in
         // /proc) had nothing for its exit to remove: the entry would outlive it, and the
@@ -47,17 +47,20 @@ pub(super) fn write_member(kernel: &mut TreeMap, proc: &ProcRoot, entry: KernelM
         // after the check finds the entry and removes it.
         Ok(true) if proc.check_key(entry.member) != Liveness::Alive => {
             kernel.remove(entry);
+            true
         }
-        Ok(_) => {}
-        // No slot left: counted as full, so scans cover the trees from now on.
+        Ok(_) => true,
         Err(error) => {
             tracing::debug!(%error, member = %entry.member, "cannot add a member to the kernel map");
+            false
         }
     }
 }
 
-/// Writes the kernel entries of members found off the engine, there too: the engine then
-/// only [`KnownTrees::adopt`](super::known::KnownTrees::adopt)s them.
+/// Writes the kernel entries of members that existed before their tree was followed (the
+/// kernel saw none of their forks), off the engine: the engine then only
+/// [`KnownTrees::adopt`](super::known::KnownTrees::adopt)s them. Each one refused a slot is
+/// counted.
 pub(super) fn write_members(kernel: Option<&mut TreeMap>, proc: &ProcRoot, members: &[Member]) {
     if let Some(kernel) = kernel {
         for member in members {
@@ -65,7 +68,9 @@ pub(super) fn write_members(kernel: Option<&mut TreeMap>, proc: &ProcRoot, membe
                 member: member.key,
                 root: member.root,
             };
-            write_member(kernel, proc, entry);
+            if !write_member(kernel, proc, entry) {
+                kernel.count_refused();
+            }
         }
     }
 }
