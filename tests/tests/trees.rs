@@ -484,14 +484,16 @@ fn without_ebpf_a_proc_scan_finds_the_tree() {
 }
 
 /// An owner inside another session's tree (a nested session): while it is tracked, the
-/// processes it forks join its own tree; once its session ends, while it lives on, what it
-/// forks joins the outer tree again, even when orphaned at once.
+/// processes it forks join its own tree, and are in the outer tree too; once its session
+/// ends, while it lives on, they stay in the outer tree, and what it forks joins the outer
+/// tree again, even when orphaned at once. A restart changes none of it, and the outer
+/// session's `terminate` ends them all.
 #[test]
 fn a_nested_session_has_its_own_tree_and_gives_the_owner_back_at_its_end() {
     if !privileged("nested trees in the kernel") {
         return;
     }
-    let daemon = Daemon::start(&[]);
+    let mut daemon = Daemon::start(&[]);
     assert_eq!(membership_mode(&daemon), "kernel");
     let dir = tempfile::tempdir().expect("a temporary directory");
     // One fifo per turn: a reader opening a fifo while the last turn's writer still has it
@@ -509,7 +511,11 @@ fn a_nested_session_has_its_own_tree_and_gives_the_owner_back_at_its_end() {
     };
 
     let mut owner = Owner::spawn();
-    register(&daemon, "outer", &owner);
+    let reply = daemon.request(json!({
+        "op": "register", "session": "outer", "owner": {"pid": owner.pid},
+        "on_end": "terminate", "grace_ms": 100
+    }));
+    assert_eq!(reply["ok"], true, "register the outer session: {reply}");
     // The inner owner: a member of the outer tree, which forks a sleep at its first turn
     // and an orphaned one at its second.
     owner.send(&format!(
@@ -528,11 +534,7 @@ fn a_nested_session_has_its_own_tree_and_gives_the_owner_back_at_its_end() {
     let inner_child = owner.pid_line();
     wait_listed(&daemon, "inner", inner_child);
     assert_eq!(whose(&daemon, inner_child), "inner");
-    let outer_listed = processes(&daemon, "outer");
-    assert!(
-        outer_listed.contains(&inner_owner) && !outer_listed.contains(&inner_child),
-        "the outer tree holds the inner owner, not its child: {outer_listed:?}"
-    );
+    wait_listed(&daemon, "outer", inner_child);
 
     let reply = daemon.request(json!({"op": "end", "session": "inner"}));
     assert_eq!(reply["ok"], true, "end the inner session: {reply}");
@@ -540,7 +542,39 @@ fn a_nested_session_has_its_own_tree_and_gives_the_owner_back_at_its_end() {
     let orphan = owner.pid_line();
     wait_orphaned(&owner, orphan);
     wait_listed(&daemon, "outer", orphan);
-    assert_eq!(whose(&daemon, orphan), "outer");
+    for pid in [orphan, inner_child] {
+        assert_eq!(whose(&daemon, pid), "outer", "whose --pid {pid}");
+    }
+    wait_listed(&daemon, "outer", inner_child);
+
+    // Persisted in the outer tree before the stop (a refresh a second).
+    std::thread::sleep(Duration::from_millis(1500));
+    daemon.stop();
+    daemon.restart();
+    for pid in [orphan, inner_child, inner_owner] {
+        assert_eq!(
+            whose(&daemon, pid),
+            "outer",
+            "after a restart, whose --pid {pid}"
+        );
+    }
+
+    let processes: Vec<(u32, u64)> = [orphan, inner_child, inner_owner]
+        .iter()
+        .map(|&pid| (pid, start_ticks(pid).expect("alive")))
+        .collect();
+    owner.sigkill();
+    let ended = daemon.wait_ended("outer");
+    let survivors = survivor_keys(&ended["survivors"]);
+    for key in &processes {
+        assert!(survivors.contains(key), "{key:?} not among {survivors:?}");
+    }
+    for (pid, start) in processes {
+        let ended = eventually(PATIENCE, || {
+            start_ticks(pid) != Some(start) || state(pid) == Some('Z')
+        });
+        assert!(ended, "the outer session's terminate left {pid} running");
+    }
 }
 
 /// An owner the kernel cannot track (its map of tracked processes full) has no entry of its

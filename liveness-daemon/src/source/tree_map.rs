@@ -255,6 +255,26 @@ impl TreeMap {
         }
     }
 
+    /// Moves a member's entry to the tree of `root` (the tree of a nested session that
+    /// ended goes to the tree that holds its owner), keeping its slot. Only the entry that
+    /// `member` names is changed: one its exit deleted meanwhile is not written again. Only
+    /// if that process exits, its pid is reused and the fork program adds the new one
+    /// between this read and this write is the new one's entry changed instead.
+    pub fn reroot(&mut self, member: KernelMember, root: ProcessKey) {
+        if let Some(record) = self.record(member.member.pid)
+            && KernelMember::of(member.member.pid, record) == member
+            && !member.is_root()
+        {
+            let moved = MemberRecord {
+                root_start_ticks: root.start_ticks,
+                root_tgid: root.pid,
+                ..record
+            };
+            // Gone meanwhile: its exit took the entry, and nothing is left to move.
+            let _ = self.map.insert(member.member.pid, Value(moved), EXIST);
+        }
+    }
+
     /// Makes `root`, a tracked process, the root of its own tree: its entry tells the
     /// programs, in one lookup, that its exit is to be reported and whose tree its children
     /// join. An entry it has as a member of another tree becomes its root entry and keeps

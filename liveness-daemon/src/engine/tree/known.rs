@@ -38,23 +38,13 @@ pub struct Changes {
     pub removed: Vec<ProcessKey>,
 }
 
-/// What [`KnownTrees::forget`] let go of: each forgotten tree with its root.
+/// What [`KnownTrees::forget`] let go of: each forgotten tree with its root (their members'
+/// entries are what [`KnownTrees::unlink`] takes out), and for the tree of a nested
+/// session's owner, the tree its members move to.
 #[derive(Debug, Default)]
 pub struct Forgotten {
     pub trees: Vec<(ProcessKey, Arc<Tree>)>,
-}
-
-impl Forgotten {
-    /// The kernel entries of the forgotten members: with the roots of their trees, what
-    /// [`KnownTrees::unlink`] takes out.
-    pub fn entries(&self) -> impl Iterator<Item = KernelMember> + '_ {
-        self.trees.iter().flat_map(|(root, tree)| {
-            tree.keys().map(|&member| KernelMember {
-                member,
-                root: *root,
-            })
-        })
-    }
+    pub outer: HashMap<ProcessKey, ProcessKey>,
 }
 
 /// What is kept of a member: its command name (empty until read) and its pidfs inode
@@ -86,6 +76,17 @@ impl Facts {
 
 /// A tree's members (the root not included).
 pub type Tree = BTreeMap<ProcessKey, Facts>;
+
+/// Sessions nested in each other's trees deeper than this are not followed through.
+const MAX_NESTING: usize = 32;
+
+/// What [`KnownTrees::join`] did.
+enum Joined {
+    No,
+    New,
+    /// Moved from the tree of this root, which encloses its new tree.
+    Moved(ProcessKey),
+}
 
 #[derive(Debug)]
 pub struct KnownTrees {
@@ -176,24 +177,85 @@ impl KnownTrees {
     pub fn adopt(&mut self, members: impl IntoIterator<Item = Member>) -> Changes {
         let mut changes = Changes::default();
         for member in members {
-            if self.join(&member) {
-                changes.added.push(member);
+            match self.join(&member) {
+                Joined::No => continue,
+                Joined::New => {}
+                Joined::Moved(from) => self.reroot(&member, from),
             }
+            changes.added.push(member);
         }
         changes
     }
 
-    /// Adds a member to its tree here only; false when its tree is not followed or it is
-    /// a member already.
-    fn join(&mut self, member: &Member) -> bool {
-        if member.key == member.root || self.member_of(member.key).is_some() {
+    /// Adds a member to its tree here only. A member of a tree that encloses its own (the
+    /// tree of a nested session's owner) moves to the innermost: it is still in the outer
+    /// tree through the inner one.
+    fn join(&mut self, member: &Member) -> Joined {
+        if member.key == member.root || !self.trees.contains_key(&member.root) {
+            return Joined::No;
+        }
+        let from = match self.member_of(member.key) {
+            None => None,
+            Some(current) if current != member.root && self.encloses(current, member.root) => {
+                Some(current)
+            }
+            Some(_) => return Joined::No,
+        };
+        if let Some(tree) = from.and_then(|from| self.trees.get_mut(&from)) {
+            Arc::make_mut(tree).remove(&member.key);
+        }
+        if let Some(tree) = self.trees.get_mut(&member.root) {
+            Arc::make_mut(tree).insert(member.key, Facts::of(member));
+        }
+        self.root_of.insert(member.key, member.root);
+        from.map_or(Joined::New, Joined::Moved)
+    }
+
+    /// Whether the tree of `outer` holds `inner`, a followed root, as a member: directly, or
+    /// through trees nested in between.
+    fn encloses(&self, outer: ProcessKey, inner: ProcessKey) -> bool {
+        let mut at = inner;
+        for _ in 0..MAX_NESTING {
+            match self.member_of(at) {
+                Some(root) if root == outer => return true,
+                Some(root) => at = root,
+                None => return false,
+            }
+        }
+        false
+    }
+
+    /// The followed roots whose trees are nested in the tree of `root` (their owners are its
+    /// members), and `root` itself.
+    fn nest(&self, root: ProcessKey) -> Vec<ProcessKey> {
+        let mut roots = vec![root];
+        roots.extend(
+            self.trees
+                .keys()
+                .filter(|&&inner| inner != root && self.encloses(root, inner)),
+        );
+        roots
+    }
+
+    /// Moves a member's kernel entry from the tree of `from` to its tree now.
+    fn reroot(&mut self, member: &Member, from: ProcessKey) {
+        if let Some(kernel) = &mut self.kernel {
+            let entry = KernelMember {
+                member: member.key,
+                root: from,
+            };
+            kernel.reroot(entry, member.root);
+        }
+    }
+
+    /// Takes in a member of the forgotten tree of `from`, a nested session's owner that is a
+    /// member of the tree of `member.root`: it stays in the outer tree for life. Returns
+    /// whether it joined.
+    pub fn move_member(&mut self, member: &Member, from: ProcessKey) -> bool {
+        if matches!(self.join(member), Joined::No) {
             return false;
         }
-        let Some(tree) = self.trees.get_mut(&member.root) else {
-            return false;
-        };
-        Arc::make_mut(tree).insert(member.key, Facts::of(member));
-        self.root_of.insert(member.key, member.root);
+        self.reroot(member, from);
         true
     }
 
@@ -224,8 +286,13 @@ impl KnownTrees {
     /// Adds a member that existed before its tree was followed to its tree and to the
     /// kernel map (so its own forks join in the kernel); false when it was already known.
     fn attach(&mut self, member: Member) -> bool {
-        if !self.join(&member) {
-            return false;
+        match self.join(&member) {
+            Joined::No => return false,
+            Joined::New => {}
+            Joined::Moved(from) => {
+                self.reroot(&member, from);
+                return true;
+            }
         }
         let entry = KernelMember {
             member: member.key,
@@ -284,7 +351,8 @@ impl KnownTrees {
             }
         }
         // A root that is a member of a tree still followed (a nested session) had its
-        // entry made its own tree's root while tracked: it goes back to the outer tree.
+        // entry made its own tree's root while tracked: it goes back to the outer tree, and
+        // so does its tree (see `Trees::forget`).
         for &(root, _) in &forgotten.trees {
             if let Some(outer) = self.member_of(root) {
                 let entry = KernelMember {
@@ -292,6 +360,7 @@ impl KnownTrees {
                     root: outer,
                 };
                 self.write_to_kernel(entry);
+                forgotten.outer.insert(root, outer);
             }
         }
         forgotten
@@ -419,18 +488,38 @@ impl KnownTrees {
             .map(|entry| entry.root)
     }
 
-    /// What is known of the tree of `root`, the root excluded (see [`candidates`]).
+    /// What is known of the tree of `root`, the root excluded, with the trees nested in it
+    /// (see [`candidates`]).
     fn candidates(
         &self,
         root: ProcessKey,
         kernel: &[KernelMember],
     ) -> BTreeMap<ProcessKey, (Facts, bool)> {
-        let empty = Tree::new();
-        candidates(
-            root,
-            self.trees.get(&root).map_or(&empty, |tree| tree),
-            kernel,
-        )
+        let (roots, members) = self.nested_members(root);
+        candidates(&roots, &members, kernel)
+    }
+
+    /// The roots of the trees nested in the tree of `root` (with `root`), and the members of
+    /// them all: with the owners of the nested sessions, what they started is in the tree
+    /// too, for life.
+    fn nested_members(&self, root: ProcessKey) -> (Vec<ProcessKey>, Arc<Tree>) {
+        let roots = self.nest(root);
+        let tree = |root: &ProcessKey| self.trees.get(root).cloned().unwrap_or_default();
+        let members = match roots.as_slice() {
+            [only] => tree(only),
+            _ => Arc::new(
+                roots
+                    .iter()
+                    .flat_map(|root| {
+                        let tree = tree(root);
+                        tree.iter()
+                            .map(|(key, facts)| (*key, facts.clone()))
+                            .collect::<Vec<_>>()
+                    })
+                    .collect(),
+            ),
+        };
+        (roots, members)
     }
 
     /// What the kernel map holds beyond what the last refresh merged into `trees`.
@@ -445,9 +534,11 @@ impl KnownTrees {
     /// The tree of `root` as known now, to read off the engine (see [`TreeView`]); an
     /// empty one for a root not followed.
     pub fn view(&self, root: ProcessKey) -> TreeView {
+        let (roots, members) = self.nested_members(root);
         TreeView {
             root,
-            members: self.trees.get(&root).cloned().unwrap_or_default(),
+            roots,
+            members,
             merged_added: self.merged_added,
             local: self.local.clone(),
         }
@@ -614,8 +705,9 @@ mod tests {
         assert!(
             !known
                 .forget(&[root])
-                .entries()
-                .any(|e| e.member == child_key)
+                .trees
+                .iter()
+                .any(|(_, tree)| tree.contains_key(&child_key))
         );
         assert_eq!(
             known.known_root_of(root, None),

@@ -24,7 +24,7 @@ use tokio::task::JoinSet;
 use crate::offload::offload;
 use crate::source::tree_map::{KernelMember, TreeMap};
 use crate::store::{Member, Store};
-use known::KnownTrees;
+use known::{Facts, KnownTrees};
 use view::Merge;
 use walk::{kernel_entries_of, write_members};
 
@@ -75,6 +75,9 @@ pub(super) enum TreeWork {
     Found(Member),
     /// A member of a forgotten tree: its kernel entry and its persisted row go.
     Unlink(KernelMember),
+    /// A member of the forgotten tree of `from`, a nested session's owner, that moves to
+    /// the tree holding that owner (`member.root`).
+    Move { member: Member, from: ProcessKey },
     /// A member a refresh found dead.
     Dead(ProcessKey),
     /// The end of a refresh's findings (see [`Merge`]).
@@ -216,6 +219,19 @@ impl Trees {
                     self.known.unlink(&[entry]);
                     removed.push(entry.member);
                 }
+                Some(TreeWork::Move { member, from }) => {
+                    if self.known.move_member(&member, from) {
+                        added.push(member);
+                    } else if self.known.known_root_of(member.key, None).is_none() {
+                        // Its outer tree is forgotten too.
+                        let entry = KernelMember {
+                            member: member.key,
+                            root: from,
+                        };
+                        self.known.unlink(&[entry]);
+                        removed.push(member.key);
+                    }
+                }
                 Some(TreeWork::Dead(key)) => {
                     if self.known.drop_dead(key) {
                         removed.push(key);
@@ -308,17 +324,41 @@ impl Trees {
             return;
         }
         // Their members are listed, and what the kernel added to them since the last
-        // refresh found by a walk of its map, off the engine.
-        let kernel = self.reader.clone();
+        // refresh found by a walk of its map, off the engine. Those of a nested session's
+        // owner that lives on in another tree move to that tree.
+        let (kernel, proc) = (self.reader.clone(), self.proc.clone());
         self.walks.spawn(async move {
             let found = offload(move || {
                 let roots: HashSet<ProcessKey> =
                     forgotten.trees.iter().map(|(root, _)| *root).collect();
                 let news = kernel.map(|kernel| kernel_entries_of(&kernel, &roots));
-                forgotten
-                    .entries()
-                    .chain(news.into_iter().flatten())
-                    .map(TreeWork::Unlink)
+                let known = forgotten.trees.iter().flat_map(|(root, tree)| {
+                    tree.iter().map(|(key, facts)| (*root, *key, facts.clone()))
+                });
+                let news = news.into_iter().flatten().map(|entry| {
+                    let facts = Facts {
+                        comm: String::new(),
+                        pidfs_ino: proc.pidfs_ino_of_key(entry.member),
+                    };
+                    (entry.root, entry.member, facts)
+                });
+                known
+                    .chain(news)
+                    .map(|(from, key, facts)| match forgotten.outer.get(&from) {
+                        Some(&outer) => TreeWork::Move {
+                            member: Member {
+                                key,
+                                root: outer,
+                                comm: facts.comm,
+                                pidfs_ino: facts.pidfs_ino,
+                            },
+                            from,
+                        },
+                        None => TreeWork::Unlink(KernelMember {
+                            member: key,
+                            root: from,
+                        }),
+                    })
                     .collect::<Vec<_>>()
             });
             found.await.unwrap_or_default()

@@ -181,6 +181,8 @@ impl RefreshView {
 #[derive(Debug, Clone)]
 pub struct TreeView {
     pub(super) root: ProcessKey,
+    /// `root`, and the roots of the trees nested in its tree (whose members it holds too).
+    pub(super) roots: Vec<ProcessKey>,
     pub(super) members: Arc<Tree>,
     /// The kernel's count of added members merged into `members`.
     pub(super) merged_added: Option<u64>,
@@ -193,7 +195,7 @@ impl TreeView {
     /// members map). Unbounded.
     pub fn live_members(&self, kernel: Option<&TreeMap>, proc: &ProcRoot) -> Vec<Identity> {
         let news = kernel_news(kernel, self.merged_added);
-        let mut candidates = candidates(self.root, &self.members, &news);
+        let mut candidates = candidates(&self.roots, &self.members, &news);
         candidates.entry(self.root).or_default();
         candidates
             .into_iter()
@@ -301,10 +303,10 @@ pub(super) fn with_inodes(proc: &ProcRoot, found: Vec<Member>) -> Vec<Member> {
         .collect()
 }
 
-/// What is known of the tree of `root`, the root excluded: each member with its facts
-/// and whether the kernel map, read as `kernel`, holds it.
+/// What is known of the tree whose root and nested roots are `roots`, the root excluded:
+/// each member with its facts and whether the kernel map, read as `kernel`, holds it.
 pub(super) fn candidates(
-    root: ProcessKey,
+    roots: &[ProcessKey],
     tree: &Tree,
     kernel: &[KernelMember],
 ) -> BTreeMap<ProcessKey, (Facts, bool)> {
@@ -312,7 +314,7 @@ pub(super) fn candidates(
         .iter()
         .map(|(key, comm)| (*key, (comm.clone(), false)))
         .collect();
-    for entry in kernel.iter().filter(|entry| entry.root == root) {
+    for entry in kernel.iter().filter(|entry| roots.contains(&entry.root)) {
         candidates.entry(entry.member).or_default().1 = true;
     }
     candidates
