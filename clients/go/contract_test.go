@@ -176,6 +176,10 @@ func check(kind, text string) error {
 		return roundTrip[Identity](text)
 	case "exit_status":
 		return roundTrip[ExitStatus](text)
+	case "cause":
+		return roundTrip[Cause](text)
+	case "usage":
+		return roundTrip[Usage](text)
 	case "session":
 		return roundTrip[Session](text)
 	case "event":

@@ -99,6 +99,50 @@ func (e ExitStatus) String() string {
 	return fmt.Sprintf("killed by signal %d", e.Signal)
 }
 
+// Cause is why a session ended, from its owner's side (docs/protocol.md §2 "Cause"): Kind
+// is "exit" (Code), "signal" (Signal, and Sender or Kernel), "oom" (Scope, Cgroup),
+// "hangup", "unknown" (Reason) or "none" (the owner did not die).
+type Cause struct {
+	Kind   string  `json:"kind"`
+	Code   *uint8  `json:"code,omitempty"`
+	Signal uint8   `json:"signal,omitempty"`
+	Sender *Sender `json:"sender,omitempty"`
+	// Kernel is why the kernel raised the signal itself ("fault", "cpu_limit", ...).
+	Kernel string `json:"kernel,omitempty"`
+	// Scope is "cgroup" (Cgroup's limit was reached), "global" or "unknown".
+	Scope  string `json:"scope,omitempty"`
+	Cgroup string `json:"cgroup,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Sender is the process that sent a killing signal, as it was when it sent it. Session is
+// set only where every reader of the ending may see that session.
+type Sender struct {
+	Pid        uint32 `json:"pid"`
+	StartTicks uint64 `json:"start_ticks"`
+	Comm       string `json:"comm"`
+	UID        uint32 `json:"uid"`
+	Session    string `json:"session,omitempty"`
+}
+
+// Usage is what an owner cost, from the kernel at its exit (docs/protocol.md §2 "Usage").
+type Usage struct {
+	CPUUserUs    uint64 `json:"cpu_user_us"`
+	CPUSystemUs  uint64 `json:"cpu_system_us"`
+	PeakRSSBytes uint64 `json:"peak_rss_bytes"`
+	// Members are the owner's tree's members that exited while it was tracked (those
+	// still running at its end are not counted): CPU summed, the largest peak.
+	Members MembersUsage `json:"members"`
+}
+
+// MembersUsage is the usage of a tree's members that exited.
+type MembersUsage struct {
+	Exited       uint32 `json:"exited"`
+	CPUUserUs    uint64 `json:"cpu_user_us"`
+	CPUSystemUs  uint64 `json:"cpu_system_us"`
+	PeakRSSBytes uint64 `json:"peak_rss_bytes"`
+}
+
 // Phase is a session's lifecycle phase.
 type Phase string
 
@@ -128,6 +172,10 @@ type Session struct {
 	Reason string
 	// Exit is the owner's exit status, when a source knew it.
 	Exit *ExitStatus
+	// Cause is why it ended, from its owner's side; nil while active.
+	Cause *Cause
+	// Usage is what the owner cost, where the kernel showed it (eBPF).
+	Usage *Usage
 	// DetectedBy names what noticed the owner's death ("ebpf", "pidfd", "procpoll",
 	// "reconcile"); empty when no death ended it.
 	DetectedBy string
@@ -157,6 +205,8 @@ type sessionJSON struct {
 	Pending          bool              `json:"pending"`
 	Reason           *string           `json:"reason"`
 	Exit             *ExitStatus       `json:"exit"`
+	Cause            *Cause            `json:"cause,omitempty"`
+	Usage            *Usage            `json:"usage,omitempty"`
 	DetectedBy       *string           `json:"detected_by"`
 	CreatorUID       uint32            `json:"creator_uid"`
 	Labels           map[string]string `json:"labels"`
@@ -193,7 +243,7 @@ func (s Session) MarshalJSON() ([]byte, error) {
 		labels = map[string]string{}
 	}
 	return json.Marshal(sessionJSON{
-		s.ID, s.Owner, s.Phase, s.Pending, orNil(s.Reason), s.Exit, orNil(s.DetectedBy),
+		s.ID, s.Owner, s.Phase, s.Pending, orNil(s.Reason), s.Exit, s.Cause, s.Usage, orNil(s.DetectedBy),
 		s.CreatorUID, labels, s.CreatedMs, s.UpdatedMs, s.TouchedMs, orNil(s.EndedMs),
 		orNil(s.PendingExpiresMs), s.Survivors, s.OnEnd, s.GraceMs,
 	})
@@ -206,7 +256,7 @@ func (s *Session) UnmarshalJSON(data []byte) error {
 		return err
 	}
 	*s = Session{
-		w.ID, w.Owner, w.Phase, w.Pending, orZero(w.Reason), w.Exit, orZero(w.DetectedBy),
+		w.ID, w.Owner, w.Phase, w.Pending, orZero(w.Reason), w.Exit, w.Cause, w.Usage, orZero(w.DetectedBy),
 		w.CreatorUID, w.Labels, w.CreatedMs, w.UpdatedMs, w.TouchedMs, orZero(w.EndedMs),
 		orZero(w.PendingExpiresMs), w.Survivors, w.OnEnd, w.GraceMs,
 	}
@@ -245,6 +295,8 @@ type Event struct {
 	PreviousSession string            `json:"previous_session,omitempty"`
 	Reason          string            `json:"reason,omitempty"`
 	Exit            *ExitStatus       `json:"exit,omitempty"`
+	Cause           *Cause            `json:"cause,omitempty"`
+	Usage           *Usage            `json:"usage,omitempty"`
 	DetectedBy      string            `json:"detected_by,omitempty"`
 	ObservedMs      *int64            `json:"observed_ms,omitempty"`
 	DiedMs          *int64            `json:"died_ms,omitempty"`

@@ -1,46 +1,38 @@
 #!/bin/sh
-# Event handler for
-#   liveness watch --exec ./on-ended.sh --cursor "$HOME/.local/state/agent-hooks.cursor"
-# which runs it (through sh -c) once per session.ended event, with the event's stream line
-# ({"event":{...}}) on stdin and these variables (empty when they do not apply):
-#   LIVENESS_SEQ          the event's seq (the watcher saves it in the cursor file after
-#                         this script succeeds; on failure it stops, exit code 75, and
-#                         the next run starts with the same event)
+# End action, registered by session-start.sh:
+#   liveness register ... --on-end-run "'/path/to/on-ended.sh' 'LOCK_DIR'"
+# livenessd runs it (through sh -c) once when the session ends, whatever ended it, as the
+# user who registered it, without privileges, with the end facts as JSON on stdin and
+# these variables (unset when they do not apply):
 #   LIVENESS_SESSION      the session id
 #   LIVENESS_REASON       owner_exited, owner_reused, reboot, stopped, timeout, pending_expired
 #   LIVENESS_EXIT_CODE    the owner's exit code, when it exited and the code is known
-#   LIVENESS_SIGNAL       the signal that killed the owner, when it was killed
-#   LIVENESS_DETECTED_BY  ebpf, pidfd, procpoll or reconcile (empty for stopped, timeout...)
+#   LIVENESS_EXIT_SIGNAL  the signal that killed the owner, when it was killed
+#   LIVENESS_DETECTED_BY  ebpf, pidfd, procpoll or reconcile (unset for stopped, timeout...)
 #   LIVENESS_OWNER_PID    the owner's PID
+#   LIVENESS_RESUMED      1 when a crash or stop of the daemon cut an earlier run short
+# Its exit status and the end of its stderr are recorded: `liveness get --session ID`.
 #
-# This one releases the lock file session-start.sh created, whatever way the session
-# ended. It must be idempotent: after a crash of the watcher between running it and
-# saving the cursor, the same event is delivered again.
+# This one releases the lock file session-start.sh created. It is idempotent: a run cut
+# short is run again.
 set -eu
 
-event=$(cat)
-# The watcher only runs this for session.ended; the check keeps a hand-fed event of
-# another kind (session.registered, session.owner_changed, session.renamed) harmless.
-if ! printf '%s' "$event" | grep -Eq '"kind"[[:space:]]*:[[:space:]]*"session\.ended"'; then
-    exit 0
-fi
-
-session=${LIVENESS_SESSION:?LIVENESS_SESSION is not set: run me from liveness watch --exec}
+session=${LIVENESS_SESSION:?LIVENESS_SESSION is not set: livenessd runs me as an end action}
+lock_dir=${1:?usage: on-ended.sh LOCK_DIR}
 reason=${LIVENESS_REASON:-unknown}
-if [ -n "${LIVENESS_SIGNAL:-}" ]; then
-    how="killed by signal $LIVENESS_SIGNAL"
+if [ -n "${LIVENESS_EXIT_SIGNAL:-}" ]; then
+    how="killed by signal $LIVENESS_EXIT_SIGNAL"
 elif [ -n "${LIVENESS_EXIT_CODE:-}" ]; then
     how="exit code $LIVENESS_EXIT_CODE"
 else
     how="no exit status"
 fi
 
-lock_dir=${AGENT_LOCK_DIR:-${XDG_RUNTIME_DIR:-/tmp}/agent-locks}
 case $session in
 *[!A-Za-z0-9._-]*) exit 0 ;; # session-start.sh made no lock for such an id
 esac
 lock=$lock_dir/$session.lock
-[ -e "$lock" ] || exit 0 # not one of ours, or already released
+[ -e "$lock" ] || exit 0 # already released
 rm -f "$lock"
-printf 'event %s: session %s ended (%s, %s): released %s\n' \
-    "${LIVENESS_SEQ:-?}" "$session" "$reason" "$how" "$lock"
+# stderr is kept with the outcome.
+printf 'session %s ended (%s, %s): released %s\n' "$session" "$reason" "$how" "$lock" >&2

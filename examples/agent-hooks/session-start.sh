@@ -28,20 +28,26 @@ if [ -z "$id" ]; then
     exit 0
 fi
 
+# The lock file that must not outlive the session: on-ended.sh, the session's end
+# action, removes it when the session ends, whether by session-end.sh, a crash, kill -9
+# or a reboot.
+lock_dir=${AGENT_LOCK_DIR:-${XDG_RUNTIME_DIR:-/tmp}/agent-locks}
+here=$(cd "$(dirname "$0")" && pwd)
+
 # --on-end terminate: when the session ends, however it ends, the processes the agent
 # started (MCP servers, dev servers, watchers), even orphaned ones, get SIGTERM, then
 # SIGKILL after the grace. The agent itself, if still alive, and the processes still
 # under it are left alone: only what it left behind is ended. Set
 # AGENT_ON_END=leave to keep them running.
+# --on-end-run: livenessd runs on-ended.sh once when the session ends (the command goes
+# through sh -c; these paths hold no single quote).
 if ! liveness register --session "$id" --owner auto --label tool=agent \
-    --on-end "${AGENT_ON_END:-terminate}" --grace "${AGENT_GRACE:-5s}" >/dev/null; then
+    --on-end "${AGENT_ON_END:-terminate}" --grace "${AGENT_GRACE:-5s}" \
+    --on-end-run "'$here/on-ended.sh' '$lock_dir'" >/dev/null; then
     echo "session-start: could not register session $id with livenessd" >&2
     exit 0
 fi
 
-# Example of state that must not outlive the agent: a lock file, which on-ended.sh
-# removes when the session ends, whether by session-end.sh, a crash, kill -9 or a reboot.
-lock_dir=${AGENT_LOCK_DIR:-${XDG_RUNTIME_DIR:-/tmp}/agent-locks}
 case $id in
 *[!A-Za-z0-9._-]*) ;; # not a safe file name: no lock
 *)

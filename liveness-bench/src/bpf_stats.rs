@@ -2,7 +2,10 @@
 //! kept while statistics are enabled (`BPF_ENABLE_STATS`, held by the caller).
 
 use anyhow::{Context, Result};
-use liveness_common::record::FORK_PROGRAM_NAME;
+use liveness_common::record::{FORK_PROGRAM_NAME, OOM_PROGRAM_NAME, SIGNAL_PROGRAM_NAME};
+
+/// liveness's programs that serve its exit program: their time is charged to the exits.
+const SERVING_EXITS: [&str; 3] = [FORK_PROGRAM_NAME, SIGNAL_PROGRAM_NAME, OOM_PROGRAM_NAME];
 
 /// Runs and run time of a set of eBPF programs.
 #[derive(Debug, Default, Clone, Copy)]
@@ -20,9 +23,9 @@ impl ProgramCost {
     }
 
     /// The totals now over the programs with these IDs.
-    /// One tool's programs. liveness's fork program serves its exit program: its time is
-    /// charged to the exits, so that `ns_per_run` is liveness's cost per exit, as it is a
-    /// tracer's.
+    /// One tool's programs. liveness's fork, signal and OOM programs serve its exit program:
+    /// their time is charged to the exits, so that `ns_per_run` is liveness's cost per exit,
+    /// as it is a tracer's.
     pub fn of_ids(ids: &[u32]) -> Result<ProgramCost> {
         ProgramCost::of(|info| ids.contains(&info.id()), true)
     }
@@ -35,7 +38,10 @@ impl ProgramCost {
         for info in aya::programs::loaded_programs() {
             let info = info.context("listing eBPF programs")?;
             if wanted(&info) {
-                if !(forks_charged_to_exits && info.name() == FORK_PROGRAM_NAME.as_bytes()) {
+                let serving = SERVING_EXITS
+                    .iter()
+                    .any(|name| info.name() == name.as_bytes());
+                if !(forks_charged_to_exits && serving) {
                     total.runs += info.run_count();
                 }
                 total.nanos += info.run_time().as_nanos() as u64;

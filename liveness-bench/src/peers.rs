@@ -33,7 +33,9 @@ use crate::daemon::{self, Build, Daemon, Ended, register_all};
 use crate::procs::{self, Owners, monotonic_ns};
 use crate::versus::{Ratio, quarters};
 use crate::{Dist, round, setup, watchers};
-use liveness_common::record::{EXIT_PROGRAM_NAME, FORK_PROGRAM_NAME};
+use liveness_common::record::{
+    EXIT_PROGRAM_NAME, FORK_PROGRAM_NAME, OOM_PROGRAM_NAME, SIGNAL_PROGRAM_NAME,
+};
 
 /// Sizes of the peers section.
 #[derive(Debug, Clone, Copy)]
@@ -594,7 +596,13 @@ impl Peers {
             if group.programs.is_empty() {
                 // A tool that closed its program descriptors after attaching: the programs
                 // loaded while it started, but not liveness's (other daemons may run here).
-                let liveness = [EXIT_PROGRAM_NAME, FORK_PROGRAM_NAME].map(str::as_bytes);
+                let liveness = [
+                    EXIT_PROGRAM_NAME,
+                    FORK_PROGRAM_NAME,
+                    SIGNAL_PROGRAM_NAME,
+                    OOM_PROGRAM_NAME,
+                ]
+                .map(str::as_bytes);
                 group.programs = ProgramCost::loaded()
                     .unwrap_or_default()
                     .into_iter()

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use liveness_common::cause::{Cause, CauseKind};
 use liveness_common::duration::parse_duration;
 use liveness_common::session::OnEnd;
 
@@ -71,7 +72,7 @@ pub(crate) enum Command {
     ///
     /// With --exec, runs CMD (through sh -c) for each session.ended event, with the event
     /// JSON on stdin and LIVENESS_SEQ, LIVENESS_SESSION, LIVENESS_REASON, LIVENESS_EXIT_CODE,
-    /// LIVENESS_SIGNAL, LIVENESS_DETECTED_BY in its environment. With --cursor, the seq of the
+    /// LIVENESS_SIGNAL, LIVENESS_CAUSE, LIVENESS_DETECTED_BY in its environment. With --cursor, the seq of the
     /// last event handled and the daemon's store id are stored in FILE and a restarted
     /// watcher resumes after it. The cursor is written once CMD has succeeded, so a watcher
     /// killed in between runs CMD for that event again when it restarts: make CMD
@@ -107,6 +108,77 @@ pub(crate) enum Command {
     /// are passed on to CMD.
     #[command(after_help = RUN_HELP)]
     Run(RunArgs),
+    /// Agent adapters: make an agent's end hooks run exactly once per session, even when
+    /// the agent crashes, is killed or skips them.
+    ///
+    /// `liveness hooks install claude-code` adds two hooks to your Claude Code settings
+    /// (keeping every hook you have, with a backup of the file): at SessionStart the
+    /// session is registered with your SessionEnd commands as end actions, and at
+    /// SessionEnd the daemon is told that Claude Code ran them. So they run once: by
+    /// Claude Code when it manages to, by livenessd when it does not (a crash, SIGKILL,
+    /// `claude -p`, a closed terminal). `liveness hooks uninstall claude-code` restores the
+    /// file. The hooks themselves run `liveness hooks AGENT HOOK`.
+    #[command(after_help = HOOKS_HELP)]
+    Hooks(HooksArgs),
+}
+
+pub(crate) const HOOKS_HELP: &str = "\
+Agents: claude-code. Hooks (run by the agent, not by hand): session-start and
+session-end read the agent's hook input on stdin; end-hook --input START -- ARGV... is
+the end action, which runs the user's command with the agent's own hook input. A hook
+never fails the agent: it exits 0 and writes what went wrong to stderr.";
+
+// `hooks`
+#[derive(Debug, clap::Args)]
+pub(crate) struct HooksArgs {
+    #[command(subcommand)]
+    pub(crate) command: HooksCommand,
+}
+
+/// `liveness hooks ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum HooksCommand {
+    /// Add liveness's hooks to the agent's user settings (or FILE). Installing again
+    /// changes nothing; the file as it was is kept beside it (`.liveness-backup`).
+    Install(HooksInstallArgs),
+    /// Take liveness's hooks out again: the original file comes back when it was not
+    /// edited since.
+    Uninstall(HooksInstallArgs),
+    /// `AGENT HOOK [--input START] [-- ARGV...]`: a hook, as the agent runs it.
+    #[command(external_subcommand)]
+    Run(Vec<OsString>),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct HooksInstallArgs {
+    /// The agent (claude-code).
+    pub(crate) agent: String,
+    /// The settings file to edit (default: the agent's user settings, e.g.
+    /// ~/.claude/settings.json or $CLAUDE_CONFIG_DIR/settings.json).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) settings: Option<PathBuf>,
+}
+
+/// A hook as the agent runs it: `liveness hooks AGENT HOOK ...`.
+#[derive(Debug, Parser)]
+#[command(name = "liveness hooks", no_binary_name = true)]
+pub(crate) struct HookRunArgs {
+    pub(crate) agent: String,
+    #[arg(value_enum)]
+    pub(crate) hook: HookName,
+    /// end-hook: the hook input the session started with (JSON).
+    #[arg(long, value_name = "JSON")]
+    pub(crate) input: Option<String>,
+    /// end-hook: the user's command.
+    #[arg(last = true)]
+    pub(crate) argv: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum HookName {
+    SessionStart,
+    SessionEnd,
+    EndHook,
 }
 
 // `check`
@@ -187,6 +259,8 @@ pub(crate) struct RegisterArgs {
     pub(crate) wrappers: Vec<String>,
     #[command(flatten)]
     pub(crate) cleanup: CleanupArgs,
+    #[command(flatten)]
+    pub(crate) end_actions: EndActionArgs,
 }
 
 /// The owner named on the command line.
@@ -270,6 +344,22 @@ pub(crate) struct CleanupArgs {
     pub(crate) grace: Option<Duration>,
 }
 
+/// Commands run when a session ends.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct EndActionArgs {
+    /// Run CMD (through `sh -c`, as you, in the current directory) once when the session
+    /// ends, however it ends: its owner's exit or crash, `end`, a timeout, a reboot, or a
+    /// death the daemon found after a restart. Repeatable. CMD reads the end facts as JSON
+    /// on stdin and in LIVENESS_* variables. Make it idempotent: a run cut short by a
+    /// crash of the daemon runs again. On an active session, replaces its commands.
+    #[arg(long = "on-end-run", value_name = "CMD")]
+    pub(crate) on_end_run: Vec<String>,
+    /// How long each --on-end-run command may run before its whole process tree is ended
+    /// (default 60s, at most 1h).
+    #[arg(long, requires = "on_end_run", value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) on_end_timeout: Option<Duration>,
+}
+
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub(crate) enum OnEndArg {
     Leave,
@@ -332,6 +422,8 @@ pub(crate) struct ListArgs {
     pub(crate) phase: Option<PhaseArg>,
     #[command(flatten)]
     pub(crate) labels: LabelFilter,
+    #[command(flatten)]
+    pub(crate) causes: CauseFilter,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -372,6 +464,8 @@ pub(crate) struct WatchArgs {
     pub(crate) session: Option<String>,
     #[command(flatten)]
     pub(crate) labels: LabelFilter,
+    #[command(flatten)]
+    pub(crate) causes: CauseFilter,
     /// Root only: only events of this user's sessions.
     #[arg(long, value_name = "UID")]
     pub(crate) uid: Option<u32>,
@@ -389,6 +483,10 @@ pub(crate) struct WatchArgs {
 pub(crate) struct WaitArgs {
     #[command(flatten)]
     pub(crate) session: SessionArgs,
+    /// Wait until the session is finalized: ended, and each of its end actions has its
+    /// outcome (the same as ended for a session without end actions).
+    #[arg(long)]
+    pub(crate) finalized: bool,
 }
 
 // `doctor`
@@ -527,6 +625,8 @@ pub(crate) struct RunArgs {
     pub(crate) labels: Vec<(String, String)>,
     #[command(flatten)]
     pub(crate) cleanup: CleanupArgs,
+    #[command(flatten)]
+    pub(crate) end_actions: EndActionArgs,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub(crate) command: Vec<OsString>,
@@ -553,6 +653,31 @@ impl LabelFilter {
             .iter()
             .all(|(key, value)| labels.get(key) == Some(value))
     }
+}
+
+/// Ended sessions by why they ended.
+#[derive(Debug, clap::Args)]
+pub(crate) struct CauseFilter {
+    /// Only ended sessions whose cause is of this kind: exit, signal, oom, hangup, unknown
+    /// or none (the owner did not die). Repeatable: any may match.
+    #[arg(long = "cause", value_name = "KIND", value_parser = parse_cause)]
+    pub(crate) kinds: Vec<CauseKind>,
+}
+
+impl CauseFilter {
+    /// Whether the filter asks for anything.
+    pub(crate) fn is_set(&self) -> bool {
+        !self.kinds.is_empty()
+    }
+
+    /// Whether an ending with this cause passes; without a filter, everything does.
+    pub(crate) fn matches(&self, cause: Option<&Cause>) -> bool {
+        !self.is_set() || cause.is_some_and(|cause| self.kinds.contains(&cause.kind()))
+    }
+}
+
+fn parse_cause(text: &str) -> Result<CauseKind, String> {
+    text.parse()
 }
 
 fn parse_label(text: &str) -> Result<(String, String), String> {

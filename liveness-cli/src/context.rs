@@ -10,6 +10,8 @@ use crate::exit::Failure;
 pub(crate) struct Context {
     /// The daemon's socket, resolved.
     pub(crate) socket: PathBuf,
+    /// `--socket`, when it was given: what installed hooks name too.
+    pub(crate) named_socket: Option<PathBuf>,
     /// `--json`: answers and failures as JSON.
     pub(crate) json: bool,
 }

@@ -157,6 +157,7 @@ fn client_sources() -> Vec<SourceReport> {
         exit_status: None,
         self_test: None,
         stats: None,
+        causes: None,
     };
     let btf = Path::new("/sys/kernel/btf/vmlinux");
     let ebpf = diagnose::availability(&diagnose::BPF)

@@ -3,6 +3,7 @@
 //! Exit codes are part of the interface: one per meaning, whatever the command (the table
 //! is `exit::EXIT_CODES`, printed by `--help` and copied in docs/cli.md).
 
+mod agent_hooks;
 mod args;
 mod check;
 mod clock;
@@ -36,6 +37,7 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(e),
     };
     let context = Context {
+        named_socket: cli.global.socket.clone(),
         socket: cli
             .global
             .socket
@@ -90,6 +92,7 @@ impl Command {
             Command::GenerateMan(args) => args.execute(context),
             Command::Lock(args) => args.execute(context),
             Command::Run(args) => args.execute(context),
+            Command::Hooks(args) => args.execute(context),
         }
     }
 }

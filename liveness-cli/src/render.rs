@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use liveness_common::action::ActionOutcome;
+use liveness_common::cause::{Cause, SignalName};
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{DeathReason, Identity};
 use liveness_common::lock::Lock;
@@ -44,8 +46,14 @@ fn print_session_block(session: &Session, now: i64, pids: &Numbering) {
             "     Ended: {} ({}): {}",
             clock::local_time(ended),
             clock::age(ended, now),
-            how_it_ended(session.reason, session.exit, session.detected_by)
+            how_session_ended(session)
         );
+        if let Some(Cause::Unknown { reason }) = &session.cause {
+            outln!("     Cause: unknown: {reason}");
+        }
+        if let Some(usage) = &session.usage {
+            outln!("     Usage: {usage} (members still running are not counted)");
+        }
     } else if let Some(expires) = session.pending_expires_ms {
         outln!(
             "   Expires: {} ({}) unless renamed",
@@ -59,9 +67,41 @@ fn print_session_block(session: &Session, now: i64, pids: &Numbering) {
             session.grace_ms
         );
     }
+    for (index, spec) in session.on_end_run.iter().enumerate() {
+        let state = session.actions.get(index);
+        let how = match state.and_then(|state| state.outcome.as_ref()) {
+            Some(outcome) => describe_outcome(outcome),
+            None => state
+                .map(|state| wire_name(state.state))
+                .unwrap_or_default(),
+        };
+        outln!("  End run{index:>2}: {} ({how})", spec.argv.join(" "));
+    }
+    if let Some(finalized) = session.finalized_ms {
+        outln!(" Finalized: {}", clock::local_time(finalized));
+    }
     if !session.labels.is_empty() {
         outln!("    Labels: {}", describe_labels(&session.labels));
     }
+}
+
+/// What an end action did, in a few words: `exit 0 in 12 ms`, `timed out after 60000 ms`,
+/// `skipped: done_by_agent`, `could not run: why`.
+fn describe_outcome(outcome: &ActionOutcome) -> String {
+    let mut text = if let Some(skipped) = outcome.skipped {
+        format!("skipped: {}", wire_name(skipped))
+    } else if let Some(error) = &outcome.error {
+        format!("could not run: {error}")
+    } else if outcome.timed_out {
+        format!("timed out after {} ms", outcome.duration_ms)
+    } else {
+        let exit = outcome.exit.map(|e| e.to_string()).unwrap_or_default();
+        format!("{exit} in {} ms", outcome.duration_ms)
+    };
+    if outcome.resumed {
+        text.push_str(", run again after a daemon restart");
+    }
+    text
 }
 
 /// Sessions as a table with headers, like `docker ps`; a friendly line when there are none.
@@ -83,7 +123,7 @@ pub(crate) fn print_session_table(sessions: &[Session], filtered: bool, pids: &N
                     format!(
                         "ended {}, {}",
                         clock::age(ended, now),
-                        how_it_ended(session.reason, session.exit, session.detected_by)
+                        how_session_ended(session)
                     ),
                 ),
                 None if session.pending => ("pending".to_owned(), "waiting for its id".to_owned()),
@@ -188,22 +228,44 @@ fn describe_labels(labels: &BTreeMap<String, String>) -> String {
         .join(",")
 }
 
-/// How a session ended, for people: "killed by SIGKILL (detected by ebpf)", "stopped
-/// with `end`", "owner gone unseen: its PID was reused (detected by procpoll)".
+fn how_session_ended(session: &Session) -> String {
+    how_it_ended(
+        session.reason,
+        session.exit,
+        session.cause.as_ref(),
+        session.detected_by,
+    )
+}
+
+/// How a session ended, for people: "killed by SIGTERM from kill (pid 4121, uid 1000,
+/// session build-7) (detected by ebpf)", "stopped with `end`", "owner gone unseen: its PID
+/// was reused (detected by procpoll)". The cause where one was seen, else the status.
 fn how_it_ended(
     reason: Option<EndReason>,
     exit: Option<ExitStatus>,
+    cause: Option<&Cause>,
     detected_by: Option<DetectedBy>,
 ) -> String {
-    let what = match (exit, reason) {
-        (Some(exit), _) => describe_exit(exit),
-        (None, Some(EndReason::OwnerExited)) => "owner exited (status unknown)".to_owned(),
-        (None, Some(EndReason::OwnerReused)) => "owner gone unseen: its PID was reused".to_owned(),
-        (None, Some(EndReason::Reboot)) => "the machine rebooted".to_owned(),
-        (None, Some(EndReason::Stopped)) => "stopped with `end`".to_owned(),
-        (None, Some(EndReason::Timeout)) => "no activity within the timeout".to_owned(),
-        (None, Some(EndReason::PendingExpired)) => "pending, never renamed".to_owned(),
-        (None, None) => "ended".to_owned(),
+    let core = match exit {
+        Some(ExitStatus::Signaled {
+            core_dumped: true, ..
+        }) => " (core dumped)",
+        _ => "",
+    };
+    let what = match (cause, exit, reason) {
+        (Some(cause @ (Cause::Signal { .. } | Cause::Oom { .. } | Cause::Hangup)), _, _) => {
+            format!("{cause}{core}")
+        }
+        (_, Some(exit), _) => describe_exit(exit),
+        (_, None, Some(EndReason::OwnerExited)) => "owner exited (status unknown)".to_owned(),
+        (_, None, Some(EndReason::OwnerReused)) => {
+            "owner gone unseen: its PID was reused".to_owned()
+        }
+        (_, None, Some(EndReason::Reboot)) => "the machine rebooted".to_owned(),
+        (_, None, Some(EndReason::Stopped)) => "stopped with `end`".to_owned(),
+        (_, None, Some(EndReason::Timeout)) => "no activity within the timeout".to_owned(),
+        (_, None, Some(EndReason::PendingExpired)) => "pending, never renamed".to_owned(),
+        (_, None, None) => "ended".to_owned(),
     };
     match detected_by {
         Some(by) => format!("{what} (detected by {by})"),
@@ -220,21 +282,10 @@ fn describe_exit(exit: ExitStatus) -> String {
             core_dumped,
         } => format!(
             "killed by {}{}",
-            signal_name(signal),
+            SignalName(signal),
             if core_dumped { " (core dumped)" } else { "" }
         ),
     }
-}
-
-fn signal_name(signal: u8) -> String {
-    const NAMES: [&str; 15] = [
-        "SIGHUP", "SIGINT", "SIGQUIT", "SIGILL", "SIGTRAP", "SIGABRT", "SIGBUS", "SIGFPE",
-        "SIGKILL", "SIGUSR1", "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM",
-    ];
-    usize::from(signal)
-        .checked_sub(1)
-        .and_then(|i| NAMES.get(i))
-        .map_or_else(|| format!("signal {signal}"), |name| (*name).to_owned())
 }
 
 /// A session in one line (`whose`): "agent-1 active, owner claude (pid 1234)". `here` is
@@ -271,7 +322,19 @@ pub(crate) fn describe_event(event: &Event, pids: &Numbering) -> String {
     if event.kind == EventKind::Ended {
         text.push_str(&format!(
             ": {}",
-            how_it_ended(event.reason, event.exit, event.detected_by)
+            how_it_ended(
+                event.reason,
+                event.exit,
+                event.cause.as_ref(),
+                event.detected_by
+            )
+        ));
+    }
+    if let Some(outcome) = &event.action {
+        text.push_str(&format!(
+            ": end action {}: {}",
+            outcome.index,
+            describe_outcome(outcome)
         ));
     }
     if let Some(reaped) = &event.reaped {
@@ -423,6 +486,23 @@ pub(crate) fn print_sources(sources: &[SourceReport]) {
                 if test.passed { "passed" } else { "FAILED" },
                 test.detail
             );
+        }
+        if let Some(causes) = &source.causes {
+            // Usage comes with every exit record.
+            let seen = [
+                (causes.signals, "signal senders"),
+                (causes.oom, "OOM kills"),
+                (true, "usage"),
+            ]
+            .iter()
+            .filter(|(seen, _)| *seen)
+            .map(|(_, what)| *what)
+            .collect::<Vec<_>>()
+            .join(", ");
+            outln!("  {:<9} causes seen: {seen}; {} lost", "", causes.lost);
+            if let Some(reason) = &causes.reason {
+                outln!("  {:<9} {reason}", "");
+            }
         }
     }
 }

@@ -48,6 +48,7 @@ impl RunArgs {
             on_end: self.cleanup.on_end.map(OnEnd::from),
             grace: self.cleanup.grace,
             wrappers: Vec::new(),
+            on_end_run: self.end_actions.specs()?,
         };
         client.register(&registration)?;
         let token = match lock {

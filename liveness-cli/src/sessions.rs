@@ -6,13 +6,14 @@ use std::process::ExitCode;
 use serde::Serialize;
 
 use liveness_client::{Owner, Registration, Whose};
+use liveness_common::action::{ActionSpec, validate_actions};
 use liveness_common::protocol::Request;
 use liveness_common::request;
 use liveness_common::session::{OnEnd, Phase, Session};
 
 use crate::args::{
-    EndArgs, GetArgs, ListArgs, OwnerArg, PhaseArg, RegisterArgs, RenameArgs, SessionArgs,
-    TouchArgs, WhoseArgs,
+    EndActionArgs, EndArgs, GetArgs, ListArgs, OwnerArg, PhaseArg, RegisterArgs, RenameArgs,
+    SessionArgs, TouchArgs, WhoseArgs,
 };
 use crate::context::Context;
 use crate::exit::{Exit, Failure};
@@ -31,6 +32,7 @@ impl RegisterArgs {
             wrappers: self.wrappers.clone(),
             on_end: self.cleanup.on_end.map(OnEnd::from),
             grace: self.cleanup.grace,
+            on_end_run: self.end_actions.specs()?,
         };
         let mut client = context.connect()?;
         let pids = Numbering::of(&client);
@@ -40,6 +42,43 @@ impl RegisterArgs {
         }
         print_session(&registered.session, context.json, &pids);
         Ok(Exit::Ok.into())
+    }
+}
+
+impl EndActionArgs {
+    /// The `--on-end-run` commands as end actions (`sh -c CMD` in the current directory),
+    /// or `None` without any.
+    pub(crate) fn specs(&self) -> Result<Option<Vec<ActionSpec>>, Failure> {
+        if self.on_end_run.is_empty() {
+            return Ok(None);
+        }
+        let cwd = std::env::current_dir().map_err(|e| {
+            Failure::new(
+                Exit::IoErr,
+                format!("cannot read the current directory for --on-end-run: {e}"),
+            )
+        })?;
+        let cwd = cwd.to_str().map(str::to_owned).ok_or_else(|| {
+            Failure::new(
+                Exit::DataErr,
+                format!("the current directory {} is not UTF-8", cwd.display()),
+            )
+        })?;
+        let timeout_ms = self
+            .on_end_timeout
+            .map(|timeout| u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
+        let specs = self
+            .on_end_run
+            .iter()
+            .map(|command| ActionSpec {
+                argv: vec!["/bin/sh".into(), "-c".into(), command.clone()],
+                env: Vec::new(),
+                timeout_ms,
+                cwd: Some(cwd.clone()),
+            })
+            .collect::<Vec<_>>();
+        validate_actions(&specs).map_err(|e| Failure::new(Exit::Usage, e))?;
+        Ok(Some(specs))
     }
 }
 
@@ -122,11 +161,14 @@ impl ListArgs {
         let mut client = context.connect()?;
         let pids = Numbering::of(&client);
         let mut sessions = client.list(phase)?;
-        sessions.retain(|session| self.labels.matches(&session.labels));
+        sessions.retain(|session| {
+            self.labels.matches(&session.labels) && self.causes.matches(session.cause.as_ref())
+        });
         if context.json {
             output::json(&sessions);
         } else {
-            let filtered = phase.is_some() || !self.labels.labels.is_empty();
+            let filtered =
+                phase.is_some() || !self.labels.labels.is_empty() || self.causes.is_set();
             print_session_table(&sessions, filtered, &pids);
         }
         Ok(Exit::Ok.into())

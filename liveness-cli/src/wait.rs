@@ -12,7 +12,12 @@ impl WaitArgs {
     pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
         let client = context.connect()?;
         let pids = Numbering::of(&client);
-        let session = client.wait_for_end(&self.session.session, self.session.uid)?;
+        let (id, uid) = (&self.session.session, self.session.uid);
+        let session = if self.finalized {
+            client.wait_for_finalized(id, uid)?
+        } else {
+            client.wait_for_end(id, uid)?
+        };
         print_session(&session, context.json, &pids);
         Ok(ExitCode::from(WaitOutcome::of(&session) as u8))
     }

@@ -62,6 +62,15 @@ fn exec_for_event(
         .env("LIVENESS_REASON", wire_name(event.reason))
         .env("LIVENESS_EXIT_CODE", code)
         .env("LIVENESS_SIGNAL", signal)
+        // As JSON, as end actions get it.
+        .env(
+            "LIVENESS_CAUSE",
+            event
+                .cause
+                .as_ref()
+                .and_then(|cause| serde_json::to_string(cause).ok())
+                .unwrap_or_default(),
+        )
         .env("LIVENESS_DETECTED_BY", wire_name(event.detected_by))
         .env("LIVENESS_OWNER_PID", event.owner.pid.to_string())
         .stdin(std::process::Stdio::piped())
@@ -109,9 +118,11 @@ impl WatchArgs {
         if json || self.exec.is_none() {
             exit_when_stdout_closes(Arc::clone(&handling));
         }
-        // With nothing to read in an event, its line goes out as the daemon sent it: no
-        // parse, no second serialization, one write.
-        let forward = json && self.exec.is_none() && self.labels.labels.is_empty();
+        // With nothing to read in an event (no command to run, no label or cause to filter
+        // on), its line goes out as the daemon sent it: no parse, no second serialization,
+        // one write.
+        let filtered = !self.labels.labels.is_empty() || self.causes.is_set();
+        let forward = json && self.exec.is_none() && !filtered;
         loop {
             let item = if forward {
                 match events.next_line()? {
@@ -139,7 +150,14 @@ impl WatchArgs {
                     events.cursor().map(save).transpose()?;
                 }
                 Item::Event(event) => {
-                    if self.labels.matches(&event.labels) && self.handle(&event, json, &pids)? {
+                    // A cause filter keeps the endings of those causes and nothing else.
+                    let cause_matches = !self.causes.is_set()
+                        || (event.kind == EventKind::Ended
+                            && self.causes.matches(event.cause.as_ref()));
+                    if self.labels.matches(&event.labels)
+                        && cause_matches
+                        && self.handle(&event, json, &pids)?
+                    {
                         events.cursor().map(save).transpose()?;
                     }
                 }

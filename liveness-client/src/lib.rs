@@ -41,6 +41,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use liveness_common;
+use liveness_common::action::ActionSpec;
 use liveness_common::identity::Identity;
 use liveness_common::lock::Lock;
 pub use liveness_common::protocol::ErrorCode;
@@ -95,6 +96,9 @@ pub struct Registration {
     /// [`Owner::Auto`]: further process names to skip as wrappers, for this registration
     /// only (added to the daemon's own `--wrapper` list).
     pub wrappers: Vec<String>,
+    /// End actions, run as the caller when the session ends, whatever ends it. On a
+    /// registration of an ACTIVE session they replace its list; `None` keeps it.
+    pub on_end_run: Option<Vec<ActionSpec>>,
 }
 
 /// The answer to [`Client::register_with_warnings`].
@@ -119,6 +123,7 @@ impl Registration {
             on_end: None,
             grace: None,
             wrappers: Vec::new(),
+            on_end_run: None,
         }
     }
 }
@@ -309,6 +314,20 @@ impl Client {
         }))
     }
 
+    /// Says that the session's end commands were run by the caller itself (an agent's own
+    /// end hook): its end actions that have not started are recorded as skipped, and
+    /// never run.
+    pub fn actions_done(
+        &mut self,
+        session: &str,
+        uid: Option<u32>,
+    ) -> Result<Session, ClientError> {
+        self.session_call(&Request::ActionsDone(request::ActionsDone {
+            session: session.into(),
+            uid,
+        }))
+    }
+
     /// One session (`uid`: root only, the session of that user).
     ///
     /// ```no_run
@@ -487,6 +506,27 @@ impl Client {
     /// # Ok::<(), liveness_client::ClientError>(())
     /// ```
     pub fn wait_for_end(self, session: &str, uid: Option<u32>) -> Result<Session, ClientError> {
+        self.wait_until(session, uid, |session| session.phase == Phase::Ended)
+    }
+
+    /// Like [`Client::wait_for_end`], until the session is also finalized: each of its end
+    /// actions has its outcome (`session.finalized`). A session without end actions is
+    /// final once it has ended.
+    pub fn wait_for_finalized(
+        self,
+        session: &str,
+        uid: Option<u32>,
+    ) -> Result<Session, ClientError> {
+        self.wait_until(session, uid, Session::is_finalized)
+    }
+
+    /// Follows the session's events until `done` holds of it.
+    fn wait_until(
+        self,
+        session: &str,
+        uid: Option<u32>,
+        done: fn(&Session) -> bool,
+    ) -> Result<Session, ClientError> {
         let socket = self.socket.clone();
         let filter = Filter {
             session: Some(session.to_owned()),
@@ -496,16 +536,19 @@ impl Client {
         // The daemon may restart at any point: every look-up waits for it as the stream does.
         let retry = Retry::default();
         let current = retry.run(|| Client::connect(&socket)?.get(session, uid))?;
-        if current.phase == Phase::Ended {
+        if done(&current) {
             return Ok(current);
         }
         loop {
             if let Item::Event(event) = events.next_item()?
-                && event.kind == EventKind::Ended
+                && matches!(event.kind, EventKind::Ended | EventKind::Finalized)
             {
-                return retry.run(|| {
+                let current = retry.run(|| {
                     Client::connect(&socket)?.get(&event.session, Some(event.creator_uid))
-                });
+                })?;
+                if done(&current) {
+                    return Ok(current);
+                }
             }
         }
     }

@@ -151,6 +151,19 @@ impl AsyncClient {
         .await
     }
 
+    /// [`Client::actions_done`](crate::Client::actions_done).
+    pub async fn actions_done(
+        &mut self,
+        session: &str,
+        uid: Option<u32>,
+    ) -> Result<Session, ClientError> {
+        self.session_call(&Request::ActionsDone(request::ActionsDone {
+            session: session.into(),
+            uid,
+        }))
+        .await
+    }
+
     /// [`Client::end`](crate::Client::end).
     pub async fn end(&mut self, session: &str, uid: Option<u32>) -> Result<Session, ClientError> {
         self.session_call(&Request::End(request::End {

@@ -183,6 +183,7 @@ pub(crate) fn register_request(
             .grace
             .map(|grace| u64::try_from(grace.as_millis()).unwrap_or(u64::MAX)),
         wrappers: registration.wrappers.clone(),
+        on_end_run: registration.on_end_run.clone(),
     });
     Ok((request, pidfd))
 }

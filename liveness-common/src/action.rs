@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
+use crate::cause::{Cause, Usage};
 use crate::exit::{DetectedBy, ExitStatus};
 use crate::identity::Identity;
 use crate::session::{EndReason, Session, Survivors};
@@ -175,12 +175,12 @@ pub struct EndFacts {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detected_by: Option<DetectedBy>,
     pub ended_ms: i64,
-    /// Why the owner died, where the kernel showed it (the `cause` of the session).
+    /// Why the session ended, from its owner's side (the `cause` of the session).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cause: Option<Value>,
-    /// What the owner and its tree used (the `usage` of the session).
+    pub cause: Option<Cause>,
+    /// What the owner and its tree's exited members used (the `usage` of the session).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usage: Option<Value>,
+    pub usage: Option<Usage>,
     /// The processes of the session's tree still alive when it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub survivors: Option<Survivors>,
@@ -200,8 +200,8 @@ impl EndFacts {
             exit: session.exit,
             detected_by: session.detected_by,
             ended_ms: session.ended_ms?,
-            cause: None,
-            usage: None,
+            cause: session.cause.clone(),
+            usage: session.usage.clone(),
             survivors: session.survivors.clone(),
             action,
         })
@@ -237,9 +237,30 @@ pub struct ActionOutcome {
     /// This run repeats one cut short by a stop or a crash of the daemon.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub resumed: bool,
+    /// It was not run, and why (`done_by_agent`: the agent ran its end commands itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<Skipped>,
+}
+
+/// Why an end action was not run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Skipped {
+    /// The client said the session's end commands were run already (`actions_done`).
+    DoneByAgent,
 }
 
 impl ActionOutcome {
+    /// The outcome of action `index`, not run because of `why`.
+    pub fn skipped(index: u32, why: Skipped, at_ms: i64) -> ActionOutcome {
+        ActionOutcome {
+            index,
+            started_ms: at_ms,
+            skipped: Some(why),
+            ..ActionOutcome::default()
+        }
+    }
+
     /// It ran, in time, and exited with status 0.
     pub fn succeeded(&self) -> bool {
         !self.timed_out && self.exit == Some(ExitStatus::Exited { code: 0 })
@@ -352,6 +373,8 @@ mod tests {
             pending: false,
             reason: None,
             exit: None,
+            cause: None,
+            usage: None,
             detected_by: None,
             creator_uid: 1000,
             labels: BTreeMap::from([("k".into(), "v".into())]),
@@ -363,6 +386,9 @@ mod tests {
             survivors: None,
             on_end: OnEnd::Leave,
             grace_ms: 1,
+            on_end_run: Vec::new(),
+            actions: Vec::new(),
+            finalized_ms: None,
         };
         let run = ActionRun {
             index: 2,

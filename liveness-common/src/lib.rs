@@ -6,6 +6,7 @@
 //! - [`identity`]: process fingerprints ([`identity::Identity`]).
 //! - [`duration`]: durations on command lines (`500ms`, `30s`, `2m`).
 //! - [`exit`]: how a process ended ([`exit::ExitStatus`]) and what noticed it.
+//! - [`cause`]: why it died and what it cost ([`cause::Cause`], [`cause::Usage`]).
 //! - [`session`]: sessions and the events of the stream.
 //! - [`lock`]: locks held by sessions, with fencing tokens.
 //! - [`protocol`]: the request enum, replies, errors and stream messages.
@@ -14,6 +15,7 @@
 //! - [`record`]: the record the eBPF program writes into its ring buffer.
 
 pub mod action;
+pub mod cause;
 pub mod duration;
 pub mod exit;
 pub mod identity;

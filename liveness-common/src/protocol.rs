@@ -82,6 +82,7 @@ pub enum Request {
     LockAcquire(request::LockAcquire),
     LockRelease(request::LockRelease),
     LockList(request::LockList),
+    ActionsDone(request::ActionsDone),
 }
 
 /// Machine-readable error codes; the message says the rest.
@@ -510,6 +511,8 @@ mod tests {
         r#"{"op":"whose","pid":1}"#,
         r#"{"op":"subscribe","since":3,"store_id":"ab","session":"s","uid":2}"#,
         r#"{"op":"status","v":1}"#,
+        r#"{"op":"register","session":"s3","owner":"auto","on_end_run":[{"argv":["true"],"timeout_ms":5}]}"#,
+        r#"{"op":"actions_done","session":"s3"}"#,
     ];
 
     /// A request line, a valid one with some bytes overwritten, or any bytes at all.

@@ -8,6 +8,14 @@
 pub const EXIT_PROGRAM_NAME: &str = "liveness_exit";
 /// Name of the `tp_btf/sched_process_fork` program in the object.
 pub const FORK_PROGRAM_NAME: &str = "liveness_fork";
+/// Name of the `tp_btf/signal_generate` program: the senders of killing signals.
+pub const SIGNAL_PROGRAM_NAME: &str = "liveness_signal";
+/// Name of the `tp_btf/mark_victim` program: the OOM killer's victims.
+pub const OOM_PROGRAM_NAME: &str = "liveness_oom";
+/// Hash map `u32 tgid -> SignalCause` of the last killing signal sent to each tracked process.
+pub const MAP_CAUSES: &str = "causes";
+/// Hash map `u32 root tgid -> TreeUsage` of the members of each tree that exited.
+pub const MAP_TREE_USAGES: &str = "tree_usages";
 /// Hash map `u32 tgid -> MemberRecord` of the processes descended from tracked ones, and
 /// of the tracked processes themselves (each the root of its own tree).
 pub const MAP_MEMBERS: &str = "members";
@@ -28,8 +36,12 @@ pub const MAP_COUNTERS: &str = "counters";
 pub const COUNTER_EMITTED: u32 = 0;
 /// Deaths of tracked processes that could not be reported because the ring buffer was full.
 pub const COUNTER_LOST: u32 = 1;
+/// Signals to tracked processes whose sender could not be kept: the causes map was full.
+pub const COUNTER_CAUSES_LOST: u32 = 2;
+/// Exits of tree members whose usage could not be added: the tree usage map was full.
+pub const COUNTER_USAGE_LOST: u32 = 3;
 /// Number of slots in the counters map.
-pub const COUNTER_SLOTS: u32 = 2;
+pub const COUNTER_SLOTS: u32 = 4;
 
 /// New processes of a tree that the kernel could not add: every member slot was taken, or
 /// an entry for an earlier process with the pid was in the way.
@@ -59,6 +71,81 @@ pub struct MemberRecord {
     pub flags: u32,
 }
 
+/// [`SignalCause::flags`]: a signal was recorded.
+pub const CAUSE_SIGNAL: u16 = 1;
+/// [`SignalCause::flags`]: the sender belonged to a tree, rooted at `sender_root_*`.
+pub const CAUSE_SENDER_IN_TREE: u16 = 2;
+/// [`SignalCause::flags`]: the `mark_victim` program saw the OOM killer choose the process.
+pub const CAUSE_OOM_MARKED: u16 = 4;
+/// [`SignalCause::flags`]: the kernel sent SIGKILL and the target's memory cgroups' limits
+/// were read then: `oom_cgroup_id` is the one at its limit, or 0.
+pub const CAUSE_LIMITS_READ: u16 = 8;
+
+/// [`SignalCause::origin`]: the sender passed a siginfo, whose `si_code` is in `code`.
+pub const ORIGIN_SIGINFO: u16 = 0;
+/// [`SignalCause::origin`]: `SEND_SIG_NOINFO`, a signal the kernel sends on the current
+/// task's behalf (`SIGPIPE`, `SIGXFSZ`, a parent-death signal).
+pub const ORIGIN_NOINFO: u16 = 1;
+/// [`SignalCause::origin`]: `SEND_SIG_PRIV`, a signal the kernel raises itself (a terminal's
+/// hang-up, a CPU-time limit, the OOM killer).
+pub const ORIGIN_PRIV: u16 = 2;
+
+/// [`ExitRecord::flags`]: `cause` holds the last killing signal sent to the process.
+pub const EXIT_HAS_CAUSE: u32 = 1;
+/// [`ExitRecord::flags`]: `members` holds the usage of its tree's members that exited.
+pub const EXIT_HAS_MEMBERS: u32 = 2;
+/// [`ExitRecord::flags`]: the OOM killer chose the process (`signal->oom_mm` was set).
+pub const EXIT_OOM_VICTIM: u32 = 4;
+
+/// CPU time and peak resident memory, of one process or summed over a tree's members. The
+/// user and system times are samples taken at ticks, the runtime is exact: the kernel's
+/// `getrusage` splits the runtime in the samples' proportion, and so does the daemon.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub user_ns: u64,
+    pub system_ns: u64,
+    pub runtime_ns: u64,
+    /// Of one process; over a tree's members, the largest member's.
+    pub peak_rss_pages: u64,
+}
+
+/// The members of a tracked process's tree that exited while it was tracked.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TreeUsage {
+    pub root_start_ticks: u64,
+    pub total: Usage,
+    pub exited: u32,
+    pub pad: u32,
+}
+
+/// The last signal that kills by default sent to a tracked process, as the `signal_generate`
+/// program saw it queued: the sender is the task that was running (`current`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SignalCause {
+    pub target_start_ticks: u64,
+    pub sender_start_ticks: u64,
+    pub sender_root_start_ticks: u64,
+    /// With [`CAUSE_LIMITS_READ`]: the kernfs id (inode number) of the nearest memory
+    /// cgroup of the target within one charge of its limit when the kernel sent SIGKILL;
+    /// 0 when none was (an OOM kill then answered the machine's memory).
+    pub oom_cgroup_id: u64,
+    pub sender_tgid: u32,
+    pub sender_uid: u32,
+    pub sender_root_tgid: u32,
+    /// `si_code`, when `origin` is [`ORIGIN_SIGINFO`].
+    pub code: i32,
+    pub signal: u32,
+    /// `ORIGIN_*`.
+    pub origin: u16,
+    /// `CAUSE_*` bits.
+    pub flags: u16,
+    /// The sender's command name, NUL-padded.
+    pub sender_comm: [u8; 16],
+}
+
 /// The death of a tracked process, as the eBPF program reports it.
 ///
 /// Emitted exactly once per process, when its last thread exits.
@@ -73,6 +160,15 @@ pub struct ExitRecord {
     pub tgid: u32,
     /// The status exactly as `wait(2)` reports it to the parent.
     pub wait_status: u32,
+    /// The process's own usage, at its exit.
+    pub usage: Usage,
+    /// With [`EXIT_HAS_MEMBERS`].
+    pub members: TreeUsage,
+    /// With [`EXIT_HAS_CAUSE`].
+    pub cause: SignalCause,
+    /// `EXIT_*` bits.
+    pub flags: u32,
+    pub pad: u32,
 }
 
 impl ExitRecord {
@@ -94,10 +190,17 @@ impl ExitRecord {
 mod tests {
     #[test]
     fn program_names_fit_the_kernels_and_differ() {
-        for name in [EXIT_PROGRAM_NAME, FORK_PROGRAM_NAME] {
+        let names = [
+            EXIT_PROGRAM_NAME,
+            FORK_PROGRAM_NAME,
+            SIGNAL_PROGRAM_NAME,
+            OOM_PROGRAM_NAME,
+        ];
+        for name in names {
             assert!(name.len() <= 15, "{name} is cut to 15 bytes by the kernel");
         }
-        assert_ne!(EXIT_PROGRAM_NAME, FORK_PROGRAM_NAME);
+        let distinct: std::collections::HashSet<_> = names.iter().collect();
+        assert_eq!(distinct.len(), names.len());
     }
 
     use super::*;
@@ -106,11 +209,24 @@ mod tests {
     /// The same numbers are asserted by `_Static_assert` in `liveness.h`.
     #[test]
     fn exit_record_layout_is_pinned() {
-        assert_eq!(size_of::<ExitRecord>(), 24);
+        assert_eq!(size_of::<ExitRecord>(), 184);
         assert_eq!(offset_of!(ExitRecord, start_ticks), 0);
         assert_eq!(offset_of!(ExitRecord, exit_monotonic_ns), 8);
         assert_eq!(offset_of!(ExitRecord, tgid), 16);
         assert_eq!(offset_of!(ExitRecord, wait_status), 20);
+        assert_eq!(offset_of!(ExitRecord, usage), 24);
+        assert_eq!(offset_of!(ExitRecord, members), 56);
+        assert_eq!(offset_of!(ExitRecord, cause), 104);
+        assert_eq!(offset_of!(ExitRecord, flags), 176);
+        assert_eq!(size_of::<Usage>(), 32);
+        assert_eq!(size_of::<TreeUsage>(), 48);
+        assert_eq!(offset_of!(TreeUsage, total), 8);
+        assert_eq!(offset_of!(TreeUsage, exited), 40);
+        assert_eq!(size_of::<SignalCause>(), 72);
+        assert_eq!(offset_of!(SignalCause, sender_tgid), 32);
+        assert_eq!(offset_of!(SignalCause, signal), 48);
+        assert_eq!(offset_of!(SignalCause, origin), 52);
+        assert_eq!(offset_of!(SignalCause, sender_comm), 56);
     }
 
     /// The same numbers are asserted by `_Static_assert` in `liveness.h`.
@@ -125,21 +241,29 @@ mod tests {
 
     #[test]
     fn from_bytes_reads_native_endian_fields_and_rejects_short_input() {
-        let mut bytes = [0u8; 24];
+        let mut bytes = [0u8; ExitRecord::SIZE];
         bytes[0..8].copy_from_slice(&1234u64.to_ne_bytes());
         bytes[8..16].copy_from_slice(&99u64.to_ne_bytes());
         bytes[16..20].copy_from_slice(&4321u32.to_ne_bytes());
         bytes[20..24].copy_from_slice(&0x0700u32.to_ne_bytes());
+        bytes[24..32].copy_from_slice(&5u64.to_ne_bytes());
+        bytes[104 + 48..104 + 52].copy_from_slice(&15u32.to_ne_bytes());
+        bytes[104 + 56..104 + 60].copy_from_slice(b"kill");
+        bytes[176..180].copy_from_slice(&EXIT_HAS_CAUSE.to_ne_bytes());
         let record = ExitRecord::from_bytes(&bytes).unwrap();
         assert_eq!(
-            record,
-            ExitRecord {
-                start_ticks: 1234,
-                exit_monotonic_ns: 99,
-                tgid: 4321,
-                wait_status: 0x0700
-            }
+            (
+                record.start_ticks,
+                record.exit_monotonic_ns,
+                record.tgid,
+                record.wait_status
+            ),
+            (1234, 99, 4321, 0x0700)
         );
-        assert_eq!(ExitRecord::from_bytes(&bytes[..23]), None);
+        assert_eq!(record.usage.user_ns, 5);
+        assert_eq!(record.cause.signal, 15);
+        assert_eq!(&record.cause.sender_comm[..5], b"kill\0");
+        assert_eq!(record.flags, EXIT_HAS_CAUSE);
+        assert_eq!(ExitRecord::from_bytes(&bytes[..ExitRecord::SIZE - 1]), None);
     }
 }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::action::ActionSpec;
 use crate::protocol::OwnerSpec;
 use crate::session::{OnEnd, Phase};
 
@@ -35,6 +36,21 @@ pub struct Register {
     /// only (added to the daemon's `--wrapper` list).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub wrappers: Vec<String>,
+    /// End actions to run when the session ends, whatever ends it. On a registration of
+    /// an ACTIVE session the list replaces the one it had; absent, it is kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_end_run: Option<Vec<ActionSpec>>,
+}
+
+/// The session's end commands were run by its client (an agent's own end hook): each end
+/// action without an outcome gets one, `skipped: done_by_agent`, and is never run. One
+/// already running finishes. Allowed on an active or an ended session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActionsDone {
+    pub session: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
 }
 
 /// Give a pending session its real id.

@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::action::{ActionOutcome, ActionSpec};
+use crate::cause::{Cause, Usage};
 use crate::exit::{DetectedBy, ExitStatus};
 use crate::identity::{DeathReason, Identity};
 use crate::lock::LockChange;
@@ -52,6 +54,12 @@ pub struct Session {
     pub pending: bool,
     pub reason: Option<EndReason>,
     pub exit: Option<ExitStatus>,
+    /// Why the session ended, from its owner's side; set on every ended session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<Cause>,
+    /// What the owner (and its tree's members that exited) cost, where the kernel showed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
     pub detected_by: Option<DetectedBy>,
     pub creator_uid: u32,
     pub labels: BTreeMap<String, String>,
@@ -71,6 +79,43 @@ pub struct Session {
     /// terminated, in milliseconds.
     #[serde(default = "default_grace_ms")]
     pub grace_ms: u64,
+    /// The end actions its creator registered, run when it ends (`on_end_run`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub on_end_run: Vec<ActionSpec>,
+    /// `get` only: where each end action stands, in the order of `on_end_run`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub actions: Vec<ActionState>,
+    /// When the last of its end actions had its outcome (`session.finalized`); absent for
+    /// a session without end actions, whose end is final.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finalized_ms: Option<i64>,
+}
+
+impl Session {
+    /// Ended, with every end action's outcome recorded (at once for one without actions).
+    pub fn is_finalized(&self) -> bool {
+        self.phase == Phase::Ended && (self.on_end_run.is_empty() || self.finalized_ms.is_some())
+    }
+}
+
+/// Where one end action of a session stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionState {
+    pub index: u32,
+    pub state: ActionPhase,
+    /// What it did, once `done`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<ActionOutcome>,
+}
+
+/// The life of an end action: `pending` until its session ends and it starts, `running`,
+/// then `done` once its outcome is recorded (also when it was skipped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionPhase {
+    Pending,
+    Running,
+    Done,
 }
 
 /// Most survivors listed by identity; [`Survivors::total`] counts them all.
@@ -166,6 +211,12 @@ pub enum EventKind {
     /// request.
     #[serde(rename = "session.reaped")]
     Reaped,
+    /// One end action of the ended session has its outcome (field `action`).
+    #[serde(rename = "session.action")]
+    Action,
+    /// Every end action of the ended session has its outcome.
+    #[serde(rename = "session.finalized")]
+    Finalized,
     /// The event's session was granted a lock.
     #[serde(rename = "lock.acquired")]
     LockAcquired,
@@ -192,6 +243,12 @@ pub struct Event {
     pub reason: Option<EndReason>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<ExitStatus>,
+    /// `session.ended`: why, from the owner's side.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<Cause>,
+    /// `session.ended`: what the owner and its tree's exited members cost (eBPF only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detected_by: Option<DetectedBy>,
     /// When a source learned of the death (`at_ms` is when it was committed).
@@ -213,6 +270,13 @@ pub struct Event {
     /// `session.reaped`: what terminating the surviving processes did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reaped: Option<Reaped>,
+    /// How many end actions the session has: when it is not 0, a `session.finalized`
+    /// follows the `session.ended` once each has its outcome.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub actions: u32,
+    /// `session.action`: what one end action did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<ActionOutcome>,
     /// `lock.acquired` and `lock.released`: which lock, its token, why it was released.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock: Option<LockChange>,
@@ -220,6 +284,10 @@ pub struct Event {
     /// between the death and the event went.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hops: Option<Hops>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// `CLOCK_MONOTONIC` nanoseconds at each hop of one death through the daemon. Clients

@@ -162,6 +162,24 @@ pub struct SourceReport {
     pub self_test: Option<SelfTest>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats: Option<SourceStats>,
+    /// eBPF: which causes of death its programs see here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub causes: Option<CausesReport>,
+}
+
+/// Which causes of death the eBPF programs see. A death they did not see has the cause
+/// `unknown`; the reason here says why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CausesReport {
+    /// The sender of a killing signal (`signal_generate`).
+    pub signals: bool,
+    /// The OOM killer's victims (`mark_victim`; the exit's own mark where it is missing).
+    pub oom: bool,
+    /// Senders and members' usage the kernel's maps had no room for.
+    pub lost: u64,
+    /// What is not seen, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// Status of the whole monitor.

@@ -9,7 +9,7 @@
 //! - `<!-- contract: KIND -->`: the block is one JSON document of KIND;
 //! - `<!-- contract: KIND lines -->`: every non-empty line of the block is one.
 //!
-//! KIND is `identity`, `exit_status`, `session`, `event`, `lock`, `survivors`, `doctor` (the
+//! KIND is `identity`, `exit_status`, `cause`, `usage`, `session`, `event`, `lock`, `survivors`, `doctor` (the
 //! output of `liveness doctor --json`), or `wire`: a line of the protocol, told apart by its
 //! keys as a client does (`op`: a request; `ok`: a reply; otherwise a stream message).
 //! `<!-- contract: error_codes -->` marks the table of error codes.
@@ -20,6 +20,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use liveness_common::cause::{Cause, Usage};
 use liveness_common::exit::ExitStatus;
 use liveness_common::identity::Identity;
 use liveness_common::lock::Lock;
@@ -164,6 +165,8 @@ fn check(kind: &str, value: &Value) -> Result<(), String> {
     match kind {
         "identity" => round_trip::<Identity>(value),
         "exit_status" => round_trip::<ExitStatus>(value),
+        "cause" => round_trip::<Cause>(value),
+        "usage" => round_trip::<Usage>(value),
         "session" => round_trip::<Session>(value),
         "event" => round_trip::<Event>(value),
         "lock" => round_trip::<Lock>(value),

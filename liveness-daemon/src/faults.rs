@@ -2,7 +2,9 @@
 //! path loses or duplicates an event. Only in debug builds (what the tests run), and only
 //! when `LIVENESS_FAULT` names the point: `after-append` (journaled, not yet published),
 //! `after-publish` (published, not yet in SQLite), `mid-replay` (at start, before the
-//! journal's replay commits).
+//! journal's replay commits); and of end actions: `before-action-start` (its session ended,
+//! the action not yet marked running), `after-action-spawn` (running, its first process
+//! recorded), `before-action-commit` (finished, its outcome not yet committed).
 
 /// Dies by SIGKILL here if `LIVENESS_FAULT` names `point`.
 pub fn point(point: &str) {

@@ -4,12 +4,10 @@
 //! The binary `livenessd` is thin: it calls [`main`]. The modules are the daemon's own
 //! (docs/architecture.md maps them); what other crates use is re-exported here: the exit
 //! monitor (the benchmark measures its floor, the integration tests its sources) and the
-//! store (a test opens a fresh database with it). The end-action runner ([`action`]) is
-//! public until the engine runs it. The vocabulary the modules speak is
+//! store (a test opens a fresh database with it). The vocabulary the modules speak is
 //! `liveness_common`'s, the process facts they read `liveness_proc`'s.
 
-// Public while nothing in the daemon runs end actions yet.
-pub mod action;
+mod action;
 mod closer;
 mod daemon;
 mod engine;

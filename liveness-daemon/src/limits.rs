@@ -375,7 +375,11 @@ impl SessionUsage {
             EventKind::Ended => self.add(event.creator_uid, bytes, -1, 0),
             EventKind::LockAcquired => self.add(event.creator_uid, lock_bytes, 0, 1),
             EventKind::LockReleased => self.add(event.creator_uid, lock_bytes, 0, -1),
-            EventKind::OwnerChanged | EventKind::Renamed | EventKind::Reaped => {}
+            EventKind::OwnerChanged
+            | EventKind::Renamed
+            | EventKind::Reaped
+            | EventKind::Action
+            | EventKind::Finalized => {}
         }
     }
 

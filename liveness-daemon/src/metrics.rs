@@ -7,10 +7,10 @@
 //! or at once when another connection needs its place: silent connections, however many,
 //! never hold up a scrape.
 //!
-//! Two kinds of values: the ends of sessions (by reason and source, and the death-to-commit
-//! latency histogram) are counted by the engine as each `session.ended` event is published
-//! ([`EndMetrics`]); everything else is read from the daemon's `status` at each scrape, as
-//! `liveness status` shows it. This module only renders them.
+//! Two kinds of values: the ends of sessions (by reason, source and cause, and the
+//! death-to-commit latency histogram) are counted by the engine as each `session.ended`
+//! event is published ([`EndMetrics`]); everything else is read from the daemon's `status`
+//! at each scrape, as `liveness status` shows it. This module only renders them.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -182,7 +182,11 @@ fn request_path(head: &[u8]) -> Option<&str> {
 
 /// The daemon's status, asked as root would ask it.
 async fn ask_status(engine: &Handle) -> Option<Status> {
-    let root = Caller { uid: 0, pid: 0 };
+    let root = Caller {
+        uid: 0,
+        gid: 0,
+        pid: 0,
+    };
     engine.ask(root, request::Status {}).await.ok()
 }
 
@@ -205,7 +209,7 @@ fn render(status: &Status, ends: &EndMetrics) -> String {
     );
     registry.register(
         "sessions_ended",
-        "Sessions ended since the daemon started, by reason and by the exit source that saw the death",
+        "Sessions ended since the daemon started, by reason, by the exit source that saw the death and by the kind of its cause",
         ends.ended.clone(),
     );
     registry.register(

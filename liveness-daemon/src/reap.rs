@@ -32,7 +32,7 @@ use liveness_common::identity::Identity;
 use liveness_common::session::{ReapFailure, Reaped};
 use liveness_proc::identity::{IdentityError, Liveness, ProcRoot, pidfd_exited, pidfs_ino};
 
-use crate::offload::offload;
+use crate::offload::offload_for;
 use crate::source::pidfd::register_readable;
 
 /// How long SIGKILLed processes have to vanish before they are reported as failed: a
@@ -233,7 +233,7 @@ impl Reaper {
             .await;
         reaped.exited = exited;
         reaped.failed = failed;
-        let (terminated, running) = self.wait(terminating, Instant::now() + grace).await;
+        let (terminated, running) = self.wait(terminating, uid, Instant::now() + grace).await;
         reaped.terminated = terminated;
         let (killing, terminated, failed) = self
             .off_engine(running, uid, Signal::KILL, lease.slots)
@@ -241,7 +241,7 @@ impl Reaper {
         // These exited between the end of the grace and the check before SIGKILL.
         reaped.terminated.extend(terminated);
         reaped.failed.extend(failed);
-        let (killed, unkillable) = self.wait(killing, Instant::now() + KILL_WAIT).await;
+        let (killed, unkillable) = self.wait(killing, uid, Instant::now() + KILL_WAIT).await;
         reaped.killed = killed;
         reaped.failed.extend(
             unkillable
@@ -261,9 +261,11 @@ impl Reaper {
         slots: usize,
     ) -> Round {
         let reaper = self.clone();
-        offload(move || reaper.signal_round(targets, uid, signal, slots))
-            .await
-            .unwrap_or_default()
+        offload_for(uid, move || {
+            reaper.signal_round(targets, uid, signal, slots)
+        })
+        .await
+        .unwrap_or_default()
     }
 
     /// Checks each target again and sends it `signal`, keeping at most `slots` pidfds.
@@ -386,7 +388,12 @@ impl Reaper {
     /// that did, and those still running. The held pidfds are watched; the other targets
     /// are looked up in `/proc` (see [`POLL`]) once the held ones are done, and once more
     /// at the deadline.
-    async fn wait(&self, targets: Vec<Target>, deadline: Instant) -> (Vec<u32>, Vec<Target>) {
+    async fn wait(
+        &self,
+        targets: Vec<Target>,
+        uid: u32,
+        deadline: Instant,
+    ) -> (Vec<u32>, Vec<Target>) {
         let (held, mut unheld): (Vec<Target>, Vec<Target>) = targets
             .into_iter()
             .partition(|target| target.pidfd.is_some());
@@ -412,7 +419,7 @@ impl Reaper {
             .collect();
         while !unheld.is_empty() {
             let reaper = self.clone();
-            let (gone, running): (Vec<Target>, Vec<Target>) = offload(move || {
+            let (gone, running): (Vec<Target>, Vec<Target>) = offload_for(uid, move || {
                 unheld
                     .into_iter()
                     .partition(|target| reaper.has_exited(&target.identity))

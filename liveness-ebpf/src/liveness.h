@@ -22,6 +22,15 @@ struct signal_struct {
 	atomic_t live;
 	unsigned int flags;
 	int group_exit_code;
+	/* CPU time of the threads already gone, in nanoseconds: sampled at ticks (utime,
+	 * stime) and exact (sum_sched_runtime). */
+	__u64 utime;
+	__u64 stime;
+	__u64 sum_sched_runtime;
+	/* The process's peak resident set, in pages: do_exit raises it before the tracepoint. */
+	unsigned long maxrss;
+	/* Set by mark_oom_victim, once, when the OOM killer chose the process. */
+	struct mm_struct *oom_mm;
 };
 
 struct ns_common {
@@ -44,6 +53,10 @@ struct pid {
 	struct upid numbers[1];
 };
 
+struct sched_entity {
+	__u64 sum_exec_runtime;
+};
+
 struct task_struct {
 	int exit_code;
 	int pid;
@@ -51,7 +64,62 @@ struct task_struct {
 	struct task_struct *group_leader;
 	struct pid *thread_pid;
 	__u64 start_boottime;
+	/* This thread's CPU time, in nanoseconds: sampled at ticks, and exact in se. */
+	__u64 utime;
+	__u64 stime;
+	struct sched_entity se;
+	char comm[16];
 	struct signal_struct *signal;
+	struct css_set *cgroups;
+};
+
+/* Only its address is used: the siginfo layout read through it is user-space ABI. */
+struct kernel_siginfo;
+
+/* A cgroup's kernfs node: its id is the inode number of the cgroup's directory. */
+struct kernfs_node {
+	__u64 id;
+};
+
+struct cgroup {
+	struct kernfs_node *kn;
+};
+
+struct cgroup_subsys_state {
+	struct cgroup *cgroup;
+	struct cgroup_subsys_state *parent;
+};
+
+/* A task's cgroups, one per controller, indexed by enum cgroup_subsys_id. */
+struct css_set {
+	struct cgroup_subsys_state *subsys[1];
+};
+
+enum cgroup_subsys_id {
+	memory_cgrp_id = 4,
+};
+
+typedef struct {
+	long counter;
+} atomic_long_t;
+
+/* Memory charged to a cgroup, in pages, and its limit (memory.max, memory.limit_in_bytes). */
+struct page_counter {
+	atomic_long_t usage;
+	unsigned long max;
+};
+
+struct mem_cgroup {
+	struct cgroup_subsys_state css;
+	struct page_counter memory;
+};
+
+/*
+ * The mark_victim tracepoint's event: from Linux 6.8 its arguments are the victim's task and
+ * uid (and the event records the uid), before only the victim's pid.
+ */
+struct trace_event_raw_mark_victim___task {
+	unsigned int uid;
 };
 
 #pragma clang attribute pop
@@ -71,7 +139,9 @@ struct task_struct {
 /* Mirrors liveness_common::COUNTER_*. */
 #define COUNTER_EMITTED 0
 #define COUNTER_LOST 1
-#define COUNTER_SLOTS 2
+#define COUNTER_CAUSES_LOST 2
+#define COUNTER_USAGE_LOST 3
+#define COUNTER_SLOTS 4
 
 /* Mirrors liveness_common::MEMBER_COUNTER_*. */
 #define MEMBER_COUNTER_FULL 0
@@ -98,19 +168,102 @@ _Static_assert(__builtin_offsetof(struct member_record, root_start_ticks) == 8,
 _Static_assert(__builtin_offsetof(struct member_record, root_tgid) == 16, "root_tgid offset");
 _Static_assert(__builtin_offsetof(struct member_record, flags) == 20, "flags offset");
 
+/* Mirrors liveness_common::CAUSE_*: what a signal_cause holds. */
+#define CAUSE_SIGNAL 1
+#define CAUSE_SENDER_IN_TREE 2
+#define CAUSE_OOM_MARKED 4
+#define CAUSE_LIMITS_READ 8
+
+/* Mirrors liveness_common::ORIGIN_*: how the signal's siginfo came to be. */
+#define ORIGIN_SIGINFO 0
+#define ORIGIN_NOINFO 1
+#define ORIGIN_PRIV 2
+
+/* Mirrors liveness_common::EXIT_*: what an exit_record holds besides the death. */
+#define EXIT_HAS_CAUSE 1
+#define EXIT_HAS_MEMBERS 2
+#define EXIT_OOM_VICTIM 4
+
+/*
+ * Mirrors liveness_common::Usage: CPU time in nanoseconds and the peak resident set in
+ * pages, of one process or summed over the members of a tree that exited. The user and
+ * system times are samples taken at ticks; the runtime is exact, and user space splits it
+ * in their proportion, as getrusage does.
+ */
+struct usage {
+	__u64 user_ns;
+	__u64 system_ns;
+	__u64 runtime_ns;
+	/* Of one process; over a tree's members, the largest member's. */
+	__u64 peak_rss_pages;
+};
+
+_Static_assert(sizeof(struct usage) == 32, "usage size");
+
+/* Mirrors liveness_common::TreeUsage: the members of a tracked process's tree that exited. */
+struct tree_usage {
+	__u64 root_start_ticks;
+	struct usage total;
+	__u32 exited;
+	__u32 pad;
+};
+
+_Static_assert(sizeof(struct tree_usage) == 48, "tree_usage size");
+_Static_assert(__builtin_offsetof(struct tree_usage, total) == 8, "total offset");
+_Static_assert(__builtin_offsetof(struct tree_usage, exited) == 40, "exited offset");
+
+/*
+ * Mirrors liveness_common::SignalCause: the last signal that kills by default sent to a
+ * tracked process, with its sender (current when it was sent), and the OOM kill if the
+ * OOM killer chose the process.
+ */
+struct signal_cause {
+	__u64 target_start_ticks;
+	__u64 sender_start_ticks;
+	/* The root of the tree the sender belongs to, when CAUSE_SENDER_IN_TREE. */
+	__u64 sender_root_start_ticks;
+	/* With CAUSE_LIMITS_READ: the kernfs id of the nearest memory cgroup of the target at
+	 * its limit when the kernel sent SIGKILL, or 0 when none was. */
+	__u64 oom_cgroup_id;
+	__u32 sender_tgid;
+	__u32 sender_uid;
+	__u32 sender_root_tgid;
+	/* si_code as the kernel set it, when origin is ORIGIN_SIGINFO. */
+	__s32 code;
+	__u32 signal;
+	__u16 origin;
+	__u16 flags;
+	char sender_comm[16];
+};
+
+_Static_assert(sizeof(struct signal_cause) == 72, "signal_cause size");
+_Static_assert(__builtin_offsetof(struct signal_cause, sender_tgid) == 32, "sender_tgid offset");
+_Static_assert(__builtin_offsetof(struct signal_cause, signal) == 48, "signal offset");
+_Static_assert(__builtin_offsetof(struct signal_cause, origin) == 52, "origin offset");
+_Static_assert(__builtin_offsetof(struct signal_cause, sender_comm) == 56, "sender_comm offset");
+
 /* Mirrors liveness_common::ExitRecord; the daemon's tests compare this type's BTF to it. */
 struct exit_record {
 	__u64 start_ticks;
 	__u64 exit_monotonic_ns;
 	__u32 tgid;
 	__u32 wait_status;
+	struct usage usage;
+	struct tree_usage members;
+	struct signal_cause cause;
+	__u32 flags;
+	__u32 pad;
 };
 
-_Static_assert(sizeof(struct exit_record) == 24, "exit_record size");
+_Static_assert(sizeof(struct exit_record) == 184, "exit_record size");
 _Static_assert(__builtin_offsetof(struct exit_record, start_ticks) == 0, "start_ticks offset");
 _Static_assert(__builtin_offsetof(struct exit_record, exit_monotonic_ns) == 8,
 	       "exit_monotonic_ns offset");
 _Static_assert(__builtin_offsetof(struct exit_record, tgid) == 16, "tgid offset");
 _Static_assert(__builtin_offsetof(struct exit_record, wait_status) == 20, "wait_status offset");
+_Static_assert(__builtin_offsetof(struct exit_record, usage) == 24, "usage offset");
+_Static_assert(__builtin_offsetof(struct exit_record, members) == 56, "members offset");
+_Static_assert(__builtin_offsetof(struct exit_record, cause) == 104, "cause offset");
+_Static_assert(__builtin_offsetof(struct exit_record, flags) == 176, "flags offset");
 
 #endif /* LIVENESS_H */

@@ -256,6 +256,22 @@ impl Daemon {
         assert!(ended, "{id} did not end: {last}\n{}", self.log());
         last
     }
+
+    /// The session `id` (of user `uid`, for root) once it is finalized: ended, and each of
+    /// its end actions with its outcome; fails the test if that takes over 20 s.
+    pub fn wait_finalized(&self, id: &str, uid: Option<u32>) -> Value {
+        let mut last = Value::Null;
+        let done = eventually(Duration::from_secs(20), || {
+            let mut request = serde_json::json!({"op": "get", "session": id});
+            if let Some(uid) = uid {
+                request["uid"] = uid.into();
+            }
+            last = self.request(request)["session"].clone();
+            last["finalized_ms"].is_i64()
+        });
+        assert!(done, "{id} was not finalized: {last}\n{}", self.log());
+        last
+    }
 }
 
 impl Drop for Daemon {

@@ -239,10 +239,10 @@ fn watch_creates_the_cursor_directory_at_start() {
     );
 }
 
-/// `examples/agent-hooks`: the hooks and the watcher command of its README, verbatim, with
-/// HOME a fresh directory (so `~/.local/state` does not exist) and the binaries on PATH.
-/// Each agent leaves an orphaned server behind, which `whose` and `processes` still place
-/// in its session and which the session's end terminates.
+/// `examples/agent-hooks`: its hooks verbatim, with HOME a fresh directory and the binaries
+/// on PATH. Each agent leaves an orphaned server behind, which `whose` and `processes`
+/// still place in its session and which the session's end terminates; the session's end
+/// action, run by the daemon, releases its lock file.
 #[test]
 fn agent_hooks_example_works_verbatim() {
     const README: &str = include_str!("../../examples/agent-hooks/README.md");
@@ -264,11 +264,11 @@ fn agent_hooks_example_works_verbatim() {
             include_str!("../../examples/agent-hooks/session-id.sh"),
         ),
     ];
-    let watch_command = README
+    let wait_command = README
         .lines()
         .map(str::trim)
-        .find(|line| line.starts_with("liveness watch --exec"))
-        .expect("the README shows the watcher command");
+        .find(|line| line.starts_with("liveness wait --session"))
+        .expect("the README shows how to wait for the end action");
 
     let daemon = Daemon::start(&[]);
     let work = tempfile::tempdir().unwrap();
@@ -303,12 +303,6 @@ fn agent_hooks_example_works_verbatim() {
         command
     };
 
-    // `exec`: the watcher is the shell's process, so that killing it ends the watcher.
-    let mut watcher = run(Path::new("/bin/sh"), &format!("exec {watch_command}"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
     // Two sessions, each owned by an "agent": a copy of bash under another name (the owner
     // walk skips programs by their executable's name), as a real agent would be.
     // Each agent starts an "MCP server" after its session began, the way `npx` does: in the
@@ -369,30 +363,26 @@ fn agent_hooks_example_works_verbatim() {
             daemon.log()
         );
     }
-    let released = eventually(Duration::from_secs(15), || {
-        !lock("agent-1").exists() && !lock("agent-2").exists()
-    });
-    let running = matches!(watcher.try_wait(), Ok(None));
-    let _ = watcher.kill();
-    let output = watcher.wait_with_output().unwrap();
-    assert!(running, "the watcher died: {output:?}\n{}", daemon.log());
-    assert!(
-        released,
-        "on-ended.sh did not release the locks: {output:?}"
-    );
-    let cursor = home.join(".local/state/agent-hooks.cursor");
-    assert!(
-        cursor.exists(),
-        "{} was not written: {output:?}",
-        cursor.display()
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&output.stdout)
-            .matches("released")
-            .count(),
-        2,
-        "{output:?}"
-    );
+    // The README's wait, for each session: it returns once the end action has run.
+    for id in ["agent-1", "agent-2"] {
+        let waited = run(Path::new("/bin/sh"), wait_command)
+            .env("SESSION_ID", id)
+            .output()
+            .unwrap();
+        // Its exit code says how the agent ended (killed here), as `wait`'s always does.
+        let said = String::from_utf8_lossy(&waited.stdout);
+        assert!(said.contains("Finalized:"), "{waited:?}\n{}", daemon.log());
+        assert!(
+            !lock(id).exists(),
+            "on-ended.sh did not release {id}'s lock"
+        );
+        let session = daemon.cli(&["get", "--session", id, "--json"]);
+        let session: Value = serde_json::from_slice(&session.stdout).unwrap();
+        let outcome = &session["actions"][0]["outcome"];
+        assert_eq!(outcome["exit"]["code"], 0, "{session}");
+        let said = outcome["stderr_tail"].as_str().unwrap_or_default();
+        assert!(said.contains("released"), "{session}");
+    }
 }
 
 /// A socket directory that does not exist is refused (it is not the default runtime

@@ -198,6 +198,20 @@ fn kill_owner(leg: &str, daemon: &Daemon, session: &str) -> Value {
         session_now["reason"], "owner_exited",
         "{leg}: {session_now}"
     );
+    // Only the eBPF programs see why: any other source says the cause is unknown, and why.
+    let cause = &session_now["cause"];
+    if session_now["detected_by"] == "ebpf" {
+        assert_eq!(cause["kind"], "signal", "{leg}: {session_now}");
+        assert_eq!(cause["sender"]["pid"], std::process::id(), "{leg}: {cause}");
+    } else {
+        assert_eq!(cause["kind"], "unknown", "{leg}: {session_now}");
+        assert!(
+            cause["reason"]
+                .as_str()
+                .is_some_and(|reason| reason.contains("does not show why")),
+            "{leg}: {cause}"
+        );
+    }
     session_now
 }
 

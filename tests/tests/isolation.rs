@@ -480,3 +480,24 @@ fn silent_metrics_connections_hold_up_no_scrape() {
         );
     }
 }
+
+/// Registering over and over an owner with a 4,000-process tree: each registration
+/// follows the tree.
+#[test]
+fn registrations_of_a_big_tree_stall_nobody() {
+    if !privileged("registrations_of_a_big_tree_stall_nobody") {
+        return;
+    }
+    let _alone = alone();
+    let daemon = Daemon::start(&[]);
+    open_socket_to_everyone(&daemon);
+    let tree = tree_of_mallory(4_000);
+    let owner = json!({"pid": tree.pid()});
+    holds_while(&daemon, "registrations over 4,000", || {
+        Attack::looping(
+            &daemon,
+            4,
+            json!({"op": "register", "session": "again", "owner": owner}),
+        )
+    });
+}

@@ -1,7 +1,7 @@
 //! The journal: a death is appended to it before it is published, and written to SQLite
 //! after. A SIGKILL at any point between loses nothing and duplicates nothing: after the
 //! append (not published yet), after the publish (not in SQLite yet), and during the
-//! replay of the journal at the next start.
+//! replay of the journal at the next start; nor the cause and usage the death carried.
 
 use std::path::Path;
 use std::process::Command;
@@ -74,15 +74,24 @@ fn endings(daemon: &Daemon) -> Vec<Value> {
 }
 
 /// The session, once ended, as it was ended by the death the eBPF source saw (not found
-/// dead by a reconcile at start), exactly once.
+/// dead by a reconcile at start), exactly once: with the cause and the usage the kernel's
+/// record carried, which only the journal kept across the kill.
 fn ended_once_as_observed(daemon: &Daemon) {
     let ended = endings(daemon);
     assert_eq!(ended.len(), 1, "one ending: {ended:?}");
     assert_eq!(ended[0]["detected_by"], "ebpf", "{}", ended[0]);
     assert_eq!(ended[0]["exit"], json!({"kind": "exited", "code": 3}));
+    assert_eq!(ended[0]["cause"], json!({"kind": "exit", "code": 3}));
+    assert!(
+        ended[0]["usage"]["peak_rss_bytes"].as_u64() > Some(0),
+        "the kernel's usage: {}",
+        ended[0]
+    );
     let session = daemon.session("s");
     assert_eq!(session["phase"], "ended", "{session}");
     assert_eq!(session["detected_by"], "ebpf", "{session}");
+    assert_eq!(session["cause"], ended[0]["cause"], "{session}");
+    assert_eq!(session["usage"], ended[0]["usage"], "{session}");
 }
 
 #[test]

@@ -798,3 +798,73 @@ fn run_with_on_end_terminate_ends_what_the_command_left_running() {
     );
     assert_eq!(daemon.session("leaves")["on_end"], "terminate");
 }
+
+/// Item 7 of the hardening issue: one user made 102,400 locks and its `lock_list` took
+/// seconds. Locks are bounded per uid, their names count in the per-uid bytes, a refusal
+/// changes nothing, and `lock_list` comes in pages.
+#[test]
+fn a_users_locks_are_bounded_counted_in_its_bytes_and_listed_in_pages() {
+    if !privileged("a_users_locks_are_bounded_counted_in_its_bytes_and_listed_in_pages") {
+        return;
+    }
+    const MALLORY: u32 = 61_021;
+    let daemon = Daemon::start(&[
+        "--max-locks-per-uid",
+        "3",
+        "--max-label-bytes-per-uid",
+        "40",
+    ]);
+    integration_tests::open_socket_to_everyone(&daemon);
+    let owner = process_of(MALLORY);
+    let mut mallory = integration_tests::ClientAs::connect(&daemon, MALLORY);
+    let mut ask = |request: Value| mallory.request(&request).expect("a reply");
+    let registered = ask(json!({"op": "register", "session": "s", "owner": {"pid": owner.id()}}));
+    assert_eq!(registered["ok"], true, "{registered}");
+    let take = |name: &str| json!({"op": "lock_acquire", "name": name, "session": "s"});
+    let code = |reply: &Value| {
+        reply["error"]["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+
+    // 30 bytes of names, then one whose 11 would pass the 40 bytes.
+    for name in ["a".repeat(10), "b".repeat(10), "c".repeat(10)] {
+        let granted = ask(take(&name));
+        assert_eq!(granted["ok"], true, "{name}: {granted}");
+    }
+    let fourth = ask(take("d"));
+    assert_eq!(code(&fourth), "limit_reached", "a fourth lock: {fourth}");
+    let released = ask(json!({"op": "lock_release", "name": "c".repeat(10), "session": "s"}));
+    assert_eq!(released["ok"], true, "{released}");
+    let long = ask(take(&"e".repeat(21)));
+    assert_eq!(code(&long), "limit_reached", "41 bytes of names: {long}");
+    let short = ask(take(&"e".repeat(20)));
+    assert_eq!(short["ok"], true, "40 bytes of names: {short}");
+
+    // The refusals changed nothing: mallory holds exactly what was granted.
+    let mut names = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut request = json!({"op": "lock_list", "limit": 1});
+        if let Some(after) = &after {
+            request["after"] = json!(after);
+        }
+        let page = ask(request);
+        assert_eq!(page["ok"], true, "{page}");
+        let locks = page["locks"].as_array().expect("locks");
+        assert!(locks.len() <= 1, "a page of 1: {page}");
+        names.extend(
+            locks
+                .iter()
+                .map(|lock| lock["name"].as_str().unwrap().to_owned()),
+        );
+        match page["next"].as_str() {
+            Some(next) => after = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(names, ["a".repeat(10), "b".repeat(10), "e".repeat(20)]);
+    let bad = ask(json!({"op": "lock_list", "limit": 0}));
+    assert_eq!(code(&bad), "invalid_request", "{bad}");
+}

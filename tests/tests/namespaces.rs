@@ -297,6 +297,7 @@ fn a_pidfd_owner_is_never_confused_with_a_process_reusing_its_pid() {
         on_end: None,
         grace_ms: None,
         wrappers: Vec::new(),
+        on_end_run: None,
     });
     let refusal = client
         .call_with_fds(&request, &[stale_pidfd.as_fd()])

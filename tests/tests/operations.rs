@@ -129,7 +129,10 @@ fn the_metrics_listener_serves_the_status_counters() {
     expect("liveness_sessions{phase=\"active\"}", 1.0);
     expect("liveness_sessions{phase=\"ended\"}", 1.0);
     expect(
-        &format!("liveness_sessions_ended_total{{reason=\"owner_exited\",source=\"{source}\"}}"),
+        &format!(
+            "liveness_sessions_ended_total{{reason=\"owner_exited\",source=\"{source}\",cause=\"{}\"}}",
+            ended["cause"]["kind"].as_str().unwrap()
+        ),
         1.0,
     );
     expect("liveness_end_latency_seconds_count", 1.0);

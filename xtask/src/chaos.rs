@@ -47,6 +47,17 @@ const STEPS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "SIGKILL at each point of the death path: after the append, after the publish, mid-replay",
+        &[
+            "-p",
+            "integration-tests",
+            "--test",
+            "journal",
+            "--",
+            "--nocapture",
+        ],
+    ),
+    (
         "fencing tokens past a restored or deleted state",
         &[
             "-p",

@@ -49,6 +49,7 @@ const PROGRAMS: &[&str] = &[
     "liveness",
     "testproc",
     "seccomp-deny",
+    "dying",
     "wait_for_exit",
 ];
 const INSTALL_HINT: &str = "apt-get install -y qemu-system-x86 busybox-static bash-static cpio";
@@ -281,6 +282,9 @@ export PATH=/bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
+# Pseudo-terminals, for the hang-up test.
+mkdir -p /dev/pts
+mount -t devpts devpts /dev/pts
 mount -t tmpfs tmpfs /tmp
 mount -t tmpfs tmpfs /run
 hostname liveness-vm

@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, List, Tuple
 from conftest import REPO, same
 
 import liveness
-from liveness.types import Event, ExitStatus, Identity, Lock, Reply, Request, Session, Survivors, decode_message, encode_message
+from liveness.types import Cause, Event, ExitStatus, Identity, Lock, Reply, Request, Session, Survivors, Usage, decode_message, encode_message
 
 DOC = REPO / "docs/protocol.md"
 MARKER = "<!-- contract: "
@@ -51,6 +51,8 @@ def wire(value: Dict[str, Any]) -> Any:
 KINDS: Dict[str, Callable[[Any], Any]] = {
     "identity": lambda v: Identity.from_json(v).to_json(),
     "exit_status": lambda v: ExitStatus.from_json(v).to_json(),
+    "cause": lambda v: Cause.from_json(v).to_json(),
+    "usage": lambda v: Usage.from_json(v).to_json(),
     "session": lambda v: Session.from_json(v).to_json(),
     "event": lambda v: Event.from_json(v).to_json(),
     "lock": lambda v: Lock.from_json(v).to_json(),

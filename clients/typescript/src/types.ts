@@ -76,6 +76,80 @@ export const exitStatus: Codec<ExitStatus> = {
   encode: (v) => (v.kind === "exited" ? exited.encode(v) : signaled.encode(v)),
 };
 
+/** The process that sent a killing signal, as it was when it sent it; `session` only where
+ * every reader of the ending may see that session. */
+export interface Sender {
+  pid: number;
+  start_ticks: number;
+  comm: string;
+  uid: number;
+  session?: string;
+}
+
+/** Why a session ended, from its owner's side (docs/protocol.md §2 "Cause"): `kind` is
+ * `exit` (`code`), `signal` (`signal`, and `sender` or `kernel`), `oom` (`scope`, `cgroup`),
+ * `hangup`, `unknown` (`reason`) or `none` (the owner did not die). */
+export interface Cause {
+  kind: string;
+  code?: number;
+  signal?: number;
+  sender?: Sender;
+  kernel?: string;
+  scope?: string;
+  cgroup?: string;
+  reason?: string;
+}
+
+export const cause = object<Cause>({
+  kind: required(str),
+  code: optional(int),
+  signal: optional(int),
+  sender: optional(
+    object<Sender>({
+      pid: required(int),
+      start_ticks: required(int),
+      comm: required(str),
+      uid: required(int),
+      session: optional(str),
+    }),
+  ),
+  kernel: optional(str),
+  scope: optional(str),
+  cgroup: optional(str),
+  reason: optional(str),
+});
+
+/** The members of a tree that exited while tracked: CPU summed, the largest peak. */
+export interface MembersUsage {
+  exited: number;
+  cpu_user_us: number;
+  cpu_system_us: number;
+  peak_rss_bytes: number;
+}
+
+/** What an owner cost, from the kernel at its exit (docs/protocol.md §2 "Usage"). Members
+ * still running at its end are not counted. */
+export interface Usage {
+  cpu_user_us: number;
+  cpu_system_us: number;
+  peak_rss_bytes: number;
+  members: MembersUsage;
+}
+
+export const usage = object<Usage>({
+  cpu_user_us: required(int),
+  cpu_system_us: required(int),
+  peak_rss_bytes: required(int),
+  members: required(
+    object<MembersUsage>({
+      exited: required(int),
+      cpu_user_us: required(int),
+      cpu_system_us: required(int),
+      peak_rss_bytes: required(int),
+    }),
+  ),
+});
+
 /** The members of a session's tree alive at its end: all counted, at most 1000 listed. */
 export interface Survivors {
   total: number;
@@ -100,6 +174,10 @@ export interface Session {
    * `pending_expired`); null while active. */
   reason: string | null;
   exit: ExitStatus | null;
+  /** Why it ended, from its owner's side; absent while active. */
+  cause?: Cause;
+  /** What the owner cost, where the kernel showed it (eBPF). */
+  usage?: Usage;
   /** What noticed the owner's death (`ebpf`, `pidfd`, `procpoll`, `reconcile`). */
   detected_by: string | null;
   creator_uid: number;
@@ -123,6 +201,8 @@ export const session = object<Session>({
   pending: required(bool),
   reason: nullable(str),
   exit: nullable(exitStatus),
+  cause: optional(cause),
+  usage: optional(usage),
   detected_by: nullable(str),
   creator_uid: required(int),
   labels: required(recordOf(str)),
@@ -189,6 +269,8 @@ export interface LivenessEvent {
   previous_session?: string;
   reason?: string;
   exit?: ExitStatus;
+  cause?: Cause;
+  usage?: Usage;
   detected_by?: string;
   observed_ms?: number;
   died_ms?: number;
@@ -211,6 +293,8 @@ export const event = object<LivenessEvent>({
   previous_session: optional(str),
   reason: optional(str),
   exit: optional(exitStatus),
+  cause: optional(cause),
+  usage: optional(usage),
   detected_by: optional(str),
   observed_ms: optional(int),
   died_ms: optional(int),

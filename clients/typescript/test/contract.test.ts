@@ -8,7 +8,7 @@ import { test } from "node:test";
 
 import { ERROR_CODES } from "../src/errors.js";
 import type { Codec } from "../src/codec.js";
-import { event, exitStatus, identity, lock, message, reply, request, session, survivors } from "../src/types.js";
+import { cause, event, exitStatus, identity, lock, message, reply, request, session, survivors, usage } from "../src/types.js";
 import { REPO, differs } from "./daemon.js";
 
 const DOC = path.join(REPO, "docs/protocol.md");
@@ -50,6 +50,8 @@ function wire(value: unknown): unknown {
 const KINDS: Record<string, (value: unknown) => unknown> = {
   identity: roundTrip(identity),
   exit_status: roundTrip(exitStatus),
+  cause: roundTrip(cause),
+  usage: roundTrip(usage),
   session: roundTrip(session),
   event: roundTrip(event),
   lock: roundTrip(lock),

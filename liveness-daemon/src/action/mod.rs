@@ -31,8 +31,7 @@ pub mod user;
 #[cfg(test)]
 mod tests;
 
-pub use runner::{ActionRunner, RunOptions, run_action};
-pub use user::RunAs;
+pub use runner::{ActionRunner, RunOptions};
 
 use sys::Step;
 

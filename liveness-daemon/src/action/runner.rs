@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use liveness_common::action::{ActionOutcome, ActionSpec, EndFacts, STDERR_TAIL_BYTES};
 use liveness_common::exit::ExitStatus;
+use liveness_common::identity::ProcessKey;
 use liveness_proc::identity::{ProcRoot, pidfd_exited};
 
 use super::ActionError;
@@ -24,7 +25,7 @@ use super::tail::Tail;
 use super::tree::end_tree;
 use super::user::RunAs;
 use crate::source::pidfd::register_readable;
-use crate::turns::UidTurns;
+use crate::turns::{Turn, UidTurns};
 
 /// How long a timed-out action's processes have between SIGTERM and SIGKILL.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
@@ -59,35 +60,49 @@ impl ActionRunner {
         }
     }
 
-    /// Waits for a slot of the creator (`facts.uid`), then runs the action as the creator
-    /// (looked up now: the databases may have changed since the registration;
-    /// `registered_gid` is the group it registered with, for a uid they do not know).
+    /// Waits until user `uid` may run one more action; the slot is held until dropped.
+    pub async fn slot(&self, uid: u32) -> Turn {
+        self.slots.take(uid).await
+    }
+
+    /// Runs the action as the creator (`facts.uid`, looked up now: the databases may have
+    /// changed since the registration; `registered_gid` is the group it registered with,
+    /// for a uid they do not know), in a slot of the creator's that the caller holds.
+    /// `spawned` is told its first process.
     pub async fn run(
         &self,
+        _slot: &Turn,
         spec: &ActionSpec,
         facts: &EndFacts,
         registered_gid: Option<u32>,
+        on_spawn: impl FnOnce(ProcessKey) + Send,
     ) -> ActionOutcome {
-        let _slot = self.slots.take(facts.uid).await;
         match RunAs::lookup(facts.uid, registered_gid) {
-            Ok(user) => run_action(spec, facts, &user, &self.options).await,
+            Ok(user) => run_action(spec, facts, &user, &self.options, on_spawn).await,
             Err(e) => failed(facts, now_ms(), Duration::ZERO, &e),
         }
+    }
+
+    /// The options every run shares.
+    pub fn options(&self) -> &RunOptions {
+        &self.options
     }
 }
 
 /// Runs `spec` as `user` with `facts` on its stdin and in its environment, until it exits
 /// or its timeout ends its tree; never fails: what went wrong is in the outcome's `error`.
+/// `on_spawn` is told its first process once it exists.
 pub async fn run_action(
     spec: &ActionSpec,
     facts: &EndFacts,
     user: &RunAs,
     options: &RunOptions,
+    on_spawn: impl FnOnce(ProcessKey) + Send,
 ) -> ActionOutcome {
     let started_ms = now_ms();
     let clock = Instant::now();
     let mut tail = Tail::new(STDERR_TAIL_BYTES);
-    let ran = run(spec, facts, user, options, &mut tail).await;
+    let ran = run(spec, facts, user, options, &mut tail, on_spawn).await;
     let outcome = match ran {
         Ok(Ran {
             exit,
@@ -104,6 +119,7 @@ pub async fn run_action(
             stderr_bytes: tail.total(),
             error: None,
             resumed: facts.action.resumed,
+            skipped: None,
         },
         Err(e) => failed(facts, started_ms, clock.elapsed(), &e),
     };
@@ -144,6 +160,7 @@ async fn run(
     user: &RunAs,
     options: &RunOptions,
     tail: &mut Tail,
+    on_spawn: impl FnOnce(ProcessKey) + Send,
 ) -> Result<Ran, ActionError> {
     let ids = user.ids_for(rustix::process::geteuid().as_raw())?;
     let cwd = spec
@@ -202,6 +219,13 @@ async fn run(
         }
     };
     tracing::debug!(session = %facts.session, pid = root, uid = user.uid, ?program, "end action started");
+    // Not reaped yet, so the pid is still this child's.
+    if let Ok(stat) = options.proc.stat(root) {
+        on_spawn(ProcessKey {
+            pid: root,
+            start_ticks: stat.start_ticks,
+        });
+    }
 
     let timed_out = tokio::select! {
         () = exited(&pidfd) => false,

@@ -14,8 +14,9 @@ use liveness_common::identity::Identity;
 use liveness_common::session::{EndReason, Survivors};
 use liveness_proc::identity::ProcRoot;
 
-use super::runner::ActionRunner;
-use super::{RunAs, RunOptions, run_action};
+use super::RunOptions;
+use super::runner::{ActionRunner, run_action};
+use super::user::RunAs;
 use crate::source::testutil::root;
 
 /// An unprivileged user with supplementary groups of its own, whatever the databases of
@@ -70,7 +71,7 @@ fn sh(script: &str) -> ActionSpec {
 }
 
 async fn run_as(user: &RunAs, spec: &ActionSpec) -> ActionOutcome {
-    run_action(spec, &facts(), user, &options()).await
+    run_action(spec, &facts(), user, &options(), |_| {}).await
 }
 
 /// Runs a script that must succeed, and returns its stderr.
@@ -443,9 +444,14 @@ async fn the_runner_looks_up_the_creator_and_runs_as_it() {
     // A uid no database knows, with the group it registered with.
     let uid = u32::MAX - 1;
     let facts = EndFacts { uid, ..facts() };
+    let slot = runner.slot(uid).await;
+    let mut root = None;
+    let spec = sh("cat /proc/self/status >&2");
     let outcome = runner
-        .run(&sh("cat /proc/self/status >&2"), &facts, Some(4_343))
+        .run(&slot, &spec, &facts, Some(4_343), |key| root = Some(key))
         .await;
+    let root = root.expect("the runner names the action's first process");
+    assert!(root.pid > 0 && root.start_ticks > 0, "{root:?}");
     assert!(outcome.succeeded(), "{outcome:?}");
     assert_eq!(
         field(&outcome.stderr_tail, "Uid"),

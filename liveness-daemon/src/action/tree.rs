@@ -26,7 +26,8 @@ use std::time::Duration;
 use rustix::process::Signal;
 use tokio::time::Instant;
 
-use liveness_proc::identity::{ProcRoot, pidfd_exited};
+use liveness_common::identity::ProcessKey;
+use liveness_proc::identity::{Liveness, ProcRoot, pidfd_exited};
 
 use super::sys;
 use crate::reap::{KILL_WAIT, Signalled, signal, wait_for_exits};
@@ -68,6 +69,25 @@ pub async fn end_tree(proc: &ProcRoot, root: u32, root_pidfd: &OwnedFd, grace: D
         );
     }
     killed
+}
+
+/// Ends what is left of an earlier run of an action whose first process was `root` (a run
+/// a stop or a crash of the daemon cut short), so that it never runs beside its rerun.
+/// Returns whether `root` was still running.
+pub async fn end_leftover(proc: &ProcRoot, root: ProcessKey, grace: Duration) -> bool {
+    let Ok(pidfd) = sys::pidfd_of(root.pid) else {
+        return false;
+    };
+    // Checked after the pidfd was opened: the pidfd is then of that very process.
+    if proc.check_process(root, None) != Liveness::Alive || pidfd_exited(pidfd.as_fd()) {
+        return false;
+    }
+    tracing::warn!(
+        pid = root.pid,
+        "ending what is left of an end action's cut-short run before running it again"
+    );
+    end_tree(proc, root.pid, &pidfd, grace).await;
+    true
 }
 
 /// Sends `signal` to each member; those that had exited drop out.

@@ -105,6 +105,13 @@ pub struct Args {
     /// Locks held by one non-root uid's sessions.
     #[arg(long, default_value_t = LimitsConfig::default().locks_per_uid, value_parser = parse_count::<u64>, value_name = "COUNT")]
     pub(super) max_locks_per_uid: u64,
+    /// End actions of one user running at once; the others wait their turn.
+    #[arg(long, default_value_t = crate::action::runner::DEFAULT_ACTIONS_PER_UID, value_parser = parse_count::<usize>, value_name = "COUNT")]
+    pub(super) action_slots: usize,
+    /// Between SIGTERM and SIGKILL when an end action's process tree is ended (at its
+    /// timeout, or when the daemon stops during it).
+    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    pub(super) action_grace: std::time::Duration,
     /// Serve the status counters in the Prometheus format at http://ADDR/metrics (e.g.
     /// 127.0.0.1:9464). Off by default; there is no authentication, so keep ADDR local.
     #[arg(long, value_name = "ADDR")]

@@ -11,7 +11,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::engine::{Clock, EngineConfig};
+use crate::engine::{ActionConfig, Clock, EngineConfig};
 use crate::limits::Limits;
 use crate::source::ebpf::EbpfConfig;
 use crate::source::monitor::MonitorConfig;
@@ -265,6 +265,12 @@ fn engine_start(
             limits: Arc::clone(limits),
             clock: Clock::System,
             trace_hops: args.trace_hops,
+            // Off the engine's thread: on the runtime that serves connections.
+            actions: ActionConfig {
+                per_uid: args.action_slots,
+                kill_grace: args.action_grace,
+                runtime: Some(tokio::runtime::Handle::current()),
+            },
         },
         about,
     }

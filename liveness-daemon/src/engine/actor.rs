@@ -1,21 +1,25 @@
 //! The engine's loop and its order: exits first, then commands; commit, then publish,
 //! then the effects (lock grants, reaps), then reply.
 
+use std::sync::Arc;
+
 use tokio::sync::{mpsc, watch};
 
 use crate::source::ExitObservation;
 use crate::store::journal::JournalEntry;
-use crate::store::{Ending, JournaledDeaths, OwnerDeath};
+use crate::store::{ActionKey, Begin, Ending, JournaledDeaths, OwnerDeath};
+use liveness_common::action::ActionOutcome;
 use liveness_common::exit::DetectedBy;
 use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::session::{EndReason, Event, Session};
 use liveness_proc::identity::Liveness;
 
+use super::actions::{Begun, Next, Progress, with_actions};
 use super::locks::LockEffect;
 use super::reaps::{ReapDone, terminating};
 use super::tree::{REFRESH_PERIOD, Start, TREE_PERIOD};
 use super::{
-    Batch, Command, Engine, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, Published, RETRY_PERIOD,
+    Command, Engine, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, Published, RETRY_PERIOD,
     housekeeping, ms_of,
 };
 
@@ -76,7 +80,19 @@ impl Engine {
                     // Still due in the store: the next start runs it again.
                     Err(e) => tracing::error!(error = %e, "a reap task failed"),
                 },
-                _ = retry.tick(), if !self.retries.is_empty() || self.journaled.behind() => {
+                next = self.actions.next() => match next {
+                    Next::Progress(progress) => self.action_progress(progress),
+                    Next::Finished(Ok((key, Some(outcome)))) => {
+                        self.record_actions(vec![(key, outcome)]);
+                    }
+                    Next::Finished(Ok((key, None))) => self.actions.done(&key),
+                    // Still `running` in the store: the next start runs it again.
+                    Next::Finished(Err(e)) => {
+                        tracing::error!(error = %e, "an end action's task failed");
+                    }
+                },
+                _ = retry.tick(), if !self.retries.is_empty() || self.journaled.behind()
+                    || self.actions.has_queued() => {
                     self.retry_commits();
                 }
                 _ = housekeeping.tick() => self.housekeeping(),
@@ -86,8 +102,8 @@ impl Engine {
                     break Err(EngineError::Store(e));
                 },
                 _ = tree_slices.tick(), if self.trees.has_work() => self.trees.step(),
-                // Last: only when nothing else is ready, and after one yield, so that the
-                // connections woken by a publish write to their sockets first.
+                // Last: only when nothing else is ready, after one yield, so that a death
+                // that comes meanwhile is not written behind log lines.
                 () = tokio::task::yield_now(), if !self.unlogged.is_empty() => {
                     self.unlogged.flush(&mut self.fresh_owners);
                 }
@@ -105,17 +121,20 @@ impl Engine {
         // What the kernel added since the last refresh, for the next run.
         self.trees.finish().await;
         self.trees.refresh_now(&mut self.store);
-        // A reap that finished just before its abort is recorded after all.
+        // A reap or an action that finished just before its abort is recorded after all.
         let finished = self.reaps.cancel().await;
         self.record_reaps(finished);
+        let finished = self.actions.stop().await;
+        self.record_actions(finished);
         if !self.retries.is_empty() {
-            // Their sessions are still ACTIVE in the store, or their reaps still due: the
-            // next start reconciles them, and runs the reaps again.
-            let (deaths, reaps) = self.retries.counts();
+            // Their sessions are still ACTIVE in the store, their reaps still due, their
+            // actions still running: the next start reconciles them and runs them again.
+            let (deaths, reaps, actions) = self.retries.counts();
             tracing::error!(
                 deaths,
                 reaps,
-                "stopping with finalizations or reap outcomes that could not be committed; the next start will reconcile them and run the reaps again"
+                actions,
+                "stopping with finalizations, reap or end action outcomes that could not be committed; the next start will reconcile them and run them again"
             );
         }
         if let Err(e) = self.store.end_run() {
@@ -142,6 +161,7 @@ impl Engine {
     /// are not started twice.
     pub(super) fn reconcile_at_start(&mut self) {
         self.reaps.resume(&mut self.store, &self.trees);
+        self.actions.resume(&self.store);
         let owners = match self.store.active_owners() {
             Ok(owners) => owners,
             Err(e) => {
@@ -187,6 +207,9 @@ impl Engine {
             observed_ms: self.config.clock.now_ms(),
             died_ms: None,
             survivors: None,
+            cause: None,
+            usage: None,
+            sender_root: None,
         };
         if owner.boot_id != self.local.boot_id {
             let earlier_boot_here = match self.store.is_known_boot(&owner.boot_id) {
@@ -218,6 +241,7 @@ impl Engine {
 
     /// The store's view of a death observed on this boot.
     pub(super) fn death_of(&self, observation: &ExitObservation) -> OwnerDeath {
+        let facts = observation.facts.as_ref();
         OwnerDeath {
             owner: self.identity_of(observation.key),
             reason: EndReason::from(observation.reason),
@@ -226,6 +250,9 @@ impl Engine {
             observed_ms: ms_of(observation.at),
             died_ms: observation.died_at.map(ms_of),
             survivors: None,
+            cause: facts.map(|facts| facts.cause.clone()),
+            usage: facts.map(|facts| facts.usage.clone()),
+            sender_root: facts.and_then(|facts| facts.sender_root),
         }
     }
 
@@ -293,6 +320,7 @@ impl Engine {
         crate::faults::point("after-append");
         let effects = self.locks.effects_of(&events);
         let to_reap = terminating(&events);
+        self.actions.ended(with_actions(&events));
         self.broadcast(events);
         crate::faults::point("after-publish");
         // What a waiter's grant reads, and a reap's plan: SQLite, once the batch is in it.
@@ -300,6 +328,7 @@ impl Engine {
         for ended in &to_reap {
             self.reaps.start(ended, &self.store, &self.trees);
         }
+        self.start_actions();
         // Every session of a dead owner has ended: nobody follows its tree now.
         self.trees.forget(deaths.iter().map(|death| &death.owner));
     }
@@ -320,6 +349,66 @@ impl Engine {
         !self.journaled.behind() || self.apply_journaled(None)
     }
 
+    /// Starts the end actions of the sessions that ended, once SQLite has their ends (a
+    /// batch it could not write yet holds them back until it can).
+    fn start_actions(&mut self) {
+        if self.journaled.behind() {
+            return;
+        }
+        let now = self.config.clock.now_ms();
+        let finalized = self.actions.start_queued(&mut self.store, now);
+        if !finalized.is_empty() {
+            self.publish(finalized);
+        }
+    }
+
+    /// A run of an end action has its slot (it is marked `running` before it is spawned),
+    /// or has spawned its first process.
+    pub(super) fn action_progress(&mut self, progress: Progress) {
+        match progress {
+            Progress::Begin { key, reply } => {
+                crate::faults::point("before-action-start");
+                let begun = match self.store.run_action(&key) {
+                    Ok(Begin::Run(session)) => Begun::Run(session),
+                    Ok(Begin::Skip) => Begun::Skip,
+                    Err(e) => {
+                        let e = self.store.explain(e);
+                        tracing::error!(error = %e, session = key.session, index = key.index, "cannot mark an end action as running; trying again");
+                        Begun::Later
+                    }
+                };
+                // The run may have been cut short meanwhile.
+                let _ = reply.send(begun);
+            }
+            Progress::Spawned { key, root } => {
+                if let Err(e) = self.store.action_spawned(&key, root) {
+                    tracing::error!(error = %e, session = key.session, "cannot record an end action's process; a crash now would leave it running beside its rerun");
+                }
+                self.actions.spawned(key, root);
+                crate::faults::point("after-action-spawn");
+            }
+        }
+    }
+
+    /// Commits and publishes the `session.action` events (and `session.finalized`) of
+    /// finished end actions, after those whose commit failed before.
+    pub(super) fn record_actions(&mut self, done: Vec<(ActionKey, ActionOutcome)>) {
+        for (key, _) in &done {
+            self.actions.done(key);
+        }
+        if !done.is_empty() {
+            crate::faults::point("before-action-commit");
+        }
+        let now = self.config.clock.now_ms();
+        let store = &mut self.store;
+        if let Some(events) = self
+            .retries
+            .record_actions(done, store, &mut self.counters, now)
+        {
+            self.publish(events);
+        }
+    }
+
     /// Commits and publishes the `session.reaped` events of finished reaps, after those
     /// whose commit failed before.
     pub(super) fn record_reaps(&mut self, done: Vec<ReapDone>) {
@@ -338,6 +427,8 @@ impl Engine {
         self.caught_up();
         self.finalize(Vec::new());
         self.record_reaps(Vec::new());
+        self.record_actions(Vec::new());
+        self.start_actions();
     }
 
     /// Ends what housekeeping finds due, and applies retention.
@@ -374,12 +465,14 @@ impl Engine {
         self.journaled.committed(&events, &self.store);
         let effects = self.locks.effects_of(&events);
         let to_reap = terminating(&events);
+        self.actions.ended(with_actions(&events));
         self.broadcast(events);
         self.follow_locks(effects);
         // Once the subscribers have the endings, while the sessions' trees are still known.
         for ended in &to_reap {
             self.reaps.start(ended, &self.store, &self.trees);
         }
+        self.start_actions();
     }
 
     /// Grants what `effects` freed, to the waiters first in line.
@@ -399,21 +492,25 @@ impl Engine {
         }
     }
 
-    /// Sends committed events, as one batch, to every subscriber. A subscriber whose queue
-    /// is full is dropped; its connection tells it `lagged`. The metrics come after, and
-    /// the log lines only once the woken connections have written (see `eventlog`).
+    /// Writes committed events, as one batch, to every subscriber (see `outbox`). A
+    /// subscriber whose queue is full is dropped; its connection tells it `lagged`. The
+    /// metrics come after, and the log lines only once the engine would otherwise wait
+    /// (see `eventlog`).
     fn broadcast(&mut self, mut events: Vec<Event>) {
-        let batch: Batch = events
+        let batch: Vec<Published> = events
             .iter_mut()
             .filter_map(|event| {
                 self.usage.apply(event);
                 super::hops::published(event);
                 match serde_json::to_string(&EventLine { event }) {
-                    Ok(line) => Some(Published {
+                    Ok(mut line) => Some(Published {
                         seq: event.seq,
                         session: event.session.clone(),
                         creator_uid: event.creator_uid,
-                        line,
+                        line: {
+                            line.push('\n');
+                            Arc::from(line)
+                        },
                     }),
                     Err(e) => {
                         tracing::error!(error = %e, seq = event.seq, "cannot serialize event");

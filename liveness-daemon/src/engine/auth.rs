@@ -7,6 +7,9 @@ use liveness_common::session::Session;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Caller {
     pub uid: u32,
+    /// The primary group it connected with: the group of its end actions should the user
+    /// databases not know its uid.
+    pub gid: u32,
     /// In the daemon's PID namespace; 0 when the client is not visible there.
     pub pid: u32,
 }
@@ -49,8 +52,16 @@ mod tests {
 
     #[test]
     fn only_root_names_another_users_namespace() {
-        let user = Caller { uid: 1000, pid: 1 };
-        let root = Caller { uid: 0, pid: 1 };
+        let user = Caller {
+            uid: 1000,
+            gid: 1000,
+            pid: 1,
+        };
+        let root = Caller {
+            uid: 0,
+            gid: 0,
+            pid: 1,
+        };
         assert_eq!(user.namespace(None), Ok(Some(1000)), "a user's own");
         assert_eq!(user.namespace(Some(1000)), Ok(Some(1000)));
         let refused = user.namespace(Some(2000)).unwrap_err();

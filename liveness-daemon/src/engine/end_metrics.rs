@@ -1,11 +1,12 @@
-//! The ends of sessions counted as they are published, by reason and source, with their
-//! death-to-commit latency: what `--metrics-listen` serves beside the status counters.
+//! The ends of sessions counted as they are published, by reason, source and cause, with
+//! their death-to-commit latency: what `--metrics-listen` serves beside the status counters.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 
+use liveness_common::cause::CauseKind;
 use liveness_common::protocol::wire_name;
 use liveness_common::session::{Event, EventKind};
 
@@ -23,6 +24,8 @@ pub struct EndLabels {
     /// The exit source that saw the death; `none` for ends no source saw (`stopped`,
     /// `timeout`, `pending_expired`).
     source: String,
+    /// The kind of the ending's cause: exit, signal, oom, hangup, unknown, none.
+    cause: String,
 }
 
 /// Counted as ends are published; cheap clones share the counts.
@@ -54,6 +57,12 @@ impl EndMetrics {
             .get_or_create(&EndLabels {
                 reason: wire_name(event.reason),
                 source,
+                cause: event
+                    .cause
+                    .as_ref()
+                    .map_or(CauseKind::Unknown, |cause| cause.kind())
+                    .name()
+                    .to_owned(),
             })
             .inc();
         if let Some(latency_ms) = end_latency_ms(event) {

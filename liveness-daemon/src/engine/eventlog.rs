@@ -103,7 +103,15 @@ fn log(event: &Event, fresh_owners: &mut FreshOwners) {
                 "session's processes reaped"
             );
         }
-        EventKind::OwnerChanged
+        EventKind::Finalized => tracing::info!(
+            session = %event.session,
+            uid = event.creator_uid,
+            seq = event.seq,
+            "session finalized: each end action has its outcome"
+        ),
+        // The runner logs what an action did when it finishes.
+        EventKind::Action
+        | EventKind::OwnerChanged
         | EventKind::Renamed
         | EventKind::LockAcquired
         | EventKind::LockReleased => tracing::debug!(

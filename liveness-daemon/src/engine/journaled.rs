@@ -63,6 +63,13 @@ impl Journaled {
         }
     }
 
+    /// Follows a change to an ACTIVE session that has no event.
+    pub(super) fn refresh(&mut self, uid: u32, id: &str, store: &Store) {
+        if let Err(e) = self.active.refresh(uid, id, store) {
+            tracing::error!(error = %e, "cannot read back a registration");
+        }
+    }
+
     /// Builds the batch that `deaths` make of the ACTIVE sessions in memory and appends it
     /// to the journal; the sessions it ends are then forgotten here.
     pub(super) fn append(

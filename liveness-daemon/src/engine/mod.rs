@@ -9,7 +9,7 @@
 //! however busy, delays a finalization; a burst of exits is committed in one transaction.
 //!
 //! What clients ask is one [`Op`] each, in [`op`]; the concerns the order runs over own
-//! their state: [`locks`], [`tree`], [`reaps`], [`retry`], [`subscribers`],
+//! their state: [`locks`], [`tree`], [`reaps`], [`actions`], [`retry`], [`subscribers`],
 //! [`housekeeping`].
 
 use std::sync::Arc;
@@ -24,6 +24,7 @@ use liveness_common::session::Phase;
 use liveness_common::status::{Counters, DaemonInfo};
 use liveness_proc::identity::{IdentityError, ProcRoot};
 
+mod actions;
 mod actor;
 mod auth;
 mod end_metrics;
@@ -33,6 +34,7 @@ mod housekeeping;
 mod journaled;
 mod locks;
 mod op;
+mod outbox;
 mod owner_checks;
 mod reaps;
 mod retry;
@@ -42,6 +44,7 @@ mod tree;
 #[cfg(test)]
 mod tests;
 
+pub use actions::ActionConfig;
 pub use auth::Caller;
 pub use end_metrics::EndMetrics;
 pub use locks::{Acquire, Queued};
@@ -49,6 +52,7 @@ pub use op::{
     Ask, Command, End, Found, Handle, Op, Register, Registered, Subscribe, Subscription, Tree,
     Waiting, Whose, ancestry, stopping,
 };
+pub use outbox::{Ended, Flushed, Outbox};
 pub use tree::TreeView;
 
 /// Most exits committed in one transaction when they arrive together.
@@ -79,6 +83,8 @@ pub struct EngineConfig {
     pub clock: Clock,
     /// Put each death's hop timestamps on its ended event (`--trace-hops`).
     pub trace_hops: bool,
+    /// How end actions run.
+    pub actions: ActionConfig,
 }
 
 /// Where the engine reads the wall clock.
@@ -107,19 +113,15 @@ impl Clock {
     }
 }
 
-/// An event as published live: the stream line, serialized once for every subscriber,
-/// with what subscribers filter on.
+/// An event as published live: the stream line (with its newline), serialized once for
+/// every subscriber, with what subscribers filter on.
 #[derive(Debug)]
-pub struct Published {
-    pub seq: u64,
-    pub session: String,
-    pub creator_uid: u32,
-    pub line: String,
+struct Published {
+    seq: u64,
+    session: String,
+    creator_uid: u32,
+    line: Arc<str>,
 }
-
-/// The events of one commit. Queues hold batches, so a burst of deaths committed together
-/// takes one slot: a subscriber is dropped for not reading, not for a burst.
-pub type Batch = Arc<[Published]>;
 
 /// This boot, and the host name as the daemon started under it (a label only).
 #[derive(Debug, Clone)]
@@ -166,6 +168,8 @@ pub struct Engine {
     trees: tree::Trees,
     /// Sessions' surviving processes being terminated.
     reaps: reaps::Reaps,
+    /// End actions running.
+    actions: actions::Actions,
     /// With `--trace-hops` only.
     hops: Option<hops::HopTrace>,
     /// Owners registered within the last second, to warn of those that die at once.
@@ -246,6 +250,7 @@ impl Engine {
             journaled,
             trees,
             reaps: reaps::Reaps::new(config.proc.clone(), local.boot_id.clone()),
+            actions: actions::Actions::new(&config.actions, config.proc.clone()),
             hops: config.trace_hops.then(hops::HopTrace::default),
             fresh_owners: owner_checks::FreshOwners::default(),
             unlogged: eventlog::Deferred::default(),

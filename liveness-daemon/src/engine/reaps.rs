@@ -26,7 +26,7 @@ use liveness_common::session::{
 use liveness_proc::identity::{Liveness, ProcRoot};
 
 use super::tree::{TreeView, Trees, descendants};
-use crate::offload::offload;
+use crate::offload::offload_for;
 use crate::reap::Reaper;
 use crate::source::tree_map::TreeMap;
 use crate::store::Store;
@@ -177,7 +177,8 @@ impl Reaps {
         // Through the task set also when nothing is signalled, so that the outcome is
         // published after the ending.
         self.tasks.spawn(async move {
-            let targets = offload(move || plan.targets(kernel.as_deref(), &proc)).await;
+            let uid = ended.creator_uid;
+            let targets = offload_for(uid, move || plan.targets(kernel.as_deref(), &proc)).await;
             let reaped = match targets {
                 Some(Ok(targets)) => {
                     tracing::info!(

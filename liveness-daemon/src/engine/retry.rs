@@ -3,29 +3,31 @@
 //! of finished reaps are facts nobody reports twice, so none may be dropped. Nothing is
 //! announced before its commit (for deaths, their append to the journal).
 
+use liveness_common::action::ActionOutcome;
 use liveness_common::session::Event;
 use liveness_common::status::Counters;
 
 use super::RETRY_PERIOD;
 use super::journaled::Journaled;
 use super::reaps::ReapDone;
-use crate::store::{JournaledDeaths, OwnerDeath, Store, StoreError};
+use crate::store::{ActionKey, JournaledDeaths, OwnerDeath, Store, StoreError};
 
 /// What is waiting to be committed again, oldest first.
 #[derive(Debug, Default)]
 pub(super) struct Retries {
     deaths: Vec<OwnerDeath>,
     reaps: Vec<ReapDone>,
+    actions: Vec<(ActionKey, ActionOutcome)>,
 }
 
 impl Retries {
     pub(super) fn is_empty(&self) -> bool {
-        self.deaths.is_empty() && self.reaps.is_empty()
+        self.deaths.is_empty() && self.reaps.is_empty() && self.actions.is_empty()
     }
 
-    /// How many deaths and reap outcomes wait.
-    pub(super) fn counts(&self) -> (usize, usize) {
-        (self.deaths.len(), self.reaps.len())
+    /// How many deaths, reap outcomes and action outcomes wait.
+    pub(super) fn counts(&self) -> (usize, usize, usize) {
+        (self.deaths.len(), self.reaps.len(), self.actions.len())
     }
 
     /// Ends the sessions of `deaths`, after those an earlier failed append left, in one
@@ -65,6 +67,31 @@ impl Retries {
             &mut self.reaps,
             done,
             "reap outcomes",
+            store,
+            counters,
+            record,
+        )
+        .map(|(_, events)| events)
+    }
+}
+
+impl Retries {
+    /// Records the outcomes of finished end actions, after those an earlier failed commit
+    /// left. Returns the events committed; on failure keeps them.
+    pub(super) fn record_actions(
+        &mut self,
+        done: Vec<(ActionKey, ActionOutcome)>,
+        store: &mut Store,
+        counters: &mut Counters,
+        now: i64,
+    ) -> Option<Vec<Event>> {
+        let record = |store: &mut Store, done: &[(ActionKey, ActionOutcome)]| {
+            store.record_actions(done, now)
+        };
+        commit_or_keep(
+            &mut self.actions,
+            done,
+            "end action outcomes",
             store,
             counters,
             record,

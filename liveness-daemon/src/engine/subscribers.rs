@@ -1,60 +1,89 @@
-//! The subscribers' queues: each published batch is offered to every one, and a subscriber
-//! whose queue is full is dropped (its connection tells it `lagged`), so that none slows
-//! the engine.
+//! The subscribers: each published batch is offered to every one, through the filter it
+//! asked for, and written to its socket at once when nothing of it waits (see
+//! [`Outbox`]). A subscriber whose queue outgrows its bound is dropped (its connection
+//! tells it `lagged`), so that none slows the engine.
 
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
+use super::Published;
+use super::outbox::{Ended, Outbox};
+use crate::store::EventFilter;
 
-use super::Batch;
+#[derive(Debug)]
+struct Subscriber {
+    outbox: Arc<Outbox>,
+    filter: EventFilter,
+    /// Events up to this seq are in its replay.
+    after: u64,
+}
 
 #[derive(Debug)]
 pub(super) struct Subscribers {
-    queues: Vec<mpsc::Sender<Batch>>,
-    /// Commit batches queued per subscriber before it counts as lagging.
+    subscribers: Vec<Subscriber>,
+    /// Batches queued per subscriber before it counts as lagging.
     capacity: usize,
 }
 
 impl Subscribers {
     pub(super) fn new(capacity: usize) -> Subscribers {
         Subscribers {
-            queues: Vec::new(),
+            subscribers: Vec::new(),
             capacity,
         }
     }
 
-    /// A new subscriber's queue: the batches published from now on.
-    pub(super) fn subscribe(&mut self) -> mpsc::Receiver<Batch> {
-        let (queue, batches) = mpsc::channel(self.capacity);
-        self.queues.push(queue);
-        batches
+    /// A new subscriber on `socket`: the events `filter` admits after `after`.
+    pub(super) fn subscribe(
+        &mut self,
+        socket: OwnedFd,
+        filter: EventFilter,
+        after: u64,
+    ) -> Arc<Outbox> {
+        let outbox = Outbox::new(socket, self.capacity);
+        self.subscribers.push(Subscriber {
+            outbox: Arc::clone(&outbox),
+            filter,
+            after,
+        });
+        outbox
     }
 
     /// The subscribers still connected.
     pub(super) fn count(&self) -> u64 {
-        self.queues.iter().filter(|q| !q.is_closed()).count() as u64
+        self.subscribers
+            .iter()
+            .filter(|subscriber| subscriber.outbox.is_open())
+            .count() as u64
     }
 
-    /// Sends a batch to every subscriber. Returns how many were dropped for lagging.
-    pub(super) fn send(&mut self, batch: &Batch) -> u64 {
+    /// Offers a batch to every subscriber. Returns how many were dropped for lagging.
+    pub(super) fn send(&mut self, batch: &[Published]) -> u64 {
         let Some(last) = batch.last().map(|p| p.seq) else {
             return 0;
         };
-        let before = self.queues.len();
+        let before = self.subscribers.len();
         let mut lagged = 0;
-        self.queues
-            .retain(|queue| match queue.try_send(Arc::clone(batch)) {
+        self.subscribers.retain(|subscriber| {
+            let lines = batch
+                .iter()
+                .filter(|p| {
+                    p.seq > subscriber.after && subscriber.filter.admits(&p.session, p.creator_uid)
+                })
+                .map(|p| (p.seq, &p.line));
+            match subscriber.outbox.offer(lines) {
                 Ok(()) => true,
-                Err(mpsc::error::TrySendError::Full(_)) => {
+                Err(Ended::Lagged) => {
                     lagged += 1;
                     false
                 }
-                Err(mpsc::error::TrySendError::Closed(_)) => false,
-            });
-        if self.queues.len() < before {
+                Err(Ended::Gone | Ended::Closed) => false,
+            }
+        });
+        if self.subscribers.len() < before {
             tracing::debug!(
                 seq = last,
-                dropped = before - self.queues.len(),
+                dropped = before - self.subscribers.len(),
                 "dropped lagging or closed subscribers"
             );
         }

@@ -3,9 +3,11 @@
 //! only when a test advances it.
 
 use std::collections::BTreeMap;
+use std::io::Read;
+use std::os::unix::net::UnixStream;
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use crate::limits::Limits;
 use crate::source::ExitObservation;
@@ -22,7 +24,7 @@ use liveness_common::status::{DaemonInfo, LimitsConfig};
 use liveness_proc::fake::FakeProc;
 
 use super::{
-    Acquire, Batch, Caller, Clock, End, Engine, EngineConfig, Op, PRUNE_PERIOD, Register,
+    Acquire, ActionConfig, Caller, Clock, End, Engine, EngineConfig, Op, PRUNE_PERIOD, Register,
     Registered, Subscribe,
 };
 
@@ -35,9 +37,21 @@ const RETAIN_AGE: Duration = Duration::from_secs(86_400);
 /// Bounds a wait for a death, which the source has reported already.
 const DEATH_WITHIN: Duration = Duration::from_secs(1);
 
-const ROOT: Caller = Caller { uid: 0, pid: 1 };
-const ALICE: Caller = Caller { uid: 1000, pid: 10 };
-const BOB: Caller = Caller { uid: 2000, pid: 20 };
+const ROOT: Caller = Caller {
+    uid: 0,
+    gid: 0,
+    pid: 1,
+};
+const ALICE: Caller = Caller {
+    uid: 1000,
+    gid: 1000,
+    pid: 10,
+};
+const BOB: Caller = Caller {
+    uid: 2000,
+    gid: 2000,
+    pid: 20,
+};
 
 struct Fixture {
     proc: FakeProc,
@@ -73,6 +87,7 @@ async fn fixture() -> Fixture {
             at: tokio::time::Instant::now(),
         },
         trace_hops: false,
+        actions: ActionConfig::default(),
     };
     let about = DaemonInfo {
         version: "test".into(),
@@ -142,9 +157,18 @@ impl Fixture {
         self.engine.finalize_observed(observation);
     }
 
-    fn subscribe(&mut self) -> mpsc::Receiver<Batch> {
-        let subscription = self.ask(ROOT, Subscribe).expect("a subscription");
-        subscription.batches
+    /// A subscriber of every event from now on: the socket the engine writes to.
+    fn subscribe(&mut self) -> UnixStream {
+        let (ours, theirs) = UnixStream::pair().expect("a socket pair");
+        ours.set_nonblocking(true).unwrap();
+        theirs.set_nonblocking(true).unwrap();
+        let subscribe = Subscribe {
+            socket: ours.into(),
+            filter: crate::store::EventFilter::default(),
+        };
+        let subscription = self.ask(ROOT, subscribe).expect("a subscription");
+        subscription.outbox.go_live(subscription.head);
+        theirs
     }
 }
 
@@ -170,6 +194,7 @@ fn registration(
         on_end,
         grace_ms,
         wrappers: Vec::new(),
+        on_end_run: None,
     };
     Register {
         request,
@@ -191,17 +216,16 @@ fn error_of<T: std::fmt::Debug>(answer: Result<T, ErrorBody>) -> ErrorCode {
     }
 }
 
-/// The events of `kind` about `id` in the batches received since the last call.
-fn published(batches: &mut mpsc::Receiver<Batch>, id: &str, kind: &str) -> usize {
-    let kind = format!("\"{kind}\"");
-    let mut count = 0;
-    while let Ok(batch) = batches.try_recv() {
-        count += batch
-            .iter()
-            .filter(|published| published.session == id && published.line.contains(&kind))
-            .count();
-    }
-    count
+/// The events of `kind` about `id` the subscriber received since the last call.
+fn published(subscriber: &mut UnixStream, id: &str, kind: &str) -> usize {
+    let mut received = String::new();
+    // Non-blocking: what the engine wrote so far.
+    let _ = subscriber.read_to_string(&mut received);
+    received
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).expect("a JSON line"))
+        .filter(|line| line["event"]["session"] == id && line["event"]["kind"] == kind)
+        .count()
 }
 
 #[tokio::test(start_paused = true)]
@@ -283,6 +307,7 @@ async fn an_earlier_owners_death_does_not_end_a_session_with_a_new_owner() {
         detected_by: DetectedBy::Procpoll,
         at: SystemTime::now(),
         died_at: None,
+        facts: None,
     });
     let session = f.session(ALICE.uid, "s");
     assert_eq!(
@@ -461,7 +486,7 @@ async fn a_reap_outcome_whose_commit_failed_is_committed_and_published_once_on_r
         "the outcome is published exactly once"
     );
     let filter = crate::store::EventFilter {
-        session: Some("s"),
+        session: Some("s".to_owned()),
         creator_uid: Some(ALICE.uid),
     };
     let crate::store::EventPage::Events(stored) =
@@ -615,6 +640,97 @@ async fn a_source_reports_the_exit_status_the_ended_session_keeps() {
         ),
         "a process that died is watched no more"
     );
+}
+
+/// Process `pid` dies of SIGTERM sent, as the kernel's programs saw it, by a member of
+/// the tree of the owner `sender_root`.
+fn killed_from_the_tree_of(f: &mut Fixture, pid: u32, sender_root: u32) {
+    use liveness_common::cause::{Cause, KernelFacts, MembersUsage, Sender, Usage};
+    let key = |pid: u32| ProcessKey {
+        pid,
+        start_ticks: 1000 + u64::from(pid),
+    };
+    f.proc.kill(pid);
+    let facts = KernelFacts {
+        cause: Cause::Signal {
+            signal: 15,
+            sender: Some(Sender {
+                pid: 99,
+                start_ticks: 1099,
+                comm: "kill".into(),
+                uid: 2000,
+                session: None,
+            }),
+            kernel: None,
+        },
+        usage: Usage {
+            cpu_user_us: 1,
+            cpu_system_us: 2,
+            peak_rss_bytes: 4096,
+            members: MembersUsage::default(),
+        },
+        sender_root: Some(key(sender_root)),
+        oom_cgroup_id: None,
+    };
+    let killed = ExitStatus::Signaled {
+        signal: 15,
+        core_dumped: false,
+    };
+    assert!(f.exits.die_seen(key(pid), killed, Some(facts)));
+}
+
+/// The sender's session is looked up among the ACTIVE sessions in memory, on the death
+/// path, and named only in the causes of sessions whose readers may see it.
+#[tokio::test(start_paused = true)]
+async fn a_senders_session_is_named_only_where_its_readers_may_see_it() {
+    use liveness_common::cause::Cause;
+    let mut f = fixture().await;
+    for (pid, caller) in [(11, ALICE), (12, ALICE), (13, BOB)] {
+        f.proc.spawn(pid, caller.uid);
+    }
+    f.own(ALICE, "target", 11);
+    f.own(ROOT, "watched-by-root", 11);
+    f.own(ALICE, "other-target", 12);
+    f.own(BOB, "bobs-builder", 13);
+    let mut batches = f.subscribe();
+    let sender_session = |session: &Session| match &session.cause {
+        Some(Cause::Signal {
+            sender: Some(sender),
+            ..
+        }) => sender.session.clone(),
+        other => panic!("{}: not a signal with a sender: {other:?}", session.id),
+    };
+
+    killed_from_the_tree_of(&mut f, 11, 13);
+    f.next_death().await;
+    let target = f.session(ALICE.uid, "target");
+    assert_eq!(
+        sender_session(&target),
+        None,
+        "Bob's session shown to Alice"
+    );
+    assert!(target.usage.is_some(), "{target:?}");
+    let root_s = f.session(ROOT.uid, "watched-by-root");
+    assert_eq!(sender_session(&root_s), Some("bobs-builder".into()));
+    assert_eq!(published(&mut batches, "target", "session.ended"), 1);
+
+    // The sender's tree is in a session of Alice's too (after Bob's in id order), which root
+    // registered for her: Alice reads that one.
+    let mut for_alice = registration(
+        Some("builder"),
+        OwnerSpec::Pid(PidOwner { pid: 13 }),
+        None,
+        None,
+    );
+    for_alice.request.uid = Some(ALICE.uid);
+    session_of(
+        f.ask(ROOT, for_alice).map(Session::from),
+        "register for Alice",
+    );
+    killed_from_the_tree_of(&mut f, 12, 13);
+    f.next_death().await;
+    let other = f.session(ALICE.uid, "other-target");
+    assert_eq!(sender_session(&other), Some("builder".into()));
 }
 
 #[tokio::test(start_paused = true)]
@@ -944,4 +1060,58 @@ async fn a_pending_waiter_renamed_while_it_waits_gets_the_lock_under_its_real_id
     assert!(release(&mut f, ALICE, "holder", "l").is_ok());
     token_of(&mut waiter, "granted after the rename");
     assert_eq!(locks(&mut f, ALICE)[0].session, "real");
+}
+
+/// Takes what the runs of end actions say until one finishes, as the loop would.
+async fn next_action_done(
+    f: &mut Fixture,
+) -> (
+    crate::store::ActionKey,
+    Option<liveness_common::action::ActionOutcome>,
+) {
+    loop {
+        match f.engine.actions.next().await {
+            super::actions::Next::Progress(progress) => f.engine.action_progress(progress),
+            super::actions::Next::Finished(done) => return done.expect("the run's task"),
+        }
+    }
+}
+
+/// Real time: an action is a real process, which a paused clock would time out at once.
+#[tokio::test]
+async fn an_action_outcome_whose_commit_failed_is_committed_and_published_once_on_retry() {
+    let mut f = fixture().await;
+    f.proc.spawn(11, ALICE.uid);
+    let mut register = registration(Some("s"), OwnerSpec::Pid(PidOwner { pid: 11 }), None, None);
+    let action = liveness_common::action::ActionSpec {
+        cwd: Some("/".into()),
+        ..liveness_common::action::ActionSpec::new(["/bin/true"])
+    };
+    register.request.on_end_run = Some(vec![action]);
+    session_of(f.ask(ALICE, register), "register with an end action");
+    let mut batches = f.subscribe();
+    f.die(11, EXITED);
+    f.next_death().await;
+    assert_eq!(published(&mut batches, "s", "session.ended"), 1);
+
+    // The end was published without a wait for the action, which runs meanwhile.
+    let (key, outcome) = next_action_done(&mut f).await;
+    let outcome = outcome.expect("it ran");
+    assert!(outcome.succeeded(), "{outcome:?}");
+    f.engine.store.fail_writes(true).unwrap();
+    f.engine.record_actions(vec![(key, outcome)]);
+    assert_eq!(f.engine.retries.counts().2, 1, "kept for a retry");
+    assert_eq!(published(&mut batches, "s", "session.action"), 0);
+    f.engine.store.fail_writes(false).unwrap();
+    f.engine.retry_commits();
+    f.engine.retry_commits();
+    let mut lines = String::new();
+    // Non-blocking: what the engine wrote so far.
+    let _ = batches.read_to_string(&mut lines);
+    let count = |kind: &str| lines.lines().filter(|line| line.contains(kind)).count();
+    assert_eq!(count("\"session.action\""), 1, "once: {lines}");
+    assert_eq!(count("\"session.finalized\""), 1, "{lines}");
+    let session = f.session(ALICE.uid, "s");
+    assert!(session.is_finalized(), "{session:?}");
+    assert!(f.engine.store.actions_due(None).unwrap().is_empty());
 }

@@ -133,6 +133,7 @@ impl Connection {
                 Request::Get(request) => ask(engine, caller, request).await,
                 Request::Status(request) => ask(engine, caller, request).await,
                 Request::LockRelease(request) => ask(engine, caller, request).await,
+                Request::ActionsDone(request) => ask(engine, caller, request).await,
             };
             let answer = match answer {
                 Answer::Reply(reply) => Answer::Reply(Box::new(Reply { id, ..*reply })),

@@ -176,6 +176,7 @@ fn peer(stream: &UnixStream) -> Option<Caller> {
     match stream.peer_cred() {
         Ok(cred) => Some(Caller {
             uid: cred.uid(),
+            gid: cred.gid(),
             pid: cred.pid().map_or(0, |p| p as u32),
         }),
         Err(e) => {

@@ -80,7 +80,11 @@ mod tests {
     use crate::closer::Closer;
     use crate::engine::Command;
 
-    const ALICE: Caller = Caller { uid: 1000, pid: 10 };
+    const ALICE: Caller = Caller {
+        uid: 1000,
+        gid: 1000,
+        pid: 10,
+    };
 
     /// What the test's engine was asked to do after queueing the request.
     #[derive(Debug)]

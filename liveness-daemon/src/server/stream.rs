@@ -1,18 +1,20 @@
 //! A subscription: the connection turns into a stream. The events up to the head seq the
-//! engine gave are replayed from a read-only store connection, then live events follow
-//! from a bounded queue, both through the one filter the subscriber asked for. A stream
-//! that cannot keep up is told `lagged` and closed, so it never slows the engine or
-//! anyone else.
+//! engine gave are replayed from a read-only store connection; then the engine writes live
+//! events to the socket itself (see [`crate::engine::Outbox`]), and the connection only
+//! writes what the socket did not take at once. Both go through the one filter the
+//! subscriber asked for. A stream that cannot keep up is told `lagged` and closed, so it
+//! never slows the engine or anyone else.
 
+use std::os::fd::AsFd;
 use std::path::Path;
 
-use tokio::io::BufWriter;
+use tokio::io::{BufWriter, Interest};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::watch;
 
 use super::framing::{ConnectionError, Line, Requests, write_json, write_lines};
 use super::{goodbye, stopping};
-use crate::engine::{Caller, Handle, Published, Subscribe, Subscription};
+use crate::engine::{Caller, Ended, Flushed, Handle, Outbox, Subscribe, Subscription};
 use crate::store::{EventFilter, EventReader};
 use liveness_common::protocol::{Reply, StreamMessage, Subscribed};
 use liveness_common::request;
@@ -49,7 +51,7 @@ impl Stream<'_> {
     /// the subscription was flushed from `write`.
     pub(super) async fn run(
         self,
-        mut requests: Requests,
+        requests: Requests,
         write: BufWriter<OwnedWriteHalf>,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<(), ConnectionError> {
@@ -66,14 +68,25 @@ impl Stream<'_> {
             Ok(creator_uid) => creator_uid,
             Err(error) => return write_json(&mut write, &Reply { id, ..error.into() }).await,
         };
+        let filter = EventFilter {
+            session: wanted.session.clone(),
+            creator_uid,
+        };
+        let socket = write.get_ref().as_ref().as_fd().try_clone_to_owned()?;
+        let subscribe = Subscribe {
+            socket,
+            filter: filter.clone(),
+        };
         let Subscription {
             head,
             store_id,
-            mut batches,
-        } = match engine.ask(caller, Subscribe).await {
+            outbox,
+        } = match engine.ask(caller, subscribe).await {
             Ok(subscription) => subscription,
             Err(error) => return write_json(&mut write, &Reply { id, ..error.into() }).await,
         };
+        // However this ends, the engine stops writing to the socket.
+        let _closed = CloseOnDrop(&outbox);
         let reset = reset(&wanted, head, &store_id);
         // Without `since`, the stream starts now: nothing is replayed. After a reset,
         // everything is.
@@ -100,10 +113,6 @@ impl Stream<'_> {
             write_json(&mut write, &message).await?;
         }
 
-        let filter = EventFilter {
-            session: wanted.session.as_deref(),
-            creator_uid,
-        };
         if since < head {
             let store = EventReader::open(database).map_err(std::io::Error::other)?;
             let mut after = Some(since);
@@ -115,39 +124,59 @@ impl Stream<'_> {
                 after = page.next;
             }
         }
-        let mut last = head;
+        outbox.go_live(head);
+        live(&outbox, &mut write, requests, shutdown).await
+    }
+}
 
-        loop {
-            tokio::select! {
-                batch = batches.recv() => match batch {
-                    Some(batch) => {
-                        let wanted = |p: &&Published| {
-                            p.seq > last && filter.admits(&p.session, p.creator_uid)
-                        };
-                        let delivered: Vec<&str> = batch.iter().filter(wanted).map(|p| p.line.as_str()).collect();
-                        write_lines(&mut write, &delivered).await?;
-                        last = batch.iter().rfind(wanted).map_or(last, |p| p.seq);
-                    }
-                    // The engine dropped the queue: it was full, or the engine stopped.
-                    None => {
-                        let message = if *shutdown.borrow() {
-                            goodbye()
-                        } else {
-                            StreamMessage::Lagged { last_delivered: last }
-                        };
-                        return write_json(&mut write, &message).await;
-                    }
-                },
-                () = stopping(shutdown) => {
-                    return write_json(&mut write, &goodbye()).await;
-                }
-                // A streaming client only closes; anything it sends is ignored.
-                read = requests.skip() => {
-                    if read? == Line::End {
-                        return Ok(());
-                    }
-                }
-            }
+/// Ends the subscription when the stream's task ends, whichever way.
+struct CloseOnDrop<'a>(&'a Outbox);
+
+impl Drop for CloseOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+/// The live part of a stream: writes what the socket did not take from the engine, until
+/// the client leaves, lags, or the daemon stops.
+async fn live(
+    outbox: &Outbox,
+    write: &mut BufWriter<OwnedWriteHalf>,
+    mut requests: Requests,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<(), ConnectionError> {
+    let mut pending = false;
+    loop {
+        tokio::select! {
+            () = outbox.wait(), if !pending => {}
+            writable = write.get_ref().as_ref().writable(), if pending => writable?,
+            () = stopping(shutdown) => outbox.close(),
+            // A streaming client only closes; anything it sends is ignored.
+            read = requests.skip() => if read? == Line::End {
+                return Ok(());
+            },
         }
+        // Through tokio, so that a full socket clears its readiness.
+        let flushed =
+            write
+                .get_ref()
+                .as_ref()
+                .try_io(Interest::WRITABLE, || match outbox.flush() {
+                    Flushed::More => Err(std::io::ErrorKind::WouldBlock.into()),
+                    flushed => Ok(flushed),
+                });
+        pending = match flushed {
+            Ok(Flushed::Done) => false,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => true,
+            Err(e) => return Err(e.into()),
+            Ok(Flushed::More) => true,
+            Ok(Flushed::Ended(Ended::Gone)) => return Ok(()),
+            Ok(Flushed::Ended(Ended::Closed)) => return write_json(write, &goodbye()).await,
+            Ok(Flushed::Ended(Ended::Lagged)) => {
+                let last_delivered = outbox.delivered();
+                return write_json(write, &StreamMessage::Lagged { last_delivered }).await;
+            }
+        };
     }
 }

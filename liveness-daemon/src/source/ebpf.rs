@@ -14,15 +14,20 @@ use aya::maps::{Array, HashMap, IterableMap, Map, MapData, MapError, RingBuf};
 use aya::programs::{BtfTracePoint, ProgramError};
 use aya::{Btf, BtfError, Ebpf, EbpfLoader};
 use liveness_common::record::{
-    COUNTER_EMITTED, COUNTER_LOST, COUNTER_SLOTS, EXIT_PROGRAM_NAME, ExitRecord, FORK_PROGRAM_NAME,
-    MAP_COUNTERS, MAP_EXITS, MAP_MEMBER_COUNTERS, MAP_MEMBER_SLOTS, MAP_MEMBERS, MAP_TRACKED,
+    COUNTER_CAUSES_LOST, COUNTER_EMITTED, COUNTER_LOST, COUNTER_SLOTS, COUNTER_USAGE_LOST,
+    EXIT_PROGRAM_NAME, ExitRecord, FORK_PROGRAM_NAME, MAP_CAUSES, MAP_COUNTERS, MAP_EXITS,
+    MAP_MEMBER_COUNTERS, MAP_MEMBER_SLOTS, MAP_MEMBERS, MAP_TRACKED, MAP_TREE_USAGES,
+    OOM_PROGRAM_NAME, SIGNAL_PROGRAM_NAME, SignalCause, TreeUsage,
 };
+use liveness_common::status::CausesReport;
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
+use super::cgroups;
 use super::child::ProbeChild;
 use super::shared_array::SharedArray;
 use super::tree_map::{TreeMap, TreeMapError, map_errno};
+use liveness_common::cause::{Cause, KernelFacts};
 use liveness_common::status::{SelfTest, SourceStats};
 
 use super::{ExitObservation, ExitSource, SourceEvent, TrackError};
@@ -36,6 +41,8 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!("../../../liveness-ebpf/liven
 
 const TRACEPOINT: &str = "sched_process_exit";
 const FORK_TRACEPOINT: &str = "sched_process_fork";
+const SIGNAL_TRACEPOINT: &str = "signal_generate";
+const OOM_TRACEPOINT: &str = "mark_victim";
 /// The program's `.rodata` variable holding the daemon's PID namespace inode number.
 const PIDNS_GLOBAL: &str = "daemon_pidns_inum";
 /// The program's `.rodata` variable holding the members' share of the members map.
@@ -46,8 +53,8 @@ const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
 pub const DEFAULT_MAX_TRACKED: u32 = 262_144;
 /// Default capacity of the map of process-tree members (the object's own default).
 pub const DEFAULT_MAX_MEMBERS: u32 = 65_536;
-/// Default size of the ring buffer (the object's own default): about 65,000 records.
-pub const DEFAULT_RING_BYTES: u32 = 2 * 1024 * 1024;
+/// Default size of the ring buffer (the object's own default): about 43,000 records.
+pub const DEFAULT_RING_BYTES: u32 = 8 * 1024 * 1024;
 
 /// Settings of the eBPF source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -216,6 +223,72 @@ pub struct EbpfSource {
     members: Option<TreeMap>,
     /// This source's handle on the same map, for the entries of tracked processes.
     roots: TreeMap,
+    /// Which of the programs that see why a process died are attached.
+    causes: CauseWatch,
+    /// `tgid -> SignalCause` and `tgid -> TreeUsage`: entries of a process untracked alive
+    /// are deleted here (its exit record takes them otherwise).
+    causes_map: HashMap<MapData, u32, [u8; size_of::<SignalCause>()]>,
+    usages_map: HashMap<MapData, u32, [u8; size_of::<TreeUsage>()]>,
+}
+
+/// Which programs that see why a process died attached, and why the others did not.
+#[derive(Debug, Clone)]
+struct CauseWatch {
+    /// `signal_generate`: the senders of killing signals.
+    signals: Result<(), String>,
+    /// `mark_victim`: the OOM killer's victims.
+    oom: Result<(), String>,
+}
+
+impl CauseWatch {
+    fn report(&self, lost: u64) -> CausesReport {
+        let why = |result: &Result<(), String>| result.as_ref().err().cloned();
+        let reason = [
+            why(&self.signals).map(|e| format!("signal senders are not seen: {e}")),
+            why(&self.oom).map(|e| format!("OOM kills are not seen: {e}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>();
+        CausesReport {
+            signals: self.signals.is_ok(),
+            oom: self.oom.is_ok(),
+            lost,
+            reason: (!reason.is_empty()).then(|| reason.join("; ")),
+        }
+    }
+}
+
+/// Loads and attaches the programs that see why a tracked process died. Each may be missing
+/// on a kernel (a tracepoint, or fentry's trampolines): the exit source works without them,
+/// and status says which causes are not seen and why.
+fn attach_cause_programs(ebpf: &mut Ebpf, btf: &Btf) -> CauseWatch {
+    let tracepoint = |ebpf: &mut Ebpf, name: &'static str, tracepoint: &str| {
+        let program: &mut BtfTracePoint = ebpf
+            .program_mut(name)
+            .ok_or(EbpfError::BadObject(name))?
+            .try_into()
+            .map_err(|_| EbpfError::BadObject(name))?;
+        program
+            .load(tracepoint, btf)
+            .map_err(|e| EbpfError::from_program("loading an eBPF program", e))?;
+        program
+            .attach()
+            .map_err(|e| EbpfError::from_program("attaching an eBPF program", e))?;
+        Ok::<(), EbpfError>(())
+    };
+    let signals = tracepoint(ebpf, SIGNAL_PROGRAM_NAME, SIGNAL_TRACEPOINT);
+    let oom = tracepoint(ebpf, OOM_PROGRAM_NAME, OOM_TRACEPOINT);
+    let described = |what: &str, result: Result<(), EbpfError>| {
+        result.map_err(|error| {
+            tracing::warn!(%error, "{what}: not attached");
+            error.to_string()
+        })
+    };
+    CauseWatch {
+        signals: described(SIGNAL_TRACEPOINT, signals),
+        oom: described(OOM_TRACEPOINT, oom),
+    }
 }
 
 impl fmt::Debug for EbpfSource {
@@ -259,6 +332,9 @@ impl EbpfSource {
             .btf(Some(&btf))
             .override_global(PIDNS_GLOBAL, &pidns_inum, true)
             .map_max_entries(MAP_TRACKED, config.max_tracked)
+            // One entry per tracked process at most, each until its exit record takes it.
+            .map_max_entries(MAP_CAUSES, config.max_tracked)
+            .map_max_entries(MAP_TREE_USAGES, config.max_tracked)
             .map_max_entries(MAP_EXITS, config.ring_bytes)
             .override_global(MAX_MEMBERS_GLOBAL, &u64::from(config.max_members), true)
             // Members take at most max_members entries; every tracked process has one more.
@@ -291,6 +367,7 @@ impl EbpfSource {
         forks
             .attach()
             .map_err(|e| EbpfError::from_program("attaching the eBPF fork program", e))?;
+        let causes = attach_cause_programs(&mut ebpf, &btf);
         let members = TreeMap::new(
             take_map(&mut ebpf, MAP_MEMBERS)?,
             take_map(&mut ebpf, MAP_MEMBER_COUNTERS)?,
@@ -312,6 +389,19 @@ impl EbpfSource {
                 source,
             }
         })?;
+        let causes_map = HashMap::try_from(take_map(&mut ebpf, MAP_CAUSES)?).map_err(|source| {
+            EbpfError::Map {
+                name: MAP_CAUSES,
+                source,
+            }
+        })?;
+        let usages_map =
+            HashMap::try_from(take_map(&mut ebpf, MAP_TREE_USAGES)?).map_err(|source| {
+                EbpfError::Map {
+                    name: MAP_TREE_USAGES,
+                    source,
+                }
+            })?;
         let counters = Array::<MapData, u64>::try_from(take_map(&mut ebpf, MAP_COUNTERS)?)
             .and_then(|counters| SharedArray::map(counters.map(), COUNTER_SLOTS as usize))
             .map_err(|source| EbpfError::Map {
@@ -345,6 +435,9 @@ impl EbpfSource {
             },
             members: Some(members),
             roots,
+            causes,
+            causes_map,
+            usages_map,
         };
         let detail = source
             .run_self_test(proc)
@@ -427,6 +520,12 @@ impl EbpfSource {
         &self.self_test
     }
 
+    /// Which causes of death the kernel programs see here, and what they lost.
+    pub fn causes(&self) -> CausesReport {
+        let lost = self.counters.get(COUNTER_CAUSES_LOST) + self.counters.get(COUNTER_USAGE_LOST);
+        self.causes.report(lost)
+    }
+
     /// Waits until the ring buffer has records, then reads them all into `out` (followed by
     /// a [`SourceEvent::Lost`] when the kernel counted new losses). Cancel-safe: nothing is
     /// read until the wait is over.
@@ -460,6 +559,12 @@ impl EbpfSource {
 
 fn take_map(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, EbpfError> {
     ebpf.take_map(name).ok_or(EbpfError::BadObject(name))
+}
+
+/// The size of a page, which the kernel counts peak memory in.
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096)
 }
 
 /// `CLOCK_MONOTONIC` now, the clock of `bpf_ktime_get_ns`.
@@ -496,13 +601,20 @@ fn read_records(
         let died_at = now_wall.checked_sub(Duration::from_nanos(
             now_mono.saturating_sub(record.exit_monotonic_ns),
         ));
+        let status = ExitStatus::from_wait_status(record.wait_status);
+        let mut facts = KernelFacts::of_record(&record, status, page_size());
+        // Only an OOM kill confined to a cgroup has an id: its path is read while it exists.
+        if let (Some(id), Cause::Oom { cgroup, .. }) = (facts.oom_cgroup_id, &mut facts.cause) {
+            *cgroup = cgroups::memory_cgroup_path(id);
+        }
         out.push(SourceEvent::Exit(ExitObservation {
             key,
             reason: DeathReason::Exited,
-            status: Some(ExitStatus::from_wait_status(record.wait_status)),
+            status: Some(status),
             detected_by: DetectedBy::Ebpf,
             at: now_wall,
             died_at,
+            facts: Some(Box::new(facts)),
         }));
     }
 }
@@ -561,6 +673,15 @@ impl ExitSource for EbpfSource {
             // The kernel deletes the entry when it reports the death.
             Err(error) if map_errno(&error) == Some(libc::ENOENT) => {}
             Err(error) => tracing::warn!(%key, %error, "cannot remove a process from the eBPF map"),
+        }
+        // Its signal sender and its tree's usage, which no exit record will take now. Only
+        // the programs write them for a tracked process: none can come after the removal.
+        let causes = self.causes_map.remove(&key.pid).err();
+        let usages = self.usages_map.remove(&key.pid).err();
+        for error in [causes, usages].into_iter().flatten() {
+            if map_errno(&error) != Some(libc::ENOENT) {
+                tracing::warn!(%key, %error, "cannot remove a process's cause from the eBPF maps");
+            }
         }
     }
 
@@ -1251,7 +1372,7 @@ mod tests {
         None
     }
 
-    /// The C struct, as compiled into the committed object, has the Rust layout.
+    /// The C structs, as compiled into the committed object, have the Rust layouts.
     #[test]
     fn embedded_exit_record_matches_the_rust_layout() {
         let elf = object::File::parse(OBJECT).expect("the embedded eBPF object is not ELF");
@@ -1260,23 +1381,85 @@ mod tests {
             .expect("the embedded eBPF object has no .BTF section (built without -g?)")
             .data()
             .unwrap();
-        let (size, members) = btf_struct(btf, "exit_record")
-            .expect("no struct exit_record in the object's BTF: is fill_record still noinline?");
-        let expected = [
-            ("start_ticks", offset_of!(ExitRecord, start_ticks)),
-            (
-                "exit_monotonic_ns",
-                offset_of!(ExitRecord, exit_monotonic_ns),
-            ),
-            ("tgid", offset_of!(ExitRecord, tgid)),
-            ("wait_status", offset_of!(ExitRecord, wait_status)),
-        ]
-        .map(|(name, offset)| (name.to_owned(), offset));
-        assert_eq!(members, expected, "struct exit_record members (C vs Rust)");
-        assert_eq!(
-            size,
+        let check = |name: &str, size: usize, expected: &[(&str, usize)]| {
+            let (c_size, members) = btf_struct(btf, name).unwrap_or_else(|| {
+                panic!("no struct {name} in the object's BTF: is fill_record still noinline?")
+            });
+            let expected: Vec<(String, usize)> = expected
+                .iter()
+                .map(|&(member, offset)| (member.to_owned(), offset))
+                .collect();
+            assert_eq!(members, expected, "struct {name} members (C vs Rust)");
+            assert_eq!(c_size, size, "struct {name} size (C vs Rust)");
+        };
+        check(
+            "exit_record",
             size_of::<ExitRecord>(),
-            "struct exit_record size (C vs Rust)"
+            &[
+                ("start_ticks", offset_of!(ExitRecord, start_ticks)),
+                (
+                    "exit_monotonic_ns",
+                    offset_of!(ExitRecord, exit_monotonic_ns),
+                ),
+                ("tgid", offset_of!(ExitRecord, tgid)),
+                ("wait_status", offset_of!(ExitRecord, wait_status)),
+                ("usage", offset_of!(ExitRecord, usage)),
+                ("members", offset_of!(ExitRecord, members)),
+                ("cause", offset_of!(ExitRecord, cause)),
+                ("flags", offset_of!(ExitRecord, flags)),
+                ("pad", offset_of!(ExitRecord, pad)),
+            ],
+        );
+        use liveness_common::record::Usage as RawUsage;
+        check(
+            "usage",
+            size_of::<RawUsage>(),
+            &[
+                ("user_ns", offset_of!(RawUsage, user_ns)),
+                ("system_ns", offset_of!(RawUsage, system_ns)),
+                ("runtime_ns", offset_of!(RawUsage, runtime_ns)),
+                ("peak_rss_pages", offset_of!(RawUsage, peak_rss_pages)),
+            ],
+        );
+        check(
+            "tree_usage",
+            size_of::<TreeUsage>(),
+            &[
+                ("root_start_ticks", offset_of!(TreeUsage, root_start_ticks)),
+                ("total", offset_of!(TreeUsage, total)),
+                ("exited", offset_of!(TreeUsage, exited)),
+                ("pad", offset_of!(TreeUsage, pad)),
+            ],
+        );
+        check(
+            "signal_cause",
+            size_of::<SignalCause>(),
+            &[
+                (
+                    "target_start_ticks",
+                    offset_of!(SignalCause, target_start_ticks),
+                ),
+                (
+                    "sender_start_ticks",
+                    offset_of!(SignalCause, sender_start_ticks),
+                ),
+                (
+                    "sender_root_start_ticks",
+                    offset_of!(SignalCause, sender_root_start_ticks),
+                ),
+                ("oom_cgroup_id", offset_of!(SignalCause, oom_cgroup_id)),
+                ("sender_tgid", offset_of!(SignalCause, sender_tgid)),
+                ("sender_uid", offset_of!(SignalCause, sender_uid)),
+                (
+                    "sender_root_tgid",
+                    offset_of!(SignalCause, sender_root_tgid),
+                ),
+                ("code", offset_of!(SignalCause, code)),
+                ("signal", offset_of!(SignalCause, signal)),
+                ("origin", offset_of!(SignalCause, origin)),
+                ("flags", offset_of!(SignalCause, flags)),
+                ("sender_comm", offset_of!(SignalCause, sender_comm)),
+            ],
         );
     }
 }

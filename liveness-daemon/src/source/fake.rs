@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
 
+use liveness_common::cause::KernelFacts;
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{DeathReason, ProcessKey};
 use liveness_common::status::SourceStats;
@@ -63,6 +64,16 @@ impl FakeExits {
     /// Process `key` exits with `status`: reported as the kernel would, if it is watched.
     /// Returns whether it was.
     pub(crate) fn die(&self, key: ProcessKey, status: ExitStatus) -> bool {
+        self.die_seen(key, status, None)
+    }
+
+    /// The same, with what the kernel's programs saw of why it died and what it cost.
+    pub(crate) fn die_seen(
+        &self,
+        key: ProcessKey,
+        status: ExitStatus,
+        facts: Option<KernelFacts>,
+    ) -> bool {
         if !lock(&self.tracked).remove(&key) {
             return false;
         }
@@ -74,6 +85,7 @@ impl FakeExits {
             detected_by: DetectedBy::Ebpf,
             at: now,
             died_at: Some(now),
+            facts: facts.map(Box::new),
         };
         self.sink
             .try_send(SourceEvent::Exit(observation))

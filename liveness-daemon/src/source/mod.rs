@@ -9,11 +9,13 @@ use std::fmt;
 use std::io;
 use std::time::SystemTime;
 
+use liveness_common::cause::KernelFacts;
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::status::SourceStats;
 
 use liveness_common::identity::{DeathReason, ProcessKey};
 
+pub mod cgroups;
 pub mod child;
 pub mod ebpf;
 #[cfg(test)]
@@ -38,6 +40,9 @@ pub struct ExitObservation {
     pub at: SystemTime,
     /// When the process died by the kernel's clock, where the source reads it (eBPF).
     pub died_at: Option<SystemTime>,
+    /// Why it died and what it cost, where the kernel showed it (eBPF). Boxed: most
+    /// observations carry none, and events move through channels by value.
+    pub facts: Option<Box<KernelFacts>>,
 }
 
 /// What sources send to their consumer.

@@ -126,6 +126,7 @@ fn off_report(name: SourceName, why: impl Into<String>) -> SourceReport {
         reason: Some(why.into()),
         exit_status: None,
         self_test: None,
+        causes: None,
         stats: None,
     }
 }
@@ -164,6 +165,7 @@ fn running(name: SourceName, exit_status: StatusFacts, stats: SourceStats) -> So
         reason: None,
         exit_status: Some(exit_status),
         self_test: None,
+        causes: None,
         stats: Some(stats),
     }
 }
@@ -171,6 +173,7 @@ fn running(name: SourceName, exit_status: StatusFacts, stats: SourceStats) -> So
 fn report_ebpf(source: &EbpfSource) -> SourceReport {
     SourceReport {
         self_test: Some(source.self_test().clone()),
+        causes: Some(source.causes()),
         ..running(SourceName::Ebpf, StatusFacts::Always, source.stats())
     }
 }
@@ -498,11 +501,12 @@ impl Monitor {
                 let Some(coverage) = self.tracked.get(&observation.key).copied() else {
                     return;
                 };
-                if observation.status.is_none()
+                if observation.facts.is_none()
                     && coverage.ebpf
                     && let Some(ebpf) = &mut self.ebpf
                 {
-                    // The kernel's record, with the status, is already in the ring.
+                    // The kernel's record, with the status and the cause, is already in the
+                    // ring: the death ends with the most complete facts.
                     let mut records = Vec::new();
                     ebpf.drain(&mut records);
                     records.into_iter().for_each(|r| self.accept(r));
@@ -660,6 +664,7 @@ fn reconciled(key: ProcessKey, reason: liveness_common::identity::DeathReason) -
         detected_by: DetectedBy::Reconcile,
         at: SystemTime::now(),
         died_at: None,
+        facts: None,
     }
 }
 
@@ -695,6 +700,7 @@ mod tests {
             detected_by: DetectedBy::Pidfd,
             at: SystemTime::now(),
             died_at: None,
+            facts: None,
         }));
         let reported = monitor.try_next().expect("the death is reported");
         assert_eq!(

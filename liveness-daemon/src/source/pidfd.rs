@@ -337,6 +337,7 @@ async fn watch(shared: Arc<Shared>, key: ProcessKey, mut pidfd: AsyncFd<OwnedFd>
                 detected_by: DetectedBy::Pidfd,
                 at,
                 died_at: None,
+                facts: None,
             };
             if shared
                 .sink

@@ -108,6 +108,7 @@ async fn sweep_forever(shared: Arc<Shared>, sink: EventSink, interval: Duration)
                     detected_by: DetectedBy::Procpoll,
                     at: SystemTime::now(),
                     died_at: None,
+                    facts: None,
                 };
                 if sink.send(SourceEvent::Exit(observation)).await.is_err() {
                     debug!("the consumer is gone; procpoll stops");

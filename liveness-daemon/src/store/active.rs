@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use liveness_common::cause::SenderSession;
 use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::lock::Lock;
 use liveness_common::session::{Event, EventKind, Phase, Session};
@@ -103,8 +104,19 @@ impl Active {
                         self.locks.remove(&key);
                     }
                 }
-                EventKind::Reaped => {}
+                EventKind::Reaped | EventKind::Action | EventKind::Finalized => {}
             }
+        }
+        Ok(())
+    }
+
+    /// Reads user `uid`'s session `id` again after a change that has no event (a
+    /// registration by the same owner that replaced its end actions).
+    pub fn refresh(&mut self, uid: u32, id: &str, store: &Store) -> Result<(), StoreError> {
+        let key = (uid, id.to_owned());
+        match store.get(uid, id)? {
+            Some(session) if session.phase == Phase::Active => self.insert(session),
+            _ => self.forget(&key),
         }
         Ok(())
     }
@@ -130,6 +142,25 @@ impl Active {
             })
             .collect();
         found.sort_by(|a, b| a.0.id.cmp(&b.0.id));
+        found
+    }
+
+    /// The sessions of the process `owner` of boot `boot_id`, in id order: those a signal's
+    /// sender belonged to, as the owner of its tree or a member.
+    pub fn sessions_of(&self, owner: ProcessKey, boot_id: &str) -> Vec<SenderSession> {
+        let Some(keys) = self.by_owner.get(&owner) else {
+            return Vec::new();
+        };
+        let mut found: Vec<SenderSession> = keys
+            .iter()
+            .filter_map(|key| self.sessions.get(key))
+            .filter(|session| session.owner.boot_id == boot_id)
+            .map(|session| SenderSession {
+                id: session.id.clone(),
+                creator_uid: session.creator_uid,
+            })
+            .collect();
+        found.sort_by(|a, b| a.id.cmp(&b.id));
         found
     }
 }

@@ -8,12 +8,12 @@ use std::collections::HashSet;
 use rusqlite::params;
 
 use liveness_common::lock::ReleaseReason;
-use liveness_common::session::{Event, EventKind, OnEnd, Phase};
+use liveness_common::session::{Event, EventKind, OnEnd};
 
 use super::active::Active;
 use super::journal::{JournalEntry, JournaledEnding, JournaledEvent, JournaledRelease};
 use super::locks::lock_event;
-use super::rows::{event_ended, name};
+use super::rows::{event_ended, json_value, name};
 use super::{OwnerDeath, Store, StoreError};
 
 /// A batch of deaths, ready to journal: the entry, and its events (with their seqs) for
@@ -51,22 +51,17 @@ pub fn journal_deaths(
         Ok(())
     };
     for death in deaths {
-        let ending = death.ending();
+        let sender_sessions = death.sender_root.map_or_else(Vec::new, |root| {
+            active.sessions_of(root, &death.owner.boot_id)
+        });
+        let ending = death.ending(sender_sessions);
         for (session, held) in active.of_owner(&death.owner) {
             // Two reports of one owner in a batch end its sessions once.
             if !ended.insert((session.creator_uid, session.id.clone())) {
                 continue;
             }
             let mut session = session.clone();
-            session.phase = Phase::Ended;
-            session.reason = Some(ending.reason);
-            session.exit = ending.exit;
-            session.detected_by = ending.detected_by;
-            session.ended_ms = Some(now_ms);
-            session.updated_ms = now_ms;
-            if ending.survivors.is_some() {
-                session.survivors.clone_from(&ending.survivors);
-            }
+            ending.end(&mut session, now_ms);
             batch.entry.endings.push(JournaledEnding {
                 uid: session.creator_uid,
                 id: session.id.clone(),
@@ -75,6 +70,8 @@ pub fn journal_deaths(
                 detected_by: ending.detected_by,
                 ended_ms: now_ms,
                 survivors: ending.survivors.clone(),
+                cause: session.cause.clone(),
+                usage: session.usage.clone(),
                 reap: session.on_end == OnEnd::Terminate,
             });
             push(&mut batch, event_ended(&session, &ending))?;
@@ -104,26 +101,23 @@ impl Store {
     pub fn apply(&mut self, entry: &JournalEntry) -> Result<(), StoreError> {
         let tx = self.write_tx()?;
         for ending in &entry.endings {
-            let survivors = ending
-                .survivors
-                .as_ref()
-                .map(serde_json::to_string)
-                .transpose()?;
             let ended = tx
                 .prepare_cached(
                     "UPDATE sessions SET phase = 'ended', reason = ?3, exit = ?4, \
                      detected_by = ?5, ended_ms = ?6, updated_ms = ?6, \
-                     survivors = COALESCE(?7, survivors) \
+                     survivors = COALESCE(?7, survivors), cause = ?8, usage = ?9 \
                      WHERE creator_uid = ?1 AND id = ?2 AND phase = 'active'",
                 )?
                 .execute(params![
                     ending.uid,
                     ending.id,
                     name(&ending.reason)?,
-                    ending.exit.map(|e| serde_json::to_string(&e)).transpose()?,
+                    json_value(ending.exit.as_ref())?,
                     ending.detected_by.map(|d| name(&d)).transpose()?,
                     ending.ended_ms,
-                    survivors,
+                    json_value(ending.survivors.as_ref())?,
+                    json_value(ending.cause.as_ref())?,
+                    json_value(ending.usage.as_ref())?,
                 ])?;
             if ended > 0 && ending.reap {
                 tx.prepare_cached("INSERT OR REPLACE INTO reaps (uid, session) VALUES (?1, ?2)")?

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use liveness_common::cause::{Cause, Usage};
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::session::{EndReason, Survivors};
 
@@ -51,6 +52,13 @@ pub struct JournaledEnding {
     pub detected_by: Option<DetectedBy>,
     pub ended_ms: i64,
     pub survivors: Option<Survivors>,
+    /// Why its owner died, as this session's readers may see it (a journal written before
+    /// causes were recorded has none).
+    #[serde(default)]
+    pub cause: Option<Cause>,
+    /// What its owner cost.
+    #[serde(default)]
+    pub usage: Option<Usage>,
     /// Its processes are to be terminated (its policy, or `end --terminate`).
     pub reap: bool,
 }
@@ -264,6 +272,12 @@ mod tests {
                 detected_by: Some(DetectedBy::Ebpf),
                 ended_ms: 7,
                 survivors: None,
+                cause: Some(Cause::Signal {
+                    signal: 15,
+                    sender: None,
+                    kernel: None,
+                }),
+                usage: None,
                 reap: false,
             }],
             released: vec![JournaledRelease {

@@ -13,9 +13,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use liveness_common::action::ActionSpec;
+use liveness_common::cause::{Cause, SenderSession, Usage};
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{Identity, ProcessKey};
-use liveness_common::session::{EndReason, Event, OnEnd, Session, Survivors};
+use liveness_common::session::{EndReason, Event, OnEnd, Phase, Session, Survivors};
 
 /// Longest accepted session id, in bytes.
 pub const MAX_ID_LEN: usize = 256;
@@ -24,14 +26,15 @@ pub const MAX_ID_LEN: usize = 256;
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Number of columns in [`session_columns!`].
-const SESSION_COLUMNS: usize = 22;
+const SESSION_COLUMNS: usize = 26;
 
 /// Columns of a session row, in the order [`session_from_row`] reads them.
 macro_rules! session_columns {
     () => {
         "id, owner_pid, owner_start_ticks, owner_boot_id, owner_host, owner_comm, phase, \
          pending, reason, exit, detected_by, creator_uid, labels, created_ms, updated_ms, \
-         touched_ms, ended_ms, pending_expires_ms, owner_pidfs_ino, survivors, on_end, grace_ms"
+         touched_ms, ended_ms, pending_expires_ms, owner_pidfs_ino, survivors, on_end, grace_ms, \
+         cause, usage, on_end_run, finalized_ms"
     };
 }
 
@@ -122,6 +125,11 @@ pub struct NewSession {
     pub labels: BTreeMap<String, String>,
     pub on_end: OnEnd,
     pub grace_ms: u64,
+    /// The end actions; `None` keeps those of an ACTIVE session registered again.
+    pub on_end_run: Option<Vec<ActionSpec>>,
+    /// The creator's primary group as it registered (`SO_PEERCRED`), when it registered
+    /// for itself: the group its actions run with should the user databases not know it.
+    pub creator_gid: Option<u32>,
 }
 
 /// Result of [`Store::register`]: the session as stored, and the event to publish, if any
@@ -145,6 +153,14 @@ pub struct OwnerDeath {
     pub died_ms: Option<i64>,
     /// The members of the owner's process tree still alive.
     pub survivors: Option<Survivors>,
+    /// Why it died, where a kernel program saw it; otherwise what the reason, the source
+    /// and the status can say (see [`Cause::unseen`]).
+    pub cause: Option<Cause>,
+    /// What it cost, where the kernel showed it.
+    pub usage: Option<Usage>,
+    /// The owner of the tree the signal's sender belonged to when it sent the signal: its
+    /// session is named in the cause of each ending whose readers may see it.
+    pub sender_root: Option<ProcessKey>,
 }
 
 /// How a session ends: what [`Store::end`] and [`Store::end_many`] write into it.
@@ -160,6 +176,14 @@ pub struct Ending {
     pub died_ms: Option<i64>,
     /// The members of the owner's process tree still alive.
     pub survivors: Option<Survivors>,
+    /// Why the owner died, where a kernel program saw it; otherwise what the reason, the
+    /// source and the status can say.
+    pub cause: Option<Cause>,
+    /// What the owner cost, where the kernel showed it.
+    pub usage: Option<Usage>,
+    /// The sessions a signal's sender belonged to: each cause names the first that its
+    /// readers may see.
+    pub sender_sessions: Vec<SenderSession>,
     /// Terminate the surviving processes whatever the session's policy (`end --terminate`).
     pub terminate: bool,
 }
@@ -174,20 +198,48 @@ impl Ending {
             observed_ms: None,
             died_ms: None,
             survivors: None,
+            cause: None,
+            usage: None,
+            sender_sessions: Vec::new(),
             terminate: false,
+        }
+    }
+
+    /// Ends `session` in memory as this ending says, at `now_ms`: what its row and its
+    /// `session.ended` event then record, whether the ending is journaled or committed.
+    fn end(&self, session: &mut Session, now_ms: i64) {
+        let mut cause = self
+            .cause
+            .clone()
+            .unwrap_or_else(|| Cause::unseen(self.reason, self.detected_by, self.exit));
+        cause.name_sender_session(&self.sender_sessions, session.creator_uid);
+        session.phase = Phase::Ended;
+        session.reason = Some(self.reason);
+        session.exit = self.exit;
+        session.detected_by = self.detected_by;
+        session.cause = Some(cause);
+        session.usage.clone_from(&self.usage);
+        session.ended_ms = Some(now_ms);
+        session.updated_ms = now_ms;
+        if self.survivors.is_some() {
+            session.survivors.clone_from(&self.survivors);
         }
     }
 }
 
 impl OwnerDeath {
-    /// The ending of every session the dead owner had.
-    fn ending(&self) -> Ending {
+    /// The ending of every session the dead owner had; `sender_sessions` are those of its
+    /// [`OwnerDeath::sender_root`].
+    fn ending(&self, sender_sessions: Vec<SenderSession>) -> Ending {
         Ending {
             exit: self.exit,
             detected_by: Some(self.detected_by),
             observed_ms: Some(self.observed_ms),
             died_ms: self.died_ms,
             survivors: self.survivors.clone(),
+            cause: self.cause.clone(),
+            usage: self.usage.clone(),
+            sender_sessions,
             ..Ending::because(self.reason)
         }
     }
@@ -226,6 +278,7 @@ pub enum EventPage {
     },
 }
 
+mod actions;
 mod active;
 mod apply;
 mod checkpoint;
@@ -240,6 +293,7 @@ mod schema;
 mod tree;
 mod writer;
 
+pub use actions::{ActionKey, Begin, DueAction};
 pub use active::Active;
 pub use apply::{JournaledDeaths, journal_deaths};
 pub use checkpoint::Checkpointer;

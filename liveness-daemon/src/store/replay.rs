@@ -10,15 +10,15 @@ use liveness_common::protocol::StreamMessage;
 
 /// Which events a subscriber gets: one test, applied in SQL to a replay (where the index
 /// of events by session serves it) and in memory to live events ([`EventFilter::admits`]).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct EventFilter<'a> {
+#[derive(Debug, Clone, Default)]
+pub struct EventFilter {
     /// Only events written under this session id.
-    pub session: Option<&'a str>,
+    pub session: Option<String>,
     /// Only events of sessions registered by this uid.
     pub creator_uid: Option<u32>,
 }
 
-impl EventFilter<'_> {
+impl EventFilter {
     /// The filter over the `events` table, with its values bound as `:session` and
     /// `:creator_uid`.
     const SQL: &'static str = "(:session IS NULL OR session = :session) \
@@ -26,7 +26,9 @@ impl EventFilter<'_> {
 
     /// Whether the filter admits an event of `session`, registered by `creator_uid`.
     pub fn admits(&self, session: &str, creator_uid: u32) -> bool {
-        self.session.is_none_or(|wanted| wanted == session)
+        self.session
+            .as_deref()
+            .is_none_or(|wanted| wanted == session)
             && self.creator_uid.is_none_or(|uid| uid == creator_uid)
     }
 }
@@ -56,7 +58,7 @@ impl EventReader {
         &self,
         after: u64,
         through: u64,
-        filter: &EventFilter<'_>,
+        filter: &EventFilter,
         limit: usize,
     ) -> Result<ReplayPage, StoreError> {
         Ok(match events_after(&self.conn, after, limit, filter)? {

@@ -4,7 +4,7 @@ use super::locks::release_locks_of;
 use super::replay::EVENTS_AFTER;
 use super::{Ending, EventFilter, EventPage, MAX_ID_LEN, SESSION_COLUMNS, StoreError, StoredEvent};
 use liveness_common::identity::Identity;
-use liveness_common::session::{Event, EventKind, OnEnd, Phase, Session};
+use liveness_common::session::{Event, EventKind, OnEnd, Session};
 use rusqlite::{Connection, Row, named_params, params};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -21,6 +21,8 @@ pub(super) fn event_about(kind: EventKind, session: &Session, at_ms: i64) -> Eve
         previous_session: None,
         reason: None,
         exit: None,
+        cause: None,
+        usage: None,
         detected_by: None,
         observed_ms: None,
         died_ms: None,
@@ -31,6 +33,8 @@ pub(super) fn event_about(kind: EventKind, session: &Session, at_ms: i64) -> Eve
         reaped: None,
         lock: None,
         hops: None,
+        actions: u32::try_from(session.on_end_run.len()).unwrap_or(u32::MAX),
+        action: None,
     }
 }
 
@@ -49,6 +53,8 @@ pub(super) fn ended_event(session: &Session) -> Event {
     Event {
         reason: session.reason,
         exit: session.exit,
+        cause: session.cause.clone(),
+        usage: session.usage.clone(),
         detected_by: session.detected_by,
         survivors: session.survivors.clone(),
         ..event_about(
@@ -134,10 +140,7 @@ pub(super) fn session_from_row(row: &Row<'_>) -> Result<Session, StoreError> {
             .get::<_, Option<String>>(8)?
             .map(from_name)
             .transpose()?,
-        exit: row
-            .get::<_, Option<String>>(9)?
-            .map(|s| serde_json::from_str(&s))
-            .transpose()?,
+        exit: json_column(row, 9)?,
         detected_by: row
             .get::<_, Option<String>>(10)?
             .map(from_name)
@@ -149,13 +152,28 @@ pub(super) fn session_from_row(row: &Row<'_>) -> Result<Session, StoreError> {
         touched_ms: row.get(15)?,
         ended_ms: row.get(16)?,
         pending_expires_ms: row.get(17)?,
-        survivors: row
-            .get::<_, Option<String>>(19)?
-            .map(|s| serde_json::from_str(&s))
-            .transpose()?,
+        survivors: json_column(row, 19)?,
         on_end: from_name(row.get(20)?)?,
         grace_ms: u64::try_from(row.get::<_, i64>(21)?).unwrap_or_default(),
+        cause: json_column(row, 22)?,
+        usage: json_column(row, 23)?,
+        on_end_run: json_column(row, 24)?.unwrap_or_default(),
+        actions: Vec::new(),
+        finalized_ms: row.get(25)?,
     })
+}
+
+/// A nullable column holding JSON.
+fn json_column<T: DeserializeOwned>(row: &Row<'_>, index: usize) -> Result<Option<T>, StoreError> {
+    Ok(row
+        .get::<_, Option<String>>(index)?
+        .map(|s| serde_json::from_str(&s))
+        .transpose()?)
+}
+
+/// A nullable JSON column's value.
+pub(super) fn json_value<T: Serialize>(value: Option<&T>) -> Result<Option<String>, StoreError> {
+    Ok(value.map(serde_json::to_string).transpose()?)
 }
 
 pub(super) fn get_session(
@@ -178,7 +196,7 @@ pub(super) fn insert_session(conn: &Connection, s: &Session) -> Result<(), Store
         "INSERT INTO sessions (",
         session_columns!(),
         ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-         ?19, ?20, ?21, ?22)"
+         ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26)"
     ))?
     .execute(params![
         s.id,
@@ -190,7 +208,7 @@ pub(super) fn insert_session(conn: &Connection, s: &Session) -> Result<(), Store
         name(&s.phase)?,
         s.pending,
         s.reason.map(|r| name(&r)).transpose()?,
-        s.exit.map(|e| serde_json::to_string(&e)).transpose()?,
+        json_value(s.exit.as_ref())?,
         s.detected_by.map(|d| name(&d)).transpose()?,
         s.creator_uid,
         serde_json::to_string(&s.labels)?,
@@ -200,12 +218,13 @@ pub(super) fn insert_session(conn: &Connection, s: &Session) -> Result<(), Store
         s.ended_ms,
         s.pending_expires_ms,
         s.owner.pidfs_ino.map(ticks_to_sql),
-        s.survivors
-            .as_ref()
-            .map(serde_json::to_string)
-            .transpose()?,
+        json_value(s.survivors.as_ref())?,
         name(&s.on_end)?,
         i64::try_from(s.grace_ms).unwrap_or(i64::MAX),
+        json_value(s.cause.as_ref())?,
+        json_value(s.usage.as_ref())?,
+        specs_column(&s.on_end_run)?,
+        s.finalized_ms,
     ])?;
     Ok(())
 }
@@ -222,7 +241,7 @@ impl EndingRow<'_> {
     pub(super) fn new(ending: &Ending, now_ms: i64) -> Result<EndingRow<'_>, StoreError> {
         let columns = (
             name(&ending.reason)?,
-            ending.exit.map(|e| serde_json::to_string(&e)).transpose()?,
+            json_value(ending.exit.as_ref())?,
             ending.detected_by.map(|d| name(&d)).transpose()?,
         );
         Ok(EndingRow {
@@ -261,25 +280,23 @@ pub(super) fn end_selected(
     for (rowid, mut session) in found {
         let (reason, exit, detected_by) = &row.columns;
         // The survivors in the same statement: a second UPDATE of the row cost every ending.
-        let survivors = ending
-            .survivors
-            .as_ref()
-            .map(serde_json::to_string)
-            .transpose()?;
+        let survivors = json_value(ending.survivors.as_ref())?;
+        ending.end(&mut session, now_ms);
         tx.prepare_cached(
             "UPDATE sessions SET phase = 'ended', reason = ?2, exit = ?3, detected_by = ?4, \
-             ended_ms = ?5, updated_ms = ?5, survivors = COALESCE(?6, survivors) WHERE rowid = ?1",
+             ended_ms = ?5, updated_ms = ?5, survivors = COALESCE(?6, survivors), cause = ?7, \
+             usage = ?8 WHERE rowid = ?1",
         )?
-        .execute(params![rowid, reason, exit, detected_by, now_ms, survivors])?;
-        session.phase = Phase::Ended;
-        session.reason = Some(ending.reason);
-        session.exit = ending.exit;
-        session.detected_by = ending.detected_by;
-        session.ended_ms = Some(now_ms);
-        session.updated_ms = now_ms;
-        if ending.survivors.is_some() {
-            session.survivors.clone_from(&ending.survivors);
-        }
+        .execute(params![
+            rowid,
+            reason,
+            exit,
+            detected_by,
+            now_ms,
+            survivors,
+            json_value(session.cause.as_ref())?,
+            json_value(session.usage.as_ref())?,
+        ])?;
         if ending.terminate || session.on_end == OnEnd::Terminate {
             // The reap is due from this commit on: a restart that finds the row runs it.
             tx.prepare_cached("INSERT OR REPLACE INTO reaps (uid, session) VALUES (?1, ?2)")?
@@ -289,6 +306,15 @@ pub(super) fn end_selected(
         events.extend(release_locks_of(tx, &session, now_ms)?);
     }
     Ok(events)
+}
+
+/// The `on_end_run` column: NULL for none.
+pub(super) fn specs_column(
+    specs: &[liveness_common::action::ActionSpec],
+) -> Result<Option<String>, StoreError> {
+    Ok((!specs.is_empty())
+        .then(|| serde_json::to_string(specs))
+        .transpose()?)
 }
 
 /// True when user `uid`'s active session `id` was touched.
@@ -342,7 +368,7 @@ pub(super) fn events_after(
     conn: &Connection,
     since: u64,
     limit: usize,
-    filter: &EventFilter<'_>,
+    filter: &EventFilter,
 ) -> Result<EventPage, StoreError> {
     // One read transaction: the gap check and the rows come from the same snapshot, so a
     // prune committed in between cannot delete events unnoticed.

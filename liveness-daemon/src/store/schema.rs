@@ -189,6 +189,36 @@ CREATE TABLE reaps (
 );
 "#,
     r#"
+-- Why an ended session's owner died (JSON: the cause's kind and facts) and what it cost
+-- (JSON: CPU time and peak memory, its tree's exited members summed). Sessions that ended
+-- before have neither.
+ALTER TABLE sessions ADD COLUMN cause TEXT;
+ALTER TABLE sessions ADD COLUMN usage TEXT;
+"#,
+    r#"
+-- End actions: the list a session's creator registered (JSON, NULL for none), and when the
+-- last of them had its outcome.
+ALTER TABLE sessions ADD COLUMN on_end_run TEXT;
+ALTER TABLE sessions ADD COLUMN finalized_ms INTEGER;
+-- One row per end action, made with the registration, so that ending a session writes
+-- nothing more. `pending` until it starts; `running` (committed before it is spawned, with
+-- its first process once known) until its outcome is committed with its event: a row still
+-- `running` at start is a run a stop or a crash cut short, run again. `gid` is the primary
+-- group the creator registered with, for a uid the user databases do not know.
+CREATE TABLE actions (
+    uid INTEGER NOT NULL,
+    session TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    gid INTEGER,
+    state TEXT NOT NULL CHECK (state IN ('pending', 'running', 'done')),
+    root_pid INTEGER,
+    root_start_ticks INTEGER,
+    outcome TEXT,
+    PRIMARY KEY (uid, session, idx)
+);
+CREATE INDEX actions_not_done ON actions (uid, session) WHERE state != 'done';
+"#,
+    r#"
 -- A member's pidfs inode (Linux 6.9+), so that a process that took a dead member's pid
 -- within its clock tick is not taken for it after a restart either.
 ALTER TABLE members ADD COLUMN pidfs_ino INTEGER;

@@ -13,9 +13,9 @@ const NOW: i64 = 1_700_000_000_000;
 /// The uid that [`req`] registers as.
 const UID: u32 = 1000;
 
-fn only(session: &str) -> EventFilter<'_> {
+fn only(session: &str) -> EventFilter {
     EventFilter {
-        session: Some(session),
+        session: Some(session.to_owned()),
         creator_uid: None,
     }
 }
@@ -41,6 +41,8 @@ fn req(id: &str, owner: Identity) -> NewSession {
         labels: BTreeMap::from([("tool".into(), "claude".into())]),
         on_end: OnEnd::Leave,
         grace_ms: DEFAULT_GRACE_MS,
+        on_end_run: None,
+        creator_gid: None,
     }
 }
 
@@ -106,6 +108,9 @@ fn end_owner(
                 observed_ms,
                 died_ms: None,
                 survivors: None,
+                cause: None,
+                usage: None,
+                sender_root: None,
             }],
             now_ms,
         )
@@ -784,7 +789,7 @@ fn the_sql_filter_and_admits_agree() {
     for session in [None, Some("a"), Some("c"), Some("none")] {
         for creator_uid in [None, Some(1000), Some(2000), Some(3000)] {
             let filter = EventFilter {
-                session,
+                session: session.map(str::to_owned),
                 creator_uid,
             };
             let replayed: Vec<u64> = events(store.events_after(0, 100, &filter).unwrap())
@@ -1197,6 +1202,9 @@ fn end_many_finalizes_a_thousand_owners_in_one_transaction() {
             observed_ms: NOW,
             died_ms: None,
             survivors: None,
+            cause: None,
+            usage: None,
+            sender_root: None,
         })
         .collect();
     let start = std::time::Instant::now();
@@ -1681,4 +1689,305 @@ fn a_token_granted_after_the_state_was_deleted_or_restored_exceeds_every_earlier
             lock.token
         );
     }
+}
+
+/// A death by SIGTERM from a member of session "builder"'s tree (rooted at owner 30),
+/// whose owner has three sessions: its creator's, another user's, and root's.
+fn killed_by_a_builder(store: &mut Store) -> OwnerDeath {
+    use liveness_common::cause::{Cause, MembersUsage, Sender, Usage};
+    let victim = owner(20);
+    store.register(req("mine", victim.clone()), NOW).unwrap();
+    for (id, creator_uid) in [("theirs", UID + 1), ("roots", 0)] {
+        let session = NewSession {
+            creator_uid,
+            ..req(id, victim.clone())
+        };
+        store.register(session, NOW).unwrap();
+    }
+    store.register(req("builder", owner(30)), NOW).unwrap();
+    OwnerDeath {
+        owner: victim,
+        reason: EndReason::OwnerExited,
+        exit: Some(ExitStatus::Signaled {
+            signal: 15,
+            core_dumped: false,
+        }),
+        detected_by: DetectedBy::Ebpf,
+        observed_ms: NOW,
+        died_ms: None,
+        survivors: None,
+        cause: Some(Cause::Signal {
+            signal: 15,
+            sender: Some(Sender {
+                pid: 31,
+                start_ticks: 3,
+                comm: "kill".into(),
+                uid: UID,
+                session: None,
+            }),
+            kernel: None,
+        }),
+        usage: Some(Usage {
+            cpu_user_us: 300_000,
+            cpu_system_us: 1_000,
+            peak_rss_bytes: 1 << 20,
+            members: MembersUsage::default(),
+        }),
+        sender_root: Some(owner(30).key()),
+    }
+}
+
+/// The session a cause names as its sender's.
+fn sender_session(cause: Option<&liveness_common::cause::Cause>) -> Option<String> {
+    use liveness_common::cause::Cause;
+    match cause {
+        Some(Cause::Signal {
+            sender: Some(sender),
+            ..
+        }) => sender.session.clone(),
+        other => panic!("not a signal with a sender: {other:?}"),
+    }
+}
+
+#[test]
+fn causes_and_usage_are_stored_and_a_foreign_sender_session_is_not_named() {
+    let db = Db::new();
+    let mut store = db.open();
+    let death = killed_by_a_builder(&mut store);
+    let events = store
+        .end_many(std::slice::from_ref(&death), NOW + 1)
+        .unwrap();
+    let by_session = |id: &str| events.iter().find(|e| e.session == id).unwrap();
+    assert_eq!(
+        sender_session(by_session("mine").cause.as_ref()),
+        Some("builder".into())
+    );
+    assert_eq!(
+        sender_session(by_session("theirs").cause.as_ref()),
+        None,
+        "another user's session id reached a non-root creator's ending"
+    );
+    assert_eq!(
+        sender_session(by_session("roots").cause.as_ref()),
+        Some("builder".into()),
+        "root sees every session"
+    );
+    // Stored as published, and read back after a reopen.
+    drop(store);
+    let store = db.open();
+    let mine = store.get(UID, "mine").unwrap().unwrap();
+    assert_eq!(mine.cause, by_session("mine").cause);
+    assert_eq!(mine.usage, death.usage);
+    let theirs = store.get(UID + 1, "theirs").unwrap().unwrap();
+    assert_eq!(sender_session(theirs.cause.as_ref()), None);
+}
+
+/// A daemon killed between a death's append and its commit applies the journal at its
+/// next start: the causes and usage come back from the journal, not from the source.
+#[test]
+fn a_replayed_journal_entry_keeps_its_causes_and_usage() {
+    let db = Db::new();
+    let mut store = db.open();
+    let death = killed_by_a_builder(&mut store);
+    let active = super::Active::load(&store).unwrap();
+    let batch =
+        super::journal_deaths(&active, &[death], NOW + 1, store.head_seq().unwrap()).unwrap();
+    // Through the journal's own encoding, as a start reads it back.
+    let entry: super::journal::JournalEntry =
+        serde_json::from_str(&serde_json::to_string(&batch.entry).unwrap()).unwrap();
+    drop(store);
+    let mut store = db.open();
+    assert_eq!(store.get(UID, "mine").unwrap().unwrap().cause, None);
+    assert_eq!(store.replay(&[entry]).unwrap(), 1);
+    for published in &batch.events {
+        if published.kind != EventKind::Ended {
+            continue;
+        }
+        let stored = store
+            .get(published.creator_uid, &published.session)
+            .unwrap()
+            .unwrap();
+        assert_eq!(stored.cause, published.cause, "{}", published.session);
+        assert_eq!(stored.usage, published.usage, "{}", published.session);
+    }
+    let stored = events(store.events_after(0, 100, &EventFilter::default()).unwrap());
+    let ended: Vec<_> = stored
+        .into_iter()
+        .filter(|e| e.kind == EventKind::Ended)
+        .collect();
+    assert_eq!(ended.len(), 3);
+    assert!(ended.iter().all(|e| e.usage.is_some() && e.cause.is_some()));
+}
+
+#[test]
+fn endings_no_source_explained_say_what_is_known() {
+    use liveness_common::cause::{Cause, CauseKind};
+    let db = Db::new();
+    let mut store = db.open();
+    store.register(req("stopped", owner(40)), NOW).unwrap();
+    let stopped = store
+        .end(
+            UID,
+            "stopped",
+            None,
+            &Ending::because(EndReason::Stopped),
+            NOW + 1,
+        )
+        .unwrap();
+    assert_eq!(stopped[0].cause, Some(Cause::NoDeath));
+    store.register(req("seen", owner(41)), NOW).unwrap();
+    let seen = end_owner(
+        &mut store,
+        &owner(41),
+        Some(ExitStatus::Signaled {
+            signal: 9,
+            core_dumped: false,
+        }),
+        DetectedBy::Pidfd,
+        NOW,
+        NOW + 1,
+    );
+    let cause = seen[0].cause.clone().unwrap();
+    assert_eq!(cause.kind(), CauseKind::Unknown);
+    assert!(cause.to_string().contains("pidfd"), "{cause}");
+}
+
+fn with_actions(id: &str, owner: Identity, count: usize) -> NewSession {
+    let specs = (0..count)
+        .map(|i| liveness_common::action::ActionSpec::new(["echo", &i.to_string()]))
+        .collect();
+    NewSession {
+        on_end_run: Some(specs),
+        creator_gid: Some(4242),
+        ..req(id, owner)
+    }
+}
+
+fn kinds(events: &[Event]) -> Vec<EventKind> {
+    events.iter().map(|event| event.kind).collect()
+}
+
+#[test]
+fn end_actions_are_due_once_their_session_ends_and_recorded_once() {
+    use liveness_common::action::{ActionOutcome, Skipped};
+    use liveness_common::session::ActionPhase;
+    let db = Db::new();
+    let mut store = db.open();
+    let registered = store
+        .register(with_actions("s", owner(10), 2), NOW)
+        .unwrap();
+    assert_eq!(
+        registered.event.unwrap().actions,
+        2,
+        "the event counts them"
+    );
+    assert_eq!(store.actions_due(None).unwrap(), [], "not before the end");
+    let ended = end_by_owner(&mut store, &owner(10));
+    assert_eq!(
+        ended[0].actions, 2,
+        "the ended event says a finalized follows"
+    );
+    let due = store.actions_due(None).unwrap();
+    assert_eq!(due.len(), 2);
+    assert_eq!(
+        (due[0].gid, due[0].resumed, due[0].root),
+        (Some(4242), false, None)
+    );
+
+    let key = due[0].key.clone();
+    let Begin::Run(session) = store.run_action(&key).unwrap() else {
+        panic!("a pending action runs");
+    };
+    assert_eq!(session.on_end_run.len(), 2);
+    let root = ProcessKey {
+        pid: 77,
+        start_ticks: 5,
+    };
+    store.action_spawned(&key, root).unwrap();
+    let again = store.actions_due(Some((UID, "s"))).unwrap();
+    assert_eq!(
+        (again[0].resumed, again[0].root),
+        (true, Some(root)),
+        "a restart resumes it"
+    );
+
+    let outcome = ActionOutcome {
+        index: 0,
+        exit: exited(0),
+        ..ActionOutcome::default()
+    };
+    let events = store
+        .record_actions(&[(key.clone(), outcome.clone())], NOW + 9)
+        .unwrap();
+    assert_eq!(kinds(&events), [EventKind::Action]);
+    assert_eq!(events[0].action.as_ref(), Some(&outcome));
+    let twice = store
+        .record_actions(&[(key.clone(), outcome)], NOW + 9)
+        .unwrap();
+    assert_eq!(twice, [], "an outcome is recorded once");
+    assert_eq!(
+        store.run_action(&key).unwrap(),
+        Begin::Skip,
+        "and never runs again"
+    );
+
+    let (skipped, running) = store.skip_actions(UID, "s", NOW + 10).unwrap();
+    assert_eq!(kinds(&skipped), [EventKind::Action, EventKind::Finalized]);
+    assert_eq!(running, 0);
+    assert_eq!(
+        skipped[0].action.as_ref().and_then(|o| o.skipped),
+        Some(Skipped::DoneByAgent)
+    );
+    assert_eq!(store.actions_due(None).unwrap(), []);
+    let session = store.get(UID, "s").unwrap().unwrap();
+    assert_eq!(session.finalized_ms, Some(NOW + 10));
+    assert!(session.is_finalized());
+    let states = store.action_states(UID, "s").unwrap();
+    assert!(
+        states
+            .iter()
+            .all(|s| s.state == ActionPhase::Done && s.outcome.is_some())
+    );
+    assert_eq!(
+        store.finalize_if_done(UID, "s", NOW + 11).unwrap(),
+        None,
+        "once"
+    );
+}
+
+#[test]
+fn actions_follow_renames_and_a_new_list_replaces_the_old() {
+    let db = Db::new();
+    let mut store = db.open();
+    store
+        .register(
+            NewSession {
+                pending: true,
+                pending_expires_ms: Some(NOW + 1000),
+                ..with_actions("pending-1", owner(10), 3)
+            },
+            NOW,
+        )
+        .unwrap();
+    store.rename(UID, "pending-1", "real", NOW + 1).unwrap();
+    assert_eq!(store.action_states(UID, "real").unwrap().len(), 3);
+    // The same owner again, with one action: the list is replaced; without: kept.
+    store
+        .register(with_actions("real", owner(10), 1), NOW + 2)
+        .unwrap();
+    store.register(req("real", owner(10)), NOW + 3).unwrap();
+    let session = store.get(UID, "real").unwrap().unwrap();
+    assert_eq!(session.on_end_run.len(), 1);
+    assert_eq!(store.action_states(UID, "real").unwrap().len(), 1);
+    // Skipped before the end: the end itself has nothing left to run.
+    let (events, _) = store.skip_actions(UID, "real", NOW + 4).unwrap();
+    assert_eq!(
+        kinds(&events),
+        [EventKind::Action],
+        "not final before the end"
+    );
+    end_by_owner(&mut store, &owner(10));
+    assert_eq!(store.actions_due(Some((UID, "real"))).unwrap(), []);
+    let finalized = store.finalize_if_done(UID, "real", NOW + 7).unwrap();
+    assert_eq!(finalized.map(|e| e.kind), Some(EventKind::Finalized));
 }

@@ -2,13 +2,14 @@
 
 #[cfg(test)]
 use super::OwnerDeath;
+use super::actions::set_actions;
 use super::journal::JournalError;
 use super::locks::{jump_tokens, rename_holder};
 use super::reader::{ListQuery, SessionPage};
 use super::rows::{
     EndingRow, append, end_selected, event_about, events_after, get_session, head_seq,
-    insert_session, name, session_from_row, ticks_from_sql, ticks_to_sql, touch_active,
-    validate_id,
+    insert_session, name, session_from_row, specs_column, ticks_from_sql, ticks_to_sql,
+    touch_active, validate_id,
 };
 use super::schema::{FileId, check_version, create, file_id, is_damage, is_truncated, migrate};
 use super::{BUSY_TIMEOUT, Ending, EventFilter, EventPage, NewSession, Registered, StoreError};
@@ -241,6 +242,8 @@ impl Store {
                     pending: req.pending,
                     reason: None,
                     exit: None,
+                    cause: None,
+                    usage: None,
                     detected_by: None,
                     creator_uid: req.creator_uid,
                     labels: req.labels,
@@ -252,8 +255,18 @@ impl Store {
                     survivors: None,
                     on_end: req.on_end,
                     grace_ms: req.grace_ms,
+                    on_end_run: req.on_end_run.unwrap_or_default(),
+                    actions: Vec::new(),
+                    finalized_ms: None,
                 };
                 insert_session(&tx, &session)?;
+                set_actions(
+                    &tx,
+                    session.creator_uid,
+                    &session.id,
+                    session.on_end_run.len(),
+                    req.creator_gid,
+                )?;
                 let event = append(&tx, event_about(EventKind::Registered, &session, now_ms))?;
                 Registered {
                     session,
@@ -266,6 +279,7 @@ impl Store {
             Some(mut session) if session.owner.same_process(&req.owner) => {
                 // Same owner again: idempotent, but it is activity.
                 touch_active(&tx, session.creator_uid, &session.id, now_ms)?;
+                replace_actions(&tx, &mut session, req.on_end_run, req.creator_gid)?;
                 session.touched_ms = now_ms;
                 Registered {
                     session,
@@ -273,6 +287,7 @@ impl Store {
                 }
             }
             Some(mut session) => {
+                replace_actions(&tx, &mut session, req.on_end_run, req.creator_gid)?;
                 let previous = std::mem::replace(&mut session.owner, req.owner);
                 let owner = &session.owner;
                 tx.prepare_cached(
@@ -340,6 +355,8 @@ impl Store {
         )?
         .execute(params![id, to, now_ms, uid])?;
         rename_holder(&tx, uid, id, to)?;
+        tx.prepare_cached("UPDATE actions SET session = ?3 WHERE uid = ?1 AND session = ?2")?
+            .execute(params![uid, id, to])?;
         session.id = to.to_owned();
         let event = append(
             &tx,
@@ -533,6 +550,12 @@ impl Store {
             .conn
             .prepare_cached("DELETE FROM sessions WHERE phase = 'ended' AND ended_ms < ?1")?
             .execute(params![ended_before_ms])?;
+        self.conn
+            .prepare_cached(
+                "DELETE FROM actions WHERE NOT EXISTS (SELECT 1 FROM sessions \
+                 WHERE creator_uid = uid AND id = session)",
+            )?
+            .execute([])?;
         Ok(deleted as u64)
     }
 
@@ -555,7 +578,7 @@ impl Store {
         &self,
         since: u64,
         limit: usize,
-        filter: &EventFilter<'_>,
+        filter: &EventFilter,
     ) -> Result<EventPage, StoreError> {
         events_after(&self.conn, since, limit, filter)
     }
@@ -626,4 +649,26 @@ impl Store {
             .query_and_then(params, session_from_row)?
             .collect()
     }
+}
+
+/// A registration of an ACTIVE session that names end actions replaces its list (an agent
+/// reads its settings again at each start); one that names none keeps it.
+fn replace_actions(
+    tx: &rusqlite::Transaction<'_>,
+    session: &mut Session,
+    on_end_run: Option<Vec<liveness_common::action::ActionSpec>>,
+    gid: Option<u32>,
+) -> Result<(), StoreError> {
+    let Some(specs) = on_end_run else {
+        return Ok(());
+    };
+    tx.prepare_cached("UPDATE sessions SET on_end_run = ?3 WHERE creator_uid = ?1 AND id = ?2")?
+        .execute(params![
+            session.creator_uid,
+            session.id,
+            specs_column(&specs)?
+        ])?;
+    set_actions(tx, session.creator_uid, &session.id, specs.len(), gid)?;
+    session.on_end_run = specs;
+    Ok(())
 }

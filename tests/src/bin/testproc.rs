@@ -443,7 +443,10 @@ fn linger(socket: &str, line: &str) -> ! {
     let mut daemon = UnixStream::connect(socket).expect("connect to the daemon");
     liveness_client::fdpass::send_with_fds(&mut daemon, line.as_bytes(), &[stuck.as_fd()])
         .expect("send the line with the socket");
-    drop(stuck);
+    // Closed on a thread of its own: should the daemon have closed its copy first (a
+    // loaded machine), this close is the last and lingers, which must hold up only this
+    // thread, not the request.
+    std::thread::spawn(move || drop(stuck));
     daemon.write_all(b"\n").expect("send the newline");
     let mut reply = String::new();
     let _ = std::io::BufReader::new(&daemon).read_line(&mut reply);

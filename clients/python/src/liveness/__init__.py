@@ -21,6 +21,7 @@ from .types import (
     SESSION_REAPED,
     SESSION_REGISTERED,
     SESSION_RENAMED,
+    Cause,
     Event,
     ExitStatus,
     Gap,
@@ -31,16 +32,18 @@ from .types import (
     Message,
     Process,
     Reset,
+    Sender,
     Session,
     Survivors,
+    Usage,
 )
 
 __all__ = [
-    "AUTO", "ALIVE", "BY_CODE", "Client", "ConnectError", "ConnectionLost", "Cursor", "DEAD", "DaemonError",
+    "AUTO", "ALIVE", "BY_CODE", "Cause", "Client", "ConnectError", "ConnectionLost", "Cursor", "DEAD", "DaemonError",
     "EXITED", "Event", "ExitStatus", "GaveUp", "Gap", "Goodbye", "Identity", "LOCK_ACQUIRED", "LOCK_RELEASED",
     "Lagged", "LivenessError", "Liveness", "Lock", "Message", "NoSuchProcess", "PROTOCOL_VERSION", "Process",
-    "REBOOTED", "REUSED", "Registered", "Reset", "Retry", "SESSION_ENDED", "SESSION_OWNER_CHANGED",
+    "REBOOTED", "REUSED", "Registered", "Reset", "Retry", "Sender", "SESSION_ENDED", "SESSION_OWNER_CHANGED",
     "SESSION_REAPED", "SESSION_REGISTERED", "SESSION_RENAMED", "SYSTEM_SOCKET", "Session", "Subscription",
-    "Survivors", "UNKNOWN", "Whose", "capture", "check", "default_socket", "load_cursor", "save_cursor",
+    "Survivors", "UNKNOWN", "Usage", "Whose", "capture", "check", "default_socket", "load_cursor", "save_cursor",
     "subscribe", "wait_for_end",
 ] + [cls.__name__ for cls in BY_CODE.values()]

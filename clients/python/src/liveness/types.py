@@ -79,6 +79,54 @@ class ExitStatus:
 
 
 @dataclass(frozen=True)
+class Sender(Wire):
+    """The process that sent a killing signal, as it was when it sent it; ``session`` only
+    where every reader of the ending may see that session."""
+
+    pid: int
+    start_ticks: int
+    comm: str
+    uid: int
+    session: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Cause(Wire):
+    """Why a session ended, from its owner's side (docs/protocol.md §2 "Cause"): ``kind`` is
+    ``exit`` (``code``), ``signal`` (``signal``, and ``sender`` or ``kernel``), ``oom``
+    (``scope``, ``cgroup``), ``hangup``, ``unknown`` (``reason``) or ``none``."""
+
+    kind: str
+    code: Optional[int] = None
+    signal: Optional[int] = None
+    sender: Optional[Sender] = None
+    kernel: Optional[str] = None
+    scope: Optional[str] = None
+    cgroup: Optional[str] = None
+    reason: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class MembersUsage(Wire):
+    """The members of a tree that exited while tracked: CPU summed, the largest peak."""
+
+    exited: int
+    cpu_user_us: int
+    cpu_system_us: int
+    peak_rss_bytes: int
+
+
+@dataclass(frozen=True)
+class Usage(Wire):
+    """What an owner cost, from the kernel at its exit (docs/protocol.md §2 "Usage")."""
+
+    cpu_user_us: int
+    cpu_system_us: int
+    peak_rss_bytes: int
+    members: MembersUsage
+
+
+@dataclass(frozen=True)
 class Survivors(Wire):
     """The members of a session's tree alive at its end: ``total``, and at most 1000 by pid."""
 
@@ -109,6 +157,8 @@ class Session(Wire):
     survivors: Optional[Survivors] = None
     on_end: str = "leave"
     grace_ms: int = DEFAULT_GRACE_MS
+    cause: Optional[Cause] = None
+    usage: Optional[Usage] = None
 
 
 @dataclass(frozen=True)
@@ -171,6 +221,8 @@ class Event(Wire):
     died_ms: Optional[int] = None
     survivors: Optional[Survivors] = None
     on_end: str = "leave"
+    cause: Optional[Cause] = None
+    usage: Optional[Usage] = None
     reaped: Optional[Reaped] = None
     lock: Optional[LockChange] = None
     hops: Optional[Hops] = None

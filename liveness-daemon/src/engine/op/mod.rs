@@ -19,6 +19,7 @@ use liveness_common::protocol::{ErrorBody, ErrorCode};
 use liveness_common::request;
 use liveness_common::session::Session;
 
+mod actions_done;
 mod end;
 mod get;
 mod lock_acquire;
@@ -125,6 +126,7 @@ commands! {
     Whose(Whose),
     Waiting(Waiting),
     Subscribe(Subscribe),
+    ActionsDone(request::ActionsDone),
 }
 
 /// Where operations go to the engine, from any thread.

@@ -2,6 +2,7 @@
 
 use std::os::fd::AsFd;
 
+use liveness_common::action::validate_actions;
 use liveness_common::identity::Identity;
 use liveness_common::protocol::{ErrorBody, ErrorCode, OwnerSpec, PidOwner, PidfdOwner};
 use liveness_common::request;
@@ -52,6 +53,10 @@ impl Op for Register {
         // Root registers in its own namespace unless it names a user's.
         let namespace = caller.namespace(request.uid)?.unwrap_or(caller.uid);
         let (on_end, grace_ms) = policy(request.on_end, request.grace_ms)?;
+        if let Some(actions) = &request.on_end_run {
+            validate_actions(actions)
+                .map_err(|message| ErrorBody::new(ErrorCode::InvalidRequest, message))?;
+        }
         let owner = resolve_owner(engine, caller, request.owner, request.wrappers, &fds)?;
         let previous = match engine.store.get(namespace, &id).map_err(store_error)? {
             Some(existing) => {
@@ -73,11 +78,18 @@ impl Op for Register {
             labels: request.labels,
             on_end,
             grace_ms,
+            on_end_run: request.on_end_run,
+            // The group is the caller's own only when it registers for itself.
+            creator_gid: (namespace == caller.uid).then_some(caller.gid),
         };
         let registered = engine
             .store
             .register(new, now)
             .map_err(|e| store_error(engine.store.explain(e)))?;
+        if registered.event.is_none() {
+            // The same owner again: its end actions may have been replaced.
+            (engine.journaled).refresh(namespace, &id, &engine.store);
+        }
         engine.publish(registered.event.into_iter().collect());
         if let Some(previous) = previous.filter(|p| !p.same_process(&owner)) {
             engine.unwatch_if_unused(&previous);

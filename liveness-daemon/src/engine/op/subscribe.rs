@@ -1,24 +1,32 @@
-//! A subscription to the events committed from now on: the connection replays the ones
-//! up to the head from the store, and streams the rest from its queue.
+//! A subscription to the events published from now on: the connection replays the ones
+//! up to the head from the store, then the engine writes the rest to its socket (see
+//! [`crate::engine::outbox`]).
 
-use tokio::sync::mpsc;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
 
 use liveness_common::protocol::ErrorBody;
 
 use super::Op;
-use crate::engine::{Batch, Caller, Engine, store_error};
+use crate::engine::outbox::Outbox;
+use crate::engine::{Caller, Engine, store_error};
+use crate::store::EventFilter;
 
+/// Subscribes the connection whose socket `socket` is another descriptor of.
 #[derive(Debug)]
-pub struct Subscribe;
+pub struct Subscribe {
+    pub socket: OwnedFd,
+    pub filter: EventFilter,
+}
 
-/// A live subscription: batches after `head` arrive on `batches`; the events up to `head`
-/// are in the store. `batches` closes when the subscriber lags or the engine stops.
+/// A live subscription: events after `head` go to `outbox`; those up to `head` are in
+/// the store.
 #[derive(Debug)]
 pub struct Subscription {
     pub head: u64,
     /// The store the seqs belong to.
     pub store_id: String,
-    pub batches: mpsc::Receiver<Batch>,
+    pub outbox: Arc<Outbox>,
 }
 
 impl Op for Subscribe {
@@ -29,7 +37,7 @@ impl Op for Subscribe {
         Ok(Subscription {
             head,
             store_id: engine.store_id.clone(),
-            batches: engine.subscribers.subscribe(),
+            outbox: engine.subscribers.subscribe(self.socket, self.filter, head),
         })
     }
 }

@@ -1,0 +1,220 @@
+//! `liveness hooks`: installing an agent adapter ([`liveness_cli::hooks`]), and its hooks as
+//! the agent runs them. A hook never fails the agent: it exits 0 whatever happens, says
+//! what went wrong on stderr, and writes nothing on stdout (an agent may read a hook's
+//! stdout as instructions).
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Parser;
+use serde_json::{Value, json};
+
+use liveness_cli::hooks::{
+    self, Agent, HookCommand, HookEnv, Installed, Uninstalled, end_hook_command, read_settings,
+};
+use liveness_client::{Owner, Registration};
+use liveness_common::action::EndFacts;
+
+use crate::args::{HookName, HookRunArgs, HooksArgs, HooksCommand, HooksInstallArgs};
+use crate::context::Context;
+use crate::exit::{Exit, Failure};
+use crate::output::{self, outln};
+
+/// Every variable an adapter may read.
+const ENV: &[&str] = &hooks::claude_code::ENV;
+
+impl HooksArgs {
+    pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
+        match &self.command {
+            HooksCommand::Install(args) => args.install(context),
+            HooksCommand::Uninstall(args) => args.uninstall(context),
+            HooksCommand::Run(words) => {
+                let args = HookRunArgs::try_parse_from(words).map_err(|e| {
+                    Failure::new(Exit::Usage, e.render().to_string().trim().to_owned())
+                })?;
+                args.execute(context)
+            }
+        }
+    }
+}
+
+fn agent(name: &str) -> Result<&'static dyn Agent, Failure> {
+    hooks::agent(name).map_err(|e| Failure::new(Exit::Usage, e.to_string()))
+}
+
+fn hook_failure(e: hooks::HookError) -> Failure {
+    Failure::new(Exit::IoErr, e.to_string())
+}
+
+/// This binary, and the socket named on its command line: what the hooks run.
+fn hook_command(context: &Context) -> Result<HookCommand, Failure> {
+    let program = std::env::current_exe().map_err(|e| {
+        Failure::new(
+            Exit::IoErr,
+            format!("cannot tell where this liveness binary is: {e}"),
+        )
+    })?;
+    Ok(HookCommand {
+        program,
+        socket: context.named_socket.clone(),
+    })
+}
+
+impl HooksInstallArgs {
+    fn settings(&self, agent: &dyn Agent) -> Result<PathBuf, Failure> {
+        match &self.settings {
+            Some(path) => Ok(path.clone()),
+            None => agent
+                .user_settings(&HookEnv::from_process(ENV))
+                .map_err(hook_failure),
+        }
+    }
+
+    fn install(&self, context: &Context) -> Result<ExitCode, Failure> {
+        let agent = agent(&self.agent)?;
+        let path = self.settings(agent)?;
+        let command = hook_command(context)?;
+        let (result, backup, text) =
+            match hooks::install(agent, &path, &command).map_err(hook_failure)? {
+                Installed::Unchanged => (
+                    "unchanged",
+                    None,
+                    "liveness's hooks are installed already".to_owned(),
+                ),
+                Installed::Changed {
+                    backup: Some(backup),
+                } => {
+                    let text = format!(
+                        "liveness's hooks installed; the file as it was is kept in {}",
+                        backup.display()
+                    );
+                    ("installed", Some(backup), text)
+                }
+                Installed::Changed { backup: None } => {
+                    ("created", None, "created with liveness's hooks".to_owned())
+                }
+            };
+        report(context, &path, result, backup, &text);
+        Ok(Exit::Ok.into())
+    }
+
+    fn uninstall(&self, context: &Context) -> Result<ExitCode, Failure> {
+        let agent = agent(&self.agent)?;
+        let path = self.settings(agent)?;
+        let (result, backup, text) = match hooks::uninstall(agent, &path).map_err(hook_failure)? {
+            Uninstalled::NotInstalled => {
+                ("not_installed", None, "no hook of liveness's".to_owned())
+            }
+            Uninstalled::Restored => ("restored", None, "restored as it was".to_owned()),
+            Uninstalled::Removed => (
+                "removed",
+                None,
+                "removed (liveness had created it)".to_owned(),
+            ),
+            Uninstalled::HooksRemoved { backup } => {
+                let text = format!(
+                    "liveness's hooks removed; it was edited since the install, so the rest stays{}",
+                    backup
+                        .as_ref()
+                        .map(|b| format!(" (the original is in {})", b.display()))
+                        .unwrap_or_default()
+                );
+                ("hooks_removed", backup, text)
+            }
+        };
+        report(context, &path, result, backup, &text);
+        Ok(Exit::Ok.into())
+    }
+}
+
+/// What `install` or `uninstall` did to the settings file.
+fn report(context: &Context, path: &Path, result: &str, backup: Option<PathBuf>, text: &str) {
+    if context.json {
+        output::json(&json!({"settings": path, "result": result, "backup": backup}));
+    } else {
+        outln!("{}: {text}", path.display());
+    }
+}
+
+impl HookRunArgs {
+    fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
+        let agent = agent(&self.agent)?;
+        let outcome = match self.hook {
+            HookName::SessionStart => session_start(agent, context),
+            HookName::SessionEnd => session_end(agent, context),
+            // Replaces this process with the user's command on success.
+            HookName::EndHook => return self.end_hook(agent),
+        };
+        if let Err(message) = outcome {
+            eprintln!("liveness hooks {} {:?}: {message}", self.agent, self.hook);
+        }
+        Ok(Exit::Ok.into())
+    }
+
+    /// The end action: the end facts on stdin become the agent's own hook input, with
+    /// which the user's command is run in this process's place.
+    fn end_hook(&self, agent: &dyn Agent) -> Result<ExitCode, Failure> {
+        let start: Value = match &self.input {
+            Some(input) => serde_json::from_str(input)
+                .map_err(|e| Failure::new(Exit::DataErr, format!("--input is not JSON: {e}")))?,
+            None => Value::Object(Default::default()),
+        };
+        let facts: EndFacts = serde_json::from_value(read_stdin()?)
+            .map_err(|e| Failure::new(Exit::DataErr, format!("stdin holds no end facts: {e}")))?;
+        let input = agent.end_input(&start, &facts).to_string();
+        let mut command = end_hook_command(&self.argv, input.as_bytes())
+            .map_err(|e| Failure::new(Exit::Usage, format!("cannot run the end command: {e}")))?;
+        let error = command.exec();
+        Err(Failure::new(
+            Exit::Unavailable,
+            format!("cannot run {:?}: {error}", self.argv),
+        ))
+    }
+}
+
+fn read_stdin() -> Result<Value, Failure> {
+    let mut bytes = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut bytes)
+        .map_err(|e| Failure::new(Exit::IoErr, format!("cannot read stdin: {e}")))?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| Failure::new(Exit::DataErr, format!("stdin is not JSON: {e}")))
+}
+
+/// Registers the agent's session, owned by the agent, with the user's end commands as its
+/// end actions.
+fn session_start(agent: &dyn Agent, context: &Context) -> Result<(), String> {
+    let input = read_stdin().map_err(|f| f.message)?;
+    let env = HookEnv::from_process(ENV);
+    let mut notes = Vec::new();
+    let settings = read_settings(&agent.settings_files(&input, &env), &mut notes);
+    let command = hook_command(context).map_err(|f| f.message)?;
+    let plan = agent
+        .session_start(&input, &settings, &env, &command)
+        .map_err(|e| e.to_string())?;
+    for note in plan.notes.iter().chain(&notes) {
+        eprintln!("liveness hooks {}: {note}", agent.name());
+    }
+    let registration = Registration {
+        labels: plan.labels,
+        on_end_run: Some(plan.actions),
+        ..Registration::new(plan.session, Owner::Auto)
+    };
+    let mut client = context.connect().map_err(|f| f.message)?;
+    client.register(&registration).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// The agent runs its end commands itself: the daemon is told so, then the session ends.
+fn session_end(agent: &dyn Agent, context: &Context) -> Result<(), String> {
+    let input = read_stdin().map_err(|f| f.message)?;
+    let session = agent.session_end(&input).map_err(|e| e.to_string())?;
+    let mut client = context.connect().map_err(|f| f.message)?;
+    client
+        .actions_done(&session, None)
+        .map_err(|e| e.to_string())?;
+    client.end(&session, None).map_err(|e| e.to_string())?;
+    Ok(())
+}

@@ -1,0 +1,303 @@
+//! End actions (invariant 13): the commands a session's creator registered, run once its
+//! end is committed and published, whatever ended it.
+//!
+//! Each run is a task on the runtime that serves connections, never on the engine's: it
+//! waits for a slot of its user, asks the engine to mark it `running` (a commit, before
+//! anything is spawned), runs as the creator (see [`crate::action`]), and hands its
+//! outcome back; the engine commits the `session.action` event (with `session.finalized`
+//! after the last) and publishes it like any other. The engine never waits on an action.
+//!
+//! Once: an action whose outcome is committed never runs again. One marked `running` when
+//! the daemon stopped or crashed runs again at the next start, marked `resumed`, after
+//! what is left of the earlier run (its first process, recorded once spawned, and its
+//! tree) has been ended, so that the two never run side by side. A clean stop ends the
+//! running actions' trees itself and leaves them `running`. The actions of a session whose
+//! end was committed but whose actions never started (a crash in between, or a death found
+//! by the reconcile at start) start at the next start.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::{JoinError, JoinSet};
+
+use liveness_common::action::{ActionOutcome, ActionRun, EndFacts};
+use liveness_common::identity::ProcessKey;
+use liveness_common::session::{Event, EventKind, Session};
+use liveness_proc::identity::ProcRoot;
+
+use crate::action::tree::end_leftover;
+use crate::action::{ActionRunner, RunOptions};
+use crate::store::{ActionKey, DueAction, Store};
+
+/// How end actions run: the daemon's `--action-slots` and `--action-grace`, and where.
+#[derive(Debug, Clone)]
+pub struct ActionConfig {
+    /// Most actions of one user running at once.
+    pub per_uid: usize,
+    /// Between SIGTERM and SIGKILL when an action's tree is ended.
+    pub kill_grace: Duration,
+    /// The runtime the runs go to; the current one when `None` (tests).
+    pub runtime: Option<tokio::runtime::Handle>,
+}
+
+impl Default for ActionConfig {
+    fn default() -> ActionConfig {
+        ActionConfig {
+            per_uid: crate::action::runner::DEFAULT_ACTIONS_PER_UID,
+            kill_grace: crate::action::runner::DEFAULT_KILL_GRACE,
+            runtime: None,
+        }
+    }
+}
+
+/// A finished run: which action, and what it did (`None`: it was not run after all, as it
+/// had an outcome by the time its slot came, or could not be marked running).
+pub(super) type ActionDone = (ActionKey, Option<ActionOutcome>);
+
+/// What a run tells the engine on its way.
+#[derive(Debug)]
+pub(super) enum Progress {
+    /// It has its slot: mark it `running`, and say whether to run it.
+    Begin {
+        key: ActionKey,
+        reply: oneshot::Sender<Begun>,
+    },
+    /// Its first process exists.
+    Spawned { key: ActionKey, root: ProcessKey },
+}
+
+/// The engine's answer to [`Progress::Begin`].
+#[derive(Debug)]
+pub(super) enum Begun {
+    /// Marked `running`: run it, with the facts of its ended session.
+    Run(Box<Session>),
+    /// It has an outcome already, or its session is gone.
+    Skip,
+    /// The store could not mark it: ask again later.
+    Later,
+}
+
+/// What [`Actions::next`] found.
+#[derive(Debug)]
+pub(super) enum Next {
+    Progress(Progress),
+    Finished(Result<ActionDone, JoinError>),
+}
+
+/// The end actions under way.
+#[derive(Debug)]
+pub(super) struct Actions {
+    runner: ActionRunner,
+    runtime: Option<tokio::runtime::Handle>,
+    tasks: JoinSet<ActionDone>,
+    progress_tx: mpsc::UnboundedSender<Progress>,
+    progress: mpsc::UnboundedReceiver<Progress>,
+    /// The actions with a task, so that none ever gets two.
+    live: HashSet<ActionKey>,
+    /// The first process of each running action, for a stop to end.
+    running: HashMap<ActionKey, ProcessKey>,
+    /// Ended sessions whose actions start once SQLite has their end, by uid and id.
+    queued: Vec<(u32, String)>,
+}
+
+/// The `session.ended` events among `events` of sessions with end actions.
+pub(super) fn with_actions(events: &[Event]) -> impl Iterator<Item = (u32, String)> + '_ {
+    events
+        .iter()
+        .filter(|event| event.kind == EventKind::Ended && event.actions > 0)
+        .map(|event| (event.creator_uid, event.session.clone()))
+}
+
+impl Actions {
+    pub(super) fn new(config: &ActionConfig, proc: ProcRoot) -> Actions {
+        let options = RunOptions {
+            proc,
+            kill_grace: config.kill_grace,
+        };
+        let (progress_tx, progress) = mpsc::unbounded_channel();
+        Actions {
+            runner: ActionRunner::new(options, config.per_uid),
+            runtime: config.runtime.clone(),
+            tasks: JoinSet::new(),
+            progress_tx,
+            progress,
+            live: HashSet::new(),
+            running: HashMap::new(),
+            queued: Vec::new(),
+        }
+    }
+
+    /// Queues the actions of sessions that just ended, for [`Actions::start_queued`].
+    pub(super) fn ended(&mut self, sessions: impl IntoIterator<Item = (u32, String)>) {
+        self.queued.extend(sessions);
+    }
+
+    /// Whether sessions wait for their actions to start.
+    pub(super) fn has_queued(&self) -> bool {
+        !self.queued.is_empty()
+    }
+
+    /// Starts the actions of the queued sessions, now that SQLite has their ends. Returns
+    /// the `session.finalized` events of those with none left to run (each was skipped
+    /// before the end), committed.
+    pub(super) fn start_queued(&mut self, store: &mut Store, now_ms: i64) -> Vec<Event> {
+        let mut finalized = Vec::new();
+        let mut failed = Vec::new();
+        for (uid, id) in std::mem::take(&mut self.queued) {
+            let started = store.actions_due(Some((uid, &id))).and_then(|due| {
+                if due.is_empty() {
+                    finalized.extend(store.finalize_if_done(uid, &id, now_ms)?);
+                }
+                due.into_iter().for_each(|due| self.spawn(due));
+                Ok(())
+            });
+            if let Err(e) = started {
+                let e = store.explain(e);
+                tracing::error!(error = %e, session = id, "cannot start a session's end actions; trying again");
+                failed.push((uid, id));
+            }
+        }
+        // Kept for the retry tick.
+        self.queued = failed;
+        finalized
+    }
+
+    /// At start: runs the actions of ended sessions that have no outcome, those a stop or
+    /// a crash cut short again (`resumed`).
+    pub(super) fn resume(&mut self, store: &Store) {
+        let due = match store.actions_due(None) {
+            Ok(due) => due,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot list the end actions left to run; they are not run");
+                return;
+            }
+        };
+        if !due.is_empty() {
+            let resumed = due.iter().filter(|due| due.resumed).count();
+            tracing::warn!(
+                count = due.len(),
+                resumed,
+                "running the end actions of sessions that ended while the daemon was down or stopping"
+            );
+        }
+        due.into_iter().for_each(|due| self.spawn(due));
+    }
+
+    fn spawn(&mut self, due: DueAction) {
+        let DueAction {
+            key,
+            gid,
+            resumed,
+            root,
+        } = due;
+        if !self.live.insert(key.clone()) {
+            return;
+        }
+        let runner = self.runner.clone();
+        let progress = self.progress_tx.clone();
+        let run = async move {
+            let options = runner.options();
+            if let Some(root) = root {
+                end_leftover(&options.proc, root, options.kill_grace).await;
+            }
+            let slot = runner.slot(key.uid).await;
+            let begun = loop {
+                let (reply, begun) = oneshot::channel();
+                let begin = Progress::Begin {
+                    key: key.clone(),
+                    reply,
+                };
+                if progress.send(begin).is_err() {
+                    break None;
+                }
+                match begun.await {
+                    Ok(Begun::Run(session)) => break Some(session),
+                    Ok(Begun::Skip) | Err(_) => break None,
+                    Ok(Begun::Later) => tokio::time::sleep(super::RETRY_PERIOD).await,
+                }
+            };
+            let run = ActionRun {
+                index: key.index,
+                resumed,
+            };
+            let Some(session) = begun else {
+                return (key, None);
+            };
+            let Some(facts) = EndFacts::of(&session, run) else {
+                return (key, None);
+            };
+            let Some(spec) = session.on_end_run.get(key.index as usize) else {
+                return (key, None);
+            };
+            let spawned = |root| {
+                let _ = progress.send(Progress::Spawned {
+                    key: key.clone(),
+                    root,
+                });
+            };
+            let outcome = runner.run(&slot, spec, &facts, gid, spawned).await;
+            (key, Some(outcome))
+        };
+        match &self.runtime {
+            Some(runtime) => self.tasks.spawn_on(run, runtime),
+            None => self.tasks.spawn(run),
+        };
+    }
+
+    /// What a run says next, or the next run to finish; pending while none runs.
+    /// Cancel-safe.
+    pub(super) async fn next(&mut self) -> Next {
+        // Progress first: what a run said before it finished is taken before its end.
+        tokio::select! {
+            biased;
+            Some(progress) = self.progress.recv() => Next::Progress(progress),
+            Some(done) = self.tasks.join_next() => Next::Finished(done),
+        }
+    }
+
+    /// A run's first process exists.
+    pub(super) fn spawned(&mut self, key: ActionKey, root: ProcessKey) {
+        self.running.insert(key, root);
+    }
+
+    /// A run is over (its outcome is being recorded, or it did not run after all): its
+    /// process is no longer a stop's to end, and the action may get a task again.
+    pub(super) fn done(&mut self, key: &ActionKey) {
+        self.running.remove(key);
+        self.live.remove(key);
+    }
+
+    /// At shutdown: the runs are cut short and what they started is ended (their rows stay
+    /// `running`, so the next start runs them again). Returns those that finished first.
+    pub(super) async fn stop(&mut self) -> Vec<(ActionKey, ActionOutcome)> {
+        if self.tasks.is_empty() {
+            return Vec::new();
+        }
+        tracing::warn!(
+            count = self.tasks.len(),
+            "stopping while end actions run: they are ended now and run again at the next start"
+        );
+        self.tasks.abort_all();
+        let mut finished = Vec::new();
+        while let Some(done) = self.tasks.join_next().await {
+            if let Ok((key, Some(outcome))) = done {
+                finished.push((key, outcome));
+            }
+        }
+        for (key, _) in &finished {
+            self.running.remove(key);
+        }
+        let options = self.runner.options().clone();
+        let ending = self.running.drain().map(|(_, root)| {
+            let options = options.clone();
+            async move { end_leftover(&options.proc, root, options.kill_grace).await }
+        });
+        let mut ends = JoinSet::new();
+        for end in ending {
+            ends.spawn(end);
+        }
+        ends.join_all().await;
+        finished
+    }
+}

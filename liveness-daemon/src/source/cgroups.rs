@@ -1,0 +1,153 @@
+//! The path of the memory cgroup an OOM kill answered, from the id the eBPF program read
+//! (its kernfs node's id, which is the inode number of its directory): the directory with
+//! that inode in the hierarchy that holds the memory controller, cgroup v1's `memory` or the
+//! unified v2 one.
+
+use std::collections::VecDeque;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// Directories looked at, at most, before giving up: the walk runs on the death path.
+const MAX_WALK: usize = 20_000;
+
+/// The path of the memory cgroup with kernfs id `id`, as `/proc/<pid>/cgroup` would show it;
+/// `None` when it is gone (removed after the kill) or not found within [`MAX_WALK`].
+pub fn memory_cgroup_path(id: u64) -> Option<String> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let (mount_point, root) = memory_hierarchy(&mountinfo)?;
+    let relative = find_inode(&mount_point, id)?;
+    Some(join(&root, &relative))
+}
+
+/// The mount point and the mounted root of the hierarchy with the memory controller: the v1
+/// `memory` hierarchy when one is mounted (a hybrid machine), else the unified one.
+fn memory_hierarchy(mountinfo: &str) -> Option<(PathBuf, String)> {
+    let mut unified = None;
+    for line in mountinfo.lines() {
+        let Some((mount, fs)) = line.split_once(" - ") else {
+            continue;
+        };
+        let mount: Vec<&str> = mount.split(' ').collect();
+        let fs: Vec<&str> = fs.split(' ').collect();
+        let (Some(root), Some(point), Some(fstype)) = (mount.get(3), mount.get(4), fs.first())
+        else {
+            continue;
+        };
+        let found = (unescape(point).into(), unescape(root));
+        match *fstype {
+            "cgroup"
+                if fs
+                    .get(2)
+                    .is_some_and(|o| o.split(',').any(|o| o == "memory")) =>
+            {
+                return Some(found);
+            }
+            "cgroup2" if unified.is_none() => unified = Some(found),
+            _ => {}
+        }
+    }
+    unified
+}
+
+/// mountinfo escapes spaces, tabs, newlines and backslashes as octal.
+fn unescape(field: &str) -> String {
+    let mut out = Vec::with_capacity(field.len());
+    let bytes = field.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .and_then(|digits| u8::from_str_radix(std::str::from_utf8(digits).ok()?, 8).ok());
+        match (bytes[i], octal) {
+            (b'\\', Some(byte)) => {
+                out.push(byte);
+                i += 4;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The directory below `top` whose inode is `inode`, relative to `top`, breadth first.
+fn find_inode(top: &Path, inode: u64) -> Option<PathBuf> {
+    let mut queue = VecDeque::from([PathBuf::new()]);
+    let mut seen = 0;
+    while let Some(relative) = queue.pop_front() {
+        let dir = top.join(&relative);
+        if std::fs::metadata(&dir).ok()?.ino() == inode {
+            return Some(relative);
+        }
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > MAX_WALK {
+                return None;
+            }
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                queue.push_back(relative.join(entry.file_name()));
+            }
+        }
+    }
+    None
+}
+
+fn join(root: &str, relative: &Path) -> String {
+    let relative = relative.to_string_lossy();
+    match (root.trim_end_matches('/'), relative.as_ref()) {
+        ("", "") => "/".to_owned(),
+        (root, "") => root.to_owned(),
+        (root, relative) => format!("{root}/{relative}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_v1_memory_hierarchy_wins_over_the_unified_one() {
+        let hybrid = "\
+35 25 0:30 / /sys/fs/cgroup/unified rw,nosuid - cgroup2 cgroup2 rw,nsdelegate
+36 25 0:31 / /sys/fs/cgroup/memory rw,nosuid shared:9 - cgroup cgroup rw,memory
+37 25 0:32 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct
+";
+        assert_eq!(
+            memory_hierarchy(hybrid),
+            Some(("/sys/fs/cgroup/memory".into(), "/".into()))
+        );
+        let unified = "30 25 0:26 /user.slice /mnt/my\\040cg rw - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            memory_hierarchy(unified),
+            Some(("/mnt/my cg".into(), "/user.slice".into()))
+        );
+        assert_eq!(
+            memory_hierarchy("1 2 0:3 / / rw - ext4 /dev/sda rw\n"),
+            None
+        );
+    }
+
+    #[test]
+    fn a_directory_is_found_by_its_inode() {
+        let top = tempfile::tempdir().unwrap();
+        let leaf = top.path().join("a/b");
+        std::fs::create_dir_all(&leaf).unwrap();
+        let inode = std::fs::metadata(&leaf).unwrap().ino();
+        let found = find_inode(top.path(), inode).unwrap();
+        assert_eq!(join("/", &found), "/a/b");
+        assert_eq!(join("/user.slice", &found), "/user.slice/a/b");
+        assert_eq!(
+            join(
+                "/",
+                &find_inode(top.path(), std::fs::metadata(top.path()).unwrap().ino()).unwrap()
+            ),
+            "/"
+        );
+        assert_eq!(find_inode(top.path(), u64::MAX), None);
+    }
+}

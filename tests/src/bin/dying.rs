@@ -1,0 +1,219 @@
+//! Processes that die in one particular way, or cost a known amount, for the tests of an
+//! ending's cause and usage. Each waits for its stdin to end (or for a line) before it
+//! does what it is for, so a test tracks it first.
+//!
+//! - `abort`: calls abort(3) at EOF: SIGABRT it sends itself.
+//! - `segv`: writes through a null pointer at EOF: SIGSEGV from the kernel.
+//! - `cpu-limit`: at EOF sets RLIMIT_CPU's soft limit to 1 s and spins: SIGXCPU.
+//! - `hog`: at EOF allocates and touches memory, 1 MiB at a time, until it is killed.
+//! - `burn MS`: spins for MS ms of its own CPU time, prints `burnt`, exits 0 at EOF.
+//! - `burn-tree N MS`: at a line forks N children that each spin MS ms and exit, waits
+//!   for them, prints `burnt`, exits 0 at EOF.
+//! - `sender`: for each line `PID SIG` forks a child that sends SIG to PID and exits, waits
+//!   for it and prints its pid: the sender is a new process of this one's tree.
+//! - `hangup`: opens a pseudo-terminal and forks a session leader whose controlling
+//!   terminal is its slave side, prints the leader's pid; at a line closes the master side
+//!   (a hang-up: the kernel sends the leader SIGHUP), waits for the leader and exits.
+use std::io::{BufRead, Read, Write};
+use std::time::Duration;
+
+fn wait_for_eof() {
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().lock().read_to_end(&mut sink);
+}
+
+fn say(line: impl std::fmt::Display) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+fn fail(why: &str) -> ! {
+    eprintln!("dying: {why}: {}", std::io::Error::last_os_error());
+    // SAFETY: _exit ends the process without unwinding.
+    unsafe { libc::_exit(100) }
+}
+
+/// The calling thread's CPU time.
+fn cpu_time() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes into a live timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+}
+
+/// Spins until this thread has used `cpu` of CPU time.
+fn burn(cpu: Duration) {
+    let until = cpu_time() + cpu;
+    let mut x = 0u64;
+    while cpu_time() < until {
+        for i in 0..10_000u64 {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+        }
+    }
+}
+
+fn millis(args: &[String], i: usize) -> Duration {
+    Duration::from_millis(
+        args.get(i)
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| fail("expected a number of milliseconds")),
+    )
+}
+
+/// Forks; the child runs `child` and exits 0.
+fn fork(child: impl FnOnce()) -> libc::pid_t {
+    // SAFETY: this program is single-threaded; the child runs plain code and exits.
+    match unsafe { libc::fork() } {
+        -1 => fail("fork"),
+        0 => {
+            child();
+            // SAFETY: as in fail.
+            unsafe { libc::_exit(0) }
+        }
+        pid => pid,
+    }
+}
+
+fn reap(pid: libc::pid_t) {
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+}
+
+fn hangup() -> ! {
+    let (mut master, mut slave) = (0, 0);
+    // SAFETY: openpty writes two descriptors; the other arguments may be null.
+    let opened = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    if opened != 0 {
+        fail("openpty");
+    }
+    // SAFETY: ptsname returns the slave's path in a static buffer, copied at once.
+    let path = unsafe { std::ffi::CStr::from_ptr(libc::ptsname(master)) }.to_owned();
+    let leader = fork(|| {
+        // SAFETY: plain syscalls in the single-threaded child. A session leader without a
+        // controlling terminal acquires the first terminal it opens.
+        unsafe {
+            libc::close(master);
+            libc::close(slave);
+            if libc::setsid() < 0 {
+                fail("setsid");
+            }
+            if libc::open(path.as_ptr(), libc::O_RDWR) < 0 {
+                fail("open the pty");
+            }
+        }
+        say(std::process::id());
+        loop {
+            // SAFETY: waits for a signal.
+            unsafe { libc::pause() };
+        }
+    });
+    // SAFETY: our copy of the slave side; the leader opened its own.
+    unsafe { libc::close(slave) };
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+    // SAFETY: closing the master side hangs the terminal up.
+    unsafe { libc::close(master) };
+    reap(leader);
+    // SAFETY: as in fail.
+    unsafe { libc::_exit(0) }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    // Deaths that dump core by default leave no core file behind.
+    let none = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: lowers this process's own limit.
+    unsafe { libc::setrlimit(libc::RLIMIT_CORE, &none) };
+    match args.first().map(String::as_str) {
+        Some("abort") => {
+            wait_for_eof();
+            std::process::abort()
+        }
+        Some("segv") => {
+            wait_for_eof();
+            // SAFETY: it is not: the write faults, which is the point.
+            unsafe { std::ptr::write_volatile(std::ptr::null_mut::<u64>(), 1) };
+        }
+        Some("cpu-limit") => {
+            wait_for_eof();
+            let mut limit = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            // SAFETY: reads and then lowers this process's own limit.
+            unsafe {
+                libc::getrlimit(libc::RLIMIT_CPU, &mut limit);
+                limit.rlim_cur = 1;
+                libc::setrlimit(libc::RLIMIT_CPU, &limit);
+            }
+            loop {
+                burn(Duration::from_secs(1));
+            }
+        }
+        Some("hog") => {
+            wait_for_eof();
+            let mut held: Vec<Vec<u8>> = Vec::new();
+            loop {
+                // Touched, so every page is resident.
+                held.push(vec![1u8; 1 << 20]);
+                std::hint::black_box(&held);
+            }
+        }
+        Some("burn") => {
+            burn(millis(&args, 1));
+            say("burnt");
+            wait_for_eof();
+        }
+        Some("burn-tree") => {
+            let count: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(1);
+            let cpu = millis(&args, 2);
+            let mut line = String::new();
+            let _ = std::io::stdin().lock().read_line(&mut line);
+            let children: Vec<_> = (0..count).map(|_| fork(|| burn(cpu))).collect();
+            children.into_iter().for_each(reap);
+            say("burnt");
+            wait_for_eof();
+        }
+        Some("sender") => {
+            for line in std::io::stdin().lock().lines() {
+                let line = line.unwrap_or_default();
+                let numbers: Vec<i32> = line
+                    .split_whitespace()
+                    .filter_map(|word| word.parse().ok())
+                    .collect();
+                let [pid, signal] = numbers[..] else {
+                    fail("expected a line `PID SIG`")
+                };
+                let child = fork(|| {
+                    // SAFETY: sends a signal; the test chose the target.
+                    if unsafe { libc::kill(pid, signal) } != 0 {
+                        fail("kill")
+                    }
+                });
+                reap(child);
+                say(child);
+            }
+        }
+        Some("hangup") => hangup(),
+        _ => {
+            eprintln!("usage: dying abort|segv|cpu-limit|hog|burn MS|burn-tree N MS|sender|hangup");
+            std::process::exit(100)
+        }
+    }
+}

@@ -1,0 +1,543 @@
+//! End actions through the real daemon: every way a session ends runs its actions once, as
+//! its creator; a SIGKILL of the daemon before, during or after an action, or a stop
+//! during one, leaves exactly one outcome, the action run again only where it was cut
+//! short; the timeout ends the action's tree, and a failing action's stderr is kept.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use integration_tests::{
+    ClientAs, Daemon, Fingerprint, Orphan, eventually, open_socket_to_everyone, privileged,
+};
+use serde_json::{Value, json};
+
+const WITHIN: Duration = Duration::from_secs(20);
+
+/// A directory every user may write into, where actions leave their marks.
+struct Marks {
+    dir: tempfile::TempDir,
+}
+
+impl Marks {
+    fn new() -> Marks {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        Marks { dir }
+    }
+
+    fn log(&self) -> PathBuf {
+        self.dir.path().join("ran.log")
+    }
+
+    /// The lines the actions wrote.
+    fn lines(&self) -> Vec<String> {
+        std::fs::read_to_string(self.log())
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// An action that writes "start PID RESUMED", waits a minute unless it is a rerun, then
+    /// writes "done".
+    fn waiting_action(&self) -> Value {
+        shell(&format!(
+            "echo \"start $$ ${{LIVENESS_RESUMED:-0}}\" >> {log}; \
+             [ -n \"$LIVENESS_RESUMED\" ] || sleep 60; echo done >> {log}",
+            log = self.log().display()
+        ))
+    }
+
+    /// The pid of the run that wrote the first line.
+    fn first_run(&self) -> u32 {
+        self.lines()[0].split(' ').nth(1).unwrap().parse().unwrap()
+    }
+
+    /// An action that writes "SESSION REASON RESUMED" and succeeds.
+    fn action(&self) -> Value {
+        shell(&format!(
+            "echo \"$LIVENESS_SESSION $LIVENESS_REASON ${{LIVENESS_RESUMED:-0}}\" >> {}",
+            self.log().display()
+        ))
+    }
+}
+
+fn shell(script: &str) -> Value {
+    json!({"argv": ["/bin/sh", "-c", script]})
+}
+
+fn register(daemon: &Daemon, request: Value) -> Value {
+    let mut request = request;
+    request["op"] = json!("register");
+    let reply = daemon.request(request);
+    assert_eq!(reply["ok"], true, "{reply}");
+    reply["session"].clone()
+}
+
+/// Every event of session `id` from the start, by kind (read from the whole stream up to
+/// its head: a session's own events need not reach it).
+fn events_of(daemon: &Daemon, id: &str, kind: &str) -> Vec<Value> {
+    let mut stream = daemon.connect();
+    let ack = stream.request(json!({"op": "subscribe", "since": 0}));
+    assert_eq!(ack["ok"], true, "{ack}");
+    let head = ack["subscribed"]["head"].as_u64().expect("head");
+    let mut found = Vec::new();
+    let mut seq = 0;
+    while seq < head {
+        let Some(line) = stream.next_within(Duration::from_secs(5)) else {
+            break;
+        };
+        let Some(event) = line.get("event") else {
+            continue;
+        };
+        seq = event["seq"].as_u64().unwrap_or(head);
+        if event["session"] == id && event["kind"] == kind {
+            found.push(event.clone());
+        }
+    }
+    found
+}
+
+/// Exactly one `session.action` and one `session.finalized` for session `id`; returns the
+/// outcome.
+fn one_outcome(daemon: &Daemon, id: &str) -> Value {
+    let actions = events_of(daemon, id, "session.action");
+    assert_eq!(actions.len(), 1, "{id}: {actions:?}");
+    let finals = events_of(daemon, id, "session.finalized");
+    assert_eq!(finals.len(), 1, "{id}: {finals:?}");
+    actions[0]["action"].clone()
+}
+
+fn local_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .expect("host name")
+        .trim()
+        .to_owned()
+}
+
+/// Every way a session can end runs its action once, with the reason it ended.
+#[test]
+fn every_ending_runs_the_actions_once() {
+    if !privileged("every_ending_runs_the_actions_once") {
+        return;
+    }
+    let marks = Marks::new();
+    let mut daemon = Daemon::start(&["--pending-ttl", "1s", "--unknown-timeout", "1s"]);
+    let action = marks.action();
+    let mut exits = Orphan::spawn(&["exit", "3"]);
+    register(
+        &daemon,
+        json!({"session": "exit", "owner": {"pid": exits.pid}, "on_end_run": [action]}),
+    );
+    let killed = Orphan::spawn(&["exit", "0"]);
+    register(
+        &daemon,
+        json!({"session": "kill", "owner": {"pid": killed.pid}, "on_end_run": [action]}),
+    );
+    let ended = Orphan::spawn(&["exit", "0"]);
+    register(
+        &daemon,
+        json!({"session": "end", "owner": {"pid": ended.pid}, "on_end_run": [action]}),
+    );
+    register(
+        &daemon,
+        json!({"session": "expiring", "pending": true, "owner": {"pid": ended.pid}, "on_end_run": [action]}),
+    );
+    let elsewhere =
+        json!({"pid": 1, "start_ticks": 1, "boot_id": "another-machine", "host": "elsewhere"});
+    register(
+        &daemon,
+        json!({"session": "timeout", "owner": elsewhere, "on_end_run": [action]}),
+    );
+    let before_reboot =
+        json!({"pid": 1, "start_ticks": 1, "boot_id": "an-earlier-boot", "host": local_host()});
+    register(
+        &daemon,
+        json!({"session": "reboot", "owner": before_reboot, "on_end_run": [action]}),
+    );
+    let mut downtime = Orphan::spawn(&["exit", "0"]);
+    register(
+        &daemon,
+        json!({"session": "downtime", "owner": {"pid": downtime.pid}, "on_end_run": [action]}),
+    );
+
+    exits.release();
+    Fingerprint::of(killed.pid).kill();
+    let reply = daemon.request(json!({"op": "end", "session": "end"}));
+    assert_eq!(reply["ok"], true, "{reply}");
+    for id in ["exit", "kill", "end", "timeout", "reboot"] {
+        daemon.wait_finalized(id, None);
+    }
+    daemon.wait_finalized("expiring", None);
+    // A death while the daemon is down is found by the reconcile, and still runs.
+    daemon.kill9();
+    downtime.release();
+    assert!(eventually(WITHIN, || !Fingerprint::of(downtime.pid).is_running()));
+    daemon.restart();
+    daemon.wait_finalized("downtime", None);
+    // Nothing runs twice, however long one waits.
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut lines = marks.lines();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            "downtime owner_exited 0",
+            "end stopped 0",
+            "exit owner_exited 0",
+            "expiring pending_expired 0",
+            "kill owner_exited 0",
+            "reboot reboot 0",
+            "timeout timeout 0",
+        ]
+    );
+    for id in [
+        "exit", "kill", "end", "expiring", "timeout", "reboot", "downtime",
+    ] {
+        let outcome = one_outcome(&daemon, id);
+        assert_eq!(outcome["exit"]["code"], 0, "{id}: {outcome}");
+        assert!(outcome.get("resumed").is_none(), "{id}: {outcome}");
+    }
+}
+
+/// A state directory kept across the daemons of a test.
+fn state_dir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("temp dir")
+}
+
+/// A daemon on `state` that SIGKILLs itself at fault point `point`.
+fn dying_at(point: &str, state: &Path) -> Daemon {
+    let fault = format!("LIVENESS_FAULT={point}");
+    Daemon::start_under(&["env", &fault], Some(state.join("state")), &[])
+}
+
+fn killed_by_its_fault(daemon: &mut Daemon) {
+    use std::os::unix::process::ExitStatusExt;
+    assert!(
+        eventually(WITHIN, || daemon.exited().is_some()),
+        "the daemon did not die at its fault point:\n{}",
+        daemon.log()
+    );
+    let status = daemon.exited().expect("exited");
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{}", daemon.log());
+}
+
+/// Ends session `s`, whose action is `action`, on a daemon that dies at `point`; returns
+/// a daemon started again on the same state, and the session once finalized there.
+fn die_at_and_restart(point: &str, action: Value) -> (Daemon, Value, tempfile::TempDir) {
+    die_at_and_restart_after(point, action, Ending::Request)
+}
+
+/// How session `s` ends in [`die_at_and_restart_after`].
+#[derive(PartialEq)]
+enum Ending {
+    /// `end`: a commit of its own.
+    Request,
+    /// Its owner's death: the journaled path.
+    Death,
+}
+
+fn die_at_and_restart_after(
+    point: &str,
+    action: Value,
+    ending: Ending,
+) -> (Daemon, Value, tempfile::TempDir) {
+    let state = state_dir();
+    let mut daemon = dying_at(point, state.path());
+    let mut owner = Orphan::spawn(&["exit", "0"]);
+    register(
+        &daemon,
+        json!({"session": "s", "owner": {"pid": owner.pid}, "on_end_run": [action]}),
+    );
+    if ending == Ending::Death {
+        owner.release();
+    } else {
+        // The daemon may die before its reply is written: the end is committed before
+        // any action starts, and the restart shows it.
+        let mut conn = daemon.connect();
+        conn.send_raw(format!("{}\n", json!({"op": "end", "session": "s"})).as_bytes());
+        let _ = conn.next_line();
+    }
+    killed_by_its_fault(&mut daemon);
+    let log = daemon.log();
+    let again = Daemon::start_with_state(Some(state.path().join("state")), &[]);
+    let session = again.wait_finalized("s", None);
+    assert!(log.contains(point), "{log}");
+    (again, session, state)
+}
+
+#[test]
+fn a_kill_before_the_action_starts_runs_it_at_the_next_start() {
+    if !privileged("a_kill_before_the_action_starts_runs_it_at_the_next_start") {
+        return;
+    }
+    let marks = Marks::new();
+    let (daemon, _, _state) = die_at_and_restart("before-action-start", marks.action());
+    assert_eq!(marks.lines(), ["s stopped 0"], "it ran once, not resumed");
+    let outcome = one_outcome(&daemon, "s");
+    assert!(outcome.get("resumed").is_none(), "{outcome}");
+}
+
+/// A death published but not yet in SQLite when the daemon dies: the journal's replay at
+/// the next start ends the session, and its action runs then, once.
+#[test]
+fn a_kill_between_a_deaths_publication_and_its_commit_still_runs_the_action() {
+    if !privileged("a_kill_between_a_deaths_publication_and_its_commit_still_runs_the_action") {
+        return;
+    }
+    let marks = Marks::new();
+    let (daemon, session, _state) =
+        die_at_and_restart_after("after-publish", marks.action(), Ending::Death);
+    assert_eq!(session["reason"], "owner_exited", "{session}");
+    assert_eq!(marks.lines(), ["s owner_exited 0"]);
+    one_outcome(&daemon, "s");
+}
+
+#[test]
+fn a_kill_during_the_action_ends_it_and_runs_it_again_once() {
+    if !privileged("a_kill_during_the_action_ends_it_and_runs_it_again_once") {
+        return;
+    }
+    let marks = Marks::new();
+    let (daemon, _, _state) = die_at_and_restart("after-action-spawn", marks.waiting_action());
+    let lines = marks.lines();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(
+        lines[0].starts_with("start ") && lines[0].ends_with(" 0"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1].starts_with("start ") && lines[1].ends_with(" 1"),
+        "{lines:?}"
+    );
+    assert_eq!(lines[2], "done", "only the rerun finished");
+    let first = marks.first_run();
+    assert!(
+        eventually(WITHIN, || !Fingerprint::of(first).is_running()),
+        "the cut-short run was ended before the rerun"
+    );
+    let outcome = one_outcome(&daemon, "s");
+    assert_eq!(outcome["resumed"], true, "{outcome}");
+    assert_eq!(outcome["exit"]["code"], 0, "{outcome}");
+}
+
+#[test]
+fn a_kill_after_the_action_before_its_commit_runs_it_again_with_one_outcome() {
+    if !privileged("a_kill_after_the_action_before_its_commit_runs_it_again_with_one_outcome") {
+        return;
+    }
+    let marks = Marks::new();
+    let (daemon, _, _state) = die_at_and_restart("before-action-commit", marks.action());
+    // Its outcome was lost with the daemon: it must run again, and is told so.
+    assert_eq!(marks.lines(), ["s stopped 0", "s stopped 1"]);
+    let outcome = one_outcome(&daemon, "s");
+    assert_eq!(outcome["resumed"], true, "{outcome}");
+}
+
+#[test]
+fn a_stop_during_an_action_ends_it_and_the_next_start_runs_it_again() {
+    if !privileged("a_stop_during_an_action_ends_it_and_the_next_start_runs_it_again") {
+        return;
+    }
+    let marks = Marks::new();
+    let action = marks.waiting_action();
+    let mut daemon = Daemon::start(&["--action-grace", "200ms"]);
+    let owner = Orphan::spawn(&["exit", "0"]);
+    register(
+        &daemon,
+        json!({"session": "s", "owner": {"pid": owner.pid}, "on_end_run": [action]}),
+    );
+    daemon.request(json!({"op": "end", "session": "s"}));
+    assert!(eventually(WITHIN, || marks.lines().len() == 1));
+    let first = marks.first_run();
+    assert!(daemon.stop().success(), "{}", daemon.log());
+    assert!(
+        !Fingerprint::of(first).is_running(),
+        "a stop ends its running actions"
+    );
+    daemon.restart();
+    daemon.wait_finalized("s", None);
+    assert_eq!(marks.lines().len(), 3, "{:?}", marks.lines());
+    assert_eq!(marks.lines()[2], "done");
+    let outcome = one_outcome(&daemon, "s");
+    assert_eq!(outcome["resumed"], true, "{outcome}");
+}
+
+/// The timeout ends the action's whole tree; a failing action's status and the end of its
+/// stderr are its outcome, in the event and in `get`.
+#[test]
+fn timeouts_end_the_tree_and_failures_keep_their_stderr() {
+    if !privileged("timeouts_end_the_tree_and_failures_keep_their_stderr") {
+        return;
+    }
+    let marks = Marks::new();
+    let child_pid = marks.dir.path().join("child.pid");
+    let daemon = Daemon::start(&["--action-grace", "200ms"]);
+    let owner = Orphan::spawn(&["exit", "0"]);
+    let slow = json!({
+        "argv": ["/bin/sh", "-c", format!("sleep 60 & echo $! > {}; wait", child_pid.display())],
+        "timeout_ms": 500,
+    });
+    let failing = shell("echo 'it went wrong' >&2; exit 4");
+    register(
+        &daemon,
+        json!({"session": "s", "owner": {"pid": owner.pid}, "on_end_run": [slow, failing]}),
+    );
+    daemon.request(json!({"op": "end", "session": "s"}));
+    let session = daemon.wait_finalized("s", None);
+    let actions = session["actions"]
+        .as_array()
+        .expect("get lists the actions");
+    assert_eq!(actions.len(), 2, "{session}");
+    let timed_out = &actions[0]["outcome"];
+    assert_eq!(timed_out["timed_out"], true, "{session}");
+    let child: u32 = std::fs::read_to_string(&child_pid)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        eventually(WITHIN, || !Fingerprint::of(child).is_running()),
+        "the action's child was ended with it"
+    );
+    let failed = &actions[1]["outcome"];
+    assert_eq!(failed["exit"]["code"], 4, "{session}");
+    assert_eq!(failed["stderr_tail"], "it went wrong\n", "{session}");
+    let events = events_of(&daemon, "s", "session.action");
+    assert_eq!(events.len(), 2);
+}
+
+/// An action runs as its creator: that uid and the group it registered with (a uid the
+/// user databases do not know), no capabilities, no_new_privs.
+#[test]
+fn an_unprivileged_users_action_runs_as_that_user() {
+    if !privileged("an_unprivileged_users_action_runs_as_that_user") {
+        return;
+    }
+    let uid = 4_343_434;
+    let daemon = Daemon::start(&[]);
+    open_socket_to_everyone(&daemon);
+    let mut client = ClientAs::connect(&daemon, uid);
+    let report = shell("cat /proc/self/status >&2; echo FDS >&2; ls /proc/self/fd >&2");
+    let reply = client
+        .request(
+            &json!({"op": "register", "session": "mine", "owner": {"pid": client.0.pid()},
+            "on_end_run": [report]}),
+        )
+        .expect("a reply");
+    assert_eq!(reply["ok"], true, "{reply}");
+    // A user names only its own sessions, here too.
+    let refused = client
+        .request(&json!({"op": "actions_done", "session": "mine", "uid": 0}))
+        .expect("a reply");
+    assert_eq!(refused["error"]["code"], "forbidden", "{refused}");
+    let reply = client
+        .request(&json!({"op": "end", "session": "mine"}))
+        .expect("a reply");
+    assert_eq!(reply["ok"], true, "{reply}");
+    let session = daemon.wait_finalized("mine", Some(uid));
+    let outcome = &session["actions"][0]["outcome"];
+    assert_eq!(outcome["exit"]["code"], 0, "{outcome}");
+    let status = outcome["stderr_tail"].as_str().unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("{name}:\t")))
+            .unwrap_or_else(|| panic!("no {name} in {status}"))
+            .to_owned()
+    };
+    assert_eq!(field("Uid"), format!("{uid}\t{uid}\t{uid}\t{uid}"));
+    assert_eq!(field("Gid"), format!("{uid}\t{uid}\t{uid}\t{uid}"));
+    assert_eq!(field("Groups").trim(), "", "no supplementary group");
+    assert_eq!(field("CapEff"), "0000000000000000");
+    assert_eq!(field("CapPrm"), "0000000000000000");
+    assert_eq!(field("NoNewPrivs"), "1");
+    // stdin, stdout, stderr, and the descriptor ls reads.
+    let fds: Vec<&str> = status
+        .lines()
+        .skip_while(|line| *line != "FDS")
+        .skip(1)
+        .collect();
+    assert!(fds.len() <= 4, "no descriptor of the daemon's: {fds:?}");
+}
+
+/// `actions_done` before the end: nothing runs, the outcome says why, and the session is
+/// final at its end.
+#[test]
+fn actions_done_by_the_agent_are_not_run() {
+    if !privileged("actions_done_by_the_agent_are_not_run") {
+        return;
+    }
+    let marks = Marks::new();
+    let daemon = Daemon::start(&[]);
+    let owner = Orphan::spawn(&["exit", "0"]);
+    register(
+        &daemon,
+        json!({"session": "s", "owner": {"pid": owner.pid}, "on_end_run": [marks.action()]}),
+    );
+    let reply = daemon.request(json!({"op": "actions_done", "session": "s"}));
+    assert_eq!(reply["ok"], true, "{reply}");
+    assert_eq!(reply["session"]["actions"][0]["state"], "done", "{reply}");
+    daemon.request(json!({"op": "end", "session": "s"}));
+    let session = daemon.wait_finalized("s", None);
+    assert_eq!(
+        session["actions"][0]["outcome"]["skipped"], "done_by_agent",
+        "{session}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(marks.lines(), Vec::<String>::new(), "it did not run");
+    one_outcome(&daemon, "s");
+}
+
+/// `liveness run --on-end-run CMD`: CMD runs through `sh -c` in the directory `run` was
+/// started in, and `liveness wait --finalized` returns once it has.
+#[test]
+fn the_cli_registers_end_actions_and_waits_for_their_outcome() {
+    if !privileged("the_cli_registers_end_actions_and_waits_for_their_outcome") {
+        return;
+    }
+    let marks = Marks::new();
+    let daemon = Daemon::start(&[]);
+    let command = format!(
+        "sleep 0.5; echo \"$LIVENESS_SESSION $LIVENESS_REASON $PWD\" >> {}",
+        marks.log().display()
+    );
+    let ran = std::process::Command::new(integration_tests::binary("liveness"))
+        .current_dir(marks.dir.path())
+        .args([
+            "--socket",
+            daemon.socket.to_str().unwrap(),
+            "run",
+            "--session",
+            "cli",
+        ])
+        .args(["--on-end-run", &command, "--", "true"])
+        .output()
+        .unwrap();
+    assert!(ran.status.success(), "{ran:?}");
+    let waited = daemon.cli(&["--json", "wait", "--session", "cli", "--finalized"]);
+    assert!(waited.status.success(), "{waited:?}");
+    let session: Value = serde_json::from_slice(&waited.stdout).unwrap();
+    assert!(session["finalized_ms"].is_i64(), "{session}");
+    let dir = marks.dir.path().canonicalize().unwrap();
+    assert_eq!(
+        marks.lines(),
+        [format!("cli owner_exited {}", dir.display())],
+        "it ran by the time wait returned"
+    );
+    let refused = daemon.cli(&[
+        "register",
+        "--session",
+        "x",
+        "--owner",
+        "auto",
+        "--on-end-timeout",
+        "2h",
+        "--on-end-run",
+        "true",
+    ]);
+    assert_eq!(refused.status.code(), Some(64), "{refused:?}");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("over the limit"), "{said}");
+}
