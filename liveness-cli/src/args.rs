@@ -61,7 +61,8 @@ pub(crate) enum Command {
     Get(GetArgs),
     /// List sessions.
     List(ListArgs),
-    /// Which active session owns a process (itself or its nearest registered ancestor)?
+    /// Which session owns a process (itself or its nearest registered ancestor), or which
+    /// ended session left it running?
     Whose(WhoseArgs),
     /// The live processes of a session's tree: its owner (starred) and every process it
     /// started since registration, orphans reparented to init included.

@@ -54,6 +54,25 @@ fn print_session_block(session: &Session, now: i64, pids: &Numbering) {
         if let Some(usage) = &session.usage {
             outln!("     Usage: {usage} (members still running are not counted)");
         }
+        if let Some(survivors) = session.survivors.as_ref().filter(|s| s.total > 0) {
+            let unlisted =
+                survivors.total as usize - survivors.members.len().min(survivors.total as usize);
+            let more = if unlisted > 0 {
+                format!(", {unlisted} more not listed")
+            } else {
+                String::new()
+            };
+            outln!(
+                " Survivors: {} process(es) of its tree still ran at its end{more}",
+                survivors.total
+            );
+            for member in &survivors.members {
+                outln!(
+                    "            {}",
+                    describe_process(member, pids.here(member), pids)
+                );
+            }
+        }
     } else if let Some(expires) = session.pending_expires_ms {
         outln!(
             "   Expires: {} ({}) unless renamed",

@@ -15,6 +15,7 @@ use crate::args::{
     EndActionArgs, EndArgs, GetArgs, ListArgs, OwnerArg, PhaseArg, RegisterArgs, RenameArgs,
     SessionArgs, TouchArgs, WhoseArgs,
 };
+use crate::clock;
 use crate::context::Context;
 use crate::exit::{Exit, Failure};
 use crate::output::{self, outln};
@@ -194,10 +195,15 @@ impl WhoseArgs {
                     .here(&session.owner)
                     .map_or_else(|| session.owner.comm.clone(), |here| here.comm),
             });
-            let via = if owner_pid == self.pid {
-                ""
-            } else {
-                ", in its owner's process tree"
+            let via = match session.ended_ms {
+                // Only an ended session's survivors are named for it.
+                Some(ended) => format!(
+                    ", which left PID {} running when it ended at {}",
+                    self.pid,
+                    clock::local_time(ended)
+                ),
+                None if owner_pid == self.pid => String::new(),
+                None => ", in its owner's process tree".to_owned(),
             };
             outln!("{}{via}", describe_session(&session, here, &pids));
         }

@@ -137,16 +137,20 @@ fn register(daemon: &Daemon, session: &str, owner: &Owner) {
     assert_eq!(reply["ok"], true, "register: {reply}");
 }
 
-/// The session `whose --pid` names, through the CLI.
+/// The id of the session `whose --pid` names, through the CLI.
 fn whose(daemon: &Daemon, pid: u32) -> Value {
+    whose_session(daemon, pid)["id"].clone()
+}
+
+/// The session `whose --pid --json` prints.
+fn whose_session(daemon: &Daemon, pid: u32) -> Value {
     let out = daemon.cli(&["whose", "--pid", &pid.to_string(), "--json"]);
     assert!(
         out.status.success(),
         "whose --pid {pid}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let reply: Value = serde_json::from_slice(&out.stdout).expect("whose --json output");
-    reply["id"].clone()
+    serde_json::from_slice(&out.stdout).expect("whose --json output")
 }
 
 /// The pids `processes --session` lists, through the CLI.
@@ -820,4 +824,38 @@ fn members_refused_a_slot_get_one_back_once_slots_are_free() {
     wait_orphaned(&owner, orphan);
     assert_eq!(whose(&daemon, orphan), "storm");
     wait_listed(&daemon, "storm", orphan);
+}
+
+/// An orphan left running by a session that ended (the default `leave` policy) is still
+/// placed: `whose` names the ended session and says it ended, and the text `get` lists the
+/// survivors.
+#[test]
+fn whose_names_the_ended_session_an_orphan_survived() {
+    if !privileged("survivors of an ended session") {
+        return;
+    }
+    let daemon = Daemon::start(&[]);
+    let mut owner = Owner::spawn();
+    register(&daemon, "left", &owner);
+    let orphan = owner.orphan();
+    wait_orphaned(&owner, orphan);
+    kill_owner_and_check_survivors(&daemon, "left", &mut owner, &[orphan], &[]);
+
+    let reply = whose_session(&daemon, orphan);
+    assert_eq!(reply["id"], "left", "{reply}");
+    assert_eq!(reply["phase"], "ended", "{reply}");
+    assert!(reply["ended_ms"].is_u64(), "{reply}");
+
+    let out = daemon.cli(&["whose", "--pid", &orphan.to_string()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("left ended") && text.contains(&format!("left PID {orphan} running")),
+        "whose --pid {orphan}: {text}"
+    );
+    let out = daemon.cli(&["get", "--session", "left"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Survivors: 1 process") && text.contains(&format!("(pid {orphan}")),
+        "get left: {text}"
+    );
 }

@@ -49,8 +49,8 @@ pub use auth::Caller;
 pub use end_metrics::EndMetrics;
 pub use locks::{Acquire, Queued};
 pub use op::{
-    Ask, Command, End, Found, Handle, Op, Register, Registered, Subscribe, Subscription, Tree,
-    Waiting, Whose, ancestry, stopping,
+    Ask, Command, End, Found, Handle, Link, Op, Register, Registered, Subscribe, Subscription,
+    Tree, Waiting, Whose, ancestry, stopping,
 };
 pub use outbox::{Ended, Flushed, Outbox};
 pub use tree::TreeView;

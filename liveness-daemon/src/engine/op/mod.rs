@@ -38,7 +38,7 @@ pub use register::{Register, Registered};
 pub use subscribe::{Subscribe, Subscription};
 pub use tree::Tree;
 pub use waiting::Waiting;
-pub use whose::{Found, Whose, ancestry};
+pub use whose::{Found, Link, Whose, ancestry};
 
 /// One thing the engine does, in bounded time, on its own thread.
 pub trait Op: fmt::Debug + Send + 'static {
