@@ -54,7 +54,7 @@ impl MembershipMode {
                 "nothing forked while the daemon runs; processes forked and orphaned while it was stopped"
             }
             MembershipMode::KernelAndScan | MembershipMode::Scan => {
-                "a process forked and orphaned (its parent exited) between two scans"
+                "a process forked and orphaned (its parent exited) between two scans; a process that an owner or member the kernel does not follow forks with CLONE_PARENT (its parent is then outside the tree, so no walk of /proc reaches it)"
             }
         }
     }

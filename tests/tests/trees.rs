@@ -859,3 +859,40 @@ fn whose_names_the_ended_session_an_orphan_survived() {
         "get left: {text}"
     );
 }
+
+/// A child the owner makes with `CLONE_PARENT` has the owner's parent for its parent: the
+/// kernel's fork program sees who forked it and makes it a member, while no walk of `/proc`
+/// from the tree can reach it, which the scan mode's status says.
+#[test]
+fn a_clone_parent_child_is_a_member_in_the_kernel_and_a_stated_miss_of_scans() {
+    let modes: &[&[&str]] = if privileged("CLONE_PARENT children in the kernel's tree") {
+        &[&[], &["--sources", "pidfd"]]
+    } else {
+        &[&["--sources", "pidfd"]]
+    };
+    for &args in modes {
+        let daemon = Daemon::start(args);
+        let mut owner = Helper::spawn("sibling");
+        let reply = daemon.request(json!({
+            "op": "register", "session": "clone-parent", "owner": {"pid": owner.child.id()}
+        }));
+        assert_eq!(reply["ok"], true, "register: {reply}");
+        let sibling: u32 = owner.ask("go").parse().expect("the sibling's pid");
+        let key = (sibling, start_ticks(sibling).expect("alive"));
+        assert_eq!(ppid(sibling), std::process::id(), "not the owner's sibling");
+        let status = membership(&daemon);
+        if status["mode"] == "kernel" {
+            assert_eq!(whose(&daemon, sibling), "clone-parent");
+            wait_listed(&daemon, "clone-parent", sibling);
+        } else {
+            // Two scans later it is still no member, as status says.
+            std::thread::sleep(Duration::from_millis(2500));
+            assert!(!processes(&daemon, "clone-parent").contains(&sibling));
+            let misses = status["misses"].as_str().expect("misses");
+            assert!(misses.contains("CLONE_PARENT"), "{status}");
+        }
+        kill_if_same(key.0, key.1);
+        // SAFETY: reaping the sibling, this test's child by CLONE_PARENT.
+        unsafe { libc::waitpid(key.0 as i32, std::ptr::null_mut(), 0) };
+    }
+}

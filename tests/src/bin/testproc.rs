@@ -55,6 +55,10 @@
 //! exactly that pid (`clone3` with `set_tid`, root only), which pauses until killed; it
 //! prints the child's PID, or `error ERRNO`.
 //!
+//! `testproc sibling` makes, for each line on stdin, a child with `clone(CLONE_PARENT)` (so
+//! its sibling: its parent is testproc's parent) that pauses until killed, and prints its
+//! PID, or `error ERRNO`.
+//!
 //! `testproc request SOCKET LINE` is a raw protocol client for tests that run commands
 //! inside namespaces: it sends LINE to the daemon's socket and prints the reply line.
 use std::ffi::CString;
@@ -576,41 +580,61 @@ struct CloneArgs {
     set_tid_size: u64,
 }
 
-/// See the module's `stranger`. Single-threaded, so its children may do anything.
-fn stranger() -> ! {
+/// Makes a child with `clone3` (`flags`, and exactly the pid `set_tid` if given) that pauses
+/// until killed, and prints its PID, or `error ERRNO`. Single-threaded callers only.
+fn clone_paused(flags: u64, set_tid: Option<libc::pid_t>) {
+    let tids = [set_tid.unwrap_or(0)];
+    let args = CloneArgs {
+        flags,
+        // clone3 refuses an exit signal with CLONE_PARENT: the child gets the caller's own.
+        exit_signal: if flags & libc::CLONE_PARENT as u64 != 0 {
+            0
+        } else {
+            libc::SIGCHLD as u64
+        },
+        set_tid: set_tid.map_or(0, |_| tids.as_ptr() as u64),
+        set_tid_size: u64::from(set_tid.is_some()),
+        ..CloneArgs::default()
+    };
+    // SAFETY: clone3 without CLONE_VM is a fork; the child only pauses.
+    let made = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &args as *const CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
     let mut out = std::io::stdout();
+    match made {
+        0 => loop {
+            // SAFETY: pause only waits for a signal.
+            unsafe { libc::pause() };
+        },
+        -1 => {
+            let _ = writeln!(out, "error {}", std::io::Error::last_os_error());
+        }
+        child => {
+            let _ = writeln!(out, "{child}");
+        }
+    }
+    let _ = out.flush();
+}
+
+/// See the module's `stranger`.
+fn stranger() -> ! {
     for line in std::io::stdin().lock().lines() {
         let Ok(pid) = line.unwrap_or_default().trim().parse::<libc::pid_t>() else {
             exit_group(100)
         };
-        let set_tid = [pid];
-        let args = CloneArgs {
-            exit_signal: libc::SIGCHLD as u64,
-            set_tid: set_tid.as_ptr() as u64,
-            set_tid_size: 1,
-            ..CloneArgs::default()
-        };
-        // SAFETY: clone3 without CLONE_VM is a fork; the child only pauses.
-        let made = unsafe {
-            libc::syscall(
-                libc::SYS_clone3,
-                &args as *const CloneArgs,
-                std::mem::size_of::<CloneArgs>(),
-            )
-        };
-        match made {
-            0 => loop {
-                // SAFETY: pause only waits for a signal.
-                unsafe { libc::pause() };
-            },
-            -1 => {
-                let _ = writeln!(out, "error {}", std::io::Error::last_os_error());
-            }
-            child => {
-                let _ = writeln!(out, "{child}");
-            }
-        }
-        let _ = out.flush();
+        clone_paused(0, Some(pid));
+    }
+    exit_group(0)
+}
+
+/// See the module's `sibling`.
+fn sibling() -> ! {
+    for _ in std::io::stdin().lock().lines() {
+        clone_paused(libc::CLONE_PARENT as u64, None);
     }
     exit_group(0)
 }
@@ -646,6 +670,9 @@ fn main() {
     }
     if args.first().map(String::as_str) == Some("stranger") {
         stranger();
+    }
+    if args.first().map(String::as_str) == Some("sibling") {
+        sibling();
     }
     if args.first().map(String::as_str) == Some("rooted") {
         rooted();
