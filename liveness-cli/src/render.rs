@@ -473,6 +473,17 @@ pub(crate) fn print_membership(membership: &MembershipStatus) {
             membership.kernel_full
         );
     }
+    if let Some(share) = membership.kernel_share_per_uid {
+        outln!("            a uid other than root may hold {share} of them");
+    }
+    for over in &membership.over_share {
+        outln!(
+            "            uid {} over its share: {} held, {} refused (scans cover the rest)",
+            over.uid,
+            over.used,
+            over.refused
+        );
+    }
 }
 
 /// One line per exit source: name, state and reason, and the eBPF self-test where run.

@@ -78,8 +78,26 @@ pub struct MembershipStatus {
     pub kernel_used: Option<u64>,
     /// New processes the kernel map had no room for.
     pub kernel_full: u64,
+    /// The slots of the kernel map the processes of one uid other than root may hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_share_per_uid: Option<u64>,
+    /// The uids that hold their whole share of the kernel map, or were refused a slot for
+    /// it: the kernel follows what they fork beyond it only through scans.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub over_share: Vec<UidOverShare>,
     /// What this mode can miss.
     pub misses: String,
+}
+
+/// A uid over its share of the kernel's members map.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UidOverShare {
+    /// The uid last refused (uids equal modulo 4096 share one budget).
+    pub uid: u32,
+    /// Member slots its processes hold now.
+    pub used: u64,
+    /// Its processes refused a slot for the share since the daemon started.
+    pub refused: u64,
 }
 
 /// Who answered.

@@ -7,7 +7,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
-use integration_tests::{Daemon, binary, eventually, privileged, proc_root, start_ticks, state};
+use integration_tests::{
+    Daemon, Fingerprint, TestprocAs, binary, eventually, privileged, proc_root, start_ticks, state,
+};
 use serde_json::{Value, json};
 
 const PATIENCE: Duration = Duration::from_secs(15);
@@ -895,4 +897,51 @@ fn a_clone_parent_child_is_a_member_in_the_kernel_and_a_stated_miss_of_scans() {
         // SAFETY: reaping the sibling, this test's child by CLONE_PARENT.
         unsafe { libc::waitpid(key.0 as i32, std::ptr::null_mut(), 0) };
     }
+}
+
+/// One user's storm of forks (600 processes, a members map of 300) takes no more than its
+/// share of the map: another user's process, forked and orphaned at once afterwards, is
+/// still a member, placed by `whose` and ended by its session's `terminate`; status says
+/// which uid is over its share.
+#[test]
+fn one_users_storm_leaves_the_kernel_map_to_other_users() {
+    if !privileged("per-uid shares of the kernel map") {
+        return;
+    }
+    const STORMER: u32 = 61_041;
+    const OTHER: u32 = 61_042;
+    let daemon = Daemon::start(&["--ebpf-max-members", "300"]);
+    let mut storm = TestprocAs::spawn(STORMER, &["storm", "600"]);
+    let reply = daemon.request(json!({
+        "op": "register", "session": "storm", "owner": {"pid": storm.pid()}
+    }));
+    assert_eq!(reply["ok"], true, "register the storm: {reply}");
+    writeln!(storm.to.as_mut().expect("stdin"), "go").expect("start the storm");
+    assert_eq!(storm.read_line().as_deref(), Some("ready\n"));
+    let status = membership(&daemon);
+    assert_eq!(status["kernel_share_per_uid"], 75, "{status}");
+    let over = &status["over_share"][0];
+    assert_eq!(over["uid"], STORMER, "{status}");
+    assert_eq!(over["used"], 75, "{status}");
+    assert!(over["refused"].as_u64() >= Some(525), "{status}");
+
+    let mut family = TestprocAs::spawn(OTHER, &["family"]);
+    let first = family.read_line().expect("the family's first member");
+    let first = Fingerprint::of(first.trim().parse().expect("a pid"));
+    let reply = daemon.request(json!({
+        "op": "register", "session": "other", "owner": {"pid": family.pid()},
+        "on_end": "terminate", "grace_ms": 100
+    }));
+    assert_eq!(reply["ok"], true, "register the other user's: {reply}");
+    writeln!(family.to.as_mut().expect("stdin"), "orphan").expect("ask for an orphan");
+    let orphan = family.read_line().expect("the orphan's pid");
+    let orphan = Fingerprint::of(orphan.trim().parse().expect("a pid"));
+    assert_eq!(whose(&daemon, orphan.pid), "other");
+
+    drop(family);
+    daemon.wait_ended("other");
+    let ended = eventually(PATIENCE, || !orphan.is_running());
+    assert!(ended, "the other user's orphan survived its terminate");
+    first.kill();
+    orphan.kill();
 }

@@ -29,6 +29,8 @@
 //! `testproc tree N` forks N children that sleep until it dies (they die with it), prints
 //! `ready` and lives until stdin ends: a big process tree that costs little.
 //!
+//! `testproc storm N` is `tree N` that forks its children only at its first line on stdin.
+//!
 //! `testproc chain N` forks a chain of N processes, each the child of the one before (they
 //! die with it), prints the last one's PID and lives until stdin ends: a deep ancestry.
 //!
@@ -329,7 +331,10 @@ fn forward(mut from: impl Read, mut to: impl Write) {
 }
 
 /// See the module's `tree`.
-fn tree(count: usize) -> ! {
+fn tree(count: usize, storm: bool) -> ! {
+    if storm {
+        wait_for_line();
+    }
     // SAFETY: getpid cannot fail.
     let parent = unsafe { libc::getpid() };
     for _ in 0..count {
@@ -677,8 +682,11 @@ fn main() {
     if args.first().map(String::as_str) == Some("rooted") {
         rooted();
     }
-    if args.first().map(String::as_str) == Some("tree") {
-        tree(args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1));
+    if let Some(mode @ ("tree" | "storm")) = args.first().map(String::as_str) {
+        tree(
+            args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1),
+            mode == "storm",
+        );
     }
     if args.first().map(String::as_str) == Some("linger") {
         linger(

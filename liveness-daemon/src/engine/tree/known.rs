@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::session::Survivors;
-use liveness_common::status::{MembershipMode, MembershipStatus};
+use liveness_common::status::{MembershipMode, MembershipStatus, UidOverShare};
 use liveness_proc::identity::{Liveness, ProcRoot};
 
 use super::view::{Local, Merge, RefreshView, TreeView, candidates, kernel_news};
@@ -603,6 +603,19 @@ impl KnownTrees {
             kernel_capacity: self.kernel.as_ref().map(TreeMap::capacity),
             kernel_used: self.kernel.as_ref().map(TreeMap::slots_used),
             kernel_full: self.kernel.as_ref().map_or(0, TreeMap::full_count),
+            kernel_share_per_uid: self.kernel.as_ref().map(TreeMap::share),
+            over_share: self
+                .kernel
+                .as_ref()
+                .map(TreeMap::over_share)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|share| UidOverShare {
+                    uid: share.uid,
+                    used: share.used,
+                    refused: share.refused,
+                })
+                .collect(),
             misses: self.misses(mode),
         }
     }

@@ -40,7 +40,12 @@ pub(super) fn subtree(proc: &ProcRoot, starts: &[ProcessKey]) -> Option<Vec<Stat
 /// Writes a member's entry to the kernel map, so that its own forks join its tree in the
 /// kernel. False when the map had no slot for it (then scans cover its tree).
 pub(super) fn write_member(kernel: &mut TreeMap, proc: &ProcRoot, entry: KernelMember) -> bool {
-    match kernel.insert(entry) {
+    // Its real uid is the one whose share of the map it takes, as the fork program charges
+    // a fork to its forker's. Unreadable: it exited, and needs no entry.
+    let Ok(uid) = proc.uid(entry.member.pid) else {
+        return true;
+    };
+    match kernel.insert(entry, uid) {
         // A process that exited before its entry was written (a zombie still shows in
         // /proc) had nothing for its exit to remove: the entry would outlive it, and the
         // map's word is that its members are alive. Checked after the write, so an exit
