@@ -277,6 +277,7 @@ fn how_it_ended(
         }
         (_, Some(exit), _) => describe_exit(exit),
         (_, None, Some(EndReason::OwnerExited)) => "owner exited (status unknown)".to_owned(),
+        (_, None, Some(EndReason::TreeExited)) => "exited (status unknown)".to_owned(),
         (_, None, Some(EndReason::OwnerReused)) => {
             "owner gone unseen: its PID was reused".to_owned()
         }
@@ -285,6 +286,10 @@ fn how_it_ended(
         (_, None, Some(EndReason::Timeout)) => "no activity within the timeout".to_owned(),
         (_, None, Some(EndReason::PendingExpired)) => "pending, never renamed".to_owned(),
         (_, None, None) => "ended".to_owned(),
+    };
+    let what = match reason {
+        Some(EndReason::TreeExited) => format!("the last process of its tree {what}"),
+        _ => what,
     };
     match detected_by {
         Some(by) => format!("{what} (detected by {by})"),

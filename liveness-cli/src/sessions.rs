@@ -9,7 +9,7 @@ use liveness_client::{Owner, Registration, Whose};
 use liveness_common::action::{ActionSpec, validate_actions};
 use liveness_common::protocol::Request;
 use liveness_common::request;
-use liveness_common::session::{OnEnd, Phase, Session};
+use liveness_common::session::{OnEnd, Phase, Session, Until};
 
 use crate::args::{
     EndActionArgs, EndArgs, GetArgs, ListArgs, OwnerArg, PhaseArg, RegisterArgs, RenameArgs,
@@ -33,6 +33,7 @@ impl RegisterArgs {
             wrappers: self.wrappers.clone(),
             on_end: self.cleanup.on_end.map(OnEnd::from),
             grace: self.cleanup.grace,
+            until: self.until.until.map(Until::from),
             on_end_run: self.end_actions.specs()?,
         };
         let mut client = context.connect()?;

@@ -460,11 +460,10 @@ int BPF_PROG(liveness_exit, struct task_struct *task)
 	 * together can both get here: deleting twice is harmless. */
 	delete_entry(tgid, entry);
 
-	/* A member: its usage goes to its tree's root, and its exit ends nothing. */
-	if (root_tgid != tgid) {
+	/* A member: its usage goes to its tree's root. Its exit ends nothing, unless it is
+	 * tracked too: the last members of a session that lasts until its tree does. */
+	if (root_tgid != tgid)
 		add_to_tree(root_tgid, root_start_ticks, &usage);
-		return 0;
-	}
 
 	__u64 *expected_start = bpf_map_lookup_elem(&tracked, &tgid);
 

@@ -945,3 +945,127 @@ fn one_users_storm_leaves_the_kernel_map_to_other_users() {
     first.kill();
     orphan.kill();
 }
+
+/// Registers `session` for `owner`, lasting until its tree does.
+fn register_until_tree(daemon: &Daemon, session: &str, owner: &Owner) {
+    let reply = daemon.request(json!({
+        "op": "register", "session": session, "owner": {"pid": owner.pid}, "until": "tree"
+    }));
+    assert_eq!(reply["ok"], true, "register: {reply}");
+    assert_eq!(reply["session"]["until"], "tree", "{reply}");
+}
+
+/// The `session.ended` events of `session` in the whole stream.
+fn ended_events(daemon: &Daemon, session: &str) -> usize {
+    let mut conn = daemon.connect();
+    let reply = conn.request(json!({"op": "subscribe", "since": 0, "session": session}));
+    assert_eq!(reply["ok"], true, "subscribe: {reply}");
+    let mut ended = 0;
+    while let Some(line) = conn.next_within(Duration::from_millis(500)) {
+        if line["event"]["kind"] == "session.ended" {
+            ended += 1;
+        }
+    }
+    ended
+}
+
+/// Waits a moment and checks that `session` is still active.
+fn still_active(daemon: &Daemon, session: &str, when: &str) {
+    std::thread::sleep(Duration::from_millis(300));
+    let session = daemon.session(session);
+    assert_eq!(session["phase"], "active", "{when}: {session}");
+}
+
+/// A session registered `until: "tree"` outlives its owner while members of its tree live,
+/// whatever order they die in, and across a daemon restart; it ends once, when the last
+/// one exits, with that one's status and reason `tree_exited` — in the kernel's mode and
+/// with the scan fallback.
+#[test]
+fn a_session_until_tree_ends_with_its_last_process() {
+    let modes: &[&[&str]] = if privileged("sessions until their tree") {
+        &[&[], &["--sources", "pidfd"]]
+    } else {
+        &[&["--sources", "pidfd"]]
+    };
+    for &args in modes {
+        let mut daemon = Daemon::start(args);
+        let mut owner = Owner::spawn();
+        register_until_tree(&daemon, "build", &owner);
+        // Each listed before it is orphaned: a scan sees it under its parent.
+        let mut held = || {
+            let pid = owner.held_orphan();
+            wait_listed(&daemon, "build", pid);
+            owner.release();
+            wait_orphaned(&owner, pid);
+            pid
+        };
+        let (first, last) = (held(), held());
+        let last_key = (last, start_ticks(last).expect("alive"));
+
+        owner.sigkill();
+        still_active(&daemon, "build", "after the owner's death");
+        assert_eq!(
+            whose(&daemon, first),
+            "build",
+            "a member while the tree lives"
+        );
+        kill_if_same(first, start_ticks(first).expect("alive"));
+        still_active(&daemon, "build", "after a member's death");
+
+        daemon.stop();
+        daemon.restart();
+        still_active(&daemon, "build", "after a restart");
+        assert_eq!(start_ticks(last_key.0), Some(last_key.1));
+        // SAFETY: signalling the test's own process, checked by its start time just above.
+        unsafe { libc::kill(last_key.0 as i32, libc::SIGTERM) };
+        let ended = daemon.wait_ended("build");
+        assert_eq!(ended["reason"], "tree_exited", "{ended}");
+        // A pidfd shows a status only once init has reaped the orphan, which may be late.
+        let status = json!({"kind": "signaled", "signal": 15, "core_dumped": false});
+        assert!(
+            ended["exit"] == status || (!args.is_empty() && ended["exit"].is_null()),
+            "the last member's status: {ended}"
+        );
+        assert_eq!(ended["survivors"]["total"], 0, "{ended}");
+        assert_eq!(ended_events(&daemon, "build"), 1, "ended exactly once");
+    }
+}
+
+/// `liveness run --until tree` waits for the whole tree of a launcher that exits first, and
+/// exits with the last process's status, saying so when the launcher's differs.
+#[test]
+fn run_until_tree_waits_for_the_whole_tree() {
+    if !privileged("run --until tree") {
+        return;
+    }
+    let daemon = Daemon::start(&[]);
+    let started = std::time::Instant::now();
+    let out = daemon.cli(&[
+        "run",
+        "--session",
+        "launcher",
+        "--until",
+        "tree",
+        "--",
+        "sh",
+        "-c",
+        "(sleep 1; exit 4) & exit 3",
+    ]);
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "run returned before the tree's last process exited"
+    );
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("exited with 3") && stderr.contains("with 4"),
+        "{stderr}"
+    );
+    let ended = daemon.session("launcher");
+    assert_eq!(ended["reason"], "tree_exited", "{ended}");
+    assert_eq!(
+        ended["exit"],
+        json!({"kind": "exited", "code": 4}),
+        "{ended}"
+    );
+}

@@ -643,30 +643,34 @@ fn read_records(
     }
 }
 
+impl EbpfSource {
+    /// Writes `key`'s entry in the map of tracked processes, whose exits are reported.
+    fn insert_tracked(&mut self, key: ProcessKey) -> Result<(), TrackError> {
+        let Err(error) = self.map.insert(key.pid, key.start_ticks, 0) else {
+            return Ok(());
+        };
+        match map_errno(&error) {
+            Some(libc::E2BIG | libc::ENOMEM) => {
+                self.refused += 1;
+                Err(TrackError::Exhausted(format!(
+                    "the eBPF map of tracked processes is full ({} entries)",
+                    self.max_tracked
+                )))
+            }
+            _ => Err(TrackError::Io(io::Error::other(error))),
+        }
+    }
+}
+
 impl ExitSource for EbpfSource {
     fn kind(&self) -> DetectedBy {
         DetectedBy::Ebpf
     }
 
     fn track(&mut self, key: ProcessKey) -> Result<(), TrackError> {
-        let refuse = |source: &mut EbpfSource, why: String| {
-            source.refused += 1;
-            Err(TrackError::Exhausted(why))
-        };
         // The tracked entry first: the members map then never holds more tracked
         // processes' entries than the tracked map holds processes, which its size counts on.
-        if let Err(error) = self.map.insert(key.pid, key.start_ticks, 0) {
-            return match map_errno(&error) {
-                Some(libc::E2BIG | libc::ENOMEM) => refuse(
-                    self,
-                    format!(
-                        "the eBPF map of tracked processes is full ({} entries)",
-                        self.max_tracked
-                    ),
-                ),
-                _ => Err(TrackError::Io(io::Error::other(error))),
-            };
-        }
+        self.insert_tracked(key)?;
         // Without its entry in the members map, the programs would not see its exit.
         if let Err(error) = self.roots.add_root(key) {
             // Whatever this pid's entry was, it was replaced: forget it.
@@ -675,10 +679,30 @@ impl ExitSource for EbpfSource {
                 tracing::warn!(%key, %error, "cannot remove a process from the eBPF map");
             }
             return match error {
-                TreeMapError::NoRoom(_) => refuse(self, error.to_string()),
+                TreeMapError::NoRoom(_) => {
+                    self.refused += 1;
+                    Err(TrackError::Exhausted(error.to_string()))
+                }
                 error => Err(TrackError::Io(io::Error::other(error))),
             };
         }
+        self.tracked.insert(key.pid, key.start_ticks);
+        Ok(())
+    }
+
+    fn track_member(&mut self, key: ProcessKey) -> Result<(), TrackError> {
+        // Its entry as a member is what the programs see its exit through; it stays, so
+        // that what the member forks still joins its tree.
+        if self
+            .roots
+            .get(key.pid)
+            .is_none_or(|entry| entry.member != key)
+        {
+            return Err(TrackError::Exhausted(
+                "the process has no entry in the members map".to_owned(),
+            ));
+        }
+        self.insert_tracked(key)?;
         self.tracked.insert(key.pid, key.start_ticks);
         Ok(())
     }

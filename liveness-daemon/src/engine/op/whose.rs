@@ -99,7 +99,8 @@ impl Op for Whose {
                 .unwrap_or(link.key);
             // Every owner of an ACTIVE session of this boot is tracked: the store is asked
             // only about those.
-            if !engine.monitor.is_tracked(owner) {
+            // A dead owner whose sessions wait for its tree has them still.
+            if !engine.monitor.is_tracked(owner) && !engine.until_tree.waits_for(owner) {
                 continue;
             }
             let sessions = (engine.store)
