@@ -478,6 +478,12 @@ pub(crate) fn print_membership(membership: &MembershipStatus) {
             membership.kernel_full
         );
     }
+    if let Some(since) = membership.lineage_since_ms {
+        outln!(
+            "            lineages complete since {}: orphans made since then are placed",
+            clock::local_time(since)
+        );
+    }
     if let Some(share) = membership.kernel_share_per_uid {
         outln!("            a uid other than root may hold {share} of them");
     }

@@ -37,6 +37,9 @@ pub const UID_SHARE_REFUSED: u32 = 1;
 pub const UID_SHARE_LAST_REFUSED: u32 = 2;
 /// The `u64` slots of one share.
 pub const UID_SHARE_SLOTS: u32 = 3;
+/// LRU hash map `u32 tgid -> Lineage` of every process forked since the programs were
+/// loaded: the fork program writes it, the exit program deletes it.
+pub const MAP_LINEAGES: &str = "lineages";
 /// Hash map `u32 tgid -> u64 expected start_ticks` of tracked processes.
 pub const MAP_TRACKED: &str = "tracked";
 /// Ring buffer carrying one [`ExitRecord`] per tracked process death.
@@ -72,6 +75,28 @@ pub const MEMBER_FLAG_COUNTED: u32 = 1;
 /// Uids share a budget of member slots when equal modulo this (the buckets of
 /// [`MAP_UID_SLOTS`]): every uid below it has its own.
 pub const UID_BUCKETS: u32 = 4096;
+
+/// The ancestors a [`Lineage`] keeps.
+pub const LINEAGE_DEPTH: usize = 8;
+
+/// One ancestor of a [`Lineage`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ancestor {
+    pub start_ticks: u64,
+    /// 0 past the last ancestor known.
+    pub tgid: u32,
+    pub pad: u32,
+}
+
+/// A process's start time and its ancestors when it was forked, nearest first, whatever
+/// they became since: the value of the lineages map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Lineage {
+    pub start_ticks: u64,
+    pub ancestors: [Ancestor; LINEAGE_DEPTH],
+}
 
 /// One member of a process tree: a process forked, directly or not, by a tracked process
 /// (the tree's root), or a tracked process itself (its own root). The value of the members
@@ -254,6 +279,8 @@ mod tests {
     #[test]
     fn member_record_layout_is_pinned() {
         assert_eq!(size_of::<MemberRecord>(), 32);
+        assert_eq!(size_of::<Ancestor>(), 16);
+        assert_eq!(size_of::<Lineage>(), 8 + 16 * LINEAGE_DEPTH);
         assert_eq!(offset_of!(MemberRecord, start_ticks), 0);
         assert_eq!(offset_of!(MemberRecord, root_start_ticks), 8);
         assert_eq!(offset_of!(MemberRecord, root_tgid), 16);

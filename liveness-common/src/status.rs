@@ -78,6 +78,10 @@ pub struct MembershipStatus {
     pub kernel_used: Option<u64>,
     /// New processes the kernel map had no room for.
     pub kernel_full: u64,
+    /// Since when the kernel's lineages are complete (ms since the epoch): a process forked
+    /// since and orphaned before its tree was followed is still placed in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lineage_since_ms: Option<i64>,
     /// The slots of the kernel map the processes of one uid other than root may hold.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_share_per_uid: Option<u64>,

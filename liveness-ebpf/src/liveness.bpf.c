@@ -46,6 +46,19 @@ const volatile __u64 max_members = 65536;
  */
 const volatile __u64 max_members_per_uid = 16384;
 
+/*
+ * tgid -> the process's lineage: its ancestors when it was forked, copied from its parent's,
+ * so that a process orphaned before its tree was followed still names who started it. The
+ * fork program writes every new process's, the exit program deletes it; least recently
+ * used entries go first when it is full. User space sets max_entries.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 32768);
+	__type(key, __u32);
+	__type(value, struct lineage);
+} lineages SEC(".maps");
+
 /* tgid -> expected start_ticks. User space overrides max_entries at load time. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -267,9 +280,31 @@ static __always_inline void delete_entry(__u32 tgid, struct member_record *entry
 }
 
 /*
- * A new process joins the tree of its parent when the parent has an entry: as a tracked
- * process (the root) or as a member. Thread creation returns after one comparison; any
- * other fork of a process with no entry costs one hash lookup.
+ * Records the lineage of `child`, a new process: its parent, then its parent's ancestors as
+ * the parent's own lineage has them (when that is the parent's, not an earlier process's
+ * with its pid).
+ */
+static __always_inline void record_lineage(__u32 parent_tgid, __u64 parent_start,
+					   __u32 child_tgid, __u64 child_start)
+{
+	struct lineage *from = bpf_map_lookup_elem(&lineages, &parent_tgid);
+	struct lineage fresh = {
+		.start_ticks = child_start,
+		.ancestors[0] = { .start_ticks = parent_start, .tgid = parent_tgid },
+	};
+
+	if (from && from->start_ticks == parent_start) {
+		for (int i = 1; i < LINEAGE_DEPTH; i++)
+			fresh.ancestors[i] = from->ancestors[i - 1];
+	}
+	bpf_map_update_elem(&lineages, &child_tgid, &fresh, BPF_ANY);
+}
+
+/*
+ * A new process gets its lineage, and joins the tree of its parent when the parent has an
+ * entry: as a tracked process (the root) or as a member. Thread creation returns after one
+ * comparison; any other fork of a process with no entry costs its lineage's write and one
+ * hash lookup.
  */
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(liveness_fork, struct task_struct *parent, struct task_struct *child)
@@ -279,6 +314,14 @@ int BPF_PROG(liveness_fork, struct task_struct *parent, struct task_struct *chil
 		return 0;
 
 	__u32 parent_tgid = tgid_seen_by_daemon(parent);
+	__u32 child_tgid = tgid_seen_by_daemon(child);
+	/* The child leads its own group, and copy_process set its start time already. */
+	__u64 child_start = child->start_boottime / NSEC_PER_CLOCK_TICK;
+
+	if (!child_tgid)
+		return 0;
+	record_lineage(parent_tgid, process_start_ticks(parent), child_tgid, child_start);
+
 	struct member_record *parent_entry = bpf_map_lookup_elem(&members, &parent_tgid);
 
 	/* A stale entry names an earlier process that had this pid. A tracked parent's entry
@@ -289,17 +332,12 @@ int BPF_PROG(liveness_fork, struct task_struct *parent, struct task_struct *chil
 
 	/* The parent forks: current is the parent, whose real uid the child has too. */
 	struct member_record member = {
+		.start_ticks = child_start,
 		.root_start_ticks = parent_entry->root_start_ticks,
 		.root_tgid = parent_entry->root_tgid,
 		.flags = MEMBER_FLAG_COUNTED,
 		.uid = (__u32)bpf_get_current_uid_gid(),
 	};
-	__u32 child_tgid = tgid_seen_by_daemon(child);
-
-	if (!child_tgid)
-		return 0;
-	/* The child leads its own group, and copy_process set its start time already. */
-	member.start_ticks = child->start_boottime / NSEC_PER_CLOCK_TICK;
 
 	struct member_record *existing = bpf_map_lookup_elem(&members, &child_tgid);
 
@@ -429,17 +467,20 @@ SEC("tp_btf/sched_process_exit")
 int BPF_PROG(liveness_exit, struct task_struct *task)
 {
 	__u32 tgid = tgid_seen_by_daemon(task);
-	struct member_record *entry = bpf_map_lookup_elem(&members, &tgid);
-
-	/* Neither tracked nor a member: a tracked process always has an entry here. */
-	if (!entry)
-		return 0;
 
 	/* do_exit decrements live before this tracepoint: non-zero means other threads remain,
 	 * which covers thread exits and the threads execve's de_thread kills. */
 	struct signal_struct *signal = task->signal;
 
 	if (signal->live.counter != 0)
+		return 0;
+	/* The process is gone: its descendants keep their own copies of its lineage. */
+	bpf_map_delete_elem(&lineages, &tgid);
+
+	struct member_record *entry = bpf_map_lookup_elem(&members, &tgid);
+
+	/* Neither tracked nor a member: a tracked process always has an entry here. */
+	if (!entry)
 		return 0;
 
 	/* The leader outlives its threads as a zombie, so it is valid even when a non-leader

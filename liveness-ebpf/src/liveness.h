@@ -187,6 +187,25 @@ struct uid_share {
 
 _Static_assert(sizeof(struct uid_share) == 24, "uid_share size");
 
+/* Mirrors liveness_common::LINEAGE_DEPTH: the ancestors a lineage keeps, nearest first. */
+#define LINEAGE_DEPTH 8
+
+/* Mirrors liveness_common::Ancestor. */
+struct ancestor {
+	__u64 start_ticks;
+	__u32 tgid;
+	__u32 pad;
+};
+
+/* Mirrors liveness_common::Lineage: a process's start time and its ancestors when it was
+ * forked, nearest first (a tgid of 0 ends the list), whatever they became since. */
+struct lineage {
+	__u64 start_ticks;
+	struct ancestor ancestors[LINEAGE_DEPTH];
+};
+
+_Static_assert(sizeof(struct lineage) == 8 + 16 * LINEAGE_DEPTH, "lineage size");
+
 /* Mirrors liveness_common::CAUSE_*: what a signal_cause holds. */
 #define CAUSE_SIGNAL 1
 #define CAUSE_SENDER_IN_TREE 2

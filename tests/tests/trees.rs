@@ -1069,3 +1069,34 @@ fn run_until_tree_waits_for_the_whole_tree() {
         "{ended}"
     );
 }
+
+/// A process the owner started and that was orphaned before the session was registered is
+/// placed by the kernel's lineages: `whose` names the session, `processes` lists it, and
+/// the `terminate` policy ends it with the session.
+#[test]
+fn an_orphan_made_before_registration_is_placed_by_its_lineage() {
+    if !privileged("lineage from before registration") {
+        return;
+    }
+    let daemon = Daemon::start(&[]);
+    let mut owner = Owner::spawn();
+    let orphan = owner.orphan();
+    wait_orphaned(&owner, orphan);
+    let reply = daemon.request(json!({
+        "op": "register", "session": "late", "owner": {"pid": owner.pid},
+        "on_end": "terminate", "grace_ms": 100
+    }));
+    assert_eq!(reply["ok"], true, "register: {reply}");
+    assert_eq!(whose(&daemon, orphan), "late");
+    let listed = processes(&daemon, "late");
+    assert!(listed.contains(&orphan), "{orphan} not in {listed:?}");
+
+    let key = (orphan, start_ticks(orphan).expect("alive"));
+    owner.sigkill();
+    let ended = daemon.wait_ended("late");
+    assert!(survivor_keys(&ended["survivors"]).contains(&key), "{ended}");
+    let gone = eventually(PATIENCE, || {
+        start_ticks(key.0) != Some(key.1) || state(key.0) == Some('Z')
+    });
+    assert!(gone, "the terminate policy left {orphan} running");
+}

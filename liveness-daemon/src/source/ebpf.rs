@@ -16,7 +16,7 @@ use aya::{Btf, BtfError, Ebpf, EbpfLoader};
 use liveness_common::record::{
     COUNTER_CAUSES_LOST, COUNTER_EMITTED, COUNTER_LOST, COUNTER_SLOTS, COUNTER_USAGE_LOST,
     EXIT_PROGRAM_NAME, ExitRecord, FORK_PROGRAM_NAME, MAP_CAUSES, MAP_COUNTERS, MAP_EXITS,
-    MAP_MEMBER_COUNTERS, MAP_MEMBER_SLOTS, MAP_MEMBERS, MAP_TRACKED, MAP_TREE_USAGES,
+    MAP_LINEAGES, MAP_MEMBER_COUNTERS, MAP_MEMBER_SLOTS, MAP_MEMBERS, MAP_TRACKED, MAP_TREE_USAGES,
     MAP_UID_SHARES, OOM_PROGRAM_NAME, SIGNAL_PROGRAM_NAME, SignalCause, TreeUsage,
 };
 use liveness_common::status::CausesReport;
@@ -390,6 +390,7 @@ impl EbpfSource {
             .map_err(|e| EbpfError::from_program("attaching the eBPF fork program", e))?;
         let causes = attach_cause_programs(&mut ebpf, &btf);
         let maps = TreeMaps {
+            lineages: take_map(&mut ebpf, MAP_LINEAGES)?,
             members: take_map(&mut ebpf, MAP_MEMBERS)?,
             counters: take_map(&mut ebpf, MAP_MEMBER_COUNTERS)?,
             slots: take_map(&mut ebpf, MAP_MEMBER_SLOTS)?,

@@ -21,7 +21,7 @@ use aya::sys::SyscallError;
 use super::shared_array::SharedArray;
 use liveness_common::identity::ProcessKey;
 use liveness_common::record::{
-    MEMBER_COUNTER_ADDED, MEMBER_COUNTER_FULL, MEMBER_COUNTER_SLOTS, MEMBER_FLAG_COUNTED,
+    Lineage, MEMBER_COUNTER_ADDED, MEMBER_COUNTER_FULL, MEMBER_COUNTER_SLOTS, MEMBER_FLAG_COUNTED,
     MemberRecord, UID_BUCKETS, UID_SHARE_LAST_REFUSED, UID_SHARE_REFUSED, UID_SHARE_SLOTS,
     UID_SHARE_USED,
 };
@@ -50,6 +50,15 @@ pub enum TreeMapError {
 #[repr(transparent)]
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Value(MemberRecord);
+
+/// The lineages map's value as aya reads it.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug)]
+pub(super) struct LineageValue(Lineage);
+
+// SAFETY: `Lineage` is `repr(C)` plain old data of integers only, with no padding bytes (its
+// ancestors' `pad` fields fill them), so every bit pattern is valid.
+unsafe impl Pod for LineageValue {}
 
 // SAFETY: `MemberRecord` is `repr(C)` plain old data of integers only (no padding bytes:
 // its `flags` field fills the tail), so every bit pattern is valid.
@@ -152,6 +161,7 @@ pub struct UidShare {
 
 /// The maps of [`TreeMap`], as the loader takes them from the object.
 pub(super) struct TreeMaps {
+    pub lineages: Map,
     pub members: Map,
     pub counters: Map,
     pub slots: Map,
@@ -162,6 +172,10 @@ pub(super) struct TreeMaps {
 /// and the engine's trees another for the members; both belong to the engine's task.
 pub struct TreeMap {
     map: HashMap<MapData, u32, Value>,
+    /// Every process's lineage since the programs were loaded (read only here).
+    lineages: Arc<HashMap<MapData, u32, LineageValue>>,
+    /// When the programs were loaded, in ms since the epoch: lineages are complete since.
+    loaded_ms: i64,
     counters: Arc<SharedArray>,
     slots: Arc<MemberSlots>,
     /// Processes user space found no slot for, each once, that the kernel did not count at
@@ -197,7 +211,12 @@ impl TreeMap {
         let (slots, counters) = (array(maps.slots)?, array(maps.counters)?);
         let shares: Array<MapData, [u64; UID_SHARE_SLOTS as usize]> =
             Array::try_from(maps.uid_shares)?;
+        let loaded_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_millis() as i64);
         Ok(TreeMap {
+            loaded_ms,
+            lineages: Arc::new(HashMap::try_from(maps.lineages)?),
             map: HashMap::try_from(maps.members)?,
             counters: Arc::new(SharedArray::map(
                 counters.map(),
@@ -216,6 +235,8 @@ impl TreeMap {
     /// Another handle on the same maps and slot count.
     pub(crate) fn try_clone(&self) -> Result<TreeMap, MapError> {
         Ok(TreeMap {
+            loaded_ms: self.loaded_ms,
+            lineages: Arc::clone(&self.lineages),
             map: HashMap::try_from(Map::HashMap(duplicate(self.map.map())?))?,
             counters: Arc::clone(&self.counters),
             slots: Arc::clone(&self.slots),
@@ -237,6 +258,35 @@ impl TreeMap {
             .map(|(pid, Value(record))| KernelMember::of(pid, record))
             .filter(|entry| !entry.is_root())
             .collect()
+    }
+
+    /// The processes whose recorded lineage has `root` among their ancestors: those it
+    /// started (up to [`LINEAGE_DEPTH`](liveness_common::record::LINEAGE_DEPTH) generations
+    /// down), whatever they were reparented to
+    /// since, as long as they were forked after the programs were loaded. A walk of the map.
+    pub fn started_by(&self, root: ProcessKey) -> Vec<ProcessKey> {
+        self.lineages
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, LineageValue(lineage))| {
+                lineage
+                    .ancestors
+                    .iter()
+                    .take_while(|ancestor| ancestor.tgid != 0)
+                    .any(|ancestor| {
+                        ancestor.tgid == root.pid && ancestor.start_ticks == root.start_ticks
+                    })
+            })
+            .map(|(pid, LineageValue(lineage))| ProcessKey {
+                pid,
+                start_ticks: lineage.start_ticks,
+            })
+            .collect()
+    }
+
+    /// Since when the lineages are complete (ms since the epoch): the programs' load.
+    pub fn lineage_since_ms(&self) -> i64 {
+        self.loaded_ms
     }
 
     /// The member entry for `pid`, if the kernel holds one: one lookup, not a walk.

@@ -604,6 +604,7 @@ impl KnownTrees {
             kernel_used: self.kernel.as_ref().map(TreeMap::slots_used),
             kernel_full: self.kernel.as_ref().map_or(0, TreeMap::full_count),
             kernel_share_per_uid: self.kernel.as_ref().map(TreeMap::share),
+            lineage_since_ms: self.kernel.as_ref().map(TreeMap::lineage_since_ms),
             over_share: self
                 .kernel
                 .as_ref()

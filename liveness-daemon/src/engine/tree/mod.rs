@@ -26,7 +26,7 @@ use crate::source::tree_map::{KernelMember, TreeMap};
 use crate::store::{Member, Store};
 use known::{Facts, KnownTrees};
 use view::Merge;
-use walk::{kernel_entries_of, write_members};
+use walk::{kernel_entries_of, orphaned_before, write_members};
 
 mod known;
 mod view;
@@ -165,10 +165,13 @@ impl Trees {
         let (proc, writer) = (self.proc.clone(), self.writer.clone());
         self.walks.spawn(async move {
             let found = offload(move || {
-                let members = view.descendants(&proc);
+                let mut members = view.descendants(&proc);
                 let mut writer = writer
                     .as_ref()
                     .map(|writer| writer.lock().unwrap_or_else(PoisonError::into_inner));
+                if let Some(kernel) = writer.as_deref() {
+                    members.extend(orphaned_before(kernel, &proc, root, &members));
+                }
                 write_members(writer.as_deref_mut(), &proc, &members);
                 members
             });

@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use liveness_proc::identity::{Liveness, ProcRoot, Stat};
 
+use super::view::with_inodes;
 use crate::source::tree_map::{KernelMember, TreeMap};
 use crate::store::Member;
 use liveness_common::identity::ProcessKey;
@@ -78,6 +79,33 @@ pub(super) fn write_members(kernel: Option<&mut TreeMap>, proc: &ProcRoot, membe
             }
         }
     }
+}
+
+/// The live processes that the kernel's lineages name as started by `root` and `found`
+/// lacks: those orphaned before its tree was followed, which no walk of `/proc` from the
+/// tree reaches.
+pub(super) fn orphaned_before(
+    kernel: &TreeMap,
+    proc: &ProcRoot,
+    root: ProcessKey,
+    found: &[Member],
+) -> Vec<Member> {
+    let known: HashSet<ProcessKey> = found.iter().map(|member| member.key).collect();
+    let orphans = kernel
+        .started_by(root)
+        .into_iter()
+        .filter(|key| !known.contains(key))
+        .filter_map(|key| {
+            let stat = proc.stat(key.pid).ok()?;
+            (stat.start_ticks == key.start_ticks && !stat.has_exited()).then_some(Member {
+                key,
+                root,
+                comm: stat.comm,
+                pidfs_ino: None,
+            })
+        })
+        .collect();
+    with_inodes(proc, orphans)
 }
 
 /// The kernel map's entries of members of `roots`, by a walk of the map: what the kernel
