@@ -169,7 +169,9 @@ impl Trees {
                 let mut writer = writer
                     .as_ref()
                     .map(|writer| writer.lock().unwrap_or_else(PoisonError::into_inner));
-                if let Some(kernel) = writer.as_deref() {
+                // The lineages hold only what was forked since this run loaded the programs:
+                // a registration's, not a restart's.
+                if let Some(kernel) = writer.as_deref().filter(|_| start == Start::Registration) {
                     members.extend(orphaned_before(kernel, &proc, root, &members));
                 }
                 write_members(writer.as_deref_mut(), &proc, &members);
