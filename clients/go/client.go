@@ -341,13 +341,16 @@ func (c *Client) Whose(ctx context.Context, pid int) (Whose, error) {
 	return w, nil
 }
 
-// Processes lists the live processes of an active session's tree, the owner included.
+// Processes lists the live processes of an active session's tree, the owner included,
+// following the daemon's pages.
 func (c *Client) Processes(ctx context.Context, session string, opts ...Option) ([]Process, error) {
-	r, err := c.call(ctx, (&request{Op: "processes", Session: session}).with(opts))
-	if err != nil || r.Processes == nil {
-		return nil, err
-	}
-	return *r.Processes, nil
+	var all []Process
+	err := c.pages(ctx, (&request{Op: "processes", Session: session}).with(opts), func(r *reply) {
+		if r.Processes != nil {
+			all = append(all, *r.Processes...)
+		}
+	})
+	return all, err
 }
 
 // Status is what the daemon says about itself: informational, and its shape may grow

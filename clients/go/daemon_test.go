@@ -31,6 +31,17 @@ func (d *daemon) dial(ctx context.Context) *Client {
 	return c
 }
 
+// subscribe follows every event from now on, until the test ends.
+func (d *daemon) subscribe(ctx context.Context) *Subscription {
+	d.t.Helper()
+	sub, err := Subscribe(ctx, d.socket, nil, Filter{})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	d.t.Cleanup(func() { sub.Close() })
+	return sub
+}
+
 var (
 	withTimeout = testdaemon.Context
 	child       = testdaemon.Child

@@ -32,6 +32,7 @@ type request struct {
 	Name      string            `json:"name,omitempty"`
 	Wait      bool              `json:"wait,omitempty"`
 	TimeoutMs *uint64           `json:"timeout_ms,omitempty"`
+	OnEndRun  *[]ActionSpec     `json:"on_end_run,omitempty"`
 }
 
 type ownerKind int
@@ -124,6 +125,10 @@ type Registration struct {
 	Grace time.Duration
 	// Wrappers are further process names OwnerAuto skips, for this registration only.
 	Wrappers []string
+	// OnEndRun are commands the daemon runs, as the caller, once the session ends,
+	// however it ends (docs/end-actions.md); make them idempotent. On an active session a
+	// non-nil list (empty too) replaces the one it had; nil keeps it.
+	OnEndRun []ActionSpec
 }
 
 // Registered is the answer to Register.
@@ -140,6 +145,9 @@ func (c *Client) Register(ctx context.Context, reg Registration) (Registered, er
 	req := &request{
 		Op: "register", Session: reg.Session, UID: reg.UID, Owner: &reg.Owner,
 		Pending: reg.Pending, Labels: reg.Labels, OnEnd: reg.OnEnd, Wrappers: reg.Wrappers,
+	}
+	if reg.OnEndRun != nil {
+		req.OnEndRun = &reg.OnEndRun
 	}
 	if reg.Grace > 0 {
 		ms := uint64(reg.Grace / time.Millisecond)
@@ -161,8 +169,24 @@ func (c *Client) Register(ctx context.Context, reg Registration) (Registered, er
 	if err != nil {
 		return Registered{}, err
 	}
+	return registered(req.Op, r)
+}
+
+func registered(op string, r *reply) (Registered, error) {
 	if r.Session == nil {
-		return Registered{}, errors.New("liveness: the reply to register has no session")
+		return Registered{}, fmt.Errorf("liveness: the reply to %s has no session", op)
 	}
 	return Registered{Session: *r.Session, Warnings: r.Warnings}, nil
+}
+
+// ActionsDone tells the daemon that the session's end commands were run by the caller
+// itself (an agent whose own end hook ran): each end action that has not started is
+// recorded as skipped ("done_by_agent") and never runs. Those that had started run to
+// their end; Warnings says so. The session comes back with Actions set.
+func (c *Client) ActionsDone(ctx context.Context, session string, opts ...Option) (Registered, error) {
+	r, err := c.call(ctx, (&request{Op: "actions_done", Session: session}).with(opts))
+	if err != nil {
+		return Registered{}, err
+	}
+	return registered("actions_done", r)
 }

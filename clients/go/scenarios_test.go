@@ -19,11 +19,7 @@ import (
 func TestOwnerKilled(t *testing.T) {
 	d := startDaemon(t)
 	ctx := withTimeout(t, 30*time.Second)
-	sub, err := Subscribe(ctx, d.socket, nil, Filter{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
+	sub := d.subscribe(ctx)
 	c := d.dial(ctx)
 	owner := child(t)
 	reg, err := c.Register(ctx, Registration{Session: "killed", Owner: OwnerPID(owner.Process.Pid), Labels: map[string]string{"tool": "go"}})
@@ -393,19 +389,25 @@ func TestWait(t *testing.T) {
 	if _, err := d.dial(ctx).Register(ctx, Registration{Session: "w", Owner: OwnerPID(owner.Process.Pid)}); err != nil {
 		t.Fatal(err)
 	}
+	done := waiting(t, func() (Session, error) { return WaitForEnd(ctx, d.socket, "w") })
+	kill(owner)
+	if s := <-done; s.Phase != Ended || s.Reason != "owner_exited" {
+		t.Fatalf("wait: %+v", s)
+	}
+}
+
+// waiting runs wait in the background, and gives it time to subscribe.
+func waiting(t *testing.T, wait func() (Session, error)) <-chan Session {
 	done := make(chan Session, 1)
 	go func() {
-		s, err := WaitForEnd(ctx, d.socket, "w")
+		s, err := wait()
 		if err != nil {
 			t.Error(err)
 		}
 		done <- s
 	}()
 	time.Sleep(200 * time.Millisecond)
-	kill(owner)
-	if s := <-done; s.Phase != Ended || s.Reason != "owner_exited" {
-		t.Fatalf("wait: %+v", s)
-	}
+	return done
 }
 
 // verdict is what `liveness check --identity --json` prints.
@@ -519,5 +521,72 @@ func TestDefaultSocket(t *testing.T) {
 	os.WriteFile(filepath.Join(runtime, "liveness.sock"), nil, 0o600)
 	if got := DefaultSocket(); got != filepath.Join(runtime, "liveness.sock") {
 		t.Fatalf("the user's own daemon: %s", got)
+	}
+}
+
+func TestEndActions(t *testing.T) {
+	d := startDaemon(t)
+	ctx := withTimeout(t, 60*time.Second)
+	sub := d.subscribe(ctx)
+	c := d.dial(ctx)
+	ran := filepath.Join(t.TempDir(), "ran")
+	action := Action("sh", "-c", `echo "$LIVENESS_SESSION" >>"$RAN"; echo failing >&2; exit 3`)
+	action.Env = []string{"RAN=" + ran}
+
+	owner := child(t)
+	reg, err := c.Register(ctx, Registration{Session: "acted", Owner: OwnerPID(owner.Process.Pid), OnEndRun: []ActionSpec{action}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reg.Session.OnEndRun) != 1 || reg.Session.OnEndRun[0].Argv[0] != "sh" {
+		t.Fatalf("registered without its action: %+v", reg.Session)
+	}
+	done := waiting(t, func() (Session, error) { return WaitForFinalized(ctx, d.socket, "acted") })
+	kill(owner)
+	if ended := until(t, ctx, sub, KindEnded, "acted"); ended.Actions != 1 {
+		t.Fatalf("session.ended counts 1 action: %+v", ended)
+	}
+	event := until(t, ctx, sub, KindAction, "acted")
+	until(t, ctx, sub, KindFinalized, "acted")
+	s := <-done
+	if !s.Finalized() || s.FinalizedMs == 0 || len(s.Actions) != 1 || s.Actions[0].State != ActionDone {
+		t.Fatalf("finalized: %+v", s)
+	}
+	outcome := s.Actions[0].Outcome
+	if outcome == nil || outcome.Exit == nil || outcome.Exit.Code != 3 || outcome.StderrTail != "failing\n" || outcome.Succeeded() {
+		t.Fatalf("the outcome: %+v", outcome)
+	}
+	if fmt.Sprint(*event.Action) != fmt.Sprint(*outcome) {
+		t.Fatalf("the event's outcome %+v is not the session's %+v", event.Action, outcome)
+	}
+	if data, err := os.ReadFile(ran); err != nil || string(data) != "acted\n" {
+		t.Fatalf("the action ran once: %q %v", data, err)
+	}
+	sameJSON(t, "the session as the Rust client sees it", d.CLI("get", "--session", "acted"), s)
+
+	// An agent that ran its end commands itself: the daemon never runs them.
+	skipped := filepath.Join(t.TempDir(), "skipped")
+	owner = child(t)
+	_, err = c.Register(ctx, Registration{Session: "agent-ran", Owner: OwnerPID(owner.Process.Pid), OnEndRun: []ActionSpec{Action("touch", skipped)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, err := c.ActionsDone(ctx, "agent-ran")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(answer.Session.Actions) != 1 || answer.Session.Actions[0].Outcome == nil || answer.Session.Actions[0].Outcome.Skipped != "done_by_agent" {
+		t.Fatalf("actions_done: %+v", answer.Session)
+	}
+	kill(owner)
+	s, err = WaitForFinalized(ctx, d.socket, "agent-ran")
+	if err != nil || !s.Finalized() || s.Actions[0].Outcome.Skipped != "done_by_agent" {
+		t.Fatalf("finalized: %+v %v", s, err)
+	}
+	if _, err := os.Stat(skipped); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the skipped action ran: %v", err)
+	}
+	if _, err := c.ActionsDone(ctx, "nobody"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("actions_done of an unknown session: %v", err)
 	}
 }

@@ -270,6 +270,22 @@ func (s *Subscription) read(ctx context.Context) (Message, error) {
 // It subscribes to the session's events first and then looks it up, so an end that
 // happens in between is still seen.
 func WaitForEnd(ctx context.Context, socket string, session string, opts ...Option) (Session, error) {
+	return waitFor(ctx, socket, session, opts, func(s Session) bool { return s.Phase == Ended },
+		func(e *Event) bool { return e.Kind == KindEnded })
+}
+
+// WaitForFinalized blocks until session has ended and each of its end actions has its
+// outcome (at once after the end for a session without end actions), and returns it with
+// Actions set, across daemon restarts.
+func WaitForFinalized(ctx context.Context, socket string, session string, opts ...Option) (Session, error) {
+	return waitFor(ctx, socket, session, opts, Session.Finalized, func(e *Event) bool {
+		return e.Kind == KindFinalized || (e.Kind == KindEnded && e.Actions == 0)
+	})
+}
+
+// waitFor subscribes to session's events, then gets it: until it is done, the first event
+// that is last makes it get the session again.
+func waitFor(ctx context.Context, socket, session string, opts []Option, done func(Session) bool, last func(*Event) bool) (Session, error) {
 	var req request
 	for _, opt := range opts {
 		opt(&req)
@@ -293,7 +309,7 @@ func WaitForEnd(ctx context.Context, socket string, session string, opts ...Opti
 		return found, err
 	}
 	current, err := get(session, req.UID)
-	if err != nil || current.Phase == Ended {
+	if err != nil || done(current) {
 		return current, err
 	}
 	for {
@@ -301,7 +317,7 @@ func WaitForEnd(ctx context.Context, socket string, session string, opts ...Opti
 		if err != nil {
 			return Session{}, err
 		}
-		if event.Kind == KindEnded {
+		if last(event) {
 			uid := event.CreatorUID
 			return get(event.Session, &uid)
 		}

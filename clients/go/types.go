@@ -195,6 +195,20 @@ type Session struct {
 	OnEnd     OnEnd
 	// GraceMs is the time between SIGTERM and SIGKILL when survivors are terminated.
 	GraceMs uint64
+	// OnEndRun are the end actions its creator registered (docs/end-actions.md).
+	OnEndRun []ActionSpec
+	// Actions is where each end action stands, in the order of OnEndRun: set by Get and
+	// ActionsDone only.
+	Actions []ActionState
+	// FinalizedMs is when the last end action had its outcome, 0 until then (and for a
+	// session without end actions, whose end is final).
+	FinalizedMs int64
+}
+
+// Finalized reports whether the session has ended and each of its end actions has its
+// outcome (at once for one without end actions).
+func (s Session) Finalized() bool {
+	return s.Phase == Ended && (len(s.OnEndRun) == 0 || s.FinalizedMs != 0)
 }
 
 // sessionJSON is Session as the wire has it: what does not apply is null.
@@ -218,6 +232,9 @@ type sessionJSON struct {
 	Survivors        *Survivors        `json:"survivors,omitempty"`
 	OnEnd            OnEnd             `json:"on_end"`
 	GraceMs          uint64            `json:"grace_ms"`
+	OnEndRun         []ActionSpec      `json:"on_end_run,omitempty"`
+	Actions          []ActionState     `json:"actions,omitempty"`
+	FinalizedMs      *int64            `json:"finalized_ms,omitempty"`
 }
 
 func orNil[T comparable](v T) *T {
@@ -245,7 +262,7 @@ func (s Session) MarshalJSON() ([]byte, error) {
 	return json.Marshal(sessionJSON{
 		s.ID, s.Owner, s.Phase, s.Pending, orNil(s.Reason), s.Exit, s.Cause, s.Usage, orNil(s.DetectedBy),
 		s.CreatorUID, labels, s.CreatedMs, s.UpdatedMs, s.TouchedMs, orNil(s.EndedMs),
-		orNil(s.PendingExpiresMs), s.Survivors, s.OnEnd, s.GraceMs,
+		orNil(s.PendingExpiresMs), s.Survivors, s.OnEnd, s.GraceMs, s.OnEndRun, s.Actions, orNil(s.FinalizedMs),
 	})
 }
 
@@ -258,13 +275,73 @@ func (s *Session) UnmarshalJSON(data []byte) error {
 	*s = Session{
 		w.ID, w.Owner, w.Phase, w.Pending, orZero(w.Reason), w.Exit, w.Cause, w.Usage, orZero(w.DetectedBy),
 		w.CreatorUID, w.Labels, w.CreatedMs, w.UpdatedMs, w.TouchedMs, orZero(w.EndedMs),
-		orZero(w.PendingExpiresMs), w.Survivors, w.OnEnd, w.GraceMs,
+		orZero(w.PendingExpiresMs), w.Survivors, w.OnEnd, w.GraceMs, w.OnEndRun, w.Actions, orZero(w.FinalizedMs),
 	}
 	return nil
 }
 
 // DefaultGraceMs is the grace between SIGTERM and SIGKILL of a session that names none.
 const DefaultGraceMs = 10000
+
+// ActionSpec is one end action: a command the daemon runs, as the session's creator, when
+// the session ends (docs/end-actions.md §1).
+type ActionSpec struct {
+	// Argv is the program and its arguments, run without a shell; a name without "/" is
+	// looked up in the action's PATH.
+	Argv []string `json:"argv"`
+	// Env are NAME=value entries added to the action's clean environment.
+	Env []string `json:"env,omitempty"`
+	// TimeoutMs is how long it may run (nil: the daemon's 60 s; at most an hour).
+	TimeoutMs *uint64 `json:"timeout_ms,omitempty"`
+	// Cwd is its absolute working directory ("": the user's home).
+	Cwd string `json:"cwd,omitempty"`
+}
+
+// Action returns an end action running argv with the daemon's defaults.
+func Action(argv ...string) ActionSpec { return ActionSpec{Argv: argv} }
+
+// The states of an ActionState.
+const (
+	ActionPending = "pending"
+	ActionRunning = "running"
+	ActionDone    = "done"
+)
+
+// ActionState is where one end action of a session stands: ActionPending until the
+// session ends and it starts, ActionRunning, then ActionDone with its Outcome.
+type ActionState struct {
+	Index   uint32         `json:"index"`
+	State   string         `json:"state"`
+	Outcome *ActionOutcome `json:"outcome,omitempty"`
+}
+
+// ActionOutcome is what one run of an end action did (session.action events, Get).
+type ActionOutcome struct {
+	// Index is the action's place in the session's OnEndRun.
+	Index      uint32 `json:"index"`
+	StartedMs  int64  `json:"started_ms"`
+	DurationMs uint64 `json:"duration_ms"`
+	// Exit is how its first process ended; nil when it never ran (Error says why).
+	Exit *ExitStatus `json:"exit,omitempty"`
+	// TimedOut: it ran past its timeout and its process tree was ended; Killed of its
+	// processes needed SIGKILL.
+	TimedOut bool   `json:"timed_out,omitempty"`
+	Killed   uint32 `json:"killed,omitempty"`
+	// StderrTail is the last 4 KiB of its stderr; StderrBytes counts all it wrote there.
+	StderrTail  string `json:"stderr_tail,omitempty"`
+	StderrBytes uint64 `json:"stderr_bytes,omitempty"`
+	// Error says why it could not be run (its working directory, its user, its program).
+	Error string `json:"error,omitempty"`
+	// Resumed: this run repeats one cut short by a stop or a crash of the daemon.
+	Resumed bool `json:"resumed,omitempty"`
+	// Skipped says why it was not run ("done_by_agent": see Client.ActionsDone).
+	Skipped string `json:"skipped,omitempty"`
+}
+
+// Succeeded reports whether the action ran, in time, and exited with status 0.
+func (o ActionOutcome) Succeeded() bool {
+	return !o.TimedOut && o.Exit != nil && o.Exit.Kind == Exited && o.Exit.Code == 0
+}
 
 // Survivors are the members of a session's process tree alive at its end.
 type Survivors struct {
@@ -280,6 +357,10 @@ const (
 	KindRenamed      = "session.renamed"
 	KindEnded        = "session.ended"
 	KindReaped       = "session.reaped"
+	// KindAction: one end action of the ended session has its outcome (Event.Action).
+	KindAction = "session.action"
+	// KindFinalized: every end action of the ended session has its outcome.
+	KindFinalized    = "session.finalized"
 	KindLockAcquired = "lock.acquired"
 	KindLockReleased = "lock.released"
 )
@@ -305,8 +386,13 @@ type Event struct {
 	Survivors       *Survivors        `json:"survivors,omitempty"`
 	OnEnd           OnEnd             `json:"on_end,omitempty"`
 	Reaped          *Reaped           `json:"reaped,omitempty"`
-	Lock            *LockChange       `json:"lock,omitempty"`
-	Hops            *Hops             `json:"hops,omitempty"`
+	// Actions counts the session's end actions: when it is not 0, a session.finalized
+	// follows its session.ended.
+	Actions uint32 `json:"actions,omitempty"`
+	// Action is what one end action did (session.action).
+	Action *ActionOutcome `json:"action,omitempty"`
+	Lock   *LockChange    `json:"lock,omitempty"`
+	Hops   *Hops          `json:"hops,omitempty"`
 }
 
 // Reaped is what terminating a session's surviving processes did, by pid.

@@ -14,14 +14,25 @@ use crate::pids::Numbering;
 impl ProcessesArgs {
     pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
         let SessionArgs { session, uid } = &self.session;
-        let request = Request::Processes(request::Processes {
-            session: session.clone(),
-            uid: *uid,
-        });
         let mut client = context.connect()?;
         let pids = Numbering::of(&client);
-        let reply = client.call(&request)?;
-        let processes = reply.processes.unwrap_or_default();
+        // Page after page: a big tree comes in several replies.
+        let (mut processes, mut owner_session, mut after) = (Vec::new(), None, None);
+        loop {
+            let request = Request::Processes(request::Processes {
+                session: session.clone(),
+                uid: *uid,
+                limit: None,
+                after: after.take(),
+            });
+            let reply = client.call(&request)?;
+            processes.extend(reply.processes.unwrap_or_default());
+            owner_session = reply.session.or(owner_session);
+            match reply.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
         if context.json {
             output::json(&processes);
         } else if pids.differs() {
@@ -37,7 +48,7 @@ impl ProcessesArgs {
                 "AGE"
             );
             for process in &processes {
-                let identity = match &reply.session {
+                let identity = match &owner_session {
                     Some(session) if process.owner => &session.owner,
                     _ => &process.identity,
                 };

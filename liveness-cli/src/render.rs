@@ -95,6 +95,14 @@ fn print_session_block(session: &Session, now: i64, pids: &Numbering) {
                 .unwrap_or_default(),
         };
         outln!("  End run{index:>2}: {} ({how})", spec.argv.join(" "));
+        if let Some(outcome) = state.and_then(|state| state.outcome.as_ref())
+            && outcome.skipped.is_none()
+            && !outcome.succeeded()
+        {
+            for line in stderr_excerpt(&outcome.stderr_tail) {
+                outln!("             {line}");
+            }
+        }
     }
     if let Some(finalized) = session.finalized_ms {
         outln!(" Finalized: {}", clock::local_time(finalized));
@@ -121,6 +129,38 @@ fn describe_outcome(outcome: &ActionOutcome) -> String {
         text.push_str(", run again after a daemon restart");
     }
     text
+}
+
+/// Most lines, and characters of each, of a failed action's stderr that `get` shows; the
+/// whole tail (4 KiB) is in `get --json`.
+const STDERR_LINES: usize = 3;
+const STDERR_LINE_CHARS: usize = 120;
+
+/// The end of a failed action's stderr, shortened for `get`: its last lines, each cut,
+/// and a first line saying how much more there was.
+fn stderr_excerpt(tail: &str) -> Vec<String> {
+    let lines: Vec<&str> = tail
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .collect();
+    let shown = &lines[lines.len().saturating_sub(STDERR_LINES)..];
+    let mut excerpt = Vec::new();
+    if shown.len() < lines.len() {
+        let earlier = lines.len() - shown.len();
+        let plural = if earlier == 1 { "" } else { "s" };
+        excerpt.push(format!(
+            "stderr: ({earlier} earlier line{plural}: get --json has the last 4 KiB)"
+        ));
+    }
+    for line in shown {
+        let mut line = line.trim_end().to_owned();
+        if let Some((cut, _)) = line.char_indices().nth(STDERR_LINE_CHARS) {
+            line.truncate(cut);
+            line.push('…');
+        }
+        excerpt.push(format!("stderr: {line}"));
+    }
+    excerpt
 }
 
 /// Sessions as a table with headers, like `docker ps`; a friendly line when there are none.
@@ -418,6 +458,13 @@ pub(crate) fn print_status(status: &Status, pids: &Numbering) {
         status.active_sessions,
         status.uncommitted_deaths
     );
+    let actions = &status.actions;
+    outln!(
+        "   Actions: {} running, {} waiting to start, {} outcomes awaiting commit",
+        actions.running,
+        actions.waiting,
+        actions.uncommitted_outcomes
+    );
     let counters = &status.counters;
     let finalized = if counters.finalized_by.is_empty() {
         "none yet".to_owned()
@@ -606,6 +653,22 @@ pub(crate) fn print_liveness(identity: &Identity, liveness: &Liveness, json: boo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_actions_stderr_is_shortened_to_its_last_lines() {
+        assert!(stderr_excerpt("").is_empty());
+        assert_eq!(stderr_excerpt("oops\n"), ["stderr: oops"]);
+        let long = format!("{}\n", "é".repeat(200));
+        assert_eq!(
+            stderr_excerpt(&format!("one\ntwo\n\nthree\n{long}")),
+            [
+                "stderr: (1 earlier line: get --json has the last 4 KiB)".to_owned(),
+                "stderr: two".to_owned(),
+                "stderr: three".to_owned(),
+                format!("stderr: {}…", "é".repeat(STDERR_LINE_CHARS)),
+            ]
+        );
+    }
 
     #[test]
     fn a_reap_run_again_after_a_restart_says_so() {

@@ -124,6 +124,12 @@ pub struct Processes {
     pub session: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<u32>,
+    /// Processes per page: at most [`crate::protocol::MAX_LIST_PAGE`], [`crate::protocol::DEFAULT_LIST_PAGE`] if unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    /// The `next` cursor of the previous page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
 }
 
 /// Replay events after `since`, then stream live ones.

@@ -25,12 +25,27 @@ pub struct Status {
     pub subscribers: u64,
     /// Deaths observed whose commit failed and is retried.
     pub uncommitted_deaths: u64,
+    /// End actions under way.
+    #[serde(default)]
+    pub actions: ActionsStatus,
     pub monitor: MonitorStatus,
     pub counters: Counters,
     pub limits: LimitsStatus,
     /// How sessions' process trees are followed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub membership: Option<MembershipStatus>,
+}
+
+/// Where the end actions under way stand.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionsStatus {
+    /// Marked running: started, or starting.
+    pub running: u64,
+    /// Waiting to start: for a slot of their user (`--action-slots`), or for what is left
+    /// of a run cut short to be ended.
+    pub waiting: u64,
+    /// Finished, with an outcome whose commit failed and is retried.
+    pub uncommitted_outcomes: u64,
 }
 
 /// How the members of sessions' process trees are found.

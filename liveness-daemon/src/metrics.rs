@@ -265,6 +265,21 @@ fn render(status: &Status, ends: &EndMetrics) -> String {
         gauge(status.uncommitted_deaths),
     );
     registry.register(
+        "actions_running",
+        "End actions marked running",
+        gauge(status.actions.running),
+    );
+    registry.register(
+        "actions_waiting",
+        "End actions waiting to start, for a slot of their user",
+        gauge(status.actions.waiting),
+    );
+    registry.register(
+        "action_outcomes_uncommitted",
+        "End action outcomes whose commit is being retried",
+        gauge(status.actions.uncommitted_outcomes),
+    );
+    registry.register(
         "tracked_processes",
         "Owner processes watched",
         gauge(status.monitor.tracked),

@@ -168,9 +168,10 @@ impl ClientAs {
     pub fn wait_for_tree(&mut self, session: &str, count: usize, within: Duration) {
         let mut listed = 0;
         let complete = crate::eventually(within, || {
-            let reply = self
-                .request(&serde_json::json!({"op": "processes", "session": session}))
-                .expect("a reply to processes");
+            // One page of them all (at most 10,000).
+            let request =
+                serde_json::json!({"op": "processes", "session": session, "limit": 10_000});
+            let reply = self.request(&request).expect("a reply to processes");
             listed = reply["processes"].as_array().map_or(0, Vec::len);
             listed == count
         });

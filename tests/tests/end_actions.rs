@@ -1,7 +1,8 @@
 //! End actions through the real daemon: every way a session ends runs its actions once, as
 //! its creator; a SIGKILL of the daemon before, during or after an action, or a stop
 //! during one, leaves exactly one outcome, the action run again only where it was cut
-//! short; the timeout ends the action's tree, and a failing action's stderr is kept.
+//! short; the timeout ends the action's tree, a failing action's stderr is kept (and shown
+//! by `get`), and `status` counts the actions running and waiting.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -250,16 +251,16 @@ fn die_at_and_restart_after(
         &daemon,
         json!({"session": "s", "owner": {"pid": owner.pid}, "on_end_run": [action]}),
     );
+    // The daemon may reach its fault point, and die, before it replies to the `end`: the
+    // line is sent, and the connection kept open until then, without a wait for a reply.
+    let mut ending_request = daemon.connect();
     if ending == Ending::Death {
         owner.release();
     } else {
-        // The daemon may die before its reply is written: the end is committed before
-        // any action starts, and the restart shows it.
-        let mut conn = daemon.connect();
-        conn.send_raw(format!("{}\n", json!({"op": "end", "session": "s"})).as_bytes());
-        let _ = conn.next_line();
+        ending_request.send_raw(b"{\"op\":\"end\",\"session\":\"s\"}\n");
     }
     killed_by_its_fault(&mut daemon);
+    drop(ending_request);
     let log = daemon.log();
     let again = Daemon::start_with_state(Some(state.path().join("state")), &[]);
     let session = again.wait_finalized("s", None);
@@ -406,6 +407,58 @@ fn timeouts_end_the_tree_and_failures_keep_their_stderr() {
     assert_eq!(failed["stderr_tail"], "it went wrong\n", "{session}");
     let events = events_of(&daemon, "s", "session.action");
     assert_eq!(events.len(), 2);
+    // `get` shows the end of a failed action's stderr; the timed-out one wrote none.
+    let shown = daemon.cli(&["get", "--session", "s"]);
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.status.success(), "{shown:?}");
+    assert_eq!(text.matches("stderr: ").count(), 1, "{text}");
+    assert!(text.contains("stderr: it went wrong\n"), "{text}");
+}
+
+/// `status` counts the actions under way: those running, and those waiting for a slot of
+/// their user; the text status says the same.
+#[test]
+fn status_counts_the_running_and_the_waiting_actions() {
+    if !privileged("status_counts_the_running_and_the_waiting_actions") {
+        return;
+    }
+    let marks = Marks::new();
+    let go = marks.dir.path().join("go");
+    let daemon = Daemon::start(&["--action-slots", "1"]);
+    let held = shell(&format!(
+        "while [ ! -e {go} ]; do sleep 0.05; done",
+        go = go.display()
+    ));
+    for id in ["a", "b"] {
+        let owner = Orphan::spawn(&["exit", "0"]);
+        register(
+            &daemon,
+            json!({"session": id, "owner": {"pid": owner.pid}, "on_end_run": [held]}),
+        );
+        daemon.request(json!({"op": "end", "session": id}));
+    }
+    let counts = || {
+        let status = daemon.request(json!({"op": "status"}));
+        status["status"]["actions"].clone()
+    };
+    let both = json!({"running": 1, "waiting": 1, "uncommitted_outcomes": 0});
+    assert!(
+        eventually(WITHIN, || counts() == both),
+        "one runs, one waits for its user's slot: {}",
+        counts()
+    );
+    let text = daemon.cli(&["status"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("Actions: 1 running, 1 waiting to start, 0 outcomes awaiting commit"),
+        "{text}"
+    );
+    std::fs::write(&go, "").unwrap();
+    for id in ["a", "b"] {
+        daemon.wait_finalized(id, None);
+    }
+    let none = json!({"running": 0, "waiting": 0, "uncommitted_outcomes": 0});
+    assert!(eventually(WITHIN, || counts() == none), "{}", counts());
 }
 
 /// An action runs as its creator: that uid and the group it registered with (a uid the

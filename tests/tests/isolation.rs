@@ -273,7 +273,11 @@ fn processes_of_a_big_tree_stall_nobody() {
     assert_eq!(reply["ok"], true, "{reply}");
     mallory.wait_for_tree("big", 4_001, Duration::from_secs(20));
     holds_while(&daemon, "processes over 4,000", || {
-        Attack::looping(&daemon, 8, json!({"op": "processes", "session": "big"}))
+        Attack::looping(
+            &daemon,
+            8,
+            json!({"op": "processes", "session": "big", "limit": 10_000}),
+        )
     });
 }
 
@@ -333,6 +337,30 @@ fn lock_listings_stall_nobody() {
     }
     holds_while(&daemon, "lock_list over 10,240 locks", || {
         Attack::looping(&daemon, 8, json!({"op": "lock_list", "limit": 10_000}))
+    });
+}
+
+/// Item 7 of the hardening issue as a flood: a user taking and giving back locks of
+/// long, new names as fast as four connections go, each a commit and two events.
+#[test]
+fn lock_floods_stall_nobody() {
+    if !privileged("lock_floods_stall_nobody") {
+        return;
+    }
+    let _alone = alone();
+    let daemon = Daemon::start(&[]);
+    open_socket_to_everyone(&daemon);
+    let holder = TestprocAs::spawn(MALLORY, &["tree", "0"]);
+    let mut mallory = ClientAs::connect(&daemon, MALLORY);
+    register_mallorys(&mut mallory, "flood", holder.pid(), "leave");
+    holds_while(&daemon, "lock acquire and release flood", || {
+        Attack::rounds(&daemon, 4, |client| {
+            let name = format!("{:0>190}-{}-{}", "", client.process.pid(), client.round);
+            let take = json!({"op": "lock_acquire", "session": "flood", "name": name});
+            assert_ok(&client.raw_request(&take));
+            let give = json!({"op": "lock_release", "session": "flood", "name": name});
+            assert_ok(&client.raw_request(&give));
+        })
     });
 }
 
@@ -499,5 +527,27 @@ fn registrations_of_a_big_tree_stall_nobody() {
             4,
             json!({"op": "register", "session": "again", "owner": owner}),
         )
+    });
+}
+/// `end` with `terminate`, looped over sessions of an owner with a 4,000-process tree:
+/// each end lists the tree's survivors and starts a reap.
+#[test]
+fn ends_of_a_big_tree_stall_nobody() {
+    if !privileged("ends_of_a_big_tree_stall_nobody") {
+        return;
+    }
+    let _alone = alone();
+    let daemon = Daemon::start(&[]);
+    open_socket_to_everyone(&daemon);
+    let tree = tree_of_mallory(4_000);
+    let pid = tree.pid();
+    holds_while(&daemon, "end --terminate over 4,000", || {
+        Attack::rounds(&daemon, 4, move |client| {
+            let id = format!("end-{}-{}", client.process.pid(), client.round);
+            let register = json!({"op": "register", "session": id, "owner": {"pid": pid}});
+            assert_ok(&client.raw_request(&register));
+            let end = json!({"op": "end", "session": id, "terminate": true});
+            assert_ok(&client.raw_request(&end));
+        })
     });
 }

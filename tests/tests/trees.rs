@@ -1100,3 +1100,55 @@ fn an_orphan_made_before_registration_is_placed_by_its_lineage() {
     });
     assert!(gone, "the terminate policy left {orphan} running");
 }
+
+/// `processes` comes in pages (item 4 of the hardening issue: a request whose size a client
+/// chooses is paged where it can be long): pages of 3 list the same processes, each once,
+/// as the CLI's whole listing, and a bad cursor is refused.
+#[test]
+fn processes_come_in_pages_that_list_each_process_once() {
+    if !privileged("processes_come_in_pages_that_list_each_process_once") {
+        return;
+    }
+    let daemon = Daemon::start(&[]);
+    let mut tree = integration_tests::TestprocAs::spawn(0, &["tree", "7"]);
+    assert_eq!(tree.read_line().as_deref(), Some("ready\n"));
+    let reply =
+        daemon.request(json!({"op": "register", "session": "big", "owner": {"pid": tree.pid()}}));
+    assert_eq!(reply["ok"], true, "register: {reply}");
+    let mut whole = Vec::new();
+    assert!(
+        eventually(PATIENCE, || {
+            whole = processes(&daemon, "big");
+            whole.len() == 8
+        }),
+        "the owner and its 7 children, listed: {whole:?}"
+    );
+    let (mut paged, mut after, mut pages) = (Vec::new(), None::<String>, 0);
+    loop {
+        let mut request = json!({"op": "processes", "session": "big", "limit": 3});
+        if let Some(after) = &after {
+            request["after"] = json!(after);
+        }
+        let page = daemon.request(request);
+        assert_eq!(page["ok"], true, "{page}");
+        let listed = page["processes"].as_array().expect("processes");
+        assert!(listed.len() <= 3, "a page of 3: {page}");
+        paged.extend(
+            listed
+                .iter()
+                .map(|p| p["identity"]["pid"].as_u64().unwrap() as u32),
+        );
+        pages += 1;
+        match page["next"].as_str() {
+            Some(next) => after = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3, "8 processes in pages of 3");
+    assert_eq!(
+        paged, whole,
+        "the pages list the whole tree, by pid, each once"
+    );
+    let bad = daemon.request(json!({"op": "processes", "session": "big", "after": "x"}));
+    assert_eq!(bad["error"]["code"], "invalid_request", "{bad}");
+}

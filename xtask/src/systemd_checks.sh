@@ -206,6 +206,139 @@ crash_restart_reconciles() {
         [ "$(liveness get --uid "$(id -u alice)" --session crashed --json | jq -r .detected_by)" = reconcile ]
 }
 
+# An end hook as users write them, run by the daemon as alice: it records who it runs as,
+# what it may do (its capabilities, a write in its home, a TCP connection to a loopback
+# listener from bash and from node, whose JIT needs memory both writable and executable),
+# one JSON line per stage in ~alice/hook-runs. With the argument `slow` it waits for
+# /tmp/release-SESSION between its start and its end.
+hook=/home/alice/end-hook.sh
+write_hook() {
+    cat >"$hook" <<'HOOK'
+#!/bin/bash
+set -u
+facts=$(cat)
+record() {
+    jq -nc --arg stage "$1" --argjson facts "$facts" --arg groups "$(id -G)" \
+        --arg caps "$(grep -E '^Cap(Inh|Prm|Eff|Amb):' /proc/self/status | tr -s '\t\n' '  ')" \
+        --arg nnp "$(sed -n 's/^NoNewPrivs:\t//p' /proc/self/status)" \
+        --arg bash_tcp "$bash_tcp" --arg node_tcp "$node_tcp" --arg id_u "$(id -u)" --arg id_g "$(id -g)" \
+        '{stage: $stage, session: $facts.session, resumed: ($facts.action.resumed // false),
+          env_resumed: (env.LIVENESS_RESUMED // ""), uid: env.LIVENESS_UID,
+          $id_u, $id_g, $groups, $caps, $nnp, $bash_tcp, $node_tcp}' \
+        >>"$HOME/hook-runs"
+}
+bash_tcp=$( (exec 4<>/dev/tcp/127.0.0.1/7777 && head -n 1 <&4) 2>&1)
+node_tcp=$(node -e 'const s = require("net").connect(7777, "127.0.0.1");
+    s.on("data", (d) => { process.stdout.write(d.toString().trim()); s.destroy(); });' 2>&1)
+record started
+if [ "${1:-}" = slow ]; then
+    while [ ! -e "/tmp/release-$LIVENESS_SESSION" ]; do sleep 0.1; done
+fi
+record finished
+[ "$bash_tcp" = "$TOKEN" ] && [ "$node_tcp" = "$TOKEN" ]
+HOOK
+    chown alice: "$hook"
+    chmod 0755 "$hook"
+}
+
+# A loopback listener, outside the unit: each connection reads the token, which the next
+# check finds in /tmp/hook.env with the listener's pid.
+start_listener() {
+    local token
+    token=$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')
+    node -e 'require("net").createServer((c) => c.end(process.argv[1] + "\n")).listen(7777, "127.0.0.1")' \
+        "$token" >/dev/null 2>&1 &
+    echo "token=$token listener=$!" >/tmp/hook.env
+    within 10 bash -c 'exec 4<>/dev/tcp/127.0.0.1/7777'
+}
+
+# The records of SESSION's runs at STAGE.
+runs() { jq -c --arg s "$1" --arg stage "$2" 'select(.session == $s and .stage == $stage)' /home/alice/hook-runs 2>/dev/null || true; }
+runs_count() { runs "$1" "$2" | wc -l; }
+runs_are() { [ "$(runs_count "$1" "$2")" = "$3" ]; }
+# session.action events of SESSION in the whole log.
+action_events() {
+    timeout 5 liveness --json watch --since 0 --uid "$(id -u alice)" --session "$1" |
+        jq -c 'select(.event.kind == "session.action")' || true
+}
+
+end_action_as_user() {
+    # A supplementary group, so that "its groups" means more than its primary one.
+    groupadd -f hookers
+    usermod -aG hookers alice
+    rm -f /home/alice/hook-runs
+    write_hook
+    start_listener
+    # shellcheck source=/dev/null
+    . /tmp/hook.env
+    # The control: under MemoryDenyWriteExecute=yes, which the unit no longer sets, node
+    # cannot run at all.
+    if systemd-run --wait --quiet --pipe -p MemoryDenyWriteExecute=yes node -e 'console.log(1)'; then
+        echo "node ran with MemoryDenyWriteExecute=yes: the check below would prove nothing" >&2
+        exit 1
+    fi
+    local owner code=0 record outcome
+    owner=$(alice_sleeper)
+    (cd /home/alice && as_alice liveness register --session hooked --owner-pid "$owner" \
+        --on-end-run "TOKEN=$token $hook")
+    kill -KILL "$owner"
+    timeout 60 liveness wait --finalized --uid "$(id -u alice)" --session hooked || code=$?
+    expect "wait --finalized says killed by a signal" [ "$code" = 2 ]
+    # Nothing runs it a second time.
+    sleep 2
+    runs hooked started
+    record=$(runs hooked finished)
+    outcome=$(liveness get --uid "$(id -u alice)" --session hooked --json | jq -c '.actions[0].outcome')
+    echo "outcome: $outcome"
+    expect "one run, to its end" [ "$(runs_count hooked started)$(runs_count hooked finished)" = 11 ]
+    expect "one outcome event" [ "$(action_events hooked | wc -l)" = 1 ]
+    expect "exit 0, not resumed" jq -e '.exit.code == 0 and (.resumed // false) == false' <<<"$outcome"
+    expect "alice's uid and gid" jq -e --arg u "$(id -u alice)" --arg g "$(id -g alice)" \
+        '.id_u == $u and .id_g == $g and .uid == $u' <<<"$record"
+    expect "alice's groups ($(id -G alice))" \
+        [ "$(jq -r .groups <<<"$record" | tr ' ' '\n' | sort -n | xargs)" = "$(id -G alice | tr ' ' '\n' | sort -n | xargs)" ]
+    expect "no capabilities" jq -e '.caps | test("^CapInh: 0+ CapPrm: 0+ CapEff: 0+ CapAmb: 0+ ?$")' <<<"$record"
+    expect "no_new_privs" jq -e '.nnp == "1"' <<<"$record"
+    expect "its home writable: the record is alice's" [ "$(stat -c %U /home/alice/hook-runs)" = alice ]
+    expect "bash reached the loopback listener" jq -e --arg t "$token" '.bash_tcp == $t' <<<"$record"
+    expect "node ran and reached it" jq -e --arg t "$token" '.node_tcp == $t' <<<"$record"
+}
+
+# An action running when the daemon is restarted is cut short with it (the stop ends the
+# unit's processes) and runs again at the start, marked resumed; one outcome in all.
+end_action_survives_restart() {
+    local owner pid outcome
+    # shellcheck source=/dev/null
+    . /tmp/hook.env
+    rm -f /tmp/release-slow
+    owner=$(alice_sleeper)
+    (cd /home/alice && as_alice liveness register --session slow --owner-pid "$owner" \
+        --on-end-run "TOKEN=$token $hook slow" --on-end-timeout 2m)
+    kill -KILL "$owner"
+    within 30 runs_are slow started 1
+    pid=$(main_pid)
+    systemctl restart livenessd
+    expect "a new daemon" [ "$(main_pid)" != "$pid" ]
+    if ! within 30 runs_are slow started 2; then
+        liveness get --uid "$(id -u alice)" --session slow --json | jq -c '{phase, actions}'
+        journalctl -u livenessd -n 30 -o cat
+        exit 1
+    fi
+    runs slow started
+    expect "the first run did not finish" [ "$(runs_count slow finished)" = 0 ]
+    expect "the second run is marked resumed" \
+        jq -se '.[0].resumed == false and .[1].resumed == true and .[1].env_resumed == "1"' <<<"$(runs slow started)"
+    touch /tmp/release-slow
+    timeout 60 liveness wait --finalized --uid "$(id -u alice)" --session slow || true
+    sleep 2
+    outcome=$(liveness get --uid "$(id -u alice)" --session slow --json | jq -c '.actions[0].outcome')
+    echo "outcome: $outcome"
+    expect "finished once" [ "$(runs_count slow finished)" = 1 ]
+    expect "exit 0, resumed" jq -e '.exit.code == 0 and .resumed == true' <<<"$outcome"
+    expect "one outcome event" [ "$(action_events slow | wc -l)" = 1 ]
+    kill "$listener"
+}
+
 security_exposure() {
     local report score
     report=$(systemd-analyze security --no-pager livenessd)
@@ -320,7 +453,14 @@ upgrade_kept_everything() {
     # The consumer resumes after its cursor: up-2 handled, up-1 not again.
     "${alice[@]}" liveness watch --exec 'echo "$LIVENESS_SESSION" >>/tmp/handled' --cursor /tmp/cursor &
     local watcher=$!
-    within 20 grep -qx up-2 /tmp/handled
+    if ! within 20 grep -qx up-2 /tmp/handled; then
+        echo "cursor: $(cat /tmp/cursor), handled: $(tr '\n' ' ' </tmp/handled)"
+        ls -l /tmp/handled /tmp/cursor*
+        ps -o pid,user,stat,args -p "$watcher" || true
+        timeout 5 liveness --json watch --since 0 | jq -c '.event | {seq, kind, session, creator_uid}' || true
+        journalctl -u livenessd -n 20 -o cat
+        exit 1
+    fi
     kill "$watcher"
     wait "$watcher" || true
     cat /tmp/handled
@@ -346,6 +486,8 @@ check "journal: one entry per registration and end, with fields" journal_fields
 check "end policy terminates a user's leftover process" reap_in_sandbox
 check "systemctl restart loses nothing (sessions, lock, token)" restart_loses_nothing
 check "systemctl kill -s KILL: restarted, reconcile ends the dead" crash_restart_reconciles
+check "end action of a user: as the user, no caps, home, network, node" end_action_as_user
+check "end action cut short by systemctl restart runs again, resumed" end_action_survives_restart
 check "systemd-analyze security livenessd" security_exposure
 check "metrics drop-in of docs/install.md: served on 127.0.0.1" metrics_drop_in
 check "apt-get remove stops the daemon and keeps the state" remove_keeps_state

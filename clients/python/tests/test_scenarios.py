@@ -224,6 +224,49 @@ def test_wait(daemon: Daemon, children: Children) -> None:
     assert (ended.phase, ended.reason) == ("ended", "owner_exited")
 
 
+def test_end_actions(daemon: Daemon, children: Children, tmp_path: Path) -> None:
+    ran = tmp_path / "ran"
+    action = liveness.ActionSpec(
+        ["sh", "-c", 'echo "$LIVENESS_SESSION" >>"$RAN"; echo failing >&2; exit 3'], env=[f"RAN={ran}"],
+    )
+    with Subscription(daemon.socket) as events, Client(daemon.socket) as client:
+        owner = children.spawn()
+        registered = client.register("acted", owner.pid, on_end_run=[action]).session
+        assert registered.on_end_run == [action]
+        finalized: List[liveness.Session] = []
+        waiter = threading.Thread(target=lambda: finalized.append(liveness.wait_for_finalized("acted", socket=daemon.socket)))
+        waiter.start()
+        time.sleep(0.2)
+        kill(owner)
+        assert until(events, liveness.SESSION_ENDED, "acted").actions == 1
+        event = until(events, liveness.SESSION_ACTION, "acted")
+        until(events, liveness.SESSION_FINALIZED, "acted")
+        waiter.join(30)
+        (session,) = finalized
+        assert session.finalized and session.finalized_ms is not None, session
+        assert [a.state for a in session.actions] == ["done"]
+        outcome = session.actions[0].outcome
+        assert outcome is not None and event.action == outcome
+        assert (outcome.exit, outcome.stderr_tail, outcome.succeeded) == (
+            liveness.ExitStatus("exited", code=3), "failing\n", False)
+        assert ran.read_text() == "acted\n", "the action ran once"
+        assert same(daemon.cli("get", "--session", "acted"), session.to_json()) is None
+
+        # An agent that ran its end commands itself: the daemon never runs them.
+        skipped = tmp_path / "skipped"
+        agent = children.spawn()
+        client.register("agent-ran", agent.pid, on_end_run=[liveness.ActionSpec(["touch", str(skipped)])])
+        done = client.actions_done("agent-ran").session
+        assert done.actions[0].outcome is not None and done.actions[0].outcome.skipped == "done_by_agent"
+        kill(agent)
+        after = liveness.wait_for_finalized("agent-ran", socket=daemon.socket)
+        assert after.finalized and after.actions[0].outcome is not None
+        assert after.actions[0].outcome.skipped == "done_by_agent"
+        assert not skipped.exists(), "the skipped action ran"
+        with pytest.raises(liveness.NotFound):
+            client.actions_done("nobody")
+
+
 def test_check(daemon: Daemon, children: Children, tmp_path: Path) -> None:
     strange = tmp_path / "a) (b c"
     shutil.copy(shutil.which("sleep") or "/bin/sleep", strange)

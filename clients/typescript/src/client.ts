@@ -7,6 +7,7 @@ import { LineSocket } from "./connection.js";
 import { ConnectionLost, DaemonError } from "./errors.js";
 import { capture } from "./proc.js";
 import {
+  type ActionSpec,
   type Identity,
   type Lock,
   type OnEnd,
@@ -62,6 +63,10 @@ export interface Registration {
   graceMs?: number;
   /** With `"auto"`: further process names to skip, for this registration only. */
   wrappers?: string[];
+  /** Commands the daemon runs, as the caller, once the session ends, however it ends
+   * (docs/end-actions.md). On an active session a list (empty too) replaces the one it
+   * had; left out, it is kept. */
+  onEndRun?: ActionSpec[];
 }
 
 /** The answer to `register`. */
@@ -166,8 +171,19 @@ export class Client {
       on_end: registration.onEnd,
       grace_ms: registration.graceMs,
       wrappers: registration.wrappers,
+      on_end_run: registration.onEndRun,
     });
     return { session: reply.session!, warnings: reply.warnings };
+  }
+
+  /** The session's end commands were run by the caller itself (an agent whose own end hook
+   * ran): each end action that has not started is recorded as skipped (`done_by_agent`)
+   * and never runs; those that had started run to their end, and `warnings` says so. The
+   * session comes back with `actions` set. */
+  async actionsDone(session: string, options: ForUser = {}): Promise<Registered> {
+    const reply = await this.call({ op: "actions_done", session, uid: options.uid });
+    if (!reply.session) throw new ConnectionLost("the reply to actions_done has no session");
+    return { session: reply.session, warnings: reply.warnings };
   }
 
   /** Gives the pending session `session` its real id `to`. */
@@ -212,9 +228,11 @@ export class Client {
     return { session: reply.session!, owner_pid: reply.owner_pid ?? reply.session!.owner.pid };
   }
 
-  /** The live processes of an active session's tree, the owner included. */
+  /** The live processes of an active session's tree, the owner included, following the
+   * daemon's pages. */
   async processes(session: string, options: ForUser = {}): Promise<Process[]> {
-    return (await this.call({ op: "processes", session, uid: options.uid })).processes ?? [];
+    const replies = await this.pages({ op: "processes", session, uid: options.uid });
+    return replies.flatMap((reply) => reply.processes ?? []);
   }
 
   /** What the daemon says about itself; informational, and its shape may grow. */

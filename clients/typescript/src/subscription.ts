@@ -6,7 +6,15 @@ import { setTimeout as sleep } from "node:timers/promises";
 
 import { Client, type ForUser, defaultSocket } from "./client.js";
 import { GaveUp, LivenessError, transient } from "./errors.js";
-import { type LivenessEvent, type Message, SESSION_ENDED, type Session, message as messageCodec } from "./types.js";
+import {
+  type LivenessEvent,
+  type Message,
+  SESSION_ENDED,
+  SESSION_FINALIZED,
+  type Session,
+  isFinalized,
+  message as messageCodec,
+} from "./types.js";
 
 /** Where a consumer stands: the last event it handled, and the store (database) that seq
  * belongs to (unknown for a bare seq). */
@@ -209,7 +217,32 @@ export function subscribe(options: SubscribeOptions = {}): Promise<Subscription>
 
 /** Resolves once `session` has ended, with the ended session, across daemon restarts. It
  * subscribes first and then looks the session up, so an end in between is still seen. */
-export async function waitForEnd(session: string, options: ForUser & { socket?: string } = {}): Promise<Session> {
+export function waitForEnd(session: string, options: ForUser & { socket?: string } = {}): Promise<Session> {
+  return waitFor(
+    session,
+    options,
+    (s) => s.phase === "ended",
+    (e) => e.kind === SESSION_ENDED,
+  );
+}
+
+/** Resolves once `session` has ended and each of its end actions has its outcome (at once
+ * after the end for a session without end actions), with the session and its `actions`,
+ * across daemon restarts. */
+export function waitForFinalized(session: string, options: ForUser & { socket?: string } = {}): Promise<Session> {
+  return waitFor(session, options, isFinalized, (e) =>
+    e.kind === SESSION_FINALIZED || (e.kind === SESSION_ENDED && e.actions === 0),
+  );
+}
+
+/** Subscribes to `session`'s events, then gets it: until it is `done`, the first event that
+ * is `last` makes it get the session again. */
+async function waitFor(
+  session: string,
+  options: ForUser & { socket?: string },
+  done: (s: Session) => boolean,
+  last: (e: LivenessEvent) => boolean,
+): Promise<Session> {
   const events = await Subscription.open({ socket: options.socket, session, uid: options.uid });
   const get = (id: string, uid?: number) =>
     retrying(events.retry, async () => {
@@ -222,9 +255,9 @@ export async function waitForEnd(session: string, options: ForUser & { socket?: 
     });
   try {
     const current = await get(session, options.uid);
-    if (current.phase === "ended") return current;
+    if (done(current)) return current;
     for await (const event of events.events()) {
-      if (event.kind === SESSION_ENDED) return await get(event.session, event.creator_uid);
+      if (last(event)) return await get(event.session, event.creator_uid);
     }
     throw new LivenessError("the subscription was closed");
   } finally {

@@ -164,6 +164,81 @@ export type OnEnd = "leave" | "terminate";
 const phase = oneOf<Phase>("active", "ended");
 const onEnd = oneOf<OnEnd>("leave", "terminate");
 
+/** One end action: a command the daemon runs, as the session's creator, when the session
+ * ends, however it ends (docs/end-actions.md §1). Make it idempotent: a run cut short by a
+ * stop or a crash of the daemon runs again. */
+export interface ActionSpec {
+  /** Program and arguments, run without a shell; a name without `/` is looked up in PATH. */
+  argv: string[];
+  /** `NAME=value` entries added to the action's clean environment. */
+  env?: string[];
+  /** How long it may run (the daemon's default: 60 s; at most an hour). */
+  timeout_ms?: number;
+  /** Absolute working directory (default: the user's home). */
+  cwd?: string;
+}
+
+export const actionSpec = object<ActionSpec>(
+  { argv: required(arrayOf(str)), env: optional(arrayOf(str)), timeout_ms: optional(int), cwd: optional(str) },
+  true,
+);
+
+/** What one run of an end action did (`session.action` events, and `get`). */
+export interface ActionOutcome {
+  /** The action's place in the session's `on_end_run`. */
+  index: number;
+  started_ms: number;
+  duration_ms: number;
+  /** How its first process ended; absent when it never ran (`error` says why). */
+  exit?: ExitStatus;
+  /** It ran past its timeout and its process tree was ended. */
+  timed_out: boolean;
+  /** Processes of its tree that needed SIGKILL after the timeout. */
+  killed: number;
+  /** The last 4 KiB of its stderr; `stderr_bytes` counts all it wrote there. */
+  stderr_tail: string;
+  stderr_bytes: number;
+  /** Why it could not be run (its working directory, its user, its program). */
+  error?: string;
+  /** This run repeats one cut short by a stop or a crash of the daemon. */
+  resumed: boolean;
+  /** Why it was not run (`done_by_agent`: see `Client.actionsDone`). */
+  skipped?: string;
+}
+
+export const actionOutcome = object<ActionOutcome>({
+  index: required(int),
+  started_ms: required(int),
+  duration_ms: required(int),
+  exit: optional(exitStatus),
+  timed_out: defaulted(bool, false, true),
+  killed: defaulted(int, 0, true),
+  stderr_tail: defaulted(str, "", true),
+  stderr_bytes: defaulted(int, 0, true),
+  error: optional(str),
+  resumed: defaulted(bool, false, true),
+  skipped: optional(str),
+});
+
+/** Whether an action ran, in time, and exited with status 0. */
+export function succeeded(outcome: ActionOutcome): boolean {
+  return !outcome.timed_out && outcome.exit?.kind === "exited" && outcome.exit.code === 0;
+}
+
+/** Where one end action stands: `pending` until the session ends and it starts, `running`,
+ * then `done` with its outcome. */
+export interface ActionState {
+  index: number;
+  state: "pending" | "running" | "done";
+  outcome?: ActionOutcome;
+}
+
+const actionState = object<ActionState>({
+  index: required(int),
+  state: required(oneOf<ActionState["state"]>("pending", "running", "done")),
+  outcome: optional(actionOutcome),
+});
+
 /** A session as the daemon stores it (docs/protocol.md §2 "Session"). */
 export interface Session {
   id: string;
@@ -190,6 +265,20 @@ export interface Session {
   survivors?: Survivors;
   on_end: OnEnd;
   grace_ms: number;
+  /** The end actions its creator registered. */
+  on_end_run: ActionSpec[];
+  /** Where each end action stands, in the order of `on_end_run` (`get` and
+   * `actionsDone` only). */
+  actions: ActionState[];
+  /** When the last end action had its outcome; absent until then, and for a session
+   * without end actions, whose end is final. */
+  finalized_ms?: number;
+}
+
+/** Whether the session has ended and each of its end actions has its outcome (at once for
+ * one without end actions). */
+export function isFinalized(session: Session): boolean {
+  return session.phase === "ended" && (session.on_end_run.length === 0 || session.finalized_ms !== undefined);
 }
 
 export const DEFAULT_GRACE_MS = 10_000;
@@ -214,6 +303,9 @@ export const session = object<Session>({
   survivors: optional(survivors),
   on_end: defaulted(onEnd, "leave"),
   grace_ms: defaulted(int, DEFAULT_GRACE_MS),
+  on_end_run: defaulted(arrayOf(actionSpec), [], true),
+  actions: defaulted(arrayOf(actionState), [], true),
+  finalized_ms: optional(int),
 });
 
 /** What terminating a session's surviving processes did, by pid. */
@@ -255,6 +347,10 @@ export const SESSION_OWNER_CHANGED = "session.owner_changed";
 export const SESSION_RENAMED = "session.renamed";
 export const SESSION_ENDED = "session.ended";
 export const SESSION_REAPED = "session.reaped";
+/** One end action of the ended session has its outcome (`action`). */
+export const SESSION_ACTION = "session.action";
+/** Every end action of the ended session has its outcome. */
+export const SESSION_FINALIZED = "session.finalized";
 export const LOCK_ACQUIRED = "lock.acquired";
 export const LOCK_RELEASED = "lock.released";
 
@@ -279,6 +375,11 @@ export interface LivenessEvent {
   survivors?: Survivors;
   on_end: OnEnd;
   reaped?: Reaped;
+  /** How many end actions the session has: when not 0, a `session.finalized` follows its
+   * `session.ended`. */
+  actions: number;
+  /** `session.action`: what one end action did. */
+  action?: ActionOutcome;
   lock?: LockChange;
   hops?: Hops;
 }
@@ -303,6 +404,8 @@ export const event = object<LivenessEvent>({
   survivors: optional(survivors),
   on_end: defaulted(onEnd, "leave", true),
   reaped: optional(reaped),
+  actions: defaulted(int, 0, true),
+  action: optional(actionOutcome),
   lock: optional(object<LockChange>({ name: required(str), token: required(int), reason: optional(str) })),
   hops: optional(
     object<Hops>({
@@ -462,6 +565,7 @@ export interface Request {
   name?: string;
   wait?: boolean;
   timeout_ms?: number;
+  on_end_run?: ActionSpec[];
 }
 
 export const request = object<Request>(
@@ -488,6 +592,7 @@ export const request = object<Request>(
     name: optional(str),
     wait: optional(bool),
     timeout_ms: optional(int),
+    on_end_run: optional(arrayOf(actionSpec)),
   },
   true,
 );

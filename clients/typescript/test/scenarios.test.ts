@@ -2,7 +2,7 @@
 
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { copyFileSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -13,16 +13,21 @@ import {
   type Identity,
   type LivenessEvent,
   NoSuchProcess,
+  SESSION_ACTION,
   SESSION_ENDED,
+  SESSION_FINALIZED,
   SESSION_REGISTERED,
   SYSTEM_SOCKET,
   type Subscription,
   capture,
   check,
   defaultSocket,
+  isFinalized,
   sameProcess,
   subscribe,
+  succeeded,
   waitForEnd,
+  waitForFinalized,
 } from "../src/index.js";
 import { session as sessionCodec, identity as identityCodec } from "../src/types.js";
 import { Daemon, REPO, child, differs, kill, requireEbpf, tempDir } from "./daemon.js";
@@ -245,6 +250,49 @@ test("wait", async (t) => {
   setTimeout(() => kill(owner), 200);
   const ended = await waitForEnd("w", { socket: d.socket });
   assert.deepEqual([ended.phase, ended.reason], ["ended", "owner_exited"]);
+});
+
+test("end-actions", async (t) => {
+  const d = await Daemon.start(t);
+  const events = await subscribe({ socket: d.socket });
+  const client = await Client.connect(d.socket);
+  t.after(() => (events.close(), client.close()));
+  const ran = path.join(tempDir(t), "ran");
+  const owner = child(t);
+  const { session: registered } = await client.register({
+    session: "acted",
+    owner: { pid: owner.pid },
+    onEndRun: [{ argv: ["sh", "-c", 'echo "$LIVENESS_SESSION" >>"$RAN"; echo failing >&2; exit 3'], env: [`RAN=${ran}`] }],
+  });
+  assert.equal(registered.on_end_run.length, 1);
+  const finalized = waitForFinalized("acted", { socket: d.socket });
+  await sleep(200);
+  await kill(owner);
+  assert.equal((await until(events, SESSION_ENDED, "acted")).actions, 1);
+  const event = await until(events, SESSION_ACTION, "acted");
+  await until(events, SESSION_FINALIZED, "acted");
+  const session = await finalized;
+  assert.ok(isFinalized(session) && session.finalized_ms !== undefined, JSON.stringify(session));
+  assert.equal(session.actions.length, 1);
+  assert.equal(session.actions[0].state, "done");
+  const outcome = session.actions[0].outcome!;
+  assert.deepEqual([outcome.exit, outcome.stderr_tail, succeeded(outcome)], [{ kind: "exited", code: 3 }, "failing\n", false]);
+  assert.deepEqual(event.action, outcome);
+  assert.equal(readFileSync(ran, "utf8"), "acted\n", "the action ran once");
+  assert.equal(differs(d.cli("get", "--session", "acted"), sessionCodec.encode(session)), undefined);
+
+  // An agent that ran its end commands itself: the daemon never runs them.
+  const skipped = path.join(tempDir(t), "skipped");
+  const agent = child(t);
+  await client.register({ session: "agent-ran", owner: { pid: agent.pid }, onEndRun: [{ argv: ["touch", skipped] }] });
+  const done = await client.actionsDone("agent-ran");
+  assert.equal(done.session.actions[0].outcome?.skipped, "done_by_agent");
+  await kill(agent);
+  const after = await waitForFinalized("agent-ran", { socket: d.socket });
+  assert.ok(isFinalized(after));
+  assert.equal(after.actions[0].outcome?.skipped, "done_by_agent");
+  assert.equal(existsSync(skipped), false, "the skipped action ran");
+  await refused(client.actionsDone("nobody"), "not_found");
 });
 
 test("check", async (t) => {

@@ -24,6 +24,7 @@ use tokio::task::{JoinError, JoinSet};
 use liveness_common::action::{ActionOutcome, ActionRun, EndFacts};
 use liveness_common::identity::ProcessKey;
 use liveness_common::session::{Event, EventKind, Session};
+use liveness_common::status::ActionsStatus;
 use liveness_proc::identity::ProcRoot;
 
 use crate::action::tree::end_leftover;
@@ -95,6 +96,8 @@ pub(super) struct Actions {
     progress: mpsc::UnboundedReceiver<Progress>,
     /// The actions with a task, so that none ever gets two.
     live: HashSet<ActionKey>,
+    /// Those of them marked running (the others wait for a slot).
+    begun: HashSet<ActionKey>,
     /// The first process of each running action, for a stop to end.
     running: HashMap<ActionKey, ProcessKey>,
     /// Ended sessions whose actions start once SQLite has their end, by uid and id.
@@ -123,6 +126,7 @@ impl Actions {
             progress_tx,
             progress,
             live: HashSet::new(),
+            begun: HashSet::new(),
             running: HashMap::new(),
             queued: Vec::new(),
         }
@@ -256,6 +260,20 @@ impl Actions {
         }
     }
 
+    /// A run was marked running: it has its slot.
+    pub(super) fn begun(&mut self, key: ActionKey) {
+        self.begun.insert(key);
+    }
+
+    /// How many run and wait, with `uncommitted` outcomes, for `status`.
+    pub(super) fn status(&self, uncommitted: usize) -> ActionsStatus {
+        ActionsStatus {
+            running: self.begun.len() as u64,
+            waiting: self.live.len().saturating_sub(self.begun.len()) as u64,
+            uncommitted_outcomes: uncommitted as u64,
+        }
+    }
+
     /// A run's first process exists.
     pub(super) fn spawned(&mut self, key: ActionKey, root: ProcessKey) {
         self.running.insert(key, root);
@@ -266,6 +284,7 @@ impl Actions {
     pub(super) fn done(&mut self, key: &ActionKey) {
         self.running.remove(key);
         self.live.remove(key);
+        self.begun.remove(key);
     }
 
     /// At shutdown: the runs are cut short and what they started is ended (their rows stay
@@ -283,6 +302,13 @@ impl Actions {
         while let Some(done) = self.tasks.join_next().await {
             if let Ok((key, Some(outcome))) = done {
                 finished.push((key, outcome));
+            }
+        }
+        // A run may have started its process after the engine last read what the runs
+        // said (the stop is served first): that process is ended too.
+        while let Ok(progress) = self.progress.try_recv() {
+            if let Progress::Spawned { key, root } = progress {
+                self.running.insert(key, root);
             }
         }
         for (key, _) in &finished {

@@ -398,7 +398,10 @@ impl Engine {
             Progress::Begin { key, reply } => {
                 crate::faults::point("before-action-start");
                 let begun = match self.store.run_action(&key) {
-                    Ok(Begin::Run(session)) => Begun::Run(session),
+                    Ok(Begin::Run(session)) => {
+                        self.actions.begun(key.clone());
+                        Begun::Run(session)
+                    }
                     Ok(Begin::Skip) => Begun::Skip,
                     Err(e) => {
                         let e = self.store.explain(e);

@@ -51,7 +51,7 @@ pub use end_metrics::EndMetrics;
 pub use locks::{Acquire, Queued};
 pub use op::{
     Ask, Command, End, Found, Handle, Link, Op, Register, Registered, Subscribe, Subscription,
-    Tree, Waiting, Whose, ancestry, stopping,
+    Synced, Tree, Waiting, Whose, ancestry, stopping,
 };
 pub use outbox::{Ended, Flushed, Outbox};
 pub use tree::TreeView;

@@ -112,6 +112,17 @@ impl Fixture {
         op.apply(&mut self.engine, caller)
     }
 
+    /// `op` as a connection sends it, through the engine's checks before any operation.
+    fn command<O: Op>(&mut self, caller: Caller, op: O) -> Result<O::Answer, ErrorBody>
+    where
+        super::Command: From<super::Ask<O>>,
+    {
+        let (reply, mut answer) = oneshot::channel();
+        let ask = super::Ask { caller, op, reply };
+        super::Command::from(ask).run(&mut self.engine);
+        answer.try_recv().expect("answered at once")
+    }
+
     fn register(
         &mut self,
         caller: Caller,
@@ -401,22 +412,20 @@ async fn published_deaths_that_sqlite_refused_are_written_once_and_nothing_is_se
         "appended to the journal: published"
     );
     assert!(f.engine.journaled.behind(), "kept for SQLite");
-    let (reply, mut answer) = oneshot::channel();
     let get = request::Get {
         session: "s".into(),
         uid: None,
     };
-    let ask = super::Ask {
-        caller: ALICE,
-        op: get,
-        reply,
-    };
-    super::Command::from(ask).run(&mut f.engine);
-    let refused = answer.try_recv().expect("answered at once");
     assert_eq!(
-        error_of(refused),
+        error_of(f.command(ALICE, get)),
         ErrorCode::Internal,
         "not served from a store behind"
+    );
+    // Nor is the barrier that `list`, read off the engine, passes first.
+    assert_eq!(
+        error_of(f.command(ALICE, super::Synced)),
+        ErrorCode::Internal,
+        "list waits for SQLite"
     );
 
     f.engine.store.fail_writes(false).unwrap();
@@ -520,12 +529,7 @@ async fn a_pending_session_never_renamed_expires_after_its_ttl() {
         "another pending register",
     );
     assert_ne!(renamed.id, pending.id, "pending ids are unique");
-    let rename = request::Rename {
-        session: renamed.id.clone(),
-        to: "real".into(),
-        uid: None,
-    };
-    let real = session_of(f.ask(ALICE, rename), "rename");
+    let real = rename(&mut f, ALICE, &renamed.id, "real");
     assert!(!real.pending);
 
     tokio::time::advance(PENDING_TTL - Duration::from_secs(1)).await;
@@ -879,6 +883,16 @@ fn release(f: &mut Fixture, caller: Caller, session: &str, name: &str) -> Result
     )
 }
 
+/// Renames `caller`'s pending session `from` to `to`.
+fn rename(f: &mut Fixture, caller: Caller, from: &str, to: &str) -> Session {
+    let request = request::Rename {
+        session: from.into(),
+        to: to.into(),
+        uid: None,
+    };
+    session_of(f.ask(caller, request), "rename")
+}
+
 /// What `lock_list` answers `caller`: the locks from the store, the waiters from the engine.
 fn locks(f: &mut Fixture, caller: Caller) -> Vec<Lock> {
     let reader = crate::store::EventReader::open(f.db.path().join("liveness.db")).unwrap();
@@ -1049,18 +1063,31 @@ async fn a_pending_waiter_renamed_while_it_waits_gets_the_lock_under_its_real_id
     );
     token_of(&mut acquire(&mut f, ALICE, "holder", "l", false), "holder");
     let mut waiter = acquire(&mut f, ALICE, &pending.id, "l", true);
-    let renamed = f.ask(
-        ALICE,
-        request::Rename {
-            session: pending.id.clone(),
-            to: "real".into(),
-            uid: None,
-        },
-    );
-    session_of(renamed, "rename");
+    rename(&mut f, ALICE, &pending.id, "real");
     assert!(release(&mut f, ALICE, "holder", "l").is_ok());
     token_of(&mut waiter, "granted after the rename");
     assert_eq!(locks(&mut f, ALICE)[0].session, "real");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lock_taken_under_a_pending_id_is_released_when_the_renamed_sessions_owner_dies() {
+    let mut f = fixture().await;
+    f.proc.spawn(11, ALICE.uid);
+    f.proc.spawn(12, ALICE.uid);
+    let pending = session_of(
+        f.register(ALICE, None, OwnerSpec::Pid(PidOwner { pid: 11 })),
+        "pending register",
+    );
+    let first = token_of(&mut acquire(&mut f, ALICE, &pending.id, "l", false), "free");
+    rename(&mut f, ALICE, &pending.id, "real");
+    f.own(ALICE, "next", 12);
+    let mut waiter = acquire(&mut f, ALICE, "next", "l", true);
+    f.die(11, EXITED);
+    f.next_death().await;
+    let second = token_of(&mut waiter, "the renamed holder's death frees the lock");
+    assert!(first < second);
+    let listed = locks(&mut f, ALICE);
+    assert_eq!((listed.len(), listed[0].session.as_str()), (1, "next"));
 }
 
 /// Takes what the runs of end actions say until one finishes, as the loop would.
@@ -1103,9 +1130,18 @@ async fn an_action_outcome_whose_commit_failed_is_committed_and_published_once_o
     f.engine.record_actions(vec![(key, outcome)]);
     assert_eq!(f.engine.retries.counts().2, 1, "kept for a retry");
     assert_eq!(published(&mut batches, "s", "session.action"), 0);
+    let status = f.ask(ROOT, liveness_common::request::Status {}).unwrap();
+    assert_eq!(
+        (status.actions.running, status.actions.uncommitted_outcomes),
+        (0, 1),
+        "status counts the outcome waiting for its commit, and no run: {:?}",
+        status.actions
+    );
     f.engine.store.fail_writes(false).unwrap();
     f.engine.retry_commits();
     f.engine.retry_commits();
+    let status = f.ask(ROOT, liveness_common::request::Status {}).unwrap();
+    assert_eq!(status.actions.uncommitted_outcomes, 0, "committed");
     let mut lines = String::new();
     // Non-blocking: what the engine wrote so far.
     let _ = batches.read_to_string(&mut lines);

@@ -106,7 +106,7 @@ impl Connection {
                     };
                     return stream.run(requests, write, &mut self.shutdown).await;
                 }
-                Request::List(request) => readers.list(id.clone(), caller, request).await,
+                Request::List(request) => readers.list(id.clone(), engine, caller, request).await,
                 Request::LockList(request) => {
                     readers.lock_list(id.clone(), engine, caller, request).await
                 }

@@ -12,7 +12,7 @@ use crate::fdpass::{FdReader, Passed};
 use liveness_common::protocol::MAX_LINE_BYTES;
 
 /// A client that does not take a line within this long is disconnected.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A line buffer that grew beyond this for one long request is given back after it, so
 /// that idle connections do not keep their high-water mark.
 const KEPT_LINE_CAPACITY: usize = 4096;

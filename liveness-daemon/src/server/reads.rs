@@ -109,6 +109,7 @@ impl Readers {
     pub async fn list(
         &self,
         id: Option<serde_json::Value>,
+        engine: &Handle,
         caller: Caller,
         request: request::List,
     ) -> Answer {
@@ -131,6 +132,11 @@ impl Readers {
             },
             (Err(refused), _) | (_, Err(refused)) => return Reply::from(refused).into(),
         };
+        // What was published is in SQLite before it is read: a client that saw an event
+        // never lists its session as it was before.
+        if let Err(error) = engine.ask(caller, engine::Synced).await {
+            return Reply::from(error).into();
+        }
         let database = self.database.clone();
         offload_reply(caller, id, "sessions", move || {
             let page = EventReader::open(&database).and_then(|reader| reader.list(&query));
@@ -192,15 +198,31 @@ impl Readers {
         caller: Caller,
         request: request::Processes,
     ) -> Answer {
-        let request::Processes { session, uid } = request;
+        let request::Processes {
+            session,
+            uid,
+            limit,
+            after,
+        } = request;
+        let page = match (
+            page_limit(limit),
+            cursor(after.as_deref(), |t| t.parse::<u32>().ok()),
+        ) {
+            (Ok(limit), Ok(after)) => (after.unwrap_or(0), limit),
+            (Err(refused), _) | (_, Err(refused)) => return Reply::from(refused).into(),
+        };
         let (session, tree) = match engine.ask(caller, engine::Tree { session, uid }).await {
             Ok(found) => found,
             Err(error) => return Reply::from(error).into(),
         };
         let Readers { proc, members, .. } = self.clone();
         offload_reply(caller, id, "the tree", move || {
-            let processes = processes_of(&session, tree, members.as_deref(), &proc);
-            Ok(Processes { session, processes })
+            let (processes, next) = processes_of(&session, tree, members.as_deref(), &proc, page);
+            Ok(Processes {
+                session,
+                processes,
+                next,
+            })
         })
         .await
     }
@@ -299,17 +321,27 @@ impl Readers {
     }
 }
 
-/// The live members of `tree`, which `session` owns, read in `/proc` and through `kernel`
-/// (a handle of the members map). Its cost is the tree's, so it never runs on the engine.
+/// One page, `(after, limit)`, of the live members of `tree`, which `session` owns, read
+/// in `/proc` and through `kernel` (a handle of the members map), with the cursor of the
+/// next page. Its cost is the tree's, so it never runs on the engine.
 fn processes_of(
     session: &Session,
     tree: Option<TreeView>,
     kernel: Option<&TreeMap>,
     proc: &ProcRoot,
-) -> Vec<MemberProcess> {
-    let members = tree.map_or_else(Vec::new, |tree| tree.live_members(kernel, proc));
+    (after, limit): (u32, usize),
+) -> (Vec<MemberProcess>, Option<String>) {
+    let mut members: Vec<Identity> = tree.map_or_else(Vec::new, |tree| {
+        tree.live_after(kernel, proc, after)
+            .take(limit + 1)
+            .collect()
+    });
+    let next = (members.len() > limit).then(|| {
+        members.truncate(limit);
+        members.last().map_or(after, |last| last.pid).to_string()
+    });
     let now_ticks = proc.uptime_ticks();
-    members
+    let processes = members
         .into_iter()
         .filter_map(|identity| {
             let stat = proc.stat(identity.pid).ok()?;
@@ -321,5 +353,6 @@ fn processes_of(
                 identity,
             })
         })
-        .collect()
+        .collect();
+    (processes, next)
 }

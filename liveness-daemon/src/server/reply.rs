@@ -102,12 +102,15 @@ impl IntoReply for LockPage {
 pub(super) struct Processes {
     pub(super) session: Session,
     pub(super) processes: Vec<MemberProcess>,
+    /// The cursor of the next page, if any.
+    pub(super) next: Option<String>,
 }
 
 impl IntoReply for Processes {
     fn into_reply(self) -> Reply {
         Reply {
             processes: Some(self.processes),
+            next: self.next,
             ..Reply::with_session(self.session)
         }
     }

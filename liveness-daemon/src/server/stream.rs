@@ -12,7 +12,7 @@ use tokio::io::{BufWriter, Interest};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::watch;
 
-use super::framing::{ConnectionError, Line, Requests, write_json, write_lines};
+use super::framing::{ConnectionError, Line, Requests, WRITE_TIMEOUT, write_json, write_lines};
 use super::{goodbye, stopping};
 use crate::engine::{Caller, Ended, Flushed, Handle, Outbox, Subscribe, Subscription};
 use crate::store::{EventFilter, EventReader};
@@ -146,12 +146,20 @@ async fn live(
     mut requests: Requests,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), ConnectionError> {
-    let mut pending = false;
+    let (mut pending, mut closing) = (false, false);
     loop {
         tokio::select! {
             () = outbox.wait(), if !pending => {}
             writable = write.get_ref().as_ref().writable(), if pending => writable?,
-            () = stopping(shutdown) => outbox.close(),
+            () = stopping(shutdown), if !closing => {
+                outbox.close();
+                closing = true;
+            }
+            // Stopping, what is queued is written before the goodbye, unless the client
+            // does not read it in time.
+            () = tokio::time::sleep(WRITE_TIMEOUT), if closing && pending => {
+                return Err(ConnectionError::WriteTimeout);
+            }
             // A streaming client only closes; anything it sends is ignored.
             read = requests.skip() => if read? == Line::End {
                 return Ok(());

@@ -79,7 +79,12 @@ impl Active {
                     if let Some(previous) = &event.previous_session {
                         let old = (event.creator_uid, previous.clone());
                         self.unindex(&old);
-                        if let Some(held) = self.locks.remove(&old) {
+                        // A rename carries the locks, which now name the new id (the
+                        // ending's release matches the lock's row by its session).
+                        if let Some(mut held) = self.locks.remove(&old) {
+                            for lock in &mut held {
+                                lock.session.clone_from(&key.1);
+                            }
                             self.locks.insert(key.clone(), held);
                         }
                     }

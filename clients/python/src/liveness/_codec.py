@@ -18,11 +18,13 @@ class Wire:
     """Base of the protocol's dataclasses.
 
     ``NULLABLE`` names the fields written as ``null`` when ``None`` (the others are left
-    out); ``OMIT_DEFAULT`` those left out when they hold their default.
+    out); ``OMIT_DEFAULT`` those left out when they hold their default; ``STRICT`` refuses
+    an object with fields the class does not know (as the daemon does for it).
     """
 
     NULLABLE: typing.ClassVar[frozenset[str]] = frozenset()
     OMIT_DEFAULT: typing.ClassVar[frozenset[str]] = frozenset()
+    STRICT: typing.ClassVar[bool] = False
 
     @classmethod
     def from_json(cls: Type[T], value: Any) -> T:
@@ -69,6 +71,10 @@ def _hints(cls: type) -> Dict[str, Any]:
 def _decode_dataclass(cls: Type[T], value: Any) -> T:
     if not isinstance(value, dict):
         raise ValueError(f"{cls.__name__}: expected an object, got {value!r}")
+    if getattr(cls, "STRICT", False):
+        unknown = set(value) - {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        if unknown:
+            raise ValueError(f"{cls.__name__}: unknown fields {sorted(unknown)}")
     hints = _hints(cls)
     kwargs = {}
     for field in dataclasses.fields(cls):  # type: ignore[arg-type]

@@ -14,6 +14,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 from .errors import ConnectError, ConnectionLost, NoSuchProcess, daemon_error
 from .types import (
     AUTO,
+    ActionSpec,
     Identity,
     Lock,
     Owner,
@@ -180,6 +181,7 @@ class Client:
         on_end: Optional[str] = None,
         grace_ms: Optional[int] = None,
         wrappers: Sequence[str] = (),
+        on_end_run: Optional[Sequence[ActionSpec]] = None,
     ) -> Registered:
         """Creates a session, or gives an active one a new owner (a new turn).
 
@@ -187,6 +189,10 @@ class Client:
         the process itself rather than a number that could be reused), or an
         :class:`Identity`. An owner that had already died ends the session at once: check
         ``session.phase``.
+
+        ``on_end_run`` are commands the daemon runs, as the caller, once the session ends,
+        however it ends (docs/end-actions.md). On an active session a list (empty too)
+        replaces the one it had; None keeps it.
         """
         pidfd = None
         if isinstance(owner, Identity):
@@ -201,6 +207,7 @@ class Client:
         request = Request(
             op="register", session=session, uid=uid, owner=spec, pending=pending,
             labels=dict(labels or {}), on_end=on_end, grace_ms=grace_ms, wrappers=list(wrappers),
+            on_end_run=None if on_end_run is None else list(on_end_run),
         )
         try:
             reply = self.call(request, [pidfd] if pidfd is not None else [])
@@ -208,6 +215,15 @@ class Client:
             if pidfd is not None:
                 os.close(pidfd)
         assert reply.session is not None
+        return Registered(reply.session, reply.warnings)
+
+    def actions_done(self, session: str, *, uid: Optional[int] = None) -> Registered:
+        """The session's end commands were run by the caller itself (an agent whose own end
+        hook ran): each end action that has not started is recorded as skipped
+        (``done_by_agent``) and never runs; those that had started run to their end, and
+        ``warnings`` says so. The session comes back with ``actions`` set."""
+        reply = self.call(Request(op="actions_done", session=session, uid=uid))
+        assert reply.session is not None, "the reply to actions_done has no session"
         return Registered(reply.session, reply.warnings)
 
     def rename(self, session: str, to: str, *, uid: Optional[int] = None) -> Session:
@@ -249,8 +265,10 @@ class Client:
         return Whose(reply.session, owner_pid)
 
     def processes(self, session: str, *, uid: Optional[int] = None) -> List[Process]:
-        """The live processes of an active session's tree, the owner included."""
-        return self.call(Request(op="processes", session=session, uid=uid)).processes or []
+        """The live processes of an active session's tree, the owner included, following
+        the daemon's pages."""
+        request = Request(op="processes", session=session, uid=uid)
+        return [p for reply in self._pages(request) for p in reply.processes or []]
 
     def status(self) -> Dict[str, Any]:
         """What the daemon says about itself; informational, and its shape may grow."""

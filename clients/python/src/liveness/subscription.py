@@ -10,7 +10,7 @@ from typing import Callable, Iterator, Optional, TypeVar
 
 from .client import Client
 from .errors import GaveUp, LivenessError, transient
-from .types import SESSION_ENDED, Event, Gap, Goodbye, Lagged, Message, Request, Reset, Session, decode_message
+from .types import SESSION_ENDED, SESSION_FINALIZED, Event, Gap, Goodbye, Lagged, Message, Request, Reset, Session, decode_message
 
 T = TypeVar("T")
 
@@ -188,6 +188,25 @@ def subscribe(
 def wait_for_end(session: str, *, socket: Optional[str] = None, uid: Optional[int] = None) -> Session:
     """Blocks until ``session`` has ended and returns it ended, across daemon restarts. It
     subscribes first and then looks the session up, so an end in between is still seen."""
+    return _wait_for(session, socket, uid, lambda s: s.phase == "ended", lambda e: e.kind == SESSION_ENDED)
+
+
+def wait_for_finalized(session: str, *, socket: Optional[str] = None, uid: Optional[int] = None) -> Session:
+    """Blocks until ``session`` has ended and each of its end actions has its outcome (at
+    once after the end for a session without end actions), and returns it with its
+    ``actions``, across daemon restarts."""
+    return _wait_for(
+        session, socket, uid, lambda s: s.finalized,
+        lambda e: e.kind == SESSION_FINALIZED or (e.kind == SESSION_ENDED and e.actions == 0),
+    )
+
+
+def _wait_for(
+    session: str, socket: Optional[str], uid: Optional[int],
+    done: Callable[[Session], bool], last: Callable[[Event], bool],
+) -> Session:
+    """Subscribes to ``session``'s events, then gets it: until it is ``done``, the first
+    event that is ``last`` makes it get the session again."""
     with Subscription(socket, session=session, uid=uid) as events:
         def get(id: str, uid: Optional[int]) -> Session:
             def attempt() -> Session:
@@ -196,9 +215,9 @@ def wait_for_end(session: str, *, socket: Optional[str] = None, uid: Optional[in
             return events.retry.run(attempt)
 
         current = get(session, uid)
-        if current.phase == "ended":
+        if done(current):
             return current
         for event in events.events():
-            if event.kind == SESSION_ENDED:
+            if last(event):
                 return get(event.session, event.creator_uid)
     raise AssertionError("a subscription never ends by itself")

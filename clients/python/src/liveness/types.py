@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Union
 
@@ -16,6 +15,10 @@ SESSION_OWNER_CHANGED = "session.owner_changed"
 SESSION_RENAMED = "session.renamed"
 SESSION_ENDED = "session.ended"
 SESSION_REAPED = "session.reaped"
+SESSION_ACTION = "session.action"
+"""One end action of the ended session has its outcome (``Event.action``)."""
+SESSION_FINALIZED = "session.finalized"
+"""Every end action of the ended session has its outcome."""
 LOCK_ACQUIRED = "lock.acquired"
 LOCK_RELEASED = "lock.released"
 
@@ -32,19 +35,14 @@ class Identity(Wire):
     pidfs_ino: Optional[int] = None
     comm: str = ""
 
+    STRICT = True
+
     def same_process(self, other: Identity) -> bool:
         """Same boot, pid and start time, and the same pidfs inode where both know it."""
         return (
             (self.pid, self.start_ticks, self.boot_id) == (other.pid, other.start_ticks, other.boot_id)
             and (self.pidfs_ino is None or other.pidfs_ino is None or self.pidfs_ino == other.pidfs_ino)
         )
-
-    @classmethod
-    def from_json(cls, value: Any) -> Identity:
-        unknown = set(value) - {f.name for f in dataclasses.fields(cls)} if isinstance(value, dict) else set()
-        if unknown:
-            raise ValueError(f"Identity: unknown fields {sorted(unknown)}")
-        return super().from_json(value)  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -135,10 +133,74 @@ class Survivors(Wire):
 
 
 @dataclass(frozen=True)
+class ActionSpec(Wire):
+    """One end action: a command the daemon runs, as the session's creator, when the
+    session ends, however it ends (docs/end-actions.md §1). Make it idempotent: a run cut
+    short by a stop or a crash of the daemon runs again.
+
+    ``argv`` runs without a shell (a name without ``/`` is looked up in ``PATH``); ``env``
+    holds ``NAME=value`` entries added to a clean environment; ``timeout_ms`` defaults to
+    the daemon's 60 s (at most an hour); ``cwd`` (absolute) to the user's home."""
+
+    OMIT_DEFAULT = frozenset({"env"})
+    STRICT = True
+
+    argv: List[str]
+    env: List[str] = field(default_factory=list)
+    timeout_ms: Optional[int] = None
+    cwd: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class ActionOutcome(Wire):
+    """What one run of an end action did (``session.action`` events, and ``get``).
+
+    ``exit`` is how its first process ended (None when it never ran: ``error`` says why);
+    ``timed_out``: it ran past its timeout and its tree was ended (``killed`` of them with
+    SIGKILL); ``stderr_tail`` is the last 4 KiB of its stderr, ``stderr_bytes`` all it
+    wrote there; ``resumed``: it repeats a run cut short by a stop or a crash of the
+    daemon; ``skipped`` says why it was not run (``done_by_agent``: see
+    :meth:`Client.actions_done`)."""
+
+    OMIT_DEFAULT = frozenset({"timed_out", "killed", "stderr_tail", "stderr_bytes", "resumed"})
+
+    index: int
+    started_ms: int
+    duration_ms: int
+    exit: Optional[ExitStatus] = None
+    timed_out: bool = False
+    killed: int = 0
+    stderr_tail: str = ""
+    stderr_bytes: int = 0
+    error: Optional[str] = None
+    resumed: bool = False
+    skipped: Optional[str] = None
+
+    @property
+    def succeeded(self) -> bool:
+        """It ran, in time, and exited with status 0."""
+        return not self.timed_out and self.exit is not None and self.exit.kind == "exited" and self.exit.code == 0
+
+
+@dataclass(frozen=True)
+class ActionState(Wire):
+    """Where one end action stands: ``pending`` until the session ends and it starts,
+    ``running``, then ``done`` with its ``outcome``."""
+
+    index: int
+    state: str
+    outcome: Optional[ActionOutcome] = None
+
+
+@dataclass(frozen=True)
 class Session(Wire):
-    """A session as the daemon stores it (docs/protocol.md §2 "Session")."""
+    """A session as the daemon stores it (docs/protocol.md §2 "Session").
+
+    ``on_end_run`` are its end actions; ``actions`` (from ``get`` and ``actions_done``
+    only) where each stands; ``finalized_ms`` when the last one had its outcome."""
 
     NULLABLE = frozenset({"reason", "exit", "detected_by", "ended_ms", "pending_expires_ms"})
+    OMIT_DEFAULT = frozenset({"on_end_run", "actions"})
 
     id: str
     owner: Identity
@@ -159,6 +221,14 @@ class Session(Wire):
     grace_ms: int = DEFAULT_GRACE_MS
     cause: Optional[Cause] = None
     usage: Optional[Usage] = None
+    on_end_run: List[ActionSpec] = field(default_factory=list)
+    actions: List[ActionState] = field(default_factory=list)
+    finalized_ms: Optional[int] = None
+
+    @property
+    def finalized(self) -> bool:
+        """Ended, with each end action's outcome recorded (at once for one without any)."""
+        return self.phase == "ended" and (not self.on_end_run or self.finalized_ms is not None)
 
 
 @dataclass(frozen=True)
@@ -201,9 +271,11 @@ class Hops(Wire):
 
 @dataclass(frozen=True)
 class Event(Wire):
-    """One entry of the event stream (docs/protocol.md §5)."""
+    """One entry of the event stream (docs/protocol.md §5). ``actions`` counts the
+    session's end actions (when not 0, a ``session.finalized`` follows its
+    ``session.ended``); ``action`` is what one did (``session.action``)."""
 
-    OMIT_DEFAULT = frozenset({"on_end"})
+    OMIT_DEFAULT = frozenset({"on_end", "actions"})
 
     seq: int
     kind: str
@@ -224,6 +296,8 @@ class Event(Wire):
     cause: Optional[Cause] = None
     usage: Optional[Usage] = None
     reaped: Optional[Reaped] = None
+    actions: int = 0
+    action: Optional[ActionOutcome] = None
     lock: Optional[LockChange] = None
     hops: Optional[Hops] = None
 
@@ -376,6 +450,7 @@ class Request(Wire):
     """One request; which fields are set depends on ``op``. Refuses fields it does not know."""
 
     OMIT_DEFAULT = frozenset({"pending", "labels", "wrappers", "terminate", "wait"})
+    STRICT = True
 
     op: str
     v: Optional[int] = None
@@ -399,10 +474,4 @@ class Request(Wire):
     name: Optional[str] = None
     wait: bool = False
     timeout_ms: Optional[int] = None
-
-    @classmethod
-    def from_json(cls, value: Any) -> Request:
-        unknown = set(value) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise ValueError(f"a request with unknown fields {sorted(unknown)}")
-        return super().from_json(value)  # type: ignore[no-any-return]
+    on_end_run: Optional[List[ActionSpec]] = None

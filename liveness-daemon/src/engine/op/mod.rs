@@ -28,6 +28,7 @@ mod register;
 mod rename;
 mod status;
 mod subscribe;
+mod synced;
 mod touch;
 mod tree;
 mod waiting;
@@ -36,6 +37,7 @@ mod whose;
 pub use end::End;
 pub use register::{Register, Registered};
 pub use subscribe::{Subscribe, Subscription};
+pub use synced::Synced;
 pub use tree::Tree;
 pub use waiting::Waiting;
 pub use whose::{Found, Link, Whose, ancestry};
@@ -126,6 +128,7 @@ commands! {
     Whose(Whose),
     Waiting(Waiting),
     Subscribe(Subscribe),
+    Synced(Synced),
     ActionsDone(request::ActionsDone),
 }
 

@@ -109,7 +109,7 @@ impl Op for Register {
         if auto && let Some(warning) = launcher_warning(&engine.config.proc, &owner) {
             warnings.push(warning);
         }
-        match engine.watch(&owner, Start::Registration) {
+        match engine.watch(&owner, Start::Registration { uid: caller.uid }) {
             Some(death) => {
                 warnings.push(format!(
                     "the owner {}[{}] has already exited: the session ended at once",

@@ -22,6 +22,7 @@ impl Op for request::Status {
             ended_sessions: store.count(Phase::Ended).unwrap_or_default(),
             subscribers: engine.subscribers.count(),
             uncommitted_deaths: engine.retries.counts().0 as u64,
+            actions: engine.actions.status(engine.retries.counts().2),
             monitor: engine.monitor.status(),
             counters: engine.counters.clone(),
             limits: LimitsStatus {

@@ -45,6 +45,9 @@ pub struct Changes {
 pub struct Forgotten {
     pub trees: Vec<(ProcessKey, Arc<Tree>)>,
     pub outer: HashMap<ProcessKey, ProcessKey>,
+    /// The kernel's count of added members merged into the trees: the map is walked for
+    /// what it added to them since only when the count moved.
+    pub merged_added: Option<u64>,
 }
 
 /// What is kept of a member: its command name (empty until read) and its pidfs inode
@@ -341,9 +344,12 @@ impl KnownTrees {
 
     /// Stops following the trees of `roots`. Returns them, for [`KnownTrees::unlink`] to
     /// take their members out here and in the kernel, a slice at a time (with what
-    /// [`kernel_entries_of`](super::walk::kernel_entries_of) finds the kernel added since the last refresh).
+    /// [`kernel_news`] finds the kernel added since the last refresh).
     pub fn forget(&mut self, roots: &[ProcessKey]) -> Forgotten {
-        let mut forgotten = Forgotten::default();
+        let mut forgotten = Forgotten {
+            merged_added: self.merged_added,
+            ..Forgotten::default()
+        };
         for &root in roots {
             if let Some(tree) = self.trees.remove(&root) {
                 self.unrooted.remove(&root);

@@ -21,12 +21,12 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 
-use crate::offload::offload;
+use crate::offload::{offload, offload_for};
 use crate::source::tree_map::{KernelMember, TreeMap};
 use crate::store::{Member, Store};
 use known::{Facts, KnownTrees};
-use view::Merge;
-use walk::{kernel_entries_of, orphaned_before, write_members};
+use view::{Merge, kernel_news};
+use walk::{orphaned_before, write_members};
 
 mod known;
 mod view;
@@ -55,8 +55,9 @@ impl std::fmt::Debug for Parked {
 /// Why a tree is followed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Start {
-    /// A session of its owner was registered.
-    Registration,
+    /// A session of its owner was registered by `uid`, whose turns the walk of the tree
+    /// takes: its size is that user's choice.
+    Registration { uid: u32 },
     /// The daemon started, and an ACTIVE session of its owner was in the store.
     Restart,
 }
@@ -164,20 +165,25 @@ impl Trees {
         let view = self.known.view(root);
         let (proc, writer) = (self.proc.clone(), self.writer.clone());
         self.walks.spawn(async move {
-            let found = offload(move || {
+            let walk = move || {
                 let mut members = view.descendants(&proc);
                 let mut writer = writer
                     .as_ref()
                     .map(|writer| writer.lock().unwrap_or_else(PoisonError::into_inner));
                 // The lineages hold only what was forked since this run loaded the programs:
                 // a registration's, not a restart's.
-                if let Some(kernel) = writer.as_deref().filter(|_| start == Start::Registration) {
+                let registration = matches!(start, Start::Registration { .. });
+                if let Some(kernel) = writer.as_deref().filter(|_| registration) {
                     members.extend(orphaned_before(kernel, &proc, root, &members));
                 }
                 write_members(writer.as_deref_mut(), &proc, &members);
                 members
-            });
-            let members = found.await.unwrap_or_default();
+            };
+            let found = match start {
+                Start::Registration { uid } => offload_for(uid, walk).await,
+                Start::Restart => offload(walk).await,
+            };
+            let members = found.unwrap_or_default();
             vec![TreeWork::Adopted { root, members }]
         });
     }
@@ -336,11 +342,16 @@ impl Trees {
             let found = offload(move || {
                 let roots: HashSet<ProcessKey> =
                     forgotten.trees.iter().map(|(root, _)| *root).collect();
-                let news = kernel.map(|kernel| kernel_entries_of(&kernel, &roots));
+                // A walk of the map only when the kernel added a member since the trees
+                // were merged: most deaths leave nothing the kernel added unmerged, and a
+                // walk of a big hash map costs a system call per entry.
+                let news = kernel_news(kernel.as_deref(), forgotten.merged_added)
+                    .into_iter()
+                    .filter(|entry| roots.contains(&entry.root));
                 let known = forgotten.trees.iter().flat_map(|(root, tree)| {
                     tree.iter().map(|(key, facts)| (*root, *key, facts.clone()))
                 });
-                let news = news.into_iter().flatten().map(|entry| {
+                let news = news.map(|entry| {
                     let facts = Facts {
                         comm: String::new(),
                         pidfs_ino: proc.pidfs_ino_of_key(entry.member),

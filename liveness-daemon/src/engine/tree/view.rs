@@ -194,13 +194,24 @@ impl TreeView {
     /// merged with what the kernel added since (read through `kernel`, a handle of the
     /// members map). Unbounded.
     pub fn live_members(&self, kernel: Option<&TreeMap>, proc: &ProcRoot) -> Vec<Identity> {
+        self.live_after(kernel, proc, 0).collect()
+    }
+
+    /// The live processes of the tree with a pid above `after`, by pid; only those taken
+    /// from the iterator are looked up in `/proc`.
+    pub fn live_after<'a>(
+        &'a self,
+        kernel: Option<&TreeMap>,
+        proc: &'a ProcRoot,
+        after: u32,
+    ) -> impl Iterator<Item = Identity> + 'a {
         let news = kernel_news(kernel, self.merged_added);
         let mut candidates = candidates(&self.roots, &self.members, &news);
         candidates.entry(self.root).or_default();
         candidates
             .into_iter()
+            .filter(move |(key, _)| key.pid > after)
             .filter_map(|(key, (facts, in_kernel))| self.local.alive(proc, key, facts, in_kernel))
-            .collect()
     }
 
     pub fn root(&self) -> ProcessKey {

@@ -108,19 +108,6 @@ pub(super) fn orphaned_before(
     with_inodes(proc, orphans)
 }
 
-/// The kernel map's entries of members of `roots`, by a walk of the map: what the kernel
-/// added to forgotten trees since they were last merged.
-pub(super) fn kernel_entries_of(
-    kernel: &TreeMap,
-    roots: &HashSet<ProcessKey>,
-) -> Vec<KernelMember> {
-    kernel
-        .members()
-        .into_iter()
-        .filter(|entry| roots.contains(&entry.root))
-        .collect()
-}
-
 /// The processes descended from a process that `tree_of` places in a tree, each with that
 /// tree's root. A process whose parent is unknown to `processes` (it exited) is found only
 /// through a known ancestor, which is why members are remembered by fingerprint.
