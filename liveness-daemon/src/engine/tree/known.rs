@@ -109,6 +109,10 @@ pub struct KnownTrees {
     /// Trees whose root the kernel does not follow (the eBPF source could not track it):
     /// `/proc` scans find their members.
     unrooted: HashSet<ProcessKey>,
+    /// Followed roots that were members of a followed tree when they joined it or began to
+    /// be followed (nested sessions' owners): the only ones [`KnownTrees::nest`] looks at,
+    /// so that a death costs nothing per tree followed. Checked again when read.
+    nested: HashSet<ProcessKey>,
     /// Live members the last refresh left without a kernel entry (no slot was free): scans
     /// cover their trees, and each refresh writes them again while slots are free.
     unlinked: usize,
@@ -132,6 +136,7 @@ impl KnownTrees {
             root_of: HashMap::new(),
             merged_added: None,
             unrooted: HashSet::new(),
+            nested: HashSet::new(),
             unlinked: 0,
             full_merged: 0,
         }
@@ -156,6 +161,9 @@ impl KnownTrees {
     /// [`TreeView::descendants`] finds off the engine).
     pub fn follow(&mut self, root: ProcessKey) {
         self.trees.entry(root).or_default();
+        if self.member_of(root).is_some() {
+            self.nested.insert(root);
+        }
     }
 
     /// Takes back the members of `root`'s tree that an earlier run persisted and are still
@@ -211,6 +219,9 @@ impl KnownTrees {
             Arc::make_mut(tree).insert(member.key, Facts::of(member));
         }
         self.root_of.insert(member.key, member.root);
+        if self.trees.contains_key(&member.key) {
+            self.nested.insert(member.key);
+        }
         from.map_or(Joined::New, Joined::Moved)
     }
 
@@ -232,11 +243,9 @@ impl KnownTrees {
     /// members), and `root` itself.
     fn nest(&self, root: ProcessKey) -> Vec<ProcessKey> {
         let mut roots = vec![root];
-        roots.extend(
-            self.trees
-                .keys()
-                .filter(|&&inner| inner != root && self.encloses(root, inner)),
-        );
+        roots.extend(self.nested.iter().filter(|&&inner| {
+            inner != root && self.trees.contains_key(&inner) && self.encloses(root, inner)
+        }));
         roots
     }
 
@@ -353,6 +362,7 @@ impl KnownTrees {
         for &root in roots {
             if let Some(tree) = self.trees.remove(&root) {
                 self.unrooted.remove(&root);
+                self.nested.remove(&root);
                 forgotten.trees.push((root, tree));
             }
         }
