@@ -30,6 +30,8 @@ const PACKAGE_BIN_DIR: &str = "/usr/bin";
 const MAINTAINER: &str = "liveness developers <liveness@example.invalid>";
 /// Release tags are `v` and the version: `v0.1.0`.
 const TAG_PREFIX: &str = "v";
+/// The releases' commits, for clones without tags.
+const RELEASES: &str = "dist/releases";
 
 /// What `cargo xtask dist` was asked to do.
 #[derive(Debug, Default)]
@@ -296,42 +298,125 @@ fn gzip(file: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Where HEAD stands from the newest release tag, as `git describe` tells it.
+/// Where HEAD stands from the newest release before it.
 #[derive(Debug, PartialEq)]
 struct Describe {
-    /// The tag's version (`0.1.0` for `v0.1.0`).
+    /// The release's version (`0.1.0` for `v0.1.0`).
     tag: String,
-    /// Commits since the tag.
+    /// Commits since the release.
     commits: u32,
     /// HEAD's abbreviated commit id.
     hash: String,
 }
 
 /// `None` outside a git checkout (a source archive: its version is Cargo's) or before the
-/// first tag.
+/// first release.
 fn describe(root: &Path) -> Result<Option<Describe>> {
-    let result = Process::new("git")
-        .current_dir(root)
-        .args(["describe", "--tags", "--long", "--abbrev=7"])
-        .arg(format!("--match={TAG_PREFIX}[0-9]*"))
-        .output();
-    let Some(result) = result.ok().filter(|r| r.status.success()) else {
+    if git(root, &["rev-parse", "HEAD"]).is_err() {
+        return Ok(None);
+    }
+    let Some(release) = release_at_or_before(root, "HEAD")? else {
         return Ok(None);
     };
-    // `v0.1.0-12-gabc1234`
-    let text = String::from_utf8(result.stdout)?;
-    let mut parts = text.trim().rsplitn(3, '-');
-    let (Some(hash), Some(commits), Some(tag)) = (parts.next(), parts.next(), parts.next()) else {
-        bail!("unexpected `git describe` output {text:?}");
-    };
     Ok(Some(Describe {
-        tag: tag
-            .strip_prefix(TAG_PREFIX)
-            .context("a release tag")?
-            .to_owned(),
-        commits: commits.parse()?,
-        hash: hash.trim_start_matches('g').to_owned(),
+        commits: git(
+            root,
+            &["rev-list", "--count", &format!("{}..HEAD", release.commit)],
+        )?
+        .parse()?,
+        hash: git(root, &["rev-parse", "--short=7", "HEAD"])?,
+        tag: release.version,
     }))
+}
+
+/// A release: its version (`0.1.0`) and its commit.
+#[derive(Debug, PartialEq)]
+pub struct Release {
+    pub version: String,
+    pub commit: String,
+}
+
+/// The newest release at `rev` or before it: by the `v*` tags, or, in a clone without
+/// tags, by `dist/releases`.
+pub fn release_at_or_before(root: &Path, rev: &str) -> Result<Option<Release>> {
+    let tagged = git(root, &["tag", "--list", &format!("{TAG_PREFIX}[0-9]*")])?;
+    if !tagged.is_empty() {
+        let Ok(tag) = git(
+            root,
+            &[
+                "describe",
+                "--tags",
+                "--abbrev=0",
+                &format!("--match={TAG_PREFIX}[0-9]*"),
+                rev,
+            ],
+        ) else {
+            return Ok(None);
+        };
+        return Ok(Some(Release {
+            commit: git(root, &["rev-parse", &format!("{tag}^{{commit}}")])?,
+            version: tag
+                .strip_prefix(TAG_PREFIX)
+                .context("a release tag")?
+                .to_owned(),
+        }));
+    }
+    let mut newest: Option<Release> = None;
+    for release in recorded_releases(&std::fs::read_to_string(root.join(RELEASES))?)? {
+        let ancestor = Process::new("git")
+            .current_dir(root)
+            .args(["merge-base", "--is-ancestor", &release.commit, rev])
+            .output()?;
+        match ancestor.status.code() {
+            Some(0) => {}
+            Some(1) => continue,
+            _ => bail!(
+                "release {} ({}) is not in this clone: {} (a shallow clone? git fetch --unshallow)",
+                release.version,
+                release.commit,
+                String::from_utf8_lossy(&ancestor.stderr).trim()
+            ),
+        }
+        if newest
+            .as_ref()
+            .is_none_or(|n| version_key(&n.version) < version_key(&release.version))
+        {
+            newest = Some(release);
+        }
+    }
+    Ok(newest)
+}
+
+/// The lines of `dist/releases`: `VERSION COMMIT`, `#` comments.
+fn recorded_releases(text: &str) -> Result<Vec<Release>> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|line| {
+            let (version, commit) = line
+                .split_once(' ')
+                .with_context(|| format!("{RELEASES}: `VERSION COMMIT`, not {line:?}"))?;
+            ensure!(
+                commit.len() == 40 && commit.bytes().all(|b| b.is_ascii_hexdigit()),
+                "{RELEASES}: a full commit id, not {commit:?}"
+            );
+            Ok(Release {
+                version: version.to_owned(),
+                commit: commit.to_owned(),
+            })
+        })
+        .collect()
+}
+
+fn git(root: &Path, args: &[&str]) -> Result<String> {
+    let output = Process::new("git").current_dir(root).args(args).output()?;
+    ensure!(
+        output.status.success(),
+        "git {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stderr).trim()
+    );
+    Ok(String::from_utf8(output.stdout)?.trim().to_owned())
 }
 
 /// The package's version: Cargo's at its release tag (or outside git), and a version that
@@ -499,6 +584,55 @@ pub fn output(command: &mut Process) -> Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn workspace() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// A clone without tags (as CI's) builds the same package version as this checkout,
+    /// and every v* tag is in dist/releases with its commit.
+    #[test]
+    fn a_clone_without_tags_finds_the_same_release() {
+        let root = workspace();
+        if git(&root, &["rev-parse", "HEAD"]).is_err() {
+            return; // A source archive: no git, the version is Cargo's.
+        }
+        let recorded =
+            recorded_releases(&std::fs::read_to_string(root.join(RELEASES)).unwrap()).unwrap();
+        for tag in git(&root, &["tag", "--list", "v[0-9]*"]).unwrap().lines() {
+            let commit = git(&root, &["rev-parse", &format!("{tag}^{{commit}}")]).unwrap();
+            assert!(
+                recorded.contains(&Release {
+                    version: tag[1..].to_owned(),
+                    commit
+                }),
+                "{tag} is missing from {RELEASES}"
+            );
+        }
+        let clone = tempfile::tempdir().unwrap();
+        let status = Process::new("git")
+            .args(["clone", "-q", "--no-tags", "--no-checkout"])
+            .arg(&root)
+            .arg(clone.path())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        // The clone describes this checkout's commit with this checkout's release list.
+        let head = git(&root, &["rev-parse", "HEAD"]).unwrap();
+        std::fs::create_dir_all(clone.path().join("dist")).unwrap();
+        std::fs::copy(root.join(RELEASES), clone.path().join(RELEASES)).unwrap();
+        git(clone.path(), &["update-ref", "--no-deref", "HEAD", &head]).unwrap();
+        assert!(git(clone.path(), &["tag", "--list"]).unwrap().is_empty());
+        let here = describe(&root).unwrap();
+        assert_eq!(describe(clone.path()).unwrap(), here);
+        assert_eq!(
+            release_at_or_before(clone.path(), "HEAD^").unwrap(),
+            release_at_or_before(&root, "HEAD^").unwrap()
+        );
+    }
 
     #[test]
     fn the_unit_starts_the_binary_where_the_package_installs_it() {

@@ -91,8 +91,8 @@ enum Command {
     VmTest {
         /// Instead: install the .deb in a Debian bookworm guest booted with systemd as PID 1
         /// and check, as root and as a user, the unit in its sandbox, the journal, restarts,
-        /// removal, purge and an upgrade from the previous release (the newest v* tag), in a
-        /// table. Needs mmdebstrap and e2fsprogs besides QEMU; the guest's root file system
+        /// removal, purge and an upgrade from the previous release (the newest v* tag, or
+        /// dist/releases in a clone without tags), in a table. Needs mmdebstrap and e2fsprogs besides QEMU; the guest's root file system
         /// is cached in target/vm-test/systemd.
         #[arg(long, conflicts_with_all = ["kernels", "filter"])]
         systemd: bool,

@@ -9,7 +9,8 @@
 //! system's apt sources name (the system's apt configuration is neither used nor touched),
 //! and cached under `target/vm-test/systemd` as an ext4 image, which the guest only reads
 //! (`snapshot=on`): every run starts from the same fresh system. The packages come on a
-//! second disk. The previous release is the newest `v*` tag before HEAD; its .deb is built
+//! second disk. The previous release is the newest before HEAD (`v*` tags, or
+//! `dist/releases` in a clone without tags); its .deb is built
 //! by its own `cargo xtask dist`, from `git archive`, once.
 
 use std::collections::BTreeMap;
@@ -18,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command as Process, Stdio};
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, bail};
 
 use crate::dist;
 use crate::vm::{self, Options, debian_mirror, run_to_end};
@@ -228,21 +229,11 @@ struct Packages {
 
 fn packages(root: &Path, work: &Path) -> Result<Packages> {
     let new = dist::run(root, &dist::Options::default())?;
-    let tag = git(
-        root,
-        &[
-            "describe",
-            "--tags",
-            "--abbrev=0",
-            "--match=v[0-9]*",
-            "HEAD^",
-        ],
-    )
-    .context(
-        "no release tag (v*) before HEAD: the upgrade check installs the previous release \
-             first (a clone without tags? git fetch --tags)",
+    let release = dist::release_at_or_before(root, "HEAD^")?.context(
+        "no release before HEAD (neither a v* tag nor a line of dist/releases): the upgrade \
+         check installs the previous release first",
     )?;
-    let commit = git(root, &["rev-parse", &format!("{tag}^{{commit}}")])?;
+    let (tag, commit) = (format!("v{}", release.version), release.commit);
     let dir = work.join("previous").join(&commit);
     let previous = dir.join("liveness.deb");
     if previous.is_file() {
@@ -280,17 +271,6 @@ fn packages(root: &Path, work: &Path) -> Result<Packages> {
     // Gigabytes of build; the package is what is kept.
     std::fs::remove_dir_all(&source)?;
     Ok(Packages { new, previous })
-}
-
-fn git(root: &Path, args: &[&str]) -> Result<String> {
-    let output = Process::new("git").current_dir(root).args(args).output()?;
-    ensure!(
-        output.status.success(),
-        "git {} failed: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&output.stderr).trim()
-    );
-    Ok(String::from_utf8(output.stdout)?.trim().to_owned())
 }
 
 /// The second disk: the packages and the checks.
