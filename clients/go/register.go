@@ -20,6 +20,7 @@ type request struct {
 	Labels    map[string]string `json:"labels,omitempty"`
 	OnEnd     OnEnd             `json:"on_end,omitempty"`
 	GraceMs   *uint64           `json:"grace_ms,omitempty"`
+	Until     string            `json:"until,omitempty"`
 	Wrappers  []string          `json:"wrappers,omitempty"`
 	To        string            `json:"to,omitempty"`
 	Terminate bool              `json:"terminate,omitempty"`
@@ -123,6 +124,9 @@ type Registration struct {
 	OnEnd OnEnd
 	// Grace is the time between SIGTERM and SIGKILL (0: the daemon's 10 s).
 	Grace time.Duration
+	// Until is "tree" for a session that ends at the last exit of its tree ("" leaves the
+	// daemon's default, "owner").
+	Until string
 	// Wrappers are further process names OwnerAuto skips, for this registration only.
 	Wrappers []string
 	// OnEndRun are commands the daemon runs, as the caller, once the session ends,
@@ -144,7 +148,7 @@ type Registered struct {
 func (c *Client) Register(ctx context.Context, reg Registration) (Registered, error) {
 	req := &request{
 		Op: "register", Session: reg.Session, UID: reg.UID, Owner: &reg.Owner,
-		Pending: reg.Pending, Labels: reg.Labels, OnEnd: reg.OnEnd, Wrappers: reg.Wrappers,
+		Pending: reg.Pending, Labels: reg.Labels, OnEnd: reg.OnEnd, Until: reg.Until, Wrappers: reg.Wrappers,
 	}
 	if reg.OnEndRun != nil {
 		req.OnEndRun = &reg.OnEndRun

@@ -195,6 +195,9 @@ type Session struct {
 	OnEnd     OnEnd
 	// GraceMs is the time between SIGTERM and SIGKILL when survivors are terminated.
 	GraceMs uint64
+	// Until is "tree" for a session that ends at the last exit of its tree; empty for
+	// "owner", the default.
+	Until string
 	// OnEndRun are the end actions its creator registered (docs/end-actions.md).
 	OnEndRun []ActionSpec
 	// Actions is where each end action stands, in the order of OnEndRun: set by Get and
@@ -232,9 +235,12 @@ type sessionJSON struct {
 	Survivors        *Survivors        `json:"survivors,omitempty"`
 	OnEnd            OnEnd             `json:"on_end"`
 	GraceMs          uint64            `json:"grace_ms"`
-	OnEndRun         []ActionSpec      `json:"on_end_run,omitempty"`
-	Actions          []ActionState     `json:"actions,omitempty"`
-	FinalizedMs      *int64            `json:"finalized_ms,omitempty"`
+	// Until is "tree" for a session that ends at the last exit of its tree; empty for
+	// "owner", the default.
+	Until       string        `json:"until,omitempty"`
+	OnEndRun    []ActionSpec  `json:"on_end_run,omitempty"`
+	Actions     []ActionState `json:"actions,omitempty"`
+	FinalizedMs *int64        `json:"finalized_ms,omitempty"`
 }
 
 func orNil[T comparable](v T) *T {
@@ -262,7 +268,8 @@ func (s Session) MarshalJSON() ([]byte, error) {
 	return json.Marshal(sessionJSON{
 		s.ID, s.Owner, s.Phase, s.Pending, orNil(s.Reason), s.Exit, s.Cause, s.Usage, orNil(s.DetectedBy),
 		s.CreatorUID, labels, s.CreatedMs, s.UpdatedMs, s.TouchedMs, orNil(s.EndedMs),
-		orNil(s.PendingExpiresMs), s.Survivors, s.OnEnd, s.GraceMs, s.OnEndRun, s.Actions, orNil(s.FinalizedMs),
+		orNil(s.PendingExpiresMs), s.Survivors, s.OnEnd, s.GraceMs, s.Until, s.OnEndRun, s.Actions,
+		orNil(s.FinalizedMs),
 	})
 }
 
@@ -275,7 +282,8 @@ func (s *Session) UnmarshalJSON(data []byte) error {
 	*s = Session{
 		w.ID, w.Owner, w.Phase, w.Pending, orZero(w.Reason), w.Exit, w.Cause, w.Usage, orZero(w.DetectedBy),
 		w.CreatorUID, w.Labels, w.CreatedMs, w.UpdatedMs, w.TouchedMs, orZero(w.EndedMs),
-		orZero(w.PendingExpiresMs), w.Survivors, w.OnEnd, w.GraceMs, w.OnEndRun, w.Actions, orZero(w.FinalizedMs),
+		orZero(w.PendingExpiresMs), w.Survivors, w.OnEnd, w.GraceMs, w.Until, w.OnEndRun, w.Actions,
+		orZero(w.FinalizedMs),
 	}
 	return nil
 }

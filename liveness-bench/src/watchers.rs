@@ -236,7 +236,7 @@ impl Watch for EbpfFloor {
             start_ticks,
             root_start_ticks: start_ticks,
             root_tgid: pid,
-            flags: 0,
+            ..MemberRecord::default()
         };
         self.members.insert(pid, Member(root), 0)?;
         Ok(())

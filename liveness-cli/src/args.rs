@@ -10,7 +10,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use liveness_common::cause::{Cause, CauseKind};
 use liveness_common::duration::parse_duration;
-use liveness_common::session::OnEnd;
+use liveness_common::session::{OnEnd, Until};
 
 use crate::exit::{exit_codes_help, wait_codes_help};
 
@@ -61,7 +61,8 @@ pub(crate) enum Command {
     Get(GetArgs),
     /// List sessions.
     List(ListArgs),
-    /// Which active session owns a process (itself or its nearest registered ancestor)?
+    /// Which session owns a process (itself or its nearest registered ancestor), or which
+    /// ended session left it running?
     Whose(WhoseArgs),
     /// The live processes of a session's tree: its owner (starred) and every process it
     /// started since registration, orphans reparented to init included.
@@ -258,6 +259,8 @@ pub(crate) struct RegisterArgs {
     #[arg(long = "wrapper", value_name = "COMM", requires = "owner")]
     pub(crate) wrappers: Vec<String>,
     #[command(flatten)]
+    pub(crate) until: UntilArgs,
+    #[command(flatten)]
     pub(crate) cleanup: CleanupArgs,
     #[command(flatten)]
     pub(crate) end_actions: EndActionArgs,
@@ -358,6 +361,34 @@ pub(crate) struct EndActionArgs {
     /// (default 60s, at most 1h).
     #[arg(long, requires = "on_end_run", value_parser = parse_duration, value_name = "DURATION")]
     pub(crate) on_end_timeout: Option<Duration>,
+}
+
+/// When a session ends by itself.
+#[derive(Debug, Default, clap::Args)]
+pub(crate) struct UntilArgs {
+    /// `owner`: the session ends when its owner exits (the default). `tree`: when the last
+    /// process of its tree exits (the owner and everything it started since registration,
+    /// orphans included), for a launcher that forks, execs and exits (`npm start`, `make`,
+    /// a wrapper script); the end carries that last process's exit status and reason
+    /// `tree_exited`. With `run`, liveness waits for the whole tree and exits with the last
+    /// process's status.
+    #[arg(long, value_enum, value_name = "WHEN")]
+    pub(crate) until: Option<UntilArg>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum UntilArg {
+    Owner,
+    Tree,
+}
+
+impl From<UntilArg> for Until {
+    fn from(arg: UntilArg) -> Until {
+        match arg {
+            UntilArg::Owner => Until::Owner,
+            UntilArg::Tree => Until::Tree,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -624,6 +655,8 @@ pub(crate) struct RunArgs {
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     pub(crate) labels: Vec<(String, String)>,
     #[command(flatten)]
+    pub(crate) until: UntilArgs,
+    #[command(flatten)]
     pub(crate) cleanup: CleanupArgs,
     #[command(flatten)]
     pub(crate) end_actions: EndActionArgs,
@@ -634,7 +667,8 @@ pub(crate) struct RunArgs {
 
 pub(crate) const RUN_HELP: &str = "\
 Exit codes of run:
-  CMD's own exit code; 128+N when signal N killed it
+  CMD's own exit code; 128+N when signal N killed it (with --until tree, those of the
+  last process of CMD's tree, said on stderr when CMD's own differ)
   126 CMD cannot be executed      127 CMD was not found
   Before CMD starts, those of every command (see `liveness --help`): for lock run,
   3 (lock_held) when the lock is held (without --wait, or after --timeout).";

@@ -54,6 +54,25 @@ fn print_session_block(session: &Session, now: i64, pids: &Numbering) {
         if let Some(usage) = &session.usage {
             outln!("     Usage: {usage} (members still running are not counted)");
         }
+        if let Some(survivors) = session.survivors.as_ref().filter(|s| s.total > 0) {
+            let unlisted =
+                survivors.total as usize - survivors.members.len().min(survivors.total as usize);
+            let more = if unlisted > 0 {
+                format!(", {unlisted} more not listed")
+            } else {
+                String::new()
+            };
+            outln!(
+                " Survivors: {} process(es) of its tree still ran at its end{more}",
+                survivors.total
+            );
+            for member in &survivors.members {
+                outln!(
+                    "            {}",
+                    describe_process(member, pids.here(member), pids)
+                );
+            }
+        }
     } else if let Some(expires) = session.pending_expires_ms {
         outln!(
             "   Expires: {} ({}) unless renamed",
@@ -298,6 +317,7 @@ fn how_it_ended(
         }
         (_, Some(exit), _) => describe_exit(exit),
         (_, None, Some(EndReason::OwnerExited)) => "owner exited (status unknown)".to_owned(),
+        (_, None, Some(EndReason::TreeExited)) => "exited (status unknown)".to_owned(),
         (_, None, Some(EndReason::OwnerReused)) => {
             "owner gone unseen: its PID was reused".to_owned()
         }
@@ -306,6 +326,10 @@ fn how_it_ended(
         (_, None, Some(EndReason::Timeout)) => "no activity within the timeout".to_owned(),
         (_, None, Some(EndReason::PendingExpired)) => "pending, never renamed".to_owned(),
         (_, None, None) => "ended".to_owned(),
+    };
+    let what = match reason {
+        Some(EndReason::TreeExited) => format!("the last process of its tree {what}"),
+        _ => what,
     };
     match detected_by {
         Some(by) => format!("{what} (detected by {by})"),
@@ -499,6 +523,23 @@ pub(crate) fn print_membership(membership: &MembershipStatus) {
         outln!(
             "            kernel map: {used} of {capacity} member entries, {} new processes found it full",
             membership.kernel_full
+        );
+    }
+    if let Some(since) = membership.lineage_since_ms {
+        outln!(
+            "            lineages complete since {}: orphans made since then are placed",
+            clock::local_time(since)
+        );
+    }
+    if let Some(share) = membership.kernel_share_per_uid {
+        outln!("            a uid other than root may hold {share} of them");
+    }
+    for over in &membership.over_share {
+        outln!(
+            "            uid {} over its share: {} held, {} refused (scans cover the rest)",
+            over.uid,
+            over.used,
+            over.refused
         );
     }
 }

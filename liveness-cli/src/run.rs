@@ -15,7 +15,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::process::ExitCode;
 
 use liveness_client::{Client, Owner, Registration};
-use liveness_common::session::OnEnd;
+use liveness_common::exit::ExitStatus;
+use liveness_common::session::{OnEnd, Until};
 
 use crate::args::{LockWait, RunArgs};
 use crate::context::Context;
@@ -47,6 +48,7 @@ impl RunArgs {
             uid: None,
             on_end: self.cleanup.on_end.map(OnEnd::from),
             grace: self.cleanup.grace,
+            until: self.until.until.map(Until::from),
             wrappers: Vec::new(),
             on_end_run: self.end_actions.specs()?,
         };
@@ -65,14 +67,37 @@ impl RunArgs {
             .map_err(|e| Failure::new(Exit::Software, format!("lost track of the command: {e}")))?;
         // The owner is dead: the daemon ends the session from the death itself, with CMD's exit
         // status, releasing its locks. Waiting for that means the lock is free once run exits.
-        if let Err(e) =
-            Client::connect(&context.socket).and_then(|client| client.wait_for_end(&id, None))
-        {
-            eprintln!(
-                "liveness: the command ended, but the end of session {id} was not confirmed: {e}"
-            );
+        // With --until tree, it ends at the last exit of CMD's tree, with that one's status.
+        let ended =
+            Client::connect(&context.socket).and_then(|client| client.wait_for_end(&id, None));
+        let session = match ended {
+            Ok(session) => session,
+            Err(e) => {
+                eprintln!(
+                    "liveness: the command ended, but the end of session {id} was not confirmed: {e}"
+                );
+                return Ok(ExitCode::from(status));
+            }
+        };
+        let last = session.exit.map(shell_status);
+        match (session.until, last) {
+            (Until::Tree, Some(last)) if last != status => {
+                eprintln!(
+                    "liveness: {} exited with {status}; the last process of its tree, with {last}",
+                    self.command[0].to_string_lossy()
+                );
+                Ok(ExitCode::from(last))
+            }
+            _ => Ok(ExitCode::from(status)),
         }
-        Ok(ExitCode::from(status))
+    }
+}
+
+/// An exit status as a shell reports it: the code, or 128+N for signal N.
+fn shell_status(exit: ExitStatus) -> u8 {
+    match exit {
+        ExitStatus::Exited { code } => code,
+        ExitStatus::Signaled { signal, .. } => 128u8.saturating_add(signal),
     }
 }
 

@@ -9,12 +9,13 @@ use liveness_client::{Owner, Registration, Whose};
 use liveness_common::action::{ActionSpec, validate_actions};
 use liveness_common::protocol::Request;
 use liveness_common::request;
-use liveness_common::session::{OnEnd, Phase, Session};
+use liveness_common::session::{OnEnd, Phase, Session, Until};
 
 use crate::args::{
     EndActionArgs, EndArgs, GetArgs, ListArgs, OwnerArg, PhaseArg, RegisterArgs, RenameArgs,
     SessionArgs, TouchArgs, WhoseArgs,
 };
+use crate::clock;
 use crate::context::Context;
 use crate::exit::{Exit, Failure};
 use crate::output::{self, outln};
@@ -32,6 +33,7 @@ impl RegisterArgs {
             wrappers: self.wrappers.clone(),
             on_end: self.cleanup.on_end.map(OnEnd::from),
             grace: self.cleanup.grace,
+            until: self.until.until.map(Until::from),
             on_end_run: self.end_actions.specs()?,
         };
         let mut client = context.connect()?;
@@ -194,10 +196,15 @@ impl WhoseArgs {
                     .here(&session.owner)
                     .map_or_else(|| session.owner.comm.clone(), |here| here.comm),
             });
-            let via = if owner_pid == self.pid {
-                ""
-            } else {
-                ", in its owner's process tree"
+            let via = match session.ended_ms {
+                // Only an ended session's survivors are named for it.
+                Some(ended) => format!(
+                    ", which left PID {} running when it ended at {}",
+                    self.pid,
+                    clock::local_time(ended)
+                ),
+                None if owner_pid == self.pid => String::new(),
+                None => ", in its owner's process tree".to_owned(),
             };
             outln!("{}{via}", describe_session(&session, here, &pids));
         }

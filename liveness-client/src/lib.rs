@@ -47,7 +47,7 @@ use liveness_common::lock::Lock;
 pub use liveness_common::protocol::ErrorCode;
 use liveness_common::protocol::{Reply, Request, StreamMessage, Subscribed};
 use liveness_common::request;
-use liveness_common::session::{EventKind, OnEnd, Phase, Session};
+use liveness_common::session::{EventKind, OnEnd, Phase, Session, Until};
 use liveness_common::status::Status;
 
 pub use crate::error::ClientError;
@@ -93,6 +93,9 @@ pub struct Registration {
     pub on_end: Option<OnEnd>,
     /// Between SIGTERM and SIGKILL when they are terminated (daemon default: 10 s).
     pub grace: Option<Duration>,
+    /// When the session ends by itself (daemon default: [`Until::Owner`]); with
+    /// [`Until::Tree`], at the last exit of its tree. Set when the session is created.
+    pub until: Option<Until>,
     /// [`Owner::Auto`]: further process names to skip as wrappers, for this registration
     /// only (added to the daemon's own `--wrapper` list).
     pub wrappers: Vec<String>,
@@ -122,6 +125,7 @@ impl Registration {
             uid: None,
             on_end: None,
             grace: None,
+            until: None,
             wrappers: Vec::new(),
             on_end_run: None,
         }

@@ -182,6 +182,7 @@ pub(crate) fn register_request(
         grace_ms: registration
             .grace
             .map(|grace| u64::try_from(grace.as_millis()).unwrap_or(u64::MAX)),
+        until: registration.until,
         wrappers: registration.wrappers.clone(),
         on_end_run: registration.on_end_run.clone(),
     });

@@ -386,6 +386,7 @@ mod tests {
             survivors: None,
             on_end: OnEnd::Leave,
             grace_ms: 1,
+            until: crate::session::Until::Owner,
             on_end_run: Vec::new(),
             actions: Vec::new(),
             finalized_ms: None,

@@ -216,7 +216,8 @@ impl Cause {
             }
             // A status from pidfd says how, not why: an exit code is a cause, a signal's
             // sender was not seen.
-            EndReason::OwnerExited => match (status, detected_by) {
+            // The status is the last member's: the same reading holds.
+            EndReason::OwnerExited | EndReason::TreeExited => match (status, detected_by) {
                 (Some(ExitStatus::Exited { code }), _) => Cause::Exit { code },
                 (_, Some(DetectedBy::Ebpf)) => unknown("the eBPF record carried no status"),
                 (_, Some(DetectedBy::Pidfd)) => {

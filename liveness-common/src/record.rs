@@ -25,6 +25,21 @@ pub const MAP_MEMBER_SLOTS: &str = "member_slots";
 /// `u64` counters of the members map, indexed by the `MEMBER_COUNTER_*` constants, which
 /// every CPU adds to atomically and the daemon maps (`BPF_F_MMAPABLE`).
 pub const MAP_MEMBER_COUNTERS: &str = "member_counters";
+/// Array of [`UID_BUCKETS`] shares, each three `u64` (`UID_SHARE_*`), mapped into user
+/// space: per bucket of uids, its share of the member slots, which the fork program keeps at
+/// most `max_members_per_uid` for any uid but root.
+pub const MAP_UID_SHARES: &str = "uid_shares";
+/// [`MAP_UID_SHARES`]: the counted entries whose uid falls in the bucket.
+pub const UID_SHARE_USED: u32 = 0;
+/// [`MAP_UID_SHARES`]: the forks refused because the bucket's share was taken.
+pub const UID_SHARE_REFUSED: u32 = 1;
+/// [`MAP_UID_SHARES`]: the uid last refused.
+pub const UID_SHARE_LAST_REFUSED: u32 = 2;
+/// The `u64` slots of one share.
+pub const UID_SHARE_SLOTS: u32 = 3;
+/// LRU hash map `u32 tgid -> Lineage` of every process forked since the programs were
+/// loaded: the fork program writes it, the exit program deletes it.
+pub const MAP_LINEAGES: &str = "lineages";
 /// Hash map `u32 tgid -> u64 expected start_ticks` of tracked processes.
 pub const MAP_TRACKED: &str = "tracked";
 /// Ring buffer carrying one [`ExitRecord`] per tracked process death.
@@ -52,9 +67,36 @@ pub const MEMBER_COUNTER_ADDED: u32 = 1;
 /// Number of slots in the member counters map.
 pub const MEMBER_COUNTER_SLOTS: u32 = 2;
 
-/// [`MemberRecord::flags`]: the entry holds one of the `max_members` slots (every member's
-/// entry, and a tracked process's entry made from its entry as a member).
+/// [`MemberRecord::flags`]: the entry holds one of the `max_members` slots and one of its
+/// uid's share (every member's entry, and a tracked process's entry made from its entry as
+/// a member).
 pub const MEMBER_FLAG_COUNTED: u32 = 1;
+
+/// Uids share a budget of member slots when equal modulo this (the buckets of
+/// [`MAP_UID_SLOTS`]): every uid below it has its own.
+pub const UID_BUCKETS: u32 = 4096;
+
+/// The ancestors a [`Lineage`] keeps.
+pub const LINEAGE_DEPTH: usize = 8;
+
+/// One ancestor of a [`Lineage`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ancestor {
+    pub start_ticks: u64,
+    /// 0 past the last ancestor known.
+    pub tgid: u32,
+    pub pad: u32,
+}
+
+/// A process's start time and its ancestors when it was forked, nearest first, whatever
+/// they became since: the value of the lineages map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Lineage {
+    pub start_ticks: u64,
+    pub ancestors: [Ancestor; LINEAGE_DEPTH],
+}
 
 /// One member of a process tree: a process forked, directly or not, by a tracked process
 /// (the tree's root), or a tracked process itself (its own root). The value of the members
@@ -67,8 +109,12 @@ pub struct MemberRecord {
     /// The root's start time, with `root_tgid` the key of the tree it belongs to.
     pub root_start_ticks: u64,
     pub root_tgid: u32,
-    /// `MEMBER_FLAG_*` bits; the field also keeps the size a multiple of eight on both sides.
+    /// `MEMBER_FLAG_*` bits.
     pub flags: u32,
+    /// The uid whose share a counted entry holds: its forker's real uid.
+    pub uid: u32,
+    /// Keeps the size a multiple of eight on both sides.
+    pub pad: u32,
 }
 
 /// [`SignalCause::flags`]: a signal was recorded.
@@ -232,11 +278,14 @@ mod tests {
     /// The same numbers are asserted by `_Static_assert` in `liveness.h`.
     #[test]
     fn member_record_layout_is_pinned() {
-        assert_eq!(size_of::<MemberRecord>(), 24);
+        assert_eq!(size_of::<MemberRecord>(), 32);
+        assert_eq!(size_of::<Ancestor>(), 16);
+        assert_eq!(size_of::<Lineage>(), 8 + 16 * LINEAGE_DEPTH);
         assert_eq!(offset_of!(MemberRecord, start_ticks), 0);
         assert_eq!(offset_of!(MemberRecord, root_start_ticks), 8);
         assert_eq!(offset_of!(MemberRecord, root_tgid), 16);
         assert_eq!(offset_of!(MemberRecord, flags), 20);
+        assert_eq!(offset_of!(MemberRecord, uid), 24);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::action::ActionSpec;
 use crate::protocol::OwnerSpec;
-use crate::session::{OnEnd, Phase};
+use crate::session::{OnEnd, Phase, Until};
 
 /// Create a session, or give an ACTIVE one a new owner (a new turn).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,6 +32,9 @@ pub struct Register {
     /// terminated (default [`crate::session::DEFAULT_GRACE_MS`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grace_ms: Option<u64>,
+    /// When the session ends by itself (default `owner`); set when the session is created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<Until>,
     /// `owner: "auto"`: further process names to skip as wrappers, for this request
     /// only (added to the daemon's `--wrapper` list).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

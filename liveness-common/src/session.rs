@@ -32,6 +32,8 @@ pub enum EndReason {
     Timeout,
     /// A pending session was never renamed to its real id in time.
     PendingExpired,
+    /// A session registered `until: "tree"`: the last process of its tree exited.
+    TreeExited,
 }
 
 impl From<DeathReason> for EndReason {
@@ -75,6 +77,9 @@ pub struct Session {
     /// What happens to the session's surviving processes when it ends.
     #[serde(default)]
     pub on_end: OnEnd,
+    /// When the session ends by itself (`owner` unless registered otherwise).
+    #[serde(default, skip_serializing_if = "Until::is_owner")]
+    pub until: Until,
     /// How long surviving processes have between SIGTERM and SIGKILL when they are
     /// terminated, in milliseconds.
     #[serde(default = "default_grace_ms")]
@@ -168,6 +173,24 @@ pub enum OnEnd {
 impl OnEnd {
     pub fn is_leave(&self) -> bool {
         *self == OnEnd::Leave
+    }
+}
+
+/// When a session ends by itself: at its owner's death, or at the last death of its tree.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Until {
+    /// When its owner exits.
+    #[default]
+    Owner,
+    /// When the last process of its tree (the owner and every process it started since
+    /// registration) exits: a launcher that execs, forks and exits stays alive in its tree.
+    Tree,
+}
+
+impl Until {
+    pub fn is_owner(&self) -> bool {
+        *self == Until::Owner
     }
 }
 

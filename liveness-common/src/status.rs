@@ -69,7 +69,7 @@ impl MembershipMode {
                 "nothing forked while the daemon runs; processes forked and orphaned while it was stopped"
             }
             MembershipMode::KernelAndScan | MembershipMode::Scan => {
-                "a process forked and orphaned (its parent exited) between two scans"
+                "a process forked and orphaned (its parent exited) between two scans; a process that an owner or member the kernel does not follow forks with CLONE_PARENT (its parent is then outside the tree, so no walk of /proc reaches it)"
             }
         }
     }
@@ -93,8 +93,30 @@ pub struct MembershipStatus {
     pub kernel_used: Option<u64>,
     /// New processes the kernel map had no room for.
     pub kernel_full: u64,
+    /// Since when the kernel's lineages are complete (ms since the epoch): a process forked
+    /// since and orphaned before its tree was followed is still placed in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lineage_since_ms: Option<i64>,
+    /// The slots of the kernel map the processes of one uid other than root may hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_share_per_uid: Option<u64>,
+    /// The uids that hold their whole share of the kernel map, or were refused a slot for
+    /// it: the kernel follows what they fork beyond it only through scans.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub over_share: Vec<UidOverShare>,
     /// What this mode can miss.
     pub misses: String,
+}
+
+/// A uid over its share of the kernel's members map.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UidOverShare {
+    /// The uid last refused (uids equal modulo 4096 share one budget).
+    pub uid: u32,
+    /// Member slots its processes hold now.
+    pub used: u64,
+    /// Its processes refused a slot for the share since the daemon started.
+    pub refused: u64,
 }
 
 /// Who answered.

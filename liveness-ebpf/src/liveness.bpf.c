@@ -40,6 +40,25 @@ const volatile __u32 daemon_pidns_inum = PROC_PID_INIT_INO;
  */
 const volatile __u64 max_members = 65536;
 
+/*
+ * How many of the max_members slots the processes forked by one uid (other than root) may
+ * hold, set by the loader: one user's storm of forks leaves the rest to root and the others.
+ */
+const volatile __u64 max_members_per_uid = 16384;
+
+/*
+ * tgid -> the process's lineage: its ancestors when it was forked, copied from its parent's,
+ * so that a process orphaned before its tree was followed still names who started it. The
+ * fork program writes every new process's, the exit program deletes it; least recently
+ * used entries go first when it is full. User space sets max_entries.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 32768);
+	__type(key, __u32);
+	__type(value, struct lineage);
+} lineages SEC(".maps");
+
 /* tgid -> expected start_ticks. User space overrides max_entries at load time. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -73,6 +92,16 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } member_slots SEC(".maps");
+
+/* Per uid bucket (uid % UID_BUCKETS): its share of the member slots. Mapped by the daemon,
+ * which keeps `used` like member_slots, and says in its status who is over budget. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, UID_BUCKETS);
+	__type(key, __u32);
+	__type(value, struct uid_share);
+} uid_shares SEC(".maps");
 
 /*
  * The counters below are mapped by the daemon (BPF_F_MMAPABLE), which reads them without a
@@ -189,32 +218,53 @@ static __always_inline __u64 process_start_ticks(struct task_struct *task)
 }
 
 /*
- * Takes one of the max_members slots, or none when all are taken. The count read after the
- * atomic add includes this add and every one before it, so of any set of adds the last
- * sees them all: no more than max_members succeed at once. No fetching atomics: Linux 5.10
- * lacks them.
+ * Adds one to *used unless that makes it more than max, atomically. The count read after the
+ * atomic add includes this add and every one before it, so of any set of adds the last sees
+ * them all: no more than max succeed at once. No fetching atomics: Linux 5.10 lacks them.
  */
-static __always_inline int take_member_slot(void)
+static __always_inline int take_within(__u64 *used, __u64 max)
 {
-	__u32 zero = 0;
-	__u64 *used = bpf_map_lookup_elem(&member_slots, &zero);
-
-	if (!used)
-		return 0;
 	__sync_fetch_and_add(used, 1);
-	if (*(volatile __u64 *)used <= max_members)
+	if (*(volatile __u64 *)used <= max)
 		return 1;
 	__sync_fetch_and_add(used, -1);
 	return 0;
 }
 
-static __always_inline void release_member_slot(void)
+/*
+ * Takes one of the max_members slots and one of uid's share (root has no share of its own:
+ * its processes are the administrator's), or none of either; a refusal for the share is
+ * counted in the uid's bucket.
+ */
+static __always_inline int take_member_slot(__u32 uid)
 {
-	__u32 zero = 0;
+	__u32 zero = 0, bucket = uid % UID_BUCKETS;
 	__u64 *used = bpf_map_lookup_elem(&member_slots, &zero);
+	struct uid_share *share = bpf_map_lookup_elem(&uid_shares, &bucket);
+
+	if (!used || !share)
+		return 0;
+	if (!take_within(&share->used, uid ? max_members_per_uid : max_members)) {
+		__sync_fetch_and_add(&share->refused, 1);
+		share->last_refused_uid = uid;
+		return 0;
+	}
+	if (take_within(used, max_members))
+		return 1;
+	__sync_fetch_and_add(&share->used, -1);
+	return 0;
+}
+
+static __always_inline void release_member_slot(__u32 uid)
+{
+	__u32 zero = 0, bucket = uid % UID_BUCKETS;
+	__u64 *used = bpf_map_lookup_elem(&member_slots, &zero);
+	struct uid_share *share = bpf_map_lookup_elem(&uid_shares, &bucket);
 
 	if (used)
 		__sync_fetch_and_add(used, -1);
+	if (share)
+		__sync_fetch_and_add(&share->used, -1);
 }
 
 /*
@@ -223,16 +273,38 @@ static __always_inline void release_member_slot(void)
  */
 static __always_inline void delete_entry(__u32 tgid, struct member_record *entry)
 {
-	__u32 flags = entry->flags;
+	__u32 flags = entry->flags, uid = entry->uid;
 
 	if (bpf_map_delete_elem(&members, &tgid) == 0 && (flags & MEMBER_FLAG_COUNTED))
-		release_member_slot();
+		release_member_slot(uid);
 }
 
 /*
- * A new process joins the tree of its parent when the parent has an entry: as a tracked
- * process (the root) or as a member. Thread creation returns after one comparison; any
- * other fork of a process with no entry costs one hash lookup.
+ * Records the lineage of `child`, a new process: its parent, then its parent's ancestors as
+ * the parent's own lineage has them (when that is the parent's, not an earlier process's
+ * with its pid).
+ */
+static __always_inline void record_lineage(__u32 parent_tgid, __u64 parent_start,
+					   __u32 child_tgid, __u64 child_start)
+{
+	struct lineage *from = bpf_map_lookup_elem(&lineages, &parent_tgid);
+	struct lineage fresh = {
+		.start_ticks = child_start,
+		.ancestors[0] = { .start_ticks = parent_start, .tgid = parent_tgid },
+	};
+
+	if (from && from->start_ticks == parent_start) {
+		for (int i = 1; i < LINEAGE_DEPTH; i++)
+			fresh.ancestors[i] = from->ancestors[i - 1];
+	}
+	bpf_map_update_elem(&lineages, &child_tgid, &fresh, BPF_ANY);
+}
+
+/*
+ * A new process gets its lineage, and joins the tree of its parent when the parent has an
+ * entry: as a tracked process (the root) or as a member. Thread creation returns after one
+ * comparison; any other fork of a process with no entry costs its lineage's write and one
+ * hash lookup.
  */
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(liveness_fork, struct task_struct *parent, struct task_struct *child)
@@ -242,6 +314,14 @@ int BPF_PROG(liveness_fork, struct task_struct *parent, struct task_struct *chil
 		return 0;
 
 	__u32 parent_tgid = tgid_seen_by_daemon(parent);
+	__u32 child_tgid = tgid_seen_by_daemon(child);
+	/* The child leads its own group, and copy_process set its start time already. */
+	__u64 child_start = child->start_boottime / NSEC_PER_CLOCK_TICK;
+
+	if (!child_tgid)
+		return 0;
+	record_lineage(parent_tgid, process_start_ticks(parent), child_tgid, child_start);
+
 	struct member_record *parent_entry = bpf_map_lookup_elem(&members, &parent_tgid);
 
 	/* A stale entry names an earlier process that had this pid. A tracked parent's entry
@@ -250,17 +330,14 @@ int BPF_PROG(liveness_fork, struct task_struct *parent, struct task_struct *chil
 	if (!parent_entry || parent_entry->start_ticks != process_start_ticks(parent))
 		return 0;
 
+	/* The parent forks: current is the parent, whose real uid the child has too. */
 	struct member_record member = {
+		.start_ticks = child_start,
 		.root_start_ticks = parent_entry->root_start_ticks,
 		.root_tgid = parent_entry->root_tgid,
 		.flags = MEMBER_FLAG_COUNTED,
+		.uid = (__u32)bpf_get_current_uid_gid(),
 	};
-	__u32 child_tgid = tgid_seen_by_daemon(child);
-
-	if (!child_tgid)
-		return 0;
-	/* The child leads its own group, and copy_process set its start time already. */
-	member.start_ticks = child->start_boottime / NSEC_PER_CLOCK_TICK;
 
 	struct member_record *existing = bpf_map_lookup_elem(&members, &child_tgid);
 
@@ -271,7 +348,7 @@ int BPF_PROG(liveness_fork, struct task_struct *parent, struct task_struct *chil
 		/* An earlier process with this pid, gone. */
 		delete_entry(child_tgid, existing);
 	}
-	if (!take_member_slot()) {
+	if (!take_member_slot(member.uid)) {
 		bump_in(&member_counters, MEMBER_COUNTER_FULL);
 		return 0;
 	}
@@ -279,7 +356,7 @@ int BPF_PROG(liveness_fork, struct task_struct *parent, struct task_struct *chil
 	long error = bpf_map_update_elem(&members, &child_tgid, &member, BPF_NOEXIST);
 
 	if (error) {
-		release_member_slot();
+		release_member_slot(member.uid);
 		/* Out of memory: the child is not followed here, so user space must scan. */
 		if (error != -EEXIST)
 			bump_in(&member_counters, MEMBER_COUNTER_FULL);
@@ -390,17 +467,20 @@ SEC("tp_btf/sched_process_exit")
 int BPF_PROG(liveness_exit, struct task_struct *task)
 {
 	__u32 tgid = tgid_seen_by_daemon(task);
-	struct member_record *entry = bpf_map_lookup_elem(&members, &tgid);
-
-	/* Neither tracked nor a member: a tracked process always has an entry here. */
-	if (!entry)
-		return 0;
 
 	/* do_exit decrements live before this tracepoint: non-zero means other threads remain,
 	 * which covers thread exits and the threads execve's de_thread kills. */
 	struct signal_struct *signal = task->signal;
 
 	if (signal->live.counter != 0)
+		return 0;
+	/* The process is gone: its descendants keep their own copies of its lineage. */
+	bpf_map_delete_elem(&lineages, &tgid);
+
+	struct member_record *entry = bpf_map_lookup_elem(&members, &tgid);
+
+	/* Neither tracked nor a member: a tracked process always has an entry here. */
+	if (!entry)
 		return 0;
 
 	/* The leader outlives its threads as a zombie, so it is valid even when a non-leader
@@ -421,11 +501,10 @@ int BPF_PROG(liveness_exit, struct task_struct *task)
 	 * together can both get here: deleting twice is harmless. */
 	delete_entry(tgid, entry);
 
-	/* A member: its usage goes to its tree's root, and its exit ends nothing. */
-	if (root_tgid != tgid) {
+	/* A member: its usage goes to its tree's root. Its exit ends nothing, unless it is
+	 * tracked too: the last members of a session that lasts until its tree does. */
+	if (root_tgid != tgid)
 		add_to_tree(root_tgid, root_start_ticks, &usage);
-		return 0;
-	}
 
 	__u64 *expected_start = bpf_map_lookup_elem(&tracked, &tgid);
 

@@ -148,8 +148,12 @@ struct trace_event_raw_mark_victim___task {
 #define MEMBER_COUNTER_ADDED 1
 #define MEMBER_COUNTER_SLOTS 2
 
-/* Mirrors liveness_common::MEMBER_FLAG_*: the entry holds one of the max_members slots. */
+/* Mirrors liveness_common::MEMBER_FLAG_*: the entry holds one of the max_members slots, and
+ * one of its uid's share. */
 #define MEMBER_FLAG_COUNTED 1
+
+/* Mirrors liveness_common::UID_BUCKETS: uids share a budget when equal modulo this. */
+#define UID_BUCKETS 4096
 
 /*
  * Mirrors liveness_common::MemberRecord: a process of the tree rooted at a tracked process,
@@ -160,13 +164,47 @@ struct member_record {
 	__u64 root_start_ticks;
 	__u32 root_tgid;
 	__u32 flags;
+	/* The uid whose share a counted entry holds: its forker's real uid. */
+	__u32 uid;
+	__u32 pad;
 };
 
-_Static_assert(sizeof(struct member_record) == 24, "member_record size");
+_Static_assert(sizeof(struct member_record) == 32, "member_record size");
 _Static_assert(__builtin_offsetof(struct member_record, root_start_ticks) == 8,
 	       "root_start_ticks offset");
 _Static_assert(__builtin_offsetof(struct member_record, root_tgid) == 16, "root_tgid offset");
 _Static_assert(__builtin_offsetof(struct member_record, flags) == 20, "flags offset");
+_Static_assert(__builtin_offsetof(struct member_record, uid) == 24, "uid offset");
+
+/* Mirrors liveness_common::UID_SHARE_*: a bucket of uids' share of the member slots. */
+struct uid_share {
+	/* Counted entries whose uid falls in the bucket. */
+	__u64 used;
+	/* Forks refused because the share was taken, and the uid last refused. */
+	__u64 refused;
+	__u64 last_refused_uid;
+};
+
+_Static_assert(sizeof(struct uid_share) == 24, "uid_share size");
+
+/* Mirrors liveness_common::LINEAGE_DEPTH: the ancestors a lineage keeps, nearest first. */
+#define LINEAGE_DEPTH 8
+
+/* Mirrors liveness_common::Ancestor. */
+struct ancestor {
+	__u64 start_ticks;
+	__u32 tgid;
+	__u32 pad;
+};
+
+/* Mirrors liveness_common::Lineage: a process's start time and its ancestors when it was
+ * forked, nearest first (a tgid of 0 ends the list), whatever they became since. */
+struct lineage {
+	__u64 start_ticks;
+	struct ancestor ancestors[LINEAGE_DEPTH];
+};
+
+_Static_assert(sizeof(struct lineage) == 8 + 16 * LINEAGE_DEPTH, "lineage size");
 
 /* Mirrors liveness_common::CAUSE_*: what a signal_cause holds. */
 #define CAUSE_SIGNAL 1

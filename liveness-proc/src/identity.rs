@@ -489,6 +489,18 @@ impl ProcRoot {
         rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
     }
 
+    /// Whether this is the live `/proc` of a kernel whose pidfds live in pidfs (Linux 6.9+):
+    /// there each process has an inode of its own, which tells it from another that took
+    /// its pid within its clock tick (and so has its start time too).
+    pub fn has_pidfs(&self) -> bool {
+        static PIDFS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        self.live
+            && *PIDFS.get_or_init(|| {
+                self.open_pidfd(std::process::id())
+                    .is_some_and(|pidfd| pidfs_ino(pidfd.as_fd()).is_some())
+            })
+    }
+
     /// Captures the identity of a live process. Fails rather than returning a partial
     /// identity; a zombie has already exited and has no identity worth owning anything.
     ///

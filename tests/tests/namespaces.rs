@@ -296,6 +296,7 @@ fn a_pidfd_owner_is_never_confused_with_a_process_reusing_its_pid() {
         labels: Default::default(),
         on_end: None,
         grace_ms: None,
+        until: None,
         wrappers: Vec::new(),
         on_end_run: None,
     });

@@ -7,7 +7,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
-use integration_tests::{Daemon, binary, eventually, privileged, proc_root, start_ticks};
+use integration_tests::{
+    Daemon, Fingerprint, TestprocAs, binary, eventually, privileged, proc_root, start_ticks, state,
+};
 use serde_json::{Value, json};
 
 const PATIENCE: Duration = Duration::from_secs(15);
@@ -137,16 +139,20 @@ fn register(daemon: &Daemon, session: &str, owner: &Owner) {
     assert_eq!(reply["ok"], true, "register: {reply}");
 }
 
-/// The session `whose --pid` names, through the CLI.
+/// The id of the session `whose --pid` names, through the CLI.
 fn whose(daemon: &Daemon, pid: u32) -> Value {
+    whose_session(daemon, pid)["id"].clone()
+}
+
+/// The session `whose --pid --json` prints.
+fn whose_session(daemon: &Daemon, pid: u32) -> Value {
     let out = daemon.cli(&["whose", "--pid", &pid.to_string(), "--json"]);
     assert!(
         out.status.success(),
         "whose --pid {pid}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let reply: Value = serde_json::from_slice(&out.stdout).expect("whose --json output");
-    reply["id"].clone()
+    serde_json::from_slice(&out.stdout).expect("whose --json output")
 }
 
 /// The pids `processes --session` lists, through the CLI.
@@ -484,14 +490,16 @@ fn without_ebpf_a_proc_scan_finds_the_tree() {
 }
 
 /// An owner inside another session's tree (a nested session): while it is tracked, the
-/// processes it forks join its own tree; once its session ends, while it lives on, what it
-/// forks joins the outer tree again, even when orphaned at once.
+/// processes it forks join its own tree, and are in the outer tree too; once its session
+/// ends, while it lives on, they stay in the outer tree, and what it forks joins the outer
+/// tree again, even when orphaned at once. A restart changes none of it, and the outer
+/// session's `terminate` ends them all.
 #[test]
 fn a_nested_session_has_its_own_tree_and_gives_the_owner_back_at_its_end() {
     if !privileged("nested trees in the kernel") {
         return;
     }
-    let daemon = Daemon::start(&[]);
+    let mut daemon = Daemon::start(&[]);
     assert_eq!(membership_mode(&daemon), "kernel");
     let dir = tempfile::tempdir().expect("a temporary directory");
     // One fifo per turn: a reader opening a fifo while the last turn's writer still has it
@@ -509,7 +517,11 @@ fn a_nested_session_has_its_own_tree_and_gives_the_owner_back_at_its_end() {
     };
 
     let mut owner = Owner::spawn();
-    register(&daemon, "outer", &owner);
+    let reply = daemon.request(json!({
+        "op": "register", "session": "outer", "owner": {"pid": owner.pid},
+        "on_end": "terminate", "grace_ms": 100
+    }));
+    assert_eq!(reply["ok"], true, "register the outer session: {reply}");
     // The inner owner: a member of the outer tree, which forks a sleep at its first turn
     // and an orphaned one at its second.
     owner.send(&format!(
@@ -528,11 +540,7 @@ fn a_nested_session_has_its_own_tree_and_gives_the_owner_back_at_its_end() {
     let inner_child = owner.pid_line();
     wait_listed(&daemon, "inner", inner_child);
     assert_eq!(whose(&daemon, inner_child), "inner");
-    let outer_listed = processes(&daemon, "outer");
-    assert!(
-        outer_listed.contains(&inner_owner) && !outer_listed.contains(&inner_child),
-        "the outer tree holds the inner owner, not its child: {outer_listed:?}"
-    );
+    wait_listed(&daemon, "outer", inner_child);
 
     let reply = daemon.request(json!({"op": "end", "session": "inner"}));
     assert_eq!(reply["ok"], true, "end the inner session: {reply}");
@@ -540,7 +548,39 @@ fn a_nested_session_has_its_own_tree_and_gives_the_owner_back_at_its_end() {
     let orphan = owner.pid_line();
     wait_orphaned(&owner, orphan);
     wait_listed(&daemon, "outer", orphan);
-    assert_eq!(whose(&daemon, orphan), "outer");
+    for pid in [orphan, inner_child] {
+        assert_eq!(whose(&daemon, pid), "outer", "whose --pid {pid}");
+    }
+    wait_listed(&daemon, "outer", inner_child);
+
+    // Persisted in the outer tree before the stop (a refresh a second).
+    std::thread::sleep(Duration::from_millis(1500));
+    daemon.stop();
+    daemon.restart();
+    for pid in [orphan, inner_child, inner_owner] {
+        assert_eq!(
+            whose(&daemon, pid),
+            "outer",
+            "after a restart, whose --pid {pid}"
+        );
+    }
+
+    let processes: Vec<(u32, u64)> = [orphan, inner_child, inner_owner]
+        .iter()
+        .map(|&pid| (pid, start_ticks(pid).expect("alive")))
+        .collect();
+    owner.sigkill();
+    let ended = daemon.wait_ended("outer");
+    let survivors = survivor_keys(&ended["survivors"]);
+    for key in &processes {
+        assert!(survivors.contains(key), "{key:?} not among {survivors:?}");
+    }
+    for (pid, start) in processes {
+        let ended = eventually(PATIENCE, || {
+            start_ticks(pid) != Some(start) || state(pid) == Some('Z')
+        });
+        assert!(ended, "the outer session's terminate left {pid} running");
+    }
 }
 
 /// An owner the kernel cannot track (its map of tracked processes full) has no entry of its
@@ -572,6 +612,493 @@ fn the_tree_of_an_owner_the_kernel_cannot_track_is_scanned() {
     assert_eq!(whose(&daemon, orphan), "beyond");
     kill_owner_and_check_survivors(&daemon, "beyond", &mut second, &[orphan], &[]);
     drop(first);
+}
+
+/// A line-driven helper process (`testproc MODE`), killed on drop.
+struct Helper {
+    child: Child,
+    input: ChildStdin,
+    output: BufReader<ChildStdout>,
+}
+
+impl Helper {
+    fn spawn(mode: &str) -> Helper {
+        let mut child = Command::new(binary("testproc"))
+            .arg(mode)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn testproc");
+        let input = child.stdin.take().expect("stdin");
+        let output = BufReader::new(child.stdout.take().expect("stdout"));
+        Helper {
+            child,
+            input,
+            output,
+        }
+    }
+
+    fn ask(&mut self, line: &str) -> String {
+        writeln!(self.input, "{line}").expect("write to testproc");
+        self.line()
+    }
+
+    fn line(&mut self) -> String {
+        let mut line = String::new();
+        self.output.read_line(&mut line).expect("read testproc");
+        line.trim().to_owned()
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A member that died, and a process outside the tree that took its pid within the
+/// member's clock tick (so with its start time): `(owner, session, stranger)`.
+fn stranger_with_a_members_pid_and_start(
+    daemon: &Daemon,
+    strangers: &mut Helper,
+    made: &mut Vec<(u32, u64)>,
+) -> (Helper, String, u32) {
+    // Everything from the member's fork to the stranger's must fit in one 10 ms tick,
+    // a registration included: a busy machine needs a few tries.
+    for attempt in 0..100 {
+        let session = format!("reuse-{attempt}");
+        let mut owner = Helper::spawn("reuse");
+        let member: u32 = owner.line().parse().expect("the member's pid");
+        let member_start = start_ticks(member).expect("the member is alive");
+        let reply = daemon.request(json!({
+            "op": "register", "session": session, "owner": {"pid": owner.child.id()},
+            "on_end": "terminate", "grace_ms": 100
+        }));
+        assert_eq!(reply["ok"], true, "register: {reply}");
+        assert_eq!(owner.ask("go"), "reaped");
+        let answer = strangers.ask(&member.to_string());
+        if let Ok(pid) = answer.parse::<u32>() {
+            let start = start_ticks(pid).expect("the stranger is alive");
+            made.push((pid, start));
+            if start == member_start {
+                return (owner, session, pid);
+            }
+        }
+        let reply = daemon.request(json!({"op": "end", "session": session}));
+        assert_eq!(reply["ok"], true, "end: {reply}");
+    }
+    panic!("no stranger took a member's pid within its clock tick in 100 tries");
+}
+
+/// A member dies and a process outside the tree takes its pid within the same clock tick:
+/// it has the member's pid and start time, but not its pidfs inode. It is never named by
+/// `whose`, listed by `processes` (before and after a refresh), reported as a survivor, or
+/// signalled by the `terminate` policy.
+#[test]
+fn a_stranger_that_took_a_members_pid_in_its_tick_is_no_member() {
+    if !privileged("a member's pid reused within its tick") {
+        return;
+    }
+    let daemon = Daemon::start(&[]);
+    let mut strangers = Helper::spawn("stranger");
+    let mut made = Vec::new();
+    let (mut owner, session, stranger) =
+        stranger_with_a_members_pid_and_start(&daemon, &mut strangers, &mut made);
+    let check = |when: &str| {
+        let reply = daemon.request(json!({"op": "whose", "pid": stranger}));
+        assert_eq!(
+            reply["ok"], false,
+            "{when}: whose names the stranger: {reply}"
+        );
+        let listed = processes(&daemon, &session);
+        assert!(
+            !listed.contains(&stranger),
+            "{when}: the stranger {stranger} is listed: {listed:?}"
+        );
+    };
+    check("at once");
+    // A refresh of the trees (every second) checks every member again.
+    std::thread::sleep(Duration::from_millis(1500));
+    check("after a refresh");
+
+    let key = (stranger, start_ticks(stranger).expect("alive"));
+    let _ = owner.child.kill();
+    let _ = owner.child.wait();
+    let ended = daemon.wait_ended(&session);
+    assert!(
+        !survivor_keys(&ended["survivors"]).contains(&key),
+        "the stranger is a survivor: {ended}"
+    );
+    // Past the grace: a SIGTERM or SIGKILL of the policy would have ended it by now.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        start_ticks(stranger),
+        Some(key.1),
+        "the terminate policy signalled the stranger"
+    );
+    assert_ne!(state(stranger), Some('Z'), "the stranger was killed");
+    for (pid, start) in made {
+        kill_if_same(pid, start);
+    }
+}
+
+/// `status.membership` now.
+fn membership(daemon: &Daemon) -> Value {
+    daemon.request(json!({"op": "status"}))["status"]["membership"].clone()
+}
+
+/// Waits until the membership mode is `expected`.
+fn wait_mode(daemon: &Daemon, expected: &str) -> Value {
+    let mut last = Value::Null;
+    let reached = eventually(PATIENCE, || {
+        last = membership(daemon);
+        last["mode"] == expected
+    });
+    assert!(
+        reached,
+        "the membership mode never became {expected}: {last}"
+    );
+    last
+}
+
+/// With a members map of five slots, five sleepers fill it: a process forked then (a
+/// `testproc family`, its middle process and first member) is refused a slot, found by a
+/// scan, and counted once in `kernel_full`. Once the sleepers are gone, a refresh gives the
+/// refused members their entries back and the mode is `kernel` again: what such a member
+/// forks and orphans at once is a member.
+#[test]
+fn members_refused_a_slot_get_one_back_once_slots_are_free() {
+    if !privileged("members refused a kernel slot") {
+        return;
+    }
+    let daemon = Daemon::start(&["--ebpf-max-members", "5"]);
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (input, output) = (dir.path().join("in"), dir.path().join("out"));
+    for fifo in [&input, &output] {
+        let made = Command::new("mkfifo").arg(fifo).status().expect("mkfifo");
+        assert!(made.success(), "mkfifo {}", fifo.display());
+    }
+    let mut owner = Owner::spawn();
+    register(&daemon, "storm", &owner);
+    owner.send("s=; for i in 1 2 3 4 5; do sleep 1000 & s=\"$s $!\"; done; echo $s");
+    for pid in owner.line().split(' ') {
+        let pid = pid.parse().expect("a pid");
+        owner.spawned.push((pid, start_ticks(pid).expect("alive")));
+    }
+    wait_kernel_used(&daemon, 5);
+
+    owner.send(&format!(
+        "{} family < {} > {} & echo $!",
+        binary("testproc").display(),
+        input.display(),
+        output.display()
+    ));
+    let family = owner.pid_line();
+    let mut commands = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&input)
+        .expect("open the family's input");
+    let mut replies = BufReader::new(std::fs::File::open(&output).expect("open its output"));
+    let mut reply = |owner: &mut Owner| {
+        let mut line = String::new();
+        replies.read_line(&mut line).expect("read the family");
+        let pid: u32 = line.trim().parse().expect("a pid");
+        owner
+            .spawned
+            .push((pid, start_ticks(pid).expect("a member is alive")));
+        pid
+    };
+    let before = reply(&mut owner);
+    wait_listed(&daemon, "storm", family);
+    wait_listed(&daemon, "storm", before);
+    assert_eq!(membership(&daemon)["mode"], "kernel_and_scan");
+
+    owner.send("kill $s");
+    let status = wait_mode(&daemon, "kernel");
+    // The family, its middle process and its first member: each refused once.
+    assert_eq!(status["kernel_full"], 3, "{status}");
+    wait_kernel_used(&daemon, 3);
+
+    // The orphan and the middle process it is orphaned by take the two slots left.
+    writeln!(commands, "orphan").expect("ask the family for an orphan");
+    let orphan = reply(&mut owner);
+    wait_orphaned(&owner, orphan);
+    assert_eq!(whose(&daemon, orphan), "storm");
+    wait_listed(&daemon, "storm", orphan);
+}
+
+/// An orphan left running by a session that ended (the default `leave` policy) is still
+/// placed: `whose` names the ended session and says it ended, and the text `get` lists the
+/// survivors.
+#[test]
+fn whose_names_the_ended_session_an_orphan_survived() {
+    if !privileged("survivors of an ended session") {
+        return;
+    }
+    let daemon = Daemon::start(&[]);
+    let mut owner = Owner::spawn();
+    register(&daemon, "left", &owner);
+    let orphan = owner.orphan();
+    wait_orphaned(&owner, orphan);
+    kill_owner_and_check_survivors(&daemon, "left", &mut owner, &[orphan], &[]);
+
+    let reply = whose_session(&daemon, orphan);
+    assert_eq!(reply["id"], "left", "{reply}");
+    assert_eq!(reply["phase"], "ended", "{reply}");
+    assert!(reply["ended_ms"].is_u64(), "{reply}");
+
+    let out = daemon.cli(&["whose", "--pid", &orphan.to_string()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("left ended") && text.contains(&format!("left PID {orphan} running")),
+        "whose --pid {orphan}: {text}"
+    );
+    let out = daemon.cli(&["get", "--session", "left"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Survivors: 1 process") && text.contains(&format!("(pid {orphan}")),
+        "get left: {text}"
+    );
+}
+
+/// A child the owner makes with `CLONE_PARENT` has the owner's parent for its parent: the
+/// kernel's fork program sees who forked it and makes it a member, while no walk of `/proc`
+/// from the tree can reach it, which the scan mode's status says.
+#[test]
+fn a_clone_parent_child_is_a_member_in_the_kernel_and_a_stated_miss_of_scans() {
+    let modes: &[&[&str]] = if privileged("CLONE_PARENT children in the kernel's tree") {
+        &[&[], &["--sources", "pidfd"]]
+    } else {
+        &[&["--sources", "pidfd"]]
+    };
+    for &args in modes {
+        let daemon = Daemon::start(args);
+        let mut owner = Helper::spawn("sibling");
+        let reply = daemon.request(json!({
+            "op": "register", "session": "clone-parent", "owner": {"pid": owner.child.id()}
+        }));
+        assert_eq!(reply["ok"], true, "register: {reply}");
+        let sibling: u32 = owner.ask("go").parse().expect("the sibling's pid");
+        let key = (sibling, start_ticks(sibling).expect("alive"));
+        assert_eq!(ppid(sibling), std::process::id(), "not the owner's sibling");
+        let status = membership(&daemon);
+        if status["mode"] == "kernel" {
+            assert_eq!(whose(&daemon, sibling), "clone-parent");
+            wait_listed(&daemon, "clone-parent", sibling);
+        } else {
+            // Two scans later it is still no member, as status says.
+            std::thread::sleep(Duration::from_millis(2500));
+            assert!(!processes(&daemon, "clone-parent").contains(&sibling));
+            let misses = status["misses"].as_str().expect("misses");
+            assert!(misses.contains("CLONE_PARENT"), "{status}");
+        }
+        kill_if_same(key.0, key.1);
+        // SAFETY: reaping the sibling, this test's child by CLONE_PARENT.
+        unsafe { libc::waitpid(key.0 as i32, std::ptr::null_mut(), 0) };
+    }
+}
+
+/// One user's storm of forks (600 processes, a members map of 300) takes no more than its
+/// share of the map: another user's process, forked and orphaned at once afterwards, is
+/// still a member, placed by `whose` and ended by its session's `terminate`; status says
+/// which uid is over its share.
+#[test]
+fn one_users_storm_leaves_the_kernel_map_to_other_users() {
+    if !privileged("per-uid shares of the kernel map") {
+        return;
+    }
+    const STORMER: u32 = 61_041;
+    const OTHER: u32 = 61_042;
+    let daemon = Daemon::start(&["--ebpf-max-members", "300"]);
+    let mut storm = TestprocAs::spawn(STORMER, &["storm", "600"]);
+    let reply = daemon.request(json!({
+        "op": "register", "session": "storm", "owner": {"pid": storm.pid()}
+    }));
+    assert_eq!(reply["ok"], true, "register the storm: {reply}");
+    writeln!(storm.to.as_mut().expect("stdin"), "go").expect("start the storm");
+    assert_eq!(storm.read_line().as_deref(), Some("ready\n"));
+    let status = membership(&daemon);
+    assert_eq!(status["kernel_share_per_uid"], 75, "{status}");
+    let over = &status["over_share"][0];
+    assert_eq!(over["uid"], STORMER, "{status}");
+    assert_eq!(over["used"], 75, "{status}");
+    assert!(over["refused"].as_u64() >= Some(525), "{status}");
+
+    let mut family = TestprocAs::spawn(OTHER, &["family"]);
+    let first = family.read_line().expect("the family's first member");
+    let first = Fingerprint::of(first.trim().parse().expect("a pid"));
+    let reply = daemon.request(json!({
+        "op": "register", "session": "other", "owner": {"pid": family.pid()},
+        "on_end": "terminate", "grace_ms": 100
+    }));
+    assert_eq!(reply["ok"], true, "register the other user's: {reply}");
+    writeln!(family.to.as_mut().expect("stdin"), "orphan").expect("ask for an orphan");
+    let orphan = family.read_line().expect("the orphan's pid");
+    let orphan = Fingerprint::of(orphan.trim().parse().expect("a pid"));
+    assert_eq!(whose(&daemon, orphan.pid), "other");
+
+    drop(family);
+    daemon.wait_ended("other");
+    let ended = eventually(PATIENCE, || !orphan.is_running());
+    assert!(ended, "the other user's orphan survived its terminate");
+    first.kill();
+    orphan.kill();
+}
+
+/// Registers `session` for `owner`, lasting until its tree does.
+fn register_until_tree(daemon: &Daemon, session: &str, owner: &Owner) {
+    let reply = daemon.request(json!({
+        "op": "register", "session": session, "owner": {"pid": owner.pid}, "until": "tree"
+    }));
+    assert_eq!(reply["ok"], true, "register: {reply}");
+    assert_eq!(reply["session"]["until"], "tree", "{reply}");
+}
+
+/// The `session.ended` events of `session` in the whole stream.
+fn ended_events(daemon: &Daemon, session: &str) -> usize {
+    let mut conn = daemon.connect();
+    let reply = conn.request(json!({"op": "subscribe", "since": 0, "session": session}));
+    assert_eq!(reply["ok"], true, "subscribe: {reply}");
+    let mut ended = 0;
+    while let Some(line) = conn.next_within(Duration::from_millis(500)) {
+        if line["event"]["kind"] == "session.ended" {
+            ended += 1;
+        }
+    }
+    ended
+}
+
+/// Waits a moment and checks that `session` is still active.
+fn still_active(daemon: &Daemon, session: &str, when: &str) {
+    std::thread::sleep(Duration::from_millis(300));
+    let session = daemon.session(session);
+    assert_eq!(session["phase"], "active", "{when}: {session}");
+}
+
+/// A session registered `until: "tree"` outlives its owner while members of its tree live,
+/// whatever order they die in, and across a daemon restart; it ends once, when the last
+/// one exits, with that one's status and reason `tree_exited` — in the kernel's mode and
+/// with the scan fallback.
+#[test]
+fn a_session_until_tree_ends_with_its_last_process() {
+    let modes: &[&[&str]] = if privileged("sessions until their tree") {
+        &[&[], &["--sources", "pidfd"]]
+    } else {
+        &[&["--sources", "pidfd"]]
+    };
+    for &args in modes {
+        let mut daemon = Daemon::start(args);
+        let mut owner = Owner::spawn();
+        register_until_tree(&daemon, "build", &owner);
+        // Each listed before it is orphaned: a scan sees it under its parent.
+        let mut held = || {
+            let pid = owner.held_orphan();
+            wait_listed(&daemon, "build", pid);
+            owner.release();
+            wait_orphaned(&owner, pid);
+            pid
+        };
+        let (first, last) = (held(), held());
+        let last_key = (last, start_ticks(last).expect("alive"));
+
+        owner.sigkill();
+        still_active(&daemon, "build", "after the owner's death");
+        assert_eq!(
+            whose(&daemon, first),
+            "build",
+            "a member while the tree lives"
+        );
+        kill_if_same(first, start_ticks(first).expect("alive"));
+        still_active(&daemon, "build", "after a member's death");
+
+        daemon.stop();
+        daemon.restart();
+        still_active(&daemon, "build", "after a restart");
+        assert_eq!(start_ticks(last_key.0), Some(last_key.1));
+        // SAFETY: signalling the test's own process, checked by its start time just above.
+        unsafe { libc::kill(last_key.0 as i32, libc::SIGTERM) };
+        let ended = daemon.wait_ended("build");
+        assert_eq!(ended["reason"], "tree_exited", "{ended}");
+        // A pidfd shows a status only once init has reaped the orphan, which may be late.
+        let status = json!({"kind": "signaled", "signal": 15, "core_dumped": false});
+        assert!(
+            ended["exit"] == status || (!args.is_empty() && ended["exit"].is_null()),
+            "the last member's status: {ended}"
+        );
+        assert_eq!(ended["survivors"]["total"], 0, "{ended}");
+        assert_eq!(ended_events(&daemon, "build"), 1, "ended exactly once");
+    }
+}
+
+/// `liveness run --until tree` waits for the whole tree of a launcher that exits first, and
+/// exits with the last process's status, saying so when the launcher's differs.
+#[test]
+fn run_until_tree_waits_for_the_whole_tree() {
+    if !privileged("run --until tree") {
+        return;
+    }
+    let daemon = Daemon::start(&[]);
+    let started = std::time::Instant::now();
+    let out = daemon.cli(&[
+        "run",
+        "--session",
+        "launcher",
+        "--until",
+        "tree",
+        "--",
+        "sh",
+        "-c",
+        "(sleep 1; exit 4) & exit 3",
+    ]);
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "run returned before the tree's last process exited"
+    );
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("exited with 3") && stderr.contains("with 4"),
+        "{stderr}"
+    );
+    let ended = daemon.session("launcher");
+    assert_eq!(ended["reason"], "tree_exited", "{ended}");
+    assert_eq!(
+        ended["exit"],
+        json!({"kind": "exited", "code": 4}),
+        "{ended}"
+    );
+}
+
+/// A process the owner started and that was orphaned before the session was registered is
+/// placed by the kernel's lineages: `whose` names the session, `processes` lists it, and
+/// the `terminate` policy ends it with the session.
+#[test]
+fn an_orphan_made_before_registration_is_placed_by_its_lineage() {
+    if !privileged("lineage from before registration") {
+        return;
+    }
+    let daemon = Daemon::start(&[]);
+    let mut owner = Owner::spawn();
+    let orphan = owner.orphan();
+    wait_orphaned(&owner, orphan);
+    let reply = daemon.request(json!({
+        "op": "register", "session": "late", "owner": {"pid": owner.pid},
+        "on_end": "terminate", "grace_ms": 100
+    }));
+    assert_eq!(reply["ok"], true, "register: {reply}");
+    assert_eq!(whose(&daemon, orphan), "late");
+    let listed = processes(&daemon, "late");
+    assert!(listed.contains(&orphan), "{orphan} not in {listed:?}");
+
+    let key = (orphan, start_ticks(orphan).expect("alive"));
+    owner.sigkill();
+    let ended = daemon.wait_ended("late");
+    assert!(survivor_keys(&ended["survivors"]).contains(&key), "{ended}");
+    let gone = eventually(PATIENCE, || {
+        start_ticks(key.0) != Some(key.1) || state(key.0) == Some('Z')
+    });
+    assert!(gone, "the terminate policy left {orphan} running");
 }
 
 /// `processes` comes in pages (item 4 of the hardening issue: a request whose size a client

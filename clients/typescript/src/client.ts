@@ -11,6 +11,7 @@ import {
   type Identity,
   type Lock,
   type OnEnd,
+  type Until,
   type OwnerSpec,
   type Phase,
   type Process,
@@ -61,6 +62,8 @@ export interface Registration {
   onEnd?: OnEnd;
   /** Between SIGTERM and SIGKILL when survivors are terminated (the daemon's: 10 s). */
   graceMs?: number;
+  /** `"tree"`: the session ends at the last exit of its tree, not its owner's. */
+  until?: Until;
   /** With `"auto"`: further process names to skip, for this registration only. */
   wrappers?: string[];
   /** Commands the daemon runs, as the caller, once the session ends, however it ends
@@ -170,6 +173,7 @@ export class Client {
       labels: registration.labels,
       on_end: registration.onEnd,
       grace_ms: registration.graceMs,
+      until: registration.until,
       wrappers: registration.wrappers,
       on_end_run: registration.onEndRun,
     });

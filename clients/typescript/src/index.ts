@@ -35,6 +35,7 @@ export {
   type MembersUsage,
   type Message,
   type OnEnd,
+  type Until,
   type Phase,
   type Process,
   type Reaped,

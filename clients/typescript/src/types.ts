@@ -164,6 +164,11 @@ export type OnEnd = "leave" | "terminate";
 const phase = oneOf<Phase>("active", "ended");
 const onEnd = oneOf<OnEnd>("leave", "terminate");
 
+/** When a session ends by itself: at its owner's exit, or at the last exit of its tree. */
+export type Until = "owner" | "tree";
+
+const until = oneOf<Until>("owner", "tree");
+
 /** One end action: a command the daemon runs, as the session's creator, when the session
  * ends, however it ends (docs/end-actions.md §1). Make it idempotent: a run cut short by a
  * stop or a crash of the daemon runs again. */
@@ -265,6 +270,8 @@ export interface Session {
   survivors?: Survivors;
   on_end: OnEnd;
   grace_ms: number;
+  /** When it ends by itself (`"owner"` unless registered otherwise). */
+  until: Until;
   /** The end actions its creator registered. */
   on_end_run: ActionSpec[];
   /** Where each end action stands, in the order of `on_end_run` (`get` and
@@ -303,6 +310,7 @@ export const session = object<Session>({
   survivors: optional(survivors),
   on_end: defaulted(onEnd, "leave"),
   grace_ms: defaulted(int, DEFAULT_GRACE_MS),
+  until: defaulted(until, "owner", true),
   on_end_run: defaulted(arrayOf(actionSpec), [], true),
   actions: defaulted(arrayOf(actionState), [], true),
   finalized_ms: optional(int),
@@ -553,6 +561,7 @@ export interface Request {
   labels?: Record<string, string>;
   on_end?: OnEnd;
   grace_ms?: number;
+  until?: Until;
   wrappers?: string[];
   to?: string;
   terminate?: boolean;
@@ -580,6 +589,7 @@ export const request = object<Request>(
     labels: optional(recordOf(str)),
     on_end: optional(onEnd),
     grace_ms: optional(int),
+    until: optional(until),
     wrappers: optional(arrayOf(str)),
     to: optional(str),
     terminate: optional(bool),

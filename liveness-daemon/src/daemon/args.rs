@@ -69,6 +69,11 @@ pub struct Args {
     /// scanning /proc as well.
     #[arg(long, default_value_t = EbpfConfig::default().max_members, value_name = "COUNT")]
     pub(super) ebpf_max_members: u32,
+    /// How many of the members' entries the processes forked by one uid other than root may
+    /// hold (default: a quarter of --ebpf-max-members): one user's storm of forks leaves
+    /// the rest to root's and the other users' trees. Uids equal modulo 4096 share one.
+    #[arg(long, value_name = "COUNT")]
+    pub(super) ebpf_max_members_per_uid: Option<u32>,
     /// A process name that `owner: "auto"` skips as a wrapper (repeatable).
     #[arg(long = "wrapper", value_name = "COMM")]
     pub(super) wrappers: Vec<String>,

@@ -247,6 +247,7 @@ fn engine_start(
                 max_tracked: args.ebpf_max_tracked,
                 ring_bytes: args.ebpf_ring_bytes,
                 max_members: args.ebpf_max_members,
+                max_members_per_uid: args.ebpf_max_members_per_uid,
             },
             pidfd: PidfdConfig {
                 status_wait: args.exit_status_wait,

@@ -307,6 +307,13 @@ impl Engine {
         match self.store.active_sessions_of_owner(owner) {
             Ok(sessions) if sessions.is_empty() => {
                 self.monitor.untrack(owner.key());
+                for member in self.until_tree.stop(owner.key()) {
+                    // Unless it owns sessions of its own.
+                    let member = self.identity_of(member);
+                    if self.journaled.sessions_of_owner(&member).next().is_none() {
+                        self.monitor.untrack(member.key());
+                    }
+                }
                 self.trees.forget([owner]);
             }
             Ok(_) => {}
@@ -331,7 +338,9 @@ impl Engine {
 
     /// Ends every ACTIVE session owned by the dead processes, in one transaction, together
     /// with the deaths an earlier failed commit left over.
-    pub(super) fn finalize(&mut self, mut deaths: Vec<OwnerDeath>) {
+    pub(super) fn finalize(&mut self, deaths: Vec<OwnerDeath>) {
+        // Members of trees that sessions wait for: the last one's death ends them.
+        let mut deaths = self.tree_deaths(deaths);
         // Computed once, at the death: a retried commit keeps the survivors of that moment.
         let owners = deaths
             .iter()
@@ -341,6 +350,14 @@ impl Engine {
         for death in deaths.iter_mut().filter(|death| death.survivors.is_none()) {
             death.survivors = found.next().flatten();
         }
+        // Sessions that last until their trees do are not ended by these deaths: their
+        // trees' members are watched from now on, and stay followed.
+        let gone = self.wait_for_trees(&deaths);
+        let waited: Vec<Identity> = deaths
+            .iter()
+            .filter(|death| self.until_tree.waits_for(death.owner.key()))
+            .map(|death| death.owner.clone())
+            .collect();
         // Older deaths first, so events keep the order in which deaths were seen. Nothing
         // is announced that was not appended; should the daemon stop before a retry
         // succeeds, the sessions are still ACTIVE in the store and the next start's
@@ -350,6 +367,9 @@ impl Engine {
             (&mut self.journaled, &mut self.store, &mut self.counters);
         let appended = self.retries.end(deaths, journaled, store, counters, now);
         let Some((deaths, JournaledDeaths { entry, mut events })) = appended else {
+            if !gone.is_empty() {
+                self.finalize(gone);
+            }
             return;
         };
         if let Some(hops) = &mut self.hops {
@@ -381,8 +401,17 @@ impl Engine {
             }
             self.start_actions();
         }
-        // Every session of a dead owner has ended: nobody follows its tree now.
-        self.trees.forget(deaths.iter().map(|death| &death.owner));
+        // Every session of a dead owner has ended, but those waiting for their trees:
+        // nobody follows the others' trees now.
+        self.trees.forget(
+            deaths
+                .iter()
+                .map(|death| &death.owner)
+                .filter(|owner| !waited.contains(owner)),
+        );
+        if !gone.is_empty() {
+            self.finalize(gone);
+        }
     }
 
     /// Whether SQLite has every published batch, after writing those it does not have (in

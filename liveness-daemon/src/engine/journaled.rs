@@ -6,7 +6,8 @@
 
 use std::path::Path;
 
-use liveness_common::session::Event;
+use liveness_common::identity::Identity;
+use liveness_common::session::{Event, Session};
 
 use super::locks::LockEffect;
 use crate::store::journal::{Journal, JournalEntry};
@@ -57,6 +58,14 @@ impl Journaled {
     }
 
     /// Follows a commit made by SQLite: its events, and the rows they name.
+    /// The ACTIVE sessions of `owner`.
+    pub(super) fn sessions_of_owner(&self, owner: &Identity) -> impl Iterator<Item = &Session> {
+        self.active
+            .of_owner(owner)
+            .into_iter()
+            .map(|(session, _)| session)
+    }
+
     pub(super) fn committed(&mut self, events: &[Event], store: &Store) {
         if let Some(last) = events.last() {
             self.head = self.head.max(last.seq);

@@ -40,6 +40,7 @@ mod reaps;
 mod retry;
 mod subscribers;
 mod tree;
+mod until_tree;
 
 #[cfg(test)]
 mod tests;
@@ -49,8 +50,8 @@ pub use auth::Caller;
 pub use end_metrics::EndMetrics;
 pub use locks::{Acquire, Queued};
 pub use op::{
-    Ask, Command, End, Found, Handle, Op, Register, Registered, Subscribe, Subscription, Synced,
-    Tree, Waiting, Whose, ancestry, stopping,
+    Ask, Command, End, Found, Handle, Link, Op, Register, Registered, Subscribe, Subscription,
+    Synced, Tree, Waiting, Whose, ancestry, stopping,
 };
 pub use outbox::{Ended, Flushed, Outbox};
 pub use tree::TreeView;
@@ -172,6 +173,8 @@ pub struct Engine {
     trees: tree::Trees,
     /// Sessions' surviving processes being terminated.
     reaps: reaps::Reaps,
+    /// The members watched for sessions that last until their tree does.
+    until_tree: until_tree::TreeWaits,
     /// End actions running.
     actions: actions::Actions,
     /// With `--trace-hops` only.
@@ -257,6 +260,7 @@ impl Engine {
             journaled,
             trees,
             reaps: reaps::Reaps::new(config.proc.clone(), local.boot_id.clone()),
+            until_tree: until_tree::TreeWaits::default(),
             actions: actions::Actions::new(&config.actions, config.proc.clone()),
             hops: config.trace_hops.then(hops::HopTrace::default),
             fresh_owners: owner_checks::FreshOwners::default(),

@@ -206,6 +206,7 @@ fn registration(
         labels: BTreeMap::new(),
         on_end,
         grace_ms,
+        until: None,
         wrappers: Vec::new(),
         on_end_run: None,
     };

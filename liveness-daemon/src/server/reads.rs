@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::reply::{IntoReply, Processes};
-use crate::engine::{self, Caller, Handle, TreeView, ancestry};
+use crate::engine::{self, Caller, Handle, Link, TreeView, ancestry};
 use crate::offload::offload_for;
 use crate::source::tree_map::TreeMap;
 use crate::store::{EventReader, ListQuery, LockQuery, StoreError};
@@ -245,7 +245,52 @@ impl Readers {
                 "reading the ancestry failed",
             ))
         })?;
-        engine.ask(caller, engine::Whose { pid, ancestry }).await
+        let links = ancestry.clone();
+        match engine.ask(caller, engine::Whose { pid, ancestry }).await {
+            Err(error) if error.code == ErrorCode::NotFound => {
+                Ok(self.survivor_of(caller, links).await?.ok_or(error)?)
+            }
+            answer => answer,
+        }
+    }
+
+    /// The ended session (still retained) that the nearest process of `ancestry` survived:
+    /// which session left it running.
+    async fn survivor_of(
+        &self,
+        caller: Caller,
+        ancestry: Vec<Link>,
+    ) -> Result<Option<engine::Found>, ErrorBody> {
+        let Readers { database, proc, .. } = self.clone();
+        let found = offload_for(caller.uid, move || {
+            let boot_id = proc.boot_id().unwrap_or_default();
+            let reader = read("sessions", EventReader::open(&database))?;
+            for link in ancestry {
+                let survivor = Identity {
+                    pid: link.key.pid,
+                    start_ticks: link.key.start_ticks,
+                    boot_id: boot_id.clone(),
+                    host: String::new(),
+                    pidfs_ino: link.pidfs_ino,
+                    comm: String::new(),
+                };
+                let sessions = reader.ended_with_survivor(&survivor, caller.creator_filter());
+                if let Some(session) = read("sessions", sessions)?.into_iter().next() {
+                    // The owner has exited: it has no pid in any namespace now.
+                    return Ok(Some(engine::Found {
+                        session,
+                        owner_pid: 0,
+                    }));
+                }
+            }
+            Ok(None)
+        });
+        found.await.unwrap_or_else(|| {
+            Err(ErrorBody::new(
+                ErrorCode::Internal,
+                "reading the ended sessions failed",
+            ))
+        })
     }
 
     /// `end`: the survivors of the owner's tree are read here, then the engine ends the

@@ -16,8 +16,8 @@ use aya::{Btf, BtfError, Ebpf, EbpfLoader};
 use liveness_common::record::{
     COUNTER_CAUSES_LOST, COUNTER_EMITTED, COUNTER_LOST, COUNTER_SLOTS, COUNTER_USAGE_LOST,
     EXIT_PROGRAM_NAME, ExitRecord, FORK_PROGRAM_NAME, MAP_CAUSES, MAP_COUNTERS, MAP_EXITS,
-    MAP_MEMBER_COUNTERS, MAP_MEMBER_SLOTS, MAP_MEMBERS, MAP_TRACKED, MAP_TREE_USAGES,
-    OOM_PROGRAM_NAME, SIGNAL_PROGRAM_NAME, SignalCause, TreeUsage,
+    MAP_LINEAGES, MAP_MEMBER_COUNTERS, MAP_MEMBER_SLOTS, MAP_MEMBERS, MAP_TRACKED, MAP_TREE_USAGES,
+    MAP_UID_SHARES, OOM_PROGRAM_NAME, SIGNAL_PROGRAM_NAME, SignalCause, TreeUsage,
 };
 use liveness_common::status::CausesReport;
 use tokio::io::Interest;
@@ -26,7 +26,7 @@ use tokio::io::unix::AsyncFd;
 use super::cgroups;
 use super::child::ProbeChild;
 use super::shared_array::SharedArray;
-use super::tree_map::{TreeMap, TreeMapError, map_errno};
+use super::tree_map::{TreeMap, TreeMapError, TreeMaps, map_errno};
 use liveness_common::cause::{Cause, KernelFacts};
 use liveness_common::status::{SelfTest, SourceStats};
 
@@ -47,6 +47,8 @@ const OOM_TRACEPOINT: &str = "mark_victim";
 const PIDNS_GLOBAL: &str = "daemon_pidns_inum";
 /// The program's `.rodata` variable holding the members' share of the members map.
 const MAX_MEMBERS_GLOBAL: &str = "max_members";
+/// The program's `.rodata` variable holding one uid's share of the members' slots.
+const MAX_MEMBERS_PER_UID_GLOBAL: &str = "max_members_per_uid";
 const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 /// Default capacity of the map of tracked processes (the object's own default).
@@ -69,6 +71,19 @@ pub struct EbpfConfig {
     /// entry per tracked process besides). New processes that find no room are counted, and
     /// the daemon then finds members by scanning `/proc` as well.
     pub max_members: u32,
+    /// How many of those the processes forked by one uid other than root may hold, so that
+    /// one user's storm of forks leaves room for root's and the other users' trees; `None`:
+    /// a quarter of `max_members`.
+    pub max_members_per_uid: Option<u32>,
+}
+
+impl EbpfConfig {
+    /// One uid's share of the members' slots.
+    pub fn members_per_uid(&self) -> u32 {
+        self.max_members_per_uid
+            .unwrap_or(self.max_members / 4)
+            .clamp(1, self.max_members.max(1))
+    }
 }
 
 impl Default for EbpfConfig {
@@ -77,6 +92,7 @@ impl Default for EbpfConfig {
             max_tracked: DEFAULT_MAX_TRACKED,
             ring_bytes: DEFAULT_RING_BYTES,
             max_members: DEFAULT_MAX_MEMBERS,
+            max_members_per_uid: None,
         }
     }
 }
@@ -337,6 +353,11 @@ impl EbpfSource {
             .map_max_entries(MAP_TREE_USAGES, config.max_tracked)
             .map_max_entries(MAP_EXITS, config.ring_bytes)
             .override_global(MAX_MEMBERS_GLOBAL, &u64::from(config.max_members), true)
+            .override_global(
+                MAX_MEMBERS_PER_UID_GLOBAL,
+                &u64::from(config.members_per_uid()),
+                true,
+            )
             // Members take at most max_members entries; every tracked process has one more.
             .map_max_entries(
                 MAP_MEMBERS,
@@ -368,16 +389,20 @@ impl EbpfSource {
             .attach()
             .map_err(|e| EbpfError::from_program("attaching the eBPF fork program", e))?;
         let causes = attach_cause_programs(&mut ebpf, &btf);
-        let members = TreeMap::new(
-            take_map(&mut ebpf, MAP_MEMBERS)?,
-            take_map(&mut ebpf, MAP_MEMBER_COUNTERS)?,
-            take_map(&mut ebpf, MAP_MEMBER_SLOTS)?,
-            config.max_members,
-        )
-        .map_err(|source| EbpfError::Map {
-            name: MAP_MEMBERS,
-            source,
-        })?;
+        let maps = TreeMaps {
+            lineages: take_map(&mut ebpf, MAP_LINEAGES)?,
+            members: take_map(&mut ebpf, MAP_MEMBERS)?,
+            counters: take_map(&mut ebpf, MAP_MEMBER_COUNTERS)?,
+            slots: take_map(&mut ebpf, MAP_MEMBER_SLOTS)?,
+            uid_shares: take_map(&mut ebpf, MAP_UID_SHARES)?,
+        };
+        let members =
+            TreeMap::new(maps, config.max_members, config.members_per_uid()).map_err(|source| {
+                EbpfError::Map {
+                    name: MAP_MEMBERS,
+                    source,
+                }
+            })?;
         let roots = members.try_clone().map_err(|source| EbpfError::Map {
             name: MAP_MEMBERS,
             source,
@@ -619,30 +644,34 @@ fn read_records(
     }
 }
 
+impl EbpfSource {
+    /// Writes `key`'s entry in the map of tracked processes, whose exits are reported.
+    fn insert_tracked(&mut self, key: ProcessKey) -> Result<(), TrackError> {
+        let Err(error) = self.map.insert(key.pid, key.start_ticks, 0) else {
+            return Ok(());
+        };
+        match map_errno(&error) {
+            Some(libc::E2BIG | libc::ENOMEM) => {
+                self.refused += 1;
+                Err(TrackError::Exhausted(format!(
+                    "the eBPF map of tracked processes is full ({} entries)",
+                    self.max_tracked
+                )))
+            }
+            _ => Err(TrackError::Io(io::Error::other(error))),
+        }
+    }
+}
+
 impl ExitSource for EbpfSource {
     fn kind(&self) -> DetectedBy {
         DetectedBy::Ebpf
     }
 
     fn track(&mut self, key: ProcessKey) -> Result<(), TrackError> {
-        let refuse = |source: &mut EbpfSource, why: String| {
-            source.refused += 1;
-            Err(TrackError::Exhausted(why))
-        };
         // The tracked entry first: the members map then never holds more tracked
         // processes' entries than the tracked map holds processes, which its size counts on.
-        if let Err(error) = self.map.insert(key.pid, key.start_ticks, 0) {
-            return match map_errno(&error) {
-                Some(libc::E2BIG | libc::ENOMEM) => refuse(
-                    self,
-                    format!(
-                        "the eBPF map of tracked processes is full ({} entries)",
-                        self.max_tracked
-                    ),
-                ),
-                _ => Err(TrackError::Io(io::Error::other(error))),
-            };
-        }
+        self.insert_tracked(key)?;
         // Without its entry in the members map, the programs would not see its exit.
         if let Err(error) = self.roots.add_root(key) {
             // Whatever this pid's entry was, it was replaced: forget it.
@@ -651,10 +680,30 @@ impl ExitSource for EbpfSource {
                 tracing::warn!(%key, %error, "cannot remove a process from the eBPF map");
             }
             return match error {
-                TreeMapError::NoRoom(_) => refuse(self, error.to_string()),
+                TreeMapError::NoRoom(_) => {
+                    self.refused += 1;
+                    Err(TrackError::Exhausted(error.to_string()))
+                }
                 error => Err(TrackError::Io(io::Error::other(error))),
             };
         }
+        self.tracked.insert(key.pid, key.start_ticks);
+        Ok(())
+    }
+
+    fn track_member(&mut self, key: ProcessKey) -> Result<(), TrackError> {
+        // Its entry as a member is what the programs see its exit through; it stays, so
+        // that what the member forks still joins its tree.
+        if self
+            .roots
+            .get(key.pid)
+            .is_none_or(|entry| entry.member != key)
+        {
+            return Err(TrackError::Exhausted(
+                "the process has no entry in the members map".to_owned(),
+            ));
+        }
+        self.insert_tracked(key)?;
         self.tracked.insert(key.pid, key.start_ticks);
         Ok(())
     }

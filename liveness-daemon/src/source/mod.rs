@@ -82,6 +82,11 @@ pub enum TrackError {
 pub trait ExitSource: Send + fmt::Debug {
     fn kind(&self) -> DetectedBy;
     fn track(&mut self, key: ProcessKey) -> Result<(), TrackError>;
+    /// Like `track`, for a member of a tracked process's tree: it stays a member, so that
+    /// what it forks still joins that tree.
+    fn track_member(&mut self, key: ProcessKey) -> Result<(), TrackError> {
+        self.track(key)
+    }
     /// Stops watching; a no-op for a process that is not tracked.
     fn untrack(&mut self, key: ProcessKey);
     fn stats(&self) -> SourceStats;

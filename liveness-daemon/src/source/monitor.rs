@@ -377,20 +377,30 @@ impl Monitor {
     /// Starts watching a process of this boot. Returns its death at once when it is
     /// already dead (or its PID was reused); it is then not tracked.
     pub fn track(&mut self, key: ProcessKey) -> Option<ExitObservation> {
+        self.track_as(key, false)
+    }
+
+    /// [`Monitor::track`] for a member of a tracked process's tree (see
+    /// [`ExitSource::track_member`]).
+    pub fn track_member(&mut self, key: ProcessKey) -> Option<ExitObservation> {
+        self.track_as(key, true)
+    }
+
+    fn track_as(&mut self, key: ProcessKey, member: bool) -> Option<ExitObservation> {
         if self.tracked.contains_key(&key) {
             return None;
         }
         let mut coverage = Coverage::default();
         let mut gone = false;
         if let Some(ebpf) = &mut self.ebpf {
-            coverage.ebpf = arm(ebpf, key, &mut gone);
+            coverage.ebpf = arm(ebpf, key, member, &mut gone);
         }
         if let Some(pidfd) = &mut self.pidfd {
-            coverage.pidfd = arm(pidfd, key, &mut gone);
+            coverage.pidfd = arm(pidfd, key, member, &mut gone);
         }
         #[cfg(test)]
         if let Some(fake) = &mut self.fake {
-            coverage.fake = arm(fake, key, &mut gone);
+            coverage.fake = arm(fake, key, member, &mut gone);
         }
         if self.procpoll_selected || !(coverage.event_driven() || gone) {
             coverage.procpoll = self.cover_by_procpoll(key);
@@ -641,8 +651,13 @@ impl Monitor {
 }
 
 /// Arms one source for `key`; a refusal is logged and the others cover the process.
-fn arm(source: &mut dyn ExitSource, key: ProcessKey, gone: &mut bool) -> bool {
-    match source.track(key) {
+fn arm(source: &mut dyn ExitSource, key: ProcessKey, member: bool, gone: &mut bool) -> bool {
+    let tracked = if member {
+        source.track_member(key)
+    } else {
+        source.track(key)
+    };
+    match tracked {
         Ok(()) => true,
         Err(TrackError::Gone) => {
             *gone = true;

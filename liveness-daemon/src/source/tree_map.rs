@@ -21,8 +21,9 @@ use aya::sys::SyscallError;
 use super::shared_array::SharedArray;
 use liveness_common::identity::ProcessKey;
 use liveness_common::record::{
-    MEMBER_COUNTER_ADDED, MEMBER_COUNTER_FULL, MEMBER_COUNTER_SLOTS, MEMBER_FLAG_COUNTED,
-    MemberRecord,
+    Lineage, MEMBER_COUNTER_ADDED, MEMBER_COUNTER_FULL, MEMBER_COUNTER_SLOTS, MEMBER_FLAG_COUNTED,
+    MemberRecord, UID_BUCKETS, UID_SHARE_LAST_REFUSED, UID_SHARE_REFUSED, UID_SHARE_SLOTS,
+    UID_SHARE_USED,
 };
 
 /// BPF_NOEXIST and BPF_EXIST, for `bpf_map_update_elem`.
@@ -49,6 +50,15 @@ pub enum TreeMapError {
 #[repr(transparent)]
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Value(MemberRecord);
+
+/// The lineages map's value as aya reads it.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug)]
+pub(super) struct LineageValue(Lineage);
+
+// SAFETY: `Lineage` is `repr(C)` plain old data of integers only, with no padding bytes (its
+// ancestors' `pad` fields fill them), so every bit pattern is valid.
+unsafe impl Pod for LineageValue {}
 
 // SAFETY: `MemberRecord` is `repr(C)` plain old data of integers only (no padding bytes:
 // its `flags` field fills the tail), so every bit pattern is valid.
@@ -82,12 +92,26 @@ impl KernelMember {
     }
 }
 
-/// The count of counted entries, shared with the kernel through a mapping of the
-/// `member_slots` array, so both sides change it with atomic instructions.
+/// The count of counted entries, and each uid bucket's share, shared with the kernel through
+/// mappings of the `member_slots` and `uid_shares` arrays, so both sides change them with
+/// atomic instructions.
 #[derive(Debug)]
 struct MemberSlots {
     used: SharedArray,
     capacity: u64,
+    shares: SharedArray,
+    /// The slots the processes of one uid but root may hold.
+    share: u64,
+}
+
+/// Adds one to `used` unless that makes it more than `max`, as the fork program does: add
+/// first, then check, so that the count is never below the entries.
+fn take_within(used: &AtomicU64, max: u64) -> bool {
+    if used.fetch_add(1, Ordering::SeqCst) < max {
+        return true;
+    }
+    used.fetch_sub(1, Ordering::SeqCst);
+    false
 }
 
 impl MemberSlots {
@@ -95,29 +119,68 @@ impl MemberSlots {
         self.used.slot(0)
     }
 
-    /// Takes a slot, as the fork program does: add first, then check, so that the count is
-    /// never below the entries.
-    fn take(&self) -> bool {
-        if self.used().fetch_add(1, Ordering::SeqCst) < self.capacity {
+    /// Field `field` (`UID_SHARE_*`) of the share of the bucket `bucket`.
+    fn share_of(&self, bucket: u32, field: u32) -> &AtomicU64 {
+        self.shares.slot(bucket * UID_SHARE_SLOTS + field)
+    }
+
+    /// Takes a slot and one of `uid`'s share (root has none of its own), or neither.
+    fn take(&self, uid: u32) -> bool {
+        let bucket = uid % UID_BUCKETS;
+        let share = if uid == 0 { self.capacity } else { self.share };
+        if !take_within(self.share_of(bucket, UID_SHARE_USED), share) {
+            self.share_of(bucket, UID_SHARE_REFUSED)
+                .fetch_add(1, Ordering::Relaxed);
+            self.share_of(bucket, UID_SHARE_LAST_REFUSED)
+                .store(u64::from(uid), Ordering::Relaxed);
+            return false;
+        }
+        if take_within(self.used(), self.capacity) {
             return true;
         }
-        self.release();
+        self.share_of(bucket, UID_SHARE_USED)
+            .fetch_sub(1, Ordering::SeqCst);
         false
     }
 
-    fn release(&self) {
+    fn release(&self, uid: u32) {
         self.used().fetch_sub(1, Ordering::SeqCst);
+        self.share_of(uid % UID_BUCKETS, UID_SHARE_USED)
+            .fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// One bucket of uids over its share of the members map, or refused for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UidShare {
+    /// The uid last refused for the bucket's share; else the bucket itself.
+    pub uid: u32,
+    pub used: u64,
+    pub refused: u64,
+}
+
+/// The maps of [`TreeMap`], as the loader takes them from the object.
+pub(super) struct TreeMaps {
+    pub lineages: Map,
+    pub members: Map,
+    pub counters: Map,
+    pub slots: Map,
+    pub uid_shares: Map,
 }
 
 /// A handle on the members map and its counters. The eBPF source holds one for the roots
 /// and the engine's trees another for the members; both belong to the engine's task.
 pub struct TreeMap {
     map: HashMap<MapData, u32, Value>,
+    /// Every process's lineage since the programs were loaded (read only here).
+    lineages: Arc<HashMap<MapData, u32, LineageValue>>,
+    /// When the programs were loaded, in ms since the epoch: lineages are complete since.
+    loaded_ms: i64,
     counters: Arc<SharedArray>,
     slots: Arc<MemberSlots>,
-    /// Members this handle found no slot for (the kernel counts its own).
-    refused: u64,
+    /// Processes user space found no slot for, each once, that the kernel did not count at
+    /// their fork; shared by every handle.
+    refused: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for TreeMap {
@@ -143,16 +206,18 @@ fn duplicate(map: &MapData) -> Result<MapData, MapError> {
 
 impl TreeMap {
     /// The handle on the maps named by [`liveness_common::record`]'s `MAP_MEMBER*`.
-    pub(super) fn new(
-        map: Map,
-        counters: Map,
-        slots: Map,
-        capacity: u32,
-    ) -> Result<TreeMap, MapError> {
-        let slots: Array<MapData, u64> = Array::try_from(slots)?;
-        let counters: Array<MapData, u64> = Array::try_from(counters)?;
+    pub(super) fn new(maps: TreeMaps, capacity: u32, share: u32) -> Result<TreeMap, MapError> {
+        let array = |map: Map| -> Result<Array<MapData, u64>, MapError> { Array::try_from(map) };
+        let (slots, counters) = (array(maps.slots)?, array(maps.counters)?);
+        let shares: Array<MapData, [u64; UID_SHARE_SLOTS as usize]> =
+            Array::try_from(maps.uid_shares)?;
+        let loaded_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_millis() as i64);
         Ok(TreeMap {
-            map: HashMap::try_from(map)?,
+            loaded_ms,
+            lineages: Arc::new(HashMap::try_from(maps.lineages)?),
+            map: HashMap::try_from(maps.members)?,
             counters: Arc::new(SharedArray::map(
                 counters.map(),
                 MEMBER_COUNTER_SLOTS as usize,
@@ -160,18 +225,22 @@ impl TreeMap {
             slots: Arc::new(MemberSlots {
                 used: SharedArray::map(slots.map(), 1)?,
                 capacity: u64::from(capacity),
+                shares: SharedArray::map(shares.map(), (UID_BUCKETS * UID_SHARE_SLOTS) as usize)?,
+                share: u64::from(share),
             }),
-            refused: 0,
+            refused: Arc::new(AtomicU64::new(0)),
         })
     }
 
     /// Another handle on the same maps and slot count.
     pub(crate) fn try_clone(&self) -> Result<TreeMap, MapError> {
         Ok(TreeMap {
+            loaded_ms: self.loaded_ms,
+            lineages: Arc::clone(&self.lineages),
             map: HashMap::try_from(Map::HashMap(duplicate(self.map.map())?))?,
             counters: Arc::clone(&self.counters),
             slots: Arc::clone(&self.slots),
-            refused: 0,
+            refused: Arc::clone(&self.refused),
         })
     }
 
@@ -191,6 +260,35 @@ impl TreeMap {
             .collect()
     }
 
+    /// The processes whose recorded lineage has `root` among their ancestors: those it
+    /// started (up to [`LINEAGE_DEPTH`](liveness_common::record::LINEAGE_DEPTH) generations
+    /// down), whatever they were reparented to
+    /// since, as long as they were forked after the programs were loaded. A walk of the map.
+    pub fn started_by(&self, root: ProcessKey) -> Vec<ProcessKey> {
+        self.lineages
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, LineageValue(lineage))| {
+                lineage
+                    .ancestors
+                    .iter()
+                    .take_while(|ancestor| ancestor.tgid != 0)
+                    .any(|ancestor| {
+                        ancestor.tgid == root.pid && ancestor.start_ticks == root.start_ticks
+                    })
+            })
+            .map(|(pid, LineageValue(lineage))| ProcessKey {
+                pid,
+                start_ticks: lineage.start_ticks,
+            })
+            .collect()
+    }
+
+    /// Since when the lineages are complete (ms since the epoch): the programs' load.
+    pub fn lineage_since_ms(&self) -> i64 {
+        self.loaded_ms
+    }
+
     /// The member entry for `pid`, if the kernel holds one: one lookup, not a walk.
     pub fn get(&self, pid: u32) -> Option<KernelMember> {
         self.record(pid)
@@ -206,22 +304,21 @@ impl TreeMap {
     /// Only one deletion succeeds when the exit program races for it.
     fn delete(&mut self, pid: u32, record: MemberRecord) {
         if self.map.remove(&pid).is_ok() && record.flags & MEMBER_FLAG_COUNTED != 0 {
-            self.slots.release();
+            self.slots.release(record.uid);
         }
     }
 
-    /// Adds a member found in `/proc`, so that its new children join its tree in the
-    /// kernel. True when this wrote its entry; false when the process has one already (a
-    /// member, or tracked itself).
-    pub fn insert(&mut self, member: KernelMember) -> Result<bool, TreeMapError> {
+    /// Adds a member found in `/proc`, whose real uid is `uid`, so that its new children
+    /// join its tree in the kernel. True when this wrote its entry; false when the process
+    /// has one already (a member, or tracked itself).
+    pub fn insert(&mut self, member: KernelMember, uid: u32) -> Result<bool, TreeMapError> {
         match self.record(member.member.pid) {
             Some(record) if record.start_ticks == member.member.start_ticks => return Ok(false),
             // An earlier process that had this pid.
             Some(stale) => self.delete(member.member.pid, stale),
             None => {}
         }
-        if !self.slots.take() {
-            self.refused += 1;
+        if !self.slots.take(uid) {
             return Err(TreeMapError::Full(self.capacity()));
         }
         let record = MemberRecord {
@@ -229,11 +326,13 @@ impl TreeMap {
             root_start_ticks: member.root.start_ticks,
             root_tgid: member.root.pid,
             flags: MEMBER_FLAG_COUNTED,
+            uid,
+            pad: 0,
         };
         match self.map.insert(member.member.pid, Value(record), NO_EXIST) {
             Ok(()) => Ok(true),
             Err(error) => {
-                self.slots.release();
+                self.slots.release(uid);
                 match map_errno(&error) {
                     // The fork program added it meanwhile.
                     Some(libc::EEXIST) => Ok(false),
@@ -255,6 +354,26 @@ impl TreeMap {
         }
     }
 
+    /// Moves a member's entry to the tree of `root` (the tree of a nested session that
+    /// ended goes to the tree that holds its owner), keeping its slot. Only the entry that
+    /// `member` names is changed: one its exit deleted meanwhile is not written again. Only
+    /// if that process exits, its pid is reused and the fork program adds the new one
+    /// between this read and this write is the new one's entry changed instead.
+    pub fn reroot(&mut self, member: KernelMember, root: ProcessKey) {
+        if let Some(record) = self.record(member.member.pid)
+            && KernelMember::of(member.member.pid, record) == member
+            && !member.is_root()
+        {
+            let moved = MemberRecord {
+                root_start_ticks: root.start_ticks,
+                root_tgid: root.pid,
+                ..record
+            };
+            // Gone meanwhile: its exit took the entry, and nothing is left to move.
+            let _ = self.map.insert(member.member.pid, Value(moved), EXIST);
+        }
+    }
+
     /// Makes `root`, a tracked process, the root of its own tree: its entry tells the
     /// programs, in one lookup, that its exit is to be reported and whose tree its children
     /// join. An entry it has as a member of another tree becomes its root entry and keeps
@@ -265,13 +384,14 @@ impl TreeMap {
                 start_ticks: root.start_ticks,
                 root_start_ticks: root.start_ticks,
                 root_tgid: root.pid,
-                flags: 0,
+                ..MemberRecord::default()
             };
             let flags = match self.record(root.pid) {
                 Some(existing) if existing.start_ticks == root.start_ticks => {
                     // Only over the entry just read (its exit may delete it meanwhile),
                     // with its slot.
                     record.flags = existing.flags;
+                    record.uid = existing.uid;
                     EXIST
                 }
                 Some(stale) => {
@@ -316,15 +436,46 @@ impl TreeMap {
     }
 
     /// New processes of trees that found no slot, or that user space found none for,
-    /// since the daemon started.
+    /// since the daemon started: each once (see [`TreeMap::count_refused`]).
     pub fn full_count(&self) -> u64 {
-        self.counters.get(MEMBER_COUNTER_FULL) + self.refused
+        self.counters.get(MEMBER_COUNTER_FULL) + self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Counts a process that user space found no slot for and whose fork the kernel did not
+    /// count: one that existed before its tree was followed, or whose parent had no entry.
+    /// A write retried later is not counted again.
+    pub fn count_refused(&self) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
     }
 
     /// New processes the kernel added since the daemon started: one read, where a walk of
     /// the map visits every bucket of it, empty or not.
     pub fn added_count(&self) -> u64 {
         self.counters.get(MEMBER_COUNTER_ADDED)
+    }
+
+    /// The slots the processes of one uid but root may hold.
+    pub fn share(&self) -> u64 {
+        self.slots.share
+    }
+
+    /// The buckets of uids that hold their whole share now, or were refused a slot for it
+    /// since the daemon started.
+    pub fn over_share(&self) -> Vec<UidShare> {
+        (0..UID_BUCKETS)
+            .filter_map(|bucket| {
+                let field = |field| self.slots.share_of(bucket, field).load(Ordering::SeqCst);
+                let (used, refused) = (field(UID_SHARE_USED), field(UID_SHARE_REFUSED));
+                let full = bucket != 0 && used >= self.slots.share;
+                let named = u32::try_from(field(UID_SHARE_LAST_REFUSED)).unwrap_or(bucket);
+                let uid = if refused > 0 && named % UID_BUCKETS == bucket {
+                    named
+                } else {
+                    bucket
+                };
+                (full || refused > 0).then_some(UidShare { uid, used, refused })
+            })
+            .collect()
     }
 
     /// The member slots taken now: the counted entries, which the kernel keeps within

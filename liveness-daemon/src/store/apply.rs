@@ -8,13 +8,13 @@ use std::collections::HashSet;
 use rusqlite::params;
 
 use liveness_common::lock::ReleaseReason;
-use liveness_common::session::{Event, EventKind, OnEnd};
+use liveness_common::session::{EndReason, Event, EventKind, OnEnd, Until};
 
 use super::active::Active;
 use super::journal::{JournalEntry, JournaledEnding, JournaledEvent, JournaledRelease};
 use super::locks::lock_event;
 use super::rows::{event_ended, json_value, name};
-use super::{OwnerDeath, Store, StoreError};
+use super::{Ending, OwnerDeath, Store, StoreError};
 
 /// A batch of deaths, ready to journal: the entry, and its events (with their seqs) for
 /// the subscribers, in the same order.
@@ -55,11 +55,21 @@ pub fn journal_deaths(
             active.sessions_of(root, &death.owner.boot_id)
         });
         let ending = death.ending(sender_sessions);
+        let tree_ending = Ending {
+            reason: EndReason::TreeExited,
+            ..ending.clone()
+        };
         for (session, held) in active.of_owner(&death.owner) {
+            // A session that lasts until its tree does outlives an owner with survivors.
+            let until_tree = session.until == Until::Tree;
+            if until_tree && death.tree_outlives() {
+                continue;
+            }
             // Two reports of one owner in a batch end its sessions once.
             if !ended.insert((session.creator_uid, session.id.clone())) {
                 continue;
             }
+            let ending = if until_tree { &tree_ending } else { &ending };
             let mut session = session.clone();
             ending.end(&mut session, now_ms);
             batch.entry.endings.push(JournaledEnding {
@@ -74,7 +84,7 @@ pub fn journal_deaths(
                 usage: session.usage.clone(),
                 reap: session.on_end == OnEnd::Terminate,
             });
-            push(&mut batch, event_ended(&session, &ending))?;
+            push(&mut batch, event_ended(&session, ending))?;
             let mut held = held.to_vec();
             held.sort_unstable_by(|a, b| a.name.cmp(&b.name));
             for lock in held {

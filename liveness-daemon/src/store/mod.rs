@@ -17,7 +17,7 @@ use liveness_common::action::ActionSpec;
 use liveness_common::cause::{Cause, SenderSession, Usage};
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{Identity, ProcessKey};
-use liveness_common::session::{EndReason, Event, OnEnd, Phase, Session, Survivors};
+use liveness_common::session::{EndReason, Event, OnEnd, Phase, Session, Survivors, Until};
 
 /// Longest accepted session id, in bytes.
 pub const MAX_ID_LEN: usize = 256;
@@ -26,7 +26,7 @@ pub const MAX_ID_LEN: usize = 256;
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Number of columns in [`session_columns!`].
-const SESSION_COLUMNS: usize = 26;
+const SESSION_COLUMNS: usize = 27;
 
 /// Columns of a session row, in the order [`session_from_row`] reads them.
 macro_rules! session_columns {
@@ -34,7 +34,7 @@ macro_rules! session_columns {
         "id, owner_pid, owner_start_ticks, owner_boot_id, owner_host, owner_comm, phase, \
          pending, reason, exit, detected_by, creator_uid, labels, created_ms, updated_ms, \
          touched_ms, ended_ms, pending_expires_ms, owner_pidfs_ino, survivors, on_end, grace_ms, \
-         cause, usage, on_end_run, finalized_ms"
+         cause, usage, on_end_run, finalized_ms, until"
     };
 }
 
@@ -125,6 +125,7 @@ pub struct NewSession {
     pub labels: BTreeMap<String, String>,
     pub on_end: OnEnd,
     pub grace_ms: u64,
+    pub until: Until,
     /// The end actions; `None` keeps those of an ACTIVE session registered again.
     pub on_end_run: Option<Vec<ActionSpec>>,
     /// The creator's primary group as it registered (`SO_PEERCRED`), when it registered
@@ -228,6 +229,14 @@ impl Ending {
 }
 
 impl OwnerDeath {
+    /// Whether processes of the owner's tree outlive it: a session registered `until:
+    /// "tree"` then lasts until they have exited too.
+    pub fn tree_outlives(&self) -> bool {
+        self.survivors
+            .as_ref()
+            .is_some_and(|survivors| survivors.total > 0)
+    }
+
     /// The ending of every session the dead owner had; `sender_sessions` are those of its
     /// [`OwnerDeath::sender_root`].
     fn ending(&self, sender_sessions: Vec<SenderSession>) -> Ending {
@@ -253,6 +262,9 @@ pub struct Member {
     pub root: ProcessKey,
     /// Command name when first seen, for display.
     pub comm: String,
+    /// Its pidfs inode, where the kernel has pidfs (6.9+): with the pid and start time, what
+    /// tells it from a process that took its pid within its clock tick.
+    pub pidfs_ino: Option<u64>,
 }
 
 /// One stored event: its seq and its JSON body as sent to subscribers.

@@ -1,9 +1,10 @@
 //! The readers: [`EventReader`] connections for event replay and listings.
 
 use super::locks::{LockPage, LockQuery, locks_page};
-use super::rows::{name, session_from_row};
+use super::rows::{name, session_from_row, ticks_to_sql};
 use super::schema::check_version;
 use super::{BUSY_TIMEOUT, SESSION_COLUMNS, StoreError};
+use liveness_common::identity::Identity;
 use liveness_common::session::{Phase, Session};
 use rusqlite::{Connection, OpenFlags, params};
 use std::path::Path;
@@ -35,6 +36,52 @@ impl EventReader {
     /// One page of sessions, oldest first.
     pub fn list(&self, query: &ListQuery) -> Result<SessionPage, StoreError> {
         list(&self.conn, query)
+    }
+
+    /// The ENDED sessions (still retained) that list `survivor`, a process of this boot, among
+    /// the survivors of their end, newest first, for `creator` (`None`: any). A survivor
+    /// whose recorded pidfs inode is not `survivor`'s is another process that took its pid.
+    pub fn ended_with_survivor(
+        &self,
+        survivor: &Identity,
+        creator: Option<u32>,
+    ) -> Result<Vec<Session>, StoreError> {
+        let sessions = self
+            .conn
+            .prepare_cached(concat!(
+                "SELECT ",
+                session_columns!(),
+                " FROM sessions WHERE phase = 'ended' AND survivors LIKE ?1 \
+                 AND (?5 IS NULL OR creator_uid = ?5) \
+                 AND EXISTS (SELECT 1 FROM json_each(survivors, '$.members') AS m \
+                   WHERE json_extract(m.value, '$.pid') = ?2 \
+                   AND json_extract(m.value, '$.start_ticks') = ?3 \
+                   AND json_extract(m.value, '$.boot_id') = ?4) \
+                 ORDER BY ended_ms DESC LIMIT 16"
+            ))?
+            .query_and_then(
+                params![
+                    // A cheap filter before the JSON is read.
+                    format!("%\"pid\":{}%", survivor.pid),
+                    survivor.pid,
+                    ticks_to_sql(survivor.start_ticks),
+                    survivor.boot_id,
+                    creator,
+                ],
+                session_from_row,
+            )?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(sessions
+            .into_iter()
+            .filter(|session| {
+                session.survivors.as_ref().is_some_and(|survivors| {
+                    survivors
+                        .members
+                        .iter()
+                        .any(|member| member.same_process(survivor))
+                })
+            })
+            .collect())
     }
 }
 

@@ -160,6 +160,7 @@ pub(super) fn session_from_row(row: &Row<'_>) -> Result<Session, StoreError> {
         on_end_run: json_column(row, 24)?.unwrap_or_default(),
         actions: Vec::new(),
         finalized_ms: row.get(25)?,
+        until: from_name(row.get(26)?)?,
     })
 }
 
@@ -196,7 +197,7 @@ pub(super) fn insert_session(conn: &Connection, s: &Session) -> Result<(), Store
         "INSERT INTO sessions (",
         session_columns!(),
         ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-         ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26)"
+         ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27)"
     ))?
     .execute(params![
         s.id,
@@ -225,6 +226,7 @@ pub(super) fn insert_session(conn: &Connection, s: &Session) -> Result<(), Store
         json_value(s.usage.as_ref())?,
         specs_column(&s.on_end_run)?,
         s.finalized_ms,
+        name(&s.until)?,
     ])?;
     Ok(())
 }

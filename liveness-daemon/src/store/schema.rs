@@ -218,6 +218,16 @@ CREATE TABLE actions (
 );
 CREATE INDEX actions_not_done ON actions (uid, session) WHERE state != 'done';
 "#,
+    r#"
+-- A member's pidfs inode (Linux 6.9+), so that a process that took a dead member's pid
+-- within its clock tick is not taken for it after a restart either.
+ALTER TABLE members ADD COLUMN pidfs_ino INTEGER;
+"#,
+    r#"
+-- When a session ends by itself: at its owner's death, or at the last death of its tree.
+ALTER TABLE sessions ADD COLUMN until TEXT NOT NULL DEFAULT 'owner'
+    CHECK (until IN ('owner', 'tree'));
+"#,
 ];
 
 /// The schema version this code writes and understands.

@@ -2,7 +2,9 @@ use std::path::Path;
 
 use liveness_common::lock::{Lock, ReleaseReason};
 use liveness_common::protocol::StreamMessage;
-use liveness_common::session::{DEFAULT_GRACE_MS, EventKind, OnEnd, Phase, ReapFailure, Reaped};
+use liveness_common::session::{
+    DEFAULT_GRACE_MS, EventKind, OnEnd, Phase, ReapFailure, Reaped, Until,
+};
 use rusqlite::Connection;
 
 use super::locks::MAX_LOCKS_PER_SESSION;
@@ -41,6 +43,7 @@ fn req(id: &str, owner: Identity) -> NewSession {
         labels: BTreeMap::from([("tool".into(), "claude".into())]),
         on_end: OnEnd::Leave,
         grace_ms: DEFAULT_GRACE_MS,
+        until: Until::Owner,
         on_end_run: None,
         creator_gid: None,
     }

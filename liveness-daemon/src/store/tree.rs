@@ -11,7 +11,7 @@ impl Store {
     /// The persisted members of the tree of `root`.
     pub fn members_of(&self, root: ProcessKey) -> Result<Vec<Member>, StoreError> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT pid, start_ticks, comm FROM members \
+            "SELECT pid, start_ticks, comm, pidfs_ino FROM members \
              WHERE root_pid = ?1 AND root_start_ticks = ?2",
         )?;
         let members = stmt
@@ -23,6 +23,7 @@ impl Store {
                     },
                     root,
                     comm: row.get(2)?,
+                    pidfs_ino: row.get::<_, Option<i64>>(3)?.map(ticks_from_sql),
                 })
             })?
             .collect::<Result<_, _>>()?;
@@ -43,7 +44,7 @@ impl Store {
         for member in added {
             tx.prepare_cached(
                 "INSERT OR REPLACE INTO members (pid, start_ticks, root_pid, root_start_ticks, \
-                 comm) VALUES (?1, ?2, ?3, ?4, ?5)",
+                 comm, pidfs_ino) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             )?
             .execute(params![
                 member.key.pid,
@@ -51,6 +52,7 @@ impl Store {
                 member.root.pid,
                 ticks_to_sql(member.root.start_ticks),
                 member.comm,
+                member.pidfs_ino.map(ticks_to_sql),
             ])?;
         }
         for key in removed {
@@ -94,6 +96,7 @@ mod tests {
             key: key(pid, u64::from(pid) * 10),
             root,
             comm: format!("p{pid}"),
+            pidfs_ino: Some(u64::from(pid) + 1000),
         }
     }
 

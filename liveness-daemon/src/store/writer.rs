@@ -255,6 +255,7 @@ impl Store {
                     survivors: None,
                     on_end: req.on_end,
                     grace_ms: req.grace_ms,
+                    until: req.until,
                     on_end_run: req.on_end_run.unwrap_or_default(),
                     actions: Vec::new(),
                     finalized_ms: None,

@@ -29,6 +29,8 @@
 //! `testproc tree N` forks N children that sleep until it dies (they die with it), prints
 //! `ready` and lives until stdin ends: a big process tree that costs little.
 //!
+//! `testproc storm N` is `tree N` that forks its children only at its first line on stdin.
+//!
 //! `testproc chain N` forks a chain of N processes, each the child of the one before (they
 //! die with it), prints the last one's PID and lives until stdin ends: a deep ancestry.
 //!
@@ -45,6 +47,19 @@
 //!
 //! `testproc rooted`, run from a set-user-ID-root copy of testproc, takes root's ids
 //! (`setresuid(0, 0, 0)`), prints `root` and lives until killed.
+//!
+//! `testproc reuse` is an owner whose child is about to die: at the start of a clock tick it
+//! forks a child that pauses and prints its PID; at the line `go` it SIGKILLs and reaps it
+//! and prints `reaped`; it lives until stdin ends. With `testproc stranger`, a process
+//! outside the tree can take the child's pid within the child's clock tick.
+//!
+//! `testproc stranger` reads PIDs from stdin, one a line, and for each makes a child with
+//! exactly that pid (`clone3` with `set_tid`, root only), which pauses until killed; it
+//! prints the child's PID, or `error ERRNO`.
+//!
+//! `testproc sibling` makes, for each line on stdin, a child with `clone(CLONE_PARENT)` (so
+//! its sibling: its parent is testproc's parent) that pauses until killed, and prints its
+//! PID, or `error ERRNO`.
 //!
 //! `testproc request SOCKET LINE` is a raw protocol client for tests that run commands
 //! inside namespaces: it sends LINE to the daemon's socket and prints the reply line.
@@ -316,7 +331,10 @@ fn forward(mut from: impl Read, mut to: impl Write) {
 }
 
 /// See the module's `tree`.
-fn tree(count: usize) -> ! {
+fn tree(count: usize, storm: bool) -> ! {
+    if storm {
+        wait_for_line();
+    }
     // SAFETY: getpid cannot fail.
     let parent = unsafe { libc::getpid() };
     for _ in 0..count {
@@ -506,6 +524,126 @@ fn survivors(count: usize, helper: Option<&str>) -> ! {
     exit_group(0)
 }
 
+/// Waits for the start of the next clock tick of `/proc/<pid>/stat`'s start times (USER_HZ
+/// is 100: 10 ms of CLOCK_BOOTTIME), so that what follows has a whole tick.
+fn next_tick() {
+    let now = || {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes the timespec it is given.
+        unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+        (ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64) / 10_000_000
+    };
+    let tick = now();
+    while now() == tick {
+        std::hint::spin_loop();
+    }
+}
+
+/// See the module's `reuse`. Single-threaded, so its child may do anything.
+fn reuse() -> ! {
+    next_tick();
+    // SAFETY: this process has one thread.
+    let child = match unsafe { libc::fork() } {
+        -1 => exit_group(107),
+        0 => loop {
+            // SAFETY: pause only waits for a signal.
+            unsafe { libc::pause() };
+        },
+        child => child,
+    };
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "{child}");
+    let _ = out.flush();
+    wait_for_line();
+    // SAFETY: killing and reaping our own child.
+    unsafe {
+        libc::kill(child, libc::SIGKILL);
+        libc::waitpid(child, std::ptr::null_mut(), 0);
+    }
+    let _ = writeln!(out, "reaped");
+    let _ = out.flush();
+    wait_for_eof();
+    exit_group(0)
+}
+
+/// `struct clone_args` of `clone3(2)`, up to `set_tid_size`.
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+}
+
+/// Makes a child with `clone3` (`flags`, and exactly the pid `set_tid` if given) that pauses
+/// until killed, and prints its PID, or `error ERRNO`. Single-threaded callers only.
+fn clone_paused(flags: u64, set_tid: Option<libc::pid_t>) {
+    let tids = [set_tid.unwrap_or(0)];
+    let args = CloneArgs {
+        flags,
+        // clone3 refuses an exit signal with CLONE_PARENT: the child gets the caller's own.
+        exit_signal: if flags & libc::CLONE_PARENT as u64 != 0 {
+            0
+        } else {
+            libc::SIGCHLD as u64
+        },
+        set_tid: set_tid.map_or(0, |_| tids.as_ptr() as u64),
+        set_tid_size: u64::from(set_tid.is_some()),
+        ..CloneArgs::default()
+    };
+    // SAFETY: clone3 without CLONE_VM is a fork; the child only pauses.
+    let made = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &args as *const CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    let mut out = std::io::stdout();
+    match made {
+        0 => loop {
+            // SAFETY: pause only waits for a signal.
+            unsafe { libc::pause() };
+        },
+        -1 => {
+            let _ = writeln!(out, "error {}", std::io::Error::last_os_error());
+        }
+        child => {
+            let _ = writeln!(out, "{child}");
+        }
+    }
+    let _ = out.flush();
+}
+
+/// See the module's `stranger`.
+fn stranger() -> ! {
+    for line in std::io::stdin().lock().lines() {
+        let Ok(pid) = line.unwrap_or_default().trim().parse::<libc::pid_t>() else {
+            exit_group(100)
+        };
+        clone_paused(0, Some(pid));
+    }
+    exit_group(0)
+}
+
+/// See the module's `sibling`.
+fn sibling() -> ! {
+    for _ in std::io::stdin().lock().lines() {
+        clone_paused(libc::CLONE_PARENT as u64, None);
+    }
+    exit_group(0)
+}
+
 /// See the module's `rooted`.
 fn rooted() -> ! {
     // SAFETY: a plain syscall changing this process's credentials.
@@ -532,11 +670,23 @@ fn main() {
             args.get(2).map(String::as_str),
         );
     }
+    if args.first().map(String::as_str) == Some("reuse") {
+        reuse();
+    }
+    if args.first().map(String::as_str) == Some("stranger") {
+        stranger();
+    }
+    if args.first().map(String::as_str) == Some("sibling") {
+        sibling();
+    }
     if args.first().map(String::as_str) == Some("rooted") {
         rooted();
     }
-    if args.first().map(String::as_str) == Some("tree") {
-        tree(args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1));
+    if let Some(mode @ ("tree" | "storm")) = args.first().map(String::as_str) {
+        tree(
+            args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1),
+            mode == "storm",
+        );
     }
     if args.first().map(String::as_str) == Some("linger") {
         linger(

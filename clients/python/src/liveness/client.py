@@ -180,6 +180,7 @@ class Client:
         uid: Optional[int] = None,
         on_end: Optional[str] = None,
         grace_ms: Optional[int] = None,
+        until: Optional[str] = None,
         wrappers: Sequence[str] = (),
         on_end_run: Optional[Sequence[ActionSpec]] = None,
     ) -> Registered:
@@ -192,7 +193,8 @@ class Client:
 
         ``on_end_run`` are commands the daemon runs, as the caller, once the session ends,
         however it ends (docs/end-actions.md). On an active session a list (empty too)
-        replaces the one it had; None keeps it.
+        replaces the one it had; None keeps it. ``until="tree"`` makes the session end at
+        the last exit of its process tree rather than at its owner's.
         """
         pidfd = None
         if isinstance(owner, Identity):
@@ -206,7 +208,8 @@ class Client:
             raise TypeError(f"{owner!r} is no owner: pass AUTO, a pid or an Identity")
         request = Request(
             op="register", session=session, uid=uid, owner=spec, pending=pending,
-            labels=dict(labels or {}), on_end=on_end, grace_ms=grace_ms, wrappers=list(wrappers),
+            labels=dict(labels or {}), on_end=on_end, grace_ms=grace_ms, until=until,
+            wrappers=list(wrappers),
             on_end_run=None if on_end_run is None else list(on_end_run),
         )
         try:

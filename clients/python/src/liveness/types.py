@@ -200,7 +200,7 @@ class Session(Wire):
     only) where each stands; ``finalized_ms`` when the last one had its outcome."""
 
     NULLABLE = frozenset({"reason", "exit", "detected_by", "ended_ms", "pending_expires_ms"})
-    OMIT_DEFAULT = frozenset({"on_end_run", "actions"})
+    OMIT_DEFAULT = frozenset({"on_end_run", "actions", "until"})
 
     id: str
     owner: Identity
@@ -219,6 +219,8 @@ class Session(Wire):
     survivors: Optional[Survivors] = None
     on_end: str = "leave"
     grace_ms: int = DEFAULT_GRACE_MS
+    #: When it ends by itself: "owner" (the default), or "tree" (the last exit of its tree).
+    until: str = "owner"
     cause: Optional[Cause] = None
     usage: Optional[Usage] = None
     on_end_run: List[ActionSpec] = field(default_factory=list)
@@ -462,6 +464,7 @@ class Request(Wire):
     labels: Dict[str, str] = field(default_factory=dict)
     on_end: Optional[str] = None
     grace_ms: Optional[int] = None
+    until: Optional[str] = None
     wrappers: List[str] = field(default_factory=list)
     to: Optional[str] = None
     terminate: bool = False

@@ -40,7 +40,7 @@ pub use subscribe::{Subscribe, Subscription};
 pub use synced::Synced;
 pub use tree::Tree;
 pub use waiting::Waiting;
-pub use whose::{Found, Whose, ancestry};
+pub use whose::{Found, Link, Whose, ancestry};
 
 /// One thing the engine does, in bounded time, on its own thread.
 pub trait Op: fmt::Debug + Send + 'static {

@@ -61,6 +61,16 @@ impl Op for Register {
         let previous = match engine.store.get(namespace, &id).map_err(store_error)? {
             Some(existing) => {
                 check_unchanged(&existing, request.on_end, request.grace_ms)?;
+                if request.until.is_some_and(|until| until != existing.until) {
+                    return Err(ErrorBody::new(
+                        ErrorCode::InvalidRequest,
+                        format!(
+                            "session {:?} was registered with until {}: when a session ends is set when it is created; register without until, or use a new session id",
+                            existing.id,
+                            wire_name(existing.until)
+                        ),
+                    ));
+                }
                 Some(existing.owner)
             }
             None => None,
@@ -78,6 +88,7 @@ impl Op for Register {
             labels: request.labels,
             on_end,
             grace_ms,
+            until: request.until.unwrap_or_default(),
             on_end_run: request.on_end_run,
             // The group is the caller's own only when it registers for itself.
             creator_gid: (namespace == caller.uid).then_some(caller.gid),

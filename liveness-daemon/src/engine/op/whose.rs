@@ -18,9 +18,14 @@ use crate::source::tree_map::TreeMap;
 /// Deep enough for any real process tree, bounded against a corrupt one.
 const MAX_DEPTH: usize = 256;
 
-/// One ancestor: its key, and the tree the kernel's members map holds it in (forked since
-/// the engine last merged the map).
-pub type Link = (ProcessKey, Option<ProcessKey>);
+/// One ancestor: its key, its pidfs inode (where the kernel has pidfs), and the tree the
+/// kernel's members map holds it in (forked since the engine last merged the map).
+#[derive(Debug, Clone, Copy)]
+pub struct Link {
+    pub key: ProcessKey,
+    pub pidfs_ino: Option<u64>,
+    pub kernel_root: Option<ProcessKey>,
+}
 
 /// The ancestry of `pid` (read in the PID namespace of `caller_pid`; for a thread id, of
 /// its process), nearest first, up to the first process without a parent.
@@ -54,7 +59,12 @@ pub fn ancestry(
             .and_then(|kernel| kernel.get(key.pid))
             .filter(|entry| entry.member == key)
             .map(|entry| entry.root);
-        links.push((key, kernel_root));
+        let pidfs_ino = proc.pidfs_ino_of_key(key);
+        links.push(Link {
+            key,
+            pidfs_ino,
+            kernel_root,
+        });
         current = stat.ppid;
     }
     Ok(links)
@@ -82,12 +92,15 @@ impl Op for Whose {
     /// The nearest link of the ancestry that owns an ACTIVE session the caller may see or
     /// belongs to one's tree.
     fn apply(self, engine: &mut Engine, caller: Caller) -> Result<Found, ErrorBody> {
-        for (key, kernel_root) in self.ancestry {
+        for link in self.ancestry {
             // Trees first: a member's parent may be init, or a process of another tree.
-            let owner = engine.trees.root_of(key, kernel_root).unwrap_or(key);
+            let owner = (engine.trees)
+                .root_of(link.key, link.pidfs_ino, link.kernel_root)
+                .unwrap_or(link.key);
             // Every owner of an ACTIVE session of this boot is tracked: the store is asked
             // only about those.
-            if !engine.monitor.is_tracked(owner) {
+            // A dead owner whose sessions wait for its tree has them still.
+            if !engine.monitor.is_tracked(owner) && !engine.until_tree.waits_for(owner) {
                 continue;
             }
             let sessions = (engine.store)

@@ -19,10 +19,10 @@ use std::time::Duration;
 
 use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::session::Survivors;
-use liveness_common::status::{MembershipMode, MembershipStatus};
+use liveness_common::status::{MembershipMode, MembershipStatus, UidOverShare};
 use liveness_proc::identity::{Liveness, ProcRoot};
 
-use super::view::{Local, RefreshView, TreeView, candidates, kernel_news};
+use super::view::{Local, Merge, RefreshView, TreeView, candidates, kernel_news};
 use super::walk::write_member;
 use crate::source::tree_map::{KernelMember, TreeMap};
 use crate::store::Member;
@@ -38,30 +38,58 @@ pub struct Changes {
     pub removed: Vec<ProcessKey>,
 }
 
-/// What [`KnownTrees::forget`] let go of: each forgotten tree with its root.
+/// What [`KnownTrees::forget`] let go of: each forgotten tree with its root (their members'
+/// entries are what [`KnownTrees::unlink`] takes out), and for the tree of a nested
+/// session's owner, the tree its members move to.
 #[derive(Debug, Default)]
 pub struct Forgotten {
     pub trees: Vec<(ProcessKey, Arc<Tree>)>,
+    pub outer: HashMap<ProcessKey, ProcessKey>,
     /// The kernel's count of added members merged into the trees: the map is walked for
     /// what it added to them since only when the count moved.
     pub merged_added: Option<u64>,
 }
 
-impl Forgotten {
-    /// The kernel entries of the forgotten members: with the roots of their trees, what
-    /// [`KnownTrees::unlink`] takes out.
-    pub fn entries(&self) -> impl Iterator<Item = KernelMember> + '_ {
-        self.trees.iter().flat_map(|(root, tree)| {
-            tree.keys().map(|&member| KernelMember {
-                member,
-                root: *root,
-            })
-        })
+/// What is kept of a member: its command name (empty until read) and its pidfs inode
+/// (where the kernel has pidfs, and once read), which tells it from a process that took
+/// its pid within its clock tick.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Facts {
+    pub comm: String,
+    pub pidfs_ino: Option<u64>,
+}
+
+impl Facts {
+    pub fn of(member: &Member) -> Facts {
+        Facts {
+            comm: member.comm.clone(),
+            pidfs_ino: member.pidfs_ino,
+        }
+    }
+
+    /// Whether a process read as `key` with the inode `pidfs_ino` may be this member: an
+    /// inode known on both sides must be the same.
+    pub fn matches(&self, pidfs_ino: Option<u64>) -> bool {
+        match (self.pidfs_ino, pidfs_ino) {
+            (Some(known), Some(now)) => known == now,
+            _ => true,
+        }
     }
 }
 
-/// A tree's members (the root not included), with their command names (empty until read).
-pub type Tree = BTreeMap<ProcessKey, String>;
+/// A tree's members (the root not included).
+pub type Tree = BTreeMap<ProcessKey, Facts>;
+
+/// Sessions nested in each other's trees deeper than this are not followed through.
+const MAX_NESTING: usize = 32;
+
+/// What [`KnownTrees::join`] did.
+enum Joined {
+    No,
+    New,
+    /// Moved from the tree of this root, which encloses its new tree.
+    Moved(ProcessKey),
+}
 
 #[derive(Debug)]
 pub struct KnownTrees {
@@ -81,6 +109,16 @@ pub struct KnownTrees {
     /// Trees whose root the kernel does not follow (the eBPF source could not track it):
     /// `/proc` scans find their members.
     unrooted: HashSet<ProcessKey>,
+    /// Followed roots that were members of a followed tree when they joined it or began to
+    /// be followed (nested sessions' owners): the only ones [`KnownTrees::nest`] looks at,
+    /// so that a death costs nothing per tree followed. Checked again when read.
+    nested: HashSet<ProcessKey>,
+    /// Live members the last refresh left without a kernel entry (no slot was free): scans
+    /// cover their trees, and each refresh writes them again while slots are free.
+    unlinked: usize,
+    /// The kernel's count of processes refused a slot when a scan last left no member
+    /// without its entry: a refusal since means a scan is due.
+    full_merged: u64,
 }
 
 impl KnownTrees {
@@ -98,13 +136,20 @@ impl KnownTrees {
             root_of: HashMap::new(),
             merged_added: None,
             unrooted: HashSet::new(),
+            nested: HashSet::new(),
+            unlinked: 0,
+            full_merged: 0,
         }
     }
 
     pub fn mode(&self) -> MembershipMode {
         match &self.kernel {
             None => MembershipMode::Scan,
-            Some(kernel) if kernel.full_count() > 0 || !self.unrooted.is_empty() => {
+            Some(kernel)
+                if self.unlinked > 0
+                    || kernel.full_count() != self.full_merged
+                    || !self.unrooted.is_empty() =>
+            {
                 MembershipMode::KernelAndScan
             }
             Some(_) => MembershipMode::Kernel,
@@ -116,6 +161,9 @@ impl KnownTrees {
     /// [`TreeView::descendants`] finds off the engine).
     pub fn follow(&mut self, root: ProcessKey) {
         self.trees.entry(root).or_default();
+        if self.member_of(root).is_some() {
+            self.nested.insert(root);
+        }
     }
 
     /// Takes back the members of `root`'s tree that an earlier run persisted and are still
@@ -123,7 +171,7 @@ impl KnownTrees {
     pub fn take_back(&mut self, root: ProcessKey, persisted: Vec<Member>) -> Changes {
         let mut changes = Changes::default();
         for member in persisted {
-            if self.proc.check_key(member.key) == Liveness::Alive {
+            if self.proc.check_process(member.key, member.pidfs_ino) == Liveness::Alive {
                 let member = Member { root, ..member };
                 if self.attach(member.clone()) {
                     changes.added.push(member);
@@ -140,24 +188,86 @@ impl KnownTrees {
     pub fn adopt(&mut self, members: impl IntoIterator<Item = Member>) -> Changes {
         let mut changes = Changes::default();
         for member in members {
-            if self.join(&member) {
-                changes.added.push(member);
+            match self.join(&member) {
+                Joined::No => continue,
+                Joined::New => {}
+                Joined::Moved(from) => self.reroot(&member, from),
             }
+            changes.added.push(member);
         }
         changes
     }
 
-    /// Adds a member to its tree here only; false when its tree is not followed or it is
-    /// a member already.
-    fn join(&mut self, member: &Member) -> bool {
-        if member.key == member.root || self.member_of(member.key).is_some() {
+    /// Adds a member to its tree here only. A member of a tree that encloses its own (the
+    /// tree of a nested session's owner) moves to the innermost: it is still in the outer
+    /// tree through the inner one.
+    fn join(&mut self, member: &Member) -> Joined {
+        if member.key == member.root || !self.trees.contains_key(&member.root) {
+            return Joined::No;
+        }
+        let from = match self.member_of(member.key) {
+            None => None,
+            Some(current) if current != member.root && self.encloses(current, member.root) => {
+                Some(current)
+            }
+            Some(_) => return Joined::No,
+        };
+        if let Some(tree) = from.and_then(|from| self.trees.get_mut(&from)) {
+            Arc::make_mut(tree).remove(&member.key);
+        }
+        if let Some(tree) = self.trees.get_mut(&member.root) {
+            Arc::make_mut(tree).insert(member.key, Facts::of(member));
+        }
+        self.root_of.insert(member.key, member.root);
+        if self.trees.contains_key(&member.key) {
+            self.nested.insert(member.key);
+        }
+        from.map_or(Joined::New, Joined::Moved)
+    }
+
+    /// Whether the tree of `outer` holds `inner`, a followed root, as a member: directly, or
+    /// through trees nested in between.
+    fn encloses(&self, outer: ProcessKey, inner: ProcessKey) -> bool {
+        let mut at = inner;
+        for _ in 0..MAX_NESTING {
+            match self.member_of(at) {
+                Some(root) if root == outer => return true,
+                Some(root) => at = root,
+                None => return false,
+            }
+        }
+        false
+    }
+
+    /// The followed roots whose trees are nested in the tree of `root` (their owners are its
+    /// members), and `root` itself.
+    fn nest(&self, root: ProcessKey) -> Vec<ProcessKey> {
+        let mut roots = vec![root];
+        roots.extend(self.nested.iter().filter(|&&inner| {
+            inner != root && self.trees.contains_key(&inner) && self.encloses(root, inner)
+        }));
+        roots
+    }
+
+    /// Moves a member's kernel entry from the tree of `from` to its tree now.
+    fn reroot(&mut self, member: &Member, from: ProcessKey) {
+        if let Some(kernel) = &mut self.kernel {
+            let entry = KernelMember {
+                member: member.key,
+                root: from,
+            };
+            kernel.reroot(entry, member.root);
+        }
+    }
+
+    /// Takes in a member of the forgotten tree of `from`, a nested session's owner that is a
+    /// member of the tree of `member.root`: it stays in the outer tree for life. Returns
+    /// whether it joined.
+    pub fn move_member(&mut self, member: &Member, from: ProcessKey) -> bool {
+        if matches!(self.join(member), Joined::No) {
             return false;
         }
-        let Some(tree) = self.trees.get_mut(&member.root) else {
-            return false;
-        };
-        Arc::make_mut(tree).insert(member.key, member.comm.clone());
-        self.root_of.insert(member.key, member.root);
+        self.reroot(member, from);
         true
     }
 
@@ -185,24 +295,35 @@ impl KnownTrees {
         }
     }
 
-    /// Adds a member to its tree and to the kernel map (so its own forks join in the
-    /// kernel); false when it was already known.
+    /// Adds a member that existed before its tree was followed to its tree and to the
+    /// kernel map (so its own forks join in the kernel); false when it was already known.
     fn attach(&mut self, member: Member) -> bool {
-        if !self.join(&member) {
-            return false;
+        match self.join(&member) {
+            Joined::No => return false,
+            Joined::New => {}
+            Joined::Moved(from) => {
+                self.reroot(&member, from);
+                return true;
+            }
         }
-        self.write_to_kernel(KernelMember {
+        let entry = KernelMember {
             member: member.key,
             root: member.root,
-        });
+        };
+        if !self.write_to_kernel(entry)
+            && let Some(kernel) = &self.kernel
+        {
+            kernel.count_refused();
+        }
         true
     }
 
     /// Writes a member's entry to the kernel map, so that its own forks join its tree in
-    /// the kernel.
-    fn write_to_kernel(&mut self, entry: KernelMember) {
-        if let Some(kernel) = &mut self.kernel {
-            write_member(kernel, &self.proc, entry);
+    /// the kernel. False when the map had no slot for it.
+    fn write_to_kernel(&mut self, entry: KernelMember) -> bool {
+        match &mut self.kernel {
+            Some(kernel) => write_member(kernel, &self.proc, entry),
+            None => true,
         }
     }
 
@@ -220,6 +341,7 @@ impl KnownTrees {
             key,
             root,
             comm: stat.comm,
+            pidfs_ino: self.proc.pidfs_ino_of_key(key),
         };
         (stat.start_ticks == key.start_ticks && self.attach(member.clone())).then_some(member)
     }
@@ -240,17 +362,21 @@ impl KnownTrees {
         for &root in roots {
             if let Some(tree) = self.trees.remove(&root) {
                 self.unrooted.remove(&root);
+                self.nested.remove(&root);
                 forgotten.trees.push((root, tree));
             }
         }
         // A root that is a member of a tree still followed (a nested session) had its
-        // entry made its own tree's root while tracked: it goes back to the outer tree.
+        // entry made its own tree's root while tracked: it goes back to the outer tree, and
+        // so does its tree (see `Trees::forget`).
         for &(root, _) in &forgotten.trees {
             if let Some(outer) = self.member_of(root) {
-                self.write_to_kernel(KernelMember {
+                let entry = KernelMember {
                     member: root,
                     root: outer,
-                });
+                };
+                self.write_to_kernel(entry);
+                forgotten.outer.insert(root, outer);
             }
         }
         forgotten
@@ -279,9 +405,18 @@ impl KnownTrees {
         if self.trees.is_empty() {
             return None;
         }
+        let inode = |member: &ProcessKey, root: &ProcessKey| {
+            let facts = self.trees.get(root)?.get(member)?;
+            facts.pidfs_ino
+        };
         Some(RefreshView {
             roots: self.trees.keys().copied().collect(),
-            known: self.root_of.clone(),
+            unrooted: self.unrooted.clone(),
+            known: self
+                .root_of
+                .iter()
+                .map(|(member, root)| (*member, (*root, inode(member, root))))
+                .collect(),
             scan: self.mode() != MembershipMode::Kernel,
         })
     }
@@ -298,9 +433,16 @@ impl KnownTrees {
         true
     }
 
-    /// Notes that the trees hold what the kernel added up to its count `added`.
-    pub fn merged(&mut self, added: Option<u64>) {
-        self.merged_added = added;
+    /// Notes what a refresh merged: the trees hold what the kernel added up to its count,
+    /// and how many live members it left without a kernel entry.
+    pub fn merged(&mut self, merge: Merge) {
+        self.merged_added = merge.added;
+        if let Some(full) = merge.full {
+            self.unlinked = merge.unlinked;
+            if merge.scanned && merge.unlinked == 0 {
+                self.full_merged = full;
+            }
+        }
     }
 
     /// A whole refresh at once (at shutdown, and in tests): merges what the kernel added,
@@ -308,27 +450,36 @@ impl KnownTrees {
     /// died.
     pub fn refresh(&mut self) -> Changes {
         let Some(view) = self.refresh_view() else {
-            self.merged_added = self.kernel.as_ref().map(TreeMap::added_count);
+            let kernel = self.kernel.as_ref();
+            self.merged(Merge {
+                added: kernel.map(TreeMap::added_count),
+                full: kernel.map(TreeMap::full_count),
+                unlinked: 0,
+                scanned: true,
+            });
             return Changes::default();
         };
-        let refreshed = view.read(self.kernel.as_ref(), &self.proc);
-        let mut changes = self.attach_found(refreshed.found);
+        let refreshed = view.read(self.kernel.as_mut(), &self.proc);
+        let mut changes = self.adopt(refreshed.found);
         for key in refreshed.dead {
             if self.drop_dead(key) {
                 changes.removed.push(key);
             }
         }
-        self.merged_added = refreshed.merged_added;
+        self.merged(refreshed.merge);
         changes
     }
 
     /// The root of the tree `key` belongs to as far as merged (no kernel lookup): itself for
-    /// a followed root.
-    pub fn known_root_of(&self, key: ProcessKey) -> Option<ProcessKey> {
+    /// a followed root. A process read with another pidfs inode than the member's took its
+    /// pid within its clock tick: it is not the member.
+    pub fn known_root_of(&self, key: ProcessKey, pidfs_ino: Option<u64>) -> Option<ProcessKey> {
         if self.trees.contains_key(&key) {
             return Some(key);
         }
-        self.member_of(key)
+        let root = self.member_of(key)?;
+        let facts = self.trees.get(&root)?.get(&key)?;
+        facts.matches(pidfs_ino).then_some(root)
     }
 
     /// The followed tree `key` is a member of, as merged.
@@ -353,18 +504,38 @@ impl KnownTrees {
             .map(|entry| entry.root)
     }
 
-    /// What is known of the tree of `root`, the root excluded (see [`candidates`]).
+    /// What is known of the tree of `root`, the root excluded, with the trees nested in it
+    /// (see [`candidates`]).
     fn candidates(
         &self,
         root: ProcessKey,
         kernel: &[KernelMember],
-    ) -> BTreeMap<ProcessKey, (String, bool)> {
-        let empty = Tree::new();
-        candidates(
-            root,
-            self.trees.get(&root).map_or(&empty, |tree| tree),
-            kernel,
-        )
+    ) -> BTreeMap<ProcessKey, (Facts, bool)> {
+        let (roots, members) = self.nested_members(root);
+        candidates(&roots, &members, kernel)
+    }
+
+    /// The roots of the trees nested in the tree of `root` (with `root`), and the members of
+    /// them all: with the owners of the nested sessions, what they started is in the tree
+    /// too, for life.
+    fn nested_members(&self, root: ProcessKey) -> (Vec<ProcessKey>, Arc<Tree>) {
+        let roots = self.nest(root);
+        let tree = |root: &ProcessKey| self.trees.get(root).cloned().unwrap_or_default();
+        let members = match roots.as_slice() {
+            [only] => tree(only),
+            _ => Arc::new(
+                roots
+                    .iter()
+                    .flat_map(|root| {
+                        let tree = tree(root);
+                        tree.iter()
+                            .map(|(key, facts)| (*key, facts.clone()))
+                            .collect::<Vec<_>>()
+                    })
+                    .collect(),
+            ),
+        };
+        (roots, members)
     }
 
     /// What the kernel map holds beyond what the last refresh merged into `trees`.
@@ -372,16 +543,18 @@ impl KnownTrees {
         kernel_news(self.kernel.as_ref(), self.merged_added)
     }
 
-    fn alive(&self, key: ProcessKey, comm: String, in_kernel: bool) -> Option<Identity> {
-        self.local.alive(&self.proc, key, comm, in_kernel)
+    fn alive(&self, key: ProcessKey, facts: Facts, in_kernel: bool) -> Option<Identity> {
+        self.local.alive(&self.proc, key, facts, in_kernel)
     }
 
     /// The tree of `root` as known now, to read off the engine (see [`TreeView`]); an
     /// empty one for a root not followed.
     pub fn view(&self, root: ProcessKey) -> TreeView {
+        let (roots, members) = self.nested_members(root);
         TreeView {
             root,
-            members: self.trees.get(&root).cloned().unwrap_or_default(),
+            roots,
+            members,
             merged_added: self.merged_added,
             local: self.local.clone(),
         }
@@ -418,11 +591,22 @@ impl KnownTrees {
                     .candidates(root, &kernel)
                     .into_iter()
                     .filter(|(key, _)| *key != root)
-                    .filter_map(|(key, (comm, in_kernel))| self.alive(key, comm, in_kernel))
+                    .filter_map(|(key, (facts, in_kernel))| self.alive(key, facts, in_kernel))
                     .collect();
                 Survivors::from_alive(alive)
             })
             .collect()
+    }
+
+    /// What the mode can miss, and where the kernel has no pidfs, what it can be fooled by.
+    fn misses(&self, mode: MembershipMode) -> String {
+        let mut misses = mode.misses().to_owned();
+        if !self.proc.has_pidfs() {
+            misses.push_str(
+                "; without pidfs (Linux 6.9+), a process outside the trees that takes a dead member's pid within the member's clock tick (10 ms) is taken for it",
+            );
+        }
+        misses
     }
 
     pub fn status(&self, scan_interval: Duration) -> MembershipStatus {
@@ -435,7 +619,21 @@ impl KnownTrees {
             kernel_capacity: self.kernel.as_ref().map(TreeMap::capacity),
             kernel_used: self.kernel.as_ref().map(TreeMap::slots_used),
             kernel_full: self.kernel.as_ref().map_or(0, TreeMap::full_count),
-            misses: mode.misses().to_owned(),
+            kernel_share_per_uid: self.kernel.as_ref().map(TreeMap::share),
+            lineage_since_ms: self.kernel.as_ref().map(TreeMap::lineage_since_ms),
+            over_share: self
+                .kernel
+                .as_ref()
+                .map(TreeMap::over_share)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|share| UidOverShare {
+                    uid: share.uid,
+                    used: share.used,
+                    refused: share.refused,
+                })
+                .collect(),
+            misses: self.misses(mode),
         }
     }
 }
@@ -516,7 +714,7 @@ mod tests {
             changes.added.iter().any(|m| m.key == child_key),
             "the running child joins when its tree is followed: {changes:?}"
         );
-        assert_eq!(known.known_root_of(child_key), Some(root));
+        assert_eq!(known.known_root_of(child_key, None), Some(root));
         let live: Vec<ProcessKey> = known
             .view(root)
             .live_members(None, &ProcRoot::default())
@@ -532,16 +730,17 @@ mod tests {
         child.wait().unwrap();
         let changes = known.refresh();
         assert!(changes.removed.contains(&child_key), "{changes:?}");
-        assert_eq!(known.known_root_of(child_key), None);
+        assert_eq!(known.known_root_of(child_key, None), None);
         // Other tests of this binary may have children of their own in the tree.
         assert!(
             !known
                 .forget(&[root])
-                .entries()
-                .any(|e| e.member == child_key)
+                .trees
+                .iter()
+                .any(|(_, tree)| tree.contains_key(&child_key))
         );
         assert_eq!(
-            known.known_root_of(root),
+            known.known_root_of(root, None),
             None,
             "a forgotten tree is not followed"
         );

@@ -24,9 +24,9 @@ use tokio::task::JoinSet;
 use crate::offload::{offload, offload_for};
 use crate::source::tree_map::{KernelMember, TreeMap};
 use crate::store::{Member, Store};
-use known::KnownTrees;
-use view::kernel_news;
-use walk::write_members;
+use known::{Facts, KnownTrees};
+use view::{Merge, kernel_news};
+use walk::{orphaned_before, write_members};
 
 mod known;
 mod view;
@@ -71,15 +71,18 @@ pub(super) enum TreeWork {
         root: ProcessKey,
         members: Vec<Member>,
     },
-    /// A process found in `/proc` under a followed tree.
-    Attach(Member),
+    /// A member a refresh found (in the kernel's map, or in `/proc` with its kernel entry
+    /// written already).
+    Found(Member),
     /// A member of a forgotten tree: its kernel entry and its persisted row go.
     Unlink(KernelMember),
+    /// A member of the forgotten tree of `from`, a nested session's owner, that moves to
+    /// the tree holding that owner (`member.root`).
+    Move { member: Member, from: ProcessKey },
     /// A member a refresh found dead.
     Dead(ProcessKey),
-    /// The end of a refresh's findings: the trees hold what the kernel added up to this
-    /// count.
-    Merged(Option<u64>),
+    /// The end of a refresh's findings (see [`Merge`]).
+    Merged(Merge),
 }
 
 /// The trees of tracked owners, and the tree work under way off the engine.
@@ -163,10 +166,16 @@ impl Trees {
         let (proc, writer) = (self.proc.clone(), self.writer.clone());
         self.walks.spawn(async move {
             let walk = move || {
-                let members = view.descendants(&proc);
+                let mut members = view.descendants(&proc);
                 let mut writer = writer
                     .as_ref()
                     .map(|writer| writer.lock().unwrap_or_else(PoisonError::into_inner));
+                // The lineages hold only what was forked since this run loaded the programs:
+                // a registration's, not a restart's.
+                let registration = matches!(start, Start::Registration { .. });
+                if let Some(kernel) = writer.as_deref().filter(|_| registration) {
+                    members.extend(orphaned_before(kernel, &proc, root, &members));
+                }
                 write_members(writer.as_deref_mut(), &proc, &members);
                 members
             };
@@ -214,20 +223,33 @@ impl Trees {
         let (mut added, mut removed) = (Vec::new(), Vec::new());
         while Instant::now() < deadline {
             match self.work.pop_front() {
-                Some(TreeWork::Attach(member)) => {
-                    added.extend(self.known.attach_found([member]).added);
+                Some(TreeWork::Found(member)) => {
+                    added.extend(self.known.adopt([member]).added);
                 }
                 Some(TreeWork::Unlink(entry)) => {
                     self.known.unlink(&[entry]);
                     removed.push(entry.member);
+                }
+                Some(TreeWork::Move { member, from }) => {
+                    if self.known.move_member(&member, from) {
+                        added.push(member);
+                    } else if self.known.known_root_of(member.key, None).is_none() {
+                        // Its outer tree is forgotten too.
+                        let entry = KernelMember {
+                            member: member.key,
+                            root: from,
+                        };
+                        self.known.unlink(&[entry]);
+                        removed.push(member.key);
+                    }
                 }
                 Some(TreeWork::Dead(key)) => {
                     if self.known.drop_dead(key) {
                         removed.push(key);
                     }
                 }
-                Some(TreeWork::Merged(added)) => {
-                    self.known.merged(added);
+                Some(TreeWork::Merged(merge)) => {
+                    self.known.merged(merge);
                     self.refreshing = false;
                 }
                 Some(TreeWork::Adopted { root, members }) => self.adopt(root, members),
@@ -252,7 +274,13 @@ impl Trees {
         for work in found {
             match work {
                 TreeWork::Adopted { root, members } => self.adopt(root, members),
-                TreeWork::Attach(member) if !self.known.follows(member.root) => {}
+                // Its entry goes again, unless its tree is followed again by then.
+                TreeWork::Found(member) if !self.known.follows(member.root) => {
+                    self.work.push_back(TreeWork::Unlink(KernelMember {
+                        member: member.key,
+                        root: member.root,
+                    }));
+                }
                 work => self.work.push_back(work),
             }
         }
@@ -307,8 +335,9 @@ impl Trees {
             return;
         }
         // Their members are listed, and what the kernel added to them since the last
-        // refresh found by a walk of its map, off the engine.
-        let kernel = self.reader.clone();
+        // refresh found by a walk of its map, off the engine. Those of a nested session's
+        // owner that lives on in another tree move to that tree.
+        let (kernel, proc) = (self.reader.clone(), self.proc.clone());
         self.walks.spawn(async move {
             let found = offload(move || {
                 let roots: HashSet<ProcessKey> =
@@ -319,10 +348,33 @@ impl Trees {
                 let news = kernel_news(kernel.as_deref(), forgotten.merged_added)
                     .into_iter()
                     .filter(|entry| roots.contains(&entry.root));
-                forgotten
-                    .entries()
+                let known = forgotten.trees.iter().flat_map(|(root, tree)| {
+                    tree.iter().map(|(key, facts)| (*root, *key, facts.clone()))
+                });
+                let news = news.map(|entry| {
+                    let facts = Facts {
+                        comm: String::new(),
+                        pidfs_ino: proc.pidfs_ino_of_key(entry.member),
+                    };
+                    (entry.root, entry.member, facts)
+                });
+                known
                     .chain(news)
-                    .map(TreeWork::Unlink)
+                    .map(|(from, key, facts)| match forgotten.outer.get(&from) {
+                        Some(&outer) => TreeWork::Move {
+                            member: Member {
+                                key,
+                                root: outer,
+                                comm: facts.comm,
+                                pidfs_ino: facts.pidfs_ino,
+                            },
+                            from,
+                        },
+                        None => TreeWork::Unlink(KernelMember {
+                            member: key,
+                            root: from,
+                        }),
+                    })
                     .collect::<Vec<_>>()
             });
             found.await.unwrap_or_default()
@@ -341,17 +393,22 @@ impl Trees {
             return;
         };
         self.refreshing = true;
-        let (kernel, proc) = (self.reader.clone(), self.proc.clone());
+        let (writer, proc) = (self.writer.clone(), self.proc.clone());
         self.walks.spawn(async move {
-            let read = offload(move || view.read(kernel.as_deref(), &proc)).await;
-            let Some(refreshed) = read else {
-                return vec![TreeWork::Merged(None)];
+            let read = offload(move || {
+                let mut writer = writer
+                    .as_ref()
+                    .map(|writer| writer.lock().unwrap_or_else(PoisonError::into_inner));
+                view.read(writer.as_deref_mut(), &proc)
+            });
+            let Some(refreshed) = read.await else {
+                return vec![TreeWork::Merged(Merge::default())];
             };
-            let found = refreshed.found.into_iter().map(TreeWork::Attach);
+            let found = refreshed.found.into_iter().map(TreeWork::Found);
             let dead = refreshed.dead.into_iter().map(TreeWork::Dead);
             found
                 .chain(dead)
-                .chain([TreeWork::Merged(refreshed.merged_added)])
+                .chain([TreeWork::Merged(refreshed.merge)])
                 .collect()
         });
     }
@@ -430,15 +487,16 @@ impl Trees {
         self.known.view(root)
     }
 
-    /// The tree `key` is a member of, or roots, as merged; else the followed tree the
-    /// kernel map holds it in as `kernel_root`.
+    /// The tree `key` (read with the pidfs inode `pidfs_ino`) is a member of, or roots, as
+    /// merged; else the followed tree the kernel map holds it in as `kernel_root`.
     pub(super) fn root_of(
         &self,
         key: ProcessKey,
+        pidfs_ino: Option<u64>,
         kernel_root: Option<ProcessKey>,
     ) -> Option<ProcessKey> {
         self.known
-            .known_root_of(key)
+            .known_root_of(key, pidfs_ino)
             .or(kernel_root.filter(|root| self.known.follows(*root)))
     }
 

@@ -8,8 +8,8 @@ use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::session::Survivors;
 use liveness_proc::identity::{Liveness, ProcRoot};
 
-use super::known::Tree;
-use super::walk::{descendants, subtree};
+use super::known::{Facts, Tree};
+use super::walk::{descendants, subtree, write_member};
 use crate::source::tree_map::{KernelMember, TreeMap};
 use crate::store::Member;
 
@@ -17,18 +17,32 @@ use crate::store::Member;
 #[derive(Debug, Clone)]
 pub struct RefreshView {
     pub(super) roots: HashSet<ProcessKey>,
-    /// member -> its root.
-    pub(super) known: HashMap<ProcessKey, ProcessKey>,
+    /// Roots the kernel does not follow: what they fork is not in its map.
+    pub(super) unrooted: HashSet<ProcessKey>,
+    /// member -> its root, and its pidfs inode where known.
+    pub(super) known: HashMap<ProcessKey, (ProcessKey, Option<u64>)>,
     /// Whether `/proc` is scanned for members (the kernel does not follow every tree).
     pub(super) scan: bool,
+}
+
+/// What a refresh leaves to note, besides the members it found and those that died.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Merge {
+    /// The kernel's count of added members, read before its map was.
+    pub added: Option<u64>,
+    /// The kernel's count of processes refused a slot, read before its map was.
+    pub full: Option<u64>,
+    /// Live members left without a kernel entry: no slot was free for them.
+    pub unlinked: usize,
+    /// Whether `/proc` was scanned.
+    pub scanned: bool,
 }
 
 /// What a refresh found.
 #[derive(Debug, Default)]
 pub struct Refreshed {
-    /// The kernel's count of added members, read before its map was.
-    pub merged_added: Option<u64>,
-    /// New members, from the kernel's map or a scan.
+    pub merge: Merge,
+    /// New members, from the kernel's map or a scan, their kernel entries written.
     pub found: Vec<Member>,
     /// Known members that died.
     pub dead: Vec<ProcessKey>,
@@ -36,18 +50,25 @@ pub struct Refreshed {
 
 impl RefreshView {
     /// Reads what the kernel added (through `kernel`, a handle of the members map), scans
-    /// `/proc` where the kernel does not follow every fork, and finds the members that died.
-    /// Its cost is the trees', so it runs off the engine.
-    pub fn read(&self, kernel: Option<&TreeMap>, proc: &ProcRoot) -> Refreshed {
+    /// `/proc` where the kernel does not follow every fork, finds the members that died,
+    /// and writes the kernel entries of live members that have none while slots are free
+    /// (those a scan found, and those refused a slot before). Its cost is the trees', so it
+    /// runs off the engine.
+    pub fn read(&self, mut kernel: Option<&mut TreeMap>, proc: &ProcRoot) -> Refreshed {
         let mut refreshed = Refreshed {
-            // Read before the walk: a member added during it changes the count again.
-            merged_added: kernel.map(TreeMap::added_count),
+            merge: Merge {
+                // Read before the walk: a member added during it changes the counts again.
+                added: kernel.as_deref().map(TreeMap::added_count),
+                full: kernel.as_deref().map(TreeMap::full_count),
+                unlinked: 0,
+                scanned: self.scan,
+            },
             ..Refreshed::default()
         };
-        // With a kernel map that never filled, a member it does not hold has died (the exit
-        // program removed it), or was never in it; only those are checked in /proc.
+        // A member the kernel map does not hold has died (the exit program removed it), or
+        // was never in it; only those are checked in /proc.
         let mut in_kernel = HashSet::new();
-        for entry in kernel.map(TreeMap::members).unwrap_or_default() {
+        for entry in kernel.as_deref().map(TreeMap::members).unwrap_or_default() {
             in_kernel.insert(entry.member);
             if !self.roots.contains(&entry.root) || self.known.contains_key(&entry.member) {
                 continue;
@@ -59,6 +80,7 @@ impl RefreshView {
                         key: entry.member,
                         root: entry.root,
                         comm: stat.comm,
+                        pidfs_ino: proc.pidfs_ino_of_key(entry.member),
                     });
                 }
                 _ => {}
@@ -77,10 +99,39 @@ impl RefreshView {
                 if self.roots.contains(&key) {
                     Some(key)
                 } else {
-                    self.known.get(&key).copied()
+                    self.known.get(&key).map(|(root, _)| *root)
                 }
             };
-            refreshed.found.extend(descendants(processes, tree_of));
+            let found = with_inodes(proc, descendants(processes, tree_of));
+            let parents: HashMap<u32, u32> =
+                processes.iter().map(|stat| (stat.pid, stat.ppid)).collect();
+            // The kernel saw the fork of a process whose parent has an entry, and counted it
+            // if it found no slot; the others are counted here, once.
+            let with_entry: HashSet<u32> = in_kernel
+                .iter()
+                .chain(self.roots.difference(&self.unrooted))
+                .map(|key| key.pid)
+                .collect();
+            let kernel_saw_fork = |member: &Member| {
+                parents
+                    .get(&member.key.pid)
+                    .is_some_and(|parent| with_entry.contains(parent))
+            };
+            for member in found {
+                if let Some(kernel) = kernel.as_deref_mut() {
+                    let entry = KernelMember {
+                        member: member.key,
+                        root: member.root,
+                    };
+                    if !write_member(kernel, proc, entry) {
+                        refreshed.merge.unlinked += 1;
+                        if !kernel_saw_fork(&member) {
+                            kernel.count_refused();
+                        }
+                    }
+                }
+                refreshed.found.push(member);
+            }
         }
         let alive: Option<HashSet<ProcessKey>> = scanned.as_ref().map(|processes| {
             processes
@@ -92,15 +143,34 @@ impl RefreshView {
                 })
                 .collect()
         });
-        refreshed.dead = self
-            .known
-            .keys()
-            .filter(|key| match &alive {
-                Some(alive) => !alive.contains(key),
-                None => !in_kernel.contains(key) && proc.check_key(**key) != Liveness::Alive,
-            })
-            .copied()
-            .collect();
+        // A member whose pidfs inode is known is checked with it: a process that took its pid
+        // within its clock tick has its pid and start time.
+        let dead =
+            |key: &ProcessKey, ino: Option<u64>| proc.check_process(*key, ino) != Liveness::Alive;
+        let mut unlinked = Vec::new();
+        for (key, (root, ino)) in &self.known {
+            let died = match &alive {
+                Some(alive) => !alive.contains(key) || (ino.is_some() && dead(key, *ino)),
+                None => !in_kernel.contains(key) && dead(key, *ino),
+            };
+            if died {
+                refreshed.dead.push(*key);
+            } else if !in_kernel.contains(key) {
+                unlinked.push(KernelMember {
+                    member: *key,
+                    root: *root,
+                });
+            }
+        }
+        // Members refused a slot before get one back once slots are free (a storm past).
+        if let Some(kernel) = kernel {
+            for entry in unlinked {
+                let free = kernel.slots_used() < u64::from(kernel.capacity());
+                if !(free && write_member(kernel, proc, entry)) {
+                    refreshed.merge.unlinked += 1;
+                }
+            }
+        }
         refreshed
     }
 }
@@ -111,6 +181,8 @@ impl RefreshView {
 #[derive(Debug, Clone)]
 pub struct TreeView {
     pub(super) root: ProcessKey,
+    /// `root`, and the roots of the trees nested in its tree (whose members it holds too).
+    pub(super) roots: Vec<ProcessKey>,
     pub(super) members: Arc<Tree>,
     /// The kernel's count of added members merged into `members`.
     pub(super) merged_added: Option<u64>,
@@ -134,12 +206,12 @@ impl TreeView {
         after: u32,
     ) -> impl Iterator<Item = Identity> + 'a {
         let news = kernel_news(kernel, self.merged_added);
-        let mut candidates = candidates(self.root, &self.members, &news);
+        let mut candidates = candidates(&self.roots, &self.members, &news);
         candidates.entry(self.root).or_default();
         candidates
             .into_iter()
             .filter(move |(key, _)| key.pid > after)
-            .filter_map(|(key, (comm, in_kernel))| self.local.alive(proc, key, comm, in_kernel))
+            .filter_map(|(key, (facts, in_kernel))| self.local.alive(proc, key, facts, in_kernel))
     }
 
     pub fn root(&self) -> ProcessKey {
@@ -167,9 +239,10 @@ impl TreeView {
             }
         };
         let root = self.root;
-        descendants(&processes, |key| {
+        let found = descendants(&processes, |key| {
             (key == root || self.members.contains_key(&key)).then_some(root)
-        })
+        });
+        with_inodes(proc, found)
     }
 }
 
@@ -181,51 +254,78 @@ pub(super) struct Local {
 }
 
 impl Local {
-    pub(super) fn identity(&self, key: ProcessKey, comm: &str) -> Identity {
+    pub(super) fn identity(&self, key: ProcessKey, facts: Facts) -> Identity {
         Identity {
             pid: key.pid,
             start_ticks: key.start_ticks,
             boot_id: self.boot_id.clone(),
             host: self.host.clone(),
-            pidfs_ino: None,
-            comm: comm.to_owned(),
+            pidfs_ino: facts.pidfs_ino,
+            comm: facts.comm,
         }
     }
 
     /// The identity of a process if it is alive now. One the kernel map holds has not
     /// exited (its exit removes it there): it is read in `/proc` only for a command name
-    /// not known yet.
+    /// not known yet. Another is checked with its pidfs inode where known, which a
+    /// process that took its pid within its clock tick does not have.
     pub(super) fn alive(
         &self,
         proc: &ProcRoot,
         key: ProcessKey,
-        comm: String,
+        mut facts: Facts,
         in_kernel: bool,
     ) -> Option<Identity> {
-        if in_kernel && !comm.is_empty() {
-            return Some(self.identity(key, &comm));
+        if in_kernel && !facts.comm.is_empty() {
+            return Some(self.identity(key, facts));
+        }
+        if !in_kernel
+            && facts.pidfs_ino.is_some()
+            && proc.check_process(key, facts.pidfs_ino) != Liveness::Alive
+        {
+            return None;
         }
         let stat = proc.stat(key.pid).ok()?;
         if stat.start_ticks != key.start_ticks || stat.has_exited() {
             return None;
         }
-        let comm = if comm.is_empty() { stat.comm } else { comm };
-        Some(self.identity(key, &comm))
+        if facts.comm.is_empty() {
+            facts.comm = stat.comm;
+        }
+        Some(self.identity(key, facts))
     }
 }
 
-/// What is known of the tree of `root`, the root excluded: each member with its command
-/// name (empty until read) and whether the kernel map, read as `kernel`, holds it.
+/// Members found in `/proc`, each with its pidfs inode, read now: one that exited since is
+/// left out.
+pub(super) fn with_inodes(proc: &ProcRoot, found: Vec<Member>) -> Vec<Member> {
+    if !proc.has_pidfs() {
+        return found;
+    }
+    found
+        .into_iter()
+        .filter_map(|member| {
+            let pidfs_ino = Some(proc.pidfs_ino_of_key(member.key)?);
+            Some(Member {
+                pidfs_ino,
+                ..member
+            })
+        })
+        .collect()
+}
+
+/// What is known of the tree whose root and nested roots are `roots`, the root excluded:
+/// each member with its facts and whether the kernel map, read as `kernel`, holds it.
 pub(super) fn candidates(
-    root: ProcessKey,
+    roots: &[ProcessKey],
     tree: &Tree,
     kernel: &[KernelMember],
-) -> BTreeMap<ProcessKey, (String, bool)> {
-    let mut candidates: BTreeMap<ProcessKey, (String, bool)> = tree
+) -> BTreeMap<ProcessKey, (Facts, bool)> {
+    let mut candidates: BTreeMap<ProcessKey, (Facts, bool)> = tree
         .iter()
         .map(|(key, comm)| (*key, (comm.clone(), false)))
         .collect();
-    for entry in kernel.iter().filter(|entry| entry.root == root) {
+    for entry in kernel.iter().filter(|entry| roots.contains(&entry.root)) {
         candidates.entry(entry.member).or_default().1 = true;
     }
     candidates

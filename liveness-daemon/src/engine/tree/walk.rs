@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use liveness_proc::identity::{Liveness, ProcRoot, Stat};
 
+use super::view::with_inodes;
 use crate::source::tree_map::{KernelMember, TreeMap};
 use crate::store::Member;
 use liveness_common::identity::ProcessKey;
@@ -38,26 +39,34 @@ pub(super) fn subtree(proc: &ProcRoot, starts: &[ProcessKey]) -> Option<Vec<Stat
 }
 
 /// Writes a member's entry to the kernel map, so that its own forks join its tree in the
-/// kernel.
-pub(super) fn write_member(kernel: &mut TreeMap, proc: &ProcRoot, entry: KernelMember) {
-    match kernel.insert(entry) {
+/// kernel. False when the map had no slot for it (then scans cover its tree).
+pub(super) fn write_member(kernel: &mut TreeMap, proc: &ProcRoot, entry: KernelMember) -> bool {
+    // Its real uid is the one whose share of the map it takes, as the fork program charges
+    // a fork to its forker's. Unreadable: it exited, and needs no entry.
+    let Ok(uid) = proc.uid(entry.member.pid) else {
+        return true;
+    };
+    match kernel.insert(entry, uid) {
         // A process that exited before its entry was written (a zombie still shows in
         // /proc) had nothing for its exit to remove: the entry would outlive it, and the
         // map's word is that its members are alive. Checked after the write, so an exit
         // after the check finds the entry and removes it.
         Ok(true) if proc.check_key(entry.member) != Liveness::Alive => {
             kernel.remove(entry);
+            true
         }
-        Ok(_) => {}
-        // No slot left: counted as full, so scans cover the trees from now on.
+        Ok(_) => true,
         Err(error) => {
             tracing::debug!(%error, member = %entry.member, "cannot add a member to the kernel map");
+            false
         }
     }
 }
 
-/// Writes the kernel entries of members found off the engine, there too: the engine then
-/// only [`KnownTrees::adopt`](super::known::KnownTrees::adopt)s them.
+/// Writes the kernel entries of members that existed before their tree was followed (the
+/// kernel saw none of their forks), off the engine: the engine then only
+/// [`KnownTrees::adopt`](super::known::KnownTrees::adopt)s them. Each one refused a slot is
+/// counted.
 pub(super) fn write_members(kernel: Option<&mut TreeMap>, proc: &ProcRoot, members: &[Member]) {
     if let Some(kernel) = kernel {
         for member in members {
@@ -65,9 +74,38 @@ pub(super) fn write_members(kernel: Option<&mut TreeMap>, proc: &ProcRoot, membe
                 member: member.key,
                 root: member.root,
             };
-            write_member(kernel, proc, entry);
+            if !write_member(kernel, proc, entry) {
+                kernel.count_refused();
+            }
         }
     }
+}
+
+/// The live processes that the kernel's lineages name as started by `root` and `found`
+/// lacks: those orphaned before its tree was followed, which no walk of `/proc` from the
+/// tree reaches.
+pub(super) fn orphaned_before(
+    kernel: &TreeMap,
+    proc: &ProcRoot,
+    root: ProcessKey,
+    found: &[Member],
+) -> Vec<Member> {
+    let known: HashSet<ProcessKey> = found.iter().map(|member| member.key).collect();
+    let orphans = kernel
+        .started_by(root)
+        .into_iter()
+        .filter(|key| !known.contains(key))
+        .filter_map(|key| {
+            let stat = proc.stat(key.pid).ok()?;
+            (stat.start_ticks == key.start_ticks && !stat.has_exited()).then_some(Member {
+                key,
+                root,
+                comm: stat.comm,
+                pidfs_ino: None,
+            })
+        })
+        .collect();
+    with_inodes(proc, orphans)
 }
 
 /// The processes descended from a process that `tree_of` places in a tree, each with that
@@ -111,6 +149,7 @@ pub(crate) fn descendants(
                 },
                 root,
                 comm: child.comm.clone(),
+                pidfs_ino: None,
             });
             queue.push((child, root));
         }

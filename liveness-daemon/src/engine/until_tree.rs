@@ -1,0 +1,159 @@
+//! Sessions that last until their tree does (`until: "tree"`). At the owner's death, such a
+//! session is not ended while members of its tree live (see
+//! [`OwnerDeath::tree_outlives`]): they are watched, through their own entries in the
+//! kernel's members map, so that what they fork still joins the tree. At each of their
+//! deaths the tree is looked at again: members found meanwhile are watched too, and once
+//! none is left, the owner's death is reported again, with the last member's exit facts,
+//! and the sessions end with reason `tree_exited` (exactly once: the compare-and-set on the
+//! owner's fingerprint). After a restart, the reconcile finds the owner dead and starts
+//! over from its persisted members.
+
+use std::collections::{HashMap, HashSet};
+
+use liveness_common::identity::{Identity, ProcessKey};
+use liveness_common::session::{Survivors, Until};
+
+use super::Engine;
+use crate::store::OwnerDeath;
+
+/// The members watched for the dead owners whose sessions wait for their trees.
+#[derive(Debug, Default)]
+pub(super) struct TreeWaits {
+    /// member -> the dead owner whose tree it is in.
+    members: HashMap<ProcessKey, ProcessKey>,
+    /// The dead owners waited for.
+    owners: HashMap<ProcessKey, Identity>,
+}
+
+impl TreeWaits {
+    pub(super) fn waits_for(&self, owner: ProcessKey) -> bool {
+        self.owners.contains_key(&owner)
+    }
+
+    /// Stops waiting for the tree of `owner` (its sessions ended otherwise). Returns the
+    /// members that were watched.
+    pub(super) fn stop(&mut self, owner: ProcessKey) -> Vec<ProcessKey> {
+        if self.owners.remove(&owner).is_none() {
+            return Vec::new();
+        }
+        let watched: Vec<ProcessKey> = self
+            .members
+            .iter()
+            .filter(|(_, waited)| **waited == owner)
+            .map(|(member, _)| *member)
+            .collect();
+        for member in &watched {
+            self.members.remove(member);
+        }
+        watched
+    }
+}
+
+impl Engine {
+    /// Whether `owner` has an ACTIVE session that lasts until its tree does.
+    fn has_until_tree(&self, owner: &Identity) -> bool {
+        self.journaled
+            .sessions_of_owner(owner)
+            .any(|session| session.until == Until::Tree)
+    }
+
+    /// The deaths of a batch, with, for each member whose death left its dead owner's tree
+    /// empty, that owner's death again, carrying the member's exit facts.
+    pub(super) fn tree_deaths(&mut self, deaths: Vec<OwnerDeath>) -> Vec<OwnerDeath> {
+        if self.until_tree.members.is_empty() {
+            return deaths;
+        }
+        let dying: HashSet<ProcessKey> = deaths.iter().map(|death| death.owner.key()).collect();
+        let mut found = Vec::new();
+        let mut queue = deaths;
+        while let Some(death) = queue.pop() {
+            let member = death.owner.key();
+            if let Some(owner) = self.until_tree.members.remove(&member)
+                && let Some(identity) = self.until_tree.owners.get(&owner).cloned()
+            {
+                let left = self.live_members(&identity, &dying, member);
+                if left.is_empty() {
+                    self.until_tree.members.retain(|_, waited| *waited != owner);
+                    self.until_tree.owners.remove(&owner);
+                    found.push(OwnerDeath {
+                        owner: identity,
+                        survivors: Some(Survivors::from_alive(Vec::new())),
+                        sender_root: None,
+                        ..death.clone()
+                    });
+                } else {
+                    queue.extend(self.watch_members(owner, left));
+                }
+            }
+            found.push(death);
+        }
+        found
+    }
+
+    /// The members of the tree of `owner` alive now, but for `dying` (a batch's deaths,
+    /// which `/proc` may still show running) and `member`.
+    fn live_members(
+        &self,
+        owner: &Identity,
+        dying: &HashSet<ProcessKey>,
+        member: ProcessKey,
+    ) -> Vec<Identity> {
+        let gone = |alive: &Identity| alive.key() == member || dying.contains(&alive.key());
+        let Some(survivors) = self.trees.survivors_of([owner]).pop().flatten() else {
+            return Vec::new();
+        };
+        let listed = survivors.members.len();
+        let left: Vec<Identity> = survivors
+            .members
+            .into_iter()
+            .filter(|alive| !gone(alive))
+            .collect();
+        if !left.is_empty() || survivors.total as usize <= listed {
+            return left;
+        }
+        // Only the list's bound hid those left: the whole tree, this once.
+        let view = self.trees.view(owner.key());
+        let kernel = self.trees.reader();
+        let mut alive = view.live_members(kernel.as_deref(), &self.config.proc);
+        alive.retain(|alive| alive.key() != owner.key() && !gone(alive));
+        alive
+    }
+
+    /// Watches `members` of the tree of the dead `owner`; returns the deaths of those
+    /// already gone.
+    fn watch_members(&mut self, owner: ProcessKey, members: Vec<Identity>) -> Vec<OwnerDeath> {
+        let mut gone = Vec::new();
+        for member in members {
+            let key = member.key();
+            if self.until_tree.members.contains_key(&key) {
+                continue;
+            }
+            self.until_tree.members.insert(key, owner);
+            if let Some(death) = self.monitor.track_member(key) {
+                gone.push(self.death_of(&death));
+            }
+        }
+        gone
+    }
+
+    /// After a batch of deaths: the owners among them whose ACTIVE sessions wait for their
+    /// trees (their survivors outlive them) have those members watched. Returns the deaths
+    /// of members already gone.
+    pub(super) fn wait_for_trees(&mut self, deaths: &[OwnerDeath]) -> Vec<OwnerDeath> {
+        let mut gone = Vec::new();
+        for death in deaths {
+            if !death.tree_outlives() || !self.has_until_tree(&death.owner) {
+                continue;
+            }
+            let owner = death.owner.key();
+            self.until_tree.owners.insert(owner, death.owner.clone());
+            let members = death
+                .survivors
+                .as_ref()
+                .map(|survivors| survivors.members.clone())
+                .unwrap_or_default();
+            gone.extend(self.watch_members(owner, members));
+        }
+        gone
+    }
+}
