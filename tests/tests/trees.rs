@@ -1032,7 +1032,10 @@ fn a_session_until_tree_ends_with_its_last_process() {
 }
 
 /// `liveness run --until tree` waits for the whole tree of a launcher that exits first, and
-/// exits with the last process's status, saying so when the launcher's differs.
+/// exits with the last process's status, saying so when the launcher's differs. Eight run
+/// at once: the deaths of the launchers, of their children and of the children's `sleep`
+/// then come in every order and in shared batches, and the first member to die (sleep) is
+/// never taken for the last.
 #[test]
 fn run_until_tree_waits_for_the_whole_tree() {
     if !privileged("run --until tree") {
@@ -1040,34 +1043,48 @@ fn run_until_tree_waits_for_the_whole_tree() {
     }
     let daemon = Daemon::start(&[]);
     let started = std::time::Instant::now();
-    let out = daemon.cli(&[
-        "run",
-        "--session",
-        "launcher",
-        "--until",
-        "tree",
-        "--",
-        "sh",
-        "-c",
-        "(sleep 1; exit 4) & exit 3",
-    ]);
+    let outs: Vec<(String, std::process::Output)> = std::thread::scope(|scope| {
+        let runs: Vec<_> = (0..8)
+            .map(|i| {
+                let daemon = &daemon;
+                scope.spawn(move || {
+                    let session = format!("launcher-{i}");
+                    let out = daemon.cli(&[
+                        "run",
+                        "--session",
+                        &session,
+                        "--until",
+                        "tree",
+                        "--",
+                        "sh",
+                        "-c",
+                        "(sleep 1; exit 4) & exit 3",
+                    ]);
+                    (session, out)
+                })
+            })
+            .collect();
+        runs.into_iter().map(|run| run.join().unwrap()).collect()
+    });
     assert!(
         started.elapsed() >= Duration::from_millis(900),
         "run returned before the tree's last process exited"
     );
-    assert_eq!(out.status.code(), Some(4), "{out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("exited with 3") && stderr.contains("with 4"),
-        "{stderr}"
-    );
-    let ended = daemon.session("launcher");
-    assert_eq!(ended["reason"], "tree_exited", "{ended}");
-    assert_eq!(
-        ended["exit"],
-        json!({"kind": "exited", "code": 4}),
-        "{ended}"
-    );
+    for (session, out) in outs {
+        assert_eq!(out.status.code(), Some(4), "{session}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("exited with 3") && stderr.contains("with 4"),
+            "{session}: {stderr}"
+        );
+        let ended = daemon.session(&session);
+        assert_eq!(ended["reason"], "tree_exited", "{ended}");
+        assert_eq!(
+            ended["exit"],
+            json!({"kind": "exited", "code": 4}),
+            "{ended}"
+        );
+    }
 }
 
 /// A process the owner started and that was orphaned before the session was registered is

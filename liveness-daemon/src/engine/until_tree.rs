@@ -99,6 +99,16 @@ impl Engine {
         member: ProcessKey,
     ) -> Vec<Identity> {
         let gone = |alive: &Identity| alive.key() == member || dying.contains(&alive.key());
+        // Members watched already live until their deaths come, whether or not the tree's
+        // view lists them at this moment: only once none is left is the view asked.
+        let watched: Vec<Identity> = (self.until_tree.members.iter())
+            .filter(|(_, waited)| **waited == owner.key())
+            .map(|(watched, _)| self.identity_of(*watched))
+            .filter(|watched| !gone(watched))
+            .collect();
+        if !watched.is_empty() {
+            return watched;
+        }
         let Some(survivors) = self.trees.survivors_of([owner]).pop().flatten() else {
             return Vec::new();
         };
