@@ -233,6 +233,8 @@ impl Engine {
         }
         self.trees.keep_only_followed(&mut self.store);
         self.finalize(dead);
+        // Housekeeping and the first requests follow at once: they read these ends.
+        self.caught_up();
     }
 
     /// Starts watching an owner. Returns its death at once when it is already dead.
@@ -483,11 +485,13 @@ impl Engine {
         if !done.is_empty() {
             crate::faults::point("before-action-commit");
         }
+        // Their events take the seqs after the published batches: SQLite must have those.
+        let ready = self.caught_up();
         let now = self.config.clock.now_ms();
         let store = &mut self.store;
-        if let Some(events) = self
-            .retries
-            .record_actions(done, store, &mut self.counters, now)
+        if let Some(events) =
+            self.retries
+                .record_actions(done, ready, store, &mut self.counters, now)
         {
             self.publish(events);
         }
@@ -496,11 +500,12 @@ impl Engine {
     /// Commits and publishes the `session.reaped` events of finished reaps, after those
     /// whose commit failed before.
     pub(super) fn record_reaps(&mut self, done: Vec<ReapDone>) {
+        let ready = self.caught_up();
         let now = self.config.clock.now_ms();
         let store = &mut self.store;
         if let Some(events) = self
             .retries
-            .record_reaps(done, store, &mut self.counters, now)
+            .record_reaps(done, ready, store, &mut self.counters, now)
         {
             self.publish(events);
         }
@@ -508,8 +513,8 @@ impl Engine {
 
     /// The retry tick: writes and commits again whatever failed.
     pub(super) fn retry_commits(&mut self) {
-        self.caught_up();
         self.finalize(Vec::new());
+        self.caught_up();
         self.record_reaps(Vec::new());
         self.record_actions(Vec::new());
         self.start_actions();

@@ -67,6 +67,14 @@ impl Journaled {
     }
 
     pub(super) fn committed(&mut self, events: &[Event], store: &Store) {
+        // SQLite numbers an event after its newest: with a published batch missing there,
+        // it would take that batch's seqs again.
+        debug_assert!(
+            events.first().is_none_or(|event| event.seq > self.head),
+            "SQLite committed seq {:?} at or below the published head {}",
+            events.first().map(|e| e.seq),
+            self.head
+        );
         if let Some(last) = events.last() {
             self.head = self.head.max(last.seq);
         }

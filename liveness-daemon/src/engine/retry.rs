@@ -46,6 +46,7 @@ impl Retries {
         commit_or_keep(
             &mut self.deaths,
             deaths,
+            true,
             "finalizations",
             store,
             counters,
@@ -58,6 +59,7 @@ impl Retries {
     pub(super) fn record_reaps(
         &mut self,
         done: Vec<ReapDone>,
+        ready: bool,
         store: &mut Store,
         counters: &mut Counters,
         now: i64,
@@ -66,6 +68,7 @@ impl Retries {
         commit_or_keep(
             &mut self.reaps,
             done,
+            ready,
             "reap outcomes",
             store,
             counters,
@@ -81,6 +84,7 @@ impl Retries {
     pub(super) fn record_actions(
         &mut self,
         done: Vec<(ActionKey, ActionOutcome)>,
+        ready: bool,
         store: &mut Store,
         counters: &mut Counters,
         now: i64,
@@ -91,6 +95,7 @@ impl Retries {
         commit_or_keep(
             &mut self.actions,
             done,
+            ready,
             "end action outcomes",
             store,
             counters,
@@ -103,10 +108,12 @@ impl Retries {
 /// Commits `new` after what an earlier failed commit of the same kind left in `kept`, in
 /// one call of `commit`, so that their order holds. Returns them all with what `commit`
 /// returned; on failure keeps them all to be committed again, counts the failure and
-/// returns `None`.
+/// returns `None`. While the store is not `ready` (it lacks published batches whose seqs
+/// the commit would take again), keeps them without trying.
 fn commit_or_keep<T, R>(
     kept: &mut Vec<T>,
     new: Vec<T>,
+    ready: bool,
     what: &'static str,
     store: &mut Store,
     counters: &mut Counters,
@@ -116,6 +123,10 @@ fn commit_or_keep<T, R>(
     let retrying = !items.is_empty();
     items.extend(new);
     if items.is_empty() {
+        return None;
+    }
+    if !ready {
+        *kept = items;
         return None;
     }
     match commit(store, &items) {

@@ -119,6 +119,8 @@ impl Op for Register {
             }
             None => engine.fresh_owners.registered(owner.key(), now),
         }
+        // The reply reads the session as its owner's death, if any, left it.
+        engine.caught_up();
         let session = stored(&engine.store, namespace, &id)?;
         Ok(Registered { session, warnings })
     }
