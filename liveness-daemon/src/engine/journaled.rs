@@ -52,6 +52,11 @@ impl Journaled {
         })
     }
 
+    /// The seq of the newest event published.
+    pub(super) fn head(&self) -> u64 {
+        self.head
+    }
+
     /// Events go on from `head` (a start after a power loss jumps the seqs).
     pub(super) fn set_head(&mut self, head: u64) {
         self.head = head;
