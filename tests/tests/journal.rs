@@ -183,9 +183,9 @@ fn a_kill_during_the_journals_replay_replays_it_again_once() {
     ended_once_as_observed(&daemon);
 }
 
-/// Deaths published in a row wait for SQLite together (a short while, while nothing reads
-/// them there): a plain SIGKILL right after their events were seen, before any write to
-/// SQLite, loses none and repeats none, and the seqs go on after them.
+/// Deaths published in a row wait for SQLite while more deaths are ready: a plain SIGKILL
+/// right after their events were seen, whether or not SQLite has them yet, loses none and
+/// repeats none, and the seqs go on after them.
 #[test]
 fn a_kill_right_after_deaths_in_a_row_were_published_keeps_each_once() {
     if !privileged("a_kill_right_after_deaths_in_a_row_were_published_keeps_each_once") {

@@ -154,6 +154,11 @@ impl Journaled {
         !self.unapplied.is_empty()
     }
 
+    /// How many published batches wait for SQLite.
+    pub(super) fn waiting(&self) -> usize {
+        self.unapplied.len()
+    }
+
     /// Tests: fail the journal's appends.
     #[cfg(test)]
     pub(super) fn journal(&mut self) -> &mut Journal {

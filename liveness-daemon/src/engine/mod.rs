@@ -58,10 +58,9 @@ pub use tree::TreeView;
 
 /// Most exits committed in one transaction when they arrive together.
 const MAX_BATCH: usize = 1024;
-/// How long a published batch of deaths may wait for its SQLite write (nothing reads it
-/// there before: anything that does writes it first). Meanwhile the CPU goes to the
-/// subscribers the batch woke, and the deaths that follow share the transaction.
-const APPLY_DELAY: Duration = Duration::from_millis(50);
+/// Most published batches of deaths waiting for their SQLite write (which waits while
+/// deaths and requests are ready): a flood of deaths is written in steps this big.
+const MAX_UNAPPLIED: usize = 64;
 /// How often retention runs.
 const PRUNE_PERIOD: Duration = Duration::from_secs(60);
 /// How often deaths whose commit failed (a full disk, say) are committed again.

@@ -1208,3 +1208,28 @@ async fn published_deaths_wait_for_sqlite_together_and_whatever_comes_next_write
     .map(|(seq, what)| (seq, what.to_owned()));
     assert_eq!(order, expected, "each seq once, in the order published");
 }
+
+/// A flood of deaths leaves no more than [`super::MAX_UNAPPLIED`] published batches
+/// waiting for SQLite: the journal and the memory they hold stay bounded.
+#[tokio::test(start_paused = true)]
+async fn a_flood_of_deaths_is_written_to_sqlite_in_bounded_steps() {
+    let mut f = fixture().await;
+    let owners = super::MAX_UNAPPLIED as u32 + 1;
+    for pid in 100..100 + owners {
+        f.proc.spawn(pid, ALICE.uid);
+        f.own(ALICE, &format!("s{pid}"), pid);
+    }
+    let mut most = 0;
+    for pid in 100..100 + owners {
+        f.die(pid, EXITED);
+        f.next_death().await;
+        most = most.max(f.engine.journaled.waiting());
+    }
+    assert_eq!(most, super::MAX_UNAPPLIED, "bounded, and deaths did wait");
+    let first = f.engine.store.get(ALICE.uid, "s100").unwrap().unwrap();
+    assert_eq!(
+        first.phase,
+        Phase::Ended,
+        "written once the bound was reached"
+    );
+}
