@@ -2,6 +2,7 @@
 //! whose size or timing it chooses, a victim's death → event latency stays within twice
 //! its baseline, measured in the same run, and root's `status` answers within 100 ms.
 
+use std::collections::VecDeque;
 use std::io::Write;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -255,6 +256,35 @@ fn a_passed_descriptor_whose_close_blocks_stalls_nobody() {
     );
 }
 
+/// Item 1, without end: another user keeps sending lingering sockets, each one's close
+/// blocked while its sender lives (a dozen at a time); a victim's deaths hold within twice
+/// their baseline, and root's `status` within its bound.
+#[test]
+fn lingering_closes_in_a_loop_stall_nobody() {
+    if !privileged("lingering_closes_in_a_loop_stall_nobody") {
+        return;
+    }
+    let _alone = alone();
+    let daemon = Daemon::start(&[]);
+    open_socket_to_everyone(&daemon);
+    let socket = daemon.socket.to_string_lossy().into_owned();
+    holds_while(&daemon, "lingering closes in a loop", || {
+        let lingering = Arc::new(Mutex::new(VecDeque::new()));
+        Attack::rounds(&daemon, 2, move |_| {
+            let mut sender = TestprocAs::spawn(MALLORY, &["linger", &socket, r#"{"op":"status"}"#]);
+            assert_ok(&sender.read_line().expect("the daemon's reply"));
+            let mut lingering = lingering.lock().unwrap_or_else(PoisonError::into_inner);
+            lingering.push_back(sender);
+            // The oldest sender goes, and its close with it: fewer closes than the
+            // daemon's bound per uid stay pending, so the attacker's own requests are still
+            // read and the loop goes on.
+            while lingering.len() > 12 {
+                lingering.pop_front();
+            }
+        })
+    });
+}
+
 /// Item 4: `processes` over a tree of 4,000 processes, looped by another user on eight
 /// connections.
 #[test]
@@ -395,6 +425,8 @@ fn a_reap_with_more_survivors_than_descriptors_stalls_nobody() {
     open_socket_to_everyone(&daemon);
     let mut stream = daemon.connect();
     assert_eq!(stream.request(json!({"op": "subscribe"}))["ok"], true);
+    let mut victim = Victim::new(&daemon);
+    let baseline = victim.death_latency();
     let mut owner = TestprocAs::spawn(MALLORY, &["survivors", &SURVIVORS.to_string()]);
     let survivors = KillAll(
         (0..SURVIVORS)
@@ -426,7 +458,17 @@ fn a_reap_with_more_survivors_than_descriptors_stalls_nobody() {
         signalled += 1;
     }
 
-    // Within the grace, another user is served, and the daemon keeps descriptors spare.
+    // Within the grace, another user's deaths are as quick as before, another user is
+    // served, and the daemon keeps descriptors spare.
+    let attacked = victim.death_latency();
+    eprintln!(
+        "a reap of {SURVIVORS}: death → event median {baseline:?} alone, {attacked:?} in its grace"
+    );
+    assert!(
+        attacked <= baseline * 2,
+        "a victim's death took {attacked:?} at the median in another user's reap, against \
+         {baseline:?} before"
+    );
     let alices = TestprocAs::spawn(ALICE, &["tree", "0"]);
     let mut alice = ClientAs::connect(&daemon, ALICE);
     let reply = alice
@@ -478,9 +520,17 @@ fn silent_metrics_connections_hold_up_no_scrape() {
     let _alone = alone();
     let daemon = Daemon::start(&["--metrics-listen", "127.0.0.1:0"]);
     let addr = daemon.metrics_addr();
+    let mut victim = Victim::new(&daemon);
+    let baseline = victim.death_latency();
     let silent: Vec<TcpStream> = (0..SILENT)
         .map(|_| TcpStream::connect(&addr).expect("connect to the metrics listener"))
         .collect();
+    let attacked = victim.death_latency();
+    assert!(
+        attacked <= baseline * 2,
+        "a death took {attacked:?} at the median beside {SILENT} silent metrics \
+         connections, against {baseline:?} before"
+    );
     for round in 0..3 {
         let asked = Instant::now();
         let response = integration_tests::scrape(&addr, "/metrics");
