@@ -1152,3 +1152,122 @@ fn processes_come_in_pages_that_list_each_process_once() {
     let bad = daemon.request(json!({"op": "processes", "session": "big", "after": "x"}));
     assert_eq!(bad["error"]["code"], "invalid_request", "{bad}");
 }
+
+/// A bpffs directory of one test's own for `--ebpf-pin-dir`, removed at the end with
+/// whatever the daemons left pinned there (their programs detach).
+struct PinRoot(std::path::PathBuf);
+
+impl PinRoot {
+    fn new(test: &str) -> PinRoot {
+        PinRoot(format!("/sys/fs/bpf/liveness-test-{}-{test}", std::process::id()).into())
+    }
+
+    fn arg(&self) -> &str {
+        self.0.to_str().expect("a UTF-8 path")
+    }
+}
+
+impl Drop for PinRoot {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Registers `owner` as `session`, ended with its tree by the `terminate` policy.
+fn register_terminating(daemon: &Daemon, session: &str, owner: &Owner) {
+    let reply = daemon.request(json!({
+        "op": "register", "session": session, "owner": {"pid": owner.pid},
+        "on_end": "terminate", "grace_ms": 100
+    }));
+    assert_eq!(reply["ok"], true, "register: {reply}");
+}
+
+/// With the lineage programs pinned (`--ebpf-pin-dir`), a process the owner started and
+/// orphaned while no daemon ran is placed after the restart: for a session registered
+/// before the stop and for one registered after the restart. `whose` names the session,
+/// `processes` and the survivors list it, and `terminate` ends it. The restarted daemon
+/// adopts the pinned programs once, so lineages stay complete since their first load.
+#[test]
+fn orphans_made_while_the_daemon_was_down_are_placed_after_its_restart() {
+    if !privileged("lineage across a daemon restart") {
+        return;
+    }
+    let pins = PinRoot::new("down");
+    let mut daemon = Daemon::start(&["--ebpf-pin-dir", pins.arg()]);
+    let membership =
+        |daemon: &Daemon| daemon.request(json!({"op": "status"}))["status"]["membership"].clone();
+    let first = membership(&daemon);
+    let pinned_in = first["lineage_pins"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the lineage programs are not pinned: {first}"))
+        .to_owned();
+    assert!(first["lineage_since_ms"].is_i64(), "{first}");
+
+    let mut registered = Owner::spawn();
+    register_terminating(&daemon, "registered", &registered);
+    let mut late = Owner::spawn();
+    daemon.stop();
+    // While no daemon runs: a subshell forks a sleeper and exits, which orphans it.
+    let orphans = [registered.orphan(), late.orphan()];
+    wait_orphaned(&registered, orphans[0]);
+    wait_orphaned(&late, orphans[1]);
+    daemon.restart();
+
+    let second = membership(&daemon);
+    assert_eq!(second["lineage_pins"], pinned_in, "{second}");
+    assert_eq!(
+        second["lineage_since_ms"], first["lineage_since_ms"],
+        "lineages are complete since the pinned programs' first load"
+    );
+    let sets = std::fs::read_dir(std::path::Path::new(&pinned_in).parent().unwrap())
+        .expect("the state directory's pins")
+        .count();
+    assert_eq!(sets, 1, "one pin set for the state directory");
+    let log = daemon.log();
+    assert_eq!(
+        log.matches("adopted the pinned lineage programs").count(),
+        1,
+        "{log}"
+    );
+    register_terminating(&daemon, "late", &late);
+
+    for ((session, owner), orphan) in [("registered", &mut registered), ("late", &mut late)]
+        .into_iter()
+        .zip(orphans)
+    {
+        assert_eq!(whose(&daemon, orphan), session, "whose --pid {orphan}");
+        let listed = processes(&daemon, session);
+        assert!(listed.contains(&orphan), "{orphan} not in {listed:?}");
+        let key = (orphan, start_ticks(orphan).expect("alive"));
+        owner.sigkill();
+        let ended = daemon.wait_ended(session);
+        assert!(survivor_keys(&ended["survivors"]).contains(&key), "{ended}");
+        let gone = eventually(PATIENCE, || {
+            start_ticks(key.0) != Some(key.1) || state(key.0) == Some('Z')
+        });
+        assert!(gone, "the terminate policy left {orphan} running");
+    }
+
+    // Refused while the daemon runs; once it is stopped, the programs and the map go.
+    let state_dir = daemon.state_dir.clone();
+    let unpin = || {
+        Command::new(binary("livenessd"))
+            .arg("--state-dir")
+            .arg(&state_dir)
+            .args(["--ebpf-pin-dir", pins.arg(), "--unpin"])
+            .output()
+            .expect("livenessd --unpin")
+    };
+    assert!(!unpin().status.success(), "--unpin beside a running daemon");
+    daemon.stop();
+    let out = unpin();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !std::path::Path::new(&pinned_in).exists(),
+        "{pinned_in} left"
+    );
+}
