@@ -1079,6 +1079,15 @@ fn an_orphan_made_before_registration_is_placed_by_its_lineage() {
         return;
     }
     let daemon = Daemon::start(&[]);
+    // Unpinned unless asked: status says the lineages go with this daemon, and why.
+    let membership = daemon.request(json!({"op": "status"}))["status"]["membership"].clone();
+    assert!(
+        membership["lineage_unpinned"]
+            .as_str()
+            .is_some_and(|why| why.contains("--ebpf-pin-dir")),
+        "{membership}"
+    );
+    assert_eq!(membership["lineage_pins"], Value::Null, "{membership}");
     let mut owner = Owner::spawn();
     let orphan = owner.orphan();
     wait_orphaned(&owner, orphan);
@@ -1207,6 +1216,14 @@ fn orphans_made_while_the_daemon_was_down_are_placed_after_its_restart() {
     register_terminating(&daemon, "registered", &registered);
     let mut late = Owner::spawn();
     daemon.stop();
+    // A set of another version (another object or layout), as an upgrade stopped halfway
+    // leaves it: never adopted, and removed.
+    let state_pins = std::path::Path::new(&pinned_in)
+        .parent()
+        .unwrap()
+        .to_owned();
+    let other_version = state_pins.join("0000000000000000");
+    std::fs::create_dir(&other_version).expect("a set of another version");
     // While no daemon runs: a subshell forks a sleeper and exits, which orphans it.
     let orphans = [registered.orphan(), late.orphan()];
     wait_orphaned(&registered, orphans[0]);
@@ -1219,10 +1236,11 @@ fn orphans_made_while_the_daemon_was_down_are_placed_after_its_restart() {
         second["lineage_since_ms"], first["lineage_since_ms"],
         "lineages are complete since the pinned programs' first load"
     );
-    let sets = std::fs::read_dir(std::path::Path::new(&pinned_in).parent().unwrap())
+    let sets = std::fs::read_dir(&state_pins)
         .expect("the state directory's pins")
         .count();
     assert_eq!(sets, 1, "one pin set for the state directory");
+    assert!(!other_version.exists(), "another version's set was kept");
     let log = daemon.log();
     assert_eq!(
         log.matches("adopted the pinned lineage programs").count(),

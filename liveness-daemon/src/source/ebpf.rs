@@ -621,6 +621,8 @@ fn attach_lineage(
     let mut pins = match pins {
         Ok(pins) if pins.adopted_since_ms.is_some() => {
             let since_ms = pins.adopted_since_ms.unwrap_or_default();
+            // Those of another version, left by an upgrade stopped halfway.
+            pins.remove_others();
             tracing::info!(
                 pins = %pins.dir.display(),
                 since_ms,

@@ -111,13 +111,11 @@ impl PinSet {
     pub fn open(state_pins: &Path, name: &str) -> Result<PinSet, PinError> {
         ensure_bpffs(state_pins)?;
         let dir = state_pins.join(name);
-        fs::create_dir_all(&dir).map_err(io_error("create", &dir))?;
-        let on_bpffs = rustix::fs::statfs(&dir)
-            .map(|fs| fs.f_type as u64 == BPF_FS_MAGIC)
-            .unwrap_or(false);
-        if !on_bpffs {
-            return Err(PinError::NotBpffs(dir));
+        // Checked before anything is created: a wrong directory is left as it was.
+        if !on_bpffs(&dir) {
+            return Err(PinError::NotBpffs(state_pins.to_path_buf()));
         }
+        fs::create_dir_all(&dir).map_err(io_error("create", &dir))?;
         if let Some((since_ms, links)) = adoptable(&dir) {
             return Ok(PinSet {
                 dir,
@@ -215,16 +213,18 @@ fn epoch_ms(time: SystemTime) -> i64 {
         .map_or(0, |since| since.as_millis() as i64)
 }
 
+/// Whether `path`, or the nearest of its ancestors that exists, is on a bpffs.
+fn on_bpffs(path: &Path) -> bool {
+    path.ancestors()
+        .find(|ancestor| ancestor.exists())
+        .and_then(|existing| rustix::fs::statfs(existing).ok())
+        .is_some_and(|fs| fs.f_type as u64 == BPF_FS_MAGIC)
+}
+
 /// Mounts bpffs on /sys/fs/bpf when `pins` is under it and nothing is mounted there yet.
 fn ensure_bpffs(pins: &Path) -> Result<(), PinError> {
     let mount = Path::new(BPF_FS_MOUNT);
-    if !pins.starts_with(mount) {
-        return Ok(());
-    }
-    let mounted = rustix::fs::statfs(mount)
-        .map(|fs| fs.f_type as u64 == BPF_FS_MAGIC)
-        .unwrap_or(false);
-    if mounted {
+    if !pins.starts_with(mount) || on_bpffs(mount) {
         return Ok(());
     }
     rustix::mount::mount(
@@ -259,6 +259,17 @@ mod tests {
         assert_eq!(name.len(), 16);
         // The same across builds: a daemon restarted on a rebuilt binary adopts its pins.
         assert_eq!(fnv1a(&[b"a"]), 0xaf63_dc4c_8601_ec8c);
+    }
+
+    #[test]
+    fn a_directory_off_bpffs_is_refused_and_left_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let pins = dir.path().join("pins");
+        match PinSet::open(&pins, "0123456789abcdef") {
+            Err(PinError::NotBpffs(path)) => assert_eq!(path, pins),
+            other => panic!("expected NotBpffs, got {other:?}"),
+        }
+        assert!(!pins.exists(), "nothing is created off bpffs");
     }
 
     #[test]
