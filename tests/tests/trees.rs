@@ -1289,3 +1289,28 @@ fn orphans_made_while_the_daemon_was_down_are_placed_after_its_restart() {
         "{pinned_in} left"
     );
 }
+
+/// A pin directory that is not on bpffs does not keep the daemon from starting: it runs
+/// with lineages of its own life, and says why in status.
+#[test]
+fn a_daemon_that_cannot_pin_runs_unpinned_and_says_why() {
+    if !privileged("lineage pins off bpffs") {
+        return;
+    }
+    let elsewhere = tempfile::tempdir().expect("a directory off bpffs");
+    let pins = elsewhere.path().join("pins");
+    let daemon = Daemon::start(&["--ebpf-pin-dir", pins.to_str().unwrap()]);
+    let membership = daemon.request(json!({"op": "status"}))["status"]["membership"].clone();
+    assert_eq!(membership["mode"], "kernel", "{membership}");
+    assert!(membership["lineage_since_ms"].is_i64(), "{membership}");
+    assert_eq!(membership["lineage_pins"], Value::Null, "{membership}");
+    assert!(
+        membership["lineage_unpinned"]
+            .as_str()
+            .is_some_and(|why| why.contains("not on a bpffs")),
+        "{membership}"
+    );
+    assert!(!pins.exists(), "nothing is made off bpffs");
+    let log = daemon.log();
+    assert!(log.contains("the lineage programs are not pinned"), "{log}");
+}

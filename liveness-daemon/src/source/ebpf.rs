@@ -346,7 +346,11 @@ impl EbpfSource {
         let mut ebpf = match load(&btf, pidns_inum, &config, pins.as_ref().ok()) {
             // A map that cannot be pinned must not keep the daemon from running.
             Err(error) if pins.is_ok() => {
-                pins = Err(format!("cannot pin the lineages map: {error}"));
+                let reason = Err(format!("cannot pin the lineages map: {error}"));
+                if let Ok(set) = std::mem::replace(&mut pins, reason) {
+                    // No link is pinned yet: nothing to hold.
+                    drop(set.abandon());
+                }
                 load(&btf, pidns_inum, &config, None)
             }
             loaded => loaded,
@@ -632,6 +636,8 @@ fn attach_lineage(
         }
         pins => pins,
     };
+    // Links pinned in a set given up on, held so that they stay attached.
+    let mut held = Vec::new();
     let programs = [
         (LINEAGE_EXIT_PROGRAM_NAME, TRACEPOINT, EXIT_LINK),
         (LINEAGE_FORK_PROGRAM_NAME, FORK_TRACEPOINT, FORK_LINK),
@@ -657,22 +663,22 @@ fn attach_lineage(
                 .attach()
                 .map_err(|e| EbpfError::from_program("attaching an eBPF lineage program", e))?;
             if let Ok(set) = std::mem::replace(&mut pins, Err(error)) {
-                set.abandon();
+                held = set.abandon();
             }
         }
     }
     match pins {
-        Ok(set) => match set.pinned_since_ms() {
-            Ok(since_ms) => {
-                set.remove_others();
-                tracing::info!(pins = %set.dir.display(), "pinned the lineage programs: they outlive this daemon");
-                Ok(LineageKeep::pinned(since_ms, set))
-            }
-            Err(error) => Ok(LineageKeep::unpinned(error.to_string())),
-        },
+        Ok(set) => {
+            let since_ms = set
+                .pinned_since_ms()
+                .unwrap_or_else(|| lineage_pin::epoch_ms(SystemTime::now()));
+            set.remove_others();
+            tracing::info!(pins = %set.dir.display(), "pinned the lineage programs: they outlive this daemon");
+            Ok(LineageKeep::pinned(since_ms, set))
+        }
         Err(reason) => {
             tracing::warn!(%reason, "the lineage programs are not pinned: orphans made while no daemon runs will not be placed");
-            Ok(LineageKeep::unpinned(reason))
+            Ok(LineageKeep::unpinned(reason, held))
         }
     }
 }

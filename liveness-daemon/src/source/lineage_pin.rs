@@ -148,21 +148,24 @@ impl PinSet {
         Ok(())
     }
 
-    /// Gives the set up after a failure to pin: its programs, attached unpinned by the
-    /// caller, go when this daemon stops.
-    pub fn abandon(self) {
+    /// The set's links, to be held for this daemon's life.
+    pub fn into_links(self) -> Vec<FdLink> {
+        self.links
+    }
+
+    /// Gives the set up after a failure to pin: its pins go, and the links already pinned
+    /// are returned, to be held for this daemon's life (closing them would detach them).
+    pub fn abandon(self) -> Vec<FdLink> {
         if let Err(error) = fs::remove_dir_all(&self.dir) {
             tracing::warn!(pins = %self.dir.display(), %error, "cannot remove a lineage pin set");
         }
+        self.links
     }
 
-    /// When the fresh set's fork link was pinned: lineages are complete since.
-    pub fn pinned_since_ms(&self) -> Result<i64, PinError> {
-        let path = self.dir.join(FORK_LINK);
-        let modified = fs::metadata(&path)
-            .and_then(|metadata| metadata.modified())
-            .map_err(io_error("read the time of", &path))?;
-        Ok(epoch_ms(modified))
+    /// When the fresh set's fork link was pinned: lineages are complete since. The pin's
+    /// time is what a later daemon reads, so this one reports the same.
+    pub fn pinned_since_ms(&self) -> Option<i64> {
+        pinned_at(&self.dir.join(FORK_LINK))
     }
 
     /// Removes the other sets of the same state directory: older versions, whose programs
@@ -204,11 +207,16 @@ fn adoptable(dir: &Path) -> Option<(i64, Vec<FdLink>)> {
     if !dir.join(LINEAGES_PIN).exists() {
         return None;
     }
-    let modified = fs::metadata(dir.join(FORK_LINK)).ok()?.modified().ok()?;
-    Some((epoch_ms(modified), links))
+    Some((pinned_at(&dir.join(FORK_LINK))?, links))
 }
 
-fn epoch_ms(time: SystemTime) -> i64 {
+/// When the pin at `path` was made (ms since the epoch): bpffs sets it once.
+fn pinned_at(path: &Path) -> Option<i64> {
+    let modified = fs::metadata(path).ok()?.modified().ok()?;
+    Some(epoch_ms(modified))
+}
+
+pub(super) fn epoch_ms(time: SystemTime) -> i64 {
     time.duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_millis() as i64)
 }

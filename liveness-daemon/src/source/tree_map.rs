@@ -176,8 +176,9 @@ pub struct LineageKeep {
     pub since_ms: i64,
     /// Where they are pinned, or why they are not (they then go with this daemon).
     pub pinned: Result<std::path::PathBuf, String>,
-    /// The pinned links, held open while the daemon runs.
-    _pins: Option<super::lineage_pin::PinSet>,
+    /// Links of theirs held open while the daemon runs: a pinned one then stays attached
+    /// even if its pin is removed by hand, one whose pin failed stays attached at all.
+    _links: Vec<aya::programs::links::FdLink>,
 }
 
 impl LineageKeep {
@@ -185,18 +186,19 @@ impl LineageKeep {
         LineageKeep {
             since_ms,
             pinned: Ok(pins.dir.clone()),
-            _pins: Some(pins),
+            _links: pins.into_links(),
         }
     }
 
     /// Attached by this daemon, now, for its life.
-    pub(super) fn unpinned(reason: String) -> LineageKeep {
+    pub(super) fn unpinned(
+        reason: String,
+        links: Vec<aya::programs::links::FdLink>,
+    ) -> LineageKeep {
         LineageKeep {
-            since_ms: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |since| since.as_millis() as i64),
+            since_ms: super::lineage_pin::epoch_ms(std::time::SystemTime::now()),
             pinned: Err(reason),
-            _pins: None,
+            _links: links,
         }
     }
 }
