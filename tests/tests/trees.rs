@@ -1314,3 +1314,48 @@ fn a_daemon_that_cannot_pin_runs_unpinned_and_says_why() {
     let log = daemon.log();
     assert!(log.contains("the lineage programs are not pinned"), "{log}");
 }
+
+/// A pin set is adopted whole or not at all: one that lost a link (its program detached,
+/// so lineages have a gap) is made again at the next start, and lineages are complete only
+/// since then.
+#[test]
+fn a_pin_set_missing_a_link_is_made_again() {
+    if !privileged("an incomplete lineage pin set") {
+        return;
+    }
+    let pins = PinRoot::new("incomplete");
+    let mut daemon = Daemon::start(&["--ebpf-pin-dir", pins.arg()]);
+    let membership =
+        |daemon: &Daemon| daemon.request(json!({"op": "status"}))["status"]["membership"].clone();
+    let first = membership(&daemon);
+    let pinned_in = first["lineage_pins"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the lineage programs are not pinned: {first}"))
+        .to_owned();
+    daemon.stop();
+    let exit_link = std::path::Path::new(&pinned_in).join("lineage_exit");
+    std::fs::remove_file(&exit_link).expect("remove the exit program's pin");
+    // Lineage times are in ms: the new set's is a later one.
+    std::thread::sleep(Duration::from_millis(20));
+    daemon.restart();
+
+    let second = membership(&daemon);
+    assert_eq!(second["lineage_pins"], pinned_in, "{second}");
+    assert!(
+        second["lineage_since_ms"].as_i64() > first["lineage_since_ms"].as_i64(),
+        "lineages complete since the new set only: {first} then {second}"
+    );
+    assert!(exit_link.exists(), "the exit program pinned again");
+    let log = daemon.log();
+    assert_eq!(
+        log.matches("adopted the pinned lineage programs").count(),
+        0,
+        "{log}"
+    );
+    assert_eq!(
+        log.matches("pinned the lineage programs: they outlive")
+            .count(),
+        2,
+        "{log}"
+    );
+}
