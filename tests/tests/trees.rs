@@ -1080,7 +1080,7 @@ fn an_orphan_made_before_registration_is_placed_by_its_lineage() {
     }
     let daemon = Daemon::start(&[]);
     // Unpinned unless asked: status says the lineages go with this daemon, and why.
-    let membership = daemon.request(json!({"op": "status"}))["status"]["membership"].clone();
+    let membership = membership(&daemon);
     assert!(
         membership["lineage_unpinned"]
             .as_str()
@@ -1182,6 +1182,18 @@ impl Drop for PinRoot {
     }
 }
 
+/// A daemon that pins its lineage programs under `pins`, its membership status, and the
+/// directory of its pin set.
+fn start_pinned(pins: &PinRoot) -> (Daemon, Value, String) {
+    let daemon = Daemon::start(&["--ebpf-pin-dir", pins.arg()]);
+    let status = membership(&daemon);
+    let pinned_in = status["lineage_pins"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the lineage programs are not pinned: {status}"))
+        .to_owned();
+    (daemon, status, pinned_in)
+}
+
 /// Registers `owner` as `session`, ended with its tree by the `terminate` policy.
 fn register_terminating(daemon: &Daemon, session: &str, owner: &Owner) {
     let reply = daemon.request(json!({
@@ -1202,14 +1214,7 @@ fn orphans_made_while_the_daemon_was_down_are_placed_after_its_restart() {
         return;
     }
     let pins = PinRoot::new("down");
-    let mut daemon = Daemon::start(&["--ebpf-pin-dir", pins.arg()]);
-    let membership =
-        |daemon: &Daemon| daemon.request(json!({"op": "status"}))["status"]["membership"].clone();
-    let first = membership(&daemon);
-    let pinned_in = first["lineage_pins"]
-        .as_str()
-        .unwrap_or_else(|| panic!("the lineage programs are not pinned: {first}"))
-        .to_owned();
+    let (mut daemon, first, pinned_in) = start_pinned(&pins);
     assert!(first["lineage_since_ms"].is_i64(), "{first}");
 
     let mut registered = Owner::spawn();
@@ -1300,7 +1305,7 @@ fn a_daemon_that_cannot_pin_runs_unpinned_and_says_why() {
     let elsewhere = tempfile::tempdir().expect("a directory off bpffs");
     let pins = elsewhere.path().join("pins");
     let daemon = Daemon::start(&["--ebpf-pin-dir", pins.to_str().unwrap()]);
-    let membership = daemon.request(json!({"op": "status"}))["status"]["membership"].clone();
+    let membership = membership(&daemon);
     assert_eq!(membership["mode"], "kernel", "{membership}");
     assert!(membership["lineage_since_ms"].is_i64(), "{membership}");
     assert_eq!(membership["lineage_pins"], Value::Null, "{membership}");
@@ -1324,14 +1329,7 @@ fn a_pin_set_missing_a_link_is_made_again() {
         return;
     }
     let pins = PinRoot::new("incomplete");
-    let mut daemon = Daemon::start(&["--ebpf-pin-dir", pins.arg()]);
-    let membership =
-        |daemon: &Daemon| daemon.request(json!({"op": "status"}))["status"]["membership"].clone();
-    let first = membership(&daemon);
-    let pinned_in = first["lineage_pins"]
-        .as_str()
-        .unwrap_or_else(|| panic!("the lineage programs are not pinned: {first}"))
-        .to_owned();
+    let (mut daemon, first, pinned_in) = start_pinned(&pins);
     daemon.stop();
     let exit_link = std::path::Path::new(&pinned_in).join("lineage_exit");
     std::fs::remove_file(&exit_link).expect("remove the exit program's pin");
