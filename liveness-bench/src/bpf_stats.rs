@@ -2,10 +2,19 @@
 //! kept while statistics are enabled (`BPF_ENABLE_STATS`, held by the caller).
 
 use anyhow::{Context, Result};
-use liveness_common::record::{FORK_PROGRAM_NAME, OOM_PROGRAM_NAME, SIGNAL_PROGRAM_NAME};
+use liveness_common::record::{
+    FORK_PROGRAM_NAME, LINEAGE_EXIT_PROGRAM_NAME, LINEAGE_FORK_PROGRAM_NAME, OOM_PROGRAM_NAME,
+    SIGNAL_PROGRAM_NAME,
+};
 
 /// liveness's programs that serve its exit program: their time is charged to the exits.
-const SERVING_EXITS: [&str; 3] = [FORK_PROGRAM_NAME, SIGNAL_PROGRAM_NAME, OOM_PROGRAM_NAME];
+const SERVING_EXITS: [&str; 5] = [
+    FORK_PROGRAM_NAME,
+    LINEAGE_FORK_PROGRAM_NAME,
+    LINEAGE_EXIT_PROGRAM_NAME,
+    SIGNAL_PROGRAM_NAME,
+    OOM_PROGRAM_NAME,
+];
 
 /// Runs and run time of a set of eBPF programs.
 #[derive(Debug, Default, Clone, Copy)]
@@ -20,6 +29,15 @@ impl ProgramCost {
     /// The loaded programs of this name (every daemon's).
     pub fn named(name: &str) -> Result<ProgramCost> {
         ProgramCost::of(|info| info.name() == name.as_bytes(), false)
+    }
+
+    /// The programs named `name`, with the run time of those named `helper`, which run on
+    /// the same event (the lineage programs beside the fork and exit programs): one run of
+    /// each is one run of `name`.
+    pub fn named_with(name: &str, helper: &str) -> Result<ProgramCost> {
+        let mut cost = ProgramCost::named(name)?;
+        cost.nanos += ProgramCost::named(helper)?.nanos;
+        Ok(cost)
     }
 
     /// The totals now over the programs with these IDs.

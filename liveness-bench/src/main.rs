@@ -26,7 +26,10 @@ use serde_json::{Value, json};
 use bpf_stats::ProgramCost;
 use daemon::{Build, Daemon, Subscriber, register_all};
 use floor::Floor;
-use liveness_common::record::{EXIT_PROGRAM_NAME, FORK_PROGRAM_NAME, SIGNAL_PROGRAM_NAME};
+use liveness_common::record::{
+    EXIT_PROGRAM_NAME, FORK_PROGRAM_NAME, LINEAGE_EXIT_PROGRAM_NAME, LINEAGE_FORK_PROGRAM_NAME,
+    SIGNAL_PROGRAM_NAME,
+};
 use procs::{Owners, PidMax, Sleepers, monotonic_ns};
 use versus::Ratio;
 
@@ -1059,8 +1062,8 @@ fn overhead(plan: &Plan, daemons: &mut [Daemon], owners: usize) -> Result<Value>
         .context("enabling eBPF run-time statistics")?;
     let costs = || -> Result<[ProgramCost; 3]> {
         Ok([
-            ProgramCost::named(EXIT_PROGRAM_NAME)?,
-            ProgramCost::named(FORK_PROGRAM_NAME)?,
+            ProgramCost::named_with(EXIT_PROGRAM_NAME, LINEAGE_EXIT_PROGRAM_NAME)?,
+            ProgramCost::named_with(FORK_PROGRAM_NAME, LINEAGE_FORK_PROGRAM_NAME)?,
             ProgramCost::named(SIGNAL_PROGRAM_NAME)?,
         ])
     };

@@ -34,7 +34,8 @@ use crate::procs::{self, Owners, monotonic_ns};
 use crate::versus::{Ratio, quarters};
 use crate::{Dist, round, setup, watchers};
 use liveness_common::record::{
-    EXIT_PROGRAM_NAME, FORK_PROGRAM_NAME, OOM_PROGRAM_NAME, SIGNAL_PROGRAM_NAME,
+    EXIT_PROGRAM_NAME, FORK_PROGRAM_NAME, LINEAGE_EXIT_PROGRAM_NAME, LINEAGE_FORK_PROGRAM_NAME,
+    OOM_PROGRAM_NAME, SIGNAL_PROGRAM_NAME,
 };
 
 /// Sizes of the peers section.
@@ -599,6 +600,8 @@ impl Peers {
                 let liveness = [
                     EXIT_PROGRAM_NAME,
                     FORK_PROGRAM_NAME,
+                    LINEAGE_FORK_PROGRAM_NAME,
+                    LINEAGE_EXIT_PROGRAM_NAME,
                     SIGNAL_PROGRAM_NAME,
                     OOM_PROGRAM_NAME,
                 ]

@@ -531,6 +531,14 @@ pub(crate) fn print_membership(membership: &MembershipStatus) {
             clock::local_time(since)
         );
     }
+    if let Some(pins) = &membership.lineage_pins {
+        outln!("            lineages kept across restarts (pinned in {pins})");
+    }
+    if let Some(reason) = &membership.lineage_unpinned {
+        outln!(
+            "            lineages not kept across a restart ({reason}): orphans made while no daemon runs are not placed"
+        );
+    }
     if let Some(share) = membership.kernel_share_per_uid {
         outln!("            a uid other than root may hold {share} of them");
     }

@@ -8,6 +8,11 @@
 pub const EXIT_PROGRAM_NAME: &str = "liveness_exit";
 /// Name of the `tp_btf/sched_process_fork` program in the object.
 pub const FORK_PROGRAM_NAME: &str = "liveness_fork";
+/// Name of the `tp_btf/sched_process_fork` program that records every new process's
+/// lineage; it and [`LINEAGE_EXIT_PROGRAM_NAME`] may be pinned, and outlive the daemon.
+pub const LINEAGE_FORK_PROGRAM_NAME: &str = "lineage_fork";
+/// Name of the `tp_btf/sched_process_exit` program that deletes an exited process's lineage.
+pub const LINEAGE_EXIT_PROGRAM_NAME: &str = "lineage_exit";
 /// Name of the `tp_btf/signal_generate` program: the senders of killing signals.
 pub const SIGNAL_PROGRAM_NAME: &str = "liveness_signal";
 /// Name of the `tp_btf/mark_victim` program: the OOM killer's victims.
@@ -239,6 +244,8 @@ mod tests {
         let names = [
             EXIT_PROGRAM_NAME,
             FORK_PROGRAM_NAME,
+            LINEAGE_FORK_PROGRAM_NAME,
+            LINEAGE_EXIT_PROGRAM_NAME,
             SIGNAL_PROGRAM_NAME,
             OOM_PROGRAM_NAME,
         ];

@@ -94,9 +94,18 @@ pub struct MembershipStatus {
     /// New processes the kernel map had no room for.
     pub kernel_full: u64,
     /// Since when the kernel's lineages are complete (ms since the epoch): a process forked
-    /// since and orphaned before its tree was followed is still placed in it.
+    /// since and orphaned before its tree was followed is still placed in it. With pinned
+    /// lineage programs, the time they were first attached, by this daemon or an earlier one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lineage_since_ms: Option<i64>,
+    /// The bpffs directory where the lineage programs and their map are pinned: they outlive
+    /// the daemon, so orphans made while none runs are placed after it starts again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lineage_pins: Option<String>,
+    /// Why the lineage programs are not pinned: they go with the daemon, and orphans made
+    /// while none runs are not placed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lineage_unpinned: Option<String>,
     /// The slots of the kernel map the processes of one uid other than root may hold.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_share_per_uid: Option<u64>,

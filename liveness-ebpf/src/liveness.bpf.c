@@ -49,8 +49,9 @@ const volatile __u64 max_members_per_uid = 16384;
 /*
  * tgid -> the process's lineage: its ancestors when it was forked, copied from its parent's,
  * so that a process orphaned before its tree was followed still names who started it. The
- * fork program writes every new process's, the exit program deletes it; least recently
- * used entries go first when it is full. User space sets max_entries.
+ * lineage programs write every new process's and delete it at its exit; least recently used
+ * entries go first when it is full. The daemon may pin this map and those two programs, and
+ * adopt them again when it restarts.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -301,10 +302,44 @@ static __always_inline void record_lineage(__u32 parent_tgid, __u64 parent_start
 }
 
 /*
- * A new process gets its lineage, and joins the tree of its parent when the parent has an
- * entry: as a tracked process (the root) or as a member. Thread creation returns after one
- * comparison; any other fork of a process with no entry costs its lineage's write and one
- * hash lookup.
+ * The lineage programs touch the lineages map only, so that they can outlive the daemon
+ * (pinned with the map in bpffs) while every other program and map is the running daemon's
+ * own: orphans made while no daemon runs still name who started them. Each costs one more
+ * program run per fork and per process exit.
+ */
+
+/* Every new process gets its lineage; thread creation returns after one comparison. */
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(lineage_fork, struct task_struct *parent, struct task_struct *child)
+{
+	if (child->pid != child->tgid)
+		return 0;
+
+	__u32 child_tgid = tgid_seen_by_daemon(child);
+
+	if (child_tgid)
+		record_lineage(tgid_seen_by_daemon(parent), process_start_ticks(parent), child_tgid,
+			       child->start_boottime / NSEC_PER_CLOCK_TICK);
+	return 0;
+}
+
+/* A process is gone: its descendants keep their own copies of its lineage. */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(lineage_exit, struct task_struct *task)
+{
+	if (task->signal->live.counter != 0)
+		return 0;
+
+	__u32 tgid = tgid_seen_by_daemon(task);
+
+	bpf_map_delete_elem(&lineages, &tgid);
+	return 0;
+}
+
+/*
+ * A new process joins the tree of its parent when the parent has an entry: as a tracked
+ * process (the root) or as a member. Thread creation returns after one comparison; any other
+ * fork of a process with no entry costs one hash lookup.
  */
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(liveness_fork, struct task_struct *parent, struct task_struct *child)
@@ -320,7 +355,6 @@ int BPF_PROG(liveness_fork, struct task_struct *parent, struct task_struct *chil
 
 	if (!child_tgid)
 		return 0;
-	record_lineage(parent_tgid, process_start_ticks(parent), child_tgid, child_start);
 
 	struct member_record *parent_entry = bpf_map_lookup_elem(&members, &parent_tgid);
 
@@ -474,8 +508,6 @@ int BPF_PROG(liveness_exit, struct task_struct *task)
 
 	if (signal->live.counter != 0)
 		return 0;
-	/* The process is gone: its descendants keep their own copies of its lineage. */
-	bpf_map_delete_elem(&lineages, &tgid);
 
 	struct member_record *entry = bpf_map_lookup_elem(&members, &tgid);
 

@@ -1096,6 +1096,15 @@ fn an_orphan_made_before_registration_is_placed_by_its_lineage() {
         return;
     }
     let daemon = Daemon::start(&[]);
+    // Unpinned unless asked: status says the lineages go with this daemon, and why.
+    let membership = membership(&daemon);
+    assert!(
+        membership["lineage_unpinned"]
+            .as_str()
+            .is_some_and(|why| why.contains("--ebpf-pin-dir")),
+        "{membership}"
+    );
+    assert_eq!(membership["lineage_pins"], Value::Null, "{membership}");
     let mut owner = Owner::spawn();
     let orphan = owner.orphan();
     wait_orphaned(&owner, orphan);
@@ -1168,4 +1177,200 @@ fn processes_come_in_pages_that_list_each_process_once() {
     );
     let bad = daemon.request(json!({"op": "processes", "session": "big", "after": "x"}));
     assert_eq!(bad["error"]["code"], "invalid_request", "{bad}");
+}
+
+/// A bpffs directory of one test's own for `--ebpf-pin-dir`, removed at the end with
+/// whatever the daemons left pinned there (their programs detach).
+struct PinRoot(std::path::PathBuf);
+
+impl PinRoot {
+    fn new(test: &str) -> PinRoot {
+        PinRoot(format!("/sys/fs/bpf/liveness-test-{}-{test}", std::process::id()).into())
+    }
+
+    fn arg(&self) -> &str {
+        self.0.to_str().expect("a UTF-8 path")
+    }
+}
+
+impl Drop for PinRoot {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A daemon that pins its lineage programs under `pins`, its membership status, and the
+/// directory of its pin set.
+fn start_pinned(pins: &PinRoot) -> (Daemon, Value, String) {
+    let daemon = Daemon::start(&["--ebpf-pin-dir", pins.arg()]);
+    let status = membership(&daemon);
+    let pinned_in = status["lineage_pins"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the lineage programs are not pinned: {status}"))
+        .to_owned();
+    (daemon, status, pinned_in)
+}
+
+/// Registers `owner` as `session`, ended with its tree by the `terminate` policy.
+fn register_terminating(daemon: &Daemon, session: &str, owner: &Owner) {
+    let reply = daemon.request(json!({
+        "op": "register", "session": session, "owner": {"pid": owner.pid},
+        "on_end": "terminate", "grace_ms": 100
+    }));
+    assert_eq!(reply["ok"], true, "register: {reply}");
+}
+
+/// With the lineage programs pinned (`--ebpf-pin-dir`), a process the owner started and
+/// orphaned while no daemon ran is placed after the restart: for a session registered
+/// before the stop and for one registered after the restart. `whose` names the session,
+/// `processes` and the survivors list it, and `terminate` ends it. The restarted daemon
+/// adopts the pinned programs once, so lineages stay complete since their first load.
+#[test]
+fn orphans_made_while_the_daemon_was_down_are_placed_after_its_restart() {
+    if !privileged("lineage across a daemon restart") {
+        return;
+    }
+    let pins = PinRoot::new("down");
+    let (mut daemon, first, pinned_in) = start_pinned(&pins);
+    assert!(first["lineage_since_ms"].is_i64(), "{first}");
+
+    let mut registered = Owner::spawn();
+    register_terminating(&daemon, "registered", &registered);
+    let mut late = Owner::spawn();
+    daemon.stop();
+    // A set of another version (another object or layout), as an upgrade stopped halfway
+    // leaves it: never adopted, and removed.
+    let state_pins = std::path::Path::new(&pinned_in)
+        .parent()
+        .unwrap()
+        .to_owned();
+    let other_version = state_pins.join("0000000000000000");
+    std::fs::create_dir(&other_version).expect("a set of another version");
+    // While no daemon runs: a subshell forks a sleeper and exits, which orphans it.
+    let orphans = [registered.orphan(), late.orphan()];
+    wait_orphaned(&registered, orphans[0]);
+    wait_orphaned(&late, orphans[1]);
+    daemon.restart();
+
+    let second = membership(&daemon);
+    assert_eq!(second["lineage_pins"], pinned_in, "{second}");
+    assert_eq!(
+        second["lineage_since_ms"], first["lineage_since_ms"],
+        "lineages are complete since the pinned programs' first load"
+    );
+    let sets = std::fs::read_dir(&state_pins)
+        .expect("the state directory's pins")
+        .count();
+    assert_eq!(sets, 1, "one pin set for the state directory");
+    assert!(!other_version.exists(), "another version's set was kept");
+    let log = daemon.log();
+    assert_eq!(
+        log.matches("adopted the pinned lineage programs").count(),
+        1,
+        "{log}"
+    );
+    register_terminating(&daemon, "late", &late);
+
+    for ((session, owner), orphan) in [("registered", &mut registered), ("late", &mut late)]
+        .into_iter()
+        .zip(orphans)
+    {
+        assert_eq!(whose(&daemon, orphan), session, "whose --pid {orphan}");
+        let listed = processes(&daemon, session);
+        assert!(listed.contains(&orphan), "{orphan} not in {listed:?}");
+        let key = (orphan, start_ticks(orphan).expect("alive"));
+        owner.sigkill();
+        let ended = daemon.wait_ended(session);
+        assert!(survivor_keys(&ended["survivors"]).contains(&key), "{ended}");
+        let gone = eventually(PATIENCE, || {
+            start_ticks(key.0) != Some(key.1) || state(key.0) == Some('Z')
+        });
+        assert!(gone, "the terminate policy left {orphan} running");
+    }
+
+    // Refused while the daemon runs; once it is stopped, the programs and the map go.
+    let state_dir = daemon.state_dir.clone();
+    let unpin = || {
+        Command::new(binary("livenessd"))
+            .arg("--state-dir")
+            .arg(&state_dir)
+            .args(["--ebpf-pin-dir", pins.arg(), "--unpin"])
+            .output()
+            .expect("livenessd --unpin")
+    };
+    assert!(!unpin().status.success(), "--unpin beside a running daemon");
+    daemon.stop();
+    let out = unpin();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !std::path::Path::new(&pinned_in).exists(),
+        "{pinned_in} left"
+    );
+}
+
+/// A pin directory that is not on bpffs does not keep the daemon from starting: it runs
+/// with lineages of its own life, and says why in status.
+#[test]
+fn a_daemon_that_cannot_pin_runs_unpinned_and_says_why() {
+    if !privileged("lineage pins off bpffs") {
+        return;
+    }
+    let elsewhere = tempfile::tempdir().expect("a directory off bpffs");
+    let pins = elsewhere.path().join("pins");
+    let daemon = Daemon::start(&["--ebpf-pin-dir", pins.to_str().unwrap()]);
+    let membership = membership(&daemon);
+    assert_eq!(membership["mode"], "kernel", "{membership}");
+    assert!(membership["lineage_since_ms"].is_i64(), "{membership}");
+    assert_eq!(membership["lineage_pins"], Value::Null, "{membership}");
+    assert!(
+        membership["lineage_unpinned"]
+            .as_str()
+            .is_some_and(|why| why.contains("not on a bpffs")),
+        "{membership}"
+    );
+    assert!(!pins.exists(), "nothing is made off bpffs");
+    let log = daemon.log();
+    assert!(log.contains("the lineage programs are not pinned"), "{log}");
+}
+
+/// A pin set is adopted whole or not at all: one that lost a link (its program detached,
+/// so lineages have a gap) is made again at the next start, and lineages are complete only
+/// since then.
+#[test]
+fn a_pin_set_missing_a_link_is_made_again() {
+    if !privileged("an incomplete lineage pin set") {
+        return;
+    }
+    let pins = PinRoot::new("incomplete");
+    let (mut daemon, first, pinned_in) = start_pinned(&pins);
+    daemon.stop();
+    let exit_link = std::path::Path::new(&pinned_in).join("lineage_exit");
+    std::fs::remove_file(&exit_link).expect("remove the exit program's pin");
+    // Lineage times are in ms: the new set's is a later one.
+    std::thread::sleep(Duration::from_millis(20));
+    daemon.restart();
+
+    let second = membership(&daemon);
+    assert_eq!(second["lineage_pins"], pinned_in, "{second}");
+    assert!(
+        second["lineage_since_ms"].as_i64() > first["lineage_since_ms"].as_i64(),
+        "lineages complete since the new set only: {first} then {second}"
+    );
+    assert!(exit_link.exists(), "the exit program pinned again");
+    let log = daemon.log();
+    assert_eq!(
+        log.matches("adopted the pinned lineage programs").count(),
+        0,
+        "{log}"
+    );
+    assert_eq!(
+        log.matches("pinned the lineage programs: they outlive")
+            .count(),
+        2,
+        "{log}"
+    );
 }

@@ -113,7 +113,17 @@ fresh_install() {
     expect "no warning at start" [ -z "$(journalctl -u livenessd -b -p warning -o cat)" ]
 }
 
-status_as_root() { sources_active env; }
+# The unit's --ebpf-pin-dir: the lineage programs pinned in the bpffs systemd mounted,
+# which the sandbox lets the daemon write.
+lineage_pinned() {
+    liveness status --json | jq -e '.membership.lineage_pins | startswith("/sys/fs/bpf/liveness/")'
+}
+
+status_as_root() {
+    sources_active env
+    liveness status --json | jq -c '.membership | {lineage_since_ms, lineage_pins, lineage_unpinned}'
+    expect "lineage programs pinned" lineage_pinned
+}
 status_as_user() { sources_active as_alice; }
 
 sigkill_ends_session() {
@@ -159,17 +169,20 @@ reap_in_sandbox() {
 }
 
 restart_loses_nothing() {
-    local one two token head pid
+    local one two token head since pid
     one=$(alice_sleeper)
     two=$(alice_sleeper)
     as_alice liveness register --session kept-1 --owner-pid "$one"
     as_alice liveness register --session kept-2 --owner-pid "$two"
     token=$(as_alice liveness lock acquire build --session kept-1)
     head=$(liveness status --json | jq .head_seq)
+    since=$(liveness status --json | jq .membership.lineage_since_ms)
     pid=$(main_pid)
     systemctl restart livenessd
     expect "a new daemon" [ "$(main_pid)" != "$pid" ]
     expect "no event lost" [ "$(liveness status --json | jq .head_seq)" = "$head" ]
+    expect "the pinned lineage programs adopted, complete since their first load" \
+        [ "$(liveness status --json | jq .membership.lineage_since_ms)" = "$since" ]
     expect "both sessions still active" [ "$(phase kept-1)$(phase kept-2)" = activeactive ]
     as_alice liveness lock list --json | jq -c .
     expect "the lock still held, with its token" \
@@ -375,9 +388,11 @@ remove_keeps_state() {
     expect "stopped" [ "$(systemctl is-active livenessd)" != active ]
     expect "the binaries gone" [ ! -e /usr/bin/livenessd ]
     expect "the database kept" [ -f /var/lib/liveness/liveness.db ]
+    expect "the pinned lineage programs removed" [ ! -e /sys/fs/bpf/liveness ]
     # Installed again, the daemon finds everything where it was.
     dpkg -i "$new_deb"
     expect "started again" active
+    expect "lineage programs pinned again" lineage_pinned
     expect "the events kept" [ "$(liveness status --json | jq .head_seq)" = "$head" ]
     expect "an ended session kept" ended crashed
 }

@@ -74,6 +74,18 @@ pub struct Args {
     /// the rest to root's and the other users' trees. Uids equal modulo 4096 share one.
     #[arg(long, value_name = "COUNT")]
     pub(super) ebpf_max_members_per_uid: Option<u32>,
+    /// Pin the eBPF lineage programs and their map under DIR, a bpffs directory such as
+    /// /sys/fs/bpf/liveness, in a subdirectory of this state directory's own: they then
+    /// outlive the daemon, and a restarted daemon adopts them, so that processes orphaned
+    /// while no daemon ran are placed in their trees. bpffs is mounted on /sys/fs/bpf if
+    /// nothing is. When pinning fails the daemon runs unpinned and `status` says why.
+    /// Without this flag the programs go with the daemon.
+    #[arg(long, value_name = "DIR")]
+    pub(super) ebpf_pin_dir: Option<PathBuf>,
+    /// Remove the lineage programs pinned for this state directory under --ebpf-pin-dir, so
+    /// that they stop, then exit (refused while a daemon runs on the state directory).
+    #[arg(long, requires = "ebpf_pin_dir")]
+    pub(super) unpin: bool,
     /// A process name that `owner: "auto"` skips as a wrapper (repeatable).
     #[arg(long = "wrapper", value_name = "COMM")]
     pub(super) wrappers: Vec<String>,

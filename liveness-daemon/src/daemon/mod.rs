@@ -75,6 +75,8 @@ enum StartError {
     Monitor(#[from] crate::source::monitor::MonitorError),
     #[error(transparent)]
     Engine(#[from] crate::engine::EngineError),
+    #[error(transparent)]
+    Unpin(#[from] crate::source::lineage_pin::PinError),
 }
 
 /// Entry point of `livenessd`.
@@ -88,6 +90,18 @@ pub fn main() -> ExitCode {
                     "livenessd: cannot write the man page into {}: {e}",
                     dir.display()
                 );
+                ExitCode::from(1)
+            }
+        };
+    }
+    if args.unpin {
+        return match unpin(&args) {
+            Ok(message) => {
+                println!("{message}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("livenessd: {e}");
                 ExitCode::from(1)
             }
         };
@@ -212,6 +226,28 @@ fn places(args: &Args, env: &Env) -> Result<(PathBuf, PathBuf), StartError> {
     Ok((state_dir, socket))
 }
 
+/// The lineage pins of the state directory under `--ebpf-pin-dir`, if asked for.
+fn lineage_pins(args: &Args, state_dir: &Path) -> Option<PathBuf> {
+    let root = args.ebpf_pin_dir.as_deref()?;
+    Some(crate::source::lineage_pin::state_pin_dir(root, state_dir))
+}
+
+/// `--unpin`: removes the state directory's lineage pins, once no daemon holds it.
+fn unpin(args: &Args) -> Result<String, StartError> {
+    let (state_dir, _) = places(args, &Env::from_process())?;
+    // The running daemon's pins are its own to change.
+    let _lock = state_dir
+        .exists()
+        .then(|| lock_state_dir(&state_dir))
+        .transpose()?;
+    let pins = lineage_pins(args, &state_dir).ok_or(StartError::NoStateDir)?;
+    Ok(if crate::source::lineage_pin::unpin(&pins)? {
+        format!("removed the lineage programs pinned in {}", pins.display())
+    } else {
+        format!("no lineage programs were pinned in {}", pins.display())
+    })
+}
+
 /// Opens the database, first setting a damaged one aside with `--recover`.
 fn open_store(database: &Path, recover: bool) -> Result<Store, StartError> {
     if recover {
@@ -233,6 +269,7 @@ fn open_store(database: &Path, recover: bool) -> Result<Store, StartError> {
 /// What the engine thread needs, from the flags.
 fn engine_start(
     args: &Args,
+    state_dir: &Path,
     store: Store,
     proc: &ProcRoot,
     limits: &Arc<Limits>,
@@ -248,6 +285,7 @@ fn engine_start(
                 ring_bytes: args.ebpf_ring_bytes,
                 max_members: args.ebpf_max_members,
                 max_members_per_uid: args.ebpf_max_members_per_uid,
+                pins: lineage_pins(args, state_dir),
             },
             pidfd: PidfdConfig {
                 status_wait: args.exit_status_wait,
@@ -379,7 +417,7 @@ impl Tasks {
             socket: socket.display().to_string(),
             state_dir: state_dir.display().to_string(),
         };
-        let start = engine_start(args, store, &proc, &limits, about);
+        let start = engine_start(args, &state_dir, store, &proc, &limits, about);
         let EngineThread {
             engine,
             sources,

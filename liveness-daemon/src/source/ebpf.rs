@@ -8,15 +8,18 @@
 use std::collections::HashMap as StdHashMap;
 use std::fmt;
 use std::io;
+use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
 use aya::maps::{Array, HashMap, IterableMap, Map, MapData, MapError, RingBuf};
+use aya::programs::links::FdLink;
 use aya::programs::{BtfTracePoint, ProgramError};
 use aya::{Btf, BtfError, Ebpf, EbpfLoader};
 use liveness_common::record::{
     COUNTER_CAUSES_LOST, COUNTER_EMITTED, COUNTER_LOST, COUNTER_SLOTS, COUNTER_USAGE_LOST,
-    EXIT_PROGRAM_NAME, ExitRecord, FORK_PROGRAM_NAME, MAP_CAUSES, MAP_COUNTERS, MAP_EXITS,
-    MAP_LINEAGES, MAP_MEMBER_COUNTERS, MAP_MEMBER_SLOTS, MAP_MEMBERS, MAP_TRACKED, MAP_TREE_USAGES,
+    EXIT_PROGRAM_NAME, ExitRecord, FORK_PROGRAM_NAME, LINEAGE_EXIT_PROGRAM_NAME,
+    LINEAGE_FORK_PROGRAM_NAME, MAP_CAUSES, MAP_COUNTERS, MAP_EXITS, MAP_LINEAGES,
+    MAP_MEMBER_COUNTERS, MAP_MEMBER_SLOTS, MAP_MEMBERS, MAP_TRACKED, MAP_TREE_USAGES,
     MAP_UID_SHARES, OOM_PROGRAM_NAME, SIGNAL_PROGRAM_NAME, SignalCause, TreeUsage,
 };
 use liveness_common::status::CausesReport;
@@ -25,8 +28,9 @@ use tokio::io::unix::AsyncFd;
 
 use super::cgroups;
 use super::child::ProbeChild;
+use super::lineage_pin::{self, EXIT_LINK, FORK_LINK, PinSet};
 use super::shared_array::SharedArray;
-use super::tree_map::{TreeMap, TreeMapError, TreeMaps, map_errno};
+use super::tree_map::{LineageKeep, TreeMap, TreeMapError, TreeMaps, map_errno};
 use liveness_common::cause::{Cause, KernelFacts};
 use liveness_common::status::{SelfTest, SourceStats};
 
@@ -59,7 +63,7 @@ pub const DEFAULT_MAX_MEMBERS: u32 = 65_536;
 pub const DEFAULT_RING_BYTES: u32 = 8 * 1024 * 1024;
 
 /// Settings of the eBPF source.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EbpfConfig {
     /// Capacity of the kernel map of tracked processes; `track` beyond it is refused with
     /// [`TrackError::Exhausted`]. Entries are allocated on insert, so a large value is cheap.
@@ -75,6 +79,9 @@ pub struct EbpfConfig {
     /// one user's storm of forks leaves room for root's and the other users' trees; `None`:
     /// a quarter of `max_members`.
     pub max_members_per_uid: Option<u32>,
+    /// Where to pin the lineage programs and their map so that they outlive the daemon
+    /// (this daemon's own directory, under `--ebpf-pin-dir`); `None`: they go with it.
+    pub pins: Option<PathBuf>,
 }
 
 impl EbpfConfig {
@@ -93,6 +100,7 @@ impl Default for EbpfConfig {
             ring_bytes: DEFAULT_RING_BYTES,
             max_members: DEFAULT_MAX_MEMBERS,
             max_members_per_uid: None,
+            pins: None,
         }
     }
 }
@@ -279,22 +287,8 @@ impl CauseWatch {
 /// on a kernel (a tracepoint, or fentry's trampolines): the exit source works without them,
 /// and status says which causes are not seen and why.
 fn attach_cause_programs(ebpf: &mut Ebpf, btf: &Btf) -> CauseWatch {
-    let tracepoint = |ebpf: &mut Ebpf, name: &'static str, tracepoint: &str| {
-        let program: &mut BtfTracePoint = ebpf
-            .program_mut(name)
-            .ok_or(EbpfError::BadObject(name))?
-            .try_into()
-            .map_err(|_| EbpfError::BadObject(name))?;
-        program
-            .load(tracepoint, btf)
-            .map_err(|e| EbpfError::from_program("loading an eBPF program", e))?;
-        program
-            .attach()
-            .map_err(|e| EbpfError::from_program("attaching an eBPF program", e))?;
-        Ok::<(), EbpfError>(())
-    };
-    let signals = tracepoint(ebpf, SIGNAL_PROGRAM_NAME, SIGNAL_TRACEPOINT);
-    let oom = tracepoint(ebpf, OOM_PROGRAM_NAME, OOM_TRACEPOINT);
+    let signals = attach(ebpf, btf, SIGNAL_PROGRAM_NAME, SIGNAL_TRACEPOINT);
+    let oom = attach(ebpf, btf, OOM_PROGRAM_NAME, OOM_TRACEPOINT);
     let described = |what: &str, result: Result<(), EbpfError>| {
         result.map_err(|error| {
             tracing::warn!(%error, "{what}: not attached");
@@ -344,50 +338,29 @@ impl EbpfSource {
             error => EbpfError::KernelBtf(error),
         })?;
         let pidns_inum = own_pidns_inum()?;
-        let mut ebpf = EbpfLoader::new()
-            .btf(Some(&btf))
-            .override_global(PIDNS_GLOBAL, &pidns_inum, true)
-            .map_max_entries(MAP_TRACKED, config.max_tracked)
-            // One entry per tracked process at most, each until its exit record takes it.
-            .map_max_entries(MAP_CAUSES, config.max_tracked)
-            .map_max_entries(MAP_TREE_USAGES, config.max_tracked)
-            .map_max_entries(MAP_EXITS, config.ring_bytes)
-            .override_global(MAX_MEMBERS_GLOBAL, &u64::from(config.max_members), true)
-            .override_global(
-                MAX_MEMBERS_PER_UID_GLOBAL,
-                &u64::from(config.members_per_uid()),
-                true,
-            )
-            // Members take at most max_members entries; every tracked process has one more.
-            .map_max_entries(
-                MAP_MEMBERS,
-                config.max_members.saturating_add(config.max_tracked),
-            )
-            .load(OBJECT)
-            .map_err(EbpfError::from_load)?;
+        let mut pins = match &config.pins {
+            None => Err("not asked for (--ebpf-pin-dir)".to_owned()),
+            Some(dir) => PinSet::open(dir, &lineage_pin::set_name(OBJECT, pidns_inum))
+                .map_err(|error| error.to_string()),
+        };
+        let mut ebpf = match load(&btf, pidns_inum, &config, pins.as_ref().ok()) {
+            // A map that cannot be pinned must not keep the daemon from running.
+            Err(error) if pins.is_ok() => {
+                let reason = Err(format!("cannot pin the lineages map: {error}"));
+                if let Ok(set) = std::mem::replace(&mut pins, reason) {
+                    // No link is pinned yet: nothing to hold.
+                    drop(set.abandon());
+                }
+                load(&btf, pidns_inum, &config, None)
+            }
+            loaded => loaded,
+        }
+        .map_err(EbpfError::from_load)?;
 
-        let program: &mut BtfTracePoint = ebpf
-            .program_mut(EXIT_PROGRAM_NAME)
-            .ok_or(EbpfError::BadObject(EXIT_PROGRAM_NAME))?
-            .try_into()
-            .map_err(|_| EbpfError::BadObject(EXIT_PROGRAM_NAME))?;
-        program
-            .load(TRACEPOINT, &btf)
-            .map_err(|e| EbpfError::from_program("loading the eBPF program", e))?;
-        program
-            .attach()
-            .map_err(|e| EbpfError::from_program("attaching the eBPF program", e))?;
-        let forks: &mut BtfTracePoint = ebpf
-            .program_mut(FORK_PROGRAM_NAME)
-            .ok_or(EbpfError::BadObject(FORK_PROGRAM_NAME))?
-            .try_into()
-            .map_err(|_| EbpfError::BadObject(FORK_PROGRAM_NAME))?;
-        forks
-            .load(FORK_TRACEPOINT, &btf)
-            .map_err(|e| EbpfError::from_program("loading the eBPF fork program", e))?;
-        forks
-            .attach()
-            .map_err(|e| EbpfError::from_program("attaching the eBPF fork program", e))?;
+        // The lineage programs first: a fork seen by the members' program has its lineage.
+        let lineage = attach_lineage(&mut ebpf, &btf, pins)?;
+        attach(&mut ebpf, &btf, EXIT_PROGRAM_NAME, TRACEPOINT)?;
+        attach(&mut ebpf, &btf, FORK_PROGRAM_NAME, FORK_TRACEPOINT)?;
         let causes = attach_cause_programs(&mut ebpf, &btf);
         let maps = TreeMaps {
             lineages: take_map(&mut ebpf, MAP_LINEAGES)?,
@@ -396,12 +369,10 @@ impl EbpfSource {
             slots: take_map(&mut ebpf, MAP_MEMBER_SLOTS)?,
             uid_shares: take_map(&mut ebpf, MAP_UID_SHARES)?,
         };
-        let members =
-            TreeMap::new(maps, config.max_members, config.members_per_uid()).map_err(|source| {
-                EbpfError::Map {
-                    name: MAP_MEMBERS,
-                    source,
-                }
+        let members = TreeMap::new(maps, config.max_members, config.members_per_uid(), lineage)
+            .map_err(|source| EbpfError::Map {
+                name: MAP_MEMBERS,
+                source,
             })?;
         let roots = members.try_clone().map_err(|source| EbpfError::Map {
             name: MAP_MEMBERS,
@@ -578,6 +549,136 @@ impl EbpfSource {
                 detected_by: DetectedBy::Ebpf,
                 total,
             });
+        }
+    }
+}
+
+/// Loads the object with this daemon's settings, its lineages map pinned in `pins` (opened
+/// there when it is pinned already).
+fn load(
+    btf: &Btf,
+    pidns_inum: u32,
+    config: &EbpfConfig,
+    pins: Option<&PinSet>,
+) -> Result<Ebpf, aya::EbpfError> {
+    let (max_members, per_uid) = (
+        u64::from(config.max_members),
+        u64::from(config.members_per_uid()),
+    );
+    let mut loader = EbpfLoader::new();
+    loader
+        .btf(Some(btf))
+        .override_global(PIDNS_GLOBAL, &pidns_inum, true)
+        .map_max_entries(MAP_TRACKED, config.max_tracked)
+        // One entry per tracked process at most, each until its exit record takes it.
+        .map_max_entries(MAP_CAUSES, config.max_tracked)
+        .map_max_entries(MAP_TREE_USAGES, config.max_tracked)
+        .map_max_entries(MAP_EXITS, config.ring_bytes)
+        .override_global(MAX_MEMBERS_GLOBAL, &max_members, true)
+        .override_global(MAX_MEMBERS_PER_UID_GLOBAL, &per_uid, true)
+        // Members take at most max_members entries; every tracked process has one more.
+        .map_max_entries(
+            MAP_MEMBERS,
+            config.max_members.saturating_add(config.max_tracked),
+        );
+    if let Some(pins) = pins {
+        loader.map_pin_path(MAP_LINEAGES, pins.lineages());
+    }
+    loader.load(OBJECT)
+}
+
+/// The program `name` of the object, as a BTF tracepoint program.
+fn tracepoint_program<'a>(
+    ebpf: &'a mut Ebpf,
+    name: &'static str,
+) -> Result<&'a mut BtfTracePoint, EbpfError> {
+    ebpf.program_mut(name)
+        .ok_or(EbpfError::BadObject(name))?
+        .try_into()
+        .map_err(|_| EbpfError::BadObject(name))
+}
+
+/// Loads the program `name` and attaches it to `tracepoint`, for as long as `ebpf` lives.
+fn attach(
+    ebpf: &mut Ebpf,
+    btf: &Btf,
+    name: &'static str,
+    tracepoint: &str,
+) -> Result<(), EbpfError> {
+    let program = tracepoint_program(ebpf, name)?;
+    program
+        .load(tracepoint, btf)
+        .map_err(|e| EbpfError::from_program("loading an eBPF program", e))?;
+    program
+        .attach()
+        .map(drop)
+        .map_err(|e| EbpfError::from_program("attaching an eBPF program", e))
+}
+
+/// Attaches the lineage programs: adopted from `pins` when they run there already, else
+/// loaded and pinned there, else (no pins, or pinning failed) for as long as `ebpf` lives.
+fn attach_lineage(
+    ebpf: &mut Ebpf,
+    btf: &Btf,
+    pins: Result<PinSet, String>,
+) -> Result<LineageKeep, EbpfError> {
+    let mut pins = match pins {
+        Ok(pins) if pins.adopted_since_ms.is_some() => {
+            let since_ms = pins.adopted_since_ms.unwrap_or_default();
+            // Those of another version, left by an upgrade stopped halfway.
+            pins.remove_others();
+            tracing::info!(
+                pins = %pins.dir.display(),
+                since_ms,
+                "adopted the pinned lineage programs: orphans made while no daemon ran are placed"
+            );
+            return Ok(LineageKeep::pinned(since_ms, pins));
+        }
+        pins => pins,
+    };
+    // Links pinned in a set given up on, held so that they stay attached.
+    let mut held = Vec::new();
+    let programs = [
+        (LINEAGE_EXIT_PROGRAM_NAME, TRACEPOINT, EXIT_LINK),
+        (LINEAGE_FORK_PROGRAM_NAME, FORK_TRACEPOINT, FORK_LINK),
+    ];
+    for (name, tracepoint, pin) in programs {
+        let program = tracepoint_program(ebpf, name)?;
+        program
+            .load(tracepoint, btf)
+            .map_err(|e| EbpfError::from_program("loading an eBPF lineage program", e))?;
+        let link = program
+            .attach()
+            .map_err(|e| EbpfError::from_program("attaching an eBPF lineage program", e))?;
+        let Ok(set) = &mut pins else { continue };
+        let pinned = program
+            .take_link(link)
+            .map_err(EbpfError::Program)
+            .map(FdLink::from)
+            .map_err(|error| error.to_string())
+            .and_then(|link| set.pin_link(pin, link).map_err(|error| error.to_string()));
+        if let Err(error) = pinned {
+            // The failed pin took the link with it: attach again, for this daemon's life.
+            program
+                .attach()
+                .map_err(|e| EbpfError::from_program("attaching an eBPF lineage program", e))?;
+            if let Ok(set) = std::mem::replace(&mut pins, Err(error)) {
+                held = set.abandon();
+            }
+        }
+    }
+    match pins {
+        Ok(set) => {
+            let since_ms = set
+                .pinned_since_ms()
+                .unwrap_or_else(|| lineage_pin::epoch_ms(SystemTime::now()));
+            set.remove_others();
+            tracing::info!(pins = %set.dir.display(), "pinned the lineage programs: they outlive this daemon");
+            Ok(LineageKeep::pinned(since_ms, set))
+        }
+        Err(reason) => {
+            tracing::warn!(%reason, "the lineage programs are not pinned: orphans made while no daemon runs will not be placed");
+            Ok(LineageKeep::unpinned(reason, held))
         }
     }
 }

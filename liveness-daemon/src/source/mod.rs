@@ -20,6 +20,7 @@ pub mod child;
 pub mod ebpf;
 #[cfg(test)]
 pub(crate) mod fake;
+pub mod lineage_pin;
 pub mod monitor;
 pub mod pidfd;
 pub mod procpoll;

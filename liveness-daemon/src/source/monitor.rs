@@ -146,7 +146,7 @@ impl Started {
     ) -> Result<Started, String> {
         Ok(match name {
             SourceName::Ebpf => Started::Ebpf(Box::new(
-                EbpfSource::start(config.ebpf, &config.proc)
+                EbpfSource::start(config.ebpf.clone(), &config.proc)
                     .await
                     .map_err(|e| e.to_string())?,
             )),

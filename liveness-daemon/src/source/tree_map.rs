@@ -168,14 +168,49 @@ pub(super) struct TreeMaps {
     pub uid_shares: Map,
 }
 
+/// Since when the lineages are complete, and whether they outlive this daemon.
+#[derive(Debug)]
+pub struct LineageKeep {
+    /// When the lineage programs were first attached (ms since the epoch): by this daemon,
+    /// or by an earlier one whose pinned programs it adopted.
+    pub since_ms: i64,
+    /// Where they are pinned, or why they are not (they then go with this daemon).
+    pub pinned: Result<std::path::PathBuf, String>,
+    /// Links of theirs held open while the daemon runs: a pinned one then stays attached
+    /// even if its pin is removed by hand, one whose pin failed stays attached at all.
+    _links: Vec<aya::programs::links::FdLink>,
+}
+
+impl LineageKeep {
+    pub(super) fn pinned(since_ms: i64, pins: super::lineage_pin::PinSet) -> LineageKeep {
+        LineageKeep {
+            since_ms,
+            pinned: Ok(pins.dir.clone()),
+            _links: pins.into_links(),
+        }
+    }
+
+    /// Attached by this daemon, now, for its life.
+    pub(super) fn unpinned(
+        reason: String,
+        links: Vec<aya::programs::links::FdLink>,
+    ) -> LineageKeep {
+        LineageKeep {
+            since_ms: super::lineage_pin::epoch_ms(std::time::SystemTime::now()),
+            pinned: Err(reason),
+            _links: links,
+        }
+    }
+}
+
 /// A handle on the members map and its counters. The eBPF source holds one for the roots
 /// and the engine's trees another for the members; both belong to the engine's task.
 pub struct TreeMap {
     map: HashMap<MapData, u32, Value>,
     /// Every process's lineage since the programs were loaded (read only here).
     lineages: Arc<HashMap<MapData, u32, LineageValue>>,
-    /// When the programs were loaded, in ms since the epoch: lineages are complete since.
-    loaded_ms: i64,
+    /// Since when lineages are complete, and whether they are kept across restarts.
+    lineage: Arc<LineageKeep>,
     counters: Arc<SharedArray>,
     slots: Arc<MemberSlots>,
     /// Processes user space found no slot for, each once, that the kernel did not count at
@@ -206,16 +241,18 @@ fn duplicate(map: &MapData) -> Result<MapData, MapError> {
 
 impl TreeMap {
     /// The handle on the maps named by [`liveness_common::record`]'s `MAP_MEMBER*`.
-    pub(super) fn new(maps: TreeMaps, capacity: u32, share: u32) -> Result<TreeMap, MapError> {
+    pub(super) fn new(
+        maps: TreeMaps,
+        capacity: u32,
+        share: u32,
+        lineage: LineageKeep,
+    ) -> Result<TreeMap, MapError> {
         let array = |map: Map| -> Result<Array<MapData, u64>, MapError> { Array::try_from(map) };
         let (slots, counters) = (array(maps.slots)?, array(maps.counters)?);
         let shares: Array<MapData, [u64; UID_SHARE_SLOTS as usize]> =
             Array::try_from(maps.uid_shares)?;
-        let loaded_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |since| since.as_millis() as i64);
         Ok(TreeMap {
-            loaded_ms,
+            lineage: Arc::new(lineage),
             lineages: Arc::new(HashMap::try_from(maps.lineages)?),
             map: HashMap::try_from(maps.members)?,
             counters: Arc::new(SharedArray::map(
@@ -235,7 +272,7 @@ impl TreeMap {
     /// Another handle on the same maps and slot count.
     pub(crate) fn try_clone(&self) -> Result<TreeMap, MapError> {
         Ok(TreeMap {
-            loaded_ms: self.loaded_ms,
+            lineage: Arc::clone(&self.lineage),
             lineages: Arc::clone(&self.lineages),
             map: HashMap::try_from(Map::HashMap(duplicate(self.map.map())?))?,
             counters: Arc::clone(&self.counters),
@@ -284,9 +321,9 @@ impl TreeMap {
             .collect()
     }
 
-    /// Since when the lineages are complete (ms since the epoch): the programs' load.
-    pub fn lineage_since_ms(&self) -> i64 {
-        self.loaded_ms
+    /// Since when the lineages are complete, and whether they outlive this daemon.
+    pub fn lineage(&self) -> &LineageKeep {
+        &self.lineage
     }
 
     /// The member entry for `pid`, if the kernel holds one: one lookup, not a walk.

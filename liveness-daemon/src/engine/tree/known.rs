@@ -611,6 +611,7 @@ impl KnownTrees {
 
     pub fn status(&self, scan_interval: Duration) -> MembershipStatus {
         let mode = self.mode();
+        let lineage = self.kernel.as_ref().map(TreeMap::lineage);
         MembershipStatus {
             mode,
             trees: self.trees.len() as u64,
@@ -620,7 +621,10 @@ impl KnownTrees {
             kernel_used: self.kernel.as_ref().map(TreeMap::slots_used),
             kernel_full: self.kernel.as_ref().map_or(0, TreeMap::full_count),
             kernel_share_per_uid: self.kernel.as_ref().map(TreeMap::share),
-            lineage_since_ms: self.kernel.as_ref().map(TreeMap::lineage_since_ms),
+            lineage_since_ms: lineage.map(|lineage| lineage.since_ms),
+            lineage_pins: lineage
+                .and_then(|lineage| Some(lineage.pinned.as_ref().ok()?.display().to_string())),
+            lineage_unpinned: lineage.and_then(|lineage| lineage.pinned.clone().err()),
             over_share: self
                 .kernel
                 .as_ref()

@@ -170,10 +170,9 @@ impl Trees {
                 let mut writer = writer
                     .as_ref()
                     .map(|writer| writer.lock().unwrap_or_else(PoisonError::into_inner));
-                // The lineages hold only what was forked since this run loaded the programs:
-                // a registration's, not a restart's.
-                let registration = matches!(start, Start::Registration { .. });
-                if let Some(kernel) = writer.as_deref().filter(|_| registration) {
+                // At a restart too: pinned lineage programs recorded what the owner forked
+                // and orphaned while no daemon ran.
+                if let Some(kernel) = writer.as_deref() {
                     members.extend(orphaned_before(kernel, &proc, root, &members));
                 }
                 write_members(writer.as_deref_mut(), &proc, &members);
