@@ -425,9 +425,11 @@ fn run(args: &Args) -> Result<bool> {
 
     if args.runs(Part::Trees) {
         eprintln!("bench: trees");
+        // Sessions until their trees are the new build's: the first.
         let runs = builds
             .iter()
-            .map(|b| trees::run(&b.bin_dir, &plan.trees, &mut report.errors))
+            .enumerate()
+            .map(|(i, b)| trees::run(&b.bin_dir, &plan.trees, i == 0, &mut report.errors))
             .collect::<Result<Vec<_>>>()?;
         report.trees_versus = versus_times(&runs);
         report.trees = runs.into_iter().next();

@@ -4,8 +4,11 @@
 //! exactly the long-lived children as survivors and none of the short-lived ones, measures
 //! what a member costs the daemon (its RSS and the kernel's members map), and times the
 //! owner's death to `session.reaped` with every long-lived child terminated within a 1 s
-//! grace.
+//! grace. With `until` (a build that has sessions `until: "tree"`), it also times the last
+//! member's death to `session.ended` of such a session, beside an owner's death to its
+//! `session.ended`, on the same daemon.
 
+use std::io::BufRead;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -26,14 +29,96 @@ pub struct TreeSize {
     pub short_lived: usize,
 }
 
+/// Deaths timed for sessions `until: "tree"`, and for owners beside them.
+const UNTIL_ROUNDS: usize = 20;
+
 /// Runs each tree on a fresh daemon (auto sources, so the fork program is loaded);
 /// harness failures (a wrong survivor, a short-lived one reported) go to `errors`.
-pub fn run(bin_dir: &Path, sizes: &[TreeSize], errors: &mut Vec<String>) -> Result<Value> {
+pub fn run(
+    bin_dir: &Path,
+    sizes: &[TreeSize],
+    until: bool,
+    errors: &mut Vec<String>,
+) -> Result<Value> {
     let trees = sizes
         .iter()
         .map(|&size| one_tree(bin_dir, size, errors))
         .collect::<Result<Vec<_>>>()?;
-    Ok(json!({"grace_ms": GRACE_MS, "trees": trees}))
+    let until_tree = until.then(|| until_tree(bin_dir)).transpose()?;
+    Ok(json!({"grace_ms": GRACE_MS, "trees": trees, "until_tree": until_tree}))
+}
+
+/// Median ns from a SIGKILL to its session's `session.ended`: of the last member of a
+/// session `until: "tree"` (its owner dead already), and of an owner.
+fn until_tree(bin_dir: &Path) -> Result<Value> {
+    let daemon = daemon::start(bin_dir, "auto", &[])?;
+    daemon::require_fork_tracking(&daemon)?;
+    let (mut last_member, mut owner) = (Vec::new(), Vec::new());
+    for round in 0..UNTIL_ROUNDS {
+        for until in [true, false] {
+            let session = format!("until-{until}-{round}");
+            let mut tree = Tree::spawn(TreeShape {
+                long_lived: 1,
+                short_lived: 0,
+                ..TreeShape::default()
+            })?;
+            let mut register = json!({
+                "op": "register", "session": session, "owner": {"pid": tree.owner.pid},
+            });
+            if until {
+                register["until"] = json!("tree");
+            }
+            let registered = daemon.request(register);
+            if registered["ok"] != true {
+                bail!("register {session}: {registered}");
+            }
+            tree.grow()?;
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while reap::listed(&daemon, &session) != 2 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if until {
+                tree.owner.kill();
+                // The owner's death is taken in, and its member watched, before the timing.
+                std::thread::sleep(Duration::from_millis(100));
+                let phase = daemon.request(json!({"op": "get", "session": session}));
+                if phase["session"]["phase"] != "active" {
+                    bail!("{session} ended with its owner: {phase}");
+                }
+            }
+            let victim = if until { tree.children[0] } else { tree.owner };
+            let mut stream = daemon::subscribe(&daemon.socket)?;
+            stream.get_ref().set_read_timeout(Some(Duration::from_secs(10)))?;
+            let died = procs::monotonic_ns();
+            victim.kill();
+            let took = loop {
+                let mut line = String::new();
+                if stream.read_line(&mut line)? == 0 {
+                    bail!("the daemon closed the stream");
+                }
+                let message: Value = serde_json::from_str(&line)?;
+                let event = &message["event"];
+                if event["session"] == session && event["kind"] == "session.ended" {
+                    break procs::monotonic_ns() - died;
+                }
+            };
+            if until { &mut last_member } else { &mut owner }.push(took);
+        }
+    }
+    let median = |times: &mut Vec<u64>| {
+        times.sort_unstable();
+        times[times.len() / 2] as f64 / 1e3
+    };
+    let (member_us, owner_us) = (median(&mut last_member), median(&mut owner));
+    println!(
+        "until tree: the last member's death -> session.ended p50 {member_us:.0} us, an \
+         owner's {owner_us:.0} us ({UNTIL_ROUNDS} each, one daemon)"
+    );
+    Ok(json!({
+        "rounds": UNTIL_ROUNDS,
+        "last_member_to_ended_p50_us": round(member_us),
+        "owner_to_ended_p50_us": round(owner_us),
+    }))
 }
 
 fn one_tree(bin_dir: &Path, size: TreeSize, errors: &mut Vec<String>) -> Result<Value> {
