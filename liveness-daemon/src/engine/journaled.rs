@@ -62,7 +62,6 @@ impl Journaled {
         self.head = head;
     }
 
-    /// Follows a commit made by SQLite: its events, and the rows they name.
     /// The ACTIVE sessions of `owner`.
     pub(super) fn sessions_of_owner(&self, owner: &Identity) -> impl Iterator<Item = &Session> {
         self.active
@@ -71,6 +70,7 @@ impl Journaled {
             .map(|(session, _)| session)
     }
 
+    /// Follows a commit made by SQLite: its events, and the rows they name.
     pub(super) fn committed(&mut self, events: &[Event], store: &Store) {
         // SQLite numbers an event after its newest: with a published batch missing there,
         // it would take that batch's seqs again.
