@@ -88,7 +88,9 @@ fn until_tree(bin_dir: &Path) -> Result<Value> {
             }
             let victim = if until { tree.children[0] } else { tree.owner };
             let mut stream = daemon::subscribe(&daemon.socket)?;
-            stream.get_ref().set_read_timeout(Some(Duration::from_secs(10)))?;
+            stream
+                .get_ref()
+                .set_read_timeout(Some(Duration::from_secs(10)))?;
             let died = procs::monotonic_ns();
             victim.kill();
             let took = loop {
