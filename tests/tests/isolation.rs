@@ -271,8 +271,12 @@ fn lingering_closes_in_a_loop_stall_nobody() {
     holds_while(&daemon, "lingering closes in a loop", || {
         let lingering = Arc::new(Mutex::new(VecDeque::new()));
         Attack::rounds(&daemon, 2, move |_| {
-            let mut sender = TestprocAs::spawn(MALLORY, &["linger", &socket, r#"{"op":"status"}"#]);
+            // At the lowest priority, as every attacker's process here, and at a pace: the
+            // blocked closes are the attack, not the machine's time spent forking senders.
+            let line = r#"{"op":"status"}"#;
+            let mut sender = TestprocAs::spawn_niced(MALLORY, 19, &["linger", &socket, line]);
             assert_ok(&sender.read_line().expect("the daemon's reply"));
+            std::thread::sleep(Duration::from_millis(100));
             let mut lingering = lingering.lock().unwrap_or_else(PoisonError::into_inner);
             lingering.push_back(sender);
             // The oldest sender goes, and its close with it: fewer closes than the
