@@ -16,7 +16,8 @@ impl Op for request::Status {
         Ok(Status {
             daemon: engine.about.clone(),
             uptime_ms: engine.started.elapsed().as_millis() as u64,
-            head_seq: store.head_seq().unwrap_or_default(),
+            // The newest seq published, which SQLite has too: operations run caught up.
+            head_seq: engine.journaled.head(),
             store_id: engine.store_id.clone(),
             active_sessions: store.count(Phase::Active).unwrap_or_default(),
             ended_sessions: store.count(Phase::Ended).unwrap_or_default(),
