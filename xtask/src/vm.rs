@@ -109,6 +109,12 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
                 failures.push(format!("{kernel}: {name} (exit status {status})"));
             }
         }
+        if !outcome.failure_text.is_empty() {
+            println!("--- {kernel}: failed tests, as the guest printed them");
+            for line in &outcome.failure_text {
+                println!("{line}");
+            }
+        }
         if !outcome.finished {
             failures.push(format!(
                 "{kernel}: the guest did not finish (timed out or crashed); see {}",
@@ -562,6 +568,10 @@ fn version_key(name: &str) -> Vec<u64> {
         .collect()
 }
 
+/// Most lines of failure output one kernel's run prints (a panic with its backtrace is
+/// about 40).
+const MAX_FAILURE_LINES: usize = 400;
+
 /// What one guest reported.
 #[derive(Debug, Default)]
 struct Outcome {
@@ -570,6 +580,11 @@ struct Outcome {
     results: Vec<(String, i32)>,
     /// `(binary, test, ok|FAILED|ignored)` from libtest's own lines.
     tests: Vec<(String, String, String)>,
+    /// What libtest printed about each failed test (`---- name stdout ----` up to its
+    /// closing `failures:` list), so CI's output says why without the guest's log.
+    failure_text: Vec<String>,
+    /// Inside such a block of the running binary.
+    in_failure: bool,
     finished: bool,
     /// The test binary the guest is running now.
     running: Option<String>,
@@ -579,6 +594,15 @@ impl Outcome {
     /// Takes in one line of the guest's console.
     fn record(&mut self, line: &str) {
         let Some(report) = line.find("VMTEST ").map(|at| &line[at + 7..]) else {
+            if line.starts_with("---- ") {
+                self.in_failure = true;
+            } else if line.trim_end() == "failures:" {
+                self.in_failure = false;
+            }
+            if self.in_failure && self.failure_text.len() < MAX_FAILURE_LINES {
+                let binary = self.running.as_deref().unwrap_or("?");
+                self.failure_text.push(format!("{binary}: {line}"));
+            }
             // `test NAME ... ok`, as libtest prints it for each test.
             if let (Some(binary), ["test", test, "...", verdict]) = (
                 &self.running,
@@ -594,6 +618,7 @@ impl Outcome {
             ["start", name] => {
                 eprintln!("vm-test: {name}");
                 self.running = Some((*name).to_owned());
+                self.in_failure = false;
             }
             ["result", name, status] => self
                 .results
@@ -816,9 +841,25 @@ mod tests {
                 "VMTEST start fallbacks",
                 "test bpf_denied_falls_back_to_pidfd ... ok",
                 "test both_denied_fall_back_to_procpoll ... FAILED",
+                "",
+                "failures:",
+                "",
+                "---- both_denied_fall_back_to_procpoll stdout ----",
+                "thread 'both_denied_fall_back_to_procpoll' panicked at tests/fallbacks.rs:9:5:",
+                "",
+                "failures:",
+                "    both_denied_fall_back_to_procpoll",
                 "VMTEST result fallbacks 101",
                 "VMTEST done",
             ],
+        );
+        assert_eq!(
+            old.failure_text,
+            [
+                "fallbacks: ---- both_denied_fall_back_to_procpoll stdout ----",
+                "fallbacks: thread 'both_denied_fall_back_to_procpoll' panicked at tests/fallbacks.rs:9:5:",
+                "fallbacks: ",
+            ]
         );
         let new = guest(
             "6.12.117+deb12-cloud-amd64",
