@@ -9,6 +9,7 @@ mod floor;
 mod peers;
 mod procs;
 mod reap;
+mod replay;
 mod setup;
 mod trees;
 mod versus;
@@ -79,6 +80,9 @@ enum Part {
     /// A tracked storm: one session's tree forks many short-lived and some long-lived
     /// processes; survivors exact, memory per member, owner death to `session.reaped`.
     Trees,
+    /// A start that applies what a killed daemon left in its journal, against a start
+    /// with nothing to apply.
+    Replay,
 }
 
 impl Args {
@@ -117,6 +121,7 @@ struct Plan {
     peers: peers::PeersPlan,
     reap: reap::ReapPlan,
     trees: Vec<trees::TreeSize>,
+    replay: replay::ReplayPlan,
 }
 
 impl Plan {
@@ -150,6 +155,11 @@ impl Plan {
                     long_lived: 20,
                     short_lived: 200,
                 }],
+                replay: replay::ReplayPlan {
+                    records: 200,
+                    per_entry: REPLAY_PER_ENTRY,
+                    rounds: 1,
+                },
             }
         } else if args.quick {
             Plan {
@@ -180,6 +190,11 @@ impl Plan {
                     long_lived: 500,
                     short_lived: 10_000,
                 }],
+                replay: replay::ReplayPlan {
+                    records: 10_000,
+                    per_entry: REPLAY_PER_ENTRY,
+                    rounds: 2,
+                },
             }
         } else {
             Plan {
@@ -218,10 +233,19 @@ impl Plan {
                         short_lived: 10_000,
                     },
                 ],
+                replay: replay::ReplayPlan {
+                    records: 10_000,
+                    per_entry: REPLAY_PER_ENTRY,
+                    rounds: 5,
+                },
             }
         }
     }
 }
+
+/// Endings per journal entry the replay part writes: 10,000 of them in 64 entries, the most
+/// batches the engine leaves unapplied.
+const REPLAY_PER_ENTRY: usize = 157;
 
 /// Percentiles of a sample, in microseconds.
 #[derive(Debug, Clone, Copy, Default)]
@@ -304,6 +328,7 @@ struct Report {
     burst_versus: Option<BurstVersus>,
     reap: Option<Value>,
     trees: Option<Value>,
+    replay: Option<Value>,
     errors: Vec<String>,
 }
 
@@ -435,6 +460,12 @@ fn run(args: &Args) -> Result<bool> {
         report.trees = runs.into_iter().next();
     }
 
+    // The new build only: the baseline may have no journal.
+    if args.runs(Part::Replay) {
+        eprintln!("bench: replay");
+        report.replay = Some(replay::run(&args.bin_dir, plan.replay, &mut report.errors)?);
+    }
+
     let goals = goals(&report);
     print_table(&plan, &report, &goals);
     let document = json!({
@@ -466,6 +497,7 @@ fn run(args: &Args) -> Result<bool> {
         })),
         "reap": report.reap,
         "trees": report.trees,
+        "replay": report.replay,
         "goals": goals,
         "errors": report.errors,
     });
