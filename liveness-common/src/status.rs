@@ -93,6 +93,10 @@ pub struct MembershipStatus {
     pub kernel_used: Option<u64>,
     /// New processes the kernel map had no room for.
     pub kernel_full: u64,
+    /// Walks of the kernel's members map since start (two system calls per entry): made by
+    /// a refresh or an owner's death only when the kernel added members since the last one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_walks: Option<u64>,
     /// Since when the kernel's lineages are complete (ms since the epoch): a process forked
     /// since and orphaned before its tree was followed is still placed in it. With pinned
     /// lineage programs, the time they were first attached, by this daemon or an earlier one.

@@ -762,6 +762,46 @@ fn wait_mode(daemon: &Daemon, expected: &str) -> Value {
     last
 }
 
+/// The kernel's members map is walked (two system calls per entry, every owner's own
+/// included) only once the kernel added members: owners whose trees are themselves alone
+/// die, and neither their deaths nor the refreshes meanwhile read the map; a fork in a
+/// tree makes the next read walk it, and finds the child.
+#[test]
+fn the_members_map_is_walked_only_after_the_kernel_added_members() {
+    if !privileged("walks of the kernel's members map") {
+        return;
+    }
+    let daemon = Daemon::start(&["--sources", "ebpf"]);
+    let mut owners: Vec<Owner> = (0..5).map(|_| Owner::spawn()).collect();
+    for (i, owner) in owners.iter().enumerate() {
+        register(&daemon, &format!("lone-{i}"), owner);
+    }
+    let walks = || {
+        membership(&daemon)["kernel_walks"]
+            .as_u64()
+            .expect("kernel_walks, with eBPF")
+    };
+    // Two refreshes (a second apart) take in whatever the registrations changed.
+    std::thread::sleep(Duration::from_millis(2500));
+    let before = walks();
+    for (i, owner) in owners.iter_mut().enumerate().skip(1) {
+        owner.sigkill();
+        daemon.wait_ended(&format!("lone-{i}"));
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(
+        walks(),
+        before,
+        "deaths of owners with no member, or the refreshes meanwhile, walked the map"
+    );
+    let child = owners[0].orphan();
+    wait_listed(&daemon, "lone-0", child);
+    assert!(
+        walks() > before,
+        "a member the kernel added was found without a walk?"
+    );
+}
+
 /// With a members map of five slots, five sleepers fill it: a process forked then (a
 /// `testproc family`, its middle process and first member) is refused a slot, found by a
 /// scan, and counted once in `kernel_full`. Once the sleepers are gone, a refresh gives the

@@ -216,6 +216,8 @@ pub struct TreeMap {
     /// Processes user space found no slot for, each once, that the kernel did not count at
     /// their fork; shared by every handle.
     refused: Arc<AtomicU64>,
+    /// Walks of the members map (see [`TreeMap::walks`]).
+    walks: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for TreeMap {
@@ -266,6 +268,7 @@ impl TreeMap {
                 share: u64::from(share),
             }),
             refused: Arc::new(AtomicU64::new(0)),
+            walks: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -278,6 +281,7 @@ impl TreeMap {
             counters: Arc::clone(&self.counters),
             slots: Arc::clone(&self.slots),
             refused: Arc::clone(&self.refused),
+            walks: Arc::clone(&self.walks),
         })
     }
 
@@ -289,6 +293,7 @@ impl TreeMap {
     /// Every member the kernel holds now, roots left out. Entries that vanish during the
     /// walk (a member exiting) are skipped.
     pub fn members(&self) -> Vec<KernelMember> {
+        self.walks.fetch_add(1, Ordering::Relaxed);
         self.map
             .iter()
             .filter_map(Result::ok)
@@ -483,6 +488,12 @@ impl TreeMap {
     /// A write retried later is not counted again.
     pub fn count_refused(&self) {
         self.refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Walks of the members map since the daemon started, by every handle of it: each costs
+    /// two system calls per entry, so they are made only when the kernel added members.
+    pub fn walks(&self) -> u64 {
+        self.walks.load(Ordering::Relaxed)
     }
 
     /// New processes the kernel added since the daemon started: one read, where a walk of

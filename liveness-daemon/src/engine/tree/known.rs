@@ -418,6 +418,7 @@ impl KnownTrees {
                 .map(|(member, root)| (*member, (*root, inode(member, root))))
                 .collect(),
             scan: self.mode() != MembershipMode::Kernel,
+            merged_added: self.merged_added,
         })
     }
 
@@ -620,6 +621,7 @@ impl KnownTrees {
             kernel_capacity: self.kernel.as_ref().map(TreeMap::capacity),
             kernel_used: self.kernel.as_ref().map(TreeMap::slots_used),
             kernel_full: self.kernel.as_ref().map_or(0, TreeMap::full_count),
+            kernel_walks: self.kernel.as_ref().map(TreeMap::walks),
             kernel_share_per_uid: self.kernel.as_ref().map(TreeMap::share),
             lineage_since_ms: lineage.map(|lineage| lineage.since_ms),
             lineage_pins: lineage

@@ -330,7 +330,13 @@ impl Trees {
             .map(Identity::key)
             .collect();
         let forgotten = self.known.forget(&roots);
-        if forgotten.trees.is_empty() {
+        // Most trees are their owner alone: with no member known and none added by the
+        // kernel since the last merge, there is nothing to take out, and no hand-off to the
+        // blocking pool per death.
+        let kernel_added = self.reader.as_deref().map(TreeMap::added_count);
+        let nothing_to_unlink = forgotten.trees.iter().all(|(_, tree)| tree.is_empty())
+            && (kernel_added.is_none() || kernel_added == forgotten.merged_added);
+        if nothing_to_unlink {
             return;
         }
         // Their members are listed, and what the kernel added to them since the last

@@ -23,6 +23,8 @@ pub struct RefreshView {
     pub(super) known: HashMap<ProcessKey, (ProcessKey, Option<u64>)>,
     /// Whether `/proc` is scanned for members (the kernel does not follow every tree).
     pub(super) scan: bool,
+    /// The kernel's count of added members the trees hold.
+    pub(super) merged_added: Option<u64>,
 }
 
 /// What a refresh leaves to note, besides the members it found and those that died.
@@ -67,8 +69,19 @@ impl RefreshView {
         };
         // A member the kernel map does not hold has died (the exit program removed it), or
         // was never in it; only those are checked in /proc.
+        // When the kernel added none since the trees' last merge, its map holds no member
+        // they do not know: each known member's entry is looked up (one system call each,
+        // and none for trees that are their owner alone) instead of a walk of the whole map
+        // (two per entry, every owner's included).
+        let entries = match kernel.as_deref() {
+            Some(kernel) if refreshed.merge.added == self.merged_added => (self.known.keys())
+                .filter_map(|key| kernel.get(key.pid))
+                .collect(),
+            Some(kernel) => kernel.members(),
+            None => Vec::new(),
+        };
         let mut in_kernel = HashSet::new();
-        for entry in kernel.as_deref().map(TreeMap::members).unwrap_or_default() {
+        for entry in entries {
             in_kernel.insert(entry.member);
             if !self.roots.contains(&entry.root) || self.known.contains_key(&entry.member) {
                 continue;
