@@ -18,8 +18,8 @@ use super::locks::LockEffect;
 use super::reaps::{ReapDone, terminating};
 use super::tree::{REFRESH_PERIOD, Start, TREE_PERIOD, TreeWork};
 use super::{
-    Command, Engine, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, MAX_UNAPPLIED, Published,
-    RETRY_PERIOD, housekeeping, ms_of,
+    APPLY_DELAY, Command, Engine, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, MAX_UNAPPLIED,
+    Published, RETRY_PERIOD, housekeeping, ms_of,
 };
 
 /// A stream line of one event, as [`liveness_common::protocol::StreamMessage::Event`]
@@ -390,12 +390,14 @@ impl Engine {
         self.broadcast(events);
         crate::faults::point("after-publish");
         self.journaled.push(entry, effects);
-        // SQLite gets the batch once no death and no request is ready, with the batches
-        // published meanwhile in one transaction; at once when a waiter's grant, a reap's
-        // plan or an end action reads the batch there, or when many wait.
+        // SQLite gets the batch after `APPLY_DELAY`, with the batches published meanwhile
+        // in one transaction (and before any request that reads SQLite); at once when a
+        // waiter's grant, a reap's plan or an end action reads the batch there, or when
+        // many wait.
         let urgent = !to_reap.is_empty() || acting || self.journaled.has_effects();
         if !urgent && self.journaled.waiting() <= MAX_UNAPPLIED {
-            self.apply_at.get_or_insert_with(tokio::time::Instant::now);
+            self.apply_at
+                .get_or_insert_with(|| tokio::time::Instant::now() + APPLY_DELAY);
         } else {
             self.caught_up();
             for ended in &to_reap {

@@ -1209,6 +1209,35 @@ async fn published_deaths_wait_for_sqlite_together_and_whatever_comes_next_write
     assert_eq!(order, expected, "each seq once, in the order published");
 }
 
+/// Deaths a few milliseconds apart share one SQLite write: a published batch that nothing
+/// needs in SQLite sooner waits [`super::APPLY_DELAY`] for it, and a later one joins it.
+#[tokio::test(start_paused = true)]
+async fn deaths_close_together_share_one_sqlite_write() {
+    let mut f = fixture().await;
+    for pid in [100, 101] {
+        f.proc.spawn(pid, ALICE.uid);
+        f.own(ALICE, &format!("s{pid}"), pid);
+    }
+    f.die(100, EXITED);
+    f.next_death().await;
+    let at = f.engine.apply_at.expect("the write is planned");
+    assert_eq!(at, tokio::time::Instant::now() + super::APPLY_DELAY);
+    tokio::time::advance(Duration::from_millis(10)).await;
+    f.die(101, EXITED);
+    f.next_death().await;
+    assert_eq!(
+        f.engine.apply_at,
+        Some(at),
+        "the second joins the first's write"
+    );
+    assert_eq!(f.engine.journaled.waiting(), 2);
+    assert!(f.engine.caught_up());
+    for id in ["s100", "s101"] {
+        let session = f.engine.store.get(ALICE.uid, id).unwrap().unwrap();
+        assert_eq!(session.phase, Phase::Ended, "{id}");
+    }
+}
+
 /// A flood of deaths leaves no more than [`super::MAX_UNAPPLIED`] published batches
 /// waiting for SQLite: the journal and the memory they hold stay bounded.
 #[tokio::test(start_paused = true)]
