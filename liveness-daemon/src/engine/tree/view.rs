@@ -67,8 +67,6 @@ impl RefreshView {
             },
             ..Refreshed::default()
         };
-        // A member the kernel map does not hold has died (the exit program removed it), or
-        // was never in it; only those are checked in /proc.
         // When the kernel added none since the trees' last merge, its map holds no member
         // they do not know: each known member's entry is looked up (one system call each,
         // and none for trees that are their owner alone) instead of a walk of the whole map
@@ -80,6 +78,8 @@ impl RefreshView {
             Some(kernel) => kernel.members(),
             None => Vec::new(),
         };
+        // A member the kernel map does not hold has died (the exit program removed it), or
+        // was never in it; only those are checked in /proc.
         let mut in_kernel = HashSet::new();
         for entry in entries {
             in_kernel.insert(entry.member);
