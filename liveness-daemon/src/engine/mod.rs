@@ -58,8 +58,8 @@ pub use tree::TreeView;
 
 /// Most exits committed in one transaction when they arrive together.
 const MAX_BATCH: usize = 1024;
-/// Most published batches of deaths waiting for their SQLite write (which waits while
-/// deaths and requests are ready): a flood of deaths is written in steps this big.
+/// Most published batches of deaths waiting for their SQLite write (see [`APPLY_DELAY`]):
+/// a flood of deaths is written in steps this big.
 const MAX_UNAPPLIED: usize = 64;
 /// How long a published batch waits for its SQLite write when nothing needs it there
 /// sooner: deaths a few milliseconds apart share one transaction, whose commit costs about
