@@ -140,6 +140,12 @@ fn main() {
     };
     // SAFETY: lowers this process's own limit.
     unsafe { libc::setrlimit(libc::RLIMIT_CORE, &none) };
+    // The deaths asked for are the default actions: a run under `nohup`, or started in the
+    // background by a shell, would hand some of these signals on ignored.
+    for signal in [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT, libc::SIGTERM] {
+        // SAFETY: sets this process's disposition of a catchable signal to its default.
+        unsafe { libc::signal(signal, libc::SIG_DFL) };
+    }
     match args.first().map(String::as_str) {
         Some("abort") => {
             wait_for_eof();
