@@ -36,6 +36,7 @@ mod locks;
 mod op;
 mod outbox;
 mod owner_checks;
+mod pacing;
 mod reaps;
 mod retry;
 mod subscribers;

@@ -120,7 +120,12 @@ impl Fixture {
         super::Command: From<super::Ask<O>>,
     {
         let (reply, mut answer) = oneshot::channel();
-        let ask = super::Ask { caller, op, reply };
+        let ask = super::Ask {
+            caller,
+            op,
+            reply,
+            pacing: None,
+        };
         super::Command::from(ask).run(&mut self.engine);
         answer.try_recv().expect("answered at once")
     }

@@ -8,10 +8,12 @@
 //! `Result<Answer, ErrorBody>`; the server turns it into the wire's reply.
 
 use std::fmt;
+use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
 use super::auth::Caller;
+use super::pacing::Pacing;
 use super::tree::Parked;
 use super::{Engine, store_error};
 use crate::store::{Store, StoreError};
@@ -62,6 +64,8 @@ pub struct Ask<O: Op> {
     pub caller: Caller,
     pub op: O,
     pub reply: oneshot::Sender<Result<O::Answer, ErrorBody>>,
+    /// Charged with the engine's time on it, for a user other than root.
+    pub pacing: Option<Arc<Pacing>>,
 }
 
 impl<O: Op> Ask<O> {
@@ -70,7 +74,12 @@ impl<O: Op> Ask<O> {
         // operation reads (and `end` would end such a session again): none runs until
         // they are written.
         let answer = if engine.caught_up() {
-            self.op.apply(engine, self.caller)
+            let started = std::time::Instant::now();
+            let answer = self.op.apply(engine, self.caller);
+            if let Some(pacing) = &self.pacing {
+                pacing.charge(self.caller.uid, started.elapsed());
+            }
+            answer
         } else {
             Err(ErrorBody::new(
                 ErrorCode::Internal,
@@ -136,21 +145,35 @@ commands! {
 #[derive(Debug, Clone)]
 pub struct Handle {
     commands: mpsc::Sender<Command>,
+    pacing: Arc<Pacing>,
 }
 
 impl Handle {
     pub(crate) fn new(commands: mpsc::Sender<Command>) -> Handle {
-        Handle { commands }
+        Handle {
+            commands,
+            pacing: Arc::default(),
+        }
     }
 
     /// Asks the engine `op` for `caller`, and waits for the answer; `shutting_down` once
-    /// the engine has stopped.
+    /// the engine has stopped. A user other than root waits while past its share of the
+    /// engine's time, and is charged the time its operation takes (see [`Pacing`]).
     pub async fn ask<O: Op>(&self, caller: Caller, op: O) -> Result<O::Answer, ErrorBody>
     where
         Command: From<Ask<O>>,
     {
+        let pacing = (!caller.is_root()).then(|| Arc::clone(&self.pacing));
+        if let Some(pacing) = &pacing {
+            pacing.wait(caller.uid).await;
+        }
         let (reply, answer) = oneshot::channel();
-        let ask = Ask { caller, op, reply };
+        let ask = Ask {
+            caller,
+            op,
+            reply,
+            pacing,
+        };
         if self.commands.send(ask.into()).await.is_err() {
             return Err(stopping());
         }
