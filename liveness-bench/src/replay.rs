@@ -16,6 +16,7 @@ use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::Identity;
 use liveness_common::session::{EndReason, OnEnd, Until};
 use liveness_daemon::{Active, NewSession, OwnerDeath, Store, journal, journal_deaths};
+use liveness_proc::identity::ProcRoot;
 
 use crate::Dist;
 use crate::daemon::{self, Daemon};
@@ -37,9 +38,7 @@ pub struct ReplayPlan {
 pub fn run(bin_dir: &Path, plan: ReplayPlan, errors: &mut Vec<String>) -> Result<Value> {
     // The pidfd source: its start is the cheapest, and no source has a part in a replay.
     let mut daemon = daemon::start(bin_dir, "pidfd", &[])?;
-    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?
-        .trim()
-        .to_owned();
+    let boot_id = ProcRoot::default().boot_id()?;
     let (mut replaying, mut idle, mut bytes) = (Vec::new(), Vec::new(), 0);
     for round in 0..plan.rounds {
         daemon::stop(&mut daemon)?;
@@ -84,7 +83,7 @@ fn leave_a_journal(
     plan: ReplayPlan,
 ) -> Result<(u64, u64)> {
     let mut store = Store::open(state_dir.join("liveness.db"))?;
-    let now_ms = now_ms();
+    let now_ms = crate::wall_ms();
     let owners: Vec<Identity> = (0..plan.records)
         .map(|i| Identity {
             pid: NO_SUCH_PID + i as u32,
@@ -192,10 +191,4 @@ fn check_the_stream(
         ));
     }
     Ok(())
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
