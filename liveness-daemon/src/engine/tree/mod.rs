@@ -25,7 +25,7 @@ use crate::offload::{offload, offload_for};
 use crate::source::tree_map::{KernelMember, TreeMap};
 use crate::store::{Member, Store};
 use known::{Facts, KnownTrees};
-use view::{Merge, kernel_news};
+use view::{Merge, kernel_added_since, kernel_news};
 use walk::{orphaned_before, write_members};
 
 mod known;
@@ -333,9 +333,8 @@ impl Trees {
         // Most trees are their owner alone: with no member known and none added by the
         // kernel since the last merge, there is nothing to take out, and no hand-off to the
         // blocking pool per death.
-        let kernel_added = self.reader.as_deref().map(TreeMap::added_count);
         let nothing_to_unlink = forgotten.trees.iter().all(|(_, tree)| tree.is_empty())
-            && (kernel_added.is_none() || kernel_added == forgotten.merged_added);
+            && !kernel_added_since(self.reader.as_deref(), forgotten.merged_added);
         if nothing_to_unlink {
             return;
         }

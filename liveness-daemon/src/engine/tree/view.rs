@@ -344,14 +344,20 @@ pub(super) fn candidates(
     candidates
 }
 
+/// Whether the kernel map may hold members beyond what was merged at the count
+/// `merged_added`: the kernel added one since, or nothing was merged yet.
+pub(super) fn kernel_added_since(kernel: Option<&TreeMap>, merged_added: Option<u64>) -> bool {
+    kernel.is_some_and(|kernel| Some(kernel.added_count()) != merged_added)
+}
+
 /// What the kernel map holds beyond what was merged at the count `merged_added`: a walk
-/// of the map only when the kernel added a member since, or nothing was merged yet.
+/// of the map only when [`kernel_added_since`].
 pub(super) fn kernel_news(
     kernel: Option<&TreeMap>,
     merged_added: Option<u64>,
 ) -> Vec<KernelMember> {
     match kernel {
-        Some(kernel) if Some(kernel.added_count()) != merged_added => kernel.members(),
+        Some(map) if kernel_added_since(kernel, merged_added) => map.members(),
         _ => Vec::new(),
     }
 }
