@@ -1228,6 +1228,10 @@ async fn deaths_close_together_share_one_sqlite_write() {
     let at = f.engine.apply_at.expect("the write is planned");
     assert_eq!(at, tokio::time::Instant::now() + super::APPLY_DELAY);
     tokio::time::advance(Duration::from_millis(10)).await;
+    assert!(
+        at > tokio::time::Instant::now(),
+        "the write still waits when the second death comes"
+    );
     f.die(101, EXITED);
     f.next_death().await;
     assert_eq!(
