@@ -3,8 +3,14 @@
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
 
 use crate::binary;
+
+/// Longest [`TestprocAs::read_line`] waits for a line.
+const LINE_WAIT: Duration = Duration::from_secs(120);
 
 /// A process owned by `uid` (`sleep 300`) that lives until dropped.
 #[derive(Debug)]
@@ -76,8 +82,40 @@ impl TestprocAs {
         self.child.id()
     }
 
-    /// The next line it prints, or `None` once its stdout closed.
+    /// The next line it prints, or `None` once its stdout closed. Fails the test when none
+    /// comes within [`LINE_WAIT`]: a test waiting on a process or a daemon that never
+    /// answers fails and says so, rather than hanging its whole run.
     pub fn read_line(&mut self) -> Option<String> {
+        let deadline = Instant::now() + LINE_WAIT;
+        loop {
+            if self.from.buffer().contains(&b'\n') {
+                return self.read_line_blocking();
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "testproc {} printed no line within {LINE_WAIT:?}",
+                self.child.id()
+            );
+            let mut waiting = [PollFd::new(self.from.get_ref(), PollFlags::IN)];
+            let timeout = Timespec::try_from(left).expect("a timeout");
+            match poll(&mut waiting, Some(&timeout)) {
+                Ok(0) | Err(rustix::io::Errno::INTR) => continue,
+                Ok(_) => {}
+                Err(e) => panic!("poll testproc's stdout: {e}"),
+            }
+            // Readable: take what came (a line, part of one, or the end).
+            if self.from.fill_buf().map_or(true, |taken| taken.is_empty()) {
+                return None;
+            }
+            if !self.from.buffer().contains(&b'\n') {
+                // Part of a line: the rest follows at once.
+                return self.read_line_blocking();
+            }
+        }
+    }
+
+    fn read_line_blocking(&mut self) -> Option<String> {
         let mut line = String::new();
         match self.from.read_line(&mut line) {
             Ok(0) | Err(_) => None,
@@ -90,7 +128,7 @@ impl TestprocAs {
     pub fn into_lines(mut self) -> std::sync::mpsc::Receiver<String> {
         let (lines, received) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            while let Some(line) = self.read_line() {
+            while let Some(line) = self.read_line_blocking() {
                 if lines.send(line).is_err() {
                     return;
                 }

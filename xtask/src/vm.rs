@@ -116,6 +116,10 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
             }
         }
         if !outcome.finished {
+            println!("--- {kernel}: the guest's last console lines");
+            for line in &outcome.tail {
+                println!("{line}");
+            }
             failures.push(format!(
                 "{kernel}: the guest did not finish (timed out or crashed); see {}",
                 log.display()
@@ -327,14 +331,19 @@ for name in {names}; do
     skip=
     case "$name" in
 {skips}    esac
+    # A binary that hangs is killed, so the others still run and the hung test is named
+    # (the echo ends libtest's unfinished `test NAME ... ` line).
     LIVENESS_BIN_DIR=/bin LIVENESS_REQUIRE_EBPF=1 RUST_BACKTRACE=1 \
-        /tests/$name --test-threads=1 $skip{filter} 2>&1
-    echo "VMTEST result $name $?"
+        timeout -s KILL {binary_timeout} /tests/$name --test-threads=1 $skip{filter} 2>&1
+    status=$?
+    echo
+    echo "VMTEST result $name $status"
 done
 echo "VMTEST done"
 poweroff -f
 "#,
-        names = names.join(" ")
+        names = names.join(" "),
+        binary_timeout = BINARY_TIMEOUT.as_secs(),
     )
 }
 
@@ -568,6 +577,13 @@ fn version_key(name: &str) -> Vec<u64> {
         .collect()
 }
 
+/// Longest one test binary may run in a guest before it is killed (the slowest take about
+/// 100 s under TCG).
+const BINARY_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Console lines kept to show how a guest that never finished ended.
+const TAIL_LINES: usize = 40;
+
 /// Most lines of failure output one kernel's run prints (a panic with its backtrace is
 /// about 40).
 const MAX_FAILURE_LINES: usize = 400;
@@ -588,11 +604,19 @@ struct Outcome {
     finished: bool,
     /// The test binary the guest is running now.
     running: Option<String>,
+    /// The test libtest started and gave no verdict for yet.
+    unfinished: Option<String>,
+    /// The console's last lines.
+    tail: std::collections::VecDeque<String>,
 }
 
 impl Outcome {
     /// Takes in one line of the guest's console.
     fn record(&mut self, line: &str) {
+        if self.tail.len() == TAIL_LINES {
+            self.tail.pop_front();
+        }
+        self.tail.push_back(line.to_owned());
         let Some(report) = line.find("VMTEST ").map(|at| &line[at + 7..]) else {
             if line.starts_with("---- ") {
                 self.in_failure = true;
@@ -603,13 +627,19 @@ impl Outcome {
                 let binary = self.running.as_deref().unwrap_or("?");
                 self.failure_text.push(format!("{binary}: {line}"));
             }
-            // `test NAME ... ok`, as libtest prints it for each test.
-            if let (Some(binary), ["test", test, "...", verdict]) = (
+            // `test NAME ... ok`, as libtest prints it for each test; `test NAME ...` alone
+            // when the binary was killed in it.
+            match (
                 &self.running,
                 line.split_whitespace().collect::<Vec<_>>().as_slice(),
             ) {
-                self.tests
-                    .push((binary.clone(), (*test).to_owned(), (*verdict).to_owned()));
+                (Some(binary), ["test", test, "...", verdict]) => {
+                    self.tests
+                        .push((binary.clone(), (*test).to_owned(), (*verdict).to_owned()));
+                    self.unfinished = None;
+                }
+                (Some(_), ["test", test, "..."]) => self.unfinished = Some((*test).to_owned()),
+                _ => {}
             }
             return;
         };
@@ -620,9 +650,17 @@ impl Outcome {
                 self.running = Some((*name).to_owned());
                 self.in_failure = false;
             }
-            ["result", name, status] => self
-                .results
-                .push(((*name).to_owned(), status.parse().unwrap_or(-1))),
+            ["result", name, status] => {
+                if let (Some(test), false) = (self.unfinished.take(), *status == "0") {
+                    self.failure_text.push(format!(
+                        "{name}: killed in {test} (no verdict; exit status {status}, the \
+                         binary's limit is {} s)",
+                        BINARY_TIMEOUT.as_secs()
+                    ));
+                }
+                self.results
+                    .push(((*name).to_owned(), status.parse().unwrap_or(-1)));
+            }
             ["done"] => self.finished = true,
             _ => {}
         }
@@ -874,6 +912,28 @@ mod tests {
             ],
         );
         assert!(old.finished && new.finished);
+        let hung = guest(
+            "5.10.0-46-cloud-amd64",
+            &[
+                "VMTEST start isolation",
+                "test a_quick_one ... ok",
+                "test a_hanging_one ...",
+                "VMTEST result isolation 137",
+                "VMTEST start stream",
+            ],
+        );
+        assert!(!hung.finished);
+        assert_eq!(
+            hung.failure_text,
+            [
+                "isolation: killed in a_hanging_one (no verdict; exit status 137, the binary's \
+              limit is 600 s)"
+            ]
+        );
+        assert_eq!(
+            hung.tail.back().map(String::as_str),
+            Some("VMTEST start stream")
+        );
         assert_eq!(old.tests.len(), 3, "{:?}", old.tests);
         let tests = [
             ("daemon".to_owned(), PathBuf::new()),
