@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 
 use crate::source::ExitObservation;
+use crate::store::journal::JournaledEvent;
 use crate::store::{ActionKey, Begin, Ending, JournaledDeaths, OwnerDeath};
 use liveness_common::action::ActionOutcome;
 use liveness_common::exit::DetectedBy;
@@ -23,10 +24,13 @@ use super::{
 };
 
 /// A stream line of one event, as [`liveness_common::protocol::StreamMessage::Event`]
-/// writes it, from a borrowed event.
-#[derive(serde::Serialize)]
-struct EventLine<'a> {
-    event: &'a Event,
+/// writes it, around the event's JSON.
+fn stream_line(json: &str) -> Arc<str> {
+    let mut line = String::with_capacity(json.len() + 11);
+    line.push_str(r#"{"event":"#);
+    line.push_str(json);
+    line.push_str("}\n");
+    Arc::from(line)
 }
 
 /// What woke the engine's loop.
@@ -387,7 +391,7 @@ impl Engine {
         let to_reap = terminating(&events);
         let acting = with_actions(&events).next().is_some();
         self.actions.ended(with_actions(&events));
-        self.broadcast(events);
+        self.broadcast(events, &entry.events);
         crate::faults::point("after-publish");
         self.journaled.push(entry, effects);
         // SQLite gets the batch after `APPLY_DELAY`, with the batches published meanwhile
@@ -557,7 +561,7 @@ impl Engine {
         let effects = self.locks.effects_of(&events);
         let to_reap = terminating(&events);
         self.actions.ended(with_actions(&events));
-        self.broadcast(events);
+        self.broadcast(events, &[]);
         self.follow_locks(effects);
         // Once the subscribers have the endings, while the sessions' trees are still known.
         for ended in &to_reap {
@@ -586,22 +590,26 @@ impl Engine {
     /// Writes committed events, as one batch, to every subscriber (see `outbox`). A
     /// subscriber whose queue is full is dropped; its connection tells it `lagged`. The
     /// metrics come after, and the log lines only once the engine would otherwise wait
-    /// (see `eventlog`).
-    fn broadcast(&mut self, mut events: Vec<Event>) {
+    /// (see `eventlog`). `journaled` holds the JSON the journal has of the events, when
+    /// they were journaled: it is sent as it is.
+    fn broadcast(&mut self, mut events: Vec<Event>, journaled: &[JournaledEvent]) {
         let batch: Vec<Published> = events
             .iter_mut()
-            .filter_map(|event| {
+            .enumerate()
+            .filter_map(|(n, event)| {
                 self.usage.apply(event);
                 super::hops::published(event);
-                match serde_json::to_string(&EventLine { event }) {
-                    Ok(mut line) => Some(Published {
+                // Unless the event was stamped with its hops since.
+                let line = match journaled.get(n).filter(|_| event.hops.is_none()) {
+                    Some(journaled) => Ok(stream_line(journaled.body.as_str())),
+                    None => serde_json::to_string(event).map(|json| stream_line(&json)),
+                };
+                match line {
+                    Ok(line) => Some(Published {
                         seq: event.seq,
                         session: event.session.clone(),
                         creator_uid: event.creator_uid,
-                        line: {
-                            line.push('\n');
-                            Arc::from(line)
-                        },
+                        line,
                     }),
                     Err(e) => {
                         tracing::error!(error = %e, seq = event.seq, "cannot serialize event");
@@ -624,7 +632,7 @@ mod tests {
     use liveness_common::protocol::StreamMessage;
 
     #[test]
-    fn a_borrowed_event_line_is_the_stream_message() {
+    fn a_stream_line_is_the_stream_message() {
         // Built from JSON so that fields added later need no change here.
         let event: Event = serde_json::from_value(serde_json::json!({
             "seq": 7, "kind": "session.ended", "at_ms": 1, "session": "s",
@@ -633,9 +641,10 @@ mod tests {
             "creator_uid": 0,
         }))
         .unwrap();
+        let json = serde_json::to_string(&event).unwrap();
         assert_eq!(
-            serde_json::to_string(&EventLine { event: &event }).unwrap(),
-            serde_json::to_string(&StreamMessage::Event(Box::new(event))).unwrap()
+            &*stream_line(&json),
+            serde_json::to_string(&StreamMessage::Event(Box::new(event))).unwrap() + "\n"
         );
     }
 }

@@ -11,7 +11,7 @@ use liveness_common::lock::ReleaseReason;
 use liveness_common::session::{EndReason, Event, EventKind, OnEnd, Until};
 
 use super::active::Active;
-use super::journal::{JournalEntry, JournaledEnding, JournaledEvent, JournaledRelease};
+use super::journal::{EventJson, JournalEntry, JournaledEnding, JournaledEvent, JournaledRelease};
 use super::locks::lock_event;
 use super::rows::{event_ended, json_value, name};
 use super::{Ending, OwnerDeath, Store, StoreError};
@@ -45,7 +45,7 @@ pub fn journal_deaths(
             session: event.session.clone(),
             creator_uid: event.creator_uid,
             at_ms: event.at_ms,
-            body: serde_json::to_string(&event)?,
+            body: EventJson::of(&event)?,
         });
         batch.events.push(event);
         Ok(())
@@ -175,7 +175,7 @@ fn apply_entry(tx: &rusqlite::Transaction<'_>, entry: &JournalEntry) -> Result<(
             event.session,
             event.creator_uid,
             event.at_ms,
-            event.body
+            event.body.as_str()
         ])?;
     }
     Ok(())

@@ -17,11 +17,12 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
 
 use liveness_common::cause::{Cause, Usage};
 use liveness_common::exit::{DetectedBy, ExitStatus};
-use liveness_common::session::{EndReason, Survivors};
+use liveness_common::session::{EndReason, Event, Survivors};
 
 /// The journal's file name in the state directory.
 pub const FILE_NAME: &str = "journal";
@@ -39,7 +40,47 @@ pub struct JournaledEvent {
     pub session: String,
     pub creator_uid: u32,
     pub at_ms: i64,
-    pub body: String,
+    pub body: EventJson,
+}
+
+/// An event's JSON, as the `events` table keeps it and a subscriber's line embeds it.
+/// Serialized once per event: an entry holds it as JSON, not as a string of it, so it is
+/// neither escaped in the append nor written again for the stream.
+#[derive(Debug, Clone, Serialize)]
+#[serde(transparent)]
+pub struct EventJson(Box<RawValue>);
+
+impl EventJson {
+    pub fn of(event: &Event) -> serde_json::Result<EventJson> {
+        serde_json::value::to_raw_value(event).map(EventJson)
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.0.get()
+    }
+}
+
+impl PartialEq for EventJson {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for EventJson {}
+
+impl<'de> Deserialize<'de> for EventJson {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let raw = Box::<RawValue>::deserialize(deserializer)?;
+        if !raw.get().starts_with('"') {
+            return Ok(EventJson(raw));
+        }
+        // A journal written before kept each body as a string of JSON.
+        let text: String = serde_json::from_str(raw.get()).map_err(D::Error::custom)?;
+        RawValue::from_string(text)
+            .map(EventJson)
+            .map_err(D::Error::custom)
+    }
 }
 
 /// One session a death ended, as its row is updated.
@@ -291,9 +332,24 @@ mod tests {
                 session: format!("s{seq}"),
                 creator_uid: 1000,
                 at_ms: 7,
-                body: format!(r#"{{"seq":{seq}}}"#),
+                body: EventJson(RawValue::from_string(format!(r#"{{"seq":{seq}}}"#)).unwrap()),
             }],
         }
+    }
+
+    /// A body is written as the event's JSON itself, and a journal of an earlier version,
+    /// which held it as a string of JSON, reads back the same.
+    #[test]
+    fn bodies_are_json_and_string_bodies_of_earlier_journals_still_read() {
+        let written = serde_json::to_value(entry(4)).unwrap();
+        assert_eq!(written["events"][0]["body"], serde_json::json!({"seq": 4}));
+        let mut earlier = written.clone();
+        earlier["events"][0]["body"] = serde_json::json!(r#"{"seq":4}"#);
+        let read: JournalEntry = serde_json::from_value(earlier.clone()).unwrap();
+        assert_eq!(read, entry(4));
+        let read: JournalEntry =
+            serde_json::from_slice(&serde_json::to_vec(&earlier).unwrap()).unwrap();
+        assert_eq!(read, entry(4));
     }
 
     #[test]
