@@ -14,9 +14,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::cause::{Cause, Usage};
+use crate::end::{EndReason, Survivors};
 use crate::exit::{DetectedBy, ExitStatus};
 use crate::identity::Identity;
-use crate::session::{EndReason, Session, Survivors};
 
 /// How long an action may run when its registration names no timeout.
 pub const DEFAULT_ACTION_TIMEOUT_MS: u64 = 60_000;
@@ -187,27 +187,6 @@ pub struct EndFacts {
     pub action: ActionRun,
 }
 
-impl EndFacts {
-    /// The facts of an ended session for one run of one of its actions; `None` while the
-    /// session is still active.
-    pub fn of(session: &Session, action: ActionRun) -> Option<EndFacts> {
-        Some(EndFacts {
-            session: session.id.clone(),
-            uid: session.creator_uid,
-            labels: session.labels.clone(),
-            owner: session.owner.clone(),
-            reason: session.reason?,
-            exit: session.exit,
-            detected_by: session.detected_by,
-            ended_ms: session.ended_ms?,
-            cause: session.cause.clone(),
-            usage: session.usage.clone(),
-            survivors: session.survivors.clone(),
-            action,
-        })
-    }
-}
-
 /// What one run of an action did (`session.action` events, and `get`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ActionOutcome {
@@ -278,7 +257,6 @@ fn is_zero_u64(n: &u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::{OnEnd, Phase};
 
     fn spec(json: &str) -> Result<ActionSpec, String> {
         let spec: ActionSpec = serde_json::from_str(json).map_err(|e| e.to_string())?;
@@ -354,64 +332,6 @@ mod tests {
             validate_actions(&one_bad)
                 .unwrap_err()
                 .starts_with("end action 1:")
-        );
-    }
-
-    #[test]
-    fn facts_come_from_an_ended_session_only() {
-        let mut session = Session {
-            id: "s".into(),
-            owner: Identity {
-                pid: 7,
-                start_ticks: 1,
-                boot_id: "b".into(),
-                host: "h".into(),
-                pidfs_ino: None,
-                comm: "c".into(),
-            },
-            phase: Phase::Active,
-            pending: false,
-            reason: None,
-            exit: None,
-            cause: None,
-            usage: None,
-            detected_by: None,
-            creator_uid: 1000,
-            labels: BTreeMap::from([("k".into(), "v".into())]),
-            created_ms: 1,
-            updated_ms: 1,
-            touched_ms: 1,
-            ended_ms: None,
-            pending_expires_ms: None,
-            survivors: None,
-            on_end: OnEnd::Leave,
-            grace_ms: 1,
-            until: crate::session::Until::Owner,
-            on_end_run: Vec::new(),
-            actions: Vec::new(),
-            finalized_ms: None,
-        };
-        let run = ActionRun {
-            index: 2,
-            resumed: true,
-        };
-        assert_eq!(EndFacts::of(&session, run), None);
-        session.phase = Phase::Ended;
-        session.reason = Some(EndReason::OwnerExited);
-        session.exit = Some(ExitStatus::Exited { code: 3 });
-        session.ended_ms = Some(5);
-        let facts = EndFacts::of(&session, run).unwrap();
-        assert_eq!((facts.uid, facts.ended_ms, facts.action), (1000, 5, run));
-        let json = serde_json::to_value(&facts).unwrap();
-        assert_eq!(json["reason"], "owner_exited");
-        assert_eq!(json["exit"]["code"], 3);
-        assert_eq!(
-            json["action"],
-            serde_json::json!({"index": 2, "resumed": true})
-        );
-        assert!(
-            json.get("cause").is_none(),
-            "absent facts are left out: {json}"
         );
     }
 

@@ -9,13 +9,13 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::end::EndReason;
 use crate::exit::{DetectedBy, ExitStatus};
 use crate::identity::ProcessKey;
 use crate::record::{
     CAUSE_LIMITS_READ, CAUSE_OOM_MARKED, CAUSE_SENDER_IN_TREE, EXIT_HAS_CAUSE, EXIT_HAS_MEMBERS,
     EXIT_OOM_VICTIM, ExitRecord, ORIGIN_SIGINFO, SignalCause,
 };
-use crate::session::EndReason;
 
 /// Why a session ended, from its owner's side. JSON: `{"kind": "...", ...}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,6 +7,7 @@
 //! - [`duration`]: durations on command lines (`500ms`, `30s`, `2m`).
 //! - [`exit`]: how a process ended ([`exit::ExitStatus`]) and what noticed it.
 //! - [`cause`]: why it died and what it cost ([`cause::Cause`], [`cause::Usage`]).
+//! - [`end`]: why a session ended, and the survivors of its tree.
 //! - [`session`]: sessions and the events of the stream.
 //! - [`lock`]: locks held by sessions, with fencing tokens.
 //! - [`protocol`]: the request enum, replies, errors and stream messages.
@@ -17,6 +18,7 @@
 pub mod action;
 pub mod cause;
 pub mod duration;
+pub mod end;
 pub mod exit;
 pub mod identity;
 pub mod lock;

@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::request;
+pub use crate::request::{AutoOwner, OwnerSpec, PidOwner, PidfdOwner};
 use serde_json::Value;
 
 use crate::identity::Identity;
@@ -26,44 +27,6 @@ pub const MAX_FDS_PER_MESSAGE: usize = 4;
 pub const DEFAULT_LIST_PAGE: usize = 1000;
 /// Most sessions in one `list` page, so that no listing holds a reader for long.
 pub const MAX_LIST_PAGE: usize = 10_000;
-
-/// Who owns a session being registered.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum OwnerSpec {
-    /// `"auto"`: walk up from the caller's PID (from `SO_PEERCRED`) past shells and wrappers.
-    Auto(AutoOwner),
-    /// A full identity captured earlier, possibly on another host. Tried before `Pid`,
-    /// which would otherwise match any object with a `pid`.
-    Identity(Identity),
-    /// `{"pidfd": I}`: the process behind the `I`-th descriptor passed with this request
-    /// line (`SCM_RIGHTS`); the daemon reads its identity from the pidfd itself.
-    Pidfd(PidfdOwner),
-    /// `{"pid": N}`: this process, whose identity the daemon captures. `N` is read in the
-    /// caller's PID namespace.
-    Pid(PidOwner),
-}
-
-/// `{"pidfd": I}` and nothing else.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PidfdOwner {
-    pub pidfd: usize,
-}
-
-/// `{"pid": N}` and nothing else.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PidOwner {
-    pub pid: u32,
-}
-
-/// The literal string `"auto"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AutoOwner {
-    Auto,
-}
 
 /// One request, discriminated by `op`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

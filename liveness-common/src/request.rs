@@ -6,8 +6,46 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::action::ActionSpec;
-use crate::protocol::OwnerSpec;
+use crate::identity::Identity;
 use crate::session::{OnEnd, Phase, Until};
+
+/// Who owns a session being registered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum OwnerSpec {
+    /// `"auto"`: walk up from the caller's PID (from `SO_PEERCRED`) past shells and wrappers.
+    Auto(AutoOwner),
+    /// A full identity captured earlier, possibly on another host. Tried before `Pid`,
+    /// which would otherwise match any object with a `pid`.
+    Identity(Identity),
+    /// `{"pidfd": I}`: the process behind the `I`-th descriptor passed with this request
+    /// line (`SCM_RIGHTS`); the daemon reads its identity from the pidfd itself.
+    Pidfd(PidfdOwner),
+    /// `{"pid": N}`: this process, whose identity the daemon captures. `N` is read in the
+    /// caller's PID namespace.
+    Pid(PidOwner),
+}
+
+/// `{"pidfd": I}` and nothing else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PidfdOwner {
+    pub pidfd: usize,
+}
+
+/// `{"pid": N}` and nothing else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PidOwner {
+    pub pid: u32,
+}
+
+/// The literal string `"auto"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AutoOwner {
+    Auto,
+}
 
 /// Create a session, or give an ACTIVE one a new owner (a new turn).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

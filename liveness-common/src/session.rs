@@ -4,10 +4,11 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::action::{ActionOutcome, ActionSpec};
+use crate::action::{ActionOutcome, ActionRun, ActionSpec, EndFacts};
 use crate::cause::{Cause, Usage};
+pub use crate::end::{EndReason, MAX_SURVIVORS_LISTED, Survivors};
 use crate::exit::{DetectedBy, ExitStatus};
-use crate::identity::{DeathReason, Identity};
+use crate::identity::Identity;
 use crate::lock::LockChange;
 
 /// Lifecycle phase of a session.
@@ -16,34 +17,6 @@ use crate::lock::LockChange;
 pub enum Phase {
     Active,
     Ended,
-}
-
-/// Why a session ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EndReason {
-    OwnerExited,
-    /// The owner's PID now belongs to another process: the owner died unseen.
-    OwnerReused,
-    Reboot,
-    /// A client stopped it explicitly.
-    Stopped,
-    /// No activity within the inactivity timeout.
-    Timeout,
-    /// A pending session was never renamed to its real id in time.
-    PendingExpired,
-    /// A session registered `until: "tree"`: the last process of its tree exited.
-    TreeExited,
-}
-
-impl From<DeathReason> for EndReason {
-    fn from(reason: DeathReason) -> EndReason {
-        match reason {
-            DeathReason::Exited => EndReason::OwnerExited,
-            DeathReason::PidReused => EndReason::OwnerReused,
-            DeathReason::Rebooted => EndReason::Reboot,
-        }
-    }
 }
 
 /// A session as stored. JSON field names are public protocol.
@@ -101,6 +74,24 @@ impl Session {
     pub fn is_finalized(&self) -> bool {
         self.phase == Phase::Ended && (self.on_end_run.is_empty() || self.finalized_ms.is_some())
     }
+
+    /// What one run of one of its end actions is told; `None` while it is still active.
+    pub fn end_facts(&self, action: ActionRun) -> Option<EndFacts> {
+        Some(EndFacts {
+            session: self.id.clone(),
+            uid: self.creator_uid,
+            labels: self.labels.clone(),
+            owner: self.owner.clone(),
+            reason: self.reason?,
+            exit: self.exit,
+            detected_by: self.detected_by,
+            ended_ms: self.ended_ms?,
+            cause: self.cause.clone(),
+            usage: self.usage.clone(),
+            survivors: self.survivors.clone(),
+            action,
+        })
+    }
 }
 
 /// Where one end action of a session stands.
@@ -121,32 +112,6 @@ pub enum ActionPhase {
     Pending,
     Running,
     Done,
-}
-
-/// Most survivors listed by identity; [`Survivors::total`] counts them all.
-pub const MAX_SURVIVORS_LISTED: usize = 1000;
-
-/// The processes of a session's tree (its owner and every descendant since registration,
-/// whatever they were reparented to) that were alive when the session ended.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Survivors {
-    /// Every survivor, listed or not.
-    pub total: u32,
-    /// At most [`MAX_SURVIVORS_LISTED`] of them, by pid.
-    pub members: Vec<Identity>,
-}
-
-impl Survivors {
-    /// The bounded list of `alive`, sorted by pid, with their total.
-    pub fn from_alive(mut alive: Vec<Identity>) -> Survivors {
-        alive.sort_by_key(|identity| identity.key());
-        let total = u32::try_from(alive.len()).unwrap_or(u32::MAX);
-        alive.truncate(MAX_SURVIVORS_LISTED);
-        Survivors {
-            total,
-            members: alive,
-        }
-    }
 }
 
 /// The grace between SIGTERM and SIGKILL when a registration names none.
@@ -334,36 +299,60 @@ mod tests {
     use super::*;
 
     #[test]
-    fn death_reasons_map_to_end_reasons() {
-        assert_eq!(EndReason::from(DeathReason::Exited), EndReason::OwnerExited);
-        assert_eq!(
-            EndReason::from(DeathReason::PidReused),
-            EndReason::OwnerReused
-        );
-        assert_eq!(EndReason::from(DeathReason::Rebooted), EndReason::Reboot);
-        assert_eq!(
-            serde_json::to_string(&EndReason::PendingExpired).unwrap(),
-            r#""pending_expired""#
-        );
-    }
-
-    #[test]
-    fn survivors_are_sorted_bounded_and_counted() {
-        let identity = |pid| Identity {
-            pid,
-            start_ticks: 1,
-            boot_id: "b".into(),
-            host: "h".into(),
-            pidfs_ino: None,
-            comm: "c".into(),
+    fn facts_come_from_an_ended_session_only() {
+        let mut session = Session {
+            id: "s".into(),
+            owner: Identity {
+                pid: 7,
+                start_ticks: 1,
+                boot_id: "b".into(),
+                host: "h".into(),
+                pidfs_ino: None,
+                comm: "c".into(),
+            },
+            phase: Phase::Active,
+            pending: false,
+            reason: None,
+            exit: None,
+            cause: None,
+            usage: None,
+            detected_by: None,
+            creator_uid: 1000,
+            labels: BTreeMap::from([("k".into(), "v".into())]),
+            created_ms: 1,
+            updated_ms: 1,
+            touched_ms: 1,
+            ended_ms: None,
+            pending_expires_ms: None,
+            survivors: None,
+            on_end: OnEnd::Leave,
+            grace_ms: 1,
+            until: Until::Owner,
+            on_end_run: Vec::new(),
+            actions: Vec::new(),
+            finalized_ms: None,
         };
-        let alive: Vec<Identity> = (0..MAX_SURVIVORS_LISTED as u32 + 5)
-            .rev()
-            .map(identity)
-            .collect();
-        let survivors = Survivors::from_alive(alive);
-        assert_eq!(survivors.total, MAX_SURVIVORS_LISTED as u32 + 5);
-        assert_eq!(survivors.members.len(), MAX_SURVIVORS_LISTED);
-        assert_eq!(survivors.members[0].pid, 0, "listed by pid, lowest first");
+        let run = ActionRun {
+            index: 2,
+            resumed: true,
+        };
+        assert_eq!(session.end_facts(run), None);
+        session.phase = Phase::Ended;
+        session.reason = Some(EndReason::OwnerExited);
+        session.exit = Some(ExitStatus::Exited { code: 3 });
+        session.ended_ms = Some(5);
+        let facts = session.end_facts(run).unwrap();
+        assert_eq!((facts.uid, facts.ended_ms, facts.action), (1000, 5, run));
+        let json = serde_json::to_value(&facts).unwrap();
+        assert_eq!(json["reason"], "owner_exited");
+        assert_eq!(json["exit"]["code"], 3);
+        assert_eq!(
+            json["action"],
+            serde_json::json!({"index": 2, "resumed": true})
+        );
+        assert!(
+            json.get("cause").is_none(),
+            "absent facts are left out: {json}"
+        );
     }
 }

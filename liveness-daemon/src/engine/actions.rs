@@ -21,7 +21,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::{JoinError, JoinSet};
 
-use liveness_common::action::{ActionOutcome, ActionRun, EndFacts};
+use liveness_common::action::{ActionOutcome, ActionRun};
 use liveness_common::identity::ProcessKey;
 use liveness_common::session::{Event, EventKind, Session};
 use liveness_common::status::ActionsStatus;
@@ -228,7 +228,7 @@ impl Actions {
             let Some(session) = begun else {
                 return (key, None);
             };
-            let Some(facts) = EndFacts::of(&session, run) else {
+            let Some(facts) = session.end_facts(run) else {
                 return (key, None);
             };
             let Some(spec) = session.on_end_run.get(key.index as usize) else {
