@@ -1,16 +1,14 @@
-//! The system calls of running an action, in one place: the user database, the steps the
-//! child takes between `fork` and `exec`, and the descriptors the parent prepares.
+//! The system calls of running an action, in one place: the steps the child takes between
+//! `fork` and `exec`, and the descriptors the parent prepares.
 //!
 //! Everything the child needs is computed before the fork ([`ChildSetup`]); after it, the
 //! child makes only raw system calls on that data and allocates nothing, so a fork from
 //! the daemon's many threads cannot deadlock on a lock another thread held.
 
-use std::ffi::{CStr, CString, OsString};
+use std::ffi::{CStr, CString};
 use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStringExt;
-use std::path::PathBuf;
 
 use rustix::fs::{MemfdFlags, SeekFrom};
 use rustix::io::Errno;
@@ -19,75 +17,6 @@ use rustix::process::{Gid, Pid, Uid};
 use rustix::thread::{CapabilitySet, CapabilitySets};
 
 use liveness_common::exit::ExitStatus;
-
-use super::user::RunAs;
-
-/// The passwd entry of `uid` with its groups, or `None` when the databases have none.
-pub fn lookup_account(uid: u32) -> io::Result<Option<RunAs>> {
-    let mut buffer = vec![0u8; 1024];
-    loop {
-        // SAFETY: all-zero is a valid `passwd` (null pointers, zero ids); getpwuid_r fills it.
-        let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
-        let mut found: *mut libc::passwd = std::ptr::null_mut();
-        // SAFETY: the buffer outlives every pointer the entry holds into it, which are read
-        // before the next iteration reuses or grows it.
-        let rc = unsafe {
-            libc::getpwuid_r(
-                uid,
-                &mut entry,
-                buffer.as_mut_ptr().cast(),
-                buffer.len(),
-                &mut found,
-            )
-        };
-        match rc {
-            0 if found.is_null() => return Ok(None),
-            0 => {
-                // SAFETY: getpwuid_r succeeded: the strings are NUL-terminated in `buffer`.
-                let text = |p: *const libc::c_char| unsafe { CStr::from_ptr(p) }.to_owned();
-                let path = |p| PathBuf::from(OsString::from_vec(text(p).into_bytes()));
-                let name = text(entry.pw_name);
-                let groups = group_list(&name, entry.pw_gid)?;
-                return Ok(Some(RunAs {
-                    uid,
-                    gid: entry.pw_gid,
-                    groups,
-                    name: name.to_string_lossy().into_owned(),
-                    home: path(entry.pw_dir),
-                    shell: path(entry.pw_shell),
-                }));
-            }
-            libc::ERANGE if buffer.len() < 1 << 20 => buffer.resize(buffer.len() * 2, 0),
-            // What getpwuid_r(3) lists for "not found", as some databases report it (the
-            // files one without an /etc/passwd, on a minimal system).
-            libc::ENOENT | libc::ESRCH | libc::EBADF | libc::EPERM => return Ok(None),
-            errno => return Err(io::Error::from_raw_os_error(errno)),
-        }
-    }
-}
-
-/// `getgrouplist`: the groups `initgroups` would give the user.
-fn group_list(name: &CStr, gid: u32) -> io::Result<Vec<u32>> {
-    let mut groups: Vec<libc::gid_t> = vec![0; 64];
-    loop {
-        let mut count = libc::c_int::try_from(groups.len()).unwrap_or(libc::c_int::MAX);
-        // SAFETY: `groups` has room for `count` entries; the call writes at most that many
-        // and sets `count` to how many there are.
-        let rc = unsafe { libc::getgrouplist(name.as_ptr(), gid, groups.as_mut_ptr(), &mut count) };
-        let count = usize::try_from(count).unwrap_or(0);
-        if rc >= 0 {
-            groups.truncate(count);
-            return Ok(groups);
-        }
-        if count <= groups.len() || count > 65_536 {
-            return Err(io::Error::other(format!(
-                "getgrouplist failed for {} ({count} groups)",
-                name.to_string_lossy()
-            )));
-        }
-        groups.resize(count, 0);
-    }
-}
 
 /// The ids a child takes on before it runs the action.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,9 +1,12 @@
 //! Who an action runs as: the session's creator, as the user databases describe it.
 
+use std::ffi::{CStr, OsString};
+use std::io;
+use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
 
 use super::ActionError;
-use super::sys::{self, Ids};
+use super::sys::Ids;
 
 /// The kernel's default overflow gid (`/proc/sys/kernel/overflowgid`, "nogroup"): the group
 /// of a user the databases do not know and who registered without a known group.
@@ -33,8 +36,7 @@ impl RunAs {
     /// another's (uid 27 is not group 27, `sudo` on Debian). It has no supplementary groups,
     /// its name is its number, its home `/` and its shell `/bin/sh`.
     pub fn lookup(uid: u32, registered_gid: Option<u32>) -> Result<RunAs, ActionError> {
-        let account =
-            sys::lookup_account(uid).map_err(|source| ActionError::Lookup { uid, source })?;
+        let account = lookup_account(uid).map_err(|source| ActionError::Lookup { uid, source })?;
         Ok(match account {
             Some(account) if account.shell.as_os_str().is_empty() => RunAs {
                 shell: PathBuf::from("/bin/sh"),
@@ -76,6 +78,73 @@ impl RunAs {
                 uid: self.uid,
             })
         }
+    }
+}
+
+/// The passwd entry of `uid` with its groups, or `None` when the databases have none.
+pub fn lookup_account(uid: u32) -> io::Result<Option<RunAs>> {
+    let mut buffer = vec![0u8; 1024];
+    loop {
+        // SAFETY: all-zero is a valid `passwd` (null pointers, zero ids); getpwuid_r fills it.
+        let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: the buffer outlives every pointer the entry holds into it, which are read
+        // before the next iteration reuses or grows it.
+        let rc = unsafe {
+            libc::getpwuid_r(
+                uid,
+                &mut entry,
+                buffer.as_mut_ptr().cast(),
+                buffer.len(),
+                &mut found,
+            )
+        };
+        match rc {
+            0 if found.is_null() => return Ok(None),
+            0 => {
+                // SAFETY: getpwuid_r succeeded: the strings are NUL-terminated in `buffer`.
+                let text = |p: *const libc::c_char| unsafe { CStr::from_ptr(p) }.to_owned();
+                let path = |p| PathBuf::from(OsString::from_vec(text(p).into_bytes()));
+                let name = text(entry.pw_name);
+                let groups = group_list(&name, entry.pw_gid)?;
+                return Ok(Some(RunAs {
+                    uid,
+                    gid: entry.pw_gid,
+                    groups,
+                    name: name.to_string_lossy().into_owned(),
+                    home: path(entry.pw_dir),
+                    shell: path(entry.pw_shell),
+                }));
+            }
+            libc::ERANGE if buffer.len() < 1 << 20 => buffer.resize(buffer.len() * 2, 0),
+            // What getpwuid_r(3) lists for "not found", as some databases report it (the
+            // files one without an /etc/passwd, on a minimal system).
+            libc::ENOENT | libc::ESRCH | libc::EBADF | libc::EPERM => return Ok(None),
+            errno => return Err(io::Error::from_raw_os_error(errno)),
+        }
+    }
+}
+
+/// `getgrouplist`: the groups `initgroups` would give the user.
+fn group_list(name: &CStr, gid: u32) -> io::Result<Vec<u32>> {
+    let mut groups: Vec<libc::gid_t> = vec![0; 64];
+    loop {
+        let mut count = libc::c_int::try_from(groups.len()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: `groups` has room for `count` entries; the call writes at most that many
+        // and sets `count` to how many there are.
+        let rc = unsafe { libc::getgrouplist(name.as_ptr(), gid, groups.as_mut_ptr(), &mut count) };
+        let count = usize::try_from(count).unwrap_or(0);
+        if rc >= 0 {
+            groups.truncate(count);
+            return Ok(groups);
+        }
+        if count <= groups.len() || count > 65_536 {
+            return Err(io::Error::other(format!(
+                "getgrouplist failed for {} ({count} groups)",
+                name.to_string_lossy()
+            )));
+        }
+        groups.resize(count, 0);
     }
 }
 
