@@ -12,7 +12,7 @@ use liveness_common::session::{EndReason, Event, EventKind, OnEnd, Until};
 
 use super::active::Active;
 use super::journal::{EventJson, JournalEntry, JournaledEnding, JournaledEvent, JournaledRelease};
-use super::locks::lock_event;
+use super::lock_rows::lock_event;
 use super::rows::{event_ended, json_value, name};
 use super::{Ending, OwnerDeath, Store, StoreError};
 

@@ -38,7 +38,7 @@ macro_rules! session_columns {
     };
 }
 
-/// Selects the ACTIVE sessions an ending applies to, with their rowids, for [`end_selected`];
+/// Selects the ACTIVE sessions an ending applies to, with their rowids, for [`ending::end_selected`];
 /// the caller appends the rest of the filter.
 macro_rules! select_active {
     ($filter:literal) => {
@@ -291,7 +291,9 @@ mod actions;
 mod active;
 mod apply;
 mod checkpoint;
+mod ending;
 pub mod journal;
+mod lock_rows;
 mod locks;
 mod reader;
 mod reaps;
@@ -306,7 +308,8 @@ pub use actions::{ActionKey, Begin, DueAction};
 pub use active::Active;
 pub use apply::{JournaledDeaths, journal_deaths};
 pub use checkpoint::Checkpointer;
-pub use locks::{Acquired, LockPage, LockQuery};
+pub use lock_rows::{LockPage, LockQuery};
+pub use locks::Acquired;
 pub use reader::{EventReader, ListQuery, SessionPage};
 pub use replay::EventFilter;
 pub use writer::{SEQ_JUMP_AFTER_POWER_LOSS, Store};

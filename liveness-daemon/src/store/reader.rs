@@ -1,6 +1,6 @@
 //! The readers: [`EventReader`] connections for event replay and listings.
 
-use super::locks::{LockPage, LockQuery, locks_page};
+use super::lock_rows::{LockPage, LockQuery, locks_page};
 use super::rows::{name, session_from_row, ticks_to_sql};
 use super::schema::check_version;
 use super::{BUSY_TIMEOUT, SESSION_COLUMNS, StoreError};

@@ -4,9 +4,9 @@
 use std::sync::LazyLock;
 
 use super::reader::EventReader;
-use super::rows::events_after;
 use super::{EventPage, StoreError, StoredEvent};
 use liveness_common::protocol::StreamMessage;
+use rusqlite::{Connection, Row, named_params};
 
 /// Which events a subscriber gets: one test, applied in SQL to a replay (where the index
 /// of events by session serves it) and in memory to live events ([`EventFilter::admits`]).
@@ -89,4 +89,46 @@ impl EventReader {
             }
         })
     }
+}
+
+pub(super) fn events_after(
+    conn: &Connection,
+    since: u64,
+    limit: usize,
+    filter: &EventFilter,
+) -> Result<EventPage, StoreError> {
+    // One read transaction: the gap check and the rows come from the same snapshot, so a
+    // prune committed in between cannot delete events unnoticed.
+    let tx = conn.unchecked_transaction()?;
+    let pruned_through: i64 = tx
+        .prepare_cached("SELECT value FROM meta WHERE key = 'pruned_through'")?
+        .query_row([], |r| r.get(0))?;
+    let pruned_through = pruned_through as u64;
+    if since < pruned_through {
+        return Ok(EventPage::Gap {
+            requested_since: since,
+            pruned_through,
+        });
+    }
+    let since = i64::try_from(since).unwrap_or(i64::MAX);
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let row = |r: &Row<'_>| {
+        Ok(StoredEvent {
+            seq: r.get::<_, i64>(0)? as u64,
+            body: r.get(1)?,
+        })
+    };
+    let events = tx
+        .prepare_cached(&EVENTS_AFTER)?
+        .query_map(
+            named_params! {
+                ":since": since,
+                ":limit": limit,
+                ":session": filter.session,
+                ":creator_uid": filter.creator_uid,
+            },
+            row,
+        )?
+        .collect::<Result<_, _>>()?;
+    Ok(EventPage::Events(events))
 }

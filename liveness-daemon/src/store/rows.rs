@@ -1,11 +1,9 @@
 //! Row mapping and the statements the writer and the readers share.
 
-use super::locks::release_locks_of;
-use super::replay::EVENTS_AFTER;
-use super::{Ending, EventFilter, EventPage, MAX_ID_LEN, SESSION_COLUMNS, StoreError, StoredEvent};
+use super::{Ending, MAX_ID_LEN, StoreError};
 use liveness_common::identity::Identity;
-use liveness_common::session::{Event, EventKind, OnEnd, Session};
-use rusqlite::{Connection, Row, named_params, params};
+use liveness_common::session::{Event, EventKind, Session};
+use rusqlite::{Connection, Row, params};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -231,85 +229,6 @@ pub(super) fn insert_session(conn: &Connection, s: &Session) -> Result<(), Store
     Ok(())
 }
 
-/// An [`Ending`] as [`end_selected`] writes it: with the time and its stored columns.
-pub(super) struct EndingRow<'a> {
-    pub(super) ending: &'a Ending,
-    pub(super) now_ms: i64,
-    /// The reason, exit and source as stored in their columns.
-    pub(super) columns: (String, Option<String>, Option<String>),
-}
-
-impl EndingRow<'_> {
-    pub(super) fn new(ending: &Ending, now_ms: i64) -> Result<EndingRow<'_>, StoreError> {
-        let columns = (
-            name(&ending.reason)?,
-            json_value(ending.exit.as_ref())?,
-            ending.detected_by.map(|d| name(&d)).transpose()?,
-        );
-        Ok(EndingRow {
-            ending,
-            now_ms,
-            columns,
-        })
-    }
-}
-
-/// The compare-and-set that ends sessions, inside the caller's write transaction, and the
-/// one place every ending is written: each session's locks are released with it, and a
-/// reap its policy (or the ending) asks for is marked due ([`super::reaps`]). `select`
-/// (made with [`select_active!`]) finds the ACTIVE sessions the ending applies to, and each
-/// is updated by rowid. The transaction holds the write lock, so nothing changes between
-/// the two. (One `UPDATE ... RETURNING` per death builds an ephemeral table and a
-/// statement journal each time: ending 10,000 owners in batches of 64 took 2.2 times as
-/// long that way.)
-pub(super) fn end_selected(
-    tx: &Connection,
-    select: &str,
-    params: impl rusqlite::Params,
-    row: &EndingRow<'_>,
-) -> Result<Vec<Event>, StoreError> {
-    let (ending, now_ms) = (row.ending, row.now_ms);
-    let mut found: Vec<(i64, Session)> = tx
-        .prepare_cached(select)?
-        .query_and_then(params, |row| {
-            Ok::<_, StoreError>((row.get(SESSION_COLUMNS)?, session_from_row(row)?))
-        })?
-        .collect::<Result<_, _>>()?;
-    // Events in id order, reproducibly; sorted here, as `ORDER BY` would make SQLite build
-    // a temporary b-tree for what is nearly always one row.
-    found.sort_unstable_by(|a, b| a.1.id.cmp(&b.1.id));
-    let mut events = Vec::with_capacity(found.len());
-    for (rowid, mut session) in found {
-        let (reason, exit, detected_by) = &row.columns;
-        // The survivors in the same statement: a second UPDATE of the row cost every ending.
-        let survivors = json_value(ending.survivors.as_ref())?;
-        ending.end(&mut session, now_ms);
-        tx.prepare_cached(
-            "UPDATE sessions SET phase = 'ended', reason = ?2, exit = ?3, detected_by = ?4, \
-             ended_ms = ?5, updated_ms = ?5, survivors = COALESCE(?6, survivors), cause = ?7, \
-             usage = ?8 WHERE rowid = ?1",
-        )?
-        .execute(params![
-            rowid,
-            reason,
-            exit,
-            detected_by,
-            now_ms,
-            survivors,
-            json_value(session.cause.as_ref())?,
-            json_value(session.usage.as_ref())?,
-        ])?;
-        if ending.terminate || session.on_end == OnEnd::Terminate {
-            // The reap is due from this commit on: a restart that finds the row runs it.
-            tx.prepare_cached("INSERT OR REPLACE INTO reaps (uid, session) VALUES (?1, ?2)")?
-                .execute(params![session.creator_uid, session.id])?;
-        }
-        events.push(append(tx, event_ended(&session, ending))?);
-        events.extend(release_locks_of(tx, &session, now_ms)?);
-    }
-    Ok(events)
-}
-
 /// The `on_end_run` column: NULL for none.
 pub(super) fn specs_column(
     specs: &[liveness_common::action::ActionSpec],
@@ -364,46 +283,4 @@ pub(super) fn head_seq(conn: &Connection) -> Result<u64, StoreError> {
         )?
         .query_row([], |r| r.get(0))?;
     Ok(seq as u64)
-}
-
-pub(super) fn events_after(
-    conn: &Connection,
-    since: u64,
-    limit: usize,
-    filter: &EventFilter,
-) -> Result<EventPage, StoreError> {
-    // One read transaction: the gap check and the rows come from the same snapshot, so a
-    // prune committed in between cannot delete events unnoticed.
-    let tx = conn.unchecked_transaction()?;
-    let pruned_through: i64 = tx
-        .prepare_cached("SELECT value FROM meta WHERE key = 'pruned_through'")?
-        .query_row([], |r| r.get(0))?;
-    let pruned_through = pruned_through as u64;
-    if since < pruned_through {
-        return Ok(EventPage::Gap {
-            requested_since: since,
-            pruned_through,
-        });
-    }
-    let since = i64::try_from(since).unwrap_or(i64::MAX);
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let row = |r: &Row<'_>| {
-        Ok(StoredEvent {
-            seq: r.get::<_, i64>(0)? as u64,
-            body: r.get(1)?,
-        })
-    };
-    let events = tx
-        .prepare_cached(&EVENTS_AFTER)?
-        .query_map(
-            named_params! {
-                ":since": since,
-                ":limit": limit,
-                ":session": filter.session,
-                ":creator_uid": filter.creator_uid,
-            },
-            row,
-        )?
-        .collect::<Result<_, _>>()?;
-    Ok(EventPage::Events(events))
 }

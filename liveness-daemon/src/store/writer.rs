@@ -3,13 +3,14 @@
 #[cfg(test)]
 use super::OwnerDeath;
 use super::actions::set_actions;
+use super::ending::{EndingRow, end_selected};
 use super::journal::JournalError;
-use super::locks::{jump_tokens, rename_holder};
+use super::lock_rows::{jump_tokens, rename_holder};
 use super::reader::{ListQuery, SessionPage};
+use super::replay::events_after;
 use super::rows::{
-    EndingRow, append, end_selected, event_about, events_after, get_session, head_seq,
-    insert_session, name, session_from_row, specs_column, ticks_from_sql, ticks_to_sql,
-    touch_active, validate_id,
+    append, event_about, get_session, head_seq, insert_session, name, session_from_row,
+    specs_column, ticks_from_sql, ticks_to_sql, touch_active, validate_id,
 };
 use super::schema::{FileId, check_version, create, file_id, is_damage, is_truncated, migrate};
 use super::{BUSY_TIMEOUT, Ending, EventFilter, EventPage, NewSession, Registered, StoreError};

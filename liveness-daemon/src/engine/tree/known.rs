@@ -22,6 +22,7 @@ use liveness_common::session::Survivors;
 use liveness_common::status::{MembershipMode, MembershipStatus, UidOverShare};
 use liveness_proc::identity::{Liveness, ProcRoot};
 
+use super::member::{Facts, Tree};
 use super::view::{Local, Merge, RefreshView, TreeView, candidates, kernel_news};
 use super::walk::write_member;
 use crate::source::tree_map::{KernelMember, TreeMap};
@@ -49,36 +50,6 @@ pub struct Forgotten {
     /// what it added to them since only when the count moved.
     pub merged_added: Option<u64>,
 }
-
-/// What is kept of a member: its command name (empty until read) and its pidfs inode
-/// (where the kernel has pidfs, and once read), which tells it from a process that took
-/// its pid within its clock tick.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Facts {
-    pub comm: String,
-    pub pidfs_ino: Option<u64>,
-}
-
-impl Facts {
-    pub fn of(member: &Member) -> Facts {
-        Facts {
-            comm: member.comm.clone(),
-            pidfs_ino: member.pidfs_ino,
-        }
-    }
-
-    /// Whether a process read as `key` with the inode `pidfs_ino` may be this member: an
-    /// inode known on both sides must be the same.
-    pub fn matches(&self, pidfs_ino: Option<u64>) -> bool {
-        match (self.pidfs_ino, pidfs_ino) {
-            (Some(known), Some(now)) => known == now,
-            _ => true,
-        }
-    }
-}
-
-/// A tree's members (the root not included).
-pub type Tree = BTreeMap<ProcessKey, Facts>;
 
 /// Sessions nested in each other's trees deeper than this are not followed through.
 const MAX_NESTING: usize = 32;

@@ -24,11 +24,13 @@ use tokio::task::JoinSet;
 use crate::offload::{offload, offload_for};
 use crate::source::tree_map::{KernelMember, TreeMap};
 use crate::store::{Member, Store};
-use known::{Facts, KnownTrees};
+use known::KnownTrees;
+use member::Facts;
 use view::{Merge, kernel_added_since, kernel_news};
 use walk::{orphaned_before, write_members};
 
 mod known;
+mod member;
 mod view;
 mod walk;
 

@@ -8,8 +8,8 @@ use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::session::Survivors;
 use liveness_proc::identity::{Liveness, ProcRoot};
 
-use super::known::{Facts, Tree};
-use super::walk::{descendants, subtree, write_member};
+use super::member::{Facts, Tree};
+use super::walk::{descendants, subtree, with_inodes, write_member};
 use crate::source::tree_map::{KernelMember, TreeMap};
 use crate::store::Member;
 
@@ -307,24 +307,6 @@ impl Local {
         }
         Some(self.identity(key, facts))
     }
-}
-
-/// Members found in `/proc`, each with its pidfs inode, read now: one that exited since is
-/// left out.
-pub(super) fn with_inodes(proc: &ProcRoot, found: Vec<Member>) -> Vec<Member> {
-    if !proc.has_pidfs() {
-        return found;
-    }
-    found
-        .into_iter()
-        .filter_map(|member| {
-            let pidfs_ino = Some(proc.pidfs_ino_of_key(member.key)?);
-            Some(Member {
-                pidfs_ino,
-                ..member
-            })
-        })
-        .collect()
 }
 
 /// What is known of the tree whose root and nested roots are `roots`, the root excluded:

@@ -5,7 +5,6 @@ use std::collections::{HashMap, HashSet};
 
 use liveness_proc::identity::{Liveness, ProcRoot, Stat};
 
-use super::view::with_inodes;
 use crate::source::tree_map::{KernelMember, TreeMap};
 use crate::store::Member;
 use liveness_common::identity::ProcessKey;
@@ -155,6 +154,24 @@ pub(crate) fn descendants(
         }
     }
     found
+}
+
+/// Members found in `/proc`, each with its pidfs inode, read now: one that exited since is
+/// left out.
+pub(super) fn with_inodes(proc: &ProcRoot, found: Vec<Member>) -> Vec<Member> {
+    if !proc.has_pidfs() {
+        return found;
+    }
+    found
+        .into_iter()
+        .filter_map(|member| {
+            let pidfs_ino = Some(proc.pidfs_ino_of_key(member.key)?);
+            Some(Member {
+                pidfs_ino,
+                ..member
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
