@@ -82,7 +82,7 @@ impl RunAs {
 }
 
 /// The passwd entry of `uid` with its groups, or `None` when the databases have none.
-pub fn lookup_account(uid: u32) -> io::Result<Option<RunAs>> {
+fn lookup_account(uid: u32) -> io::Result<Option<RunAs>> {
     let mut buffer = vec![0u8; 1024];
     loop {
         // SAFETY: all-zero is a valid `passwd` (null pointers, zero ids); getpwuid_r fills it.
