@@ -86,7 +86,11 @@ impl TestprocAs {
     /// comes within [`LINE_WAIT`]: a test waiting on a process or a daemon that never
     /// answers fails and says so, rather than hanging its whole run.
     pub fn read_line(&mut self) -> Option<String> {
-        let deadline = Instant::now() + LINE_WAIT;
+        self.read_line_within(LINE_WAIT)
+    }
+
+    fn read_line_within(&mut self, wait: Duration) -> Option<String> {
+        let deadline = Instant::now() + wait;
         loop {
             if self.from.buffer().contains(&b'\n') {
                 return self.read_line_blocking();
@@ -94,7 +98,7 @@ impl TestprocAs {
             let left = deadline.saturating_duration_since(Instant::now());
             assert!(
                 !left.is_zero(),
-                "testproc {} printed no line within {LINE_WAIT:?}",
+                "testproc {} printed no line within {wait:?}",
                 self.child.id()
             );
             let mut waiting = [PollFd::new(self.from.get_ref(), PollFlags::IN)];
@@ -142,5 +146,31 @@ impl Drop for TestprocAs {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `testproc` that prints `ready` and then nothing until its stdin ends.
+    fn quiet() -> TestprocAs {
+        let uid = rustix::process::geteuid().as_raw();
+        let mut quiet = TestprocAs::spawn(uid, &["tree", "1"]);
+        assert_eq!(quiet.read_line().as_deref(), Some("ready\n"));
+        quiet
+    }
+
+    #[test]
+    #[should_panic(expected = "printed no line within 200ms")]
+    fn a_process_that_prints_nothing_fails_the_wait() {
+        quiet().read_line_within(Duration::from_millis(200));
+    }
+
+    #[test]
+    fn the_end_of_output_is_none_and_not_a_failure() {
+        let mut quiet = quiet();
+        drop(quiet.to.take());
+        assert_eq!(quiet.read_line_within(Duration::from_secs(60)), None);
     }
 }
