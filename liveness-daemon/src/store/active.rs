@@ -3,6 +3,7 @@
 //! database through the events of every commit (each change to an ACTIVE session or a
 //! lock is one), reading back the rows they name, and starts from the database's rows.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
 
 use liveness_common::cause::SenderSession;
@@ -19,11 +20,55 @@ type Key = (u32, String);
 /// See the module.
 #[derive(Debug, Default)]
 pub struct Active {
-    sessions: HashMap<Key, Session>,
+    /// Boxed: a table grows by doubling, and its free slots would each hold a session's
+    /// size (about 500 bytes) instead of a pointer's.
+    sessions: HashMap<Key, Box<Session>>,
     /// Sessions by the pid and start time of their owner.
-    by_owner: HashMap<ProcessKey, BTreeSet<Key>>,
+    by_owner: HashMap<ProcessKey, Keys>,
     /// Locks by holding session.
     locks: HashMap<Key, Vec<Lock>>,
+}
+
+/// The sessions of one owner. Almost every owner has one, which needs no set: a set's
+/// first allocation (a B-tree node) costs more than the rest of a session's keys.
+#[derive(Debug)]
+enum Keys {
+    One(Key),
+    Many(BTreeSet<Key>),
+}
+
+impl Keys {
+    fn insert(&mut self, key: Key) {
+        match self {
+            Keys::One(one) if *one == key => {}
+            Keys::One(one) => {
+                let one = std::mem::take(one);
+                *self = Keys::Many(BTreeSet::from([one, key]));
+            }
+            Keys::Many(keys) => {
+                keys.insert(key);
+            }
+        }
+    }
+
+    /// Removes `key`; whether none is left.
+    fn remove(&mut self, key: &Key) -> bool {
+        match self {
+            Keys::One(one) => one == key,
+            Keys::Many(keys) => {
+                keys.remove(key);
+                keys.is_empty()
+            }
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Key> {
+        let (one, many) = match self {
+            Keys::One(one) => (Some(one), None),
+            Keys::Many(keys) => (None, Some(keys)),
+        };
+        one.into_iter().chain(many.into_iter().flatten())
+    }
 }
 
 impl Active {
@@ -51,21 +96,22 @@ impl Active {
     fn insert(&mut self, session: Session) {
         let key = (session.creator_uid, session.id.clone());
         self.unindex(&key);
-        self.by_owner
-            .entry(session.owner.key())
-            .or_default()
-            .insert(key.clone());
-        self.sessions.insert(key, session);
+        match self.by_owner.entry(session.owner.key()) {
+            Entry::Occupied(mut keys) => keys.get_mut().insert(key.clone()),
+            Entry::Vacant(keys) => {
+                keys.insert(Keys::One(key.clone()));
+            }
+        }
+        self.sessions.insert(key, Box::new(session));
     }
 
     fn unindex(&mut self, key: &Key) -> Option<Session> {
-        let session = self.sessions.remove(key)?;
+        let session = *self.sessions.remove(key)?;
         let owner = session.owner.key();
-        if let Some(keys) = self.by_owner.get_mut(&owner) {
-            keys.remove(key);
-            if keys.is_empty() {
-                self.by_owner.remove(&owner);
-            }
+        if let Some(keys) = self.by_owner.get_mut(&owner)
+            && keys.remove(key)
+        {
+            self.by_owner.remove(&owner);
         }
         Some(session)
     }
@@ -141,7 +187,7 @@ impl Active {
         let mut found: Vec<(&Session, &[Lock])> = keys
             .iter()
             .filter_map(|key| {
-                let session = self.sessions.get(key)?;
+                let session: &Session = self.sessions.get(key)?;
                 let held = self.locks.get(key).map_or(&[][..], Vec::as_slice);
                 (session.owner.boot_id == owner.boot_id).then_some((session, held))
             })
@@ -167,5 +213,42 @@ impl Active {
             .collect();
         found.sort_by(|a, b| a.id.cmp(&b.id));
         found
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(id: &str) -> Key {
+        (1000, id.to_owned())
+    }
+
+    fn ids(keys: &Keys) -> Vec<&str> {
+        let mut ids: Vec<&str> = keys.iter().map(|(_, id)| id.as_str()).collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    #[test]
+    fn an_owners_keys_grow_from_one_and_empty_out() {
+        let mut keys = Keys::One(key("a"));
+        keys.insert(key("a"));
+        assert!(
+            matches!(keys, Keys::One(_)),
+            "the same key twice is one key"
+        );
+        keys.insert(key("c"));
+        keys.insert(key("b"));
+        assert_eq!(ids(&keys), ["a", "b", "c"]);
+        assert!(!keys.remove(&key("b")));
+        assert!(
+            !keys.remove(&key("x")),
+            "a key it never held changes nothing"
+        );
+        assert_eq!(ids(&keys), ["a", "c"]);
+        assert!(!keys.remove(&key("a")));
+        assert!(keys.remove(&key("c")));
+        assert!(Keys::One(key("a")).remove(&key("a")));
     }
 }
