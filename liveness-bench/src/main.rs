@@ -1113,6 +1113,8 @@ fn overhead(plan: &Plan, daemons: &mut [Daemon], owners: usize) -> Result<Value>
                 continue;
             };
             let daemon = &daemons[index];
+            // The storm's cost, not what a start just before it left to do.
+            settle(daemon)?;
             daemon::require_fork_tracking(daemon)?;
             let ([exit, fork, signal], ticks) = (costs()?, procs::cpu_ticks(daemon.pid())?);
             let wall_ms = procs::storm(plan.storm)?;
