@@ -914,7 +914,7 @@ fn scale(builds: &[Build], plan: &Plan, source: &str, n: usize, report: &mut Rep
         report.baseline.push(sweep(&sleepers.pids)?);
     }
     if source == "auto" && n == plan.overhead_owners {
-        report.overhead = Some(overhead(plan, &mut daemons, n)?);
+        report.overhead = Some(overhead(plan, &mut daemons, builds, n)?);
     }
 
     // Bursts: SIGKILL one process group, all at once.
@@ -925,7 +925,7 @@ fn scale(builds: &[Build], plan: &Plan, source: &str, n: usize, report: &mut Rep
         for turn in 0..builds.len() {
             let measured = (round + turn) % builds.len();
             only(&mut daemons, Some(measured))?;
-            settle(&daemons[measured])?;
+            settle(&daemons[measured], &builds[measured])?;
             let alone = Subscriber::start(&daemons[measured].socket)?;
             let burst = kill_and_follow(
                 &mut sleepers,
@@ -1012,19 +1012,36 @@ fn scale(builds: &[Build], plan: &Plan, source: &str, n: usize, report: &mut Rep
     Ok(())
 }
 
-/// Waits until the daemon is quiet (under 1 ms of CPU in 100 ms), for 10 s at most: one
-/// just started goes on with work of its own after it answers (its WAL checkpoint, the
-/// deaths it reconciled), which a burst measured meanwhile would count as the burst's.
-fn settle(daemon: &Daemon) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(10);
+/// Waits until the daemon is quiet (under 1 ms of CPU in 100 ms), for 2 minutes at most:
+/// one just started goes on with work of its own after it answers (its WAL checkpoint, the
+/// trees of the owners it reconciled), which a burst or a storm measured meanwhile would
+/// count as its own. With 80,000 owners that work took 20-30 s here; a bound of 10 s let
+/// bursts start in the middle of it, and take three times as long as the others.
+fn settle(daemon: &Daemon, build: &Build) -> Result<()> {
+    const MAX: Duration = Duration::from_secs(120);
+    let started = Instant::now();
     let mut before = procs::cpu_ns(daemon.pid())?;
-    while Instant::now() < deadline {
+    loop {
         std::thread::sleep(Duration::from_millis(100));
         let now = procs::cpu_ns(daemon.pid())?;
         if now - before < 1_000_000 {
             break;
         }
+        if started.elapsed() > MAX {
+            eprintln!(
+                "bench: the {} daemon is still busy {MAX:?} after its start; measuring anyway",
+                build.name()
+            );
+            break;
+        }
         before = now;
+    }
+    if started.elapsed() > Duration::from_secs(1) {
+        eprintln!(
+            "bench: the {} daemon settled {:.1} s after it answered",
+            build.name(),
+            started.elapsed().as_secs_f64()
+        );
     }
     Ok(())
 }
@@ -1089,7 +1106,7 @@ fn sweep(pids: &[u32]) -> Result<Value> {
 /// stopped then running, ...), so that a drift of the machine's speed weighs on every side
 /// alike. A daemon restarts on the same state and re-tracks its `owners` ACTIVE sessions
 /// each time; the storm starts once it answers.
-fn overhead(plan: &Plan, daemons: &mut [Daemon], owners: usize) -> Result<Value> {
+fn overhead(plan: &Plan, daemons: &mut [Daemon], builds: &[Build], owners: usize) -> Result<Value> {
     // What the storms cost that the wall time is too noisy to show: the eBPF program's own
     // run time (kernel statistics, on while this fd is open) and the daemon's CPU time.
     let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
@@ -1114,7 +1131,7 @@ fn overhead(plan: &Plan, daemons: &mut [Daemon], owners: usize) -> Result<Value>
             };
             let daemon = &daemons[index];
             // The storm's cost, not what a start just before it left to do.
-            settle(daemon)?;
+            settle(daemon, &builds[index])?;
             daemon::require_fork_tracking(daemon)?;
             let ([exit, fork, signal], ticks) = (costs()?, procs::cpu_ticks(daemon.pid())?);
             let wall_ms = procs::storm(plan.storm)?;
