@@ -370,10 +370,15 @@ impl KnownTrees {
         }
     }
 
-    /// What a refresh reads of the trees (see [`RefreshView::read`]), or `None` with no
-    /// tree followed.
+    /// What a refresh reads of the trees (see [`RefreshView::read`]), or `None` when it
+    /// could find nothing: no tree followed, or every tree its owner alone, with the kernel
+    /// following all of them and no member added since the last merge. The copy costs the
+    /// engine a few milliseconds a second at 100,000 owners: most of its idle time.
     pub fn refresh_view(&self) -> Option<RefreshView> {
-        if self.trees.is_empty() {
+        let nothing_to_read = self.root_of.is_empty()
+            && self.mode() == MembershipMode::Kernel
+            && self.kernel.as_ref().map(TreeMap::added_count) == self.merged_added;
+        if self.trees.is_empty() || nothing_to_read {
             return None;
         }
         let inode = |member: &ProcessKey, root: &ProcessKey| {
