@@ -187,7 +187,7 @@ impl Active {
         let mut found: Vec<(&Session, &[Lock])> = keys
             .iter()
             .filter_map(|key| {
-                let session: &Session = self.sessions.get(key)?;
+                let session = self.sessions.get(key).map(Box::as_ref)?;
                 let held = self.locks.get(key).map_or(&[][..], Vec::as_slice);
                 (session.owner.boot_id == owner.boot_id).then_some((session, held))
             })
