@@ -1015,8 +1015,8 @@ fn scale(builds: &[Build], plan: &Plan, source: &str, n: usize, report: &mut Rep
 /// Waits until the daemon is quiet (under 1 ms of CPU in 100 ms), for 2 minutes at most:
 /// one just started goes on with work of its own after it answers (its WAL checkpoint, the
 /// trees of the owners it reconciled), which a burst or a storm measured meanwhile would
-/// count as its own. With 80,000 owners that work took 20-30 s here; a bound of 10 s let
-/// bursts start in the middle of it, and take three times as long as the others.
+/// count as its own (with 80,000 owners, 1-5 s here). A settle that takes over a second is
+/// printed.
 fn settle(daemon: &Daemon, build: &Build) -> Result<()> {
     const MAX: Duration = Duration::from_secs(120);
     let started = Instant::now();
