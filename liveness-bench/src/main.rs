@@ -1105,7 +1105,7 @@ fn sweep(pids: &[u32]) -> Result<Value> {
 /// running alone and with none, in rounds whose order rotates (running then stopped,
 /// stopped then running, ...), so that a drift of the machine's speed weighs on every side
 /// alike. A daemon restarts on the same state and re-tracks its `owners` ACTIVE sessions
-/// each time; the storm starts once it answers.
+/// each time; the storm starts once it answers and has settled (see [`settle`]).
 fn overhead(plan: &Plan, daemons: &mut [Daemon], builds: &[Build], owners: usize) -> Result<Value> {
     // What the storms cost that the wall time is too noisy to show: the eBPF program's own
     // run time (kernel statistics, on while this fd is open) and the daemon's CPU time.
