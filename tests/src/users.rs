@@ -161,10 +161,28 @@ mod tests {
         quiet
     }
 
+    /// On a thread of its own, so that a wait that never ends fails this test rather than
+    /// hanging the run.
     #[test]
-    #[should_panic(expected = "printed no line within 200ms")]
     fn a_process_that_prints_nothing_fails_the_wait() {
-        quiet().read_line_within(Duration::from_millis(200));
+        let mut quiet = quiet();
+        let (done, outcome) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                quiet.read_line_within(Duration::from_millis(200))
+            }));
+            let _ = done.send(
+                read.map_err(|panic| panic.downcast_ref::<String>().cloned().unwrap_or_default()),
+            );
+        });
+        let failure = outcome
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the 200 ms wait still waiting after 30 s")
+            .expect_err("a line where testproc printed none");
+        assert!(
+            failure.contains("printed no line within 200ms"),
+            "{failure}"
+        );
     }
 
     #[test]
