@@ -152,7 +152,11 @@ impl Engine {
                 Wake::TreeSlice => self.trees.step(),
                 // Written by `caught_up` above.
                 Wake::Apply => {}
-                Wake::Log => self.unlogged.flush(&mut self.fresh_owners),
+                Wake::Log => {
+                    // A subscriber a publish woke onto this CPU runs first (see `eventlog`).
+                    std::thread::yield_now();
+                    self.unlogged.flush(&mut self.fresh_owners);
+                }
             }
         };
         self.unlogged.flush(&mut self.fresh_owners);
@@ -589,8 +593,8 @@ impl Engine {
 
     /// Writes committed events, as one batch, to every subscriber (see `outbox`). A
     /// subscriber whose queue is full is dropped; its connection tells it `lagged`. The
-    /// metrics come after, and the log lines only once the engine would otherwise wait
-    /// (see `eventlog`). `journaled` holds the JSON the journal has of the events, when
+    /// metrics and the log lines come once the engine would otherwise wait (see
+    /// `eventlog`). `journaled` holds the JSON the journal has of the events, when
     /// they were journaled: it is sent as it is.
     fn broadcast(&mut self, mut events: Vec<Event>, journaled: &[JournaledEvent]) {
         let batch: Vec<Published> = events
@@ -619,9 +623,6 @@ impl Engine {
             })
             .collect();
         self.counters.lagged_subscribers += self.subscribers.send(&batch);
-        for event in &events {
-            self.end_metrics.record(event);
-        }
         self.unlogged.push(events, &mut self.fresh_owners);
     }
 }
