@@ -628,6 +628,70 @@ mod tests {
         ProcessKey { pid, start_ticks }
     }
 
+    /// While every tree followed is its owner alone, the kernel follows all of them and
+    /// it added no member since the last merge, a refresh has nothing to read, and the
+    /// engine copies nothing for it each second; a member the kernel adds makes the next
+    /// refresh read again, and so does the tree it joined.
+    #[tokio::test]
+    async fn a_refresh_reads_nothing_while_each_tree_is_its_owner_alone() {
+        use crate::source::ebpf::{EbpfConfig, EbpfSource};
+        use crate::source::testutil::{PATIENCE, Proc, privileged};
+        if !privileged("the refresh with the kernel's members map") {
+            return;
+        }
+        let proc = ProcRoot::default();
+        let mut source = EbpfSource::start(EbpfConfig::default(), &proc)
+            .await
+            .expect("the eBPF source");
+        let mut kernel = source.take_members().expect("the members map");
+        // Forks a sleeper once poked, and ends it when poked again.
+        let mut owner = Proc::sh(
+            "head -c1 >/dev/null; sleep 30 & head -c1 >/dev/null; kill $!",
+            &[],
+        );
+        let root = owner.key();
+        // Its first `head` is forked before its root entry is written: no member yet.
+        let children = format!("/proc/{0}/task/{0}/children", root.pid);
+        let deadline = std::time::Instant::now() + PATIENCE;
+        while std::fs::read_to_string(&children)
+            .unwrap_or_default()
+            .is_empty()
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the owner never forked"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        kernel.add_root(root).expect("a root entry");
+        let mut known = KnownTrees::new(proc, Some(kernel), "b".into(), "h".into());
+        known.follow(root);
+        assert!(known.refresh_view().is_some(), "nothing merged yet");
+        known.refresh();
+        assert_eq!(known.mode(), MembershipMode::Kernel);
+        assert!(
+            known.refresh_view().is_none(),
+            "its owner alone, all merged"
+        );
+
+        let added = || known.kernel.as_ref().map(TreeMap::added_count);
+        let before = added();
+        owner.poke();
+        let deadline = std::time::Instant::now() + PATIENCE;
+        while added() == before {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the kernel added none"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(known.refresh_view().is_some(), "the kernel added a member");
+        let changes = known.refresh();
+        assert!(!changes.added.is_empty(), "{changes:?}");
+        assert!(known.refresh_view().is_some(), "a tree with a member");
+        owner.poke();
+    }
+
     #[test]
     fn scan_mode_follows_says_what_it_misses() {
         let known = KnownTrees::new(ProcRoot::default(), None, "b".into(), "h".into());
