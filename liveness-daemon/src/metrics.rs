@@ -8,10 +8,9 @@
 //! never hold up a scrape.
 //!
 //! Two kinds of values: the ends of sessions (by reason, source and cause, and the
-//! death-to-commit latency histogram) are counted by the engine once each `session.ended`
-//! event is published, before the next status ([`EndMetrics`]); everything else is read
-//! from the daemon's `status` at each scrape, as `liveness status` shows it. This module
-//! only renders them.
+//! death-to-commit latency histogram) are counted by the engine as each `session.ended`
+//! event is published ([`EndMetrics`]); everything else is read from the daemon's `status`
+//! at each scrape, as `liveness status` shows it. This module only renders them.
 
 use std::collections::VecDeque;
 use std::sync::Arc;

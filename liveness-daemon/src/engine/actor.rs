@@ -152,11 +152,7 @@ impl Engine {
                 Wake::TreeSlice => self.trees.step(),
                 // Written by `caught_up` above.
                 Wake::Apply => {}
-                Wake::Log => {
-                    // A subscriber a publish woke onto this CPU runs first (see `eventlog`).
-                    std::thread::yield_now();
-                    self.unlogged.flush(&mut self.fresh_owners);
-                }
+                Wake::Log => self.unlogged.flush(&mut self.fresh_owners),
             }
         };
         self.unlogged.flush(&mut self.fresh_owners);
@@ -593,8 +589,8 @@ impl Engine {
 
     /// Writes committed events, as one batch, to every subscriber (see `outbox`). A
     /// subscriber whose queue is full is dropped; its connection tells it `lagged`. The
-    /// metrics and the log lines come once the engine would otherwise wait (see
-    /// `eventlog`). `journaled` holds the JSON the journal has of the events, when
+    /// metrics come after, and the log lines only once the engine would otherwise wait
+    /// (see `eventlog`). `journaled` holds the JSON the journal has of the events, when
     /// they were journaled: it is sent as it is.
     fn broadcast(&mut self, mut events: Vec<Event>, journaled: &[JournaledEvent]) {
         let batch: Vec<Published> = events
@@ -623,6 +619,9 @@ impl Engine {
             })
             .collect();
         self.counters.lagged_subscribers += self.subscribers.send(&batch);
+        for event in &events {
+            self.end_metrics.record(event);
+        }
         self.unlogged.push(events, &mut self.fresh_owners);
     }
 }

@@ -1,4 +1,4 @@
-//! The ends of sessions counted once they are published, by reason, source and cause, with
+//! The ends of sessions counted as they are published, by reason, source and cause, with
 //! their death-to-commit latency: what `--metrics-listen` serves beside the status counters.
 
 use prometheus_client::encoding::EncodeLabelSet;

@@ -2,16 +2,14 @@
 //! (kept as journal fields when the daemon logs to journald): who, whose, why, seen by
 //! which source, and how long from the death to the commit.
 //!
-//! The lines, and the ends' metrics, are written once nothing else is ready, after the
-//! engine's thread has given up its CPU once: a subscriber woken by the publish is most
-//! often woken onto that CPU, and would otherwise wait while the ends are counted and the
-//! lines formatted and written (to a file, to journald). Any operation writes them first,
-//! so that a status (the metrics listener's) counts every end published before it.
+//! The lines are written after the subscribers' connections have had their turn, not
+//! between the commit and their wake-up: the engine and the connections share the
+//! runtime's workers, so a log write (to a file, to journald) before its yield delayed
+//! every stream reader by its cost.
 
 use liveness_common::protocol::wire_name;
 use liveness_common::session::{Event, EventKind};
 
-use super::end_metrics::EndMetrics;
 use super::owner_checks::FreshOwners;
 
 /// From the owner's death (the kernel's time where the source reads it, else when a
@@ -28,35 +26,24 @@ pub(super) fn end_latency_ms(event: &Event) -> Option<i64> {
 /// held for that long); a larger burst writes them as it goes.
 const MAX_DEFERRED: usize = 16_384;
 
-/// Published events not yet logged nor counted in the metrics.
+/// Published events whose lines are still to be written.
 #[derive(Debug, Default)]
-pub(super) struct Deferred {
-    events: Vec<Event>,
-    /// Ends of sessions by reason and source, and their latency, for `--metrics-listen`.
-    metrics: EndMetrics,
-}
+pub(super) struct Deferred(Vec<Event>);
 
 impl Deferred {
     pub(super) fn is_empty(&self) -> bool {
-        self.events.is_empty()
-    }
-
-    /// The metrics the events are counted in (shared with its clones).
-    pub(super) fn metrics(&self) -> &EndMetrics {
-        &self.metrics
+        self.0.is_empty()
     }
 
     pub(super) fn push(&mut self, events: Vec<Event>, fresh_owners: &mut FreshOwners) {
-        self.events.extend(events);
-        if self.events.len() >= MAX_DEFERRED {
+        self.0.extend(events);
+        if self.0.len() >= MAX_DEFERRED {
             self.flush(fresh_owners);
         }
     }
 
-    /// Counts and logs every event held.
     pub(super) fn flush(&mut self, fresh_owners: &mut FreshOwners) {
-        for event in self.events.drain(..) {
-            self.metrics.record(&event);
+        for event in self.0.drain(..) {
             log(&event, fresh_owners);
         }
     }

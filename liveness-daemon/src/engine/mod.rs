@@ -187,11 +187,14 @@ pub struct Engine {
     hops: Option<hops::HopTrace>,
     /// Owners registered within the last second, to warn of those that die at once.
     fresh_owners: owner_checks::FreshOwners,
-    /// Published events not logged nor counted yet (see [`eventlog`]).
+    /// Published events not logged yet: their lines are written once the subscribers'
+    /// connections have had their turn (see [`eventlog::Deferred`]).
     unlogged: eventlog::Deferred,
     /// When the batches SQLite does not have yet are written (again): `None` when it has
     /// every one.
     apply_at: Option<tokio::time::Instant>,
+    /// Ends of sessions by reason and source, and their latency, for `--metrics-listen`.
+    end_metrics: EndMetrics,
 }
 
 fn now_ms() -> i64 {
@@ -269,6 +272,7 @@ impl Engine {
             fresh_owners: owner_checks::FreshOwners::default(),
             unlogged: eventlog::Deferred::default(),
             apply_at: None,
+            end_metrics: EndMetrics::default(),
             subscribers: subscribers::Subscribers::new(config.subscriber_queue),
             store,
             monitor,
@@ -297,6 +301,6 @@ impl Engine {
 
     /// The counts of session ends the engine keeps for the metrics listener (shared).
     pub fn end_metrics(&self) -> EndMetrics {
-        self.unlogged.metrics().clone()
+        self.end_metrics.clone()
     }
 }

@@ -1271,32 +1271,3 @@ async fn a_flood_of_deaths_is_written_to_sqlite_in_bounded_steps() {
         "written once the bound was reached"
     );
 }
-
-/// The ends the metrics listener serves, as it renders them.
-fn ends_counted(f: &Fixture) -> u64 {
-    let mut registry = prometheus_client::registry::Registry::default();
-    registry.register("ends", "", f.engine.end_metrics().ended);
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
-    text.lines()
-        .filter(|line| line.starts_with("ends_total{"))
-        .map(|line| line.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
-        .sum()
-}
-
-/// An end is counted in the metrics, like its log line, once the engine would otherwise
-/// wait, not between its publish and the subscribers' turn; any operation counts it first,
-/// so that a status (the metrics listener's) never misses an end published before it.
-#[tokio::test(start_paused = true)]
-async fn an_end_is_counted_before_any_operation_that_follows_its_publish() {
-    let mut f = fixture().await;
-    f.proc.spawn(11, ALICE.uid);
-    f.own(ALICE, "a", 11);
-    let mut subscriber = f.subscribe();
-    f.die(11, EXITED);
-    f.next_death().await;
-    assert_eq!(published(&mut subscriber, "a", "session.ended"), 1);
-    assert_eq!(ends_counted(&f), 0, "not counted on the death's way out");
-    f.command(ROOT, request::Status {}).unwrap();
-    assert_eq!(ends_counted(&f), 1, "counted before the status");
-}

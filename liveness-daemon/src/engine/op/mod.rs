@@ -70,8 +70,6 @@ pub struct Ask<O: Op> {
 
 impl<O: Op> Ask<O> {
     fn run(self, engine: &mut Engine) {
-        // A status counts every end published before it.
-        engine.unlogged.flush(&mut engine.fresh_owners);
         // Published deaths that SQLite does not have yet would be missing from what an
         // operation reads (and `end` would end such a session again): none runs until
         // they are written.
