@@ -858,7 +858,7 @@ mod tests {
     use object::{Object, ObjectSection};
 
     use super::*;
-    use crate::source::testutil::{PATIENCE, Proc, QUIET, privileged};
+    use crate::source::testutil::{PATIENCE, Proc, QUIET, privileged, wait_until};
     use liveness_proc::identity::ProcRoot;
 
     /// Selects a mode of [`helper_main`] in a re-executed test binary.
@@ -1008,14 +1008,6 @@ mod tests {
                 .env(HELPER_ENV, mode)
                 .stdin(Stdio::piped()),
         )
-    }
-
-    async fn wait_until(what: &str, condition: impl Fn() -> bool) {
-        let deadline = Instant::now() + PATIENCE;
-        while !condition() {
-            assert!(Instant::now() < deadline, "timed out waiting until {what}");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
     }
 
     fn stat_of(pid: u32) -> liveness_proc::identity::Stat {

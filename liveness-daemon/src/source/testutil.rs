@@ -121,6 +121,18 @@ pub async fn next_exit(rx: &mut Receiver<SourceEvent>) -> ExitObservation {
     }
 }
 
+/// Polls `condition` until it holds; fails after [`PATIENCE`], saying `what` never came.
+pub async fn wait_until(what: &str, condition: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while !condition() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Panics if any event arrives within [`QUIET`]; `why` says why none should.
 pub async fn assert_quiet(rx: &mut Receiver<SourceEvent>, why: &str) {
     if let Ok(event) = tokio::time::timeout(QUIET, rx.recv()).await {

@@ -635,7 +635,7 @@ mod tests {
     #[tokio::test]
     async fn a_refresh_reads_nothing_while_each_tree_is_its_owner_alone() {
         use crate::source::ebpf::{EbpfConfig, EbpfSource};
-        use crate::source::testutil::{PATIENCE, Proc, privileged};
+        use crate::source::testutil::{Proc, privileged, wait_until};
         if !privileged("the refresh with the kernel's members map") {
             return;
         }
@@ -652,17 +652,12 @@ mod tests {
         let root = owner.key();
         // Its first `head` is forked before its root entry is written: no member yet.
         let children = format!("/proc/{0}/task/{0}/children", root.pid);
-        let deadline = std::time::Instant::now() + PATIENCE;
-        while std::fs::read_to_string(&children)
-            .unwrap_or_default()
-            .is_empty()
-        {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the owner never forked"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_until("the owner forked", || {
+            !std::fs::read_to_string(&children)
+                .unwrap_or_default()
+                .is_empty()
+        })
+        .await;
         kernel.add_root(root).expect("a root entry");
         let mut known = KnownTrees::new(proc, Some(kernel), "b".into(), "h".into());
         known.follow(root);
@@ -677,14 +672,7 @@ mod tests {
         let added = || known.kernel.as_ref().map(TreeMap::added_count);
         let before = added();
         owner.poke();
-        let deadline = std::time::Instant::now() + PATIENCE;
-        while added() == before {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the kernel added none"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_until("the kernel added a member", || added() != before).await;
         assert!(known.refresh_view().is_some(), "the kernel added a member");
         let changes = known.refresh();
         assert!(!changes.added.is_empty(), "{changes:?}");
