@@ -114,8 +114,7 @@ fn leave_a_journal(
         seq = batch.events.last().map_or(seq, |event| event.seq);
         journal.append(&batch.entry)?;
     }
-    let bytes = std::fs::metadata(state_dir.join(journal::FILE_NAME))?.len();
-    Ok((head, bytes))
+    Ok((head, journal.entry_bytes()))
 }
 
 fn new_session(id: String, owner: &Identity) -> NewSession {

@@ -1,21 +1,29 @@
-//! The journal: what a batch of deaths changed, appended to a file of its own in one
-//! `write(2)` before the batch is published, and applied to SQLite right after. A death's
-//! durable step is that one append, not a multi-page SQLite transaction; a daemon killed
-//! between the append and the SQLite commit replays the journal at its next start.
+//! The journal: what a batch of deaths changed, appended to a file of its own before the
+//! batch is published, and applied to SQLite right after. A death's durable step is that
+//! one append, not a multi-page SQLite transaction; a daemon killed between the append and
+//! the SQLite commit replays the journal at its next start.
 //!
 //! Each entry is framed as its length and a CRC-32 of its bytes, both little-endian `u32`,
-//! then the bytes (JSON). A crash in the middle of an append leaves a torn last entry,
-//! which fails its checksum: it is cut off at the next start, as if never written, which
-//! it was not as far as anyone knows (nothing is published before its append returned).
+//! then the bytes (JSON); a zero length ends the entries. A crash in the middle of an
+//! append leaves a torn last entry, which fails its checksum or has no length yet: it is
+//! cut off at the next start, as if never written, which it was not as far as anyone knows
+//! (nothing is published before its append returned).
+//!
+//! Where the filesystem allows it (ext4, XFS, tmpfs), the file's space is reserved ahead
+//! (`fallocate`) and mapped shared, and an append is a copy into the page cache: no system
+//! call on a death's way. The entry's bytes go first and its length last, so that an
+//! append cut short is never read. Elsewhere (copy-on-write filesystems, where a store into
+//! a mapping can fail with `SIGBUS` when the disk is full) each append is one `write(2)`.
 //!
 //! Durability is SQLite's with `synchronous=NORMAL`: an append survives the daemon's
-//! crash or SIGKILL (it is in the page cache); a power loss may lose the newest ones, which
-//! the reconcile at start makes good (see the store's `begin_run`).
+//! crash or SIGKILL (it is in the page cache either way); a power loss may lose the newest
+//! ones, which the reconcile at start makes good (see the store's `begin_run`).
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io::{self, Read};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
 
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
@@ -26,8 +34,11 @@ use liveness_common::session::{EndReason, Event, Survivors};
 
 /// The journal's file name in the state directory.
 pub const FILE_NAME: &str = "journal";
-/// Once every entry is applied, the file is emptied when it is at least this big.
+/// Once every entry is applied, a file appended with `write(2)` is emptied when it is at
+/// least this big. A mapped one is zeroed after every apply: its pages stay writable.
 const COMPACT_BYTES: u64 = 1 << 20;
+/// The space a mapped journal reserves at first; an entry that does not fit doubles it.
+const RESERVED: usize = 1 << 20;
 /// An entry bigger than this is damage, not an entry (a burst of 1,024 endings with their
 /// survivors lists stays far below).
 const MAX_ENTRY: usize = 256 << 20;
@@ -145,19 +156,39 @@ pub enum JournalError {
 pub struct Journal {
     path: PathBuf,
     file: File,
-    /// Bytes in the file.
+    /// Bytes of entries in the file; what follows, if anything, is zeros.
     len: u64,
     /// The frame of the last append, kept to spare an allocation per death.
     frame: Vec<u8>,
+    /// The file's reserved space, where the filesystem allows a mapping.
+    mapped: Option<Mapping>,
     /// Tests: every append fails (see [`Journal::fail_appends`]).
     #[cfg(test)]
     failing: bool,
 }
 
+/// How appends reach the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Appends {
+    /// A copy into the file's reserved space, mapped, where the filesystem allows it; else
+    /// `write(2)`.
+    Best,
+    /// One `write(2)` each.
+    Written,
+}
+
 impl Journal {
     /// Opens (or creates) the journal in `dir` and reads its entries. A torn last entry is
-    /// cut off.
+    /// cut off; the next append follows the entries read.
     pub fn open(dir: &Path) -> Result<(Journal, Vec<JournalEntry>), JournalError> {
+        Journal::open_with(dir, Appends::Best)
+    }
+
+    /// [`Journal::open`], appending as `appends` says.
+    pub fn open_with(
+        dir: &Path,
+        appends: Appends,
+    ) -> Result<(Journal, Vec<JournalEntry>), JournalError> {
         let path = dir.join(FILE_NAME);
         let io = |source| JournalError::Io {
             path: path.clone(),
@@ -165,31 +196,46 @@ impl Journal {
         };
         let mut file = OpenOptions::new()
             .create(true)
+            // Its entries are read first; what follows them is cut below.
+            .truncate(false)
             .read(true)
-            .append(true)
+            .write(true)
             .mode(0o600)
             .open(&path)
             .map_err(io)?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).map_err(io)?;
         let (entries, valid) = read_entries(&bytes);
-        if valid < bytes.len() {
+        if bytes[valid..].iter().any(|&b| b != 0) {
             tracing::warn!(
                 path = %path.display(),
                 cut = bytes.len() - valid,
                 "the journal ends in a torn entry (a crash during its append): it is cut off"
             );
-            file.set_len(valid as u64).map_err(io)?;
         }
+        // What follows the entries reads as zeros from now on.
+        file.set_len(valid as u64).map_err(io)?;
+        let mapped = match appends {
+            Appends::Best if mappable(&file) => {
+                Some(Mapping::reserve(&file, (valid + 1).max(RESERVED)).map_err(io)?)
+            }
+            _ => None,
+        };
         let journal = Journal {
             path,
             file,
             len: valid as u64,
             frame: Vec::new(),
+            mapped,
             #[cfg(test)]
             failing: false,
         };
         Ok((journal, entries))
+    }
+
+    /// How many bytes its entries take (a mapped file is bigger: its space is reserved).
+    pub fn entry_bytes(&self) -> u64 {
+        self.len
     }
 
     /// Makes every append fail until turned off again: how tests reach what callers do
@@ -199,7 +245,7 @@ impl Journal {
         self.failing = fail;
     }
 
-    /// Appends `entry` in one write.
+    /// Appends `entry`: one copy into the mapped file, or one write.
     pub fn append(&mut self, entry: &JournalEntry) -> Result<(), JournalError> {
         #[cfg(test)]
         if self.failing {
@@ -219,45 +265,152 @@ impl Journal {
         let crc = crc32(payload);
         self.frame[..4].copy_from_slice(&len.to_le_bytes());
         self.frame[4..8].copy_from_slice(&crc.to_le_bytes());
-        if let Err(source) = self.file.write_all(&self.frame) {
-            // Whatever part of the frame was written is a torn entry: cut it off now, so
-            // that the next append is not read as its continuation.
-            let _ = self.file.set_len(self.len);
-            return Err(JournalError::Io {
-                path: self.path.clone(),
-                source,
-            });
-        }
+        let at = self.len as usize;
+        let written = match &mut self.mapped {
+            Some(mapped) => {
+                // One zero byte stays after the entry: the next one's length, until written.
+                let needed = at + self.frame.len() + 1;
+                if needed > mapped.len {
+                    mapped.grow(&self.file, needed)
+                } else {
+                    Ok(())
+                }
+                .map(|()| mapped.put(at, &self.frame))
+            }
+            None => self
+                .file
+                .write_all_at(&self.frame, self.len)
+                .inspect_err(|_| {
+                    // Whatever part of the frame was written is a torn entry: cut it off now,
+                    // so that the next append is not read as its continuation.
+                    let _ = self.file.set_len(self.len);
+                }),
+        };
+        written.map_err(|source| JournalError::Io {
+            path: self.path.clone(),
+            source,
+        })?;
         self.len += self.frame.len() as u64;
         Ok(())
     }
 
-    /// Empties the file once it is big, every entry being applied to SQLite by now.
+    /// Empties the journal, every entry being applied to SQLite by now: a mapped one at
+    /// once (zeroing a few pages that stay writable), a written one once it is big.
     pub fn compact(&mut self) -> Result<(), JournalError> {
-        if self.len < COMPACT_BYTES {
+        if self.mapped.is_none() && self.len < COMPACT_BYTES {
             return Ok(());
         }
         self.clear()
     }
 
-    /// Empties the file, every entry being applied to SQLite by now.
+    /// Empties the journal, every entry being applied to SQLite by now.
     pub fn clear(&mut self) -> Result<(), JournalError> {
-        self.file.set_len(0).map_err(|source| JournalError::Io {
-            path: self.path.clone(),
-            source,
-        })?;
+        match &mut self.mapped {
+            Some(mapped) => mapped.zero(self.len as usize),
+            None => self.file.set_len(0).map_err(|source| JournalError::Io {
+                path: self.path.clone(),
+                source,
+            })?,
+        }
         self.len = 0;
         Ok(())
     }
 }
 
-/// The entries framed in `bytes`, and how many bytes they take: what follows is torn.
+/// Whether a store into a mapping of `file`'s reserved space cannot fail: on a filesystem
+/// that writes in place. A copy-on-write one needs new space for each write back, and a
+/// full disk would kill the daemon with `SIGBUS` in the middle of a copy.
+fn mappable(file: &File) -> bool {
+    const EXT4: i64 = 0xEF53;
+    const XFS: i64 = 0x5846_5342;
+    const TMPFS: i64 = 0x0102_1994;
+    rustix::fs::fstatfs(file).is_ok_and(|fs| {
+        #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+        let kind = fs.f_type as i64;
+        matches!(kind, EXT4 | XFS | TMPFS)
+    })
+}
+
+/// The journal file's reserved space, mapped shared: what is copied here is in the page
+/// cache, as a `write(2)` would have put it.
+#[derive(Debug)]
+struct Mapping {
+    at: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is this value's alone; it is written only through `&mut self`.
+unsafe impl Send for Mapping {}
+
+impl Mapping {
+    /// Reserves `len` bytes of `file` (allocated now: a full disk fails here, never in a
+    /// store) and maps them.
+    fn reserve(file: &File, len: usize) -> io::Result<Mapping> {
+        let len = len.next_multiple_of(RESERVED);
+        rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, len as u64)?;
+        // SAFETY: a new shared mapping of `len` bytes of a file that has them (allocated
+        // just now); nothing else in the process maps it.
+        let at = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                len,
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::SHARED,
+                file,
+                0,
+            )?
+        };
+        let at = NonNull::new(at.cast::<u8>()).ok_or_else(|| io::Error::other("mmap gave null"))?;
+        Ok(Mapping { at, len })
+    }
+
+    /// Makes room for `needed` bytes: reserves more of the file and maps it anew.
+    fn grow(&mut self, file: &File, needed: usize) -> io::Result<()> {
+        let bigger = Mapping::reserve(file, needed.max(self.len * 2))?;
+        // The old mapping goes with the value replaced.
+        *self = bigger;
+        Ok(())
+    }
+
+    /// Copies `frame` to `at`: its entry's bytes, then its length and checksum, so that a
+    /// copy cut short leaves a zero length, which ends the entries.
+    fn put(&mut self, at: usize, frame: &[u8]) {
+        let (header, payload) = frame.split_at(8);
+        let space = self.bytes();
+        space[at + 8..at + frame.len()].copy_from_slice(payload);
+        space[at..at + 8].copy_from_slice(header);
+    }
+
+    /// Zeroes the first `len` bytes, the first length first.
+    fn zero(&mut self, len: usize) {
+        self.bytes()[..len].fill(0);
+    }
+
+    fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: `len` bytes mapped readable and writable at `at`, for as long as `self`
+        // lives, and borrowed mutably from it.
+        unsafe { std::slice::from_raw_parts_mut(self.at.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps what `reserve` mapped; no slice of it outlives `self`.
+        let _ = unsafe { rustix::mm::munmap(self.at.as_ptr().cast(), self.len) };
+    }
+}
+
+/// The entries framed in `bytes`, and how many bytes they take: what follows is zeros, or
+/// torn.
 fn read_entries(bytes: &[u8]) -> (Vec<JournalEntry>, usize) {
     let mut entries = Vec::new();
     let mut at = 0;
     while let Some(header) = bytes.get(at..at + 8) {
         let len = u32::from_le_bytes(header[..4].try_into().unwrap_or_default()) as usize;
         let crc = u32::from_le_bytes(header[4..].try_into().unwrap_or_default());
+        if len == 0 {
+            break;
+        }
         let Some(payload) = bytes.get(at + 8..at + 8 + len).filter(|_| len <= MAX_ENTRY) else {
             break;
         };
@@ -358,63 +511,112 @@ mod tests {
         assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
     }
 
+    const MODES: [Appends; 2] = [Appends::Best, Appends::Written];
+
+    #[test]
+    fn a_journal_on_a_filesystem_that_writes_in_place_is_mapped() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = File::create(dir.path().join("probe")).unwrap();
+        assert!(
+            mappable(&file),
+            "the tests' temporary directory is on ext4, XFS or tmpfs: the mapped appends are tested"
+        );
+        let (journal, _) = Journal::open(dir.path()).unwrap();
+        assert!(journal.mapped.is_some());
+        let (journal, _) = Journal::open_with(dir.path(), Appends::Written).unwrap();
+        assert!(journal.mapped.is_none());
+    }
+
     #[test]
     fn entries_come_back_in_order_after_a_reopen() {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut journal, found) = Journal::open(dir.path()).unwrap();
-        assert!(found.is_empty());
-        for seq in 1..=3 {
-            journal.append(&entry(seq)).unwrap();
+        for mode in MODES {
+            let dir = tempfile::tempdir().unwrap();
+            let (mut journal, found) = Journal::open_with(dir.path(), mode).unwrap();
+            assert!(found.is_empty());
+            for seq in 1..=3 {
+                journal.append(&entry(seq)).unwrap();
+            }
+            drop(journal);
+            let (mut journal, found) = Journal::open_with(dir.path(), mode).unwrap();
+            assert_eq!(found, vec![entry(1), entry(2), entry(3)], "{mode:?}");
+            // The next append follows them, whichever way the first ones were made.
+            journal.append(&entry(4)).unwrap();
+            drop(journal);
+            let other = MODES.into_iter().find(|m| *m != mode).unwrap();
+            let (_, found) = Journal::open_with(dir.path(), other).unwrap();
+            assert_eq!(found.len(), 4, "{mode:?} then {other:?}");
         }
-        drop(journal);
-        let (_, found) = Journal::open(dir.path()).unwrap();
-        assert_eq!(found, vec![entry(1), entry(2), entry(3)]);
     }
 
     #[test]
     fn a_torn_last_entry_is_cut_off_and_the_next_append_follows_the_good_ones() {
+        for mode in MODES {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join(FILE_NAME);
+            let (mut journal, _) = Journal::open_with(dir.path(), mode).unwrap();
+            journal.append(&entry(1)).unwrap();
+            journal.append(&entry(2)).unwrap();
+            drop(journal);
+            let whole = std::fs::read(&path).unwrap();
+            // Every cut of the second entry, as a crash (or a power loss) in its append
+            // could leave it, with zeros after the cut where the space was reserved.
+            let first = 8 + serde_json::to_vec(&entry(1)).unwrap().len();
+            let second = first + 8 + serde_json::to_vec(&entry(2)).unwrap().len();
+            for cut in first..second {
+                let mut torn = whole[..cut].to_vec();
+                torn.resize(whole.len(), 0);
+                std::fs::write(&path, &torn).unwrap();
+                let (mut journal, found) = Journal::open_with(dir.path(), mode).unwrap();
+                assert_eq!(found, vec![entry(1)], "{mode:?}, cut at {cut}");
+                journal.append(&entry(3)).unwrap();
+                drop(journal);
+                let (_, found) = Journal::open_with(dir.path(), mode).unwrap();
+                assert_eq!(found, vec![entry(1), entry(3)], "{mode:?}, cut at {cut}");
+            }
+        }
+    }
+
+    /// A mapped append copies its entry before its length: cut short anywhere, it leaves a
+    /// zero length, and the entries before it are all that is read.
+    #[test]
+    fn a_mapped_append_cut_before_its_length_is_not_read() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(FILE_NAME);
         let (mut journal, _) = Journal::open(dir.path()).unwrap();
         journal.append(&entry(1)).unwrap();
+        let first = journal.len as usize;
         journal.append(&entry(2)).unwrap();
         drop(journal);
-        let whole = std::fs::read(&path).unwrap();
-        // Every cut of the second entry, as a crash in its write could leave it.
-        let first = 8 + serde_json::to_vec(&entry(1)).unwrap().len();
-        for cut in first..whole.len() {
-            std::fs::write(&path, &whole[..cut]).unwrap();
-            let (mut journal, found) = Journal::open(dir.path()).unwrap();
-            assert_eq!(found, vec![entry(1)], "cut at {cut}");
-            assert_eq!(std::fs::metadata(&path).unwrap().len(), first as u64);
-            journal.append(&entry(3)).unwrap();
-            drop(journal);
-            let (_, found) = Journal::open(dir.path()).unwrap();
-            assert_eq!(found, vec![entry(1), entry(3)], "cut at {cut}");
-        }
-    }
-
-    #[test]
-    fn a_damaged_entry_ends_what_is_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(FILE_NAME);
-        let (mut journal, _) = Journal::open(dir.path()).unwrap();
-        for seq in 1..=3 {
-            journal.append(&entry(seq)).unwrap();
-        }
-        drop(journal);
         let mut bytes = std::fs::read(&path).unwrap();
-        let second = 8 + serde_json::to_vec(&entry(1)).unwrap().len();
-        bytes[second + 12] ^= 0x40;
+        bytes[first..first + 8].fill(0);
         std::fs::write(&path, &bytes).unwrap();
         let (_, found) = Journal::open(dir.path()).unwrap();
         assert_eq!(found, vec![entry(1)]);
     }
 
     #[test]
-    fn a_big_journal_is_emptied_by_compact() {
+    fn a_damaged_entry_ends_what_is_read() {
+        for mode in MODES {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join(FILE_NAME);
+            let (mut journal, _) = Journal::open_with(dir.path(), mode).unwrap();
+            for seq in 1..=3 {
+                journal.append(&entry(seq)).unwrap();
+            }
+            drop(journal);
+            let mut bytes = std::fs::read(&path).unwrap();
+            let second = 8 + serde_json::to_vec(&entry(1)).unwrap().len();
+            bytes[second + 12] ^= 0x40;
+            std::fs::write(&path, &bytes).unwrap();
+            let (_, found) = Journal::open_with(dir.path(), mode).unwrap();
+            assert_eq!(found, vec![entry(1)], "{mode:?}");
+        }
+    }
+
+    #[test]
+    fn a_written_journal_is_emptied_by_compact_once_big() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut journal, _) = Journal::open(dir.path()).unwrap();
+        let (mut journal, _) = Journal::open_with(dir.path(), Appends::Written).unwrap();
         journal.append(&entry(1)).unwrap();
         journal.compact().unwrap();
         assert!(journal.len > 0, "a small journal is left as it is");
@@ -426,7 +628,31 @@ mod tests {
         journal.compact().unwrap();
         journal.append(&entry(seq)).unwrap();
         drop(journal);
-        let (_, found) = Journal::open(dir.path()).unwrap();
+        let (_, found) = Journal::open_with(dir.path(), Appends::Written).unwrap();
         assert_eq!(found, vec![entry(seq)]);
+    }
+
+    /// Entries beyond the reserved space reserve more; compact empties a mapped journal
+    /// at once, and what follows starts from its beginning.
+    #[test]
+    fn a_mapped_journal_grows_and_is_emptied_by_every_compact() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        let (mut journal, _) = Journal::open(dir.path()).unwrap();
+        let mut seq = 0;
+        while journal.len < 3 * RESERVED as u64 {
+            seq += 1;
+            journal.append(&entry(seq)).unwrap();
+        }
+        assert!(std::fs::metadata(&path).unwrap().len() >= 3 * RESERVED as u64);
+        drop(journal);
+        let (mut journal, found) = Journal::open(dir.path()).unwrap();
+        assert_eq!(found.len() as u64, seq);
+        assert!(found.iter().zip(1..).all(|(e, s)| *e == entry(s)));
+        journal.compact().unwrap();
+        journal.append(&entry(seq + 1)).unwrap();
+        drop(journal);
+        let (_, found) = Journal::open(dir.path()).unwrap();
+        assert_eq!(found, vec![entry(seq + 1)]);
     }
 }
