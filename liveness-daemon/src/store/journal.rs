@@ -216,9 +216,12 @@ impl Journal {
         // What follows the entries reads as zeros from now on.
         file.set_len(valid as u64).map_err(io)?;
         let mapped = match appends {
-            Appends::Best if mappable(&file) => {
-                Some(Mapping::reserve(&file, (valid + 1).max(RESERVED)).map_err(io)?)
-            }
+            Appends::Best if mappable(&file) => Mapping::reserve(&file, valid + 1)
+                .inspect_err(|e| {
+                    // An ext4 without extents cannot reserve; a full disk cannot now.
+                    tracing::warn!(path = %path.display(), error = %e, "the journal cannot reserve its space: each append is a write(2) until the next start");
+                })
+                .ok(),
             _ => None,
         };
         let journal = Journal {
