@@ -167,28 +167,16 @@ pub struct Journal {
     failing: bool,
 }
 
-/// How appends reach the file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Appends {
-    /// A copy into the file's reserved space, mapped, where the filesystem allows it; else
-    /// `write(2)`.
-    Best,
-    /// One `write(2)` each.
-    Written,
-}
-
 impl Journal {
     /// Opens (or creates) the journal in `dir` and reads its entries. A torn last entry is
     /// cut off; the next append follows the entries read.
     pub fn open(dir: &Path) -> Result<(Journal, Vec<JournalEntry>), JournalError> {
-        Journal::open_with(dir, Appends::Best)
+        Journal::open_with(dir, true)
     }
 
-    /// [`Journal::open`], appending as `appends` says.
-    pub fn open_with(
-        dir: &Path,
-        appends: Appends,
-    ) -> Result<(Journal, Vec<JournalEntry>), JournalError> {
+    /// [`Journal::open`]; with `may_map` false, each append is a `write(2)` wherever the
+    /// file is (tests take both ways).
+    fn open_with(dir: &Path, may_map: bool) -> Result<(Journal, Vec<JournalEntry>), JournalError> {
         let path = dir.join(FILE_NAME);
         let io = |source| JournalError::Io {
             path: path.clone(),
@@ -215,14 +203,15 @@ impl Journal {
         }
         // What follows the entries reads as zeros from now on.
         file.set_len(valid as u64).map_err(io)?;
-        let mapped = match appends {
-            Appends::Best if mappable(&file) => Mapping::reserve(&file, valid + 1)
+        let mapped = if may_map && mappable(&file) {
+            Mapping::reserve(&file, valid + 1)
                 .inspect_err(|e| {
                     // An ext4 without extents cannot reserve; a full disk cannot now.
                     tracing::warn!(path = %path.display(), error = %e, "the journal cannot reserve its space: each append is a write(2) until the next start");
                 })
-                .ok(),
-            _ => None,
+                .ok()
+        } else {
+            None
         };
         let journal = Journal {
             path,
@@ -514,7 +503,8 @@ mod tests {
         assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
     }
 
-    const MODES: [Appends; 2] = [Appends::Best, Appends::Written];
+    /// Mapped, then written.
+    const MODES: [bool; 2] = [true, false];
 
     /// A directory on tmpfs, where a journal is always mapped (the default temporary
     /// directory may be on a filesystem where it is not, as a container's overlay).
@@ -529,37 +519,37 @@ mod tests {
         assert!(mappable(&file), "/dev/shm is tmpfs");
         let (journal, _) = Journal::open(dir.path()).unwrap();
         assert!(journal.mapped.is_some());
-        let (journal, _) = Journal::open_with(dir.path(), Appends::Written).unwrap();
+        let (journal, _) = Journal::open_with(dir.path(), false).unwrap();
         assert!(journal.mapped.is_none());
     }
 
     #[test]
     fn entries_come_back_in_order_after_a_reopen() {
-        for mode in MODES {
+        for mapped in MODES {
             let dir = tmpfs_dir();
-            let (mut journal, found) = Journal::open_with(dir.path(), mode).unwrap();
+            let (mut journal, found) = Journal::open_with(dir.path(), mapped).unwrap();
             assert!(found.is_empty());
             for seq in 1..=3 {
                 journal.append(&entry(seq)).unwrap();
             }
             drop(journal);
-            let (mut journal, found) = Journal::open_with(dir.path(), mode).unwrap();
-            assert_eq!(found, vec![entry(1), entry(2), entry(3)], "{mode:?}");
+            let (mut journal, found) = Journal::open_with(dir.path(), mapped).unwrap();
+            assert_eq!(found, vec![entry(1), entry(2), entry(3)], "mapped {mapped}");
             // The next append follows them, whichever way the first ones were made.
             journal.append(&entry(4)).unwrap();
             drop(journal);
-            let other = MODES.into_iter().find(|m| *m != mode).unwrap();
+            let other = MODES.into_iter().find(|m| *m != mapped).unwrap();
             let (_, found) = Journal::open_with(dir.path(), other).unwrap();
-            assert_eq!(found.len(), 4, "{mode:?} then {other:?}");
+            assert_eq!(found.len(), 4, "mapped {mapped}, then {other}");
         }
     }
 
     #[test]
     fn a_torn_last_entry_is_cut_off_and_the_next_append_follows_the_good_ones() {
-        for mode in MODES {
+        for mapped in MODES {
             let dir = tmpfs_dir();
             let path = dir.path().join(FILE_NAME);
-            let (mut journal, _) = Journal::open_with(dir.path(), mode).unwrap();
+            let (mut journal, _) = Journal::open_with(dir.path(), mapped).unwrap();
             journal.append(&entry(1)).unwrap();
             journal.append(&entry(2)).unwrap();
             drop(journal);
@@ -572,12 +562,16 @@ mod tests {
                 let mut torn = whole[..cut].to_vec();
                 torn.resize(whole.len(), 0);
                 std::fs::write(&path, &torn).unwrap();
-                let (mut journal, found) = Journal::open_with(dir.path(), mode).unwrap();
-                assert_eq!(found, vec![entry(1)], "{mode:?}, cut at {cut}");
+                let (mut journal, found) = Journal::open_with(dir.path(), mapped).unwrap();
+                assert_eq!(found, vec![entry(1)], "mapped {mapped}, cut at {cut}");
                 journal.append(&entry(3)).unwrap();
                 drop(journal);
-                let (_, found) = Journal::open_with(dir.path(), mode).unwrap();
-                assert_eq!(found, vec![entry(1), entry(3)], "{mode:?}, cut at {cut}");
+                let (_, found) = Journal::open_with(dir.path(), mapped).unwrap();
+                assert_eq!(
+                    found,
+                    vec![entry(1), entry(3)],
+                    "mapped {mapped}, cut at {cut}"
+                );
             }
         }
     }
@@ -602,10 +596,10 @@ mod tests {
 
     #[test]
     fn a_damaged_entry_ends_what_is_read() {
-        for mode in MODES {
+        for mapped in MODES {
             let dir = tmpfs_dir();
             let path = dir.path().join(FILE_NAME);
-            let (mut journal, _) = Journal::open_with(dir.path(), mode).unwrap();
+            let (mut journal, _) = Journal::open_with(dir.path(), mapped).unwrap();
             for seq in 1..=3 {
                 journal.append(&entry(seq)).unwrap();
             }
@@ -614,15 +608,15 @@ mod tests {
             let second = 8 + serde_json::to_vec(&entry(1)).unwrap().len();
             bytes[second + 12] ^= 0x40;
             std::fs::write(&path, &bytes).unwrap();
-            let (_, found) = Journal::open_with(dir.path(), mode).unwrap();
-            assert_eq!(found, vec![entry(1)], "{mode:?}");
+            let (_, found) = Journal::open_with(dir.path(), mapped).unwrap();
+            assert_eq!(found, vec![entry(1)], "mapped {mapped}");
         }
     }
 
     #[test]
     fn a_written_journal_is_emptied_by_compact_once_big() {
         let dir = tmpfs_dir();
-        let (mut journal, _) = Journal::open_with(dir.path(), Appends::Written).unwrap();
+        let (mut journal, _) = Journal::open_with(dir.path(), false).unwrap();
         journal.append(&entry(1)).unwrap();
         journal.compact().unwrap();
         assert!(journal.len > 0, "a small journal is left as it is");
@@ -634,7 +628,7 @@ mod tests {
         journal.compact().unwrap();
         journal.append(&entry(seq)).unwrap();
         drop(journal);
-        let (_, found) = Journal::open_with(dir.path(), Appends::Written).unwrap();
+        let (_, found) = Journal::open_with(dir.path(), false).unwrap();
         assert_eq!(found, vec![entry(seq)]);
     }
 
