@@ -506,17 +506,20 @@ mod tests {
     /// Mapped, then written.
     const MODES: [bool; 2] = [true, false];
 
-    /// A directory on tmpfs, where a journal is always mapped (the default temporary
-    /// directory may be on a filesystem where it is not, as a container's overlay).
-    fn tmpfs_dir() -> tempfile::TempDir {
-        tempfile::tempdir_in("/dev/shm").expect("/dev/shm, tmpfs on Linux")
+    /// A directory where a journal is mapped: `/dev/shm` (tmpfs), or the temporary
+    /// directory where there is none (as in the test VMs, whose `/tmp` is tmpfs). Not the
+    /// temporary directory first: in a container it is on an overlay, which is not mapped.
+    fn mapped_dir() -> tempfile::TempDir {
+        [std::path::PathBuf::from("/dev/shm"), std::env::temp_dir()]
+            .into_iter()
+            .filter_map(|dir| tempfile::tempdir_in(dir).ok())
+            .find(|dir| File::create(dir.path().join("probe")).is_ok_and(|f| mappable(&f)))
+            .expect("/dev/shm or the temporary directory on ext4, XFS or tmpfs")
     }
 
     #[test]
     fn a_journal_on_a_filesystem_that_writes_in_place_is_mapped() {
-        let dir = tmpfs_dir();
-        let file = File::create(dir.path().join("probe")).unwrap();
-        assert!(mappable(&file), "/dev/shm is tmpfs");
+        let dir = mapped_dir();
         let (journal, _) = Journal::open(dir.path()).unwrap();
         assert!(journal.mapped.is_some());
         let (journal, _) = Journal::open_with(dir.path(), false).unwrap();
@@ -526,7 +529,7 @@ mod tests {
     #[test]
     fn entries_come_back_in_order_after_a_reopen() {
         for mapped in MODES {
-            let dir = tmpfs_dir();
+            let dir = mapped_dir();
             let (mut journal, found) = Journal::open_with(dir.path(), mapped).unwrap();
             assert!(found.is_empty());
             for seq in 1..=3 {
@@ -547,7 +550,7 @@ mod tests {
     #[test]
     fn a_torn_last_entry_is_cut_off_and_the_next_append_follows_the_good_ones() {
         for mapped in MODES {
-            let dir = tmpfs_dir();
+            let dir = mapped_dir();
             let path = dir.path().join(FILE_NAME);
             let (mut journal, _) = Journal::open_with(dir.path(), mapped).unwrap();
             journal.append(&entry(1)).unwrap();
@@ -580,7 +583,7 @@ mod tests {
     /// zero length, and the entries before it are all that is read.
     #[test]
     fn a_mapped_append_cut_before_its_length_is_not_read() {
-        let dir = tmpfs_dir();
+        let dir = mapped_dir();
         let path = dir.path().join(FILE_NAME);
         let (mut journal, _) = Journal::open(dir.path()).unwrap();
         journal.append(&entry(1)).unwrap();
@@ -597,7 +600,7 @@ mod tests {
     #[test]
     fn a_damaged_entry_ends_what_is_read() {
         for mapped in MODES {
-            let dir = tmpfs_dir();
+            let dir = mapped_dir();
             let path = dir.path().join(FILE_NAME);
             let (mut journal, _) = Journal::open_with(dir.path(), mapped).unwrap();
             for seq in 1..=3 {
@@ -615,7 +618,7 @@ mod tests {
 
     #[test]
     fn a_written_journal_is_emptied_by_compact_once_big() {
-        let dir = tmpfs_dir();
+        let dir = mapped_dir();
         let (mut journal, _) = Journal::open_with(dir.path(), false).unwrap();
         journal.append(&entry(1)).unwrap();
         journal.compact().unwrap();
@@ -636,7 +639,7 @@ mod tests {
     /// at once, and what follows starts from its beginning.
     #[test]
     fn a_mapped_journal_grows_and_is_emptied_by_every_compact() {
-        let dir = tmpfs_dir();
+        let dir = mapped_dir();
         let path = dir.path().join(FILE_NAME);
         let (mut journal, _) = Journal::open(dir.path()).unwrap();
         let mut seq = 0;
