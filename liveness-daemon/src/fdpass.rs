@@ -18,16 +18,18 @@ use std::collections::VecDeque;
 use std::io::{self, IoSliceMut};
 use std::mem::MaybeUninit;
 use std::ops::Range;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, Interest, ReadBuf};
 use tokio::net::UnixStream;
-use tokio::net::unix::OwnedReadHalf;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 use crate::closer::Closer;
+use crate::registered::register;
 
 /// Most descriptors a connection holds while their lines are read; older ones are closed
 /// first when more arrive, so a client cannot pile up descriptors in the daemon.
@@ -44,7 +46,7 @@ pub enum Passed {
 /// The read half of a connection, read with `recvmsg` so passed descriptors are kept.
 #[derive(Debug)]
 pub struct FdReader {
-    half: OwnedReadHalf,
+    half: Half,
     /// Bytes read so far: the stream position of the next byte.
     position: u64,
     /// Received descriptors with the stream position of the last byte of their read.
@@ -54,10 +56,28 @@ pub struct FdReader {
     closer: Closer,
 }
 
+/// The socket as the reader waits on it.
+#[derive(Debug)]
+enum Half {
+    /// Half of the connection's stream, registered for reading and for room to write.
+    Split(OwnedReadHalf),
+    /// A descriptor of the socket registered for reading alone.
+    ReadOnly(AsyncFd<OwnedFd>),
+}
+
+impl Half {
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Half::Split(half) => half.as_ref().as_fd(),
+            Half::ReadOnly(registered) => registered.get_ref().as_fd(),
+        }
+    }
+}
+
 impl FdReader {
     pub fn new(half: OwnedReadHalf, uid: u32, closer: Closer) -> FdReader {
         FdReader {
-            half,
+            half: Half::Split(half),
             position: 0,
             held: VecDeque::new(),
             uid,
@@ -76,6 +96,24 @@ impl FdReader {
             taken.extend(self.held.pop_front().map(|(_, fd)| fd));
         }
         taken
+    }
+
+    /// Ends the connection's registration for room to write, with `write`, its other half:
+    /// the socket then wakes its runtime only for what the client sends, not each time the
+    /// client reads what was written (a subscriber, once per event). The reader goes on
+    /// where it was; writes go to the descriptor returned, and wait for room on their own.
+    pub fn read_only(&mut self, write: OwnedWriteHalf) -> io::Result<OwnedFd> {
+        let reading = self.half.fd().try_clone_to_owned()?;
+        let writing = self.half.fd().try_clone_to_owned()?;
+        let registered = register(reading, Interest::READABLE).map_err(|e| e.into_parts().1)?;
+        drop(std::mem::replace(
+            &mut self.half,
+            Half::ReadOnly(registered),
+        ));
+        // The stream's last half: its registration and its descriptor go, the socket stays
+        // (not shut for writing, as dropping the half would).
+        write.forget();
+        Ok(writing)
     }
 
     fn keep(&mut self, at: u64, fd: OwnedFd) {
@@ -100,13 +138,13 @@ impl Drop for FdReader {
     /// release may block. Shut for reading first, the socket takes nothing more, so this
     /// ends with what was queued.
     fn drop(&mut self) {
-        let stream: &UnixStream = self.half.as_ref();
-        if rustix::net::shutdown(stream, rustix::net::Shutdown::Read).is_err() {
+        let socket = self.half.fd();
+        if rustix::net::shutdown(socket, rustix::net::Shutdown::Read).is_err() {
             return;
         }
         let mut sink = [0u8; 4096];
         loop {
-            match receive(stream, &mut sink) {
+            match receive(socket, &mut sink) {
                 Ok((0, fds)) if fds.is_empty() => return,
                 Ok((_, fds)) => {
                     for fd in fds {
@@ -145,11 +183,11 @@ fn kind_of(fd: &OwnedFd) -> Option<String> {
 const SCM_MAX_FD: usize = 253;
 
 /// One `recvmsg`: the bytes read, and the descriptors that came with them.
-fn receive(stream: &UnixStream, into: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+fn receive(socket: impl AsFd, into: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(SCM_MAX_FD))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let received = rustix::net::recvmsg(
-        stream,
+        socket,
         &mut [IoSliceMut::new(into)],
         &mut control,
         RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT,
@@ -171,10 +209,22 @@ impl AsyncRead for FdReader {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         loop {
-            let stream: &UnixStream = this.half.as_ref();
-            ready!(stream.poll_read_ready(cx))?;
             let unfilled = buf.initialize_unfilled();
-            match stream.try_io(Interest::READABLE, || receive(stream, unfilled)) {
+            let received = match &this.half {
+                Half::Split(half) => {
+                    let stream: &UnixStream = half.as_ref();
+                    ready!(stream.poll_read_ready(cx))?;
+                    stream.try_io(Interest::READABLE, || receive(stream, unfilled))
+                }
+                Half::ReadOnly(registered) => {
+                    let mut ready = ready!(registered.poll_read_ready(cx))?;
+                    match ready.try_io(|socket| receive(socket, unfilled)) {
+                        Ok(received) => received,
+                        Err(_would_block) => continue,
+                    }
+                }
+            };
+            match received {
                 Ok((bytes, fds)) => {
                     let at = this.position + (bytes as u64).saturating_sub(1);
                     for fd in fds {
@@ -301,11 +351,54 @@ mod tests {
         let passed = reader.get_mut().take_fds(0..line.len() as u64);
         let kinds: Vec<String> = passed.iter().map(what).collect();
         assert_eq!(kinds, ["refused pipe", "refused file", "refused socket"]);
-        // The daemon's copy of the pipe's write end went to the closer: EOF here.
+        closed_elsewhere(pipe_read).await;
+    }
+
+    /// The daemon's copy of a pipe's write end, refused, went to the closer: EOF here.
+    async fn closed_elsewhere(pipe_read: OwnedFd) {
         let mut buf = [0u8; 1];
         let read = tokio::task::spawn_blocking(move || rustix::io::read(&pipe_read, &mut buf));
         let read = tokio::time::timeout(std::time::Duration::from_secs(5), read).await;
         assert_eq!(read.expect("closed").unwrap().unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_reader_made_read_only_reads_on_and_its_socket_stays_writable() {
+        let (mut client, server) = StdUnixStream::pair().unwrap();
+        server.set_nonblocking(true).unwrap();
+        let (read, write) = UnixStream::from_std(server).unwrap().into_split();
+        let mut reader = BufReader::new(FdReader::new(read, 1000, Closer::default()));
+        send_with_fds(&mut client, b"before\nbuffered\n", &[]).unwrap();
+        let mut line = String::new();
+        reader.read_line(&mut line).await.unwrap();
+        assert_eq!(line, "before\n");
+
+        let writing = reader.get_mut().read_only(write).unwrap();
+        // The write half's end did not shut the socket for writing.
+        let flags = rustix::net::SendFlags::empty();
+        assert_eq!(rustix::net::send(&writing, b"reply\n", flags).unwrap(), 6);
+        let mut reply = [0u8; 6];
+        std::io::Read::read_exact(&mut client, &mut reply).unwrap();
+        assert_eq!(&reply, b"reply\n");
+
+        let (pipe_read, pipe_write) = rustix::pipe::pipe().unwrap();
+        send_with_fds(&mut client, b"pipe\n", &[pipe_write.as_fd()]).unwrap();
+        drop((pipe_write, client));
+        let mut lines = Vec::new();
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).await.unwrap() == 0 {
+                break;
+            }
+            lines.push(line);
+        }
+        assert_eq!(lines, ["buffered\n", "pipe\n"]);
+        let passed = reader.get_mut().take_fds(0..u64::MAX);
+        assert_eq!(
+            passed.iter().map(what).collect::<Vec<_>>(),
+            ["refused pipe"]
+        );
+        closed_elsewhere(pipe_read).await;
     }
 
     #[tokio::test]

@@ -18,6 +18,7 @@ mod limits;
 mod metrics;
 mod offload;
 mod reap;
+mod registered;
 mod server;
 mod source;
 mod store;

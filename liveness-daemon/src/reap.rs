@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use rustix::io::Errno;
 use rustix::process::{Pid, PidfdFlags, Resource, Signal};
+use tokio::io::Interest;
 use tokio::time::Instant;
 
 use liveness_common::identity::Identity;
@@ -33,7 +34,7 @@ use liveness_common::session::{ReapFailure, Reaped};
 use liveness_proc::identity::{IdentityError, Liveness, ProcRoot, pidfd_exited, pidfs_ino};
 
 use crate::offload::offload_for;
-use crate::source::pidfd::register_readable;
+use crate::registered::register;
 
 /// How long SIGKILLed processes have to vanish before they are reported as failed: a
 /// process in uninterruptible sleep dies only once it wakes.
@@ -490,7 +491,7 @@ pub(crate) async fn wait_for_exits(
     let mut running = Vec::new();
     for (pid, pidfd) in signalled {
         // One deadline for all: waiting on each in turn takes no longer than the grace.
-        let pidfd = match register_readable(pidfd) {
+        let pidfd = match register(pidfd, Interest::READABLE) {
             Ok(watched) => {
                 let _ = tokio::time::timeout_at(deadline, watched.readable()).await;
                 watched.into_inner()

@@ -256,3 +256,57 @@ fn oversized_and_malformed_lines_get_errors_and_change_nothing() {
     raw.read_to_string(&mut rest).unwrap();
     assert_eq!(rest, "", "blank lines are ignored, not answered");
 }
+
+/// Context switches of the daemon's connection threads (tokio's workers) so far.
+fn connection_thread_switches(daemon: &Daemon) -> u64 {
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", daemon.pid())).unwrap();
+    tasks
+        .flatten()
+        .filter(|task| {
+            std::fs::read_to_string(task.path().join("comm"))
+                .is_ok_and(|comm| comm.trim() == "tokio-rt-worker")
+        })
+        .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter(|line| line.contains("ctxt_switches"))
+                .filter_map(|line| line.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
+/// Deaths go to a subscriber that keeps up straight from the engine, and its reads do not
+/// wake the daemon's connection threads either: registered for room to write, its socket
+/// would wake one each time the subscriber read an event.
+#[test]
+fn a_subscriber_that_keeps_up_never_wakes_a_connection_thread() {
+    const DEATHS: usize = 30;
+    let daemon = Daemon::start(&[]);
+    let mut control = daemon.connect();
+    let mut stream = subscribe(&daemon, json!({"op": "subscribe"}));
+    let mut owners: Vec<std::process::Child> = (0..DEATHS)
+        .map(|_| {
+            std::process::Command::new("sleep")
+                .arg("600")
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (n, owner) in owners.iter().enumerate() {
+        register(&mut control, &format!("s{n}"), owner.id());
+        stream.next_event_of("session.registered", &format!("s{n}"), ARRIVAL);
+    }
+    let before = connection_thread_switches(&daemon);
+    for (n, owner) in owners.iter_mut().enumerate() {
+        owner.kill().unwrap();
+        owner.wait().unwrap();
+        stream.next_event_of("session.ended", &format!("s{n}"), ARRIVAL);
+    }
+    let switches = connection_thread_switches(&daemon) - before;
+    assert!(
+        switches < DEATHS as u64 / 3,
+        "{switches} context switches of connection threads over {DEATHS} deaths"
+    );
+}

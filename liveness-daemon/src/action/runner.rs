@@ -24,7 +24,7 @@ use super::sys::{self, ChildSetup};
 use super::tail::Tail;
 use super::tree::end_tree;
 use super::user::RunAs;
-use crate::source::pidfd::register_readable;
+use crate::registered::register;
 use crate::turns::{Turn, UidTurns};
 
 /// How long a timed-out action's processes have between SIGTERM and SIGKILL.
@@ -254,7 +254,7 @@ async fn exited(pidfd: &OwnedFd) {
     let watched = pidfd
         .try_clone()
         .map_err(|e| e.to_string())
-        .and_then(|pidfd| register_readable(pidfd).map_err(|e| e.to_string()));
+        .and_then(|pidfd| register(pidfd, Interest::READABLE).map_err(|e| e.to_string()));
     match watched {
         Ok(watched) => {
             let _ = watched.readable().await;

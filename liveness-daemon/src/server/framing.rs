@@ -2,10 +2,11 @@
 //! begun line may take), each with the descriptors that came with it; reply and stream
 //! lines written within a timeout.
 
+use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::net::unix::OwnedReadHalf;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 use crate::closer::Closer;
 use crate::fdpass::{FdReader, Passed};
@@ -84,6 +85,11 @@ impl Requests {
     /// Reads and drops a line of a client that is not to send any (a stream's).
     pub(super) async fn skip(&mut self) -> std::io::Result<Line> {
         read_line_bounded(&mut self.reader, &mut self.line, MAX_LINE_BYTES).await
+    }
+
+    /// See [`FdReader::read_only`]: for a connection that only writes from now on.
+    pub(super) fn read_only(&mut self, write: OwnedWriteHalf) -> std::io::Result<OwnedFd> {
+        self.reader.get_mut().read_only(write)
     }
 
     /// Resolves when the client closes its side. A client that sends more is still there

@@ -5,16 +5,19 @@
 //! subscriber asked for. A stream that cannot keep up is told `lagged` and closed, so it
 //! never slows the engine or anyone else.
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
+use tokio::io::unix::AsyncFd;
 use tokio::io::{BufWriter, Interest};
+use tokio::net::UnixStream;
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::watch;
 
 use super::framing::{ConnectionError, Line, Requests, WRITE_TIMEOUT, write_json, write_lines};
 use super::{goodbye, stopping};
 use crate::engine::{Caller, Ended, Flushed, Handle, Outbox, Subscribe, Subscription};
+use crate::registered::register;
 use crate::store::{EventFilter, EventReader};
 use liveness_common::protocol::{Reply, StreamMessage, Subscribed};
 use liveness_common::request;
@@ -51,7 +54,7 @@ impl Stream<'_> {
     /// the subscription was flushed from `write`.
     pub(super) async fn run(
         self,
-        requests: Requests,
+        mut requests: Requests,
         write: BufWriter<OwnedWriteHalf>,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<(), ConnectionError> {
@@ -124,8 +127,9 @@ impl Stream<'_> {
                 after = page.next;
             }
         }
+        let socket = requests.read_only(write.into_inner())?;
         outbox.go_live(head);
-        live(&outbox, &mut write, requests, shutdown).await
+        live(&outbox, socket, requests, shutdown).await
     }
 }
 
@@ -139,52 +143,83 @@ impl Drop for CloseOnDrop<'_> {
 }
 
 /// The live part of a stream: writes what the socket did not take from the engine, until
-/// the client leaves, lags, or the daemon stops.
+/// the client leaves, lags, or the daemon stops. The connection waits for room to write
+/// only while lines wait (see [`Requests::read_only`]): a subscriber that keeps up never
+/// wakes it.
 async fn live(
     outbox: &Outbox,
-    write: &mut BufWriter<OwnedWriteHalf>,
+    socket: OwnedFd,
     mut requests: Requests,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), ConnectionError> {
-    let (mut pending, mut closing) = (false, false);
+    let mut room: Option<AsyncFd<OwnedFd>> = None;
+    let mut closing = false;
     loop {
-        tokio::select! {
-            () = outbox.wait(), if !pending => {}
-            writable = write.get_ref().as_ref().writable(), if pending => writable?,
+        let flushed = tokio::select! {
+            () = outbox.wait(), if room.is_none() => outbox.flush(),
+            flushed = flush_with_room(outbox, room.as_ref()) => flushed?,
             () = stopping(shutdown), if !closing => {
                 outbox.close();
                 closing = true;
+                outbox.flush()
             }
             // Stopping, what is queued is written before the goodbye, unless the client
             // does not read it in time.
-            () = tokio::time::sleep(WRITE_TIMEOUT), if closing && pending => {
+            () = tokio::time::sleep(WRITE_TIMEOUT), if closing && room.is_some() => {
                 return Err(ConnectionError::WriteTimeout);
             }
             // A streaming client only closes; anything it sends is ignored.
             read = requests.skip() => if read? == Line::End {
                 return Ok(());
+            } else {
+                continue;
             },
-        }
-        // Through tokio, so that a full socket clears its readiness.
-        let flushed =
-            write
-                .get_ref()
-                .as_ref()
-                .try_io(Interest::WRITABLE, || match outbox.flush() {
-                    Flushed::More => Err(std::io::ErrorKind::WouldBlock.into()),
-                    flushed => Ok(flushed),
-                });
-        pending = match flushed {
-            Ok(Flushed::Done) => false,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => true,
-            Err(e) => return Err(e.into()),
-            Ok(Flushed::More) => true,
-            Ok(Flushed::Ended(Ended::Gone)) => return Ok(()),
-            Ok(Flushed::Ended(Ended::Closed)) => return write_json(write, &goodbye()).await,
-            Ok(Flushed::Ended(Ended::Lagged)) => {
-                let last_delivered = outbox.delivered();
-                return write_json(write, &StreamMessage::Lagged { last_delivered }).await;
-            }
         };
+        match flushed {
+            Flushed::Done => room = None,
+            Flushed::More if room.is_none() => {
+                let fd = socket.try_clone()?;
+                room = Some(register(fd, Interest::WRITABLE).map_err(|e| e.into_parts().1)?);
+            }
+            Flushed::More => {}
+            Flushed::Ended(Ended::Gone) => return Ok(()),
+            Flushed::Ended(Ended::Closed) => return write_last(socket, &goodbye()).await,
+            Flushed::Ended(Ended::Lagged) => {
+                let last_delivered = outbox.delivered();
+                let lagged = StreamMessage::Lagged { last_delivered };
+                return write_last(socket, &lagged).await;
+            }
+        }
     }
+}
+
+/// Writes what is queued each time the socket has room, until it takes it all or the
+/// subscription ends; never resolves without `room`.
+async fn flush_with_room(
+    outbox: &Outbox,
+    room: Option<&AsyncFd<OwnedFd>>,
+) -> std::io::Result<Flushed> {
+    let Some(room) = room else {
+        return std::future::pending().await;
+    };
+    loop {
+        let mut ready = room.writable().await?;
+        // A full socket clears the readiness.
+        if let Ok(flushed) = ready.try_io(|_| match outbox.flush() {
+            Flushed::More => Err(std::io::ErrorKind::WouldBlock.into()),
+            flushed => Ok(flushed),
+        }) {
+            return flushed;
+        }
+    }
+}
+
+/// The stream's last line, within [`WRITE_TIMEOUT`].
+async fn write_last(
+    socket: OwnedFd,
+    message: &impl serde::Serialize,
+) -> Result<(), ConnectionError> {
+    let socket = std::os::unix::net::UnixStream::from(socket);
+    socket.set_nonblocking(true)?;
+    write_json(&mut UnixStream::from_std(socket)?, message).await
 }

@@ -18,7 +18,7 @@ use rustix::io::Errno;
 use rustix::ioctl::{Opcode, Updater, opcode};
 use rustix::process::{Pid, PidfdFlags, Resource, Rlimit};
 use tokio::io::Interest;
-use tokio::io::unix::{AsyncFd, AsyncFdRegisterError};
+use tokio::io::unix::AsyncFd;
 use tokio::runtime::Handle;
 use tokio::task::AbortHandle;
 use tracing::{debug, warn};
@@ -227,7 +227,8 @@ impl PidfdSource {
             };
         // Registering the probe proves epoll takes pidfds here (and panics now, not in
         // `track`, if the runtime has no IO driver).
-        register_readable(probe).map_err(|e| PidfdError::Probe(e.into()))?;
+        crate::registered::register(probe, Interest::READABLE)
+            .map_err(|e| PidfdError::Probe(e.into()))?;
         Ok(PidfdSource {
             shared: Arc::new(Shared {
                 sink,
@@ -289,7 +290,7 @@ impl PidfdSource {
 
     fn register(&self, pidfd: OwnedFd) -> Result<AsyncFd<OwnedFd>, TrackError> {
         let _runtime = self.runtime.enter();
-        register_readable(pidfd).map_err(|e| {
+        crate::registered::register(pidfd, Interest::READABLE).map_err(|e| {
             let e = io::Error::from(e);
             if e.raw_os_error() == Some(libc::ENOSPC) {
                 TrackError::Exhausted(format!(
@@ -300,15 +301,6 @@ impl PidfdSource {
             }
         })
     }
-}
-
-/// Registers a pidfd with the current runtime's epoll; on failure the error gives it back.
-pub(crate) fn register_readable(
-    pidfd: OwnedFd,
-) -> Result<AsyncFd<OwnedFd>, AsyncFdRegisterError<OwnedFd>> {
-    // SAFETY: the AsyncFd owns the OwnedFd, which stays open and keeps its number until
-    // both are dropped together.
-    unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) }
 }
 
 fn is_out_of_fds(e: &io::Error) -> bool {
