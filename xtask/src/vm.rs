@@ -673,7 +673,11 @@ fn boot(image: &Path, initrd: &Path, log: &Path, options: &Options) -> Result<Ou
         .arg(image)
         .arg("-initrd")
         .arg(initrd)
-        .args(["-append", "console=ttyS0 panic=-1 quiet"]);
+        // A soft lockup prints every CPU's stack, so a hung guest says where it hung.
+        .args([
+            "-append",
+            "console=ttyS0 panic=-1 quiet softlockup_all_cpu_backtrace=1",
+        ]);
     let mut outcome = Outcome::default();
     run_guest(qemu, log, options.timeout, |line| outcome.record(line))?;
     Ok(outcome)
