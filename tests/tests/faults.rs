@@ -151,6 +151,56 @@ fn a_death_on_a_full_disk_is_published_and_written_once_space_returns() {
     assert_eq!(after["head_seq"], ended["event"]["seq"], "{after}");
 }
 
+/// A journal that cannot reserve its space at start (less than its 1 MiB is free) writes
+/// each append instead: a death is journaled, published, and after a SIGKILL before its
+/// SQLite write, replayed once.
+#[test]
+fn a_journal_without_room_to_reserve_writes_its_appends_and_replays_them() {
+    if !privileged("a_journal_without_room_to_reserve_writes_its_appends_and_replays_them") {
+        return;
+    }
+    let fs = SmallFs::mount("768k");
+    let mut daemon =
+        Daemon::start_with_state(Some(fs.path().join("state")), &["--sources", "ebpf"]);
+    assert!(
+        daemon
+            .log()
+            .contains("the journal cannot reserve its space"),
+        "the fallback is logged:\n{}",
+        daemon.log()
+    );
+    let mut stream = daemon.connect();
+    assert_eq!(stream.request(json!({"op": "subscribe"}))["ok"], true);
+    let mut owner = Orphan::spawn(&["exit", "5"]);
+    let reply =
+        daemon.request(json!({"op": "register", "session": "small", "owner": {"pid": owner.pid}}));
+    assert_eq!(reply["ok"], true, "{reply}");
+    owner.release();
+    let ended = stream.next_event_of("session.ended", "small", ARRIVAL);
+    assert_eq!(
+        ended["exit"],
+        json!({"kind": "exited", "code": 5}),
+        "{ended}"
+    );
+    // Before the SQLite write, a second after the publish: only the journal has it.
+    daemon.kill9();
+
+    daemon.restart();
+    let session = daemon.session("small");
+    assert_eq!(session["phase"], "ended", "{session}");
+    assert_eq!(session["exit"], ended["exit"], "{session}");
+    let mut replayed = daemon.connect();
+    assert_eq!(
+        replayed.request(json!({"op": "subscribe", "since": 0}))["ok"],
+        true
+    );
+    let mut endings = 0;
+    while let Some(line) = replayed.next_within(QUIET) {
+        endings += usize::from(line["event"]["kind"] == "session.ended");
+    }
+    assert_eq!(endings, 1, "the death is replayed once");
+}
+
 /// A uid that floods the daemon in the tests below.
 const FLOODER: u32 = 61_010;
 
