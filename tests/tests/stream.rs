@@ -304,7 +304,8 @@ fn a_subscriber_that_keeps_up_never_wakes_a_connection_thread() {
         owner.wait().unwrap();
         stream.next_event_of("session.ended", &format!("s{n}"), ARRIVAL);
     }
-    let switches = connection_thread_switches(&daemon) - before;
+    // A blocking-pool thread that ends meanwhile takes its count with it.
+    let switches = connection_thread_switches(&daemon).saturating_sub(before);
     assert!(
         switches < DEATHS as u64 / 3,
         "{switches} context switches of connection threads over {DEATHS} deaths"
