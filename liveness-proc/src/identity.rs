@@ -113,6 +113,8 @@ pub struct Stat {
     pub start_ticks: u64,
 }
 
+/// `PF_EXITING` in `include/linux/sched.h`: set as a thread enters `do_exit`.
+const PF_EXITING: u32 = 0x0000_0004;
 /// `PF_KTHREAD` in `include/linux/sched.h`.
 const PF_KTHREAD: u32 = 0x0020_0000;
 /// `PIDFS_MAGIC` in `include/uapi/linux/magic.h`: pidfds live in pidfs from Linux 6.9.
@@ -185,6 +187,12 @@ impl Stat {
     /// while other threads run on, and the process still counts more than one thread.
     pub fn has_exited(&self) -> bool {
         matches!(self.state, 'Z' | 'X') && self.num_threads <= 1
+    }
+
+    /// The leader has entered `do_exit` (the whole process, or the main thread alone),
+    /// and the process has not [exited](Stat::has_exited) yet.
+    pub fn is_exiting(&self) -> bool {
+        self.flags & PF_EXITING != 0 && !self.has_exited()
     }
 }
 
@@ -849,6 +857,22 @@ mod tests {
             );
             assert_eq!(stat.cpu_ticks(), 7, "cpu_ticks is utime + stime");
         }
+    }
+
+    #[test]
+    fn a_leader_in_do_exit_is_exiting_until_it_has_exited() {
+        let stat = |state, flags, num_threads| Stat {
+            state,
+            flags,
+            num_threads,
+            ..Stat::parse(stat_line(42, "x", 'R', 1, 99).as_bytes()).unwrap()
+        };
+        assert!(stat('R', PF_EXITING, 1).is_exiting());
+        assert!(stat('D', PF_EXITING | 0x40, 1).is_exiting());
+        // Its other threads still being torn down, or running on after the main one.
+        assert!(stat('Z', PF_EXITING, 3).is_exiting());
+        assert!(!stat('Z', PF_EXITING, 1).is_exiting(), "exited");
+        assert!(!stat('R', 0x40, 1).is_exiting());
     }
 
     #[test]

@@ -618,6 +618,21 @@ fn wait_until_dead(group: &OrphanGroup) {
     assert!(dead, "the owners did not die");
 }
 
+/// Waits until every thread of the daemon has stopped: a SIGSTOP takes effect once one
+/// thread handles it, and a thread that runs meanwhile may still read the ring.
+fn wait_until_stopped(daemon: &Daemon) {
+    let tasks = format!("/proc/{}/task", daemon.pid());
+    let stopped = eventually(ARRIVAL, || {
+        std::fs::read_dir(&tasks).unwrap().flatten().all(|task| {
+            std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+                stat.rsplit_once(") ")
+                    .is_some_and(|(_, rest)| rest.starts_with('T'))
+            })
+        })
+    });
+    assert!(stopped, "the daemon did not stop");
+}
+
 /// The whole event log, replayed from the first event until it stays quiet.
 fn replay_all(daemon: &Daemon) -> Vec<Value> {
     let mut stream = daemon.connect();
@@ -712,6 +727,7 @@ fn deaths_dropped_by_a_full_ring_buffer_end_once_by_reconcile() {
         let mut stream = daemon.connect();
         assert_eq!(stream.request(json!({"op": "subscribe"}))["ok"], true);
         daemon.signal(libc::SIGSTOP);
+        wait_until_stopped(&daemon);
         group.release();
         wait_until_dead(&group);
         daemon.signal(libc::SIGCONT);

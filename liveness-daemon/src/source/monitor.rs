@@ -37,6 +37,10 @@ pub const DEFAULT_QUEUE: usize = 4096;
 /// Processes re-checked in `/proc` per turn after the kernel lost exit reports: each turn
 /// yields first, so a reconcile of 100k processes never holds the engine for long.
 const RECONCILE_CHUNK: usize = 1024;
+/// How often a process that a re-check found exiting is checked again, and how many times:
+/// its record may be among the lost, and it is not dead in `/proc` until it is a zombie.
+const EXITING_RECHECK: std::time::Duration = std::time::Duration::from_millis(10);
+const EXITING_RECHECKS: u32 = 100;
 
 /// Which sources to run: `auto`, or a comma-separated list such as `ebpf` or `ebpf,pidfd`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -238,6 +242,10 @@ pub struct Monitor {
     ready: VecDeque<ExitObservation>,
     /// Processes still to re-check after the kernel lost exit reports.
     to_reconcile: Vec<ProcessKey>,
+    /// Processes a re-check found exiting, with how often they were checked again, and
+    /// when they are next.
+    exiting: Vec<(ProcessKey, u32)>,
+    exiting_due: Option<tokio::time::Instant>,
     loss_reconciles: u64,
     /// Deaths decided by a test (see [`Monitor::with_fake`]).
     #[cfg(test)]
@@ -248,6 +256,15 @@ pub struct Monitor {
 enum Wake {
     Ring(std::io::Result<()>),
     Channel(Option<SourceEvent>),
+    Exiting,
+}
+
+/// Sleeps until `at`, or forever without it.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Waits on the eBPF ring buffer, or forever without one.
@@ -277,6 +294,8 @@ impl Monitor {
             events,
             ready: VecDeque::new(),
             to_reconcile: Vec::new(),
+            exiting: Vec::new(),
+            exiting_due: None,
             loss_reconciles: 0,
             config,
             #[cfg(test)]
@@ -470,6 +489,7 @@ impl Monitor {
                 biased;
                 read = wait_ring(&mut self.ebpf, &mut records) => Wake::Ring(read),
                 event = self.events.recv() => Wake::Channel(event),
+                () = sleep_until(self.exiting_due) => Wake::Exiting,
             };
             match wake {
                 Wake::Ring(Ok(())) => records.into_iter().for_each(|r| self.accept(r)),
@@ -477,6 +497,7 @@ impl Monitor {
                 Wake::Channel(Some(event)) => self.accept(event),
                 // The monitor holds a sender itself, so the channel never closes.
                 Wake::Channel(None) => {}
+                Wake::Exiting => self.recheck_exiting(),
             }
         }
     }
@@ -540,13 +561,41 @@ impl Monitor {
     fn reconcile_chunk(&mut self) {
         let at = self.to_reconcile.len().saturating_sub(RECONCILE_CHUNK);
         for key in self.to_reconcile.split_off(at) {
-            if !self.tracked.contains_key(&key) {
-                continue;
-            }
-            if let Liveness::Dead(reason) = self.config.proc.check_key(key) {
+            self.recheck(key, 0);
+        }
+    }
+
+    /// Queues `key`'s death if it is dead in `/proc`. One that is exiting is checked again
+    /// soon: the kernel drops a record as the process enters its exit, when it is not a
+    /// zombie yet, and a loss is noticed during the very burst of deaths that caused it.
+    fn recheck(&mut self, key: ProcessKey, rechecked: u32) {
+        if !self.tracked.contains_key(&key) {
+            return;
+        }
+        match self.config.proc.check_key(key) {
+            Liveness::Dead(reason) => {
                 self.untrack(key);
                 self.ready.push_back(reconciled(key, reason));
             }
+            _ if rechecked < EXITING_RECHECKS
+                && self
+                    .config
+                    .proc
+                    .stat(key.pid)
+                    .is_ok_and(|stat| stat.start_ticks == key.start_ticks && stat.is_exiting()) =>
+            {
+                self.exiting.push((key, rechecked + 1));
+                self.exiting_due
+                    .get_or_insert_with(|| tokio::time::Instant::now() + EXITING_RECHECK);
+            }
+            _ => {}
+        }
+    }
+
+    fn recheck_exiting(&mut self) {
+        self.exiting_due = None;
+        for (key, rechecked) in std::mem::take(&mut self.exiting) {
+            self.recheck(key, rechecked);
         }
     }
 
@@ -724,6 +773,44 @@ mod tests {
             "the kernel's record must win over a report without a status"
         );
         assert_eq!(monitor.try_next(), None, "one death, one report");
+    }
+
+    /// A loss noticed while a dropped process is still in its exit (not a zombie yet):
+    /// the re-check finds it alive, and must look again until it is dead.
+    #[tokio::test]
+    async fn a_loss_ends_a_process_that_was_still_exiting_at_the_recheck() {
+        use liveness_proc::fake::{FakeProc, stat_line};
+        const PID: u32 = 4242;
+        const START: u64 = 5242;
+        let proc = FakeProc::new();
+        proc.spawn(PID, 1000);
+        let (mut monitor, _exits) = Monitor::with_fake(MonitorConfig {
+            proc: proc.root(),
+            ..MonitorConfig::default()
+        });
+        let key = ProcessKey {
+            pid: PID,
+            start_ticks: START,
+        };
+        assert_eq!(monitor.track(key), None);
+        // In `do_exit`: running, with PF_EXITING among its flags (field 9).
+        let line = stat_line(PID, "proc4242", 'R', 1, START);
+        let mut fields: Vec<&str> = line.split(' ').collect();
+        fields[8] = "4194564";
+        std::fs::write(proc.path().join("4242/stat"), fields.join(" ")).unwrap();
+        monitor.accept(SourceEvent::Lost {
+            detected_by: DetectedBy::Ebpf,
+            total: 1,
+        });
+        assert_eq!(monitor.try_next(), None, "not dead in /proc yet");
+        proc.kill(PID);
+        let reported = tokio::time::timeout(std::time::Duration::from_secs(5), monitor.next())
+            .await
+            .expect("the exiting process is checked again");
+        assert_eq!(
+            (reported.key, reported.detected_by),
+            (key, DetectedBy::Reconcile)
+        );
     }
 
     #[test]
