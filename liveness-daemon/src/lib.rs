@@ -11,6 +11,7 @@
 mod action;
 mod closer;
 mod daemon;
+mod deadline;
 mod engine;
 mod faults;
 mod fdpass;

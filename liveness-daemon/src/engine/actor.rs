@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
 
+use crate::deadline::sleep_until;
 use crate::source::ExitObservation;
 use crate::store::journal::JournaledEvent;
 use crate::store::{ActionKey, Begin, Ending, JournaledDeaths, OwnerDeath};
@@ -49,14 +50,6 @@ enum Wake {
     TreeSlice,
     Apply,
     Log,
-}
-
-/// Sleeps until `at`; never returns without one (its branch is disabled then).
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
 }
 
 /// A tokio interval of `period` whose missed ticks are delayed, not burst.

@@ -26,6 +26,7 @@ use super::ebpf::{EbpfConfig, EbpfSource};
 use super::pidfd::{PidfdConfig, PidfdSource};
 use super::procpoll::{DEFAULT_INTERVAL, ProcpollSource};
 use super::{ExitObservation, ExitSource, SourceEvent, TrackError};
+use crate::deadline::sleep_until;
 use liveness_common::exit::DetectedBy;
 use liveness_common::identity::ProcessKey;
 use liveness_proc::identity::{Liveness, ProcRoot};
@@ -39,7 +40,7 @@ pub const DEFAULT_QUEUE: usize = 4096;
 const RECONCILE_CHUNK: usize = 1024;
 /// How often a process that a re-check found exiting is checked again, and how many times:
 /// its record may be among the lost, and it is not dead in `/proc` until it is a zombie.
-const EXITING_RECHECK: std::time::Duration = std::time::Duration::from_millis(10);
+const EXITING_RECHECK: Duration = Duration::from_millis(10);
 const EXITING_RECHECKS: u32 = 100;
 
 /// Which sources to run: `auto`, or a comma-separated list such as `ebpf` or `ebpf,pidfd`.
@@ -257,14 +258,6 @@ enum Wake {
     Ring(std::io::Result<()>),
     Channel(Option<SourceEvent>),
     Exiting,
-}
-
-/// Sleeps until `at`, or forever without it.
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
 }
 
 /// Waits on the eBPF ring buffer, or forever without one.
