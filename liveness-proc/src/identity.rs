@@ -615,7 +615,27 @@ impl ProcRoot {
     pub fn check_process(&self, key: ProcessKey, known_ino: Option<u64>) -> Liveness {
         // Opened before the stat is read, for the same reason as in `capture`.
         let held = known_ino.and_then(|ino| Some((ino, self.open_pidfd(key.pid)?)));
-        let stat = match self.stat(key.pid) {
+        self.judge(key, self.stat(key.pid).as_ref(), held)
+    }
+
+    /// [`ProcRoot::check_key`], and whether the process, found alive, is
+    /// [exiting](Stat::is_exiting): both from one reading of its stat.
+    pub fn check_key_exiting(&self, key: ProcessKey) -> (Liveness, bool) {
+        let stat = self.stat(key.pid);
+        let liveness = self.judge(key, stat.as_ref(), None);
+        let exiting = liveness == Liveness::Alive && stat.is_ok_and(|stat| stat.is_exiting());
+        (liveness, exiting)
+    }
+
+    /// Whether the process `key` names is alive, from its stat (and its pidfd, held from
+    /// before the stat was read, with the pidfs inode known for it).
+    fn judge(
+        &self,
+        key: ProcessKey,
+        stat: Result<&Stat, &IdentityError>,
+        held: Option<(u64, OwnedFd)>,
+    ) -> Liveness {
+        let stat = match stat {
             Err(IdentityError::NoSuchProcess(_)) => return Liveness::Dead(DeathReason::Exited),
             Err(e) => return Liveness::Unknown(e.to_string()),
             Ok(stat) => stat,

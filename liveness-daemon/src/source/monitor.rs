@@ -565,18 +565,12 @@ impl Monitor {
         if !self.tracked.contains_key(&key) {
             return;
         }
-        match self.config.proc.check_key(key) {
-            Liveness::Dead(reason) => {
+        match self.config.proc.check_key_exiting(key) {
+            (Liveness::Dead(reason), _) => {
                 self.untrack(key);
                 self.ready.push_back(reconciled(key, reason));
             }
-            _ if rechecked < EXITING_RECHECKS
-                && self
-                    .config
-                    .proc
-                    .stat(key.pid)
-                    .is_ok_and(|stat| stat.start_ticks == key.start_ticks && stat.is_exiting()) =>
-            {
+            (_, true) if rechecked < EXITING_RECHECKS => {
                 self.exiting.push((key, rechecked + 1));
                 self.exiting_due
                     .get_or_insert_with(|| tokio::time::Instant::now() + EXITING_RECHECK);
