@@ -13,6 +13,7 @@ use integration_tests::{
     ClientAs, Conn, Daemon, Orphan, OrphanGroup, eventually, fault_rounds, open_socket_to_everyone,
     privileged,
 };
+use liveness_proc::identity::Stat;
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 use serde_json::{Value, json};
@@ -631,10 +632,8 @@ fn wait_until_stopped(daemon: &Daemon) {
     let tasks = format!("/proc/{}/task", daemon.pid());
     let stopped = eventually(ARRIVAL, || {
         std::fs::read_dir(&tasks).unwrap().flatten().all(|task| {
-            std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
-                stat.rsplit_once(") ")
-                    .is_some_and(|(_, rest)| rest.starts_with('T'))
-            })
+            std::fs::read(task.path().join("stat"))
+                .is_ok_and(|stat| Stat::parse(&stat).is_ok_and(|stat| stat.state == 'T'))
         })
     });
     assert!(stopped, "the daemon did not stop");
