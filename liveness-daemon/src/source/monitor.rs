@@ -38,10 +38,14 @@ pub const DEFAULT_QUEUE: usize = 4096;
 /// Processes re-checked in `/proc` per turn after the kernel lost exit reports: each turn
 /// yields first, so a reconcile of 100k processes never holds the engine for long.
 const RECONCILE_CHUNK: usize = 1024;
-/// How often a process that a re-check found exiting is checked again, and how many times:
-/// its record may be among the lost, and it is not dead in `/proc` until it is a zombie.
+/// How often a process that a re-check found exiting is checked again: its record may be
+/// among the lost, and it is not dead in `/proc` until it is a zombie. Most exits end
+/// within milliseconds, so the first [`EXITING_RECHECKS`] come quickly; one that takes
+/// longer (a close in uninterruptible sleep, the last thread of a process whose main
+/// thread ended alone) is then checked every second until it is dead or untracked.
 const EXITING_RECHECK: Duration = Duration::from_millis(10);
 const EXITING_RECHECKS: u32 = 100;
+const EXITING_SLOW_RECHECK: Duration = Duration::from_secs(1);
 
 /// Which sources to run: `auto`, or a comma-separated list such as `ebpf` or `ebpf,pidfd`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -559,8 +563,9 @@ impl Monitor {
     }
 
     /// Queues `key`'s death if it is dead in `/proc`. One that is exiting is checked again
-    /// soon: the kernel drops a record as the process enters its exit, when it is not a
-    /// zombie yet, and a loss is noticed during the very burst of deaths that caused it.
+    /// (see [`EXITING_RECHECK`]): the kernel drops a record as the process enters its
+    /// exit, when it is not a zombie yet, and a loss is noticed during the very burst of
+    /// deaths that caused it.
     fn recheck(&mut self, key: ProcessKey, rechecked: u32) {
         if !self.tracked.contains_key(&key) {
             return;
@@ -570,10 +575,16 @@ impl Monitor {
                 self.untrack(key);
                 self.ready.push_back(reconciled(key, reason));
             }
-            (_, true) if rechecked < EXITING_RECHECKS => {
-                self.exiting.push((key, rechecked + 1));
-                self.exiting_due
-                    .get_or_insert_with(|| tokio::time::Instant::now() + EXITING_RECHECK);
+            (_, true) => {
+                let rechecked = rechecked.saturating_add(1);
+                let after = if rechecked <= EXITING_RECHECKS {
+                    EXITING_RECHECK
+                } else {
+                    EXITING_SLOW_RECHECK
+                };
+                let due = tokio::time::Instant::now() + after;
+                self.exiting.push((key, rechecked));
+                self.exiting_due = Some(self.exiting_due.map_or(due, |at| at.min(due)));
             }
             _ => {}
         }
@@ -762,16 +773,22 @@ mod tests {
         assert_eq!(monitor.try_next(), None, "one death, one report");
     }
 
-    /// A loss noticed while a dropped process is still in its exit (not a zombie yet):
-    /// the re-check finds it alive, and must look again until it is dead.
-    #[tokio::test]
-    async fn a_loss_ends_a_process_that_was_still_exiting_at_the_recheck() {
+    /// A tracked process in `do_exit` (PF_EXITING among its stat flags, field 9) in
+    /// `state`, whose record the kernel lost: the loss has just been reported.
+    fn lost_while_exiting(
+        state: char,
+    ) -> (
+        liveness_proc::fake::FakeProc,
+        Monitor,
+        super::super::fake::FakeExits,
+        ProcessKey,
+    ) {
         use liveness_proc::fake::{FakeProc, stat_line};
         const PID: u32 = 4242;
         const START: u64 = 5242;
         let proc = FakeProc::new();
         proc.spawn(PID, 1000);
-        let (mut monitor, _exits) = Monitor::with_fake(MonitorConfig {
+        let (mut monitor, exits) = Monitor::with_fake(MonitorConfig {
             proc: proc.root(),
             ..MonitorConfig::default()
         });
@@ -780,8 +797,7 @@ mod tests {
             start_ticks: START,
         };
         assert_eq!(monitor.track(key), None);
-        // In `do_exit`: running, with PF_EXITING among its flags (field 9).
-        let line = stat_line(PID, "proc4242", 'R', 1, START);
+        let line = stat_line(PID, "proc4242", state, 1, START);
         let mut fields: Vec<&str> = line.split(' ').collect();
         fields[8] = "4194564";
         std::fs::write(proc.path().join("4242/stat"), fields.join(" ")).unwrap();
@@ -789,8 +805,16 @@ mod tests {
             detected_by: DetectedBy::Ebpf,
             total: 1,
         });
-        assert_eq!(monitor.try_next(), None, "not dead in /proc yet");
-        proc.kill(PID);
+        (proc, monitor, exits, key)
+    }
+
+    /// Kills the process and expects its death from the re-checks.
+    async fn ended_by_a_recheck(
+        proc: &liveness_proc::fake::FakeProc,
+        monitor: &mut Monitor,
+        key: ProcessKey,
+    ) {
+        proc.kill(key.pid);
         let reported = tokio::time::timeout(std::time::Duration::from_secs(5), monitor.next())
             .await
             .expect("the exiting process is checked again");
@@ -798,6 +822,29 @@ mod tests {
             (reported.key, reported.detected_by),
             (key, DetectedBy::Reconcile)
         );
+    }
+
+    /// A loss noticed while a dropped process is still in its exit (not a zombie yet):
+    /// the re-check finds it alive, and must look again until it is dead.
+    #[tokio::test]
+    async fn a_loss_ends_a_process_that_was_still_exiting_at_the_recheck() {
+        let (proc, mut monitor, _exits, key) = lost_while_exiting('R');
+        assert_eq!(monitor.try_next(), None, "not dead in /proc yet");
+        ended_by_a_recheck(&proc, &mut monitor, key).await;
+    }
+
+    /// An exit that outlasts the quick re-checks (a close in uninterruptible sleep) is
+    /// still followed until it ends.
+    #[tokio::test(start_paused = true)]
+    async fn a_loss_ends_a_process_whose_exit_outlasts_the_quick_rechecks() {
+        let (proc, mut monitor, _exits, key) = lost_while_exiting('D');
+        // Ten times the quick re-checks' second.
+        let exiting = std::time::Duration::from_secs(10);
+        assert!(
+            tokio::time::timeout(exiting, monitor.next()).await.is_err(),
+            "not dead in /proc yet"
+        );
+        ended_by_a_recheck(&proc, &mut monitor, key).await;
     }
 
     #[test]
