@@ -247,9 +247,9 @@ pub struct Monitor {
     ready: VecDeque<ExitObservation>,
     /// Processes still to re-check after the kernel lost exit reports.
     to_reconcile: Vec<ProcessKey>,
-    /// Processes a re-check found exiting, with how often they were checked again, and
-    /// when they are next.
-    exiting: Vec<(ProcessKey, u32)>,
+    /// Processes a re-check found exiting, each once (a later loss finds them again), with
+    /// how often they were checked again and when they are next; and the earliest of those.
+    exiting: HashMap<ProcessKey, (u32, tokio::time::Instant)>,
     exiting_due: Option<tokio::time::Instant>,
     loss_reconciles: u64,
     /// Deaths decided by a test (see [`Monitor::with_fake`]).
@@ -291,7 +291,7 @@ impl Monitor {
             events,
             ready: VecDeque::new(),
             to_reconcile: Vec::new(),
-            exiting: Vec::new(),
+            exiting: HashMap::new(),
             exiting_due: None,
             loss_reconciles: 0,
             config,
@@ -583,18 +583,27 @@ impl Monitor {
                     EXITING_SLOW_RECHECK
                 };
                 let due = tokio::time::Instant::now() + after;
-                self.exiting.push((key, rechecked));
+                self.exiting.insert(key, (rechecked, due));
                 self.exiting_due = Some(self.exiting_due.map_or(due, |at| at.min(due)));
             }
             _ => {}
         }
     }
 
+    /// Checks again the exiting processes that are due; the slow ones wait their second.
     fn recheck_exiting(&mut self) {
-        self.exiting_due = None;
-        for (key, rechecked) in std::mem::take(&mut self.exiting) {
+        let now = tokio::time::Instant::now();
+        let due: Vec<(ProcessKey, u32)> = self
+            .exiting
+            .iter()
+            .filter(|(_, (_, at))| *at <= now)
+            .map(|(key, (rechecked, _))| (*key, *rechecked))
+            .collect();
+        for (key, rechecked) in due {
+            self.exiting.remove(&key);
             self.recheck(key, rechecked);
         }
+        self.exiting_due = self.exiting.values().map(|(_, at)| *at).min();
     }
 
     /// The ring-buffer reader failed: the eBPF source is off, and what only it watched
@@ -845,6 +854,23 @@ mod tests {
             "not dead in /proc yet"
         );
         ended_by_a_recheck(&proc, &mut monitor, key).await;
+    }
+
+    /// A process still exiting through several losses is followed once, not once more
+    /// per loss.
+    #[tokio::test(start_paused = true)]
+    async fn a_process_exiting_through_several_losses_is_followed_once() {
+        let (_proc, mut monitor, _exits, _key) = lost_while_exiting('D');
+        let moment = std::time::Duration::from_millis(50);
+        for total in 2..=4 {
+            assert!(tokio::time::timeout(moment, monitor.next()).await.is_err());
+            monitor.accept(SourceEvent::Lost {
+                detected_by: DetectedBy::Ebpf,
+                total,
+            });
+        }
+        assert!(tokio::time::timeout(moment, monitor.next()).await.is_err());
+        assert_eq!(monitor.exiting.len(), 1, "one entry for the one process");
     }
 
     #[test]
