@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use serde_json::Value;
 
 use crate::{BinariesForAnyUser, Daemon, TestprocAs};
@@ -114,6 +115,16 @@ impl Conn {
             }
             Err(e) => panic!("reading from livenessd: {e}"),
         }
+    }
+
+    /// Whether the daemon closed the connection within `wait`, found without reading from
+    /// it: reading would make room for the daemon to write more.
+    pub fn closed_by_daemon_within(&self, wait: Duration) -> bool {
+        crate::eventually(wait, || {
+            let mut socket = [PollFd::new(self.reader.get_ref(), PollFlags::RDHUP)];
+            let ready = poll(&mut socket, Some(&Timespec::default())).expect("poll the socket");
+            ready > 0 && socket[0].revents().contains(PollFlags::RDHUP)
+        })
     }
 
     /// The next event of `kind` about `session`, skipping other lines; fails after `within`.

@@ -3,7 +3,7 @@
 use std::io::Read;
 use std::time::Duration;
 
-use integration_tests::{Conn, Daemon, Orphan, eventually};
+use integration_tests::{Conn, Daemon, Orphan, TestprocAs, eventually};
 use serde_json::{Value, json};
 
 const ARRIVAL: Duration = Duration::from_secs(10);
@@ -161,6 +161,62 @@ fn a_stalled_subscriber_delays_no_one_and_is_told_it_lagged() {
         last < count as u64,
         "the stalled client cannot have received everything"
     );
+}
+
+/// A subscriber that stops reading in the middle of a line is dropped as lagged, and its
+/// connection is closed within the daemon's write timeout (10 s): it holds it no longer.
+/// Only a line longer than half the daemon's socket buffer (about 106 KB) is ever written
+/// in part: here each ended event lists a thousand survivors and 50 KB of labels.
+#[test]
+fn a_subscriber_that_stops_reading_mid_line_is_disconnected() {
+    const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+    let daemon = Daemon::start(&["--subscriber-queue", "2", "--max-label-bytes", "60000"]);
+    let mut tree = TestprocAs::spawn(0, &["tree", "1100"]);
+    assert_eq!(tree.read_line().as_deref(), Some("ready\n"));
+    let stalled = subscribe(&daemon, json!({"op": "subscribe"}));
+    let mut control = daemon.connect();
+    let labels = json!({"padding": "x".repeat(50_000)});
+    let lagged = |control: &mut Conn| {
+        let status = control.request(json!({"op": "status"}));
+        status["status"]["counters"]["lagged_subscribers"].as_u64() >= Some(1)
+    };
+    for round in 0.. {
+        if lagged(&mut control) {
+            break;
+        }
+        assert!(round < 50, "the stalled subscriber was never dropped");
+        let session = format!("big-{round}");
+        let reply = control.request(json!({"op": "register", "session": session,
+            "owner": {"pid": tree.pid()}, "labels": labels}));
+        assert_eq!(reply["ok"], true, "{}", reply["error"]);
+        let reply = control.request(json!({"op": "end", "session": session}));
+        assert_eq!(reply["ok"], true, "{}", reply["error"]);
+    }
+    assert!(
+        stalled.closed_by_daemon_within(WRITE_TIMEOUT + ARRIVAL),
+        "the daemon kept the connection of a lagged subscriber that does not read"
+    );
+
+    // What the stalled client had: whole events in order, then the line the daemon began
+    // and gave up on.
+    let (mut reader, _) = stalled.into_parts();
+    let mut got = Vec::new();
+    reader.read_to_end(&mut got).expect("read what was sent");
+    let got = String::from_utf8(got).expect("UTF-8");
+    let (whole, begun) = got.rsplit_once('\n').expect("whole lines first");
+    assert!(
+        !begun.is_empty(),
+        "the stream did not stop in the middle of a line: {} bytes",
+        got.len()
+    );
+    let seqs: Vec<u64> = whole
+        .lines()
+        .map(|line| {
+            let line: Value = serde_json::from_str(line).expect("a JSON line");
+            line["event"]["seq"].as_u64().expect("an event")
+        })
+        .collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
 }
 
 #[test]

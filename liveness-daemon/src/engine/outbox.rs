@@ -181,7 +181,8 @@ impl Outbox {
         self.state().delivered
     }
 
-    pub(super) fn is_open(&self) -> bool {
+    /// Whether the subscription goes on.
+    pub fn is_open(&self) -> bool {
         self.state().ended.is_none()
     }
 }

@@ -13,6 +13,7 @@ use tokio::io::{BufWriter, Interest};
 use tokio::net::UnixStream;
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::watch;
+use tokio::time::{Instant, sleep_until};
 
 use super::framing::{ConnectionError, Line, Requests, WRITE_TIMEOUT, write_json, write_lines};
 use super::{goodbye, stopping};
@@ -145,7 +146,9 @@ impl Drop for CloseOnDrop<'_> {
 /// The live part of a stream: writes what the socket did not take from the engine, until
 /// the client leaves, lags, or the daemon stops. The connection waits for room to write
 /// only while lines wait (see [`Requests::read_only`]): a subscriber that keeps up never
-/// wakes it.
+/// wakes it. Once the subscription has ended (lagged, or the daemon stopping), what it
+/// still owes, a line begun included, is written within [`WRITE_TIMEOUT`] or the
+/// connection is dropped: a client that stops reading holds it no longer.
 async fn live(
     outbox: &Outbox,
     socket: OwnedFd,
@@ -154,18 +157,19 @@ async fn live(
 ) -> Result<(), ConnectionError> {
     let mut room: Option<AsyncFd<OwnedFd>> = None;
     let mut closing = false;
+    let mut owed_by: Option<Instant> = None;
     loop {
         let flushed = tokio::select! {
-            () = outbox.wait(), if room.is_none() => outbox.flush(),
+            // Also while the socket is full: the engine ending the subscription as lagged
+            // says so only through this wake.
+            () = outbox.wait() => outbox.flush(),
             flushed = flush_with_room(outbox, room.as_ref()) => flushed?,
             () = stopping(shutdown), if !closing => {
                 outbox.close();
                 closing = true;
                 outbox.flush()
             }
-            // Stopping, what is queued is written before the goodbye, unless the client
-            // does not read it in time.
-            () = tokio::time::sleep(WRITE_TIMEOUT), if closing && room.is_some() => {
+            () = sleep_until(owed_by.unwrap_or_else(Instant::now)), if owed_by.is_some() => {
                 return Err(ConnectionError::WriteTimeout);
             }
             // A streaming client only closes; anything it sends is ignored.
@@ -177,11 +181,15 @@ async fn live(
         };
         match flushed {
             Flushed::Done => room = None,
-            Flushed::More if room.is_none() => {
-                let fd = socket.try_clone()?;
-                room = Some(register(fd, Interest::WRITABLE).map_err(|e| e.into_parts().1)?);
+            Flushed::More => {
+                if room.is_none() {
+                    let fd = socket.try_clone()?;
+                    room = Some(register(fd, Interest::WRITABLE).map_err(|e| e.into_parts().1)?);
+                }
+                if owed_by.is_none() && !outbox.is_open() {
+                    owed_by = Some(Instant::now() + WRITE_TIMEOUT);
+                }
             }
-            Flushed::More => {}
             Flushed::Ended(Ended::Gone) => return Ok(()),
             Flushed::Ended(Ended::Closed) => return write_last(socket, &goodbye()).await,
             Flushed::Ended(Ended::Lagged) => {
