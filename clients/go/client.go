@@ -182,7 +182,8 @@ func (c *Client) send(req *request, fds []int) error {
 func (c *Client) readLine() ([]byte, error) {
 	line, err := c.reader.ReadBytes('\n')
 	if err != nil {
-		if len(line) == 0 && errors.Is(err, io.EOF) {
+		// Nothing at the end of the connection, or a line it cut short.
+		if errors.Is(err, io.EOF) {
 			return nil, ErrClosed
 		}
 		return nil, &ioError{err}

@@ -198,7 +198,9 @@ impl Client {
 
     fn read_line(&mut self) -> Result<String, ClientError> {
         let mut line = String::new();
-        if self.reader.read_line(&mut line)? == 0 {
+        self.reader.read_line(&mut line)?;
+        // Nothing at the end of the connection, or a line it cut short.
+        if !line.ends_with('\n') {
             return Err(ClientError::Closed);
         }
         Ok(line)

@@ -76,7 +76,9 @@ impl AsyncClient {
 
     async fn read_line(&mut self) -> Result<String, ClientError> {
         let mut line = String::new();
-        if self.reader.read_line(&mut line).await? == 0 {
+        self.reader.read_line(&mut line).await?;
+        // Nothing at the end of the connection, or a line it cut short.
+        if !line.ends_with('\n') {
             return Err(ClientError::Closed);
         }
         Ok(line)

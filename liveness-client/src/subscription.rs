@@ -389,8 +389,8 @@ mod tests {
     }
 
     /// A daemon stand-in: each connection reads the subscribe line, checks its cursor,
-    /// acknowledges it and sends `lines`.
-    fn serve(listener: &UnixListener, since: Option<u64>, lines: &[Value]) {
+    /// acknowledges it, sends `lines`, then `cut` (the start of a line it gives up on).
+    fn serve(listener: &UnixListener, since: Option<u64>, lines: &[Value], cut: &str) {
         let (stream, _) = listener.accept().expect("accept");
         let mut reader = BufReader::new(stream.try_clone().expect("clone"));
         let mut request = String::new();
@@ -403,19 +403,20 @@ mod tests {
         for line in std::iter::once(&ack).chain(lines) {
             writeln!(out, "{line}").expect("write");
         }
+        out.write_all(cut.as_bytes()).expect("write");
     }
 
-    /// A stand-in daemon that serves one connection per `(since, lines)`, in turn, and a
-    /// subscription to it from now on; the directory holds its socket.
+    /// A stand-in daemon that serves one connection per `(since, lines, cut)`, in turn,
+    /// and a subscription to it from now on; the directory holds its socket.
     fn subscribed(
-        connections: Vec<(Option<u64>, Vec<Value>)>,
+        connections: Vec<(Option<u64>, Vec<Value>, &'static str)>,
     ) -> (Subscription, std::thread::JoinHandle<()>, tempfile::TempDir) {
         let dir = tempfile::tempdir().expect("temp dir");
         let socket = dir.path().join("sock");
         let listener = UnixListener::bind(&socket).expect("bind");
         let daemon = std::thread::spawn(move || {
-            for (since, lines) in connections {
-                serve(&listener, since, &lines);
+            for (since, lines, cut) in connections {
+                serve(&listener, since, &lines, cut);
             }
         });
         let subscription = Client::connect(&socket)
@@ -431,10 +432,12 @@ mod tests {
             (
                 None,
                 vec![event(1), event(2), json!({"goodbye": {"reason": "stop"}})],
+                "",
             ),
-            // The replay overlaps what was delivered; then the connection just drops.
-            (Some(2), vec![event(2), event(3)]),
-            (Some(3), vec![event(3), event(4)]),
+            // The replay overlaps what was delivered; then the connection drops in the
+            // middle of a line, as the daemon's does when a client stops reading.
+            (Some(2), vec![event(2), event(3)], r#"{"event":{"seq":4,"#),
+            (Some(3), vec![event(3), event(4)], ""),
         ]);
         let mut seen = Vec::new();
         while seen.len() < 5 {
@@ -453,7 +456,7 @@ mod tests {
                 "event 3",
                 "event 4"
             ],
-            "every event once, in order, across two reconnections"
+            "every event once, in order, across two reconnections, the line cut short dropped"
         );
         assert_eq!(
             subscription.cursor().map(ToString::to_string).as_deref(),
@@ -464,8 +467,12 @@ mod tests {
     #[test]
     fn lines_are_the_daemons_own_and_resume_without_repeating_events() {
         let (mut subscription, daemon, _dir) = subscribed(vec![
-            (None, vec![event(1), json!({"goodbye": {"reason": "stop"}})]),
-            (Some(1), vec![event(1), event(2)]),
+            (
+                None,
+                vec![event(1), json!({"goodbye": {"reason": "stop"}})],
+                "",
+            ),
+            (Some(1), vec![event(1), event(2)], ""),
         ]);
         let lines: Vec<Line> = (0..3)
             .map(|_| subscription.next_line().expect("next"))

@@ -129,7 +129,7 @@ class Client:
             line = self._reader.readline()
         except OSError as e:
             raise ConnectionLost(f"lost the connection to livenessd: {e}") from None
-        if not line:
+        if not line.endswith(b"\n"):  # nothing, or a line the connection's end cut short
             raise ConnectionLost("livenessd closed the connection")
         value = json.loads(line)
         if not isinstance(value, dict):
