@@ -219,6 +219,32 @@ fn a_subscriber_that_stops_reading_mid_line_is_disconnected() {
     assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
 }
 
+/// A subscription that ends gives its socket back at once, not when the daemon next
+/// publishes: subscribing and hanging up in a loop while nothing happens would otherwise
+/// leave one descriptor open in the daemon each time, and run it out of them.
+#[test]
+fn subscriptions_that_end_leave_no_descriptor_open() {
+    let daemon = Daemon::start(&[]);
+    let descriptors = || {
+        std::fs::read_dir(format!("/proc/{}/fd", daemon.pid()))
+            .expect("the daemon's descriptors")
+            .count()
+    };
+    let before = descriptors();
+    for _ in 0..200 {
+        drop(subscribe(&daemon, json!({"op": "subscribe"})));
+    }
+    let mut after = descriptors();
+    let released = eventually(ARRIVAL, || {
+        after = descriptors();
+        after <= before + 2
+    });
+    assert!(
+        released,
+        "{after} descriptors open after 200 subscriptions ended, {before} before"
+    );
+}
+
 #[test]
 fn oversized_and_malformed_lines_get_errors_and_change_nothing() {
     let daemon = Daemon::start(&[]);

@@ -41,6 +41,9 @@ pub enum Flushed {
 
 #[derive(Debug, Default)]
 struct State {
+    /// Another descriptor of the connection's socket, which is non-blocking; `None` once
+    /// the connection is gone (see [`Outbox::hang_up`]).
+    socket: Option<OwnedFd>,
     /// The replay is done: the engine may write.
     live: bool,
     /// Lines not written yet (each with its seq and its newline); the front one from
@@ -57,8 +60,6 @@ struct State {
 /// See the module.
 #[derive(Debug)]
 pub struct Outbox {
-    /// Another descriptor of the connection's socket, which is non-blocking.
-    socket: OwnedFd,
     state: Mutex<State>,
     /// Wakes the connection when lines are queued or the subscription ended.
     wake: Notify,
@@ -70,8 +71,10 @@ impl Outbox {
     /// An outbox for `socket`, not live until [`Outbox::go_live`].
     pub(super) fn new(socket: OwnedFd, max_batches: usize) -> Arc<Outbox> {
         Arc::new(Outbox {
-            socket,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                socket: Some(socket),
+                ..State::default()
+            }),
             wake: Notify::new(),
             max_batches: max_batches.max(1),
         })
@@ -116,9 +119,13 @@ impl Outbox {
     /// Writes queued lines until the socket takes no more. True when some are left.
     fn write_queued(&self, state: &mut State) -> bool {
         while let Some((seq, line)) = state.queue.front() {
+            let Some(socket) = &state.socket else {
+                state.queue.clear();
+                return false;
+            };
             let bytes = &line.as_bytes()[state.written..];
             match rustix::net::send(
-                self.socket.as_fd(),
+                socket.as_fd(),
                 bytes,
                 SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
             ) {
@@ -174,6 +181,16 @@ impl Outbox {
     /// [`Outbox::flush`], and the engine drops it at its next batch.
     pub fn close(&self) {
         self.state().ended.get_or_insert(Ended::Closed);
+    }
+
+    /// The connection is gone: the subscription ends, and the socket is closed here now
+    /// rather than when the engine next publishes (it would hold one descriptor for each
+    /// subscription closed meanwhile).
+    pub fn hang_up(&self) {
+        let mut state = self.state();
+        state.ended.get_or_insert(Ended::Closed);
+        state.queue.clear();
+        state.socket = None;
     }
 
     /// The seq of the last event line written whole (or of the replay's end).
@@ -302,6 +319,23 @@ mod tests {
         drop(theirs);
         assert_eq!(offer(&outbox, &[line(1, "1")]), Err(Ended::Gone));
         assert_eq!(outbox.flush(), Flushed::Ended(Ended::Gone));
+        assert!(!outbox.is_open());
+    }
+
+    #[test]
+    fn a_hung_up_outbox_lets_its_socket_go_at_once() {
+        let (outbox, mut theirs) = pair(8);
+        outbox.go_live(0);
+        offer(&outbox, &[line(1, "1")]).unwrap();
+        outbox.hang_up();
+        let mut rest = String::new();
+        theirs.set_nonblocking(false).unwrap();
+        theirs.read_to_string(&mut rest).unwrap();
+        assert_eq!(
+            rest, "1\n",
+            "the socket is closed while the engine still holds the outbox"
+        );
+        assert_eq!(offer(&outbox, &[line(2, "2")]), Err(Ended::Closed));
         assert!(!outbox.is_open());
     }
 

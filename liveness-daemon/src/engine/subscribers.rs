@@ -40,6 +40,10 @@ impl Subscribers {
         filter: EventFilter,
         after: u64,
     ) -> Arc<Outbox> {
+        // Those that ended since the last batch go now: subscribing in a loop with nothing
+        // published grows the list no further than the open ones.
+        self.subscribers
+            .retain(|subscriber| subscriber.outbox.is_open());
         let outbox = Outbox::new(socket, self.capacity);
         self.subscribers.push(Subscriber {
             outbox: Arc::clone(&outbox),

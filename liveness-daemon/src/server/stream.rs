@@ -89,8 +89,8 @@ impl Stream<'_> {
             Ok(subscription) => subscription,
             Err(error) => return write_json(&mut write, &Reply { id, ..error.into() }).await,
         };
-        // However this ends, the engine stops writing to the socket.
-        let _closed = CloseOnDrop(&outbox);
+        // However this ends, the engine stops writing to the socket and lets it go.
+        let _closed = HangUpOnDrop(&outbox);
         let reset = reset(&wanted, head, &store_id);
         // Without `since`, the stream starts now: nothing is replayed. After a reset,
         // everything is.
@@ -135,11 +135,11 @@ impl Stream<'_> {
 }
 
 /// Ends the subscription when the stream's task ends, whichever way.
-struct CloseOnDrop<'a>(&'a Outbox);
+struct HangUpOnDrop<'a>(&'a Outbox);
 
-impl Drop for CloseOnDrop<'_> {
+impl Drop for HangUpOnDrop<'_> {
     fn drop(&mut self) {
-        self.0.close();
+        self.0.hang_up();
     }
 }
 
