@@ -13,10 +13,11 @@ use tokio::io::{BufWriter, Interest};
 use tokio::net::UnixStream;
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::watch;
-use tokio::time::{Instant, sleep_until};
+use tokio::time::Instant;
 
 use super::framing::{ConnectionError, Line, Requests, WRITE_TIMEOUT, write_json, write_lines};
 use super::{goodbye, stopping};
+use crate::deadline::sleep_until;
 use crate::engine::{Caller, Ended, Flushed, Handle, Outbox, Subscribe, Subscription};
 use crate::registered::register;
 use crate::store::{EventFilter, EventReader};
@@ -169,7 +170,7 @@ async fn live(
                 closing = true;
                 outbox.flush()
             }
-            () = sleep_until(owed_by.unwrap_or_else(Instant::now)), if owed_by.is_some() => {
+            () = sleep_until(owed_by) => {
                 return Err(ConnectionError::WriteTimeout);
             }
             // A streaming client only closes; anything it sends is ignored.
