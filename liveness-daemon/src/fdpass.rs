@@ -116,6 +116,32 @@ impl FdReader {
         Ok(writing)
     }
 
+    /// Resolves once the client has closed its side, whatever it sent before that and is
+    /// still unread: the socket's hang-up, not the end of its bytes.
+    pub async fn hung_up(&self) -> io::Result<()> {
+        loop {
+            match &self.half {
+                Half::Split(half) => {
+                    let stream: &UnixStream = half.as_ref();
+                    if stream.ready(Interest::READABLE).await?.is_read_closed() {
+                        return Ok(());
+                    }
+                    // Readable with bytes only: wait for the next change.
+                    let _ = stream.try_io(Interest::READABLE, || {
+                        Err::<(), _>(io::ErrorKind::WouldBlock.into())
+                    });
+                }
+                Half::ReadOnly(registered) => {
+                    let mut ready = registered.ready(Interest::READABLE).await?;
+                    if ready.ready().is_read_closed() {
+                        return Ok(());
+                    }
+                    ready.clear_ready();
+                }
+            }
+        }
+    }
+
     fn keep(&mut self, at: u64, fd: OwnedFd) {
         if self.held.len() == MAX_HELD_FDS {
             tracing::debug!("a client passed more descriptors than it used; closing the oldest");

@@ -355,12 +355,16 @@ fn a_lock_of_a_pending_session_that_never_resolves_is_freed_when_it_expires() {
 #[test]
 fn a_lock_waiter_that_hangs_up_or_times_out_leaves_the_queue() {
     let daemon = Daemon::start(&[]);
-    let owners: Vec<_> = (0..3).map(|_| Orphan::spawn(&["exit", "0"])).collect();
-    for (id, owner) in ["h", "gone", "next"].iter().zip(&owners) {
+    let owners: Vec<_> = (0..4).map(|_| Orphan::spawn(&["exit", "0"])).collect();
+    for (id, owner) in ["h", "gone", "chatty", "next"].iter().zip(&owners) {
         register(&daemon, id, owner.pid);
     }
     token(&acquire(&daemon, "h", "l"));
     let gone = acquire_waiting(&daemon, "gone", "l");
+    // One that sent more after its request, then hangs up too: what it sent is not read
+    // while it waits, and must not hide that it left.
+    let mut chatty = acquire_waiting(&daemon, "chatty", "l");
+    chatty.send_raw(b"{\"op\":");
     let timed = daemon.cli(&[
         "lock",
         "acquire",
@@ -377,11 +381,12 @@ fn a_lock_waiter_that_hangs_up_or_times_out_leaves_the_queue() {
         "still held after the timeout: {timed:?}"
     );
     let mut next = acquire_waiting(&daemon, "next", "l");
-    assert!(eventually(WAIT, || locks(&daemon)[0]["waiters"] == 2));
+    assert!(eventually(WAIT, || locks(&daemon)[0]["waiters"] == 3));
     drop(gone);
+    drop(chatty);
     assert!(
         eventually(WAIT, || locks(&daemon)[0]["waiters"] == 1),
-        "the closed connection left the queue: {:?}",
+        "the closed connections left the queue: {:?}",
         locks(&daemon)
     );
     daemon.request(json!({"op": "lock_release", "name": "l", "session": "h"}));

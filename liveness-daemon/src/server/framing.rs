@@ -92,14 +92,11 @@ impl Requests {
         self.reader.get_mut().read_only(write)
     }
 
-    /// Resolves when the client closes its side. A client that sends more is still there
-    /// (what it sent is read after the current reply): this then never resolves.
+    /// Resolves when the client closes its side, also after sending more (what it sent is
+    /// read after the current reply, and a client that hangs up leaves it unread).
     pub(super) async fn closed(&mut self) {
-        if let Ok(buffered) = self.reader.fill_buf().await
-            && !buffered.is_empty()
-        {
-            std::future::pending::<()>().await;
-        }
+        // A socket that fails is as good as closed.
+        let _ = self.reader.get_ref().hung_up().await;
     }
 }
 
