@@ -94,7 +94,7 @@ impl Requests {
 
     /// Resolves when the client closes its side, also after sending more (what it sent is
     /// read after the current reply, and a client that hangs up leaves it unread).
-    pub(super) async fn closed(&mut self) {
+    pub(super) async fn closed(&self) {
         // A socket that fails is as good as closed.
         let _ = self.reader.get_ref().hung_up().await;
     }
