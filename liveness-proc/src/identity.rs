@@ -196,6 +196,10 @@ impl Stat {
     }
 }
 
+/// Most bytes of a process's arguments read (`cmdline`): one can hold megabytes, and a
+/// reply lists thousands of processes.
+pub const MAX_CMDLINE_BYTES: usize = 4096;
+
 /// Where process facts are read from: `/proc` normally, a crafted tree in tests.
 #[derive(Debug, Clone)]
 pub struct ProcRoot {
@@ -306,6 +310,19 @@ impl ProcRoot {
         std::fs::read(&path).map_err(|source| IdentityError::Read { path, source })
     }
 
+    /// The first `max` bytes of a file, and whether there were more.
+    fn read_at_most(&self, rel: &str, max: usize) -> Result<(Vec<u8>, bool), IdentityError> {
+        use std::io::Read;
+        let path = self.root.join(rel);
+        let mut bytes = Vec::new();
+        std::fs::File::open(&path)
+            .and_then(|file| file.take(max as u64 + 1).read_to_end(&mut bytes))
+            .map_err(|source| IdentityError::Read { path, source })?;
+        let more = bytes.len() > max;
+        bytes.truncate(max);
+        Ok((bytes, more))
+    }
+
     fn read_trimmed(&self, rel: &str) -> Result<String, IdentityError> {
         let bytes = self.read(rel)?;
         let text = String::from_utf8_lossy(&bytes).trim().to_owned();
@@ -389,7 +406,9 @@ impl ProcRoot {
         if !MULTI_CALL_BINARIES.contains(&exe.as_str()) {
             return Some(exe);
         }
-        let cmdline = std::fs::read(self.root.join(format!("{pid}/cmdline"))).ok()?;
+        let (cmdline, _) = self
+            .read_at_most(&format!("{pid}/cmdline"), MAX_CMDLINE_BYTES)
+            .ok()?;
         let argv0 = cmdline.split(|&b| b == 0).next()?;
         let called = Path::new(std::ffi::OsStr::from_bytes(argv0)).file_name()?;
         Some(called.to_string_lossy().into_owned())
@@ -444,14 +463,20 @@ impl ProcRoot {
         Ok(children)
     }
 
-    /// A process's arguments, lossily decoded; empty for a kernel thread or a zombie.
+    /// A process's arguments, lossily decoded; empty for a kernel thread or a zombie. At
+    /// most [`MAX_CMDLINE_BYTES`] of them are read: a longer list is cut, its last argument
+    /// ending in `…`.
     pub fn cmdline(&self, pid: u32) -> Result<Vec<String>, IdentityError> {
-        let bytes = self.read(&format!("{pid}/cmdline"))?;
-        Ok(bytes
+        let (bytes, cut) = self.read_at_most(&format!("{pid}/cmdline"), MAX_CMDLINE_BYTES)?;
+        let mut args: Vec<String> = bytes
             .split(|&b| b == 0)
             .filter(|arg| !arg.is_empty())
             .map(|arg| String::from_utf8_lossy(arg).into_owned())
-            .collect())
+            .collect();
+        if let (true, Some(last)) = (cut, args.last_mut()) {
+            last.push('…');
+        }
+        Ok(args)
     }
 
     /// The real user id of a process.
@@ -1232,6 +1257,28 @@ mod tests {
             None,
             "no exe link: judged by comm alone"
         );
+    }
+
+    #[test]
+    fn arguments_past_the_bound_are_cut_and_say_so() {
+        let proc = FakeProc::new().with(40, "big", 1).with(41, "small", 1);
+        let long = "y".repeat(MAX_CMDLINE_BYTES);
+        std::fs::write(
+            proc.path().join("40/cmdline"),
+            format!("prog\0{long}\0more\0"),
+        )
+        .unwrap();
+        std::fs::write(proc.path().join("41/cmdline"), b"prog\0arg\0").unwrap();
+        let cut = proc.root().cmdline(40).unwrap();
+        assert_eq!(cut.len(), 2, "the argument past the bound is not read");
+        assert_eq!(cut[0], "prog");
+        assert!(cut[1].ends_with('…'), "the cut argument says so");
+        assert_eq!(
+            cut.join("\0").trim_end_matches('…').len(),
+            MAX_CMDLINE_BYTES,
+            "exactly the bound is read"
+        );
+        assert_eq!(proc.root().cmdline(41).unwrap(), ["prog", "arg"]);
     }
 
     #[test]
