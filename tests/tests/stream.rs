@@ -166,16 +166,26 @@ fn a_stalled_subscriber_delays_no_one_and_is_told_it_lagged() {
 /// A subscriber that stops reading in the middle of a line is dropped as lagged, and its
 /// connection is closed within the daemon's write timeout (10 s): it holds it no longer.
 /// Only a line longer than half the daemon's socket buffer (about 106 KB) is ever written
-/// in part: here each ended event lists a thousand survivors and 50 KB of labels.
+/// in part: here each ended event lists a thousand survivors (over 100 KB) and 60 KB of
+/// labels.
 #[test]
 fn a_subscriber_that_stops_reading_mid_line_is_disconnected() {
     const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
-    let daemon = Daemon::start(&["--subscriber-queue", "2", "--max-label-bytes", "60000"]);
+    let daemon = Daemon::start(&["--subscriber-queue", "2", "--max-label-bytes", "61000"]);
     let mut tree = TestprocAs::spawn(0, &["tree", "1100"]);
     assert_eq!(tree.read_line().as_deref(), Some("ready\n"));
     let stalled = subscribe(&daemon, json!({"op": "subscribe"}));
     let mut control = daemon.connect();
-    let labels = json!({"padding": "x".repeat(50_000)});
+    let labels = json!({"padding": "x".repeat(60_000)});
+    // The whole tree known before the first end, so that each lists its survivors.
+    register(&mut control, "known", tree.pid());
+    let known = eventually(ARRIVAL * 3, || {
+        let request = json!({"op": "processes", "session": "known", "limit": 10_000});
+        control.request(request)["processes"]
+            .as_array()
+            .is_some_and(|listed| listed.len() > 1100)
+    });
+    assert!(known, "the daemon never knew the whole tree");
     let lagged = |control: &mut Conn| {
         let status = control.request(json!({"op": "status"}));
         status["status"]["counters"]["lagged_subscribers"].as_u64() >= Some(1)
@@ -191,6 +201,8 @@ fn a_subscriber_that_stops_reading_mid_line_is_disconnected() {
         assert_eq!(reply["ok"], true, "{}", reply["error"]);
         let reply = control.request(json!({"op": "end", "session": session}));
         assert_eq!(reply["ok"], true, "{}", reply["error"]);
+        let survivors = &reply["session"]["survivors"]["total"];
+        assert!(survivors.as_u64() > Some(1000), "survivors: {survivors}");
     }
     assert!(
         stalled.closed_by_daemon_within(WRITE_TIMEOUT + ARRIVAL),
