@@ -6,7 +6,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::io::Interest;
@@ -25,11 +24,11 @@ use super::tail::Tail;
 use super::tree::end_tree;
 use super::user::RunAs;
 use crate::registered::register;
-use crate::turns::{Turn, UidTurns};
 
 /// How long a timed-out action's processes have between SIGTERM and SIGKILL.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
-/// Most actions of one user running at once; the others wait for a slot.
+/// Most actions of one user running at once; the others wait for a slot (kept by the
+/// engine's end actions).
 pub const DEFAULT_ACTIONS_PER_UID: usize = 4;
 /// How often the exit of an action is checked when its pidfd cannot be watched (out of
 /// epoll watches).
@@ -45,33 +44,22 @@ pub struct RunOptions {
     pub kill_grace: Duration,
 }
 
-/// Runs end actions as their creators, at most a few per user at once.
+/// Runs end actions as their creators.
 #[derive(Debug, Clone)]
 pub struct ActionRunner {
     options: RunOptions,
-    slots: Arc<UidTurns>,
 }
 
 impl ActionRunner {
-    pub fn new(options: RunOptions, per_uid: usize) -> ActionRunner {
-        ActionRunner {
-            options,
-            slots: UidTurns::new(per_uid),
-        }
-    }
-
-    /// Waits until user `uid` may run one more action; the slot is held until dropped.
-    pub async fn slot(&self, uid: u32) -> Turn {
-        self.slots.take(uid).await
+    pub fn new(options: RunOptions) -> ActionRunner {
+        ActionRunner { options }
     }
 
     /// Runs the action as the creator (`facts.uid`, looked up now: the databases may have
     /// changed since the registration; `registered_gid` is the group it registered with,
-    /// for a uid they do not know), in a slot of the creator's that the caller holds.
-    /// `spawned` is told its first process.
+    /// for a uid they do not know). `spawned` is told its first process.
     pub async fn run(
         &self,
-        _slot: &Turn,
         spec: &ActionSpec,
         facts: &EndFacts,
         registered_gid: Option<u32>,

@@ -440,15 +440,14 @@ async fn the_runner_looks_up_the_creator_and_runs_as_it() {
     if !root("the_runner_looks_up_the_creator_and_runs_as_it") {
         return;
     }
-    let runner = ActionRunner::new(options(), 1);
+    let runner = ActionRunner::new(options());
     // A uid no database knows, with the group it registered with.
     let uid = u32::MAX - 1;
     let facts = EndFacts { uid, ..facts() };
-    let slot = runner.slot(uid).await;
     let mut root = None;
     let spec = sh("cat /proc/self/status >&2");
     let outcome = runner
-        .run(&slot, &spec, &facts, Some(4_343), |key| root = Some(key))
+        .run(&spec, &facts, Some(4_343), |key| root = Some(key))
         .await;
     let root = root.expect("the runner names the action's first process");
     assert!(root.pid > 0 && root.start_ticks > 0, "{root:?}");

@@ -1,9 +1,11 @@
 //! End actions (invariant 13): the commands a session's creator registered, run once its
 //! end is committed and published, whatever ended it.
 //!
-//! Each run is a task on the runtime that serves connections, never on the engine's: it
-//! waits for a slot of its user, asks the engine to mark it `running` (a commit, before
-//! anything is spawned), runs as the creator (see [`crate::action`]), and hands its
+//! A user has a few slots (`--action-slots`); its actions beyond them wait in its queue,
+//! in the order their sessions ended, as a key and a few numbers each, so that many
+//! waiting actions cost little. Each action in a slot is a task on the runtime that serves
+//! connections, never on the engine's: it asks the engine to mark it `running` (a commit,
+//! before anything is spawned), runs as the creator (see [`crate::action`]), and hands its
 //! outcome back; the engine commits the `session.action` event (with `session.finalized`
 //! after the last) and publishes it like any other. The engine never waits on an action.
 //!
@@ -15,11 +17,11 @@
 //! end was committed but whose actions never started (a crash in between, or a death found
 //! by the reconcile at start) start at the next start.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::{JoinError, JoinSet};
+use tokio::task::{Id, JoinError, JoinSet};
 
 use liveness_common::action::{ActionOutcome, ActionRun};
 use liveness_common::identity::ProcessKey;
@@ -91,12 +93,20 @@ pub(super) enum Next {
 pub(super) struct Actions {
     runner: ActionRunner,
     runtime: Option<tokio::runtime::Handle>,
+    /// Most tasks of one uid at once: its slots.
+    per_uid: usize,
     tasks: JoinSet<ActionDone>,
+    /// The uid of each task, to free its slot however the task ends (a panic too).
+    task_uids: HashMap<Id, u32>,
+    /// Tasks of each uid with at least one; never more than `per_uid`.
+    slots_taken: HashMap<u32, usize>,
+    /// Actions of each uid with one waiting, waiting for a slot, oldest first.
+    waiting: HashMap<u32, VecDeque<DueAction>>,
     progress_tx: mpsc::UnboundedSender<Progress>,
     progress: mpsc::UnboundedReceiver<Progress>,
-    /// The actions with a task, so that none ever gets two.
+    /// The actions with a task or waiting for one, so that none ever gets two.
     live: HashSet<ActionKey>,
-    /// Those of them marked running (the others wait for a slot).
+    /// Those of them marked running.
     begun: HashSet<ActionKey>,
     /// The first process of each running action, for a stop to end.
     running: HashMap<ActionKey, ProcessKey>,
@@ -120,9 +130,13 @@ impl Actions {
         };
         let (progress_tx, progress) = mpsc::unbounded_channel();
         Actions {
-            runner: ActionRunner::new(options, config.per_uid),
+            runner: ActionRunner::new(options),
             runtime: config.runtime.clone(),
+            per_uid: config.per_uid.max(1),
             tasks: JoinSet::new(),
+            task_uids: HashMap::new(),
+            slots_taken: HashMap::new(),
+            waiting: HashMap::new(),
             progress_tx,
             progress,
             live: HashSet::new(),
@@ -188,16 +202,49 @@ impl Actions {
         due.into_iter().for_each(|due| self.spawn(due));
     }
 
+    /// Starts `due` in a slot of its uid, or queues it behind the others of that uid.
     fn spawn(&mut self, due: DueAction) {
+        if !self.live.insert(due.key.clone()) {
+            return;
+        }
+        let uid = due.key.uid;
+        let taken = self.slots_taken.entry(uid).or_default();
+        if *taken < self.per_uid {
+            *taken += 1;
+            self.start(due);
+        } else {
+            self.waiting.entry(uid).or_default().push_back(due);
+        }
+    }
+
+    /// A task of `uid` ended: the next action it has waiting takes its slot.
+    fn slot_freed(&mut self, uid: u32) {
+        let next = self.waiting.get_mut(&uid).and_then(VecDeque::pop_front);
+        if self.waiting.get(&uid).is_some_and(VecDeque::is_empty) {
+            self.waiting.remove(&uid);
+        }
+        match next {
+            Some(due) => self.start(due),
+            None => {
+                if let Some(taken) = self.slots_taken.get_mut(&uid) {
+                    *taken -= 1;
+                    if *taken == 0 {
+                        self.slots_taken.remove(&uid);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs `due` in a slot its uid has taken.
+    fn start(&mut self, due: DueAction) {
         let DueAction {
             key,
             gid,
             resumed,
             root,
         } = due;
-        if !self.live.insert(key.clone()) {
-            return;
-        }
+        let uid = key.uid;
         let runner = self.runner.clone();
         let progress = self.progress_tx.clone();
         let run = async move {
@@ -205,7 +252,6 @@ impl Actions {
             if let Some(root) = root {
                 end_leftover(&options.proc, root, options.kill_grace).await;
             }
-            let slot = runner.slot(key.uid).await;
             let begun = loop {
                 let (reply, begun) = oneshot::channel();
                 let begin = Progress::Begin {
@@ -240,13 +286,14 @@ impl Actions {
                     root,
                 });
             };
-            let outcome = runner.run(&slot, spec, &facts, gid, spawned).await;
+            let outcome = runner.run(spec, &facts, gid, spawned).await;
             (key, Some(outcome))
         };
-        match &self.runtime {
+        let task = match &self.runtime {
             Some(runtime) => self.tasks.spawn_on(run, runtime),
             None => self.tasks.spawn(run),
         };
+        self.task_uids.insert(task.id(), uid);
     }
 
     /// What a run says next, or the next run to finish; pending while none runs.
@@ -256,7 +303,16 @@ impl Actions {
         tokio::select! {
             biased;
             Some(progress) = self.progress.recv() => Next::Progress(progress),
-            Some(done) = self.tasks.join_next() => Next::Finished(done),
+            Some(joined) = self.tasks.join_next_with_id() => {
+                let (id, done) = match joined {
+                    Ok((id, done)) => (id, Ok(done)),
+                    Err(e) => (e.id(), Err(e)),
+                };
+                if let Some(uid) = self.task_uids.remove(&id) {
+                    self.slot_freed(uid);
+                }
+                Next::Finished(done)
+            }
         }
     }
 
@@ -325,5 +381,82 @@ impl Actions {
         }
         ends.join_all().await;
         finished
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn due(uid: u32, index: u32) -> DueAction {
+        DueAction {
+            key: ActionKey {
+                uid,
+                session: "s".into(),
+                index,
+            },
+            gid: None,
+            resumed: false,
+            root: None,
+        }
+    }
+
+    /// Answers every run's Begin with `Skip` until `count` runs finished; returns those,
+    /// checking that the tasks never outnumber `most`.
+    async fn skip(actions: &mut Actions, count: usize, most: usize) -> Vec<ActionKey> {
+        let mut finished = Vec::new();
+        while finished.len() < count {
+            match actions.next().await {
+                Next::Progress(Progress::Begin { key: _, reply }) => {
+                    reply.send(Begun::Skip).expect("the run waits");
+                }
+                Next::Finished(Ok((key, None))) => {
+                    actions.done(&key);
+                    finished.push(key);
+                }
+                other => panic!("runs ask to begin, then finish: {other:?}"),
+            }
+            assert!(actions.tasks.len() <= most, "{} tasks", actions.tasks.len());
+        }
+        finished
+    }
+
+    /// Actions beyond a user's slots wait in its queue, not as tasks: however many wait,
+    /// a user has at most its slots' worth of tasks, and another user's actions start
+    /// beside them.
+    #[tokio::test]
+    async fn actions_beyond_the_slots_wait_without_a_task() {
+        let config = ActionConfig {
+            per_uid: 2,
+            ..ActionConfig::default()
+        };
+        let mut actions = Actions::new(&config, ProcRoot::default());
+        for index in 0..1_000 {
+            actions.spawn(due(1000, index));
+        }
+        actions.spawn(due(1000, 0));
+        actions.spawn(due(1001, 0));
+        assert_eq!(actions.tasks.len(), 3, "two of 1000's, one of 1001's");
+        assert_eq!(actions.waiting[&1000].len(), 998);
+        assert_eq!(
+            actions.status(0).waiting,
+            1_001,
+            "queued ones count as waiting"
+        );
+        // Each finished run makes room for the next of its user, oldest first.
+        let finished = skip(&mut actions, 6, 3).await;
+        let of_1000: HashSet<u32> = finished
+            .iter()
+            .filter(|key| key.uid == 1000)
+            .map(|key| key.index)
+            .collect();
+        let started = 2 + of_1000.len() as u32;
+        assert!(of_1000.iter().all(|index| *index < started), "{finished:?}");
+        assert_eq!(actions.waiting[&1000].len(), 1_000 - started as usize);
+        let mut rest = skip(&mut actions, 2, 3).await;
+        rest.extend(finished);
+        assert!(rest.iter().any(|key| key.uid == 1001), "{rest:?}");
+        assert!(!actions.waiting.contains_key(&1001));
+        assert_eq!(actions.tasks.len(), 2, "1001 has none left");
     }
 }
