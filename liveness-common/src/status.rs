@@ -330,10 +330,18 @@ pub struct LimitsConfig {
     /// Locks held by one non-root uid's sessions.
     #[serde(default = "default_locks_per_uid")]
     pub locks_per_uid: u64,
+    /// End actions of one non-root uid without an outcome: those of its ACTIVE sessions,
+    /// and those waiting or running after their session ended.
+    #[serde(default = "default_actions_per_uid")]
+    pub actions_per_uid: u64,
 }
 
 fn default_locks_per_uid() -> u64 {
     LimitsConfig::default().locks_per_uid
+}
+
+fn default_actions_per_uid() -> u64 {
+    LimitsConfig::default().actions_per_uid
 }
 
 impl Default for LimitsConfig {
@@ -347,6 +355,7 @@ impl Default for LimitsConfig {
             label_bytes: 4096,
             label_bytes_per_uid: 16 << 20,
             locks_per_uid: 1024,
+            actions_per_uid: 1024,
         }
     }
 }
@@ -365,6 +374,7 @@ pub enum Limit {
     LabelBytes,
     LabelBytesPerUid,
     LocksPerUid,
+    ActionsPerUid,
 }
 
 /// A duration as whole milliseconds on the wire.

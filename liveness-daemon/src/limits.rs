@@ -39,6 +39,7 @@ fn what(limit: Limit) -> &'static str {
         Limit::LabelBytes => "a registration carried too many label bytes",
         Limit::LabelBytesPerUid => "a uid reached its label byte limit",
         Limit::LocksPerUid => "a uid reached its lock limit",
+        Limit::ActionsPerUid => "a uid reached its limit of unfinished end actions",
     }
 }
 
@@ -366,6 +367,23 @@ impl SessionUsage {
         Ok(())
     }
 
+    /// Whether `uid`, with `before` end actions without an outcome, may have `after`; a
+    /// registration that does not add any is never refused.
+    pub fn check_actions(&mut self, uid: u32, before: u64, after: u64) -> Result<(), ErrorBody> {
+        let limit = self.config.actions_per_uid;
+        if uid == 0 || after <= before || after <= limit {
+            return Ok(());
+        }
+        self.refusals.count(Limit::ActionsPerUid, uid);
+        Err(ErrorBody::new(
+            ErrorCode::LimitReached,
+            format!(
+                "uid {uid} has {before} end actions without an outcome (of its active sessions, or waiting or running after their end); {} more would exceed the limit of {limit} per user: wait for some to finish",
+                after - before
+            ),
+        ))
+    }
+
     /// Accounts for a committed event.
     pub fn apply(&mut self, event: &Event) {
         let bytes = label_bytes(&event.labels);
@@ -481,6 +499,27 @@ mod tests {
             "creator_uid": uid,
         }))
         .expect("a well-formed event")
+    }
+
+    #[test]
+    fn unfinished_actions_are_limited_per_uid_but_never_shrinking_nor_for_root() {
+        let mut usage = SessionUsage::new(
+            LimitsConfig {
+                actions_per_uid: 4,
+                ..config()
+            },
+            [],
+            [],
+        );
+        usage.check_actions(1000, 0, 4).expect("up to the limit");
+        let refused = usage.check_actions(1000, 4, 5).expect_err("over it");
+        assert_eq!(refused.code, ErrorCode::LimitReached);
+        assert!(refused.message.contains("1 more"), "{}", refused.message);
+        usage
+            .check_actions(1000, 9, 7)
+            .expect("fewer than before, though over a lowered limit");
+        usage.check_actions(0, 0, 100).expect("root is not limited");
+        assert_eq!(usage.status().refused[&Limit::ActionsPerUid], 1);
     }
 
     #[test]

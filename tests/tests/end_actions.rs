@@ -2,7 +2,8 @@
 //! its creator; a SIGKILL of the daemon before, during or after an action, or a stop
 //! during one, leaves exactly one outcome, the action run again only where it was cut
 //! short; the timeout ends the action's tree, a failing action's stderr is kept (and shown
-//! by `get`), and `status` counts the actions running and waiting.
+//! by `get`), `status` counts the actions running and waiting, and a user's unfinished
+//! actions are limited.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -459,6 +460,86 @@ fn status_counts_the_running_and_the_waiting_actions() {
     }
     let none = json!({"running": 0, "waiting": 0, "uncommitted_outcomes": 0});
     assert!(eventually(WITHIN, || counts() == none), "{}", counts());
+}
+
+/// A user's end actions without an outcome are limited (`--max-actions-per-uid`): those
+/// of its active sessions and those still waiting or running after their sessions ended.
+/// A registration that would pass the limit is refused and changes nothing; a new list
+/// for an active session replaces its old one in the count; root is not limited.
+#[test]
+fn a_users_unfinished_actions_are_limited() {
+    if !privileged("a_users_unfinished_actions_are_limited") {
+        return;
+    }
+    let uid = 4_343_435;
+    let marks = Marks::new();
+    let go = marks.dir.path().join("go");
+    let held = shell(&format!(
+        "while [ ! -e {go} ]; do sleep 0.05; done",
+        go = go.display()
+    ));
+    let daemon = Daemon::start(&["--max-actions-per-uid", "6", "--action-slots", "1"]);
+    open_socket_to_everyone(&daemon);
+    let mut client = ClientAs::connect(&daemon, uid);
+    let owner = client.0.pid();
+    let register = |client: &mut ClientAs, id: &str, actions: usize| {
+        let request = json!({"op": "register", "session": id, "owner": {"pid": owner},
+            "on_end_run": vec![held.clone(); actions]});
+        client.request(&request).expect("a reply")
+    };
+    assert_eq!(register(&mut client, "a", 4)["ok"], true);
+    assert_eq!(register(&mut client, "b", 2)["ok"], true);
+    let refused = register(&mut client, "c", 1);
+    assert_eq!(refused["error"]["code"], "limit_reached", "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("6 end actions"), "{message}");
+    let c = daemon.request(json!({"op": "get", "session": "c", "uid": uid}));
+    assert_eq!(c["error"]["code"], "not_found", "nothing registered: {c}");
+    // Three instead of four: room for one more.
+    assert_eq!(register(&mut client, "a", 3)["ok"], true);
+    assert_eq!(register(&mut client, "c", 1)["ok"], true);
+    assert_eq!(
+        register(&mut client, "d", 1)["error"]["code"],
+        "limit_reached"
+    );
+    // Ended, their actions wait for the user's one slot, and still count.
+    for id in ["a", "b", "c"] {
+        let end = json!({"op": "end", "session": id});
+        assert_eq!(client.request(&end).expect("a reply")["ok"], true);
+    }
+    let actions = || daemon.request(json!({"op": "status"}))["status"]["actions"].clone();
+    let waiting = json!({"running": 1, "waiting": 5, "uncommitted_outcomes": 0});
+    assert!(eventually(WITHIN, || actions() == waiting), "{}", actions());
+    assert_eq!(
+        register(&mut client, "d", 1)["error"]["code"],
+        "limit_reached"
+    );
+    assert_eq!(
+        register(&mut client, "e", 0)["ok"],
+        true,
+        "no action, no refusal"
+    );
+    let root = json!({"op": "register", "session": "roots", "owner": {"pid": owner},
+        "on_end_run": vec![held.clone(); 7]});
+    assert_eq!(daemon.request(root)["ok"], true, "root is not limited");
+    std::fs::write(&go, "").unwrap();
+    for id in ["a", "b", "c"] {
+        daemon.wait_finalized(id, Some(uid));
+    }
+    assert_eq!(
+        register(&mut client, "d", 6)["ok"],
+        true,
+        "finished actions count no more"
+    );
+    let limits = &daemon.request(json!({"op": "status"}))["status"]["limits"];
+    assert_eq!(
+        limits["connections"]["config"]["actions_per_uid"], 6,
+        "{limits}"
+    );
+    assert_eq!(
+        limits["sessions"]["refused"]["actions_per_uid"], 3,
+        "{limits}"
+    );
 }
 
 /// An action runs as its creator: that uid and the group it registered with (a uid the

@@ -122,6 +122,11 @@ pub struct Args {
     /// Locks held by one non-root uid's sessions.
     #[arg(long, default_value_t = LimitsConfig::default().locks_per_uid, value_parser = parse_count::<u64>, value_name = "COUNT")]
     pub(super) max_locks_per_uid: u64,
+    /// End actions of one non-root uid without an outcome: those of its active sessions,
+    /// and those waiting or running after their sessions ended. A registration that would
+    /// pass it is refused.
+    #[arg(long, default_value_t = LimitsConfig::default().actions_per_uid, value_parser = parse_count::<u64>, value_name = "COUNT")]
+    pub(super) max_actions_per_uid: u64,
     /// End actions of one user running at once; the others wait their turn.
     #[arg(long, default_value_t = crate::action::runner::DEFAULT_ACTIONS_PER_UID, value_parser = parse_count::<usize>, value_name = "COUNT")]
     pub(super) action_slots: usize,
@@ -150,6 +155,7 @@ impl Args {
             label_bytes: self.max_label_bytes,
             label_bytes_per_uid: self.max_label_bytes_per_uid,
             locks_per_uid: self.max_locks_per_uid,
+            actions_per_uid: self.max_actions_per_uid,
         }
     }
 }

@@ -289,6 +289,19 @@ impl Store {
         Ok(due)
     }
 
+    /// How many end actions of user `uid` have no outcome: those of its active sessions,
+    /// and those waiting or running after their session ended.
+    pub fn unfinished_actions(&self, uid: u32) -> Result<u64, StoreError> {
+        let count: i64 = self
+            .conn
+            .prepare_cached(
+                "SELECT count(*) FROM actions INDEXED BY actions_not_done \
+                 WHERE uid = ?1 AND state != 'done'",
+            )?
+            .query_row([uid], |row| row.get(0))?;
+        Ok(count.unsigned_abs())
+    }
+
     /// Where each end action of user `uid`'s session `id` stands, for `get`.
     pub fn action_states(&self, uid: u32, id: &str) -> Result<Vec<ActionState>, StoreError> {
         self.conn

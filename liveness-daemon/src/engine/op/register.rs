@@ -58,7 +58,7 @@ impl Op for Register {
                 .map_err(|message| ErrorBody::new(ErrorCode::InvalidRequest, message))?;
         }
         let owner = resolve_owner(engine, caller, request.owner, request.wrappers, &fds)?;
-        let previous = match engine.store.get(namespace, &id).map_err(store_error)? {
+        let (previous, replaced) = match engine.store.get(namespace, &id).map_err(store_error)? {
             Some(existing) => {
                 check_unchanged(&existing, request.on_end, request.grace_ms)?;
                 if request.until.is_some_and(|until| until != existing.until) {
@@ -71,12 +71,21 @@ impl Op for Register {
                         ),
                     ));
                 }
-                Some(existing.owner)
+                (Some(existing.owner), existing.on_end_run.len())
             }
-            None => None,
+            None => (None, 0),
         };
         if previous.is_none() {
             engine.usage.check(caller.uid, &request.labels)?;
+        }
+        if let Some(actions) = request.on_end_run.as_ref().filter(|_| caller.uid != 0) {
+            // An active session's actions are all without an outcome: a new list replaces them.
+            let before = engine
+                .store
+                .unfinished_actions(namespace)
+                .map_err(store_error)?;
+            let after = (before + actions.len() as u64).saturating_sub(replaced as u64);
+            engine.usage.check_actions(caller.uid, before, after)?;
         }
         let pending = request.pending;
         let new = NewSession {
