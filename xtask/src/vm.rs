@@ -116,6 +116,16 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
             }
         }
         if !outcome.finished {
+            if let Some(binary) = &outcome.running {
+                let test = outcome.unfinished.as_deref().unwrap_or("(not named yet)");
+                println!("--- {kernel}: the guest stopped in {binary}, test {test}");
+            }
+            if !outcome.kernel_report.is_empty() {
+                println!("--- {kernel}: the kernel's first report of trouble");
+                for line in &outcome.kernel_report {
+                    println!("{line}");
+                }
+            }
             println!("--- {kernel}: the guest's last console lines");
             for line in &outcome.tail {
                 println!("{line}");
@@ -583,6 +593,15 @@ const BINARY_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Console lines kept to show how a guest that never finished ended.
 const TAIL_LINES: usize = 40;
+/// Lines kept from the kernel's first report of trouble on.
+const KERNEL_REPORT_LINES: usize = 120;
+/// How the kernel's reports of trouble begin.
+const KERNEL_TROUBLE: [&str; 4] = [
+    "BUG: soft lockup",
+    "rcu_preempt detected stalls",
+    "blocked for more than",
+    "Oops:",
+];
 
 /// Most lines of failure output one kernel's run prints (a panic with its backtrace is
 /// about 40).
@@ -608,6 +627,9 @@ struct Outcome {
     unfinished: Option<String>,
     /// The console's last lines.
     tail: std::collections::VecDeque<String>,
+    /// The kernel's first report of a lockup, a stall or an oops, with the backtraces
+    /// that follow it: what the tail of a guest that hung for minutes no longer shows.
+    kernel_report: Vec<String>,
 }
 
 impl Outcome {
@@ -617,6 +639,12 @@ impl Outcome {
             self.tail.pop_front();
         }
         self.tail.push_back(line.to_owned());
+        let reporting = !self.kernel_report.is_empty();
+        if (reporting && self.kernel_report.len() < KERNEL_REPORT_LINES)
+            || (!reporting && KERNEL_TROUBLE.iter().any(|trouble| line.contains(trouble)))
+        {
+            self.kernel_report.push(line.to_owned());
+        }
         let Some(report) = line.find("VMTEST ").map(|at| &line[at + 7..]) else {
             if line.starts_with("---- ") {
                 self.in_failure = true;
@@ -676,7 +704,7 @@ fn boot(image: &Path, initrd: &Path, log: &Path, options: &Options) -> Result<Ou
         // A soft lockup prints every CPU's stack, so a hung guest says where it hung.
         .args([
             "-append",
-            "console=ttyS0 panic=-1 quiet softlockup_all_cpu_backtrace=1",
+            "console=ttyS0 panic=-1 quiet softlockup_all_cpu_backtrace=1 softlockup_panic=1",
         ]);
     let mut outcome = Outcome::default();
     run_guest(qemu, log, options.timeout, |line| outcome.record(line))?;
@@ -830,6 +858,29 @@ mod tests {
             );
         }
         assert!(!script.contains("stream)"), "{script}");
+    }
+
+    /// A guest that hung: its first lockup report is kept whole, past the console lines a
+    /// long hang pushes out of the tail, along with where the guest stopped.
+    #[test]
+    fn the_first_kernel_report_is_kept_past_the_tail() {
+        let mut outcome = Outcome::default();
+        outcome.record("VMTEST start isolation");
+        outcome.record("test whose_of_a_deep_chain_stalls_nobody ...");
+        outcome.record("[  692.1] watchdog: BUG: soft lockup - CPU#0 stuck for 23s! [x:1]");
+        outcome.record("[  692.1] Call Trace:");
+        for n in 0..KERNEL_REPORT_LINES + TAIL_LINES {
+            outcome.record(&format!("[  700.{n}] later"));
+        }
+        assert_eq!(outcome.kernel_report.len(), KERNEL_REPORT_LINES);
+        assert!(outcome.kernel_report[0].contains("soft lockup"));
+        assert_eq!(outcome.kernel_report[1], "[  692.1] Call Trace:");
+        assert!(!outcome.tail.iter().any(|line| line.contains("soft lockup")));
+        assert_eq!(outcome.running.as_deref(), Some("isolation"));
+        assert_eq!(
+            outcome.unfinished.as_deref(),
+            Some("whose_of_a_deep_chain_stalls_nobody")
+        );
     }
 
     #[test]
