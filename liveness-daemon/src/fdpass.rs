@@ -159,29 +159,55 @@ impl FdReader {
 }
 
 impl Drop for FdReader {
-    /// Before the connection closes, takes what its client left unread in the socket: a
-    /// descriptor queued in it would be released by the close, in this thread, and its
-    /// release may block. Shut for reading first, the socket takes nothing more, so this
-    /// ends with what was queued.
+    /// Before the connection closes, hands what its client left unread in the socket to
+    /// the client's closing thread: a descriptor queued in it would be released by the
+    /// close, in this thread, and its release may block. Shut for reading first, the
+    /// socket takes nothing more. That thread holds a descriptor of the socket until it
+    /// has taken out and closed what was queued, so the socket's last close (wherever it
+    /// happens) finds nothing left.
     fn drop(&mut self) {
         let socket = self.half.fd();
         if rustix::net::shutdown(socket, rustix::net::Shutdown::Read).is_err() {
             return;
         }
-        let mut sink = [0u8; 4096];
-        loop {
-            match receive(socket, &mut sink) {
-                Ok((0, fds)) if fds.is_empty() => return,
-                Ok((_, fds)) => {
-                    for fd in fds {
-                        self.closer.close(self.uid, fd);
-                    }
+        // Descriptors always come with bytes: none unread, none queued.
+        if rustix::io::ioctl_fionread(socket).is_ok_and(|unread| unread == 0) {
+            return;
+        }
+        match socket.try_clone_to_owned() {
+            Ok(socket) => self.closer.close_with(self.uid, socket, discard_queued),
+            // Out of descriptors: taken out here, each closed on the closing thread.
+            Err(_) => {
+                for fd in queued(socket) {
+                    self.closer.close(self.uid, fd);
                 }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return,
             }
         }
     }
+}
+
+/// Takes out everything queued on `socket`, shut for reading, closing each descriptor
+/// that came with it; then closes the socket.
+fn discard_queued(socket: OwnedFd) {
+    for fd in queued(socket.as_fd()) {
+        drop(fd);
+    }
+}
+
+/// The descriptors queued on `socket`, shut for reading, taken out one message at a time.
+fn queued(socket: BorrowedFd<'_>) -> impl Iterator<Item = OwnedFd> + '_ {
+    let mut sink = [0u8; 4096];
+    std::iter::from_fn(move || {
+        loop {
+            match receive(socket, &mut sink) {
+                Ok((0, fds)) if fds.is_empty() => return None,
+                Ok((_, fds)) => return Some(fds),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return None,
+            }
+        }
+    })
+    .flatten()
 }
 
 /// `None` for a pidfd, else what the descriptor is. Read from its `/proc/self/fd` link,
@@ -234,6 +260,8 @@ impl AsyncRead for FdReader {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        // A client whose passed descriptors take long to close gets no more read.
+        ready!(this.closer.poll_room(this.uid, cx));
         loop {
             let unfilled = buf.initialize_unfilled();
             let received = match &this.half {
@@ -386,6 +414,44 @@ mod tests {
         let read = tokio::task::spawn_blocking(move || rustix::io::read(&pipe_read, &mut buf));
         let read = tokio::time::timeout(std::time::Duration::from_secs(5), read).await;
         assert_eq!(read.expect("closed").unwrap().unwrap(), 0);
+    }
+
+    /// What a client left unread, descriptors with it, is closed on its closing thread
+    /// once the connection closes.
+    #[tokio::test]
+    async fn what_a_closed_connection_left_queued_is_closed_elsewhere() {
+        let (mut client, server) = StdUnixStream::pair().unwrap();
+        let reader = reader_of(server, &Closer::default());
+        let (pipe_read, pipe_write) = rustix::pipe::pipe().unwrap();
+        send_with_fds(&mut client, b"never read\n", &[pipe_write.as_fd()]).unwrap();
+        drop(pipe_write);
+        drop(reader);
+        closed_elsewhere(pipe_read).await;
+    }
+
+    /// While its uid has too many closes pending, a connection reads nothing more, so the
+    /// descriptors sent with what it would read stay with the sender.
+    #[tokio::test]
+    async fn a_reader_waits_while_its_uid_has_too_many_closes_pending() {
+        let closer = Closer::default();
+        let gate = closer.fill_with_blocked_closes(1000);
+        let (mut client, server) = StdUnixStream::pair().unwrap();
+        let mut reader = reader_of(server, &closer);
+        let (pipe_read, pipe_write) = rustix::pipe::pipe().unwrap();
+        send_with_fds(&mut client, b"line\n", &[pipe_write.as_fd()]).unwrap();
+        drop(pipe_write);
+        let mut line = String::new();
+        let waited = std::time::Duration::from_millis(200);
+        let early = tokio::time::timeout(waited, reader.read_line(&mut line)).await;
+        assert!(
+            early.is_err(),
+            "read while the closes were pending: {line:?}"
+        );
+        drop(gate);
+        reader.read_line(&mut line).await.unwrap();
+        assert_eq!(line, "line\n");
+        assert_eq!(reader.get_mut().take_fds(0..5).len(), 1);
+        closed_elsewhere(pipe_read).await;
     }
 
     #[tokio::test]

@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use integration_tests::{
-    ClientAs, Conn, Daemon, Fingerprint, Orphan, TestprocAs, open_socket_to_everyone, privileged,
+    ClientAs, Conn, Daemon, Fingerprint, Orphan, TestprocAs, eventually, open_socket_to_everyone,
+    privileged,
 };
 use serde_json::{Value, json};
 
@@ -253,6 +254,64 @@ fn a_passed_descriptor_whose_close_blocks_stalls_nobody() {
     assert_eq!(
         session["error"]["code"], "not_found",
         "nothing was registered: {session}"
+    );
+}
+
+/// Item 1, whatever way the descriptors come: with one of its closes kept blocked, another
+/// user passes descriptors 253 a message within one line, on a subscription and on 40
+/// connections it closes at once. The daemon takes in no more than its bound until that
+/// user's closes get through (the user's connections stop reading; what a closed one left
+/// queued is closed on the user's closing thread, and the connection counts against the
+/// user until then), so its descriptor table holds: root still registers (which needs
+/// descriptors) and sees its owner's death. Without the bound the daemon took in every
+/// descriptor sent, over 10,000.
+#[test]
+fn passed_descriptors_never_fill_the_descriptor_table() {
+    if !privileged("passed_descriptors_never_fill_the_descriptor_table") {
+        return;
+    }
+    let _alone = alone();
+    let daemon = Daemon::start(&[]);
+    open_socket_to_everyone(&daemon);
+    let fd_dir = format!("/proc/{}/fd", daemon.pid());
+    let open = move || std::fs::read_dir(&fd_dir).map_or(0, Iterator::count);
+    let before = open();
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = std::thread::spawn({
+        let (sampling, open) = (Arc::clone(&sampling), open.clone());
+        move || {
+            let mut most = 0;
+            while sampling.load(Ordering::Relaxed) {
+                most = most.max(open());
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            most
+        }
+    });
+    let socket = daemon.socket.to_string_lossy();
+    let mut attacker = TestprocAs::spawn(MALLORY, &["flood", &socket]);
+    let sent = attacker.read_line().expect("what the attacker sent");
+    let sent: usize = sent
+        .trim()
+        .strip_prefix("sent ")
+        .and_then(|count| count.parse().ok())
+        .unwrap_or_else(|| panic!("{sent:?}"));
+    std::thread::sleep(Duration::from_secs(1));
+    let latency = Victim::new(&daemon).one_death();
+    sampling.store(false, Ordering::Relaxed);
+    let most = sampler.join().expect("the sampler");
+    eprintln!("descriptors open: {before} before, {most} at most; {sent} passed");
+    assert!(sent >= 2 * 253, "the attack sent {sent} descriptors");
+    assert!(
+        most < before + 1_000,
+        "{most} descriptors open at most (before: {before}; {sent} passed)"
+    );
+    assert!(latency < Duration::from_secs(2), "a death took {latency:?}");
+    drop(attacker);
+    assert!(
+        eventually(Duration::from_secs(20), || open() < before + 20),
+        "once the attacker is gone its descriptors are closed: {} open (before: {before})",
+        open()
     );
 }
 

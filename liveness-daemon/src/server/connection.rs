@@ -40,25 +40,26 @@ pub(super) struct Connection {
 }
 
 impl Connection {
-    pub(super) async fn run(self, caller: Caller, stream: UnixStream) {
-        let limits = Arc::clone(&self.limits);
+    pub(super) async fn run(mut self, caller: Caller, stream: UnixStream) {
         match self.serve(caller, stream).await {
-            Err(ConnectionError::LineTimeout) => limits.refused(Limit::LineTimeout, caller.uid),
+            Err(ConnectionError::LineTimeout) => {
+                self.limits.refused(Limit::LineTimeout, caller.uid);
+            }
             Err(e) => {
                 tracing::debug!(uid = caller.uid, pid = caller.pid, error = %e, "connection closed");
             }
             Ok(()) => {}
         }
+        // Its place counts against its uid until what it passed, or left queued, is closed.
+        self.closer.release_after(caller.uid, self.slot);
     }
 
-    async fn serve(mut self, caller: Caller, stream: UnixStream) -> Result<(), ConnectionError> {
+    async fn serve(&mut self, caller: Caller, stream: UnixStream) -> Result<(), ConnectionError> {
         let (read, write) = stream.into_split();
         let mut write = BufWriter::new(write);
         let mut requests = Requests::new(read, caller.uid, self.closer.clone());
         let line_timeout = self.limits.config().line_timeout;
         loop {
-            // A client whose passed descriptors take long to close gets no more read.
-            self.closer.wait_for_room(caller.uid).await;
             let (read, fds) = tokio::select! {
                 read = requests.next(line_timeout) => read?,
                 () = stopping(&mut self.shutdown) => {

@@ -40,6 +40,12 @@
 //! of the socket, sends the newline, prints the reply, then keeps the peer unread until
 //! stdin ends.
 //!
+//! `testproc flood SOCKET` keeps one of its closes in the daemon blocked, as `linger` does
+//! (its line is `status`), then passes the daemon as many descriptors of `/dev/null` as it
+//! takes, 253 a message, without a newline: on one connection within one line, on a
+//! subscription, and on 40 connections it closes at once; it prints `sent N` (descriptors
+//! sent) and keeps the peer unread until stdin ends.
+//!
 //! `testproc survivors N [HELPER]` forks N children that outlive it, prints their PIDs (one
 //! a line), then `ready`, and exits when stdin ends: the survivors of a session's owner.
 //! They catch SIGTERM and live on: without HELPER each prints `term` for it; with HELPER
@@ -408,11 +414,11 @@ fn chain(depth: usize) -> ! {
     exit_group(0)
 }
 
-/// See the module's `linger`.
-fn linger(socket: &str, line: &str) -> ! {
+/// A loopback TCP socket whose last close blocks: unsent data its peer (returned second,
+/// to keep unread) never reads, and a linger of 10^6 s.
+fn lingering_tcp() -> (std::net::TcpStream, std::net::TcpStream) {
     use std::net::{TcpListener, TcpStream};
     use std::os::fd::AsFd;
-    use std::os::unix::net::UnixStream;
     let listener = TcpListener::bind("127.0.0.1:0").expect("listen on loopback");
     let small = |fd: std::os::fd::BorrowedFd<'_>, option| {
         // SAFETY: setsockopt with a valid int; failure only leaves the default size.
@@ -449,6 +455,14 @@ fn linger(socket: &str, line: &str) -> ! {
         )
     };
     assert_eq!(set, 0, "SO_LINGER");
+    (stuck, peer)
+}
+
+/// See the module's `linger`.
+fn linger(socket: &str, line: &str) -> ! {
+    use std::os::fd::AsFd;
+    use std::os::unix::net::UnixStream;
+    let (stuck, peer) = lingering_tcp();
     let mut daemon = UnixStream::connect(socket).expect("connect to the daemon");
     liveness_client::fdpass::send_with_fds(&mut daemon, line.as_bytes(), &[stuck.as_fd()])
         .expect("send the line with the socket");
@@ -463,6 +477,59 @@ fn linger(socket: &str, line: &str) -> ! {
     let _ = std::io::stdout().flush();
     wait_for_eof();
     drop(peer);
+    exit_group(0)
+}
+
+/// See the module's `flood`.
+fn flood(socket: &str) -> ! {
+    use std::os::fd::AsFd;
+    use std::os::unix::net::UnixStream;
+    let (stuck, peer) = lingering_tcp();
+    let mut first = UnixStream::connect(socket).expect("connect to the daemon");
+    liveness_client::fdpass::send_with_fds(&mut first, br#"{"op":"status"}"#, &[stuck.as_fd()])
+        .expect("send the line with the socket");
+    // Closed here first, while in flight: the daemon's close is the last, and lingers.
+    drop(stuck);
+    first.write_all(b"\n").expect("send the newline");
+    let mut reply = String::new();
+    let _ = std::io::BufReader::new(&first).read_line(&mut reply);
+    let null = std::fs::File::open("/dev/null").expect("/dev/null");
+    let fds = [null.as_fd(); 253];
+    // Up to `messages` messages of one space and 253 descriptors, until the socket is full.
+    let send = |connection: &UnixStream, messages: usize| {
+        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(253))];
+        let mut sent = 0;
+        for _ in 0..messages {
+            let mut control = rustix::net::SendAncillaryBuffer::new(&mut space);
+            control.push(rustix::net::SendAncillaryMessage::ScmRights(&fds));
+            let flags = rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL;
+            match rustix::net::sendmsg(
+                connection,
+                &[std::io::IoSlice::new(b" ")],
+                &mut control,
+                flags,
+            ) {
+                Ok(1) => sent += fds.len(),
+                _ => break,
+            }
+        }
+        sent
+    };
+    let connect = || UnixStream::connect(socket).expect("connect to the daemon");
+    let in_a_line = connect();
+    let mut sent = send(&in_a_line, 40);
+    let mut subscribed = connect();
+    subscribed
+        .write_all(b"{\"op\":\"subscribe\"}\n")
+        .expect("subscribe");
+    sent += send(&subscribed, 40);
+    for _ in 0..40 {
+        sent += send(&connect(), 2);
+    }
+    println!("sent {sent}");
+    let _ = std::io::stdout().flush();
+    wait_for_eof();
+    drop((peer, first, in_a_line, subscribed));
     exit_group(0)
 }
 
@@ -693,6 +760,9 @@ fn main() {
             args.get(1).map_or("", String::as_str),
             args.get(2).map_or("", String::as_str),
         );
+    }
+    if args.first().map(String::as_str) == Some("flood") {
+        flood(args.get(1).map_or("", String::as_str));
     }
     if args.first().map(String::as_str) == Some("client") {
         client(args.get(1).map_or("", String::as_str));
