@@ -502,16 +502,25 @@ fn a_users_unfinished_actions_are_limited() {
         register(&mut client, "d", 1)["error"]["code"],
         "limit_reached"
     );
+    // An action `actions_done` gave its outcome counts no more, and a new list for its
+    // session counts whole.
+    let done = json!({"op": "actions_done", "session": "c"});
+    assert_eq!(client.request(&done).expect("a reply")["ok"], true);
+    assert_eq!(register(&mut client, "d", 1)["ok"], true);
+    assert_eq!(
+        register(&mut client, "c", 1)["error"]["code"],
+        "limit_reached"
+    );
     // Ended, their actions wait for the user's one slot, and still count.
     for id in ["a", "b", "c"] {
         let end = json!({"op": "end", "session": id});
         assert_eq!(client.request(&end).expect("a reply")["ok"], true);
     }
     let actions = || daemon.request(json!({"op": "status"}))["status"]["actions"].clone();
-    let waiting = json!({"running": 1, "waiting": 5, "uncommitted_outcomes": 0});
+    let waiting = json!({"running": 1, "waiting": 4, "uncommitted_outcomes": 0});
     assert!(eventually(WITHIN, || actions() == waiting), "{}", actions());
     assert_eq!(
-        register(&mut client, "d", 1)["error"]["code"],
+        register(&mut client, "f", 1)["error"]["code"],
         "limit_reached"
     );
     assert_eq!(
@@ -527,7 +536,7 @@ fn a_users_unfinished_actions_are_limited() {
         daemon.wait_finalized(id, Some(uid));
     }
     assert_eq!(
-        register(&mut client, "d", 6)["ok"],
+        register(&mut client, "g", 5)["ok"],
         true,
         "finished actions count no more"
     );
@@ -537,7 +546,7 @@ fn a_users_unfinished_actions_are_limited() {
         "{limits}"
     );
     assert_eq!(
-        limits["sessions"]["refused"]["actions_per_uid"], 3,
+        limits["sessions"]["refused"]["actions_per_uid"], 4,
         "{limits}"
     );
 }

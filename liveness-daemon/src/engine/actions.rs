@@ -96,8 +96,8 @@ pub(super) struct Actions {
     /// Most tasks of one uid at once: its slots.
     per_uid: usize,
     tasks: JoinSet<ActionDone>,
-    /// The uid of each task, to free its slot however the task ends (a panic too).
-    task_uids: HashMap<Id, u32>,
+    /// The action of each task, to free its slot however the task ends (a panic too).
+    task_keys: HashMap<Id, ActionKey>,
     /// Tasks of each uid with at least one; never more than `per_uid`.
     slots_taken: HashMap<u32, usize>,
     /// Actions of each uid with one waiting, waiting for a slot, oldest first.
@@ -134,7 +134,7 @@ impl Actions {
             runtime: config.runtime.clone(),
             per_uid: config.per_uid.max(1),
             tasks: JoinSet::new(),
-            task_uids: HashMap::new(),
+            task_keys: HashMap::new(),
             slots_taken: HashMap::new(),
             waiting: HashMap::new(),
             progress_tx,
@@ -244,7 +244,7 @@ impl Actions {
             resumed,
             root,
         } = due;
-        let uid = key.uid;
+        let task_key = key.clone();
         let runner = self.runner.clone();
         let progress = self.progress_tx.clone();
         let run = async move {
@@ -293,7 +293,7 @@ impl Actions {
             Some(runtime) => self.tasks.spawn_on(run, runtime),
             None => self.tasks.spawn(run),
         };
-        self.task_uids.insert(task.id(), uid);
+        self.task_keys.insert(task.id(), task_key);
     }
 
     /// What a run says next, or the next run to finish; pending while none runs.
@@ -308,8 +308,13 @@ impl Actions {
                     Ok((id, done)) => (id, Ok(done)),
                     Err(e) => (e.id(), Err(e)),
                 };
-                if let Some(uid) = self.task_uids.remove(&id) {
-                    self.slot_freed(uid);
+                if let Some(key) = self.task_keys.remove(&id) {
+                    self.slot_freed(key.uid);
+                    // A run that panicked says nothing more (its row stays for the next
+                    // start); one that finished is done once its outcome is taken.
+                    if done.is_err() {
+                        self.done(&key);
+                    }
                 }
                 Next::Finished(done)
             }

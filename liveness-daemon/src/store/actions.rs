@@ -289,17 +289,18 @@ impl Store {
         Ok(due)
     }
 
-    /// How many end actions of user `uid` have no outcome: those of its active sessions,
-    /// and those waiting or running after their session ended.
-    pub fn unfinished_actions(&self, uid: u32) -> Result<u64, StoreError> {
-        let count: i64 = self
+    /// How many end actions of user `uid` have no outcome (those of its active sessions,
+    /// and those waiting or running after their session ended), and how many of them are
+    /// its session `id`'s.
+    pub fn unfinished_actions(&self, uid: u32, id: &str) -> Result<(u64, u64), StoreError> {
+        let (all, of_session): (i64, i64) = self
             .conn
             .prepare_cached(
-                "SELECT count(*) FROM actions INDEXED BY actions_not_done \
-                 WHERE uid = ?1 AND state != 'done'",
+                "SELECT count(*), count(*) FILTER (WHERE session = ?2) \
+                 FROM actions INDEXED BY actions_not_done WHERE uid = ?1 AND state != 'done'",
             )?
-            .query_row([uid], |row| row.get(0))?;
-        Ok(count.unsigned_abs())
+            .query_row(params![uid, id], |row| Ok((row.get(0)?, row.get(1)?)))?;
+        Ok((all.unsigned_abs(), of_session.unsigned_abs()))
     }
 
     /// Where each end action of user `uid`'s session `id` stands, for `get`.

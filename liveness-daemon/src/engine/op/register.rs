@@ -6,7 +6,7 @@ use liveness_common::action::validate_actions;
 use liveness_common::identity::Identity;
 use liveness_common::protocol::{ErrorBody, ErrorCode, OwnerSpec, PidOwner, PidfdOwner};
 use liveness_common::request;
-use liveness_common::session::{DEFAULT_GRACE_MS, MAX_GRACE_MS, OnEnd, Session};
+use liveness_common::session::{DEFAULT_GRACE_MS, MAX_GRACE_MS, OnEnd, Phase, Session};
 use liveness_proc::identity::IdentityError;
 
 use super::{Op, stored};
@@ -58,7 +58,7 @@ impl Op for Register {
                 .map_err(|message| ErrorBody::new(ErrorCode::InvalidRequest, message))?;
         }
         let owner = resolve_owner(engine, caller, request.owner, request.wrappers, &fds)?;
-        let (previous, replaced) = match engine.store.get(namespace, &id).map_err(store_error)? {
+        let (previous, ended) = match engine.store.get(namespace, &id).map_err(store_error)? {
             Some(existing) => {
                 check_unchanged(&existing, request.on_end, request.grace_ms)?;
                 if request.until.is_some_and(|until| until != existing.until) {
@@ -71,20 +71,27 @@ impl Op for Register {
                         ),
                     ));
                 }
-                (Some(existing.owner), existing.on_end_run.len())
+                let ended = existing.phase == Phase::Ended;
+                (Some(existing.owner), ended)
             }
-            None => (None, 0),
+            None => (None, false),
         };
         if previous.is_none() {
             engine.usage.check(caller.uid, &request.labels)?;
         }
-        if let Some(actions) = request.on_end_run.as_ref().filter(|_| caller.uid != 0) {
-            // An active session's actions are all without an outcome: a new list replaces them.
-            let before = engine
+        // An ended session is refused below, whatever its actions.
+        if let Some(actions) = request
+            .on_end_run
+            .as_ref()
+            .filter(|_| caller.uid != 0 && !ended)
+        {
+            // A new list replaces what the session has without an outcome (`actions_done`
+            // may have given the others one).
+            let (before, replaced) = engine
                 .store
-                .unfinished_actions(namespace)
+                .unfinished_actions(namespace, &id)
                 .map_err(store_error)?;
-            let after = (before + actions.len() as u64).saturating_sub(replaced as u64);
+            let after = (before + actions.len() as u64).saturating_sub(replaced);
             engine.usage.check_actions(caller.uid, before, after)?;
         }
         let pending = request.pending;
