@@ -106,8 +106,9 @@ impl Closer {
             });
         if let Err(e) = spawned {
             drop(lanes);
-            tracing::warn!(uid, error = %e, "cannot start a closing thread; closing here");
-            job.run();
+            // Left open: a close here could block whoever else this thread serves.
+            tracing::error!(uid, error = %e, "cannot start a closing thread; a descriptor a client passed is left open");
+            std::mem::forget(job);
             return;
         }
         // The thread cannot have ended: it takes the lock before leaving.
@@ -150,9 +151,14 @@ impl Closer {
                     };
                     lane.pending -= closes;
                     lane.queued -= 1;
-                    if lane.pending < MAX_PENDING_PER_UID {
-                        lane.waiting.drain(..).for_each(Waker::wake);
-                    }
+                    let room = lane.pending < MAX_PENDING_PER_UID;
+                    let waiting = if room {
+                        std::mem::take(&mut lane.waiting)
+                    } else {
+                        Vec::new()
+                    };
+                    drop(lanes);
+                    waiting.into_iter().for_each(Waker::wake);
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     let mut lanes = self.lanes();

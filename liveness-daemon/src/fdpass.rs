@@ -16,7 +16,7 @@
 
 use std::collections::VecDeque;
 use std::io::{self, IoSliceMut};
-use std::mem::MaybeUninit;
+use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ops::Range;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::pin::Pin;
@@ -46,7 +46,8 @@ pub enum Passed {
 /// The read half of a connection, read with `recvmsg` so passed descriptors are kept.
 #[derive(Debug)]
 pub struct FdReader {
-    half: Half,
+    /// Dropped by hand: left open when what is queued on it cannot be handed over.
+    half: ManuallyDrop<Half>,
     /// Bytes read so far: the stream position of the next byte.
     position: u64,
     /// Received descriptors with the stream position of the last byte of their read.
@@ -77,7 +78,7 @@ impl Half {
 impl FdReader {
     pub fn new(half: OwnedReadHalf, uid: u32, closer: Closer) -> FdReader {
         FdReader {
-            half: Half::Split(half),
+            half: ManuallyDrop::new(Half::Split(half)),
             position: 0,
             held: VecDeque::new(),
             uid,
@@ -106,10 +107,11 @@ impl FdReader {
         let reading = self.half.fd().try_clone_to_owned()?;
         let writing = self.half.fd().try_clone_to_owned()?;
         let registered = register(reading, Interest::READABLE).map_err(|e| e.into_parts().1)?;
-        drop(std::mem::replace(
+        let split = std::mem::replace(
             &mut self.half,
-            Half::ReadOnly(registered),
-        ));
+            ManuallyDrop::new(Half::ReadOnly(registered)),
+        );
+        drop(ManuallyDrop::into_inner(split));
         // The stream's last half: its registration and its descriptor go, the socket stays
         // (not shut for writing, as dropping the half would).
         write.forget();
@@ -120,7 +122,7 @@ impl FdReader {
     /// still unread: the socket's hang-up, not the end of its bytes.
     pub async fn hung_up(&self) -> io::Result<()> {
         loop {
-            match &self.half {
+            match &*self.half {
                 Half::Split(half) => {
                     let stream: &UnixStream = half.as_ref();
                     if stream.ready(Interest::READABLE).await?.is_read_closed() {
@@ -159,29 +161,40 @@ impl FdReader {
 }
 
 impl Drop for FdReader {
-    /// Before the connection closes, hands what its client left unread in the socket to
-    /// the client's closing thread: a descriptor queued in it would be released by the
-    /// close, in this thread, and its release may block. Shut for reading first, the
-    /// socket takes nothing more. That thread holds a descriptor of the socket until it
-    /// has taken out and closed what was queued, so the socket's last close (wherever it
-    /// happens) finds nothing left.
     fn drop(&mut self) {
-        let socket = self.half.fd();
-        if rustix::net::shutdown(socket, rustix::net::Shutdown::Read).is_err() {
-            return;
+        if hand_over_unread(self.half.fd(), self.uid, &self.closer) {
+            // SAFETY: dropped once, here, and not used after.
+            unsafe { ManuallyDrop::drop(&mut self.half) };
         }
-        // Descriptors always come with bytes: none unread, none queued.
-        if rustix::io::ioctl_fionread(socket).is_ok_and(|unread| unread == 0) {
-            return;
+    }
+}
+
+/// Readies a connection of `uid` to be closed here: what its client left unread in the
+/// socket goes to the client's closing thread, since a descriptor queued in it would be
+/// released by the close, in this thread, and its release may block. Shut for reading
+/// first, the socket takes nothing more. That thread holds a descriptor of the socket
+/// until it has taken out and closed what was queued, so the socket's last close
+/// (wherever it happens) finds nothing left. Returns whether the caller may close its
+/// descriptors of the socket; if not (out of descriptors, where receiving what is queued
+/// would release it here too), it must leave them open.
+#[must_use]
+pub fn hand_over_unread(socket: BorrowedFd<'_>, uid: u32, closer: &Closer) -> bool {
+    // A socket that cannot be shut is not a connected one: nothing can be queued on it.
+    if rustix::net::shutdown(socket, rustix::net::Shutdown::Read).is_err() {
+        return true;
+    }
+    // Descriptors always come with bytes: none unread, none queued.
+    if rustix::io::ioctl_fionread(socket).is_ok_and(|unread| unread == 0) {
+        return true;
+    }
+    match socket.try_clone_to_owned() {
+        Ok(socket) => {
+            closer.close_with(uid, socket, discard_queued);
+            true
         }
-        match socket.try_clone_to_owned() {
-            Ok(socket) => self.closer.close_with(self.uid, socket, discard_queued),
-            // Out of descriptors: taken out here, each closed on the closing thread.
-            Err(_) => {
-                for fd in queued(socket) {
-                    self.closer.close(self.uid, fd);
-                }
-            }
+        Err(e) => {
+            tracing::warn!(uid, error = %e, "cannot hand a closed connection's unread descriptors to its closing thread; its socket is left open");
+            false
         }
     }
 }
@@ -264,7 +277,7 @@ impl AsyncRead for FdReader {
         ready!(this.closer.poll_room(this.uid, cx));
         loop {
             let unfilled = buf.initialize_unfilled();
-            let received = match &this.half {
+            let received = match &*this.half {
                 Half::Split(half) => {
                     let stream: &UnixStream = half.as_ref();
                     ready!(stream.poll_read_ready(cx))?;

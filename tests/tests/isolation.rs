@@ -257,6 +257,40 @@ fn a_passed_descriptor_whose_close_blocks_stalls_nobody() {
     );
 }
 
+/// Item 1, by urgent data: a descriptor whose close blocks, sent with one `MSG_OOB` byte on
+/// each of 16 connections. Out of line, the daemon's read would discard that byte and
+/// release the descriptor in the read, blocking a thread that serves connections per
+/// byte; in line, it is refused and closed where only its sender waits.
+#[test]
+fn urgent_data_with_a_descriptor_stalls_nobody() {
+    if !privileged("urgent_data_with_a_descriptor_stalls_nobody") {
+        return;
+    }
+    let _alone = alone();
+    let daemon = Daemon::start(&[]);
+    open_socket_to_everyone(&daemon);
+    let socket = daemon.socket.to_string_lossy();
+    let mut attacker = TestprocAs::spawn(MALLORY, &["urgent", &socket]);
+    match attacker.read_line().as_deref() {
+        Some("sent\n") => {}
+        Some("unsupported\n") => {
+            eprintln!(
+                "urgent_data_with_a_descriptor_stalls_nobody: no MSG_OOB on Unix sockets here: nothing to test"
+            );
+            return;
+        }
+        other => panic!("the attacker said {other:?}"),
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let mut victim = Victim::new(&daemon);
+    for _ in 0..3 {
+        let status = victim.status_time();
+        assert!(status <= STATUS_BOUND, "root's status took {status:?}");
+    }
+    let latency = victim.one_death();
+    assert!(latency < Duration::from_secs(2), "a death took {latency:?}");
+}
+
 /// Item 1, whatever way the descriptors come: with one of its closes kept blocked, another
 /// user passes descriptors 253 a message within one line, on a subscription and on 40
 /// connections it closes at once. The daemon takes in no more than its bound until that

@@ -4,6 +4,7 @@
 //! `goodbye`, those still in the listen backlog too.
 
 use std::fs::File;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use super::connection::Connection;
 use super::{Readers, goodbye, stopping};
 use crate::closer::Closer;
 use crate::engine::{Caller, Handle};
+use crate::fdpass::hand_over_unread;
 use crate::limits::Limits;
 use liveness_common::protocol::{ErrorBody, ErrorCode, Reply};
 use liveness_common::status::Limit;
@@ -79,19 +81,19 @@ pub async fn serve(
                     spare = open_spare();
                     continue;
                 };
-                if peer(&stream).is_some_and(|caller| caller.uid == 0) {
+                let uid = peer(&stream).map(|caller| caller.uid);
+                if uid == Some(0) {
                     // Root takes the spare; another is opened once a connection closes.
                     stream
                 } else {
-                    if let Some(caller) = peer(&stream) {
-                        limits.refused(Limit::FileDescriptors, caller.uid);
+                    if let Some(uid) = uid {
+                        limits.refused(Limit::FileDescriptors, uid);
                     }
                     let refusal = ErrorBody::new(
                         ErrorCode::TooManyConnections,
                         "the daemon is out of file descriptors; try again later",
                     );
-                    refuse(&stream, refusal);
-                    drop(stream);
+                    refuse(stream, uid.unwrap_or(u32::MAX), &closer, refusal);
                     spare = open_spare();
                     continue;
                 }
@@ -103,13 +105,16 @@ pub async fn serve(
                 continue;
             }
         };
+        // An urgent byte (MSG_OOB) comes in line: out of line, a read would discard it,
+        // and the descriptors sent with it would be released in that read, here.
+        let _ = rustix::net::sockopt::set_socket_oobinline(&stream, true);
         let Some(caller) = peer(&stream) else {
             continue;
         };
         let slot = match limits.admit(caller.uid) {
             Ok(slot) => slot,
             Err(refusal) => {
-                refuse(&stream, refusal);
+                refuse(stream, caller.uid, &closer, refusal);
                 continue;
             }
         };
@@ -186,9 +191,15 @@ fn peer(stream: &UnixStream) -> Option<Caller> {
     }
 }
 
-/// Tells a connection that is not admitted why, without waiting for it, and closes it.
-fn refuse(stream: &UnixStream, refusal: ErrorBody) {
+/// Tells a connection of `uid` that is not admitted why, without waiting for it, and closes
+/// it, what it already sent going to the uid's closing thread.
+fn refuse(stream: UnixStream, uid: u32, closer: &Closer, refusal: ErrorBody) {
     let line = serde_json::to_string(&Reply::from(refusal)).unwrap_or_default() + "\n";
     // A new connection's send buffer is empty: one short line fits without blocking.
     let _ = stream.try_write(line.as_bytes());
+    if hand_over_unread(stream.as_fd(), uid, closer) {
+        drop(stream);
+    } else {
+        std::mem::forget(stream);
+    }
 }

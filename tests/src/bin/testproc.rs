@@ -46,6 +46,12 @@
 //! subscription, and on 40 connections it closes at once; it prints `sent N` (descriptors
 //! sent) and keeps the peer unread until stdin ends.
 //!
+//! `testproc urgent SOCKET` passes the daemon 16 descriptors whose close blocks, as
+//! `linger` does, each attached to one urgent byte (`MSG_OOB`, a space) on a connection of
+//! its own, closing its own copies at once; then sends `status` on each and prints `sent`,
+//! or `unsupported` where the kernel has no urgent data on Unix sockets; it keeps the
+//! peers unread until stdin ends.
+//!
 //! `testproc survivors N [HELPER]` forks N children that outlive it, prints their PIDs (one
 //! a line), then `ready`, and exits when stdin ends: the survivors of a session's owner.
 //! They catch SIGTERM and live on: without HELPER each prints `term` for it; with HELPER
@@ -533,6 +539,42 @@ fn flood(socket: &str) -> ! {
     exit_group(0)
 }
 
+/// See the module's `urgent`.
+fn urgent(socket: &str) -> ! {
+    use std::os::fd::AsFd;
+    use std::os::unix::net::UnixStream;
+    let mut kept = Vec::new();
+    for _ in 0..16 {
+        let (stuck, peer) = lingering_tcp();
+        let mut daemon = UnixStream::connect(socket).expect("connect to the daemon");
+        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut control = rustix::net::SendAncillaryBuffer::new(&mut space);
+        let fds = [stuck.as_fd()];
+        control.push(rustix::net::SendAncillaryMessage::ScmRights(&fds));
+        let urgent = [std::io::IoSlice::new(b" ")];
+        let flags = rustix::net::SendFlags::OOB | rustix::net::SendFlags::NOSIGNAL;
+        match rustix::net::sendmsg(&daemon, &urgent, &mut control, flags) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::OPNOTSUPP) => {
+                println!("unsupported");
+                let _ = std::io::stdout().flush();
+                wait_for_eof();
+                exit_group(0);
+            }
+            Err(e) => panic!("sendmsg MSG_OOB: {e}"),
+        }
+        // Closed here while in flight: the daemon's release of it is the last, and lingers.
+        drop(stuck);
+        let _ = daemon.write_all(b"{\"op\":\"status\"}\n");
+        kept.push((daemon, peer));
+    }
+    println!("sent");
+    let _ = std::io::stdout().flush();
+    wait_for_eof();
+    drop(kept);
+    exit_group(0)
+}
+
 /// The `execv` arguments of a survivor's SIGTERM handler, made before the forks (a
 /// handler may not allocate): null until `survivors` is given a HELPER.
 static ON_TERM_EXEC: std::sync::atomic::AtomicPtr<*const libc::c_char> =
@@ -760,6 +802,9 @@ fn main() {
             args.get(1).map_or("", String::as_str),
             args.get(2).map_or("", String::as_str),
         );
+    }
+    if args.first().map(String::as_str) == Some("urgent") {
+        urgent(args.get(1).map_or("", String::as_str));
     }
     if args.first().map(String::as_str) == Some("flood") {
         flood(args.get(1).map_or("", String::as_str));
