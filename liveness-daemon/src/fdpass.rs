@@ -46,7 +46,7 @@ pub enum Passed {
 /// The read half of a connection, read with `recvmsg` so passed descriptors are kept.
 #[derive(Debug)]
 pub struct FdReader {
-    /// Dropped by hand: left open when what is queued on it cannot be handed over.
+    /// Taken out at drop, to be handed over whole where it can.
     half: ManuallyDrop<Half>,
     /// Bytes read so far: the stream position of the next byte.
     position: u64,
@@ -161,42 +161,55 @@ impl FdReader {
 }
 
 impl Drop for FdReader {
+    /// Before the connection closes, hands what its client left unread in the socket to
+    /// the client's closing thread (see [`close_connection`]).
     fn drop(&mut self) {
-        if hand_over_unread(self.half.fd(), self.uid, &self.closer) {
-            // SAFETY: dropped once, here, and not used after.
-            unsafe { ManuallyDrop::drop(&mut self.half) };
+        // SAFETY: taken once, here, and not used after.
+        match unsafe { ManuallyDrop::take(&mut self.half) } {
+            // The reader's own descriptor of the socket: it goes itself.
+            Half::ReadOnly(registered) => {
+                close_connection(registered.into_inner(), self.uid, &self.closer);
+            }
+            // Shared with the connection's write half: a descriptor of its own goes.
+            Half::Split(half) => {
+                let socket = half.as_ref().as_fd();
+                if !unread(socket) {
+                    return;
+                }
+                match socket.try_clone_to_owned() {
+                    Ok(socket) => self.closer.close_with(self.uid, socket, discard_queued),
+                    // Out of descriptors: taken out here, each handed over as it comes (what
+                    // the kernel cannot give for want of a descriptor, it releases here).
+                    Err(_) => {
+                        for fd in queued(socket) {
+                            self.closer.close(self.uid, fd);
+                        }
+                    }
+                }
+            }
         }
     }
 }
 
-/// Readies a connection of `uid` to be closed here: what its client left unread in the
-/// socket goes to the client's closing thread, since a descriptor queued in it would be
-/// released by the close, in this thread, and its release may block. Shut for reading
-/// first, the socket takes nothing more. That thread holds a descriptor of the socket
-/// until it has taken out and closed what was queued, so the socket's last close
-/// (wherever it happens) finds nothing left. Returns whether the caller may close its
-/// descriptors of the socket; if not (out of descriptors, where receiving what is queued
-/// would release it here too), it must leave them open.
-#[must_use]
-pub fn hand_over_unread(socket: BorrowedFd<'_>, uid: u32, closer: &Closer) -> bool {
+/// Closes a connection's `socket` of `uid`: what its client left unread goes with it to the
+/// client's closing thread, since a descriptor queued in it would be released by the close,
+/// in this thread, and its release may block. There the queue is taken out and closed
+/// before the socket.
+pub fn close_connection(socket: OwnedFd, uid: u32, closer: &Closer) {
+    if unread(socket.as_fd()) {
+        closer.close_with(uid, socket, discard_queued);
+    }
+}
+
+/// Shuts `socket` for reading, so that nothing more is queued on it, and says whether
+/// anything is left unread (and so, maybe, descriptors).
+fn unread(socket: BorrowedFd<'_>) -> bool {
     // A socket that cannot be shut is not a connected one: nothing can be queued on it.
     if rustix::net::shutdown(socket, rustix::net::Shutdown::Read).is_err() {
-        return true;
+        return false;
     }
     // Descriptors always come with bytes: none unread, none queued.
-    if rustix::io::ioctl_fionread(socket).is_ok_and(|unread| unread == 0) {
-        return true;
-    }
-    match socket.try_clone_to_owned() {
-        Ok(socket) => {
-            closer.close_with(uid, socket, discard_queued);
-            true
-        }
-        Err(e) => {
-            tracing::warn!(uid, error = %e, "cannot hand a closed connection's unread descriptors to its closing thread; its socket is left open");
-            false
-        }
-    }
+    !rustix::io::ioctl_fionread(socket).is_ok_and(|unread| unread == 0)
 }
 
 /// Takes out everything queued on `socket`, shut for reading, closing each descriptor

@@ -4,7 +4,7 @@
 //! `goodbye`, those still in the listen backlog too.
 
 use std::fs::File;
-use std::os::fd::AsFd;
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use super::connection::Connection;
 use super::{Readers, goodbye, stopping};
 use crate::closer::Closer;
 use crate::engine::{Caller, Handle};
-use crate::fdpass::hand_over_unread;
+use crate::fdpass::close_connection;
 use crate::limits::Limits;
 use liveness_common::protocol::{ErrorBody, ErrorCode, Reply};
 use liveness_common::status::Limit;
@@ -197,9 +197,7 @@ fn refuse(stream: UnixStream, uid: u32, closer: &Closer, refusal: ErrorBody) {
     let line = serde_json::to_string(&Reply::from(refusal)).unwrap_or_default() + "\n";
     // A new connection's send buffer is empty: one short line fits without blocking.
     let _ = stream.try_write(line.as_bytes());
-    if hand_over_unread(stream.as_fd(), uid, closer) {
-        drop(stream);
-    } else {
-        std::mem::forget(stream);
+    if let Ok(stream) = stream.into_std() {
+        close_connection(OwnedFd::from(stream), uid, closer);
     }
 }
