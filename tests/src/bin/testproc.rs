@@ -486,6 +486,19 @@ fn linger(socket: &str, line: &str) -> ! {
     exit_group(0)
 }
 
+/// One `sendmsg` of a single space with `fds` (at most 253) attached, with `flags`.
+fn send_space_with(
+    connection: &std::os::unix::net::UnixStream,
+    fds: &[std::os::fd::BorrowedFd<'_>],
+    flags: rustix::net::SendFlags,
+) -> rustix::io::Result<usize> {
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(253))];
+    let mut control = rustix::net::SendAncillaryBuffer::new(&mut space);
+    control.push(rustix::net::SendAncillaryMessage::ScmRights(fds));
+    let space = [std::io::IoSlice::new(b" ")];
+    rustix::net::sendmsg(connection, &space, &mut control, flags)
+}
+
 /// See the module's `flood`.
 fn flood(socket: &str) -> ! {
     use std::os::fd::AsFd;
@@ -503,18 +516,10 @@ fn flood(socket: &str) -> ! {
     let fds = [null.as_fd(); 253];
     // Up to `messages` messages of one space and 253 descriptors, until the socket is full.
     let send = |connection: &UnixStream, messages: usize| {
-        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(253))];
+        let flags = rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL;
         let mut sent = 0;
         for _ in 0..messages {
-            let mut control = rustix::net::SendAncillaryBuffer::new(&mut space);
-            control.push(rustix::net::SendAncillaryMessage::ScmRights(&fds));
-            let flags = rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL;
-            match rustix::net::sendmsg(
-                connection,
-                &[std::io::IoSlice::new(b" ")],
-                &mut control,
-                flags,
-            ) {
+            match send_space_with(connection, &fds, flags) {
                 Ok(1) => sent += fds.len(),
                 _ => break,
             }
@@ -547,13 +552,8 @@ fn urgent(socket: &str) -> ! {
     for _ in 0..16 {
         let (stuck, peer) = lingering_tcp();
         let mut daemon = UnixStream::connect(socket).expect("connect to the daemon");
-        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-        let mut control = rustix::net::SendAncillaryBuffer::new(&mut space);
-        let fds = [stuck.as_fd()];
-        control.push(rustix::net::SendAncillaryMessage::ScmRights(&fds));
-        let urgent = [std::io::IoSlice::new(b" ")];
         let flags = rustix::net::SendFlags::OOB | rustix::net::SendFlags::NOSIGNAL;
-        match rustix::net::sendmsg(&daemon, &urgent, &mut control, flags) {
+        match send_space_with(&daemon, &[stuck.as_fd()], flags) {
             Ok(_) => {}
             Err(rustix::io::Errno::OPNOTSUPP) => {
                 println!("unsupported");
