@@ -90,6 +90,7 @@ impl TestprocAs {
     }
 
     fn read_line_within(&mut self, wait: Duration) -> Option<String> {
+        let pid = self.child.id();
         let deadline = Instant::now() + wait;
         loop {
             if self.from.buffer().contains(&b'\n') {
@@ -98,8 +99,8 @@ impl TestprocAs {
             let left = deadline.saturating_duration_since(Instant::now());
             assert!(
                 !left.is_zero(),
-                "testproc {} printed no line within {wait:?}",
-                self.child.id()
+                "testproc {pid} printed no line within {wait:?}; {}",
+                blocked_in(pid)
             );
             let mut waiting = [PollFd::new(self.from.get_ref(), PollFlags::IN)];
             let timeout = Timespec::try_from(left).expect("a timeout");
@@ -140,6 +141,21 @@ impl TestprocAs {
         });
         received
     }
+}
+
+/// Where a process that should have answered waits, for the failure's message: its system
+/// call and arguments (`/proc/PID/syscall`) and its kernel stack (`/proc/PID/stack`, which
+/// root can read), so that a hang names the call it is in.
+fn blocked_in(pid: u32) -> String {
+    let read = |what: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/{what}"))
+            .map_or_else(|e| format!("({e})"), |text| text.trim().to_owned())
+    };
+    format!(
+        "it waits in system call {} with the kernel stack:\n{}",
+        read("syscall"),
+        read("stack")
+    )
 }
 
 impl Drop for TestprocAs {
@@ -183,6 +199,8 @@ mod tests {
             failure.contains("printed no line within 200ms"),
             "{failure}"
         );
+        // It waits for its stdin to end: in read(2), number 0.
+        assert!(failure.contains("in system call 0 "), "{failure}");
     }
 
     #[test]
