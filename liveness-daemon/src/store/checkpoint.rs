@@ -62,16 +62,62 @@ fn run(path: &PathBuf, stopped: &mpsc::Receiver<()>) {
             return;
         }
     };
+    // A first one at once opens the WAL and its index now, beside the daemon's other files:
+    // opened later, they could take the descriptor the listener keeps in reserve for root
+    // (see `server::listener`), freed for a moment while the daemon is out of descriptors.
+    checkpoint(&conn);
     loop {
         let stop = match stopped.recv_timeout(PERIOD) {
             Err(RecvTimeoutError::Timeout) => false,
             Ok(()) | Err(RecvTimeoutError::Disconnected) => true,
         };
-        if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-            tracing::warn!(error = %e, "WAL checkpoint failed; trying again");
-        }
+        checkpoint(&conn);
         if stop {
             return;
+        }
+    }
+}
+
+fn checkpoint(conn: &Connection) {
+    if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+        tracing::warn!(error = %e, "WAL checkpoint failed; trying again");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Store;
+    use std::time::Instant;
+
+    /// Descriptors of this process that name `file`.
+    fn opened(file: &Path) -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+            .filter(|target| target == file)
+            .count()
+    }
+
+    /// The checkpoint's own descriptor of the WAL is there at its start, long before its
+    /// first period ends: none is opened later (see `run`).
+    #[test]
+    fn the_wal_is_opened_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("liveness.db");
+        let _store = Store::open(&path).unwrap();
+        let wal = dir.path().join("liveness.db-wal");
+        let before = opened(&wal);
+        assert!(before > 0, "the store has its WAL open");
+        let _checkpointer = Checkpointer::start(&path).unwrap();
+        let deadline = Instant::now() + PERIOD / 2;
+        while opened(&wal) == before {
+            assert!(
+                Instant::now() < deadline,
+                "the checkpoint did not open the WAL within {:?}",
+                PERIOD / 2
+            );
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 }
