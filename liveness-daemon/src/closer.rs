@@ -27,6 +27,9 @@ use std::time::Duration;
 pub const MAX_PENDING_PER_UID: usize = 32;
 /// A closing thread with nothing to close ends after this long.
 const IDLE: Duration = Duration::from_secs(10);
+/// How long each job waits under the `slow-close` fault (tests): a close that lags behind
+/// the thread that handed it over.
+const SLOW_CLOSE: Duration = Duration::from_millis(50);
 
 /// The closing threads, one per uid with closes pending. Cheap to clone.
 #[derive(Debug, Clone, Default)]
@@ -144,6 +147,7 @@ impl Closer {
             match jobs.recv_timeout(IDLE) {
                 Ok(job) => {
                     let closes = usize::from(matches!(job, Job::Close(..)));
+                    crate::faults::delay("slow-close", SLOW_CLOSE);
                     job.run();
                     let mut lanes = self.lanes();
                     let Some(lane) = lanes.get_mut(&uid) else {

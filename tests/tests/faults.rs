@@ -898,9 +898,31 @@ fn out_of_descriptors_the_daemon_still_serves_root() {
     if !privileged("out_of_descriptors_the_daemon_still_serves_root") {
         return;
     }
+    out_of_descriptors_root_is_served(None);
+}
+
+/// The same, with each refused connection closed 50 ms after its refusal, and the next
+/// one coming after that: the descriptor the close frees came back after the listener had
+/// looked for its reserve, and went to that next connection, so that nobody (root neither)
+/// was accepted again and that user's next request waited forever.
+#[test]
+fn out_of_descriptors_with_slow_closes_the_daemon_still_serves_root() {
+    if !privileged("out_of_descriptors_with_slow_closes_the_daemon_still_serves_root") {
+        return;
+    }
+    out_of_descriptors_root_is_served(Some(("slow-close", Duration::from_millis(100))));
+}
+
+/// See [`out_of_descriptors_the_daemon_still_serves_root`]; `slow`: the daemon's
+/// `LIVENESS_FAULT`, and the pause after each refusal.
+fn out_of_descriptors_root_is_served(slow: Option<(&str, Duration)>) {
     const TRIED: usize = 80;
+    let fault = slow.map(|(point, _)| format!("LIVENESS_FAULT={point}"));
+    let mut prefix = vec!["env"];
+    prefix.extend(fault.as_deref());
+    prefix.extend(["prlimit", "--nofile=64:64", "--"]);
     let daemon = Daemon::start_under(
-        &["prlimit", "--nofile=64:64", "--"],
+        &prefix,
         None,
         &[
             "--sources",
@@ -923,6 +945,9 @@ fn out_of_descriptors_the_daemon_still_serves_root() {
                 let message = reply["error"]["message"].as_str().unwrap_or_default();
                 assert!(message.contains("file descriptors"), "{reply}");
                 refused += 1;
+                if let Some((_, pause)) = slow {
+                    std::thread::sleep(pause);
+                }
             }
             None => panic!("a connection closed without a word"),
         }

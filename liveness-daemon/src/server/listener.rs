@@ -5,7 +5,7 @@
 
 use std::fs::File;
 use std::os::fd::OwnedFd;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::net::{UnixListener, UnixStream};
@@ -42,18 +42,19 @@ pub async fn serve(
     let closer = Closer::default();
     let mut connections = JoinSet::new();
     // Held so that, out of descriptors, closing it makes room to accept root.
-    let mut spare = open_spare();
+    let spare = Spare::default();
     let mut trim = tokio::time::interval(TRIM_PERIOD);
     trim.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut closed_since_trim = false;
     loop {
+        // Out of descriptors the reserve may not be back yet (another thread took the
+        // descriptor it had freed): it is taken again before anyone is accepted with the
+        // next descriptor that frees up.
+        spare.refill();
         let accepted = tokio::select! {
             () = stopping(&mut shutdown) => break,
             accepted = listener.accept() => accepted,
             Some(_) = connections.join_next(), if !connections.is_empty() => {
-                if spare.is_none() {
-                    spare = open_spare();
-                }
                 closed_since_trim = true;
                 continue;
             }
@@ -67,36 +68,17 @@ pub async fn serve(
             Ok((stream, _)) => stream,
             Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
                 let Some(reserve) = spare.take() else {
-                    // The reserve is not back yet (a descriptor the closer has yet to
-                    // close, say): wait for one to free up rather than spin on the full
-                    // table.
+                    // Wait for a descriptor to free up rather than spin on the full table.
                     tokio::time::sleep(SPARE_RETRY).await;
-                    spare = open_spare();
                     continue;
                 };
                 drop(reserve);
                 let Ok(Ok((stream, _))) =
                     tokio::time::timeout(SPARE_ACCEPT, listener.accept()).await
                 else {
-                    spare = open_spare();
                     continue;
                 };
-                let uid = peer(&stream).map(|caller| caller.uid);
-                if uid == Some(0) {
-                    // Root takes the spare; another is opened once a connection closes.
-                    stream
-                } else {
-                    if let Some(uid) = uid {
-                        limits.refused(Limit::FileDescriptors, uid);
-                    }
-                    let refusal = ErrorBody::new(
-                        ErrorCode::TooManyConnections,
-                        "the daemon is out of file descriptors; try again later",
-                    );
-                    refuse(stream, uid.unwrap_or(u32::MAX), &closer, refusal);
-                    spare = open_spare();
-                    continue;
-                }
+                stream
             }
             // Connections aborted before they were accepted, and such: nothing to serve.
             Err(e) => {
@@ -105,10 +87,28 @@ pub async fn serve(
                 continue;
             }
         };
+        let caller = peer(&stream);
+        // Without a reserve (it went to this connection, or is not back yet) only root is
+        // served: whoever else took the last descriptor would leave none for root.
+        if !spare.refill() && caller.is_none_or(|caller| caller.uid != 0) {
+            let uid = caller.map_or(u32::MAX, |caller| caller.uid);
+            if caller.is_some() {
+                limits.refused(Limit::FileDescriptors, uid);
+            }
+            let refusal = ErrorBody::new(
+                ErrorCode::TooManyConnections,
+                "the daemon is out of file descriptors; try again later",
+            );
+            refuse(stream, uid, &closer, refusal);
+            // The descriptor its close frees becomes the reserve right there, on the
+            // closing thread, before any other thread of the daemon can open it.
+            closer.release_after(uid, Refill(spare.clone()));
+            continue;
+        }
         // An urgent byte (MSG_OOB) comes in line: out of line, a read would discard it,
         // and the descriptors sent with it would be released in that read, here.
         let _ = rustix::net::sockopt::set_socket_oobinline(&stream, true);
-        let Some(caller) = peer(&stream) else {
+        let Some(caller) = caller else {
             continue;
         };
         let slot = match limits.admit(caller.uid) {
@@ -171,9 +171,37 @@ fn give_back_memory() {
     }
 }
 
-/// A descriptor kept in reserve (see [`serve`]).
-fn open_spare() -> Option<File> {
-    File::open("/dev/null").ok()
+/// A descriptor kept in reserve (see [`serve`]), shared with the closing threads that free
+/// the descriptors it is opened again with.
+#[derive(Debug, Clone, Default)]
+struct Spare(Arc<Mutex<Option<File>>>);
+
+impl Spare {
+    fn held(&self) -> MutexGuard<'_, Option<File>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Opens the reserve if it is not held; whether it is held now.
+    fn refill(&self) -> bool {
+        let mut held = self.held();
+        if held.is_none() {
+            *held = File::open("/dev/null").ok();
+        }
+        held.is_some()
+    }
+
+    fn take(&self) -> Option<File> {
+        self.held().take()
+    }
+}
+
+/// Opens the reserve again when dropped (after the closes queued before it).
+struct Refill(Spare);
+
+impl Drop for Refill {
+    fn drop(&mut self) {
+        self.0.refill();
+    }
 }
 
 /// Who is at the other end, by `SO_PEERCRED`.
