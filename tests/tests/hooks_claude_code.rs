@@ -252,3 +252,418 @@ fn an_agent_that_runs_its_own_session_end_is_not_repeated_by_liveness() {
     assert_eq!(runs[0]["reason"], "prompt_input_exit", "run by the agent");
     assert!(runs[0].get("liveness").is_none());
 }
+
+// Root installing for a user (a provisioning script, `sudo -E`): the user's HOME,
+// `CLAUDE_CONFIG_DIR` or settings file may hold links and files the user planted.
+
+/// The user root installs for.
+const ALICE: u32 = 61_051;
+/// Another user, who must read nothing of ALICE's.
+const EVE: u32 = 61_052;
+/// What root's own file holds.
+const ROOTS: &str = "root's own file";
+/// A secret in ALICE's settings.
+const KEY: &str = "sk-alice-0123456789";
+
+/// ALICE's home, in a directory anyone may traverse, and beside it a directory only root
+/// may enter, holding a file of root's (mode 0640).
+struct Home {
+    dir: tempfile::TempDir,
+}
+
+impl Home {
+    fn new() -> Home {
+        let home = Home {
+            dir: tempfile::tempdir().expect("temp dir"),
+        };
+        set_mode(home.dir.path(), 0o755);
+        std::fs::create_dir(home.home()).unwrap();
+        set_mode(&home.home(), 0o755);
+        std::os::unix::fs::chown(home.home(), Some(ALICE), Some(ALICE)).unwrap();
+        std::fs::create_dir(home.root_only()).unwrap();
+        set_mode(&home.root_only(), 0o700);
+        std::fs::write(home.roots_file(), ROOTS).unwrap();
+        set_mode(&home.roots_file(), 0o640);
+        home
+    }
+
+    fn home(&self) -> PathBuf {
+        self.dir.path().join("alice")
+    }
+
+    fn claude(&self) -> PathBuf {
+        self.home().join(".claude")
+    }
+
+    fn settings(&self) -> PathBuf {
+        self.claude().join("settings.json")
+    }
+
+    fn backup(&self) -> PathBuf {
+        self.claude().join("settings.json.liveness-backup")
+    }
+
+    fn root_only(&self) -> PathBuf {
+        self.dir.path().join("root-only")
+    }
+
+    fn roots_file(&self) -> PathBuf {
+        self.root_only().join("file")
+    }
+
+    /// ALICE's `~/.claude` (mode `dir_mode`) and her settings (mode `mode`), with a key and
+    /// a SessionEnd command of hers.
+    fn with_settings(&self, dir_mode: u32, mode: u32) -> Vec<u8> {
+        std::fs::create_dir(self.claude()).unwrap();
+        set_mode(&self.claude(), dir_mode);
+        let text = serde_json::to_vec_pretty(&json!({
+            "env": {"ANTHROPIC_API_KEY": KEY},
+            "hooks": {"SessionEnd": [{"hooks": [{"type": "command", "command": "true"}]}]},
+        }))
+        .unwrap();
+        std::fs::write(self.settings(), &text).unwrap();
+        set_mode(&self.settings(), mode);
+        for path in [self.claude(), self.settings()] {
+            std::os::unix::fs::chown(path, Some(ALICE), Some(ALICE)).unwrap();
+        }
+        text
+    }
+
+    /// A link of ALICE's at `link`, to `target`.
+    fn plant(&self, target: &Path, link: &Path) {
+        std::os::unix::fs::symlink(target, link).unwrap();
+        std::os::unix::fs::lchown(link, Some(ALICE), Some(ALICE)).unwrap();
+    }
+
+    /// `liveness hooks VERB claude-code` run by root with ALICE's HOME (and `env`), as
+    /// `sudo -E` or a provisioning script runs it.
+    fn root_runs(&self, verb: &str, env: &[(&str, &Path)]) -> std::process::Output {
+        Command::new(integration_tests::binary("liveness"))
+            .args(["hooks", verb, "claude-code"])
+            .env("HOME", self.home())
+            .env_remove("CLAUDE_CONFIG_DIR")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
+    }
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Owner and permission bits of `path` (not followed).
+fn owner_and_mode(path: &Path) -> (u32, u32) {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    (meta.uid(), meta.mode() & 0o7777)
+}
+
+/// Every entry under `dir` (and `dir`), with its owner, mode and content or link target:
+/// what must not change.
+fn snapshot(dir: &Path) -> std::collections::BTreeMap<PathBuf, (u32, u32, Vec<u8>)> {
+    use std::os::unix::ffi::OsStringExt;
+    let mut all = std::collections::BTreeMap::new();
+    let mut left = vec![dir.to_owned()];
+    while let Some(path) = left.pop() {
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        let content = if meta.is_symlink() {
+            std::fs::read_link(&path)
+                .unwrap()
+                .into_os_string()
+                .into_vec()
+        } else if meta.is_dir() {
+            left.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            Vec::new()
+        } else {
+            std::fs::read(&path).unwrap()
+        };
+        let (uid, mode) = owner_and_mode(&path);
+        all.insert(path, (uid, mode, content));
+    }
+    all
+}
+
+fn refused_as_a_link(out: &std::process::Output) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("is a symbolic link (to "),
+        "{out:?}"
+    );
+}
+
+fn installed_once(settings: &Path) -> Value {
+    let installed: Value = serde_json::from_slice(&std::fs::read(settings).unwrap())
+        .unwrap_or_else(|e| panic!("{settings:?} is not whole JSON: {e}"));
+    let starts = installed["hooks"]["SessionStart"].as_array().unwrap();
+    assert_eq!(starts.len(), 1, "{installed}");
+    assert!(
+        starts[0]
+            .to_string()
+            .contains("hooks claude-code session-start")
+    );
+    assert_eq!(
+        installed["hooks"]["SessionEnd"].as_array().unwrap().len(),
+        2
+    );
+    installed
+}
+
+#[test]
+fn root_installing_for_a_user_writes_through_none_of_their_planted_links() {
+    if !privileged("root_installing_for_a_user_writes_through_none_of_their_planted_links") {
+        return;
+    }
+    let home = Home::new();
+    let original = home.with_settings(0o755, 0o640);
+    // Every name a writer beside settings.json might use for its temporary files.
+    for name in [
+        "settings.json.liveness-tmp",
+        "settings.json.liveness-backup.liveness-tmp",
+        ".settings.json.liveness-tmp",
+        "settings.json.tmp",
+        "settings.json~",
+    ] {
+        home.plant(&home.roots_file(), &home.claude().join(name));
+    }
+    let roots = snapshot(&home.root_only());
+    let out = home.root_runs("install", &[]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        snapshot(&home.root_only()),
+        roots,
+        "root's file is untouched"
+    );
+    installed_once(&home.settings());
+    let out = home.root_runs("uninstall", &[]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(std::fs::read(home.settings()).unwrap(), original);
+    assert_eq!(
+        snapshot(&home.root_only()),
+        roots,
+        "root's file is untouched"
+    );
+}
+
+#[test]
+fn a_settings_file_or_backup_that_is_a_link_is_refused_and_nothing_changes() {
+    if !privileged("a_settings_file_or_backup_that_is_a_link_is_refused_and_nothing_changes") {
+        return;
+    }
+    // settings.json itself a link to a file of root's (valid JSON, 0600).
+    let home = Home::new();
+    std::fs::create_dir(home.claude()).unwrap();
+    std::os::unix::fs::chown(home.claude(), Some(ALICE), Some(ALICE)).unwrap();
+    let roots_settings = home.root_only().join("settings.json");
+    std::fs::write(&roots_settings, r#"{"model": "root's"}"#).unwrap();
+    set_mode(&roots_settings, 0o600);
+    home.plant(&roots_settings, &home.settings());
+    let (roots, alices) = (snapshot(&home.root_only()), snapshot(&home.claude()));
+    for verb in ["install", "uninstall"] {
+        refused_as_a_link(&home.root_runs(verb, &[]));
+        assert_eq!(snapshot(&home.root_only()), roots, "{verb}");
+        assert_eq!(snapshot(&home.claude()), alices, "{verb}");
+    }
+
+    // The backup a link to root's file: refused before anything is written.
+    let home = Home::new();
+    home.with_settings(0o700, 0o600);
+    home.plant(&home.roots_file(), &home.backup());
+    let (roots, alices) = (snapshot(&home.root_only()), snapshot(&home.claude()));
+    refused_as_a_link(&home.root_runs("install", &[]));
+    assert_eq!(snapshot(&home.root_only()), roots);
+    assert_eq!(snapshot(&home.claude()), alices);
+}
+
+#[test]
+fn root_installing_for_a_user_leaves_their_files_theirs_with_their_modes() {
+    if !privileged("root_installing_for_a_user_leaves_their_files_theirs_with_their_modes") {
+        return;
+    }
+    // No ~/.claude yet: it is made hers, private, and so is the file.
+    let home = Home::new();
+    let out = home.root_runs("install", &[]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(owner_and_mode(&home.claude()), (ALICE, 0o700));
+    assert_eq!(owner_and_mode(&home.settings()), (ALICE, 0o600));
+    let out = home.root_runs("uninstall", &[]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!home.settings().exists());
+
+    for mode in [0o600, 0o640] {
+        let home = Home::new();
+        let original = home.with_settings(0o700, mode);
+        let out = home.root_runs("install", &[]);
+        assert!(out.status.success(), "{out:?}");
+        installed_once(&home.settings());
+        assert_eq!(owner_and_mode(&home.settings()), (ALICE, mode));
+        assert_eq!(owner_and_mode(&home.backup()), (ALICE, mode));
+        let out = home.root_runs("uninstall", &[]);
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(std::fs::read(home.settings()).unwrap(), original);
+        assert_eq!(owner_and_mode(&home.settings()), (ALICE, mode));
+        let names: Vec<_> = std::fs::read_dir(home.claude())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["settings.json"], "no backup, no temporary file");
+    }
+}
+
+#[test]
+fn a_private_settings_file_is_never_readable_by_another_user_during_installs() {
+    if !privileged("a_private_settings_file_is_never_readable_by_another_user_during_installs") {
+        return;
+    }
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let home = Home::new();
+    // A directory anyone may list, a file only she may read.
+    home.with_settings(0o755, 0o600);
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (stop, claude) = (stop.clone(), home.claude());
+        std::thread::spawn(move || {
+            // This thread only is EVE: the kernel keeps ids per thread.
+            rustix::thread::set_thread_groups(&[]).unwrap();
+            let eve = rustix::process::Gid::from_raw(EVE);
+            rustix::thread::set_thread_res_gid(eve, eve, eve).unwrap();
+            let eve = rustix::process::Uid::from_raw(EVE);
+            rustix::thread::set_thread_res_uid(eve, eve, eve).unwrap();
+            let (mut leaked, mut refused, mut others) = (Vec::new(), 0, 0);
+            while !stop.load(Ordering::Relaxed) {
+                for entry in std::fs::read_dir(&claude).unwrap() {
+                    let name = entry.unwrap().file_name();
+                    if name != "settings.json" && name != "settings.json.liveness-backup" {
+                        others += 1;
+                    }
+                    match std::fs::read_to_string(claude.join(&name)) {
+                        Ok(text) if text.contains(KEY) => leaked.push(name),
+                        Ok(_) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => refused += 1,
+                        Err(_) => {} // renamed or removed meanwhile
+                    }
+                }
+            }
+            (leaked, refused, others)
+        })
+    };
+    for _ in 0..150 {
+        for verb in ["install", "uninstall"] {
+            let out = home.root_runs(verb, &[]);
+            assert!(out.status.success(), "{out:?}");
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (leaked, refused, others) = reader.join().unwrap();
+    eprintln!(
+        "another user's reads: {refused} refused, {} leaked; temporary names seen {others} times",
+        leaked.len()
+    );
+    assert!(leaked.is_empty(), "read by another user: {leaked:?}");
+    assert!(refused > 0, "the reader never ran");
+}
+
+#[test]
+fn concurrent_installs_of_one_user_all_succeed_and_install_once() {
+    if !privileged("concurrent_installs_of_one_user_all_succeed_and_install_once") {
+        return;
+    }
+    let home = Home::new();
+    let original = home.with_settings(0o700, 0o600);
+    let binaries = integration_tests::BinariesForAnyUser::new();
+    for round in 0..5 {
+        // Each with a socket of its own, so that each rewrites the file (its hooks name it).
+        let installs: Vec<Child> = (0..20)
+            .map(|i| {
+                use std::os::unix::process::CommandExt;
+                Command::new(binaries.path("liveness"))
+                    .arg("--socket")
+                    .arg(format!("/run/liveness-{round}-{i}.sock"))
+                    .args(["hooks", "install", "claude-code", "--settings"])
+                    .arg(home.settings())
+                    .uid(ALICE)
+                    .gid(ALICE)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let failed: Vec<_> = installs
+            .into_iter()
+            .map(|install| install.wait_with_output().unwrap())
+            .filter(|out| !out.status.success())
+            .collect();
+        assert!(
+            failed.is_empty(),
+            "round {round}: {} of 20 failed: {failed:?}",
+            failed.len()
+        );
+        installed_once(&home.settings());
+        assert_eq!(std::fs::read(home.backup()).unwrap(), original);
+        assert_eq!(
+            std::fs::read_dir(home.claude()).unwrap().count(),
+            2,
+            "no temporary file is left"
+        );
+    }
+}
+
+#[test]
+fn a_linked_settings_directory_leads_root_nowhere_the_user_cannot_write() {
+    if !privileged("a_linked_settings_directory_leads_root_nowhere_the_user_cannot_write") {
+        return;
+    }
+    // ~/.claude a link into root's directory.
+    let home = Home::new();
+    home.plant(&home.root_only(), &home.claude());
+    let roots = snapshot(&home.root_only());
+    refused_as_a_link(&home.root_runs("install", &[]));
+    assert_eq!(snapshot(&home.root_only()), roots);
+
+    // CLAUDE_CONFIG_DIR through a link of hers on the way: followed as her, so root's
+    // directory is as closed to it as to her.
+    let home = Home::new();
+    std::fs::create_dir(home.root_only().join("cfg")).unwrap();
+    home.plant(&home.root_only(), &home.home().join("way"));
+    let roots = snapshot(&home.root_only());
+    let config = home.home().join("way/cfg");
+    let out = home.root_runs("install", &[("CLAUDE_CONFIG_DIR", &config)]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("Permission denied"),
+        "{out:?}"
+    );
+    assert_eq!(snapshot(&home.root_only()), roots);
+}
+
+#[test]
+fn root_acts_with_the_owners_account_or_says_how_to_run_as_them() {
+    if !privileged("root_acts_with_the_owners_account_or_says_how_to_run_as_them") {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    // A home of `nobody` (65534, group nogroup 65534 in the user database), whose group is
+    // one nobody is not in: what root makes there has the account's group.
+    let home = Home::new();
+    std::os::unix::fs::chown(home.home(), Some(65_534), Some(ALICE)).unwrap();
+    let out = home.root_runs("install", &[]);
+    assert!(out.status.success(), "{out:?}");
+    for path in [home.claude(), home.settings()] {
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (65_534, 65_534), "{path:?}");
+    }
+
+    // A uid with no account, owning a home of root's group: no group to act with, so
+    // root refuses, and says how to run it as them.
+    let home = Home::new();
+    std::os::unix::fs::chown(home.home(), Some(ALICE), Some(0)).unwrap();
+    let out = home.root_runs("install", &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains(&format!("sudo -u '#{ALICE}' ")),
+        "{out:?}"
+    );
+    assert_eq!(std::fs::read_dir(home.home()).unwrap().count(), 0);
+}

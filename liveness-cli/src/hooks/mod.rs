@@ -14,14 +14,18 @@
 //!   command with it ([`end_hook_command`]).
 //!
 //! Adding an agent is one file: a type implementing [`Agent`], listed in [`AGENTS`].
+//! [`install`] and [`uninstall`] are the same for every agent, and read and write the
+//! user's files only through [`files::SettingsDir`] (no link followed, root acting as the
+//! user, files replaced whole).
 
 pub mod claude_code;
+pub mod files;
 pub mod json;
 
 use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::io;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -29,6 +33,7 @@ use serde_json::Value;
 
 use liveness_common::action::{ActionSpec, EndFacts};
 
+use self::files::{FileError, SettingsDir};
 use self::json::{Json, Object};
 
 /// Every agent liveness has an adapter for.
@@ -203,10 +208,8 @@ pub enum HookError {
         path: PathBuf,
         source: io::Error,
     },
-    Write {
-        path: PathBuf,
-        source: io::Error,
-    },
+    /// Reading or writing the settings file or its directory for `install`/`uninstall`.
+    File(FileError),
     /// A settings file that is not what the agent reads (not JSON, not an object, a
     /// `hooks` that is not an object...): it is left as it is.
     Settings {
@@ -232,9 +235,7 @@ impl fmt::Display for HookError {
             HookError::Read { path, source } => {
                 write!(f, "cannot read {}: {source}", path.display())
             }
-            HookError::Write { path, source } => {
-                write!(f, "cannot write {}: {source}", path.display())
-            }
+            HookError::File(e) => e.fmt(f),
             HookError::Settings { path, what } => {
                 write!(f, "{}: {what}; it was left unchanged", path.display())
             }
@@ -245,11 +246,31 @@ impl fmt::Display for HookError {
 
 impl std::error::Error for HookError {}
 
+impl From<FileError> for HookError {
+    fn from(e: FileError) -> HookError {
+        HookError::File(e)
+    }
+}
+
 /// The file that keeps a settings file as it was before liveness first changed it.
 pub fn backup_path(settings: &Path) -> PathBuf {
-    let mut name = settings.file_name().unwrap_or_default().to_os_string();
+    settings.with_file_name(backup_name(settings.file_name().unwrap_or_default()))
+}
+
+fn backup_name(settings: &OsStr) -> OsString {
+    let mut name = settings.to_os_string();
     name.push(".liveness-backup");
-    settings.with_file_name(name)
+    name
+}
+
+/// The directory of the settings file `path` and the file's name in it.
+fn split(path: &Path) -> Result<(&Path, &OsStr), HookError> {
+    let name = path.file_name().ok_or_else(|| HookError::Settings {
+        path: path.to_owned(),
+        what: "not the path of a file".into(),
+    })?;
+    let dir = path.parent().filter(|dir| !dir.as_os_str().is_empty());
+    Ok((dir.unwrap_or(Path::new(".")), name))
 }
 
 /// What `install` did.
@@ -264,37 +285,37 @@ pub enum Installed {
 
 /// Adds `agent`'s hooks to the settings file `path` (created if missing), keeping every
 /// other setting and hook. Idempotent: installing again changes no byte. Before the first
-/// change, the file is copied to [`backup_path`].
+/// change, the file is copied to [`backup_path`]. The files are read and written through
+/// [`SettingsDir`]: no link is followed, and root acts as the user who owns them.
 pub fn install(
     agent: &dyn Agent,
     path: &Path,
     command: &HookCommand,
 ) -> Result<Installed, HookError> {
-    let path = resolve(path);
-    let original = read_optional(&path)?;
+    let (dir, name) = split(path)?;
+    let dir = SettingsDir::open(dir, true)?.expect("a created directory exists");
+    let original = dir.read(name)?;
     let settings = match &original {
-        Some(bytes) => parse_object(&path, bytes)?,
+        Some(file) => parse_object(path, &file.bytes)?,
         None => Object::default(),
     };
     let mut edited = settings.clone();
     agent
         .add_hooks(&mut edited, command)
-        .map_err(|e| e.at(&path))?;
+        .map_err(|e| e.at(path))?;
     if original.is_some() && edited == settings {
         return Ok(Installed::Unchanged);
     }
     let backup = match &original {
-        Some(bytes) => {
-            let backup = backup_path(&path);
+        Some(file) => {
             // The oldest copy is the user's own: a later install keeps it.
-            if !backup.exists() {
-                write_atomically(&backup, bytes, &path)?;
-            }
-            Some(backup)
+            dir.create_new(&backup_name(name), &file.bytes, file)?;
+            Some(backup_path(path))
         }
         None => None,
     };
-    write_atomically(&path, Json::Object(edited).to_pretty().as_bytes(), &path)?;
+    let bytes = Json::Object(edited).to_pretty();
+    dir.replace(name, bytes.as_bytes(), original.as_ref())?;
     Ok(Installed::Changed { backup })
 }
 
@@ -313,42 +334,40 @@ pub enum Uninstalled {
 }
 
 /// Takes `agent`'s hooks out of the settings file `path`: restores the original file when
-/// nothing else changed since the install.
+/// nothing else changed since the install. Through [`SettingsDir`], as [`install`].
 pub fn uninstall(agent: &dyn Agent, path: &Path) -> Result<Uninstalled, HookError> {
-    let path = resolve(path);
-    let Some(current) = read_optional(&path)? else {
+    let (dir, name) = split(path)?;
+    let Some(dir) = SettingsDir::open(dir, false)? else {
         return Ok(Uninstalled::NotInstalled);
     };
-    let settings = parse_object(&path, &current)?;
+    let Some(current) = dir.read(name)? else {
+        return Ok(Uninstalled::NotInstalled);
+    };
+    let settings = parse_object(path, &current.bytes)?;
     let mut cleaned = settings.clone();
-    agent.remove_hooks(&mut cleaned).map_err(|e| e.at(&path))?;
+    agent.remove_hooks(&mut cleaned).map_err(|e| e.at(path))?;
     if cleaned == settings {
         return Ok(Uninstalled::NotInstalled);
     }
-    let backup = backup_path(&path);
-    match read_optional(&backup)? {
-        Some(original) if parse_object(&backup, &original).ok().as_ref() == Some(&cleaned) => {
-            write_atomically(&path, &original, &path)?;
-            remove(&backup)?;
+    let backup = backup_name(name);
+    match dir.read(&backup)? {
+        Some(original) if parse_object(path, &original.bytes).ok().as_ref() == Some(&cleaned) => {
+            dir.replace(name, &original.bytes, Some(&current))?;
+            dir.remove(&backup)?;
             Ok(Uninstalled::Restored)
         }
         None if cleaned.is_empty() => {
-            remove(&path)?;
+            dir.remove(name)?;
             Ok(Uninstalled::Removed)
         }
         kept => {
-            write_atomically(&path, Json::Object(cleaned).to_pretty().as_bytes(), &path)?;
+            let bytes = Json::Object(cleaned).to_pretty();
+            dir.replace(name, bytes.as_bytes(), Some(&current))?;
             Ok(Uninstalled::HooksRemoved {
-                backup: kept.map(|_| backup),
+                backup: kept.map(|_| backup_path(path)),
             })
         }
     }
-}
-
-/// The file a settings path names: a symbolic link (into a dotfiles repository, say) is
-/// followed, so that the link stays and its target is edited.
-fn resolve(path: &Path) -> PathBuf {
-    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned())
 }
 
 fn read_optional(path: &Path) -> Result<Option<Vec<u8>>, HookError> {
@@ -394,38 +413,6 @@ pub fn read_settings(paths: &[PathBuf], notes: &mut Vec<String>) -> Vec<Value> {
             }
         })
         .collect()
-}
-
-/// Writes `bytes` to `path` through a temporary file renamed over it, so that the agent
-/// never reads half a file; with the permissions of `like` when it exists.
-fn write_atomically(path: &Path, bytes: &[u8], like: &Path) -> Result<(), HookError> {
-    let failed = |source| HookError::Write {
-        path: path.to_owned(),
-        source,
-    };
-    if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(failed)?;
-    }
-    let mut temporary = path.as_os_str().to_owned();
-    temporary.push(".liveness-tmp");
-    let temporary = PathBuf::from(temporary);
-    std::fs::write(&temporary, bytes).map_err(failed)?;
-    if let Ok(metadata) = std::fs::metadata(like) {
-        let mode = metadata.permissions().mode() & 0o7777;
-        std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(mode))
-            .map_err(failed)?;
-    }
-    std::fs::rename(&temporary, path).map_err(|e| {
-        let _ = std::fs::remove_file(&temporary);
-        failed(e)
-    })
-}
-
-fn remove(path: &Path) -> Result<(), HookError> {
-    std::fs::remove_file(path).map_err(|source| HookError::Write {
-        path: path.to_owned(),
-        source,
-    })
 }
 
 impl HookError {

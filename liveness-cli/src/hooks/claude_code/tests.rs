@@ -223,26 +223,32 @@ fn settings_liveness_cannot_read_are_left_unchanged() {
 }
 
 #[test]
-fn a_symlinked_settings_file_stays_a_link() {
+fn a_symlinked_settings_file_is_refused_and_names_its_target() {
     let dir = tempfile::tempdir().unwrap();
     let target = settings_in(dir.path(), USER_SETTINGS);
     let link = dir.path().join("link.json");
     std::os::unix::fs::symlink(&target, &link).unwrap();
-    install(&ClaudeCode, &link, &command()).unwrap();
-    assert!(
-        std::fs::symlink_metadata(&link)
-            .unwrap()
-            .file_type()
-            .is_symlink()
+    for error in [
+        install(&ClaudeCode, &link, &command()).unwrap_err(),
+        uninstall(&ClaudeCode, &link).unwrap_err(),
+    ] {
+        let error = error.to_string();
+        assert!(
+            error.contains(&format!(
+                "link.json is a symbolic link (to {})",
+                target.display()
+            )),
+            "{error}"
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), USER_SETTINGS);
+    assert!(!backup_path(&link).exists() && !backup_path(&target).exists());
+    // Named as itself, the file is edited in its own directory.
+    install(&ClaudeCode, &target, &command()).unwrap();
+    assert_eq!(
+        uninstall(&ClaudeCode, &target).unwrap(),
+        Uninstalled::Restored
     );
-    assert!(
-        read_json(&target)["hooks"]["SessionStart"]
-            .as_array()
-            .unwrap()
-            .len()
-            == 2
-    );
-    uninstall(&ClaudeCode, &link).unwrap();
     assert_eq!(std::fs::read_to_string(&target).unwrap(), USER_SETTINGS);
 }
 
