@@ -330,6 +330,90 @@ const (
 // CauseKinds lists every CauseKind, in the daemon's order.
 var CauseKinds = []CauseKind{CauseExit, CauseSignal, CauseOom, CauseHangup, CauseUnknown, CauseNoDeath}
 
+// MembershipMode is how the members of sessions' process trees are found (status: membership.mode).
+type MembershipMode string
+
+// The values of MembershipMode.
+const (
+	// The eBPF fork program adds every new process of a tree as it is forked.
+	MembershipKernel MembershipMode = "kernel"
+	// The kernel, and /proc scans for the members it did not add.
+	MembershipKernelAndScan MembershipMode = "kernel_and_scan"
+	// No eBPF: /proc is scanned at registration and at an interval.
+	MembershipScan MembershipMode = "scan"
+)
+
+// MembershipModes lists every MembershipMode, in the daemon's order.
+var MembershipModes = []MembershipMode{MembershipKernel, MembershipKernelAndScan, MembershipScan}
+
+// SourceName is an exit source (status: monitor.sources[].name).
+type SourceName string
+
+// The values of SourceName.
+const (
+	SourceEbpf     SourceName = "ebpf"
+	SourcePidfd    SourceName = "pidfd"
+	SourceProcpoll SourceName = "procpoll"
+)
+
+// SourceNames lists every SourceName, in the daemon's order.
+var SourceNames = []SourceName{SourceEbpf, SourcePidfd, SourceProcpoll}
+
+// SourceState is whether an exit source is working (status: monitor.sources[].state).
+type SourceState string
+
+// The values of SourceState.
+const (
+	// Watching every tracked process it is meant to watch.
+	SourceStateActive SourceState = "active"
+	// Running, but some tracked processes are beyond it; others cover them.
+	SourceStateDegraded SourceState = "degraded"
+	// The /proc poller, ready to cover what the other sources cannot.
+	SourceStateStandby SourceState = "standby"
+	// Not running; the reason says why.
+	SourceStateOff SourceState = "off"
+	// liveness doctor: the source could start in the probing process.
+	SourceStateAvailable SourceState = "available"
+)
+
+// SourceStates lists every SourceState, in the daemon's order.
+var SourceStates = []SourceState{SourceStateActive, SourceStateDegraded, SourceStateStandby, SourceStateOff, SourceStateAvailable}
+
+// StatusFacts is which exit statuses a source's reports carry (status: monitor.sources[].exit_status).
+type StatusFacts string
+
+// The values of StatusFacts.
+const (
+	// Every death, from the kernel's own record.
+	FactsAlways StatusFacts = "always"
+	// Once the parent has reaped the process (pidfd on Linux 6.15+).
+	FactsAfterReap StatusFacts = "after_reap"
+	FactsNever     StatusFacts = "never"
+)
+
+// StatusFactsValues lists every StatusFacts, in the daemon's order.
+var StatusFactsValues = []StatusFacts{FactsAlways, FactsAfterReap, FactsNever}
+
+// Limit is which limit refused something (status: limits.*.refused).
+type Limit string
+
+// The values of Limit.
+const (
+	LimitConnectionsPerUID Limit = "connections_per_uid"
+	LimitConnections       Limit = "connections"
+	// The daemon ran out of file descriptors: a non-root client was turned away so that root still gets one.
+	LimitFileDescriptors  Limit = "file_descriptors"
+	LimitLineTimeout      Limit = "line_timeout"
+	LimitSessionsPerUID   Limit = "sessions_per_uid"
+	LimitLabelBytes       Limit = "label_bytes"
+	LimitLabelBytesPerUID Limit = "label_bytes_per_uid"
+	LimitLocksPerUID      Limit = "locks_per_uid"
+	LimitActionsPerUID    Limit = "actions_per_uid"
+)
+
+// Limits lists every Limit, in the daemon's order.
+var Limits = []Limit{LimitConnectionsPerUID, LimitConnections, LimitFileDescriptors, LimitLineTimeout, LimitSessionsPerUID, LimitLabelBytes, LimitLabelBytesPerUID, LimitLocksPerUID, LimitActionsPerUID}
+
 // Identity is a process's fingerprint: equal fingerprints name the same process, and a pid whose start time (or pidfs inode) differs is another process. See docs/protocol.md §2 "Identity".
 type Identity struct {
 	// The process id, in the PID namespace of whoever captured it.

@@ -101,6 +101,36 @@ export const CAUSE_KINDS = ["exit", "signal", "oom", "hangup", "unknown", "none"
 export type CauseKind = (typeof CAUSE_KINDS)[number] | (string & {});
 export const causeKind = str as Codec<CauseKind>;
 
+/** Every MembershipMode, in the daemon's order. */
+export const MEMBERSHIP_MODES = ["kernel", "kernel_and_scan", "scan"] as const;
+/** How the members of sessions' process trees are found (status: membership.mode). */
+export type MembershipMode = (typeof MEMBERSHIP_MODES)[number] | (string & {});
+export const membershipMode = str as Codec<MembershipMode>;
+
+/** Every SourceName, in the daemon's order. */
+export const SOURCE_NAMES = ["ebpf", "pidfd", "procpoll"] as const;
+/** An exit source (status: monitor.sources[].name). */
+export type SourceName = (typeof SOURCE_NAMES)[number] | (string & {});
+export const sourceName = str as Codec<SourceName>;
+
+/** Every SourceState, in the daemon's order. */
+export const SOURCE_STATES = ["active", "degraded", "standby", "off", "available"] as const;
+/** Whether an exit source is working (status: monitor.sources[].state). */
+export type SourceState = (typeof SOURCE_STATES)[number] | (string & {});
+export const sourceState = str as Codec<SourceState>;
+
+/** Every StatusFacts, in the daemon's order. */
+export const STATUS_FACTS_VALUES = ["always", "after_reap", "never"] as const;
+/** Which exit statuses a source's reports carry (status: monitor.sources[].exit_status). */
+export type StatusFacts = (typeof STATUS_FACTS_VALUES)[number] | (string & {});
+export const statusFacts = str as Codec<StatusFacts>;
+
+/** Every Limit, in the daemon's order. */
+export const LIMITS = ["connections_per_uid", "connections", "file_descriptors", "line_timeout", "sessions_per_uid", "label_bytes", "label_bytes_per_uid", "locks_per_uid", "actions_per_uid"] as const;
+/** Which limit refused something (status: limits.*.refused). */
+export type Limit = (typeof LIMITS)[number] | (string & {});
+export const limit = str as Codec<Limit>;
+
 /** A process's fingerprint: equal fingerprints name the same process, and a pid whose start time (or pidfs inode) differs is another process. See docs/protocol.md §2 "Identity". */
 export interface Identity {
   /** The process id, in the PID namespace of whoever captured it. */

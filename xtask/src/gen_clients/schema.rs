@@ -3,7 +3,7 @@
 //! serde types of `liveness-common` (through `probe`), so that it cannot drift from them;
 //! the emitters write each client's types from it.
 
-use liveness_common::{action, cause, end, exit, identity, lock, protocol, session};
+use liveness_common::{action, cause, end, exit, identity, lock, protocol, session, status};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -128,6 +128,11 @@ pub const ITEMS: &[Item] = &[
     Item::Enum(&ERROR_CODE),
     Item::Enum(&EXIT_KIND),
     Item::Enum(&CAUSE_KIND),
+    Item::Enum(&MEMBERSHIP_MODE),
+    Item::Enum(&SOURCE_NAME),
+    Item::Enum(&SOURCE_STATE),
+    Item::Enum(&STATUS_FACTS),
+    Item::Enum(&LIMIT),
     Item::Struct(&IDENTITY),
     Item::Union(&EXIT_STATUS),
     Item::Struct(&SENDER),
@@ -547,6 +552,134 @@ pub const CAUSE_KIND: Enum = Enum {
         ),
     ],
     probe: None,
+};
+
+pub const MEMBERSHIP_MODE: Enum = Enum {
+    name: "MembershipMode",
+    doc: "How the members of sessions' process trees are found (status: membership.mode).",
+    go_name: "",
+    go_prefix: "Membership",
+    list: "MembershipModes",
+    open: true,
+    consts: false,
+    values: &[
+        (
+            "Kernel",
+            "kernel",
+            "The eBPF fork program adds every new process of a tree as it is forked.",
+        ),
+        (
+            "KernelAndScan",
+            "kernel_and_scan",
+            "The kernel, and /proc scans for the members it did not add.",
+        ),
+        (
+            "Scan",
+            "scan",
+            "No eBPF: /proc is scanned at registration and at an interval.",
+        ),
+    ],
+    probe: Some(probe_of::<status::MembershipMode>()),
+};
+
+pub const SOURCE_NAME: Enum = Enum {
+    name: "SourceName",
+    doc: "An exit source (status: monitor.sources[].name).",
+    go_name: "",
+    go_prefix: "Source",
+    list: "SourceNames",
+    open: true,
+    consts: false,
+    values: &[
+        ("Ebpf", "ebpf", ""),
+        ("Pidfd", "pidfd", ""),
+        ("Procpoll", "procpoll", ""),
+    ],
+    probe: Some(probe_of::<status::SourceName>()),
+};
+
+pub const SOURCE_STATE: Enum = Enum {
+    name: "SourceState",
+    doc: "Whether an exit source is working (status: monitor.sources[].state).",
+    go_name: "",
+    go_prefix: "SourceState",
+    list: "SourceStates",
+    open: true,
+    consts: false,
+    values: &[
+        (
+            "Active",
+            "active",
+            "Watching every tracked process it is meant to watch.",
+        ),
+        (
+            "Degraded",
+            "degraded",
+            "Running, but some tracked processes are beyond it; others cover them.",
+        ),
+        (
+            "Standby",
+            "standby",
+            "The /proc poller, ready to cover what the other sources cannot.",
+        ),
+        ("Off", "off", "Not running; the reason says why."),
+        (
+            "Available",
+            "available",
+            "liveness doctor: the source could start in the probing process.",
+        ),
+    ],
+    probe: Some(probe_of::<status::SourceState>()),
+};
+
+pub const STATUS_FACTS: Enum = Enum {
+    name: "StatusFacts",
+    doc: "Which exit statuses a source's reports carry (status: monitor.sources[].exit_status).",
+    go_name: "",
+    go_prefix: "Facts",
+    list: "StatusFactsValues",
+    open: true,
+    consts: false,
+    values: &[
+        (
+            "Always",
+            "always",
+            "Every death, from the kernel's own record.",
+        ),
+        (
+            "AfterReap",
+            "after_reap",
+            "Once the parent has reaped the process (pidfd on Linux 6.15+).",
+        ),
+        ("Never", "never", ""),
+    ],
+    probe: Some(probe_of::<status::StatusFacts>()),
+};
+
+pub const LIMIT: Enum = Enum {
+    name: "Limit",
+    doc: "Which limit refused something (status: limits.*.refused).",
+    go_name: "",
+    go_prefix: "Limit",
+    list: "Limits",
+    open: true,
+    consts: false,
+    values: &[
+        ("ConnectionsPerUid", "connections_per_uid", ""),
+        ("Connections", "connections", ""),
+        (
+            "FileDescriptors",
+            "file_descriptors",
+            "The daemon ran out of file descriptors: a non-root client was turned away so that root still gets one.",
+        ),
+        ("LineTimeout", "line_timeout", ""),
+        ("SessionsPerUid", "sessions_per_uid", ""),
+        ("LabelBytes", "label_bytes", ""),
+        ("LabelBytesPerUid", "label_bytes_per_uid", ""),
+        ("LocksPerUid", "locks_per_uid", ""),
+        ("ActionsPerUid", "actions_per_uid", ""),
+    ],
+    probe: Some(probe_of::<status::Limit>()),
 };
 
 pub const IDENTITY: Struct = Struct {

@@ -93,6 +93,31 @@ CAUSE_KINDS: Tuple[str, ...] = ("exit", "signal", "oom", "hangup", "unknown", "n
 CauseKind = str
 """The kind of a Cause. A newer daemon may send other values."""
 
+MEMBERSHIP_MODES: Tuple[str, ...] = ("kernel", "kernel_and_scan", "scan",)
+"""Every MembershipMode, in the daemon's order."""
+MembershipMode = str
+"""How the members of sessions' process trees are found (status: membership.mode). A newer daemon may send other values."""
+
+SOURCE_NAMES: Tuple[str, ...] = ("ebpf", "pidfd", "procpoll",)
+"""Every SourceName, in the daemon's order."""
+SourceName = str
+"""An exit source (status: monitor.sources[].name). A newer daemon may send other values."""
+
+SOURCE_STATES: Tuple[str, ...] = ("active", "degraded", "standby", "off", "available",)
+"""Every SourceState, in the daemon's order."""
+SourceState = str
+"""Whether an exit source is working (status: monitor.sources[].state). A newer daemon may send other values."""
+
+STATUS_FACTS_VALUES: Tuple[str, ...] = ("always", "after_reap", "never",)
+"""Every StatusFacts, in the daemon's order."""
+StatusFacts = str
+"""Which exit statuses a source's reports carry (status: monitor.sources[].exit_status). A newer daemon may send other values."""
+
+LIMITS: Tuple[str, ...] = ("connections_per_uid", "connections", "file_descriptors", "line_timeout", "sessions_per_uid", "label_bytes", "label_bytes_per_uid", "locks_per_uid", "actions_per_uid",)
+"""Every Limit, in the daemon's order."""
+Limit = str
+"""Which limit refused something (status: limits.*.refused). A newer daemon may send other values."""
+
 
 @dataclass(frozen=True)
 class Identity(_methods.Identity, Wire):
