@@ -230,7 +230,42 @@ func TestEveryDocumentedErrorCodeIsNamed(t *testing.T) {
 			documented = append(documented, Code(strings.Trim(cell, "`")))
 		}
 	}
-	if !reflect.DeepEqual(documented, Codes) {
-		t.Fatalf("documented codes %v, this client names %v", documented, Codes)
+	if !reflect.DeepEqual(documented, ErrorCodes) {
+		t.Fatalf("documented codes %v, this client names %v", documented, ErrorCodes)
+	}
+}
+
+// A closed kind refuses a value it does not know; an open one keeps it, with the fields
+// this client knows, and writes only those of a kind it knows.
+func TestClosedKindsRefuseWhatTheyDoNotKnowAndOpenOnesKeepIt(t *testing.T) {
+	var exit ExitStatus
+	if err := json.Unmarshal([]byte(`{"kind":"vanished"}`), &exit); err == nil {
+		t.Fatalf("an unknown exit kind was read: %+v", exit)
+	}
+	if _, err := json.Marshal(ExitStatus{Kind: "vanished"}); err == nil {
+		t.Fatal("an unknown exit kind was written")
+	}
+	var cause Cause
+	newer := `{"kind":"frozen","reason":"a newer daemon's cause"}`
+	if err := json.Unmarshal([]byte(newer), &cause); err != nil || cause.Kind != "frozen" || cause.Reason == "" {
+		t.Fatalf("a newer cause: %+v, %v", cause, err)
+	}
+	if out, err := json.Marshal(Cause{Kind: CauseExit, Code: 0, Reason: "ignored"}); err != nil || string(out) != `{"kind":"exit","code":0}` {
+		t.Fatalf("an exit cause is written as %s, %v", out, err)
+	}
+	if out, err := json.Marshal(Session{Phase: Active, Until: UntilOwner, OnEnd: Leave}); err != nil || bytes.Contains(out, []byte(`"until"`)) {
+		t.Fatalf("the default until is written: %s, %v", out, err)
+	}
+}
+
+func TestClosedEnumsRefuseWhatTheyDoNotKnow(t *testing.T) {
+	var s Session
+	for _, bad := range []string{`{"phase":"paused"}`, `{"until":"forever"}`, `{"on_end":"explode"}`} {
+		if err := json.Unmarshal([]byte(bad), &s); err == nil {
+			t.Errorf("%s was read: %+v", bad, s)
+		}
+	}
+	if err := json.Unmarshal([]byte(`{"reason":"a_newer_reason"}`), &s); err != nil || s.Reason != "a_newer_reason" {
+		t.Errorf("an open enum refused a newer value: %+v, %v", s, err)
 	}
 }

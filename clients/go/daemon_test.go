@@ -49,7 +49,7 @@ var (
 )
 
 // until reads the subscription until an event matches, failing on anything else than events.
-func until(t *testing.T, ctx context.Context, sub *Subscription, kind, session string) *Event {
+func until(t *testing.T, ctx context.Context, sub *Subscription, kind EventKind, session string) *Event {
 	t.Helper()
 	for {
 		m, err := sub.Next(ctx)

@@ -5,40 +5,6 @@ import (
 	"fmt"
 )
 
-// Code is the machine-readable reason of a refusal (docs/protocol.md §4). A newer daemon
-// may send codes this client does not name; they arrive as they are.
-type Code string
-
-// The daemon's error codes.
-const (
-	CodeInvalidJSON        Code = "invalid_json"
-	CodeInvalidRequest     Code = "invalid_request"
-	CodeLineTooLong        Code = "line_too_long"
-	CodeUnsupportedVersion Code = "unsupported_version"
-	CodeNotFound           Code = "not_found"
-	CodeForbidden          Code = "forbidden"
-	CodeAmbiguous          Code = "ambiguous"
-	CodeAlreadyEnded       Code = "already_ended"
-	CodeAlreadyExists      Code = "already_exists"
-	CodeNotPending         Code = "not_pending"
-	CodeNoOwner            Code = "no_owner"
-	CodeInvalidOwner       Code = "invalid_owner"
-	CodeShuttingDown       Code = "shutting_down"
-	CodeTooManyConnections Code = "too_many_connections"
-	CodeLimitReached       Code = "limit_reached"
-	CodeLockHeld           Code = "lock_held"
-	CodeNotHeld            Code = "not_held"
-	CodeInternal           Code = "internal"
-)
-
-// Codes lists every code this client names, in the order of docs/protocol.md §4.
-var Codes = []Code{
-	CodeInvalidJSON, CodeInvalidRequest, CodeLineTooLong, CodeUnsupportedVersion,
-	CodeNotFound, CodeForbidden, CodeAmbiguous, CodeAlreadyEnded, CodeAlreadyExists,
-	CodeNotPending, CodeNoOwner, CodeInvalidOwner, CodeShuttingDown,
-	CodeTooManyConnections, CodeLimitReached, CodeLockHeld, CodeNotHeld, CodeInternal,
-}
-
 // Error is a refusal by the daemon: Code for programs, Message for people.
 //
 // Compare with errors.Is against the Err* values, which match any message of their code:

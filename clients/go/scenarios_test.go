@@ -129,7 +129,7 @@ func TestRestartResume(t *testing.T) {
 	defer sub.Close()
 	sub.Retry = Retry{First: 50 * time.Millisecond, Max: 500 * time.Millisecond, GiveUpAfter: 60 * time.Second}
 	var delivered []uint64
-	read := func(kind, session string) *Event {
+	read := func(kind EventKind, session string) *Event {
 		for {
 			m, err := sub.Next(ctx)
 			if err != nil {

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 mod baseline;
 mod chaos;
 mod dist;
+mod gen_clients;
 mod systemd_vm;
 mod vm;
 
@@ -29,6 +30,15 @@ enum Command {
         /// The clang to compile with.
         #[arg(long, env = "CLANG", default_value = "clang")]
         clang: String,
+    },
+    /// Write the Go, TypeScript and Python clients' wire types from those of
+    /// liveness-common (clients/go/types_gen.go, clients/typescript/src/types.gen.ts,
+    /// clients/python/src/liveness/types_gen.py).
+    GenClients {
+        /// Write nothing; fail if a committed file differs from what would be written, or if
+        /// the description of the types disagrees with liveness-common.
+        #[arg(long)]
+        check: bool,
     },
     /// Build livenessd and the harness in release mode and benchmark latency, scale,
     /// overhead and peers (see docs/benchmarks.md). Needs root for eBPF, pid_max and 100k
@@ -124,6 +134,7 @@ const EBPF_OBJECT: &str = "liveness.bpf.o";
 fn main() -> Result<()> {
     match Cli::parse().command {
         Command::BuildEbpf { check, clang } => build_ebpf(&clang, check),
+        Command::GenClients { check } => gen_clients::run(&workspace_root(), check),
         Command::Bench {
             quick,
             smoke,

@@ -88,6 +88,26 @@ def test_every_documented_error_code_has_its_class() -> None:
         cell = row.split("|")[1].strip()
         if cell.startswith("`") and cell.endswith("`"):
             documented.append(cell.strip("`"))
-    assert documented == list(liveness.BY_CODE)
+    assert documented == list(liveness.BY_CODE) == list(liveness.types.ERROR_CODES)
     for code, cls in liveness.BY_CODE.items():
         assert issubclass(cls, liveness.DaemonError) and cls("m").code == code
+
+
+def test_closed_kinds_refuse_what_they_do_not_know_and_open_ones_keep_it() -> None:
+    for bad in ({"kind": "vanished"}, {"kind": "exited"}, {"kind": "signaled", "signal": 9}, "exited", None):
+        try:
+            ExitStatus.from_json(bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"{bad!r} was read as an exit status")
+    newer = {"kind": "frozen", "reason": "a newer daemon's cause"}
+    assert Cause.from_json(newer).to_json() == newer
+    assert Cause.from_json({"kind": "exit", "code": 0}).to_json() == {"kind": "exit", "code": 0}
+    session = Session.from_json(json.loads(next(text for _, kind, text in fixtures() if kind == "session")))
+    for field, value in (("phase", "paused"), ("until", "forever"), ("on_end", "explode")):
+        try:
+            Session.from_json({**session.to_json(), field: value})
+        except ValueError:
+            continue
+        raise AssertionError(f"{field}={value!r} was read")
+    assert Session.from_json({**session.to_json(), "reason": "a_newer_reason"}).reason == "a_newer_reason"

@@ -52,6 +52,29 @@ export function recordOf<T>(value: Codec<T>): Codec<Record<string, T>> {
   };
 }
 
+/** An object tagged by `kind`: each kind's codec; other kinds are refused. */
+export function tagged<T extends { kind: string }>(
+  what: string,
+  variants: { [K in T["kind"]]: Codec<Extract<T, { kind: K }>> },
+): Codec<T> {
+  const codecs = variants as unknown as Record<string, Codec<T>>;
+  const of = (kind: unknown): Codec<T> | undefined =>
+    typeof kind === "string" && Object.prototype.hasOwnProperty.call(codecs, kind) ? codecs[kind] : undefined;
+  return {
+    decode: (v, path) => {
+      const kind = (v as { kind?: unknown } | null)?.kind;
+      const codec = of(kind);
+      if (codec === undefined) throw new DecodeError(`${path}: ${what} of unknown kind ${JSON.stringify(kind)}`);
+      return codec.decode(v, path);
+    },
+    encode: (v) => {
+      const codec = of(v.kind);
+      if (codec === undefined) throw new DecodeError(`${what} of unknown kind ${JSON.stringify(v.kind)}`);
+      return codec.encode(v);
+    },
+  };
+}
+
 /** How a field is written, and read when absent. */
 export interface Field<T> {
   codec: Codec<T>;

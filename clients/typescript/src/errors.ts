@@ -1,29 +1,8 @@
 // Errors: the daemon's refusals with their codes, and the client's own.
 
-/** Every code of docs/protocol.md §4, in its order. */
-export const ERROR_CODES = [
-  "invalid_json",
-  "invalid_request",
-  "line_too_long",
-  "unsupported_version",
-  "not_found",
-  "forbidden",
-  "ambiguous",
-  "already_ended",
-  "already_exists",
-  "not_pending",
-  "no_owner",
-  "invalid_owner",
-  "shutting_down",
-  "too_many_connections",
-  "limit_reached",
-  "lock_held",
-  "not_held",
-  "internal",
-] as const;
+import type { ErrorCode } from "./types.gen.js";
 
-/** A code of the daemon; a newer daemon may send others, which arrive as they are. */
-export type ErrorCode = (typeof ERROR_CODES)[number] | (string & {});
+export { ERROR_CODES, type ErrorCode } from "./types.gen.js";
 
 /** Every error of this package. */
 export class LivenessError extends Error {

@@ -87,3 +87,17 @@ test("every documented error code is named", () => {
   }
   assert.deepEqual(documented, [...ERROR_CODES]);
 });
+
+test("closed kinds refuse what they do not know, open ones keep it", () => {
+  for (const bad of [{ kind: "vanished" }, { kind: "exited" }, { kind: "signaled", signal: 9 }, "exited", null]) {
+    assert.throws(() => exitStatus.decode(bad, "exit"), `${JSON.stringify(bad)} was read as an exit status`);
+  }
+  const newer = { kind: "frozen", reason: "a newer daemon's cause" };
+  assert.deepEqual(cause.encode(cause.decode(newer, "cause")), newer);
+  const [, , text] = fixtures().find(([, kind]) => kind === "session")!;
+  const known = session.encode(session.decode(JSON.parse(text), "session")) as Record<string, unknown>;
+  for (const [field, value] of [["phase", "paused"], ["until", "forever"], ["on_end", "explode"]]) {
+    assert.throws(() => session.decode({ ...known, [field]: value }, "session"), `${field}=${value} was read`);
+  }
+  assert.equal(session.decode({ ...known, reason: "a_newer_reason" }, "session").reason, "a_newer_reason");
+});

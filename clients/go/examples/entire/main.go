@@ -136,7 +136,7 @@ func resync(ctx context.Context, s store) error {
 				err = finalize(s, r.ID, r.Agent, verdict.Reason, nil)
 			}
 		case err == nil && session.Phase == liveness.Ended:
-			err = finalize(s, r.ID, session.Owner, session.Reason, session.Exit)
+			err = finalize(s, r.ID, session.Owner, string(session.Reason), session.Exit)
 		}
 		if err != nil {
 			return err
@@ -169,7 +169,7 @@ func watch(ctx context.Context, s store) error {
 		}
 		switch {
 		case m.Event != nil && m.Event.Kind == liveness.KindEnded:
-			err = finalize(s, m.Event.Session, m.Event.Owner, m.Event.Reason, m.Event.Exit)
+			err = finalize(s, m.Event.Session, m.Event.Owner, string(m.Event.Reason), m.Event.Exit)
 		case m.Reset != nil, m.Gap != nil:
 			err = resync(ctx, s)
 		}

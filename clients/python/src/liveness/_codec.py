@@ -44,6 +44,39 @@ class Wire:
         return out
 
 
+class Tagged(Wire):
+    """Base of the protocol's objects tagged by ``kind``: ``KINDS`` maps each kind to the
+    fields it requires and those it may have; ``CLOSED`` refuses other kinds (a newer
+    daemon's kind otherwise keeps its name and the fields this client knows)."""
+
+    KINDS: typing.ClassVar[Dict[str, typing.Tuple[typing.Tuple[str, ...], typing.Tuple[str, ...]]]] = {}
+    CLOSED: typing.ClassVar[bool] = False
+
+    @classmethod
+    def from_json(cls: Type[T], value: Any) -> T:
+        kinds = cls.KINDS  # type: ignore[attr-defined]
+        kind = value.get("kind") if isinstance(value, dict) else None
+        if not isinstance(kind, str) or (cls.CLOSED and kind not in kinds):  # type: ignore[attr-defined]
+            raise ValueError(f"{cls.__name__} of unknown kind: {value!r}")
+        for name in kinds.get(kind, ((), ()))[0]:
+            if name not in value:
+                raise ValueError(f"{cls.__name__} {kind!r}: missing field {name!r}")
+        return _decode_dataclass(cls, value)
+
+    def to_json(self) -> Dict[str, Any]:
+        kind = getattr(self, "kind")
+        if kind not in self.KINDS:
+            return Wire.to_json(self)
+        required, optional = self.KINDS[kind]
+        out: Dict[str, Any] = {"kind": kind}
+        for name in required:
+            out[name] = encode(getattr(self, name))
+        for name in optional:
+            if getattr(self, name) is not None:
+                out[name] = encode(getattr(self, name))
+        return out
+
+
 def _default(field: dataclasses.Field) -> Any:  # type: ignore[type-arg]
     if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
         return field.default_factory()  # type: ignore[misc]
@@ -90,6 +123,10 @@ def decode(tp: Any, value: Any, where: str = "value") -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if tp is Any:
+        return value
+    if origin is typing.Literal:
+        if value not in args:
+            raise ValueError(f"{where}: expected one of {list(args)}, got {value!r}")
         return value
     if origin is Union:
         if value is None and _NONE in args:
