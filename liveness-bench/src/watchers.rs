@@ -18,7 +18,8 @@ use anyhow::{Context, Result, bail};
 use aya::maps::{HashMap as AyaHashMap, MapData, RingBuf};
 use aya::programs::BtfTracePoint;
 use aya::{Btf, Ebpf, EbpfLoader};
-use liveness_common::record::{
+use liveness_ebpf::OBJECT;
+use liveness_ebpf::record::{
     EXIT_PROGRAM_NAME, ExitRecord, MAP_EXITS, MAP_MEMBERS, MAP_TRACKED, MemberRecord,
 };
 
@@ -171,9 +172,6 @@ impl Watch for PidfdWaiter {
         Ok(())
     }
 }
-
-/// The project's eBPF object, the one `livenessd` embeds.
-static OBJECT: &[u8] = aya::include_bytes_aligned!("../../liveness-ebpf/liveness.bpf.o");
 
 /// The floor under liveness: its own eBPF object, exit program only, with the tracked
 /// processes written into its maps as the daemon writes them, and its ring buffer read by
