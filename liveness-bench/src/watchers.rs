@@ -127,20 +127,17 @@ struct PidfdWaiter {
 
 impl Watch for PidfdWaiter {
     fn track(&mut self, pid: u32) -> Result<()> {
-        // SAFETY: pidfd_open takes a PID and flags and returns a new descriptor or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        if fd < 0 {
-            let error = std::io::Error::last_os_error();
-            if error.raw_os_error() == Some(libc::ESRCH) {
-                self.gone.push(pid);
-                return Ok(());
+        match liveness_proc::pidref::open_pidfd(pid) {
+            Ok(owned) => {
+                self.pidfds.insert(owned.as_raw_fd(), (pid, owned));
+                Ok(())
             }
-            return Err(error).context(format!("pidfd_open({pid})"));
+            Err(errno) if errno.raw_os_error() == libc::ESRCH => {
+                self.gone.push(pid);
+                Ok(())
+            }
+            Err(errno) => Err(std::io::Error::from(errno)).context(format!("pidfd_open({pid})")),
         }
-        // SAFETY: the descriptor is fresh and ours.
-        let owned = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
-        self.pidfds.insert(fd as RawFd, (pid, owned));
-        Ok(())
     }
 
     fn fds(&self) -> Vec<RawFd> {
