@@ -2,7 +2,7 @@
 //! kept while statistics are enabled (`BPF_ENABLE_STATS`, held by the caller).
 
 use anyhow::{Context, Result};
-use liveness_common::record::{
+use liveness_ebpf::record::{
     FORK_PROGRAM_NAME, LINEAGE_EXIT_PROGRAM_NAME, LINEAGE_FORK_PROGRAM_NAME, OOM_PROGRAM_NAME,
     SIGNAL_PROGRAM_NAME,
 };

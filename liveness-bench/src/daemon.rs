@@ -13,7 +13,7 @@ use anyhow::{Context, Result, bail};
 pub use integration_tests::{Conn, Daemon};
 use serde_json::{Value, json};
 
-use liveness_common::record::FORK_PROGRAM_NAME;
+use liveness_ebpf::record::FORK_PROGRAM_NAME;
 
 use crate::bpf_stats;
 use crate::procs::monotonic_ns;

@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use bpf_stats::ProgramCost;
 use daemon::{Build, Daemon, Subscriber, register_all};
 use floor::Floor;
-use liveness_common::record::{
+use liveness_ebpf::record::{
     EXIT_PROGRAM_NAME, FORK_PROGRAM_NAME, LINEAGE_EXIT_PROGRAM_NAME, LINEAGE_FORK_PROGRAM_NAME,
     SIGNAL_PROGRAM_NAME,
 };

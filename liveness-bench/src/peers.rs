@@ -33,7 +33,7 @@ use crate::daemon::{self, Build, Daemon, Ended, register_all};
 use crate::procs::{self, Owners, monotonic_ns};
 use crate::versus::{Ratio, quarters};
 use crate::{Dist, round, setup, watchers};
-use liveness_common::record::{
+use liveness_ebpf::record::{
     EXIT_PROGRAM_NAME, FORK_PROGRAM_NAME, LINEAGE_EXIT_PROGRAM_NAME, LINEAGE_FORK_PROGRAM_NAME,
     OOM_PROGRAM_NAME, SIGNAL_PROGRAM_NAME,
 };

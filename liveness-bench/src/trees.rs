@@ -13,7 +13,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
-use liveness_common::record::MAP_MEMBERS;
+use liveness_ebpf::record::MAP_MEMBERS;
 use serde_json::{Value, json};
 
 use crate::bpf_stats::{self, MapMemory};

@@ -18,7 +18,8 @@ use anyhow::{Context, Result, bail};
 use aya::maps::{HashMap as AyaHashMap, MapData, RingBuf};
 use aya::programs::BtfTracePoint;
 use aya::{Btf, Ebpf, EbpfLoader};
-use liveness_common::record::{
+use liveness_ebpf::OBJECT;
+use liveness_ebpf::record::{
     EXIT_PROGRAM_NAME, ExitRecord, MAP_EXITS, MAP_MEMBERS, MAP_TRACKED, MemberRecord,
 };
 
@@ -126,20 +127,17 @@ struct PidfdWaiter {
 
 impl Watch for PidfdWaiter {
     fn track(&mut self, pid: u32) -> Result<()> {
-        // SAFETY: pidfd_open takes a PID and flags and returns a new descriptor or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        if fd < 0 {
-            let error = std::io::Error::last_os_error();
-            if error.raw_os_error() == Some(libc::ESRCH) {
-                self.gone.push(pid);
-                return Ok(());
+        match liveness_proc::pidref::open_pidfd(pid) {
+            Ok(owned) => {
+                self.pidfds.insert(owned.as_raw_fd(), (pid, owned));
+                Ok(())
             }
-            return Err(error).context(format!("pidfd_open({pid})"));
+            Err(errno) if errno.raw_os_error() == libc::ESRCH => {
+                self.gone.push(pid);
+                Ok(())
+            }
+            Err(errno) => Err(std::io::Error::from(errno)).context(format!("pidfd_open({pid})")),
         }
-        // SAFETY: the descriptor is fresh and ours.
-        let owned = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
-        self.pidfds.insert(fd as RawFd, (pid, owned));
-        Ok(())
     }
 
     fn fds(&self) -> Vec<RawFd> {
@@ -171,9 +169,6 @@ impl Watch for PidfdWaiter {
         Ok(())
     }
 }
-
-/// The project's eBPF object, the one `livenessd` embeds.
-static OBJECT: &[u8] = aya::include_bytes_aligned!("../../liveness-ebpf/liveness.bpf.o");
 
 /// The floor under liveness: its own eBPF object, exit program only, with the tracked
 /// processes written into its maps as the daemon writes them, and its ring buffer read by

@@ -193,13 +193,7 @@ pub(crate) fn register_request(
 /// kernel before 5.3, a seccomp filter, a thread id): the daemon is then given the number
 /// and says what is wrong with it.
 fn open_pidfd(pid: u32) -> Result<Option<OwnedFd>, ClientError> {
-    let Some(raw) = i32::try_from(pid)
-        .ok()
-        .and_then(rustix::process::Pid::from_raw)
-    else {
-        return Err(ClientError::NoSuchProcess(pid));
-    };
-    match rustix::process::pidfd_open(raw, rustix::process::PidfdFlags::empty()) {
+    match liveness_proc::pidref::open_pidfd(pid) {
         Ok(pidfd) => Ok(Some(pidfd)),
         Err(rustix::io::Errno::SRCH) => Err(ClientError::NoSuchProcess(pid)),
         Err(_) => Ok(None),

@@ -1,5 +1,4 @@
-//! The vocabulary of liveness: what the daemon, its clients and the eBPF program say to
-//! each other. This crate is the single source of truth for the wire protocol described in
+//! The vocabulary of liveness: what the daemon and its clients say to each other. This crate is the single source of truth for the wire protocol described in
 //! `docs/protocol.md`; it depends on serde and nothing of the daemon.
 //!
 //! - [`action`]: end actions, the facts they are given and their outcomes.
@@ -13,7 +12,6 @@
 //! - [`protocol`]: the request enum, replies, errors and stream messages.
 //! - [`request`]: each request, a type of its own.
 //! - [`status`]: what the daemon reports about itself.
-//! - [`record`]: the record the eBPF program writes into its ring buffer.
 
 pub mod action;
 pub mod cause;
@@ -23,7 +21,6 @@ pub mod exit;
 pub mod identity;
 pub mod lock;
 pub mod protocol;
-pub mod record;
 pub mod request;
 pub mod session;
 pub mod status;

@@ -343,9 +343,7 @@ mod tests {
     impl Sleeper {
         fn spawn() -> Sleeper {
             let child = Command::new("sleep").arg("60").spawn().unwrap();
-            let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
-            let pidfd =
-                rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).unwrap();
+            let pidfd = liveness_proc::pidref::open_pidfd(child.id()).unwrap();
             Sleeper(child, pidfd)
         }
     }

@@ -518,8 +518,7 @@ impl ProcRoot {
         if !self.live {
             return None;
         }
-        let pid = rustix::process::Pid::from_raw(i32::try_from(pid).ok()?)?;
-        rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+        crate::pidref::open_pidfd(pid).ok()
     }
 
     /// Whether this is the live `/proc` of a kernel whose pidfds live in pidfs (Linux 6.9+):

@@ -2,6 +2,8 @@
 //! daemon and the `liveness` CLI (which must not link the daemon's SQLite or aya).
 //!
 //! - [`identity`]: capturing and checking fingerprints, resolving a hook's owner.
+//! - [`pidref`]: [`pidref::PidRef`], one verified handle on one process, through which
+//!   every signal, wait, exit status and liveness check goes.
 //! - [`namespace`]: PID and time namespace arithmetic (`NSpid`, `timens_offsets`, fdinfo).
 //! - [`diagnose`]: why a syscall fails here (missing, filtered, unprivileged, old kernel).
 //! - [`paths`]: where the daemon listens and keeps its state by default.
@@ -13,3 +15,4 @@ pub mod fake;
 pub mod identity;
 pub mod namespace;
 pub mod paths;
+pub mod pidref;

@@ -127,7 +127,7 @@ enum Command {
 
 /// Directory of the eBPF sources; clang runs here so the object only records relative paths.
 const EBPF_DIR: &str = "liveness-ebpf";
-const EBPF_SOURCE: &str = "src/liveness.bpf.c";
+const EBPF_SOURCE: &str = "bpf/liveness.bpf.c";
 /// The committed object, relative to [`EBPF_DIR`]; the daemon embeds it with `include_bytes_aligned!`.
 const EBPF_OBJECT: &str = "liveness.bpf.o";
 

@@ -657,7 +657,8 @@ async fn a_source_reports_the_exit_status_the_ended_session_keeps() {
 /// Process `pid` dies of SIGTERM sent, as the kernel's programs saw it, by a member of
 /// the tree of the owner `sender_root`.
 fn killed_from_the_tree_of(f: &mut Fixture, pid: u32, sender_root: u32) {
-    use liveness_common::cause::{Cause, KernelFacts, MembersUsage, Sender, Usage};
+    use liveness_common::cause::{Cause, MembersUsage, Sender, Usage};
+    use liveness_ebpf::KernelFacts;
     let key = |pid: u32| ProcessKey {
         pid,
         start_ticks: 1000 + u64::from(pid),

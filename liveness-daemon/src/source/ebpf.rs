@@ -2,8 +2,8 @@
 //! against a map of tracked processes and reports each tracked death once, with its wait
 //! status, through a ring buffer.
 //!
-//! The object is built from `liveness-ebpf/src/liveness.bpf.c` by `cargo xtask build-ebpf`
-//! and committed, so building the daemon needs no clang.
+//! The programs, their object and their records are the `liveness-ebpf` crate's; this
+//! module loads them, attaches them and reads what they report.
 
 use std::collections::HashMap as StdHashMap;
 use std::fmt;
@@ -15,14 +15,14 @@ use aya::maps::{Array, HashMap, IterableMap, Map, MapData, MapError, RingBuf};
 use aya::programs::links::FdLink;
 use aya::programs::{BtfTracePoint, ProgramError};
 use aya::{Btf, BtfError, Ebpf, EbpfLoader};
-use liveness_common::record::{
+use liveness_common::status::CausesReport;
+use liveness_ebpf::record::{
     COUNTER_CAUSES_LOST, COUNTER_EMITTED, COUNTER_LOST, COUNTER_SLOTS, COUNTER_USAGE_LOST,
     EXIT_PROGRAM_NAME, ExitRecord, FORK_PROGRAM_NAME, LINEAGE_EXIT_PROGRAM_NAME,
     LINEAGE_FORK_PROGRAM_NAME, MAP_CAUSES, MAP_COUNTERS, MAP_EXITS, MAP_LINEAGES,
     MAP_MEMBER_COUNTERS, MAP_MEMBER_SLOTS, MAP_MEMBERS, MAP_TRACKED, MAP_TREE_USAGES,
     MAP_UID_SHARES, OOM_PROGRAM_NAME, SIGNAL_PROGRAM_NAME, SignalCause, TreeUsage,
 };
-use liveness_common::status::CausesReport;
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
@@ -31,8 +31,9 @@ use super::child::ProbeChild;
 use super::lineage_pin::{self, EXIT_LINK, FORK_LINK, PinSet};
 use super::shared_array::SharedArray;
 use super::tree_map::{LineageKeep, TreeMap, TreeMapError, TreeMaps, map_errno};
-use liveness_common::cause::{Cause, KernelFacts};
+use liveness_common::cause::Cause;
 use liveness_common::status::{SelfTest, SourceStats};
+use liveness_ebpf::KernelFacts;
 
 use super::{ExitObservation, ExitSource, SourceEvent, TrackError};
 use liveness_common::exit::{DetectedBy, ExitStatus};
@@ -40,8 +41,7 @@ use liveness_common::identity::{DeathReason, ProcessKey};
 use liveness_proc::diagnose::{self, Denial};
 use liveness_proc::identity::ProcRoot;
 
-/// The compiled program; `cargo xtask build-ebpf --check` verifies it matches its source.
-static OBJECT: &[u8] = aya::include_bytes_aligned!("../../../liveness-ebpf/liveness.bpf.o");
+use liveness_ebpf::OBJECT;
 
 const TRACEPOINT: &str = "sched_process_exit";
 const FORK_TRACEPOINT: &str = "sched_process_fork";
@@ -849,13 +849,9 @@ impl ExitSource for EbpfSource {
 #[cfg(test)]
 mod tests {
     use std::collections::HashSet;
-    use std::ffi::CStr;
-    use std::mem::{offset_of, size_of};
     use std::os::unix::process::{CommandExt, ExitStatusExt};
     use std::process::{Command, Stdio};
     use std::time::Duration;
-
-    use object::{Object, ObjectSection};
 
     use super::*;
     use crate::source::testutil::{PATIENCE, Proc, QUIET, privileged, wait_until};
@@ -1473,139 +1469,5 @@ mod tests {
             }
             other => panic!("expected EbpfError::Denied for privileges, got {other:?}"),
         }
-    }
-
-    /// Size and `(name, byte offset)` members of the struct `name` in raw BTF.
-    fn btf_struct(btf: &[u8], name: &str) -> Option<(usize, Vec<(String, usize)>)> {
-        let word = |at: usize| u32::from_ne_bytes(btf[at..at + 4].try_into().unwrap());
-        assert_eq!(u16::from_ne_bytes([btf[0], btf[1]]), 0xeb9f, "BTF magic");
-        let header_len = word(4) as usize;
-        let types_at = header_len + word(8) as usize;
-        let types_end = types_at + word(12) as usize;
-        let strings_at = header_len + word(16) as usize;
-        let string = |offset: u32| {
-            CStr::from_bytes_until_nul(&btf[strings_at + offset as usize..])
-                .unwrap()
-                .to_str()
-                .unwrap()
-        };
-        let mut at = types_at;
-        while at < types_end {
-            let info = word(at + 4);
-            let (kind, vlen) = ((info >> 24) & 0x1f, (info & 0xffff) as usize);
-            // Bytes that follow the 12-byte common header, by kind (linux/btf.h).
-            let trailing = match kind {
-                1 | 14 | 17 => 4,             // INT, VAR, DECL_TAG
-                3 => 12,                      // ARRAY
-                4 | 5 | 15 | 19 => 12 * vlen, // STRUCT, UNION, DATASEC, ENUM64
-                6 | 13 => 8 * vlen,           // ENUM, FUNC_PROTO
-                _ => 0,
-            };
-            if kind == 4 && string(word(at)) == name {
-                assert_eq!(info >> 31, 0, "{name} has bitfields");
-                let members = (0..vlen)
-                    .map(|i| {
-                        let member = at + 12 + 12 * i;
-                        let bits = word(member + 8) as usize;
-                        assert_eq!(bits % 8, 0, "{name} member {i} is not byte-aligned");
-                        (string(word(member)).to_owned(), bits / 8)
-                    })
-                    .collect();
-                return Some((word(at + 8) as usize, members));
-            }
-            at += 12 + trailing;
-        }
-        None
-    }
-
-    /// The C structs, as compiled into the committed object, have the Rust layouts.
-    #[test]
-    fn embedded_exit_record_matches_the_rust_layout() {
-        let elf = object::File::parse(OBJECT).expect("the embedded eBPF object is not ELF");
-        let btf = elf
-            .section_by_name(".BTF")
-            .expect("the embedded eBPF object has no .BTF section (built without -g?)")
-            .data()
-            .unwrap();
-        let check = |name: &str, size: usize, expected: &[(&str, usize)]| {
-            let (c_size, members) = btf_struct(btf, name).unwrap_or_else(|| {
-                panic!("no struct {name} in the object's BTF: is fill_record still noinline?")
-            });
-            let expected: Vec<(String, usize)> = expected
-                .iter()
-                .map(|&(member, offset)| (member.to_owned(), offset))
-                .collect();
-            assert_eq!(members, expected, "struct {name} members (C vs Rust)");
-            assert_eq!(c_size, size, "struct {name} size (C vs Rust)");
-        };
-        check(
-            "exit_record",
-            size_of::<ExitRecord>(),
-            &[
-                ("start_ticks", offset_of!(ExitRecord, start_ticks)),
-                (
-                    "exit_monotonic_ns",
-                    offset_of!(ExitRecord, exit_monotonic_ns),
-                ),
-                ("tgid", offset_of!(ExitRecord, tgid)),
-                ("wait_status", offset_of!(ExitRecord, wait_status)),
-                ("usage", offset_of!(ExitRecord, usage)),
-                ("members", offset_of!(ExitRecord, members)),
-                ("cause", offset_of!(ExitRecord, cause)),
-                ("flags", offset_of!(ExitRecord, flags)),
-                ("pad", offset_of!(ExitRecord, pad)),
-            ],
-        );
-        use liveness_common::record::Usage as RawUsage;
-        check(
-            "usage",
-            size_of::<RawUsage>(),
-            &[
-                ("user_ns", offset_of!(RawUsage, user_ns)),
-                ("system_ns", offset_of!(RawUsage, system_ns)),
-                ("runtime_ns", offset_of!(RawUsage, runtime_ns)),
-                ("peak_rss_pages", offset_of!(RawUsage, peak_rss_pages)),
-            ],
-        );
-        check(
-            "tree_usage",
-            size_of::<TreeUsage>(),
-            &[
-                ("root_start_ticks", offset_of!(TreeUsage, root_start_ticks)),
-                ("total", offset_of!(TreeUsage, total)),
-                ("exited", offset_of!(TreeUsage, exited)),
-                ("pad", offset_of!(TreeUsage, pad)),
-            ],
-        );
-        check(
-            "signal_cause",
-            size_of::<SignalCause>(),
-            &[
-                (
-                    "target_start_ticks",
-                    offset_of!(SignalCause, target_start_ticks),
-                ),
-                (
-                    "sender_start_ticks",
-                    offset_of!(SignalCause, sender_start_ticks),
-                ),
-                (
-                    "sender_root_start_ticks",
-                    offset_of!(SignalCause, sender_root_start_ticks),
-                ),
-                ("oom_cgroup_id", offset_of!(SignalCause, oom_cgroup_id)),
-                ("sender_tgid", offset_of!(SignalCause, sender_tgid)),
-                ("sender_uid", offset_of!(SignalCause, sender_uid)),
-                (
-                    "sender_root_tgid",
-                    offset_of!(SignalCause, sender_root_tgid),
-                ),
-                ("code", offset_of!(SignalCause, code)),
-                ("signal", offset_of!(SignalCause, signal)),
-                ("origin", offset_of!(SignalCause, origin)),
-                ("flags", offset_of!(SignalCause, flags)),
-                ("sender_comm", offset_of!(SignalCause, sender_comm)),
-            ],
-        );
     }
 }

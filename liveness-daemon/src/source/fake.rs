@@ -6,10 +6,10 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
 
-use liveness_common::cause::KernelFacts;
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{DeathReason, ProcessKey};
 use liveness_common::status::SourceStats;
+use liveness_ebpf::KernelFacts;
 
 use super::{EventSink, ExitObservation, ExitSource, SourceEvent, TrackError};
 

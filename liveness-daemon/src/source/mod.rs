@@ -9,9 +9,9 @@ use std::fmt;
 use std::io;
 use std::time::SystemTime;
 
-use liveness_common::cause::KernelFacts;
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::status::SourceStats;
+use liveness_ebpf::KernelFacts;
 
 use liveness_common::identity::{DeathReason, ProcessKey};
 

@@ -9,14 +9,12 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::io;
-use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use rustix::io::Errno;
-use rustix::ioctl::{Opcode, Updater, opcode};
-use rustix::process::{Pid, PidfdFlags, Resource, Rlimit};
+use rustix::process::{Resource, Rlimit};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::runtime::Handle;
@@ -30,7 +28,8 @@ use super::{EventSink, ExitObservation, ExitSource, SourceEvent, TrackError};
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{DeathReason, ProcessKey};
 use liveness_proc::diagnose::{self, Denial};
-use liveness_proc::identity::{IdentityError, Liveness, ProcRoot};
+use liveness_proc::identity::{IdentityError, ProcRoot};
+use liveness_proc::pidref::{self, PidRef, PidRefError};
 
 /// Why the pidfd source cannot run.
 #[derive(Debug, thiserror::Error)]
@@ -40,55 +39,6 @@ pub enum PidfdError {
     Denied(Denial),
     #[error("pidfd_open fails on the daemon's own PID: {0}")]
     Probe(#[source] io::Error),
-}
-
-/// `struct pidfd_info` of `include/uapi/linux/pidfd.h` as first published (Linux 6.13,
-/// `PIDFD_INFO_SIZE_VER0`), with `exit_code` in the spare slot since 6.15. Later kernels
-/// append fields; the ioctl number carries our size and the kernel copies only that much,
-/// so this prefix works on every kernel that has the ioctl.
-#[repr(C)]
-struct PidfdInfo {
-    mask: u64,
-    _cgroupid: u64,
-    /// pid, tgid, ppid, then the real, effective, saved and fs uid/gid: unused here.
-    _ids: [u32; 11],
-    /// A `wait(2)` status word.
-    exit_code: i32,
-}
-
-const _: () = assert!(size_of::<PidfdInfo>() == 64);
-const _: () = assert!(std::mem::offset_of!(PidfdInfo, exit_code) == 60);
-
-const PIDFD_INFO_EXIT: u64 = 1 << 3;
-/// `_IOWR(PIDFS_IOCTL_MAGIC, 11, struct pidfd_info)`.
-const PIDFD_GET_INFO: Opcode = opcode::read_write::<PidfdInfo>(0xFF, 11);
-
-/// The wait status of an exited process, when the kernel tells: `PIDFD_INFO_EXIT` needs
-/// Linux 6.15, and the kernel records the status only when the process's parent reaps it,
-/// so before the reap the answer is `None`.
-fn exit_status(pidfd: &OwnedFd) -> Option<ExitStatus> {
-    let mut info = PidfdInfo {
-        mask: PIDFD_INFO_EXIT,
-        _cgroupid: 0,
-        _ids: [0; 11],
-        exit_code: 0,
-    };
-    // SAFETY: PIDFD_GET_INFO is the pidfd ioctl that takes a `struct pidfd_info`, and its
-    // number encodes `size_of::<PidfdInfo>()`, which bounds what the kernel writes.
-    let result = unsafe {
-        rustix::ioctl::ioctl(pidfd, Updater::<PIDFD_GET_INFO, PidfdInfo>::new(&mut info))
-    };
-    match result {
-        Ok(()) if info.mask & PIDFD_INFO_EXIT != 0 => {
-            Some(ExitStatus::from_wait_status(info.exit_code as u32))
-        }
-        Ok(()) => None,
-        // ENOTTY or EINVAL before Linux 6.13; ESRCH after the reap on 6.13 and 6.14.
-        Err(e) => {
-            debug!("PIDFD_GET_INFO gives no exit status: {e}");
-            None
-        }
-    }
 }
 
 /// Raises the soft open-file limit as far as the hard limit, since every process the pidfd
@@ -161,11 +111,10 @@ impl Default for PidfdConfig {
 fn kernel_gives_exit_status() -> bool {
     let probe = || -> io::Result<bool> {
         let mut child = ProbeChild::spawn()?;
-        let pid = Pid::from_raw(child.pid() as i32)
-            .ok_or_else(|| io::Error::other("fork returned PID 0"))?;
-        let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty())?;
+        let handle = PidRef::of_child(&ProcRoot::default(), child.pid())
+            .map_err(|e| io::Error::other(e.to_string()))?;
         child.reap()?;
-        Ok(exit_status(&pidfd)
+        Ok(handle.exit_status()
             == Some(ExitStatus::Exited {
                 code: super::child::EXIT_CODE,
             }))
@@ -213,18 +162,17 @@ impl PidfdSource {
     /// Outside a tokio runtime, or in one without IO enabled.
     pub fn start(sink: EventSink, config: PidfdConfig) -> Result<PidfdSource, PidfdError> {
         let runtime = Handle::current();
-        let probe =
-            match rustix::process::pidfd_open(rustix::process::getpid(), PidfdFlags::empty()) {
-                Ok(pidfd) => pidfd,
-                Err(e) => {
-                    return Err(
-                        match diagnose::explain(&diagnose::PIDFD_OPEN, Some(e.raw_os_error())) {
-                            Some(denial) => PidfdError::Denied(denial),
-                            None => PidfdError::Probe(e.into()),
-                        },
-                    );
-                }
-            };
+        let probe = match pidref::open_pidfd(std::process::id()) {
+            Ok(pidfd) => pidfd,
+            Err(e) => {
+                return Err(
+                    match diagnose::explain(&diagnose::PIDFD_OPEN, Some(e.raw_os_error())) {
+                        Some(denial) => PidfdError::Denied(denial),
+                        None => PidfdError::Probe(e.into()),
+                    },
+                );
+            }
+        };
         // Registering the probe proves epoll takes pidfds here (and panics now, not in
         // `track`, if the runtime has no IO driver).
         crate::registered::register(probe, Interest::READABLE)
@@ -254,43 +202,26 @@ impl PidfdSource {
     }
 
     /// Opens a pidfd for `key` and proves it names that very process.
-    fn open_verified(&self, key: ProcessKey) -> Result<OwnedFd, TrackError> {
-        let pid = i32::try_from(key.pid)
-            .ok()
-            .and_then(Pid::from_raw)
-            .ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!("{} is not a PID", key.pid),
-                )
-            })?;
-        let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty()).map_err(|e| match e {
-            Errno::SRCH => TrackError::Gone,
-            Errno::MFILE | Errno::NFILE => out_of_fds(e),
-            e => TrackError::Io(e.into()),
-        })?;
-        // The pidfd pins whichever process held the PID when it was opened. Only a start
-        // time read after the open proves that process is the one the key names; read
-        // before, a PID reused in between would be watched in the owner's place.
-        match self.proc.check_key(key) {
-            Liveness::Alive => Ok(pidfd),
-            Liveness::Dead(_) => Err(TrackError::Gone),
+    fn open_verified(&self, key: ProcessKey) -> Result<PidRef, TrackError> {
+        PidRef::open(&self.proc, key, None).map_err(|e| match e {
+            PidRefError::Gone(_) => TrackError::Gone,
+            PidRefError::Open {
+                errno: errno @ (Errno::MFILE | Errno::NFILE),
+                ..
+            } => out_of_fds(errno),
+            PidRefError::Open { errno, .. } => TrackError::Io(errno.into()),
             // The pidfd may have taken the last descriptor, leaving none to read /proc.
-            Liveness::Unknown(why) => match self.proc.stat(key.pid) {
-                Err(IdentityError::Read { source, .. }) if is_out_of_fds(&source) => {
-                    Err(out_of_fds(source))
-                }
-                _ => Err(TrackError::Io(io::Error::other(format!(
-                    "cannot verify that PID {} is {key}: {why}",
-                    key.pid
-                )))),
-            },
-        }
+            PidRefError::Unverified {
+                source: IdentityError::Read { source, .. },
+                ..
+            } if is_out_of_fds(&source) => out_of_fds(source),
+            e @ PidRefError::Unverified { .. } => TrackError::Io(io::Error::other(e.to_string())),
+        })
     }
 
-    fn register(&self, pidfd: OwnedFd) -> Result<AsyncFd<OwnedFd>, TrackError> {
+    fn register(&self, process: PidRef) -> Result<AsyncFd<PidRef>, TrackError> {
         let _runtime = self.runtime.enter();
-        crate::registered::register(pidfd, Interest::READABLE).map_err(|e| {
+        crate::registered::register(process, Interest::READABLE).map_err(|e| {
             let e = io::Error::from(e);
             if e.raw_os_error() == Some(libc::ENOSPC) {
                 TrackError::Exhausted(format!(
@@ -312,11 +243,11 @@ fn out_of_fds(e: impl fmt::Display) -> TrackError {
 }
 
 /// Waits for the process behind `pidfd` to exit and reports it.
-async fn watch(shared: Arc<Shared>, key: ProcessKey, mut pidfd: AsyncFd<OwnedFd>) {
+async fn watch(shared: Arc<Shared>, key: ProcessKey, mut pidfd: AsyncFd<PidRef>) {
     match pidfd.readable_mut().await {
         Ok(mut exited) => {
             let at = SystemTime::now();
-            let mut status = exit_status(exited.get_inner());
+            let mut status = exited.get_inner().exit_status();
             if status.is_none() && shared.exit_info {
                 exited.clear_ready();
                 drop(exited);
@@ -362,7 +293,7 @@ const REAP_RECHECK: Duration = Duration::from_millis(5);
 /// The kernel records a non-child's status only when its parent reaps it, usually within
 /// microseconds of the exit (init may take longer for orphans). Waits up to `limit` for
 /// that, so the death is reported once with its status rather than without it.
-async fn status_after_reap(pidfd: &mut AsyncFd<OwnedFd>, limit: Duration) -> Option<ExitStatus> {
+async fn status_after_reap(pidfd: &mut AsyncFd<PidRef>, limit: Duration) -> Option<ExitStatus> {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
         let woken = tokio::select! {
@@ -373,7 +304,7 @@ async fn status_after_reap(pidfd: &mut AsyncFd<OwnedFd>, limit: Duration) -> Opt
         if let Some(mut guard) = woken {
             guard.clear_ready();
         }
-        if let Some(status) = exit_status(pidfd.get_ref()) {
+        if let Some(status) = pidfd.get_ref().exit_status() {
             return Some(status);
         }
         if tokio::time::Instant::now() >= deadline {
@@ -571,12 +502,6 @@ mod tests {
             .expect("a tracked process is tracked again at capacity");
     }
 
-    #[test]
-    fn get_info_opcode_is_iowr_ff_11_of_64_bytes() {
-        // _IOWR: direction 3 in bits 30-31, size in bits 16-29, type, then number.
-        assert_eq!(PIDFD_GET_INFO, (3 << 30) | (64 << 16) | (0xFF << 8) | 11);
-    }
-
     // The test is the process's parent and reaps it before the watcher task can run: this
     // runtime has one thread, which `reap` blocks. So the kernel holds the status when the
     // pidfd is handled. For a process that is not the daemon's child, the status is there
@@ -677,7 +602,7 @@ mod tests {
         let key = proc.key();
         proc.close_stdin();
         // Wait for the exit without reaping: the zombie keeps its PID, so pidfd_open works.
-        let pid = Pid::from_raw(proc.pid() as i32).unwrap();
+        let pid = rustix::process::Pid::from_raw(proc.pid() as i32).unwrap();
         rustix::process::waitid(
             WaitId::Pid(pid),
             WaitIdOptions::EXITED | WaitIdOptions::NOWAIT,

@@ -20,7 +20,7 @@ use aya::sys::SyscallError;
 
 use super::shared_array::SharedArray;
 use liveness_common::identity::ProcessKey;
-use liveness_common::record::{
+use liveness_ebpf::record::{
     Lineage, MEMBER_COUNTER_ADDED, MEMBER_COUNTER_FULL, MEMBER_COUNTER_SLOTS, MEMBER_FLAG_COUNTED,
     MemberRecord, UID_BUCKETS, UID_SHARE_LAST_REFUSED, UID_SHARE_REFUSED, UID_SHARE_SLOTS,
     UID_SHARE_USED,
@@ -242,7 +242,7 @@ fn duplicate(map: &MapData) -> Result<MapData, MapError> {
 }
 
 impl TreeMap {
-    /// The handle on the maps named by [`liveness_common::record`]'s `MAP_MEMBER*`.
+    /// The handle on the maps named by [`liveness_ebpf::record`]'s `MAP_MEMBER*`.
     pub(super) fn new(
         maps: TreeMaps,
         capacity: u32,
@@ -303,7 +303,7 @@ impl TreeMap {
     }
 
     /// The processes whose recorded lineage has `root` among their ancestors: those it
-    /// started (up to [`LINEAGE_DEPTH`](liveness_common::record::LINEAGE_DEPTH) generations
+    /// started (up to [`LINEAGE_DEPTH`](liveness_ebpf::record::LINEAGE_DEPTH) generations
     /// down), whatever they were reparented to
     /// since, as long as they were forked after the programs were loaded. A walk of the map.
     pub fn started_by(&self, root: ProcessKey) -> Vec<ProcessKey> {

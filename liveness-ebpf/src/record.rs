@@ -1,7 +1,7 @@
-//! The ring-buffer record and map names shared with the eBPF program (C, in
-//! `liveness-ebpf/src/liveness.h`). Every layout here is mirrored by hand in that header;
-//! the tests below and the BTF check in `liveness-daemon` pin both so they cannot drift
-//! apart. Plain `core` only, so a Rust eBPF program could use it as it is.
+//! The ring-buffer record and map names shared with the eBPF programs (C, in
+//! `bpf/liveness.h`). Every layout here is mirrored by hand in that header; the tests below
+//! pin the Rust side and compare it with the committed object's BTF, so the two cannot
+//! drift apart. Plain `core` only, so a Rust eBPF program could use it as it is.
 
 /// Name of the `tp_btf/sched_process_exit` program in the object. The kernel keeps 15
 /// bytes of a program's name: both names fit, so `bpftool prog` tells them apart.

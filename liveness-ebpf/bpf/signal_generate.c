@@ -1,0 +1,130 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * signal_generate: the sender of the last killing signal queued to a tracked process.
+ */
+#include "maps.h"
+
+/* Signals whose default action is to ignore or to stop: they never kill by themselves. */
+#define SPARED_BY_DEFAULT                                                                      \
+	((1U << 17) | (1U << 18) | (1U << 19) | (1U << 20) | (1U << 21) | (1U << 22) |         \
+	 (1U << 23) | (1U << 28))
+
+/* include/trace/events/signal.h: the signal was queued, or queued without its siginfo. */
+#define TRACE_SIGNAL_DELIVERED 0
+#define TRACE_SIGNAL_LOSE_INFO 4
+
+/* include/linux/sched/signal.h: the special siginfo pointers of in-kernel senders. */
+#define SEND_SIG_NOINFO 0
+#define SEND_SIG_PRIV 1
+
+#define SIGKILL 9
+
+/* include/linux/page_counter.h: the limit of a cgroup that has none, in pages. */
+#define PAGE_COUNTER_MAX (0x7fffffffffffffffUL / 4096)
+/* The largest charge that can fail: a huge page, 512 pages. */
+#define LARGEST_CHARGE 512
+/* Memory cgroups nest deeper than this only in contrived trees. */
+#define MAX_CGROUP_DEPTH 16
+
+/*
+ * The kernfs id of the nearest memory cgroup of `task` (its own, or an ancestor) whose
+ * usage is within one charge of its limit: where a charge fails and the OOM killer runs
+ * for the cgroup, not for the machine. 0 when none is. Read when the kernel sends SIGKILL,
+ * before the victim's memory is freed.
+ */
+static __always_inline __u64 cgroup_at_limit(struct task_struct *task)
+{
+	struct css_set *cgroups = BPF_CORE_READ(task, cgroups);
+	int id = bpf_core_enum_value(enum cgroup_subsys_id, memory_cgrp_id);
+	struct cgroup_subsys_state *css = 0;
+	__u64 slot = (__u64)cgroups + bpf_core_field_offset(struct css_set, subsys) +
+		     id * sizeof(css);
+
+	if (!cgroups || bpf_probe_read_kernel(&css, sizeof(css), (const void *)slot))
+		return 0;
+	for (int depth = 0; depth < MAX_CGROUP_DEPTH && css; depth++) {
+		struct mem_cgroup *memcg =
+			(struct mem_cgroup *)((__u64)css - bpf_core_field_offset(struct mem_cgroup, css));
+		unsigned long max = BPF_CORE_READ(memcg, memory.max);
+		long usage = BPF_CORE_READ(memcg, memory.usage.counter);
+
+		if (max < PAGE_COUNTER_MAX && usage + LARGEST_CHARGE > (long)max)
+			return BPF_CORE_READ(memcg, css.cgroup, kn, id);
+		css = BPF_CORE_READ(css, parent);
+	}
+	return 0;
+}
+
+/*
+ * Keeps the sender of every signal that kills by default queued to a tracked process: the
+ * last one before its death is the one that killed it (its exit record checks the number).
+ * SIGCHLD, raised at every exit of the machine, returns after one comparison; a killing
+ * signal to a process that is not tracked after one lookup.
+ */
+SEC("tp_btf/signal_generate")
+int BPF_PROG(liveness_signal, int sig, struct kernel_siginfo *info, struct task_struct *task,
+	     int group, int result)
+{
+	if (sig <= 0 || sig > 64 || (sig < 32 && ((1U << sig) & SPARED_BY_DEFAULT)))
+		return 0;
+	if (result != TRACE_SIGNAL_DELIVERED && result != TRACE_SIGNAL_LOSE_INFO)
+		return 0;
+
+	__u32 tgid = tgid_seen_by_daemon(task);
+	__u64 *expected_start = bpf_map_lookup_elem(&tracked, &tgid);
+
+	if (!expected_start)
+		return 0;
+
+	__u64 start_ticks = process_start_ticks(task);
+
+	if (start_ticks != *expected_start)
+		return 0;
+
+	struct signal_cause cause = {
+		.target_start_ticks = start_ticks,
+		.signal = sig,
+		.flags = CAUSE_SIGNAL,
+	};
+	__u64 special = (__u64)info;
+
+	if (special == SEND_SIG_NOINFO) {
+		cause.origin = ORIGIN_NOINFO;
+	} else if (special == SEND_SIG_PRIV) {
+		cause.origin = ORIGIN_PRIV;
+	} else {
+		cause.origin = ORIGIN_SIGINFO;
+		/* si_code follows si_signo and si_errno: the layout is user-space ABI. */
+		bpf_probe_read_kernel(&cause.code, sizeof(cause.code), (void *)info + 8);
+	}
+
+	/* The OOM killer's SIGKILL comes before its victim's memory is freed: where a cgroup's
+	 * limit stands, it is still at it. */
+	if (sig == SIGKILL && cause.origin == ORIGIN_PRIV) {
+		cause.oom_cgroup_id = cgroup_at_limit(task);
+		cause.flags |= CAUSE_LIMITS_READ;
+	}
+
+	struct task_struct *sender = (struct task_struct *)bpf_get_current_task();
+
+	struct task_struct *sender_leader = BPF_CORE_READ(sender, group_leader);
+
+	cause.sender_tgid = current_tgid_seen_by_daemon();
+	cause.sender_start_ticks =
+		BPF_CORE_READ(sender_leader, start_boottime) / NSEC_PER_CLOCK_TICK;
+	cause.sender_uid = (__u32)bpf_get_current_uid_gid();
+	/* The process's command, as ps shows it, not the sending thread's name. */
+	BPF_CORE_READ_STR_INTO(&cause.sender_comm, sender_leader, comm);
+
+	/* The sender's tree, looked up now: a `kill` is gone long before user space reads this. */
+	struct member_record *tree = bpf_map_lookup_elem(&members, &cause.sender_tgid);
+
+	if (tree && tree->start_ticks == cause.sender_start_ticks) {
+		cause.sender_root_tgid = tree->root_tgid;
+		cause.sender_root_start_ticks = tree->root_start_ticks;
+		cause.flags |= CAUSE_SENDER_IN_TREE;
+	}
+	if (bpf_map_update_elem(&causes, &tgid, &cause, BPF_ANY))
+		bump(COUNTER_CAUSES_LOST);
+	return 0;
+}
