@@ -9,23 +9,19 @@
 //! `liveness_common`'s, the process facts they read `liveness_proc`'s.
 
 mod action;
-mod closer;
 mod daemon;
 mod deadline;
 mod engine;
+mod fair;
 mod faults;
-mod fdpass;
-mod limits;
+mod fd;
 mod metrics;
-mod offload;
 mod reap;
-mod registered;
 mod server;
 mod source;
 mod store;
 mod systemd;
 mod trust;
-mod turns;
 
 pub use daemon::main;
 pub use source::ExitObservation;

@@ -13,7 +13,7 @@
 //! does not SIGKILL it on the user's behalf; it is reported with what changed.
 //!
 //! A reap's size is its session's choice, so it holds up no one: its reads and signals run
-//! off the engine (see [`crate::offload`]), and between its signals it holds a pidfd for
+//! off the engine (see [`crate::fair::offload`]), and between its signals it holds a pidfd for
 //! only so many of its targets (see [`Budget`]). The others are watched through `/proc` by
 //! their fingerprints, and verified through a newly opened pidfd before SIGKILL as they
 //! were before SIGTERM.
@@ -33,8 +33,8 @@ use liveness_common::identity::Identity;
 use liveness_common::session::{ReapFailure, Reaped};
 use liveness_proc::identity::{IdentityError, Liveness, ProcRoot, pidfd_exited, pidfs_ino};
 
-use crate::offload::offload_for;
-use crate::registered::register;
+use crate::fair::offload::offload_for;
+use crate::fd::registered::register;
 
 /// How long SIGKILLed processes have to vanish before they are reported as failed: a
 /// process in uninterruptible sleep dies only once it wakes.

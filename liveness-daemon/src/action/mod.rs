@@ -10,7 +10,7 @@
 //! and process group of its own, and none of the daemon's descriptors. Its stdin is the
 //! [`EndFacts`](liveness_common::action::EndFacts) as JSON; its stdout is discarded; the
 //! last 4 KiB of its stderr are kept. At its timeout its whole tree is ended ([`tree`]).
-//! Each user has at most a few actions running at once ([`crate::turns`]).
+//! Each user has at most a few actions running at once ([`crate::fair::turns`]).
 //!
 //! The daemon's mount namespace and file system view are the action's: a unit that hides
 //! home directories from the daemon hides them from actions too.

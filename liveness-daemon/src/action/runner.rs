@@ -23,7 +23,7 @@ use super::sys::{self, ChildSetup};
 use super::tail::Tail;
 use super::tree::end_tree;
 use super::user::RunAs;
-use crate::registered::register;
+use crate::fd::registered::register;
 
 /// How long a timed-out action's processes have between SIGTERM and SIGKILL.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);

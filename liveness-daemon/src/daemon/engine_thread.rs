@@ -61,7 +61,7 @@ impl EngineThread {
         let thread = std::thread::Builder::new()
             .name("engine".into())
             .spawn(move || {
-                crate::offload::short_slices();
+                crate::fair::offload::short_slices();
                 let runtime = match tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()

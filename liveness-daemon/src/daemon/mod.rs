@@ -12,7 +12,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::engine::{ActionConfig, Clock, EngineConfig};
-use crate::limits::Limits;
+use crate::fair::limits::Limits;
 use crate::source::ebpf::EbpfConfig;
 use crate::source::monitor::MonitorConfig;
 use crate::source::pidfd::PidfdConfig;
@@ -118,10 +118,12 @@ pub fn main() -> ExitCode {
         }
     };
     init_logging(log_file.as_ref());
-    // Connections are served a step below the engine's thread (see `crate::offload`).
+    // Connections are served a step below the engine's thread (see `crate::fair::offload`).
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .on_thread_start(|| crate::offload::lower_this_thread(crate::offload::CONNECTIONS_NICE))
+        .on_thread_start(|| {
+            crate::fair::offload::lower_this_thread(crate::fair::offload::CONNECTIONS_NICE)
+        })
         .build()
     {
         Ok(runtime) => runtime,

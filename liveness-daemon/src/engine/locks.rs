@@ -11,7 +11,7 @@ use std::collections::{HashMap, VecDeque};
 
 use tokio::sync::oneshot;
 
-use crate::limits::SessionUsage;
+use crate::fair::limits::SessionUsage;
 use crate::store::{Acquired, Store};
 use liveness_common::lock::Lock;
 use liveness_common::protocol::{ErrorBody, ErrorCode};

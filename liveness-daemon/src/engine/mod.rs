@@ -15,7 +15,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::limits::{Limits, SessionUsage};
+use crate::fair::limits::{Limits, SessionUsage};
 use crate::source::monitor::Monitor;
 use crate::source::tree_map::TreeMap;
 use crate::store::{ListQuery, Store, StoreError};
@@ -36,7 +36,6 @@ mod locks;
 mod op;
 mod outbox;
 mod owner_checks;
-mod pacing;
 mod reaps;
 mod retry;
 mod subscribers;

@@ -26,7 +26,7 @@ use liveness_common::session::{
 use liveness_proc::identity::{Liveness, ProcRoot};
 
 use super::tree::{TreeView, Trees, descendants};
-use crate::offload::offload_for;
+use crate::fair::offload::offload_for;
 use crate::reap::Reaper;
 use crate::source::tree_map::TreeMap;
 use crate::store::Store;

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::oneshot;
 
-use crate::limits::Limits;
+use crate::fair::limits::Limits;
 use crate::source::ExitObservation;
 use crate::source::fake::FakeExits;
 use crate::source::monitor::{Monitor, MonitorConfig};

@@ -13,9 +13,9 @@ use super::reads::Answer;
 use super::reply::IntoReply;
 use super::stream::Stream;
 use super::{Readers, goodbye, locks, stopping};
-use crate::closer::Closer;
 use crate::engine::{Ask, Caller, Command, Handle, Op, Register};
-use crate::limits::{ConnectionSlot, Limits};
+use crate::fair::closer::Closer;
+use crate::fair::limits::{ConnectionSlot, Limits};
 use liveness_common::protocol::{ErrorCode, MAX_LINE_BYTES, Reply, Request, parse_request};
 use liveness_common::status::Limit;
 

@@ -8,8 +8,8 @@ use std::time::Duration;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
-use crate::closer::Closer;
-use crate::fdpass::{FdReader, Passed};
+use crate::fair::closer::Closer;
+use crate::fd::pass::{FdReader, Passed};
 use liveness_common::protocol::MAX_LINE_BYTES;
 
 /// A client that does not take a line within this long is disconnected.

@@ -14,10 +14,10 @@ use tokio::task::JoinSet;
 
 use super::connection::Connection;
 use super::{Readers, goodbye, stopping};
-use crate::closer::Closer;
 use crate::engine::{Caller, Handle};
-use crate::fdpass::close_connection;
-use crate::limits::Limits;
+use crate::fair::closer::Closer;
+use crate::fair::limits::Limits;
+use crate::fd::pass::close_connection;
 use liveness_common::protocol::{ErrorBody, ErrorCode, Reply};
 use liveness_common::status::Limit;
 

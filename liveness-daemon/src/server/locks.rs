@@ -77,8 +77,8 @@ mod tests {
     use tokio::time::Instant;
 
     use super::*;
-    use crate::closer::Closer;
     use crate::engine::Command;
+    use crate::fair::closer::Closer;
 
     const ALICE: Caller = Caller {
         uid: 1000,

@@ -1,7 +1,7 @@
 //! Requests answered off the engine: their cost is whatever the client chose (a long
 //! listing, a big tree), so they read a read-only store connection, `/proc` and the
 //! kernel's members map on the blocking pool, at a lower priority (see
-//! [`crate::offload`]). Where they need the engine's view (which session a request names,
+//! [`crate::fair::offload`]). Where they need the engine's view (which session a request names,
 //! how many wait for a lock) they ask it a question it answers in bounded time.
 
 use std::path::PathBuf;
@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::reply::{IntoReply, Processes};
 use crate::engine::{self, Caller, Handle, Link, TreeView, ancestry};
-use crate::offload::offload_for;
+use crate::fair::offload::offload_for;
 use crate::source::tree_map::TreeMap;
 use crate::store::{EventReader, ListQuery, LockQuery, StoreError};
 use liveness_common::identity::Identity;

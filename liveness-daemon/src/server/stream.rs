@@ -19,7 +19,7 @@ use super::framing::{ConnectionError, Line, Requests, WRITE_TIMEOUT, write_json,
 use super::{goodbye, stopping};
 use crate::deadline::sleep_until;
 use crate::engine::{Caller, Ended, Flushed, Handle, Outbox, Subscribe, Subscription};
-use crate::registered::register;
+use crate::fd::registered::register;
 use crate::store::{EventFilter, EventReader};
 use liveness_common::protocol::{Reply, StreamMessage, Subscribed};
 use liveness_common::request;

@@ -73,7 +73,7 @@ pub fn raise_nofile_limit() -> io::Result<(u64, u64)> {
 /// Descriptors the pidfd source leaves to the rest of the daemon, at most (half the
 /// open-file limit when that is small): what clients may hold under the default connection
 /// limits, and some for the database, `/proc` reads and the eBPF maps.
-const RESERVED_FDS: u64 = crate::limits::CLIENT_FDS + 256;
+const RESERVED_FDS: u64 = crate::fair::limits::CLIENT_FDS + 256;
 
 /// How many pidfds the source may hold under an open-file limit of `soft`: all but
 /// [`RESERVED_FDS`], so that running out of descriptors for pidfds never leaves the daemon
@@ -175,7 +175,7 @@ impl PidfdSource {
         };
         // Registering the probe proves epoll takes pidfds here (and panics now, not in
         // `track`, if the runtime has no IO driver).
-        crate::registered::register(probe, Interest::READABLE)
+        crate::fd::registered::register(probe, Interest::READABLE)
             .map_err(|e| PidfdError::Probe(e.into()))?;
         Ok(PidfdSource {
             shared: Arc::new(Shared {
@@ -221,7 +221,7 @@ impl PidfdSource {
 
     fn register(&self, process: PidRef) -> Result<AsyncFd<PidRef>, TrackError> {
         let _runtime = self.runtime.enter();
-        crate::registered::register(process, Interest::READABLE).map_err(|e| {
+        crate::fd::registered::register(process, Interest::READABLE).map_err(|e| {
             let e = io::Error::from(e);
             if e.raw_os_error() == Some(libc::ENOSPC) {
                 TrackError::Exhausted(format!(

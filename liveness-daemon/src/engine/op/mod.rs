@@ -13,9 +13,9 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
 use super::auth::Caller;
-use super::pacing::Pacing;
 use super::tree::Parked;
 use super::{Engine, store_error};
+use crate::fair::pacing::Pacing;
 use crate::store::{Store, StoreError};
 use liveness_common::protocol::{ErrorBody, ErrorCode};
 use liveness_common::request;

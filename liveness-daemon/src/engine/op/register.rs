@@ -13,7 +13,7 @@ use super::{Op, stored};
 use crate::engine::owner_checks::launcher_warning;
 use crate::engine::tree::Start;
 use crate::engine::{Caller, Engine, now_ms, store_error};
-use crate::fdpass::Passed;
+use crate::fd::pass::Passed;
 use crate::store::NewSession;
 use liveness_common::protocol::wire_name;
 

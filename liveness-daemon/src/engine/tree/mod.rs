@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 
-use crate::offload::{offload, offload_for};
+use crate::fair::offload::{offload, offload_for};
 use crate::source::tree_map::{KernelMember, TreeMap};
 use crate::store::{Member, Store};
 use known::KnownTrees;

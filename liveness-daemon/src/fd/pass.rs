@@ -28,8 +28,8 @@ use tokio::io::{AsyncRead, Interest, ReadBuf};
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
-use crate::closer::Closer;
-use crate::registered::register;
+use crate::fair::closer::Closer;
+use crate::fd::registered::register;
 
 /// Most descriptors a connection holds while their lines are read; older ones are closed
 /// first when more arrive, so a client cannot pile up descriptors in the daemon.

@@ -16,7 +16,7 @@
 
 use std::sync::{Arc, LazyLock};
 
-use crate::turns::UidTurns;
+use crate::fair::turns::UidTurns;
 
 /// Niceness of the threads that serve connections.
 pub const CONNECTIONS_NICE: i32 = 5;

@@ -8,7 +8,7 @@
 //! client passed with `SCM_RIGHTS` is never closed on a thread that deaths or other
 //! clients wait on: it goes to the closing thread of the uid that sent it, and so does a
 //! closed connection with bytes still unread, whose queued descriptors that thread takes
-//! out and closes (see [`crate::fdpass::FdReader`]).
+//! out and closes (see [`crate::fd::pass::FdReader`]).
 //!
 //! A close that hangs stalls only the later work of its own sender's thread. What that
 //! sender can make the daemon hold meanwhile is bounded: its connections stop reading (and
