@@ -14,6 +14,8 @@ use liveness_common::protocol::ErrorCode;
 use liveness_common::session::{EndReason, Session};
 use liveness_proc::identity::IdentityError;
 
+use crate::output;
+
 /// Process exit codes of the `liveness` CLI.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -220,11 +222,11 @@ impl Failure {
                 },
             };
             match serde_json::to_string(&error) {
-                Ok(line) => eprintln!("{line}"),
-                Err(_) => eprintln!("liveness: {}", self.message),
+                Ok(line) => eprintln!("{}", output::json_text(&line)),
+                Err(_) => eprintln!("liveness: {}", output::for_terminal(&self.message)),
             }
         } else {
-            eprintln!("liveness: {}", self.message);
+            eprintln!("liveness: {}", output::for_terminal(&self.message));
         }
     }
 }

@@ -1,31 +1,94 @@
 //! Writing to stdout. A reader that went away (`liveness list | head -1`) ends the command
 //! quietly with success, as for any Unix filter; `println!` would panic instead.
+//!
+//! Text is for a terminal, often root's, and much of it is other users' words: session
+//! ids, labels, process names and command lines, action stderr. Every text line goes
+//! through [`for_terminal`] here, so that none of it can drive the terminal (clear it, set
+//! its title, write the clipboard with OSC 52); JSON lines through [`json_text`].
 
+use std::borrow::Cow;
 use std::fmt;
+use std::fmt::Write as _;
 use std::io::{ErrorKind, Write};
 
 use serde::Serialize;
 
 use crate::exit::Exit;
 
-/// Writes one line to stdout and flushes it (a watcher's lines must not wait in a buffer).
+/// `text` with its control characters (C0, DEL and C1: Unicode's `Cc`) written as Rust
+/// writes them in a string: `\t`, `\n`, `\r`, `\u{1b}`, `\u{7f}`, `\u{9b}`. A line of text
+/// is one line on the terminal, and nothing in it is a terminal's command.
+pub(crate) fn for_terminal(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            escaped.extend(c.escape_debug());
+        } else {
+            escaped.push(c);
+        }
+    }
+    Cow::Owned(escaped)
+}
+
+/// A line of JSON with DEL and the C1 controls, which JSON leaves as they are, escaped
+/// (`\u007f`, `\u009b`): the same strings to a parser, nothing a terminal acts on. JSON has
+/// the C0 controls escaped already, and outside its strings only ASCII punctuation.
+pub(crate) fn json_text(line: &str) -> Cow<'_, str> {
+    if !line.chars().any(char::is_control) {
+        return Cow::Borrowed(line);
+    }
+    let mut escaped = String::with_capacity(line.len() + 8);
+    for c in line.chars() {
+        match c {
+            '\n' => escaped.push(c),
+            c if c.is_control() => {
+                let _ = write!(escaped, "\\u{:04x}", u32::from(c));
+            }
+            c => escaped.push(c),
+        }
+    }
+    Cow::Owned(escaped)
+}
+
+/// Writes one line of text to stdout, escaped [`for_terminal`], and flushes it (a
+/// watcher's lines must not wait in a buffer).
 pub(crate) fn line(args: fmt::Arguments<'_>) {
+    let text = match args.as_str() {
+        Some(text) => Cow::Borrowed(text),
+        None => Cow::Owned(args.to_string()),
+    };
+    write_line(&for_terminal(&text));
+}
+
+/// Writes a line of JSON (see [`json_text`]) and flushes it.
+pub(crate) fn json_line(line: &str) {
+    write_line(&json_text(line));
+}
+
+fn write_line(text: &str) {
     let mut out = std::io::stdout().lock();
-    let written = out.write_fmt(args).and_then(|()| out.write_all(b"\n"));
+    let written = out
+        .write_all(text.as_bytes())
+        .and_then(|()| out.write_all(b"\n"));
     finish(written.and_then(|()| out.flush()));
 }
 
-/// Writes a line that ends in its newline with one `write(2)`: stdout's line buffer passes
-/// it straight through when it holds nothing, so a reader never sees it in pieces.
-pub(crate) fn whole_line(line: &[u8]) {
+/// Writes a line of JSON that ends in its newline (see [`json_text`]) with one `write(2)`:
+/// stdout's line buffer passes it straight through when it holds nothing, so a reader
+/// never sees it in pieces.
+pub(crate) fn whole_json_line(line: &str) {
+    let line = json_text(line);
     let mut out = std::io::stdout().lock();
-    finish(out.write_all(line).and_then(|()| out.flush()));
+    finish(out.write_all(line.as_bytes()).and_then(|()| out.flush()));
 }
 
 /// Writes `value` as one line of JSON.
 pub(crate) fn json(value: &impl Serialize) {
     match serde_json::to_string(value) {
-        Ok(text) => line(format_args!("{text}")),
+        Ok(text) => json_line(&text),
         Err(e) => {
             eprintln!("liveness: cannot encode the answer as JSON: {e}");
             std::process::exit(Exit::Software as i32);
@@ -37,12 +100,10 @@ pub(crate) fn json(value: &impl Serialize) {
 /// `{"warning":{"message":...}}`.
 pub(crate) fn warn(message: &str, json: bool) {
     if json {
-        eprintln!(
-            "{}",
-            serde_json::json!({ "warning": { "message": message } })
-        );
+        let warning = serde_json::json!({ "warning": { "message": message } });
+        eprintln!("{}", json_text(&warning.to_string()));
     } else {
-        eprintln!("liveness: warning: {message}");
+        eprintln!("liveness: warning: {}", for_terminal(message));
     }
 }
 
@@ -64,3 +125,29 @@ macro_rules! outln {
     };
 }
 pub(crate) use outln;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_reach_no_terminal() {
+        let hostile = "a\u{1b}]52;c;cHdu\u{7}\u{1b}[2J\tb\nc\r\u{7f}\u{9b}31m é";
+        assert_eq!(
+            for_terminal(hostile),
+            r"a\u{1b}]52;c;cHdu\u{7}\u{1b}[2J\tb\nc\r\u{7f}\u{9b}31m é"
+        );
+        assert!(matches!(for_terminal("plain é"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn json_lines_escape_what_json_leaves_raw_and_parse_the_same() {
+        let hostile = "x\u{1b}]0;title\u{7}\u{7f}\u{9b}y";
+        let line = serde_json::to_string(&serde_json::json!({ "comm": hostile })).unwrap();
+        let escaped = json_text(&line);
+        assert!(!escaped.chars().any(char::is_control), "{escaped}");
+        let back: serde_json::Value = serde_json::from_str(&escaped).unwrap();
+        assert_eq!(back["comm"], hostile);
+        assert_eq!(json_text("{}\n"), "{}\n");
+    }
+}

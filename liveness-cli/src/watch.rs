@@ -131,7 +131,7 @@ impl WatchArgs {
                         if !line.ends_with('\n') {
                             line.push('\n');
                         }
-                        output::whole_line(line.as_bytes());
+                        output::whole_json_line(&line);
                         events.cursor().map(save).transpose()?;
                         continue;
                     }
@@ -189,7 +189,7 @@ impl WatchArgs {
             )
         })?;
         if json {
-            outln!("{line}");
+            output::json_line(&line);
         } else if self.exec.is_none() {
             outln!("{}", describe_event(event, pids));
         }

@@ -143,19 +143,66 @@ impl TestprocAs {
     }
 }
 
-/// Where a process that should have answered waits, for the failure's message: its system
-/// call and arguments (`/proc/PID/syscall`) and its kernel stack (`/proc/PID/stack`, which
-/// root can read), so that a hang names the call it is in.
+/// Where a process that should have answered waits, for the failure's message: for each
+/// of its threads, its system call by name with its arguments (`/proc/PID/task/TID/syscall`)
+/// and its kernel stack (`stack`, which root can read), so that a hang names the call it
+/// is in, on whichever thread.
 fn blocked_in(pid: u32) -> String {
-    let read = |what: &str| {
-        std::fs::read_to_string(format!("/proc/{pid}/{what}"))
+    let read = |path: &str| {
+        std::fs::read_to_string(path)
             .map_or_else(|e| format!("({e})"), |text| text.trim().to_owned())
     };
-    format!(
-        "it waits in system call {} with the kernel stack:\n{}",
-        read("syscall"),
-        read("stack")
-    )
+    let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|tasks| {
+            tasks
+                .filter_map(|task| task.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    tids.sort_unstable();
+    if tids.is_empty() {
+        return format!("its threads cannot be listed (is {pid} gone?)");
+    }
+    tids.iter()
+        .map(|tid| {
+            let task = format!("/proc/{pid}/task/{tid}");
+            let syscall = read(&format!("{task}/syscall"));
+            format!(
+                "thread {tid} ({}) waits in {} with the kernel stack:\n{}",
+                read(&format!("{task}/comm")),
+                named_syscall(&syscall),
+                read(&format!("{task}/stack"))
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A line of `/proc/PID/task/TID/syscall` (`NR ARGS... SP PC`, `running` or `-1 SP PC`) with
+/// the names of the calls a test's process may wait in.
+fn named_syscall(line: &str) -> String {
+    let Some((number, rest)) = line.split_once(' ') else {
+        return line.to_owned();
+    };
+    let name = match number.parse::<libc::c_long>() {
+        Ok(libc::SYS_read) => "read",
+        Ok(libc::SYS_write) => "write",
+        Ok(libc::SYS_close) => "close",
+        Ok(libc::SYS_ppoll) => "ppoll",
+        Ok(libc::SYS_connect) => "connect",
+        Ok(libc::SYS_accept4) => "accept4",
+        Ok(libc::SYS_sendto) => "sendto",
+        Ok(libc::SYS_recvfrom) => "recvfrom",
+        Ok(libc::SYS_sendmsg) => "sendmsg",
+        Ok(libc::SYS_recvmsg) => "recvmsg",
+        Ok(libc::SYS_wait4) => "wait4",
+        Ok(libc::SYS_futex) => "futex",
+        Ok(libc::SYS_epoll_pwait) => "epoll_pwait",
+        Ok(libc::SYS_clock_nanosleep) => "clock_nanosleep",
+        Ok(-1) => "no system call",
+        _ => return format!("system call {line}"),
+    };
+    format!("{name} (system call {number} {rest})")
 }
 
 impl Drop for TestprocAs {
@@ -199,8 +246,9 @@ mod tests {
             failure.contains("printed no line within 200ms"),
             "{failure}"
         );
-        // It waits for its stdin to end: in read(2), number 0.
-        assert!(failure.contains("in system call 0 "), "{failure}");
+        // It waits for its stdin to end: in read(2), named.
+        let read = format!("waits in read (system call {} ", libc::SYS_read);
+        assert!(failure.contains(&read), "{failure}");
     }
 
     #[test]

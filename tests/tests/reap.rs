@@ -5,6 +5,7 @@
 
 use std::fs::Permissions;
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -637,4 +638,140 @@ fn a_survivor_that_becomes_root_during_the_grace_is_not_killed() {
         member.0.is_running(),
         "the survivor that became root was signalled"
     );
+}
+
+/// What the inner owner of [`nested_session_of_another_user`] runs (`sh SCRIPT LIVENESS
+/// SOCKET`): it registers a session of its own on itself, prints its pid, forks a daemon
+/// (`setsid`, orphaned at once) that prints its pid, and lives on. Pids are read in
+/// `/proc`, which is the daemon's, as the field `ppid` of a `cut` the shell forks: in a PID
+/// namespace of its own, `$$` is 1.
+const INNER_OWNER: &str = r#"
+"$1" --socket "$2" register --session inner --owner-pid $$ >/dev/null || exit 1
+cut -d' ' -f4 /proc/self/stat
+(setsid sh -c 'cut -d" " -f4 /proc/self/stat; exec sleep 1000' &)
+exec sleep 1000
+"#;
+
+/// Where alice's session is nested in root's job.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Nesting {
+    /// On the job's owner itself (as an agent's hook registers with `--owner auto`); root
+    /// ends the job with `end` while that owner lives on.
+    OnTheJobsOwner,
+    /// On a process the job started in a user and PID namespace of hers; the job's owner
+    /// dies.
+    InHerNamespaces,
+}
+
+/// A user escapes nothing by nesting: root registers a job of alice's with `--on-end
+/// terminate`; inside it, a process of alice's registers a session of its own on itself, in
+/// her namespace of session ids, and forks a daemon. When the job ends, the reap of root's
+/// session ends that daemon (and the inner owner, unless it is the job's owner, which is
+/// never signalled): what alice started inside root's job belongs to the job for life,
+/// whoever registered what inside it.
+fn nested_session_of_another_user(nesting: Nesting) {
+    let (daemon, binaries) = shared_daemon();
+    let mut stream = subscribe(&daemon);
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    std::fs::set_permissions(dir.path(), Permissions::from_mode(0o755)).expect("chmod");
+    let script = dir.path().join("inner.sh");
+    std::fs::write(&script, INNER_OWNER).expect("write the inner owner's script");
+    // Alice's job starts the inner owner once it is told to: after its registration.
+    let start = match nesting {
+        Nesting::OnTheJobsOwner => ". \"$script\"",
+        Nesting::InHerNamespaces => {
+            "unshare --user --map-root-user --pid --fork sh \"$script\" \"$@\" & read -r never"
+        }
+    };
+    let job = format!(r#"read -r go; script=$1; shift; {start}"#);
+    let mut job = Command::new("sh")
+        .args(["-c", &job, "job"])
+        .arg(&script)
+        .arg(binaries.path("liveness"))
+        .arg(&daemon.socket)
+        .uid(ALICE)
+        .gid(ALICE)
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run alice's job");
+    let job_owner = Fingerprint::of(job.id());
+    let mut go = job.stdin.take().expect("stdin");
+    let mut lines = std::io::BufReader::new(job.stdout.take().expect("stdout"));
+    let job = Reaped(job);
+    let grace = format!("{}ms", GRACE.as_millis());
+    cli_ok(
+        &daemon,
+        &[
+            "register",
+            "--session",
+            "job",
+            "--owner-pid",
+            &job_owner.pid.to_string(),
+            "--on-end",
+            "terminate",
+            "--grace",
+            &grace,
+            "--json",
+        ],
+    );
+    std::io::Write::write_all(&mut go, b"go\n").expect("start the inner owner");
+    let mut read_pid = || {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut lines, &mut line).expect("a pid from alice's job");
+        Fingerprint::of(line.trim().parse().unwrap_or_else(|_| panic!("{line:?}")))
+    };
+    let (inner, forked) = (read_pid(), read_pid());
+    let _cleanup = (KillOnDrop(inner), KillOnDrop(forked));
+    let session = daemon.request(json!({"op": "get", "session": "inner", "uid": ALICE}));
+    assert_eq!(session["session"]["phase"], "active", "{session}");
+    assert_eq!(session["session"]["owner"]["pid"], inner.pid, "{session}");
+
+    let ended = match nesting {
+        Nesting::OnTheJobsOwner => {
+            assert_eq!(inner, job_owner, "alice's session is on the job's owner");
+            cli_ok(&daemon, &["end", "--session", "job", "--json"]);
+            vec![forked]
+        }
+        Nesting::InHerNamespaces => {
+            drop(job);
+            vec![forked, inner]
+        }
+    };
+    let reaped = stream.next_event_of("session.reaped", "job", MARGIN + GRACE);
+    for process in ended {
+        assert!(
+            gone_within(process, MARGIN),
+            "{} of alice's, started inside root's job, still runs after its terminate: {reaped}",
+            process.pid
+        );
+    }
+    if nesting == Nesting::OnTheJobsOwner {
+        assert!(
+            job_owner.is_running(),
+            "the live owner was signalled: {reaped}"
+        );
+        let session = daemon.request(json!({"op": "get", "session": "inner", "uid": ALICE}));
+        assert_eq!(session["session"]["phase"], "active", "{session}");
+    }
+}
+
+/// The veto that was: alice's session on the job's owner kept root's terminate off the
+/// whole tree ("it also belongs to the active session").
+#[test]
+fn a_users_session_on_the_owner_of_roots_job_does_not_escape_its_terminate() {
+    if privileged("a_users_session_on_the_owner_of_roots_job_does_not_escape_its_terminate") {
+        nested_session_of_another_user(Nesting::OnTheJobsOwner);
+    }
+}
+
+#[test]
+fn a_nested_session_in_another_users_namespaces_does_not_escape_the_outer_terminate() {
+    if privileged(
+        "a_nested_session_in_another_users_namespaces_does_not_escape_the_outer_terminate",
+    ) {
+        nested_session_of_another_user(Nesting::InHerNamespaces);
+    }
 }

@@ -223,7 +223,11 @@ impl Reaps {
     /// from it: a live owner and its children belong to the tool that registered it (an
     /// agent that ends one conversation and goes on with the next, its servers with it);
     /// only what left it (orphaned, reparented) is the ended session's to clean up. A tree
-    /// whose owner still owns an ACTIVE session is that session's too, and left running.
+    /// whose owner still owns another ACTIVE session is that session's too, and left
+    /// running; for root's policy, only a session of root's counts: a session a user
+    /// registers on the owner of root's job is nested in the job, whose processes are the
+    /// job's for life, and a user's word never keeps root's policy off them (nor, the
+    /// other way, lets the user signal what a session of root's holds).
     fn plan(&self, ended: &Event, store: &Store, trees: &Trees) -> ReapPlan {
         let owner = ended.owner.clone();
         // The tree of an owner of another boot cannot be known here, nor signalled.
@@ -238,8 +242,12 @@ impl Reaps {
             .is_none_or(|s| s.members.len() as u64 != u64::from(s.total))
             .then(|| trees.view(owner.key()));
         // Fails closed: a tree that may be another session's is not signalled.
+        let by_root = ended.creator_uid == 0;
         let refusal = match store.active_sessions_of_owner(&owner) {
-            Ok(sessions) => sessions.first().map(|sharing| {
+            Ok(sessions) => sessions
+                .iter()
+                .find(|sharing| !by_root || sharing.creator_uid == 0)
+                .map(|sharing| {
                 format!(
                     "it also belongs to the active session {:?}, which has the same owner: left running",
                     sharing.id

@@ -37,20 +37,25 @@
 //! `testproc linger SOCKET LINE` passes the daemon a descriptor whose close blocks: a
 //! loopback TCP socket with unsent data its peer never reads and a linger of 10^6 s. It
 //! sends LINE without its newline and with the socket in `SCM_RIGHTS`, closes its own copy
-//! of the socket, sends the newline, prints the reply, then keeps the peer unread until
-//! stdin ends.
+//! of the socket on a thread of its own, sends the newline, prints the reply, then keeps
+//! the peer unread until stdin ends. Whichever copy is closed last lingers: the daemon's,
+//! or, when the daemon closed its copy first (a loaded machine), this process's, which
+//! holds up only the thread that closes it, never the request.
 //!
-//! `testproc flood SOCKET` keeps one of its closes in the daemon blocked, as `linger` does
-//! (its line is `status`), then passes the daemon as many descriptors of `/dev/null` as it
-//! takes, 253 a message, without a newline: on one connection within one line, on a
-//! subscription, and on 40 connections it closes at once; it prints `sent N` (descriptors
-//! sent) and keeps the peer unread until stdin ends.
+//! `testproc flood SOCKET [late-first]` keeps one of its closes in the daemon blocked, as
+//! `linger` does (its line is `status`, sent again with a new socket until this process's
+//! own close returns at once, so that the daemon's is the last; it prints `unblocked` when
+//! 20 tries could not; with `late-first`, the first socket is closed here only after the
+//! daemon's reply, so that this process's close is the one that lingers), then passes the daemon as many descriptors of `/dev/null` as it takes, 253 a
+//! message, without a newline: on one connection within one line, on a subscription, and
+//! on 40 connections it closes at once; it prints `sent N` (descriptors sent) and keeps the
+//! peers unread until stdin ends.
 //!
 //! `testproc urgent SOCKET` passes the daemon 16 descriptors whose close blocks, as
 //! `linger` does, each attached to one urgent byte (`MSG_OOB`, a space) on a connection of
-//! its own, closing its own copies at once; then sends `status` on each and prints `sent`,
-//! or `unsupported` where the kernel has no urgent data on Unix sockets; it keeps the
-//! peers unread until stdin ends.
+//! its own, closing its own copies at once on threads of their own; then sends `status` on
+//! each and prints `sent`, or `unsupported` where the kernel has no urgent data on Unix
+//! sockets; it keeps the peers unread until stdin ends.
 //!
 //! `testproc survivors N [HELPER]` forks N children that outlive it, prints their PIDs (one
 //! a line), then `ready`, and exits when stdin ends: the survivors of a session's owner.
@@ -464,6 +469,20 @@ fn lingering_tcp() -> (std::net::TcpStream, std::net::TcpStream) {
     (stuck, peer)
 }
 
+/// Closes this process's copy of a passed lingering socket on a thread of its own, for the
+/// last close lingers: when the daemon closed its copy first (it refuses a socket at
+/// receipt, and on a loaded machine it may get there before this process does), this one
+/// blocks for the linger, which must hold up only that thread, never a request or the
+/// process's exit. The receiver hears once the close returned.
+fn close_elsewhere(stuck: std::net::TcpStream) -> std::sync::mpsc::Receiver<()> {
+    let (closed, returned) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(stuck);
+        let _ = closed.send(());
+    });
+    returned
+}
+
 /// See the module's `linger`.
 fn linger(socket: &str, line: &str) -> ! {
     use std::os::fd::AsFd;
@@ -472,10 +491,7 @@ fn linger(socket: &str, line: &str) -> ! {
     let mut daemon = UnixStream::connect(socket).expect("connect to the daemon");
     liveness_client::fdpass::send_with_fds(&mut daemon, line.as_bytes(), &[stuck.as_fd()])
         .expect("send the line with the socket");
-    // Closed on a thread of its own: should the daemon have closed its copy first (a
-    // loaded machine), this close is the last and lingers, which must hold up only this
-    // thread, not the request.
-    std::thread::spawn(move || drop(stuck));
+    close_elsewhere(stuck);
     daemon.write_all(b"\n").expect("send the newline");
     let mut reply = String::new();
     let _ = std::io::BufReader::new(&daemon).read_line(&mut reply);
@@ -500,18 +516,46 @@ fn send_space_with(
 }
 
 /// See the module's `flood`.
-fn flood(socket: &str) -> ! {
+fn flood(socket: &str, late_first: bool) -> ! {
     use std::os::fd::AsFd;
     use std::os::unix::net::UnixStream;
-    let (stuck, peer) = lingering_tcp();
+    use std::time::Duration;
+    /// The line's newline, and its reply read.
+    fn complete(first: &mut UnixStream, replies: &mut impl BufRead) {
+        first.write_all(b"\n").expect("send the newline");
+        let mut reply = String::new();
+        let _ = replies.read_line(&mut reply);
+    }
     let mut first = UnixStream::connect(socket).expect("connect to the daemon");
-    liveness_client::fdpass::send_with_fds(&mut first, br#"{"op":"status"}"#, &[stuck.as_fd()])
-        .expect("send the line with the socket");
-    // Closed here first, while in flight: the daemon's close is the last, and lingers.
-    drop(stuck);
-    first.write_all(b"\n").expect("send the newline");
-    let mut reply = String::new();
-    let _ = std::io::BufReader::new(&first).read_line(&mut reply);
+    let mut replies = std::io::BufReader::new(first.try_clone().expect("clone the connection"));
+    let mut peers = Vec::new();
+    // Until this process's close returns at once: then the daemon's copy is the last, and
+    // its close lingers.
+    let lingers_in_the_daemon = (0..20).any(|attempt| {
+        let (stuck, peer) = lingering_tcp();
+        peers.push(peer);
+        let line = br#"{"op":"status"}"#;
+        liveness_client::fdpass::send_with_fds(&mut first, line, &[stuck.as_fd()])
+            .expect("send the line with the socket");
+        let closed = if late_first && attempt == 0 {
+            // Closed once the daemon has surely closed its copy: the last close is this
+            // process's, as when a loaded machine runs the daemon first.
+            complete(&mut first, &mut replies);
+            std::thread::sleep(Duration::from_millis(300));
+            close_elsewhere(stuck).recv_timeout(Duration::from_millis(500))
+        } else {
+            let closed = close_elsewhere(stuck).recv_timeout(Duration::from_millis(500));
+            complete(&mut first, &mut replies);
+            closed
+        };
+        closed.is_ok()
+    });
+    if !lingers_in_the_daemon {
+        println!("unblocked");
+        let _ = std::io::stdout().flush();
+        wait_for_eof();
+        exit_group(0)
+    }
     let null = std::fs::File::open("/dev/null").expect("/dev/null");
     let fds = [null.as_fd(); 253];
     // Up to `messages` messages of one space and 253 descriptors, until the socket is full.
@@ -540,7 +584,7 @@ fn flood(socket: &str) -> ! {
     println!("sent {sent}");
     let _ = std::io::stdout().flush();
     wait_for_eof();
-    drop((peer, first, in_a_line, subscribed));
+    drop((peers, first, in_a_line, subscribed));
     exit_group(0)
 }
 
@@ -563,8 +607,7 @@ fn urgent(socket: &str) -> ! {
             }
             Err(e) => panic!("sendmsg MSG_OOB: {e}"),
         }
-        // Closed here while in flight: the daemon's release of it is the last, and lingers.
-        drop(stuck);
+        close_elsewhere(stuck);
         let _ = daemon.write_all(b"{\"op\":\"status\"}\n");
         kept.push((daemon, peer));
     }
@@ -807,7 +850,10 @@ fn main() {
         urgent(args.get(1).map_or("", String::as_str));
     }
     if args.first().map(String::as_str) == Some("flood") {
-        flood(args.get(1).map_or("", String::as_str));
+        flood(
+            args.get(1).map_or("", String::as_str),
+            args.get(2).map(String::as_str) == Some("late-first"),
+        );
     }
     if args.first().map(String::as_str) == Some("client") {
         client(args.get(1).map_or("", String::as_str));
