@@ -54,3 +54,46 @@ fn the_architecture_doc_names_every_module_file_and_no_other() {
         "docs/architecture.md names {gone:?}, which liveness-daemon/src does not have"
     );
 }
+
+/// The names `lib.rs` re-exports: the last segment of each `pub use`, or each name in its
+/// braces.
+fn exports(lib: &str) -> BTreeSet<String> {
+    lib.split(';')
+        .filter_map(|statement| statement.trim().strip_prefix("pub use "))
+        .flat_map(|path| {
+            let names = match path.split_once('{') {
+                Some((_, inner)) => inner.trim_end_matches('}').to_owned(),
+                None => path.rsplit("::").next().unwrap_or(path).to_owned(),
+            };
+            names
+                .split(',')
+                .map(|name| name.trim().to_owned())
+                .filter(|name| !name.is_empty())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[test]
+fn the_architecture_doc_names_every_export_of_the_library() {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(manifest.join("../docs/architecture.md")).unwrap();
+    let lib = std::fs::read_to_string(manifest.join("src/lib.rs")).unwrap();
+    let paragraph = doc
+        .split("\n\n")
+        .find(|paragraph| paragraph.starts_with("The daemon's library exposes"))
+        .expect("docs/architecture.md has a paragraph on the library's exports");
+    let exported = exports(&lib);
+    assert!(
+        exported.contains("Store"),
+        "exports read from lib.rs: {exported:?}"
+    );
+    let missing: Vec<&String> = exported
+        .iter()
+        .filter(|name| !paragraph.contains(&format!("`{name}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md's paragraph on the library's exports does not name {missing:?}"
+    );
+}

@@ -1,9 +1,10 @@
 //! Exit sources: the mechanisms that learn a tracked process has died.
 //!
-//! Each source implements [`ExitSource`] and sends [`SourceEvent`]s into one bounded
-//! channel. When the channel is full a source *waits* (backpressure); for the eBPF source
-//! that lets the ring buffer fill and the kernel count the loss, which the consumer answers
-//! by reconciling — so nothing is dropped silently anywhere.
+//! Each source implements [`ExitSource`]. The eBPF source is read where deaths are handled:
+//! the engine's own task drains its ring buffer (see [`monitor`]), and a full ring makes
+//! the kernel count the loss, which the engine answers by reconciling. The pidfd and
+//! `/proc` sources send [`SourceEvent`]s into one bounded channel and *wait* when it is full
+//! (backpressure). So nothing is dropped silently anywhere.
 
 use std::fmt;
 use std::io;
