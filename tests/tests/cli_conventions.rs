@@ -634,6 +634,44 @@ fn the_readme_stays_short_and_keeps_its_two_commands() {
     }
 }
 
+/// docs/end-actions.md's hook commands are what `hooks install claude-code` writes, with the
+/// path of the binary that ran it where the docs show the package's `/usr/bin/liveness`.
+#[test]
+fn the_documented_claude_code_hooks_are_those_installed() {
+    const DOC: &str = include_str!("../../docs/end-actions.md");
+    let work = tempfile::tempdir().unwrap();
+    let settings = work.path().join("settings.json");
+    let installed = liveness(&[
+        "hooks",
+        "install",
+        "claude-code",
+        "--settings",
+        settings.to_str().unwrap(),
+    ]);
+    assert!(installed.status.success(), "{installed:?}");
+    let written: Value = serde_json::from_slice(&std::fs::read(&settings).unwrap()).unwrap();
+    let program = binary("liveness").display().to_string();
+    for (event, hook) in [
+        ("SessionStart", "session-start"),
+        ("SessionEnd", "session-end"),
+    ] {
+        let command = written["hooks"][event][0]["hooks"][0]["command"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no {event} hook: {written}"));
+        assert_eq!(command, format!("{program} hooks claude-code {hook}"));
+        let documented = format!(
+            "\"{event}\": [{{\"hooks\": [{{\"type\": \"command\", \"command\": \"{}\"}}]}}]",
+            command.replacen(&program, "/usr/bin/liveness", 1)
+        );
+        // The docs align the two lines with spaces.
+        let words = |line: &str| line.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            DOC.lines().any(|line| words(line).starts_with(&documented)),
+            "docs/end-actions.md lacks {documented}"
+        );
+    }
+}
+
 /// The README's commands on a daemon started as the README starts it log no warning that
 /// asks nothing of the user: not the lineage pins it was never asked for, and not the
 /// short life of `run` and `lock run` commands, which `liveness` itself started and waited
