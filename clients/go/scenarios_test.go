@@ -340,6 +340,8 @@ func TestLocks(t *testing.T) {
 	}
 	if err := second(c.AcquireLock(ctx, "build", "s2")); !errors.Is(err, ErrLockHeld) {
 		t.Fatalf("held: %v", err)
+	} else if strings.Contains(err.Error(), "--wait") {
+		t.Fatalf("a daemon error names no CLI option: %v", err)
 	}
 	start := time.Now()
 	if err := second(c.AcquireLock(ctx, "build", "s2", Wait(300*time.Millisecond))); !errors.Is(err, ErrLockHeld) || time.Since(start) < 300*time.Millisecond {

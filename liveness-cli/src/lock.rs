@@ -2,6 +2,9 @@
 
 use std::process::ExitCode;
 
+use liveness_client::ClientError;
+use liveness_common::protocol::ErrorCode;
+
 use crate::args::{
     LockAcquireArgs, LockArgs, LockCommand, LockListArgs, LockReleaseArgs, LockRunArgs,
 };
@@ -24,13 +27,10 @@ impl LockArgs {
 impl LockAcquireArgs {
     pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
         let LockAcquireArgs { name, holder, wait } = self;
-        let lock = context.connect()?.lock_acquire(
-            name,
-            &holder.session,
-            holder.uid,
-            wait.wait,
-            wait.timeout,
-        )?;
+        let lock = context
+            .connect()?
+            .lock_acquire(name, &holder.session, holder.uid, wait.wait, wait.timeout)
+            .map_err(refused)?;
         if context.json {
             output::json(&lock);
         } else {
@@ -38,6 +38,17 @@ impl LockAcquireArgs {
         }
         Ok(Exit::Ok.into())
     }
+}
+
+/// A refused acquisition, with how to wait in the CLI's words: the daemon's message names
+/// the holder only.
+pub(crate) fn refused(error: ClientError) -> Failure {
+    let wait = error.code() == Some(ErrorCode::LockHeld);
+    let mut failure = Failure::from(error);
+    if wait {
+        failure.message.push_str("; wait for it with --wait");
+    }
+    failure
 }
 
 impl LockReleaseArgs {

@@ -54,11 +54,14 @@ impl RunArgs {
         };
         client.register(&registration)?;
         let token = match lock {
-            Some((name, wait)) => Some(
-                client
-                    .lock_acquire(name, &id, None, wait.wait, wait.timeout)?
-                    .token,
-            ),
+            Some((name, wait)) => {
+                match client.lock_acquire(name, &id, None, wait.wait, wait.timeout) {
+                    Ok(lock) => Some(lock.token),
+                    Err(error) => {
+                        return Err(never_started(&mut client, &id, &self.command[0], error));
+                    }
+                }
+            }
             None => None,
         };
         drop(client);
@@ -91,6 +94,28 @@ impl RunArgs {
             _ => Ok(ExitCode::from(status)),
         }
     }
+}
+
+/// The failure of a `lock run` whose lock was refused. CMD never ran: the session is ended
+/// (`stopped`) before the waiting child is let go, so that it does not read as CMD's exit
+/// with the child's refusal code; the message says so, and why.
+fn never_started(
+    client: &mut liveness_client::Client,
+    id: &str,
+    command: &OsString,
+    error: liveness_client::ClientError,
+) -> Failure {
+    let ended = match client.end(id, None) {
+        Ok(_) => format!("session {id} ended as stopped"),
+        Err(end) => format!("session {id} not ended ({end}): it ends when the waiting child exits"),
+    };
+    let mut failure = crate::lock::refused(error);
+    failure.message = format!(
+        "{} never started: {}; {ended}",
+        command.to_string_lossy(),
+        failure.message
+    );
+    failure
 }
 
 /// An exit status as a shell reports it: the code, or 128+N for signal N.

@@ -155,7 +155,8 @@ pub struct ActionRun {
     /// The action's place in the session's list, from 0.
     pub index: u32,
     /// An earlier run was cut short by a stop or a crash of the daemon: this one repeats it.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    /// Always written, false too: an action reads `.action.resumed` as a boolean.
+    #[serde(default)]
     pub resumed: bool,
 }
 

@@ -354,5 +354,15 @@ mod tests {
             json.get("cause").is_none(),
             "absent facts are left out: {json}"
         );
+        // A first run says so, as docs/end-actions.md lists the field.
+        let first = session.end_facts(ActionRun::default()).unwrap();
+        assert_eq!(
+            serde_json::to_value(&first).unwrap()["action"],
+            serde_json::json!({"index": 0, "resumed": false})
+        );
+        assert!(
+            include_str!("../../docs/end-actions.md").contains("`action: {index, resumed}`"),
+            "docs/end-actions.md lists the action's fields"
+        );
     }
 }

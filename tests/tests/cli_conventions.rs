@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use integration_tests::{Daemon, binary, copy_executable, eventually};
+use integration_tests::{Daemon, Orphan, binary, copy_executable, eventually};
 use serde_json::Value;
 
 fn liveness(args: &[&str]) -> Output {
@@ -632,4 +632,82 @@ fn the_readme_stays_short_and_keeps_its_two_commands() {
     ] {
         assert!(README.contains(command), "README.md lacks {command:?}");
     }
+}
+
+/// docs/end-actions.md's hook commands are what `hooks install claude-code` writes, with the
+/// path of the binary that ran it where the docs show the package's `/usr/bin/liveness`.
+#[test]
+fn the_documented_claude_code_hooks_are_those_installed() {
+    const DOC: &str = include_str!("../../docs/end-actions.md");
+    let work = tempfile::tempdir().unwrap();
+    let settings = work.path().join("settings.json");
+    let installed = liveness(&[
+        "hooks",
+        "install",
+        "claude-code",
+        "--settings",
+        settings.to_str().unwrap(),
+    ]);
+    assert!(installed.status.success(), "{installed:?}");
+    let written: Value = serde_json::from_slice(&std::fs::read(&settings).unwrap()).unwrap();
+    let program = binary("liveness").display().to_string();
+    for (event, hook) in [
+        ("SessionStart", "session-start"),
+        ("SessionEnd", "session-end"),
+    ] {
+        let command = written["hooks"][event][0]["hooks"][0]["command"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no {event} hook: {written}"));
+        assert_eq!(command, format!("{program} hooks claude-code {hook}"));
+        let documented = format!(
+            "\"{event}\": [{{\"hooks\": [{{\"type\": \"command\", \"command\": \"{}\"}}]}}]",
+            command.replacen(&program, "/usr/bin/liveness", 1)
+        );
+        // The docs align the two lines with spaces.
+        let words = |line: &str| line.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            DOC.lines().any(|line| words(line).starts_with(&documented)),
+            "docs/end-actions.md lacks {documented}"
+        );
+    }
+}
+
+/// The README's commands on a daemon started as the README starts it log no warning that
+/// asks nothing of the user: not the lineage pins it was never asked for, and not the
+/// short life of `run` and `lock run` commands, which `liveness` itself started and waited
+/// for. An owner that dies young and that its registering process did not start (a hook
+/// that named the wrong process) is still warned of, once.
+#[test]
+fn the_readme_commands_log_no_warning_that_asks_nothing() {
+    let daemon = Daemon::start(&[]);
+    for args in [
+        &["status"][..],
+        &["run", "--label", "tool=ci", "--", "true"],
+        &["run", "--", "sh", "-c", "exit 3"],
+        &["lock", "run", "deploy", "--wait", "--", "true"],
+    ] {
+        let output = daemon.cli(args);
+        assert!(
+            output
+                .status
+                .code()
+                .is_some_and(|code| code == 0 || code == 3),
+            "{args:?}: {output:?}"
+        );
+    }
+    let mut owner = Orphan::spawn(&["exit", "0"]);
+    let pid = owner.pid.to_string();
+    let registered = daemon.cli(&["register", "--session", "wrong", "--owner-pid", &pid]);
+    assert!(registered.status.success(), "{registered:?}");
+    owner.release();
+    let young = "the owner exited within a second of its registration";
+    assert!(
+        eventually(Duration::from_secs(10), || daemon.log().contains(young)),
+        "{}",
+        daemon.log()
+    );
+    let log = daemon.log();
+    let warnings: Vec<&str> = log.lines().filter(|line| line.contains(" WARN ")).collect();
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert!(warnings[0].contains("session=wrong"), "{warnings:#?}");
 }

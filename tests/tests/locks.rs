@@ -650,10 +650,29 @@ fn lock_run_holds_the_lock_for_the_commands_lifetime_only() {
     register(&daemon, "holder", holder.pid);
     let held = token(&acquire(&daemon, "holder", "deploy"));
     assert!(held > run_token, "{run_token} then {held}");
-    let refused = daemon.cli(&["lock", "run", "deploy", "--", "sh", "-c", "echo ran"]);
+    let refused = daemon.cli(&[
+        "lock",
+        "run",
+        "deploy",
+        "--session",
+        "refused",
+        "--",
+        "sh",
+        "-c",
+        "echo ran",
+    ]);
     assert_eq!(refused.status.code(), Some(3), "{refused:?}");
     assert!(refused.stdout.is_empty(), "CMD must not run: {refused:?}");
     assert_eq!(locks(&daemon)[0]["session"], "holder");
+    // It says so, and so does the session: not CMD's exit with the waiting child's code.
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("sh never started: ") && stderr.contains("wait for it with --wait"),
+        "{stderr}"
+    );
+    let session = daemon.session("refused");
+    assert_eq!(session["reason"], "stopped", "{session}");
+    assert_eq!(session["exit"], Value::Null, "{session}");
 
     // With --wait, CMD runs once the holder lets go, with the next token.
     let waiting = liveness(&daemon)

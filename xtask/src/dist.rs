@@ -7,7 +7,9 @@
 //!   and livenessd(8), all generated from the binaries' clap definitions;
 //! - `liveness_VERSION_ARCH.deb`: the binaries, the systemd unit, the completions, the man
 //!   pages, the changelog, the copyright and the maintainer scripts of `dist/debian/`, built
-//!   with `dpkg-deb` (see the README's Dependencies for why).
+//!   with `dpkg-deb` (see the README's Dependencies for why);
+//! - `clients/`: the TypeScript client's npm tarball and the Python client's wheel and sdist
+//!   (`crate::clients`), unless `--no-clients`.
 //!
 //! Without `--debug-info` the binaries are those of `cargo build --release`, so a release
 //! build made before (the README's) is reused as it is: debug info in the release profile
@@ -39,6 +41,8 @@ pub struct Options {
     /// Build with the `dist` profile (release code with full debug info) and keep the debug
     /// info in `debug/`, instead of reusing the release build.
     pub debug_info: bool,
+    /// Also package the TypeScript and Python clients.
+    pub clients: bool,
 }
 
 /// Builds the artifacts; returns the path of the .deb.
@@ -88,6 +92,13 @@ pub fn run(root: &Path, options: &Options) -> Result<PathBuf> {
     let mut shown = vec![out.join("bin/liveness"), out.join("bin/livenessd")];
     shown.extend(debug_dir.map(|dir| dir.join("livenessd.debug")));
     shown.push(deb.clone());
+    if options.clients {
+        shown.extend(crate::clients::package(
+            root,
+            &out,
+            env!("CARGO_PKG_VERSION"),
+        )?);
+    }
     for file in shown {
         let size = std::fs::metadata(&file)?.len();
         println!("{:>12} bytes  {}", size, file.display());

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod baseline;
 mod chaos;
+mod clients;
 mod dist;
 mod gen_clients;
 mod systemd_vm;
@@ -72,14 +73,19 @@ enum Command {
         baseline_bin: Option<PathBuf>,
     },
     /// Build the release artifacts into target/artifacts: stripped binaries, shell
-    /// completions (bash, zsh, fish), man pages, and a .deb with the binaries, the systemd
-    /// unit, the completions, the man pages and the maintainer scripts. Reuses the release
-    /// build (`cargo build --release`). Needs binutils (objcopy, objdump) and dpkg-deb.
+    /// completions (bash, zsh, fish), man pages, a .deb with the binaries, the systemd
+    /// unit, the completions, the man pages and the maintainer scripts, and the clients'
+    /// packages (the npm tarball, the Python wheel and sdist). Reuses the release build
+    /// (`cargo build --release`). Needs binutils (objcopy, objdump), dpkg-deb, npm and
+    /// Python's setuptools and wheel.
     Dist {
         /// Build with full debug info instead (the `dist` profile: everything is compiled
         /// again) and keep it in target/artifacts/debug, linked from the binaries.
         #[arg(long)]
         debug_info: bool,
+        /// Leave out the clients' packages (the .deb and the binaries alone).
+        #[arg(long)]
+        no_clients: bool,
     },
     /// Run the fault suite alone with more rounds and inputs: SIGKILLs mid-burst, ring-buffer
     /// overflow, full disk, replaced databases, the protocol fuzz, tokens past a restored
@@ -154,9 +160,17 @@ fn main() -> Result<()> {
                 (None, None) => None,
             },
         }),
-        Command::Dist { debug_info } => {
-            dist::run(&workspace_root(), &dist::Options { debug_info }).map(drop)
-        }
+        Command::Dist {
+            debug_info,
+            no_clients,
+        } => dist::run(
+            &workspace_root(),
+            &dist::Options {
+                debug_info,
+                clients: !no_clients,
+            },
+        )
+        .map(drop),
         Command::Chaos { rounds, cases } => {
             chaos::run(&workspace_root(), &chaos::Options { rounds, cases })
         }

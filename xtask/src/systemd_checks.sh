@@ -406,14 +406,22 @@ purge_removes_state() {
 
 # As in a container or WSL without systemd: /run/systemd/system is absent. The package
 # enables the unit for a later boot with systemd, starts nothing and says how to run
-# the daemon.
+# the daemon. The daemon started so, by hand, is stopped by a purge before its state goes.
 without_systemd() {
-    local said
+    local said daemon
     said=$(unshare --mount sh -c "mount -t tmpfs none /run/systemd && dpkg -i $new_deb" 2>&1)
     echo "$said"
     expect "says how to run the daemon" grep -q 'Start it as root' <<<"$said"
     expect "started nothing" [ "$(systemctl is-active livenessd)" != active ]
-    apt-get purge -y liveness
+    nohup livenessd >/tmp/by-hand.log 2>&1 &
+    daemon=$!
+    within 30 liveness status >/dev/null
+    said=$(apt-get purge -y liveness 2>&1)
+    echo "$said"
+    expect "says it stops the daemon started by hand" grep -q "stopping livenessd started by hand (pid $daemon)" <<<"$said"
+    expect "the daemon started by hand stopped" wait "$daemon"
+    expect "it stopped cleanly, not for a deleted database" grep -q 'stopped$' /tmp/by-hand.log
+    expect "the state gone" [ ! -e /var/lib/liveness ]
 }
 
 # The previous release, as its users ran it (its package started nothing: they ran

@@ -110,12 +110,13 @@ pub(super) fn take(
     }
 }
 
-/// `lock_held`, naming the holder (a session of the same user: names are per user).
+/// `lock_held`, naming the holder (a session of the same user: names are per user). How to
+/// wait is each client's to say, in its own words (`--wait`, `Wait(timeout)`...).
 pub(super) fn held_error(lock: &Lock) -> ErrorBody {
     ErrorBody::new(
         ErrorCode::LockHeld,
         format!(
-            "lock {:?} is held by session {:?} (token {}); wait for it with `wait` (--wait)",
+            "lock {:?} is held by session {:?} (token {})",
             lock.name, lock.session, lock.token
         ),
     )

@@ -1,7 +1,8 @@
 //! Registrations that succeed but look wrong: an owner that is a launcher (`timeout`,
 //! `npx`...) rather than the program it runs, or one that dies within a second of its
-//! registration. The first is a warning in the reply; the second a warning in the log,
-//! since the reply has gone by then.
+//! registration (unless the registering process started it itself: then it knows). The
+//! first is a warning in the reply; the second a warning in the log, since the reply has
+//! gone by then.
 
 use std::collections::VecDeque;
 

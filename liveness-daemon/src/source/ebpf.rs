@@ -358,7 +358,7 @@ impl EbpfSource {
         .map_err(EbpfError::from_load)?;
 
         // The lineage programs first: a fork seen by the members' program has its lineage.
-        let lineage = attach_lineage(&mut ebpf, &btf, pins)?;
+        let lineage = attach_lineage(&mut ebpf, &btf, pins, config.pins.is_some())?;
         attach(&mut ebpf, &btf, EXIT_PROGRAM_NAME, TRACEPOINT)?;
         attach(&mut ebpf, &btf, FORK_PROGRAM_NAME, FORK_TRACEPOINT)?;
         let causes = attach_cause_programs(&mut ebpf, &btf);
@@ -617,10 +617,12 @@ fn attach(
 
 /// Attaches the lineage programs: adopted from `pins` when they run there already, else
 /// loaded and pinned there, else (no pins, or pinning failed) for as long as `ebpf` lives.
+/// Unpinned is a warning only when pins were `asked` for: by default it is the normal case.
 fn attach_lineage(
     ebpf: &mut Ebpf,
     btf: &Btf,
     pins: Result<PinSet, String>,
+    asked: bool,
 ) -> Result<LineageKeep, EbpfError> {
     let mut pins = match pins {
         Ok(pins) if pins.adopted_since_ms.is_some() => {
@@ -677,7 +679,12 @@ fn attach_lineage(
             Ok(LineageKeep::pinned(since_ms, set))
         }
         Err(reason) => {
-            tracing::warn!(%reason, "the lineage programs are not pinned: orphans made while no daemon runs will not be placed");
+            let message = "the lineage programs are not pinned: orphans made while no daemon runs will not be placed";
+            if asked {
+                tracing::warn!(%reason, "{message}");
+            } else {
+                tracing::info!(%reason, "{message}");
+            }
             Ok(LineageKeep::unpinned(reason, held))
         }
     }

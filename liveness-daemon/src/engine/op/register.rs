@@ -7,7 +7,7 @@ use liveness_common::identity::Identity;
 use liveness_common::protocol::{ErrorBody, ErrorCode, OwnerSpec, PidOwner, PidfdOwner};
 use liveness_common::request;
 use liveness_common::session::{DEFAULT_GRACE_MS, MAX_GRACE_MS, OnEnd, Phase, Session};
-use liveness_proc::identity::IdentityError;
+use liveness_proc::identity::{IdentityError, ProcRoot};
 
 use super::{Op, stored};
 use crate::engine::owner_checks::launcher_warning;
@@ -133,6 +133,9 @@ impl Op for Register {
                 ));
                 engine.finalize(vec![death]);
             }
+            // A caller that started the owner itself (as `liveness run` does) waits for it
+            // and knows its life: a short one is no mistake of its, so there is nothing to warn.
+            None if started_by(&engine.config.proc, &owner, caller.pid) => {}
             None => engine.fresh_owners.registered(owner.key(), now),
         }
         // The reply reads the session as its owner's death, if any, left it.
@@ -144,6 +147,14 @@ impl Op for Register {
     fn about(registered: &Registered) -> Option<&Session> {
         Some(&registered.session)
     }
+}
+
+/// Whether `owner` is a child of the process `caller_pid` (0: not visible here).
+fn started_by(proc: &ProcRoot, owner: &Identity, caller_pid: u32) -> bool {
+    caller_pid != 0
+        && proc
+            .stat(owner.pid)
+            .is_ok_and(|stat| stat.ppid == caller_pid && stat.start_ticks == owner.start_ticks)
 }
 
 /// The cleanup policy of a new session, or why the request is refused.
