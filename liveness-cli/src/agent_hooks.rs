@@ -12,7 +12,8 @@ use clap::Parser;
 use serde_json::{Value, json};
 
 use liveness_cli::hooks::{
-    self, Agent, HookCommand, HookEnv, Installed, Uninstalled, end_hook_command, read_settings,
+    self, AGENTS, Agent, HookCommand, HookEnv, Installed, Uninstalled, end_hook_command,
+    read_settings,
 };
 use liveness_client::{Owner, Registration};
 use liveness_common::action::EndFacts;
@@ -22,14 +23,12 @@ use crate::context::Context;
 use crate::exit::{Exit, Failure};
 use crate::output::{self, outln};
 
-/// Every variable an adapter may read.
-const ENV: &[&str] = &hooks::claude_code::ENV;
-
 impl HooksArgs {
     pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
         match &self.command {
             HooksCommand::Install(args) => args.install(context),
             HooksCommand::Uninstall(args) => args.uninstall(context),
+            HooksCommand::Status => status(context),
             HooksCommand::Run(words) => {
                 let args = HookRunArgs::try_parse_from(words).map_err(|e| {
                     Failure::new(Exit::Usage, e.render().to_string().trim().to_owned())
@@ -67,7 +66,7 @@ impl HooksInstallArgs {
         match &self.settings {
             Some(path) => Ok(path.clone()),
             None => agent
-                .user_settings(&HookEnv::from_process(ENV))
+                .user_settings(&HookEnv::from_process(agent.env()))
                 .map_err(hook_failure),
         }
     }
@@ -187,7 +186,7 @@ fn read_stdin() -> Result<Value, Failure> {
 /// end actions.
 fn session_start(agent: &dyn Agent, context: &Context) -> Result<(), String> {
     let input = read_stdin().map_err(|f| f.message)?;
-    let env = HookEnv::from_process(ENV);
+    let env = HookEnv::from_process(agent.env());
     let mut notes = Vec::new();
     let settings = read_settings(&agent.settings_files(&input, &env), &mut notes);
     let command = hook_command(context).map_err(|f| f.message)?;
@@ -217,4 +216,56 @@ fn session_end(agent: &dyn Agent, context: &Context) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     client.end(&session, None).map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// Per agent: whether liveness's hooks are in its user settings, which file, and whether
+/// the agent has an end hook of its own (without one, livenessd runs nothing the agent
+/// would have: it tracks the session to its end).
+fn status(context: &Context) -> Result<ExitCode, Failure> {
+    let rows: Vec<Value> = AGENTS
+        .iter()
+        .map(|agent| {
+            let env = HookEnv::from_process(agent.env());
+            let (file, installed) = match agent.user_settings(&env) {
+                Ok(path) => {
+                    let installed = hooks::installed(*agent, &path);
+                    (Some(path), installed)
+                }
+                Err(e) => (None, Err(e)),
+            };
+            let (installed, error) = match installed {
+                Ok(installed) => (Some(installed), None),
+                Err(e) => (None, Some(e.to_string())),
+            };
+            json!({
+                "agent": agent.name(),
+                "file": file,
+                "installed": installed,
+                "error": error,
+                "end_hook": agent.has_end_hook(),
+            })
+        })
+        .collect();
+    if context.json {
+        output::json(&json!({ "agents": rows }));
+        return Ok(Exit::Ok.into());
+    }
+    for row in &rows {
+        let state = match (&row["installed"], &row["error"]) {
+            (Value::Bool(true), _) => "installed".to_owned(),
+            (Value::Bool(false), _) => "not installed".to_owned(),
+            (_, error) => format!("unknown ({})", error.as_str().unwrap_or_default()),
+        };
+        let end = if row["end_hook"] == true {
+            "has an end hook"
+        } else {
+            "no end hook: tracked to its exit"
+        };
+        outln!(
+            "{:<12} {state:<14} {end:<32} {}",
+            row["agent"].as_str().unwrap_or_default(),
+            row["file"].as_str().unwrap_or("-"),
+        );
+    }
+    Ok(Exit::Ok.into())
 }
