@@ -105,7 +105,8 @@ class Copilot:
 
     def payload(self, event):
         extra = {"source": "new"} if event == "start" else {"reason": "user_exit"}
-        return {"sessionId": self.session, "timestamp": now(), "cwd": self.cwd, **extra}
+        millis = int(datetime.datetime.now().timestamp() * 1000)
+        return {"sessionId": self.session, "timestamp": millis, "cwd": self.cwd, **extra}
 
     def env(self):
         return {}
