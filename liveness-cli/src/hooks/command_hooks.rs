@@ -414,3 +414,6 @@ pub(super) fn cwd(input: &Value) -> Option<PathBuf> {
         .filter(|dir| dir.starts_with('/'))
         .map(PathBuf::from)
 }
+
+#[cfg(test)]
+mod tests;
