@@ -218,8 +218,9 @@ fn session_end(agent: &dyn Agent, context: &Context) -> Result<(), String> {
     Ok(())
 }
 
-/// Per agent: whether liveness's hooks are in its user settings, which file, and whether
-/// the agent has an end hook of its own (without one, livenessd runs nothing the agent
+/// Per agent: whether liveness's hooks are in its user settings, which file, the version
+/// of the agent found on PATH when npm installed it, and whether it has an end hook of its
+/// own (without one, livenessd runs nothing the agent
 /// would have: it tracks the session to its end).
 fn status(context: &Context) -> Result<ExitCode, Failure> {
     let rows: Vec<Value> = AGENTS
@@ -237,11 +238,16 @@ fn status(context: &Context) -> Result<ExitCode, Failure> {
                 Ok(installed) => (Some(installed), None),
                 Err(e) => (None, Some(e.to_string())),
             };
+            let path = std::env::var_os("PATH").unwrap_or_default();
+            let version = agent
+                .npm()
+                .and_then(|(command, package)| hooks::npm_version(command, package, &path));
             json!({
                 "agent": agent.name(),
                 "file": file,
                 "installed": installed,
                 "error": error,
+                "version": version,
                 "end_hook": agent.has_end_hook(),
             })
         })
@@ -262,8 +268,9 @@ fn status(context: &Context) -> Result<ExitCode, Failure> {
             "no end hook: tracked to its exit"
         };
         outln!(
-            "{:<12} {state:<14} {end:<32} {}",
+            "{:<12} {:<10} {state:<14} {end:<32} {}",
             row["agent"].as_str().unwrap_or_default(),
+            row["version"].as_str().unwrap_or("-"),
             row["file"].as_str().unwrap_or("-"),
         );
     }

@@ -550,6 +550,18 @@ fn status_says_per_agent_what_is_installed_and_where() {
             .status
             .success()
     );
+    // Gemini CLI as npm installs it: a link on PATH to a file of the package.
+    let npm = home.dir.path().join("npm");
+    let package = npm.join("lib/node_modules/@google/gemini-cli");
+    std::fs::create_dir_all(package.join("bundle")).unwrap();
+    std::fs::create_dir_all(npm.join("bin")).unwrap();
+    std::fs::write(
+        package.join("package.json"),
+        r#"{"name": "@google/gemini-cli", "version": "0.61.0"}"#,
+    )
+    .unwrap();
+    std::fs::write(package.join("bundle/gemini.js"), "").unwrap();
+    std::os::unix::fs::symlink(package.join("bundle/gemini.js"), npm.join("bin/gemini")).unwrap();
     let status = |json: bool| {
         let mut command = Command::new(&liveness);
         if json {
@@ -561,6 +573,10 @@ fn status_says_per_agent_what_is_installed_and_where() {
             .env_remove("CODEX_HOME")
             .env_remove("CLAUDE_CONFIG_DIR")
             .env_remove("XDG_CONFIG_HOME")
+            .env(
+                "PATH",
+                format!("{}:/usr/bin:/bin", npm.join("bin").display()),
+            )
             .output()
             .unwrap()
     };
@@ -588,6 +604,12 @@ fn status_says_per_agent_what_is_installed_and_where() {
     );
     assert_eq!(row("kiro")["end_hook"], false);
     assert_eq!(row("codex")["end_hook"], true);
+    assert_eq!(
+        row("gemini")["version"],
+        "0.61.0",
+        "read from npm's package.json"
+    );
+    assert_eq!(row("codex")["version"], Value::Null, "no codex on PATH");
     let text = String::from_utf8(status(false).stdout).unwrap();
     let line = text.lines().find(|l| l.starts_with("copilot ")).unwrap();
     assert!(

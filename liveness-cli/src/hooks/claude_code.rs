@@ -47,6 +47,7 @@ pub static CLAUDE_CODE: CommandHooks = CommandHooks {
     reason: "other",
     disable_key: Some("disableAllHooks"),
     env: &["CLAUDE_CONFIG_DIR", "CLAUDE_PROJECT_DIR"],
+    npm: Some(("claude", "@anthropic-ai/claude-code")),
     user_settings,
     settings_files,
     action_env,

@@ -40,6 +40,7 @@ pub static CODEX: CommandHooks = CommandHooks {
     reason: "other",
     disable_key: None,
     env: &["CODEX_HOME"],
+    npm: Some(("codex", "@openai/codex")),
     user_settings,
     settings_files: |agent, _, env| (agent.user_settings)(env).into_iter().collect(),
     action_env: |_: &Value, _: &HookEnv| Vec::new(),

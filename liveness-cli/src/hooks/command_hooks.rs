@@ -56,6 +56,8 @@ pub struct CommandHooks {
     pub disable_key: Option<&'static str>,
     /// The environment variables the hooks read.
     pub env: &'static [&'static str],
+    /// The agent's command and its npm package, when it is one.
+    pub npm: Option<(&'static str, &'static str)>,
     pub user_settings: fn(&HookEnv) -> Result<PathBuf, HookError>,
     /// The files whose end commands the agent runs, in its order.
     pub settings_files: fn(&CommandHooks, &Value, &HookEnv) -> Vec<PathBuf>,
@@ -237,6 +239,10 @@ impl Agent for CommandHooks {
 
     fn has_end_hook(&self) -> bool {
         self.end.is_some()
+    }
+
+    fn npm(&self) -> Option<(&'static str, &'static str)> {
+        self.npm
     }
 
     fn user_settings(&self, env: &HookEnv) -> Result<PathBuf, HookError> {

@@ -31,6 +31,7 @@ pub static COPILOT: CommandHooks = CommandHooks {
     reason: "abort",
     disable_key: None,
     env: &[],
+    npm: Some(("copilot", "@github/copilot")),
     user_settings: |env| in_home(env, ".copilot/hooks/liveness.json"),
     settings_files,
     action_env: |_: &Value, _: &HookEnv| Vec::new(),

@@ -58,6 +58,7 @@ pub static CURSOR: CommandHooks = CommandHooks {
     reason: "aborted",
     disable_key: None,
     env: &[],
+    npm: None,
     user_settings: |env| in_home(env, ".cursor/hooks.json"),
     settings_files,
     action_env: |_: &Value, _: &HookEnv| Vec::new(),

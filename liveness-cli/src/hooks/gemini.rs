@@ -33,6 +33,7 @@ pub static GEMINI: CommandHooks = CommandHooks {
     reason: "other",
     disable_key: None,
     env: &[],
+    npm: Some(("gemini", "@google/gemini-cli")),
     user_settings: |env| in_home(env, ".gemini/settings.json"),
     settings_files,
     action_env,

@@ -76,6 +76,12 @@ pub trait Agent: Sync + fmt::Debug {
     /// Whether the agent has an end hook of its own, run when it ends a session itself.
     fn has_end_hook(&self) -> bool;
 
+    /// The agent's command and the npm package that installs it, when it is one: how
+    /// `hooks status` reads its version cheaply ([`npm_version`]).
+    fn npm(&self) -> Option<(&'static str, &'static str)> {
+        None
+    }
+
     /// For an agent extended by code rather than settings: the whole file `install`
     /// writes (a plugin of liveness's own), in place of editing a JSON settings file.
     fn plugin(&self, _command: &HookCommand) -> Option<String> {
@@ -251,6 +257,21 @@ pub(crate) fn with_facts(start: &Value, facts: &EndFacts) -> Value {
     let mut input = start.clone();
     input["liveness"] = serde_json::to_value(facts).unwrap_or(Value::Null);
     input
+}
+
+/// The version of the npm `package` whose `command` comes first on `path` (a `PATH`
+/// value): the `version` of the `package.json` named `package` above the file the command
+/// links to. Nothing is run; `None` when the command is not found or not from npm.
+pub fn npm_version(command: &str, package: &str, path: &OsStr) -> Option<String> {
+    let found = std::env::split_paths(path)
+        .map(|dir| dir.join(command))
+        .find(|file| file.is_file())?;
+    let file = std::fs::canonicalize(found).ok()?;
+    file.ancestors().skip(1).find_map(|dir| {
+        let manifest: Value =
+            serde_json::from_slice(&std::fs::read(dir.join("package.json")).ok()?).ok()?;
+        (manifest["name"] == package).then(|| manifest["version"].as_str().map(str::to_owned))?
+    })
 }
 
 /// Why a hook or an install could not do its work.

@@ -40,6 +40,10 @@ impl Agent for OpenCode {
         false
     }
 
+    fn npm(&self) -> Option<(&'static str, &'static str)> {
+        Some((NAME, "opencode-ai"))
+    }
+
     fn plugin(&self, command: &HookCommand) -> Option<String> {
         let mut argv = command.argv(NAME, "");
         argv.pop();
