@@ -47,7 +47,9 @@ fn hook_failure(e: hooks::HookError) -> Failure {
     Failure::new(Exit::IoErr, e.to_string())
 }
 
-/// This binary, and the socket named on its command line: what the hooks run.
+/// This binary, and the socket named on its command line: what the hooks run. The binary
+/// is named by the path the shell finds it at when that is this very file, so that hooks
+/// installed from `/usr/local/bin/liveness` keep naming it, not the file it links to.
 fn hook_command(context: &Context) -> Result<HookCommand, Failure> {
     let program = std::env::current_exe().map_err(|e| {
         Failure::new(
@@ -56,9 +58,20 @@ fn hook_command(context: &Context) -> Result<HookCommand, Failure> {
         )
     })?;
     Ok(HookCommand {
-        program,
+        program: on_path(&program).unwrap_or(program),
         socket: context.named_socket.clone(),
     })
+}
+
+/// The first `liveness` on `PATH`, when it is the file `exe`.
+fn on_path(exe: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let me = std::fs::metadata(exe).ok()?;
+    let first = std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join("liveness"))
+        .find(|file| file.is_absolute() && file.is_file())?;
+    let found = std::fs::metadata(&first).ok()?;
+    (found.dev() == me.dev() && found.ino() == me.ino()).then_some(first)
 }
 
 impl HooksInstallArgs {

@@ -617,3 +617,35 @@ fn status_says_per_agent_what_is_installed_and_where() {
         "{text}"
     );
 }
+
+#[test]
+fn the_hooks_name_the_liveness_on_path_when_it_is_the_same_file() {
+    let home = Home::new(&CODEX);
+    let binaries = BinariesForAnyUser::new();
+    let liveness = binaries.path("liveness");
+    let bin = home.dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::os::unix::fs::symlink(&liveness, bin.join("liveness")).unwrap();
+    let install = |path: &str| {
+        Command::new(&liveness)
+            .args(["hooks", "install", "codex"])
+            .env("HOME", home.path())
+            .env_remove("CODEX_HOME")
+            .env("PATH", path)
+            .output()
+            .unwrap()
+    };
+    let out = install(&format!("{}:/usr/bin:/bin", bin.display()));
+    assert!(out.status.success(), "{out:?}");
+    let text = std::fs::read_to_string(home.file(&CODEX)).unwrap();
+    let named = format!("\"{}/liveness hooks codex session-start\"", bin.display());
+    assert!(text.contains(&named), "{text}");
+    // Another liveness first on PATH: the hooks name this binary's own file.
+    std::fs::remove_file(bin.join("liveness")).unwrap();
+    std::fs::copy(&liveness, bin.join("liveness")).unwrap();
+    let out = install(&format!("{}:/usr/bin:/bin", bin.display()));
+    assert!(out.status.success(), "{out:?}");
+    let text = std::fs::read_to_string(home.file(&CODEX)).unwrap();
+    let named = format!("\"{} hooks codex session-start\"", liveness.display());
+    assert!(text.contains(&named), "{text}");
+}
