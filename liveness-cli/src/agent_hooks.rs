@@ -7,6 +7,7 @@ use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 use serde_json::{Value, json};
@@ -15,8 +16,9 @@ use liveness_cli::hooks::{
     self, AGENTS, Agent, HookCommand, HookEnv, Installed, Uninstalled, end_hook_command,
     read_settings,
 };
-use liveness_client::{Owner, Registration};
+use liveness_client::{Client, ClientError, Owner, Registration};
 use liveness_common::action::EndFacts;
+use rustix::net::sockopt::{Timeout, set_socket_timeout};
 
 use crate::args::{HookName, HookRunArgs, HooksArgs, HooksCommand, HooksInstallArgs};
 use crate::context::Context;
@@ -214,20 +216,45 @@ fn session_start(agent: &dyn Agent, context: &Context) -> Result<(), String> {
         on_end_run: Some(plan.actions),
         ..Registration::new(plan.session, Owner::Auto)
     };
-    let mut client = context.connect().map_err(|f| f.message)?;
-    client.register(&registration).map_err(|e| e.to_string())?;
+    let mut client = connect(context)?;
+    client.register(&registration).map_err(daemon_error)?;
     Ok(())
+}
+
+/// A failed request, saying so plainly when the daemon took longer than the budget.
+fn daemon_error(e: ClientError) -> String {
+    match e {
+        ClientError::Io(e) if e.kind() == std::io::ErrorKind::WouldBlock => format!(
+            "livenessd did not answer within {} ms: the agent goes on untracked",
+            DAEMON_BUDGET.as_millis()
+        ),
+        e => e.to_string(),
+    }
+}
+
+/// How long a hook waits for the daemon before it gives up, so that a frozen or
+/// overloaded daemon never holds up the agent's start or exit for longer. Registration
+/// resolves the owner from the hook's ancestry, so the hook must outlive the request: a
+/// budget far shorter than a loaded daemon's commit would lose sessions.
+const DAEMON_BUDGET: Duration = Duration::from_secs(1);
+
+/// A connection to the daemon whose every read and write gives up after [`DAEMON_BUDGET`].
+fn connect(context: &Context) -> Result<Client, String> {
+    let client = context.connect().map_err(|f| f.message)?;
+    for direction in [Timeout::Recv, Timeout::Send] {
+        set_socket_timeout(&client, direction, Some(DAEMON_BUDGET))
+            .map_err(|e| format!("cannot bound the wait for the daemon: {e}"))?;
+    }
+    Ok(client)
 }
 
 /// The agent runs its end commands itself: the daemon is told so, then the session ends.
 fn session_end(agent: &dyn Agent, context: &Context) -> Result<(), String> {
     let input = read_stdin().map_err(|f| f.message)?;
     let session = agent.session_end(&input).map_err(|e| e.to_string())?;
-    let mut client = context.connect().map_err(|f| f.message)?;
-    client
-        .actions_done(&session, None)
-        .map_err(|e| e.to_string())?;
-    client.end(&session, None).map_err(|e| e.to_string())?;
+    let mut client = connect(context)?;
+    client.actions_done(&session, None).map_err(daemon_error)?;
+    client.end(&session, None).map_err(daemon_error)?;
     Ok(())
 }
 

@@ -649,3 +649,42 @@ fn the_hooks_name_the_liveness_on_path_when_it_is_the_same_file() {
     let named = format!("\"{} hooks codex session-start\"", liveness.display());
     assert!(text.contains(&named), "{text}");
 }
+
+#[test]
+fn a_hook_never_holds_the_agent_up_when_the_daemon_is_gone_or_frozen() {
+    if !privileged("a_hook_never_holds_the_agent_up_when_the_daemon_is_gone_or_frozen") {
+        return;
+    }
+    let mut daemon = Daemon::start(&[]);
+    let hook = |socket: &Path, session: &str| {
+        let line = format!(
+            "echo '{{\"session_id\": \"{session}\", \"cwd\": \"/\"}}' | {} --socket {} hooks gemini session-start",
+            integration_tests::binary("liveness").display(),
+            socket.display()
+        );
+        let started = std::time::Instant::now();
+        let out = Command::new("sh").args(["-c", &line]).output().unwrap();
+        (out, started.elapsed())
+    };
+    let (out, _) = hook(&daemon.socket, "up-1");
+    assert!(out.status.success() && out.stdout.is_empty(), "{out:?}");
+    assert_eq!(daemon.session("up-1")["phase"], "active");
+
+    let (out, took) = hook(&daemon.dir.path().join("no.sock"), "gone-1");
+    assert!(out.status.success() && out.stdout.is_empty(), "{out:?}");
+    assert!(!out.stderr.is_empty(), "it says why on stderr");
+    assert!(took < Duration::from_millis(200), "{took:?} with no daemon");
+
+    daemon.signal(libc::SIGSTOP);
+    let (out, took) = hook(&daemon.socket, "frozen-1");
+    daemon.signal(libc::SIGCONT);
+    assert!(out.status.success() && out.stdout.is_empty(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("did not answer within 1000 ms"), "{stderr}");
+    assert!(
+        took < Duration::from_millis(1_500),
+        "{took:?} with a frozen daemon: {stderr}"
+    );
+    eprintln!("frozen daemon: the hook returned after {took:?}: {stderr}");
+    let _ = daemon.stop();
+}
