@@ -111,6 +111,9 @@ impl HooksInstallArgs {
                 }
             };
         report(context, &path, result, backup, &text);
+        if let Some(step) = agent.install_step() {
+            eprintln!("liveness hooks install {}: {step}", agent.name());
+        }
         Ok(Exit::Ok.into())
     }
 

@@ -196,6 +196,13 @@ fn install_matches_its_golden_file_and_uninstall_restores(case: &Case, installed
 
     let out = home.hooks(&liveness, None, "install", case);
     assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Codex skips hooks the user has not trusted: install says how to trust them.
+    assert_eq!(
+        case.agent == "codex",
+        stderr.contains("open /hooks and trust"),
+        "{stderr}"
+    );
     let file = home.file(case);
     let actual = normalized(&home, &liveness, &file);
     // LIVENESS_BLESS=1 writes the golden files anew, for review.

@@ -48,6 +48,7 @@ pub static CLAUDE_CODE: CommandHooks = CommandHooks {
     disable_key: Some("disableAllHooks"),
     env: &["CLAUDE_CONFIG_DIR", "CLAUDE_PROJECT_DIR"],
     npm: Some(("claude", "@anthropic-ai/claude-code")),
+    install_step: None,
     user_settings,
     settings_files,
     action_env,

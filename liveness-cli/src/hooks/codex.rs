@@ -41,6 +41,11 @@ pub static CODEX: CommandHooks = CommandHooks {
     disable_key: None,
     env: &["CODEX_HOME"],
     npm: Some(("codex", "@openai/codex")),
+    install_step: Some(
+        "Codex runs a hook only once you trust it: start codex, open /hooks and trust \
+         liveness's SessionStart and SessionEnd hooks (once; again after each install that \
+         changed them)",
+    ),
     user_settings,
     settings_files: |agent, _, env| (agent.user_settings)(env).into_iter().collect(),
     action_env: |_: &Value, _: &HookEnv| Vec::new(),

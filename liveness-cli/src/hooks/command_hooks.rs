@@ -58,6 +58,8 @@ pub struct CommandHooks {
     pub env: &'static [&'static str],
     /// The agent's command and its npm package, when it is one.
     pub npm: Option<(&'static str, &'static str)>,
+    /// What the user must still do for the installed hooks to run.
+    pub install_step: Option<&'static str>,
     pub user_settings: fn(&HookEnv) -> Result<PathBuf, HookError>,
     /// The files whose end commands the agent runs, in its order.
     pub settings_files: fn(&CommandHooks, &Value, &HookEnv) -> Vec<PathBuf>,
@@ -243,6 +245,10 @@ impl Agent for CommandHooks {
 
     fn npm(&self) -> Option<(&'static str, &'static str)> {
         self.npm
+    }
+
+    fn install_step(&self) -> Option<&'static str> {
+        self.install_step
     }
 
     fn user_settings(&self, env: &HookEnv) -> Result<PathBuf, HookError> {

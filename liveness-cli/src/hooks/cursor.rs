@@ -59,6 +59,7 @@ pub static CURSOR: CommandHooks = CommandHooks {
     disable_key: None,
     env: &[],
     npm: None,
+    install_step: None,
     user_settings: |env| in_home(env, ".cursor/hooks.json"),
     settings_files,
     action_env: |_: &Value, _: &HookEnv| Vec::new(),

@@ -34,6 +34,7 @@ pub static GEMINI: CommandHooks = CommandHooks {
     disable_key: None,
     env: &[],
     npm: Some(("gemini", "@google/gemini-cli")),
+    install_step: None,
     user_settings: |env| in_home(env, ".gemini/settings.json"),
     settings_files,
     action_env,

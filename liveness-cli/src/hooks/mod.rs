@@ -82,6 +82,12 @@ pub trait Agent: Sync + fmt::Debug {
         None
     }
 
+    /// What the user must still do for the installed hooks to run, when the agent asks for
+    /// a step of its own (Codex's trust).
+    fn install_step(&self) -> Option<&'static str> {
+        None
+    }
+
     /// For an agent extended by code rather than settings: the whole file `install`
     /// writes (a plugin of liveness's own), in place of editing a JSON settings file.
     fn plugin(&self, _command: &HookCommand) -> Option<String> {
