@@ -590,6 +590,36 @@ pub fn end_hook_command(argv: &[String], input: &[u8]) -> io::Result<Command> {
     Ok(command)
 }
 
+/// The end facts of a session whose owner, `comm`, was SIGKILLed: what the adapters'
+/// tests give their end input.
+#[cfg(test)]
+pub(crate) fn killed(session: &str, comm: &str) -> EndFacts {
+    EndFacts {
+        session: session.into(),
+        uid: 1000,
+        labels: Default::default(),
+        owner: liveness_common::identity::Identity {
+            pid: 4121,
+            start_ticks: 9,
+            boot_id: "b".into(),
+            host: "h".into(),
+            pidfs_ino: None,
+            comm: comm.into(),
+        },
+        reason: liveness_common::session::EndReason::OwnerExited,
+        exit: Some(liveness_common::exit::ExitStatus::Signaled {
+            signal: 9,
+            core_dumped: false,
+        }),
+        detected_by: None,
+        ended_ms: 5,
+        cause: None,
+        usage: None,
+        survivors: None,
+        action: Default::default(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

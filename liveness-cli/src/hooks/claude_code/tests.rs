@@ -1,15 +1,11 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use liveness_common::action::{ActionRun, EndFacts};
-use liveness_common::exit::ExitStatus;
-use liveness_common::identity::Identity;
-use liveness_common::session::EndReason;
 use serde_json::{Value, json};
 
 use super::CLAUDE_CODE;
 use crate::hooks::{
-    Agent, HookCommand, HookEnv, Installed, Uninstalled, backup_path, install, uninstall,
+    Agent, HookCommand, HookEnv, Installed, Uninstalled, backup_path, install, killed, uninstall,
 };
 
 fn command() -> HookCommand {
@@ -399,30 +395,7 @@ fn a_hook_input_without_a_session_id_is_refused() {
 
 #[test]
 fn an_end_command_run_by_liveness_gets_the_session_end_schema_and_the_facts() {
-    let facts = EndFacts {
-        session: "abc-123".into(),
-        uid: 1000,
-        labels: Default::default(),
-        owner: Identity {
-            pid: 4121,
-            start_ticks: 9,
-            boot_id: "b".into(),
-            host: "h".into(),
-            pidfs_ino: None,
-            comm: "claude".into(),
-        },
-        reason: EndReason::OwnerExited,
-        exit: Some(ExitStatus::Signaled {
-            signal: 9,
-            core_dumped: false,
-        }),
-        detected_by: None,
-        ended_ms: 5,
-        cause: None,
-        usage: None,
-        survivors: None,
-        action: ActionRun::default(),
-    };
+    let facts = killed("abc-123", "claude");
     let input = CLAUDE_CODE.end_input(&start_input(), &facts);
     assert_eq!(
         input,

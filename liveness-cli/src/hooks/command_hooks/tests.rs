@@ -1,16 +1,12 @@
 use serde_json::{Value, json};
 
-use liveness_common::action::{ActionRun, EndFacts};
-use liveness_common::identity::Identity;
-use liveness_common::session::EndReason;
-
-use super::super::codex::CODEX;
-use super::super::copilot::COPILOT;
-use super::super::cursor::CURSOR;
-use super::super::gemini::GEMINI;
-use super::super::json::{Json, Object};
 use super::CommandHooks;
-use crate::hooks::{Agent, HookCommand, HookEnv};
+use crate::hooks::codex::CODEX;
+use crate::hooks::copilot::COPILOT;
+use crate::hooks::cursor::CURSOR;
+use crate::hooks::gemini::GEMINI;
+use crate::hooks::json::{Json, Object};
+use crate::hooks::{Agent, HookCommand, HookEnv, killed};
 
 fn command() -> HookCommand {
     HookCommand {
@@ -128,33 +124,9 @@ fn removing_the_hooks_of_liveness_s_own_file_leaves_nothing() {
     );
 }
 
-fn facts() -> EndFacts {
-    EndFacts {
-        session: "s-1".into(),
-        uid: 1000,
-        labels: Default::default(),
-        owner: Identity {
-            pid: 7,
-            start_ticks: 9,
-            boot_id: "b".into(),
-            host: "h".into(),
-            pidfs_ino: None,
-            comm: "copilot".into(),
-        },
-        reason: EndReason::OwnerExited,
-        exit: None,
-        detected_by: None,
-        ended_ms: 5,
-        cause: None,
-        usage: None,
-        survivors: None,
-        action: ActionRun::default(),
-    }
-}
-
 #[test]
 fn the_end_input_is_in_each_agent_s_own_schema() {
-    let facts = facts();
+    let facts = killed("s-1", "copilot");
     let liveness = serde_json::to_value(&facts).unwrap();
     let copilot = COPILOT.end_input(
         &json!({"sessionId": "s-1", "cwd": "/repo", "source": "new", "initialPrompt": "hi"}),
