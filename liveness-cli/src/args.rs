@@ -116,9 +116,10 @@ pub(crate) enum Command {
     /// (keeping every hook you have, with a backup of the file): at SessionStart the
     /// session is registered with your SessionEnd commands as end actions, and at
     /// SessionEnd the daemon is told that Claude Code ran them. So they run once: by
-    /// Claude Code when it manages to, by livenessd when it does not (a crash, SIGKILL,
-    /// `claude -p`, a closed terminal). `liveness hooks uninstall claude-code` restores the
-    /// file. The hooks themselves run `liveness hooks AGENT HOOK`.
+    /// Claude Code when it manages to, by livenessd when it does not (a crash, a SIGKILL,
+    /// the OOM killer). `liveness hooks uninstall claude-code` restores the file. Other
+    /// agents alike; `liveness hooks status` lists them. The hooks themselves run
+    /// `liveness hooks AGENT HOOK`.
     #[command(after_help = HOOKS_HELP)]
     Hooks(HooksArgs),
 }

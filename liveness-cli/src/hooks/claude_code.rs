@@ -16,9 +16,10 @@
 //!   `permission_mode`, `hook_event_name`; `SessionStart` adds `source` (`startup`,
 //!   `resume`, `clear`, `compact`); `SessionEnd` adds `reason` (`clear`, `logout`,
 //!   `prompt_input_exit`, `bypass_permissions_disabled`, `other`).
-//! - Hooks get `CLAUDE_PROJECT_DIR`. `SessionEnd` hooks share a budget of 1.5 s unless
-//!   they set a longer `timeout` (at most 60 s), and none runs on a crash, a SIGKILL,
-//!   `claude -p` or a closed terminal: which is what liveness makes up for.
+//! - Hooks get `CLAUDE_PROJECT_DIR` (and `CLAUDE_CODE_SESSION_ID`). `SessionEnd` hooks
+//!   share a budget of 1.5 s unless they set a longer `timeout` (at most 60 s). Claude Code
+//!   2.1.197 runs them for `claude -p`, SIGINT, SIGTERM and a closed terminal, and none on
+//!   a SIGKILL, a crash or the OOM killer: which is what liveness makes up for.
 //!
 //! When livenessd runs an end command, its input is the `SessionEnd` schema with `reason`
 //! `other` (the agent could not say), plus a `liveness` object: the end facts.
