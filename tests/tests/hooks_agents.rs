@@ -695,3 +695,29 @@ fn a_hook_never_holds_the_agent_up_when_the_daemon_is_gone_or_frozen() {
     eprintln!("frozen daemon: the hook returned after {took:?}: {stderr}");
     let _ = daemon.stop();
 }
+
+#[test]
+fn a_slow_end_command_of_an_agent_killed_while_the_daemon_was_down_completes_once() {
+    if !privileged("a_slow_end_command_of_an_agent_killed_while_the_daemon_was_down_completes_once")
+    {
+        return;
+    }
+    let (mut daemon, _binaries, home) = installed_for_alice(&GEMINI);
+    // The user's end command takes 5 s (Gemini gives it 30 s): it must complete, once.
+    let settings = home.file(&GEMINI);
+    let text = std::fs::read_to_string(&settings).unwrap();
+    std::fs::write(&settings, text.replace("id -u >>", "sleep 5; id -u >>")).unwrap();
+    let (agent, _) = registered(&GEMINI, &daemon, &home, "down-1");
+    daemon.stop();
+    agent.kill9();
+    daemon.restart();
+    let ended = daemon.wait_finalized("down-1", Some(ALICE));
+    assert_eq!(ended["reason"], "owner_exited", "{ended}");
+    assert_eq!(ended["actions"][0]["outcome"]["exit"]["code"], 0, "{ended}");
+    std::thread::sleep(Duration::from_millis(500));
+    let (runs, uids) = home.runs();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(uids, [ALICE]);
+    assert_eq!(runs[0]["session_id"], "down-1");
+    assert_eq!(runs[0]["liveness"]["reason"], "owner_exited", "{}", runs[0]);
+}
