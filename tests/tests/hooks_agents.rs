@@ -721,3 +721,34 @@ fn a_slow_end_command_of_an_agent_killed_while_the_daemon_was_down_completes_onc
     assert_eq!(runs[0]["session_id"], "down-1");
     assert_eq!(runs[0]["liveness"]["reason"], "owner_exited", "{}", runs[0]);
 }
+
+#[test]
+fn root_installing_for_a_user_leaves_every_agent_s_files_theirs() {
+    if !privileged("root_installing_for_a_user_leaves_every_agent_s_files_theirs") {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let binaries = BinariesForAnyUser::new();
+    for case in [&CODEX, &GEMINI, &COPILOT, &CURSOR, &KIRO, &OPENCODE] {
+        let home = Home::new(case);
+        let out = Command::new(binaries.path("liveness"))
+            .args(["hooks", "install", case.agent])
+            .env("HOME", home.path())
+            .env_remove("CODEX_HOME")
+            .env_remove("XDG_CONFIG_HOME")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}: {out:?}", case.agent);
+        let file = home.file(case);
+        let mut path = file.as_path();
+        while path != home.path() {
+            let meta = std::fs::symlink_metadata(path).unwrap();
+            assert_eq!((meta.uid(), meta.gid()), (ALICE, ALICE), "{path:?}");
+            path = path.parent().unwrap();
+        }
+        if case.user != Some(case.file) {
+            let mode = std::fs::metadata(&file).unwrap().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{file:?}: liveness's own file is private");
+        }
+    }
+}
