@@ -18,6 +18,9 @@ use liveness_cli::hooks::{
 };
 use liveness_client::{Client, ClientError, Owner, Registration};
 use liveness_common::action::EndFacts;
+use liveness_common::identity::Identity;
+use liveness_common::session::Phase;
+use liveness_proc::identity::ProcRoot;
 use rustix::net::sockopt::{Timeout, set_socket_timeout};
 
 use crate::args::{HookName, HookRunArgs, HooksArgs, HooksCommand, HooksInstallArgs};
@@ -214,14 +217,41 @@ fn session_start(agent: &dyn Agent, context: &Context) -> Result<(), String> {
     for note in plan.notes.iter().chain(&notes) {
         eprintln!("liveness hooks {}: {note}", agent.name());
     }
+    let session = plan.session.clone();
     let registration = Registration {
         labels: plan.labels,
         on_end_run: Some(plan.actions),
         ..Registration::new(plan.session, Owner::Auto)
     };
     let mut client = connect(context)?;
+    if let Some(owner) = live_elsewhere(&mut client, &session)? {
+        return Err(format!(
+            "session {session:?} runs on in {} (pid {}): this run, a fork or a second resume of it, is not tracked, so that it neither takes the session over nor ends it",
+            owner.comm, owner.pid
+        ));
+    }
     client.register(&registration).map_err(daemon_error)?;
     Ok(())
+}
+
+/// The owner of `session` when the session is active and owned by another process than
+/// the agent this hook runs under: the agent is then a fork or a second resume of a
+/// session that runs on elsewhere (agents give those the same session id), which must
+/// neither take the session over nor end it. Processes are compared by start time and
+/// name, which do not depend on the PID namespace the hook runs in.
+fn live_elsewhere(client: &mut Client, session: &str) -> Result<Option<Identity>, String> {
+    let found = match client.get(session, None) {
+        Ok(found) if found.phase == Phase::Active => found,
+        // No such session (or one that ended): nothing runs on elsewhere.
+        Ok(_) | Err(ClientError::Daemon { .. }) => return Ok(None),
+        Err(e) => return Err(daemon_error(e)),
+    };
+    let Ok(agent) = ProcRoot::default().resolve_owner(std::os::unix::process::parent_id(), &[])
+    else {
+        return Ok(None); // the daemon resolves the owner itself, and says so if it cannot
+    };
+    let same = found.owner.start_ticks == agent.start_ticks && found.owner.comm == agent.comm;
+    Ok((!same).then_some(found.owner))
 }
 
 /// A failed request, saying so plainly when the daemon took longer than the budget.
@@ -256,6 +286,12 @@ fn session_end(agent: &dyn Agent, context: &Context) -> Result<(), String> {
     let input = read_stdin().map_err(|f| f.message)?;
     let session = agent.session_end(&input).map_err(|e| e.to_string())?;
     let mut client = connect(context)?;
+    if let Some(owner) = live_elsewhere(&mut client, &session)? {
+        return Err(format!(
+            "session {session:?} runs on in {} (pid {}): it is left to end there",
+            owner.comm, owner.pid
+        ));
+    }
     client.actions_done(&session, None).map_err(daemon_error)?;
     client.end(&session, None).map_err(daemon_error)?;
     Ok(())

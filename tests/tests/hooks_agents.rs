@@ -752,3 +752,41 @@ fn root_installing_for_a_user_leaves_every_agent_s_files_theirs() {
         }
     }
 }
+
+#[test]
+fn a_fork_of_a_live_session_neither_takes_it_over_nor_ends_it() {
+    if !privileged("a_fork_of_a_live_session_neither_takes_it_over_nor_ends_it") {
+        return;
+    }
+    // Codex and Claude Code give a fork (and a second resume) the session id of the run
+    // it came from.
+    let (daemon, _binaries, home) = installed_for_alice(&CODEX);
+    let (first, _) = registered(&CODEX, &daemon, &home, "live-1");
+    let fork = Agent::start(&CODEX, &home, "live-1");
+    let session = get(&daemon, "live-1");
+    assert_eq!(
+        session["owner"]["pid"],
+        first.child.id(),
+        "not taken over: {session}"
+    );
+    fork.say("exit");
+    std::thread::sleep(Duration::from_millis(500));
+    let session = get(&daemon, "live-1");
+    assert_eq!(
+        session["phase"], "active",
+        "not ended by the fork's end: {session}"
+    );
+    let (runs, _) = home.runs();
+    assert_eq!(
+        runs.len(),
+        1,
+        "the fork's own end command, by the fork: {runs:?}"
+    );
+    first.kill9();
+    let ended = daemon.wait_finalized("live-1", Some(ALICE));
+    assert_eq!(ended["reason"], "owner_exited", "{ended}");
+    std::thread::sleep(Duration::from_millis(500));
+    let (runs, _) = home.runs();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[1]["liveness"]["exit"]["signal"], 9, "{}", runs[1]);
+}
