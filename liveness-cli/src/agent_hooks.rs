@@ -246,12 +246,32 @@ fn live_elsewhere(client: &mut Client, session: &str) -> Result<Option<Identity>
         Ok(_) | Err(ClientError::Daemon { .. }) => return Ok(None),
         Err(e) => return Err(daemon_error(e)),
     };
-    let Ok(agent) = ProcRoot::default().resolve_owner(std::os::unix::process::parent_id(), &[])
-    else {
+    let proc = ProcRoot::default();
+    let parent = std::os::unix::process::parent_id();
+    let Ok(agent) = proc.resolve_owner(parent, &[]) else {
         return Ok(None); // the daemon resolves the owner itself, and says so if it cannot
     };
-    let same = found.owner.start_ticks == agent.start_ticks && found.owner.comm == agent.comm;
-    Ok((!same).then_some(found.owner))
+    let owner = &found.owner;
+    let is_owner =
+        |start_ticks: u64, comm: &str| owner.start_ticks == start_ticks && owner.comm == comm;
+    // The daemon's own `--wrapper` list may have taken it further up than this hook's
+    // resolution: an ancestor of another name is still this agent's session. One of the
+    // agent's own name above it is the run this one was forked from.
+    let ours = is_owner(agent.start_ticks, &agent.comm)
+        || (owner.comm != agent.comm
+            && ancestors(&proc, parent).any(|(start_ticks, comm)| is_owner(start_ticks, &comm)));
+    Ok((!ours).then_some(found.owner))
+}
+
+/// `pid` and its ancestors, as (start time, name), up to init.
+fn ancestors(proc: &ProcRoot, pid: u32) -> impl Iterator<Item = (u64, String)> + '_ {
+    let mut next = Some(pid);
+    std::iter::from_fn(move || {
+        let stat = proc.stat(next?).ok()?;
+        next = (stat.ppid > 1).then_some(stat.ppid);
+        Some((stat.start_ticks, stat.comm))
+    })
+    .take(64)
 }
 
 /// A failed request, saying so plainly when the daemon took longer than the budget.

@@ -324,6 +324,11 @@ struct Agent {
 
 impl Agent {
     fn start(case: &Case, home: &Home, session: &str) -> Agent {
+        Agent::start_under(&[], case, home, session)
+    }
+
+    /// [`Agent::start`], run as `PREFIX... AGENT ARGS...`.
+    fn start_under(prefix: &[&str], case: &Case, home: &Home, session: &str) -> Agent {
         let bin = tempfile::tempdir().unwrap();
         set_mode(bin.path(), 0o755);
         let script = if case.agent == "opencode" {
@@ -340,7 +345,15 @@ impl Agent {
         )
         .unwrap();
         set_mode(&program, 0o755);
-        let mut child = Command::new(&program)
+        let mut command = match prefix.split_first() {
+            Some((first, rest)) => {
+                let mut command = Command::new(first);
+                command.args(rest).arg(&program);
+                command
+            }
+            None => Command::new(&program),
+        };
+        let mut child = command
             .args([session, home.project().to_str().unwrap()])
             .current_dir(home.project())
             .env("HOME", home.path())
@@ -789,4 +802,33 @@ fn a_fork_of_a_live_session_neither_takes_it_over_nor_ends_it() {
     let (runs, _) = home.runs();
     assert_eq!(runs.len(), 2, "{runs:?}");
     assert_eq!(runs[1]["liveness"]["exit"]["signal"], 9, "{}", runs[1]);
+}
+
+#[test]
+fn a_session_the_daemon_gave_to_a_wrapper_above_the_agent_is_still_the_agent_s() {
+    if !privileged("a_session_the_daemon_gave_to_a_wrapper_above_the_agent_is_still_the_agent_s") {
+        return;
+    }
+    // livenessd --wrapper cursor-agent skips the agent itself: the owner is the process
+    // above it, a launcher of the user's. The agent's end hook must still end its session.
+    let (daemon, _) = integration_tests::shared_daemon_with(&["--wrapper", "cursor-agent"]);
+    let home = Home::new(&CURSOR);
+    let liveness = BinariesForAnyUser::new().path("liveness");
+    let out = home.hooks(&liveness, Some(&daemon.socket), "install", &CURSOR);
+    assert!(out.status.success(), "{out:?}");
+    let launcher = [
+        "/usr/bin/python3",
+        "-c",
+        "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))",
+    ];
+    let agent = Agent::start_under(&launcher, &CURSOR, &home, "wrapped-1");
+    let session = get(&daemon, "wrapped-1");
+    assert_eq!(session["owner"]["comm"], "python3", "{session}");
+    agent.say("exit");
+    let ended = daemon.wait_finalized("wrapped-1", Some(ALICE));
+    assert_eq!(ended["reason"], "stopped", "{ended}");
+    assert_eq!(
+        ended["actions"][0]["outcome"]["skipped"], "done_by_agent",
+        "{ended}"
+    );
 }
