@@ -7,29 +7,33 @@ use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 use serde_json::{Value, json};
 
 use liveness_cli::hooks::{
-    self, Agent, HookCommand, HookEnv, Installed, Uninstalled, end_hook_command, read_settings,
+    self, AGENTS, Agent, HookCommand, HookEnv, Installed, Uninstalled, end_hook_command,
+    read_settings,
 };
-use liveness_client::{Owner, Registration};
+use liveness_client::{Client, ClientError, Owner, Registration};
 use liveness_common::action::EndFacts;
+use liveness_common::identity::Identity;
+use liveness_common::session::Phase;
+use liveness_proc::identity::ProcRoot;
+use rustix::net::sockopt::{Timeout, set_socket_timeout};
 
 use crate::args::{HookName, HookRunArgs, HooksArgs, HooksCommand, HooksInstallArgs};
 use crate::context::Context;
 use crate::exit::{Exit, Failure};
 use crate::output::{self, outln};
 
-/// Every variable an adapter may read.
-const ENV: &[&str] = &hooks::claude_code::ENV;
-
 impl HooksArgs {
     pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
         match &self.command {
             HooksCommand::Install(args) => args.install(context),
             HooksCommand::Uninstall(args) => args.uninstall(context),
+            HooksCommand::Status => status(context),
             HooksCommand::Run(words) => {
                 let args = HookRunArgs::try_parse_from(words).map_err(|e| {
                     Failure::new(Exit::Usage, e.render().to_string().trim().to_owned())
@@ -48,7 +52,9 @@ fn hook_failure(e: hooks::HookError) -> Failure {
     Failure::new(Exit::IoErr, e.to_string())
 }
 
-/// This binary, and the socket named on its command line: what the hooks run.
+/// This binary, and the socket named on its command line: what the hooks run. The binary
+/// is named by the path the shell finds it at when that is this very file, so that hooks
+/// installed from `/usr/local/bin/liveness` keep naming it, not the file it links to.
 fn hook_command(context: &Context) -> Result<HookCommand, Failure> {
     let program = std::env::current_exe().map_err(|e| {
         Failure::new(
@@ -57,9 +63,20 @@ fn hook_command(context: &Context) -> Result<HookCommand, Failure> {
         )
     })?;
     Ok(HookCommand {
-        program,
+        program: on_path(&program).unwrap_or(program),
         socket: context.named_socket.clone(),
     })
+}
+
+/// The first `liveness` on `PATH`, when it is the file `exe`.
+fn on_path(exe: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let me = std::fs::metadata(exe).ok()?;
+    let first = std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join("liveness"))
+        .find(|file| file.is_absolute() && file.is_file())?;
+    let found = std::fs::metadata(&first).ok()?;
+    (found.dev() == me.dev() && found.ino() == me.ino()).then_some(first)
 }
 
 impl HooksInstallArgs {
@@ -67,7 +84,7 @@ impl HooksInstallArgs {
         match &self.settings {
             Some(path) => Ok(path.clone()),
             None => agent
-                .user_settings(&HookEnv::from_process(ENV))
+                .user_settings(&HookEnv::from_process(agent.env()))
                 .map_err(hook_failure),
         }
     }
@@ -97,6 +114,9 @@ impl HooksInstallArgs {
                 }
             };
         report(context, &path, result, backup, &text);
+        if let Some(step) = agent.install_step() {
+            eprintln!("liveness hooks install {}: {step}", agent.name());
+        }
         Ok(Exit::Ok.into())
     }
 
@@ -187,7 +207,7 @@ fn read_stdin() -> Result<Value, Failure> {
 /// end actions.
 fn session_start(agent: &dyn Agent, context: &Context) -> Result<(), String> {
     let input = read_stdin().map_err(|f| f.message)?;
-    let env = HookEnv::from_process(ENV);
+    let env = HookEnv::from_process(agent.env());
     let mut notes = Vec::new();
     let settings = read_settings(&agent.settings_files(&input, &env), &mut notes);
     let command = hook_command(context).map_err(|f| f.message)?;
@@ -197,24 +217,161 @@ fn session_start(agent: &dyn Agent, context: &Context) -> Result<(), String> {
     for note in plan.notes.iter().chain(&notes) {
         eprintln!("liveness hooks {}: {note}", agent.name());
     }
+    let session = plan.session.clone();
     let registration = Registration {
         labels: plan.labels,
         on_end_run: Some(plan.actions),
         ..Registration::new(plan.session, Owner::Auto)
     };
-    let mut client = context.connect().map_err(|f| f.message)?;
-    client.register(&registration).map_err(|e| e.to_string())?;
+    let mut client = connect(context)?;
+    if let Some(owner) = live_elsewhere(&mut client, &session)? {
+        return Err(format!(
+            "session {session:?} runs on in {} (pid {}): this run, a fork or a second resume of it, is not tracked, so that it neither takes the session over nor ends it",
+            owner.comm, owner.pid
+        ));
+    }
+    client.register(&registration).map_err(daemon_error)?;
     Ok(())
+}
+
+/// The owner of `session` when the session is active and owned by another process than
+/// the agent this hook runs under: the agent is then a fork or a second resume of a
+/// session that runs on elsewhere (agents give those the same session id), which must
+/// neither take the session over nor end it. Processes are compared by start time and
+/// name, which do not depend on the PID namespace the hook runs in.
+fn live_elsewhere(client: &mut Client, session: &str) -> Result<Option<Identity>, String> {
+    let found = match client.get(session, None) {
+        Ok(found) if found.phase == Phase::Active => found,
+        // No such session (or one that ended): nothing runs on elsewhere.
+        Ok(_) | Err(ClientError::Daemon { .. }) => return Ok(None),
+        Err(e) => return Err(daemon_error(e)),
+    };
+    let proc = ProcRoot::default();
+    let parent = std::os::unix::process::parent_id();
+    let Ok(agent) = proc.resolve_owner(parent, &[]) else {
+        return Ok(None); // the daemon resolves the owner itself, and says so if it cannot
+    };
+    let owner = &found.owner;
+    let is_owner =
+        |start_ticks: u64, comm: &str| owner.start_ticks == start_ticks && owner.comm == comm;
+    // The daemon's own `--wrapper` list may have taken it further up than this hook's
+    // resolution: an ancestor of another name is still this agent's session. One of the
+    // agent's own name above it is the run this one was forked from.
+    let ours = is_owner(agent.start_ticks, &agent.comm)
+        || (owner.comm != agent.comm
+            && ancestors(&proc, parent).any(|(start_ticks, comm)| is_owner(start_ticks, &comm)));
+    Ok((!ours).then_some(found.owner))
+}
+
+/// `pid` and its ancestors, as (start time, name), up to init.
+fn ancestors(proc: &ProcRoot, pid: u32) -> impl Iterator<Item = (u64, String)> + '_ {
+    let mut next = Some(pid);
+    std::iter::from_fn(move || {
+        let stat = proc.stat(next?).ok()?;
+        next = (stat.ppid > 1).then_some(stat.ppid);
+        Some((stat.start_ticks, stat.comm))
+    })
+    .take(64)
+}
+
+/// A failed request, saying so plainly when the daemon took longer than the budget.
+fn daemon_error(e: ClientError) -> String {
+    match e {
+        ClientError::Io(e) if e.kind() == std::io::ErrorKind::WouldBlock => format!(
+            "livenessd did not answer within {} ms: the agent goes on untracked",
+            DAEMON_BUDGET.as_millis()
+        ),
+        e => e.to_string(),
+    }
+}
+
+/// How long a hook waits for the daemon before it gives up, so that a frozen or
+/// overloaded daemon never holds up the agent's start or exit for longer. Registration
+/// resolves the owner from the hook's ancestry, so the hook must outlive the request: a
+/// budget far shorter than a loaded daemon's commit would lose sessions.
+const DAEMON_BUDGET: Duration = Duration::from_secs(1);
+
+/// A connection to the daemon whose every read and write gives up after [`DAEMON_BUDGET`].
+fn connect(context: &Context) -> Result<Client, String> {
+    let client = context.connect().map_err(|f| f.message)?;
+    for direction in [Timeout::Recv, Timeout::Send] {
+        set_socket_timeout(&client, direction, Some(DAEMON_BUDGET))
+            .map_err(|e| format!("cannot bound the wait for the daemon: {e}"))?;
+    }
+    Ok(client)
 }
 
 /// The agent runs its end commands itself: the daemon is told so, then the session ends.
 fn session_end(agent: &dyn Agent, context: &Context) -> Result<(), String> {
     let input = read_stdin().map_err(|f| f.message)?;
     let session = agent.session_end(&input).map_err(|e| e.to_string())?;
-    let mut client = context.connect().map_err(|f| f.message)?;
-    client
-        .actions_done(&session, None)
-        .map_err(|e| e.to_string())?;
-    client.end(&session, None).map_err(|e| e.to_string())?;
+    let mut client = connect(context)?;
+    if let Some(owner) = live_elsewhere(&mut client, &session)? {
+        return Err(format!(
+            "session {session:?} runs on in {} (pid {}): it is left to end there",
+            owner.comm, owner.pid
+        ));
+    }
+    client.actions_done(&session, None).map_err(daemon_error)?;
+    client.end(&session, None).map_err(daemon_error)?;
     Ok(())
+}
+
+/// Per agent: whether liveness's hooks are in its user settings, which file, the version
+/// of the agent found on PATH when npm installed it, and whether it has an end hook of its
+/// own (without one, livenessd runs nothing the agent
+/// would have: it tracks the session to its end).
+fn status(context: &Context) -> Result<ExitCode, Failure> {
+    let rows: Vec<Value> = AGENTS
+        .iter()
+        .map(|agent| {
+            let env = HookEnv::from_process(agent.env());
+            let (file, installed) = match agent.user_settings(&env) {
+                Ok(path) => {
+                    let installed = hooks::installed(*agent, &path);
+                    (Some(path), installed)
+                }
+                Err(e) => (None, Err(e)),
+            };
+            let (installed, error) = match installed {
+                Ok(installed) => (Some(installed), None),
+                Err(e) => (None, Some(e.to_string())),
+            };
+            let path = std::env::var_os("PATH").unwrap_or_default();
+            let version = agent
+                .npm()
+                .and_then(|(command, package)| hooks::npm_version(command, package, &path));
+            json!({
+                "agent": agent.name(),
+                "file": file,
+                "installed": installed,
+                "error": error,
+                "version": version,
+                "end_hook": agent.has_end_hook(),
+            })
+        })
+        .collect();
+    if context.json {
+        output::json(&json!({ "agents": rows }));
+        return Ok(Exit::Ok.into());
+    }
+    for row in &rows {
+        let state = match (&row["installed"], &row["error"]) {
+            (Value::Bool(true), _) => "installed".to_owned(),
+            (Value::Bool(false), _) => "not installed".to_owned(),
+            (_, error) => format!("unknown ({})", error.as_str().unwrap_or_default()),
+        };
+        let end = if row["end_hook"] == true {
+            "has an end hook"
+        } else {
+            "no end hook: tracked to its exit"
+        };
+        outln!(
+            "{:<12} {:<10} {state:<14} {end:<32} {}",
+            row["agent"].as_str().unwrap_or_default(),
+            row["version"].as_str().unwrap_or("-"),
+            row["file"].as_str().unwrap_or("-"),
+        );
+    }
+    Ok(Exit::Ok.into())
 }

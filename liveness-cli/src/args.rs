@@ -116,18 +116,21 @@ pub(crate) enum Command {
     /// (keeping every hook you have, with a backup of the file): at SessionStart the
     /// session is registered with your SessionEnd commands as end actions, and at
     /// SessionEnd the daemon is told that Claude Code ran them. So they run once: by
-    /// Claude Code when it manages to, by livenessd when it does not (a crash, SIGKILL,
-    /// `claude -p`, a closed terminal). `liveness hooks uninstall claude-code` restores the
-    /// file. The hooks themselves run `liveness hooks AGENT HOOK`.
+    /// Claude Code when it manages to, by livenessd when it does not (a crash, a SIGKILL,
+    /// the OOM killer). `liveness hooks uninstall claude-code` restores the file. Other
+    /// agents alike; `liveness hooks status` lists them. The hooks themselves run
+    /// `liveness hooks AGENT HOOK`.
     #[command(after_help = HOOKS_HELP)]
     Hooks(HooksArgs),
 }
 
 pub(crate) const HOOKS_HELP: &str = "\
-Agents: claude-code. Hooks (run by the agent, not by hand): session-start and
-session-end read the agent's hook input on stdin; end-hook --input START -- ARGV... is
-the end action, which runs the user's command with the agent's own hook input. A hook
-never fails the agent: it exits 0 and writes what went wrong to stderr.";
+Agents: claude-code, codex, gemini, copilot, cursor, kiro (3.x), opencode; Aider has no
+hooks: run it under `liveness run` (docs/agents.md). Hooks (run by the agent, not by
+hand): session-start and session-end read the agent's hook input on stdin; end-hook
+--input START -- ARGV... is the end action, which runs the user's command with the
+agent's own hook input. A hook never fails the agent: it exits 0 and writes what went
+wrong to stderr.";
 
 // `hooks`
 #[derive(Debug, clap::Args)]
@@ -145,6 +148,9 @@ pub(crate) enum HooksCommand {
     /// Take liveness's hooks out again: the original file comes back when it was not
     /// edited since.
     Uninstall(HooksInstallArgs),
+    /// For each agent: whether liveness's hooks are installed, in which file, and whether
+    /// the agent has an end hook of its own.
+    Status,
     /// `AGENT HOOK [--input START] [-- ARGV...]`: a hook, as the agent runs it.
     #[command(external_subcommand)]
     Run(Vec<OsString>),
@@ -152,7 +158,7 @@ pub(crate) enum HooksCommand {
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct HooksInstallArgs {
-    /// The agent (claude-code).
+    /// The agent: claude-code, codex, gemini, copilot, cursor, kiro or opencode.
     pub(crate) agent: String,
     /// The settings file to edit (default: the agent's user settings, e.g.
     /// ~/.claude/settings.json or $CLAUDE_CONFIG_DIR/settings.json).

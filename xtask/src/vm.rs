@@ -229,10 +229,15 @@ struct Built {
 }
 
 /// Test binaries that test nothing of the kernel and need what the busybox guest has
-/// not: the repository's docs (`architecture`), python3 (`hooks_claude_code`), the user
-/// databases, a shell and coreutils for end actions run as a user (`end_actions`). They
-/// run on the host, in `cargo test`.
-const HOST_ONLY: &[&str] = &["architecture", "hooks_claude_code", "end_actions"];
+/// not: the repository's docs (`architecture`), python3 and node (`hooks_claude_code`,
+/// `hooks_agents`), the user databases, a shell and coreutils for end actions run as a
+/// user (`end_actions`). They run on the host, in `cargo test`.
+const HOST_ONLY: &[&str] = &[
+    "architecture",
+    "hooks_claude_code",
+    "hooks_agents",
+    "end_actions",
+];
 
 /// Tests left out in the guest, by binary and name (`--skip`), which run on the host in
 /// `cargo test`: the daemon's end-action runner needs the user databases and coreutils

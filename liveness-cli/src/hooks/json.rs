@@ -45,6 +45,10 @@ impl Object {
         Some(self.0.remove(at).1)
     }
 
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

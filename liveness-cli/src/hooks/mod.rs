@@ -19,8 +19,15 @@
 //! user, files replaced whole).
 
 pub mod claude_code;
+pub mod codex;
+pub mod command_hooks;
+pub mod copilot;
+pub mod cursor;
 pub mod files;
+pub mod gemini;
 pub mod json;
+pub mod kiro;
+pub mod opencode;
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
@@ -37,7 +44,15 @@ use self::files::{FileError, SettingsDir};
 use self::json::{Json, Object};
 
 /// Every agent liveness has an adapter for.
-pub static AGENTS: &[&dyn Agent] = &[&claude_code::ClaudeCode];
+pub static AGENTS: &[&dyn Agent] = &[
+    &claude_code::CLAUDE_CODE,
+    &codex::CODEX,
+    &gemini::GEMINI,
+    &copilot::COPILOT,
+    &cursor::CURSOR,
+    &kiro::Kiro,
+    &opencode::OpenCode,
+];
 
 /// The agent called `name` on the command line.
 pub fn agent(name: &str) -> Result<&'static dyn Agent, HookError> {
@@ -53,6 +68,32 @@ pub trait Agent: Sync + fmt::Debug {
     /// Its name on the command line (`liveness hooks install NAME`).
     fn name(&self) -> &'static str;
 
+    /// The environment variables its hooks read.
+    fn env(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Whether the agent has an end hook of its own, run when it ends a session itself.
+    fn has_end_hook(&self) -> bool;
+
+    /// The agent's command and the npm package that installs it, when it is one: how
+    /// `hooks status` reads its version cheaply ([`npm_version`]).
+    fn npm(&self) -> Option<(&'static str, &'static str)> {
+        None
+    }
+
+    /// What the user must still do for the installed hooks to run, when the agent asks for
+    /// a step of its own (Codex's trust).
+    fn install_step(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// For an agent extended by code rather than settings: the whole file `install`
+    /// writes (a plugin of liveness's own), in place of editing a JSON settings file.
+    fn plugin(&self, _command: &HookCommand) -> Option<String> {
+        None
+    }
+
     /// The settings file `install` edits when none is named.
     fn user_settings(&self, env: &HookEnv) -> Result<PathBuf, HookError>;
 
@@ -64,8 +105,10 @@ pub trait Agent: Sync + fmt::Debug {
     fn remove_hooks(&self, settings: &mut Object) -> Result<(), HookError>;
 
     /// The settings files whose end commands a session started with `input` runs, in the
-    /// agent's order.
-    fn settings_files(&self, input: &Value, env: &HookEnv) -> Vec<PathBuf>;
+    /// agent's order (none for an agent without end commands).
+    fn settings_files(&self, _input: &Value, _env: &HookEnv) -> Vec<PathBuf> {
+        Vec::new()
+    }
 
     /// What the session-start hook registers, from its input and the agent's settings.
     fn session_start(
@@ -116,7 +159,7 @@ impl HookEnv {
 
 /// The command line the installed hooks run: this `liveness` binary, and the daemon's
 /// socket when one was named at install time.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HookCommand {
     pub program: PathBuf,
     pub socket: Option<PathBuf>,
@@ -197,6 +240,44 @@ pub struct StartPlan {
     pub actions: Vec<ActionSpec>,
     /// End hooks that were not carried over, and why (for the hook's stderr).
     pub notes: Vec<String>,
+}
+
+/// The plan of an agent without end commands of the user's: the session, tracked to its
+/// end, with the agent's session id taken from the input's `key`.
+pub(crate) fn tracking_only(agent: &str, input: &Value, key: &str) -> Result<StartPlan, HookError> {
+    let session = input[key]
+        .as_str()
+        .filter(|id| !id.is_empty())
+        .ok_or_else(|| HookError::Input(format!("no {key} in the hook's JSON on stdin")))?;
+    Ok(StartPlan {
+        session: session.to_owned(),
+        labels: BTreeMap::from([("agent".to_owned(), agent.to_owned())]),
+        actions: Vec::new(),
+        notes: Vec::new(),
+    })
+}
+
+/// The input an end command of an agent without an end schema of its own gets: the start
+/// input, plus the `liveness` object with the end facts.
+pub(crate) fn with_facts(start: &Value, facts: &EndFacts) -> Value {
+    let mut input = start.clone();
+    input["liveness"] = serde_json::to_value(facts).unwrap_or(Value::Null);
+    input
+}
+
+/// The version of the npm `package` whose `command` comes first on `path` (a `PATH`
+/// value): the `version` of the `package.json` named `package` above the file the command
+/// links to. Nothing is run; `None` when the command is not found or not from npm.
+pub fn npm_version(command: &str, package: &str, path: &OsStr) -> Option<String> {
+    let found = std::env::split_paths(path)
+        .map(|dir| dir.join(command))
+        .find(|file| file.is_file())?;
+    let file = std::fs::canonicalize(found).ok()?;
+    file.ancestors().skip(1).find_map(|dir| {
+        let manifest: Value =
+            serde_json::from_slice(&std::fs::read(dir.join("package.json")).ok()?).ok()?;
+        (manifest["name"] == package).then(|| manifest["version"].as_str().map(str::to_owned))?
+    })
 }
 
 /// Why a hook or an install could not do its work.
@@ -295,6 +376,9 @@ pub fn install(
     let (dir, name) = split(path)?;
     let dir = SettingsDir::open(dir, true)?.expect("a created directory exists");
     let original = dir.read(name)?;
+    if let Some(plugin) = agent.plugin(command) {
+        return install_plugin(&dir, path, name, original.as_ref(), &plugin);
+    }
     let settings = match &original {
         Some(file) => parse_object(path, &file.bytes)?,
         None => Object::default(),
@@ -317,6 +401,25 @@ pub fn install(
     let bytes = Json::Object(edited).to_pretty();
     dir.replace(name, bytes.as_bytes(), original.as_ref())?;
     Ok(Installed::Changed { backup })
+}
+
+/// Whether liveness's hooks are in the file `path` (read through [`SettingsDir`], as
+/// [`install`] reads it).
+pub fn installed(agent: &dyn Agent, path: &Path) -> Result<bool, HookError> {
+    let (dir, name) = split(path)?;
+    let Some(dir) = SettingsDir::open(dir, false)? else {
+        return Ok(false);
+    };
+    let Some(current) = dir.read(name)? else {
+        return Ok(false);
+    };
+    if agent.plugin(&HookCommand::default()).is_some() {
+        return Ok(is_our_plugin(&current.bytes));
+    }
+    let settings = parse_object(path, &current.bytes)?;
+    let mut cleaned = settings.clone();
+    agent.remove_hooks(&mut cleaned).map_err(|e| e.at(path))?;
+    Ok(cleaned != settings)
 }
 
 /// What `uninstall` did.
@@ -343,6 +446,13 @@ pub fn uninstall(agent: &dyn Agent, path: &Path) -> Result<Uninstalled, HookErro
     let Some(current) = dir.read(name)? else {
         return Ok(Uninstalled::NotInstalled);
     };
+    if agent.plugin(&HookCommand::default()).is_some() {
+        if !is_our_plugin(&current.bytes) {
+            return Err(not_our_plugin(path));
+        }
+        dir.remove(name)?;
+        return Ok(Uninstalled::Removed);
+    }
     let settings = parse_object(path, &current.bytes)?;
     let mut cleaned = settings.clone();
     agent.remove_hooks(&mut cleaned).map_err(|e| e.at(path))?;
@@ -366,6 +476,40 @@ pub fn uninstall(agent: &dyn Agent, path: &Path) -> Result<Uninstalled, HookErro
             Ok(Uninstalled::HooksRemoved {
                 backup: kept.map(|_| backup_path(path)),
             })
+        }
+    }
+}
+
+/// The first line of every plugin file liveness writes: how `install` and `uninstall` tell
+/// it from a plugin of the user's, which they never touch.
+pub const PLUGIN_MARK: &str = "// Written by liveness";
+
+fn is_our_plugin(bytes: &[u8]) -> bool {
+    bytes.starts_with(PLUGIN_MARK.as_bytes())
+}
+
+fn not_our_plugin(path: &Path) -> HookError {
+    HookError::Settings {
+        path: path.to_owned(),
+        what: "a plugin liveness did not write".into(),
+    }
+}
+
+/// Writes the plugin file of liveness's own at `name` in `dir`, or refreshes it; a file
+/// there that liveness did not write is refused.
+fn install_plugin(
+    dir: &SettingsDir,
+    path: &Path,
+    name: &OsStr,
+    existing: Option<&files::Existing>,
+    plugin: &str,
+) -> Result<Installed, HookError> {
+    match existing {
+        Some(file) if file.bytes == plugin.as_bytes() => Ok(Installed::Unchanged),
+        Some(file) if !is_our_plugin(&file.bytes) => Err(not_our_plugin(path)),
+        _ => {
+            dir.replace(name, plugin.as_bytes(), existing)?;
+            Ok(Installed::Changed { backup: None })
         }
     }
 }
@@ -444,6 +588,36 @@ pub fn end_hook_command(argv: &[String], input: &[u8]) -> io::Result<Command> {
     let mut command = Command::new(program);
     command.args(args).stdin(Stdio::from(file));
     Ok(command)
+}
+
+/// The end facts of a session whose owner, `comm`, was SIGKILLed: what the adapters'
+/// tests give their end input.
+#[cfg(test)]
+pub(crate) fn killed(session: &str, comm: &str) -> EndFacts {
+    EndFacts {
+        session: session.into(),
+        uid: 1000,
+        labels: Default::default(),
+        owner: liveness_common::identity::Identity {
+            pid: 4121,
+            start_ticks: 9,
+            boot_id: "b".into(),
+            host: "h".into(),
+            pidfs_ino: None,
+            comm: comm.into(),
+        },
+        reason: liveness_common::session::EndReason::OwnerExited,
+        exit: Some(liveness_common::exit::ExitStatus::Signaled {
+            signal: 9,
+            core_dumped: false,
+        }),
+        detected_by: None,
+        ended_ms: 5,
+        cause: None,
+        usage: None,
+        survivors: None,
+        action: Default::default(),
+    }
 }
 
 #[cfg(test)]

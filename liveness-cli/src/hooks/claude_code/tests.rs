@@ -1,15 +1,11 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use liveness_common::action::{ActionRun, EndFacts};
-use liveness_common::exit::ExitStatus;
-use liveness_common::identity::Identity;
-use liveness_common::session::EndReason;
 use serde_json::{Value, json};
 
-use super::ClaudeCode;
+use super::CLAUDE_CODE;
 use crate::hooks::{
-    Agent, HookCommand, HookEnv, Installed, Uninstalled, backup_path, install, uninstall,
+    Agent, HookCommand, HookEnv, Installed, Uninstalled, backup_path, install, killed, uninstall,
 };
 
 fn command() -> HookCommand {
@@ -52,7 +48,7 @@ fn read_json(path: &Path) -> Value {
 fn install_keeps_every_user_setting_and_hook_and_adds_liveness_s() {
     let dir = tempfile::tempdir().unwrap();
     let path = settings_in(dir.path(), USER_SETTINGS);
-    let installed = install(&ClaudeCode, &path, &command()).unwrap();
+    let installed = install(&CLAUDE_CODE, &path, &command()).unwrap();
     assert_eq!(
         installed,
         Installed::Changed {
@@ -108,10 +104,10 @@ fn installing_twice_changes_no_byte_and_uninstall_restores_the_original() {
     let dir = tempfile::tempdir().unwrap();
     let path = settings_in(dir.path(), USER_SETTINGS);
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    install(&ClaudeCode, &path, &command()).unwrap();
+    install(&CLAUDE_CODE, &path, &command()).unwrap();
     let once = std::fs::read(&path).unwrap();
     assert_eq!(
-        install(&ClaudeCode, &path, &command()).unwrap(),
+        install(&CLAUDE_CODE, &path, &command()).unwrap(),
         Installed::Unchanged
     );
     assert_eq!(std::fs::read(&path).unwrap(), once, "byte-identical");
@@ -119,7 +115,7 @@ fn installing_twice_changes_no_byte_and_uninstall_restores_the_original() {
     assert_eq!(mode, 0o600, "the file's permissions are kept");
 
     assert_eq!(
-        uninstall(&ClaudeCode, &path).unwrap(),
+        uninstall(&CLAUDE_CODE, &path).unwrap(),
         Uninstalled::Restored
     );
     assert_eq!(std::fs::read_to_string(&path).unwrap(), USER_SETTINGS);
@@ -128,7 +124,7 @@ fn installing_twice_changes_no_byte_and_uninstall_restores_the_original() {
         "the backup went with the restore"
     );
     assert_eq!(
-        uninstall(&ClaudeCode, &path).unwrap(),
+        uninstall(&CLAUDE_CODE, &path).unwrap(),
         Uninstalled::NotInstalled
     );
     assert_eq!(std::fs::read_to_string(&path).unwrap(), USER_SETTINGS);
@@ -138,12 +134,12 @@ fn installing_twice_changes_no_byte_and_uninstall_restores_the_original() {
 fn a_new_binary_path_replaces_the_hook_in_place() {
     let dir = tempfile::tempdir().unwrap();
     let path = settings_in(dir.path(), USER_SETTINGS);
-    install(&ClaudeCode, &path, &command()).unwrap();
+    install(&CLAUDE_CODE, &path, &command()).unwrap();
     let moved = HookCommand {
         program: "/opt/liveness/bin/liveness".into(),
         socket: Some("/run/user/1000/liveness/liveness.sock".into()),
     };
-    install(&ClaudeCode, &path, &moved).unwrap();
+    install(&CLAUDE_CODE, &path, &moved).unwrap();
     let settings = read_json(&path);
     let ends = settings["hooks"]["SessionEnd"].as_array().unwrap();
     assert_eq!(ends.len(), 2, "one hook of liveness's, not two: {settings}");
@@ -152,7 +148,7 @@ fn a_new_binary_path_replaces_the_hook_in_place() {
         "/opt/liveness/bin/liveness --socket /run/user/1000/liveness/liveness.sock hooks claude-code session-end"
     );
     assert_eq!(
-        uninstall(&ClaudeCode, &path).unwrap(),
+        uninstall(&CLAUDE_CODE, &path).unwrap(),
         Uninstalled::Restored
     );
     assert_eq!(std::fs::read_to_string(&path).unwrap(), USER_SETTINGS);
@@ -163,7 +159,7 @@ fn a_missing_settings_file_is_created_and_removed_again() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(".claude/settings.json");
     assert_eq!(
-        install(&ClaudeCode, &path, &command()).unwrap(),
+        install(&CLAUDE_CODE, &path, &command()).unwrap(),
         Installed::Changed { backup: None }
     );
     assert_eq!(
@@ -173,7 +169,10 @@ fn a_missing_settings_file_is_created_and_removed_again() {
             .len(),
         1
     );
-    assert_eq!(uninstall(&ClaudeCode, &path).unwrap(), Uninstalled::Removed);
+    assert_eq!(
+        uninstall(&CLAUDE_CODE, &path).unwrap(),
+        Uninstalled::Removed
+    );
     assert!(!path.exists());
 }
 
@@ -181,12 +180,12 @@ fn a_missing_settings_file_is_created_and_removed_again() {
 fn uninstall_after_an_edit_keeps_the_edit_and_the_backup() {
     let dir = tempfile::tempdir().unwrap();
     let path = settings_in(dir.path(), USER_SETTINGS);
-    install(&ClaudeCode, &path, &command()).unwrap();
+    install(&CLAUDE_CODE, &path, &command()).unwrap();
     let mut edited = read_json(&path);
     edited["theme"] = json!("dark");
     std::fs::write(&path, serde_json::to_vec_pretty(&edited).unwrap()).unwrap();
     assert_eq!(
-        uninstall(&ClaudeCode, &path).unwrap(),
+        uninstall(&CLAUDE_CODE, &path).unwrap(),
         Uninstalled::HooksRemoved {
             backup: Some(backup_path(&path))
         }
@@ -210,7 +209,7 @@ fn settings_liveness_cannot_read_are_left_unchanged() {
         ),
     ] {
         let path = settings_in(dir.path(), text);
-        let error = install(&ClaudeCode, &path, &command())
+        let error = install(&CLAUDE_CODE, &path, &command())
             .unwrap_err()
             .to_string();
         assert!(
@@ -229,8 +228,8 @@ fn a_symlinked_settings_file_is_refused_and_names_its_target() {
     let link = dir.path().join("link.json");
     std::os::unix::fs::symlink(&target, &link).unwrap();
     for error in [
-        install(&ClaudeCode, &link, &command()).unwrap_err(),
-        uninstall(&ClaudeCode, &link).unwrap_err(),
+        install(&CLAUDE_CODE, &link, &command()).unwrap_err(),
+        uninstall(&CLAUDE_CODE, &link).unwrap_err(),
     ] {
         let error = error.to_string();
         assert!(
@@ -244,9 +243,9 @@ fn a_symlinked_settings_file_is_refused_and_names_its_target() {
     assert_eq!(std::fs::read_to_string(&target).unwrap(), USER_SETTINGS);
     assert!(!backup_path(&link).exists() && !backup_path(&target).exists());
     // Named as itself, the file is edited in its own directory.
-    install(&ClaudeCode, &target, &command()).unwrap();
+    install(&CLAUDE_CODE, &target, &command()).unwrap();
     assert_eq!(
-        uninstall(&ClaudeCode, &target).unwrap(),
+        uninstall(&CLAUDE_CODE, &target).unwrap(),
         Uninstalled::Restored
     );
     assert_eq!(std::fs::read_to_string(&target).unwrap(), USER_SETTINGS);
@@ -259,15 +258,15 @@ fn the_default_settings_follow_claude_config_dir() {
         ..HookEnv::default()
     };
     assert_eq!(
-        ClaudeCode.user_settings(&env).unwrap(),
+        CLAUDE_CODE.user_settings(&env).unwrap(),
         Path::new("/home/u/.claude/settings.json")
     );
     env.vars.insert("CLAUDE_CONFIG_DIR".into(), "/cfg".into());
     assert_eq!(
-        ClaudeCode.user_settings(&env).unwrap(),
+        CLAUDE_CODE.user_settings(&env).unwrap(),
         Path::new("/cfg/settings.json")
     );
-    let files = ClaudeCode.settings_files(&json!({"cwd": "/repo"}), &env);
+    let files = CLAUDE_CODE.settings_files(&json!({"cwd": "/repo"}), &env);
     assert_eq!(
         files,
         [
@@ -333,7 +332,7 @@ fn session_start_registers_the_users_end_commands_as_end_actions() {
         {"matcher": "*", "hooks": [{"type": "command", "command": "~/bin/save-notes.sh", "timeout": 30}]}
     ]}});
     let env = HookEnv::default();
-    let plan = ClaudeCode
+    let plan = CLAUDE_CODE
         .session_start(&start_input(), &[user, project], &env, &command())
         .unwrap();
     assert_eq!(plan.session, "abc-123");
@@ -366,7 +365,7 @@ fn session_start_registers_no_end_command_when_hooks_are_disabled() {
     let settings = json!({"disableAllHooks": true, "hooks": {"SessionEnd": [
         {"hooks": [{"type": "command", "command": "cleanup"}]}
     ]}});
-    let plan = ClaudeCode
+    let plan = CLAUDE_CODE
         .session_start(&start_input(), &[settings], &HookEnv::default(), &command())
         .unwrap();
     assert!(plan.actions.is_empty());
@@ -380,14 +379,14 @@ fn a_hook_input_without_a_session_id_is_refused() {
         json!({"session_id": ""}),
         json!({"session_id": 7}),
     ] {
-        let error = ClaudeCode
+        let error = CLAUDE_CODE
             .session_start(&input, &[], &HookEnv::default(), &command())
             .unwrap_err();
         assert!(error.to_string().contains("no session_id"), "{error}");
-        assert!(ClaudeCode.session_end(&input).is_err());
+        assert!(CLAUDE_CODE.session_end(&input).is_err());
     }
     assert_eq!(
-        ClaudeCode
+        CLAUDE_CODE
             .session_end(&json!({"session_id": "abc-123", "reason": "logout"}))
             .unwrap(),
         "abc-123"
@@ -396,31 +395,8 @@ fn a_hook_input_without_a_session_id_is_refused() {
 
 #[test]
 fn an_end_command_run_by_liveness_gets_the_session_end_schema_and_the_facts() {
-    let facts = EndFacts {
-        session: "abc-123".into(),
-        uid: 1000,
-        labels: Default::default(),
-        owner: Identity {
-            pid: 4121,
-            start_ticks: 9,
-            boot_id: "b".into(),
-            host: "h".into(),
-            pidfs_ino: None,
-            comm: "claude".into(),
-        },
-        reason: EndReason::OwnerExited,
-        exit: Some(ExitStatus::Signaled {
-            signal: 9,
-            core_dumped: false,
-        }),
-        detected_by: None,
-        ended_ms: 5,
-        cause: None,
-        usage: None,
-        survivors: None,
-        action: ActionRun::default(),
-    };
-    let input = ClaudeCode.end_input(&start_input(), &facts);
+    let facts = killed("abc-123", "claude");
+    let input = CLAUDE_CODE.end_input(&start_input(), &facts);
     assert_eq!(
         input,
         json!({

@@ -1,0 +1,169 @@
+use serde_json::{Value, json};
+
+use super::CommandHooks;
+use crate::hooks::codex::CODEX;
+use crate::hooks::copilot::COPILOT;
+use crate::hooks::cursor::CURSOR;
+use crate::hooks::gemini::GEMINI;
+use crate::hooks::json::{Json, Object};
+use crate::hooks::{Agent, HookCommand, HookEnv, killed};
+
+fn command() -> HookCommand {
+    HookCommand {
+        program: "/usr/bin/liveness".into(),
+        socket: None,
+    }
+}
+
+fn object(value: Value) -> Object {
+    match Json::from_value(&value) {
+        Json::Object(object) => object,
+        _ => unreachable!(),
+    }
+}
+
+fn plan_timeouts(agent: &CommandHooks, settings: Value, input: Value) -> Vec<Option<u64>> {
+    let plan = agent
+        .session_start(&input, &[settings], &HookEnv::default(), &command())
+        .unwrap();
+    plan.actions.iter().map(|a| a.timeout_ms).collect()
+}
+
+#[test]
+fn each_agent_s_timeout_unit_becomes_milliseconds() {
+    let grouped = |timeout: u64| {
+        json!({"hooks": {"SessionEnd": [{"hooks": [
+            {"type": "command", "command": "notes", "timeout": timeout}
+        ]}]}})
+    };
+    let input = json!({"session_id": "s", "cwd": "/repo"});
+    assert_eq!(
+        plan_timeouts(&CODEX, grouped(30), input.clone()),
+        [Some(30_000)]
+    );
+    assert_eq!(
+        plan_timeouts(&GEMINI, grouped(30_000), input.clone()),
+        [Some(30_000)]
+    );
+    let copilot = json!({"version": 1, "hooks": {"sessionEnd": [
+        {"type": "command", "bash": "notes", "timeoutSec": 30}
+    ]}});
+    assert_eq!(
+        plan_timeouts(&COPILOT, copilot, json!({"sessionId": "s"})),
+        [Some(30_000)]
+    );
+}
+
+#[test]
+fn liveness_s_own_hooks_are_not_end_commands_and_user_s_are_wrapped() {
+    let mut settings = object(json!({"version": 1, "hooks": {
+        "sessionEnd": [{"command": "notify-end"}]
+    }}));
+    CURSOR.add_hooks(&mut settings, &command()).unwrap();
+    let settings = Json::Object(settings).to_value();
+    let input = json!({"session_id": "s", "workspace_roots": ["/repo"], "model": "m"});
+    let plan = CURSOR
+        .session_start(&input, &[settings], &HookEnv::default(), &command())
+        .unwrap();
+    assert_eq!(plan.session, "s");
+    assert_eq!(plan.labels["agent"], "cursor");
+    assert_eq!(plan.actions.len(), 1, "{plan:?}");
+    let argv = &plan.actions[0].argv;
+    assert_eq!(
+        argv[..4],
+        ["/usr/bin/liveness", "hooks", "cursor", "end-hook"]
+    );
+    let start: Value = serde_json::from_str(&argv[5]).unwrap();
+    assert_eq!(
+        start,
+        json!({"session_id": "s", "workspace_roots": ["/repo"]})
+    );
+    assert_eq!(argv[6..], ["--", "sh", "-c", "notify-end"]);
+}
+
+#[test]
+fn files_an_agent_would_reject_are_refused() {
+    let refused = |agent: &CommandHooks, value: Value| {
+        let mut settings = object(value);
+        let error = agent.add_hooks(&mut settings, &command()).unwrap_err();
+        error.to_string()
+    };
+    let unknown = refused(
+        &CURSOR,
+        json!({"version": 1, "hooks": {"onSave": [{"command": "x"}]}}),
+    );
+    assert!(
+        unknown.contains("\"hooks.onSave\" is not an event cursor knows"),
+        "{unknown}"
+    );
+    let version = refused(&COPILOT, json!({"version": 2}));
+    assert!(version.contains("\"version\" is 2"), "{version}");
+    let list = refused(&GEMINI, json!({"hooks": {"SessionEnd": {}}}));
+    assert!(
+        list.contains("\"hooks.SessionEnd\" is not a list"),
+        "{list}"
+    );
+}
+
+#[test]
+fn removing_the_hooks_of_liveness_s_own_file_leaves_nothing() {
+    for agent in [&COPILOT, &CURSOR, &CODEX, &GEMINI] {
+        let mut settings = Object::default();
+        agent.add_hooks(&mut settings, &command()).unwrap();
+        assert!(!settings.is_empty());
+        agent.remove_hooks(&mut settings).unwrap();
+        assert!(settings.is_empty(), "{}: {settings:?}", agent.name);
+    }
+    // The user's own version stays when a hook of theirs does.
+    let mut settings = object(json!({"version": 1, "hooks": {"stop": [{"command": "x"}]}}));
+    CURSOR.add_hooks(&mut settings, &command()).unwrap();
+    CURSOR.remove_hooks(&mut settings).unwrap();
+    assert_eq!(
+        Json::Object(settings).to_value(),
+        json!({"version": 1, "hooks": {"stop": [{"command": "x"}]}})
+    );
+}
+
+#[test]
+fn the_end_input_is_in_each_agent_s_own_schema() {
+    let facts = killed("s-1", "copilot");
+    let liveness = serde_json::to_value(&facts).unwrap();
+    let copilot = COPILOT.end_input(
+        &json!({"sessionId": "s-1", "cwd": "/repo", "source": "new", "initialPrompt": "hi"}),
+        &facts,
+    );
+    assert_eq!(
+        copilot,
+        json!({"sessionId": "s-1", "cwd": "/repo", "reason": "abort", "liveness": liveness})
+    );
+    let gemini = GEMINI.end_input(
+        &json!({"session_id": "s-1", "cwd": "/repo", "transcript_path": "/t", "timestamp": "x"}),
+        &facts,
+    );
+    assert_eq!(
+        gemini,
+        json!({"session_id": "s-1", "cwd": "/repo", "transcript_path": "/t",
+               "hook_event_name": "SessionEnd", "reason": "other", "liveness": liveness})
+    );
+}
+
+#[test]
+fn gemini_s_end_commands_get_the_variables_gemini_gives_its_hooks() {
+    let settings = json!({"hooks": {"SessionEnd": [{"hooks": [
+        {"type": "command", "command": "notes"}
+    ]}]}});
+    let input = json!({"session_id": "g-1", "cwd": "/repo"});
+    let plan = GEMINI
+        .session_start(&input, &[settings], &HookEnv::default(), &command())
+        .unwrap();
+    assert_eq!(
+        plan.actions[0].env,
+        [
+            "GEMINI_PROJECT_DIR=/repo",
+            "GEMINI_CWD=/repo",
+            "CLAUDE_PROJECT_DIR=/repo",
+            "GEMINI_SESSION_ID=g-1"
+        ]
+    );
+    assert_eq!(plan.actions[0].cwd.as_deref(), Some("/repo"));
+}

@@ -1,0 +1,834 @@
+//! The adapters of Codex, Gemini CLI, Copilot CLI, Cursor, Kiro and opencode end to end.
+//!
+//! - Golden files (`tests/agents/golden/AGENT/`): the user's file as they wrote it
+//!   (`before.json`, where the agent has one) and what `install` makes of it
+//!   (`installed.*`, with `@HOME@` and `@LIVENESS@` for the paths of the run); installing
+//!   again changes no byte, and `uninstall` gives the user's file back byte for byte.
+//! - A file that is not in the agent's format, and for Cursor one naming an event Cursor
+//!   does not know, is refused and left as it is.
+//! - A stand-in for each agent, run as a second user under the real agent's name
+//!   (`tests/agents/standin.py`, `opencode-standin.js`), reads the installed files and runs
+//!   the hooks with `sh -c` and the agent's documented payloads: SIGKILLed, the user's end
+//!   command runs once, as the user, with the agent's payload and `liveness.exit.signal` 9;
+//!   exiting after its own end hooks, nothing is run again; firing them twice, nothing is
+//!   run by livenessd either.
+//! - A link planted where an agent's file or its directory is refused, and what it points
+//!   to is untouched.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::time::Duration;
+
+use integration_tests::{BinariesForAnyUser, Daemon, privileged, shared_daemon};
+use serde_json::Value;
+
+/// The user the agents run as.
+const ALICE: u32 = 61_053;
+
+/// One agent as the tests drive it.
+struct Case {
+    agent: &'static str,
+    /// The name the real agent's binary has, under which its stand-in runs.
+    binary: &'static str,
+    /// The file `install` writes, from HOME.
+    file: &'static str,
+    /// The user's own file of the agent's (with their end command), from HOME, when the
+    /// golden files have one.
+    user: Option<&'static str>,
+    /// The hook input's session id field.
+    session_key: &'static str,
+}
+
+const CODEX: Case = Case {
+    agent: "codex",
+    binary: "codex",
+    file: ".codex/hooks.json",
+    user: Some(".codex/hooks.json"),
+    session_key: "session_id",
+};
+const GEMINI: Case = Case {
+    agent: "gemini",
+    binary: "gemini",
+    file: ".gemini/settings.json",
+    user: Some(".gemini/settings.json"),
+    session_key: "session_id",
+};
+const COPILOT: Case = Case {
+    agent: "copilot",
+    binary: "copilot",
+    file: ".copilot/hooks/liveness.json",
+    user: Some(".copilot/hooks/notify.json"),
+    session_key: "sessionId",
+};
+const CURSOR: Case = Case {
+    agent: "cursor",
+    binary: "cursor-agent",
+    file: ".cursor/hooks.json",
+    user: Some(".cursor/hooks.json"),
+    session_key: "session_id",
+};
+const KIRO: Case = Case {
+    agent: "kiro",
+    binary: "kiro-cli",
+    file: ".kiro/hooks/liveness.json",
+    user: None,
+    session_key: "session_id",
+};
+const OPENCODE: Case = Case {
+    agent: "opencode",
+    binary: "opencode",
+    file: ".config/opencode/plugin/liveness.js",
+    user: None,
+    session_key: "sessionID",
+};
+
+fn golden(case: &Case, name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("agents/golden")
+        .join(case.agent)
+        .join(name)
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// A home of ALICE's, in a directory anyone may traverse, with the user's own file of the
+/// agent's when the golden files have one.
+struct Home {
+    dir: tempfile::TempDir,
+}
+
+impl Home {
+    fn new(case: &Case) -> Home {
+        let home = Home {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        set_mode(home.dir.path(), 0o755);
+        std::fs::create_dir(home.path()).unwrap();
+        std::fs::create_dir(home.project()).unwrap();
+        if let Some(user) = case.user {
+            let text = std::fs::read_to_string(golden(case, "before.json")).unwrap();
+            let file = home.path().join(user);
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(&file, home.fill(&text)).unwrap();
+        }
+        home.give_to_alice(&home.path());
+        home
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.path().join("alice")
+    }
+
+    fn project(&self) -> PathBuf {
+        self.dir.path().join("alice/project")
+    }
+
+    fn file(&self, case: &Case) -> PathBuf {
+        self.path().join(case.file)
+    }
+
+    fn fill(&self, text: &str) -> String {
+        text.replace("@HOME@", self.path().to_str().unwrap())
+    }
+
+    fn give_to_alice(&self, path: &Path) {
+        let mut left = vec![path.to_owned()];
+        while let Some(path) = left.pop() {
+            std::os::unix::fs::lchown(&path, Some(ALICE), Some(ALICE)).unwrap();
+            if path.is_dir() && !path.is_symlink() {
+                left.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            }
+        }
+    }
+
+    /// `liveness [--socket S] hooks VERB AGENT` run as ALICE with her HOME.
+    fn hooks(&self, liveness: &Path, socket: Option<&Path>, verb: &str, case: &Case) -> Output {
+        let mut command = Command::new(liveness);
+        if let Some(socket) = socket {
+            command.arg("--socket").arg(socket);
+        }
+        command
+            .args(["hooks", verb, case.agent])
+            .env("HOME", self.path())
+            .env_remove("CODEX_HOME")
+            .env_remove("XDG_CONFIG_HOME")
+            .uid(ALICE)
+            .gid(ALICE)
+            .output()
+            .unwrap()
+    }
+
+    /// What the user's end command got: one hook input per run, and the uid of each run.
+    fn runs(&self) -> (Vec<Value>, Vec<u32>) {
+        let read = |name: &str| std::fs::read_to_string(self.path().join(name)).unwrap_or_default();
+        let inputs = read("end.log")
+            .lines()
+            .filter(|line| !line.is_empty())
+            .map(|line| serde_json::from_str(line).expect("the hook input is JSON"))
+            .collect();
+        let uids = read("end.uid")
+            .lines()
+            .map(|uid| uid.parse().unwrap())
+            .collect();
+        (inputs, uids)
+    }
+}
+
+/// The text of `path`, with the run's paths as the golden files write them.
+fn normalized(home: &Home, liveness: &Path, path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{path:?}: {e}"))
+        .replace(liveness.to_str().unwrap(), "@LIVENESS@")
+        .replace(home.path().to_str().unwrap(), "@HOME@")
+}
+
+fn install_matches_its_golden_file_and_uninstall_restores(case: &Case, installed: &str) {
+    let home = Home::new(case);
+    let binaries = BinariesForAnyUser::new();
+    let liveness = binaries.path("liveness");
+    let user_file = case.user.map(|user| home.path().join(user));
+    let before = user_file.as_ref().map(|file| std::fs::read(file).unwrap());
+
+    let out = home.hooks(&liveness, None, "install", case);
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Codex skips hooks the user has not trusted: install says how to trust them.
+    assert_eq!(
+        case.agent == "codex",
+        stderr.contains("open /hooks and trust"),
+        "{stderr}"
+    );
+    let file = home.file(case);
+    let actual = normalized(&home, &liveness, &file);
+    // LIVENESS_BLESS=1 writes the golden files anew, for review.
+    if std::env::var_os("LIVENESS_BLESS").is_some() {
+        std::fs::write(golden(case, installed), &actual).unwrap();
+    }
+    let expected = std::fs::read_to_string(golden(case, installed)).unwrap();
+    assert_eq!(actual, expected, "{file:?} as installed");
+    let once = std::fs::read(&file).unwrap();
+
+    let out = home.hooks(&liveness, None, "install", case);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        once,
+        "installing again changes no byte"
+    );
+    if let (Some(user), Some(before)) = (&user_file, &before)
+        && *user != file
+    {
+        assert_eq!(
+            &std::fs::read(user).unwrap(),
+            before,
+            "the user's own file is untouched"
+        );
+    }
+
+    let out = home.hooks(&liveness, None, "uninstall", case);
+    assert!(out.status.success(), "{out:?}");
+    match (&user_file, &before) {
+        (Some(user), Some(before)) if *user == file => {
+            assert_eq!(
+                &std::fs::read(&file).unwrap(),
+                before,
+                "restored byte for byte"
+            );
+            let backup = format!("{}.liveness-backup", file.display());
+            assert!(!Path::new(&backup).exists(), "the backup is gone");
+        }
+        _ => assert!(!file.exists(), "liveness's own file is gone"),
+    }
+    let out = home.hooks(&liveness, None, "uninstall", case);
+    assert!(out.status.success(), "{out:?}");
+}
+
+/// `install` refuses a file that is not the agent's, and changes nothing.
+fn refused_unchanged(case: &Case, text: &str, why: &str) {
+    let home = Home::new(case);
+    let binaries = BinariesForAnyUser::new();
+    let file = home.file(case);
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, text).unwrap();
+    home.give_to_alice(&home.path());
+    let names = || {
+        let mut names: Vec<_> = std::fs::read_dir(file.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = names();
+    for verb in ["install", "uninstall"] {
+        let out = home.hooks(&binaries.path("liveness"), None, verb, case);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if verb == "install" || !stderr.is_empty() {
+            assert!(
+                !out.status.success() && stderr.contains(why),
+                "{verb}: {out:?}"
+            );
+        }
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), text, "{verb}");
+    }
+    assert_eq!(names(), before, "no backup, no temporary file");
+}
+
+/// A link of ALICE's planted at the agent's file, then at its directory, to a directory
+/// and file of root's: `install` and `uninstall` refuse, naming the link, and root's
+/// files are untouched.
+fn planted_links_are_refused(case: &Case) {
+    for at_dir in [false, true] {
+        let home = Home::new(case);
+        let binaries = BinariesForAnyUser::new();
+        let roots = home.dir.path().join("root-only");
+        std::fs::create_dir(&roots).unwrap();
+        std::fs::write(roots.join("file"), "{}").unwrap();
+        let file = home.file(case);
+        let (link, target) = if at_dir {
+            let dir = file.parent().unwrap().to_owned();
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(dir.parent().unwrap()).unwrap();
+            (dir, roots.clone())
+        } else {
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            let _ = std::fs::remove_file(&file);
+            (file.clone(), roots.join("file"))
+        };
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        home.give_to_alice(&home.path());
+        for verb in ["install", "uninstall"] {
+            let out = home.hooks(&binaries.path("liveness"), None, verb, case);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !out.status.success() && stderr.contains("is a symbolic link (to "),
+                "{verb} through a link at {link:?}: {out:?}"
+            );
+            assert_eq!(std::fs::read_dir(&roots).unwrap().count(), 1, "{verb}");
+            assert_eq!(std::fs::read_to_string(roots.join("file")).unwrap(), "{}");
+        }
+    }
+}
+
+/// The stand-in agent, run as ALICE under the real agent's name, once its start hooks ran.
+struct Agent {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    _bin: tempfile::TempDir,
+}
+
+impl Agent {
+    fn start(case: &Case, home: &Home, session: &str) -> Agent {
+        Agent::start_under(&[], case, home, session)
+    }
+
+    /// [`Agent::start`], run as `PREFIX... AGENT ARGS...`.
+    fn start_under(prefix: &[&str], case: &Case, home: &Home, session: &str) -> Agent {
+        let bin = tempfile::tempdir().unwrap();
+        set_mode(bin.path(), 0o755);
+        let script = if case.agent == "opencode" {
+            "opencode-standin.js"
+        } else {
+            "standin.py"
+        };
+        let program = bin.path().join(case.binary);
+        std::fs::copy(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("agents")
+                .join(script),
+            &program,
+        )
+        .unwrap();
+        set_mode(&program, 0o755);
+        let mut command = match prefix.split_first() {
+            Some((first, rest)) => {
+                let mut command = Command::new(first);
+                command.args(rest).arg(&program);
+                command
+            }
+            None => Command::new(&program),
+        };
+        let mut child = command
+            .args([session, home.project().to_str().unwrap()])
+            .current_dir(home.project())
+            .env("HOME", home.path())
+            .env_remove("CODEX_HOME")
+            .env_remove("XDG_CONFIG_HOME")
+            .uid(ALICE)
+            .gid(ALICE)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("run the stand-in agent");
+        let mut ready = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut ready)
+            .unwrap();
+        assert_eq!(
+            ready.trim(),
+            "ready",
+            "the stand-in {} did not start",
+            case.binary
+        );
+        Agent {
+            stdin: child.stdin.take(),
+            child,
+            _bin: bin,
+        }
+    }
+
+    /// Sends `line` (`exit`, `exit-twice`, `delete`) and waits for a clean exit.
+    fn say(mut self, line: &str) {
+        writeln!(self.stdin.take().unwrap(), "{line}").unwrap();
+        assert!(self.child.wait().unwrap().success());
+    }
+
+    fn kill9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+fn installed_for_alice(case: &Case) -> (Daemon, BinariesForAnyUser, Home) {
+    let (daemon, binaries) = shared_daemon();
+    let home = Home::new(case);
+    let out = home.hooks(
+        &binaries.path("liveness"),
+        Some(&daemon.socket),
+        "install",
+        case,
+    );
+    assert!(out.status.success(), "{out:?}");
+    (daemon, binaries, home)
+}
+
+fn get(daemon: &Daemon, session: &str) -> Value {
+    daemon.request(serde_json::json!({"op": "get", "session": session, "uid": ALICE}))["session"]
+        .clone()
+}
+
+/// The agent started with `session`, which its start hook registered, owned by the agent
+/// (not the hook's shell): the agent and the session.
+fn registered(case: &Case, daemon: &Daemon, home: &Home, session: &str) -> (Agent, Value) {
+    let agent = Agent::start(case, home, session);
+    let registered = get(daemon, session);
+    assert_eq!(registered["phase"], "active", "{registered}");
+    assert_eq!(registered["labels"]["agent"], case.agent, "{registered}");
+    assert_eq!(
+        registered["owner"]["pid"],
+        agent.child.id(),
+        "the agent owns it"
+    );
+    (agent, registered)
+}
+
+/// (a) SIGKILLed mid-session: the user's end command runs once, as ALICE, with the
+/// agent's payload and the exit facts; (b) exiting after its own end hooks, nothing more;
+/// (c) its end hooks fired twice: livenessd runs nothing either.
+fn end_commands_run_once(case: &Case) {
+    let (daemon, _binaries, home) = installed_for_alice(case);
+    let (agent, registered) = registered(case, &daemon, &home, "kill-1");
+    assert_eq!(
+        registered["on_end_run"].as_array().map(Vec::len),
+        Some(1),
+        "{registered}"
+    );
+    agent.kill9();
+    let ended = daemon.wait_finalized("kill-1", Some(ALICE));
+    assert_eq!(ended["reason"], "owner_exited", "{ended}");
+    let (runs, uids) = home.runs();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(uids, [ALICE], "run as the user");
+    let input = &runs[0];
+    assert_eq!(input[case.session_key], "kill-1", "{input}");
+    assert_eq!(input["liveness"]["exit"]["signal"], 9, "{input}");
+    assert_eq!(input["liveness"]["session"], "kill-1", "{input}");
+
+    for (session, line, agent_runs) in [("exit-1", "exit", 1), ("twice-1", "exit-twice", 2)] {
+        std::fs::remove_file(home.path().join("end.log")).unwrap();
+        Agent::start(case, &home, session).say(line);
+        let ended = daemon.wait_finalized(session, Some(ALICE));
+        assert_eq!(ended["reason"], "stopped", "{ended}");
+        assert_eq!(
+            ended["actions"][0]["outcome"]["skipped"], "done_by_agent",
+            "{ended}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        let (runs, _) = home.runs();
+        assert_eq!(runs.len(), agent_runs, "{line}: {runs:?}");
+        assert!(
+            runs.iter().all(|run| run.get("liveness").is_none()),
+            "{runs:?}"
+        );
+    }
+}
+
+/// An agent without end hooks: its session is registered, owned by it, and ends with it.
+fn tracked_to_its_exit(case: &Case) {
+    let (daemon, _binaries, home) = installed_for_alice(case);
+    let (agent, _) = registered(case, &daemon, &home, "track-1");
+    agent.kill9();
+    let killed = ended(&daemon, "track-1");
+    assert_eq!(killed["reason"], "owner_exited", "{killed}");
+    assert_eq!(killed["exit"]["signal"], 9, "{killed}");
+    if case.agent == "opencode" {
+        // A deleted session ends there, while opencode runs on.
+        Agent::start(case, &home, "deleted-1").say("delete");
+        let deleted = ended(&daemon, "deleted-1");
+        assert_eq!(deleted["reason"], "stopped", "{deleted}");
+    }
+}
+
+/// The session once it has ended (it has no end action to wait for).
+fn ended(daemon: &Daemon, session: &str) -> Value {
+    let mut last = Value::Null;
+    let done = integration_tests::eventually(Duration::from_secs(15), || {
+        last = get(daemon, session);
+        last["phase"] == "ended"
+    });
+    assert!(done, "{session} did not end: {last}");
+    last
+}
+
+macro_rules! agent_tests {
+    ($module:ident, $case:expr, $installed:expr, $lifecycle:ident) => {
+        mod $module {
+            use super::*;
+
+            #[test]
+            fn install_matches_the_golden_file_and_uninstall_restores() {
+                if privileged(concat!(stringify!($module), "::install")) {
+                    install_matches_its_golden_file_and_uninstall_restores(&$case, $installed);
+                }
+            }
+
+            #[test]
+            fn a_planted_link_is_refused() {
+                if privileged(concat!(stringify!($module), "::links")) {
+                    planted_links_are_refused(&$case);
+                }
+            }
+
+            #[test]
+            fn the_session_is_tracked_and_ended_once() {
+                if privileged(concat!(stringify!($module), "::lifecycle")) {
+                    $lifecycle(&$case);
+                }
+            }
+        }
+    };
+}
+
+agent_tests!(codex, CODEX, "installed.json", end_commands_run_once);
+agent_tests!(gemini, GEMINI, "installed.json", end_commands_run_once);
+agent_tests!(copilot, COPILOT, "installed.json", end_commands_run_once);
+agent_tests!(cursor, CURSOR, "installed.json", end_commands_run_once);
+agent_tests!(kiro, KIRO, "installed.json", tracked_to_its_exit);
+agent_tests!(opencode, OPENCODE, "installed.js", tracked_to_its_exit);
+
+#[test]
+fn files_not_in_the_agents_format_are_refused_unchanged() {
+    if !privileged("files_not_in_the_agents_format_are_refused_unchanged") {
+        return;
+    }
+    for case in [&CODEX, &GEMINI, &COPILOT, &CURSOR, &KIRO] {
+        refused_unchanged(case, "[1, 2]\n", "not a JSON object");
+        refused_unchanged(case, "{\"hooks\": 3", "not valid JSON");
+    }
+    refused_unchanged(&CODEX, "{\"hooks\": []}\n", "\"hooks\" is not an object");
+    refused_unchanged(
+        &COPILOT,
+        "{\"version\": 2, \"hooks\": {}}\n",
+        "\"version\" is 2",
+    );
+    refused_unchanged(&KIRO, "{\"version\": \"v9\"}\n", "\"version\" is \"v9\"");
+    // One event Cursor does not know voids the whole file: liveness writes none such.
+    refused_unchanged(
+        &CURSOR,
+        "{\"version\": 1, \"hooks\": {\"onSave\": [{\"command\": \"true\"}]}}\n",
+        "\"hooks.onSave\" is not an event cursor knows",
+    );
+    refused_unchanged(
+        &OPENCODE,
+        "export const Mine = async () => ({});\n",
+        "a plugin liveness did not write",
+    );
+}
+
+#[test]
+fn status_says_per_agent_what_is_installed_and_where() {
+    let home = Home::new(&GEMINI);
+    let binaries = BinariesForAnyUser::new();
+    let liveness = binaries.path("liveness");
+    assert!(
+        home.hooks(&liveness, None, "install", &COPILOT)
+            .status
+            .success()
+    );
+    // Gemini CLI as npm installs it: a link on PATH to a file of the package.
+    let npm = home.dir.path().join("npm");
+    let package = npm.join("lib/node_modules/@google/gemini-cli");
+    std::fs::create_dir_all(package.join("bundle")).unwrap();
+    std::fs::create_dir_all(npm.join("bin")).unwrap();
+    std::fs::write(
+        package.join("package.json"),
+        r#"{"name": "@google/gemini-cli", "version": "0.61.0"}"#,
+    )
+    .unwrap();
+    std::fs::write(package.join("bundle/gemini.js"), "").unwrap();
+    std::os::unix::fs::symlink(package.join("bundle/gemini.js"), npm.join("bin/gemini")).unwrap();
+    let status = |json: bool| {
+        let mut command = Command::new(&liveness);
+        if json {
+            command.arg("--json");
+        }
+        command
+            .args(["hooks", "status"])
+            .env("HOME", home.path())
+            .env_remove("CODEX_HOME")
+            .env_remove("CLAUDE_CONFIG_DIR")
+            .env_remove("XDG_CONFIG_HOME")
+            .env(
+                "PATH",
+                format!("{}:/usr/bin:/bin", npm.join("bin").display()),
+            )
+            .output()
+            .unwrap()
+    };
+    let out = status(true);
+    assert!(out.status.success(), "{out:?}");
+    let agents: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = |name: &str| {
+        agents["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|row| row["agent"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name} in {agents}"))
+    };
+    assert_eq!(row("copilot")["installed"], true);
+    assert_eq!(
+        row("copilot")["file"],
+        home.file(&COPILOT).to_str().unwrap()
+    );
+    assert_eq!(
+        row("gemini")["installed"],
+        false,
+        "the user's own hooks are not ours"
+    );
+    assert_eq!(row("kiro")["end_hook"], false);
+    assert_eq!(row("codex")["end_hook"], true);
+    assert_eq!(
+        row("gemini")["version"],
+        "0.61.0",
+        "read from npm's package.json"
+    );
+    assert_eq!(row("codex")["version"], Value::Null, "no codex on PATH");
+    let text = String::from_utf8(status(false).stdout).unwrap();
+    let line = text.lines().find(|l| l.starts_with("copilot ")).unwrap();
+    assert!(
+        line.contains(" installed ") && line.contains("liveness.json"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_hooks_name_the_liveness_on_path_when_it_is_the_same_file() {
+    let home = Home::new(&CODEX);
+    let binaries = BinariesForAnyUser::new();
+    let liveness = binaries.path("liveness");
+    let bin = home.dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::os::unix::fs::symlink(&liveness, bin.join("liveness")).unwrap();
+    let install = |path: &str| {
+        Command::new(&liveness)
+            .args(["hooks", "install", "codex"])
+            .env("HOME", home.path())
+            .env_remove("CODEX_HOME")
+            .env("PATH", path)
+            .output()
+            .unwrap()
+    };
+    let out = install(&format!("{}:/usr/bin:/bin", bin.display()));
+    assert!(out.status.success(), "{out:?}");
+    let text = std::fs::read_to_string(home.file(&CODEX)).unwrap();
+    let named = format!("\"{}/liveness hooks codex session-start\"", bin.display());
+    assert!(text.contains(&named), "{text}");
+    // Another liveness first on PATH: the hooks name this binary's own file.
+    std::fs::remove_file(bin.join("liveness")).unwrap();
+    std::fs::copy(&liveness, bin.join("liveness")).unwrap();
+    let out = install(&format!("{}:/usr/bin:/bin", bin.display()));
+    assert!(out.status.success(), "{out:?}");
+    let text = std::fs::read_to_string(home.file(&CODEX)).unwrap();
+    let named = format!("\"{} hooks codex session-start\"", liveness.display());
+    assert!(text.contains(&named), "{text}");
+}
+
+#[test]
+fn a_hook_never_holds_the_agent_up_when_the_daemon_is_gone_or_frozen() {
+    if !privileged("a_hook_never_holds_the_agent_up_when_the_daemon_is_gone_or_frozen") {
+        return;
+    }
+    let mut daemon = Daemon::start(&[]);
+    let hook = |socket: &Path, session: &str| {
+        let line = format!(
+            "echo '{{\"session_id\": \"{session}\", \"cwd\": \"/\"}}' | {} --socket {} hooks gemini session-start",
+            integration_tests::binary("liveness").display(),
+            socket.display()
+        );
+        let started = std::time::Instant::now();
+        let out = Command::new("sh").args(["-c", &line]).output().unwrap();
+        (out, started.elapsed())
+    };
+    let (out, _) = hook(&daemon.socket, "up-1");
+    assert!(out.status.success() && out.stdout.is_empty(), "{out:?}");
+    assert_eq!(daemon.session("up-1")["phase"], "active");
+
+    let (out, took) = hook(&daemon.dir.path().join("no.sock"), "gone-1");
+    assert!(out.status.success() && out.stdout.is_empty(), "{out:?}");
+    assert!(!out.stderr.is_empty(), "it says why on stderr");
+    assert!(took < Duration::from_millis(200), "{took:?} with no daemon");
+
+    daemon.signal(libc::SIGSTOP);
+    let (out, took) = hook(&daemon.socket, "frozen-1");
+    daemon.signal(libc::SIGCONT);
+    assert!(out.status.success() && out.stdout.is_empty(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("did not answer within 1000 ms"), "{stderr}");
+    assert!(
+        took < Duration::from_millis(1_500),
+        "{took:?} with a frozen daemon: {stderr}"
+    );
+    eprintln!("frozen daemon: the hook returned after {took:?}: {stderr}");
+    let _ = daemon.stop();
+}
+
+#[test]
+fn a_slow_end_command_of_an_agent_killed_while_the_daemon_was_down_completes_once() {
+    if !privileged("a_slow_end_command_of_an_agent_killed_while_the_daemon_was_down_completes_once")
+    {
+        return;
+    }
+    let (mut daemon, _binaries, home) = installed_for_alice(&GEMINI);
+    // The user's end command takes 5 s (Gemini gives it 30 s): it must complete, once.
+    let settings = home.file(&GEMINI);
+    let text = std::fs::read_to_string(&settings).unwrap();
+    std::fs::write(&settings, text.replace("id -u >>", "sleep 5; id -u >>")).unwrap();
+    let (agent, _) = registered(&GEMINI, &daemon, &home, "down-1");
+    daemon.stop();
+    agent.kill9();
+    daemon.restart();
+    let ended = daemon.wait_finalized("down-1", Some(ALICE));
+    assert_eq!(ended["reason"], "owner_exited", "{ended}");
+    assert_eq!(ended["actions"][0]["outcome"]["exit"]["code"], 0, "{ended}");
+    std::thread::sleep(Duration::from_millis(500));
+    let (runs, uids) = home.runs();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(uids, [ALICE]);
+    assert_eq!(runs[0]["session_id"], "down-1");
+    assert_eq!(runs[0]["liveness"]["reason"], "owner_exited", "{}", runs[0]);
+}
+
+#[test]
+fn root_installing_for_a_user_leaves_every_agent_s_files_theirs() {
+    if !privileged("root_installing_for_a_user_leaves_every_agent_s_files_theirs") {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let binaries = BinariesForAnyUser::new();
+    for case in [&CODEX, &GEMINI, &COPILOT, &CURSOR, &KIRO, &OPENCODE] {
+        let home = Home::new(case);
+        let out = Command::new(binaries.path("liveness"))
+            .args(["hooks", "install", case.agent])
+            .env("HOME", home.path())
+            .env_remove("CODEX_HOME")
+            .env_remove("XDG_CONFIG_HOME")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}: {out:?}", case.agent);
+        let file = home.file(case);
+        let mut path = file.as_path();
+        while path != home.path() {
+            let meta = std::fs::symlink_metadata(path).unwrap();
+            assert_eq!((meta.uid(), meta.gid()), (ALICE, ALICE), "{path:?}");
+            path = path.parent().unwrap();
+        }
+        if case.user != Some(case.file) {
+            let mode = std::fs::metadata(&file).unwrap().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{file:?}: liveness's own file is private");
+        }
+    }
+}
+
+#[test]
+fn a_fork_of_a_live_session_neither_takes_it_over_nor_ends_it() {
+    if !privileged("a_fork_of_a_live_session_neither_takes_it_over_nor_ends_it") {
+        return;
+    }
+    // Codex and Claude Code give a fork (and a second resume) the session id of the run
+    // it came from.
+    let (daemon, _binaries, home) = installed_for_alice(&CODEX);
+    let (first, _) = registered(&CODEX, &daemon, &home, "live-1");
+    let fork = Agent::start(&CODEX, &home, "live-1");
+    let session = get(&daemon, "live-1");
+    assert_eq!(
+        session["owner"]["pid"],
+        first.child.id(),
+        "not taken over: {session}"
+    );
+    fork.say("exit");
+    std::thread::sleep(Duration::from_millis(500));
+    let session = get(&daemon, "live-1");
+    assert_eq!(
+        session["phase"], "active",
+        "not ended by the fork's end: {session}"
+    );
+    let (runs, _) = home.runs();
+    assert_eq!(
+        runs.len(),
+        1,
+        "the fork's own end command, by the fork: {runs:?}"
+    );
+    first.kill9();
+    let ended = daemon.wait_finalized("live-1", Some(ALICE));
+    assert_eq!(ended["reason"], "owner_exited", "{ended}");
+    std::thread::sleep(Duration::from_millis(500));
+    let (runs, _) = home.runs();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[1]["liveness"]["exit"]["signal"], 9, "{}", runs[1]);
+}
+
+#[test]
+fn a_session_the_daemon_gave_to_a_wrapper_above_the_agent_is_still_the_agent_s() {
+    if !privileged("a_session_the_daemon_gave_to_a_wrapper_above_the_agent_is_still_the_agent_s") {
+        return;
+    }
+    // livenessd --wrapper cursor-agent skips the agent itself: the owner is the process
+    // above it, a launcher of the user's. The agent's end hook must still end its session.
+    let (daemon, _) = integration_tests::shared_daemon_with(&["--wrapper", "cursor-agent"]);
+    let home = Home::new(&CURSOR);
+    let liveness = BinariesForAnyUser::new().path("liveness");
+    let out = home.hooks(&liveness, Some(&daemon.socket), "install", &CURSOR);
+    assert!(out.status.success(), "{out:?}");
+    let launcher = [
+        "/usr/bin/python3",
+        "-c",
+        "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))",
+    ];
+    let agent = Agent::start_under(&launcher, &CURSOR, &home, "wrapped-1");
+    let session = get(&daemon, "wrapped-1");
+    assert_eq!(session["owner"]["comm"], "python3", "{session}");
+    agent.say("exit");
+    let ended = daemon.wait_finalized("wrapped-1", Some(ALICE));
+    assert_eq!(ended["reason"], "stopped", "{ended}");
+    assert_eq!(
+        ended["actions"][0]["outcome"]["skipped"], "done_by_agent",
+        "{ended}"
+    );
+}
