@@ -127,7 +127,7 @@ struct PidfdWaiter {
 
 impl Watch for PidfdWaiter {
     fn track(&mut self, pid: u32) -> Result<()> {
-        match liveness_proc::pidref::open_pidfd(pid) {
+        match liveness_proc::pidfd::open_pidfd(pid) {
             Ok(owned) => {
                 self.pidfds.insert(owned.as_raw_fd(), (pid, owned));
                 Ok(())

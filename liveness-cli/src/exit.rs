@@ -14,7 +14,7 @@ use liveness_common::protocol::ErrorCode;
 use liveness_common::session::{EndReason, Session};
 use liveness_proc::identity::IdentityError;
 
-use crate::output;
+use crate::escape::{for_terminal, json_text};
 
 /// Process exit codes of the `liveness` CLI.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -222,11 +222,11 @@ impl Failure {
                 },
             };
             match serde_json::to_string(&error) {
-                Ok(line) => eprintln!("{}", output::json_text(&line)),
-                Err(_) => eprintln!("liveness: {}", output::for_terminal(&self.message)),
+                Ok(line) => eprintln!("{}", json_text(&line)),
+                Err(_) => eprintln!("liveness: {}", for_terminal(&self.message)),
             }
         } else {
-            eprintln!("liveness: {}", output::for_terminal(&self.message));
+            eprintln!("liveness: {}", for_terminal(&self.message));
         }
     }
 }

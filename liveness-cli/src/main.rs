@@ -9,6 +9,7 @@ mod check;
 mod clock;
 mod context;
 mod doctor;
+mod escape;
 mod exit;
 mod generate;
 mod lock;

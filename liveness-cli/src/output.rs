@@ -3,57 +3,20 @@
 //!
 //! Text is for a terminal, often root's, and much of it is other users' words: session
 //! ids, labels, process names and command lines, action stderr. Every text line goes
-//! through [`for_terminal`] here, so that none of it can drive the terminal (clear it, set
-//! its title, write the clipboard with OSC 52); JSON lines through [`json_text`].
+//! through [`for_terminal`](crate::escape::for_terminal) here, so that none of it can drive the terminal (clear it, set
+//! its title, write the clipboard with OSC 52); JSON lines through
+//! [`json_text`](crate::escape::json_text).
 
 use std::borrow::Cow;
 use std::fmt;
-use std::fmt::Write as _;
 use std::io::{ErrorKind, Write};
 
 use serde::Serialize;
 
+use crate::escape::{for_terminal, json_text};
 use crate::exit::Exit;
 
-/// `text` with its control characters (C0, DEL and C1: Unicode's `Cc`) written as Rust
-/// writes them in a string: `\t`, `\n`, `\r`, `\u{1b}`, `\u{7f}`, `\u{9b}`. A line of text
-/// is one line on the terminal, and nothing in it is a terminal's command.
-pub(crate) fn for_terminal(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
-        return Cow::Borrowed(text);
-    }
-    let mut escaped = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        if c.is_control() {
-            escaped.extend(c.escape_debug());
-        } else {
-            escaped.push(c);
-        }
-    }
-    Cow::Owned(escaped)
-}
-
-/// A line of JSON with DEL and the C1 controls, which JSON leaves as they are, escaped
-/// (`\u007f`, `\u009b`): the same strings to a parser, nothing a terminal acts on. JSON has
-/// the C0 controls escaped already, and outside its strings only ASCII punctuation.
-pub(crate) fn json_text(line: &str) -> Cow<'_, str> {
-    if !line.chars().any(char::is_control) {
-        return Cow::Borrowed(line);
-    }
-    let mut escaped = String::with_capacity(line.len() + 8);
-    for c in line.chars() {
-        match c {
-            '\n' => escaped.push(c),
-            c if c.is_control() => {
-                let _ = write!(escaped, "\\u{:04x}", u32::from(c));
-            }
-            c => escaped.push(c),
-        }
-    }
-    Cow::Owned(escaped)
-}
-
-/// Writes one line of text to stdout, escaped [`for_terminal`], and flushes it (a
+/// Writes one line of text to stdout, escaped by [`for_terminal`], and flushes it (a
 /// watcher's lines must not wait in a buffer).
 pub(crate) fn line(args: fmt::Arguments<'_>) {
     let text = match args.as_str() {
@@ -125,29 +88,3 @@ macro_rules! outln {
     };
 }
 pub(crate) use outln;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn control_characters_reach_no_terminal() {
-        let hostile = "a\u{1b}]52;c;cHdu\u{7}\u{1b}[2J\tb\nc\r\u{7f}\u{9b}31m é";
-        assert_eq!(
-            for_terminal(hostile),
-            r"a\u{1b}]52;c;cHdu\u{7}\u{1b}[2J\tb\nc\r\u{7f}\u{9b}31m é"
-        );
-        assert!(matches!(for_terminal("plain é"), Cow::Borrowed(_)));
-    }
-
-    #[test]
-    fn json_lines_escape_what_json_leaves_raw_and_parse_the_same() {
-        let hostile = "x\u{1b}]0;title\u{7}\u{7f}\u{9b}y";
-        let line = serde_json::to_string(&serde_json::json!({ "comm": hostile })).unwrap();
-        let escaped = json_text(&line);
-        assert!(!escaped.chars().any(char::is_control), "{escaped}");
-        let back: serde_json::Value = serde_json::from_str(&escaped).unwrap();
-        assert_eq!(back["comm"], hostile);
-        assert_eq!(json_text("{}\n"), "{}\n");
-    }
-}

@@ -193,7 +193,7 @@ pub(crate) fn register_request(
 /// kernel before 5.3, a seccomp filter, a thread id): the daemon is then given the number
 /// and says what is wrong with it.
 fn open_pidfd(pid: u32) -> Result<Option<OwnedFd>, ClientError> {
-    match liveness_proc::pidref::open_pidfd(pid) {
+    match liveness_proc::pidfd::open_pidfd(pid) {
         Ok(pidfd) => Ok(Some(pidfd)),
         Err(rustix::io::Errno::SRCH) => Err(ClientError::NoSuchProcess(pid)),
         Err(_) => Ok(None),

@@ -31,7 +31,8 @@ use tokio::time::Instant;
 
 use liveness_common::identity::Identity;
 use liveness_common::session::{ReapFailure, Reaped};
-use liveness_proc::identity::{IdentityError, Liveness, ProcRoot, pidfd_exited, pidfs_ino};
+use liveness_proc::identity::{IdentityError, Liveness, ProcRoot};
+use liveness_proc::pidfd::{pidfd_exited, pidfs_ino};
 
 use crate::fair::offload::offload_for;
 use crate::fd::registered::register;

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use liveness_common::identity::{DeathReason, Identity, ProcessKey};
 
 use crate::namespace::{BoottimeOffset, NANOS_PER_TICK, parse_nspid, parse_pidfd_fdinfo};
+use crate::pidfd::{open_pidfd, pidfd_exited, pidfs_ino};
 
 /// Process names that are never an owner: shells and launchers that sit between a hook
 /// and the program that really owns the session.
@@ -117,8 +118,6 @@ pub struct Stat {
 const PF_EXITING: u32 = 0x0000_0004;
 /// `PF_KTHREAD` in `include/linux/sched.h`.
 const PF_KTHREAD: u32 = 0x0020_0000;
-/// `PIDFS_MAGIC` in `include/uapi/linux/magic.h`: pidfds live in pidfs from Linux 6.9.
-const PIDFS_MAGIC: u64 = 0x5049_4446;
 
 impl Stat {
     /// Parses a stat line. The comm sits between the first `(` and the *last* `)`: it may
@@ -518,7 +517,7 @@ impl ProcRoot {
         if !self.live {
             return None;
         }
-        crate::pidref::open_pidfd(pid).ok()
+        open_pidfd(pid).ok()
     }
 
     /// Whether this is the live `/proc` of a kernel whose pidfds live in pidfs (Linux 6.9+):
@@ -847,33 +846,6 @@ impl ProcRoot {
             ),
         })
     }
-}
-
-/// Whether the process behind a pidfd has exited (the pidfd polls readable then).
-pub fn pidfd_exited(pidfd: BorrowedFd<'_>) -> bool {
-    let mut fds = [rustix::event::PollFd::new(
-        &pidfd,
-        rustix::event::PollFlags::IN,
-    )];
-    let zero = rustix::event::Timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    match rustix::event::poll(&mut fds, Some(&zero)) {
-        Ok(0) => false,
-        // Readable, or an error we cannot see past: treat as gone rather than bind it.
-        _ => true,
-    }
-}
-
-/// The pidfs inode of a pidfd: `None` before Linux 6.9, where pidfds are anonymous inodes
-/// that all share one number.
-pub fn pidfs_ino(pidfd: BorrowedFd<'_>) -> Option<u64> {
-    let fs = rustix::fs::fstatfs(pidfd).ok()?;
-    if fs.f_type as u64 != PIDFS_MAGIC {
-        return None;
-    }
-    Some(rustix::fs::fstat(pidfd).ok()?.st_ino)
 }
 
 #[cfg(test)]

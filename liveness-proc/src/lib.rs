@@ -2,6 +2,7 @@
 //! daemon and the `liveness` CLI (which must not link the daemon's SQLite or aya).
 //!
 //! - [`identity`]: capturing and checking fingerprints, resolving a hook's owner.
+//! - [`pidfd`]: the bare pidfd calls (open, exited, pidfs inode).
 //! - [`pidref`]: [`pidref::PidRef`], one verified handle on one process, through which
 //!   every signal, wait, exit status and liveness check goes.
 //! - [`namespace`]: PID and time namespace arithmetic (`NSpid`, `timens_offsets`, fdinfo).
@@ -15,4 +16,5 @@ pub mod fake;
 pub mod identity;
 pub mod namespace;
 pub mod paths;
+pub mod pidfd;
 pub mod pidref;

@@ -7,19 +7,20 @@
 //! the pidfd names the expected process (and, where the kernel has pidfs, its inode proves
 //! it even within one clock tick). Every signal, wait, exit status and liveness check of the
 //! daemon goes through a [`PidRef`], so "a signal goes only through a verified pidfd" is a
-//! property of the type, and [`open_pidfd`] is the workspace's one `pidfd_open`.
+//! property of the type; the bare pidfd calls under it are in [`crate::pidfd`].
 
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use rustix::io::Errno;
 use rustix::ioctl::{Opcode, Updater, opcode};
-use rustix::process::{Pid, PidfdFlags, Signal, WaitId, WaitIdOptions};
+use rustix::process::{Signal, WaitId, WaitIdOptions};
 
 use liveness_common::exit::ExitStatus;
 use liveness_common::identity::ProcessKey;
 
-use crate::identity::{IdentityError, ProcRoot, pidfd_exited, pidfs_ino};
+use crate::identity::{IdentityError, ProcRoot};
+use crate::pidfd::{open_pidfd, pidfd_exited, pidfs_ino};
 
 /// Why a process could not be referenced.
 #[derive(Debug, thiserror::Error)]
@@ -31,17 +32,6 @@ pub enum PidRefError {
     Open { pid: u32, errno: Errno },
     #[error("cannot verify that pid {pid} is the process expected: {source}")]
     Unverified { pid: u32, source: IdentityError },
-}
-
-/// A pidfd for `pid`, unverified: the workspace's one `pidfd_open(2)`. `ESRCH` also for a
-/// number that is no pid. Callers that act on the process open a [`PidRef`] instead; a
-/// bare pidfd serves to hold a pid still while facts are read, or to be passed to the daemon.
-pub fn open_pidfd(pid: u32) -> Result<OwnedFd, Errno> {
-    let pid = i32::try_from(pid)
-        .ok()
-        .and_then(Pid::from_raw)
-        .ok_or(Errno::SRCH)?;
-    rustix::process::pidfd_open(pid, PidfdFlags::empty())
 }
 
 /// A process, held by a pidfd proven to name it.

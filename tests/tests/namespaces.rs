@@ -100,7 +100,7 @@ fn kernel_has_pidfs() -> bool {
     let own = rustix::process::getpid();
     let pidfd = rustix::process::pidfd_open(own, rustix::process::PidfdFlags::empty())
         .expect("pidfd_open of ourselves");
-    liveness_proc::identity::pidfs_ino(pidfd.as_fd()).is_some()
+    liveness_proc::pidfd::pidfs_ino(pidfd.as_fd()).is_some()
 }
 
 /// `sh -c SCRIPT` as pid 1 of a new PID namespace with its own /proc, like a container,

@@ -15,6 +15,7 @@ use std::process::{Command as Process, Stdio};
 use anyhow::{Context, Result, ensure};
 
 use crate::dist::{self, BINARIES};
+use crate::process::output;
 
 /// A baseline ready to run: the directory of its binaries and what to call it.
 #[derive(Debug)]
@@ -25,7 +26,7 @@ pub struct Baseline {
 
 /// The binaries of `rev` (anything `git rev-parse` takes), built unless they already are.
 pub fn of_revision(root: &Path, rev: &str) -> Result<Baseline> {
-    let commit = String::from_utf8(dist::output(
+    let commit = String::from_utf8(output(
         Process::new("git")
             .current_dir(root)
             .args(["rev-parse", "--verify", "--end-of-options"])

@@ -16,7 +16,7 @@ use std::process::Command as Process;
 
 use anyhow::{Context, Result, ensure};
 
-use crate::dist::output;
+use crate::process::output;
 
 const TYPESCRIPT: &str = "clients/typescript";
 const PYTHON: &str = "clients/python";

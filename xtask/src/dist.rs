@@ -21,6 +21,8 @@ use std::process::Command as Process;
 
 use anyhow::{Context, Result, bail, ensure};
 
+use crate::process::output;
+
 pub const BINARIES: [&str; 2] = ["liveness", "livenessd"];
 const UNIT: &str = "dist/livenessd.service";
 /// The maintainer scripts, the changelog, the copyright and the lintian overrides.
@@ -575,21 +577,6 @@ fn glibc_needed(binaries: &[PathBuf]) -> Result<String> {
         .map(u32::to_string)
         .collect::<Vec<_>>()
         .join("."))
-}
-
-/// Runs a command, failing with its stderr unless it succeeds; returns its stdout.
-pub fn output(command: &mut Process) -> Result<Vec<u8>> {
-    let shown = format!("{command:?}");
-    let result = command
-        .output()
-        .with_context(|| format!("running {shown}"))?;
-    ensure!(
-        result.status.success(),
-        "{shown} failed ({}): {}",
-        result.status,
-        String::from_utf8_lossy(&result.stderr)
-    );
-    Ok(result.stdout)
 }
 
 #[cfg(test)]

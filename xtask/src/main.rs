@@ -11,6 +11,7 @@ mod chaos;
 mod clients;
 mod dist;
 mod gen_clients;
+mod process;
 mod systemd_vm;
 mod vm;
 

@@ -15,7 +15,8 @@ use tokio::time::Instant;
 use liveness_common::action::{ActionOutcome, ActionSpec, EndFacts, STDERR_TAIL_BYTES};
 use liveness_common::exit::ExitStatus;
 use liveness_common::identity::ProcessKey;
-use liveness_proc::identity::{ProcRoot, pidfd_exited};
+use liveness_proc::identity::ProcRoot;
+use liveness_proc::pidfd::pidfd_exited;
 
 use super::ActionError;
 use super::env::environment;

@@ -27,7 +27,8 @@ use rustix::process::Signal;
 use tokio::time::Instant;
 
 use liveness_common::identity::ProcessKey;
-use liveness_proc::identity::{Liveness, ProcRoot, pidfd_exited};
+use liveness_proc::identity::{Liveness, ProcRoot};
+use liveness_proc::pidfd::pidfd_exited;
 
 use super::sys;
 use crate::reap::{KILL_WAIT, Signalled, signal, wait_for_exits};

@@ -343,7 +343,7 @@ mod tests {
     impl Sleeper {
         fn spawn() -> Sleeper {
             let child = Command::new("sleep").arg("60").spawn().unwrap();
-            let pidfd = liveness_proc::pidref::open_pidfd(child.id()).unwrap();
+            let pidfd = liveness_proc::pidfd::open_pidfd(child.id()).unwrap();
             Sleeper(child, pidfd)
         }
     }

@@ -29,7 +29,8 @@ use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{DeathReason, ProcessKey};
 use liveness_proc::diagnose::{self, Denial};
 use liveness_proc::identity::{IdentityError, ProcRoot};
-use liveness_proc::pidref::{self, PidRef, PidRefError};
+use liveness_proc::pidfd::open_pidfd;
+use liveness_proc::pidref::{PidRef, PidRefError};
 
 /// Why the pidfd source cannot run.
 #[derive(Debug, thiserror::Error)]
@@ -162,7 +163,7 @@ impl PidfdSource {
     /// Outside a tokio runtime, or in one without IO enabled.
     pub fn start(sink: EventSink, config: PidfdConfig) -> Result<PidfdSource, PidfdError> {
         let runtime = Handle::current();
-        let probe = match pidref::open_pidfd(std::process::id()) {
+        let probe = match open_pidfd(std::process::id()) {
             Ok(pidfd) => pidfd,
             Err(e) => {
                 return Err(

@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail};
 
 mod check;
 mod go;
+mod probe;
 mod python;
 mod schema;
 mod typescript;

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::check::{Probe, probe, probe_variant};
+use super::probe::{Probe, probe, probe_variant};
 
 /// A field's type on the wire.
 #[derive(Debug, Clone, Copy)]
@@ -1388,15 +1388,15 @@ pub const SUBSCRIBED: Struct = Struct {
     ],
 };
 
-fn stream_gap(value: &Value) -> Result<super::check::Probed, String> {
+fn stream_gap(value: &Value) -> Result<super::probe::Probed, String> {
     probe_variant::<protocol::StreamMessage>("gap", value)
 }
 
-fn stream_lagged(value: &Value) -> Result<super::check::Probed, String> {
+fn stream_lagged(value: &Value) -> Result<super::probe::Probed, String> {
     probe_variant::<protocol::StreamMessage>("lagged", value)
 }
 
-fn stream_goodbye(value: &Value) -> Result<super::check::Probed, String> {
+fn stream_goodbye(value: &Value) -> Result<super::probe::Probed, String> {
     probe_variant::<protocol::StreamMessage>("goodbye", value)
 }
 
