@@ -30,7 +30,7 @@ use serde_json::value::RawValue;
 
 use liveness_common::cause::{Cause, Usage};
 use liveness_common::exit::{DetectedBy, ExitStatus};
-use liveness_common::session::{EndReason, Event, Survivors};
+use liveness_common::session::{EndReason, Event, Phase, Session, Survivors};
 
 /// The journal's file name in the state directory.
 pub const FILE_NAME: &str = "journal";
@@ -113,6 +113,32 @@ pub struct JournaledEnding {
     pub usage: Option<Usage>,
     /// Its processes are to be terminated (its policy, or `end --terminate`).
     pub reap: bool,
+}
+
+impl JournaledEnding {
+    /// Ends `session` as this ending does its row (see `Store::apply`): how a read shows a
+    /// session whose end is published but not yet in the database.
+    pub fn end(&self, session: &mut Session) {
+        if session.phase != Phase::Active {
+            return;
+        }
+        session.phase = Phase::Ended;
+        session.reason = Some(self.reason);
+        session.exit = self.exit;
+        session.detected_by = self.detected_by;
+        session.ended_ms = Some(self.ended_ms);
+        session.updated_ms = self.ended_ms;
+        if self.survivors.is_some() {
+            session.survivors.clone_from(&self.survivors);
+        }
+        session.cause.clone_from(&self.cause);
+        session.usage.clone_from(&self.usage);
+    }
+
+    /// Whether it ends user `uid`'s session `id`.
+    pub fn ends(&self, uid: u32, id: &str) -> bool {
+        self.uid == uid && self.id == id
+    }
 }
 
 /// A lock a death released.
