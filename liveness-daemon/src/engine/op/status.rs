@@ -22,7 +22,7 @@ impl Op for request::Status {
             uptime_ms: engine.started.elapsed().as_millis() as u64,
             // The newest seq published.
             head_seq: engine.journaled.head(),
-            store_id: engine.store_id.clone(),
+            store_id: engine.lineage.id(),
             active_sessions: (store.count(Phase::Active).unwrap_or_default())
                 .saturating_sub(waiting.waiting),
             ended_sessions: store.count(Phase::Ended).unwrap_or_default() + waiting.waiting,
