@@ -337,3 +337,20 @@ pub fn open_socket_to_everyone(daemon: &Daemon) {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
 }
+
+/// Runs `livenessd` on `state_dir`, expecting it to refuse to start; returns its stderr.
+pub fn refused_start(state_dir: &Path, extra: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(binary("livenessd"))
+        .arg("--socket")
+        .arg(dir.path().join("liveness.sock"))
+        .arg("--state-dir")
+        .arg(state_dir)
+        .args(extra)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run livenessd");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(1), "it started: {stderr}");
+    stderr
+}

@@ -3,15 +3,13 @@
 //! listings), and damaged, deleted or foreign state. `cargo xtask chaos` runs these with more
 //! rounds and inputs (`LIVENESS_FAULT_ROUNDS`, `PROPTEST_CASES`).
 
-use std::ffi::CString;
 use std::io::Write;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use integration_tests::{
-    ClientAs, Conn, Daemon, Orphan, OrphanGroup, eventually, fault_rounds, open_socket_to_everyone,
-    privileged,
+    ClientAs, Conn, Daemon, Orphan, OrphanGroup, SmallFs, eventually, fault_rounds,
+    open_socket_to_everyone, privileged, refused_start,
 };
 use liveness_proc::identity::Stat;
 use proptest::prelude::*;
@@ -20,62 +18,6 @@ use serde_json::{Value, json};
 
 const ARRIVAL: Duration = Duration::from_secs(10);
 const QUIET: Duration = Duration::from_millis(1500);
-
-/// A small tmpfs, mounted for the test's life (root only), so the disk can be filled
-/// without touching the host's.
-struct SmallFs {
-    dir: tempfile::TempDir,
-}
-
-impl SmallFs {
-    fn mount(size: &str) -> SmallFs {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let target = CString::new(dir.path().as_os_str().as_bytes()).unwrap();
-        let options = CString::new(format!("size={size},mode=0700")).unwrap();
-        // SAFETY: all pointers are NUL-terminated strings that outlive the call.
-        let rc = unsafe {
-            libc::mount(
-                c"tmpfs".as_ptr(),
-                target.as_ptr(),
-                c"tmpfs".as_ptr(),
-                0,
-                options.as_ptr().cast(),
-            )
-        };
-        assert_eq!(rc, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
-        SmallFs { dir }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// Writes a file until the file system is full; returns its path.
-    fn fill(&self) -> PathBuf {
-        let path = self.path().join("filler");
-        let mut file = std::fs::File::create(&path).expect("create the filler");
-        let chunk = vec![0xa5u8; 64 * 1024];
-        loop {
-            match file.write(&chunk) {
-                Ok(0) => break,
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
-                Err(e) => panic!("filling the tmpfs: {e}"),
-            }
-        }
-        // Whatever is left is less than one page: nothing more fits.
-        let _ = file.write_all(&[0u8; 4096]);
-        path
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let target = CString::new(self.dir.path().as_os_str().as_bytes()).unwrap();
-        // SAFETY: detaching the mount this struct made.
-        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
-    }
-}
 
 fn status(conn: &mut Conn) -> Value {
     let reply = conn.request(json!({"op": "status"}));
@@ -437,23 +379,6 @@ fn list_loops_of_a_user_do_not_hold_roots_endings() {
         let passes = lister.join().expect("a lister failed");
         assert!(passes >= 1, "a lister never completed a pass");
     }
-}
-
-/// Runs `livenessd` on `state_dir`, expecting it to refuse to start; returns its stderr.
-fn refused_start(state_dir: &Path, extra: &[&str]) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let output = std::process::Command::new(integration_tests::binary("livenessd"))
-        .arg("--socket")
-        .arg(dir.path().join("liveness.sock"))
-        .arg("--state-dir")
-        .arg(state_dir)
-        .args(extra)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run livenessd");
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert_eq!(output.status.code(), Some(1), "it started: {stderr}");
-    stderr
 }
 
 fn database(daemon: &Daemon) -> PathBuf {
