@@ -40,6 +40,20 @@ fn owner_dies(daemon: &Daemon) -> Orphan {
     owner
 }
 
+/// Registers sessions `s0..sN`, each owned by an orphan that exits with 3 once released.
+fn register_owners(daemon: &Daemon, count: usize) -> Vec<Orphan> {
+    (0..count)
+        .map(|i| {
+            let owner = Orphan::spawn(&["exit", "3"]);
+            let reply = daemon.request(
+                json!({"op": "register", "session": format!("s{i}"), "owner": {"pid": owner.pid}}),
+            );
+            assert_eq!(reply["ok"], true, "{reply}");
+            owner
+        })
+        .collect()
+}
+
 /// Waits for the daemon to be SIGKILLed by its fault point.
 fn killed(daemon: &mut Daemon) {
     assert!(
@@ -197,15 +211,7 @@ fn a_kill_right_after_deaths_in_a_row_were_published_keeps_each_once() {
         Daemon::start_with_state(Some(state.path().to_owned()), &["--sources", "ebpf"]);
     let mut live = daemon.connect();
     assert_eq!(live.request(json!({"op": "subscribe"}))["ok"], true);
-    let mut owners = Vec::new();
-    for i in 0..3 {
-        let owner = Orphan::spawn(&["exit", "3"]);
-        let reply = daemon.request(
-            json!({"op": "register", "session": format!("s{i}"), "owner": {"pid": owner.pid}}),
-        );
-        assert_eq!(reply["ok"], true, "{reply}");
-        owners.push(owner);
-    }
+    let mut owners = register_owners(&daemon, 3);
     for owner in &mut owners {
         owner.release();
     }
@@ -285,20 +291,7 @@ fn a_damaged_middle_entry_is_refused_and_recovered_without_renumbering_published
     let mut daemon = Daemon::start_with_state(Some(state.clone()), &["--sources", "ebpf"]);
     let mut stream = daemon.connect();
     assert_eq!(stream.request(json!({"op": "subscribe"}))["ok"], true);
-    let mut owners = Vec::new();
-    for i in 0..3 {
-        let owner = Orphan::spawn(&["exit", "3"]);
-        let reply = daemon.request(
-            json!({"op": "register", "session": format!("s{i}"), "owner": {"pid": owner.pid}}),
-        );
-        assert_eq!(reply["ok"], true, "{reply}");
-        stream.next_event_of(
-            "session.registered",
-            &format!("s{i}"),
-            Duration::from_secs(10),
-        );
-        owners.push(owner);
-    }
+    let mut owners = register_owners(&daemon, 3);
     let filler = fs.fill();
     // One death at a time: an entry each, published, which the database cannot take.
     let mut published = Vec::new();
