@@ -165,9 +165,9 @@ func (s *Subscription) subscribeOnce(ctx context.Context) error {
 	if s.cursor == nil {
 		s.cursor = &Cursor{Seq: r.Subscribed.Since}
 	}
-	if s.cursor.StoreID == "" {
-		s.cursor.StoreID = r.Subscribed.StoreID
-	}
+	// The store id names the daemon's current run: a cursor it kept is valid in it, and a
+	// state restored from a copy made before this run voids it.
+	s.cursor.StoreID = r.Subscribed.StoreID
 	s.client = client
 	return nil
 }

@@ -458,6 +458,18 @@ pub(crate) fn print_status(status: &Status, pids: &Numbering) {
         status.active_sessions,
         status.uncommitted_deaths
     );
+    let store = &status.store;
+    if store.disk_full || store.waiting > 0 {
+        outln!(
+            "  Database: {}: {} published endings wait for it (reads show them)",
+            if store.disk_full {
+                "cannot be written, the disk is full"
+            } else {
+                "behind"
+            },
+            store.waiting
+        );
+    }
     let actions = &status.actions;
     outln!(
         "   Actions: {} running, {} waiting to start, {} outcomes awaiting commit",

@@ -176,14 +176,15 @@ impl Position {
         })
     }
 
-    /// From the acknowledgement on, the position is in the daemon's store: a subscription
-    /// started without a cursor, or with a bare seq, learns it.
+    /// From the acknowledgement on, the position is in the daemon's store and its current
+    /// run, which the store id names: a cursor that the daemon kept moves to it, so that a
+    /// restore of the daemon's state from a copy made before this run voids it.
     pub(crate) fn acknowledged(&mut self, subscribed: Subscribed) {
         let cursor = self.cursor.get_or_insert(Cursor {
             seq: subscribed.since,
             store_id: None,
         });
-        cursor.store_id.get_or_insert(subscribed.store_id);
+        cursor.store_id = Some(subscribed.store_id);
     }
 
     /// Handles the result of reading the next stream line: what to hand the consumer

@@ -25,6 +25,9 @@ pub struct Status {
     pub subscribers: u64,
     /// Deaths observed whose commit failed and is retried.
     pub uncommitted_deaths: u64,
+    /// Whether the database has everything published.
+    #[serde(default)]
+    pub store: StoreStatus,
     /// End actions under way.
     #[serde(default)]
     pub actions: ActionsStatus,
@@ -34,6 +37,17 @@ pub struct Status {
     /// How sessions' process trees are followed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub membership: Option<MembershipStatus>,
+}
+
+/// Whether the database has every ending published. Endings are published once in the
+/// journal; while the database cannot be written (a full disk) they wait there, and reads
+/// show them from memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreStatus {
+    /// The last write of published endings to the database failed for want of space.
+    pub disk_full: bool,
+    /// Sessions whose ending is published (and in the journal) but not yet in the database.
+    pub waiting: u64,
 }
 
 /// Where the end actions under way stand.

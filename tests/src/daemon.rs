@@ -337,3 +337,37 @@ pub fn open_socket_to_everyone(daemon: &Daemon) {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
 }
+
+/// Runs `livenessd` on `state_dir`, expecting it to refuse to start; returns its stderr.
+pub fn refused_start(state_dir: &Path, extra: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let stderr_path = dir.path().join("stderr");
+    let mut child = Command::new(binary("livenessd"))
+        .arg("--socket")
+        .arg(dir.path().join("liveness.sock"))
+        .arg("--state-dir")
+        .arg(state_dir)
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr_path).expect("create the stderr file"))
+        .spawn()
+        .expect("run livenessd");
+    // A daemon that starts does not exit by itself: stopped, it fails the test, not hangs it.
+    let mut status = None;
+    eventually(Duration::from_secs(30), || {
+        status = child.try_wait().expect("wait for livenessd");
+        status.is_some()
+    });
+    if status.is_none() {
+        let _ = child.kill();
+        status = child.wait().ok();
+    }
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(1),
+        "it started: {stderr}"
+    );
+    stderr
+}

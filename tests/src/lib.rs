@@ -16,12 +16,14 @@ mod binaries;
 mod clients;
 mod daemon;
 mod processes;
+mod smallfs;
 mod users;
 
 pub use binaries::*;
 pub use clients::*;
 pub use daemon::*;
 pub use processes::*;
+pub use smallfs::*;
 pub use users::*;
 
 /// How many rounds a fault test repeats: `normal` in an ordinary test run, or

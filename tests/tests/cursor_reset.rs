@@ -3,11 +3,12 @@
 //! database, so resuming "after seq N" would skip its first N events: the daemon says
 //! `reset` instead, and the consumer starts over with the new database's first event.
 
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use integration_tests::{Conn, Daemon, binary, eventually};
+use integration_tests::{Conn, Daemon, Orphan, binary, eventually};
 use serde_json::{Value, json};
 
 const ARRIVAL: Duration = Duration::from_secs(20);
@@ -25,6 +26,25 @@ fn end_sessions(daemon: &Daemon, prefix: &str, count: usize) {
         assert_eq!(reply["ok"], true, "{reply}");
         let reply = conn.request(json!({"op": "end", "session": session}));
         assert_eq!(reply["ok"], true, "{reply}");
+    }
+}
+
+/// Sessions `{prefix}0..{prefix}N`, each ended by its owner's death before the next is
+/// registered: two events each, in order.
+fn owners_die(daemon: &Daemon, prefix: &str, count: usize) {
+    let mut conn = daemon.connect();
+    for i in 0..count {
+        let session = format!("{prefix}{i}");
+        let mut owner = Orphan::spawn(&["exit", "0"]);
+        let reply = conn
+            .request(json!({"op": "register", "session": session, "owner": {"pid": owner.pid}}));
+        assert_eq!(reply["ok"], true, "{reply}");
+        owner.release();
+        let ended = eventually(ARRIVAL, || {
+            let reply = conn.request(json!({"op": "get", "session": session}));
+            reply["session"]["phase"] == "ended"
+        });
+        assert!(ended, "the owner's death ended {session}");
     }
 }
 
@@ -201,6 +221,77 @@ fn a_watcher_resuming_in_a_replaced_database_runs_every_hook() {
         &expected,
         &format!("{} {new_store}", 2 * ENDINGS_AFTER_RESET),
     );
+}
+
+/// Copies the state directory's files (the database, its WAL, the journal) to `to`.
+fn copy_state(from: &Path, to: &Path) {
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(to)
+        .unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+}
+
+/// The state is restored from a copy made at seq 10, after the daemon had gone on to 30: the
+/// seqs from 11 are given out again, for other events. A watcher that had handled up to 22
+/// in the lost run is told to start over, and runs its command for every ending of the
+/// restored state, the six new ones at seqs 11..=22 too.
+#[test]
+fn a_watcher_resuming_in_a_state_restored_from_an_older_copy_runs_every_hook() {
+    let mut daemon = Daemon::start(&[]);
+    let mut watcher = Watcher::new();
+    watcher.start(&daemon);
+    owners_die(&daemon, "a", 5);
+    let first = store_id(&daemon);
+    watcher.expect_handled(&names("a", 5), &format!("10 {first}"));
+    assert!(daemon.stop().success());
+    let copy = daemon.dir.path().join("copy");
+    copy_state(&daemon.state_dir, &copy);
+
+    daemon.restart();
+    let lost = store_id(&daemon);
+    owners_die(&daemon, "b", 6);
+    let mut handled = names("a", 5);
+    handled.extend(names("b", 6));
+    watcher.expect_handled(&handled, &format!("22 {lost}"));
+    watcher.stop();
+    owners_die(&daemon, "lost", 4);
+    assert!(daemon.stop().success());
+
+    // Restored: the copy's files replace the state's.
+    std::fs::remove_dir_all(&daemon.state_dir).unwrap();
+    copy_state(&copy, &daemon.state_dir);
+    daemon.restart();
+    owners_die(&daemon, "c", 15);
+    let restored = store_id(&daemon);
+    assert_eq!(
+        daemon.request(json!({"op": "status"}))["status"]["head_seq"],
+        40
+    );
+    watcher.start(&daemon);
+    handled.extend(names("a", 5));
+    handled.extend(names("c", 15));
+    watcher.expect_handled(&handled, &format!("40 {restored}"));
+    assert!(
+        watcher.stderr().contains("starting over"),
+        "the watcher did not say why it started over: {}",
+        watcher.stderr()
+    );
+
+    // A restart without a restore keeps the cursor: nothing is handled again.
+    watcher.stop();
+    assert!(daemon.stop().success());
+    daemon.restart();
+    owners_die(&daemon, "d", 1);
+    watcher.start(&daemon);
+    handled.extend(names("d", 1));
+    watcher.expect_handled(&handled, &format!("42 {}", store_id(&daemon)));
 }
 
 fn subscribe(daemon: &Daemon, request: Value) -> (Conn, Value) {

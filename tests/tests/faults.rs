@@ -3,15 +3,13 @@
 //! listings), and damaged, deleted or foreign state. `cargo xtask chaos` runs these with more
 //! rounds and inputs (`LIVENESS_FAULT_ROUNDS`, `PROPTEST_CASES`).
 
-use std::ffi::CString;
 use std::io::Write;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use integration_tests::{
-    ClientAs, Conn, Daemon, Orphan, OrphanGroup, eventually, fault_rounds, open_socket_to_everyone,
-    privileged,
+    ClientAs, Conn, Daemon, Orphan, OrphanGroup, SmallFs, eventually, fault_rounds,
+    open_socket_to_everyone, privileged, refused_start,
 };
 use liveness_proc::identity::Stat;
 use proptest::prelude::*;
@@ -21,62 +19,6 @@ use serde_json::{Value, json};
 const ARRIVAL: Duration = Duration::from_secs(10);
 const QUIET: Duration = Duration::from_millis(1500);
 
-/// A small tmpfs, mounted for the test's life (root only), so the disk can be filled
-/// without touching the host's.
-struct SmallFs {
-    dir: tempfile::TempDir,
-}
-
-impl SmallFs {
-    fn mount(size: &str) -> SmallFs {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let target = CString::new(dir.path().as_os_str().as_bytes()).unwrap();
-        let options = CString::new(format!("size={size},mode=0700")).unwrap();
-        // SAFETY: all pointers are NUL-terminated strings that outlive the call.
-        let rc = unsafe {
-            libc::mount(
-                c"tmpfs".as_ptr(),
-                target.as_ptr(),
-                c"tmpfs".as_ptr(),
-                0,
-                options.as_ptr().cast(),
-            )
-        };
-        assert_eq!(rc, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
-        SmallFs { dir }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// Writes a file until the file system is full; returns its path.
-    fn fill(&self) -> PathBuf {
-        let path = self.path().join("filler");
-        let mut file = std::fs::File::create(&path).expect("create the filler");
-        let chunk = vec![0xa5u8; 64 * 1024];
-        loop {
-            match file.write(&chunk) {
-                Ok(0) => break,
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
-                Err(e) => panic!("filling the tmpfs: {e}"),
-            }
-        }
-        // Whatever is left is less than one page: nothing more fits.
-        let _ = file.write_all(&[0u8; 4096]);
-        path
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let target = CString::new(self.dir.path().as_os_str().as_bytes()).unwrap();
-        // SAFETY: detaching the mount this struct made.
-        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
-    }
-}
-
 fn status(conn: &mut Conn) -> Value {
     let reply = conn.request(json!({"op": "status"}));
     assert_eq!(reply["ok"], true, "{reply}");
@@ -85,8 +27,9 @@ fn status(conn: &mut Conn) -> Value {
 
 /// An owner dies while the database cannot grow. Its ending is journaled in the space the
 /// journal reserved at start, so it is published at once, exactly once; until the database
-/// has it, requests are refused rather than answered from a database that still shows the
-/// session active; once space is back, the database has it without a restart.
+/// has it, reads answer from what is committed and what waits in memory (never the session
+/// as still active), and `status` says the disk is full and what waits; once space is back,
+/// the database has it without a restart.
 #[test]
 fn a_death_on_a_full_disk_is_published_and_written_once_space_returns() {
     if !privileged("a_death_on_a_full_disk_is_published_and_written_once_space_returns") {
@@ -104,26 +47,79 @@ fn a_death_on_a_full_disk_is_published_and_written_once_space_returns() {
     assert_eq!(reply["ok"], true, "{reply}");
     let registered = stream.next_within(ARRIVAL).expect("the registration event");
     assert_eq!(registered["event"]["kind"], "session.registered");
+    let bystander = Orphan::spawn(&["exit", "0"]);
+    let reply = control.request(
+        json!({"op": "register", "session": "bystander", "owner": {"pid": bystander.pid}}),
+    );
+    assert_eq!(reply["ok"], true, "{reply}");
 
     let filler = fs.fill();
     owner.release();
-    let ended = stream
-        .next_within(ARRIVAL)
-        .expect("the death is published from the journal's reserved space");
+    let ended = loop {
+        let line = stream
+            .next_within(ARRIVAL)
+            .expect("the death is published from the journal's reserved space");
+        if line["event"]["session"] == "full" {
+            break line;
+        }
+    };
     assert_eq!(ended["event"]["kind"], "session.ended", "{ended}");
     assert_eq!(ended["event"]["reason"], "owner_exited", "{ended}");
     assert_eq!(ended["event"]["exit"], json!({"kind": "exited", "code": 3}));
     assert_ne!(ended["event"]["detected_by"], "reconcile", "{ended}");
-    let refused = control.request(json!({"op": "get", "session": "full"}));
+
+    // Reads are answered while the disk is full: the ending, which only the journal has,
+    // shows; the database's rows show the rest.
+    let got = control.request(json!({"op": "get", "session": "full"}));
+    assert_eq!(got["ok"], true, "a read is answered: {got}");
+    assert_eq!(got["session"]["phase"], "ended", "{got}");
+    assert_eq!(got["session"]["exit"], ended["event"]["exit"], "{got}");
+    assert_eq!(got["session"]["reason"], "owner_exited", "{got}");
+    let got = control.request(json!({"op": "get", "session": "bystander"}));
+    assert_eq!(got["session"]["phase"], "active", "{got}");
+    let listed = control.request(json!({"op": "list"}));
+    assert_eq!(listed["ok"], true, "{listed}");
+    let phases: Vec<(Value, Value)> = listed["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["id"].clone(), s["phase"].clone()))
+        .collect();
     assert_eq!(
-        refused["ok"], false,
-        "a reader never sees it active: {refused}"
+        phases,
+        [
+            (json!("full"), json!("ended")),
+            (json!("bystander"), json!("active"))
+        ],
+        "{listed}"
     );
+    let active = control.request(json!({"op": "list", "phase": "active"}));
+    let ids: Vec<&Value> = active["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| &s["id"])
+        .collect();
+    assert_eq!(ids, [&json!("bystander")], "{active}");
+    let full = status(&mut control);
+    assert_eq!(
+        full["store"],
+        json!({"disk_full": true, "waiting": 1}),
+        "status says why: {full}"
+    );
+    assert_eq!(full["active_sessions"], 1, "{full}");
+    assert_eq!(full["ended_sessions"], 1, "{full}");
+    assert_eq!(full["head_seq"], ended["event"]["seq"], "{full}");
+    let text = std::process::Command::new(integration_tests::binary("liveness"))
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .arg("status")
+        .output()
+        .expect("liveness status");
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
     assert!(
-        refused["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("database cannot be written")),
-        "{refused}"
+        text.contains("the disk is full: 1 published endings wait for it"),
+        "{text}"
     );
     assert!(
         daemon.log().contains("no space left on device"),
@@ -145,6 +141,11 @@ fn a_death_on_a_full_disk_is_published_and_written_once_space_returns() {
     );
     let after = status(&mut control);
     assert_eq!(after["uncommitted_deaths"], 0, "{after}");
+    assert_eq!(
+        after["store"],
+        json!({"disk_full": false, "waiting": 0}),
+        "{after}"
+    );
     assert!(
         after["counters"]["failed_commits"].as_u64() >= Some(1),
         "{after}"
@@ -378,23 +379,6 @@ fn list_loops_of_a_user_do_not_hold_roots_endings() {
         let passes = lister.join().expect("a lister failed");
         assert!(passes >= 1, "a lister never completed a pass");
     }
-}
-
-/// Runs `livenessd` on `state_dir`, expecting it to refuse to start; returns its stderr.
-fn refused_start(state_dir: &Path, extra: &[&str]) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let output = std::process::Command::new(integration_tests::binary("livenessd"))
-        .arg("--socket")
-        .arg(dir.path().join("liveness.sock"))
-        .arg("--state-dir")
-        .arg(state_dir)
-        .args(extra)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run livenessd");
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert_eq!(output.status.code(), Some(1), "it started: {stderr}");
-    stderr
 }
 
 fn database(daemon: &Daemon) -> PathBuf {

@@ -40,6 +40,20 @@ fn owner_dies(daemon: &Daemon) -> Orphan {
     owner
 }
 
+/// Registers sessions `s0..sN`, each owned by an orphan that exits with 3 once released.
+fn register_owners(daemon: &Daemon, count: usize) -> Vec<Orphan> {
+    (0..count)
+        .map(|i| {
+            let owner = Orphan::spawn(&["exit", "3"]);
+            let reply = daemon.request(
+                json!({"op": "register", "session": format!("s{i}"), "owner": {"pid": owner.pid}}),
+            );
+            assert_eq!(reply["ok"], true, "{reply}");
+            owner
+        })
+        .collect()
+}
+
 /// Waits for the daemon to be SIGKILLed by its fault point.
 fn killed(daemon: &mut Daemon) {
     assert!(
@@ -197,15 +211,7 @@ fn a_kill_right_after_deaths_in_a_row_were_published_keeps_each_once() {
         Daemon::start_with_state(Some(state.path().to_owned()), &["--sources", "ebpf"]);
     let mut live = daemon.connect();
     assert_eq!(live.request(json!({"op": "subscribe"}))["ok"], true);
-    let mut owners = Vec::new();
-    for i in 0..3 {
-        let owner = Orphan::spawn(&["exit", "3"]);
-        let reply = daemon.request(
-            json!({"op": "register", "session": format!("s{i}"), "owner": {"pid": owner.pid}}),
-        );
-        assert_eq!(reply["ok"], true, "{reply}");
-        owners.push(owner);
-    }
+    let mut owners = register_owners(&daemon, 3);
     for owner in &mut owners {
         owner.release();
     }
@@ -252,4 +258,109 @@ fn a_kill_right_after_deaths_in_a_row_were_published_keeps_each_once() {
         .next_within(Duration::from_secs(5))
         .expect("the registration's event");
     assert_eq!(next["event"]["seq"].as_u64(), Some(head + 1), "{next}");
+}
+
+/// The offsets of the journal's entries: each is its length (`u32`, little-endian), its
+/// checksum, then its bytes; a zero length ends them.
+fn entry_offsets(journal: &[u8]) -> Vec<usize> {
+    let mut offsets = Vec::new();
+    let mut at = 0;
+    while let Some(header) = journal.get(at..at + 4) {
+        let len = u32::from_le_bytes(header.try_into().unwrap()) as usize;
+        if len == 0 {
+            break;
+        }
+        offsets.push(at);
+        at += 8 + len;
+    }
+    offsets
+}
+
+/// Deaths on a full disk are only in the journal, published; the daemon is killed, and one
+/// byte of the middle entry flips. It is damage, not a torn append (entries after it
+/// read): the daemon refuses to start, naming `--recover`, and changes nothing. With
+/// `--recover` every seq published keeps its event: the damaged entry's session is ended
+/// again by the reconcile, under a seq above every one published, never one of theirs.
+#[test]
+fn a_damaged_middle_entry_is_refused_and_recovered_without_renumbering_published_seqs() {
+    if !privileged("a_damaged_middle_entry_is_refused_and_recovered_without_renumbering") {
+        return;
+    }
+    let fs = integration_tests::SmallFs::mount("4m");
+    let state = fs.path().join("state");
+    let mut daemon = Daemon::start_with_state(Some(state.clone()), &["--sources", "ebpf"]);
+    let mut stream = daemon.connect();
+    assert_eq!(stream.request(json!({"op": "subscribe"}))["ok"], true);
+    let mut owners = register_owners(&daemon, 3);
+    let filler = fs.fill();
+    // One death at a time: an entry each, published, which the database cannot take.
+    let mut published = Vec::new();
+    for (i, owner) in owners.iter_mut().enumerate() {
+        owner.release();
+        let ended =
+            stream.next_event_of("session.ended", &format!("s{i}"), Duration::from_secs(10));
+        published.push((ended["seq"].as_u64().unwrap(), format!("s{i}")));
+    }
+    let status = daemon.request(json!({"op": "status"}));
+    assert_eq!(status["status"]["store"]["waiting"], 3, "{status}");
+    daemon.kill9();
+    std::fs::remove_file(filler).unwrap();
+
+    let path = state.join("journal");
+    let mut journal = std::fs::read(&path).unwrap();
+    let offsets = entry_offsets(&journal);
+    assert_eq!(offsets.len(), 3, "an entry per death");
+    journal[offsets[1] + 40] ^= 0x01;
+    std::fs::write(&path, &journal).unwrap();
+
+    let stderr = integration_tests::refused_start(&state, &["--sources", "ebpf"]);
+    assert!(
+        stderr.contains("journal") && stderr.contains("damaged") && stderr.contains("--recover"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), journal, "left as it was");
+
+    let recovered =
+        Daemon::start_with_state(Some(state.clone()), &["--sources", "ebpf", "--recover"]);
+    assert!(
+        recovered.log().contains("recovered the damaged journal"),
+        "{}",
+        recovered.log()
+    );
+    let kept = std::fs::read_dir(&state)
+        .unwrap()
+        .filter_map(Result::ok)
+        .any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("journal.damaged-")
+        });
+    assert!(kept, "the damaged journal is kept aside");
+    let (events, _) = replay(&recovered, json!({"op": "subscribe", "since": 0}));
+    let by_seq = |seq: u64| events.iter().find(|e| e["seq"] == seq);
+    let highest = published.iter().map(|(seq, _)| *seq).max().unwrap();
+    for (seq, session) in &published {
+        match by_seq(*seq) {
+            // The damaged entry's event is lost; its seq is never given to another event.
+            None => assert_eq!(session, "s1", "only the damaged entry's event is lost"),
+            Some(event) => {
+                assert_eq!(event["session"], session.as_str(), "seq {seq}: {event}");
+                assert_eq!(event["kind"], "session.ended", "{event}");
+            }
+        }
+    }
+    assert!(
+        by_seq(published[1].0).is_none(),
+        "the damaged entry's seq stays unused"
+    );
+    let again: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["session"] == "s1" && e["kind"] == "session.ended")
+        .collect();
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert!(again[0]["seq"].as_u64() > Some(highest), "{}", again[0]);
+    assert_eq!(again[0]["detected_by"], "reconcile", "{}", again[0]);
+    for i in 0..3 {
+        assert_eq!(recovered.session(&format!("s{i}"))["phase"], "ended");
+    }
 }

@@ -147,7 +147,9 @@ export class Subscription implements AsyncIterable<Message> {
         uid: this.options.uid,
       });
       this.position ??= { seq: reply.subscribed!.since };
-      this.position.store_id ??= reply.subscribed!.store_id;
+      // The store id names the daemon's current run: a cursor it kept is valid in it, and a
+      // state restored from a copy made before this run voids it.
+      this.position.store_id = reply.subscribed!.store_id;
     } catch (e) {
       client.close();
       throw e;

@@ -264,6 +264,20 @@ fn open_store(database: &Path, recover: bool) -> Result<Store, StartError> {
             ),
             None => tracing::info!("--recover: the database is intact, nothing to recover"),
         }
+        let state_dir = database.parent().unwrap_or(Path::new("."));
+        let journal =
+            crate::store::journal::recover(state_dir).map_err(crate::store::StoreError::from)?;
+        if let Some(journal) = journal {
+            tracing::error!(
+                kept = %journal.aside.display(),
+                entries = journal.entries,
+                damaged_bytes = ?journal.skipped,
+                lost_seqs = ?journal.lost_seqs,
+                "recovered the damaged journal: every entry that reads is applied with its seqs; \
+                 the events of the damaged ones are lost, and their sessions are ended again \
+                 by the reconcile, under new seqs"
+            );
+        }
     }
     Ok(Store::open(database)?)
 }

@@ -10,8 +10,9 @@ use liveness_common::identity::Identity;
 use liveness_common::session::{Event, Session};
 
 use super::locks::LockEffect;
-use crate::store::journal::{Journal, JournalEntry};
+use crate::store::journal::{Journal, JournalEntry, JournaledEnding};
 use crate::store::{Active, JournaledDeaths, OwnerDeath, Store, StoreError, journal_deaths};
+use liveness_common::status::StoreStatus;
 
 #[derive(Debug)]
 pub(super) struct Journaled {
@@ -23,6 +24,8 @@ pub(super) struct Journaled {
     /// oldest first, and what they change for lock waiters.
     unapplied: Vec<JournalEntry>,
     effects: Vec<LockEffect>,
+    /// The last write of `unapplied` failed for want of space.
+    disk_full: bool,
 }
 
 impl Journaled {
@@ -49,6 +52,7 @@ impl Journaled {
             head: store.head_seq()?,
             unapplied: Vec::new(),
             effects: Vec::new(),
+            disk_full: false,
         })
     }
 
@@ -128,6 +132,7 @@ impl Journaled {
     pub(super) fn apply(&mut self, store: &mut Store) -> Applied {
         if let Err(e) = store.apply(&self.unapplied) {
             let e = store.explain(e);
+            self.disk_full = matches!(e, StoreError::NoSpace { .. });
             tracing::error!(error = %e, "cannot write published deaths to the database; trying again");
             return Applied {
                 effects: Vec::new(),
@@ -135,6 +140,7 @@ impl Journaled {
             };
         }
         self.unapplied.clear();
+        self.disk_full = false;
         if let Err(e) = self.journal.compact() {
             tracing::warn!(error = %e, "cannot empty the journal");
         }
@@ -157,6 +163,21 @@ impl Journaled {
     /// How many published batches wait for SQLite.
     pub(super) fn waiting(&self) -> usize {
         self.unapplied.len()
+    }
+
+    /// The published endings SQLite does not have yet, oldest first: what a read adds to
+    /// the database's rows (see [`JournaledEnding::end`]).
+    pub(super) fn waiting_endings(&self) -> impl Iterator<Item = &JournaledEnding> {
+        self.unapplied.iter().flat_map(|entry| &entry.endings)
+    }
+
+    /// Whether SQLite lacks published batches because the disk is full, and how many
+    /// sessions' endings wait for it.
+    pub(super) fn store_status(&self) -> StoreStatus {
+        StoreStatus {
+            disk_full: self.disk_full,
+            waiting: self.waiting_endings().count() as u64,
+        }
     }
 
     /// Tests: fail the journal's appends.

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::fair::limits::{Limits, SessionUsage};
 use crate::source::monitor::Monitor;
 use crate::source::tree_map::TreeMap;
-use crate::store::{ListQuery, Store, StoreError};
+use crate::store::{Lineage, ListQuery, Store, StoreError};
 use liveness_common::protocol::{ErrorBody, ErrorCode};
 use liveness_common::session::Phase;
 use liveness_common::status::{Counters, DaemonInfo};
@@ -159,8 +159,8 @@ pub struct Engine {
     monitor: Monitor,
     config: EngineConfig,
     local: Local,
-    /// The store's identity, for status and subscriptions.
-    store_id: String,
+    /// The store and this run, for status and the cursors of subscriptions.
+    lineage: Arc<Lineage>,
     subscribers: subscribers::Subscribers,
     /// Deaths and reap outcomes not yet committed because the store failed; retried every
     /// [`RETRY_PERIOD`]. Nothing reports them again, so they must not be dropped.
@@ -239,7 +239,6 @@ impl Engine {
             host: config.proc.host()?,
         };
         let mut store = store;
-        let store_id = store.store_id()?;
         // Before anything reads the store: what a crash left in the journal goes in first.
         let mut journaled = journaled::Journaled::open(&mut store)?;
         let active = store.list(&ListQuery {
@@ -261,6 +260,7 @@ impl Engine {
             local.host.clone(),
         );
         journaled.set_head(store.head_seq()?);
+        let lineage = Arc::new(store.lineage()?);
         Ok(Engine {
             journaled,
             trees,
@@ -277,7 +277,7 @@ impl Engine {
             monitor,
             config,
             local,
-            store_id,
+            lineage,
             retries: retry::Retries::default(),
             counters: Counters::default(),
             usage,

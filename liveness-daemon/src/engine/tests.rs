@@ -404,7 +404,7 @@ async fn a_death_whose_append_failed_is_appended_and_published_once_on_retry() {
 /// meanwhile (they would read the session as still ACTIVE, and `end` would end it twice),
 /// and the retry writes it exactly once.
 #[tokio::test(start_paused = true)]
-async fn published_deaths_that_sqlite_refused_are_written_once_and_nothing_is_served_before() {
+async fn published_deaths_that_sqlite_refused_are_written_once_and_read_before_from_memory() {
     let mut f = fixture().await;
     f.proc.spawn(11, ALICE.uid);
     f.own(ALICE, "s", 11);
@@ -423,16 +423,32 @@ async fn published_deaths_that_sqlite_refused_are_written_once_and_nothing_is_se
         session: "s".into(),
         uid: None,
     };
+    let read = f.ask(ALICE, get).expect("a read is served");
     assert_eq!(
-        error_of(f.command(ALICE, get)),
+        (read.phase, read.reason),
+        (Phase::Ended, Some(EndReason::OwnerExited)),
+        "with the ending that waits for SQLite"
+    );
+    // The barrier that `list`, read off the engine, passes first hands over that ending.
+    let waiting = f
+        .command(ALICE, super::Synced)
+        .expect("the barrier answers");
+    assert_eq!(waiting.len(), 1, "{waiting:?}");
+    assert!(waiting[0].ends(ALICE.uid, "s"));
+    let status = f
+        .command(ALICE, request::Status {})
+        .expect("status is served");
+    assert_eq!(status.store.waiting, 1, "{status:?}");
+    assert!(!status.store.disk_full, "writes failed for another reason");
+    // A request that writes waits for SQLite.
+    let touch = request::Touch {
+        session: "s".into(),
+        uid: None,
+    };
+    assert_eq!(
+        error_of(f.command(ALICE, touch)),
         ErrorCode::Internal,
         "not served from a store behind"
-    );
-    // Nor is the barrier that `list`, read off the engine, passes first.
-    assert_eq!(
-        error_of(f.command(ALICE, super::Synced)),
-        ErrorCode::Internal,
-        "list waits for SQLite"
     );
 
     f.engine.store.fail_writes(false).unwrap();

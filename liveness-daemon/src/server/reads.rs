@@ -132,15 +132,31 @@ impl Readers {
             },
             (Err(refused), _) | (_, Err(refused)) => return Reply::from(refused).into(),
         };
-        // What was published is in SQLite before it is read: a client that saw an event
-        // never lists its session as it was before.
-        if let Err(error) = engine.ask(caller, engine::Synced).await {
-            return Reply::from(error).into();
-        }
+        // What was published is in SQLite before it is read, or in what the engine answers:
+        // a client that saw an event never lists its session as it was before.
+        let waiting = match engine.ask(caller, engine::Synced).await {
+            Ok(waiting) => waiting,
+            Err(error) => return Reply::from(error).into(),
+        };
         let database = self.database.clone();
         offload_reply(caller, id, "sessions", move || {
             let page = EventReader::open(&database).and_then(|reader| reader.list(&query));
-            read("sessions", page)
+            let mut page = read("sessions", page)?;
+            if !waiting.is_empty() {
+                for session in &mut page.sessions {
+                    if let Some(ending) = waiting
+                        .iter()
+                        .find(|ending| ending.ends(session.creator_uid, &session.id))
+                    {
+                        ending.end(session);
+                    }
+                }
+                // An ending the database lacks takes its session out of a listing of the
+                // active ones (a listing of the ended ones shows it once it is written).
+                page.sessions
+                    .retain(|session| query.phase.is_none_or(|phase| session.phase == phase));
+            }
+            Ok(page)
         })
         .await
     }

@@ -20,7 +20,7 @@ use super::{goodbye, stopping};
 use crate::deadline::sleep_until;
 use crate::engine::{Caller, Ended, Flushed, Handle, Outbox, Subscribe, Subscription};
 use crate::fd::registered::register;
-use crate::store::{EventFilter, EventReader};
+use crate::store::{EventFilter, EventReader, Lineage};
 use liveness_common::protocol::{Reply, StreamMessage, Subscribed};
 use liveness_common::request;
 
@@ -42,12 +42,13 @@ pub(super) struct Stream<'a> {
     pub(super) wanted: request::Subscribe,
 }
 
-/// Whether a subscriber's cursor is void here: it is above the head, or it names another
-/// store. Seqs are never reused within one store, so either means the database was
-/// replaced, and skipping every seq up to the cursor would lose events.
-fn reset(wanted: &request::Subscribe, head: u64, store_id: &str) -> bool {
+/// Whether a subscriber's cursor is void here: it is above the head, it names another
+/// store, or a run that did not give out its seq here (see [`Lineage::holds`]). Each means
+/// the database was replaced or restored from an older copy, and skipping every seq up to
+/// the cursor would lose events.
+fn reset(wanted: &request::Subscribe, head: u64, lineage: &Lineage) -> bool {
     wanted.since.is_some_and(|since| {
-        since > head || wanted.store_id.as_deref().is_some_and(|id| id != store_id)
+        since > head || (wanted.store_id.as_deref()).is_some_and(|id| !lineage.holds(id, since))
     })
 }
 
@@ -84,7 +85,7 @@ impl Stream<'_> {
         };
         let Subscription {
             head,
-            store_id,
+            lineage,
             outbox,
         } = match engine.ask(caller, subscribe).await {
             Ok(subscription) => subscription,
@@ -92,7 +93,8 @@ impl Stream<'_> {
         };
         // However this ends, the engine stops writing to the socket and lets it go.
         let _closed = HangUpOnDrop(&outbox);
-        let reset = reset(&wanted, head, &store_id);
+        let reset = reset(&wanted, head, &lineage);
+        let store_id = lineage.id();
         // Without `since`, the stream starts now: nothing is replayed. After a reset,
         // everything is.
         let since = match (reset, wanted.since) {

@@ -7,7 +7,11 @@
 //! then the bytes (JSON); a zero length ends the entries. A crash in the middle of an
 //! append leaves a torn last entry, which fails its checksum or has no length yet: it is
 //! cut off at the next start, as if never written, which it was not as far as anyone knows
-//! (nothing is published before its append returned).
+//! (nothing is published before its append returned). Only the last entry can be torn: an
+//! entry that fails its checksum with a whole entry after it is damage, and its deaths were
+//! published. The journal is then refused, left as it is, until `livenessd --recover` keeps
+//! every entry that reads (see [`recover`]): cutting it there would drop the entries after
+//! it too, and their seqs would be handed out again for other events.
 //!
 //! Where the filesystem allows it (ext4, XFS, tmpfs), the file's space is reserved ahead
 //! (`fallocate`) and mapped shared, and an append is a copy into the page cache: no system
@@ -30,7 +34,7 @@ use serde_json::value::RawValue;
 
 use liveness_common::cause::{Cause, Usage};
 use liveness_common::exit::{DetectedBy, ExitStatus};
-use liveness_common::session::{EndReason, Event, Survivors};
+use liveness_common::session::{EndReason, Event, Phase, Session, Survivors};
 
 /// The journal's file name in the state directory.
 pub const FILE_NAME: &str = "journal";
@@ -115,6 +119,32 @@ pub struct JournaledEnding {
     pub reap: bool,
 }
 
+impl JournaledEnding {
+    /// Ends `session` as this ending does its row (see `Store::apply`): how a read shows a
+    /// session whose end is published but not yet in the database.
+    pub fn end(&self, session: &mut Session) {
+        if session.phase != Phase::Active {
+            return;
+        }
+        session.phase = Phase::Ended;
+        session.reason = Some(self.reason);
+        session.exit = self.exit;
+        session.detected_by = self.detected_by;
+        session.ended_ms = Some(self.ended_ms);
+        session.updated_ms = self.ended_ms;
+        if self.survivors.is_some() {
+            session.survivors.clone_from(&self.survivors);
+        }
+        session.cause.clone_from(&self.cause);
+        session.usage.clone_from(&self.usage);
+    }
+
+    /// Whether it ends user `uid`'s session `id`.
+    pub fn ends(&self, uid: u32, id: &str) -> bool {
+        self.uid == uid && self.id == id
+    }
+}
+
 /// A lock a death released.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JournaledRelease {
@@ -144,6 +174,14 @@ impl JournalEntry {
 pub enum JournalError {
     #[error("the journal {path}: {source}")]
     Io { path: PathBuf, source: io::Error },
+    #[error(
+        "the journal {path} is damaged: the entry at byte {at} fails its checksum, and \
+         entries after it read, so it is no torn last append; its deaths were published. It \
+         was left as it is. Run `livenessd --recover` with the same flags to keep every entry \
+         that reads (the sessions of the damaged one are ended again, under new seqs) and \
+         set the file aside"
+    )]
+    Damaged { path: PathBuf, at: usize },
     #[error("an entry of the journal {path} cannot be written: {source}")]
     Encode {
         path: PathBuf,
@@ -193,7 +231,18 @@ impl Journal {
             .map_err(io)?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).map_err(io)?;
-        let (entries, valid) = read_entries(&bytes);
+        let Scan {
+            entries,
+            end: valid,
+            skipped,
+            ..
+        } = scan(&bytes);
+        if let Some(damage) = skipped.first() {
+            return Err(JournalError::Damaged {
+                path,
+                at: damage.start,
+            });
+        }
         if bytes[valid..].iter().any(|&b| b != 0) {
             tracing::warn!(
                 path = %path.display(),
@@ -392,30 +441,131 @@ impl Drop for Mapping {
     }
 }
 
-/// The entries framed in `bytes`, and how many bytes they take: what follows is zeros, or
-/// torn.
-fn read_entries(bytes: &[u8]) -> (Vec<JournalEntry>, usize) {
-    let mut entries = Vec::new();
+/// What a journal's bytes hold.
+#[derive(Debug, Default)]
+struct Scan {
+    /// Every entry that reads, in order.
+    entries: Vec<JournalEntry>,
+    /// Where each of them starts.
+    offsets: Vec<usize>,
+    /// Where the last of them ends: what follows is zeros, or a torn append.
+    end: usize,
+    /// Damage: the bytes between entries that read, where no entry does.
+    skipped: Vec<std::ops::Range<usize>>,
+}
+
+/// Reads every entry framed in `bytes`: from the start, one after the other; where one does
+/// not read, from the next offset where one does, if any (then the bytes skipped are damage).
+fn scan(bytes: &[u8]) -> Scan {
+    let mut scan = Scan::default();
     let mut at = 0;
-    while let Some(header) = bytes.get(at..at + 8) {
-        let len = u32::from_le_bytes(header[..4].try_into().unwrap_or_default()) as usize;
-        let crc = u32::from_le_bytes(header[4..].try_into().unwrap_or_default());
-        if len == 0 {
-            break;
+    loop {
+        if let Some((entry, len)) = frame_at(bytes, at) {
+            scan.entries.push(entry);
+            scan.offsets.push(at);
+            at += len;
+            scan.end = at;
+            continue;
         }
-        let Some(payload) = bytes.get(at + 8..at + 8 + len).filter(|_| len <= MAX_ENTRY) else {
-            break;
-        };
-        if crc32(payload) != crc {
-            break;
+        // A frame ends in its JSON's last byte, never zero: none starts in the zeros at the
+        // end (the reserved space). Its length is little-endian and below 2^28, and JSON is
+        // printable: JSON's bytes never pass for a header, so few offsets are looked at
+        // closely.
+        let last = bytes.iter().rposition(|&b| b != 0).unwrap_or(0);
+        match (at + 1..last.saturating_sub(8)).find(|&from| frame_at(bytes, from).is_some()) {
+            Some(next) => {
+                scan.skipped.push(at..next);
+                at = next;
+            }
+            None => return scan,
         }
-        match serde_json::from_slice(payload) {
-            Ok(entry) => entries.push(entry),
-            Err(_) => break,
-        }
-        at += 8 + len;
     }
-    (entries, at)
+}
+
+/// The entry framed at `at`, and the frame's length, if a whole one is there.
+fn frame_at(bytes: &[u8], at: usize) -> Option<(JournalEntry, usize)> {
+    let header = bytes.get(at..at.checked_add(8)?)?;
+    let len = u32::from_le_bytes(header[..4].try_into().ok()?) as usize;
+    let crc = u32::from_le_bytes(header[4..].try_into().ok()?);
+    if len == 0 || len > MAX_ENTRY {
+        return None;
+    }
+    let payload = bytes.get(at + 8..at + 8 + len)?;
+    if crc32(payload) != crc {
+        return None;
+    }
+    let entry = serde_json::from_slice(payload).ok()?;
+    Some((entry, 8 + len))
+}
+
+/// What [`recover`] did to a damaged journal.
+#[derive(Debug)]
+pub struct RecoveredJournal {
+    /// Where the damaged journal was kept.
+    pub aside: PathBuf,
+    /// The entries kept, every one that reads.
+    pub entries: usize,
+    /// The damaged bytes, by offset in the kept file.
+    pub skipped: Vec<std::ops::Range<usize>>,
+    /// The seqs of the events that were in the damaged entries, as far as their neighbours
+    /// tell (from the one after the last seq before to the one before the first after).
+    pub lost_seqs: Vec<(u64, u64)>,
+}
+
+/// `livenessd --recover`: a damaged journal in `dir` is kept aside (`journal.damaged-<unix
+/// time>`) and replaced by one of every entry that reads, in order, so that their deaths are
+/// applied with the seqs they were published with, and the seqs after them continue above
+/// every one published. The sessions of the damaged entries are still active in the
+/// database, and the reconcile at start ends them again under new seqs. Does nothing to an
+/// intact journal (a torn last append is cut at open, as always).
+pub fn recover(dir: &Path) -> Result<Option<RecoveredJournal>, JournalError> {
+    let path = dir.join(FILE_NAME);
+    let io = |source| JournalError::Io {
+        path: path.clone(),
+        source,
+    };
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(e)),
+    };
+    let scan = scan(&bytes);
+    if scan.skipped.is_empty() {
+        return Ok(None);
+    }
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let aside = dir.join(format!("{FILE_NAME}.damaged-{stamp}"));
+    std::fs::rename(&path, &aside).map_err(io)?;
+    let lost_seqs = scan
+        .skipped
+        .iter()
+        .map(|range| {
+            let split = scan.offsets.partition_point(|&offset| offset < range.start);
+            let before = scan.entries[..split]
+                .iter()
+                .rev()
+                .find_map(JournalEntry::last_seq)
+                .unwrap_or(0);
+            let after = scan.entries[split..]
+                .iter()
+                .find_map(|entry| entry.events.first().map(|event| event.seq))
+                .unwrap_or(u64::MAX);
+            (before + 1, after.saturating_sub(1))
+        })
+        .collect();
+    let (mut journal, _) = Journal::open_with(dir, false)?;
+    for entry in &scan.entries {
+        journal.append(entry)?;
+    }
+    journal.file.sync_all().map_err(io)?;
+    Ok(Some(RecoveredJournal {
+        aside,
+        entries: scan.entries.len(),
+        skipped: scan.skipped,
+        lost_seqs,
+    }))
 }
 
 /// CRC-32 (IEEE 802.3, as zlib computes it).
@@ -597,23 +747,67 @@ mod tests {
         assert_eq!(found, vec![entry(1)]);
     }
 
+    /// One flipped byte in a middle entry, in its JSON or in its length: the entries after
+    /// it read, so it is damage, not a torn append. The journal is refused and left as it
+    /// is; `recover` keeps it aside and keeps every entry that reads, with its seqs.
     #[test]
-    fn a_damaged_entry_ends_what_is_read() {
+    fn a_damaged_middle_entry_is_refused_until_recovered_with_every_entry_that_reads() {
         for mapped in MODES {
-            let dir = mapped_dir();
-            let path = dir.path().join(FILE_NAME);
-            let (mut journal, _) = Journal::open_with(dir.path(), mapped).unwrap();
-            for seq in 1..=3 {
-                journal.append(&entry(seq)).unwrap();
+            for flipped in [12, 1] {
+                let dir = mapped_dir();
+                let path = dir.path().join(FILE_NAME);
+                let (mut journal, _) = Journal::open_with(dir.path(), mapped).unwrap();
+                for seq in 1..=3 {
+                    journal.append(&entry(seq)).unwrap();
+                }
+                drop(journal);
+                let mut bytes = std::fs::read(&path).unwrap();
+                let second = 8 + serde_json::to_vec(&entry(1)).unwrap().len();
+                bytes[second + flipped] ^= 0x40;
+                std::fs::write(&path, &bytes).unwrap();
+
+                let refused = Journal::open_with(dir.path(), mapped).unwrap_err();
+                assert!(
+                    matches!(refused, JournalError::Damaged { at, .. } if at == second),
+                    "mapped {mapped}, byte {flipped}: {refused}"
+                );
+                assert!(
+                    refused.to_string().contains("livenessd --recover"),
+                    "{refused}"
+                );
+                assert_eq!(std::fs::read(&path).unwrap(), bytes, "left as it is");
+
+                let recovered = recover(dir.path()).unwrap().expect("recovered");
+                assert_eq!(recovered.entries, 2);
+                assert_eq!(recovered.lost_seqs, [(2, 2)]);
+                assert_eq!(
+                    std::fs::read(&recovered.aside).unwrap(),
+                    bytes,
+                    "kept aside"
+                );
+                let (_, found) = Journal::open_with(dir.path(), mapped).unwrap();
+                assert_eq!(found, vec![entry(1), entry(3)], "mapped {mapped}");
+                assert!(recover(dir.path()).unwrap().is_none(), "intact now");
             }
-            drop(journal);
-            let mut bytes = std::fs::read(&path).unwrap();
-            let second = 8 + serde_json::to_vec(&entry(1)).unwrap().len();
-            bytes[second + 12] ^= 0x40;
-            std::fs::write(&path, &bytes).unwrap();
-            let (_, found) = Journal::open_with(dir.path(), mapped).unwrap();
-            assert_eq!(found, vec![entry(1)], "mapped {mapped}");
         }
+    }
+
+    /// A damaged last entry cannot be told from a torn one: it is cut, as a torn one is.
+    #[test]
+    fn a_damaged_last_entry_is_cut_as_a_torn_one() {
+        let dir = mapped_dir();
+        let path = dir.path().join(FILE_NAME);
+        let (mut journal, _) = Journal::open(dir.path()).unwrap();
+        journal.append(&entry(1)).unwrap();
+        journal.append(&entry(2)).unwrap();
+        drop(journal);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let second = 8 + serde_json::to_vec(&entry(1)).unwrap().len();
+        bytes[second + 12] ^= 0x40;
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(recover(dir.path()).unwrap().is_none());
+        let (_, found) = Journal::open(dir.path()).unwrap();
+        assert_eq!(found, vec![entry(1)]);
     }
 
     #[test]

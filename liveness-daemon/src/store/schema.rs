@@ -228,6 +228,12 @@ ALTER TABLE members ADD COLUMN pidfs_ino INTEGER;
 ALTER TABLE sessions ADD COLUMN until TEXT NOT NULL DEFAULT 'owner'
     CHECK (until IN ('owner', 'tree'));
 "#,
+    r#"
+-- The daemon's runs, oldest first, each named at its start with the newest seq then: the
+-- store id reported names the current one, so that a cursor made in a run this database
+-- never had (the state was restored from an older copy) is told to reset (see lineage).
+CREATE TABLE runs (run TEXT PRIMARY KEY NOT NULL, started_after INTEGER NOT NULL);
+"#,
 ];
 
 /// The schema version this code writes and understands.

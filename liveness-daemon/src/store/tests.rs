@@ -1087,6 +1087,42 @@ fn the_store_id_is_random_and_kept() {
     assert_ne!(second.open().store_id().unwrap(), id, "each store its own");
 }
 
+/// Each start names a run after the newest seq then; the store id reported names the
+/// store and that run. A copy made before a run does not hold that run's cursors.
+#[test]
+fn each_run_is_recorded_with_the_seq_it_started_after() {
+    let db = Db::new();
+    let mut store = db.open();
+    let store_id = store.store_id().unwrap();
+    store.begin_run("boot").unwrap();
+    register_many(&mut store, 3);
+    let first = store.lineage().unwrap().id();
+    assert!(first.starts_with(&format!("{store_id}.")), "{first}");
+    store.end_run().unwrap();
+    // Closed, so that the file holds every commit.
+    drop(store);
+    let copy = Db::new();
+    std::fs::copy(db.path(), copy.path()).unwrap();
+
+    let mut store = db.open();
+    store.begin_run("boot").unwrap();
+    register_many(&mut store, 5);
+    let second = store.lineage().unwrap();
+    assert_ne!(second.id(), first, "a new run");
+    assert!(second.holds(&first, 3));
+    assert!(!second.holds(&first, 4), "the first run handed out 1..=3");
+    assert!(second.holds(&second.id(), 5));
+
+    let mut restored = copy.open();
+    restored.begin_run("boot").unwrap();
+    let restored = restored.lineage().unwrap();
+    assert!(
+        restored.holds(&first, 3),
+        "the copy has the first run's events"
+    );
+    assert!(!restored.holds(&second.id(), 4), "not the second run's");
+}
+
 #[test]
 fn a_second_version_database_keeps_its_events_and_seq_head() {
     let db = Db::new();

@@ -13,7 +13,9 @@ use super::rows::{
     specs_column, ticks_from_sql, ticks_to_sql, touch_active, validate_id,
 };
 use super::schema::{FileId, check_version, create, file_id, is_damage, is_truncated, migrate};
-use super::{BUSY_TIMEOUT, Ending, EventFilter, EventPage, NewSession, Registered, StoreError};
+use super::{
+    BUSY_TIMEOUT, Ending, EventFilter, EventPage, Lineage, NewSession, Registered, StoreError,
+};
 use liveness_common::identity::Identity;
 use liveness_common::session::{Event, EventKind, Phase, Session};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
@@ -182,6 +184,10 @@ impl Store {
                 )?;
                 jump_tokens(&tx, SEQ_JUMP_AFTER_POWER_LOSS)?;
             }
+            tx.execute(
+                "INSERT INTO runs (run, started_after) VALUES (lower(hex(randomblob(8))), ?1)",
+                [head_seq(&tx)? as i64],
+            )?;
             tx.execute(
                 "UPDATE meta SET value = ?1 WHERE key = 'run_boot_id'",
                 [boot_id],
@@ -573,6 +579,19 @@ impl Store {
             .query_row("SELECT value FROM meta WHERE key = 'store_id'", [], |r| {
                 r.get(0)
             })?)
+    }
+
+    /// The store and the daemon runs it had (see [`Lineage`]).
+    pub fn lineage(&self) -> Result<Lineage, StoreError> {
+        let runs = self
+            .conn
+            .prepare_cached("SELECT run, started_after FROM runs ORDER BY rowid")?
+            .query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64)))?
+            .collect::<Result<_, _>>()?;
+        Ok(Lineage {
+            store: self.store_id()?,
+            runs,
+        })
     }
 
     /// Up to `limit` events with seq > `since` that match `filter`, or a gap.

@@ -134,8 +134,9 @@ class Subscription:
         assert reply.subscribed is not None
         if self._cursor is None:
             self._cursor = Cursor(reply.subscribed.since)
-        if self._cursor.store_id is None:
-            self._cursor = Cursor(self._cursor.seq, reply.subscribed.store_id)
+        # The store id names the daemon's current run: a cursor it kept is valid in it, and
+        # a state restored from a copy made before this run voids it.
+        self._cursor = Cursor(self._cursor.seq, reply.subscribed.store_id)
         self._client = client
 
     def _reconnect(self) -> None:

@@ -11,8 +11,15 @@ use crate::engine::{Caller, Engine};
 impl Op for Get {
     type Answer = Session;
 
+    const READS: bool = true;
+
     fn apply(self, engine: &mut Engine, caller: Caller) -> Result<Session, ErrorBody> {
-        let session = addressed(&engine.store, caller, &self.session, self.uid)?;
+        let mut session = addressed(&engine.store, caller, &self.session, self.uid)?;
+        if let Some(ending) = (engine.journaled.waiting_endings())
+            .find(|ending| ending.ends(session.creator_uid, &session.id))
+        {
+            ending.end(&mut session);
+        }
         with_actions(engine, session)
     }
 

@@ -48,6 +48,11 @@ pub use whose::{Found, Link, Whose, ancestry};
 pub trait Op: fmt::Debug + Send + 'static {
     type Answer: fmt::Debug + Send + 'static;
 
+    /// Whether it only reads, adding to the database's rows the published endings it
+    /// lacks: then it is answered while those cannot be written (a full disk), so that
+    /// an operator sees why.
+    const READS: bool = false;
+
     fn apply(self, engine: &mut Engine, caller: Caller) -> Result<Self::Answer, ErrorBody>;
 
     /// The session an answer is about: while the tree of its owner is being walked, the
@@ -71,9 +76,9 @@ pub struct Ask<O: Op> {
 impl<O: Op> Ask<O> {
     fn run(self, engine: &mut Engine) {
         // Published deaths that SQLite does not have yet would be missing from what an
-        // operation reads (and `end` would end such a session again): none runs until
-        // they are written.
-        let answer = if engine.caught_up() {
+        // operation reads (and `end` would end such a session again): none that writes
+        // runs until they are written.
+        let answer = if engine.caught_up() || O::READS {
             let started = std::time::Instant::now();
             let answer = self.op.apply(engine, self.caller);
             if let Some(pacing) = &self.pacing {

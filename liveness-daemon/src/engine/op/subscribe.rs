@@ -10,7 +10,7 @@ use liveness_common::protocol::ErrorBody;
 use super::Op;
 use crate::engine::outbox::Outbox;
 use crate::engine::{Caller, Engine};
-use crate::store::EventFilter;
+use crate::store::{EventFilter, Lineage};
 
 /// Subscribes the connection whose socket `socket` is another descriptor of.
 #[derive(Debug)]
@@ -24,8 +24,8 @@ pub struct Subscribe {
 #[derive(Debug)]
 pub struct Subscription {
     pub head: u64,
-    /// The store the seqs belong to.
-    pub store_id: String,
+    /// The store and the run the seqs belong to.
+    pub lineage: Arc<Lineage>,
     pub outbox: Arc<Outbox>,
 }
 
@@ -37,7 +37,7 @@ impl Op for Subscribe {
         let head = engine.journaled.head();
         Ok(Subscription {
             head,
-            store_id: engine.store_id.clone(),
+            lineage: Arc::clone(&engine.lineage),
             outbox: engine.subscribers.subscribe(self.socket, self.filter, head),
         })
     }

@@ -1,19 +1,24 @@
-//! A barrier for reads of the database made off the engine (`list`): answered only once
-//! SQLite has every published batch (see `Command::run`), so that a client that saw an
-//! event never lists its session in the state before it.
+//! A barrier for reads of the database made off the engine (`list`): answered once SQLite
+//! has every published batch (see `Command::run`), so that a client that saw an event
+//! never lists its session in the state before it. While the batches cannot be written (a
+//! full disk), it answers with the endings they hold, for the reader to add to the rows.
 
 use liveness_common::protocol::ErrorBody;
 
 use super::Op;
 use crate::engine::{Caller, Engine};
+use crate::store::journal::JournaledEnding;
 
 #[derive(Debug)]
 pub struct Synced;
 
 impl Op for Synced {
-    type Answer = ();
+    /// The published endings SQLite does not have: none once it is caught up.
+    type Answer = Vec<JournaledEnding>;
 
-    fn apply(self, _: &mut Engine, _: Caller) -> Result<(), ErrorBody> {
-        Ok(())
+    const READS: bool = true;
+
+    fn apply(self, engine: &mut Engine, _: Caller) -> Result<Vec<JournaledEnding>, ErrorBody> {
+        Ok(engine.journaled.waiting_endings().cloned().collect())
     }
 }
