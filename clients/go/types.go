@@ -340,6 +340,10 @@ type ActionOutcome struct {
 	StderrBytes uint64 `json:"stderr_bytes,omitempty"`
 	// Error says why it could not be run (its working directory, its user, its program).
 	Error string `json:"error,omitempty"`
+	// FailedToStart: its program never ran (its process could not be set up, the program
+	// could not be executed, or the process was stopped before its exec past the start
+	// bound and killed); Error says which.
+	FailedToStart bool `json:"failed_to_start,omitempty"`
 	// Resumed: this run repeats one cut short by a stop or a crash of the daemon.
 	Resumed bool `json:"resumed,omitempty"`
 	// Skipped says why it was not run ("done_by_agent": see Client.ActionsDone).

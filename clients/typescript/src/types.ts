@@ -205,6 +205,11 @@ export interface ActionOutcome {
   stderr_bytes: number;
   /** Why it could not be run (its working directory, its user, its program). */
   error?: string;
+  /**
+   * Its program never ran: a setup step or the program failed, or its process was
+   * stopped before its exec past the start bound and killed (`error` says which).
+   */
+  failed_to_start: boolean;
   /** This run repeats one cut short by a stop or a crash of the daemon. */
   resumed: boolean;
   /** Why it was not run (`done_by_agent`: see `Client.actionsDone`). */
@@ -221,6 +226,7 @@ export const actionOutcome = object<ActionOutcome>({
   stderr_tail: defaulted(str, "", true),
   stderr_bytes: defaulted(int, 0, true),
   error: optional(str),
+  failed_to_start: defaulted(bool, false, true),
   resumed: defaulted(bool, false, true),
   skipped: optional(str),
 });

@@ -158,11 +158,14 @@ class ActionOutcome(Wire):
     ``exit`` is how its first process ended (None when it never ran: ``error`` says why);
     ``timed_out``: it ran past its timeout and its tree was ended (``killed`` of them with
     SIGKILL); ``stderr_tail`` is the last 4 KiB of its stderr, ``stderr_bytes`` all it
-    wrote there; ``resumed``: it repeats a run cut short by a stop or a crash of the
-    daemon; ``skipped`` says why it was not run (``done_by_agent``: see
+    wrote there; ``failed_to_start``: its program never ran (``error`` says why: a setup
+    step, the program, or a process stopped before its exec past the start bound);
+    ``resumed``: it repeats a run cut short by a stop or a crash of the daemon; ``skipped`` says why it was not run (``done_by_agent``: see
     :meth:`Client.actions_done`)."""
 
-    OMIT_DEFAULT = frozenset({"timed_out", "killed", "stderr_tail", "stderr_bytes", "resumed"})
+    OMIT_DEFAULT = frozenset(
+        {"timed_out", "killed", "stderr_tail", "stderr_bytes", "failed_to_start", "resumed"}
+    )
 
     index: int
     started_ms: int
@@ -173,6 +176,7 @@ class ActionOutcome(Wire):
     stderr_tail: str = ""
     stderr_bytes: int = 0
     error: Optional[str] = None
+    failed_to_start: bool = False
     resumed: bool = False
     skipped: Optional[str] = None
 
