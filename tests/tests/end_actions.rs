@@ -3,7 +3,9 @@
 //! during one, leaves exactly one outcome, the action run again only where it was cut
 //! short; the timeout ends the action's tree, a failing action's stderr is kept (and shown
 //! by `get`), `status` counts the actions running and waiting, and a user's unfinished
-//! actions are limited.
+//! actions are limited. A user's actions stopped before their exec hold up no one and fail
+//! to start at their bound; actions share no keyring with the daemon or each other; a
+//! leftover's process group is never signalled by a number another user's process took.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
