@@ -202,8 +202,15 @@ impl Child<'_> {
             libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
         }
         for (from, to) in [(self.stdin, 0), (self.stdout, 1), (self.stderr, 2)] {
-            // SAFETY: dup2 of descriptors this process holds.
-            if unsafe { libc::dup2(from.as_raw_fd(), to) } < 0 {
+            // dup2 onto itself keeps close-on-exec: cleared by hand then.
+            let done = if from.as_raw_fd() == to {
+                // SAFETY: fcntl of a descriptor this process holds.
+                unsafe { libc::fcntl(to, libc::F_SETFD, 0) }
+            } else {
+                // SAFETY: dup2 of descriptors this process holds.
+                unsafe { libc::dup2(from.as_raw_fd(), to) }
+            };
+            if done < 0 {
                 sys::report_step(self.report, Step::Descriptors, errno());
                 // SAFETY: as above.
                 unsafe { libc::_exit(127) };
