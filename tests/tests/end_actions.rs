@@ -1026,3 +1026,92 @@ fn a_leftovers_group_number_taken_by_another_users_process_is_never_signalled() 
         std::fs::read_to_string(log).unwrap_or_default()
     );
 }
+
+/// The same attack without a fault point: a process of the user sends SIGSTOP to every
+/// process of its user (`kill(-1)`, in a loop) while that user's actions start, catching
+/// some between their uid change and their exec and the others after it. Another user's
+/// `list` and root's `status` are still answered, and every action gets its outcome: a
+/// failed start at the bound, or a timeout that ends its tree.
+#[test]
+fn a_user_stopping_all_its_processes_holds_up_no_one() {
+    if !privileged("a_user_stopping_all_its_processes_holds_up_no_one") {
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    let (a, b) = (4_343_447, 4_343_448);
+    let daemon = Daemon::start(&["--action-slots", "16"]);
+    open_socket_to_everyone(&daemon);
+    let mut user_a = ClientAs::connect(&daemon, a);
+    let mut user_b = ClientAs::connect(&daemon, b);
+    let b_owner = user_b.0.pid();
+    let reply = user_b
+        .request(&json!({"op": "register", "session": "b", "owner": {"pid": b_owner}}))
+        .expect("a reply");
+    assert_eq!(reply["ok"], true, "{reply}");
+    let action = json!({"argv": ["/bin/true"], "timeout_ms": 300, "cwd": "/"});
+    let a_owner = user_a.0.pid();
+    let sessions: Vec<String> = (0..16).map(|i| format!("a{i}")).collect();
+    for id in &sessions {
+        let reply = user_a
+            .request(
+                &json!({"op": "register", "session": id, "owner": {"pid": a_owner},
+                "on_end_run": vec![action.clone(); 16]}),
+            )
+            .expect("a reply");
+        assert_eq!(reply["ok"], true, "{reply}");
+    }
+    let mut attacker = std::process::Command::new("/bin/sh")
+        .args(["-c", "while :; do kill -STOP -1 2>/dev/null; done"])
+        .uid(a)
+        .gid(a)
+        .spawn()
+        .expect("the attacker");
+    // Ended by root: the attacker stops A's client too.
+    for id in &sessions {
+        let reply = daemon.request(json!({"op": "end", "session": id, "uid": a}));
+        assert_eq!(reply["ok"], true, "{reply}");
+    }
+    let mut root = daemon.connect();
+    let mut worst = (Duration::ZERO, Duration::ZERO);
+    let idle = json!({"running": 0, "waiting": 0, "uncommitted_outcomes": 0});
+    let finished = eventually(Duration::from_secs(300), || {
+        let at = std::time::Instant::now();
+        let listed = user_b.request(&json!({"op": "list"})).expect("a reply");
+        assert_eq!(listed["ok"], true, "{listed}");
+        worst.0 = worst.0.max(at.elapsed());
+        let at = std::time::Instant::now();
+        root.send_raw(b"{\"op\":\"status\"}\n");
+        let status = root
+            .next_within(Duration::from_secs(30))
+            .expect("status answered");
+        worst.1 = worst.1.max(at.elapsed());
+        status["status"]["actions"] == idle
+    });
+    let _ = attacker.kill();
+    let _ = attacker.wait();
+    assert!(finished, "the actions did not all end");
+    let (mut failed_to_start, mut timed_out, mut exited) = (0, 0, 0);
+    for id in &sessions {
+        let session = daemon.wait_finalized(id, Some(a));
+        for action in session["actions"].as_array().expect("actions") {
+            let outcome = &action["outcome"];
+            if outcome["failed_to_start"] == true {
+                failed_to_start += 1;
+            } else if outcome["timed_out"] == true {
+                timed_out += 1;
+            } else {
+                assert_eq!(outcome["exit"]["code"], 0, "{outcome}");
+                exited += 1;
+            }
+        }
+    }
+    eprintln!(
+        "256 actions: {failed_to_start} stopped before their exec, {timed_out} after it, {exited} not stopped; worst list {:?}, status {:?}",
+        worst.0, worst.1
+    );
+    assert_eq!(failed_to_start + timed_out + exited, 256);
+    assert!(
+        worst.0 < Duration::from_secs(5) && worst.1 < Duration::from_secs(5),
+        "{worst:?}"
+    );
+}
