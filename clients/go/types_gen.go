@@ -621,6 +621,8 @@ type ActionOutcome struct {
 	StderrBytes uint64 `json:"stderr_bytes,omitempty"`
 	// Why it could not be run (its working directory, its user, its program).
 	Error string `json:"error,omitempty"`
+	// Its program never ran: it could not be prepared or executed, or it neither ran it nor exited within the start bound (stopped before its exec) and was killed; error says which.
+	FailedToStart bool `json:"failed_to_start,omitempty"`
 	// This run repeats one cut short by a stop or a crash of the daemon.
 	Resumed bool `json:"resumed,omitempty"`
 	// Why it was not run (done_by_agent: the client ran the end commands itself).

@@ -113,10 +113,13 @@ fn print_session_block(session: &Session, now: i64, pids: &Numbering) {
 }
 
 /// What an end action did, in a few words: `exit 0 in 12 ms`, `timed out after 60000 ms`,
-/// `skipped: done_by_agent`, `could not run: why`.
+/// `skipped: done_by_agent`, `failed to start: why` (its program never ran), `could not
+/// run: why`.
 fn describe_outcome(outcome: &ActionOutcome) -> String {
     let mut text = if let Some(skipped) = outcome.skipped {
         format!("skipped: {}", wire_name(skipped))
+    } else if let (Some(error), true) = (&outcome.error, outcome.failed_to_start) {
+        format!("failed to start: {error}")
     } else if let Some(error) = &outcome.error {
         format!("could not run: {error}")
     } else if outcome.timed_out {

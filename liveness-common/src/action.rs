@@ -214,6 +214,11 @@ pub struct ActionOutcome {
     /// Why it could not be run (the working directory, the user, the program).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Its program never ran: its process could not be prepared or set up, the program
+    /// could not be executed, or the process neither ran it nor exited within the start
+    /// bound (stopped before its exec) and was killed. `error` says which.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub failed_to_start: bool,
     /// This run repeats one cut short by a stop or a crash of the daemon.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub resumed: bool,

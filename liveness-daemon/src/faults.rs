@@ -4,20 +4,23 @@
 //! point: `after-append` (journaled, not yet published), `after-publish` (published, not
 //! yet in SQLite), `mid-replay` (at start, before the journal's replay commits); of end
 //! actions: `before-action-start` (its session ended, the action not yet marked running),
-//! `after-action-spawn` (running, its first process recorded), `before-action-commit`
-//! (finished, its outcome not yet committed); and a delay, `slow-close` (each close of a
-//! closing thread waits first).
+//! `after-action-fork` (running, its first process forked but neither recorded nor
+//! released to run its program), `after-action-spawn` (running, its first process recorded
+//! and released), `before-action-commit` (finished, its outcome not yet committed); a
+//! delay, `slow-close` (each close of a closing thread waits first); and a state the user
+//! may bring about, `action-stopped-before-exec` (each action's child stops itself right
+//! after taking on its user's ids, before its program runs, as that user may stop it).
 
 use std::time::Duration;
 
 /// Whether `LIVENESS_FAULT` names `point` in a debug build.
-fn named(point: &str) -> bool {
+pub fn armed(point: &str) -> bool {
     cfg!(debug_assertions) && std::env::var("LIVENESS_FAULT").is_ok_and(|wanted| wanted == point)
 }
 
 /// Dies by SIGKILL here if `LIVENESS_FAULT` names `point`.
 pub fn point(point: &str) {
-    if named(point) {
+    if armed(point) {
         tracing::warn!(point, "LIVENESS_FAULT: dying here");
         // SAFETY: kill(2) of this process, to die as an outside SIGKILL would kill it.
         unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
@@ -26,7 +29,7 @@ pub fn point(point: &str) {
 
 /// Waits `pause` here if `LIVENESS_FAULT` names `point`.
 pub fn delay(point: &str, pause: Duration) {
-    if named(point) {
+    if armed(point) {
         std::thread::sleep(pause);
     }
 }

@@ -3,8 +3,11 @@
 //! during one, leaves exactly one outcome, the action run again only where it was cut
 //! short; the timeout ends the action's tree, a failing action's stderr is kept (and shown
 //! by `get`), `status` counts the actions running and waiting, and a user's unfinished
-//! actions are limited.
+//! actions are limited. A user's actions stopped before their exec hold up no one and fail
+//! to start at their bound; actions share no keyring with the daemon or each other; a
+//! leftover's process group is never signalled by a number another user's process took.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -683,4 +686,432 @@ fn the_cli_registers_end_actions_and_waits_for_their_outcome() {
     assert_eq!(refused.status.code(), Some(64), "{refused:?}");
     let said = String::from_utf8_lossy(&refused.stderr);
     assert!(said.contains("over the limit"), "{said}");
+}
+
+/// A user's actions stopped between taking on its ids and their exec, 1,024 of them in
+/// a row (as many at once as its slots allow): another user's `list` and root's `status`
+/// are answered meanwhile as fast as before (measured first, in the same run), and each
+/// stopped start is killed at the start bound (here the action's timeout, 300 ms) and
+/// recorded as `failed_to_start`, leaving no process of the user behind.
+#[test]
+fn children_stopped_before_their_exec_hold_up_no_one() {
+    if !privileged("children_stopped_before_their_exec_hold_up_no_one") {
+        return;
+    }
+    const STARTS: usize = 1_024;
+    const TIMEOUT_MS: u64 = 300;
+    let (a, b) = (4_343_440, 4_343_441);
+    // Each action's child stops itself right after its setresuid, as its user may stop it.
+    let daemon = Daemon::start_under(
+        &["env", "LIVENESS_FAULT=action-stopped-before-exec"],
+        None,
+        &["--action-slots", "16", "--max-actions-per-uid", "1024"],
+    );
+    open_socket_to_everyone(&daemon);
+    let mut user_a = ClientAs::connect(&daemon, a);
+    let mut user_b = ClientAs::connect(&daemon, b);
+    let b_owner = user_b.0.pid();
+    let reply = user_b
+        .request(&json!({"op": "register", "session": "b", "owner": {"pid": b_owner}}))
+        .expect("a reply");
+    assert_eq!(reply["ok"], true, "{reply}");
+    let mut root = daemon.connect();
+    let timed = |user_b: &mut ClientAs, root: &mut integration_tests::Conn| {
+        let at = std::time::Instant::now();
+        let listed = user_b.request(&json!({"op": "list"})).expect("a reply");
+        let list = at.elapsed();
+        assert_eq!(listed["ok"], true, "{listed}");
+        let at = std::time::Instant::now();
+        root.send_raw(b"{\"op\":\"status\"}\n");
+        let status = root
+            .next_within(Duration::from_secs(30))
+            .expect("status answered");
+        assert_eq!(status["ok"], true, "{status}");
+        (list, at.elapsed())
+    };
+    let mut baseline = Vec::new();
+    for _ in 0..40 {
+        baseline.push(timed(&mut user_b, &mut root));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    let action = json!({"argv": ["/bin/true"], "timeout_ms": TIMEOUT_MS, "cwd": "/"});
+    let a_owner = user_a.0.pid();
+    let sessions: Vec<String> = (0..STARTS / 16).map(|i| format!("a{i}")).collect();
+    for id in &sessions {
+        let reply = user_a
+            .request(
+                &json!({"op": "register", "session": id, "owner": {"pid": a_owner},
+                "on_end_run": vec![action.clone(); 16]}),
+            )
+            .expect("a reply");
+        assert_eq!(reply["ok"], true, "{reply}");
+    }
+    for id in &sessions {
+        let reply = user_a
+            .request(&json!({"op": "end", "session": id}))
+            .expect("a reply");
+        assert_eq!(reply["ok"], true, "{reply}");
+    }
+    let started = std::time::Instant::now();
+    let mut during = Vec::new();
+    let idle = json!({"running": 0, "waiting": 0, "uncommitted_outcomes": 0});
+    loop {
+        let at = std::time::Instant::now();
+        let status = daemon.request(json!({"op": "status"}));
+        during.push(timed(&mut user_b, &mut root));
+        if status["status"]["actions"] == idle && during.len() > 10 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "the stopped starts were not all ended: {}",
+            status["status"]["actions"]
+        );
+        std::thread::sleep(Duration::from_millis(50).saturating_sub(at.elapsed()));
+    }
+    let elapsed = started.elapsed();
+
+    let stats = |samples: &[(Duration, Duration)], pick: fn(&(Duration, Duration)) -> Duration| {
+        let mut times: Vec<Duration> = samples.iter().map(pick).collect();
+        times.sort();
+        (times[times.len() / 2], times[times.len() - 1])
+    };
+    for (what, pick) in [
+        ("B's list", (|s: &(Duration, Duration)| s.0) as fn(&_) -> _),
+        ("root's status", |s: &(Duration, Duration)| s.1),
+    ] {
+        let (base_p50, base_max) = stats(&baseline, pick);
+        let (p50, max) = stats(&during, pick);
+        eprintln!(
+            "{what}: baseline p50 {base_p50:?} max {base_max:?}; during {} samples over {elapsed:?}: p50 {p50:?} max {max:?}",
+            during.len()
+        );
+        assert!(
+            p50 <= (base_p50 * 10).max(Duration::from_millis(50)),
+            "{what}: p50 {p50:?} against a baseline of {base_p50:?}"
+        );
+        assert!(
+            max <= (base_max * 20).max(Duration::from_secs(2)),
+            "{what}: max {max:?} against a baseline of {base_max:?}"
+        );
+    }
+
+    let mut failed = 0;
+    for id in &sessions {
+        let session = daemon.wait_finalized(id, Some(a));
+        for action in session["actions"].as_array().expect("actions") {
+            let outcome = &action["outcome"];
+            assert_eq!(outcome["failed_to_start"], true, "{outcome}");
+            assert!(outcome.get("exit").is_none(), "{outcome}");
+            let error = outcome["error"].as_str().expect("an error");
+            assert!(
+                error.contains("neither ran its program nor exited within 300ms"),
+                "{error}"
+            );
+            let took = outcome["duration_ms"].as_u64().expect("duration");
+            assert!(
+                (TIMEOUT_MS..TIMEOUT_MS + 2_000).contains(&took),
+                "killed at the bound: {outcome}"
+            );
+            failed += 1;
+        }
+    }
+    assert_eq!(failed, STARTS);
+    // Killed and reaped: nothing of A's is left but its client.
+    let left: Vec<u32> = integration_tests::proc_root()
+        .processes()
+        .unwrap()
+        .into_iter()
+        .map(|stat| stat.pid)
+        .filter(|pid| *pid != a_owner && uid_of(*pid) == Some(a))
+        .collect();
+    assert_eq!(left, Vec::<u32>::new(), "processes of uid {a} left behind");
+    let text = daemon.cli(&["get", "--session", "a0", "--uid", &a.to_string()]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("failed to start"), "{text}");
+}
+
+/// The real uid of process `pid`.
+fn uid_of(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// `testproc keys OPS...` as an action, its lines on stderr (the outcome keeps them).
+fn keys_action(ops: &[&str]) -> Value {
+    let mut argv = vec![
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        "exec \"$0\" \"$@\" >&2".to_owned(),
+        integration_tests::binary("testproc").display().to_string(),
+        "keys".to_owned(),
+    ];
+    argv.extend(ops.iter().map(|op| (*op).to_owned()));
+    json!({"argv": argv, "cwd": "/"})
+}
+
+/// Runs `action` as the end action of a session of `client`'s user; its stderr lines.
+fn keys_of(daemon: &Daemon, client: &mut ClientAs, uid: u32, id: &str, action: Value) -> String {
+    let reply = client
+        .request(
+            &json!({"op": "register", "session": id, "owner": {"pid": client.0.pid()},
+            "on_end_run": [action]}),
+        )
+        .expect("a reply");
+    assert_eq!(reply["ok"], true, "{reply}");
+    let reply = client
+        .request(&json!({"op": "end", "session": id}))
+        .expect("a reply");
+    assert_eq!(reply["ok"], true, "{reply}");
+    let session = daemon.wait_finalized(id, Some(uid));
+    let outcome = &session["actions"][0]["outcome"];
+    assert_eq!(outcome["exit"]["code"], 0, "{outcome}");
+    outcome["stderr_tail"].as_str().expect("stderr").to_owned()
+}
+
+/// An action gets a session keyring of its own, made as its user (as `pam_keyinit` gives
+/// a login): the keys in the daemon's session keyring are not its, and a key it adds to
+/// its session keyring is not another user's action's to find or read.
+#[test]
+fn actions_share_no_keyring_with_the_daemon_or_each_other() {
+    if !privileged("actions_share_no_keyring_with_the_daemon_or_each_other") {
+        return;
+    }
+    let (a, b) = (4_343_444, 4_343_445);
+    let testproc = integration_tests::binary("testproc");
+    let testproc = testproc.to_str().expect("a UTF-8 path");
+    let daemon = Daemon::start_under(
+        &[testproc, "with-key", "livenessd-secret", "the daemon's"],
+        None,
+        &[],
+    );
+    open_socket_to_everyone(&daemon);
+    let mut user_a = ClientAs::connect(&daemon, a);
+    let mut user_b = ClientAs::connect(&daemon, b);
+    let of_a = keys_of(
+        &daemon,
+        &mut user_a,
+        a,
+        "a",
+        keys_action(&["search:livenessd-secret", "add:a-secret"]),
+    );
+    assert!(
+        of_a.contains("none livenessd-secret"),
+        "A's action found the daemon's key: {of_a}"
+    );
+    let serial = of_a
+        .lines()
+        .find_map(|line| line.strip_prefix("added a-secret "))
+        .unwrap_or_else(|| panic!("A's action added no key: {of_a}"))
+        .trim()
+        .to_owned();
+    let read = format!("read:{serial}");
+    let of_b = keys_of(
+        &daemon,
+        &mut user_b,
+        b,
+        "b",
+        keys_action(&["search:livenessd-secret", "search:a-secret", &read]),
+    );
+    assert!(of_b.contains("none livenessd-secret"), "{of_b}");
+    assert!(
+        of_b.contains("none a-secret"),
+        "B's action found A's key: {of_b}"
+    );
+    assert!(
+        of_b.contains(&format!("unreadable {serial}")),
+        "B's action read A's key: {of_b}"
+    );
+    // Root's own actions, too, have a keyring of their own.
+    let owner = Orphan::spawn(&["exit", "0"]);
+    register(
+        &daemon,
+        json!({"session": "r", "owner": {"pid": owner.pid},
+            "on_end_run": [keys_action(&["search:livenessd-secret"])]}),
+    );
+    daemon.request(json!({"op": "end", "session": "r"}));
+    let session = daemon.wait_finalized("r", None);
+    let of_root = session["actions"][0]["outcome"]["stderr_tail"]
+        .as_str()
+        .expect("stderr")
+        .to_owned();
+    assert!(of_root.contains("none livenessd-secret"), "{of_root}");
+}
+
+/// After a crash, what is left of a cut-short action is signalled through pidfds only, its
+/// process group too. Its leader dies at the restart's SIGTERM while a member that ignores
+/// it (in a session of its own) keeps the grace running; meanwhile another user's process
+/// takes the leader's pid, as the leader of a process group of that number. It gets no
+/// signal: the group signals reach the group the leader's pidfd holds, not the number.
+#[test]
+fn a_leftovers_group_number_taken_by_another_users_process_is_never_signalled() {
+    if !privileged("a_leftovers_group_number_taken_by_another_users_process_is_never_signalled") {
+        return;
+    }
+    let stranger_uid = 4_343_446;
+    let marks = Marks::new();
+    let (leader_file, member_file) = (
+        marks.dir.path().join("leader"),
+        marks.dir.path().join("member"),
+    );
+    let action = shell(&format!(
+        "[ -n \"$LIVENESS_RESUMED\" ] && exit 0; echo $$ > {leader}; \
+         setsid sh -c 'trap \"\" TERM; echo $$ > {member}; exec sleep 60' & wait",
+        leader = leader_file.display(),
+        member = member_file.display(),
+    ));
+    let state = state_dir();
+    let mut daemon = dying_at("after-action-spawn", state.path());
+    let owner = Orphan::spawn(&["exit", "0"]);
+    register(
+        &daemon,
+        json!({"session": "s", "owner": {"pid": owner.pid}, "on_end_run": [action]}),
+    );
+    let mut ending = daemon.connect();
+    ending.send_raw(b"{\"op\":\"end\",\"session\":\"s\"}\n");
+    killed_by_its_fault(&mut daemon);
+    let pid_in =
+        |file: &Path| -> Option<u32> { std::fs::read_to_string(file).ok()?.trim().parse().ok() };
+    assert!(
+        eventually(WITHIN, || pid_in(&member_file).is_some()),
+        "the action ran"
+    );
+    let (leader, member) = (pid_in(&leader_file).unwrap(), pid_in(&member_file).unwrap());
+    let member = Fingerprint::of(member);
+
+    let again =
+        Daemon::start_with_state(Some(state.path().join("state")), &["--action-grace", "5s"]);
+    assert!(
+        eventually(WITHIN, || !Path::new(&format!("/proc/{leader}")).exists()),
+        "the leader died at SIGTERM and was reaped"
+    );
+    let mut stranger = integration_tests::TestprocAs::spawn(0, &["stranger"]);
+    let planted = (0..100).find_map(|_| {
+        let to = stranger.to.as_mut().expect("stdin");
+        writeln!(to, "{leader} {stranger_uid}").unwrap();
+        let line = stranger.read_line().expect("a reply");
+        // EEXIST while the kernel has not let the number go yet.
+        line.trim().parse::<u32>().ok().or_else(|| {
+            std::thread::sleep(Duration::from_millis(20));
+            None
+        })
+    });
+    assert_eq!(
+        planted,
+        Some(leader),
+        "another user's process took pid {leader}"
+    );
+    let taken = Fingerprint::of(leader);
+    assert!(
+        eventually(WITHIN, || uid_of(leader) == Some(stranger_uid)),
+        "the stranger runs as its user"
+    );
+    let log = again.log_path();
+    again.wait_finalized("s", None);
+    assert!(!member.is_running(), "the leftover's member was ended");
+    let alive = taken.is_running();
+    let state_now = integration_tests::state(leader);
+    taken.kill();
+    drop(stranger);
+    assert!(
+        alive && state_now == Some('S'),
+        "the process that took the leader's pid was signalled (state {state_now:?}):\n{}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
+}
+
+/// The same attack without a fault point: a process of the user sends SIGSTOP to every
+/// process of its user (`kill(-1)`, in a loop) while that user's actions start, catching
+/// some between their uid change and their exec and the others after it. Another user's
+/// `list` and root's `status` are still answered, and every action gets its outcome: a
+/// failed start at the bound, or a timeout that ends its tree.
+#[test]
+fn a_user_stopping_all_its_processes_holds_up_no_one() {
+    if !privileged("a_user_stopping_all_its_processes_holds_up_no_one") {
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    let (a, b) = (4_343_447, 4_343_448);
+    let daemon = Daemon::start(&["--action-slots", "16"]);
+    open_socket_to_everyone(&daemon);
+    let mut user_a = ClientAs::connect(&daemon, a);
+    let mut user_b = ClientAs::connect(&daemon, b);
+    let b_owner = user_b.0.pid();
+    let reply = user_b
+        .request(&json!({"op": "register", "session": "b", "owner": {"pid": b_owner}}))
+        .expect("a reply");
+    assert_eq!(reply["ok"], true, "{reply}");
+    let action = json!({"argv": ["/bin/true"], "timeout_ms": 300, "cwd": "/"});
+    let a_owner = user_a.0.pid();
+    let sessions: Vec<String> = (0..16).map(|i| format!("a{i}")).collect();
+    for id in &sessions {
+        let reply = user_a
+            .request(
+                &json!({"op": "register", "session": id, "owner": {"pid": a_owner},
+                "on_end_run": vec![action.clone(); 16]}),
+            )
+            .expect("a reply");
+        assert_eq!(reply["ok"], true, "{reply}");
+    }
+    let mut attacker = std::process::Command::new("/bin/sh")
+        .args(["-c", "while :; do kill -STOP -1 2>/dev/null; done"])
+        .uid(a)
+        .gid(a)
+        .spawn()
+        .expect("the attacker");
+    // Ended by root: the attacker stops A's client too.
+    for id in &sessions {
+        let reply = daemon.request(json!({"op": "end", "session": id, "uid": a}));
+        assert_eq!(reply["ok"], true, "{reply}");
+    }
+    let mut root = daemon.connect();
+    let mut worst = (Duration::ZERO, Duration::ZERO);
+    let idle = json!({"running": 0, "waiting": 0, "uncommitted_outcomes": 0});
+    let finished = eventually(Duration::from_secs(300), || {
+        let at = std::time::Instant::now();
+        let listed = user_b.request(&json!({"op": "list"})).expect("a reply");
+        assert_eq!(listed["ok"], true, "{listed}");
+        worst.0 = worst.0.max(at.elapsed());
+        let at = std::time::Instant::now();
+        root.send_raw(b"{\"op\":\"status\"}\n");
+        let status = root
+            .next_within(Duration::from_secs(30))
+            .expect("status answered");
+        worst.1 = worst.1.max(at.elapsed());
+        status["status"]["actions"] == idle
+    });
+    let _ = attacker.kill();
+    let _ = attacker.wait();
+    assert!(finished, "the actions did not all end");
+    let (mut failed_to_start, mut timed_out, mut exited) = (0, 0, 0);
+    for id in &sessions {
+        let session = daemon.wait_finalized(id, Some(a));
+        for action in session["actions"].as_array().expect("actions") {
+            let outcome = &action["outcome"];
+            if outcome["failed_to_start"] == true {
+                failed_to_start += 1;
+            } else if outcome["timed_out"] == true {
+                timed_out += 1;
+            } else {
+                assert_eq!(outcome["exit"]["code"], 0, "{outcome}");
+                exited += 1;
+            }
+        }
+    }
+    eprintln!(
+        "256 actions: {failed_to_start} stopped before their exec, {timed_out} after it, {exited} not stopped; worst list {:?}, status {:?}",
+        worst.0, worst.1
+    );
+    assert_eq!(failed_to_start + timed_out + exited, 256);
+    assert!(
+        worst.0 < Duration::from_secs(5) && worst.1 < Duration::from_secs(5),
+        "{worst:?}"
+    );
 }

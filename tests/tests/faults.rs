@@ -952,3 +952,69 @@ fn out_of_descriptors_root_is_served(slow: Option<(&str, Duration)>) {
         daemon.log()
     );
 }
+
+/// A SIGKILL of the daemon at each point of an end action's start and end, right after
+/// its session's owner died: the action runs at most twice (again only once a run may
+/// have started its program), never two runs side by side (each holds a lock for its
+/// life), and one killed before its program could run runs exactly once. The first
+/// process is recorded, committed, before it is let run its program: a daemon killed
+/// between the fork and that record leaves a process that exits without running anything.
+#[test]
+fn a_kill_at_any_point_of_an_action_never_runs_it_twice_at_once() {
+    if !privileged("a_kill_at_any_point_of_an_action_never_runs_it_twice_at_once") {
+        return;
+    }
+    for (point, runs) in [
+        ("before-action-start", 1..=1),
+        ("after-action-fork", 1..=1),
+        ("after-action-spawn", 1..=2),
+        ("before-action-commit", 2..=2),
+    ] {
+        let marks = tempfile::tempdir().expect("temp dir");
+        let log = marks.path().join("runs");
+        let lock = marks.path().join("lock");
+        let script = format!(
+            "exec 9>>{lock}; if flock -n 9; then echo \"run $$ ${{LIVENESS_RESUMED:-0}}\" >> {log}; \
+             else echo \"overlap $$\" >> {log}; fi; [ -n \"$LIVENESS_RESUMED\" ] || sleep 5",
+            lock = lock.display(),
+            log = log.display()
+        );
+        let state = tempfile::tempdir().expect("temp dir");
+        let fault = format!("LIVENESS_FAULT={point}");
+        let mut daemon =
+            Daemon::start_under(&["env", &fault], Some(state.path().join("state")), &[]);
+        let mut owner = Orphan::spawn(&["exit", "0"]);
+        let reply = daemon.request(json!({"op": "register", "session": "s",
+            "owner": {"pid": owner.pid},
+            "on_end_run": [{"argv": ["/bin/sh", "-c", script]}]}));
+        assert_eq!(reply["ok"], true, "{reply}");
+        owner.release();
+        assert!(
+            eventually(Duration::from_secs(30), || daemon.exited().is_some()),
+            "{point}: the daemon did not die there:\n{}",
+            daemon.log()
+        );
+        assert!(daemon.log().contains(point), "{point}:\n{}", daemon.log());
+        let again = Daemon::start_with_state(Some(state.path().join("state")), &[]);
+        let session = again.wait_finalized("s", None);
+        // Anything a run left behind had its chance to write.
+        std::thread::sleep(QUIET);
+        let lines: Vec<String> = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        assert!(
+            lines.iter().all(|line| line.starts_with("run ")),
+            "{point}: two runs side by side: {lines:?}"
+        );
+        assert!(
+            runs.contains(&lines.len()),
+            "{point}: {} runs, not {runs:?}: {lines:?}",
+            lines.len()
+        );
+        let outcome = &session["actions"][0]["outcome"];
+        assert_eq!(outcome["exit"]["code"], 0, "{point}: {outcome}");
+        eprintln!("{point}: {lines:?}");
+    }
+}

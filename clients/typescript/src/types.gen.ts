@@ -249,12 +249,14 @@ export interface ActionOutcome {
   stderr_bytes: number;
   /** Why it could not be run (its working directory, its user, its program). */
   error?: string;
+  /** Its program never ran: it could not be prepared or executed, or it neither ran it nor exited within the start bound (stopped before its exec) and was killed; error says which. */
+  failed_to_start: boolean;
   /** This run repeats one cut short by a stop or a crash of the daemon. */
   resumed: boolean;
   /** Why it was not run (done_by_agent: the client ran the end commands itself). */
   skipped?: Skipped;
 }
-export const actionOutcome: Codec<ActionOutcome> = object<ActionOutcome>({ index: required(int), started_ms: required(int), duration_ms: required(int), exit: optional(exitStatus), timed_out: defaulted(bool, false, true), killed: defaulted(int, 0, true), stderr_tail: defaulted(str, "", true), stderr_bytes: defaulted(int, 0, true), error: optional(str), resumed: defaulted(bool, false, true), skipped: optional(skipped) });
+export const actionOutcome: Codec<ActionOutcome> = object<ActionOutcome>({ index: required(int), started_ms: required(int), duration_ms: required(int), exit: optional(exitStatus), timed_out: defaulted(bool, false, true), killed: defaulted(int, 0, true), stderr_tail: defaulted(str, "", true), stderr_bytes: defaulted(int, 0, true), error: optional(str), failed_to_start: defaulted(bool, false, true), resumed: defaulted(bool, false, true), skipped: optional(skipped) });
 
 /** Where one end action of a session stands. */
 export interface ActionState {

@@ -15,14 +15,17 @@
 //! The daemon's mount namespace and file system view are the action's: a unit that hides
 //! home directories from the daemon hides them from actions too.
 //!
-//! The system calls are behind [`sys`]; [`runner`] runs one action to its
-//! [`ActionOutcome`](liveness_common::action::ActionOutcome).
+//! The system calls are behind [`sys`]; [`spawn`] starts the process without waiting on
+//! it (a user may stop it before its exec); [`runner`] runs one action to its
+//! [`ActionOutcome`](liveness_common::action::ActionOutcome), its start bounded.
 
 use std::io;
 use std::path::PathBuf;
+use std::time::Duration;
 
 pub mod env;
 pub mod runner;
+pub mod spawn;
 pub mod sys;
 pub mod tail;
 pub mod tree;
@@ -57,6 +60,24 @@ pub enum ActionError {
     },
     #[error("cannot run {program:?}: {source}")]
     Exec { program: String, source: io::Error },
+    #[error(
+        "the action's process was not released to run: the daemon could not record it first, \
+         and a restart could not have told that it ran"
+    )]
+    NotRecorded,
+    #[error(
+        "the action's process neither ran its program nor exited within {0:?} of its start \
+         (stopped or stuck before its exec): it was killed"
+    )]
+    StartBound(Duration),
     #[error("cannot watch or reap the action's process: {0}")]
     Wait(#[source] io::Error),
+}
+
+impl ActionError {
+    /// Whether the action's program never ran: every error but a failed watch of a
+    /// program that did.
+    pub fn before_start(&self) -> bool {
+        !matches!(self, ActionError::Wait(_))
+    }
 }

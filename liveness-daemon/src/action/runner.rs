@@ -3,9 +3,7 @@
 use std::ffi::CString;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::io::Interest;
@@ -20,12 +18,18 @@ use liveness_proc::pidfd::pidfd_exited;
 
 use super::ActionError;
 use super::env::environment;
-use super::sys::{self, ChildSetup};
+use super::spawn::{self, Forked, Program};
+use super::sys::{self, ChildSetup, Step};
 use super::tail::Tail;
 use super::tree::end_tree;
 use super::user::RunAs;
 use crate::fd::registered::register;
 
+/// Longest an action's process may take from its fork to running its program (never more
+/// than the action's timeout): one that neither runs it nor exits by then (stopped before
+/// its exec by its user, or stuck setting up) is killed, and the action failed to start.
+/// Its steps are a few system calls and one commit; seconds cover a loaded machine.
+pub const START_BOUND: Duration = Duration::from_secs(5);
 /// How long a timed-out action's processes have between SIGTERM and SIGKILL.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
 /// Most actions of one user running at once; the others wait for a slot (kept by the
@@ -58,13 +62,14 @@ impl ActionRunner {
 
     /// Runs the action as the creator (`facts.uid`, looked up now: the databases may have
     /// changed since the registration; `registered_gid` is the group it registered with,
-    /// for a uid they do not know). `spawned` is told its first process.
+    /// for a uid they do not know). `on_spawn` is told its first process, and the release
+    /// to hand to [`spawn::release`] once it is recorded: the process runs nothing before.
     pub async fn run(
         &self,
         spec: &ActionSpec,
         facts: &EndFacts,
         registered_gid: Option<u32>,
-        on_spawn: impl FnOnce(ProcessKey) + Send,
+        on_spawn: impl FnOnce(ProcessKey, OwnedFd) + Send,
     ) -> ActionOutcome {
         match RunAs::lookup(facts.uid, registered_gid) {
             Ok(user) => run_action(spec, facts, &user, &self.options, on_spawn).await,
@@ -80,13 +85,13 @@ impl ActionRunner {
 
 /// Runs `spec` as `user` with `facts` on its stdin and in its environment, until it exits
 /// or its timeout ends its tree; never fails: what went wrong is in the outcome's `error`.
-/// `on_spawn` is told its first process once it exists.
+/// `on_spawn` is told its first process once it exists, with its release.
 pub async fn run_action(
     spec: &ActionSpec,
     facts: &EndFacts,
     user: &RunAs,
     options: &RunOptions,
-    on_spawn: impl FnOnce(ProcessKey) + Send,
+    on_spawn: impl FnOnce(ProcessKey, OwnedFd) + Send,
 ) -> ActionOutcome {
     let started_ms = now_ms();
     let clock = Instant::now();
@@ -107,6 +112,7 @@ pub async fn run_action(
             stderr_tail: tail.text(),
             stderr_bytes: tail.total(),
             error: None,
+            failed_to_start: false,
             resumed: facts.action.resumed,
             skipped: None,
         },
@@ -131,6 +137,7 @@ fn failed(facts: &EndFacts, started_ms: i64, took: Duration, error: &ActionError
         started_ms,
         duration_ms: duration_ms(took),
         error: Some(error.to_string()),
+        failed_to_start: error.before_start(),
         resumed: facts.action.resumed,
         ..ActionOutcome::default()
     }
@@ -149,8 +156,12 @@ async fn run(
     user: &RunAs,
     options: &RunOptions,
     tail: &mut Tail,
-    on_spawn: impl FnOnce(ProcessKey) + Send,
+    on_spawn: impl FnOnce(ProcessKey, OwnedFd) + Send,
 ) -> Result<Ran, ActionError> {
+    // The timeout counts from here: a start that takes long takes from it.
+    let clock = Instant::now();
+    let deadline = clock + spec.timeout();
+    let bound = START_BOUND.min(spec.timeout());
     let ids = user.ids_for(rustix::process::geteuid().as_raw())?;
     let cwd = spec
         .cwd
@@ -160,7 +171,8 @@ async fn run(
     let prepare = |e: std::io::Error| ActionError::Prepare(e);
     let cwd_c = CString::new(cwd.as_os_str().as_bytes())
         .map_err(|e| prepare(std::io::Error::new(std::io::ErrorKind::InvalidInput, e)))?;
-    let (setup, report) = ChildSetup::new(ids.as_ref(), cwd_c).map_err(prepare)?;
+    let setup = ChildSetup::new(ids.as_ref(), cwd_c);
+    let exec = Program::new(&spec.argv, &environment(spec, facts, user)).map_err(prepare)?;
     let mut stdin = serde_json::to_vec(facts).map_err(|e| prepare(e.into()))?;
     stdin.push(b'\n');
     let stdin = sys::memfd_with(c"liveness-end-facts", &stdin).map_err(prepare)?;
@@ -168,57 +180,56 @@ async fn run(
     // SAFETY: the AsyncFd owns the read end, which stays open until both are dropped.
     let stderr = unsafe { AsyncFd::register_with_interest(stderr, Interest::READABLE) }
         .map_err(|e| prepare(e.into()))?;
-
-    let mut command = Command::new(&program);
-    command
-        .args(spec.argv.iter().skip(1))
-        .env_clear()
-        .envs(environment(spec, facts, user))
-        .stdin(Stdio::from(stdin))
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(stderr_write));
-    // SAFETY: `apply` makes only async-signal-safe calls and allocates nothing, as a
-    // pre_exec closure in a multi-threaded process must.
-    unsafe { command.pre_exec(move || setup.apply()) };
-    let spawned = command.spawn();
-    // The parent's copies of the child's stdin and stderr, and of the step report's write
-    // end: stderr ends when the action's processes close it.
-    drop(command);
-    let child = spawned.map_err(|source| match report.failed_step() {
-        Some(step) => ActionError::Setup {
+    let Forked {
+        pid: root,
+        pidfd,
+        report,
+        release,
+    } = spawn::fork(&setup, &exec, stdin, stderr_write).map_err(prepare)?;
+    crate::faults::point("after-action-fork");
+    // Not reaped yet, so the pid is still this child's; it runs nothing until recorded.
+    let stat = match options.proc.stat(root) {
+        Ok(stat) => stat,
+        Err(e) => {
+            kill_and_reap(&pidfd).await;
+            return Err(prepare(std::io::Error::other(e)));
+        }
+    };
+    on_spawn(
+        ProcessKey {
+            pid: root,
+            start_ticks: stat.start_ticks,
+        },
+        release,
+    );
+    let started = tokio::time::timeout_at(clock + bound, exec_report(report)).await;
+    let failed = match started {
+        Ok(None) => None,
+        Ok(Some((Step::Released, _))) => Some(ActionError::NotRecorded),
+        Ok(Some((Step::Exec, source))) => Some(ActionError::Exec {
+            program: program.clone(),
+            source,
+        }),
+        Ok(Some((step, source))) => Some(ActionError::Setup {
             step,
             uid: user.uid,
             cwd: cwd.clone(),
             source,
-        },
-        None => ActionError::Exec {
-            program: program.clone(),
-            source,
-        },
-    })?;
-    let root = child.id();
-    let pidfd = match sys::pidfd_of(root) {
-        Ok(pidfd) => pidfd,
-        Err(e) => {
-            // Without a pidfd it cannot be bounded: end it now rather than run it blind.
-            let mut child = child;
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(ActionError::Wait(e));
+        }),
+        Err(_) => {
+            tracing::warn!(session = %facts.session, pid = root, uid = user.uid, ?bound, "an end action's process did not run its program in time (stopped before its exec?); killing it");
+            Some(ActionError::StartBound(bound))
         }
     };
-    tracing::debug!(session = %facts.session, pid = root, uid = user.uid, ?program, "end action started");
-    // Not reaped yet, so the pid is still this child's.
-    if let Ok(stat) = options.proc.stat(root) {
-        on_spawn(ProcessKey {
-            pid: root,
-            start_ticks: stat.start_ticks,
-        });
+    if let Some(error) = failed {
+        kill_and_reap(&pidfd).await;
+        return Err(error);
     }
+    tracing::debug!(session = %facts.session, pid = root, uid = user.uid, ?program, "end action started");
 
     let timed_out = tokio::select! {
         () = exited(&pidfd) => false,
-        () = tokio::time::sleep(spec.timeout()) => true,
+        () = tokio::time::sleep_until(deadline) => true,
         () = collect(&stderr, tail) => unreachable!("collect never returns"),
     };
     let killed = if timed_out {
@@ -236,6 +247,51 @@ async fn run(
         timed_out,
         killed,
     })
+}
+
+/// What the child reported before its program ran: `None` once it runs it (or the child
+/// is gone without a word), else the step that failed.
+async fn exec_report(report: OwnedFd) -> Option<(Step, std::io::Error)> {
+    let report = match register(report, Interest::READABLE) {
+        Ok(report) => report,
+        // No epoll watch to be had: look every so often.
+        Err(e) => return poll_report(&e.into_parts().0).await,
+    };
+    let mut message = Vec::with_capacity(8);
+    loop {
+        let Ok(mut ready) = report.readable().await else {
+            return None;
+        };
+        let mut buffer = [0u8; 8];
+        match ready.try_io(|fd| sys::read_some(fd.get_ref(), &mut buffer)) {
+            Ok(Ok(0)) | Ok(Err(_)) => return sys::parse_report(&message),
+            Ok(Ok(read)) => message.extend_from_slice(&buffer[..read]),
+            Err(_would_block) => {}
+        }
+    }
+}
+
+/// [`exec_report`] without epoll.
+async fn poll_report(report: &OwnedFd) -> Option<(Step, std::io::Error)> {
+    let mut message = Vec::with_capacity(8);
+    let mut buffer = [0u8; 8];
+    loop {
+        match sys::read_some(report, &mut buffer) {
+            Ok(0) => return sys::parse_report(&message),
+            Ok(read) => message.extend_from_slice(&buffer[..read]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                tokio::time::sleep(POLL_INTERVAL).await;
+            }
+            Err(_) => return sys::parse_report(&message),
+        }
+    }
+}
+
+/// Kills the child behind `pidfd` (which never ran its program) and reaps it.
+async fn kill_and_reap(pidfd: &OwnedFd) {
+    let _ = rustix::process::pidfd_send_signal(pidfd, rustix::process::Signal::KILL);
+    exited(pidfd).await;
+    let _ = sys::reap(pidfd);
 }
 
 /// Returns when the process behind `pidfd` has exited (it is not reaped).

@@ -8,12 +8,12 @@
 use std::ffi::{CStr, CString};
 use std::fmt;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use rustix::fs::{MemfdFlags, SeekFrom};
 use rustix::io::Errno;
 use rustix::pipe::PipeFlags;
-use rustix::process::{Gid, Pid, Uid};
+use rustix::process::{Gid, Pid, Signal, Uid};
 use rustix::thread::{CapabilitySet, CapabilitySets};
 
 use liveness_common::exit::ExitStatus;
@@ -34,24 +34,30 @@ pub enum Step {
     Groups,
     Gid,
     Uid,
+    Keyring,
     Capabilities,
     NoNewPrivs,
     Subreaper,
     Directory,
     Descriptors,
+    Released,
+    Exec,
 }
 
 impl Step {
-    const ALL: [Step; 9] = [
+    const ALL: [Step; 12] = [
         Step::Session,
         Step::Groups,
         Step::Gid,
         Step::Uid,
+        Step::Keyring,
         Step::Capabilities,
         Step::NoNewPrivs,
         Step::Subreaper,
         Step::Directory,
         Step::Descriptors,
+        Step::Released,
+        Step::Exec,
     ];
 
     fn from_byte(byte: u8) -> Option<Step> {
@@ -66,11 +72,14 @@ impl fmt::Display for Step {
             Step::Groups => "set its supplementary groups",
             Step::Gid => "set its group id",
             Step::Uid => "set its user id",
+            Step::Keyring => "join a session keyring of its own",
             Step::Capabilities => "drop its capabilities",
             Step::NoNewPrivs => "set no_new_privs",
             Step::Subreaper => "become the subreaper of its tree",
             Step::Directory => "enter its working directory",
             Step::Descriptors => "close the daemon's descriptors",
+            Step::Released => "be released by the daemon, which did not record it first",
+            Step::Exec => "execute its program",
         })
     }
 }
@@ -80,20 +89,25 @@ const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
 /// The capability numbers the kernel may know: dropping one it does not know is EINVAL.
 const CAPABILITY_NUMBERS: libc::c_ulong = 64;
 
+/// `KEYCTL_JOIN_SESSION_KEYRING` of keyctl(2).
+const KEYCTL_JOIN_SESSION_KEYRING: libc::c_ulong = 1;
+/// `PIDFD_SIGNAL_PROCESS_GROUP` (Linux 6.9): signal the process group the pidfd's process
+/// leads, held by the pidfd rather than named by its number.
+const PIDFD_SIGNAL_PROCESS_GROUP: libc::c_uint = 1 << 2;
+
 /// What the child does between `fork` and `exec`, prepared by the parent.
 #[derive(Debug)]
 pub struct ChildSetup {
     /// `None`: keep the daemon's ids (a per-user daemon runs actions as itself).
     ids: Option<(Uid, Gid, Vec<Gid>)>,
     cwd: CString,
-    /// Where the child writes the [`Step`] that failed (close-on-exec).
-    report: OwnedFd,
+    /// The fault point `action-stopped-before-exec`: the child stops itself right after
+    /// taking on the user's ids, as the user may stop it there (debug builds only).
+    stop_after_uid: bool,
 }
 
 impl ChildSetup {
-    /// The setup, and the pipe end on which the parent learns which step failed.
-    pub fn new(ids: Option<&Ids>, cwd: CString) -> io::Result<(ChildSetup, StepReport)> {
-        let (read, write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
+    pub fn new(ids: Option<&Ids>, cwd: CString) -> ChildSetup {
         let ids = ids.map(|ids| {
             (
                 Uid::from_raw(ids.uid),
@@ -101,29 +115,31 @@ impl ChildSetup {
                 ids.groups.iter().copied().map(Gid::from_raw).collect(),
             )
         });
-        Ok((
-            ChildSetup {
-                ids,
-                cwd,
-                report: write,
-            },
-            StepReport(read),
-        ))
+        ChildSetup {
+            ids,
+            cwd,
+            stop_after_uid: crate::faults::armed("action-stopped-before-exec"),
+        }
     }
 
     /// Runs every step in the child, in order: a session of its own (so no controlling
     /// terminal and its own process group), default signal dispositions and umask 022, the
-    /// capability bounding and ambient sets emptied where permitted, the ids, the other
-    /// capability sets emptied, `no_new_privs`, subreaper of its tree, the working directory
-    /// (entered as the user, so a directory the user cannot enter fails), and every
-    /// descriptor above stderr marked close-on-exec.
+    /// capability bounding and ambient sets emptied where permitted, the ids, a session
+    /// keyring of its own (made as the user, as `pam_keyinit` does, so that it reads none of
+    /// the daemon's keys and leaves none for another action), the other capability sets
+    /// emptied, `no_new_privs`, subreaper of its tree, the working directory (entered as the
+    /// user, so a directory the user cannot enter fails), and every descriptor above stderr
+    /// marked close-on-exec. A failed step is written to `report`.
     ///
     /// # Safety
     ///
     /// Only in the child between `fork` and `exec`: it makes only async-signal-safe system
     /// calls and allocates nothing.
-    pub unsafe fn apply(&self) -> io::Result<()> {
-        self.step(Step::Session, || rustix::process::setsid().map(drop))?;
+    pub unsafe fn apply(&self, report: BorrowedFd<'_>) -> Result<(), ()> {
+        let step = |step, call: &mut dyn FnMut() -> rustix::io::Result<()>| {
+            call().map_err(|errno| report_step(report, step, errno.raw_os_error()))
+        };
+        step(Step::Session, &mut || rustix::process::setsid().map(drop))?;
         for signal in 1..=libc::SIGRTMAX() {
             if signal != libc::SIGKILL && signal != libc::SIGSTOP {
                 // SAFETY: signal(2) with SIG_DFL is async-signal-safe; numbers the C library
@@ -146,15 +162,21 @@ impl ChildSetup {
         let _ = rustix::thread::clear_ambient_capability_set();
         if let Some((uid, gid, groups)) = &self.ids {
             // The thread calls change the whole process: after the fork it has one thread.
-            self.step(Step::Groups, || rustix::thread::set_thread_groups(groups))?;
-            self.step(Step::Gid, || {
+            step(Step::Groups, &mut || {
+                rustix::thread::set_thread_groups(groups)
+            })?;
+            step(Step::Gid, &mut || {
                 rustix::thread::set_thread_res_gid(*gid, *gid, *gid)
             })?;
-            self.step(Step::Uid, || {
+            step(Step::Uid, &mut || {
                 rustix::thread::set_thread_res_uid(*uid, *uid, *uid)
             })?;
         }
-        self.step(Step::Capabilities, || {
+        if self.stop_after_uid {
+            let _ = rustix::process::kill_process(rustix::process::getpid(), Signal::STOP);
+        }
+        step(Step::Keyring, &mut join_session_keyring)?;
+        step(Step::Capabilities, &mut || {
             rustix::thread::set_capabilities(
                 None,
                 CapabilitySets {
@@ -164,22 +186,50 @@ impl ChildSetup {
                 },
             )
         })?;
-        self.step(Step::NoNewPrivs, || rustix::thread::set_no_new_privs(true))?;
-        self.step(Step::Subreaper, || {
+        step(Step::NoNewPrivs, &mut || {
+            rustix::thread::set_no_new_privs(true)
+        })?;
+        step(Step::Subreaper, &mut || {
             rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
         })?;
-        self.step(Step::Directory, || {
+        step(Step::Directory, &mut || {
             rustix::process::chdir(self.cwd.as_c_str())
         })?;
-        self.step(Step::Descriptors, mark_cloexec_above_stderr)
+        step(Step::Descriptors, &mut mark_cloexec_above_stderr)
     }
+}
 
-    fn step(&self, step: Step, call: impl FnOnce() -> rustix::io::Result<()>) -> io::Result<()> {
-        call().map_err(|errno| {
-            // Best effort: the exec status pipe of the standard library carries the errno.
-            let _ = rustix::io::write(&self.report, &[step as u8]);
-            io::Error::from_raw_os_error(errno.raw_os_error())
-        })
+/// Writes the failed `step` and its errno to `report`, for the parent: five bytes, one
+/// atomic write (best effort: the parent takes a child gone silent for a failure too).
+pub fn report_step(report: BorrowedFd<'_>, step: Step, errno: i32) {
+    let mut message = [0u8; 5];
+    message[0] = step as u8;
+    message[1..].copy_from_slice(&errno.to_le_bytes());
+    let _ = rustix::io::write(report, &message);
+}
+
+/// A report read from the child: the step that failed and its errno.
+pub fn parse_report(message: &[u8]) -> Option<(Step, io::Error)> {
+    let step = Step::from_byte(*message.first()?)?;
+    let errno = i32::from_le_bytes(message.get(1..5)?.try_into().ok()?);
+    Some((step, io::Error::from_raw_os_error(errno)))
+}
+
+/// Joins a new anonymous session keyring, owned by the caller's ids (a kernel without
+/// keys has no keyring to share: nothing to do there).
+fn join_session_keyring() -> rustix::io::Result<()> {
+    // SAFETY: keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL) reads no memory of ours.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_keyctl,
+            KEYCTL_JOIN_SESSION_KEYRING,
+            std::ptr::null::<libc::c_char>(),
+        )
+    };
+    match rc {
+        0.. => Ok(()),
+        _ if errno() == libc::ENOSYS => Ok(()),
+        _ => Err(Errno::from_raw_os_error(errno())),
     }
 }
 
@@ -189,7 +239,7 @@ fn errno() -> i32 {
 
 /// Marks every descriptor above stderr close-on-exec, so the action gets none of the
 /// daemon's, whatever flags they were opened with. Marking rather than closing keeps the
-/// standard library's exec status pipe working until the exec.
+/// report pipe working until the exec.
 fn mark_cloexec_above_stderr() -> rustix::io::Result<()> {
     // SAFETY: close_range only changes descriptor flags here.
     let rc = unsafe {
@@ -217,21 +267,6 @@ fn mark_cloexec_above_stderr() -> rustix::io::Result<()> {
         }
     }
     Ok(())
-}
-
-/// The parent's end of the pipe on which a failed child setup names its [`Step`].
-#[derive(Debug)]
-pub struct StepReport(OwnedFd);
-
-impl StepReport {
-    /// The step that failed, once the spawn has failed (the child has exited by then).
-    pub fn failed_step(&self) -> Option<Step> {
-        let mut byte = [0u8];
-        match rustix::io::read(&self.0, &mut byte) {
-            Ok(1) => Step::from_byte(byte[0]),
-            _ => None,
-        }
-    }
 }
 
 /// An anonymous file holding `bytes`, positioned at its start: an action's stdin, which it
@@ -291,12 +326,23 @@ pub fn reap(pidfd: &OwnedFd) -> io::Result<ExitStatus> {
     }
 }
 
-/// Sends `signal` to the process group `pgid`.
-pub fn signal_group(pgid: u32, signal: rustix::process::Signal) -> io::Result<()> {
-    match i32::try_from(pgid).ok().and_then(Pid::from_raw) {
-        Some(pgid) => Ok(rustix::process::kill_process_group(pgid, signal)?),
-        None => Err(io::Error::other(format!(
-            "process group {pgid} out of range"
-        ))),
+/// Sends `signal` to the process group that the process behind `pidfd` leads (Linux 6.9+):
+/// the group held by the pidfd, so a number reused since by another process's group is
+/// never reached. `Ok(false)` on a kernel without it, or when the group has no member.
+pub fn signal_group(pidfd: BorrowedFd<'_>, signal: Signal) -> io::Result<bool> {
+    // SAFETY: pidfd_send_signal with no siginfo reads no memory of ours.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal.as_raw(),
+            std::ptr::null::<libc::siginfo_t>(),
+            PIDFD_SIGNAL_PROCESS_GROUP,
+        )
+    };
+    match rc {
+        0.. => Ok(true),
+        _ if matches!(errno(), libc::EINVAL | libc::ESRCH) => Ok(false),
+        _ => Err(io::Error::last_os_error()),
     }
 }

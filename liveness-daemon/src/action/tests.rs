@@ -71,7 +71,15 @@ fn sh(script: &str) -> ActionSpec {
 }
 
 async fn run_as(user: &RunAs, spec: &ActionSpec) -> ActionOutcome {
-    run_action(spec, &facts(), user, &options(), |_| {}).await
+    run_action(spec, &facts(), user, &options(), |_, release| {
+        release_now(release)
+    })
+    .await
+}
+
+/// Lets the action's process run at once (nothing to record here).
+fn release_now(release: OwnedFd) {
+    super::spawn::release(release).expect("release the action's process");
 }
 
 /// Runs a script that must succeed, and returns its stderr.
@@ -447,7 +455,10 @@ async fn the_runner_looks_up_the_creator_and_runs_as_it() {
     let mut root = None;
     let spec = sh("cat /proc/self/status >&2");
     let outcome = runner
-        .run(&spec, &facts, Some(4_343), |key| root = Some(key))
+        .run(&spec, &facts, Some(4_343), |key, release| {
+            root = Some(key);
+            release_now(release);
+        })
         .await;
     let root = root.expect("the runner names the action's first process");
     assert!(root.pid > 0 && root.start_ticks > 0, "{root:?}");

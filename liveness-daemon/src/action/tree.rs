@@ -11,8 +11,13 @@
 //!    more), and the walk is repeated from each of them until it finds no one new;
 //! 4. the group and every member get SIGKILL.
 //!
-//! A signal to a process group is atomic with respect to `fork`: a child forked meanwhile
-//! is in the group and gets it. What can escape: a process that left the process group
+//! Every signal goes through a pidfd: a member's own, verified when opened, or for the
+//! group the leader's (`PIDFD_SIGNAL_PROCESS_GROUP`, Linux 6.9+), which reaches the group
+//! that pidfd's process led even after it died and its number went to another process
+//! (the group number of a dead leader is never signalled by number). A signal to a process
+//! group is atomic with respect to `fork`: a child forked meanwhile is in the group and
+//! gets it; before Linux 6.9 the repeated walk of step 3 is all there is. What can
+//! escape: a process that left the process group
 //! (`setsid`, `setpgid`) *and* left the tree, which after the action itself has exited means
 //! one whose parent died and which was reparented to init (or the nearest subreaper above
 //! the daemon) before the walk found it; and any process that is not the action's
@@ -45,10 +50,11 @@ pub async fn end_tree(proc: &ProcRoot, root: u32, root_pidfd: &OwnedFd, grace: D
         members.push((root, pidfd));
     }
     discover(proc, &mut members);
-    let _ = sys::signal_group(root, Signal::TERM);
+    let group = root_pidfd.as_fd();
+    signal_group(group, Signal::TERM);
     let members = signal_all(members, Signal::TERM);
     let (_, mut running) = wait_for_exits(members, Instant::now() + grace).await;
-    let _ = sys::signal_group(root, Signal::STOP);
+    signal_group(group, Signal::STOP);
     running = signal_all(running, Signal::STOP);
     loop {
         let known = running.len();
@@ -59,7 +65,7 @@ pub async fn end_tree(proc: &ProcRoot, root: u32, root_pidfd: &OwnedFd, grace: D
         let found = running.split_off(known);
         running.extend(signal_all(found, Signal::STOP));
     }
-    let _ = sys::signal_group(root, Signal::KILL);
+    signal_group(group, Signal::KILL);
     let killing = signal_all(running, Signal::KILL);
     let killed = killing.len() as u32;
     let (_, unkillable) = wait_for_exits(killing, Instant::now() + KILL_WAIT).await;
@@ -89,6 +95,15 @@ pub async fn end_leftover(proc: &ProcRoot, root: ProcessKey, grace: Duration) ->
     );
     end_tree(proc, root.pid, &pidfd, grace).await;
     true
+}
+
+/// Sends `signal` to the action's process group, through the pidfd of its leader: never
+/// to a group that took the number since (a kernel before 6.9 has no such signal; the
+/// members' own pidfds still get it).
+fn signal_group(leader: std::os::fd::BorrowedFd<'_>, which: Signal) {
+    if let Err(e) = sys::signal_group(leader, which) {
+        tracing::warn!(error = %e, "cannot signal the process group of a timed-out action");
+    }
 }
 
 /// Sends `signal` to each member; those that had exited drop out.

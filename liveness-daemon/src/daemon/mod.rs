@@ -325,6 +325,7 @@ fn engine_start(
                 per_uid: args.action_slots,
                 kill_grace: args.action_grace,
                 runtime: Some(tokio::runtime::Handle::current()),
+                proc: None,
             },
         },
         about,

@@ -9,15 +9,19 @@
 //! outcome back; the engine commits the `session.action` event (with `session.finalized`
 //! after the last) and publishes it like any other. The engine never waits on an action.
 //!
-//! Once: an action whose outcome is committed never runs again. One marked `running` when
-//! the daemon stopped or crashed runs again at the next start, marked `resumed`, after
-//! what is left of the earlier run (its first process, recorded once spawned, and its
-//! tree) has been ended, so that the two never run side by side. A clean stop ends the
+//! Once: an action whose outcome is committed never runs again. Its first process is
+//! recorded (pid and start time, committed) before it is released to run its program: a
+//! process the daemon could not record runs nothing (see [`crate::action::spawn`]). One
+//! marked `running` when the daemon stopped or crashed runs again at the next start, marked
+//! `resumed`, after what is left of the earlier run (its recorded first process, verified
+//! by its start time, and its tree) has been ended, so that the two never run side by
+//! side. A clean stop ends the
 //! running actions' trees itself and leaves them `running`. The actions of a session whose
 //! end was committed but whose actions never started (a crash in between, or a death found
 //! by the reconcile at start) start at the next start.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -42,6 +46,9 @@ pub struct ActionConfig {
     pub kill_grace: Duration,
     /// The runtime the runs go to; the current one when `None` (tests).
     pub runtime: Option<tokio::runtime::Handle>,
+    /// Where the actions' processes are read: the engine's `/proc` when `None` (a test
+    /// whose engine reads a made-up one still runs real actions).
+    pub proc: Option<ProcRoot>,
 }
 
 impl Default for ActionConfig {
@@ -50,6 +57,7 @@ impl Default for ActionConfig {
             per_uid: crate::action::runner::DEFAULT_ACTIONS_PER_UID,
             kill_grace: crate::action::runner::DEFAULT_KILL_GRACE,
             runtime: None,
+            proc: None,
         }
     }
 }
@@ -66,8 +74,12 @@ pub(super) enum Progress {
         key: ActionKey,
         reply: oneshot::Sender<Begun>,
     },
-    /// Its first process exists.
-    Spawned { key: ActionKey, root: ProcessKey },
+    /// Its first process exists: record it, then let it run (`release`).
+    Spawned {
+        key: ActionKey,
+        root: ProcessKey,
+        release: OwnedFd,
+    },
 }
 
 /// The engine's answer to [`Progress::Begin`].
@@ -125,7 +137,7 @@ pub(super) fn with_actions(events: &[Event]) -> impl Iterator<Item = (u32, Strin
 impl Actions {
     pub(super) fn new(config: &ActionConfig, proc: ProcRoot) -> Actions {
         let options = RunOptions {
-            proc,
+            proc: config.proc.clone().unwrap_or(proc),
             kill_grace: config.kill_grace,
         };
         let (progress_tx, progress) = mpsc::unbounded_channel();
@@ -280,10 +292,11 @@ impl Actions {
             let Some(spec) = session.on_end_run.get(key.index as usize) else {
                 return (key, None);
             };
-            let spawned = |root| {
+            let spawned = |root, release| {
                 let _ = progress.send(Progress::Spawned {
                     key: key.clone(),
                     root,
+                    release,
                 });
             };
             let outcome = runner.run(spec, &facts, gid, spawned).await;
@@ -368,7 +381,8 @@ impl Actions {
         // A run may have started its process after the engine last read what the runs
         // said (the stop is served first): that process is ended too.
         while let Ok(progress) = self.progress.try_recv() {
-            if let Progress::Spawned { key, root } = progress {
+            // Its release is dropped unwritten: that process exits without running.
+            if let Progress::Spawned { key, root, .. } = progress {
                 self.running.insert(key, root);
             }
         }

@@ -465,11 +465,21 @@ impl Engine {
                 // The run may have been cut short meanwhile.
                 let _ = reply.send(begun);
             }
-            Progress::Spawned { key, root } => {
-                if let Err(e) = self.store.action_spawned(&key, root) {
-                    tracing::error!(error = %e, session = key.session, "cannot record an end action's process; a crash now would leave it running beside its rerun");
+            Progress::Spawned { key, root, release } => {
+                match self.store.action_spawned(&key, root) {
+                    Ok(true) => {
+                        if let Err(e) = crate::action::spawn::release(release) {
+                            tracing::error!(error = %e, session = key.session, "cannot release an end action's process");
+                        }
+                        self.actions.spawned(key, root);
+                    }
+                    // Dropped unwritten, the release lets the process exit without running.
+                    Ok(false) => {}
+                    Err(e) => {
+                        let e = self.store.explain(e);
+                        tracing::error!(error = %e, session = key.session, "cannot record an end action's process; it is not run");
+                    }
                 }
-                self.actions.spawned(key, root);
                 crate::faults::point("after-action-spawn");
             }
         }

@@ -87,7 +87,11 @@ async fn fixture() -> Fixture {
             at: tokio::time::Instant::now(),
         },
         trace_hops: false,
-        actions: ActionConfig::default(),
+        // Actions are real processes, read in the real /proc.
+        actions: ActionConfig {
+            proc: Some(liveness_proc::identity::ProcRoot::default()),
+            ..ActionConfig::default()
+        },
     };
     let about = DaemonInfo {
         version: "test".into(),

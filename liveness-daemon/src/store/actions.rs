@@ -156,10 +156,16 @@ impl Store {
         })
     }
 
-    /// Records the first process of running action `key`, so that a restart can end what
-    /// is left of it before running it again.
-    pub fn action_spawned(&mut self, key: &ActionKey, root: ProcessKey) -> Result<(), StoreError> {
-        self.conn
+    /// Records the first process of running action `key` before it runs anything, so that
+    /// a restart can end what is left of it before running it again. `false`: the action
+    /// is not running (it has its outcome), and the process must not run.
+    pub fn action_spawned(
+        &mut self,
+        key: &ActionKey,
+        root: ProcessKey,
+    ) -> Result<bool, StoreError> {
+        let changed = self
+            .conn
             .prepare_cached(
                 "UPDATE actions SET root_pid = ?4, root_start_ticks = ?5 \
                  WHERE uid = ?1 AND session = ?2 AND idx = ?3 AND state = 'running'",
@@ -171,7 +177,7 @@ impl Store {
                 root.pid,
                 ticks_to_sql(root.start_ticks)
             ])?;
-        Ok(())
+        Ok(changed > 0)
     }
 
     /// Records the outcomes of finished runs, in one transaction: each action's

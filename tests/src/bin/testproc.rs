@@ -72,7 +72,15 @@
 //!
 //! `testproc stranger` reads PIDs from stdin, one a line, and for each makes a child with
 //! exactly that pid (`clone3` with `set_tid`, root only), which pauses until killed; it
-//! prints the child's PID, or `error ERRNO`.
+//! prints the child's PID, or `error ERRNO`. A line `PID UID` makes the child the leader of
+//! a session and process group of its own, running as UID (and its group of that number).
+//!
+//! `testproc keys OP...` works on its session keyring and prints a line for each OP:
+//! `search:DESC` (`found DESC SERIAL` or `none DESC ERRNO`), `add:DESC` (adds a user key,
+//! `added DESC SERIAL`), `read:SERIAL` (`read SERIAL PAYLOAD` or `unreadable SERIAL ERRNO`).
+//!
+//! `testproc with-key DESC PAYLOAD CMD...` joins a new session keyring, adds the user key
+//! DESC holding PAYLOAD to it, and execs CMD.
 //!
 //! `testproc sibling` makes, for each line on stdin, a child with `clone(CLONE_PARENT)` (so
 //! its sibling: its parent is testproc's parent) that pauses until killed, and prints its
@@ -739,7 +747,7 @@ struct CloneArgs {
 
 /// Makes a child with `clone3` (`flags`, and exactly the pid `set_tid` if given) that pauses
 /// until killed, and prints its PID, or `error ERRNO`. Single-threaded callers only.
-fn clone_paused(flags: u64, set_tid: Option<libc::pid_t>) {
+fn clone_paused(flags: u64, set_tid: Option<libc::pid_t>, leader_as: Option<u32>) {
     let tids = [set_tid.unwrap_or(0)];
     let args = CloneArgs {
         flags,
@@ -763,10 +771,24 @@ fn clone_paused(flags: u64, set_tid: Option<libc::pid_t>) {
     };
     let mut out = std::io::stdout();
     match made {
-        0 => loop {
-            // SAFETY: pause only waits for a signal.
-            unsafe { libc::pause() };
-        },
+        0 => {
+            if let Some(uid) = leader_as {
+                // SAFETY: plain syscalls changing this child's own session and ids.
+                let made = unsafe {
+                    libc::setsid() >= 0
+                        && libc::setgroups(0, std::ptr::null()) == 0
+                        && libc::setresgid(uid, uid, uid) == 0
+                        && libc::setresuid(uid, uid, uid) == 0
+                };
+                if !made {
+                    exit_group(106);
+                }
+            }
+            loop {
+                // SAFETY: pause only waits for a signal.
+                unsafe { libc::pause() };
+            }
+        }
         -1 => {
             let _ = writeln!(out, "error {}", std::io::Error::last_os_error());
         }
@@ -780,10 +802,13 @@ fn clone_paused(flags: u64, set_tid: Option<libc::pid_t>) {
 /// See the module's `stranger`.
 fn stranger() -> ! {
     for line in std::io::stdin().lock().lines() {
-        let Ok(pid) = line.unwrap_or_default().trim().parse::<libc::pid_t>() else {
+        let line = line.unwrap_or_default();
+        let mut words = line.split_whitespace();
+        let Some(Ok(pid)) = words.next().map(str::parse::<libc::pid_t>) else {
             exit_group(100)
         };
-        clone_paused(0, Some(pid));
+        let leader_as = words.next().and_then(|uid| uid.parse().ok());
+        clone_paused(0, Some(pid), leader_as);
     }
     exit_group(0)
 }
@@ -791,9 +816,110 @@ fn stranger() -> ! {
 /// See the module's `sibling`.
 fn sibling() -> ! {
     for _ in std::io::stdin().lock().lines() {
-        clone_paused(libc::CLONE_PARENT as u64, None);
+        clone_paused(libc::CLONE_PARENT as u64, None, None);
     }
     exit_group(0)
+}
+
+/// `KEY_SPEC_SESSION_KEYRING` of add_key(2) and keyctl(2).
+const SESSION_KEYRING: libc::c_long = -3;
+
+/// A user key DESC holding PAYLOAD, added to the session keyring: its serial.
+fn add_user_key(desc: &str, payload: &[u8]) -> std::io::Result<libc::c_long> {
+    let desc = CString::new(desc).unwrap_or_default();
+    // SAFETY: add_key reads the strings and the payload we pass.
+    let serial = unsafe {
+        libc::syscall(
+            libc::SYS_add_key,
+            c"user".as_ptr(),
+            desc.as_ptr(),
+            payload.as_ptr(),
+            payload.len(),
+            SESSION_KEYRING,
+        )
+    };
+    if serial < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(serial)
+}
+
+/// See the module's `keys`.
+fn keys(ops: &[String]) -> ! {
+    for op in ops {
+        let (op, what) = op.split_once(':').unwrap_or((op, ""));
+        let desc = CString::new(what).unwrap_or_default();
+        let line = match op {
+            // SAFETY: keyctl(KEYCTL_SEARCH) reads the strings we pass.
+            "search" => match unsafe {
+                libc::syscall(
+                    libc::SYS_keyctl,
+                    libc::KEYCTL_SEARCH,
+                    SESSION_KEYRING,
+                    c"user".as_ptr(),
+                    desc.as_ptr(),
+                    0,
+                )
+            } {
+                serial @ 0.. => format!("found {what} {serial}"),
+                _ => format!("none {what} {}", std::io::Error::last_os_error()),
+            },
+            "add" => match add_user_key(what, b"from an action") {
+                Ok(serial) => format!("added {what} {serial}"),
+                Err(e) => format!("not-added {what} {e}"),
+            },
+            "read" => {
+                let mut payload = [0u8; 256];
+                let serial: libc::c_long = what.parse().unwrap_or(0);
+                // SAFETY: keyctl(KEYCTL_READ) writes at most the buffer's length.
+                match unsafe {
+                    libc::syscall(
+                        libc::SYS_keyctl,
+                        libc::KEYCTL_READ,
+                        serial,
+                        payload.as_mut_ptr(),
+                        payload.len(),
+                    )
+                } {
+                    read @ 0.. => {
+                        let read = usize::try_from(read).unwrap_or(0).min(payload.len());
+                        format!("read {what} {}", String::from_utf8_lossy(&payload[..read]))
+                    }
+                    _ => format!("unreadable {what} {}", std::io::Error::last_os_error()),
+                }
+            }
+            _ => exit_group(100),
+        };
+        println!("{line}");
+    }
+    let _ = std::io::stdout().flush();
+    exit_group(0)
+}
+
+/// See the module's `with-key`.
+fn with_key(args: &[String]) -> ! {
+    let [desc, payload, command @ ..] = args else {
+        exit_group(100)
+    };
+    // SAFETY: keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL) reads no memory of ours.
+    let joined = unsafe {
+        libc::syscall(
+            libc::SYS_keyctl,
+            libc::KEYCTL_JOIN_SESSION_KEYRING,
+            std::ptr::null::<libc::c_char>(),
+        )
+    };
+    if joined < 0 || add_user_key(desc, payload.as_bytes()).is_err() {
+        eprintln!("testproc with-key: {}", std::io::Error::last_os_error());
+        exit_group(106)
+    }
+    use std::os::unix::process::CommandExt;
+    let Some((program, rest)) = command.split_first() else {
+        exit_group(100)
+    };
+    let error = std::process::Command::new(program).args(rest).exec();
+    eprintln!("testproc with-key: {program}: {error}");
+    exit_group(107)
 }
 
 /// See the module's `rooted`.
@@ -833,6 +959,12 @@ fn main() {
     }
     if args.first().map(String::as_str) == Some("rooted") {
         rooted();
+    }
+    if args.first().map(String::as_str) == Some("keys") {
+        keys(&args[1..]);
+    }
+    if args.first().map(String::as_str) == Some("with-key") {
+        with_key(&args[1..]);
     }
     if let Some(mode @ ("tree" | "storm")) = args.first().map(String::as_str) {
         tree(

@@ -962,6 +962,12 @@ pub const ACTION_OUTCOME: Struct = Struct {
             "Why it could not be run (its working directory, its user, its program).",
         ),
         field(
+            "failed_to_start",
+            Bool,
+            omitted("false"),
+            "Its program never ran: it could not be prepared or executed, or it neither ran it nor exited within the start bound (stopped before its exec) and was killed; error says which.",
+        ),
+        field(
             "resumed",
             Bool,
             omitted("false"),

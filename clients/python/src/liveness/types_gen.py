@@ -250,7 +250,7 @@ class ActionSpec(Wire):
 class ActionOutcome(_methods.ActionOutcome, Wire):
     """What one run of an end action did (session.action events, and get)."""
 
-    OMIT_DEFAULT = frozenset({"timed_out", "killed", "stderr_tail", "stderr_bytes", "resumed"})
+    OMIT_DEFAULT = frozenset({"timed_out", "killed", "stderr_tail", "stderr_bytes", "failed_to_start", "resumed"})
 
     index: int
     """The action's place in the session's on_end_run."""
@@ -269,6 +269,8 @@ class ActionOutcome(_methods.ActionOutcome, Wire):
     """How many bytes it wrote to stderr in all."""
     error: Optional[str] = None
     """Why it could not be run (its working directory, its user, its program)."""
+    failed_to_start: bool = False
+    """Its program never ran: it could not be prepared or executed, or it neither ran it nor exited within the start bound (stopped before its exec) and was killed; error says which."""
     resumed: bool = False
     """This run repeats one cut short by a stop or a crash of the daemon."""
     skipped: Optional[Skipped] = None

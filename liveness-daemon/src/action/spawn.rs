@@ -1,0 +1,260 @@
+//! Starting an action's process without ever waiting on it.
+//!
+//! Once the child has taken on its user's ids, that user may stop it (SIGSTOP) before it
+//! runs its program; a spawn that waits for the exec to report would then be held for as
+//! long as the user likes. So the fork here returns at once, with a pidfd taken before
+//! anything else could reap the child, and the child's progress is read later, without
+//! blocking, from a close-on-exec pipe: end of file once the program runs, or the
+//! [`Step`](super::sys::Step) that failed and its errno. The runner bounds that wait
+//! ([`START_BOUND`](super::runner::START_BOUND)) and kills a child that overstays it.
+//!
+//! The child also waits, still as root (so that no user can stop it there), until the
+//! daemon has recorded it: the parent writes a byte to the child's release pipe once its
+//! pid and start time are committed. A daemon that dies first closes the pipe unwritten,
+//! and the child exits without running anything: a restart finds either the recorded
+//! process or the certainty that none ran.
+//!
+//! Everything the child uses is made before the fork (paths, argument and environment
+//! arrays); after it, the child makes only raw system calls and allocates nothing.
+
+use std::ffi::{CString, c_char};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::sync::{Mutex, PoisonError};
+
+use rustix::io::Errno;
+use rustix::pipe::PipeFlags;
+
+use super::sys::{self, ChildSetup, Step};
+
+/// Held from the making of a child's private pipes to their close in the parent, so that
+/// no other action's child, forked meanwhile, inherits them: one stopped before its exec
+/// would hold them open, and this child's exec report would never end.
+static FORK: Mutex<()> = Mutex::new(());
+
+/// The program of an action and its environment, ready for `execve`.
+#[derive(Debug)]
+pub struct Program {
+    /// Paths to try in turn, as `execvp` would: the program itself when it names a path,
+    /// else the program in each directory of the action's `PATH`.
+    candidates: Vec<CString>,
+    argv: Vec<CString>,
+    envp: Vec<CString>,
+}
+
+impl Program {
+    pub fn new(argv: &[String], env: &[(String, String)]) -> io::Result<Program> {
+        let c = |text: String| {
+            CString::new(text).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+        };
+        let program = argv.first().cloned().unwrap_or_default();
+        let path = env
+            .iter()
+            .rev()
+            .find(|(name, _)| name == "PATH")
+            .map_or("", |(_, value)| value.as_str());
+        let candidates = if program.contains('/') || program.is_empty() {
+            vec![c(program)?]
+        } else {
+            path.split(':')
+                .map(|dir| {
+                    let dir = if dir.is_empty() { "." } else { dir };
+                    c(format!("{}/{program}", dir.trim_end_matches('/')))
+                })
+                .collect::<io::Result<_>>()?
+        };
+        Ok(Program {
+            candidates,
+            argv: argv.iter().cloned().map(c).collect::<io::Result<_>>()?,
+            envp: env
+                .iter()
+                .map(|(name, value)| c(format!("{name}={value}")))
+                .collect::<io::Result<_>>()?,
+        })
+    }
+}
+
+/// A child forked and not yet released to run its program.
+#[derive(Debug)]
+pub struct Forked {
+    pub pid: u32,
+    /// Taken before the fork returned to anyone else: always this child's.
+    pub pidfd: OwnedFd,
+    /// Non-blocking: the child's report, at end of file once its program runs.
+    pub report: OwnedFd,
+    /// A byte written here lets the child go on ([`release`]); closed unwritten, the child
+    /// exits without running anything.
+    pub release: OwnedFd,
+}
+
+/// Lets a forked child go on to run its program, once it is recorded.
+pub fn release(release: OwnedFd) -> io::Result<()> {
+    // The pipe is new and holds nothing: a byte always fits, and the write never blocks.
+    rustix::io::write(&release, &[1])?;
+    Ok(())
+}
+
+/// Forks the child that will run `program` after `setup`, with `stdin` as its stdin,
+/// nothing as its stdout and `stderr` as its stderr.
+pub fn fork(
+    setup: &ChildSetup,
+    program: &Program,
+    stdin: OwnedFd,
+    stderr: OwnedFd,
+) -> io::Result<Forked> {
+    let argv = pointers(&program.argv);
+    let envp = pointers(&program.envp);
+    let guard = FORK.lock().unwrap_or_else(PoisonError::into_inner);
+    let null = rustix::fs::open(
+        c"/dev/null",
+        rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?;
+    let (report, report_write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC)?;
+    rustix::io::ioctl_fionbio(&report, true)?;
+    let (gate, release) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC)?;
+    let child = Child {
+        setup,
+        program,
+        argv: &argv,
+        envp: &envp,
+        stdin: stdin.as_fd(),
+        stdout: null.as_fd(),
+        stderr: stderr.as_fd(),
+        gate: gate.as_fd(),
+        release: release.as_raw_fd(),
+        report: report_write.as_fd(),
+    };
+    // SAFETY: the child runs only `Child::run`, which makes async-signal-safe system calls
+    // on data made before the fork and never returns.
+    let pid = match unsafe { libc::fork() } {
+        -1 => return Err(io::Error::last_os_error()),
+        // SAFETY: in the child right after the fork, as `run` requires.
+        0 => unsafe { child.run() },
+        pid => pid,
+    };
+    drop(guard);
+    let pidfd = match rustix::process::Pid::from_raw(pid)
+        .ok_or(Errno::SRCH)
+        .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()))
+    {
+        Ok(pidfd) => pidfd,
+        Err(e) => {
+            // Out of descriptors, say: it cannot be bounded, so it never runs. Unreaped,
+            // the pid is still this child's, and it waits at its release (as root, so no
+            // user can have stopped it): the wait is short.
+            // SAFETY: kill and waitpid of our own unreaped child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+            return Err(e.into());
+        }
+    };
+    Ok(Forked {
+        pid: pid.unsigned_abs(),
+        pidfd,
+        report,
+        release,
+    })
+}
+
+/// A null-terminated array of pointers into `strings`, for `execve`.
+fn pointers(strings: &[CString]) -> Vec<*const c_char> {
+    strings
+        .iter()
+        .map(|s| s.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
+}
+
+/// What the child holds between `fork` and `exec`.
+struct Child<'a> {
+    setup: &'a ChildSetup,
+    program: &'a Program,
+    argv: &'a [*const c_char],
+    envp: &'a [*const c_char],
+    stdin: BorrowedFd<'a>,
+    stdout: BorrowedFd<'a>,
+    stderr: BorrowedFd<'a>,
+    gate: BorrowedFd<'a>,
+    /// The parent's end of the gate, closed in the child so that a dead parent is seen.
+    release: RawFd,
+    report: BorrowedFd<'a>,
+}
+
+impl Child<'_> {
+    /// # Safety
+    ///
+    /// Only in the child right after `fork`.
+    unsafe fn run(&self) -> ! {
+        // SAFETY: closing the child's copy of a descriptor the parent keeps.
+        unsafe { libc::close(self.release) };
+        if !self.released() {
+            sys::report_step(self.report, Step::Released, 0);
+            // SAFETY: _exit(2) is async-signal-safe.
+            unsafe { libc::_exit(127) };
+        }
+        // SAFETY: an empty mask made on the stack, and sigprocmask, are async-signal-safe.
+        unsafe {
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        }
+        for (from, to) in [(self.stdin, 0), (self.stdout, 1), (self.stderr, 2)] {
+            // dup2 onto itself keeps close-on-exec: cleared by hand then.
+            let done = if from.as_raw_fd() == to {
+                // SAFETY: fcntl of a descriptor this process holds.
+                unsafe { libc::fcntl(to, libc::F_SETFD, 0) }
+            } else {
+                // SAFETY: dup2 of descriptors this process holds.
+                unsafe { libc::dup2(from.as_raw_fd(), to) }
+            };
+            if done < 0 {
+                sys::report_step(self.report, Step::Descriptors, errno());
+                // SAFETY: as above.
+                unsafe { libc::_exit(127) };
+            }
+        }
+        // SAFETY: in the child between fork and exec, as `apply` requires.
+        if unsafe { self.setup.apply(self.report) }.is_ok() {
+            let error = self.exec();
+            sys::report_step(self.report, Step::Exec, error);
+        }
+        // SAFETY: as above.
+        unsafe { libc::_exit(127) }
+    }
+
+    /// Waits for the parent's byte: `false` when the parent closed the gate without it.
+    fn released(&self) -> bool {
+        let mut byte = [0u8];
+        loop {
+            match rustix::io::read(self.gate, &mut byte) {
+                Ok(1) => return true,
+                Err(Errno::INTR) => continue,
+                _ => return false,
+            }
+        }
+    }
+
+    /// Tries each candidate path as `execvp` does; returns the errno to report.
+    fn exec(&self) -> i32 {
+        let mut error = libc::ENOENT;
+        let mut denied = false;
+        for path in &self.program.candidates {
+            // SAFETY: null-terminated arrays of pointers to strings that outlive the call.
+            unsafe { libc::execve(path.as_ptr(), self.argv.as_ptr(), self.envp.as_ptr()) };
+            error = errno();
+            match error {
+                libc::EACCES => denied = true,
+                libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => {}
+                _ => return error,
+            }
+        }
+        if denied { libc::EACCES } else { error }
+    }
+}
+
+fn errno() -> i32 {
+    io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
