@@ -56,6 +56,27 @@ static __always_inline __u64 cgroup_at_limit(struct task_struct *task)
 }
 
 /*
+ * What tells the kernel's SIGHUPs apart: a dying parent's death signal, an orphaned process
+ * group's, a terminal's hang-up. The first two come from an exiting task of the target's
+ * session (kill_orphaned_pgrp); a session leader's exit hangs up its terminal while it
+ * still holds it (disassociate_ctty), a pty's master side from outside the session.
+ */
+static __always_inline void sender_context(struct task_struct *sender, struct task_struct *target,
+					   struct signal_cause *cause)
+{
+	struct signal_struct *signal = BPF_CORE_READ(sender, signal);
+	struct pid *session = BPF_CORE_READ(signal, pids[PIDTYPE_SID]);
+
+	if (BPF_CORE_READ(sender, flags) & PF_EXITING)
+		cause->flags |= CAUSE_SENDER_EXITING;
+	if (session == BPF_CORE_READ(target, signal, pids[PIDTYPE_SID]))
+		cause->flags |= CAUSE_SAME_SESSION;
+	if (session == BPF_CORE_READ(sender, group_leader, thread_pid) &&
+	    (BPF_CORE_READ(signal, tty) || BPF_CORE_READ(signal, tty_old_pgrp)))
+		cause->flags |= CAUSE_SENDER_TTY_LEADER;
+}
+
+/*
  * Keeps the sender of every signal that kills by default queued to a tracked process: the
  * last one before its death is the one that killed it (its exit record checks the number).
  * SIGCHLD, raised at every exit of the machine, returns after one comparison; a killing
@@ -80,6 +101,10 @@ int BPF_PROG(liveness_signal, int sig, struct kernel_siginfo *info, struct task_
 
 	if (start_ticks != *expected_start)
 		return 0;
+	/* Already dying of a signal it dequeued (a core dump takes its time): a later one is
+	 * not what killed it. */
+	if (BPF_CORE_READ(task, flags) & PF_SIGNALED)
+		return 0;
 
 	struct signal_cause cause = {
 		.target_start_ticks = start_ticks,
@@ -98,14 +123,21 @@ int BPF_PROG(liveness_signal, int sig, struct kernel_siginfo *info, struct task_
 		bpf_probe_read_kernel(&cause.code, sizeof(cause.code), (void *)info + 8);
 	}
 
+	struct task_struct *sender = (struct task_struct *)bpf_get_current_task();
+
+	/* A system call's siginfo is a local of the sender's, on its stack; a POSIX timer's
+	 * is queued from the timer, never there: both say SI_TIMER. */
+	if (special > SEND_SIG_PRIV &&
+	    special - (__u64)BPF_CORE_READ(sender, stack) < THREAD_SIZE)
+		cause.flags |= CAUSE_INFO_ON_STACK;
+	sender_context(sender, task, &cause);
+
 	/* The OOM killer's SIGKILL comes before its victim's memory is freed: where a cgroup's
 	 * limit stands, it is still at it. */
 	if (sig == SIGKILL && cause.origin == ORIGIN_PRIV) {
 		cause.oom_cgroup_id = cgroup_at_limit(task);
 		cause.flags |= CAUSE_LIMITS_READ;
 	}
-
-	struct task_struct *sender = (struct task_struct *)bpf_get_current_task();
 
 	struct task_struct *sender_leader = BPF_CORE_READ(sender, group_leader);
 

@@ -131,6 +131,17 @@ pub const CAUSE_OOM_MARKED: u16 = 4;
 /// [`SignalCause::flags`]: the kernel sent SIGKILL and the target's memory cgroups' limits
 /// were read then: `oom_cgroup_id` is the one at its limit, or 0.
 pub const CAUSE_LIMITS_READ: u16 = 8;
+/// [`SignalCause::flags`]: the sender was exiting (`PF_EXITING`): a parent's death signal,
+/// an orphaned process group's SIGHUP, a session leader's hang-up of its terminal.
+pub const CAUSE_SENDER_EXITING: u16 = 16;
+/// [`SignalCause::flags`]: the sender led its session and still held its terminal (or the
+/// foreground group of one that hung up).
+pub const CAUSE_SENDER_TTY_LEADER: u16 = 32;
+/// [`SignalCause::flags`]: the sender was in the target's session.
+pub const CAUSE_SAME_SESSION: u16 = 64;
+/// [`SignalCause::flags`]: the siginfo lay on the sender's kernel stack: a system call
+/// built it (`rt_sigqueueinfo`), not a POSIX timer.
+pub const CAUSE_INFO_ON_STACK: u16 = 128;
 
 /// [`SignalCause::origin`]: the sender passed a siginfo, whose `si_code` is in `code`.
 pub const ORIGIN_SIGINFO: u16 = 0;

@@ -296,6 +296,90 @@ fn cause_pty_hang_up_is_told_apart_from_a_sent_sighup() {
     assert_eq!(cause["sender"]["comm"], "dying", "{cause}");
 }
 
+/// A process that queues a signal with a `si_code` of its choosing (`rt_sigqueueinfo`)
+/// cannot pass it off as the kernel's: every code up to `SI_USER` is a process's, named
+/// with its pid, SI_TIMER (also a POSIX timer's code) included.
+#[test]
+fn cause_forged_si_codes_name_their_sender() {
+    let Some(daemon) = started("cause_forged_si_codes_name_their_sender") else {
+        return;
+    };
+    let mut sender = Dying::spawn(&["sender"]);
+    // SIGHUP as SI_ASYNCIO, SIGILL as SI_SIGIO, SIGKILL as SI_TIMER, SIGTERM as SI_DETHREAD
+    // (SIGSEGV would meet the Rust runtime's handler, which survives a sent one).
+    for (id, signal, code) in [
+        ("hup", 1, -4),
+        ("ill", 4, -5),
+        ("kill", 9, -2),
+        ("term", 15, -7),
+    ] {
+        let victim = Dying::spawn(&["burn", "0"]);
+        register(&daemon, id, victim.pid);
+        sender.say(&format!("{} {signal} {code}", victim.pid));
+        let queued = sender.hear();
+        let cause = cause_of(&daemon, id);
+        assert_eq!(
+            (&cause["kind"], &cause["signal"]),
+            (&json!("signal"), &json!(signal)),
+            "si_code {code}: {cause}"
+        );
+        assert_eq!(
+            cause["sender"]["pid"].to_string(),
+            queued,
+            "si_code {code}: {cause}"
+        );
+        assert_eq!(cause.get("kernel"), None, "si_code {code}: {cause}");
+    }
+}
+
+/// The kernel's SIGHUPs without a terminal: a child that asked for SIGHUP at its parent's
+/// death (`parent_died`), and a stopped process group that its parent's exit orphans
+/// (`orphaned_group`). Neither reads `hangup`.
+#[test]
+fn cause_sighup_without_a_terminal_says_why() {
+    let Some(daemon) = started("cause_sighup_without_a_terminal_says_why") else {
+        return;
+    };
+    let mut parent = Dying::spawn(&["pdeath", "1"]);
+    let child: u32 = parent.hear().parse().expect("the child's pid");
+    register(&daemon, "pdeath", child);
+    parent.say("exit");
+    assert_eq!(
+        cause_of(&daemon, "pdeath"),
+        json!({"kind": "signal", "signal": 1, "kernel": "parent_died"})
+    );
+    let text = daemon.cli(&["get", "--session", "pdeath"]);
+    assert!(
+        String::from_utf8_lossy(&text.stdout)
+            .contains("killed by SIGHUP from the kernel (its parent died)"),
+        "{text:?}"
+    );
+
+    let mut parent = Dying::spawn(&["orphan"]);
+    let stopped: u32 = parent.hear().parse().expect("the stopped child's pid");
+    register(&daemon, "orphan", stopped);
+    parent.say("exit");
+    assert_eq!(
+        cause_of(&daemon, "orphan"),
+        json!({"kind": "signal", "signal": 1, "kernel": "orphaned_group"})
+    );
+}
+
+/// The RLIMIT_CPU hard limit's SIGKILL is the CPU-time limit, not `other`.
+#[test]
+fn cause_cpu_hard_limit_sigkill_is_the_cpu_limit() {
+    let Some(daemon) = started("cause_cpu_hard_limit_sigkill_is_the_cpu_limit") else {
+        return;
+    };
+    let mut limited = Dying::spawn(&["cpu-hard"]);
+    register(&daemon, "hard", limited.pid);
+    limited.release();
+    assert_eq!(
+        cause_of(&daemon, "hard"),
+        json!({"kind": "signal", "signal": 9, "kernel": "cpu_limit"})
+    );
+}
+
 /// A memory cgroup of 32 MiB, made for one test and removed after it: on a v1 memory
 /// hierarchy where one is mounted (this machine's hybrid layout), else on cgroup2, mounted
 /// here with the memory controller when no mount has it (the test VMs).

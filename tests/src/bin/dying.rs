@@ -10,7 +10,14 @@
 //! - `burn-tree N MS`: at a line forks N children that each spin MS ms and exit, waits
 //!   for them, prints `burnt`, exits 0 at EOF.
 //! - `sender`: for each line `PID SIG` forks a child that sends SIG to PID and exits, waits
-//!   for it and prints its pid: the sender is a new process of this one's tree.
+//!   for it and prints its pid: the sender is a new process of this one's tree. With a line
+//!   `PID SIG CODE` the child sends it with `rt_sigqueueinfo` and that `si_code`.
+//! - `cpu-hard`: at EOF ignores SIGXCPU, sets both RLIMIT_CPU limits to 1 s and spins:
+//!   the hard limit's SIGKILL.
+//! - `pdeath SIG`: forks a child that asks for SIG at its parent's death and prints its
+//!   pid; at a line this process exits.
+//! - `orphan`: forks a child in a process group of its own, prints its pid, waits until it
+//!   has stopped itself; at a line this process exits, orphaning the stopped group.
 //! - `hangup`: opens a pseudo-terminal and forks a session leader whose controlling
 //!   terminal is its slave side, prints the leader's pid; at a line closes the master side
 //!   (a hang-up: the kernel sends the leader SIGHUP), waits for the leader and exits.
@@ -76,6 +83,34 @@ fn fork(child: impl FnOnce()) -> libc::pid_t {
         }
         pid => pid,
     }
+}
+
+/// Sends `signal` to `pid` with a siginfo of this `code`, as `sigqueue` would with another.
+fn queue(pid: libc::pid_t, signal: i32, code: i32) {
+    // SAFETY: a zeroed siginfo is valid; its first three ints are signo, errno and code.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    info.si_signo = signal;
+    info.si_code = code;
+    // SAFETY: passes a live siginfo to the kernel, which copies it.
+    let sent = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigqueueinfo,
+            pid,
+            signal,
+            &info as *const libc::siginfo_t,
+        )
+    };
+    if sent != 0 {
+        fail("rt_sigqueueinfo")
+    }
+}
+
+/// Exits at the next line of stdin, leaving its children behind.
+fn exit_at_a_line() -> ! {
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+    // SAFETY: as in fail.
+    unsafe { libc::_exit(0) }
 }
 
 fn reap(pid: libc::pid_t) {
@@ -203,22 +238,84 @@ fn main() {
                     .split_whitespace()
                     .filter_map(|word| word.parse().ok())
                     .collect();
-                let [pid, signal] = numbers[..] else {
-                    fail("expected a line `PID SIG`")
+                let (pid, signal, code) = match numbers[..] {
+                    [pid, signal] => (pid, signal, None),
+                    [pid, signal, code] => (pid, signal, Some(code)),
+                    _ => fail("expected a line `PID SIG [CODE]`"),
                 };
-                let child = fork(|| {
+                let child = fork(|| match code {
                     // SAFETY: sends a signal; the test chose the target.
-                    if unsafe { libc::kill(pid, signal) } != 0 {
-                        fail("kill")
-                    }
+                    None if unsafe { libc::kill(pid, signal) } != 0 => fail("kill"),
+                    None => {}
+                    Some(code) => queue(pid, signal, code),
                 });
                 reap(child);
                 say(child);
             }
         }
         Some("hangup") => hangup(),
+        Some("cpu-hard") => {
+            wait_for_eof();
+            let both = libc::rlimit {
+                rlim_cur: 1,
+                rlim_max: 1,
+            };
+            // SAFETY: sets this process's own disposition and lowers its own limit.
+            unsafe {
+                libc::signal(libc::SIGXCPU, libc::SIG_IGN);
+                libc::setrlimit(libc::RLIMIT_CPU, &both);
+            }
+            loop {
+                burn(Duration::from_secs(1));
+            }
+        }
+        Some("pdeath") => {
+            let signal: i32 = args
+                .get(1)
+                .and_then(|a| a.parse().ok())
+                .unwrap_or_else(|| fail("expected a signal number"));
+            let parent = std::process::id() as libc::pid_t;
+            fork(|| {
+                // SAFETY: plain syscalls in the single-threaded child.
+                unsafe {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong);
+                    // The parent may have died before the request: then it never comes.
+                    if libc::getppid() != parent {
+                        fail("the parent died first");
+                    }
+                }
+                say(std::process::id());
+                loop {
+                    // SAFETY: waits for a signal.
+                    unsafe { libc::pause() };
+                }
+            });
+            exit_at_a_line()
+        }
+        Some("orphan") => {
+            let child = fork(|| {
+                // SAFETY: plain syscalls in the single-threaded child.
+                unsafe {
+                    libc::setpgid(0, 0);
+                    libc::raise(libc::SIGSTOP);
+                }
+                // Continued without SIGHUP would be a test's failure: it waits.
+                loop {
+                    // SAFETY: waits for a signal.
+                    unsafe { libc::pause() };
+                }
+            });
+            let mut status = 0;
+            // SAFETY: waits for our own child to stop.
+            unsafe { libc::waitpid(child, &mut status, libc::WUNTRACED) };
+            say(child);
+            exit_at_a_line()
+        }
         _ => {
-            eprintln!("usage: dying abort|segv|cpu-limit|hog|burn MS|burn-tree N MS|sender|hangup");
+            eprintln!(
+                "usage: dying abort|segv|cpu-limit|cpu-hard|hog|burn MS|burn-tree N MS|sender|\
+                 hangup|pdeath SIG|orphan"
+            );
             std::process::exit(100)
         }
     }
