@@ -102,8 +102,9 @@ int BPF_PROG(liveness_signal, int sig, struct kernel_siginfo *info, struct task_
 	if (start_ticks != *expected_start)
 		return 0;
 	/* Already dying of a signal it dequeued (a core dump takes its time): a later one is
-	 * not what killed it. */
-	if (BPF_CORE_READ(task, flags) & PF_SIGNALED)
+	 * not what killed it, but for SIGKILL, which ends the dump and, from Linux 5.17, takes
+	 * over the exit status. */
+	if (sig != SIGKILL && (BPF_CORE_READ(task, flags) & PF_SIGNALED))
 		return 0;
 
 	struct signal_cause cause = {

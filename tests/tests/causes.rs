@@ -296,6 +296,34 @@ fn cause_pty_hang_up_is_told_apart_from_a_sent_sighup() {
     assert_eq!(cause["sender"]["comm"], "dying", "{cause}");
 }
 
+/// A process that aborts and is sent SIGKILL while it dumps core: the sender named is the
+/// one of the signal its status says it died of: its own SIGABRT (Linux before 5.17), or
+/// the SIGKILL, which takes the status over from 5.17 on, and its sender.
+#[test]
+fn cause_a_kill_during_a_core_dump_names_the_sender_of_the_status_signal() {
+    let test = "cause_a_kill_during_a_core_dump_names_the_sender_of_the_status_signal";
+    let Some(daemon) = started(test) else {
+        return;
+    };
+    let dumps = tempfile::tempdir().expect("a directory for the core file");
+    let dir = dumps.path().to_str().expect("a UTF-8 path");
+    let mut aborts = Dying::spawn(&["abort-dump", dir, "128"]);
+    register(&daemon, "dump", aborts.pid);
+    aborts.release();
+    let watcher: u32 = aborts
+        .hear()
+        .parse()
+        .expect("the watcher killed it as it dumped");
+    let cause = cause_of(&daemon, "dump");
+    assert_eq!(cause["kind"], "signal", "{cause}");
+    let sender = match cause["signal"].as_u64() {
+        Some(6) => aborts.pid,
+        Some(9) => watcher,
+        _ => panic!("neither SIGABRT nor SIGKILL: {cause}"),
+    };
+    assert_eq!(cause["sender"]["pid"], sender, "{cause}");
+}
+
 /// A process that queues a signal with a `si_code` of its choosing (`rt_sigqueueinfo`)
 /// cannot pass it off as the kernel's: every code up to `SI_USER` is a process's, named
 /// with its pid, SI_TIMER (also a POSIX timer's code) included.

@@ -12,6 +12,9 @@
 //! - `sender`: for each line `PID SIG` forks a child that sends SIG to PID and exits, waits
 //!   for it and prints its pid: the sender is a new process of this one's tree. With a line
 //!   `PID SIG CODE` the child sends it with `rt_sigqueueinfo` and that `si_code`.
+//! - `abort-dump DIR MB`: holds MB MiB, forks a watcher, and at EOF calls abort(3) with
+//!   core dumps on (into DIR); the watcher sends it SIGKILL while it dumps core, prints
+//!   its own pid.
 //! - `cpu-hard`: at EOF ignores SIGXCPU, sets both RLIMIT_CPU limits to 1 s and spins:
 //!   the hard limit's SIGKILL.
 //! - `pdeath SIG`: forks a child that asks for SIG at its parent's death and prints its
@@ -105,6 +108,28 @@ fn queue(pid: libc::pid_t, signal: i32, code: i32) {
     }
 }
 
+/// Sends `pid` SIGKILL once it has dequeued its fatal signal (`PF_SIGNALED` in the flags
+/// of `/proc/PID/stat`), while it dumps core; returns when it is gone.
+fn kill_while_dumping(pid: u32) {
+    const PF_SIGNALED: u64 = 0x400;
+    let path = format!("/proc/{pid}/stat");
+    while let Ok(stat) = std::fs::read_to_string(&path) {
+        // The flags are the sixth field after the command's closing parenthesis.
+        let flags = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(6))
+            .and_then(|flags| flags.parse::<u64>().ok())
+            .unwrap_or(0);
+        if flags & PF_SIGNALED != 0 {
+            // SAFETY: signals the parent this watcher was forked to kill.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            say(std::process::id());
+            return;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
 /// Exits at the next line of stdin, leaving its children behind.
 fn exit_at_a_line() -> ! {
     let mut line = String::new();
@@ -168,13 +193,18 @@ fn hangup() -> ! {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    // Deaths that dump core by default leave no core file behind.
-    let none = libc::rlimit {
+    // Deaths that dump core by default leave no core file behind (unless a mode raises the
+    // soft limit again, up to the hard one).
+    let mut core = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
-    // SAFETY: lowers this process's own limit.
-    unsafe { libc::setrlimit(libc::RLIMIT_CORE, &none) };
+    // SAFETY: reads and lowers this process's own limit.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_CORE, &mut core);
+        core.rlim_cur = 0;
+        libc::setrlimit(libc::RLIMIT_CORE, &core);
+    }
     // The deaths asked for are the default actions: a run under `nohup`, or started in the
     // background by a shell, would hand some of these signals on ignored.
     for signal in [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT, libc::SIGTERM] {
@@ -254,6 +284,27 @@ fn main() {
             }
         }
         Some("hangup") => hangup(),
+        Some("abort-dump") => {
+            let dir = args.get(1).unwrap_or_else(|| fail("expected a directory"));
+            let size = args
+                .get(2)
+                .and_then(|a| a.parse::<usize>().ok())
+                .unwrap_or_else(|| fail("expected a size in MiB"));
+            core.rlim_cur = core.rlim_max;
+            if std::env::set_current_dir(dir).is_err()
+                // SAFETY: raises this process's own soft limit to its hard one.
+                || unsafe { libc::setrlimit(libc::RLIMIT_CORE, &core) } != 0
+            {
+                fail("core dumps into the directory")
+            }
+            // Touched, so the dump has it to write.
+            let held = vec![1u8; size << 20];
+            std::hint::black_box(&held);
+            let dumping = std::process::id();
+            fork(|| kill_while_dumping(dumping));
+            wait_for_eof();
+            std::process::abort()
+        }
         Some("cpu-hard") => {
             wait_for_eof();
             let both = libc::rlimit {
