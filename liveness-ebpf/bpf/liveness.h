@@ -238,6 +238,7 @@ _Static_assert(sizeof(struct lineage) == 8 + 16 * LINEAGE_DEPTH, "lineage size")
 #define CAUSE_SENDER_TTY_LEADER 32
 #define CAUSE_SAME_SESSION 64
 #define CAUSE_INFO_ON_STACK 128
+#define CAUSE_OOM_KILLER 256
 
 /* Mirrors liveness_common::ORIGIN_*: how the signal's siginfo came to be. */
 #define ORIGIN_SIGINFO 0

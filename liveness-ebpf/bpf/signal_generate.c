@@ -55,6 +55,28 @@ static __always_inline __u64 cgroup_at_limit(struct task_struct *task)
 	return 0;
 }
 
+/* Frames enough to pass the tracepoint's and the signal code's own to the OOM killer's. */
+#define OOM_STACK_DEPTH 16
+
+/*
+ * Whether the OOM killer is sending this SIGKILL: its victim's, or a process's that shares
+ * the victim's memory (CLONE_VM), which mark_victim never marks. The mark comes after the
+ * SIGKILL, and the victim may be gone by then.
+ */
+static __always_inline int sent_by_oom_killer(__u64 *ctx)
+{
+	__u64 frames[OOM_STACK_DEPTH] = {};
+	long bytes = bpf_get_stack(ctx, frames, sizeof(frames), 0);
+
+	for (int i = 0; i < OOM_STACK_DEPTH; i++) {
+		if (i * (long)sizeof(frames[0]) >= bytes)
+			break;
+		if (frames[i] - oom_kill_start < oom_kill_end - oom_kill_start)
+			return 1;
+	}
+	return 0;
+}
+
 /*
  * What tells the kernel's SIGHUPs apart: a dying parent's death signal, an orphaned process
  * group's, a terminal's hang-up. The first two come from an exiting task of the target's
@@ -138,6 +160,8 @@ int BPF_PROG(liveness_signal, int sig, struct kernel_siginfo *info, struct task_
 	if (sig == SIGKILL && cause.origin == ORIGIN_PRIV) {
 		cause.oom_cgroup_id = cgroup_at_limit(task);
 		cause.flags |= CAUSE_LIMITS_READ;
+		if (oom_kill_end && sent_by_oom_killer(ctx))
+			cause.flags |= CAUSE_OOM_KILLER;
 	}
 
 	struct task_struct *sender_leader = BPF_CORE_READ(sender, group_leader);

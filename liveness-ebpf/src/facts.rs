@@ -7,7 +7,7 @@ use liveness_common::exit::ExitStatus;
 use liveness_common::identity::ProcessKey;
 
 use crate::record::{
-    CAUSE_INFO_ON_STACK, CAUSE_LIMITS_READ, CAUSE_OOM_MARKED, CAUSE_SAME_SESSION,
+    CAUSE_INFO_ON_STACK, CAUSE_LIMITS_READ, CAUSE_OOM_KILLER, CAUSE_OOM_MARKED, CAUSE_SAME_SESSION,
     CAUSE_SENDER_EXITING, CAUSE_SENDER_IN_TREE, CAUSE_SENDER_TTY_LEADER, EXIT_HAS_CAUSE,
     EXIT_HAS_MEMBERS, EXIT_OOM_VICTIM, ExitRecord, ORIGIN_NOINFO, ORIGIN_PRIV, ORIGIN_SIGINFO,
     SignalCause,
@@ -69,7 +69,9 @@ impl KernelFacts {
         // The last killing signal queued is the one that killed, if its number is that one.
         let seen = (record.flags & EXIT_HAS_CAUSE != 0 && record.cause.signal == u32::from(signal))
             .then_some(&record.cause);
-        let oom_marked = seen.is_some_and(|c| c.flags & CAUSE_OOM_MARKED != 0);
+        // Marked after its SIGKILL, which the victim may outrun: the killer on the stack of
+        // the SIGKILL tells it too.
+        let oom_marked = seen.is_some_and(|c| c.flags & (CAUSE_OOM_MARKED | CAUSE_OOM_KILLER) != 0);
         let mut facts = KernelFacts {
             cause: Cause::Signal {
                 signal,
@@ -170,9 +172,12 @@ fn raised_by(signal: u8, cause: &SignalCause, record: &ExitRecord) -> Raiser {
             Raiser::Kernel(KernelReason::OrphanedGroup)
         }
         ORIGIN_PRIV | ORIGIN_NOINFO if signal == SIGHUP => Raiser::Terminal,
-        // The CPU-time limits' SIGKILL is raised at a tick of the process itself; the OOM
-        // killer's, when it chose the allocating process, was told apart before.
-        ORIGIN_PRIV if signal == SIGKILL && from_itself => Raiser::Kernel(KernelReason::CpuLimit),
+        // The CPU-time limits' SIGKILL is raised at a tick of the process itself. The OOM
+        // killer's, in the allocating process, was told apart before (by its mark, or by the
+        // killer on the stack), and leaves a memory cgroup at its limit.
+        ORIGIN_PRIV if signal == SIGKILL && from_itself && cause.oom_cgroup_id == 0 => {
+            Raiser::Kernel(KernelReason::CpuLimit)
+        }
         _ => Raiser::KernelBySignal,
     }
 }
@@ -441,6 +446,9 @@ mod tests {
                 .to_string(),
             "killed by SIGKILL from the kernel (the CPU-time limit)"
         );
+        // In a memory cgroup at its limit: not claimed to be the CPU limit.
+        raw.cause.oom_cgroup_id = 5;
+        assert_eq!(KernelFacts::of_record(&raw, killed(9), 4096).cause, other);
     }
 
     #[test]
@@ -476,6 +484,16 @@ mod tests {
         assert_eq!(
             facts.cause.to_string(),
             "OOM-killed: the machine ran out of memory"
+        );
+        // The OOM killer's SIGKILL, not (yet) marked: a victim that outran its mark, or a
+        // process that shares the victim's memory.
+        let mut killer = record(9, ORIGIN_PRIV, 0, EXIT_HAS_CAUSE);
+        killer.cause.flags |= CAUSE_OOM_KILLER | CAUSE_LIMITS_READ;
+        killer.cause.oom_cgroup_id = 77;
+        let facts = KernelFacts::of_record(&killer, killed(9), 4096);
+        assert_eq!(
+            (facts.cause.kind(), facts.oom_cgroup_id),
+            (CauseKind::Oom, Some(77))
         );
         // The victim flag alone: an OOM kill of unknown scope.
         let facts =

@@ -142,6 +142,9 @@ pub const CAUSE_SAME_SESSION: u16 = 64;
 /// [`SignalCause::flags`]: the siginfo lay on the sender's kernel stack: a system call
 /// built it (`rt_sigqueueinfo`), not a POSIX timer.
 pub const CAUSE_INFO_ON_STACK: u16 = 128;
+/// [`SignalCause::flags`]: the OOM killer sent this SIGKILL (its `__oom_kill_process` was
+/// on the kernel stack): to its victim, or to a process sharing the victim's memory.
+pub const CAUSE_OOM_KILLER: u16 = 256;
 
 /// [`SignalCause::origin`]: the sender passed a siginfo, whose `si_code` is in `code`.
 pub const ORIGIN_SIGINFO: u16 = 0;

@@ -526,6 +526,31 @@ fn cause_oom_kill_names_the_cgroup_whose_limit_was_reached() {
     );
 }
 
+/// The OOM killer kills the processes that share its victim's memory (`CLONE_VM`) with it,
+/// and marks only the victim: both are `oom`, with the cgroup, never a plain SIGKILL.
+#[test]
+fn cause_oom_kill_of_a_process_sharing_the_victims_memory_is_oom() {
+    let Some(daemon) = started("cause_oom_kill_of_a_process_sharing_the_victims_memory_is_oom")
+    else {
+        return;
+    };
+    let cgroup = MemoryCgroup::new(&format!("liveness-oom-shared-{}", std::process::id()));
+    let mut hog = Dying::spawn(&["hog-shared"]);
+    cgroup.add(hog.pid);
+    hog.say("clone");
+    let sharer: u32 = hog.hear().parse().expect("the sharing process's pid");
+    register(&daemon, "hog", hog.pid);
+    register(&daemon, "sharer", sharer);
+    hog.release();
+    for id in ["hog", "sharer"] {
+        assert_eq!(
+            cause_of(&daemon, id),
+            json!({"kind": "oom", "scope": "cgroup", "cgroup": cgroup.path}),
+            "{id}"
+        );
+    }
+}
+
 /// CPU time from the kernel at the exit: an owner that burns 300 ms reports at least 250,
 /// and the members of a tree that burn and exit before their owner are summed.
 #[test]

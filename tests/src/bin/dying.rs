@@ -15,6 +15,9 @@
 //! - `abort-dump DIR MB`: holds MB MiB, forks a watcher, and at EOF calls abort(3) with
 //!   core dumps on (into DIR); the watcher sends it SIGKILL while it dumps core, prints
 //!   its own pid.
+//! - `hog-shared`: at a line clones a process that shares its memory (`CLONE_VM`, not a
+//!   thread) and only sleeps, prints its pid, and at EOF hogs memory as `hog` does: the OOM
+//!   killer kills both.
 //! - `cpu-hard`: at EOF ignores SIGXCPU, sets both RLIMIT_CPU limits to 1 s and spins:
 //!   the hard limit's SIGKILL.
 //! - `pdeath SIG`: forks a child that asks for SIG at its parent's death and prints its
@@ -130,6 +133,41 @@ fn kill_while_dumping(pid: u32) {
     }
 }
 
+/// Allocates and touches memory, 1 MiB at a time, until it is killed.
+fn hog() -> ! {
+    let mut held: Vec<Vec<u8>> = Vec::new();
+    loop {
+        // Touched, so every page is resident.
+        held.push(vec![1u8; 1 << 20]);
+        std::hint::black_box(&held);
+    }
+}
+
+/// A process that shares this one's memory and only sleeps: its pid.
+fn clone_sleeper() -> libc::pid_t {
+    extern "C" fn sleep_forever(_: *mut libc::c_void) -> libc::c_int {
+        loop {
+            // SAFETY: waits for a signal; touches nothing of the shared memory.
+            unsafe { libc::pause() };
+        }
+    }
+    // Its stack, in the shared memory: leaked, as the process outlives this call.
+    let stack: &'static mut [u8] = Box::leak(vec![0u8; 64 << 10].into_boxed_slice());
+    // SAFETY: the stack is valid for the child's life and the child runs only pause().
+    let pid = unsafe {
+        libc::clone(
+            sleep_forever,
+            stack.as_mut_ptr().add(stack.len()).cast(),
+            libc::CLONE_VM | libc::SIGCHLD,
+            std::ptr::null_mut(),
+        )
+    };
+    if pid < 0 {
+        fail("clone")
+    }
+    pid
+}
+
 /// Exits at the next line of stdin, leaving its children behind.
 fn exit_at_a_line() -> ! {
     let mut line = String::new();
@@ -237,14 +275,16 @@ fn main() {
                 burn(Duration::from_secs(1));
             }
         }
+        Some("hog-shared") => {
+            let mut line = String::new();
+            let _ = std::io::stdin().lock().read_line(&mut line);
+            say(clone_sleeper());
+            wait_for_eof();
+            hog()
+        }
         Some("hog") => {
             wait_for_eof();
-            let mut held: Vec<Vec<u8>> = Vec::new();
-            loop {
-                // Touched, so every page is resident.
-                held.push(vec![1u8; 1 << 20]);
-                std::hint::black_box(&held);
-            }
+            hog()
         }
         Some("burn") => {
             burn(millis(&args, 1));
@@ -364,7 +404,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: dying abort|segv|cpu-limit|cpu-hard|hog|burn MS|burn-tree N MS|sender|\
+                "usage: dying abort|segv|cpu-limit|cpu-hard|hog|hog-shared|burn MS|burn-tree N MS|sender|\
                  hangup|pdeath SIG|orphan"
             );
             std::process::exit(100)
