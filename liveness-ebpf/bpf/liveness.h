@@ -62,6 +62,15 @@ struct sched_entity {
 	__u64 sum_exec_runtime;
 };
 
+/* The signals 1 to 64 pending, bit n - 1 for signal n (x86-64 and arm64: one word). */
+typedef struct {
+	unsigned long sig[1];
+} sigset_t;
+
+struct sigpending {
+	sigset_t signal;
+};
+
 struct task_struct {
 	/* PF_* bits. */
 	unsigned int flags;
@@ -80,6 +89,8 @@ struct task_struct {
 	char comm[16];
 	struct signal_struct *signal;
 	struct css_set *cgroups;
+	/* The signals sent to this thread alone: dequeued before the process's. */
+	struct sigpending pending;
 };
 
 /* Only its address is used: the siginfo layout read through it is user-space ABI. */
@@ -239,6 +250,7 @@ _Static_assert(sizeof(struct lineage) == 8 + 16 * LINEAGE_DEPTH, "lineage size")
 #define CAUSE_SAME_SESSION 64
 #define CAUSE_INFO_ON_STACK 128
 #define CAUSE_OOM_KILLER 256
+#define CAUSE_THREAD_DIRECTED 512
 
 /* Mirrors liveness_common::ORIGIN_*: how the signal's siginfo came to be. */
 #define ORIGIN_SIGINFO 0

@@ -129,10 +129,20 @@ int BPF_PROG(liveness_signal, int sig, struct kernel_siginfo *info, struct task_
 	if (sig != SIGKILL && (BPF_CORE_READ(task, flags) & PF_SIGNALED))
 		return 0;
 
+	/* The kernel dequeues a thread's own signals before the process's: a classic signal
+	 * sent to the thread (tgkill, abort, a fault) and still pending there is delivered
+	 * before this same signal sent to the process, whose sender is not the killer. */
+	struct signal_cause *kept = bpf_map_lookup_elem(&causes, &tgid);
+
+	if (group && sig < 32 && kept && kept->target_start_ticks == start_ticks &&
+	    kept->signal == sig && (kept->flags & CAUSE_THREAD_DIRECTED) &&
+	    (BPF_CORE_READ(task, pending.signal.sig[0]) & (1UL << (sig - 1))))
+		return 0;
+
 	struct signal_cause cause = {
 		.target_start_ticks = start_ticks,
 		.signal = sig,
-		.flags = CAUSE_SIGNAL,
+		.flags = group ? CAUSE_SIGNAL : CAUSE_SIGNAL | CAUSE_THREAD_DIRECTED,
 	};
 	__u64 special = (__u64)info;
 

@@ -145,6 +145,9 @@ pub const CAUSE_INFO_ON_STACK: u16 = 128;
 /// [`SignalCause::flags`]: the OOM killer sent this SIGKILL (its `__oom_kill_process` was
 /// on the kernel stack): to its victim, or to a process sharing the victim's memory.
 pub const CAUSE_OOM_KILLER: u16 = 256;
+/// [`SignalCause::flags`]: the signal was sent to one thread (`tgkill`, `abort`, a fault),
+/// not to the process.
+pub const CAUSE_THREAD_DIRECTED: u16 = 512;
 
 /// [`SignalCause::origin`]: the sender passed a siginfo, whose `si_code` is in `code`.
 pub const ORIGIN_SIGINFO: u16 = 0;

@@ -324,6 +324,32 @@ fn cause_a_kill_during_a_core_dump_names_the_sender_of_the_status_signal() {
     assert_eq!(cause["sender"]["pid"], sender, "{cause}");
 }
 
+/// SIGTERM sent twice while the owner blocks it, first to its thread (`tgkill`), then to
+/// the process (`kill`): the kernel delivers the thread's first, and its sender is named.
+#[test]
+fn cause_names_the_sender_of_the_pending_signal_delivered_first() {
+    let Some(daemon) = started("cause_names_the_sender_of_the_pending_signal_delivered_first")
+    else {
+        return;
+    };
+    let mut victim = Dying::spawn(&["blocked", "15"]);
+    assert_eq!(victim.hear(), "blocked");
+    register(&daemon, "twice", victim.pid);
+    let mut sender = Dying::spawn(&["sender"]);
+    sender.say(&format!("{} 15 tgkill", victim.pid));
+    let first = sender.hear();
+    sender.say(&format!("{} 15", victim.pid));
+    let second = sender.hear();
+    victim.release();
+    let cause = cause_of(&daemon, "twice");
+    assert_eq!(cause["signal"], 15, "{cause}");
+    assert_eq!(
+        cause["sender"]["pid"].to_string(),
+        first,
+        "not the later kill's {second}: {cause}"
+    );
+}
+
 /// A process that queues a signal with a `si_code` of its choosing (`rt_sigqueueinfo`)
 /// cannot pass it off as the kernel's: every code up to `SI_USER` is a process's, named
 /// with its pid, SI_TIMER (also a POSIX timer's code) included.

@@ -11,7 +11,9 @@
 //!   for them, prints `burnt`, exits 0 at EOF.
 //! - `sender`: for each line `PID SIG` forks a child that sends SIG to PID and exits, waits
 //!   for it and prints its pid: the sender is a new process of this one's tree. With a line
-//!   `PID SIG CODE` the child sends it with `rt_sigqueueinfo` and that `si_code`.
+//!   `PID SIG CODE` the child sends it with `rt_sigqueueinfo` and that `si_code`; with
+//!   `PID SIG tgkill`, to the thread PID alone.
+//! - `blocked SIG`: blocks SIG, prints `blocked`, and unblocks it at EOF.
 //! - `abort-dump DIR MB`: holds MB MiB, forks a watcher, and at EOF calls abort(3) with
 //!   core dumps on (into DIR); the watcher sends it SIGKILL while it dumps core, prints
 //!   its own pid.
@@ -275,6 +277,24 @@ fn main() {
                 burn(Duration::from_secs(1));
             }
         }
+        Some("blocked") => {
+            let signal: i32 = args
+                .get(1)
+                .and_then(|a| a.parse().ok())
+                .unwrap_or_else(|| fail("expected a signal number"));
+            // SAFETY: a zeroed sigset_t is valid, and emptied before use.
+            let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+            // SAFETY: a set of this one signal, blocked and later unblocked in this thread.
+            unsafe {
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, signal);
+                libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            }
+            say("blocked");
+            wait_for_eof();
+            // SAFETY: as above: what is pending is delivered now.
+            unsafe { libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) };
+        }
         Some("hog-shared") => {
             let mut line = String::new();
             let _ = std::io::stdin().lock().read_line(&mut line);
@@ -313,9 +333,14 @@ fn main() {
                     [pid, signal, code] => (pid, signal, Some(code)),
                     _ => fail("expected a line `PID SIG [CODE]`"),
                 };
+                let to_thread = line.ends_with("tgkill");
                 let child = fork(|| match code {
                     // SAFETY: sends a signal; the test chose the target.
-                    None if unsafe { libc::kill(pid, signal) } != 0 => fail("kill"),
+                    None if to_thread && unsafe { libc::tgkill(pid, pid, signal) } != 0 => {
+                        fail("tgkill")
+                    }
+                    // SAFETY: as above.
+                    None if !to_thread && unsafe { libc::kill(pid, signal) } != 0 => fail("kill"),
                     None => {}
                     Some(code) => queue(pid, signal, code),
                 });
@@ -404,7 +429,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: dying abort|segv|cpu-limit|cpu-hard|hog|hog-shared|burn MS|burn-tree N MS|sender|\
+                "usage: dying abort|segv|cpu-limit|cpu-hard|hog|hog-shared|blocked SIG|burn MS|burn-tree N MS|sender|\
                  hangup|pdeath SIG|orphan"
             );
             std::process::exit(100)
