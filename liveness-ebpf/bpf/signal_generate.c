@@ -160,9 +160,14 @@ int BPF_PROG(liveness_signal, int sig, struct kernel_siginfo *info, struct task_
 
 	/* A system call's siginfo is a local of the sender's, on its stack; a POSIX timer's
 	 * is queued from the timer, never there: both say SI_TIMER. */
-	if (special > SEND_SIG_PRIV &&
-	    special - (__u64)BPF_CORE_READ(sender, stack) < THREAD_SIZE)
-		cause.flags |= CAUSE_INFO_ON_STACK;
+	if (special > SEND_SIG_PRIV) {
+		__u64 address = 0;
+
+		/* Its address as a number: Linux 5.10 refuses arithmetic on a BTF pointer. */
+		bpf_probe_read_kernel(&address, sizeof(address), &ctx[1]);
+		if (address - (__u64)BPF_CORE_READ(sender, stack) < THREAD_SIZE)
+			cause.flags |= CAUSE_INFO_ON_STACK;
+	}
 	sender_context(sender, task, &cause);
 
 	/* The OOM killer's SIGKILL comes before its victim's memory is freed: where a cgroup's
