@@ -198,12 +198,16 @@ const (
 	KernelTerminal KernelReason = "terminal"
 	// A timer the process set.
 	KernelTimer KernelReason = "timer"
+	// Its parent died, and it had asked for this signal then (PR_SET_PDEATHSIG).
+	KernelParentDied KernelReason = "parent_died"
+	// Its process group was orphaned with stopped members.
+	KernelOrphanedGroup KernelReason = "orphaned_group"
 	// Another reason.
 	KernelOther KernelReason = "other"
 )
 
 // KernelReasons lists every KernelReason, in the daemon's order.
-var KernelReasons = []KernelReason{KernelFault, KernelBadSystemCall, KernelCPULimit, KernelFileSizeLimit, KernelBrokenPipe, KernelTerminal, KernelTimer, KernelOther}
+var KernelReasons = []KernelReason{KernelFault, KernelBadSystemCall, KernelCPULimit, KernelFileSizeLimit, KernelBrokenPipe, KernelTerminal, KernelTimer, KernelParentDied, KernelOrphanedGroup, KernelOther}
 
 // OomScope is what ran out of memory.
 type OomScope string

@@ -106,6 +106,12 @@ pub enum KernelReason {
     Terminal,
     /// A timer the process set.
     Timer,
+    /// The process asked for this signal when its parent dies (`PR_SET_PDEATHSIG`), and the
+    /// parent died.
+    ParentDied,
+    /// Its process group was left orphaned (no parent in another group of its session)
+    /// with stopped members: the kernel sends such a group SIGHUP and SIGCONT.
+    OrphanedGroup,
     /// Another reason.
     Other,
 }
@@ -120,7 +126,9 @@ impl fmt::Display for KernelReason {
             KernelReason::BrokenPipe => "a write to a closed pipe",
             KernelReason::Terminal => "the terminal's interrupt or quit key",
             KernelReason::Timer => "a timer",
-            KernelReason::Other => "the kernel",
+            KernelReason::ParentDied => "its parent died",
+            KernelReason::OrphanedGroup => "its process group was orphaned with stopped members",
+            KernelReason::Other => "another reason",
         })
     }
 }
@@ -262,6 +270,11 @@ impl fmt::Display for Cause {
                 }
                 f.write_str(")")
             }
+            Cause::Signal {
+                signal,
+                kernel: Some(KernelReason::Other),
+                ..
+            } => write!(f, "killed by {} from the kernel", SignalName(*signal)),
             Cause::Signal {
                 signal,
                 kernel: Some(reason),
@@ -421,5 +434,11 @@ mod tests {
         }
         assert!("bogus".parse::<CauseKind>().is_err());
         assert_eq!(SignalName(36).to_string(), "SIGRTMIN+2");
+        let other = Cause::Signal {
+            signal: 9,
+            sender: None,
+            kernel: Some(KernelReason::Other),
+        };
+        assert_eq!(other.to_string(), "killed by SIGKILL from the kernel");
     }
 }

@@ -31,6 +31,11 @@ struct signal_struct {
 	unsigned long maxrss;
 	/* Set by mark_oom_victim, once, when the OOM killer chose the process. */
 	struct mm_struct *oom_mm;
+	/* Indexed by enum pid_type: pids[PIDTYPE_SID] is the session's. */
+	struct pid *pids[4];
+	/* The controlling terminal, and the foreground group of the one that hung up. */
+	struct tty_struct *tty;
+	struct pid *tty_old_pgrp;
 };
 
 struct ns_common {
@@ -57,7 +62,20 @@ struct sched_entity {
 	__u64 sum_exec_runtime;
 };
 
+/* The signals 1 to 64 pending, bit n - 1 for signal n (x86-64 and arm64: one word). */
+typedef struct {
+	unsigned long sig[1];
+} sigset_t;
+
+struct sigpending {
+	sigset_t signal;
+};
+
 struct task_struct {
+	/* PF_* bits. */
+	unsigned int flags;
+	/* The task's kernel stack, THREAD_SIZE bytes. */
+	void *stack;
 	int exit_code;
 	int pid;
 	int tgid;
@@ -71,10 +89,15 @@ struct task_struct {
 	char comm[16];
 	struct signal_struct *signal;
 	struct css_set *cgroups;
+	/* The signals sent to this thread alone: dequeued before the process's. */
+	struct sigpending pending;
 };
 
 /* Only its address is used: the siginfo layout read through it is user-space ABI. */
 struct kernel_siginfo;
+
+/* Only compared to NULL. */
+struct tty_struct;
 
 /* A cgroup's kernfs node: its id is the inode number of the cgroup's directory. */
 struct kernfs_node {
@@ -132,6 +155,17 @@ struct trace_event_raw_mark_victim___task {
 
 /* include/linux/sched/signal.h: a macro, so not in BTF; unchanged since Linux 2.6. */
 #define SIGNAL_GROUP_EXIT 0x00000004
+
+/* include/linux/sched.h: the task is exiting; it was killed by a signal it dequeued.
+ * Macros, unchanged since Linux 2.6. */
+#define PF_EXITING 0x00000004
+#define PF_SIGNALED 0x00000400
+
+/* include/linux/pid.h: the session's entry of signal_struct.pids, since Linux 4.19. */
+#define PIDTYPE_SID 3
+
+/* The kernel stack of x86-64 and arm64 (without KASAN, which doubles it). */
+#define THREAD_SIZE 16384
 
 /* /proc/<pid>/stat field 22 is nsec_to_clock_t(start_boottime) with USER_HZ = 100. */
 #define NSEC_PER_CLOCK_TICK 10000000ULL
@@ -211,6 +245,12 @@ _Static_assert(sizeof(struct lineage) == 8 + 16 * LINEAGE_DEPTH, "lineage size")
 #define CAUSE_SENDER_IN_TREE 2
 #define CAUSE_OOM_MARKED 4
 #define CAUSE_LIMITS_READ 8
+#define CAUSE_SENDER_EXITING 16
+#define CAUSE_SENDER_TTY_LEADER 32
+#define CAUSE_SAME_SESSION 64
+#define CAUSE_INFO_ON_STACK 128
+#define CAUSE_OOM_KILLER 256
+#define CAUSE_THREAD_DIRECTED 512
 
 /* Mirrors liveness_common::ORIGIN_*: how the signal's siginfo came to be. */
 #define ORIGIN_SIGINFO 0

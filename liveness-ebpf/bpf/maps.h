@@ -23,6 +23,13 @@
 const volatile __u32 daemon_pidns_inum = PROC_PID_INIT_INO;
 
 /*
+ * The kernel text of the OOM killer's __oom_kill_process, [start, end), set by the loader
+ * from /proc/kallsyms; both 0 when it could not be read.
+ */
+const volatile __u64 oom_kill_start = 0;
+const volatile __u64 oom_kill_end = 0;
+
+/*
  * How many entries of the members map the trees' members may hold, set by the loader. The
  * map has room for these plus one entry per tracked process, so members never take a
  * tracked process's room.

@@ -55,6 +55,49 @@ static __always_inline __u64 cgroup_at_limit(struct task_struct *task)
 	return 0;
 }
 
+/* Frames enough to pass the tracepoint's and the signal code's own to the OOM killer's. */
+#define OOM_STACK_DEPTH 16
+
+/*
+ * Whether the OOM killer is sending this SIGKILL: its victim's, or a process's that shares
+ * the victim's memory (CLONE_VM), which mark_victim never marks. The mark comes after the
+ * SIGKILL, and the victim may be gone by then.
+ */
+static __always_inline int sent_by_oom_killer(__u64 *ctx)
+{
+	__u64 frames[OOM_STACK_DEPTH] = {};
+	long bytes = bpf_get_stack(ctx, frames, sizeof(frames), 0);
+
+	for (int i = 0; i < OOM_STACK_DEPTH; i++) {
+		if (i * (long)sizeof(frames[0]) >= bytes)
+			break;
+		if (frames[i] - oom_kill_start < oom_kill_end - oom_kill_start)
+			return 1;
+	}
+	return 0;
+}
+
+/*
+ * What tells the kernel's SIGHUPs apart: a dying parent's death signal, an orphaned process
+ * group's, a terminal's hang-up. The first two come from an exiting task of the target's
+ * session (kill_orphaned_pgrp); a session leader's exit hangs up its terminal while it
+ * still holds it (disassociate_ctty), a pty's master side from outside the session.
+ */
+static __always_inline void sender_context(struct task_struct *sender, struct task_struct *target,
+					   struct signal_cause *cause)
+{
+	struct signal_struct *signal = BPF_CORE_READ(sender, signal);
+	struct pid *session = BPF_CORE_READ(signal, pids[PIDTYPE_SID]);
+
+	if (BPF_CORE_READ(sender, flags) & PF_EXITING)
+		cause->flags |= CAUSE_SENDER_EXITING;
+	if (session == BPF_CORE_READ(target, signal, pids[PIDTYPE_SID]))
+		cause->flags |= CAUSE_SAME_SESSION;
+	if (session == BPF_CORE_READ(sender, group_leader, thread_pid) &&
+	    (BPF_CORE_READ(signal, tty) || BPF_CORE_READ(signal, tty_old_pgrp)))
+		cause->flags |= CAUSE_SENDER_TTY_LEADER;
+}
+
 /*
  * Keeps the sender of every signal that kills by default queued to a tracked process: the
  * last one before its death is the one that killed it (its exit record checks the number).
@@ -80,11 +123,26 @@ int BPF_PROG(liveness_signal, int sig, struct kernel_siginfo *info, struct task_
 
 	if (start_ticks != *expected_start)
 		return 0;
+	/* Already dying of a signal it dequeued (a core dump takes its time): a later one is
+	 * not what killed it, but for SIGKILL, which ends the dump and, from Linux 5.17, takes
+	 * over the exit status. */
+	if (sig != SIGKILL && (BPF_CORE_READ(task, flags) & PF_SIGNALED))
+		return 0;
+
+	/* The kernel dequeues a thread's own signals before the process's: a classic signal
+	 * sent to the thread (tgkill, abort, a fault) and still pending there is delivered
+	 * before this same signal sent to the process, whose sender is not the killer. */
+	struct signal_cause *kept = bpf_map_lookup_elem(&causes, &tgid);
+
+	if (group && sig < 32 && kept && kept->target_start_ticks == start_ticks &&
+	    kept->signal == sig && (kept->flags & CAUSE_THREAD_DIRECTED) &&
+	    (BPF_CORE_READ(task, pending.signal.sig[0]) & (1UL << (sig - 1))))
+		return 0;
 
 	struct signal_cause cause = {
 		.target_start_ticks = start_ticks,
 		.signal = sig,
-		.flags = CAUSE_SIGNAL,
+		.flags = group ? CAUSE_SIGNAL : CAUSE_SIGNAL | CAUSE_THREAD_DIRECTED,
 	};
 	__u64 special = (__u64)info;
 
@@ -98,14 +156,28 @@ int BPF_PROG(liveness_signal, int sig, struct kernel_siginfo *info, struct task_
 		bpf_probe_read_kernel(&cause.code, sizeof(cause.code), (void *)info + 8);
 	}
 
+	struct task_struct *sender = (struct task_struct *)bpf_get_current_task();
+
+	/* A system call's siginfo is a local of the sender's, on its stack; a POSIX timer's
+	 * is queued from the timer, never there: both say SI_TIMER. */
+	if (special > SEND_SIG_PRIV) {
+		__u64 address = 0;
+
+		/* Its address as a number: Linux 5.10 refuses arithmetic on a BTF pointer. */
+		bpf_probe_read_kernel(&address, sizeof(address), &ctx[1]);
+		if (address - (__u64)BPF_CORE_READ(sender, stack) < THREAD_SIZE)
+			cause.flags |= CAUSE_INFO_ON_STACK;
+	}
+	sender_context(sender, task, &cause);
+
 	/* The OOM killer's SIGKILL comes before its victim's memory is freed: where a cgroup's
 	 * limit stands, it is still at it. */
 	if (sig == SIGKILL && cause.origin == ORIGIN_PRIV) {
 		cause.oom_cgroup_id = cgroup_at_limit(task);
 		cause.flags |= CAUSE_LIMITS_READ;
+		if (oom_kill_end && sent_by_oom_killer(ctx))
+			cause.flags |= CAUSE_OOM_KILLER;
 	}
-
-	struct task_struct *sender = (struct task_struct *)bpf_get_current_task();
 
 	struct task_struct *sender_leader = BPF_CORE_READ(sender, group_leader);
 

@@ -7,8 +7,10 @@ use liveness_common::exit::ExitStatus;
 use liveness_common::identity::ProcessKey;
 
 use crate::record::{
-    CAUSE_LIMITS_READ, CAUSE_OOM_MARKED, CAUSE_SENDER_IN_TREE, EXIT_HAS_CAUSE, EXIT_HAS_MEMBERS,
-    EXIT_OOM_VICTIM, ExitRecord, ORIGIN_SIGINFO, SignalCause,
+    CAUSE_INFO_ON_STACK, CAUSE_LIMITS_READ, CAUSE_OOM_KILLER, CAUSE_OOM_MARKED, CAUSE_SAME_SESSION,
+    CAUSE_SENDER_EXITING, CAUSE_SENDER_IN_TREE, CAUSE_SENDER_TTY_LEADER, EXIT_HAS_CAUSE,
+    EXIT_HAS_MEMBERS, EXIT_OOM_VICTIM, ExitRecord, ORIGIN_NOINFO, ORIGIN_PRIV, ORIGIN_SIGINFO,
+    SignalCause,
 };
 
 /// What an eBPF exit record says beyond the status.
@@ -24,13 +26,12 @@ pub struct KernelFacts {
 
 const SIGHUP: u8 = 1;
 const SIGKILL: u8 = 9;
-/// `si_code` values of signals a process sends: `kill`, `sigqueue`, a message queue's
-/// notification, `tgkill`. Every other value is the kernel's.
+/// `kill`'s `si_code`. Every code up to it is a process's (the kernel's `SI_FROMUSER`):
+/// `rt_sigqueueinfo` lets a sender choose any of them, the kernel raises none of them but
+/// `SI_TIMER`.
 const SI_USER: i32 = 0;
-const SI_QUEUE: i32 = -1;
+/// A POSIX timer's expiry, queued by the kernel; also a code `rt_sigqueueinfo` accepts.
 const SI_TIMER: i32 = -2;
-const SI_MESGQ: i32 = -3;
-const SI_TKILL: i32 = -6;
 
 impl KernelFacts {
     /// Reads an exit record whose status is `status`; `page_size` turns pages into bytes.
@@ -68,7 +69,9 @@ impl KernelFacts {
         // The last killing signal queued is the one that killed, if its number is that one.
         let seen = (record.flags & EXIT_HAS_CAUSE != 0 && record.cause.signal == u32::from(signal))
             .then_some(&record.cause);
-        let oom_marked = seen.is_some_and(|c| c.flags & CAUSE_OOM_MARKED != 0);
+        // Marked after its SIGKILL, which the victim may outrun: the killer on the stack of
+        // the SIGKILL tells it too.
+        let oom_marked = seen.is_some_and(|c| c.flags & (CAUSE_OOM_MARKED | CAUSE_OOM_KILLER) != 0);
         let mut facts = KernelFacts {
             cause: Cause::Signal {
                 signal,
@@ -98,7 +101,8 @@ impl KernelFacts {
         let Some(seen) = seen else {
             return facts;
         };
-        if sent_by_a_process(seen) {
+        let raised = raised_by(signal, seen, record);
+        if raised == Raiser::Process {
             facts.cause = Cause::Signal {
                 signal,
                 sender: Some(Sender {
@@ -114,16 +118,67 @@ impl KernelFacts {
                 pid: seen.sender_root_tgid,
                 start_ticks: seen.sender_root_start_ticks,
             });
-        } else if signal == SIGHUP {
+        } else if raised == Raiser::Terminal {
             facts.cause = Cause::Hangup;
         } else {
             facts.cause = Cause::Signal {
                 signal,
                 sender: None,
-                kernel: Some(kernel_reason(signal, seen)),
+                kernel: Some(match raised {
+                    Raiser::Kernel(reason) => reason,
+                    _ => kernel_reason(signal, seen),
+                }),
             };
         }
         facts
+    }
+}
+
+/// Who raised a signal, as far as its record tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Raiser {
+    /// A process: `current` when it was queued.
+    Process,
+    /// The kernel, for a terminal's hang-up.
+    Terminal,
+    /// The kernel, for this reason.
+    Kernel(KernelReason),
+    /// The kernel, for the reason its number and code say.
+    KernelBySignal,
+}
+
+fn raised_by(signal: u8, cause: &SignalCause, record: &ExitRecord) -> Raiser {
+    let from_itself =
+        cause.sender_tgid == record.tgid && cause.sender_start_ticks == record.start_ticks;
+    let flag = |bit| cause.flags & bit != 0;
+    match cause.origin {
+        ORIGIN_SIGINFO
+            if cause.code <= SI_USER && (cause.code != SI_TIMER || flag(CAUSE_INFO_ON_STACK)) =>
+        {
+            Raiser::Process
+        }
+        // forget_original_parent: the exiting parent sends the death signal it was asked for.
+        ORIGIN_NOINFO if flag(CAUSE_SENDER_EXITING) && !from_itself => {
+            Raiser::Kernel(KernelReason::ParentDied)
+        }
+        // kill_orphaned_pgrp, from an exiting process of the session that no longer holds a
+        // terminal; a session leader hanging up its terminal at exit still does.
+        ORIGIN_PRIV
+            if signal == SIGHUP
+                && flag(CAUSE_SENDER_EXITING)
+                && flag(CAUSE_SAME_SESSION)
+                && !flag(CAUSE_SENDER_TTY_LEADER) =>
+        {
+            Raiser::Kernel(KernelReason::OrphanedGroup)
+        }
+        ORIGIN_PRIV | ORIGIN_NOINFO if signal == SIGHUP => Raiser::Terminal,
+        // The CPU-time limits' SIGKILL is raised at a tick of the process itself. The OOM
+        // killer's, in the allocating process, was told apart before (by its mark, or by the
+        // killer on the stack), and leaves a memory cgroup at its limit.
+        ORIGIN_PRIV if signal == SIGKILL && from_itself && cause.oom_cgroup_id == 0 => {
+            Raiser::Kernel(KernelReason::CpuLimit)
+        }
+        _ => Raiser::KernelBySignal,
     }
 }
 
@@ -138,11 +193,6 @@ fn cpu_times(usage: &crate::record::Usage) -> (u64, u64) {
         .unwrap_or(0);
     let micros = |ns: u128| u64::try_from(ns / 1000).unwrap_or(u64::MAX);
     (micros(runtime - system), micros(system))
-}
-
-/// Whether a process sent the signal (then `current` was its sender) rather than the kernel.
-fn sent_by_a_process(cause: &SignalCause) -> bool {
-    cause.origin == ORIGIN_SIGINFO && matches!(cause.code, SI_USER | SI_QUEUE | SI_MESGQ | SI_TKILL)
 }
 
 fn kernel_reason(signal: u8, cause: &SignalCause) -> KernelReason {
@@ -307,6 +357,101 @@ mod tests {
     }
 
     #[test]
+    fn every_code_up_to_si_user_names_its_sender() {
+        let cause = |signal, code, flags| {
+            let mut raw = record(u32::from(signal), ORIGIN_SIGINFO, code, EXIT_HAS_CAUSE);
+            raw.cause.flags |= flags;
+            KernelFacts::of_record(&raw, killed(signal), 4096).cause
+        };
+        // SI_QUEUE, SI_MESGQ, SI_ASYNCIO, SI_SIGIO, SI_TKILL, SI_DETHREAD, and beyond.
+        for code in [-1, -3, -4, -5, -6, -7, -60] {
+            for signal in [1, 9, 11] {
+                assert!(
+                    matches!(
+                        cause(signal, code, 0),
+                        Cause::Signal {
+                            sender: Some(_),
+                            kernel: None,
+                            ..
+                        }
+                    ),
+                    "si_code {code}"
+                );
+            }
+        }
+        // SI_TIMER: a POSIX timer's, unless a system call built it.
+        assert!(matches!(
+            cause(9, SI_TIMER, 0),
+            Cause::Signal {
+                kernel: Some(KernelReason::Timer),
+                ..
+            }
+        ));
+        assert!(matches!(
+            cause(9, SI_TIMER, CAUSE_INFO_ON_STACK),
+            Cause::Signal {
+                sender: Some(_),
+                ..
+            }
+        ));
+        // A kernel code the process sent itself is its own lie about itself.
+        assert_eq!(
+            cause(11, 1, 0).to_string(),
+            "killed by SIGSEGV from the kernel (a fault)"
+        );
+    }
+
+    #[test]
+    fn the_kernels_sighups_are_told_apart() {
+        let cause = |origin, flags| {
+            let mut raw = record(1, origin, 0, EXIT_HAS_CAUSE);
+            raw.cause.flags |= flags;
+            KernelFacts::of_record(&raw, killed(1), 4096).cause
+        };
+        let kernel = |reason| Cause::Signal {
+            signal: 1,
+            sender: None,
+            kernel: Some(reason),
+        };
+        assert_eq!(
+            cause(ORIGIN_NOINFO, CAUSE_SENDER_EXITING),
+            kernel(KernelReason::ParentDied)
+        );
+        let orphaned = CAUSE_SENDER_EXITING | CAUSE_SAME_SESSION;
+        assert_eq!(
+            cause(ORIGIN_PRIV, orphaned),
+            kernel(KernelReason::OrphanedGroup)
+        );
+        // A session leader hanging up its terminal as it exits; a pty's master closed.
+        assert_eq!(
+            cause(ORIGIN_PRIV, orphaned | CAUSE_SENDER_TTY_LEADER),
+            Cause::Hangup
+        );
+        assert_eq!(cause(ORIGIN_PRIV, 0), Cause::Hangup);
+        assert_eq!(
+            kernel(KernelReason::OrphanedGroup).to_string(),
+            "killed by SIGHUP from the kernel (its process group was orphaned with stopped members)"
+        );
+    }
+
+    #[test]
+    fn a_sigkill_the_process_raised_at_its_own_tick_is_the_cpu_limit() {
+        let mut raw = record(9, ORIGIN_PRIV, 0, EXIT_HAS_CAUSE);
+        let other = KernelFacts::of_record(&raw, killed(9), 4096).cause;
+        assert_eq!(other.to_string(), "killed by SIGKILL from the kernel");
+        (raw.cause.sender_tgid, raw.cause.sender_start_ticks) = (raw.tgid, raw.start_ticks);
+        assert_eq!(
+            KernelFacts::of_record(&raw, killed(9), 4096)
+                .cause
+                .to_string(),
+            "killed by SIGKILL from the kernel (the CPU-time limit)"
+        );
+        // In a memory cgroup at its limit: not claimed to be the CPU limit.
+        raw.cause.oom_cgroup_id = 5;
+        assert_eq!(KernelFacts::of_record(&raw, killed(9), 4096).cause, other);
+    }
+
+    #[test]
     fn only_observed_facts_are_reported() {
         // The last signal seen is not the one that killed: its sender is not claimed.
         let cause = KernelFacts::of_record(
@@ -339,6 +484,16 @@ mod tests {
         assert_eq!(
             facts.cause.to_string(),
             "OOM-killed: the machine ran out of memory"
+        );
+        // The OOM killer's SIGKILL, not (yet) marked: a victim that outran its mark, or a
+        // process that shares the victim's memory.
+        let mut killer = record(9, ORIGIN_PRIV, 0, EXIT_HAS_CAUSE);
+        killer.cause.flags |= CAUSE_OOM_KILLER | CAUSE_LIMITS_READ;
+        killer.cause.oom_cgroup_id = 77;
+        let facts = KernelFacts::of_record(&killer, killed(9), 4096);
+        assert_eq!(
+            (facts.cause.kind(), facts.oom_cgroup_id),
+            (CauseKind::Oom, Some(77))
         );
         // The victim flag alone: an OOM kill of unknown scope.
         let facts =

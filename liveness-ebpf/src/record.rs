@@ -131,6 +131,23 @@ pub const CAUSE_OOM_MARKED: u16 = 4;
 /// [`SignalCause::flags`]: the kernel sent SIGKILL and the target's memory cgroups' limits
 /// were read then: `oom_cgroup_id` is the one at its limit, or 0.
 pub const CAUSE_LIMITS_READ: u16 = 8;
+/// [`SignalCause::flags`]: the sender was exiting (`PF_EXITING`): a parent's death signal,
+/// an orphaned process group's SIGHUP, a session leader's hang-up of its terminal.
+pub const CAUSE_SENDER_EXITING: u16 = 16;
+/// [`SignalCause::flags`]: the sender led its session and still held its terminal (or the
+/// foreground group of one that hung up).
+pub const CAUSE_SENDER_TTY_LEADER: u16 = 32;
+/// [`SignalCause::flags`]: the sender was in the target's session.
+pub const CAUSE_SAME_SESSION: u16 = 64;
+/// [`SignalCause::flags`]: the siginfo lay on the sender's kernel stack: a system call
+/// built it (`rt_sigqueueinfo`), not a POSIX timer.
+pub const CAUSE_INFO_ON_STACK: u16 = 128;
+/// [`SignalCause::flags`]: the OOM killer sent this SIGKILL (its `__oom_kill_process` was
+/// on the kernel stack): to its victim, or to a process sharing the victim's memory.
+pub const CAUSE_OOM_KILLER: u16 = 256;
+/// [`SignalCause::flags`]: the signal was sent to one thread (`tgkill`, `abort`, a fault),
+/// not to the process.
+pub const CAUSE_THREAD_DIRECTED: u16 = 512;
 
 /// [`SignalCause::origin`]: the sender passed a siginfo, whose `si_code` is in `code`.
 pub const ORIGIN_SIGINFO: u16 = 0;

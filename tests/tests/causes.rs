@@ -296,6 +296,144 @@ fn cause_pty_hang_up_is_told_apart_from_a_sent_sighup() {
     assert_eq!(cause["sender"]["comm"], "dying", "{cause}");
 }
 
+/// A process that aborts and is sent SIGKILL while it dumps core: the sender named is the
+/// one of the signal its status says it died of: its own SIGABRT (Linux before 5.17), or
+/// the SIGKILL, which takes the status over from 5.17 on, and its sender.
+#[test]
+fn cause_a_kill_during_a_core_dump_names_the_sender_of_the_status_signal() {
+    let test = "cause_a_kill_during_a_core_dump_names_the_sender_of_the_status_signal";
+    let Some(daemon) = started(test) else {
+        return;
+    };
+    let dumps = tempfile::tempdir().expect("a directory for the core file");
+    let dir = dumps.path().to_str().expect("a UTF-8 path");
+    let mut aborts = Dying::spawn(&["abort-dump", dir, "128"]);
+    register(&daemon, "dump", aborts.pid);
+    aborts.release();
+    let watcher: u32 = aborts
+        .hear()
+        .parse()
+        .expect("the watcher killed it as it dumped");
+    let cause = cause_of(&daemon, "dump");
+    assert_eq!(cause["kind"], "signal", "{cause}");
+    let sender = match cause["signal"].as_u64() {
+        Some(6) => aborts.pid,
+        Some(9) => watcher,
+        _ => panic!("neither SIGABRT nor SIGKILL: {cause}"),
+    };
+    assert_eq!(cause["sender"]["pid"], sender, "{cause}");
+}
+
+/// SIGTERM sent twice while the owner blocks it, first to its thread (`tgkill`), then to
+/// the process (`kill`): the kernel delivers the thread's first, and its sender is named.
+#[test]
+fn cause_names_the_sender_of_the_pending_signal_delivered_first() {
+    let Some(daemon) = started("cause_names_the_sender_of_the_pending_signal_delivered_first")
+    else {
+        return;
+    };
+    let mut victim = Dying::spawn(&["blocked", "15"]);
+    assert_eq!(victim.hear(), "blocked");
+    register(&daemon, "twice", victim.pid);
+    let mut sender = Dying::spawn(&["sender"]);
+    sender.say(&format!("{} 15 tgkill", victim.pid));
+    let first = sender.hear();
+    sender.say(&format!("{} 15", victim.pid));
+    let second = sender.hear();
+    victim.release();
+    let cause = cause_of(&daemon, "twice");
+    assert_eq!(cause["signal"], 15, "{cause}");
+    assert_eq!(
+        cause["sender"]["pid"].to_string(),
+        first,
+        "not the later kill's {second}: {cause}"
+    );
+}
+
+/// A process that queues a signal with a `si_code` of its choosing (`rt_sigqueueinfo`)
+/// cannot pass it off as the kernel's: every code up to `SI_USER` is a process's, named
+/// with its pid, SI_TIMER (also a POSIX timer's code) included.
+#[test]
+fn cause_forged_si_codes_name_their_sender() {
+    let Some(daemon) = started("cause_forged_si_codes_name_their_sender") else {
+        return;
+    };
+    let mut sender = Dying::spawn(&["sender"]);
+    // SIGHUP as SI_ASYNCIO, SIGILL as SI_SIGIO, SIGKILL as SI_TIMER, SIGTERM as SI_DETHREAD
+    // (SIGSEGV would meet the Rust runtime's handler, which survives a sent one).
+    for (id, signal, code) in [
+        ("hup", 1, -4),
+        ("ill", 4, -5),
+        ("kill", 9, -2),
+        ("term", 15, -7),
+    ] {
+        let victim = Dying::spawn(&["burn", "0"]);
+        register(&daemon, id, victim.pid);
+        sender.say(&format!("{} {signal} {code}", victim.pid));
+        let queued = sender.hear();
+        let cause = cause_of(&daemon, id);
+        assert_eq!(
+            (&cause["kind"], &cause["signal"]),
+            (&json!("signal"), &json!(signal)),
+            "si_code {code}: {cause}"
+        );
+        assert_eq!(
+            cause["sender"]["pid"].to_string(),
+            queued,
+            "si_code {code}: {cause}"
+        );
+        assert_eq!(cause.get("kernel"), None, "si_code {code}: {cause}");
+    }
+}
+
+/// The kernel's SIGHUPs without a terminal: a child that asked for SIGHUP at its parent's
+/// death (`parent_died`), and a stopped process group that its parent's exit orphans
+/// (`orphaned_group`). Neither reads `hangup`.
+#[test]
+fn cause_sighup_without_a_terminal_says_why() {
+    let Some(daemon) = started("cause_sighup_without_a_terminal_says_why") else {
+        return;
+    };
+    let mut parent = Dying::spawn(&["pdeath", "1"]);
+    let child: u32 = parent.hear().parse().expect("the child's pid");
+    register(&daemon, "pdeath", child);
+    parent.say("exit");
+    assert_eq!(
+        cause_of(&daemon, "pdeath"),
+        json!({"kind": "signal", "signal": 1, "kernel": "parent_died"})
+    );
+    let text = daemon.cli(&["get", "--session", "pdeath"]);
+    assert!(
+        String::from_utf8_lossy(&text.stdout)
+            .contains("killed by SIGHUP from the kernel (its parent died)"),
+        "{text:?}"
+    );
+
+    let mut parent = Dying::spawn(&["orphan"]);
+    let stopped: u32 = parent.hear().parse().expect("the stopped child's pid");
+    register(&daemon, "orphan", stopped);
+    parent.say("exit");
+    assert_eq!(
+        cause_of(&daemon, "orphan"),
+        json!({"kind": "signal", "signal": 1, "kernel": "orphaned_group"})
+    );
+}
+
+/// The RLIMIT_CPU hard limit's SIGKILL is the CPU-time limit, not `other`.
+#[test]
+fn cause_cpu_hard_limit_sigkill_is_the_cpu_limit() {
+    let Some(daemon) = started("cause_cpu_hard_limit_sigkill_is_the_cpu_limit") else {
+        return;
+    };
+    let mut limited = Dying::spawn(&["cpu-hard"]);
+    register(&daemon, "hard", limited.pid);
+    limited.release();
+    assert_eq!(
+        cause_of(&daemon, "hard"),
+        json!({"kind": "signal", "signal": 9, "kernel": "cpu_limit"})
+    );
+}
+
 /// A memory cgroup of 32 MiB, made for one test and removed after it: on a v1 memory
 /// hierarchy where one is mounted (this machine's hybrid layout), else on cgroup2, mounted
 /// here with the memory controller when no mount has it (the test VMs).
@@ -412,6 +550,31 @@ fn cause_oom_kill_names_the_cgroup_whose_limit_was_reached() {
         )),
         "{text:?}"
     );
+}
+
+/// The OOM killer kills the processes that share its victim's memory (`CLONE_VM`) with it,
+/// and marks only the victim: both are `oom`, with the cgroup, never a plain SIGKILL.
+#[test]
+fn cause_oom_kill_of_a_process_sharing_the_victims_memory_is_oom() {
+    let Some(daemon) = started("cause_oom_kill_of_a_process_sharing_the_victims_memory_is_oom")
+    else {
+        return;
+    };
+    let cgroup = MemoryCgroup::new(&format!("liveness-oom-shared-{}", std::process::id()));
+    let mut hog = Dying::spawn(&["hog-shared"]);
+    cgroup.add(hog.pid);
+    hog.say("clone");
+    let sharer: u32 = hog.hear().parse().expect("the sharing process's pid");
+    register(&daemon, "hog", hog.pid);
+    register(&daemon, "sharer", sharer);
+    hog.release();
+    for id in ["hog", "sharer"] {
+        assert_eq!(
+            cause_of(&daemon, id),
+            json!({"kind": "oom", "scope": "cgroup", "cgroup": cgroup.path}),
+            "{id}"
+        );
+    }
 }
 
 /// CPU time from the kernel at the exit: an owner that burns 300 ms reports at least 250,

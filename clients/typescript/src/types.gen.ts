@@ -52,7 +52,7 @@ export type ReleaseReason = (typeof RELEASE_REASONS)[number] | (string & {});
 export const releaseReason = str as Codec<ReleaseReason>;
 
 /** Every KernelReason, in the daemon's order. */
-export const KERNEL_REASONS = ["fault", "bad_system_call", "cpu_limit", "file_size_limit", "broken_pipe", "terminal", "timer", "other"] as const;
+export const KERNEL_REASONS = ["fault", "bad_system_call", "cpu_limit", "file_size_limit", "broken_pipe", "terminal", "timer", "parent_died", "orphaned_group", "other"] as const;
 /** Why the kernel raised a signal by itself. */
 export type KernelReason = (typeof KERNEL_REASONS)[number] | (string & {});
 export const kernelReason = str as Codec<KernelReason>;

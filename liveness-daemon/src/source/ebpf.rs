@@ -53,6 +53,11 @@ const PIDNS_GLOBAL: &str = "daemon_pidns_inum";
 const MAX_MEMBERS_GLOBAL: &str = "max_members";
 /// The program's `.rodata` variable holding one uid's share of the members' slots.
 const MAX_MEMBERS_PER_UID_GLOBAL: &str = "max_members_per_uid";
+/// The program's `.rodata` variables holding the OOM killer's text, `[start, end)`.
+const OOM_KILL_START_GLOBAL: &str = "oom_kill_start";
+const OOM_KILL_END_GLOBAL: &str = "oom_kill_end";
+/// The OOM killer's function that sends SIGKILL, or the one it is inlined into.
+const OOM_KILL_FUNCTIONS: [&str; 2] = ["__oom_kill_process", "oom_kill_process"];
 const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 /// Default capacity of the map of tracked processes (the object's own default).
@@ -565,10 +570,17 @@ fn load(
         u64::from(config.max_members),
         u64::from(config.members_per_uid()),
     );
+    // Unreadable (kptr_restrict hides the addresses): OOM kills are then told by their mark.
+    let (oom_start, oom_end) = std::fs::read_to_string("/proc/kallsyms")
+        .ok()
+        .and_then(|symbols| oom_killer_text(&symbols))
+        .unwrap_or((0, 0));
     let mut loader = EbpfLoader::new();
     loader
         .btf(Some(btf))
         .override_global(PIDNS_GLOBAL, &pidns_inum, true)
+        .override_global(OOM_KILL_START_GLOBAL, &oom_start, true)
+        .override_global(OOM_KILL_END_GLOBAL, &oom_end, true)
         .map_max_entries(MAP_TRACKED, config.max_tracked)
         // One entry per tracked process at most, each until its exit record takes it.
         .map_max_entries(MAP_CAUSES, config.max_tracked)
@@ -585,6 +597,22 @@ fn load(
         loader.map_pin_path(MAP_LINEAGES, pins.lineages());
     }
     loader.load(OBJECT)
+}
+
+/// The text of the OOM killer's function in `/proc/kallsyms` (`ADDRESS TYPE NAME`, by
+/// address): from its address to the next symbol's.
+fn oom_killer_text(symbols: &str) -> Option<(u64, u64)> {
+    let entry = |line: &str| {
+        let mut fields = line.split_whitespace();
+        let address = u64::from_str_radix(fields.next()?, 16).ok()?;
+        Some((address, fields.nth(1)?.to_owned()))
+    };
+    OOM_KILL_FUNCTIONS.iter().find_map(|function| {
+        let mut lines = symbols.lines().map_while(entry);
+        let (start, _) = lines.find(|(_, name)| name == function)?;
+        let (end, _) = lines.find(|(address, _)| *address > start)?;
+        (start != 0).then_some((start, end))
+    })
 }
 
 /// The program `name` of the object, as a BTF tracepoint program.
@@ -855,6 +883,31 @@ impl ExitSource for EbpfSource {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_oom_killers_text_runs_to_the_next_symbol() {
+        let symbols = "ffffffff815afe50 t __pfx___oom_kill_process\n\
+                       ffffffff815afe60 t __oom_kill_process\n\
+                       ffffffff815afe60 t alias_at_the_same_address\n\
+                       ffffffff815b02a0 t __pfx_oom_kill_process\n\
+                       ffffffff815b02b0 t oom_kill_process\n\
+                       ffffffff815b0400 t next\n";
+        assert_eq!(
+            oom_killer_text(symbols),
+            Some((0xffffffff815afe60, 0xffffffff815b02a0))
+        );
+        // Inlined: the function it is inlined into.
+        let inlined = symbols.replace(" __oom_kill_process", " other");
+        assert_eq!(
+            oom_killer_text(&inlined),
+            Some((0xffffffff815b02b0, 0xffffffff815b0400))
+        );
+        // Hidden by kptr_restrict: every address reads 0.
+        assert_eq!(
+            oom_killer_text("0000000000000000 t __oom_kill_process\n0000000000000000 t x\n"),
+            None
+        );
+    }
+
     use std::collections::HashSet;
     use std::os::unix::process::{CommandExt, ExitStatusExt};
     use std::process::{Command, Stdio};

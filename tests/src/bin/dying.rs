@@ -10,7 +10,22 @@
 //! - `burn-tree N MS`: at a line forks N children that each spin MS ms and exit, waits
 //!   for them, prints `burnt`, exits 0 at EOF.
 //! - `sender`: for each line `PID SIG` forks a child that sends SIG to PID and exits, waits
-//!   for it and prints its pid: the sender is a new process of this one's tree.
+//!   for it and prints its pid: the sender is a new process of this one's tree. With a line
+//!   `PID SIG CODE` the child sends it with `rt_sigqueueinfo` and that `si_code`; with
+//!   `PID SIG tgkill`, to the thread PID alone.
+//! - `blocked SIG`: blocks SIG, prints `blocked`, and unblocks it at EOF.
+//! - `abort-dump DIR MB`: holds MB MiB, forks a watcher, and at EOF calls abort(3) with
+//!   core dumps on (into DIR); the watcher sends it SIGKILL while it dumps core, prints
+//!   its own pid.
+//! - `hog-shared`: at a line clones a process that shares its memory (`CLONE_VM`, not a
+//!   thread) and only sleeps, prints its pid, and at EOF hogs memory as `hog` does: the OOM
+//!   killer kills both.
+//! - `cpu-hard`: at EOF ignores SIGXCPU, sets both RLIMIT_CPU limits to 1 s and spins:
+//!   the hard limit's SIGKILL.
+//! - `pdeath SIG`: forks a child that asks for SIG at its parent's death and prints its
+//!   pid; at a line this process exits.
+//! - `orphan`: forks a child in a process group of its own, prints its pid, waits until it
+//!   has stopped itself; at a line this process exits, orphaning the stopped group.
 //! - `hangup`: opens a pseudo-terminal and forks a session leader whose controlling
 //!   terminal is its slave side, prints the leader's pid; at a line closes the master side
 //!   (a hang-up: the kernel sends the leader SIGHUP), waits for the leader and exits.
@@ -78,6 +93,91 @@ fn fork(child: impl FnOnce()) -> libc::pid_t {
     }
 }
 
+/// Sends `signal` to `pid` with a siginfo of this `code`, as `sigqueue` would with another.
+fn queue(pid: libc::pid_t, signal: i32, code: i32) {
+    // SAFETY: a zeroed siginfo is valid; its first three ints are signo, errno and code.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    info.si_signo = signal;
+    info.si_code = code;
+    // SAFETY: passes a live siginfo to the kernel, which copies it.
+    let sent = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigqueueinfo,
+            pid,
+            signal,
+            &info as *const libc::siginfo_t,
+        )
+    };
+    if sent != 0 {
+        fail("rt_sigqueueinfo")
+    }
+}
+
+/// Sends `pid` SIGKILL once it has dequeued its fatal signal (`PF_SIGNALED` in the flags
+/// of `/proc/PID/stat`), while it dumps core; returns when it is gone.
+fn kill_while_dumping(pid: u32) {
+    const PF_SIGNALED: u64 = 0x400;
+    let path = format!("/proc/{pid}/stat");
+    while let Ok(stat) = std::fs::read_to_string(&path) {
+        // The flags are the sixth field after the command's closing parenthesis.
+        let flags = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(6))
+            .and_then(|flags| flags.parse::<u64>().ok())
+            .unwrap_or(0);
+        if flags & PF_SIGNALED != 0 {
+            // SAFETY: signals the parent this watcher was forked to kill.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            say(std::process::id());
+            return;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// Allocates and touches memory, 1 MiB at a time, until it is killed.
+fn hog() -> ! {
+    let mut held: Vec<Vec<u8>> = Vec::new();
+    loop {
+        // Touched, so every page is resident.
+        held.push(vec![1u8; 1 << 20]);
+        std::hint::black_box(&held);
+    }
+}
+
+/// A process that shares this one's memory and only sleeps: its pid.
+fn clone_sleeper() -> libc::pid_t {
+    extern "C" fn sleep_forever(_: *mut libc::c_void) -> libc::c_int {
+        loop {
+            // SAFETY: waits for a signal; touches nothing of the shared memory.
+            unsafe { libc::pause() };
+        }
+    }
+    // Its stack, in the shared memory: leaked, as the process outlives this call.
+    let stack: &'static mut [u8] = Box::leak(vec![0u8; 64 << 10].into_boxed_slice());
+    // SAFETY: the stack is valid for the child's life and the child runs only pause().
+    let pid = unsafe {
+        libc::clone(
+            sleep_forever,
+            stack.as_mut_ptr().add(stack.len()).cast(),
+            libc::CLONE_VM | libc::SIGCHLD,
+            std::ptr::null_mut(),
+        )
+    };
+    if pid < 0 {
+        fail("clone")
+    }
+    pid
+}
+
+/// Exits at the next line of stdin, leaving its children behind.
+fn exit_at_a_line() -> ! {
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+    // SAFETY: as in fail.
+    unsafe { libc::_exit(0) }
+}
+
 fn reap(pid: libc::pid_t) {
     let mut status = 0;
     // SAFETY: waits for our own child.
@@ -133,13 +233,18 @@ fn hangup() -> ! {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    // Deaths that dump core by default leave no core file behind.
-    let none = libc::rlimit {
+    // Deaths that dump core by default leave no core file behind (unless a mode raises the
+    // soft limit again, up to the hard one).
+    let mut core = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
-    // SAFETY: lowers this process's own limit.
-    unsafe { libc::setrlimit(libc::RLIMIT_CORE, &none) };
+    // SAFETY: reads and lowers this process's own limit.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_CORE, &mut core);
+        core.rlim_cur = 0;
+        libc::setrlimit(libc::RLIMIT_CORE, &core);
+    }
     // The deaths asked for are the default actions: a run under `nohup`, or started in the
     // background by a shell, would hand some of these signals on ignored.
     for signal in [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT, libc::SIGTERM] {
@@ -172,14 +277,34 @@ fn main() {
                 burn(Duration::from_secs(1));
             }
         }
+        Some("blocked") => {
+            let signal: i32 = args
+                .get(1)
+                .and_then(|a| a.parse().ok())
+                .unwrap_or_else(|| fail("expected a signal number"));
+            // SAFETY: a zeroed sigset_t is valid, and emptied before use.
+            let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+            // SAFETY: a set of this one signal, blocked and later unblocked in this thread.
+            unsafe {
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, signal);
+                libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            }
+            say("blocked");
+            wait_for_eof();
+            // SAFETY: as above: what is pending is delivered now.
+            unsafe { libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) };
+        }
+        Some("hog-shared") => {
+            let mut line = String::new();
+            let _ = std::io::stdin().lock().read_line(&mut line);
+            say(clone_sleeper());
+            wait_for_eof();
+            hog()
+        }
         Some("hog") => {
             wait_for_eof();
-            let mut held: Vec<Vec<u8>> = Vec::new();
-            loop {
-                // Touched, so every page is resident.
-                held.push(vec![1u8; 1 << 20]);
-                std::hint::black_box(&held);
-            }
+            hog()
         }
         Some("burn") => {
             burn(millis(&args, 1));
@@ -203,22 +328,110 @@ fn main() {
                     .split_whitespace()
                     .filter_map(|word| word.parse().ok())
                     .collect();
-                let [pid, signal] = numbers[..] else {
-                    fail("expected a line `PID SIG`")
+                let (pid, signal, code) = match numbers[..] {
+                    [pid, signal] => (pid, signal, None),
+                    [pid, signal, code] => (pid, signal, Some(code)),
+                    _ => fail("expected a line `PID SIG [CODE]`"),
                 };
-                let child = fork(|| {
+                let to_thread = line.ends_with("tgkill");
+                let child = fork(|| match code {
                     // SAFETY: sends a signal; the test chose the target.
-                    if unsafe { libc::kill(pid, signal) } != 0 {
-                        fail("kill")
+                    None if to_thread && unsafe { libc::tgkill(pid, pid, signal) } != 0 => {
+                        fail("tgkill")
                     }
+                    // SAFETY: as above.
+                    None if !to_thread && unsafe { libc::kill(pid, signal) } != 0 => fail("kill"),
+                    None => {}
+                    Some(code) => queue(pid, signal, code),
                 });
                 reap(child);
                 say(child);
             }
         }
         Some("hangup") => hangup(),
+        Some("abort-dump") => {
+            let dir = args.get(1).unwrap_or_else(|| fail("expected a directory"));
+            let size = args
+                .get(2)
+                .and_then(|a| a.parse::<usize>().ok())
+                .unwrap_or_else(|| fail("expected a size in MiB"));
+            core.rlim_cur = core.rlim_max;
+            if std::env::set_current_dir(dir).is_err()
+                // SAFETY: raises this process's own soft limit to its hard one.
+                || unsafe { libc::setrlimit(libc::RLIMIT_CORE, &core) } != 0
+            {
+                fail("core dumps into the directory")
+            }
+            // Touched, so the dump has it to write.
+            let held = vec![1u8; size << 20];
+            std::hint::black_box(&held);
+            let dumping = std::process::id();
+            fork(|| kill_while_dumping(dumping));
+            wait_for_eof();
+            std::process::abort()
+        }
+        Some("cpu-hard") => {
+            wait_for_eof();
+            let both = libc::rlimit {
+                rlim_cur: 1,
+                rlim_max: 1,
+            };
+            // SAFETY: sets this process's own disposition and lowers its own limit.
+            unsafe {
+                libc::signal(libc::SIGXCPU, libc::SIG_IGN);
+                libc::setrlimit(libc::RLIMIT_CPU, &both);
+            }
+            loop {
+                burn(Duration::from_secs(1));
+            }
+        }
+        Some("pdeath") => {
+            let signal: i32 = args
+                .get(1)
+                .and_then(|a| a.parse().ok())
+                .unwrap_or_else(|| fail("expected a signal number"));
+            let parent = std::process::id() as libc::pid_t;
+            fork(|| {
+                // SAFETY: plain syscalls in the single-threaded child.
+                unsafe {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong);
+                    // The parent may have died before the request: then it never comes.
+                    if libc::getppid() != parent {
+                        fail("the parent died first");
+                    }
+                }
+                say(std::process::id());
+                loop {
+                    // SAFETY: waits for a signal.
+                    unsafe { libc::pause() };
+                }
+            });
+            exit_at_a_line()
+        }
+        Some("orphan") => {
+            let child = fork(|| {
+                // SAFETY: plain syscalls in the single-threaded child.
+                unsafe {
+                    libc::setpgid(0, 0);
+                    libc::raise(libc::SIGSTOP);
+                }
+                // Continued without SIGHUP would be a test's failure: it waits.
+                loop {
+                    // SAFETY: waits for a signal.
+                    unsafe { libc::pause() };
+                }
+            });
+            let mut status = 0;
+            // SAFETY: waits for our own child to stop.
+            unsafe { libc::waitpid(child, &mut status, libc::WUNTRACED) };
+            say(child);
+            exit_at_a_line()
+        }
         _ => {
-            eprintln!("usage: dying abort|segv|cpu-limit|hog|burn MS|burn-tree N MS|sender|hangup");
+            eprintln!(
+                "usage: dying abort|segv|cpu-limit|cpu-hard|hog|hog-shared|blocked SIG|burn MS|burn-tree N MS|sender|\
+                 hangup|pdeath SIG|orphan"
+            );
             std::process::exit(100)
         }
     }

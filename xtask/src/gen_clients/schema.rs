@@ -378,6 +378,16 @@ pub const KERNEL_REASON: Enum = Enum {
             "The terminal's interrupt or quit key.",
         ),
         ("Timer", "timer", "A timer the process set."),
+        (
+            "ParentDied",
+            "parent_died",
+            "Its parent died, and it had asked for this signal then (PR_SET_PDEATHSIG).",
+        ),
+        (
+            "OrphanedGroup",
+            "orphaned_group",
+            "Its process group was orphaned with stopped members.",
+        ),
         ("Other", "other", "Another reason."),
     ],
     probe: Some(probe_of::<cause::KernelReason>()),

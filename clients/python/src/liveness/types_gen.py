@@ -49,7 +49,7 @@ RELEASE_REASONS: Tuple[str, ...] = ("released", "session_ended",)
 ReleaseReason = str
 """Why a lock was released. A newer daemon may send other values."""
 
-KERNEL_REASONS: Tuple[str, ...] = ("fault", "bad_system_call", "cpu_limit", "file_size_limit", "broken_pipe", "terminal", "timer", "other",)
+KERNEL_REASONS: Tuple[str, ...] = ("fault", "bad_system_call", "cpu_limit", "file_size_limit", "broken_pipe", "terminal", "timer", "parent_died", "orphaned_group", "other",)
 """Every KernelReason, in the daemon's order."""
 KernelReason = str
 """Why the kernel raised a signal by itself. A newer daemon may send other values."""
