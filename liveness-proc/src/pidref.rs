@@ -238,23 +238,25 @@ mod tests {
 
     use super::*;
 
-    fn sleeper() -> std::process::Child {
-        Command::new("sleep")
+    /// A sleeping child, and its key as `/proc` shows it.
+    fn sleeper(proc: &ProcRoot) -> (std::process::Child, ProcessKey) {
+        let child = Command::new("sleep")
             .arg("100")
             .stdin(Stdio::null())
             .spawn()
-            .unwrap()
-    }
-
-    #[test]
-    fn opens_the_process_its_key_names_and_signals_it() {
-        let proc = ProcRoot::default();
-        let mut child = sleeper();
+            .unwrap();
         let pid = child.id();
         let key = ProcessKey {
             pid,
             start_ticks: proc.stat(pid).unwrap().start_ticks,
         };
+        (child, key)
+    }
+
+    #[test]
+    fn opens_the_process_its_key_names_and_signals_it() {
+        let proc = ProcRoot::default();
+        let (mut child, key) = sleeper(&proc);
         let handle = PidRef::open(&proc, key, None).unwrap();
         assert_eq!(handle.key(), key);
         assert!(!handle.has_exited());
@@ -267,14 +269,9 @@ mod tests {
     #[test]
     fn another_start_time_or_inode_is_another_process() {
         let proc = ProcRoot::default();
-        let mut child = sleeper();
-        let pid = child.id();
-        let key = ProcessKey {
-            pid,
-            start_ticks: proc.stat(pid).unwrap().start_ticks,
-        };
+        let (mut child, key) = sleeper(&proc);
         let earlier = ProcessKey {
-            pid,
+            pid: key.pid,
             start_ticks: key.start_ticks.wrapping_sub(1),
         };
         assert!(matches!(
