@@ -25,14 +25,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use rustix::io::Errno;
-use rustix::process::{Pid, PidfdFlags, Resource, Signal};
+use rustix::process::{Pid, Resource, Signal};
 use tokio::io::Interest;
 use tokio::time::Instant;
 
 use liveness_common::identity::Identity;
 use liveness_common::session::{ReapFailure, Reaped};
 use liveness_proc::identity::{IdentityError, Liveness, ProcRoot};
-use liveness_proc::pidfd::{pidfd_exited, pidfs_ino};
+use liveness_proc::pidfd::{open_pidfd, pidfd_exited, pidfs_ino};
 
 use crate::fair::offload::offload_for;
 use crate::fd::registered::register;
@@ -360,12 +360,16 @@ impl Reaper {
         if target.pid == self.own_pid {
             return Err(ReapError::Daemon);
         }
-        let Some(pid) = i32::try_from(target.pid).ok().and_then(Pid::from_raw) else {
+        if i32::try_from(target.pid)
+            .ok()
+            .and_then(Pid::from_raw)
+            .is_none()
+        {
             return Err(IdentityError::NoSuchProcess(target.pid).into());
-        };
+        }
         // Opened before anything is read: while it shows the process running afterwards,
         // the pid cannot have passed to another process in between.
-        let pidfd = match rustix::process::pidfd_open(pid, PidfdFlags::empty()) {
+        let pidfd = match open_pidfd(target.pid) {
             Ok(pidfd) => pidfd,
             Err(Errno::SRCH) => return Ok(None),
             Err(e) => return Err(ReapError::Pidfd(e)),

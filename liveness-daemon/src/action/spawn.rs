@@ -134,10 +134,7 @@ pub fn fork(
         pid => pid,
     };
     drop(guard);
-    let pidfd = match rustix::process::Pid::from_raw(pid)
-        .ok_or(Errno::SRCH)
-        .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()))
-    {
+    let pidfd = match liveness_proc::pidfd::open_pidfd(pid as u32) {
         Ok(pidfd) => pidfd,
         Err(e) => {
             // Out of descriptors, say: it cannot be bounded, so it never runs. Unreaped,

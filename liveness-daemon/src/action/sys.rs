@@ -13,7 +13,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use rustix::fs::{MemfdFlags, SeekFrom};
 use rustix::io::Errno;
 use rustix::pipe::PipeFlags;
-use rustix::process::{Gid, Pid, Signal, Uid};
+use rustix::process::{Gid, Signal, Uid};
 use rustix::thread::{CapabilitySet, CapabilitySets};
 
 use liveness_common::exit::ExitStatus;
@@ -297,14 +297,7 @@ pub fn read_some(fd: &OwnedFd, buffer: &mut [u8]) -> io::Result<usize> {
 /// A pidfd for `pid`. For the action's own child it is always that process (only the
 /// runner reaps it); for another, the caller checks it still names the process it meant.
 pub fn pidfd_of(pid: u32) -> io::Result<OwnedFd> {
-    let pid = i32::try_from(pid)
-        .ok()
-        .and_then(Pid::from_raw)
-        .ok_or_else(|| io::Error::other(format!("pid {pid} out of range")))?;
-    Ok(rustix::process::pidfd_open(
-        pid,
-        rustix::process::PidfdFlags::empty(),
-    )?)
+    Ok(liveness_proc::pidfd::open_pidfd(pid)?)
 }
 
 /// Reaps the exited child behind `pidfd`: how it ended.
