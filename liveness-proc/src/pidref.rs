@@ -177,15 +177,6 @@ impl PidRef {
             }
         }
     }
-
-    /// Another handle on the same process (a new descriptor of the same pidfd).
-    pub fn try_clone(&self) -> std::io::Result<PidRef> {
-        Ok(PidRef {
-            key: self.key,
-            pidfs_ino: self.pidfs_ino,
-            pidfd: self.pidfd.try_clone()?,
-        })
-    }
 }
 
 /// For epoll: a pidfd turns readable when its process exits.
