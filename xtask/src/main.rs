@@ -129,6 +129,11 @@ enum Command {
         /// QEMU accelerator: tcg (software, works everywhere) or kvm.
         #[arg(long, default_value = "tcg")]
         accel: String,
+        /// Every test binary in each guest; without it only the kernel suite runs (the
+        /// binaries whose outcome depends on the kernel; the rest runs on the host), which
+        /// is what CI runs.
+        #[arg(long, conflicts_with = "systemd")]
+        full: bool,
     },
 }
 
@@ -182,6 +187,7 @@ fn main() -> Result<()> {
             memory,
             timeout_minutes,
             accel,
+            full,
         } => {
             let options = vm::Options {
                 kernels: if kernels.is_empty() {
@@ -196,6 +202,7 @@ fn main() -> Result<()> {
                 memory_mib: memory,
                 timeout: std::time::Duration::from_secs(timeout_minutes * 60),
                 accel,
+                full,
             };
             if systemd {
                 systemd_vm::run(&workspace_root(), &options)

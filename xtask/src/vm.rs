@@ -54,7 +54,8 @@ const PROGRAMS: &[&str] = &[
 ];
 const INSTALL_HINT: &str = "apt-get install -y qemu-system-x86 busybox-static bash-static cpio";
 /// util-linux tools the tests run, copied from the host with their shared libraries.
-const UTIL_LINUX: &[&str] = &["unshare", "nsenter", "prlimit"];
+/// (`flock`: busybox has no such applet; the fault suite's end actions lock with it.)
+const UTIL_LINUX: &[&str] = &["unshare", "nsenter", "prlimit", "flock"];
 
 /// What `cargo xtask vm-test` was asked to do.
 #[derive(Debug)]
@@ -69,6 +70,8 @@ pub struct Options {
     pub timeout: Duration,
     /// QEMU accelerator: `tcg` (software; works everywhere) or `kvm`.
     pub accel: String,
+    /// Every test binary, not only [`KERNEL_SUITE`].
+    pub full: bool,
 }
 
 pub fn run(root: &Path, options: &Options) -> Result<()> {
@@ -85,7 +88,7 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
         which(tool, INSTALL_HINT)?;
     }
 
-    let built = build(root, &work)?;
+    let built = build(root, &work, options.full)?;
     let initrd = work.join("initrd.gz");
     make_initrd(&work, &built, &busybox, &bash, options, &initrd)?;
 
@@ -104,6 +107,13 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
             started.elapsed().as_secs_f64(),
             log.display()
         );
+        let mut slowest = outcome.elapsed.clone();
+        slowest.sort_by_key(|(_, took)| std::cmp::Reverse(*took));
+        let took: Vec<String> = slowest
+            .iter()
+            .map(|(name, took)| format!("{name} {:.0}", took.as_secs_f64()))
+            .collect();
+        println!("  seconds per binary: {}", took.join(", "));
         for (name, status) in &outcome.results {
             if *status != 0 {
                 failures.push(format!("{kernel}: {name} (exit status {status})"));
@@ -239,6 +249,27 @@ const HOST_ONLY: &[&str] = &[
     "end_actions",
 ];
 
+/// The test binaries run in each guest unless `--full` is asked: those whose outcome
+/// depends on the kernel (the eBPF programs and their verifier, pidfds, namespaces, process
+/// trees and lineage, signals and their causes, the reaper, the forced fallbacks), each
+/// with the test name filters it runs under (none: all its tests). The daemon's unit tests
+/// are narrowed to its exit sources, reaper and process identity. The rest (the protocol,
+/// the CLI, the store, locks, the fault and isolation suites) behaves alike on every
+/// kernel; under emulation it would triple the time of each guest, so CI runs it on the
+/// host only and `cargo xtask vm-test --full` runs it in the guests too.
+const KERNEL_SUITE: &[(&str, &[&str])] = &[
+    ("liveness_proc", &[]),
+    ("liveness_daemon", &["source::", "reap::", "identity::"]),
+    ("exit_facts", &[]),
+    ("ebpf_namespaces", &[]),
+    ("causes", &[]),
+    ("fallbacks", &[]),
+    ("namespaces", &[]),
+    ("trees", &[]),
+    ("reap", &[]),
+    ("sources", &[]),
+];
+
 /// Tests left out in the guest, by binary and name (`--skip`), which run on the host in
 /// `cargo test`: the daemon's end-action runner needs the user databases and coreutils
 /// (see [`HOST_ONLY`]); and a pid taken again within its owner's or member's clock tick
@@ -252,7 +283,7 @@ const GUEST_SKIPS: &[(&str, &str)] = &[
 
 /// Builds everything statically (the guest has no libc), in a target directory of its own
 /// so the usual builds are left alone.
-fn build(root: &Path, work: &Path) -> Result<Built> {
+fn build(root: &Path, work: &Path, full: bool) -> Result<Built> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let artifacts = |args: &[&str]| -> Result<Vec<serde_json::Value>> {
         let output = Process::new(&cargo)
@@ -294,6 +325,7 @@ fn build(root: &Path, work: &Path) -> Result<Built> {
         .filter(|m| m["profile"]["test"] == true && matches!(kind(m).as_str(), "lib" | "test"))
         .map(named)
         .filter(|(name, _)| !HOST_ONLY.contains(&name.as_str()))
+        .filter(|(name, _)| full || KERNEL_SUITE.iter().any(|(suite, _)| suite == name))
         .collect::<Vec<_>>();
     let programs = artifacts(&["build", "--bins", "--examples"])?
         .iter()
@@ -324,6 +356,16 @@ fn init_script(tests: &[(String, PathBuf)], options: &Options) -> String {
         .iter()
         .map(|(name, test)| format!("        {name}) skip=\"--skip {test}\" ;;\n"))
         .collect();
+    // A filter asked for replaces the suite's own.
+    let narrowed: String = if options.filter.is_some() {
+        String::new()
+    } else {
+        KERNEL_SUITE
+            .iter()
+            .filter(|(_, filters)| !filters.is_empty())
+            .map(|(name, filters)| format!("        {name}) only=\"{}\" ;;\n", filters.join(" ")))
+            .collect()
+    };
     format!(
         r#"#!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -346,10 +388,14 @@ for name in {names}; do
     skip=
     case "$name" in
 {skips}    esac
+    # The tests of the binary the kernel suite narrows it to (see KERNEL_SUITE).
+    only=
+    case "$name" in
+{narrowed}    esac
     # A binary that hangs is killed, so the others still run and the hung test is named
     # (the echo ends libtest's unfinished `test NAME ... ` line).
     LIVENESS_BIN_DIR=/bin LIVENESS_REQUIRE_EBPF=1 RUST_BACKTRACE=1 \
-        timeout -s KILL {binary_timeout} /tests/$name --test-threads=1 $skip{filter} 2>&1
+        timeout -s KILL {binary_timeout} /tests/$name --test-threads=1 $skip $only{filter} 2>&1
     status=$?
     echo
     echo "VMTEST result $name $status"
@@ -618,6 +664,11 @@ struct Outcome {
     kernel: Option<String>,
     /// Exit status of each test binary.
     results: Vec<(String, i32)>,
+    /// How long each test binary ran, seen from the host: what to weigh when choosing
+    /// what a kernel's run may hold.
+    elapsed: Vec<(String, Duration)>,
+    /// When the running binary started.
+    started: Option<Instant>,
     /// `(binary, test, ok|FAILED|ignored)` from libtest's own lines.
     tests: Vec<(String, String, String)>,
     /// What libtest printed about each failed test (`---- name stdout ----` up to its
@@ -681,6 +732,7 @@ impl Outcome {
             ["start", name] => {
                 eprintln!("vm-test: {name}");
                 self.running = Some((*name).to_owned());
+                self.started = Some(Instant::now());
                 self.in_failure = false;
             }
             ["result", name, status] => {
@@ -693,6 +745,9 @@ impl Outcome {
                 }
                 self.results
                     .push(((*name).to_owned(), status.parse().unwrap_or(-1)));
+                if let Some(started) = self.started.take() {
+                    self.elapsed.push(((*name).to_owned(), started.elapsed()));
+                }
             }
             ["done"] => self.finished = true,
             _ => {}
@@ -837,20 +892,28 @@ fn sanitize(text: &str) -> String {
 mod tests {
     use super::*;
 
-    /// The guest's init is valid shell, and leaves out exactly the tests of [`GUEST_SKIPS`]
-    /// of the binaries they belong to.
+    /// The guest's init is valid shell, leaves out exactly the tests of [`GUEST_SKIPS`]
+    /// of the binaries they belong to, and narrows those of [`KERNEL_SUITE`] to their
+    /// filters unless a filter is asked for.
     #[test]
     fn the_guest_init_skips_host_only_tests() {
         let tests = ["trees", "namespaces", "liveness_daemon", "stream"]
             .map(|name| (name.to_owned(), PathBuf::from(format!("/tests/{name}"))));
-        let options = Options {
+        let mut options = Options {
             kernels: Vec::new(),
             filter: None,
             memory_mib: 0,
             timeout: Duration::ZERO,
             accel: String::new(),
+            full: false,
         };
         let script = init_script(&tests, &options);
+        assert!(
+            script.contains("liveness_daemon) only=\"source:: reap:: identity::\" ;;"),
+            "{script}"
+        );
+        options.filter = Some("cause_".into());
+        assert!(!init_script(&tests, &options).contains("only=\""));
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("init");
         std::fs::write(&path, &script).unwrap();
