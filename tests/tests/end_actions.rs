@@ -1115,3 +1115,69 @@ fn a_user_stopping_all_its_processes_holds_up_no_one() {
         "{worst:?}"
     );
 }
+
+/// An action's child holds none of the daemon's descriptors from its first step: held
+/// before its exec (here it stops itself there, as its user may stop it), it keeps only its
+/// stdin, stdout and stderr (copied onto 0, 1 and 2) and the two pipes of its start. A child that held the daemon's
+/// state lock while waiting to be let run made the restart of a daemon killed meanwhile
+/// fail with "another livenessd already uses" the state.
+#[test]
+fn a_child_held_before_its_exec_keeps_none_of_the_daemons_descriptors() {
+    if !privileged("a_child_held_before_its_exec_keeps_none_of_the_daemons_descriptors") {
+        return;
+    }
+    let daemon = Daemon::start_under(
+        &["env", "LIVENESS_FAULT=action-stopped-before-exec"],
+        None,
+        &[],
+    );
+    let mut owner = Orphan::spawn(&["exit", "0"]);
+    register(
+        &daemon,
+        json!({"session": "s", "owner": {"pid": owner.pid},
+            "on_end_run": [{"argv": ["/bin/true"], "timeout_ms": 30_000}]}),
+    );
+    owner.release();
+    let stopped_child = || {
+        std::fs::read_dir("/proc")
+            .ok()?
+            .flatten()
+            .find_map(|entry| {
+                let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+                let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+                // `pid (comm) state ppid ...`: the fields after the last `)`.
+                let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+                (fields.first() == Some(&"T")
+                    && fields.get(1) == Some(&daemon.pid().to_string().as_str()))
+                .then_some(pid)
+            })
+    };
+    let mut child = None;
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            child = stopped_child();
+            child.is_some()
+        }),
+        "no action child stopped before its exec:\n{}",
+        daemon.log()
+    );
+    let child = child.unwrap();
+    let held: Vec<String> = std::fs::read_dir(format!("/proc/{child}/fd"))
+        .expect("the child's descriptors")
+        .flatten()
+        .map(|fd| {
+            std::fs::read_link(fd.path())
+                .map_or_else(|e| e.to_string(), |l| l.display().to_string())
+        })
+        .collect();
+    // SAFETY: kill(2) of the stopped child found above; the daemon reaps it.
+    unsafe { libc::kill(child as i32, libc::SIGKILL) };
+    // Its stdin (the facts, a memfd), /dev/null, its stderr's and its start's pipes: the
+    // daemon's database, state lock, socket and eBPF maps are none of these.
+    assert!(
+        held.iter().all(|target| target.starts_with("pipe:")
+            || target == "/dev/null"
+            || target.starts_with("/memfd:liveness-end-facts")),
+        "the child holds more than its own descriptors: {held:?}"
+    );
+}

@@ -19,7 +19,7 @@
 
 use std::ffi::{CString, c_char};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{Mutex, PoisonError};
 
 use rustix::io::Errno;
@@ -122,7 +122,6 @@ pub fn fork(
         stdout: null.as_fd(),
         stderr: stderr.as_fd(),
         gate: gate.as_fd(),
-        release: release.as_raw_fd(),
         report: report_write.as_fd(),
     };
     // SAFETY: the child runs only `Child::run`, which makes async-signal-safe system calls
@@ -175,8 +174,6 @@ struct Child<'a> {
     stdout: BorrowedFd<'a>,
     stderr: BorrowedFd<'a>,
     gate: BorrowedFd<'a>,
-    /// The parent's end of the gate, closed in the child so that a dead parent is seen.
-    release: RawFd,
     report: BorrowedFd<'a>,
 }
 
@@ -185,8 +182,11 @@ impl Child<'_> {
     ///
     /// Only in the child right after `fork`.
     unsafe fn run(&self) -> ! {
-        // SAFETY: closing the child's copy of a descriptor the parent keeps.
-        unsafe { libc::close(self.release) };
+        // The daemon's descriptors (its state lock, database, socket, eBPF maps, the
+        // release end of the gate) are closed at once, not at the exec: a child waiting at
+        // its gate after the daemon died would otherwise hold the state lock, and the
+        // restarted daemon would find "another livenessd" there.
+        self.close_all_but_own();
         if !self.released() {
             sys::report_step(self.report, Step::Released, 0);
             // SAFETY: _exit(2) is async-signal-safe.
@@ -220,6 +220,23 @@ impl Child<'_> {
         }
         // SAFETY: as above.
         unsafe { libc::_exit(127) }
+    }
+
+    /// Closes every descriptor but the five this child uses (`close_range` between them;
+    /// Linux 5.9+).
+    fn close_all_but_own(&self) {
+        let mut own = [self.stdin, self.stdout, self.stderr, self.gate, self.report]
+            .map(|fd| fd.as_raw_fd() as libc::c_uint);
+        own.sort_unstable();
+        let mut first: libc::c_uint = 0;
+        for fd in own.into_iter().chain([libc::c_uint::MAX]) {
+            if fd > first {
+                // SAFETY: a raw system call on descriptor numbers, async-signal-safe; the
+                // descriptors closed are this child's copies.
+                unsafe { libc::syscall(libc::SYS_close_range, first, fd - 1, 0) };
+            }
+            first = fd.saturating_add(1);
+        }
     }
 
     /// Waits for the parent's byte: `false` when the parent closed the gate without it.
