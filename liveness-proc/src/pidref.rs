@@ -7,7 +7,9 @@
 //! the pidfd names the expected process (and, where the kernel has pidfs, its inode proves
 //! it even within one clock tick). Every signal, wait, exit status and liveness check of the
 //! daemon goes through a [`PidRef`], so "a signal goes only through a verified pidfd" is a
-//! property of the type; the bare pidfd calls under it are in [`crate::pidfd`].
+//! property of the type; the bare pidfd calls under it are in [`crate::pidfd`]. The one
+//! exception is one's own child before its reap, whose pid cannot pass to another process
+//! meanwhile: an [`UnreapedChild`], which needs no pidfd.
 
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
