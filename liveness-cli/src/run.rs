@@ -17,6 +17,8 @@ use std::process::ExitCode;
 use liveness_client::{Client, Owner, Registration};
 use liveness_common::exit::ExitStatus;
 use liveness_common::session::{OnEnd, Until};
+use liveness_proc::pidref::UnreapedChild;
+use rustix::process::Signal;
 
 use crate::args::{LockWait, RunArgs};
 use crate::context::Context;
@@ -42,7 +44,7 @@ impl RunArgs {
         let mut client = context.connect()?;
         let registration = Registration {
             session: Some(id.clone()),
-            owner: Owner::Pid(child.pid as u32),
+            owner: Owner::Pid(child.process.pid()),
             pending: false,
             labels: self.labels.iter().cloned().collect(),
             uid: None,
@@ -254,7 +256,8 @@ impl Program {
                 unsafe { child.exec_when_told() }
             }
             pid => Ok(Paused {
-                pid,
+                process: UnreapedChild::new(pid.unsigned_abs())
+                    .ok_or_else(|| std::io::Error::other("fork returned no pid"))?,
                 go: Some(write),
             }),
         }
@@ -330,7 +333,7 @@ fn exec_failure(errno: i32) -> (i32, &'static str) {
 /// A forked child waiting for the word to exec CMD. Dropped without [`Paused::start`], it
 /// is told nothing, exits, and is reaped.
 struct Paused {
-    pid: libc::pid_t,
+    process: UnreapedChild,
     go: Option<OwnedFd>,
 }
 
@@ -347,20 +350,13 @@ impl Paused {
             if let Some(status) = self.try_reap()? {
                 return Ok(status);
             }
-            forwarded.forward_next(self.pid)?;
+            forwarded.forward_next(&self.process)?;
         }
     }
 
     /// The child's status as a shell reports it, once it has exited.
     fn try_reap(&self) -> std::io::Result<Option<u8>> {
-        let mut status = 0;
-        // SAFETY: plain system call on our own child.
-        match unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) } {
-            0 => Ok(None),
-            -1 => Err(std::io::Error::last_os_error()),
-            _ if libc::WIFSIGNALED(status) => Ok(Some(128 + libc::WTERMSIG(status) as u8)),
-            _ => Ok(Some(libc::WEXITSTATUS(status) as u8)),
-        }
+        Ok(self.process.try_reap()?.map(shell_status))
     }
 }
 
@@ -368,9 +364,7 @@ impl Drop for Paused {
     fn drop(&mut self) {
         if self.go.take().is_some() {
             // Closed unwritten: the child exits at once, and is reaped here.
-            let mut status = 0;
-            // SAFETY: plain system call on our own child.
-            unsafe { libc::waitpid(self.pid, &mut status, 0) };
+            let _ = self.process.reap();
         }
     }
 }
@@ -399,9 +393,9 @@ impl Signals {
         }
     }
 
-    /// Waits for the next signal; passes SIGINT and SIGTERM on to `pid` unless the kernel
+    /// Waits for the next signal; passes SIGINT and SIGTERM on to `child` unless the kernel
     /// sent them (a terminal's ^C already reached the whole process group).
-    fn forward_next(&self, pid: libc::pid_t) -> std::io::Result<()> {
+    fn forward_next(&self, child: &UnreapedChild) -> std::io::Result<()> {
         // SAFETY: siginfo_t is plain data that sigwaitinfo fills in.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
         // SAFETY: the set was initialized in `block`.
@@ -413,9 +407,13 @@ impl Signals {
                 _ => Err(error),
             };
         }
-        if signal != libc::SIGCHLD && info.si_code != libc::SI_KERNEL {
-            // SAFETY: plain system call on our own child, not reaped yet.
-            unsafe { libc::kill(pid, signal) };
+        let forwarded = match signal {
+            libc::SIGINT => Signal::INT,
+            libc::SIGTERM => Signal::TERM,
+            _ => return Ok(()),
+        };
+        if info.si_code != libc::SI_KERNEL {
+            let _ = child.signal(forwarded);
         }
         Ok(())
     }

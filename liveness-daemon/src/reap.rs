@@ -20,7 +20,6 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -32,7 +31,7 @@ use tokio::time::Instant;
 use liveness_common::identity::Identity;
 use liveness_common::session::{ReapFailure, Reaped};
 use liveness_proc::identity::{IdentityError, Liveness, ProcRoot};
-use liveness_proc::pidfd::{open_pidfd, pidfd_exited, pidfs_ino};
+use liveness_proc::pidref::{PidRef, PidRefError};
 
 use crate::fair::offload::offload_for;
 use crate::fd::registered::register;
@@ -175,9 +174,6 @@ pub struct Reaper {
     budget: Arc<Budget>,
 }
 
-/// A process that received a signal, with the pidfd that shows when it is gone.
-pub(crate) type Signalled = (u32, OwnedFd);
-
 /// A target of a reap, as far as the reap has gone with it.
 #[derive(Debug)]
 struct Target {
@@ -185,7 +181,7 @@ struct Target {
     /// Its ids when it was checked before SIGTERM (a non-root session's targets only).
     ids: Option<SignalIds>,
     /// Held between signals while the reap's lease has room.
-    pidfd: Option<OwnedFd>,
+    pidfd: Option<PidRef>,
 }
 
 /// What one round of signals did: the targets that got the signal, and the pids of those
@@ -312,7 +308,7 @@ impl Reaper {
         target: &mut Target,
         uid: u32,
         signal: Signal,
-    ) -> Result<Option<OwnedFd>, ReapError> {
+    ) -> Result<Option<PidRef>, ReapError> {
         let gone = |e: &IdentityError| matches!(e, IdentityError::NoSuchProcess(_));
         let pidfd = match target.pidfd.take() {
             // Held since the last signal: it names the process whatever its pid became.
@@ -343,7 +339,7 @@ impl Reaper {
         }
         // Checked after the reads: still running now, so they were this process's (a held
         // pidfd's pid may have passed to another process since the last signal).
-        if pidfd_exited(pidfd.as_fd()) {
+        if pidfd.has_exited() {
             return Ok(None);
         }
         match refusal {
@@ -353,7 +349,7 @@ impl Reaper {
     }
 
     /// A new pidfd of the process `target` names, or `None` when that process has exited.
-    fn open_verified(&self, target: &Identity) -> Result<Option<OwnedFd>, ReapError> {
+    fn open_verified(&self, target: &Identity) -> Result<Option<PidRef>, ReapError> {
         if target.pid == 1 {
             return Err(ReapError::Init);
         }
@@ -367,27 +363,16 @@ impl Reaper {
         {
             return Err(IdentityError::NoSuchProcess(target.pid).into());
         }
-        // Opened before anything is read: while it shows the process running afterwards,
-        // the pid cannot have passed to another process in between.
-        let pidfd = match open_pidfd(target.pid) {
-            Ok(pidfd) => pidfd,
-            Err(Errno::SRCH) => return Ok(None),
-            Err(e) => return Err(ReapError::Pidfd(e)),
+        let process = match PidRef::open(&self.proc, target.key(), target.pidfs_ino) {
+            Ok(process) => process,
+            Err(PidRefError::Gone(_)) => return Ok(None),
+            Err(PidRefError::Open { errno, .. }) => return Err(ReapError::Pidfd(errno)),
+            Err(PidRefError::Unverified { source, .. }) => return Err(source.into()),
         };
-        let stat = match self.proc.stat(target.pid) {
-            Err(IdentityError::NoSuchProcess(_)) => return Ok(None),
-            other => other?,
-        };
-        let inode_differs = target
-            .pidfs_ino
-            .is_some_and(|known| pidfs_ino(pidfd.as_fd()).is_some_and(|now| now != known));
-        if stat.start_ticks != target.start_ticks || stat.has_exited() || inode_differs {
-            return Ok(None);
-        }
-        if stat.is_kernel_thread() {
+        if process.is_kernel_thread() {
             return Err(ReapError::KernelThread);
         }
-        Ok(Some(pidfd))
+        Ok(Some(process))
     }
 
     /// Waits until `deadline` for the signalled targets to exit: returns the pids of those
@@ -409,16 +394,15 @@ impl Reaper {
             .into_iter()
             .filter_map(|mut target| {
                 let pidfd = target.pidfd.take()?;
-                let pid = target.identity.pid;
-                by_pid.insert(pid, target);
-                Some((pid, pidfd))
+                by_pid.insert(pidfd.pid(), target);
+                Some(pidfd)
             })
             .collect();
         let (mut exited, running) = wait_for_exits(watched, deadline).await;
         let mut still: Vec<Target> = running
             .into_iter()
-            .filter_map(|(pid, pidfd)| {
-                let mut target = by_pid.remove(&pid)?;
+            .filter_map(|pidfd| {
+                let mut target = by_pid.remove(&pidfd.pid())?;
                 target.pidfd = Some(pidfd);
                 Some(target)
             })
@@ -474,11 +458,11 @@ fn signal_name(signal: Signal) -> &'static str {
     }
 }
 
-/// Sends `signal` through a verified pidfd; `None` when the process has exited meanwhile.
-pub(crate) fn signal(pidfd: OwnedFd, signal: Signal) -> Result<Option<OwnedFd>, ReapError> {
-    match rustix::process::pidfd_send_signal(&pidfd, signal) {
-        Ok(()) => Ok(Some(pidfd)),
-        Err(Errno::SRCH) => Ok(None),
+/// Sends `signal` to a verified process; `None` when it has exited meanwhile.
+pub(crate) fn signal(process: PidRef, signal: Signal) -> Result<Option<PidRef>, ReapError> {
+    match process.signal(signal) {
+        Ok(true) => Ok(Some(process)),
+        Ok(false) => Ok(None),
         Err(errno) => Err(ReapError::Signal {
             signal: signal_name(signal),
             errno,
@@ -489,12 +473,13 @@ pub(crate) fn signal(pidfd: OwnedFd, signal: Signal) -> Result<Option<OwnedFd>, 
 /// Waits until `deadline` for the signalled processes to exit: returns those that did,
 /// and those still running.
 pub(crate) async fn wait_for_exits(
-    signalled: Vec<Signalled>,
+    signalled: Vec<PidRef>,
     deadline: Instant,
-) -> (Vec<u32>, Vec<Signalled>) {
+) -> (Vec<u32>, Vec<PidRef>) {
     let mut exited = Vec::new();
     let mut running = Vec::new();
-    for (pid, pidfd) in signalled {
+    for pidfd in signalled {
+        let pid = pidfd.pid();
         // One deadline for all: waiting on each in turn takes no longer than the grace.
         let pidfd = match register(pidfd, Interest::READABLE) {
             Ok(watched) => {
@@ -509,10 +494,10 @@ pub(crate) async fn wait_for_exits(
                 pidfd
             }
         };
-        if pidfd_exited(pidfd.as_fd()) {
+        if pidfd.has_exited() {
             exited.push(pid);
         } else {
-            running.push((pid, pidfd));
+            running.push(pidfd);
         }
     }
     (exited, running)

@@ -4,7 +4,8 @@
 //! - [`identity`]: capturing and checking fingerprints, resolving a hook's owner.
 //! - [`pidfd`]: the bare pidfd calls (open, exited, pidfs inode).
 //! - [`pidref`]: [`pidref::PidRef`], one verified handle on one process, through which
-//!   every signal, wait, exit status and liveness check goes.
+//!   every signal, wait, exit status and liveness check goes; and
+//!   [`pidref::UnreapedChild`], one's own child, signalled and reaped by number.
 //! - [`namespace`]: PID and time namespace arithmetic (`NSpid`, `timens_offsets`, fdinfo).
 //! - [`diagnose`]: why a syscall fails here (missing, filtered, unprivileged, old kernel).
 //! - [`paths`]: where the daemon listens and keeps its state by default.

@@ -7,14 +7,16 @@
 //! the pidfd names the expected process (and, where the kernel has pidfs, its inode proves
 //! it even within one clock tick). Every signal, wait, exit status and liveness check of the
 //! daemon goes through a [`PidRef`], so "a signal goes only through a verified pidfd" is a
-//! property of the type; the bare pidfd calls under it are in [`crate::pidfd`].
+//! property of the type; the bare pidfd calls under it are in [`crate::pidfd`]. The one
+//! exception is one's own child before its reap, whose pid cannot pass to another process
+//! meanwhile: an [`UnreapedChild`], which needs no pidfd.
 
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use rustix::io::Errno;
 use rustix::ioctl::{Opcode, Updater, opcode};
-use rustix::process::{Signal, WaitId, WaitIdOptions};
+use rustix::process::{Pid, Signal, WaitId, WaitIdOptions, WaitOptions};
 
 use liveness_common::exit::ExitStatus;
 use liveness_common::identity::ProcessKey;
@@ -42,6 +44,7 @@ pub enum PidRefError {
 pub struct PidRef {
     key: ProcessKey,
     pidfs_ino: Option<u64>,
+    kernel_thread: bool,
     pidfd: OwnedFd,
 }
 
@@ -83,6 +86,7 @@ impl PidRef {
         Ok(PidRef {
             key,
             pidfs_ino: now_ino,
+            kernel_thread: stat.is_kernel_thread(),
             pidfd,
         })
     }
@@ -91,13 +95,16 @@ impl PidRef {
     /// process before the reap, so the pidfd is its child's whatever is read after.
     pub fn of_child(proc: &ProcRoot, pid: u32) -> Result<PidRef, PidRefError> {
         let pidfd = open_pidfd(pid).map_err(|errno| PidRefError::Open { pid, errno })?;
-        let start_ticks = proc
+        let stat = proc
             .stat(pid)
-            .map_err(|source| PidRefError::Unverified { pid, source })?
-            .start_ticks;
+            .map_err(|source| PidRefError::Unverified { pid, source })?;
         Ok(PidRef {
-            key: ProcessKey { pid, start_ticks },
+            key: ProcessKey {
+                pid,
+                start_ticks: stat.start_ticks,
+            },
             pidfs_ino: pidfs_ino(pidfd.as_fd()),
+            kernel_thread: stat.is_kernel_thread(),
             pidfd,
         })
     }
@@ -116,6 +123,11 @@ impl PidRef {
         self.pidfs_ino
     }
 
+    /// Whether it is a kernel thread, which no signal ends.
+    pub fn is_kernel_thread(&self) -> bool {
+        self.kernel_thread
+    }
+
     /// Whether it has exited (its last thread is gone; it may still be a zombie).
     pub fn has_exited(&self) -> bool {
         pidfd_exited(self.pidfd.as_fd())
@@ -128,6 +140,42 @@ impl PidRef {
             Err(Errno::SRCH) => Ok(false),
             Err(errno) => Err(errno),
         }
+    }
+
+    /// Sends `signal` to the process group it leads (Linux 6.9+, `PIDFD_SIGNAL_PROCESS_GROUP`):
+    /// the group the pidfd holds, even after its leader died, so a group that took the
+    /// number since is never reached. `Ok(false)` on a kernel without it, or when the group
+    /// has no member left.
+    pub fn signal_group(&self, signal: Signal) -> Result<bool, Errno> {
+        // SAFETY: pidfd_send_signal with no siginfo reads no memory of ours.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.pidfd.as_raw_fd(),
+                signal.as_raw(),
+                std::ptr::null::<libc::siginfo_t>(),
+                PIDFD_SIGNAL_PROCESS_GROUP,
+            )
+        };
+        match rc {
+            0.. => Ok(true),
+            _ => match Errno::from_raw_os_error(
+                std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+            ) {
+                Errno::INVAL | Errno::SRCH => Ok(false),
+                errno => Err(errno),
+            },
+        }
+    }
+
+    /// Another handle on the same process (a new descriptor of the same pidfd).
+    pub fn try_clone(&self) -> std::io::Result<PidRef> {
+        Ok(PidRef {
+            key: self.key,
+            pidfs_ino: self.pidfs_ino,
+            kernel_thread: self.kernel_thread,
+            pidfd: self.pidfd.try_clone()?,
+        })
     }
 
     /// Reaps it, once it has exited, if it is this process's child: how it ended.
@@ -179,6 +227,50 @@ impl PidRef {
     }
 }
 
+/// A child of this process that it has not reaped: until the reap its pid names that child
+/// and no other process, so it is signalled and reaped by number. That works where no
+/// pidfd can be had (before Linux 5.3, under a seccomp filter that denies `pidfd_open`, out
+/// of descriptors); a process that is not one's own unreaped child needs a [`PidRef`].
+#[derive(Debug)]
+pub struct UnreapedChild {
+    pid: Pid,
+}
+
+impl UnreapedChild {
+    /// `pid`, returned by this process's `fork` and reaped by nothing else: the caller's
+    /// promise, on which signalling it by number rests. `None` for a number no pid has.
+    pub fn new(pid: u32) -> Option<UnreapedChild> {
+        let pid = i32::try_from(pid).ok().and_then(Pid::from_raw)?;
+        Some(UnreapedChild { pid })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid.as_raw_nonzero().get().unsigned_abs()
+    }
+
+    /// Sends it `signal` (a zombie takes it and stays as it is).
+    pub fn signal(&self, signal: Signal) -> Result<(), Errno> {
+        rustix::process::kill_process(self.pid, signal)
+    }
+
+    /// Reaps it, waiting for its exit: how it ended.
+    pub fn reap(&self) -> std::io::Result<ExitStatus> {
+        self.wait(WaitOptions::empty())?
+            .ok_or_else(|| std::io::Error::other("waitpid returned no status"))
+    }
+
+    /// Reaps it if it has exited, without waiting: how it ended, or `None` while it runs.
+    /// Once it returns a status the child is gone, and its pid free for another process.
+    pub fn try_reap(&self) -> std::io::Result<Option<ExitStatus>> {
+        self.wait(WaitOptions::NOHANG)
+    }
+
+    fn wait(&self, options: WaitOptions) -> std::io::Result<Option<ExitStatus>> {
+        Ok(rustix::process::waitpid(Some(self.pid), options)?
+            .map(|(_, status)| ExitStatus::from_wait_status(status.as_raw() as u32)))
+    }
+}
+
 /// For epoll: a pidfd turns readable when its process exits.
 impl AsFd for PidRef {
     fn as_fd(&self) -> BorrowedFd<'_> {
@@ -220,6 +312,8 @@ const _: () = assert!(size_of::<PidfdInfo>() == 64);
 const _: () = assert!(std::mem::offset_of!(PidfdInfo, exit_code) == 60);
 
 const PIDFD_INFO_EXIT: u64 = 1 << 3;
+/// `PIDFD_SIGNAL_PROCESS_GROUP` of `include/uapi/linux/pidfd.h` (Linux 6.9).
+const PIDFD_SIGNAL_PROCESS_GROUP: libc::c_uint = 1 << 2;
 /// `_IOWR(PIDFS_IOCTL_MAGIC, 11, struct pidfd_info)`.
 const PIDFD_GET_INFO: Opcode = opcode::read_write::<PidfdInfo>(0xFF, 11);
 
@@ -294,6 +388,86 @@ mod tests {
         }
         assert_eq!(handle.reap().unwrap(), ExitStatus::Exited { code: 7 });
         std::mem::forget(child);
+    }
+
+    #[test]
+    fn an_unreaped_child_is_signalled_and_reaped_by_its_number() {
+        let proc = ProcRoot::default();
+        let (child, key) = sleeper(&proc);
+        let watch = PidRef::open(&proc, key, None).unwrap();
+        let unreaped = UnreapedChild::new(child.id()).unwrap();
+        std::mem::forget(child);
+        assert_eq!(unreaped.try_reap().unwrap(), None, "it still runs");
+        unreaped.signal(Signal::KILL).unwrap();
+        while !watch.has_exited() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(
+            unreaped.try_reap().unwrap(),
+            Some(ExitStatus::Signaled {
+                signal: libc::SIGKILL as u8,
+                core_dumped: false
+            })
+        );
+        assert!(proc.stat(key.pid).is_err(), "reaped, not left a zombie");
+        assert!(UnreapedChild::new(0).is_none());
+    }
+
+    /// The group a dead leader led is still reached through its pidfd, and only it.
+    #[test]
+    fn a_group_is_signalled_through_its_dead_leader() {
+        use std::io::BufRead;
+        use std::os::unix::process::CommandExt;
+
+        let proc = ProcRoot::default();
+        let mut leader = Command::new("sh")
+            .args(["-c", "sleep 100 & echo $!; wait"])
+            .process_group(0)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(leader.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let member_pid: u32 = line.trim().parse().unwrap();
+        let member = PidRef::open(
+            &proc,
+            ProcessKey {
+                pid: member_pid,
+                start_ticks: proc.stat(member_pid).unwrap().start_ticks,
+            },
+            None,
+        )
+        .unwrap();
+        let (mut outsider, _) = sleeper(&proc);
+        let group = PidRef::of_child(&proc, leader.id()).unwrap();
+        assert_eq!(group.signal(Signal::KILL), Ok(true));
+        leader.wait().unwrap();
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        let sent = group.signal_group(Signal::KILL).unwrap();
+        if !sent {
+            // Linux before 6.9 has no PIDFD_SIGNAL_PROCESS_GROUP.
+            eprintln!("no process-group signal through a pidfd on Linux {release}");
+            outsider.kill().unwrap();
+            member.signal(Signal::KILL).unwrap();
+            return;
+        }
+        let started = std::time::Instant::now();
+        while !member.has_exited() {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(10),
+                "the group's member outlived its group's SIGKILL"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(
+            outsider.try_wait().unwrap(),
+            None,
+            "a process outside the group got it"
+        );
+        outsider.kill().unwrap();
+        let _ = outsider.wait();
     }
 
     #[test]

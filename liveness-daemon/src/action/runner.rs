@@ -1,7 +1,7 @@
 //! Running one end action to its outcome.
 
 use std::ffi::CString;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -14,7 +14,7 @@ use liveness_common::action::{ActionOutcome, ActionSpec, EndFacts, STDERR_TAIL_B
 use liveness_common::exit::ExitStatus;
 use liveness_common::identity::ProcessKey;
 use liveness_proc::identity::ProcRoot;
-use liveness_proc::pidfd::pidfd_exited;
+use liveness_proc::pidref::PidRef;
 
 use super::ActionError;
 use super::env::environment;
@@ -181,27 +181,14 @@ async fn run(
     let stderr = unsafe { AsyncFd::register_with_interest(stderr, Interest::READABLE) }
         .map_err(|e| prepare(e.into()))?;
     let Forked {
-        pid: root,
-        pidfd,
+        process,
         report,
         release,
-    } = spawn::fork(&setup, &exec, stdin, stderr_write).map_err(prepare)?;
+    } = spawn::fork(&options.proc, &setup, &exec, stdin, stderr_write).map_err(prepare)?;
     crate::faults::point("after-action-fork");
-    // Not reaped yet, so the pid is still this child's; it runs nothing until recorded.
-    let stat = match options.proc.stat(root) {
-        Ok(stat) => stat,
-        Err(e) => {
-            kill_and_reap(&pidfd).await;
-            return Err(prepare(std::io::Error::other(e)));
-        }
-    };
-    on_spawn(
-        ProcessKey {
-            pid: root,
-            start_ticks: stat.start_ticks,
-        },
-        release,
-    );
+    let root = process.pid();
+    // It runs nothing until recorded.
+    on_spawn(process.key(), release);
     let started = tokio::time::timeout_at(clock + bound, exec_report(report)).await;
     let failed = match started {
         Ok(None) => None,
@@ -222,26 +209,26 @@ async fn run(
         }
     };
     if let Some(error) = failed {
-        kill_and_reap(&pidfd).await;
+        kill_and_reap(&process).await;
         return Err(error);
     }
     tracing::debug!(session = %facts.session, pid = root, uid = user.uid, ?program, "end action started");
 
     let timed_out = tokio::select! {
-        () = exited(&pidfd) => false,
+        () = exited(&process) => false,
         () = tokio::time::sleep_until(deadline) => true,
         () = collect(&stderr, tail) => unreachable!("collect never returns"),
     };
     let killed = if timed_out {
         tracing::warn!(session = %facts.session, pid = root, timeout = ?spec.timeout(), "end action timed out; ending its process tree");
-        let killed = end_tree(&options.proc, root, &pidfd, options.kill_grace).await;
-        exited(&pidfd).await;
+        let killed = end_tree(&options.proc, &process, options.kill_grace).await;
+        exited(&process).await;
         killed
     } else {
         0
     };
     drain(stderr.get_ref(), tail);
-    let exit = sys::reap(&pidfd).map_err(ActionError::Wait)?;
+    let exit = process.reap().map_err(ActionError::Wait)?;
     Ok(Ran {
         exit,
         timed_out,
@@ -287,16 +274,16 @@ async fn poll_report(report: &OwnedFd) -> Option<(Step, std::io::Error)> {
     }
 }
 
-/// Kills the child behind `pidfd` (which never ran its program) and reaps it.
-async fn kill_and_reap(pidfd: &OwnedFd) {
-    let _ = rustix::process::pidfd_send_signal(pidfd, rustix::process::Signal::KILL);
-    exited(pidfd).await;
-    let _ = sys::reap(pidfd);
+/// Kills the child `process` (which never ran its program) and reaps it.
+async fn kill_and_reap(process: &PidRef) {
+    let _ = process.signal(rustix::process::Signal::KILL);
+    exited(process).await;
+    let _ = process.reap();
 }
 
-/// Returns when the process behind `pidfd` has exited (it is not reaped).
-async fn exited(pidfd: &OwnedFd) {
-    let watched = pidfd
+/// Returns when `process` has exited (it is not reaped).
+async fn exited(process: &PidRef) {
+    let watched = process
         .try_clone()
         .map_err(|e| e.to_string())
         .and_then(|pidfd| register(pidfd, Interest::READABLE).map_err(|e| e.to_string()));
@@ -306,7 +293,7 @@ async fn exited(pidfd: &OwnedFd) {
         }
         Err(error) => {
             tracing::debug!(error, "cannot watch an action's pidfd; polling it");
-            while !pidfd_exited(pidfd.as_fd()) {
+            while !process.has_exited() {
                 tokio::time::sleep(POLL_INTERVAL).await;
             }
         }

@@ -25,6 +25,9 @@ use std::sync::{Mutex, PoisonError};
 use rustix::io::Errno;
 use rustix::pipe::PipeFlags;
 
+use liveness_proc::identity::ProcRoot;
+use liveness_proc::pidref::{PidRef, UnreapedChild};
+
 use super::sys::{self, ChildSetup, Step};
 
 /// Held from the making of a child's private pipes to their close in the parent, so that
@@ -77,9 +80,8 @@ impl Program {
 /// A child forked and not yet released to run its program.
 #[derive(Debug)]
 pub struct Forked {
-    pub pid: u32,
     /// Taken before the fork returned to anyone else: always this child's.
-    pub pidfd: OwnedFd,
+    pub process: PidRef,
     /// Non-blocking: the child's report, at end of file once its program runs.
     pub report: OwnedFd,
     /// A byte written here lets the child go on ([`release`]); closed unwritten, the child
@@ -97,6 +99,7 @@ pub fn release(release: OwnedFd) -> io::Result<()> {
 /// Forks the child that will run `program` after `setup`, with `stdin` as its stdin,
 /// nothing as its stdout and `stderr` as its stderr.
 pub fn fork(
+    proc: &ProcRoot,
     setup: &ChildSetup,
     program: &Program,
     stdin: OwnedFd,
@@ -133,23 +136,20 @@ pub fn fork(
         pid => pid,
     };
     drop(guard);
-    let pidfd = match liveness_proc::pidfd::open_pidfd(pid as u32) {
-        Ok(pidfd) => pidfd,
+    let process = match PidRef::of_child(proc, pid.unsigned_abs()) {
+        Ok(process) => process,
         Err(e) => {
-            // Out of descriptors, say: it cannot be bounded, so it never runs. Unreaped,
-            // the pid is still this child's, and it waits at its release (as root, so no
-            // user can have stopped it): the wait is short.
-            // SAFETY: kill and waitpid of our own unreaped child.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            // Out of descriptors, say: it cannot be bounded, so it never runs. It waits at
+            // its release (as root, so no user can have stopped it): the wait is short.
+            if let Some(child) = UnreapedChild::new(pid.unsigned_abs()) {
+                let _ = child.signal(rustix::process::Signal::KILL);
+                let _ = child.reap();
             }
-            return Err(e.into());
+            return Err(io::Error::other(e));
         }
     };
     Ok(Forked {
-        pid: pid.unsigned_abs(),
-        pidfd,
+        process,
         report,
         release,
     })

@@ -8,15 +8,13 @@
 use std::ffi::{CStr, CString};
 use std::fmt;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
 
 use rustix::fs::{MemfdFlags, SeekFrom};
 use rustix::io::Errno;
 use rustix::pipe::PipeFlags;
-use rustix::process::{Gid, Signal, Uid};
+use rustix::process::{Gid, Uid};
 use rustix::thread::{CapabilitySet, CapabilitySets};
-
-use liveness_common::exit::ExitStatus;
 
 /// The ids a child takes on before it runs the action.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,9 +89,6 @@ const CAPABILITY_NUMBERS: libc::c_ulong = 64;
 
 /// `KEYCTL_JOIN_SESSION_KEYRING` of keyctl(2).
 const KEYCTL_JOIN_SESSION_KEYRING: libc::c_ulong = 1;
-/// `PIDFD_SIGNAL_PROCESS_GROUP` (Linux 6.9): signal the process group the pidfd's process
-/// leads, held by the pidfd rather than named by its number.
-const PIDFD_SIGNAL_PROCESS_GROUP: libc::c_uint = 1 << 2;
 
 /// What the child does between `fork` and `exec`, prepared by the parent.
 #[derive(Debug)]
@@ -173,7 +168,8 @@ impl ChildSetup {
             })?;
         }
         if self.stop_after_uid {
-            let _ = rustix::process::kill_process(rustix::process::getpid(), Signal::STOP);
+            // SAFETY: raise(3) is async-signal-safe; the child has one thread, so it stops.
+            let _ = unsafe { libc::raise(libc::SIGSTOP) };
         }
         step(Step::Keyring, &mut join_session_keyring)?;
         step(Step::Capabilities, &mut || {
@@ -292,50 +288,4 @@ pub fn stderr_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 /// Reads what is there without blocking: `Ok(0)` at the end, `WouldBlock` when empty.
 pub fn read_some(fd: &OwnedFd, buffer: &mut [u8]) -> io::Result<usize> {
     Ok(rustix::io::read(fd, buffer)?)
-}
-
-/// A pidfd for `pid`. For the action's own child it is always that process (only the
-/// runner reaps it); for another, the caller checks it still names the process it meant.
-pub fn pidfd_of(pid: u32) -> io::Result<OwnedFd> {
-    Ok(liveness_proc::pidfd::open_pidfd(pid)?)
-}
-
-/// Reaps the exited child behind `pidfd`: how it ended.
-pub fn reap(pidfd: &OwnedFd) -> io::Result<ExitStatus> {
-    let status = rustix::process::waitid(
-        rustix::process::WaitId::PidFd(pidfd.as_fd()),
-        rustix::process::WaitIdOptions::EXITED,
-    )?
-    .ok_or_else(|| io::Error::other("waitid returned no status"))?;
-    match (status.exit_status(), status.terminating_signal()) {
-        (Some(code), _) => Ok(ExitStatus::Exited { code: code as u8 }),
-        (None, Some(signal)) => Ok(ExitStatus::Signaled {
-            signal: signal as u8,
-            core_dumped: status.dumped(),
-        }),
-        (None, None) => Err(io::Error::other(
-            "waitid returned neither a code nor a signal",
-        )),
-    }
-}
-
-/// Sends `signal` to the process group that the process behind `pidfd` leads (Linux 6.9+):
-/// the group held by the pidfd, so a number reused since by another process's group is
-/// never reached. `Ok(false)` on a kernel without it, or when the group has no member.
-pub fn signal_group(pidfd: BorrowedFd<'_>, signal: Signal) -> io::Result<bool> {
-    // SAFETY: pidfd_send_signal with no siginfo reads no memory of ours.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            pidfd.as_raw_fd(),
-            signal.as_raw(),
-            std::ptr::null::<libc::siginfo_t>(),
-            PIDFD_SIGNAL_PROCESS_GROUP,
-        )
-    };
-    match rc {
-        0.. => Ok(true),
-        _ if matches!(errno(), libc::EINVAL | libc::ESRCH) => Ok(false),
-        _ => Err(io::Error::last_os_error()),
-    }
 }

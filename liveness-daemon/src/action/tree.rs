@@ -25,32 +25,29 @@
 //! daemon's membership does for sessions, would close the first.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
 use rustix::process::Signal;
 use tokio::time::Instant;
 
 use liveness_common::identity::ProcessKey;
-use liveness_proc::identity::{Liveness, ProcRoot};
-use liveness_proc::pidfd::pidfd_exited;
+use liveness_proc::identity::ProcRoot;
+use liveness_proc::pidref::PidRef;
 
-use super::sys;
-use crate::reap::{KILL_WAIT, Signalled, signal, wait_for_exits};
+use crate::reap::{KILL_WAIT, signal, wait_for_exits};
 
 /// Most processes of one action's tree that are tracked: a fork bomb is stopped by the
 /// group signals, not walked to the end.
 const MAX_MEMBERS: usize = 4096;
 
-/// Ends the tree of the action `root` (also its process group): SIGTERM, `grace`, then
-/// SIGKILL for what is left. Returns how many processes had to be SIGKILLed.
-pub async fn end_tree(proc: &ProcRoot, root: u32, root_pidfd: &OwnedFd, grace: Duration) -> u32 {
-    let mut members: Vec<Signalled> = Vec::new();
-    if let Ok(pidfd) = root_pidfd.try_clone() {
-        members.push((root, pidfd));
+/// Ends the tree of the action `group` (which leads its process group too): SIGTERM,
+/// `grace`, then SIGKILL for what is left. Returns how many processes had to be SIGKILLed.
+pub async fn end_tree(proc: &ProcRoot, group: &PidRef, grace: Duration) -> u32 {
+    let mut members: Vec<PidRef> = Vec::new();
+    if let Ok(root) = group.try_clone() {
+        members.push(root);
     }
     discover(proc, &mut members);
-    let group = root_pidfd.as_fd();
     signal_group(group, Signal::TERM);
     let members = signal_all(members, Signal::TERM);
     let (_, mut running) = wait_for_exits(members, Instant::now() + grace).await;
@@ -69,9 +66,9 @@ pub async fn end_tree(proc: &ProcRoot, root: u32, root_pidfd: &OwnedFd, grace: D
     let killing = signal_all(running, Signal::KILL);
     let killed = killing.len() as u32;
     let (_, unkillable) = wait_for_exits(killing, Instant::now() + KILL_WAIT).await;
-    for (pid, _) in unkillable {
+    for process in unkillable {
         tracing::warn!(
-            pid,
+            pid = process.pid(),
             "a process of a timed-out action is still running after SIGKILL (in uninterruptible sleep?)"
         );
     }
@@ -82,52 +79,48 @@ pub async fn end_tree(proc: &ProcRoot, root: u32, root_pidfd: &OwnedFd, grace: D
 /// a stop or a crash of the daemon cut short), so that it never runs beside its rerun.
 /// Returns whether `root` was still running.
 pub async fn end_leftover(proc: &ProcRoot, root: ProcessKey, grace: Duration) -> bool {
-    let Ok(pidfd) = sys::pidfd_of(root.pid) else {
+    let Ok(process) = PidRef::open(proc, root, None) else {
         return false;
     };
-    // Checked after the pidfd was opened: the pidfd is then of that very process.
-    if proc.check_process(root, None) != Liveness::Alive || pidfd_exited(pidfd.as_fd()) {
-        return false;
-    }
     tracing::warn!(
         pid = root.pid,
         "ending what is left of an end action's cut-short run before running it again"
     );
-    end_tree(proc, root.pid, &pidfd, grace).await;
+    end_tree(proc, &process, grace).await;
     true
 }
 
 /// Sends `signal` to the action's process group, through the pidfd of its leader: never
 /// to a group that took the number since (a kernel before 6.9 has no such signal; the
 /// members' own pidfds still get it).
-fn signal_group(leader: std::os::fd::BorrowedFd<'_>, which: Signal) {
-    if let Err(e) = sys::signal_group(leader, which) {
+fn signal_group(leader: &PidRef, which: Signal) {
+    if let Err(e) = leader.signal_group(which) {
         tracing::warn!(error = %e, "cannot signal the process group of a timed-out action");
     }
 }
 
 /// Sends `signal` to each member; those that had exited drop out.
-fn signal_all(members: Vec<Signalled>, which: Signal) -> Vec<Signalled> {
+fn signal_all(members: Vec<PidRef>, which: Signal) -> Vec<PidRef> {
     members
         .into_iter()
-        .filter_map(|(pid, pidfd)| match signal(pidfd, which) {
-            Ok(sent) => sent.map(|pidfd| (pid, pidfd)),
-            Err(e) => {
+        .filter_map(|process| {
+            let pid = process.pid();
+            signal(process, which).unwrap_or_else(|e| {
                 tracing::warn!(pid, error = %e, "cannot signal a process of a timed-out action");
                 None
-            }
+            })
         })
         .collect()
 }
 
 /// Adds every descendant of the running members that is not among them yet.
-fn discover(proc: &ProcRoot, members: &mut Vec<Signalled>) {
+fn discover(proc: &ProcRoot, members: &mut Vec<PidRef>) {
     // Read once, and only on a kernel without `/proc/<pid>/task/*/children`.
     let mut scanned: Option<HashMap<u32, Vec<u32>>> = None;
     let mut frontier: Vec<u32> = members
         .iter()
-        .filter(|(_, pidfd)| !pidfd_exited(pidfd.as_fd()))
-        .map(|(pid, _)| *pid)
+        .filter(|process| !process.has_exited())
+        .map(PidRef::pid)
         .collect();
     while let Some(parent) = frontier.pop() {
         let children = proc.children(parent).unwrap_or_else(|_| {
@@ -145,11 +138,11 @@ fn discover(proc: &ProcRoot, members: &mut Vec<Signalled>) {
                 );
                 return;
             }
-            if members.iter().any(|(pid, _)| *pid == child) {
+            if members.iter().any(|process| process.pid() == child) {
                 continue;
             }
-            if let Some(pidfd) = child_pidfd(proc, parent, child) {
-                members.push((child, pidfd));
+            if let Some(process) = running_child(proc, parent, child) {
+                members.push(process);
                 frontier.push(child);
             }
         }
@@ -165,14 +158,17 @@ fn by_parent(proc: &ProcRoot) -> HashMap<u32, Vec<u32>> {
     children
 }
 
-/// A pidfd of `child` while it is still `parent`'s running child: opened between two reads
-/// of its start time, so a pid that passed to another process in between is never held.
-fn child_pidfd(proc: &ProcRoot, parent: u32, child: u32) -> Option<OwnedFd> {
+/// `child` while it is still `parent`'s running child: held by a pidfd verified against
+/// the start time read with its parent, so a pid that passed to another process in
+/// between is never held.
+fn running_child(proc: &ProcRoot, parent: u32, child: u32) -> Option<PidRef> {
     let before = proc.stat(child).ok()?;
     if before.ppid != parent || before.has_exited() {
         return None;
     }
-    let pidfd = sys::pidfd_of(child).ok()?;
-    let after = proc.stat(child).ok()?;
-    (after.start_ticks == before.start_ticks && !pidfd_exited(pidfd.as_fd())).then_some(pidfd)
+    let key = ProcessKey {
+        pid: child,
+        start_ticks: before.start_ticks,
+    };
+    PidRef::open(proc, key, None).ok()
 }

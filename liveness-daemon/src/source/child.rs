@@ -7,6 +7,9 @@ use std::os::fd::{AsRawFd, OwnedFd};
 
 use rustix::pipe::PipeFlags;
 
+use liveness_common::exit::ExitStatus;
+use liveness_proc::pidref::UnreapedChild;
+
 /// The code the child exits with: distinctive, so a status that reads it is no accident.
 pub const EXIT_CODE: u8 = 42;
 
@@ -14,7 +17,7 @@ pub const EXIT_CODE: u8 = 42;
 /// Dropping it releases and reaps it, so it never outlives its owner as a zombie.
 #[derive(Debug)]
 pub struct ProbeChild {
-    pid: u32,
+    child: UnreapedChild,
     release: Option<OwnedFd>,
     reaped: bool,
 }
@@ -37,7 +40,8 @@ impl ProbeChild {
                 libc::_exit(i32::from(EXIT_CODE))
             },
             pid => Ok(ProbeChild {
-                pid: pid as u32,
+                child: UnreapedChild::new(pid.unsigned_abs())
+                    .ok_or_else(|| io::Error::other("fork returned no pid"))?,
                 release: Some(write),
                 reaped: false,
             }),
@@ -45,7 +49,7 @@ impl ProbeChild {
     }
 
     pub fn pid(&self) -> u32 {
-        self.pid
+        self.child.pid()
     }
 
     /// Lets the child exit.
@@ -53,17 +57,12 @@ impl ProbeChild {
         self.release = None;
     }
 
-    /// Releases the child, waits for it and returns its raw `wait(2)` status.
-    pub fn reap(&mut self) -> io::Result<u32> {
+    /// Releases the child, waits for it and returns how it ended.
+    pub fn reap(&mut self) -> io::Result<ExitStatus> {
         self.release();
-        let mut status = 0;
-        // SAFETY: waits for our own child into a local.
-        let reaped = unsafe { libc::waitpid(self.pid as i32, &raw mut status, 0) };
-        if reaped == -1 {
-            return Err(io::Error::last_os_error());
-        }
+        let status = self.child.reap()?;
         self.reaped = true;
-        Ok(status as u32)
+        Ok(status)
     }
 }
 
@@ -78,7 +77,6 @@ impl Drop for ProbeChild {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use liveness_common::exit::ExitStatus;
     use liveness_proc::identity::ProcRoot;
 
     #[test]
@@ -86,8 +84,10 @@ mod tests {
         let mut child = ProbeChild::spawn().unwrap();
         let stat = ProcRoot::default().stat(child.pid()).unwrap();
         assert_ne!(stat.state, 'Z', "the child must wait for its release");
-        let status = ExitStatus::from_wait_status(child.reap().unwrap());
-        assert_eq!(status, ExitStatus::Exited { code: EXIT_CODE });
+        assert_eq!(
+            child.reap().unwrap(),
+            ExitStatus::Exited { code: EXIT_CODE }
+        );
     }
 
     #[test]

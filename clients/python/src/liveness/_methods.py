@@ -3,13 +3,48 @@ comes first among the bases of the generated class of its name."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Optional, Protocol, Sequence
 
-if TYPE_CHECKING:
-    from .types_gen import ActionOutcome as _ActionOutcome
-    from .types_gen import ExitStatus as _ExitStatus
-    from .types_gen import Identity as _Identity
-    from .types_gen import Session as _Session
+# The fields each method reads, as protocols: the generated classes have them, and this
+# module, which they import, needs no import of theirs.
+
+
+class _Identity(Protocol):
+    @property
+    def pid(self) -> int: ...
+    @property
+    def start_ticks(self) -> int: ...
+    @property
+    def boot_id(self) -> str: ...
+    @property
+    def pidfs_ino(self) -> Optional[int]: ...
+
+
+class _ExitStatus(Protocol):
+    @property
+    def kind(self) -> str: ...
+    @property
+    def code(self) -> Optional[int]: ...
+    @property
+    def signal(self) -> Optional[int]: ...
+    @property
+    def core_dumped(self) -> Optional[bool]: ...
+
+
+class _ActionOutcome(Protocol):
+    @property
+    def timed_out(self) -> bool: ...
+    @property
+    def exit(self) -> Optional[_ExitStatus]: ...
+
+
+class _Session(Protocol):
+    @property
+    def phase(self) -> str: ...
+    @property
+    def on_end_run(self) -> Sequence[object]: ...
+    @property
+    def finalized_ms(self) -> Optional[int]: ...
 
 
 class Identity:
