@@ -288,6 +288,32 @@ class ActionState(Wire):
 
 
 @dataclass(frozen=True)
+class ReapFailure(Wire):
+    """A process the daemon could not, or would not, end."""
+
+    pid: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Reaped(Wire):
+    """What terminating a session's surviving processes did, by pid."""
+
+    OMIT_DEFAULT = frozenset({"resumed"})
+
+    terminated: List[int]
+    """Exited after SIGTERM, within the grace period."""
+    killed: List[int]
+    """Still running when the grace period ended: SIGKILLed."""
+    exited: List[int]
+    """Had already exited before they were signalled."""
+    failed: List[ReapFailure]
+    """Not signalled, or still alive after SIGKILL, and why."""
+    resumed: bool = False
+    """The reap was cut short by a stop or a crash of the daemon and run again."""
+
+
+@dataclass(frozen=True)
 class Session(_methods.Session, Wire):
     """A session as the daemon stores it (docs/protocol.md §2 "Session")."""
 
@@ -334,32 +360,8 @@ class Session(_methods.Session, Wire):
     """Where each end action stands, in the order of on_end_run: from get and actions_done only."""
     finalized_ms: Optional[int] = None
     """When the last end action had its outcome; none until then, and for a session without end actions, whose end is final."""
-
-
-@dataclass(frozen=True)
-class ReapFailure(Wire):
-    """A process the daemon could not, or would not, end."""
-
-    pid: int
-    reason: str
-
-
-@dataclass(frozen=True)
-class Reaped(Wire):
-    """What terminating a session's surviving processes did, by pid."""
-
-    OMIT_DEFAULT = frozenset({"resumed"})
-
-    terminated: List[int]
-    """Exited after SIGTERM, within the grace period."""
-    killed: List[int]
-    """Still running when the grace period ended: SIGKILLed."""
-    exited: List[int]
-    """Had already exited before they were signalled."""
-    failed: List[ReapFailure]
-    """Not signalled, or still alive after SIGKILL, and why."""
-    resumed: bool = False
-    """The reap was cut short by a stop or a crash of the daemon and run again."""
+    reaped: Optional[Reaped] = None
+    """What terminating its surviving processes did, once recorded (as its session.reaped said); none before, and for a session whose processes were left."""
 
 
 @dataclass(frozen=True)
