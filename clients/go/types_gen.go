@@ -592,6 +592,8 @@ type Survivors struct {
 	Total uint32 `json:"total"`
 	// At most 1000 of them, by pid.
 	Members []Identity `json:"members"`
+	// For an end requested from inside the tree: the process that requested it, then its ancestors up to the first that is no member. Not survivors (not counted in total), never signalled.
+	RequestedBy []Identity `json:"requested_by,omitempty"`
 }
 
 // ActionSpec is one end action: a command the daemon runs, as the session's creator, when the session ends, however it ends (docs/end-actions.md §1). Make it idempotent: a run cut short by a stop or a crash of the daemon runs again.

@@ -73,6 +73,17 @@ fn print_session_block(session: &Session, now: i64, pids: &Numbering) {
                 );
             }
         }
+        if let Some(survivors) = session.survivors.as_ref() {
+            let requesters: Vec<String> = (survivors.requested_by.iter())
+                .map(|process| describe_process(process, None, pids))
+                .collect();
+            if !requesters.is_empty() {
+                outln!(
+                    "  Ended by: {} (inside its tree: no survivors, never signalled)",
+                    requesters.join(", from ")
+                );
+            }
+        }
         if let Some(reaped) = &session.reaped {
             let (summary, failures) = describe_cleanup(reaped, session, pids);
             outln!("   Cleanup: {summary}");

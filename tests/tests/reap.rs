@@ -909,3 +909,76 @@ fn get_says_what_a_cleanup_terminated_and_killed_also_after_a_restart() {
     daemon.restart();
     check(&daemon, "after a restart");
 }
+
+#[test]
+fn an_end_sent_from_inside_the_tree_spares_its_sender_and_its_shell() {
+    if !privileged("an_end_sent_from_inside_the_tree_spares_its_sender_and_its_shell") {
+        return;
+    }
+    let daemon = Daemon::start(&[]);
+    let cli = binary("liveness");
+    // As an agent runs its end hook: `sh -c` running `liveness end`, here orphaned like any
+    // member a terminate policy cleans up, and going on after the end.
+    let mut owner = ShellOwner::spawn(
+        r#"( sleep 300 & echo $! > survivor )
+           ( sh -c 'echo $$ > shell; "$LIVENESS" --socket "$SOCKET" end --session hooked --json > ended.json; sleep 3; echo alive > marker' & )
+           exec sleep 300"#,
+        &[
+            ("LIVENESS", cli.as_os_str()),
+            ("SOCKET", daemon.socket.as_os_str()),
+        ],
+    );
+    owner.register(&daemon, "hooked");
+    owner.go();
+    let (survivor, shell) = (owner.pid("survivor"), owner.pid("shell"));
+    let survivor_process = Fingerprint::of(survivor);
+    let ended: Value = serde_json::from_str(&owner.read("ended.json")).expect("the end's reply");
+    let listed: Vec<u32> = ended["survivors"]["members"]
+        .as_array()
+        .expect("survivors listed")
+        .iter()
+        .map(|member| member["pid"].as_u64().expect("a pid") as u32)
+        .collect();
+    assert_eq!(
+        (listed, &ended["survivors"]["total"]),
+        (vec![survivor], &json!(1)),
+        "only the other member survives: {ended}"
+    );
+    let requesters = &ended["survivors"]["requested_by"];
+    assert_eq!(
+        (
+            &requesters[0]["comm"],
+            &requesters[1]["pid"],
+            requesters.as_array().map(Vec::len)
+        ),
+        (&json!("liveness"), &json!(shell), Some(2)),
+        "the sender, then its shell: {ended}"
+    );
+
+    let text = daemon.cli(&["get", "--session", "hooked"]);
+    let text = String::from_utf8(text.stdout).expect("UTF-8");
+    assert!(
+        text.lines().any(
+            |line| line.trim_start().starts_with("Ended by: liveness (pid")
+                && line.contains(&format!("from sh (pid {shell})"))
+        ),
+        "get names who ended it from inside the tree:\n{text}"
+    );
+
+    let session = wait_reaped(&daemon, "hooked");
+    let reaped = &session["reaped"];
+    assert_eq!(pids(reaped, "terminated"), vec![survivor], "{session}");
+    for list in ["killed", "exited"] {
+        assert!(!pids(reaped, list).contains(&shell), "{session}");
+    }
+    assert_eq!(failed_pids(reaped), Vec::<u32>::new(), "{session}");
+    assert_eq!(
+        owner.read("marker"),
+        "alive",
+        "the shell that sent the end ran on, unsignalled"
+    );
+    assert!(
+        gone_within(survivor_process, MARGIN),
+        "the survivor {survivor} still runs"
+    );
+}

@@ -214,8 +214,10 @@ export interface Survivors {
   total: number;
   /** At most 1000 of them, by pid. */
   members: Identity[];
+  /** For an end requested from inside the tree: the process that requested it, then its ancestors up to the first that is no member. Not survivors (not counted in total), never signalled. */
+  requested_by: Identity[];
 }
-export const survivors: Codec<Survivors> = object<Survivors>({ total: required(int), members: required(arrayOf(identity)) });
+export const survivors: Codec<Survivors> = object<Survivors>({ total: required(int), members: required(arrayOf(identity)), requested_by: defaulted(arrayOf(identity), [], true) });
 
 /** One end action: a command the daemon runs, as the session's creator, when the session ends, however it ends (docs/end-actions.md §1). Make it idempotent: a run cut short by a stop or a crash of the daemon runs again. */
 export interface ActionSpec {

@@ -882,6 +882,12 @@ pub const SURVIVORS: Struct = Struct {
             Required,
             "At most 1000 of them, by pid.",
         ),
+        field(
+            "requested_by",
+            List(&Named("Identity")),
+            omitted("[]"),
+            "For an end requested from inside the tree: the process that requested it, then its ancestors up to the first that is no member. Not survivors (not counted in total), never signalled.",
+        ),
     ],
 };
 

@@ -223,10 +223,14 @@ class Usage(Wire):
 class Survivors(Wire):
     """The members of a session's process tree alive at its end."""
 
+    OMIT_DEFAULT = frozenset({"requested_by"})
+
     total: int
     """Every survivor, listed or not."""
     members: List[Identity]
     """At most 1000 of them, by pid."""
+    requested_by: List[Identity] = field(default_factory=list)
+    """For an end requested from inside the tree: the process that requested it, then its ancestors up to the first that is no member. Not survivors (not counted in total), never signalled."""
 
 
 @dataclass(frozen=True)
