@@ -592,6 +592,8 @@ type Survivors struct {
 	Total uint32 `json:"total"`
 	// At most 1000 of them, by pid.
 	Members []Identity `json:"members"`
+	// For an end requested from inside the tree: the process that requested it, then its ancestors up to the first that is no member. Not survivors (not counted in total), never signalled.
+	RequestedBy []Identity `json:"requested_by,omitempty"`
 }
 
 // ActionSpec is one end action: a command the daemon runs, as the session's creator, when the session ends, however it ends (docs/end-actions.md §1). Make it idempotent: a run cut short by a stop or a crash of the daemon runs again.
@@ -641,6 +643,26 @@ type ActionState struct {
 	Outcome *ActionOutcome `json:"outcome,omitempty"`
 }
 
+// ReapFailure is a process the daemon could not, or would not, end.
+type ReapFailure struct {
+	PID    uint32 `json:"pid"`
+	Reason string `json:"reason"`
+}
+
+// Reaped is what terminating a session's surviving processes did, by pid.
+type Reaped struct {
+	// Exited after SIGTERM, within the grace period.
+	Terminated []uint32 `json:"terminated"`
+	// Still running when the grace period ended: SIGKILLed.
+	Killed []uint32 `json:"killed"`
+	// Had already exited before they were signalled.
+	Exited []uint32 `json:"exited"`
+	// Not signalled, or still alive after SIGKILL, and why.
+	Failed []ReapFailure `json:"failed"`
+	// The reap was cut short by a stop or a crash of the daemon and run again.
+	Resumed bool `json:"resumed,omitempty"`
+}
+
 // Session is a session as the daemon stores it (docs/protocol.md §2 "Session").
 type Session struct {
 	ID    string
@@ -683,6 +705,8 @@ type Session struct {
 	Actions []ActionState
 	// When the last end action had its outcome; none until then, and for a session without end actions, whose end is final.
 	FinalizedMs int64
+	// What terminating its surviving processes did, once recorded (as its session.reaped said); none before, and for a session whose processes were left.
+	Reaped *Reaped
 }
 
 // sessionJSON is Session as the wire has it.
@@ -710,6 +734,7 @@ type sessionJSON struct {
 	OnEndRun         []ActionSpec      `json:"on_end_run,omitempty"`
 	Actions          []ActionState     `json:"actions,omitempty"`
 	FinalizedMs      *int64            `json:"finalized_ms,omitempty"`
+	Reaped           *Reaped           `json:"reaped,omitempty"`
 }
 
 // MarshalJSON writes null for what does not apply, as the daemon does.
@@ -738,6 +763,7 @@ func (s Session) MarshalJSON() ([]byte, error) {
 		OnEndRun:         s.OnEndRun,
 		Actions:          s.Actions,
 		FinalizedMs:      orNil(s.FinalizedMs),
+		Reaped:           s.Reaped,
 	})
 }
 
@@ -771,28 +797,9 @@ func (s *Session) UnmarshalJSON(data []byte) error {
 		OnEndRun:         w.OnEndRun,
 		Actions:          w.Actions,
 		FinalizedMs:      orZero(w.FinalizedMs),
+		Reaped:           w.Reaped,
 	}
 	return nil
-}
-
-// ReapFailure is a process the daemon could not, or would not, end.
-type ReapFailure struct {
-	PID    uint32 `json:"pid"`
-	Reason string `json:"reason"`
-}
-
-// Reaped is what terminating a session's surviving processes did, by pid.
-type Reaped struct {
-	// Exited after SIGTERM, within the grace period.
-	Terminated []uint32 `json:"terminated"`
-	// Still running when the grace period ended: SIGKILLed.
-	Killed []uint32 `json:"killed"`
-	// Had already exited before they were signalled.
-	Exited []uint32 `json:"exited"`
-	// Not signalled, or still alive after SIGKILL, and why.
-	Failed []ReapFailure `json:"failed"`
-	// The reap was cut short by a stop or a crash of the daemon and run again.
-	Resumed bool `json:"resumed,omitempty"`
 }
 
 // LockChange is the lock a lock.acquired or lock.released event is about.

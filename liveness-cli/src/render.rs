@@ -73,6 +73,24 @@ fn print_session_block(session: &Session, now: i64, pids: &Numbering) {
                 );
             }
         }
+        if let Some(survivors) = session.survivors.as_ref() {
+            let requesters: Vec<String> = (survivors.requested_by.iter())
+                .map(|process| describe_process(process, None, pids))
+                .collect();
+            if !requesters.is_empty() {
+                outln!(
+                    "  Ended by: {} (inside its tree: no survivors, never signalled)",
+                    requesters.join(", from ")
+                );
+            }
+        }
+        if let Some(reaped) = &session.reaped {
+            let (summary, failures) = describe_cleanup(reaped, session, pids);
+            outln!("   Cleanup: {summary}");
+            for failure in failures {
+                outln!("            {failure}");
+            }
+        }
     } else if let Some(expires) = session.pending_expires_ms {
         outln!(
             "   Expires: {} ({}) unless renamed",
@@ -441,6 +459,46 @@ fn describe_reaped(reaped: &Reaped) -> String {
     )
 }
 
+/// What a session's cleanup did, for `get`: `terminated 2: sleep (pid 12), sh (pid 13);
+/// killed 1: sleep (pid 14); already gone 1: pid 15`, each process named as the session's
+/// survivors list names it; then one line per process not ended, with why.
+fn describe_cleanup(reaped: &Reaped, session: &Session, pids: &Numbering) -> (String, Vec<String>) {
+    let listed = session
+        .survivors
+        .as_ref()
+        .map_or(&[][..], |s| &s.members[..]);
+    let name = |pid: u32| match listed.iter().find(|member| member.pid == pid) {
+        Some(member) => describe_process(member, None, pids),
+        None => pids.pid(pid, None),
+    };
+    let mut parts = Vec::new();
+    for (word, list) in [
+        ("terminated", &reaped.terminated),
+        ("killed", &reaped.killed),
+        ("already gone", &reaped.exited),
+    ] {
+        if !list.is_empty() {
+            let names: Vec<String> = list.iter().map(|pid| name(*pid)).collect();
+            parts.push(format!("{word} {}: {}", list.len(), names.join(", ")));
+        }
+    }
+    if !reaped.failed.is_empty() {
+        parts.push(format!("not ended {}", reaped.failed.len()));
+    }
+    let mut summary = if parts.is_empty() {
+        "nothing was left to end".to_owned()
+    } else {
+        parts.join("; ")
+    };
+    if reaped.resumed {
+        summary.push_str(" (run again after a daemon restart)");
+    }
+    let failures = (reaped.failed.iter())
+        .map(|failure| format!("not ended: {}: {}", name(failure.pid), failure.reason))
+        .collect();
+    (summary, failures)
+}
+
 /// `status` for people: who answered, then sessions, events, deaths, processes and limits
 /// with their counters, then the sources.
 pub(crate) fn print_status(status: &Status, pids: &Numbering) {
@@ -676,6 +734,7 @@ pub(crate) fn print_liveness(identity: &Identity, liveness: &Liveness, json: boo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use liveness_common::session::ReapFailure;
 
     #[test]
     fn a_failed_actions_stderr_is_shortened_to_its_last_lines() {
@@ -691,6 +750,39 @@ mod tests {
                 format!("stderr: {}…", "é".repeat(STDERR_LINE_CHARS)),
             ]
         );
+    }
+
+    #[test]
+    fn a_cleanup_names_each_process_by_the_survivors_list() {
+        let session: Session = serde_json::from_value(serde_json::json!({
+            "id": "s", "phase": "ended", "pending": false, "reason": "stopped", "exit": null,
+            "detected_by": null, "creator_uid": 0, "labels": {}, "created_ms": 1,
+            "updated_ms": 1, "touched_ms": 1, "ended_ms": 1, "pending_expires_ms": null,
+            "owner": {"pid": 10, "start_ticks": 1, "boot_id": "b", "host": "h", "comm": "agent"},
+            "survivors": {"total": 2, "members": [
+                {"pid": 12, "start_ticks": 2, "boot_id": "b", "host": "h", "comm": "sleep"},
+                {"pid": 13, "start_ticks": 3, "boot_id": "b", "host": "h", "comm": "trap"}]},
+        }))
+        .unwrap();
+        let reaped = Reaped {
+            terminated: vec![12, 15],
+            killed: vec![13],
+            failed: vec![ReapFailure {
+                pid: 16,
+                reason: "why".into(),
+            }],
+            ..Reaped::default()
+        };
+        assert_eq!(
+            describe_cleanup(&reaped, &session, &Numbering::Same),
+            (
+                "terminated 2: sleep (pid 12), pid 15; killed 1: trap (pid 13); not ended 1"
+                    .to_owned(),
+                vec!["not ended: pid 16: why".to_owned()]
+            )
+        );
+        let (nothing, _) = describe_cleanup(&Reaped::default(), &session, &Numbering::Same);
+        assert_eq!(nothing, "nothing was left to end");
     }
 
     #[test]

@@ -45,6 +45,11 @@ pub struct Survivors {
     pub total: u32,
     /// At most [`MAX_SURVIVORS_LISTED`] of them, by pid.
     pub members: Vec<Identity>,
+    /// For an `end` request made from inside the tree: the process that made it, then its
+    /// ancestors up to the first that is no member. Alive at the end, but not survivors:
+    /// they are ending the session (a hook and its shell), and are never signalled.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requested_by: Vec<Identity>,
 }
 
 impl Survivors {
@@ -56,6 +61,7 @@ impl Survivors {
         Survivors {
             total,
             members: alive,
+            requested_by: Vec::new(),
         }
     }
 }

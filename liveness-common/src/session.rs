@@ -67,6 +67,10 @@ pub struct Session {
     /// a session without end actions, whose end is final.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finalized_ms: Option<i64>,
+    /// What terminating its surviving processes did, once recorded (the `reaped` of its
+    /// `session.reaped`); absent while none was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reaped: Option<Reaped>,
 }
 
 impl Session {
@@ -331,6 +335,7 @@ mod tests {
             on_end_run: Vec::new(),
             actions: Vec::new(),
             finalized_ms: None,
+            reaped: None,
         };
         let run = ActionRun {
             index: 2,

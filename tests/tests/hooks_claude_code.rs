@@ -242,6 +242,20 @@ fn an_agent_that_runs_its_own_session_end_is_not_repeated_by_liveness() {
     agent.exit();
     let ended = daemon.wait_finalized("def-456", None);
     assert_eq!(ended["reason"], "stopped", "{ended}");
+    // The hook's own `liveness` (and the shell it runs in, where the shell forks rather than
+    // execs), members of the agent's tree, ended the session: they are set apart, not
+    // listed as its survivors (the user's command, run beside it, may still be one).
+    let comms = |list: &str| -> Vec<Value> {
+        (ended["survivors"][list].as_array().into_iter().flatten())
+            .map(|process| process["comm"].clone())
+            .collect()
+    };
+    assert_eq!(
+        comms("requested_by").first(),
+        Some(&json!("liveness")),
+        "{ended}"
+    );
+    assert!(!comms("members").contains(&json!("liveness")), "{ended}");
     assert_eq!(
         ended["actions"][0]["outcome"]["skipped"], "done_by_agent",
         "{ended}"

@@ -775,3 +775,210 @@ fn a_nested_session_in_another_users_namespaces_does_not_escape_the_outer_termin
         nested_session_of_another_user(Nesting::InHerNamespaces);
     }
 }
+
+/// An owner that is a shell: registered first, then told to go, it runs `script` in a
+/// directory of its own, where the script leaves what the test reads (pids, markers).
+struct ShellOwner {
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+impl ShellOwner {
+    fn spawn(script: &str, env: &[(&str, &std::ffi::OsStr)]) -> ShellOwner {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(format!("read go; {script}"))
+            .current_dir(dir.path())
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn sh");
+        ShellOwner { child, dir }
+    }
+
+    fn register(&self, daemon: &Daemon, session: &str) {
+        let owner = self.child.id().to_string();
+        cli_ok(
+            daemon,
+            &[
+                "register",
+                "--session",
+                session,
+                "--owner-pid",
+                &owner,
+                "--on-end",
+                "terminate",
+                "--grace",
+                "1s",
+                "--json",
+            ],
+        );
+    }
+
+    fn go(&mut self) {
+        use std::io::Write;
+        writeln!(self.child.stdin.as_mut().expect("stdin"), "go").expect("tell the owner to go");
+    }
+
+    /// The content of the file `name` the script writes, once it is a whole line.
+    fn read(&self, name: &str) -> String {
+        let path = self.dir.path().join(name);
+        let mut text = String::new();
+        let written = eventually(MARGIN, || {
+            text = std::fs::read_to_string(&path).unwrap_or_default();
+            text.ends_with('\n')
+        });
+        assert!(written, "the owner's script never wrote {name}");
+        text.trim().to_owned()
+    }
+
+    fn pid(&self, name: &str) -> u32 {
+        self.read(name).parse().expect("a pid")
+    }
+}
+
+impl Drop for ShellOwner {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The session `id` once its cleanup is recorded on it.
+fn wait_reaped(daemon: &Daemon, id: &str) -> Value {
+    let mut session = Value::Null;
+    let recorded = eventually(GRACE + MARGIN, || {
+        session = daemon.session(id);
+        session.get("reaped").is_some()
+    });
+    assert!(recorded, "no cleanup recorded on {id}: {session}");
+    session
+}
+
+#[test]
+fn get_says_what_a_cleanup_terminated_and_killed_also_after_a_restart() {
+    if !privileged("get_says_what_a_cleanup_terminated_and_killed_also_after_a_restart") {
+        return;
+    }
+    let mut daemon = Daemon::start(&[]);
+    // A survivor whose name is a user's string with a terminal's escape in it, and one
+    // that ignores SIGTERM.
+    let links = tempfile::tempdir().expect("temp dir");
+    let hostile = links.path().join("sl\u{1b}[31mep");
+    std::os::unix::fs::symlink("/bin/sleep", &hostile).expect("link sleep");
+    let mut owner = ShellOwner::spawn(
+        r#"( "$HOSTILE" 300 & echo $! > soft ); ( trap '' TERM; sleep 300 & echo $! > hard ); exec sleep 300"#,
+        &[("HOSTILE", hostile.as_os_str())],
+    );
+    owner.register(&daemon, "cleaned");
+    owner.go();
+    let (soft, hard) = (owner.pid("soft"), owner.pid("hard"));
+    owner.child.kill().expect("kill the owner");
+    owner.child.wait().expect("reap the owner");
+
+    let check = |daemon: &Daemon, when: &str| {
+        let session = cli_ok(daemon, &["get", "--session", "cleaned", "--json"]);
+        let reaped = &session["reaped"];
+        assert_eq!(
+            (pids(reaped, "terminated"), pids(reaped, "killed")),
+            (vec![soft], vec![hard]),
+            "{when}: {session}"
+        );
+        let text = daemon.cli(&["get", "--session", "cleaned"]);
+        assert!(text.status.success(), "{when}: {text:?}");
+        let text = String::from_utf8(text.stdout).expect("UTF-8");
+        let cleanup = text
+            .lines()
+            .find(|line| line.trim_start().starts_with("Cleanup:"))
+            .unwrap_or_else(|| panic!("{when}: no cleanup line in\n{text}"));
+        assert!(
+            cleanup.contains(&format!(r"terminated 1: sl\u{{1b}}[31mep (pid {soft})"))
+                && cleanup.contains(&format!("killed 1: sleep (pid {hard})")),
+            "{when}: {cleanup}"
+        );
+        assert!(
+            !text.contains('\u{1b}'),
+            "{when}: a raw escape reached the terminal: {text:?}"
+        );
+    };
+    wait_reaped(&daemon, "cleaned");
+    check(&daemon, "after the cleanup");
+    daemon.stop();
+    daemon.restart();
+    check(&daemon, "after a restart");
+}
+
+#[test]
+fn an_end_sent_from_inside_the_tree_spares_its_sender_and_its_shell() {
+    if !privileged("an_end_sent_from_inside_the_tree_spares_its_sender_and_its_shell") {
+        return;
+    }
+    let daemon = Daemon::start(&[]);
+    let cli = binary("liveness");
+    // As an agent runs its end hook: `sh -c` running `liveness end`, here orphaned like any
+    // member a terminate policy cleans up, and going on after the end.
+    let mut owner = ShellOwner::spawn(
+        r#"( sleep 300 & echo $! > survivor )
+           ( sh -c 'echo $$ > shell; "$LIVENESS" --socket "$SOCKET" end --session hooked --json > ended.json; sleep 3; echo alive > marker' & )
+           exec sleep 300"#,
+        &[
+            ("LIVENESS", cli.as_os_str()),
+            ("SOCKET", daemon.socket.as_os_str()),
+        ],
+    );
+    owner.register(&daemon, "hooked");
+    owner.go();
+    let (survivor, shell) = (owner.pid("survivor"), owner.pid("shell"));
+    let survivor_process = Fingerprint::of(survivor);
+    let ended: Value = serde_json::from_str(&owner.read("ended.json")).expect("the end's reply");
+    let listed: Vec<u32> = ended["survivors"]["members"]
+        .as_array()
+        .expect("survivors listed")
+        .iter()
+        .map(|member| member["pid"].as_u64().expect("a pid") as u32)
+        .collect();
+    assert_eq!(
+        (listed, &ended["survivors"]["total"]),
+        (vec![survivor], &json!(1)),
+        "only the other member survives: {ended}"
+    );
+    let requesters = &ended["survivors"]["requested_by"];
+    assert_eq!(
+        (
+            &requesters[0]["comm"],
+            &requesters[1]["pid"],
+            requesters.as_array().map(Vec::len)
+        ),
+        (&json!("liveness"), &json!(shell), Some(2)),
+        "the sender, then its shell: {ended}"
+    );
+
+    let text = daemon.cli(&["get", "--session", "hooked"]);
+    let text = String::from_utf8(text.stdout).expect("UTF-8");
+    assert!(
+        text.lines().any(
+            |line| line.trim_start().starts_with("Ended by: liveness (pid")
+                && line.contains(&format!("from sh (pid {shell})"))
+        ),
+        "get names who ended it from inside the tree:\n{text}"
+    );
+
+    let session = wait_reaped(&daemon, "hooked");
+    let reaped = &session["reaped"];
+    assert_eq!(pids(reaped, "terminated"), vec![survivor], "{session}");
+    for list in ["killed", "exited"] {
+        assert!(!pids(reaped, list).contains(&shell), "{session}");
+    }
+    assert_eq!(failed_pids(reaped), Vec::<u32>::new(), "{session}");
+    assert_eq!(
+        owner.read("marker"),
+        "alive",
+        "the shell that sent the end ran on, unsignalled"
+    );
+    assert!(
+        gone_within(survivor_process, MARGIN),
+        "the survivor {survivor} still runs"
+    );
+}

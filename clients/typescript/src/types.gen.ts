@@ -214,8 +214,10 @@ export interface Survivors {
   total: number;
   /** At most 1000 of them, by pid. */
   members: Identity[];
+  /** For an end requested from inside the tree: the process that requested it, then its ancestors up to the first that is no member. Not survivors (not counted in total), never signalled. */
+  requested_by: Identity[];
 }
-export const survivors: Codec<Survivors> = object<Survivors>({ total: required(int), members: required(arrayOf(identity)) });
+export const survivors: Codec<Survivors> = object<Survivors>({ total: required(int), members: required(arrayOf(identity)), requested_by: defaulted(arrayOf(identity), [], true) });
 
 /** One end action: a command the daemon runs, as the session's creator, when the session ends, however it ends (docs/end-actions.md §1). Make it idempotent: a run cut short by a stop or a crash of the daemon runs again. */
 export interface ActionSpec {
@@ -267,6 +269,28 @@ export interface ActionState {
 }
 export const actionState: Codec<ActionState> = object<ActionState>({ index: required(int), state: required(actionPhase), outcome: optional(actionOutcome) });
 
+/** A process the daemon could not, or would not, end. */
+export interface ReapFailure {
+  pid: number;
+  reason: string;
+}
+export const reapFailure: Codec<ReapFailure> = object<ReapFailure>({ pid: required(int), reason: required(str) });
+
+/** What terminating a session's surviving processes did, by pid. */
+export interface Reaped {
+  /** Exited after SIGTERM, within the grace period. */
+  terminated: number[];
+  /** Still running when the grace period ended: SIGKILLed. */
+  killed: number[];
+  /** Had already exited before they were signalled. */
+  exited: number[];
+  /** Not signalled, or still alive after SIGKILL, and why. */
+  failed: ReapFailure[];
+  /** The reap was cut short by a stop or a crash of the daemon and run again. */
+  resumed: boolean;
+}
+export const reaped: Codec<Reaped> = object<Reaped>({ terminated: required(arrayOf(int)), killed: required(arrayOf(int)), exited: required(arrayOf(int)), failed: required(arrayOf(reapFailure)), resumed: defaulted(bool, false, true) });
+
 /** A session as the daemon stores it (docs/protocol.md §2 "Session"). */
 export interface Session {
   id: string;
@@ -309,30 +333,10 @@ export interface Session {
   actions: ActionState[];
   /** When the last end action had its outcome; none until then, and for a session without end actions, whose end is final. */
   finalized_ms?: number;
+  /** What terminating its surviving processes did, once recorded (as its session.reaped said); none before, and for a session whose processes were left. */
+  reaped?: Reaped;
 }
-export const session: Codec<Session> = object<Session>({ id: required(str), owner: required(identity), phase: required(phase), pending: required(bool), reason: nullable(endReason), exit: nullable(exitStatus), cause: optional(cause), usage: optional(usage), detected_by: nullable(detectedBy), creator_uid: required(int), labels: required(recordOf(str)), created_ms: required(int), updated_ms: required(int), touched_ms: required(int), ended_ms: nullable(int), pending_expires_ms: nullable(int), survivors: optional(survivors), on_end: defaulted(onEnd, "leave"), until: defaulted(until, "owner", true), grace_ms: defaulted(int, 10000), on_end_run: defaulted(arrayOf(actionSpec), [], true), actions: defaulted(arrayOf(actionState), [], true), finalized_ms: optional(int) });
-
-/** A process the daemon could not, or would not, end. */
-export interface ReapFailure {
-  pid: number;
-  reason: string;
-}
-export const reapFailure: Codec<ReapFailure> = object<ReapFailure>({ pid: required(int), reason: required(str) });
-
-/** What terminating a session's surviving processes did, by pid. */
-export interface Reaped {
-  /** Exited after SIGTERM, within the grace period. */
-  terminated: number[];
-  /** Still running when the grace period ended: SIGKILLed. */
-  killed: number[];
-  /** Had already exited before they were signalled. */
-  exited: number[];
-  /** Not signalled, or still alive after SIGKILL, and why. */
-  failed: ReapFailure[];
-  /** The reap was cut short by a stop or a crash of the daemon and run again. */
-  resumed: boolean;
-}
-export const reaped: Codec<Reaped> = object<Reaped>({ terminated: required(arrayOf(int)), killed: required(arrayOf(int)), exited: required(arrayOf(int)), failed: required(arrayOf(reapFailure)), resumed: defaulted(bool, false, true) });
+export const session: Codec<Session> = object<Session>({ id: required(str), owner: required(identity), phase: required(phase), pending: required(bool), reason: nullable(endReason), exit: nullable(exitStatus), cause: optional(cause), usage: optional(usage), detected_by: nullable(detectedBy), creator_uid: required(int), labels: required(recordOf(str)), created_ms: required(int), updated_ms: required(int), touched_ms: required(int), ended_ms: nullable(int), pending_expires_ms: nullable(int), survivors: optional(survivors), on_end: defaulted(onEnd, "leave"), until: defaulted(until, "owner", true), grace_ms: defaulted(int, 10000), on_end_run: defaulted(arrayOf(actionSpec), [], true), actions: defaulted(arrayOf(actionState), [], true), finalized_ms: optional(int), reaped: optional(reaped) });
 
 /** The lock a lock.acquired or lock.released event is about. */
 export interface LockChange {

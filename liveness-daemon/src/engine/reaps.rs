@@ -2,7 +2,8 @@
 //!
 //! A session registered with `on_end: terminate`, or ended with `terminate: true`, has the
 //! survivors of its process tree handed to the [`crate::reap::Reaper`] once its end is
-//! committed and published, less those the owner still looks after.
+//! committed and published, less those the owner still looks after and the process that
+//! sent an `end` with its ancestors in the tree (see `Survivors::requested_by`).
 //! Each reap runs in a task the engine owns (it waits out a grace period, and the engine
 //! must not); its outcome comes back to the engine, which commits the `session.reaped`
 //! event and publishes it like any other (a failed commit is kept and retried, see
@@ -41,6 +42,8 @@ struct ReapPlan {
     owner_may_live: bool,
     /// The survivors the ending listed.
     listed: Vec<Identity>,
+    /// The process that asked for the ending and its ancestors in the tree: never signalled.
+    requested_by: Vec<Identity>,
     /// The tree as known at the ending, where the list was cut short.
     complete_with: Option<TreeView>,
     /// Why none may be signalled.
@@ -56,6 +59,7 @@ impl ReapPlan {
             owner,
             owner_may_live: false,
             listed: Vec::new(),
+            requested_by: Vec::new(),
             complete_with: None,
             refusal: None,
         }
@@ -66,7 +70,9 @@ impl ReapPlan {
         let owner = self.owner;
         let mut members = self.listed;
         if let Some(tree) = self.complete_with {
-            let known: HashSet<ProcessKey> = members.iter().map(Identity::key).collect();
+            let known: HashSet<ProcessKey> = (members.iter().chain(&self.requested_by))
+                .map(Identity::key)
+                .collect();
             members.extend(
                 tree.live_members(kernel, proc)
                     .into_iter()
@@ -265,6 +271,7 @@ impl Reaps {
                 Some(EndReason::OwnerExited | EndReason::OwnerReused | EndReason::Reboot)
             ),
             listed: listed.map(|s| s.members.clone()).unwrap_or_default(),
+            requested_by: listed.map(|s| s.requested_by.clone()).unwrap_or_default(),
             complete_with,
             refusal,
             owner,

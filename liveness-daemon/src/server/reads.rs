@@ -309,8 +309,8 @@ impl Readers {
         })
     }
 
-    /// `end`: the survivors of the owner's tree are read here, then the engine ends the
-    /// session with them.
+    /// `end`: the survivors of the owner's tree are read here (the caller and its ancestors
+    /// in the tree set apart), then the engine ends the session with them.
     pub async fn end(
         &self,
         engine: &Handle,
@@ -326,7 +326,8 @@ impl Readers {
             Some(tree) => {
                 let Readers { proc, members, .. } = self.clone();
                 offload_for(caller.uid, move || {
-                    (tree.root(), tree.survivors(members.as_deref(), &proc))
+                    let survivors = tree.survivors(members.as_deref(), &proc, caller.pid);
+                    (tree.root(), survivors)
                 })
                 .await
             }

@@ -5,14 +5,14 @@
 
 use rusqlite::params;
 
-use super::rows::{append, ended_event, session_from_row};
+use super::rows::{append, ended_event, json_value, session_from_row};
 use super::{Store, StoreError};
 use liveness_common::session::{Event, EventKind, Reaped};
 
 impl Store {
     /// Records what terminating the surviving processes of ended sessions did, in one
-    /// transaction: for each `(ended, reaped)`, the `session.reaped` event about the session
-    /// as its `ended` event described it. A session whose reap is not due (its outcome is
+    /// transaction: for each `(ended, reaped)`, the outcome in the session's row and the
+    /// `session.reaped` event about the session as its `ended` event described it. A session whose reap is not due (its outcome is
     /// recorded already) gets none: the events returned are those written.
     pub fn record_reaped(
         &mut self,
@@ -33,6 +33,14 @@ impl Store {
                 );
                 continue;
             }
+            tx.prepare_cached(
+                "UPDATE sessions SET reaped = ?3 WHERE creator_uid = ?1 AND id = ?2",
+            )?
+            .execute(params![
+                ended.creator_uid,
+                ended.session,
+                json_value(Some(reaped))?
+            ])?;
             events.push(append(
                 &tx,
                 Event {

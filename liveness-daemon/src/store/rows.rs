@@ -159,6 +159,7 @@ pub(super) fn session_from_row(row: &Row<'_>) -> Result<Session, StoreError> {
         actions: Vec::new(),
         finalized_ms: row.get(25)?,
         until: from_name(row.get(26)?)?,
+        reaped: lenient_json_column(row, 27),
     })
 }
 
@@ -168,6 +169,18 @@ fn json_column<T: DeserializeOwned>(row: &Row<'_>, index: usize) -> Result<Optio
         .get::<_, Option<String>>(index)?
         .map(|s| serde_json::from_str(&s))
         .transpose()?)
+}
+
+/// A nullable column holding JSON that only reports: a value that does not read (damaged,
+/// or written by a newer daemon) is logged and left out, never fails the session's read.
+fn lenient_json_column<T: DeserializeOwned>(row: &Row<'_>, index: usize) -> Option<T> {
+    match json_column(row, index) {
+        Ok(value) => value,
+        Err(error) => {
+            tracing::warn!(%error, column = index, "an unreadable report is left out of a session");
+            None
+        }
+    }
 }
 
 /// A nullable JSON column's value.
@@ -195,7 +208,7 @@ pub(super) fn insert_session(conn: &Connection, s: &Session) -> Result<(), Store
         "INSERT INTO sessions (",
         session_columns!(),
         ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-         ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27)"
+         ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)"
     ))?
     .execute(params![
         s.id,
@@ -225,6 +238,7 @@ pub(super) fn insert_session(conn: &Connection, s: &Session) -> Result<(), Store
         specs_column(&s.on_end_run)?,
         s.finalized_ms,
         name(&s.until)?,
+        json_value(s.reaped.as_ref())?,
     ])?;
     Ok(())
 }

@@ -234,6 +234,12 @@ ALTER TABLE sessions ADD COLUMN until TEXT NOT NULL DEFAULT 'owner'
 -- never had (the state was restored from an older copy) is told to reset (see lineage).
 CREATE TABLE runs (run TEXT PRIMARY KEY NOT NULL, started_after INTEGER NOT NULL);
 "#,
+    r#"
+-- What terminating an ended session's surviving processes did (JSON: the pids terminated,
+-- killed, already exited and not ended), written with its session.reaped, so that `get`
+-- shows it. NULL until then, and for sessions whose reap was recorded before.
+ALTER TABLE sessions ADD COLUMN reaped TEXT;
+"#,
 ];
 
 /// The schema version this code writes and understands.

@@ -1416,11 +1416,31 @@ fn the_cleanup_policy_is_stored_and_the_reaped_event_recorded() {
         vec![event],
         "the stored event is the one published"
     );
+    let session = store.get(UID, "s1").unwrap().unwrap();
     assert_eq!(
-        store.get(UID, "s1").unwrap().unwrap().phase,
-        Phase::Ended,
-        "the session row is not changed"
+        (session.phase, session.reaped.as_ref()),
+        (Phase::Ended, Some(&reaped)),
+        "the session row keeps the outcome, for get"
     );
+    drop(store);
+    let reopened = db.open();
+    assert_eq!(
+        reopened.get(UID, "s1").unwrap().unwrap().reaped,
+        Some(reaped.clone()),
+        "the outcome reads back after a restart"
+    );
+    drop(reopened);
+    // A damaged outcome is left out; the session still reads.
+    Connection::open(db.path())
+        .unwrap()
+        .execute(
+            "UPDATE sessions SET reaped = '{\"terminated\": [1' WHERE id = 's1'",
+            [],
+        )
+        .unwrap();
+    let mut store = db.open();
+    let damaged = store.get(UID, "s1").unwrap().unwrap();
+    assert_eq!((damaged.phase, damaged.reaped), (Phase::Ended, None));
 
     let plain = store.register(req("s2", owner(20)), NOW).unwrap().session;
     assert_eq!(

@@ -266,6 +266,7 @@ impl Store {
                     on_end_run: req.on_end_run.unwrap_or_default(),
                     actions: Vec::new(),
                     finalized_ms: None,
+                    reaped: None,
                 };
                 insert_session(&tx, &session)?;
                 set_actions(

@@ -143,9 +143,11 @@ pub const ITEMS: &[Item] = &[
     Item::Struct(&ACTION_SPEC),
     Item::Struct(&ACTION_OUTCOME),
     Item::Struct(&ACTION_STATE),
-    Item::Struct(&SESSION),
+    // Before the session, which holds one: the TypeScript codecs are constants, each made
+    // from those it names.
     Item::Struct(&REAP_FAILURE),
     Item::Struct(&REAPED),
+    Item::Struct(&SESSION),
     Item::Struct(&LOCK_CHANGE),
     Item::Struct(&HOPS),
     Item::Struct(&EVENT),
@@ -880,6 +882,12 @@ pub const SURVIVORS: Struct = Struct {
             Required,
             "At most 1000 of them, by pid.",
         ),
+        field(
+            "requested_by",
+            List(&Named("Identity")),
+            omitted("[]"),
+            "For an end requested from inside the tree: the process that requested it, then its ancestors up to the first that is no member. Not survivors (not counted in total), never signalled.",
+        ),
     ],
 };
 
@@ -1122,6 +1130,12 @@ pub const SESSION: Struct = Struct {
             I64,
             Optional,
             "When the last end action had its outcome; none until then, and for a session without end actions, whose end is final.",
+        ),
+        field(
+            "reaped",
+            Named("Reaped"),
+            Optional,
+            "What terminating its surviving processes did, once recorded (as its session.reaped said); none before, and for a session whose processes were left.",
         ),
     ],
 };

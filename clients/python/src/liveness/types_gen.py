@@ -223,10 +223,14 @@ class Usage(Wire):
 class Survivors(Wire):
     """The members of a session's process tree alive at its end."""
 
+    OMIT_DEFAULT = frozenset({"requested_by"})
+
     total: int
     """Every survivor, listed or not."""
     members: List[Identity]
     """At most 1000 of them, by pid."""
+    requested_by: List[Identity] = field(default_factory=list)
+    """For an end requested from inside the tree: the process that requested it, then its ancestors up to the first that is no member. Not survivors (not counted in total), never signalled."""
 
 
 @dataclass(frozen=True)
@@ -288,6 +292,32 @@ class ActionState(Wire):
 
 
 @dataclass(frozen=True)
+class ReapFailure(Wire):
+    """A process the daemon could not, or would not, end."""
+
+    pid: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Reaped(Wire):
+    """What terminating a session's surviving processes did, by pid."""
+
+    OMIT_DEFAULT = frozenset({"resumed"})
+
+    terminated: List[int]
+    """Exited after SIGTERM, within the grace period."""
+    killed: List[int]
+    """Still running when the grace period ended: SIGKILLed."""
+    exited: List[int]
+    """Had already exited before they were signalled."""
+    failed: List[ReapFailure]
+    """Not signalled, or still alive after SIGKILL, and why."""
+    resumed: bool = False
+    """The reap was cut short by a stop or a crash of the daemon and run again."""
+
+
+@dataclass(frozen=True)
 class Session(_methods.Session, Wire):
     """A session as the daemon stores it (docs/protocol.md §2 "Session")."""
 
@@ -334,32 +364,8 @@ class Session(_methods.Session, Wire):
     """Where each end action stands, in the order of on_end_run: from get and actions_done only."""
     finalized_ms: Optional[int] = None
     """When the last end action had its outcome; none until then, and for a session without end actions, whose end is final."""
-
-
-@dataclass(frozen=True)
-class ReapFailure(Wire):
-    """A process the daemon could not, or would not, end."""
-
-    pid: int
-    reason: str
-
-
-@dataclass(frozen=True)
-class Reaped(Wire):
-    """What terminating a session's surviving processes did, by pid."""
-
-    OMIT_DEFAULT = frozenset({"resumed"})
-
-    terminated: List[int]
-    """Exited after SIGTERM, within the grace period."""
-    killed: List[int]
-    """Still running when the grace period ended: SIGKILLed."""
-    exited: List[int]
-    """Had already exited before they were signalled."""
-    failed: List[ReapFailure]
-    """Not signalled, or still alive after SIGKILL, and why."""
-    resumed: bool = False
-    """The reap was cut short by a stop or a crash of the daemon and run again."""
+    reaped: Optional[Reaped] = None
+    """What terminating its surviving processes did, once recorded (as its session.reaped said); none before, and for a session whose processes were left."""
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,9 @@ use crate::engine::{Caller, Engine, store_error};
 use crate::store::Ending;
 
 /// An `end` request, with the survivors of the owner's tree (named by its root) read off
-/// the engine; should the session have another owner by now, they are read here.
+/// the engine; should the session have another owner by now, they are read here. The
+/// process that sent it and its ancestors in the tree are no survivors, and never
+/// signalled by the end's reap.
 #[derive(Debug)]
 pub struct End {
     pub request: request::End,
@@ -30,7 +32,15 @@ impl Op for End {
         let existing = addressed(&engine.store, caller, &session, uid)?;
         let survivors = match self.survivors {
             Some((root, survivors)) if root == existing.owner.key() => Some(survivors),
-            _ => engine.trees.survivors_of([&existing.owner]).pop().flatten(),
+            // Another owner since: its tree is read here, the caller set apart as well.
+            _ => (existing.owner.boot_id == engine.local.boot_id).then(|| {
+                let kernel = engine.trees.reader();
+                (engine.trees.view(existing.owner.key())).survivors(
+                    kernel.as_deref(),
+                    &engine.config.proc,
+                    caller.pid,
+                )
+            }),
         };
         let ending = Ending {
             survivors,

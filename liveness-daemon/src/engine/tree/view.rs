@@ -231,11 +231,18 @@ impl TreeView {
         self.root
     }
 
-    /// The survivors of the tree if its session ended now: its live members but the root.
-    pub fn survivors(&self, kernel: Option<&TreeMap>, proc: &ProcRoot) -> Survivors {
+    /// The survivors of the tree if its session ended now at the request of the process
+    /// `caller` (its pid here, 0 for none): its live members but the root, and but the
+    /// caller and those of its ancestors that are members, which are set apart (see
+    /// [`Survivors::requested_by`]).
+    pub fn survivors(&self, kernel: Option<&TreeMap>, proc: &ProcRoot, caller: u32) -> Survivors {
         let mut alive = self.live_members(kernel, proc);
         alive.retain(|member| member.key() != self.root);
-        Survivors::from_alive(alive)
+        let requested_by = take_requesters(&mut alive, caller, proc);
+        Survivors {
+            requested_by,
+            ..Survivors::from_alive(alive)
+        }
     }
 
     /// The descendants in `/proc` of the root and of every member: the processes the owner
@@ -257,6 +264,39 @@ impl TreeView {
         });
         with_inodes(proc, found)
     }
+}
+
+/// Takes out of `alive` the process `caller` and its ancestors, nearest first, up to the
+/// first that is not in `alive`: an `end` sent from inside the tree (an agent's hook, run
+/// through a shell) ends the session rather than outlives it. Each is matched by its start
+/// time, so a pid another process took is no member.
+fn take_requesters(alive: &mut Vec<Identity>, caller: u32, proc: &ProcRoot) -> Vec<Identity> {
+    let members: HashSet<ProcessKey> = alive.iter().map(Identity::key).collect();
+    let mut chain: HashMap<ProcessKey, usize> = HashMap::new();
+    let mut pid = caller;
+    while pid != 0 {
+        let Ok(stat) = proc.stat(pid) else {
+            break;
+        };
+        let key = ProcessKey {
+            pid,
+            start_ticks: stat.start_ticks,
+        };
+        if !members.contains(&key) || chain.contains_key(&key) {
+            break;
+        }
+        chain.insert(key, chain.len());
+        pid = stat.ppid;
+    }
+    if chain.is_empty() {
+        return Vec::new();
+    }
+    let (mut requesters, rest): (Vec<Identity>, Vec<Identity>) = std::mem::take(alive)
+        .into_iter()
+        .partition(|member| chain.contains_key(&member.key()));
+    *alive = rest;
+    requesters.sort_by_key(|member| chain.get(&member.key()).copied());
+    requesters
 }
 
 /// This boot and host, which identities of members carry.
