@@ -1220,7 +1220,9 @@ fn processes_come_in_pages_that_list_each_process_once() {
 }
 
 /// A bpffs directory of one test's own for `--ebpf-pin-dir`, removed at the end with
-/// whatever the daemons left pinned there (their programs detach).
+/// whatever the daemons left pinned there. Declared before the test's daemons, it is
+/// dropped after they are stopped, and checks that the kernel then let go of every link it
+/// held and of their programs: no test leaves programs running on the machine's forks.
 struct PinRoot(std::path::PathBuf);
 
 impl PinRoot {
@@ -1235,8 +1237,27 @@ impl PinRoot {
 
 impl Drop for PinRoot {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        let links = integration_tests::pinned_links(&self.0);
+        let removed = std::fs::remove_dir_all(&self.0);
+        if std::thread::panicking() {
+            return;
+        }
+        assert!(!self.0.exists(), "{} left: {removed:?}", self.0.display());
+        assert!(
+            released(&links),
+            "pinned links still held once unpinned: {links:?}"
+        );
     }
+}
+
+/// Whether the kernel lets go of every one of `links` and of their programs, soon: links are
+/// freed a moment after their last holder goes.
+fn released(links: &[integration_tests::PinnedLink]) -> bool {
+    eventually(PATIENCE, || {
+        links
+            .iter()
+            .all(|link| integration_tests::link_released(*link))
+    })
 }
 
 /// A daemon that pins its lineage programs under `pins`, its membership status, and the
