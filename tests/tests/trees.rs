@@ -1587,15 +1587,20 @@ fn pins_of_a_deleted_state_directory_are_removed_at_the_next_start() {
         assert!(unknown["unknown_owner"].is_string(), "{unknown}");
     }
     assert_eq!(listed.as_array().unwrap().len(), 6, "{listed}");
-    let out = daemon.cli(&["status"]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains(&format!(
-            "{} (state directory {})",
-            kept_pins.display(),
-            kept["state_dir"].as_str().unwrap()
-        )),
-        "{text}"
-    );
-    assert!(text.contains("owner unknown, left as it is"), "{text}");
+    for command in ["status", "doctor"] {
+        let out = daemon.cli(&[command]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains(&format!(
+                "{} (state directory {})",
+                kept_pins.display(),
+                kept["state_dir"].as_str().unwrap()
+            )),
+            "liveness {command}: {text}"
+        );
+        assert!(
+            text.contains("owner unknown, left as it is"),
+            "liveness {command}: {text}"
+        );
+    }
 }
