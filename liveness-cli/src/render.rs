@@ -612,6 +612,20 @@ pub(crate) fn print_membership(membership: &MembershipStatus) {
             "            lineages not kept across a restart ({reason}): orphans made while no daemon runs are not placed"
         );
     }
+    for pins in &membership.pin_sets {
+        let whose = match (&pins.state_dir, &pins.unknown_owner) {
+            (Some(dir), _) if pins.state_dir_exists => format!("state directory {dir}"),
+            (Some(dir), _) => format!(
+                "state directory {dir}, which no longer exists: removed at the next daemon start"
+            ),
+            (None, Some(why)) => format!("owner unknown, left as it is: {why}"),
+            (None, None) => "owner unknown".to_owned(),
+        };
+        outln!(
+            "            pinned in the pin directory: {} ({whose})",
+            pins.path
+        );
+    }
     if let Some(share) = membership.kernel_share_per_uid {
         outln!("            a uid other than root may hold {share} of them");
     }

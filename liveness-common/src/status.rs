@@ -124,6 +124,10 @@ pub struct MembershipStatus {
     /// while none runs are not placed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lineage_unpinned: Option<String>,
+    /// The entries of the pin directory (`--ebpf-pin-dir`): each state directory's lineage
+    /// pins, this daemon's and others'.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pin_sets: Vec<PinSetStatus>,
     /// The slots of the kernel map the processes of one uid other than root may hold.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_share_per_uid: Option<u64>,
@@ -133,6 +137,24 @@ pub struct MembershipStatus {
     pub over_share: Vec<UidOverShare>,
     /// What this mode can miss.
     pub misses: String,
+}
+
+/// The lineage pins of one state directory, in the pin directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PinSetStatus {
+    /// The bpffs directory.
+    pub path: String,
+    /// The state directory of the daemon that pinned them, from their owner record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_dir: Option<String>,
+    /// Whether that state directory exists: the pins of one that does not are removed by
+    /// the next daemon to start with this pin directory.
+    #[serde(default)]
+    pub state_dir_exists: bool,
+    /// Why the owner is not known: the entry is left as it is (remove it by hand once no
+    /// daemon uses it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unknown_owner: Option<String>,
 }
 
 /// A uid over its share of the kernel's members map.

@@ -13,6 +13,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 mod binaries;
+mod bpf;
 mod clients;
 mod daemon;
 mod processes;
@@ -20,6 +21,7 @@ mod smallfs;
 mod users;
 
 pub use binaries::*;
+pub use bpf::*;
 pub use clients::*;
 pub use daemon::*;
 pub use processes::*;

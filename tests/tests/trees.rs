@@ -1220,7 +1220,9 @@ fn processes_come_in_pages_that_list_each_process_once() {
 }
 
 /// A bpffs directory of one test's own for `--ebpf-pin-dir`, removed at the end with
-/// whatever the daemons left pinned there (their programs detach).
+/// whatever the daemons left pinned there. Declared before the test's daemons, it is
+/// dropped after they are stopped, and checks that the kernel then let go of every link it
+/// held and of their programs: no test leaves programs running on the machine's forks.
 struct PinRoot(std::path::PathBuf);
 
 impl PinRoot {
@@ -1235,8 +1237,27 @@ impl PinRoot {
 
 impl Drop for PinRoot {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        let links = integration_tests::pinned_links(&self.0);
+        let removed = std::fs::remove_dir_all(&self.0);
+        if std::thread::panicking() {
+            return;
+        }
+        assert!(!self.0.exists(), "{} left: {removed:?}", self.0.display());
+        assert!(
+            released(&links),
+            "pinned links still held once unpinned: {links:?}"
+        );
     }
+}
+
+/// Whether the kernel lets go of every one of `links` and of their programs, soon: links are
+/// freed a moment after their last holder goes.
+fn released(links: &[integration_tests::PinnedLink]) -> bool {
+    eventually(PATIENCE, || {
+        links
+            .iter()
+            .all(|link| integration_tests::link_released(*link))
+    })
 }
 
 /// A daemon that pins its lineage programs under `pins`, its membership status, and the
@@ -1300,8 +1321,15 @@ fn orphans_made_while_the_daemon_was_down_are_placed_after_its_restart() {
     );
     let sets = std::fs::read_dir(&state_pins)
         .expect("the state directory's pins")
+        .flatten()
+        .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_dir()))
         .count();
     assert_eq!(sets, 1, "one pin set for the state directory");
+    assert_eq!(
+        std::fs::read_link(state_pins.join("owner")).ok(),
+        std::fs::canonicalize(&daemon.state_dir).ok(),
+        "the pins name their state directory"
+    );
     assert!(!other_version.exists(), "another version's set was kept");
     let log = daemon.log();
     assert_eq!(
@@ -1413,4 +1441,166 @@ fn a_pin_set_missing_a_link_is_made_again() {
         2,
         "{log}"
     );
+}
+
+/// The directory of one state directory's pins, from the path of its set.
+fn state_pins_of(set: &str) -> std::path::PathBuf {
+    std::path::Path::new(set)
+        .parent()
+        .expect("a set's parent")
+        .to_owned()
+}
+
+/// A daemon that starts removes the pins of state directories deleted since, so that their
+/// programs stop running on every fork and exit, and says so, once per set; it keeps the
+/// pins of a state directory that exists (another daemon's, stopped here) and leaves alone,
+/// with a warning, every entry whose owner it cannot tell: junk, a symbolic link, a
+/// directory with no owner record (as pinned before records were kept) or with one that
+/// does not match its name. `status` and `liveness status` list them all.
+#[test]
+fn pins_of_a_deleted_state_directory_are_removed_at_the_next_start() {
+    if !privileged("stale lineage pins") {
+        return;
+    }
+    let pins = PinRoot::new("stale");
+    let states = tempfile::tempdir().expect("state directories");
+    let pinned = |name: &str| {
+        let state_dir = states.path().join(name);
+        let mut daemon =
+            Daemon::start_with_state(Some(state_dir.clone()), &["--ebpf-pin-dir", pins.arg()]);
+        let set = membership(&daemon)["lineage_pins"]
+            .as_str()
+            .unwrap_or_else(|| panic!("not pinned: {}", daemon.log()))
+            .to_owned();
+        daemon.stop();
+        (state_dir, state_pins_of(&set))
+    };
+    let (gone_state, gone_pins) = pinned("gone");
+    let (kept_state, kept_pins) = pinned("kept");
+    let gone_links = integration_tests::pinned_links(&gone_pins);
+    let kept_links = integration_tests::pinned_links(&kept_pins);
+    assert_eq!(
+        gone_links.len(),
+        2,
+        "the fork and exit links: {gone_links:?}"
+    );
+    assert_eq!(
+        kept_links.len(),
+        2,
+        "the fork and exit links: {kept_links:?}"
+    );
+
+    // What no daemon made, or an older one: each is left as it is.
+    let root = std::path::Path::new(pins.arg());
+    let junk = root.join("junk");
+    std::fs::create_dir(&junk).expect("a junk directory");
+    let link = root.join("state-0000000000000000");
+    std::os::unix::fs::symlink(&kept_pins, &link).expect("a symbolic link");
+    let (no_record, no_record_pins) = pinned("unrecorded");
+    std::fs::remove_file(no_record_pins.join("owner")).expect("remove an owner record");
+    std::fs::remove_dir_all(&no_record).expect("delete its state directory");
+    std::fs::remove_dir_all(&gone_state).expect("delete a state directory");
+    let garbled = root.join("state-1111111111111111");
+    std::fs::create_dir(&garbled).expect("a directory");
+    std::os::unix::fs::symlink(&gone_state, garbled.join("owner")).expect("a wrong record");
+
+    let daemon = Daemon::start_with_state(
+        Some(states.path().join("new")),
+        &["--ebpf-pin-dir", pins.arg()],
+    );
+    let own_pins = state_pins_of(
+        membership(&daemon)["lineage_pins"]
+            .as_str()
+            .expect("pinned"),
+    );
+    assert!(
+        !gone_pins.exists(),
+        "the deleted state directory's pins were kept"
+    );
+    assert!(
+        released(&gone_links),
+        "their programs still run: {gone_links:?}"
+    );
+    assert!(
+        kept_pins.exists(),
+        "an existing state directory's pins were removed"
+    );
+    assert!(
+        !kept_links
+            .iter()
+            .any(|link| integration_tests::link_released(*link)),
+        "an existing state directory's programs were detached"
+    );
+    for left in [&junk, &link, &no_record_pins, &garbled] {
+        assert!(
+            std::fs::symlink_metadata(left).is_ok(),
+            "{} removed",
+            left.display()
+        );
+    }
+    assert!(
+        std::fs::symlink_metadata(&kept_pins).is_ok_and(|meta| meta.is_dir()),
+        "the link's target is intact"
+    );
+
+    let log = daemon.log();
+    let removed: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("for a state directory that no longer exists"))
+        .collect();
+    assert_eq!(removed.len(), 1, "{log}");
+    assert!(
+        removed[0].contains(&gone_pins.display().to_string())
+            && removed[0].contains(&gone_state.display().to_string()),
+        "{log}"
+    );
+    assert_eq!(
+        log.matches("its owner is unknown").count(),
+        4,
+        "junk, the link, no record, a wrong record: {log}"
+    );
+
+    let listed = membership(&daemon)["pin_sets"].clone();
+    let entry = |path: &std::path::Path| {
+        listed
+            .as_array()
+            .expect("pin_sets")
+            .iter()
+            .find(|set| set["path"] == path.display().to_string())
+            .unwrap_or_else(|| panic!("{} not in {listed}", path.display()))
+            .clone()
+    };
+    let kept = entry(&kept_pins);
+    assert_eq!(kept["state_dir_exists"], true, "{kept}");
+    assert_eq!(
+        kept["state_dir"],
+        std::fs::canonicalize(&kept_state)
+            .unwrap()
+            .display()
+            .to_string(),
+        "{kept}"
+    );
+    assert_eq!(entry(&own_pins)["state_dir_exists"], true, "{listed}");
+    for unknown in [&junk, &link, &no_record_pins, &garbled] {
+        let unknown = entry(unknown);
+        assert_eq!(unknown["state_dir"], Value::Null, "{unknown}");
+        assert!(unknown["unknown_owner"].is_string(), "{unknown}");
+    }
+    assert_eq!(listed.as_array().unwrap().len(), 6, "{listed}");
+    for command in ["status", "doctor"] {
+        let out = daemon.cli(&[command]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains(&format!(
+                "{} (state directory {})",
+                kept_pins.display(),
+                kept["state_dir"].as_str().unwrap()
+            )),
+            "liveness {command}: {text}"
+        );
+        assert!(
+            text.contains("owner unknown, left as it is"),
+            "liveness {command}: {text}"
+        );
+    }
 }

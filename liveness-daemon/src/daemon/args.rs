@@ -79,6 +79,7 @@ pub struct Args {
     /// outlive the daemon, and a restarted daemon adopts them, so that processes orphaned
     /// while no daemon ran are placed in their trees. bpffs is mounted on /sys/fs/bpf if
     /// nothing is. When pinning fails the daemon runs unpinned and `status` says why.
+    /// At start the pins under DIR of state directories that no longer exist are removed.
     /// Without this flag the programs go with the daemon.
     #[arg(long, value_name = "DIR")]
     pub(super) ebpf_pin_dir: Option<PathBuf>,

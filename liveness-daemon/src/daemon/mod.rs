@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 use crate::engine::{ActionConfig, Clock, EngineConfig};
 use crate::fair::limits::Limits;
 use crate::source::ebpf::EbpfConfig;
+use crate::source::lineage_pin::StatePins;
 use crate::source::monitor::MonitorConfig;
 use crate::source::pidfd::PidfdConfig;
 use crate::store::Store;
@@ -229,9 +230,9 @@ fn places(args: &Args, env: &Env) -> Result<(PathBuf, PathBuf), StartError> {
 }
 
 /// The lineage pins of the state directory under `--ebpf-pin-dir`, if asked for.
-fn lineage_pins(args: &Args, state_dir: &Path) -> Option<PathBuf> {
+fn lineage_pins(args: &Args, state_dir: &Path) -> Option<StatePins> {
     let root = args.ebpf_pin_dir.as_deref()?;
-    Some(crate::source::lineage_pin::state_pin_dir(root, state_dir))
+    Some(StatePins::of(root, state_dir))
 }
 
 /// `--unpin`: removes the state directory's lineage pins, once no daemon holds it.
@@ -243,10 +244,13 @@ fn unpin(args: &Args) -> Result<String, StartError> {
         .then(|| lock_state_dir(&state_dir))
         .transpose()?;
     let pins = lineage_pins(args, &state_dir).ok_or(StartError::NoStateDir)?;
-    Ok(if crate::source::lineage_pin::unpin(&pins)? {
-        format!("removed the lineage programs pinned in {}", pins.display())
+    Ok(if crate::source::lineage_pin::unpin(&pins.dir)? {
+        format!(
+            "removed the lineage programs pinned in {}",
+            pins.dir.display()
+        )
     } else {
-        format!("no lineage programs were pinned in {}", pins.display())
+        format!("no lineage programs were pinned in {}", pins.dir.display())
     })
 }
 
@@ -386,6 +390,9 @@ fn prepare(args: &Args) -> Result<(State, std::fs::File), StartError> {
     let (state_dir, socket) = places(args, &env)?;
     create_dir(&state_dir, DirUse::State)?;
     let lock = lock_state_dir(&state_dir)?;
+    if let Some(root) = &args.ebpf_pin_dir {
+        crate::source::lineage_pin::remove_stale(root);
+    }
     match crate::source::pidfd::raise_nofile_limit() {
         Ok((soft, hard)) => tracing::debug!(soft, hard, "open-file limit"),
         Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),

@@ -8,7 +8,6 @@
 use std::collections::HashMap as StdHashMap;
 use std::fmt;
 use std::io;
-use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
 use aya::maps::{Array, HashMap, IterableMap, Map, MapData, MapError, RingBuf};
@@ -28,7 +27,7 @@ use tokio::io::unix::AsyncFd;
 
 use super::cgroups;
 use super::child::ProbeChild;
-use super::lineage_pin::{self, EXIT_LINK, FORK_LINK, PinSet};
+use super::lineage_pin::{self, EXIT_LINK, FORK_LINK, PinSet, StatePins};
 use super::shared_array::SharedArray;
 use super::tree_map::{LineageKeep, TreeMap, TreeMapError, TreeMaps, map_errno};
 use liveness_common::cause::Cause;
@@ -86,7 +85,7 @@ pub struct EbpfConfig {
     pub max_members_per_uid: Option<u32>,
     /// Where to pin the lineage programs and their map so that they outlive the daemon
     /// (this daemon's own directory, under `--ebpf-pin-dir`); `None`: they go with it.
-    pub pins: Option<PathBuf>,
+    pub pins: Option<StatePins>,
 }
 
 impl EbpfConfig {
@@ -363,7 +362,11 @@ impl EbpfSource {
         .map_err(EbpfError::from_load)?;
 
         // The lineage programs first: a fork seen by the members' program has its lineage.
-        let lineage = attach_lineage(&mut ebpf, &btf, pins, config.pins.is_some())?;
+        let mut lineage = attach_lineage(&mut ebpf, &btf, pins, config.pins.is_some())?;
+        lineage.pin_root = config
+            .pins
+            .as_ref()
+            .and_then(|pins| Some(pins.dir.parent()?.to_path_buf()));
         attach(&mut ebpf, &btf, EXIT_PROGRAM_NAME, TRACEPOINT)?;
         attach(&mut ebpf, &btf, FORK_PROGRAM_NAME, FORK_TRACEPOINT)?;
         let causes = attach_cause_programs(&mut ebpf, &btf);

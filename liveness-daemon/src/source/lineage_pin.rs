@@ -13,6 +13,11 @@
 //! - a pin set belongs to one state directory (its parent directory is named by a hash of
 //!   the state directory's path), which one daemon at a time holds locked: two daemons
 //!   never share one, and the one holding it is the only one to change it;
+//! - that parent directory records its state directory (the `owner` symlink, whose target
+//!   is the path: bpffs holds no regular files), so that a daemon starting finds the sets
+//!   of state directories deleted since and removes them, detaching their programs. A set
+//!   whose owner is unknown (no record, or one that does not match the name) or whose
+//!   state directory exists is never removed by another daemon;
 //! - an older pin set of the same state directory is removed only once the new programs are
 //!   attached, so forks are recorded throughout an upgrade.
 
@@ -31,6 +36,10 @@ const BPF_FS_MOUNT: &str = "/sys/fs/bpf";
 pub(super) const FORK_LINK: &str = "lineage_fork";
 pub(super) const EXIT_LINK: &str = "lineage_exit";
 pub(super) const LINEAGES_PIN: &str = "lineages";
+/// The owner record of a state directory's pins: a symlink to the state directory.
+const OWNER: &str = "owner";
+/// The name of a state directory's pins starts so, followed by the hash of its path.
+const STATE_PREFIX: &str = "state-";
 
 /// Why a pin set cannot be used: the daemon then runs with unpinned lineage programs.
 #[derive(Debug, thiserror::Error)]
@@ -70,11 +79,147 @@ fn fnv1a(parts: &[&[u8]]) -> u64 {
         })
 }
 
-/// The directory, under `root`, of the pin sets of the daemon whose state is `state_dir`.
-pub fn state_pin_dir(root: &Path, state_dir: &Path) -> PathBuf {
-    let state_dir = fs::canonicalize(state_dir).unwrap_or_else(|_| state_dir.to_path_buf());
-    let key = fnv1a(&[state_dir.as_os_str().as_encoded_bytes()]);
-    root.join(format!("state-{key:016x}"))
+/// The pins of the daemon whose state is in one state directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatePins {
+    /// The directory of its pin sets, under the pin root.
+    pub dir: PathBuf,
+    /// The state directory, as recorded in `dir`.
+    pub owner: PathBuf,
+}
+
+impl StatePins {
+    /// The pins, under `root`, of the daemon whose state is `state_dir`.
+    pub fn of(root: &Path, state_dir: &Path) -> StatePins {
+        let owner = fs::canonicalize(state_dir).unwrap_or_else(|_| state_dir.to_path_buf());
+        StatePins {
+            dir: root.join(state_dir_name(&owner)),
+            owner,
+        }
+    }
+}
+
+/// The name of the directory of the pins of the state directory `owner`.
+fn state_dir_name(owner: &Path) -> String {
+    let key = fnv1a(&[owner.as_os_str().as_encoded_bytes()]);
+    format!("{STATE_PREFIX}{key:016x}")
+}
+
+/// An entry of the pin root, and the state directory it belongs to.
+#[derive(Debug)]
+pub struct FoundPins {
+    pub path: PathBuf,
+    /// The state directory, or why it is not known (the entry is then left alone).
+    pub owner: Result<PathBuf, String>,
+}
+
+impl FoundPins {
+    /// Whether the owner's state directory exists. Anything but "not found" (no access,
+    /// say) counts as existing: a set is removed only when its owner is surely gone.
+    pub fn owner_exists(&self) -> Option<bool> {
+        let owner = self.owner.as_ref().ok()?;
+        Some(
+            !matches!(fs::symlink_metadata(owner), Err(error) if error.kind() == io::ErrorKind::NotFound),
+        )
+    }
+}
+
+/// The entries of the pin root `root` (none when it does not exist or is not on bpffs,
+/// where no daemon pins).
+pub fn find(root: &Path) -> Result<Vec<FoundPins>, PinError> {
+    if !on_bpffs(root) {
+        return Ok(Vec::new());
+    }
+    let entries = match fs::read_dir(root) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) => return Err(io_error("list", root)(error)),
+    };
+    let mut found: Vec<FoundPins> = entries
+        .map(|entry| {
+            let path = entry.map_err(io_error("list", root))?.path();
+            let owner = owner_of(&path);
+            Ok(FoundPins { path, owner })
+        })
+        .collect::<Result<_, PinError>>()?;
+    found.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(found)
+}
+
+/// The state directory the pins in `path` belong to, from its owner record, checked
+/// against the directory's name: a record that does not match is not trusted.
+fn owner_of(path: &Path) -> Result<PathBuf, String> {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    if !name.starts_with(STATE_PREFIX) {
+        return Err("not a state directory's pins (the name does not start with state-)".into());
+    }
+    let kind = fs::symlink_metadata(path)
+        .map_err(|error| format!("cannot read: {error}"))?
+        .file_type();
+    if !kind.is_dir() {
+        return Err(format!("not a directory but a {}", file_kind(kind)));
+    }
+    let owner = match fs::read_link(path.join(OWNER)) {
+        Ok(owner) => owner,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {
+            return Err("no owner record (pinned by an older daemon, or being made now)".into());
+        }
+        Err(error) => return Err(format!("unreadable owner record: {error}")),
+    };
+    if !owner.is_absolute() || state_dir_name(&owner) != name {
+        return Err(format!(
+            "the owner record {} does not match the name",
+            owner.display()
+        ));
+    }
+    Ok(owner)
+}
+
+fn file_kind(kind: fs::FileType) -> &'static str {
+    if kind.is_symlink() {
+        "symbolic link"
+    } else if kind.is_file() {
+        "file (a pinned program or map)"
+    } else {
+        "special file"
+    }
+}
+
+/// Removes the pins of state directories that no longer exist, so that their programs stop
+/// running on every fork and exit: one log line per set removed, one per entry left alone
+/// for want of a known owner. Never fails the start: a sweep that cannot list the root says
+/// why.
+pub fn remove_stale(root: &Path) {
+    let found = match find(root) {
+        Ok(found) => found,
+        Err(error) => {
+            tracing::warn!(%error, "cannot look for the lineage pins of removed state directories");
+            return;
+        }
+    };
+    for pins in found {
+        match (&pins.owner, pins.owner_exists()) {
+            (Ok(owner), Some(false)) => match fs::remove_dir_all(&pins.path) {
+                Ok(()) => tracing::info!(
+                    pins = %pins.path.display(),
+                    state_dir = %owner.display(),
+                    "removed the lineage programs pinned for a state directory that no longer exists"
+                ),
+                Err(error) => tracing::warn!(
+                    pins = %pins.path.display(),
+                    state_dir = %owner.display(),
+                    %error,
+                    "cannot remove the lineage programs pinned for a state directory that no longer exists"
+                ),
+            },
+            (Err(reason), _) => tracing::warn!(
+                pins = %pins.path.display(),
+                %reason,
+                "left an entry of the pin directory as it is: its owner is unknown"
+            ),
+            _ => {}
+        }
+    }
 }
 
 /// The name of the pin set of `object` loaded with `pidns_inum`, the only load-time
@@ -108,14 +253,15 @@ pub(super) struct PinSet {
 impl PinSet {
     /// Finds this object's set under `state_pins`, whole, or makes its directory empty,
     /// after mounting bpffs if it is missing where systemd would have mounted it.
-    pub fn open(state_pins: &Path, name: &str) -> Result<PinSet, PinError> {
-        ensure_bpffs(state_pins)?;
-        let dir = state_pins.join(name);
+    pub fn open(state_pins: &StatePins, name: &str) -> Result<PinSet, PinError> {
+        ensure_bpffs(&state_pins.dir)?;
+        let dir = state_pins.dir.join(name);
         // Checked before anything is created: a wrong directory is left as it was.
         if !on_bpffs(&dir) {
-            return Err(PinError::NotBpffs(state_pins.to_path_buf()));
+            return Err(PinError::NotBpffs(state_pins.dir.clone()));
         }
         fs::create_dir_all(&dir).map_err(io_error("create", &dir))?;
+        record_owner(state_pins)?;
         if let Some((since_ms, links)) = adoptable(&dir) {
             return Ok(PinSet {
                 dir,
@@ -179,7 +325,7 @@ impl PinSet {
         };
         for entry in entries.flatten() {
             let path = entry.path();
-            if path != self.dir {
+            if path != self.dir && entry.file_name() != OWNER {
                 match fs::remove_dir_all(&path) {
                     Ok(()) => tracing::info!(
                         pins = %path.display(),
@@ -193,6 +339,22 @@ impl PinSet {
             }
         }
     }
+}
+
+/// Records the state directory the pins belong to, in pins made before there were records
+/// too.
+fn record_owner(state_pins: &StatePins) -> Result<(), PinError> {
+    let record = state_pins.dir.join(OWNER);
+    if fs::read_link(&record).is_ok_and(|owner| owner == state_pins.owner) {
+        return Ok(());
+    }
+    match fs::remove_file(&record) {
+        Err(error) if error.kind() != io::ErrorKind::NotFound => {
+            return Err(io_error("replace", &record)(error));
+        }
+        _ => {}
+    }
+    std::os::unix::fs::symlink(&state_pins.owner, &record).map_err(io_error("record", &record))
 }
 
 /// The time the set in `dir` was first attached, and its links, when both are live links
@@ -273,7 +435,11 @@ mod tests {
     fn a_directory_off_bpffs_is_refused_and_left_as_it_was() {
         let dir = tempfile::tempdir().unwrap();
         let pins = dir.path().join("pins");
-        match PinSet::open(&pins, "0123456789abcdef") {
+        let state_pins = StatePins {
+            dir: pins.clone(),
+            owner: dir.path().into(),
+        };
+        match PinSet::open(&state_pins, "0123456789abcdef") {
             Err(PinError::NotBpffs(path)) => assert_eq!(path, pins),
             other => panic!("expected NotBpffs, got {other:?}"),
         }
@@ -283,10 +449,39 @@ mod tests {
     #[test]
     fn each_state_directory_has_its_own_pins() {
         let root = Path::new("/sys/fs/bpf/liveness");
-        let one = state_pin_dir(root, Path::new("/nonexistent/a"));
-        let other = state_pin_dir(root, Path::new("/nonexistent/b"));
-        assert_ne!(one, other);
-        assert!(one.starts_with(root));
-        assert_eq!(one, state_pin_dir(root, Path::new("/nonexistent/a")));
+        let one = StatePins::of(root, Path::new("/nonexistent/a"));
+        let other = StatePins::of(root, Path::new("/nonexistent/b"));
+        assert_ne!(one.dir, other.dir);
+        assert!(one.dir.starts_with(root));
+        assert_eq!(one, StatePins::of(root, Path::new("/nonexistent/a")));
+        assert_eq!(one.owner, Path::new("/nonexistent/a"));
+    }
+
+    #[test]
+    fn only_a_directory_whose_owner_record_matches_its_name_has_a_known_owner() {
+        let root = tempfile::tempdir().unwrap();
+        let owner = Path::new("/nonexistent/state");
+        let pins = StatePins::of(root.path(), owner);
+        fs::create_dir(&pins.dir).unwrap();
+        assert!(owner_of(&pins.dir).unwrap_err().contains("no owner record"));
+        std::os::unix::fs::symlink(owner, pins.dir.join(OWNER)).unwrap();
+        assert_eq!(owner_of(&pins.dir).unwrap(), owner);
+
+        // Another state directory's record, a relative one, a link in place of a
+        // directory, and junk: none is trusted.
+        let other = root.path().join(state_dir_name(Path::new("/elsewhere")));
+        fs::create_dir(&other).unwrap();
+        std::os::unix::fs::symlink(owner, other.join(OWNER)).unwrap();
+        assert!(owner_of(&other).unwrap_err().contains("does not match"));
+        let relative = root.path().join(state_dir_name(Path::new("state")));
+        fs::create_dir(&relative).unwrap();
+        std::os::unix::fs::symlink("state", relative.join(OWNER)).unwrap();
+        assert!(owner_of(&relative).unwrap_err().contains("does not match"));
+        let link = root.path().join("state-0000000000000000");
+        std::os::unix::fs::symlink(&pins.dir, &link).unwrap();
+        assert!(owner_of(&link).unwrap_err().contains("symbolic link"));
+        let junk = root.path().join("junk");
+        fs::write(&junk, "x").unwrap();
+        assert!(owner_of(&junk).unwrap_err().contains("state-"));
     }
 }

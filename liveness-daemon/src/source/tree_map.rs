@@ -176,6 +176,8 @@ pub struct LineageKeep {
     pub since_ms: i64,
     /// Where they are pinned, or why they are not (they then go with this daemon).
     pub pinned: Result<std::path::PathBuf, String>,
+    /// The pin root (`--ebpf-pin-dir`), when asked for: status lists the sets in it.
+    pub pin_root: Option<std::path::PathBuf>,
     /// Links of theirs held open while the daemon runs: a pinned one then stays attached
     /// even if its pin is removed by hand, one whose pin failed stays attached at all.
     _links: Vec<aya::programs::links::FdLink>,
@@ -186,8 +188,22 @@ impl LineageKeep {
         LineageKeep {
             since_ms,
             pinned: Ok(pins.dir.clone()),
+            pin_root: None,
             _links: pins.into_links(),
         }
+    }
+
+    /// The entries of the pin root, for status; a root that cannot be listed says so in one.
+    pub fn pin_sets(&self) -> Vec<super::lineage_pin::FoundPins> {
+        let Some(root) = &self.pin_root else {
+            return Vec::new();
+        };
+        super::lineage_pin::find(root).unwrap_or_else(|error| {
+            vec![super::lineage_pin::FoundPins {
+                path: root.clone(),
+                owner: Err(error.to_string()),
+            }]
+        })
     }
 
     /// Attached by this daemon, now, for its life.
@@ -198,6 +214,7 @@ impl LineageKeep {
         LineageKeep {
             since_ms: super::lineage_pin::epoch_ms(std::time::SystemTime::now()),
             pinned: Err(reason),
+            pin_root: None,
             _links: links,
         }
     }

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::session::Survivors;
-use liveness_common::status::{MembershipMode, MembershipStatus, UidOverShare};
+use liveness_common::status::{MembershipMode, MembershipStatus, PinSetStatus, UidOverShare};
 use liveness_proc::identity::{Liveness, ProcRoot};
 
 use super::member::{Facts, Tree};
@@ -603,6 +603,21 @@ impl KnownTrees {
             lineage_pins: lineage
                 .and_then(|lineage| Some(lineage.pinned.as_ref().ok()?.display().to_string())),
             lineage_unpinned: lineage.and_then(|lineage| lineage.pinned.clone().err()),
+            pin_sets: lineage
+                .map(|lineage| lineage.pin_sets())
+                .unwrap_or_default()
+                .into_iter()
+                .map(|pins| PinSetStatus {
+                    state_dir_exists: pins.owner_exists().unwrap_or(false),
+                    path: pins.path.display().to_string(),
+                    state_dir: pins
+                        .owner
+                        .as_ref()
+                        .ok()
+                        .map(|dir| dir.display().to_string()),
+                    unknown_owner: pins.owner.err(),
+                })
+                .collect(),
             over_share: self
                 .kernel
                 .as_ref()
