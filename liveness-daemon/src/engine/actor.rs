@@ -1,17 +1,14 @@
 //! The engine's loop and its order: exits first, then commands; commit, then publish,
 //! then the effects (lock grants, reaps), then reply.
 
-use std::sync::Arc;
-
 use tokio::sync::{mpsc, watch};
 
 use crate::deadline::sleep_until;
 use crate::source::ExitObservation;
-use crate::store::journal::JournaledEvent;
 use crate::store::{ActionKey, Begin, Ending, JournaledDeaths, OwnerDeath};
 use liveness_common::action::ActionOutcome;
 use liveness_common::exit::DetectedBy;
-use liveness_common::identity::{Identity, ProcessKey};
+use liveness_common::identity::Identity;
 use liveness_common::session::{EndReason, Event, Session};
 use liveness_proc::identity::Liveness;
 
@@ -20,19 +17,8 @@ use super::locks::LockEffect;
 use super::reaps::{ReapDone, terminating};
 use super::tree::{REFRESH_PERIOD, Start, TREE_PERIOD, TreeWork};
 use super::{
-    APPLY_DELAY, Command, Engine, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, MAX_UNAPPLIED,
-    Published, RETRY_PERIOD, housekeeping, ms_of,
+    Command, Engine, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, RETRY_PERIOD, housekeeping, ms_of,
 };
-
-/// A stream line of one event, as [`liveness_common::protocol::StreamMessage::Event`]
-/// writes it, around the event's JSON.
-fn stream_line(json: &str) -> Arc<str> {
-    let mut line = String::with_capacity(json.len() + 11);
-    line.push_str(r#"{"event":"#);
-    line.push_str(json);
-    line.push_str("}\n");
-    Arc::from(line)
-}
 
 /// What woke the engine's loop.
 // One lives on the stack for a turn of the loop: no reason to box the big outcomes.
@@ -67,14 +53,14 @@ impl Engine {
         mut commands: mpsc::Receiver<Command>,
         mut shutdown: watch::Receiver<bool>,
     ) -> Result<(), EngineError> {
-        let _checkpointer = crate::store::Checkpointer::start(self.store.path())
+        let _checkpointer = crate::store::Checkpointer::start(self.ledger.store().path())
             .inspect_err(|e| tracing::error!(error = %e, "cannot start the WAL checkpoint; the WAL grows until the next start"))
             .ok();
         self.reconcile_at_start();
         // Expiry and retention are applied before the first client is served, so a replay
         // right after a start already sees the retention window.
         self.housekeeping();
-        let period = housekeeping::period(&self.config);
+        let period = housekeeping::period(&self.facts.config);
         let mut housekeeping =
             tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -89,7 +75,7 @@ impl Engine {
             if let Some(observation) = self.monitor.try_next() {
                 self.finalize_observed(observation);
             }
-            let apply_at = self.apply_at;
+            let apply_at = self.ledger.apply_at();
             let wake = tokio::select! {
                 biased;
                 _ = shutdown.wait_for(|stop| *stop) => break Ok(()),
@@ -100,7 +86,7 @@ impl Engine {
                 },
                 done = self.reaps.finished() => Wake::Reap(done),
                 next = self.actions.next() => Wake::Action(next),
-                _ = retry.tick(), if !self.retries.is_empty() || self.actions.has_queued() => {
+                _ = retry.tick(), if self.ledger.has_retries() || self.actions.has_queued() => {
                     Wake::Retry
                 }
                 _ = housekeeping.tick() => Wake::Housekeeping,
@@ -111,7 +97,7 @@ impl Engine {
                 () = sleep_until(apply_at), if apply_at.is_some() => Wake::Apply,
                 // Last: only when nothing else is ready, after one yield, so that a death
                 // that comes meanwhile is not written behind log lines.
-                () = tokio::task::yield_now(), if !self.unlogged.is_empty() => Wake::Log,
+                () = tokio::task::yield_now(), if self.fanout.has_unlogged() => Wake::Log,
             };
             // Everything but a death, a log line and the file's check reads or writes
             // SQLite, which must first have what was published (and the seqs it used).
@@ -135,20 +121,20 @@ impl Engine {
                 }
                 Wake::Retry => self.retry_commits(),
                 Wake::Housekeeping => self.housekeeping(),
-                Wake::TreeRefresh => self.trees.refresh(&mut self.store),
+                Wake::TreeRefresh => self.trees.refresh(self.ledger.store_mut()),
                 Wake::TreeWalked(found) => self.trees.found(found),
                 Wake::FileCheck => {
-                    if let Err(e) = self.store.check_file() {
+                    if let Err(e) = self.ledger.store().check_file() {
                         break Err(EngineError::Store(e));
                     }
                 }
                 Wake::TreeSlice => self.trees.step(),
                 // Written by `caught_up` above.
                 Wake::Apply => {}
-                Wake::Log => self.unlogged.flush(&mut self.fresh_owners),
+                Wake::Log => self.fanout.flush(),
             }
         };
-        self.unlogged.flush(&mut self.fresh_owners);
+        self.fanout.flush();
         // On failure nothing more is written to a file nobody will open again.
         outcome?;
         // In-flight exits are committed before the daemon goes away.
@@ -157,19 +143,19 @@ impl Engine {
         }
         self.finalize(Vec::new());
         self.caught_up();
-        self.unlogged.flush(&mut self.fresh_owners);
+        self.fanout.flush();
         // What the kernel added since the last refresh, for the next run.
         self.trees.finish().await;
-        self.trees.refresh_now(&mut self.store);
+        self.trees.refresh_now(self.ledger.store_mut());
         // A reap or an action that finished just before its abort is recorded after all.
         let finished = self.reaps.cancel().await;
         self.record_reaps(finished);
         let finished = self.actions.stop().await;
         self.record_actions(finished);
-        if !self.retries.is_empty() {
+        if self.ledger.has_retries() {
             // Their sessions are still ACTIVE in the store, their reaps still due, their
             // actions still running: the next start reconciles them and runs them again.
-            let (deaths, reaps, actions) = self.retries.counts();
+            let (deaths, reaps, actions) = self.ledger.retry_counts();
             tracing::error!(
                 deaths,
                 reaps,
@@ -177,22 +163,11 @@ impl Engine {
                 "stopping with finalizations, reap or end action outcomes that could not be committed; the next start will reconcile them and run them again"
             );
         }
-        if let Err(e) = self.store.end_run() {
+        if let Err(e) = self.ledger.commit(|store| store.end_run()) {
             tracing::error!(error = %e, "cannot record the clean stop");
         }
         tracing::info!("engine stopped");
         Ok(())
-    }
-
-    pub(super) fn identity_of(&self, key: ProcessKey) -> Identity {
-        Identity {
-            pid: key.pid,
-            start_ticks: key.start_ticks,
-            boot_id: self.local.boot_id.clone(),
-            host: self.local.host.clone(),
-            pidfs_ino: None,
-            comm: String::new(),
-        }
     }
 
     /// Reconciles every ACTIVE owner after a start: those that died while the daemon was
@@ -200,9 +175,9 @@ impl Engine {
     /// stop or a crash cut short run again first, so that the reaps of sessions ended here
     /// are not started twice.
     pub(super) fn reconcile_at_start(&mut self) {
-        self.reaps.resume(&mut self.store, &self.trees);
-        self.actions.resume(&self.store);
-        let owners = match self.store.active_owners() {
+        self.reaps.resume(self.ledger.store_mut(), &self.trees);
+        self.actions.resume(self.ledger.store());
+        let owners = match self.ledger.store().active_owners() {
             Ok(owners) => owners,
             Err(e) => {
                 tracing::error!(error = %e, "cannot list active owners; nothing reconciled");
@@ -224,11 +199,11 @@ impl Engine {
         // The trees of owners that died meanwhile, from their persisted members still
         // alive: their survivors are reported, and terminated by policy, like any others.
         for death in &dead {
-            if death.owner.boot_id == self.local.boot_id {
-                self.trees.follow_now(&death.owner, &self.store);
+            if self.facts.is_local(&death.owner) {
+                self.trees.follow_now(&death.owner, self.ledger.store());
             }
         }
-        self.trees.keep_only_followed(&mut self.store);
+        self.trees.keep_only_followed(self.ledger.store_mut());
         self.finalize(dead);
         // Housekeeping and the first requests follow at once: they read these ends.
         self.caught_up();
@@ -246,16 +221,16 @@ impl Engine {
             reason,
             exit: None,
             detected_by: DetectedBy::Reconcile,
-            observed_ms: self.config.clock.now_ms(),
+            observed_ms: self.facts.now_ms(),
             died_ms: None,
             survivors: None,
             cause: None,
             usage: None,
             sender_root: None,
         };
-        if owner.boot_id != self.local.boot_id {
-            let earlier_boot_here = match self.store.is_known_boot(&owner.boot_id) {
-                Ok(known) => known || owner.host == self.local.host,
+        if !self.facts.is_local(owner) {
+            let earlier_boot_here = match self.ledger.store().is_known_boot(&owner.boot_id) {
+                Ok(known) => known || owner.host == self.facts.host,
                 Err(e) => {
                     tracing::error!(error = %e, "cannot look up known boots");
                     false
@@ -266,7 +241,10 @@ impl Engine {
         }
         // The sources key processes by pid and start time; where the pidfs inode is known,
         // a process that took the pid within the same tick is told apart here.
-        if let Liveness::Dead(reason) = self.config.proc.check_process(owner.key(), owner.pidfs_ino)
+        if let Liveness::Dead(reason) = self
+            .facts
+            .proc()
+            .check_process(owner.key(), owner.pidfs_ino)
         {
             return Some(dead(EndReason::from(reason)));
         }
@@ -274,7 +252,7 @@ impl Engine {
         match self.monitor.track(owner.key()) {
             Some(death) => Some(self.death_of(&death)),
             None => {
-                self.trees.follow(owner, start, &self.store);
+                self.trees.follow(owner, start, self.ledger.store());
                 self.trees.check_rooted(owner.key());
                 None
             }
@@ -285,7 +263,7 @@ impl Engine {
     pub(super) fn death_of(&self, observation: &ExitObservation) -> OwnerDeath {
         let facts = observation.facts.as_ref();
         OwnerDeath {
-            owner: self.identity_of(observation.key),
+            owner: self.facts.identity_of(observation.key),
             reason: EndReason::from(observation.reason),
             exit: observation.status,
             detected_by: observation.detected_by,
@@ -300,16 +278,16 @@ impl Engine {
 
     /// Stops watching an owner that no ACTIVE session refers to any more.
     pub(super) fn unwatch_if_unused(&mut self, owner: &Identity) {
-        if owner.boot_id != self.local.boot_id {
+        if !self.facts.is_local(owner) {
             return;
         }
-        match self.store.active_sessions_of_owner(owner) {
+        match self.ledger.store().active_sessions_of_owner(owner) {
             Ok(sessions) if sessions.is_empty() => {
                 self.monitor.untrack(owner.key());
                 for member in self.until_tree.stop(owner.key()) {
                     // Unless it owns sessions of its own.
-                    let member = self.identity_of(member);
-                    if self.journaled.sessions_of_owner(&member).next().is_none() {
+                    let member = self.facts.identity_of(member);
+                    if self.ledger.sessions_of_owner(&member).next().is_none() {
                         self.monitor.untrack(member.key());
                     }
                 }
@@ -324,9 +302,7 @@ impl Engine {
         let mut batch = Vec::new();
         let mut next = Some(first);
         while let Some(observation) = next {
-            if let Some(hops) = &mut self.hops {
-                hops.read(&observation);
-            }
+            self.fanout.read(&observation);
             batch.push(self.death_of(&observation));
             next = (batch.len() < MAX_BATCH)
                 .then(|| self.monitor.try_next())
@@ -361,44 +337,31 @@ impl Engine {
         // is announced that was not appended; should the daemon stop before a retry
         // succeeds, the sessions are still ACTIVE in the store and the next start's
         // reconcile ends them.
-        let now = self.config.clock.now_ms();
-        let (journaled, store, counters) =
-            (&mut self.journaled, &mut self.store, &mut self.counters);
-        let appended = self.retries.end(deaths, journaled, store, counters, now);
+        let now = self.facts.now_ms();
+        let appended = self.ledger.append(deaths, now);
         let Some((deaths, JournaledDeaths { entry, mut events })) = appended else {
             if !gone.is_empty() {
                 self.finalize(gone);
             }
             return;
         };
-        if let Some(hops) = &mut self.hops {
-            hops.committed(&mut events);
-        }
-        for event in &events {
-            if let Some(by) = event.detected_by {
-                *self.counters.finalized_by.entry(by).or_default() += 1;
-            }
-        }
+        self.fanout.stamp(&mut events);
         crate::faults::point("after-append");
         let effects = self.locks.effects_of(&events);
         let to_reap = terminating(&events);
         let acting = with_actions(&events).next().is_some();
         self.actions.ended(with_actions(&events));
-        self.broadcast(events, &entry.events);
+        self.ledger.account(&events);
+        self.fanout.broadcast(events, &entry.events);
         crate::faults::point("after-publish");
-        self.journaled.push(entry, effects);
-        // SQLite gets the batch after `APPLY_DELAY`, with the batches published meanwhile
-        // in one transaction (and before any request that reads SQLite); at once when a
-        // waiter's grant, a reap's plan or an end action reads the batch there, or when
-        // many wait.
-        let urgent = !to_reap.is_empty() || acting || self.journaled.has_effects();
-        if !urgent && self.journaled.waiting() <= MAX_UNAPPLIED {
-            self.apply_at
-                .get_or_insert_with(|| tokio::time::Instant::now() + APPLY_DELAY);
-        } else {
+        // SQLite gets the batch later, with the batches published meanwhile in one
+        // transaction (and before any request that reads SQLite); at once when a reap's
+        // plan or an end action reads the batch there.
+        let urgent = !to_reap.is_empty() || acting;
+        if self.ledger.hold(entry, effects, urgent) {
             self.caught_up();
             for ended in &to_reap {
-                self.reaps.start(ended, &self.store, &self.trees);
+                self.reaps.start(ended, self.ledger.store(), &self.trees);
             }
             self.start_actions();
         }
@@ -419,14 +382,7 @@ impl Engine {
     /// one transaction) and granting what they freed. While they cannot be written, tries
     /// again every [`RETRY_PERIOD`].
     pub(super) fn caught_up(&mut self) -> bool {
-        if !self.journaled.behind() {
-            return true;
-        }
-        let applied = self.journaled.apply(&mut self.store);
-        self.apply_at = (!applied.complete).then(|| tokio::time::Instant::now() + RETRY_PERIOD);
-        if !applied.complete {
-            self.counters.failed_commits += 1;
-        }
+        let applied = self.ledger.catch_up();
         self.follow_locks(applied.effects);
         applied.complete
     }
@@ -434,11 +390,11 @@ impl Engine {
     /// Starts the end actions of the sessions that ended, once SQLite has their ends (a
     /// batch it could not write yet holds them back until it can).
     fn start_actions(&mut self) {
-        if self.journaled.behind() {
+        if self.ledger.behind() {
             return;
         }
-        let now = self.config.clock.now_ms();
-        let finalized = self.actions.start_queued(&mut self.store, now);
+        let now = self.facts.now_ms();
+        let finalized = self.actions.start_queued(self.ledger.store_mut(), now);
         if !finalized.is_empty() {
             self.publish(finalized);
         }
@@ -450,14 +406,13 @@ impl Engine {
         match progress {
             Progress::Begin { key, reply } => {
                 crate::faults::point("before-action-start");
-                let begun = match self.store.run_action(&key) {
+                let begun = match self.ledger.commit(|store| store.run_action(&key)) {
                     Ok(Begin::Run(session)) => {
                         self.actions.begun(key.clone());
                         Begun::Run(session)
                     }
                     Ok(Begin::Skip) => Begun::Skip,
                     Err(e) => {
-                        let e = self.store.explain(e);
                         tracing::error!(error = %e, session = key.session, index = key.index, "cannot mark an end action as running; trying again");
                         Begun::Later
                     }
@@ -466,7 +421,7 @@ impl Engine {
                 let _ = reply.send(begun);
             }
             Progress::Spawned { key, root, release } => {
-                match self.store.action_spawned(&key, root) {
+                match self.ledger.commit(|store| store.action_spawned(&key, root)) {
                     Ok(true) => {
                         if let Err(e) = crate::action::spawn::release(release) {
                             tracing::error!(error = %e, session = key.session, "cannot release an end action's process");
@@ -476,7 +431,6 @@ impl Engine {
                     // Dropped unwritten, the release lets the process exit without running.
                     Ok(false) => {}
                     Err(e) => {
-                        let e = self.store.explain(e);
                         tracing::error!(error = %e, session = key.session, "cannot record an end action's process; it is not run");
                     }
                 }
@@ -496,12 +450,8 @@ impl Engine {
         }
         // Their events take the seqs after the published batches: SQLite must have those.
         let ready = self.caught_up();
-        let now = self.config.clock.now_ms();
-        let store = &mut self.store;
-        if let Some(events) =
-            self.retries
-                .record_actions(done, ready, store, &mut self.counters, now)
-        {
+        let now = self.facts.now_ms();
+        if let Some(events) = self.ledger.record_actions(done, ready, now) {
             self.publish(events);
         }
     }
@@ -510,12 +460,8 @@ impl Engine {
     /// whose commit failed before.
     pub(super) fn record_reaps(&mut self, done: Vec<ReapDone>) {
         let ready = self.caught_up();
-        let now = self.config.clock.now_ms();
-        let store = &mut self.store;
-        if let Some(events) = self
-            .retries
-            .record_reaps(done, ready, store, &mut self.counters, now)
-        {
+        let now = self.facts.now_ms();
+        if let Some(events) = self.ledger.record_reaps(done, ready, now) {
             self.publish(events);
         }
     }
@@ -531,12 +477,14 @@ impl Engine {
 
     /// Ends what housekeeping finds due, and applies retention.
     pub(super) fn housekeeping(&mut self) {
-        let now = self.config.clock.now_ms();
-        let due = (self.housekeeping).due(&self.store, &self.config, &self.local.boot_id, now);
+        let now = self.facts.now_ms();
+        let facts = &self.facts;
+        let due = (self.housekeeping).due(self.ledger.store(), &facts.config, &facts.boot_id, now);
         for (session, reason) in due {
             self.end_due(&session, reason, now);
         }
-        self.housekeeping.prune(&mut self.store, &self.config, now);
+        self.housekeeping
+            .prune(self.ledger.store_mut(), &self.facts.config, now);
     }
 
     /// Ends a session housekeeping found due, if it still has the owner it had then.
@@ -546,7 +494,9 @@ impl Engine {
             ..Ending::because(reason)
         };
         let owner = Some(&session.owner);
-        match (self.store).end(session.creator_uid, &session.id, owner, &ending, now) {
+        let ended = (self.ledger)
+            .commit(|store| store.end(session.creator_uid, &session.id, owner, &ending, now));
+        match ended {
             Ok(events) if events.is_empty() => {}
             Ok(events) => {
                 self.publish(events);
@@ -560,15 +510,16 @@ impl Engine {
     /// a lock (a freed lock is granted here, its event published before its grant is
     /// sent), and starts terminating the survivors of sessions whose policy says so.
     pub(super) fn publish(&mut self, events: Vec<Event>) {
-        self.journaled.committed(&events, &self.store);
+        self.ledger.committed(&events);
         let effects = self.locks.effects_of(&events);
         let to_reap = terminating(&events);
         self.actions.ended(with_actions(&events));
-        self.broadcast(events, &[]);
+        self.ledger.account(&events);
+        self.fanout.broadcast(events, &[]);
         self.follow_locks(effects);
         // Once the subscribers have the endings, while the sessions' trees are still known.
         for ended in &to_reap {
-            self.reaps.start(ended, &self.store, &self.trees);
+            self.reaps.start(ended, self.ledger.store(), &self.trees);
         }
         self.start_actions();
     }
@@ -576,78 +527,17 @@ impl Engine {
     /// Grants what `effects` freed, to the waiters first in line.
     fn follow_locks(&mut self, effects: Vec<LockEffect>) {
         for effect in effects {
-            let now = self.config.clock.now_ms();
-            let (store, usage) = (&mut self.store, &mut self.usage);
+            let now = self.facts.now_ms();
+            let (store, usage) = self.ledger.lock_books();
             let Some(granted) = self.locks.follow(effect, store, usage, now) else {
                 continue;
             };
             // Published before the grant is sent: the connection may have closed just now,
             // and then the grant is undone by a release, which is published too.
             self.publish(vec![granted.event.clone()]);
-            if let Some(release) = self.locks.deliver(granted, &mut self.store, now) {
+            if let Some(release) = self.locks.deliver(granted, self.ledger.store_mut(), now) {
                 self.publish(vec![release]);
             }
         }
-    }
-
-    /// Writes committed events, as one batch, to every subscriber (see `outbox`). A
-    /// subscriber whose queue is full is dropped; its connection tells it `lagged`. The
-    /// metrics come after, and the log lines only once the engine would otherwise wait
-    /// (see `eventlog`). `journaled` holds the JSON the journal has of the events, when
-    /// they were journaled: it is sent as it is.
-    fn broadcast(&mut self, mut events: Vec<Event>, journaled: &[JournaledEvent]) {
-        let batch: Vec<Published> = events
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(n, event)| {
-                self.usage.apply(event);
-                super::hops::published(event);
-                // Unless the event was stamped with its hops since.
-                let line = match journaled.get(n).filter(|_| event.hops.is_none()) {
-                    Some(journaled) => Ok(stream_line(journaled.body.as_str())),
-                    None => serde_json::to_string(event).map(|json| stream_line(&json)),
-                };
-                match line {
-                    Ok(line) => Some(Published {
-                        seq: event.seq,
-                        session: event.session.clone(),
-                        creator_uid: event.creator_uid,
-                        line,
-                    }),
-                    Err(e) => {
-                        tracing::error!(error = %e, seq = event.seq, "cannot serialize event");
-                        None
-                    }
-                }
-            })
-            .collect();
-        self.counters.lagged_subscribers += self.subscribers.send(&batch);
-        for event in &events {
-            self.end_metrics.record(event);
-        }
-        self.unlogged.push(events, &mut self.fresh_owners);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use liveness_common::protocol::StreamMessage;
-
-    #[test]
-    fn a_stream_line_is_the_stream_message() {
-        // Built from JSON so that fields added later need no change here.
-        let event: Event = serde_json::from_value(serde_json::json!({
-            "seq": 7, "kind": "session.ended", "at_ms": 1, "session": "s",
-            "owner": {"pid": 1, "start_ticks": 2, "boot_id": "b", "host": "h", "comm": "c"},
-            "reason": "owner_exited", "detected_by": "ebpf", "labels": {"k": "v"},
-            "creator_uid": 0,
-        }))
-        .unwrap();
-        let json = serde_json::to_string(&event).unwrap();
-        assert_eq!(
-            &*stream_line(&json),
-            serde_json::to_string(&StreamMessage::Event(Box::new(event))).unwrap() + "\n"
-        );
     }
 }

@@ -15,23 +15,26 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::fair::limits::{Limits, SessionUsage};
+use crate::fair::limits::Limits;
 use crate::source::monitor::Monitor;
 use crate::source::tree_map::TreeMap;
-use crate::store::{Lineage, ListQuery, Store, StoreError};
+use crate::store::{Store, StoreError};
 use liveness_common::protocol::{ErrorBody, ErrorCode};
-use liveness_common::session::Phase;
-use liveness_common::status::{Counters, DaemonInfo};
+use liveness_common::status::DaemonInfo;
 use liveness_proc::identity::{IdentityError, ProcRoot};
 
 mod actions;
 mod actor;
 mod auth;
+mod context;
 mod end_metrics;
 mod eventlog;
+mod facts;
+mod fanout;
 mod hops;
 mod housekeeping;
 mod journaled;
+mod ledger;
 mod locks;
 mod op;
 mod outbox;
@@ -123,23 +126,6 @@ impl Clock {
     }
 }
 
-/// An event as published live: the stream line (with its newline), serialized once for
-/// every subscriber, with what subscribers filter on.
-#[derive(Debug)]
-struct Published {
-    seq: u64,
-    session: String,
-    creator_uid: u32,
-    line: Arc<str>,
-}
-
-/// This boot, and the host name as the daemon started under it (a label only).
-#[derive(Debug, Clone)]
-struct Local {
-    boot_id: String,
-    host: String,
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error("cannot read this machine's identity: {0}")]
@@ -149,29 +135,15 @@ pub enum EngineError {
 }
 
 /// The engine: the order of what happens (commit, then publish, then the effects), over
-/// concerns that each own their state and are handed the store they need.
+/// owners that each hold their state.
 #[derive(Debug)]
 pub struct Engine {
-    store: Store,
-    /// The ACTIVE sessions in memory, the journal a death is appended to before it is
-    /// published, and the batches SQLite does not have yet.
-    journaled: journaled::Journaled,
+    /// The store, the journal, the commits to make again, the accounts.
+    ledger: ledger::Ledger,
+    /// Where committed events go: subscribers, metrics, log lines, hops.
+    fanout: fanout::FanOut,
+    facts: facts::Facts,
     monitor: Monitor,
-    config: EngineConfig,
-    local: Local,
-    /// The store and this run, for status and the cursors of subscriptions.
-    lineage: Arc<Lineage>,
-    subscribers: subscribers::Subscribers,
-    /// Deaths and reap outcomes not yet committed because the store failed; retried every
-    /// [`RETRY_PERIOD`]. Nothing reports them again, so they must not be dropped.
-    retries: retry::Retries,
-    counters: Counters,
-    /// Active sessions and label bytes per uid, for the registration limits.
-    usage: SessionUsage,
-    started: Instant,
-    housekeeping: housekeeping::Housekeeping,
-    /// Facts status reports about the daemon itself (paths, versions).
-    about: DaemonInfo,
     /// Requests waiting for a lock.
     locks: locks::Locks,
     /// The process trees of tracked owners.
@@ -182,18 +154,7 @@ pub struct Engine {
     until_tree: until_tree::TreeWaits,
     /// End actions running.
     actions: actions::Actions,
-    /// With `--trace-hops` only.
-    hops: Option<hops::HopTrace>,
-    /// Owners registered within the last second, to warn of those that die at once.
-    fresh_owners: owner_checks::FreshOwners,
-    /// Published events not logged yet: their lines are written once the subscribers'
-    /// connections have had their turn (see [`eventlog::Deferred`]).
-    unlogged: eventlog::Deferred,
-    /// When the batches SQLite does not have yet are written (again): `None` when it has
-    /// every one.
-    apply_at: Option<tokio::time::Instant>,
-    /// Ends of sessions by reason and source, and their latency, for `--metrics-listen`.
-    end_metrics: EndMetrics,
+    housekeeping: housekeeping::Housekeeping,
 }
 
 fn now_ms() -> i64 {
@@ -234,56 +195,34 @@ impl Engine {
         // The sources match start times exactly: a daemon whose readings are a tick apart
         // from the kernel's would see every owner as already replaced.
         config.proc.exact_start_times()?;
-        let local = Local {
-            boot_id: config.proc.boot_id()?,
-            host: config.proc.host()?,
-        };
-        let mut store = store;
+        let boot_id = config.proc.boot_id()?;
+        let host = config.proc.host()?;
         // Before anything reads the store: what a crash left in the journal goes in first.
-        let mut journaled = journaled::Journaled::open(&mut store)?;
-        let active = store.list(&ListQuery {
-            phase: Some(Phase::Active),
-            limit: usize::MAX,
-            ..ListQuery::default()
-        })?;
-        let usage = SessionUsage::new(*config.limits.config(), active.sessions, store.locks(None)?);
-        if store.begin_run(&local.boot_id)? {
-            tracing::warn!(
-                jump = crate::store::SEQ_JUMP_AFTER_POWER_LOSS,
-                "the last run, on another boot, did not stop cleanly: event seqs skip ahead so none is reused"
-            );
-        }
+        let ledger = ledger::Ledger::open(store, &config.limits, &boot_id)?;
         let trees = tree::Trees::new(
             config.proc.clone(),
             monitor.take_tree_map(),
-            local.boot_id.clone(),
-            local.host.clone(),
+            boot_id.clone(),
+            host.clone(),
         );
-        journaled.set_head(store.head_seq()?);
-        let lineage = Arc::new(store.lineage()?);
+        let lineage = Arc::new(ledger.store().lineage()?);
         Ok(Engine {
-            journaled,
             trees,
-            reaps: reaps::Reaps::new(config.proc.clone(), local.boot_id.clone()),
+            reaps: reaps::Reaps::new(config.proc.clone(), boot_id.clone()),
             until_tree: until_tree::TreeWaits::default(),
             actions: actions::Actions::new(&config.actions, config.proc.clone()),
-            hops: config.trace_hops.then(hops::HopTrace::default),
-            fresh_owners: owner_checks::FreshOwners::default(),
-            unlogged: eventlog::Deferred::default(),
-            apply_at: None,
-            end_metrics: EndMetrics::default(),
-            subscribers: subscribers::Subscribers::new(config.subscriber_queue),
-            store,
+            fanout: fanout::FanOut::new(config.subscriber_queue, config.trace_hops),
+            ledger,
             monitor,
-            config,
-            local,
-            lineage,
-            retries: retry::Retries::default(),
-            counters: Counters::default(),
-            usage,
-            started: Instant::now(),
+            facts: facts::Facts {
+                config,
+                boot_id,
+                host,
+                lineage,
+                started: Instant::now(),
+                about,
+            },
             housekeeping: housekeeping::Housekeeping::default(),
-            about,
             locks: locks::Locks::default(),
         })
     }
@@ -300,6 +239,6 @@ impl Engine {
 
     /// The counts of session ends the engine keeps for the metrics listener (shared).
     pub fn end_metrics(&self) -> EndMetrics {
-        self.end_metrics.clone()
+        self.fanout.end_metrics()
     }
 }

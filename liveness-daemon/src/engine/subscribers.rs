@@ -6,7 +6,7 @@
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
-use super::Published;
+use super::fanout::Published;
 use super::outbox::{Ended, Outbox};
 use crate::store::EventFilter;
 

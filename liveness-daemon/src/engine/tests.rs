@@ -115,7 +115,7 @@ impl Fixture {
     /// `op` applied as the loop applies it: after SQLite has what was published.
     fn ask<O: Op>(&mut self, caller: Caller, op: O) -> Result<O::Answer, ErrorBody> {
         self.engine.caught_up();
-        op.apply(&mut self.engine, caller)
+        op.apply(&mut super::context::Context::new(&mut self.engine), caller)
     }
 
     /// `op` as a connection sends it, through the engine's checks before any operation.
@@ -159,6 +159,11 @@ impl Fixture {
     fn session(&mut self, uid: u32, id: &str) -> Session {
         let reply = self.get(ROOT, id, Some(uid));
         session_of(reply, "get")
+    }
+
+    /// The session's row in SQLite, without what waits to be written there.
+    fn row(&self, uid: u32, id: &str) -> Session {
+        self.engine.ledger.store().get(uid, id).unwrap().unwrap()
     }
 
     /// Process `pid` (of the crafted tree) exits with `status`.
@@ -360,15 +365,15 @@ async fn a_death_whose_append_failed_is_appended_and_published_once_on_retry() {
     f.own(ALICE, "s", 11);
     let mut batches = f.subscribe();
 
-    f.engine.journaled.journal().fail_appends(true);
+    f.engine.ledger.parts().0.journal().fail_appends(true);
     f.die(11, EXITED);
     f.next_death().await;
     assert_eq!(
-        f.engine.retries.counts().0,
+        f.engine.ledger.retry_counts().0,
         1,
         "the death is kept for a retry"
     );
-    assert_eq!(f.engine.counters.failed_commits, 1);
+    assert_eq!(f.engine.ledger.counters().failed_commits, 1);
     assert_eq!(
         f.session(ALICE.uid, "s").phase,
         Phase::Active,
@@ -383,13 +388,13 @@ async fn a_death_whose_append_failed_is_appended_and_published_once_on_retry() {
     // What the loop's retry tick does; the first one still fails.
     f.engine.retry_commits();
     assert_eq!(
-        f.engine.retries.counts().0,
+        f.engine.ledger.retry_counts().0,
         1,
         "still kept after a second failure"
     );
-    f.engine.journaled.journal().fail_appends(false);
+    f.engine.ledger.parts().0.journal().fail_appends(false);
     f.engine.retry_commits();
-    assert!(f.engine.retries.is_empty(), "appended on the retry");
+    assert!(!f.engine.ledger.has_retries(), "appended on the retry");
     f.engine.retry_commits();
 
     let session = f.session(ALICE.uid, "s");
@@ -414,7 +419,7 @@ async fn published_deaths_that_sqlite_refused_are_written_once_and_read_before_f
     f.own(ALICE, "s", 11);
     let mut batches = f.subscribe();
 
-    f.engine.store.fail_writes(true).unwrap();
+    f.engine.ledger.store().fail_writes(true).unwrap();
     f.die(11, EXITED);
     f.next_death().await;
     assert_eq!(
@@ -422,7 +427,7 @@ async fn published_deaths_that_sqlite_refused_are_written_once_and_read_before_f
         1,
         "appended to the journal: published"
     );
-    assert!(f.engine.journaled.behind(), "kept for SQLite");
+    assert!(f.engine.ledger.behind(), "kept for SQLite");
     let get = request::Get {
         session: "s".into(),
         uid: None,
@@ -455,9 +460,9 @@ async fn published_deaths_that_sqlite_refused_are_written_once_and_read_before_f
         "not served from a store behind"
     );
 
-    f.engine.store.fail_writes(false).unwrap();
+    f.engine.ledger.store().fail_writes(false).unwrap();
     f.engine.retry_commits();
-    assert!(!f.engine.journaled.behind());
+    assert!(!f.engine.ledger.behind());
     let session = f.session(ALICE.uid, "s");
     assert_eq!(
         (session.phase, session.reason),
@@ -485,7 +490,7 @@ async fn a_reap_outcome_whose_commit_failed_is_committed_and_published_once_on_r
     assert_eq!(published(&mut batches, "s", "session.ended"), 1);
 
     // The reap (of no process: the tree had no other) finishes while the store fails.
-    f.engine.store.fail_writes(true).unwrap();
+    f.engine.ledger.store().fail_writes(true).unwrap();
     let done = f
         .engine
         .reaps
@@ -494,11 +499,11 @@ async fn a_reap_outcome_whose_commit_failed_is_committed_and_published_once_on_r
         .expect("the end started a reap");
     f.engine.record_reaps(vec![done]);
     assert_eq!(
-        f.engine.retries.counts().1,
+        f.engine.ledger.retry_counts().1,
         1,
         "the outcome is kept for a retry"
     );
-    assert_eq!(f.engine.counters.failed_commits, 1);
+    assert_eq!(f.engine.ledger.counters().failed_commits, 1);
     assert_eq!(
         published(&mut batches, "s", "session.reaped"),
         0,
@@ -508,13 +513,13 @@ async fn a_reap_outcome_whose_commit_failed_is_committed_and_published_once_on_r
     // What the loop's retry tick does; the first one still fails.
     f.engine.retry_commits();
     assert_eq!(
-        f.engine.retries.counts().1,
+        f.engine.ledger.retry_counts().1,
         1,
         "kept after a second failure"
     );
-    f.engine.store.fail_writes(false).unwrap();
+    f.engine.ledger.store().fail_writes(false).unwrap();
     f.engine.retry_commits();
-    assert!(f.engine.retries.is_empty(), "committed on the retry");
+    assert!(!f.engine.ledger.has_retries(), "committed on the retry");
     f.engine.retry_commits();
 
     assert_eq!(
@@ -526,8 +531,12 @@ async fn a_reap_outcome_whose_commit_failed_is_committed_and_published_once_on_r
         session: Some("s".to_owned()),
         creator_uid: Some(ALICE.uid),
     };
-    let crate::store::EventPage::Events(stored) =
-        f.engine.store.events_after(0, 100, &filter).unwrap()
+    let crate::store::EventPage::Events(stored) = f
+        .engine
+        .ledger
+        .store()
+        .events_after(0, 100, &filter)
+        .unwrap()
     else {
         panic!("no gap in a new store");
     };
@@ -537,7 +546,7 @@ async fn a_reap_outcome_whose_commit_failed_is_committed_and_published_once_on_r
         .count();
     assert_eq!(reaped, 1, "stored exactly once: {stored:?}");
     assert!(
-        f.engine.store.reaps_due().unwrap().is_empty(),
+        f.engine.ledger.store_mut().reaps_due().unwrap().is_empty(),
         "no longer due"
     );
 }
@@ -1154,9 +1163,9 @@ async fn an_action_outcome_whose_commit_failed_is_committed_and_published_once_o
     let (key, outcome) = next_action_done(&mut f).await;
     let outcome = outcome.expect("it ran");
     assert!(outcome.succeeded(), "{outcome:?}");
-    f.engine.store.fail_writes(true).unwrap();
+    f.engine.ledger.store().fail_writes(true).unwrap();
     f.engine.record_actions(vec![(key, outcome)]);
-    assert_eq!(f.engine.retries.counts().2, 1, "kept for a retry");
+    assert_eq!(f.engine.ledger.retry_counts().2, 1, "kept for a retry");
     assert_eq!(published(&mut batches, "s", "session.action"), 0);
     let status = f.ask(ROOT, liveness_common::request::Status {}).unwrap();
     assert_eq!(
@@ -1165,7 +1174,7 @@ async fn an_action_outcome_whose_commit_failed_is_committed_and_published_once_o
         "status counts the outcome waiting for its commit, and no run: {:?}",
         status.actions
     );
-    f.engine.store.fail_writes(false).unwrap();
+    f.engine.ledger.store().fail_writes(false).unwrap();
     f.engine.retry_commits();
     f.engine.retry_commits();
     let status = f.ask(ROOT, liveness_common::request::Status {}).unwrap();
@@ -1178,7 +1187,14 @@ async fn an_action_outcome_whose_commit_failed_is_committed_and_published_once_o
     assert_eq!(count("\"session.finalized\""), 1, "{lines}");
     let session = f.session(ALICE.uid, "s");
     assert!(session.is_finalized(), "{session:?}");
-    assert!(f.engine.store.actions_due(None).unwrap().is_empty());
+    assert!(
+        f.engine
+            .ledger
+            .store()
+            .actions_due(None)
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// A death's batch is published before SQLite has it, and waits there while nothing reads
@@ -1198,22 +1214,20 @@ async fn published_deaths_wait_for_sqlite_together_and_whatever_comes_next_write
     f.die(12, EXITED);
     f.next_death().await;
     assert_eq!(published(&mut batches, "a", "session.ended"), 1);
-    assert!(f.engine.journaled.behind(), "both wait for SQLite");
-    let stored = f.engine.store.get(ALICE.uid, "b").unwrap().unwrap();
+    assert!(f.engine.ledger.behind(), "both wait for SQLite");
+    let stored = f.row(ALICE.uid, "b");
     assert_eq!(stored.phase, Phase::Active, "not written yet");
-    let head = f.engine.store.head_seq().unwrap();
+    let head = f.engine.ledger.store().head_seq().unwrap();
 
     f.own(ALICE, "c", 13);
-    assert!(
-        !f.engine.journaled.behind(),
-        "written before the registration"
-    );
+    assert!(!f.engine.ledger.behind(), "written before the registration");
     for id in ["a", "b"] {
         assert_eq!(f.session(ALICE.uid, id).phase, Phase::Ended, "{id}");
     }
     let crate::store::EventPage::Events(stored) = f
         .engine
-        .store
+        .ledger
+        .store()
         .events_after(head, 100, &crate::store::EventFilter::default())
         .unwrap()
     else {
@@ -1246,7 +1260,7 @@ async fn deaths_close_together_share_one_sqlite_write() {
     }
     f.die(100, EXITED);
     f.next_death().await;
-    let at = f.engine.apply_at.expect("the write is planned");
+    let at = f.engine.ledger.apply_at().expect("the write is planned");
     assert_eq!(at, tokio::time::Instant::now() + super::APPLY_DELAY);
     tokio::time::advance(Duration::from_millis(10)).await;
     assert!(
@@ -1256,14 +1270,14 @@ async fn deaths_close_together_share_one_sqlite_write() {
     f.die(101, EXITED);
     f.next_death().await;
     assert_eq!(
-        f.engine.apply_at,
+        f.engine.ledger.apply_at(),
         Some(at),
         "the second joins the first's write"
     );
-    assert_eq!(f.engine.journaled.waiting(), 2);
+    assert_eq!(f.engine.ledger.parts().0.waiting(), 2);
     assert!(f.engine.caught_up());
     for id in ["s100", "s101"] {
-        let session = f.engine.store.get(ALICE.uid, id).unwrap().unwrap();
+        let session = f.row(ALICE.uid, id);
         assert_eq!(session.phase, Phase::Ended, "{id}");
     }
 }
@@ -1282,10 +1296,10 @@ async fn a_flood_of_deaths_is_written_to_sqlite_in_bounded_steps() {
     for pid in 100..100 + owners {
         f.die(pid, EXITED);
         f.next_death().await;
-        most = most.max(f.engine.journaled.waiting());
+        most = most.max(f.engine.ledger.parts().0.waiting());
     }
     assert_eq!(most, super::MAX_UNAPPLIED, "bounded, and deaths did wait");
-    let first = f.engine.store.get(ALICE.uid, "s100").unwrap().unwrap();
+    let first = f.row(ALICE.uid, "s100");
     assert_eq!(
         first.phase,
         Phase::Ended,

@@ -52,7 +52,7 @@ impl TreeWaits {
 impl Engine {
     /// Whether `owner` has an ACTIVE session that lasts until its tree does.
     fn has_until_tree(&self, owner: &Identity) -> bool {
-        self.journaled
+        self.ledger
             .sessions_of_owner(owner)
             .any(|session| session.until == Until::Tree)
     }
@@ -103,7 +103,7 @@ impl Engine {
         // view lists them at this moment: only once none is left is the view asked.
         let watched: Vec<Identity> = (self.until_tree.members.iter())
             .filter(|(_, waited)| **waited == owner.key())
-            .map(|(watched, _)| self.identity_of(*watched))
+            .map(|(watched, _)| self.facts.identity_of(*watched))
             .filter(|watched| !gone(watched))
             .collect();
         if !watched.is_empty() {
@@ -124,7 +124,7 @@ impl Engine {
         // Only the list's bound hid those left: the whole tree, this once.
         let view = self.trees.view(owner.key());
         let kernel = self.trees.reader();
-        let mut alive = view.live_members(kernel.as_deref(), &self.config.proc);
+        let mut alive = view.live_members(kernel.as_deref(), self.facts.proc());
         alive.retain(|alive| alive.key() != owner.key() && !gone(alive));
         alive
     }

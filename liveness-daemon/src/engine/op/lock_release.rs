@@ -6,18 +6,19 @@ use liveness_common::protocol::ErrorBody;
 use liveness_common::request::LockRelease;
 
 use super::{Op, addressed};
-use crate::engine::{Caller, Engine, store_error};
+use crate::engine::Caller;
+use crate::engine::context::Context;
 
 impl Op for LockRelease {
     type Answer = Lock;
 
-    fn apply(self, engine: &mut Engine, caller: Caller) -> Result<Lock, ErrorBody> {
-        let holder = addressed(&engine.store, caller, &self.session, self.uid)?;
-        let now = engine.config.clock.now_ms();
-        let (lock, event) = (engine.store)
-            .release_lock(holder.creator_uid, &holder.id, &self.name, now)
-            .map_err(|e| store_error(engine.store.explain(e)))?;
-        engine.publish(vec![event]);
-        Ok(lock)
+    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Lock, ErrorBody> {
+        let holder = addressed(cx.store(), caller, &self.session, self.uid)?;
+        let now = cx.now();
+        cx.commit(|store| {
+            let (lock, event) =
+                store.release_lock(holder.creator_uid, &holder.id, &self.name, now)?;
+            Ok((lock, vec![event]))
+        })
     }
 }

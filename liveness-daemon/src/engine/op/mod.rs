@@ -13,6 +13,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
 use super::auth::Caller;
+use super::context::Context;
 use super::tree::Parked;
 use super::{Engine, store_error};
 use crate::fair::pacing::Pacing;
@@ -53,7 +54,7 @@ pub trait Op: fmt::Debug + Send + 'static {
     /// an operator sees why.
     const READS: bool = false;
 
-    fn apply(self, engine: &mut Engine, caller: Caller) -> Result<Self::Answer, ErrorBody>;
+    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Self::Answer, ErrorBody>;
 
     /// The session an answer is about: while the tree of its owner is being walked, the
     /// answer waits for the walk (see [`super::tree`]), so that what the owner forks once
@@ -74,13 +75,13 @@ pub struct Ask<O: Op> {
 }
 
 impl<O: Op> Ask<O> {
-    fn run(self, engine: &mut Engine) {
+    fn run(self, cx: &mut Context<'_>) {
         // Published deaths that SQLite does not have yet would be missing from what an
         // operation reads (and `end` would end such a session again): none that writes
         // runs until they are written.
-        let answer = if engine.caught_up() || O::READS {
+        let answer = if cx.caught_up() || O::READS {
             let started = std::time::Instant::now();
-            let answer = self.op.apply(engine, self.caller);
+            let answer = self.op.apply(cx, self.caller);
             if let Some(pacing) = &self.pacing {
                 pacing.charge(self.caller.uid, started.elapsed());
             }
@@ -99,7 +100,7 @@ impl<O: Op> Ask<O> {
         let reply = self.reply;
         // The client may have gone; its answer has nowhere to go.
         let send = Parked(Box::new(move || drop(reply.send(answer))));
-        engine.trees.answer(root, send);
+        cx.answer(root, send);
     }
 }
 
@@ -121,8 +122,9 @@ macro_rules! commands {
 
         impl Command {
             pub(super) fn run(self, engine: &mut Engine) {
+                let cx = &mut Context::new(engine);
                 match self {
-                    $(Command::$name(ask) => ask.run(engine),)*
+                    $(Command::$name(ask) => ask.run(cx),)*
                 }
             }
         }

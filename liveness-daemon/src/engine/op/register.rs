@@ -10,9 +10,11 @@ use liveness_common::session::{DEFAULT_GRACE_MS, MAX_GRACE_MS, OnEnd, Phase, Ses
 use liveness_proc::identity::{IdentityError, ProcRoot};
 
 use super::{Op, stored};
+use crate::engine::context::{Context, Watched};
+use crate::engine::facts::Facts;
 use crate::engine::owner_checks::launcher_warning;
 use crate::engine::tree::Start;
-use crate::engine::{Caller, Engine, now_ms, store_error};
+use crate::engine::{Caller, now_ms, store_error};
 use crate::fd::pass::Passed;
 use crate::store::NewSession;
 use liveness_common::protocol::wire_name;
@@ -36,9 +38,9 @@ pub struct Registered {
 impl Op for Register {
     type Answer = Registered;
 
-    fn apply(self, engine: &mut Engine, caller: Caller) -> Result<Registered, ErrorBody> {
+    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Registered, ErrorBody> {
         let Register { request, fds } = self;
-        let now = engine.config.clock.now_ms();
+        let now = cx.now();
         let auto = matches!(request.owner, OwnerSpec::Auto(_));
         let id = match (request.session, request.pending) {
             (Some(id), _) => id,
@@ -57,8 +59,8 @@ impl Op for Register {
             validate_actions(actions)
                 .map_err(|message| ErrorBody::new(ErrorCode::InvalidRequest, message))?;
         }
-        let owner = resolve_owner(engine, caller, request.owner, request.wrappers, &fds)?;
-        let (previous, ended) = match engine.store.get(namespace, &id).map_err(store_error)? {
+        let owner = resolve_owner(cx.facts(), caller, request.owner, request.wrappers, &fds)?;
+        let (previous, ended) = match cx.store().get(namespace, &id).map_err(store_error)? {
             Some(existing) => {
                 check_unchanged(&existing, request.on_end, request.grace_ms)?;
                 if request.until.is_some_and(|until| until != existing.until) {
@@ -77,7 +79,7 @@ impl Op for Register {
             None => (None, false),
         };
         if previous.is_none() {
-            engine.usage.check(caller.uid, &request.labels)?;
+            cx.admit(caller.uid, &request.labels)?;
         }
         // An ended session is refused below, whatever its actions.
         if let Some(actions) = request
@@ -87,19 +89,20 @@ impl Op for Register {
         {
             // A new list replaces what the session has without an outcome (`actions_done`
             // may have given the others one).
-            let (before, replaced) = engine
-                .store
+            let (before, replaced) = cx
+                .store()
                 .unfinished_actions(namespace, &id)
                 .map_err(store_error)?;
             let after = (before + actions.len() as u64).saturating_sub(replaced);
-            engine.usage.check_actions(caller.uid, before, after)?;
+            cx.admit_actions(caller.uid, before, after)?;
         }
         let pending = request.pending;
         let new = NewSession {
             id: id.clone(),
             owner: owner.clone(),
             pending,
-            pending_expires_ms: pending.then(|| now + engine.config.pending_ttl.as_millis() as i64),
+            pending_expires_ms: pending
+                .then(|| now + cx.facts().config.pending_ttl.as_millis() as i64),
             creator_uid: namespace,
             labels: request.labels,
             on_end,
@@ -109,38 +112,34 @@ impl Op for Register {
             // The group is the caller's own only when it registers for itself.
             creator_gid: (namespace == caller.uid).then_some(caller.gid),
         };
-        let registered = engine
-            .store
-            .register(new, now)
-            .map_err(|e| store_error(engine.store.explain(e)))?;
-        if registered.event.is_none() {
+        let event = cx.commit(|store| {
+            let event = store.register(new, now)?.event;
+            Ok((event.is_some(), event.into_iter().collect()))
+        })?;
+        if !event {
             // The same owner again: its end actions may have been replaced.
-            (engine.journaled).refresh(namespace, &id, &engine.store);
+            cx.refresh(namespace, &id);
         }
-        engine.publish(registered.event.into_iter().collect());
         if let Some(previous) = previous.filter(|p| !p.same_process(&owner)) {
-            engine.unwatch_if_unused(&previous);
+            cx.unwatch(&previous);
         }
         let mut warnings = Vec::new();
-        if auto && let Some(warning) = launcher_warning(&engine.config.proc, &owner) {
+        if auto && let Some(warning) = launcher_warning(cx.facts().proc(), &owner) {
             warnings.push(warning);
         }
-        match engine.watch(&owner, Start::Registration { uid: caller.uid }) {
-            Some(death) => {
-                warnings.push(format!(
-                    "the owner {}[{}] has already exited: the session ended at once",
-                    owner.comm, owner.pid
-                ));
-                engine.finalize(vec![death]);
-            }
+        match cx.watch(&owner, Start::Registration { uid: caller.uid }) {
+            Watched::Ended => warnings.push(format!(
+                "the owner {}[{}] has already exited: the session ended at once",
+                owner.comm, owner.pid
+            )),
             // A caller that started the owner itself (as `liveness run` does) waits for it
             // and knows its life: a short one is no mistake of its, so there is nothing to warn.
-            None if started_by(&engine.config.proc, &owner, caller.pid) => {}
-            None => engine.fresh_owners.registered(owner.key(), now),
+            Watched::Watching if started_by(cx.facts().proc(), &owner, caller.pid) => {}
+            Watched::Watching => cx.fresh_owner(owner.key(), now),
         }
         // The reply reads the session as its owner's death, if any, left it.
-        engine.caught_up();
-        let session = stored(&engine.store, namespace, &id)?;
+        cx.caught_up();
+        let session = stored(cx.store(), namespace, &id)?;
         Ok(Registered { session, warnings })
     }
 
@@ -197,16 +196,16 @@ fn check_unchanged(
 /// namespace, a pidfd names its process directly; nothing is read in the daemon's
 /// namespace on the client's word. `wrappers` are the request's own names `auto` skips.
 fn resolve_owner(
-    engine: &Engine,
+    facts: &Facts,
     caller: Caller,
     spec: OwnerSpec,
     mut wrappers: Vec<String>,
     fds: &[Passed],
 ) -> Result<Identity, ErrorBody> {
-    let proc = &engine.config.proc;
+    let proc = facts.proc();
     let identity = match spec {
         OwnerSpec::Auto(_) => {
-            wrappers.extend(engine.config.wrappers.iter().cloned());
+            wrappers.extend(facts.config.wrappers.iter().cloned());
             proc.resolve_owner(caller.pid, &wrappers)
                 .map_err(owner_error)?
         }
@@ -233,20 +232,20 @@ fn resolve_owner(
                 ));
             }
         },
-        OwnerSpec::Identity(identity) if identity.boot_id == engine.local.boot_id => {
+        OwnerSpec::Identity(identity) if identity.boot_id == facts.boot_id => {
             // Captured by the client (`liveness check`), so in its numbering, like
             // any pid it sends. One that is not found there stays as given: its start
             // time then tells whether it names a live process.
             let pid = proc
                 .translate_pid(caller.pid, identity.pid)
                 .unwrap_or(identity.pid);
-            canonical(engine, Identity { pid, ..identity })?
+            canonical(proc, Identity { pid, ..identity })?
         }
         OwnerSpec::Identity(identity) => identity,
     };
     // Only root may attach sessions to other users' processes. A process that is gone
     // can no longer be checked, and its session ends at once anyway.
-    if !caller.is_root() && identity.boot_id == engine.local.boot_id {
+    if !caller.is_root() && identity.boot_id == facts.boot_id {
         match proc.uid(identity.pid) {
             Ok(uid) if uid != caller.uid => {
                 return Err(ErrorBody::new(
@@ -268,8 +267,8 @@ fn resolve_owner(
 /// of its start time is kept: a client in a time namespace whose offset is not whole
 /// ticks reads the start time as the kernel's count or one more. An identity of a
 /// process that is gone is kept as given: its session ends at once.
-fn canonical(engine: &Engine, identity: Identity) -> Result<Identity, ErrorBody> {
-    match engine.config.proc.capture(identity.pid) {
+fn canonical(proc: &ProcRoot, identity: Identity) -> Result<Identity, ErrorBody> {
+    match proc.capture(identity.pid) {
         Ok(live)
             if live.pidfs_ino.is_some()
                 && live.pidfs_ino == identity.pidfs_ino

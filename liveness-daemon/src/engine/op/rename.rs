@@ -5,19 +5,20 @@ use liveness_common::request::Rename;
 use liveness_common::session::Session;
 
 use super::{Op, addressed, stored};
-use crate::engine::{Caller, Engine, store_error};
+use crate::engine::Caller;
+use crate::engine::context::Context;
 
 impl Op for Rename {
     type Answer = Session;
 
-    fn apply(self, engine: &mut Engine, caller: Caller) -> Result<Session, ErrorBody> {
-        let now = engine.config.clock.now_ms();
-        let found = addressed(&engine.store, caller, &self.session, self.uid)?;
-        let event = (engine.store)
-            .rename(found.creator_uid, &self.session, &self.to, now)
-            .map_err(store_error)?;
-        engine.publish(vec![event]);
-        stored(&engine.store, found.creator_uid, &self.to)
+    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Session, ErrorBody> {
+        let now = cx.now();
+        let found = addressed(cx.store(), caller, &self.session, self.uid)?;
+        cx.commit(|store| {
+            let event = store.rename(found.creator_uid, &self.session, &self.to, now)?;
+            Ok(((), vec![event]))
+        })?;
+        stored(cx.store(), found.creator_uid, &self.to)
     }
 
     fn about(session: &Session) -> Option<&Session> {

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use liveness_common::protocol::ErrorBody;
 
 use super::Op;
+use crate::engine::Caller;
+use crate::engine::context::Context;
 use crate::engine::outbox::Outbox;
-use crate::engine::{Caller, Engine};
 use crate::store::{EventFilter, Lineage};
 
 /// Subscribes the connection whose socket `socket` is another descriptor of.
@@ -32,13 +33,7 @@ pub struct Subscription {
 impl Op for Subscribe {
     type Answer = Subscription;
 
-    fn apply(self, engine: &mut Engine, _: Caller) -> Result<Subscription, ErrorBody> {
-        // The newest seq published, which SQLite has too: operations run caught up.
-        let head = engine.journaled.head();
-        Ok(Subscription {
-            head,
-            lineage: Arc::clone(&engine.lineage),
-            outbox: engine.subscribers.subscribe(self.socket, self.filter, head),
-        })
+    fn apply(self, cx: &mut Context<'_>, _: Caller) -> Result<Subscription, ErrorBody> {
+        Ok(cx.subscribe(self.socket, self.filter))
     }
 }

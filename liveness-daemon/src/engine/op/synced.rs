@@ -6,7 +6,8 @@
 use liveness_common::protocol::ErrorBody;
 
 use super::Op;
-use crate::engine::{Caller, Engine};
+use crate::engine::Caller;
+use crate::engine::context::Context;
 use crate::store::journal::JournaledEnding;
 
 #[derive(Debug)]
@@ -18,7 +19,7 @@ impl Op for Synced {
 
     const READS: bool = true;
 
-    fn apply(self, engine: &mut Engine, _: Caller) -> Result<Vec<JournaledEnding>, ErrorBody> {
-        Ok(engine.journaled.waiting_endings().cloned().collect())
+    fn apply(self, cx: &mut Context<'_>, _: Caller) -> Result<Vec<JournaledEnding>, ErrorBody> {
+        Ok(cx.waiting_endings().cloned().collect())
     }
 }

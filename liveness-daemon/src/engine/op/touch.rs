@@ -6,18 +6,21 @@ use liveness_common::request::Touch;
 use liveness_common::session::Session;
 
 use super::{Op, addressed, stored};
-use crate::engine::{Caller, Engine, store_error};
+use crate::engine::Caller;
+use crate::engine::context::Context;
 
 impl Op for Touch {
     type Answer = Session;
 
-    fn apply(self, engine: &mut Engine, caller: Caller) -> Result<Session, ErrorBody> {
-        let now = engine.config.clock.now_ms();
-        let found = addressed(&engine.store, caller, &self.session, self.uid)?;
-        (engine.store)
-            .touch(found.creator_uid, &self.session, now)
-            .map_err(store_error)?;
-        stored(&engine.store, found.creator_uid, &self.session)
+    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Session, ErrorBody> {
+        let now = cx.now();
+        let found = addressed(cx.store(), caller, &self.session, self.uid)?;
+        // Activity has no event.
+        cx.commit(|store| {
+            store.touch(found.creator_uid, &self.session, now)?;
+            Ok(((), Vec::new()))
+        })?;
+        stored(cx.store(), found.creator_uid, &self.session)
     }
 
     fn about(session: &Session) -> Option<&Session> {

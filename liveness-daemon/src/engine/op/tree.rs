@@ -2,10 +2,11 @@
 //! is alive of it off the engine (`processes`, and the survivors of an `end`).
 
 use liveness_common::protocol::ErrorBody;
-use liveness_common::session::{Phase, Session};
+use liveness_common::session::Session;
 
 use super::{Op, addressed};
-use crate::engine::{Caller, Engine, TreeView};
+use crate::engine::context::Context;
+use crate::engine::{Caller, TreeView};
 
 #[derive(Debug)]
 pub struct Tree {
@@ -17,10 +18,9 @@ impl Op for Tree {
     /// The session and, for an ACTIVE one of this boot, its tree.
     type Answer = (Session, Option<TreeView>);
 
-    fn apply(self, engine: &mut Engine, caller: Caller) -> Result<Self::Answer, ErrorBody> {
-        let found = addressed(&engine.store, caller, &self.session, self.uid)?;
-        let view = (found.owner.boot_id == engine.local.boot_id && found.phase == Phase::Active)
-            .then(|| engine.trees.view(found.owner.key()));
+    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Self::Answer, ErrorBody> {
+        let found = addressed(cx.store(), caller, &self.session, self.uid)?;
+        let view = cx.tree(&found);
         Ok((found, view))
     }
 }

@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use liveness_common::protocol::ErrorBody;
 
 use super::Op;
-use crate::engine::{Caller, Engine};
+use crate::engine::Caller;
+use crate::engine::context::Context;
 
 #[derive(Debug)]
 pub struct Waiting;
@@ -15,7 +16,7 @@ impl Op for Waiting {
     /// By lock: its user and name.
     type Answer = HashMap<(u32, String), u32>;
 
-    fn apply(self, engine: &mut Engine, _: Caller) -> Result<Self::Answer, ErrorBody> {
-        Ok(engine.locks.waiting())
+    fn apply(self, cx: &mut Context<'_>, _: Caller) -> Result<Self::Answer, ErrorBody> {
+        Ok(cx.lock_waiters())
     }
 }

@@ -12,7 +12,8 @@ use liveness_common::session::Session;
 use liveness_proc::identity::{IdentityError, ProcRoot};
 
 use super::Op;
-use crate::engine::{Caller, Engine, store_error};
+use crate::engine::context::Context;
+use crate::engine::{Caller, store_error};
 use crate::source::tree_map::TreeMap;
 
 /// Deep enough for any real process tree, bounded against a corrupt one.
@@ -91,24 +92,18 @@ impl Op for Whose {
 
     /// The nearest link of the ancestry that owns an ACTIVE session the caller may see or
     /// belongs to one's tree.
-    fn apply(self, engine: &mut Engine, caller: Caller) -> Result<Found, ErrorBody> {
+    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Found, ErrorBody> {
         for link in self.ancestry {
-            // Trees first: a member's parent may be init, or a process of another tree.
-            let owner = (engine.trees)
-                .root_of(link.key, link.pidfs_ino, link.kernel_root)
-                .unwrap_or(link.key);
-            // Every owner of an ACTIVE session of this boot is tracked: the store is asked
-            // only about those.
-            // A dead owner whose sessions wait for its tree has them still.
-            if !engine.monitor.is_tracked(owner) && !engine.until_tree.waits_for(owner) {
+            // The store is asked only about owners that are watched.
+            let Some(owner) = cx.watched_owner(&link) else {
                 continue;
-            }
-            let sessions = (engine.store)
-                .active_sessions_of_owner(&engine.identity_of(owner))
+            };
+            let sessions = (cx.store())
+                .active_sessions_of_owner(&owner)
                 .map_err(store_error)?;
             if let Some(session) = sessions.into_iter().find(|s| caller.may_see(s)) {
                 // In the caller's namespace, like the pid it asked about.
-                let seen = engine.config.proc.pid_seen_by(caller.pid, owner.pid);
+                let seen = cx.facts().proc().pid_seen_by(caller.pid, owner.pid);
                 return Ok(Found {
                     session,
                     owner_pid: seen.unwrap_or(0),

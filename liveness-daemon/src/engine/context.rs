@@ -1,0 +1,247 @@
+//! What an operation may do with the engine, and nothing more: read the store, commit
+//! (its events then published in the engine's order), take or wait for a lock, watch an
+//! owner or stop watching it, reap what an end leaves. Operations never hold the engine,
+//! so the order they run in (commit, publish, effects) stays the engine's own.
+
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+
+use liveness_common::identity::{Identity, ProcessKey};
+use liveness_common::lock::Lock;
+use liveness_common::protocol::ErrorBody;
+use liveness_common::session::{Event, Phase, Session, Survivors};
+use liveness_common::status::{Counters, LimitsStatus, Status};
+
+use super::facts::Facts;
+use super::locks::{Acquire, Taken, held_error, take};
+use super::op::{Link, Subscription};
+use super::tree::{Parked, Start};
+use super::{Engine, TreeView, store_error};
+use crate::store::journal::JournaledEnding;
+use crate::store::{EventFilter, Store, StoreError};
+
+/// An operation's way into the engine, for the one operation it runs.
+pub struct Context<'a> {
+    engine: &'a mut Engine,
+}
+
+/// What became of an owner a registration asked to watch.
+pub(super) enum Watched {
+    Watching,
+    /// Already dead: its sessions ended at once.
+    Ended,
+}
+
+impl<'a> Context<'a> {
+    pub(super) fn new(engine: &'a mut Engine) -> Context<'a> {
+        Context { engine }
+    }
+
+    /// The engine's configuration, this boot, its clock.
+    pub(super) fn facts(&self) -> &Facts {
+        &self.engine.facts
+    }
+
+    /// Now, on the engine's clock.
+    pub(super) fn now(&self) -> i64 {
+        self.engine.facts.now_ms()
+    }
+
+    /// The store, to read.
+    pub(super) fn store(&self) -> &Store {
+        self.engine.ledger.store()
+    }
+
+    /// The published endings SQLite does not have yet, oldest first.
+    pub(super) fn waiting_endings(&self) -> impl Iterator<Item = &JournaledEnding> {
+        self.engine.ledger.waiting_endings()
+    }
+
+    /// Whether SQLite has every published batch, after writing those it lacks.
+    pub(super) fn caught_up(&mut self) -> bool {
+        self.engine.caught_up()
+    }
+
+    /// Makes a write of sessions and publishes the events it committed.
+    pub(super) fn commit<T>(
+        &mut self,
+        write: impl FnOnce(&mut Store) -> Result<(T, Vec<Event>), StoreError>,
+    ) -> Result<T, ErrorBody> {
+        let (made, events) = self.engine.ledger.commit(write).map_err(store_error)?;
+        if !events.is_empty() {
+            self.engine.publish(events);
+        }
+        Ok(made)
+    }
+
+    /// Follows a change to an ACTIVE session that has no event (the same owner registered
+    /// again, with other end actions).
+    pub(super) fn refresh(&mut self, uid: u32, id: &str) {
+        self.engine.ledger.refresh(uid, id);
+    }
+
+    /// A new session's labels within `uid`'s limits.
+    pub(super) fn admit(
+        &mut self,
+        uid: u32,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), ErrorBody> {
+        self.engine.ledger.admit(uid, labels)
+    }
+
+    /// A session's unfinished end actions going from `before` to `after`, within `uid`'s
+    /// limits.
+    pub(super) fn admit_actions(
+        &mut self,
+        uid: u32,
+        before: u64,
+        after: u64,
+    ) -> Result<(), ErrorBody> {
+        self.engine.ledger.admit_actions(uid, before, after)
+    }
+
+    /// Lock `name` for user `uid`'s session `session`: at once when it is free (its event
+    /// published), else a place in its queue when the request waits.
+    pub(super) fn lock(
+        &mut self,
+        uid: u32,
+        session: String,
+        name: String,
+        wait: bool,
+    ) -> Result<Acquire, ErrorBody> {
+        let now = self.now();
+        let engine = &mut *self.engine;
+        let (store, usage) = engine.ledger.lock_books();
+        match take(store, usage, uid, &session, &name, now)? {
+            Taken::Granted { lock, event } => {
+                engine.publish(vec![*event]);
+                Ok(Acquire::Held(lock))
+            }
+            Taken::AlreadyHeld(lock) => {
+                let waiters = engine.locks.count(&(uid, name));
+                Ok(Acquire::Held(Lock { waiters, ..lock }))
+            }
+            Taken::HeldByOther(lock) if !wait => Err(held_error(&lock)),
+            Taken::HeldByOther(_) => engine.locks.queue(uid, &name, session).map(Acquire::Queued),
+        }
+    }
+
+    /// How many wait for each lock that has waiters.
+    pub(super) fn lock_waiters(&self) -> HashMap<(u32, String), u32> {
+        self.engine.locks.waiting()
+    }
+
+    /// A subscription to the events published from now on.
+    pub(super) fn subscribe(&mut self, socket: OwnedFd, filter: EventFilter) -> Subscription {
+        // The newest seq published, which SQLite has too: operations run caught up.
+        let head = self.engine.ledger.head();
+        Subscription {
+            head,
+            lineage: Arc::clone(&self.engine.facts.lineage),
+            outbox: self.engine.fanout.subscribe(socket, filter, head),
+        }
+    }
+
+    /// The tree of an ACTIVE session of this boot, as known now.
+    pub(super) fn tree(&self, session: &Session) -> Option<TreeView> {
+        (self.engine.facts.is_local(&session.owner) && session.phase == Phase::Active)
+            .then(|| self.engine.trees.view(session.owner.key()))
+    }
+
+    /// The survivors of `owner`'s tree, read now, but the process `caller_pid` and its
+    /// ancestors; `None` for an owner of another boot.
+    pub(super) fn survivors(&self, owner: &Identity, caller_pid: u32) -> Option<Survivors> {
+        let engine = &*self.engine;
+        engine.facts.is_local(owner).then(|| {
+            let kernel = engine.trees.reader();
+            (engine.trees.view(owner.key())).survivors(
+                kernel.as_deref(),
+                engine.facts.proc(),
+                caller_pid,
+            )
+        })
+    }
+
+    /// The owner watched for a link of an ancestry: the root of its tree, or itself; `None`
+    /// when no ACTIVE session can be its.
+    pub(super) fn watched_owner(&self, link: &Link) -> Option<Identity> {
+        let engine = &*self.engine;
+        // Trees first: a member's parent may be init, or a process of another tree.
+        let owner = (engine.trees)
+            .root_of(link.key, link.pidfs_ino, link.kernel_root)
+            .unwrap_or(link.key);
+        // Every owner of an ACTIVE session of this boot is tracked; a dead owner whose
+        // sessions wait for its tree has them still.
+        (engine.monitor.is_tracked(owner) || engine.until_tree.waits_for(owner))
+            .then(|| engine.facts.identity_of(owner))
+    }
+
+    /// Starts watching a registered owner; one already dead has its sessions ended at once.
+    pub(super) fn watch(&mut self, owner: &Identity, start: Start) -> Watched {
+        match self.engine.watch(owner, start) {
+            Some(death) => {
+                self.engine.finalize(vec![death]);
+                Watched::Ended
+            }
+            None => Watched::Watching,
+        }
+    }
+
+    /// Warns, should `owner` die within a second, that it may be a launcher.
+    pub(super) fn fresh_owner(&mut self, owner: ProcessKey, now_ms: i64) {
+        self.engine.fanout.registered(owner, now_ms);
+    }
+
+    /// Stops watching an owner that no ACTIVE session refers to any more.
+    pub(super) fn unwatch(&mut self, owner: &Identity) {
+        self.engine.unwatch_if_unused(owner);
+    }
+
+    /// Terminates the survivors an ended session's tree leaves, by its policy.
+    pub(super) fn reap(&mut self, ended: &Event) {
+        let engine = &mut *self.engine;
+        engine
+            .reaps
+            .start(ended, engine.ledger.store(), &engine.trees);
+    }
+
+    /// Sends an answer once the tree of `root` has had its first walk.
+    pub(super) fn answer(&mut self, root: Option<ProcessKey>, send: Parked) {
+        self.engine.trees.answer(root, send);
+    }
+
+    /// The daemon's view of itself, each owner telling its part.
+    pub(super) fn status(&self) -> Status {
+        let engine = &*self.engine;
+        let (ledger, facts) = (&engine.ledger, &engine.facts);
+        let store = ledger.store();
+        // Sessions whose ending waits for the database are still active there.
+        let waiting = ledger.store_status();
+        let (deaths, _, actions) = ledger.retry_counts();
+        Status {
+            daemon: facts.about.clone(),
+            uptime_ms: facts.started.elapsed().as_millis() as u64,
+            // The newest seq published.
+            head_seq: ledger.head(),
+            store_id: facts.lineage.id(),
+            active_sessions: (store.count(Phase::Active).unwrap_or_default())
+                .saturating_sub(waiting.waiting),
+            ended_sessions: store.count(Phase::Ended).unwrap_or_default() + waiting.waiting,
+            subscribers: engine.fanout.subscribers(),
+            uncommitted_deaths: deaths as u64,
+            store: waiting,
+            actions: engine.actions.status(actions),
+            monitor: engine.monitor.status(),
+            counters: Counters {
+                lagged_subscribers: engine.fanout.lagged(),
+                ..ledger.counters().clone()
+            },
+            limits: LimitsStatus {
+                connections: facts.config.limits.status(),
+                sessions: ledger.usage_status(),
+            },
+            membership: Some(engine.trees.status()),
+        }
+    }
+}
