@@ -7,17 +7,17 @@ use crate::deadline::sleep_until;
 use crate::source::ExitObservation;
 use crate::store::{ActionKey, Begin, Ending, JournaledDeaths, OwnerDeath};
 use liveness_common::action::ActionOutcome;
-use liveness_common::exit::DetectedBy;
 use liveness_common::identity::Identity;
 use liveness_common::session::{EndReason, Event, Session};
-use liveness_proc::identity::Liveness;
 
-use super::actions::{Begun, Next, Progress, with_actions};
+use super::actions::{Begun, Next, Progress};
+use super::effects::{Done, SetOff};
 use super::locks::LockEffect;
-use super::reaps::{ReapDone, terminating};
+use super::reaps::ReapDone;
 use super::tree::{REFRESH_PERIOD, Start, TREE_PERIOD, TreeWork};
+use super::watch::Prepared;
 use super::{
-    Command, Engine, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, RETRY_PERIOD, housekeeping, ms_of,
+    Command, Engine, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, RETRY_PERIOD, housekeeping,
 };
 
 /// What woke the engine's loop.
@@ -72,28 +72,31 @@ impl Engine {
             // Deaths already in the ring are read first, without waiting for readiness: a
             // thread kept busy by commands would otherwise only learn of it when its runtime
             // next polls for events.
-            if let Some(observation) = self.monitor.try_next() {
+            if let Some(observation) = self.watch.try_next() {
                 self.finalize_observed(observation);
             }
             let apply_at = self.ledger.apply_at();
+            let retrying = self.ledger.has_retries() || self.effects.has_queued();
+            let tree_work = self.watch.has_tree_work();
+            let (death, walked) = self.watch.wakes();
             let wake = tokio::select! {
                 biased;
                 _ = shutdown.wait_for(|stop| *stop) => break Ok(()),
-                observation = self.monitor.next() => Wake::Death(observation),
+                observation = death => Wake::Death(observation),
                 command = commands.recv() => match command {
                     Some(command) => Wake::Command(command),
                     None => break Ok(()),
                 },
-                done = self.reaps.finished() => Wake::Reap(done),
-                next = self.actions.next() => Wake::Action(next),
-                _ = retry.tick(), if self.ledger.has_retries() || self.actions.has_queued() => {
-                    Wake::Retry
-                }
+                done = self.effects.next() => match done {
+                    Done::Reap(done) => Wake::Reap(done),
+                    Done::Action(next) => Wake::Action(next),
+                },
+                _ = retry.tick(), if retrying => Wake::Retry,
                 _ = housekeeping.tick() => Wake::Housekeeping,
                 _ = trees.tick() => Wake::TreeRefresh,
-                found = self.trees.walked() => Wake::TreeWalked(found),
+                found = walked => Wake::TreeWalked(found),
                 _ = file_check.tick() => Wake::FileCheck,
-                _ = tree_slices.tick(), if self.trees.has_work() => Wake::TreeSlice,
+                _ = tree_slices.tick(), if tree_work => Wake::TreeSlice,
                 () = sleep_until(apply_at), if apply_at.is_some() => Wake::Apply,
                 // Last: only when nothing else is ready, after one yield, so that a death
                 // that comes meanwhile is not written behind log lines.
@@ -114,21 +117,21 @@ impl Engine {
                 Wake::Action(Next::Finished(Ok((key, Some(outcome))))) => {
                     self.record_actions(vec![(key, outcome)]);
                 }
-                Wake::Action(Next::Finished(Ok((key, None)))) => self.actions.done(&key),
+                Wake::Action(Next::Finished(Ok((key, None)))) => self.effects.done(&key),
                 // Still `running` in the store: the next start runs it again.
                 Wake::Action(Next::Finished(Err(e))) => {
                     tracing::error!(error = %e, "an end action's task failed");
                 }
                 Wake::Retry => self.retry_commits(),
                 Wake::Housekeeping => self.housekeeping(),
-                Wake::TreeRefresh => self.trees.refresh(self.ledger.store_mut()),
-                Wake::TreeWalked(found) => self.trees.found(found),
+                Wake::TreeRefresh => self.watch.refresh(self.ledger.store_mut()),
+                Wake::TreeWalked(found) => self.watch.walked(found),
                 Wake::FileCheck => {
                     if let Err(e) = self.ledger.store().check_file() {
                         break Err(EngineError::Store(e));
                     }
                 }
-                Wake::TreeSlice => self.trees.step(),
+                Wake::TreeSlice => self.watch.tree_slice(),
                 // Written by `caught_up` above.
                 Wake::Apply => {}
                 Wake::Log => self.fanout.flush(),
@@ -138,19 +141,18 @@ impl Engine {
         // On failure nothing more is written to a file nobody will open again.
         outcome?;
         // In-flight exits are committed before the daemon goes away.
-        while let Some(observation) = self.monitor.try_next() {
+        while let Some(observation) = self.watch.try_next() {
             self.finalize_observed(observation);
         }
         self.finalize(Vec::new());
         self.caught_up();
         self.fanout.flush();
         // What the kernel added since the last refresh, for the next run.
-        self.trees.finish().await;
-        self.trees.refresh_now(self.ledger.store_mut());
+        self.watch.finish(self.ledger.store_mut()).await;
         // A reap or an action that finished just before its abort is recorded after all.
-        let finished = self.reaps.cancel().await;
+        let finished = self.effects.cancel_reaps().await;
         self.record_reaps(finished);
-        let finished = self.actions.stop().await;
+        let finished = self.effects.stop_actions().await;
         self.record_actions(finished);
         if self.ledger.has_retries() {
             // Their sessions are still ACTIVE in the store, their reaps still due, their
@@ -175,8 +177,7 @@ impl Engine {
     /// stop or a crash cut short run again first, so that the reaps of sessions ended here
     /// are not started twice.
     pub(super) fn reconcile_at_start(&mut self) {
-        self.reaps.resume(self.ledger.store_mut(), &self.trees);
-        self.actions.resume(self.ledger.store());
+        (self.effects).resume(self.ledger.store_mut(), self.watch.trees());
         let owners = match self.ledger.store().active_owners() {
             Ok(owners) => owners,
             Err(e) => {
@@ -187,7 +188,8 @@ impl Engine {
         let count = owners.len();
         let mut dead = Vec::new();
         for owner in owners {
-            if let Some(observation) = self.watch(&owner, Start::Restart) {
+            let (facts, store) = (&self.facts, self.ledger.store());
+            if let Some(observation) = self.watch.watch(&owner, Start::Restart, facts, store) {
                 dead.push(observation);
             }
         }
@@ -198,104 +200,15 @@ impl Engine {
         );
         // The trees of owners that died meanwhile, from their persisted members still
         // alive: their survivors are reported, and terminated by policy, like any others.
-        for death in &dead {
-            if self.facts.is_local(&death.owner) {
-                self.trees.follow_now(&death.owner, self.ledger.store());
-            }
-        }
-        self.trees.keep_only_followed(self.ledger.store_mut());
+        (self.watch).follow_dead(&dead, &self.facts, self.ledger.store_mut());
         self.finalize(dead);
         // Housekeeping and the first requests follow at once: they read these ends.
         self.caught_up();
     }
 
-    /// Starts watching an owner. Returns its death at once when it is already dead.
-    ///
-    /// The boot id decides: an owner of this boot is watched whatever host name it
-    /// carries. An owner of an earlier boot of this machine (one a daemon ran on with this
-    /// database, or for older records one with this host name) ended with that boot.
-    /// Owners of other machines cannot be watched: only the inactivity timeout ends them.
-    pub(super) fn watch(&mut self, owner: &Identity, start: Start) -> Option<OwnerDeath> {
-        let dead = |reason| OwnerDeath {
-            owner: owner.clone(),
-            reason,
-            exit: None,
-            detected_by: DetectedBy::Reconcile,
-            observed_ms: self.facts.now_ms(),
-            died_ms: None,
-            survivors: None,
-            cause: None,
-            usage: None,
-            sender_root: None,
-        };
-        if !self.facts.is_local(owner) {
-            let earlier_boot_here = match self.ledger.store().is_known_boot(&owner.boot_id) {
-                Ok(known) => known || owner.host == self.facts.host,
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot look up known boots");
-                    false
-                }
-            };
-            // The stored fingerprint names the earlier boot: end exactly that owner.
-            return earlier_boot_here.then(|| dead(EndReason::Reboot));
-        }
-        // The sources key processes by pid and start time; where the pidfs inode is known,
-        // a process that took the pid within the same tick is told apart here.
-        if let Liveness::Dead(reason) = self
-            .facts
-            .proc()
-            .check_process(owner.key(), owner.pidfs_ino)
-        {
-            return Some(dead(EndReason::from(reason)));
-        }
-        self.trees.keep_member(owner);
-        match self.monitor.track(owner.key()) {
-            Some(death) => Some(self.death_of(&death)),
-            None => {
-                self.trees.follow(owner, start, self.ledger.store());
-                self.trees.check_rooted(owner.key());
-                None
-            }
-        }
-    }
-
-    /// The store's view of a death observed on this boot.
-    pub(super) fn death_of(&self, observation: &ExitObservation) -> OwnerDeath {
-        let facts = observation.facts.as_ref();
-        OwnerDeath {
-            owner: self.facts.identity_of(observation.key),
-            reason: EndReason::from(observation.reason),
-            exit: observation.status,
-            detected_by: observation.detected_by,
-            observed_ms: ms_of(observation.at),
-            died_ms: observation.died_at.map(ms_of),
-            survivors: None,
-            cause: facts.map(|facts| facts.cause.clone()),
-            usage: facts.map(|facts| facts.usage.clone()),
-            sender_root: facts.and_then(|facts| facts.sender_root),
-        }
-    }
-
     /// Stops watching an owner that no ACTIVE session refers to any more.
     pub(super) fn unwatch_if_unused(&mut self, owner: &Identity) {
-        if !self.facts.is_local(owner) {
-            return;
-        }
-        match self.ledger.store().active_sessions_of_owner(owner) {
-            Ok(sessions) if sessions.is_empty() => {
-                self.monitor.untrack(owner.key());
-                for member in self.until_tree.stop(owner.key()) {
-                    // Unless it owns sessions of its own.
-                    let member = self.facts.identity_of(member);
-                    if self.ledger.sessions_of_owner(&member).next().is_none() {
-                        self.monitor.untrack(member.key());
-                    }
-                }
-                self.trees.forget([owner]);
-            }
-            Ok(_) => {}
-            Err(e) => tracing::error!(error = %e, "cannot look up sessions of an owner"),
-        }
+        (self.watch).unwatch_if_unused(owner, &self.facts, &self.ledger);
     }
 
     pub(super) fn finalize_observed(&mut self, first: ExitObservation) {
@@ -303,9 +216,9 @@ impl Engine {
         let mut next = Some(first);
         while let Some(observation) = next {
             self.fanout.read(&observation);
-            batch.push(self.death_of(&observation));
+            batch.push(self.facts.death_of(&observation));
             next = (batch.len() < MAX_BATCH)
-                .then(|| self.monitor.try_next())
+                .then(|| self.watch.try_next())
                 .flatten();
         }
         self.finalize(batch);
@@ -314,25 +227,14 @@ impl Engine {
     /// Ends every ACTIVE session owned by the dead processes, in one transaction, together
     /// with the deaths an earlier failed commit left over.
     pub(super) fn finalize(&mut self, deaths: Vec<OwnerDeath>) {
-        // Members of trees that sessions wait for: the last one's death ends them.
-        let mut deaths = self.tree_deaths(deaths);
-        // Computed once, at the death: a retried commit keeps the survivors of that moment.
-        let owners = deaths
-            .iter()
-            .filter(|death| death.survivors.is_none())
-            .map(|death| &death.owner);
-        let mut found = self.trees.survivors_of(owners).into_iter();
-        for death in deaths.iter_mut().filter(|death| death.survivors.is_none()) {
-            death.survivors = found.next().flatten();
-        }
-        // Sessions that last until their trees do are not ended by these deaths: their
-        // trees' members are watched from now on, and stay followed.
-        let gone = self.wait_for_trees(&deaths);
-        let waited: Vec<Identity> = deaths
-            .iter()
-            .filter(|death| self.until_tree.waits_for(death.owner.key()))
-            .map(|death| death.owner.clone())
-            .collect();
+        // Members of trees that sessions wait for stand for their owners at the last one's
+        // death; sessions that last until their trees do are not ended by these deaths:
+        // their trees' members are watched from now on, and stay followed.
+        let Prepared {
+            deaths,
+            gone,
+            waited,
+        } = (self.watch).prepare(deaths, &self.facts, &self.ledger);
         // Older deaths first, so events keep the order in which deaths were seen. Nothing
         // is announced that was not appended; should the daemon stop before a retry
         // succeeds, the sessions are still ACTIVE in the store and the next start's
@@ -347,32 +249,23 @@ impl Engine {
         };
         self.fanout.stamp(&mut events);
         crate::faults::point("after-append");
-        let effects = self.locks.effects_of(&events);
-        let to_reap = terminating(&events);
-        let acting = with_actions(&events).next().is_some();
-        self.actions.ended(with_actions(&events));
-        self.ledger.account(&events);
+        let SetOff {
+            locks,
+            reap,
+            acting,
+        } = self.effects.set_off(&events);
         self.fanout.broadcast(events, &entry.events);
         crate::faults::point("after-publish");
         // SQLite gets the batch later, with the batches published meanwhile in one
         // transaction (and before any request that reads SQLite); at once when a reap's
         // plan or an end action reads the batch there.
-        let urgent = !to_reap.is_empty() || acting;
-        if self.ledger.hold(entry, effects, urgent) {
+        let urgent = !reap.is_empty() || acting;
+        if self.ledger.hold(entry, locks, urgent) {
             self.caught_up();
-            for ended in &to_reap {
-                self.reaps.start(ended, self.ledger.store(), &self.trees);
-            }
+            self.reap(&reap);
             self.start_actions();
         }
-        // Every session of a dead owner has ended, but those waiting for their trees:
-        // nobody follows the others' trees now.
-        self.trees.forget(
-            deaths
-                .iter()
-                .map(|death| &death.owner)
-                .filter(|owner| !waited.contains(owner)),
-        );
+        self.watch.forget_ended(&deaths, &waited);
         if !gone.is_empty() {
             self.finalize(gone);
         }
@@ -394,7 +287,7 @@ impl Engine {
             return;
         }
         let now = self.facts.now_ms();
-        let finalized = self.actions.start_queued(self.ledger.store_mut(), now);
+        let finalized = self.effects.start_actions(self.ledger.store_mut(), now);
         if !finalized.is_empty() {
             self.publish(finalized);
         }
@@ -408,7 +301,7 @@ impl Engine {
                 crate::faults::point("before-action-start");
                 let begun = match self.ledger.commit(|store| store.run_action(&key)) {
                     Ok(Begin::Run(session)) => {
-                        self.actions.begun(key.clone());
+                        self.effects.begun(key.clone());
                         Begun::Run(session)
                     }
                     Ok(Begin::Skip) => Begun::Skip,
@@ -426,7 +319,7 @@ impl Engine {
                         if let Err(e) = crate::action::spawn::release(release) {
                             tracing::error!(error = %e, session = key.session, "cannot release an end action's process");
                         }
-                        self.actions.spawned(key, root);
+                        self.effects.spawned(key, root);
                     }
                     // Dropped unwritten, the release lets the process exit without running.
                     Ok(false) => {}
@@ -443,7 +336,7 @@ impl Engine {
     /// finished end actions, after those whose commit failed before.
     pub(super) fn record_actions(&mut self, done: Vec<(ActionKey, ActionOutcome)>) {
         for (key, _) in &done {
-            self.actions.done(key);
+            self.effects.done(key);
         }
         if !done.is_empty() {
             crate::faults::point("before-action-commit");
@@ -490,7 +383,7 @@ impl Engine {
     /// Ends a session housekeeping found due, if it still has the owner it had then.
     fn end_due(&mut self, session: &Session, reason: EndReason, now: i64) {
         let ending = Ending {
-            survivors: self.trees.survivors_of([&session.owner]).pop().flatten(),
+            survivors: self.watch.survivors_of(&session.owner),
             ..Ending::because(reason)
         };
         let owner = Some(&session.owner);
@@ -511,31 +404,32 @@ impl Engine {
     /// sent), and starts terminating the survivors of sessions whose policy says so.
     pub(super) fn publish(&mut self, events: Vec<Event>) {
         self.ledger.committed(&events);
-        let effects = self.locks.effects_of(&events);
-        let to_reap = terminating(&events);
-        self.actions.ended(with_actions(&events));
-        self.ledger.account(&events);
+        let SetOff { locks, reap, .. } = self.effects.set_off(&events);
         self.fanout.broadcast(events, &[]);
-        self.follow_locks(effects);
+        self.follow_locks(locks);
         // Once the subscribers have the endings, while the sessions' trees are still known.
-        for ended in &to_reap {
-            self.reaps.start(ended, self.ledger.store(), &self.trees);
-        }
+        self.reap(&reap);
         self.start_actions();
+    }
+
+    /// Starts terminating the survivors of these ended sessions, as their trees know them.
+    fn reap(&mut self, ended: &[Event]) {
+        for ended in ended {
+            (self.effects).reap(ended, self.ledger.store(), self.watch.trees());
+        }
     }
 
     /// Grants what `effects` freed, to the waiters first in line.
     fn follow_locks(&mut self, effects: Vec<LockEffect>) {
         for effect in effects {
             let now = self.facts.now_ms();
-            let (store, usage) = self.ledger.lock_books();
-            let Some(granted) = self.locks.follow(effect, store, usage, now) else {
+            let Some(granted) = self.effects.follow(effect, &mut self.ledger, now) else {
                 continue;
             };
             // Published before the grant is sent: the connection may have closed just now,
             // and then the grant is undone by a release, which is published too.
             self.publish(vec![granted.event.clone()]);
-            if let Some(release) = self.locks.deliver(granted, self.ledger.store_mut(), now) {
+            if let Some(release) = self.effects.deliver(granted, &mut self.ledger, now) {
                 self.publish(vec![release]);
             }
         }

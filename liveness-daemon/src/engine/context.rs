@@ -14,7 +14,7 @@ use liveness_common::session::{Event, Phase, Session, Survivors};
 use liveness_common::status::{Counters, LimitsStatus, Status};
 
 use super::facts::Facts;
-use super::locks::{Acquire, Taken, held_error, take};
+use super::locks::{Acquire, Taken, take};
 use super::op::{Link, Subscription};
 use super::tree::{Parked, Start};
 use super::{Engine, TreeView, store_error};
@@ -119,17 +119,16 @@ impl<'a> Context<'a> {
                 Ok(Acquire::Held(lock))
             }
             Taken::AlreadyHeld(lock) => {
-                let waiters = engine.locks.count(&(uid, name));
+                let waiters = engine.effects.waiters(&(uid, name));
                 Ok(Acquire::Held(Lock { waiters, ..lock }))
             }
-            Taken::HeldByOther(lock) if !wait => Err(held_error(&lock)),
-            Taken::HeldByOther(_) => engine.locks.queue(uid, &name, session).map(Acquire::Queued),
+            Taken::HeldByOther(held) => (engine.effects).wait_for(uid, &name, session, &held, wait),
         }
     }
 
     /// How many wait for each lock that has waiters.
     pub(super) fn lock_waiters(&self) -> HashMap<(u32, String), u32> {
-        self.engine.locks.waiting()
+        self.engine.effects.lock_waiters()
     }
 
     /// A subscription to the events published from now on.
@@ -146,40 +145,26 @@ impl<'a> Context<'a> {
     /// The tree of an ACTIVE session of this boot, as known now.
     pub(super) fn tree(&self, session: &Session) -> Option<TreeView> {
         (self.engine.facts.is_local(&session.owner) && session.phase == Phase::Active)
-            .then(|| self.engine.trees.view(session.owner.key()))
+            .then(|| self.engine.watch.view(session.owner.key()))
     }
 
     /// The survivors of `owner`'s tree, read now, but the process `caller_pid` and its
     /// ancestors; `None` for an owner of another boot.
     pub(super) fn survivors(&self, owner: &Identity, caller_pid: u32) -> Option<Survivors> {
-        let engine = &*self.engine;
-        engine.facts.is_local(owner).then(|| {
-            let kernel = engine.trees.reader();
-            (engine.trees.view(owner.key())).survivors(
-                kernel.as_deref(),
-                engine.facts.proc(),
-                caller_pid,
-            )
-        })
+        (self.engine.watch).survivors(owner, caller_pid, &self.engine.facts)
     }
 
     /// The owner watched for a link of an ancestry: the root of its tree, or itself; `None`
     /// when no ACTIVE session can be its.
     pub(super) fn watched_owner(&self, link: &Link) -> Option<Identity> {
-        let engine = &*self.engine;
-        // Trees first: a member's parent may be init, or a process of another tree.
-        let owner = (engine.trees)
-            .root_of(link.key, link.pidfs_ino, link.kernel_root)
-            .unwrap_or(link.key);
-        // Every owner of an ACTIVE session of this boot is tracked; a dead owner whose
-        // sessions wait for its tree has them still.
-        (engine.monitor.is_tracked(owner) || engine.until_tree.waits_for(owner))
-            .then(|| engine.facts.identity_of(owner))
+        let owner = self.engine.watch.owner_of(link)?;
+        Some(self.engine.facts.identity_of(owner))
     }
 
     /// Starts watching a registered owner; one already dead has its sessions ended at once.
     pub(super) fn watch(&mut self, owner: &Identity, start: Start) -> Watched {
-        match self.engine.watch(owner, start) {
+        let engine = &mut *self.engine;
+        match (engine.watch).watch(owner, start, &engine.facts, engine.ledger.store()) {
             Some(death) => {
                 self.engine.finalize(vec![death]);
                 Watched::Ended
@@ -201,14 +186,12 @@ impl<'a> Context<'a> {
     /// Terminates the survivors an ended session's tree leaves, by its policy.
     pub(super) fn reap(&mut self, ended: &Event) {
         let engine = &mut *self.engine;
-        engine
-            .reaps
-            .start(ended, engine.ledger.store(), &engine.trees);
+        (engine.effects).reap(ended, engine.ledger.store(), engine.watch.trees());
     }
 
     /// Sends an answer once the tree of `root` has had its first walk.
     pub(super) fn answer(&mut self, root: Option<ProcessKey>, send: Parked) {
-        self.engine.trees.answer(root, send);
+        self.engine.watch.answer(root, send);
     }
 
     /// The daemon's view of itself, each owner telling its part.
@@ -231,8 +214,8 @@ impl<'a> Context<'a> {
             subscribers: engine.fanout.subscribers(),
             uncommitted_deaths: deaths as u64,
             store: waiting,
-            actions: engine.actions.status(actions),
-            monitor: engine.monitor.status(),
+            actions: engine.effects.actions_status(actions),
+            monitor: engine.watch.monitor_status(),
             counters: Counters {
                 lagged_subscribers: engine.fanout.lagged(),
                 ..ledger.counters().clone()
@@ -241,7 +224,7 @@ impl<'a> Context<'a> {
                 connections: facts.config.limits.status(),
                 sessions: ledger.usage_status(),
             },
-            membership: Some(engine.trees.status()),
+            membership: Some(engine.watch.membership()),
         }
     }
 }

@@ -5,11 +5,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use liveness_common::identity::{Identity, ProcessKey};
+use liveness_common::session::EndReason;
 use liveness_common::status::DaemonInfo;
 use liveness_proc::identity::ProcRoot;
 
-use super::EngineConfig;
-use crate::store::Lineage;
+use super::{EngineConfig, ms_of};
+use crate::source::ExitObservation;
+use crate::store::{Lineage, OwnerDeath};
 
 #[derive(Debug)]
 pub struct Facts {
@@ -48,6 +50,23 @@ impl Facts {
             host: self.host.clone(),
             pidfs_ino: None,
             comm: String::new(),
+        }
+    }
+
+    /// The store's view of a death observed on this boot.
+    pub(super) fn death_of(&self, observation: &ExitObservation) -> OwnerDeath {
+        let facts = observation.facts.as_ref();
+        OwnerDeath {
+            owner: self.identity_of(observation.key),
+            reason: EndReason::from(observation.reason),
+            exit: observation.status,
+            detected_by: observation.detected_by,
+            observed_ms: ms_of(observation.at),
+            died_ms: observation.died_at.map(ms_of),
+            survivors: None,
+            cause: facts.map(|facts| facts.cause.clone()),
+            usage: facts.map(|facts| facts.usage.clone()),
+            sender_root: facts.and_then(|facts| facts.sender_root),
         }
     }
 }

@@ -111,10 +111,11 @@ impl Ledger {
     /// user's accounts.
     pub(super) fn committed(&mut self, events: &[Event]) {
         self.journaled.committed(events, &self.store);
+        self.account(events);
     }
 
-    /// Charges or credits each user for what published events changed.
-    pub(super) fn account(&mut self, events: &[Event]) {
+    /// Charges or credits each user for what committed events changed.
+    fn account(&mut self, events: &[Event]) {
         for event in events {
             self.usage.apply(event);
         }
@@ -141,7 +142,8 @@ impl Ledger {
     }
 
     /// Ends the sessions of `deaths`, after those an earlier failed append left, in one
-    /// journaled batch. Returns them all with the batch; on failure keeps them.
+    /// journaled batch, and follows its events. Returns them all with the batch; on
+    /// failure keeps them.
     pub(super) fn append(
         &mut self,
         deaths: Vec<OwnerDeath>,
@@ -160,6 +162,7 @@ impl Ledger {
                     *self.counters.finalized_by.entry(by).or_default() += 1;
                 }
             }
+            self.account(&batch.events);
         }
         appended
     }

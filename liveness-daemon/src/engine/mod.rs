@@ -27,6 +27,7 @@ mod actions;
 mod actor;
 mod auth;
 mod context;
+mod effects;
 mod end_metrics;
 mod eventlog;
 mod facts;
@@ -44,6 +45,7 @@ mod retry;
 mod subscribers;
 mod tree;
 mod until_tree;
+mod watch;
 
 #[cfg(test)]
 mod tests;
@@ -143,17 +145,10 @@ pub struct Engine {
     /// Where committed events go: subscribers, metrics, log lines, hops.
     fanout: fanout::FanOut,
     facts: facts::Facts,
-    monitor: Monitor,
-    /// Requests waiting for a lock.
-    locks: locks::Locks,
-    /// The process trees of tracked owners.
-    trees: tree::Trees,
-    /// Sessions' surviving processes being terminated.
-    reaps: reaps::Reaps,
-    /// The members watched for sessions that last until their tree does.
-    until_tree: until_tree::TreeWaits,
-    /// End actions running.
-    actions: actions::Actions,
+    /// The exit monitor and the trees of tracked owners.
+    watch: watch::Watch,
+    /// Lock waiters, reaps and end actions.
+    effects: effects::Effects,
     housekeeping: housekeeping::Housekeeping,
 }
 
@@ -188,7 +183,7 @@ fn store_error(e: StoreError) -> ErrorBody {
 impl Engine {
     pub fn new(
         store: Store,
-        mut monitor: Monitor,
+        monitor: Monitor,
         config: EngineConfig,
         about: DaemonInfo,
     ) -> Result<Engine, EngineError> {
@@ -199,42 +194,33 @@ impl Engine {
         let host = config.proc.host()?;
         // Before anything reads the store: what a crash left in the journal goes in first.
         let ledger = ledger::Ledger::open(store, &config.limits, &boot_id)?;
-        let trees = tree::Trees::new(
-            config.proc.clone(),
-            monitor.take_tree_map(),
-            boot_id.clone(),
-            host.clone(),
-        );
         let lineage = Arc::new(ledger.store().lineage()?);
+        let facts = facts::Facts {
+            config,
+            boot_id,
+            host,
+            lineage,
+            started: Instant::now(),
+            about,
+        };
         Ok(Engine {
-            trees,
-            reaps: reaps::Reaps::new(config.proc.clone(), boot_id.clone()),
-            until_tree: until_tree::TreeWaits::default(),
-            actions: actions::Actions::new(&config.actions, config.proc.clone()),
-            fanout: fanout::FanOut::new(config.subscriber_queue, config.trace_hops),
+            watch: watch::Watch::new(monitor, &facts),
+            effects: effects::Effects::new(&facts.config, &facts.boot_id),
+            fanout: fanout::FanOut::new(facts.config.subscriber_queue, facts.config.trace_hops),
             ledger,
-            monitor,
-            facts: facts::Facts {
-                config,
-                boot_id,
-                host,
-                lineage,
-                started: Instant::now(),
-                about,
-            },
+            facts,
             housekeeping: housekeeping::Housekeeping::default(),
-            locks: locks::Locks::default(),
         })
     }
 
     /// The exit sources that run.
     pub fn active_sources(&self) -> Vec<liveness_common::exit::DetectedBy> {
-        self.monitor.active_sources()
+        self.watch.active_sources()
     }
 
     /// A handle of the kernel's tree map, for connections to read trees with.
     pub fn tree_reader(&self) -> Option<Arc<TreeMap>> {
-        self.trees.reader()
+        self.watch.tree_reader()
     }
 
     /// The counts of session ends the engine keeps for the metrics listener (shared).

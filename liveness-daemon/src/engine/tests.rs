@@ -178,7 +178,7 @@ impl Fixture {
 
     /// The next death the source reports, handed to the engine as its loop would.
     async fn next_death(&mut self) {
-        let observation = tokio::time::timeout(DEATH_WITHIN, self.engine.monitor.next())
+        let observation = tokio::time::timeout(DEATH_WITHIN, self.engine.watch.wakes().0)
             .await
             .expect("the poller reports the death of a tracked process");
         self.engine.finalize_observed(observation);
@@ -491,12 +491,10 @@ async fn a_reap_outcome_whose_commit_failed_is_committed_and_published_once_on_r
 
     // The reap (of no process: the tree had no other) finishes while the store fails.
     f.engine.ledger.store().fail_writes(true).unwrap();
-    let done = f
-        .engine
-        .reaps
-        .finished()
-        .await
-        .expect("the end started a reap");
+    let super::effects::Done::Reap(done) = f.engine.effects.next().await else {
+        panic!("the end started a reap");
+    };
+    let done = done.expect("the reap's task ran");
     f.engine.record_reaps(vec![done]);
     assert_eq!(
         f.engine.ledger.retry_counts().1,
@@ -938,7 +936,7 @@ fn locks(f: &mut Fixture, caller: Caller) -> Vec<Lock> {
         after: None,
         limit: usize::MAX,
     };
-    let waiting = f.engine.locks.waiting();
+    let waiting = f.engine.effects.lock_waiters();
     let locks = reader.locks(&query).unwrap().locks;
     locks
         .into_iter()
@@ -1135,7 +1133,7 @@ async fn next_action_done(
     Option<liveness_common::action::ActionOutcome>,
 ) {
     loop {
-        match f.engine.actions.next().await {
+        match f.engine.effects.actions().next().await {
             super::actions::Next::Progress(progress) => f.engine.action_progress(progress),
             super::actions::Next::Finished(done) => return done.expect("the run's task"),
         }

@@ -11,9 +11,11 @@
 use std::collections::{HashMap, HashSet};
 
 use liveness_common::identity::{Identity, ProcessKey};
-use liveness_common::session::{Survivors, Until};
+use liveness_common::session::Survivors;
 
-use super::Engine;
+use super::facts::Facts;
+use super::tree::Trees;
+use crate::source::monitor::Monitor;
 use crate::store::OwnerDeath;
 
 /// The members watched for the dead owners whose sessions wait for their trees.
@@ -47,20 +49,17 @@ impl TreeWaits {
         }
         watched
     }
-}
-
-impl Engine {
-    /// Whether `owner` has an ACTIVE session that lasts until its tree does.
-    fn has_until_tree(&self, owner: &Identity) -> bool {
-        self.ledger
-            .sessions_of_owner(owner)
-            .any(|session| session.until == Until::Tree)
-    }
 
     /// The deaths of a batch, with, for each member whose death left its dead owner's tree
     /// empty, that owner's death again, carrying the member's exit facts.
-    pub(super) fn tree_deaths(&mut self, deaths: Vec<OwnerDeath>) -> Vec<OwnerDeath> {
-        if self.until_tree.members.is_empty() {
+    pub(super) fn tree_deaths(
+        &mut self,
+        deaths: Vec<OwnerDeath>,
+        monitor: &mut Monitor,
+        trees: &Trees,
+        facts: &Facts,
+    ) -> Vec<OwnerDeath> {
+        if self.members.is_empty() {
             return deaths;
         }
         let dying: HashSet<ProcessKey> = deaths.iter().map(|death| death.owner.key()).collect();
@@ -68,13 +67,13 @@ impl Engine {
         let mut queue = deaths;
         while let Some(death) = queue.pop() {
             let member = death.owner.key();
-            if let Some(owner) = self.until_tree.members.remove(&member)
-                && let Some(identity) = self.until_tree.owners.get(&owner).cloned()
+            if let Some(owner) = self.members.remove(&member)
+                && let Some(identity) = self.owners.get(&owner).cloned()
             {
-                let left = self.live_members(&identity, &dying, member);
+                let left = self.live_members(&identity, &dying, member, trees, facts);
                 if left.is_empty() {
-                    self.until_tree.members.retain(|_, waited| *waited != owner);
-                    self.until_tree.owners.remove(&owner);
+                    self.members.retain(|_, waited| *waited != owner);
+                    self.owners.remove(&owner);
                     found.push(OwnerDeath {
                         owner: identity,
                         survivors: Some(Survivors::from_alive(Vec::new())),
@@ -82,7 +81,7 @@ impl Engine {
                         ..death.clone()
                     });
                 } else {
-                    queue.extend(self.watch_members(owner, left));
+                    queue.extend(self.watch_members(owner, left, monitor, facts));
                 }
             }
             found.push(death);
@@ -97,19 +96,21 @@ impl Engine {
         owner: &Identity,
         dying: &HashSet<ProcessKey>,
         member: ProcessKey,
+        trees: &Trees,
+        facts: &Facts,
     ) -> Vec<Identity> {
         let gone = |alive: &Identity| alive.key() == member || dying.contains(&alive.key());
         // Members watched already live until their deaths come, whether or not the tree's
         // view lists them at this moment: only once none is left is the view asked.
-        let watched: Vec<Identity> = (self.until_tree.members.iter())
+        let watched: Vec<Identity> = (self.members.iter())
             .filter(|(_, waited)| **waited == owner.key())
-            .map(|(watched, _)| self.facts.identity_of(*watched))
+            .map(|(watched, _)| facts.identity_of(*watched))
             .filter(|watched| !gone(watched))
             .collect();
         if !watched.is_empty() {
             return watched;
         }
-        let Some(survivors) = self.trees.survivors_of([owner]).pop().flatten() else {
+        let Some(survivors) = trees.survivors_of([owner]).pop().flatten() else {
             return Vec::new();
         };
         let listed = survivors.members.len();
@@ -122,47 +123,59 @@ impl Engine {
             return left;
         }
         // Only the list's bound hid those left: the whole tree, this once.
-        let view = self.trees.view(owner.key());
-        let kernel = self.trees.reader();
-        let mut alive = view.live_members(kernel.as_deref(), self.facts.proc());
+        let view = trees.view(owner.key());
+        let kernel = trees.reader();
+        let mut alive = view.live_members(kernel.as_deref(), facts.proc());
         alive.retain(|alive| alive.key() != owner.key() && !gone(alive));
         alive
     }
 
     /// Watches `members` of the tree of the dead `owner`; returns the deaths of those
     /// already gone.
-    fn watch_members(&mut self, owner: ProcessKey, members: Vec<Identity>) -> Vec<OwnerDeath> {
+    fn watch_members(
+        &mut self,
+        owner: ProcessKey,
+        members: Vec<Identity>,
+        monitor: &mut Monitor,
+        facts: &Facts,
+    ) -> Vec<OwnerDeath> {
         let mut gone = Vec::new();
         for member in members {
             let key = member.key();
-            if self.until_tree.members.contains_key(&key) {
+            if self.members.contains_key(&key) {
                 continue;
             }
-            self.until_tree.members.insert(key, owner);
-            if let Some(death) = self.monitor.track_member(key) {
-                gone.push(self.death_of(&death));
+            self.members.insert(key, owner);
+            if let Some(death) = monitor.track_member(key) {
+                gone.push(facts.death_of(&death));
             }
         }
         gone
     }
 
     /// After a batch of deaths: the owners among them whose ACTIVE sessions wait for their
-    /// trees (their survivors outlive them) have those members watched. Returns the deaths
-    /// of members already gone.
-    pub(super) fn wait_for_trees(&mut self, deaths: &[OwnerDeath]) -> Vec<OwnerDeath> {
+    /// trees (`until_tree` tells; their survivors outlive them) have those members watched.
+    /// Returns the deaths of members already gone.
+    pub(super) fn wait_for_trees(
+        &mut self,
+        deaths: &[OwnerDeath],
+        until_tree: impl Fn(&Identity) -> bool,
+        monitor: &mut Monitor,
+        facts: &Facts,
+    ) -> Vec<OwnerDeath> {
         let mut gone = Vec::new();
         for death in deaths {
-            if !death.tree_outlives() || !self.has_until_tree(&death.owner) {
+            if !death.tree_outlives() || !until_tree(&death.owner) {
                 continue;
             }
             let owner = death.owner.key();
-            self.until_tree.owners.insert(owner, death.owner.clone());
+            self.owners.insert(owner, death.owner.clone());
             let members = death
                 .survivors
                 .as_ref()
                 .map(|survivors| survivors.members.clone())
                 .unwrap_or_default();
-            gone.extend(self.watch_members(owner, members));
+            gone.extend(self.watch_members(owner, members, monitor, facts));
         }
         gone
     }
