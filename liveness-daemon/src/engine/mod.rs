@@ -8,25 +8,23 @@
 //! Exit observations are handled before client commands (`biased` select), so no client,
 //! however busy, delays a finalization; a burst of exits is committed in one transaction.
 //!
-//! What clients ask is one [`Op`] each, in [`op`]; the concerns the order runs over own
-//! their state: [`locks`], [`tree`], [`reaps`], [`actions`], [`retry`], [`subscribers`],
-//! [`housekeeping`].
+//! What clients ask is one [`Op`] each, in [`op`], applied to a [`actor::Context`], never
+//! to the engine. The order ([`actor`]) runs over owners that hold their state: the
+//! [`ledger`] (store, journal, retries, accounts), the [`watch`] (monitor, trees), the
+//! [`effects`] (locks, reaps, end actions), the [`fanout`] (subscribers, metrics, log
+//! lines), the [`facts`], and [`housekeeping`].
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::fair::limits::Limits;
-use crate::source::monitor::Monitor;
-use crate::source::tree_map::TreeMap;
-use crate::store::{Store, StoreError};
+use crate::store::StoreError;
 use liveness_common::protocol::{ErrorBody, ErrorCode};
-use liveness_common::status::DaemonInfo;
 use liveness_proc::identity::{IdentityError, ProcRoot};
 
 mod actions;
 mod actor;
 mod auth;
-mod context;
 mod effects;
 mod end_metrics;
 mod eventlog;
@@ -47,10 +45,8 @@ mod tree;
 mod until_tree;
 mod watch;
 
-#[cfg(test)]
-mod tests;
-
 pub use actions::ActionConfig;
+pub use actor::Engine;
 pub use auth::Caller;
 pub use end_metrics::EndMetrics;
 pub use locks::{Acquire, Queued};
@@ -136,22 +132,6 @@ pub enum EngineError {
     Store(#[from] StoreError),
 }
 
-/// The engine: the order of what happens (commit, then publish, then the effects), over
-/// owners that each hold their state.
-#[derive(Debug)]
-pub struct Engine {
-    /// The store, the journal, the commits to make again, the accounts.
-    ledger: ledger::Ledger,
-    /// Where committed events go: subscribers, metrics, log lines, hops.
-    fanout: fanout::FanOut,
-    facts: facts::Facts,
-    /// The exit monitor and the trees of tracked owners.
-    watch: watch::Watch,
-    /// Lock waiters, reaps and end actions.
-    effects: effects::Effects,
-    housekeeping: housekeeping::Housekeeping,
-}
-
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -178,53 +158,4 @@ fn store_error(e: StoreError) -> ErrorBody {
         tracing::error!(error = %e, "store failure");
     }
     ErrorBody::new(code, e.to_string())
-}
-
-impl Engine {
-    pub fn new(
-        store: Store,
-        monitor: Monitor,
-        config: EngineConfig,
-        about: DaemonInfo,
-    ) -> Result<Engine, EngineError> {
-        // The sources match start times exactly: a daemon whose readings are a tick apart
-        // from the kernel's would see every owner as already replaced.
-        config.proc.exact_start_times()?;
-        let boot_id = config.proc.boot_id()?;
-        let host = config.proc.host()?;
-        // Before anything reads the store: what a crash left in the journal goes in first.
-        let ledger = ledger::Ledger::open(store, &config.limits, &boot_id)?;
-        let lineage = Arc::new(ledger.store().lineage()?);
-        let facts = facts::Facts {
-            config,
-            boot_id,
-            host,
-            lineage,
-            started: Instant::now(),
-            about,
-        };
-        Ok(Engine {
-            watch: watch::Watch::new(monitor, &facts),
-            effects: effects::Effects::new(&facts.config, &facts.boot_id),
-            fanout: fanout::FanOut::new(facts.config.subscriber_queue, facts.config.trace_hops),
-            ledger,
-            facts,
-            housekeeping: housekeeping::Housekeeping::default(),
-        })
-    }
-
-    /// The exit sources that run.
-    pub fn active_sources(&self) -> Vec<liveness_common::exit::DetectedBy> {
-        self.watch.active_sources()
-    }
-
-    /// A handle of the kernel's tree map, for connections to read trees with.
-    pub fn tree_reader(&self) -> Option<Arc<TreeMap>> {
-        self.watch.tree_reader()
-    }
-
-    /// The counts of session ends the engine keeps for the metrics listener (shared).
-    pub fn end_metrics(&self) -> EndMetrics {
-        self.fanout.end_metrics()
-    }
 }

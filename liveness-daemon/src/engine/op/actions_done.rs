@@ -5,7 +5,7 @@ use liveness_common::protocol::ErrorBody;
 use liveness_common::request::ActionsDone;
 
 use super::{Op, addressed, stored};
-use crate::engine::context::Context;
+use crate::engine::actor::Context;
 use crate::engine::{Caller, Registered, store_error};
 use crate::store::Store;
 

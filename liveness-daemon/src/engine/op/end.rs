@@ -7,7 +7,7 @@ use liveness_common::session::{EndReason, EventKind, OnEnd, Session, Survivors};
 
 use super::{Op, addressed, stored};
 use crate::engine::Caller;
-use crate::engine::context::Context;
+use crate::engine::actor::Context;
 use crate::store::Ending;
 
 /// An `end` request, with the survivors of the owner's tree (named by its root) read off

@@ -7,7 +7,7 @@ use liveness_common::session::Session;
 use super::actions_done::with_actions;
 use super::{Op, addressed};
 use crate::engine::Caller;
-use crate::engine::context::Context;
+use crate::engine::actor::Context;
 
 impl Op for Get {
     type Answer = Session;

@@ -4,7 +4,7 @@ use liveness_common::protocol::{ErrorBody, ErrorCode};
 use liveness_common::request::LockAcquire;
 
 use super::{Op, addressed};
-use crate::engine::context::Context;
+use crate::engine::actor::Context;
 use crate::engine::{Acquire, Caller};
 
 impl Op for LockAcquire {

@@ -7,7 +7,7 @@ use liveness_common::request::LockRelease;
 
 use super::{Op, addressed};
 use crate::engine::Caller;
-use crate::engine::context::Context;
+use crate::engine::actor::Context;
 
 impl Op for LockRelease {
     type Answer = Lock;

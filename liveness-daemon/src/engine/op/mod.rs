@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::actor::Context;
 use super::auth::Caller;
-use super::context::Context;
+use super::store_error;
 use super::tree::Parked;
-use super::{Engine, store_error};
 use crate::fair::pacing::Pacing;
 use crate::store::{Store, StoreError};
 use liveness_common::protocol::{ErrorBody, ErrorCode};
@@ -121,8 +121,7 @@ macro_rules! commands {
         })*
 
         impl Command {
-            pub(super) fn run(self, engine: &mut Engine) {
-                let cx = &mut Context::new(engine);
+            pub(super) fn run(self, cx: &mut Context<'_>) {
                 match self {
                     $(Command::$name(ask) => ask.run(cx),)*
                 }

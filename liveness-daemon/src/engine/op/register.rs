@@ -10,7 +10,7 @@ use liveness_common::session::{DEFAULT_GRACE_MS, MAX_GRACE_MS, OnEnd, Phase, Ses
 use liveness_proc::identity::{IdentityError, ProcRoot};
 
 use super::{Op, stored};
-use crate::engine::context::{Context, Watched};
+use crate::engine::actor::{Context, Watched};
 use crate::engine::facts::Facts;
 use crate::engine::owner_checks::launcher_warning;
 use crate::engine::tree::Start;

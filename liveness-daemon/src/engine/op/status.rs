@@ -6,7 +6,7 @@ use liveness_common::status::Status;
 
 use super::Op;
 use crate::engine::Caller;
-use crate::engine::context::Context;
+use crate::engine::actor::Context;
 
 impl Op for request::Status {
     type Answer = Status;

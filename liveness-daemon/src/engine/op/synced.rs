@@ -7,7 +7,7 @@ use liveness_common::protocol::ErrorBody;
 
 use super::Op;
 use crate::engine::Caller;
-use crate::engine::context::Context;
+use crate::engine::actor::Context;
 use crate::store::journal::JournaledEnding;
 
 #[derive(Debug)]

@@ -7,7 +7,7 @@ use liveness_common::session::Session;
 
 use super::{Op, addressed, stored};
 use crate::engine::Caller;
-use crate::engine::context::Context;
+use crate::engine::actor::Context;
 
 impl Op for Touch {
     type Answer = Session;

@@ -5,7 +5,7 @@ use liveness_common::protocol::ErrorBody;
 use liveness_common::session::Session;
 
 use super::{Op, addressed};
-use crate::engine::context::Context;
+use crate::engine::actor::Context;
 use crate::engine::{Caller, TreeView};
 
 #[derive(Debug)]

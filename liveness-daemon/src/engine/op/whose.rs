@@ -12,7 +12,7 @@ use liveness_common::session::Session;
 use liveness_proc::identity::{IdentityError, ProcRoot};
 
 use super::Op;
-use crate::engine::context::Context;
+use crate::engine::actor::Context;
 use crate::engine::{Caller, store_error};
 use crate::source::tree_map::TreeMap;
 

@@ -1,5 +1,9 @@
 //! The engine's loop and its order: exits first, then commands; commit, then publish,
-//! then the effects (lock grants, reaps), then reply.
+//! then the effects (lock grants, reaps), then reply. The engine's owners are its fields,
+//! private to this module: operations reach them through a [`Context`] only.
+
+use std::sync::Arc;
+use std::time::Instant;
 
 use tokio::sync::{mpsc, watch};
 
@@ -11,14 +15,93 @@ use liveness_common::identity::Identity;
 use liveness_common::session::{EndReason, Event, Session};
 
 use super::actions::{Begun, Next, Progress};
+use super::effects::Effects;
 use super::effects::{Done, SetOff};
+use super::facts::Facts;
+use super::fanout::FanOut;
+use super::housekeeping::Housekeeping;
+use super::ledger::Ledger;
 use super::locks::LockEffect;
 use super::reaps::ReapDone;
 use super::tree::{REFRESH_PERIOD, Start, TREE_PERIOD, TreeWork};
-use super::watch::Prepared;
-use super::{
-    Command, Engine, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, RETRY_PERIOD, housekeeping,
-};
+use super::watch::{Prepared, Watch};
+use super::{EndMetrics, EngineConfig};
+use crate::source::monitor::Monitor;
+use crate::source::tree_map::TreeMap;
+use crate::store::Store;
+use liveness_common::status::DaemonInfo;
+
+mod context;
+#[cfg(test)]
+mod tests;
+
+use super::{Command, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, RETRY_PERIOD, housekeeping};
+pub use context::{Context, Watched};
+
+/// The engine: the order of what happens (commit, then publish, then the effects), over
+/// owners that each hold their state.
+#[derive(Debug)]
+pub struct Engine {
+    /// The store, the journal, the commits to make again, the accounts.
+    ledger: Ledger,
+    /// Where committed events go: subscribers, metrics, log lines, hops.
+    fanout: FanOut,
+    facts: Facts,
+    /// The exit monitor and the trees of tracked owners.
+    watch: Watch,
+    /// Lock waiters, reaps and end actions.
+    effects: Effects,
+    housekeeping: Housekeeping,
+}
+
+impl Engine {
+    pub fn new(
+        store: Store,
+        monitor: Monitor,
+        config: EngineConfig,
+        about: DaemonInfo,
+    ) -> Result<Engine, EngineError> {
+        // The sources match start times exactly: a daemon whose readings are a tick apart
+        // from the kernel's would see every owner as already replaced.
+        config.proc.exact_start_times()?;
+        let boot_id = config.proc.boot_id()?;
+        let host = config.proc.host()?;
+        // Before anything reads the store: what a crash left in the journal goes in first.
+        let ledger = Ledger::open(store, &config.limits, &boot_id)?;
+        let lineage = Arc::new(ledger.store().lineage()?);
+        let facts = Facts {
+            config,
+            boot_id,
+            host,
+            lineage,
+            started: Instant::now(),
+            about,
+        };
+        Ok(Engine {
+            watch: Watch::new(monitor, &facts),
+            effects: Effects::new(&facts.config, &facts.boot_id),
+            fanout: FanOut::new(facts.config.subscriber_queue, facts.config.trace_hops),
+            ledger,
+            facts,
+            housekeeping: Housekeeping::default(),
+        })
+    }
+
+    /// The exit sources that run.
+    pub fn active_sources(&self) -> Vec<liveness_common::exit::DetectedBy> {
+        self.watch.active_sources()
+    }
+
+    /// A handle of the kernel's tree map, for connections to read trees with.
+    pub fn tree_reader(&self) -> Option<Arc<TreeMap>> {
+        self.watch.tree_reader()
+    }
+
+    /// The counts of session ends the engine keeps for the metrics listener (shared).
+    pub fn end_metrics(&self) -> EndMetrics {
+        self.fanout.end_metrics()
+    }
+}
 
 /// What woke the engine's loop.
 // One lives on the stack for a turn of the loop: no reason to box the big outcomes.
@@ -109,7 +192,7 @@ impl Engine {
             }
             match wake {
                 Wake::Death(observation) => self.finalize_observed(observation),
-                Wake::Command(command) => command.run(&mut self),
+                Wake::Command(command) => command.run(&mut Context::new(&mut self)),
                 Wake::Reap(Ok(done)) => self.record_reaps(vec![done]),
                 // Still due in the store: the next start runs it again.
                 Wake::Reap(Err(e)) => tracing::error!(error = %e, "a reap task failed"),

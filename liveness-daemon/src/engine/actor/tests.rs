@@ -23,9 +23,10 @@ use liveness_common::session::{DEFAULT_GRACE_MS, EndReason, MAX_GRACE_MS, OnEnd,
 use liveness_common::status::{DaemonInfo, LimitsConfig};
 use liveness_proc::fake::FakeProc;
 
-use super::{
-    Acquire, ActionConfig, Caller, Clock, End, Engine, EngineConfig, Op, PRUNE_PERIOD, Register,
-    Registered, Subscribe,
+use super::{Context, Engine};
+use crate::engine::{
+    Acquire, ActionConfig, Ask, Caller, Clock, Command, End, EngineConfig, Op, PRUNE_PERIOD,
+    Register, Registered, Subscribe, Synced,
 };
 
 const WALL_MS: i64 = 1_700_000_000_000;
@@ -115,22 +116,22 @@ impl Fixture {
     /// `op` applied as the loop applies it: after SQLite has what was published.
     fn ask<O: Op>(&mut self, caller: Caller, op: O) -> Result<O::Answer, ErrorBody> {
         self.engine.caught_up();
-        op.apply(&mut super::context::Context::new(&mut self.engine), caller)
+        op.apply(&mut Context::new(&mut self.engine), caller)
     }
 
     /// `op` as a connection sends it, through the engine's checks before any operation.
     fn command<O: Op>(&mut self, caller: Caller, op: O) -> Result<O::Answer, ErrorBody>
     where
-        super::Command: From<super::Ask<O>>,
+        Command: From<Ask<O>>,
     {
         let (reply, mut answer) = oneshot::channel();
-        let ask = super::Ask {
+        let ask = Ask {
             caller,
             op,
             reply,
             pacing: None,
         };
-        super::Command::from(ask).run(&mut self.engine);
+        Command::from(ask).run(&mut Context::new(&mut self.engine));
         answer.try_recv().expect("answered at once")
     }
 
@@ -439,9 +440,7 @@ async fn published_deaths_that_sqlite_refused_are_written_once_and_read_before_f
         "with the ending that waits for SQLite"
     );
     // The barrier that `list`, read off the engine, passes first hands over that ending.
-    let waiting = f
-        .command(ALICE, super::Synced)
-        .expect("the barrier answers");
+    let waiting = f.command(ALICE, Synced).expect("the barrier answers");
     assert_eq!(waiting.len(), 1, "{waiting:?}");
     assert!(waiting[0].ends(ALICE.uid, "s"));
     let status = f
@@ -491,7 +490,7 @@ async fn a_reap_outcome_whose_commit_failed_is_committed_and_published_once_on_r
 
     // The reap (of no process: the tree had no other) finishes while the store fails.
     f.engine.ledger.store().fail_writes(true).unwrap();
-    let super::effects::Done::Reap(done) = f.engine.effects.next().await else {
+    let crate::engine::effects::Done::Reap(done) = f.engine.effects.next().await else {
         panic!("the end started a reap");
     };
     let done = done.expect("the reap's task ran");
@@ -1134,8 +1133,8 @@ async fn next_action_done(
 ) {
     loop {
         match f.engine.effects.actions().next().await {
-            super::actions::Next::Progress(progress) => f.engine.action_progress(progress),
-            super::actions::Next::Finished(done) => return done.expect("the run's task"),
+            crate::engine::actions::Next::Progress(progress) => f.engine.action_progress(progress),
+            crate::engine::actions::Next::Finished(done) => return done.expect("the run's task"),
         }
     }
 }
@@ -1248,7 +1247,7 @@ async fn published_deaths_wait_for_sqlite_together_and_whatever_comes_next_write
 }
 
 /// Deaths a few milliseconds apart share one SQLite write: a published batch that nothing
-/// needs in SQLite sooner waits [`super::APPLY_DELAY`] for it, and a later one joins it.
+/// needs in SQLite sooner waits [`crate::engine::APPLY_DELAY`] for it, and a later one joins it.
 #[tokio::test(start_paused = true)]
 async fn deaths_close_together_share_one_sqlite_write() {
     let mut f = fixture().await;
@@ -1259,7 +1258,7 @@ async fn deaths_close_together_share_one_sqlite_write() {
     f.die(100, EXITED);
     f.next_death().await;
     let at = f.engine.ledger.apply_at().expect("the write is planned");
-    assert_eq!(at, tokio::time::Instant::now() + super::APPLY_DELAY);
+    assert_eq!(at, tokio::time::Instant::now() + crate::engine::APPLY_DELAY);
     tokio::time::advance(Duration::from_millis(10)).await;
     assert!(
         at > tokio::time::Instant::now(),
@@ -1280,12 +1279,12 @@ async fn deaths_close_together_share_one_sqlite_write() {
     }
 }
 
-/// A flood of deaths leaves no more than [`super::MAX_UNAPPLIED`] published batches
+/// A flood of deaths leaves no more than [`crate::engine::MAX_UNAPPLIED`] published batches
 /// waiting for SQLite: the journal and the memory they hold stay bounded.
 #[tokio::test(start_paused = true)]
 async fn a_flood_of_deaths_is_written_to_sqlite_in_bounded_steps() {
     let mut f = fixture().await;
-    let owners = super::MAX_UNAPPLIED as u32 + 1;
+    let owners = crate::engine::MAX_UNAPPLIED as u32 + 1;
     for pid in 100..100 + owners {
         f.proc.spawn(pid, ALICE.uid);
         f.own(ALICE, &format!("s{pid}"), pid);
@@ -1296,7 +1295,11 @@ async fn a_flood_of_deaths_is_written_to_sqlite_in_bounded_steps() {
         f.next_death().await;
         most = most.max(f.engine.ledger.parts().0.waiting());
     }
-    assert_eq!(most, super::MAX_UNAPPLIED, "bounded, and deaths did wait");
+    assert_eq!(
+        most,
+        crate::engine::MAX_UNAPPLIED,
+        "bounded, and deaths did wait"
+    );
     let first = f.row(ALICE.uid, "s100");
     assert_eq!(
         first.phase,

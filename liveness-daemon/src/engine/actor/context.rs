@@ -13,11 +13,12 @@ use liveness_common::protocol::ErrorBody;
 use liveness_common::session::{Event, Phase, Session, Survivors};
 use liveness_common::status::{Counters, LimitsStatus, Status};
 
-use super::facts::Facts;
-use super::locks::{Acquire, Taken, take};
-use super::op::{Link, Subscription};
-use super::tree::{Parked, Start};
-use super::{Engine, TreeView, store_error};
+use super::Engine;
+use crate::engine::facts::Facts;
+use crate::engine::locks::{Acquire, Taken, take};
+use crate::engine::op::{Link, Subscription};
+use crate::engine::tree::{Parked, Start};
+use crate::engine::{TreeView, store_error};
 use crate::store::journal::JournaledEnding;
 use crate::store::{EventFilter, Store, StoreError};
 
@@ -27,7 +28,7 @@ pub struct Context<'a> {
 }
 
 /// What became of an owner a registration asked to watch.
-pub(super) enum Watched {
+pub enum Watched {
     Watching,
     /// Already dead: its sessions ended at once.
     Ended,
@@ -39,32 +40,32 @@ impl<'a> Context<'a> {
     }
 
     /// The engine's configuration, this boot, its clock.
-    pub(super) fn facts(&self) -> &Facts {
+    pub(in crate::engine) fn facts(&self) -> &Facts {
         &self.engine.facts
     }
 
     /// Now, on the engine's clock.
-    pub(super) fn now(&self) -> i64 {
+    pub(in crate::engine) fn now(&self) -> i64 {
         self.engine.facts.now_ms()
     }
 
     /// The store, to read.
-    pub(super) fn store(&self) -> &Store {
+    pub(in crate::engine) fn store(&self) -> &Store {
         self.engine.ledger.store()
     }
 
     /// The published endings SQLite does not have yet, oldest first.
-    pub(super) fn waiting_endings(&self) -> impl Iterator<Item = &JournaledEnding> {
+    pub(in crate::engine) fn waiting_endings(&self) -> impl Iterator<Item = &JournaledEnding> {
         self.engine.ledger.waiting_endings()
     }
 
     /// Whether SQLite has every published batch, after writing those it lacks.
-    pub(super) fn caught_up(&mut self) -> bool {
+    pub(in crate::engine) fn caught_up(&mut self) -> bool {
         self.engine.caught_up()
     }
 
     /// Makes a write of sessions and publishes the events it committed.
-    pub(super) fn commit<T>(
+    pub(in crate::engine) fn commit<T>(
         &mut self,
         write: impl FnOnce(&mut Store) -> Result<(T, Vec<Event>), StoreError>,
     ) -> Result<T, ErrorBody> {
@@ -77,12 +78,12 @@ impl<'a> Context<'a> {
 
     /// Follows a change to an ACTIVE session that has no event (the same owner registered
     /// again, with other end actions).
-    pub(super) fn refresh(&mut self, uid: u32, id: &str) {
+    pub(in crate::engine) fn refresh(&mut self, uid: u32, id: &str) {
         self.engine.ledger.refresh(uid, id);
     }
 
     /// A new session's labels within `uid`'s limits.
-    pub(super) fn admit(
+    pub(in crate::engine) fn admit(
         &mut self,
         uid: u32,
         labels: &std::collections::BTreeMap<String, String>,
@@ -92,7 +93,7 @@ impl<'a> Context<'a> {
 
     /// A session's unfinished end actions going from `before` to `after`, within `uid`'s
     /// limits.
-    pub(super) fn admit_actions(
+    pub(in crate::engine) fn admit_actions(
         &mut self,
         uid: u32,
         before: u64,
@@ -103,7 +104,7 @@ impl<'a> Context<'a> {
 
     /// Lock `name` for user `uid`'s session `session`: at once when it is free (its event
     /// published), else a place in its queue when the request waits.
-    pub(super) fn lock(
+    pub(in crate::engine) fn lock(
         &mut self,
         uid: u32,
         session: String,
@@ -127,12 +128,16 @@ impl<'a> Context<'a> {
     }
 
     /// How many wait for each lock that has waiters.
-    pub(super) fn lock_waiters(&self) -> HashMap<(u32, String), u32> {
+    pub(in crate::engine) fn lock_waiters(&self) -> HashMap<(u32, String), u32> {
         self.engine.effects.lock_waiters()
     }
 
     /// A subscription to the events published from now on.
-    pub(super) fn subscribe(&mut self, socket: OwnedFd, filter: EventFilter) -> Subscription {
+    pub(in crate::engine) fn subscribe(
+        &mut self,
+        socket: OwnedFd,
+        filter: EventFilter,
+    ) -> Subscription {
         // The newest seq published, which SQLite has too: operations run caught up.
         let head = self.engine.ledger.head();
         Subscription {
@@ -143,26 +148,30 @@ impl<'a> Context<'a> {
     }
 
     /// The tree of an ACTIVE session of this boot, as known now.
-    pub(super) fn tree(&self, session: &Session) -> Option<TreeView> {
+    pub(in crate::engine) fn tree(&self, session: &Session) -> Option<TreeView> {
         (self.engine.facts.is_local(&session.owner) && session.phase == Phase::Active)
             .then(|| self.engine.watch.view(session.owner.key()))
     }
 
     /// The survivors of `owner`'s tree, read now, but the process `caller_pid` and its
     /// ancestors; `None` for an owner of another boot.
-    pub(super) fn survivors(&self, owner: &Identity, caller_pid: u32) -> Option<Survivors> {
+    pub(in crate::engine) fn survivors(
+        &self,
+        owner: &Identity,
+        caller_pid: u32,
+    ) -> Option<Survivors> {
         (self.engine.watch).survivors(owner, caller_pid, &self.engine.facts)
     }
 
     /// The owner watched for a link of an ancestry: the root of its tree, or itself; `None`
     /// when no ACTIVE session can be its.
-    pub(super) fn watched_owner(&self, link: &Link) -> Option<Identity> {
+    pub(in crate::engine) fn watched_owner(&self, link: &Link) -> Option<Identity> {
         let owner = self.engine.watch.owner_of(link)?;
         Some(self.engine.facts.identity_of(owner))
     }
 
     /// Starts watching a registered owner; one already dead has its sessions ended at once.
-    pub(super) fn watch(&mut self, owner: &Identity, start: Start) -> Watched {
+    pub(in crate::engine) fn watch(&mut self, owner: &Identity, start: Start) -> Watched {
         let engine = &mut *self.engine;
         match (engine.watch).watch(owner, start, &engine.facts, engine.ledger.store()) {
             Some(death) => {
@@ -174,28 +183,28 @@ impl<'a> Context<'a> {
     }
 
     /// Warns, should `owner` die within a second, that it may be a launcher.
-    pub(super) fn fresh_owner(&mut self, owner: ProcessKey, now_ms: i64) {
+    pub(in crate::engine) fn fresh_owner(&mut self, owner: ProcessKey, now_ms: i64) {
         self.engine.fanout.registered(owner, now_ms);
     }
 
     /// Stops watching an owner that no ACTIVE session refers to any more.
-    pub(super) fn unwatch(&mut self, owner: &Identity) {
+    pub(in crate::engine) fn unwatch(&mut self, owner: &Identity) {
         self.engine.unwatch_if_unused(owner);
     }
 
     /// Terminates the survivors an ended session's tree leaves, by its policy.
-    pub(super) fn reap(&mut self, ended: &Event) {
+    pub(in crate::engine) fn reap(&mut self, ended: &Event) {
         let engine = &mut *self.engine;
         (engine.effects).reap(ended, engine.ledger.store(), engine.watch.trees());
     }
 
     /// Sends an answer once the tree of `root` has had its first walk.
-    pub(super) fn answer(&mut self, root: Option<ProcessKey>, send: Parked) {
+    pub(in crate::engine) fn answer(&mut self, root: Option<ProcessKey>, send: Parked) {
         self.engine.watch.answer(root, send);
     }
 
     /// The daemon's view of itself, each owner telling its part.
-    pub(super) fn status(&self) -> Status {
+    pub(in crate::engine) fn status(&self) -> Status {
         let engine = &*self.engine;
         let (ledger, facts) = (&engine.ledger, &engine.facts);
         let store = ledger.store();
