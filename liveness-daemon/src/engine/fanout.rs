@@ -13,19 +13,19 @@ use super::eventlog;
 use super::hops::{self, HopTrace};
 use super::outbox::Outbox;
 use super::owner_checks::FreshOwners;
-use super::subscribers::Subscribers;
+use super::subscribers::{Published, Subscribers};
 use crate::source::ExitObservation;
-use crate::store::EventFilter;
 use crate::store::journal::JournaledEvent;
+use crate::store::{EventFilter, Lineage};
 
-/// An event as published live: the stream line (with its newline), serialized once for
-/// every subscriber, with what subscribers filter on.
+/// A live subscription: events after `head` go to `outbox`; those up to `head` are in
+/// the store.
 #[derive(Debug)]
-pub(super) struct Published {
-    pub(super) seq: u64,
-    pub(super) session: String,
-    pub(super) creator_uid: u32,
-    pub(super) line: Arc<str>,
+pub struct Subscription {
+    pub head: u64,
+    /// The store and the run the seqs belong to.
+    pub lineage: Arc<Lineage>,
+    pub outbox: Arc<Outbox>,
 }
 
 /// A stream line of one event, as [`liveness_common::protocol::StreamMessage::Event`]

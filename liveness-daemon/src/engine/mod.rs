@@ -49,13 +49,15 @@ pub use actions::ActionConfig;
 pub use actor::Engine;
 pub use auth::Caller;
 pub use end_metrics::EndMetrics;
+pub use fanout::Subscription;
 pub use locks::{Acquire, Queued};
 pub use op::{
-    Ask, Command, End, Found, Handle, Link, Op, Register, Registered, Subscribe, Subscription,
-    Synced, Tree, Waiting, Whose, ancestry, stopping,
+    Ask, Command, End, Found, Handle, Op, Register, Registered, Subscribe, Synced, Tree, Waiting,
+    Whose, ancestry, stopping,
 };
 pub use outbox::{Ended, Flushed, Outbox};
 pub use tree::TreeView;
+pub use watch::Link;
 
 /// Most exits committed in one transaction when they arrive together.
 const MAX_BATCH: usize = 1024;

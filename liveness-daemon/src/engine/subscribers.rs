@@ -6,9 +6,18 @@
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
-use super::fanout::Published;
 use super::outbox::{Ended, Outbox};
 use crate::store::EventFilter;
+
+/// An event as published live: the stream line (with its newline), serialized once for
+/// every subscriber, with what subscribers filter on.
+#[derive(Debug)]
+pub(super) struct Published {
+    pub(super) seq: u64,
+    pub(super) session: String,
+    pub(super) creator_uid: u32,
+    pub(super) line: Arc<str>,
+}
 
 #[derive(Debug)]
 struct Subscriber {

@@ -14,13 +14,21 @@ use liveness_proc::identity::Liveness;
 
 use super::facts::Facts;
 use super::ledger::Ledger;
-use super::op::Link;
 use super::tree::{Parked, Start, TreeView, TreeWork, Trees};
 use super::until_tree::TreeWaits;
 use crate::source::ExitObservation;
 use crate::source::monitor::Monitor;
 use crate::source::tree_map::TreeMap;
 use crate::store::{OwnerDeath, Store};
+
+/// One ancestor: its key, its pidfs inode (where the kernel has pidfs), and the tree the
+/// kernel's members map holds it in (forked since the engine last merged the map).
+#[derive(Debug, Clone, Copy)]
+pub struct Link {
+    pub key: ProcessKey,
+    pub pidfs_ino: Option<u64>,
+    pub kernel_root: Option<ProcessKey>,
+}
 
 #[derive(Debug)]
 pub(super) struct Watch {

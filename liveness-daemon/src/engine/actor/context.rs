@@ -15,9 +15,10 @@ use liveness_common::status::{Counters, LimitsStatus, Status};
 
 use super::Engine;
 use crate::engine::facts::Facts;
+use crate::engine::fanout::Subscription;
 use crate::engine::locks::{Acquire, Taken, take};
-use crate::engine::op::{Link, Subscription};
 use crate::engine::tree::{Parked, Start};
+use crate::engine::watch::Link;
 use crate::engine::{TreeView, store_error};
 use crate::store::journal::JournaledEnding;
 use crate::store::{EventFilter, Store, StoreError};

@@ -39,11 +39,11 @@ mod whose;
 
 pub use end::End;
 pub use register::{Register, Registered};
-pub use subscribe::{Subscribe, Subscription};
+pub use subscribe::Subscribe;
 pub use synced::Synced;
 pub use tree::Tree;
 pub use waiting::Waiting;
-pub use whose::{Found, Link, Whose, ancestry};
+pub use whose::{Found, Whose, ancestry};
 
 /// One thing the engine does, in bounded time, on its own thread.
 pub trait Op: fmt::Debug + Send + 'static {

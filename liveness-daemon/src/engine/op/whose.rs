@@ -13,20 +13,12 @@ use liveness_proc::identity::{IdentityError, ProcRoot};
 
 use super::Op;
 use crate::engine::actor::Context;
+use crate::engine::watch::Link;
 use crate::engine::{Caller, store_error};
 use crate::source::tree_map::TreeMap;
 
 /// Deep enough for any real process tree, bounded against a corrupt one.
 const MAX_DEPTH: usize = 256;
-
-/// One ancestor: its key, its pidfs inode (where the kernel has pidfs), and the tree the
-/// kernel's members map holds it in (forked since the engine last merged the map).
-#[derive(Debug, Clone, Copy)]
-pub struct Link {
-    pub key: ProcessKey,
-    pub pidfs_ino: Option<u64>,
-    pub kernel_root: Option<ProcessKey>,
-}
 
 /// The ancestry of `pid` (read in the PID namespace of `caller_pid`; for a thread id, of
 /// its process), nearest first, up to the first process without a parent.
