@@ -152,7 +152,7 @@ impl Ledger {
         let appended = (self.retries).end(
             deaths,
             &mut self.journaled,
-            &mut self.store,
+            &self.store,
             &mut self.counters,
             now,
         );

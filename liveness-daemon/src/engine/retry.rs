@@ -31,24 +31,25 @@ impl Retries {
     }
 
     /// Ends the sessions of `deaths`, after those an earlier failed append left, in one
-    /// journaled batch. Returns them all with the batch; on failure keeps them.
+    /// journaled batch. Returns them all with the batch; on failure keeps them. The
+    /// journal is appended to, not the store: the store only names a full disk.
     pub(super) fn end(
         &mut self,
         deaths: Vec<OwnerDeath>,
         journaled: &mut Journaled,
-        store: &mut Store,
+        store: &Store,
         counters: &mut Counters,
         now: i64,
     ) -> Option<(Vec<OwnerDeath>, JournaledDeaths)> {
         let batch = self.deaths.len() + deaths.len();
         counters.largest_batch = counters.largest_batch.max(batch);
-        let end = |_: &mut Store, deaths: &[OwnerDeath]| journaled.append(deaths, now);
+        let end =
+            |deaths: &[OwnerDeath]| (journaled.append(deaths, now)).map_err(|e| store.explain(e));
         commit_or_keep(
             &mut self.deaths,
             deaths,
             true,
             "finalizations",
-            store,
             counters,
             end,
         )
@@ -64,13 +65,13 @@ impl Retries {
         counters: &mut Counters,
         now: i64,
     ) -> Option<Vec<Event>> {
-        let record = |store: &mut Store, done: &[ReapDone]| store.record_reaped(done, now);
+        let record =
+            |done: &[ReapDone]| (store.record_reaped(done, now)).map_err(|e| store.explain(e));
         commit_or_keep(
             &mut self.reaps,
             done,
             ready,
             "reap outcomes",
-            store,
             counters,
             record,
         )
@@ -89,35 +90,27 @@ impl Retries {
         counters: &mut Counters,
         now: i64,
     ) -> Option<Vec<Event>> {
-        let record = |store: &mut Store, done: &[(ActionKey, ActionOutcome)]| {
-            store.record_actions(done, now)
+        let record = |done: &[(ActionKey, ActionOutcome)]| {
+            (store.record_actions(done, now)).map_err(|e| store.explain(e))
         };
-        commit_or_keep(
-            &mut self.actions,
-            done,
-            ready,
-            "end action outcomes",
-            store,
-            counters,
-            record,
-        )
-        .map(|(_, events)| events)
+        let what = "end action outcomes";
+        commit_or_keep(&mut self.actions, done, ready, what, counters, record)
+            .map(|(_, events)| events)
     }
 }
 
 /// Commits `new` after what an earlier failed commit of the same kind left in `kept`, in
 /// one call of `commit`, so that their order holds. Returns them all with what `commit`
-/// returned; on failure keeps them all to be committed again, counts the failure and
-/// returns `None`. While the store is not `ready` (it lacks published batches whose seqs
-/// the commit would take again), keeps them without trying.
+/// returned; on failure (its error explained by `commit`) keeps them all to be committed
+/// again, counts the failure and returns `None`. While the store is not `ready` (it lacks
+/// published batches whose seqs the commit would take again), keeps them without trying.
 fn commit_or_keep<T, R>(
     kept: &mut Vec<T>,
     new: Vec<T>,
     ready: bool,
     what: &'static str,
-    store: &mut Store,
     counters: &mut Counters,
-    commit: impl FnOnce(&mut Store, &[T]) -> Result<R, StoreError>,
+    commit: impl FnOnce(&[T]) -> Result<R, StoreError>,
 ) -> Option<(Vec<T>, R)> {
     let mut items = std::mem::take(kept);
     let retrying = !items.is_empty();
@@ -129,7 +122,7 @@ fn commit_or_keep<T, R>(
         *kept = items;
         return None;
     }
-    match commit(store, &items) {
+    match commit(&items) {
         Ok(committed) => {
             if retrying {
                 tracing::info!(count = items.len(), what, "committed what had failed");
@@ -137,7 +130,6 @@ fn commit_or_keep<T, R>(
             Some((items, committed))
         }
         Err(e) => {
-            let e = store.explain(e);
             if retrying {
                 tracing::debug!(error = %e, count = items.len(), what, "committing failed again");
             } else {
