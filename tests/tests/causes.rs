@@ -578,7 +578,8 @@ fn cause_oom_kill_of_a_process_sharing_the_victims_memory_is_oom() {
 }
 
 /// CPU time from the kernel at the exit: an owner that burns 300 ms reports at least 250,
-/// and the members of a tree that burn and exit before their owner are summed.
+/// and the members of a tree that burn and exit before their owner are summed apart from
+/// the owner's own (less than half theirs).
 #[test]
 fn cause_usage_counts_the_owner_and_the_members_that_exited() {
     let Some(daemon) = started("cause_usage_counts_the_owner_and_the_members_that_exited") else {
@@ -604,8 +605,10 @@ fn cause_usage_counts_the_owner_and_the_members_that_exited() {
     let usage = daemon.wait_ended("tree")["usage"].clone();
     assert_eq!(usage["members"]["exited"], 3, "{usage}");
     assert!(cpu(&usage["members"]) >= 3 * 120_000, "{usage}");
+    // Relative, not absolute: under emulation the owner's own forks and waits take
+    // more than 100 ms, yet far less than its members' burn.
     assert!(
-        cpu(&usage) < 100_000,
+        cpu(&usage) < cpu(&usage["members"]) / 2,
         "the owner itself hardly ran: {usage}"
     );
 }
