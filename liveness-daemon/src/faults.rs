@@ -6,16 +6,20 @@
 //! actions: `before-action-start` (its session ended, the action not yet marked running),
 //! `after-action-fork` (running, its first process forked but neither recorded nor
 //! released to run its program), `after-action-spawn` (running, its first process recorded
-//! and released), `before-action-commit` (finished, its outcome not yet committed); a
-//! delay, `slow-close` (each close of a closing thread waits first); and a state the user
-//! may bring about, `action-stopped-before-exec` (each action's child stops itself right
-//! after taking on its user's ids, before its program runs, as that user may stop it).
+//! and released), `before-action-commit` (finished, its outcome not yet committed);
+//! delays, `slow-close` (each close of a closing thread waits first) and
+//! `action-child-lingers` (each action's child waits a second before it closes the
+//! daemon's descriptors, as a child not yet scheduled would); and a state the user may
+//! bring about, `action-stopped-before-exec` (each action's child stops itself right after
+//! taking on its user's ids, before its program runs, as that user may stop it).
 
 use std::time::Duration;
 
-/// Whether `LIVENESS_FAULT` names `point` in a debug build.
+/// Whether `LIVENESS_FAULT` (one point, or several separated by commas) names `point` in
+/// a debug build.
 pub fn armed(point: &str) -> bool {
-    cfg!(debug_assertions) && std::env::var("LIVENESS_FAULT").is_ok_and(|wanted| wanted == point)
+    cfg!(debug_assertions)
+        && std::env::var("LIVENESS_FAULT").is_ok_and(|wanted| wanted.split(',').any(|w| w == point))
 }
 
 /// Dies by SIGKILL here if `LIVENESS_FAULT` names `point`.

@@ -185,7 +185,10 @@ impl Child<'_> {
         // The daemon's descriptors (its state lock, database, socket, eBPF maps, the
         // release end of the gate) are closed at once, not at the exec: a child waiting at
         // its gate after the daemon died would otherwise hold the state lock, and the
-        // restarted daemon would find "another livenessd" there.
+        // restarted daemon would find "another livenessd" there. (A daemon killed before
+        // this child is scheduled still leaves it the lock a moment: the restart waits for
+        // it, see `daemon::places::lock_state_dir`.)
+        self.setup.linger();
         self.close_all_but_own();
         if !self.released() {
             sys::report_step(self.report, Step::Released, 0);

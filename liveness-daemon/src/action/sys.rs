@@ -99,6 +99,9 @@ pub struct ChildSetup {
     /// The fault point `action-stopped-before-exec`: the child stops itself right after
     /// taking on the user's ids, as the user may stop it there (debug builds only).
     stop_after_uid: bool,
+    /// The fault point `action-child-lingers`: the child waits a second before it closes
+    /// the daemon's descriptors, as one not yet scheduled would (debug builds only).
+    linger: bool,
 }
 
 impl ChildSetup {
@@ -114,6 +117,20 @@ impl ChildSetup {
             ids,
             cwd,
             stop_after_uid: crate::faults::armed("action-stopped-before-exec"),
+            linger: crate::faults::armed("action-child-lingers"),
+        }
+    }
+
+    /// Waits a second if the fault point `action-child-lingers` is armed. Async-signal-safe:
+    /// the child calls it between fork and exec.
+    pub fn linger(&self) {
+        if self.linger {
+            let second = libc::timespec {
+                tv_sec: 1,
+                tv_nsec: 0,
+            };
+            // SAFETY: nanosleep(2) is async-signal-safe; the timespec is on the stack.
+            unsafe { libc::nanosleep(&second, std::ptr::null_mut()) };
         }
     }
 

@@ -25,7 +25,7 @@ use liveness_common::status::DaemonInfo;
 use liveness_proc::identity::ProcRoot;
 use liveness_proc::paths::Env;
 use logging::{LogFile, init_logging};
-use places::{bind_socket, create_dir, lock_state_dir};
+use places::{StateLock, bind_socket, create_dir, lock_state_dir};
 
 mod args;
 mod engine_thread;
@@ -358,9 +358,9 @@ async fn bind_metrics(
 
 async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
     let mut signals = Signals::install()?;
-    let (state, _lock) = prepare(&args)?;
+    let (state, lock) = prepare(&args)?;
     let (stop, stopped) = watch::channel(false);
-    let mut tasks = Tasks::start(&args, state, stopped).await?;
+    let mut tasks = Tasks::start(&args, state, &lock, stopped).await?;
     let failure = tasks.until_failure(&mut signals, log_file.as_ref()).await;
     tracing::info!("stopping");
     let _ = stop.send(true);
@@ -385,7 +385,7 @@ struct State {
 
 /// Finds the daemon's places, locks its state directory (the lock is held until it is
 /// dropped) and opens its database.
-fn prepare(args: &Args) -> Result<(State, std::fs::File), StartError> {
+fn prepare(args: &Args) -> Result<(State, StateLock), StartError> {
     let env = Env::from_process();
     let (state_dir, socket) = places(args, &env)?;
     create_dir(&state_dir, DirUse::State)?;
@@ -424,6 +424,7 @@ impl Tasks {
     async fn start(
         args: &Args,
         state: State,
+        lock: &StateLock,
         stopped: watch::Receiver<bool>,
     ) -> Result<Tasks, StartError> {
         let State {
@@ -451,7 +452,7 @@ impl Tasks {
             thread: engine_thread,
         } = EngineThread::start(start, stopped.clone()).await?;
         let metrics = bind_metrics(args.metrics_listen).await?;
-        let listener = bind_socket(&socket)?;
+        let listener = bind_socket(&socket, lock)?;
         let sources: Vec<String> = sources.iter().map(ToString::to_string).collect();
         tracing::info!(socket = %socket.display(), state_dir = %state_dir.display(), sources = %sources.join(","), "livenessd listening");
         crate::systemd::notify_ready(&format!("listening; sources {}", sources.join(",")));
