@@ -21,6 +21,13 @@ const MALLORY: u32 = 61_030;
 const DEATHS: usize = 25;
 /// How long root's `status` may take while another user attacks.
 const STATUS_BOUND: Duration = Duration::from_millis(100);
+/// What an attack may add to a victim's median death latency: twice the baseline, or the
+/// baseline and 2 ms where that is more. A death held up by a client's work waits for that
+/// work (tens of milliseconds and up); sub-millisecond medians double from scheduling
+/// noise alone on a loaded two-core machine.
+fn latency_bound(baseline: Duration) -> Duration {
+    (baseline * 2).max(baseline + Duration::from_millis(2))
+}
 
 /// Root, whose sessions' deaths are timed. Each death has a subscription of its own, to
 /// its session: what the attacker's sessions publish is not read here.
@@ -109,7 +116,7 @@ fn holds_while(daemon: &Daemon, what: &str, attack: impl FnOnce() -> Attack) {
     );
     assert!(rounds > 0, "{what}: the attack never ran");
     assert!(
-        attacked <= baseline * 2,
+        attacked <= latency_bound(baseline),
         "{what}: a victim's death took {attacked:?} at the median under attack, against \
          {baseline:?} alone"
     );
@@ -596,7 +603,7 @@ fn a_reap_with_more_survivors_than_descriptors_stalls_nobody() {
         "a reap of {SURVIVORS}: death → event median {baseline:?} alone, {attacked:?} in its grace"
     );
     assert!(
-        attacked <= baseline * 2,
+        attacked <= latency_bound(baseline),
         "a victim's death took {attacked:?} at the median in another user's reap, against \
          {baseline:?} before"
     );
@@ -658,7 +665,7 @@ fn silent_metrics_connections_hold_up_no_scrape() {
         .collect();
     let attacked = victim.death_latency();
     assert!(
-        attacked <= baseline * 2,
+        attacked <= latency_bound(baseline),
         "a death took {attacked:?} at the median beside {SILENT} silent metrics \
          connections, against {baseline:?} before"
     );
