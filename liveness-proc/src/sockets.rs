@@ -373,6 +373,10 @@ fn open_netlink() -> Result<OwnedFd, SocketsError> {
         Some(netlink::SOCK_DIAG),
     )
     .map_err(netlink_error("socket"))?;
+    // Connected to the kernel (port 0), the socket takes messages from it alone: any
+    // process of the namespace could otherwise write forged replies to its port.
+    rustix::net::connect(&fd, &netlink::SocketAddrNetlink::new(0, 0))
+        .map_err(netlink_error("connect"))?;
     rustix::net::sockopt::set_socket_timeout(
         &fd,
         rustix::net::sockopt::Timeout::Recv,
@@ -1074,6 +1078,44 @@ mod tests {
         let next = diag.round().process_tcp(std::process::id()).unwrap();
         assert!(next.iter().any(|s| s.inode == inode(&late)));
         assert_eq!(diag.open.len(), 1, "one netlink socket, kept");
+    }
+
+    #[test]
+    fn another_netlink_socket_cannot_slip_a_reply_into_a_dump() {
+        let mut diag = DiagSockets::new(ProcRoot::default());
+        diag.round().dump_of(std::process::id()).unwrap();
+        let ours = diag.open.values().next().unwrap();
+        let port =
+            netlink::SocketAddrNetlink::try_from(rustix::net::getsockname(&ours.fd).unwrap())
+                .unwrap()
+                .pid();
+        // Any process of the namespace may write to a netlink port it names: here one sends
+        // a socket nobody holds as the answer to the next request (its number is
+        // predictable), and the dump's end.
+        let next = ours.seq.wrapping_add(1);
+        let forged_inode = 4_000_000_000;
+        let mut forged = message(
+            SOCK_DIAG_BY_FAMILY,
+            next,
+            &diag_msg(libc::AF_INET as u8, forged_inode, None),
+        );
+        forged.extend(message(NLMSG_DONE, next, &0i32.to_ne_bytes()));
+        let forger = rustix::net::socket(
+            AddressFamily::NETLINK,
+            SocketType::RAW,
+            Some(netlink::SOCK_DIAG),
+        )
+        .unwrap();
+        let sent = rustix::net::sendto(
+            &forger,
+            &forged,
+            SendFlags::empty(),
+            &netlink::SocketAddrNetlink::new(port, 0),
+        );
+        assert_eq!(sent, Err(Errno::CONNREFUSED), "only the kernel may answer");
+        let mut round = diag.round();
+        let dump = round.dump_of(std::process::id()).unwrap();
+        assert!(dump.get(u64::from(forged_inode)).is_none());
     }
 
     #[test]
