@@ -10,6 +10,29 @@
 //! namespace. Sampling goes by [`Round`]: within one, each namespace is dumped once, at
 //! the first question about one of its processes, and that dump serves all of them.
 //!
+//! Everything here blocks (briefly: the kernel answers a dump at once, and a reply later
+//! than 5 s is an error): call it from a sampling thread, never from the death path.
+//!
+//! ```no_run
+//! use liveness_proc::identity::ProcRoot;
+//! use liveness_proc::sockets::{DiagSockets, TcpState};
+//!
+//! let mut sockets = DiagSockets::new(ProcRoot::default());
+//! // Each sampling tick: one round, asked about every process of interest.
+//! let mut round = sockets.round();
+//! for pid in [4242, 4243] {
+//!     for socket in round.process_tcp(pid)? {
+//!         if socket.state == TcpState::Established {
+//!             println!(
+//!                 "{} -> {}: {} bytes unread, last data {:?} ms ago",
+//!                 socket.local, socket.peer, socket.rqueue, socket.info.last_data_recv_ms
+//!             );
+//!         }
+//!     }
+//! }
+//! # Ok::<(), liveness_proc::sockets::SocketsError>(())
+//! ```
+//!
 //! The few netlink structs are packed and read by hand, at the offsets of
 //! `linux/netlink.h`, `linux/inet_diag.h` and `linux/tcp.h` (named beside each constant).
 //! The parsing is pure ([`parse_reply`]) and checks every length before it reads: a
