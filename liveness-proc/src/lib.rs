@@ -9,6 +9,8 @@
 //! - [`namespace`]: PID and time namespace arithmetic (`NSpid`, `timens_offsets`, fdinfo).
 //! - [`diagnose`]: why a syscall fails here (missing, filtered, unprivileged, old kernel).
 //! - [`paths`]: where the daemon listens and keeps its state by default.
+//! - [`sockets`]: the TCP sockets a process holds, with their queues, byte counters and
+//!   idle times, from `NETLINK_SOCK_DIAG` in the process's network namespace.
 //! - `fake` (feature `fake`): a crafted `/proc` for tests.
 
 pub mod diagnose;
@@ -19,3 +21,4 @@ pub mod namespace;
 pub mod paths;
 pub mod pidfd;
 pub mod pidref;
+pub mod sockets;

@@ -56,6 +56,10 @@ const INSTALL_HINT: &str = "apt-get install -y qemu-system-x86 busybox-static ba
 /// util-linux tools the tests run, copied from the host with their shared libraries.
 /// (`flock`: busybox has no such applet; the fault suite's end actions lock with it.)
 const UTIL_LINUX: &[&str] = &["unshare", "nsenter", "prlimit", "flock"];
+/// The modules that give sock_diag its TCP handler (liveness-proc's `sockets`), in load
+/// order. Debian's kernels build them as modules, which the guest (no module tree, no
+/// modprobe) would not load by itself: /init loads each kernel's copy.
+const DIAG_MODULES: &[&str] = &["inet_diag", "tcp_diag"];
 
 /// What `cargo xtask vm-test` was asked to do.
 #[derive(Debug)]
@@ -89,13 +93,17 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
     }
 
     let built = build(root, &work, options.full)?;
+    let images = options
+        .kernels
+        .iter()
+        .map(|kernel| Ok((kernel, kernel_image(&work, kernel)?)))
+        .collect::<Result<Vec<_>>>()?;
     let initrd = work.join("initrd.gz");
-    make_initrd(&work, &built, &busybox, &bash, options, &initrd)?;
+    make_initrd(&work, &built, &busybox, &bash, options, &images, &initrd)?;
 
     let mut failures = Vec::new();
     let mut columns = Vec::new();
-    for kernel in &options.kernels {
-        let image = kernel_image(&work, kernel)?;
+    for (kernel, image) in images {
         let log = work.join(format!("{}.log", sanitize(kernel)));
         let started = Instant::now();
         let outcome = boot(&image, &initrd, &log, options)?;
@@ -387,6 +395,12 @@ mount -t tmpfs tmpfs /run
 hostname liveness-vm
 # Loopback, for the metrics listener's test.
 ip link set lo up
+# sock_diag's TCP handler, where the kernel has it as modules (see DIAG_MODULES in vm.rs).
+for module in {modules}; do
+    if [ -f /lib/modules/$(uname -r)/$module.ko ]; then
+        insmod /lib/modules/$(uname -r)/$module.ko
+    fi
+done
 echo "VMTEST kernel $(uname -r)"
 for name in {names}; do
     echo "VMTEST start $name"
@@ -410,6 +424,7 @@ echo "VMTEST done"
 poweroff -f
 "#,
         names = names.join(" "),
+        modules = DIAG_MODULES.join(" "),
         binary_timeout = BINARY_TIMEOUT.as_secs(),
     )
 }
@@ -420,6 +435,7 @@ fn make_initrd(
     busybox: &Path,
     bash: &Path,
     options: &Options,
+    images: &[(&String, PathBuf)],
     initrd: &Path,
 ) -> Result<()> {
     let staging = work.join("initramfs");
@@ -455,6 +471,9 @@ fn make_initrd(
     for (name, path) in &built.tests {
         copy(path, staging.join("tests").join(name))?;
     }
+    for (_, image) in images {
+        copy_diag_modules(image, &staging)?;
+    }
     let init = staging.join("init");
     std::fs::write(&init, init_script(&built.tests, options))?;
     std::fs::set_permissions(&init, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
@@ -465,6 +484,44 @@ fn make_initrd(
             .arg(initrd)
             .current_dir(&staging),
     )
+}
+
+/// Copies the [`DIAG_MODULES`] unpacked beside the kernel `image` (`boot/vmlinuz-VERSION`,
+/// modules under `lib/modules/VERSION/`) into the initramfs at `lib/modules/VERSION/`,
+/// decompressed here (6.12's come as `.ko.xz`) so that the guest's `insmod` needs no
+/// decompressor. A kernel given as a bare file has none beside it: its own must be built in.
+fn copy_diag_modules(image: &Path, staging: &Path) -> Result<()> {
+    let Some(version) = image
+        .file_name()
+        .and_then(|name| name.to_str())
+        .and_then(|name| name.strip_prefix("vmlinuz-"))
+    else {
+        return Ok(());
+    };
+    let Some(unpacked) = image.parent().and_then(Path::parent) else {
+        return Ok(());
+    };
+    let from = unpacked
+        .join("lib/modules")
+        .join(version)
+        .join("kernel/net/ipv4");
+    let to = staging.join("lib/modules").join(version);
+    for module in DIAG_MODULES {
+        let plain = from.join(format!("{module}.ko"));
+        let packed = from.join(format!("{module}.ko.xz"));
+        let target = to.join(format!("{module}.ko"));
+        if plain.is_file() {
+            std::fs::create_dir_all(&to)?;
+            std::fs::copy(&plain, &target)
+                .with_context(|| format!("copying {}", plain.display()))?;
+        } else if packed.is_file() {
+            std::fs::create_dir_all(&to)?;
+            let out = std::fs::File::create(&target)
+                .with_context(|| format!("creating {}", target.display()))?;
+            run_to_end(Process::new("xz").arg("-dc").arg(&packed).stdout(out))?;
+        }
+    }
+    Ok(())
 }
 
 /// A kernel image: `spec` itself when it is a file, else the newest Debian cloud kernel of
@@ -932,6 +989,40 @@ mod tests {
             );
         }
         assert!(!script.contains("stream)"), "{script}");
+        assert!(
+            script.contains("for module in inet_diag tcp_diag; do"),
+            "{script}"
+        );
+    }
+
+    /// The sock_diag modules unpacked beside a kernel land in the initramfs under its
+    /// version, plain whether they came plain or xz-packed; a bare kernel file brings none.
+    #[test]
+    fn a_kernels_diag_modules_come_along_decompressed() {
+        let dir = tempfile::tempdir().unwrap();
+        let unpacked = dir.path().join("linux-image-9.9.9-test");
+        let ipv4 = unpacked.join("lib/modules/9.9.9-test/kernel/net/ipv4");
+        std::fs::create_dir_all(&ipv4).unwrap();
+        std::fs::create_dir_all(unpacked.join("boot")).unwrap();
+        let image = unpacked.join("boot/vmlinuz-9.9.9-test");
+        std::fs::write(&image, "kernel").unwrap();
+        std::fs::write(ipv4.join("inet_diag.ko"), "plain module").unwrap();
+        std::fs::write(ipv4.join("tcp_diag.ko"), "packed module").unwrap();
+        run_to_end(Process::new("xz").arg(ipv4.join("tcp_diag.ko"))).unwrap();
+        assert!(ipv4.join("tcp_diag.ko.xz").is_file());
+
+        let staging = dir.path().join("initramfs");
+        copy_diag_modules(&image, &staging).unwrap();
+        let modules = staging.join("lib/modules/9.9.9-test");
+        let read = |name: &str| std::fs::read_to_string(modules.join(name)).unwrap();
+        assert_eq!(read("inet_diag.ko"), "plain module");
+        assert_eq!(read("tcp_diag.ko"), "packed module");
+
+        let bare = dir.path().join("bzImage");
+        std::fs::write(&bare, "kernel").unwrap();
+        let elsewhere = dir.path().join("other");
+        copy_diag_modules(&bare, &elsewhere).unwrap();
+        assert!(!elsewhere.exists());
     }
 
     /// A guest that hung: its first lockup report is kept whole, past the console lines a
