@@ -226,7 +226,7 @@ func (c *Client) call(ctx context.Context, req *request, fds ...int) (*reply, er
 // ProtocolVersion is the version of the protocol this client speaks.
 const ProtocolVersion = 1
 
-// Option adjusts a request: ForUser, TerminateSurvivors, Wait.
+// Option adjusts a request: ForUser, TerminateSurvivors, Wait, and Touch's declarations.
 type Option func(*request)
 
 // with applies opts to the request.
@@ -244,6 +244,19 @@ func ForUser(uid uint32) Option { return func(r *request) { r.UID = &uid } }
 // TerminateSurvivors makes End also terminate the session's surviving processes,
 // whatever its cleanup policy.
 func TerminateSurvivors() Option { return func(r *request) { r.Terminate = true } }
+
+// TurnStart declares, with Touch, that the agent's turn starts (its user sent a prompt).
+func TurnStart() Option { return func(r *request) { r.Turn = "start" } }
+
+// TurnEnd declares, with Touch, that the agent's turn ended: it waits for its user.
+func TurnEnd() Option { return func(r *request) { r.Turn = "end" } }
+
+// ToolStart declares, with Touch, that a tool starts: the session is not stalled while it
+// runs, up to the daemon's --tool-stall-after.
+func ToolStart(name string) Option { return func(r *request) { r.Tool = name } }
+
+// ToolEnd declares, with Touch, that the tool in flight ended.
+func ToolEnd() Option { return func(r *request) { r.ToolEnd = true } }
 
 // Wait makes AcquireLock wait in line for a lock another session holds, at most timeout
 // (0: as long as it takes), instead of failing with ErrLockHeld at once.
@@ -274,7 +287,8 @@ func (c *Client) Rename(ctx context.Context, session, to string, opts ...Option)
 }
 
 // Touch records activity, postponing the inactivity timeout of an owner that cannot be
-// watched (an identity of another host).
+// watched (an identity of another host). With TurnStart, TurnEnd, ToolStart or ToolEnd it
+// also declares the agent's phase, which the daemon judges a stall by (docs/activity.md).
 func (c *Client) Touch(ctx context.Context, session string, opts ...Option) (Session, error) {
 	return c.sessionCall(ctx, &request{Op: "touch", Session: session}, opts)
 }

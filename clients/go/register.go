@@ -34,6 +34,9 @@ type request struct {
 	Wait      bool              `json:"wait,omitempty"`
 	TimeoutMs *uint64           `json:"timeout_ms,omitempty"`
 	OnEndRun  *[]ActionSpec     `json:"on_end_run,omitempty"`
+	Turn      string            `json:"turn,omitempty"`
+	Tool      string            `json:"tool,omitempty"`
+	ToolEnd   bool              `json:"tool_end,omitempty"`
 }
 
 type ownerKind int

@@ -72,6 +72,10 @@ func TestOperations(t *testing.T) {
 	if touched, err := c.Touch(ctx, "conv-1"); err != nil || touched.ID != "conv-1" {
 		t.Fatalf("touch: %+v %v", touched, err)
 	}
+	declared, err := c.Touch(ctx, "conv-1", TurnStart(), ToolStart("Bash"))
+	if err != nil || declared.Declared == nil || declared.Declared.Tool != "Bash" || declared.Declared.TurnSinceMs == nil {
+		t.Fatalf("touch with a declaration: %+v %v", declared.Declared, err)
+	}
 	whose, err := c.Whose(ctx, owner.Process.Pid)
 	if err != nil || whose.Session.ID != "conv-1" || whose.OwnerPID != uint32(owner.Process.Pid) {
 		t.Fatalf("whose: %+v %v", whose, err)

@@ -240,6 +240,10 @@ const (
 	KindAction EventKind = "session.action"
 	// Every end action of the ended session has its outcome.
 	KindFinalized EventKind = "session.finalized"
+	// The live session made no progress for its threshold, or spins (field activity).
+	KindStalled EventKind = "session.stalled"
+	// The stalled session made progress again (field activity).
+	KindUnstalled EventKind = "session.unstalled"
 	// The event's session was granted a lock.
 	KindLockAcquired EventKind = "lock.acquired"
 	// The event's session no longer holds a lock.
@@ -247,7 +251,7 @@ const (
 )
 
 // EventKinds lists every EventKind, in the daemon's order.
-var EventKinds = []EventKind{KindRegistered, KindOwnerChanged, KindRenamed, KindEnded, KindReaped, KindAction, KindFinalized, KindLockAcquired, KindLockReleased}
+var EventKinds = []EventKind{KindRegistered, KindOwnerChanged, KindRenamed, KindEnded, KindReaped, KindAction, KindFinalized, KindStalled, KindUnstalled, KindLockAcquired, KindLockReleased}
 
 // Code is the machine-readable reason of a refusal (docs/protocol.md §4). A newer daemon may send codes this client does not name; they arrive as they are.
 type Code string
@@ -417,6 +421,50 @@ const (
 
 // Limits lists every Limit, in the daemon's order.
 var Limits = []Limit{LimitConnectionsPerUID, LimitConnections, LimitFileDescriptors, LimitLineTimeout, LimitSessionsPerUID, LimitLabelBytes, LimitLabelBytesPerUID, LimitLocksPerUID, LimitActionsPerUID}
+
+// ActivityState is what a live session is doing, as judged from its tree (docs/activity.md).
+type ActivityState string
+
+// The values of ActivityState.
+const (
+	// Progress within the threshold.
+	ActivityWorking ActivityState = "working"
+	// A declared tool in flight.
+	ActivityTool ActivityState = "tool"
+	// No turn in flight: waiting for its user.
+	ActivityIdle ActivityState = "idle"
+	// A turn in flight, no progress, below the stall threshold.
+	ActivityQuiet ActivityState = "quiet"
+	// A turn in flight and no progress for the stall threshold.
+	ActivityStalled ActivityState = "stalled"
+	// Burning the CPU with no I/O and no new process.
+	ActivitySpinning ActivityState = "spinning"
+)
+
+// ActivityStates lists every ActivityState, in the daemon's order.
+var ActivityStates = []ActivityState{ActivityWorking, ActivityTool, ActivityIdle, ActivityQuiet, ActivityStalled, ActivitySpinning}
+
+// StallReason is why a session is stalled (or spinning: cpu).
+type StallReason string
+
+// The values of StallReason.
+const (
+	// Sockets open, nothing arriving.
+	StallNetwork StallReason = "network"
+	// Bytes wait unread in a socket's receive queue.
+	StallNotReading StallReason = "not_reading"
+	// Threads in uninterruptible sleep.
+	StallBlocked StallReason = "blocked"
+	// A declared tool ran past its own threshold.
+	StallTool StallReason = "tool"
+	// Nothing at all happens.
+	StallNoActivity StallReason = "no_activity"
+	// The tree burns the CPU with no I/O.
+	StallCPU StallReason = "cpu"
+)
+
+// StallReasons lists every StallReason, in the daemon's order.
+var StallReasons = []StallReason{StallNetwork, StallNotReading, StallBlocked, StallTool, StallNoActivity, StallCPU}
 
 // Identity is a process's fingerprint: equal fingerprints name the same process, and a pid whose start time (or pidfs inode) differs is another process. See docs/protocol.md §2 "Identity".
 type Identity struct {
@@ -663,6 +711,63 @@ type Reaped struct {
 	Resumed bool `json:"resumed,omitempty"`
 }
 
+// Declared is what a session's agent last declared through touch.
+type Declared struct {
+	// When the turn in flight started; none when no turn is in flight.
+	TurnSinceMs *int64 `json:"turn_since_ms,omitempty"`
+	// The tool in flight.
+	Tool        string `json:"tool,omitempty"`
+	ToolSinceMs *int64 `json:"tool_since_ms,omitempty"`
+	// The last declaration.
+	AtMs int64 `json:"at_ms"`
+}
+
+// ThreadStates is threads of a tree by state.
+type ThreadStates struct {
+	Running  uint32 `json:"running"`
+	Sleeping uint32 `json:"sleeping"`
+	Blocked  uint32 `json:"blocked"`
+	Stopped  uint32 `json:"stopped"`
+}
+
+// SocketEvidence is one TCP socket a member of the tree holds.
+type SocketEvidence struct {
+	PID  uint32 `json:"pid"`
+	Peer string `json:"peer"`
+	// Bytes received over its life.
+	BytesReceived *uint64 `json:"bytes_received,omitempty"`
+	// Milliseconds since data last arrived.
+	IdleMs *uint64 `json:"idle_ms,omitempty"`
+	// Bytes received and not yet read.
+	Unread uint64 `json:"unread"`
+}
+
+// Evidence is what the kernel showed of a session's tree at the last sample.
+type Evidence struct {
+	// Live processes of the tree.
+	Processes uint32 `json:"processes"`
+	// CPU of the tree over the last interval, in thousandths of one core.
+	CPUPermille uint32 `json:"cpu_permille"`
+	// Of which its long-lived members', which is not progress.
+	LongLivedCPUPermille uint32       `json:"long_lived_cpu_permille,omitempty"`
+	Threads              ThreadStates `json:"threads"`
+	// Where the blocked threads wait (wchan).
+	BlockedIn []string `json:"blocked_in,omitempty"`
+	// Bytes written over the last interval.
+	WrittenBytes uint64 `json:"written_bytes"`
+	// The tree's TCP sockets, the quietest first.
+	Sockets []SocketEvidence `json:"sockets,omitempty"`
+}
+
+// Activity is a live session's activity: its state, why, since when, and the evidence (docs/activity.md).
+type Activity struct {
+	State  ActivityState `json:"state"`
+	Reason StallReason   `json:"reason,omitempty"`
+	// When the state began; for quiet, stalled and spinning, the last progress.
+	SinceMs  int64    `json:"since_ms"`
+	Evidence Evidence `json:"evidence"`
+}
+
 // Session is a session as the daemon stores it (docs/protocol.md §2 "Session").
 type Session struct {
 	ID    string
@@ -707,6 +812,10 @@ type Session struct {
 	FinalizedMs int64
 	// What terminating its surviving processes did, once recorded (as its session.reaped said); none before, and for a session whose processes were left.
 	Reaped *Reaped
+	// What its agent last declared through touch (a turn, a tool); none if nothing.
+	Declared *Declared
+	// In get and list, what it is doing as last judged; otherwise the stall episode under way when recorded (docs/activity.md).
+	Activity *Activity
 }
 
 // sessionJSON is Session as the wire has it.
@@ -735,6 +844,8 @@ type sessionJSON struct {
 	Actions          []ActionState     `json:"actions,omitempty"`
 	FinalizedMs      *int64            `json:"finalized_ms,omitempty"`
 	Reaped           *Reaped           `json:"reaped,omitempty"`
+	Declared         *Declared         `json:"declared,omitempty"`
+	Activity         *Activity         `json:"activity,omitempty"`
 }
 
 // MarshalJSON writes null for what does not apply, as the daemon does.
@@ -764,6 +875,8 @@ func (s Session) MarshalJSON() ([]byte, error) {
 		Actions:          s.Actions,
 		FinalizedMs:      orNil(s.FinalizedMs),
 		Reaped:           s.Reaped,
+		Declared:         s.Declared,
+		Activity:         s.Activity,
 	})
 }
 
@@ -798,6 +911,8 @@ func (s *Session) UnmarshalJSON(data []byte) error {
 		Actions:          w.Actions,
 		FinalizedMs:      orZero(w.FinalizedMs),
 		Reaped:           w.Reaped,
+		Declared:         w.Declared,
+		Activity:         w.Activity,
 	}
 	return nil
 }
@@ -857,6 +972,8 @@ type Event struct {
 	Actions uint32 `json:"actions,omitempty"`
 	// session.action: what one end action did.
 	Action *ActionOutcome `json:"action,omitempty"`
+	// session.stalled and session.unstalled: the judgement and its evidence.
+	Activity *Activity `json:"activity,omitempty"`
 	// lock.acquired and lock.released: which lock.
 	Lock *LockChange `json:"lock,omitempty"`
 	// session.ended, from a daemon started with --trace-hops only.

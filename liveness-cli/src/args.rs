@@ -431,6 +431,23 @@ pub(crate) struct RenameArgs {
 pub(crate) struct TouchArgs {
     #[command(flatten)]
     pub(crate) session: SessionArgs,
+    /// The agent's turn starts (its user sent a prompt) or ends (it answered): a stall is
+    /// judged only while a turn is in flight (see docs/activity.md).
+    #[arg(long, value_enum)]
+    pub(crate) turn: Option<TurnArg>,
+    /// A tool starts, by its name: while it runs the session is `tool`, never stalled
+    /// before the daemon's --tool-stall-after.
+    #[arg(long, value_name = "NAME", conflicts_with = "tool_end")]
+    pub(crate) tool: Option<String>,
+    /// The tool in flight ended.
+    #[arg(long)]
+    pub(crate) tool_end: bool,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum TurnArg {
+    Start,
+    End,
 }
 
 // `end`
@@ -461,6 +478,25 @@ pub(crate) struct ListArgs {
     pub(crate) labels: LabelFilter,
     #[command(flatten)]
     pub(crate) causes: CauseFilter,
+    /// Only live sessions in this activity state (see docs/activity.md).
+    #[arg(long, value_enum)]
+    pub(crate) state: Option<StateArg>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum StateArg {
+    /// Progress within the threshold.
+    Working,
+    /// A declared tool in flight.
+    Tool,
+    /// No turn in flight: waiting for its user.
+    Idle,
+    /// A turn in flight, no progress, below the stall threshold.
+    Quiet,
+    /// A turn in flight and no progress for the stall threshold.
+    Stalled,
+    /// Burning the CPU with no I/O.
+    Spinning,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]

@@ -30,19 +30,26 @@ pub(crate) fn process_start_ms(start_ticks: u64) -> Option<i64> {
 /// "3 h ago", "5 days ago" (or "in 2 min" for a time to come).
 pub(crate) fn age(then_ms: i64, now_ms: i64) -> String {
     let delta = now_ms - then_ms;
-    let seconds = delta.unsigned_abs() / 1000;
-    let amount = match seconds {
-        0 => return "just now".to_owned(),
-        1..60 => format!("{seconds} s"),
-        60..3600 => format!("{} min", seconds / 60),
-        3600..86_400 => format!("{} h", seconds / 3600),
-        _ if seconds / 86_400 == 1 => "1 day".to_owned(),
-        _ => format!("{} days", seconds / 86_400),
-    };
+    if delta.unsigned_abs() < 1000 {
+        return "just now".to_owned();
+    }
+    let amount = span(delta.unsigned_abs());
     if delta >= 0 {
         format!("{amount} ago")
     } else {
         format!("in {amount}")
+    }
+}
+
+/// A length of time as a person says it: "40 s", "2 min", "3 h", "1 day".
+pub(crate) fn span(ms: u64) -> String {
+    let seconds = ms / 1000;
+    match seconds {
+        0..60 => format!("{seconds} s"),
+        60..3600 => format!("{} min", seconds / 60),
+        3600..86_400 => format!("{} h", seconds / 3600),
+        _ if seconds / 86_400 == 1 => "1 day".to_owned(),
+        _ => format!("{} days", seconds / 86_400),
     }
 }
 

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use liveness_common::action::ActionOutcome;
+use liveness_common::activity::{Activity, ActivityState, StallReason};
 use liveness_common::cause::{Cause, SignalName};
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{DeathReason, Identity};
@@ -91,7 +92,14 @@ fn print_session_block(session: &Session, now: i64, pids: &Numbering) {
                 outln!("            {failure}");
             }
         }
-    } else if let Some(expires) = session.pending_expires_ms {
+    } else if let Some(activity) = &session.activity {
+        let tool = session.declared.as_ref().and_then(|d| d.tool.as_deref());
+        outln!("  Activity: {}", describe_activity(activity, tool, now));
+    }
+    if let Some(expires) = session
+        .pending_expires_ms
+        .filter(|_| session.ended_ms.is_none())
+    {
         outln!(
             "   Expires: {} ({}) unless renamed",
             clock::local_time(expires),
@@ -422,6 +430,12 @@ pub(crate) fn describe_event(event: &Event, pids: &Numbering) -> String {
             describe_outcome(outcome)
         ));
     }
+    if let Some(activity) = &event.activity {
+        text.push_str(&format!(
+            ": {}",
+            describe_activity(activity, None, event.at_ms)
+        ));
+    }
     if let Some(reaped) = &event.reaped {
         text.push_str(&describe_reaped(reaped));
         if pids.differs() {
@@ -432,6 +446,57 @@ pub(crate) fn describe_event(event: &Event, pids: &Numbering) -> String {
         text.push_str(&format!("  [{}]", describe_labels(&event.labels)));
     }
     text
+}
+
+/// A session's activity in one line: "stalled 12 min: no bytes from 1.2.3.4:443 for 11
+/// min, CPU 0.0 %".
+fn describe_activity(activity: &Activity, tool: Option<&str>, now: i64) -> String {
+    let evidence = &activity.evidence;
+    let cpu = format!("CPU {:.1} %", f64::from(evidence.cpu_permille) / 10.0);
+    let lasted = clock::span(now.saturating_sub(activity.since_ms).unsigned_abs());
+    let quietest = evidence.sockets.first();
+    match (activity.state, activity.reason) {
+        (ActivityState::Working, _) => format!("working ({cpu})"),
+        (ActivityState::Idle, _) => "idle: no turn in flight, waiting for its user".into(),
+        (ActivityState::Tool, _) => match tool {
+            Some(tool) => format!("running tool {tool} for {lasted}"),
+            None => format!("running a tool for {lasted}"),
+        },
+        (ActivityState::Quiet, _) => {
+            format!("quiet for {lasted}, below the stall threshold ({cpu})")
+        }
+        (ActivityState::Spinning, _) => {
+            format!("spinning for {lasted}: {cpu} with no I/O and no new process")
+        }
+        (ActivityState::Stalled, reason) => {
+            let why = match (reason, quietest) {
+                (Some(StallReason::NotReading), _) => {
+                    let unread = evidence.sockets.iter().find(|s| s.unread > 0);
+                    unread.map_or("bytes left unread".into(), |s| {
+                        format!("{} bytes from {} left unread", s.unread, s.peer)
+                    })
+                }
+                (Some(StallReason::Blocked), _) => format!(
+                    "{} thread(s) blocked in the kernel{}",
+                    evidence.threads.blocked,
+                    if evidence.blocked_in.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", evidence.blocked_in.join(", "))
+                    }
+                ),
+                (Some(StallReason::Network), Some(socket)) => match socket.idle_ms {
+                    Some(idle) => {
+                        format!("no bytes from {} for {}", socket.peer, clock::span(idle))
+                    }
+                    None => format!("no bytes from {}", socket.peer),
+                },
+                (Some(StallReason::Tool), _) => "a tool runs with no progress".into(),
+                _ => "no activity".into(),
+            };
+            format!("stalled {lasted}: {why}, {cpu}")
+        }
+    }
 }
 
 /// What a reap did, by pid: `terminated [12 13], killed [14], failed [1: why]`.

@@ -7,13 +7,14 @@ use serde::Serialize;
 
 use liveness_client::{Owner, Registration, Whose};
 use liveness_common::action::{ActionSpec, validate_actions};
+use liveness_common::activity::{ActivityState, TurnMark};
 use liveness_common::protocol::Request;
 use liveness_common::request;
 use liveness_common::session::{OnEnd, Phase, Session, Until};
 
 use crate::args::{
     EndActionArgs, EndArgs, GetArgs, ListArgs, OwnerArg, PhaseArg, RegisterArgs, RenameArgs,
-    SessionArgs, TouchArgs, WhoseArgs,
+    SessionArgs, StateArg, TouchArgs, TurnArg, WhoseArgs,
 };
 use crate::clock;
 use crate::context::Context;
@@ -118,7 +119,16 @@ impl TouchArgs {
         let SessionArgs { session, uid } = &self.session;
         let mut client = context.connect()?;
         let pids = Numbering::of(&client);
-        let session = client.touch(session, *uid)?;
+        let session = client.declare(&request::Touch {
+            session: session.clone(),
+            uid: *uid,
+            turn: self.turn.map(|turn| match turn {
+                TurnArg::Start => TurnMark::Start,
+                TurnArg::End => TurnMark::End,
+            }),
+            tool: self.tool.clone(),
+            tool_end: self.tool_end,
+        })?;
         print_session(&session, context.json, &pids);
         Ok(Exit::Ok.into())
     }
@@ -163,14 +173,29 @@ impl ListArgs {
         let mut client = context.connect()?;
         let pids = Numbering::of(&client);
         let mut sessions = client.list(phase)?;
+        let state = self.state.map(|state| match state {
+            StateArg::Working => ActivityState::Working,
+            StateArg::Tool => ActivityState::Tool,
+            StateArg::Idle => ActivityState::Idle,
+            StateArg::Quiet => ActivityState::Quiet,
+            StateArg::Stalled => ActivityState::Stalled,
+            StateArg::Spinning => ActivityState::Spinning,
+        });
         sessions.retain(|session| {
-            self.labels.matches(&session.labels) && self.causes.matches(session.cause.as_ref())
+            self.labels.matches(&session.labels)
+                && self.causes.matches(session.cause.as_ref())
+                && state.is_none_or(|state| {
+                    session.phase == Phase::Active
+                        && session.activity.as_ref().is_some_and(|a| a.state == state)
+                })
         });
         if context.json {
             output::json(&sessions);
         } else {
-            let filtered =
-                phase.is_some() || !self.labels.labels.is_empty() || self.causes.is_set();
+            let filtered = phase.is_some()
+                || !self.labels.labels.is_empty()
+                || self.causes.is_set()
+                || state.is_some();
             print_session_table(&sessions, filtered, &pids);
         }
         Ok(Exit::Ok.into())

@@ -302,7 +302,27 @@ impl Client {
         self.session_call(&Request::Touch(request::Touch {
             session: session.into(),
             uid,
+            ..request::Touch::default()
         }))
+    }
+
+    /// Records activity and declares the agent's phase, as its hooks see it: a turn's
+    /// start or end, a tool's start (`tool`) or end (`tool_end`). The daemon judges a
+    /// stall by it (see docs/activity.md).
+    ///
+    /// ```no_run
+    /// # use liveness_client::Client;
+    /// use liveness_common::activity::TurnMark;
+    /// use liveness_common::request::Touch;
+    /// Client::connect_default()?.declare(&Touch {
+    ///     session: "agent-7".into(),
+    ///     turn: Some(TurnMark::Start),
+    ///     ..Touch::default()
+    /// })?;
+    /// # Ok::<(), liveness_client::ClientError>(())
+    /// ```
+    pub fn declare(&mut self, touch: &request::Touch) -> Result<Session, ClientError> {
+        self.session_call(&Request::Touch(touch.clone()))
     }
 
     /// Ends a session now (reason `stopped`).

@@ -149,8 +149,14 @@ impl AsyncClient {
         self.session_call(&Request::Touch(request::Touch {
             session: session.into(),
             uid,
+            ..request::Touch::default()
         }))
         .await
+    }
+
+    /// [`Client::declare`](crate::Client::declare).
+    pub async fn declare(&mut self, touch: &request::Touch) -> Result<Session, ClientError> {
+        self.session_call(&Request::Touch(touch.clone())).await
     }
 
     /// [`Client::actions_done`](crate::Client::actions_done).

@@ -2,6 +2,7 @@
 //! `docs/protocol.md`; it depends on serde and nothing of the daemon.
 //!
 //! - [`action`]: end actions, the facts they are given and their outcomes.
+//! - [`activity`]: what a live session is doing: its declared phase, its judged state.
 //! - [`identity`]: process fingerprints ([`identity::Identity`]).
 //! - [`duration`]: durations on command lines (`500ms`, `30s`, `2m`).
 //! - [`exit`]: how a process ended ([`exit::ExitStatus`]) and what noticed it.
@@ -14,6 +15,7 @@
 //! - [`status`]: what the daemon reports about itself.
 
 pub mod action;
+pub mod activity;
 pub mod cause;
 pub mod duration;
 pub mod end;

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::action::ActionSpec;
+use crate::activity::TurnMark;
 use crate::identity::Identity;
 use crate::session::{OnEnd, Phase, Until};
 
@@ -104,13 +105,23 @@ pub struct Rename {
     pub uid: Option<u32>,
 }
 
-/// Record activity: postpones the inactivity timeout of owners that cannot be watched.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Record activity: postpones the inactivity timeout of owners that cannot be watched,
+/// and declares the agent's phase (from its hooks): a turn's start or end, a tool's start
+/// or end.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Touch {
     pub session: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<TurnMark>,
+    /// A tool starts: its name (at most [`crate::activity::MAX_TOOL_NAME`] bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// The tool in flight ended.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tool_end: bool,
 }
 
 /// End a session explicitly (reason `stopped`).

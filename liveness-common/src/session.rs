@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::action::{ActionOutcome, ActionRun, ActionSpec, EndFacts};
+use crate::activity::{Activity, Declared};
 use crate::cause::{Cause, Usage};
 pub use crate::end::{EndReason, MAX_SURVIVORS_LISTED, Survivors};
 use crate::exit::{DetectedBy, ExitStatus};
@@ -71,6 +72,14 @@ pub struct Session {
     /// `session.reaped`); absent while none was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reaped: Option<Reaped>,
+    /// What its agent last declared through `touch` (a turn, a tool); absent if nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub declared: Option<Declared>,
+    /// What it is doing, as judged from its tree: in `get` and `list` the last sample's
+    /// judgement; as stored, the stall episode under way (`session.stalled` not yet
+    /// followed by `session.unstalled`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activity: Option<Activity>,
 }
 
 impl Session {
@@ -209,6 +218,12 @@ pub enum EventKind {
     /// Every end action of the ended session has its outcome.
     #[serde(rename = "session.finalized")]
     Finalized,
+    /// The live session made no progress for its threshold, or spins (field `activity`).
+    #[serde(rename = "session.stalled")]
+    Stalled,
+    /// The stalled session made progress again (field `activity`).
+    #[serde(rename = "session.unstalled")]
+    Unstalled,
     /// The event's session was granted a lock.
     #[serde(rename = "lock.acquired")]
     LockAcquired,
@@ -269,6 +284,9 @@ pub struct Event {
     /// `session.action`: what one end action did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action: Option<ActionOutcome>,
+    /// `session.stalled` and `session.unstalled`: the judgement and its evidence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activity: Option<Activity>,
     /// `lock.acquired` and `lock.released`: which lock, its token, why it was released.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock: Option<LockChange>,
@@ -336,6 +354,8 @@ mod tests {
             actions: Vec::new(),
             finalized_ms: None,
             reaped: None,
+            declared: None,
+            activity: None,
         };
         let run = ActionRun {
             index: 2,

@@ -9,6 +9,7 @@
 //! `liveness_common`'s, the process facts they read `liveness_proc`'s.
 
 mod action;
+mod activity;
 mod daemon;
 mod deadline;
 mod engine;

@@ -182,12 +182,7 @@ fn request_path(head: &[u8]) -> Option<&str> {
 
 /// The daemon's status, asked as root would ask it.
 async fn ask_status(engine: &Handle) -> Option<Status> {
-    let root = Caller {
-        uid: 0,
-        gid: 0,
-        pid: 0,
-    };
-    engine.ask(root, request::Status {}).await.ok()
+    engine.ask(Caller::DAEMON, request::Status {}).await.ok()
 }
 
 /// The exposition of one scrape.

@@ -304,7 +304,7 @@ impl ProcRoot {
         &self.root
     }
 
-    fn read(&self, rel: &str) -> Result<Vec<u8>, IdentityError> {
+    pub(crate) fn read(&self, rel: &str) -> Result<Vec<u8>, IdentityError> {
         let path = self.root.join(rel);
         std::fs::read(&path).map_err(|source| IdentityError::Read { path, source })
     }

@@ -1,6 +1,7 @@
 //! Facts about processes, read from `/proc`, pidfds and the kernel itself, shared by the
 //! daemon and the `liveness` CLI (which must not link the daemon's SQLite or aya).
 //!
+//! - [`activity`]: what a live process is doing: I/O counters, thread states.
 //! - [`identity`]: capturing and checking fingerprints, resolving a hook's owner.
 //! - [`pidfd`]: the bare pidfd calls (open, exited, pidfs inode).
 //! - [`pidref`]: [`pidref::PidRef`], one verified handle on one process, through which
@@ -13,6 +14,7 @@
 //!   idle times, from `NETLINK_SOCK_DIAG` in the process's network namespace.
 //! - `fake` (feature `fake`): a crafted `/proc` for tests.
 
+pub mod activity;
 pub mod diagnose;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;

@@ -57,6 +57,8 @@ def test_operations(daemon: Daemon, children: Children) -> None:
         renamed = client.rename(pending.id, "conv-1")
         assert (renamed.id, renamed.pending, renamed.pending_expires_ms) == ("conv-1", False, None)
         assert client.touch("conv-1").id == "conv-1"
+        declared = client.touch("conv-1", turn="start", tool="Bash").declared
+        assert declared is not None and declared.tool == "Bash" and declared.turn_since_ms
         whose = client.whose(owner.pid)
         assert (whose.session.id, whose.owner_pid) == ("conv-1", owner.pid)
         processes = client.processes("conv-1")

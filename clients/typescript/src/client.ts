@@ -45,6 +45,14 @@ export function defaultSocket(): string {
 /** Who owns a session being registered: `"auto"`, a pid, or an identity captured earlier. */
 export type Owner = "auto" | { pid: number } | Identity;
 
+/** What `touch` declares of the agent's phase, as its hooks see it (docs/activity.md): a
+ * turn's start or end, a tool's start (`tool`) or end (`toolEnd`). */
+export interface Declaration {
+  turn?: "start" | "end";
+  tool?: string;
+  toolEnd?: boolean;
+}
+
 /** A `register` request: which session, owned by whom. */
 export interface Registration {
   /** The session id; with `pending` it may be left out and the daemon makes one up. */
@@ -196,8 +204,15 @@ export class Client {
   }
 
   /** Records activity: postpones the inactivity timeout of an owner of another host. */
-  touch(session: string, options: ForUser = {}): Promise<Session> {
-    return this.session({ op: "touch", session, uid: options.uid });
+  touch(session: string, options: ForUser & Declaration = {}): Promise<Session> {
+    return this.session({
+      op: "touch",
+      session,
+      uid: options.uid,
+      turn: options.turn,
+      tool: options.tool,
+      tool_end: options.toolEnd || undefined,
+    });
   }
 
   /** Ends a session now (reason `stopped`); `terminate` also terminates its surviving

@@ -64,7 +64,7 @@ export type OomScope = (typeof OOM_SCOPES)[number] | (string & {});
 export const oomScope = str as Codec<OomScope>;
 
 /** Every EventKind, in the daemon's order. */
-export const EVENT_KINDS = ["session.registered", "session.owner_changed", "session.renamed", "session.ended", "session.reaped", "session.action", "session.finalized", "lock.acquired", "lock.released"] as const;
+export const EVENT_KINDS = ["session.registered", "session.owner_changed", "session.renamed", "session.ended", "session.reaped", "session.action", "session.finalized", "session.stalled", "session.unstalled", "lock.acquired", "lock.released"] as const;
 /** The kind of an event. A newer daemon may send others: ignore kinds you do not know. */
 export type EventKind = (typeof EVENT_KINDS)[number] | (string & {});
 export const eventKind = str as Codec<EventKind>;
@@ -78,6 +78,10 @@ export const SESSION_REAPED = "session.reaped";
 export const SESSION_ACTION = "session.action";
 /** Every end action of the ended session has its outcome. */
 export const SESSION_FINALIZED = "session.finalized";
+/** The live session made no progress for its threshold, or spins (field activity). */
+export const SESSION_STALLED = "session.stalled";
+/** The stalled session made progress again (field activity). */
+export const SESSION_UNSTALLED = "session.unstalled";
 /** The event's session was granted a lock. */
 export const LOCK_ACQUIRED = "lock.acquired";
 /** The event's session no longer holds a lock. */
@@ -130,6 +134,18 @@ export const LIMITS = ["connections_per_uid", "connections", "file_descriptors",
 /** Which limit refused something (status: limits.*.refused). */
 export type Limit = (typeof LIMITS)[number] | (string & {});
 export const limit = str as Codec<Limit>;
+
+/** Every ActivityState, in the daemon's order. */
+export const ACTIVITY_STATES = ["working", "tool", "idle", "quiet", "stalled", "spinning"] as const;
+/** What a live session is doing, as judged from its tree (docs/activity.md). */
+export type ActivityState = (typeof ACTIVITY_STATES)[number] | (string & {});
+export const activityState = str as Codec<ActivityState>;
+
+/** Every StallReason, in the daemon's order. */
+export const STALL_REASONS = ["network", "not_reading", "blocked", "tool", "no_activity", "cpu"] as const;
+/** Why a session is stalled (or spinning: cpu). */
+export type StallReason = (typeof STALL_REASONS)[number] | (string & {});
+export const stallReason = str as Codec<StallReason>;
 
 /** A process's fingerprint: equal fingerprints name the same process, and a pid whose start time (or pidfs inode) differs is another process. See docs/protocol.md §2 "Identity". */
 export interface Identity {
@@ -291,6 +307,68 @@ export interface Reaped {
 }
 export const reaped: Codec<Reaped> = object<Reaped>({ terminated: required(arrayOf(int)), killed: required(arrayOf(int)), exited: required(arrayOf(int)), failed: required(arrayOf(reapFailure)), resumed: defaulted(bool, false, true) });
 
+/** What a session's agent last declared through touch. */
+export interface Declared {
+  /** When the turn in flight started; none when no turn is in flight. */
+  turn_since_ms?: number;
+  /** The tool in flight. */
+  tool?: string;
+  tool_since_ms?: number;
+  /** The last declaration. */
+  at_ms: number;
+}
+export const declared: Codec<Declared> = object<Declared>({ turn_since_ms: optional(int), tool: optional(str), tool_since_ms: optional(int), at_ms: required(int) });
+
+/** Threads of a tree by state. */
+export interface ThreadStates {
+  running: number;
+  sleeping: number;
+  blocked: number;
+  stopped: number;
+}
+export const threadStates: Codec<ThreadStates> = object<ThreadStates>({ running: required(int), sleeping: required(int), blocked: required(int), stopped: required(int) });
+
+/** One TCP socket a member of the tree holds. */
+export interface SocketEvidence {
+  pid: number;
+  peer: string;
+  /** Bytes received over its life. */
+  bytes_received?: number;
+  /** Milliseconds since data last arrived. */
+  idle_ms?: number;
+  /** Bytes received and not yet read. */
+  unread: number;
+}
+export const socketEvidence: Codec<SocketEvidence> = object<SocketEvidence>({ pid: required(int), peer: required(str), bytes_received: optional(int), idle_ms: optional(int), unread: required(int) });
+
+/** What the kernel showed of a session's tree at the last sample. */
+export interface Evidence {
+  /** Live processes of the tree. */
+  processes: number;
+  /** CPU of the tree over the last interval, in thousandths of one core. */
+  cpu_permille: number;
+  /** Of which its long-lived members', which is not progress. */
+  long_lived_cpu_permille: number;
+  threads: ThreadStates;
+  /** Where the blocked threads wait (wchan). */
+  blocked_in: string[];
+  /** Bytes written over the last interval. */
+  written_bytes: number;
+  /** The tree's TCP sockets, the quietest first. */
+  sockets: SocketEvidence[];
+}
+export const evidence: Codec<Evidence> = object<Evidence>({ processes: required(int), cpu_permille: required(int), long_lived_cpu_permille: defaulted(int, 0, true), threads: required(threadStates), blocked_in: defaulted(arrayOf(str), [], true), written_bytes: required(int), sockets: defaulted(arrayOf(socketEvidence), [], true) });
+
+/** A live session's activity: its state, why, since when, and the evidence (docs/activity.md). */
+export interface Activity {
+  state: ActivityState;
+  reason?: StallReason;
+  /** When the state began; for quiet, stalled and spinning, the last progress. */
+  since_ms: number;
+  evidence: Evidence;
+}
+export const activity: Codec<Activity> = object<Activity>({ state: required(activityState), reason: optional(stallReason), since_ms: required(int), evidence: required(evidence) });
+
 /** A session as the daemon stores it (docs/protocol.md §2 "Session"). */
 export interface Session {
   id: string;
@@ -335,8 +413,12 @@ export interface Session {
   finalized_ms?: number;
   /** What terminating its surviving processes did, once recorded (as its session.reaped said); none before, and for a session whose processes were left. */
   reaped?: Reaped;
+  /** What its agent last declared through touch (a turn, a tool); none if nothing. */
+  declared?: Declared;
+  /** In get and list, what it is doing as last judged; otherwise the stall episode under way when recorded (docs/activity.md). */
+  activity?: Activity;
 }
-export const session: Codec<Session> = object<Session>({ id: required(str), owner: required(identity), phase: required(phase), pending: required(bool), reason: nullable(endReason), exit: nullable(exitStatus), cause: optional(cause), usage: optional(usage), detected_by: nullable(detectedBy), creator_uid: required(int), labels: required(recordOf(str)), created_ms: required(int), updated_ms: required(int), touched_ms: required(int), ended_ms: nullable(int), pending_expires_ms: nullable(int), survivors: optional(survivors), on_end: defaulted(onEnd, "leave"), until: defaulted(until, "owner", true), grace_ms: defaulted(int, 10000), on_end_run: defaulted(arrayOf(actionSpec), [], true), actions: defaulted(arrayOf(actionState), [], true), finalized_ms: optional(int), reaped: optional(reaped) });
+export const session: Codec<Session> = object<Session>({ id: required(str), owner: required(identity), phase: required(phase), pending: required(bool), reason: nullable(endReason), exit: nullable(exitStatus), cause: optional(cause), usage: optional(usage), detected_by: nullable(detectedBy), creator_uid: required(int), labels: required(recordOf(str)), created_ms: required(int), updated_ms: required(int), touched_ms: required(int), ended_ms: nullable(int), pending_expires_ms: nullable(int), survivors: optional(survivors), on_end: defaulted(onEnd, "leave"), until: defaulted(until, "owner", true), grace_ms: defaulted(int, 10000), on_end_run: defaulted(arrayOf(actionSpec), [], true), actions: defaulted(arrayOf(actionState), [], true), finalized_ms: optional(int), reaped: optional(reaped), declared: optional(declared), activity: optional(activity) });
 
 /** The lock a lock.acquired or lock.released event is about. */
 export interface LockChange {
@@ -395,12 +477,14 @@ export interface LivenessEvent {
   actions: number;
   /** session.action: what one end action did. */
   action?: ActionOutcome;
+  /** session.stalled and session.unstalled: the judgement and its evidence. */
+  activity?: Activity;
   /** lock.acquired and lock.released: which lock. */
   lock?: LockChange;
   /** session.ended, from a daemon started with --trace-hops only. */
   hops?: Hops;
 }
-export const event: Codec<LivenessEvent> = object<LivenessEvent>({ seq: required(int), kind: required(eventKind), at_ms: required(int), session: required(str), owner: required(identity), previous_owner: optional(identity), previous_session: optional(str), reason: optional(endReason), exit: optional(exitStatus), cause: optional(cause), usage: optional(usage), detected_by: optional(detectedBy), observed_ms: optional(int), died_ms: optional(int), labels: defaulted(recordOf(str), {}), creator_uid: required(int), survivors: optional(survivors), on_end: defaulted(onEnd, "leave", true), reaped: optional(reaped), actions: defaulted(int, 0, true), action: optional(actionOutcome), lock: optional(lockChange), hops: optional(hops) });
+export const event: Codec<LivenessEvent> = object<LivenessEvent>({ seq: required(int), kind: required(eventKind), at_ms: required(int), session: required(str), owner: required(identity), previous_owner: optional(identity), previous_session: optional(str), reason: optional(endReason), exit: optional(exitStatus), cause: optional(cause), usage: optional(usage), detected_by: optional(detectedBy), observed_ms: optional(int), died_ms: optional(int), labels: defaulted(recordOf(str), {}), creator_uid: required(int), survivors: optional(survivors), on_end: defaulted(onEnd, "leave", true), reaped: optional(reaped), actions: defaulted(int, 0, true), action: optional(actionOutcome), activity: optional(activity), lock: optional(lockChange), hops: optional(hops) });
 
 /** A held lock with its fencing token (docs/protocol.md §12). */
 export interface Lock {

@@ -2,7 +2,7 @@
 // xtask gen-clients); this file adds what TypeScript makes of them, and the stream lines,
 // replies and requests as this client reads and writes them.
 
-import { type Codec, arrayOf, bool, int, json, object, optional, recordOf, required, str, defaulted } from "./codec.js";
+import { type Codec, arrayOf, bool, int, json, object, oneOf, optional, recordOf, required, str, defaulted } from "./codec.js";
 import {
   type ActionOutcome,
   type ActionSpec,
@@ -164,6 +164,9 @@ export interface Request {
   wait?: boolean;
   timeout_ms?: number;
   on_end_run?: ActionSpec[];
+  turn?: "start" | "end";
+  tool?: string;
+  tool_end?: boolean;
 }
 
 export const request = object<Request>(
@@ -192,6 +195,9 @@ export const request = object<Request>(
     wait: optional(bool),
     timeout_ms: optional(int),
     on_end_run: optional(arrayOf(actionSpec)),
+    turn: optional(oneOf("start", "end")),
+    tool: optional(str),
+    tool_end: optional(bool),
   },
   true,
 );

@@ -83,6 +83,9 @@ test("operations", async (t) => {
   const renamed = await client.rename(pending.id, "conv-1");
   assert.deepEqual([renamed.id, renamed.pending, renamed.pending_expires_ms], ["conv-1", false, null]);
   assert.equal((await client.touch("conv-1")).id, "conv-1");
+  const declared = (await client.touch("conv-1", { turn: "start", tool: "Bash" })).declared;
+  assert.equal(declared?.tool, "Bash");
+  assert.ok(declared?.turn_since_ms);
   const whose = await client.whose(owner.pid);
   assert.deepEqual([whose.session.id, whose.owner_pid], ["conv-1", owner.pid]);
   const processes = await client.processes("conv-1");

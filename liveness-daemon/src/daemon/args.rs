@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
+use crate::activity::ActivityConfig;
 use crate::source::ebpf::EbpfConfig;
 use crate::source::monitor::Selection;
 use liveness_common::status::LimitsConfig;
@@ -87,6 +88,21 @@ pub struct Args {
     /// that they stop, then exit (refused while a daemon runs on the state directory).
     #[arg(long, requires = "ebpf_pin_dir")]
     pub(super) unpin: bool,
+    /// How often each live session's tree is sampled for its activity (a session waiting
+    /// for its user: four times less often). See docs/activity.md.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    pub(super) activity_interval: Duration,
+    /// A session with a turn in flight and no progress for this long is `stalled`
+    /// (`session.stalled`).
+    #[arg(long, default_value = "10m", value_parser = parse_duration, value_name = "DURATION")]
+    pub(super) stall_after: Duration,
+    /// A tree that burns at least 80 % of a core with no I/O and no new process for this
+    /// long is `spinning` (`session.stalled`).
+    #[arg(long, default_value = "15m", value_parser = parse_duration, value_name = "DURATION")]
+    pub(super) spin_after: Duration,
+    /// A declared tool in flight is never a stall before this long.
+    #[arg(long, default_value = "1h", value_parser = parse_duration, value_name = "DURATION")]
+    pub(super) tool_stall_after: Duration,
     /// A process name that `owner: "auto"` skips as a wrapper (repeatable).
     #[arg(long = "wrapper", value_name = "COMM")]
     pub(super) wrappers: Vec<String>,
@@ -146,6 +162,15 @@ pub struct Args {
 }
 
 impl Args {
+    pub(super) fn activity(&self) -> ActivityConfig {
+        ActivityConfig {
+            interval: self.activity_interval,
+            stall_after: self.stall_after,
+            spin_after: self.spin_after,
+            tool_stall_after: self.tool_stall_after,
+        }
+    }
+
     pub(super) fn limits(&self) -> LimitsConfig {
         LimitsConfig {
             connections_per_uid: self.max_connections_per_uid,

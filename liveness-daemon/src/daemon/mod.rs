@@ -457,10 +457,20 @@ impl Tasks {
         tracing::info!(socket = %socket.display(), state_dir = %state_dir.display(), sources = %sources.join(","), "livenessd listening");
         crate::systemd::notify_ready(&format!("listening; sources {}", sources.join(",")));
 
+        let activities = crate::activity::Activities::default();
+        tokio::spawn(crate::activity::run(
+            args.activity(),
+            engine.clone(),
+            proc.clone(),
+            members.clone(),
+            activities.clone(),
+            stopped.clone(),
+        ));
         let readers = crate::server::Readers {
             database,
             proc,
             members,
+            activities,
         };
         let metrics = metrics.map(|listener| {
             let serve =

@@ -15,6 +15,14 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// The daemon's own tasks (the metrics listener, the activity sampler), which ask as
+    /// root would.
+    pub const DAEMON: Caller = Caller {
+        uid: 0,
+        gid: 0,
+        pid: 0,
+    };
+
     pub(super) fn is_root(&self) -> bool {
         self.uid == 0
     }

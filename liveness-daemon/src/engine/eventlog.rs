@@ -109,6 +109,18 @@ fn log(event: &Event, fresh_owners: &mut FreshOwners) {
             seq = event.seq,
             "session finalized: each end action has its outcome"
         ),
+        EventKind::Stalled | EventKind::Unstalled => {
+            let activity = event.activity.as_ref();
+            tracing::info!(
+                session = %event.session,
+                uid = event.creator_uid,
+                state = %wire_name(activity.map(|a| a.state)),
+                reason = %wire_name(activity.and_then(|a| a.reason)),
+                seq = event.seq,
+                "{}",
+                if event.kind == EventKind::Stalled { "session stalled" } else { "session unstalled" }
+            );
+        }
         // The runner logs what an action did when it finishes.
         EventKind::Action
         | EventKind::OwnerChanged

@@ -74,6 +74,11 @@ impl Journaled {
             .map(|(session, _)| session)
     }
 
+    /// The ACTIVE sessions.
+    pub(super) fn active_sessions(&self) -> impl Iterator<Item = &Session> {
+        self.active.sessions()
+    }
+
     /// Follows a commit made by SQLite: its events, and the rows they name.
     pub(super) fn committed(&mut self, events: &[Event], store: &Store) {
         // SQLite numbers an event after its newest: with a published batch missing there,

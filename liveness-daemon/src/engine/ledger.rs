@@ -102,6 +102,11 @@ impl Ledger {
         self.journaled.sessions_of_owner(owner)
     }
 
+    /// The ACTIVE sessions, from memory.
+    pub(super) fn active_sessions(&self) -> impl Iterator<Item = &Session> {
+        self.journaled.active_sessions()
+    }
+
     /// Follows a change to an ACTIVE session that has no event.
     pub(super) fn refresh(&mut self, uid: u32, id: &str) {
         self.journaled.refresh(uid, id, &self.store);

@@ -52,8 +52,8 @@ pub use end_metrics::EndMetrics;
 pub use fanout::Subscription;
 pub use locks::{Acquire, Queued};
 pub use op::{
-    Ask, Command, End, Found, Handle, Op, Register, Registered, Subscribe, Synced, Tree, Waiting,
-    Whose, ancestry, stopping,
+    Ask, Command, End, Found, Handle, Judged, Op, Register, Registered, Sampling, Subscribe,
+    Synced, Target, Tree, Waiting, Whose, ancestry, stopping,
 };
 pub use outbox::{Ended, Flushed, Outbox};
 pub use tree::TreeView;

@@ -397,7 +397,9 @@ impl SessionUsage {
             | EventKind::Renamed
             | EventKind::Reaped
             | EventKind::Action
-            | EventKind::Finalized => {}
+            | EventKind::Finalized
+            | EventKind::Stalled
+            | EventKind::Unstalled => {}
         }
     }
 

@@ -131,7 +131,13 @@ impl Connection {
                 }
                 Request::Rename(request) => ask(engine, caller, request).await,
                 Request::Touch(request) => ask(engine, caller, request).await,
-                Request::Get(request) => ask(engine, caller, request).await,
+                Request::Get(request) => {
+                    let mut answer = engine.ask(caller, request).await;
+                    if let Ok(session) = &mut answer {
+                        readers.activities.fill(session);
+                    }
+                    answer.into()
+                }
                 Request::Status(request) => ask(engine, caller, request).await,
                 Request::LockRelease(request) => ask(engine, caller, request).await,
                 Request::ActionsDone(request) => ask(engine, caller, request).await,

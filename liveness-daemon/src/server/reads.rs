@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::reply::{IntoReply, Processes};
+use crate::activity::Activities;
 use crate::engine::{self, Caller, Handle, Link, TreeView, ancestry};
 use crate::fair::offload::offload_for;
 use crate::source::tree_map::TreeMap;
@@ -27,6 +28,8 @@ pub struct Readers {
     pub database: PathBuf,
     pub proc: ProcRoot,
     pub members: Option<Arc<TreeMap>>,
+    /// Each ACTIVE session's last judged activity.
+    pub activities: Activities,
 }
 
 /// A page's size, checked.
@@ -139,9 +142,13 @@ impl Readers {
             Err(error) => return Reply::from(error).into(),
         };
         let database = self.database.clone();
+        let activities = self.activities.clone();
         offload_reply(caller, id, "sessions", move || {
             let page = EventReader::open(&database).and_then(|reader| reader.list(&query));
             let mut page = read("sessions", page)?;
+            for session in &mut page.sessions {
+                activities.fill(session);
+            }
             if !waiting.is_empty() {
                 for session in &mut page.sessions {
                     if let Some(ending) = waiting

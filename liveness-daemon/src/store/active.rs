@@ -155,6 +155,15 @@ impl Active {
                         self.locks.remove(&key);
                     }
                 }
+                // The episode under way is the session's: the stall's judgement, then none.
+                EventKind::Stalled | EventKind::Unstalled => {
+                    if let Some(session) = self.sessions.get_mut(&key) {
+                        session.activity = event
+                            .activity
+                            .clone()
+                            .filter(|_| event.kind == EventKind::Stalled);
+                    }
+                }
                 EventKind::Reaped | EventKind::Action | EventKind::Finalized => {}
             }
         }
@@ -176,6 +185,11 @@ impl Active {
     pub fn forget(&mut self, key: &(u32, String)) {
         self.unindex(key);
         self.locks.remove(key);
+    }
+
+    /// Every ACTIVE session, in no order.
+    pub fn sessions(&self) -> impl Iterator<Item = &Session> {
+        self.sessions.values().map(Box::as_ref)
     }
 
     /// The ACTIVE sessions whose owner is `owner` (same pid, start time and boot, as the

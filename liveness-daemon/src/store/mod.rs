@@ -26,7 +26,7 @@ pub const MAX_ID_LEN: usize = 256;
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Number of columns in [`session_columns!`].
-const SESSION_COLUMNS: usize = 28;
+const SESSION_COLUMNS: usize = 30;
 
 /// Columns of a session row, in the order [`session_from_row`] reads them.
 macro_rules! session_columns {
@@ -34,7 +34,7 @@ macro_rules! session_columns {
         "id, owner_pid, owner_start_ticks, owner_boot_id, owner_host, owner_comm, phase, \
          pending, reason, exit, detected_by, creator_uid, labels, created_ms, updated_ms, \
          touched_ms, ended_ms, pending_expires_ms, owner_pidfs_ino, survivors, on_end, grace_ms, \
-         cause, usage, on_end_run, finalized_ms, until, reaped"
+         cause, usage, on_end_run, finalized_ms, until, reaped, declared, activity"
     };
 }
 

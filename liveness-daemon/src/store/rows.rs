@@ -1,6 +1,7 @@
 //! Row mapping and the statements the writer and the readers share.
 
 use super::{Ending, MAX_ID_LEN, StoreError};
+use liveness_common::activity::Declared;
 use liveness_common::identity::Identity;
 use liveness_common::session::{Event, EventKind, Session};
 use rusqlite::{Connection, Row, params};
@@ -29,6 +30,7 @@ pub(super) fn event_about(kind: EventKind, session: &Session, at_ms: i64) -> Eve
         survivors: None,
         on_end: session.on_end,
         reaped: None,
+        activity: None,
         lock: None,
         hops: None,
         actions: u32::try_from(session.on_end_run.len()).unwrap_or(u32::MAX),
@@ -160,6 +162,8 @@ pub(super) fn session_from_row(row: &Row<'_>) -> Result<Session, StoreError> {
         finalized_ms: row.get(25)?,
         until: from_name(row.get(26)?)?,
         reaped: lenient_json_column(row, 27),
+        declared: lenient_json_column(row, 28),
+        activity: lenient_json_column(row, 29),
     })
 }
 
@@ -208,7 +212,7 @@ pub(super) fn insert_session(conn: &Connection, s: &Session) -> Result<(), Store
         "INSERT INTO sessions (",
         session_columns!(),
         ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-         ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)"
+         ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30)"
     ))?
     .execute(params![
         s.id,
@@ -239,6 +243,8 @@ pub(super) fn insert_session(conn: &Connection, s: &Session) -> Result<(), Store
         s.finalized_ms,
         name(&s.until)?,
         json_value(s.reaped.as_ref())?,
+        json_value(s.declared.as_ref())?,
+        json_value(s.activity.as_ref())?,
     ])?;
     Ok(())
 }
@@ -252,19 +258,20 @@ pub(super) fn specs_column(
         .transpose()?)
 }
 
-/// True when user `uid`'s active session `id` was touched.
+/// True when user `uid`'s active session `id` was touched (and `declared` kept, if given).
 pub(super) fn touch_active(
     conn: &Connection,
     uid: u32,
     id: &str,
     now_ms: i64,
+    declared: Option<&Declared>,
 ) -> Result<bool, StoreError> {
     let changed = conn
         .prepare_cached(
-            "UPDATE sessions SET touched_ms = ?2 \
+            "UPDATE sessions SET touched_ms = ?2, declared = coalesce(?4, declared) \
              WHERE creator_uid = ?3 AND id = ?1 AND phase = 'active'",
         )?
-        .execute(params![id, now_ms, uid])?;
+        .execute(params![id, now_ms, uid, json_value(declared)?])?;
     Ok(changed > 0)
 }
 

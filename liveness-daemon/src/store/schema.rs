@@ -240,6 +240,13 @@ CREATE TABLE runs (run TEXT PRIMARY KEY NOT NULL, started_after INTEGER NOT NULL
 -- shows it. NULL until then, and for sessions whose reap was recorded before.
 ALTER TABLE sessions ADD COLUMN reaped TEXT;
 "#,
+    r#"
+-- What the session's agent last declared through `touch` (JSON: the turn and the tool in
+-- flight), and the stall episode under way (JSON: the judgement of its session.stalled),
+-- cleared by its session.unstalled. NULL when none.
+ALTER TABLE sessions ADD COLUMN declared TEXT;
+ALTER TABLE sessions ADD COLUMN activity TEXT;
+"#,
 ];
 
 /// The schema version this code writes and understands.

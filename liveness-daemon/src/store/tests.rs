@@ -417,7 +417,7 @@ fn only_idle_owners_of_other_boots_time_out() {
     store
         .register(req("alpha-busy", on("alpha", 4)), NOW)
         .unwrap();
-    store.touch(UID, "alpha-busy", NOW + 100).unwrap();
+    store.touch(UID, "alpha-busy", NOW + 100, None).unwrap();
     store
         .register(req("zulu-ended", on("zulu", 5)), NOW)
         .unwrap();
@@ -442,7 +442,7 @@ fn ended_id_cannot_be_registered_again_until_pruned() {
         Err(StoreError::AlreadyEnded(id)) if id == "s"
     ));
     assert!(matches!(
-        store.touch(UID, "s", NOW),
+        store.touch(UID, "s", NOW, None),
         Err(StoreError::AlreadyEnded(_))
     ));
     assert_eq!(store.head_seq().unwrap(), 2);
@@ -469,9 +469,9 @@ fn touch_list_and_idle() {
         .unwrap();
     store.register(req("c", owner(12)), NOW + 2).unwrap();
     end_by_owner(&mut store, &owner(12));
-    store.touch(UID, "a", NOW + 100).unwrap();
+    store.touch(UID, "a", NOW + 100, None).unwrap();
     assert!(matches!(
-        store.touch(UID, "zz", NOW),
+        store.touch(UID, "zz", NOW, None),
         Err(StoreError::NotFound(_))
     ));
 
@@ -1050,7 +1050,7 @@ fn session_ids_are_per_user() {
         Phase::Active
     );
     assert!(matches!(
-        store.touch(3000, "shared", NOW),
+        store.touch(3000, "shared", NOW, None),
         Err(StoreError::NotFound(_))
     ));
     store.register(other("pending-1", 21), NOW).unwrap();

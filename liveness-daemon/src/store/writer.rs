@@ -9,13 +9,14 @@ use super::lock_rows::{jump_tokens, rename_holder};
 use super::reader::{ListQuery, SessionPage};
 use super::replay::events_after;
 use super::rows::{
-    append, event_about, get_session, head_seq, insert_session, name, session_from_row,
+    append, event_about, get_session, head_seq, insert_session, json_value, name, session_from_row,
     specs_column, ticks_from_sql, ticks_to_sql, touch_active, validate_id,
 };
 use super::schema::{FileId, check_version, create, file_id, is_damage, is_truncated, migrate};
 use super::{
     BUSY_TIMEOUT, Ending, EventFilter, EventPage, Lineage, NewSession, Registered, StoreError,
 };
+use liveness_common::activity::{Activity, Declared};
 use liveness_common::identity::Identity;
 use liveness_common::session::{Event, EventKind, Phase, Session};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
@@ -267,6 +268,8 @@ impl Store {
                     actions: Vec::new(),
                     finalized_ms: None,
                     reaped: None,
+                    declared: None,
+                    activity: None,
                 };
                 insert_session(&tx, &session)?;
                 set_actions(
@@ -287,7 +290,7 @@ impl Store {
             }
             Some(mut session) if session.owner.same_process(&req.owner) => {
                 // Same owner again: idempotent, but it is activity.
-                touch_active(&tx, session.creator_uid, &session.id, now_ms)?;
+                touch_active(&tx, session.creator_uid, &session.id, now_ms, None)?;
                 replace_actions(&tx, &mut session, req.on_end_run, req.creator_gid)?;
                 session.touched_ms = now_ms;
                 Registered {
@@ -378,16 +381,55 @@ impl Store {
         Ok(event)
     }
 
-    /// Records activity on an active session (no event).
-    pub fn touch(&mut self, uid: u32, id: &str, now_ms: i64) -> Result<(), StoreError> {
+    /// Records activity on an active session, and what its agent declared (no event).
+    pub fn touch(
+        &mut self,
+        uid: u32,
+        id: &str,
+        now_ms: i64,
+        declared: Option<&Declared>,
+    ) -> Result<(), StoreError> {
         // A single UPDATE commits atomically on its own.
-        if touch_active(&self.conn, uid, id, now_ms)? {
+        if touch_active(&self.conn, uid, id, now_ms, declared)? {
             return Ok(());
         }
         match get_session(&self.conn, uid, id)? {
             None => Err(StoreError::NotFound(id.to_owned())),
             Some(_) => Err(StoreError::AlreadyEnded(id.to_owned())),
         }
+    }
+
+    /// Records a stall episode's start (`session.stalled`, its judgement kept with the
+    /// session) or end (`session.unstalled`, the judgement cleared) for user `uid`'s ACTIVE
+    /// session `id`, in one transaction. None when the session is no longer active.
+    pub fn record_activity(
+        &mut self,
+        uid: u32,
+        id: &str,
+        activity: &Activity,
+        now_ms: i64,
+    ) -> Result<Option<Event>, StoreError> {
+        let kind = if activity.state.is_stall() {
+            EventKind::Stalled
+        } else {
+            EventKind::Unstalled
+        };
+        let tx = self.write_tx()?;
+        let Some(session) = get_session(&tx, uid, id)?.filter(|s| s.phase == Phase::Active) else {
+            return Ok(None);
+        };
+        let kept = (kind == EventKind::Stalled).then_some(activity);
+        tx.prepare_cached("UPDATE sessions SET activity = ?3 WHERE creator_uid = ?1 AND id = ?2")?
+            .execute(params![uid, id, json_value(kept)?])?;
+        let event = append(
+            &tx,
+            Event {
+                activity: Some(activity.clone()),
+                ..event_about(kind, &session, now_ms)
+            },
+        )?;
+        tx.commit()?;
+        Ok(Some(event))
     }
 
     /// Ends user `uid`'s session `id` as `ending` says, if it is still active and, when

@@ -3,7 +3,9 @@
 //! serde types of `liveness-common` (through `probe`), so that it cannot drift from them;
 //! the emitters write each client's types from it.
 
-use liveness_common::{action, cause, end, exit, identity, lock, protocol, session, status};
+use liveness_common::{
+    action, activity, cause, end, exit, identity, lock, protocol, session, status,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -133,6 +135,8 @@ pub const ITEMS: &[Item] = &[
     Item::Enum(&SOURCE_STATE),
     Item::Enum(&STATUS_FACTS),
     Item::Enum(&LIMIT),
+    Item::Enum(&ACTIVITY_STATE),
+    Item::Enum(&STALL_REASON),
     Item::Struct(&IDENTITY),
     Item::Union(&EXIT_STATUS),
     Item::Struct(&SENDER),
@@ -147,6 +151,11 @@ pub const ITEMS: &[Item] = &[
     // from those it names.
     Item::Struct(&REAP_FAILURE),
     Item::Struct(&REAPED),
+    Item::Struct(&DECLARED),
+    Item::Struct(&THREAD_STATES),
+    Item::Struct(&SOCKET_EVIDENCE),
+    Item::Struct(&EVIDENCE),
+    Item::Struct(&ACTIVITY),
     Item::Struct(&SESSION),
     Item::Struct(&LOCK_CHANGE),
     Item::Struct(&HOPS),
@@ -446,6 +455,16 @@ pub const EVENT_KIND: Enum = Enum {
             "Finalized",
             "session.finalized",
             "Every end action of the ended session has its outcome.",
+        ),
+        (
+            "Stalled",
+            "session.stalled",
+            "The live session made no progress for its threshold, or spins (field activity).",
+        ),
+        (
+            "Unstalled",
+            "session.unstalled",
+            "The stalled session made progress again (field activity).",
         ),
         (
             "LockAcquired",
@@ -1137,6 +1156,190 @@ pub const SESSION: Struct = Struct {
             Optional,
             "What terminating its surviving processes did, once recorded (as its session.reaped said); none before, and for a session whose processes were left.",
         ),
+        field(
+            "declared",
+            Named("Declared"),
+            Optional,
+            "What its agent last declared through touch (a turn, a tool); none if nothing.",
+        ),
+        field(
+            "activity",
+            Named("Activity"),
+            Optional,
+            "In get and list, what it is doing as last judged; otherwise the stall episode under way when recorded (docs/activity.md).",
+        ),
+    ],
+};
+
+pub const ACTIVITY_STATE: Enum = Enum {
+    name: "ActivityState",
+    doc: "What a live session is doing, as judged from its tree (docs/activity.md).",
+    go_name: "",
+    go_prefix: "Activity",
+    list: "ActivityStates",
+    open: true,
+    consts: false,
+    values: &[
+        ("Working", "working", "Progress within the threshold."),
+        ("Tool", "tool", "A declared tool in flight."),
+        ("Idle", "idle", "No turn in flight: waiting for its user."),
+        (
+            "Quiet",
+            "quiet",
+            "A turn in flight, no progress, below the stall threshold.",
+        ),
+        (
+            "Stalled",
+            "stalled",
+            "A turn in flight and no progress for the stall threshold.",
+        ),
+        (
+            "Spinning",
+            "spinning",
+            "Burning the CPU with no I/O and no new process.",
+        ),
+    ],
+    probe: Some(probe_of::<activity::ActivityState>()),
+};
+
+pub const STALL_REASON: Enum = Enum {
+    name: "StallReason",
+    doc: "Why a session is stalled (or spinning: cpu).",
+    go_name: "",
+    go_prefix: "Stall",
+    list: "StallReasons",
+    open: true,
+    consts: false,
+    values: &[
+        ("Network", "network", "Sockets open, nothing arriving."),
+        (
+            "NotReading",
+            "not_reading",
+            "Bytes wait unread in a socket's receive queue.",
+        ),
+        ("Blocked", "blocked", "Threads in uninterruptible sleep."),
+        (
+            "Tool",
+            "tool",
+            "A declared tool ran past its own threshold.",
+        ),
+        ("NoActivity", "no_activity", "Nothing at all happens."),
+        ("Cpu", "cpu", "The tree burns the CPU with no I/O."),
+    ],
+    probe: Some(probe_of::<activity::StallReason>()),
+};
+
+pub const DECLARED: Struct = Struct {
+    name: "Declared",
+    doc: "What a session's agent last declared through touch.",
+    strict: false,
+    probe: probe_of::<activity::Declared>(),
+    fields: &[
+        field(
+            "turn_since_ms",
+            I64,
+            Optional,
+            "When the turn in flight started; none when no turn is in flight.",
+        ),
+        field("tool", Str, Optional, "The tool in flight."),
+        field("tool_since_ms", I64, Optional, ""),
+        field("at_ms", I64, Required, "The last declaration."),
+    ],
+};
+
+pub const THREAD_STATES: Struct = Struct {
+    name: "ThreadStates",
+    doc: "Threads of a tree by state.",
+    strict: false,
+    probe: probe_of::<activity::ThreadStates>(),
+    fields: &[
+        field("running", U32, Required, ""),
+        field("sleeping", U32, Required, ""),
+        field("blocked", U32, Required, ""),
+        field("stopped", U32, Required, ""),
+    ],
+};
+
+pub const SOCKET_EVIDENCE: Struct = Struct {
+    name: "SocketEvidence",
+    doc: "One TCP socket a member of the tree holds.",
+    strict: false,
+    probe: probe_of::<activity::SocketEvidence>(),
+    fields: &[
+        field("pid", U32, Required, ""),
+        field("peer", Str, Required, ""),
+        field(
+            "bytes_received",
+            U64,
+            Optional,
+            "Bytes received over its life.",
+        ),
+        field(
+            "idle_ms",
+            U64,
+            Optional,
+            "Milliseconds since data last arrived.",
+        ),
+        field("unread", U64, Required, "Bytes received and not yet read."),
+    ],
+};
+
+pub const EVIDENCE: Struct = Struct {
+    name: "Evidence",
+    doc: "What the kernel showed of a session's tree at the last sample.",
+    strict: false,
+    probe: probe_of::<activity::Evidence>(),
+    fields: &[
+        field("processes", U32, Required, "Live processes of the tree."),
+        field(
+            "cpu_permille",
+            U32,
+            Required,
+            "CPU of the tree over the last interval, in thousandths of one core.",
+        ),
+        field(
+            "long_lived_cpu_permille",
+            U32,
+            omitted("0"),
+            "Of which its long-lived members', which is not progress.",
+        ),
+        field("threads", Named("ThreadStates"), Required, ""),
+        field(
+            "blocked_in",
+            List(&Str),
+            omitted("[]"),
+            "Where the blocked threads wait (wchan).",
+        ),
+        field(
+            "written_bytes",
+            U64,
+            Required,
+            "Bytes written over the last interval.",
+        ),
+        field(
+            "sockets",
+            List(&Named("SocketEvidence")),
+            omitted("[]"),
+            "The tree's TCP sockets, the quietest first.",
+        ),
+    ],
+};
+
+pub const ACTIVITY: Struct = Struct {
+    name: "Activity",
+    doc: "A live session's activity: its state, why, since when, and the evidence (docs/activity.md).",
+    strict: false,
+    probe: probe_of::<activity::Activity>(),
+    fields: &[
+        field("state", Named("ActivityState"), Required, ""),
+        field("reason", Named("StallReason"), Optional, ""),
+        field(
+            "since_ms",
+            I64,
+            Required,
+            "When the state began; for quiet, stalled and spinning, the last progress.",
+        ),
+        field("evidence", Named("Evidence"), Required, ""),
     ],
 };
 
@@ -1326,6 +1529,12 @@ pub const EVENT: Struct = Struct {
             Named("ActionOutcome"),
             Optional,
             "session.action: what one end action did.",
+        ),
+        field(
+            "activity",
+            Named("Activity"),
+            Optional,
+            "session.stalled and session.unstalled: the judgement and its evidence.",
         ),
         field(
             "lock",

@@ -233,9 +233,23 @@ class Client:
         """Gives the pending session ``session`` its real id ``to``."""
         return self._session(Request(op="rename", session=session, to=to, uid=uid))
 
-    def touch(self, session: str, *, uid: Optional[int] = None) -> Session:
-        """Records activity: postpones the inactivity timeout of an owner of another host."""
-        return self._session(Request(op="touch", session=session, uid=uid))
+    def touch(
+        self,
+        session: str,
+        *,
+        uid: Optional[int] = None,
+        turn: Optional[str] = None,
+        tool: Optional[str] = None,
+        tool_end: bool = False,
+    ) -> Session:
+        """Records activity: postpones the inactivity timeout of an owner of another host.
+
+        ``turn`` (``"start"`` or ``"end"``), ``tool`` (a tool starts, by its name) and
+        ``tool_end`` also declare the agent's phase, which the daemon judges a stall by
+        (docs/activity.md)."""
+        return self._session(
+            Request(op="touch", session=session, uid=uid, turn=turn, tool=tool, tool_end=tool_end)
+        )
 
     def end(self, session: str, *, uid: Optional[int] = None, terminate: bool = False) -> Session:
         """Ends a session now (reason ``stopped``); ``terminate`` also terminates its

@@ -108,7 +108,7 @@ class OwnerSpec:
 class Request(Wire):
     """One request; which fields are set depends on ``op``. Refuses fields it does not know."""
 
-    OMIT_DEFAULT = frozenset({"pending", "labels", "wrappers", "terminate", "wait"})
+    OMIT_DEFAULT = frozenset({"pending", "labels", "wrappers", "terminate", "wait", "tool_end"})
     STRICT = True
 
     op: str
@@ -135,3 +135,6 @@ class Request(Wire):
     wait: bool = False
     timeout_ms: Optional[int] = None
     on_end_run: Optional[List[ActionSpec]] = None
+    turn: Optional[str] = None
+    tool: Optional[str] = None
+    tool_end: bool = False

@@ -59,7 +59,7 @@ OOM_SCOPES: Tuple[str, ...] = ("cgroup", "global", "unknown",)
 OomScope = str
 """What ran out of memory. A newer daemon may send other values."""
 
-EVENT_KINDS: Tuple[str, ...] = ("session.registered", "session.owner_changed", "session.renamed", "session.ended", "session.reaped", "session.action", "session.finalized", "lock.acquired", "lock.released",)
+EVENT_KINDS: Tuple[str, ...] = ("session.registered", "session.owner_changed", "session.renamed", "session.ended", "session.reaped", "session.action", "session.finalized", "session.stalled", "session.unstalled", "lock.acquired", "lock.released",)
 """Every EventKind, in the daemon's order."""
 EventKind = str
 """The kind of an event. A newer daemon may send others: ignore kinds you do not know. A newer daemon may send other values."""
@@ -73,6 +73,10 @@ SESSION_ACTION = "session.action"
 """One end action of the ended session has its outcome (field action)."""
 SESSION_FINALIZED = "session.finalized"
 """Every end action of the ended session has its outcome."""
+SESSION_STALLED = "session.stalled"
+"""The live session made no progress for its threshold, or spins (field activity)."""
+SESSION_UNSTALLED = "session.unstalled"
+"""The stalled session made progress again (field activity)."""
 LOCK_ACQUIRED = "lock.acquired"
 """The event's session was granted a lock."""
 LOCK_RELEASED = "lock.released"
@@ -117,6 +121,16 @@ LIMITS: Tuple[str, ...] = ("connections_per_uid", "connections", "file_descripto
 """Every Limit, in the daemon's order."""
 Limit = str
 """Which limit refused something (status: limits.*.refused). A newer daemon may send other values."""
+
+ACTIVITY_STATES: Tuple[str, ...] = ("working", "tool", "idle", "quiet", "stalled", "spinning",)
+"""Every ActivityState, in the daemon's order."""
+ActivityState = str
+"""What a live session is doing, as judged from its tree (docs/activity.md). A newer daemon may send other values."""
+
+STALL_REASONS: Tuple[str, ...] = ("network", "not_reading", "blocked", "tool", "no_activity", "cpu",)
+"""Every StallReason, in the daemon's order."""
+StallReason = str
+"""Why a session is stalled (or spinning: cpu). A newer daemon may send other values."""
 
 
 @dataclass(frozen=True)
@@ -318,6 +332,75 @@ class Reaped(Wire):
 
 
 @dataclass(frozen=True)
+class Declared(Wire):
+    """What a session's agent last declared through touch."""
+
+    at_ms: int
+    """The last declaration."""
+    turn_since_ms: Optional[int] = None
+    """When the turn in flight started; none when no turn is in flight."""
+    tool: Optional[str] = None
+    """The tool in flight."""
+    tool_since_ms: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class ThreadStates(Wire):
+    """Threads of a tree by state."""
+
+    running: int
+    sleeping: int
+    blocked: int
+    stopped: int
+
+
+@dataclass(frozen=True)
+class SocketEvidence(Wire):
+    """One TCP socket a member of the tree holds."""
+
+    pid: int
+    peer: str
+    unread: int
+    """Bytes received and not yet read."""
+    bytes_received: Optional[int] = None
+    """Bytes received over its life."""
+    idle_ms: Optional[int] = None
+    """Milliseconds since data last arrived."""
+
+
+@dataclass(frozen=True)
+class Evidence(Wire):
+    """What the kernel showed of a session's tree at the last sample."""
+
+    OMIT_DEFAULT = frozenset({"long_lived_cpu_permille", "blocked_in", "sockets"})
+
+    processes: int
+    """Live processes of the tree."""
+    cpu_permille: int
+    """CPU of the tree over the last interval, in thousandths of one core."""
+    threads: ThreadStates
+    written_bytes: int
+    """Bytes written over the last interval."""
+    long_lived_cpu_permille: int = 0
+    """Of which its long-lived members', which is not progress."""
+    blocked_in: List[str] = field(default_factory=list)
+    """Where the blocked threads wait (wchan)."""
+    sockets: List[SocketEvidence] = field(default_factory=list)
+    """The tree's TCP sockets, the quietest first."""
+
+
+@dataclass(frozen=True)
+class Activity(Wire):
+    """A live session's activity: its state, why, since when, and the evidence (docs/activity.md)."""
+
+    state: ActivityState
+    since_ms: int
+    """When the state began; for quiet, stalled and spinning, the last progress."""
+    evidence: Evidence
+    reason: Optional[StallReason] = None
+
+
+@dataclass(frozen=True)
 class Session(_methods.Session, Wire):
     """A session as the daemon stores it (docs/protocol.md §2 "Session")."""
 
@@ -366,6 +449,10 @@ class Session(_methods.Session, Wire):
     """When the last end action had its outcome; none until then, and for a session without end actions, whose end is final."""
     reaped: Optional[Reaped] = None
     """What terminating its surviving processes did, once recorded (as its session.reaped said); none before, and for a session whose processes were left."""
+    declared: Optional[Declared] = None
+    """What its agent last declared through touch (a turn, a tool); none if nothing."""
+    activity: Optional[Activity] = None
+    """In get and list, what it is doing as last judged; otherwise the stall episode under way when recorded (docs/activity.md)."""
 
 
 @dataclass(frozen=True)
@@ -431,6 +518,8 @@ class Event(Wire):
     """How many end actions the session has: when not 0, a session.finalized follows its session.ended."""
     action: Optional[ActionOutcome] = None
     """session.action: what one end action did."""
+    activity: Optional[Activity] = None
+    """session.stalled and session.unstalled: the judgement and its evidence."""
     lock: Optional[LockChange] = None
     """lock.acquired and lock.released: which lock."""
     hops: Optional[Hops] = None

@@ -55,6 +55,11 @@ impl<'a> Context<'a> {
         self.engine.ledger.store()
     }
 
+    /// The ACTIVE sessions, from memory.
+    pub(in crate::engine) fn active_sessions(&self) -> impl Iterator<Item = &Session> {
+        self.engine.ledger.active_sessions()
+    }
+
     /// The published endings SQLite does not have yet, oldest first.
     pub(in crate::engine) fn waiting_endings(&self) -> impl Iterator<Item = &JournaledEnding> {
         self.engine.ledger.waiting_endings()

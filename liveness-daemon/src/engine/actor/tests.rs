@@ -451,7 +451,7 @@ async fn published_deaths_that_sqlite_refused_are_written_once_and_read_before_f
     // A request that writes waits for SQLite.
     let touch = request::Touch {
         session: "s".into(),
-        uid: None,
+        ..request::Touch::default()
     };
     assert_eq!(
         error_of(f.command(ALICE, touch)),
@@ -621,7 +621,7 @@ async fn an_owner_on_another_machine_times_out_unless_touched() {
         ALICE,
         request::Touch {
             session: "remote".into(),
-            uid: None,
+            ..request::Touch::default()
         },
     );
     session_of(touched, "touch");

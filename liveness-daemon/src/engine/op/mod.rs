@@ -23,6 +23,7 @@ use liveness_common::request;
 use liveness_common::session::Session;
 
 mod actions_done;
+mod activity;
 mod end;
 mod get;
 mod lock_acquire;
@@ -37,6 +38,7 @@ mod tree;
 mod waiting;
 mod whose;
 
+pub use activity::{Judged, Sampling, Target};
 pub use end::End;
 pub use register::{Register, Registered};
 pub use subscribe::Subscribe;
@@ -145,6 +147,8 @@ commands! {
     Subscribe(Subscribe),
     Synced(Synced),
     ActionsDone(request::ActionsDone),
+    Sampling(Sampling),
+    Judged(Judged),
 }
 
 /// Where operations go to the engine, from any thread.

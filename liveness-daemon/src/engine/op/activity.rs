@@ -1,0 +1,72 @@
+//! What the activity sampler asks of the engine: the ACTIVE sessions to sample, each with
+//! a copy of its tree (read off the engine), and the record of a stall episode's start or
+//! end, committed and published like every event.
+
+use liveness_common::activity::{Activity, Declared};
+use liveness_common::identity::Identity;
+use liveness_common::protocol::ErrorBody;
+use liveness_common::session::Event;
+
+use super::Op;
+use crate::engine::actor::Context;
+use crate::engine::{Caller, TreeView};
+
+/// The ACTIVE sessions of this boot, to sample.
+#[derive(Debug)]
+pub struct Sampling;
+
+/// One session to sample: what it declared, the episode under way, and its tree.
+#[derive(Debug)]
+pub struct Target {
+    pub uid: u32,
+    pub id: String,
+    pub owner: Identity,
+    pub declared: Option<Declared>,
+    /// The stall episode under way, as recorded (it outlives a restart).
+    pub episode: Option<Activity>,
+    pub tree: TreeView,
+}
+
+impl Op for Sampling {
+    type Answer = Vec<Target>;
+
+    /// A copy of each tree is an `Arc`'s: the engine spends a few pointers per session.
+    const READS: bool = true;
+
+    fn apply(self, cx: &mut Context<'_>, _caller: Caller) -> Result<Vec<Target>, ErrorBody> {
+        Ok(cx
+            .active_sessions()
+            .filter_map(|session| {
+                Some(Target {
+                    uid: session.creator_uid,
+                    id: session.id.clone(),
+                    owner: session.owner.clone(),
+                    declared: session.declared.clone(),
+                    episode: session.activity.clone(),
+                    tree: cx.tree(session)?,
+                })
+            })
+            .collect())
+    }
+}
+
+/// A stall episode starts (a stall state) or ends (any other).
+#[derive(Debug)]
+pub struct Judged {
+    pub uid: u32,
+    pub id: String,
+    pub activity: Activity,
+}
+
+impl Op for Judged {
+    /// The event recorded; `None` when the session ended meanwhile.
+    type Answer = Option<Event>;
+
+    fn apply(self, cx: &mut Context<'_>, _caller: Caller) -> Result<Option<Event>, ErrorBody> {
+        let now = cx.now();
+        cx.commit(|store| {
+            let event = store.record_activity(self.uid, &self.id, &self.activity, now)?;
+            Ok((event.clone(), event.into_iter().collect()))
+        })
+    }
+}

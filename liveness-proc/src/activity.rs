@@ -1,0 +1,118 @@
+//! What a live process is doing now, for the daemon's activity sampler: its I/O counters
+//! and the states of its threads (and where the blocked ones wait).
+
+use crate::identity::{IdentityError, ProcRoot, Stat};
+
+/// A process's I/O counters (`/proc/PID/io`): bytes passed to `read`- and `write`-like
+/// calls, whatever the file (disk, pipe, socket, terminal).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Io {
+    pub rchar: u64,
+    pub wchar: u64,
+}
+
+impl Io {
+    /// Parses the `rchar:` and `wchar:` lines of `/proc/PID/io`.
+    pub fn parse(text: &str) -> Option<Io> {
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))?
+                .trim()
+                .parse()
+                .ok()
+        };
+        Some(Io {
+            rchar: field("rchar")?,
+            wchar: field("wchar")?,
+        })
+    }
+}
+
+/// One thread of a process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Thread {
+    /// `R`, `S`, `D`, `T`, ... as in `/proc/PID/task/TID/stat`.
+    pub state: char,
+    /// Where a thread in uninterruptible sleep (`D`) waits (`wchan`), when the kernel says.
+    pub wchan: Option<String>,
+}
+
+impl ProcRoot {
+    /// The I/O counters of `pid`. Reading them takes the rights to ptrace the process.
+    pub fn io(&self, pid: u32) -> Result<Io, IdentityError> {
+        let rel = format!("{pid}/io");
+        let bytes = self.read(&rel)?;
+        Io::parse(&String::from_utf8_lossy(&bytes)).ok_or_else(|| IdentityError::Malformed {
+            path: self.path().join(rel),
+            what: "no rchar and wchar",
+        })
+    }
+
+    /// The threads of `pid`, each with its state; a blocked one also with its `wchan`.
+    /// Threads that exit meanwhile are left out.
+    pub fn threads(&self, pid: u32) -> Result<Vec<Thread>, IdentityError> {
+        let dir = self.path().join(format!("{pid}/task"));
+        let entries = std::fs::read_dir(&dir).map_err(|source| match source.raw_os_error() {
+            Some(libc::ENOENT | libc::ESRCH) => IdentityError::NoSuchProcess(pid),
+            _ => IdentityError::Read { path: dir, source },
+        })?;
+        let mut threads = Vec::new();
+        for entry in entries.flatten() {
+            let Some(tid) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            let Ok(stat) = self.read(&format!("{pid}/task/{tid}/stat")) else {
+                continue;
+            };
+            let Ok(stat) = Stat::parse(&stat) else {
+                continue;
+            };
+            let wchan = (stat.state == 'D')
+                .then(|| self.read(&format!("{pid}/task/{tid}/wchan")).ok())
+                .flatten()
+                .map(|name| String::from_utf8_lossy(&name).trim().to_owned())
+                .filter(|name| !name.is_empty() && name != "0");
+            threads.push(Thread {
+                state: stat.state,
+                wchan,
+            });
+        }
+        Ok(threads)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_counters_are_read_and_a_damaged_file_is_refused() {
+        let text = "rchar: 10\nwchar: 20\nsyscr: 1\nsyscw: 2\nread_bytes: 0\n";
+        assert_eq!(
+            Io::parse(text),
+            Some(Io {
+                rchar: 10,
+                wchar: 20
+            })
+        );
+        assert_eq!(Io::parse("rchar: 10\n"), None);
+        assert_eq!(Io::parse("rchar: x\nwchar: 1\n"), None);
+    }
+
+    #[test]
+    fn this_process_has_its_io_and_threads_read() {
+        let proc = ProcRoot::default();
+        let pid = std::process::id();
+        let before = proc.io(pid).expect("own io");
+        std::fs::write(std::env::temp_dir().join(format!("io-{pid}")), [0u8; 4096]).unwrap();
+        let after = proc.io(pid).expect("own io");
+        assert!(after.wchar >= before.wchar + 4096, "{before:?} {after:?}");
+        let threads = proc.threads(pid).expect("own threads");
+        assert!(threads.iter().any(|t| t.state == 'R'), "{threads:?}");
+        assert!(matches!(
+            proc.threads(u32::MAX / 2),
+            Err(IdentityError::NoSuchProcess(_))
+        ));
+        let _ = std::fs::remove_file(std::env::temp_dir().join(format!("io-{pid}")));
+    }
+}
