@@ -2,6 +2,7 @@
 //! the `/proc` polling baseline. Run through `cargo xtask bench`, which builds this harness
 //! and the daemon in release mode first; `docs/benchmarks.md` explains every figure.
 
+mod activity;
 mod bpf_stats;
 mod cpu;
 mod daemon;
@@ -83,6 +84,9 @@ enum Part {
     /// A start that applies what a killed daemon left in its journal, against a start
     /// with nothing to apply.
     Replay,
+    /// Activity sampling: the daemon's CPU while it samples many sessions' trees, and a
+    /// victim's death latency meanwhile.
+    Activity,
 }
 
 impl Args {
@@ -122,6 +126,7 @@ struct Plan {
     reap: reap::ReapPlan,
     trees: Vec<trees::TreeSize>,
     replay: replay::ReplayPlan,
+    activity: activity::ActivityPlan,
 }
 
 impl Plan {
@@ -160,6 +165,12 @@ impl Plan {
                     per_entry: REPLAY_PER_ENTRY,
                     rounds: 1,
                 },
+                activity: activity::ActivityPlan {
+                    sessions: 5,
+                    members: 5,
+                    window: Duration::from_secs(2),
+                    deaths: 5,
+                },
             }
         } else if args.quick {
             Plan {
@@ -194,6 +205,12 @@ impl Plan {
                     records: 10_000,
                     per_entry: REPLAY_PER_ENTRY,
                     rounds: 2,
+                },
+                activity: activity::ActivityPlan {
+                    sessions: 100,
+                    members: 20,
+                    window: Duration::from_secs(10),
+                    deaths: 50,
                 },
             }
         } else {
@@ -237,6 +254,13 @@ impl Plan {
                     records: 10_000,
                     per_entry: REPLAY_PER_ENTRY,
                     rounds: 5,
+                },
+                // The 100 sessions of 20, over six default intervals.
+                activity: activity::ActivityPlan {
+                    sessions: 100,
+                    members: 20,
+                    window: Duration::from_secs(30),
+                    deaths: 200,
                 },
             }
         }
@@ -329,6 +353,7 @@ struct Report {
     reap: Option<Value>,
     trees: Option<Value>,
     replay: Option<Value>,
+    activity: Option<Value>,
     errors: Vec<String>,
 }
 
@@ -466,6 +491,12 @@ fn run(args: &Args) -> Result<bool> {
         report.replay = Some(replay::run(&args.bin_dir, plan.replay, &mut report.errors)?);
     }
 
+    // The new build only: the baseline may not sample.
+    if args.runs(Part::Activity) {
+        eprintln!("bench: activity");
+        report.activity = Some(activity::run(&args.bin_dir, plan.activity)?);
+    }
+
     let goals = goals(&report);
     print_table(&plan, &report, &goals);
     let document = json!({
@@ -498,6 +529,7 @@ fn run(args: &Args) -> Result<bool> {
         "reap": report.reap,
         "trees": report.trees,
         "replay": report.replay,
+        "activity": report.activity,
         "goals": goals,
         "errors": report.errors,
     });
@@ -1296,6 +1328,23 @@ fn unmeasured(name: &str, target: &str, why: &str) -> Value {
 
 fn goals(report: &Report) -> Vec<Value> {
     let mut goals = Vec::new();
+    if let Some(activity) = &report.activity {
+        let cpu = activity["settings"]["default"]["daemon_cpu_percent"].as_f64();
+        goals.push(match cpu {
+            Some(cpu) => goal("activity_cpu_default", "<= 1 %", cpu, "%", cpu <= 1.0),
+            None => unmeasured("activity_cpu_default", "<= 1 %", "no figure"),
+        });
+        goals.push(match activity["death_p50_default_vs_hourly"].as_f64() {
+            Some(ratio) => goal(
+                "activity_death_p50_vs_hourly",
+                "<= 1.1x",
+                ratio,
+                "x",
+                ratio <= 1.1,
+            ),
+            None => unmeasured("activity_death_p50_vs_hourly", "<= 1.1x", "no figure"),
+        });
+    }
     // Latency goals only when that part ran: a missing figure is not a pass.
     if let (Some(ebpf), Some(pidfd)) = (
         report.latency_dist.get("ebpf").copied(),

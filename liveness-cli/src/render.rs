@@ -584,6 +584,12 @@ pub(crate) fn print_status(status: &Status, pids: &Numbering) {
         status.active_sessions,
         status.uncommitted_deaths
     );
+    if !status.activity.is_empty() {
+        let states: Vec<String> = (status.activity.iter())
+            .map(|(state, count)| format!("{count} {}", wire_name(state)))
+            .collect();
+        outln!("  Activity: {}", states.join(", "));
+    }
     let store = &status.store;
     if store.disk_full || store.waiting > 0 {
         outln!(

@@ -72,7 +72,7 @@ impl Declared {
 }
 
 /// What the daemon judges a live session to be doing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ActivityState {
     /// Progress within the threshold: bytes arrive, files are written, processes start,

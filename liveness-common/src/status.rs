@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::activity::ActivityState;
 use crate::exit::DetectedBy;
 
 /// The reply to `status`.
@@ -37,6 +38,9 @@ pub struct Status {
     /// How sessions' process trees are followed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub membership: Option<MembershipStatus>,
+    /// Live sessions by activity state, as last judged (none before the first sample).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub activity: BTreeMap<ActivityState, u32>,
 }
 
 /// Whether the database has every ending published. Endings are published once in the

@@ -26,9 +26,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinSet};
 
+use liveness_common::protocol::wire_name;
 use liveness_common::request;
 use liveness_common::status::{SourceState, Status};
 
+use crate::activity::Activities;
 use crate::engine::{Caller, EndMetrics, Handle};
 
 /// Connections served at once. When all are taken, the oldest that has not sent its
@@ -53,12 +55,15 @@ struct Open {
 
 /// Serves scrapes, each connection in a task of its own (at most [`MAX_CONNECTIONS`]),
 /// until `stop` turns true.
-pub async fn serve(
-    listener: TcpListener,
-    engine: Handle,
-    ends: EndMetrics,
-    mut stop: watch::Receiver<bool>,
-) {
+/// What a scrape reads: the engine's status, the ends it counted, the sessions' activity.
+#[derive(Debug, Clone)]
+pub struct Scraped {
+    pub engine: Handle,
+    pub ends: EndMetrics,
+    pub activities: Activities,
+}
+
+pub async fn serve(listener: TcpListener, scraped: Scraped, mut stop: watch::Receiver<bool>) {
     let mut tasks = JoinSet::new();
     // Oldest first.
     let mut open: VecDeque<Open> = VecDeque::new();
@@ -99,25 +104,20 @@ pub async fn serve(
             }
         }
         let headed = Arc::new(AtomicBool::new(false));
-        let task = tasks.spawn(answer(
-            stream,
-            engine.clone(),
-            ends.clone(),
-            Arc::clone(&headed),
-        ));
+        let task = tasks.spawn(answer(stream, scraped.clone(), Arc::clone(&headed)));
         open.push_back(Open { task, headed });
     }
 }
 
 /// Reads a request head within [`HEAD_TIMEOUT`] and answers it within [`ANSWER_TIMEOUT`].
-async fn answer(mut stream: TcpStream, engine: Handle, ends: EndMetrics, headed: Arc<AtomicBool>) {
+async fn answer(mut stream: TcpStream, scraped: Scraped, headed: Arc<AtomicBool>) {
     let head = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut stream)).await {
         Ok(Ok(head)) => head,
         Ok(Err(e)) => return tracing::debug!(error = %e, "metrics: cannot read a request"),
         Err(_) => return tracing::debug!("metrics: no request within {HEAD_TIMEOUT:?}"),
     };
     headed.store(true, Ordering::Relaxed);
-    match tokio::time::timeout(ANSWER_TIMEOUT, respond(stream, &head, &engine, &ends)).await {
+    match tokio::time::timeout(ANSWER_TIMEOUT, respond(stream, &head, &scraped)).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::debug!(error = %e, "metrics: scrape failed"),
         Err(_) => tracing::debug!("metrics: scrape timed out"),
@@ -138,19 +138,17 @@ async fn read_head(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     Ok(head)
 }
 
-async fn respond(
-    mut stream: TcpStream,
-    head: &[u8],
-    engine: &Handle,
-    ends: &EndMetrics,
-) -> std::io::Result<()> {
+async fn respond(mut stream: TcpStream, head: &[u8], scraped: &Scraped) -> std::io::Result<()> {
     let (status, content_type, body) = match request_path(head) {
-        Some("/metrics") => match ask_status(engine).await {
-            Some(status) => (
-                "200 OK",
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                render(&status, ends),
-            ),
+        Some("/metrics") => match ask_status(&scraped.engine).await {
+            Some(mut status) => {
+                status.activity = scraped.activities.counts();
+                (
+                    "200 OK",
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    render(&status, &scraped.ends),
+                )
+            }
             None => (
                 "503 Service Unavailable",
                 "text/plain",
@@ -201,6 +199,17 @@ fn render(status: &Status, ends: &EndMetrics) -> String {
         "sessions",
         "Sessions by phase (ended ones as long as retention keeps them)",
         sessions,
+    );
+    let activity = Family::<Vec<(String, String)>, Gauge>::default();
+    for (state, count) in &status.activity {
+        activity
+            .get_or_create(&vec![("state".to_owned(), wire_name(state))])
+            .set(i64::from(*count));
+    }
+    registry.register(
+        "sessions_activity",
+        "Live sessions by activity state, as last judged (docs/activity.md)",
+        activity,
     );
     registry.register(
         "sessions_ended",

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use integration_tests::{ClientAs, Daemon, binary, eventually, privileged, register, subscribe};
+use integration_tests::{
+    ClientAs, Daemon, binary, eventually, privileged, register, scrape, subscribe,
+};
 
 /// Another user, who must see nothing of root's sessions' activity.
 const MALLORY: u32 = 61_071;
@@ -314,13 +316,13 @@ fn a_long_lived_childs_trickle_does_not_hide_a_stall() {
     );
 }
 
-/// (g) A busy loop with no I/O: `spinning`.
+/// (g) A busy loop with no I/O: `spinning`; `status` and the metrics count it.
 #[test]
 fn a_busy_loop_is_spinning() {
     if !privileged("a_busy_loop_is_spinning") {
         return;
     }
-    let daemon = Daemon::start(ARGS);
+    let daemon = Daemon::start(&[ARGS, &["--metrics-listen", "127.0.0.1:0"]].concat());
     let agent = Agent::start(&["spin"]);
     register(&daemon, "g", agent.pid());
     let spinning = reaches(&daemon, "g", "spinning", Duration::from_secs(20));
@@ -329,6 +331,13 @@ fn a_busy_loop_is_spinning() {
         "{spinning}"
     );
     assert_eq!(episodes(&daemon, "g"), ["session.stalled"]);
+    let status = daemon.request(json!({"op": "status"}));
+    assert_eq!(status["status"]["activity"]["spinning"], 1, "{status}");
+    let metrics = scrape(&daemon.metrics_addr(), "/metrics");
+    assert!(
+        metrics.contains("liveness_sessions_activity{state=\"spinning\"} 1"),
+        "{metrics}"
+    );
 }
 
 /// (h) A worker writing files, no sockets: `working` throughout.

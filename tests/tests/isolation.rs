@@ -478,6 +478,39 @@ fn whose_of_a_deep_chain_stalls_nobody() {
     });
 }
 
+/// The activity sampler reading 100 of another user's trees of 21 processes every 100 ms,
+/// while that user loops `touch` declarations (an agent's hooks, gone wild): the sampling
+/// and the declarations run off the path a death takes.
+#[test]
+fn sampling_many_trees_stalls_nobody() {
+    if !privileged("sampling_many_trees_stalls_nobody") {
+        return;
+    }
+    let _alone = alone();
+    const TREES: usize = 100;
+    let daemon = Daemon::start(&["--activity-interval", "100ms"]);
+    open_socket_to_everyone(&daemon);
+    let trees: Vec<TestprocAs> = (0..TREES).map(|_| tree_of_mallory(20)).collect();
+    let mut mallory = ClientAs::connect(&daemon, MALLORY);
+    holds_while(&daemon, "activity sampling of 100 trees of 21", || {
+        for (n, tree) in trees.iter().enumerate() {
+            register_mallorys(&mut mallory, &format!("agent-{n}"), tree.pid(), "leave");
+        }
+        Attack::looping(
+            &daemon,
+            4,
+            json!({"op": "touch", "session": "agent-0", "turn": "start", "tool": "Bash"}),
+        )
+    });
+    let listed = mallory
+        .request(&json!({"op": "get", "session": "agent-0"}))
+        .expect("a reply");
+    assert_eq!(
+        listed["session"]["activity"]["evidence"]["processes"], 21,
+        "the trees were sampled: {listed}"
+    );
+}
+
 /// `lock_list` looped over 10,240 locks of one user.
 #[test]
 fn lock_listings_stall_nobody() {

@@ -11,13 +11,13 @@
 mod judge;
 mod sample;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use tokio::sync::watch;
 
-use liveness_common::activity::Activity;
+use liveness_common::activity::{Activity, ActivityState};
 use liveness_common::session::{Phase, Session};
 use liveness_proc::identity::ProcRoot;
 use liveness_proc::sockets::DiagSockets;
@@ -71,6 +71,16 @@ impl Activities {
         if let Some(activity) = table.get(&(session.creator_uid, session.id.clone())) {
             session.activity = Some(activity.clone());
         }
+    }
+
+    /// How many live sessions are in each state.
+    pub fn counts(&self) -> BTreeMap<ActivityState, u32> {
+        let table = self.0.read().unwrap_or_else(PoisonError::into_inner);
+        let mut counts = BTreeMap::new();
+        for activity in table.values() {
+            *counts.entry(activity.state).or_default() += 1;
+        }
+        counts
     }
 
     fn replace(&self, table: HashMap<Key, Activity>) {

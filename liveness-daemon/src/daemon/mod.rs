@@ -473,9 +473,12 @@ impl Tasks {
             activities,
         };
         let metrics = metrics.map(|listener| {
-            let serve =
-                crate::metrics::serve(listener, engine.clone(), end_metrics, stopped.clone());
-            tokio::spawn(serve)
+            let scraped = crate::metrics::Scraped {
+                engine: engine.clone(),
+                ends: end_metrics,
+                activities: readers.activities.clone(),
+            };
+            tokio::spawn(crate::metrics::serve(listener, scraped, stopped.clone()))
         });
         let server = tokio::spawn(crate::server::serve(
             listener, engine, readers, limits, stopped,

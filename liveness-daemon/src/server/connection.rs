@@ -138,7 +138,13 @@ impl Connection {
                     }
                     answer.into()
                 }
-                Request::Status(request) => ask(engine, caller, request).await,
+                Request::Status(request) => {
+                    let mut answer = engine.ask(caller, request).await;
+                    if let Ok(status) = &mut answer {
+                        status.activity = readers.activities.counts();
+                    }
+                    answer.into()
+                }
                 Request::LockRelease(request) => ask(engine, caller, request).await,
                 Request::ActionsDone(request) => ask(engine, caller, request).await,
             };

@@ -240,6 +240,8 @@ impl<'a> Context<'a> {
                 sessions: ledger.usage_status(),
             },
             membership: Some(engine.watch.membership()),
+            // The activity sampler's, added where the status is answered.
+            activity: Default::default(),
         }
     }
 }
