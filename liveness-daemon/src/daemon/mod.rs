@@ -78,6 +78,8 @@ enum StartError {
     Engine(#[from] crate::engine::EngineError),
     #[error(transparent)]
     Unpin(#[from] crate::source::lineage_pin::PinError),
+    #[error(transparent)]
+    Fleet(#[from] crate::fleet::FleetError),
 }
 
 /// Entry point of `livenessd`.
@@ -177,6 +179,7 @@ enum Task {
     Engine,
     Server,
     Metrics,
+    Fleet,
 }
 
 impl std::fmt::Display for Task {
@@ -185,6 +188,7 @@ impl std::fmt::Display for Task {
             Task::Engine => "engine",
             Task::Server => "server",
             Task::Metrics => "metrics",
+            Task::Fleet => "fleet mirror",
         })
     }
 }
@@ -415,6 +419,7 @@ struct Tasks {
     engine_thread: std::thread::JoinHandle<()>,
     server: JoinHandle<()>,
     metrics: Option<JoinHandle<()>>,
+    fleet: Option<JoinHandle<()>>,
     socket: PathBuf,
 }
 
@@ -434,6 +439,14 @@ impl Tasks {
             store,
             limits,
         } = state;
+        // Checked before anything starts: a bad --etcd setup fails at once.
+        let fleet = crate::fleet::FleetConfig::new(
+            &args.etcd,
+            &args.etcd_prefix,
+            args.host_id.as_deref(),
+            args.etcd_ttl,
+            args.etcd_ended_retention,
+        )?;
         let proc = ProcRoot::default();
         let about = DaemonInfo {
             version: env!("CARGO_PKG_VERSION").into(),
@@ -466,17 +479,22 @@ impl Tasks {
             activities.clone(),
             stopped.clone(),
         ));
+        let cluster = fleet.as_ref().map(crate::fleet::ClusterView::new);
         let readers = crate::server::Readers {
             database,
             proc,
             members,
             activities,
+            cluster: cluster.clone(),
         };
         let metrics = metrics.map(|listener| {
             let serve =
                 crate::metrics::serve(listener, engine.clone(), end_metrics, stopped.clone());
             tokio::spawn(serve)
         });
+        let fleet = fleet
+            .zip(cluster)
+            .map(|(config, view)| start_fleet(config, socket.clone(), view, stopped.clone()));
         let server = tokio::spawn(crate::server::serve(
             listener, engine, readers, limits, stopped,
         ));
@@ -485,6 +503,7 @@ impl Tasks {
             engine_thread,
             server,
             metrics,
+            fleet,
             socket,
         })
     }
@@ -519,6 +538,12 @@ impl Tasks {
                         None => std::future::pending().await,
                     }
                 } => return Some((Task::Metrics, task_ended(Task::Metrics, ended))),
+                Some(ended) = async {
+                    match &mut self.fleet {
+                        Some(task) => Some(task.await),
+                        None => std::future::pending().await,
+                    }
+                } => return Some((Task::Fleet, task_ended(Task::Fleet, ended))),
             }
         }
     }
@@ -537,6 +562,12 @@ impl Tasks {
         {
             tracing::error!(error = %e, "metrics task failed");
         }
+        if failed != Some(Task::Fleet)
+            && let Some(task) = self.fleet
+            && let Err(e) = task.await
+        {
+            tracing::error!(error = %e, "fleet mirror task failed");
+        }
         if failed != Some(Task::Engine) {
             match self.engine_done.await {
                 Ok(Ok(())) => {}
@@ -549,6 +580,28 @@ impl Tasks {
         }
         let _ = std::fs::remove_file(&self.socket);
     }
+}
+
+/// Starts the fleet mirror, which follows the daemon's own socket (`--etcd`).
+#[cfg(feature = "fleet")]
+fn start_fleet(
+    config: crate::fleet::FleetConfig,
+    socket: PathBuf,
+    view: crate::fleet::ClusterView,
+    stopped: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    tokio::spawn(crate::fleet::run(config, socket, view, stopped))
+}
+
+/// Never called: without the feature, `--etcd` is refused before anything starts.
+#[cfg(not(feature = "fleet"))]
+fn start_fleet(
+    _: crate::fleet::FleetConfig,
+    _: PathBuf,
+    _: crate::fleet::ClusterView,
+    _: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    unreachable!("FleetConfig::new refuses --etcd in a build without the fleet feature")
 }
 
 /// The error of a task that ended while it should have run on.

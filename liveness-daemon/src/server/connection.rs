@@ -138,7 +138,19 @@ impl Connection {
                     }
                     answer.into()
                 }
-                Request::Status(request) => ask(engine, caller, request).await,
+                Request::Status(request) => {
+                    let status = engine.ask(caller, request).await;
+                    status
+                        .map(|mut status| {
+                            status.cluster = self
+                                .readers
+                                .cluster
+                                .as_ref()
+                                .map(|view| view.status(status.head_seq));
+                            status
+                        })
+                        .into()
+                }
                 Request::LockRelease(request) => ask(engine, caller, request).await,
                 Request::ActionsDone(request) => ask(engine, caller, request).await,
             };

@@ -30,6 +30,8 @@ pub struct Readers {
     pub members: Option<Arc<TreeMap>>,
     /// Each ACTIVE session's last judged activity.
     pub activities: Activities,
+    /// The fleet mirror's state, with `--etcd`.
+    pub cluster: Option<crate::fleet::ClusterView>,
 }
 
 /// A page's size, checked.

@@ -240,6 +240,8 @@ impl<'a> Context<'a> {
                 sessions: ledger.usage_status(),
             },
             membership: Some(engine.watch.membership()),
+            // The server adds the mirror's, which the engine does not know.
+            cluster: None,
         }
     }
 }

@@ -1,0 +1,190 @@
+//! The fleet mirror (`--etcd`): this host's presence, its ACTIVE sessions and the record
+//! of their ends, written into etcd (docs/fleet.md).
+//!
+//! The host is the truth and etcd its mirror (design invariant 15): the mirror reads the
+//! daemon's own socket as any subscriber does, with a cursor of its own kept in etcd, so a
+//! slow or absent etcd only makes it lag (and the daemon drops it as it drops any lagging
+//! subscriber); it never delays a death. After an outage it resumes from its cursor and
+//! re-reads the ACTIVE sessions; every write is idempotent and carries the store id and the
+//! seq it stems from.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use liveness_common::status::ClusterStatus;
+
+#[cfg(feature = "fleet")]
+mod mirror;
+
+#[cfg(feature = "fleet")]
+pub(crate) use mirror::run;
+
+/// Why the mirror could not start or lost etcd.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FleetError {
+    #[error("this livenessd was built without the `fleet` feature: --etcd needs it")]
+    NotBuiltIn,
+    #[error("no host id: /etc/machine-id cannot be read ({0}); give --host-id")]
+    NoMachineId(std::io::Error),
+    #[cfg(feature = "fleet")]
+    #[error("etcd: {0}")]
+    Etcd(#[from] etcd_client::Error),
+    #[cfg(feature = "fleet")]
+    #[error("etcd did not answer within {0:?}")]
+    Timeout(Duration),
+    #[cfg(feature = "fleet")]
+    #[error("the host lease expired or was revoked")]
+    LeaseLost,
+    #[cfg(feature = "fleet")]
+    #[error("this daemon's event stream ended")]
+    StreamEnded,
+    #[cfg(feature = "fleet")]
+    #[error("this daemon's socket: {0}")]
+    Local(#[from] liveness_client::ClientError),
+    #[cfg(feature = "fleet")]
+    #[error("a record in etcd: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// What `--etcd` and its companions ask for.
+#[derive(Debug, Clone)]
+// Without the feature, `new` never makes one: only the mirror reads the rest.
+#[cfg_attr(not(feature = "fleet"), allow(dead_code))]
+pub(crate) struct FleetConfig {
+    pub endpoints: Vec<String>,
+    pub prefix: String,
+    pub host_id: String,
+    pub ttl: Duration,
+    pub ended_retention: Duration,
+}
+
+impl FleetConfig {
+    /// The configuration, or `None` without `--etcd`. The host id defaults to the machine
+    /// id; a build without the feature refuses `--etcd` at start rather than ignore it.
+    pub(crate) fn new(
+        endpoints: &[String],
+        prefix: &str,
+        host_id: Option<&str>,
+        ttl: Duration,
+        ended_retention: Duration,
+    ) -> Result<Option<FleetConfig>, FleetError> {
+        if endpoints.is_empty() {
+            return Ok(None);
+        }
+        if cfg!(not(feature = "fleet")) {
+            return Err(FleetError::NotBuiltIn);
+        }
+        let host_id = match host_id {
+            Some(id) => id.to_owned(),
+            None => machine_id().map_err(FleetError::NoMachineId)?,
+        };
+        Ok(Some(FleetConfig {
+            endpoints: endpoints.to_vec(),
+            prefix: prefix.to_owned(),
+            host_id,
+            ttl,
+            ended_retention,
+        }))
+    }
+}
+
+/// The machine id, which stays the same across reboots and host name changes.
+fn machine_id() -> std::io::Result<String> {
+    let id = std::fs::read_to_string("/etc/machine-id")?;
+    parse_host_id(id.trim()).map_err(std::io::Error::other)
+}
+
+/// A host id is one key segment: no `/`, nothing a terminal or a shell would read
+/// differently.
+pub(crate) fn parse_host_id(text: &str) -> Result<String, String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if text.is_empty() || text.len() > 128 || !text.chars().all(allowed) {
+        return Err(format!(
+            "{text:?}: a host id is 1 to 128 letters, digits, '.', '_' or '-'"
+        ));
+    }
+    Ok(text.to_owned())
+}
+
+/// A prefix starts with `/`, does not end with one, and is printable ASCII.
+pub(crate) fn parse_prefix(text: &str) -> Result<String, String> {
+    let printable = text.chars().all(|c| c.is_ascii_graphic());
+    if !text.starts_with('/') || text.ends_with('/') || !printable || text.len() > 256 {
+        return Err(format!(
+            "{text:?}: a prefix starts with '/', does not end with one, and is at most 256 \
+             printable ASCII characters"
+        ));
+    }
+    Ok(text.to_owned())
+}
+
+/// etcd's leases count whole seconds.
+pub(crate) fn parse_ttl(text: &str) -> Result<Duration, String> {
+    let duration = liveness_common::duration::parse_duration(text)?;
+    if duration < Duration::from_secs(1) || duration.subsec_nanos() != 0 {
+        return Err(format!("{text:?}: give whole seconds, at least 1s"));
+    }
+    Ok(duration)
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The mirror's state as `status` reports it, shared between the mirror and the server,
+/// with the host lease of its last connection (revoked when the daemon stops).
+#[derive(Debug, Clone)]
+pub struct ClusterView(Arc<Mutex<(ClusterStatus, Option<i64>)>>);
+
+impl ClusterView {
+    pub(crate) fn new(config: &FleetConfig) -> ClusterView {
+        ClusterView(Arc::new(Mutex::new((
+            ClusterStatus {
+                connected: false,
+                endpoints: config.endpoints.clone(),
+                prefix: config.prefix.clone(),
+                host_id: config.host_id.clone(),
+                since_ms: now_ms(),
+                mirrored_seq: None,
+                behind: 0,
+                error: Some("not connected yet".into()),
+            },
+            None,
+        ))))
+    }
+
+    /// What `status` says, `head` being the newest seq committed here.
+    pub(crate) fn status(&self, head: u64) -> ClusterStatus {
+        let mut status = self.0.lock().unwrap_or_else(|e| e.into_inner()).0.clone();
+        status.behind = head.saturating_sub(status.mirrored_seq.unwrap_or(0));
+        status
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_ids_and_prefixes_are_single_clean_segments() {
+        assert_eq!(parse_host_id("build-7.eu_1"), Ok("build-7.eu_1".into()));
+        for bad in ["", "a/b", "..\u{1b}[2J", "a b", &"x".repeat(129)] {
+            assert!(parse_host_id(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(parse_prefix("/liveness/prod"), Ok("/liveness/prod".into()));
+        for bad in ["liveness", "/liveness/", "/a b", "/a\nb", ""] {
+            assert!(parse_prefix(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn ttls_are_whole_seconds() {
+        assert_eq!(parse_ttl("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_ttl("1d"), Ok(Duration::from_secs(86_400)));
+        for bad in ["0s", "500ms", "1500ms"] {
+            assert!(parse_ttl(bad).is_err(), "{bad}");
+        }
+    }
+}

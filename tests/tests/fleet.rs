@@ -1,0 +1,375 @@
+//! The fleet mirror (`livenessd --etcd`, docs/fleet.md) against a real etcd on loopback,
+//! with daemons standing for hosts (each its own state directory and host id) on this
+//! machine: presence on a lease, ACTIVE sessions gone within milliseconds of their end and
+//! the end kept, and an etcd that is down, hung or restarted costing deaths nothing and
+//! etcd nothing once it is back (no write lost, none doubled).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+use integration_tests::{
+    ClientAs, Daemon, Etcd, Fingerprint, Orphan, binary, eventually, open_socket_to_everyone,
+    process_of,
+};
+use serde_json::{Value, json};
+
+/// How long a write may take to show in etcd in these tests (a loaded machine).
+const MIRRORED: Duration = Duration::from_secs(10);
+/// The bound a session's key must be gone within after its owner's SIGKILL. The mirror's
+/// own time is one etcd transaction (a few ms here); the bound leaves room for a machine
+/// shared with other builds.
+const KEY_GONE: Duration = Duration::from_millis(500);
+/// A user with nothing to do with the fleet.
+const MALLORY: u32 = 61_061;
+
+fn host(etcd: &Etcd, id: &str, ttl: &str) -> Daemon {
+    Daemon::start(&["--etcd", &etcd.url(), "--host-id", id, "--etcd-ttl", ttl])
+}
+
+fn status(daemon: &Daemon) -> Value {
+    let reply = daemon.request(json!({"op": "status"}));
+    assert_eq!(reply["ok"], true, "{reply}");
+    reply["status"].clone()
+}
+
+fn cluster(daemon: &Daemon) -> Value {
+    status(daemon)["cluster"].clone()
+}
+
+/// Waits until the keys under `prefix` are `expected`; fails with what etcd has.
+fn wait_keys(etcd: &Etcd, prefix: &str, expected: &[String]) {
+    let mut seen = Vec::new();
+    let reached = eventually(MIRRORED, || {
+        seen = etcd.keys(prefix);
+        seen == expected
+    });
+    assert!(
+        reached,
+        "under {prefix}: expected {expected:?}, etcd has {seen:?}"
+    );
+}
+
+/// Waits until the daemon's mirror is connected and etcd has every event.
+fn wait_caught_up(daemon: &Daemon) {
+    let caught_up = eventually(MIRRORED, || {
+        let cluster = cluster(daemon);
+        cluster["connected"] == true && cluster["behind"] == 0
+    });
+    assert!(caught_up, "{}", cluster(daemon));
+}
+
+fn keys(prefix: &str, names: &[&str]) -> Vec<String> {
+    let mut keys: Vec<String> = names.iter().map(|n| format!("{prefix}{n}")).collect();
+    keys.sort();
+    keys
+}
+
+fn register(daemon: &Daemon, session: &str, pid: u32) {
+    let reply = daemon.request(json!({
+        "op": "register", "session": session, "owner": {"pid": pid}, "labels": {"team": "infra"}
+    }));
+    assert_eq!(reply["ok"], true, "{reply}");
+}
+
+/// `etcdctl watch --prefix PREFIX`, each line with when it was read.
+fn watch_lines(etcd: &Etcd, prefix: &str) -> (Child, Receiver<(Instant, String)>) {
+    let mut watch = etcd.watch(prefix);
+    let stdout = watch.stdout.take().expect("piped");
+    let (sink, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if sink.send((Instant::now(), line)).is_err() {
+                return;
+            }
+        }
+    });
+    (watch, lines)
+}
+
+/// Every ended record under `prefix` was written once: a replay after an outage writes
+/// nothing twice.
+fn assert_written_once(etcd: &Etcd, prefix: &str) {
+    for key in etcd.keys(prefix) {
+        assert_eq!(etcd.version(&key), 1, "{key} was written more than once");
+    }
+}
+
+#[test]
+fn hosts_are_online_while_their_daemons_run_and_offline_after() {
+    let etcd = Etcd::started();
+    let mut h1 = host(&etcd, "h1", "5s");
+    let mut h2 = host(&etcd, "h2", "3s");
+    let _h3 = host(&etcd, "h3", "3s");
+    wait_keys(
+        &etcd,
+        "/liveness/hosts/",
+        &keys("/liveness/hosts/", &["h1", "h2", "h3"]),
+    );
+    let record = &etcd.get_prefix("/liveness/hosts/h1")[0].1;
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    assert_eq!(record["host_id"], "h1", "{record}");
+    assert_eq!(record["boot_id"], boot_id.trim(), "{record}");
+    assert_eq!(record["store_id"], status(&h1)["store_id"], "{record}");
+
+    // A clean stop revokes the lease: offline at once, not after the 5 s TTL.
+    h1.stop();
+    let stopped = Instant::now();
+    wait_keys(
+        &etcd,
+        "/liveness/hosts/",
+        &keys("/liveness/hosts/", &["h2", "h3"]),
+    );
+    assert!(
+        stopped.elapsed() < Duration::from_secs(2),
+        "h1 went offline only after {:?}",
+        stopped.elapsed()
+    );
+
+    // A killed daemon cannot say goodbye: its host stays until the lease's TTL runs out.
+    h2.kill9();
+    let killed = Instant::now();
+    assert_eq!(
+        etcd.keys("/liveness/hosts/h2"),
+        ["/liveness/hosts/h2"],
+        "the lease of a killed daemon outlives it"
+    );
+    wait_keys(
+        &etcd,
+        "/liveness/hosts/",
+        &keys("/liveness/hosts/", &["h3"]),
+    );
+    assert!(
+        killed.elapsed() < Duration::from_secs(3 + 3),
+        "h2 stayed online {:?} after its daemon's death, with a TTL of 3 s",
+        killed.elapsed()
+    );
+}
+
+#[test]
+fn a_sessions_key_goes_within_milliseconds_of_its_owners_death_and_its_end_is_kept() {
+    let etcd = Etcd::started();
+    let h1 = host(&etcd, "h1", "10s");
+    let h2 = host(&etcd, "h2", "10s");
+    let owner = Orphan::spawn(&["exit", "0"]);
+    register(&h1, "build-1", owner.pid);
+    let other = Orphan::spawn(&["exit", "0"]);
+    register(&h2, "build-1", other.pid);
+    let key = "/liveness/sessions/h1/0/build-1";
+    wait_keys(
+        &etcd,
+        "/liveness/sessions/",
+        &[key.into(), "/liveness/sessions/h2/0/build-1".into()],
+    );
+    let record = &etcd.get_prefix(key)[0].1;
+    assert_eq!(record["session"]["id"], "build-1", "{record}");
+    assert_eq!(record["session"]["phase"], "active", "{record}");
+    assert_eq!(record["session"]["labels"]["team"], "infra", "{record}");
+    assert_eq!(record["session"]["owner"]["pid"], owner.pid, "{record}");
+    assert_eq!(record["store_id"], status(&h1)["store_id"], "{record}");
+    assert_eq!(record["seq"], 1, "{record}");
+
+    // A watcher, as another host's tool would have one, ready once it saw a write.
+    let (mut watch, lines) = watch_lines(&etcd, "/liveness/sessions/h1/");
+    let marker = Orphan::spawn(&["exit", "0"]);
+    let mut ready = false;
+    for round in 0..20 {
+        register(&h1, &format!("marker-{round}"), marker.pid);
+        while let Ok((_, line)) = lines.recv_timeout(Duration::from_millis(500)) {
+            ready |= line.contains("marker");
+        }
+        if ready {
+            break;
+        }
+    }
+    assert!(ready, "the watcher never saw a write");
+    let killed = Instant::now();
+    Fingerprint::of(owner.pid).kill();
+    let gone = loop {
+        let (at, line) = lines.recv_timeout(MIRRORED).expect("the key's deletion");
+        if line == "DELETE" {
+            let (_, deleted) = lines.recv_timeout(MIRRORED).expect("the deleted key");
+            assert_eq!(deleted, key);
+            break at - killed;
+        }
+    };
+    let _ = watch.kill();
+    let _ = watch.wait();
+    eprintln!("owner SIGKILLed -> its key deleted, as a watcher sees it: {gone:?}");
+    assert!(
+        gone < KEY_GONE,
+        "the key went {gone:?} after the owner's death"
+    );
+
+    // The end, with its facts and cause, kept under ended/ on its own lease; the other
+    // host's session of the same id is untouched.
+    let ended = h1.wait_ended("build-1");
+    wait_keys(
+        &etcd,
+        "/liveness/ended/",
+        &["/liveness/ended/h1/0/build-1".into()],
+    );
+    let record = &etcd.get_prefix("/liveness/ended/h1/0/build-1")[0].1;
+    assert_eq!(record["event"]["kind"], "session.ended", "{record}");
+    assert_eq!(record["event"]["reason"], ended["reason"], "{record}");
+    assert_eq!(record["event"]["cause"]["kind"], "signal", "{record}");
+    assert_eq!(record["event"]["cause"]["signal"], 9, "{record}");
+    assert_eq!(record["seq"], record["event"]["seq"], "{record}");
+    let lease = etcd.ctl(&["get", "/liveness/ended/h1/0/build-1", "-w", "json"]);
+    let lease: Value = serde_json::from_slice(&lease.stdout).unwrap();
+    assert_ne!(
+        lease["kvs"][0]["lease"],
+        Value::Null,
+        "the record expires with a lease"
+    );
+    assert_eq!(
+        etcd.keys("/liveness/sessions/"),
+        [
+            etcd.keys("/liveness/sessions/h1/0/marker-"),
+            vec!["/liveness/sessions/h2/0/build-1".to_owned()]
+        ]
+        .concat()
+    );
+}
+
+#[test]
+fn an_etcd_down_at_start_hung_or_restarted_delays_no_death_and_loses_or_doubles_nothing() {
+    let mut etcd = Etcd::new();
+    let mut h1 = host(&etcd, "h1", "3s");
+    let cluster_now = cluster(&h1);
+    assert_eq!(cluster_now["connected"], false, "{cluster_now}");
+    assert_eq!(cluster_now["mirrored_seq"], Value::Null, "{cluster_now}");
+    let text = h1.cli(&["status"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("Cluster: disconnected"), "{text}");
+
+    // While etcd is down the daemon serves as ever.
+    let a = Orphan::spawn(&["exit", "0"]);
+    register(&h1, "a", a.pid);
+    let reply = h1.request(json!({"op": "end", "session": "a"}));
+    assert_eq!(reply["ok"], true, "{reply}");
+    let b = Orphan::spawn(&["exit", "0"]);
+    register(&h1, "b", b.pid);
+    let c = Orphan::spawn(&["exit", "0"]);
+    register(&h1, "c", c.pid);
+    Fingerprint::of(c.pid).kill();
+    h1.wait_ended("c");
+    let now = status(&h1);
+    assert_eq!(now["cluster"]["behind"], now["head_seq"], "{now}");
+
+    etcd.start();
+    wait_caught_up(&h1);
+    wait_keys(
+        &etcd,
+        "/liveness/sessions/",
+        &["/liveness/sessions/h1/0/b".into()],
+    );
+    wait_keys(
+        &etcd,
+        "/liveness/ended/",
+        &keys("/liveness/ended/h1/0/", &["a", "c"]),
+    );
+    assert_written_once(&etcd, "/liveness/ended/");
+
+    // A hung etcd (it takes connections and answers nothing): a death is committed and
+    // published here as fast as ever.
+    etcd.signal(libc::SIGSTOP);
+    let killed = Instant::now();
+    Fingerprint::of(b.pid).kill();
+    h1.wait_ended("b");
+    let local = killed.elapsed();
+    assert!(
+        local < Duration::from_secs(1),
+        "b ended here {local:?} after its death"
+    );
+    let d = Orphan::spawn(&["exit", "0"]);
+    register(&h1, "d", d.pid);
+    let noticed = eventually(MIRRORED, || cluster(&h1)["connected"] == false);
+    assert!(noticed, "{}", cluster(&h1));
+    assert!(cluster(&h1)["behind"].as_u64().unwrap() > 0);
+    etcd.signal(libc::SIGCONT);
+    wait_keys(
+        &etcd,
+        "/liveness/sessions/",
+        &["/liveness/sessions/h1/0/d".into()],
+    );
+    wait_keys(
+        &etcd,
+        "/liveness/ended/",
+        &keys("/liveness/ended/h1/0/", &["a", "b", "c"]),
+    );
+
+    // etcd killed and started again on its data.
+    etcd.stop();
+    let reply = h1.request(json!({"op": "end", "session": "d"}));
+    assert_eq!(reply["ok"], true, "{reply}");
+    etcd.start();
+    wait_keys(&etcd, "/liveness/sessions/", &[]);
+    wait_keys(
+        &etcd,
+        "/liveness/ended/",
+        &keys("/liveness/ended/h1/0/", &["a", "b", "c", "d"]),
+    );
+    assert_written_once(&etcd, "/liveness/ended/");
+    wait_caught_up(&h1);
+    let cursor = &etcd.get_prefix("/liveness/cursors/h1")[0].1;
+    assert_eq!(cursor["seq"], status(&h1)["head_seq"], "{cursor}");
+
+    // A restarted daemon (a new run of the same database) resumes from the cursor.
+    h1.stop();
+    h1.restart();
+    wait_caught_up(&h1);
+    wait_keys(
+        &etcd,
+        "/liveness/ended/",
+        &keys("/liveness/ended/h1/0/", &["a", "b", "c", "d"]),
+    );
+    assert_written_once(&etcd, "/liveness/ended/");
+}
+
+#[test]
+fn a_users_session_ids_stay_under_their_host_and_uid() {
+    let etcd = Etcd::started();
+    let daemon = host(&etcd, "h1", "10s");
+    open_socket_to_everyone(&daemon);
+    let mallory = process_of(MALLORY);
+    let mut client = ClientAs::connect(&daemon, MALLORY);
+    let id = "../../../hosts/h2";
+    let reply = client
+        .request(&json!({"op": "register", "session": id, "owner": {"pid": mallory.id()}}))
+        .expect("a reply");
+    assert_eq!(reply["ok"], true, "{reply}");
+    // etcd's keys are flat: the id is the rest of a key under Mallory's uid, nothing more.
+    let key = format!("/liveness/sessions/h1/{MALLORY}/{id}");
+    wait_keys(&etcd, "/liveness/sessions/", &[key]);
+    assert_eq!(etcd.keys("/liveness/hosts/"), ["/liveness/hosts/h1"]);
+}
+
+#[test]
+fn a_host_id_or_prefix_that_is_no_clean_key_segment_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    for bad in [
+        ["--host-id", "../h2"],
+        ["--host-id", "h1\u{1b}[2J"],
+        ["--etcd-prefix", "/liveness/"],
+        ["--etcd-ttl", "500ms"],
+    ] {
+        let output = Command::new(binary("livenessd"))
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .arg("--socket")
+            .arg(dir.path().join("s.sock"))
+            .args(["--etcd", "http://127.0.0.1:9"])
+            .args(bad)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{bad:?}: {stderr}");
+        assert!(stderr.contains(bad[0]), "{bad:?}: {stderr}");
+        assert!(
+            !dir.path().join("state").exists(),
+            "{bad:?} created the state"
+        );
+    }
+}
