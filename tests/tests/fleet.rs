@@ -373,3 +373,45 @@ fn a_host_id_or_prefix_that_is_no_clean_key_segment_is_refused_at_start() {
         );
     }
 }
+
+#[test]
+fn one_host_id_is_one_daemons_and_a_restart_takes_its_own_back() {
+    let etcd = Etcd::started();
+    let mut first = host(&etcd, "twin", "10s");
+    wait_caught_up(&first);
+    let owner = Orphan::spawn(&["exit", "0"]);
+    register(&first, "mine", owner.pid);
+    let key = "/liveness/sessions/twin/0/mine".to_owned();
+    wait_keys(&etcd, "/liveness/sessions/", std::slice::from_ref(&key));
+
+    // A second daemon given the same host id would delete the first's sessions as stale:
+    // it stays disconnected, says why, and writes nothing.
+    let second = host(&etcd, "twin", "10s");
+    let refused = eventually(MIRRORED, || {
+        let cluster = cluster(&second);
+        cluster["error"]
+            .as_str()
+            .is_some_and(|error| error.contains("another daemon"))
+    });
+    assert!(refused, "{}", cluster(&second));
+    assert_eq!(cluster(&second)["connected"], false);
+    assert_eq!(etcd.keys("/liveness/sessions/"), std::slice::from_ref(&key));
+    let record = &etcd.get_prefix("/liveness/hosts/twin")[0].1;
+    assert_eq!(record["store_id"], status(&first)["store_id"], "{record}");
+    drop(second);
+
+    // The first, SIGKILLed and started again on its state, takes its host back at once
+    // rather than after the 10 s its old lease has left.
+    first.kill9();
+    let restarted = Instant::now();
+    first.restart();
+    wait_caught_up(&first);
+    assert!(
+        restarted.elapsed() < Duration::from_secs(8),
+        "back online after {:?}",
+        restarted.elapsed()
+    );
+    let record = &etcd.get_prefix("/liveness/hosts/twin")[0].1;
+    assert_eq!(record["store_id"], status(&first)["store_id"], "{record}");
+    assert_eq!(etcd.keys("/liveness/sessions/"), [key]);
+}

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use etcd_client::{
-    Client, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper,
+    PutOptions, Txn, TxnOp, TxnOpResponse,
 };
 use liveness_client::nonblocking::AsyncClient;
 use liveness_client::{Cursor, Filter};
@@ -129,6 +130,19 @@ struct HostRecord<'a> {
     online_since_ms: i64,
 }
 
+/// What [`Mirror::claim_host`] reads of a host key another lease holds.
+#[derive(Debug, Deserialize)]
+struct HostHeld {
+    store_id: String,
+    hostname: Option<String>,
+}
+
+/// The database part of a store id (`DATABASE.RUN`): the same for every run of one state
+/// directory.
+fn database(store_id: &str) -> &str {
+    store_id.split('.').next().unwrap_or(store_id)
+}
+
 /// One connection to etcd and to the daemon's socket.
 struct Mirror<'a> {
     config: &'a FleetConfig,
@@ -238,8 +252,8 @@ impl<'a> Mirror<'a> {
             retention: None,
             online_since_ms: now_ms(),
         };
+        mirror.claim_host().await?;
         mirror.resync(status.head_seq).await?;
-        mirror.put_host().await?;
         view.connected(since);
         tracing::info!(
             endpoints = %config.endpoints.join(","),
@@ -434,7 +448,8 @@ impl<'a> Mirror<'a> {
         Ok(())
     }
 
-    async fn put_host(&mut self) -> Result<(), FleetError> {
+    /// The put of the host key, on this connection's lease.
+    fn host_put(&self) -> Result<TxnOp, FleetError> {
         let proc = liveness_proc::identity::ProcRoot::default();
         let record = HostRecord {
             host_id: &self.config.host_id,
@@ -448,12 +463,59 @@ impl<'a> Mirror<'a> {
             active_sessions: self.sessions.len(),
             online_since_ms: self.online_since_ms,
         };
-        let put = TxnOp::put(
+        Ok(TxnOp::put(
             self.config.host_key(),
             serde_json::to_vec(&record)?,
             Some(PutOptions::new().with_lease(self.lease)),
-        );
-        timed(self.etcd.txn(Txn::new().and_then(vec![put]))).await?;
+        ))
+    }
+
+    /// Puts the host key on this connection's lease, if no other daemon holds it: two
+    /// daemons given one host id would delete each other's sessions. The key of this
+    /// database's earlier run (a daemon restarted before its lease ran out) is taken over.
+    async fn claim_host(&mut self) -> Result<(), FleetError> {
+        let key = self.config.host_key();
+        let put = self.host_put()?;
+        for _ in 0..2 {
+            let absent = Compare::version(key.clone(), CompareOp::Equal, 0);
+            let claim = Txn::new()
+                .when(vec![absent])
+                .and_then(vec![put.clone()])
+                .or_else(vec![TxnOp::get(key.clone(), None)]);
+            let reply = timed(self.etcd.txn(claim)).await?;
+            if reply.succeeded() {
+                return Ok(());
+            }
+            let holder = reply.op_responses().into_iter().find_map(|op| match op {
+                TxnOpResponse::Get(got) => got.kvs().first().cloned(),
+                _ => None,
+            });
+            let Some(holder) = holder else { continue };
+            let theirs: HostHeld = serde_json::from_slice(holder.value())?;
+            if database(&theirs.store_id) != database(&self.store_id) {
+                return Err(FleetError::HostTaken {
+                    host_id: self.config.host_id.clone(),
+                    hostname: theirs.hostname.unwrap_or_default(),
+                });
+            }
+            timed(self.etcd.lease_revoke(holder.lease())).await?;
+        }
+        Err(FleetError::LeaseLost)
+    }
+
+    /// Rewrites the host key (its session count), while this connection's lease holds it.
+    async fn put_host(&mut self) -> Result<(), FleetError> {
+        let key = self.config.host_key();
+        let put = self.host_put()?;
+        let ours = Compare::lease(key, CompareOp::Equal, self.lease);
+        let reply = timed(
+            self.etcd
+                .txn(Txn::new().when(vec![ours]).and_then(vec![put])),
+        )
+        .await?;
+        if !reply.succeeded() {
+            return Err(FleetError::LeaseLost);
+        }
         Ok(())
     }
 

@@ -36,6 +36,12 @@ pub(crate) enum FleetError {
     #[error("the host lease expired or was revoked")]
     LeaseLost,
     #[cfg(feature = "fleet")]
+    #[error(
+        "another daemon (on {hostname:?}) is online as host {host_id:?}: give each daemon \
+         its own --host-id"
+    )]
+    HostTaken { host_id: String, hostname: String },
+    #[cfg(feature = "fleet")]
     #[error("this daemon's event stream ended")]
     StreamEnded,
     #[cfg(feature = "fleet")]
