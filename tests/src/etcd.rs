@@ -20,6 +20,8 @@ pub struct Etcd {
     pub dir: tempfile::TempDir,
     client_port: u16,
     peer_port: u16,
+    /// `USER:PASSWORD` for etcdctl, once [`Etcd::enable_auth`] turned authentication on.
+    user: Option<String>,
 }
 
 /// A port nothing listens on now.
@@ -38,6 +40,7 @@ impl Etcd {
             dir: tempfile::tempdir().expect("temp dir"),
             client_port: free_port(),
             peer_port: free_port(),
+            user: None,
         }
     }
 
@@ -103,11 +106,33 @@ impl Etcd {
         unsafe { libc::kill(child.id() as i32, signal) };
     }
 
-    /// `etcdctl --endpoints URL ARGS...` (API v3).
-    pub fn ctl(&self, args: &[&str]) -> Output {
-        Command::new("etcdctl")
+    /// Makes `root` a user with `password` and turns authentication on: from then on only
+    /// users' requests are served.
+    pub fn enable_auth(&mut self, password: &str) {
+        let user = format!("root:{password}");
+        for args in [&["user", "add", &user][..], &["auth", "enable"]] {
+            let output = self.ctl(args);
+            assert!(output.status.success(), "etcdctl {args:?}: {output:?}");
+        }
+        self.user = Some(user);
+    }
+
+    /// `etcdctl` with the endpoint and the user, API v3.
+    fn etcdctl(&self) -> Command {
+        let mut command = Command::new("etcdctl");
+        command
             .env("ETCDCTL_API", "3")
-            .args(["--endpoints", &self.url(), "--command-timeout", "2s"])
+            .args(["--endpoints", &self.url()]);
+        if let Some(user) = &self.user {
+            command.args(["--user", user]);
+        }
+        command
+    }
+
+    /// `etcdctl ARGS...`.
+    pub fn ctl(&self, args: &[&str]) -> Output {
+        self.etcdctl()
+            .args(["--command-timeout", "2s"])
             .args(args)
             .output()
             .unwrap_or_else(|e| panic!("cannot run etcdctl (apt-get install etcd-client): {e}"))
@@ -147,9 +172,8 @@ impl Etcd {
 
     /// `etcdctl watch --prefix PREFIX`, its output piped.
     pub fn watch(&self, prefix: &str) -> Child {
-        Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .args(["--endpoints", &self.url(), "watch", "--prefix", prefix])
+        self.etcdctl()
+            .args(["watch", "--prefix", prefix])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()

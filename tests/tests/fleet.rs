@@ -5,6 +5,7 @@
 //! etcd nothing once it is back (no write lost, none doubled).
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
 use std::process::{Child, Command};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
@@ -414,4 +415,67 @@ fn one_host_id_is_one_daemons_and_a_restart_takes_its_own_back() {
     let record = &etcd.get_prefix("/liveness/hosts/twin")[0].1;
     assert_eq!(record["store_id"], status(&first)["store_id"], "{record}");
     assert_eq!(etcd.keys("/liveness/sessions/"), [key]);
+}
+
+#[test]
+fn a_daemon_authenticates_with_a_password_only_it_can_read() {
+    let mut etcd = Etcd::started();
+    etcd.enable_auth("s3cret");
+    let dir = tempfile::tempdir().unwrap();
+    let password = dir.path().join("etcd-password");
+    std::fs::write(&password, "s3cret\n").unwrap();
+    std::fs::set_permissions(&password, std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    // Without a user, etcd refuses the mirror; the daemon serves and says why.
+    let anonymous = host(&etcd, "anon", "5s");
+    let refused = eventually(MIRRORED, || cluster(&anonymous)["error"].is_string());
+    assert!(refused, "{}", cluster(&anonymous));
+    assert_eq!(cluster(&anonymous)["connected"], false);
+
+    let path = password.to_str().unwrap();
+    let user = ["--etcd-user", "root", "--etcd-password-file", path];
+    let url = etcd.url();
+    let args = [&["--etcd", &url, "--host-id", "h1"][..], &user].concat();
+    let daemon = Daemon::start(&args);
+    wait_caught_up(&daemon);
+    assert_eq!(etcd.keys("/liveness/hosts/"), ["/liveness/hosts/h1"]);
+    assert!(
+        !daemon.log().contains("s3cret"),
+        "the password is in the log"
+    );
+    drop(daemon);
+
+    // A password file that others may read, that another user owns, or a link planted in
+    // its place is refused at start, with nothing created.
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&password, &link).unwrap();
+    let others = dir.path().join("others");
+    std::fs::write(&others, "s3cret\n").unwrap();
+    std::fs::set_permissions(&others, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::chown(&others, Some(MALLORY), Some(MALLORY)).unwrap();
+    let readable = dir.path().join("readable");
+    std::fs::write(&readable, "s3cret\n").unwrap();
+    std::fs::set_permissions(&readable, std::fs::Permissions::from_mode(0o640)).unwrap();
+    for (file, says) in [
+        (&link, "symbolic link"),
+        (&others, "owned by uid 61061"),
+        (&readable, "mode 640"),
+    ] {
+        let state = dir.path().join("state");
+        let output = Command::new(binary("livenessd"))
+            .arg("--state-dir")
+            .arg(&state)
+            .arg("--socket")
+            .arg(dir.path().join("s.sock"))
+            .args(["--etcd", &etcd.url(), "--host-id", "h2"])
+            .args(["--etcd-user", "root", "--etcd-password-file"])
+            .arg(file)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{file:?}: {stderr}");
+        assert!(stderr.contains(says), "{file:?}: {stderr}");
+        assert!(!stderr.contains("s3cret"), "{stderr}");
+        assert!(!state.exists(), "{file:?}: the state was created");
+    }
 }

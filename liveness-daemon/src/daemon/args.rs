@@ -169,6 +169,13 @@ pub struct Args {
     /// The TTL of the host's lease: a host whose daemon or machine stops is offline after it.
     #[arg(long, default_value = "10s", value_parser = crate::fleet::parse_ttl, value_name = "DURATION")]
     pub(super) etcd_ttl: Duration,
+    /// The etcd user the daemon authenticates as (with --etcd-password-file).
+    #[arg(long, requires = "etcd_password_file", value_name = "NAME")]
+    pub(super) etcd_user: Option<String>,
+    /// A file whose first line is the etcd user's password: owned by the daemon's user or
+    /// root, readable by nobody else.
+    #[arg(long, requires = "etcd_user", value_name = "PATH")]
+    pub(super) etcd_password_file: Option<PathBuf>,
     /// How long the record of a session's end stays in etcd (at least this, at most a
     /// 24th more).
     #[arg(long, default_value = "1d", value_parser = crate::fleet::parse_ttl, value_name = "DURATION")]

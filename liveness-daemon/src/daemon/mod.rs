@@ -362,9 +362,19 @@ async fn bind_metrics(
 
 async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
     let mut signals = Signals::install()?;
+    // Checked before anything is created: a bad --etcd setup fails at once.
+    let fleet = crate::fleet::FleetConfig::new(crate::fleet::FleetArgs {
+        endpoints: &args.etcd,
+        prefix: &args.etcd_prefix,
+        host_id: args.host_id.as_deref(),
+        ttl: args.etcd_ttl,
+        ended_retention: args.etcd_ended_retention,
+        user: args.etcd_user.as_deref(),
+        password_file: args.etcd_password_file.as_deref(),
+    })?;
     let (state, lock) = prepare(&args)?;
     let (stop, stopped) = watch::channel(false);
-    let mut tasks = Tasks::start(&args, state, &lock, stopped).await?;
+    let mut tasks = Tasks::start(&args, state, &lock, fleet, stopped).await?;
     let failure = tasks.until_failure(&mut signals, log_file.as_ref()).await;
     tracing::info!("stopping");
     let _ = stop.send(true);
@@ -425,11 +435,13 @@ struct Tasks {
 
 impl Tasks {
     /// Starts the engine on its thread, then listens: for metrics if asked, and on the
-    /// socket, after which systemd hears that the daemon is ready.
+    /// socket, after which systemd hears that the daemon is ready; then the fleet mirror,
+    /// with `--etcd`.
     async fn start(
         args: &Args,
         state: State,
         lock: &StateLock,
+        fleet: Option<crate::fleet::FleetConfig>,
         stopped: watch::Receiver<bool>,
     ) -> Result<Tasks, StartError> {
         let State {
@@ -439,14 +451,6 @@ impl Tasks {
             store,
             limits,
         } = state;
-        // Checked before anything starts: a bad --etcd setup fails at once.
-        let fleet = crate::fleet::FleetConfig::new(
-            &args.etcd,
-            &args.etcd_prefix,
-            args.host_id.as_deref(),
-            args.etcd_ttl,
-            args.etcd_ended_retention,
-        )?;
         let proc = ProcRoot::default();
         let about = DaemonInfo {
             version: env!("CARGO_PKG_VERSION").into(),

@@ -86,10 +86,17 @@ async fn revoke(config: &FleetConfig, view: &ClusterView) {
 }
 
 fn options(config: &FleetConfig) -> ConnectOptions {
-    ConnectOptions::new()
+    let options = ConnectOptions::new()
         .with_connect_timeout(REQUEST_TIMEOUT)
         .with_timeout(REQUEST_TIMEOUT)
-        .with_keep_alive(config.ttl / 3, REQUEST_TIMEOUT)
+        .with_keep_alive(config.ttl / 3, REQUEST_TIMEOUT);
+    match &config.credentials {
+        // etcd's tokens expire (5 minutes idle by default): renewed as they do.
+        Some(credentials) => options
+            .with_user(&credentials.user, &credentials.password)
+            .with_auto_token_refresh(true),
+        None => options,
+    }
 }
 
 /// `PREFIX/cursors/HOST_ID`'s value, and what every record carries besides: where in

@@ -8,6 +8,9 @@
 //! re-reads the ACTIVE sessions; every write is idempotent and carries the store id and the
 //! seq it stems from.
 
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,6 +29,8 @@ pub(crate) enum FleetError {
     NotBuiltIn,
     #[error("no host id: /etc/machine-id cannot be read ({0}); give --host-id")]
     NoMachineId(std::io::Error),
+    #[error("--etcd-password-file {path}: {reason}")]
+    PasswordFile { path: PathBuf, reason: String },
     #[cfg(feature = "fleet")]
     #[error("etcd: {0}")]
     Etcd(#[from] etcd_client::Error),
@@ -62,36 +67,108 @@ pub(crate) struct FleetConfig {
     pub host_id: String,
     pub ttl: Duration,
     pub ended_retention: Duration,
+    pub credentials: Option<Credentials>,
+}
+
+/// An etcd user and its password (`--etcd-user`, `--etcd-password-file`).
+#[derive(Clone)]
+#[cfg_attr(not(feature = "fleet"), allow(dead_code))]
+pub(crate) struct Credentials {
+    pub user: String,
+    pub password: String,
+}
+
+/// The password never reaches a log line.
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What `--etcd` and its companions say, as given.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FleetArgs<'a> {
+    pub endpoints: &'a [String],
+    pub prefix: &'a str,
+    pub host_id: Option<&'a str>,
+    pub ttl: Duration,
+    pub ended_retention: Duration,
+    pub user: Option<&'a str>,
+    pub password_file: Option<&'a Path>,
 }
 
 impl FleetConfig {
     /// The configuration, or `None` without `--etcd`. The host id defaults to the machine
     /// id; a build without the feature refuses `--etcd` at start rather than ignore it.
-    pub(crate) fn new(
-        endpoints: &[String],
-        prefix: &str,
-        host_id: Option<&str>,
-        ttl: Duration,
-        ended_retention: Duration,
-    ) -> Result<Option<FleetConfig>, FleetError> {
-        if endpoints.is_empty() {
+    pub(crate) fn new(args: FleetArgs<'_>) -> Result<Option<FleetConfig>, FleetError> {
+        if args.endpoints.is_empty() {
             return Ok(None);
         }
         if cfg!(not(feature = "fleet")) {
             return Err(FleetError::NotBuiltIn);
         }
-        let host_id = match host_id {
+        let host_id = match args.host_id {
             Some(id) => id.to_owned(),
             None => machine_id().map_err(FleetError::NoMachineId)?,
         };
+        let credentials = match (args.user, args.password_file) {
+            (Some(user), Some(path)) => Some(Credentials {
+                user: user.to_owned(),
+                password: read_password(path)?,
+            }),
+            _ => None,
+        };
         Ok(Some(FleetConfig {
-            endpoints: endpoints.to_vec(),
-            prefix: prefix.to_owned(),
+            endpoints: args.endpoints.to_vec(),
+            prefix: args.prefix.to_owned(),
             host_id,
-            ttl,
-            ended_retention,
+            ttl: args.ttl,
+            ended_retention: args.ended_retention,
+            credentials,
         }))
     }
+}
+
+/// The password file's first line. Only the daemon's user (or root) may own the file, and
+/// nobody else may read or write it; a link is refused, not followed.
+fn read_password(path: &Path) -> Result<String, FleetError> {
+    let refuse = |reason: String| FleetError::PasswordFile {
+        path: path.into(),
+        reason,
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| refuse(e.to_string()))?;
+    let meta = file.metadata().map_err(|e| refuse(e.to_string()))?;
+    let me = rustix::process::geteuid().as_raw();
+    if !meta.is_file() {
+        return Err(refuse("not a regular file".into()));
+    }
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(refuse(format!(
+            "owned by uid {}, not by this daemon's user or root",
+            meta.uid()
+        )));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(refuse(format!(
+            "mode {:o}: others may read or write it (chmod 600)",
+            meta.mode() & 0o777
+        )));
+    }
+    let mut text = String::new();
+    file.take(4096)
+        .read_to_string(&mut text)
+        .map_err(|e| refuse(e.to_string()))?;
+    let password = text.lines().next().unwrap_or_default().to_owned();
+    if password.is_empty() {
+        return Err(refuse("empty".into()));
+    }
+    Ok(password)
 }
 
 /// The machine id, which stays the same across reboots and host name changes.
