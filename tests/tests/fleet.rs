@@ -258,6 +258,9 @@ fn an_etcd_down_at_start_hung_or_restarted_delays_no_death_and_loses_or_doubles_
     h1.wait_ended("c");
     let now = status(&h1);
     assert_eq!(now["cluster"]["behind"], now["head_seq"], "{now}");
+    // Said once, not at every retry.
+    let warnings = h1.log().matches("etcd unreachable, retrying").count();
+    assert_eq!(warnings, 1, "{}", h1.log());
 
     etcd.start();
     wait_caught_up(&h1);

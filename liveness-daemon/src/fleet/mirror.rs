@@ -57,7 +57,13 @@ pub(crate) async fn run(
             revoke(&config, &view).await;
             return;
         };
-        tracing::warn!(error = %failure, "fleet mirror: etcd unreachable, retrying");
+        // Said once per outage and cause, not at every retry.
+        let error = failure.to_string();
+        if view.was_connected() || view.error().as_ref() != Some(&error) {
+            tracing::warn!(%error, "fleet mirror: etcd unreachable, retrying");
+        } else {
+            tracing::debug!(%error, "fleet mirror: etcd still unreachable");
+        }
         if view.was_connected() {
             delay = Duration::from_millis(100);
         }
@@ -578,6 +584,10 @@ impl ClusterView {
 
     fn was_connected(&self) -> bool {
         self.update(|status, _| status.connected)
+    }
+
+    fn error(&self) -> Option<String> {
+        self.update(|status, _| status.error.clone())
     }
 
     fn connected(&self, mirrored: u64) {
