@@ -486,3 +486,318 @@ fn a_daemon_authenticates_with_a_password_only_it_can_read() {
         assert!(!state.exists(), "{file:?}: the state was created");
     }
 }
+
+/// A fleet lock request on a fresh connection of `daemon`.
+fn fleet_lock(daemon: &Daemon, op: &str, name: &str, session: &str, wait: bool) -> Value {
+    let mut request = json!({"op": op, "name": name, "session": session, "cluster": true});
+    if wait {
+        request["wait"] = json!(true);
+    }
+    daemon.request(request)
+}
+
+/// The token of a granted fleet lock.
+fn token(reply: &Value) -> u64 {
+    assert_eq!(reply["ok"], true, "{reply}");
+    reply["lock"]["token"].as_u64().expect("a token")
+}
+
+/// `lock_acquire` with `wait` on a thread of its own: the reply, and when it came.
+fn wait_for_lock(
+    daemon: &Daemon,
+    name: &str,
+    session: &str,
+) -> std::thread::JoinHandle<(Value, Instant)> {
+    let mut conn = daemon.connect();
+    let request = json!({"op": "lock_acquire", "name": name, "session": session,
+        "cluster": true, "wait": true});
+    std::thread::spawn(move || (conn.request(request), Instant::now()))
+}
+
+/// Waits until `count` keys are in line for fleet lock `name`.
+fn wait_in_line(etcd: &Etcd, name: &str, count: usize) {
+    let prefix = format!("/liveness/locks/{name}/");
+    let queued = eventually(MIRRORED, || etcd.keys(&prefix).len() == count);
+    assert!(queued, "in line for {name}: {:?}", etcd.keys(&prefix));
+}
+
+#[test]
+fn a_fleet_lock_passes_to_another_host_within_milliseconds_of_its_owners_death() {
+    let etcd = Etcd::started();
+    let (h1, h2) = (host(&etcd, "h1", "10s"), host(&etcd, "h2", "10s"));
+    // The holder is `lock run --cluster`'s command, as a user would start it.
+    let mut run = Command::new(binary("liveness"))
+        .args(["--socket", h1.socket.to_str().unwrap()])
+        .args([
+            "lock",
+            "run",
+            "deploy",
+            "--cluster",
+            "--session",
+            "holder",
+            "--",
+        ])
+        .args(["sh", "-c", "echo \"$LIVENESS_LOCK_TOKEN\"; exec sleep 600"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("liveness lock run");
+    let mut first = String::new();
+    BufReader::new(run.stdout.take().unwrap())
+        .read_line(&mut first)
+        .expect("the token CMD got");
+    let held: u64 = first
+        .trim()
+        .parse()
+        .expect("a token in LIVENESS_LOCK_TOKEN");
+    let key = etcd.get_prefix("/liveness/locks/deploy/");
+    assert_eq!(key.len(), 1, "{key:?}");
+    assert_eq!(key[0].1["host_id"], "h1", "{key:?}");
+    assert_eq!(key[0].1["session"], "holder", "{key:?}");
+
+    let waiter = Orphan::spawn(&["exit", "0"]);
+    register(&h2, "waiter", waiter.pid);
+    let refused = fleet_lock(&h2, "lock_acquire", "deploy", "waiter", false);
+    assert_eq!(refused["error"]["code"], "lock_held", "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("\"holder\"")
+            && message.contains("\"h1\"")
+            && message.contains(&held.to_string()),
+        "the refusal names the holder, its host and its token: {message}"
+    );
+    let waiting = wait_for_lock(&h2, "deploy", "waiter");
+    wait_in_line(&etcd, "deploy", 2);
+
+    let owner = h1.session("holder")["owner"]["pid"].as_u64().unwrap() as u32;
+    let killed = Instant::now();
+    Fingerprint::of(owner).kill();
+    let (granted, at) = waiting.join().unwrap();
+    let handover = at - killed;
+    eprintln!("holder's owner SIGKILLed on h1 -> the waiter on h2 granted: {handover:?}");
+    assert!(token(&granted) > held, "{granted}");
+    assert_eq!(granted["lock"]["session"], "waiter");
+    // A round trip or two after the end, not the lease's TTL.
+    assert!(
+        handover < Duration::from_secs(2),
+        "handed over after {handover:?}"
+    );
+    assert!(!run.wait().unwrap().success(), "CMD was killed");
+    let key = etcd.get_prefix("/liveness/locks/deploy/");
+    assert_eq!(key.len(), 1, "{key:?}");
+    assert_eq!(key[0].1["host_id"], "h2", "{key:?}");
+}
+
+#[test]
+fn hosts_racing_for_a_fleet_lock_get_it_one_at_a_time_with_growing_tokens() {
+    let etcd = Etcd::started();
+    let hosts: Vec<Daemon> = ["h1", "h2", "h3"]
+        .iter()
+        .map(|id| host(&etcd, id, "10s"))
+        .collect();
+    let owners: Vec<Orphan> = hosts
+        .iter()
+        .map(|_| Orphan::spawn(&["exit", "0"]))
+        .collect();
+    for (daemon, owner) in hosts.iter().zip(&owners) {
+        register(daemon, "s", owner.pid);
+    }
+    // All at once, none waiting: one wins.
+    let start = std::sync::Arc::new(std::sync::Barrier::new(hosts.len()));
+    let replies: Vec<Value> = std::thread::scope(|scope| {
+        let racers: Vec<_> = hosts
+            .iter()
+            .map(|daemon| {
+                let start = start.clone();
+                let mut conn = daemon.connect();
+                scope.spawn(move || {
+                    start.wait();
+                    conn.request(json!({"op": "lock_acquire", "name": "deploy",
+                        "session": "s", "cluster": true}))
+                })
+            })
+            .collect();
+        racers.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    let winners: Vec<usize> = (0..hosts.len())
+        .filter(|&i| replies[i]["ok"] == true)
+        .collect();
+    assert_eq!(winners.len(), 1, "{replies:?}");
+    for (i, reply) in replies.iter().enumerate() {
+        if i != winners[0] {
+            assert_eq!(reply["error"]["code"], "lock_held", "{reply}");
+        }
+    }
+    wait_in_line(&etcd, "deploy", 1);
+
+    // The others wait in line (the CLI's --wait --json); each release hands the lock on.
+    let mut tokens = vec![token(&replies[winners[0]])];
+    let mut holder = winners[0];
+    let waiters: Vec<_> = (0..hosts.len())
+        .filter(|&i| i != holder)
+        .map(|i| {
+            let daemon = &hosts[i];
+            let mut cli = Command::new(binary("liveness"));
+            cli.args(["--socket", daemon.socket.to_str().unwrap(), "--json"])
+                .args(["lock", "acquire", "deploy", "--cluster", "--session", "s"])
+                .args(["--wait", "--timeout", "60s"]);
+            (
+                i,
+                std::thread::spawn(move || cli.output().expect("liveness lock acquire")),
+            )
+        })
+        .collect();
+    wait_in_line(&etcd, "deploy", 3);
+    let mut waiters: Vec<_> = waiters.into_iter().map(Some).collect();
+    for _ in 0..2 {
+        let released =
+            hosts[holder].cli(&["lock", "release", "deploy", "--cluster", "--session", "s"]);
+        assert!(released.status.success(), "{released:?}");
+        let next = loop {
+            if let Some(i) = (0..waiters.len()).find(|&w| {
+                waiters[w]
+                    .as_ref()
+                    .is_some_and(|(_, thread)| thread.is_finished())
+            }) {
+                break i;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let (i, thread) = waiters[next].take().unwrap();
+        let output = thread.join().unwrap();
+        assert!(output.status.success(), "{output:?}");
+        let lock: Value = serde_json::from_slice(&output.stdout).expect("the JSON grant");
+        tokens.push(lock["token"].as_u64().expect("a token"));
+        assert!(
+            waiters.iter().flatten().all(|(_, t)| !t.is_finished()),
+            "one grant per release"
+        );
+        holder = i;
+    }
+    eprintln!("fleet lock tokens in the order granted: {tokens:?}");
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+}
+
+#[test]
+fn a_dead_daemons_fleet_locks_are_freed_by_their_ttl_and_not_before() {
+    let etcd = Etcd::started();
+    let mut h1 = host(&etcd, "h1", "3s");
+    let h2 = host(&etcd, "h2", "10s");
+    let holder = Orphan::spawn(&["exit", "0"]);
+    register(&h1, "holder", holder.pid);
+    token(&fleet_lock(&h1, "lock_acquire", "deploy", "holder", false));
+    let waiter = Orphan::spawn(&["exit", "0"]);
+    register(&h2, "waiter", waiter.pid);
+    let waiting = wait_for_lock(&h2, "deploy", "waiter");
+    wait_in_line(&etcd, "deploy", 2);
+
+    // The holder lives on; its daemon does not, and nothing renews the lease.
+    h1.kill9();
+    let killed = Instant::now();
+    let (granted, at) = waiting.join().unwrap();
+    let freed = at - killed;
+    eprintln!("holder's daemon SIGKILLed (TTL 3 s) -> the waiter granted: {freed:?}");
+    token(&granted);
+    // Renewed every third of the TTL: at least two thirds of it were left.
+    assert!(freed >= Duration::from_secs(2), "freed after {freed:?}");
+    assert!(freed < Duration::from_secs(8), "freed after {freed:?}");
+}
+
+#[test]
+fn a_daemon_cut_off_from_etcd_claims_no_fleet_lock_once_its_lease_could_have_expired() {
+    let etcd = Etcd::started();
+    let h1 = host(&etcd, "h1", "3s");
+    let holder = Orphan::spawn(&["exit", "0"]);
+    register(&h1, "holder", holder.pid);
+    token(&fleet_lock(&h1, "lock_acquire", "deploy", "holder", false));
+    etcd.signal(libc::SIGSTOP);
+    let hung = Instant::now();
+    // Past the TTL from the last renewal etcd confirmed, whatever etcd did meanwhile.
+    std::thread::sleep(Duration::from_millis(3500));
+    let refused = fleet_lock(&h1, "lock_release", "deploy", "holder", false);
+    let answered = hung.elapsed();
+    etcd.signal(libc::SIGCONT);
+    assert_eq!(refused["error"]["code"], "not_held", "{refused}");
+    // Said by the daemon itself, not after waiting for etcd.
+    assert!(
+        answered < Duration::from_millis(3500 + 1000),
+        "{answered:?}"
+    );
+}
+
+#[test]
+fn a_fleet_lock_on_a_daemon_without_etcd_is_refused_with_why() {
+    let daemon = Daemon::start(&[]);
+    let owner = Orphan::spawn(&["exit", "0"]);
+    register(&daemon, "s", owner.pid);
+    for op in ["lock_acquire", "lock_release"] {
+        let refused = fleet_lock(&daemon, op, "deploy", "s", false);
+        assert_eq!(refused["error"]["code"], "invalid_request", "{refused}");
+        assert!(
+            refused["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("--etcd"),
+            "{refused}"
+        );
+    }
+    let cli = daemon.cli(&["lock", "acquire", "deploy", "--cluster", "--session", "s"]);
+    assert!(!cli.status.success(), "{cli:?}");
+    let stderr = String::from_utf8_lossy(&cli.stderr);
+    assert!(stderr.contains("--etcd"), "{stderr}");
+    // Nothing was taken on the host instead.
+    assert_eq!(
+        daemon.request(json!({"op": "lock_list"}))["locks"],
+        json!([])
+    );
+}
+
+#[test]
+fn no_user_releases_anothers_fleet_lock_and_names_stay_under_locks() {
+    const ALICE: u32 = 61_062;
+    let etcd = Etcd::started();
+    let daemon = host(&etcd, "h1", "10s");
+    open_socket_to_everyone(&daemon);
+    let (alice, mallory) = (process_of(ALICE), process_of(MALLORY));
+    let mut as_alice = ClientAs::connect(&daemon, ALICE);
+    let mut as_mallory = ClientAs::connect(&daemon, MALLORY);
+    for (client, owner) in [(&mut as_alice, &alice), (&mut as_mallory, &mallory)] {
+        let reply = client
+            .request(&json!({"op": "register", "session": "s", "owner": {"pid": owner.id()}}))
+            .expect("a reply");
+        assert_eq!(reply["ok"], true, "{reply}");
+    }
+    let acquire = json!({"op": "lock_acquire", "name": "deploy", "session": "s", "cluster": true});
+    let held = as_alice.request(&acquire).expect("a reply");
+    let held = token(&held);
+
+    // Mallory's own session holds nothing; Alice's she may not name.
+    let mut release =
+        json!({"op": "lock_release", "name": "deploy", "session": "s", "cluster": true});
+    let refused = as_mallory.request(&release).expect("a reply");
+    assert_eq!(refused["error"]["code"], "not_held", "{refused}");
+    release["uid"] = json!(ALICE);
+    let refused = as_mallory.request(&release).expect("a reply");
+    assert_eq!(refused["error"]["code"], "forbidden", "{refused}");
+    let refused = as_mallory.request(&acquire).expect("a reply");
+    assert_eq!(refused["error"]["code"], "lock_held", "{refused}");
+    let key = etcd.get_prefix("/liveness/locks/deploy/");
+    assert_eq!(key.len(), 1, "Alice's key alone: {key:?}");
+    assert_eq!(key[0].1["uid"], ALICE, "{key:?}");
+
+    // A name is one segment under locks/, whatever it holds: Mallory's `deploy/x` is not in
+    // line for `deploy`, nor `../hosts/h1` anywhere but under locks/.
+    for name in ["deploy/x", "../hosts/h1"] {
+        let sneaky = json!({"op": "lock_acquire", "name": name, "session": "s", "cluster": true});
+        token(&as_mallory.request(&sneaky).expect("a reply"));
+    }
+    let keys = etcd.keys("/liveness/locks/..%2Fhosts%2Fh1/");
+    assert_eq!(keys.len(), 1, "{:?}", etcd.keys("/liveness/"));
+    assert_eq!(etcd.keys("/liveness/hosts/"), ["/liveness/hosts/h1"]);
+
+    release["uid"] = json!(null);
+    let released = as_alice.request(&release).expect("a reply");
+    assert_eq!(token(&released), held);
+    assert!(etcd.keys("/liveness/locks/deploy/").is_empty());
+    let again = as_alice.request(&acquire).expect("a reply");
+    assert!(token(&again) > held, "{again}");
+}

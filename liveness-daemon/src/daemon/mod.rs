@@ -484,12 +484,16 @@ impl Tasks {
             stopped.clone(),
         ));
         let cluster = fleet.as_ref().map(crate::fleet::ClusterView::new);
+        let fleet_locks = fleet
+            .clone()
+            .map(|config| crate::fleet::FleetLocks::start(config, socket.clone(), stopped.clone()));
         let readers = crate::server::Readers {
             database,
             proc,
             members,
             activities,
             cluster: cluster.clone(),
+            fleet_locks,
         };
         let metrics = metrics.map(|listener| {
             let serve =

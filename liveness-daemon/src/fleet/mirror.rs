@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use super::{ClusterView, FleetConfig, FleetError, now_ms};
 
 /// How long one etcd request may take before the connection counts as lost.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 /// The longest pause between two attempts to reach etcd.
 const MAX_RETRY_DELAY: Duration = Duration::from_secs(2);
 /// Stream messages read ahead of etcd. When etcd is slower, the reader waits, the daemon's
@@ -91,7 +91,7 @@ async fn revoke(config: &FleetConfig, view: &ClusterView) {
     }
 }
 
-fn options(config: &FleetConfig) -> ConnectOptions {
+pub(super) fn options(config: &FleetConfig) -> ConnectOptions {
     let options = ConnectOptions::new()
         .with_connect_timeout(REQUEST_TIMEOUT)
         .with_timeout(REQUEST_TIMEOUT)
@@ -208,7 +208,7 @@ impl Reader {
 }
 
 /// Bounds an etcd request by [`REQUEST_TIMEOUT`].
-async fn timed<T>(
+pub(super) async fn timed<T>(
     request: impl Future<Output = Result<T, etcd_client::Error>>,
 ) -> Result<T, FleetError> {
     tokio::time::timeout(REQUEST_TIMEOUT, request)

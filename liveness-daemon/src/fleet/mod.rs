@@ -17,10 +17,49 @@ use std::time::Duration;
 use liveness_common::status::ClusterStatus;
 
 #[cfg(feature = "fleet")]
+mod locks;
+#[cfg(feature = "fleet")]
 mod mirror;
 
 #[cfg(feature = "fleet")]
+pub(crate) use locks::FleetLocks;
+#[cfg(feature = "fleet")]
 pub(crate) use mirror::run;
+
+/// Without the feature there are no fleet locks: `--etcd` is refused at start.
+#[cfg(not(feature = "fleet"))]
+#[derive(Debug, Clone)]
+pub(crate) enum FleetLocks {}
+
+#[cfg(not(feature = "fleet"))]
+impl FleetLocks {
+    pub(crate) fn start(
+        _: FleetConfig,
+        _: PathBuf,
+        _: tokio::sync::watch::Receiver<bool>,
+    ) -> FleetLocks {
+        unreachable!("FleetConfig::new refuses --etcd in a build without the fleet feature")
+    }
+
+    pub(crate) async fn acquire(
+        &self,
+        _: &crate::engine::Handle,
+        _: crate::engine::Caller,
+        _: liveness_common::request::LockAcquire,
+        _: impl Future<Output = liveness_common::protocol::ErrorBody>,
+    ) -> Result<liveness_common::lock::Lock, liveness_common::protocol::ErrorBody> {
+        match *self {}
+    }
+
+    pub(crate) async fn release(
+        &self,
+        _: &crate::engine::Handle,
+        _: crate::engine::Caller,
+        _: liveness_common::request::LockRelease,
+    ) -> Result<liveness_common::lock::Lock, liveness_common::protocol::ErrorBody> {
+        match *self {}
+    }
+}
 
 /// Why the mirror could not start or lost etcd.
 #[derive(Debug, thiserror::Error)]

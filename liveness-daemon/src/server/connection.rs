@@ -116,6 +116,15 @@ impl Connection {
                 }
                 Request::Whose(request) => readers.whose(engine, caller, request).await.into(),
                 Request::End(request) => readers.end(engine, caller, request).await.into(),
+                Request::LockAcquire(request) if request.cluster => {
+                    // Waiting holds up nothing of the engine's: the uid's turn is given back.
+                    drop(turn.take());
+                    let (fleet, shutdown) = (readers.fleet_locks.as_ref(), &mut self.shutdown);
+                    let acquired = locks::acquire_in_fleet(
+                        fleet, engine, caller, request, &requests, shutdown,
+                    );
+                    acquired.await.into()
+                }
                 Request::LockAcquire(request) => {
                     let (turn, shutdown) = (&mut turn, &mut self.shutdown);
                     let acquired =
@@ -149,6 +158,12 @@ impl Connection {
                                 .map(|view| view.status(status.head_seq));
                             status
                         })
+                        .into()
+                }
+                Request::LockRelease(request) if request.cluster => {
+                    let fleet = readers.fleet_locks.as_ref();
+                    locks::release_in_fleet(fleet, engine, caller, request)
+                        .await
                         .into()
                 }
                 Request::LockRelease(request) => ask(engine, caller, request).await,

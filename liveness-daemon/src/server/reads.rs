@@ -32,6 +32,8 @@ pub struct Readers {
     pub activities: Activities,
     /// The fleet mirror's state, with `--etcd`.
     pub cluster: Option<crate::fleet::ClusterView>,
+    /// Fleet locks, with `--etcd`.
+    pub fleet_locks: Option<crate::fleet::FleetLocks>,
 }
 
 /// A page's size, checked.
