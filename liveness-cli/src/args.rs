@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use liveness_client::Scope;
 use liveness_common::cause::{Cause, CauseKind};
 use liveness_common::duration::parse_duration;
 use liveness_common::session::{OnEnd, Until};
@@ -634,6 +635,8 @@ pub(crate) struct LockAcquireArgs {
     pub(crate) holder: Holder,
     #[command(flatten)]
     pub(crate) wait: LockWait,
+    #[command(flatten)]
+    pub(crate) scope: LockScope,
 }
 
 // `lock release`
@@ -643,6 +646,8 @@ pub(crate) struct LockReleaseArgs {
     pub(crate) name: String,
     #[command(flatten)]
     pub(crate) holder: Holder,
+    #[command(flatten)]
+    pub(crate) scope: LockScope,
 }
 
 // `lock list`
@@ -661,6 +666,8 @@ pub(crate) struct LockRunArgs {
     #[command(flatten)]
     pub(crate) wait: LockWait,
     #[command(flatten)]
+    pub(crate) scope: LockScope,
+    #[command(flatten)]
     pub(crate) run: RunArgs,
 }
 
@@ -673,6 +680,27 @@ pub(crate) struct Holder {
     /// Root only: the session of this user (lock names are per user, like session ids).
     #[arg(long, value_name = "UID")]
     pub(crate) uid: Option<u32>,
+}
+
+/// Whether the lock is this host's or the fleet's.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub(crate) struct LockScope {
+    /// A fleet lock, held in etcd for every host of the fleet (the daemon runs with
+    /// --etcd): one name for all users and hosts; its token is etcd's revision. It is
+    /// freed a round trip after its session ends here, or after the TTL if this host's
+    /// daemon dies.
+    #[arg(long)]
+    pub(crate) cluster: bool,
+}
+
+impl LockScope {
+    pub(crate) fn scope(self) -> Scope {
+        if self.cluster {
+            Scope::Cluster
+        } else {
+            Scope::Host
+        }
+    }
 }
 
 /// Whether to wait for a held lock, and how long.

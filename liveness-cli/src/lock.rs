@@ -26,10 +26,22 @@ impl LockArgs {
 
 impl LockAcquireArgs {
     pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
-        let LockAcquireArgs { name, holder, wait } = self;
+        let LockAcquireArgs {
+            name,
+            holder,
+            wait,
+            scope,
+        } = self;
         let lock = context
             .connect()?
-            .lock_acquire(name, &holder.session, holder.uid, wait.wait, wait.timeout)
+            .lock_acquire(
+                name,
+                &holder.session,
+                holder.uid,
+                wait.wait,
+                wait.timeout,
+                scope.scope(),
+            )
             .map_err(refused)?;
         if context.json {
             output::json(&lock);
@@ -53,10 +65,15 @@ pub(crate) fn refused(error: ClientError) -> Failure {
 
 impl LockReleaseArgs {
     pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
-        let LockReleaseArgs { name, holder } = self;
-        let lock = context
-            .connect()?
-            .lock_release(name, &holder.session, holder.uid)?;
+        let LockReleaseArgs {
+            name,
+            holder,
+            scope,
+        } = self;
+        let lock =
+            context
+                .connect()?
+                .lock_release(name, &holder.session, holder.uid, scope.scope())?;
         if context.json {
             output::json(&lock);
         } else {
@@ -80,6 +97,6 @@ impl LockListArgs {
 
 impl LockRunArgs {
     pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
-        self.run.run_session(context, Some((&self.name, self.wait)))
+        (self.run).run_session(context, Some((&self.name, self.wait, self.scope)))
     }
 }

@@ -12,7 +12,7 @@ use liveness_common::identity::{DeathReason, Identity};
 use liveness_common::lock::Lock;
 use liveness_common::protocol::wire_name;
 use liveness_common::session::{EndReason, Event, EventKind, OnEnd, Phase, Reaped, Session};
-use liveness_common::status::{MembershipStatus, SourceReport, Status};
+use liveness_common::status::{ClusterStatus, MembershipStatus, SourceReport, Status};
 use liveness_proc::identity::{Liveness, ProcRoot};
 
 use crate::clock;
@@ -651,6 +651,39 @@ pub(crate) fn print_status(status: &Status, pids: &Numbering) {
     print_sources(&monitor.sources);
     if let Some(membership) = &status.membership {
         print_membership(membership);
+    }
+    if let Some(cluster) = &status.cluster {
+        print_cluster(cluster, now);
+    }
+}
+
+/// Where the mirror of this host in etcd stands (`--etcd`).
+fn print_cluster(cluster: &ClusterStatus, now: i64) {
+    let state = if cluster.connected {
+        "connected"
+    } else {
+        "disconnected"
+    };
+    outln!(
+        "   Cluster: {state} since {} ({}), host {} under {} at {}",
+        clock::local_time(cluster.since_ms),
+        clock::age(cluster.since_ms, now),
+        cluster.host_id,
+        cluster.prefix,
+        cluster.endpoints.join(",")
+    );
+    match cluster.mirrored_seq {
+        Some(seq) => outln!(
+            "            {} events behind (etcd has them through seq {seq})",
+            cluster.behind
+        ),
+        None => outln!(
+            "            {} events behind (etcd not reached since the daemon started)",
+            cluster.behind
+        ),
+    }
+    if let Some(error) = &cluster.error {
+        outln!("            {error}");
     }
 }
 

@@ -20,7 +20,7 @@ use liveness_common::session::{OnEnd, Until};
 use liveness_proc::pidref::UnreapedChild;
 use rustix::process::Signal;
 
-use crate::args::{LockWait, RunArgs};
+use crate::args::{LockScope, LockWait, RunArgs};
 use crate::context::Context;
 use crate::exit::{Exit, Failure};
 
@@ -34,10 +34,10 @@ impl RunArgs {
     pub(crate) fn run_session(
         &self,
         context: &Context,
-        lock: Option<(&str, LockWait)>,
+        lock: Option<(&str, LockWait, LockScope)>,
     ) -> Result<ExitCode, Failure> {
         let id = self.session.clone().unwrap_or_else(new_run_id);
-        let program = Program::new(&self.command, &id, lock.map(|(name, _)| name))?;
+        let program = Program::new(&self.command, &id, lock.map(|(name, ..)| name))?;
         let child = program
             .fork()
             .map_err(|e| Failure::new(Exit::Software, format!("cannot start a process: {e}")))?;
@@ -56,8 +56,9 @@ impl RunArgs {
         };
         client.register(&registration)?;
         let token = match lock {
-            Some((name, wait)) => {
-                match client.lock_acquire(name, &id, None, wait.wait, wait.timeout) {
+            Some((name, wait, scope)) => {
+                let scope = scope.scope();
+                match client.lock_acquire(name, &id, None, wait.wait, wait.timeout, scope) {
                     Ok(lock) => Some(lock.token),
                     Err(error) => {
                         return Err(never_started(&mut client, &id, &self.command[0], error));

@@ -44,6 +44,7 @@ pub use liveness_common;
 use liveness_common::action::ActionSpec;
 use liveness_common::identity::Identity;
 use liveness_common::lock::Lock;
+pub use liveness_common::lock::Scope;
 pub use liveness_common::protocol::ErrorCode;
 use liveness_common::protocol::{Reply, Request, StreamMessage, Subscribed};
 use liveness_common::request;
@@ -445,10 +446,12 @@ impl Client {
     /// Takes lock `name` for `session` (`uid`: root only, that user's session) and returns
     /// it with its fencing token. Held by another session: [`ErrorCode::LockHeld`] at once,
     /// or with `wait`, after waiting in line for it (up to `timeout`, if given).
+    /// [`Scope::Cluster`]: a fleet lock, held in etcd (docs/fleet.md).
     ///
     /// ```no_run
-    /// # use liveness_client::Client;
-    /// let lock = Client::connect_default()?.lock_acquire("build", "agent-7", None, true, None)?;
+    /// # use liveness_client::{Client, Scope};
+    /// let mut client = Client::connect_default()?;
+    /// let lock = client.lock_acquire("build", "agent-7", None, true, None, Scope::Host)?;
     /// println!("token {}", lock.token);
     /// # Ok::<(), liveness_client::ClientError>(())
     /// ```
@@ -459,9 +462,10 @@ impl Client {
         uid: Option<u32>,
         wait: bool,
         timeout: Option<Duration>,
+        scope: Scope,
     ) -> Result<Lock, ClientError> {
         self.call(&wire::lock_acquire_request(
-            name, session, uid, wait, timeout,
+            name, session, uid, wait, timeout, scope,
         ))
         .and_then(wire::lock)
     }
@@ -469,8 +473,8 @@ impl Client {
     /// Releases lock `name`, which `session` holds; returns it as it was held.
     ///
     /// ```no_run
-    /// # use liveness_client::Client;
-    /// Client::connect_default()?.lock_release("build", "agent-7", None)?;
+    /// # use liveness_client::{Client, Scope};
+    /// Client::connect_default()?.lock_release("build", "agent-7", None, Scope::Host)?;
     /// # Ok::<(), liveness_client::ClientError>(())
     /// ```
     pub fn lock_release(
@@ -478,8 +482,9 @@ impl Client {
         name: &str,
         session: &str,
         uid: Option<u32>,
+        scope: Scope,
     ) -> Result<Lock, ClientError> {
-        self.call(&wire::lock_release_request(name, session, uid))
+        self.call(&wire::lock_release_request(name, session, uid, scope))
             .and_then(wire::lock)
     }
 

@@ -19,7 +19,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Interest};
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
-use liveness_common::lock::Lock;
+use liveness_common::lock::{Lock, Scope};
 use liveness_common::protocol::{Reply, Request};
 use liveness_common::request;
 use liveness_common::session::{EventKind, Phase, Session};
@@ -236,8 +236,9 @@ impl AsyncClient {
         uid: Option<u32>,
         wait: bool,
         timeout: Option<Duration>,
+        scope: Scope,
     ) -> Result<Lock, ClientError> {
-        let request = wire::lock_acquire_request(name, session, uid, wait, timeout);
+        let request = wire::lock_acquire_request(name, session, uid, wait, timeout, scope);
         self.call(&request).await.and_then(wire::lock)
     }
 
@@ -247,8 +248,9 @@ impl AsyncClient {
         name: &str,
         session: &str,
         uid: Option<u32>,
+        scope: Scope,
     ) -> Result<Lock, ClientError> {
-        let request = wire::lock_release_request(name, session, uid);
+        let request = wire::lock_release_request(name, session, uid, scope);
         self.call(&request).await.and_then(wire::lock)
     }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
-use liveness_common::lock::Lock;
+use liveness_common::lock::{Lock, Scope};
 use liveness_common::protocol::{
     AutoOwner, OwnerSpec, PROTOCOL_VERSION, PidOwner, PidfdOwner, Reply, Request, StreamMessage,
     Subscribed,
@@ -96,6 +96,7 @@ pub(crate) fn lock_acquire_request(
     uid: Option<u32>,
     wait: bool,
     timeout: Option<Duration>,
+    scope: Scope,
 ) -> Request {
     Request::LockAcquire(request::LockAcquire {
         name: name.into(),
@@ -103,14 +104,21 @@ pub(crate) fn lock_acquire_request(
         uid,
         wait,
         timeout_ms: timeout.map(|t| t.as_millis().try_into().unwrap_or(u64::MAX)),
+        cluster: scope == Scope::Cluster,
     })
 }
 
-pub(crate) fn lock_release_request(name: &str, session: &str, uid: Option<u32>) -> Request {
+pub(crate) fn lock_release_request(
+    name: &str,
+    session: &str,
+    uid: Option<u32>,
+    scope: Scope,
+) -> Request {
     Request::LockRelease(request::LockRelease {
         name: name.into(),
         session: session.into(),
         uid,
+        cluster: scope == Scope::Cluster,
     })
 }
 

@@ -22,6 +22,15 @@ pub struct Lock {
     pub waiters: u32,
 }
 
+/// Where a lock lives: on this host (the daemon's database), or in etcd for the whole
+/// fleet (`livenessd --etcd`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Scope {
+    #[default]
+    Host,
+    Cluster,
+}
+
 /// Why a lock was released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

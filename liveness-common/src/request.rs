@@ -218,6 +218,9 @@ pub struct LockAcquire {
     /// With `wait`: give up after this long. Without: wait as long as it takes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// A fleet lock, held in etcd for the whole fleet (`livenessd --etcd`), not this host's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cluster: bool,
 }
 
 /// Release lock `name`, held by `session`.
@@ -228,6 +231,9 @@ pub struct LockRelease {
     pub session: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<u32>,
+    /// A fleet lock (see [`LockAcquire::cluster`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cluster: bool,
 }
 
 /// The held locks the caller may see (root: every user's, or user `uid`'s), one page

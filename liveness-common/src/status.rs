@@ -41,6 +41,30 @@ pub struct Status {
     /// Live sessions by activity state, as last judged (none before the first sample).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub activity: BTreeMap<ActivityState, u32>,
+    /// The mirror of this host's sessions in etcd, with `--etcd` (docs/fleet.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterStatus>,
+}
+
+/// Where the mirror of this host in etcd stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    /// Whether the daemon reaches etcd and holds its host lease.
+    pub connected: bool,
+    /// The etcd endpoints, as given.
+    pub endpoints: Vec<String>,
+    pub prefix: String,
+    pub host_id: String,
+    /// Since when the mirror is in its present state (ms since the epoch).
+    pub since_ms: i64,
+    /// The last event seq whose writes etcd confirmed, once the mirror has reached it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirrored_seq: Option<u64>,
+    /// Events committed here and not yet confirmed by etcd (the head when nothing was).
+    pub behind: u64,
+    /// Why the mirror is disconnected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Whether the database has every ending published. Endings are published once in the

@@ -16,6 +16,7 @@ mod engine;
 mod fair;
 mod faults;
 mod fd;
+mod fleet;
 mod metrics;
 mod reap;
 mod server;

@@ -32,6 +32,10 @@ pub fn binary(name: &str) -> PathBuf {
         if !cfg!(debug_assertions) {
             build.arg("--release");
         }
+        // The fleet tests need the daemon's etcd mirror, which is not in its default build.
+        if cfg!(feature = "fleet") {
+            build.args(["--features", "liveness-daemon/fleet"]);
+        }
         let status = build
             .status()
             .unwrap_or_else(|e| panic!("cannot run cargo to build the binaries: {e}"));

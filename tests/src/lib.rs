@@ -2,7 +2,8 @@
 //! job: the real binaries ([`binary`]), real processes whose death the caller decides
 //! ([`spawn_orphan`], [`Orphan`]) with `/proc` read by the daemon's own parser
 //! ([`proc_root`]), a real daemon on a private socket and state directory ([`Daemon`]),
-//! its clients ([`Conn`], [`ClientAs`]), and other users' processes ([`TestprocAs`]). It
+//! its clients ([`Conn`], [`ClientAs`]), other users' processes ([`TestprocAs`]), and a real
+//! etcd on loopback ([`Etcd`]). It
 //! depends on nothing test-only, so the benchmark can link it.
 //!
 //! Binaries: `LIVENESS_BIN_DIR` names a directory holding `livenessd`, `liveness` and
@@ -16,6 +17,7 @@ mod binaries;
 mod bpf;
 mod clients;
 mod daemon;
+mod etcd;
 mod processes;
 mod smallfs;
 mod users;
@@ -24,6 +26,7 @@ pub use binaries::*;
 pub use bpf::*;
 pub use clients::*;
 pub use daemon::*;
+pub use etcd::*;
 pub use processes::*;
 pub use smallfs::*;
 pub use users::*;

@@ -759,17 +759,17 @@ fn run_passes_sigterm_on_to_the_command() {
 #[test]
 fn the_client_libraries_take_wait_for_and_release_locks() {
     use liveness_client::nonblocking::AsyncClient;
-    use liveness_client::{Client, ErrorCode};
+    use liveness_client::{Client, ErrorCode, Scope};
     let daemon = Daemon::start(&[]);
     let (a, b) = (Orphan::spawn(&["exit", "0"]), Orphan::spawn(&["exit", "0"]));
     register(&daemon, "a", a.pid);
     register(&daemon, "b", b.pid);
     let mut client = Client::connect(&daemon.socket).expect("connect");
     let held = client
-        .lock_acquire("lib", "a", None, false, None)
+        .lock_acquire("lib", "a", None, false, None, Scope::Host)
         .expect("a free lock");
     let refused = client
-        .lock_acquire("lib", "b", None, false, None)
+        .lock_acquire("lib", "b", None, false, None, Scope::Host)
         .expect_err("held by a");
     assert_eq!(refused.code(), Some(ErrorCode::LockHeld), "{refused}");
 
@@ -778,13 +778,15 @@ fn the_client_libraries_take_wait_for_and_release_locks() {
     let waiting = runtime.spawn(async move {
         let mut client = AsyncClient::connect(&socket).await?;
         client
-            .lock_acquire("lib", "b", None, true, Some(WAIT))
+            .lock_acquire("lib", "b", None, true, Some(WAIT), Scope::Host)
             .await
     });
     assert!(eventually(WAIT, || {
         client.lock_list(None).expect("lock_list")[0].waiters == 1
     }));
-    let released = client.lock_release("lib", "a", None).expect("release");
+    let released = client
+        .lock_release("lib", "a", None, Scope::Host)
+        .expect("release");
     assert_eq!(released.token, held.token);
     let granted = runtime
         .block_on(waiting)

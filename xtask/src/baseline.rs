@@ -51,7 +51,8 @@ pub fn of_revision(root: &Path, rev: &str) -> Result<Baseline> {
     eprintln!("bench: baseline {name}: building in {}", source.display());
     export(root, &commit, &source)?;
     let target = home.join("target");
-    dist::build(&source, "release", Some(&target))?;
+    // An older commit may lack the fleet feature: a baseline is its default build.
+    dist::build(&source, "release", &[], Some(&target))?;
     // Copied into a fresh directory that takes the final name last: an interrupted copy
     // is never taken for a finished one.
     let partial = dir.join("bin.partial");

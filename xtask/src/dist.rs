@@ -11,8 +11,9 @@
 //! - `clients/`: the TypeScript client's npm tarball and the Python client's wheel and sdist
 //!   (`crate::clients`), unless `--no-clients`.
 //!
-//! Without `--debug-info` the binaries are those of `cargo build --release`, so a release
-//! build made before (the README's) is reused as it is: debug info in the release profile
+//! Without `--debug-info` the binaries are those of `cargo build --release --features
+//! liveness-daemon/fleet` (the etcd mirror, docs/fleet.md), so a release build made before
+//! with the same features is reused as it is: debug info in the release profile
 //! would make `target/release/livenessd` 50 MB instead of 9, and a profile of its own means
 //! building everything again (3 minutes on 2 cores).
 
@@ -58,7 +59,7 @@ pub fn run(root: &Path, options: &Options) -> Result<PathBuf> {
     } else {
         "release"
     };
-    build(root, profile, None)?;
+    build(root, profile, SHIPPED_FEATURES, None)?;
     let built = crate::target_dir(root).join(profile);
     for dir in ["bin", "completions", "man"] {
         std::fs::create_dir_all(out.join(dir))?;
@@ -108,9 +109,19 @@ pub fn run(root: &Path, options: &Options) -> Result<PathBuf> {
     Ok(deb)
 }
 
-/// Builds the two binaries of the workspace at `root` with `profile`, into `target_dir` if
-/// given (else where cargo would: `CARGO_TARGET_DIR`, or `root/target`).
-pub fn build(root: &Path, profile: &str, target_dir: Option<&Path>) -> Result<()> {
+/// The cargo features the shipped binaries are built with: the daemon's etcd mirror
+/// (docs/fleet.md), which the default build leaves out.
+const SHIPPED_FEATURES: &[&str] = &["--features", "liveness-daemon/fleet"];
+
+/// Builds the two binaries of the workspace at `root` with `profile` and the cargo
+/// arguments `features`, into `target_dir` if given (else where cargo would:
+/// `CARGO_TARGET_DIR`, or `root/target`).
+pub fn build(
+    root: &Path,
+    profile: &str,
+    features: &[&str],
+    target_dir: Option<&Path>,
+) -> Result<()> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = Process::new(cargo);
     if let Some(dir) = target_dir {
@@ -120,6 +131,7 @@ pub fn build(root: &Path, profile: &str, target_dir: Option<&Path>) -> Result<()
         .current_dir(root)
         .args(["build", "--locked", "--profile", profile])
         .args(["-p", "liveness-cli", "-p", "liveness-daemon", "--bins"])
+        .args(features)
         .status()
         .context("running cargo build")?;
     ensure!(status.success(), "cargo build --profile {profile} failed");
@@ -510,6 +522,7 @@ fn linked_crates(root: &Path) -> Result<Vec<String>> {
             .current_dir(root)
             .args(["tree", "--locked", "-e", "normal", "--prefix", "none"])
             .args(["-p", "liveness-cli", "-p", "liveness-daemon"])
+            .args(SHIPPED_FEATURES)
             .args(["-f", "{p}|{l}"]),
     )?)?;
     let mut crates: Vec<String> = tree

@@ -155,6 +155,31 @@ pub struct Args {
     /// 127.0.0.1:9464). Off by default; there is no authentication, so keep ADDR local.
     #[arg(long, value_name = "ADDR")]
     pub(super) metrics_listen: Option<std::net::SocketAddr>,
+    /// Mirror this host's sessions into etcd at these endpoints (comma-separated URLs,
+    /// such as http://10.0.0.5:2379): presence, ACTIVE sessions and recent ends
+    /// (docs/fleet.md). Off by default. Deaths never wait on etcd.
+    #[arg(long, value_delimiter = ',', value_name = "URL[,URL...]")]
+    pub(super) etcd: Vec<String>,
+    /// The key prefix of the fleet in etcd.
+    #[arg(long, default_value = "/liveness", value_parser = crate::fleet::parse_prefix, value_name = "PREFIX")]
+    pub(super) etcd_prefix: String,
+    /// This host's name in the fleet (default: the machine id, /etc/machine-id).
+    #[arg(long, value_parser = crate::fleet::parse_host_id, value_name = "NAME")]
+    pub(super) host_id: Option<String>,
+    /// The TTL of the host's lease: a host whose daemon or machine stops is offline after it.
+    #[arg(long, default_value = "10s", value_parser = crate::fleet::parse_ttl, value_name = "DURATION")]
+    pub(super) etcd_ttl: Duration,
+    /// The etcd user the daemon authenticates as (with --etcd-password-file).
+    #[arg(long, requires = "etcd_password_file", value_name = "NAME")]
+    pub(super) etcd_user: Option<String>,
+    /// A file whose first line is the etcd user's password: owned by the daemon's user or
+    /// root, readable by nobody else.
+    #[arg(long, requires = "etcd_user", value_name = "PATH")]
+    pub(super) etcd_password_file: Option<PathBuf>,
+    /// How long the record of a session's end stays in etcd (at least this, at most a
+    /// 24th more).
+    #[arg(long, default_value = "1d", value_parser = crate::fleet::parse_ttl, value_name = "DURATION")]
+    pub(super) etcd_ended_retention: Duration,
     /// Write the man page livenessd.8, generated from these flags, into DIR and exit (for
     /// packaging: `cargo xtask dist`).
     #[arg(long, value_name = "DIR", hide = true)]

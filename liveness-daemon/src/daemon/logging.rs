@@ -67,6 +67,14 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogFile {
 
 pub(super) fn init_logging(log_file: Option<&LogFile>) {
     let filter = EnvFilter::try_from_env("LIVENESS_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    // The etcd client's transport logs every HTTP/2 frame at debug: only what the daemon
+    // says itself, unless LIVENESS_LOG names those crates.
+    let filter = ["h2", "hyper", "hyper_util", "tower", "tonic"]
+        .into_iter()
+        .filter(|noisy| !std::env::var("LIVENESS_LOG").is_ok_and(|asked| asked.contains(noisy)))
+        .fold(filter, |filter, noisy| {
+            filter.add_directive(format!("{noisy}=info").parse().expect("a valid directive"))
+        });
     // Under systemd with stderr going to the journal, log to journald natively so that
     // every field (session, owner_pid, reason, source, latency_ms...) is a journal field:
     // `journalctl -u livenessd SESSION=abc`.

@@ -78,6 +78,8 @@ enum StartError {
     Engine(#[from] crate::engine::EngineError),
     #[error(transparent)]
     Unpin(#[from] crate::source::lineage_pin::PinError),
+    #[error(transparent)]
+    Fleet(#[from] crate::fleet::FleetError),
 }
 
 /// Entry point of `livenessd`.
@@ -177,6 +179,7 @@ enum Task {
     Engine,
     Server,
     Metrics,
+    Fleet,
 }
 
 impl std::fmt::Display for Task {
@@ -185,6 +188,7 @@ impl std::fmt::Display for Task {
             Task::Engine => "engine",
             Task::Server => "server",
             Task::Metrics => "metrics",
+            Task::Fleet => "fleet mirror",
         })
     }
 }
@@ -358,9 +362,19 @@ async fn bind_metrics(
 
 async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
     let mut signals = Signals::install()?;
+    // Checked before anything is created: a bad --etcd setup fails at once.
+    let fleet = crate::fleet::FleetConfig::new(crate::fleet::FleetArgs {
+        endpoints: &args.etcd,
+        prefix: &args.etcd_prefix,
+        host_id: args.host_id.as_deref(),
+        ttl: args.etcd_ttl,
+        ended_retention: args.etcd_ended_retention,
+        user: args.etcd_user.as_deref(),
+        password_file: args.etcd_password_file.as_deref(),
+    })?;
     let (state, lock) = prepare(&args)?;
     let (stop, stopped) = watch::channel(false);
-    let mut tasks = Tasks::start(&args, state, &lock, stopped).await?;
+    let mut tasks = Tasks::start(&args, state, &lock, fleet, stopped).await?;
     let failure = tasks.until_failure(&mut signals, log_file.as_ref()).await;
     tracing::info!("stopping");
     let _ = stop.send(true);
@@ -415,16 +429,19 @@ struct Tasks {
     engine_thread: std::thread::JoinHandle<()>,
     server: JoinHandle<()>,
     metrics: Option<JoinHandle<()>>,
+    fleet: Option<JoinHandle<()>>,
     socket: PathBuf,
 }
 
 impl Tasks {
     /// Starts the engine on its thread, then listens: for metrics if asked, and on the
-    /// socket, after which systemd hears that the daemon is ready.
+    /// socket, after which systemd hears that the daemon is ready; then the fleet mirror,
+    /// with `--etcd`.
     async fn start(
         args: &Args,
         state: State,
         lock: &StateLock,
+        fleet: Option<crate::fleet::FleetConfig>,
         stopped: watch::Receiver<bool>,
     ) -> Result<Tasks, StartError> {
         let State {
@@ -466,11 +483,17 @@ impl Tasks {
             activities.clone(),
             stopped.clone(),
         ));
+        let cluster = fleet.as_ref().map(crate::fleet::ClusterView::new);
+        let fleet_locks = fleet
+            .clone()
+            .map(|config| crate::fleet::FleetLocks::start(config, socket.clone(), stopped.clone()));
         let readers = crate::server::Readers {
             database,
             proc,
             members,
             activities,
+            cluster: cluster.clone(),
+            fleet_locks,
         };
         let metrics = metrics.map(|listener| {
             let scraped = crate::metrics::Scraped {
@@ -480,6 +503,9 @@ impl Tasks {
             };
             tokio::spawn(crate::metrics::serve(listener, scraped, stopped.clone()))
         });
+        let fleet = fleet
+            .zip(cluster)
+            .map(|(config, view)| start_fleet(config, socket.clone(), view, stopped.clone()));
         let server = tokio::spawn(crate::server::serve(
             listener, engine, readers, limits, stopped,
         ));
@@ -488,6 +514,7 @@ impl Tasks {
             engine_thread,
             server,
             metrics,
+            fleet,
             socket,
         })
     }
@@ -522,6 +549,12 @@ impl Tasks {
                         None => std::future::pending().await,
                     }
                 } => return Some((Task::Metrics, task_ended(Task::Metrics, ended))),
+                Some(ended) = async {
+                    match &mut self.fleet {
+                        Some(task) => Some(task.await),
+                        None => std::future::pending().await,
+                    }
+                } => return Some((Task::Fleet, task_ended(Task::Fleet, ended))),
             }
         }
     }
@@ -540,6 +573,12 @@ impl Tasks {
         {
             tracing::error!(error = %e, "metrics task failed");
         }
+        if failed != Some(Task::Fleet)
+            && let Some(task) = self.fleet
+            && let Err(e) = task.await
+        {
+            tracing::error!(error = %e, "fleet mirror task failed");
+        }
         if failed != Some(Task::Engine) {
             match self.engine_done.await {
                 Ok(Ok(())) => {}
@@ -552,6 +591,39 @@ impl Tasks {
         }
         let _ = std::fs::remove_file(&self.socket);
     }
+}
+
+/// Starts the fleet mirror, which follows the daemon's own socket (`--etcd`), on a thread
+/// and a runtime of its own below the connections' priority: its etcd client's work
+/// never takes the CPU from a death's delivery to subscribers.
+#[cfg(feature = "fleet")]
+fn start_fleet(
+    config: crate::fleet::FleetConfig,
+    socket: PathBuf,
+    view: crate::fleet::ClusterView,
+    stopped: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    tokio::task::spawn_blocking(move || {
+        crate::fair::offload::lower_this_thread(crate::fair::offload::CLIENT_WORK_NICE);
+        match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => runtime.block_on(crate::fleet::run(config, socket, view, stopped)),
+            Err(e) => tracing::error!(error = %e, "cannot start the fleet mirror's runtime"),
+        }
+    })
+}
+
+/// Never called: without the feature, `--etcd` is refused before anything starts.
+#[cfg(not(feature = "fleet"))]
+fn start_fleet(
+    _: crate::fleet::FleetConfig,
+    _: PathBuf,
+    _: crate::fleet::ClusterView,
+    _: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    unreachable!("FleetConfig::new refuses --etcd in a build without the fleet feature")
 }
 
 /// The error of a task that ended while it should have run on.

@@ -20,8 +20,9 @@ use crate::fair::turns::UidTurns;
 
 /// Niceness of the threads that serve connections.
 pub const CONNECTIONS_NICE: i32 = 5;
-/// Niceness of the threads that do work whose size someone else chose.
-const CLIENT_WORK_NICE: i32 = 10;
+/// Niceness of the threads that do work whose size someone else chose (and of the fleet
+/// mirror, whose work etcd's speed and the events' number decide).
+pub const CLIENT_WORK_NICE: i32 = 10;
 /// The time slice the engine's thread asks for (Linux 6.12+ honours it for normal tasks:
 /// a waking task with a shorter slice preempts the running one).
 const ENGINE_SLICE_NS: u64 = 100_000;

@@ -116,6 +116,15 @@ impl Connection {
                 }
                 Request::Whose(request) => readers.whose(engine, caller, request).await.into(),
                 Request::End(request) => readers.end(engine, caller, request).await.into(),
+                Request::LockAcquire(request) if request.cluster => {
+                    // Waiting holds up nothing of the engine's: the uid's turn is given back.
+                    drop(turn.take());
+                    let (fleet, shutdown) = (readers.fleet_locks.as_ref(), &mut self.shutdown);
+                    let acquired = locks::acquire_in_fleet(
+                        fleet, engine, caller, request, &requests, shutdown,
+                    );
+                    acquired.await.into()
+                }
                 Request::LockAcquire(request) => {
                     let (turn, shutdown) = (&mut turn, &mut self.shutdown);
                     let acquired =
@@ -139,11 +148,21 @@ impl Connection {
                     answer.into()
                 }
                 Request::Status(request) => {
-                    let mut answer = engine.ask(caller, request).await;
-                    if let Ok(status) = &mut answer {
-                        status.activity = readers.activities.counts();
-                    }
-                    answer.into()
+                    let status = engine.ask(caller, request).await;
+                    status
+                        .map(|mut status| {
+                            status.activity = readers.activities.counts();
+                            status.cluster = (readers.cluster.as_ref())
+                                .map(|view| view.status(status.head_seq));
+                            status
+                        })
+                        .into()
+                }
+                Request::LockRelease(request) if request.cluster => {
+                    let fleet = readers.fleet_locks.as_ref();
+                    locks::release_in_fleet(fleet, engine, caller, request)
+                        .await
+                        .into()
                 }
                 Request::LockRelease(request) => ask(engine, caller, request).await,
                 Request::ActionsDone(request) => ask(engine, caller, request).await,

@@ -11,6 +11,7 @@ use tokio::sync::{OwnedSemaphorePermit, watch};
 use super::framing::Requests;
 use super::stopping;
 use crate::engine::{Acquire, Caller, Handle, Queued, stopping as shutting_down};
+use crate::fleet::FleetLocks;
 use liveness_common::lock::Lock;
 use liveness_common::protocol::{ErrorBody, ErrorCode};
 use liveness_common::request;
@@ -64,10 +65,53 @@ pub(super) async fn acquire(
             name: lock.name,
             session: lock.session,
             uid: Some(lock.uid),
+            cluster: false,
         };
         let _ = engine.ask(caller, release).await;
     }
     None
+}
+
+/// A fleet lock for `caller` (`cluster`), which etcd holds (see [`crate::fleet::FleetLocks`]).
+pub(super) async fn acquire_in_fleet(
+    fleet: Option<&FleetLocks>,
+    engine: &Handle,
+    caller: Caller,
+    request: request::LockAcquire,
+    requests: &Requests,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<Lock, ErrorBody> {
+    // Nobody to answer once the client left: whatever is answered then is not read.
+    let abandon = async {
+        tokio::select! {
+            () = requests.closed() => {}
+            () = stopping(shutdown) => {}
+        }
+        shutting_down()
+    };
+    in_fleet(fleet)?
+        .acquire(engine, caller, request, abandon)
+        .await
+}
+
+/// Releases a fleet lock (`cluster`).
+pub(super) async fn release_in_fleet(
+    fleet: Option<&FleetLocks>,
+    engine: &Handle,
+    caller: Caller,
+    request: request::LockRelease,
+) -> Result<Lock, ErrorBody> {
+    in_fleet(fleet)?.release(engine, caller, request).await
+}
+
+fn in_fleet(fleet: Option<&FleetLocks>) -> Result<&FleetLocks, ErrorBody> {
+    fleet.ok_or_else(|| {
+        ErrorBody::new(
+            ErrorCode::InvalidRequest,
+            "fleet locks (`cluster`) need a daemon in a fleet: this livenessd runs without \
+             --etcd",
+        )
+    })
 }
 
 #[cfg(test)]
@@ -142,6 +186,7 @@ mod tests {
                 uid: None,
                 wait: true,
                 timeout_ms,
+                cluster: false,
             };
             let (requests, shutdown) = (&mut self.requests, &mut self.shutdown);
             acquire(&self.engine, ALICE, request, &mut None, requests, shutdown).await

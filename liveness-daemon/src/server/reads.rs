@@ -30,6 +30,10 @@ pub struct Readers {
     pub members: Option<Arc<TreeMap>>,
     /// Each ACTIVE session's last judged activity.
     pub activities: Activities,
+    /// The fleet mirror's state, with `--etcd`.
+    pub cluster: Option<crate::fleet::ClusterView>,
+    /// Fleet locks, with `--etcd`.
+    pub fleet_locks: Option<crate::fleet::FleetLocks>,
 }
 
 /// A page's size, checked.

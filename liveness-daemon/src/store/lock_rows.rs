@@ -33,7 +33,7 @@ pub(super) fn get_lock(
         .optional()?)
 }
 
-pub(super) fn validate_lock_name(name: &str) -> Result<(), StoreError> {
+pub fn validate_lock_name(name: &str) -> Result<(), StoreError> {
     let problem = if name.is_empty() {
         "empty".to_owned()
     } else if name.len() > MAX_ID_LEN {

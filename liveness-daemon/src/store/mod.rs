@@ -310,6 +310,9 @@ pub use active::Active;
 pub use apply::{JournaledDeaths, journal_deaths};
 pub use checkpoint::Checkpointer;
 pub use lineage::Lineage;
+/// Fleet locks' names follow the rules of the host's.
+#[cfg(feature = "fleet")]
+pub use lock_rows::validate_lock_name;
 pub use lock_rows::{LockPage, LockQuery};
 pub use locks::Acquired;
 pub use reader::{EventReader, ListQuery, SessionPage};

@@ -240,8 +240,10 @@ impl<'a> Context<'a> {
                 sessions: ledger.usage_status(),
             },
             membership: Some(engine.watch.membership()),
-            // The activity sampler's, added where the status is answered.
+            // The server adds the activity sampler's and the mirror's, which the engine
+            // does not know.
             activity: Default::default(),
+            cluster: None,
         }
     }
 }

@@ -886,6 +886,7 @@ fn acquire(
         uid: None,
         wait,
         timeout_ms: None,
+        cluster: false,
     };
     let answer = match f.ask(caller, request) {
         Ok(Acquire::Queued(queued)) => return queued.grant,
@@ -913,6 +914,7 @@ fn release(f: &mut Fixture, caller: Caller, session: &str, name: &str) -> Result
             name,
             session,
             uid: None,
+            cluster: false,
         },
     )
 }
@@ -1063,6 +1065,7 @@ async fn lock_names_are_per_user_and_no_user_releases_anothers() {
             name: "build".into(),
             session: "s".into(),
             uid: Some(ALICE.uid),
+            cluster: false,
         },
     );
     assert_eq!(error_of(named), ErrorCode::Forbidden);

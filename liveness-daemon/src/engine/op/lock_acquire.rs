@@ -17,6 +17,8 @@ impl Op for LockAcquire {
             uid,
             wait,
             timeout_ms,
+            // The server answers fleet locks itself (fleet/locks.rs).
+            cluster: _,
         } = self;
         if timeout_ms.is_some() && !wait {
             return Err(ErrorBody::new(

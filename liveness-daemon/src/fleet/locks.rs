@@ -1,0 +1,641 @@
+//! Fleet locks (`lock_acquire` and `lock_release` with `cluster`), held in etcd as etcd's
+//! own `concurrency` mutex holds them (docs/fleet.md): each waiter puts a key of its own,
+//! `PREFIX/locks/NAME/LEASE`, on the lease of its session; the key of lowest create
+//! revision holds the lock, and that revision is the fencing token; a waiter waits for the
+//! deletion of the key created just before its own.
+//!
+//! A session that takes fleet locks gets one lease, renewed here while it holds or waits.
+//! Its end on this host (the committed `session.ended` event, read from the daemon's own
+//! stream like any subscriber's) revokes the lease, which frees its locks for the other
+//! hosts a round trip later; the engine never waits on etcd. A daemon that dies stops
+//! renewing, and etcd frees the locks after the TTL. A lease whose renewal etcd has not
+//! confirmed within the TTL is given up here: the daemon then claims none of its locks.
+
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use etcd_client::{
+    Client, Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn,
+    TxnOp, TxnOpResponse, WatchOptions,
+};
+use liveness_client::nonblocking::AsyncClient;
+use liveness_client::{ClientError, Filter};
+use liveness_common::lock::Lock;
+use liveness_common::protocol::{ErrorBody, ErrorCode, StreamMessage};
+use liveness_common::request;
+use liveness_common::session::{EventKind, Phase};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::mirror::{REQUEST_TIMEOUT, options, timed};
+use super::{FleetConfig, FleetError, now_ms};
+use crate::engine::{Caller, Handle};
+
+/// A session, as the daemon knows it: its creator's uid and its id.
+type SessionKey = (u32, String);
+
+/// The fleet locks of this host's sessions.
+#[derive(Clone)]
+pub(crate) struct FleetLocks(Arc<Inner>);
+
+/// etcd's client says nothing of itself.
+impl std::fmt::Debug for FleetLocks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FleetLocks")
+            .field("config", &self.0.config)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    config: FleetConfig,
+    /// Reached at the first fleet lock, then kept (it reconnects by itself).
+    etcd: tokio::sync::Mutex<Option<Client>>,
+    /// Held while a lease is granted, so that two requests of one session share one.
+    grants: tokio::sync::Mutex<()>,
+    /// The lease of each session that holds or waits for fleet locks.
+    sessions: Mutex<HashMap<SessionKey, Holder>>,
+}
+
+#[derive(Debug)]
+struct Holder {
+    lease: i64,
+    /// Until when etcd surely keeps the lease: when its last confirmed renewal was sent,
+    /// plus the TTL.
+    valid_until: Instant,
+    /// The locks granted, by name.
+    held: BTreeMap<String, Lock>,
+    /// Acquisitions under way.
+    acquiring: u32,
+    renew: JoinHandle<()>,
+}
+
+/// `PREFIX/locks/NAME/LEASE`'s value: who holds or waits.
+#[derive(Debug, Serialize, Deserialize)]
+struct Waiter {
+    host_id: String,
+    uid: u32,
+    session: String,
+    since_ms: i64,
+}
+
+impl From<FleetError> for ErrorBody {
+    fn from(error: FleetError) -> ErrorBody {
+        ErrorBody::new(ErrorCode::Internal, format!("fleet lock: {error}"))
+    }
+}
+
+/// A fleet lock's name as one segment of a key: `/` and `%` escaped, so that no name's
+/// keys fall under another name's prefix (`a` and `a/b`).
+fn segment(name: &str) -> String {
+    name.replace('%', "%25").replace('/', "%2F")
+}
+
+impl FleetLocks {
+    /// The fleet locks, and the task that revokes a session's lease when it ends.
+    pub(crate) fn start(
+        config: FleetConfig,
+        socket: PathBuf,
+        stopped: watch::Receiver<bool>,
+    ) -> FleetLocks {
+        let locks = FleetLocks(Arc::new(Inner {
+            config,
+            etcd: tokio::sync::Mutex::new(None),
+            grants: tokio::sync::Mutex::new(()),
+            sessions: Mutex::new(HashMap::new()),
+        }));
+        tokio::spawn(locks.clone().follow_ends(socket, stopped));
+        locks
+    }
+
+    /// Takes lock `request.name` for the session, waiting in line if asked; `abandon`
+    /// resolves when nobody waits for the answer any more (the client left, the daemon
+    /// stops), with what to answer then.
+    pub(crate) async fn acquire(
+        &self,
+        engine: &Handle,
+        caller: Caller,
+        request: request::LockAcquire,
+        abandon: impl Future<Output = ErrorBody>,
+    ) -> Result<Lock, ErrorBody> {
+        if request.timeout_ms.is_some() && !request.wait {
+            return Err(ErrorBody::new(
+                ErrorCode::InvalidRequest,
+                "`timeout_ms` applies only to a request that waits: add `wait: true`",
+            ));
+        }
+        crate::store::validate_lock_name(&request.name)
+            .map_err(|e| ErrorBody::new(ErrorCode::InvalidRequest, e.to_string()))?;
+        let holder = self
+            .session(engine, caller, &request.session, request.uid)
+            .await?;
+        let lease = self.lease(&holder).await?;
+        let key = self.key(&request.name, lease);
+        let mut queued = false;
+        let attempt = async {
+            // The session may have ended before its lease was known here, its end read
+            // and passed by: asked again now, an end is either seen here or revokes the
+            // lease.
+            self.session(engine, caller, &holder.1, Some(holder.0))
+                .await?;
+            let (token, fresh) = self.queue(&holder, &key, lease).await?;
+            queued = fresh;
+            self.wait_turn(&holder, &key, token, &request).await
+        };
+        let acquired = tokio::select! {
+            acquired = attempt => acquired,
+            error = abandon => Err(error),
+        };
+        let claimed = self.settle(&holder, lease, acquired.as_ref().ok());
+        match (acquired, claimed) {
+            (Ok(lock), true) => Ok(lock),
+            (Ok(_), false) => {
+                self.delete(&key).await;
+                Err(lease_lost(&request.name))
+            }
+            (Err(error), _) => {
+                // A key this request did not put is another request's of the session.
+                if queued {
+                    self.delete(&key).await;
+                }
+                self.drop_idle(&holder).await;
+                Err(error)
+            }
+        }
+    }
+
+    /// Releases lock `request.name`, held by the session.
+    pub(crate) async fn release(
+        &self,
+        engine: &Handle,
+        caller: Caller,
+        request: request::LockRelease,
+    ) -> Result<Lock, ErrorBody> {
+        let holder = self
+            .session(engine, caller, &request.session, request.uid)
+            .await?;
+        let not_held = || {
+            ErrorBody::new(
+                ErrorCode::NotHeld,
+                format!(
+                    "session {:?} does not hold fleet lock {:?}",
+                    holder.1, request.name
+                ),
+            )
+        };
+        let (lease, lock) = {
+            let sessions = self.0.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            let held = sessions
+                .get(&holder)
+                .filter(|h| h.valid_until > Instant::now());
+            held.and_then(|h| Some((h.lease, h.held.get(&request.name)?.clone())))
+                .ok_or_else(not_held)?
+        };
+        let key = self.key(&request.name, lease);
+        // Deleted only if it is still this grant's key: a lease lost meanwhile took it.
+        let ours = Compare::create_revision(key.clone(), CompareOp::Equal, lock.token as i64);
+        let delete = Txn::new()
+            .when(vec![ours])
+            .and_then(vec![TxnOp::delete(key, None)]);
+        let deleted = timed(self.etcd().await?.txn(delete)).await?.succeeded();
+        if let Some(h) = self
+            .0
+            .sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&holder)
+        {
+            h.held.remove(&request.name);
+        }
+        self.drop_idle(&holder).await;
+        if !deleted {
+            return Err(not_held());
+        }
+        Ok(lock)
+    }
+
+    /// The session a request names, if the caller may act for it and it is ACTIVE.
+    async fn session(
+        &self,
+        engine: &Handle,
+        caller: Caller,
+        session: &str,
+        uid: Option<u32>,
+    ) -> Result<SessionKey, ErrorBody> {
+        let get = request::Get {
+            session: session.to_owned(),
+            uid,
+        };
+        let session = engine.ask(caller, get).await?;
+        if session.phase != Phase::Active {
+            return Err(ErrorBody::new(
+                ErrorCode::AlreadyEnded,
+                format!("session {:?} has ended", session.id),
+            ));
+        }
+        Ok((session.creator_uid, session.id))
+    }
+
+    /// The client, reached once.
+    async fn etcd(&self) -> Result<Client, FleetError> {
+        let mut etcd = self.0.etcd.lock().await;
+        if let Some(client) = &*etcd {
+            return Ok(client.clone());
+        }
+        let config = &self.0.config;
+        let client = timed(Client::connect(&config.endpoints, Some(options(config)))).await?;
+        *etcd = Some(client.clone());
+        Ok(client)
+    }
+
+    /// The session's lease, granted (and renewed from then on) at its first fleet lock;
+    /// counts an acquisition under way, so that the lease outlives it.
+    async fn lease(&self, holder: &SessionKey) -> Result<i64, ErrorBody> {
+        let _granting = self.0.grants.lock().await;
+        if let Some(h) = (self.0.sessions.lock().unwrap_or_else(|e| e.into_inner())).get_mut(holder)
+        {
+            h.acquiring += 1;
+            return Ok(h.lease);
+        }
+        let mut etcd = self.etcd().await?;
+        let ttl = self.0.config.ttl;
+        let sent = Instant::now();
+        let lease = timed(etcd.lease_grant(ttl.as_secs() as i64, None))
+            .await?
+            .id();
+        let renew = tokio::spawn(self.clone().renew(etcd, holder.clone(), lease));
+        let granted = Holder {
+            lease,
+            valid_until: sent + ttl,
+            held: BTreeMap::new(),
+            acquiring: 1,
+            renew,
+        };
+        (self.0.sessions.lock().unwrap_or_else(|e| e.into_inner())).insert(holder.clone(), granted);
+        Ok(lease)
+    }
+
+    /// `PREFIX/locks/NAME/LEASE`: the key of the session whose lease it is.
+    fn key(&self, name: &str, lease: i64) -> String {
+        format!("{}{lease:x}", self.dir(name))
+    }
+
+    /// `PREFIX/locks/NAME/`.
+    fn dir(&self, name: &str) -> String {
+        format!("{}/locks/{}/", self.0.config.prefix, segment(name))
+    }
+
+    /// Puts the session's key in line, on its lease: its create revision is its place and
+    /// its token. `true` if this request put it (the session may hold the lock, or wait for
+    /// it on another connection, already).
+    async fn queue(
+        &self,
+        holder: &SessionKey,
+        key: &str,
+        lease: i64,
+    ) -> Result<(i64, bool), ErrorBody> {
+        let waiter = serde_json::to_vec(&Waiter {
+            host_id: self.0.config.host_id.clone(),
+            uid: holder.0,
+            session: holder.1.clone(),
+            since_ms: now_ms(),
+        })
+        .map_err(FleetError::from)?;
+        let absent = Compare::create_revision(key, CompareOp::Equal, 0);
+        let put = TxnOp::put(key, waiter, Some(PutOptions::new().with_lease(lease)));
+        let queue = Txn::new()
+            .when(vec![absent])
+            .and_then(vec![put])
+            .or_else(vec![TxnOp::get(key, None)]);
+        let queued = timed(self.etcd().await?.txn(queue)).await?;
+        let token = match queued.op_responses().into_iter().next() {
+            Some(TxnOpResponse::Get(got)) => got.kvs().first().map(|kv| kv.create_revision()),
+            _ => queued.header().map(|header| header.revision()),
+        };
+        Ok((token.ok_or(FleetError::LeaseLost)?, queued.succeeded()))
+    }
+
+    /// Waits until every key put in line before `key` is gone: each time for the deletion
+    /// of the one just before it (released, its session ended, its lease expired), as
+    /// etcd's `concurrency` mutex does.
+    async fn wait_turn(
+        &self,
+        holder: &SessionKey,
+        key: &str,
+        token: i64,
+        request: &request::LockAcquire,
+    ) -> Result<Lock, ErrorBody> {
+        let mut etcd = self.etcd().await?;
+        let dir = self.dir(&request.name);
+        let waited = async {
+            loop {
+                let before = GetOptions::new()
+                    .with_prefix()
+                    .with_max_create_revision(token - 1)
+                    .with_sort(SortTarget::Create, SortOrder::Descend)
+                    .with_limit(1);
+                let ahead = timed(etcd.get(dir.clone(), Some(before))).await?;
+                let Some(previous) = ahead.kvs().first() else {
+                    return Ok(());
+                };
+                if !request.wait {
+                    return Err(self.held_by(&mut etcd, &dir, &request.name).await);
+                }
+                // The key before and this one's own: a lease that ends (the session
+                // ended, etcd lost it) takes the request out of line at once.
+                let since = ahead.header().map_or(0, |h| h.revision()) + 1;
+                let watch = || Some(WatchOptions::new().with_start_revision(since));
+                let mut stream = timed(etcd.watch(previous.key(), watch())).await?;
+                timed(stream.watch(key, watch())).await?;
+                loop {
+                    let Some(answer) = stream.message().await.map_err(FleetError::from)? else {
+                        return Err(FleetError::LeaseLost.into());
+                    };
+                    if answer.canceled() {
+                        return Err(FleetError::LeaseLost.into());
+                    }
+                    let deleted: Vec<&[u8]> = answer
+                        .events()
+                        .iter()
+                        .filter(|e| e.event_type() == EventType::Delete)
+                        .filter_map(|e| Some(e.kv()?.key()))
+                        .collect();
+                    if deleted.contains(&key.as_bytes()) {
+                        return Err(lease_lost(&request.name));
+                    }
+                    if !deleted.is_empty() {
+                        break;
+                    }
+                }
+            }
+        };
+        let deadline = async {
+            match request.timeout_ms {
+                Some(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            waited = waited => waited?,
+            () = deadline => {
+                return Err(ErrorBody::new(
+                    ErrorCode::LockHeld,
+                    format!(
+                        "fleet lock {:?} is still held after waiting {} ms",
+                        request.name,
+                        request.timeout_ms.unwrap_or_default()
+                    ),
+                ));
+            }
+        }
+        // Nobody is before it; its own key must still be there (a lease lost while waiting
+        // took it), and then nobody can come before it any more: later keys come later.
+        let own = timed(etcd.get(key, None)).await?;
+        let Some(own) = own.kvs().first().filter(|kv| kv.create_revision() == token) else {
+            return Err(lease_lost(&request.name));
+        };
+        let since_ms =
+            serde_json::from_slice::<Waiter>(own.value()).map_or_else(|_| now_ms(), |w| w.since_ms);
+        Ok(Lock {
+            name: request.name.clone(),
+            uid: holder.0,
+            session: holder.1.clone(),
+            token: token as u64,
+            since_ms,
+            waiters: 0,
+        })
+    }
+
+    /// `lock_held`, naming the holder: its host, user and session.
+    async fn held_by(&self, etcd: &mut Client, dir: &str, name: &str) -> ErrorBody {
+        let first = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
+        let holder = match timed(etcd.get(dir, Some(first))).await {
+            Ok(got) => got.kvs().first().and_then(|kv| {
+                let waiter: Waiter = serde_json::from_slice(kv.value()).ok()?;
+                Some(format!(
+                    " by session {:?} of uid {} on host {:?} (token {})",
+                    waiter.session,
+                    waiter.uid,
+                    waiter.host_id,
+                    kv.create_revision()
+                ))
+            }),
+            Err(_) => None,
+        };
+        ErrorBody::new(
+            ErrorCode::LockHeld,
+            format!("fleet lock {name:?} is held{}", holder.unwrap_or_default()),
+        )
+    }
+
+    /// Ends an acquisition on `lease`: records the grant if the lease is still surely
+    /// alive. `false`: granted, but the lease ended or may have expired meanwhile, so the
+    /// grant is not claimed.
+    fn settle(&self, holder: &SessionKey, lease: i64, granted: Option<&Lock>) -> bool {
+        let mut sessions = self.0.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(h) = sessions.get_mut(holder).filter(|h| h.lease == lease) else {
+            return false;
+        };
+        h.acquiring -= 1;
+        match granted {
+            Some(lock) if h.valid_until > Instant::now() => {
+                h.held.insert(lock.name.clone(), lock.clone());
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Revokes the session's lease if it neither holds nor waits for a fleet lock.
+    async fn drop_idle(&self, holder: &SessionKey) {
+        let idle = {
+            let mut sessions = self.0.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            match sessions.get(holder) {
+                Some(h) if h.held.is_empty() && h.acquiring == 0 => sessions.remove(holder),
+                _ => None,
+            }
+        };
+        if let Some(idle) = idle {
+            self.revoke(idle).await;
+        }
+    }
+
+    /// Deletes a key of this host's, at most once and without waiting long: its lease
+    /// frees it anyway.
+    async fn delete(&self, key: &str) {
+        if let Ok(mut etcd) = self.etcd().await
+            && let Err(e) = timed(etcd.delete(key, None)).await
+        {
+            tracing::warn!(%key, error = %e, "fleet lock: cannot delete a waiter's key; its lease frees it");
+        }
+    }
+
+    /// Stops renewing a lease and revokes it; etcd frees it after the TTL if it cannot be
+    /// reached now.
+    async fn revoke(&self, holder: Holder) {
+        holder.renew.abort();
+        let revoked = async { timed(self.etcd().await?.lease_revoke(holder.lease)).await };
+        if let Err(e) = revoked.await {
+            tracing::warn!(lease = holder.lease, error = %e, "fleet lock: cannot revoke a session's lease; its TTL frees it");
+        }
+    }
+
+    /// Forgets the session's lease (its locks are no longer claimed) and revokes it.
+    async fn end(&self, holder: &SessionKey) {
+        let ended = (self.0.sessions.lock().unwrap_or_else(|e| e.into_inner())).remove(holder);
+        if let Some(ended) = ended {
+            tracing::debug!(session = %holder.1, uid = holder.0, "fleet lock: the session ended; revoking its lease");
+            self.revoke(ended).await;
+        }
+    }
+
+    /// Renews a session's lease every third of the TTL. A renewal not confirmed before the
+    /// lease could have expired gives it up: the daemon claims none of its locks then.
+    async fn renew(self, mut etcd: Client, holder: SessionKey, lease: i64) {
+        let ttl = self.0.config.ttl;
+        let mut tick = tokio::time::interval(ttl / 3);
+        let mut keeper = None;
+        loop {
+            tick.tick().await;
+            let sent = Instant::now();
+            let renewed = async {
+                let (keeper, answers) = match &mut keeper {
+                    Some(pair) => pair,
+                    None => keeper.insert(timed(etcd.lease_keep_alive(lease)).await?),
+                };
+                timed(keeper.keep_alive()).await?;
+                let answer = tokio::time::timeout(REQUEST_TIMEOUT, answers.message())
+                    .await
+                    .map_err(|_| FleetError::Timeout(REQUEST_TIMEOUT))??;
+                Ok::<_, FleetError>(answer.is_some_and(|a| a.ttl() > 0))
+            };
+            let renewed = renewed.await;
+            let mut sessions = self.0.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(h) = sessions.get_mut(&holder).filter(|h| h.lease == lease) else {
+                return;
+            };
+            match renewed {
+                Ok(true) => h.valid_until = sent + ttl,
+                Ok(false) => {
+                    tracing::warn!(session = %holder.1, uid = holder.0, "fleet lock: etcd let the session's lease expire; its fleet locks are lost");
+                    sessions.remove(&holder);
+                    return;
+                }
+                Err(e) if h.valid_until <= Instant::now() => {
+                    tracing::warn!(session = %holder.1, uid = holder.0, error = %e, "fleet lock: etcd unreachable for the lease's TTL; its fleet locks are given up");
+                    sessions.remove(&holder);
+                    return;
+                }
+                Err(e) => {
+                    keeper = None;
+                    tracing::debug!(error = %e, "fleet lock: a lease's renewal failed; retrying");
+                }
+            }
+        }
+    }
+
+    /// Follows the daemon's own event stream: each `session.ended` revokes that session's
+    /// lease. After a (re)connection, the sessions with a lease that ended meanwhile are
+    /// found by asking the daemon.
+    async fn follow_ends(self, socket: PathBuf, mut stopped: watch::Receiver<bool>) {
+        loop {
+            let failed = tokio::select! {
+                _ = stopped.wait_for(|stop| *stop) => return,
+                failed = self.follow_ends_once(&socket) => failed,
+            };
+            let failed = match failed {
+                Ok(never) => match never {},
+                Err(failed) => failed,
+            };
+            tracing::debug!(error = %failed, "fleet lock: the daemon's event stream was lost; resubscribing");
+            tokio::select! {
+                _ = stopped.wait_for(|stop| *stop) => return,
+                () = tokio::time::sleep(Duration::from_millis(100)) => {}
+            }
+        }
+    }
+
+    async fn follow_ends_once(&self, socket: &Path) -> Result<Infallible, ClientError> {
+        let mut subscription = AsyncClient::connect(socket)
+            .await?
+            .subscribe(None, Filter::default())
+            .await?;
+        // Subscribed first: an end is either in the stream or found here.
+        self.end_gone(socket).await?;
+        loop {
+            let StreamMessage::Event(event) = subscription.next_item().await? else {
+                continue;
+            };
+            let holder = (event.creator_uid, event.session.clone());
+            match (event.kind, event.previous_session) {
+                (EventKind::Ended, _) => self.end(&holder).await,
+                (EventKind::Renamed, Some(previous)) => {
+                    self.renamed((event.creator_uid, previous), holder)
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Revokes the leases of sessions that are not ACTIVE any more.
+    async fn end_gone(&self, socket: &Path) -> Result<(), ClientError> {
+        let holders: Vec<SessionKey> = (self.0.sessions.lock().unwrap_or_else(|e| e.into_inner()))
+            .keys()
+            .cloned()
+            .collect();
+        let mut local = AsyncClient::connect(socket).await?;
+        for holder in holders {
+            // Only root names another user's session; a user's daemon has its own only.
+            let uid = rustix::process::geteuid().is_root().then_some(holder.0);
+            let ended = match local.get(&holder.1, uid).await {
+                Ok(session) => session.phase != Phase::Active,
+                Err(e) if e.code() == Some(ErrorCode::NotFound) => true,
+                Err(e) => return Err(e),
+            };
+            if ended {
+                self.end(&holder).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// A renamed session keeps its lease.
+    fn renamed(&self, from: SessionKey, to: SessionKey) {
+        let mut sessions = self.0.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(h) = sessions.remove(&from) {
+            sessions.insert(to, h);
+        }
+    }
+}
+
+/// A grant that cannot be claimed: its key went with the session's lease (the session
+/// ended, or etcd did not confirm the lease in time).
+fn lease_lost(name: &str) -> ErrorBody {
+    ErrorBody::new(
+        ErrorCode::Internal,
+        format!(
+            "fleet lock {name:?}: the session's lease ended before the grant (its session \
+             ended, or etcd did not confirm the lease in time)"
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_is_one_key_segment() {
+        assert_eq!(segment("build"), "build");
+        assert_eq!(segment("a/b"), "a%2Fb");
+        assert_eq!(segment("a%2Fb"), "a%252Fb");
+        assert_eq!(segment("../x"), "..%2Fx");
+    }
+}

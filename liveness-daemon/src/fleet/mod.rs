@@ -1,0 +1,312 @@
+//! The fleet mirror (`--etcd`): this host's presence, its ACTIVE sessions and the record
+//! of their ends, written into etcd (docs/fleet.md).
+//!
+//! The host is the truth and etcd its mirror (design invariant 15): the mirror reads the
+//! daemon's own socket as any subscriber does, with a cursor of its own kept in etcd, so a
+//! slow or absent etcd only makes it lag (and the daemon drops it as it drops any lagging
+//! subscriber); it never delays a death. After an outage it resumes from its cursor and
+//! re-reads the ACTIVE sessions; every write is idempotent and carries the store id and the
+//! seq it stems from.
+
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use liveness_common::status::ClusterStatus;
+
+#[cfg(feature = "fleet")]
+mod locks;
+#[cfg(feature = "fleet")]
+mod mirror;
+
+#[cfg(feature = "fleet")]
+pub(crate) use locks::FleetLocks;
+#[cfg(feature = "fleet")]
+pub(crate) use mirror::run;
+
+/// Without the feature there are no fleet locks: `--etcd` is refused at start.
+#[cfg(not(feature = "fleet"))]
+#[derive(Debug, Clone)]
+pub(crate) enum FleetLocks {}
+
+#[cfg(not(feature = "fleet"))]
+impl FleetLocks {
+    pub(crate) fn start(
+        _: FleetConfig,
+        _: PathBuf,
+        _: tokio::sync::watch::Receiver<bool>,
+    ) -> FleetLocks {
+        unreachable!("FleetConfig::new refuses --etcd in a build without the fleet feature")
+    }
+
+    pub(crate) async fn acquire(
+        &self,
+        _: &crate::engine::Handle,
+        _: crate::engine::Caller,
+        _: liveness_common::request::LockAcquire,
+        _: impl Future<Output = liveness_common::protocol::ErrorBody>,
+    ) -> Result<liveness_common::lock::Lock, liveness_common::protocol::ErrorBody> {
+        match *self {}
+    }
+
+    pub(crate) async fn release(
+        &self,
+        _: &crate::engine::Handle,
+        _: crate::engine::Caller,
+        _: liveness_common::request::LockRelease,
+    ) -> Result<liveness_common::lock::Lock, liveness_common::protocol::ErrorBody> {
+        match *self {}
+    }
+}
+
+/// Why the mirror could not start or lost etcd.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FleetError {
+    #[error("this livenessd was built without the `fleet` feature: --etcd needs it")]
+    NotBuiltIn,
+    #[error("no host id: /etc/machine-id cannot be read ({0}); give --host-id")]
+    NoMachineId(std::io::Error),
+    #[error("--etcd-password-file {path}: {reason}")]
+    PasswordFile { path: PathBuf, reason: String },
+    #[cfg(feature = "fleet")]
+    #[error("etcd: {0}")]
+    Etcd(#[from] etcd_client::Error),
+    #[cfg(feature = "fleet")]
+    #[error("etcd did not answer within {0:?}")]
+    Timeout(Duration),
+    #[cfg(feature = "fleet")]
+    #[error("the host lease expired or was revoked")]
+    LeaseLost,
+    #[cfg(feature = "fleet")]
+    #[error(
+        "another daemon (on {hostname:?}) is online as host {host_id:?}: give each daemon \
+         its own --host-id"
+    )]
+    HostTaken { host_id: String, hostname: String },
+    #[cfg(feature = "fleet")]
+    #[error("this daemon's event stream ended")]
+    StreamEnded,
+    #[cfg(feature = "fleet")]
+    #[error("this daemon's socket: {0}")]
+    Local(#[from] liveness_client::ClientError),
+    #[cfg(feature = "fleet")]
+    #[error("a record in etcd: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// What `--etcd` and its companions ask for.
+#[derive(Debug, Clone)]
+// Without the feature, `new` never makes one: only the mirror reads the rest.
+#[cfg_attr(not(feature = "fleet"), allow(dead_code))]
+pub(crate) struct FleetConfig {
+    pub endpoints: Vec<String>,
+    pub prefix: String,
+    pub host_id: String,
+    pub ttl: Duration,
+    pub ended_retention: Duration,
+    pub credentials: Option<Credentials>,
+}
+
+/// An etcd user and its password (`--etcd-user`, `--etcd-password-file`).
+#[derive(Clone)]
+#[cfg_attr(not(feature = "fleet"), allow(dead_code))]
+pub(crate) struct Credentials {
+    pub user: String,
+    pub password: String,
+}
+
+/// The password never reaches a log line.
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What `--etcd` and its companions say, as given.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FleetArgs<'a> {
+    pub endpoints: &'a [String],
+    pub prefix: &'a str,
+    pub host_id: Option<&'a str>,
+    pub ttl: Duration,
+    pub ended_retention: Duration,
+    pub user: Option<&'a str>,
+    pub password_file: Option<&'a Path>,
+}
+
+impl FleetConfig {
+    /// The configuration, or `None` without `--etcd`. The host id defaults to the machine
+    /// id; a build without the feature refuses `--etcd` at start rather than ignore it.
+    pub(crate) fn new(args: FleetArgs<'_>) -> Result<Option<FleetConfig>, FleetError> {
+        if args.endpoints.is_empty() {
+            return Ok(None);
+        }
+        if cfg!(not(feature = "fleet")) {
+            return Err(FleetError::NotBuiltIn);
+        }
+        let host_id = match args.host_id {
+            Some(id) => id.to_owned(),
+            None => machine_id().map_err(FleetError::NoMachineId)?,
+        };
+        let credentials = match (args.user, args.password_file) {
+            (Some(user), Some(path)) => Some(Credentials {
+                user: user.to_owned(),
+                password: read_password(path)?,
+            }),
+            _ => None,
+        };
+        Ok(Some(FleetConfig {
+            endpoints: args.endpoints.to_vec(),
+            prefix: args.prefix.to_owned(),
+            host_id,
+            ttl: args.ttl,
+            ended_retention: args.ended_retention,
+            credentials,
+        }))
+    }
+}
+
+/// The password file's first line. Only the daemon's user (or root) may own the file, and
+/// nobody else may read or write it; a link is refused, not followed.
+fn read_password(path: &Path) -> Result<String, FleetError> {
+    let refuse = |reason: String| FleetError::PasswordFile {
+        path: path.into(),
+        reason,
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| refuse(e.to_string()))?;
+    let meta = file.metadata().map_err(|e| refuse(e.to_string()))?;
+    let me = rustix::process::geteuid().as_raw();
+    if !meta.is_file() {
+        return Err(refuse("not a regular file".into()));
+    }
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(refuse(format!(
+            "owned by uid {}, not by this daemon's user or root",
+            meta.uid()
+        )));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(refuse(format!(
+            "mode {:o}: others may read or write it (chmod 600)",
+            meta.mode() & 0o777
+        )));
+    }
+    let mut text = String::new();
+    file.take(4096)
+        .read_to_string(&mut text)
+        .map_err(|e| refuse(e.to_string()))?;
+    let password = text.lines().next().unwrap_or_default().to_owned();
+    if password.is_empty() {
+        return Err(refuse("empty".into()));
+    }
+    Ok(password)
+}
+
+/// The machine id, which stays the same across reboots and host name changes.
+fn machine_id() -> std::io::Result<String> {
+    let id = std::fs::read_to_string("/etc/machine-id")?;
+    parse_host_id(id.trim()).map_err(std::io::Error::other)
+}
+
+/// A host id is one key segment: no `/`, nothing a terminal or a shell would read
+/// differently.
+pub(crate) fn parse_host_id(text: &str) -> Result<String, String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if text.is_empty() || text.len() > 128 || !text.chars().all(allowed) {
+        return Err(format!(
+            "{text:?}: a host id is 1 to 128 letters, digits, '.', '_' or '-'"
+        ));
+    }
+    Ok(text.to_owned())
+}
+
+/// A prefix starts with `/`, does not end with one, and is printable ASCII.
+pub(crate) fn parse_prefix(text: &str) -> Result<String, String> {
+    let printable = text.chars().all(|c| c.is_ascii_graphic());
+    if !text.starts_with('/') || text.ends_with('/') || !printable || text.len() > 256 {
+        return Err(format!(
+            "{text:?}: a prefix starts with '/', does not end with one, and is at most 256 \
+             printable ASCII characters"
+        ));
+    }
+    Ok(text.to_owned())
+}
+
+/// etcd's leases count whole seconds.
+pub(crate) fn parse_ttl(text: &str) -> Result<Duration, String> {
+    let duration = liveness_common::duration::parse_duration(text)?;
+    if duration < Duration::from_secs(1) || duration.subsec_nanos() != 0 {
+        return Err(format!("{text:?}: give whole seconds, at least 1s"));
+    }
+    Ok(duration)
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The mirror's state as `status` reports it, shared between the mirror and the server,
+/// with the host lease of its last connection (revoked when the daemon stops).
+#[derive(Debug, Clone)]
+pub struct ClusterView(Arc<Mutex<(ClusterStatus, Option<i64>)>>);
+
+impl ClusterView {
+    pub(crate) fn new(config: &FleetConfig) -> ClusterView {
+        ClusterView(Arc::new(Mutex::new((
+            ClusterStatus {
+                connected: false,
+                endpoints: config.endpoints.clone(),
+                prefix: config.prefix.clone(),
+                host_id: config.host_id.clone(),
+                since_ms: now_ms(),
+                mirrored_seq: None,
+                behind: 0,
+                error: Some("not connected yet".into()),
+            },
+            None,
+        ))))
+    }
+
+    /// What `status` says, `head` being the newest seq committed here.
+    pub(crate) fn status(&self, head: u64) -> ClusterStatus {
+        let mut status = self.0.lock().unwrap_or_else(|e| e.into_inner()).0.clone();
+        status.behind = head.saturating_sub(status.mirrored_seq.unwrap_or(0));
+        status
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_ids_and_prefixes_are_single_clean_segments() {
+        assert_eq!(parse_host_id("build-7.eu_1"), Ok("build-7.eu_1".into()));
+        for bad in ["", "a/b", "..\u{1b}[2J", "a b", &"x".repeat(129)] {
+            assert!(parse_host_id(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(parse_prefix("/liveness/prod"), Ok("/liveness/prod".into()));
+        for bad in ["liveness", "/liveness/", "/a b", "/a\nb", ""] {
+            assert!(parse_prefix(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn ttls_are_whole_seconds() {
+        assert_eq!(parse_ttl("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_ttl("1d"), Ok(Duration::from_secs(86_400)));
+        for bad in ["0s", "500ms", "1500ms"] {
+            assert!(parse_ttl(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,803 @@
+//! The fleet mirror (`livenessd --etcd`, docs/fleet.md) against a real etcd on loopback,
+//! with daemons standing for hosts (each its own state directory and host id) on this
+//! machine: presence on a lease, ACTIVE sessions gone within milliseconds of their end and
+//! the end kept, and an etcd that is down, hung or restarted costing deaths nothing and
+//! etcd nothing once it is back (no write lost, none doubled).
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Child, Command};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+use integration_tests::{
+    ClientAs, Daemon, Etcd, Fingerprint, Orphan, binary, eventually, open_socket_to_everyone,
+    process_of,
+};
+use serde_json::{Value, json};
+
+/// How long a write may take to show in etcd in these tests (a loaded machine).
+const MIRRORED: Duration = Duration::from_secs(10);
+/// The bound a session's key must be gone within after its owner's SIGKILL. The mirror's
+/// own time is one etcd transaction (a few ms here); the bound leaves room for a machine
+/// shared with other builds.
+const KEY_GONE: Duration = Duration::from_millis(500);
+/// A user with nothing to do with the fleet.
+const MALLORY: u32 = 61_061;
+
+fn host(etcd: &Etcd, id: &str, ttl: &str) -> Daemon {
+    Daemon::start(&["--etcd", &etcd.url(), "--host-id", id, "--etcd-ttl", ttl])
+}
+
+fn status(daemon: &Daemon) -> Value {
+    let reply = daemon.request(json!({"op": "status"}));
+    assert_eq!(reply["ok"], true, "{reply}");
+    reply["status"].clone()
+}
+
+fn cluster(daemon: &Daemon) -> Value {
+    status(daemon)["cluster"].clone()
+}
+
+/// Waits until the keys under `prefix` are `expected`; fails with what etcd has.
+fn wait_keys(etcd: &Etcd, prefix: &str, expected: &[String]) {
+    let mut seen = Vec::new();
+    let reached = eventually(MIRRORED, || {
+        seen = etcd.keys(prefix);
+        seen == expected
+    });
+    assert!(
+        reached,
+        "under {prefix}: expected {expected:?}, etcd has {seen:?}"
+    );
+}
+
+/// Waits until the daemon's mirror is connected and etcd has every event.
+fn wait_caught_up(daemon: &Daemon) {
+    let caught_up = eventually(MIRRORED, || {
+        let cluster = cluster(daemon);
+        cluster["connected"] == true && cluster["behind"] == 0
+    });
+    assert!(caught_up, "{}", cluster(daemon));
+}
+
+fn keys(prefix: &str, names: &[&str]) -> Vec<String> {
+    let mut keys: Vec<String> = names.iter().map(|n| format!("{prefix}{n}")).collect();
+    keys.sort();
+    keys
+}
+
+fn register(daemon: &Daemon, session: &str, pid: u32) {
+    let reply = daemon.request(json!({
+        "op": "register", "session": session, "owner": {"pid": pid}, "labels": {"team": "infra"}
+    }));
+    assert_eq!(reply["ok"], true, "{reply}");
+}
+
+/// `etcdctl watch --prefix PREFIX`, each line with when it was read.
+fn watch_lines(etcd: &Etcd, prefix: &str) -> (Child, Receiver<(Instant, String)>) {
+    let mut watch = etcd.watch(prefix);
+    let stdout = watch.stdout.take().expect("piped");
+    let (sink, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if sink.send((Instant::now(), line)).is_err() {
+                return;
+            }
+        }
+    });
+    (watch, lines)
+}
+
+/// Every ended record under `prefix` was written once: a replay after an outage writes
+/// nothing twice.
+fn assert_written_once(etcd: &Etcd, prefix: &str) {
+    for key in etcd.keys(prefix) {
+        assert_eq!(etcd.version(&key), 1, "{key} was written more than once");
+    }
+}
+
+#[test]
+fn hosts_are_online_while_their_daemons_run_and_offline_after() {
+    let etcd = Etcd::started();
+    let mut h1 = host(&etcd, "h1", "5s");
+    let mut h2 = host(&etcd, "h2", "3s");
+    let _h3 = host(&etcd, "h3", "3s");
+    wait_keys(
+        &etcd,
+        "/liveness/hosts/",
+        &keys("/liveness/hosts/", &["h1", "h2", "h3"]),
+    );
+    let record = &etcd.get_prefix("/liveness/hosts/h1")[0].1;
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    assert_eq!(record["host_id"], "h1", "{record}");
+    assert_eq!(record["boot_id"], boot_id.trim(), "{record}");
+    assert_eq!(record["store_id"], status(&h1)["store_id"], "{record}");
+
+    // A clean stop revokes the lease: offline at once, not after the 5 s TTL.
+    h1.stop();
+    let stopped = Instant::now();
+    wait_keys(
+        &etcd,
+        "/liveness/hosts/",
+        &keys("/liveness/hosts/", &["h2", "h3"]),
+    );
+    assert!(
+        stopped.elapsed() < Duration::from_secs(2),
+        "h1 went offline only after {:?}",
+        stopped.elapsed()
+    );
+
+    // A killed daemon cannot say goodbye: its host stays until the lease's TTL runs out.
+    h2.kill9();
+    let killed = Instant::now();
+    assert_eq!(
+        etcd.keys("/liveness/hosts/h2"),
+        ["/liveness/hosts/h2"],
+        "the lease of a killed daemon outlives it"
+    );
+    wait_keys(
+        &etcd,
+        "/liveness/hosts/",
+        &keys("/liveness/hosts/", &["h3"]),
+    );
+    assert!(
+        killed.elapsed() < Duration::from_secs(3 + 3),
+        "h2 stayed online {:?} after its daemon's death, with a TTL of 3 s",
+        killed.elapsed()
+    );
+}
+
+#[test]
+fn a_sessions_key_goes_within_milliseconds_of_its_owners_death_and_its_end_is_kept() {
+    let etcd = Etcd::started();
+    let h1 = host(&etcd, "h1", "10s");
+    let h2 = host(&etcd, "h2", "10s");
+    let owner = Orphan::spawn(&["exit", "0"]);
+    register(&h1, "build-1", owner.pid);
+    let other = Orphan::spawn(&["exit", "0"]);
+    register(&h2, "build-1", other.pid);
+    let key = "/liveness/sessions/h1/0/build-1";
+    wait_keys(
+        &etcd,
+        "/liveness/sessions/",
+        &[key.into(), "/liveness/sessions/h2/0/build-1".into()],
+    );
+    let record = &etcd.get_prefix(key)[0].1;
+    assert_eq!(record["session"]["id"], "build-1", "{record}");
+    assert_eq!(record["session"]["phase"], "active", "{record}");
+    assert_eq!(record["session"]["labels"]["team"], "infra", "{record}");
+    assert_eq!(record["session"]["owner"]["pid"], owner.pid, "{record}");
+    assert_eq!(record["store_id"], status(&h1)["store_id"], "{record}");
+    assert_eq!(record["seq"], 1, "{record}");
+
+    // A watcher, as another host's tool would have one, ready once it saw a write.
+    let (mut watch, lines) = watch_lines(&etcd, "/liveness/sessions/h1/");
+    let marker = Orphan::spawn(&["exit", "0"]);
+    let mut ready = false;
+    for round in 0..20 {
+        register(&h1, &format!("marker-{round}"), marker.pid);
+        while let Ok((_, line)) = lines.recv_timeout(Duration::from_millis(500)) {
+            ready |= line.contains("marker");
+        }
+        if ready {
+            break;
+        }
+    }
+    assert!(ready, "the watcher never saw a write");
+    let killed = Instant::now();
+    Fingerprint::of(owner.pid).kill();
+    let gone = loop {
+        let (at, line) = lines.recv_timeout(MIRRORED).expect("the key's deletion");
+        if line == "DELETE" {
+            let (_, deleted) = lines.recv_timeout(MIRRORED).expect("the deleted key");
+            assert_eq!(deleted, key);
+            break at - killed;
+        }
+    };
+    let _ = watch.kill();
+    let _ = watch.wait();
+    eprintln!("owner SIGKILLed -> its key deleted, as a watcher sees it: {gone:?}");
+    assert!(
+        gone < KEY_GONE,
+        "the key went {gone:?} after the owner's death"
+    );
+
+    // The end, with its facts and cause, kept under ended/ on its own lease; the other
+    // host's session of the same id is untouched.
+    let ended = h1.wait_ended("build-1");
+    wait_keys(
+        &etcd,
+        "/liveness/ended/",
+        &["/liveness/ended/h1/0/build-1".into()],
+    );
+    let record = &etcd.get_prefix("/liveness/ended/h1/0/build-1")[0].1;
+    assert_eq!(record["event"]["kind"], "session.ended", "{record}");
+    assert_eq!(record["event"]["reason"], ended["reason"], "{record}");
+    assert_eq!(record["event"]["cause"]["kind"], "signal", "{record}");
+    assert_eq!(record["event"]["cause"]["signal"], 9, "{record}");
+    assert_eq!(record["seq"], record["event"]["seq"], "{record}");
+    let lease = etcd.ctl(&["get", "/liveness/ended/h1/0/build-1", "-w", "json"]);
+    let lease: Value = serde_json::from_slice(&lease.stdout).unwrap();
+    assert_ne!(
+        lease["kvs"][0]["lease"],
+        Value::Null,
+        "the record expires with a lease"
+    );
+    assert_eq!(
+        etcd.keys("/liveness/sessions/"),
+        [
+            etcd.keys("/liveness/sessions/h1/0/marker-"),
+            vec!["/liveness/sessions/h2/0/build-1".to_owned()]
+        ]
+        .concat()
+    );
+}
+
+#[test]
+fn an_etcd_down_at_start_hung_or_restarted_delays_no_death_and_loses_or_doubles_nothing() {
+    let mut etcd = Etcd::new();
+    let mut h1 = host(&etcd, "h1", "3s");
+    let cluster_now = cluster(&h1);
+    assert_eq!(cluster_now["connected"], false, "{cluster_now}");
+    assert_eq!(cluster_now["mirrored_seq"], Value::Null, "{cluster_now}");
+    let text = h1.cli(&["status"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("Cluster: disconnected"), "{text}");
+
+    // While etcd is down the daemon serves as ever.
+    let a = Orphan::spawn(&["exit", "0"]);
+    register(&h1, "a", a.pid);
+    let reply = h1.request(json!({"op": "end", "session": "a"}));
+    assert_eq!(reply["ok"], true, "{reply}");
+    let b = Orphan::spawn(&["exit", "0"]);
+    register(&h1, "b", b.pid);
+    let c = Orphan::spawn(&["exit", "0"]);
+    register(&h1, "c", c.pid);
+    Fingerprint::of(c.pid).kill();
+    h1.wait_ended("c");
+    let now = status(&h1);
+    assert_eq!(now["cluster"]["behind"], now["head_seq"], "{now}");
+    // Said once, not at every retry (the retries log at debug, as the tests run it).
+    let retried = eventually(MIRRORED, || {
+        h1.log().matches("etcd still unreachable").count() >= 2
+    });
+    assert!(retried, "{}", h1.log());
+    let warnings = h1.log().matches("etcd unreachable, retrying").count();
+    assert_eq!(warnings, 1, "{}", h1.log());
+
+    etcd.start();
+    wait_caught_up(&h1);
+    wait_keys(
+        &etcd,
+        "/liveness/sessions/",
+        &["/liveness/sessions/h1/0/b".into()],
+    );
+    wait_keys(
+        &etcd,
+        "/liveness/ended/",
+        &keys("/liveness/ended/h1/0/", &["a", "c"]),
+    );
+    assert_written_once(&etcd, "/liveness/ended/");
+
+    // A hung etcd (it takes connections and answers nothing): a death is committed and
+    // published here as fast as ever.
+    etcd.signal(libc::SIGSTOP);
+    let killed = Instant::now();
+    Fingerprint::of(b.pid).kill();
+    h1.wait_ended("b");
+    let local = killed.elapsed();
+    assert!(
+        local < Duration::from_secs(1),
+        "b ended here {local:?} after its death"
+    );
+    let d = Orphan::spawn(&["exit", "0"]);
+    register(&h1, "d", d.pid);
+    let noticed = eventually(MIRRORED, || cluster(&h1)["connected"] == false);
+    assert!(noticed, "{}", cluster(&h1));
+    assert!(cluster(&h1)["behind"].as_u64().unwrap() > 0);
+    etcd.signal(libc::SIGCONT);
+    wait_keys(
+        &etcd,
+        "/liveness/sessions/",
+        &["/liveness/sessions/h1/0/d".into()],
+    );
+    wait_keys(
+        &etcd,
+        "/liveness/ended/",
+        &keys("/liveness/ended/h1/0/", &["a", "b", "c"]),
+    );
+
+    // etcd killed and started again on its data.
+    etcd.stop();
+    let reply = h1.request(json!({"op": "end", "session": "d"}));
+    assert_eq!(reply["ok"], true, "{reply}");
+    etcd.start();
+    wait_keys(&etcd, "/liveness/sessions/", &[]);
+    wait_keys(
+        &etcd,
+        "/liveness/ended/",
+        &keys("/liveness/ended/h1/0/", &["a", "b", "c", "d"]),
+    );
+    assert_written_once(&etcd, "/liveness/ended/");
+    wait_caught_up(&h1);
+    let cursor = &etcd.get_prefix("/liveness/cursors/h1")[0].1;
+    assert_eq!(cursor["seq"], status(&h1)["head_seq"], "{cursor}");
+
+    // A restarted daemon (a new run of the same database) resumes from the cursor.
+    h1.stop();
+    h1.restart();
+    wait_caught_up(&h1);
+    wait_keys(
+        &etcd,
+        "/liveness/ended/",
+        &keys("/liveness/ended/h1/0/", &["a", "b", "c", "d"]),
+    );
+    assert_written_once(&etcd, "/liveness/ended/");
+}
+
+#[test]
+fn a_users_session_ids_stay_under_their_host_and_uid() {
+    let etcd = Etcd::started();
+    let daemon = host(&etcd, "h1", "10s");
+    open_socket_to_everyone(&daemon);
+    let mallory = process_of(MALLORY);
+    let mut client = ClientAs::connect(&daemon, MALLORY);
+    let id = "../../../hosts/h2";
+    let reply = client
+        .request(&json!({"op": "register", "session": id, "owner": {"pid": mallory.id()}}))
+        .expect("a reply");
+    assert_eq!(reply["ok"], true, "{reply}");
+    // etcd's keys are flat: the id is the rest of a key under Mallory's uid, nothing more.
+    let key = format!("/liveness/sessions/h1/{MALLORY}/{id}");
+    wait_keys(&etcd, "/liveness/sessions/", &[key]);
+    assert_eq!(etcd.keys("/liveness/hosts/"), ["/liveness/hosts/h1"]);
+}
+
+#[test]
+fn a_host_id_or_prefix_that_is_no_clean_key_segment_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    for bad in [
+        ["--host-id", "../h2"],
+        ["--host-id", "h1\u{1b}[2J"],
+        ["--etcd-prefix", "/liveness/"],
+        ["--etcd-ttl", "500ms"],
+    ] {
+        let output = Command::new(binary("livenessd"))
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .arg("--socket")
+            .arg(dir.path().join("s.sock"))
+            .args(["--etcd", "http://127.0.0.1:9"])
+            .args(bad)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{bad:?}: {stderr}");
+        assert!(stderr.contains(bad[0]), "{bad:?}: {stderr}");
+        assert!(
+            !dir.path().join("state").exists(),
+            "{bad:?} created the state"
+        );
+    }
+}
+
+#[test]
+fn one_host_id_is_one_daemons_and_a_restart_takes_its_own_back() {
+    let etcd = Etcd::started();
+    let mut first = host(&etcd, "twin", "10s");
+    wait_caught_up(&first);
+    let owner = Orphan::spawn(&["exit", "0"]);
+    register(&first, "mine", owner.pid);
+    let key = "/liveness/sessions/twin/0/mine".to_owned();
+    wait_keys(&etcd, "/liveness/sessions/", std::slice::from_ref(&key));
+
+    // A second daemon given the same host id would delete the first's sessions as stale:
+    // it stays disconnected, says why, and writes nothing.
+    let second = host(&etcd, "twin", "10s");
+    let refused = eventually(MIRRORED, || {
+        let cluster = cluster(&second);
+        cluster["error"]
+            .as_str()
+            .is_some_and(|error| error.contains("another daemon"))
+    });
+    assert!(refused, "{}", cluster(&second));
+    assert_eq!(cluster(&second)["connected"], false);
+    assert_eq!(etcd.keys("/liveness/sessions/"), std::slice::from_ref(&key));
+    let record = &etcd.get_prefix("/liveness/hosts/twin")[0].1;
+    assert_eq!(record["store_id"], status(&first)["store_id"], "{record}");
+    drop(second);
+
+    // The first, SIGKILLed and started again on its state, takes its host back at once
+    // rather than after the 10 s its old lease has left.
+    first.kill9();
+    let restarted = Instant::now();
+    first.restart();
+    wait_caught_up(&first);
+    assert!(
+        restarted.elapsed() < Duration::from_secs(8),
+        "back online after {:?}",
+        restarted.elapsed()
+    );
+    let record = &etcd.get_prefix("/liveness/hosts/twin")[0].1;
+    assert_eq!(record["store_id"], status(&first)["store_id"], "{record}");
+    assert_eq!(etcd.keys("/liveness/sessions/"), [key]);
+}
+
+#[test]
+fn a_daemon_authenticates_with_a_password_only_it_can_read() {
+    let mut etcd = Etcd::started();
+    etcd.enable_auth("s3cret");
+    let dir = tempfile::tempdir().unwrap();
+    let password = dir.path().join("etcd-password");
+    std::fs::write(&password, "s3cret\n").unwrap();
+    std::fs::set_permissions(&password, std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    // Without a user, etcd refuses the mirror; the daemon serves and says why.
+    let anonymous = host(&etcd, "anon", "5s");
+    let refused = eventually(MIRRORED, || cluster(&anonymous)["error"].is_string());
+    assert!(refused, "{}", cluster(&anonymous));
+    assert_eq!(cluster(&anonymous)["connected"], false);
+
+    let path = password.to_str().unwrap();
+    let user = ["--etcd-user", "root", "--etcd-password-file", path];
+    let url = etcd.url();
+    let args = [&["--etcd", &url, "--host-id", "h1"][..], &user].concat();
+    let daemon = Daemon::start(&args);
+    wait_caught_up(&daemon);
+    assert_eq!(etcd.keys("/liveness/hosts/"), ["/liveness/hosts/h1"]);
+    assert!(
+        !daemon.log().contains("s3cret"),
+        "the password is in the log"
+    );
+    drop(daemon);
+
+    // A password file that others may read, that another user owns, or a link planted in
+    // its place is refused at start, with nothing created.
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&password, &link).unwrap();
+    let others = dir.path().join("others");
+    std::fs::write(&others, "s3cret\n").unwrap();
+    std::fs::set_permissions(&others, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::chown(&others, Some(MALLORY), Some(MALLORY)).unwrap();
+    let readable = dir.path().join("readable");
+    std::fs::write(&readable, "s3cret\n").unwrap();
+    std::fs::set_permissions(&readable, std::fs::Permissions::from_mode(0o640)).unwrap();
+    for (file, says) in [
+        (&link, "symbolic link"),
+        (&others, "owned by uid 61061"),
+        (&readable, "mode 640"),
+    ] {
+        let state = dir.path().join("state");
+        let output = Command::new(binary("livenessd"))
+            .arg("--state-dir")
+            .arg(&state)
+            .arg("--socket")
+            .arg(dir.path().join("s.sock"))
+            .args(["--etcd", &etcd.url(), "--host-id", "h2"])
+            .args(["--etcd-user", "root", "--etcd-password-file"])
+            .arg(file)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{file:?}: {stderr}");
+        assert!(stderr.contains(says), "{file:?}: {stderr}");
+        assert!(!stderr.contains("s3cret"), "{stderr}");
+        assert!(!state.exists(), "{file:?}: the state was created");
+    }
+}
+
+/// A fleet lock request on a fresh connection of `daemon`.
+fn fleet_lock(daemon: &Daemon, op: &str, name: &str, session: &str, wait: bool) -> Value {
+    let mut request = json!({"op": op, "name": name, "session": session, "cluster": true});
+    if wait {
+        request["wait"] = json!(true);
+    }
+    daemon.request(request)
+}
+
+/// The token of a granted fleet lock.
+fn token(reply: &Value) -> u64 {
+    assert_eq!(reply["ok"], true, "{reply}");
+    reply["lock"]["token"].as_u64().expect("a token")
+}
+
+/// `lock_acquire` with `wait` on a thread of its own: the reply, and when it came.
+fn wait_for_lock(
+    daemon: &Daemon,
+    name: &str,
+    session: &str,
+) -> std::thread::JoinHandle<(Value, Instant)> {
+    let mut conn = daemon.connect();
+    let request = json!({"op": "lock_acquire", "name": name, "session": session,
+        "cluster": true, "wait": true});
+    std::thread::spawn(move || (conn.request(request), Instant::now()))
+}
+
+/// Waits until `count` keys are in line for fleet lock `name`.
+fn wait_in_line(etcd: &Etcd, name: &str, count: usize) {
+    let prefix = format!("/liveness/locks/{name}/");
+    let queued = eventually(MIRRORED, || etcd.keys(&prefix).len() == count);
+    assert!(queued, "in line for {name}: {:?}", etcd.keys(&prefix));
+}
+
+#[test]
+fn a_fleet_lock_passes_to_another_host_within_milliseconds_of_its_owners_death() {
+    let etcd = Etcd::started();
+    let (h1, h2) = (host(&etcd, "h1", "10s"), host(&etcd, "h2", "10s"));
+    // The holder is `lock run --cluster`'s command, as a user would start it.
+    let mut run = Command::new(binary("liveness"))
+        .args(["--socket", h1.socket.to_str().unwrap()])
+        .args([
+            "lock",
+            "run",
+            "deploy",
+            "--cluster",
+            "--session",
+            "holder",
+            "--",
+        ])
+        .args(["sh", "-c", "echo \"$LIVENESS_LOCK_TOKEN\"; exec sleep 600"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("liveness lock run");
+    let mut first = String::new();
+    BufReader::new(run.stdout.take().unwrap())
+        .read_line(&mut first)
+        .expect("the token CMD got");
+    let held: u64 = first
+        .trim()
+        .parse()
+        .expect("a token in LIVENESS_LOCK_TOKEN");
+    let key = etcd.get_prefix("/liveness/locks/deploy/");
+    assert_eq!(key.len(), 1, "{key:?}");
+    assert_eq!(key[0].1["host_id"], "h1", "{key:?}");
+    assert_eq!(key[0].1["session"], "holder", "{key:?}");
+
+    let waiter = Orphan::spawn(&["exit", "0"]);
+    register(&h2, "waiter", waiter.pid);
+    let refused = fleet_lock(&h2, "lock_acquire", "deploy", "waiter", false);
+    assert_eq!(refused["error"]["code"], "lock_held", "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("\"holder\"")
+            && message.contains("\"h1\"")
+            && message.contains(&held.to_string()),
+        "the refusal names the holder, its host and its token: {message}"
+    );
+    let waiting = wait_for_lock(&h2, "deploy", "waiter");
+    wait_in_line(&etcd, "deploy", 2);
+
+    let owner = h1.session("holder")["owner"]["pid"].as_u64().unwrap() as u32;
+    let killed = Instant::now();
+    Fingerprint::of(owner).kill();
+    let (granted, at) = waiting.join().unwrap();
+    let handover = at - killed;
+    eprintln!("holder's owner SIGKILLed on h1 -> the waiter on h2 granted: {handover:?}");
+    assert!(token(&granted) > held, "{granted}");
+    assert_eq!(granted["lock"]["session"], "waiter");
+    // A round trip or two after the end, not the lease's TTL.
+    assert!(
+        handover < Duration::from_secs(2),
+        "handed over after {handover:?}"
+    );
+    assert!(!run.wait().unwrap().success(), "CMD was killed");
+    let key = etcd.get_prefix("/liveness/locks/deploy/");
+    assert_eq!(key.len(), 1, "{key:?}");
+    assert_eq!(key[0].1["host_id"], "h2", "{key:?}");
+}
+
+#[test]
+fn hosts_racing_for_a_fleet_lock_get_it_one_at_a_time_with_growing_tokens() {
+    let etcd = Etcd::started();
+    let hosts: Vec<Daemon> = ["h1", "h2", "h3"]
+        .iter()
+        .map(|id| host(&etcd, id, "10s"))
+        .collect();
+    let owners: Vec<Orphan> = hosts
+        .iter()
+        .map(|_| Orphan::spawn(&["exit", "0"]))
+        .collect();
+    for (daemon, owner) in hosts.iter().zip(&owners) {
+        register(daemon, "s", owner.pid);
+    }
+    // All at once, none waiting: one wins.
+    let start = std::sync::Arc::new(std::sync::Barrier::new(hosts.len()));
+    let replies: Vec<Value> = std::thread::scope(|scope| {
+        let racers: Vec<_> = hosts
+            .iter()
+            .map(|daemon| {
+                let start = start.clone();
+                let mut conn = daemon.connect();
+                scope.spawn(move || {
+                    start.wait();
+                    conn.request(json!({"op": "lock_acquire", "name": "deploy",
+                        "session": "s", "cluster": true}))
+                })
+            })
+            .collect();
+        racers.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    let winners: Vec<usize> = (0..hosts.len())
+        .filter(|&i| replies[i]["ok"] == true)
+        .collect();
+    assert_eq!(winners.len(), 1, "{replies:?}");
+    for (i, reply) in replies.iter().enumerate() {
+        if i != winners[0] {
+            assert_eq!(reply["error"]["code"], "lock_held", "{reply}");
+        }
+    }
+    wait_in_line(&etcd, "deploy", 1);
+
+    // The others wait in line (the CLI's --wait --json); each release hands the lock on.
+    let mut tokens = vec![token(&replies[winners[0]])];
+    let mut holder = winners[0];
+    let waiters: Vec<_> = (0..hosts.len())
+        .filter(|&i| i != holder)
+        .map(|i| {
+            let daemon = &hosts[i];
+            let mut cli = Command::new(binary("liveness"));
+            cli.args(["--socket", daemon.socket.to_str().unwrap(), "--json"])
+                .args(["lock", "acquire", "deploy", "--cluster", "--session", "s"])
+                .args(["--wait", "--timeout", "60s"]);
+            (
+                i,
+                std::thread::spawn(move || cli.output().expect("liveness lock acquire")),
+            )
+        })
+        .collect();
+    wait_in_line(&etcd, "deploy", 3);
+    let mut waiters: Vec<_> = waiters.into_iter().map(Some).collect();
+    for _ in 0..2 {
+        let released =
+            hosts[holder].cli(&["lock", "release", "deploy", "--cluster", "--session", "s"]);
+        assert!(released.status.success(), "{released:?}");
+        let next = loop {
+            if let Some(i) = (0..waiters.len()).find(|&w| {
+                waiters[w]
+                    .as_ref()
+                    .is_some_and(|(_, thread)| thread.is_finished())
+            }) {
+                break i;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let (i, thread) = waiters[next].take().unwrap();
+        let output = thread.join().unwrap();
+        assert!(output.status.success(), "{output:?}");
+        let lock: Value = serde_json::from_slice(&output.stdout).expect("the JSON grant");
+        tokens.push(lock["token"].as_u64().expect("a token"));
+        assert!(
+            waiters.iter().flatten().all(|(_, t)| !t.is_finished()),
+            "one grant per release"
+        );
+        holder = i;
+    }
+    eprintln!("fleet lock tokens in the order granted: {tokens:?}");
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+}
+
+#[test]
+fn a_dead_daemons_fleet_locks_are_freed_by_their_ttl_and_not_before() {
+    let etcd = Etcd::started();
+    let mut h1 = host(&etcd, "h1", "3s");
+    let h2 = host(&etcd, "h2", "10s");
+    let holder = Orphan::spawn(&["exit", "0"]);
+    register(&h1, "holder", holder.pid);
+    token(&fleet_lock(&h1, "lock_acquire", "deploy", "holder", false));
+    let waiter = Orphan::spawn(&["exit", "0"]);
+    register(&h2, "waiter", waiter.pid);
+    let waiting = wait_for_lock(&h2, "deploy", "waiter");
+    wait_in_line(&etcd, "deploy", 2);
+
+    // The holder lives on; its daemon does not, and nothing renews the lease.
+    h1.kill9();
+    let killed = Instant::now();
+    let (granted, at) = waiting.join().unwrap();
+    let freed = at - killed;
+    eprintln!("holder's daemon SIGKILLed (TTL 3 s) -> the waiter granted: {freed:?}");
+    token(&granted);
+    // Renewed every third of the TTL: at least two thirds of it were left.
+    assert!(freed >= Duration::from_secs(2), "freed after {freed:?}");
+    assert!(freed < Duration::from_secs(8), "freed after {freed:?}");
+}
+
+#[test]
+fn a_daemon_cut_off_from_etcd_claims_no_fleet_lock_once_its_lease_could_have_expired() {
+    let etcd = Etcd::started();
+    let h1 = host(&etcd, "h1", "3s");
+    let holder = Orphan::spawn(&["exit", "0"]);
+    register(&h1, "holder", holder.pid);
+    token(&fleet_lock(&h1, "lock_acquire", "deploy", "holder", false));
+    etcd.signal(libc::SIGSTOP);
+    let hung = Instant::now();
+    // Past the TTL from the last renewal etcd confirmed, whatever etcd did meanwhile.
+    std::thread::sleep(Duration::from_millis(3500));
+    let refused = fleet_lock(&h1, "lock_release", "deploy", "holder", false);
+    let answered = hung.elapsed();
+    etcd.signal(libc::SIGCONT);
+    assert_eq!(refused["error"]["code"], "not_held", "{refused}");
+    // Said by the daemon itself, not after waiting for etcd.
+    assert!(
+        answered < Duration::from_millis(3500 + 1000),
+        "{answered:?}"
+    );
+}
+
+#[test]
+fn a_fleet_lock_on_a_daemon_without_etcd_is_refused_with_why() {
+    let daemon = Daemon::start(&[]);
+    let owner = Orphan::spawn(&["exit", "0"]);
+    register(&daemon, "s", owner.pid);
+    for op in ["lock_acquire", "lock_release"] {
+        let refused = fleet_lock(&daemon, op, "deploy", "s", false);
+        assert_eq!(refused["error"]["code"], "invalid_request", "{refused}");
+        assert!(
+            refused["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("--etcd"),
+            "{refused}"
+        );
+    }
+    let cli = daemon.cli(&["lock", "acquire", "deploy", "--cluster", "--session", "s"]);
+    assert!(!cli.status.success(), "{cli:?}");
+    let stderr = String::from_utf8_lossy(&cli.stderr);
+    assert!(stderr.contains("--etcd"), "{stderr}");
+    // Nothing was taken on the host instead.
+    assert_eq!(
+        daemon.request(json!({"op": "lock_list"}))["locks"],
+        json!([])
+    );
+}
+
+#[test]
+fn no_user_releases_anothers_fleet_lock_and_names_stay_under_locks() {
+    const ALICE: u32 = 61_062;
+    let etcd = Etcd::started();
+    let daemon = host(&etcd, "h1", "10s");
+    open_socket_to_everyone(&daemon);
+    let (alice, mallory) = (process_of(ALICE), process_of(MALLORY));
+    let mut as_alice = ClientAs::connect(&daemon, ALICE);
+    let mut as_mallory = ClientAs::connect(&daemon, MALLORY);
+    for (client, owner) in [(&mut as_alice, &alice), (&mut as_mallory, &mallory)] {
+        let reply = client
+            .request(&json!({"op": "register", "session": "s", "owner": {"pid": owner.id()}}))
+            .expect("a reply");
+        assert_eq!(reply["ok"], true, "{reply}");
+    }
+    let acquire = json!({"op": "lock_acquire", "name": "deploy", "session": "s", "cluster": true});
+    let held = as_alice.request(&acquire).expect("a reply");
+    let held = token(&held);
+
+    // Mallory's own session holds nothing; Alice's she may not name.
+    let mut release =
+        json!({"op": "lock_release", "name": "deploy", "session": "s", "cluster": true});
+    let refused = as_mallory.request(&release).expect("a reply");
+    assert_eq!(refused["error"]["code"], "not_held", "{refused}");
+    release["uid"] = json!(ALICE);
+    let refused = as_mallory.request(&release).expect("a reply");
+    assert_eq!(refused["error"]["code"], "forbidden", "{refused}");
+    let refused = as_mallory.request(&acquire).expect("a reply");
+    assert_eq!(refused["error"]["code"], "lock_held", "{refused}");
+    let key = etcd.get_prefix("/liveness/locks/deploy/");
+    assert_eq!(key.len(), 1, "Alice's key alone: {key:?}");
+    assert_eq!(key[0].1["uid"], ALICE, "{key:?}");
+
+    // A name is one segment under locks/, whatever it holds: Mallory's `deploy/x` is not in
+    // line for `deploy`, nor `../hosts/h1` anywhere but under locks/.
+    for name in ["deploy/x", "../hosts/h1"] {
+        let sneaky = json!({"op": "lock_acquire", "name": name, "session": "s", "cluster": true});
+        token(&as_mallory.request(&sneaky).expect("a reply"));
+    }
+    let keys = etcd.keys("/liveness/locks/..%2Fhosts%2Fh1/");
+    assert_eq!(keys.len(), 1, "{:?}", etcd.keys("/liveness/"));
+    assert_eq!(etcd.keys("/liveness/hosts/"), ["/liveness/hosts/h1"]);
+
+    release["uid"] = json!(null);
+    let released = as_alice.request(&release).expect("a reply");
+    assert_eq!(token(&released), held);
+    assert!(etcd.keys("/liveness/locks/deploy/").is_empty());
+    let again = as_alice.request(&acquire).expect("a reply");
+    assert!(token(&again) > held, "{again}");
+}
