@@ -152,8 +152,8 @@ impl Connection {
                     status
                         .map(|mut status| {
                             status.activity = readers.activities.counts();
-                            status.cluster = (readers.cluster.as_ref())
-                                .map(|view| view.status(status.head_seq));
+                            status.cluster =
+                                (readers.cluster.as_ref()).map(|view| view.status(status.head_seq));
                             status
                         })
                         .into()
