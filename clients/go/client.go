@@ -258,6 +258,10 @@ func ToolStart(name string) Option { return func(r *request) { r.Tool = name } }
 // ToolEnd declares, with Touch, that the tool in flight ended.
 func ToolEnd() Option { return func(r *request) { r.ToolEnd = true } }
 
+// Cluster makes AcquireLock and ReleaseLock act on a fleet lock, one for every host whose
+// daemon runs with --etcd (docs/fleet.md), instead of this host's.
+func Cluster() Option { return func(r *request) { r.Cluster = true } }
+
 // Wait makes AcquireLock wait in line for a lock another session holds, at most timeout
 // (0: as long as it takes), instead of failing with ErrLockHeld at once.
 func Wait(timeout time.Duration) Option {

@@ -37,6 +37,7 @@ type request struct {
 	Turn      string            `json:"turn,omitempty"`
 	Tool      string            `json:"tool,omitempty"`
 	ToolEnd   bool              `json:"tool_end,omitempty"`
+	Cluster   bool              `json:"cluster,omitempty"`
 }
 
 type ownerKind int

@@ -339,6 +339,9 @@ func TestLocks(t *testing.T) {
 	if err != nil || first.Session != "s1" || first.Token == 0 {
 		t.Fatalf("acquire: %+v %v", first, err)
 	}
+	if _, err := c.AcquireLock(ctx, "build", "s1", Cluster()); err == nil || !strings.Contains(err.Error(), "--etcd") {
+		t.Fatalf("a fleet lock from a daemon without --etcd: %v", err)
+	}
 	if again, err := c.AcquireLock(ctx, "build", "s1"); err != nil || again.Token != first.Token {
 		t.Fatalf("the holder asking again gets its grant back: %+v %v", again, err)
 	}

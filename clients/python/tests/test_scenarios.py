@@ -186,6 +186,8 @@ def test_locks(daemon: Daemon, children: Children) -> None:
         first = client.acquire_lock("build", "s1")
         assert first.session == "s1" and first.token > 0
         assert client.acquire_lock("build", "s1").token == first.token
+        with pytest.raises(liveness.InvalidRequest, match="--etcd"):
+            client.acquire_lock("build", "s1", cluster=True)
         with pytest.raises(liveness.LockHeld):
             client.acquire_lock("build", "s2")
         start = time.monotonic()

@@ -99,8 +99,14 @@ export interface ForUser {
   uid?: number;
 }
 
+/** A fleet lock, one for every host whose daemon runs with `--etcd` (docs/fleet.md),
+ * instead of this host's. */
+export interface Fleet {
+  cluster?: boolean;
+}
+
 /** How `acquireLock` waits for a lock another session holds. */
-export interface AcquireOptions extends ForUser {
+export interface AcquireOptions extends ForUser, Fleet {
   /** Wait in line instead of failing with `lock_held` at once. */
   wait?: boolean;
   /** With `wait`: give up after this long (`lock_held`). */
@@ -271,6 +277,7 @@ export class Client {
       uid: options.uid,
       wait: options.wait || undefined,
       timeout_ms: options.timeoutMs,
+      cluster: options.cluster || undefined,
     };
     if (!options.wait) return (await this.call(request)).lock!;
     const waiter = await Client.connect(this.socket);
@@ -281,9 +288,12 @@ export class Client {
     }
   }
 
-  /** Releases lock `name`, which `session` holds; `not_held` otherwise. */
-  async releaseLock(name: string, session: string, options: ForUser = {}): Promise<Lock> {
-    return (await this.call({ op: "lock_release", name, session, uid: options.uid })).lock!;
+  /** Releases lock `name`, which `session` holds; `not_held` otherwise. With `cluster`,
+   * the fleet lock of that name. */
+  async releaseLock(name: string, session: string, options: ForUser & Fleet = {}): Promise<Lock> {
+    return (
+      await this.call({ op: "lock_release", name, session, uid: options.uid, cluster: options.cluster || undefined })
+    ).lock!;
   }
 
   /** The held locks the caller may see, by uid then name, following the daemon's pages. */

@@ -167,6 +167,7 @@ export interface Request {
   turn?: "start" | "end";
   tool?: string;
   tool_end?: boolean;
+  cluster?: boolean;
 }
 
 export const request = object<Request>(
@@ -198,6 +199,7 @@ export const request = object<Request>(
     turn: optional(oneOf("start", "end")),
     tool: optional(str),
     tool_end: optional(bool),
+    cluster: optional(bool),
   },
   true,
 );

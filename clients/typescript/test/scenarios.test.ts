@@ -217,6 +217,7 @@ test("locks", async (t) => {
   assert.equal(first.session, "s1");
   assert.ok(first.token > 0);
   assert.equal((await client.acquireLock("build", "s1")).token, first.token);
+  await refused(client.acquireLock("build", "s1", { cluster: true }), "invalid_request");
   await refused(client.acquireLock("build", "s2"), "lock_held");
   const start = Date.now();
   await refused(client.acquireLock("build", "s2", { wait: true, timeoutMs: 300 }), "lock_held");

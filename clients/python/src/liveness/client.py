@@ -293,14 +293,17 @@ class Client:
 
     def acquire_lock(
         self, name: str, session: str, *, uid: Optional[int] = None,
-        wait: bool = False, timeout: Optional[float] = None,
+        wait: bool = False, timeout: Optional[float] = None, cluster: bool = False,
     ) -> Lock:
         """Takes lock ``name`` for ``session`` and returns it with its fencing token. Held
         by another session: :class:`LockHeld` at once, or with ``wait`` after waiting in
         line until it is granted or ``timeout`` seconds pass. A waiting acquire has a
-        connection of its own, so that other calls go on meanwhile."""
+        connection of its own, so that other calls go on meanwhile. With ``cluster``, a
+        fleet lock: one for every host whose daemon runs with ``--etcd`` (docs/fleet.md)."""
         timeout_ms = None if timeout is None else max(1, round(timeout * 1000))
-        request = Request(op="lock_acquire", name=name, session=session, uid=uid, wait=wait, timeout_ms=timeout_ms)
+        request = Request(
+            op="lock_acquire", name=name, session=session, uid=uid, wait=wait, timeout_ms=timeout_ms, cluster=cluster
+        )
         if not wait:
             reply = self.call(request)
         else:
@@ -309,9 +312,10 @@ class Client:
         assert reply.lock is not None
         return reply.lock
 
-    def release_lock(self, name: str, session: str, *, uid: Optional[int] = None) -> Lock:
-        """Releases lock ``name``, which ``session`` holds; :class:`NotHeld` otherwise."""
-        reply = self.call(Request(op="lock_release", name=name, session=session, uid=uid))
+    def release_lock(self, name: str, session: str, *, uid: Optional[int] = None, cluster: bool = False) -> Lock:
+        """Releases lock ``name``, which ``session`` holds; :class:`NotHeld` otherwise. With
+        ``cluster``, the fleet lock of that name."""
+        reply = self.call(Request(op="lock_release", name=name, session=session, uid=uid, cluster=cluster))
         assert reply.lock is not None
         return reply.lock
 

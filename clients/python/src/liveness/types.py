@@ -108,7 +108,7 @@ class OwnerSpec:
 class Request(Wire):
     """One request; which fields are set depends on ``op``. Refuses fields it does not know."""
 
-    OMIT_DEFAULT = frozenset({"pending", "labels", "wrappers", "terminate", "wait", "tool_end"})
+    OMIT_DEFAULT = frozenset({"pending", "labels", "wrappers", "terminate", "wait", "tool_end", "cluster"})
     STRICT = True
 
     op: str
@@ -138,3 +138,4 @@ class Request(Wire):
     turn: Optional[str] = None
     tool: Optional[str] = None
     tool_end: bool = False
+    cluster: bool = False
