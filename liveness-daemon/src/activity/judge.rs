@@ -315,15 +315,18 @@ impl Tracker {
         (activity, transition)
     }
 
-    /// Whether the tracker's session waits for its user: sampled less often.
-    pub fn is_idle(&self) -> bool {
-        matches!(self.state, Some((ActivityState::Idle, _)))
+    /// Whether the session is due at every round: unless it waits for its user (sampled
+    /// less often), and has declared nothing since (a turn's start makes it due at once).
+    pub fn is_due(&self, declared: Option<&Declared>) -> bool {
+        !matches!(self.state, Some((ActivityState::Idle, _)))
+            || declared.is_some_and(|d| d.at_ms > self.declared_at_ms)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use liveness_common::activity::TurnMark;
 
     const LIMITS: Thresholds = Thresholds {
         stall_after_ms: 60_000,
@@ -539,6 +542,29 @@ mod tests {
         run.mcp_forks = true;
         let state = run.steps(20, |_| {});
         assert_eq!(state, ActivityState::Stalled, "{:?}", run.states);
+    }
+
+    #[test]
+    fn an_idle_session_is_due_again_once_its_agent_declares() {
+        let mut run = Run::new(Some(Declared {
+            at_ms: 0,
+            ..Declared::default()
+        }));
+        assert!(run.tracker.is_due(run.declared.as_ref()), "not judged yet");
+        run.step(|_| {});
+        assert!(
+            !run.tracker.is_due(run.declared.as_ref()),
+            "idle: sampled less often"
+        );
+        let started = run
+            .declared
+            .as_ref()
+            .unwrap()
+            .declare(Some(TurnMark::Start), None, false, 7);
+        assert!(
+            run.tracker.is_due(Some(&started)),
+            "a turn starts: due at once"
+        );
     }
 
     #[test]

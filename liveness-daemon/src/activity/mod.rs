@@ -165,7 +165,8 @@ fn sample_round(
         let mut tracker = round.trackers.remove(&key).unwrap_or_else(|| {
             Tracker::new(now_ms, target.declared.as_ref(), target.episode.as_ref())
         });
-        let due = !tracker.is_idle() || round.number.is_multiple_of(IDLE_EVERY);
+        let due =
+            tracker.is_due(target.declared.as_ref()) || round.number.is_multiple_of(IDLE_EVERY);
         match round.table.remove(&key) {
             Some(last) if !due => {
                 table.insert(key.clone(), last);
