@@ -111,7 +111,7 @@ pub fn run(root: &Path, options: &Options) -> Result<PathBuf> {
 
 /// The cargo features the shipped binaries are built with: the daemon's etcd mirror
 /// (docs/fleet.md), which the default build leaves out.
-const SHIPPED_FEATURES: &[&str] = &["--features", "liveness-daemon/fleet"];
+pub const SHIPPED_FEATURES: &[&str] = &["--features", "liveness-daemon/fleet"];
 
 /// Builds the two binaries of the workspace at `root` with `profile` and the cargo
 /// arguments `features`, into `target_dir` if given (else where cargo would:

@@ -320,6 +320,8 @@ fn bench(options: &BenchOptions) -> Result<()> {
             "liveness-bench",
             "--bins",
         ])
+        // What ships is measured, and the release build `dist` made is reused.
+        .args(dist::SHIPPED_FEATURES)
         .status()
         .context("running cargo build --release")?;
     if !status.success() {
