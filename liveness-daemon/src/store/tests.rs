@@ -2050,3 +2050,52 @@ fn actions_follow_renames_and_a_new_list_replaces_the_old() {
     let finalized = store.finalize_if_done(UID, "real", NOW + 7).unwrap();
     assert_eq!(finalized.map(|e| e.kind), Some(EventKind::Finalized));
 }
+
+/// What an agent declared and a stall episode are kept with the session across a reopen,
+/// the episode cleared by its end; a damaged value of either reads as absent, and the
+/// session still reads.
+#[test]
+fn declarations_and_stall_episodes_are_kept_and_damage_reads_as_absent() {
+    use liveness_common::activity::{Activity, ActivityState, Declared, Evidence, TurnMark};
+    let db = Db::new();
+    let mut store = db.open();
+    store.register(req("s1", owner(10)), NOW).unwrap();
+    let declared = Declared::default().declare(Some(TurnMark::Start), Some("Bash"), false, NOW);
+    store.touch(UID, "s1", NOW + 1, Some(&declared)).unwrap();
+    let stalled = Activity {
+        state: ActivityState::Stalled,
+        reason: None,
+        since_ms: NOW,
+        evidence: Evidence::default(),
+    };
+    let event = store.record_activity(UID, "s1", &stalled, NOW + 2).unwrap();
+    assert_eq!(event.map(|e| e.kind), Some(EventKind::Stalled));
+    drop(store);
+    let mut store = db.open();
+    let session = store.get(UID, "s1").unwrap().unwrap();
+    assert_eq!(
+        (session.declared.as_ref(), session.activity.as_ref()),
+        (Some(&declared), Some(&stalled))
+    );
+    let working = Activity {
+        state: ActivityState::Working,
+        ..stalled.clone()
+    };
+    let event = store.record_activity(UID, "s1", &working, NOW + 3).unwrap();
+    assert_eq!(event.map(|e| e.kind), Some(EventKind::Unstalled));
+    assert_eq!(store.get(UID, "s1").unwrap().unwrap().activity, None);
+    store.record_activity(UID, "s1", &stalled, NOW + 4).unwrap();
+    drop(store);
+    Connection::open(db.path())
+        .unwrap()
+        .execute(
+            "UPDATE sessions SET declared = '{\"at_ms\": ', activity = '[' WHERE id = 's1'",
+            [],
+        )
+        .unwrap();
+    let damaged = db.open().get(UID, "s1").unwrap().unwrap();
+    assert_eq!(
+        (damaged.phase, damaged.declared, damaged.activity),
+        (Phase::Active, None, None)
+    );
+}
