@@ -55,7 +55,7 @@ enum Command {
         /// Write the figures as JSON to this file.
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
-        /// Run only these parts: latency, cpu, scale, peers, reap, trees, replay
+        /// Run only these parts: latency, cpu, scale, peers, reap, trees, replay, activity
         /// (comma-separated; default: all).
         #[arg(long, value_name = "PARTS")]
         part: Option<String>,
