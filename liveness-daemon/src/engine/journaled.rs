@@ -97,11 +97,10 @@ impl Journaled {
         }
     }
 
-    /// Follows a change to an ACTIVE session that has no event.
-    pub(super) fn refresh(&mut self, uid: u32, id: &str, store: &Store) {
-        if let Err(e) = self.active.refresh(uid, id, store) {
-            tracing::error!(error = %e, "cannot read back a registration");
-        }
+    /// Follows a change to an ACTIVE session that has no event, given the session as
+    /// written.
+    pub(super) fn follow(&mut self, session: Session) {
+        self.active.follow(session);
     }
 
     /// Builds the batch that `deaths` make of the ACTIVE sessions in memory and appends it

@@ -107,9 +107,10 @@ impl Ledger {
         self.journaled.active_sessions()
     }
 
-    /// Follows a change to an ACTIVE session that has no event.
-    pub(super) fn refresh(&mut self, uid: u32, id: &str) {
-        self.journaled.refresh(uid, id, &self.store);
+    /// Follows a change to an ACTIVE session that has no event, given the session as
+    /// written.
+    pub(super) fn follow(&mut self, session: Session) {
+        self.journaled.follow(session);
     }
 
     /// Follows committed events: the newest seq, the ACTIVE sessions in memory, each

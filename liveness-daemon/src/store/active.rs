@@ -135,8 +135,8 @@ impl Active {
                         }
                     }
                     match store.get(key.0, &key.1)? {
-                        Some(session) if session.phase == Phase::Active => self.insert(session),
-                        _ => self.forget(&key),
+                        Some(session) => self.follow(session),
+                        None => self.forget(&key),
                     }
                 }
                 EventKind::Ended => self.forget(&key),
@@ -170,15 +170,14 @@ impl Active {
         Ok(())
     }
 
-    /// Reads user `uid`'s session `id` again after a change that has no event (a
-    /// registration by the same owner that replaced its end actions).
-    pub fn refresh(&mut self, uid: u32, id: &str, store: &Store) -> Result<(), StoreError> {
-        let key = (uid, id.to_owned());
-        match store.get(uid, id)? {
-            Some(session) if session.phase == Phase::Active => self.insert(session),
-            _ => self.forget(&key),
+    /// Takes `session` as written after a change that has no event (a registration by the
+    /// same owner that replaced its end actions, a declaration): kept while ACTIVE.
+    pub fn follow(&mut self, session: Session) {
+        if session.phase == Phase::Active {
+            self.insert(session);
+        } else {
+            self.forget(&(session.creator_uid, session.id));
         }
-        Ok(())
     }
 
     /// Forgets an ended session.

@@ -83,9 +83,9 @@ impl<'a> Context<'a> {
     }
 
     /// Follows a change to an ACTIVE session that has no event (the same owner registered
-    /// again, with other end actions).
-    pub(in crate::engine) fn refresh(&mut self, uid: u32, id: &str) {
-        self.engine.ledger.refresh(uid, id);
+    /// again, with other end actions; a declaration), given the session as written.
+    pub(in crate::engine) fn follow(&mut self, session: Session) {
+        self.engine.ledger.follow(session);
     }
 
     /// A new session's labels within `uid`'s limits.

@@ -1310,3 +1310,34 @@ async fn a_flood_of_deaths_is_written_to_sqlite_in_bounded_steps() {
         "written once the bound was reached"
     );
 }
+
+/// A registration by the same owner that replaces the end actions (no event) is followed in
+/// memory: the owner's death ends the session with the new list, as `session.ended` counts it.
+#[tokio::test(start_paused = true)]
+async fn end_actions_replaced_by_the_same_owner_are_the_ones_its_death_counts() {
+    let mut f = fixture().await;
+    f.proc.spawn(11, ALICE.uid);
+    let owner = || OwnerSpec::Pid(PidOwner { pid: 11 });
+    session_of(
+        f.ask(ALICE, registration(Some("s"), owner(), None, None)),
+        "register",
+    );
+    let mut again = registration(Some("s"), owner(), None, None);
+    again.request.on_end_run = Some(vec![
+        liveness_common::action::ActionSpec::new(["/bin/true"]),
+        liveness_common::action::ActionSpec::new(["/bin/true"]),
+    ]);
+    session_of(f.ask(ALICE, again), "register again with end actions");
+    let mut batches = f.subscribe();
+    f.die(11, EXITED);
+    f.next_death().await;
+    let mut received = String::new();
+    let _ = batches.read_to_string(&mut received);
+    let ended: Vec<serde_json::Value> = received
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).expect("a JSON line"))
+        .filter(|line| line["event"]["kind"] == "session.ended")
+        .collect();
+    assert_eq!(ended.len(), 1, "{received}");
+    assert_eq!(ended[0]["event"]["actions"], 2, "{}", ended[0]);
+}

@@ -30,9 +30,10 @@ pub struct Target {
 impl Op for Sampling {
     type Answer = Vec<Target>;
 
-    /// A copy of each tree is an `Arc`'s: the engine spends a few pointers per session.
+    /// Only reads: sampling goes on while the database cannot be written.
     const READS: bool = true;
 
+    /// A copy of each tree is an `Arc`'s: the engine spends a few pointers per session.
     fn apply(self, cx: &mut Context<'_>, _caller: Caller) -> Result<Vec<Target>, ErrorBody> {
         Ok(cx
             .active_sessions()

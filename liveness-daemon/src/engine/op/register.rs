@@ -112,13 +112,17 @@ impl Op for Register {
             // The group is the caller's own only when it registers for itself.
             creator_gid: (namespace == caller.uid).then_some(caller.gid),
         };
-        let event = cx.commit(|store| {
-            let event = store.register(new, now)?.event;
-            Ok((event.is_some(), event.into_iter().collect()))
+        let (event, registered) = cx.commit(|store| {
+            let registered = store.register(new, now)?;
+            let event = registered.event;
+            Ok((
+                (event.is_some(), registered.session),
+                event.into_iter().collect(),
+            ))
         })?;
         if !event {
             // The same owner again: its end actions may have been replaced.
-            cx.refresh(namespace, &id);
+            cx.follow(registered);
         }
         if let Some(previous) = previous.filter(|p| !p.same_process(&owner)) {
             cx.unwatch(&previous);

@@ -32,11 +32,12 @@ impl Op for Touch {
             store.touch(found.creator_uid, &self.session, now, declared.as_ref())?;
             Ok(((), Vec::new()))
         })?;
+        let session = stored(cx.store(), found.creator_uid, &self.session)?;
         if declares {
             // The sampler reads the declared phase from the ACTIVE sessions kept in memory.
-            cx.refresh(found.creator_uid, &self.session);
+            cx.follow(session.clone());
         }
-        stored(cx.store(), found.creator_uid, &self.session)
+        Ok(session)
     }
 
     fn about(session: &Session) -> Option<&Session> {
