@@ -466,6 +466,38 @@ const (
 // StallReasons lists every StallReason, in the daemon's order.
 var StallReasons = []StallReason{StallNetwork, StallNotReading, StallBlocked, StallTool, StallNoActivity, StallCPU}
 
+// StallAction is what a stall episode's start does besides its session.stalled event.
+type StallAction string
+
+// The values of StallAction.
+const (
+	// The event only.
+	StallNotify StallAction = "notify"
+	// Runs the policy's command as the session's creator.
+	StallRun StallAction = "run"
+	// Sends the policy's signal to the owner.
+	StallSignal StallAction = "signal"
+	// SIGTERM to the session's tree, SIGKILL after its grace.
+	StallTerminate StallAction = "terminate"
+)
+
+// StallActions lists every StallAction, in the daemon's order.
+var StallActions = []StallAction{StallNotify, StallRun, StallSignal, StallTerminate}
+
+// UnmarshalJSON refuses a StallAction this client does not know.
+func (v *StallAction) UnmarshalJSON(data []byte) error {
+	var s string
+	if err := json.Unmarshal(data, &s); err != nil {
+		return err
+	}
+	switch StallAction(s) {
+	case StallNotify, StallRun, StallSignal, StallTerminate:
+		*v = StallAction(s)
+		return nil
+	}
+	return fmt.Errorf("liveness: unknown StallAction %q", s)
+}
+
 // Identity is a process's fingerprint: equal fingerprints name the same process, and a pid whose start time (or pidfs inode) differs is another process. See docs/protocol.md §2 "Identity".
 type Identity struct {
 	// The process id, in the PID namespace of whoever captured it.
@@ -691,6 +723,19 @@ type ActionState struct {
 	Outcome *ActionOutcome `json:"outcome,omitempty"`
 }
 
+// StallPolicy is how a session's stalls are judged and what they do; absent parts are the daemon's.
+type StallPolicy struct {
+	StallAfterMs     *uint64 `json:"stall_after_ms,omitempty"`
+	SpinAfterMs      *uint64 `json:"spin_after_ms,omitempty"`
+	ToolStallAfterMs *uint64 `json:"tool_stall_after_ms,omitempty"`
+	// Default notify.
+	Action StallAction `json:"action,omitempty"`
+	// With action signal: its number.
+	Signal *int64 `json:"signal,omitempty"`
+	// With action run: the command.
+	Run *ActionSpec `json:"run,omitempty"`
+}
+
 // ReapFailure is a process the daemon could not, or would not, end.
 type ReapFailure struct {
 	PID    uint32 `json:"pid"`
@@ -806,6 +851,8 @@ type Session struct {
 	GraceMs uint64
 	// The end actions its creator registered (docs/end-actions.md).
 	OnEndRun []ActionSpec
+	// How its stalls are judged and what they do, as registered; the daemon's defaults stand for what is absent (docs/activity.md).
+	OnStall *StallPolicy
 	// Where each end action stands, in the order of on_end_run: from get and actions_done only.
 	Actions []ActionState
 	// When the last end action had its outcome; none until then, and for a session without end actions, whose end is final.
@@ -841,6 +888,7 @@ type sessionJSON struct {
 	Until            *Until            `json:"until,omitempty"`
 	GraceMs          uint64            `json:"grace_ms"`
 	OnEndRun         []ActionSpec      `json:"on_end_run,omitempty"`
+	OnStall          *StallPolicy      `json:"on_stall,omitempty"`
 	Actions          []ActionState     `json:"actions,omitempty"`
 	FinalizedMs      *int64            `json:"finalized_ms,omitempty"`
 	Reaped           *Reaped           `json:"reaped,omitempty"`
@@ -872,6 +920,7 @@ func (s Session) MarshalJSON() ([]byte, error) {
 		Until:            omitIf(s.Until, UntilOwner),
 		GraceMs:          s.GraceMs,
 		OnEndRun:         s.OnEndRun,
+		OnStall:          s.OnStall,
 		Actions:          s.Actions,
 		FinalizedMs:      orNil(s.FinalizedMs),
 		Reaped:           s.Reaped,
@@ -908,6 +957,7 @@ func (s *Session) UnmarshalJSON(data []byte) error {
 		Until:            orDefault(w.Until, UntilOwner),
 		GraceMs:          w.GraceMs,
 		OnEndRun:         w.OnEndRun,
+		OnStall:          w.OnStall,
 		Actions:          w.Actions,
 		FinalizedMs:      orZero(w.FinalizedMs),
 		Reaped:           w.Reaped,

@@ -129,6 +129,7 @@ fn new_session(id: String, owner: &Identity) -> NewSession {
         grace_ms: 1000,
         until: Until::Owner,
         on_end_run: None,
+        on_stall: None,
         creator_gid: None,
     }
 }

@@ -271,6 +271,8 @@ pub(crate) struct RegisterArgs {
     pub(crate) cleanup: CleanupArgs,
     #[command(flatten)]
     pub(crate) end_actions: EndActionArgs,
+    #[command(flatten)]
+    pub(crate) stall: StallArgs,
 }
 
 /// The owner named on the command line.
@@ -368,6 +370,27 @@ pub(crate) struct EndActionArgs {
     /// (default 60s, at most 1h).
     #[arg(long, requires = "on_end_run", value_parser = parse_duration, value_name = "DURATION")]
     pub(crate) on_end_timeout: Option<Duration>,
+}
+
+/// How the session's stalls are judged and what they do (docs/activity.md); what is not
+/// given is the daemon's (`livenessd --stall-after` ... `--on-stall`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub(crate) struct StallArgs {
+    /// With a turn in flight, no progress for this long is a stall, e.g. 5m (at least 1s).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) stall_after: Option<Duration>,
+    /// Most of a core with no I/O and no new process for this long is `spinning`.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) spin_after: Option<Duration>,
+    /// A declared tool in flight is never a stall before this long.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) tool_stall_after: Option<Duration>,
+    /// What a stall does besides its `session.stalled` event, once per episode: `notify`
+    /// (the event only), `run:CMD` (CMD through `sh -c`, as you, in the current directory,
+    /// the judgement as JSON on stdin), `signal:SIG` (to the owner, e.g. signal:INT) or
+    /// `terminate` (SIGTERM to the session's tree, SIGKILL after --grace).
+    #[arg(long, value_name = "ACTION")]
+    pub(crate) on_stall: Option<String>,
 }
 
 /// When a session ends by itself.
@@ -730,6 +753,8 @@ pub(crate) struct RunArgs {
     pub(crate) cleanup: CleanupArgs,
     #[command(flatten)]
     pub(crate) end_actions: EndActionArgs,
+    #[command(flatten)]
+    pub(crate) stall: StallArgs,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub(crate) command: Vec<OsString>,

@@ -53,6 +53,7 @@ impl RunArgs {
             until: self.until.until.map(Until::from),
             wrappers: Vec::new(),
             on_end_run: self.end_actions.specs()?,
+            on_stall: self.stall.policy()?,
         };
         client.register(&registration)?;
         let token = match lock {

@@ -7,14 +7,14 @@ use serde::Serialize;
 
 use liveness_client::{Owner, Registration, Whose};
 use liveness_common::action::{ActionSpec, validate_actions};
-use liveness_common::activity::{ActivityState, TurnMark};
+use liveness_common::activity::{ActivityState, StallPolicy, TurnMark};
 use liveness_common::protocol::Request;
 use liveness_common::request;
 use liveness_common::session::{OnEnd, Phase, Session, Until};
 
 use crate::args::{
     EndActionArgs, EndArgs, GetArgs, ListArgs, OwnerArg, PhaseArg, RegisterArgs, RenameArgs,
-    SessionArgs, StateArg, TouchArgs, TurnArg, WhoseArgs,
+    SessionArgs, StallArgs, StateArg, TouchArgs, TurnArg, WhoseArgs,
 };
 use crate::clock;
 use crate::context::Context;
@@ -36,6 +36,7 @@ impl RegisterArgs {
             grace: self.cleanup.grace,
             until: self.until.until.map(Until::from),
             on_end_run: self.end_actions.specs()?,
+            on_stall: self.stall.policy()?,
         };
         let mut client = context.connect()?;
         let pids = Numbering::of(&client);
@@ -55,18 +56,7 @@ impl EndActionArgs {
         if self.on_end_run.is_empty() {
             return Ok(None);
         }
-        let cwd = std::env::current_dir().map_err(|e| {
-            Failure::new(
-                Exit::IoErr,
-                format!("cannot read the current directory for --on-end-run: {e}"),
-            )
-        })?;
-        let cwd = cwd.to_str().map(str::to_owned).ok_or_else(|| {
-            Failure::new(
-                Exit::DataErr,
-                format!("the current directory {} is not UTF-8", cwd.display()),
-            )
-        })?;
+        let cwd = current_dir("--on-end-run")?;
         let timeout_ms = self
             .on_end_timeout
             .map(|timeout| u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
@@ -83,6 +73,55 @@ impl EndActionArgs {
         validate_actions(&specs).map_err(|e| Failure::new(Exit::Usage, e))?;
         Ok(Some(specs))
     }
+}
+
+impl StallArgs {
+    /// The stall policy the options give, or `None` without any.
+    pub(crate) fn policy(&self) -> Result<Option<StallPolicy>, Failure> {
+        let ms = |d: Option<std::time::Duration>| {
+            d.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        };
+        let action = match &self.on_stall {
+            Some(text) => {
+                let cwd = text
+                    .starts_with("run:")
+                    .then(|| current_dir("--on-stall"))
+                    .transpose()?;
+                StallPolicy::parse_action(text, cwd)
+                    .map_err(|e| Failure::new(Exit::Usage, format!("--on-stall: {e}")))?
+            }
+            None => StallPolicy::default(),
+        };
+        let policy = StallPolicy {
+            stall_after_ms: ms(self.stall_after),
+            spin_after_ms: ms(self.spin_after),
+            tool_stall_after_ms: ms(self.tool_stall_after),
+            ..action
+        };
+        if policy == StallPolicy::default() {
+            return Ok(None);
+        }
+        policy
+            .validate()
+            .map_err(|e| Failure::new(Exit::Usage, e))?;
+        Ok(Some(policy))
+    }
+}
+
+/// The current directory, where `option`'s commands run.
+fn current_dir(option: &str) -> Result<String, Failure> {
+    let cwd = std::env::current_dir().map_err(|e| {
+        Failure::new(
+            Exit::IoErr,
+            format!("cannot read the current directory for {option}: {e}"),
+        )
+    })?;
+    cwd.to_str().map(str::to_owned).ok_or_else(|| {
+        Failure::new(
+            Exit::DataErr,
+            format!("the current directory {} is not UTF-8", cwd.display()),
+        )
+    })
 }
 
 impl OwnerArg {

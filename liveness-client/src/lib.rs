@@ -42,6 +42,7 @@ use std::time::Duration;
 
 pub use liveness_common;
 use liveness_common::action::ActionSpec;
+use liveness_common::activity::StallPolicy;
 use liveness_common::identity::Identity;
 use liveness_common::lock::Lock;
 pub use liveness_common::lock::Scope;
@@ -103,6 +104,9 @@ pub struct Registration {
     /// End actions, run as the caller when the session ends, whatever ends it. On a
     /// registration of an ACTIVE session they replace its list; `None` keeps it.
     pub on_end_run: Option<Vec<ActionSpec>>,
+    /// How the session's stalls are judged and what they do (daemon defaults: its
+    /// `--stall-after` ... and `--on-stall`). Replaces an ACTIVE session's; `None` keeps it.
+    pub on_stall: Option<StallPolicy>,
 }
 
 /// The answer to [`Client::register_with_warnings`].
@@ -129,6 +133,7 @@ impl Registration {
             until: None,
             wrappers: Vec::new(),
             on_end_run: None,
+            on_stall: None,
         }
     }
 }

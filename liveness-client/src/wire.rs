@@ -193,6 +193,7 @@ pub(crate) fn register_request(
         until: registration.until,
         wrappers: registration.wrappers.clone(),
         on_end_run: registration.on_end_run.clone(),
+        on_stall: registration.on_stall.clone().map(Box::new),
     });
     Ok((request, pidfd))
 }

@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::action::ActionSpec;
+
 /// The longest tool name `touch` accepts.
 pub const MAX_TOOL_NAME: usize = 128;
 /// The most sockets an activity's evidence lists.
@@ -178,6 +180,159 @@ pub struct SocketEvidence {
     pub unread: u64,
 }
 
+/// What a stall's `run` command is told: the JSON on its stdin, and the source of its
+/// `LIVENESS_*` variables.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StallFacts {
+    pub session: String,
+    /// The session's creator: the user the command runs as.
+    pub uid: u32,
+    #[serde(default)]
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub owner: crate::identity::Identity,
+    /// The judgement that started the episode (`session.stalled`'s `activity`).
+    pub activity: Activity,
+}
+
+/// The shortest threshold a session may be judged by: below a few sampling intervals, a
+/// stall cannot be told from a pause.
+pub const MIN_THRESHOLD_MS: u64 = 1_000;
+/// The longest: thirty days.
+pub const MAX_THRESHOLD_MS: u64 = 30 * 24 * 3_600_000;
+
+/// What a stall episode's start does besides its `session.stalled` event.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StallAction {
+    /// The event only.
+    #[default]
+    Notify,
+    /// Runs the policy's `run` command as the session's creator, the judgement on stdin.
+    Run,
+    /// Sends the policy's `signal` to the owner.
+    Signal,
+    /// Ends the session's tree: SIGTERM, then SIGKILL after the session's grace.
+    Terminate,
+}
+
+/// How a session's stalls are judged and what they do; registered with the session. An
+/// absent threshold or action is the daemon's (`livenessd --stall-after`, `--on-stall` ...).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StallPolicy {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stall_after_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spin_after_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_stall_after_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<StallAction>,
+    /// `signal`: the signal's number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// `run`: the command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<ActionSpec>,
+}
+
+impl StallPolicy {
+    /// Whether the policy holds together: thresholds in range, and `signal` and `run` given
+    /// with their action only.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, value) in [
+            ("stall_after_ms", self.stall_after_ms),
+            ("spin_after_ms", self.spin_after_ms),
+            ("tool_stall_after_ms", self.tool_stall_after_ms),
+        ] {
+            if let Some(ms) = value.filter(|ms| !(MIN_THRESHOLD_MS..=MAX_THRESHOLD_MS).contains(ms))
+            {
+                return Err(format!(
+                    "on_stall.{name} {ms} is out of range: from {MIN_THRESHOLD_MS} ms to 30 days"
+                ));
+            }
+        }
+        let action = self.action.unwrap_or_default();
+        match (action, self.signal, &self.run) {
+            (StallAction::Signal, Some(signal), None) if (1..=31).contains(&signal) => Ok(()),
+            (StallAction::Signal, Some(signal), None) => Err(format!(
+                "on_stall.signal {signal} is not a signal number (1 to 31)"
+            )),
+            (StallAction::Signal, None, _) => Err("on_stall action `signal` needs `signal`".into()),
+            (StallAction::Run, None, Some(spec)) => {
+                spec.validate().map_err(|e| format!("on_stall.run: {e}"))
+            }
+            (StallAction::Run, _, None) => Err("on_stall action `run` needs `run`".into()),
+            (StallAction::Notify | StallAction::Terminate, None, None) => Ok(()),
+            (action, _, _) => Err(format!(
+                "on_stall action `{}` takes neither `signal` nor `run` but its own",
+                crate::protocol::wire_name(action)
+            )),
+        }
+    }
+
+    /// The action of `--on-stall`: `notify`, `terminate`, `signal:SIG` (a name such as
+    /// `TERM` or `SIGINT`, or a number) or `run:CMD` (through `sh -c`, in `cwd`).
+    pub fn parse_action(text: &str, cwd: Option<String>) -> Result<StallPolicy, String> {
+        let action = |action| StallPolicy {
+            action: Some(action),
+            ..StallPolicy::default()
+        };
+        let policy = match text.split_once(':') {
+            None if text == "notify" => action(StallAction::Notify),
+            None if text == "terminate" => action(StallAction::Terminate),
+            Some(("signal", name)) => StallPolicy {
+                signal: Some(signal_number(name)?),
+                ..action(StallAction::Signal)
+            },
+            Some(("run", command)) if command.trim().is_empty() => {
+                return Err("run:CMD needs a command".into());
+            }
+            Some(("run", command)) => StallPolicy {
+                run: Some(ActionSpec {
+                    cwd,
+                    ..ActionSpec::new(["/bin/sh", "-c", command])
+                }),
+                ..action(StallAction::Run)
+            },
+            _ => {
+                return Err(format!(
+                    "{text:?} is not a stall action: notify, terminate, signal:SIG or run:CMD"
+                ));
+            }
+        };
+        policy.validate()?;
+        Ok(policy)
+    }
+}
+
+/// The number of a signal named as `kill -s` takes it (`TERM`, `SIGTERM`, `15`).
+fn signal_number(name: &str) -> Result<i32, String> {
+    const NAMES: [(&str, i32); 12] = [
+        ("HUP", 1),
+        ("INT", 2),
+        ("QUIT", 3),
+        ("ABRT", 6),
+        ("KILL", 9),
+        ("USR1", 10),
+        ("USR2", 12),
+        ("ALRM", 14),
+        ("TERM", 15),
+        ("CONT", 18),
+        ("STOP", 19),
+        ("WINCH", 28),
+    ];
+    if let Ok(number) = name.parse::<i32>() {
+        return Ok(number);
+    }
+    let bare = name.strip_prefix("SIG").unwrap_or(name);
+    NAMES
+        .iter()
+        .find(|(known, _)| known.eq_ignore_ascii_case(bare))
+        .map(|(_, number)| *number)
+        .ok_or_else(|| format!("{name:?} is not a signal: a name such as TERM or INT, or a number"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,5 +354,52 @@ mod tests {
         );
         let again = ended.declare(Some(TurnMark::Start), None, false, 40);
         assert_eq!(again.turn_since_ms, Some(40));
+    }
+
+    #[test]
+    fn stall_actions_parse_and_bad_ones_are_refused() {
+        let signal = StallPolicy::parse_action("signal:SIGINT", None).unwrap();
+        assert_eq!(
+            (signal.action, signal.signal),
+            (Some(StallAction::Signal), Some(2))
+        );
+        assert_eq!(
+            StallPolicy::parse_action("signal:term", None)
+                .unwrap()
+                .signal,
+            Some(15)
+        );
+        let run = StallPolicy::parse_action("run:echo a:b", Some("/tmp".into())).unwrap();
+        let spec = run.run.unwrap();
+        assert_eq!(
+            (spec.argv[2].as_str(), spec.cwd.as_deref()),
+            ("echo a:b", Some("/tmp"))
+        );
+        assert_eq!(
+            StallPolicy::parse_action("terminate", None).unwrap().action,
+            Some(StallAction::Terminate)
+        );
+        for bad in [
+            "kill",
+            "signal:",
+            "signal:NOPE",
+            "signal:0",
+            "signal:34",
+            "run:",
+            "notify:x",
+        ] {
+            assert!(StallPolicy::parse_action(bad, None).is_err(), "{bad}");
+        }
+        let mismatched = StallPolicy {
+            action: Some(StallAction::Terminate),
+            signal: Some(9),
+            ..StallPolicy::default()
+        };
+        assert!(mismatched.validate().is_err());
+        let short = StallPolicy {
+            stall_after_ms: Some(10),
+            ..StallPolicy::default()
+        };
+        assert!(short.validate().unwrap_err().contains("stall_after_ms"));
     }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::action::ActionSpec;
-use crate::activity::TurnMark;
+use crate::activity::{StallPolicy, TurnMark};
 use crate::identity::Identity;
 use crate::session::{OnEnd, Phase, Until};
 
@@ -82,6 +82,11 @@ pub struct Register {
     /// an ACTIVE session the list replaces the one it had; absent, it is kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_end_run: Option<Vec<ActionSpec>>,
+    /// How the session's stalls are judged and what they do (absent parts: the daemon's).
+    /// On a registration of an ACTIVE session it replaces the one it had; absent, it is kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Boxed: most registrations have none, and requests are moved whole.
+    pub on_stall: Option<Box<StallPolicy>>,
 }
 
 /// The session's end commands were run by its client (an agent's own end hook): each end

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::action::{ActionOutcome, ActionRun, ActionSpec, EndFacts};
-use crate::activity::{Activity, Declared};
+use crate::activity::{Activity, Declared, StallPolicy};
 use crate::cause::{Cause, Usage};
 pub use crate::end::{EndReason, MAX_SURVIVORS_LISTED, Survivors};
 use crate::exit::{DetectedBy, ExitStatus};
@@ -61,6 +61,10 @@ pub struct Session {
     /// The end actions its creator registered, run when it ends (`on_end_run`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub on_end_run: Vec<ActionSpec>,
+    /// How its stalls are judged and what they do, as registered (the daemon's defaults
+    /// stand for what is absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_stall: Option<StallPolicy>,
     /// `get` only: where each end action stands, in the order of `on_end_run`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub actions: Vec<ActionState>,
@@ -351,6 +355,7 @@ mod tests {
             grace_ms: 1,
             until: Until::Owner,
             on_end_run: Vec::new(),
+            on_stall: None,
             actions: Vec::new(),
             finalized_ms: None,
             reaped: None,

@@ -249,6 +249,26 @@ impl Reaper {
         reaped
     }
 
+    /// Sends `signal` to the one process `identity` names, checked as every target of a
+    /// reap is: `Ok(false)` when it has exited, `Err` with why it was not signalled.
+    pub async fn signal_one(
+        &self,
+        identity: &Identity,
+        uid: u32,
+        signal: Signal,
+    ) -> Result<bool, String> {
+        let target = Target {
+            identity: identity.clone(),
+            ids: None,
+            pidfd: None,
+        };
+        let (signalled, _, failed) = self.off_engine(vec![target], uid, signal, 0).await;
+        match failed.into_iter().next() {
+            Some(failure) => Err(failure.reason),
+            None => Ok(!signalled.is_empty()),
+        }
+    }
+
     /// [`Reaper::signal_round`] on the blocking pool: its reads cost as much as the reap is
     /// big. (A panic there ends the daemon, so there is nothing to report then.)
     async fn off_engine(

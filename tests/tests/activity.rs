@@ -405,3 +405,199 @@ fn a_bad_declaration_is_refused_and_changes_nothing() {
     let session = daemon.request(json!({"op": "get", "session": "j"}))["session"].clone();
     assert_eq!(session["declared"]["tool"], "Read", "{session}");
 }
+
+/// A registration for `MALLORY`'s namespace, made by root, of `owner` with `on_stall`.
+fn register_for_mallory(daemon: &Daemon, session: &str, owner: u32, on_stall: Value) {
+    let reply = daemon.request(json!({
+        "op": "register", "session": session, "uid": MALLORY, "owner": {"pid": owner},
+        "on_stall": on_stall,
+    }));
+    assert_eq!(reply["ok"], true, "register {session}: {reply}");
+    let reply =
+        daemon.request(json!({"op": "touch", "session": session, "uid": MALLORY, "turn": "start"}));
+    assert_eq!(reply["ok"], true, "{reply}");
+}
+
+/// The state of `MALLORY`'s session.
+fn mallory_state(daemon: &Daemon, session: &str) -> String {
+    let reply = daemon.request(json!({"op": "get", "session": session, "uid": MALLORY}));
+    reply["session"]["activity"]["state"]
+        .as_str()
+        .unwrap_or("none")
+        .to_owned()
+}
+
+/// (j) `on_stall` `run`: the command runs once per episode, as the session's creator, the
+/// judgement on its stdin; a second episode runs it again, and nothing between them.
+#[test]
+fn a_stall_runs_its_command_once_per_episode_as_its_user() {
+    if !privileged("a_stall_runs_its_command_once_per_episode_as_its_user") {
+        return;
+    }
+    let daemon = Daemon::start(ARGS);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let runs = dir.path().join("runs");
+    let api = Api::start(b"HTTP/1.1 200 OK\r\n\r\n");
+    let agent = Agent::start(&["read", &api.addr]);
+    let command = format!("{{ id -u; cat; }} >> {}", runs.display());
+    register_for_mallory(
+        &daemon,
+        "j",
+        agent.pid(),
+        json!({"action": "run", "run": {"argv": ["/bin/sh", "-c", command]}}),
+    );
+    let lines = || {
+        std::fs::read_to_string(&runs)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let ran = eventually(Duration::from_secs(20), || lines().len() >= 2);
+    assert!(
+        ran,
+        "the stall command never ran: {:?}\n{}",
+        lines(),
+        daemon.log()
+    );
+    // Sampled a few times more while stalled: no second run.
+    std::thread::sleep(Duration::from_secs(2));
+    let first = lines();
+    assert_eq!(first.len(), 2, "{first:?}");
+    assert_eq!(first[0], MALLORY.to_string(), "run as its creator");
+    let facts: Value = serde_json::from_str(&first[1]).expect("the facts as JSON");
+    assert_eq!(
+        (
+            &facts["session"],
+            &facts["uid"],
+            &facts["activity"]["state"]
+        ),
+        (&json!("j"), &json!(MALLORY), &json!("stalled")),
+        "{facts}"
+    );
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(&runs).unwrap().uid(), MALLORY);
+
+    // Bytes again: the episode ends. Silence again: a second episode, a second run.
+    api.send(b"data: more\n");
+    assert!(eventually(Duration::from_secs(10), || mallory_state(
+        &daemon, "j"
+    ) == "working"));
+    let again = eventually(Duration::from_secs(20), || lines().len() >= 4);
+    assert!(again, "no run for the second episode: {:?}", lines());
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(lines().len(), 4, "{:?}", lines());
+}
+
+/// `on_stall` `terminate`: the owner and its long-lived child get SIGTERM; the owner's
+/// death ends the session as any death does, naming the signal.
+#[test]
+fn terminate_on_stall_ends_the_tree_and_its_death_ends_the_session() {
+    if !privileged("terminate_on_stall_ends_the_tree_and_its_death_ends_the_session") {
+        return;
+    }
+    let daemon = Daemon::start(ARGS);
+    let api = Api::start(b"HTTP/1.1 200 OK\r\n\r\n");
+    let mut agent = Agent::start(&["mcp", &api.addr]);
+    let reply = daemon.request(json!({
+        "op": "register", "session": "t", "owner": {"pid": agent.pid()},
+        "grace_ms": 1000, "on_stall": {"action": "terminate"},
+    }));
+    assert_eq!(reply["ok"], true, "{reply}");
+    std::thread::sleep(Duration::from_millis(300));
+    touch(&daemon, "t", json!({"turn": "start"}));
+    let ended = eventually(Duration::from_secs(20), || {
+        daemon.request(json!({"op": "get", "session": "t"}))["session"]["phase"] == "ended"
+    });
+    let session = daemon.request(json!({"op": "get", "session": "t"}))["session"].clone();
+    assert!(ended, "{session}\n{}", daemon.log());
+    assert_eq!(session["exit"]["signal"], 15, "{session}");
+    let status = agent.0.wait().expect("reap the owner");
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(15)
+    );
+    let group = agent.pid() as i32;
+    // SAFETY: kill(2) with signal 0 only asks whether the group has a process left.
+    let empty = eventually(
+        Duration::from_secs(5),
+        || unsafe { libc::kill(-group, 0) } == -1,
+    );
+    assert!(empty, "the child outlived the terminate");
+    assert_eq!(episodes(&daemon, "t"), ["session.stalled"]);
+}
+
+/// A user's policy never signals what the user could not: `MALLORY`'s session whose owner
+/// is root's process stalls, and `signal:KILL` leaves the owner alive.
+#[test]
+fn a_stall_signal_never_reaches_a_process_its_user_could_not_signal() {
+    if !privileged("a_stall_signal_never_reaches_a_process_its_user_could_not_signal") {
+        return;
+    }
+    let daemon = Daemon::start(ARGS);
+    let api = Api::start(b"HTTP/1.1 200 OK\r\n\r\n");
+    let mut agent = Agent::start(&["read", &api.addr]);
+    register_for_mallory(
+        &daemon,
+        "m",
+        agent.pid(),
+        json!({"action": "signal", "signal": 9}),
+    );
+    assert!(eventually(Duration::from_secs(20), || mallory_state(
+        &daemon, "m"
+    ) == "stalled"));
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        agent.0.try_wait().unwrap().is_none(),
+        "root's process was killed for another user\n{}",
+        daemon.log()
+    );
+    assert!(daemon.log().contains("not signalled"), "{}", daemon.log());
+}
+
+/// A stall policy that does not hold together is refused, and no session is made.
+#[test]
+fn a_bad_stall_policy_is_refused_and_registers_nothing() {
+    if !privileged("a_bad_stall_policy_is_refused_and_registers_nothing") {
+        return;
+    }
+    let daemon = Daemon::start(ARGS);
+    let agent = Agent::start(&["tool"]);
+    for bad in [
+        json!({"action": "signal"}),
+        json!({"action": "signal", "signal": 0}),
+        json!({"action": "run", "run": {"argv": []}}),
+        json!({"action": "terminate", "signal": 9}),
+        json!({"stall_after_ms": 10}),
+        json!({"action": "explode"}),
+        json!({"stall_after": 1000}),
+    ] {
+        let reply = daemon.request(json!({
+            "op": "register", "session": "bad", "owner": {"pid": agent.pid()}, "on_stall": bad,
+        }));
+        assert_eq!(reply["ok"], false, "{bad}: {reply}");
+    }
+    let reply = daemon.request(json!({"op": "get", "session": "bad"}));
+    assert_eq!(reply["ok"], false, "{reply}");
+    let cli = daemon.cli(&[
+        "register",
+        "--session",
+        "bad",
+        "--owner-pid",
+        &agent.pid().to_string(),
+        "--on-stall",
+        "explode",
+    ]);
+    assert_eq!(cli.status.code(), Some(64), "{cli:?}");
+    assert!(
+        String::from_utf8_lossy(&cli.stderr).contains("not a stall action"),
+        "{cli:?}"
+    );
+    let reply = daemon.request(json!({"op": "get", "session": "bad"}));
+    assert_eq!(reply["ok"], false, "{reply}");
+}

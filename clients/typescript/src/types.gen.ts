@@ -147,6 +147,12 @@ export const STALL_REASONS = ["network", "not_reading", "blocked", "tool", "no_a
 export type StallReason = (typeof STALL_REASONS)[number] | (string & {});
 export const stallReason = str as Codec<StallReason>;
 
+/** Every StallAction, in the daemon's order. */
+export const STALL_ACTIONS = ["notify", "run", "signal", "terminate"] as const;
+/** What a stall episode's start does besides its session.stalled event. */
+export type StallAction = (typeof STALL_ACTIONS)[number];
+export const stallAction = oneOf<StallAction>(...STALL_ACTIONS);
+
 /** A process's fingerprint: equal fingerprints name the same process, and a pid whose start time (or pidfs inode) differs is another process. See docs/protocol.md §2 "Identity". */
 export interface Identity {
   /** The process id, in the PID namespace of whoever captured it. */
@@ -285,6 +291,20 @@ export interface ActionState {
 }
 export const actionState: Codec<ActionState> = object<ActionState>({ index: required(int), state: required(actionPhase), outcome: optional(actionOutcome) });
 
+/** How a session's stalls are judged and what they do; absent parts are the daemon's. */
+export interface StallPolicy {
+  stall_after_ms?: number;
+  spin_after_ms?: number;
+  tool_stall_after_ms?: number;
+  /** Default notify. */
+  action?: StallAction;
+  /** With action signal: its number. */
+  signal?: number;
+  /** With action run: the command. */
+  run?: ActionSpec;
+}
+export const stallPolicy: Codec<StallPolicy> = object<StallPolicy>({ stall_after_ms: optional(int), spin_after_ms: optional(int), tool_stall_after_ms: optional(int), action: optional(stallAction), signal: optional(int), run: optional(actionSpec) }, true);
+
 /** A process the daemon could not, or would not, end. */
 export interface ReapFailure {
   pid: number;
@@ -407,6 +427,8 @@ export interface Session {
   grace_ms: number;
   /** The end actions its creator registered (docs/end-actions.md). */
   on_end_run: ActionSpec[];
+  /** How its stalls are judged and what they do, as registered; the daemon's defaults stand for what is absent (docs/activity.md). */
+  on_stall?: StallPolicy;
   /** Where each end action stands, in the order of on_end_run: from get and actions_done only. */
   actions: ActionState[];
   /** When the last end action had its outcome; none until then, and for a session without end actions, whose end is final. */
@@ -418,7 +440,7 @@ export interface Session {
   /** In get and list, what it is doing as last judged; otherwise the stall episode under way when recorded (docs/activity.md). */
   activity?: Activity;
 }
-export const session: Codec<Session> = object<Session>({ id: required(str), owner: required(identity), phase: required(phase), pending: required(bool), reason: nullable(endReason), exit: nullable(exitStatus), cause: optional(cause), usage: optional(usage), detected_by: nullable(detectedBy), creator_uid: required(int), labels: required(recordOf(str)), created_ms: required(int), updated_ms: required(int), touched_ms: required(int), ended_ms: nullable(int), pending_expires_ms: nullable(int), survivors: optional(survivors), on_end: defaulted(onEnd, "leave"), until: defaulted(until, "owner", true), grace_ms: defaulted(int, 10000), on_end_run: defaulted(arrayOf(actionSpec), [], true), actions: defaulted(arrayOf(actionState), [], true), finalized_ms: optional(int), reaped: optional(reaped), declared: optional(declared), activity: optional(activity) });
+export const session: Codec<Session> = object<Session>({ id: required(str), owner: required(identity), phase: required(phase), pending: required(bool), reason: nullable(endReason), exit: nullable(exitStatus), cause: optional(cause), usage: optional(usage), detected_by: nullable(detectedBy), creator_uid: required(int), labels: required(recordOf(str)), created_ms: required(int), updated_ms: required(int), touched_ms: required(int), ended_ms: nullable(int), pending_expires_ms: nullable(int), survivors: optional(survivors), on_end: defaulted(onEnd, "leave"), until: defaulted(until, "owner", true), grace_ms: defaulted(int, 10000), on_end_run: defaulted(arrayOf(actionSpec), [], true), on_stall: optional(stallPolicy), actions: defaulted(arrayOf(actionState), [], true), finalized_ms: optional(int), reaped: optional(reaped), declared: optional(declared), activity: optional(activity) });
 
 /** The lock a lock.acquired or lock.released event is about. */
 export interface LockChange {

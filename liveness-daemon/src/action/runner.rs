@@ -1,4 +1,4 @@
-//! Running one end action to its outcome.
+//! Running one action (a session's end action, or its stall command) to its outcome.
 
 use std::ffi::CString;
 use std::os::fd::OwnedFd;
@@ -10,14 +10,14 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::time::Instant;
 
-use liveness_common::action::{ActionOutcome, ActionSpec, EndFacts, STDERR_TAIL_BYTES};
+use liveness_common::action::{ActionOutcome, ActionSpec, STDERR_TAIL_BYTES};
 use liveness_common::exit::ExitStatus;
 use liveness_common::identity::ProcessKey;
 use liveness_proc::identity::ProcRoot;
 use liveness_proc::pidref::PidRef;
 
 use super::ActionError;
-use super::env::environment;
+use super::env::{Facts, environment};
 use super::spawn::{self, Forked, Program};
 use super::sys::{self, ChildSetup, Step};
 use super::tail::Tail;
@@ -60,18 +60,18 @@ impl ActionRunner {
         ActionRunner { options }
     }
 
-    /// Runs the action as the creator (`facts.uid`, looked up now: the databases may have
+    /// Runs the action as the creator (`facts.uid()`, looked up now: the databases may have
     /// changed since the registration; `registered_gid` is the group it registered with,
     /// for a uid they do not know). `on_spawn` is told its first process, and the release
     /// to hand to [`spawn::release`] once it is recorded: the process runs nothing before.
     pub async fn run(
         &self,
         spec: &ActionSpec,
-        facts: &EndFacts,
+        facts: &impl Facts,
         registered_gid: Option<u32>,
         on_spawn: impl FnOnce(ProcessKey, OwnedFd) + Send,
     ) -> ActionOutcome {
-        match RunAs::lookup(facts.uid, registered_gid) {
+        match RunAs::lookup(facts.uid(), registered_gid) {
             Ok(user) => run_action(spec, facts, &user, &self.options, on_spawn).await,
             Err(e) => failed(facts, now_ms(), Duration::ZERO, &e),
         }
@@ -88,7 +88,7 @@ impl ActionRunner {
 /// `on_spawn` is told its first process once it exists, with its release.
 pub async fn run_action(
     spec: &ActionSpec,
-    facts: &EndFacts,
+    facts: &impl Facts,
     user: &RunAs,
     options: &RunOptions,
     on_spawn: impl FnOnce(ProcessKey, OwnedFd) + Send,
@@ -103,7 +103,7 @@ pub async fn run_action(
             timed_out,
             killed,
         }) => ActionOutcome {
-            index: facts.action.index,
+            index: facts.run().index,
             started_ms,
             duration_ms: duration_ms(clock.elapsed()),
             exit: Some(exit),
@@ -113,32 +113,37 @@ pub async fn run_action(
             stderr_bytes: tail.total(),
             error: None,
             failed_to_start: false,
-            resumed: facts.action.resumed,
+            resumed: facts.run().resumed,
             skipped: None,
         },
         Err(e) => failed(facts, started_ms, clock.elapsed(), &e),
     };
     tracing::info!(
-        session = %facts.session,
+        session = %facts.session(),
         uid = user.uid,
         index = outcome.index,
         exit = ?outcome.exit,
         timed_out = outcome.timed_out,
         error = outcome.error.as_deref(),
-        "end action finished"
+        "action finished"
     );
     outcome
 }
 
 /// The outcome of an action that could not run.
-fn failed(facts: &EndFacts, started_ms: i64, took: Duration, error: &ActionError) -> ActionOutcome {
+fn failed(
+    facts: &impl Facts,
+    started_ms: i64,
+    took: Duration,
+    error: &ActionError,
+) -> ActionOutcome {
     ActionOutcome {
-        index: facts.action.index,
+        index: facts.run().index,
         started_ms,
         duration_ms: duration_ms(took),
         error: Some(error.to_string()),
         failed_to_start: error.before_start(),
-        resumed: facts.action.resumed,
+        resumed: facts.run().resumed,
         ..ActionOutcome::default()
     }
 }
@@ -152,7 +157,7 @@ struct Ran {
 
 async fn run(
     spec: &ActionSpec,
-    facts: &EndFacts,
+    facts: &impl Facts,
     user: &RunAs,
     options: &RunOptions,
     tail: &mut Tail,
@@ -204,7 +209,7 @@ async fn run(
             source,
         }),
         Err(_) => {
-            tracing::warn!(session = %facts.session, pid = root, uid = user.uid, ?bound, "an end action's process did not run its program in time (stopped before its exec?); killing it");
+            tracing::warn!(session = %facts.session(), pid = root, uid = user.uid, ?bound, "an action's process did not run its program in time (stopped before its exec?); killing it");
             Some(ActionError::StartBound(bound))
         }
     };
@@ -212,7 +217,7 @@ async fn run(
         kill_and_reap(&process).await;
         return Err(error);
     }
-    tracing::debug!(session = %facts.session, pid = root, uid = user.uid, ?program, "end action started");
+    tracing::debug!(session = %facts.session(), pid = root, uid = user.uid, ?program, "action started");
 
     let timed_out = tokio::select! {
         () = exited(&process) => false,
@@ -220,7 +225,7 @@ async fn run(
         () = collect(&stderr, tail) => unreachable!("collect never returns"),
     };
     let killed = if timed_out {
-        tracing::warn!(session = %facts.session, pid = root, timeout = ?spec.timeout(), "end action timed out; ending its process tree");
+        tracing::warn!(session = %facts.session(), pid = root, timeout = ?spec.timeout(), "action timed out; ending its process tree");
         let killed = end_tree(&options.proc, &process, options.kill_grace).await;
         exited(&process).await;
         killed

@@ -6,9 +6,11 @@
 //! hands out copies of the trees ([`Sampling`]), the reading of `/proc` runs on the
 //! blocking pool at the lowest of the daemon's priorities, and only a stall episode's start
 //! or end goes back to the engine, to be committed and published ([`Judged`]).
-//! [`Activities`] holds each session's last judgement for `get` and `list`.
+//! [`Activities`] holds each session's last judgement for `get` and `list`. A stall's
+//! start may also act (the session's `on_stall`, see [`respond`]).
 
 mod judge;
+mod respond;
 mod sample;
 
 use std::collections::{BTreeMap, HashMap};
@@ -17,7 +19,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use liveness_common::activity::{Activity, ActivityState};
+use liveness_common::activity::{Activity, ActivityState, StallPolicy};
 use liveness_common::session::{Phase, Session};
 use liveness_proc::identity::ProcRoot;
 use liveness_proc::sockets::DiagSockets;
@@ -26,28 +28,54 @@ use crate::engine::{Caller, Handle, Judged, Sampling, Target};
 use crate::fair::offload::offload;
 use crate::source::tree_map::TreeMap;
 use judge::{Thresholds, Tracker};
+pub use respond::Responder;
+use respond::Stall;
 
 /// A session's key: its creator's uid and its id.
 type Key = (u32, String);
 
-/// How often and by what the sessions are judged (`livenessd --activity-interval`,
-/// `--stall-after`, `--spin-after`, `--tool-stall-after`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How often and by what the sessions are judged, and what a stall does, where a session
+/// did not choose (`livenessd --activity-interval`, `--stall-after`, `--spin-after`,
+/// `--tool-stall-after`, `--on-stall`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ActivityConfig {
     pub interval: Duration,
     pub stall_after: Duration,
     pub spin_after: Duration,
     pub tool_stall_after: Duration,
+    /// The action only (its thresholds are the ones above).
+    pub on_stall: StallPolicy,
+    /// Most stall actions of one user at once (`--action-slots`).
+    pub action_slots: usize,
 }
 
 impl ActivityConfig {
-    fn thresholds(&self) -> Thresholds {
+    /// The thresholds of a session with `policy`: its own where it has them.
+    fn thresholds(&self, policy: Option<&StallPolicy>) -> Thresholds {
         let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        let own = |pick: fn(&StallPolicy) -> Option<u64>, default: Duration| {
+            policy
+                .and_then(pick)
+                .map_or(ms(default), |own| i64::try_from(own).unwrap_or(i64::MAX))
+        };
         Thresholds {
-            stall_after_ms: ms(self.stall_after),
-            spin_after_ms: ms(self.spin_after),
-            tool_stall_after_ms: ms(self.tool_stall_after),
+            stall_after_ms: own(|p| p.stall_after_ms, self.stall_after),
+            spin_after_ms: own(|p| p.spin_after_ms, self.spin_after),
+            tool_stall_after_ms: own(|p| p.tool_stall_after_ms, self.tool_stall_after),
             interval_ms: ms(self.interval),
+        }
+    }
+
+    /// The action of a session with `policy`: its own, else the daemon's.
+    fn action(&self, policy: Option<&StallPolicy>) -> StallPolicy {
+        match policy {
+            Some(own) if own.action.is_some() => StallPolicy {
+                action: own.action,
+                signal: own.signal,
+                run: own.run.clone(),
+                ..StallPolicy::default()
+            },
+            _ => self.on_stall.clone(),
         }
     }
 }
@@ -98,9 +126,10 @@ struct Round {
     tcp: Option<DiagSockets>,
 }
 
-/// Samples and judges until `stopped`.
+/// Samples and judges until `stopped`; `responder` acts on the stalls.
 pub async fn run(
     config: ActivityConfig,
+    responder: Responder,
     engine: Handle,
     proc: ProcRoot,
     members: Option<Arc<TreeMap>>,
@@ -118,7 +147,7 @@ pub async fn run(
         let Ok(targets) = engine.ask(Caller::DAEMON, Sampling).await else {
             return;
         };
-        let (proc, members) = (proc.clone(), members.clone());
+        let (proc, members, config) = (proc.clone(), members.clone(), config.clone());
         let Some((done, episodes)) =
             offload(move || sample_round(round, targets, &config, &proc, members.as_deref())).await
         else {
@@ -128,16 +157,26 @@ pub async fn run(
         };
         round = done;
         activities.replace(round.table.clone());
-        for (uid, id, activity) in episodes {
-            if let Err(e) = engine
+        for (uid, id, activity, stall) in episodes {
+            match engine
                 .ask(Caller::DAEMON, Judged { uid, id, activity })
                 .await
             {
-                tracing::warn!(error = %e.message, "cannot record a stall episode");
+                // Recorded now, so never before: the episode's action runs once.
+                Ok(Some(_)) => {
+                    if let Some(stall) = stall {
+                        responder.respond(stall);
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e.message, "cannot record a stall episode"),
             }
         }
     }
 }
+
+/// An episode's start or end to record, and for a start, what its action needs.
+type Episode = (u32, String, Activity, Option<Stall>);
 
 /// One round: each due session sampled and judged. Returns the round and the episodes that
 /// start or end.
@@ -147,8 +186,7 @@ fn sample_round(
     config: &ActivityConfig,
     proc: &ProcRoot,
     members: Option<&TreeMap>,
-) -> (Round, Vec<(u32, String, Activity)>) {
-    let thresholds = config.thresholds();
+) -> (Round, Vec<Episode>) {
     let now_ms = crate::engine::Clock::System.now_ms();
     round.number = round.number.wrapping_add(1);
     let mut trackers = HashMap::with_capacity(targets.len());
@@ -181,10 +219,21 @@ fn sample_round(
                     now_ms,
                     uptime_ticks,
                 );
+                let thresholds = config.thresholds(target.on_stall.as_ref());
                 let (activity, transition) =
                     tracker.judge(&sample, target.declared.as_ref(), &thresholds);
                 if let Some(transition) = transition {
-                    episodes.push((key.0, key.1.clone(), transition));
+                    let stall = transition.state.is_stall().then(|| Stall {
+                        uid: key.0,
+                        session: key.1.clone(),
+                        labels: target.labels,
+                        owner: target.owner,
+                        members: live,
+                        grace: Duration::from_millis(target.grace_ms),
+                        policy: config.action(target.on_stall.as_ref()),
+                        activity: transition.clone(),
+                    });
+                    episodes.push((key.0, key.1.clone(), transition, stall));
                 }
                 table.insert(key.clone(), activity);
             }

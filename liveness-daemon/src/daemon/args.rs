@@ -8,6 +8,7 @@ use clap::Parser;
 use crate::activity::ActivityConfig;
 use crate::source::ebpf::EbpfConfig;
 use crate::source::monitor::Selection;
+use liveness_common::activity::StallPolicy;
 use liveness_common::status::LimitsConfig;
 
 /// The liveness daemon: learns from the kernel when session owners die and finalizes
@@ -103,6 +104,12 @@ pub struct Args {
     /// A declared tool in flight is never a stall before this long.
     #[arg(long, default_value = "1h", value_parser = parse_duration, value_name = "DURATION")]
     pub(super) tool_stall_after: Duration,
+    /// What a stall does besides its event, for sessions registered without their own
+    /// (`register --on-stall`): `notify` (the event only), `run:CMD` (as the session's
+    /// creator, the judgement on stdin), `signal:SIG` (to the owner) or `terminate` (its
+    /// tree). See docs/activity.md.
+    #[arg(long, default_value = "notify", value_parser = parse_on_stall, value_name = "ACTION")]
+    pub(super) on_stall: StallPolicy,
     /// A process name that `owner: "auto"` skips as a wrapper (repeatable).
     #[arg(long = "wrapper", value_name = "COMM")]
     pub(super) wrappers: Vec<String>,
@@ -193,6 +200,8 @@ impl Args {
             stall_after: self.stall_after,
             spin_after: self.spin_after,
             tool_stall_after: self.tool_stall_after,
+            on_stall: self.on_stall.clone(),
+            action_slots: self.action_slots,
         }
     }
 
@@ -209,6 +218,12 @@ impl Args {
             actions_per_uid: self.max_actions_per_uid,
         }
     }
+}
+
+/// `--on-stall`: a daemon-wide command runs in its user's home directory (a session's own,
+/// where it registered).
+fn parse_on_stall(text: &str) -> Result<StallPolicy, String> {
+    StallPolicy::parse_action(text, None)
 }
 
 /// A limit: a positive whole number.

@@ -475,8 +475,17 @@ impl Tasks {
         crate::systemd::notify_ready(&format!("listening; sources {}", sources.join(",")));
 
         let activities = crate::activity::Activities::default();
+        let responder = crate::activity::Responder::new(
+            crate::action::ActionRunner::new(crate::action::RunOptions {
+                proc: proc.clone(),
+                kill_grace: args.action_grace,
+            }),
+            crate::reap::Reaper::new(proc.clone()),
+            args.action_slots,
+        );
         tokio::spawn(crate::activity::run(
             args.activity(),
+            responder,
             engine.clone(),
             proc.clone(),
             members.clone(),

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use liveness_common::action::ActionSpec;
+use liveness_common::activity::StallPolicy;
 use liveness_common::cause::{Cause, SenderSession, Usage};
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{Identity, ProcessKey};
@@ -26,7 +27,7 @@ pub const MAX_ID_LEN: usize = 256;
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Number of columns in [`session_columns!`].
-const SESSION_COLUMNS: usize = 30;
+const SESSION_COLUMNS: usize = 31;
 
 /// Columns of a session row, in the order [`session_from_row`] reads them.
 macro_rules! session_columns {
@@ -34,7 +35,7 @@ macro_rules! session_columns {
         "id, owner_pid, owner_start_ticks, owner_boot_id, owner_host, owner_comm, phase, \
          pending, reason, exit, detected_by, creator_uid, labels, created_ms, updated_ms, \
          touched_ms, ended_ms, pending_expires_ms, owner_pidfs_ino, survivors, on_end, grace_ms, \
-         cause, usage, on_end_run, finalized_ms, until, reaped, declared, activity"
+         cause, usage, on_end_run, finalized_ms, until, reaped, declared, activity, on_stall"
     };
 }
 
@@ -128,6 +129,8 @@ pub struct NewSession {
     pub until: Until,
     /// The end actions; `None` keeps those of an ACTIVE session registered again.
     pub on_end_run: Option<Vec<ActionSpec>>,
+    /// The stall policy; `None` keeps that of an ACTIVE session registered again.
+    pub on_stall: Option<StallPolicy>,
     /// The creator's primary group as it registered (`SO_PEERCRED`), when it registered
     /// for itself: the group its actions run with should the user databases not know it.
     pub creator_gid: Option<u32>,

@@ -247,6 +247,11 @@ ALTER TABLE sessions ADD COLUMN reaped TEXT;
 ALTER TABLE sessions ADD COLUMN declared TEXT;
 ALTER TABLE sessions ADD COLUMN activity TEXT;
 "#,
+    r#"
+-- How the session's stalls are judged and what they do, as registered (JSON); NULL: the
+-- daemon's defaults.
+ALTER TABLE sessions ADD COLUMN on_stall TEXT;
+"#,
 ];
 
 /// The schema version this code writes and understands.

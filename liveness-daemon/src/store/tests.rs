@@ -45,6 +45,7 @@ fn req(id: &str, owner: Identity) -> NewSession {
         grace_ms: DEFAULT_GRACE_MS,
         until: Until::Owner,
         on_end_run: None,
+        on_stall: None,
         creator_gid: None,
     }
 }
@@ -1917,6 +1918,7 @@ fn with_actions(id: &str, owner: Identity, count: usize) -> NewSession {
         .collect();
     NewSession {
         on_end_run: Some(specs),
+        on_stall: None,
         creator_gid: Some(4242),
         ..req(id, owner)
     }

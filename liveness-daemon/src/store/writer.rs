@@ -16,7 +16,7 @@ use super::schema::{FileId, check_version, create, file_id, is_damage, is_trunca
 use super::{
     BUSY_TIMEOUT, Ending, EventFilter, EventPage, Lineage, NewSession, Registered, StoreError,
 };
-use liveness_common::activity::{Activity, Declared};
+use liveness_common::activity::{Activity, Declared, StallPolicy};
 use liveness_common::identity::Identity;
 use liveness_common::session::{Event, EventKind, Phase, Session};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
@@ -265,6 +265,7 @@ impl Store {
                     grace_ms: req.grace_ms,
                     until: req.until,
                     on_end_run: req.on_end_run.unwrap_or_default(),
+                    on_stall: req.on_stall,
                     actions: Vec::new(),
                     finalized_ms: None,
                     reaped: None,
@@ -292,6 +293,7 @@ impl Store {
                 // Same owner again: idempotent, but it is activity.
                 touch_active(&tx, session.creator_uid, &session.id, now_ms, None)?;
                 replace_actions(&tx, &mut session, req.on_end_run, req.creator_gid)?;
+                replace_stall_policy(&tx, &mut session, req.on_stall)?;
                 session.touched_ms = now_ms;
                 Registered {
                     session,
@@ -300,6 +302,7 @@ impl Store {
             }
             Some(mut session) => {
                 replace_actions(&tx, &mut session, req.on_end_run, req.creator_gid)?;
+                replace_stall_policy(&tx, &mut session, req.on_stall)?;
                 let previous = std::mem::replace(&mut session.owner, req.owner);
                 let owner = &session.owner;
                 tx.prepare_cached(
@@ -734,5 +737,25 @@ fn replace_actions(
         ])?;
     set_actions(tx, session.creator_uid, &session.id, specs.len(), gid)?;
     session.on_end_run = specs;
+    Ok(())
+}
+
+/// A registration of an ACTIVE session that names a stall policy replaces it, as it does
+/// its end actions.
+fn replace_stall_policy(
+    tx: &rusqlite::Transaction<'_>,
+    session: &mut Session,
+    on_stall: Option<StallPolicy>,
+) -> Result<(), StoreError> {
+    let Some(policy) = on_stall else {
+        return Ok(());
+    };
+    tx.prepare_cached("UPDATE sessions SET on_stall = ?3 WHERE creator_uid = ?1 AND id = ?2")?
+        .execute(params![
+            session.creator_uid,
+            session.id,
+            json_value(Some(&policy))?
+        ])?;
+    session.on_stall = Some(policy);
     Ok(())
 }

@@ -137,6 +137,7 @@ pub const ITEMS: &[Item] = &[
     Item::Enum(&LIMIT),
     Item::Enum(&ACTIVITY_STATE),
     Item::Enum(&STALL_REASON),
+    Item::Enum(&STALL_ACTION),
     Item::Struct(&IDENTITY),
     Item::Union(&EXIT_STATUS),
     Item::Struct(&SENDER),
@@ -147,6 +148,7 @@ pub const ITEMS: &[Item] = &[
     Item::Struct(&ACTION_SPEC),
     Item::Struct(&ACTION_OUTCOME),
     Item::Struct(&ACTION_STATE),
+    Item::Struct(&STALL_POLICY),
     // Before the session, which holds one: the TypeScript codecs are constants, each made
     // from those it names.
     Item::Struct(&REAP_FAILURE),
@@ -1139,6 +1141,12 @@ pub const SESSION: Struct = Struct {
             "The end actions its creator registered (docs/end-actions.md).",
         ),
         field(
+            "on_stall",
+            Named("StallPolicy"),
+            Optional,
+            "How its stalls are judged and what they do, as registered; the daemon's defaults stand for what is absent (docs/activity.md).",
+        ),
+        field(
             "actions",
             List(&Named("ActionState")),
             omitted("[]"),
@@ -1227,6 +1235,55 @@ pub const STALL_REASON: Enum = Enum {
         ("Cpu", "cpu", "The tree burns the CPU with no I/O."),
     ],
     probe: Some(probe_of::<activity::StallReason>()),
+};
+
+pub const STALL_ACTION: Enum = Enum {
+    name: "StallAction",
+    doc: "What a stall episode's start does besides its session.stalled event.",
+    go_name: "",
+    go_prefix: "Stall",
+    list: "StallActions",
+    open: false,
+    consts: false,
+    values: &[
+        ("Notify", "notify", "The event only."),
+        (
+            "Run",
+            "run",
+            "Runs the policy's command as the session's creator.",
+        ),
+        (
+            "Signal",
+            "signal",
+            "Sends the policy's signal to the owner.",
+        ),
+        (
+            "Terminate",
+            "terminate",
+            "SIGTERM to the session's tree, SIGKILL after its grace.",
+        ),
+    ],
+    probe: Some(probe_of::<activity::StallAction>()),
+};
+
+pub const STALL_POLICY: Struct = Struct {
+    name: "StallPolicy",
+    doc: "How a session's stalls are judged and what they do; absent parts are the daemon's.",
+    strict: true,
+    probe: probe_of::<activity::StallPolicy>(),
+    fields: &[
+        field("stall_after_ms", U64, Optional, ""),
+        field("spin_after_ms", U64, Optional, ""),
+        field("tool_stall_after_ms", U64, Optional, ""),
+        field("action", Named("StallAction"), Optional, "Default notify."),
+        field("signal", I64, Optional, "With action signal: its number."),
+        field(
+            "run",
+            Named("ActionSpec"),
+            Optional,
+            "With action run: the command.",
+        ),
+    ],
 };
 
 pub const DECLARED: Struct = Struct {

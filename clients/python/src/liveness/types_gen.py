@@ -132,6 +132,11 @@ STALL_REASONS: Tuple[str, ...] = ("network", "not_reading", "blocked", "tool", "
 StallReason = str
 """Why a session is stalled (or spinning: cpu). A newer daemon may send other values."""
 
+STALL_ACTIONS: Tuple[str, ...] = ("notify", "run", "signal", "terminate",)
+"""Every StallAction, in the daemon's order."""
+StallAction = Literal["notify", "run", "signal", "terminate"]
+"""What a stall episode's start does besides its session.stalled event."""
+
 
 @dataclass(frozen=True)
 class Identity(_methods.Identity, Wire):
@@ -306,6 +311,23 @@ class ActionState(Wire):
 
 
 @dataclass(frozen=True)
+class StallPolicy(Wire):
+    """How a session's stalls are judged and what they do; absent parts are the daemon's."""
+
+    STRICT = True
+
+    stall_after_ms: Optional[int] = None
+    spin_after_ms: Optional[int] = None
+    tool_stall_after_ms: Optional[int] = None
+    action: Optional[StallAction] = None
+    """Default notify."""
+    signal: Optional[int] = None
+    """With action signal: its number."""
+    run: Optional[ActionSpec] = None
+    """With action run: the command."""
+
+
+@dataclass(frozen=True)
 class ReapFailure(Wire):
     """A process the daemon could not, or would not, end."""
 
@@ -443,6 +465,8 @@ class Session(_methods.Session, Wire):
     """The time between SIGTERM and SIGKILL when its survivors are terminated."""
     on_end_run: List[ActionSpec] = field(default_factory=list)
     """The end actions its creator registered (docs/end-actions.md)."""
+    on_stall: Optional[StallPolicy] = None
+    """How its stalls are judged and what they do, as registered; the daemon's defaults stand for what is absent (docs/activity.md)."""
     actions: List[ActionState] = field(default_factory=list)
     """Where each end action stands, in the order of on_end_run: from get and actions_done only."""
     finalized_ms: Optional[int] = None

@@ -224,6 +224,7 @@ fn registration(
         until: None,
         wrappers: Vec::new(),
         on_end_run: None,
+        on_stall: None,
     };
     Register {
         request,

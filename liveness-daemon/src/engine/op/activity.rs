@@ -2,7 +2,9 @@
 //! a copy of its tree (read off the engine), and the record of a stall episode's start or
 //! end, committed and published like every event.
 
-use liveness_common::activity::{Activity, Declared};
+use std::collections::BTreeMap;
+
+use liveness_common::activity::{Activity, Declared, StallPolicy};
 use liveness_common::identity::Identity;
 use liveness_common::protocol::ErrorBody;
 use liveness_common::session::Event;
@@ -25,6 +27,10 @@ pub struct Target {
     /// The stall episode under way, as recorded (it outlives a restart).
     pub episode: Option<Activity>,
     pub tree: TreeView,
+    /// What a stall does, for its action.
+    pub on_stall: Option<StallPolicy>,
+    pub labels: BTreeMap<String, String>,
+    pub grace_ms: u64,
 }
 
 impl Op for Sampling {
@@ -33,7 +39,8 @@ impl Op for Sampling {
     /// Only reads: sampling goes on while the database cannot be written.
     const READS: bool = true;
 
-    /// A copy of each tree is an `Arc`'s: the engine spends a few pointers per session.
+    /// A copy of each tree is an `Arc`'s: the engine spends a few pointers per session,
+    /// and the labels and policy it clones.
     fn apply(self, cx: &mut Context<'_>, _caller: Caller) -> Result<Vec<Target>, ErrorBody> {
         Ok(cx
             .active_sessions()
@@ -45,6 +52,9 @@ impl Op for Sampling {
                     declared: session.declared.clone(),
                     episode: session.activity.clone(),
                     tree: cx.tree(session)?,
+                    on_stall: session.on_stall.clone(),
+                    labels: session.labels.clone(),
+                    grace_ms: session.grace_ms,
                 })
             })
             .collect())

@@ -59,6 +59,11 @@ impl Op for Register {
             validate_actions(actions)
                 .map_err(|message| ErrorBody::new(ErrorCode::InvalidRequest, message))?;
         }
+        if let Some(policy) = &request.on_stall {
+            policy
+                .validate()
+                .map_err(|message| ErrorBody::new(ErrorCode::InvalidRequest, message))?;
+        }
         let owner = resolve_owner(cx.facts(), caller, request.owner, request.wrappers, &fds)?;
         let (previous, ended) = match cx.store().get(namespace, &id).map_err(store_error)? {
             Some(existing) => {
@@ -109,6 +114,7 @@ impl Op for Register {
             grace_ms,
             until: request.until.unwrap_or_default(),
             on_end_run: request.on_end_run,
+            on_stall: request.on_stall.map(|policy| *policy),
             // The group is the caller's own only when it registers for itself.
             creator_gid: (namespace == caller.uid).then_some(caller.gid),
         };
