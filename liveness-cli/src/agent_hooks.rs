@@ -13,11 +13,12 @@ use clap::Parser;
 use serde_json::{Value, json};
 
 use liveness_cli::hooks::{
-    self, AGENTS, Agent, HookCommand, HookEnv, Installed, Uninstalled, end_hook_command,
+    self, AGENTS, Activity, Agent, HookCommand, HookEnv, Installed, Uninstalled, end_hook_command,
     read_settings,
 };
 use liveness_client::{Client, ClientError, Owner, Registration};
 use liveness_common::action::EndFacts;
+use liveness_common::activity::MAX_TOOL_NAME;
 use liveness_common::identity::Identity;
 use liveness_common::session::Phase;
 use liveness_proc::identity::ProcRoot;
@@ -164,6 +165,10 @@ impl HookRunArgs {
         let outcome = match self.hook {
             HookName::SessionStart => session_start(agent, context),
             HookName::SessionEnd => session_end(agent, context),
+            HookName::TurnStart => declare(agent, Activity::TurnStart, context),
+            HookName::TurnEnd => declare(agent, Activity::TurnEnd, context),
+            HookName::ToolStart => declare(agent, Activity::ToolStart, context),
+            HookName::ToolEnd => declare(agent, Activity::ToolEnd, context),
             // Replaces this process with the user's command on success.
             HookName::EndHook => return self.end_hook(agent),
         };
@@ -276,10 +281,14 @@ fn ancestors(proc: &ProcRoot, pid: u32) -> impl Iterator<Item = (u64, String)> +
 
 /// A failed request, saying so plainly when the daemon took longer than the budget.
 fn daemon_error(e: ClientError) -> String {
+    budget_error(e, DAEMON_BUDGET, "the agent goes on untracked")
+}
+
+fn budget_error(e: ClientError, budget: Duration, so: &str) -> String {
     match e {
         ClientError::Io(e) if e.kind() == std::io::ErrorKind::WouldBlock => format!(
-            "livenessd did not answer within {} ms: the agent goes on untracked",
-            DAEMON_BUDGET.as_millis()
+            "livenessd did not answer within {} ms: {so}",
+            budget.as_millis()
         ),
         e => e.to_string(),
     }
@@ -291,14 +300,52 @@ fn daemon_error(e: ClientError) -> String {
 /// budget far shorter than a loaded daemon's commit would lose sessions.
 const DAEMON_BUDGET: Duration = Duration::from_secs(1);
 
+/// How long an activity hook waits for the daemon: the agent may be waiting for the hook
+/// at every prompt and tool call, and a lost declaration costs little (the next one, or the
+/// daemon's own sampling, makes up for it).
+const DECLARE_BUDGET: Duration = Duration::from_millis(500);
+
 /// A connection to the daemon whose every read and write gives up after [`DAEMON_BUDGET`].
 fn connect(context: &Context) -> Result<Client, String> {
+    connect_within(context, DAEMON_BUDGET)
+}
+
+fn connect_within(context: &Context, budget: Duration) -> Result<Client, String> {
     let client = context.connect().map_err(|f| f.message)?;
     for direction in [Timeout::Recv, Timeout::Send] {
-        set_socket_timeout(&client, direction, Some(DAEMON_BUDGET))
+        set_socket_timeout(&client, direction, Some(budget))
             .map_err(|e| format!("cannot bound the wait for the daemon: {e}"))?;
     }
     Ok(client)
+}
+
+/// Declares the agent's turn or tool on its session: one request, bounded by
+/// [`DECLARE_BUDGET`].
+fn declare(agent: &dyn Agent, activity: Activity, context: &Context) -> Result<(), String> {
+    let input = read_stdin().map_err(|f| f.message)?;
+    let mut touch = agent
+        .declaration(activity, &input)
+        .map_err(|e| e.to_string())?;
+    touch.tool = touch.tool.as_deref().map(tool_name);
+    let mut client = connect_within(context, DECLARE_BUDGET)?;
+    client
+        .declare(&touch)
+        .map_err(|e| budget_error(e, DECLARE_BUDGET, "the declaration is lost"))?;
+    Ok(())
+}
+
+/// A tool name as the protocol takes it (shown to people): control characters escaped,
+/// cut to [`MAX_TOOL_NAME`] bytes at a character's end, never empty.
+fn tool_name(name: &str) -> String {
+    let escaped = crate::escape::for_terminal(name);
+    let mut end = escaped.len().min(MAX_TOOL_NAME);
+    while !escaped.is_char_boundary(end) {
+        end -= 1;
+    }
+    match &escaped[..end] {
+        "" => "unnamed".to_owned(),
+        cut => cut.to_owned(),
+    }
 }
 
 /// The agent runs its end commands itself: the daemon is told so, then the session ends.

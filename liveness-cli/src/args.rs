@@ -113,7 +113,7 @@ pub(crate) enum Command {
     /// Agent adapters: make an agent's end hooks run exactly once per session, even when
     /// the agent crashes, is killed or skips them.
     ///
-    /// `liveness hooks install claude-code` adds two hooks to your Claude Code settings
+    /// `liveness hooks install claude-code` adds hooks to your Claude Code settings
     /// (keeping every hook you have, with a backup of the file): at SessionStart the
     /// session is registered with your SessionEnd commands as end actions, and at
     /// SessionEnd the daemon is told that Claude Code ran them. So they run once: by
@@ -128,9 +128,10 @@ pub(crate) enum Command {
 pub(crate) const HOOKS_HELP: &str = "\
 Agents: claude-code, codex, gemini, copilot, cursor, kiro (3.x), opencode; Aider has no
 hooks: run it under `liveness run` (docs/agents.md). Hooks (run by the agent, not by
-hand): session-start and session-end read the agent's hook input on stdin; end-hook
---input START -- ARGV... is the end action, which runs the user's command with the
-agent's own hook input. A hook never fails the agent: it exits 0 and writes what went
+hand): session-start and session-end read the agent's hook input on stdin; turn-start,
+turn-end, tool-start and tool-end declare the agent's activity on its session (`touch`);
+end-hook --input START -- ARGV... is the end action, which runs the user's command with
+the agent's own hook input. A hook never fails the agent: it exits 0 and writes what went
 wrong to stderr.";
 
 // `hooks`
@@ -187,6 +188,10 @@ pub(crate) enum HookName {
     SessionStart,
     SessionEnd,
     EndHook,
+    TurnStart,
+    TurnEnd,
+    ToolStart,
+    ToolEnd,
 }
 
 // `check`

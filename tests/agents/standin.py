@@ -1,10 +1,12 @@
 #!/usr/bin/python3
-"""A stand-in for Codex, Gemini CLI, Copilot CLI, Cursor's agent and Kiro CLI, chosen by the
-name it is run under (codex, gemini, copilot, cursor-agent, kiro-cli, as the real ones), for
-the adapters' tests. It follows each agent's hook protocol as
+"""A stand-in for Claude Code (its activity events), Codex, Gemini CLI, Copilot CLI,
+Cursor's agent and Kiro CLI, chosen by the name it is run under (claude, codex, gemini,
+copilot, cursor-agent, kiro-cli, as the real ones), for the adapters' tests. It follows each agent's hook protocol as
 liveness-cli/src/hooks/AGENT.rs records it: reads the agent's hook files from $HOME (and
 the project's), runs every session-start command hook with `sh -c` and the agent's own
-hook input on stdin, prints "ready", then reads lines on stdin: "exit" runs the end hooks
+hook input on stdin, prints "ready", then reads lines on stdin: "prompt", "tool NAME_JSON",
+"tool-end" and "stop" run the hooks of a turn's and a tool's start and end (then print "ok");
+"exit" runs the end hooks
 (reason: the agent's own for a user's exit) and exits 0; "exit-twice" runs them twice (as
 Gemini CLI is reported to). Killed, it runs nothing, as the real agents. A start hook that
 exits non-zero ends a Kiro session (exit 1), as Kiro does.
@@ -51,6 +53,14 @@ def flat(files, event, key, version=1):
     return found
 
 
+def activity(payload, key, tool):
+    """An activity event's input: with the tool's name (and input) for a tool event."""
+    if tool is not None:
+        payload[key] = tool
+        payload["tool_input" if key == "tool_name" else "toolArgs"] = {"command": "ls"}
+    return payload
+
+
 def now():
     return datetime.datetime.now(datetime.timezone.utc).isoformat()
 
@@ -62,16 +72,49 @@ class Codex:
         self.common = {"session_id": session, "transcript_path": f"{HOME}/{session}.jsonl",
                        "cwd": cwd, "model": "gpt-5", "permission_mode": "default"}
 
-    def hooks(self, event):
-        return grouped(self.files, {"start": "SessionStart", "end": "SessionEnd"}[event])
+    events = {"start": "SessionStart", "end": "SessionEnd", "prompt": "UserPromptSubmit",
+              "stop": "Stop", "tool": "PreToolUse", "tool-end": "PostToolUse"}
 
-    def payload(self, event):
+    def hooks(self, event):
+        return grouped(self.files, self.events[event])
+
+    def payload(self, event, tool=None):
         if event == "start":
             return dict(self.common, hook_event_name="SessionStart", source="startup")
-        return dict(self.common, hook_event_name="SessionEnd", reason="other")
+        if event == "end":
+            return dict(self.common, hook_event_name="SessionEnd", reason="other")
+        return activity(dict(self.common, hook_event_name=self.events[event]), "tool_name", tool)
 
     def env(self):
         return {}
+
+
+class ClaudeCode:
+    """Only what the activity tests drive (tests/agents/claude-code-standin.py is the one
+    of the session tests): its hooks file, and its prompt, stop and tool events."""
+
+    def __init__(self, session, cwd):
+        config = os.environ.get("CLAUDE_CONFIG_DIR") or os.path.join(HOME, ".claude")
+        self.files = [os.path.join(config, "settings.json")]
+        self.common = {"session_id": session, "transcript_path": f"{HOME}/{session}.jsonl",
+                       "cwd": cwd, "permission_mode": "default"}
+
+    events = {"start": "SessionStart", "end": "SessionEnd", "prompt": "UserPromptSubmit",
+              "stop": "Stop", "tool": "PreToolUse", "tool-end": "PostToolUse"}
+
+    def hooks(self, event):
+        return grouped(self.files, self.events[event])
+
+    def payload(self, event, tool=None):
+        if event == "start":
+            return dict(self.common, hook_event_name="SessionStart", source="startup")
+        if event == "end":
+            return dict(self.common, hook_event_name="SessionEnd", reason="prompt_input_exit")
+        return activity(dict(self.common, hook_event_name=self.events[event]), "tool_name", tool)
+
+    def env(self):
+        return {"CLAUDE_PROJECT_DIR": self.common["cwd"],
+                "CLAUDE_CODE_SESSION_ID": self.common["session_id"]}
 
 
 class Gemini:
@@ -81,13 +124,19 @@ class Gemini:
         self.common = {"session_id": session, "transcript_path": f"{HOME}/{session}.json",
                        "cwd": cwd}
 
-    def hooks(self, event):
-        return grouped(self.files, {"start": "SessionStart", "end": "SessionEnd"}[event])
+    events = {"start": "SessionStart", "end": "SessionEnd", "prompt": "BeforeAgent",
+              "stop": "AfterAgent", "tool": "BeforeTool", "tool-end": "AfterTool"}
 
-    def payload(self, event):
-        name = {"start": "SessionStart", "end": "SessionEnd"}[event]
-        extra = {"source": "startup"} if event == "start" else {"reason": "exit"}
-        return dict(self.common, hook_event_name=name, timestamp=now(), **extra)
+    def hooks(self, event):
+        return grouped(self.files, self.events[event])
+
+    def payload(self, event, tool=None):
+        name = self.events[event]
+        if event in ("start", "end"):
+            extra = {"source": "startup"} if event == "start" else {"reason": "exit"}
+            return dict(self.common, hook_event_name=name, timestamp=now(), **extra)
+        return activity(dict(self.common, hook_event_name=name, timestamp=now()), "tool_name",
+                        tool)
 
     def env(self):
         cwd = self.common["cwd"]
@@ -100,13 +149,19 @@ class Copilot:
         self.files = sorted(glob.glob(os.path.join(HOME, ".copilot/hooks/*.json")))
         self.session, self.cwd = session, cwd
 
-    def hooks(self, event):
-        return flat(self.files, {"start": "sessionStart", "end": "sessionEnd"}[event], "bash")
+    events = {"start": "sessionStart", "end": "sessionEnd", "prompt": "userPromptSubmitted",
+              "stop": "agentStop", "tool": "preToolUse", "tool-end": "postToolUse"}
 
-    def payload(self, event):
-        extra = {"source": "new"} if event == "start" else {"reason": "user_exit"}
+    def hooks(self, event):
+        return flat(self.files, self.events[event], "bash")
+
+    def payload(self, event, tool=None):
         millis = int(datetime.datetime.now().timestamp() * 1000)
-        return {"sessionId": self.session, "timestamp": millis, "cwd": self.cwd, **extra}
+        common = {"sessionId": self.session, "timestamp": millis, "cwd": self.cwd}
+        if event in ("start", "end"):
+            extra = {"source": "new"} if event == "start" else {"reason": "user_exit"}
+            return dict(common, **extra)
+        return activity(common, "toolName", tool)
 
     def env(self):
         return {}
@@ -119,14 +174,21 @@ class Cursor:
         self.common = {"session_id": session, "conversation_id": session,
                        "workspace_roots": [cwd], "cwd": cwd}
 
-    def hooks(self, event):
-        return flat(self.files, {"start": "sessionStart", "end": "sessionEnd"}[event], "command")
+    events = {"start": "sessionStart", "end": "sessionEnd", "prompt": "beforeSubmitPrompt",
+              "stop": "stop", "tool": "preToolUse", "tool-end": "postToolUse"}
 
-    def payload(self, event):
+    def hooks(self, event):
+        return flat(self.files, self.events[event], "command")
+
+    def payload(self, event, tool=None):
         if event == "start":
             return dict(self.common, hook_event_name="sessionStart")
-        return dict(self.common, hook_event_name="sessionEnd", reason="user_close",
-                    duration_ms=1000)
+        if event == "end":
+            return dict(self.common, hook_event_name="sessionEnd", reason="user_close",
+                        duration_ms=1000)
+        # Cursor's other events name the conversation, not the session.
+        common = {k: v for k, v in self.common.items() if k != "session_id"}
+        return activity(dict(common, hook_event_name=self.events[event]), "tool_name", tool)
 
     def env(self):
         return {}
@@ -146,26 +208,29 @@ class Kiro:
                     found.append(hook["action"]["command"])
         return found
 
-    def payload(self, event):
+    def payload(self, event, tool=None):
         return {"session_id": self.session, "hook_event_name": "SessionStart", "cwd": self.cwd}
 
     def env(self):
         return {}
 
 
-AGENTS = {"codex": Codex, "gemini": Gemini, "copilot": Copilot, "cursor-agent": Cursor,
+AGENTS = {"claude": ClaudeCode, "codex": Codex, "gemini": Gemini, "copilot": Copilot, "cursor-agent": Cursor,
           "kiro-cli": Kiro}
 
 
-def run(agent, event, cwd):
+def run(agent, event, cwd, tool=None):
     """Runs the event's hooks in parallel, as the agents do; their statuses."""
     running = []
     for command in agent.hooks(event):
         process = subprocess.Popen(["sh", "-c", command], stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, cwd=cwd,
                                    env=dict(os.environ, **agent.env()))
-        process.stdin.write(json.dumps(agent.payload(event)).encode())
-        process.stdin.close()
+        try:
+            process.stdin.write(json.dumps(agent.payload(event, tool)).encode())
+            process.stdin.close()
+        except BrokenPipeError:
+            pass  # a hook that reads no input (`true`)
         running.append(process)
     statuses = []
     for process in running:
@@ -182,9 +247,18 @@ def main():
     if any(run(agent, "start", cwd)) and isinstance(agent, Kiro):
         sys.exit(1)
     print("ready", flush=True)
-    line = sys.stdin.readline().strip()
-    for _ in range({"exit": 1, "exit-twice": 2}.get(line, 0)):
-        run(agent, "end", cwd)
+    for line in sys.stdin:
+        words = line.split(" ", 1)
+        if words[0].strip() in ("prompt", "stop", "tool", "tool-end"):
+            # An activity event, its hooks run; "tool" is followed by the tool's name as a
+            # JSON string. "ok" when every hook exited 0, else their statuses.
+            tool = json.loads(words[1]) if words[0] == "tool" else None
+            statuses = run(agent, words[0].strip(), cwd, tool)
+            print("ok" if not any(statuses) else f"failed {statuses}", flush=True)
+            continue
+        for _ in range({"exit": 1, "exit-twice": 2}.get(line.strip(), 0)):
+            run(agent, "end", cwd)
+        break
 
 
 if __name__ == "__main__":

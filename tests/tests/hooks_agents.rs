@@ -19,10 +19,10 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
 use std::time::Duration;
 
-use integration_tests::{BinariesForAnyUser, Daemon, privileged, shared_daemon};
+use integration_tests::{BinariesForAnyUser, Daemon, privileged, shared_daemon_with};
 use serde_json::Value;
 
 /// The user the agents run as.
@@ -42,6 +42,14 @@ struct Case {
     session_key: &'static str,
 }
 
+/// Claude Code, for its activity hooks (its sessions are `hooks_claude_code.rs`'s).
+const CLAUDE_CODE: Case = Case {
+    agent: "claude-code",
+    binary: "claude",
+    file: ".claude/settings.json",
+    user: None,
+    session_key: "session_id",
+};
 const CODEX: Case = Case {
     agent: "codex",
     binary: "codex",
@@ -156,6 +164,7 @@ impl Home {
             .args(["hooks", verb, case.agent])
             .env("HOME", self.path())
             .env_remove("CODEX_HOME")
+            .env_remove("CLAUDE_CONFIG_DIR")
             .env_remove("XDG_CONFIG_HOME")
             .uid(ALICE)
             .gid(ALICE)
@@ -319,16 +328,23 @@ fn planted_links_are_refused(case: &Case) {
 struct Agent {
     child: Child,
     stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
     _bin: tempfile::TempDir,
 }
 
 impl Agent {
     fn start(case: &Case, home: &Home, session: &str) -> Agent {
-        Agent::start_under(&[], case, home, session)
+        Agent::start_under(&[], &[], case, home, session)
     }
 
-    /// [`Agent::start`], run as `PREFIX... AGENT ARGS...`.
-    fn start_under(prefix: &[&str], case: &Case, home: &Home, session: &str) -> Agent {
+    /// [`Agent::start`], run as `PREFIX... AGENT ARGS...` with `env` added to its environment.
+    fn start_under(
+        prefix: &[&str],
+        env: &[(&str, String)],
+        case: &Case,
+        home: &Home,
+        session: &str,
+    ) -> Agent {
         let bin = tempfile::tempdir().unwrap();
         set_mode(bin.path(), 0o755);
         let script = if case.agent == "opencode" {
@@ -358,7 +374,9 @@ impl Agent {
             .current_dir(home.project())
             .env("HOME", home.path())
             .env_remove("CODEX_HOME")
+            .env_remove("CLAUDE_CONFIG_DIR")
             .env_remove("XDG_CONFIG_HOME")
+            .envs(env.iter().map(|(name, value)| (name, value)))
             .uid(ALICE)
             .gid(ALICE)
             .stdin(Stdio::piped())
@@ -366,9 +384,8 @@ impl Agent {
             .spawn()
             .expect("run the stand-in agent");
         let mut ready = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut ready)
-            .unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        stdout.read_line(&mut ready).unwrap();
         assert_eq!(
             ready.trim(),
             "ready",
@@ -377,9 +394,19 @@ impl Agent {
         );
         Agent {
             stdin: child.stdin.take(),
+            stdout,
             child,
             _bin: bin,
         }
+    }
+
+    /// Has the agent fire an activity event (`prompt`, `tool NAME_JSON`, `tool-end`,
+    /// `stop`): its hooks ran, and each exited 0.
+    fn event(&mut self, line: &str) {
+        writeln!(self.stdin.as_mut().unwrap(), "{line}").unwrap();
+        let mut answer = String::new();
+        self.stdout.read_line(&mut answer).unwrap();
+        assert_eq!(answer.trim(), "ok", "{line}: every hook exits 0");
     }
 
     /// Sends `line` (`exit`, `exit-twice`, `delete`) and waits for a clean exit.
@@ -395,7 +422,12 @@ impl Agent {
 }
 
 fn installed_for_alice(case: &Case) -> (Daemon, BinariesForAnyUser, Home) {
-    let (daemon, binaries) = shared_daemon();
+    installed_for_alice_with(case, &[])
+}
+
+/// [`installed_for_alice`], the daemon started with `args`.
+fn installed_for_alice_with(case: &Case, args: &[&str]) -> (Daemon, BinariesForAnyUser, Home) {
+    let (daemon, binaries) = shared_daemon_with(args);
     let home = Home::new(case);
     let out = home.hooks(
         &binaries.path("liveness"),
@@ -484,6 +516,57 @@ fn tracked_to_its_exit(case: &Case) {
     }
 }
 
+/// The agent's prompt and tool hooks declare its turn and tool on its session, which the
+/// daemon's judgement shows (`tool` for a tool in flight, `idle` once the turn ended); a
+/// tool name of control characters and 4 KiB reaches the daemon escaped and cut, and
+/// the hook still exits 0.
+fn turns_and_tools_are_declared(case: &Case) {
+    let (daemon, _binaries, home) =
+        installed_for_alice_with(case, &["--activity-interval", "200ms"]);
+    let (mut agent, _) = registered(case, &daemon, &home, "turns-1");
+    let state_becomes = |want: &[&str]| {
+        let mut last = Value::Null;
+        let seen = integration_tests::eventually(Duration::from_secs(10), || {
+            last = get(&daemon, "turns-1");
+            want.contains(&last["activity"]["state"].as_str().unwrap_or_default())
+        });
+        assert!(seen, "activity not {want:?}: {last}");
+        last
+    };
+
+    agent.event("prompt");
+    let session = get(&daemon, "turns-1");
+    assert!(
+        session["declared"]["turn_since_ms"].is_i64(),
+        "a turn in flight: {session}"
+    );
+    state_becomes(&["working", "quiet"]);
+    agent.event("tool \"Bash\"");
+    assert_eq!(get(&daemon, "turns-1")["declared"]["tool"], "Bash");
+    state_becomes(&["tool"]);
+    agent.event("tool-end");
+    let session = get(&daemon, "turns-1");
+    assert!(session["declared"].get("tool").is_none(), "{session}");
+    assert!(session["declared"]["turn_since_ms"].is_i64(), "{session}");
+    agent.event("stop");
+    let session = state_becomes(&["idle"]);
+    assert!(
+        session["declared"].get("turn_since_ms").is_none(),
+        "{session}"
+    );
+
+    let hostile = format!("\u{1b}]52;c;eA==\u{7}\n\u{9b}{}", "\u{e9}".repeat(2048));
+    agent.event(&format!("tool {}", serde_json::json!(hostile)));
+    let session = get(&daemon, "turns-1");
+    let tool = session["declared"]["tool"].as_str().unwrap_or_default();
+    assert!(
+        tool.starts_with("\\u{1b}]52;c;eA==\\u{7}\\n\\u{9b}\u{e9}") && tool.len() <= 128,
+        "escaped and cut: {session}"
+    );
+    assert!(!tool.chars().any(char::is_control), "{tool:?}");
+    agent.kill9();
+}
+
 /// The session once it has ended (it has no end action to wait for).
 fn ended(daemon: &Daemon, session: &str) -> Value {
     let mut last = Value::Null;
@@ -530,6 +613,24 @@ agent_tests!(copilot, COPILOT, "installed.json", end_commands_run_once);
 agent_tests!(cursor, CURSOR, "installed.json", end_commands_run_once);
 agent_tests!(kiro, KIRO, "installed.json", tracked_to_its_exit);
 agent_tests!(opencode, OPENCODE, "installed.js", tracked_to_its_exit);
+
+/// [`turns_and_tools_are_declared`] for each agent with prompt and tool hooks.
+mod activity {
+    use super::*;
+
+    macro_rules! declared {
+        ($($agent:ident: $case:expr),*) => {$(
+            #[test]
+            fn $agent() {
+                if privileged(concat!("activity::", stringify!($agent))) {
+                    turns_and_tools_are_declared(&$case);
+                }
+            }
+        )*};
+    }
+
+    declared!(claude_code: CLAUDE_CODE, codex: CODEX, gemini: GEMINI, copilot: COPILOT, cursor: CURSOR);
+}
 
 #[test]
 fn files_not_in_the_agents_format_are_refused_unchanged() {
@@ -821,7 +922,7 @@ fn a_session_the_daemon_gave_to_a_wrapper_above_the_agent_is_still_the_agent_s()
         "-c",
         "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))",
     ];
-    let agent = Agent::start_under(&launcher, &CURSOR, &home, "wrapped-1");
+    let agent = Agent::start_under(&launcher, &[], &CURSOR, &home, "wrapped-1");
     let session = get(&daemon, "wrapped-1");
     assert_eq!(session["owner"]["comm"], "python3", "{session}");
     agent.say("exit");
@@ -830,5 +931,65 @@ fn a_session_the_daemon_gave_to_a_wrapper_above_the_agent_is_still_the_agent_s()
     assert_eq!(
         ended["actions"][0]["outcome"]["skipped"], "done_by_agent",
         "{ended}"
+    );
+}
+
+#[test]
+fn an_end_command_livenessd_runs_sees_the_agent_s_path_home_and_session_variables() {
+    if !privileged("an_end_command_livenessd_runs_sees_the_agent_s_path_home_and_session_variables")
+    {
+        return;
+    }
+    // The user's end command is a script in a directory only the agent's PATH names, which
+    // records the environment it runs with.
+    let (daemon, _binaries, home) = installed_for_alice(&GEMINI);
+    let bin = home.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let script = bin.join("notify-end");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\nenv > {}/end.env\n", home.path().display()),
+    )
+    .unwrap();
+    set_mode(&script, 0o755);
+    home.give_to_alice(&bin);
+    let settings = home.file(&GEMINI);
+    let text = std::fs::read_to_string(&settings).unwrap();
+    let user_command = text
+        .lines()
+        .find(|line| line.contains("id -u >>"))
+        .unwrap()
+        .to_owned();
+    std::fs::write(
+        &settings,
+        text.replace(&user_command, r#"            "command": "notify-end","#),
+    )
+    .unwrap();
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    let env = [
+        ("PATH", path.clone()),
+        ("LD_PRELOAD", String::new()),
+        ("AGENT_SECRET", "not for the end command".to_owned()),
+    ];
+    let agent = Agent::start_under(&[], &env, &GEMINI, &home, "env-1");
+    agent.kill9();
+    let ended = daemon.wait_finalized("env-1", Some(ALICE));
+    assert_eq!(ended["actions"][0]["outcome"]["exit"]["code"], 0, "{ended}");
+    let recorded = std::fs::read_to_string(home.path().join("end.env")).unwrap();
+    let vars: Vec<&str> = recorded.lines().collect();
+    for want in [
+        format!("PATH={path}"),
+        format!("HOME={}", home.path().display()),
+        "GEMINI_SESSION_ID=env-1".to_owned(),
+        format!("GEMINI_PROJECT_DIR={}", home.project().display()),
+        "LIVENESS_EXIT_SIGNAL=9".to_owned(),
+    ] {
+        assert!(vars.contains(&want.as_str()), "{want} in:\n{recorded}");
+    }
+    assert!(
+        !vars
+            .iter()
+            .any(|var| var.starts_with("AGENT_SECRET=") || var.starts_with("LD_PRELOAD=")),
+        "only the named variables pass:\n{recorded}"
     );
 }

@@ -28,8 +28,9 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
+use super::Activity::{ToolEnd, ToolStart, TurnEnd, TurnStart};
 use super::HookEnv;
-use super::command_hooks::{CommandHooks, Layout, cwd, in_home};
+use super::command_hooks::{ActivityHook, CommandHooks, Layout, cwd, in_home};
 
 /// Claude Code.
 pub static CLAUDE_CODE: CommandHooks = CommandHooks {
@@ -43,11 +44,31 @@ pub static CLAUDE_CODE: CommandHooks = CommandHooks {
     version: None,
     events: None,
     session_key: "session_id",
+    alt_session_key: None,
+    activity: &[
+        ActivityHook::waited("UserPromptSubmit", TurnStart),
+        ActivityHook::background("Stop", TurnEnd),
+        ActivityHook::background("StopFailure", TurnEnd),
+        ActivityHook::background("PreToolUse", ToolStart),
+        ActivityHook::background("PostToolUse", ToolEnd),
+        ActivityHook::background("PostToolUseFailure", ToolEnd),
+    ],
+    tool_key: "tool_name",
     event_key: Some("hook_event_name"),
-    start_fields: &["session_id", "transcript_path", "cwd", "permission_mode"],
+    start_fields: &[
+        "session_id",
+        "transcript_path",
+        "cwd",
+        "permission_mode",
+        "prompt_id",
+    ],
     reason: "other",
     disable_key: Some("disableAllHooks"),
-    env: &["CLAUDE_CONFIG_DIR", "CLAUDE_PROJECT_DIR"],
+    env: &[
+        "CLAUDE_CONFIG_DIR",
+        "CLAUDE_PROJECT_DIR",
+        "CLAUDE_CODE_SESSION_ID",
+    ],
     npm: Some(("claude", "@anthropic-ai/claude-code")),
     install_step: None,
     user_settings,

@@ -14,8 +14,9 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
+use super::Activity::{ToolEnd, ToolStart, TurnEnd, TurnStart};
 use super::HookEnv;
-use super::command_hooks::{CommandHooks, Layout, in_home};
+use super::command_hooks::{ActivityHook, CommandHooks, Layout, in_home};
 
 /// Codex.
 pub static CODEX: CommandHooks = CommandHooks {
@@ -29,6 +30,14 @@ pub static CODEX: CommandHooks = CommandHooks {
     version: None,
     events: None,
     session_key: "session_id",
+    alt_session_key: None,
+    activity: &[
+        ActivityHook::waited("UserPromptSubmit", TurnStart),
+        ActivityHook::waited("Stop", TurnEnd),
+        ActivityHook::waited("PreToolUse", ToolStart),
+        ActivityHook::waited("PostToolUse", ToolEnd),
+    ],
+    tool_key: "tool_name",
     event_key: Some("hook_event_name"),
     start_fields: &[
         "session_id",
@@ -43,7 +52,7 @@ pub static CODEX: CommandHooks = CommandHooks {
     npm: Some(("codex", "@openai/codex")),
     install_step: Some(
         "Codex runs a hook only once you trust it: start codex, open /hooks and trust \
-         liveness's SessionStart and SessionEnd hooks (once; again after each install that \
+         liveness's hooks (once; again after each install that \
          changed them)",
     ),
     user_settings,

@@ -14,7 +14,9 @@ use serde_json::{Value, json};
 use liveness_common::action::{ActionSpec, EndFacts, MAX_ACTION_TIMEOUT_MS, MAX_ACTIONS};
 
 use super::json::{Json, Object};
-use super::{Agent, HookCommand, HookEnv, HookError, StartPlan, is_hook_command};
+use liveness_common::request::Touch;
+
+use super::{Activity, Agent, HookCommand, HookEnv, HookError, StartPlan, is_hook_command};
 
 /// How an agent lists the hooks of one event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,6 +25,36 @@ pub enum Layout {
     Grouped,
     /// `[HOOK...]`.
     Flat,
+}
+
+/// An event of the agent's that declares its activity.
+#[derive(Debug, Clone, Copy)]
+pub struct ActivityHook {
+    pub event: &'static str,
+    pub activity: Activity,
+    /// Whether the agent runs it without waiting for it (`"async": true`, Claude Code's),
+    /// so that it never holds the agent up.
+    pub background: bool,
+}
+
+impl ActivityHook {
+    /// A hook the agent waits for: liveness's bounds its wait for the daemon.
+    pub const fn waited(event: &'static str, activity: Activity) -> ActivityHook {
+        ActivityHook {
+            event,
+            activity,
+            background: false,
+        }
+    }
+
+    /// A hook the agent runs in the background.
+    pub const fn background(event: &'static str, activity: Activity) -> ActivityHook {
+        ActivityHook {
+            event,
+            activity,
+            background: true,
+        }
+    }
 }
 
 /// One agent's hooks file and hook protocol.
@@ -46,6 +78,13 @@ pub struct CommandHooks {
     pub events: Option<&'static [&'static str]>,
     /// The hook input's session id field.
     pub session_key: &'static str,
+    /// The field that holds the session id in the input of an activity event that has no
+    /// `session_key` (Cursor's `conversation_id`).
+    pub alt_session_key: Option<&'static str>,
+    /// The events that declare the agent's turns and tools, where it has them.
+    pub activity: &'static [ActivityHook],
+    /// The hook input field that names a tool.
+    pub tool_key: &'static str,
     /// The hook input field that names the event, when it has one.
     pub event_key: Option<&'static str>,
     /// The hook input fields kept from the session's start for the end commands' input.
@@ -68,13 +107,19 @@ pub struct CommandHooks {
 }
 
 impl CommandHooks {
-    fn hooks(&self) -> impl Iterator<Item = (&'static str, &'static str)> {
-        std::iter::once((self.start, "session-start"))
-            .chain(self.end.map(|end| (end, "session-end")))
+    /// Each event liveness hooks, the hook it runs, and whether in the background.
+    fn hooks(&self) -> impl Iterator<Item = (&'static str, &'static str, bool)> {
+        std::iter::once((self.start, "session-start", false))
+            .chain(self.end.map(|end| (end, "session-end", false)))
+            .chain(
+                self.activity
+                    .iter()
+                    .map(|hook| (hook.event, hook.activity.hook(), hook.background)),
+            )
     }
 
     /// The entry liveness lists under an event for `hook`.
-    fn entry(&self, command: &HookCommand, hook: &str) -> Json {
+    fn entry(&self, command: &HookCommand, hook: &str, background: bool) -> Json {
         let mut handler = serde_json::Map::new();
         if self.typed {
             handler.insert("type".into(), json!("command"));
@@ -83,6 +128,9 @@ impl CommandHooks {
             self.command.into(),
             json!(command.shell_line(self.name, hook)),
         );
+        if background {
+            handler.insert("async".into(), json!(true));
+        }
         let handler = Value::Object(handler);
         Json::from_value(&match self.layout {
             Layout::Grouped => json!({ "hooks": [handler] }),
@@ -191,7 +239,7 @@ impl CommandHooks {
         let line = hook[self.command].as_str()?;
         if self
             .hooks()
-            .any(|(_, ours)| is_hook_command(line, self.name, ours))
+            .any(|(_, ours, _)| is_hook_command(line, self.name, ours))
         {
             return None;
         }
@@ -266,12 +314,12 @@ impl Agent for CommandHooks {
             settings.insert("hooks", Json::Object(Object::default()));
         }
         let hooks = object(settings.get_mut("hooks"), "hooks")?;
-        for (event, hook) in self.hooks() {
+        for (event, hook, background) in self.hooks() {
             if hooks.get(event).is_none() {
                 hooks.insert(event, Json::Array(Vec::new()));
             }
             let entries = array(hooks.get_mut(event), event)?;
-            let ours = self.entry(command, hook);
+            let ours = self.entry(command, hook, background);
             match entries.iter().position(|entry| self.is_ours(entry, hook)) {
                 Some(at) => entries[at] = ours,
                 None => entries.push(ours),
@@ -286,7 +334,7 @@ impl Agent for CommandHooks {
         };
         let hooks = object(Some(hooks), "hooks")?;
         let mut removed = false;
-        for (event, hook) in self.hooks() {
+        for (event, hook, _) in self.hooks() {
             let Some(entries) = hooks.get_mut(event) else {
                 continue;
             };
@@ -327,7 +375,15 @@ impl Agent for CommandHooks {
         let mut notes = Vec::new();
         let start = self.start_fields(input);
         let cwd = input["cwd"].as_str().filter(|cwd| cwd.starts_with('/'));
-        let action_env = (self.action_env)(input, env);
+        // The agent's own variables as it gives them to its hooks, over what it ran with.
+        let own = (self.action_env)(input, env);
+        let name = |entry: &str| entry.split('=').next().unwrap_or_default().to_owned();
+        let mut action_env: Vec<String> = env
+            .replayed(self.env, &mut notes)
+            .into_iter()
+            .filter(|entry| !own.iter().any(|o| name(o) == name(entry)))
+            .collect();
+        action_env.extend(own);
         let mut actions: Vec<ActionSpec> = Vec::new();
         for (user_argv, timeout_ms) in self.end_commands(settings, &mut notes) {
             let mut argv = command.argv(self.name, "end-hook");
@@ -362,6 +418,30 @@ impl Agent for CommandHooks {
 
     fn session_end(&self, input: &Value) -> Result<String, HookError> {
         self.session_id(input)
+    }
+
+    fn declaration(&self, activity: Activity, input: &Value) -> Result<Touch, HookError> {
+        if !self.activity.iter().any(|hook| hook.activity == activity) {
+            return Err(HookError::Input(format!(
+                "{} has no {} hook",
+                self.name,
+                activity.hook()
+            )));
+        }
+        let session = match self.alt_session_key {
+            Some(key) if input.get(self.session_key).is_none() => input[key]
+                .as_str()
+                .filter(|id| !id.is_empty())
+                .map(str::to_owned)
+                .ok_or_else(|| HookError::Input(format!("no {key} in the hook's JSON on stdin")))?,
+            _ => self.session_id(input)?,
+        };
+        // A tool without a name is still a tool in flight.
+        let tool = input[self.tool_key]
+            .as_str()
+            .unwrap_or("unnamed")
+            .to_owned();
+        Ok(activity.touch(session, Some(tool)))
     }
 
     fn end_input(&self, start: &Value, facts: &EndFacts) -> Value {

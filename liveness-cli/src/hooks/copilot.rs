@@ -11,8 +11,9 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
+use super::Activity::{ToolEnd, ToolStart, TurnEnd, TurnStart};
 use super::HookEnv;
-use super::command_hooks::{CommandHooks, Layout, in_home};
+use super::command_hooks::{ActivityHook, CommandHooks, Layout, in_home};
 
 /// Copilot CLI.
 pub static COPILOT: CommandHooks = CommandHooks {
@@ -26,6 +27,14 @@ pub static COPILOT: CommandHooks = CommandHooks {
     version: Some(1),
     events: None,
     session_key: "sessionId",
+    alt_session_key: None,
+    activity: &[
+        ActivityHook::waited("userPromptSubmitted", TurnStart),
+        ActivityHook::waited("agentStop", TurnEnd),
+        ActivityHook::waited("preToolUse", ToolStart),
+        ActivityHook::waited("postToolUse", ToolEnd),
+    ],
+    tool_key: "toolName",
     event_key: None,
     start_fields: &["sessionId", "cwd"],
     reason: "abort",

@@ -11,8 +11,9 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
+use super::Activity::{ToolEnd, ToolStart, TurnEnd, TurnStart};
 use super::HookEnv;
-use super::command_hooks::{CommandHooks, Layout, cwd, in_home};
+use super::command_hooks::{ActivityHook, CommandHooks, Layout, cwd, in_home};
 
 /// Cursor.
 pub static CURSOR: CommandHooks = CommandHooks {
@@ -47,6 +48,15 @@ pub static CURSOR: CommandHooks = CommandHooks {
         "afterTabFileEdit",
     ]),
     session_key: "session_id",
+    alt_session_key: Some("conversation_id"),
+    activity: &[
+        ActivityHook::waited("beforeSubmitPrompt", TurnStart),
+        ActivityHook::waited("stop", TurnEnd),
+        ActivityHook::waited("preToolUse", ToolStart),
+        ActivityHook::waited("postToolUse", ToolEnd),
+        ActivityHook::waited("postToolUseFailure", ToolEnd),
+    ],
+    tool_key: "tool_name",
     event_key: Some("hook_event_name"),
     start_fields: &[
         "session_id",

@@ -13,8 +13,9 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
+use super::Activity::{ToolEnd, ToolStart, TurnEnd, TurnStart};
 use super::HookEnv;
-use super::command_hooks::{CommandHooks, Layout, cwd, in_home};
+use super::command_hooks::{ActivityHook, CommandHooks, Layout, cwd, in_home};
 
 /// Gemini CLI.
 pub static GEMINI: CommandHooks = CommandHooks {
@@ -28,6 +29,14 @@ pub static GEMINI: CommandHooks = CommandHooks {
     version: None,
     events: None,
     session_key: "session_id",
+    alt_session_key: None,
+    activity: &[
+        ActivityHook::waited("BeforeAgent", TurnStart),
+        ActivityHook::waited("AfterAgent", TurnEnd),
+        ActivityHook::waited("BeforeTool", ToolStart),
+        ActivityHook::waited("AfterTool", ToolEnd),
+    ],
+    tool_key: "tool_name",
     event_key: Some("hook_event_name"),
     start_fields: &["session_id", "transcript_path", "cwd"],
     reason: "other",

@@ -9,6 +9,9 @@
 //!   end actions ([`Agent::session_start`]);
 //! - `session-end`: tells the daemon the agent ran them itself, and ends the session
 //!   ([`Agent::session_end`]);
+//! - `turn-start`, `turn-end`, `tool-start`, `tool-end`, where the agent has the events:
+//!   declares the agent's phase on its session (`touch`), which the daemon judges a stall
+//!   by ([`Agent::declaration`]);
 //! - `end-hook --input START -- ARGV…`, the end action itself: turns the end facts on its
 //!   stdin into the agent's own hook input ([`Agent::end_input`]) and runs the user's
 //!   command with it ([`end_hook_command`]).
@@ -39,6 +42,8 @@ use std::process::{Command, Stdio};
 use serde_json::Value;
 
 use liveness_common::action::{ActionSpec, EndFacts};
+use liveness_common::activity::TurnMark;
+use liveness_common::request::Touch;
 
 use self::files::{FileError, SettingsDir};
 use self::json::{Json, Object};
@@ -126,6 +131,54 @@ pub trait Agent: Sync + fmt::Debug {
     /// from the fields its session started with (`start`), plus a `liveness` object with
     /// the end facts.
     fn end_input(&self, start: &Value, facts: &EndFacts) -> Value;
+
+    /// What an activity hook declares on the agent's session, from its input. The tool
+    /// name is the agent's as given: the caller makes it fit the protocol.
+    fn declaration(&self, activity: Activity, _input: &Value) -> Result<Touch, HookError> {
+        Err(HookError::Input(format!(
+            "{} has no {} hook",
+            self.name(),
+            activity.hook()
+        )))
+    }
+}
+
+/// A phase of the agent's work that its hooks declare on its session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activity {
+    /// A prompt was sent: a turn is in flight.
+    TurnStart,
+    /// The agent answered (or gave up): it waits for its user.
+    TurnEnd,
+    ToolStart,
+    ToolEnd,
+}
+
+impl Activity {
+    /// The hook's name on the command line (`liveness hooks AGENT HOOK`).
+    pub fn hook(self) -> &'static str {
+        match self {
+            Activity::TurnStart => "turn-start",
+            Activity::TurnEnd => "turn-end",
+            Activity::ToolStart => "tool-start",
+            Activity::ToolEnd => "tool-end",
+        }
+    }
+
+    /// The declaration on `session`; `tool` names the tool a tool-start declares.
+    pub fn touch(self, session: String, tool: Option<String>) -> Touch {
+        let mut touch = Touch {
+            session,
+            ..Touch::default()
+        };
+        match self {
+            Activity::TurnStart => touch.turn = Some(TurnMark::Start),
+            Activity::TurnEnd => touch.turn = Some(TurnMark::End),
+            Activity::ToolStart => touch.tool = tool,
+            Activity::ToolEnd => touch.tool_end = true,
+        }
+        touch
+    }
 }
 
 /// What the hooks of an agent read from their environment, gathered once (and given
@@ -137,16 +190,71 @@ pub struct HookEnv {
     pub vars: BTreeMap<String, String>,
 }
 
+/// The variables of the agent's environment that the end commands livenessd runs get too
+/// (with the agent's own, [`Agent::env`]), so that a command that works under the agent
+/// works under livenessd: found on the same `PATH`, with the same `HOME`, able to reach
+/// the user's desktop. Only these: a library path or a shell's start-up file would run
+/// code the user did not name.
+pub const REPLAYED_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_MESSAGES",
+    "TZ",
+    "TMPDIR",
+    "XDG_RUNTIME_DIR",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_STATE_HOME",
+    "XDG_CACHE_HOME",
+    "DBUS_SESSION_BUS_ADDRESS",
+    "DISPLAY",
+    "WAYLAND_DISPLAY",
+];
+
+/// Most bytes of the agent's environment kept for one end command: an end action is at
+/// most [`liveness_common::action::MAX_ACTION_BYTES`], and its command line comes first.
+pub const MAX_REPLAYED_BYTES: usize = 8 * 1024;
+
 impl HookEnv {
-    /// The process's own environment.
+    /// The process's own environment: the variables `names` and [`REPLAYED_ENV`].
     pub fn from_process(names: &[&str]) -> HookEnv {
         HookEnv {
             home: std::env::var_os("HOME").map(PathBuf::from),
             vars: names
                 .iter()
+                .chain(REPLAYED_ENV)
                 .filter_map(|name| Some(((*name).to_owned(), std::env::var(name).ok()?)))
                 .collect(),
         }
+    }
+
+    /// `NAME=value` for each of [`REPLAYED_ENV`] and `agent`'s variables that is set, in
+    /// that order, as long as they fit in [`MAX_REPLAYED_BYTES`]; those left out are noted.
+    pub fn replayed(&self, agent: &[&str], notes: &mut Vec<String>) -> Vec<String> {
+        let mut left = MAX_REPLAYED_BYTES;
+        let mut entries: Vec<String> = Vec::new();
+        for name in REPLAYED_ENV.iter().chain(agent) {
+            let Some(value) = self.var(name) else {
+                continue;
+            };
+            let entry = format!("{name}={value}");
+            if entries.contains(&entry) {
+                continue;
+            }
+            if entry.len() > left {
+                notes.push(format!(
+                    "{name} is {} bytes long: the end commands livenessd runs do not get it",
+                    value.len()
+                ));
+                continue;
+            }
+            left -= entry.len();
+            entries.push(entry);
+        }
+        entries
     }
 
     pub fn var(&self, name: &str) -> Option<&str> {

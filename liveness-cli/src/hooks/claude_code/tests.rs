@@ -79,9 +79,19 @@ fn install_keeps_every_user_setting_and_hook_and_adds_liveness_s() {
     let original: Value = serde_json::from_str(USER_SETTINGS).unwrap();
     assert_eq!(settings["model"], original["model"]);
     assert_eq!(settings["permissions"], original["permissions"]);
+    // The user's PreToolUse hook stays first; liveness's declares the tool, in the
+    // background, for every tool (no matcher).
     assert_eq!(
         settings["hooks"]["PreToolUse"],
-        original["hooks"]["PreToolUse"]
+        json!([
+            original["hooks"]["PreToolUse"][0],
+            {"hooks": [{"type": "command", "command": "/usr/bin/liveness hooks claude-code tool-start", "async": true}]}
+        ])
+    );
+    assert_eq!(
+        settings["hooks"]["UserPromptSubmit"],
+        json!([{"hooks": [{"type": "command", "command": "/usr/bin/liveness hooks claude-code turn-start"}]}]),
+        "the turn's start is declared before the turn runs"
     );
     assert_eq!(
         settings["hooks"]["SessionEnd"],

@@ -167,3 +167,103 @@ fn gemini_s_end_commands_get_the_variables_gemini_gives_its_hooks() {
     );
     assert_eq!(plan.actions[0].cwd.as_deref(), Some("/repo"));
 }
+
+#[test]
+fn the_end_commands_get_what_they_need_of_the_agent_s_environment_and_no_more() {
+    let settings = json!({"hooks": {"SessionEnd": [{"hooks": [
+        {"type": "command", "command": "notify-end"}
+    ]}]}});
+    let vars = [
+        ("PATH", "/home/a/.local/bin:/usr/bin"),
+        ("HOME", "/home/a/agent-home"),
+        ("LD_PRELOAD", "/tmp/evil.so"),
+        ("CLAUDE_CODE_SESSION_ID", "c-1"),
+        ("CLAUDE_PROJECT_DIR", "/elsewhere"),
+        ("DISPLAY", &"x".repeat(super::super::MAX_REPLAYED_BYTES)),
+    ];
+    let env = HookEnv {
+        home: Some("/home/a/agent-home".into()),
+        vars: vars
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+            .collect(),
+    };
+    let input = json!({"session_id": "c-1", "cwd": "/repo", "prompt_id": "p-7"});
+    let plan = crate::hooks::claude_code::CLAUDE_CODE
+        .session_start(&input, &[settings], &env, &command())
+        .unwrap();
+    // Only the named variables pass; the agent's own project directory, as it gives it to
+    // its hooks, once; one too long to fit an end action is left out, and said so.
+    assert_eq!(
+        plan.actions[0].env,
+        [
+            "PATH=/home/a/.local/bin:/usr/bin",
+            "HOME=/home/a/agent-home",
+            "CLAUDE_CODE_SESSION_ID=c-1",
+            "CLAUDE_PROJECT_DIR=/elsewhere",
+        ]
+    );
+    assert!(
+        plan.notes
+            .iter()
+            .any(|note| note.starts_with("DISPLAY is ")),
+        "{:?}",
+        plan.notes
+    );
+    plan.actions[0].validate().unwrap();
+    let start = plan.actions[0]
+        .argv
+        .iter()
+        .skip_while(|arg| *arg != "--input")
+        .nth(1)
+        .unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(start).unwrap()["prompt_id"],
+        "p-7"
+    );
+}
+
+#[test]
+fn each_agent_s_activity_input_becomes_a_declaration_on_its_session() {
+    use crate::hooks::Activity;
+    use liveness_common::activity::TurnMark;
+    let touch = GEMINI
+        .declaration(
+            Activity::ToolStart,
+            &json!({"session_id": "g-1", "tool_name": "run_shell_command"}),
+        )
+        .unwrap();
+    assert_eq!(
+        (touch.session.as_str(), touch.tool.as_deref()),
+        ("g-1", Some("run_shell_command"))
+    );
+    let touch = COPILOT
+        .declaration(
+            Activity::ToolStart,
+            &json!({"sessionId": "p-1", "toolName": "bash"}),
+        )
+        .unwrap();
+    assert_eq!(touch.tool.as_deref(), Some("bash"));
+    // Cursor's prompt and tool events name the conversation, which is the session.
+    let touch = CURSOR
+        .declaration(Activity::TurnStart, &json!({"conversation_id": "cu-1"}))
+        .unwrap();
+    assert_eq!(
+        (touch.session.as_str(), touch.turn),
+        ("cu-1", Some(TurnMark::Start))
+    );
+    let touch = CODEX
+        .declaration(Activity::ToolEnd, &json!({"session_id": "x-1"}))
+        .unwrap();
+    assert!(touch.tool_end && touch.tool.is_none() && touch.turn.is_none());
+    assert!(
+        CODEX
+            .declaration(Activity::TurnEnd, &json!({"cwd": "/"}))
+            .is_err()
+    );
+    assert!(
+        crate::hooks::kiro::Kiro
+            .declaration(Activity::TurnStart, &json!({"session_id": "k"}))
+            .is_err()
+    );
+}
