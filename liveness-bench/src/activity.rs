@@ -28,8 +28,10 @@ pub struct ActivityPlan {
 /// The settings measured, by name, with their `--activity-interval`.
 const SETTINGS: [(&str, &str); 3] = [("hourly", "1h"), ("default", "5s"), ("every_1s", "1s")];
 
-/// Runs the plan; harness failures (a victim's end never read) are errors.
-pub fn run(bin_dir: &Path, plan: ActivityPlan) -> Result<Value> {
+/// Runs the plan; harness failures (a victim's end never read) are errors. With a
+/// `baseline` build (one that samples), its CPU at the default interval is measured on
+/// the same trees, right after the new build's, for the ratio.
+pub fn run(bin_dir: &Path, baseline: Option<&Path>, plan: ActivityPlan) -> Result<Value> {
     let trees = (0..plan.sessions)
         .map(|_| {
             Tree::spawn(TreeShape {
@@ -39,24 +41,17 @@ pub fn run(bin_dir: &Path, plan: ActivityPlan) -> Result<Value> {
         })
         .collect::<Result<Vec<_>>>()?;
     let mut settings = serde_json::Map::new();
+    let mut versus_baseline = None;
     for (name, interval) in SETTINGS {
-        let mut daemon = daemon::start(bin_dir, "auto", &["--activity-interval", interval])?;
-        for (n, tree) in trees.iter().enumerate() {
-            let session = format!("agent-{n}");
-            let registered = daemon.request(json!({
-                "op": "register", "session": session, "owner": {"pid": tree.owner.pid},
-            }));
-            if registered["ok"] != true {
-                bail!("register {session}: {registered}");
-            }
+        let (mut daemon, percent) = sampling(bin_dir, interval, &trees, plan.window)?;
+        if let (Some(base), "default") = (baseline, name) {
+            let (mut base, base_percent) = sampling(base, interval, &trees, plan.window)?;
+            daemon::stop(&mut base)?;
+            println!("activity default on the baseline: daemon CPU {base_percent:.2} % of a core");
+            versus_baseline = (base_percent > 0.0).then(|| {
+                json!({"daemon_cpu_percent": round(base_percent), "ratio": round(percent / base_percent)})
+            });
         }
-        // The first sample of every tree is taken before the window opens.
-        std::thread::sleep(Duration::from_secs(1));
-        let cpu_before = procs::cpu_ns(daemon.pid())?;
-        let opened = Instant::now();
-        std::thread::sleep(plan.window);
-        let cpu_ns = procs::cpu_ns(daemon.pid())? - cpu_before;
-        let percent = cpu_ns as f64 / opened.elapsed().as_nanos() as f64 * 100.0;
         let deaths = (0..plan.deaths)
             .map(|n| victim_death(&daemon, &format!("victim-{n}")))
             .collect::<Result<Vec<_>>>()?;
@@ -86,7 +81,36 @@ pub fn run(bin_dir: &Path, plan: ActivityPlan) -> Result<Value> {
         "window_s": plan.window.as_secs_f64(),
         "settings": settings,
         "death_p50_default_vs_hourly": ratio,
+        "default_versus_baseline": versus_baseline,
     }))
+}
+
+/// A daemon of `bin_dir` sampling `trees` every `interval`, each registered as a session,
+/// and the share of a core it used over `window`.
+fn sampling(
+    bin_dir: &Path,
+    interval: &str,
+    trees: &[Tree],
+    window: Duration,
+) -> Result<(Daemon, f64)> {
+    let daemon = daemon::start(bin_dir, "auto", &["--activity-interval", interval])?;
+    for (n, tree) in trees.iter().enumerate() {
+        let session = format!("agent-{n}");
+        let registered = daemon.request(json!({
+            "op": "register", "session": session, "owner": {"pid": tree.owner.pid},
+        }));
+        if registered["ok"] != true {
+            bail!("register {session}: {registered}");
+        }
+    }
+    // The first sample of every tree is taken before the window opens.
+    std::thread::sleep(Duration::from_secs(1));
+    let cpu_before = procs::cpu_ns(daemon.pid())?;
+    let opened = Instant::now();
+    std::thread::sleep(window);
+    let cpu_ns = procs::cpu_ns(daemon.pid())? - cpu_before;
+    let percent = cpu_ns as f64 / opened.elapsed().as_nanos() as f64 * 100.0;
+    Ok((daemon, percent))
 }
 
 /// Registers a one-process tree as `session`, SIGKILLs its owner and returns the

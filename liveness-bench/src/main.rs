@@ -491,10 +491,14 @@ fn run(args: &Args) -> Result<bool> {
         report.replay = Some(replay::run(&args.bin_dir, plan.replay, &mut report.errors)?);
     }
 
-    // The new build only: the baseline may not sample.
+    // The baseline only for its CPU at the default interval: it must be one that samples.
     if args.runs(Part::Activity) {
         eprintln!("bench: activity");
-        report.activity = Some(activity::run(&args.bin_dir, plan.activity)?);
+        report.activity = Some(activity::run(
+            &args.bin_dir,
+            args.baseline_bin_dir.as_deref(),
+            plan.activity,
+        )?);
     }
 
     let goals = goals(&report);

@@ -67,17 +67,33 @@ impl ProcRoot {
             let Ok(stat) = Stat::parse(&stat) else {
                 continue;
             };
-            let wchan = (stat.state == 'D')
-                .then(|| self.read(&format!("{pid}/task/{tid}/wchan")).ok())
-                .flatten()
-                .map(|name| String::from_utf8_lossy(&name).trim().to_owned())
-                .filter(|name| !name.is_empty() && name != "0");
-            threads.push(Thread {
-                state: stat.state,
-                wchan,
-            });
+            threads.push(self.thread(&stat, &format!("{pid}/task/{tid}")));
         }
         Ok(threads)
+    }
+
+    /// The threads of the process whose `stat` was just read: its own state stands for
+    /// its one thread's, which spares reading its threads' directory.
+    pub fn threads_of(&self, stat: &Stat) -> Result<Vec<Thread>, IdentityError> {
+        if stat.num_threads == 1 {
+            Ok(vec![self.thread(stat, &stat.pid.to_string())])
+        } else {
+            self.threads(stat.pid)
+        }
+    }
+
+    /// The thread whose `stat` was read in the directory `rel`: a blocked one with its
+    /// `wchan`.
+    fn thread(&self, stat: &Stat, rel: &str) -> Thread {
+        let wchan = (stat.state == 'D')
+            .then(|| self.read(&format!("{rel}/wchan")).ok())
+            .flatten()
+            .map(|name| String::from_utf8_lossy(&name).trim().to_owned())
+            .filter(|name| !name.is_empty() && name != "0");
+        Thread {
+            state: stat.state,
+            wchan,
+        }
     }
 }
 

@@ -306,6 +306,10 @@ impl Round<'_> {
     /// namespace's dump (the round's, taken now if it is the namespace's first question).
     pub fn process_tcp(&mut self, pid: u32) -> Result<Vec<TcpSocket>, SocketsError> {
         let inodes = socket_inodes(&self.sockets.proc, pid)?;
+        // Most processes hold no socket: their namespace need not even be looked up.
+        if inodes.is_empty() {
+            return Ok(Vec::new());
+        }
         let dump = self.dump_of(pid)?;
         Ok(inodes
             .iter()

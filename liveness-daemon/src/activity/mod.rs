@@ -210,9 +210,8 @@ fn sample_round(
                 table.insert(key.clone(), last);
             }
             _ => {
-                let live = target.tree.live_members(members, proc);
-                let sample = sample::read(
-                    &live,
+                let (sample, live) = sample::read(
+                    target.tree.known_members(members),
                     target.owner.key(),
                     proc,
                     &mut tcp,

@@ -227,6 +227,19 @@ impl TreeView {
             .filter_map(|(key, (facts, in_kernel))| self.local.alive(proc, key, facts, in_kernel))
     }
 
+    /// The processes of the tree as known, the root first among them by pid order, none
+    /// checked in `/proc`: for a reader that reads each anyway and compares its start time
+    /// (the activity sampler), which [`TreeView::live_members`] would make read twice.
+    pub fn known_members(&self, kernel: Option<&TreeMap>) -> Vec<Identity> {
+        let news = kernel_news(kernel, self.merged_added);
+        let mut candidates = candidates(&self.roots, &self.members, &news);
+        candidates.entry(self.root).or_default();
+        candidates
+            .into_iter()
+            .map(|(key, (facts, _))| self.local.identity(key, facts))
+            .collect()
+    }
+
     pub fn root(&self) -> ProcessKey {
         self.root
     }
