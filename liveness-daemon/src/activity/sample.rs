@@ -78,3 +78,110 @@ fn connected(tcp: &mut Round<'_>, pid: u32) -> Vec<Socket> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use liveness_common::activity::{ActivityState, Declared, StallReason, TurnMark};
+    use liveness_common::identity::Identity;
+    use liveness_proc::fake::{FakeProc, stat_line, stat_line_threads};
+    use liveness_proc::sockets::DiagSockets;
+
+    use super::super::judge::{Thresholds, Tracker};
+    use super::*;
+
+    const OWNER: u32 = 100;
+    const CHILD: u32 = 101;
+
+    fn identity(pid: u32) -> Identity {
+        Identity {
+            pid,
+            start_ticks: 1000 + u64::from(pid),
+            boot_id: String::new(),
+            host: String::new(),
+            comm: String::new(),
+            pidfs_ino: None,
+        }
+    }
+
+    /// Rewrites a crafted process: its state, CPU ticks and I/O counters.
+    fn set(proc: &FakeProc, pid: u32, state: char, cpu_ticks: u64, wchar: u64) {
+        let line = stat_line(pid, "agent", state, 1, 1000 + u64::from(pid)).replacen(
+            " 3 4 ",
+            &format!(" {cpu_ticks} 0 "),
+            1,
+        );
+        let dir = proc.path().join(pid.to_string());
+        std::fs::write(dir.join("stat"), line).unwrap();
+        std::fs::write(dir.join("io"), format!("rchar: 0\nwchar: {wchar}\n")).unwrap();
+        std::fs::write(dir.join("wchan"), "pipe_read").unwrap();
+        std::fs::create_dir_all(dir.join("fd")).unwrap();
+    }
+
+    /// The sampler's reads of a crafted `/proc`, judged sample after sample on a made-up
+    /// clock: each transition of a session with a turn in flight, and members gone or
+    /// whose pid was taken left out.
+    #[test]
+    fn crafted_proc_samples_go_through_each_transition() {
+        let proc = FakeProc::new()
+            .with(OWNER, "agent", 1)
+            .with(CHILD, "mcp", OWNER);
+        set(&proc, OWNER, 'S', 10, 0);
+        set(&proc, CHILD, 'S', 0, 0);
+        let root = proc.root();
+        let mut diag = DiagSockets::new(root.clone());
+        let limits = Thresholds {
+            stall_after_ms: 3_000,
+            spin_after_ms: 3_000,
+            tool_stall_after_ms: 60_000,
+            interval_ms: 500,
+        };
+        let turn = Declared::default().declare(Some(TurnMark::Start), None, false, 0);
+        let mut tracker = Tracker::new(0, Some(&turn), None);
+        let uptime = 1_000_000;
+        let mut judge = |at_ms: i64, known: Vec<Identity>| {
+            let (sample, live) = read(
+                known,
+                identity(OWNER).key(),
+                &root,
+                &mut diag.round(),
+                at_ms,
+                uptime,
+            );
+            let (activity, transition) = tracker.judge(&sample, Some(&turn), &limits);
+            (activity, transition.is_some(), live.len())
+        };
+        let both = || vec![identity(OWNER), identity(CHILD)];
+
+        let (first, _, live) = judge(0, both());
+        assert_eq!((first.state, live), (ActivityState::Working, 2));
+        // Nothing moves: quiet, then stalled with nothing to blame.
+        let (quiet, ..) = judge(2_000, both());
+        assert_eq!(quiet.state, ActivityState::Quiet);
+        let (stalled, started, _) = judge(3_500, both());
+        assert_eq!(
+            (stalled.state, stalled.reason, started),
+            (ActivityState::Stalled, Some(StallReason::NoActivity), true)
+        );
+        // The owner writes: working again, the episode over.
+        set(&proc, OWNER, 'S', 10, 4096);
+        let (working, ended, _) = judge(4_000, both());
+        assert_eq!((working.state, ended), (ActivityState::Working, true));
+        // Stuck in the kernel past the threshold: blocked, where it waits named.
+        set(&proc, OWNER, 'D', 10, 4096);
+        let (blocked, started, _) = judge(8_000, both());
+        assert_eq!(
+            (blocked.state, blocked.reason, started),
+            (ActivityState::Stalled, Some(StallReason::Blocked), true)
+        );
+        assert_eq!(blocked.evidence.blocked_in, ["pipe_read"]);
+        // The child is gone, and its pid taken by another process: both left out.
+        proc.kill(CHILD);
+        let (_, _, live) = judge(8_500, both());
+        assert_eq!(live, 1);
+        let other = stat_line_threads(CHILD, "other", 'R', 1, 5, 4);
+        let proc = proc.with_raw(CHILD, other.as_bytes());
+        let (_, _, live) = judge(9_000, both());
+        assert_eq!(live, 1, "a pid another process took is not the member");
+        drop(proc);
+    }
+}
