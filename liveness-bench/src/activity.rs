@@ -70,6 +70,7 @@ pub fn run(bin_dir: &Path, baseline: Option<&Path>, plan: ActivityPlan) -> Resul
         );
         daemon::stop(&mut daemon)?;
     }
+    let detection = detection_delays(bin_dir, plan.deaths.clamp(1, 3))?;
     let p50 = |name: &str| settings[name]["death_to_ended"]["p50_us"].as_f64();
     let ratio = match (p50("default"), p50("hourly")) {
         (Some(sampled), Some(quiet)) if quiet > 0.0 => Some(round(sampled / quiet)),
@@ -82,7 +83,61 @@ pub fn run(bin_dir: &Path, baseline: Option<&Path>, plan: ActivityPlan) -> Resul
         "settings": settings,
         "death_p50_default_vs_hourly": ratio,
         "default_versus_baseline": versus_baseline,
+        "detection": detection,
     }))
+}
+
+/// The stall threshold of the detection rounds: short, so that a round is seconds.
+const DETECTION_THRESHOLD: Duration = Duration::from_secs(2);
+
+/// How long after a stall's threshold its `session.stalled` is read, at the default
+/// interval: a quiet owner (a sleeping tree) with a turn declared, `rounds` times. The
+/// goal is one interval at most.
+fn detection_delays(bin_dir: &Path, rounds: usize) -> Result<Value> {
+    let threshold = format!("{}s", DETECTION_THRESHOLD.as_secs());
+    let daemon = daemon::start(bin_dir, "auto", &["--stall-after", &threshold])?;
+    let mut late_ms = Vec::with_capacity(rounds);
+    for n in 0..rounds {
+        let session = format!("quiet-{n}");
+        let tree = Tree::spawn(TreeShape::default())?;
+        let registered = daemon.request(json!({
+            "op": "register", "session": session, "owner": {"pid": tree.owner.pid},
+        }));
+        if registered["ok"] != true {
+            bail!("register {session}: {registered}");
+        }
+        let mut stream = daemon::subscribe(&daemon.socket)?;
+        stream
+            .get_ref()
+            .set_read_timeout(Some(Duration::from_secs(60)))?;
+        let declared = Instant::now();
+        let touched = daemon.request(json!({"op": "touch", "session": session, "turn": "start"}));
+        if touched["ok"] != true {
+            bail!("touch {session}: {touched}");
+        }
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if stream.read_line(&mut line)? == 0 {
+                bail!("the daemon closed the stream");
+            }
+            let message: Value = serde_json::from_str(&line)?;
+            let event = &message["event"];
+            if event["session"] == session && event["kind"] == "session.stalled" {
+                break;
+            }
+        }
+        let late = declared.elapsed().saturating_sub(DETECTION_THRESHOLD);
+        late_ms.push(late.as_millis() as f64);
+        println!(
+            "activity detection: stalled {:.0} ms after the threshold",
+            late.as_millis()
+        );
+    }
+    let worst = late_ms.iter().copied().fold(0.0, f64::max);
+    Ok(
+        json!({"threshold_s": DETECTION_THRESHOLD.as_secs(), "interval_s": 5, "after_threshold_ms": late_ms, "worst_ms": worst}),
+    )
 }
 
 /// A daemon of `bin_dir` sampling `trees` every `interval`, each registered as a session,

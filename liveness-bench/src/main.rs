@@ -1348,6 +1348,29 @@ fn goals(report: &Report) -> Vec<Value> {
             ),
             None => unmeasured("activity_death_p50_vs_hourly", "<= 1.1x", "no figure"),
         });
+        goals.push(match activity["detection"]["worst_ms"].as_f64() {
+            Some(ms) => goal(
+                "activity_detection_after_threshold",
+                "<= 1 interval (5000 ms)",
+                ms,
+                "ms",
+                ms <= 5000.0,
+            ),
+            None => unmeasured(
+                "activity_detection_after_threshold",
+                "<= 1 interval (5000 ms)",
+                "no figure",
+            ),
+        });
+        if let Some(ratio) = activity["default_versus_baseline"]["ratio"].as_f64() {
+            goals.push(goal(
+                "activity_cpu_default_vs_baseline",
+                "<= 1.0x",
+                ratio,
+                "x",
+                ratio <= 1.0,
+            ));
+        }
     }
     // Latency goals only when that part ran: a missing figure is not a pass.
     if let (Some(ebpf), Some(pidfd)) = (
