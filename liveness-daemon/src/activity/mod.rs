@@ -45,8 +45,6 @@ pub struct ActivityConfig {
     pub tool_stall_after: Duration,
     /// The action only (its thresholds are the ones above).
     pub on_stall: StallPolicy,
-    /// Most stall actions of one user at once (`--action-slots`).
-    pub action_slots: usize,
 }
 
 impl ActivityConfig {

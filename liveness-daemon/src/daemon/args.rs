@@ -201,7 +201,6 @@ impl Args {
             spin_after: self.spin_after,
             tool_stall_after: self.tool_stall_after,
             on_stall: self.on_stall.clone(),
-            action_slots: self.action_slots,
         }
     }
 
