@@ -70,7 +70,7 @@ pub fn run(bin_dir: &Path, baseline: Option<&Path>, plan: ActivityPlan) -> Resul
         );
         daemon::stop(&mut daemon)?;
     }
-    let detection = detection_delays(bin_dir, plan.deaths.clamp(1, 3))?;
+    let detection = detection_delays(bin_dir, plan.deaths.clamp(1, 2))?;
     let p50 = |name: &str| settings[name]["death_to_ended"]["p50_us"].as_f64();
     let ratio = match (p50("default"), p50("hourly")) {
         (Some(sampled), Some(quiet)) if quiet > 0.0 => Some(round(sampled / quiet)),
@@ -87,8 +87,9 @@ pub fn run(bin_dir: &Path, baseline: Option<&Path>, plan: ActivityPlan) -> Resul
     }))
 }
 
-/// The stall threshold of the detection rounds: short, so that a round is seconds.
-const DETECTION_THRESHOLD: Duration = Duration::from_secs(2);
+/// The stall threshold of the detection rounds: short, so that a round is seconds, and
+/// no shorter than two intervals (progress within two samples is `working`).
+const DETECTION_THRESHOLD: Duration = Duration::from_secs(12);
 
 /// How long after a stall's threshold its `session.stalled` is read, at the default
 /// interval: a quiet owner (a sleeping tree) with a turn declared, `rounds` times. The

@@ -28,6 +28,27 @@ impl Io {
     }
 }
 
+/// How long a task has run and how many times it was put on a CPU
+/// (`/proc/PID/schedstat`): the same at two reads, and the task not running at the second,
+/// it did not run between them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ran {
+    pub runtime_ns: u64,
+    pub slices: u64,
+}
+
+impl Ran {
+    /// Parses `runtime wait slices`; `None` for a kernel that keeps no scheduler
+    /// statistics (it says `0 0 0`) or a line that does not read.
+    pub fn parse(text: &str) -> Option<Ran> {
+        let mut fields = text.split_ascii_whitespace();
+        let runtime_ns = fields.next()?.parse().ok()?;
+        let _wait: u64 = fields.next()?.parse().ok()?;
+        let slices = fields.next()?.parse().ok()?;
+        (slices > 0).then_some(Ran { runtime_ns, slices })
+    }
+}
+
 /// One thread of a process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Thread {
@@ -46,6 +67,12 @@ impl ProcRoot {
             path: self.path().join(rel),
             what: "no rchar and wchar",
         })
+    }
+
+    /// How much `pid`'s main thread has run; `None` where the kernel does not say.
+    pub fn ran(&self, pid: u32) -> Result<Option<Ran>, IdentityError> {
+        let bytes = self.read(&format!("{pid}/schedstat"))?;
+        Ok(Ran::parse(&String::from_utf8_lossy(&bytes)))
     }
 
     /// The threads of `pid`, each with its state; a blocked one also with its `wchan`.
@@ -130,5 +157,31 @@ mod tests {
             Err(IdentityError::NoSuchProcess(_))
         ));
         let _ = std::fs::remove_file(std::env::temp_dir().join(format!("io-{pid}")));
+    }
+
+    #[test]
+    fn a_sleeping_process_shows_it_did_not_run_and_a_kernel_without_statistics_says_nothing() {
+        let proc = ProcRoot::default();
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let first = proc.ran(child.id()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let second = proc.ran(child.id()).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(first.is_some() && first == second, "{first:?} {second:?}");
+        let own = proc.ran(std::process::id()).unwrap().unwrap();
+        assert!(own.slices >= 1);
+        assert_eq!(Ran::parse("0 0 0\n"), None);
+        assert_eq!(
+            Ran::parse("12 5 3\n"),
+            Some(Ran {
+                runtime_ns: 12,
+                slices: 3
+            })
+        );
     }
 }

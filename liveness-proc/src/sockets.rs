@@ -306,6 +306,12 @@ impl Round<'_> {
     /// namespace's dump (the round's, taken now if it is the namespace's first question).
     pub fn process_tcp(&mut self, pid: u32) -> Result<Vec<TcpSocket>, SocketsError> {
         let inodes = socket_inodes(&self.sockets.proc, pid)?;
+        self.tcp_of(pid, &inodes)
+    }
+
+    /// The TCP sockets among `inodes`, which [`socket_inodes`] found `pid` holding: only
+    /// this round's dump of its namespace is read.
+    pub fn tcp_of(&mut self, pid: u32, inodes: &[u64]) -> Result<Vec<TcpSocket>, SocketsError> {
         // Most processes hold no socket: their namespace need not even be looked up.
         if inodes.is_empty() {
             return Ok(Vec::new());

@@ -98,13 +98,22 @@ pub type Transition = Option<Activity>;
 impl Tracker {
     /// A tracker that starts watching at `now_ms`, with the episode the session has under
     /// way (recorded before a restart): that one is not reported again, and its quiet time
-    /// goes on from its last progress.
-    pub fn new(now_ms: i64, declared: Option<&Declared>, episode: Option<&Activity>) -> Tracker {
+    /// goes on from its last progress. Without one, the last progress is the agent's last
+    /// declaration if it came within the last `interval_ms` (a session just registered and
+    /// declared: its quiet time counts from then), else now.
+    pub fn new(
+        now_ms: i64,
+        declared: Option<&Declared>,
+        episode: Option<&Activity>,
+        interval_ms: i64,
+    ) -> Tracker {
+        let declared_last =
+            declared.map_or(now_ms, |d| d.at_ms.clamp(now_ms - interval_ms, now_ms));
         Tracker {
             seen: HashMap::new(),
             received: HashMap::new(),
             last_at_ms: now_ms,
-            last_progress_ms: episode.map_or(now_ms, |e| e.since_ms.min(now_ms)),
+            last_progress_ms: episode.map_or(declared_last, |e| e.since_ms.min(now_ms)),
             declared_at_ms: declared.map_or(i64::MIN, |d| d.at_ms),
             spin_since_ms: episode
                 .filter(|e| e.state == ActivityState::Spinning)
@@ -362,7 +371,7 @@ mod tests {
     impl Run {
         fn new(declared: Option<Declared>) -> Run {
             Run {
-                tracker: Tracker::new(0, declared.as_ref(), None),
+                tracker: Tracker::new(0, declared.as_ref(), None, LIMITS.interval_ms),
                 at_ms: 0,
                 owner_cpu_ms: 0,
                 owner_io: Io::default(),
@@ -598,7 +607,12 @@ mod tests {
             since_ms: 0,
             evidence: Evidence::default(),
         };
-        run.tracker = Tracker::new(run.at_ms, run.declared.as_ref(), Some(&recorded));
+        run.tracker = Tracker::new(
+            run.at_ms,
+            run.declared.as_ref(),
+            Some(&recorded),
+            LIMITS.interval_ms,
+        );
         run.transitions.clear();
         assert_eq!(run.steps(5, |_| {}), ActivityState::Stalled);
         assert!(run.transitions.is_empty(), "reported once, not twice");

@@ -122,6 +122,7 @@ struct Round {
     number: u32,
     /// The sock_diag sockets, one per network namespace, made at the first round.
     tcp: Option<DiagSockets>,
+    memo: sample::Memo,
 }
 
 /// Samples and judges until `stopped`; `responder` acts on the stalls.
@@ -186,6 +187,7 @@ fn sample_round(
     members: Option<&TreeMap>,
 ) -> (Round, Vec<Episode>) {
     let now_ms = crate::engine::Clock::System.now_ms();
+    let interval_ms = i64::try_from(config.interval.as_millis()).unwrap_or(i64::MAX);
     round.number = round.number.wrapping_add(1);
     let mut trackers = HashMap::with_capacity(targets.len());
     let mut table = HashMap::with_capacity(targets.len());
@@ -199,7 +201,12 @@ fn sample_round(
     for target in targets {
         let key = (target.uid, target.id);
         let mut tracker = round.trackers.remove(&key).unwrap_or_else(|| {
-            Tracker::new(now_ms, target.declared.as_ref(), target.episode.as_ref())
+            Tracker::new(
+                now_ms,
+                target.declared.as_ref(),
+                target.episode.as_ref(),
+                interval_ms,
+            )
         });
         let due =
             tracker.is_due(target.declared.as_ref()) || round.number.is_multiple_of(IDLE_EVERY);
@@ -213,6 +220,7 @@ fn sample_round(
                     target.owner.key(),
                     proc,
                     &mut tcp,
+                    &mut round.memo,
                     now_ms,
                     uptime_ticks,
                 );
@@ -238,6 +246,7 @@ fn sample_round(
         trackers.insert(key, tracker);
     }
     drop(tcp);
+    round.memo.next_round();
     round.tcp = Some(diag);
     round.trackers = trackers;
     round.table = table;

@@ -1,15 +1,46 @@
 //! One sample of a session's tree from `/proc` and sock_diag: each live member's CPU, I/O
 //! counters, threads and connected TCP sockets.
+//!
+//! A process with one thread that did not run since the last round (its scheduler
+//! statistics unchanged, not running now) cannot have read, written, nor opened or closed
+//! a descriptor meanwhile: its I/O counters and its sockets' inodes are taken from that
+//! round ([`Memo`]), and only its stat (identity, state, CPU) and its sockets' counters in
+//! this round's sock_diag dump are read. Bytes that arrive on its sockets need no run of it,
+//! and the dump shows them.
+
+use std::collections::HashMap;
 
 use liveness_common::identity::{Identity, ProcessKey};
+use liveness_proc::activity::{Io, Ran};
 use liveness_proc::identity::ProcRoot;
 use liveness_proc::namespace::NANOS_PER_TICK;
-use liveness_proc::sockets::{Round, SocketsError, TcpState};
+use liveness_proc::sockets::{Round, SocketsError, TcpState, socket_inodes};
 
 use super::judge::{Process, Sample, Socket};
 
 /// Milliseconds per clock tick.
 const MS_PER_TICK: u64 = (NANOS_PER_TICK / 1_000_000) as u64;
+
+/// What a round read of each process that may spare the next one reading it again.
+#[derive(Debug, Default)]
+pub struct Memo {
+    last: HashMap<ProcessKey, Seen>,
+    this: HashMap<ProcessKey, Seen>,
+}
+
+impl Memo {
+    /// The round is over: what it read is the next one's memory, and only that.
+    pub fn next_round(&mut self) {
+        self.last = std::mem::take(&mut self.this);
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Seen {
+    ran: Ran,
+    io: Option<Io>,
+    inodes: Vec<u64>,
+}
 
 /// Reads the `known` members of the tree whose owner is `owner`, at `now_ms`;
 /// `uptime_ticks` is the clock their start times are on, `tcp` the round's socket dumps.
@@ -21,6 +52,7 @@ pub fn read(
     owner: ProcessKey,
     proc: &ProcRoot,
     tcp: &mut Round<'_>,
+    memo: &mut Memo,
     now_ms: i64,
     uptime_ticks: u64,
 ) -> (Sample, Vec<Identity>) {
@@ -33,16 +65,32 @@ pub fn read(
         if stat.start_ticks != member.start_ticks || stat.has_exited() {
             continue;
         }
+        let key = member.key();
+        // Only a process with one thread: the statistics are its main thread's.
+        let ran = (stat.num_threads == 1 && stat.state != 'R')
+            .then(|| proc.ran(member.pid).ok().flatten())
+            .flatten();
+        let idle = ran.and_then(|ran| memo.last.get(&key).filter(|seen| seen.ran == ran));
+        let (io, inodes) = match idle {
+            Some(seen) => (seen.io, seen.inodes.clone()),
+            None => (
+                proc.io(member.pid).ok(),
+                socket_inodes(proc, member.pid).unwrap_or_default(),
+            ),
+        };
         processes.push(Process {
-            key: member.key(),
+            key,
             parent: stat.ppid,
             age_ms: i64::try_from(uptime_ticks.saturating_sub(stat.start_ticks) * MS_PER_TICK)
                 .unwrap_or(i64::MAX),
             cpu_ms: stat.cpu_ticks() * MS_PER_TICK,
-            io: proc.io(member.pid).ok(),
+            io,
             threads: proc.threads_of(&stat).unwrap_or_default(),
-            sockets: connected(tcp, member.pid),
+            sockets: connected(tcp, member.pid, &inodes),
         });
+        if let Some(ran) = ran {
+            memo.this.insert(key, Seen { ran, io, inodes });
+        }
         if member.comm.is_empty() {
             member.comm = stat.comm;
         }
@@ -56,10 +104,11 @@ pub fn read(
     (sample, live)
 }
 
-/// The connected TCP sockets of `pid`: none where they cannot be read (a namespace this
-/// daemon may not enter, a process gone), which only takes evidence away.
-fn connected(tcp: &mut Round<'_>, pid: u32) -> Vec<Socket> {
-    match tcp.process_tcp(pid) {
+/// The connected TCP sockets of `pid` among its sockets `inodes`: none where they cannot be
+/// read (a namespace this daemon may not enter, a process gone), which only takes evidence
+/// away.
+fn connected(tcp: &mut Round<'_>, pid: u32, inodes: &[u64]) -> Vec<Socket> {
+    match tcp.tcp_of(pid, inodes) {
         Ok(sockets) => sockets
             .into_iter()
             .filter(|socket| socket.state == TcpState::Established)
@@ -103,18 +152,27 @@ mod tests {
         }
     }
 
-    /// Rewrites a crafted process: its state, CPU ticks and I/O counters.
+    /// Rewrites a crafted process: its state, CPU ticks and I/O counters, and its scheduler
+    /// statistics as they would follow (it ran when either changed).
     fn set(proc: &FakeProc, pid: u32, state: char, cpu_ticks: u64, wchar: u64) {
+        set_io(proc, pid, wchar);
+        let dir = proc.path().join(pid.to_string());
+        let slices = 1 + cpu_ticks + wchar;
+        std::fs::write(dir.join("schedstat"), format!("{cpu_ticks} 0 {slices}\n")).unwrap();
         let line = stat_line(pid, "agent", state, 1, 1000 + u64::from(pid)).replacen(
             " 3 4 ",
             &format!(" {cpu_ticks} 0 "),
             1,
         );
-        let dir = proc.path().join(pid.to_string());
         std::fs::write(dir.join("stat"), line).unwrap();
-        std::fs::write(dir.join("io"), format!("rchar: 0\nwchar: {wchar}\n")).unwrap();
         std::fs::write(dir.join("wchan"), "pipe_read").unwrap();
         std::fs::create_dir_all(dir.join("fd")).unwrap();
+    }
+
+    /// Rewrites a crafted process's I/O counters alone.
+    fn set_io(proc: &FakeProc, pid: u32, wchar: u64) {
+        let dir = proc.path().join(pid.to_string());
+        std::fs::write(dir.join("io"), format!("rchar: 0\nwchar: {wchar}\n")).unwrap();
     }
 
     /// The sampler's reads of a crafted `/proc`, judged sample after sample on a made-up
@@ -136,17 +194,20 @@ mod tests {
             interval_ms: 500,
         };
         let turn = Declared::default().declare(Some(TurnMark::Start), None, false, 0);
-        let mut tracker = Tracker::new(0, Some(&turn), None);
+        let mut tracker = Tracker::new(0, Some(&turn), None, limits.interval_ms);
         let uptime = 1_000_000;
+        let mut memo = Memo::default();
         let mut judge = |at_ms: i64, known: Vec<Identity>| {
             let (sample, live) = read(
                 known,
                 identity(OWNER).key(),
                 &root,
                 &mut diag.round(),
+                &mut memo,
                 at_ms,
                 uptime,
             );
+            memo.next_round();
             let (activity, transition) = tracker.judge(&sample, Some(&turn), &limits);
             (activity, transition.is_some(), live.len())
         };
@@ -174,13 +235,21 @@ mod tests {
             (ActivityState::Stalled, Some(StallReason::Blocked), true)
         );
         assert_eq!(blocked.evidence.blocked_in, ["pipe_read"]);
+        // Counters that moved while the scheduler says it never ran are not read again
+        // (the memo), until it runs.
+        set_io(&proc, OWNER, 8192);
+        let (still, ..) = judge(8_600, both());
+        assert_eq!(still.state, ActivityState::Stalled);
+        set(&proc, OWNER, 'D', 10, 8192);
+        let (moved, ended, _) = judge(8_700, both());
+        assert_eq!((moved.state, ended), (ActivityState::Working, true));
         // The child is gone, and its pid taken by another process: both left out.
         proc.kill(CHILD);
-        let (_, _, live) = judge(8_500, both());
+        let (_, _, live) = judge(9_000, both());
         assert_eq!(live, 1);
         let other = stat_line_threads(CHILD, "other", 'R', 1, 5, 4);
         let proc = proc.with_raw(CHILD, other.as_bytes());
-        let (_, _, live) = judge(9_000, both());
+        let (_, _, live) = judge(9_500, both());
         assert_eq!(live, 1, "a pid another process took is not the member");
         drop(proc);
     }
