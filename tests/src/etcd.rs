@@ -170,6 +170,16 @@ impl Etcd {
         reply["kvs"][0]["version"].as_u64().unwrap_or(0)
     }
 
+    /// Compacts etcd's history up to its present revision: older revisions are gone.
+    pub fn compact(&self) {
+        let output = self.ctl(&["get", "/", "-w", "json"]);
+        assert!(output.status.success(), "etcdctl get: {output:?}");
+        let reply: Value = serde_json::from_slice(&output.stdout).expect("etcdctl's JSON");
+        let revision = reply["header"]["revision"].as_i64().expect("a revision");
+        let output = self.ctl(&["compact", &revision.to_string()]);
+        assert!(output.status.success(), "etcdctl compact: {output:?}");
+    }
+
     /// `etcdctl watch --prefix PREFIX`, its output piped.
     pub fn watch(&self, prefix: &str) -> Child {
         self.etcdctl()

@@ -494,6 +494,7 @@ impl Tasks {
             activities,
             cluster: cluster.clone(),
             fleet_locks,
+            fleet: fleet.clone().map(crate::fleet::FleetReader::new),
         };
         let metrics = metrics.map(|listener| {
             let scraped = crate::metrics::Scraped {

@@ -20,11 +20,15 @@ use liveness_common::status::ClusterStatus;
 mod locks;
 #[cfg(feature = "fleet")]
 mod mirror;
+#[cfg(feature = "fleet")]
+mod view;
 
 #[cfg(feature = "fleet")]
 pub(crate) use locks::FleetLocks;
 #[cfg(feature = "fleet")]
 pub(crate) use mirror::run;
+#[cfg(feature = "fleet")]
+pub(crate) use view::FleetReader;
 
 /// Without the feature there are no fleet locks: `--etcd` is refused at start.
 #[cfg(not(feature = "fleet"))]
@@ -57,6 +61,55 @@ impl FleetLocks {
         _: crate::engine::Caller,
         _: liveness_common::request::LockRelease,
     ) -> Result<liveness_common::lock::Lock, liveness_common::protocol::ErrorBody> {
+        match *self {}
+    }
+}
+
+#[cfg(feature = "fleet")]
+impl From<FleetError> for liveness_common::protocol::ErrorBody {
+    fn from(error: FleetError) -> liveness_common::protocol::ErrorBody {
+        use liveness_common::protocol::{ErrorBody, ErrorCode};
+        ErrorBody::new(ErrorCode::Internal, format!("fleet: {error}"))
+    }
+}
+
+/// Without the feature there is no fleet to read: `--etcd` is refused at start.
+#[cfg(not(feature = "fleet"))]
+#[derive(Debug, Clone)]
+pub(crate) enum FleetReader {}
+
+#[cfg(not(feature = "fleet"))]
+pub(crate) enum Watch {}
+
+#[cfg(not(feature = "fleet"))]
+impl FleetReader {
+    pub(crate) fn new(_: FleetConfig) -> FleetReader {
+        unreachable!("FleetConfig::new refuses --etcd in a build without the fleet feature")
+    }
+
+    pub(crate) async fn view(
+        &self,
+        _: crate::engine::Caller,
+        _: &liveness_common::request::Fleet,
+    ) -> Result<liveness_common::fleet::FleetView, liveness_common::protocol::ErrorBody> {
+        match *self {}
+    }
+
+    pub(crate) async fn watch(
+        &self,
+        _: crate::engine::Caller,
+        _: i64,
+        _: std::collections::BTreeMap<String, String>,
+    ) -> Result<Watch, liveness_common::protocol::ErrorBody> {
+        match *self {}
+    }
+}
+
+#[cfg(not(feature = "fleet"))]
+impl Watch {
+    pub(crate) async fn next(
+        &mut self,
+    ) -> Result<Option<Vec<liveness_common::fleet::FleetChange>>, FleetError> {
         match *self {}
     }
 }
