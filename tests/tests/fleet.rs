@@ -487,6 +487,108 @@ fn a_daemon_authenticates_with_a_password_only_it_can_read() {
     }
 }
 
+/// `livenessd` with `args` that it must refuse at start: its stderr, once it checked that
+/// it created nothing.
+fn refused_at_start(dir: &std::path::Path, args: &[&std::ffi::OsStr]) -> String {
+    let state = dir.join("refused-state");
+    let output = Command::new(binary("livenessd"))
+        .arg("--state-dir")
+        .arg(&state)
+        .arg("--socket")
+        .arg(dir.join("refused.sock"))
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+    assert!(!state.exists(), "{args:?}: the state was created");
+    stderr
+}
+
+#[test]
+fn a_daemon_speaks_tls_to_an_etcd_that_wants_client_certificates() {
+    let etcd = Etcd::started_with_tls();
+    let tls = etcd.tls().clone();
+    let url = etcd.url();
+    let flags = |cert: bool| {
+        let mut args: Vec<std::ffi::OsString> = ["--etcd", &url, "--etcd-ttl", "5s"]
+            .map(Into::into)
+            .to_vec();
+        args.extend(["--etcd-cacert".into(), tls.ca.clone().into()]);
+        if cert {
+            args.extend(["--etcd-cert".into(), tls.client_cert.clone().into()]);
+            args.extend(["--etcd-key".into(), tls.client_key.clone().into()]);
+        }
+        args
+    };
+    let start = |host_id: &str, cert: bool| {
+        let mut args = flags(cert);
+        args.extend(["--host-id".into(), host_id.into()]);
+        let args: Vec<&str> = args.iter().map(|a| a.to_str().unwrap()).collect();
+        Daemon::start(&args)
+    };
+
+    let daemon = start("h1", true);
+    wait_caught_up(&daemon);
+    let owner = Orphan::spawn(&["exit", "0"]);
+    register(&daemon, "s", owner.pid);
+    wait_keys(
+        &etcd,
+        "/liveness/sessions/",
+        &["/liveness/sessions/h1/0/s".into()],
+    );
+    assert_eq!(fleet_json(&daemon, &[])["hosts"][0]["host_id"], "h1");
+    assert!(
+        !daemon.log().contains("PRIVATE KEY"),
+        "the key is in the log"
+    );
+
+    // Without a client certificate etcd refuses it: the daemon serves, and says why.
+    let anonymous = start("h2", false);
+    let refused = eventually(MIRRORED, || cluster(&anonymous)["error"].is_string());
+    assert!(refused, "{}", cluster(&anonymous));
+    assert_eq!(cluster(&anonymous)["connected"], false);
+    assert_eq!(etcd.keys("/liveness/hosts/"), ["/liveness/hosts/h1"]);
+
+    // What cannot work is refused at start, naming the flag and the file.
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.crt");
+    let not_pem = dir.path().join("not.pem");
+    std::fs::write(&not_pem, "hello\n").unwrap();
+    let readable_key = dir.path().join("readable.key");
+    std::fs::copy(&tls.client_key, &readable_key).unwrap();
+    std::fs::set_permissions(&readable_key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let plain = url.replace("https://", "http://");
+    let with = |flag: &str, value: &std::path::Path| {
+        let mut args = flags(true);
+        let at = args.iter().position(|a| a == flag).unwrap();
+        args[at + 1] = value.into();
+        args
+    };
+    let cases: Vec<(Vec<std::ffi::OsString>, String)> = vec![
+        (
+            with("--etcd-cacert", &missing),
+            format!("--etcd-cacert {}", missing.display()),
+        ),
+        (with("--etcd-cert", &not_pem), "--etcd-cert".into()),
+        (with("--etcd-key", &readable_key), "mode 644".into()),
+        (
+            with("--etcd", std::path::Path::new(&plain)),
+            "give https:// endpoints".into(),
+        ),
+        (
+            ["--etcd", url.as_str()].map(Into::into).to_vec(),
+            "needs --etcd-cacert".into(),
+        ),
+    ];
+    for (args, says) in cases {
+        let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        let stderr = refused_at_start(dir.path(), &args);
+        assert!(stderr.contains(&says), "{args:?}: {stderr}");
+        assert!(!stderr.contains("PRIVATE KEY"), "{stderr}");
+    }
+}
+
 /// A fleet lock request on a fresh connection of `daemon`.
 fn fleet_lock(daemon: &Daemon, op: &str, name: &str, session: &str, wait: bool) -> Value {
     let mut request = json!({"op": op, "name": name, "session": session, "cluster": true});

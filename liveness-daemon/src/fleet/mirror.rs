@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper,
-    PutOptions, Txn, TxnOp, TxnOpResponse,
+    Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, Identity,
+    LeaseKeepAliveStream, LeaseKeeper, PutOptions, TlsOptions, Txn, TxnOp, TxnOpResponse,
 };
 use liveness_client::nonblocking::AsyncClient;
 use liveness_client::{Cursor, Filter};
@@ -96,6 +96,16 @@ fn options(config: &FleetConfig) -> ConnectOptions {
         .with_connect_timeout(REQUEST_TIMEOUT)
         .with_timeout(REQUEST_TIMEOUT)
         .with_keep_alive(config.ttl / 3, REQUEST_TIMEOUT);
+    let options = match &config.tls {
+        Some(tls) => {
+            let mut trust = TlsOptions::new().ca_certificate(Certificate::from_pem(&tls.ca));
+            if let Some((cert, key)) = &tls.identity {
+                trust = trust.identity(Identity::from_pem(cert, key));
+            }
+            options.with_tls(trust)
+        }
+        None => options,
+    };
     match &config.credentials {
         // etcd's tokens expire (5 minutes idle by default): renewed as they do.
         Some(credentials) => options
