@@ -1102,6 +1102,11 @@ fn fleet_watch_sees_a_session_appear_and_end_and_resumes_after_a_revision() {
             .unwrap()
             .contains("without `since`")
     );
+    // Nor is a revision that etcd never sent.
+    for since in [-1, i64::MAX] {
+        let refused = h1.request(json!({"op": "fleet_watch", "since": since}));
+        assert_eq!(refused["error"]["code"], "invalid_request", "{refused}");
+    }
 }
 
 #[test]

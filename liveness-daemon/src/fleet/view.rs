@@ -210,7 +210,7 @@ impl FleetReader {
         let options = WatchOptions::new()
             .with_prefix()
             .with_prev_key()
-            .with_start_revision(since + 1);
+            .with_start_revision(since.saturating_add(1));
         let stream = timed(etcd.watch(prefix, Some(options))).await?;
         Ok(Watch {
             stream,

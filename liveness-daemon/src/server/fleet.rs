@@ -46,6 +46,12 @@ pub(super) async fn follow<W: AsyncWrite + Unpin>(
     let started = async {
         let fleet = in_fleet(fleet)?;
         let (view, since) = match request.since {
+            Some(since) if since < 0 => {
+                return Err(ErrorBody::new(
+                    ErrorCode::InvalidRequest,
+                    "`since` is a revision etcd sent: 0 or more",
+                ));
+            }
             Some(since) => (None, since),
             None => {
                 let labels = request.labels.clone();
