@@ -58,7 +58,7 @@ pub fn run(bin_dir: &Path, plan: ActivityPlan) -> Result<Value> {
         let cpu_ns = procs::cpu_ns(daemon.pid())? - cpu_before;
         let percent = cpu_ns as f64 / opened.elapsed().as_nanos() as f64 * 100.0;
         let deaths = (0..plan.deaths)
-            .map(|n| victim_death(&daemon, &format!("victim-{n}")))
+            .map(|n| victim_death(&daemon, &format!("victim-{n}"), |_| Ok(())))
             .collect::<Result<Vec<_>>>()?;
         let latency = Dist::of_ns(&deaths);
         println!(
@@ -89,9 +89,14 @@ pub fn run(bin_dir: &Path, plan: ActivityPlan) -> Result<Value> {
     }))
 }
 
-/// Registers a one-process tree as `session`, SIGKILLs its owner and returns the
-/// nanoseconds from the kill to reading its `session.ended`.
-fn victim_death(daemon: &Daemon, session: &str) -> Result<u64> {
+/// Registers a one-process tree as `session`, lets `settle` wait for what the registration
+/// set off, SIGKILLs its owner and returns the nanoseconds from the kill to reading its
+/// `session.ended`.
+pub(crate) fn victim_death(
+    daemon: &Daemon,
+    session: &str,
+    settle: impl Fn(&Daemon) -> Result<()>,
+) -> Result<u64> {
     let tree = Tree::spawn(TreeShape::default())?;
     let registered = daemon.request(json!({
         "op": "register", "session": session, "owner": {"pid": tree.owner.pid},
@@ -99,6 +104,7 @@ fn victim_death(daemon: &Daemon, session: &str) -> Result<u64> {
     if registered["ok"] != true {
         bail!("register {session}: {registered}");
     }
+    settle(daemon)?;
     let mut stream = daemon::subscribe(&daemon.socket)?;
     stream
         .get_ref()

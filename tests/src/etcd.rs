@@ -287,6 +287,14 @@ impl Etcd {
             .collect()
     }
 
+    /// How many keys are under `prefix`, whatever their values.
+    pub fn key_count(&self, prefix: &str) -> usize {
+        let output = self.ctl(&["get", "--prefix", "--keys-only", prefix]);
+        assert!(output.status.success(), "etcdctl get: {output:?}");
+        let text = String::from_utf8_lossy(&output.stdout);
+        text.lines().filter(|line| !line.is_empty()).count()
+    }
+
     /// How often `key` was written since it was created (etcd's `version`), 0 if absent.
     pub fn version(&self, key: &str) -> u64 {
         let output = self.ctl(&["get", key, "-w", "json"]);
