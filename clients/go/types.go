@@ -57,6 +57,8 @@ type Message struct {
 	Gap     *Gap        `json:"gap,omitempty"`
 	Lagged  *Lagged     `json:"lagged,omitempty"`
 	Goodbye *Goodbye    `json:"goodbye,omitempty"`
+	// FleetChange is a line of fleet_watch (docs/fleet.md).
+	FleetChange *FleetChange `json:"fleet_change,omitempty"`
 }
 
 // errorBody is the error of a refused request.
@@ -80,6 +82,7 @@ type reply struct {
 	Lock       *Lock           `json:"lock,omitempty"`
 	Locks      *[]Lock         `json:"locks,omitempty"`
 	Processes  *[]Process      `json:"processes,omitempty"`
+	Fleet      *FleetView      `json:"fleet,omitempty"`
 }
 
 // errNotAReply marks a line without "ok" on a request connection: a goodbye.

@@ -498,6 +498,26 @@ func (v *StallAction) UnmarshalJSON(data []byte) error {
 	return fmt.Errorf("liveness: unknown StallAction %q", s)
 }
 
+// FleetChangeKind is what changed in the fleet (fleet_watch).
+type FleetChangeKind string
+
+// The values of FleetChangeKind.
+const (
+	// The host's daemon took its lease or rewrote its host record.
+	FleetOnline FleetChangeKind = "online"
+	// The host's lease ended.
+	FleetOffline FleetChangeKind = "offline"
+	// A session was written.
+	FleetSession FleetChangeKind = "session"
+	// A session ended on its host: event is the end.
+	FleetEnded FleetChangeKind = "ended"
+	// A session's key was removed without an end recorded with it.
+	FleetGone FleetChangeKind = "gone"
+)
+
+// FleetChangeKinds lists every FleetChangeKind, in the daemon's order.
+var FleetChangeKinds = []FleetChangeKind{FleetOnline, FleetOffline, FleetSession, FleetEnded, FleetGone}
+
 // Identity is a process's fingerprint: equal fingerprints name the same process, and a pid whose start time (or pidfs inode) differs is another process. See docs/protocol.md §2 "Identity".
 type Identity struct {
 	// The process id, in the PID namespace of whoever captured it.
@@ -1080,6 +1100,42 @@ type Lagged struct {
 // Goodbye is the daemon is stopping.
 type Goodbye struct {
 	Reason string `json:"reason"`
+}
+
+// FleetHost is one host of the fleet and its ACTIVE sessions, as etcd holds them.
+type FleetHost struct {
+	HostID string `json:"host_id"`
+	// Its daemon holds its host lease.
+	Online bool `json:"online"`
+	// Online: since when. Offline: when its daemon was last seen alive.
+	SinceMs  *int64 `json:"since_ms,omitempty"`
+	Hostname string `json:"hostname,omitempty"`
+	// Its ACTIVE sessions as it last wrote them.
+	Sessions []Session `json:"sessions"`
+}
+
+// FleetView is every host of the fleet at one etcd revision (fleet).
+type FleetView struct {
+	// etcd's revision of the view: fleet_watch since it follows every change after.
+	Revision int64 `json:"revision"`
+	// By host id.
+	Hosts []FleetHost `json:"hosts"`
+}
+
+// FleetChange is a change of the fleet, a line of fleet_watch.
+type FleetChange struct {
+	// etcd's revision of the change; resume after it with since.
+	Revision int64           `json:"revision"`
+	Change   FleetChangeKind `json:"change"`
+	HostID   string          `json:"host_id"`
+	// online: since when.
+	SinceMs *int64 `json:"since_ms,omitempty"`
+	// online.
+	Hostname string `json:"hostname,omitempty"`
+	// session: as written; ended, gone: as last known.
+	Session *Session `json:"session,omitempty"`
+	// ended: the session.ended event.
+	Event *Event `json:"event,omitempty"`
 }
 
 func orNil[T comparable](v T) *T {

@@ -53,7 +53,7 @@ pub fn run(bin_dir: &Path, baseline: Option<&Path>, plan: ActivityPlan) -> Resul
             });
         }
         let deaths = (0..plan.deaths)
-            .map(|n| victim_death(&daemon, &format!("victim-{n}")))
+            .map(|n| victim_death(&daemon, &format!("victim-{n}"), |_| Ok(())))
             .collect::<Result<Vec<_>>>()?;
         let latency = Dist::of_ns(&deaths);
         println!(
@@ -169,9 +169,14 @@ fn sampling(
     Ok((daemon, percent))
 }
 
-/// Registers a one-process tree as `session`, SIGKILLs its owner and returns the
-/// nanoseconds from the kill to reading its `session.ended`.
-fn victim_death(daemon: &Daemon, session: &str) -> Result<u64> {
+/// Registers a one-process tree as `session`, lets `settle` wait for what the registration
+/// set off, SIGKILLs its owner and returns the nanoseconds from the kill to reading its
+/// `session.ended`.
+pub(crate) fn victim_death(
+    daemon: &Daemon,
+    session: &str,
+    settle: impl Fn(&Daemon) -> Result<()>,
+) -> Result<u64> {
     let tree = Tree::spawn(TreeShape::default())?;
     let registered = daemon.request(json!({
         "op": "register", "session": session, "owner": {"pid": tree.owner.pid},
@@ -179,6 +184,7 @@ fn victim_death(daemon: &Daemon, session: &str) -> Result<u64> {
     if registered["ok"] != true {
         bail!("register {session}: {registered}");
     }
+    settle(daemon)?;
     let mut stream = daemon::subscribe(&daemon.socket)?;
     stream
         .get_ref()

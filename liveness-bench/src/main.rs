@@ -6,6 +6,7 @@ mod activity;
 mod bpf_stats;
 mod cpu;
 mod daemon;
+mod fleet;
 mod floor;
 mod peers;
 mod procs;
@@ -87,6 +88,10 @@ enum Part {
     /// Activity sampling: the daemon's CPU while it samples many sessions' trees, and a
     /// victim's death latency meanwhile.
     Activity,
+    /// The fleet on a real etcd: a fleet lock's hand-over across two daemons after its
+    /// holder's owner is SIGKILLed, next to etcd's own lock; a victim's death latency with
+    /// `--etcd` and without.
+    Fleet,
 }
 
 impl Args {
@@ -127,6 +132,7 @@ struct Plan {
     trees: Vec<trees::TreeSize>,
     replay: replay::ReplayPlan,
     activity: activity::ActivityPlan,
+    fleet: fleet::FleetPlan,
 }
 
 impl Plan {
@@ -171,6 +177,11 @@ impl Plan {
                     window: Duration::from_secs(2),
                     deaths: 5,
                 },
+                fleet: fleet::FleetPlan {
+                    rounds: 5,
+                    etcd_rounds: 1,
+                    deaths: 5,
+                },
             }
         } else if args.quick {
             Plan {
@@ -211,6 +222,11 @@ impl Plan {
                     members: 20,
                     window: Duration::from_secs(10),
                     deaths: 50,
+                },
+                fleet: fleet::FleetPlan {
+                    rounds: 30,
+                    etcd_rounds: 2,
+                    deaths: 100,
                 },
             }
         } else {
@@ -261,6 +277,11 @@ impl Plan {
                     members: 20,
                     window: Duration::from_secs(30),
                     deaths: 200,
+                },
+                fleet: fleet::FleetPlan {
+                    rounds: 100,
+                    etcd_rounds: 5,
+                    deaths: 300,
                 },
             }
         }
@@ -354,6 +375,7 @@ struct Report {
     trees: Option<Value>,
     replay: Option<Value>,
     activity: Option<Value>,
+    fleet: Option<Value>,
     errors: Vec<String>,
 }
 
@@ -501,6 +523,12 @@ fn run(args: &Args) -> Result<bool> {
         )?);
     }
 
+    // The new build only: the baseline may have no fleet.
+    if args.runs(Part::Fleet) {
+        eprintln!("bench: fleet");
+        report.fleet = Some(fleet::run(&args.bin_dir, plan.fleet)?);
+    }
+
     let goals = goals(&report);
     print_table(&plan, &report, &goals);
     let document = json!({
@@ -534,6 +562,7 @@ fn run(args: &Args) -> Result<bool> {
         "trees": report.trees,
         "replay": report.replay,
         "activity": report.activity,
+        "fleet": report.fleet,
         "goals": goals,
         "errors": report.errors,
     });
@@ -1332,6 +1361,29 @@ fn unmeasured(name: &str, target: &str, why: &str) -> Value {
 
 fn goals(report: &Report) -> Vec<Value> {
     let mut goals = Vec::new();
+    if let Some(fleet) = &report.fleet {
+        let ms = |key: &str| fleet["handover"][key].as_f64().map(|us| us / 1e3);
+        for (name, key, limit) in [
+            ("fleet_handover_p50", "p50_us", 20.0),
+            ("fleet_handover_p99", "p99_us", 50.0),
+        ] {
+            let target = format!("< {limit} ms");
+            goals.push(match ms(key) {
+                Some(ms) => goal(name, &target, ms, "ms", ms < limit),
+                None => unmeasured(name, &target, "no figure"),
+            });
+        }
+        goals.push(match fleet["death_p50_with_vs_without_etcd"].as_f64() {
+            Some(ratio) => goal(
+                "fleet_death_p50_vs_without",
+                "<= 1.1x",
+                ratio,
+                "x",
+                ratio <= 1.1,
+            ),
+            None => unmeasured("fleet_death_p50_vs_without", "<= 1.1x", "no figure"),
+        });
+    }
     if let Some(activity) = &report.activity {
         let cpu = activity["settings"]["default"]["daemon_cpu_percent"].as_f64();
         goals.push(match cpu {

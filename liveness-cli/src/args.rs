@@ -103,6 +103,13 @@ pub(crate) enum Command {
     GenerateMan(GenerateManArgs),
     /// Locks held by sessions: acquire, release, list, and run a command holding one.
     Lock(LockArgs),
+    /// The fleet's hosts, online or offline and since when, and their active sessions, as
+    /// etcd holds them (a daemon started with --etcd answers; see docs/fleet.md).
+    ///
+    /// `liveness fleet watch` follows the changes: hosts going online and offline,
+    /// sessions written, ended and gone, each with etcd's revision; `--since REV` resumes
+    /// after one.
+    Fleet(FleetArgs),
     /// Run CMD as the owner of a new session, registered before CMD starts; wait for it,
     /// and exit with its status once the session has ended.
     ///
@@ -617,6 +624,32 @@ pub(crate) struct GenerateManArgs {
     pub(crate) dir: PathBuf,
 }
 
+// `fleet`
+#[derive(Debug, clap::Args)]
+pub(crate) struct FleetArgs {
+    #[command(subcommand)]
+    pub(crate) command: Option<FleetCommand>,
+    #[command(flatten)]
+    pub(crate) labels: LabelFilter,
+}
+
+/// `liveness fleet ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum FleetCommand {
+    /// Follow the fleet's changes, one line each (JSON lines with --json).
+    Watch(FleetWatchArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct FleetWatchArgs {
+    /// Only the changes after etcd's revision REV (a view's or an earlier change's),
+    /// without the present view first.
+    #[arg(long, value_name = "REV")]
+    pub(crate) since: Option<i64>,
+    #[command(flatten)]
+    pub(crate) labels: LabelFilter,
+}
+
 // `lock`
 #[derive(Debug, clap::Args)]
 pub(crate) struct LockArgs {
@@ -782,6 +815,11 @@ pub(crate) struct LabelFilter {
 }
 
 impl LabelFilter {
+    /// The labels as a request names them.
+    pub(crate) fn to_map(&self) -> BTreeMap<String, String> {
+        self.labels.iter().cloned().collect()
+    }
+
     pub(crate) fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.labels
             .iter()

@@ -11,6 +11,7 @@ mod context;
 mod doctor;
 mod escape;
 mod exit;
+mod fleet;
 mod generate;
 mod lock;
 mod output;
@@ -92,6 +93,7 @@ impl Command {
             Command::Completions(args) => args.execute(context),
             Command::GenerateMan(args) => args.execute(context),
             Command::Lock(args) => args.execute(context),
+            Command::Fleet(args) => args.execute(context),
             Command::Run(args) => args.execute(context),
             Command::Hooks(args) => args.execute(context),
         }

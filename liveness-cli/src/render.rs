@@ -264,7 +264,7 @@ pub(crate) fn print_lock_table(locks: &[Lock]) {
 }
 
 /// Left-aligned columns, two spaces apart; the last one is not padded.
-fn print_table<const N: usize>(headers: [&str; N], rows: &[[String; N]]) {
+pub(crate) fn print_table<const N: usize>(headers: [&str; N], rows: &[[String; N]]) {
     let mut widths = headers.map(|h| h.chars().count());
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
@@ -308,7 +308,7 @@ fn describe_process(identity: &Identity, here: Option<Here>, pids: &Numbering) -
     }
 }
 
-fn describe_labels(labels: &BTreeMap<String, String>) -> String {
+pub(crate) fn describe_labels(labels: &BTreeMap<String, String>) -> String {
     labels
         .iter()
         .map(|(key, value)| format!("{key}={value}"))

@@ -171,6 +171,8 @@ impl WatchArgs {
                 Item::Lagged { last_delivered } => {
                     eprintln!("liveness: fell behind; resuming after event {last_delivered}");
                 }
+                // Only `fleet_watch` sends them, never a subscription.
+                Item::FleetChange(_) => {}
                 Item::Goodbye { reason } => {
                     eprintln!("liveness: the daemon stopped ({reason}); reconnecting (see --help)")
                 }

@@ -5,7 +5,8 @@
 //! [`end`](Client::end), [`get`](Client::get), [`list`](Client::list),
 //! [`whose`](Client::whose), [`status`](Client::status),
 //! [`lock_acquire`](Client::lock_acquire), [`lock_release`](Client::lock_release),
-//! [`lock_list`](Client::lock_list) and [`subscribe`](Client::subscribe). A refusal by the daemon is a
+//! [`lock_list`](Client::lock_list), [`subscribe`](Client::subscribe), and, of a daemon
+//! in a fleet, [`fleet`](Client::fleet) and [`fleet_watch`](Client::fleet_watch). A refusal by the daemon is a
 //! [`ClientError::Daemon`] carrying its [`ErrorCode`] and message.
 //!
 //! A [`Subscription`] reconnects to a restarted daemon and resumes after the last event it
@@ -43,6 +44,7 @@ use std::time::Duration;
 pub use liveness_common;
 use liveness_common::action::ActionSpec;
 use liveness_common::activity::StallPolicy;
+use liveness_common::fleet::FleetView;
 use liveness_common::identity::Identity;
 use liveness_common::lock::Lock;
 pub use liveness_common::lock::Scope;
@@ -514,6 +516,46 @@ impl Client {
         }
     }
 
+    /// The fleet's hosts and their ACTIVE sessions with every one of `labels` (all of
+    /// them if empty), read from etcd by a daemon started with `--etcd` (docs/fleet.md).
+    ///
+    /// ```no_run
+    /// # use liveness_client::Client;
+    /// for host in Client::connect_default()?.fleet(Default::default())?.hosts {
+    ///     println!("{} online={} sessions={}", host.host_id, host.online, host.sessions.len());
+    /// }
+    /// # Ok::<(), liveness_client::ClientError>(())
+    /// ```
+    pub fn fleet(&mut self, labels: BTreeMap<String, String>) -> Result<FleetView, ClientError> {
+        let reply = self.call(&Request::Fleet(request::Fleet { labels }))?;
+        reply.fleet.ok_or_else(|| wire::missing("fleet"))
+    }
+
+    /// Turns this connection into a [`FleetWatch`]: the fleet's changes after etcd's
+    /// revision `since` (an earlier view's or change's), or, without it, the present view
+    /// and the changes after it; only those of sessions with every one of `labels`.
+    ///
+    /// ```no_run
+    /// # use liveness_client::Client;
+    /// use liveness_client::liveness_common::protocol::StreamMessage;
+    /// let mut watch = Client::connect_default()?.fleet_watch(None, Default::default())?;
+    /// while let StreamMessage::FleetChange(change) = watch.next_message()? {
+    ///     println!("{} {:?} {}", change.revision, change.change, change.host_id);
+    /// }
+    /// # Ok::<(), liveness_client::ClientError>(())
+    /// ```
+    pub fn fleet_watch(
+        mut self,
+        since: Option<i64>,
+        labels: BTreeMap<String, String>,
+    ) -> Result<FleetWatch, ClientError> {
+        let reply = self.call(&Request::FleetWatch(request::FleetWatch { since, labels }))?;
+        Ok(FleetWatch {
+            view: reply.fleet,
+            client: self,
+        })
+    }
+
     /// Sends a `subscribe` request and returns the acknowledgement; stream lines follow.
     fn subscribe_raw(&mut self, request: &Request) -> Result<Subscribed, ClientError> {
         self.call(request).and_then(wire::acknowledgement)
@@ -634,5 +676,22 @@ mod tests {
         for bad in ["", "x", "-1", "1 a b"] {
             assert_eq!(Cursor::parse(bad), None, "{bad:?} is no cursor");
         }
+    }
+}
+
+/// The fleet's changes, as [`Client::fleet_watch`] follows them: `fleet_change` lines,
+/// then `goodbye` when the daemon stops or etcd ends the watch (watch again with `since`,
+/// the last change's revision).
+#[derive(Debug)]
+pub struct FleetWatch {
+    /// The view the changes follow, when the watch started without `since`.
+    pub view: Option<FleetView>,
+    client: Client,
+}
+
+impl FleetWatch {
+    /// The next line: a [`StreamMessage::FleetChange`], or `goodbye`.
+    pub fn next_message(&mut self) -> Result<StreamMessage, ClientError> {
+        self.client.next_message()
     }
 }

@@ -232,7 +232,8 @@ impl Position {
             StreamMessage::Lagged { .. } | StreamMessage::Goodbye { .. } => {
                 Step::DeliverAndReconnect
             }
-            StreamMessage::Gap { .. } => Step::Deliver,
+            // Not of a subscription's stream; delivered as sent.
+            StreamMessage::Gap { .. } | StreamMessage::FleetChange(_) => Step::Deliver,
         }
     }
 }

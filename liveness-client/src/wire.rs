@@ -81,7 +81,7 @@ pub(crate) fn decode_line(line: String) -> Result<Line, ClientError> {
     }
 }
 
-fn missing(what: &str) -> ClientError {
+pub(crate) fn missing(what: &str) -> ClientError {
     ClientError::Protocol(format!("the daemon's reply has no {what}"))
 }
 

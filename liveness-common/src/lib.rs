@@ -8,6 +8,7 @@
 //! - [`exit`]: how a process ended ([`exit::ExitStatus`]) and what noticed it.
 //! - [`cause`]: why it died and what it cost ([`cause::Cause`], [`cause::Usage`]).
 //! - [`end`]: why a session ended, and the survivors of its tree.
+//! - [`fleet`]: the fleet's hosts and sessions, as etcd holds them (`livenessd --etcd`).
 //! - [`session`]: sessions and the events of the stream.
 //! - [`lock`]: locks held by sessions, with fencing tokens.
 //! - [`protocol`]: the request enum, replies, errors and stream messages.
@@ -20,6 +21,7 @@ pub mod cause;
 pub mod duration;
 pub mod end;
 pub mod exit;
+pub mod fleet;
 pub mod identity;
 pub mod lock;
 pub mod protocol;

@@ -11,6 +11,7 @@ use crate::request;
 pub use crate::request::{AutoOwner, OwnerSpec, PidOwner, PidfdOwner};
 use serde_json::Value;
 
+use crate::fleet::{FleetChange, FleetView};
 use crate::identity::Identity;
 use crate::lock::Lock;
 use crate::session::{Event, Session};
@@ -46,6 +47,8 @@ pub enum Request {
     LockRelease(request::LockRelease),
     LockList(request::LockList),
     ActionsDone(request::ActionsDone),
+    Fleet(request::Fleet),
+    FleetWatch(request::FleetWatch),
 }
 
 /// Machine-readable error codes; the message says the rest.
@@ -158,6 +161,9 @@ pub struct Reply {
     /// `processes`: the session's live members, by pid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub processes: Option<Vec<MemberProcess>>,
+    /// `fleet`, and `fleet_watch` without `since`: the fleet's hosts and sessions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<FleetView>,
 }
 
 /// One live process of a session's tree, as `processes` lists it.
@@ -190,6 +196,7 @@ impl Reply {
             warnings: Vec::new(),
             lock: None,
             locks: None,
+            fleet: None,
         }
     }
 
@@ -245,6 +252,8 @@ pub enum StreamMessage {
     Lagged {
         last_delivered: u64,
     },
+    /// `fleet_watch`: a change of the fleet.
+    FleetChange(Box<FleetChange>),
     /// The daemon is stopping.
     Goodbye {
         reason: String,

@@ -255,3 +255,24 @@ pub struct LockList {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<String>,
 }
+
+/// The fleet's hosts and their ACTIVE sessions, read from etcd by a daemon with `--etcd`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fleet {
+    /// Only sessions with every one of these labels, and the hosts that have any.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Follows the fleet's changes: without `since`, the reply carries the view and the
+/// changes after it follow; with `since` (a revision of an earlier view or change), the
+/// changes after it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetWatch {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<i64>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+}

@@ -22,6 +22,96 @@ pub struct Etcd {
     peer_port: u16,
     /// `USER:PASSWORD` for etcdctl, once [`Etcd::enable_auth`] turned authentication on.
     user: Option<String>,
+    /// Serving TLS only, to clients with a certificate of [`Etcd::tls`]'s CA.
+    tls: Option<TlsFiles>,
+}
+
+/// A CA, etcd's certificate for 127.0.0.1 and a client's, made by `openssl` for one test.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub ca: PathBuf,
+    pub server_cert: PathBuf,
+    pub server_key: PathBuf,
+    pub client_cert: PathBuf,
+    /// Mode 600, as the daemon wants a key.
+    pub client_key: PathBuf,
+}
+
+impl TlsFiles {
+    /// Makes them in `dir` (EC P-256 keys, valid for a day).
+    pub fn make(dir: &std::path::Path) -> TlsFiles {
+        let openssl = |args: &[&str]| {
+            let output = Command::new("openssl")
+                .current_dir(dir)
+                .args(args)
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run openssl: {e}"));
+            assert!(output.status.success(), "openssl {args:?}: {output:?}");
+        };
+        let key = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        let ca = ["-x509", "-days", "1", "-subj", "/CN=liveness test CA"];
+        openssl(
+            &[
+                &["req"][..],
+                &ca,
+                &key,
+                &["-keyout", "ca.key", "-out", "ca.crt"],
+            ]
+            .concat(),
+        );
+        for (name, extensions) in [
+            (
+                "server",
+                "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+            ),
+            ("client", "extendedKeyUsage=clientAuth\n"),
+        ] {
+            let ext = format!("{name}.ext");
+            std::fs::write(dir.join(&ext), extensions).expect("the extensions' file");
+            let subject = format!("/CN={name}");
+            let (csr, cert, key_file) = (
+                format!("{name}.csr"),
+                format!("{name}.crt"),
+                format!("{name}.key"),
+            );
+            let request = ["-subj", &subject, "-keyout", &key_file, "-out", &csr];
+            openssl(&[&["req"][..], &key, &request].concat());
+            openssl(&[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "1",
+                "-out",
+                &cert,
+                "-extfile",
+                &ext,
+            ]);
+        }
+        let files = TlsFiles {
+            ca: dir.join("ca.crt"),
+            server_cert: dir.join("server.crt"),
+            server_key: dir.join("server.key"),
+            client_cert: dir.join("client.crt"),
+            client_key: dir.join("client.key"),
+        };
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&files.client_key, std::fs::Permissions::from_mode(0o600))
+            .expect("chmod the client's key");
+        files
+    }
 }
 
 /// A port nothing listens on now.
@@ -41,7 +131,22 @@ impl Etcd {
             client_port: free_port(),
             peer_port: free_port(),
             user: None,
+            tls: None,
         }
+    }
+
+    /// A started one that serves TLS only and wants a client certificate
+    /// (`--client-cert-auth`), with the files made by `openssl` ([`TlsFiles`]).
+    pub fn started_with_tls() -> Etcd {
+        let mut etcd = Etcd::new();
+        etcd.tls = Some(TlsFiles::make(etcd.dir.path()));
+        etcd.start();
+        etcd
+    }
+
+    /// The CA and certificates of an etcd started with TLS.
+    pub fn tls(&self) -> &TlsFiles {
+        self.tls.as_ref().expect("an etcd started with TLS")
     }
 
     /// A started one.
@@ -53,7 +158,8 @@ impl Etcd {
 
     /// The client URL, for `--etcd`.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
     /// Starts it (again, on the same data), and waits until it answers.
@@ -66,7 +172,17 @@ impl Etcd {
             .append(true)
             .open(self.dir.path().join("etcd.log"))
             .expect("etcd's log");
-        let child = Command::new("etcd")
+        let mut etcd = Command::new("etcd");
+        if let Some(tls) = &self.tls {
+            etcd.arg("--cert-file")
+                .arg(&tls.server_cert)
+                .arg("--key-file")
+                .arg(&tls.server_key)
+                .arg("--trusted-ca-file")
+                .arg(&tls.ca)
+                .arg("--client-cert-auth");
+        }
+        let child = etcd
             .args(["--name", "t", "--data-dir"])
             .arg(self.data_dir())
             .args(["--listen-client-urls", &client])
@@ -126,6 +242,15 @@ impl Etcd {
         if let Some(user) = &self.user {
             command.args(["--user", user]);
         }
+        if let Some(tls) = &self.tls {
+            command
+                .arg("--cacert")
+                .arg(&tls.ca)
+                .arg("--cert")
+                .arg(&tls.client_cert)
+                .arg("--key")
+                .arg(&tls.client_key);
+        }
         command
     }
 
@@ -162,12 +287,30 @@ impl Etcd {
             .collect()
     }
 
+    /// How many keys are under `prefix`, whatever their values.
+    pub fn key_count(&self, prefix: &str) -> usize {
+        let output = self.ctl(&["get", "--prefix", "--keys-only", prefix]);
+        assert!(output.status.success(), "etcdctl get: {output:?}");
+        let text = String::from_utf8_lossy(&output.stdout);
+        text.lines().filter(|line| !line.is_empty()).count()
+    }
+
     /// How often `key` was written since it was created (etcd's `version`), 0 if absent.
     pub fn version(&self, key: &str) -> u64 {
         let output = self.ctl(&["get", key, "-w", "json"]);
         assert!(output.status.success(), "etcdctl get: {output:?}");
         let reply: Value = serde_json::from_slice(&output.stdout).expect("etcdctl's JSON");
         reply["kvs"][0]["version"].as_u64().unwrap_or(0)
+    }
+
+    /// Compacts etcd's history up to its present revision: older revisions are gone.
+    pub fn compact(&self) {
+        let output = self.ctl(&["get", "/", "-w", "json"]);
+        assert!(output.status.success(), "etcdctl get: {output:?}");
+        let reply: Value = serde_json::from_slice(&output.stdout).expect("etcdctl's JSON");
+        let revision = reply["header"]["revision"].as_i64().expect("a revision");
+        let output = self.ctl(&["compact", &revision.to_string()]);
+        assert!(output.status.success(), "etcdctl compact: {output:?}");
     }
 
     /// `etcdctl watch --prefix PREFIX`, its output piped.

@@ -487,6 +487,108 @@ fn a_daemon_authenticates_with_a_password_only_it_can_read() {
     }
 }
 
+/// `livenessd` with `args` that it must refuse at start: its stderr, once it checked that
+/// it created nothing.
+fn refused_at_start(dir: &std::path::Path, args: &[&std::ffi::OsStr]) -> String {
+    let state = dir.join("refused-state");
+    let output = Command::new(binary("livenessd"))
+        .arg("--state-dir")
+        .arg(&state)
+        .arg("--socket")
+        .arg(dir.join("refused.sock"))
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+    assert!(!state.exists(), "{args:?}: the state was created");
+    stderr
+}
+
+#[test]
+fn a_daemon_speaks_tls_to_an_etcd_that_wants_client_certificates() {
+    let etcd = Etcd::started_with_tls();
+    let tls = etcd.tls().clone();
+    let url = etcd.url();
+    let flags = |cert: bool| {
+        let mut args: Vec<std::ffi::OsString> = ["--etcd", &url, "--etcd-ttl", "5s"]
+            .map(Into::into)
+            .to_vec();
+        args.extend(["--etcd-cacert".into(), tls.ca.clone().into()]);
+        if cert {
+            args.extend(["--etcd-cert".into(), tls.client_cert.clone().into()]);
+            args.extend(["--etcd-key".into(), tls.client_key.clone().into()]);
+        }
+        args
+    };
+    let start = |host_id: &str, cert: bool| {
+        let mut args = flags(cert);
+        args.extend(["--host-id".into(), host_id.into()]);
+        let args: Vec<&str> = args.iter().map(|a| a.to_str().unwrap()).collect();
+        Daemon::start(&args)
+    };
+
+    let daemon = start("h1", true);
+    wait_caught_up(&daemon);
+    let owner = Orphan::spawn(&["exit", "0"]);
+    register(&daemon, "s", owner.pid);
+    wait_keys(
+        &etcd,
+        "/liveness/sessions/",
+        &["/liveness/sessions/h1/0/s".into()],
+    );
+    assert_eq!(fleet_json(&daemon, &[])["hosts"][0]["host_id"], "h1");
+    assert!(
+        !daemon.log().contains("PRIVATE KEY"),
+        "the key is in the log"
+    );
+
+    // Without a client certificate etcd refuses it: the daemon serves, and says why.
+    let anonymous = start("h2", false);
+    let refused = eventually(MIRRORED, || cluster(&anonymous)["error"].is_string());
+    assert!(refused, "{}", cluster(&anonymous));
+    assert_eq!(cluster(&anonymous)["connected"], false);
+    assert_eq!(etcd.keys("/liveness/hosts/"), ["/liveness/hosts/h1"]);
+
+    // What cannot work is refused at start, naming the flag and the file.
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.crt");
+    let not_pem = dir.path().join("not.pem");
+    std::fs::write(&not_pem, "hello\n").unwrap();
+    let readable_key = dir.path().join("readable.key");
+    std::fs::copy(&tls.client_key, &readable_key).unwrap();
+    std::fs::set_permissions(&readable_key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let plain = url.replace("https://", "http://");
+    let with = |flag: &str, value: &std::path::Path| {
+        let mut args = flags(true);
+        let at = args.iter().position(|a| a == flag).unwrap();
+        args[at + 1] = value.into();
+        args
+    };
+    let cases: Vec<(Vec<std::ffi::OsString>, String)> = vec![
+        (
+            with("--etcd-cacert", &missing),
+            format!("--etcd-cacert {}", missing.display()),
+        ),
+        (with("--etcd-cert", &not_pem), "--etcd-cert".into()),
+        (with("--etcd-key", &readable_key), "mode 644".into()),
+        (
+            with("--etcd", std::path::Path::new(&plain)),
+            "give https:// endpoints".into(),
+        ),
+        (
+            ["--etcd", url.as_str()].map(Into::into).to_vec(),
+            "needs --etcd-cacert".into(),
+        ),
+    ];
+    for (args, says) in cases {
+        let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        let stderr = refused_at_start(dir.path(), &args);
+        assert!(stderr.contains(&says), "{args:?}: {stderr}");
+        assert!(!stderr.contains("PRIVATE KEY"), "{stderr}");
+    }
+}
+
 /// A fleet lock request on a fresh connection of `daemon`.
 fn fleet_lock(daemon: &Daemon, op: &str, name: &str, session: &str, wait: bool) -> Value {
     let mut request = json!({"op": op, "name": name, "session": session, "cluster": true});
@@ -724,6 +826,20 @@ fn a_daemon_cut_off_from_etcd_claims_no_fleet_lock_once_its_lease_could_have_exp
     );
 }
 
+/// A daemon without `--etcd` refused the request, naming the flag.
+fn assert_needs_etcd(refused: &Value) {
+    assert_eq!(refused["error"]["code"], "invalid_request", "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("--etcd"), "{refused}");
+}
+
+/// The CLI failed against a daemon without `--etcd`, naming the flag.
+fn assert_cli_needs_etcd(cli: &std::process::Output) {
+    assert!(!cli.status.success(), "{cli:?}");
+    let stderr = String::from_utf8_lossy(&cli.stderr);
+    assert!(stderr.contains("--etcd"), "{stderr}");
+}
+
 #[test]
 fn a_fleet_lock_on_a_daemon_without_etcd_is_refused_with_why() {
     let daemon = Daemon::start(&[]);
@@ -731,19 +847,16 @@ fn a_fleet_lock_on_a_daemon_without_etcd_is_refused_with_why() {
     register(&daemon, "s", owner.pid);
     for op in ["lock_acquire", "lock_release"] {
         let refused = fleet_lock(&daemon, op, "deploy", "s", false);
-        assert_eq!(refused["error"]["code"], "invalid_request", "{refused}");
-        assert!(
-            refused["error"]["message"]
-                .as_str()
-                .unwrap()
-                .contains("--etcd"),
-            "{refused}"
-        );
+        assert_needs_etcd(&refused);
     }
-    let cli = daemon.cli(&["lock", "acquire", "deploy", "--cluster", "--session", "s"]);
-    assert!(!cli.status.success(), "{cli:?}");
-    let stderr = String::from_utf8_lossy(&cli.stderr);
-    assert!(stderr.contains("--etcd"), "{stderr}");
+    assert_cli_needs_etcd(&daemon.cli(&[
+        "lock",
+        "acquire",
+        "deploy",
+        "--cluster",
+        "--session",
+        "s",
+    ]));
     // Nothing was taken on the host instead.
     assert_eq!(
         daemon.request(json!({"op": "lock_list"}))["locks"],
@@ -800,4 +913,257 @@ fn no_user_releases_anothers_fleet_lock_and_names_stay_under_locks() {
     assert!(etcd.keys("/liveness/locks/deploy/").is_empty());
     let again = as_alice.request(&acquire).expect("a reply");
     assert!(token(&again) > held, "{again}");
+}
+
+/// `liveness fleet --json` as a host's CLI prints it.
+fn fleet_json(daemon: &Daemon, args: &[&str]) -> Value {
+    let mut all = vec!["--json", "fleet"];
+    all.extend_from_slice(args);
+    let output = daemon.cli(&all);
+    assert!(output.status.success(), "{output:?}");
+    serde_json::from_slice(&output.stdout).expect("fleet --json is one JSON document")
+}
+
+/// The host of that id in a view.
+fn host_in<'v>(view: &'v Value, id: &str) -> &'v Value {
+    view["hosts"]
+        .as_array()
+        .and_then(|hosts| hosts.iter().find(|h| h["host_id"] == id))
+        .unwrap_or_else(|| panic!("no host {id} in {view}"))
+}
+
+fn session_ids(host: &Value) -> Vec<String> {
+    let sessions = host["sessions"].as_array().expect("sessions");
+    sessions
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn the_fleet_shows_each_host_online_or_offline_with_its_sessions_and_filters_by_label() {
+    let etcd = Etcd::started();
+    let h1 = host(&etcd, "h1", "10s");
+    let mut h2 = host(&etcd, "h2", "3s");
+    let h3 = host(&etcd, "h3", "10s");
+    let owners: Vec<Orphan> = (0..3).map(|_| Orphan::spawn(&["exit", "0"])).collect();
+    register(&h1, "a1", owners[0].pid);
+    let web = json!({
+        "op": "register", "session": "b1", "owner": {"pid": owners[1].pid},
+        "labels": {"team": "web"}
+    });
+    assert_eq!(h2.request(web)["ok"], true);
+    register(&h3, "c1", owners[2].pid);
+    for daemon in [&h1, &h2, &h3] {
+        wait_caught_up(daemon);
+    }
+
+    let view = fleet_json(&h1, &[]);
+    assert!(view["revision"].as_i64().unwrap() > 0, "{view}");
+    let ids: Vec<&str> = (view["hosts"].as_array().unwrap().iter())
+        .map(|h| h["host_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["h1", "h2", "h3"], "{view}");
+    for (id, session) in [("h1", "a1"), ("h2", "b1"), ("h3", "c1")] {
+        let entry = host_in(&view, id);
+        assert_eq!(entry["online"], true, "{entry}");
+        assert!(entry["since_ms"].as_i64().is_some(), "{entry}");
+        assert_eq!(session_ids(entry), [session], "{entry}");
+    }
+    assert_eq!(
+        host_in(&view, "h2")["sessions"][0]["owner"]["pid"],
+        owners[1].pid
+    );
+
+    // Every label given must match; hosts without a matching session are left out.
+    let web = fleet_json(&h3, &["--label", "team=web"]);
+    let ids: Vec<&str> = (web["hosts"].as_array().unwrap().iter())
+        .map(|h| h["host_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["h2"], "{web}");
+    let none = fleet_json(&h3, &["--label", "team=web", "--label", "tier=x"]);
+    assert_eq!(none["hosts"], json!([]), "{none}");
+
+    // A killed daemon's host goes offline within its TTL; its sessions stay as last known.
+    h2.kill9();
+    let killed = Instant::now();
+    let mut seen = Value::Null;
+    let offline = eventually(Duration::from_secs(3 + 3), || {
+        seen = fleet_json(&h1, &[]);
+        host_in(&seen, "h2")["online"] == false
+    });
+    assert!(
+        offline,
+        "h2 still online {:?} after its kill: {seen}",
+        killed.elapsed()
+    );
+    let h2_seen = host_in(&seen, "h2");
+    assert_eq!(session_ids(h2_seen), ["b1"], "{h2_seen}");
+    let last_seen = h2_seen["since_ms"].as_i64().expect("when h2 was last seen");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    assert!(now - last_seen < 10_000, "last seen {last_seen}, now {now}");
+    let text = h1.cli(&["fleet"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    let h2_row = text.lines().find(|l| l.starts_with("h2")).expect(&text);
+    assert!(
+        h2_row.contains("offline") && h2_row.contains("b1"),
+        "{text}"
+    );
+    let h1_row = text.lines().find(|l| l.starts_with("h1")).expect(&text);
+    assert!(h1_row.contains("online") && h1_row.contains("a1"), "{text}");
+}
+
+/// `liveness fleet watch --json` on a daemon, each line as it is read.
+fn fleet_watch(daemon: &Daemon, args: &[&str]) -> (Child, Receiver<Value>) {
+    let mut watch = Command::new(binary("liveness"))
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .args(["--json", "fleet", "watch"])
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run liveness fleet watch");
+    let stdout = watch.stdout.take().expect("piped");
+    let (sink, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let value = serde_json::from_str(&line).expect("a JSON line");
+            if sink.send(value).is_err() {
+                return;
+            }
+        }
+    });
+    (watch, lines)
+}
+
+/// The next change of `kind` for `session` among the lines.
+fn next_change(lines: &Receiver<Value>, kind: &str, session: &str) -> Value {
+    loop {
+        let line = lines
+            .recv_timeout(MIRRORED)
+            .unwrap_or_else(|_| panic!("no {kind} change of {session} within {MIRRORED:?}"));
+        if line["change"] == kind && line["session"]["id"] == session {
+            return line;
+        }
+    }
+}
+
+#[test]
+fn fleet_watch_sees_a_session_appear_and_end_and_resumes_after_a_revision() {
+    let etcd = Etcd::started();
+    let h1 = host(&etcd, "h1", "10s");
+    let h2 = host(&etcd, "h2", "10s");
+    wait_caught_up(&h2);
+    let (mut watch, lines) = fleet_watch(&h1, &["--label", "team=infra"]);
+    let view = lines.recv_timeout(MIRRORED).expect("the view first");
+    assert_eq!(
+        view["hosts"],
+        json!([]),
+        "no session has the label yet: {view}"
+    );
+
+    let owner = Orphan::spawn(&["exit", "0"]);
+    register(&h2, "w1", owner.pid);
+    let other = Orphan::spawn(&["exit", "0"]);
+    let unlabelled = json!({"op": "register", "session": "w0", "owner": {"pid": other.pid}});
+    assert_eq!(h2.request(unlabelled)["ok"], true);
+    let appeared = next_change(&lines, "session", "w1");
+    assert_eq!(appeared["host_id"], "h2", "{appeared}");
+    assert_eq!(appeared["session"]["phase"], "active", "{appeared}");
+    Fingerprint::of(owner.pid).kill();
+    let ended = next_change(&lines, "ended", "w1");
+    assert_eq!(ended["event"]["kind"], "session.ended", "{ended}");
+    assert_eq!(ended["event"]["reason"], "owner_exited", "{ended}");
+    assert!(ended["revision"].as_i64() > appeared["revision"].as_i64());
+    let _ = watch.kill();
+    let _ = watch.wait();
+
+    // From the revision of its appearance on, a new watch sees its end again, and
+    // the label filter left the unlabelled session out of both.
+    let mut resumed = h1.connect();
+    let since = appeared["revision"].as_i64().unwrap();
+    let reply =
+        resumed.request(json!({"op": "fleet_watch", "since": since, "labels": {"team": "infra"}}));
+    assert_eq!(reply, json!({"ok": true}));
+    let line = resumed.next_within(MIRRORED).expect("a change");
+    assert_eq!(line["fleet_change"]["change"], "ended", "{line}");
+    assert_eq!(line["fleet_change"]["session"]["id"], "w1", "{line}");
+
+    // A revision etcd compacted away is refused, saying what to do.
+    etcd.compact();
+    let refused = h1.request(json!({"op": "fleet_watch", "since": 1}));
+    assert_eq!(refused["error"]["code"], "invalid_request", "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("without `since`")
+    );
+    // Nor is a revision that etcd never sent.
+    for since in [-1, i64::MAX] {
+        let refused = h1.request(json!({"op": "fleet_watch", "since": since}));
+        assert_eq!(refused["error"]["code"], "invalid_request", "{refused}");
+    }
+}
+
+#[test]
+fn a_daemon_without_etcd_refuses_the_fleets_view_with_why() {
+    let daemon = Daemon::start(&[]);
+    for op in ["fleet", "fleet_watch"] {
+        let refused = daemon.request(json!({"op": op}));
+        assert_needs_etcd(&refused);
+    }
+    for args in [&["fleet"][..], &["fleet", "watch"]] {
+        assert_cli_needs_etcd(&daemon.cli(args));
+    }
+    let bad = daemon.request(json!({"op": "fleet", "label": {"a": "b"}}));
+    assert_eq!(bad["error"]["code"], "invalid_request", "{bad}");
+}
+
+#[test]
+fn the_fleets_text_escapes_hostile_labels_and_users_see_no_others_evidence() {
+    let etcd = Etcd::started();
+    let h1 = host(&etcd, "h1", "10s");
+    let h2 = host(&etcd, "h2", "10s");
+    open_socket_to_everyone(&h1);
+    let owner = Orphan::spawn(&["exit", "0"]);
+    let hostile = json!({
+        "op": "register", "session": "s1", "owner": {"pid": owner.pid},
+        "labels": {"note": "x\u{1b}]52;c;cHdu\u{7}\u{1b}[2Jy\u{9b}31m"},
+        "on_end_run": [{"argv": ["notify", "--token", "hunter2"]}]
+    });
+    assert_eq!(h2.request(hostile)["ok"], true);
+    wait_caught_up(&h2);
+
+    let text = h1.cli(&["fleet"]);
+    assert!(text.status.success(), "{text:?}");
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(
+        !text.chars().any(|c| c.is_control() && c != '\n'),
+        "{text:?}"
+    );
+    assert!(
+        text.contains(r"x\u{1b}]52;c;cHdu\u{7}\u{1b}[2Jy\u{9b}31m"),
+        "{text}"
+    );
+    let json = h1.cli(&["--json", "fleet"]);
+    let json = String::from_utf8(json.stdout).unwrap();
+    assert!(!json.trim_end().chars().any(char::is_control), "{json:?}");
+
+    // Root sees the session whole; another user of h1 sees who, where and what, not the
+    // commands of its end actions.
+    let as_root = h1.request(json!({"op": "fleet"}));
+    let session = &host_in(&as_root["fleet"], "h2")["sessions"][0];
+    assert_eq!(session["on_end_run"][0]["argv"][2], "hunter2", "{session}");
+    let mut as_mallory = ClientAs::connect(&h1, MALLORY);
+    let seen = as_mallory
+        .request(&json!({"op": "fleet"}))
+        .expect("a reply");
+    let session = &host_in(&seen["fleet"], "h2")["sessions"][0];
+    assert_eq!(session["id"], "s1", "{seen}");
+    assert!(session.get("on_end_run").is_none(), "{session}");
+    assert!(!seen.to_string().contains("hunter2"), "{seen}");
 }

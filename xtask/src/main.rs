@@ -55,8 +55,8 @@ enum Command {
         /// Write the figures as JSON to this file.
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
-        /// Run only these parts: latency, cpu, scale, peers, reap, trees, replay, activity
-        /// (comma-separated; default: all).
+        /// Run only these parts: latency, cpu, scale, peers, reap, trees, replay, activity,
+        /// fleet (comma-separated; default: all).
         #[arg(long, value_name = "PARTS")]
         part: Option<String>,
         /// Run only the peers part: liveness next to exitsnoop, bpftrace, the proc

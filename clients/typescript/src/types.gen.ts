@@ -153,6 +153,12 @@ export const STALL_ACTIONS = ["notify", "run", "signal", "terminate"] as const;
 export type StallAction = (typeof STALL_ACTIONS)[number];
 export const stallAction = oneOf<StallAction>(...STALL_ACTIONS);
 
+/** Every FleetChangeKind, in the daemon's order. */
+export const FLEET_CHANGE_KINDS = ["online", "offline", "session", "ended", "gone"] as const;
+/** What changed in the fleet (fleet_watch). */
+export type FleetChangeKind = (typeof FLEET_CHANGE_KINDS)[number] | (string & {});
+export const fleetChangeKind = str as Codec<FleetChangeKind>;
+
 /** A process's fingerprint: equal fingerprints name the same process, and a pid whose start time (or pidfs inode) differs is another process. See docs/protocol.md §2 "Identity". */
 export interface Identity {
   /** The process id, in the PID namespace of whoever captured it. */
@@ -565,3 +571,42 @@ export interface Goodbye {
   reason: string;
 }
 export const goodbye: Codec<Goodbye> = object<Goodbye>({ reason: required(str) });
+
+/** One host of the fleet and its ACTIVE sessions, as etcd holds them. */
+export interface FleetHost {
+  host_id: string;
+  /** Its daemon holds its host lease. */
+  online: boolean;
+  /** Online: since when. Offline: when its daemon was last seen alive. */
+  since_ms?: number;
+  hostname?: string;
+  /** Its ACTIVE sessions as it last wrote them. */
+  sessions: Session[];
+}
+export const fleetHost: Codec<FleetHost> = object<FleetHost>({ host_id: required(str), online: required(bool), since_ms: optional(int), hostname: optional(str), sessions: required(arrayOf(session)) });
+
+/** Every host of the fleet at one etcd revision (fleet). */
+export interface FleetView {
+  /** etcd's revision of the view: fleet_watch since it follows every change after. */
+  revision: number;
+  /** By host id. */
+  hosts: FleetHost[];
+}
+export const fleetView: Codec<FleetView> = object<FleetView>({ revision: required(int), hosts: required(arrayOf(fleetHost)) });
+
+/** A change of the fleet, a line of fleet_watch. */
+export interface FleetChange {
+  /** etcd's revision of the change; resume after it with since. */
+  revision: number;
+  change: FleetChangeKind;
+  host_id: string;
+  /** online: since when. */
+  since_ms?: number;
+  /** online. */
+  hostname?: string;
+  /** session: as written; ended, gone: as last known. */
+  session?: Session;
+  /** ended: the session.ended event. */
+  event?: LivenessEvent;
+}
+export const fleetChange: Codec<FleetChange> = object<FleetChange>({ revision: required(int), change: required(fleetChangeKind), host_id: required(str), since_ms: optional(int), hostname: optional(str), session: optional(session), event: optional(event) });

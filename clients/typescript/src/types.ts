@@ -6,6 +6,8 @@ import { type Codec, arrayOf, bool, int, json, object, oneOf, optional, recordOf
 import {
   type ActionOutcome,
   type ActionSpec,
+  type FleetChange,
+  type FleetView,
   type Gap,
   type Goodbye,
   type Identity,
@@ -20,6 +22,8 @@ import {
   type Until,
   actionSpec,
   event,
+  fleetChange,
+  fleetView,
   gap,
   goodbye,
   identity,
@@ -61,13 +65,14 @@ export const DEFAULT_GRACE_MS = 10_000;
 
 /** A line of the event stream. `reset`: the cursor was of another database, every event
  * of this one follows; `gap`: events were pruned before they were read; `lagged` and
- * `goodbye`: the daemon closed the stream. */
+ * `goodbye`: the daemon closed the stream; `fleet_change`: a line of `fleet_watch`. */
 export type Message =
   | { event: LivenessEvent }
   | { reset: Subscribed }
   | { gap: Gap }
   | { lagged: Lagged }
-  | { goodbye: Goodbye };
+  | { goodbye: Goodbye }
+  | { fleet_change: FleetChange };
 
 const messages: Record<string, Codec<unknown>> = {
   event: event as Codec<unknown>,
@@ -75,6 +80,7 @@ const messages: Record<string, Codec<unknown>> = {
   gap: gap as Codec<unknown>,
   lagged: lagged as Codec<unknown>,
   goodbye: goodbye as Codec<unknown>,
+  fleet_change: fleetChange as Codec<unknown>,
 };
 
 /** A stream line; undefined for a line of a newer protocol, to be ignored. */
@@ -108,6 +114,7 @@ export interface Reply {
   lock?: Lock;
   locks?: Lock[];
   processes?: Process[];
+  fleet?: FleetView;
 }
 
 export const reply = object<Reply>({
@@ -124,6 +131,7 @@ export const reply = object<Reply>({
   lock: optional(lock),
   locks: optional(arrayOf(lock)),
   processes: optional(arrayOf(process_)),
+  fleet: optional(fleetView),
 });
 
 /** An owner as the wire spells it. */

@@ -183,6 +183,17 @@ pub struct Args {
     /// root, readable by nobody else.
     #[arg(long, requires = "etcd_user", value_name = "PATH")]
     pub(super) etcd_password_file: Option<PathBuf>,
+    /// The CA certificate (PEM) that etcd's certificate is signed by: TLS to https://
+    /// endpoints.
+    #[arg(long, value_name = "PATH")]
+    pub(super) etcd_cacert: Option<PathBuf>,
+    /// This daemon's client certificate (PEM), for an etcd with --client-cert-auth.
+    #[arg(long, requires_all = ["etcd_key", "etcd_cacert"], value_name = "PATH")]
+    pub(super) etcd_cert: Option<PathBuf>,
+    /// The key of --etcd-cert (PEM): owned by the daemon's user or root, readable by
+    /// nobody else.
+    #[arg(long, requires = "etcd_cert", value_name = "PATH")]
+    pub(super) etcd_key: Option<PathBuf>,
     /// How long the record of a session's end stays in etcd (at least this, at most a
     /// 24th more).
     #[arg(long, default_value = "1d", value_parser = crate::fleet::parse_ttl, value_name = "DURATION")]

@@ -371,6 +371,8 @@ async fn run(args: Args, log_file: Option<LogFile>) -> Result<(), StartError> {
         ended_retention: args.etcd_ended_retention,
         user: args.etcd_user.as_deref(),
         password_file: args.etcd_password_file.as_deref(),
+        cacert: args.etcd_cacert.as_deref(),
+        identity: args.etcd_cert.as_deref().zip(args.etcd_key.as_deref()),
     })?;
     let (state, lock) = prepare(&args)?;
     let (stop, stopped) = watch::channel(false);
@@ -503,6 +505,7 @@ impl Tasks {
             activities,
             cluster: cluster.clone(),
             fleet_locks,
+            fleet: fleet.clone().map(crate::fleet::FleetReader::new),
         };
         let metrics = metrics.map(|listener| {
             let scraped = crate::metrics::Scraped {

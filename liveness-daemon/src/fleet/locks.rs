@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::mirror::{REQUEST_TIMEOUT, options, timed};
+use super::mirror::{REQUEST_TIMEOUT, Shared, timed};
 use super::{FleetConfig, FleetError, now_ms};
 use crate::engine::{Caller, Handle};
 
@@ -46,15 +46,14 @@ pub(crate) struct FleetLocks(Arc<Inner>);
 impl std::fmt::Debug for FleetLocks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FleetLocks")
-            .field("config", &self.0.config)
+            .field("config", &self.0.etcd.config)
             .finish_non_exhaustive()
     }
 }
 
 struct Inner {
-    config: FleetConfig,
-    /// Reached at the first fleet lock, then kept (it reconnects by itself).
-    etcd: tokio::sync::Mutex<Option<Client>>,
+    /// Reached at the first fleet lock.
+    etcd: Shared,
     /// Held while a lease is granted, so that two requests of one session share one.
     grants: tokio::sync::Mutex<()>,
     /// The lease of each session that holds or waits for fleet locks.
@@ -83,12 +82,6 @@ struct Waiter {
     since_ms: i64,
 }
 
-impl From<FleetError> for ErrorBody {
-    fn from(error: FleetError) -> ErrorBody {
-        ErrorBody::new(ErrorCode::Internal, format!("fleet lock: {error}"))
-    }
-}
-
 /// A fleet lock's name as one segment of a key: `/` and `%` escaped, so that no name's
 /// keys fall under another name's prefix (`a` and `a/b`).
 fn segment(name: &str) -> String {
@@ -103,8 +96,7 @@ impl FleetLocks {
         stopped: watch::Receiver<bool>,
     ) -> FleetLocks {
         let locks = FleetLocks(Arc::new(Inner {
-            config,
-            etcd: tokio::sync::Mutex::new(None),
+            etcd: Shared::new(config),
             grants: tokio::sync::Mutex::new(()),
             sessions: Mutex::new(HashMap::new()),
         }));
@@ -240,16 +232,8 @@ impl FleetLocks {
         Ok((session.creator_uid, session.id))
     }
 
-    /// The client, reached once.
     async fn etcd(&self) -> Result<Client, FleetError> {
-        let mut etcd = self.0.etcd.lock().await;
-        if let Some(client) = &*etcd {
-            return Ok(client.clone());
-        }
-        let config = &self.0.config;
-        let client = timed(Client::connect(&config.endpoints, Some(options(config)))).await?;
-        *etcd = Some(client.clone());
-        Ok(client)
+        self.0.etcd.client().await
     }
 
     /// The session's lease, granted (and renewed from then on) at its first fleet lock;
@@ -262,7 +246,7 @@ impl FleetLocks {
             return Ok(h.lease);
         }
         let mut etcd = self.etcd().await?;
-        let ttl = self.0.config.ttl;
+        let ttl = self.0.etcd.config.ttl;
         let sent = Instant::now();
         let lease = timed(etcd.lease_grant(ttl.as_secs() as i64, None))
             .await?
@@ -286,7 +270,7 @@ impl FleetLocks {
 
     /// `PREFIX/locks/NAME/`.
     fn dir(&self, name: &str) -> String {
-        format!("{}/locks/{}/", self.0.config.prefix, segment(name))
+        format!("{}/locks/{}/", self.0.etcd.config.prefix, segment(name))
     }
 
     /// Puts the session's key in line, on its lease: its create revision is its place and
@@ -299,7 +283,7 @@ impl FleetLocks {
         lease: i64,
     ) -> Result<(i64, bool), ErrorBody> {
         let waiter = serde_json::to_vec(&Waiter {
-            host_id: self.0.config.host_id.clone(),
+            host_id: self.0.etcd.config.host_id.clone(),
             uid: holder.0,
             session: holder.1.clone(),
             since_ms: now_ms(),
@@ -499,7 +483,7 @@ impl FleetLocks {
     /// Renews a session's lease every third of the TTL. A renewal not confirmed before the
     /// lease could have expired gives it up: the daemon claims none of its locks then.
     async fn renew(self, mut etcd: Client, holder: SessionKey, lease: i64) {
-        let ttl = self.0.config.ttl;
+        let ttl = self.0.etcd.config.ttl;
         let mut tick = tokio::time::interval(ttl / 3);
         let mut keeper = None;
         loop {

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper,
-    PutOptions, Txn, TxnOp, TxnOpResponse,
+    Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, Identity,
+    LeaseKeepAliveStream, LeaseKeeper, PutOptions, TlsOptions, Txn, TxnOp, TxnOpResponse,
 };
 use liveness_client::nonblocking::AsyncClient;
 use liveness_client::{Cursor, Filter};
@@ -91,17 +91,61 @@ async fn revoke(config: &FleetConfig, view: &ClusterView) {
     }
 }
 
-pub(super) fn options(config: &FleetConfig) -> ConnectOptions {
+fn options(config: &FleetConfig) -> ConnectOptions {
     let options = ConnectOptions::new()
         .with_connect_timeout(REQUEST_TIMEOUT)
         .with_timeout(REQUEST_TIMEOUT)
         .with_keep_alive(config.ttl / 3, REQUEST_TIMEOUT);
+    let options = match &config.tls {
+        Some(tls) => {
+            let mut trust = TlsOptions::new().ca_certificate(Certificate::from_pem(&tls.ca));
+            if let Some((cert, key)) = &tls.identity {
+                trust = trust.identity(Identity::from_pem(cert, key));
+            }
+            options.with_tls(trust)
+        }
+        None => options,
+    };
     match &config.credentials {
         // etcd's tokens expire (5 minutes idle by default): renewed as they do.
         Some(credentials) => options
             .with_user(&credentials.user, &credentials.password)
             .with_auto_token_refresh(true),
         None => options,
+    }
+}
+
+/// A client of etcd for requests of this daemon's clients, reached at the first and then
+/// kept (it reconnects by itself).
+pub(super) struct Shared {
+    pub(super) config: FleetConfig,
+    client: tokio::sync::Mutex<Option<Client>>,
+}
+
+impl Shared {
+    pub(super) fn new(config: FleetConfig) -> Shared {
+        Shared {
+            config,
+            client: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    pub(super) async fn client(&self) -> Result<Client, FleetError> {
+        let mut client = self.client.lock().await;
+        if let Some(client) = &*client {
+            return Ok(client.clone());
+        }
+        let connected = Client::connect(&self.config.endpoints, Some(options(&self.config)));
+        Ok(client.insert(timed(connected).await?).clone())
+    }
+}
+
+/// etcd's client says nothing of itself.
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 
@@ -266,6 +310,7 @@ impl<'a> Mirror<'a> {
             online_since_ms: now_ms(),
         };
         mirror.claim_host().await?;
+        mirror.put_seen().await?;
         mirror.resync(status.head_seq).await?;
         view.connected(since);
         tracing::info!(
@@ -303,6 +348,7 @@ impl<'a> Mirror<'a> {
                         return Err(FleetError::LeaseLost);
                     }
                     timed(self.keeper.keep_alive()).await?;
+                    self.put_seen().await?;
                     if host_sessions != self.sessions.len() {
                         host_sessions = self.sessions.len();
                         self.put_host().await?;
@@ -514,6 +560,19 @@ impl<'a> Mirror<'a> {
             timed(self.etcd.lease_revoke(holder.lease())).await?;
         }
         Err(FleetError::LeaseLost)
+    }
+
+    /// `PREFIX/seen/HOST_ID`, off the lease: when this host was last seen alive, which
+    /// its readers show once it is offline.
+    async fn put_seen(&mut self) -> Result<(), FleetError> {
+        let seen = serde_json::json!({
+            "host_id": self.config.host_id,
+            "hostname": liveness_proc::identity::ProcRoot::default().host().ok(),
+            "seen_ms": now_ms(),
+        });
+        let key = format!("{}/seen/{}", self.config.prefix, self.config.host_id);
+        timed(self.etcd.put(key, seen.to_string(), None)).await?;
+        Ok(())
     }
 
     /// Rewrites the host key (its session count), while this connection's lease holds it.

@@ -20,11 +20,15 @@ use liveness_common::status::ClusterStatus;
 mod locks;
 #[cfg(feature = "fleet")]
 mod mirror;
+#[cfg(feature = "fleet")]
+mod view;
 
 #[cfg(feature = "fleet")]
 pub(crate) use locks::FleetLocks;
 #[cfg(feature = "fleet")]
 pub(crate) use mirror::run;
+#[cfg(feature = "fleet")]
+pub(crate) use view::FleetReader;
 
 /// Without the feature there are no fleet locks: `--etcd` is refused at start.
 #[cfg(not(feature = "fleet"))]
@@ -61,6 +65,55 @@ impl FleetLocks {
     }
 }
 
+#[cfg(feature = "fleet")]
+impl From<FleetError> for liveness_common::protocol::ErrorBody {
+    fn from(error: FleetError) -> liveness_common::protocol::ErrorBody {
+        use liveness_common::protocol::{ErrorBody, ErrorCode};
+        ErrorBody::new(ErrorCode::Internal, format!("fleet: {error}"))
+    }
+}
+
+/// Without the feature there is no fleet to read: `--etcd` is refused at start.
+#[cfg(not(feature = "fleet"))]
+#[derive(Debug, Clone)]
+pub(crate) enum FleetReader {}
+
+#[cfg(not(feature = "fleet"))]
+pub(crate) enum Watch {}
+
+#[cfg(not(feature = "fleet"))]
+impl FleetReader {
+    pub(crate) fn new(_: FleetConfig) -> FleetReader {
+        unreachable!("FleetConfig::new refuses --etcd in a build without the fleet feature")
+    }
+
+    pub(crate) async fn view(
+        &self,
+        _: crate::engine::Caller,
+        _: &liveness_common::request::Fleet,
+    ) -> Result<liveness_common::fleet::FleetView, liveness_common::protocol::ErrorBody> {
+        match *self {}
+    }
+
+    pub(crate) async fn watch(
+        &self,
+        _: crate::engine::Caller,
+        _: i64,
+        _: std::collections::BTreeMap<String, String>,
+    ) -> Result<Watch, liveness_common::protocol::ErrorBody> {
+        match *self {}
+    }
+}
+
+#[cfg(not(feature = "fleet"))]
+impl Watch {
+    pub(crate) async fn next(
+        &mut self,
+    ) -> Result<Option<Vec<liveness_common::fleet::FleetChange>>, FleetError> {
+        match *self {}
+    }
+}
+
 /// Why the mirror could not start or lost etcd.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum FleetError {
@@ -70,6 +123,14 @@ pub(crate) enum FleetError {
     NoMachineId(std::io::Error),
     #[error("--etcd-password-file {path}: {reason}")]
     PasswordFile { path: PathBuf, reason: String },
+    #[error("{flag} {path}: {reason}")]
+    TlsFile {
+        flag: &'static str,
+        path: PathBuf,
+        reason: String,
+    },
+    #[error("--etcd {url}: {reason}")]
+    Endpoint { url: String, reason: &'static str },
     #[cfg(feature = "fleet")]
     #[error("etcd: {0}")]
     Etcd(#[from] etcd_client::Error),
@@ -107,6 +168,28 @@ pub(crate) struct FleetConfig {
     pub ttl: Duration,
     pub ended_retention: Duration,
     pub credentials: Option<Credentials>,
+    /// With `https://` endpoints.
+    pub tls: Option<Tls>,
+}
+
+/// What the TLS connection to etcd trusts and shows (`--etcd-cacert`, `--etcd-cert`,
+/// `--etcd-key`), in PEM.
+#[derive(Clone)]
+#[cfg_attr(not(feature = "fleet"), allow(dead_code))]
+pub(crate) struct Tls {
+    /// The CA that signed etcd's certificate.
+    pub ca: String,
+    /// This daemon's certificate and key, for etcd's `--client-cert-auth`.
+    pub identity: Option<(String, String)>,
+}
+
+/// The key never reaches a log line.
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls")
+            .field("identity", &self.identity.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// An etcd user and its password (`--etcd-user`, `--etcd-password-file`).
@@ -136,6 +219,9 @@ pub(crate) struct FleetArgs<'a> {
     pub ended_retention: Duration,
     pub user: Option<&'a str>,
     pub password_file: Option<&'a Path>,
+    pub cacert: Option<&'a Path>,
+    /// `--etcd-cert` and `--etcd-key`, which go together.
+    pub identity: Option<(&'a Path, &'a Path)>,
 }
 
 impl FleetConfig {
@@ -166,48 +252,118 @@ impl FleetConfig {
             ttl: args.ttl,
             ended_retention: args.ended_retention,
             credentials,
+            tls: tls(&args)?,
         }))
     }
 }
 
-/// The password file's first line. Only the daemon's user (or root) may own the file, and
-/// nobody else may read or write it; a link is refused, not followed.
+/// The TLS setup, read and checked at start: every endpoint `https://` with a CA to trust,
+/// or `http://` without any TLS flag.
+fn tls(args: &FleetArgs<'_>) -> Result<Option<Tls>, FleetError> {
+    let secure = args.cacert.is_some() || args.identity.is_some();
+    for url in args.endpoints {
+        let reason = match (
+            url.starts_with("https://"),
+            url.starts_with("http://"),
+            secure,
+        ) {
+            (true, _, false) => {
+                "an https:// endpoint needs --etcd-cacert, the CA etcd's certificate is signed by"
+            }
+            (false, true, true) => {
+                "with --etcd-cacert, --etcd-cert or --etcd-key, give https:// endpoints"
+            }
+            (false, false, _) => "an endpoint is an http:// or https:// URL",
+            _ => continue,
+        };
+        return Err(FleetError::Endpoint {
+            url: url.clone(),
+            reason,
+        });
+    }
+    let Some(cacert) = args.cacert else {
+        return Ok(None);
+    };
+    let pem = |flag: &'static str, path: &Path, text: String, marker: &str| {
+        if text.contains(marker) {
+            Ok(text)
+        } else {
+            Err(FleetError::TlsFile {
+                flag,
+                path: path.into(),
+                reason: format!("no PEM block ({marker}) in it"),
+            })
+        }
+    };
+    let public = |flag: &'static str, path: &Path| {
+        let text = std::fs::read_to_string(path).map_err(|e| FleetError::TlsFile {
+            flag,
+            path: path.into(),
+            reason: e.to_string(),
+        })?;
+        pem(flag, path, text, "-----BEGIN CERTIFICATE-----")
+    };
+    let ca = public("--etcd-cacert", cacert)?;
+    let identity = match args.identity {
+        None => None,
+        Some((cert, key)) => {
+            let cert = public("--etcd-cert", cert)?;
+            let text = read_private(key).map_err(|reason| FleetError::TlsFile {
+                flag: "--etcd-key",
+                path: key.into(),
+                reason,
+            })?;
+            Some((cert, pem("--etcd-key", key, text, "PRIVATE KEY-----")?))
+        }
+    };
+    Ok(Some(Tls { ca, identity }))
+}
+
+/// The password file's first line (see [`read_private`]).
 fn read_password(path: &Path) -> Result<String, FleetError> {
     let refuse = |reason: String| FleetError::PasswordFile {
         path: path.into(),
         reason,
     };
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| refuse(e.to_string()))?;
-    let meta = file.metadata().map_err(|e| refuse(e.to_string()))?;
-    let me = rustix::process::geteuid().as_raw();
-    if !meta.is_file() {
-        return Err(refuse("not a regular file".into()));
-    }
-    if meta.uid() != me && meta.uid() != 0 {
-        return Err(refuse(format!(
-            "owned by uid {}, not by this daemon's user or root",
-            meta.uid()
-        )));
-    }
-    if meta.mode() & 0o077 != 0 {
-        return Err(refuse(format!(
-            "mode {:o}: others may read or write it (chmod 600)",
-            meta.mode() & 0o777
-        )));
-    }
-    let mut text = String::new();
-    file.take(4096)
-        .read_to_string(&mut text)
-        .map_err(|e| refuse(e.to_string()))?;
+    let text = read_private(path).map_err(refuse)?;
     let password = text.lines().next().unwrap_or_default().to_owned();
     if password.is_empty() {
         return Err(refuse("empty".into()));
     }
     Ok(password)
+}
+
+/// A secret's file (a password, a private key), at most 64 KiB. Only the daemon's user
+/// (or root) may own it, and nobody else may read or write it; a link is refused, not
+/// followed.
+fn read_private(path: &Path) -> Result<String, String> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    let me = rustix::process::geteuid().as_raw();
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(format!(
+            "owned by uid {}, not by this daemon's user or root",
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(format!(
+            "mode {:o}: others may read or write it (chmod 600)",
+            meta.mode() & 0o777
+        ));
+    }
+    let mut text = String::new();
+    file.take(64 * 1024)
+        .read_to_string(&mut text)
+        .map_err(|e| e.to_string())?;
+    Ok(text)
 }
 
 /// The machine id, which stays the same across reboots and host name changes.

@@ -12,7 +12,7 @@ use super::framing::{ConnectionError, Line, Requests, write_json, write_lines};
 use super::reads::Answer;
 use super::reply::IntoReply;
 use super::stream::Stream;
-use super::{Readers, goodbye, locks, stopping};
+use super::{Readers, fleet, goodbye, locks, stopping};
 use crate::engine::{Ask, Caller, Command, Handle, Op, Register};
 use crate::fair::closer::Closer;
 use crate::fair::limits::{ConnectionSlot, Limits};
@@ -92,7 +92,7 @@ impl Connection {
             // Every request but a subscription is served in one of its uid's turns, held
             // until its reply is written (a lock's wait gives it back once queued).
             let mut turn = match &envelope.request {
-                Request::Subscribe(_) => None,
+                Request::Subscribe(_) | Request::FleetWatch(_) => None,
                 _ => self.limits.request_turn(&self.slot).await,
             };
             let (engine, readers) = (&self.engine, &self.readers);
@@ -106,6 +106,14 @@ impl Connection {
                         wanted: request,
                     };
                     return stream.run(requests, write, &mut self.shutdown).await;
+                }
+                Request::FleetWatch(request) => {
+                    let (fleet, shutdown) = (readers.fleet.as_ref(), &mut self.shutdown);
+                    return fleet::follow(fleet, caller, id, request, requests, write, shutdown)
+                        .await;
+                }
+                Request::Fleet(request) => {
+                    (fleet::view(readers.fleet.as_ref(), caller, request).await).into()
                 }
                 Request::List(request) => readers.list(id.clone(), engine, caller, request).await,
                 Request::LockList(request) => {

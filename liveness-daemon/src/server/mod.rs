@@ -16,6 +16,7 @@ use tokio::sync::watch;
 use liveness_common::protocol::StreamMessage;
 
 mod connection;
+mod fleet;
 mod framing;
 mod listener;
 mod locks;

@@ -34,6 +34,8 @@ pub struct Readers {
     pub cluster: Option<crate::fleet::ClusterView>,
     /// Fleet locks, with `--etcd`.
     pub fleet_locks: Option<crate::fleet::FleetLocks>,
+    /// The fleet's view, with `--etcd`.
+    pub fleet: Option<crate::fleet::FleetReader>,
 }
 
 /// A page's size, checked.

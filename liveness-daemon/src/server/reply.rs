@@ -1,6 +1,7 @@
 //! What the wire's [`Reply`] says of each answer: the one place where the daemon's typed
 //! answers (the engine's, and the reads served off it) become reply fields.
 
+use liveness_common::fleet::FleetView;
 use liveness_common::lock::Lock;
 use liveness_common::protocol::{ErrorBody, MemberProcess, Reply};
 use liveness_common::session::Session;
@@ -60,6 +61,16 @@ impl IntoReply for Lock {
     fn into_reply(self) -> Reply {
         Reply {
             lock: Some(self),
+            ..Reply::ok()
+        }
+    }
+}
+
+/// `fleet`.
+impl IntoReply for FleetView {
+    fn into_reply(self) -> Reply {
+        Reply {
+            fleet: Some(self),
             ..Reply::ok()
         }
     }

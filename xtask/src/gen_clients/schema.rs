@@ -4,7 +4,7 @@
 //! the emitters write each client's types from it.
 
 use liveness_common::{
-    action, activity, cause, end, exit, identity, lock, protocol, session, status,
+    action, activity, cause, end, exit, fleet, identity, lock, protocol, session, status,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -138,6 +138,7 @@ pub const ITEMS: &[Item] = &[
     Item::Enum(&ACTIVITY_STATE),
     Item::Enum(&STALL_REASON),
     Item::Enum(&STALL_ACTION),
+    Item::Enum(&FLEET_CHANGE_KIND),
     Item::Struct(&IDENTITY),
     Item::Union(&EXIT_STATUS),
     Item::Struct(&SENDER),
@@ -168,6 +169,9 @@ pub const ITEMS: &[Item] = &[
     Item::Struct(&GAP),
     Item::Struct(&LAGGED),
     Item::Struct(&GOODBYE),
+    Item::Struct(&FLEET_HOST),
+    Item::Struct(&FLEET_VIEW),
+    Item::Struct(&FLEET_CHANGE),
 ];
 
 pub fn enum_named(name: &str) -> Option<&'static Enum> {
@@ -1721,4 +1725,105 @@ pub const GOODBYE: Struct = Struct {
     strict: false,
     probe: Probe(stream_goodbye),
     fields: &[field("reason", Str, Required, "")],
+};
+
+pub const FLEET_CHANGE_KIND: Enum = Enum {
+    name: "FleetChangeKind",
+    doc: "What changed in the fleet (fleet_watch).",
+    go_name: "",
+    go_prefix: "Fleet",
+    list: "FleetChangeKinds",
+    open: true,
+    consts: false,
+    values: &[
+        (
+            "Online",
+            "online",
+            "The host's daemon took its lease or rewrote its host record.",
+        ),
+        ("Offline", "offline", "The host's lease ended."),
+        ("Session", "session", "A session was written."),
+        (
+            "Ended",
+            "ended",
+            "A session ended on its host: event is the end.",
+        ),
+        (
+            "Gone",
+            "gone",
+            "A session's key was removed without an end recorded with it.",
+        ),
+    ],
+    probe: Some(probe_of::<fleet::FleetChangeKind>()),
+};
+
+pub const FLEET_HOST: Struct = Struct {
+    name: "FleetHost",
+    doc: "One host of the fleet and its ACTIVE sessions, as etcd holds them.",
+    strict: false,
+    probe: probe_of::<fleet::FleetHost>(),
+    fields: &[
+        field("host_id", Str, Required, ""),
+        field("online", Bool, Required, "Its daemon holds its host lease."),
+        field(
+            "since_ms",
+            I64,
+            Optional,
+            "Online: since when. Offline: when its daemon was last seen alive.",
+        ),
+        field("hostname", Str, Optional, ""),
+        field(
+            "sessions",
+            List(&Named("Session")),
+            Required,
+            "Its ACTIVE sessions as it last wrote them.",
+        ),
+    ],
+};
+
+pub const FLEET_VIEW: Struct = Struct {
+    name: "FleetView",
+    doc: "Every host of the fleet at one etcd revision (fleet).",
+    strict: false,
+    probe: probe_of::<fleet::FleetView>(),
+    fields: &[
+        field(
+            "revision",
+            I64,
+            Required,
+            "etcd's revision of the view: fleet_watch since it follows every change after.",
+        ),
+        field("hosts", List(&Named("FleetHost")), Required, "By host id."),
+    ],
+};
+
+pub const FLEET_CHANGE: Struct = Struct {
+    name: "FleetChange",
+    doc: "A change of the fleet, a line of fleet_watch.",
+    strict: false,
+    probe: probe_of::<fleet::FleetChange>(),
+    fields: &[
+        field(
+            "revision",
+            I64,
+            Required,
+            "etcd's revision of the change; resume after it with since.",
+        ),
+        field("change", Named("FleetChangeKind"), Required, ""),
+        field("host_id", Str, Required, ""),
+        field("since_ms", I64, Optional, "online: since when."),
+        field("hostname", Str, Optional, "online."),
+        field(
+            "session",
+            Named("Session"),
+            Optional,
+            "session: as written; ended, gone: as last known.",
+        ),
+        field(
+            "event",
+            Named("Event"),
+            Optional,
+            "ended: the session.ended event.",
+        ),
+    ],
 };

@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Union
 
 from ._codec import Wire, decode, encode
 from .types_gen import *  # noqa: F401,F403 (every generated type and constant)
-from .types_gen import ActionSpec, Event, Gap, Goodbye, Identity, Lagged, Lock, Process, Session, Subscribed
+from .types_gen import ActionSpec, Event, FleetChange, FleetView, Gap, Goodbye, Identity, Lagged, Lock, Process, Session, Subscribed
 
 DEFAULT_GRACE_MS = 10_000
 
@@ -21,10 +21,17 @@ class Reset(Subscribed):
     first; the cursor starts over in ``store_id``."""
 
 
-Message = Union[Event, Reset, Gap, Lagged, Goodbye]
-"""A line of the event stream."""
+Message = Union[Event, Reset, Gap, Lagged, Goodbye, FleetChange]
+"""A line of the event stream (``FleetChange``: of ``fleet_watch``)."""
 
-_MESSAGES = {"event": Event, "reset": Reset, "gap": Gap, "lagged": Lagged, "goodbye": Goodbye}
+_MESSAGES = {
+    "event": Event,
+    "reset": Reset,
+    "gap": Gap,
+    "lagged": Lagged,
+    "goodbye": Goodbye,
+    "fleet_change": FleetChange,
+}
 
 
 def decode_message(value: Any) -> Optional[Message]:
@@ -65,6 +72,7 @@ class Reply(Wire):
     lock: Optional[Lock] = None
     locks: Optional[List[Lock]] = None
     processes: Optional[List[Process]] = None
+    fleet: Optional[FleetView] = None
 
 
 AUTO = "auto"

@@ -137,6 +137,11 @@ STALL_ACTIONS: Tuple[str, ...] = ("notify", "run", "signal", "terminate",)
 StallAction = Literal["notify", "run", "signal", "terminate"]
 """What a stall episode's start does besides its session.stalled event."""
 
+FLEET_CHANGE_KINDS: Tuple[str, ...] = ("online", "offline", "session", "ended", "gone",)
+"""Every FleetChangeKind, in the daemon's order."""
+FleetChangeKind = str
+"""What changed in the fleet (fleet_watch). A newer daemon may send other values."""
+
 
 @dataclass(frozen=True)
 class Identity(_methods.Identity, Wire):
@@ -612,3 +617,45 @@ class Goodbye(Wire):
     """The daemon is stopping."""
 
     reason: str
+
+
+@dataclass(frozen=True)
+class FleetHost(Wire):
+    """One host of the fleet and its ACTIVE sessions, as etcd holds them."""
+
+    host_id: str
+    online: bool
+    """Its daemon holds its host lease."""
+    sessions: List[Session]
+    """Its ACTIVE sessions as it last wrote them."""
+    since_ms: Optional[int] = None
+    """Online: since when. Offline: when its daemon was last seen alive."""
+    hostname: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class FleetView(Wire):
+    """Every host of the fleet at one etcd revision (fleet)."""
+
+    revision: int
+    """etcd's revision of the view: fleet_watch since it follows every change after."""
+    hosts: List[FleetHost]
+    """By host id."""
+
+
+@dataclass(frozen=True)
+class FleetChange(Wire):
+    """A change of the fleet, a line of fleet_watch."""
+
+    revision: int
+    """etcd's revision of the change; resume after it with since."""
+    change: FleetChangeKind
+    host_id: str
+    since_ms: Optional[int] = None
+    """online: since when."""
+    hostname: Optional[str] = None
+    """online."""
+    session: Optional[Session] = None
+    """session: as written; ended, gone: as last known."""
+    event: Optional[Event] = None
+    """ended: the session.ended event."""
