@@ -2,16 +2,17 @@
 //! counters, threads and connected TCP sockets.
 //!
 //! A process with one thread that did not run since the last round (its scheduler
-//! statistics unchanged, not running now) cannot have read, written, nor opened or closed
-//! a descriptor meanwhile: its I/O counters and its sockets' inodes are taken from that
-//! round ([`Memo`]), and only its stat (identity, state, CPU) and its sockets' counters in
-//! this round's sock_diag dump are read. Bytes that arrive on its sockets need no run of it,
-//! and the dump shows them.
+//! statistics, its run time in nanoseconds and the times it was put on a CPU, unchanged)
+//! cannot have changed its state, used CPU, read, written, nor opened or closed a
+//! descriptor meanwhile: what that round read of it is taken again ([`Memo`]), and only
+//! its sockets' counters in this round's sock_diag dump are read (bytes that arrive need
+//! no run of it). A process gone has no statistics to read; one that took its pid has
+//! others (its own run time to the nanosecond).
 
 use std::collections::HashMap;
 
 use liveness_common::identity::{Identity, ProcessKey};
-use liveness_proc::activity::{Io, Ran};
+use liveness_proc::activity::Ran;
 use liveness_proc::identity::ProcRoot;
 use liveness_proc::namespace::NANOS_PER_TICK;
 use liveness_proc::sockets::{Round, SocketsError, TcpState, socket_inodes};
@@ -38,7 +39,8 @@ impl Memo {
 #[derive(Debug, Clone)]
 struct Seen {
     ran: Ran,
-    io: Option<Io>,
+    process: Process,
+    comm: String,
     inodes: Vec<u64>,
 }
 
@@ -59,40 +61,52 @@ pub fn read(
     let mut live = Vec::with_capacity(known.len());
     let mut processes = Vec::with_capacity(known.len());
     for mut member in known {
-        let Ok(stat) = proc.stat(member.pid) else {
-            continue;
-        };
-        if stat.start_ticks != member.start_ticks || stat.has_exited() {
-            continue;
-        }
         let key = member.key();
-        // Only a process with one thread: the statistics are its main thread's.
-        let ran = (stat.num_threads == 1 && stat.state != 'R')
-            .then(|| proc.ran(member.pid).ok().flatten())
-            .flatten();
+        // Read first: whatever the process does after it shows at the next round.
+        let ran = proc.ran(member.pid).ok().flatten();
         let idle = ran.and_then(|ran| memo.last.get(&key).filter(|seen| seen.ran == ran));
-        let (io, inodes) = match idle {
-            Some(seen) => (seen.io, seen.inodes.clone()),
-            None => (
-                proc.io(member.pid).ok(),
-                socket_inodes(proc, member.pid).unwrap_or_default(),
-            ),
+        let (mut process, comm, inodes) = match idle {
+            Some(seen) => (seen.process.clone(), seen.comm.clone(), seen.inodes.clone()),
+            None => {
+                let Ok(stat) = proc.stat(member.pid) else {
+                    continue;
+                };
+                if stat.start_ticks != member.start_ticks || stat.has_exited() {
+                    continue;
+                }
+                let process = Process {
+                    key,
+                    parent: stat.ppid,
+                    age_ms: 0,
+                    cpu_ms: stat.cpu_ticks() * MS_PER_TICK,
+                    io: proc.io(member.pid).ok(),
+                    threads: proc.threads_of(&stat).unwrap_or_default(),
+                    sockets: Vec::new(),
+                };
+                let inodes = socket_inodes(proc, member.pid).unwrap_or_default();
+                // The statistics are the main thread's: they speak for a process of one.
+                if let Some(ran) = ran.filter(|_| stat.num_threads == 1) {
+                    let seen = Seen {
+                        ran,
+                        process: process.clone(),
+                        comm: stat.comm.clone(),
+                        inodes: inodes.clone(),
+                    };
+                    memo.this.insert(key, seen);
+                }
+                (process, stat.comm, inodes)
+            }
         };
-        processes.push(Process {
-            key,
-            parent: stat.ppid,
-            age_ms: i64::try_from(uptime_ticks.saturating_sub(stat.start_ticks) * MS_PER_TICK)
-                .unwrap_or(i64::MAX),
-            cpu_ms: stat.cpu_ticks() * MS_PER_TICK,
-            io,
-            threads: proc.threads_of(&stat).unwrap_or_default(),
-            sockets: connected(tcp, member.pid, &inodes),
-        });
-        if let Some(ran) = ran {
-            memo.this.insert(key, Seen { ran, io, inodes });
+        if idle.is_some() {
+            let seen = memo.last.get(&key).cloned();
+            memo.this.extend(seen.map(|seen| (key, seen)));
         }
+        process.age_ms = i64::try_from(uptime_ticks.saturating_sub(key.start_ticks) * MS_PER_TICK)
+            .unwrap_or(i64::MAX);
+        process.sockets = connected(tcp, member.pid, &inodes);
+        processes.push(process);
         if member.comm.is_empty() {
-            member.comm = stat.comm;
+            member.comm = comm;
         }
         live.push(member);
     }
@@ -153,11 +167,11 @@ mod tests {
     }
 
     /// Rewrites a crafted process: its state, CPU ticks and I/O counters, and its scheduler
-    /// statistics as they would follow (it ran when either changed).
+    /// statistics as they would follow (it ran when any changed).
     fn set(proc: &FakeProc, pid: u32, state: char, cpu_ticks: u64, wchar: u64) {
         set_io(proc, pid, wchar);
         let dir = proc.path().join(pid.to_string());
-        let slices = 1 + cpu_ticks + wchar;
+        let slices = 1 + cpu_ticks + wchar + u64::from(state);
         std::fs::write(dir.join("schedstat"), format!("{cpu_ticks} 0 {slices}\n")).unwrap();
         let line = stat_line(pid, "agent", state, 1, 1000 + u64::from(pid)).replacen(
             " 3 4 ",
