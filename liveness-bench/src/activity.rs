@@ -159,8 +159,20 @@ fn sampling(
             bail!("register {session}: {registered}");
         }
     }
-    // The first sample of every tree is taken before the window opens.
-    std::thread::sleep(Duration::from_secs(1));
+    // Every tree has had its first sample, which reads all of it, before the window opens:
+    // the window measures the rounds that follow.
+    let judged = |daemon: &Daemon| {
+        let status = daemon.request(json!({"op": "status"}));
+        let counts = status["status"]["activity"].as_object().cloned().unwrap_or_default();
+        counts.values().filter_map(Value::as_u64).sum::<u64>() >= trees.len() as u64
+    };
+    let settle = Instant::now();
+    while !judged(&daemon) {
+        if settle.elapsed() > Duration::from_secs(60) {
+            bail!("the daemon never judged every session");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let cpu_before = procs::cpu_ns(daemon.pid())?;
     let opened = Instant::now();
     std::thread::sleep(window);
