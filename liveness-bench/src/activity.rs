@@ -167,7 +167,10 @@ fn sampling(
     }
     let judged = |daemon: &Daemon| {
         let status = daemon.request(json!({"op": "status"}));
-        let counts = status["status"]["activity"].as_object().cloned().unwrap_or_default();
+        let counts = status["status"]["activity"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
         counts.values().filter_map(Value::as_u64).sum::<u64>() >= trees.len() as u64
     };
     let settle = Instant::now();
