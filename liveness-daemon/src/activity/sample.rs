@@ -64,9 +64,14 @@ pub fn read(
         let key = member.key();
         // Read first: whatever the process does after it shows at the next round.
         let ran = proc.ran(member.pid).ok().flatten();
-        let idle = ran.and_then(|ran| memo.last.get(&key).filter(|seen| seen.ran == ran));
+        // What the last round read, taken out of it (it is forgotten at this round's end).
+        let idle = memo.last.remove(&key).filter(|seen| Some(seen.ran) == ran);
         let (mut process, comm, inodes) = match idle {
-            Some(seen) => (seen.process.clone(), seen.comm.clone(), seen.inodes.clone()),
+            Some(seen) => {
+                let read = (seen.process.clone(), seen.comm.clone(), seen.inodes.clone());
+                memo.this.insert(key, seen);
+                read
+            }
             None => {
                 let Ok(stat) = proc.stat(member.pid) else {
                     continue;
@@ -97,10 +102,6 @@ pub fn read(
                 (process, stat.comm, inodes)
             }
         };
-        if idle.is_some() {
-            let seen = memo.last.get(&key).cloned();
-            memo.this.extend(seen.map(|seen| (key, seen)));
-        }
         process.age_ms = i64::try_from(uptime_ticks.saturating_sub(key.start_ticks) * MS_PER_TICK)
             .unwrap_or(i64::MAX);
         process.sockets = connected(tcp, member.pid, &inodes);
