@@ -168,7 +168,7 @@ pub async fn run(
                     }
                 }
                 Ok(None) => {}
-                Err(e) => tracing::warn!(error = %e.message, "cannot record a stall episode"),
+                Err(e) => tracing::warn!(error = %e, "cannot record a stall episode"),
             }
         }
     }

@@ -1,6 +1,6 @@
 //! Authorization: who a client is, and which sessions (namespaces by uid) it may name.
 
-use liveness_common::protocol::{ErrorBody, ErrorCode};
+use super::Refusal;
 use liveness_common::session::Session;
 
 /// A client, as `SO_PEERCRED` identifies it.
@@ -39,15 +39,11 @@ impl Caller {
 
     /// The session-id namespace a request with this `uid` field addresses: a user's own
     /// always; for root, the user it names, or `None` (any user's) without one.
-    pub fn namespace(&self, uid: Option<u32>) -> Result<Option<u32>, ErrorBody> {
+    pub fn namespace(&self, uid: Option<u32>) -> Result<Option<u32>, Refusal> {
         match uid {
-            Some(uid) if !self.is_root() && uid != self.uid => Err(ErrorBody::new(
-                ErrorCode::Forbidden,
-                format!(
-                    "only root may name another user's sessions with `uid` (you are uid {})",
-                    self.uid
-                ),
-            )),
+            Some(uid) if !self.is_root() && uid != self.uid => {
+                Err(Refusal::OthersSessions { caller: self.uid })
+            }
             Some(uid) => Ok(Some(uid)),
             None => Ok(self.creator_filter()),
         }
@@ -70,11 +66,14 @@ mod tests {
             gid: 0,
             pid: 1,
         };
-        assert_eq!(user.namespace(None), Ok(Some(1000)), "a user's own");
-        assert_eq!(user.namespace(Some(1000)), Ok(Some(1000)));
+        assert_eq!(user.namespace(None).unwrap(), Some(1000), "a user's own");
+        assert_eq!(user.namespace(Some(1000)).unwrap(), Some(1000));
         let refused = user.namespace(Some(2000)).unwrap_err();
-        assert_eq!(refused.code, ErrorCode::Forbidden, "{}", refused.message);
-        assert_eq!(root.namespace(Some(2000)), Ok(Some(2000)));
-        assert_eq!(root.namespace(None), Ok(None), "root: any user's");
+        assert!(
+            matches!(refused, Refusal::OthersSessions { caller: 1000 }),
+            "{refused}"
+        );
+        assert_eq!(root.namespace(Some(2000)).unwrap(), Some(2000));
+        assert_eq!(root.namespace(None).unwrap(), None, "root: any user's");
     }
 }

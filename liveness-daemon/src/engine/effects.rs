@@ -4,10 +4,10 @@
 
 use std::collections::HashMap;
 
+use crate::engine::Refusal;
 use liveness_common::action::ActionOutcome;
 use liveness_common::identity::ProcessKey;
 use liveness_common::lock::Lock;
-use liveness_common::protocol::ErrorBody;
 use liveness_common::session::Event;
 use liveness_common::status::ActionsStatus;
 use tokio::task::JoinError;
@@ -160,7 +160,7 @@ impl Effects {
         session: String,
         held: &Lock,
         wait: bool,
-    ) -> Result<Acquire, ErrorBody> {
+    ) -> Result<Acquire, Refusal> {
         if !wait {
             return Err(held_error(held));
         }

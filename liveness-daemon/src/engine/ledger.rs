@@ -3,6 +3,7 @@
 //! follow every commit (each user's sessions and locks, the counters). The rest of the
 //! engine reads the store through it and writes only through its verbs.
 
+use crate::engine::Refusal;
 use liveness_common::action::ActionOutcome;
 use liveness_common::identity::Identity;
 use liveness_common::session::{Event, Phase, Session};
@@ -132,8 +133,8 @@ impl Ledger {
         &mut self,
         uid: u32,
         labels: &std::collections::BTreeMap<String, String>,
-    ) -> Result<(), liveness_common::protocol::ErrorBody> {
-        self.usage.check(uid, labels)
+    ) -> Result<(), Refusal> {
+        Ok(self.usage.check(uid, labels)?)
     }
 
     /// A session's unfinished end actions going from `before` to `after`, within `uid`'s
@@ -143,8 +144,8 @@ impl Ledger {
         uid: u32,
         before: u64,
         after: u64,
-    ) -> Result<(), liveness_common::protocol::ErrorBody> {
-        self.usage.check_actions(uid, before, after)
+    ) -> Result<(), Refusal> {
+        Ok(self.usage.check_actions(uid, before, after)?)
     }
 
     /// Ends the sessions of `deaths`, after those an earlier failed append left, in one

@@ -14,10 +14,9 @@ use tokio::sync::oneshot;
 use crate::fair::limits::SessionUsage;
 use crate::store::{Acquired, Store};
 use liveness_common::lock::Lock;
-use liveness_common::protocol::{ErrorBody, ErrorCode};
 use liveness_common::session::{Event, EventKind};
 
-use super::store_error;
+use super::Refusal;
 
 /// Most requests waiting for one lock. A waiting request beyond it is refused at once
 /// (`limit_reached`) rather than queued; every waiter also holds one of its uid's bounded
@@ -28,7 +27,7 @@ pub(super) const MAX_WAITERS_PER_LOCK: usize = 1024;
 pub(super) type LockKey = (u32, String);
 
 /// Where a waiting request's grant goes, or why none comes.
-type GrantSender = oneshot::Sender<Result<Lock, ErrorBody>>;
+type GrantSender = oneshot::Sender<Result<Lock, Refusal>>;
 
 /// The engine's answer to `lock_acquire`.
 #[derive(Debug)]
@@ -43,7 +42,7 @@ pub enum Acquire {
 /// on `grant`. Dropping it leaves the queue.
 #[derive(Debug)]
 pub struct Queued {
-    pub grant: oneshot::Receiver<Result<Lock, ErrorBody>>,
+    pub grant: oneshot::Receiver<Result<Lock, Refusal>>,
 }
 
 /// A `lock_acquire` with `wait`, queued: its session and where its grant goes.
@@ -88,38 +87,29 @@ pub(super) fn take(
     session: &str,
     name: &str,
     now: i64,
-) -> Result<Taken, ErrorBody> {
+) -> Result<Taken, Refusal> {
     let room = usage.check_lock(uid, name);
     let acquired = store
         .acquire_lock(uid, session, name, room.is_ok(), now)
-        .map_err(|e| store_error(store.explain(e)))?;
+        .map_err(|e| store.explain(e))?;
     match acquired {
         Acquired::Granted { lock, event } => Ok(Taken::Granted { lock, event }),
         Acquired::AlreadyHeld(lock) => Ok(Taken::AlreadyHeld(lock)),
         Acquired::HeldByOther(lock) => Ok(Taken::HeldByOther(lock)),
         Acquired::NoRoom => Err(match room {
-            Err((limit, error)) => {
-                usage.refused(limit, uid);
-                error
+            Err(exceeded) => {
+                usage.refused(exceeded.limit, uid);
+                exceeded.into()
             }
-            Ok(()) => ErrorBody::new(
-                ErrorCode::Internal,
-                "the store found no room for a lock the limits allow",
-            ),
+            Ok(()) => Refusal::Internal("the store found no room for a lock the limits allow"),
         }),
     }
 }
 
 /// `lock_held`, naming the holder (a session of the same user: names are per user). How to
 /// wait is each client's to say, in its own words (`--wait`, `Wait(timeout)`...).
-pub(super) fn held_error(lock: &Lock) -> ErrorBody {
-    ErrorBody::new(
-        ErrorCode::LockHeld,
-        format!(
-            "lock {:?} is held by session {:?} (token {})",
-            lock.name, lock.session, lock.token
-        ),
-    )
+pub(super) fn held_error(lock: &Lock) -> Refusal {
+    Refusal::LockHeld(Box::new(lock.clone()))
 }
 
 impl Locks {
@@ -134,16 +124,12 @@ impl Locks {
         uid: u32,
         name: &str,
         session: String,
-    ) -> Result<Queued, ErrorBody> {
+    ) -> Result<Queued, Refusal> {
         let (grant, queued) = oneshot::channel();
         self.push((uid, name.to_owned()), Waiter { session, grant })
-            .map_err(|_| {
-                ErrorBody::new(
-                    ErrorCode::LimitReached,
-                    format!(
-                        "{MAX_WAITERS_PER_LOCK} requests wait for lock {name:?} already; try again later"
-                    ),
-                )
+            .map_err(|_| Refusal::QueueFull {
+                name: name.to_owned(),
+                waiting: MAX_WAITERS_PER_LOCK,
             })?;
         Ok(Queued { grant: queued })
     }
@@ -234,10 +220,10 @@ impl Locks {
             LockEffect::Freed(key) => self.grant_next(key, store, usage, now),
             LockEffect::SessionEnded { uid, session } => {
                 for (name, waiter) in self.remove_session(uid, &session) {
-                    let error = ErrorBody::new(
-                        ErrorCode::AlreadyEnded,
-                        format!("session {session:?} ended while waiting for lock {name:?}"),
-                    );
+                    let error = Refusal::EndedWaiting {
+                        session: session.clone(),
+                        name,
+                    };
                     let _ = waiter.grant.send(Err(error));
                 }
                 None
@@ -346,7 +332,7 @@ impl LockEffect {
 mod tests {
     use super::*;
 
-    fn waiter(session: &str) -> (Waiter, oneshot::Receiver<Result<Lock, ErrorBody>>) {
+    fn waiter(session: &str) -> (Waiter, oneshot::Receiver<Result<Lock, Refusal>>) {
         let (grant, answer) = oneshot::channel();
         let session = session.to_owned();
         (Waiter { session, grant }, answer)

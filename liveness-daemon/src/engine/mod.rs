@@ -19,7 +19,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::fair::limits::Limits;
 use crate::store::StoreError;
-use liveness_common::protocol::{ErrorBody, ErrorCode};
 use liveness_proc::identity::{IdentityError, ProcRoot};
 
 mod actions;
@@ -39,6 +38,7 @@ mod op;
 mod outbox;
 mod owner_checks;
 mod reaps;
+mod refusal;
 mod retry;
 mod subscribers;
 mod tree;
@@ -53,9 +53,10 @@ pub use fanout::Subscription;
 pub use locks::{Acquire, Queued};
 pub use op::{
     Ask, Command, End, Found, Handle, Judged, Op, Register, Registered, Sampling, Subscribe,
-    Synced, Target, Tree, Waiting, Whose, ancestry, stopping,
+    Synced, Target, Tree, Waiting, Whose, ancestry,
 };
 pub use outbox::{Ended, Flushed, Outbox};
+pub use refusal::Refusal;
 pub use tree::TreeView;
 pub use watch::Link;
 
@@ -143,21 +144,4 @@ fn now_ms() -> i64 {
 fn ms_of(at: SystemTime) -> i64 {
     at.duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
-}
-
-fn store_error(e: StoreError) -> ErrorBody {
-    let code = match &e {
-        StoreError::NotFound(_) => ErrorCode::NotFound,
-        StoreError::AlreadyEnded(_) => ErrorCode::AlreadyEnded,
-        StoreError::AlreadyExists(_) => ErrorCode::AlreadyExists,
-        StoreError::NotPending(_) => ErrorCode::NotPending,
-        StoreError::InvalidId(_) | StoreError::InvalidLockName(_) => ErrorCode::InvalidRequest,
-        StoreError::NotHeld { .. } => ErrorCode::NotHeld,
-        StoreError::TooManyLocks(_) => ErrorCode::LimitReached,
-        _ => ErrorCode::Internal,
-    };
-    if code == ErrorCode::Internal {
-        tracing::error!(error = %e, "store failure");
-    }
-    ErrorBody::new(code, e.to_string())
 }

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use liveness_common::lock::Lock;
-use liveness_common::protocol::{ErrorBody, ErrorCode};
 use liveness_common::session::{Event, EventKind, Session};
 use liveness_common::status::{
     ConnectionsStatus, Limit, LimitsConfig, OpenConnections, SessionsStatus,
@@ -44,6 +43,15 @@ fn what(limit: Limit) -> &'static str {
 }
 
 /// Counts refusals and logs each limit at most once per [`LOG_EVERY`].
+/// A limit that refuses a connection, a registration, an end action or a lock: which
+/// one, and what the user is told.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct Exceeded {
+    pub limit: Limit,
+    message: String,
+}
+
 #[derive(Debug, Default)]
 struct Refusals {
     counts: BTreeMap<Limit, u64>,
@@ -147,7 +155,7 @@ impl Limits {
     }
 
     /// Admits a connection of `uid`, or says which limit refuses it (and counts that).
-    pub fn admit(self: &Arc<Self>, uid: u32) -> Result<ConnectionSlot, ErrorBody> {
+    pub fn admit(self: &Arc<Self>, uid: u32) -> Result<ConnectionSlot, Exceeded> {
         let mut state = self.state();
         if uid == 0 {
             state.root += 1;
@@ -177,7 +185,7 @@ impl Limits {
         };
         if let Some((limit, message)) = refused {
             state.refusals.count(limit, uid);
-            return Err(ErrorBody::new(ErrorCode::TooManyConnections, message));
+            return Err(Exceeded { limit, message });
         }
         state.non_root += 1;
         let turns = self.config.requests_per_uid.max(1);
@@ -293,7 +301,7 @@ impl SessionUsage {
 
     /// Whether `uid` may be granted one more lock, named `name`; a refusal is counted by
     /// [`SessionUsage::refused`] when it is the answer.
-    pub fn check_lock(&self, uid: u32, name: &str) -> Result<(), (Limit, ErrorBody)> {
+    pub fn check_lock(&self, uid: u32, name: &str) -> Result<(), Exceeded> {
         if uid == 0 {
             return Ok(());
         }
@@ -303,10 +311,10 @@ impl SessionUsage {
                 "uid {uid}'s sessions hold {} locks, the most allowed per user; release some first",
                 usage.locks
             );
-            return Err((
-                Limit::LocksPerUid,
-                ErrorBody::new(ErrorCode::LimitReached, message),
-            ));
+            return Err(Exceeded {
+                limit: Limit::LocksPerUid,
+                message,
+            });
         }
         let bytes = name.len() as u64;
         if usage.label_bytes + bytes > self.config.label_bytes_per_uid {
@@ -314,10 +322,10 @@ impl SessionUsage {
                 "uid {uid}'s active sessions already hold {} bytes of labels and lock names; {bytes} more would exceed the limit of {} per user",
                 usage.label_bytes, self.config.label_bytes_per_uid
             );
-            return Err((
-                Limit::LabelBytesPerUid,
-                ErrorBody::new(ErrorCode::LimitReached, message),
-            ));
+            return Err(Exceeded {
+                limit: Limit::LabelBytesPerUid,
+                message,
+            });
         }
         Ok(())
     }
@@ -327,13 +335,19 @@ impl SessionUsage {
         self.refusals.count(limit, uid);
     }
 
+    /// A refusal by `limit`, counted.
+    fn refuse(&mut self, limit: Limit, uid: u32, message: String) -> Exceeded {
+        self.refused(limit, uid);
+        Exceeded { limit, message }
+    }
+
     /// Whether `uid` may register one more session with `labels`.
-    pub fn check(&mut self, uid: u32, labels: &BTreeMap<String, String>) -> Result<(), ErrorBody> {
+    pub fn check(&mut self, uid: u32, labels: &BTreeMap<String, String>) -> Result<(), Exceeded> {
         let bytes = label_bytes(labels);
         if bytes > self.config.label_bytes {
-            self.refusals.count(Limit::LabelBytes, uid);
-            return Err(ErrorBody::new(
-                ErrorCode::LimitReached,
+            return Err(self.refuse(
+                Limit::LabelBytes,
+                uid,
                 format!(
                     "labels of {bytes} bytes exceed the limit of {} per session",
                     self.config.label_bytes
@@ -345,9 +359,9 @@ impl SessionUsage {
         }
         let usage = self.uids.get(&uid).copied().unwrap_or_default();
         if usage.sessions >= self.config.sessions_per_uid {
-            self.refusals.count(Limit::SessionsPerUid, uid);
-            return Err(ErrorBody::new(
-                ErrorCode::LimitReached,
+            return Err(self.refuse(
+                Limit::SessionsPerUid,
+                uid,
                 format!(
                     "uid {uid} already has {} active sessions, the most allowed per user; end some first",
                     usage.sessions
@@ -355,9 +369,9 @@ impl SessionUsage {
             ));
         }
         if usage.label_bytes + bytes > self.config.label_bytes_per_uid {
-            self.refusals.count(Limit::LabelBytesPerUid, uid);
-            return Err(ErrorBody::new(
-                ErrorCode::LimitReached,
+            return Err(self.refuse(
+                Limit::LabelBytesPerUid,
+                uid,
                 format!(
                     "uid {uid}'s active sessions already hold {} label bytes; {bytes} more would exceed the limit of {} per user",
                     usage.label_bytes, self.config.label_bytes_per_uid
@@ -369,14 +383,14 @@ impl SessionUsage {
 
     /// Whether `uid`, with `before` end actions without an outcome, may have `after`; a
     /// registration that does not add any is never refused.
-    pub fn check_actions(&mut self, uid: u32, before: u64, after: u64) -> Result<(), ErrorBody> {
+    pub fn check_actions(&mut self, uid: u32, before: u64, after: u64) -> Result<(), Exceeded> {
         let limit = self.config.actions_per_uid;
         if uid == 0 || after <= before || after <= limit {
             return Ok(());
         }
-        self.refusals.count(Limit::ActionsPerUid, uid);
-        Err(ErrorBody::new(
-            ErrorCode::LimitReached,
+        Err(self.refuse(
+            Limit::ActionsPerUid,
+            uid,
             format!(
                 "uid {uid} has {before} end actions without an outcome (of its active sessions, or waiting or running after their end); {} more would exceed the limit of {limit} per user: wait for some to finish",
                 after - before
@@ -433,7 +447,7 @@ mod tests {
         let a1 = limits.admit(1000).expect("first of uid 1000");
         let _a2 = limits.admit(1000).expect("second of uid 1000");
         let refused = limits.admit(1000).expect_err("third of uid 1000");
-        assert_eq!(refused.code, ErrorCode::TooManyConnections);
+        assert_eq!(refused.limit, Limit::ConnectionsPerUid);
         let _b1 = limits.admit(1001).expect("uid 1001 has its own share");
         let total = limits.admit(1002).expect_err("the total is reached");
         assert!(total.message.contains("other users"), "{}", total.message);
@@ -515,7 +529,7 @@ mod tests {
         );
         usage.check_actions(1000, 0, 4).expect("up to the limit");
         let refused = usage.check_actions(1000, 4, 5).expect_err("over it");
-        assert_eq!(refused.code, ErrorCode::LimitReached);
+        assert_eq!(refused.limit, Limit::ActionsPerUid);
         assert!(refused.message.contains("1 more"), "{}", refused.message);
         usage
             .check_actions(1000, 9, 7)
@@ -530,7 +544,7 @@ mod tests {
         let refused = usage
             .check(1000, &labels(11))
             .expect_err("too many label bytes");
-        assert_eq!(refused.code, ErrorCode::LimitReached);
+        assert_eq!(refused.limit, Limit::LabelBytes);
         assert!(
             refused.message.contains("per session"),
             "{}",

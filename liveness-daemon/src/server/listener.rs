@@ -14,7 +14,7 @@ use tokio::task::JoinSet;
 
 use super::connection::Connection;
 use super::{Readers, goodbye, stopping};
-use crate::engine::{Caller, Handle};
+use crate::engine::{Caller, Handle, Refusal};
 use crate::fair::closer::Closer;
 use crate::fair::limits::Limits;
 use crate::fd::pass::close_connection;
@@ -114,7 +114,7 @@ pub async fn serve(
         let slot = match limits.admit(caller.uid) {
             Ok(slot) => slot,
             Err(refusal) => {
-                refuse(stream, caller.uid, &closer, refusal);
+                refuse(stream, caller.uid, &closer, Refusal::from(refusal).into());
                 continue;
             }
         };

@@ -10,7 +10,7 @@ use tokio::sync::{OwnedSemaphorePermit, watch};
 
 use super::framing::Requests;
 use super::stopping;
-use crate::engine::{Acquire, Caller, Handle, Queued, stopping as shutting_down};
+use crate::engine::{Acquire, Caller, Handle, Queued, Refusal};
 use crate::fleet::FleetLocks;
 use liveness_common::lock::Lock;
 use liveness_common::protocol::{ErrorBody, ErrorCode};
@@ -31,7 +31,7 @@ pub(super) async fn acquire(
     let Queued { mut grant } = match engine.ask(caller, request).await {
         Ok(Acquire::Held(lock)) => return Some(Ok(lock)),
         Ok(Acquire::Queued(queued)) => queued,
-        Err(error) => return Some(Err(error)),
+        Err(refusal) => return Some(Err(refusal.into())),
     };
     drop(turn.take());
     let deadline = async {
@@ -42,7 +42,9 @@ pub(super) async fn acquire(
     };
     let client_left = tokio::select! {
         biased;
-        granted = &mut grant => return Some(granted.unwrap_or_else(|_| Err(shutting_down()))),
+        granted = &mut grant => {
+            return Some(granted.unwrap_or(Err(Refusal::Stopping)).map_err(ErrorBody::from));
+        }
         () = deadline => false,
         () = requests.closed() => true,
         () = stopping(shutdown) => false,
@@ -51,13 +53,14 @@ pub(super) async fn acquire(
     grant.close();
     let granted = grant.try_recv().ok();
     if !client_left {
-        return Some(granted.unwrap_or_else(|| match timeout_ms {
-            Some(ms) if !*shutdown.borrow() => Err(ErrorBody::new(
+        return Some(match (granted, timeout_ms) {
+            (Some(granted), _) => granted.map_err(ErrorBody::from),
+            (None, Some(ms)) if !*shutdown.borrow() => Err(ErrorBody::new(
                 ErrorCode::LockHeld,
                 format!("lock {name:?} is still held after waiting {ms} ms"),
             )),
-            _ => Err(shutting_down()),
-        }));
+            (None, _) => Err(Refusal::Stopping.into()),
+        });
     }
     // Granted to a client that is gone: nobody knows the token, so it is given back.
     if let Some(Ok(lock)) = granted {
@@ -87,7 +90,7 @@ pub(super) async fn acquire_in_fleet(
             () = requests.closed() => {}
             () = stopping(shutdown) => {}
         }
-        shutting_down()
+        ErrorBody::from(Refusal::Stopping)
     };
     in_fleet(fleet)?
         .acquire(engine, caller, request, abandon)
@@ -134,7 +137,7 @@ mod tests {
     #[derive(Debug)]
     enum Asked {
         /// The queued request's grant goes here.
-        Queued(oneshot::Sender<Result<Lock, ErrorBody>>),
+        Queued(oneshot::Sender<Result<Lock, Refusal>>),
         /// A lock given back.
         Release,
     }
@@ -196,7 +199,7 @@ mod tests {
     /// The grant of the request the engine queued next.
     async fn queued(
         asked: &mut mpsc::UnboundedReceiver<Asked>,
-    ) -> oneshot::Sender<Result<Lock, ErrorBody>> {
+    ) -> oneshot::Sender<Result<Lock, Refusal>> {
         match asked.recv().await {
             Some(Asked::Queued(grant)) => grant,
             other => panic!("the request was queued, not {other:?}"),

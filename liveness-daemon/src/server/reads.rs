@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::reply::{IntoReply, Processes};
 use crate::activity::Activities;
-use crate::engine::{self, Caller, Handle, Link, TreeView, ancestry};
+use crate::engine::{self, Caller, Handle, Link, Refusal, TreeView, ancestry};
 use crate::fair::offload::offload_for;
 use crate::source::tree_map::TreeMap;
 use crate::store::{EventReader, ListQuery, LockQuery, StoreError};
@@ -268,18 +268,15 @@ impl Readers {
         let read = offload_for(caller.uid, move || {
             ancestry(&proc, members.as_deref(), caller.pid, pid)
         });
-        let ancestry = read.await.unwrap_or_else(|| {
-            Err(ErrorBody::new(
-                ErrorCode::Internal,
-                "reading the ancestry failed",
-            ))
-        })?;
+        let ancestry = read
+            .await
+            .unwrap_or(Err(Refusal::Internal("reading the ancestry failed")))?;
         let links = ancestry.clone();
         match engine.ask(caller, engine::Whose { pid, ancestry }).await {
-            Err(error) if error.code == ErrorCode::NotFound => {
-                Ok(self.survivor_of(caller, links).await?.ok_or(error)?)
+            Err(refusal @ Refusal::NotFound(_)) => {
+                Ok(self.survivor_of(caller, links).await?.ok_or(refusal)?)
             }
-            answer => answer,
+            answer => Ok(answer?),
         }
     }
 
@@ -347,7 +344,7 @@ impl Readers {
             None => None,
         };
         let end = engine::End { request, survivors };
-        engine.ask(caller, end).await
+        Ok(engine.ask(caller, end).await?)
     }
 }
 

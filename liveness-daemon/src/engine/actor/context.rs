@@ -7,19 +7,19 @@ use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
+use crate::engine::Refusal;
 use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::lock::Lock;
-use liveness_common::protocol::ErrorBody;
 use liveness_common::session::{Event, Phase, Session, Survivors};
 use liveness_common::status::{Counters, LimitsStatus, Status};
 
 use super::Engine;
+use crate::engine::TreeView;
 use crate::engine::facts::Facts;
 use crate::engine::fanout::Subscription;
 use crate::engine::locks::{Acquire, Taken, take};
 use crate::engine::tree::{Parked, Start};
 use crate::engine::watch::Link;
-use crate::engine::{TreeView, store_error};
 use crate::store::journal::JournaledEnding;
 use crate::store::{EventFilter, Store, StoreError};
 
@@ -74,8 +74,8 @@ impl<'a> Context<'a> {
     pub(in crate::engine) fn commit<T>(
         &mut self,
         write: impl FnOnce(&mut Store) -> Result<(T, Vec<Event>), StoreError>,
-    ) -> Result<T, ErrorBody> {
-        let (made, events) = self.engine.ledger.commit(write).map_err(store_error)?;
+    ) -> Result<T, Refusal> {
+        let (made, events) = self.engine.ledger.commit(write)?;
         if !events.is_empty() {
             self.engine.publish(events);
         }
@@ -93,7 +93,7 @@ impl<'a> Context<'a> {
         &mut self,
         uid: u32,
         labels: &std::collections::BTreeMap<String, String>,
-    ) -> Result<(), ErrorBody> {
+    ) -> Result<(), Refusal> {
         self.engine.ledger.admit(uid, labels)
     }
 
@@ -104,7 +104,7 @@ impl<'a> Context<'a> {
         uid: u32,
         before: u64,
         after: u64,
-    ) -> Result<(), ErrorBody> {
+    ) -> Result<(), Refusal> {
         self.engine.ledger.admit_actions(uid, before, after)
     }
 
@@ -116,7 +116,7 @@ impl<'a> Context<'a> {
         session: String,
         name: String,
         wait: bool,
-    ) -> Result<Acquire, ErrorBody> {
+    ) -> Result<Acquire, Refusal> {
         let now = self.now();
         let engine = &mut *self.engine;
         let (store, usage) = engine.ledger.lock_books();

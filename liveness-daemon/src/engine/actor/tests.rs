@@ -26,7 +26,7 @@ use liveness_proc::fake::FakeProc;
 use super::{Context, Engine};
 use crate::engine::{
     Acquire, ActionConfig, Ask, Caller, Clock, Command, End, EngineConfig, Op, PRUNE_PERIOD,
-    Register, Registered, Subscribe, Synced,
+    Refusal, Register, Registered, Subscribe, Synced,
 };
 
 const WALL_MS: i64 = 1_700_000_000_000;
@@ -114,7 +114,12 @@ impl Fixture {
     /// An operation as the engine applies it for a connection (`end` with the survivors
     /// left for the engine to read).
     /// `op` applied as the loop applies it: after SQLite has what was published.
+    /// Its refusal as the wire says it.
     fn ask<O: Op>(&mut self, caller: Caller, op: O) -> Result<O::Answer, ErrorBody> {
+        Ok(self.apply(caller, op)?)
+    }
+
+    fn apply<O: Op>(&mut self, caller: Caller, op: O) -> Result<O::Answer, Refusal> {
         self.engine.caught_up();
         op.apply(&mut Context::new(&mut self.engine), caller)
     }
@@ -132,7 +137,7 @@ impl Fixture {
             pacing: None,
         };
         Command::from(ask).run(&mut Context::new(&mut self.engine));
-        answer.try_recv().expect("answered at once")
+        Ok(answer.try_recv().expect("answered at once")?)
     }
 
     fn register(
@@ -239,9 +244,10 @@ fn session_of(answer: Result<impl Into<Session>, ErrorBody>, what: &str) -> Sess
     }
 }
 
-fn error_of<T: std::fmt::Debug>(answer: Result<T, ErrorBody>) -> ErrorCode {
+/// The wire's code for a refusal.
+fn error_of<T: std::fmt::Debug, E: Into<ErrorBody>>(answer: Result<T, E>) -> ErrorCode {
     match answer {
-        Err(error) => error.code,
+        Err(error) => error.into().code,
         Ok(answer) => panic!("expected an error, got {answer:?}"),
     }
 }
@@ -880,7 +886,7 @@ fn acquire(
     session: &str,
     name: &str,
     wait: bool,
-) -> oneshot::Receiver<Result<Lock, ErrorBody>> {
+) -> oneshot::Receiver<Result<Lock, Refusal>> {
     let request = request::LockAcquire {
         name: name.into(),
         session: session.into(),
@@ -889,10 +895,10 @@ fn acquire(
         timeout_ms: None,
         cluster: false,
     };
-    let answer = match f.ask(caller, request) {
+    let answer = match f.apply(caller, request) {
         Ok(Acquire::Queued(queued)) => return queued.grant,
         Ok(Acquire::Held(lock)) => Ok(lock),
-        Err(error) => Err(error),
+        Err(refusal) => Err(refusal),
     };
     let (reply, answered) = oneshot::channel();
     let _ = reply.send(answer);
@@ -900,7 +906,7 @@ fn acquire(
 }
 
 /// The token of a granted lock, which must have been answered already.
-fn token_of(answer: &mut oneshot::Receiver<Result<Lock, ErrorBody>>, what: &str) -> u64 {
+fn token_of(answer: &mut oneshot::Receiver<Result<Lock, Refusal>>, what: &str) -> u64 {
     match answer.try_recv() {
         Ok(Ok(lock)) => lock.token,
         other => panic!("{what}: the lock should be granted, got {other:?}"),

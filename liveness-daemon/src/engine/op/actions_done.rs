@@ -1,18 +1,17 @@
 //! `actions_done`: the session's end commands were run by its client (an agent's own end
 //! hook); those not started get the outcome `skipped`, and never run.
 
-use liveness_common::protocol::ErrorBody;
 use liveness_common::request::ActionsDone;
 
 use super::{Op, addressed, stored};
 use crate::engine::actor::Context;
-use crate::engine::{Caller, Registered, store_error};
+use crate::engine::{Caller, Refusal, Registered};
 use crate::store::Store;
 
 impl Op for ActionsDone {
     type Answer = Registered;
 
-    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Registered, ErrorBody> {
+    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Registered, Refusal> {
         let now = cx.now();
         let existing = addressed(cx.store(), caller, &self.session, self.uid)?;
         let (uid, id) = (existing.creator_uid, existing.id);
@@ -35,11 +34,9 @@ impl Op for ActionsDone {
 pub(super) fn with_actions(
     store: &Store,
     mut session: liveness_common::session::Session,
-) -> Result<liveness_common::session::Session, ErrorBody> {
+) -> Result<liveness_common::session::Session, Refusal> {
     if !session.on_end_run.is_empty() {
-        session.actions = store
-            .action_states(session.creator_uid, &session.id)
-            .map_err(store_error)?;
+        session.actions = store.action_states(session.creator_uid, &session.id)?;
     }
     Ok(session)
 }

@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::engine::Refusal;
 use liveness_common::activity::{Activity, Declared, StallPolicy};
 use liveness_common::identity::Identity;
-use liveness_common::protocol::ErrorBody;
 use liveness_common::session::Event;
 
 use super::Op;
@@ -41,7 +41,7 @@ impl Op for Sampling {
 
     /// A copy of each tree is an `Arc`'s: the engine spends a few pointers per session,
     /// and the labels and policy it clones.
-    fn apply(self, cx: &mut Context<'_>, _caller: Caller) -> Result<Vec<Target>, ErrorBody> {
+    fn apply(self, cx: &mut Context<'_>, _caller: Caller) -> Result<Vec<Target>, Refusal> {
         Ok(cx
             .active_sessions()
             .filter_map(|session| {
@@ -73,7 +73,7 @@ impl Op for Judged {
     /// The event recorded; `None` when the session ended meanwhile.
     type Answer = Option<Event>;
 
-    fn apply(self, cx: &mut Context<'_>, _caller: Caller) -> Result<Option<Event>, ErrorBody> {
+    fn apply(self, cx: &mut Context<'_>, _caller: Caller) -> Result<Option<Event>, Refusal> {
         let now = cx.now();
         cx.commit(|store| {
             let event = store.record_activity(self.uid, &self.id, &self.activity, now)?;

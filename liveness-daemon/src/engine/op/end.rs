@@ -1,7 +1,7 @@
 //! `end`: a session ends because its client says so (reason `stopped`).
 
+use crate::engine::Refusal;
 use liveness_common::identity::ProcessKey;
-use liveness_common::protocol::{ErrorBody, ErrorCode};
 use liveness_common::request;
 use liveness_common::session::{EndReason, EventKind, OnEnd, Session, Survivors};
 
@@ -23,7 +23,7 @@ pub struct End {
 impl Op for End {
     type Answer = Session;
 
-    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Session, ErrorBody> {
+    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Session, Refusal> {
         let request::End {
             session,
             uid,
@@ -52,10 +52,7 @@ impl Op for End {
         })?;
         let (ended, reap) = ended;
         if !ended {
-            return Err(ErrorBody::new(
-                ErrorCode::AlreadyEnded,
-                format!("session {session:?} has already ended"),
-            ));
+            return Err(Refusal::Ended(session));
         }
         if let Some(ended) = reap {
             cx.reap(&ended);

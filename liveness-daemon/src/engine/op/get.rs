@@ -1,6 +1,6 @@
 //! `get`: a session as stored.
 
-use liveness_common::protocol::ErrorBody;
+use crate::engine::Refusal;
 use liveness_common::request::Get;
 use liveness_common::session::Session;
 
@@ -14,7 +14,7 @@ impl Op for Get {
 
     const READS: bool = true;
 
-    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Session, ErrorBody> {
+    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Session, Refusal> {
         let mut session = addressed(cx.store(), caller, &self.session, self.uid)?;
         if let Some(ending) =
             (cx.waiting_endings()).find(|ending| ending.ends(session.creator_uid, &session.id))

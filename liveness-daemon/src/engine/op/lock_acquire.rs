@@ -1,6 +1,6 @@
 //! `lock_acquire`: the lock, at once, or a place in its queue (see [`crate::engine::locks`]).
 
-use liveness_common::protocol::{ErrorBody, ErrorCode};
+use crate::engine::Refusal;
 use liveness_common::request::LockAcquire;
 
 use super::{Op, addressed};
@@ -10,7 +10,7 @@ use crate::engine::{Acquire, Caller};
 impl Op for LockAcquire {
     type Answer = Acquire;
 
-    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Acquire, ErrorBody> {
+    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Acquire, Refusal> {
         let LockAcquire {
             name,
             session,
@@ -21,9 +21,8 @@ impl Op for LockAcquire {
             cluster: _,
         } = self;
         if timeout_ms.is_some() && !wait {
-            return Err(ErrorBody::new(
-                ErrorCode::InvalidRequest,
-                "`timeout_ms` applies only to a request that waits: add `wait: true`",
+            return Err(Refusal::Invalid(
+                "`timeout_ms` applies only to a request that waits: add `wait: true`".into(),
             ));
         }
         let holder = addressed(cx.store(), caller, &session, uid)?;

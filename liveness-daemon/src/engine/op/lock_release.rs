@@ -1,8 +1,8 @@
 //! `lock_release`: only the holding session releases, and only its user (or root) names
 //! that session.
 
+use crate::engine::Refusal;
 use liveness_common::lock::Lock;
-use liveness_common::protocol::ErrorBody;
 use liveness_common::request::LockRelease;
 
 use super::{Op, addressed};
@@ -12,7 +12,7 @@ use crate::engine::actor::Context;
 impl Op for LockRelease {
     type Answer = Lock;
 
-    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Lock, ErrorBody> {
+    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Lock, Refusal> {
         let holder = addressed(cx.store(), caller, &self.session, self.uid)?;
         let now = cx.now();
         cx.commit(|store| {

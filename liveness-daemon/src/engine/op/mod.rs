@@ -5,20 +5,19 @@
 //! where its answer goes. [`Command`] holds one of each kind, so the engine's queue carries
 //! only what the engine does: what a connection serves itself (a subscription's replay, a
 //! listing, the reading of a tree) has no variant here. Inside the daemon an answer is
-//! `Result<Answer, ErrorBody>`; the server turns it into the wire's reply.
+//! `Result<Answer, Refusal>`; the server turns it into the wire's reply.
 
 use std::fmt;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::Refusal;
 use super::actor::Context;
 use super::auth::Caller;
-use super::store_error;
 use super::tree::Parked;
 use crate::fair::pacing::Pacing;
 use crate::store::{Store, StoreError};
-use liveness_common::protocol::{ErrorBody, ErrorCode};
 use liveness_common::request;
 use liveness_common::session::Session;
 
@@ -56,7 +55,7 @@ pub trait Op: fmt::Debug + Send + 'static {
     /// an operator sees why.
     const READS: bool = false;
 
-    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Self::Answer, ErrorBody>;
+    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Self::Answer, Refusal>;
 
     /// The session an answer is about: while the tree of its owner is being walked, the
     /// answer waits for the walk (see [`super::tree`]), so that what the owner forks once
@@ -71,7 +70,7 @@ pub trait Op: fmt::Debug + Send + 'static {
 pub struct Ask<O: Op> {
     pub caller: Caller,
     pub op: O,
-    pub reply: oneshot::Sender<Result<O::Answer, ErrorBody>>,
+    pub reply: oneshot::Sender<Result<O::Answer, Refusal>>,
     /// Charged with the engine's time on it, for a user other than root.
     pub pacing: Option<Arc<Pacing>>,
 }
@@ -89,10 +88,7 @@ impl<O: Op> Ask<O> {
             }
             answer
         } else {
-            Err(ErrorBody::new(
-                ErrorCode::Internal,
-                "the database cannot be written (see the daemon's log); try again",
-            ))
+            Err(Refusal::Behind)
         };
         let root = answer
             .as_ref()
@@ -169,7 +165,7 @@ impl Handle {
     /// Asks the engine `op` for `caller`, and waits for the answer; `shutting_down` once
     /// the engine has stopped. A user other than root waits while past its share of the
     /// engine's time, and is charged the time its operation takes (see [`Pacing`]).
-    pub async fn ask<O: Op>(&self, caller: Caller, op: O) -> Result<O::Answer, ErrorBody>
+    pub async fn ask<O: Op>(&self, caller: Caller, op: O) -> Result<O::Answer, Refusal>
     where
         Command: From<Ask<O>>,
     {
@@ -185,15 +181,10 @@ impl Handle {
             pacing,
         };
         if self.commands.send(ask.into()).await.is_err() {
-            return Err(stopping());
+            return Err(Refusal::Stopping);
         }
-        answer.await.unwrap_or_else(|_| Err(stopping()))
+        answer.await.unwrap_or(Err(Refusal::Stopping))
     }
-}
-
-/// The answer of an engine that is stopping.
-pub fn stopping() -> ErrorBody {
-    ErrorBody::new(ErrorCode::ShuttingDown, "the daemon is stopping")
 }
 
 /// The session a request names (see [`Caller::namespace`]): a user's own of that id;
@@ -205,36 +196,30 @@ fn addressed(
     caller: Caller,
     id: &str,
     uid: Option<u32>,
-) -> Result<Session, ErrorBody> {
-    let not_found = || store_error(StoreError::NotFound(id.to_owned()));
+) -> Result<Session, Refusal> {
+    let not_found = || StoreError::NotFound(id.to_owned()).into();
     if let Some(uid) = caller.namespace(uid)? {
-        return store
-            .get(uid, id)
-            .map_err(store_error)?
-            .ok_or_else(not_found);
+        return store.get(uid, id)?.ok_or_else(not_found);
     }
-    let mut found = store.find_any_user(id).map_err(store_error)?;
+    let mut found = store.find_any_user(id)?;
     match found.len() {
         0 => Err(not_found()),
         1 => Ok(found.remove(0)),
         _ => {
-            let uids: Vec<String> = found.iter().map(|s| s.creator_uid.to_string()).collect();
-            Err(ErrorBody::new(
-                ErrorCode::Ambiguous,
-                format!(
-                    "session {id:?} exists for uids {}; name one with `uid` (--uid)",
-                    uids.join(", ")
-                ),
-            ))
+            let uids = found.iter().map(|s| s.creator_uid).collect();
+            Err(Refusal::Ambiguous {
+                id: id.to_owned(),
+                uids,
+            })
         }
     }
 }
 
 /// User `uid`'s session `id` as stored now.
-fn stored(store: &Store, uid: u32, id: &str) -> Result<Session, ErrorBody> {
+fn stored(store: &Store, uid: u32, id: &str) -> Result<Session, Refusal> {
     match store.get(uid, id) {
         Ok(Some(session)) => Ok(session),
-        Ok(None) => Err(store_error(StoreError::NotFound(id.to_owned()))),
-        Err(e) => Err(store_error(e)),
+        Ok(None) => Err(StoreError::NotFound(id.to_owned()).into()),
+        Err(e) => Err(e.into()),
     }
 }

@@ -4,7 +4,7 @@ use std::os::fd::AsFd;
 
 use liveness_common::action::validate_actions;
 use liveness_common::identity::Identity;
-use liveness_common::protocol::{ErrorBody, ErrorCode, OwnerSpec, PidOwner, PidfdOwner};
+use liveness_common::protocol::{OwnerSpec, PidOwner, PidfdOwner};
 use liveness_common::request;
 use liveness_common::session::{DEFAULT_GRACE_MS, MAX_GRACE_MS, OnEnd, Phase, Session};
 use liveness_proc::identity::{IdentityError, ProcRoot};
@@ -14,7 +14,7 @@ use crate::engine::actor::{Context, Watched};
 use crate::engine::facts::Facts;
 use crate::engine::owner_checks::launcher_warning;
 use crate::engine::tree::Start;
-use crate::engine::{Caller, now_ms, store_error};
+use crate::engine::{Caller, Refusal, now_ms};
 use crate::fd::pass::Passed;
 use crate::store::NewSession;
 use liveness_common::protocol::wire_name;
@@ -38,7 +38,7 @@ pub struct Registered {
 impl Op for Register {
     type Answer = Registered;
 
-    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Registered, ErrorBody> {
+    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Registered, Refusal> {
         let Register { request, fds } = self;
         let now = cx.now();
         let auto = matches!(request.owner, OwnerSpec::Auto(_));
@@ -46,9 +46,8 @@ impl Op for Register {
             (Some(id), _) => id,
             (None, true) => generate_pending_id(),
             (None, false) => {
-                return Err(ErrorBody::new(
-                    ErrorCode::InvalidRequest,
-                    "`session` is required unless `pending` is true",
+                return Err(Refusal::Invalid(
+                    "`session` is required unless `pending` is true".into(),
                 ));
             }
         };
@@ -56,27 +55,21 @@ impl Op for Register {
         let namespace = caller.namespace(request.uid)?.unwrap_or(caller.uid);
         let (on_end, grace_ms) = policy(request.on_end, request.grace_ms)?;
         if let Some(actions) = &request.on_end_run {
-            validate_actions(actions)
-                .map_err(|message| ErrorBody::new(ErrorCode::InvalidRequest, message))?;
+            validate_actions(actions).map_err(Refusal::Invalid)?;
         }
         if let Some(policy) = &request.on_stall {
-            policy
-                .validate()
-                .map_err(|message| ErrorBody::new(ErrorCode::InvalidRequest, message))?;
+            policy.validate().map_err(Refusal::Invalid)?;
         }
         let owner = resolve_owner(cx.facts(), caller, request.owner, request.wrappers, &fds)?;
-        let (previous, ended) = match cx.store().get(namespace, &id).map_err(store_error)? {
+        let (previous, ended) = match cx.store().get(namespace, &id)? {
             Some(existing) => {
                 check_unchanged(&existing, request.on_end, request.grace_ms)?;
                 if request.until.is_some_and(|until| until != existing.until) {
-                    return Err(ErrorBody::new(
-                        ErrorCode::InvalidRequest,
-                        format!(
-                            "session {:?} was registered with until {}: when a session ends is set when it is created; register without until, or use a new session id",
-                            existing.id,
-                            wire_name(existing.until)
-                        ),
-                    ));
+                    return Err(Refusal::Invalid(format!(
+                        "session {:?} was registered with until {}: when a session ends is set when it is created; register without until, or use a new session id",
+                        existing.id,
+                        wire_name(existing.until)
+                    )));
                 }
                 let ended = existing.phase == Phase::Ended;
                 (Some(existing.owner), ended)
@@ -94,10 +87,7 @@ impl Op for Register {
         {
             // A new list replaces what the session has without an outcome (`actions_done`
             // may have given the others one).
-            let (before, replaced) = cx
-                .store()
-                .unfinished_actions(namespace, &id)
-                .map_err(store_error)?;
+            let (before, replaced) = cx.store().unfinished_actions(namespace, &id)?;
             let after = (before + actions.len() as u64).saturating_sub(replaced);
             cx.admit_actions(caller.uid, before, after)?;
         }
@@ -167,15 +157,12 @@ fn started_by(proc: &ProcRoot, owner: &Identity, caller_pid: u32) -> bool {
 }
 
 /// The cleanup policy of a new session, or why the request is refused.
-fn policy(on_end: Option<OnEnd>, grace_ms: Option<u64>) -> Result<(OnEnd, u64), ErrorBody> {
+fn policy(on_end: Option<OnEnd>, grace_ms: Option<u64>) -> Result<(OnEnd, u64), Refusal> {
     let grace_ms = grace_ms.unwrap_or(DEFAULT_GRACE_MS);
     if grace_ms > MAX_GRACE_MS {
-        return Err(ErrorBody::new(
-            ErrorCode::InvalidRequest,
-            format!(
-                "grace_ms {grace_ms} is longer than the longest grace, {MAX_GRACE_MS} ms (one hour)"
-            ),
-        ));
+        return Err(Refusal::Invalid(format!(
+            "grace_ms {grace_ms} is longer than the longest grace, {MAX_GRACE_MS} ms (one hour)"
+        )));
     }
     Ok((on_end.unwrap_or_default(), grace_ms))
 }
@@ -185,21 +172,18 @@ fn check_unchanged(
     existing: &Session,
     on_end: Option<OnEnd>,
     grace_ms: Option<u64>,
-) -> Result<(), ErrorBody> {
+) -> Result<(), Refusal> {
     let changed = on_end.is_some_and(|on_end| on_end != existing.on_end)
         || grace_ms.is_some_and(|grace| grace != existing.grace_ms);
     if !changed {
         return Ok(());
     }
-    Err(ErrorBody::new(
-        ErrorCode::InvalidRequest,
-        format!(
-            "session {:?} was registered with on_end {} and grace_ms {}: the cleanup policy is set when a session is created; register without on_end and grace_ms, or use a new session id",
-            existing.id,
-            wire_name(existing.on_end),
-            existing.grace_ms
-        ),
-    ))
+    Err(Refusal::Invalid(format!(
+        "session {:?} was registered with on_end {} and grace_ms {}: the cleanup policy is set when a session is created; register without on_end and grace_ms, or use a new session id",
+        existing.id,
+        wire_name(existing.on_end),
+        existing.grace_ms
+    )))
 }
 
 /// The identity of the owner a client names. A pid is read in the client's PID
@@ -211,35 +195,27 @@ fn resolve_owner(
     spec: OwnerSpec,
     mut wrappers: Vec<String>,
     fds: &[Passed],
-) -> Result<Identity, ErrorBody> {
+) -> Result<Identity, Refusal> {
     let proc = facts.proc();
     let identity = match spec {
         OwnerSpec::Auto(_) => {
             wrappers.extend(facts.config.wrappers.iter().cloned());
-            proc.resolve_owner(caller.pid, &wrappers)
-                .map_err(owner_error)?
+            proc.resolve_owner(caller.pid, &wrappers)?
         }
-        OwnerSpec::Pid(PidOwner { pid }) => {
-            proc.capture_for(caller.pid, pid).map_err(owner_error)?
-        }
+        OwnerSpec::Pid(PidOwner { pid }) => proc.capture_for(caller.pid, pid)?,
         OwnerSpec::Pidfd(PidfdOwner { pidfd }) => match fds.get(pidfd) {
-            Some(Passed::Pidfd(fd)) => proc.capture_pidfd(fd.as_fd()).map_err(owner_error)?,
+            Some(Passed::Pidfd(fd)) => proc.capture_pidfd(fd.as_fd())?,
             Some(Passed::Refused(kind)) => {
-                return Err(ErrorBody::new(
-                    ErrorCode::InvalidOwner,
-                    format!(
-                        "descriptor {pidfd} of the request line is a {kind}, not a pidfd: send one from pidfd_open(2)"
-                    ),
-                ));
+                return Err(Refusal::NotPidfd {
+                    index: pidfd,
+                    kind: kind.to_string(),
+                });
             }
             None => {
-                return Err(ErrorBody::new(
-                    ErrorCode::InvalidRequest,
-                    format!(
-                        "the owner is descriptor {pidfd} of the request line, but {} came with it: send the pidfd with SCM_RIGHTS in the sendmsg that carries the line",
-                        fds.len()
-                    ),
-                ));
+                return Err(Refusal::Invalid(format!(
+                    "the owner is descriptor {pidfd} of the request line, but {} came with it: send the pidfd with SCM_RIGHTS in the sendmsg that carries the line",
+                    fds.len()
+                )));
             }
         },
         OwnerSpec::Identity(identity) if identity.boot_id == facts.boot_id => {
@@ -258,13 +234,11 @@ fn resolve_owner(
     if !caller.is_root() && identity.boot_id == facts.boot_id {
         match proc.uid(identity.pid) {
             Ok(uid) if uid != caller.uid => {
-                return Err(ErrorBody::new(
-                    ErrorCode::Forbidden,
-                    format!(
-                        "process {} belongs to uid {uid}, not to you (uid {})",
-                        identity.pid, caller.uid
-                    ),
-                ));
+                return Err(Refusal::OthersProcess {
+                    pid: identity.pid,
+                    uid,
+                    caller: caller.uid,
+                });
             }
             _ => {}
         }
@@ -277,7 +251,7 @@ fn resolve_owner(
 /// of its start time is kept: a client in a time namespace whose offset is not whole
 /// ticks reads the start time as the kernel's count or one more. An identity of a
 /// process that is gone is kept as given: its session ends at once.
-fn canonical(proc: &ProcRoot, identity: Identity) -> Result<Identity, ErrorBody> {
+fn canonical(proc: &ProcRoot, identity: Identity) -> Result<Identity, Refusal> {
     match proc.capture(identity.pid) {
         Ok(live)
             if live.pidfs_ino.is_some()
@@ -289,19 +263,9 @@ fn canonical(proc: &ProcRoot, identity: Identity) -> Result<Identity, ErrorBody>
                 ..live
             })
         }
-        Err(e @ IdentityError::KernelThread { .. }) => Err(owner_error(e)),
+        Err(e @ IdentityError::KernelThread { .. }) => Err(e.into()),
         _ => Ok(identity),
     }
-}
-
-/// The reply to an owner that cannot be bound: `invalid_owner` for what can never be
-/// watched as a process, `no_owner` for one that does not exist (for this client).
-fn owner_error(e: IdentityError) -> ErrorBody {
-    let code = match e {
-        IdentityError::KernelThread { .. } | IdentityError::NotPidfd(_) => ErrorCode::InvalidOwner,
-        _ => ErrorCode::NoOwner,
-    };
-    ErrorBody::new(code, e.to_string())
 }
 
 /// A fresh id for a pending session: random, so ids are never reused across restarts.

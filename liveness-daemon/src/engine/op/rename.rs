@@ -1,6 +1,6 @@
 //! `rename`: a pending session gets its real id.
 
-use liveness_common::protocol::ErrorBody;
+use crate::engine::Refusal;
 use liveness_common::request::Rename;
 use liveness_common::session::Session;
 
@@ -11,7 +11,7 @@ use crate::engine::actor::Context;
 impl Op for Rename {
     type Answer = Session;
 
-    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Session, ErrorBody> {
+    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Session, Refusal> {
         let now = cx.now();
         let found = addressed(cx.store(), caller, &self.session, self.uid)?;
         cx.commit(|store| {

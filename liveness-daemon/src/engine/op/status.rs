@@ -1,6 +1,6 @@
 //! `status`: the daemon's view of itself.
 
-use liveness_common::protocol::ErrorBody;
+use crate::engine::Refusal;
 use liveness_common::request;
 use liveness_common::status::Status;
 
@@ -13,7 +13,7 @@ impl Op for request::Status {
 
     const READS: bool = true;
 
-    fn apply(self, cx: &mut Context<'_>, _: Caller) -> Result<Status, ErrorBody> {
+    fn apply(self, cx: &mut Context<'_>, _: Caller) -> Result<Status, Refusal> {
         Ok(cx.status())
     }
 }

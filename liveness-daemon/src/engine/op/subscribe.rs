@@ -4,7 +4,7 @@
 
 use std::os::fd::OwnedFd;
 
-use liveness_common::protocol::ErrorBody;
+use crate::engine::Refusal;
 
 use super::Op;
 use crate::engine::Caller;
@@ -22,7 +22,7 @@ pub struct Subscribe {
 impl Op for Subscribe {
     type Answer = Subscription;
 
-    fn apply(self, cx: &mut Context<'_>, _: Caller) -> Result<Subscription, ErrorBody> {
+    fn apply(self, cx: &mut Context<'_>, _: Caller) -> Result<Subscription, Refusal> {
         Ok(cx.subscribe(self.socket, self.filter))
     }
 }

@@ -3,7 +3,7 @@
 //! never lists its session in the state before it. While the batches cannot be written (a
 //! full disk), it answers with the endings they hold, for the reader to add to the rows.
 
-use liveness_common::protocol::ErrorBody;
+use crate::engine::Refusal;
 
 use super::Op;
 use crate::engine::Caller;
@@ -19,7 +19,7 @@ impl Op for Synced {
 
     const READS: bool = true;
 
-    fn apply(self, cx: &mut Context<'_>, _: Caller) -> Result<Vec<JournaledEnding>, ErrorBody> {
+    fn apply(self, cx: &mut Context<'_>, _: Caller) -> Result<Vec<JournaledEnding>, Refusal> {
         Ok(cx.waiting_endings().cloned().collect())
     }
 }

@@ -2,8 +2,8 @@
 //! watched, and the phase an agent's hooks declare (a turn, a tool), which the activity
 //! sampler judges a stall by.
 
+use crate::engine::Refusal;
 use liveness_common::activity::MAX_TOOL_NAME;
-use liveness_common::protocol::{ErrorBody, ErrorCode};
 use liveness_common::request::Touch;
 use liveness_common::session::Session;
 
@@ -14,7 +14,7 @@ use crate::engine::actor::Context;
 impl Op for Touch {
     type Answer = Session;
 
-    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Session, ErrorBody> {
+    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Session, Refusal> {
         check_tool(&self)?;
         let now = cx.now();
         let found = addressed(cx.store(), caller, &self.session, self.uid)?;
@@ -46,8 +46,8 @@ impl Op for Touch {
 }
 
 /// A tool's name is shown to people: short, printable, and not with its end.
-fn check_tool(touch: &Touch) -> Result<(), ErrorBody> {
-    let invalid = |message: String| Err(ErrorBody::new(ErrorCode::InvalidRequest, message));
+fn check_tool(touch: &Touch) -> Result<(), Refusal> {
+    let invalid = |message: String| Err(Refusal::Invalid(message));
     if touch.tool.is_some() && touch.tool_end {
         return invalid("`tool` starts a tool and `tool_end` ends one: give one of them".into());
     }

@@ -1,7 +1,7 @@
 //! The tree of the session a request names, as known now, for the connection to read what
 //! is alive of it off the engine (`processes`, and the survivors of an `end`).
 
-use liveness_common::protocol::ErrorBody;
+use crate::engine::Refusal;
 use liveness_common::session::Session;
 
 use super::{Op, addressed};
@@ -18,7 +18,7 @@ impl Op for Tree {
     /// The session and, for an ACTIVE one of this boot, its tree.
     type Answer = (Session, Option<TreeView>);
 
-    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Self::Answer, ErrorBody> {
+    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Self::Answer, Refusal> {
         let found = addressed(cx.store(), caller, &self.session, self.uid)?;
         let view = cx.tree(&found);
         Ok((found, view))

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use liveness_common::protocol::ErrorBody;
+use crate::engine::Refusal;
 
 use super::Op;
 use crate::engine::Caller;
@@ -16,7 +16,7 @@ impl Op for Waiting {
     /// By lock: its user and name.
     type Answer = HashMap<(u32, String), u32>;
 
-    fn apply(self, cx: &mut Context<'_>, _: Caller) -> Result<Self::Answer, ErrorBody> {
+    fn apply(self, cx: &mut Context<'_>, _: Caller) -> Result<Self::Answer, Refusal> {
         Ok(cx.lock_waiters())
     }
 }

@@ -7,14 +7,13 @@
 //! tracked owners.
 
 use liveness_common::identity::ProcessKey;
-use liveness_common::protocol::{ErrorBody, ErrorCode};
 use liveness_common::session::Session;
 use liveness_proc::identity::{IdentityError, ProcRoot};
 
 use super::Op;
 use crate::engine::actor::Context;
 use crate::engine::watch::Link;
-use crate::engine::{Caller, store_error};
+use crate::engine::{Caller, Refusal};
 use crate::source::tree_map::TreeMap;
 
 /// Deep enough for any real process tree, bounded against a corrupt one.
@@ -27,22 +26,19 @@ pub fn ancestry(
     kernel: Option<&TreeMap>,
     caller_pid: u32,
     pid: u32,
-) -> Result<Vec<Link>, ErrorBody> {
+) -> Result<Vec<Link>, Refusal> {
     let local = proc
         .translate_pid(caller_pid, pid)
-        .map_err(|e| ErrorBody::new(ErrorCode::NotFound, e.to_string()))?;
+        .map_err(|e| Refusal::NotFound(e.to_string()))?;
     let mut current = proc.tgid(local).unwrap_or(local);
     let mut links = Vec::new();
     while current != 0 && links.len() < MAX_DEPTH {
         let stat = match proc.stat(current) {
             Ok(stat) => stat,
             Err(IdentityError::NoSuchProcess(p)) if p == local => {
-                return Err(ErrorBody::new(
-                    ErrorCode::NotFound,
-                    format!("no process with PID {pid}"),
-                ));
+                return Err(Refusal::NotFound(format!("no process with PID {pid}")));
             }
-            Err(e) => return Err(ErrorBody::new(ErrorCode::NotFound, e.to_string())),
+            Err(e) => return Err(Refusal::NotFound(e.to_string())),
         };
         let key = ProcessKey {
             pid: current,
@@ -84,15 +80,13 @@ impl Op for Whose {
 
     /// The nearest link of the ancestry that owns an ACTIVE session the caller may see or
     /// belongs to one's tree.
-    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Found, ErrorBody> {
+    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Found, Refusal> {
         for link in self.ancestry {
             // The store is asked only about owners that are watched.
             let Some(owner) = cx.watched_owner(&link) else {
                 continue;
             };
-            let sessions = (cx.store())
-                .active_sessions_of_owner(&owner)
-                .map_err(store_error)?;
+            let sessions = (cx.store()).active_sessions_of_owner(&owner)?;
             if let Some(session) = sessions.into_iter().find(|s| caller.may_see(s)) {
                 // In the caller's namespace, like the pid it asked about.
                 let seen = cx.facts().proc().pid_seen_by(caller.pid, owner.pid);
@@ -102,12 +96,9 @@ impl Op for Whose {
                 });
             }
         }
-        Err(ErrorBody::new(
-            ErrorCode::NotFound,
-            format!(
-                "no active session owns PID {} or any of its ancestors",
-                self.pid
-            ),
-        ))
+        Err(Refusal::NotFound(format!(
+            "no active session owns PID {} or any of its ancestors",
+            self.pid
+        )))
     }
 }
