@@ -1,6 +1,7 @@
 //! The effects: what committed events set off after they are published. Requests waiting
 //! for a lock are told or granted, the survivors of ended sessions are terminated by their
-//! policy, their end actions run.
+//! policy, their end actions run: each once SQLite has the events (a reap's plan and an end
+//! action read them there, a grant is written there).
 
 use std::collections::HashMap;
 
@@ -16,9 +17,12 @@ use super::EngineConfig;
 use super::actions::{Actions, Next, with_actions};
 use super::ledger::Ledger;
 use super::locks::{Acquire, Granted, LockEffect, LockKey, Locks, held_error};
-use super::reaps::{ReapDone, Reaps, terminating};
+use super::reaps::{ReapDone, Reaps, Views, terminating};
 use super::tree::Trees;
+use crate::engine::TreeView;
+use crate::source::tree_map::TreeMap;
 use crate::store::{ActionKey, Store};
+use std::sync::Arc;
 
 #[derive(Debug)]
 pub(super) struct Effects {
@@ -28,17 +32,14 @@ pub(super) struct Effects {
     reaps: Reaps,
     /// End actions running.
     actions: Actions,
-}
-
-/// What published events set off.
-#[derive(Debug)]
-pub(super) struct SetOff {
-    /// For the requests waiting for a lock, in event order.
-    pub(super) locks: Vec<LockEffect>,
-    /// The ends whose survivors are terminated by their policy.
-    pub(super) reap: Vec<Event>,
-    /// Whether end actions were queued.
-    pub(super) acting: bool,
+    /// Set off by published events, until SQLite has them: what they change for the lock
+    /// waiters, in event order, and the ends whose survivors are terminated by their
+    /// policy, with their trees as they were at the death.
+    unsettled_locks: Vec<LockEffect>,
+    unsettled_reaps: Vec<(Event, Option<TreeView>)>,
+    /// The trees of dead owners whose deaths could not be appended yet: their reaps read
+    /// them once the deaths are.
+    kept: Views,
 }
 
 /// A reap or an end action that has news.
@@ -50,31 +51,60 @@ pub(super) enum Done {
 }
 
 impl Effects {
-    pub(super) fn new(config: &EngineConfig, boot_id: &str) -> Effects {
+    pub(super) fn new(
+        config: &EngineConfig,
+        boot_id: &str,
+        kernel: Option<Arc<TreeMap>>,
+    ) -> Effects {
         Effects {
             locks: Locks::default(),
-            reaps: Reaps::new(config.proc.clone(), boot_id.to_owned()),
+            reaps: Reaps::new(config.proc.clone(), boot_id.to_owned(), kernel),
             actions: Actions::new(&config.actions, config.proc.clone()),
+            unsettled_locks: Vec::new(),
+            unsettled_reaps: Vec::new(),
+            kept: Views::new(),
         }
     }
 
-    /// Takes in published events: the sessions with end actions are queued for them; returns
-    /// what else they set off.
-    pub(super) fn set_off(&mut self, events: &[Event]) -> SetOff {
+    /// Takes in published events, with the trees of their dead owners that the reaps
+    /// read: what they set off waits until SQLite has them (see [`Effects::settle`]).
+    /// Returns whether anything does, so that SQLite gets them at once.
+    pub(super) fn set_off(&mut self, events: &[Event], mut views: Views) -> bool {
         let locks = self.locks.effects_of(events);
-        let reap = terminating(events);
         let acting = with_actions(events).next().is_some();
         self.actions.ended(with_actions(events));
-        SetOff {
-            locks,
-            reap,
-            acting,
+        for ended in terminating(events) {
+            let key = ended.owner.key();
+            let view = (views.get(&key).cloned()).or_else(|| self.kept.get(&key).cloned());
+            self.unsettled_reaps.push((ended, view));
         }
+        views.clear();
+        for event in events {
+            self.kept.remove(&event.owner.key());
+        }
+        let set_off = acting || !locks.is_empty() || !self.unsettled_reaps.is_empty();
+        self.unsettled_locks.extend(locks);
+        set_off
+    }
+
+    /// Keeps the trees of dead owners whose deaths wait to be appended.
+    pub(super) fn keep(&mut self, views: Views) {
+        self.kept.extend(views);
+    }
+
+    /// What the published events set off, now that SQLite has them: the lock waiters'
+    /// changes (returned: the engine publishes each grant before it is sent), the reaps
+    /// started.
+    pub(super) fn settle(&mut self, store: &Store) -> Vec<LockEffect> {
+        for (ended, view) in std::mem::take(&mut self.unsettled_reaps) {
+            self.reaps.start(&ended, store, view);
+        }
+        std::mem::take(&mut self.unsettled_locks)
     }
 
     /// Starts terminating the survivors of an ended session, as its tree knows them.
-    pub(super) fn reap(&mut self, ended: &Event, store: &Store, trees: &Trees) {
-        self.reaps.start(ended, store, trees);
+    pub(super) fn reap(&mut self, ended: &Event, store: &Store, tree: TreeView) {
+        self.reaps.start(ended, store, Some(tree));
     }
 
     /// At start: runs again the reaps and the end actions a stop or a crash cut short.

@@ -99,13 +99,6 @@ impl FanOut {
         }
     }
 
-    /// Stamps the just-committed ended events of the deaths read so far (`--trace-hops`).
-    pub(super) fn stamp(&mut self, events: &mut [Event]) {
-        if let Some(hops) = &mut self.hops {
-            hops.committed(events);
-        }
-    }
-
     /// An owner just registered, whose death within a second is warned of.
     pub(super) fn registered(&mut self, owner: ProcessKey, now_ms: i64) {
         self.fresh_owners.registered(owner, now_ms);
@@ -117,6 +110,10 @@ impl FanOut {
     /// (see `eventlog`). `journaled` holds the JSON the journal has of the events, when
     /// they were journaled: it is sent as it is.
     pub(super) fn broadcast(&mut self, mut events: Vec<Event>, journaled: &[JournaledEvent]) {
+        // The ended events of the deaths read so far, just committed (`--trace-hops`).
+        if let Some(hops) = &mut self.hops {
+            hops.committed(&mut events);
+        }
         let batch: Vec<Published> = events
             .iter_mut()
             .enumerate()

@@ -9,8 +9,7 @@ use std::path::Path;
 use liveness_common::identity::Identity;
 use liveness_common::session::{Event, Session};
 
-use super::locks::LockEffect;
-use crate::store::journal::{Journal, JournalEntry, JournaledEnding};
+use crate::store::journal::{Journal, JournalEntry, JournaledEnding, JournaledEvent};
 use crate::store::{Active, JournaledDeaths, OwnerDeath, Store, StoreError, journal_deaths};
 use liveness_common::status::StoreStatus;
 
@@ -21,9 +20,8 @@ pub(super) struct Journaled {
     /// The seq of the newest event.
     head: u64,
     /// Batches published that SQLite does not have yet (not written yet, or refused),
-    /// oldest first, and what they change for lock waiters.
+    /// oldest first.
     unapplied: Vec<JournalEntry>,
-    effects: Vec<LockEffect>,
     /// The last write of `unapplied` failed for want of space.
     disk_full: bool,
 }
@@ -51,7 +49,6 @@ impl Journaled {
             journal,
             head: store.head_seq()?,
             unapplied: Vec::new(),
-            effects: Vec::new(),
             disk_full: false,
         })
     }
@@ -124,39 +121,28 @@ impl Journaled {
         Ok(batch)
     }
 
-    /// Keeps a published batch for SQLite, with what it changes for lock waiters.
-    pub(super) fn push(&mut self, entry: JournalEntry, effects: Vec<LockEffect>) {
+    /// Keeps a batch for SQLite; returns the journal's text of its events.
+    pub(super) fn push(&mut self, entry: JournalEntry) -> &[JournaledEvent] {
         self.unapplied.push(entry);
-        self.effects.extend(effects);
+        self.unapplied.last().map_or(&[], |entry| &entry.events)
     }
 
     /// Writes the published batches SQLite does not have, in order, in one transaction.
-    /// Returns what they change for lock waiters once written; `complete` is false when
-    /// they cannot be (the store is then behind what was published, and they are kept).
-    pub(super) fn apply(&mut self, store: &mut Store) -> Applied {
+    /// Returns false when they cannot be (the store is then behind what was published,
+    /// and they are kept).
+    pub(super) fn apply(&mut self, store: &mut Store) -> bool {
         if let Err(e) = store.apply(&self.unapplied) {
             let e = store.explain(e);
             self.disk_full = matches!(e, StoreError::NoSpace { .. });
             tracing::error!(error = %e, "cannot write published deaths to the database; trying again");
-            return Applied {
-                effects: Vec::new(),
-                complete: false,
-            };
+            return false;
         }
         self.unapplied.clear();
         self.disk_full = false;
         if let Err(e) = self.journal.compact() {
             tracing::warn!(error = %e, "cannot empty the journal");
         }
-        Applied {
-            effects: std::mem::take(&mut self.effects),
-            complete: true,
-        }
-    }
-
-    /// Whether a batch SQLite does not have yet frees a lock that someone waits for.
-    pub(super) fn has_effects(&self) -> bool {
-        !self.effects.is_empty()
+        true
     }
 
     /// Whether published batches wait for SQLite.
@@ -189,11 +175,4 @@ impl Journaled {
     pub(super) fn journal(&mut self) -> &mut Journal {
         &mut self.journal
     }
-}
-
-/// What [`Journaled::apply`] wrote.
-#[derive(Debug)]
-pub(super) struct Applied {
-    pub(super) effects: Vec<LockEffect>,
-    pub(super) complete: bool,
 }

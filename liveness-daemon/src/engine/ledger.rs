@@ -9,14 +9,24 @@ use liveness_common::identity::Identity;
 use liveness_common::session::{Event, Phase, Session};
 use liveness_common::status::{Counters, SessionsStatus, StoreStatus};
 
-use super::journaled::{Applied, Journaled};
-use super::locks::LockEffect;
+use super::journaled::Journaled;
 use super::reaps::ReapDone;
 use super::retry::Retries;
 use super::{APPLY_DELAY, MAX_UNAPPLIED, RETRY_PERIOD};
 use crate::fair::limits::{Limits, SessionUsage};
-use crate::store::journal::{JournalEntry, JournaledEnding};
+use crate::store::journal::{JournaledEnding, JournaledEvent};
 use crate::store::{ActionKey, JournaledDeaths, ListQuery, OwnerDeath, Store, StoreError};
+
+/// A batch of deaths appended (see [`Ledger::append`]).
+#[derive(Debug)]
+pub(super) struct Appended<'a> {
+    /// Its events, to publish.
+    pub(super) events: Vec<Event>,
+    /// The journal's text of them, sent to subscribers as it is.
+    pub(super) journaled: &'a [JournaledEvent],
+    /// So many batches wait for SQLite that this one is written at once.
+    pub(super) many_wait: bool,
+}
 
 #[derive(Debug)]
 pub(super) struct Ledger {
@@ -149,49 +159,31 @@ impl Ledger {
     }
 
     /// Ends the sessions of `deaths`, after those an earlier failed append left, in one
-    /// journaled batch, and follows its events. Returns them all with the batch; on
-    /// failure keeps them.
-    pub(super) fn append(
-        &mut self,
-        deaths: Vec<OwnerDeath>,
-        now: i64,
-    ) -> Option<(Vec<OwnerDeath>, JournaledDeaths)> {
-        let appended = (self.retries).end(
+    /// journaled batch: appended to the journal (the durable step), its users' accounts
+    /// charged, and kept for SQLite, which gets it after [`APPLY_DELAY`] with the batches
+    /// published meanwhile, or sooner (see [`Ledger::catch_up`]). On failure keeps them.
+    pub(super) fn append(&mut self, deaths: Vec<OwnerDeath>, now: i64) -> Option<Appended<'_>> {
+        let (_, JournaledDeaths { entry, events }) = (self.retries).end(
             deaths,
             &mut self.journaled,
             &self.store,
             &mut self.counters,
             now,
-        );
-        if let Some((_, batch)) = &appended {
-            for event in &batch.events {
-                if let Some(by) = event.detected_by {
-                    *self.counters.finalized_by.entry(by).or_default() += 1;
-                }
+        )?;
+        for event in &events {
+            if let Some(by) = event.detected_by {
+                *self.counters.finalized_by.entry(by).or_default() += 1;
             }
-            self.account(&batch.events);
         }
-        appended
-    }
-
-    /// Keeps a published batch for SQLite, with what it changes for lock waiters. Returns
-    /// whether to write it now: when `urgent` (a reap's plan or an end action reads it
-    /// there), when it frees a waited-for lock, or when many wait; else it is written after
-    /// [`APPLY_DELAY`], with the batches published meanwhile.
-    pub(super) fn hold(
-        &mut self,
-        entry: JournalEntry,
-        effects: Vec<LockEffect>,
-        urgent: bool,
-    ) -> bool {
-        self.journaled.push(entry, effects);
-        let now =
-            urgent || self.journaled.has_effects() || self.journaled.waiting() > MAX_UNAPPLIED;
-        if !now {
-            self.apply_at
-                .get_or_insert_with(|| tokio::time::Instant::now() + APPLY_DELAY);
-        }
-        now
+        self.account(&events);
+        self.apply_at
+            .get_or_insert_with(|| tokio::time::Instant::now() + APPLY_DELAY);
+        let many_wait = self.journaled.waiting() >= MAX_UNAPPLIED;
+        Some(Appended {
+            events,
+            journaled: self.journaled.push(entry),
+            many_wait,
+        })
     }
 
     /// When the batches SQLite lacks are due to be written.
@@ -205,20 +197,18 @@ impl Ledger {
     }
 
     /// Writes the published batches SQLite does not have (in one transaction); while they
-    /// cannot be written, due again after [`RETRY_PERIOD`].
-    pub(super) fn catch_up(&mut self) -> Applied {
+    /// cannot be written, due again after [`RETRY_PERIOD`]. Returns whether SQLite has them
+    /// all.
+    pub(super) fn catch_up(&mut self) -> bool {
         if !self.journaled.behind() {
-            return Applied {
-                effects: Vec::new(),
-                complete: true,
-            };
+            return true;
         }
-        let applied = self.journaled.apply(&mut self.store);
-        self.apply_at = (!applied.complete).then(|| tokio::time::Instant::now() + RETRY_PERIOD);
-        if !applied.complete {
+        let complete = self.journaled.apply(&mut self.store);
+        self.apply_at = (!complete).then(|| tokio::time::Instant::now() + RETRY_PERIOD);
+        if !complete {
             self.counters.failed_commits += 1;
         }
-        applied
+        complete
     }
 
     /// The published endings SQLite does not have yet, oldest first.

@@ -15,7 +15,8 @@
 //! once more, get SIGTERM again and a whole grace. One `session.reaped` is recorded per
 //! session, whichever run finishes first.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::{JoinError, JoinSet};
@@ -112,6 +113,10 @@ impl ReapPlan {
 /// A finished reap: the ended event it was for, and what it did.
 pub(super) type ReapDone = (Event, Reaped);
 
+/// The trees of dead owners as they were at their deaths, which their reaps complete the
+/// survivors an ending listed with.
+pub(super) type Views = HashMap<ProcessKey, TreeView>;
+
 /// The `session.ended` events among `events` of sessions whose policy is `terminate`.
 pub(super) fn terminating(events: &[Event]) -> Vec<Event> {
     events
@@ -130,22 +135,25 @@ pub(super) struct Reaps {
     proc: ProcRoot,
     /// This boot: only its processes are signalled.
     boot_id: String,
+    /// The kernel's map of tracked trees, where eBPF runs.
+    kernel: Option<Arc<TreeMap>>,
 }
 
 impl Reaps {
-    pub(super) fn new(proc: ProcRoot, boot_id: String) -> Reaps {
+    pub(super) fn new(proc: ProcRoot, boot_id: String, kernel: Option<Arc<TreeMap>>) -> Reaps {
         Reaps {
             tasks: JoinSet::new(),
             reaper: Reaper::new(proc.clone()),
             proc,
             boot_id,
+            kernel,
         }
     }
 
     /// Starts terminating what is left of the process tree of the session `ended` is about,
     /// with the session's grace period (see [`Reaps::plan`] for what is spared).
-    pub(super) fn start(&mut self, ended: &Event, store: &Store, trees: &Trees) {
-        self.spawn(ended, false, store, trees);
+    pub(super) fn start(&mut self, ended: &Event, store: &Store, tree: Option<TreeView>) {
+        self.spawn(ended, false, store, tree);
     }
 
     /// At start: runs again the reaps that a stop or a crash of the last run cut short.
@@ -164,11 +172,11 @@ impl Reaps {
             );
         }
         for ended in &due {
-            self.spawn(ended, true, store, trees);
+            self.spawn(ended, true, store, Some(trees.view(ended.owner.key())));
         }
     }
 
-    fn spawn(&mut self, ended: &Event, resumed: bool, store: &Store, trees: &Trees) {
+    fn spawn(&mut self, ended: &Event, resumed: bool, store: &Store, tree: Option<TreeView>) {
         let grace_ms = match store.get(ended.creator_uid, &ended.session) {
             Ok(Some(session)) => session.grace_ms,
             Ok(None) => DEFAULT_GRACE_MS,
@@ -177,9 +185,9 @@ impl Reaps {
                 DEFAULT_GRACE_MS
             }
         };
-        let plan = self.plan(ended, store, trees);
+        let plan = self.plan(ended, store, tree);
         let ended = ended.clone();
-        let (reaper, kernel, proc) = (self.reaper.clone(), trees.reader(), self.proc.clone());
+        let (reaper, kernel, proc) = (self.reaper.clone(), self.kernel.clone(), self.proc.clone());
         // Through the task set also when nothing is signalled, so that the outcome is
         // published after the ending.
         self.tasks.spawn(async move {
@@ -234,7 +242,7 @@ impl Reaps {
     /// registers on the owner of root's job is nested in the job, whose processes are the
     /// job's for life, and a user's word never keeps root's policy off them (nor, the
     /// other way, lets the user signal what a session of root's holds).
-    fn plan(&self, ended: &Event, store: &Store, trees: &Trees) -> ReapPlan {
+    fn plan(&self, ended: &Event, store: &Store, tree: Option<TreeView>) -> ReapPlan {
         let owner = ended.owner.clone();
         // The tree of an owner of another boot cannot be known here, nor signalled.
         if owner.boot_id != self.boot_id {
@@ -244,9 +252,8 @@ impl Reaps {
         // again); a longer list is completed with the tree as known now (after a restart,
         // the listed ones are all there is).
         let listed = ended.survivors.as_ref();
-        let complete_with = listed
-            .is_none_or(|s| s.members.len() as u64 != u64::from(s.total))
-            .then(|| trees.view(owner.key()));
+        let complete_with =
+            tree.filter(|_| listed.is_none_or(|s| s.members.len() as u64 != u64::from(s.total)));
         // Fails closed: a tree that may be another session's is not signalled.
         let by_root = ended.creator_uid == 0;
         let refusal = match store.active_sessions_of_owner(&owner) {

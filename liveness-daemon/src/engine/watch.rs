@@ -8,12 +8,13 @@ use std::sync::Arc;
 
 use liveness_common::exit::DetectedBy;
 use liveness_common::identity::{Identity, ProcessKey};
-use liveness_common::session::{EndReason, Survivors, Until};
+use liveness_common::session::{EndReason, Event, OnEnd, Survivors, Until};
 use liveness_common::status::{MembershipStatus, MonitorStatus};
 use liveness_proc::identity::Liveness;
 
 use super::facts::Facts;
 use super::ledger::Ledger;
+use super::reaps::{Views, terminating};
 use super::tree::{Parked, Start, TreeView, TreeWork, Trees};
 use super::until_tree::TreeWaits;
 use crate::source::ExitObservation;
@@ -45,8 +46,9 @@ pub(super) struct Prepared {
     pub(super) deaths: Vec<OwnerDeath>,
     /// Members of waited-for trees found already dead: a batch of their own, after.
     pub(super) gone: Vec<OwnerDeath>,
-    /// The dead owners whose sessions wait for their trees: their trees stay followed.
-    pub(super) waited: Vec<Identity>,
+    /// The trees of the dead owners whose survivors are terminated by policy, as they were
+    /// (the trees are no longer followed).
+    pub(super) views: Views,
 }
 
 impl Watch {
@@ -137,6 +139,14 @@ impl Watch {
     /// The tree of `root`, as known now.
     pub(super) fn view(&self, root: ProcessKey) -> TreeView {
         self.trees.view(root)
+    }
+
+    /// The trees of the owners of these ended sessions whose survivors are terminated by
+    /// policy, as they are now.
+    pub(super) fn views_for(&self, events: &[Event]) -> Views {
+        (terminating(events).iter())
+            .map(|ended| (ended.owner.key(), self.trees.view(ended.owner.key())))
+            .collect()
     }
 
     /// The survivors of `owner`'s tree, read now, but the process `caller_pid` and its
@@ -259,6 +269,8 @@ impl Watch {
     /// stand for their owners once the last one dies; each owner's survivors are read from
     /// memory (once, at the death: a retried commit keeps those of that moment); the owners
     /// whose sessions last until their trees do have their members watched from now on.
+    /// The others' trees are no longer followed: every session of theirs ends with this
+    /// batch, and a reap reads the copy of its tree taken here.
     pub(super) fn prepare(
         &mut self,
         deaths: Vec<OwnerDeath>,
@@ -279,26 +291,28 @@ impl Watch {
             (ledger.sessions_of_owner(owner)).any(|session| session.until == Until::Tree)
         };
         let gone = (self.waits).wait_for_trees(&deaths, until_tree, &mut self.monitor, facts);
-        let waited = deaths
+        let ended: Vec<&OwnerDeath> = deaths
             .iter()
-            .filter(|death| self.waits.waits_for(death.owner.key()))
-            .map(|death| death.owner.clone())
+            .filter(|death| !self.waits.waits_for(death.owner.key()))
             .collect();
+        // Only a reap that the ending's list of survivors leaves incomplete reads its tree.
+        let views = ended
+            .iter()
+            .filter(|death| {
+                (death.survivors.as_ref())
+                    .is_none_or(|s| s.members.len() as u64 != u64::from(s.total))
+            })
+            .filter(|death| {
+                (ledger.sessions_of_owner(&death.owner))
+                    .any(|session| session.on_end == OnEnd::Terminate)
+            })
+            .map(|death| (death.owner.key(), self.trees.view(death.owner.key())))
+            .collect();
+        self.trees.forget(ended.iter().map(|death| &death.owner));
         Prepared {
             deaths,
             gone,
-            waited,
+            views,
         }
-    }
-
-    /// Every session of these dead owners has ended, but those waiting for their trees:
-    /// nobody follows the others' trees now.
-    pub(super) fn forget_ended(&mut self, deaths: &[OwnerDeath], waited: &[Identity]) {
-        self.trees.forget(
-            deaths
-                .iter()
-                .map(|death| &death.owner)
-                .filter(|owner| !waited.contains(owner)),
-        );
     }
 }

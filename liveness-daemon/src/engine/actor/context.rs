@@ -201,7 +201,8 @@ impl<'a> Context<'a> {
     /// Terminates the survivors an ended session's tree leaves, by its policy.
     pub(in crate::engine) fn reap(&mut self, ended: &Event) {
         let engine = &mut *self.engine;
-        (engine.effects).reap(ended, engine.ledger.store(), engine.watch.trees());
+        let tree = engine.watch.view(ended.owner.key());
+        (engine.effects).reap(ended, engine.ledger.store(), tree);
     }
 
     /// Sends an answer once the tree of `root` has had its first walk.

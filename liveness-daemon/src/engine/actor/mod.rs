@@ -9,18 +9,18 @@ use tokio::sync::{mpsc, watch};
 
 use crate::deadline::sleep_until;
 use crate::source::ExitObservation;
-use crate::store::{ActionKey, Begin, Ending, JournaledDeaths, OwnerDeath};
+use crate::store::{ActionKey, Begin, Ending, OwnerDeath};
 use liveness_common::action::ActionOutcome;
 use liveness_common::identity::Identity;
 use liveness_common::session::{EndReason, Event, Session};
 
 use super::actions::{Begun, Next, Progress};
+use super::effects::Done;
 use super::effects::Effects;
-use super::effects::{Done, SetOff};
 use super::facts::Facts;
 use super::fanout::FanOut;
 use super::housekeeping::Housekeeping;
-use super::ledger::Ledger;
+use super::ledger::{Appended, Ledger};
 use super::locks::LockEffect;
 use super::reaps::ReapDone;
 use super::tree::{REFRESH_PERIOD, Start, TREE_PERIOD, TreeWork};
@@ -77,9 +77,10 @@ impl Engine {
             started: Instant::now(),
             about,
         };
+        let watch = Watch::new(monitor, &facts);
         Ok(Engine {
-            watch: Watch::new(monitor, &facts),
-            effects: Effects::new(&facts.config, &facts.boot_id),
+            effects: Effects::new(&facts.config, &facts.boot_id, watch.tree_reader()),
+            watch,
             fanout: FanOut::new(facts.config.subscriber_queue, facts.config.trace_hops),
             ledger,
             facts,
@@ -308,7 +309,8 @@ impl Engine {
     }
 
     /// Ends every ACTIVE session owned by the dead processes, in one transaction, together
-    /// with the deaths an earlier failed commit left over.
+    /// with the deaths an earlier failed commit left over. Each owner is visited once, in
+    /// this order: the watch, the ledger, the effects, the fan-out (docs/architecture.md).
     pub(super) fn finalize(&mut self, deaths: Vec<OwnerDeath>) {
         // Members of trees that sessions wait for stand for their owners at the last one's
         // death; sessions that last until their trees do are not ended by these deaths:
@@ -316,51 +318,58 @@ impl Engine {
         let Prepared {
             deaths,
             gone,
-            waited,
+            views,
         } = (self.watch).prepare(deaths, &self.facts, &self.ledger);
         // Older deaths first, so events keep the order in which deaths were seen. Nothing
         // is announced that was not appended; should the daemon stop before a retry
         // succeeds, the sessions are still ACTIVE in the store and the next start's
         // reconcile ends them.
         let now = self.facts.now_ms();
-        let appended = self.ledger.append(deaths, now);
-        let Some((deaths, JournaledDeaths { entry, mut events })) = appended else {
-            if !gone.is_empty() {
-                self.finalize(gone);
+        let settle = match self.ledger.append(deaths, now) {
+            Some(Appended {
+                events,
+                journaled,
+                many_wait,
+            }) => {
+                crate::faults::point("after-append");
+                let set_off = self.effects.set_off(&events, views);
+                self.fanout.broadcast(events, journaled);
+                crate::faults::point("after-publish");
+                set_off || many_wait
             }
-            return;
+            None => {
+                self.effects.keep(views);
+                false
+            }
         };
-        self.fanout.stamp(&mut events);
-        crate::faults::point("after-append");
-        let SetOff {
-            locks,
-            reap,
-            acting,
-        } = self.effects.set_off(&events);
-        self.fanout.broadcast(events, &entry.events);
-        crate::faults::point("after-publish");
         // SQLite gets the batch later, with the batches published meanwhile in one
-        // transaction (and before any request that reads SQLite); at once when a reap's
-        // plan or an end action reads the batch there.
-        let urgent = !reap.is_empty() || acting;
-        if self.ledger.hold(entry, locks, urgent) {
-            self.caught_up();
-            self.reap(&reap);
-            self.start_actions();
+        // transaction (and before any request that reads SQLite); at once when what it
+        // set off reads it there (a reap's plan, an end action, a lock's grant).
+        if settle {
+            self.settle();
         }
-        self.watch.forget_ended(&deaths, &waited);
         if !gone.is_empty() {
             self.finalize(gone);
         }
     }
 
+    /// Settles what was published: SQLite gets the batches it lacks, then the effects
+    /// they set off follow (grants, reaps, end actions).
+    fn settle(&mut self) {
+        self.caught_up();
+        self.start_actions();
+    }
+
     /// Whether SQLite has every published batch, after writing those it does not have (in
-    /// one transaction) and granting what they freed. While they cannot be written, tries
-    /// again every [`RETRY_PERIOD`].
+    /// one transaction) and setting off what they set off: what they freed is granted,
+    /// their reaps start. While they cannot be written, tries again every [`RETRY_PERIOD`].
     pub(super) fn caught_up(&mut self) -> bool {
-        let applied = self.ledger.catch_up();
-        self.follow_locks(applied.effects);
-        applied.complete
+        let complete = self.ledger.catch_up();
+        if complete {
+            let locks = self.effects.settle(self.ledger.store());
+            self.follow_locks(locks);
+        }
+        complete
     }
 
     /// Starts the end actions of the sessions that ended, once SQLite has their ends (a
@@ -482,24 +491,16 @@ impl Engine {
         }
     }
 
-    /// Announces committed events, then applies what they change for requests waiting for
-    /// a lock (a freed lock is granted here, its event published before its grant is
-    /// sent), and starts terminating the survivors of sessions whose policy says so.
+    /// Announces events committed to SQLite, then settles what they set off: what they
+    /// change for requests waiting for a lock (a freed lock is granted here, its event
+    /// published before its grant is sent), the survivors of sessions whose policy says so
+    /// terminated, end actions started.
     pub(super) fn publish(&mut self, events: Vec<Event>) {
         self.ledger.committed(&events);
-        let SetOff { locks, reap, .. } = self.effects.set_off(&events);
+        let views = self.watch.views_for(&events);
+        self.effects.set_off(&events, views);
         self.fanout.broadcast(events, &[]);
-        self.follow_locks(locks);
-        // Once the subscribers have the endings, while the sessions' trees are still known.
-        self.reap(&reap);
-        self.start_actions();
-    }
-
-    /// Starts terminating the survivors of these ended sessions, as their trees know them.
-    fn reap(&mut self, ended: &[Event]) {
-        for ended in ended {
-            (self.effects).reap(ended, self.ledger.store(), self.watch.trees());
-        }
+        self.settle();
     }
 
     /// Grants what `effects` freed, to the waiters first in line.
