@@ -10,7 +10,7 @@ use std::sync::Arc;
 use crate::engine::Refusal;
 use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::lock::Lock;
-use liveness_common::session::{Event, Phase, Session, Survivors};
+use liveness_common::session::{Event, EventKind, Phase, Session, Survivors};
 use liveness_common::status::{Counters, LimitsStatus, Status};
 
 use super::Engine;
@@ -21,18 +21,11 @@ use crate::engine::locks::{Acquire, Taken, take};
 use crate::engine::tree::{Parked, Start};
 use crate::engine::watch::Link;
 use crate::store::journal::JournaledEnding;
-use crate::store::{EventFilter, Store, StoreError};
+use crate::store::{EventFilter, OwnerDeath, Store, StoreError};
 
 /// An operation's way into the engine, for the one operation it runs.
 pub struct Context<'a> {
     engine: &'a mut Engine,
-}
-
-/// What became of an owner a registration asked to watch.
-pub enum Watched {
-    Watching,
-    /// Already dead: its sessions ended at once.
-    Ended,
 }
 
 impl<'a> Context<'a> {
@@ -68,6 +61,28 @@ impl<'a> Context<'a> {
     /// Whether SQLite has every published batch, after writing those it lacks.
     pub(in crate::engine) fn caught_up(&mut self) -> bool {
         self.engine.caught_up()
+    }
+
+    /// Makes a write of sessions, to be announced with [`Context::announce`]: what follows
+    /// it (watching an owner) comes before its events are published.
+    pub(in crate::engine) fn write<T>(
+        &mut self,
+        write: impl FnOnce(&mut Store) -> Result<(T, Vec<Event>), StoreError>,
+    ) -> Result<(T, Vec<Event>), Refusal> {
+        let (made, events) = self.engine.ledger.commit(write)?;
+        self.engine.ledger.committed(&events);
+        Ok((made, events))
+    }
+
+    /// Publishes the events of a [`Context::write`] (which ends no session, so no reap
+    /// reads a tree), with an owner just registered whose death within a second is warned
+    /// of (it may be a launcher).
+    pub(in crate::engine) fn announce(&mut self, events: Vec<Event>, fresh: Option<ProcessKey>) {
+        debug_assert!(events.iter().all(|e| e.kind != EventKind::Ended));
+        let now = self.now();
+        let views = Default::default();
+        self.engine
+            .announce(events, views, fresh.map(|owner| (owner, now)));
     }
 
     /// Makes a write of sessions and publishes the events it committed.
@@ -176,21 +191,20 @@ impl<'a> Context<'a> {
         Some(self.engine.facts.identity_of(owner))
     }
 
-    /// Starts watching a registered owner; one already dead has its sessions ended at once.
-    pub(in crate::engine) fn watch(&mut self, owner: &Identity, start: Start) -> Watched {
+    /// Starts watching a registered owner; the death of one already dead, which
+    /// [`Context::finalize`] ends once the registration is announced.
+    pub(in crate::engine) fn watch(
+        &mut self,
+        owner: &Identity,
+        start: Start,
+    ) -> Option<OwnerDeath> {
         let engine = &mut *self.engine;
-        match (engine.watch).watch(owner, start, &engine.facts, engine.ledger.store()) {
-            Some(death) => {
-                self.engine.finalize(vec![death]);
-                Watched::Ended
-            }
-            None => Watched::Watching,
-        }
+        (engine.watch).watch(owner, start, &engine.facts, engine.ledger.store())
     }
 
-    /// Warns, should `owner` die within a second, that it may be a launcher.
-    pub(in crate::engine) fn fresh_owner(&mut self, owner: ProcessKey, now_ms: i64) {
-        self.engine.fanout.registered(owner, now_ms);
+    /// Ends the sessions of a dead owner: a death's walk.
+    pub(in crate::engine) fn finalize(&mut self, death: OwnerDeath) {
+        self.engine.finalize(vec![death]);
     }
 
     /// Stops watching an owner that no ACTIVE session refers to any more.

@@ -11,7 +11,7 @@ use crate::deadline::sleep_until;
 use crate::source::ExitObservation;
 use crate::store::{ActionKey, Begin, Ending, OwnerDeath};
 use liveness_common::action::ActionOutcome;
-use liveness_common::identity::Identity;
+use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::session::{EndReason, Event, Session};
 
 use super::actions::{Begun, Next, Progress};
@@ -22,7 +22,7 @@ use super::fanout::FanOut;
 use super::housekeeping::Housekeeping;
 use super::ledger::{Appended, Ledger};
 use super::locks::LockEffect;
-use super::reaps::ReapDone;
+use super::reaps::{ReapDone, Views};
 use super::tree::{REFRESH_PERIOD, Start, TREE_PERIOD, TreeWork};
 use super::watch::{Prepared, Watch};
 use super::{EndMetrics, EngineConfig};
@@ -36,7 +36,7 @@ mod context;
 mod tests;
 
 use super::{Command, EngineError, FILE_CHECK_PERIOD, MAX_BATCH, RETRY_PERIOD, housekeeping};
-pub use context::{Context, Watched};
+pub use context::Context;
 
 /// The engine: the order of what happens (commit, then publish, then the effects), over
 /// owners that each hold their state.
@@ -498,7 +498,22 @@ impl Engine {
     pub(super) fn publish(&mut self, events: Vec<Event>) {
         self.ledger.committed(&events);
         let views = self.watch.views_for(&events);
+        self.announce(events, views, None);
+    }
+
+    /// [`Engine::publish`] after the ledger's and the watch's parts: `views` are the trees
+    /// the reaps of the sessions the events end read. With an owner just registered (and
+    /// when) whose death within a second is warned of.
+    pub(super) fn announce(
+        &mut self,
+        events: Vec<Event>,
+        views: Views,
+        fresh: Option<(ProcessKey, i64)>,
+    ) {
         self.effects.set_off(&events, views);
+        if let Some((owner, now_ms)) = fresh {
+            self.fanout.registered(owner, now_ms);
+        }
         self.fanout.broadcast(events, &[]);
         self.settle();
     }

@@ -10,7 +10,7 @@ use liveness_common::session::{DEFAULT_GRACE_MS, MAX_GRACE_MS, OnEnd, Phase, Ses
 use liveness_proc::identity::{IdentityError, ProcRoot};
 
 use super::{Op, stored};
-use crate::engine::actor::{Context, Watched};
+use crate::engine::actor::Context;
 use crate::engine::facts::Facts;
 use crate::engine::owner_checks::launcher_warning;
 use crate::engine::tree::Start;
@@ -108,17 +108,13 @@ impl Op for Register {
             // The group is the caller's own only when it registers for itself.
             creator_gid: (namespace == caller.uid).then_some(caller.gid),
         };
-        let (event, registered) = cx.commit(|store| {
+        let (registered, events) = cx.write(|store| {
             let registered = store.register(new, now)?;
-            let event = registered.event;
-            Ok((
-                (event.is_some(), registered.session),
-                event.into_iter().collect(),
-            ))
+            Ok((registered.session, registered.event.into_iter().collect()))
         })?;
-        if !event {
+        if events.is_empty() {
             // The same owner again: its end actions may have been replaced.
-            cx.follow(registered);
+            cx.follow(registered.clone());
         }
         if let Some(previous) = previous.filter(|p| !p.same_process(&owner)) {
             cx.unwatch(&previous);
@@ -127,17 +123,24 @@ impl Op for Register {
         if auto && let Some(warning) = launcher_warning(cx.facts().proc(), &owner) {
             warnings.push(warning);
         }
-        match cx.watch(&owner, Start::Registration { uid: caller.uid }) {
-            Watched::Ended => warnings.push(format!(
-                "the owner {}[{}] has already exited: the session ended at once",
-                owner.comm, owner.pid
-            )),
-            // A caller that started the owner itself (as `liveness run` does) waits for it
-            // and knows its life: a short one is no mistake of its, so there is nothing to warn.
-            Watched::Watching if started_by(cx.facts().proc(), &owner, caller.pid) => {}
-            Watched::Watching => cx.fresh_owner(owner.key(), now),
-        }
-        // The reply reads the session as its owner's death, if any, left it.
+        let death = cx.watch(&owner, Start::Registration { uid: caller.uid });
+        // A caller that started the owner itself (as `liveness run` does) waits for it and
+        // knows its life: a short one is no mistake of its, so there is nothing to warn.
+        let fresh = (death.is_none() && !started_by(cx.facts().proc(), &owner, caller.pid))
+            .then(|| owner.key());
+        cx.announce(events, fresh);
+        let Some(death) = death else {
+            return Ok(Registered {
+                session: registered,
+                warnings,
+            });
+        };
+        warnings.push(format!(
+            "the owner {}[{}] has already exited: the session ended at once",
+            owner.comm, owner.pid
+        ));
+        // A death's walk; the reply reads the session as the death left it.
+        cx.finalize(death);
         cx.caught_up();
         let session = stored(cx.store(), namespace, &id)?;
         Ok(Registered { session, warnings })
