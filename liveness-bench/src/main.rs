@@ -1952,10 +1952,11 @@ fn print_versus(report: &Report) {
         && !o.is_null()
     {
         println!(
-            "  overhead storms: wall time with the daemon running {}; base: per untracked exit {} ns, fork {} ns, daemon {} % of the CPUs",
+            "  overhead storms: wall time with the daemon running {}; base: per untracked exit {} ns, fork {} ns, signal {} ns, daemon {} % of the CPUs",
             show(&o["running_ms"]),
             o["base"]["ebpf_ns_per_run"],
             o["base"]["ebpf_fork_ns_per_run"],
+            o["base"]["ebpf_signal_ns_per_run"],
             o["base"]["daemon_cpu_percent"]
         );
     }
