@@ -867,13 +867,67 @@ fn root_installing_for_a_user_leaves_every_agent_s_files_theirs() {
     }
 }
 
+/// Every run of the agent session `session` of ALICE's, oldest first: the one under
+/// `session` and those labelled with it.
+fn runs_of(daemon: &Daemon, session: &str) -> Vec<Value> {
+    let listed = daemon.request(serde_json::json!({"op": "list"}));
+    listed["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|run| run["creator_uid"] == ALICE && run["labels"]["agent_session"] == session)
+        .cloned()
+        .collect()
+}
+
+/// (e) A resume of an ended session is a new run of it: tracked, owned by the resumed
+/// agent, and given the user's end command again when it is killed; the ended run stays
+/// readable.
 #[test]
-fn a_fork_of_a_live_session_neither_takes_it_over_nor_ends_it() {
-    if !privileged("a_fork_of_a_live_session_neither_takes_it_over_nor_ends_it") {
+fn a_resumed_session_is_a_new_run_whose_end_command_runs_again() {
+    if !privileged("a_resumed_session_is_a_new_run_whose_end_command_runs_again") {
         return;
     }
-    // Codex and Claude Code give a fork (and a second resume) the session id of the run
-    // it came from.
+    let (daemon, _binaries, home) = installed_for_alice(&GEMINI);
+    let (first, _) = registered(&GEMINI, &daemon, &home, "resume-1");
+    first.kill9();
+    daemon.wait_finalized("resume-1", Some(ALICE));
+    let resumed = Agent::start(&GEMINI, &home, "resume-1");
+    let runs = runs_of(&daemon, "resume-1");
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[0]["id"], "resume-1");
+    assert_eq!(runs[0]["phase"], "ended", "the first run stays readable");
+    let run = runs[1]["id"].as_str().unwrap().to_owned();
+    assert!(run.starts_with("resume-1~"), "{run}");
+    assert_eq!(runs[1]["phase"], "active", "{}", runs[1]);
+    assert_eq!(runs[1]["owner"]["pid"], resumed.child.id(), "{}", runs[1]);
+    resumed.kill9();
+    let ended = daemon.wait_finalized(&run, Some(ALICE));
+    assert_eq!(ended["reason"], "owner_exited", "{ended}");
+    std::thread::sleep(Duration::from_millis(500));
+    let (inputs, uids) = home.runs();
+    assert_eq!(inputs.len(), 2, "once per run: {inputs:?}");
+    assert_eq!(uids, [ALICE, ALICE]);
+    assert_eq!(inputs[1]["session_id"], "resume-1", "{}", inputs[1]);
+    assert_eq!(
+        inputs[1]["liveness"]["session"],
+        run.as_str(),
+        "{}",
+        inputs[1]
+    );
+    assert_eq!(inputs[1]["liveness"]["exit"]["signal"], 9, "{}", inputs[1]);
+    assert_eq!(get(&daemon, "resume-1")["reason"], "owner_exited");
+}
+
+/// (e) A fork of a live session (Codex and Claude Code give it the session id of the run
+/// it came from) is a run of its own: killed, its end command runs once and the live run
+/// goes on; a second fork's own end hook ends only its run; the first run's later death
+/// runs its own end command once.
+#[test]
+fn a_fork_of_a_live_session_is_a_run_of_its_own_that_ends_nothing_else() {
+    if !privileged("a_fork_of_a_live_session_is_a_run_of_its_own_that_ends_nothing_else") {
+        return;
+    }
     let (daemon, _binaries, home) = installed_for_alice(&CODEX);
     let (first, _) = registered(&CODEX, &daemon, &home, "live-1");
     let fork = Agent::start(&CODEX, &home, "live-1");
@@ -883,26 +937,102 @@ fn a_fork_of_a_live_session_neither_takes_it_over_nor_ends_it() {
         first.child.id(),
         "not taken over: {session}"
     );
-    fork.say("exit");
+    let runs = runs_of(&daemon, "live-1");
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[1]["owner"]["pid"], fork.child.id(), "{}", runs[1]);
+    let fork_run = runs[1]["id"].as_str().unwrap().to_owned();
+
+    fork.kill9();
+    let ended = daemon.wait_finalized(&fork_run, Some(ALICE));
+    assert_eq!(ended["reason"], "owner_exited", "{ended}");
     std::thread::sleep(Duration::from_millis(500));
-    let session = get(&daemon, "live-1");
     assert_eq!(
-        session["phase"], "active",
-        "not ended by the fork's end: {session}"
+        get(&daemon, "live-1")["phase"],
+        "active",
+        "the fork ended only its run"
     );
-    let (runs, _) = home.runs();
+    let (inputs, _) = home.runs();
+    assert_eq!(inputs.len(), 1, "the fork's, once: {inputs:?}");
     assert_eq!(
-        runs.len(),
-        1,
-        "the fork's own end command, by the fork: {runs:?}"
+        inputs[0]["liveness"]["session"],
+        fork_run.as_str(),
+        "{}",
+        inputs[0]
     );
+
+    // A second fork exits by itself: its end hook ends its run, and no other.
+    let second = Agent::start(&CODEX, &home, "live-1");
+    let second_run = runs_of(&daemon, "live-1")[2]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    second.say("exit");
+    let ended = daemon.wait_finalized(&second_run, Some(ALICE));
+    assert_eq!(ended["reason"], "stopped", "{ended}");
+    assert_eq!(
+        ended["actions"][0]["outcome"]["skipped"], "done_by_agent",
+        "{ended}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(get(&daemon, "live-1")["phase"], "active");
+    assert_eq!(home.runs().0.len(), 2, "the second fork's, by the fork");
+
     first.kill9();
     let ended = daemon.wait_finalized("live-1", Some(ALICE));
     assert_eq!(ended["reason"], "owner_exited", "{ended}");
     std::thread::sleep(Duration::from_millis(500));
-    let (runs, _) = home.runs();
-    assert_eq!(runs.len(), 2, "{runs:?}");
-    assert_eq!(runs[1]["liveness"]["exit"]["signal"], 9, "{}", runs[1]);
+    let (inputs, _) = home.runs();
+    assert_eq!(inputs.len(), 3, "{inputs:?}");
+    assert_eq!(inputs[2]["liveness"]["session"], "live-1", "{}", inputs[2]);
+    assert_eq!(inputs[2]["liveness"]["exit"]["signal"], 9, "{}", inputs[2]);
+}
+
+/// Another user's agent naming ALICE's live session id (a resume, or hooks run by hand)
+/// registers and ends a session of its own: ALICE's keeps its owner and end commands, and
+/// nothing of hers runs.
+#[test]
+fn another_user_cannot_resume_or_end_a_user_s_session() {
+    if !privileged("another_user_cannot_resume_or_end_a_user_s_session") {
+        return;
+    }
+    const MALLORY: u32 = 61_054;
+    let (daemon, binaries, home) = installed_for_alice(&CODEX);
+    let (agent, before) = registered(&CODEX, &daemon, &home, "mine-1");
+    // Mallory's own process runs the start hook, then the end hook, as an agent would.
+    let hook = |name: &str| {
+        format!(
+            "echo '{{\"session_id\": \"mine-1\", \"cwd\": \"/\"}}' | {} --socket {} hooks codex {name}",
+            binaries.path("liveness").display(),
+            daemon.socket.display()
+        )
+    };
+    let out = Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            "import subprocess, sys\nfor line in sys.argv[1:]: subprocess.check_call(['sh', '-c', line])",
+            &hook("session-start"),
+            &hook("session-end"),
+        ])
+        .current_dir("/")
+        .env("HOME", "/nonexistent")
+        .uid(MALLORY)
+        .gid(MALLORY)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let theirs =
+        daemon.request(serde_json::json!({"op": "get", "session": "mine-1", "uid": MALLORY}));
+    assert_eq!(theirs["session"]["reason"], "stopped", "{theirs}");
+    let after = get(&daemon, "mine-1");
+    assert_eq!(after["phase"], "active", "{after}");
+    assert_eq!(after["owner"], before["owner"], "{after}");
+    assert_eq!(after["on_end_run"], before["on_end_run"], "{after}");
+    assert_eq!(runs_of(&daemon, "mine-1").len(), 1);
+    agent.kill9();
+    daemon.wait_finalized("mine-1", Some(ALICE));
+    std::thread::sleep(Duration::from_millis(500));
+    let (inputs, uids) = home.runs();
+    assert_eq!((inputs.len(), uids), (1, vec![ALICE]), "{inputs:?}");
 }
 
 #[test]

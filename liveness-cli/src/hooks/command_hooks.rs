@@ -446,7 +446,7 @@ impl Agent for CommandHooks {
 
     fn end_input(&self, start: &Value, facts: &EndFacts) -> Value {
         let mut input = self.start_fields(start);
-        input[self.session_key] = json!(facts.session);
+        input[self.session_key] = json!(super::agent_session(facts));
         if let (Some(key), Some(end)) = (self.event_key, self.end) {
             input[key] = json!(end);
         }

@@ -338,6 +338,19 @@ fn shell_words(line: &str) -> Vec<String> {
     words
 }
 
+/// The label carrying the agent's own session id on every run of that session (a resume
+/// or a fork is a run of its own, under an id of its own).
+pub const SESSION_LABEL: &str = "agent_session";
+
+/// The agent's own id of the session whose run ended with `facts`: what its end command is
+/// given in the agent's session id field.
+pub(crate) fn agent_session(facts: &EndFacts) -> &str {
+    facts
+        .labels
+        .get(SESSION_LABEL)
+        .map_or(&facts.session, String::as_str)
+}
+
 /// What a session-start hook registers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StartPlan {
