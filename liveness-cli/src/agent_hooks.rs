@@ -284,8 +284,8 @@ fn connect_within(context: &Context, budget: Duration) -> Result<Client, String>
     Ok(client)
 }
 
-/// Declares the agent's turn or tool on its run of its session: two requests (which run,
-/// then the declaration), each bounded by [`DECLARE_BUDGET`].
+/// Declares the agent's turn or tool on its run of its session: which run (a `get`, and a
+/// `list` for a later run), then the declaration, each bounded by [`DECLARE_BUDGET`].
 fn declare(agent: &dyn Agent, activity: Activity, context: &Context) -> Result<(), String> {
     let input = read_stdin().map_err(|f| f.message)?;
     let mut touch = agent

@@ -76,7 +76,7 @@ pub(crate) enum StartAt {
     /// `/clear` or a compaction): registered again, which changes only its end commands.
     Again(String),
     /// The first run of the session: under the agent's session id, unless that id turns
-    /// out to be taken by an ended run (then `next`).
+    /// out to be taken meanwhile by a run that ended (then `next`).
     First { next: String },
     /// A run while another one is live: under a run id of its own.
     New(String),
@@ -107,19 +107,43 @@ impl StartAt {
     }
 }
 
-/// The live runs of the agent session `session` that this user registered: the one under
-/// `session` itself and those labelled with it.
-fn live_runs(client: &mut Client, session: &str) -> Result<Vec<Session>, ClientError> {
+/// The session `session` itself, when it exists (`None` when the daemon has no such
+/// session of this user).
+fn first_run(client: &mut Client, session: &str) -> Result<Option<Session>, ClientError> {
+    match client.get(session, None) {
+        Ok(run) => Ok(Some(run)),
+        Err(ClientError::Daemon {
+            code: ErrorCode::NotFound,
+            ..
+        }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The live run of `session` that `agent` owns, if any. The first run is looked at first,
+/// so that the common case (one run) costs one `get`; the later runs are found by their
+/// label in a `list` of the caller's live sessions.
+fn live_run(
+    client: &mut Client,
+    agent: &ThisAgent,
+    first: Option<&Session>,
+    session: &str,
+) -> Result<Option<String>, ClientError> {
+    if let Some(first) = first.filter(|run| run.phase == Phase::Active)
+        && agent.owns(&first.owner)
+    {
+        return Ok(Some(first.id.clone()));
+    }
     let uid = rustix::process::geteuid().as_raw();
     Ok(client
         .list(Some(Phase::Active))?
         .into_iter()
-        .filter(|run| {
+        .find(|run| {
             run.creator_uid == uid
-                && (run.id == session
-                    || run.labels.get(SESSION_LABEL).map(String::as_str) == Some(session))
+                && run.labels.get(SESSION_LABEL).map(String::as_str) == Some(session)
+                && agent.owns(&run.owner)
         })
-        .collect())
+        .map(|run| run.id))
 }
 
 /// Where the start hook of `agent` registers its run of `session`.
@@ -128,15 +152,15 @@ pub(crate) fn start_at(
     agent: &ThisAgent,
     session: &str,
 ) -> Result<StartAt, ClientError> {
-    let runs = live_runs(client, session)?;
-    if let Some(ours) = runs.iter().find(|run| agent.owns(&run.owner)) {
-        return Ok(StartAt::Again(ours.id.clone()));
-    }
     let next = agent.run_id(session);
-    Ok(if runs.iter().any(|run| run.id == session) {
-        StartAt::New(next)
-    } else {
-        StartAt::First { next }
+    // No first run: a new session (its later runs, had retention deleted the first
+    // while they lived, are not looked for, which would cost every new session a `list`).
+    let Some(first) = first_run(client, session)? else {
+        return Ok(StartAt::First { next });
+    };
+    Ok(match live_run(client, agent, Some(&first), session)? {
+        Some(ours) => StartAt::Again(ours),
+        None => StartAt::New(next),
     })
 }
 
@@ -147,10 +171,8 @@ pub(crate) fn ours(
     agent: &ThisAgent,
     session: &str,
 ) -> Result<Option<String>, ClientError> {
-    Ok(live_runs(client, session)?
-        .into_iter()
-        .find(|run| agent.owns(&run.owner))
-        .map(|run| run.id))
+    let first = first_run(client, session)?;
+    live_run(client, agent, first.as_ref(), session)
 }
 
 /// `pid` and its ancestors, as (start time, name), up to init.
