@@ -113,9 +113,6 @@ impl HooksInstallArgs {
                 }
             };
         report(context, &path, result, backup, &text);
-        if let Some(step) = agent.install_step() {
-            eprintln!("liveness hooks install {}: {step}", agent.name());
-        }
         Ok(Exit::Ok.into())
     }
 
@@ -293,7 +290,9 @@ fn declare(agent: &dyn Agent, activity: Activity, context: &Context) -> Result<(
         .map_err(|e| e.to_string())?;
     touch.tool = touch.tool.as_deref().map(tool_name);
     let mut client = connect_within(context, DECLARE_BUDGET)?;
-    touch.session = our_run(&mut client, &touch.session)?;
+    touch.session = agent_runs::ours(&mut client, &ThisAgent::find(), &touch.session)
+        .map_err(|e| budget_error(e, DECLARE_BUDGET, "the declaration is lost"))?
+        .ok_or_else(|| no_run(&touch.session))?;
     client
         .declare(&touch)
         .map_err(|e| budget_error(e, DECLARE_BUDGET, "the declaration is lost"))?;
@@ -331,12 +330,16 @@ fn session_end(agent: &dyn Agent, context: &Context) -> Result<(), String> {
 fn our_run(client: &mut Client, session: &str) -> Result<String, String> {
     agent_runs::ours(client, &ThisAgent::find(), session)
         .map_err(daemon_error)?
-        .ok_or_else(|| {
-            format!("no live run of session {session:?} is this agent's: nothing is done")
-        })
+        .ok_or_else(|| no_run(session))
 }
 
-/// Per agent: whether liveness's hooks are in its user settings, which file, the version
+fn no_run(session: &str) -> String {
+    format!("no live run of session {session:?} is this agent's: nothing is done")
+}
+
+/// Per agent: whether liveness's hooks are in its user settings (and, for Codex, whether
+/// their trust is recorded: installed hooks Codex does not trust are "not trusted"), which
+/// file, the version
 /// of the agent found on PATH when npm installed it, and whether it has an end hook of its
 /// own (without one, livenessd runs nothing the agent
 /// would have: it tracks the session to its end).
@@ -345,12 +348,13 @@ fn status(context: &Context) -> Result<ExitCode, Failure> {
         .iter()
         .map(|agent| {
             let env = HookEnv::from_process(agent.env());
-            let (file, installed) = match agent.user_settings(&env) {
+            let (file, installed, trusted) = match agent.user_settings(&env) {
                 Ok(path) => {
                     let installed = hooks::installed(*agent, &path);
-                    (Some(path), installed)
+                    let trusted = hooks::trusted(*agent, &path).ok().flatten();
+                    (Some(path), installed, trusted)
                 }
-                Err(e) => (None, Err(e)),
+                Err(e) => (None, Err(e), None),
             };
             let (installed, error) = match installed {
                 Ok(installed) => (Some(installed), None),
@@ -364,6 +368,7 @@ fn status(context: &Context) -> Result<ExitCode, Failure> {
                 "agent": agent.name(),
                 "file": file,
                 "installed": installed,
+                "trusted": trusted,
                 "error": error,
                 "version": version,
                 "end_hook": agent.has_end_hook(),
@@ -376,6 +381,7 @@ fn status(context: &Context) -> Result<ExitCode, Failure> {
     }
     for row in &rows {
         let state = match (&row["installed"], &row["error"]) {
+            (Value::Bool(true), _) if row["trusted"] == false => "not trusted".to_owned(),
             (Value::Bool(true), _) => "installed".to_owned(),
             (Value::Bool(false), _) => "not installed".to_owned(),
             (_, error) => format!("unknown ({})", error.as_str().unwrap_or_default()),

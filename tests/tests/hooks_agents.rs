@@ -124,6 +124,16 @@ impl Home {
             std::fs::create_dir_all(file.parent().unwrap()).unwrap();
             std::fs::write(&file, home.fill(&text)).unwrap();
         }
+        if case.agent == "codex" {
+            // The user trusted their own hooks in Codex: config.toml records it.
+            let out = Command::new("/usr/bin/python3")
+                .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("agents/standin.py"))
+                .arg("--trust")
+                .arg(home.path())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+        }
         home.give_to_alice(&home.path());
         home
     }
@@ -202,16 +212,22 @@ fn install_matches_its_golden_file_and_uninstall_restores(case: &Case, installed
     let liveness = binaries.path("liveness");
     let user_file = case.user.map(|user| home.path().join(user));
     let before = user_file.as_ref().map(|file| std::fs::read(file).unwrap());
+    // Codex runs only the hooks its config.toml trusts: install records liveness's there.
+    let config = home.path().join(".codex/config.toml");
+    let config_before = std::fs::read_to_string(&config).ok();
 
     let out = home.hooks(&liveness, None, "install", case);
     assert!(out.status.success(), "{out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    // Codex skips hooks the user has not trusted: install says how to trust them.
-    assert_eq!(
-        case.agent == "codex",
-        stderr.contains("open /hooks and trust"),
-        "{stderr}"
-    );
+    assert!(out.stderr.is_empty(), "{out:?}");
+    if let Some(config_before) = &config_before {
+        let text = std::fs::read_to_string(&config).unwrap();
+        assert!(text.starts_with(config_before.as_str()), "{text}");
+        assert_eq!(
+            text.matches("trusted_hash").count(),
+            config_before.matches("trusted_hash").count() + 6,
+            "one per hook of liveness's: {text}"
+        );
+    }
     let file = home.file(case);
     let actual = normalized(&home, &liveness, &file);
     // LIVENESS_BLESS=1 writes the golden files anew, for review.
@@ -229,6 +245,10 @@ fn install_matches_its_golden_file_and_uninstall_restores(case: &Case, installed
         once,
         "installing again changes no byte"
     );
+    if config_before.is_some() {
+        let text = std::fs::read_to_string(&config).unwrap();
+        assert_eq!(text.matches("Written by liveness").count(), 1, "{text}");
+    }
     if let (Some(user), Some(before)) = (&user_file, &before)
         && *user != file
     {
@@ -241,6 +261,19 @@ fn install_matches_its_golden_file_and_uninstall_restores(case: &Case, installed
 
     let out = home.hooks(&liveness, None, "uninstall", case);
     assert!(out.status.success(), "{out:?}");
+    if let Some(config_before) = &config_before {
+        assert_eq!(
+            &std::fs::read_to_string(&config).unwrap(),
+            config_before,
+            "config.toml restored byte for byte"
+        );
+        assert!(
+            !home
+                .path()
+                .join(".codex/config.toml.liveness-backup")
+                .exists()
+        );
+    }
     match (&user_file, &before) {
         (Some(user), Some(before)) if *user == file => {
             assert_eq!(
@@ -737,6 +770,81 @@ fn status_says_per_agent_what_is_installed_and_where() {
         line.contains(" installed ") && line.contains("liveness.json"),
         "{text}"
     );
+}
+
+/// `hooks status` says whether Codex trusts liveness's hooks; a `config.toml` where no
+/// table can be added, or that is a link, is refused with the hooks file left unchanged.
+#[test]
+fn codex_s_trust_is_recorded_checked_and_refused_where_it_cannot_be_added() {
+    let home = Home::new(&CODEX);
+    let liveness = BinariesForAnyUser::new().path("liveness");
+    let config = home.path().join(".codex/config.toml");
+    let trusted = || {
+        let out = Command::new(&liveness)
+            .args(["--json", "hooks", "status"])
+            .env("HOME", home.path())
+            .env_remove("CODEX_HOME")
+            .output()
+            .unwrap();
+        let agents: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let row = agents["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|row| row["agent"] == "codex")
+            .cloned()
+            .unwrap();
+        row["trusted"].clone()
+    };
+    assert_eq!(trusted(), Value::Null, "not installed");
+    let users = std::fs::read_to_string(&config).unwrap();
+    assert!(
+        home.hooks(&liveness, None, "install", &CODEX)
+            .status
+            .success()
+    );
+    assert_eq!(trusted(), true);
+    // Codex's trust lost (the user reset config.toml): status says so.
+    std::fs::write(&config, &users).unwrap();
+    assert_eq!(trusted(), false);
+    let text = Command::new(&liveness)
+        .args(["hooks", "status"])
+        .env("HOME", home.path())
+        .env_remove("CODEX_HOME")
+        .output()
+        .unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("codex ") && l.contains("not trusted")),
+        "{text}"
+    );
+
+    // Hooks set inline, where no table can be added; a link planted at config.toml: each
+    // refused, with nothing written, and what the link points to untouched.
+    let home = Home::new(&CODEX);
+    let hooks_file = home.file(&CODEX);
+    let hooks_before = std::fs::read(&hooks_file).unwrap();
+    let config = home.path().join(".codex/config.toml");
+    let roots = home.dir.path().join("root-only.toml");
+    std::fs::write(&roots, "x = 1\n").unwrap();
+    for (planted, why) in [
+        (false, "sets hooks inline"),
+        (true, "is a symbolic link (to "),
+    ] {
+        std::fs::remove_file(&config).unwrap();
+        match planted {
+            true => std::os::unix::fs::symlink(&roots, &config).unwrap(),
+            false => std::fs::write(&config, "hooks = { }\n").unwrap(),
+        }
+        let before = std::fs::read_to_string(&config).unwrap();
+        let out = home.hooks(&liveness, None, "install", &CODEX);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(why), "{out:?}");
+        assert_eq!(std::fs::read(&hooks_file).unwrap(), hooks_before);
+        assert_eq!(std::fs::read_to_string(&config).unwrap(), before);
+    }
+    assert_eq!(std::fs::read_to_string(&roots).unwrap(), "x = 1\n");
 }
 
 #[test]
