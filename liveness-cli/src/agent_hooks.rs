@@ -19,11 +19,9 @@ use liveness_cli::hooks::{
 use liveness_client::{Client, ClientError, Owner, Registration};
 use liveness_common::action::EndFacts;
 use liveness_common::activity::MAX_TOOL_NAME;
-use liveness_common::identity::Identity;
-use liveness_common::session::Phase;
-use liveness_proc::identity::ProcRoot;
 use rustix::net::sockopt::{Timeout, set_socket_timeout};
 
+use crate::agent_runs::{self, ThisAgent};
 use crate::args::{HookName, HookRunArgs, HooksArgs, HooksCommand, HooksInstallArgs};
 use crate::context::Context;
 use crate::exit::{Exit, Failure};
@@ -115,9 +113,6 @@ impl HooksInstallArgs {
                 }
             };
         report(context, &path, result, backup, &text);
-        if let Some(step) = agent.install_step() {
-            eprintln!("liveness hooks install {}: {step}", agent.name());
-        }
         Ok(Exit::Ok.into())
     }
 
@@ -208,75 +203,42 @@ fn read_stdin() -> Result<Value, Failure> {
         .map_err(|e| Failure::new(Exit::DataErr, format!("stdin is not JSON: {e}")))
 }
 
-/// Registers the agent's session, owned by the agent, with the user's end commands as its
-/// end actions.
+/// Registers the agent's run of its session, owned by the agent, with the user's end
+/// commands as its end actions: under the agent's session id for its first run, under a
+/// run id of its own for a resume of an ended run or a fork of a live one
+/// ([`agent_runs`]).
 fn session_start(agent: &dyn Agent, context: &Context) -> Result<(), String> {
     let input = read_stdin().map_err(|f| f.message)?;
     let env = HookEnv::from_process(agent.env());
     let mut notes = Vec::new();
     let settings = read_settings(&agent.settings_files(&input, &env), &mut notes);
     let command = hook_command(context).map_err(|f| f.message)?;
-    let plan = agent
+    let mut plan = agent
         .session_start(&input, &settings, &env, &command)
         .map_err(|e| e.to_string())?;
     for note in plan.notes.iter().chain(&notes) {
         eprintln!("liveness hooks {}: {note}", agent.name());
     }
-    let session = plan.session.clone();
-    let registration = Registration {
+    plan.labels
+        .insert(hooks::SESSION_LABEL.to_owned(), plan.session.clone());
+    let mut registration = Registration {
         labels: plan.labels,
         on_end_run: Some(plan.actions),
-        ..Registration::new(plan.session, Owner::Auto)
+        ..Registration::new(plan.session.clone(), Owner::Auto)
     };
     let mut client = connect(context)?;
-    if let Some(owner) = live_elsewhere(&mut client, &session)? {
-        return Err(format!(
-            "session {session:?} runs on in {} (pid {}): this run, a fork or a second resume of it, is not tracked, so that it neither takes the session over nor ends it",
-            owner.comm, owner.pid
-        ));
+    let this = ThisAgent::find();
+    let at = agent_runs::start_at(&mut client, &this, &plan.session).map_err(daemon_error)?;
+    registration.session = Some(at.id(&plan.session).to_owned());
+    match client.register(&registration) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            // The agent's session id is an ended run's: this is a resume of it.
+            registration.session = Some(at.after_ended(&e).ok_or_else(|| daemon_error(e))?);
+            client.register(&registration).map_err(daemon_error)?;
+            Ok(())
+        }
     }
-    client.register(&registration).map_err(daemon_error)?;
-    Ok(())
-}
-
-/// The owner of `session` when the session is active and owned by another process than
-/// the agent this hook runs under: the agent is then a fork or a second resume of a
-/// session that runs on elsewhere (agents give those the same session id), which must
-/// neither take the session over nor end it. Processes are compared by start time and
-/// name, which do not depend on the PID namespace the hook runs in.
-fn live_elsewhere(client: &mut Client, session: &str) -> Result<Option<Identity>, String> {
-    let found = match client.get(session, None) {
-        Ok(found) if found.phase == Phase::Active => found,
-        // No such session (or one that ended): nothing runs on elsewhere.
-        Ok(_) | Err(ClientError::Daemon { .. }) => return Ok(None),
-        Err(e) => return Err(daemon_error(e)),
-    };
-    let proc = ProcRoot::default();
-    let parent = std::os::unix::process::parent_id();
-    let Ok(agent) = proc.resolve_owner(parent, &[]) else {
-        return Ok(None); // the daemon resolves the owner itself, and says so if it cannot
-    };
-    let owner = &found.owner;
-    let is_owner =
-        |start_ticks: u64, comm: &str| owner.start_ticks == start_ticks && owner.comm == comm;
-    // The daemon's own `--wrapper` list may have taken it further up than this hook's
-    // resolution: an ancestor of another name is still this agent's session. One of the
-    // agent's own name above it is the run this one was forked from.
-    let ours = is_owner(agent.start_ticks, &agent.comm)
-        || (owner.comm != agent.comm
-            && ancestors(&proc, parent).any(|(start_ticks, comm)| is_owner(start_ticks, &comm)));
-    Ok((!ours).then_some(found.owner))
-}
-
-/// `pid` and its ancestors, as (start time, name), up to init.
-fn ancestors(proc: &ProcRoot, pid: u32) -> impl Iterator<Item = (u64, String)> + '_ {
-    let mut next = Some(pid);
-    std::iter::from_fn(move || {
-        let stat = proc.stat(next?).ok()?;
-        next = (stat.ppid > 1).then_some(stat.ppid);
-        Some((stat.start_ticks, stat.comm))
-    })
-    .take(64)
 }
 
 /// A failed request, saying so plainly when the daemon took longer than the budget.
@@ -319,8 +281,8 @@ fn connect_within(context: &Context, budget: Duration) -> Result<Client, String>
     Ok(client)
 }
 
-/// Declares the agent's turn or tool on its session: one request, bounded by
-/// [`DECLARE_BUDGET`].
+/// Declares the agent's turn or tool on its run of its session: which run (a `get`, and a
+/// `list` for a later run), then the declaration, each bounded by [`DECLARE_BUDGET`].
 fn declare(agent: &dyn Agent, activity: Activity, context: &Context) -> Result<(), String> {
     let input = read_stdin().map_err(|f| f.message)?;
     let mut touch = agent
@@ -328,6 +290,9 @@ fn declare(agent: &dyn Agent, activity: Activity, context: &Context) -> Result<(
         .map_err(|e| e.to_string())?;
     touch.tool = touch.tool.as_deref().map(tool_name);
     let mut client = connect_within(context, DECLARE_BUDGET)?;
+    touch.session = agent_runs::ours(&mut client, &ThisAgent::find(), &touch.session)
+        .map_err(|e| budget_error(e, DECLARE_BUDGET, "the declaration is lost"))?
+        .ok_or_else(|| no_run(&touch.session))?;
     client
         .declare(&touch)
         .map_err(|e| budget_error(e, DECLARE_BUDGET, "the declaration is lost"))?;
@@ -348,23 +313,33 @@ fn tool_name(name: &str) -> String {
     }
 }
 
-/// The agent runs its end commands itself: the daemon is told so, then the session ends.
+/// The agent runs its end commands itself: the daemon is told so, then its run ends. The
+/// runs of the session that other agent processes own (the run a fork came from, a fork
+/// of this one) are left to end there.
 fn session_end(agent: &dyn Agent, context: &Context) -> Result<(), String> {
     let input = read_stdin().map_err(|f| f.message)?;
     let session = agent.session_end(&input).map_err(|e| e.to_string())?;
     let mut client = connect(context)?;
-    if let Some(owner) = live_elsewhere(&mut client, &session)? {
-        return Err(format!(
-            "session {session:?} runs on in {} (pid {}): it is left to end there",
-            owner.comm, owner.pid
-        ));
-    }
-    client.actions_done(&session, None).map_err(daemon_error)?;
-    client.end(&session, None).map_err(daemon_error)?;
+    let run = our_run(&mut client, &session)?;
+    client.actions_done(&run, None).map_err(daemon_error)?;
+    client.end(&run, None).map_err(daemon_error)?;
     Ok(())
 }
 
-/// Per agent: whether liveness's hooks are in its user settings, which file, the version
+/// The live run of `session` that the agent this hook runs under owns.
+fn our_run(client: &mut Client, session: &str) -> Result<String, String> {
+    agent_runs::ours(client, &ThisAgent::find(), session)
+        .map_err(daemon_error)?
+        .ok_or_else(|| no_run(session))
+}
+
+fn no_run(session: &str) -> String {
+    format!("no live run of session {session:?} is this agent's: nothing is done")
+}
+
+/// Per agent: whether liveness's hooks are in its user settings (and, for Codex, whether
+/// their trust is recorded: installed hooks Codex does not trust are "not trusted"), which
+/// file, the version
 /// of the agent found on PATH when npm installed it, and whether it has an end hook of its
 /// own (without one, livenessd runs nothing the agent
 /// would have: it tracks the session to its end).
@@ -373,12 +348,13 @@ fn status(context: &Context) -> Result<ExitCode, Failure> {
         .iter()
         .map(|agent| {
             let env = HookEnv::from_process(agent.env());
-            let (file, installed) = match agent.user_settings(&env) {
+            let (file, installed, trusted) = match agent.user_settings(&env) {
                 Ok(path) => {
                     let installed = hooks::installed(*agent, &path);
-                    (Some(path), installed)
+                    let trusted = hooks::trusted(*agent, &path).ok().flatten();
+                    (Some(path), installed, trusted)
                 }
-                Err(e) => (None, Err(e)),
+                Err(e) => (None, Err(e), None),
             };
             let (installed, error) = match installed {
                 Ok(installed) => (Some(installed), None),
@@ -392,6 +368,7 @@ fn status(context: &Context) -> Result<ExitCode, Failure> {
                 "agent": agent.name(),
                 "file": file,
                 "installed": installed,
+                "trusted": trusted,
                 "error": error,
                 "version": version,
                 "end_hook": agent.has_end_hook(),
@@ -404,6 +381,7 @@ fn status(context: &Context) -> Result<ExitCode, Failure> {
     }
     for row in &rows {
         let state = match (&row["installed"], &row["error"]) {
+            (Value::Bool(true), _) if row["trusted"] == false => "not trusted".to_owned(),
             (Value::Bool(true), _) => "installed".to_owned(),
             (Value::Bool(false), _) => "not installed".to_owned(),
             (_, error) => format!("unknown ({})", error.as_str().unwrap_or_default()),

@@ -4,6 +4,7 @@
 //! is `exit::EXIT_CODES`, printed by `--help` and copied in docs/cli.md).
 
 mod agent_hooks;
+mod agent_runs;
 mod args;
 mod check;
 mod clock;

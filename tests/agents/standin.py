@@ -11,15 +11,18 @@ hook input on stdin, prints "ready", then reads lines on stdin: "prompt", "tool 
 Gemini CLI is reported to). Killed, it runs nothing, as the real agents. A start hook that
 exits non-zero ends a Kiro session (exit 1), as Kiro does.
 
-Usage: AGENT SESSION_ID CWD
+Usage: AGENT SESSION_ID CWD, or `standin.py --trust HOME` to trust every hook of the user's
+Codex hooks file (Codex runs only the hooks its config.toml trusts, and so does its stand-in).
 """
 
 import datetime
 import glob
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import tomllib
 
 HOME = os.environ["HOME"]
 
@@ -65,10 +68,34 @@ def now():
     return datetime.datetime.now(datetime.timezone.utc).isoformat()
 
 
+def snake(event):
+    return "".join("_" + c.lower() if c.isupper() and i else c.lower() for i, c in enumerate(event))
+
+
+def codex_hash(label, group, handler):
+    """The hash Codex 0.171.0 trusts a command hook by: SHA-256 of its normalized form."""
+    hook = {"type": "command", "command": handler["command"],
+            "timeout": max(handler.get("timeout", 600), 1), "async": handler.get("async", False)}
+    if "statusMessage" in handler:
+        hook["statusMessage"] = handler["statusMessage"]
+    identity = {"event_name": label, "hooks": [hook]}
+    if group.get("matcher") is not None:
+        identity["matcher"] = group["matcher"]
+    text = json.dumps(identity, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
 class Codex:
+    """Runs only the hooks its config.toml trusts, as Codex does for hooks not managed."""
+
     def __init__(self, session, cwd):
         home = os.environ.get("CODEX_HOME") or os.path.join(HOME, ".codex")
         self.files = [os.path.join(home, "hooks.json")]
+        try:
+            with open(os.path.join(home, "config.toml"), "rb") as f:
+                self.state = tomllib.load(f).get("hooks", {}).get("state", {})
+        except FileNotFoundError:
+            self.state = {}
         self.common = {"session_id": session, "transcript_path": f"{HOME}/{session}.jsonl",
                        "cwd": cwd, "model": "gpt-5", "permission_mode": "default"}
 
@@ -76,7 +103,15 @@ class Codex:
               "stop": "Stop", "tool": "PreToolUse", "tool-end": "PostToolUse"}
 
     def hooks(self, event):
-        return grouped(self.files, self.events[event])
+        name, found = self.events[event], []
+        for path in self.files:
+            for g, group in enumerate((read(path) or {}).get("hooks", {}).get(name, [])):
+                for h, hook in enumerate(group.get("hooks", [])):
+                    trust = self.state.get(f"{path}:{snake(name)}:{g}:{h}", {})
+                    if (hook.get("type") == "command" and hook["command"] not in found
+                            and trust.get("trusted_hash") == codex_hash(snake(name), group, hook)):
+                        found.append(hook["command"])
+        return found
 
     def payload(self, event, tool=None):
         if event == "start":
@@ -241,7 +276,23 @@ def run(agent, event, cwd, tool=None):
     return statuses
 
 
+def trust(home):
+    """Trusts every hook in HOME/.codex/hooks.json, as a user trusting them in Codex's /hooks
+    would: config.toml gets a trusted_hash for each."""
+    path = os.path.join(home, ".codex/hooks.json")
+    lines = []
+    for name, groups in read(path)["hooks"].items():
+        for g, group in enumerate(groups):
+            for h, hook in enumerate(group["hooks"]):
+                lines.append(f'[hooks.state."{path}:{snake(name)}:{g}:{h}"]\n'
+                             f'trusted_hash = "{codex_hash(snake(name), group, hook)}"\n')
+    with open(os.path.join(home, ".codex/config.toml"), "w") as f:
+        f.write('model = "gpt-5"\n\n' + "".join(lines))
+
+
 def main():
+    if sys.argv[1] == "--trust":
+        return trust(sys.argv[2])
     agent = AGENTS[os.path.basename(sys.argv[0])](*sys.argv[1:3])
     cwd = sys.argv[2]
     if any(run(agent, "start", cwd)) and isinstance(agent, Kiro):

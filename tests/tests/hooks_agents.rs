@@ -124,6 +124,16 @@ impl Home {
             std::fs::create_dir_all(file.parent().unwrap()).unwrap();
             std::fs::write(&file, home.fill(&text)).unwrap();
         }
+        if case.agent == "codex" {
+            // The user trusted their own hooks in Codex: config.toml records it.
+            let out = Command::new("/usr/bin/python3")
+                .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("agents/standin.py"))
+                .arg("--trust")
+                .arg(home.path())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+        }
         home.give_to_alice(&home.path());
         home
     }
@@ -202,16 +212,22 @@ fn install_matches_its_golden_file_and_uninstall_restores(case: &Case, installed
     let liveness = binaries.path("liveness");
     let user_file = case.user.map(|user| home.path().join(user));
     let before = user_file.as_ref().map(|file| std::fs::read(file).unwrap());
+    // Codex runs only the hooks its config.toml trusts: install records liveness's there.
+    let config = home.path().join(".codex/config.toml");
+    let config_before = std::fs::read_to_string(&config).ok();
 
     let out = home.hooks(&liveness, None, "install", case);
     assert!(out.status.success(), "{out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    // Codex skips hooks the user has not trusted: install says how to trust them.
-    assert_eq!(
-        case.agent == "codex",
-        stderr.contains("open /hooks and trust"),
-        "{stderr}"
-    );
+    assert!(out.stderr.is_empty(), "{out:?}");
+    if let Some(config_before) = &config_before {
+        let text = std::fs::read_to_string(&config).unwrap();
+        assert!(text.starts_with(config_before.as_str()), "{text}");
+        assert_eq!(
+            text.matches("trusted_hash").count(),
+            config_before.matches("trusted_hash").count() + 6,
+            "one per hook of liveness's: {text}"
+        );
+    }
     let file = home.file(case);
     let actual = normalized(&home, &liveness, &file);
     // LIVENESS_BLESS=1 writes the golden files anew, for review.
@@ -229,6 +245,10 @@ fn install_matches_its_golden_file_and_uninstall_restores(case: &Case, installed
         once,
         "installing again changes no byte"
     );
+    if config_before.is_some() {
+        let text = std::fs::read_to_string(&config).unwrap();
+        assert_eq!(text.matches("Written by liveness").count(), 1, "{text}");
+    }
     if let (Some(user), Some(before)) = (&user_file, &before)
         && *user != file
     {
@@ -241,6 +261,19 @@ fn install_matches_its_golden_file_and_uninstall_restores(case: &Case, installed
 
     let out = home.hooks(&liveness, None, "uninstall", case);
     assert!(out.status.success(), "{out:?}");
+    if let Some(config_before) = &config_before {
+        assert_eq!(
+            &std::fs::read_to_string(&config).unwrap(),
+            config_before,
+            "config.toml restored byte for byte"
+        );
+        assert!(
+            !home
+                .path()
+                .join(".codex/config.toml.liveness-backup")
+                .exists()
+        );
+    }
     match (&user_file, &before) {
         (Some(user), Some(before)) if *user == file => {
             assert_eq!(
@@ -739,6 +772,81 @@ fn status_says_per_agent_what_is_installed_and_where() {
     );
 }
 
+/// `hooks status` says whether Codex trusts liveness's hooks; a `config.toml` where no
+/// table can be added, or that is a link, is refused with the hooks file left unchanged.
+#[test]
+fn codex_s_trust_is_recorded_checked_and_refused_where_it_cannot_be_added() {
+    let home = Home::new(&CODEX);
+    let liveness = BinariesForAnyUser::new().path("liveness");
+    let config = home.path().join(".codex/config.toml");
+    let trusted = || {
+        let out = Command::new(&liveness)
+            .args(["--json", "hooks", "status"])
+            .env("HOME", home.path())
+            .env_remove("CODEX_HOME")
+            .output()
+            .unwrap();
+        let agents: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let row = agents["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|row| row["agent"] == "codex")
+            .cloned()
+            .unwrap();
+        row["trusted"].clone()
+    };
+    assert_eq!(trusted(), Value::Null, "not installed");
+    let users = std::fs::read_to_string(&config).unwrap();
+    assert!(
+        home.hooks(&liveness, None, "install", &CODEX)
+            .status
+            .success()
+    );
+    assert_eq!(trusted(), true);
+    // Codex's trust lost (the user reset config.toml): status says so.
+    std::fs::write(&config, &users).unwrap();
+    assert_eq!(trusted(), false);
+    let text = Command::new(&liveness)
+        .args(["hooks", "status"])
+        .env("HOME", home.path())
+        .env_remove("CODEX_HOME")
+        .output()
+        .unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("codex ") && l.contains("not trusted")),
+        "{text}"
+    );
+
+    // Hooks set inline, where no table can be added; a link planted at config.toml: each
+    // refused, with nothing written, and what the link points to untouched.
+    let home = Home::new(&CODEX);
+    let hooks_file = home.file(&CODEX);
+    let hooks_before = std::fs::read(&hooks_file).unwrap();
+    let config = home.path().join(".codex/config.toml");
+    let roots = home.dir.path().join("root-only.toml");
+    std::fs::write(&roots, "x = 1\n").unwrap();
+    for (planted, why) in [
+        (false, "sets hooks inline"),
+        (true, "is a symbolic link (to "),
+    ] {
+        std::fs::remove_file(&config).unwrap();
+        match planted {
+            true => std::os::unix::fs::symlink(&roots, &config).unwrap(),
+            false => std::fs::write(&config, "hooks = { }\n").unwrap(),
+        }
+        let before = std::fs::read_to_string(&config).unwrap();
+        let out = home.hooks(&liveness, None, "install", &CODEX);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(why), "{out:?}");
+        assert_eq!(std::fs::read(&hooks_file).unwrap(), hooks_before);
+        assert_eq!(std::fs::read_to_string(&config).unwrap(), before);
+    }
+    assert_eq!(std::fs::read_to_string(&roots).unwrap(), "x = 1\n");
+}
+
 #[test]
 fn the_hooks_name_the_liveness_on_path_when_it_is_the_same_file() {
     let home = Home::new(&CODEX);
@@ -867,13 +975,67 @@ fn root_installing_for_a_user_leaves_every_agent_s_files_theirs() {
     }
 }
 
+/// Every run of the agent session `session` of ALICE's, oldest first: the one under
+/// `session` and those labelled with it.
+fn runs_of(daemon: &Daemon, session: &str) -> Vec<Value> {
+    let listed = daemon.request(serde_json::json!({"op": "list"}));
+    listed["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|run| run["creator_uid"] == ALICE && run["labels"]["agent_session"] == session)
+        .cloned()
+        .collect()
+}
+
+/// (e) A resume of an ended session is a new run of it: tracked, owned by the resumed
+/// agent, and given the user's end command again when it is killed; the ended run stays
+/// readable.
 #[test]
-fn a_fork_of_a_live_session_neither_takes_it_over_nor_ends_it() {
-    if !privileged("a_fork_of_a_live_session_neither_takes_it_over_nor_ends_it") {
+fn a_resumed_session_is_a_new_run_whose_end_command_runs_again() {
+    if !privileged("a_resumed_session_is_a_new_run_whose_end_command_runs_again") {
         return;
     }
-    // Codex and Claude Code give a fork (and a second resume) the session id of the run
-    // it came from.
+    let (daemon, _binaries, home) = installed_for_alice(&GEMINI);
+    let (first, _) = registered(&GEMINI, &daemon, &home, "resume-1");
+    first.kill9();
+    daemon.wait_finalized("resume-1", Some(ALICE));
+    let resumed = Agent::start(&GEMINI, &home, "resume-1");
+    let runs = runs_of(&daemon, "resume-1");
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[0]["id"], "resume-1");
+    assert_eq!(runs[0]["phase"], "ended", "the first run stays readable");
+    let run = runs[1]["id"].as_str().unwrap().to_owned();
+    assert!(run.starts_with("resume-1~"), "{run}");
+    assert_eq!(runs[1]["phase"], "active", "{}", runs[1]);
+    assert_eq!(runs[1]["owner"]["pid"], resumed.child.id(), "{}", runs[1]);
+    resumed.kill9();
+    let ended = daemon.wait_finalized(&run, Some(ALICE));
+    assert_eq!(ended["reason"], "owner_exited", "{ended}");
+    std::thread::sleep(Duration::from_millis(500));
+    let (inputs, uids) = home.runs();
+    assert_eq!(inputs.len(), 2, "once per run: {inputs:?}");
+    assert_eq!(uids, [ALICE, ALICE]);
+    assert_eq!(inputs[1]["session_id"], "resume-1", "{}", inputs[1]);
+    assert_eq!(
+        inputs[1]["liveness"]["session"],
+        run.as_str(),
+        "{}",
+        inputs[1]
+    );
+    assert_eq!(inputs[1]["liveness"]["exit"]["signal"], 9, "{}", inputs[1]);
+    assert_eq!(get(&daemon, "resume-1")["reason"], "owner_exited");
+}
+
+/// (e) A fork of a live session (Codex and Claude Code give it the session id of the run
+/// it came from) is a run of its own: killed, its end command runs once and the live run
+/// goes on; a second fork's own end hook ends only its run; the first run's later death
+/// runs its own end command once.
+#[test]
+fn a_fork_of_a_live_session_is_a_run_of_its_own_that_ends_nothing_else() {
+    if !privileged("a_fork_of_a_live_session_is_a_run_of_its_own_that_ends_nothing_else") {
+        return;
+    }
     let (daemon, _binaries, home) = installed_for_alice(&CODEX);
     let (first, _) = registered(&CODEX, &daemon, &home, "live-1");
     let fork = Agent::start(&CODEX, &home, "live-1");
@@ -883,26 +1045,102 @@ fn a_fork_of_a_live_session_neither_takes_it_over_nor_ends_it() {
         first.child.id(),
         "not taken over: {session}"
     );
-    fork.say("exit");
+    let runs = runs_of(&daemon, "live-1");
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[1]["owner"]["pid"], fork.child.id(), "{}", runs[1]);
+    let fork_run = runs[1]["id"].as_str().unwrap().to_owned();
+
+    fork.kill9();
+    let ended = daemon.wait_finalized(&fork_run, Some(ALICE));
+    assert_eq!(ended["reason"], "owner_exited", "{ended}");
     std::thread::sleep(Duration::from_millis(500));
-    let session = get(&daemon, "live-1");
     assert_eq!(
-        session["phase"], "active",
-        "not ended by the fork's end: {session}"
+        get(&daemon, "live-1")["phase"],
+        "active",
+        "the fork ended only its run"
     );
-    let (runs, _) = home.runs();
+    let (inputs, _) = home.runs();
+    assert_eq!(inputs.len(), 1, "the fork's, once: {inputs:?}");
     assert_eq!(
-        runs.len(),
-        1,
-        "the fork's own end command, by the fork: {runs:?}"
+        inputs[0]["liveness"]["session"],
+        fork_run.as_str(),
+        "{}",
+        inputs[0]
     );
+
+    // A second fork exits by itself: its end hook ends its run, and no other.
+    let second = Agent::start(&CODEX, &home, "live-1");
+    let second_run = runs_of(&daemon, "live-1")[2]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    second.say("exit");
+    let ended = daemon.wait_finalized(&second_run, Some(ALICE));
+    assert_eq!(ended["reason"], "stopped", "{ended}");
+    assert_eq!(
+        ended["actions"][0]["outcome"]["skipped"], "done_by_agent",
+        "{ended}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(get(&daemon, "live-1")["phase"], "active");
+    assert_eq!(home.runs().0.len(), 2, "the second fork's, by the fork");
+
     first.kill9();
     let ended = daemon.wait_finalized("live-1", Some(ALICE));
     assert_eq!(ended["reason"], "owner_exited", "{ended}");
     std::thread::sleep(Duration::from_millis(500));
-    let (runs, _) = home.runs();
-    assert_eq!(runs.len(), 2, "{runs:?}");
-    assert_eq!(runs[1]["liveness"]["exit"]["signal"], 9, "{}", runs[1]);
+    let (inputs, _) = home.runs();
+    assert_eq!(inputs.len(), 3, "{inputs:?}");
+    assert_eq!(inputs[2]["liveness"]["session"], "live-1", "{}", inputs[2]);
+    assert_eq!(inputs[2]["liveness"]["exit"]["signal"], 9, "{}", inputs[2]);
+}
+
+/// Another user's agent naming ALICE's live session id (a resume, or hooks run by hand)
+/// registers and ends a session of its own: ALICE's keeps its owner and end commands, and
+/// nothing of hers runs.
+#[test]
+fn another_user_cannot_resume_or_end_a_user_s_session() {
+    if !privileged("another_user_cannot_resume_or_end_a_user_s_session") {
+        return;
+    }
+    const MALLORY: u32 = 61_054;
+    let (daemon, binaries, home) = installed_for_alice(&CODEX);
+    let (agent, before) = registered(&CODEX, &daemon, &home, "mine-1");
+    // Mallory's own process runs the start hook, then the end hook, as an agent would.
+    let hook = |name: &str| {
+        format!(
+            "echo '{{\"session_id\": \"mine-1\", \"cwd\": \"/\"}}' | {} --socket {} hooks codex {name}",
+            binaries.path("liveness").display(),
+            daemon.socket.display()
+        )
+    };
+    let out = Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            "import subprocess, sys\nfor line in sys.argv[1:]: subprocess.check_call(['sh', '-c', line])",
+            &hook("session-start"),
+            &hook("session-end"),
+        ])
+        .current_dir("/")
+        .env("HOME", "/nonexistent")
+        .uid(MALLORY)
+        .gid(MALLORY)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let theirs =
+        daemon.request(serde_json::json!({"op": "get", "session": "mine-1", "uid": MALLORY}));
+    assert_eq!(theirs["session"]["reason"], "stopped", "{theirs}");
+    let after = get(&daemon, "mine-1");
+    assert_eq!(after["phase"], "active", "{after}");
+    assert_eq!(after["owner"], before["owner"], "{after}");
+    assert_eq!(after["on_end_run"], before["on_end_run"], "{after}");
+    assert_eq!(runs_of(&daemon, "mine-1").len(), 1);
+    agent.kill9();
+    daemon.wait_finalized("mine-1", Some(ALICE));
+    std::thread::sleep(Duration::from_millis(500));
+    let (inputs, uids) = home.runs();
+    assert_eq!((inputs.len(), uids), (1, vec![ALICE]), "{inputs:?}");
 }
 
 #[test]

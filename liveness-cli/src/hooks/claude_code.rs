@@ -70,7 +70,7 @@ pub static CLAUDE_CODE: CommandHooks = CommandHooks {
         "CLAUDE_CODE_SESSION_ID",
     ],
     npm: Some(("claude", "@anthropic-ai/claude-code")),
-    install_step: None,
+    trust_in_config: false,
     user_settings,
     settings_files,
     action_env,

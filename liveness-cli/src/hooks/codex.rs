@@ -7,8 +7,8 @@
 //! SIGTERM or a SIGKILL.
 //!
 //! Codex runs a hook that is not managed only once the user has trusted it (`/hooks`,
-//! which records a `trusted_hash` in `config.toml`): `install` writes the hooks, and the
-//! user trusts them once in Codex (docs/agents.md).
+//! which records a `trusted_hash` in `config.toml`): `install` records that trust for
+//! liveness's hooks itself ([`super::codex_trust`]).
 
 use std::path::PathBuf;
 
@@ -50,11 +50,7 @@ pub static CODEX: CommandHooks = CommandHooks {
     disable_key: None,
     env: &["CODEX_HOME"],
     npm: Some(("codex", "@openai/codex")),
-    install_step: Some(
-        "Codex runs a hook only once you trust it: start codex, open /hooks and trust \
-         liveness's hooks (once; again after each install that \
-         changed them)",
-    ),
+    trust_in_config: true,
     user_settings,
     settings_files: |agent, _, env| (agent.user_settings)(env).into_iter().collect(),
     action_env: |_: &Value, _: &HookEnv| Vec::new(),

@@ -97,8 +97,9 @@ pub struct CommandHooks {
     pub env: &'static [&'static str],
     /// The agent's command and its npm package, when it is one.
     pub npm: Option<(&'static str, &'static str)>,
-    /// What the user must still do for the installed hooks to run.
-    pub install_step: Option<&'static str>,
+    /// The agent runs its hooks only once `config.toml` beside them records their trust
+    /// (Codex): `install` records it ([`super::codex_trust`]).
+    pub trust_in_config: bool,
     pub user_settings: fn(&HookEnv) -> Result<PathBuf, HookError>,
     /// The files whose end commands the agent runs, in its order.
     pub settings_files: fn(&CommandHooks, &Value, &HookEnv) -> Vec<PathBuf>,
@@ -295,8 +296,8 @@ impl Agent for CommandHooks {
         self.npm
     }
 
-    fn install_step(&self) -> Option<&'static str> {
-        self.install_step
+    fn trust_in_config(&self) -> bool {
+        self.trust_in_config
     }
 
     fn user_settings(&self, env: &HookEnv) -> Result<PathBuf, HookError> {
@@ -446,7 +447,7 @@ impl Agent for CommandHooks {
 
     fn end_input(&self, start: &Value, facts: &EndFacts) -> Value {
         let mut input = self.start_fields(start);
-        input[self.session_key] = json!(facts.session);
+        input[self.session_key] = json!(super::agent_session(facts));
         if let (Some(key), Some(end)) = (self.event_key, self.end) {
             input[key] = json!(end);
         }

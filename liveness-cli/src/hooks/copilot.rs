@@ -41,7 +41,7 @@ pub static COPILOT: CommandHooks = CommandHooks {
     disable_key: None,
     env: &[],
     npm: Some(("copilot", "@github/copilot")),
-    install_step: None,
+    trust_in_config: false,
     user_settings: |env| in_home(env, ".copilot/hooks/liveness.json"),
     settings_files,
     action_env: |_: &Value, _: &HookEnv| Vec::new(),

@@ -69,7 +69,7 @@ pub static CURSOR: CommandHooks = CommandHooks {
     disable_key: None,
     env: &[],
     npm: None,
-    install_step: None,
+    trust_in_config: false,
     user_settings: |env| in_home(env, ".cursor/hooks.json"),
     settings_files,
     action_env: |_: &Value, _: &HookEnv| Vec::new(),

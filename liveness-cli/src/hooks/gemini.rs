@@ -43,7 +43,7 @@ pub static GEMINI: CommandHooks = CommandHooks {
     disable_key: None,
     env: &[],
     npm: Some(("gemini", "@google/gemini-cli")),
-    install_step: None,
+    trust_in_config: false,
     user_settings: |env| in_home(env, ".gemini/settings.json"),
     settings_files,
     action_env,

@@ -23,6 +23,7 @@
 
 pub mod claude_code;
 pub mod codex;
+pub mod codex_trust;
 pub mod command_hooks;
 pub mod copilot;
 pub mod cursor;
@@ -87,10 +88,11 @@ pub trait Agent: Sync + fmt::Debug {
         None
     }
 
-    /// What the user must still do for the installed hooks to run, when the agent asks for
-    /// a step of its own (Codex's trust).
-    fn install_step(&self) -> Option<&'static str> {
-        None
+    /// Whether the agent runs its hooks only once the `config.toml` beside them records
+    /// their trust (Codex): `install` records it for liveness's, `uninstall` takes it out
+    /// ([`codex_trust`]).
+    fn trust_in_config(&self) -> bool {
+        false
     }
 
     /// For an agent extended by code rather than settings: the whole file `install`
@@ -338,6 +340,19 @@ fn shell_words(line: &str) -> Vec<String> {
     words
 }
 
+/// The label carrying the agent's own session id on every run of that session (a resume
+/// or a fork is a run of its own, under an id of its own).
+pub const SESSION_LABEL: &str = "agent_session";
+
+/// The agent's own id of the session whose run ended with `facts`: what its end command is
+/// given in the agent's session id field.
+pub(crate) fn agent_session(facts: &EndFacts) -> &str {
+    facts
+        .labels
+        .get(SESSION_LABEL)
+        .map_or(&facts.session, String::as_str)
+}
+
 /// What a session-start hook registers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StartPlan {
@@ -495,21 +510,154 @@ pub fn install(
     agent
         .add_hooks(&mut edited, command)
         .map_err(|e| e.at(path))?;
-    if original.is_some() && edited == settings {
-        return Ok(Installed::Unchanged);
-    }
+    // Checked before anything is written: a trust that cannot be recorded changes nothing.
+    let trust = match agent.trust_in_config() {
+        true => Some(trust_edit(&dir, path, agent, &edited)?),
+        false => None,
+    };
+    let hooks_changed = original.is_none() || edited != settings;
     let backup = match &original {
-        Some(file) => {
+        Some(file) if hooks_changed => {
             // The oldest copy is the user's own: a later install keeps it.
             dir.create_new(&backup_name(name), &file.bytes, file)?;
             Some(backup_path(path))
         }
-        None => None,
+        _ => None,
     };
-    let bytes = Json::Object(edited).to_pretty();
-    dir.replace(name, bytes.as_bytes(), original.as_ref())?;
-    Ok(Installed::Changed { backup })
+    if hooks_changed {
+        let bytes = Json::Object(edited).to_pretty();
+        dir.replace(name, bytes.as_bytes(), original.as_ref())?;
+    }
+    let trust_changed = match trust {
+        Some(edit) => edit.write(&dir)?,
+        None => false,
+    };
+    Ok(match hooks_changed || trust_changed {
+        true => Installed::Changed { backup },
+        false => Installed::Unchanged,
+    })
 }
+
+/// The agent's `config.toml` in the settings directory, and what it becomes: as it is, with
+/// liveness's trust block for the hooks of `settings` ([`codex_trust::with_trust`]).
+struct TrustEdit {
+    config: Option<files::Existing>,
+    text: String,
+}
+
+fn trust_edit(
+    dir: &SettingsDir,
+    path: &Path,
+    agent: &dyn Agent,
+    settings: &Object,
+) -> Result<TrustEdit, HookError> {
+    let name = OsStr::new(codex_trust::CONFIG);
+    let config = dir.read(name)?;
+    let current = config_text(dir, name, config.as_ref())?;
+    let absolute = std::path::absolute(path).map_err(|source| HookError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let entries = codex_trust::entries(&absolute, settings, |line| ours(line, agent.name()));
+    let text = codex_trust::with_trust(&current, &entries).map_err(|what| HookError::Settings {
+        path: dir.path_of(name),
+        what,
+    })?;
+    Ok(TrustEdit { config, text })
+}
+
+impl TrustEdit {
+    /// Writes the edited `config.toml`, keeping a copy of the user's own first; whether it
+    /// changed.
+    fn write(self, dir: &SettingsDir) -> Result<bool, HookError> {
+        let name = OsStr::new(codex_trust::CONFIG);
+        let before = self.config.as_ref().map(|file| file.bytes.as_slice());
+        if before.unwrap_or_default() == self.text.as_bytes() {
+            return Ok(false);
+        }
+        if let Some(file) = &self.config {
+            dir.create_new(&backup_name(name), &file.bytes, file)?;
+        }
+        dir.replace(name, self.text.as_bytes(), self.config.as_ref())?;
+        Ok(true)
+    }
+}
+
+/// The text of `config.toml` (empty when there is none).
+fn config_text(
+    dir: &SettingsDir,
+    name: &OsStr,
+    config: Option<&files::Existing>,
+) -> Result<String, HookError> {
+    let bytes = config.map(|file| file.bytes.clone()).unwrap_or_default();
+    String::from_utf8(bytes).map_err(|_| HookError::Settings {
+        path: dir.path_of(name),
+        what: "not UTF-8".into(),
+    })
+}
+
+/// Takes liveness's trust block out of the agent's `config.toml`: the file as it was,
+/// removed if liveness created it, and its copy removed once the file is that copy again.
+fn untrust(dir: &SettingsDir) -> Result<(), HookError> {
+    let name = OsStr::new(codex_trust::CONFIG);
+    let Some(config) = dir.read(name)? else {
+        return Ok(());
+    };
+    let current = config_text(dir, name, Some(&config))?;
+    let text = codex_trust::without_trust(&current);
+    if text == current {
+        return Ok(());
+    }
+    let backup = dir.read(&backup_name(name))?;
+    match backup {
+        None if text.is_empty() => dir.remove(name)?,
+        _ => dir.replace(name, text.as_bytes(), Some(&config))?,
+    }
+    if backup.is_some_and(|copy| copy.bytes == text.as_bytes()) {
+        dir.remove(&backup_name(name))?;
+    }
+    Ok(())
+}
+
+/// Whether the agent records liveness's hooks in the file `path` as trusted: `None` for an
+/// agent without trust, or when the hooks are not installed.
+pub fn trusted(agent: &dyn Agent, path: &Path) -> Result<Option<bool>, HookError> {
+    if !agent.trust_in_config() || !installed(agent, path)? {
+        return Ok(None);
+    }
+    let (dir, name) = split(path)?;
+    let Some(dir) = SettingsDir::open(dir, false)? else {
+        return Ok(None);
+    };
+    let Some(hooks) = dir.read(name)? else {
+        return Ok(None);
+    };
+    let settings = parse_object(path, &hooks.bytes)?;
+    let config_name = OsStr::new(codex_trust::CONFIG);
+    let config = dir.read(config_name)?;
+    let text = config_text(&dir, config_name, config.as_ref())?;
+    let absolute = std::path::absolute(path).map_err(|source| HookError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let entries = codex_trust::entries(&absolute, &settings, |line| ours(line, agent.name()));
+    Ok(Some(codex_trust::trusted(&text, &entries)))
+}
+
+/// Whether a hook's command line is one of liveness's hooks of `agent`.
+fn ours(line: &str, agent: &str) -> bool {
+    HOOKS.iter().any(|hook| is_hook_command(line, agent, hook))
+}
+
+/// Every hook `liveness hooks AGENT HOOK` an agent's settings may name.
+const HOOKS: &[&str] = &[
+    "session-start",
+    "session-end",
+    "turn-start",
+    "turn-end",
+    "tool-start",
+    "tool-end",
+];
 
 /// Whether liveness's hooks are in the file `path` (read through [`SettingsDir`], as
 /// [`install`] reads it).
@@ -564,6 +712,9 @@ pub fn uninstall(agent: &dyn Agent, path: &Path) -> Result<Uninstalled, HookErro
     let settings = parse_object(path, &current.bytes)?;
     let mut cleaned = settings.clone();
     agent.remove_hooks(&mut cleaned).map_err(|e| e.at(path))?;
+    if agent.trust_in_config() {
+        untrust(&dir)?;
+    }
     if cleaned == settings {
         return Ok(Uninstalled::NotInstalled);
     }
