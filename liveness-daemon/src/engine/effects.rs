@@ -69,7 +69,7 @@ impl Effects {
     /// Takes in published events, with the trees of their dead owners that the reaps
     /// read: what they set off waits until SQLite has them (see [`Effects::settle`]).
     /// Returns whether anything does, so that SQLite gets them at once.
-    pub(super) fn set_off(&mut self, events: &[Event], mut views: Views) -> bool {
+    pub(super) fn set_off(&mut self, events: &[Event], views: Views) -> bool {
         let locks = self.locks.effects_of(events);
         let acting = with_actions(events).next().is_some();
         self.actions.ended(with_actions(events));
@@ -78,7 +78,6 @@ impl Effects {
             let view = (views.get(&key).cloned()).or_else(|| self.kept.get(&key).cloned());
             self.unsettled_reaps.push((ended, view));
         }
-        views.clear();
         for event in events {
             self.kept.remove(&event.owner.key());
         }
