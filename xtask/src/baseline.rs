@@ -86,7 +86,9 @@ pub fn of_directory(dir: &Path) -> Result<Baseline> {
     })
 }
 
-/// `git archive COMMIT | tar -x -C into`.
+/// `git archive COMMIT | tar -x -m -C into`. The files take the time of the export, not
+/// the commit's: the baselines share a target directory, where cargo would take an older
+/// baseline's build of a crate for this one's, its sources being older than that build.
 fn export(root: &Path, commit: &str, into: &Path) -> Result<()> {
     let mut archive = Process::new("git")
         .current_dir(root)
@@ -95,8 +97,7 @@ fn export(root: &Path, commit: &str, into: &Path) -> Result<()> {
         .spawn()
         .context("running git archive")?;
     let tar = Process::new("tar")
-        .arg("-x")
-        .arg("-C")
+        .args(["-x", "-m", "-C"])
         .arg(into)
         .stdin(archive.stdout.take().context("git archive's output")?)
         .status()
