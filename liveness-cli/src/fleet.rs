@@ -4,8 +4,9 @@
 use std::process::ExitCode;
 
 use liveness_client::liveness_common::fleet::{FleetChange, FleetChangeKind, FleetView};
-use liveness_client::liveness_common::protocol::{StreamMessage, wire_name};
+use liveness_client::liveness_common::protocol::StreamMessage;
 use liveness_client::liveness_common::session::Session;
+use liveness_client::liveness_common::wire::wire_name;
 
 use crate::args::{FleetArgs, FleetCommand, FleetWatchArgs};
 use crate::clock;

@@ -10,9 +10,9 @@ use liveness_common::cause::{Cause, SignalName};
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{DeathReason, Identity};
 use liveness_common::lock::Lock;
-use liveness_common::protocol::wire_name;
 use liveness_common::session::{EndReason, Event, EventKind, OnEnd, Phase, Reaped, Session};
 use liveness_common::status::{ClusterStatus, MembershipStatus, SourceReport, Status};
+use liveness_common::wire::wire_name;
 use liveness_proc::identity::{Liveness, ProcRoot};
 
 use crate::clock;

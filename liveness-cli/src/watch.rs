@@ -12,8 +12,8 @@ use serde::Serialize;
 
 use liveness_client::{Cursor, Filter, Item, Line};
 use liveness_common::exit::ExitStatus;
-use liveness_common::protocol::wire_name;
 use liveness_common::session::{Event, EventKind};
+use liveness_common::wire::wire_name;
 
 use crate::args::WatchArgs;
 use crate::context::Context;

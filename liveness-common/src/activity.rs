@@ -266,7 +266,7 @@ impl StallPolicy {
             (StallAction::Notify | StallAction::Terminate, None, None) => Ok(()),
             (action, _, _) => Err(format!(
                 "on_stall action `{}` takes neither `signal` nor `run` but its own",
-                crate::protocol::wire_name(action)
+                crate::wire::wire_name(action)
             )),
         }
     }

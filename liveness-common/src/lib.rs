@@ -28,3 +28,4 @@ pub mod protocol;
 pub mod request;
 pub mod session;
 pub mod status;
+pub mod wire;

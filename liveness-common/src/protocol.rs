@@ -267,15 +267,6 @@ pub struct Envelope {
     pub request: Request,
 }
 
-/// The name a value has on the wire (`"active"`, `"owner_exited"`, `"ebpf"`), for text
-/// that must use the same words as the JSON; empty for `None` or a non-string value.
-pub fn wire_name(value: impl Serialize) -> String {
-    match serde_json::to_value(value) {
-        Ok(Value::String(name)) => name,
-        _ => String::new(),
-    }
-}
-
 /// Parses one request line. The error reply carries the request's `id` when one was readable.
 pub fn parse_request(line: &[u8]) -> Result<Envelope, Rejected> {
     let reject = |id: Option<Value>, code, message: String| Rejected {

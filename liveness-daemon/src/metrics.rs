@@ -26,9 +26,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinSet};
 
-use liveness_common::protocol::wire_name;
 use liveness_common::request;
 use liveness_common::status::{SourceState, Status};
+use liveness_common::wire::wire_name;
 
 use crate::activity::Activities;
 use crate::engine::{Caller, EndMetrics, Handle};

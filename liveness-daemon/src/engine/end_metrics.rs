@@ -7,8 +7,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 
 use liveness_common::cause::CauseKind;
-use liveness_common::protocol::wire_name;
 use liveness_common::session::{Event, EventKind};
+use liveness_common::wire::wire_name;
 
 use super::eventlog::end_latency_ms;
 

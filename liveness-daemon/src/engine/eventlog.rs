@@ -7,8 +7,8 @@
 //! runtime's workers, so a log write (to a file, to journald) before its yield delayed
 //! every stream reader by its cost.
 
-use liveness_common::protocol::wire_name;
 use liveness_common::session::{Event, EventKind};
+use liveness_common::wire::wire_name;
 
 use super::owner_checks::FreshOwners;
 

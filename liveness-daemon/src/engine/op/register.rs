@@ -17,7 +17,7 @@ use crate::engine::tree::Start;
 use crate::engine::{Caller, Refusal, now_ms};
 use crate::fd::pass::Passed;
 use crate::store::NewSession;
-use liveness_common::protocol::wire_name;
+use liveness_common::wire::wire_name;
 
 /// A `register` request, with the descriptors that came with its line (a pidfd naming
 /// the owner).
