@@ -25,6 +25,7 @@ use liveness_common::session::Session;
 mod actions_done;
 mod activity;
 mod end;
+mod fleet_lock;
 mod get;
 mod lock_acquire;
 mod lock_release;
@@ -40,6 +41,7 @@ mod whose;
 
 pub use activity::{Judged, Sampling, Target};
 pub use end::End;
+pub use fleet_lock::{FleetGranted, FleetHeld, FleetReleased};
 pub use register::{Register, Registered};
 pub use subscribe::Subscribe;
 pub use synced::Synced;
@@ -141,6 +143,9 @@ commands! {
     End(End),
     LockAcquire(request::LockAcquire),
     LockRelease(request::LockRelease),
+    FleetGranted(FleetGranted),
+    FleetReleased(FleetReleased),
+    FleetHeld(FleetHeld),
     Tree(Tree),
     Whose(Whose),
     Waiting(Waiting),
