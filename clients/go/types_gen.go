@@ -174,10 +174,12 @@ const (
 	ReleaseReleased ReleaseReason = "released"
 	// Its session ended.
 	ReleaseSessionEnded ReleaseReason = "session_ended"
+	// A fleet lock's session lease ended without it (etcd did not confirm it within its TTL): the lock may be another's now.
+	ReleaseLeaseLost ReleaseReason = "lease_lost"
 )
 
 // ReleaseReasons lists every ReleaseReason, in the daemon's order.
-var ReleaseReasons = []ReleaseReason{ReleaseReleased, ReleaseSessionEnded}
+var ReleaseReasons = []ReleaseReason{ReleaseReleased, ReleaseSessionEnded, ReleaseLeaseLost}
 
 // KernelReason is why the kernel raised a signal by itself.
 type KernelReason string
@@ -991,6 +993,8 @@ func (s *Session) UnmarshalJSON(data []byte) error {
 type LockChange struct {
 	Name  string `json:"name"`
 	Token uint64 `json:"token"`
+	// A fleet lock's.
+	Cluster bool `json:"cluster,omitempty"`
 	// Why it was released, on lock.released only.
 	Reason ReleaseReason `json:"reason,omitempty"`
 }
@@ -1063,6 +1067,10 @@ type Lock struct {
 	SinceMs int64 `json:"since_ms"`
 	// Requests waiting for it.
 	Waiters uint32 `json:"waiters"`
+	// A fleet lock (livenessd --etcd), held in etcd for every host; its token is etcd's revision of the grant.
+	Cluster bool `json:"cluster,omitempty"`
+	// A fleet lock's: the host id of the daemon its session is on.
+	Host string `json:"host,omitempty"`
 }
 
 // Process is one live process of a session's tree, as processes lists it.

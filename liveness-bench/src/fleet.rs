@@ -2,7 +2,9 @@
 //! from a session on host A, whose owner is SIGKILLed, to a waiter on host B, next to
 //! etcd's own lock (`etcdctl lock --ttl 10`, its holder SIGKILLed) in the same run; and a
 //! victim's local death latency with `--etcd` against a daemon without it, which the
-//! mirror must not delay.
+//! mirror must not delay; a session's end on host A as host B's fleet watch sees it; and
+//! the mirror's throughput: many registrations and ends on one host, the time until etcd
+//! holds the final state, and the daemon's CPU per event with and without `--etcd`.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -26,6 +28,10 @@ pub struct FleetPlan {
     pub etcd_rounds: usize,
     /// Victim deaths timed per daemon, with and without `--etcd`.
     pub deaths: usize,
+    /// Sessions ended on host A, each timed until host B's fleet watch reports it.
+    pub watched_ends: usize,
+    /// Sessions registered then ended on one host, for the mirror's throughput.
+    pub burst: usize,
 }
 
 /// How long one hand-over may take before the harness gives up.
@@ -55,6 +61,13 @@ pub fn run(bin_dir: &std::path::Path, plan: FleetPlan) -> Result<Value> {
         etcd_lock.p50 / 1e3,
         plan.etcd_rounds,
     );
+    let watched = Dist::of_ns(&watched_ends(&a, &b, plan.watched_ends)?);
+    println!(
+        "a session's end on host A -> `ended` in host B's fleet watch: p50 {:.1} ms, p99 {:.1} ms ({} ends)",
+        watched.p50 / 1e3,
+        watched.p99 / 1e3,
+        plan.watched_ends,
+    );
     daemon::stop(&mut b)?;
 
     // The same victims, alternately, on a daemon in the fleet and one without it.
@@ -70,6 +83,16 @@ pub fn run(bin_dir: &std::path::Path, plan: FleetPlan) -> Result<Value> {
         "a victim's death -> session.ended: with --etcd p50 {:.0} us p99 {:.0} us, without p50 {:.0} us p99 {:.0} us ({} deaths each)",
         with.p50, with.p99, without.p50, without.p99, plan.deaths
     );
+    let mirrored = burst(&a, "burst-etcd", plan.burst)?;
+    let local = burst(&alone, "burst", plan.burst)?;
+    println!(
+        "{} registrations and ends on one host: etcd holds the final state {:.2} s after the first (the last reply after {:.2} s); the daemon's CPU per event {:.1} us with --etcd, {:.1} us without",
+        plan.burst,
+        mirrored.done_s,
+        mirrored.replied_s,
+        mirrored.cpu_us_per_event,
+        local.cpu_us_per_event,
+    );
     daemon::stop(&mut a)?;
     daemon::stop(&mut alone)?;
     let speedup = (handover.p50 > 0.0).then(|| round(etcd_lock.p50 / handover.p50));
@@ -80,7 +103,118 @@ pub fn run(bin_dir: &std::path::Path, plan: FleetPlan) -> Result<Value> {
         "handover_p50_speedup_vs_etcd_lock": speedup,
         "death_to_ended": {"with_etcd": with.json(), "without": without.json()},
         "death_p50_with_vs_without_etcd": ratio,
+        "end_to_watcher_on_b": watched.json(),
+        "burst": {
+            "sessions": plan.burst,
+            "with_etcd": mirrored.json(),
+            "without": local.json(),
+        },
     }))
+}
+
+/// Each of `rounds` sessions on `a`, once `b`'s fleet watch has seen it, has its owner
+/// SIGKILLed: nanoseconds from the kill to the `ended` change as `b`'s client reads it
+/// (A ends it, its mirror deletes the key and writes the end in one transaction, etcd's
+/// watch wakes B's daemon, which sends the change).
+fn watched_ends(a: &Daemon, b: &Daemon, rounds: usize) -> Result<Vec<u64>> {
+    let mut watch = b.connect();
+    watch.send_raw(b"{\"op\":\"fleet_watch\"}\n");
+    let view = watch.next_within(HANDOVER_LIMIT);
+    if view.as_ref().is_none_or(|view| view["ok"] != true) {
+        bail!("fleet_watch on host B: {view:?}");
+    }
+    // The next change of `kind` about `session`, skipping the others.
+    let mut next = |kind: &str, session: &str| -> Result<()> {
+        loop {
+            let line = watch
+                .next_within(HANDOVER_LIMIT)
+                .with_context(|| format!("no {kind} of {session} in B's watch"))?;
+            let change = &line["fleet_change"];
+            if change["change"] == kind && change["session"]["id"] == session {
+                return Ok(());
+            }
+        }
+    };
+    let mut times = Vec::new();
+    for n in 0..rounds {
+        let session = format!("watched-{n}");
+        let tree = Tree::spawn(TreeShape::default())?;
+        let registered = a.request(json!({
+            "op": "register", "session": session, "owner": {"pid": tree.owner.pid},
+        }));
+        if registered["ok"] != true {
+            bail!("register {session}: {registered}");
+        }
+        next("session", &session)?;
+        let killed = monotonic_ns();
+        tree.owner.kill();
+        next("ended", &session)?;
+        times.push(monotonic_ns() - killed);
+    }
+    Ok(times)
+}
+
+/// One host's burst: `sessions` registered then ended, one request after another on one
+/// connection, all owned by one process.
+struct Burst {
+    /// From the first request to the last reply.
+    replied_s: f64,
+    /// From the first request until etcd holds the final state (the mirror's cursor at
+    /// the last event); without `--etcd`, the last reply.
+    done_s: f64,
+    /// The daemon's CPU time (every thread, the mirror's too) until then, per event.
+    cpu_us_per_event: f64,
+}
+
+impl Burst {
+    fn json(&self) -> Value {
+        json!({
+            "replied_s": round(self.replied_s),
+            "done_s": round(self.done_s),
+            "cpu_us_per_event": round(self.cpu_us_per_event),
+        })
+    }
+}
+
+fn burst(daemon: &Daemon, prefix: &str, sessions: usize) -> Result<Burst> {
+    let owner = Tree::spawn(TreeShape::default())?;
+    caught_up(daemon)?;
+    let mut conn = daemon.connect();
+    let ticks = crate::procs::cpu_ticks(daemon.pid())?;
+    let started = monotonic_ns();
+    for op in ["register", "end"] {
+        for n in 0..sessions {
+            let session = format!("{prefix}-{n}");
+            let request = match op {
+                "register" => json!({
+                    "op": op, "session": session, "owner": {"pid": owner.owner.pid},
+                }),
+                _ => json!({"op": op, "session": session}),
+            };
+            let reply = conn.request(request);
+            if reply["ok"] != true {
+                bail!("{op} {session}: {reply}");
+            }
+        }
+    }
+    let replied = monotonic_ns();
+    // Polled on a connection of its own.
+    let mut status = daemon.connect();
+    let done = eventually(Duration::from_secs(600), || {
+        let reply = status.request(json!({"op": "status"}));
+        let cluster = &reply["status"]["cluster"];
+        cluster.is_null() || (cluster["connected"] == true && cluster["behind"] == 0)
+    });
+    if !done {
+        bail!("etcd did not have {sessions} sessions' ends within 600 s");
+    }
+    let finished = monotonic_ns();
+    let cpu_ms = (crate::procs::cpu_ticks(daemon.pid())? - ticks) as f64 * 10.0;
+    Ok(Burst {
+        replied_s: (replied - started) as f64 / 1e9,
+        done_s: (finished - started) as f64 / 1e9,
+        cpu_us_per_event: cpu_ms * 1e3 / (2 * sessions) as f64,
+    })
 }
 
 /// Waits until the daemon's mirror (if any) wrote every event into etcd: a victim's

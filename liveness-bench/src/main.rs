@@ -181,6 +181,8 @@ impl Plan {
                     rounds: 5,
                     etcd_rounds: 1,
                     deaths: 5,
+                    watched_ends: 5,
+                    burst: 100,
                 },
             }
         } else if args.quick {
@@ -227,6 +229,8 @@ impl Plan {
                     rounds: 30,
                     etcd_rounds: 2,
                     deaths: 100,
+                    watched_ends: 30,
+                    burst: 10_000,
                 },
             }
         } else {
@@ -282,6 +286,8 @@ impl Plan {
                     rounds: 100,
                     etcd_rounds: 5,
                     deaths: 300,
+                    watched_ends: 100,
+                    burst: 10_000,
                 },
             }
         }

@@ -240,9 +240,14 @@ pub(crate) fn print_lock_table(locks: &[Lock]) {
         return;
     }
     let now = clock::now_ms();
-    let rows: Vec<[String; 6]> = locks
+    let rows: Vec<[String; 7]> = locks
         .iter()
         .map(|lock| {
+            // A fleet lock's line waits in etcd: its length is not counted here.
+            let (waiters, scope) = match &lock.host {
+                Some(host) if lock.cluster => ("-".to_owned(), format!("fleet, held on {host}")),
+                _ => (lock.waiters.to_string(), "host".to_owned()),
+            };
             [
                 lock.name.clone(),
                 lock.session.clone(),
@@ -253,12 +258,15 @@ pub(crate) fn print_lock_table(locks: &[Lock]) {
                     clock::local_time(lock.since_ms),
                     clock::age(lock.since_ms, now)
                 ),
-                lock.waiters.to_string(),
+                waiters,
+                scope,
             ]
         })
         .collect();
     print_table(
-        ["LOCK", "SESSION", "UID", "TOKEN", "SINCE", "WAITERS"],
+        [
+            "LOCK", "SESSION", "UID", "TOKEN", "SINCE", "WAITERS", "SCOPE",
+        ],
         &rows,
     );
 }

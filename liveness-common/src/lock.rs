@@ -20,6 +20,17 @@ pub struct Lock {
     /// Requests waiting for it, in line to get it in order.
     #[serde(default)]
     pub waiters: u32,
+    /// A fleet lock (`livenessd --etcd`), held in etcd for every host: its token is etcd's
+    /// revision of the grant.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub cluster: bool,
+    /// A fleet lock's: the host id of the daemon its session is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !b
 }
 
 /// Where a lock lives: on this host (the daemon's database), or in etcd for the whole
@@ -37,8 +48,13 @@ pub enum Scope {
 pub enum ReleaseReason {
     /// Its session released it (`lock_release`).
     Released,
-    /// Its session ended, for any reason: the release is in the same transaction.
+    /// Its session ended, for any reason: the release is in the same transaction (a
+    /// fleet lock's, as its daemon reads the end and revokes the session's lease).
     SessionEnded,
+    /// A fleet lock's session lease ended without it: etcd did not confirm its renewal
+    /// within the TTL (etcd unreachable, or the daemon down that long), so the lock may be
+    /// another session's now.
+    LeaseLost,
 }
 
 /// The lock a `lock.acquired` or `lock.released` event is about (its session is the event's
@@ -47,6 +63,9 @@ pub enum ReleaseReason {
 pub struct LockChange {
     pub name: String,
     pub token: u64,
+    /// A fleet lock's (see [`Lock::cluster`]).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub cluster: bool,
     /// `lock.released` only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<ReleaseReason>,
@@ -61,6 +80,7 @@ mod tests {
         let change = LockChange {
             name: "build".into(),
             token: 3,
+            cluster: false,
             reason: Some(ReleaseReason::SessionEnded),
         };
         assert_eq!(

@@ -11,8 +11,8 @@ use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use integration_tests::{
-    ClientAs, Daemon, Etcd, Fingerprint, Orphan, binary, eventually, open_socket_to_everyone,
-    process_of,
+    ClientAs, Conn, Daemon, Etcd, Fingerprint, Orphan, UserProcess, binary, eventually, next_event,
+    open_socket_to_everyone, process_of, subscribe,
 };
 use serde_json::{Value, json};
 
@@ -864,21 +864,26 @@ fn a_fleet_lock_on_a_daemon_without_etcd_is_refused_with_why() {
     );
 }
 
+/// Alice's and Mallory's session `s` on a daemon whose socket everyone may use: each
+/// user's owner process and connection.
+fn two_users(daemon: &Daemon, alice: u32) -> [(UserProcess, ClientAs); 2] {
+    open_socket_to_everyone(daemon);
+    [alice, MALLORY].map(|uid| {
+        let (owner, mut client) = (process_of(uid), ClientAs::connect(daemon, uid));
+        let reply = client
+            .request(&json!({"op": "register", "session": "s", "owner": {"pid": owner.id()}}))
+            .expect("a reply");
+        assert_eq!(reply["ok"], true, "{reply}");
+        (owner, client)
+    })
+}
+
 #[test]
 fn no_user_releases_anothers_fleet_lock_and_names_stay_under_locks() {
     const ALICE: u32 = 61_062;
     let etcd = Etcd::started();
     let daemon = host(&etcd, "h1", "10s");
-    open_socket_to_everyone(&daemon);
-    let (alice, mallory) = (process_of(ALICE), process_of(MALLORY));
-    let mut as_alice = ClientAs::connect(&daemon, ALICE);
-    let mut as_mallory = ClientAs::connect(&daemon, MALLORY);
-    for (client, owner) in [(&mut as_alice, &alice), (&mut as_mallory, &mallory)] {
-        let reply = client
-            .request(&json!({"op": "register", "session": "s", "owner": {"pid": owner.id()}}))
-            .expect("a reply");
-        assert_eq!(reply["ok"], true, "{reply}");
-    }
+    let [(_alice, mut as_alice), (_mallory, mut as_mallory)] = two_users(&daemon, ALICE);
     let acquire = json!({"op": "lock_acquire", "name": "deploy", "session": "s", "cluster": true});
     let held = as_alice.request(&acquire).expect("a reply");
     let held = token(&held);
@@ -1166,4 +1171,226 @@ fn the_fleets_text_escapes_hostile_labels_and_users_see_no_others_evidence() {
     assert_eq!(session["id"], "s1", "{seen}");
     assert!(session.get("on_end_run").is_none(), "{session}");
     assert!(!seen.to_string().contains("hunter2"), "{seen}");
+}
+
+/// The fleet locks in `lock_list` of a daemon, as root sees it.
+fn fleet_locks_listed(daemon: &Daemon) -> Vec<Value> {
+    let reply = daemon.request(json!({"op": "lock_list"}));
+    assert_eq!(reply["ok"], true, "{reply}");
+    let locks = reply["locks"].as_array().expect("locks");
+    locks
+        .iter()
+        .filter(|lock| lock["cluster"] == true)
+        .cloned()
+        .collect()
+}
+
+/// The next `lock.*` event about `session` on a subscription, in a word each: its kind,
+/// name, token, reason (`-`: none) and scope (`fleet` or `host`).
+fn next_lock_event(stream: &mut Conn, session: &str) -> String {
+    loop {
+        let event = next_event(stream);
+        let kind = event["kind"].as_str().unwrap_or_default();
+        if kind.starts_with("lock.") && event["session"] == session {
+            let lock = &event["lock"];
+            let scope = if lock["cluster"] == true {
+                "fleet"
+            } else {
+                "host"
+            };
+            return format!(
+                "{kind} {} {} {} {scope}",
+                lock["name"].as_str().unwrap_or_default(),
+                lock["token"],
+                lock["reason"].as_str().unwrap_or("-"),
+            );
+        }
+    }
+}
+
+#[test]
+fn a_fleet_lock_outlives_its_daemons_restart_while_its_lease_does() {
+    let etcd = Etcd::started();
+    let mut h1 = host(&etcd, "h1", "4s");
+    let h2 = host(&etcd, "h2", "10s");
+    let (holder, waiter) = (Orphan::spawn(&["exit", "0"]), Orphan::spawn(&["exit", "0"]));
+    register(&h1, "holder", holder.pid);
+    register(&h2, "waiter", waiter.pid);
+    for (how, name) in [("SIGTERM", "deploy-term"), ("SIGKILL", "deploy-kill")] {
+        let held = token(&fleet_lock(&h1, "lock_acquire", name, "holder", false));
+        let waiting = wait_for_lock(&h2, name, "waiter");
+        wait_in_line(&etcd, name, 2);
+        let stopped = Instant::now();
+        if how == "SIGTERM" {
+            assert!(h1.stop().success());
+        } else {
+            h1.kill9();
+        }
+        h1.restart();
+        wait_caught_up(&h1);
+        // Past the TTL of the lease as last renewed before the stop: only the restarted
+        // daemon's renewals keep it.
+        std::thread::sleep(Duration::from_millis(5500).saturating_sub(stopped.elapsed()));
+        assert!(
+            !waiting.is_finished(),
+            "{how}: the waiter on h2 was granted while the holder lives: {:?}",
+            waiting.join()
+        );
+        let listed = fleet_locks_listed(&h1);
+        assert_eq!(listed.len(), 1, "{how}: {listed:?}");
+        assert_eq!(
+            (&listed[0]["name"], &listed[0]["token"], &listed[0]["host"]),
+            (&json!(name), &json!(held), &json!("h1")),
+            "{how}: {listed:?}"
+        );
+        assert!(h1.log().contains("re-attached a lease"), "{how}");
+
+        // The holder releases it as it would have without the restart: the waiter gets it.
+        let released = fleet_lock(&h1, "lock_release", name, "holder", false);
+        assert_eq!(token(&released), held, "{how}");
+        let (granted, _) = waiting.join().unwrap();
+        assert!(token(&granted) > held, "{how}: {granted}");
+        token(&fleet_lock(&h2, "lock_release", name, "waiter", false));
+        assert!(fleet_locks_listed(&h1).is_empty(), "{how}");
+    }
+}
+
+#[test]
+fn a_fleet_lock_whose_lease_ran_out_while_its_daemon_was_down_is_released_and_its_holder_told() {
+    let etcd = Etcd::started();
+    let mut h1 = host(&etcd, "h1", "2s");
+    let h2 = host(&etcd, "h2", "10s");
+    let (holder, waiter) = (Orphan::spawn(&["exit", "0"]), Orphan::spawn(&["exit", "0"]));
+    register(&h1, "holder", holder.pid);
+    register(&h2, "waiter", waiter.pid);
+    let held = token(&fleet_lock(&h1, "lock_acquire", "deploy", "holder", false));
+    let waiting = wait_for_lock(&h2, "deploy", "waiter");
+    wait_in_line(&etcd, "deploy", 2);
+
+    // Down for longer than the TTL: etcd gives the lock to the waiter.
+    h1.kill9();
+    let (granted, _) = waiting.join().unwrap();
+    let granted = token(&granted);
+    assert!(granted > held);
+    h1.restart();
+    wait_caught_up(&h1);
+
+    // The restarted daemon tells the holder, and claims nothing: never two holders.
+    let mut stream = subscribe(&h1, Some(0));
+    let events = [(); 2].map(|()| next_lock_event(&mut stream, "holder"));
+    assert_eq!(
+        events,
+        [
+            format!("lock.acquired deploy {held} - fleet"),
+            format!("lock.released deploy {held} lease_lost fleet"),
+        ]
+    );
+    assert!(fleet_locks_listed(&h1).is_empty());
+    let refused = fleet_lock(&h1, "lock_release", "deploy", "holder", false);
+    assert_eq!(refused["error"]["code"], "not_held", "{refused}");
+    let line = etcd.get_prefix("/liveness/locks/deploy/");
+    assert_eq!(line.len(), 1, "{line:?}");
+    assert_eq!(line[0].1["host_id"], "h2", "{line:?}");
+    assert_eq!(h1.session("holder")["phase"], "active");
+}
+
+#[test]
+fn fleet_locks_show_in_lock_list_and_the_event_stream_as_host_locks_do() {
+    const ALICE: u32 = 61_063;
+    let etcd = Etcd::started();
+    let daemon = host(&etcd, "h1", "10s");
+    let [(alice, mut as_alice), (_mallory, mut as_mallory)] = two_users(&daemon, ALICE);
+    let mut stream = subscribe(&daemon, None);
+    let acquire = json!({"op": "lock_acquire", "name": "deploy", "session": "s", "cluster": true});
+    let granted = as_alice.request(&acquire).expect("a reply");
+    let held = token(&granted);
+    assert_eq!(
+        (&granted["lock"]["cluster"], &granted["lock"]["host"]),
+        (&json!(true), &json!("h1")),
+        "{granted}"
+    );
+    let host_lock = json!({"op": "lock_acquire", "name": "deploy", "session": "s"});
+    token(&as_alice.request(&host_lock).expect("a reply"));
+    // Another user's: a name a terminal would obey is refused, one that looks like a path
+    // is only a name.
+    let escape = json!({"op": "lock_acquire", "name": "\u{1b}]0;pwned\u{7}x", "session": "s",
+        "cluster": true});
+    let refused = as_mallory.request(&escape).expect("a reply");
+    assert_eq!(refused["error"]["code"], "invalid_request", "{refused}");
+    let hostile = "../deploy";
+    let sneaky = json!({"op": "lock_acquire", "name": hostile, "session": "s", "cluster": true});
+    token(&as_mallory.request(&sneaky).expect("a reply"));
+
+    // Each user lists its own, the host lock and the fleet lock of one name apart.
+    let listed = as_alice
+        .request(&json!({"op": "lock_list"}))
+        .expect("a reply");
+    let locks = listed["locks"].as_array().expect("locks");
+    assert_eq!(locks.len(), 2, "{listed}");
+    assert_eq!(locks[0]["cluster"], Value::Null, "the host lock: {listed}");
+    assert_eq!(
+        (&locks[1]["cluster"], &locks[1]["host"], &locks[1]["token"]),
+        (&json!(true), &json!("h1"), &json!(held)),
+        "{listed}"
+    );
+    let theirs = as_mallory
+        .request(&json!({"op": "lock_list"}))
+        .expect("a reply");
+    let theirs = theirs["locks"].as_array().expect("locks");
+    assert_eq!(theirs.len(), 1, "{theirs:?}");
+    assert_eq!(theirs[0]["name"], hostile, "Mallory's only: {theirs:?}");
+    // Paged one at a time, nothing is skipped or repeated.
+    let mut names = Vec::new();
+    let mut after = Value::Null;
+    loop {
+        let mut page = json!({"op": "lock_list", "limit": 1});
+        if !after.is_null() {
+            page["after"] = after.clone();
+        }
+        let reply = daemon.request(page);
+        for lock in reply["locks"].as_array().expect("locks") {
+            names.push((lock["name"].clone(), lock["cluster"].clone()));
+        }
+        after = reply["next"].clone();
+        if after.is_null() {
+            break;
+        }
+    }
+    assert_eq!(names.len(), 3, "{names:?}");
+    let text = daemon.cli(&["lock", "list"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("fleet, held on h1"), "{text}");
+
+    let release = json!({"op": "lock_release", "name": "deploy", "session": "s", "cluster": true});
+    assert_eq!(token(&as_alice.request(&release).expect("a reply")), held);
+    let again = token(&as_alice.request(&acquire).expect("a reply"));
+    drop(alice);
+    // Alice's `deploy` events (Mallory's lock has another name), until the fleet lock's
+    // release with the session's end.
+    let mut events: Vec<String> = Vec::new();
+    while !events
+        .last()
+        .is_some_and(|last| last.ends_with("session_ended fleet"))
+    {
+        let event = next_lock_event(&mut stream, "s");
+        if event.starts_with("lock.acquired deploy ") || event.starts_with("lock.released deploy ")
+        {
+            events.push(event);
+        }
+    }
+    let host_token = events[1].split(' ').nth(2).unwrap_or_default().to_owned();
+    assert_eq!(
+        events,
+        [
+            format!("lock.acquired deploy {held} - fleet"),
+            format!("lock.acquired deploy {host_token} - host"),
+            format!("lock.released deploy {held} released fleet"),
+            format!("lock.acquired deploy {again} - fleet"),
+            // The host lock with the end, in its transaction; the fleet lock once the daemon
+            // read the end and revoked the session's lease.
+            format!("lock.released deploy {host_token} session_ended host"),
+            format!("lock.released deploy {again} session_ended fleet"),
+        ]
+    );
+    assert!(etcd.keys("/liveness/locks/deploy/").is_empty());
 }

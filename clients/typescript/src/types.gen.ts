@@ -46,7 +46,7 @@ export type Skipped = (typeof SKIP_REASONS)[number] | (string & {});
 export const skipped = str as Codec<Skipped>;
 
 /** Every ReleaseReason, in the daemon's order. */
-export const RELEASE_REASONS = ["released", "session_ended"] as const;
+export const RELEASE_REASONS = ["released", "session_ended", "lease_lost"] as const;
 /** Why a lock was released. */
 export type ReleaseReason = (typeof RELEASE_REASONS)[number] | (string & {});
 export const releaseReason = str as Codec<ReleaseReason>;
@@ -452,10 +452,12 @@ export const session: Codec<Session> = object<Session>({ id: required(str), owne
 export interface LockChange {
   name: string;
   token: number;
+  /** A fleet lock's. */
+  cluster: boolean;
   /** Why it was released, on lock.released only. */
   reason?: ReleaseReason;
 }
-export const lockChange: Codec<LockChange> = object<LockChange>({ name: required(str), token: required(int), reason: optional(releaseReason) });
+export const lockChange: Codec<LockChange> = object<LockChange>({ name: required(str), token: required(int), cluster: defaulted(bool, false, true), reason: optional(releaseReason) });
 
 /** CLOCK_MONOTONIC nanoseconds of a death's way through a daemon started with --trace-hops. */
 export interface Hops {
@@ -527,8 +529,12 @@ export interface Lock {
   since_ms: number;
   /** Requests waiting for it. */
   waiters: number;
+  /** A fleet lock (livenessd --etcd), held in etcd for every host; its token is etcd's revision of the grant. */
+  cluster: boolean;
+  /** A fleet lock's: the host id of the daemon its session is on. */
+  host?: string;
 }
-export const lock: Codec<Lock> = object<Lock>({ name: required(str), uid: required(int), session: required(str), token: required(int), since_ms: required(int), waiters: defaulted(int, 0) });
+export const lock: Codec<Lock> = object<Lock>({ name: required(str), uid: required(int), session: required(str), token: required(int), since_ms: required(int), waiters: defaulted(int, 0), cluster: defaulted(bool, false, true), host: optional(str) });
 
 /** One live process of a session's tree, as processes lists it. */
 export interface Process {

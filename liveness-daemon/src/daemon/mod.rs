@@ -495,9 +495,10 @@ impl Tasks {
             stopped.clone(),
         ));
         let cluster = fleet.as_ref().map(crate::fleet::ClusterView::new);
-        let fleet_locks = fleet
-            .clone()
-            .map(|config| crate::fleet::FleetLocks::start(config, socket.clone(), stopped.clone()));
+        let fleet_locks = fleet.clone().map(|config| {
+            let socket = socket.clone();
+            crate::fleet::FleetLocks::start(config, engine.clone(), socket, stopped.clone())
+        });
         let readers = crate::server::Readers {
             database,
             proc,

@@ -309,7 +309,8 @@ impl LockEffect {
             .filter_map(|event| {
                 let uid = event.creator_uid;
                 match (event.kind, &event.lock, &event.previous_session) {
-                    (EventKind::LockReleased, Some(lock), _) => {
+                    // A fleet lock's waiters wait in etcd, not here.
+                    (EventKind::LockReleased, Some(lock), _) if !lock.cluster => {
                         Some(LockEffect::Freed((uid, lock.name.clone())))
                     }
                     (EventKind::Ended, _, _) => Some(LockEffect::SessionEnded {

@@ -55,6 +55,8 @@ pub use op::{
     Ask, Command, End, Found, Handle, Judged, Op, Register, Registered, Sampling, Subscribe,
     Synced, Target, Tree, Waiting, Whose, ancestry,
 };
+#[cfg(feature = "fleet")]
+pub use op::{FleetGranted, FleetHeld, FleetReleased};
 pub use outbox::{Ended, Flushed, Outbox};
 pub use refusal::Refusal;
 pub use tree::TreeView;

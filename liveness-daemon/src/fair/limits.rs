@@ -402,6 +402,10 @@ impl SessionUsage {
     pub fn apply(&mut self, event: &Event) {
         let bytes = label_bytes(&event.labels);
         let lock_bytes = event.lock.as_ref().map_or(0, |lock| lock.name.len() as u64);
+        // A fleet lock's row is bounded per session by the store, not counted here.
+        if event.lock.as_ref().is_some_and(|lock| lock.cluster) {
+            return;
+        }
         match event.kind {
             EventKind::Registered => self.add(event.creator_uid, bytes, 1, 0),
             EventKind::Ended => self.add(event.creator_uid, bytes, -1, 0),

@@ -10,8 +10,14 @@
 //! hosts a round trip later; the engine never waits on etcd. A daemon that dies stops
 //! renewing, and etcd frees the locks after the TTL. A lease whose renewal etcd has not
 //! confirmed within the TTL is given up here: the daemon then claims none of its locks.
+//!
+//! Each grant is also a row of the daemon's database (with its lease), committed with its
+//! `lock.acquired` event once etcd granted it; each release, whatever its cause, removes the
+//! row with a `lock.released` event. A daemon restarted (stopped or killed) re-attaches
+//! from those rows the leases etcd still has, for sessions still ACTIVE; of a lease that
+//! expired meanwhile, the rows are released as `lease_lost`, which tells the holder.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -23,7 +29,7 @@ use etcd_client::{
 };
 use liveness_client::nonblocking::AsyncClient;
 use liveness_client::{ClientError, Filter};
-use liveness_common::lock::Lock;
+use liveness_common::lock::{Lock, ReleaseReason};
 use liveness_common::protocol::{ErrorBody, ErrorCode, StreamMessage};
 use liveness_common::request;
 use liveness_common::session::{EventKind, Phase};
@@ -33,7 +39,7 @@ use tokio::task::JoinHandle;
 
 use super::mirror::{REQUEST_TIMEOUT, Shared, timed};
 use super::{FleetConfig, FleetError, now_ms};
-use crate::engine::{Caller, Handle};
+use crate::engine::{Caller, FleetGranted, FleetHeld, FleetReleased, Handle};
 
 /// A session, as the daemon knows it: its creator's uid and its id.
 type SessionKey = (u32, String);
@@ -54,6 +60,11 @@ impl std::fmt::Debug for FleetLocks {
 struct Inner {
     /// Reached at the first fleet lock.
     etcd: Shared,
+    /// Where grants and releases are recorded.
+    engine: Handle,
+    /// Sessions whose fleet locks, held before the daemon's restart, are not re-attached
+    /// yet: they neither take nor release one until then.
+    restoring: Mutex<HashSet<SessionKey>>,
     /// Held while a lease is granted, so that two requests of one session share one.
     grants: tokio::sync::Mutex<()>,
     /// The lease of each session that holds or waits for fleet locks.
@@ -92,15 +103,23 @@ impl FleetLocks {
     /// The fleet locks, and the task that revokes a session's lease when it ends.
     pub(crate) fn start(
         config: FleetConfig,
+        engine: Handle,
         socket: PathBuf,
-        stopped: watch::Receiver<bool>,
+        mut stopped: watch::Receiver<bool>,
     ) -> FleetLocks {
         let locks = FleetLocks(Arc::new(Inner {
             etcd: Shared::new(config),
+            engine,
+            restoring: Mutex::new(HashSet::new()),
             grants: tokio::sync::Mutex::new(()),
             sessions: Mutex::new(HashMap::new()),
         }));
-        tokio::spawn(locks.clone().follow_ends(socket, stopped));
+        let follower = locks.clone();
+        tokio::spawn(async move {
+            // Re-attached first: an end the stream then brings finds the lease here.
+            follower.reattach(&mut stopped).await;
+            follower.follow_ends(socket, stopped).await;
+        });
         locks
     }
 
@@ -144,7 +163,22 @@ impl FleetLocks {
         };
         let claimed = self.settle(&holder, lease, acquired.as_ref().ok());
         match (acquired, claimed) {
-            (Ok(lock), true) => Ok(lock),
+            (Ok(lock), true) => {
+                let granted = FleetGranted {
+                    lock: lock.clone(),
+                    lease,
+                };
+                match self.0.engine.ask(Caller::DAEMON, granted).await {
+                    Ok(()) => Ok(lock),
+                    // Its session ended meanwhile, or holds too many: not claimed.
+                    Err(error) => {
+                        self.unclaim(&holder, &request.name);
+                        self.delete(&key).await;
+                        self.drop_idle(&holder).await;
+                        Err(error)
+                    }
+                }
+            }
             (Ok(_), false) => {
                 self.delete(&key).await;
                 Err(lease_lost(&request.name))
@@ -170,6 +204,7 @@ impl FleetLocks {
         let holder = self
             .session(engine, caller, &request.session, request.uid)
             .await?;
+        self.restored(&holder)?;
         let not_held = || {
             ErrorBody::new(
                 ErrorCode::NotHeld,
@@ -194,20 +229,171 @@ impl FleetLocks {
             .when(vec![ours])
             .and_then(vec![TxnOp::delete(key, None)]);
         let deleted = timed(self.etcd().await?.txn(delete)).await?.succeeded();
-        if let Some(h) = self
-            .0
-            .sessions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_mut(&holder)
-        {
-            h.held.remove(&request.name);
-        }
+        self.unclaim(&holder, &request.name);
+        let reason = if deleted {
+            ReleaseReason::Released
+        } else {
+            ReleaseReason::LeaseLost
+        };
+        self.released(&holder, Some(&lock), reason).await;
         self.drop_idle(&holder).await;
         if !deleted {
             return Err(not_held());
         }
         Ok(lock)
+    }
+
+    /// Forgets the grant of lock `name` to the session.
+    fn unclaim(&self, holder: &SessionKey, name: &str) {
+        let mut sessions = self.0.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(h) = sessions.get_mut(holder) {
+            h.held.remove(name);
+        }
+    }
+
+    /// Records the release of the session's fleet lock `only`, or of all of them.
+    async fn released(&self, holder: &SessionKey, only: Option<&Lock>, reason: ReleaseReason) {
+        let released = FleetReleased {
+            uid: holder.0,
+            session: holder.1.clone(),
+            only: only.map(|lock| (lock.name.clone(), lock.token)),
+            reason,
+        };
+        if let Err(e) = self.0.engine.ask(Caller::DAEMON, released).await {
+            tracing::warn!(session = %holder.1, uid = holder.0, error = %e.message, "fleet lock: cannot record a release");
+        }
+    }
+
+    /// Refuses to act for a session whose locks from before the restart are not
+    /// re-attached yet (etcd not reached since).
+    fn restored(&self, holder: &SessionKey) -> Result<(), ErrorBody> {
+        let restoring = self.0.restoring.lock().unwrap_or_else(|e| e.into_inner());
+        if restoring.contains(holder) {
+            return Err(ErrorBody::new(
+                ErrorCode::Internal,
+                format!(
+                    "session {:?} held fleet locks before the daemon restarted, and etcd has \
+                     not been reached since to re-attach them: try again",
+                    holder.1
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// At start: the fleet locks this host's sessions held when the daemon stopped or died
+    /// (the database's rows). A session still ACTIVE whose lease etcd still has keeps the
+    /// locks whose keys are still on it: its lease is renewed from now on. The other rows
+    /// are released, as `lease_lost` (the holder is told: the lock may be another's now) or
+    /// `session_ended` (and the lease revoked). Tries until etcd answers or the daemon
+    /// stops.
+    async fn reattach(&self, stopped: &mut watch::Receiver<bool>) {
+        let rows = match self.0.engine.ask(Caller::DAEMON, FleetHeld).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(error = %e.message, "fleet lock: cannot read the fleet locks held before the start");
+                return;
+            }
+        };
+        let mut leases: BTreeMap<(SessionKey, i64), Vec<Lock>> = BTreeMap::new();
+        for (lock, lease) in rows {
+            let holder = (lock.uid, lock.session.clone());
+            leases.entry((holder, lease)).or_default().push(lock);
+        }
+        (self.0.restoring.lock().unwrap_or_else(|e| e.into_inner()))
+            .extend(leases.keys().map(|(holder, _)| holder.clone()));
+        for ((holder, lease), locks) in leases {
+            let mut delay = Duration::from_millis(100);
+            loop {
+                let attached = tokio::select! {
+                    _ = stopped.wait_for(|stop| *stop) => return,
+                    attached = self.reattach_lease(&holder, lease, &locks) => attached,
+                };
+                let Err(e) = attached else { break };
+                tracing::debug!(error = %e, "fleet lock: cannot re-attach a lease yet; retrying");
+                tokio::select! {
+                    _ = stopped.wait_for(|stop| *stop) => return,
+                    () = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+            (self.0.restoring.lock().unwrap_or_else(|e| e.into_inner())).remove(&holder);
+        }
+    }
+
+    /// Re-attaches one session's lease and its locks, or releases them (see
+    /// [`FleetLocks::reattach`]).
+    async fn reattach_lease(
+        &self,
+        holder: &SessionKey,
+        lease: i64,
+        locks: &[Lock],
+    ) -> Result<(), FleetError> {
+        let get = request::Get {
+            session: holder.1.clone(),
+            uid: Some(holder.0),
+        };
+        let active = match self.0.engine.ask(Caller::DAEMON, get).await {
+            Ok(session) => session.phase == Phase::Active,
+            Err(e) if e.code == ErrorCode::NotFound => false,
+            Err(e) => {
+                tracing::warn!(session = %holder.1, error = %e.message, "fleet lock: cannot read a holder after the start");
+                return Ok(());
+            }
+        };
+        let mut etcd = self.etcd().await?;
+        // A session holds one lease: another one's rows are of a lease it lost.
+        let known =
+            (self.0.sessions.lock().unwrap_or_else(|e| e.into_inner())).contains_key(holder);
+        if !active || known {
+            if let Err(e) = timed(etcd.lease_revoke(lease)).await {
+                tracing::debug!(lease, error = %e, "fleet lock: a lease from before the start is gone already");
+            }
+            let reason = if active {
+                ReleaseReason::LeaseLost
+            } else {
+                ReleaseReason::SessionEnded
+            };
+            self.released(holder, None, reason).await;
+            return Ok(());
+        }
+        let sent = Instant::now();
+        let left = timed(etcd.lease_time_to_live(lease, None)).await?.ttl();
+        let mut held = BTreeMap::new();
+        for lock in locks {
+            let own = match left {
+                ..=0 => None,
+                _ => Some(timed(etcd.get(self.key(&lock.name, lease), None)).await?),
+            };
+            let kept = own.is_some_and(|own| {
+                (own.kvs().first()).is_some_and(|kv| kv.create_revision() as u64 == lock.token)
+            });
+            if kept {
+                held.insert(lock.name.clone(), lock.clone());
+            } else {
+                tracing::warn!(session = %holder.1, uid = holder.0, lock = %lock.name, "fleet lock: the lease expired while the daemon was down; the lock is lost");
+                self.released(holder, Some(lock), ReleaseReason::LeaseLost)
+                    .await;
+            }
+        }
+        if held.is_empty() {
+            if left > 0 {
+                let _ = timed(etcd.lease_revoke(lease)).await;
+            }
+            return Ok(());
+        }
+        tracing::info!(session = %holder.1, uid = holder.0, lease, locks = held.len(), "fleet lock: re-attached a lease held before the start");
+        let renew = tokio::spawn(self.clone().renew(etcd, holder.clone(), lease));
+        let attached = Holder {
+            lease,
+            valid_until: sent + Duration::from_secs(left as u64),
+            held,
+            acquiring: 0,
+            renew,
+        };
+        (self.0.sessions.lock().unwrap_or_else(|e| e.into_inner()))
+            .insert(holder.clone(), attached);
+        Ok(())
     }
 
     /// The session a request names, if the caller may act for it and it is ACTIVE.
@@ -239,6 +425,7 @@ impl FleetLocks {
     /// The session's lease, granted (and renewed from then on) at its first fleet lock;
     /// counts an acquisition under way, so that the lease outlives it.
     async fn lease(&self, holder: &SessionKey) -> Result<i64, ErrorBody> {
+        self.restored(holder)?;
         let _granting = self.0.grants.lock().await;
         if let Some(h) = (self.0.sessions.lock().unwrap_or_else(|e| e.into_inner())).get_mut(holder)
         {
@@ -391,6 +578,8 @@ impl FleetLocks {
             token: token as u64,
             since_ms,
             waiters: 0,
+            cluster: true,
+            host: Some(self.0.etcd.config.host_id.clone()),
         })
     }
 
@@ -471,12 +660,18 @@ impl FleetLocks {
         }
     }
 
-    /// Forgets the session's lease (its locks are no longer claimed) and revokes it.
+    /// Forgets the session's lease (its locks are no longer claimed), revokes it, and
+    /// records the release of its locks.
     async fn end(&self, holder: &SessionKey) {
         let ended = (self.0.sessions.lock().unwrap_or_else(|e| e.into_inner())).remove(holder);
         if let Some(ended) = ended {
             tracing::debug!(session = %holder.1, uid = holder.0, "fleet lock: the session ended; revoking its lease");
+            let held = !ended.held.is_empty();
             self.revoke(ended).await;
+            if held {
+                self.released(holder, None, ReleaseReason::SessionEnded)
+                    .await;
+            }
         }
     }
 
@@ -501,26 +696,37 @@ impl FleetLocks {
                 Ok::<_, FleetError>(answer.is_some_and(|a| a.ttl() > 0))
             };
             let renewed = renewed.await;
-            let mut sessions = self.0.sessions.lock().unwrap_or_else(|e| e.into_inner());
-            let Some(h) = sessions.get_mut(&holder).filter(|h| h.lease == lease) else {
-                return;
+            let lost = {
+                let mut sessions = self.0.sessions.lock().unwrap_or_else(|e| e.into_inner());
+                let Some(h) = sessions.get_mut(&holder).filter(|h| h.lease == lease) else {
+                    return;
+                };
+                match renewed {
+                    Ok(true) => {
+                        h.valid_until = sent + ttl;
+                        false
+                    }
+                    Ok(false) => {
+                        tracing::warn!(session = %holder.1, uid = holder.0, "fleet lock: etcd let the session's lease expire; its fleet locks are lost");
+                        sessions.remove(&holder);
+                        true
+                    }
+                    Err(e) if h.valid_until <= Instant::now() => {
+                        tracing::warn!(session = %holder.1, uid = holder.0, error = %e, "fleet lock: etcd unreachable for the lease's TTL; its fleet locks are given up");
+                        sessions.remove(&holder);
+                        true
+                    }
+                    Err(e) => {
+                        keeper = None;
+                        tracing::debug!(error = %e, "fleet lock: a lease's renewal failed; retrying");
+                        false
+                    }
+                }
             };
-            match renewed {
-                Ok(true) => h.valid_until = sent + ttl,
-                Ok(false) => {
-                    tracing::warn!(session = %holder.1, uid = holder.0, "fleet lock: etcd let the session's lease expire; its fleet locks are lost");
-                    sessions.remove(&holder);
-                    return;
-                }
-                Err(e) if h.valid_until <= Instant::now() => {
-                    tracing::warn!(session = %holder.1, uid = holder.0, error = %e, "fleet lock: etcd unreachable for the lease's TTL; its fleet locks are given up");
-                    sessions.remove(&holder);
-                    return;
-                }
-                Err(e) => {
-                    keeper = None;
-                    tracing::debug!(error = %e, "fleet lock: a lease's renewal failed; retrying");
-                }
+            if lost {
+                // The holder is told: `lock.released` with `lease_lost`.
+                self.released(&holder, None, ReleaseReason::LeaseLost).await;
+                return;
             }
         }
     }

@@ -39,6 +39,7 @@ pub(crate) enum FleetLocks {}
 impl FleetLocks {
     pub(crate) fn start(
         _: FleetConfig,
+        _: crate::engine::Handle,
         _: PathBuf,
         _: tokio::sync::watch::Receiver<bool>,
     ) -> FleetLocks {

@@ -214,6 +214,8 @@ mod tests {
             token: 7,
             since_ms: 1,
             waiters: 0,
+            cluster: false,
+            host: None,
         }
     }
 

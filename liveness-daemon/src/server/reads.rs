@@ -209,7 +209,7 @@ impl Readers {
         offload_reply(caller, id, "locks", move || {
             let page = EventReader::open(&database).and_then(|reader| reader.locks(&query));
             let mut page = read("locks", page)?;
-            for lock in &mut page.locks {
+            for lock in page.locks.iter_mut().filter(|lock| !lock.cluster) {
                 let key = (lock.uid, lock.name.clone());
                 lock.waiters = waiting.get(&key).copied().unwrap_or(0);
             }

@@ -141,7 +141,10 @@ impl Active {
                 }
                 EventKind::Ended => self.forget(&key),
                 EventKind::LockAcquired | EventKind::LockReleased => {
-                    let Some(name) = event.lock.as_ref().map(|lock| &lock.name) else {
+                    // A fleet lock is not released with the session's end by the journal:
+                    // its daemon revokes the lease (see `crate::fleet`).
+                    let host_lock = event.lock.as_ref().filter(|lock| !lock.cluster);
+                    let Some(name) = host_lock.map(|lock| &lock.name) else {
                         continue;
                     };
                     let held = self.locks.entry(key.clone()).or_default();

@@ -17,6 +17,8 @@ pub(super) fn lock_from_row(row: &Row<'_>) -> rusqlite::Result<Lock> {
         token: row.get::<_, i64>(3)? as u64,
         since_ms: row.get(4)?,
         waiters: 0,
+        cluster: false,
+        host: None,
     })
 }
 
@@ -62,6 +64,7 @@ pub(super) fn lock_event(
         lock: Some(LockChange {
             name: lock.name.clone(),
             token: lock.token,
+            cluster: lock.cluster,
             reason,
         }),
         ..event_about(kind, session, now_ms)
@@ -97,7 +100,7 @@ pub(super) fn release_locks_of(
         .collect()
 }
 
-/// Moves the locks of a pending session to its new id, inside the rename's transaction.
+/// Moves the locks (host and fleet) of a pending session to its new id, inside the rename's transaction.
 pub(super) fn rename_holder(
     tx: &Connection,
     uid: u32,
@@ -105,6 +108,8 @@ pub(super) fn rename_holder(
     to: &str,
 ) -> Result<(), StoreError> {
     tx.prepare_cached("UPDATE locks SET session = ?3 WHERE uid = ?1 AND session = ?2")?
+        .execute(params![uid, from, to])?;
+    tx.prepare_cached("UPDATE fleet_locks SET session = ?3 WHERE uid = ?1 AND session = ?2")?
         .execute(params![uid, from, to])?;
     Ok(())
 }
@@ -132,20 +137,26 @@ pub(super) fn jump_tokens(tx: &Connection, jump: u64) -> Result<(), StoreError> 
 }
 
 /// What [`super::EventReader::locks`] reads: held locks of one user's namespace or of every
-/// user's, by uid and name, after a cursor.
+/// user's, by uid and name (a host lock before a fleet lock of the same name), after a
+/// cursor.
 #[derive(Debug, Clone, Default)]
 pub struct LockQuery {
     pub uid: Option<u32>,
-    /// The uid and name of the last lock of the previous page.
-    pub after: Option<(u32, String)>,
+    /// The uid, name and scope (`true`: a fleet lock) of the last lock of the previous page.
+    pub after: Option<(u32, String, bool)>,
     pub limit: usize,
 }
 
 impl LockQuery {
-    /// A `next` cursor as [`locks_page`] writes it: `UID/NAME`.
-    pub fn parse_cursor(cursor: &str) -> Option<(u32, String)> {
+    /// A `next` cursor as [`locks_page`] writes it: `UID/NAME`, or `UID+/NAME` after a
+    /// fleet lock.
+    pub fn parse_cursor(cursor: &str) -> Option<(u32, String, bool)> {
         let (uid, name) = cursor.split_once('/')?;
-        Some((uid.parse().ok()?, name.to_owned()))
+        let (uid, cluster) = match uid.strip_suffix('+') {
+            Some(uid) => (uid, true),
+            None => (uid, false),
+        };
+        Some((uid.parse().ok()?, name.to_owned(), cluster))
     }
 }
 
@@ -156,28 +167,40 @@ pub struct LockPage {
     pub next: Option<String>,
 }
 
-/// One page of held locks, a range read of the primary key however many there are.
+/// One page of held locks, host and fleet ones, range reads of the primary keys however
+/// many there are.
 pub(super) fn locks_page(conn: &Connection, query: &LockQuery) -> Result<LockPage, StoreError> {
-    let (after_uid, after_name) = match &query.after {
-        Some((uid, name)) => (Some(*uid), name.as_str()),
-        None => (None, ""),
+    let (after_uid, after_name, after_cluster) = match &query.after {
+        Some((uid, name, cluster)) => (Some(*uid), name.as_str(), *cluster),
+        None => (None, "", false),
     };
     let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
     let locks: Vec<Lock> = conn
         .prepare_cached(&format!(
-            "SELECT {LOCK_COLUMNS} FROM locks WHERE (?1 IS NULL OR uid = ?1) \
-             AND (?2 IS NULL OR (uid, name) > (?2, ?3)) ORDER BY uid, name LIMIT ?4"
+            "SELECT * FROM (\
+               SELECT {LOCK_COLUMNS}, 0 AS cluster, NULL AS host FROM locks \
+               UNION ALL SELECT {LOCK_COLUMNS}, 1, host FROM fleet_locks) \
+             WHERE (?1 IS NULL OR uid = ?1) \
+             AND (?2 IS NULL OR (uid, name, cluster) > (?2, ?3, ?5)) \
+             ORDER BY uid, name, cluster LIMIT ?4"
         ))?
         .query_map(
-            params![query.uid, after_uid, after_name, limit],
-            lock_from_row,
+            params![query.uid, after_uid, after_name, limit, after_cluster],
+            |row| {
+                Ok(Lock {
+                    cluster: row.get(5)?,
+                    host: row.get(6)?,
+                    ..lock_from_row(row)?
+                })
+            },
         )?
         .collect::<Result<_, _>>()?;
     let next = (locks.len() >= query.limit)
         .then(|| {
-            locks
-                .last()
-                .map(|lock| format!("{}/{}", lock.uid, lock.name))
+            locks.last().map(|lock| {
+                let scope = if lock.cluster { "+" } else { "" };
+                format!("{}{scope}/{}", lock.uid, lock.name)
+            })
         })
         .flatten();
     Ok(LockPage { locks, next })

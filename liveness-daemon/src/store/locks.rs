@@ -72,6 +72,8 @@ impl Store {
             token: token as u64,
             since_ms: now_ms,
             waiters: 0,
+            cluster: false,
+            host: None,
         };
         tx.prepare_cached(
             "INSERT INTO locks (uid, name, session, token, since_ms) VALUES (?1, ?2, ?3, ?4, ?5)",

@@ -295,6 +295,7 @@ mod active;
 mod apply;
 mod checkpoint;
 mod ending;
+mod fleet_locks;
 pub mod journal;
 mod lineage;
 mod lock_rows;

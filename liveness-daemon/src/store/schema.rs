@@ -252,6 +252,22 @@ ALTER TABLE sessions ADD COLUMN activity TEXT;
 -- daemon's defaults.
 ALTER TABLE sessions ADD COLUMN on_stall TEXT;
 "#,
+    r#"
+-- Fleet locks (--etcd) held by this host's sessions, one row per grant: etcd holds the
+-- lock, on the session's lease; the row is what a restarted daemon re-attaches that lease
+-- from (or, if it ended meanwhile, tells the holder so), and what `lock_list` shows. Names
+-- are the fleet's, one namespace whatever the user; the token is etcd's create revision.
+CREATE TABLE fleet_locks (
+    name TEXT PRIMARY KEY NOT NULL,
+    uid INTEGER NOT NULL,
+    session TEXT NOT NULL,
+    token INTEGER NOT NULL,
+    since_ms INTEGER NOT NULL,
+    lease INTEGER NOT NULL,
+    host TEXT NOT NULL
+);
+CREATE INDEX fleet_locks_by_session ON fleet_locks (uid, session);
+"#,
 ];
 
 /// The schema version this code writes and understands.

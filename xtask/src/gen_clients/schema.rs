@@ -359,6 +359,11 @@ pub const RELEASE_REASON: Enum = Enum {
     values: &[
         ("Released", "released", "Its session released it."),
         ("SessionEnded", "session_ended", "Its session ended."),
+        (
+            "LeaseLost",
+            "lease_lost",
+            "A fleet lock's session lease ended without it (etcd did not confirm it within its TTL): the lock may be another's now.",
+        ),
     ],
     probe: Some(probe_of::<lock::ReleaseReason>()),
 };
@@ -1462,6 +1467,7 @@ pub const LOCK_CHANGE: Struct = Struct {
     fields: &[
         field("name", Str, Required, ""),
         field("token", U64, Required, ""),
+        field("cluster", Bool, omitted("false"), "A fleet lock's."),
         field(
             "reason",
             Named("ReleaseReason"),
@@ -1634,6 +1640,18 @@ pub const LOCK: Struct = Struct {
         ),
         field("since_ms", I64, Required, "When it was granted."),
         field("waiters", U32, default("0"), "Requests waiting for it."),
+        field(
+            "cluster",
+            Bool,
+            omitted("false"),
+            "A fleet lock (livenessd --etcd), held in etcd for every host; its token is etcd's revision of the grant.",
+        ),
+        field(
+            "host",
+            Str,
+            Optional,
+            "A fleet lock's: the host id of the daemon its session is on.",
+        ),
     ],
 };
 

@@ -44,7 +44,7 @@ SKIP_REASONS: Tuple[str, ...] = ("done_by_agent",)
 Skipped = str
 """Why an end action was not run. A newer daemon may send other values."""
 
-RELEASE_REASONS: Tuple[str, ...] = ("released", "session_ended",)
+RELEASE_REASONS: Tuple[str, ...] = ("released", "session_ended", "lease_lost",)
 """Every ReleaseReason, in the daemon's order."""
 ReleaseReason = str
 """Why a lock was released. A newer daemon may send other values."""
@@ -488,8 +488,12 @@ class Session(_methods.Session, Wire):
 class LockChange(Wire):
     """The lock a lock.acquired or lock.released event is about."""
 
+    OMIT_DEFAULT = frozenset({"cluster"})
+
     name: str
     token: int
+    cluster: bool = False
+    """A fleet lock's."""
     reason: Optional[ReleaseReason] = None
     """Why it was released, on lock.released only."""
 
@@ -559,6 +563,8 @@ class Event(Wire):
 class Lock(Wire):
     """A held lock with its fencing token (docs/protocol.md §12)."""
 
+    OMIT_DEFAULT = frozenset({"cluster"})
+
     name: str
     uid: int
     """The namespace of the name: the uid of the holding session's creator."""
@@ -570,6 +576,10 @@ class Lock(Wire):
     """When it was granted."""
     waiters: int = 0
     """Requests waiting for it."""
+    cluster: bool = False
+    """A fleet lock (livenessd --etcd), held in etcd for every host; its token is etcd's revision of the grant."""
+    host: Optional[str] = None
+    """A fleet lock's: the host id of the daemon its session is on."""
 
 
 @dataclass(frozen=True)

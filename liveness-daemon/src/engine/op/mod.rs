@@ -24,6 +24,7 @@ use liveness_common::session::Session;
 mod actions_done;
 mod activity;
 mod end;
+mod fleet_lock;
 mod get;
 mod lock_acquire;
 mod lock_release;
@@ -39,6 +40,7 @@ mod whose;
 
 pub use activity::{Judged, Sampling, Target};
 pub use end::End;
+pub use fleet_lock::{FleetGranted, FleetHeld, FleetReleased};
 pub use register::{Register, Registered};
 pub use subscribe::Subscribe;
 pub use synced::Synced;
@@ -137,6 +139,9 @@ commands! {
     End(End),
     LockAcquire(request::LockAcquire),
     LockRelease(request::LockRelease),
+    FleetGranted(FleetGranted),
+    FleetReleased(FleetReleased),
+    FleetHeld(FleetHeld),
     Tree(Tree),
     Whose(Whose),
     Waiting(Waiting),
