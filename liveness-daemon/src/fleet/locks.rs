@@ -39,7 +39,8 @@ use tokio::task::JoinHandle;
 
 use super::mirror::{REQUEST_TIMEOUT, Shared, timed};
 use super::{FleetConfig, FleetError, now_ms};
-use crate::engine::{Caller, FleetGranted, FleetHeld, FleetReleased, Handle};
+use crate::engine::{Caller, FleetGranted, FleetHeld, FleetReleased, Handle, Refusal};
+use crate::store::StoreError;
 
 /// A session, as the daemon knows it: its creator's uid and its id.
 type SessionKey = (u32, String);
@@ -175,7 +176,7 @@ impl FleetLocks {
                         self.unclaim(&holder, &request.name);
                         self.delete(&key).await;
                         self.drop_idle(&holder).await;
-                        Err(error)
+                        Err(error.into())
                     }
                 }
             }
@@ -260,7 +261,7 @@ impl FleetLocks {
             reason,
         };
         if let Err(e) = self.0.engine.ask(Caller::DAEMON, released).await {
-            tracing::warn!(session = %holder.1, uid = holder.0, error = %e.message, "fleet lock: cannot record a release");
+            tracing::warn!(session = %holder.1, uid = holder.0, error = %e, "fleet lock: cannot record a release");
         }
     }
 
@@ -291,7 +292,7 @@ impl FleetLocks {
         let rows = match self.0.engine.ask(Caller::DAEMON, FleetHeld).await {
             Ok(rows) => rows,
             Err(e) => {
-                tracing::warn!(error = %e.message, "fleet lock: cannot read the fleet locks held before the start");
+                tracing::warn!(error = %e, "fleet lock: cannot read the fleet locks held before the start");
                 return;
             }
         };
@@ -335,9 +336,9 @@ impl FleetLocks {
         };
         let active = match self.0.engine.ask(Caller::DAEMON, get).await {
             Ok(session) => session.phase == Phase::Active,
-            Err(e) if e.code == ErrorCode::NotFound => false,
+            Err(Refusal::Store(StoreError::NotFound(_))) => false,
             Err(e) => {
-                tracing::warn!(session = %holder.1, error = %e.message, "fleet lock: cannot read a holder after the start");
+                tracing::warn!(session = %holder.1, error = %e, "fleet lock: cannot read a holder after the start");
                 return Ok(());
             }
         };

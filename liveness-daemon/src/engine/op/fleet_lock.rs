@@ -3,11 +3,10 @@
 //! re-attaches leases from. Their events are published as a host lock's are.
 
 use liveness_common::lock::{Lock, ReleaseReason};
-use liveness_common::protocol::ErrorBody;
 
 use super::Op;
 use crate::engine::actor::Context;
-use crate::engine::{Caller, store_error};
+use crate::engine::{Caller, Refusal};
 
 /// Fleet lock `lock` was granted on etcd lease `lease`.
 #[derive(Debug)]
@@ -19,7 +18,7 @@ pub struct FleetGranted {
 impl Op for FleetGranted {
     type Answer = ();
 
-    fn apply(self, cx: &mut Context<'_>, _: Caller) -> Result<(), ErrorBody> {
+    fn apply(self, cx: &mut Context<'_>, _: Caller) -> Result<(), Refusal> {
         let now = cx.now();
         cx.commit(|store| Ok(((), store.grant_fleet_lock(&self.lock, self.lease, now)?)))
     }
@@ -37,7 +36,7 @@ pub struct FleetReleased {
 impl Op for FleetReleased {
     type Answer = ();
 
-    fn apply(self, cx: &mut Context<'_>, _: Caller) -> Result<(), ErrorBody> {
+    fn apply(self, cx: &mut Context<'_>, _: Caller) -> Result<(), Refusal> {
         let now = cx.now();
         let only = self
             .only
@@ -58,7 +57,7 @@ pub struct FleetHeld;
 impl Op for FleetHeld {
     type Answer = Vec<(Lock, i64)>;
 
-    fn apply(self, cx: &mut Context<'_>, _: Caller) -> Result<Vec<(Lock, i64)>, ErrorBody> {
-        cx.store().fleet_locks().map_err(store_error)
+    fn apply(self, cx: &mut Context<'_>, _: Caller) -> Result<Vec<(Lock, i64)>, Refusal> {
+        Ok(cx.store().fleet_locks()?)
     }
 }
