@@ -24,7 +24,7 @@ use liveness_common::session::{Phase, Session};
 use liveness_proc::identity::ProcRoot;
 use liveness_proc::sockets::DiagSockets;
 
-use crate::engine::{Caller, Handle, Judged, Sampling, Target};
+use crate::engine::{Caller, Handle, Judged, KernelMembers, Sampling, Target};
 use crate::fair::offload::offload;
 use crate::source::tree_map::TreeMap;
 use judge::{Thresholds, Tracker};
@@ -198,6 +198,7 @@ fn sample_round(
         .take()
         .unwrap_or_else(|| DiagSockets::new(proc.clone()));
     let mut tcp = diag.round();
+    let mut kernel = KernelMembers::new(members);
     for target in targets {
         let key = (target.uid, target.id);
         let mut tracker = round.trackers.remove(&key).unwrap_or_else(|| {
@@ -216,7 +217,7 @@ fn sample_round(
             }
             _ => {
                 let (sample, live) = sample::read(
-                    target.tree.known_members(members),
+                    target.tree.known_members(&mut kernel),
                     target.owner.key(),
                     proc,
                     &mut tcp,
