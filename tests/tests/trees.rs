@@ -802,6 +802,39 @@ fn the_members_map_is_walked_only_after_the_kernel_added_members() {
     );
 }
 
+/// A round of the activity sampler walks the kernel's members map once for all the
+/// sessions it samples, not once each (with 10,000 sessions, walks of a map as big as the
+/// machine's processes took a round past a minute, which a stop then waited for). A tree
+/// forks all the time, so that the kernel has always added members since the trees last
+/// took them in: three seconds of rounds a second and of refreshes walk the map a few
+/// times, where one round session by session walks it as many times as there are sessions.
+#[test]
+fn a_round_of_the_activity_sampler_walks_the_members_map_once() {
+    if !privileged("walks of the kernel's members map") {
+        return;
+    }
+    const SESSIONS: u64 = 40;
+    let daemon = Daemon::start(&["--sources", "ebpf", "--activity-interval", "1s"]);
+    let mut owners: Vec<Owner> = (0..SESSIONS).map(|_| Owner::spawn()).collect();
+    for (i, owner) in owners.iter().enumerate() {
+        register(&daemon, &format!("sampled-{i}"), owner);
+    }
+    owners[0].send("(while :; do sleep 0.02; done) & echo $!");
+    owners[0].pid_line();
+    let walks = || {
+        membership(&daemon)["kernel_walks"]
+            .as_u64()
+            .expect("kernel_walks, with eBPF")
+    };
+    let before = walks();
+    std::thread::sleep(Duration::from_secs(3));
+    let walked = walks() - before;
+    assert!(
+        walked < SESSIONS,
+        "{walked} walks of the members map in 3 s of rounds over {SESSIONS} sessions"
+    );
+}
+
 /// With a members map of five slots, five sleepers fill it: a process forked then (a
 /// `testproc family`, its middle process and first member) is refused a slot, found by a
 /// scan, and counted once in `kernel_full`. Once the sleepers are gone, a refresh gives the

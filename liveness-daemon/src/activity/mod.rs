@@ -24,7 +24,7 @@ use liveness_common::session::{Phase, Session};
 use liveness_proc::identity::ProcRoot;
 use liveness_proc::sockets::DiagSockets;
 
-use crate::engine::{Caller, Handle, Judged, Sampling, Target};
+use crate::engine::{Caller, Handle, Judged, KernelMembers, Sampling, Target};
 use crate::fair::offload::offload;
 use crate::source::tree_map::TreeMap;
 use judge::{Thresholds, Tracker};
@@ -147,12 +147,27 @@ pub async fn run(
             return;
         };
         let (proc, members, config) = (proc.clone(), members.clone(), config.clone());
-        let Some((done, episodes)) =
-            offload(move || sample_round(round, targets, &config, &proc, members.as_deref())).await
-        else {
-            tracing::error!("a round of activity sampling panicked; starting afresh");
-            round = Round::default();
-            continue;
+        let stopping = stopped.clone();
+        let sampled = offload(move || {
+            sample_round(
+                round,
+                targets,
+                &config,
+                &proc,
+                members.as_deref(),
+                &stopping,
+            )
+        })
+        .await;
+        let (done, episodes) = match sampled {
+            Some(Some(done)) => done,
+            // Cut short by a stop, which the exit would wait for (the blocking pool).
+            Some(None) => return,
+            None => {
+                tracing::error!("a round of activity sampling panicked; starting afresh");
+                round = Round::default();
+                continue;
+            }
         };
         round = done;
         activities.replace(round.table.clone());
@@ -178,14 +193,16 @@ pub async fn run(
 type Episode = (u32, String, Activity, Option<Stall>);
 
 /// One round: each due session sampled and judged. Returns the round and the episodes that
-/// start or end.
+/// start or end; `None` if the daemon began to stop meanwhile (`stopped`), the round cut
+/// short.
 fn sample_round(
     mut round: Round,
     targets: Vec<Target>,
     config: &ActivityConfig,
     proc: &ProcRoot,
     members: Option<&TreeMap>,
-) -> (Round, Vec<Episode>) {
+    stopped: &watch::Receiver<bool>,
+) -> Option<(Round, Vec<Episode>)> {
     let now_ms = crate::engine::Clock::System.now_ms();
     let interval_ms = i64::try_from(config.interval.as_millis()).unwrap_or(i64::MAX);
     round.number = round.number.wrapping_add(1);
@@ -198,7 +215,11 @@ fn sample_round(
         .take()
         .unwrap_or_else(|| DiagSockets::new(proc.clone()));
     let mut tcp = diag.round();
+    let mut kernel = KernelMembers::new(members);
     for target in targets {
+        if *stopped.borrow() {
+            return None;
+        }
         let key = (target.uid, target.id);
         let mut tracker = round.trackers.remove(&key).unwrap_or_else(|| {
             Tracker::new(
@@ -216,7 +237,7 @@ fn sample_round(
             }
             _ => {
                 let (sample, live) = sample::read(
-                    target.tree.known_members(members),
+                    target.tree.known_members(&mut kernel),
                     target.owner.key(),
                     proc,
                     &mut tcp,
@@ -250,5 +271,5 @@ fn sample_round(
     round.tcp = Some(diag);
     round.trackers = trackers;
     round.table = table;
-    (round, episodes)
+    Some((round, episodes))
 }

@@ -59,7 +59,7 @@ pub use op::{
 pub use op::{FleetGranted, FleetHeld, FleetReleased};
 pub use outbox::{Ended, Flushed, Outbox};
 pub use refusal::Refusal;
-pub use tree::TreeView;
+pub use tree::{KernelMembers, TreeView};
 pub use watch::Link;
 
 /// Most exits committed in one transaction when they arrive together.

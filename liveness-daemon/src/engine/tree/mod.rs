@@ -35,7 +35,7 @@ mod view;
 mod walk;
 
 pub(crate) use known::REFRESH_PERIOD;
-pub use view::TreeView;
+pub use view::{KernelMembers, TreeView};
 pub(crate) use walk::descendants;
 
 /// How long one turn of the engine may spend on tree work: what a death that arrives

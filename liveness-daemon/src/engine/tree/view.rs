@@ -230,8 +230,9 @@ impl TreeView {
     /// The processes of the tree as known, the root first among them by pid order, none
     /// checked in `/proc`: for a reader that reads each anyway and compares its start time
     /// (the activity sampler), which [`TreeView::live_members`] would make read twice.
-    pub fn known_members(&self, kernel: Option<&TreeMap>) -> Vec<Identity> {
-        let news = kernel_news(kernel, self.merged_added);
+    /// What the kernel added comes from `kernel`, walked once for every tree read with it.
+    pub fn known_members(&self, kernel: &mut KernelMembers<'_>) -> Vec<Identity> {
+        let news = kernel.news(&self.roots, self.merged_added);
         let mut candidates = candidates(&self.roots, &self.members, &news);
         candidates.entry(self.root).or_default();
         candidates
@@ -383,6 +384,51 @@ pub(super) fn candidates(
 /// `merged_added`: the kernel added one since, or nothing was merged yet.
 pub(super) fn kernel_added_since(kernel: Option<&TreeMap>, merged_added: Option<u64>) -> bool {
     kernel.is_some_and(|kernel| Some(kernel.added_count()) != merged_added)
+}
+
+/// The kernel map's members for many trees read one after another (a round of the
+/// activity sampler): the map is walked once for them all, at the first tree that needs
+/// it, where a walk per tree would visit every bucket of the map as many times as there
+/// are trees. What the kernel adds after the walk is read by the next reader.
+#[derive(Debug)]
+pub struct KernelMembers<'a> {
+    kernel: Option<&'a TreeMap>,
+    /// Each root's members, once walked.
+    by_root: Option<HashMap<ProcessKey, Vec<KernelMember>>>,
+}
+
+impl<'a> KernelMembers<'a> {
+    /// Nothing walked yet of `kernel` (none where the eBPF source does not run).
+    pub fn new(kernel: Option<&'a TreeMap>) -> KernelMembers<'a> {
+        KernelMembers {
+            kernel,
+            by_root: None,
+        }
+    }
+
+    /// What the map holds under `roots` beyond what was merged at the count
+    /// `merged_added` (see [`kernel_news`]).
+    fn news(&mut self, roots: &[ProcessKey], merged_added: Option<u64>) -> Vec<KernelMember> {
+        let Some(kernel) = self.kernel else {
+            return Vec::new();
+        };
+        if !kernel_added_since(Some(kernel), merged_added) {
+            return Vec::new();
+        }
+        let by_root = self.by_root.get_or_insert_with(|| {
+            let mut by_root: HashMap<ProcessKey, Vec<KernelMember>> = HashMap::new();
+            for entry in kernel.members() {
+                by_root.entry(entry.root).or_default().push(entry);
+            }
+            by_root
+        });
+        roots
+            .iter()
+            .filter_map(|root| by_root.get(root))
+            .flatten()
+            .copied()
+            .collect()
+    }
 }
 
 /// What the kernel map holds beyond what was merged at the count `merged_added`: a walk
