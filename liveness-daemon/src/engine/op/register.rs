@@ -68,6 +68,7 @@ impl Op for Register {
                 .validate()
                 .map_err(|message| ErrorBody::new(ErrorCode::InvalidRequest, message))?;
         }
+        check_limits(request.cgroup)?;
         let owner = resolve_owner(cx.facts(), caller, request.owner, request.wrappers, &fds)?;
         let (previous, ended) = match cx.store().get(namespace, &id).map_err(store_error)? {
             Some(existing) => {
@@ -106,11 +107,11 @@ impl Op for Register {
             cx.admit_actions(caller.uid, before, after)?;
         }
         let mut warnings = Vec::new();
-        // A cgroup is made for a new session only, before it is stored, and removed again
-        // if it is not.
+        // A cgroup is made for a new session only, before it is stored (and removed again,
+        // empty, if it is not); the owner is moved in once it is.
         let cgroup = match request.cgroup.filter(|_| previous.is_none()) {
             Some(limits) => {
-                session_cgroup(cx.facts(), namespace, now, &owner, limits, &mut warnings)?
+                session_cgroup(cx.facts(), namespace, now, &owner, limits, &mut warnings)
             }
             None => None,
         };
@@ -145,6 +146,11 @@ impl Op for Register {
                 discard(Path::new(&cgroup.path));
             }
         })?;
+        if let Some(cgroup) = &cgroup
+            && let Err(e) = cgroup::adopt(Path::new(&cgroup.path), owner.pid)
+        {
+            warnings.push(format!("the owner is not in the session's cgroup: {e}"));
+        }
         if !event {
             // The same owner again: its end actions may have been replaced.
             cx.follow(registered);
@@ -176,18 +182,11 @@ impl Op for Register {
     }
 }
 
-/// A cgroup for a new session of `uid`'s with `owner` moved into it, or `None` with a
-/// warning where the host has no usable cgroup2 or the cgroup cannot be made: a session
-/// is never refused for want of one. Its name is the daemon's, never the session id, so
-/// no id reaches the cgroup file system.
-fn session_cgroup(
-    facts: &Facts,
-    uid: u32,
-    now: i64,
-    owner: &Identity,
-    limits: CgroupLimits,
-    warnings: &mut Vec<String>,
-) -> Result<Option<SessionCgroup>, ErrorBody> {
+/// Refuses limits of 0 (a cgroup nothing could run in), whether or not a cgroup is made.
+fn check_limits(limits: Option<CgroupLimits>) -> Result<(), ErrorBody> {
+    let Some(limits) = limits else {
+        return Ok(());
+    };
     for (name, value) in [
         ("memory_max", limits.memory_max),
         ("tasks_max", limits.tasks_max),
@@ -199,42 +198,48 @@ fn session_cgroup(
             ));
         }
     }
+    Ok(())
+}
+
+/// An empty cgroup for a new session of `uid`'s, or `None` with a warning where the host
+/// has no usable cgroup2 or the cgroup cannot be made: a session is never refused for
+/// want of one. Its name is the daemon's, never the session id, so no id reaches the
+/// cgroup file system.
+fn session_cgroup(
+    facts: &Facts,
+    uid: u32,
+    now: i64,
+    owner: &Identity,
+    limits: CgroupLimits,
+    warnings: &mut Vec<String>,
+) -> Option<SessionCgroup> {
     let support = &facts.config.cgroups;
     let Some(hierarchy) = support.hierarchy() else {
         warnings.extend(support.unusable_warning());
-        return Ok(None);
+        return None;
     };
     let name = format!("s{uid}-{now}-{}", owner.pid);
-    let made = hierarchy
-        .create(
-            &name,
-            &cgroup::Limits {
-                memory_max: limits.memory_max,
-                tasks_max: limits.tasks_max,
-            },
-        )
-        .and_then(|path| match cgroup::adopt(&path, owner.pid) {
-            Ok(()) => Ok(path),
-            Err(e) => {
-                discard(&path);
-                Err(e)
-            }
-        });
+    let made = hierarchy.create(
+        &name,
+        &cgroup::Limits {
+            memory_max: limits.memory_max,
+            tasks_max: limits.tasks_max,
+        },
+    );
     match made {
-        Ok(path) => Ok(Some(SessionCgroup {
+        Ok(path) => Some(SessionCgroup {
             path: path.display().to_string(),
             memory_max: limits.memory_max,
             tasks_max: limits.tasks_max,
-        })),
+        }),
         Err(e) => {
             warnings.push(format!("the session has no cgroup: {e}"));
-            Ok(None)
+            None
         }
     }
 }
 
-/// Removes a session cgroup that was made for nothing (empty: its owner is the only
-/// process ever moved in, and only once it is stored); what fails is logged.
+/// Removes the empty cgroup of a registration that was not stored; what fails is logged.
 fn discard(path: &Path) {
     if let Err(e) = cgroup::remove(path) {
         tracing::warn!(error = %e, "cannot remove an unused session cgroup");
