@@ -268,3 +268,50 @@ fn a_session_cgroup_has_its_limits_and_its_owner_and_a_name_of_the_daemons() {
     owner.kill().unwrap();
     owner.wait().unwrap();
 }
+
+/// A memory hog under `memory_max` 32 MiB is OOM-killed inside its session's cgroup: the
+/// cgroup's own `memory.events` counts the kill, its peak is of the order of the limit, and
+/// the session's end names its cgroup as the one whose limit was reached.
+#[test]
+fn a_hog_over_its_sessions_memory_max_is_oom_killed_inside_the_session_cgroup() {
+    let Some(_) = usable_host("a_hog_over_its_sessions_memory_max") else {
+        return;
+    };
+    let daemon = Daemon::start(&[]);
+    let mut hog = Command::new(integration_tests::binary("dying"))
+        .arg("hog")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let reply = daemon.request(json!({
+        "op": "register", "session": "hog", "owner": {"pid": hog.id()},
+        "cgroup": {"memory_max": 32 << 20},
+    }));
+    assert_eq!(reply["ok"], true, "{reply}");
+    let path = cgroup_of(&daemon, "hog");
+    // Its stdin's end starts the allocation.
+    drop(hog.stdin.take());
+    let session = daemon.wait_ended("hog");
+    assert_eq!(hog.wait().unwrap().to_string(), "signal: 9 (SIGKILL)");
+    let events = read(&path.join("memory.events"));
+    let oom_kill: u64 = events
+        .lines()
+        .find_map(|l| l.strip_prefix("oom_kill "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{events}"));
+    assert!(oom_kill >= 1, "{events}");
+    if let Ok(peak) = std::fs::read_to_string(path.join("memory.peak")) {
+        let peak: u64 = peak.trim().parse().unwrap();
+        assert!((24 << 20..=32 << 20).contains(&peak), "memory.peak {peak}");
+    }
+    if daemon.source_status("ebpf")["state"] == "active" {
+        assert_eq!(session["cause"]["kind"], "oom", "{session}");
+        assert_eq!(session["cause"]["scope"], "cgroup", "{session}");
+        let named = session["cause"]["cgroup"].as_str().unwrap_or_default();
+        let name = path.file_name().unwrap().to_string_lossy();
+        assert!(
+            named.ends_with(&format!("/liveness.slice/{name}")),
+            "{session}"
+        );
+    }
+}
