@@ -217,8 +217,8 @@ fn a_session_cgroup_has_its_limits_and_its_owner_and_a_name_of_the_daemons() {
     let subtree = mount.join("liveness.slice");
     assert_eq!(cgroup["subtree"], subtree.display().to_string());
 
-    // An id that would be a path and a terminal escape never reaches the file system.
-    let id = "../../evil/\n\u{1b}[2J";
+    // An id that would be a path (and a shell's command) never reaches the file system.
+    let id = "../../evil/$(id) *";
     let mut owner = sleeper();
     let reply = daemon.request(json!({
         "op": "register", "session": id, "owner": {"pid": owner.id()},
