@@ -756,6 +756,16 @@ type StallPolicy struct {
 	Run *ActionSpec `json:"run,omitempty"`
 }
 
+// SessionCgroup is a session's own cgroup and the limits written there (docs/cgroups.md).
+type SessionCgroup struct {
+	// Its directory in the cgroup2 hierarchy, as the daemon sees it.
+	Path string `json:"path"`
+	// memory.max, in bytes.
+	MemoryMax *uint64 `json:"memory_max,omitempty"`
+	// pids.max.
+	TasksMax *uint64 `json:"tasks_max,omitempty"`
+}
+
 // ReapFailure is a process the daemon could not, or would not, end.
 type ReapFailure struct {
 	PID    uint32 `json:"pid"`
@@ -873,6 +883,8 @@ type Session struct {
 	OnEndRun []ActionSpec
 	// How its stalls are judged and what they do, as registered; the daemon's defaults stand for what is absent (docs/activity.md).
 	OnStall *StallPolicy
+	// The cgroup of its own it was given at registration (docs/cgroups.md).
+	Cgroup *SessionCgroup
 	// Where each end action stands, in the order of on_end_run: from get and actions_done only.
 	Actions []ActionState
 	// When the last end action had its outcome; none until then, and for a session without end actions, whose end is final.
@@ -909,6 +921,7 @@ type sessionJSON struct {
 	GraceMs          uint64            `json:"grace_ms"`
 	OnEndRun         []ActionSpec      `json:"on_end_run,omitempty"`
 	OnStall          *StallPolicy      `json:"on_stall,omitempty"`
+	Cgroup           *SessionCgroup    `json:"cgroup,omitempty"`
 	Actions          []ActionState     `json:"actions,omitempty"`
 	FinalizedMs      *int64            `json:"finalized_ms,omitempty"`
 	Reaped           *Reaped           `json:"reaped,omitempty"`
@@ -941,6 +954,7 @@ func (s Session) MarshalJSON() ([]byte, error) {
 		GraceMs:          s.GraceMs,
 		OnEndRun:         s.OnEndRun,
 		OnStall:          s.OnStall,
+		Cgroup:           s.Cgroup,
 		Actions:          s.Actions,
 		FinalizedMs:      orNil(s.FinalizedMs),
 		Reaped:           s.Reaped,
@@ -978,6 +992,7 @@ func (s *Session) UnmarshalJSON(data []byte) error {
 		GraceMs:          w.GraceMs,
 		OnEndRun:         w.OnEndRun,
 		OnStall:          w.OnStall,
+		Cgroup:           w.Cgroup,
 		Actions:          w.Actions,
 		FinalizedMs:      orZero(w.FinalizedMs),
 		Reaped:           w.Reaped,

@@ -65,6 +65,9 @@ pub struct Session {
     /// stand for what is absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_stall: Option<StallPolicy>,
+    /// The cgroup of its own it was given at registration (docs/cgroups.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<SessionCgroup>,
     /// `get` only: where each end action stands, in the order of `on_end_run`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub actions: Vec<ActionState>,
@@ -356,6 +359,7 @@ mod tests {
             until: Until::Owner,
             on_end_run: Vec::new(),
             on_stall: None,
+            cgroup: None,
             actions: Vec::new(),
             finalized_ms: None,
             reaped: None,
@@ -395,4 +399,15 @@ mod tests {
             "docs/end-actions.md lists the action's fields"
         );
     }
+}
+
+/// A session's cgroup: where it is, and the limits written there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionCgroup {
+    /// Its directory in the cgroup2 hierarchy, as the daemon sees it.
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_max: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks_max: Option<u64>,
 }

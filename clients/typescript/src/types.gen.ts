@@ -311,6 +311,17 @@ export interface StallPolicy {
 }
 export const stallPolicy: Codec<StallPolicy> = object<StallPolicy>({ stall_after_ms: optional(int), spin_after_ms: optional(int), tool_stall_after_ms: optional(int), action: optional(stallAction), signal: optional(int), run: optional(actionSpec) }, true);
 
+/** A session's own cgroup and the limits written there (docs/cgroups.md). */
+export interface SessionCgroup {
+  /** Its directory in the cgroup2 hierarchy, as the daemon sees it. */
+  path: string;
+  /** memory.max, in bytes. */
+  memory_max?: number;
+  /** pids.max. */
+  tasks_max?: number;
+}
+export const sessionCgroup: Codec<SessionCgroup> = object<SessionCgroup>({ path: required(str), memory_max: optional(int), tasks_max: optional(int) });
+
 /** A process the daemon could not, or would not, end. */
 export interface ReapFailure {
   pid: number;
@@ -435,6 +446,8 @@ export interface Session {
   on_end_run: ActionSpec[];
   /** How its stalls are judged and what they do, as registered; the daemon's defaults stand for what is absent (docs/activity.md). */
   on_stall?: StallPolicy;
+  /** The cgroup of its own it was given at registration (docs/cgroups.md). */
+  cgroup?: SessionCgroup;
   /** Where each end action stands, in the order of on_end_run: from get and actions_done only. */
   actions: ActionState[];
   /** When the last end action had its outcome; none until then, and for a session without end actions, whose end is final. */
@@ -446,7 +459,7 @@ export interface Session {
   /** In get and list, what it is doing as last judged; otherwise the stall episode under way when recorded (docs/activity.md). */
   activity?: Activity;
 }
-export const session: Codec<Session> = object<Session>({ id: required(str), owner: required(identity), phase: required(phase), pending: required(bool), reason: nullable(endReason), exit: nullable(exitStatus), cause: optional(cause), usage: optional(usage), detected_by: nullable(detectedBy), creator_uid: required(int), labels: required(recordOf(str)), created_ms: required(int), updated_ms: required(int), touched_ms: required(int), ended_ms: nullable(int), pending_expires_ms: nullable(int), survivors: optional(survivors), on_end: defaulted(onEnd, "leave"), until: defaulted(until, "owner", true), grace_ms: defaulted(int, 10000), on_end_run: defaulted(arrayOf(actionSpec), [], true), on_stall: optional(stallPolicy), actions: defaulted(arrayOf(actionState), [], true), finalized_ms: optional(int), reaped: optional(reaped), declared: optional(declared), activity: optional(activity) });
+export const session: Codec<Session> = object<Session>({ id: required(str), owner: required(identity), phase: required(phase), pending: required(bool), reason: nullable(endReason), exit: nullable(exitStatus), cause: optional(cause), usage: optional(usage), detected_by: nullable(detectedBy), creator_uid: required(int), labels: required(recordOf(str)), created_ms: required(int), updated_ms: required(int), touched_ms: required(int), ended_ms: nullable(int), pending_expires_ms: nullable(int), survivors: optional(survivors), on_end: defaulted(onEnd, "leave"), until: defaulted(until, "owner", true), grace_ms: defaulted(int, 10000), on_end_run: defaulted(arrayOf(actionSpec), [], true), on_stall: optional(stallPolicy), cgroup: optional(sessionCgroup), actions: defaulted(arrayOf(actionState), [], true), finalized_ms: optional(int), reaped: optional(reaped), declared: optional(declared), activity: optional(activity) });
 
 /** The lock a lock.acquired or lock.released event is about. */
 export interface LockChange {

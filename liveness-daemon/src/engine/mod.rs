@@ -98,6 +98,8 @@ pub struct EngineConfig {
     pub trace_hops: bool,
     /// How end actions run.
     pub actions: ActionConfig,
+    /// The cgroup2 hierarchy sessions' cgroups are made in, or why there is none.
+    pub cgroups: Arc<crate::cgroup::Support>,
 }
 
 /// Where the engine reads the wall clock.

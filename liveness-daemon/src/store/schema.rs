@@ -252,6 +252,10 @@ ALTER TABLE sessions ADD COLUMN activity TEXT;
 -- daemon's defaults.
 ALTER TABLE sessions ADD COLUMN on_stall TEXT;
 "#,
+    r#"
+-- The session's own cgroup and its limits (JSON), NULL when it has none.
+ALTER TABLE sessions ADD COLUMN cgroup TEXT;
+"#,
 ];
 
 /// The schema version this code writes and understands.

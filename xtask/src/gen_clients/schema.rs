@@ -150,6 +150,7 @@ pub const ITEMS: &[Item] = &[
     Item::Struct(&ACTION_OUTCOME),
     Item::Struct(&ACTION_STATE),
     Item::Struct(&STALL_POLICY),
+    Item::Struct(&SESSION_CGROUP),
     // Before the session, which holds one: the TypeScript codecs are constants, each made
     // from those it names.
     Item::Struct(&REAP_FAILURE),
@@ -1151,6 +1152,12 @@ pub const SESSION: Struct = Struct {
             "How its stalls are judged and what they do, as registered; the daemon's defaults stand for what is absent (docs/activity.md).",
         ),
         field(
+            "cgroup",
+            Named("SessionCgroup"),
+            Optional,
+            "The cgroup of its own it was given at registration (docs/cgroups.md).",
+        ),
+        field(
             "actions",
             List(&Named("ActionState")),
             omitted("[]"),
@@ -1268,6 +1275,23 @@ pub const STALL_ACTION: Enum = Enum {
         ),
     ],
     probe: Some(probe_of::<activity::StallAction>()),
+};
+
+pub const SESSION_CGROUP: Struct = Struct {
+    name: "SessionCgroup",
+    doc: "A session's own cgroup and the limits written there (docs/cgroups.md).",
+    strict: false,
+    probe: probe_of::<session::SessionCgroup>(),
+    fields: &[
+        field(
+            "path",
+            Str,
+            Required,
+            "Its directory in the cgroup2 hierarchy, as the daemon sees it.",
+        ),
+        field("memory_max", U64, Optional, "memory.max, in bytes."),
+        field("tasks_max", U64, Optional, "pids.max."),
+    ],
 };
 
 pub const STALL_POLICY: Struct = Struct {

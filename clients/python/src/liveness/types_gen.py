@@ -333,6 +333,18 @@ class StallPolicy(Wire):
 
 
 @dataclass(frozen=True)
+class SessionCgroup(Wire):
+    """A session's own cgroup and the limits written there (docs/cgroups.md)."""
+
+    path: str
+    """Its directory in the cgroup2 hierarchy, as the daemon sees it."""
+    memory_max: Optional[int] = None
+    """memory.max, in bytes."""
+    tasks_max: Optional[int] = None
+    """pids.max."""
+
+
+@dataclass(frozen=True)
 class ReapFailure(Wire):
     """A process the daemon could not, or would not, end."""
 
@@ -472,6 +484,8 @@ class Session(_methods.Session, Wire):
     """The end actions its creator registered (docs/end-actions.md)."""
     on_stall: Optional[StallPolicy] = None
     """How its stalls are judged and what they do, as registered; the daemon's defaults stand for what is absent (docs/activity.md)."""
+    cgroup: Optional[SessionCgroup] = None
+    """The cgroup of its own it was given at registration (docs/cgroups.md)."""
     actions: List[ActionState] = field(default_factory=list)
     """Where each end action stands, in the order of on_end_run: from get and actions_done only."""
     finalized_ms: Optional[int] = None

@@ -244,6 +244,7 @@ impl<'a> Context<'a> {
             // does not know.
             activity: Default::default(),
             cluster: None,
+            cgroup: Some(facts.config.cgroups.status()),
         }
     }
 }
