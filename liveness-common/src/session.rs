@@ -410,4 +410,47 @@ pub struct SessionCgroup {
     pub memory_max: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tasks_max: Option<u64>,
+    /// What the cgroup counted over the session's life, read once its last member was
+    /// gone and before it was removed; absent until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<CgroupUsage>,
+}
+
+/// A session cgroup's counters, as the kernel keeps them. A counter the kernel lacks is
+/// null (`memory.peak` is 5.19+, `pids.peak` 6.1+; `io.stat` needs the io controller).
+/// Memory charged before a process was moved in stays with its old cgroup (cgroup v2).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CgroupUsage {
+    /// `memory.peak`, bytes.
+    pub memory_peak: Option<u64>,
+    /// `memory.events`.
+    pub memory_events: Option<MemoryEvents>,
+    /// `cpu.stat` `usage_usec`.
+    pub cpu_usec: Option<u64>,
+    /// `pids.peak`.
+    pub pids_peak: Option<u64>,
+    /// `io.stat`, summed over its devices.
+    pub io: Option<IoUsage>,
+}
+
+/// A session cgroup's `memory.events`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryEvents {
+    /// Times `memory.high` was exceeded (reclaim throttled the cgroup).
+    pub high: u64,
+    /// Times `memory.max` was about to be exceeded.
+    pub max: u64,
+    /// Times the cgroup ran out of memory.
+    pub oom: u64,
+    /// Processes of the cgroup the OOM killer killed.
+    pub oom_kill: u64,
+}
+
+/// A session cgroup's `io.stat`, summed over its devices.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IoUsage {
+    pub rbytes: u64,
+    pub wbytes: u64,
+    pub rios: u64,
+    pub wios: u64,
 }

@@ -311,6 +311,43 @@ export interface StallPolicy {
 }
 export const stallPolicy: Codec<StallPolicy> = object<StallPolicy>({ stall_after_ms: optional(int), spin_after_ms: optional(int), tool_stall_after_ms: optional(int), action: optional(stallAction), signal: optional(int), run: optional(actionSpec) }, true);
 
+/** A session cgroup's memory.events. */
+export interface MemoryEvents {
+  /** Times memory.high was exceeded. */
+  high: number;
+  /** Times memory.max was about to be exceeded. */
+  max: number;
+  /** Times the cgroup ran out of memory. */
+  oom: number;
+  /** Processes the OOM killer killed there. */
+  oom_kill: number;
+}
+export const memoryEvents: Codec<MemoryEvents> = object<MemoryEvents>({ high: required(int), max: required(int), oom: required(int), oom_kill: required(int) });
+
+/** A session cgroup's io.stat, summed over its devices. */
+export interface IoUsage {
+  rbytes: number;
+  wbytes: number;
+  rios: number;
+  wios: number;
+}
+export const ioUsage: Codec<IoUsage> = object<IoUsage>({ rbytes: required(int), wbytes: required(int), rios: required(int), wios: required(int) });
+
+/** A session cgroup's counters; null where the kernel has no such file (memory.peak 5.19+, pids.peak 6.1+, io.stat with the io controller). */
+export interface CgroupUsage {
+  /** memory.peak, bytes. */
+  memory_peak: number | null;
+  /** memory.events. */
+  memory_events: MemoryEvents | null;
+  /** cpu.stat usage_usec. */
+  cpu_usec: number | null;
+  /** pids.peak. */
+  pids_peak: number | null;
+  /** io.stat, summed over devices. */
+  io: IoUsage | null;
+}
+export const cgroupUsage: Codec<CgroupUsage> = object<CgroupUsage>({ memory_peak: nullable(int), memory_events: nullable(memoryEvents), cpu_usec: nullable(int), pids_peak: nullable(int), io: nullable(ioUsage) });
+
 /** A session's own cgroup and the limits written there (docs/cgroups.md). */
 export interface SessionCgroup {
   /** Its directory in the cgroup2 hierarchy, as the daemon sees it. */
@@ -319,8 +356,10 @@ export interface SessionCgroup {
   memory_max?: number;
   /** pids.max. */
   tasks_max?: number;
+  /** What the cgroup counted, read once its last member was gone and before it was removed; none until then. */
+  usage?: CgroupUsage;
 }
-export const sessionCgroup: Codec<SessionCgroup> = object<SessionCgroup>({ path: required(str), memory_max: optional(int), tasks_max: optional(int) });
+export const sessionCgroup: Codec<SessionCgroup> = object<SessionCgroup>({ path: required(str), memory_max: optional(int), tasks_max: optional(int), usage: optional(cgroupUsage) });
 
 /** A process the daemon could not, or would not, end. */
 export interface ReapFailure {

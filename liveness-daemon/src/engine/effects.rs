@@ -1,6 +1,6 @@
 //! The effects: what committed events set off after they are published. Requests waiting
 //! for a lock are told or granted, the survivors of ended sessions are terminated by their
-//! policy, their end actions run.
+//! policy, their end actions run, their cgroups are reclaimed once empty.
 
 use std::collections::HashMap;
 
@@ -14,10 +14,12 @@ use tokio::task::JoinError;
 
 use super::EngineConfig;
 use super::actions::{Actions, Next, with_actions};
+use super::cgroups::SessionCgroups;
 use super::ledger::Ledger;
 use super::locks::{Acquire, Granted, LockEffect, LockKey, Locks, held_error};
 use super::reaps::{ReapDone, Reaps, terminating};
 use super::tree::Trees;
+use crate::cgroup::reclaim::Emptied;
 use crate::store::{ActionKey, Store};
 
 #[derive(Debug)]
@@ -28,6 +30,8 @@ pub(super) struct Effects {
     reaps: Reaps,
     /// End actions running.
     actions: Actions,
+    /// The cgroups of ACTIVE sessions, and those being reclaimed.
+    cgroups: SessionCgroups,
 }
 
 /// What published events set off.
@@ -47,6 +51,7 @@ pub(super) struct SetOff {
 pub(super) enum Done {
     Reap(Result<ReapDone, JoinError>),
     Action(Next),
+    Cgroup(Emptied),
 }
 
 impl Effects {
@@ -55,6 +60,7 @@ impl Effects {
             locks: Locks::default(),
             reaps: Reaps::new(config.proc.clone(), boot_id.to_owned()),
             actions: Actions::new(&config.actions, config.proc.clone()),
+            cgroups: SessionCgroups::default(),
         }
     }
 
@@ -65,6 +71,7 @@ impl Effects {
         let reap = terminating(events);
         let acting = with_actions(events).next().is_some();
         self.actions.ended(with_actions(events));
+        self.cgroups.set_off(events);
         SetOff {
             locks,
             reap,
@@ -72,9 +79,11 @@ impl Effects {
         }
     }
 
-    /// Starts terminating the survivors of an ended session, as its tree knows them.
+    /// Starts terminating the survivors of an ended session, as its tree knows them, and
+    /// what its cgroup holds at its grace's end.
     pub(super) fn reap(&mut self, ended: &Event, store: &Store, trees: &Trees) {
         self.reaps.start(ended, store, trees);
+        self.cgroups.terminate(ended, store);
     }
 
     /// At start: runs again the reaps and the end actions a stop or a crash cut short.
@@ -89,7 +98,13 @@ impl Effects {
             biased;
             done = self.reaps.finished() => Done::Reap(done),
             next = self.actions.next() => Done::Action(next),
+            emptied = self.cgroups.next() => Done::Cgroup(emptied),
         }
+    }
+
+    /// The session cgroups, to follow registrations and reconcile at start.
+    pub(super) fn cgroups(&mut self) -> &mut SessionCgroups {
+        &mut self.cgroups
     }
 
     /// Whether end actions wait for a slot.

@@ -25,6 +25,7 @@ use liveness_proc::identity::{IdentityError, ProcRoot};
 mod actions;
 mod actor;
 mod auth;
+mod cgroups;
 mod effects;
 mod end_metrics;
 mod eventlog;

@@ -298,6 +298,7 @@ pub enum EventPage {
 mod actions;
 mod active;
 mod apply;
+mod cgroups;
 mod checkpoint;
 mod ending;
 pub mod journal;

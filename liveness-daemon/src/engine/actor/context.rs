@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use liveness_common::identity::{Identity, ProcessKey};
@@ -80,6 +81,11 @@ impl<'a> Context<'a> {
             self.engine.publish(events);
         }
         Ok(made)
+    }
+
+    /// A new session has the cgroup at `path`: reclaimed once the session ends.
+    pub(in crate::engine) fn cgroup_made(&mut self, uid: u32, id: String, path: PathBuf) {
+        self.engine.effects.cgroups().active(uid, id, path);
     }
 
     /// Follows a change to an ACTIVE session that has no event (the same owner registered

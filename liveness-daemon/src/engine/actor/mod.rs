@@ -111,6 +111,7 @@ enum Wake {
     Command(Command),
     Reap(Result<ReapDone, tokio::task::JoinError>),
     Action(Next),
+    Cgroup(crate::cgroup::reclaim::Emptied),
     Retry,
     Housekeeping,
     TreeRefresh,
@@ -173,6 +174,7 @@ impl Engine {
                 done = self.effects.next() => match done {
                     Done::Reap(done) => Wake::Reap(done),
                     Done::Action(next) => Wake::Action(next),
+                    Done::Cgroup(emptied) => Wake::Cgroup(emptied),
                 },
                 _ = retry.tick(), if retrying => Wake::Retry,
                 _ = housekeeping.tick() => Wake::Housekeeping,
@@ -205,6 +207,7 @@ impl Engine {
                 Wake::Action(Next::Finished(Err(e))) => {
                     tracing::error!(error = %e, "an end action's task failed");
                 }
+                Wake::Cgroup(emptied) => self.cgroup_emptied(emptied),
                 Wake::Retry => self.retry_commits(),
                 Wake::Housekeeping => self.housekeeping(),
                 Wake::TreeRefresh => self.watch.refresh(self.ledger.store_mut()),
@@ -261,6 +264,8 @@ impl Engine {
     /// are not started twice.
     pub(super) fn reconcile_at_start(&mut self) {
         (self.effects).resume(self.ledger.store_mut(), self.watch.trees());
+        // Before the deaths below are published: their sessions' cgroups are reclaimed.
+        (self.effects.cgroups()).resume(self.ledger.active_sessions());
         let owners = match self.ledger.store().active_owners() {
             Ok(owners) => owners,
             Err(e) => {
@@ -287,6 +292,24 @@ impl Engine {
         self.finalize(dead);
         // Housekeeping and the first requests follow at once: they read these ends.
         self.caught_up();
+        (self.effects.cgroups()).reconcile(&self.facts.config.cgroups, self.ledger.store());
+    }
+
+    /// A session cgroup found empty: what it counted is stored with its session, then it
+    /// is removed. Should either fail, the cgroup stays for the next start's reconcile.
+    fn cgroup_emptied(&mut self, emptied: crate::cgroup::reclaim::Emptied) {
+        let crate::cgroup::reclaim::Emptied { job, usage } = emptied;
+        if let Some((uid, id)) = &job.session
+            && let Err(e) = self
+                .ledger
+                .commit(|store| store.cgroup_usage(*uid, id, &usage))
+        {
+            tracing::error!(error = %e, session = id, "cannot store what a session's cgroup counted; it is kept until the next start");
+            return;
+        }
+        if let Err(e) = crate::cgroup::remove(&job.path) {
+            tracing::warn!(error = %e, "cannot remove an emptied session cgroup; the next start tries again");
+        }
     }
 
     /// Stops watching an owner that no ACTIVE session refers to any more.

@@ -146,10 +146,13 @@ impl Op for Register {
                 discard(Path::new(&cgroup.path));
             }
         })?;
-        if let Some(cgroup) = &cgroup
-            && let Err(e) = cgroup::adopt(Path::new(&cgroup.path), owner.pid)
-        {
-            warnings.push(format!("the owner is not in the session's cgroup: {e}"));
+        if let Some(cgroup) = &cgroup {
+            // Before the owner is watched: should it be dead already, its session ends
+            // there, and its cgroup is reclaimed with it.
+            cx.cgroup_made(namespace, id.clone(), cgroup.path.clone().into());
+            if let Err(e) = cgroup::adopt(Path::new(&cgroup.path), owner.pid) {
+                warnings.push(format!("the owner is not in the session's cgroup: {e}"));
+            }
         }
         if !event {
             // The same owner again: its end actions may have been replaced.
@@ -231,6 +234,7 @@ fn session_cgroup(
             path: path.display().to_string(),
             memory_max: limits.memory_max,
             tasks_max: limits.tasks_max,
+            usage: None,
         }),
         Err(e) => {
             warnings.push(format!("the session has no cgroup: {e}"));
