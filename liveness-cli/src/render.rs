@@ -57,6 +57,9 @@ fn print_session_block(session: &Session, now: i64, pids: &Numbering) {
         if let Some(usage) = &session.usage {
             outln!("     Usage: {usage} (members still running are not counted)");
         }
+        if let Some(usage) = session.cgroup.as_ref().and_then(|c| c.usage.as_ref()) {
+            outln!("    Cgroup: {usage}");
+        }
         if let Some(survivors) = session.survivors.as_ref().filter(|s| s.total > 0) {
             let unlisted =
                 survivors.total as usize - survivors.members.len().min(survivors.total as usize);
@@ -675,7 +678,7 @@ pub(crate) fn print_cgroup(cgroup: &CgroupStatus) {
             let fallbacks: Vec<&str> = [
                 missing(
                     cgroup.kill,
-                    "no cgroup.kill: frozen, then killed one by one",
+                    "no cgroup.kill: terminated by the reaper's signals only",
                 ),
                 missing(cgroup.peak, "no memory.peak: no peak in the accounting"),
             ]

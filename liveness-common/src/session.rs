@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::action::{ActionOutcome, ActionRun, ActionSpec, EndFacts};
 use crate::activity::{Activity, Declared, StallPolicy};
-use crate::cause::{Cause, Usage};
+use crate::cause::{Bytes, Cause, Millis, Usage};
 pub use crate::end::{EndReason, MAX_SURVIVORS_LISTED, Survivors};
 use crate::exit::{DetectedBy, ExitStatus};
 use crate::identity::Identity;
@@ -431,6 +431,33 @@ pub struct CgroupUsage {
     pub pids_peak: Option<u64>,
     /// `io.stat`, summed over its devices.
     pub io: Option<IoUsage>,
+}
+
+impl std::fmt::Display for CgroupUsage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.memory_peak {
+            Some(peak) => write!(f, "peak memory {}", Bytes(peak))?,
+            None => write!(f, "peak memory not kept by this kernel")?,
+        }
+        if let Some(events) = self.memory_events.filter(|e| e.oom_kill > 0) {
+            write!(f, ", {} OOM kill(s)", events.oom_kill)?;
+        }
+        if let Some(cpu) = self.cpu_usec {
+            write!(f, ", CPU {}", Millis(cpu))?;
+        }
+        if let Some(pids) = self.pids_peak {
+            write!(f, ", at most {pids} task(s)")?;
+        }
+        if let Some(io) = self.io {
+            write!(
+                f,
+                ", read {}, written {}",
+                Bytes(io.rbytes),
+                Bytes(io.wbytes)
+            )?;
+        }
+        Ok(())
+    }
 }
 
 /// A session cgroup's `memory.events`.

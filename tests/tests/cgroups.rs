@@ -392,6 +392,9 @@ fn an_ended_sessions_cgroup_is_removed_once_empty_with_its_counters_stored() {
     );
     // Once only: the stored counters stay as they were.
     assert_eq!(daemon.session("w")["cgroup"]["usage"], usage);
+    let text = daemon.cli(&["get", "--session", "w"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("    Cgroup: peak memory "), "{text}");
 }
 
 /// A daemon SIGKILLed while its cgroup sessions live, whose owners then die, and a cgroup
