@@ -475,7 +475,7 @@ fn replay(daemon: &Daemon) -> Vec<Value> {
 /// the cgroup holds after the grace is killed there at once (`cgroup.kill`), the cgroup
 /// empties and is removed, and the session has one `session.reaped`.
 #[test]
-fn end_terminate_of_a_fork_loop_bounded_by_tasks_max_leaves_nothing() {
+fn end_terminate_of_a_fork_loop_bounded_by_tasks_max_leaves_nothing_in_its_cgroup() {
     let Some(_) = usable_host("end_terminate_of_a_fork_loop") else {
         return;
     };
