@@ -758,6 +758,88 @@ type StallPolicy struct {
 	Run *ActionSpec `json:"run,omitempty"`
 }
 
+// MemoryEvents is a session cgroup's memory.events.
+type MemoryEvents struct {
+	// Times memory.high was exceeded.
+	High uint64 `json:"high"`
+	// Times memory.max was about to be exceeded.
+	Max uint64 `json:"max"`
+	// Times the cgroup ran out of memory.
+	Oom uint64 `json:"oom"`
+	// Processes the OOM killer killed there.
+	OomKill uint64 `json:"oom_kill"`
+}
+
+// IoUsage is a session cgroup's io.stat, summed over its devices.
+type IoUsage struct {
+	Rbytes uint64 `json:"rbytes"`
+	Wbytes uint64 `json:"wbytes"`
+	Rios   uint64 `json:"rios"`
+	Wios   uint64 `json:"wios"`
+}
+
+// CgroupUsage is a session cgroup's counters; null where the kernel has no such file (memory.peak 5.19+, pids.peak 6.1+, io.stat with the io controller).
+type CgroupUsage struct {
+	// memory.peak, bytes.
+	MemoryPeak uint64
+	// memory.events.
+	MemoryEvents *MemoryEvents
+	// cpu.stat usage_usec.
+	CPUUsec uint64
+	// pids.peak.
+	PidsPeak uint64
+	// io.stat, summed over devices.
+	Io *IoUsage
+}
+
+// cgroupUsageJSON is CgroupUsage as the wire has it.
+type cgroupUsageJSON struct {
+	MemoryPeak   *uint64       `json:"memory_peak"`
+	MemoryEvents *MemoryEvents `json:"memory_events"`
+	CPUUsec      *uint64       `json:"cpu_usec"`
+	PidsPeak     *uint64       `json:"pids_peak"`
+	Io           *IoUsage      `json:"io"`
+}
+
+// MarshalJSON writes null for what does not apply, as the daemon does.
+func (s CgroupUsage) MarshalJSON() ([]byte, error) {
+	return json.Marshal(cgroupUsageJSON{
+		MemoryPeak:   orNil(s.MemoryPeak),
+		MemoryEvents: s.MemoryEvents,
+		CPUUsec:      orNil(s.CPUUsec),
+		PidsPeak:     orNil(s.PidsPeak),
+		Io:           s.Io,
+	})
+}
+
+// UnmarshalJSON reads a CgroupUsage; what is absent gets the daemon's default.
+func (s *CgroupUsage) UnmarshalJSON(data []byte) error {
+	w := cgroupUsageJSON{}
+	if err := json.Unmarshal(data, &w); err != nil {
+		return err
+	}
+	*s = CgroupUsage{
+		MemoryPeak:   orZero(w.MemoryPeak),
+		MemoryEvents: w.MemoryEvents,
+		CPUUsec:      orZero(w.CPUUsec),
+		PidsPeak:     orZero(w.PidsPeak),
+		Io:           w.Io,
+	}
+	return nil
+}
+
+// SessionCgroup is a session's own cgroup and the limits written there (docs/cgroups.md).
+type SessionCgroup struct {
+	// Its directory in the cgroup2 hierarchy, as the daemon sees it.
+	Path string `json:"path"`
+	// memory.max, in bytes.
+	MemoryMax *uint64 `json:"memory_max,omitempty"`
+	// pids.max.
+	TasksMax *uint64 `json:"tasks_max,omitempty"`
+	// What the cgroup counted, read once its last member was gone and before it was removed; none until then.
+	Usage *CgroupUsage `json:"usage,omitempty"`
+}
+
 // ReapFailure is a process the daemon could not, or would not, end.
 type ReapFailure struct {
 	PID    uint32 `json:"pid"`
@@ -875,6 +957,8 @@ type Session struct {
 	OnEndRun []ActionSpec
 	// How its stalls are judged and what they do, as registered; the daemon's defaults stand for what is absent (docs/activity.md).
 	OnStall *StallPolicy
+	// The cgroup of its own it was given at registration (docs/cgroups.md).
+	Cgroup *SessionCgroup
 	// Where each end action stands, in the order of on_end_run: from get and actions_done only.
 	Actions []ActionState
 	// When the last end action had its outcome; none until then, and for a session without end actions, whose end is final.
@@ -911,6 +995,7 @@ type sessionJSON struct {
 	GraceMs          uint64            `json:"grace_ms"`
 	OnEndRun         []ActionSpec      `json:"on_end_run,omitempty"`
 	OnStall          *StallPolicy      `json:"on_stall,omitempty"`
+	Cgroup           *SessionCgroup    `json:"cgroup,omitempty"`
 	Actions          []ActionState     `json:"actions,omitempty"`
 	FinalizedMs      *int64            `json:"finalized_ms,omitempty"`
 	Reaped           *Reaped           `json:"reaped,omitempty"`
@@ -943,6 +1028,7 @@ func (s Session) MarshalJSON() ([]byte, error) {
 		GraceMs:          s.GraceMs,
 		OnEndRun:         s.OnEndRun,
 		OnStall:          s.OnStall,
+		Cgroup:           s.Cgroup,
 		Actions:          s.Actions,
 		FinalizedMs:      orNil(s.FinalizedMs),
 		Reaped:           s.Reaped,
@@ -980,6 +1066,7 @@ func (s *Session) UnmarshalJSON(data []byte) error {
 		GraceMs:          w.GraceMs,
 		OnEndRun:         w.OnEndRun,
 		OnStall:          w.OnStall,
+		Cgroup:           w.Cgroup,
 		Actions:          w.Actions,
 		FinalizedMs:      orZero(w.FinalizedMs),
 		Reaped:           w.Reaped,

@@ -130,6 +130,7 @@ fn new_session(id: String, owner: &Identity) -> NewSession {
         until: Until::Owner,
         on_end_run: None,
         on_stall: None,
+        cgroup: None,
         creator_gid: None,
     }
 }

@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 use liveness_client::Scope;
 use liveness_common::cause::{Cause, CauseKind};
 use liveness_common::duration::parse_duration;
+use liveness_common::request::CgroupLimits;
 use liveness_common::session::{OnEnd, Until};
 
 use crate::exit::{exit_codes_help, wait_codes_help};
@@ -285,6 +286,8 @@ pub(crate) struct RegisterArgs {
     pub(crate) end_actions: EndActionArgs,
     #[command(flatten)]
     pub(crate) stall: StallArgs,
+    #[command(flatten)]
+    pub(crate) cgroup: CgroupArgs,
 }
 
 /// The owner named on the command line.
@@ -403,6 +406,58 @@ pub(crate) struct StallArgs {
     /// `terminate` (SIGTERM to the session's tree, SIGKILL after --grace).
     #[arg(long, value_name = "ACTION")]
     pub(crate) on_stall: Option<String>,
+}
+
+/// A cgroup of the session's own (docs/cgroups.md).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub(crate) struct CgroupArgs {
+    /// Put the owner and everything it forks from then on in a cgroup of the session's
+    /// own, with the limits below. Without usable cgroup2 on the host (`liveness doctor`
+    /// says why) the session is registered without one, with a warning.
+    #[arg(long)]
+    pub(crate) cgroup: bool,
+    /// The session's memory limit (`memory.max`), e.g. 512M or 2G: beyond it the kernel
+    /// OOM-kills inside the session only.
+    #[arg(long, requires = "cgroup", value_parser = parse_bytes, value_name = "SIZE")]
+    pub(crate) memory_max: Option<u64>,
+    /// At most this many processes and threads in the session (`pids.max`): forks beyond
+    /// fail.
+    #[arg(long, requires = "cgroup", value_parser = clap::value_parser!(u64).range(1..), value_name = "N")]
+    pub(crate) tasks_max: Option<u64>,
+}
+
+impl CgroupArgs {
+    /// The request's `cgroup`, if asked for.
+    pub(crate) fn limits(&self) -> Option<CgroupLimits> {
+        self.cgroup.then_some(CgroupLimits {
+            memory_max: self.memory_max,
+            tasks_max: self.tasks_max,
+        })
+    }
+}
+
+/// A size in bytes, with an optional binary suffix K, M, G or T (`32M` is 32 MiB).
+fn parse_bytes(text: &str) -> Result<u64, String> {
+    let digits = text.trim_end_matches(['K', 'M', 'G', 'T', 'k', 'm', 'g', 't']);
+    let shift = match &text[digits.len()..] {
+        "" => 0,
+        "K" | "k" => 10,
+        "M" | "m" => 20,
+        "G" | "g" => 30,
+        "T" | "t" => 40,
+        _ => {
+            return Err(format!(
+                "{text:?} is not a size (a number, then K, M, G or T)"
+            ));
+        }
+    };
+    let number: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size (a number, then K, M, G or T)"))?;
+    number
+        .checked_mul(1 << shift)
+        .filter(|bytes| *bytes > 0)
+        .ok_or_else(|| format!("{text:?} is not a size between 1 byte and 16 EiB"))
 }
 
 /// When a session ends by itself.
@@ -676,8 +731,9 @@ pub(crate) enum LockCommand {
     /// CMD gets the token in LIVENESS_LOCK_TOKEN (and the lock's name in
     /// LIVENESS_LOCK_NAME, its session in LIVENESS_SESSION). The lock is released when CMD
     /// exits, however it exits.
+    /// Boxed: it holds all of `run`'s options, the other commands a few.
     #[command(after_help = LOCK_HELP)]
-    Run(LockRunArgs),
+    Run(Box<LockRunArgs>),
 }
 
 pub(crate) const LOCK_HELP: &str = "\
@@ -793,6 +849,8 @@ pub(crate) struct RunArgs {
     pub(crate) end_actions: EndActionArgs,
     #[command(flatten)]
     pub(crate) stall: StallArgs,
+    #[command(flatten)]
+    pub(crate) cgroup: CgroupArgs,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub(crate) command: Vec<OsString>,
@@ -919,6 +977,27 @@ mod tests {
     use clap::CommandFactory;
 
     use super::*;
+
+    #[test]
+    fn sizes_take_binary_suffixes_and_refuse_the_rest() {
+        assert_eq!(parse_bytes("32M"), Ok(32 << 20));
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert_eq!(parse_bytes("2g"), Ok(2 << 30));
+        for bad in [
+            "",
+            "M",
+            "0",
+            "0K",
+            "-1M",
+            "1.5G",
+            "12MB",
+            "1 G",
+            "99999999T",
+            "\u{1b}[31m",
+        ] {
+            assert!(parse_bytes(bad).is_err(), "{bad:?}");
+        }
+    }
 
     /// Every option of every subcommand, nested ones too, explains itself in `--help`.
     #[test]

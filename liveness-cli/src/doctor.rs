@@ -7,7 +7,9 @@ use std::process::ExitCode;
 use serde::Serialize;
 
 use liveness_client::Client;
-use liveness_common::status::{MembershipStatus, SourceName, SourceReport, SourceState, Status};
+use liveness_common::status::{
+    CgroupStatus, MembershipStatus, SourceName, SourceReport, SourceState, Status,
+};
 use liveness_proc::diagnose::{self, Restrictions};
 
 use crate::args::DoctorArgs;
@@ -15,7 +17,7 @@ use crate::context::Context;
 use crate::exit::{Exit, Failure};
 use crate::output::{self, outln};
 use crate::pids::Numbering;
-use crate::render::{print_membership, print_sources};
+use crate::render::{print_cgroup, print_membership, print_sources};
 
 impl DoctorArgs {
     /// The daemon's own account of its sources, and apart from it what this process could
@@ -66,6 +68,9 @@ impl DoctorArgs {
                     print_sources(&daemon.sources);
                     if let Some(membership) = &daemon.membership {
                         print_membership(membership);
+                    }
+                    if let Some(cgroup) = &daemon.cgroup {
+                        print_cgroup(cgroup);
                     }
                 }
                 (None, error) => outln!(
@@ -118,6 +123,9 @@ struct DaemonDoctor {
     /// How sessions' process trees are followed and what that can miss.
     #[serde(skip_serializing_if = "Option::is_none")]
     membership: Option<MembershipStatus>,
+    /// What cgroup support sessions have, and why none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cgroup: Option<CgroupStatus>,
 }
 
 impl DaemonDoctor {
@@ -128,6 +136,7 @@ impl DaemonDoctor {
             selection: status.monitor.selection,
             sources: status.monitor.sources,
             membership: status.membership,
+            cgroup: status.cgroup,
         }
     }
 }

@@ -11,7 +11,9 @@ use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{DeathReason, Identity};
 use liveness_common::lock::Lock;
 use liveness_common::session::{EndReason, Event, EventKind, OnEnd, Phase, Reaped, Session};
-use liveness_common::status::{ClusterStatus, MembershipStatus, SourceReport, Status};
+use liveness_common::status::{
+    CgroupStatus, ClusterStatus, MembershipStatus, SourceReport, Status,
+};
 use liveness_common::wire::wire_name;
 use liveness_proc::identity::{Liveness, ProcRoot};
 
@@ -54,6 +56,9 @@ fn print_session_block(session: &Session, now: i64, pids: &Numbering) {
         }
         if let Some(usage) = &session.usage {
             outln!("     Usage: {usage} (members still running are not counted)");
+        }
+        if let Some(usage) = session.cgroup.as_ref().and_then(|c| c.usage.as_ref()) {
+            outln!("    Cgroup: {usage}");
         }
         if let Some(survivors) = session.survivors.as_ref().filter(|s| s.total > 0) {
             let unlisted =
@@ -662,6 +667,43 @@ pub(crate) fn print_status(status: &Status, pids: &Numbering) {
     }
     if let Some(cluster) = &status.cluster {
         print_cluster(cluster, now);
+    }
+    if let Some(cgroup) = &status.cgroup {
+        print_cgroup(cgroup);
+    }
+}
+
+/// What cgroup support sessions have here (`register --cgroup`), and why none.
+pub(crate) fn print_cgroup(cgroup: &CgroupStatus) {
+    let mount = cgroup.mount.as_deref().unwrap_or("none");
+    let controllers = match cgroup.controllers.as_slice() {
+        [] => "none".to_owned(),
+        list => list.join(" "),
+    };
+    match (&cgroup.subtree, &cgroup.reason) {
+        (Some(subtree), _) if cgroup.usable => {
+            let missing = |present: bool, what: &'static str| (!present).then_some(what);
+            let fallbacks: Vec<&str> = [
+                missing(
+                    cgroup.kill,
+                    "no cgroup.kill: terminated by the reaper's signals only",
+                ),
+                missing(cgroup.peak, "no memory.peak: no peak in the accounting"),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            outln!(
+                "   Cgroups: sessions' under {subtree} (cgroup2 at {mount}), controllers {controllers}"
+            );
+            if !fallbacks.is_empty() {
+                outln!("            {}", fallbacks.join("; "));
+            }
+        }
+        (_, reason) => outln!(
+            "   Cgroups: none for sessions: {}",
+            reason.as_deref().unwrap_or("unusable")
+        ),
     }
 }
 

@@ -23,6 +23,7 @@ use rustix::process::Signal;
 use crate::args::{LockScope, LockWait, RunArgs};
 use crate::context::Context;
 use crate::exit::{Exit, Failure};
+use crate::output;
 
 impl RunArgs {
     pub(crate) fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
@@ -54,8 +55,11 @@ impl RunArgs {
             wrappers: Vec::new(),
             on_end_run: self.end_actions.specs()?,
             on_stall: self.stall.policy()?,
+            cgroup: self.cgroup.limits(),
         };
-        client.register(&registration)?;
+        for warning in client.register_with_warnings(&registration)?.warnings {
+            output::warn(&warning, context.json);
+        }
         let token = match lock {
             Some((name, wait, scope)) => {
                 let scope = scope.scope();

@@ -37,6 +37,7 @@ impl RegisterArgs {
             until: self.until.until.map(Until::from),
             on_end_run: self.end_actions.specs()?,
             on_stall: self.stall.policy()?,
+            cgroup: self.cgroup.limits(),
         };
         let mut client = context.connect()?;
         let pids = Numbering::of(&client);

@@ -51,6 +51,7 @@ pub use liveness_common::lock::Scope;
 pub use liveness_common::protocol::ErrorCode;
 use liveness_common::protocol::{Reply, Request, StreamMessage, Subscribed};
 use liveness_common::request;
+use liveness_common::request::CgroupLimits;
 use liveness_common::session::{EventKind, OnEnd, Phase, Session, Until};
 use liveness_common::status::Status;
 
@@ -109,6 +110,10 @@ pub struct Registration {
     /// How the session's stalls are judged and what they do (daemon defaults: its
     /// `--stall-after` ... and `--on-stall`). Replaces an ACTIVE session's; `None` keeps it.
     pub on_stall: Option<StallPolicy>,
+    /// A cgroup of the session's own with these limits (docs/cgroups.md); without usable
+    /// cgroup2 the session is registered without one, with a warning. Set when the session
+    /// is created.
+    pub cgroup: Option<CgroupLimits>,
 }
 
 /// The answer to [`Client::register_with_warnings`].
@@ -136,6 +141,7 @@ impl Registration {
             wrappers: Vec::new(),
             on_end_run: None,
             on_stall: None,
+            cgroup: None,
         }
     }
 }

@@ -400,7 +400,7 @@ impl fmt::Display for Usage {
     }
 }
 
-struct Millis(u64);
+pub(crate) struct Millis(pub(crate) u64);
 
 impl fmt::Display for Millis {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -408,7 +408,7 @@ impl fmt::Display for Millis {
     }
 }
 
-struct Bytes(u64);
+pub(crate) struct Bytes(pub(crate) u64);
 
 impl fmt::Display for Bytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

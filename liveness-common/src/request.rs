@@ -87,6 +87,23 @@ pub struct Register {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     /// Boxed: most registrations have none, and requests are moved whole.
     pub on_stall: Option<Box<StallPolicy>>,
+    /// Give the new session a cgroup of its own with these limits (docs/cgroups.md); a
+    /// host without usable cgroup2 registers it without one, with a warning. Set when the
+    /// session is created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<CgroupLimits>,
+}
+
+/// A session cgroup's limits (absent: none).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CgroupLimits {
+    /// `memory.max`, in bytes: the session's processes are OOM-killed inside it beyond.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_max: Option<u64>,
+    /// `pids.max`: forks beyond fail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks_max: Option<u64>,
 }
 
 /// The session's end commands were run by its client (an agent's own end hook): each end

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::action::{ActionOutcome, ActionRun, ActionSpec, EndFacts};
 use crate::activity::{Activity, Declared, StallPolicy};
-use crate::cause::{Cause, Usage};
+use crate::cause::{Bytes, Cause, Millis, Usage};
 pub use crate::end::{EndReason, MAX_SURVIVORS_LISTED, Survivors};
 use crate::exit::{DetectedBy, ExitStatus};
 use crate::identity::Identity;
@@ -65,6 +65,9 @@ pub struct Session {
     /// stand for what is absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_stall: Option<StallPolicy>,
+    /// The cgroup of its own it was given at registration (docs/cgroups.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<SessionCgroup>,
     /// `get` only: where each end action stands, in the order of `on_end_run`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub actions: Vec<ActionState>,
@@ -356,6 +359,7 @@ mod tests {
             until: Until::Owner,
             on_end_run: Vec::new(),
             on_stall: None,
+            cgroup: None,
             actions: Vec::new(),
             finalized_ms: None,
             reaped: None,
@@ -395,4 +399,85 @@ mod tests {
             "docs/end-actions.md lists the action's fields"
         );
     }
+}
+
+/// A session's cgroup: where it is, and the limits written there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionCgroup {
+    /// Its directory in the cgroup2 hierarchy, as the daemon sees it.
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_max: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks_max: Option<u64>,
+    /// What the cgroup counted over the session's life, read once its last member was
+    /// gone and before it was removed; absent until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<CgroupUsage>,
+}
+
+/// A session cgroup's counters, as the kernel keeps them. A counter the kernel lacks is
+/// null (`memory.peak` is 5.19+, `pids.peak` 6.1+; `io.stat` needs the io controller).
+/// Memory charged before a process was moved in stays with its old cgroup (cgroup v2).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CgroupUsage {
+    /// `memory.peak`, bytes.
+    pub memory_peak: Option<u64>,
+    /// `memory.events`.
+    pub memory_events: Option<MemoryEvents>,
+    /// `cpu.stat` `usage_usec`.
+    pub cpu_usec: Option<u64>,
+    /// `pids.peak`.
+    pub pids_peak: Option<u64>,
+    /// `io.stat`, summed over its devices.
+    pub io: Option<IoUsage>,
+}
+
+impl std::fmt::Display for CgroupUsage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.memory_peak {
+            Some(peak) => write!(f, "peak memory {}", Bytes(peak))?,
+            None => write!(f, "peak memory not kept by this kernel")?,
+        }
+        if let Some(events) = self.memory_events.filter(|e| e.oom_kill > 0) {
+            write!(f, ", {} OOM kill(s)", events.oom_kill)?;
+        }
+        if let Some(cpu) = self.cpu_usec {
+            write!(f, ", CPU {}", Millis(cpu))?;
+        }
+        if let Some(pids) = self.pids_peak {
+            write!(f, ", at most {pids} task(s)")?;
+        }
+        if let Some(io) = self.io {
+            write!(
+                f,
+                ", read {}, written {}",
+                Bytes(io.rbytes),
+                Bytes(io.wbytes)
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// A session cgroup's `memory.events`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryEvents {
+    /// Times `memory.high` was exceeded (reclaim throttled the cgroup).
+    pub high: u64,
+    /// Times `memory.max` was about to be exceeded.
+    pub max: u64,
+    /// Times the cgroup ran out of memory.
+    pub oom: u64,
+    /// Processes of the cgroup the OOM killer killed.
+    pub oom_kill: u64,
+}
+
+/// A session cgroup's `io.stat`, summed over its devices.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IoUsage {
+    pub rbytes: u64,
+    pub wbytes: u64,
+    pub rios: u64,
+    pub wios: u64,
 }

@@ -44,6 +44,34 @@ pub struct Status {
     /// The mirror of this host's sessions in etcd, with `--etcd` (docs/fleet.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterStatus>,
+    /// Whether sessions can have cgroups of their own here (docs/cgroups.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<CgroupStatus>,
+}
+
+/// What cgroup support the host offers sessions (`register --cgroup`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CgroupStatus {
+    /// Sessions that ask for a cgroup get one.
+    pub usable: bool,
+    /// The cgroup2 mount found in the daemon's mountinfo.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount: Option<String>,
+    /// The daemon's subtree, under which sessions' cgroups are made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subtree: Option<String>,
+    /// Usable: the controllers enabled for sessions; otherwise those the mount offers.
+    #[serde(default)]
+    pub controllers: Vec<String>,
+    /// `cgroup.kill` exists (5.14+): a session's tree is killed at once.
+    #[serde(default)]
+    pub kill: bool,
+    /// `memory.peak` exists (5.19+).
+    #[serde(default)]
+    pub peak: bool,
+    /// Why sessions get no cgroup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// Where the mirror of this host in etcd stands.

@@ -10,6 +10,7 @@
 
 mod action;
 mod activity;
+mod cgroup;
 mod daemon;
 mod deadline;
 mod engine;

@@ -276,6 +276,7 @@ const KERNEL_SUITE: &[(&str, &[&str])] = &[
     ("trees", &[]),
     ("reap", &[]),
     ("sources", &[]),
+    ("cgroups", &[]),
 ];
 
 /// Tests left out in the guest, by binary and name (`--skip`), which run on the host in
@@ -393,6 +394,9 @@ mount -t devpts devpts /dev/pts
 mount -t tmpfs tmpfs /tmp
 mount -t tmpfs tmpfs /run
 hostname liveness-vm
+# A full cgroup2 hierarchy, away from /sys/fs/cgroup: the daemon must find it in mountinfo.
+mkdir -p /run/cgroup2
+mount -t cgroup2 none /run/cgroup2
 # Loopback, for the metrics listener's test.
 ip link set lo up
 # sock_diag's TCP handler, where the kernel has it as modules (see DIAG_MODULES in vm.rs).
@@ -414,7 +418,7 @@ for name in {names}; do
 {narrowed}    esac
     # A binary that hangs is killed, so the others still run and the hung test is named
     # (the echo ends libtest's unfinished `test NAME ... ` line).
-    LIVENESS_BIN_DIR=/bin LIVENESS_REQUIRE_EBPF=1 RUST_BACKTRACE=1 \
+    LIVENESS_BIN_DIR=/bin LIVENESS_REQUIRE_EBPF=1 LIVENESS_REQUIRE_CGROUP2=1 RUST_BACKTRACE=1 \
         timeout -s KILL {binary_timeout} /tests/$name --test-threads=1 $skip $only{filter} 2>&1
     status=$?
     echo

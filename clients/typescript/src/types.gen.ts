@@ -311,6 +311,56 @@ export interface StallPolicy {
 }
 export const stallPolicy: Codec<StallPolicy> = object<StallPolicy>({ stall_after_ms: optional(int), spin_after_ms: optional(int), tool_stall_after_ms: optional(int), action: optional(stallAction), signal: optional(int), run: optional(actionSpec) }, true);
 
+/** A session cgroup's memory.events. */
+export interface MemoryEvents {
+  /** Times memory.high was exceeded. */
+  high: number;
+  /** Times memory.max was about to be exceeded. */
+  max: number;
+  /** Times the cgroup ran out of memory. */
+  oom: number;
+  /** Processes the OOM killer killed there. */
+  oom_kill: number;
+}
+export const memoryEvents: Codec<MemoryEvents> = object<MemoryEvents>({ high: required(int), max: required(int), oom: required(int), oom_kill: required(int) });
+
+/** A session cgroup's io.stat, summed over its devices. */
+export interface IoUsage {
+  rbytes: number;
+  wbytes: number;
+  rios: number;
+  wios: number;
+}
+export const ioUsage: Codec<IoUsage> = object<IoUsage>({ rbytes: required(int), wbytes: required(int), rios: required(int), wios: required(int) });
+
+/** A session cgroup's counters; null where the kernel has no such file (memory.peak 5.19+, pids.peak 6.1+, io.stat with the io controller). */
+export interface CgroupUsage {
+  /** memory.peak, bytes. */
+  memory_peak: number | null;
+  /** memory.events. */
+  memory_events: MemoryEvents | null;
+  /** cpu.stat usage_usec. */
+  cpu_usec: number | null;
+  /** pids.peak. */
+  pids_peak: number | null;
+  /** io.stat, summed over devices. */
+  io: IoUsage | null;
+}
+export const cgroupUsage: Codec<CgroupUsage> = object<CgroupUsage>({ memory_peak: nullable(int), memory_events: nullable(memoryEvents), cpu_usec: nullable(int), pids_peak: nullable(int), io: nullable(ioUsage) });
+
+/** A session's own cgroup and the limits written there (docs/cgroups.md). */
+export interface SessionCgroup {
+  /** Its directory in the cgroup2 hierarchy, as the daemon sees it. */
+  path: string;
+  /** memory.max, in bytes. */
+  memory_max?: number;
+  /** pids.max. */
+  tasks_max?: number;
+  /** What the cgroup counted, read once its last member was gone and before it was removed; none until then. */
+  usage?: CgroupUsage;
+}
+export const sessionCgroup: Codec<SessionCgroup> = object<SessionCgroup>({ path: required(str), memory_max: optional(int), tasks_max: optional(int), usage: optional(cgroupUsage) });
+
 /** A process the daemon could not, or would not, end. */
 export interface ReapFailure {
   pid: number;
@@ -435,6 +485,8 @@ export interface Session {
   on_end_run: ActionSpec[];
   /** How its stalls are judged and what they do, as registered; the daemon's defaults stand for what is absent (docs/activity.md). */
   on_stall?: StallPolicy;
+  /** The cgroup of its own it was given at registration (docs/cgroups.md). */
+  cgroup?: SessionCgroup;
   /** Where each end action stands, in the order of on_end_run: from get and actions_done only. */
   actions: ActionState[];
   /** When the last end action had its outcome; none until then, and for a session without end actions, whose end is final. */
@@ -446,7 +498,7 @@ export interface Session {
   /** In get and list, what it is doing as last judged; otherwise the stall episode under way when recorded (docs/activity.md). */
   activity?: Activity;
 }
-export const session: Codec<Session> = object<Session>({ id: required(str), owner: required(identity), phase: required(phase), pending: required(bool), reason: nullable(endReason), exit: nullable(exitStatus), cause: optional(cause), usage: optional(usage), detected_by: nullable(detectedBy), creator_uid: required(int), labels: required(recordOf(str)), created_ms: required(int), updated_ms: required(int), touched_ms: required(int), ended_ms: nullable(int), pending_expires_ms: nullable(int), survivors: optional(survivors), on_end: defaulted(onEnd, "leave"), until: defaulted(until, "owner", true), grace_ms: defaulted(int, 10000), on_end_run: defaulted(arrayOf(actionSpec), [], true), on_stall: optional(stallPolicy), actions: defaulted(arrayOf(actionState), [], true), finalized_ms: optional(int), reaped: optional(reaped), declared: optional(declared), activity: optional(activity) });
+export const session: Codec<Session> = object<Session>({ id: required(str), owner: required(identity), phase: required(phase), pending: required(bool), reason: nullable(endReason), exit: nullable(exitStatus), cause: optional(cause), usage: optional(usage), detected_by: nullable(detectedBy), creator_uid: required(int), labels: required(recordOf(str)), created_ms: required(int), updated_ms: required(int), touched_ms: required(int), ended_ms: nullable(int), pending_expires_ms: nullable(int), survivors: optional(survivors), on_end: defaulted(onEnd, "leave"), until: defaulted(until, "owner", true), grace_ms: defaulted(int, 10000), on_end_run: defaulted(arrayOf(actionSpec), [], true), on_stall: optional(stallPolicy), cgroup: optional(sessionCgroup), actions: defaulted(arrayOf(actionState), [], true), finalized_ms: optional(int), reaped: optional(reaped), declared: optional(declared), activity: optional(activity) });
 
 /** The lock a lock.acquired or lock.released event is about. */
 export interface LockChange {

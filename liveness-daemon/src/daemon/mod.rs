@@ -11,6 +11,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
+use crate::cgroup::Support;
 use crate::engine::{ActionConfig, Clock, EngineConfig};
 use crate::fair::limits::Limits;
 use crate::source::ebpf::EbpfConfig;
@@ -335,6 +336,7 @@ fn engine_start(
                 runtime: Some(tokio::runtime::Handle::current()),
                 proc: None,
             },
+            cgroups: Arc::new(Support::detect(&proc.path().join("self/mountinfo"))),
         },
         about,
     }

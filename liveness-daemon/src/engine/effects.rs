@@ -1,7 +1,8 @@
 //! The effects: what committed events set off after they are published. Requests waiting
 //! for a lock are told or granted, the survivors of ended sessions are terminated by their
 //! policy, their end actions run: each once SQLite has the events (a reap's plan and an end
-//! action read them there, a grant is written there).
+//! action read them there, a grant is written there). Their cgroups are reclaimed once
+//! empty.
 
 use std::collections::HashMap;
 
@@ -15,10 +16,12 @@ use tokio::task::JoinError;
 
 use super::EngineConfig;
 use super::actions::{Actions, Next, with_actions};
+use super::cgroups::SessionCgroups;
 use super::ledger::Ledger;
 use super::locks::{Acquire, Granted, LockEffect, LockKey, Locks, held_error};
 use super::reaps::{ReapDone, Reaps, Views, terminating};
 use super::tree::Trees;
+use crate::cgroup::reclaim::Emptied;
 use crate::engine::TreeView;
 use crate::source::tree_map::TreeMap;
 use crate::store::{ActionKey, Store};
@@ -40,6 +43,8 @@ pub(super) struct Effects {
     /// The trees of dead owners whose deaths could not be appended yet: their reaps read
     /// them once the deaths are.
     kept: Views,
+    /// The cgroups of ACTIVE sessions, and those being reclaimed.
+    cgroups: SessionCgroups,
 }
 
 /// A reap or an end action that has news.
@@ -48,6 +53,7 @@ pub(super) struct Effects {
 pub(super) enum Done {
     Reap(Result<ReapDone, JoinError>),
     Action(Next),
+    Cgroup(Emptied),
 }
 
 impl Effects {
@@ -63,6 +69,7 @@ impl Effects {
             unsettled_locks: Vec::new(),
             unsettled_reaps: Vec::new(),
             kept: Views::new(),
+            cgroups: SessionCgroups::default(),
         }
     }
 
@@ -73,6 +80,7 @@ impl Effects {
         let locks = self.locks.effects_of(events);
         let acting = with_actions(events).next().is_some();
         self.actions.ended(with_actions(events));
+        self.cgroups.set_off(events);
         for ended in terminating(events) {
             let key = ended.owner.key();
             let view = (views.get(&key).cloned()).or_else(|| self.kept.get(&key).cloned());
@@ -96,14 +104,16 @@ impl Effects {
     /// started.
     pub(super) fn settle(&mut self, store: &Store) -> Vec<LockEffect> {
         for (ended, view) in std::mem::take(&mut self.unsettled_reaps) {
-            self.reaps.start(&ended, store, view);
+            self.reap(&ended, store, view);
         }
         std::mem::take(&mut self.unsettled_locks)
     }
 
-    /// Starts terminating the survivors of an ended session, as its tree knows them.
-    pub(super) fn reap(&mut self, ended: &Event, store: &Store, tree: TreeView) {
-        self.reaps.start(ended, store, Some(tree));
+    /// Starts terminating the survivors of an ended session, as its tree (`tree`: as it
+    /// was at the death) knows them, and what its cgroup holds at its grace's end.
+    pub(super) fn reap(&mut self, ended: &Event, store: &Store, tree: Option<TreeView>) {
+        self.reaps.start(ended, store, tree);
+        self.cgroups.terminate(ended, store);
     }
 
     /// At start: runs again the reaps and the end actions a stop or a crash cut short.
@@ -118,7 +128,13 @@ impl Effects {
             biased;
             done = self.reaps.finished() => Done::Reap(done),
             next = self.actions.next() => Done::Action(next),
+            emptied = self.cgroups.next() => Done::Cgroup(emptied),
         }
+    }
+
+    /// The session cgroups, to follow registrations and reconcile at start.
+    pub(super) fn cgroups(&mut self) -> &mut SessionCgroups {
+        &mut self.cgroups
     }
 
     /// Whether end actions wait for a slot.

@@ -24,6 +24,7 @@ use liveness_proc::identity::{IdentityError, ProcRoot};
 mod actions;
 mod actor;
 mod auth;
+mod cgroups;
 mod effects;
 mod end_metrics;
 mod eventlog;
@@ -101,6 +102,8 @@ pub struct EngineConfig {
     pub trace_hops: bool,
     /// How end actions run.
     pub actions: ActionConfig,
+    /// The cgroup2 hierarchy sessions' cgroups are made in, or why there is none.
+    pub cgroups: Arc<crate::cgroup::Support>,
 }
 
 /// Where the engine reads the wall clock.

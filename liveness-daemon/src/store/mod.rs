@@ -18,7 +18,9 @@ use liveness_common::activity::StallPolicy;
 use liveness_common::cause::{Cause, SenderSession, Usage};
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{Identity, ProcessKey};
-use liveness_common::session::{EndReason, Event, OnEnd, Phase, Session, Survivors, Until};
+use liveness_common::session::{
+    EndReason, Event, OnEnd, Phase, Session, SessionCgroup, Survivors, Until,
+};
 
 /// Longest accepted session id, in bytes.
 pub const MAX_ID_LEN: usize = 256;
@@ -27,7 +29,7 @@ pub const MAX_ID_LEN: usize = 256;
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Number of columns in [`session_columns!`].
-const SESSION_COLUMNS: usize = 31;
+const SESSION_COLUMNS: usize = 32;
 
 /// Columns of a session row, in the order [`session_from_row`] reads them.
 macro_rules! session_columns {
@@ -35,7 +37,8 @@ macro_rules! session_columns {
         "id, owner_pid, owner_start_ticks, owner_boot_id, owner_host, owner_comm, phase, \
          pending, reason, exit, detected_by, creator_uid, labels, created_ms, updated_ms, \
          touched_ms, ended_ms, pending_expires_ms, owner_pidfs_ino, survivors, on_end, grace_ms, \
-         cause, usage, on_end_run, finalized_ms, until, reaped, declared, activity, on_stall"
+         cause, usage, on_end_run, finalized_ms, until, reaped, declared, activity, on_stall, \
+         cgroup"
     };
 }
 
@@ -131,6 +134,8 @@ pub struct NewSession {
     pub on_end_run: Option<Vec<ActionSpec>>,
     /// The stall policy; `None` keeps that of an ACTIVE session registered again.
     pub on_stall: Option<StallPolicy>,
+    /// The cgroup made for a new session (ignored for an existing one).
+    pub cgroup: Option<SessionCgroup>,
     /// The creator's primary group as it registered (`SO_PEERCRED`), when it registered
     /// for itself: the group its actions run with should the user databases not know it.
     pub creator_gid: Option<u32>,
@@ -293,6 +298,7 @@ pub enum EventPage {
 mod actions;
 mod active;
 mod apply;
+mod cgroups;
 mod checkpoint;
 mod ending;
 mod fleet_locks;

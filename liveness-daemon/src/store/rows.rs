@@ -165,6 +165,7 @@ pub(super) fn session_from_row(row: &Row<'_>) -> Result<Session, StoreError> {
         declared: lenient_json_column(row, 28),
         activity: lenient_json_column(row, 29),
         on_stall: json_column(row, 30)?,
+        cgroup: json_column(row, 31)?,
     })
 }
 
@@ -213,7 +214,7 @@ pub(super) fn insert_session(conn: &Connection, s: &Session) -> Result<(), Store
         "INSERT INTO sessions (",
         session_columns!(),
         ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-         ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)"
+         ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32)"
     ))?
     .execute(params![
         s.id,
@@ -247,6 +248,7 @@ pub(super) fn insert_session(conn: &Connection, s: &Session) -> Result<(), Store
         json_value(s.declared.as_ref())?,
         json_value(s.activity.as_ref())?,
         json_value(s.on_stall.as_ref())?,
+        json_value(s.cgroup.as_ref())?,
     ])?;
     Ok(())
 }

@@ -268,6 +268,10 @@ CREATE TABLE fleet_locks (
 );
 CREATE INDEX fleet_locks_by_session ON fleet_locks (uid, session);
 "#,
+    r#"
+-- The session's own cgroup and its limits (JSON), NULL when it has none.
+ALTER TABLE sessions ADD COLUMN cgroup TEXT;
+"#,
 ];
 
 /// The schema version this code writes and understands.

@@ -46,6 +46,7 @@ fn req(id: &str, owner: Identity) -> NewSession {
         until: Until::Owner,
         on_end_run: None,
         on_stall: None,
+        cgroup: None,
         creator_gid: None,
     }
 }
@@ -1919,6 +1920,7 @@ fn with_actions(id: &str, owner: Identity, count: usize) -> NewSession {
     NewSession {
         on_end_run: Some(specs),
         on_stall: None,
+        cgroup: None,
         creator_gid: Some(4242),
         ..req(id, owner)
     }

@@ -266,6 +266,7 @@ impl Store {
                     until: req.until,
                     on_end_run: req.on_end_run.unwrap_or_default(),
                     on_stall: req.on_stall,
+                    cgroup: req.cgroup,
                     actions: Vec::new(),
                     finalized_ms: None,
                     reaped: None,

@@ -150,6 +150,10 @@ pub const ITEMS: &[Item] = &[
     Item::Struct(&ACTION_OUTCOME),
     Item::Struct(&ACTION_STATE),
     Item::Struct(&STALL_POLICY),
+    Item::Struct(&MEMORY_EVENTS),
+    Item::Struct(&IO_USAGE),
+    Item::Struct(&CGROUP_USAGE),
+    Item::Struct(&SESSION_CGROUP),
     // Before the session, which holds one: the TypeScript codecs are constants, each made
     // from those it names.
     Item::Struct(&REAP_FAILURE),
@@ -1156,6 +1160,12 @@ pub const SESSION: Struct = Struct {
             "How its stalls are judged and what they do, as registered; the daemon's defaults stand for what is absent (docs/activity.md).",
         ),
         field(
+            "cgroup",
+            Named("SessionCgroup"),
+            Optional,
+            "The cgroup of its own it was given at registration (docs/cgroups.md).",
+        ),
+        field(
             "actions",
             List(&Named("ActionState")),
             omitted("[]"),
@@ -1273,6 +1283,89 @@ pub const STALL_ACTION: Enum = Enum {
         ),
     ],
     probe: Some(probe_of::<activity::StallAction>()),
+};
+
+pub const SESSION_CGROUP: Struct = Struct {
+    name: "SessionCgroup",
+    doc: "A session's own cgroup and the limits written there (docs/cgroups.md).",
+    strict: false,
+    probe: probe_of::<session::SessionCgroup>(),
+    fields: &[
+        field(
+            "path",
+            Str,
+            Required,
+            "Its directory in the cgroup2 hierarchy, as the daemon sees it.",
+        ),
+        field("memory_max", U64, Optional, "memory.max, in bytes."),
+        field("tasks_max", U64, Optional, "pids.max."),
+        field(
+            "usage",
+            Named("CgroupUsage"),
+            Optional,
+            "What the cgroup counted, read once its last member was gone and before it was removed; none until then.",
+        ),
+    ],
+};
+
+pub const CGROUP_USAGE: Struct = Struct {
+    name: "CgroupUsage",
+    doc: "A session cgroup's counters; null where the kernel has no such file (memory.peak 5.19+, pids.peak 6.1+, io.stat with the io controller).",
+    strict: false,
+    probe: probe_of::<session::CgroupUsage>(),
+    fields: &[
+        field("memory_peak", U64, Nullable, "memory.peak, bytes."),
+        field(
+            "memory_events",
+            Named("MemoryEvents"),
+            Nullable,
+            "memory.events.",
+        ),
+        field("cpu_usec", U64, Nullable, "cpu.stat usage_usec."),
+        field("pids_peak", U64, Nullable, "pids.peak."),
+        field(
+            "io",
+            Named("IoUsage"),
+            Nullable,
+            "io.stat, summed over devices.",
+        ),
+    ],
+};
+
+pub const MEMORY_EVENTS: Struct = Struct {
+    name: "MemoryEvents",
+    doc: "A session cgroup's memory.events.",
+    strict: false,
+    probe: probe_of::<session::MemoryEvents>(),
+    fields: &[
+        field("high", U64, Required, "Times memory.high was exceeded."),
+        field(
+            "max",
+            U64,
+            Required,
+            "Times memory.max was about to be exceeded.",
+        ),
+        field("oom", U64, Required, "Times the cgroup ran out of memory."),
+        field(
+            "oom_kill",
+            U64,
+            Required,
+            "Processes the OOM killer killed there.",
+        ),
+    ],
+};
+
+pub const IO_USAGE: Struct = Struct {
+    name: "IoUsage",
+    doc: "A session cgroup's io.stat, summed over its devices.",
+    strict: false,
+    probe: probe_of::<session::IoUsage>(),
+    fields: &[
+        field("rbytes", U64, Required, ""),
+        field("wbytes", U64, Required, ""),
+        field("rios", U64, Required, ""),
+        field("wios", U64, Required, ""),
+    ],
 };
 
 pub const STALL_POLICY: Struct = Struct {

@@ -333,6 +333,62 @@ class StallPolicy(Wire):
 
 
 @dataclass(frozen=True)
+class MemoryEvents(Wire):
+    """A session cgroup's memory.events."""
+
+    high: int
+    """Times memory.high was exceeded."""
+    max: int
+    """Times memory.max was about to be exceeded."""
+    oom: int
+    """Times the cgroup ran out of memory."""
+    oom_kill: int
+    """Processes the OOM killer killed there."""
+
+
+@dataclass(frozen=True)
+class IoUsage(Wire):
+    """A session cgroup's io.stat, summed over its devices."""
+
+    rbytes: int
+    wbytes: int
+    rios: int
+    wios: int
+
+
+@dataclass(frozen=True)
+class CgroupUsage(Wire):
+    """A session cgroup's counters; null where the kernel has no such file (memory.peak 5.19+, pids.peak 6.1+, io.stat with the io controller)."""
+
+    NULLABLE = frozenset({"memory_peak", "memory_events", "cpu_usec", "pids_peak", "io"})
+
+    memory_peak: Optional[int]
+    """memory.peak, bytes."""
+    memory_events: Optional[MemoryEvents]
+    """memory.events."""
+    cpu_usec: Optional[int]
+    """cpu.stat usage_usec."""
+    pids_peak: Optional[int]
+    """pids.peak."""
+    io: Optional[IoUsage]
+    """io.stat, summed over devices."""
+
+
+@dataclass(frozen=True)
+class SessionCgroup(Wire):
+    """A session's own cgroup and the limits written there (docs/cgroups.md)."""
+
+    path: str
+    """Its directory in the cgroup2 hierarchy, as the daemon sees it."""
+    memory_max: Optional[int] = None
+    """memory.max, in bytes."""
+    tasks_max: Optional[int] = None
+    """pids.max."""
+    usage: Optional[CgroupUsage] = None
+    """What the cgroup counted, read once its last member was gone and before it was removed; none until then."""
+
+
+@dataclass(frozen=True)
 class ReapFailure(Wire):
     """A process the daemon could not, or would not, end."""
 
@@ -472,6 +528,8 @@ class Session(_methods.Session, Wire):
     """The end actions its creator registered (docs/end-actions.md)."""
     on_stall: Optional[StallPolicy] = None
     """How its stalls are judged and what they do, as registered; the daemon's defaults stand for what is absent (docs/activity.md)."""
+    cgroup: Optional[SessionCgroup] = None
+    """The cgroup of its own it was given at registration (docs/cgroups.md)."""
     actions: List[ActionState] = field(default_factory=list)
     """Where each end action stands, in the order of on_end_run: from get and actions_done only."""
     finalized_ms: Optional[int] = None

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::engine::Refusal;
@@ -76,13 +77,18 @@ impl<'a> Context<'a> {
 
     /// Publishes the events of a [`Context::write`] (which ends no session, so no reap
     /// reads a tree), with an owner just registered whose death within a second is warned
-    /// of (it may be a launcher).
-    pub(in crate::engine) fn announce(&mut self, events: Vec<Event>, fresh: Option<ProcessKey>) {
+    /// of (it may be a launcher). `made`: the cgroup made for user `uid`'s new session
+    /// `id`, reclaimed at its end.
+    pub(in crate::engine) fn announce(
+        &mut self,
+        events: Vec<Event>,
+        fresh: Option<ProcessKey>,
+        made: Option<(u32, String, PathBuf)>,
+    ) {
         debug_assert!(events.iter().all(|e| e.kind != EventKind::Ended));
         let now = self.now();
         let views = Default::default();
-        self.engine
-            .announce(events, views, fresh.map(|owner| (owner, now)));
+        (self.engine).announce(events, views, fresh.map(|owner| (owner, now)), made);
     }
 
     /// Makes a write of sessions and publishes the events it committed.
@@ -216,7 +222,7 @@ impl<'a> Context<'a> {
     pub(in crate::engine) fn reap(&mut self, ended: &Event) {
         let engine = &mut *self.engine;
         let tree = engine.watch.view(ended.owner.key());
-        (engine.effects).reap(ended, engine.ledger.store(), tree);
+        (engine.effects).reap(ended, engine.ledger.store(), Some(tree));
     }
 
     /// Sends an answer once the tree of `root` has had its first walk.
@@ -259,6 +265,7 @@ impl<'a> Context<'a> {
             // does not know.
             activity: Default::default(),
             cluster: None,
+            cgroup: Some(facts.config.cgroups.status()),
         }
     }
 }

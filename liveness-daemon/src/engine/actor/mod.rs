@@ -2,6 +2,7 @@
 //! then the effects (lock grants, reaps), then reply. The engine's owners are its fields,
 //! private to this module: operations reach them through a [`Context`] only.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -112,6 +113,7 @@ enum Wake {
     Command(Command),
     Reap(Result<ReapDone, tokio::task::JoinError>),
     Action(Next),
+    Cgroup(crate::cgroup::reclaim::Emptied),
     Retry,
     Housekeeping,
     TreeRefresh,
@@ -174,6 +176,7 @@ impl Engine {
                 done = self.effects.next() => match done {
                     Done::Reap(done) => Wake::Reap(done),
                     Done::Action(next) => Wake::Action(next),
+                    Done::Cgroup(emptied) => Wake::Cgroup(emptied),
                 },
                 _ = retry.tick(), if retrying => Wake::Retry,
                 _ = housekeeping.tick() => Wake::Housekeeping,
@@ -206,6 +209,7 @@ impl Engine {
                 Wake::Action(Next::Finished(Err(e))) => {
                     tracing::error!(error = %e, "an end action's task failed");
                 }
+                Wake::Cgroup(emptied) => self.cgroup_emptied(emptied),
                 Wake::Retry => self.retry_commits(),
                 Wake::Housekeeping => self.housekeeping(),
                 Wake::TreeRefresh => self.watch.refresh(self.ledger.store_mut()),
@@ -262,6 +266,8 @@ impl Engine {
     /// are not started twice.
     pub(super) fn reconcile_at_start(&mut self) {
         (self.effects).resume(self.ledger.store_mut(), self.watch.trees());
+        // Before the deaths below are published: their sessions' cgroups are reclaimed.
+        (self.effects.cgroups()).resume(self.ledger.active_sessions());
         let owners = match self.ledger.store().active_owners() {
             Ok(owners) => owners,
             Err(e) => {
@@ -288,6 +294,24 @@ impl Engine {
         self.finalize(dead);
         // Housekeeping and the first requests follow at once: they read these ends.
         self.caught_up();
+        (self.effects.cgroups()).reconcile(&self.facts.config.cgroups, self.ledger.store());
+    }
+
+    /// A session cgroup found empty: what it counted is stored with its session, then it
+    /// is removed. Should either fail, the cgroup stays for the next start's reconcile.
+    fn cgroup_emptied(&mut self, emptied: crate::cgroup::reclaim::Emptied) {
+        let crate::cgroup::reclaim::Emptied { job, usage } = emptied;
+        if let Some((uid, id)) = &job.session
+            && let Err(e) = self
+                .ledger
+                .commit(|store| store.cgroup_usage(*uid, id, &usage))
+        {
+            tracing::error!(error = %e, session = id, "cannot store what a session's cgroup counted; it is kept until the next start");
+            return;
+        }
+        if let Err(e) = crate::cgroup::remove(&job.path) {
+            tracing::warn!(error = %e, "cannot remove an emptied session cgroup; the next start tries again");
+        }
     }
 
     /// Stops watching an owner that no ACTIVE session refers to any more.
@@ -498,18 +522,23 @@ impl Engine {
     pub(super) fn publish(&mut self, events: Vec<Event>) {
         self.ledger.committed(&events);
         let views = self.watch.views_for(&events);
-        self.announce(events, views, None);
+        self.announce(events, views, None, None);
     }
 
     /// [`Engine::publish`] after the ledger's and the watch's parts: `views` are the trees
     /// the reaps of the sessions the events end read. With an owner just registered (and
-    /// when) whose death within a second is warned of.
+    /// when) whose death within a second is warned of, and the cgroup made for a new
+    /// session (its user, its id), reclaimed at its end.
     pub(super) fn announce(
         &mut self,
         events: Vec<Event>,
         views: Views,
         fresh: Option<(ProcessKey, i64)>,
+        made: Option<(u32, String, PathBuf)>,
     ) {
+        if let Some((uid, id, path)) = made {
+            self.effects.cgroups().active(uid, id, path);
+        }
         self.effects.set_off(&events, views);
         if let Some((owner, now_ms)) = fresh {
             self.fanout.registered(owner, now_ms);

@@ -93,6 +93,11 @@ async fn fixture() -> Fixture {
             proc: Some(liveness_proc::identity::ProcRoot::default()),
             ..ActionConfig::default()
         },
+        cgroups: std::sync::Arc::new(crate::cgroup::Support::Unusable {
+            mount: None,
+            controllers: Vec::new(),
+            reason: "not in the engine's tests".to_owned(),
+        }),
     };
     let about = DaemonInfo {
         version: "test".into(),
@@ -230,6 +235,7 @@ fn registration(
         wrappers: Vec::new(),
         on_end_run: None,
         on_stall: None,
+        cgroup: None,
     };
     Register {
         request,

@@ -1,15 +1,19 @@
 //! `register`: a new session, or a new turn (owner) of an ACTIVE one.
 
 use std::os::fd::AsFd;
+use std::path::Path;
 
 use liveness_common::action::validate_actions;
 use liveness_common::identity::Identity;
 use liveness_common::protocol::{OwnerSpec, PidOwner, PidfdOwner};
-use liveness_common::request;
-use liveness_common::session::{DEFAULT_GRACE_MS, MAX_GRACE_MS, OnEnd, Phase, Session};
+use liveness_common::request::{self, CgroupLimits};
+use liveness_common::session::{
+    DEFAULT_GRACE_MS, MAX_GRACE_MS, OnEnd, Phase, Session, SessionCgroup,
+};
 use liveness_proc::identity::{IdentityError, ProcRoot};
 
 use super::{Op, stored};
+use crate::cgroup;
 use crate::engine::actor::Context;
 use crate::engine::facts::Facts;
 use crate::engine::owner_checks::launcher_warning;
@@ -60,6 +64,7 @@ impl Op for Register {
         if let Some(policy) = &request.on_stall {
             policy.validate().map_err(Refusal::Invalid)?;
         }
+        check_limits(request.cgroup)?;
         let owner = resolve_owner(cx.facts(), caller, request.owner, request.wrappers, &fds)?;
         let (previous, ended) = match cx.store().get(namespace, &id)? {
             Some(existing) => {
@@ -91,6 +96,15 @@ impl Op for Register {
             let after = (before + actions.len() as u64).saturating_sub(replaced);
             cx.admit_actions(caller.uid, before, after)?;
         }
+        let mut warnings = Vec::new();
+        // A cgroup is made for a new session only, before it is stored (and removed again,
+        // empty, if it is not); the owner is moved in once it is.
+        let cgroup = match request.cgroup.filter(|_| previous.is_none()) {
+            Some(limits) => {
+                session_cgroup(cx.facts(), namespace, now, &owner, limits, &mut warnings)
+            }
+            None => None,
+        };
         let pending = request.pending;
         let new = NewSession {
             id: id.clone(),
@@ -105,13 +119,24 @@ impl Op for Register {
             until: request.until.unwrap_or_default(),
             on_end_run: request.on_end_run,
             on_stall: request.on_stall.map(|policy| *policy),
+            cgroup: cgroup.clone(),
             // The group is the caller's own only when it registers for itself.
             creator_gid: (namespace == caller.uid).then_some(caller.gid),
         };
-        let (registered, events) = cx.write(|store| {
+        let written = cx.write(|store| {
             let registered = store.register(new, now)?;
             Ok((registered.session, registered.event.into_iter().collect()))
+        });
+        let (registered, events) = written.inspect_err(|_| {
+            if let Some(cgroup) = &cgroup {
+                discard(Path::new(&cgroup.path));
+            }
         })?;
+        if let Some(cgroup) = &cgroup
+            && let Err(e) = cgroup::adopt(Path::new(&cgroup.path), owner.pid)
+        {
+            warnings.push(format!("the owner is not in the session's cgroup: {e}"));
+        }
         if events.is_empty() {
             // The same owner again: its end actions may have been replaced.
             cx.follow(registered.clone());
@@ -119,7 +144,6 @@ impl Op for Register {
         if let Some(previous) = previous.filter(|p| !p.same_process(&owner)) {
             cx.unwatch(&previous);
         }
-        let mut warnings = Vec::new();
         if auto && let Some(warning) = launcher_warning(cx.facts().proc(), &owner) {
             warnings.push(warning);
         }
@@ -128,7 +152,9 @@ impl Op for Register {
         // knows its life: a short one is no mistake of its, so there is nothing to warn.
         let fresh = (death.is_none() && !started_by(cx.facts().proc(), &owner, caller.pid))
             .then(|| owner.key());
-        cx.announce(events, fresh);
+        // Before an owner dead already is ended: its cgroup is then reclaimed with it.
+        let made = cgroup.map(|cgroup| (namespace, id.clone(), cgroup.path.into()));
+        cx.announce(events, fresh, made);
         let Some(death) = death else {
             return Ok(Registered {
                 session: registered,
@@ -148,6 +174,70 @@ impl Op for Register {
 
     fn about(registered: &Registered) -> Option<&Session> {
         Some(&registered.session)
+    }
+}
+
+/// Refuses limits of 0 (a cgroup nothing could run in), whether or not a cgroup is made.
+fn check_limits(limits: Option<CgroupLimits>) -> Result<(), Refusal> {
+    let Some(limits) = limits else {
+        return Ok(());
+    };
+    for (name, value) in [
+        ("memory_max", limits.memory_max),
+        ("tasks_max", limits.tasks_max),
+    ] {
+        if value == Some(0) {
+            return Err(Refusal::Invalid(format!(
+                "cgroup.{name} must be at least 1"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// An empty cgroup for a new session of `uid`'s, or `None` with a warning where the host
+/// has no usable cgroup2 or the cgroup cannot be made: a session is never refused for
+/// want of one. Its name is the daemon's, never the session id, so no id reaches the
+/// cgroup file system.
+fn session_cgroup(
+    facts: &Facts,
+    uid: u32,
+    now: i64,
+    owner: &Identity,
+    limits: CgroupLimits,
+    warnings: &mut Vec<String>,
+) -> Option<SessionCgroup> {
+    let support = &facts.config.cgroups;
+    let Some(hierarchy) = support.hierarchy() else {
+        warnings.extend(support.unusable_warning());
+        return None;
+    };
+    let name = format!("s{uid}-{now}-{}", owner.pid);
+    let made = hierarchy.create(
+        &name,
+        &cgroup::Limits {
+            memory_max: limits.memory_max,
+            tasks_max: limits.tasks_max,
+        },
+    );
+    match made {
+        Ok(path) => Some(SessionCgroup {
+            path: path.display().to_string(),
+            memory_max: limits.memory_max,
+            tasks_max: limits.tasks_max,
+            usage: None,
+        }),
+        Err(e) => {
+            warnings.push(format!("the session has no cgroup: {e}"));
+            None
+        }
+    }
+}
+
+/// Removes the empty cgroup of a registration that was not stored; what fails is logged.
+fn discard(path: &Path) {
+    if let Err(e) = cgroup::remove(path) {
+        tracing::warn!(error = %e, "cannot remove an unused session cgroup");
     }
 }
 

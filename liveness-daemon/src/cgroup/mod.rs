@@ -1,0 +1,431 @@
+//! Session cgroups (docs/cgroups.md): the cgroup2 hierarchy the daemon finds at start,
+//! its own subtree there (made when the first session asks for a cgroup), each session's
+//! cgroup under it, made at registration with the session's limits, its counters, its
+//! termination, and its removal once empty (`reclaim`).
+
+pub mod mountinfo;
+pub mod reclaim;
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use liveness_common::session::{CgroupUsage, IoUsage, MemoryEvents};
+use liveness_common::status::CgroupStatus;
+
+use mountinfo::cgroup2_mounts;
+
+/// The subtree's name, directly under the cgroup2 mount's root: a sibling of systemd's
+/// slices where there are some, and never a cgroup with processes of its own, so that its
+/// controllers can be enabled (cgroup v2's "no internal processes" rule).
+pub const SUBTREE: &str = "liveness.slice";
+
+/// Controllers without which a session's limits cannot be set.
+const REQUIRED: [&str; 2] = ["memory", "pids"];
+/// Enabled when present: `cpu.stat` has usage without it, `cpu.weight` needs it; `io.stat`
+/// needs io.
+const OPTIONAL: [&str; 2] = ["cpu", "io"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: io::Error },
+    #[error("cannot write {value:?} to {path}: {source}")]
+    Write {
+        path: PathBuf,
+        value: String,
+        source: io::Error,
+    },
+    #[error(transparent)]
+    Mountinfo(#[from] mountinfo::MountinfoError),
+    #[error("cannot create the cgroup {path}: {source}")]
+    Create { path: PathBuf, source: io::Error },
+    #[error("cannot remove the cgroup {path}: {source}")]
+    Remove { path: PathBuf, source: io::Error },
+}
+
+/// What the host offers, found once at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Support {
+    Usable(Hierarchy),
+    Unusable {
+        /// The cgroup2 mount looked at, if there is one.
+        mount: Option<PathBuf>,
+        controllers: Vec<String>,
+        reason: String,
+    },
+}
+
+/// A cgroup2 hierarchy with the controllers sessions need, and the daemon's subtree in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hierarchy {
+    pub mount: PathBuf,
+    pub subtree: PathBuf,
+    /// The controllers enabled for session cgroups.
+    pub controllers: Vec<String>,
+    /// `cgroup.kill` (5.14+): a whole cgroup killed at once, fork loops included.
+    pub kill: bool,
+    /// `memory.peak` (5.19+).
+    pub peak: bool,
+    /// Set once the subtree is made and its controllers enabled: by the first session
+    /// that asks for a cgroup, so that a host where none does is never written.
+    prepared: OnceLock<()>,
+}
+
+impl Support {
+    /// Finds the cgroup2 hierarchy named by `mountinfo` (the daemon's
+    /// `/proc/self/mountinfo`); nothing is written to it (see [`Hierarchy::prepare`]).
+    pub fn detect(mountinfo: &Path) -> Support {
+        let unusable =
+            |mount: Option<&Path>, controllers: Vec<String>, reason: String| Support::Unusable {
+                mount: mount.map(Path::to_path_buf),
+                controllers,
+                reason,
+            };
+        let text = match read(mountinfo) {
+            Ok(text) => text,
+            Err(e) => return unusable(None, vec![], e.to_string()),
+        };
+        let mounts = match cgroup2_mounts(&text) {
+            Ok(mounts) => mounts,
+            Err(e) => return unusable(None, vec![], e.to_string()),
+        };
+        // The whole hierarchy, writable, rather than a bind mount of a part of it.
+        let Some(mount) = mounts
+            .iter()
+            .find(|m| m.root == "/" && !m.read_only)
+            .or_else(|| mounts.iter().find(|m| !m.read_only))
+        else {
+            let reason = match mounts.first() {
+                Some(m) => format!(
+                    "the cgroup2 file system at {} is mounted read-only",
+                    m.mount_point.display()
+                ),
+                None => format!(
+                    "no cgroup2 file system is mounted ({})",
+                    mountinfo.display()
+                ),
+            };
+            return unusable(
+                mounts.first().map(|m| m.mount_point.as_path()),
+                vec![],
+                reason,
+            );
+        };
+        let mount = mount.mount_point.as_path();
+        let available = match read(&mount.join("cgroup.controllers")) {
+            Ok(text) => text
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect::<Vec<_>>(),
+            Err(e) => return unusable(Some(mount), vec![], e.to_string()),
+        };
+        let missing: Vec<&str> = REQUIRED
+            .into_iter()
+            .filter(|c| !available.iter().any(|a| a == c))
+            .collect();
+        if !missing.is_empty() {
+            let reason = format!(
+                "the cgroup2 hierarchy at {} has no {} controller (it offers {}): a hybrid host binds them to cgroup v1",
+                mount.display(),
+                missing.join(" or "),
+                if available.is_empty() {
+                    "none".to_owned()
+                } else {
+                    available.join(" ")
+                }
+            );
+            return unusable(Some(mount), available, reason);
+        }
+        let subtree = mount.join(SUBTREE);
+        if subtree.exists() && !subtree.is_dir() {
+            let reason = format!("{} is not a directory", subtree.display());
+            return unusable(Some(mount), available, reason);
+        }
+        let (kill, peak) = features(mount, &subtree);
+        Support::Usable(Hierarchy {
+            mount: mount.to_path_buf(),
+            subtree,
+            controllers: REQUIRED
+                .into_iter()
+                .chain(OPTIONAL)
+                .filter(|c| available.iter().any(|a| a == c))
+                .map(str::to_owned)
+                .collect(),
+            kill,
+            peak,
+            prepared: OnceLock::new(),
+        })
+    }
+
+    pub fn hierarchy(&self) -> Option<&Hierarchy> {
+        match self {
+            Support::Usable(hierarchy) => Some(hierarchy),
+            Support::Unusable { .. } => None,
+        }
+    }
+
+    /// For `status` and `doctor`.
+    pub fn status(&self) -> CgroupStatus {
+        match self {
+            Support::Usable(h) => CgroupStatus {
+                usable: true,
+                mount: Some(h.mount.display().to_string()),
+                subtree: Some(h.subtree.display().to_string()),
+                controllers: h.controllers.clone(),
+                kill: h.kill,
+                peak: h.peak,
+                reason: None,
+            },
+            Support::Unusable {
+                mount,
+                controllers,
+                reason,
+            } => CgroupStatus {
+                usable: false,
+                mount: mount.as_ref().map(|m| m.display().to_string()),
+                subtree: None,
+                controllers: controllers.clone(),
+                kill: false,
+                peak: false,
+                reason: Some(reason.clone()),
+            },
+        }
+    }
+
+    /// The warning of a registration that asked for a cgroup on a host without one.
+    pub fn unusable_warning(&self) -> Option<String> {
+        match self {
+            Support::Usable(_) => None,
+            Support::Unusable { reason, .. } => Some(format!(
+                "the session has no cgroup (no limits, no cgroup accounting): {reason}"
+            )),
+        }
+    }
+}
+
+impl Hierarchy {
+    /// Makes the subtree with the controllers sessions use enabled for its children, in
+    /// the mount's root and in the subtree, once.
+    pub fn prepare(&self) -> Result<(), CgroupError> {
+        if self.prepared.get().is_some() {
+            return Ok(());
+        }
+        let enable = self
+            .controllers
+            .iter()
+            .map(|c| format!("+{c}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        write(&self.mount.join("cgroup.subtree_control"), &enable)?;
+        match fs::create_dir(&self.subtree) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(source) => {
+                return Err(CgroupError::Create {
+                    path: self.subtree.clone(),
+                    source,
+                });
+            }
+        }
+        write(&self.subtree.join("cgroup.subtree_control"), &enable)?;
+        let _ = self.prepared.set(());
+        Ok(())
+    }
+
+    /// The session cgroups under the subtree, if it exists (a start's reconcile).
+    pub fn children(&self) -> Result<Vec<PathBuf>, CgroupError> {
+        let entries = match fs::read_dir(&self.subtree) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => {
+                return Err(CgroupError::Read {
+                    path: self.subtree.clone(),
+                    source,
+                });
+            }
+        };
+        let mut children = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|source| CgroupError::Read {
+                path: self.subtree.clone(),
+                source,
+            })?;
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                children.push(entry.path());
+            }
+        }
+        children.sort();
+        Ok(children)
+    }
+
+    /// Makes a session's cgroup, named `name` (chosen by the daemon, never a user's
+    /// string), with its limits.
+    pub fn create(&self, name: &str, limits: &Limits) -> Result<PathBuf, CgroupError> {
+        self.prepare()?;
+        let path = self.subtree.join(name);
+        fs::create_dir(&path).map_err(|source| CgroupError::Create {
+            path: path.clone(),
+            source,
+        })?;
+        let written = (limits.memory_max.map(|m| ("memory.max", m)).into_iter())
+            .chain(limits.tasks_max.map(|t| ("pids.max", t)))
+            .try_for_each(|(file, value)| write(&path.join(file), &value.to_string()));
+        if let Err(e) = written {
+            let _ = remove(&path);
+            return Err(e);
+        }
+        Ok(path)
+    }
+}
+
+/// A session's limits, as registered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    pub memory_max: Option<u64>,
+    pub tasks_max: Option<u64>,
+}
+
+/// Moves `pid` into the cgroup at `path`. A process that has exited meanwhile is not an
+/// error (ESRCH).
+pub fn adopt(path: &Path, pid: u32) -> Result<(), CgroupError> {
+    match write(&path.join("cgroup.procs"), &pid.to_string()) {
+        Err(CgroupError::Write { source, .. })
+            if source.raw_os_error() == Some(rustix::io::Errno::SRCH.raw_os_error()) =>
+        {
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+/// `cgroup.kill` (5.14+) and `memory.peak` (5.19+), as any cgroup below the root shows
+/// them (the root has neither): the subtree or another child of the mount, else the
+/// kernel's release where the mount has no child yet.
+fn features(mount: &Path, subtree: &Path) -> (bool, bool) {
+    let child = Some(subtree.to_path_buf())
+        .filter(|s| s.is_dir())
+        .or_else(|| {
+            fs::read_dir(mount)
+                .ok()?
+                .flatten()
+                .map(|e| e.path())
+                .find(|p| p.is_dir())
+        });
+    match child {
+        Some(child) => (
+            child.join("cgroup.kill").exists(),
+            child.join("memory.peak").exists(),
+        ),
+        None => {
+            let release = rustix::system::uname();
+            let version = release_version(&release.release().to_string_lossy());
+            (version >= (5, 14), version >= (5, 19))
+        }
+    }
+}
+
+/// The major and minor numbers of a kernel release (`6.12.38+deb13-amd64`).
+fn release_version(release: &str) -> (u32, u32) {
+    let mut numbers = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse().unwrap_or(0));
+    (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0))
+}
+
+/// Whether the cgroup at `path` has a live process in it or below (`cgroup.events`
+/// `populated`); a cgroup already gone has none.
+pub fn populated(path: &Path) -> Result<bool, CgroupError> {
+    match fs::read_to_string(path.join("cgroup.events")) {
+        Ok(text) => Ok(text.lines().any(|l| l == "populated 1")),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(source) => Err(CgroupError::Read {
+            path: path.join("cgroup.events"),
+            source,
+        }),
+    }
+}
+
+/// What the cgroup at `path` counted; a file the kernel does not have is a null.
+pub fn usage(path: &Path) -> CgroupUsage {
+    let file = |name: &str| fs::read_to_string(path.join(name)).ok();
+    let number = |name: &str| file(name).and_then(|t| t.trim().parse().ok());
+    CgroupUsage {
+        memory_peak: number("memory.peak"),
+        memory_events: file("memory.events").map(|text| {
+            let key = |k: &str| keyed(&text, k).unwrap_or(0);
+            MemoryEvents {
+                high: key("high"),
+                max: key("max"),
+                oom: key("oom"),
+                oom_kill: key("oom_kill"),
+            }
+        }),
+        cpu_usec: file("cpu.stat").and_then(|text| keyed(&text, "usage_usec")),
+        pids_peak: number("pids.peak"),
+        io: file("io.stat").map(|text| io_stat(&text)),
+    }
+}
+
+/// The value of `key` in a flat-keyed file (`key value` lines).
+fn keyed(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let (k, v) = line.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
+/// `io.stat` (`MAJ:MIN rbytes=… wbytes=… rios=… wios=… …` per device), summed.
+fn io_stat(text: &str) -> IoUsage {
+    let mut io = IoUsage::default();
+    for pair in text.split_whitespace() {
+        let Some((key, value)) = pair.split_once('=') else {
+            continue;
+        };
+        let value: u64 = value.parse().unwrap_or(0);
+        match key {
+            "rbytes" => io.rbytes += value,
+            "wbytes" => io.wbytes += value,
+            "rios" => io.rios += value,
+            "wios" => io.wios += value,
+            _ => {}
+        }
+    }
+    io
+}
+
+/// Kills every process in the cgroup at `path` at once, those it is forking included
+/// (`cgroup.kill`, 5.14+); an error on an older kernel, which has no such file.
+pub fn kill_all(path: &Path) -> Result<(), CgroupError> {
+    write(&path.join("cgroup.kill"), "1")
+}
+
+/// Removes an empty session cgroup; one already gone is not an error.
+pub fn remove(path: &Path) -> Result<(), CgroupError> {
+    match fs::remove_dir(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other.map_err(|source| CgroupError::Remove {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+fn read(path: &Path) -> Result<String, CgroupError> {
+    fs::read_to_string(path).map_err(|source| CgroupError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn write(path: &Path, value: &str) -> Result<(), CgroupError> {
+    fs::write(path, value).map_err(|source| CgroupError::Write {
+        path: path.to_path_buf(),
+        value: value.to_owned(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,160 @@
+//! `SessionCgroups`: the cgroups of ACTIVE sessions, in memory, each handed to the
+//! reclaimer when its session's `session.ended` is published (a lookup only when some
+//! session has a cgroup: the ends of the others cost nothing more), and at start what a
+//! crash left: the cgroups of sessions that ended meanwhile or that the store does not
+//! know. The engine stores what an emptied cgroup counted with its session, then removes
+//! it (docs/cgroups.md).
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use liveness_common::session::{DEFAULT_GRACE_MS, Event, EventKind, Session};
+
+use crate::cgroup::Support;
+use crate::cgroup::reclaim::{Emptied, Job, Reclaimer};
+use crate::store::Store;
+
+#[derive(Debug, Default)]
+pub(super) struct SessionCgroups {
+    /// By the session's creator uid and id.
+    active: HashMap<(u32, String), PathBuf>,
+    /// The ended sessions whose cgroups are being reclaimed, by creator uid and id.
+    ending: HashMap<(u32, String), PathBuf>,
+    reclaimer: Reclaimer,
+}
+
+impl SessionCgroups {
+    /// A session that has a cgroup, registered or found ACTIVE at start.
+    pub(super) fn active(&mut self, uid: u32, id: String, path: PathBuf) {
+        self.active.insert((uid, id), path);
+    }
+
+    /// Hands the cgroups of the sessions these events ended to the reclaimer, and follows
+    /// renamed pending sessions.
+    pub(super) fn set_off(&mut self, events: &[Event]) {
+        if self.active.is_empty() {
+            return;
+        }
+        for event in events {
+            let key = (event.creator_uid, event.session.clone());
+            match event.kind {
+                EventKind::Ended => {
+                    if let Some(path) = self.active.remove(&key) {
+                        self.ending.insert(key.clone(), path.clone());
+                        self.reclaimer.queue(Job {
+                            session: Some(key),
+                            path,
+                        });
+                    }
+                }
+                EventKind::Renamed => {
+                    let Some(previous) = &event.previous_session else {
+                        continue;
+                    };
+                    if let Some(path) = self.active.remove(&(event.creator_uid, previous.clone())) {
+                        self.active.insert(key, path);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// An ended session's processes are terminated (its policy, or `end` with
+    /// `terminate`): what its cgroup still holds once its grace is over is killed there at
+    /// once, the owner included, unless the process that asked for the end is in the
+    /// session's tree (the reaper alone then, which spares it).
+    pub(super) fn terminate(&mut self, ended: &Event, store: &Store) {
+        let key = (ended.creator_uid, ended.session.clone());
+        let Some(path) = self.ending.get(&key) else {
+            return;
+        };
+        if ended
+            .survivors
+            .as_ref()
+            .is_some_and(|s| !s.requested_by.is_empty())
+        {
+            return;
+        }
+        let grace_ms = match store.get(ended.creator_uid, &ended.session) {
+            Ok(Some(session)) => session.grace_ms,
+            _ => DEFAULT_GRACE_MS,
+        };
+        (self.reclaimer).kill_after(path.clone(), Duration::from_millis(grace_ms));
+    }
+
+    /// At start, once the sessions ended while the daemon was away have been handed over:
+    /// every other cgroup under the subtree that no ACTIVE session has is reclaimed, with
+    /// its counters stored for an ended session that lacks them.
+    pub(super) fn reconcile(&mut self, support: &Support, store: &Store) {
+        let Some(hierarchy) = support.hierarchy() else {
+            return;
+        };
+        let children = match hierarchy.children() {
+            Ok(children) => children,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot list the session cgroups; none reconciled");
+                return;
+            }
+        };
+        let active: HashSet<&PathBuf> = self.active.values().collect();
+        let left: Vec<PathBuf> = children
+            .into_iter()
+            .filter(|path| !active.contains(path) && !self.reclaimer.is_queued(path))
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        let ended = match store.ended_cgroups() {
+            Ok(ended) => ended,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the ended sessions' cgroups; none reconciled");
+                return;
+            }
+        };
+        let ended: HashMap<PathBuf, (u32, String, bool)> = ended
+            .into_iter()
+            .map(|(uid, id, cgroup)| {
+                (
+                    PathBuf::from(cgroup.path),
+                    (uid, id, cgroup.usage.is_some()),
+                )
+            })
+            .collect();
+        tracing::info!(
+            cgroups = left.len(),
+            "reclaiming session cgroups left behind"
+        );
+        for path in left {
+            let session = match ended.get(&path) {
+                Some((uid, id, false)) => Some((*uid, id.clone())),
+                // Counted already, or the store does not know it: only removed once empty.
+                _ => None,
+            };
+            self.reclaimer.queue(Job { session, path });
+        }
+    }
+
+    /// The ACTIVE sessions' cgroups, at start.
+    pub(super) fn resume<'a>(&mut self, sessions: impl Iterator<Item = &'a Session>) {
+        for session in sessions {
+            if let Some(cgroup) = &session.cgroup {
+                self.active(
+                    session.creator_uid,
+                    session.id.clone(),
+                    PathBuf::from(&cgroup.path),
+                );
+            }
+        }
+    }
+
+    /// The next cgroup found empty.
+    pub(super) async fn next(&mut self) -> Emptied {
+        let emptied = self.reclaimer.next().await;
+        if let Some(key) = &emptied.job.session {
+            self.ending.remove(key);
+        }
+        emptied
+    }
+}

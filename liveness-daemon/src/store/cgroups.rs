@@ -1,0 +1,47 @@
+//! Session cgroups in the store: what an emptied cgroup counted, kept in its session's
+//! `cgroup` column, and the ended sessions whose cgroups a start may find left behind.
+
+use rusqlite::params;
+
+use super::rows::json_value;
+use super::{Store, StoreError};
+use liveness_common::session::{CgroupUsage, SessionCgroup};
+
+impl Store {
+    /// Stores what the session's cgroup counted (`cgroup.usage`); a session gone by
+    /// retention meanwhile is no error. No event: the end was published already.
+    pub fn cgroup_usage(
+        &mut self,
+        uid: u32,
+        id: &str,
+        usage: &CgroupUsage,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(
+                "UPDATE sessions SET cgroup = json_set(cgroup, '$.usage', json(?3)) \
+                 WHERE creator_uid = ?1 AND id = ?2 AND cgroup IS NOT NULL",
+            )?
+            .execute(params![uid, id, json_value(Some(usage))?])?;
+        Ok(())
+    }
+
+    /// The ENDED sessions that had a cgroup: their creator, id and cgroup.
+    pub fn ended_cgroups(&self) -> Result<Vec<(u32, String, SessionCgroup)>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT creator_uid, id, cgroup FROM sessions \
+             WHERE cgroup IS NOT NULL AND phase = 'ended'",
+        )?;
+        let rows = stmt
+            .query_map([], |row| {
+                Ok((
+                    row.get::<_, u32>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                ))
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        rows.into_iter()
+            .map(|(uid, id, cgroup)| Ok((uid, id, serde_json::from_str(&cgroup)?)))
+            .collect()
+    }
+}

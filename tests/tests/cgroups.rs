@@ -1,0 +1,526 @@
+//! Session cgroups (docs/cgroups.md) against a real daemon. On a host without usable
+//! cgroup2 controllers (this project's development machines: a hybrid hierarchy) a
+//! registration asking for a cgroup succeeds without one, with a warning, and status and
+//! doctor say why. Where cgroup2 has them (the `cargo xtask vm-test` guests mount it, with
+//! `LIVENESS_REQUIRE_CGROUP2=1`), a session's cgroup has its limits and its owner.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use integration_tests::{ClientAs, Daemon, eventually};
+
+/// Another user, who registers a cgroup session of her own.
+const MALLORY: u32 = 61_072;
+
+/// The host's cgroup2 mount and the controllers its root offers, as the test reads them
+/// itself from its mountinfo (not through the code under test).
+fn host_cgroup2() -> Option<(PathBuf, Vec<String>)> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = mountinfo.lines().find(|l| l.contains(" - cgroup2 "))?;
+    let mount = PathBuf::from(line.split(' ').nth(4).unwrap());
+    let controllers = std::fs::read_to_string(mount.join("cgroup.controllers")).unwrap();
+    Some((
+        mount,
+        controllers.split_whitespace().map(str::to_owned).collect(),
+    ))
+}
+
+fn usable(controllers: &[String]) -> bool {
+    ["memory", "pids"]
+        .iter()
+        .all(|c| controllers.iter().any(|h| h == c))
+}
+
+/// The host's usable cgroup2 mount; `None` (the test is skipped, with a note) where there
+/// is none, unless `LIVENESS_REQUIRE_CGROUP2=1`, where that is a failure.
+fn usable_host(test: &str) -> Option<PathBuf> {
+    let found = host_cgroup2();
+    match found {
+        Some((mount, controllers)) if usable(&controllers) => return Some(mount),
+        _ if std::env::var("LIVENESS_REQUIRE_CGROUP2").as_deref() == Ok("1") => {
+            panic!(
+                "{test}: LIVENESS_REQUIRE_CGROUP2=1 but the host has no usable cgroup2: {found:?}"
+            )
+        }
+        _ => eprintln!("SKIPPED {test}: no cgroup2 with memory and pids here: {found:?}"),
+    }
+    None
+}
+
+fn sleeper() -> Child {
+    Command::new("sleep").arg("600").spawn().unwrap()
+}
+
+fn status_cgroup(daemon: &Daemon) -> Value {
+    let reply = daemon.request(json!({"op": "status"}));
+    reply["status"]["cgroup"].clone()
+}
+
+/// Registration with `--cgroup` succeeds, warns with `reason`, and the session has no
+/// cgroup; bad limits are refused and register nothing.
+fn registers_without_a_cgroup(daemon: &Daemon, reason: &str) {
+    let mut owner = sleeper();
+    let pid = owner.id().to_string();
+    let out = daemon.cli(&[
+        "register",
+        "--session",
+        "plain",
+        "--owner-pid",
+        &pid,
+        "--cgroup",
+        "--memory-max",
+        "32M",
+        "--tasks-max",
+        "64",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("the session has no cgroup"), "{stderr}");
+    assert!(stderr.contains(reason), "{stderr}");
+    assert_eq!(daemon.session("plain")["cgroup"], Value::Null);
+
+    // Bad input: a clear error, nothing registered.
+    let zero = daemon.cli(&[
+        "register",
+        "--session",
+        "zero",
+        "--owner-pid",
+        &pid,
+        "--cgroup",
+        "--memory-max",
+        "0",
+    ]);
+    assert!(!zero.status.success());
+    assert!(String::from_utf8_lossy(&zero.stderr).contains("not a size between"));
+    let without = daemon.cli(&[
+        "register",
+        "--session",
+        "limits-only",
+        "--owner-pid",
+        &pid,
+        "--tasks-max",
+        "5",
+    ]);
+    assert!(!without.status.success());
+    for cgroup in [
+        json!({"tasks_max": 0}),
+        json!({"memory_max": 1, "swap_max": 1}),
+        json!("yes"),
+    ] {
+        let reply = daemon.request(json!({
+            "op": "register", "session": "raw", "owner": {"pid": owner.id()}, "cgroup": cgroup,
+        }));
+        assert_eq!(reply["ok"], false, "{cgroup}: {reply}");
+        assert_eq!(reply["error"]["code"], "invalid_request", "{reply}");
+    }
+    let missing = daemon.request(json!({"op": "get", "session": "raw"}));
+    assert_eq!(missing["ok"], false, "{missing}");
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+}
+
+/// This machine's kind of host: cgroup2 mounted, its controllers bound to cgroup v1.
+#[test]
+fn a_hybrid_host_registers_without_a_cgroup_and_says_why() {
+    let Some((mount, controllers)) = host_cgroup2().filter(|(_, c)| !usable(c)) else {
+        eprintln!("SKIPPED: the host's cgroup2 is not a hybrid one without controllers");
+        return;
+    };
+    let daemon = Daemon::start(&[]);
+    let cgroup = status_cgroup(&daemon);
+    assert_eq!(cgroup["usable"], false, "{cgroup}");
+    assert_eq!(cgroup["mount"], mount.display().to_string());
+    assert_eq!(cgroup["controllers"], json!(controllers));
+    let reason = cgroup["reason"].as_str().unwrap().to_owned();
+    assert!(
+        reason.contains("has no memory or pids controller"),
+        "{reason}"
+    );
+    assert!(reason.contains("hybrid host"), "{reason}");
+    assert!(
+        !mount.join("liveness.slice").exists(),
+        "nothing is made on a host that cannot use it"
+    );
+
+    let doctor = daemon.cli(&["doctor"]);
+    let text = String::from_utf8_lossy(&doctor.stdout);
+    assert!(
+        text.contains(&format!("Cgroups: none for sessions: {reason}")),
+        "{text}"
+    );
+    let status = daemon.cli(&["status"]);
+    assert!(String::from_utf8_lossy(&status.stdout).contains("Cgroups: none for sessions"));
+    let json = daemon.cli(&["--json", "doctor"]);
+    let json: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(json["daemon"]["cgroup"]["reason"], reason);
+
+    registers_without_a_cgroup(&daemon, &reason);
+}
+
+/// Any host: a daemon in a mount namespace without the cgroup2 mount finds none.
+#[test]
+fn without_a_cgroup2_mount_registration_still_succeeds() {
+    let Some((mount, _)) = host_cgroup2() else {
+        eprintln!("SKIPPED: no cgroup2 mount to hide");
+        return;
+    };
+    let hide = format!("umount -l {} && exec \"$@\"", mount.display());
+    let daemon = Daemon::start_under(
+        &[
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            &hide,
+            "sh",
+        ],
+        None,
+        &[],
+    );
+    let cgroup = status_cgroup(&daemon);
+    assert_eq!(cgroup["usable"], false, "{cgroup}");
+    let reason = cgroup["reason"].as_str().unwrap().to_owned();
+    assert!(
+        reason.starts_with("no cgroup2 file system is mounted"),
+        "{reason}"
+    );
+    registers_without_a_cgroup(&daemon, &reason);
+}
+
+/// The directory of a session's cgroup, from `get`.
+fn cgroup_of(daemon: &Daemon, id: &str) -> PathBuf {
+    let session = daemon.session(id);
+    PathBuf::from(
+        session["cgroup"]["path"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{session}")),
+    )
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn a_session_cgroup_has_its_limits_and_its_owner_and_a_name_of_the_daemons() {
+    let Some(mount) = usable_host("a_session_cgroup_has_its_limits") else {
+        return;
+    };
+    let daemon = Daemon::start(&[]);
+    let cgroup = status_cgroup(&daemon);
+    assert_eq!(cgroup["usable"], true, "{cgroup}");
+    let subtree = mount.join("liveness.slice");
+    assert_eq!(cgroup["subtree"], subtree.display().to_string());
+
+    // An id that would be a path (and a shell's command) never reaches the file system.
+    let id = "../../evil/$(id) *";
+    let mut owner = sleeper();
+    let reply = daemon.request(json!({
+        "op": "register", "session": id, "owner": {"pid": owner.id()},
+        "cgroup": {"memory_max": 33554432, "tasks_max": 16},
+    }));
+    assert_eq!(reply["ok"], true, "{reply}");
+    let path = cgroup_of(&daemon, id);
+    assert_eq!(path.parent(), Some(subtree.as_path()));
+    assert!(
+        path.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("s0-"),
+        "{path:?}"
+    );
+    assert_eq!(read(&path.join("memory.max")).trim(), "33554432");
+    assert_eq!(read(&path.join("pids.max")).trim(), "16");
+    assert_eq!(
+        read(&path.join("cgroup.procs")).trim(),
+        owner.id().to_string()
+    );
+
+    // Another user's session: her owner moves, and the cgroup stays root's to write.
+    let mallory = ClientAs::connect(&daemon, MALLORY);
+    let mut mallory = mallory;
+    let reply = mallory
+        .request(&json!({"op": "register", "session": "m", "owner": {"pid": mallory.0.pid()}, "cgroup": {}}))
+        .unwrap();
+    assert_eq!(reply["ok"], true, "{reply}");
+    let hers = PathBuf::from(reply["session"]["cgroup"]["path"].as_str().unwrap());
+    assert!(
+        hers.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with(&format!("s{MALLORY}-"))
+    );
+    assert_eq!(
+        read(&hers.join("cgroup.procs")).trim(),
+        mallory.0.pid().to_string()
+    );
+    assert_eq!(read(&hers.join("memory.max")).trim(), "max");
+    for file in ["memory.max", "pids.max", "cgroup.procs"] {
+        let meta = std::fs::metadata(hers.join(file)).unwrap();
+        assert_eq!(meta.uid(), 0, "{file}");
+        assert_eq!(meta.mode() & 0o022, 0, "{file} is writable by others");
+    }
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+}
+
+/// A memory hog under `memory_max` 32 MiB is OOM-killed inside its session's cgroup: the
+/// cgroup's own `memory.events` counts the kill, its peak is of the order of the limit, and
+/// the session's end names its cgroup as the one whose limit was reached.
+#[test]
+fn a_hog_over_its_sessions_memory_max_is_oom_killed_inside_the_session_cgroup() {
+    let Some(_) = usable_host("a_hog_over_its_sessions_memory_max") else {
+        return;
+    };
+    let daemon = Daemon::start(&[]);
+    let mut hog = Command::new(integration_tests::binary("dying"))
+        .arg("hog")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let reply = daemon.request(json!({
+        "op": "register", "session": "hog", "owner": {"pid": hog.id()},
+        "cgroup": {"memory_max": 32 << 20},
+    }));
+    assert_eq!(reply["ok"], true, "{reply}");
+    let path = cgroup_of(&daemon, "hog");
+    // Its stdin's end starts the allocation.
+    drop(hog.stdin.take());
+    let session = daemon.wait_ended("hog");
+    assert_eq!(hog.wait().unwrap().to_string(), "signal: 9 (SIGKILL)");
+    let usage = wait_reclaimed(&daemon, "hog", &path);
+    assert!(
+        usage["memory_events"]["oom_kill"].as_u64() >= Some(1),
+        "{usage}"
+    );
+    assert!(usage["memory_events"]["max"].as_u64() >= Some(1), "{usage}");
+    match usage["memory_peak"].as_u64() {
+        Some(peak) => assert!((24 << 20..=32 << 20).contains(&peak), "{usage}"),
+        // 5.10-5.18: no memory.peak, and so a null, never a made-up number.
+        None => assert_eq!(status_cgroup(&daemon)["peak"], false, "{usage}"),
+    }
+    if daemon.source_status("ebpf")["state"] == "active" {
+        assert_eq!(session["cause"]["kind"], "oom", "{session}");
+        assert_eq!(session["cause"]["scope"], "cgroup", "{session}");
+        let named = session["cause"]["cgroup"].as_str().unwrap_or_default();
+        let name = path.file_name().unwrap().to_string_lossy();
+        assert!(
+            named.ends_with(&format!("/liveness.slice/{name}")),
+            "{session}"
+        );
+    }
+}
+
+/// Waits until the session's `cgroup.usage` is stored and its cgroup is gone (30 s: the
+/// guests are emulated), and returns that usage.
+fn wait_reclaimed(daemon: &Daemon, id: &str, path: &Path) -> Value {
+    let mut last = Value::Null;
+    let done = eventually(Duration::from_secs(30), || {
+        last = daemon.session(id);
+        !last["cgroup"]["usage"].is_null() && !path.exists()
+    });
+    assert!(
+        done,
+        "{id}'s cgroup {} was not reclaimed: {last}\n{}",
+        path.display(),
+        daemon.log()
+    );
+    last["cgroup"]["usage"].clone()
+}
+
+/// An owner (`sh`) that started a member (`sleep`) in its tree; the member's pid.
+fn owner_with_member() -> (Child, u32) {
+    let mut owner = Command::new("sh")
+        .args(["-c", "sleep 600 & echo $!; wait"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(owner.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    (owner, line.trim().parse().unwrap())
+}
+
+fn sigkill(pid: u32) {
+    // SAFETY: a process of this test's.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+}
+
+/// A session's cgroup outlives its end only as long as a member is left in it: it is
+/// removed once the last is gone, after what it counted is stored with the session.
+#[test]
+fn an_ended_sessions_cgroup_is_removed_once_empty_with_its_counters_stored() {
+    let Some(_) = usable_host("an_ended_sessions_cgroup_is_removed") else {
+        return;
+    };
+    let daemon = Daemon::start(&[]);
+    let (mut owner, member) = owner_with_member();
+    let reply = daemon.request(json!({
+        "op": "register", "session": "w", "owner": {"pid": owner.id()}, "cgroup": {},
+    }));
+    assert_eq!(reply["ok"], true, "{reply}");
+    let path = cgroup_of(&daemon, "w");
+    // The member predates the registration: moved by hand, as a later fork would be born.
+    std::fs::write(path.join("cgroup.procs"), member.to_string()).unwrap();
+    let reply = daemon.request(json!({"op": "end", "session": "w"}));
+    assert_eq!(reply["ok"], true, "{reply}");
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    // Ended, but a member is left: the cgroup stays, uncounted.
+    assert_eq!(daemon.session("w")["phase"], "ended");
+    assert!(path.exists());
+    sigkill(member);
+    let usage = wait_reclaimed(&daemon, "w", &path);
+    assert!(usage["cpu_usec"].is_u64(), "{usage}");
+    assert_eq!(usage["memory_events"]["oom_kill"], 0, "{usage}");
+    if let Some(pids_peak) = usage["pids_peak"].as_u64() {
+        // The owner and its sleep.
+        assert!(pids_peak >= 2, "{usage}");
+    }
+    assert_eq!(
+        usage["memory_peak"].is_u64(),
+        status_cgroup(&daemon)["peak"] == true,
+        "{usage}"
+    );
+    // Once only: the stored counters stay as they were.
+    assert_eq!(daemon.session("w")["cgroup"]["usage"], usage);
+    let text = daemon.cli(&["get", "--session", "w"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("    Cgroup: peak memory "), "{text}");
+}
+
+/// A daemon SIGKILLed while its cgroup sessions live, whose owners then die, and a cgroup
+/// the store does not know: after a restart each session is ended once, its counters
+/// stored, and no cgroup is left.
+#[test]
+fn a_killed_daemons_session_cgroups_are_reclaimed_after_its_restart() {
+    let Some(mount) = usable_host("a_killed_daemons_session_cgroups") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut daemon = Daemon::start_with_state(Some(state.clone()), &[]);
+    let mut owners = Vec::new();
+    let mut paths = Vec::new();
+    for i in 0..8 {
+        let (owner, member) = owner_with_member();
+        let id = format!("k{i}");
+        let reply = daemon.request(json!({
+            "op": "register", "session": id, "owner": {"pid": owner.id()},
+            "cgroup": {"tasks_max": 8},
+        }));
+        assert_eq!(reply["ok"], true, "{reply}");
+        let path = cgroup_of(&daemon, &id);
+        // The member predates the registration: moved by hand, as a later fork would be born.
+        std::fs::write(path.join("cgroup.procs"), member.to_string()).unwrap();
+        owners.push((owner, member));
+        paths.push(path);
+    }
+    let stray = mount.join("liveness.slice").join("stray");
+    std::fs::create_dir(&stray).unwrap();
+    daemon.kill9();
+    for (owner, member) in &mut owners {
+        owner.kill().unwrap();
+        owner.wait().unwrap();
+        sigkill(*member);
+    }
+    daemon.restart();
+    for (i, path) in paths.iter().enumerate() {
+        let id = format!("k{i}");
+        assert_eq!(daemon.wait_ended(&id)["detected_by"], "reconcile");
+        let usage = wait_reclaimed(&daemon, &id, path);
+        assert!(usage["cpu_usec"].is_u64(), "{usage}");
+    }
+    assert!(
+        eventually(Duration::from_secs(30), || !stray.exists()),
+        "{}",
+        daemon.log()
+    );
+    let mut ended: Vec<String> = replay(&daemon)
+        .into_iter()
+        .filter(|e| e["kind"] == "session.ended")
+        .map(|e| e["session"].as_str().unwrap().to_owned())
+        .collect();
+    ended.sort();
+    let expected: Vec<String> = (0..8).map(|i| format!("k{i}")).collect();
+    assert_eq!(ended, expected, "each session ended once");
+}
+
+/// Every event in a replay from the start.
+fn replay(daemon: &Daemon) -> Vec<Value> {
+    let mut stream = daemon.connect();
+    let ack = stream.request(json!({"op": "subscribe", "since": 0}));
+    let head = ack["subscribed"]["head"].as_u64().expect("head");
+    let mut events = Vec::new();
+    let mut seen = 0;
+    while seen < head {
+        let line = stream
+            .next_within(Duration::from_secs(5))
+            .expect("the replay");
+        seen = line["event"]["seq"].as_u64().unwrap_or(seen);
+        events.push(line["event"].clone());
+    }
+    events
+}
+
+/// `end --terminate` of a session whose owner is a fork loop held at `tasks_max`: what
+/// the cgroup holds after the grace is killed there at once (`cgroup.kill`), the cgroup
+/// empties and is removed, and the session has one `session.reaped`.
+#[test]
+fn end_terminate_of_a_fork_loop_bounded_by_tasks_max_leaves_nothing_in_its_cgroup() {
+    let Some(_) = usable_host("end_terminate_of_a_fork_loop") else {
+        return;
+    };
+    let daemon = Daemon::start(&[]);
+    if status_cgroup(&daemon)["kill"] != true {
+        eprintln!("SKIPPED end_terminate_of_a_fork_loop: no cgroup.kill (before 5.14)");
+        return;
+    }
+    let mut owner = sleeper();
+    let reply = daemon.request(json!({
+        "op": "register", "session": "loop", "owner": {"pid": owner.id()},
+        "grace_ms": 200, "cgroup": {"tasks_max": 16},
+    }));
+    assert_eq!(reply["ok"], true, "{reply}");
+    let path = cgroup_of(&daemon, "loop");
+    // The loop joins the cgroup, then forks until the limit refuses it (busybox's sh then
+    // gives up; bash would go on): not a member of the owner's tree, so only the cgroup
+    // knows of its children.
+    let mut fork_loop = Command::new("sh")
+        .args([
+            "-c",
+            "echo $$ > \"$1\"/cgroup.procs; while :; do sleep 600 & done 2>/dev/null",
+            "sh",
+        ])
+        .arg(&path)
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || read(&path.join("pids.current"))
+            .trim()
+            .parse::<u32>()
+            .unwrap()
+            >= 15),
+        "{}",
+        read(&path.join("pids.current"))
+    );
+    let reply = daemon.request(json!({"op": "end", "session": "loop", "terminate": true}));
+    assert_eq!(reply["ok"], true, "{reply}");
+    let usage = wait_reclaimed(&daemon, "loop", &path);
+    assert_eq!(usage["pids_peak"].as_u64().unwrap_or(16), 16, "{usage}");
+    assert_eq!(owner.wait().unwrap().to_string(), "signal: 9 (SIGKILL)");
+    let _ = fork_loop.wait();
+    let reaped: Vec<Value> = replay(&daemon)
+        .into_iter()
+        .filter(|e| e["kind"] == "session.reaped" && e["session"] == "loop")
+        .collect();
+    assert_eq!(reaped.len(), 1, "{reaped:?}");
+}
