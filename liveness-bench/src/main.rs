@@ -8,6 +8,7 @@ mod cpu;
 mod daemon;
 mod fleet;
 mod floor;
+mod hooks;
 mod peers;
 mod procs;
 mod reap;
@@ -92,6 +93,9 @@ enum Part {
     /// holder's owner is SIGKILLed, next to etcd's own lock; a victim's death latency with
     /// `--etcd` and without.
     Fleet,
+    /// What an agent's hook costs the agent: `session-start` and `session-end` from `sh -c`
+    /// to exit, beside the agents' own `--version`; with the daemon gone, frozen, loaded.
+    Hooks,
 }
 
 impl Args {
@@ -133,6 +137,7 @@ struct Plan {
     replay: replay::ReplayPlan,
     activity: activity::ActivityPlan,
     fleet: fleet::FleetPlan,
+    hooks: hooks::HooksPlan,
 }
 
 impl Plan {
@@ -184,6 +189,13 @@ impl Plan {
                     watched_ends: 5,
                     burst: 100,
                 },
+                hooks: hooks::HooksPlan {
+                    runs: 10,
+                    unanswered: 2,
+                    load_workers: 2,
+                    load_runs: 5,
+                    agents: false,
+                },
             }
         } else if args.quick {
             Plan {
@@ -231,6 +243,13 @@ impl Plan {
                     deaths: 100,
                     watched_ends: 30,
                     burst: 10_000,
+                },
+                hooks: hooks::HooksPlan {
+                    runs: 200,
+                    unanswered: 20,
+                    load_workers: 8,
+                    load_runs: 25,
+                    agents: true,
                 },
             }
         } else {
@@ -288,6 +307,14 @@ impl Plan {
                     deaths: 300,
                     watched_ends: 100,
                     burst: 10_000,
+                },
+                // The 200 runs; hooks at four times the machine's cores at once.
+                hooks: hooks::HooksPlan {
+                    runs: 200,
+                    unanswered: 50,
+                    load_workers: 8,
+                    load_runs: 50,
+                    agents: true,
                 },
             }
         }
@@ -382,6 +409,7 @@ struct Report {
     replay: Option<Value>,
     activity: Option<Value>,
     fleet: Option<Value>,
+    hooks: Option<Value>,
     errors: Vec<String>,
 }
 
@@ -535,6 +563,12 @@ fn run(args: &Args) -> Result<bool> {
         report.fleet = Some(fleet::run(&args.bin_dir, plan.fleet)?);
     }
 
+    // The new build only: the baseline's hooks may wait on the daemon longer.
+    if args.runs(Part::Hooks) {
+        eprintln!("bench: hooks");
+        report.hooks = Some(hooks::run(&args.bin_dir, plan.hooks, &mut report.errors)?);
+    }
+
     let goals = goals(&report);
     print_table(&plan, &report, &goals);
     let document = json!({
@@ -569,6 +603,7 @@ fn run(args: &Args) -> Result<bool> {
         "replay": report.replay,
         "activity": report.activity,
         "fleet": report.fleet,
+        "hooks": report.hooks,
         "goals": goals,
         "errors": report.errors,
     });
@@ -1367,6 +1402,30 @@ fn unmeasured(name: &str, target: &str, why: &str) -> Value {
 
 fn goals(report: &Report) -> Vec<Value> {
     let mut goals = Vec::new();
+    if let Some(hooks) = &report.hooks {
+        for (name, key, figure, limit) in [
+            ("hook_session_start_p50", "session_start", "p50_us", 10.0),
+            ("hook_session_end_p50", "session_end", "p50_us", 10.0),
+            ("hook_no_daemon_max", "no_daemon", "max_us", 200.0),
+            ("hook_frozen_daemon_max", "frozen_daemon", "max_us", 200.0),
+        ] {
+            let target = format!("< {limit} ms");
+            goals.push(match hooks[key][figure].as_f64() {
+                Some(us) => goal(name, &target, us / 1e3, "ms", us / 1e3 < limit),
+                None => unmeasured(name, &target, "no figure"),
+            });
+        }
+        goals.push(match hooks["under_load"]["lost"].as_f64() {
+            Some(lost) => goal(
+                "hook_registrations_lost_under_load",
+                "0",
+                lost,
+                "",
+                lost == 0.0,
+            ),
+            None => unmeasured("hook_registrations_lost_under_load", "0", "no figure"),
+        });
+    }
     if let Some(fleet) = &report.fleet {
         let ms = |key: &str| fleet["handover"][key].as_f64().map(|us| us / 1e3);
         for (name, key, limit) in [

@@ -7,7 +7,7 @@ use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::Parser;
 use serde_json::{Value, json};
@@ -19,7 +19,6 @@ use liveness_cli::hooks::{
 use liveness_client::{Client, ClientError, Owner, Registration};
 use liveness_common::action::EndFacts;
 use liveness_common::activity::MAX_TOOL_NAME;
-use rustix::net::sockopt::{Timeout, set_socket_timeout};
 
 use crate::agent_runs::{self, ThisAgent};
 use crate::args::{HookName, HookRunArgs, HooksArgs, HooksCommand, HooksInstallArgs};
@@ -228,74 +227,86 @@ fn session_start(agent: &dyn Agent, context: &Context) -> Result<(), String> {
     };
     let mut client = connect(context)?;
     let this = ThisAgent::find();
-    let at = agent_runs::start_at(&mut client, &this, &plan.session).map_err(daemon_error)?;
+    let at = agent_runs::start_at(&mut client, &this, &plan.session)
+        .map_err(|e| daemon_error(e, UNTRACKED))?;
     registration.session = Some(at.id(&plan.session).to_owned());
     match client.register(&registration) {
         Ok(_) => Ok(()),
         Err(e) => {
             // The agent's session id is an ended run's: this is a resume of it.
-            registration.session = Some(at.after_ended(&e).ok_or_else(|| daemon_error(e))?);
-            client.register(&registration).map_err(daemon_error)?;
+            registration.session = Some(
+                at.after_ended(&e)
+                    .ok_or_else(|| daemon_error(e, UNTRACKED))?,
+            );
+            client
+                .register(&registration)
+                .map_err(|e| daemon_error(e, UNTRACKED))?;
             Ok(())
         }
     }
 }
 
-/// A failed request, saying so plainly when the daemon took longer than the budget.
-fn daemon_error(e: ClientError) -> String {
-    budget_error(e, DAEMON_BUDGET, "the agent goes on untracked")
-}
-
-fn budget_error(e: ClientError, budget: Duration, so: &str) -> String {
+/// A failed connection or request, saying so plainly when the daemon took longer than
+/// the budget.
+fn daemon_error(e: ClientError, so: &str) -> String {
+    let late = |e: &std::io::Error| {
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        )
+    };
     match e {
-        ClientError::Io(e) if e.kind() == std::io::ErrorKind::WouldBlock => format!(
-            "livenessd did not answer within {} ms: {so}",
-            budget.as_millis()
+        ClientError::Io(e) | ClientError::Connect { source: e, .. } if late(&e) => format!(
+            "livenessd did not answer in time ({} ms for its first answer, {} ms for each after): {so}",
+            DAEMON_BUDGET.as_millis(),
+            ANSWERED_BUDGET.as_millis()
         ),
         e => e.to_string(),
     }
 }
 
-/// How long a hook waits for the daemon before it gives up, so that a frozen or
-/// overloaded daemon never holds up the agent's start or exit for longer. Registration
-/// resolves the owner from the hook's ancestry, so the hook must outlive the request: a
-/// budget far shorter than a loaded daemon's commit would lose sessions.
-const DAEMON_BUDGET: Duration = Duration::from_secs(1);
+/// What a session hook's failure leaves.
+const UNTRACKED: &str = "the agent goes on untracked";
 
-/// How long an activity hook waits for the daemon: the agent may be waiting for the hook
-/// at every prompt and tool call, and a lost declaration costs little (the next one, or the
-/// daemon's own sampling, makes up for it).
-const DECLARE_BUDGET: Duration = Duration::from_millis(500);
+/// How long a hook waits for the daemon's first answer, its connection and first request
+/// together, so that a down or frozen daemon never holds up the agent's start, exit,
+/// prompts or tools for longer: with the hook's own start it stays within 200 ms.
+/// Registration resolves the owner from the hook's ancestry, so the hook must outlive the
+/// request: a budget shorter than a loaded daemon's commit would lose sessions (`cargo
+/// xtask bench --part hooks` measures both).
+const DAEMON_BUDGET: Duration = Duration::from_millis(150);
 
-/// A connection to the daemon whose every read and write gives up after [`DAEMON_BUDGET`].
+/// Once the daemon has answered, how long each later request of the hook may take: a
+/// sequence cut short halfway could leave a session registered but not known as the
+/// agent's, or an end command that the agent ran to be run again by the daemon.
+const ANSWERED_BUDGET: Duration = Duration::from_secs(1);
+
+/// A connection to the daemon that gives up [`DAEMON_BUDGET`] after it was begun unless the
+/// daemon answers by then; after an answer, each request has [`ANSWERED_BUDGET`].
 fn connect(context: &Context) -> Result<Client, String> {
-    connect_within(context, DAEMON_BUDGET)
+    Client::connect_until(&context.socket, Instant::now() + DAEMON_BUDGET)
+        .map(|client| client.once_answered(ANSWERED_BUDGET))
+        .map_err(|e| daemon_error(e, UNTRACKED))
 }
 
-fn connect_within(context: &Context, budget: Duration) -> Result<Client, String> {
-    let client = context.connect().map_err(|f| f.message)?;
-    for direction in [Timeout::Recv, Timeout::Send] {
-        set_socket_timeout(&client, direction, Some(budget))
-            .map_err(|e| format!("cannot bound the wait for the daemon: {e}"))?;
-    }
-    Ok(client)
-}
+/// What an activity hook's failure leaves.
+const LOST: &str = "the declaration is lost";
 
 /// Declares the agent's turn or tool on its run of its session: which run (a `get`, and a
-/// `list` for a later run), then the declaration, each bounded by [`DECLARE_BUDGET`].
+/// `list` for a later run), then the declaration (see [`connect`] for how long each may
+/// take): the agent may wait for the hook at every prompt and tool call, and a lost
+/// declaration costs little (the next one, or the daemon's own sampling, makes up for it).
 fn declare(agent: &dyn Agent, activity: Activity, context: &Context) -> Result<(), String> {
     let input = read_stdin().map_err(|f| f.message)?;
     let mut touch = agent
         .declaration(activity, &input)
         .map_err(|e| e.to_string())?;
     touch.tool = touch.tool.as_deref().map(tool_name);
-    let mut client = connect_within(context, DECLARE_BUDGET)?;
+    let mut client = connect(context)?;
     touch.session = agent_runs::ours(&mut client, &ThisAgent::find(), &touch.session)
-        .map_err(|e| budget_error(e, DECLARE_BUDGET, "the declaration is lost"))?
+        .map_err(|e| daemon_error(e, LOST))?
         .ok_or_else(|| no_run(&touch.session))?;
-    client
-        .declare(&touch)
-        .map_err(|e| budget_error(e, DECLARE_BUDGET, "the declaration is lost"))?;
+    client.declare(&touch).map_err(|e| daemon_error(e, LOST))?;
     Ok(())
 }
 
@@ -321,15 +332,19 @@ fn session_end(agent: &dyn Agent, context: &Context) -> Result<(), String> {
     let session = agent.session_end(&input).map_err(|e| e.to_string())?;
     let mut client = connect(context)?;
     let run = our_run(&mut client, &session)?;
-    client.actions_done(&run, None).map_err(daemon_error)?;
-    client.end(&run, None).map_err(daemon_error)?;
+    client
+        .actions_done(&run, None)
+        .map_err(|e| daemon_error(e, UNTRACKED))?;
+    client
+        .end(&run, None)
+        .map_err(|e| daemon_error(e, UNTRACKED))?;
     Ok(())
 }
 
 /// The live run of `session` that the agent this hook runs under owns.
 fn our_run(client: &mut Client, session: &str) -> Result<String, String> {
     agent_runs::ours(client, &ThisAgent::find(), session)
-        .map_err(daemon_error)?
+        .map_err(|e| daemon_error(e, UNTRACKED))?
         .ok_or_else(|| no_run(session))
 }
 

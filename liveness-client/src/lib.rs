@@ -39,7 +39,7 @@ use std::io::{BufRead, BufReader};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use liveness_common;
 use liveness_common::action::ActionSpec;
@@ -170,6 +170,11 @@ pub struct Client {
     reader: BufReader<UnixStream>,
     writer: UnixStream,
     socket: PathBuf,
+    /// When every wait on the daemon gives up ([`Client::connect_until`]).
+    deadline: Option<Instant>,
+    /// Once the daemon has answered, how long each later request may take
+    /// ([`Client::once_answered`]).
+    answered: Option<Duration>,
 }
 
 /// The connection's socket, for what the kernel knows of it: `SO_PEERCRED` tells which
@@ -180,6 +185,14 @@ impl AsFd for Client {
     }
 }
 
+/// The time left until `deadline`; none left is a `TimedOut` error (a zero timeout would
+/// mean no timeout to the socket).
+fn left(deadline: Instant) -> std::io::Result<Duration> {
+    Some(deadline.saturating_duration_since(Instant::now()))
+        .filter(|left| !left.is_zero())
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::TimedOut))
+}
+
 impl Client {
     /// Connects to the daemon listening on `path`.
     pub fn connect(path: &Path) -> Result<Client, ClientError> {
@@ -187,12 +200,57 @@ impl Client {
             path: path.into(),
             source,
         })?;
+        Client::over(stream, path, None)
+    }
+
+    /// Connects to the daemon listening on `path`, and gives up on it at `deadline`: the
+    /// connection (a frozen daemon's full backlog blocks it) and every request after it
+    /// then fail with an I/O error of kind `WouldBlock` or `TimedOut`. For a caller that
+    /// must not wait on a frozen daemon longer than it can afford, such as an agent's hook.
+    pub fn connect_until(path: &Path, deadline: Instant) -> Result<Client, ClientError> {
+        let connect = || -> std::io::Result<UnixStream> {
+            use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType, sockopt};
+            let socket = rustix::net::socket_with(
+                AddressFamily::UNIX,
+                SocketType::STREAM,
+                SocketFlags::CLOEXEC,
+                None,
+            )?;
+            // Linux bounds a blocking connect on a Unix socket by its send timeout.
+            sockopt::set_socket_timeout(&socket, sockopt::Timeout::Send, Some(left(deadline)?))?;
+            rustix::net::connect(&socket, &SocketAddrUnix::new(path)?)?;
+            Ok(UnixStream::from(socket))
+        };
+        let stream = connect().map_err(|source| ClientError::Connect {
+            path: path.into(),
+            source,
+        })?;
+        Client::over(stream, path, Some(deadline))
+    }
+
+    fn over(
+        stream: UnixStream,
+        path: &Path,
+        deadline: Option<Instant>,
+    ) -> Result<Client, ClientError> {
         let writer = stream.try_clone()?;
         Ok(Client {
             reader: BufReader::new(stream),
             writer,
             socket: path.into(),
+            deadline,
+            answered: None,
         })
+    }
+
+    /// After a [`Client::connect_until`]: once the daemon has answered a request, each later
+    /// one may take `each`. A daemon that answers is alive, and a caller that has begun a
+    /// sequence of requests (an end hook telling the daemon that the agent ran its end
+    /// commands, then ending the session) is better served by finishing it than by giving
+    /// up halfway; one that never answers is still given up on at the first deadline.
+    pub fn once_answered(mut self, each: Duration) -> Client {
+        self.answered = Some(each);
+        self
     }
 
     /// Connects to the daemon at [`default_socket`].
@@ -206,6 +264,13 @@ impl Client {
     }
 
     fn send(&mut self, request: &Request, fds: &[BorrowedFd<'_>]) -> Result<(), ClientError> {
+        if let Some(deadline) = self.deadline {
+            // The request and its reply get what is left of the time: the socket is shared
+            // with the reader's, so its timeouts bound both.
+            let left = left(deadline)?;
+            self.writer.set_write_timeout(Some(left))?;
+            self.writer.set_read_timeout(Some(left))?;
+        }
         send_with_fds(&mut self.writer, wire::encode(request)?.as_bytes(), fds)?;
         Ok(())
     }
@@ -216,6 +281,9 @@ impl Client {
         // Nothing at the end of the connection, or a line it cut short.
         if !line.ends_with('\n') {
             return Err(ClientError::Closed);
+        }
+        if let Some(each) = self.answered {
+            self.deadline = Some(Instant::now() + each);
         }
         Ok(line)
     }

@@ -56,7 +56,7 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
         /// Run only these parts: latency, cpu, scale, peers, reap, trees, replay, activity,
-        /// fleet (comma-separated; default: all).
+        /// fleet, hooks (comma-separated; default: all).
         #[arg(long, value_name = "PARTS")]
         part: Option<String>,
         /// Run only the peers part: liveness next to exitsnoop, bpftrace, the proc
