@@ -22,23 +22,33 @@ use super::judge::{Process, Sample, Socket};
 /// Milliseconds per clock tick.
 const MS_PER_TICK: u64 = (NANOS_PER_TICK / 1_000_000) as u64;
 
-/// What a round read of each process that may spare the next one reading it again.
+/// What a round read of each process that may spare the next one reading it again, and
+/// what this round read of each: a process in several sessions' trees (the one owner of
+/// many sessions) is read once a round.
 #[derive(Debug, Default)]
 pub struct Memo {
     last: HashMap<ProcessKey, Seen>,
-    this: HashMap<ProcessKey, Seen>,
+    /// `None` for a process found gone (or its pid taken).
+    this: HashMap<ProcessKey, Option<Seen>>,
 }
 
 impl Memo {
-    /// The round is over: what it read is the next one's memory, and only that.
+    /// The round is over: what it read of processes of one thread is the next one's
+    /// memory, and only that.
     pub fn next_round(&mut self) {
-        self.last = std::mem::take(&mut self.this);
+        self.last = std::mem::take(&mut self.this)
+            .into_iter()
+            .filter_map(|(key, seen)| Some((key, seen?)))
+            .filter(|(_, seen)| seen.ran.is_some())
+            .collect();
     }
 }
 
 #[derive(Debug, Clone)]
 struct Seen {
-    ran: Ran,
+    /// The scheduler's statistics it was read with; `None` when they cannot speak for the
+    /// process (they are its main thread's: only a process of one thread is taken again).
+    ran: Option<Ran>,
     process: Process,
     comm: String,
     inodes: Vec<u64>,
@@ -62,45 +72,22 @@ pub fn read(
     let mut processes = Vec::with_capacity(known.len());
     for mut member in known {
         let key = member.key();
-        // Read first: whatever the process does after it shows at the next round.
-        let ran = proc.ran(member.pid).ok().flatten();
-        // What the last round read, taken out of it (it is forgotten at this round's end).
-        let idle = memo.last.remove(&key).filter(|seen| Some(seen.ran) == ran);
-        let (mut process, comm, inodes) = match idle {
-            Some(seen) => {
-                let read = (seen.process.clone(), seen.comm.clone(), seen.inodes.clone());
-                memo.this.insert(key, seen);
-                read
-            }
+        let seen = match memo.this.get(&key) {
+            Some(seen) => seen.clone(),
             None => {
-                let Ok(stat) = proc.stat(member.pid) else {
-                    continue;
-                };
-                if stat.start_ticks != member.start_ticks || stat.has_exited() {
-                    continue;
-                }
-                let process = Process {
-                    key,
-                    parent: stat.ppid,
-                    age_ms: 0,
-                    cpu_ms: stat.cpu_ticks() * MS_PER_TICK,
-                    io: proc.io(member.pid).ok(),
-                    threads: proc.threads_of(&stat).unwrap_or_default(),
-                    sockets: Vec::new(),
-                };
-                let inodes = socket_inodes(proc, member.pid).unwrap_or_default();
-                // The statistics are the main thread's: they speak for a process of one.
-                if let Some(ran) = ran.filter(|_| stat.num_threads == 1) {
-                    let seen = Seen {
-                        ran,
-                        process: process.clone(),
-                        comm: stat.comm.clone(),
-                        inodes: inodes.clone(),
-                    };
-                    memo.this.insert(key, seen);
-                }
-                (process, stat.comm, inodes)
+                let seen = look(proc, key, memo.last.remove(&key));
+                memo.this.insert(key, seen.clone());
+                seen
             }
+        };
+        let Some(Seen {
+            mut process,
+            comm,
+            inodes,
+            ..
+        }) = seen
+        else {
+            continue;
         };
         process.age_ms = i64::try_from(uptime_ticks.saturating_sub(key.start_ticks) * MS_PER_TICK)
             .unwrap_or(i64::MAX);
@@ -117,6 +104,35 @@ pub fn read(
         processes,
     };
     (sample, live)
+}
+
+/// Reads the process `key`, unless what the last round read of it (`last`) still holds;
+/// `None` if it is gone.
+fn look(proc: &ProcRoot, key: ProcessKey, last: Option<Seen>) -> Option<Seen> {
+    // Read first: whatever the process does after it shows at the next round.
+    let ran = proc.ran(key.pid).ok().flatten();
+    if let Some(seen) = last.filter(|seen| seen.ran.is_some() && seen.ran == ran) {
+        return Some(seen);
+    }
+    let stat = proc.stat(key.pid).ok()?;
+    if stat.start_ticks != key.start_ticks || stat.has_exited() {
+        return None;
+    }
+    let process = Process {
+        key,
+        parent: stat.ppid,
+        age_ms: 0,
+        cpu_ms: stat.cpu_ticks() * MS_PER_TICK,
+        io: proc.io(key.pid).ok(),
+        threads: proc.threads_of(&stat).unwrap_or_default(),
+        sockets: Vec::new(),
+    };
+    Some(Seen {
+        ran: ran.filter(|_| stat.num_threads == 1),
+        process,
+        inodes: socket_inodes(proc, key.pid).unwrap_or_default(),
+        comm: stat.comm,
+    })
 }
 
 /// The connected TCP sockets of `pid` among its sockets `inodes`: none where they cannot be
@@ -266,6 +282,51 @@ mod tests {
         let proc = proc.with_raw(CHILD, other.as_bytes());
         let (_, _, live) = judge(9_500, both());
         assert_eq!(live, 1, "a pid another process took is not the member");
+        drop(proc);
+    }
+
+    /// One owner of many sessions is read once a round, whatever its sessions' number: a
+    /// second session's sample in the same round is the first's reading, even after the
+    /// process changed; the next round reads it again.
+    #[test]
+    fn a_process_in_several_trees_is_read_once_a_round() {
+        let proc = FakeProc::new().with(OWNER, "agent", 1);
+        set(&proc, OWNER, 'S', 10, 0);
+        let root = proc.root();
+        let mut diag = DiagSockets::new(root.clone());
+        let mut memo = Memo::default();
+        let mut cpu_of_session = |memo: &mut Memo| {
+            let (sample, _) = read(
+                vec![identity(OWNER)],
+                identity(OWNER).key(),
+                &root,
+                &mut diag.round(),
+                memo,
+                0,
+                1_000_000,
+            );
+            sample.processes[0].cpu_ms
+        };
+        let first = cpu_of_session(&mut memo);
+        set(&proc, OWNER, 'S', 20, 0);
+        assert_eq!(cpu_of_session(&mut memo), first, "read twice in one round");
+        memo.next_round();
+        assert_eq!(cpu_of_session(&mut memo), 20 * MS_PER_TICK);
+        // Gone: left out of every later session's sample of the round without a read.
+        memo.next_round();
+        proc.kill(OWNER);
+        assert!(memo.this.is_empty());
+        let (sample, live) = read(
+            vec![identity(OWNER)],
+            identity(OWNER).key(),
+            &root,
+            &mut diag.round(),
+            &mut memo,
+            0,
+            1_000_000,
+        );
+        assert!(sample.processes.is_empty() && live.is_empty());
+        assert!(matches!(memo.this.get(&identity(OWNER).key()), Some(None)));
         drop(proc);
     }
 }
