@@ -63,12 +63,12 @@ impl Journaled {
         self.head = head;
     }
 
-    /// The ACTIVE sessions of `owner`.
-    pub(super) fn sessions_of_owner(&self, owner: &Identity) -> impl Iterator<Item = &Session> {
-        self.active
-            .of_owner(owner)
-            .into_iter()
-            .map(|(session, _)| session)
+    /// The ACTIVE sessions of `owner`, in no order.
+    pub(super) fn sessions_of_owner<'a>(
+        &'a self,
+        owner: &'a Identity,
+    ) -> impl Iterator<Item = &'a Session> {
+        self.active.owned_by(owner)
     }
 
     /// The ACTIVE sessions.

@@ -108,8 +108,11 @@ impl Ledger {
         self.journaled.head()
     }
 
-    /// The ACTIVE sessions of `owner`, from memory.
-    pub(super) fn sessions_of_owner(&self, owner: &Identity) -> impl Iterator<Item = &Session> {
+    /// The ACTIVE sessions of `owner`, from memory, in no order.
+    pub(super) fn sessions_of_owner<'a>(
+        &'a self,
+        owner: &'a Identity,
+    ) -> impl Iterator<Item = &'a Session> {
         self.journaled.sessions_of_owner(owner)
     }
 

@@ -38,6 +38,9 @@ pub(super) struct Watch {
     trees: Trees,
     /// The members watched for sessions that last until their tree does.
     waits: TreeWaits,
+    /// Dead owners whose trees are let go of after the death's sends (see
+    /// [`Watch::let_go`]): letting go reads the kernel map's counter.
+    unfollowed: Vec<Identity>,
 }
 
 /// A batch of deaths readied for the ledger (see [`Watch::prepare`]).
@@ -63,6 +66,7 @@ impl Watch {
             monitor,
             trees,
             waits: TreeWaits::default(),
+            unfollowed: Vec::new(),
         }
     }
 
@@ -125,8 +129,23 @@ impl Watch {
         self.trees.refresh(store);
     }
 
+    /// Whether the trees of dead owners wait to be let go of.
+    pub(super) fn has_unfollowed(&self) -> bool {
+        !self.unfollowed.is_empty()
+    }
+
+    /// Stops following the trees that [`Watch::prepare`] left to let go of. The engine
+    /// calls it once it is idle or before anything else reads the trees, so that a death's
+    /// events are sent before this work.
+    pub(super) fn let_go(&mut self) {
+        if !self.unfollowed.is_empty() {
+            self.trees.forget(&std::mem::take(&mut self.unfollowed));
+        }
+    }
+
     /// At a stop: what the kernel added since the last refresh, for the next run.
     pub(super) async fn finish(&mut self, store: &mut Store) {
+        self.let_go();
         self.trees.finish().await;
         self.trees.refresh_now(store);
     }
@@ -248,35 +267,36 @@ impl Watch {
         if !facts.is_local(owner) {
             return;
         }
-        match ledger.store().active_sessions_of_owner(owner) {
-            Ok(sessions) if sessions.is_empty() => {
-                self.monitor.untrack(owner.key());
-                for member in self.waits.stop(owner.key()) {
-                    // Unless it owns sessions of its own.
-                    let member = facts.identity_of(member);
-                    if ledger.sessions_of_owner(&member).next().is_none() {
-                        self.monitor.untrack(member.key());
-                    }
-                }
-                self.trees.forget([owner]);
-            }
-            Ok(_) => {}
-            Err(e) => tracing::error!(error = %e, "cannot look up sessions of an owner"),
+        // From memory, which has every committed change: reading the owner's sessions from
+        // SQLite at each end costs as much as it has sessions.
+        if ledger.sessions_of_owner(owner).next().is_some() {
+            return;
         }
+        self.monitor.untrack(owner.key());
+        for member in self.waits.stop(owner.key()) {
+            // Unless it owns sessions of its own.
+            let member = facts.identity_of(member);
+            if ledger.sessions_of_owner(&member).next().is_none() {
+                self.monitor.untrack(member.key());
+            }
+        }
+        self.trees.forget([owner]);
     }
 
     /// Readies a batch of deaths for the ledger: members of trees that sessions wait for
     /// stand for their owners once the last one dies; each owner's survivors are read from
     /// memory (once, at the death: a retried commit keeps those of that moment); the owners
     /// whose sessions last until their trees do have their members watched from now on.
-    /// The others' trees are no longer followed: every session of theirs ends with this
-    /// batch, and a reap reads the copy of its tree taken here.
+    /// The others' trees are let go of (see [`Watch::let_go`]): every session of theirs
+    /// ends with this batch, and a reap reads the copy of its tree taken here.
     pub(super) fn prepare(
         &mut self,
         deaths: Vec<OwnerDeath>,
         facts: &Facts,
         ledger: &Ledger,
     ) -> Prepared {
+        // An earlier batch's trees first: a tree is never read after its owner's end.
+        self.let_go();
         let (monitor, trees) = (&mut self.monitor, &self.trees);
         let mut deaths = self.waits.tree_deaths(deaths, monitor, trees, facts);
         let owners = deaths
@@ -308,7 +328,7 @@ impl Watch {
             })
             .map(|death| (death.owner.key(), self.trees.view(death.owner.key())))
             .collect();
-        self.trees.forget(ended.iter().map(|death| &death.owner));
+        (self.unfollowed).extend(ended.iter().map(|death| death.owner.clone()));
         Prepared {
             deaths,
             gone,

@@ -212,6 +212,18 @@ impl Active {
         found
     }
 
+    /// The ACTIVE sessions whose owner is `owner`, in no order: each found without the
+    /// others (an owner may have thousands).
+    pub fn owned_by<'a>(&'a self, owner: &'a Identity) -> impl Iterator<Item = &'a Session> {
+        (self
+            .by_owner
+            .get(&owner.key())
+            .into_iter()
+            .flat_map(Keys::iter))
+        .filter_map(|key| self.sessions.get(key).map(Box::as_ref))
+        .filter(|session| session.owner.boot_id == owner.boot_id)
+    }
+
     /// The sessions of the process `owner` of boot `boot_id`, in id order: those a signal's
     /// sender belonged to, as the owner of its tree or a member.
     pub fn sessions_of(&self, owner: ProcessKey, boot_id: &str) -> Vec<SenderSession> {

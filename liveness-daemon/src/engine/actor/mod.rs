@@ -121,7 +121,7 @@ enum Wake {
     FileCheck,
     TreeSlice,
     Apply,
-    Log,
+    Idle,
 }
 
 /// A tokio interval of `period` whose missed ticks are delayed, not burst.
@@ -164,6 +164,7 @@ impl Engine {
             let apply_at = self.ledger.apply_at();
             let retrying = self.ledger.has_retries() || self.effects.has_queued();
             let tree_work = self.watch.has_tree_work();
+            let idle_work = self.has_idle_work();
             let (death, walked) = self.watch.wakes();
             let wake = tokio::select! {
                 biased;
@@ -186,12 +187,15 @@ impl Engine {
                 _ = tree_slices.tick(), if tree_work => Wake::TreeSlice,
                 () = sleep_until(apply_at), if apply_at.is_some() => Wake::Apply,
                 // Last: only when nothing else is ready, after one yield, so that a death
-                // that comes meanwhile is not written behind log lines.
-                () = tokio::task::yield_now(), if self.fanout.has_unlogged() => Wake::Log,
+                // that comes meanwhile is not written behind log lines or the letting go
+                // of dead owners' trees.
+                () = tokio::task::yield_now(), if idle_work => Wake::Idle,
             };
-            // Everything but a death, a log line and the file's check reads or writes
-            // SQLite, which must first have what was published (and the seqs it used).
-            if !matches!(wake, Wake::Death(_) | Wake::Log | Wake::FileCheck) {
+            // Everything but a death, idle work and the file's check reads or writes
+            // SQLite, which must first have what was published (and the seqs it used), and
+            // may read the trees, which must no longer hold the dead owners'.
+            if !matches!(wake, Wake::Death(_) | Wake::Idle | Wake::FileCheck) {
+                self.watch.let_go();
                 self.caught_up();
             }
             match wake {
@@ -222,7 +226,10 @@ impl Engine {
                 Wake::TreeSlice => self.watch.tree_slice(),
                 // Written by `caught_up` above.
                 Wake::Apply => {}
-                Wake::Log => self.fanout.flush(),
+                Wake::Idle => {
+                    self.fanout.flush();
+                    self.watch.let_go();
+                }
             }
         };
         self.fanout.flush();
@@ -258,6 +265,11 @@ impl Engine {
         }
         tracing::info!("engine stopped");
         Ok(())
+    }
+
+    /// Whether work waits that only follows a death's sends: log lines, dead owners' trees.
+    fn has_idle_work(&self) -> bool {
+        self.fanout.has_unlogged() || self.watch.has_unfollowed()
     }
 
     /// Reconciles every ACTIVE owner after a start: those that died while the daemon was
