@@ -234,6 +234,54 @@ fn a_sessions_key_goes_within_milliseconds_of_its_owners_death_and_its_end_is_ke
     );
 }
 
+/// etcd's revision: one more for every transaction that wrote.
+fn revision(etcd: &Etcd) -> u64 {
+    let got = etcd.ctl(&["get", "/", "-w", "json"]);
+    let got: Value = serde_json::from_slice(&got.stdout).expect("etcdctl's JSON");
+    got["header"]["revision"].as_u64().expect("a revision")
+}
+
+/// Events that follow one another closely go to etcd in a few transactions, each key
+/// written as the last of them left it (etcd refuses a transaction that names a key
+/// twice): sessions registered then ended within one batch leave no session key, only
+/// their ends, each written once.
+#[test]
+fn a_burst_goes_to_etcd_in_few_transactions_each_key_as_the_last_event_left_it() {
+    let etcd = Etcd::started();
+    let h1 = host(&etcd, "h1", "10s");
+    wait_caught_up(&h1);
+    let owner = Orphan::spawn(&["exit", "0"]);
+    let before = revision(&etcd);
+    let mut conn = h1.connect();
+    const SESSIONS: usize = 200;
+    for n in 0..SESSIONS {
+        let registered = conn.request(json!({
+            "op": "register", "session": format!("burst-{n}"), "owner": {"pid": owner.pid},
+        }));
+        assert_eq!(registered["ok"], true, "{registered}");
+        if n % 2 == 0 {
+            let ended = conn.request(json!({"op": "end", "session": format!("burst-{n}")}));
+            assert_eq!(ended["ok"], true, "{ended}");
+        }
+    }
+    wait_caught_up(&h1);
+    let kept: Vec<String> = (1..SESSIONS).step_by(2).map(|n| format!("burst-{n}")).collect();
+    let mut expected: Vec<String> = kept
+        .iter()
+        .map(|id| format!("/liveness/sessions/h1/0/{id}"))
+        .collect();
+    expected.sort();
+    assert_eq!(etcd.keys("/liveness/sessions/"), expected);
+    let ended = etcd.keys("/liveness/ended/h1/");
+    assert_eq!(ended.len(), SESSIONS / 2, "{ended:?}");
+    assert_written_once(&etcd, "/liveness/ended/");
+    // 300 events; without gathering, as many transactions (and revisions). How many
+    // gather depends on the machine's speed: some must.
+    let transactions = revision(&etcd) - before;
+    eprintln!("300 events in {transactions} transactions");
+    assert!(transactions < 250, "{transactions} transactions for 300 events");
+}
+
 #[test]
 fn an_etcd_down_at_start_hung_or_restarted_delays_no_death_and_loses_or_doubles_nothing() {
     let mut etcd = Etcd::new();

@@ -608,9 +608,8 @@ impl Tasks {
     }
 }
 
-/// Starts the fleet mirror, which follows the daemon's own socket (`--etcd`), on a thread
-/// and a runtime of its own below the connections' priority: its etcd client's work
-/// never takes the CPU from a death's delivery to subscribers.
+/// Starts the fleet mirror, which follows the daemon's own socket (`--etcd`), below the
+/// connections' priority (see [`crate::fleet::spawn_below`]).
 #[cfg(feature = "fleet")]
 fn start_fleet(
     config: crate::fleet::FleetConfig,
@@ -618,16 +617,10 @@ fn start_fleet(
     view: crate::fleet::ClusterView,
     stopped: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
-    tokio::task::spawn_blocking(move || {
-        crate::fair::offload::lower_this_thread(crate::fair::offload::CLIENT_WORK_NICE);
-        match tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
-            Ok(runtime) => runtime.block_on(crate::fleet::run(config, socket, view, stopped)),
-            Err(e) => tracing::error!(error = %e, "cannot start the fleet mirror's runtime"),
-        }
-    })
+    crate::fleet::spawn_below(
+        "the fleet mirror",
+        crate::fleet::run(config, socket, view, stopped),
+    )
 }
 
 /// Never called: without the feature, `--etcd` is refused before anything starts.

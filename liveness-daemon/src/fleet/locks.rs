@@ -101,7 +101,8 @@ fn segment(name: &str) -> String {
 }
 
 impl FleetLocks {
-    /// The fleet locks, and the task that revokes a session's lease when it ends.
+    /// The fleet locks, and the task that revokes a session's lease when it ends (below
+    /// the connections' priority, as the mirror).
     pub(crate) fn start(
         config: FleetConfig,
         engine: Handle,
@@ -116,7 +117,7 @@ impl FleetLocks {
             sessions: Mutex::new(HashMap::new()),
         }));
         let follower = locks.clone();
-        tokio::spawn(async move {
+        super::spawn_below("the fleet locks' follower", async move {
             // Re-attached first: an end the stream then brings finds the lease here.
             follower.reattach(&mut stopped).await;
             follower.follow_ends(socket, stopped).await;

@@ -1,7 +1,7 @@
 //! The mirror's loop: connect to etcd, take the host lease, catch up from the cursor, then
 //! follow the daemon's event stream; on any failure start over after a pause.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -29,8 +29,12 @@ const MAX_RETRY_DELAY: Duration = Duration::from_secs(2);
 /// queue for it fills, and the daemon drops it as it drops any lagging subscriber: the
 /// reader resumes from its cursor, so the lag costs memory here, never a death's time.
 const READ_AHEAD: usize = 1024;
-/// Operations per transaction of a resynchronisation (etcd refuses more than 128).
+/// Operations per transaction (etcd refuses more than 128).
 const TXN_OPS: usize = 64;
+/// How long the mirror gathers events before it writes them: a death's other readers (a
+/// `watch`, a tool's subscriber) read it first, before etcd's work competes with them for
+/// the CPUs, and a burst goes to etcd in a few transactions, not one per event.
+const GATHER: Duration = Duration::from_millis(2);
 
 /// Runs the mirror until `stopped`, then revokes the host lease so that the host goes
 /// offline at once rather than after its TTL.
@@ -221,7 +225,7 @@ struct Mirror<'a> {
 /// The daemon's event stream, read by a task of its own (reading a line is not cancel-safe,
 /// so it is never raced against etcd's timers).
 struct Reader {
-    items: mpsc::Receiver<Result<StreamMessage, liveness_client::ClientError>>,
+    items: mpsc::Receiver<StreamItem>,
     task: JoinHandle<()>,
 }
 
@@ -259,6 +263,40 @@ pub(super) async fn timed<T>(
         .await
         .map_err(|_| FleetError::Timeout(REQUEST_TIMEOUT))?
         .map_err(FleetError::from)
+}
+
+/// One item of the daemon's event stream.
+type StreamItem = Result<StreamMessage, liveness_client::ClientError>;
+
+/// The writes of the events gathered for one transaction, by key: etcd refuses a
+/// transaction that names a key twice, and the last event's write of a key is the one
+/// that holds (a session registered and ended within one batch is deleted).
+#[derive(Debug, Default)]
+struct Batch {
+    writes: BTreeMap<String, Write>,
+    /// The seq of the last event taken.
+    seq: Option<u64>,
+}
+
+#[derive(Debug)]
+enum Write {
+    Put { value: Vec<u8>, lease: Option<i64> },
+    Delete,
+}
+
+impl Batch {
+    fn put(&mut self, key: String, value: Vec<u8>, lease: Option<i64>) {
+        self.writes.insert(key, Write::Put { value, lease });
+    }
+
+    fn delete(&mut self, key: String) {
+        self.writes.insert(key, Write::Delete);
+    }
+
+    /// Whether one more event (at most three writes) and the cursor might not fit.
+    fn is_full(&self) -> bool {
+        self.writes.len() + 4 > TXN_OPS
+    }
 }
 
 impl<'a> Mirror<'a> {
@@ -332,10 +370,7 @@ impl<'a> Mirror<'a> {
         loop {
             tokio::select! {
                 item = self.stream.items.recv() => {
-                    let Some(item) = item else {
-                        return Err(FleetError::StreamEnded);
-                    };
-                    if let Some(seq) = self.apply(item?).await? {
+                    if let Some(seq) = self.gather(item).await? {
                         view.mirrored(seq);
                     }
                 }
@@ -358,44 +393,86 @@ impl<'a> Mirror<'a> {
         }
     }
 
-    /// Writes what a stream message changes; returns the seq it brings the mirror to.
-    async fn apply(&mut self, item: StreamMessage) -> Result<Option<u64>, FleetError> {
-        match item {
-            StreamMessage::Event(event) => {
-                self.apply_event(&event).await?;
-                Ok(Some(event.seq))
-            }
-            // A new database, or events pruned before the mirror read them: what they
-            // said of ACTIVE sessions is read again (the ends among them are lost).
-            StreamMessage::Reset { store_id, head, .. } => {
-                tracing::warn!(%store_id, "fleet mirror: the database was replaced; resynchronising");
-                self.store_id = store_id;
-                self.resync(head).await?;
-                Ok(None)
-            }
-            StreamMessage::Gap {
-                pruned_through,
-                since,
-            } => {
-                tracing::warn!(
-                    since,
+    /// Takes `first` and the stream messages that follow within [`GATHER`] (or until a
+    /// transaction is full) and writes what they change in one transaction; returns the
+    /// seq it brings the mirror to.
+    async fn gather(&mut self, first: Option<StreamItem>) -> Result<Option<u64>, FleetError> {
+        let mut batch = Batch::default();
+        let mut item = first;
+        let until = tokio::time::Instant::now() + GATHER;
+        loop {
+            let Some(message) = item else {
+                return Err(FleetError::StreamEnded);
+            };
+            match message? {
+                StreamMessage::Event(event) => self.take(&event, &mut batch).await?,
+                // A new database, or events pruned before the mirror read them: what they
+                // said of ACTIVE sessions is read again (the ends among them are lost).
+                StreamMessage::Reset { store_id, head, .. } => {
+                    tracing::warn!(%store_id, "fleet mirror: the database was replaced; resynchronising");
+                    self.write(batch).await?;
+                    self.store_id = store_id;
+                    self.resync(head).await?;
+                    return Ok(None);
+                }
+                StreamMessage::Gap {
                     pruned_through,
-                    "fleet mirror: events were pruned before etcd had them; resynchronising"
-                );
-                self.resync(pruned_through).await?;
-                Ok(Some(pruned_through))
+                    since,
+                } => {
+                    tracing::warn!(
+                        since,
+                        pruned_through,
+                        "fleet mirror: events were pruned before etcd had them; resynchronising"
+                    );
+                    self.write(batch).await?;
+                    self.resync(pruned_through).await?;
+                    return Ok(Some(pruned_through));
+                }
+                _ => {}
             }
-            _ => Ok(None),
+            if batch.is_full() {
+                break;
+            }
+            match tokio::time::timeout_at(until, self.stream.items.recv()).await {
+                Ok(next) => item = next,
+                Err(_) => break,
+            }
         }
+        self.write(batch).await
     }
 
-    async fn apply_event(&mut self, event: &Event) -> Result<(), FleetError> {
+    /// Writes a batch with the cursor at its last event, in one transaction.
+    async fn write(&mut self, mut batch: Batch) -> Result<Option<u64>, FleetError> {
+        let Some(seq) = batch.seq else {
+            return Ok(None);
+        };
+        let origin = Origin {
+            store_id: self.store_id.clone(),
+            seq,
+        };
+        batch.put(self.config.cursor_key(), serde_json::to_vec(&origin)?, None);
+        let ops = (batch.writes.into_iter())
+            .map(|(key, write)| match write {
+                Write::Put { value, lease } => {
+                    let options = lease.map(|lease| PutOptions::new().with_lease(lease));
+                    TxnOp::put(key, value, options)
+                }
+                Write::Delete => TxnOp::delete(key, None),
+            })
+            .collect::<Vec<_>>();
+        timed(self.etcd.txn(Txn::new().and_then(ops))).await?;
+        Ok(Some(seq))
+    }
+
+    /// Adds what an event changes to the batch; the cursor moves with it, even when it
+    /// changes nothing in etcd.
+    async fn take(&mut self, event: &Event, batch: &mut Batch) -> Result<(), FleetError> {
         let origin = Origin {
             store_id: self.store_id.clone(),
             seq: event.seq,
         };
+        batch.seq = Some(event.seq);
         let key = self.session_key("sessions", event.creator_uid, &event.session);
-        let mut ops = Vec::new();
         match event.kind {
             EventKind::Ended => {
                 let record = serde_json::to_vec(&EndedRecord {
@@ -404,12 +481,8 @@ impl<'a> Mirror<'a> {
                 })?;
                 let lease = self.ended_lease().await?;
                 let ended = self.session_key("ended", event.creator_uid, &event.session);
-                ops.push(TxnOp::delete(key.clone(), None));
-                ops.push(TxnOp::put(
-                    ended,
-                    record,
-                    Some(PutOptions::new().with_lease(lease)),
-                ));
+                batch.delete(key.clone());
+                batch.put(ended, record, Some(lease));
                 self.sessions.remove(&key);
             }
             EventKind::Registered
@@ -419,36 +492,26 @@ impl<'a> Mirror<'a> {
             | EventKind::LockReleased => {
                 if let Some(previous) = &event.previous_session {
                     let previous = self.session_key("sessions", event.creator_uid, previous);
-                    ops.push(TxnOp::delete(previous.clone(), None));
+                    batch.delete(previous.clone());
                     self.sessions.remove(&previous);
                 }
                 // The session as it is now: a replay never brings back an ended one.
-                match self.active(event).await? {
-                    Some(session) => {
-                        let record = serde_json::to_vec(&SessionRecord {
-                            origin: &origin,
-                            session: &session,
-                        })?;
-                        ops.push(TxnOp::put(key.clone(), record, None));
-                        self.sessions.insert(key);
-                    }
-                    None if ops.is_empty() => return Ok(()),
-                    None => {}
+                if let Some(session) = self.active(event).await? {
+                    let record = serde_json::to_vec(&SessionRecord {
+                        origin: &origin,
+                        session: &session,
+                    })?;
+                    batch.put(key.clone(), record, None);
+                    self.sessions.insert(key);
                 }
             }
-            // Nothing of these is mirrored: the cursor moves with the next write.
+            // Nothing of these is mirrored.
             EventKind::Reaped
             | EventKind::Action
             | EventKind::Finalized
             | EventKind::Stalled
-            | EventKind::Unstalled => return Ok(()),
+            | EventKind::Unstalled => {}
         }
-        ops.push(TxnOp::put(
-            self.config.cursor_key(),
-            serde_json::to_vec(&origin)?,
-            None,
-        ));
-        timed(self.etcd.txn(Txn::new().and_then(ops))).await?;
         Ok(())
     }
 

@@ -23,6 +23,26 @@ mod mirror;
 #[cfg(feature = "fleet")]
 mod view;
 
+/// Runs `work` on a thread and a runtime of its own below the connections' priority: the
+/// fleet's readers of the daemon's own stream (the mirror, the fleet locks' follower) and
+/// their etcd clients never take the CPU from a death's delivery to subscribers.
+#[cfg(feature = "fleet")]
+pub(crate) fn spawn_below(
+    what: &'static str,
+    work: impl std::future::Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    tokio::task::spawn_blocking(move || {
+        crate::fair::offload::lower_this_thread(crate::fair::offload::CLIENT_WORK_NICE);
+        match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => runtime.block_on(work),
+            Err(e) => tracing::error!(error = %e, what, "cannot start a fleet runtime"),
+        }
+    })
+}
+
 #[cfg(feature = "fleet")]
 pub(crate) use locks::FleetLocks;
 #[cfg(feature = "fleet")]
