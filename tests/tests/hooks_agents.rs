@@ -801,6 +801,64 @@ fn files_not_in_the_agents_format_are_refused_unchanged() {
     );
 }
 
+/// `--agent NAME` names a Kiro 2.x agent's file: `status` shows it in Kiro's row; a name
+/// that would leave the agents directory, and the option for another agent, are refused
+/// before any file is touched.
+#[test]
+fn a_kiro_agent_is_named_by_agent_and_nothing_else() {
+    if !privileged("a_kiro_agent_is_named_by_agent_and_nothing_else") {
+        return;
+    }
+    let home = Home::new(&KIRO_AGENT);
+    let binaries = BinariesForAnyUser::new();
+    let liveness = binaries.path("liveness");
+    assert!(
+        home.hooks(&liveness, None, "install", &KIRO_AGENT)
+            .status
+            .success()
+    );
+    let status = Command::new(&liveness)
+        .args(["--json", "hooks", "status", "--agent", "dev"])
+        .env("HOME", home.path())
+        .uid(ALICE)
+        .gid(ALICE)
+        .output()
+        .unwrap();
+    assert!(status.status.success(), "{status:?}");
+    let rows: Value = serde_json::from_slice(&status.stdout).unwrap();
+    let kiro = rows["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row["agent"] == "kiro")
+        .unwrap()
+        .clone();
+    assert_eq!(kiro["installed"], true, "{kiro}");
+    assert_eq!(
+        kiro["file"],
+        home.file(&KIRO_AGENT).to_str().unwrap(),
+        "{kiro}"
+    );
+    let before = std::fs::read_dir(home.path()).unwrap().count();
+    for args in [
+        &["hooks", "install", "kiro", "--agent", "../../x"][..],
+        &["hooks", "install", "kiro", "--agent", ".dev"],
+        &["hooks", "install", "codex", "--agent", "dev"],
+        &["hooks", "status", "--agent", "a/b"],
+    ] {
+        let out = Command::new(&liveness)
+            .args(args)
+            .env("HOME", home.path())
+            .uid(ALICE)
+            .gid(ALICE)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {out:?}");
+    }
+    assert_eq!(std::fs::read_dir(home.path()).unwrap().count(), before);
+    assert!(!home.path().join(".codex").exists());
+}
+
 #[test]
 fn status_says_per_agent_what_is_installed_and_where() {
     let home = Home::new(&GEMINI);
