@@ -247,6 +247,15 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
             );
         }
     }
+    if let Some(unknown) = options
+        .only
+        .iter()
+        .find(|name| !SPECS.iter().any(|spec| spec.name == name.as_str()))
+    {
+        bail!(
+            "--only {unknown}: no such agent here (claude-code, codex, gemini, copilot, opencode)"
+        );
+    }
     crate::dist::build(root, "dev", &[], None)?;
     let bin = crate::target_dir(root).join("debug");
     let cache = crate::target_dir(root).join("agents");
