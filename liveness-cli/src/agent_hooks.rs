@@ -31,7 +31,7 @@ impl HooksArgs {
         match &self.command {
             HooksCommand::Install(args) => args.install(context),
             HooksCommand::Uninstall(args) => args.uninstall(context),
-            HooksCommand::Status => status(context),
+            HooksCommand::Status(args) => status(args.kiro_agent.as_deref(), context),
             HooksCommand::Run(words) => {
                 let args = HookRunArgs::try_parse_from(words).map_err(|e| {
                     Failure::new(Exit::Usage, e.render().to_string().trim().to_owned())
@@ -47,7 +47,11 @@ fn agent(name: &str) -> Result<&'static dyn Agent, Failure> {
 }
 
 fn hook_failure(e: hooks::HookError) -> Failure {
-    Failure::new(Exit::IoErr, e.to_string())
+    let exit = match e {
+        hooks::HookError::Usage(_) | hooks::HookError::UnknownAgent(_) => Exit::Usage,
+        _ => Exit::IoErr,
+    };
+    Failure::new(exit, e.to_string())
 }
 
 /// This binary, and the socket named on its command line: what the hooks run. The binary
@@ -87,12 +91,16 @@ impl HooksInstallArgs {
         }
     }
 
+    fn adapter(&self) -> Result<hooks::Adapter, Failure> {
+        hooks::adapter(&self.agent, self.kiro_agent.as_deref()).map_err(hook_failure)
+    }
+
     fn install(&self, context: &Context) -> Result<ExitCode, Failure> {
-        let agent = agent(&self.agent)?;
-        let path = self.settings(agent)?;
+        let agent = self.adapter()?;
+        let path = self.settings(&*agent)?;
         let command = hook_command(context)?;
         let (result, backup, text) =
-            match hooks::install(agent, &path, &command).map_err(hook_failure)? {
+            match hooks::install(&*agent, &path, &command).map_err(hook_failure)? {
                 Installed::Unchanged => (
                     "unchanged",
                     None,
@@ -116,9 +124,9 @@ impl HooksInstallArgs {
     }
 
     fn uninstall(&self, context: &Context) -> Result<ExitCode, Failure> {
-        let agent = agent(&self.agent)?;
-        let path = self.settings(agent)?;
-        let (result, backup, text) = match hooks::uninstall(agent, &path).map_err(hook_failure)? {
+        let agent = self.adapter()?;
+        let path = self.settings(&*agent)?;
+        let (result, backup, text) = match hooks::uninstall(&*agent, &path).map_err(hook_failure)? {
             Uninstalled::NotInstalled => {
                 ("not_installed", None, "no hook of liveness's".to_owned())
             }
@@ -193,6 +201,19 @@ impl HookRunArgs {
     }
 }
 
+/// The agent's hook input on stdin, with the session id made from the agent process where
+/// the agent gives none ([`Agent::session_from_process`]).
+fn hook_input(agent: &dyn Agent, this: &ThisAgent) -> Result<Value, String> {
+    let mut input = read_stdin().map_err(|f| f.message)?;
+    if let Some(key) = agent.session_from_process(&input) {
+        let id = this
+            .process_session(agent.name())
+            .ok_or("the agent process was not found: no session to name after it")?;
+        input[key] = json!(id);
+    }
+    Ok(input)
+}
+
 fn read_stdin() -> Result<Value, Failure> {
     let mut bytes = Vec::new();
     std::io::stdin()
@@ -207,7 +228,8 @@ fn read_stdin() -> Result<Value, Failure> {
 /// run id of its own for a resume of an ended run or a fork of a live one
 /// ([`agent_runs`]).
 fn session_start(agent: &dyn Agent, context: &Context) -> Result<(), String> {
-    let input = read_stdin().map_err(|f| f.message)?;
+    let this = ThisAgent::find();
+    let input = hook_input(agent, &this)?;
     let env = HookEnv::from_process(agent.env());
     let mut notes = Vec::new();
     let settings = read_settings(&agent.settings_files(&input, &env), &mut notes);
@@ -226,7 +248,6 @@ fn session_start(agent: &dyn Agent, context: &Context) -> Result<(), String> {
         ..Registration::new(plan.session.clone(), Owner::Auto)
     };
     let mut client = connect(context)?;
-    let this = ThisAgent::find();
     let at = agent_runs::start_at(&mut client, &this, &plan.session)
         .map_err(|e| daemon_error(e, UNTRACKED))?;
     registration.session = Some(at.id(&plan.session).to_owned());
@@ -297,13 +318,14 @@ const LOST: &str = "the declaration is lost";
 /// take): the agent may wait for the hook at every prompt and tool call, and a lost
 /// declaration costs little (the next one, or the daemon's own sampling, makes up for it).
 fn declare(agent: &dyn Agent, activity: Activity, context: &Context) -> Result<(), String> {
-    let input = read_stdin().map_err(|f| f.message)?;
+    let this = ThisAgent::find();
+    let input = hook_input(agent, &this)?;
     let mut touch = agent
         .declaration(activity, &input)
         .map_err(|e| e.to_string())?;
     touch.tool = touch.tool.as_deref().map(tool_name);
     let mut client = connect(context)?;
-    touch.session = agent_runs::ours(&mut client, &ThisAgent::find(), &touch.session)
+    touch.session = agent_runs::ours(&mut client, &this, &touch.session)
         .map_err(|e| daemon_error(e, LOST))?
         .ok_or_else(|| no_run(&touch.session))?;
     client.declare(&touch).map_err(|e| daemon_error(e, LOST))?;
@@ -358,15 +380,24 @@ fn no_run(session: &str) -> String {
 /// of the agent found on PATH when npm installed it, and whether it has an end hook of its
 /// own (without one, livenessd runs nothing the agent
 /// would have: it tracks the session to its end).
-fn status(context: &Context) -> Result<ExitCode, Failure> {
+fn status(kiro_agent: Option<&str>, context: &Context) -> Result<ExitCode, Failure> {
+    // With --agent, Kiro's row is that Kiro 2.x agent's.
+    let kiro = kiro_agent
+        .map(|name| hooks::adapter("kiro", Some(name)))
+        .transpose()
+        .map_err(hook_failure)?;
     let rows: Vec<Value> = AGENTS
         .iter()
-        .map(|agent| {
+        .map(|shared| {
+            let agent: &dyn Agent = match &kiro {
+                Some(kiro) if kiro.name() == shared.name() => &**kiro,
+                _ => *shared,
+            };
             let env = HookEnv::from_process(agent.env());
             let (file, installed, trusted) = match agent.user_settings(&env) {
                 Ok(path) => {
-                    let installed = hooks::installed(*agent, &path);
-                    let trusted = hooks::trusted(*agent, &path).ok().flatten();
+                    let installed = hooks::installed(agent, &path);
+                    let trusted = hooks::trusted(agent, &path).ok().flatten();
                     (Some(path), installed, trusted)
                 }
                 Err(e) => (None, Err(e), None),

@@ -55,6 +55,12 @@ impl ThisAgent {
                     .any(|(start_ticks, comm)| is_owner(start_ticks, &comm)))
     }
 
+    /// A session id of this agent process's own, `NAME~PID-START`, for an agent that gives
+    /// its hooks none: the same for every hook of the process, another for the next one.
+    pub(crate) fn process_session(&self, name: &str) -> Option<String> {
+        self.agent.is_some().then(|| self.run_id(name))
+    }
+
     /// The id of a new run of `session` owned by this agent: `session~PID-START`, the
     /// session id cut at a character's end if the whole would exceed the protocol's limit.
     fn run_id(&self, session: &str) -> String {

@@ -160,7 +160,7 @@ pub(crate) enum HooksCommand {
     Uninstall(HooksInstallArgs),
     /// For each agent: whether liveness's hooks are installed, in which file, and whether
     /// the agent has an end hook of its own.
-    Status,
+    Status(HooksStatusArgs),
     /// `AGENT HOOK [--input START] [-- ARGV...]`: a hook, as the agent runs it.
     #[command(external_subcommand)]
     Run(Vec<OsString>),
@@ -174,6 +174,17 @@ pub(crate) struct HooksInstallArgs {
     /// ~/.claude/settings.json or $CLAUDE_CONFIG_DIR/settings.json).
     #[arg(long, value_name = "FILE")]
     pub(crate) settings: Option<PathBuf>,
+    /// Kiro 2.x: the agent whose hooks to edit (~/.kiro/agents/NAME.json); without it,
+    /// Kiro 3.x's hooks directory.
+    #[arg(long = "agent", value_name = "NAME")]
+    pub(crate) kiro_agent: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct HooksStatusArgs {
+    /// Kiro 2.x: show the hooks of this agent (~/.kiro/agents/NAME.json) for kiro.
+    #[arg(long = "agent", value_name = "NAME")]
+    pub(crate) kiro_agent: Option<String>,
 }
 
 /// A hook as the agent runs it: `liveness hooks AGENT HOOK ...`.

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """A stand-in for Claude Code (its activity events), Codex, Gemini CLI, Copilot CLI,
 Cursor's agent and Kiro CLI, chosen by the name it is run under (claude, codex, gemini,
-copilot, cursor-agent, kiro-cli, as the real ones), for the adapters' tests. It follows each agent's hook protocol as
+copilot, cursor-agent, kiro-cli, as the real ones; Kiro 2.x's agent hooks with
+$STANDIN_KIRO_AGENT set), for the adapters' tests. It follows each agent's hook protocol as
 liveness-cli/src/hooks/AGENT.rs records it: reads the agent's hook files from $HOME (and
 the project's), runs every session-start command hook with `sh -c` and the agent's own
 hook input on stdin, prints "ready", then reads lines on stdin: "prompt", "tool NAME_JSON",
@@ -250,6 +251,36 @@ class Kiro:
         return {}
 
 
+class KiroAgent:
+    """Kiro CLI 2.x run as `kiro-cli chat --agent NAME` (NAME in $STANDIN_KIRO_AGENT): the
+    hooks of that agent's own file, and inputs that name no session."""
+
+    def __init__(self, session, cwd):
+        name = os.environ["STANDIN_KIRO_AGENT"]
+        self.file = os.path.join(HOME, ".kiro/agents", name + ".json")
+        self.cwd = cwd
+
+    events = {"start": "agentSpawn", "prompt": "userPromptSubmit", "stop": "stop",
+              "tool": "preToolUse", "tool-end": "postToolUse"}
+
+    def hooks(self, event):
+        if event not in self.events:
+            return []  # no end hook
+        hooks = (read(self.file) or {}).get("hooks", {}).get(self.events[event], [])
+        return [hook["command"] for hook in hooks if hook.get("command")]
+
+    def payload(self, event, tool=None):
+        payload = {"hook_event_name": self.events.get(event, event), "cwd": self.cwd}
+        if event == "prompt":
+            payload["prompt"] = "hello"
+        if tool is not None:
+            payload["tool_name"], payload["tool_input"] = tool, {"command": "ls"}
+        return payload
+
+    def env(self):
+        return {}
+
+
 AGENTS = {"claude": ClaudeCode, "codex": Codex, "gemini": Gemini, "copilot": Copilot, "cursor-agent": Cursor,
           "kiro-cli": Kiro}
 
@@ -293,7 +324,10 @@ def trust(home):
 def main():
     if sys.argv[1] == "--trust":
         return trust(sys.argv[2])
-    agent = AGENTS[os.path.basename(sys.argv[0])](*sys.argv[1:3])
+    name = os.path.basename(sys.argv[0])
+    if name == "kiro-cli" and "STANDIN_KIRO_AGENT" in os.environ:
+        name = "kiro-cli --agent"
+    agent = dict(AGENTS, **{"kiro-cli --agent": KiroAgent})[name](*sys.argv[1:3])
     cwd = sys.argv[2]
     if any(run(agent, "start", cwd)) and isinstance(agent, Kiro):
         sys.exit(1)

@@ -40,6 +40,10 @@ struct Case {
     user: Option<&'static str>,
     /// The hook input's session id field.
     session_key: &'static str,
+    /// The options `install`, `uninstall` and `status` are given after the agent's name.
+    args: &'static [&'static str],
+    /// The directory of its golden files (`tests/agents/golden/GOLDEN/`).
+    golden: &'static str,
 }
 
 /// Claude Code, for its activity hooks (its sessions are `hooks_claude_code.rs`'s).
@@ -49,6 +53,8 @@ const CLAUDE_CODE: Case = Case {
     file: ".claude/settings.json",
     user: None,
     session_key: "session_id",
+    args: &[],
+    golden: "claude-code",
 };
 const CODEX: Case = Case {
     agent: "codex",
@@ -56,6 +62,8 @@ const CODEX: Case = Case {
     file: ".codex/hooks.json",
     user: Some(".codex/hooks.json"),
     session_key: "session_id",
+    args: &[],
+    golden: "codex",
 };
 const GEMINI: Case = Case {
     agent: "gemini",
@@ -63,6 +71,8 @@ const GEMINI: Case = Case {
     file: ".gemini/settings.json",
     user: Some(".gemini/settings.json"),
     session_key: "session_id",
+    args: &[],
+    golden: "gemini",
 };
 const COPILOT: Case = Case {
     agent: "copilot",
@@ -70,6 +80,8 @@ const COPILOT: Case = Case {
     file: ".copilot/hooks/liveness.json",
     user: Some(".copilot/hooks/notify.json"),
     session_key: "sessionId",
+    args: &[],
+    golden: "copilot",
 };
 const CURSOR: Case = Case {
     agent: "cursor",
@@ -77,6 +89,8 @@ const CURSOR: Case = Case {
     file: ".cursor/hooks.json",
     user: Some(".cursor/hooks.json"),
     session_key: "session_id",
+    args: &[],
+    golden: "cursor",
 };
 const KIRO: Case = Case {
     agent: "kiro",
@@ -84,6 +98,18 @@ const KIRO: Case = Case {
     file: ".kiro/hooks/liveness.json",
     user: None,
     session_key: "session_id",
+    args: &[],
+    golden: "kiro",
+};
+/// Kiro CLI 2.x, the hooks of its agent `dev` (`kiro-cli chat --agent dev`).
+const KIRO_AGENT: Case = Case {
+    agent: "kiro",
+    binary: "kiro-cli",
+    file: ".kiro/agents/dev.json",
+    user: Some(".kiro/agents/dev.json"),
+    session_key: "session_id",
+    args: &["--agent", "dev"],
+    golden: "kiro-agent",
 };
 const OPENCODE: Case = Case {
     agent: "opencode",
@@ -91,12 +117,14 @@ const OPENCODE: Case = Case {
     file: ".config/opencode/plugin/liveness.js",
     user: None,
     session_key: "sessionID",
+    args: &[],
+    golden: "opencode",
 };
 
 fn golden(case: &Case, name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("agents/golden")
-        .join(case.agent)
+        .join(case.golden)
         .join(name)
 }
 
@@ -172,6 +200,7 @@ impl Home {
         }
         command
             .args(["hooks", verb, case.agent])
+            .args(case.args)
             .env("HOME", self.path())
             .env_remove("CODEX_HOME")
             .env_remove("CLAUDE_CONFIG_DIR")
@@ -549,6 +578,71 @@ fn tracked_to_its_exit(case: &Case) {
     }
 }
 
+/// Kiro 2.x gives its hooks no session id: the session is named after the agent process
+/// (`kiro~PID-START`), registered by `agentSpawn`, declared on by the prompt, tool and
+/// `stop` hooks of that process, and tracked to its exit; a second agent process is a
+/// session of its own.
+fn named_after_its_process(case: &Case) {
+    let (daemon, _binaries, home) =
+        installed_for_alice_with(case, &["--activity-interval", "200ms"]);
+    let env = [("STANDIN_KIRO_AGENT", "dev".to_owned())];
+    let mut agent = Agent::start_under(&[], &env, case, &home, "unused");
+    let other = Agent::start_under(&[], &env, case, &home, "unused");
+    let kiro_runs = || -> Vec<Value> {
+        let listed = daemon.request(serde_json::json!({"op": "list"}));
+        listed["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|run| run["creator_uid"] == ALICE && run["labels"]["agent"] == "kiro")
+            .cloned()
+            .collect()
+    };
+    let runs = kiro_runs();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    let run = runs
+        .iter()
+        .find(|run| run["owner"]["pid"] == agent.child.id())
+        .expect("the agent owns a session");
+    let id = run["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        id,
+        format!("kiro~{}-{}", agent.child.id(), run["owner"]["start_ticks"]),
+        "{run}"
+    );
+    assert_eq!(run["labels"]["agent_session"], id.as_str(), "{run}");
+
+    agent.event("prompt");
+    assert!(get(&daemon, &id)["declared"]["turn_since_ms"].is_i64());
+    agent.event("tool \"execute_bash\"");
+    assert_eq!(get(&daemon, &id)["declared"]["tool"], "execute_bash");
+    agent.event("tool-end");
+    agent.event("stop");
+    let session = get(&daemon, &id);
+    assert!(
+        session["declared"].get("turn_since_ms").is_none(),
+        "{session}"
+    );
+    let others: Vec<Value> = kiro_runs()
+        .into_iter()
+        .filter(|run| run["id"] != id.as_str())
+        .collect();
+    assert!(
+        others[0]["declared"].get("turn_since_ms").is_none(),
+        "the other agent's session is untouched: {others:?}"
+    );
+
+    agent.kill9();
+    let killed = ended(&daemon, &id);
+    assert_eq!(killed["reason"], "owner_exited", "{killed}");
+    assert_eq!(killed["exit"]["signal"], 9, "{killed}");
+    assert_eq!(
+        get(&daemon, others[0]["id"].as_str().unwrap())["phase"],
+        "active"
+    );
+    other.kill9();
+}
+
 /// The agent's prompt and tool hooks declare its turn and tool on its session, which the
 /// daemon's judgement shows (`tool` for a tool in flight, `idle` once the turn ended); a
 /// tool name of control characters and 4 KiB reaches the daemon escaped and cut, and
@@ -645,6 +739,12 @@ agent_tests!(gemini, GEMINI, "installed.json", end_commands_run_once);
 agent_tests!(copilot, COPILOT, "installed.json", end_commands_run_once);
 agent_tests!(cursor, CURSOR, "installed.json", end_commands_run_once);
 agent_tests!(kiro, KIRO, "installed.json", tracked_to_its_exit);
+agent_tests!(
+    kiro_agent,
+    KIRO_AGENT,
+    "installed.json",
+    named_after_its_process
+);
 agent_tests!(opencode, OPENCODE, "installed.js", tracked_to_its_exit);
 
 /// [`turns_and_tools_are_declared`] for each agent with prompt and tool hooks.
@@ -670,7 +770,7 @@ fn files_not_in_the_agents_format_are_refused_unchanged() {
     if !privileged("files_not_in_the_agents_format_are_refused_unchanged") {
         return;
     }
-    for case in [&CODEX, &GEMINI, &COPILOT, &CURSOR, &KIRO] {
+    for case in [&CODEX, &GEMINI, &COPILOT, &CURSOR, &KIRO, &KIRO_AGENT] {
         refused_unchanged(case, "[1, 2]\n", "not a JSON object");
         refused_unchanged(case, "{\"hooks\": 3", "not valid JSON");
     }
@@ -681,6 +781,13 @@ fn files_not_in_the_agents_format_are_refused_unchanged() {
         "\"version\" is 2",
     );
     refused_unchanged(&KIRO, "{\"version\": \"v9\"}\n", "\"version\" is \"v9\"");
+    // Kiro 2.x: an agent is made in Kiro, and its hooks' triggers are Kiro's.
+    refused_unchanged(&KIRO_AGENT, "{}\n", "no Kiro agent \"dev\" here");
+    refused_unchanged(
+        &KIRO_AGENT,
+        "{\"name\": \"dev\", \"hooks\": {\"sessionEnd\": []}}\n",
+        "\"hooks.sessionEnd\" is not an event kiro knows",
+    );
     // One event Cursor does not know voids the whole file: liveness writes none such.
     refused_unchanged(
         &CURSOR,
@@ -692,6 +799,64 @@ fn files_not_in_the_agents_format_are_refused_unchanged() {
         "export const Mine = async () => ({});\n",
         "a plugin liveness did not write",
     );
+}
+
+/// `--agent NAME` names a Kiro 2.x agent's file: `status` shows it in Kiro's row; a name
+/// that would leave the agents directory, and the option for another agent, are refused
+/// before any file is touched.
+#[test]
+fn a_kiro_agent_is_named_by_agent_and_nothing_else() {
+    if !privileged("a_kiro_agent_is_named_by_agent_and_nothing_else") {
+        return;
+    }
+    let home = Home::new(&KIRO_AGENT);
+    let binaries = BinariesForAnyUser::new();
+    let liveness = binaries.path("liveness");
+    assert!(
+        home.hooks(&liveness, None, "install", &KIRO_AGENT)
+            .status
+            .success()
+    );
+    let status = Command::new(&liveness)
+        .args(["--json", "hooks", "status", "--agent", "dev"])
+        .env("HOME", home.path())
+        .uid(ALICE)
+        .gid(ALICE)
+        .output()
+        .unwrap();
+    assert!(status.status.success(), "{status:?}");
+    let rows: Value = serde_json::from_slice(&status.stdout).unwrap();
+    let kiro = rows["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row["agent"] == "kiro")
+        .unwrap()
+        .clone();
+    assert_eq!(kiro["installed"], true, "{kiro}");
+    assert_eq!(
+        kiro["file"],
+        home.file(&KIRO_AGENT).to_str().unwrap(),
+        "{kiro}"
+    );
+    let before = std::fs::read_dir(home.path()).unwrap().count();
+    for args in [
+        &["hooks", "install", "kiro", "--agent", "../../x"][..],
+        &["hooks", "install", "kiro", "--agent", ".dev"],
+        &["hooks", "install", "codex", "--agent", "dev"],
+        &["hooks", "status", "--agent", "a/b"],
+    ] {
+        let out = Command::new(&liveness)
+            .args(args)
+            .env("HOME", home.path())
+            .uid(ALICE)
+            .gid(ALICE)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {out:?}");
+    }
+    assert_eq!(std::fs::read_dir(home.path()).unwrap().count(), before);
+    assert!(!home.path().join(".codex").exists());
 }
 
 #[test]
@@ -1018,10 +1183,19 @@ fn root_installing_for_a_user_leaves_every_agent_s_files_theirs() {
     }
     use std::os::unix::fs::MetadataExt;
     let binaries = BinariesForAnyUser::new();
-    for case in [&CODEX, &GEMINI, &COPILOT, &CURSOR, &KIRO, &OPENCODE] {
+    for case in [
+        &CODEX,
+        &GEMINI,
+        &COPILOT,
+        &CURSOR,
+        &KIRO,
+        &KIRO_AGENT,
+        &OPENCODE,
+    ] {
         let home = Home::new(case);
         let out = Command::new(binaries.path("liveness"))
             .args(["hooks", "install", case.agent])
+            .args(case.args)
             .env("HOME", home.path())
             .env_remove("CODEX_HOME")
             .env_remove("XDG_CONFIG_HOME")

@@ -6,6 +6,7 @@ use std::process::Command as Process;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 
+mod agents;
 mod baseline;
 mod chaos;
 mod clients;
@@ -72,6 +73,23 @@ enum Command {
         /// The same with a directory holding a release `livenessd` and `liveness`.
         #[arg(long, value_name = "DIR", conflicts_with = "baseline")]
         baseline_bin: Option<PathBuf>,
+    },
+    /// Check liveness's hooks against the real agents (docs/agents.md): each agent's npm
+    /// package installed into target/agents, run offline against the loopback model
+    /// stand-ins of the agents-offline kit with a temporary HOME and a private livenessd,
+    /// to a clean exit and SIGKILLed mid-turn; a table of versions and outcomes. Needs root
+    /// (eBPF), python3, npm and the registry; slow, so not part of `.ci/run`.
+    Agents {
+        /// The agents-offline kit's directory (fake_anthropic.py, fake_multi.py).
+        #[arg(long, env = "LIVENESS_AGENTS_KIT", value_name = "DIR")]
+        kit: PathBuf,
+        /// Only these agents (comma-separated: claude-code, codex, gemini, copilot,
+        /// opencode).
+        #[arg(long, value_delimiter = ',', value_name = "AGENTS")]
+        only: Vec<String>,
+        /// Print the table as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Build the release artifacts into target/artifacts: stripped binaries, shell
     /// completions (bash, zsh, fish), man pages, a .deb with the binaries, the systemd
@@ -146,6 +164,9 @@ const EBPF_OBJECT: &str = "liveness.bpf.o";
 fn main() -> Result<()> {
     match Cli::parse().command {
         Command::BuildEbpf { check, clang } => build_ebpf(&clang, check),
+        Command::Agents { kit, only, json } => {
+            agents::run(&workspace_root(), &agents::Options { kit, only, json })
+        }
         Command::GenClients { check } => gen_clients::run(&workspace_root(), check),
         Command::Bench {
             quick,

@@ -69,6 +69,39 @@ pub fn agent(name: &str) -> Result<&'static dyn Agent, HookError> {
         .ok_or_else(|| HookError::UnknownAgent(name.to_owned()))
 }
 
+/// The adapter `liveness hooks install|uninstall|status` acts with: the agent called `name`,
+/// or with `kiro_agent`, the hooks of that one Kiro 2.x agent.
+pub fn adapter(name: &str, kiro_agent: Option<&str>) -> Result<Adapter, HookError> {
+    let shared = agent(name)?;
+    match kiro_agent {
+        None => Ok(Adapter::Shared(shared)),
+        Some(one) if name == kiro::Kiro.name() => {
+            Ok(Adapter::KiroAgent(kiro::KiroAgent::new(one)?))
+        }
+        Some(_) => Err(HookError::Usage(format!(
+            "--agent names a Kiro 2.x agent: {name} has none"
+        ))),
+    }
+}
+
+/// An adapter of [`AGENTS`], or one made for the Kiro 2.x agent named on the command line.
+#[derive(Debug)]
+pub enum Adapter {
+    Shared(&'static dyn Agent),
+    KiroAgent(kiro::KiroAgent),
+}
+
+impl std::ops::Deref for Adapter {
+    type Target = dyn Agent;
+
+    fn deref(&self) -> &(dyn Agent + 'static) {
+        match self {
+            Adapter::Shared(agent) => *agent,
+            Adapter::KiroAgent(agent) => agent,
+        }
+    }
+}
+
 /// One agent's hook protocol, as liveness adapts it.
 pub trait Agent: Sync + fmt::Debug {
     /// Its name on the command line (`liveness hooks install NAME`).
@@ -133,6 +166,14 @@ pub trait Agent: Sync + fmt::Debug {
     /// from the fields its session started with (`start`), plus a `liveness` object with
     /// the end facts.
     fn end_input(&self, start: &Value, facts: &EndFacts) -> Value;
+
+    /// The input field to fill with a session id made from the agent process (its pid and
+    /// start time), for an agent whose hook input names no session (Kiro 2.x): the hooks
+    /// fill it in before [`Agent::session_start`] and [`Agent::declaration`] read it, so
+    /// that every hook of one agent process names the same session.
+    fn session_from_process(&self, _input: &Value) -> Option<&'static str> {
+        None
+    }
 
     /// What an activity hook declares on the agent's session, from its input. The tool
     /// name is the agent's as given: the caller makes it fit the protocol.
@@ -422,6 +463,8 @@ pub enum HookError {
     },
     /// The hook input the agent gave is not what its protocol says.
     Input(String),
+    /// A command line option that does not fit the agent (`--agent`).
+    Usage(String),
 }
 
 impl fmt::Display for HookError {
@@ -444,6 +487,7 @@ impl fmt::Display for HookError {
                 write!(f, "{}: {what}; it was left unchanged", path.display())
             }
             HookError::Input(what) => write!(f, "bad hook input: {what}"),
+            HookError::Usage(what) => f.write_str(what),
         }
     }
 }

@@ -261,9 +261,15 @@ fn each_agent_s_activity_input_becomes_a_declaration_on_its_session() {
             .declaration(Activity::TurnEnd, &json!({"cwd": "/"}))
             .is_err()
     );
-    assert!(
-        crate::hooks::kiro::Kiro
-            .declaration(Activity::TurnStart, &json!({"session_id": "k"}))
-            .is_err()
+    // Kiro 2.x's `stop` ends a turn, on the session its hook named after the agent.
+    let touch = crate::hooks::kiro::Kiro
+        .declaration(
+            Activity::TurnEnd,
+            &json!({"hook_event_name": "stop", "session_id": "kiro~7-9"}),
+        )
+        .unwrap();
+    assert_eq!(
+        (touch.session.as_str(), touch.turn),
+        ("kiro~7-9", Some(TurnMark::End))
     );
 }
