@@ -828,6 +828,34 @@ func (s *CgroupUsage) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
+// OnOom is what an OOM kill inside a session's cgroup does (docs/cgroups.md).
+type OnOom string
+
+// The values of OnOom.
+const (
+	// The kernel's victim dies, the session goes on; memory.events counts the kill.
+	OnOomContinue OnOom = "continue"
+	// memory.oom.group: the kill takes every process of the cgroup, the owner included, which ends the session.
+	OnOomEnd OnOom = "end"
+)
+
+// OnOoms lists every OnOom, in the daemon's order.
+var OnOoms = []OnOom{OnOomContinue, OnOomEnd}
+
+// UnmarshalJSON refuses a OnOom this client does not know.
+func (v *OnOom) UnmarshalJSON(data []byte) error {
+	var s string
+	if err := json.Unmarshal(data, &s); err != nil {
+		return err
+	}
+	switch OnOom(s) {
+	case OnOomContinue, OnOomEnd:
+		*v = OnOom(s)
+		return nil
+	}
+	return fmt.Errorf("liveness: unknown OnOom %q", s)
+}
+
 // SessionCgroup is a session's own cgroup and the limits written there (docs/cgroups.md).
 type SessionCgroup struct {
 	// Its directory in the cgroup2 hierarchy, as the daemon sees it.
@@ -836,6 +864,12 @@ type SessionCgroup struct {
 	MemoryMax *uint64 `json:"memory_max,omitempty"`
 	// pids.max.
 	TasksMax *uint64 `json:"tasks_max,omitempty"`
+	// memory.high, in bytes.
+	MemoryHigh *uint64 `json:"memory_high,omitempty"`
+	// cpu.weight, 1 to 10000.
+	CPUWeight *uint64 `json:"cpu_weight,omitempty"`
+	// What an OOM kill inside the session does; absent: continue.
+	OnOom OnOom `json:"on_oom,omitempty"`
 	// What the cgroup counted, read once its last member was gone and before it was removed; none until then.
 	Usage *CgroupUsage `json:"usage,omitempty"`
 }

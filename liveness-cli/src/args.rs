@@ -12,7 +12,7 @@ use liveness_client::Scope;
 use liveness_common::cause::{Cause, CauseKind};
 use liveness_common::duration::parse_duration;
 use liveness_common::request::CgroupLimits;
-use liveness_common::session::{OnEnd, Until};
+use liveness_common::session::{OnEnd, OnOom, Until};
 
 use crate::exit::{exit_codes_help, wait_codes_help};
 
@@ -435,6 +435,19 @@ pub(crate) struct CgroupArgs {
     /// fail.
     #[arg(long, requires = "cgroup", value_parser = clap::value_parser!(u64).range(1..), value_name = "N")]
     pub(crate) tasks_max: Option<u64>,
+    /// The session's memory throttle (`memory.high`), e.g. 384M: beyond it the kernel
+    /// slows the session down and reclaims its memory hard, but kills nothing for it.
+    #[arg(long, requires = "cgroup", value_parser = parse_bytes, value_name = "SIZE")]
+    pub(crate) memory_high: Option<u64>,
+    /// The session's share of contended CPU time (`cpu.weight`), 1 to 10000; every
+    /// cgroup has 100 by default.
+    #[arg(long, requires = "cgroup", value_parser = clap::value_parser!(u64).range(1..=10_000), value_name = "N")]
+    pub(crate) cpu_weight: Option<u64>,
+    /// What an OOM kill inside the session does: `continue` (the kernel's victim dies,
+    /// the session goes on; the default) or `end` (every process of the session is
+    /// killed with it, the owner included, which ends the session).
+    #[arg(long, requires = "cgroup", value_name = "POLICY")]
+    pub(crate) on_oom: Option<OnOomArg>,
 }
 
 impl CgroupArgs {
@@ -443,6 +456,9 @@ impl CgroupArgs {
         self.cgroup.then_some(CgroupLimits {
             memory_max: self.memory_max,
             tasks_max: self.tasks_max,
+            memory_high: self.memory_high,
+            cpu_weight: self.cpu_weight,
+            on_oom: self.on_oom.map(OnOom::from),
         })
     }
 }
@@ -510,6 +526,21 @@ impl From<OnEndArg> for OnEnd {
         match arg {
             OnEndArg::Leave => OnEnd::Leave,
             OnEndArg::Terminate => OnEnd::Terminate,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum OnOomArg {
+    Continue,
+    End,
+}
+
+impl From<OnOomArg> for OnOom {
+    fn from(arg: OnOomArg) -> OnOom {
+        match arg {
+            OnOomArg::Continue => OnOom::Continue,
+            OnOomArg::End => OnOom::End,
         }
     }
 }

@@ -12,7 +12,7 @@ use liveness_common::identity::{DeathReason, Identity};
 use liveness_common::lock::Lock;
 use liveness_common::session::{EndReason, Event, EventKind, OnEnd, Phase, Reaped, Session};
 use liveness_common::status::{
-    CgroupStatus, ClusterStatus, MembershipStatus, SourceReport, Status,
+    CgroupStatus, CgroupTermination, ClusterStatus, MembershipStatus, SourceReport, Status,
 };
 use liveness_common::wire::wire_name;
 use liveness_proc::identity::{Liveness, ProcRoot};
@@ -683,11 +683,17 @@ pub(crate) fn print_cgroup(cgroup: &CgroupStatus) {
     match (&cgroup.subtree, &cgroup.reason) {
         (Some(subtree), _) if cgroup.usable => {
             let missing = |present: bool, what: &'static str| (!present).then_some(what);
-            let fallbacks: Vec<&str> = [
-                missing(
-                    cgroup.kill,
-                    "no cgroup.kill: terminated by the reaper's signals only",
+            let termination = match cgroup.termination {
+                Some(CgroupTermination::Freeze) => {
+                    Some("no cgroup.kill: killed frozen, one by one, then thawed")
+                }
+                Some(CgroupTermination::Signals) => Some(
+                    "no cgroup.kill nor cgroup.freeze: terminated by the reaper's signals only",
                 ),
+                Some(CgroupTermination::Kill) | None => None,
+            };
+            let fallbacks: Vec<&str> = [
+                termination,
                 missing(cgroup.peak, "no memory.peak: no peak in the accounting"),
             ]
             .into_iter()

@@ -194,7 +194,7 @@ pub(crate) fn register_request(
         wrappers: registration.wrappers.clone(),
         on_end_run: registration.on_end_run.clone(),
         on_stall: registration.on_stall.clone().map(Box::new),
-        cgroup: registration.cgroup,
+        cgroup: registration.cgroup.map(Box::new),
     });
     Ok((request, pidfd))
 }

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::action::ActionSpec;
 use crate::activity::{StallPolicy, TurnMark};
 use crate::identity::Identity;
-use crate::session::{OnEnd, Phase, Until};
+use crate::session::{OnEnd, OnOom, Phase, Until};
 
 /// Who owns a session being registered.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,9 +89,10 @@ pub struct Register {
     pub on_stall: Option<Box<StallPolicy>>,
     /// Give the new session a cgroup of its own with these limits (docs/cgroups.md); a
     /// host without usable cgroup2 registers it without one, with a warning. Set when the
-    /// session is created.
+    /// session is created. Boxed: most registrations have none, and a request is no
+    /// bigger for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cgroup: Option<CgroupLimits>,
+    pub cgroup: Option<Box<CgroupLimits>>,
 }
 
 /// A session cgroup's limits (absent: none).
@@ -104,6 +105,17 @@ pub struct CgroupLimits {
     /// `pids.max`: forks beyond fail.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tasks_max: Option<u64>,
+    /// `memory.high`, in bytes: beyond it the session's processes are throttled and
+    /// reclaimed hard, never OOM-killed for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_high: Option<u64>,
+    /// `cpu.weight`, 1 to 10000 (100 is every cgroup's default): the session's share of
+    /// contended CPU time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_weight: Option<u64>,
+    /// What an OOM kill inside the session does (default: continue).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_oom: Option<OnOom>,
 }
 
 /// The session's end commands were run by its client (an agent's own end hook): each end

@@ -161,6 +161,19 @@ impl OnEnd {
     }
 }
 
+/// What an OOM kill inside a session's cgroup does (docs/cgroups.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnOom {
+    /// The kernel kills the process it chose, and the session goes on; the cgroup's
+    /// `memory.events` counts the kill.
+    #[default]
+    Continue,
+    /// The session is one workload (`memory.oom.group`): an OOM kill takes every process
+    /// of its cgroup, owner included, at once, and so ends the session.
+    End,
+}
+
 /// When a session ends by itself: at its owner's death, or at the last death of its tree.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -410,6 +423,13 @@ pub struct SessionCgroup {
     pub memory_max: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tasks_max: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_high: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_weight: Option<u64>,
+    /// Absent: `continue`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_oom: Option<OnOom>,
     /// What the cgroup counted over the session's life, read once its last member was
     /// gone and before it was removed; absent until then.
     #[serde(default, skip_serializing_if = "Option::is_none")]

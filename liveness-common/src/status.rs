@@ -69,9 +69,26 @@ pub struct CgroupStatus {
     /// `memory.peak` exists (5.19+).
     #[serde(default)]
     pub peak: bool,
+    /// How what a terminated session's cgroup still holds is killed at its grace's end;
+    /// absent without usable cgroups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination: Option<CgroupTermination>,
     /// Why sessions get no cgroup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+/// How a session cgroup's processes are killed at once (docs/cgroups.md#termination).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CgroupTermination {
+    /// `cgroup.kill` (5.14+): one write, fork loops included.
+    Kill,
+    /// `cgroup.freeze` (5.2+), SIGKILL to each process of `cgroup.procs`, thaw: a frozen
+    /// process cannot fork meanwhile.
+    Freeze,
+    /// Neither: the reaper's signals alone.
+    Signals,
 }
 
 /// Where the mirror of this host in etcd stands.

@@ -348,6 +348,12 @@ export interface CgroupUsage {
 }
 export const cgroupUsage: Codec<CgroupUsage> = object<CgroupUsage>({ memory_peak: nullable(int), memory_events: nullable(memoryEvents), cpu_usec: nullable(int), pids_peak: nullable(int), io: nullable(ioUsage) });
 
+/** Every OnOom, in the daemon's order. */
+export const ON_OOMS = ["continue", "end"] as const;
+/** What an OOM kill inside a session's cgroup does (docs/cgroups.md). */
+export type OnOom = (typeof ON_OOMS)[number];
+export const onOom = oneOf<OnOom>(...ON_OOMS);
+
 /** A session's own cgroup and the limits written there (docs/cgroups.md). */
 export interface SessionCgroup {
   /** Its directory in the cgroup2 hierarchy, as the daemon sees it. */
@@ -356,10 +362,16 @@ export interface SessionCgroup {
   memory_max?: number;
   /** pids.max. */
   tasks_max?: number;
+  /** memory.high, in bytes. */
+  memory_high?: number;
+  /** cpu.weight, 1 to 10000. */
+  cpu_weight?: number;
+  /** What an OOM kill inside the session does; absent: continue. */
+  on_oom?: OnOom;
   /** What the cgroup counted, read once its last member was gone and before it was removed; none until then. */
   usage?: CgroupUsage;
 }
-export const sessionCgroup: Codec<SessionCgroup> = object<SessionCgroup>({ path: required(str), memory_max: optional(int), tasks_max: optional(int), usage: optional(cgroupUsage) });
+export const sessionCgroup: Codec<SessionCgroup> = object<SessionCgroup>({ path: required(str), memory_max: optional(int), tasks_max: optional(int), memory_high: optional(int), cpu_weight: optional(int), on_oom: optional(onOom), usage: optional(cgroupUsage) });
 
 /** A process the daemon could not, or would not, end. */
 export interface ReapFailure {

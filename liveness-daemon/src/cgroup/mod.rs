@@ -11,8 +11,11 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use liveness_common::identity::ProcessKey;
 use liveness_common::session::{CgroupUsage, IoUsage, MemoryEvents};
-use liveness_common::status::CgroupStatus;
+use liveness_common::status::{CgroupStatus, CgroupTermination};
+use liveness_proc::identity::ProcRoot;
+use liveness_proc::pidref::PidRef;
 
 use mountinfo::cgroup2_mounts;
 
@@ -43,6 +46,10 @@ pub enum CgroupError {
     Create { path: PathBuf, source: io::Error },
     #[error("cannot remove the cgroup {path}: {source}")]
     Remove { path: PathBuf, source: io::Error },
+    #[error(
+        "cannot kill the processes of {path} at once: the kernel has neither cgroup.kill (5.14+) nor cgroup.freeze (5.2+)"
+    )]
+    Unsupported { path: PathBuf },
 }
 
 /// What the host offers, found once at start.
@@ -68,6 +75,9 @@ pub struct Hierarchy {
     pub kill: bool,
     /// `memory.peak` (5.19+).
     pub peak: bool,
+    /// `cgroup.freeze` (5.2+): without `cgroup.kill`, a cgroup is frozen while each of
+    /// its processes is killed.
+    pub freeze: bool,
     /// Set once the subtree is made and its controllers enabled: by the first session
     /// that asks for a cgroup, so that a host where none does is never written.
     prepared: OnceLock<()>,
@@ -143,7 +153,7 @@ impl Support {
             let reason = format!("{} is not a directory", subtree.display());
             return unusable(Some(mount), available, reason);
         }
-        let (kill, peak) = features(mount, &subtree);
+        let Features { kill, peak, freeze } = features(mount, &subtree);
         Support::Usable(Hierarchy {
             mount: mount.to_path_buf(),
             subtree,
@@ -155,6 +165,7 @@ impl Support {
                 .collect(),
             kill,
             peak,
+            freeze,
             prepared: OnceLock::new(),
         })
     }
@@ -176,6 +187,7 @@ impl Support {
                 controllers: h.controllers.clone(),
                 kill: h.kill,
                 peak: h.peak,
+                termination: Some(h.termination()),
                 reason: None,
             },
             Support::Unusable {
@@ -189,6 +201,7 @@ impl Support {
                 controllers: controllers.clone(),
                 kill: false,
                 peak: false,
+                termination: None,
                 reason: Some(reason.clone()),
             },
         }
@@ -269,14 +282,25 @@ impl Hierarchy {
             path: path.clone(),
             source,
         })?;
-        let written = (limits.memory_max.map(|m| ("memory.max", m)).into_iter())
-            .chain(limits.tasks_max.map(|t| ("pids.max", t)))
+        let written = limits
+            .files()
             .try_for_each(|(file, value)| write(&path.join(file), &value.to_string()));
         if let Err(e) = written {
             let _ = remove(&path);
             return Err(e);
         }
         Ok(path)
+    }
+
+    /// How [`kill_all`] kills what a cgroup holds on this kernel.
+    pub fn termination(&self) -> CgroupTermination {
+        if self.kill {
+            CgroupTermination::Kill
+        } else if self.freeze {
+            CgroupTermination::Freeze
+        } else {
+            CgroupTermination::Signals
+        }
     }
 }
 
@@ -285,6 +309,25 @@ impl Hierarchy {
 pub struct Limits {
     pub memory_max: Option<u64>,
     pub tasks_max: Option<u64>,
+    pub memory_high: Option<u64>,
+    pub cpu_weight: Option<u64>,
+    /// `--on-oom end`: the kernel's OOM killer takes the whole cgroup at once.
+    pub oom_group: bool,
+}
+
+impl Limits {
+    /// The files written in a new session cgroup, with their values.
+    fn files(&self) -> impl Iterator<Item = (&'static str, u64)> {
+        [
+            ("memory.max", self.memory_max),
+            ("memory.high", self.memory_high),
+            ("pids.max", self.tasks_max),
+            ("cpu.weight", self.cpu_weight),
+            ("memory.oom.group", self.oom_group.then_some(1)),
+        ]
+        .into_iter()
+        .filter_map(|(file, value)| Some((file, value?)))
+    }
 }
 
 /// Moves `pid` into the cgroup at `path`. A process that has exited meanwhile is not an
@@ -300,10 +343,17 @@ pub fn adopt(path: &Path, pid: u32) -> Result<(), CgroupError> {
     }
 }
 
-/// `cgroup.kill` (5.14+) and `memory.peak` (5.19+), as any cgroup below the root shows
-/// them (the root has neither): the subtree or another child of the mount, else the
-/// kernel's release where the mount has no child yet.
-fn features(mount: &Path, subtree: &Path) -> (bool, bool) {
+/// What a cgroup below the root offers on this kernel.
+struct Features {
+    kill: bool,
+    peak: bool,
+    freeze: bool,
+}
+
+/// `cgroup.kill` (5.14+), `memory.peak` (5.19+) and `cgroup.freeze` (5.2+), as any cgroup
+/// below the root shows them (the root has none): the subtree or another child of the
+/// mount, else the kernel's release where the mount has no child yet.
+fn features(mount: &Path, subtree: &Path) -> Features {
     let child = Some(subtree.to_path_buf())
         .filter(|s| s.is_dir())
         .or_else(|| {
@@ -314,14 +364,19 @@ fn features(mount: &Path, subtree: &Path) -> (bool, bool) {
                 .find(|p| p.is_dir())
         });
     match child {
-        Some(child) => (
-            child.join("cgroup.kill").exists(),
-            child.join("memory.peak").exists(),
-        ),
+        Some(child) => Features {
+            kill: child.join("cgroup.kill").exists(),
+            peak: child.join("memory.peak").exists(),
+            freeze: child.join("cgroup.freeze").exists(),
+        },
         None => {
             let release = rustix::system::uname();
             let version = release_version(&release.release().to_string_lossy());
-            (version >= (5, 14), version >= (5, 19))
+            Features {
+                kill: version >= (5, 14),
+                peak: version >= (5, 19),
+                freeze: version >= (5, 2),
+            }
         }
     }
 }
@@ -395,10 +450,79 @@ fn io_stat(text: &str) -> IoUsage {
     io
 }
 
-/// Kills every process in the cgroup at `path` at once, those it is forking included
-/// (`cgroup.kill`, 5.14+); an error on an older kernel, which has no such file.
-pub fn kill_all(path: &Path) -> Result<(), CgroupError> {
-    write(&path.join("cgroup.kill"), "1")
+/// Kills every process in the cgroup at `path` (and below) at once, those it is forking
+/// included, by `method`: `cgroup.kill` (5.14+), or, before, freezes the cgroup, sends
+/// SIGKILL to each process it lists, and thaws it (a frozen process forks nothing, and a
+/// fatal signal is delivered to it all the same); an error for
+/// [`CgroupTermination::Signals`].
+pub fn kill_all(path: &Path, method: CgroupTermination) -> Result<(), CgroupError> {
+    match method {
+        CgroupTermination::Kill => write(&path.join("cgroup.kill"), "1"),
+        CgroupTermination::Freeze => {
+            write(&path.join("cgroup.freeze"), "1")?;
+            let killed = wait_frozen(path).and_then(|()| kill_each(path));
+            // Thawed whatever happened: the killed die as they run again, and a cgroup
+            // left frozen would hold the survivors of a failed kill stopped for good.
+            let thawed = write(&path.join("cgroup.freeze"), "0");
+            killed.and(thawed)
+        }
+        CgroupTermination::Signals => Err(CgroupError::Unsupported {
+            path: path.to_path_buf(),
+        }),
+    }
+}
+
+/// How long a freeze may take before the kill goes on regardless: a process in an
+/// uninterruptible sleep freezes only when it wakes, and it gets its SIGKILL then.
+const FREEZE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Waits until `cgroup.events` says `frozen 1`, for at most [`FREEZE_WAIT`].
+fn wait_frozen(path: &Path) -> Result<(), CgroupError> {
+    let events = path.join("cgroup.events");
+    let deadline = std::time::Instant::now() + FREEZE_WAIT;
+    loop {
+        if read(&events)?.lines().any(|l| l == "frozen 1") {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            tracing::warn!(cgroup = %path.display(), "a session cgroup is not frozen after 1 s; its processes are killed regardless");
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+/// SIGKILL to each process of the frozen cgroup at `path` and of the cgroups below it,
+/// each through a pidfd proven to name the process listed (a frozen process cannot exit
+/// and free its pid meanwhile, but one already dying can).
+fn kill_each(path: &Path) -> Result<(), CgroupError> {
+    let proc = ProcRoot::default();
+    for pid in read(&path.join("cgroup.procs"))?.lines() {
+        let Ok(pid) = pid.trim().parse() else {
+            continue;
+        };
+        // One gone meanwhile is no error.
+        let Ok(stat) = proc.stat(pid) else {
+            continue;
+        };
+        let key = ProcessKey {
+            pid,
+            start_ticks: stat.start_ticks,
+        };
+        if let Ok(process) = PidRef::open(&proc, key, None) {
+            let _ = process.signal(rustix::process::Signal::KILL);
+        }
+    }
+    let below = fs::read_dir(path).map_err(|source| CgroupError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    for entry in below.flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            kill_each(&entry.path())?;
+        }
+    }
+    Ok(())
 }
 
 /// Removes an empty session cgroup; one already gone is not an error.

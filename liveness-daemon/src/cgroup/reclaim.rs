@@ -3,7 +3,7 @@
 //! reads its counters and hands them to the engine, which stores them with the session
 //! before it removes the cgroup. A session terminated by its policy or on request has
 //! what its cgroup still holds at the end of its grace killed there at once
-//! (`cgroup.kill`), fork loops included. The thread starts with the first cgroup to
+//! (`cgroup.kill`, or freeze, kill each, thaw), fork loops included. The thread starts with the first cgroup to
 //! reclaim: a daemon whose sessions have none runs none.
 
 use std::collections::HashSet;
@@ -13,6 +13,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use liveness_common::session::CgroupUsage;
+use liveness_common::status::CgroupTermination;
 use rustix::event::{PollFd, PollFlags, Timespec};
 use tokio::sync::mpsc as tokio_mpsc;
 
@@ -41,8 +42,16 @@ pub struct Emptied {
 #[derive(Debug)]
 enum Message {
     Reclaim(Job),
-    /// Kill what the cgroup still holds at this time (a cgroup handed over already).
-    Kill(PathBuf, Instant),
+    /// Kill what a cgroup handed over already still holds.
+    Kill(Kill),
+}
+
+/// A cgroup's kill at a terminated session's grace's end.
+#[derive(Debug)]
+struct Kill {
+    path: PathBuf,
+    at: Instant,
+    method: CgroupTermination,
 }
 
 /// The engine's side: jobs sent to the thread, emptied cgroups received from it.
@@ -78,12 +87,13 @@ impl Reclaimer {
         let _ = jobs.send(Message::Reclaim(job));
     }
 
-    /// Kills what the queued cgroup at `path` still holds after `grace`.
-    pub fn kill_after(&mut self, path: PathBuf, grace: Duration) {
+    /// Kills what the queued cgroup at `path` still holds after `grace`, by `method`.
+    pub fn kill_after(&mut self, path: PathBuf, grace: Duration, method: CgroupTermination) {
         if let Some((jobs, _)) = &self.worker
             && self.queued.contains(&path)
         {
-            let _ = jobs.send(Message::Kill(path, Instant::now() + grace));
+            let at = Instant::now() + grace;
+            let _ = jobs.send(Message::Kill(Kill { path, at, method }));
         }
     }
 
@@ -111,7 +121,7 @@ impl Reclaimer {
 /// cgroup holds when its time comes. Ends when the engine drops its side.
 fn run(incoming: mpsc::Receiver<Message>, emptied: tokio_mpsc::UnboundedSender<Emptied>) {
     let mut waiting: Vec<Job> = Vec::new();
-    let mut kills: Vec<(PathBuf, Instant)> = Vec::new();
+    let mut kills: Vec<Kill> = Vec::new();
     loop {
         let mut messages: Vec<Message> = Vec::new();
         if waiting.is_empty() {
@@ -124,18 +134,18 @@ fn run(incoming: mpsc::Receiver<Message>, emptied: tokio_mpsc::UnboundedSender<E
         for message in messages {
             match message {
                 Message::Reclaim(job) => waiting.push(job),
-                Message::Kill(path, at) => kills.push((path, at)),
+                Message::Kill(kill) => kills.push(kill),
             }
         }
         let now = Instant::now();
-        kills.retain(|(path, at)| {
-            if *at > now {
+        kills.retain(|kill| {
+            if kill.at > now {
                 return true;
             }
-            if populated(path).unwrap_or(true)
-                && let Err(e) = kill_all(path)
+            if populated(&kill.path).unwrap_or(true)
+                && let Err(e) = kill_all(&kill.path, kill.method)
             {
-                // Before 5.14: the reaper's signals alone (docs/cgroups.md).
+                // The reaper's signals alone (docs/cgroups.md).
                 tracing::warn!(error = %e, "cannot kill what a session's cgroup holds");
             }
             false
@@ -145,7 +155,7 @@ fn run(incoming: mpsc::Receiver<Message>, emptied: tokio_mpsc::UnboundedSender<E
             match populated(&job.path) {
                 Ok(true) => still.push(job),
                 Ok(false) => {
-                    kills.retain(|(path, _)| *path != job.path);
+                    kills.retain(|kill| kill.path != job.path);
                     let usage = usage(&job.path);
                     if emptied.send(Emptied { job, usage }).is_err() {
                         return;
@@ -160,7 +170,7 @@ fn run(incoming: mpsc::Receiver<Message>, emptied: tokio_mpsc::UnboundedSender<E
         }
         waiting = still;
         if !waiting.is_empty() {
-            let next_kill = kills.iter().map(|(_, at)| *at).min();
+            let next_kill = kills.iter().map(|kill| kill.at).min();
             let sleep = next_kill.map_or(RECHECK, |at| {
                 at.saturating_duration_since(Instant::now()).min(RECHECK)
             });

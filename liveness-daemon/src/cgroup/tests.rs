@@ -61,6 +61,7 @@ fn unified_host_gets_the_subtree_with_its_controllers_enabled_at_the_first_cgrou
     assert_eq!(hierarchy.subtree, mount.join(SUBTREE));
     assert_eq!(hierarchy.controllers, ["memory", "pids", "cpu", "io"]);
     assert!(hierarchy.kill && hierarchy.peak);
+    assert_eq!(support.status().termination, Some(CgroupTermination::Kill));
     // Detection writes nothing: a host whose sessions ask for no cgroup is never touched.
     assert!(!hierarchy.subtree.exists());
     assert_eq!(
@@ -90,6 +91,15 @@ fn old_kernel_without_kill_or_peak_is_usable_and_says_so() {
     assert!(status.usable);
     assert_eq!(status.controllers, ["memory", "pids"]);
     assert!(!status.kill && !status.peak);
+    // Before 5.2 nothing kills a cgroup at once; 5.2 to 5.13 freeze it instead.
+    assert_eq!(status.termination, Some(CgroupTermination::Signals));
+    fs::write(mount.join(SUBTREE).join("cgroup.freeze"), "0\n").unwrap();
+    let status = Support::detect(&mountinfo(dir.path(), &mount, "/", "rw")).status();
+    assert_eq!(status.termination, Some(CgroupTermination::Freeze));
+    fs::create_dir(dir.path().join("v1")).unwrap();
+    let unusable = mount_with(&dir.path().join("v1"), "hugetlb\n");
+    let status = Support::detect(&mountinfo(dir.path(), &unusable, "/", "rw")).status();
+    assert_eq!(status.termination, None);
 }
 
 #[test]
@@ -140,14 +150,28 @@ fn session_cgroups_get_their_limits_and_their_names_are_the_daemons() {
     let limits = Limits {
         memory_max: Some(32 << 20),
         tasks_max: Some(64),
+        memory_high: Some(24 << 20),
+        cpu_weight: Some(50),
+        oom_group: true,
     };
     let path = hierarchy.create("s1000-1", &limits).unwrap();
     assert_eq!(path, hierarchy.subtree.join("s1000-1"));
-    assert_eq!(
-        fs::read_to_string(path.join("memory.max")).unwrap(),
-        "33554432"
-    );
-    assert_eq!(fs::read_to_string(path.join("pids.max")).unwrap(), "64");
+    for (file, value) in [
+        ("memory.max", "33554432"),
+        ("memory.high", "25165824"),
+        ("pids.max", "64"),
+        ("cpu.weight", "50"),
+        ("memory.oom.group", "1"),
+    ] {
+        assert_eq!(
+            fs::read_to_string(path.join(file)).unwrap(),
+            value,
+            "{file}"
+        );
+    }
+    // What is not asked for is not written: the kernel's defaults stay.
+    let plain = hierarchy.create("s1000-2", &Limits::default()).unwrap();
+    assert_eq!(fs::read_dir(&plain).unwrap().count(), 0);
     // The same name twice is refused, not shared.
     assert!(matches!(
         hierarchy.create("s1000-1", &limits),

@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use liveness_common::session::{DEFAULT_GRACE_MS, Event, EventKind, Session};
 
+use liveness_common::status::CgroupTermination;
+
 use crate::cgroup::Support;
 use crate::cgroup::reclaim::{Emptied, Job, Reclaimer};
 use crate::store::Store;
@@ -22,6 +24,9 @@ pub(super) struct SessionCgroups {
     /// The ended sessions whose cgroups are being reclaimed, by creator uid and id.
     ending: HashMap<(u32, String), PathBuf>,
     reclaimer: Reclaimer,
+    /// How this host kills a cgroup's processes at once, learnt at start (`None`: no
+    /// usable cgroups).
+    termination: Option<CgroupTermination>,
 }
 
 impl SessionCgroups {
@@ -67,7 +72,7 @@ impl SessionCgroups {
     /// session's tree (the reaper alone then, which spares it).
     pub(super) fn terminate(&mut self, ended: &Event, store: &Store) {
         let key = (ended.creator_uid, ended.session.clone());
-        let Some(path) = self.ending.get(&key) else {
+        let (Some(path), Some(method)) = (self.ending.get(&key), self.termination) else {
             return;
         };
         if ended
@@ -81,16 +86,18 @@ impl SessionCgroups {
             Ok(Some(session)) => session.grace_ms,
             _ => DEFAULT_GRACE_MS,
         };
-        (self.reclaimer).kill_after(path.clone(), Duration::from_millis(grace_ms));
+        (self.reclaimer).kill_after(path.clone(), Duration::from_millis(grace_ms), method);
     }
 
     /// At start, once the sessions ended while the daemon was away have been handed over:
     /// every other cgroup under the subtree that no ACTIVE session has is reclaimed, with
     /// its counters stored for an ended session that lacks them.
+    /// The host's way to kill a cgroup's processes is learnt here.
     pub(super) fn reconcile(&mut self, support: &Support, store: &Store) {
         let Some(hierarchy) = support.hierarchy() else {
             return;
         };
+        self.termination = Some(hierarchy.termination());
         let children = match hierarchy.children() {
             Ok(children) => children,
             Err(e) => {

@@ -153,6 +153,7 @@ pub const ITEMS: &[Item] = &[
     Item::Struct(&MEMORY_EVENTS),
     Item::Struct(&IO_USAGE),
     Item::Struct(&CGROUP_USAGE),
+    Item::Enum(&ON_OOM),
     Item::Struct(&SESSION_CGROUP),
     // Before the session, which holds one: the TypeScript codecs are constants, each made
     // from those it names.
@@ -1285,6 +1286,29 @@ pub const STALL_ACTION: Enum = Enum {
     probe: Some(probe_of::<activity::StallAction>()),
 };
 
+pub const ON_OOM: Enum = Enum {
+    name: "OnOom",
+    doc: "What an OOM kill inside a session's cgroup does (docs/cgroups.md).",
+    go_name: "",
+    go_prefix: "OnOom",
+    list: "OnOoms",
+    open: false,
+    consts: false,
+    values: &[
+        (
+            "Continue",
+            "continue",
+            "The kernel's victim dies, the session goes on; memory.events counts the kill.",
+        ),
+        (
+            "End",
+            "end",
+            "memory.oom.group: the kill takes every process of the cgroup, the owner included, which ends the session.",
+        ),
+    ],
+    probe: Some(probe_of::<session::OnOom>()),
+};
+
 pub const SESSION_CGROUP: Struct = Struct {
     name: "SessionCgroup",
     doc: "A session's own cgroup and the limits written there (docs/cgroups.md).",
@@ -1299,6 +1323,14 @@ pub const SESSION_CGROUP: Struct = Struct {
         ),
         field("memory_max", U64, Optional, "memory.max, in bytes."),
         field("tasks_max", U64, Optional, "pids.max."),
+        field("memory_high", U64, Optional, "memory.high, in bytes."),
+        field("cpu_weight", U64, Optional, "cpu.weight, 1 to 10000."),
+        field(
+            "on_oom",
+            Named("OnOom"),
+            Optional,
+            "What an OOM kill inside the session does; absent: continue.",
+        ),
         field(
             "usage",
             Named("CgroupUsage"),

@@ -373,6 +373,11 @@ class CgroupUsage(Wire):
     io: Optional[IoUsage]
     """io.stat, summed over devices."""
 
+ON_OOMS: Tuple[str, ...] = ("continue", "end",)
+"""Every OnOom, in the daemon's order."""
+OnOom = Literal["continue", "end"]
+"""What an OOM kill inside a session's cgroup does (docs/cgroups.md)."""
+
 
 @dataclass(frozen=True)
 class SessionCgroup(Wire):
@@ -384,6 +389,12 @@ class SessionCgroup(Wire):
     """memory.max, in bytes."""
     tasks_max: Optional[int] = None
     """pids.max."""
+    memory_high: Optional[int] = None
+    """memory.high, in bytes."""
+    cpu_weight: Optional[int] = None
+    """cpu.weight, 1 to 10000."""
+    on_oom: Optional[OnOom] = None
+    """What an OOM kill inside the session does; absent: continue."""
     usage: Optional[CgroupUsage] = None
     """What the cgroup counted, read once its last member was gone and before it was removed; none until then."""
 

@@ -8,7 +8,7 @@ use liveness_common::identity::Identity;
 use liveness_common::protocol::{OwnerSpec, PidOwner, PidfdOwner};
 use liveness_common::request::{self, CgroupLimits};
 use liveness_common::session::{
-    DEFAULT_GRACE_MS, MAX_GRACE_MS, OnEnd, Phase, Session, SessionCgroup,
+    DEFAULT_GRACE_MS, MAX_GRACE_MS, OnEnd, OnOom, Phase, Session, SessionCgroup,
 };
 use liveness_proc::identity::{IdentityError, ProcRoot};
 
@@ -64,7 +64,7 @@ impl Op for Register {
         if let Some(policy) = &request.on_stall {
             policy.validate().map_err(Refusal::Invalid)?;
         }
-        check_limits(request.cgroup)?;
+        check_limits(request.cgroup.as_deref().copied())?;
         let owner = resolve_owner(cx.facts(), caller, request.owner, request.wrappers, &fds)?;
         let (previous, ended) = match cx.store().get(namespace, &id)? {
             Some(existing) => {
@@ -99,7 +99,12 @@ impl Op for Register {
         let mut warnings = Vec::new();
         // A cgroup is made for a new session only, before it is stored (and removed again,
         // empty, if it is not); the owner is moved in once it is.
-        let cgroup = match request.cgroup.filter(|_| previous.is_none()) {
+        let cgroup = match request
+            .cgroup
+            .as_deref()
+            .copied()
+            .filter(|_| previous.is_none())
+        {
             Some(limits) => {
                 session_cgroup(cx.facts(), namespace, now, &owner, limits, &mut warnings)
             }
@@ -177,13 +182,15 @@ impl Op for Register {
     }
 }
 
-/// Refuses limits of 0 (a cgroup nothing could run in), whether or not a cgroup is made.
+/// Refuses limits of 0 (a cgroup nothing could run in) and a CPU weight the kernel has no
+/// such value for, whether or not a cgroup is made.
 fn check_limits(limits: Option<CgroupLimits>) -> Result<(), Refusal> {
     let Some(limits) = limits else {
         return Ok(());
     };
     for (name, value) in [
         ("memory_max", limits.memory_max),
+        ("memory_high", limits.memory_high),
         ("tasks_max", limits.tasks_max),
     ] {
         if value == Some(0) {
@@ -192,8 +199,18 @@ fn check_limits(limits: Option<CgroupLimits>) -> Result<(), Refusal> {
             )));
         }
     }
+    if let Some(weight) = limits.cpu_weight.filter(|w| !CPU_WEIGHTS.contains(w)) {
+        return Err(Refusal::Invalid(format!(
+            "cgroup.cpu_weight {weight} is not between {} and {}",
+            CPU_WEIGHTS.start(),
+            CPU_WEIGHTS.end()
+        )));
+    }
     Ok(())
 }
+
+/// The values `cpu.weight` takes (the kernel's `CGROUP_WEIGHT_MIN` to `_MAX`).
+const CPU_WEIGHTS: std::ops::RangeInclusive<u64> = 1..=10_000;
 
 /// An empty cgroup for a new session of `uid`'s, or `None` with a warning where the host
 /// has no usable cgroup2 or the cgroup cannot be made: a session is never refused for
@@ -218,6 +235,9 @@ fn session_cgroup(
         &cgroup::Limits {
             memory_max: limits.memory_max,
             tasks_max: limits.tasks_max,
+            memory_high: limits.memory_high,
+            cpu_weight: limits.cpu_weight,
+            oom_group: limits.on_oom == Some(OnOom::End),
         },
     );
     match made {
@@ -225,6 +245,9 @@ fn session_cgroup(
             path: path.display().to_string(),
             memory_max: limits.memory_max,
             tasks_max: limits.tasks_max,
+            memory_high: limits.memory_high,
+            cpu_weight: limits.cpu_weight,
+            on_oom: limits.on_oom,
             usage: None,
         }),
         Err(e) => {
