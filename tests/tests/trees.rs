@@ -1637,3 +1637,66 @@ fn pins_of_a_deleted_state_directory_are_removed_at_the_next_start() {
         );
     }
 }
+
+/// A running daemon's pins are never removed by another daemon's start, even once its state
+/// directory is deleted under it (as its owner record would then have them removed): it
+/// holds a lock on them, and the daemon that starts says it left them. Stopped, it lets go
+/// of the lock, and the next start removes them.
+#[test]
+fn a_running_daemons_pins_are_never_removed_as_stale() {
+    if !privileged("a running daemon's lineage pins") {
+        return;
+    }
+    let pins = PinRoot::new("running");
+    let states = tempfile::tempdir().expect("state directories");
+    let running_state = states.path().join("running");
+    let mut running =
+        Daemon::start_with_state(Some(running_state.clone()), &["--ebpf-pin-dir", pins.arg()]);
+    let running_pins = state_pins_of(
+        membership(&running)["lineage_pins"]
+            .as_str()
+            .unwrap_or_else(|| panic!("not pinned: {}", running.log())),
+    );
+    let links = integration_tests::pinned_links(&running_pins);
+    std::fs::remove_dir_all(&running_state).expect("delete the running daemon's state");
+
+    let mut other = Daemon::start_with_state(
+        Some(states.path().join("other")),
+        &["--ebpf-pin-dir", pins.arg()],
+    );
+    assert!(
+        running_pins.exists(),
+        "a running daemon's pins were removed"
+    );
+    assert!(
+        !links
+            .iter()
+            .any(|link| integration_tests::link_released(*link)),
+        "a running daemon's programs were detached"
+    );
+    let log = other.log();
+    assert!(
+        log.contains("a running daemon holds them")
+            && log.contains(&running_pins.display().to_string()),
+        "{log}"
+    );
+    assert!(
+        !log.contains("removed the lineage programs pinned"),
+        "{log}"
+    );
+    other.stop();
+
+    running.stop();
+    let next = Daemon::start_with_state(
+        Some(states.path().join("other")),
+        &["--ebpf-pin-dir", pins.arg()],
+    );
+    assert!(!running_pins.exists(), "stale pins kept once unlocked");
+    assert!(
+        next.log().contains(
+            "removed the lineage programs pinned for a state directory that no longer exists"
+        ),
+        "{}",
+        next.log()
+    );
+}

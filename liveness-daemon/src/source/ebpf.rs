@@ -373,8 +373,8 @@ impl EbpfSource {
         };
         attach(&mut ebpf, &btf, EXIT_PROGRAM_NAME, TRACEPOINT)?;
         attach(&mut ebpf, &btf, FORK_PROGRAM_NAME, FORK_TRACEPOINT)?;
-        let mut lineage = pinned
-            .unwrap_or_else(|reason| unpinned(reason, config.pins.is_some(), Vec::new()));
+        let mut lineage =
+            pinned.unwrap_or_else(|reason| unpinned(reason, config.pins.is_some(), Vec::new()));
         lineage.pin_root = config
             .pins
             .as_ref()
@@ -722,7 +722,8 @@ fn attach_lineage(ebpf: &mut Ebpf, btf: &Btf, pins: PinSet) -> Result<LineageKee
 /// Lineages kept for this daemon's life only, and why: a warning only when pins were `asked`
 /// for, since by default it is the normal case. `held` are links to keep attached.
 fn unpinned(reason: String, asked: bool, held: Vec<FdLink>) -> LineageKeep {
-    let message = "the lineage programs are not pinned: orphans made while no daemon runs will not be placed";
+    let message =
+        "the lineage programs are not pinned: orphans made while no daemon runs will not be placed";
     if asked {
         tracing::warn!(%reason, "{message}");
     } else {
