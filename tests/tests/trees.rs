@@ -1484,6 +1484,16 @@ fn state_pins_of(set: &str) -> std::path::PathBuf {
         .to_owned()
 }
 
+/// The directory of the pins of the state directory of `daemon`, which pinned its lineage
+/// programs.
+fn pinned_state_pins(daemon: &Daemon) -> std::path::PathBuf {
+    state_pins_of(
+        membership(daemon)["lineage_pins"]
+            .as_str()
+            .unwrap_or_else(|| panic!("not pinned: {}", daemon.log())),
+    )
+}
+
 /// A daemon that starts removes the pins of state directories deleted since, so that their
 /// programs stop running on every fork and exit, and says so, once per set; it keeps the
 /// pins of a state directory that exists (another daemon's, stopped here) and leaves alone,
@@ -1501,12 +1511,9 @@ fn pins_of_a_deleted_state_directory_are_removed_at_the_next_start() {
         let state_dir = states.path().join(name);
         let mut daemon =
             Daemon::start_with_state(Some(state_dir.clone()), &["--ebpf-pin-dir", pins.arg()]);
-        let set = membership(&daemon)["lineage_pins"]
-            .as_str()
-            .unwrap_or_else(|| panic!("not pinned: {}", daemon.log()))
-            .to_owned();
+        let state_pins = pinned_state_pins(&daemon);
         daemon.stop();
-        (state_dir, state_pins_of(&set))
+        (state_dir, state_pins)
     };
     let (gone_state, gone_pins) = pinned("gone");
     let (kept_state, kept_pins) = pinned("kept");
@@ -1541,11 +1548,7 @@ fn pins_of_a_deleted_state_directory_are_removed_at_the_next_start() {
         Some(states.path().join("new")),
         &["--ebpf-pin-dir", pins.arg()],
     );
-    let own_pins = state_pins_of(
-        membership(&daemon)["lineage_pins"]
-            .as_str()
-            .expect("pinned"),
-    );
+    let own_pins = pinned_state_pins(&daemon);
     assert!(
         !gone_pins.exists(),
         "the deleted state directory's pins were kept"
@@ -1652,11 +1655,7 @@ fn a_running_daemons_pins_are_never_removed_as_stale() {
     let running_state = states.path().join("running");
     let mut running =
         Daemon::start_with_state(Some(running_state.clone()), &["--ebpf-pin-dir", pins.arg()]);
-    let running_pins = state_pins_of(
-        membership(&running)["lineage_pins"]
-            .as_str()
-            .unwrap_or_else(|| panic!("not pinned: {}", running.log())),
-    );
+    let running_pins = pinned_state_pins(&running);
     let links = integration_tests::pinned_links(&running_pins);
     std::fs::remove_dir_all(&running_state).expect("delete the running daemon's state");
 
