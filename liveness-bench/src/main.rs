@@ -18,7 +18,7 @@ mod trees;
 mod versus;
 mod watchers;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -1226,6 +1226,7 @@ fn overhead(plan: &Plan, daemons: &mut [Daemon], builds: &[Build], owners: usize
     };
     let mut running: Vec<Storms> = daemons.iter().map(|_| Storms::default()).collect();
     let mut stopped = Vec::new();
+    let mut foreign = BTreeSet::new();
     let states: Vec<Option<usize>> = (0..daemons.len()).map(Some).chain([None]).collect();
     for round in 0..plan.storm_rounds {
         for turn in 0..states.len() {
@@ -1239,6 +1240,7 @@ fn overhead(plan: &Plan, daemons: &mut [Daemon], builds: &[Build], owners: usize
             // The storm's cost, not what a start just before it left to do.
             settle(daemon, &builds[index])?;
             daemon::require_fork_tracking(daemon)?;
+            warn_foreign(daemon, &mut foreign)?;
             let ([exit, fork, signal], ticks) = (costs()?, procs::cpu_ticks(daemon.pid())?);
             let wall_ms = procs::storm(plan.storm)?;
             let [exit_after, fork_after, signal_after] = costs()?;
@@ -1259,6 +1261,9 @@ fn overhead(plan: &Plan, daemons: &mut [Daemon], builds: &[Build], owners: usize
     value["stopped_median_ms"] = json!(round(median(&stopped)));
     // Checked before every running storm: the daemon's status and its fork program.
     value["fork_tracking_loaded"] = json!(true);
+    // Checked before every running storm too: liveness's programs that were not the
+    // measured daemon's, whose run time the figures above include.
+    value["foreign_programs"] = json!(foreign);
     if let [new, base] = &running[..] {
         let per_run = |s: &Storms| vec![(s.wall_ms.iter().sum::<f64>(), s.wall_ms.len())];
         value["versus_baseline"] = json!({
@@ -1267,6 +1272,27 @@ fn overhead(plan: &Plan, daemons: &mut [Daemon], builds: &[Build], owners: usize
         });
     }
     Ok(value)
+}
+
+/// Warns when liveness's programs other than `daemon`'s are attached (a pinned lineage set
+/// left by a daemon with `--ebpf-pin-dir`, say): they run on every fork and exit of the
+/// storm, and the per-run figures count their time. Each is added to `seen` by name.
+fn warn_foreign(daemon: &Daemon, seen: &mut BTreeSet<String>) -> Result<()> {
+    let foreign = bpf_stats::foreign_programs(daemon.pid())?;
+    if !foreign.is_empty() {
+        let list: Vec<String> = foreign
+            .iter()
+            .map(|(id, name)| format!("{name} (id {id})"))
+            .collect();
+        eprintln!(
+            "bench: warning: liveness eBPF programs not of the measured daemon are attached, \
+             and counted in its per-fork and per-exit figures: {} (`liveness status` lists \
+             the pin sets; `livenessd --unpin` or a daemon start removes the stale ones)",
+            list.join(", ")
+        );
+        seen.extend(foreign.into_iter().map(|(_, name)| name));
+    }
+    Ok(())
 }
 
 /// The storms one build's daemon ran through.

@@ -776,7 +776,7 @@ pub(crate) fn print_membership(membership: &MembershipStatus) {
         let whose = match (&pins.state_dir, &pins.unknown_owner) {
             (Some(dir), _) if pins.state_dir_exists => format!("state directory {dir}"),
             (Some(dir), _) => format!(
-                "state directory {dir}, which no longer exists: removed at the next daemon start"
+                "state directory {dir}, which no longer exists: removed at the next daemon start unless a running daemon holds it"
             ),
             (None, Some(why)) => format!("owner unknown, left as it is: {why}"),
             (None, None) => "owner unknown".to_owned(),

@@ -10,7 +10,7 @@
  *
  * Every tracked process has an entry in the members map too, naming itself as its tree's
  * root. So a process with no entry there is neither tracked nor a member, and its fork or
- * exit costs one hash lookup.
+ * exit costs one hash lookup, beside the write or delete of its lineage.
  *
  * Why a tracked process died, and what it cost: the last signal that kills by default sent
  * to it is kept with its sender (signal_generate), with the memory cgroup at its limit when

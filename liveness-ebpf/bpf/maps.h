@@ -43,14 +43,25 @@ const volatile __u64 max_members = 65536;
 const volatile __u64 max_members_per_uid = 16384;
 
 /*
+ * Set by the loader when the lineage programs are not pinned (the default): the fork and exit
+ * programs then keep the lineages themselves, one program run per event instead of two.
+ * Pinned, the lineage programs keep them and the fork and exit programs leave them alone.
+ */
+const volatile __u32 lineage_inline = 0;
+
+/*
  * tgid -> the process's lineage: its ancestors when it was forked, copied from its parent's,
- * so that a process orphaned before its tree was followed still names who started it. The
- * lineage programs write every new process's and delete it at its exit; least recently used
- * entries go first when it is full. The daemon may pin this map and those two programs, and
- * adopt them again when it restarts.
+ * so that a process orphaned before its tree was followed still names who started it. Every
+ * new process's is written at its fork and deleted at its exit, so the map holds the live
+ * processes' only; when more live processes than it has room for have theirs, a new process
+ * gets none. A plain preallocated hash, not an LRU one: an LRU map's pop and push of its
+ * nodes, on every fork and exit of the machine, cost more than a hash's free list, and
+ * evicting a live process's lineage for a new one's is no better than refusing the new one.
+ * The daemon may pin this map and the lineage programs, and adopt them again when it
+ * restarts.
  */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 32768);
 	__type(key, __u32);
 	__type(value, struct lineage);

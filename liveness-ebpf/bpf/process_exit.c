@@ -5,7 +5,8 @@
  */
 #include "maps.h"
 
-/* A process is gone: its descendants keep their own copies of its lineage. */
+/* A process is gone: its descendants keep their own copies of its lineage. liveness_exit
+ * does the same when the lineage programs are not pinned. */
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(lineage_exit, struct task_struct *task)
 {
@@ -126,6 +127,9 @@ int BPF_PROG(liveness_exit, struct task_struct *task)
 
 	if (signal->live.counter != 0)
 		return 0;
+
+	if (lineage_inline)
+		bpf_map_delete_elem(&lineages, &tgid);
 
 	struct member_record *entry = bpf_map_lookup_elem(&members, &tgid);
 

@@ -30,14 +30,8 @@ static __always_inline void record_lineage(__u32 parent_tgid, __u64 parent_start
  * The lineage programs touch the lineages map only, so that they can outlive the daemon
  * (pinned with the map in bpffs) while every other program and map is the running daemon's
  * own: orphans made while no daemon runs still name who started them. Each costs one more
- * program run per fork and per process exit.
- */
-
-/*
- * The lineage programs touch the lineages map only, so that they can outlive the daemon
- * (pinned with the map in bpffs) while every other program and map is the running daemon's
- * own: orphans made while no daemon runs still name who started them. Each costs one more
- * program run per fork and per process exit.
+ * program run per fork and per process exit, so they run only when pinned: otherwise the
+ * fork and exit programs keep the lineages (lineage_inline).
  */
 
 /* Every new process gets its lineage; thread creation returns after one comparison. */
@@ -58,7 +52,8 @@ int BPF_PROG(lineage_fork, struct task_struct *parent, struct task_struct *child
 /*
  * A new process joins the tree of its parent when the parent has an entry: as a tracked
  * process (the root) or as a member. Thread creation returns after one comparison; any other
- * fork of a process with no entry costs one hash lookup.
+ * fork of a process with no entry costs one hash lookup (and, when the lineage programs are
+ * not pinned, the lookup of its parent's lineage and the write of its own).
  */
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(liveness_fork, struct task_struct *parent, struct task_struct *child)
@@ -75,12 +70,17 @@ int BPF_PROG(liveness_fork, struct task_struct *parent, struct task_struct *chil
 	if (!child_tgid)
 		return 0;
 
+	__u64 parent_start = process_start_ticks(parent);
+
+	if (lineage_inline)
+		record_lineage(parent_tgid, parent_start, child_tgid, child_start);
+
 	struct member_record *parent_entry = bpf_map_lookup_elem(&members, &parent_tgid);
 
 	/* A stale entry names an earlier process that had this pid. A tracked parent's entry
 	 * names itself as the root, so its children join its tree even when it is a member of
 	 * another tree as well (a nested session). */
-	if (!parent_entry || parent_entry->start_ticks != process_start_ticks(parent))
+	if (!parent_entry || parent_entry->start_ticks != parent_start)
 		return 0;
 
 	/* The parent forks: current is the parent, whose real uid the child has too. */

@@ -42,7 +42,7 @@ pub const UID_SHARE_REFUSED: u32 = 1;
 pub const UID_SHARE_LAST_REFUSED: u32 = 2;
 /// The `u64` slots of one share.
 pub const UID_SHARE_SLOTS: u32 = 3;
-/// LRU hash map `u32 tgid -> Lineage` of every process forked since the programs were
+/// Hash map `u32 tgid -> Lineage` of every live process forked since the programs were
 /// loaded: the fork program writes it, the exit program deletes it.
 pub const MAP_LINEAGES: &str = "lineages";
 /// Hash map `u32 tgid -> u64 expected start_ticks` of tracked processes.

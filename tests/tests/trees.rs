@@ -1484,6 +1484,16 @@ fn state_pins_of(set: &str) -> std::path::PathBuf {
         .to_owned()
 }
 
+/// The directory of the pins of the state directory of `daemon`, which pinned its lineage
+/// programs.
+fn pinned_state_pins(daemon: &Daemon) -> std::path::PathBuf {
+    state_pins_of(
+        membership(daemon)["lineage_pins"]
+            .as_str()
+            .unwrap_or_else(|| panic!("not pinned: {}", daemon.log())),
+    )
+}
+
 /// A daemon that starts removes the pins of state directories deleted since, so that their
 /// programs stop running on every fork and exit, and says so, once per set; it keeps the
 /// pins of a state directory that exists (another daemon's, stopped here) and leaves alone,
@@ -1501,12 +1511,9 @@ fn pins_of_a_deleted_state_directory_are_removed_at_the_next_start() {
         let state_dir = states.path().join(name);
         let mut daemon =
             Daemon::start_with_state(Some(state_dir.clone()), &["--ebpf-pin-dir", pins.arg()]);
-        let set = membership(&daemon)["lineage_pins"]
-            .as_str()
-            .unwrap_or_else(|| panic!("not pinned: {}", daemon.log()))
-            .to_owned();
+        let state_pins = pinned_state_pins(&daemon);
         daemon.stop();
-        (state_dir, state_pins_of(&set))
+        (state_dir, state_pins)
     };
     let (gone_state, gone_pins) = pinned("gone");
     let (kept_state, kept_pins) = pinned("kept");
@@ -1541,11 +1548,7 @@ fn pins_of_a_deleted_state_directory_are_removed_at_the_next_start() {
         Some(states.path().join("new")),
         &["--ebpf-pin-dir", pins.arg()],
     );
-    let own_pins = state_pins_of(
-        membership(&daemon)["lineage_pins"]
-            .as_str()
-            .expect("pinned"),
-    );
+    let own_pins = pinned_state_pins(&daemon);
     assert!(
         !gone_pins.exists(),
         "the deleted state directory's pins were kept"
@@ -1636,4 +1639,63 @@ fn pins_of_a_deleted_state_directory_are_removed_at_the_next_start() {
             "liveness {command}: {text}"
         );
     }
+}
+
+/// A running daemon's pins are never removed by another daemon's start, even once its state
+/// directory is deleted under it (as its owner record would then have them removed): it
+/// holds a lock on them, and the daemon that starts says it left them. Stopped, it lets go
+/// of the lock, and the next start removes them.
+#[test]
+fn a_running_daemons_pins_are_never_removed_as_stale() {
+    if !privileged("a running daemon's lineage pins") {
+        return;
+    }
+    let pins = PinRoot::new("running");
+    let states = tempfile::tempdir().expect("state directories");
+    let running_state = states.path().join("running");
+    let mut running =
+        Daemon::start_with_state(Some(running_state.clone()), &["--ebpf-pin-dir", pins.arg()]);
+    let running_pins = pinned_state_pins(&running);
+    let links = integration_tests::pinned_links(&running_pins);
+    std::fs::remove_dir_all(&running_state).expect("delete the running daemon's state");
+
+    let mut other = Daemon::start_with_state(
+        Some(states.path().join("other")),
+        &["--ebpf-pin-dir", pins.arg()],
+    );
+    assert!(
+        running_pins.exists(),
+        "a running daemon's pins were removed"
+    );
+    assert!(
+        !links
+            .iter()
+            .any(|link| integration_tests::link_released(*link)),
+        "a running daemon's programs were detached"
+    );
+    let log = other.log();
+    assert!(
+        log.contains("a running daemon holds them")
+            && log.contains(&running_pins.display().to_string()),
+        "{log}"
+    );
+    assert!(
+        !log.contains("removed the lineage programs pinned"),
+        "{log}"
+    );
+    other.stop();
+
+    running.stop();
+    let next = Daemon::start_with_state(
+        Some(states.path().join("other")),
+        &["--ebpf-pin-dir", pins.arg()],
+    );
+    assert!(!running_pins.exists(), "stale pins kept once unlocked");
+    assert!(
+        next.log().contains(
+            "removed the lineage programs pinned for a state directory that no longer exists"
+        ),
+        "{}",
+        next.log()
+    );
 }

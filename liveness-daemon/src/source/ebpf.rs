@@ -55,6 +55,9 @@ const MAX_MEMBERS_PER_UID_GLOBAL: &str = "max_members_per_uid";
 /// The program's `.rodata` variables holding the OOM killer's text, `[start, end)`.
 const OOM_KILL_START_GLOBAL: &str = "oom_kill_start";
 const OOM_KILL_END_GLOBAL: &str = "oom_kill_end";
+/// The program's `.rodata` variable that has the fork and exit programs keep the lineages,
+/// set when the lineage programs are not pinned (their own programs then run no more).
+const LINEAGE_INLINE_GLOBAL: &str = "lineage_inline";
 /// The OOM killer's function that sends SIGKILL, or the one it is inlined into.
 const OOM_KILL_FUNCTIONS: [&str; 2] = ["__oom_kill_process", "oom_kill_process"];
 const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
@@ -361,14 +364,21 @@ impl EbpfSource {
         }
         .map_err(EbpfError::from_load)?;
 
-        // The lineage programs first: a fork seen by the members' program has its lineage.
-        let mut lineage = attach_lineage(&mut ebpf, &btf, pins, config.pins.is_some())?;
+        // The pinned lineage programs first: a fork seen by the members' program has its
+        // lineage. Unpinned, the fork program records it, and lineages are complete once it
+        // is attached.
+        let pinned = match pins {
+            Ok(set) => Ok(attach_lineage(&mut ebpf, &btf, set)?),
+            Err(reason) => Err(reason),
+        };
+        attach(&mut ebpf, &btf, EXIT_PROGRAM_NAME, TRACEPOINT)?;
+        attach(&mut ebpf, &btf, FORK_PROGRAM_NAME, FORK_TRACEPOINT)?;
+        let mut lineage =
+            pinned.unwrap_or_else(|reason| unpinned(reason, config.pins.is_some(), Vec::new()));
         lineage.pin_root = config
             .pins
             .as_ref()
             .and_then(|pins| Some(pins.dir.parent()?.to_path_buf()));
-        attach(&mut ebpf, &btf, EXIT_PROGRAM_NAME, TRACEPOINT)?;
-        attach(&mut ebpf, &btf, FORK_PROGRAM_NAME, FORK_TRACEPOINT)?;
         let causes = attach_cause_programs(&mut ebpf, &btf);
         let maps = TreeMaps {
             lineages: take_map(&mut ebpf, MAP_LINEAGES)?,
@@ -578,9 +588,12 @@ fn load(
         .ok()
         .and_then(|symbols| oom_killer_text(&symbols))
         .unwrap_or((0, 0));
+    // Pinned, the lineage programs keep the lineages; else the fork and exit programs do.
+    let lineage_inline = u32::from(pins.is_none());
     let mut loader = EbpfLoader::new();
     loader
         .btf(Some(btf))
+        .override_global(LINEAGE_INLINE_GLOBAL, &lineage_inline, true)
         .override_global(PIDNS_GLOBAL, &pidns_inum, true)
         .override_global(OOM_KILL_START_GLOBAL, &oom_start, true)
         .override_global(OOM_KILL_END_GLOBAL, &oom_end, true)
@@ -646,29 +659,22 @@ fn attach(
         .map_err(|e| EbpfError::from_program("attaching an eBPF program", e))
 }
 
-/// Attaches the lineage programs: adopted from `pins` when they run there already, else
-/// loaded and pinned there, else (no pins, or pinning failed) for as long as `ebpf` lives.
-/// Unpinned is a warning only when pins were `asked` for: by default it is the normal case.
-fn attach_lineage(
-    ebpf: &mut Ebpf,
-    btf: &Btf,
-    pins: Result<PinSet, String>,
-    asked: bool,
-) -> Result<LineageKeep, EbpfError> {
-    let mut pins = match pins {
-        Ok(pins) if pins.adopted_since_ms.is_some() => {
-            let since_ms = pins.adopted_since_ms.unwrap_or_default();
-            // Those of another version, left by an upgrade stopped halfway.
-            pins.remove_others();
-            tracing::info!(
-                pins = %pins.dir.display(),
-                since_ms,
-                "adopted the pinned lineage programs: orphans made while no daemon ran are placed"
-            );
-            return Ok(LineageKeep::pinned(since_ms, pins));
-        }
-        pins => pins,
-    };
+/// Attaches the lineage programs of `ebpf`, loaded with its lineages map pinned in `pins`:
+/// adopted from there when they run there already, else pinned there, else (pinning failed)
+/// for as long as `ebpf` lives. (Loaded unpinned, the fork and exit programs keep the
+/// lineages themselves, and the lineage programs run not at all.)
+fn attach_lineage(ebpf: &mut Ebpf, btf: &Btf, pins: PinSet) -> Result<LineageKeep, EbpfError> {
+    if let Some(since_ms) = pins.adopted_since_ms {
+        // Those of another version, left by an upgrade stopped halfway.
+        pins.remove_others();
+        tracing::info!(
+            pins = %pins.dir.display(),
+            since_ms,
+            "adopted the pinned lineage programs: orphans made while no daemon ran are placed"
+        );
+        return Ok(LineageKeep::pinned(since_ms, pins));
+    }
+    let mut pins = Ok::<_, String>(pins);
     // Links pinned in a set given up on, held so that they stay attached.
     let mut held = Vec::new();
     let programs = [
@@ -709,16 +715,21 @@ fn attach_lineage(
             tracing::info!(pins = %set.dir.display(), "pinned the lineage programs: they outlive this daemon");
             Ok(LineageKeep::pinned(since_ms, set))
         }
-        Err(reason) => {
-            let message = "the lineage programs are not pinned: orphans made while no daemon runs will not be placed";
-            if asked {
-                tracing::warn!(%reason, "{message}");
-            } else {
-                tracing::info!(%reason, "{message}");
-            }
-            Ok(LineageKeep::unpinned(reason, held))
-        }
+        Err(reason) => Ok(unpinned(reason, true, held)),
     }
+}
+
+/// Lineages kept for this daemon's life only, and why: a warning only when pins were `asked`
+/// for, since by default it is the normal case. `held` are links to keep attached.
+fn unpinned(reason: String, asked: bool, held: Vec<FdLink>) -> LineageKeep {
+    let message =
+        "the lineage programs are not pinned: orphans made while no daemon runs will not be placed";
+    if asked {
+        tracing::warn!(%reason, "{message}");
+    } else {
+        tracing::info!(%reason, "{message}");
+    }
+    LineageKeep::unpinned(reason, held)
 }
 
 fn take_map(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, EbpfError> {

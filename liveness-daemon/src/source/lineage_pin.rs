@@ -18,11 +18,17 @@
 //!   of state directories deleted since and removes them, detaching their programs. A set
 //!   whose owner is unknown (no record, or one that does not match the name) or whose
 //!   state directory exists is never removed by another daemon;
+//! - the daemon using a state directory's pins holds a lock on their directory (`flock`) for
+//!   its life, and a set is removed as stale only under that lock: a running daemon's pins
+//!   are never removed by another, whatever their owner record says (a forged one, or a
+//!   state directory deleted under the running daemon). Entries are opened without
+//!   following links, and a link is never removed as a set;
 //! - an older pin set of the same state directory is removed only once the new programs are
 //!   attached, so forks are recorded throughout an upgrade.
 
 use std::fs;
 use std::io;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -55,6 +61,8 @@ pub enum PinError {
         #[source]
         source: io::Error,
     },
+    #[error("{0} is held by another running daemon")]
+    InUse(PathBuf),
     #[error("cannot pin the link of {name}: {source}")]
     Link {
         name: &'static str,
@@ -199,17 +207,18 @@ pub fn remove_stale(root: &Path) {
     };
     for pins in found {
         match (&pins.owner, pins.owner_exists()) {
-            (Ok(owner), Some(false)) => match fs::remove_dir_all(&pins.path) {
-                Ok(()) => tracing::info!(
+            (Ok(owner), Some(false)) => match lock(&pins.path) {
+                Ok(Some(_held)) => remove_stale_set(&pins.path, owner),
+                Ok(None) => tracing::warn!(
                     pins = %pins.path.display(),
                     state_dir = %owner.display(),
-                    "removed the lineage programs pinned for a state directory that no longer exists"
+                    "left the lineage programs pinned for a state directory that no longer exists: a running daemon holds them"
                 ),
                 Err(error) => tracing::warn!(
                     pins = %pins.path.display(),
                     state_dir = %owner.display(),
                     %error,
-                    "cannot remove the lineage programs pinned for a state directory that no longer exists"
+                    "cannot lock the lineage programs pinned for a state directory that no longer exists"
                 ),
             },
             (Err(reason), _) => tracing::warn!(
@@ -219,6 +228,40 @@ pub fn remove_stale(root: &Path) {
             ),
             _ => {}
         }
+    }
+}
+
+/// Removes the set at `path`, of the state directory `owner` that no longer exists, under its
+/// lock.
+fn remove_stale_set(path: &Path, owner: &Path) {
+    match fs::remove_dir_all(path) {
+        Ok(()) => tracing::info!(
+            pins = %path.display(),
+            state_dir = %owner.display(),
+            "removed the lineage programs pinned for a state directory that no longer exists"
+        ),
+        Err(error) => tracing::warn!(
+            pins = %path.display(),
+            state_dir = %owner.display(),
+            %error,
+            "cannot remove the lineage programs pinned for a state directory that no longer exists"
+        ),
+    }
+}
+
+/// Locks the directory at `path` (`flock`, exclusive), opened without following a link: the
+/// lock, or `None` when another process holds it.
+fn lock(path: &Path) -> io::Result<Option<OwnedFd>> {
+    use rustix::fs::{FlockOperation, Mode, OFlags};
+    let dir = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    match rustix::fs::flock(&dir, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(Some(dir)),
+        Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
+        Err(error) => Err(error.into()),
     }
 }
 
@@ -248,6 +291,8 @@ pub(super) struct PinSet {
     /// The pinned links, held open while the daemon runs: removing the pins by hand then
     /// detaches nothing until it stops.
     links: Vec<FdLink>,
+    /// The lock on the state directory's pins, held while the daemon runs.
+    lock: OwnedFd,
 }
 
 impl PinSet {
@@ -261,12 +306,16 @@ impl PinSet {
             return Err(PinError::NotBpffs(state_pins.dir.clone()));
         }
         fs::create_dir_all(&dir).map_err(io_error("create", &dir))?;
+        let lock = lock(&state_pins.dir)
+            .map_err(io_error("lock", &state_pins.dir))?
+            .ok_or_else(|| PinError::InUse(state_pins.dir.clone()))?;
         record_owner(state_pins)?;
         if let Some((since_ms, links)) = adoptable(&dir) {
             return Ok(PinSet {
                 dir,
                 adopted_since_ms: Some(since_ms),
                 links,
+                lock,
             });
         }
         // Partly made (a daemon stopped while pinning) or damaged: start it afresh, since
@@ -277,6 +326,7 @@ impl PinSet {
             dir,
             adopted_since_ms: None,
             links: Vec::new(),
+            lock,
         })
     }
 
@@ -294,9 +344,10 @@ impl PinSet {
         Ok(())
     }
 
-    /// The set's links, to be held for this daemon's life.
-    pub fn into_links(self) -> Vec<FdLink> {
-        self.links
+    /// The set's links and the lock on its state directory's pins, to be held for this
+    /// daemon's life.
+    pub fn into_held(self) -> (Vec<FdLink>, OwnedFd) {
+        (self.links, self.lock)
     }
 
     /// Gives the set up after a failure to pin: its pins go, and the links already pinned

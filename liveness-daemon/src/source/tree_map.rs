@@ -181,15 +181,20 @@ pub struct LineageKeep {
     /// Links of theirs held open while the daemon runs: a pinned one then stays attached
     /// even if its pin is removed by hand, one whose pin failed stays attached at all.
     _links: Vec<aya::programs::links::FdLink>,
+    /// The lock on the pins, held while the daemon runs: no other daemon removes them.
+    _lock: Option<std::os::fd::OwnedFd>,
 }
 
 impl LineageKeep {
     pub(super) fn pinned(since_ms: i64, pins: super::lineage_pin::PinSet) -> LineageKeep {
+        let dir = pins.dir.clone();
+        let (links, lock) = pins.into_held();
         LineageKeep {
             since_ms,
-            pinned: Ok(pins.dir.clone()),
+            pinned: Ok(dir),
             pin_root: None,
-            _links: pins.into_links(),
+            _links: links,
+            _lock: Some(lock),
         }
     }
 
@@ -216,6 +221,7 @@ impl LineageKeep {
             pinned: Err(reason),
             pin_root: None,
             _links: links,
+            _lock: None,
         }
     }
 }
