@@ -265,7 +265,10 @@ fn a_burst_goes_to_etcd_in_few_transactions_each_key_as_the_last_event_left_it()
         }
     }
     wait_caught_up(&h1);
-    let kept: Vec<String> = (1..SESSIONS).step_by(2).map(|n| format!("burst-{n}")).collect();
+    let kept: Vec<String> = (1..SESSIONS)
+        .step_by(2)
+        .map(|n| format!("burst-{n}"))
+        .collect();
     let mut expected: Vec<String> = kept
         .iter()
         .map(|id| format!("/liveness/sessions/h1/0/{id}"))
@@ -279,7 +282,10 @@ fn a_burst_goes_to_etcd_in_few_transactions_each_key_as_the_last_event_left_it()
     // gather depends on the machine's speed: some must.
     let transactions = revision(&etcd) - before;
     eprintln!("300 events in {transactions} transactions");
-    assert!(transactions < 250, "{transactions} transactions for 300 events");
+    assert!(
+        transactions < 250,
+        "{transactions} transactions for 300 events"
+    );
 }
 
 #[test]
