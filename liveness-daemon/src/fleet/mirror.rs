@@ -441,11 +441,15 @@ impl<'a> Mirror<'a> {
         self.write(batch).await
     }
 
-    /// Writes a batch with the cursor at its last event, in one transaction.
+    /// Writes a batch with the cursor at its last event, in one transaction. A batch that
+    /// changes nothing in etcd is not written: the cursor moves with the next write.
     async fn write(&mut self, mut batch: Batch) -> Result<Option<u64>, FleetError> {
         let Some(seq) = batch.seq else {
             return Ok(None);
         };
+        if batch.writes.is_empty() {
+            return Ok(Some(seq));
+        }
         let origin = Origin {
             store_id: self.store_id.clone(),
             seq,
@@ -464,8 +468,7 @@ impl<'a> Mirror<'a> {
         Ok(Some(seq))
     }
 
-    /// Adds what an event changes to the batch; the cursor moves with it, even when it
-    /// changes nothing in etcd.
+    /// Adds what an event changes to the batch, whose seq it becomes.
     async fn take(&mut self, event: &Event, batch: &mut Batch) -> Result<(), FleetError> {
         let origin = Origin {
             store_id: self.store_id.clone(),
