@@ -929,6 +929,7 @@ mod tests {
 
     use super::*;
     use crate::source::testutil::{PATIENCE, Proc, QUIET, privileged, wait_until};
+    use crate::source::tree_map::KernelMember;
     use liveness_proc::identity::ProcRoot;
 
     /// Selects a mode of [`helper_main`] in a re-executed test binary.
@@ -1309,6 +1310,42 @@ mod tests {
         }
         let stats = source.stats();
         assert_eq!((stats.tracked, stats.observed, stats.lost), (0, 200, 0));
+    }
+
+    /// The members map is read in batches: a walk sees every entry, however many batches it
+    /// takes and whichever bucket each falls in.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_walk_of_the_members_map_sees_every_entry_past_one_batch() {
+        let Some(mut source) = start(
+            "members walk",
+            EbpfConfig {
+                max_members: 5000,
+                max_members_per_uid: Some(5000),
+                ..EbpfConfig::default()
+            },
+        )
+        .await
+        else {
+            return;
+        };
+        let mut members = source.take_members().expect("the members map");
+        // Pids above any the machine gives out: no process forks or exits under them.
+        let key = |pid: u32| ProcessKey {
+            pid: 4_200_000 + pid,
+            start_ticks: 7,
+        };
+        let root = key(0);
+        members.add_root(root).unwrap();
+        let written: HashSet<ProcessKey> = (1..=4500).map(key).collect();
+        for &member in &written {
+            assert!(members.insert(KernelMember { member, root }, 0).unwrap());
+        }
+        let walked: Vec<ProcessKey> = (members.members().into_iter())
+            .filter(|entry| entry.root == root)
+            .map(|entry| entry.member)
+            .collect();
+        assert_eq!(walked.len(), written.len(), "each entry once");
+        assert_eq!(walked.into_iter().collect::<HashSet<_>>(), written);
     }
 
     /// Sends one line to a [`Proc::sh`] script blocked in `read`.

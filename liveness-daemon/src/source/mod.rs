@@ -22,6 +22,7 @@ pub mod ebpf;
 #[cfg(test)]
 pub(crate) mod fake;
 pub mod lineage_pin;
+mod map_batch;
 pub mod monitor;
 pub mod pidfd;
 pub mod procpoll;

@@ -18,6 +18,7 @@ use aya::Pod;
 use aya::maps::{Array, HashMap, IterableMap, Map, MapData, MapError};
 use aya::sys::SyscallError;
 
+use super::map_batch;
 use super::shared_array::SharedArray;
 use liveness_common::identity::ProcessKey;
 use liveness_ebpf::record::{
@@ -317,9 +318,8 @@ impl TreeMap {
     /// walk (a member exiting) are skipped.
     pub fn members(&self) -> Vec<KernelMember> {
         self.walks.fetch_add(1, Ordering::Relaxed);
-        self.map
-            .iter()
-            .filter_map(Result::ok)
+        map_batch::entries(&self.map)
+            .into_iter()
             .map(|(pid, Value(record))| KernelMember::of(pid, record))
             .filter(|entry| !entry.is_root())
             .collect()
@@ -330,9 +330,8 @@ impl TreeMap {
     /// down), whatever they were reparented to
     /// since, as long as they were forked after the programs were loaded. A walk of the map.
     pub fn started_by(&self, root: ProcessKey) -> Vec<ProcessKey> {
-        self.lineages
-            .iter()
-            .filter_map(Result::ok)
+        map_batch::entries(&self.lineages)
+            .into_iter()
             .filter(|(_, LineageValue(lineage))| {
                 lineage
                     .ancestors
