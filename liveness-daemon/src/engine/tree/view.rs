@@ -70,7 +70,7 @@ impl RefreshView {
         // When the kernel added none since the trees' last merge, its map holds no member
         // they do not know: each known member's entry is looked up (one system call each,
         // and none for trees that are their owner alone) instead of a walk of the whole map
-        // (two per entry, every owner's included).
+        // (every bucket of it scanned, every owner's entry copied out).
         let entries = match kernel.as_deref() {
             Some(kernel) if refreshed.merge.added == self.merged_added => (self.known.keys())
                 .filter_map(|key| kernel.get(key.pid))
