@@ -24,19 +24,23 @@ pub struct ProgramCost {
 }
 
 impl ProgramCost {
-    /// The totals now, over every loaded copy of the daemon's program (one per running
-    /// daemon; the kernel truncates program names to 15 bytes).
-    /// The loaded programs of this name (every daemon's).
-    pub fn named(name: &str) -> Result<ProgramCost> {
-        ProgramCost::of(|info| info.name() == name.as_bytes(), false)
+    /// The totals now of the programs of this name that process `pid` holds (the kernel
+    /// truncates program names to 15 bytes): another daemon's, or a pinned set no daemon
+    /// holds, run on the same events but are not counted (see [`foreign_programs`]).
+    pub fn named(pid: u32, name: &str) -> Result<ProgramCost> {
+        let own = bpf_program_ids(pid);
+        ProgramCost::of(
+            |info| own.contains(&info.id()) && info.name() == name.as_bytes(),
+            false,
+        )
     }
 
-    /// The programs named `name`, with the run time of those named `helper`, which run on
-    /// the same event (the lineage programs beside the fork and exit programs): one run of
-    /// each is one run of `name`.
-    pub fn named_with(name: &str, helper: &str) -> Result<ProgramCost> {
-        let mut cost = ProgramCost::named(name)?;
-        cost.nanos += ProgramCost::named(helper)?.nanos;
+    /// The programs named `name` that `pid` holds, with the run time of those named
+    /// `helper`, which run on the same event (the lineage programs beside the fork and exit
+    /// programs, where they are apart): one run of each is one run of `name`.
+    pub fn named_with(pid: u32, name: &str, helper: &str) -> Result<ProgramCost> {
+        let mut cost = ProgramCost::named(pid, name)?;
+        cost.nanos += ProgramCost::named(pid, helper)?.nanos;
         Ok(cost)
     }
 
@@ -96,12 +100,14 @@ impl ProgramCost {
     }
 }
 
-/// IDs of the eBPF programs a process holds descriptors of (`anon_inode:bpf-prog`), read
-/// from `/proc/<pid>/fdinfo`.
+/// IDs of the eBPF programs a process holds: through a program's descriptor
+/// (`anon_inode:bpf-prog`), or a link's (`anon_inode:bpf_link`: a pinned program the
+/// process adopted is held by its link only), read from `/proc/<pid>/fdinfo`.
 pub fn bpf_program_ids(pid: u32) -> Vec<u32> {
-    let mut ids: Vec<u32> = fdinfos(pid, "anon_inode:bpf-prog")
+    let mut ids: Vec<u32> = ["anon_inode:bpf-prog", "anon_inode:bpf_link"]
         .iter()
-        .filter_map(|fdinfo| field(fdinfo, "prog_id"))
+        .flat_map(|target| fdinfos(pid, target))
+        .filter_map(|fdinfo| field(&fdinfo, "prog_id"))
         .map(|id| id as u32)
         .collect();
     ids.sort_unstable();

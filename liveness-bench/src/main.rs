@@ -1217,11 +1217,11 @@ fn overhead(plan: &Plan, daemons: &mut [Daemon], builds: &[Build], owners: usize
     // run time (kernel statistics, on while this fd is open) and the daemon's CPU time.
     let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
         .context("enabling eBPF run-time statistics")?;
-    let costs = || -> Result<[ProgramCost; 3]> {
+    let costs = |pid: u32| -> Result<[ProgramCost; 3]> {
         Ok([
-            ProgramCost::named_with(EXIT_PROGRAM_NAME, LINEAGE_EXIT_PROGRAM_NAME)?,
-            ProgramCost::named_with(FORK_PROGRAM_NAME, LINEAGE_FORK_PROGRAM_NAME)?,
-            ProgramCost::named(SIGNAL_PROGRAM_NAME)?,
+            ProgramCost::named_with(pid, EXIT_PROGRAM_NAME, LINEAGE_EXIT_PROGRAM_NAME)?,
+            ProgramCost::named_with(pid, FORK_PROGRAM_NAME, LINEAGE_FORK_PROGRAM_NAME)?,
+            ProgramCost::named(pid, SIGNAL_PROGRAM_NAME)?,
         ])
     };
     let mut running: Vec<Storms> = daemons.iter().map(|_| Storms::default()).collect();
@@ -1241,9 +1241,10 @@ fn overhead(plan: &Plan, daemons: &mut [Daemon], builds: &[Build], owners: usize
             settle(daemon, &builds[index])?;
             daemon::require_fork_tracking(daemon)?;
             warn_foreign(daemon, &mut foreign)?;
-            let ([exit, fork, signal], ticks) = (costs()?, procs::cpu_ticks(daemon.pid())?);
+            let pid = daemon.pid();
+            let ([exit, fork, signal], ticks) = (costs(pid)?, procs::cpu_ticks(pid)?);
             let wall_ms = procs::storm(plan.storm)?;
-            let [exit_after, fork_after, signal_after] = costs()?;
+            let [exit_after, fork_after, signal_after] = costs(pid)?;
             let storms = &mut running[index];
             storms.wall_ms.push(wall_ms);
             storms.exits.add(exit_after.since(exit));
@@ -1262,7 +1263,8 @@ fn overhead(plan: &Plan, daemons: &mut [Daemon], builds: &[Build], owners: usize
     // Checked before every running storm: the daemon's status and its fork program.
     value["fork_tracking_loaded"] = json!(true);
     // Checked before every running storm too: liveness's programs that were not the
-    // measured daemon's, whose run time the figures above include.
+    // measured daemon's. The figures above leave their run time out, but every fork and
+    // exit of the storms paid it too (the wall time counts it).
     value["foreign_programs"] = json!(foreign);
     if let [new, base] = &running[..] {
         let per_run = |s: &Storms| vec![(s.wall_ms.iter().sum::<f64>(), s.wall_ms.len())];
@@ -1276,7 +1278,7 @@ fn overhead(plan: &Plan, daemons: &mut [Daemon], builds: &[Build], owners: usize
 
 /// Warns when liveness's programs other than `daemon`'s are attached (a pinned lineage set
 /// left by a daemon with `--ebpf-pin-dir`, say): they run on every fork and exit of the
-/// storm, and the per-run figures count their time. Each is added to `seen` by name.
+/// storm and slow it, though the per-run figures leave their time out. Each is added to `seen` by name.
 fn warn_foreign(daemon: &Daemon, seen: &mut BTreeSet<String>) -> Result<()> {
     let foreign = bpf_stats::foreign_programs(daemon.pid())?;
     if !foreign.is_empty() {
@@ -1286,7 +1288,8 @@ fn warn_foreign(daemon: &Daemon, seen: &mut BTreeSet<String>) -> Result<()> {
             .collect();
         eprintln!(
             "bench: warning: liveness eBPF programs not of the measured daemon are attached, \
-             and counted in its per-fork and per-exit figures: {} (`liveness status` lists \
+             and run on every fork and exit of the storm (its per-fork and per-exit figures \
+             leave them out; the wall time does not): {} (`liveness status` lists \
              the pin sets; `livenessd --unpin` or a daemon start removes the stale ones)",
             list.join(", ")
         );
