@@ -1332,43 +1332,42 @@ impl Table {
 
     pub fn json(&self) -> Value {
         let parts = self.parts();
-        let tools: Vec<Value> =
-            self.figures
-                .iter()
-                .map(|f| {
-                    let mut value = f.dist.json();
-                    value["name"] = json!(f.name);
-                    value["kind"] = json!(f.kind.name());
-                    value["build"] = json!(f.build);
-                    value["lost"] = json!(f.lost);
-                    value["ratio_p50"] = json!(f.to_base.as_ref().map(|(p50, _)| round(p50.value)));
-                    value["ratio_p99"] = json!(f.to_base.as_ref().map(|(_, p99)| round(p99.value)));
-                    value["ratio_to_floor_p50"] =
-                        json!(f.to_floor.as_ref().map(|(p50, _)| round(p50.value)));
-                    value["ratio_to_floor_p99"] =
-                        json!(f.to_floor.as_ref().map(|(_, p99)| round(p99.value)));
-                    value[format!("p50_{parts}_us")] = json!(
-                        f.parts
-                            .iter()
-                            .map(|part| round(Dist::of_ns(part).p50))
-                            .collect::<Vec<_>>()
-                    );
-                    value[format!("ratio_p50_{parts}")] =
-                        json!(f.to_base.as_ref().map(|(p50, _)| {
-                            p50.parts.iter().map(|&r| round(r)).collect::<Vec<_>>()
-                        }));
-                    value[format!("ratio_p99_{parts}")] =
-                        json!(f.to_base.as_ref().map(|(_, p99)| {
-                            p99.parts.iter().map(|&r| round(r)).collect::<Vec<_>>()
-                        }));
-                    value["startup_ms"] = json!(f.startup_ms.map(round));
-                    value["cpu_ms_per_20k_spawns"] = json!(f.cpu_ms_per_20k.map(round));
-                    value["bpf_runs"] = json!(f.bpf.map(|c| c.runs));
-                    value["bpf_ns_per_run"] =
-                        json!(f.bpf.and_then(ProgramCost::ns_per_run).map(round));
-                    value
-                })
-                .collect();
+        let tools: Vec<Value> = self
+            .figures
+            .iter()
+            .map(|f| {
+                let mut value = f.dist.json();
+                value["name"] = json!(f.name);
+                value["kind"] = json!(f.kind.name());
+                value["build"] = json!(f.build);
+                value["lost"] = json!(f.lost);
+                value["ratio_p50"] = json!(f.to_base.as_ref().map(|(p50, _)| round(p50.value)));
+                value["ratio_p99"] = json!(f.to_base.as_ref().map(|(_, p99)| round(p99.value)));
+                value["ratio_to_floor_p50"] =
+                    json!(f.to_floor.as_ref().map(|(p50, _)| round(p50.value)));
+                value["ratio_to_floor_p99"] =
+                    json!(f.to_floor.as_ref().map(|(_, p99)| round(p99.value)));
+                value[format!("p50_{parts}_us")] = json!(
+                    f.parts
+                        .iter()
+                        .map(|part| round(Dist::of_ns(part).p50))
+                        .collect::<Vec<_>>()
+                );
+                value[format!("ratio_p50_{parts}")] =
+                    json!(f.to_base.as_ref().map(|(p50, _)| {
+                        p50.parts.iter().map(|&r| round(r)).collect::<Vec<_>>()
+                    }));
+                value[format!("ratio_p99_{parts}")] =
+                    json!(f.to_base.as_ref().map(|(_, p99)| {
+                        p99.parts.iter().map(|&r| round(r)).collect::<Vec<_>>()
+                    }));
+                value["startup_ms"] = json!(f.startup_ms.map(round));
+                value["cpu_ms_per_20k_spawns"] = json!(f.cpu_ms_per_20k.map(round));
+                value["bpf_runs"] = json!(f.bpf.map(|c| c.runs));
+                value["bpf_ns_per_run"] = json!(f.bpf.and_then(ProgramCost::ns_per_run).map(round));
+                value
+            })
+            .collect();
         json!({
             "samples": self.samples,
             "ratio_base": self.base,
