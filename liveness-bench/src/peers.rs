@@ -1,22 +1,32 @@
 //! Peers: the tools people use instead of liveness, measured side by side with it in one
-//! run. Every tool runs at once, each at its best (unbuffered output), and every owner's
-//! exit is seen by all of them: one owner exits at a time, the harness waits until each
-//! tool has reported it, then lets the next one go. One thread reads every tool's output
-//! (pipes and sockets under one `poll`) and stamps each line with CLOCK_MONOTONIC the
-//! moment `poll` returned, so no tool is favoured by the order in which ready outputs are
-//! read.
+//! run, in two ways that differ only in which tools run during which deaths.
+//!
+//! Alone (the table the goals read): each tool runs by itself for a block of deaths, then
+//! stops; the blocks are interleaved in rounds, each round every tool once in an order
+//! shuffled from a printed seed, so that every tool's deaths are spread over the same
+//! minutes and no tool is measured while another is woken by the same death.
+//!
+//! The crowd: every tool runs at once, each at its best (unbuffered output), and every
+//! owner's exit is seen by all of them. On a small machine this mostly measures the order
+//! in which the scheduler runs twenty readers woken by one death; it stays as the second
+//! table, and is where each tool's CPU and eBPF cost per untracked exit are taken.
+//!
+//! Either way one owner exits at a time and the harness waits until each running tool has
+//! reported it, then lets the next one go. One thread reads every tool's output (pipes and
+//! sockets under one `poll`) and stamps each line with CLOCK_MONOTONIC the moment `poll`
+//! returned, so no tool is favoured by the order in which ready outputs are read.
 //!
 //! The tools: libbpf-tools `exitsnoop`, BCC's `exitsnoop-bpfcc`, a `bpftrace` one-liner on
-//! `sched_process_exit`, the bench's own proc-connector listener, pidfd waiter and `/proc`
-//! pollers and the floor, liveness's own eBPF object read by a minimal loop (see
+//! `sched_process_exit`, `forkstat`, the bench's own proc-connector listener, pidfd waiter
+//! and `/proc` pollers and the floor, liveness's own eBPF object read by a minimal loop (see
 //! [`crate::watchers`]), and `livenessd` with `--sources ebpf`, `pidfd` and `auto`, each
 //! read by a direct socket subscriber and through `liveness watch --json`.
 //!
-//! With a baseline build, each source runs a daemon of each build, and the owners take
-//! turns: each is tracked by one build's daemons (and by every other tool), so that only
-//! one build is woken by each death, as in a run without a baseline, and both builds'
-//! deaths are spread over the same minutes. Every ratio of a row to the raw tracer is
-//! taken over the row's own deaths.
+//! With a baseline build, each source runs a daemon of each build. In the crowd the owners
+//! take turns: each is tracked by one build's daemons (and by every other tool), so that
+//! only one build is woken by each death, as in a run without a baseline, and both builds'
+//! deaths are spread over the same minutes. Alone, each build's daemons have blocks of
+//! their own. Every ratio of a row to the raw tracer is taken over the row's own deaths.
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -32,7 +42,7 @@ use crate::bpf_stats::{ProgramCost, bpf_program_ids};
 use crate::daemon::{self, Build, Daemon, Ended, register_all};
 use crate::procs::{self, Owners, monotonic_ns};
 use crate::versus::{Ratio, quarters};
-use crate::{Dist, round, setup, watchers};
+use crate::{Dist, median, round, setup, watchers};
 use liveness_ebpf::record::{
     EXIT_PROGRAM_NAME, FORK_PROGRAM_NAME, LINEAGE_EXIT_PROGRAM_NAME, LINEAGE_FORK_PROGRAM_NAME,
     OOM_PROGRAM_NAME, SIGNAL_PROGRAM_NAME,
@@ -41,12 +51,18 @@ use liveness_ebpf::record::{
 /// Sizes of the peers section.
 #[derive(Debug, Clone, Copy)]
 pub struct PeersPlan {
-    /// Owners whose exit every tool reports.
+    /// Owners whose exit every tool of the crowd reports.
     pub samples: usize,
     /// Untracked `/bin/true` runs during which each tool's CPU and eBPF time are taken.
     pub storm: usize,
     /// Whether to run the external tools (installing them if needed).
     pub external: bool,
+    /// Owners whose exit each tool reports while it runs alone.
+    pub alone: usize,
+    /// Deaths in one tool's block.
+    pub block: usize,
+    /// Seeds the order of the blocks within each round.
+    pub seed: u64,
 }
 
 /// CPU figures are scaled to this many untracked spawns.
@@ -55,11 +71,16 @@ const CPU_PER_SPAWNS: usize = 20_000;
 const BATCH: usize = 50;
 /// How long a round waits for every tool before counting it lost for the late ones.
 const ROUND_TIMEOUT: Duration = Duration::from_secs(2);
+/// The tools that are not the bench's own nor liveness, in the crowd.
+const EXTERNAL: [&str; 4] = ["exitsnoop", "exitsnoop-bpfcc", "bpftrace", "forkstat"];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     /// Reports every exit of the machine from a kernel tracepoint.
     Tracer,
+    /// Another program that reports every exit of the machine (`forkstat`, from the proc
+    /// connector).
+    Tool,
     /// The bench's own few lines of code.
     Own,
     /// liveness's own eBPF object read by a minimal loop: the floor under the daemon.
@@ -72,10 +93,17 @@ impl Kind {
     fn name(self) -> &'static str {
         match self {
             Kind::Tracer => "tracer",
+            Kind::Tool => "tool",
             Kind::Own => "own",
             Kind::Floor => "floor",
             Kind::Liveness => "liveness",
         }
+    }
+
+    /// Whether an exit it never reported is a harness failure: the bench's own code and
+    /// liveness must see every one; another program's misses only show in its `lost`.
+    fn checked(self) -> bool {
+        matches!(self, Kind::Own | Kind::Floor | Kind::Liveness)
     }
 }
 
@@ -85,6 +113,8 @@ enum Format {
     /// exitsnoop's table: the PID column starts where the header's `PID` does (the command
     /// name before it may hold spaces).
     Columns { pid_at: Option<usize> },
+    /// The PID is this whitespace-separated field (forkstat: time, event, PID, ...).
+    Field(usize),
     /// One PID per line (`ack` acknowledges a batch of PIDs to track).
     Pid,
     /// liveness stream lines, `session.ended` of the session `peer-<registration>-<pid>`.
@@ -101,7 +131,8 @@ struct Row {
     waited_for: bool,
 }
 
-/// One row of the table: a tool's output stream and what it reported.
+/// One run of a tool's output stream and what it reported: a row of the crowd, or one
+/// block of a row alone.
 #[derive(Debug)]
 struct Peer {
     name: String,
@@ -114,9 +145,14 @@ struct Peer {
     format: Format,
     /// First report of each watched PID, CLOCK_MONOTONIC ns.
     seen: HashMap<u32, u64>,
+    /// The owners that exited while it ran and that it reports: PID and exit time, in
+    /// exit order.
+    owed: Vec<(u32, u64)>,
     acks: usize,
     /// Why its output ended, if it did.
     ended: Option<String>,
+    /// Whether its group still runs: its output is read and deaths are owed to it.
+    running: bool,
     startup_ns: Option<u64>,
     /// The rounds wait for it (all but the 1 s poller, whose reports arrive in later rounds).
     waited_for: bool,
@@ -160,6 +196,113 @@ impl Drop for Group {
     }
 }
 
+/// How a group starts: what a block alone runs, and what the crowd runs all of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tool {
+    /// One of the bench's own watchers, by its name in [`crate::watchers`].
+    Watcher(&'static str),
+    /// A daemon of a build (by index) with these `--sources`, and its two readers.
+    Liveness { build: usize, source: &'static str },
+    /// One of [`EXTERNAL`], installed if needed.
+    External(&'static str),
+}
+
+impl Tool {
+    /// The crowd: every tool. Alone: the tools the goals compare (no tracer but exitsnoop,
+    /// no 1 s poller, no pidfd-only daemon waiting for an exit status).
+    fn all(builds: usize, external: bool, alone: bool) -> Vec<Tool> {
+        let mut tools: Vec<Tool> = ["proc-connector", "pidfd", "poll-10", "poll-1000"]
+            .into_iter()
+            .filter(|&name| !alone || name != "poll-1000")
+            .chain(["ebpf-floor"])
+            .map(Tool::Watcher)
+            .collect();
+        let sources: &[&'static str] = if alone {
+            &["ebpf", "auto"]
+        } else {
+            &["ebpf", "pidfd", "auto"]
+        };
+        for build in 0..builds {
+            tools.extend(
+                sources
+                    .iter()
+                    .map(|&source| Tool::Liveness { build, source }),
+            );
+        }
+        if external {
+            tools.extend(
+                EXTERNAL
+                    .into_iter()
+                    .filter(|&name| !alone || ["exitsnoop", "forkstat"].contains(&name))
+                    .map(Tool::External),
+            );
+        }
+        tools
+    }
+
+    /// The name of its first row.
+    fn name(self, builds: &[Build]) -> String {
+        match self {
+            Tool::Watcher(name) => watcher_row(name).0.to_owned(),
+            Tool::Liveness { build, source } => {
+                format!("liveness-{source}{}", builds[build].suffix())
+            }
+            Tool::External(name) => name.to_owned(),
+        }
+    }
+
+    /// The build whose owners it tracks, if it is a daemon.
+    fn build(self) -> Option<usize> {
+        match self {
+            Tool::Liveness { build, .. } => Some(build),
+            Tool::Watcher(_) | Tool::External(_) => None,
+        }
+    }
+}
+
+/// A watcher's row name, how long its start-up probe waits, and whether the rounds wait for
+/// it.
+fn watcher_row(name: &'static str) -> (&'static str, Duration, bool) {
+    match name {
+        "pidfd" => ("pidfd-waiter", Duration::from_millis(100), true),
+        "poll-10" => ("poll-10ms", Duration::from_millis(200), true),
+        "poll-1000" => ("poll-1s", Duration::from_millis(1500), false),
+        other => (other, Duration::from_millis(100), true),
+    }
+}
+
+/// One tool's turn alone: `deaths` owners exit while it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Block {
+    tool: usize,
+    deaths: usize,
+}
+
+/// The blocks of a run alone: `deaths` per tool in blocks of `block`, in rounds of one block
+/// per tool, each round in an order shuffled from `seed` (the same seed, the same plan).
+fn block_plan(tools: usize, deaths: usize, block: usize, seed: u64) -> Vec<Block> {
+    let block = block.max(1);
+    let mut state = seed;
+    let mut plan = Vec::new();
+    let mut done = 0;
+    while done < deaths {
+        let size = block.min(deaths - done);
+        let mut order: Vec<usize> = (0..tools).collect();
+        // Fisher-Yates with splitmix64: no dependency for a shuffle.
+        for i in (1..order.len()).rev() {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^= z >> 31;
+            order.swap(i, (z % (i as u64 + 1)) as usize);
+        }
+        plan.extend(order.into_iter().map(|tool| Block { tool, deaths: size }));
+        done += size;
+    }
+    plan
+}
+
 /// The section's tools and what they reported.
 #[derive(Debug, Default)]
 struct Peers {
@@ -168,7 +311,7 @@ struct Peers {
     /// PIDs whose reports are kept (owners and probes); every other line is dropped.
     watched: HashSet<u32>,
     skipped: Vec<(String, String)>,
-    /// The build each owner is tracked by, in turns.
+    /// The build each owner is tracked by.
     owner_build: HashMap<u32, usize>,
     builds: usize,
     /// Registrations with a daemon so far: part of the sessions' ids.
@@ -180,6 +323,31 @@ impl Peer {
     fn reports(&self, owner_build: Option<&usize>) -> bool {
         self.build.is_none() || self.build.as_ref() == owner_build
     }
+
+    /// Its latency for each of these deaths it reported, in their order.
+    fn latencies(&self, deaths: &[(u32, u64)]) -> Vec<u64> {
+        deaths
+            .iter()
+            .filter_map(|(pid, exit_ns)| Some(self.seen.get(pid)?.saturating_sub(*exit_ns)))
+            .collect()
+    }
+}
+
+/// The runs of a row: the peers of that name, in the order they ran.
+fn runs_named(peers: &[Peer], name: &str) -> Vec<usize> {
+    (0..peers.len())
+        .filter(|&i| peers[i].name == name)
+        .collect()
+}
+
+/// How a table's rows were measured, and so how they compare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Each tool alone for its blocks: ratios of its deaths to the other row's, block by
+    /// block (the k-th block of each, run in the same round).
+    Alone,
+    /// Every tool during every death: ratios over the same deaths, quarter by quarter.
+    Crowd,
 }
 
 /// The figures of one tool.
@@ -190,31 +358,48 @@ pub struct PeerFigures {
     /// The build it belongs to, for a liveness row.
     build: Option<&'static str>,
     pub dist: Dist,
-    /// Its latencies in exit order.
-    series: Vec<u64>,
-    /// p50 of each quarter of the run (in exit order): how much p50 wanders within it.
-    quarters: Vec<f64>,
-    /// Against the raw tracer the ratios are to, over this row's deaths, at p50 and p99.
+    /// Its latencies in exit order, in parts: its blocks alone, the quarters of the run in
+    /// the crowd. How much p50 wanders between them is the run's own measure of noise.
+    parts: Vec<Vec<u64>>,
+    /// Against the raw tracer the ratios are to, at p50 and p99.
     pub to_base: Option<(Ratio, Ratio)>,
     /// Against the floor (`ebpf-floor`), the same way.
     pub to_floor: Option<(Ratio, Ratio)>,
     lost: usize,
     startup_ms: Option<f64>,
-    cpu_ms_per_20k: f64,
+    /// Taken in the crowd only.
+    cpu_ms_per_20k: Option<f64>,
     pub bpf: Option<ProgramCost>,
 }
 
-/// The section's result: figures per tool, skipped tools with the reason, harness errors.
-#[derive(Debug, Default)]
-pub struct PeersReport {
+/// One table of the section.
+#[derive(Debug)]
+pub struct Table {
+    mode: Mode,
     pub figures: Vec<PeerFigures>,
     /// The raw tracer the ratios are to.
     base: Option<String>,
+    /// Deaths: each tool's alone, all of them in the crowd.
+    samples: usize,
+}
+
+/// The section's result: both tables, skipped tools with the reason, harness errors.
+#[derive(Debug)]
+pub struct PeersReport {
+    /// Each tool alone: what the goals read.
+    pub alone: Table,
+    pub crowd: Table,
+    pub seed: u64,
+    pub block: usize,
+    /// The rows of each block alone, in the order they ran.
+    order: Vec<String>,
     pub skipped: Vec<(String, String)>,
     pub storm: usize,
-    pub samples: usize,
     pub errors: Vec<String>,
 }
+
+/// Each tool's CPU ticks and each group's eBPF cost over the storm.
+type Costs = (Vec<u64>, Vec<Option<ProgramCost>>);
 
 pub fn run(builds: &[Build], plan: PeersPlan) -> Result<PeersReport> {
     let logs = tempfile::Builder::new()
@@ -229,173 +414,311 @@ pub fn run(builds: &[Build], plan: PeersPlan) -> Result<PeersReport> {
             None
         }
     };
-    let mut peers = Peers {
-        builds: builds.len(),
-        ..Peers::default()
-    };
-    let mut errors = Vec::new();
-    realtime_reader();
-
-    // The bench's own watchers and liveness must run: they are what the harness checks.
-    for (name, probe_wait) in [
-        ("proc-connector", Duration::from_millis(100)),
-        ("pidfd", Duration::from_millis(100)),
-        ("poll-10", Duration::from_millis(200)),
-        ("poll-1000", Duration::from_millis(1500)),
-        ("ebpf-floor", Duration::from_millis(100)),
-    ] {
-        let mut command = Command::new(std::env::current_exe()?);
-        command.args([watchers::WATCHER_ARG, name]);
-        let row = match name {
-            "pidfd" => "pidfd-waiter".to_owned(),
-            "poll-10" => "poll-10ms".to_owned(),
-            "poll-1000" => "poll-1s".to_owned(),
-            other => other.to_owned(),
-        };
-        let waited_for = name != "poll-1000";
-        peers
-            .start_tool(
-                Row {
-                    name: row.clone(),
-                    kind: if name == "ebpf-floor" {
-                        Kind::Floor
-                    } else {
-                        Kind::Own
-                    },
-                    format: Format::Pid,
-                    waited_for,
-                },
-                command,
-                probe_wait,
-                logs.path(),
-            )
-            .with_context(|| format!("starting the bench's {row}"))?;
-    }
-    for (index, build) in builds.iter().enumerate() {
-        for source in ["ebpf", "pidfd", "auto"] {
-            peers
-                .start_liveness(index, build, source, logs.path())
-                .with_context(|| {
-                    format!("starting liveness --sources {source} ({})", build.name())
-                })?;
-        }
-    }
-    // Declared after the tools: they are stopped before tracefs is unmounted.
-    let _tracefs = if plan.external {
-        peers.start_tracers(logs.path())
-    } else {
+    // Declared before the tools: they are stopped before tracefs is unmounted.
+    let (_tracefs, external) = if !plan.external {
         let reason = "smoke run: the external tools are installed and started only by --quick \
                       and full runs";
-        for name in ["exitsnoop", "exitsnoop-bpfcc", "bpftrace"] {
-            peers.skipped.push((name.into(), reason.into()));
+        (None, Err(reason.to_owned()))
+    } else if !setup::is_root() {
+        (
+            None,
+            Err("not root: the tracers load eBPF programs".to_owned()),
+        )
+    } else {
+        match setup::Tracefs::ensure() {
+            Ok(tracefs) => (Some(tracefs), Ok(())),
+            Err(e) => (None, Err(format!("{e:#}"))),
         }
-        None
     };
-    for (name, reason) in &peers.skipped {
+    let skipped: Vec<(String, String)> = match &external {
+        Ok(()) => Vec::new(),
+        Err(reason) => EXTERNAL
+            .iter()
+            .map(|name| ((*name).to_owned(), reason.clone()))
+            .collect(),
+    };
+    for (name, reason) in &skipped {
         eprintln!("bench: peers: skipping {name}: {reason}");
     }
+    realtime_reader();
+    let report = measure(builds, plan, external.is_ok(), logs.path(), skipped);
+    normal_reader();
+    report
+}
 
-    let samples = plan.samples * builds.len();
+/// Both modes, alone first; `skipped`: the tools already known not to run.
+fn measure(
+    builds: &[Build],
+    plan: PeersPlan,
+    external: bool,
+    logs: &Path,
+    mut skipped: Vec<(String, String)>,
+) -> Result<PeersReport> {
+    let mut errors = Vec::new();
+
+    let tools = Tool::all(builds.len(), external, true);
+    let blocks = block_plan(tools.len(), plan.alone, plan.block, plan.seed);
     eprintln!(
-        "bench: peers: {samples} exits seen by {} tools",
-        peers.peers.len()
+        "bench: peers: alone: {} exits per tool in {} blocks of up to {}, order seeded {}",
+        plan.alone,
+        blocks.len(),
+        plan.block,
+        plan.seed
     );
-    let exits = peers.rounds(samples)?;
-    let (cpu_ticks, bpf) = peers.storm_costs(plan.storm)?;
-
-    // In the order the owners exited, for the p50 of each quarter of the run.
-    let mut exits: Vec<(u32, u64)> = exits.into_iter().collect();
-    exits.sort_unstable_by_key(|&(_, exit_ns)| exit_ns);
-    let latencies = |peer: &Peer, exits: &[(u32, u64)]| -> Vec<u64> {
-        exits
-            .iter()
-            .filter_map(|(pid, exit_ns)| Some(peer.seen.get(pid)?.saturating_sub(*exit_ns)))
-            .collect()
-    };
-    // The ratios are to exitsnoop, or without it to the fastest raw tracer by p50.
-    let base = peers
-        .peers
-        .iter()
-        .filter(|p| p.kind == Kind::Tracer)
-        .map(|p| (p, Dist::of_ns(&latencies(p, &exits))))
-        .filter(|(_, d)| d.samples > 0)
-        .min_by(|(a, da), (b, db)| {
-            (b.name == "exitsnoop")
-                .cmp(&(a.name == "exitsnoop"))
-                .then(da.p50.total_cmp(&db.p50))
-        })
-        .map(|(p, _)| p);
-    let floor = peers.peers.iter().find(|p| p.kind == Kind::Floor);
-    let mut figures = Vec::new();
-    for (index, peer) in peers.peers.iter().enumerate() {
-        let own: Vec<(u32, u64)> = exits
-            .iter()
-            .copied()
-            .filter(|(pid, _)| peer.reports(peers.owner_build.get(pid)))
-            .collect();
-        let samples = latencies(peer, &own);
-        let quarters = quarters(&own)
-            .map(|quarter| Dist::of_ns(&latencies(peer, quarter)).p50)
-            .collect();
-        let lost = own.len() - samples.len();
-        if lost > 0 && peer.kind != Kind::Tracer {
-            errors.push(format!(
-                "peers {}: {lost} of {} exits never reported{}",
-                peer.name,
-                own.len(),
-                peer.ended
-                    .as_ref()
-                    .map_or(String::new(), |why| format!(" ({why})"))
-            ));
+    let mut alone = Peers::new(builds.len());
+    let mut order = Vec::new();
+    for block in &blocks {
+        let tool = tools[block.tool];
+        let name = tool.name(builds);
+        if alone.skipped.iter().any(|(skipped, _)| *skipped == name) {
+            continue;
         }
-        let against = |reference: &Peer| {
-            let theirs = latencies(reference, &own);
-            (
-                Ratio::of_latencies(&samples, &theirs, |d| d.p50),
-                Ratio::of_latencies(&samples, &theirs, |d| d.p99),
-            )
-        };
-        let to_base = base.map(against);
-        let to_floor = floor.map(against);
-        figures.push(PeerFigures {
-            name: peer.name.clone(),
-            kind: peer.kind,
-            build: peer.build.map(|b| builds[b].name()),
-            dist: Dist::of_ns(&samples),
-            series: samples,
-            quarters,
-            to_base,
-            to_floor,
-            lost,
-            startup_ms: peer.startup_ns.map(|ns| ns as f64 / 1e6),
-            cpu_ms_per_20k: cpu_ticks[index] as f64 * 10.0 * CPU_PER_SPAWNS as f64
-                / plan.storm.max(1) as f64,
-            bpf: bpf[peer.group],
-        });
-    }
-    let base = base.map(|b| b.name.clone());
-    // A daemon that failed is a harness failure; the readers end with it.
-    for group in &mut peers.groups {
-        if let Some(daemon) = &mut group.daemon
-            && let Err(e) = daemon::stop(daemon)
-        {
+        let group = alone.groups.len();
+        if !alone.start(tool, builds, logs)? {
+            continue;
+        }
+        order.push(name);
+        alone.rounds(block.deaths, tool.build())?;
+        if let Err(e) = alone.stop(group) {
             errors.push(format!("peers: {e:#}"));
         }
     }
-    let skipped = std::mem::take(&mut peers.skipped);
-    drop(peers);
-    normal_reader();
+    let alone_table = alone.table(builds, Mode::Alone, plan.alone, None, &mut errors);
+
+    let mut crowd = Peers::new(builds.len());
+    for tool in Tool::all(builds.len(), external, false) {
+        crowd.start(tool, builds, logs)?;
+    }
+    let samples = plan.samples * builds.len();
+    eprintln!(
+        "bench: peers: crowd: {samples} exits seen by {} tools",
+        crowd.peers.len()
+    );
+    crowd.rounds(samples, None)?;
+    let costs = crowd.storm_costs(plan.storm)?;
+    let crowd_table = crowd.table(
+        builds,
+        Mode::Crowd,
+        samples,
+        Some((&costs, plan.storm)),
+        &mut errors,
+    );
+    for group in 0..crowd.groups.len() {
+        if let Err(e) = crowd.stop(group) {
+            errors.push(format!("peers: {e:#}"));
+        }
+    }
+    for (name, reason) in alone.skipped.drain(..).chain(crowd.skipped.drain(..)) {
+        if !skipped.iter().any(|(known, _)| *known == name) {
+            skipped.push((name, reason));
+        }
+    }
     Ok(PeersReport {
-        figures,
-        base,
+        alone: alone_table,
+        crowd: crowd_table,
+        seed: plan.seed,
+        block: plan.block,
+        order,
         skipped,
         storm: plan.storm,
-        samples,
         errors,
     })
 }
 
 impl Peers {
+    fn new(builds: usize) -> Peers {
+        Peers {
+            builds,
+            ..Peers::default()
+        }
+    }
+
+    /// Starts a tool's group and waits until it reports exits. An external tool that cannot
+    /// run is skipped, with the reason: returns whether it started.
+    fn start(&mut self, tool: Tool, builds: &[Build], logs: &Path) -> Result<bool> {
+        match tool {
+            Tool::Watcher(name) => {
+                let (row, probe_wait, waited_for) = watcher_row(name);
+                let mut command = Command::new(std::env::current_exe()?);
+                command.args([watchers::WATCHER_ARG, name]);
+                self.start_tool(
+                    Row {
+                        name: row.to_owned(),
+                        kind: if name == "ebpf-floor" {
+                            Kind::Floor
+                        } else {
+                            Kind::Own
+                        },
+                        format: Format::Pid,
+                        waited_for,
+                    },
+                    command,
+                    probe_wait,
+                    logs,
+                )
+                .with_context(|| format!("starting the bench's {row}"))?;
+            }
+            Tool::Liveness { build, source } => {
+                self.start_liveness(build, &builds[build], source, logs)
+                    .with_context(|| {
+                        format!(
+                            "starting liveness --sources {source} ({})",
+                            builds[build].name()
+                        )
+                    })?;
+            }
+            Tool::External(name) => {
+                if let Err(e) = self.start_external(name, logs) {
+                    if self.peers.last().is_some_and(|p| p.name == name) {
+                        self.peers.pop();
+                        self.groups.pop();
+                    }
+                    eprintln!("bench: peers: skipping {name}: {e:#}");
+                    self.skipped.push((name.into(), format!("{e:#}")));
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Stops a group: its rows are no longer read, and no more deaths are owed to them.
+    /// A daemon that failed is a harness failure.
+    fn stop(&mut self, group: usize) -> Result<()> {
+        for peer in self.peers.iter_mut().filter(|p| p.group == group) {
+            peer.running = false;
+        }
+        let group = &mut self.groups[group];
+        for child in &mut group.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        group.children.clear();
+        match group.daemon.take() {
+            Some(mut daemon) => daemon::stop(&mut daemon),
+            None => Ok(()),
+        }
+    }
+
+    /// The table of what the rows reported; `costs` from the crowd's storm. A row's runs
+    /// (one in the crowd, one per block alone) make its parts.
+    fn table(
+        &self,
+        builds: &[Build],
+        mode: Mode,
+        samples: usize,
+        costs: Option<(&Costs, usize)>,
+        errors: &mut Vec<String>,
+    ) -> Table {
+        let mut names: Vec<&str> = Vec::new();
+        for peer in &self.peers {
+            if !names.contains(&peer.name.as_str()) {
+                names.push(&peer.name);
+            }
+        }
+        let runs = |name: &str| runs_named(&self.peers, name);
+        // Alone, each run is a part; in the crowd, the one run's deaths are cut in quarters.
+        let parts_of = |runs: &[usize]| -> Vec<Vec<u64>> {
+            match mode {
+                Mode::Alone => runs
+                    .iter()
+                    .map(|&i| self.peers[i].latencies(&self.peers[i].owed))
+                    .collect(),
+                Mode::Crowd => runs
+                    .iter()
+                    .flat_map(|&i| {
+                        quarters(&self.peers[i].owed).map(move |q| self.peers[i].latencies(q))
+                    })
+                    .collect(),
+            }
+        };
+        // The ratios are to exitsnoop, or without it to the fastest raw tracer by p50.
+        let base = names
+            .iter()
+            .filter(|name| self.peers[runs(name)[0]].kind == Kind::Tracer)
+            .map(|name| (*name, Dist::of_ns(&parts_of(&runs(name)).concat())))
+            .filter(|(_, d)| d.samples > 0)
+            .min_by(|(a, da), (b, db)| {
+                (*b == "exitsnoop")
+                    .cmp(&(*a == "exitsnoop"))
+                    .then(da.p50.total_cmp(&db.p50))
+            })
+            .map(|(name, _)| name);
+        let floor = names
+            .iter()
+            .find(|name| self.peers[runs(name)[0]].kind == Kind::Floor)
+            .copied();
+        let mut figures = Vec::new();
+        for name in &names {
+            let runs = runs(name);
+            let first = &self.peers[runs[0]];
+            let parts = parts_of(&runs);
+            let samples = parts.iter().map(Vec::len).sum::<usize>();
+            let owed = runs
+                .iter()
+                .map(|&i| self.peers[i].owed.len())
+                .sum::<usize>();
+            let lost = owed - samples;
+            if lost > 0 && first.kind.checked() {
+                let why: Vec<&str> = runs
+                    .iter()
+                    .filter_map(|&i| self.peers[i].ended.as_deref())
+                    .collect();
+                errors.push(format!(
+                    "peers {name}: {lost} of {owed} exits never reported{}",
+                    if why.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", why.join("; "))
+                    }
+                ));
+            }
+            // Alone, the other row's own blocks; in the crowd, its reports of this row's
+            // deaths.
+            let against = |reference: &str| {
+                let theirs: Vec<Vec<u64>> = match mode {
+                    Mode::Alone => parts_of(&runs_named(&self.peers, reference)),
+                    Mode::Crowd => {
+                        let reference = &self.peers[runs_named(&self.peers, reference)[0]];
+                        quarters(&first.owed)
+                            .map(|q| reference.latencies(q))
+                            .collect()
+                    }
+                };
+                (
+                    Ratio::of_parts(&parts, &theirs, |d| d.p50),
+                    Ratio::of_parts(&parts, &theirs, |d| d.p99),
+                )
+            };
+            let startups: Vec<f64> = runs
+                .iter()
+                .filter_map(|&i| self.peers[i].startup_ns)
+                .map(|ns| ns as f64 / 1e6)
+                .collect();
+            figures.push(PeerFigures {
+                name: (*name).to_owned(),
+                kind: first.kind,
+                build: first.build.map(|b| builds[b].name()),
+                dist: Dist::of_ns(&parts.concat()),
+                to_base: base.map(against),
+                to_floor: floor.map(against),
+                parts,
+                lost,
+                startup_ms: (!startups.is_empty()).then(|| median(&startups)),
+                cpu_ms_per_20k: costs.map(|((ticks, _), storm)| {
+                    ticks[runs[0]] as f64 * 10.0 * CPU_PER_SPAWNS as f64 / storm.max(1) as f64
+                }),
+                bpf: costs.and_then(|((_, bpf), _)| bpf[first.group]),
+            });
+        }
+        Table {
+            mode,
+            figures,
+            base: base.map(str::to_owned),
+            samples,
+        }
+    }
+
     /// Starts one tool process (its stdout is its report; the bench's own watchers take
     /// PIDs on stdin) and waits until it reports a probe's exit.
     fn start_tool(
@@ -449,8 +772,10 @@ impl Peers {
             pending,
             format: row.format,
             seen: HashMap::new(),
+            owed: Vec::new(),
             acks: 0,
             ended: None,
+            running: true,
             startup_ns: None,
             waited_for: row.waited_for,
             cpu_pids,
@@ -509,36 +834,16 @@ impl Peers {
         self.await_startup()
     }
 
-    /// The external tracers, installed if needed; each one that cannot run is skipped
-    /// with the reason.
-    /// Returns the tracefs mount they need, to be held while they run.
-    fn start_tracers(&mut self, logs: &Path) -> Option<setup::Tracefs> {
-        if !setup::is_root() {
-            for name in ["exitsnoop", "exitsnoop-bpfcc", "bpftrace"] {
-                self.skipped.push((
-                    name.into(),
-                    "not root: the tracers load eBPF programs".into(),
-                ));
-            }
-            return None;
-        }
-        let tracefs = match setup::Tracefs::ensure() {
-            Ok(tracefs) => tracefs,
-            Err(e) => {
-                for name in ["exitsnoop", "exitsnoop-bpfcc", "bpftrace"] {
-                    self.skipped.push((name.into(), format!("{e:#}")));
-                }
-                return None;
-            }
-        };
-        let tracers: [(&str, &dyn Fn() -> Result<Command>); 3] = [
-            ("exitsnoop", &|| {
+    /// One of [`EXTERNAL`], installed if needed, and the eBPF programs it holds.
+    fn start_external(&mut self, name: &'static str, logs: &Path) -> Result<()> {
+        let (command, kind, format) = match name {
+            "exitsnoop" => {
                 setup::ensure_program("exitsnoop", &["libbpf-tools"])?;
                 let mut command = Command::new("stdbuf");
                 command.args(["-oL", "exitsnoop"]);
-                Ok(command)
-            }),
-            ("bpftrace", &|| {
+                (command, Kind::Tracer, Format::Columns { pid_at: None })
+            }
+            "bpftrace" => {
                 setup::ensure_program("bpftrace", &["bpftrace"])?;
                 let mut command = Command::new("bpftrace");
                 command.args([
@@ -547,76 +852,68 @@ impl Peers {
                     "-e",
                     r#"tracepoint:sched:sched_process_exit /pid == tid/ { printf("%d\n", pid); }"#,
                 ]);
-                Ok(command)
-            }),
-            ("exitsnoop-bpfcc", &|| {
+                (command, Kind::Tracer, Format::Pid)
+            }
+            "exitsnoop-bpfcc" => {
                 setup::ensure_program("exitsnoop-bpfcc", &["bpfcc-tools", "python3-bpfcc"])?;
                 let headers = setup::bcc_kernel_headers().context("kernel headers for BCC")?;
                 let mut command = Command::new("exitsnoop-bpfcc");
                 command
                     .env("PYTHONUNBUFFERED", "1")
                     .env("BCC_KERNEL_SOURCE", headers);
-                Ok(command)
-            }),
-        ];
-        for (name, command) in tracers {
-            let format = if name == "bpftrace" {
-                Format::Pid
-            } else {
-                Format::Columns { pid_at: None }
-            };
-            let before: HashSet<u32> = ProgramCost::loaded()
+                (command, Kind::Tracer, Format::Columns { pid_at: None })
+            }
+            "forkstat" => {
+                setup::ensure_program("forkstat", &["forkstat"])?;
+                let mut command = Command::new("stdbuf");
+                command.args(["-oL", "forkstat", "-e", "exit"]);
+                // Time, event, then the PID, right-aligned under a shorter header.
+                (command, Kind::Tool, Format::Field(2))
+            }
+            other => bail!("no such tool: {other}"),
+        };
+        let before: HashSet<u32> = ProgramCost::loaded()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        self.start_tool(
+            Row {
+                name: name.into(),
+                kind,
+                format,
+                waited_for: true,
+            },
+            command,
+            Duration::from_millis(100),
+            logs,
+        )?;
+        if kind != Kind::Tracer {
+            return Ok(());
+        }
+        let group = self.groups.last_mut().context("no group")?;
+        let pid = group.children[0].id();
+        group.programs = bpf_program_ids(pid);
+        if group.programs.is_empty() {
+            // A tool that closed its program descriptors after attaching: the programs
+            // loaded while it started, but not liveness's (other daemons may run here).
+            let liveness = [
+                EXIT_PROGRAM_NAME,
+                FORK_PROGRAM_NAME,
+                LINEAGE_FORK_PROGRAM_NAME,
+                LINEAGE_EXIT_PROGRAM_NAME,
+                SIGNAL_PROGRAM_NAME,
+                OOM_PROGRAM_NAME,
+            ]
+            .map(str::as_bytes);
+            group.programs = ProgramCost::loaded()
                 .unwrap_or_default()
                 .into_iter()
+                .filter(|(id, name)| !before.contains(id) && !liveness.contains(&name.as_slice()))
                 .map(|(id, _)| id)
                 .collect();
-            let started = command().and_then(|command| {
-                self.start_tool(
-                    Row {
-                        name: name.into(),
-                        kind: Kind::Tracer,
-                        format,
-                        waited_for: true,
-                    },
-                    command,
-                    Duration::from_millis(100),
-                    logs,
-                )
-            });
-            if let Err(e) = started {
-                if self.peers.last().is_some_and(|p| p.name == name) {
-                    self.peers.pop();
-                    self.groups.pop();
-                }
-                self.skipped.push((name.into(), format!("{e:#}")));
-                continue;
-            }
-            let group = self.groups.last_mut().unwrap();
-            let pid = group.children[0].id();
-            group.programs = bpf_program_ids(pid);
-            if group.programs.is_empty() {
-                // A tool that closed its program descriptors after attaching: the programs
-                // loaded while it started, but not liveness's (other daemons may run here).
-                let liveness = [
-                    EXIT_PROGRAM_NAME,
-                    FORK_PROGRAM_NAME,
-                    LINEAGE_FORK_PROGRAM_NAME,
-                    LINEAGE_EXIT_PROGRAM_NAME,
-                    SIGNAL_PROGRAM_NAME,
-                    OOM_PROGRAM_NAME,
-                ]
-                .map(str::as_bytes);
-                group.programs = ProgramCost::loaded()
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter(|(id, name)| {
-                        !before.contains(id) && !liveness.contains(&name.as_slice())
-                    })
-                    .map(|(id, _)| id)
-                    .collect();
-            }
         }
-        Some(tracefs)
+        Ok(())
     }
 
     /// Probes the newest group until each of its tools has reported an exit: start-up time
@@ -722,19 +1019,21 @@ impl Peers {
         }
     }
 
-    /// Lets `samples` owners exit one at a time, each once every tool has it tracked, and
-    /// waits for each exit to be reported by every tool the rounds wait for. Returns each
-    /// owner's exit time.
-    fn rounds(&mut self, samples: usize) -> Result<HashMap<u32, u64>> {
-        let mut exits = HashMap::with_capacity(samples);
-        while exits.len() < samples {
-            let mut owners = Owners::spawn(BATCH.min(samples - exits.len()))?;
+    /// Lets `samples` owners exit one at a time, each once every running tool has it
+    /// tracked, and waits for each exit to be reported by every running tool the rounds
+    /// wait for. Each owner is tracked by the daemons of `build`, or without one by each
+    /// build's in turn.
+    fn rounds(&mut self, samples: usize, build: Option<usize>) -> Result<()> {
+        let mut done = 0;
+        while done < samples {
+            let mut owners = Owners::spawn(BATCH.min(samples - done))?;
             self.watched.extend(&owners.pids);
             for &pid in &owners.pids {
-                let turn = self.owner_build.len() % self.builds.max(1);
+                let turn = build.unwrap_or(self.owner_build.len() % self.builds.max(1));
                 self.owner_build.insert(pid, turn);
             }
             for group in 0..self.groups.len() {
+                let running = self.peers.iter().any(|p| p.group == group && p.running);
                 let build = self.groups[group].build;
                 let pids: Vec<u32> = owners
                     .pids
@@ -742,40 +1041,43 @@ impl Peers {
                     .copied()
                     .filter(|pid| build.is_none() || build == self.owner_build.get(pid).copied())
                     .collect();
-                if !pids.is_empty() {
+                if running && !pids.is_empty() {
                     self.track(group, &pids)?;
                 }
             }
             for _ in 0..owners.pids.len() {
                 owners.release(1)?;
                 let exit = owners.next_report()?;
-                exits.insert(exit.pid, exit.exit_ns);
+                done += 1;
                 let turn = self.owner_build.get(&exit.pid).copied();
+                for peer in &mut self.peers {
+                    if peer.running && peer.reports(turn.as_ref()) {
+                        peer.owed.push((exit.pid, exit.exit_ns));
+                    }
+                }
                 self.pump(Instant::now() + ROUND_TIMEOUT, |peers| {
                     peers
                         .iter()
-                        .filter(|p| p.waited_for && p.ended.is_none() && p.reports(turn.as_ref()))
+                        .filter(|p| p.waited_for && p.running && p.ended.is_none())
+                        .filter(|p| p.reports(turn.as_ref()))
                         .all(|p| p.seen.contains_key(&exit.pid))
                 })?;
             }
         }
         // The slow pollers report the last exits after the rounds.
-        let owner_build = self.owner_build.clone();
         self.pump(Instant::now() + Duration::from_secs(3), |peers| {
-            peers.iter().filter(|p| p.ended.is_none()).all(|p| {
-                exits
-                    .keys()
-                    .filter(|pid| p.reports(owner_build.get(*pid)))
-                    .all(|pid| p.seen.contains_key(pid))
-            })
+            peers
+                .iter()
+                .filter(|p| !p.waited_for && p.running && p.ended.is_none())
+                .all(|p| p.owed.iter().all(|(pid, _)| p.seen.contains_key(pid)))
         })?;
-        Ok(exits)
+        Ok(())
     }
 
     /// Runs the storm of untracked exits while reading every tool's output (a tool whose
     /// pipe is full would stall and look cheap), and returns each tool's CPU ticks and
     /// each group's eBPF cost over it.
-    fn storm_costs(&mut self, storm: usize) -> Result<(Vec<u64>, Vec<Option<ProgramCost>>)> {
+    fn storm_costs(&mut self, storm: usize) -> Result<Costs> {
         let ticks = |peers: &Peers| -> Vec<u64> {
             peers
                 .peers
@@ -841,7 +1143,7 @@ impl Peers {
                 return Ok(false);
             }
             let live: Vec<usize> = (0..self.peers.len())
-                .filter(|&i| self.peers[i].ended.is_none())
+                .filter(|&i| self.peers[i].running && self.peers[i].ended.is_none())
                 .collect();
             let mut fds: Vec<libc::pollfd> = live
                 .iter()
@@ -915,6 +1217,9 @@ impl Peers {
                     .get(*at..)
                     .and_then(|rest| std::str::from_utf8(rest).ok())
                     .and_then(|rest| rest.split_ascii_whitespace().next()?.parse().ok()),
+                Format::Field(field) => std::str::from_utf8(line)
+                    .ok()
+                    .and_then(|l| l.split_ascii_whitespace().nth(*field)?.parse().ok()),
                 Format::Pid if line == b"ack" => {
                     peer.acks += 1;
                     None
@@ -991,7 +1296,7 @@ fn log_tail(log: &Path) -> String {
     }
 }
 
-impl PeersReport {
+impl Table {
     /// The raw tracer the ratios are to: exitsnoop, or without it the fastest by p50.
     pub fn base(&self) -> Option<&PeerFigures> {
         self.find(self.base.as_deref()?)
@@ -1003,21 +1308,30 @@ impl PeersReport {
             .find(|f| f.name == name && f.dist.samples > 0)
     }
 
+    /// What a row's parts are.
+    fn parts(&self) -> &'static str {
+        match self.mode {
+            Mode::Alone => "blocks",
+            Mode::Crowd => "quarters",
+        }
+    }
+
     /// Each liveness row of the build under test against the same row of the baseline, at
-    /// p50 and p99: `(row, p50, p99)`.
+    /// p50 and p99, part by part: `(row, p50, p99)`.
     pub fn versus_baseline(&self) -> Vec<(&str, Ratio, Ratio)> {
         self.figures
             .iter()
             .filter(|f| f.build == Some("new"))
             .filter_map(|new| {
                 let base = self.find(&format!("{}@base", new.name))?;
-                let at = |at: fn(&Dist) -> f64| Ratio::of_latencies(&new.series, &base.series, at);
+                let at = |at: fn(&Dist) -> f64| Ratio::of_parts(&new.parts, &base.parts, at);
                 Some((new.name.as_str(), at(|d| d.p50), at(|d| d.p99)))
             })
             .collect()
     }
 
     pub fn json(&self) -> Value {
+        let parts = self.parts();
         let tools: Vec<Value> = self
             .figures
             .iter()
@@ -1033,14 +1347,22 @@ impl PeersReport {
                     json!(f.to_floor.as_ref().map(|(p50, _)| round(p50.value)));
                 value["ratio_to_floor_p99"] =
                     json!(f.to_floor.as_ref().map(|(_, p99)| round(p99.value)));
-                value["p50_quarters_us"] =
-                    json!(f.quarters.iter().map(|&q| round(q)).collect::<Vec<_>>());
-                value["ratio_p50_quarters"] =
+                value[format!("p50_{parts}_us")] = json!(
+                    f.parts
+                        .iter()
+                        .map(|part| round(Dist::of_ns(part).p50))
+                        .collect::<Vec<_>>()
+                );
+                value[format!("ratio_p50_{parts}")] =
                     json!(f.to_base.as_ref().map(|(p50, _)| {
                         p50.parts.iter().map(|&r| round(r)).collect::<Vec<_>>()
                     }));
+                value[format!("ratio_p99_{parts}")] =
+                    json!(f.to_base.as_ref().map(|(_, p99)| {
+                        p99.parts.iter().map(|&r| round(r)).collect::<Vec<_>>()
+                    }));
                 value["startup_ms"] = json!(f.startup_ms.map(round));
-                value["cpu_ms_per_20k_spawns"] = json!(round(f.cpu_ms_per_20k));
+                value["cpu_ms_per_20k_spawns"] = json!(f.cpu_ms_per_20k.map(round));
                 value["bpf_runs"] = json!(f.bpf.map(|c| c.runs));
                 value["bpf_ns_per_run"] = json!(f.bpf.and_then(ProgramCost::ns_per_run).map(round));
                 value
@@ -1048,21 +1370,15 @@ impl PeersReport {
             .collect();
         json!({
             "samples": self.samples,
-            "storm_spawns": self.storm,
             "ratio_base": self.base,
             "tools": tools,
             "versus_baseline": self.versus_baseline().into_iter().map(|(name, p50, p99)| {
                 json!({"name": name, "p50": p50.json(), "p99": p99.json()})
             }).collect::<Vec<_>>(),
-            "skipped": self.skipped.iter().map(|(name, reason)| json!({"name": name, "reason": reason})).collect::<Vec<_>>(),
         })
     }
 
-    pub fn print(&self) {
-        println!(
-            "\nPeers: exit -> the tool's line read by the harness (us), {} exits seen by every tool at once",
-            self.samples
-        );
+    fn print(&self) {
         println!(
             "{:<26} {:>7} {:>5} {:>9} {:>9} {:>9} {:>10} {:>6} {:>6} {:>10} {:>9} {:>8}",
             "tool",
@@ -1081,7 +1397,7 @@ impl PeersReport {
         let ratio = |r: Option<&Ratio>| r.map_or("-".to_owned(), |r| format!("{:.2}", r.value));
         for f in &self.figures {
             println!(
-                "{:<26} {:>7} {:>5} {:>9.1} {:>9.1} {:>9.1} {:>10.1} {:>6} {:>6} {:>10} {:>9.0} {:>8}",
+                "{:<26} {:>7} {:>5} {:>9.1} {:>9.1} {:>9.1} {:>10.1} {:>6} {:>6} {:>10} {:>9} {:>8}",
                 f.name,
                 f.dist.samples,
                 f.lost,
@@ -1092,41 +1408,44 @@ impl PeersReport {
                 ratio(f.to_base.as_ref().map(|(p50, _)| p50)),
                 ratio(f.to_base.as_ref().map(|(_, p99)| p99)),
                 f.startup_ms.map_or("-".to_owned(), |ms| format!("{ms:.0}")),
-                f.cpu_ms_per_20k,
+                f.cpu_ms_per_20k
+                    .map_or("-".to_owned(), |ms| format!("{ms:.0}")),
                 f.bpf
                     .and_then(ProgramCost::ns_per_run)
                     .map_or("-".to_owned(), |ns| format!("{ns:.0}")),
             );
         }
-        match &self.base {
-            Some(base) => println!(
+        match (&self.base, self.mode) {
+            (Some(base), Mode::Alone) => println!(
+                "  x: ratio to {base}, each over its own deaths, alone (a build's rows: its own blocks)"
+            ),
+            (Some(base), Mode::Crowd) => println!(
                 "  x: ratio to {base} over the same deaths (a build's rows: its own half of them)"
             ),
-            None => println!("  x: no raw tracer ran, no ratios"),
+            (None, _) => println!("  x: no raw tracer ran, no ratios"),
         }
-        println!("  Noise: p50 in each quarter of the run, and the x p50 of each quarter");
+        let parts = self.parts();
+        println!(
+            "  Noise: p50 in each of the {parts}, and the x p50 and x p99 of each (min .. max)"
+        );
         for f in &self.figures {
-            let quarters = Ratio {
+            let p50s = Ratio {
                 value: 0.0,
-                parts: f.quarters.clone(),
+                parts: f.parts.iter().map(|part| Dist::of_ns(part).p50).collect(),
             };
-            let (low, high) = quarters.spread();
+            let (low, high) = p50s.spread();
             println!(
                 "  {:<26} p50 {:>9.1} .. {:>9.1}{}",
                 f.name,
                 low,
                 high,
-                f.to_base.as_ref().map_or(String::new(), |(p50, _)| {
+                f.to_base.as_ref().map_or(String::new(), |(p50, p99)| {
                     let (low, high) = p50.spread();
-                    format!("   x p50 {low:.2} .. {high:.2}")
+                    let (low99, high99) = p99.spread();
+                    format!("   x p50 {low:.2} .. {high:.2}   x p99 {low99:.2} .. {high99:.2}")
                 })
             );
         }
-        println!(
-            "  CPU ms: the tool's processes' CPU time per {CPU_PER_SPAWNS} untracked spawns \
-             ({} run); BPF ns: its eBPF programs' mean run time per exit over them",
-            self.storm
-        );
         if let Some(floor) = self.figures.iter().find(|f| f.kind == Kind::Floor) {
             println!(
                 "  Floor: {} (liveness's eBPF object, a poll loop, one write per exit) p50 {:.1} us{}",
@@ -1150,12 +1469,53 @@ impl PeersReport {
         let versus = self.versus_baseline();
         if !versus.is_empty() {
             println!(
-                "  New against the baseline, each on its own half of the deaths: p50 and p99 ratios (quarters)"
+                "  New against the baseline, each on its own deaths: p50 and p99 ratios ({parts})"
             );
             for (name, p50, p99) in versus {
                 println!("  {name:<26} p50 {}   p99 {}", p50.show(), p99.show());
             }
         }
+    }
+}
+
+impl PeersReport {
+    pub fn json(&self) -> Value {
+        let mut value = self.alone.json();
+        value["seed"] = json!(self.seed);
+        value["block"] = json!(self.block);
+        value["order"] = json!(self.order);
+        let mut crowd = self.crowd.json();
+        crowd["storm_spawns"] = json!(self.storm);
+        value["crowd"] = crowd;
+        value["skipped"] = json!(
+            self.skipped
+                .iter()
+                .map(|(name, reason)| json!({"name": name, "reason": reason}))
+                .collect::<Vec<_>>()
+        );
+        value
+    }
+
+    pub fn print(&self) {
+        println!(
+            "\nPeers, one tool at a time: exit -> the tool's line read by the harness (us), {} \
+             exits per tool alone in blocks of up to {}, {} blocks in rounds shuffled from seed {}",
+            self.alone.samples,
+            self.block,
+            self.order.len(),
+            self.seed
+        );
+        self.alone.print();
+        println!(
+            "\nPeers, all at once (the crowd): {} exits seen by every tool at once",
+            self.crowd.samples
+        );
+        self.crowd.print();
+        println!(
+            "  CPU ms: the tool's processes' CPU time per {CPU_PER_SPAWNS} untracked spawns \
+             ({} run); BPF ns: its eBPF programs' mean run time per exit over them",
+            self.storm
+        );
         for (name, reason) in &self.skipped {
             println!("  skipped {name}: {reason}");
         }
@@ -1232,6 +1592,68 @@ mod tests {
         assert_eq!(
             peer.pending, b"partial",
             "an unfinished line waits for its end"
+        );
+    }
+
+    #[test]
+    fn forkstat_fields_find_the_right_aligned_pid() {
+        let mut peers = peer(Format::Field(2));
+        peers.watched.extend([18238, 5]);
+        feed(
+            &mut peers,
+            "Time     Event   PID Info   Duration Process\n\
+             01:54:09 exit  18238      0   0.034s /usr/bin/rustc --crate-name x\n\
+             01:54:09 exit      5      0   0.001s true\n",
+        );
+        let seen: BTreeMap<u32, u64> = peers.peers[0].seen.iter().map(|(k, v)| (*k, *v)).collect();
+        assert_eq!(
+            seen,
+            BTreeMap::from([(5, 7), (18238, 7)]),
+            "the third field"
+        );
+    }
+
+    #[test]
+    fn the_block_plan_interleaves_every_tool_in_seeded_rounds() {
+        let plan = block_plan(8, 100, 20, 46);
+        for tool in 0..8 {
+            let blocks: Vec<usize> = plan
+                .iter()
+                .filter(|b| b.tool == tool)
+                .map(|b| b.deaths)
+                .collect();
+            assert_eq!(blocks, vec![20; 5], "tool {tool}: five blocks of 20");
+        }
+        for (index, round) in plan.chunks(8).enumerate() {
+            let mut tools: Vec<usize> = round.iter().map(|b| b.tool).collect();
+            tools.sort_unstable();
+            assert_eq!(
+                tools,
+                (0..8).collect::<Vec<_>>(),
+                "round {index}: every tool once"
+            );
+        }
+        let order = |plan: &[Block]| plan.iter().map(|b| b.tool).collect::<Vec<_>>();
+        assert_eq!(
+            order(&plan),
+            order(&block_plan(8, 100, 20, 46)),
+            "the same seed, the same order"
+        );
+        assert_ne!(
+            order(&plan),
+            order(&block_plan(8, 100, 20, 47)),
+            "another seed, another order"
+        );
+        assert_ne!(
+            order(&plan[..8]),
+            order(&plan[8..16]),
+            "each round shuffled anew"
+        );
+        let short: Vec<usize> = block_plan(3, 25, 20, 1).iter().map(|b| b.deaths).collect();
+        assert_eq!(
+            short,
+            [vec![20; 3], vec![5; 3]].concat(),
+            "the last round takes the rest"
         );
     }
 

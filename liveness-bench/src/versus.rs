@@ -22,14 +22,28 @@ impl Ratio {
     /// The ratio of a quantile (`at`, of a [`Dist`]) of two latency series in nanoseconds,
     /// each in the order it was taken; the parts are its quarters.
     pub fn of_latencies(a: &[u64], b: &[u64], at: fn(&Dist) -> f64) -> Ratio {
+        let (a, b): (Vec<&[u64]>, Vec<&[u64]>) = (quarters(a).collect(), quarters(b).collect());
+        Ratio::of_parts(&a, &b, at)
+    }
+
+    /// The same for two series already cut into parts (blocks taken alternately, say): the
+    /// ratio over all of each, and part by part, pairing the n-th parts (a part empty on
+    /// either side has no ratio).
+    pub fn of_parts<P: AsRef<[u64]>>(a: &[P], b: &[P], at: fn(&Dist) -> f64) -> Ratio {
         let ratio = |a: &[u64], b: &[u64]| at(&Dist::of_ns(a)) / at(&Dist::of_ns(b));
-        if a.is_empty() || b.is_empty() {
+        let all =
+            |parts: &[P]| -> Vec<u64> { parts.iter().flat_map(|p| p.as_ref()).copied().collect() };
+        let (all_a, all_b) = (all(a), all(b));
+        if all_a.is_empty() || all_b.is_empty() {
             return Ratio::default();
         }
         Ratio {
-            value: ratio(a, b),
-            parts: quarters(a)
-                .zip(quarters(b))
+            value: ratio(&all_a, &all_b),
+            parts: a
+                .iter()
+                .zip(b)
+                .map(|(a, b)| (a.as_ref(), b.as_ref()))
+                .filter(|(a, b)| !a.is_empty() && !b.is_empty())
                 .map(|(a, b)| ratio(a, b))
                 .collect(),
         }
@@ -104,6 +118,23 @@ mod tests {
             Ratio::of_latencies(&a, &[], |d| d.p50),
             Ratio::default(),
             "no figure, no ratio"
+        );
+    }
+
+    #[test]
+    fn part_ratios_pair_the_nth_parts_and_skip_empty_ones() {
+        let a = [vec![2_000, 2_000], vec![], vec![9_000]];
+        let b = [vec![1_000], vec![5_000], vec![3_000]];
+        let ratio = Ratio::of_parts(&a, &b, |d| d.p50);
+        assert_eq!(
+            ratio.value,
+            2.0 / 3.0,
+            "p50 of all of a (2 us) against all of b (3 us)"
+        );
+        assert_eq!(
+            ratio.parts,
+            vec![2.0, 3.0],
+            "the empty second block has no ratio"
         );
     }
 

@@ -73,6 +73,10 @@ enum Command {
         /// The same with a directory holding a release `livenessd` and `liveness`.
         #[arg(long, value_name = "DIR", conflicts_with = "baseline")]
         baseline_bin: Option<PathBuf>,
+        /// Seeds the order of the peers' blocks of one tool alone (the harness's default
+        /// unless given): the seed a run printed repeats its order.
+        #[arg(long, value_name = "N")]
+        peers_seed: Option<u64>,
     },
     /// Check liveness's hooks against the real agents (docs/agents.md): each agent's npm
     /// package installed into target/agents, run offline against the loopback model
@@ -176,10 +180,12 @@ fn main() -> Result<()> {
             peers,
             baseline,
             baseline_bin,
+            peers_seed,
         } => bench(&BenchOptions {
             quick,
             smoke,
             json,
+            peers_seed,
             part: if peers { Some("peers".into()) } else { part },
             baseline: match (baseline, baseline_bin) {
                 (Some(rev), _) => Some(Baseline::Revision(rev)),
@@ -306,6 +312,7 @@ struct BenchOptions {
     json: Option<PathBuf>,
     part: Option<String>,
     baseline: Option<Baseline>,
+    peers_seed: Option<u64>,
 }
 
 /// Where the baseline's binaries come from.
@@ -366,6 +373,9 @@ fn bench(options: &BenchOptions) -> Result<()> {
             .arg(&baseline.bin_dir)
             .arg("--baseline-name")
             .arg(&baseline.name);
+    }
+    if let Some(seed) = options.peers_seed {
+        harness.arg("--peers-seed").arg(seed.to_string());
     }
     if let Some(json) = &options.json {
         // The harness runs in the workspace root; keep a relative path relative to the caller.
