@@ -619,6 +619,7 @@ fn start_fleet(
 ) -> JoinHandle<()> {
     crate::fleet::spawn_below(
         "the fleet mirror",
+        crate::fair::offload::CLIENT_WORK_NICE,
         crate::fleet::run(config, socket, view, stopped),
     )
 }

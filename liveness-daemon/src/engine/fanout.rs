@@ -67,14 +67,16 @@ impl FanOut {
         }
     }
 
-    /// A new subscriber on `socket`: the events `filter` admits after `head`.
+    /// A new subscriber on `socket`: the events `filter` admits after `head`; `last`:
+    /// offered each batch after the others.
     pub(super) fn subscribe(
         &mut self,
         socket: OwnedFd,
         filter: EventFilter,
         head: u64,
+        last: bool,
     ) -> Arc<Outbox> {
-        self.subscribers.subscribe(socket, filter, head)
+        self.subscribers.subscribe(socket, filter, head, last)
     }
 
     /// The subscribers still connected.

@@ -25,8 +25,12 @@ struct Subscriber {
     filter: EventFilter,
     /// Events up to this seq are in its replay.
     after: u64,
+    /// Offered each batch after those without it.
+    last: bool,
 }
 
+/// Invariant: `subscribers` holds those with `last` after those without, each group in the
+/// order they subscribed.
 #[derive(Debug)]
 pub(super) struct Subscribers {
     subscribers: Vec<Subscriber>,
@@ -42,23 +46,32 @@ impl Subscribers {
         }
     }
 
-    /// A new subscriber on `socket`: the events `filter` admits after `after`.
+    /// A new subscriber on `socket`: the events `filter` admits after `after`; `last`:
+    /// offered each batch after the others.
     pub(super) fn subscribe(
         &mut self,
         socket: OwnedFd,
         filter: EventFilter,
         after: u64,
+        last: bool,
     ) -> Arc<Outbox> {
         // Those that ended since the last batch go now: subscribing in a loop with nothing
         // published grows the list no further than the open ones.
         self.subscribers
             .retain(|subscriber| subscriber.outbox.is_open());
         let outbox = Outbox::new(socket, self.capacity);
-        self.subscribers.push(Subscriber {
-            outbox: Arc::clone(&outbox),
-            filter,
-            after,
-        });
+        let at = (self.subscribers.iter())
+            .position(|subscriber| subscriber.last && !last)
+            .unwrap_or(self.subscribers.len());
+        self.subscribers.insert(
+            at,
+            Subscriber {
+                outbox: Arc::clone(&outbox),
+                filter,
+                after,
+                last,
+            },
+        );
         outbox
     }
 
@@ -101,5 +114,26 @@ impl Subscribers {
             );
         }
         lagged
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::net::UnixStream;
+
+    use super::*;
+
+    /// The daemon's own readers stay behind every client, however they interleave.
+    #[test]
+    fn the_daemons_own_subscribers_are_offered_each_batch_last() {
+        let mut subscribers = Subscribers::new(8);
+        let mut peers = Vec::new();
+        for last in [true, false, true, false, false] {
+            let (ours, theirs) = UnixStream::pair().unwrap();
+            peers.push(theirs);
+            subscribers.subscribe(ours.into(), EventFilter::default(), 0, last);
+        }
+        let order: Vec<bool> = subscribers.subscribers.iter().map(|s| s.last).collect();
+        assert_eq!(order, [false, false, false, true, true]);
     }
 }

@@ -18,7 +18,6 @@
 //! expired meanwhile, the rows are released as `lease_lost`, which tells the holder.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -70,6 +69,9 @@ struct Inner {
     grants: tokio::sync::Mutex<()>,
     /// The lease of each session that holds or waits for fleet locks.
     sessions: Mutex<HashMap<SessionKey, Holder>>,
+    /// Told when `sessions` gains one: the follower subscribes to the daemon's events only
+    /// while there is a lease to revoke.
+    joined: tokio::sync::Notify,
 }
 
 #[derive(Debug)]
@@ -101,8 +103,8 @@ fn segment(name: &str) -> String {
 }
 
 impl FleetLocks {
-    /// The fleet locks, and the task that revokes a session's lease when it ends (below
-    /// the connections' priority, as the mirror).
+    /// The fleet locks, and the task that revokes a session's lease when it ends (on a
+    /// thread of its own, as the mirror, at the connections' priority).
     pub(crate) fn start(
         config: FleetConfig,
         engine: Handle,
@@ -115,13 +117,20 @@ impl FleetLocks {
             restoring: Mutex::new(HashSet::new()),
             grants: tokio::sync::Mutex::new(()),
             sessions: Mutex::new(HashMap::new()),
+            joined: tokio::sync::Notify::new(),
         }));
         let follower = locks.clone();
-        super::spawn_below("the fleet locks' follower", async move {
-            // Re-attached first: an end the stream then brings finds the lease here.
-            follower.reattach(&mut stopped).await;
-            follower.follow_ends(socket, stopped).await;
-        });
+        // Not below the connections: a waiter on another host waits for its revocations,
+        // and its etcd client, shared with the connections, is driven from its runtime.
+        super::spawn_below(
+            "the fleet locks' follower",
+            crate::fair::offload::CONNECTIONS_NICE,
+            async move {
+                // Re-attached first: an end the stream then brings finds the lease here.
+                follower.reattach(&mut stopped).await;
+                follower.follow_ends(socket, stopped).await;
+            },
+        );
         locks
     }
 
@@ -449,6 +458,7 @@ impl FleetLocks {
             renew,
         };
         (self.0.sessions.lock().unwrap_or_else(|e| e.into_inner())).insert(holder.clone(), granted);
+        self.0.joined.notify_one();
         Ok(lease)
     }
 
@@ -735,16 +745,19 @@ impl FleetLocks {
 
     /// Follows the daemon's own event stream: each `session.ended` revokes that session's
     /// lease. After a (re)connection, the sessions with a lease that ended meanwhile are
-    /// found by asking the daemon.
+    /// found by asking the daemon. While no session has a lease, it is not subscribed: the
+    /// host's deaths then wake nothing here.
     async fn follow_ends(self, socket: PathBuf, mut stopped: watch::Receiver<bool>) {
         loop {
-            let failed = tokio::select! {
+            let followed = tokio::select! {
                 _ = stopped.wait_for(|stop| *stop) => return,
-                failed = self.follow_ends_once(&socket) => failed,
+                followed = async {
+                    self.until_a_lease().await;
+                    self.follow_ends_once(&socket).await
+                } => followed,
             };
-            let failed = match failed {
-                Ok(never) => match never {},
-                Err(failed) => failed,
+            let Err(failed) = followed else {
+                continue;
             };
             tracing::debug!(error = %failed, "fleet lock: the daemon's event stream was lost; resubscribing");
             tokio::select! {
@@ -754,14 +767,31 @@ impl FleetLocks {
         }
     }
 
-    async fn follow_ends_once(&self, socket: &Path) -> Result<Infallible, ClientError> {
+    /// Returns once a session has a lease.
+    async fn until_a_lease(&self) {
+        loop {
+            // Made before the look: a lease granted after it leaves a permit.
+            let joined = self.0.joined.notified();
+            if !self.no_lease() {
+                return;
+            }
+            joined.await;
+        }
+    }
+
+    fn no_lease(&self) -> bool {
+        (self.0.sessions.lock().unwrap_or_else(|e| e.into_inner())).is_empty()
+    }
+
+    /// Follows the stream until no session has a lease any more (`Ok`), or it is lost.
+    async fn follow_ends_once(&self, socket: &Path) -> Result<(), ClientError> {
         let mut subscription = AsyncClient::connect(socket)
             .await?
             .subscribe(None, Filter::default())
             .await?;
         // Subscribed first: an end is either in the stream or found here.
         self.end_gone(socket).await?;
-        loop {
+        while !self.no_lease() {
             let StreamMessage::Event(event) = subscription.next_item().await? else {
                 continue;
             };
@@ -774,6 +804,7 @@ impl FleetLocks {
                 _ => {}
             }
         }
+        Ok(())
     }
 
     /// Revokes the leases of sessions that are not ACTIVE any more.

@@ -23,16 +23,17 @@ mod mirror;
 #[cfg(feature = "fleet")]
 mod view;
 
-/// Runs `work` on a thread and a runtime of its own below the connections' priority: the
-/// fleet's readers of the daemon's own stream (the mirror, the fleet locks' follower) and
-/// their etcd clients never take the CPU from a death's delivery to subscribers.
+/// Runs `work` on a thread and a runtime of its own at niceness `nice`, below the engine's:
+/// the fleet's readers of the daemon's own stream (the mirror, the fleet locks' follower)
+/// and their etcd clients never take the CPU from a death's delivery to subscribers.
 #[cfg(feature = "fleet")]
 pub(crate) fn spawn_below(
     what: &'static str,
+    nice: i32,
     work: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> tokio::task::JoinHandle<()> {
     tokio::task::spawn_blocking(move || {
-        crate::fair::offload::lower_this_thread(crate::fair::offload::CLIENT_WORK_NICE);
+        crate::fair::offload::lower_this_thread(nice);
         match tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

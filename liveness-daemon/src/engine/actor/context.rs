@@ -159,18 +159,20 @@ impl<'a> Context<'a> {
         self.engine.effects.lock_waiters()
     }
 
-    /// A subscription to the events published from now on.
+    /// A subscription to the events published from now on; `last`: offered each batch
+    /// after the others.
     pub(in crate::engine) fn subscribe(
         &mut self,
         socket: OwnedFd,
         filter: EventFilter,
+        last: bool,
     ) -> Subscription {
         // The newest seq published, which SQLite has too: operations run caught up.
         let head = self.engine.ledger.head();
         Subscription {
             head,
             lineage: Arc::clone(&self.engine.facts.lineage),
-            outbox: self.engine.fanout.subscribe(socket, filter, head),
+            outbox: self.engine.fanout.subscribe(socket, filter, head, last),
         }
     }
 

@@ -22,7 +22,11 @@ pub struct Subscribe {
 impl Op for Subscribe {
     type Answer = Subscription;
 
-    fn apply(self, cx: &mut Context<'_>, _: Caller) -> Result<Subscription, Refusal> {
-        Ok(cx.subscribe(self.socket, self.filter))
+    fn apply(self, cx: &mut Context<'_>, caller: Caller) -> Result<Subscription, Refusal> {
+        // The daemon's own readers (the fleet mirror, the fleet locks' follower) are
+        // offered each batch after every client: a death's delivery never waits for their
+        // sockets' wake-ups.
+        let own = caller.pid == std::process::id();
+        Ok(cx.subscribe(self.socket, self.filter, own))
     }
 }
