@@ -34,6 +34,8 @@ pub struct FleetPlan {
     pub burst: usize,
 }
 
+/// The pause after the mirror caught up before a victim dies (see [`caught_up`]).
+const STEADY: Duration = Duration::from_millis(50);
 /// How long one hand-over may take before the harness gives up.
 const HANDOVER_LIMIT: Duration = Duration::from_secs(30);
 
@@ -229,6 +231,10 @@ fn caught_up(daemon: &Daemon) -> Result<()> {
     if !done {
         bail!("the mirror did not catch up within {HANDOVER_LIMIT:?}");
     }
+    // `behind` 0 is the mirror's write acknowledged; etcd's own work on it (its log,
+    // the watchers it notifies) and the mirror's next step may still run: a steady fleet
+    // has them done.
+    std::thread::sleep(STEADY);
     Ok(())
 }
 
