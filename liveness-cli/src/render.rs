@@ -690,6 +690,7 @@ pub(crate) fn print_cgroup(cgroup: &CgroupStatus) {
                 Some(CgroupTermination::Signals) => Some(
                     "no cgroup.kill nor cgroup.freeze: terminated by the reaper's signals only",
                 ),
+                Some(CgroupTermination::Unit) => Some("killed by systemd's KillUnit"),
                 Some(CgroupTermination::Kill) | None => None,
             };
             let fallbacks: Vec<&str> = [
@@ -702,6 +703,10 @@ pub(crate) fn print_cgroup(cgroup: &CgroupStatus) {
             outln!(
                 "   Cgroups: sessions' under {subtree} (cgroup2 at {mount}), controllers {controllers}"
             );
+            if let Some(manager) = cgroup.manager {
+                let reason = cgroup.manager_reason.as_deref().unwrap_or("");
+                outln!("            made by {}: {reason}", wire_name(manager));
+            }
             if !fallbacks.is_empty() {
                 outln!("            {}", fallbacks.join("; "));
             }

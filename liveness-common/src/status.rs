@@ -76,6 +76,25 @@ pub struct CgroupStatus {
     /// Why sessions get no cgroup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Who makes the sessions' cgroups: systemd (transient scopes) or the daemon itself;
+    /// absent without usable cgroups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manager: Option<CgroupManager>,
+    /// Why that one: systemd's version, or why systemd is not asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manager_reason: Option<String>,
+}
+
+/// Who makes session cgroups (docs/cgroups.md#systemd).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CgroupManager {
+    /// systemd is the init and answers on the system bus: each session cgroup is a
+    /// transient scope `liveness-….scope` under `liveness.slice`, asked for with
+    /// `StartTransientUnit`.
+    Systemd,
+    /// The daemon writes the cgroup file system itself.
+    Cgroupfs,
 }
 
 /// How a session cgroup's processes are killed at once (docs/cgroups.md#termination).
@@ -89,6 +108,9 @@ pub enum CgroupTermination {
     Freeze,
     /// Neither: the reaper's signals alone.
     Signals,
+    /// systemd's `KillUnit` with SIGKILL on the session's scope: systemd is the one writer
+    /// of its tree (and the daemon's unit sees the cgroup file system read-only).
+    Unit,
 }
 
 /// Where the mirror of this host in etcd stands.

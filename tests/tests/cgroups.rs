@@ -168,6 +168,8 @@ fn a_hybrid_host_registers_without_a_cgroup_and_says_why() {
     assert_eq!(cgroup["usable"], false, "{cgroup}");
     assert_eq!(cgroup["mount"], mount.display().to_string());
     assert_eq!(cgroup["controllers"], json!(controllers));
+    // No cgroups, so no one makes them: neither systemd (not the init here) nor the daemon.
+    assert!(cgroup.get("manager").is_none(), "{cgroup}");
     let reason = cgroup["reason"].as_str().unwrap().to_owned();
     assert!(
         reason.contains("has no memory or pids controller"),
@@ -248,6 +250,10 @@ fn a_session_cgroup_has_its_limits_and_its_owner_and_a_name_of_the_daemons() {
     let daemon = Daemon::start(&[]);
     let cgroup = status_cgroup(&daemon);
     assert_eq!(cgroup["usable"], true, "{cgroup}");
+    // The guests' init is not systemd: the daemon writes the cgroups itself, and says why.
+    assert_eq!(cgroup["manager"], "cgroupfs", "{cgroup}");
+    let why = cgroup["manager_reason"].as_str().unwrap();
+    assert!(why.contains("/run/systemd/system does not exist"), "{why}");
     let subtree = mount.join("liveness.slice");
     assert_eq!(cgroup["subtree"], subtree.display().to_string());
     // cpu.weight needs the cpu controller, which a host may not offer.

@@ -219,6 +219,100 @@ crash_restart_reconciles() {
         [ "$(liveness get --uid "$(id -u alice)" --session crashed --json | jq -r .detected_by)" = reconcile ]
 }
 
+# Session cgroups where systemd is the init (docs/cgroups.md#systemd): a transient scope
+# under liveness.slice, asked for over the system bus from inside the unit's sandbox.
+scope_units() { systemctl list-units --all --plain --no-legend 'liveness-*.scope' | awk '{print $1}'; }
+no_scope_left() { [ -z "$(scope_units)" ]; }
+root_get() { liveness get --session "$1" --json; }
+scope_path() { root_get "$1" | jq -r '.cgroup.path // empty'; }
+scope_of() { basename "$(scope_path "$1")"; }
+root_ended() { [ "$(root_get "$1" | jq -r .phase)" = ended ]; }
+has_scope() { [ -n "$(scope_path "$1")" ]; }
+# counted SESSION JQ MIN: the session's cgroup counter at JQ is at least MIN.
+counted() { [ "$(root_get "$1" | jq -r "$2 // -1")" -ge "$3" ]; }
+matches() { [[ $1 =~ $2 ]]; }
+
+# Under the shipped unit, as installed: the daemon reaches the system bus from its sandbox.
+systemd_scope_shipped_unit() {
+    expect "status names systemd as the cgroups' maker" \
+        [ "$(liveness status --json | jq -r .cgroup.manager)" = systemd ]
+    liveness status --json | jq -c .cgroup
+    local owner said
+    owner=$(alice_sleeper)
+    said=$(liveness register --uid "$(id -u alice)" --session shipped --owner-pid "$owner" --cgroup 2>&1 >/dev/null)
+    expect "no warning: the scope started ($said)" [ -z "$said" ]
+    expect "the owner is in a scope of the daemon's" grep -q '/liveness.slice/liveness-s[0-9-]*\.scope$' "/proc/$owner/cgroup"
+    cat "/proc/$owner/cgroup"
+    kill -KILL "$owner"
+    within 10 ended shipped
+    within 10 no_scope_left
+}
+
+systemd_scope() {
+    liveness status --json | jq -c .cgroup
+    expect "status names systemd as the cgroups' maker" \
+        [ "$(liveness status --json | jq -r .cgroup.manager)" = systemd ]
+    liveness doctor | grep -A2 'Cgroups:'
+    liveness doctor | grep -q 'made by systemd'
+    liveness run --cgroup --memory-max 64M --tasks-max 32 --session scoped -- sleep 1000 &
+    local run=$! unit owner
+    within 10 has_scope scoped
+    unit=$(scope_of scoped)
+    echo "scope: $unit"
+    expect "a scope of the daemon's naming ($unit)" matches "$unit" '^liveness-s0-[0-9]+-[0-9]+\.scope$'
+    systemctl status --no-pager "$unit" || true
+    systemctl show -p ControlGroup -p MemoryMax -p TasksMax -p Slice -p Description "$unit"
+    expect "its cgroup is where the session says" \
+        [ "/sys/fs/cgroup$(systemctl show -p ControlGroup --value "$unit")" = "$(scope_path scoped)" ]
+    expect "under liveness.slice" [ "$(systemctl show -p Slice --value "$unit")" = liveness.slice ]
+    expect "MemoryMax 64M" [ "$(systemctl show -p MemoryMax --value "$unit")" = 67108864 ]
+    expect "memory.max written by systemd" [ "$(cat "$(scope_path scoped)/memory.max")" = 67108864 ]
+    owner=$(root_get scoped | jq -r .owner.pid)
+    expect "the owner is in the scope" grep -q "/liveness.slice/$unit\$" "/proc/$owner/cgroup"
+    kill -TERM "$owner"
+    wait "$run" || true
+    within 10 root_ended scoped
+    within 10 no_scope_left
+    within 10 counted scoped .cgroup.usage.cpu_usec 0
+    root_get scoped | jq -c .cgroup.usage
+}
+
+systemd_scope_hog() {
+    local status=0
+    # bash keeps the whole output of the substitution: 300 MB against 64M.
+    liveness run --cgroup --memory-max 64M --session hog -- \
+        bash -c 'x=$(head -c 300000000 /dev/zero | tr "\0" a); echo survived ${#x}' || status=$?
+    echo "exit status $status"
+    expect "the hog was killed" [ "$status" != 0 ]
+    within 10 root_ended hog
+    within 10 counted hog .cgroup.usage.memory_events.oom_kill 1
+    root_get hog | jq -c '{reason, cause, cgroup}'
+    expect "the cause names the scope" \
+        [ "$(root_get hog | jq -r .cause.cgroup)" = "/liveness.slice/$(scope_of hog)" ]
+    within 10 no_scope_left
+    expect "the daemon lives on" active
+}
+
+systemd_scope_after_crash() {
+    local owner unit pid
+    liveness run --cgroup --session crashscope -- sleep 1000 &
+    within 10 has_scope crashscope
+    unit=$(scope_of crashscope)
+    owner=$(root_get crashscope | jq -r .owner.pid)
+    pid=$(main_pid)
+    systemctl kill -s KILL livenessd
+    within 5 gone "$pid"
+    expect "the scope outlives the daemon's crash while its owner lives" \
+        [ "$(systemctl is-active "$unit")" = active ]
+    kill -KILL "$owner"
+    within 30 active
+    within 30 liveness status
+    within 10 root_ended crashscope
+    root_get crashscope | jq -c '{phase, detected_by, cgroup}'
+    within 10 no_scope_left
+    expect "status still says systemd" [ "$(liveness status --json | jq -r .cgroup.manager)" = systemd ]
+}
+
 # An end hook as users write them, run by the daemon as alice: it records who it runs as,
 # what it may do (its capabilities, a write in its home, a TCP connection to a loopback
 # listener from bash and from node, whose JIT needs memory both writable and executable),
@@ -513,6 +607,10 @@ check "end action of a user: as the user, no caps, home, network, node" end_acti
 check "end action cut short by systemctl restart runs again, resumed" end_action_survives_restart
 check "systemd-analyze security livenessd" security_exposure
 check "metrics drop-in of docs/install.md: served on 127.0.0.1" metrics_drop_in
+check "cgroup: status says systemd; a user's session gets its scope" systemd_scope_shipped_unit
+check "cgroup: a transient scope under liveness.slice, MemoryMax, gone at the end" systemd_scope
+check "cgroup: a 64M hog is OOM-killed in its scope, oom_kill counted" systemd_scope_hog
+check "cgroup: a daemon SIGKILLed with a scope session: no scope outlives it" systemd_scope_after_crash
 check "apt-get remove stops the daemon and keeps the state" remove_keeps_state
 check "apt-get purge removes /var/lib/liveness" purge_removes_state
 check "without systemd as init: starts nothing, says how to run" without_systemd

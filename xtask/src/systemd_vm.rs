@@ -1,7 +1,8 @@
 //! `cargo xtask vm-test --systemd`: the Debian package where users run it. A Debian
 //! bookworm guest (its own cloud kernel and initramfs, systemd as PID 1) gets this tree's
 //! .deb and the previous release's, and `systemd_checks.sh` runs in it as root: install,
-//! the daemon in its sandbox, end actions as a user under it, the journal, restarts and
+//! the daemon in its sandbox, end actions as a user under it, session cgroups as
+//! systemd scopes (a 64M hog OOM-killed in its scope), the journal, restarts and
 //! crashes, removal, purge, a machine without systemd, and an upgrade from the previous
 //! release. The run ends with a table check | result | seconds.
 //!

@@ -5,6 +5,7 @@
 
 pub mod mountinfo;
 pub mod reclaim;
+pub mod systemd;
 
 use std::fs;
 use std::io;
@@ -13,11 +14,12 @@ use std::sync::OnceLock;
 
 use liveness_common::identity::ProcessKey;
 use liveness_common::session::{CgroupUsage, IoUsage, MemoryEvents};
-use liveness_common::status::{CgroupStatus, CgroupTermination};
+use liveness_common::status::{CgroupManager, CgroupStatus, CgroupTermination};
 use liveness_proc::identity::ProcRoot;
 use liveness_proc::pidref::PidRef;
 
 use mountinfo::cgroup2_mounts;
+use systemd::Systemd;
 
 /// The subtree's name, directly under the cgroup2 mount's root: a sibling of systemd's
 /// slices where there are some, and never a cgroup with processes of its own, so that its
@@ -50,6 +52,11 @@ pub enum CgroupError {
         "cannot kill the processes of {path} at once: the kernel has neither cgroup.kill (5.14+) nor cgroup.freeze (5.2+)"
     )]
     Unsupported { path: PathBuf },
+    #[error("systemd's scope {unit}: {source}")]
+    Systemd {
+        unit: String,
+        source: systemd::SystemdError,
+    },
 }
 
 /// What the host offers, found once at start.
@@ -81,12 +88,24 @@ pub struct Hierarchy {
     /// Set once the subtree is made and its controllers enabled: by the first session
     /// that asks for a cgroup, so that a host where none does is never written.
     prepared: OnceLock<()>,
+    pub manager: Manager,
+}
+
+/// Who makes session cgroups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Manager {
+    /// systemd, asked for a transient scope per session.
+    Systemd(Systemd),
+    /// The daemon, in the file system; `reason`: why not systemd.
+    Cgroupfs { reason: String },
 }
 
 impl Support {
     /// Finds the cgroup2 hierarchy named by `mountinfo` (the daemon's
     /// `/proc/self/mountinfo`); nothing is written to it (see [`Hierarchy::prepare`]).
-    pub fn detect(mountinfo: &Path) -> Support {
+    /// Where `systemd` is the init, it makes the cgroups, and a mount read-only to the
+    /// daemon (its unit's `ProtectControlGroups=`) is enough: the daemon only reads it.
+    pub fn detect(mountinfo: &Path, systemd: Result<Systemd, String>) -> Support {
         let unusable =
             |mount: Option<&Path>, controllers: Vec<String>, reason: String| Support::Unusable {
                 mount: mount.map(Path::to_path_buf),
@@ -101,11 +120,13 @@ impl Support {
             Ok(mounts) => mounts,
             Err(e) => return unusable(None, vec![], e.to_string()),
         };
-        // The whole hierarchy, writable, rather than a bind mount of a part of it.
+        // The whole hierarchy, writable unless systemd writes it, rather than a bind mount
+        // of a part of it.
+        let usable = |m: &&mountinfo::Cgroup2Mount| !m.read_only || systemd.is_ok();
         let Some(mount) = mounts
             .iter()
-            .find(|m| m.root == "/" && !m.read_only)
-            .or_else(|| mounts.iter().find(|m| !m.read_only))
+            .find(|m| m.root == "/" && usable(m))
+            .or_else(|| mounts.iter().find(usable))
         else {
             let reason = match mounts.first() {
                 Some(m) => format!(
@@ -167,6 +188,10 @@ impl Support {
             peak,
             freeze,
             prepared: OnceLock::new(),
+            manager: match systemd {
+                Ok(systemd) => Manager::Systemd(systemd),
+                Err(reason) => Manager::Cgroupfs { reason },
+            },
         })
     }
 
@@ -189,6 +214,17 @@ impl Support {
                 peak: h.peak,
                 termination: Some(h.termination()),
                 reason: None,
+                manager: Some(match h.manager {
+                    Manager::Systemd(_) => CgroupManager::Systemd,
+                    Manager::Cgroupfs { .. } => CgroupManager::Cgroupfs,
+                }),
+                manager_reason: Some(match &h.manager {
+                    Manager::Systemd(systemd) => format!(
+                        "systemd {} is the init and answers on the system bus: each session is a transient scope under {SUBTREE}",
+                        systemd.version
+                    ),
+                    Manager::Cgroupfs { reason } => reason.clone(),
+                }),
             },
             Support::Unusable {
                 mount,
@@ -203,6 +239,8 @@ impl Support {
                 peak: false,
                 termination: None,
                 reason: Some(reason.clone()),
+                manager: None,
+                manager_reason: None,
             },
         }
     }
@@ -219,6 +257,26 @@ impl Support {
 }
 
 impl Hierarchy {
+    /// systemd, where it makes the session cgroups.
+    pub fn systemd(&self) -> Option<&Systemd> {
+        match &self.manager {
+            Manager::Systemd(systemd) => Some(systemd),
+            Manager::Cgroupfs { .. } => None,
+        }
+    }
+
+    /// Removes an emptied session cgroup: a scope is stopped if systemd has not collected
+    /// it yet (without waiting), the daemon's own cgroup removed.
+    pub fn release(&self, path: &Path) -> Result<(), CgroupError> {
+        match (self.systemd(), systemd::unit_of(path)) {
+            (Some(systemd), Some(unit)) => {
+                systemd.stop_later(unit);
+                Ok(())
+            }
+            _ => remove(path),
+        }
+    }
+
     /// Makes the subtree with the controllers sessions use enabled for its children, in
     /// the mount's root and in the subtree, once.
     pub fn prepare(&self) -> Result<(), CgroupError> {
@@ -292,9 +350,11 @@ impl Hierarchy {
         Ok(path)
     }
 
-    /// How [`kill_all`] kills what a cgroup holds on this kernel.
+    /// How [`kill_all`] kills what a cgroup holds on this kernel, or systemd.
     pub fn termination(&self) -> CgroupTermination {
-        if self.kill {
+        if matches!(self.manager, Manager::Systemd(_)) {
+            CgroupTermination::Unit
+        } else if self.kill {
             CgroupTermination::Kill
         } else if self.freeze {
             CgroupTermination::Freeze
@@ -453,10 +513,28 @@ fn io_stat(text: &str) -> IoUsage {
 /// Kills every process in the cgroup at `path` (and below) at once, those it is forking
 /// included, by `method`: `cgroup.kill` (5.14+), or, before, freezes the cgroup, sends
 /// SIGKILL to each process it lists, and thaws it (a frozen process forks nothing, and a
-/// fatal signal is delivered to it all the same); an error for
-/// [`CgroupTermination::Signals`].
-pub fn kill_all(path: &Path, method: CgroupTermination) -> Result<(), CgroupError> {
+/// fatal signal is delivered to it all the same), or systemd's `KillUnit` of a scope; an
+/// error for [`CgroupTermination::Signals`].
+pub fn kill_all(
+    path: &Path,
+    method: CgroupTermination,
+    systemd: Option<&Systemd>,
+) -> Result<(), CgroupError> {
     match method {
+        CgroupTermination::Unit => {
+            let unit = systemd::unit_of(path);
+            let (Some(systemd), Some(unit)) = (systemd, unit) else {
+                return Err(CgroupError::Unsupported {
+                    path: path.to_path_buf(),
+                });
+            };
+            systemd
+                .kill_blocking(unit)
+                .map_err(|source| CgroupError::Systemd {
+                    unit: unit.to_owned(),
+                    source,
+                })
+        }
         CgroupTermination::Kill => write(&path.join("cgroup.kill"), "1"),
         CgroupTermination::Freeze => {
             write(&path.join("cgroup.freeze"), "1")?;

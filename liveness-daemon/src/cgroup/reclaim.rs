@@ -3,10 +3,16 @@
 //! reads its counters and hands them to the engine, which stores them with the session
 //! before it removes the cgroup. A session terminated by its policy or on request has
 //! what its cgroup still holds at the end of its grace killed there at once
-//! (`cgroup.kill`, or freeze, kill each, thaw), fork loops included. The thread starts with the first cgroup to
-//! reclaim: a daemon whose sessions have none runs none.
+//! (`cgroup.kill`, or freeze, kill each, thaw, or systemd's `KillUnit`), fork loops
+//! included. The thread starts with the first cgroup to reclaim or follow: a daemon whose
+//! sessions have none runs none.
+//!
+//! systemd removes a scope's cgroup as soon as it is empty, before the session's end may
+//! have reached the engine: the thread follows each scope from its start, reads its
+//! counters whenever its `memory.events` or `cgroup.events` changes (an OOM kill, the
+//! last member's exit), and hands over the last read when the cgroup is gone.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -17,7 +23,13 @@ use liveness_common::status::CgroupTermination;
 use rustix::event::{PollFd, PollFlags, Timespec};
 use tokio::sync::mpsc as tokio_mpsc;
 
+use super::systemd::{Systemd, unit_of};
 use super::{kill_all, populated, usage};
+
+/// How long a followed scope may take to appear (its start job) before it is given up,
+/// and how often it is looked for meanwhile.
+const APPEAR: Duration = Duration::from_secs(10);
+const APPEAR_CHECK: Duration = Duration::from_millis(5);
 
 /// How long the thread sleeps in `poll` before it looks at every cgroup again, should a
 /// change not wake it (and to take in new cgroups).
@@ -44,6 +56,8 @@ enum Message {
     Reclaim(Job),
     /// Kill what a cgroup handed over already still holds.
     Kill(Kill),
+    /// Read a scope's counters on every change, from its start.
+    Follow(PathBuf),
 }
 
 /// A cgroup's kill at a terminated session's grace's end.
@@ -52,6 +66,61 @@ struct Kill {
     path: PathBuf,
     at: Instant,
     method: CgroupTermination,
+    systemd: Option<Systemd>,
+}
+
+/// A scope followed from its start, and its counters as last read.
+#[derive(Debug)]
+struct Followed {
+    /// `cgroup.events` and `memory.events`, open once the scope exists.
+    files: Option<[File; 2]>,
+    last: Option<CgroupUsage>,
+    /// Given up if it does not appear by then.
+    until: Instant,
+    /// Removed (by systemd, once empty): its files are closed, since a removed kernfs
+    /// file polls as changed for ever, and `last` waits for the session's end.
+    gone: bool,
+}
+
+impl Followed {
+    fn new() -> Followed {
+        Followed {
+            files: None,
+            last: None,
+            until: Instant::now() + APPEAR,
+            gone: false,
+        }
+    }
+
+    /// Opens the scope's files if it exists now, and reads its counters.
+    fn open(&mut self, path: &Path) {
+        if self.files.is_some() || self.gone {
+            return;
+        }
+        let open = |name: &str| File::open(path.join(name)).ok();
+        if let (Some(events), Some(memory)) = (open("cgroup.events"), open("memory.events")) {
+            self.files = Some([events, memory]);
+            self.read(path);
+        }
+    }
+
+    /// Reads the counters, and re-arms the files (a kernfs file signals a change once,
+    /// until it is read again).
+    fn read(&mut self, path: &Path) {
+        for file in self.files.iter().flatten() {
+            let mut buf = [0u8; 256];
+            let _ = rustix::io::pread(file, &mut buf, 0);
+        }
+        let read = usage(path);
+        if !path.is_dir() {
+            self.files = None;
+            self.gone = true;
+        }
+        // A read that raced the cgroup's removal keeps the previous one.
+        if read.memory_events.is_some() || self.last.is_none() {
+            self.last = Some(read);
+        }
+    }
 }
 
 /// The engine's side: jobs sent to the thread, emptied cgroups received from it.
@@ -72,6 +141,17 @@ impl Reclaimer {
         if !self.queued.insert(job.path.clone()) {
             return;
         }
+        // A thread that could not start leaves the cgroup to the next start's reconcile.
+        let _ = self.jobs().send(Message::Reclaim(job));
+    }
+
+    /// Has the scope at `path` followed from now on (see the module's doc).
+    pub fn follow(&mut self, path: PathBuf) {
+        let _ = self.jobs().send(Message::Follow(path));
+    }
+
+    /// The thread's side of the channel, the thread started if it is not yet.
+    fn jobs(&mut self) -> &mpsc::Sender<Message> {
         let (jobs, _) = self.worker.get_or_insert_with(|| {
             let (jobs, incoming) = mpsc::channel();
             let (emptied, received) = tokio_mpsc::unbounded_channel();
@@ -83,17 +163,29 @@ impl Reclaimer {
             }
             (jobs, received)
         });
-        // A thread that could not start leaves the cgroup to the next start's reconcile.
-        let _ = jobs.send(Message::Reclaim(job));
+        jobs
     }
 
-    /// Kills what the queued cgroup at `path` still holds after `grace`, by `method`.
-    pub fn kill_after(&mut self, path: PathBuf, grace: Duration, method: CgroupTermination) {
+    /// Kills what the queued cgroup at `path` still holds after `grace`, by `method`
+    /// (`systemd`'s for a scope).
+    pub fn kill_after(
+        &mut self,
+        path: PathBuf,
+        grace: Duration,
+        method: CgroupTermination,
+        systemd: Option<Systemd>,
+    ) {
         if let Some((jobs, _)) = &self.worker
             && self.queued.contains(&path)
         {
             let at = Instant::now() + grace;
-            let _ = jobs.send(Message::Kill(Kill { path, at, method }));
+            let kill = Kill {
+                path,
+                at,
+                method,
+                systemd,
+            };
+            let _ = jobs.send(Message::Kill(kill));
         }
     }
 
@@ -122,9 +214,10 @@ impl Reclaimer {
 fn run(incoming: mpsc::Receiver<Message>, emptied: tokio_mpsc::UnboundedSender<Emptied>) {
     let mut waiting: Vec<Job> = Vec::new();
     let mut kills: Vec<Kill> = Vec::new();
+    let mut followed: HashMap<PathBuf, Followed> = HashMap::new();
     loop {
         let mut messages: Vec<Message> = Vec::new();
-        if waiting.is_empty() {
+        if waiting.is_empty() && followed.is_empty() {
             match incoming.recv() {
                 Ok(message) => messages.push(message),
                 Err(mpsc::RecvError) => return,
@@ -133,17 +226,36 @@ fn run(incoming: mpsc::Receiver<Message>, emptied: tokio_mpsc::UnboundedSender<E
         messages.extend(incoming.try_iter());
         for message in messages {
             match message {
-                Message::Reclaim(job) => waiting.push(job),
+                Message::Reclaim(job) => {
+                    // A scope's counters are read before anything may kill it.
+                    if unit_of(&job.path).is_some() {
+                        let follow = followed
+                            .entry(job.path.clone())
+                            .or_insert_with(Followed::new);
+                        follow.open(&job.path);
+                    }
+                    waiting.push(job);
+                }
                 Message::Kill(kill) => kills.push(kill),
+                Message::Follow(path) => {
+                    followed.entry(path).or_insert_with(Followed::new);
+                }
             }
         }
         let now = Instant::now();
+        followed.retain(|path, follow| {
+            follow.open(path);
+            follow.files.is_some()
+                || follow.gone
+                || follow.until > now
+                || waiting.iter().any(|j| &j.path == path)
+        });
         kills.retain(|kill| {
             if kill.at > now {
                 return true;
             }
             if populated(&kill.path).unwrap_or(true)
-                && let Err(e) = kill_all(&kill.path, kill.method)
+                && let Err(e) = kill_all(&kill.path, kill.method, kill.systemd.as_ref())
             {
                 // The reaper's signals alone (docs/cgroups.md).
                 tracing::warn!(error = %e, "cannot kill what a session's cgroup holds");
@@ -156,7 +268,14 @@ fn run(incoming: mpsc::Receiver<Message>, emptied: tokio_mpsc::UnboundedSender<E
                 Ok(true) => still.push(job),
                 Ok(false) => {
                     kills.retain(|kill| kill.path != job.path);
-                    let usage = usage(&job.path);
+                    let mut usage = usage(&job.path);
+                    if let Some(follow) = followed.remove(&job.path)
+                        && usage.memory_events.is_none()
+                        && let Some(last) = follow.last
+                    {
+                        // systemd removed the emptied scope first: its last read.
+                        usage = last;
+                    }
                     if emptied.send(Emptied { job, usage }).is_err() {
                         return;
                     }
@@ -169,19 +288,22 @@ fn run(incoming: mpsc::Receiver<Message>, emptied: tokio_mpsc::UnboundedSender<E
             }
         }
         waiting = still;
-        if !waiting.is_empty() {
+        if !waiting.is_empty() || !followed.is_empty() {
             let next_kill = kills.iter().map(|kill| kill.at).min();
-            let sleep = next_kill.map_or(RECHECK, |at| {
-                at.saturating_duration_since(Instant::now()).min(RECHECK)
+            let appearing = followed.values().any(|f| f.files.is_none() && !f.gone);
+            let recheck = if appearing { APPEAR_CHECK } else { RECHECK };
+            let sleep = next_kill.map_or(recheck, |at| {
+                at.saturating_duration_since(Instant::now()).min(recheck)
             });
-            wait_for_change(&waiting, sleep);
+            wait_for_change(&waiting, &mut followed, sleep);
         }
     }
 }
 
-/// Sleeps until one of the cgroups' `cgroup.events` changes (the kernel signals it as
-/// `POLLPRI`), or for `sleep`.
-fn wait_for_change(waiting: &[Job], sleep: Duration) {
+/// Sleeps until one of the cgroups' `cgroup.events`, or a followed scope's
+/// `memory.events`, changes (the kernel signals it as `POLLPRI`), or for `sleep`; a
+/// followed scope that changed has its counters read.
+fn wait_for_change(waiting: &[Job], followed: &mut HashMap<PathBuf, Followed>, sleep: Duration) {
     let files: Vec<File> = waiting
         .iter()
         .filter_map(|job| File::open(job.path.join("cgroup.events")).ok())
@@ -191,8 +313,13 @@ fn wait_for_change(waiting: &[Job], sleep: Duration) {
         let mut buf = [0u8; 128];
         let _ = rustix::io::read(file, &mut buf);
     }
+    let watched: Vec<(&PathBuf, &[File; 2])> = followed
+        .iter()
+        .filter_map(|(path, follow)| Some((path, follow.files.as_ref()?)))
+        .collect();
     let mut fds: Vec<PollFd<'_>> = files
         .iter()
+        .chain(watched.iter().flat_map(|(_, files)| files.iter()))
         .map(|f| PollFd::new(f, PollFlags::PRI))
         .collect();
     let timeout = Timespec {
@@ -200,4 +327,16 @@ fn wait_for_change(waiting: &[Job], sleep: Duration) {
         tv_nsec: sleep.as_nanos() as i64,
     };
     let _ = rustix::event::poll(&mut fds, Some(&timeout));
+    let changed: Vec<PathBuf> = fds[files.len()..]
+        .chunks(2)
+        .zip(&watched)
+        .filter(|(fds, _)| fds.iter().any(|fd| !fd.revents().is_empty()))
+        .map(|(_, (path, _))| (*path).clone())
+        .collect();
+    drop(fds);
+    for path in changed {
+        if let Some(follow) = followed.get_mut(&path) {
+            follow.read(&path);
+        }
+    }
 }

@@ -20,6 +20,11 @@ fn mountinfo(dir: &Path, mount: &Path, root: &str, options: &str) -> PathBuf {
     path
 }
 
+/// Detection on a host where systemd is not the init: the daemon writes the cgroups.
+fn detect(mountinfo: &Path) -> Support {
+    Support::detect(mountinfo, Err("systemd is not the init".into()))
+}
+
 /// A directory standing for a cgroup2 mount whose root offers `controllers`.
 fn mount_with(dir: &Path, controllers: &str) -> PathBuf {
     let mount = dir.join("cg");
@@ -33,7 +38,7 @@ fn mount_with(dir: &Path, controllers: &str) -> PathBuf {
 fn hybrid_host_is_unusable_and_says_why() {
     let dir = tempfile::tempdir().unwrap();
     let mount = mount_with(dir.path(), "hugetlb\n");
-    let support = Support::detect(&mountinfo(dir.path(), &mount, "/", "rw"));
+    let support = detect(&mountinfo(dir.path(), &mount, "/", "rw"));
     let status = support.status();
     assert!(!status.usable);
     assert_eq!(status.mount, Some(mount.display().to_string()));
@@ -54,7 +59,7 @@ fn unified_host_gets_the_subtree_with_its_controllers_enabled_at_the_first_cgrou
     fs::create_dir(mount.join("system.slice")).unwrap();
     fs::write(mount.join("system.slice").join("cgroup.kill"), "").unwrap();
     fs::write(mount.join("system.slice").join("memory.peak"), "0\n").unwrap();
-    let support = Support::detect(&mountinfo(dir.path(), &mount, "/", "rw,nosuid"));
+    let support = detect(&mountinfo(dir.path(), &mount, "/", "rw,nosuid"));
     let Support::Usable(hierarchy) = &support else {
         panic!("{support:?}");
     };
@@ -87,18 +92,18 @@ fn old_kernel_without_kill_or_peak_is_usable_and_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let mount = mount_with(dir.path(), "memory pids\n");
     fs::create_dir(mount.join(SUBTREE)).unwrap();
-    let status = Support::detect(&mountinfo(dir.path(), &mount, "/", "rw")).status();
+    let status = detect(&mountinfo(dir.path(), &mount, "/", "rw")).status();
     assert!(status.usable);
     assert_eq!(status.controllers, ["memory", "pids"]);
     assert!(!status.kill && !status.peak);
     // Before 5.2 nothing kills a cgroup at once; 5.2 to 5.13 freeze it instead.
     assert_eq!(status.termination, Some(CgroupTermination::Signals));
     fs::write(mount.join(SUBTREE).join("cgroup.freeze"), "0\n").unwrap();
-    let status = Support::detect(&mountinfo(dir.path(), &mount, "/", "rw")).status();
+    let status = detect(&mountinfo(dir.path(), &mount, "/", "rw")).status();
     assert_eq!(status.termination, Some(CgroupTermination::Freeze));
     fs::create_dir(dir.path().join("v1")).unwrap();
     let unusable = mount_with(&dir.path().join("v1"), "hugetlb\n");
-    let status = Support::detect(&mountinfo(dir.path(), &unusable, "/", "rw")).status();
+    let status = detect(&mountinfo(dir.path(), &unusable, "/", "rw")).status();
     assert_eq!(status.termination, None);
 }
 
@@ -107,26 +112,26 @@ fn no_cgroup2_mount_read_only_mount_or_damaged_mountinfo() {
     let dir = tempfile::tempdir().unwrap();
     let none = dir.path().join("none");
     fs::write(&none, "25 30 0:23 / /sys rw - sysfs sysfs rw\n").unwrap();
-    let reason = Support::detect(&none).status().reason.unwrap();
+    let reason = detect(&none).status().reason.unwrap();
     assert!(
         reason.starts_with("no cgroup2 file system is mounted"),
         "{reason}"
     );
 
     let mount = mount_with(dir.path(), "memory pids\n");
-    let status = Support::detect(&mountinfo(dir.path(), &mount, "/", "ro,nosuid")).status();
+    let status = detect(&mountinfo(dir.path(), &mount, "/", "ro,nosuid")).status();
     assert!(!status.usable);
     assert!(status.reason.unwrap().contains("read-only"));
 
     let damaged = dir.path().join("damaged");
     fs::write(&damaged, "garbage\n").unwrap();
-    let status = Support::detect(&damaged).status();
+    let status = detect(&damaged).status();
     assert_eq!(
         status.reason.as_deref(),
         Some("mountinfo line 1: no ` - ` separator")
     );
 
-    let missing = Support::detect(&dir.path().join("absent")).status();
+    let missing = detect(&dir.path().join("absent")).status();
     assert!(missing.reason.unwrap().starts_with("cannot read"));
 }
 
@@ -136,7 +141,7 @@ fn a_subtree_that_cannot_be_made_is_a_reason() {
     let mount = mount_with(dir.path(), "memory pids\n");
     // A file where the subtree should be.
     fs::write(mount.join(SUBTREE), "").unwrap();
-    let status = Support::detect(&mountinfo(dir.path(), &mount, "/", "rw")).status();
+    let status = detect(&mountinfo(dir.path(), &mount, "/", "rw")).status();
     assert!(!status.usable);
     assert!(status.reason.unwrap().contains(SUBTREE));
 }
@@ -145,7 +150,7 @@ fn a_subtree_that_cannot_be_made_is_a_reason() {
 fn session_cgroups_get_their_limits_and_their_names_are_the_daemons() {
     let dir = tempfile::tempdir().unwrap();
     let mount = mount_with(dir.path(), "memory pids\n");
-    let support = Support::detect(&mountinfo(dir.path(), &mount, "/", "rw"));
+    let support = detect(&mountinfo(dir.path(), &mount, "/", "rw"));
     let hierarchy = support.hierarchy().unwrap();
     let limits = Limits {
         memory_max: Some(32 << 20),

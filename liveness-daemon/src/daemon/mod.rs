@@ -12,6 +12,10 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::cgroup::Support;
+use crate::cgroup::systemd::Systemd;
+
+/// Exists where systemd is the init (sd_booted(3)).
+const SYSTEMD_BOOTED: &str = "/run/systemd/system";
 use crate::engine::{ActionConfig, Clock, EngineConfig};
 use crate::fair::limits::Limits;
 use crate::source::ebpf::EbpfConfig;
@@ -299,6 +303,7 @@ fn engine_start(
     proc: &ProcRoot,
     limits: &Arc<Limits>,
     about: DaemonInfo,
+    systemd: Result<Systemd, String>,
 ) -> EngineStart {
     EngineStart {
         store,
@@ -336,7 +341,10 @@ fn engine_start(
                 runtime: Some(tokio::runtime::Handle::current()),
                 proc: None,
             },
-            cgroups: Arc::new(Support::detect(&proc.path().join("self/mountinfo"))),
+            cgroups: Arc::new(Support::detect(
+                &proc.path().join("self/mountinfo"),
+                systemd,
+            )),
         },
         about,
     }
@@ -463,7 +471,9 @@ impl Tasks {
             socket: socket.display().to_string(),
             state_dir: state_dir.display().to_string(),
         };
-        let start = engine_start(args, &state_dir, store, &proc, &limits, about);
+        // Before the engine starts: whether systemd makes the session cgroups.
+        let systemd = Systemd::probe(Path::new(SYSTEMD_BOOTED)).await;
+        let start = engine_start(args, &state_dir, store, &proc, &limits, about, systemd);
         let EngineThread {
             engine,
             sources,

@@ -15,6 +15,7 @@ use liveness_common::status::CgroupTermination;
 
 use crate::cgroup::Support;
 use crate::cgroup::reclaim::{Emptied, Job, Reclaimer};
+use crate::cgroup::systemd::{Systemd, unit_of};
 use crate::store::Store;
 
 #[derive(Debug, Default)]
@@ -27,11 +28,17 @@ pub(super) struct SessionCgroups {
     /// How this host kills a cgroup's processes at once, learnt at start (`None`: no
     /// usable cgroups).
     termination: Option<CgroupTermination>,
+    /// systemd, where it makes the cgroups.
+    systemd: Option<Systemd>,
 }
 
 impl SessionCgroups {
-    /// A session that has a cgroup, registered or found ACTIVE at start.
+    /// A session that has a cgroup, registered or found ACTIVE at start; a scope is
+    /// followed from now on, since systemd removes it once empty.
     pub(super) fn active(&mut self, uid: u32, id: String, path: PathBuf) {
+        if unit_of(&path).is_some() {
+            self.reclaimer.follow(path.clone());
+        }
         self.active.insert((uid, id), path);
     }
 
@@ -86,18 +93,23 @@ impl SessionCgroups {
             Ok(Some(session)) => session.grace_ms,
             _ => DEFAULT_GRACE_MS,
         };
-        (self.reclaimer).kill_after(path.clone(), Duration::from_millis(grace_ms), method);
+        let systemd = self.systemd.clone();
+        let grace = Duration::from_millis(grace_ms);
+        (self.reclaimer).kill_after(path.clone(), grace, method, systemd);
     }
 
     /// At start, once the sessions ended while the daemon was away have been handed over:
     /// every other cgroup under the subtree that no ACTIVE session has is reclaimed, with
-    /// its counters stored for an ended session that lacks them.
+    /// its counters stored for an ended session that lacks them. Where systemd makes
+    /// them, such a scope (each scope of `liveness.slice` has its cgroup there) is also
+    /// killed: no unit outlives its session.
     /// The host's way to kill a cgroup's processes is learnt here.
     pub(super) fn reconcile(&mut self, support: &Support, store: &Store) {
         let Some(hierarchy) = support.hierarchy() else {
             return;
         };
         self.termination = Some(hierarchy.termination());
+        self.systemd = hierarchy.systemd().cloned();
         let children = match hierarchy.children() {
             Ok(children) => children,
             Err(e) => {
@@ -139,7 +151,15 @@ impl SessionCgroups {
                 // Counted already, or the store does not know it: only removed once empty.
                 _ => None,
             };
-            self.reclaimer.queue(Job { session, path });
+            let scope = unit_of(&path).is_some();
+            self.reclaimer.queue(Job {
+                session,
+                path: path.clone(),
+            });
+            if let (true, Some(systemd)) = (scope, &self.systemd) {
+                let method = CgroupTermination::Unit;
+                (self.reclaimer).kill_after(path, Duration::ZERO, method, Some(systemd.clone()));
+            }
         }
     }
 

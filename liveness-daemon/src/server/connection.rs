@@ -144,7 +144,15 @@ impl Connection {
                 }
                 Request::Register(request) => {
                     let register = Register { request, fds };
-                    ask(engine, caller, register).await
+                    let mut registered = engine.ask(caller, register).await;
+                    // systemd is asked here, off the engine's thread; the reply waits for
+                    // the scope, so the owner runs in it before its caller is told.
+                    if let Ok(registered) = &mut registered
+                        && let Some(scope) = registered.scope.take()
+                    {
+                        registered.warnings.extend(scope.run().await);
+                    }
+                    registered.into()
                 }
                 Request::Rename(request) => ask(engine, caller, request).await,
                 Request::Touch(request) => ask(engine, caller, request).await,

@@ -321,7 +321,11 @@ impl Engine {
             tracing::error!(error = %e, session = id, "cannot store what a session's cgroup counted; it is kept until the next start");
             return;
         }
-        if let Err(e) = crate::cgroup::remove(&job.path) {
+        let released = match self.facts.config.cgroups.hierarchy() {
+            Some(hierarchy) => hierarchy.release(&job.path),
+            None => crate::cgroup::remove(&job.path),
+        };
+        if let Err(e) = released {
             tracing::warn!(error = %e, "cannot remove an emptied session cgroup; the next start tries again");
         }
     }

@@ -26,7 +26,11 @@ impl Op for ActionsDone {
             ));
         }
         let session = with_actions(cx.store(), stored(cx.store(), uid, &id)?)?;
-        Ok(Registered { session, warnings })
+        Ok(Registered {
+            session,
+            warnings,
+            scope: None,
+        })
     }
 }
 

@@ -14,6 +14,7 @@ use liveness_proc::identity::{IdentityError, ProcRoot};
 
 use super::{Op, stored};
 use crate::cgroup;
+use crate::cgroup::systemd::{self, Scope, ScopeStart};
 use crate::engine::actor::Context;
 use crate::engine::facts::Facts;
 use crate::engine::owner_checks::launcher_warning;
@@ -37,6 +38,9 @@ pub struct Register {
 pub struct Registered {
     pub session: Session,
     pub warnings: Vec<String>,
+    /// The session's scope, for the connection to ask systemd for once the session is
+    /// stored: the engine never waits on the bus.
+    pub scope: Option<ScopeStart>,
 }
 
 impl Op for Register {
@@ -99,16 +103,22 @@ impl Op for Register {
         let mut warnings = Vec::new();
         // A cgroup is made for a new session only, before it is stored (and removed again,
         // empty, if it is not); the owner is moved in once it is.
-        let cgroup = match request
+        let (cgroup, scope) = match request
             .cgroup
             .as_deref()
             .copied()
             .filter(|_| previous.is_none())
         {
             Some(limits) => {
-                session_cgroup(cx.facts(), namespace, now, &owner, limits, &mut warnings)
+                let new = New {
+                    uid: namespace,
+                    id: &id,
+                    now,
+                    owner: &owner,
+                };
+                session_cgroup(cx.facts(), new, limits, &mut warnings)
             }
-            None => None,
+            None => (None, None),
         };
         let pending = request.pending;
         let new = NewSession {
@@ -132,12 +142,14 @@ impl Op for Register {
             let registered = store.register(new, now)?;
             Ok((registered.session, registered.event.into_iter().collect()))
         });
+        // A scope is not started yet: nothing to discard, and systemd moves the owner.
+        let made = cgroup.as_ref().filter(|_| scope.is_none());
         let (registered, events) = written.inspect_err(|_| {
-            if let Some(cgroup) = &cgroup {
+            if let Some(cgroup) = made {
                 discard(Path::new(&cgroup.path));
             }
         })?;
-        if let Some(cgroup) = &cgroup
+        if let Some(cgroup) = made
             && let Err(e) = cgroup::adopt(Path::new(&cgroup.path), owner.pid)
         {
             warnings.push(format!("the owner is not in the session's cgroup: {e}"));
@@ -164,6 +176,7 @@ impl Op for Register {
             return Ok(Registered {
                 session: registered,
                 warnings,
+                scope,
             });
         };
         warnings.push(format!(
@@ -174,7 +187,12 @@ impl Op for Register {
         cx.finalize(death);
         cx.caught_up();
         let session = stored(cx.store(), namespace, &id)?;
-        Ok(Registered { session, warnings })
+        // The owner is gone: no scope can hold it.
+        Ok(Registered {
+            session,
+            warnings,
+            scope: None,
+        })
     }
 
     fn about(registered: &Registered) -> Option<&Session> {
@@ -212,47 +230,77 @@ fn check_limits(limits: Option<CgroupLimits>) -> Result<(), Refusal> {
 /// The values `cpu.weight` takes (the kernel's `CGROUP_WEIGHT_MIN` to `_MAX`).
 const CPU_WEIGHTS: std::ops::RangeInclusive<u64> = 1..=10_000;
 
-/// An empty cgroup for a new session of `uid`'s, or `None` with a warning where the host
-/// has no usable cgroup2 or the cgroup cannot be made: a session is never refused for
-/// want of one. Its name is the daemon's, never the session id, so no id reaches the
-/// cgroup file system.
+/// A new session of user `uid`'s, `id`, created at `now` with `owner`.
+struct New<'a> {
+    uid: u32,
+    id: &'a str,
+    now: i64,
+    owner: &'a Identity,
+}
+
+/// An empty cgroup for a new session, or `None` with a warning where the host has no
+/// usable cgroup2 or the cgroup cannot be made: a session is never refused for want of
+/// one. Where systemd makes the cgroups, the scope to ask it for, and the cgroup it will
+/// have. Its name is the daemon's, never the session id, so no id reaches the cgroup file
+/// system or a unit's name.
 fn session_cgroup(
     facts: &Facts,
-    uid: u32,
-    now: i64,
-    owner: &Identity,
+    new: New<'_>,
     limits: CgroupLimits,
     warnings: &mut Vec<String>,
-) -> Option<SessionCgroup> {
+) -> (Option<SessionCgroup>, Option<ScopeStart>) {
     let support = &facts.config.cgroups;
     let Some(hierarchy) = support.hierarchy() else {
         warnings.extend(support.unusable_warning());
-        return None;
+        return (None, None);
     };
-    let name = format!("s{uid}-{now}-{}", owner.pid);
-    let made = hierarchy.create(
-        &name,
-        &cgroup::Limits {
-            memory_max: limits.memory_max,
-            tasks_max: limits.tasks_max,
-            memory_high: limits.memory_high,
-            cpu_weight: limits.cpu_weight,
-            oom_group: limits.on_oom == Some(OnOom::End),
-        },
-    );
+    let New {
+        uid,
+        id,
+        now,
+        owner,
+    } = new;
+    let set = cgroup::Limits {
+        memory_max: limits.memory_max,
+        tasks_max: limits.tasks_max,
+        memory_high: limits.memory_high,
+        cpu_weight: limits.cpu_weight,
+        oom_group: limits.on_oom == Some(OnOom::End),
+    };
+    let (made, scope) = match hierarchy.systemd() {
+        Some(manager) => {
+            let unit = systemd::unit_name(uid, now, owner.pid);
+            let path = hierarchy.subtree.join(&unit);
+            let scope = Scope {
+                description: systemd::description(uid, id),
+                unit,
+                owner: owner.key(),
+                limits: set,
+            };
+            let start = ScopeStart::new(manager.clone(), scope, &hierarchy.mount, path.clone());
+            (Ok(path), Some(start))
+        }
+        None => (
+            hierarchy.create(&format!("s{uid}-{now}-{}", owner.pid), &set),
+            None,
+        ),
+    };
     match made {
-        Ok(path) => Some(SessionCgroup {
-            path: path.display().to_string(),
-            memory_max: limits.memory_max,
-            tasks_max: limits.tasks_max,
-            memory_high: limits.memory_high,
-            cpu_weight: limits.cpu_weight,
-            on_oom: limits.on_oom,
-            usage: None,
-        }),
+        Ok(path) => (
+            Some(SessionCgroup {
+                path: path.display().to_string(),
+                memory_max: limits.memory_max,
+                tasks_max: limits.tasks_max,
+                memory_high: limits.memory_high,
+                cpu_weight: limits.cpu_weight,
+                on_oom: limits.on_oom,
+                usage: None,
+            }),
+            scope,
+        ),
         Err(e) => {
             warnings.push(format!("the session has no cgroup: {e}"));
-            None
+            (None, None)
         }
     }
 }
