@@ -677,6 +677,42 @@ fn wait_in_line(etcd: &Etcd, name: &str, count: usize) {
     assert!(queued, "in line for {name}: {:?}", etcd.keys(&prefix));
 }
 
+/// The fleet locks' follower reads the host's events only while one of its sessions has a
+/// lease: without fleet locks, a death wakes the mirror alone among the daemon's readers.
+#[test]
+fn the_fleet_locks_follower_subscribes_only_while_a_session_has_a_lease() {
+    let etcd = Etcd::started();
+    let h1 = host(&etcd, "h1", "10s");
+    wait_caught_up(&h1);
+    let subscribers = |count: u64| {
+        let mut seen = 0;
+        let reached = eventually(MIRRORED, || {
+            seen = status(&h1)["subscribers"].as_u64().unwrap();
+            seen == count
+        });
+        assert!(reached, "{seen} subscribers, not {count}");
+    };
+    subscribers(1);
+    let holder = Orphan::spawn(&["exit", "0"]);
+    register(&h1, "holder", holder.pid);
+    token(&fleet_lock(&h1, "lock_acquire", "deploy", "holder", false));
+    subscribers(2);
+    let released = fleet_lock(&h1, "lock_release", "deploy", "holder", false);
+    assert_eq!(released["ok"], true, "{released}");
+    // The follower leaves at the next event it reads.
+    let other = Orphan::spawn(&["exit", "0"]);
+    register(&h1, "other", other.pid);
+    subscribers(1);
+
+    // A session's end still revokes its lease once the follower has come back.
+    token(&fleet_lock(&h1, "lock_acquire", "deploy", "holder", false));
+    subscribers(2);
+    let owner = h1.session("holder")["owner"]["pid"].as_u64().unwrap() as u32;
+    Fingerprint::of(owner).kill();
+    wait_keys(&etcd, "/liveness/locks/deploy/", &[]);
+    subscribers(1);
+}
+
 #[test]
 fn a_fleet_lock_passes_to_another_host_within_milliseconds_of_its_owners_death() {
     let etcd = Etcd::started();
