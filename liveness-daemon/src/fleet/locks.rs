@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn,
-    TxnOp, TxnOpResponse, WatchOptions,
+    TxnOp, TxnOpResponse,
 };
 use liveness_client::nonblocking::AsyncClient;
 use liveness_client::{ClientError, Filter};
@@ -529,11 +529,14 @@ impl FleetLocks {
                     return Err(self.held_by(&mut etcd, &dir, &request.name).await);
                 }
                 // The key before and this one's own: a lease that ends (the session
-                // ended, etcd lost it) takes the request out of line at once.
-                let since = ahead.header().map_or(0, |h| h.revision()) + 1;
-                let watch = || Some(WatchOptions::new().with_start_revision(since));
-                let mut stream = timed(etcd.watch(previous.key(), watch())).await?;
-                timed(stream.watch(key, watch())).await?;
+                // ended, etcd lost it) takes the request out of line at once. Watched from
+                // now, not from the get's revision: a watch that starts in the past (any
+                // write since the get: another host's mirror) waits for etcd's catch-up
+                // pass, every 100 ms, before it sees anything new. What went between the
+                // get and the watches is read again once both are in place.
+                let mut stream = timed(etcd.watch(previous.key(), None)).await?;
+                timed(stream.watch(key, None)).await?;
+                let mut created = 0;
                 loop {
                     let Some(answer) = stream.message().await.map_err(FleetError::from)? else {
                         return Err(FleetError::LeaseLost.into());
@@ -552,6 +555,22 @@ impl FleetLocks {
                     }
                     if !deleted.is_empty() {
                         break;
+                    }
+                    created += usize::from(answer.created());
+                    if created == 2 {
+                        let count = |k: Vec<u8>| {
+                            let mut etcd = etcd.clone();
+                            async move {
+                                let only = GetOptions::new().with_count_only();
+                                timed(etcd.get(k, Some(only))).await.map(|r| r.count())
+                            }
+                        };
+                        if count(key.into()).await? == 0 {
+                            return Err(lease_lost(&request.name));
+                        }
+                        if count(previous.key().to_vec()).await? == 0 {
+                            break;
+                        }
                     }
                 }
             }
