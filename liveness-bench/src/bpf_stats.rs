@@ -3,8 +3,8 @@
 
 use anyhow::{Context, Result};
 use liveness_ebpf::record::{
-    EXIT_PROGRAM_NAME, FORK_PROGRAM_NAME, LINEAGE_EXIT_PROGRAM_NAME, LINEAGE_FORK_PROGRAM_NAME,
-    OOM_PROGRAM_NAME, SIGNAL_PROGRAM_NAME,
+    FORK_PROGRAM_NAME, LINEAGE_EXIT_PROGRAM_NAME, LINEAGE_FORK_PROGRAM_NAME, OOM_PROGRAM_NAME,
+    PROGRAM_NAMES, SIGNAL_PROGRAM_NAME,
 };
 
 /// liveness's programs that serve its exit program: their time is charged to the exits.
@@ -120,12 +120,7 @@ pub fn bpf_program_ids(pid: u32) -> Vec<u32> {
 /// They run on the same forks and exits, and the costs by name count them too.
 pub fn foreign_programs(pid: u32) -> Result<Vec<(u32, String)>> {
     let own = bpf_program_ids(pid);
-    let ours = |name: &[u8]| {
-        SERVING_EXITS
-            .iter()
-            .chain([&EXIT_PROGRAM_NAME])
-            .any(|ours| ours.as_bytes() == name)
-    };
+    let ours = |name: &[u8]| PROGRAM_NAMES.iter().any(|ours| ours.as_bytes() == name);
     Ok(ProgramCost::loaded()?
         .into_iter()
         .filter(|(id, name)| !own.contains(id) && ours(name))

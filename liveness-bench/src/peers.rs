@@ -43,10 +43,7 @@ use crate::daemon::{self, Build, Daemon, Ended, register_all};
 use crate::procs::{self, Owners, monotonic_ns};
 use crate::versus::{Ratio, quarters};
 use crate::{Dist, median, round, setup, watchers};
-use liveness_ebpf::record::{
-    EXIT_PROGRAM_NAME, FORK_PROGRAM_NAME, LINEAGE_EXIT_PROGRAM_NAME, LINEAGE_FORK_PROGRAM_NAME,
-    OOM_PROGRAM_NAME, SIGNAL_PROGRAM_NAME,
-};
+use liveness_ebpf::record::PROGRAM_NAMES;
 
 /// Sizes of the peers section.
 #[derive(Debug, Clone, Copy)]
@@ -897,15 +894,7 @@ impl Peers {
         if group.programs.is_empty() {
             // A tool that closed its program descriptors after attaching: the programs
             // loaded while it started, but not liveness's (other daemons may run here).
-            let liveness = [
-                EXIT_PROGRAM_NAME,
-                FORK_PROGRAM_NAME,
-                LINEAGE_FORK_PROGRAM_NAME,
-                LINEAGE_EXIT_PROGRAM_NAME,
-                SIGNAL_PROGRAM_NAME,
-                OOM_PROGRAM_NAME,
-            ]
-            .map(str::as_bytes);
+            let liveness = PROGRAM_NAMES.map(str::as_bytes);
             group.programs = ProgramCost::loaded()
                 .unwrap_or_default()
                 .into_iter()

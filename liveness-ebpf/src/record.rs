@@ -17,6 +17,15 @@ pub const LINEAGE_EXIT_PROGRAM_NAME: &str = "lineage_exit";
 pub const SIGNAL_PROGRAM_NAME: &str = "liveness_signal";
 /// Name of the `tp_btf/mark_victim` program: the OOM killer's victims.
 pub const OOM_PROGRAM_NAME: &str = "liveness_oom";
+/// Every program of the object, by name.
+pub const PROGRAM_NAMES: [&str; 6] = [
+    EXIT_PROGRAM_NAME,
+    FORK_PROGRAM_NAME,
+    LINEAGE_FORK_PROGRAM_NAME,
+    LINEAGE_EXIT_PROGRAM_NAME,
+    SIGNAL_PROGRAM_NAME,
+    OOM_PROGRAM_NAME,
+];
 /// Hash map `u32 tgid -> SignalCause` of the last killing signal sent to each tracked process.
 pub const MAP_CAUSES: &str = "causes";
 /// Hash map `u32 root tgid -> TreeUsage` of the members of each tree that exited.
@@ -258,14 +267,7 @@ impl ExitRecord {
 mod tests {
     #[test]
     fn program_names_fit_the_kernels_and_differ() {
-        let names = [
-            EXIT_PROGRAM_NAME,
-            FORK_PROGRAM_NAME,
-            LINEAGE_FORK_PROGRAM_NAME,
-            LINEAGE_EXIT_PROGRAM_NAME,
-            SIGNAL_PROGRAM_NAME,
-            OOM_PROGRAM_NAME,
-        ];
+        let names = PROGRAM_NAMES;
         for name in names {
             assert!(name.len() <= 15, "{name} is cut to 15 bytes by the kernel");
         }
