@@ -11,6 +11,7 @@ use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::lock::Lock;
 use liveness_common::session::{Event, EventKind, Phase, Session};
 
+use super::prepared::PreparedEnd;
 use super::reader::ListQuery;
 use super::{Store, StoreError};
 
@@ -22,11 +23,28 @@ type Key = (u32, String);
 pub struct Active {
     /// Boxed: a table grows by doubling, and its free slots would each hold a session's
     /// size (about 500 bytes) instead of a pointer's.
-    sessions: HashMap<Key, Box<Session>>,
+    sessions: HashMap<Key, Box<Tracked>>,
     /// Sessions by the pid and start time of their owner.
     by_owner: HashMap<ProcessKey, Keys>,
     /// Locks by holding session.
     locks: HashMap<Key, Vec<Lock>>,
+}
+
+/// An ACTIVE session, with its ended event prepared for its death.
+#[derive(Debug)]
+struct Tracked {
+    session: Session,
+    /// `None` only if serde could not write the session, which its death then reports.
+    ended: Option<PreparedEnd>,
+}
+
+/// An ACTIVE session of a dead owner, as its death's batch needs it.
+#[derive(Debug)]
+pub struct Owned<'a> {
+    pub session: &'a Session,
+    pub ended: Option<&'a PreparedEnd>,
+    /// The locks it holds.
+    pub held: &'a [Lock],
 }
 
 /// The sessions of one owner. Almost every owner has one, which needs no set: a set's
@@ -102,11 +120,15 @@ impl Active {
                 keys.insert(Keys::One(key.clone()));
             }
         }
-        self.sessions.insert(key, Box::new(session));
+        let ended = PreparedEnd::of(&session)
+            .inspect_err(|e| tracing::error!(error = %e, session = %session.id, "cannot prepare the ended event"))
+            .ok();
+        self.sessions
+            .insert(key, Box::new(Tracked { session, ended }));
     }
 
     fn unindex(&mut self, key: &Key) -> Option<Session> {
-        let session = *self.sessions.remove(key)?;
+        let Tracked { session, .. } = *self.sessions.remove(key)?;
         let owner = session.owner.key();
         if let Some(keys) = self.by_owner.get_mut(&owner)
             && keys.remove(key)
@@ -160,7 +182,9 @@ impl Active {
                 }
                 // The episode under way is the session's: the stall's judgement, then none.
                 EventKind::Stalled | EventKind::Unstalled => {
-                    if let Some(session) = self.sessions.get_mut(&key) {
+                    if let Some(Tracked { session, .. }) =
+                        self.sessions.get_mut(&key).map(Box::as_mut)
+                    {
                         session.activity = event
                             .activity
                             .clone()
@@ -191,24 +215,29 @@ impl Active {
 
     /// Every ACTIVE session, in no order.
     pub fn sessions(&self) -> impl Iterator<Item = &Session> {
-        self.sessions.values().map(Box::as_ref)
+        self.sessions.values().map(|tracked| &tracked.session)
     }
 
     /// The ACTIVE sessions whose owner is `owner` (same pid, start time and boot, as the
-    /// database's ending selects them), each with the locks it holds, in id order.
-    pub fn of_owner(&self, owner: &Identity) -> Vec<(&Session, &[Lock])> {
+    /// database's ending selects them), each with its prepared ended event and the locks
+    /// it holds, in id order.
+    pub fn of_owner(&self, owner: &Identity) -> Vec<Owned<'_>> {
         let Some(keys) = self.by_owner.get(&owner.key()) else {
             return Vec::new();
         };
-        let mut found: Vec<(&Session, &[Lock])> = keys
+        let mut found: Vec<Owned<'_>> = keys
             .iter()
             .filter_map(|key| {
-                let session = self.sessions.get(key).map(Box::as_ref)?;
+                let tracked = self.sessions.get(key)?;
                 let held = self.locks.get(key).map_or(&[][..], Vec::as_slice);
-                (session.owner.boot_id == owner.boot_id).then_some((session, held))
+                (tracked.session.owner.boot_id == owner.boot_id).then_some(Owned {
+                    session: &tracked.session,
+                    ended: tracked.ended.as_ref(),
+                    held,
+                })
             })
             .collect();
-        found.sort_by(|a, b| a.0.id.cmp(&b.0.id));
+        found.sort_by(|a, b| a.session.id.cmp(&b.session.id));
         found
     }
 
@@ -220,7 +249,7 @@ impl Active {
             .get(&owner.key())
             .into_iter()
             .flat_map(Keys::iter))
-        .filter_map(|key| self.sessions.get(key).map(Box::as_ref))
+        .filter_map(|key| self.sessions.get(key).map(|tracked| &tracked.session))
         .filter(|session| session.owner.boot_id == owner.boot_id)
     }
 
@@ -232,7 +261,7 @@ impl Active {
         };
         let mut found: Vec<SenderSession> = keys
             .iter()
-            .filter_map(|key| self.sessions.get(key))
+            .filter_map(|key| self.sessions.get(key).map(|tracked| &tracked.session))
             .filter(|session| session.owner.boot_id == boot_id)
             .map(|session| SenderSession {
                 id: session.id.clone(),

@@ -10,10 +10,11 @@ use rusqlite::params;
 use liveness_common::lock::ReleaseReason;
 use liveness_common::session::{EndReason, Event, EventKind, OnEnd, Until};
 
-use super::active::Active;
+use super::active::{Active, Owned};
 use super::journal::{EventJson, JournalEntry, JournaledEnding, JournaledEvent, JournaledRelease};
 use super::lock_rows::lock_event;
-use super::rows::{event_ended, json_value, name};
+use super::prepared::PreparedEnd;
+use super::rows::{json_value, name};
 use super::{Ending, OwnerDeath, Store, StoreError};
 
 /// A batch of deaths, ready to journal: the entry, and its events (with their seqs) for
@@ -36,16 +37,24 @@ pub fn journal_deaths(
     let mut batch = JournaledDeaths::default();
     let mut ended = HashSet::new();
     let mut seq = head;
-    let mut push = |batch: &mut JournaledDeaths, mut event: Event| -> Result<(), StoreError> {
+    // The next seq is given to `event`, whose JSON `prepared` writes if it is given.
+    let mut push = |batch: &mut JournaledDeaths,
+                    mut event: Event,
+                    prepared: Option<&PreparedEnd>|
+     -> Result<(), StoreError> {
         seq += 1;
         event.seq = seq;
+        let body = match prepared {
+            Some(prepared) => prepared.fill(&event)?,
+            None => EventJson::of(&event)?,
+        };
         batch.entry.events.push(JournaledEvent {
             seq,
             kind: name(&event.kind)?,
             session: event.session.clone(),
             creator_uid: event.creator_uid,
             at_ms: event.at_ms,
-            body: EventJson::of(&event)?,
+            body,
         });
         batch.events.push(event);
         Ok(())
@@ -59,7 +68,12 @@ pub fn journal_deaths(
             reason: EndReason::TreeExited,
             ..ending.clone()
         };
-        for (session, held) in active.of_owner(&death.owner) {
+        for Owned {
+            session,
+            ended: prepared,
+            held,
+        } in active.of_owner(&death.owner)
+        {
             // A session that lasts until its tree does outlives an owner with survivors.
             let until_tree = session.until == Until::Tree;
             if until_tree && death.tree_outlives() {
@@ -70,8 +84,7 @@ pub fn journal_deaths(
                 continue;
             }
             let ending = if until_tree { &tree_ending } else { &ending };
-            let mut session = session.clone();
-            ending.end(&mut session, now_ms);
+            let event = ending.event(session, now_ms);
             batch.entry.endings.push(JournaledEnding {
                 uid: session.creator_uid,
                 id: session.id.clone(),
@@ -80,11 +93,11 @@ pub fn journal_deaths(
                 detected_by: ending.detected_by,
                 ended_ms: now_ms,
                 survivors: ending.survivors.clone(),
-                cause: session.cause.clone(),
-                usage: session.usage.clone(),
+                cause: event.cause.clone(),
+                usage: event.usage.clone(),
                 reap: session.on_end == OnEnd::Terminate,
             });
-            push(&mut batch, event_ended(&session, ending))?;
+            push(&mut batch, event, prepared)?;
             let mut held = held.to_vec();
             held.sort_unstable_by(|a, b| a.name.cmp(&b.name));
             for lock in held {
@@ -96,7 +109,8 @@ pub fn journal_deaths(
                 let reason = Some(ReleaseReason::SessionEnded);
                 push(
                     &mut batch,
-                    lock_event(EventKind::LockReleased, &session, &lock, reason, now_ms),
+                    lock_event(EventKind::LockReleased, session, &lock, reason, now_ms),
+                    None,
                 )?;
             }
         }

@@ -5,7 +5,7 @@ use liveness_common::session::{Event, OnEnd, Session};
 use rusqlite::{Connection, params};
 
 use super::lock_rows::release_locks_of;
-use super::rows::{append, event_ended, json_value, name, session_from_row};
+use super::rows::{append, json_value, name, session_from_row};
 use super::{Ending, SESSION_COLUMNS, StoreError};
 
 /// An [`Ending`] as [`end_selected`] writes it: with the time and its stored columns.
@@ -81,7 +81,7 @@ pub(super) fn end_selected(
             tx.prepare_cached("INSERT OR REPLACE INTO reaps (uid, session) VALUES (?1, ?2)")?
                 .execute(params![session.creator_uid, session.id])?;
         }
-        events.push(append(tx, event_ended(&session, ending))?);
+        events.push(append(tx, ending.event(&session, now_ms))?);
         events.extend(release_locks_of(tx, &session, now_ms)?);
     }
     Ok(events)

@@ -75,6 +75,12 @@ impl EventJson {
     }
 }
 
+impl From<Box<RawValue>> for EventJson {
+    fn from(raw: Box<RawValue>) -> EventJson {
+        EventJson(raw)
+    }
+}
+
 impl PartialEq for EventJson {
     fn eq(&self, other: &Self) -> bool {
         self.as_str() == other.as_str()

@@ -19,7 +19,7 @@ use liveness_common::cause::{Cause, SenderSession, Usage};
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::session::{
-    EndReason, Event, OnEnd, Phase, Session, SessionCgroup, Survivors, Until,
+    EndReason, Event, EventKind, OnEnd, Phase, Session, SessionCgroup, Survivors, Until,
 };
 
 /// Longest accepted session id, in bytes.
@@ -217,21 +217,42 @@ impl Ending {
     /// Ends `session` in memory as this ending says, at `now_ms`: what its row and its
     /// `session.ended` event then record, whether the ending is journaled or committed.
     fn end(&self, session: &mut Session, now_ms: i64) {
-        let mut cause = self
-            .cause
-            .clone()
-            .unwrap_or_else(|| Cause::unseen(self.reason, self.detected_by, self.exit));
-        cause.name_sender_session(&self.sender_sessions, session.creator_uid);
         session.phase = Phase::Ended;
         session.reason = Some(self.reason);
         session.exit = self.exit;
         session.detected_by = self.detected_by;
-        session.cause = Some(cause);
+        session.cause = Some(self.cause_of(session.creator_uid));
         session.usage.clone_from(&self.usage);
         session.ended_ms = Some(now_ms);
         session.updated_ms = now_ms;
         if self.survivors.is_some() {
             session.survivors.clone_from(&self.survivors);
+        }
+    }
+
+    /// The cause this ending records for a session of `creator_uid`.
+    fn cause_of(&self, creator_uid: u32) -> Cause {
+        let mut cause = self
+            .cause
+            .clone()
+            .unwrap_or_else(|| Cause::unseen(self.reason, self.detected_by, self.exit));
+        cause.name_sender_session(&self.sender_sessions, creator_uid);
+        cause
+    }
+
+    /// The `session.ended` event of `session` (ACTIVE, or as [`Ending::end`] left it) that
+    /// this ending ends at `now_ms`, made without a copy of the session.
+    fn event(&self, session: &Session, now_ms: i64) -> Event {
+        Event {
+            reason: Some(self.reason),
+            exit: self.exit,
+            cause: Some(self.cause_of(session.creator_uid)),
+            usage: self.usage.clone(),
+            detected_by: self.detected_by,
+            observed_ms: self.observed_ms,
+            died_ms: self.died_ms,
+            survivors: self.survivors.clone().or_else(|| session.survivors.clone()),
+            ..rows::event_about(EventKind::Ended, session, now_ms)
         }
     }
 }
@@ -306,6 +327,7 @@ pub mod journal;
 mod lineage;
 mod lock_rows;
 mod locks;
+mod prepared;
 mod reader;
 mod reaps;
 mod recovery;

@@ -1,6 +1,6 @@
 //! Row mapping and the statements the writer and the readers share.
 
-use super::{Ending, MAX_ID_LEN, StoreError};
+use super::{MAX_ID_LEN, StoreError};
 use liveness_common::activity::Declared;
 use liveness_common::identity::Identity;
 use liveness_common::session::{Event, EventKind, Session};
@@ -35,15 +35,6 @@ pub(super) fn event_about(kind: EventKind, session: &Session, at_ms: i64) -> Eve
         hops: None,
         actions: u32::try_from(session.on_end_run.len()).unwrap_or(u32::MAX),
         action: None,
-    }
-}
-
-/// The `session.ended` event of a session that `ending` just ended.
-pub(super) fn event_ended(session: &Session, ending: &Ending) -> Event {
-    Event {
-        observed_ms: ending.observed_ms,
-        died_ms: ending.died_ms,
-        ..ended_event(session)
     }
 }
 

@@ -2103,3 +2103,48 @@ fn declarations_and_stall_episodes_are_kept_and_damage_reads_as_absent() {
         (Phase::Active, None, None)
     );
 }
+
+/// A death's `session.ended` JSON is written between pieces prepared when its session
+/// became ACTIVE: byte for byte what serde writes of the event, whatever the session holds
+/// (strings to escape, no labels, a policy, end actions) and whatever the death knows.
+#[test]
+fn a_prepared_ended_event_is_what_serde_writes_of_it() {
+    use liveness_common::session::Survivors;
+    let db = Db::new();
+    let mut store = db.open();
+    let death = killed_by_a_builder(&mut store);
+    let victim = death.owner.clone();
+    let escapes = NewSession {
+        labels: BTreeMap::from([
+            ("quote\"back\\slash".into(), "é ✓ </script>".into()),
+            ("empty".into(), String::new()),
+        ]),
+        on_end: OnEnd::Terminate,
+        ..with_actions("a \"quoted\" \\ id é", victim.clone(), 2)
+    };
+    store.register(escapes, NOW).unwrap();
+    let bare = NewSession {
+        labels: BTreeMap::new(),
+        until: Until::Tree,
+        ..req("bare", victim.clone())
+    };
+    store.register(bare, NOW).unwrap();
+    let mut died_with_a_tree = death.clone();
+    died_with_a_tree.died_ms = Some(NOW - 1);
+    died_with_a_tree.survivors = Some(Survivors::from_alive(vec![owner(21), owner(22)]));
+    for death in [death, died_with_a_tree] {
+        let active = super::Active::load(&store).unwrap();
+        let batch = super::journal_deaths(&active, &[death], NOW + 1, 7).unwrap();
+        let ended = batch.events.iter().filter(|e| e.kind == EventKind::Ended);
+        // Until its tree has exited, `bare` outlives an owner that left survivors.
+        assert!(ended.count() >= 4, "{:?}", kinds(&batch.events));
+        for (event, journaled) in batch.events.iter().zip(&batch.entry.events) {
+            assert_eq!(
+                journaled.body.as_str(),
+                serde_json::to_string(event).unwrap(),
+                "{}",
+                event.session
+            );
+        }
+    }
+}
