@@ -27,6 +27,15 @@ static __always_inline void record_lineage(__u32 parent_tgid, __u64 parent_start
 }
 
 /*
+ * The start time of the process `task` (a typed argument of the hook) belongs to: loads
+ * through its BTF pointers, where process_start_ticks's CO-RE reads are two helper calls.
+ */
+static __always_inline __u64 leader_start_ticks(struct task_struct *task)
+{
+	return task->group_leader->start_boottime / NSEC_PER_CLOCK_TICK;
+}
+
+/*
  * The lineage programs touch the lineages map only, so that they can outlive the daemon
  * (pinned with the map in bpffs) while every other program and map is the running daemon's
  * own: orphans made while no daemon runs still name who started them. Each costs one more
@@ -44,7 +53,7 @@ int BPF_PROG(lineage_fork, struct task_struct *parent, struct task_struct *child
 	__u32 child_tgid = tgid_seen_by_daemon(child);
 
 	if (child_tgid)
-		record_lineage(tgid_seen_by_daemon(parent), process_start_ticks(parent), child_tgid,
+		record_lineage(tgid_seen_by_daemon(parent), leader_start_ticks(parent), child_tgid,
 			       child->start_boottime / NSEC_PER_CLOCK_TICK);
 	return 0;
 }
@@ -70,7 +79,7 @@ int BPF_PROG(liveness_fork, struct task_struct *parent, struct task_struct *chil
 	if (!child_tgid)
 		return 0;
 
-	__u64 parent_start = process_start_ticks(parent);
+	__u64 parent_start = leader_start_ticks(parent);
 
 	if (lineage_inline)
 		record_lineage(parent_tgid, parent_start, child_tgid, child_start);
