@@ -12,7 +12,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use liveness_common::identity::ProcessKey;
+use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::session::{CgroupUsage, IoUsage, MemoryEvents};
 use liveness_common::status::{CgroupManager, CgroupStatus, CgroupTermination};
 use liveness_proc::identity::ProcRoot;
@@ -400,6 +400,57 @@ pub fn adopt(path: &Path, pid: u32) -> Result<(), CgroupError> {
             Ok(())
         }
         other => other,
+    }
+}
+
+/// A new session's cgroup, for the members its tree had when it was registered: the
+/// connection that registered it moves them in once the tree's first walk is done, off the
+/// engine (their number is the user's choice), and before its reply.
+#[derive(Debug, Clone)]
+pub struct Enclosure {
+    pub path: PathBuf,
+    /// systemd, where it made the cgroup (a scope): it is asked to attach them.
+    pub systemd: Option<Systemd>,
+    /// A user's registration moves only processes of hers (`None`: root's, any).
+    pub uid: Option<u32>,
+}
+
+impl Enclosure {
+    /// The processes of `members` (a tree's live ones) not in the cgroup yet that may be
+    /// moved: for a user, those she may signal herself (kill(2)'s rule: her uid is their
+    /// real or saved set-user-ID), so that no registration moves a process of another's.
+    pub fn strays(
+        &self,
+        members: Vec<Identity>,
+        proc: &ProcRoot,
+    ) -> Result<Vec<ProcessKey>, CgroupError> {
+        let inside: std::collections::HashSet<u32> = read(&self.path.join("cgroup.procs"))?
+            .lines()
+            .filter_map(|pid| pid.trim().parse().ok())
+            .collect();
+        let hers = |pid: u32| match self.uid {
+            None => true,
+            Some(uid) => proc.signal_uids(pid).is_ok_and(|ids| ids.contains(&uid)),
+        };
+        Ok(members
+            .into_iter()
+            .filter(|member| !inside.contains(&member.pid) && hers(member.pid))
+            .map(|member| member.key())
+            .collect())
+    }
+
+    /// Writes each of `strays` into the cgroup (the daemon's own cgroups), each still the
+    /// process it was (its start time) just before; one gone meanwhile is no error.
+    pub fn take_in(&self, strays: &[ProcessKey], proc: &ProcRoot) -> Result<(), CgroupError> {
+        for key in strays {
+            if proc
+                .stat(key.pid)
+                .is_ok_and(|s| s.start_ticks == key.start_ticks)
+            {
+                adopt(&self.path, key.pid)?;
+            }
+        }
+        Ok(())
     }
 }
 
