@@ -828,3 +828,52 @@ fn a_users_registration_moves_no_process_of_anothers_into_her_cgroup() {
     let _ = owner.wait();
 }
 
+/// A daemon SIGKILLed during the grace of a terminated session runs its reap again once
+/// restarted, and that reap kills by the session's cgroup too: a process that joined the
+/// cgroup without being a member of the tree is gone, the cgroup emptied and removed, and
+/// the session has one `session.reaped`, resumed.
+#[test]
+fn a_reap_resumed_after_a_restart_kills_by_the_session_cgroup() {
+    let Some(_) = usable_host("a_reap_resumed_after_a_restart") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::start_with_state(Some(dir.path().join("state")), &[]);
+    let mut owner = sleeper();
+    let reply = daemon.request(json!({
+        "op": "register", "session": "resumed", "owner": {"pid": owner.id()},
+        "grace_ms": 3000, "cgroup": {},
+    }));
+    assert_eq!(reply["ok"], true, "{reply}");
+    let path = cgroup_of(&daemon, "resumed");
+    // Joins the cgroup by itself: only the cgroup knows of it.
+    let mut stray = Command::new("sh")
+        .args(["-c", "echo $$ > \"$1\"/cgroup.procs; exec sleep 600", "sh"])
+        .arg(&path)
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || procs(&path)
+            .contains(&stray.id())),
+        "{:?}",
+        procs(&path)
+    );
+    let reply = daemon.request(json!({"op": "end", "session": "resumed", "terminate": true}));
+    assert_eq!(reply["ok"], true, "{reply}");
+    daemon.kill9();
+    assert!(
+        stray.try_wait().unwrap().is_none(),
+        "killed before the restart"
+    );
+    daemon.restart();
+    wait_reclaimed(&daemon, "resumed", &path);
+    assert_eq!(stray.wait().unwrap().to_string(), "signal: 9 (SIGKILL)");
+    let _ = owner.wait();
+    let reaped: Vec<Value> = replay(&daemon)
+        .into_iter()
+        .filter(|e| e["kind"] == "session.reaped" && e["session"] == "resumed")
+        .collect();
+    assert_eq!(reaped.len(), 1, "{reaped:?}");
+    assert_eq!(reaped[0]["reaped"]["resumed"], true, "{reaped:?}");
+}
+
