@@ -877,3 +877,51 @@ fn a_reap_resumed_after_a_restart_kills_by_the_session_cgroup() {
     assert_eq!(reaped[0]["reaped"]["resumed"], true, "{reaped:?}");
 }
 
+/// A member that root moves out of its session's cgroup is an escape: found among the
+/// survivors of the session's end, stored once with the session (`cgroup.escaped`, shown
+/// by `get`), and still the session's by its lineage (a survivor, placed by `whose`).
+#[test]
+fn a_member_moved_out_of_its_session_cgroup_is_an_escape_and_still_a_survivor() {
+    let Some(mount) = usable_host("a_member_moved_out_of_its_session_cgroup") else {
+        return;
+    };
+    let daemon = Daemon::start(&[]);
+    let (mut owner, member) = owner_with_member();
+    let reply = daemon.request(json!({
+        "op": "register", "session": "esc", "owner": {"pid": owner.id()}, "cgroup": {},
+    }));
+    assert_eq!(reply["ok"], true, "{reply}");
+    let path = cgroup_of(&daemon, "esc");
+    assert!(procs(&path).contains(&member), "{:?}", procs(&path));
+    let elsewhere = mount.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::write(elsewhere.join("cgroup.procs"), member.to_string()).unwrap();
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    let ended = daemon.wait_ended("esc");
+    let survivors = &ended["survivors"]["members"];
+    assert_eq!(survivors[0]["pid"], member, "{ended}");
+    wait_reclaimed(&daemon, "esc", &path);
+    let session = daemon.session("esc");
+    assert_eq!(
+        session["cgroup"]["escaped"],
+        json!([{"pid": member, "cgroup": "/elsewhere"}]),
+        "{session}"
+    );
+    let whose = daemon.cli(&["whose", "--pid", &member.to_string(), "--json"]);
+    let whose: Value = serde_json::from_slice(&whose.stdout).unwrap();
+    assert_eq!(whose["id"], "esc", "{whose}");
+    let text = daemon.cli(&["get", "--session", "esc"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains(&format!(
+            "Escaped: pid {member} left the session's cgroup for /elsewhere"
+        )),
+        "{text}"
+    );
+    sigkill(member);
+    assert!(eventually(Duration::from_secs(30), || std::fs::remove_dir(
+        &elsewhere
+    )
+    .is_ok()));
+}

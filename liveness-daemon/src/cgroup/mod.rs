@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use liveness_common::identity::{Identity, ProcessKey};
-use liveness_common::session::{CgroupUsage, IoUsage, MemoryEvents};
+use liveness_common::session::{CgroupEscape, CgroupUsage, IoUsage, MemoryEvents};
 use liveness_common::status::{CgroupManager, CgroupStatus, CgroupTermination};
 use liveness_proc::identity::ProcRoot;
 use liveness_proc::pidref::PidRef;
@@ -452,6 +452,34 @@ impl Enclosure {
         }
         Ok(())
     }
+}
+
+/// The processes of `members` (an ended session's survivors) still alive and outside the
+/// session cgroup at `path` (or the cgroups below it): moved out since they were in it,
+/// or never moved in (another user's, one born outside while its tree was moved). The
+/// cgroup is compared as `/proc/<pid>/cgroup` names it: `/liveness.slice/<name>`, from the
+/// root of the hierarchy the daemon found.
+pub fn escapes(path: &Path, members: &[ProcessKey], proc: &ProcRoot) -> Vec<CgroupEscape> {
+    let Some(name) = path.file_name() else {
+        return Vec::new();
+    };
+    let own = Path::new("/").join(SUBTREE).join(name);
+    members
+        .iter()
+        .filter_map(|key| {
+            let cgroup = fs::read_to_string(format!("/proc/{}/cgroup", key.pid)).ok()?;
+            let cgroup = cgroup
+                .lines()
+                .find_map(|l| l.strip_prefix("0::"))?
+                .to_owned();
+            // Read before its start time: a pid taken meanwhile is not named.
+            let same = proc.stat(key.pid).ok()?.start_ticks == key.start_ticks;
+            (same && !Path::new(&cgroup).starts_with(&own)).then_some(CgroupEscape {
+                pid: key.pid,
+                cgroup,
+            })
+        })
+        .collect()
 }
 
 /// What a cgroup below the root offers on this kernel.

@@ -9,6 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use liveness_common::identity::Identity;
 use liveness_common::session::{DEFAULT_GRACE_MS, Event, EventKind, Session};
 
 use liveness_common::status::CgroupTermination;
@@ -57,9 +58,14 @@ impl SessionCgroups {
                 EventKind::Ended => {
                     if let Some(path) = self.active.remove(&key) {
                         self.ending.insert(key.clone(), path.clone());
+                        let survivors = (event.survivors.iter())
+                            .flat_map(|s| s.members.iter().chain(&s.requested_by))
+                            .map(Identity::key)
+                            .collect();
                         self.reclaimer.queue(Job {
                             session: Some(key),
                             path,
+                            survivors,
                         });
                     }
                 }
@@ -168,6 +174,7 @@ impl SessionCgroups {
             self.reclaimer.queue(Job {
                 session,
                 path: path.clone(),
+                survivors: Vec::new(),
             });
             if let (true, Some(systemd)) = (scope, &self.systemd) {
                 let method = CgroupTermination::Unit;

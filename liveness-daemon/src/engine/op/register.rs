@@ -306,6 +306,7 @@ fn session_cgroup(
                 cpu_weight: limits.cpu_weight,
                 on_oom: limits.on_oom,
                 usage: None,
+                escaped: Vec::new(),
             }),
             scope,
         ),
