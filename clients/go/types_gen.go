@@ -856,6 +856,14 @@ func (v *OnOom) UnmarshalJSON(data []byte) error {
 	return fmt.Errorf("liveness: unknown OnOom %q", s)
 }
 
+// CgroupEscape is a member of a session's tree found outside the session's cgroup.
+type CgroupEscape struct {
+	// Its pid.
+	PID uint32 `json:"pid"`
+	// Where it was, as its /proc/<pid>/cgroup names it.
+	Cgroup string `json:"cgroup"`
+}
+
 // SessionCgroup is a session's own cgroup and the limits written there (docs/cgroups.md).
 type SessionCgroup struct {
 	// Its directory in the cgroup2 hierarchy, as the daemon sees it.
@@ -872,6 +880,8 @@ type SessionCgroup struct {
 	OnOom OnOom `json:"on_oom,omitempty"`
 	// What the cgroup counted, read once its last member was gone and before it was removed; none until then.
 	Usage *CgroupUsage `json:"usage,omitempty"`
+	// The survivors of its end found outside its cgroup, each once, stored with usage: still the session's by their lineage.
+	Escaped []CgroupEscape `json:"escaped,omitempty"`
 }
 
 // ReapFailure is a process the daemon could not, or would not, end.

@@ -60,6 +60,13 @@ fn print_session_block(session: &Session, now: i64, pids: &Numbering) {
         if let Some(usage) = session.cgroup.as_ref().and_then(|c| c.usage.as_ref()) {
             outln!("    Cgroup: {usage}");
         }
+        for escape in session.cgroup.iter().flat_map(|c| &c.escaped) {
+            outln!(
+                "   Escaped: pid {} left the session's cgroup for {}",
+                escape.pid,
+                escape.cgroup
+            );
+        }
         if let Some(survivors) = session.survivors.as_ref().filter(|s| s.total > 0) {
             let unlisted =
                 survivors.total as usize - survivors.members.len().min(survivors.total as usize);

@@ -434,6 +434,19 @@ pub struct SessionCgroup {
     /// gone and before it was removed; absent until then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<CgroupUsage>,
+    /// The survivors of its end found outside its cgroup (moved out by root, or by a
+    /// user's own systemd), each once; still the session's by their lineage. Stored with
+    /// `usage`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub escaped: Vec<CgroupEscape>,
+}
+
+/// A member of a session's tree found outside the session's cgroup.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CgroupEscape {
+    pub pid: u32,
+    /// Where it was, as its `/proc/<pid>/cgroup` names it (`/elsewhere`).
+    pub cgroup: String,
 }
 
 /// A session cgroup's counters, as the kernel keeps them. A counter the kernel lacks is

@@ -677,3 +677,251 @@ fn end_terminate_of_a_fork_loop_bounded_by_tasks_max_leaves_nothing_in_its_cgrou
         .collect();
     assert_eq!(reaped.len(), 1, "{reaped:?}");
 }
+
+/// The pids of the processes a session's tree lists (`processes`), sorted.
+fn tree_pids(daemon: &Daemon, id: &str) -> Vec<u32> {
+    let reply = daemon.request(json!({"op": "processes", "session": id, "limit": 10_000}));
+    let mut pids: Vec<u32> = (reply["processes"].as_array())
+        .unwrap_or_else(|| panic!("{reply}"))
+        .iter()
+        .map(|p| p["identity"]["pid"].as_u64().unwrap() as u32)
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// The pids `cgroup.procs` lists, sorted.
+fn procs(path: &Path) -> Vec<u32> {
+    let mut pids: Vec<u32> = read(&path.join("cgroup.procs"))
+        .lines()
+        .map(|pid| pid.parse().unwrap())
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// The cgroup of `pid`, as `/proc/<pid>/cgroup` names it.
+fn cgroup_line(pid: u32) -> String {
+    read(Path::new(&format!("/proc/{pid}/cgroup")))
+}
+
+/// A tree built before its session was registered with a cgroup (a child, a grandchild, a
+/// double-forked `setsid` orphan, a `CLONE_PARENT` child of a member) is moved into the
+/// session's cgroup by the registration: the cgroup then holds what the session's tree
+/// lists, in the kernel's and the scans' modes.
+#[test]
+fn a_tree_built_before_its_registration_is_moved_into_the_session_cgroup() {
+    let Some(_) = usable_host("a_tree_built_before_its_registration") else {
+        return;
+    };
+    let script = "sleep 600 & (setsid sleep 600 &); sh -c 'sleep 600 & wait' & \
+                  echo go | \"$1\" sibling >/dev/null; echo ready; wait";
+    for args in [&[][..], &["--sources", "pidfd"]] {
+        let daemon = Daemon::start(args);
+        let mut owner = Command::new("sh")
+            .args(["-c", script, "sh"])
+            .arg(integration_tests::binary("testproc"))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(owner.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line, "ready\n");
+        let reply = daemon.request(json!({
+            "op": "register", "session": "built", "owner": {"pid": owner.id()},
+            "grace_ms": 100, "cgroup": {},
+        }));
+        assert_eq!(reply["ok"], true, "{reply}");
+        assert!(reply["warnings"].is_null(), "{reply}");
+        let path = cgroup_of(&daemon, "built");
+        // The reply came once they were moved.
+        let (tree, inside) = (tree_pids(&daemon, "built"), procs(&path));
+        // The owner, its sleep, the inner sh and its sleep, the CLONE_PARENT child.
+        assert!(inside.len() >= 5, "{args:?}: {inside:?}");
+        assert_eq!(tree, inside, "{args:?}: the tree and cgroup.procs");
+        let reply = daemon.request(json!({"op": "end", "session": "built", "terminate": true}));
+        assert_eq!(reply["ok"], true, "{reply}");
+        wait_reclaimed(&daemon, "built", &path);
+        let _ = owner.wait();
+    }
+}
+
+/// A user's registration moves none of another's processes into her cgroup: not pid 1
+/// (its owner is refused), not a member of her tree that runs as another user (as a
+/// set-user-ID program she started would): it stays where it was, a member all the same.
+#[test]
+fn a_users_registration_moves_no_process_of_anothers_into_her_cgroup() {
+    let Some(_) = usable_host("a_users_registration_moves_no_process") else {
+        return;
+    };
+    let daemon = Daemon::start(&[]);
+    let mut mallory = ClientAs::connect(&daemon, MALLORY);
+    let init = cgroup_line(1);
+    let reply = mallory
+        .request(&json!({"op": "register", "session": "init", "owner": {"pid": 1}, "cgroup": {}}))
+        .unwrap();
+    assert_eq!(reply["ok"], false, "{reply}");
+    assert_eq!(cgroup_line(1), init);
+
+    // Her owner, whose first child stays root's: forked before the owner becomes hers.
+    let sleep = std::ffi::CString::new("sleep").unwrap();
+    let long = std::ffi::CString::new("600").unwrap();
+    let mut command = Command::new("sh");
+    command
+        .args(["-c", "sleep 600 & echo $!; wait"])
+        .stdout(Stdio::piped());
+    let uid = MALLORY;
+    // SAFETY: between fork and exec, only fork, execvp and the id-changing syscalls.
+    unsafe {
+        command.pre_exec(move || {
+            let argv = [sleep.as_ptr(), long.as_ptr(), std::ptr::null()];
+            if libc::fork() == 0 {
+                libc::execvp(argv[0], argv.as_ptr());
+                libc::_exit(127);
+            }
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setresgid(uid, uid, uid) != 0
+                || libc::setresuid(uid, uid, uid) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    let mut owner = command.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(owner.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let hers: u32 = line.trim().parse().unwrap();
+    let roots: Vec<u32> = (read(Path::new(&format!(
+        "/proc/{}/task/{0}/children",
+        owner.id()
+    ))))
+    .split_whitespace()
+    .map(|pid| pid.parse().unwrap())
+    .filter(|&pid| pid != hers)
+    .collect();
+    let [root_child] = roots[..] else {
+        panic!("{roots:?}")
+    };
+    let before = cgroup_line(root_child);
+    let reply = mallory
+        .request(&json!({"op": "register", "session": "mixed", "owner": {"pid": owner.id()}, "cgroup": {}}))
+        .unwrap();
+    assert_eq!(reply["ok"], true, "{reply}");
+    let path = PathBuf::from(reply["session"]["cgroup"]["path"].as_str().unwrap());
+    let mut expected = vec![owner.id(), hers];
+    expected.sort_unstable();
+    assert_eq!(procs(&path), expected);
+    assert_eq!(cgroup_line(root_child), before);
+    let reply = daemon.request(json!({"op": "processes", "session": "mixed", "uid": MALLORY}));
+    let listed: Vec<u64> = (reply["processes"].as_array().unwrap().iter())
+        .map(|p| p["identity"]["pid"].as_u64().unwrap())
+        .collect();
+    assert!(listed.contains(&u64::from(root_child)), "{reply}");
+    for pid in [owner.id(), hers, root_child] {
+        sigkill(pid);
+    }
+    let _ = owner.wait();
+}
+
+/// A daemon SIGKILLed during the grace of a terminated session runs its reap again once
+/// restarted, and that reap kills by the session's cgroup too: a process that joined the
+/// cgroup without being a member of the tree is gone, the cgroup emptied and removed, and
+/// the session has one `session.reaped`, resumed.
+#[test]
+fn a_reap_resumed_after_a_restart_kills_by_the_session_cgroup() {
+    let Some(_) = usable_host("a_reap_resumed_after_a_restart") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::start_with_state(Some(dir.path().join("state")), &[]);
+    let mut owner = sleeper();
+    let reply = daemon.request(json!({
+        "op": "register", "session": "resumed", "owner": {"pid": owner.id()},
+        "grace_ms": 3000, "cgroup": {},
+    }));
+    assert_eq!(reply["ok"], true, "{reply}");
+    let path = cgroup_of(&daemon, "resumed");
+    // Joins the cgroup by itself: only the cgroup knows of it.
+    let mut stray = Command::new("sh")
+        .args(["-c", "echo $$ > \"$1\"/cgroup.procs; exec sleep 600", "sh"])
+        .arg(&path)
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || procs(&path)
+            .contains(&stray.id())),
+        "{:?}",
+        procs(&path)
+    );
+    let reply = daemon.request(json!({"op": "end", "session": "resumed", "terminate": true}));
+    assert_eq!(reply["ok"], true, "{reply}");
+    daemon.kill9();
+    assert!(
+        stray.try_wait().unwrap().is_none(),
+        "killed before the restart"
+    );
+    daemon.restart();
+    wait_reclaimed(&daemon, "resumed", &path);
+    assert_eq!(stray.wait().unwrap().to_string(), "signal: 9 (SIGKILL)");
+    let _ = owner.wait();
+    let reaped: Vec<Value> = replay(&daemon)
+        .into_iter()
+        .filter(|e| e["kind"] == "session.reaped" && e["session"] == "resumed")
+        .collect();
+    assert_eq!(reaped.len(), 1, "{reaped:?}");
+    assert_eq!(reaped[0]["reaped"]["resumed"], true, "{reaped:?}");
+}
+
+/// A member that root moves out of its session's cgroup is an escape: found among the
+/// survivors of the session's end, stored once with the session (`cgroup.escaped`, shown
+/// by `get`), and still the session's by its lineage (a survivor, placed by `whose`).
+#[test]
+fn a_member_moved_out_of_its_session_cgroup_is_an_escape_and_still_a_survivor() {
+    let Some(mount) = usable_host("a_member_moved_out_of_its_session_cgroup") else {
+        return;
+    };
+    let daemon = Daemon::start(&[]);
+    let (mut owner, member) = owner_with_member();
+    let reply = daemon.request(json!({
+        "op": "register", "session": "esc", "owner": {"pid": owner.id()}, "cgroup": {},
+    }));
+    assert_eq!(reply["ok"], true, "{reply}");
+    let path = cgroup_of(&daemon, "esc");
+    assert!(procs(&path).contains(&member), "{:?}", procs(&path));
+    let elsewhere = mount.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::write(elsewhere.join("cgroup.procs"), member.to_string()).unwrap();
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    let ended = daemon.wait_ended("esc");
+    let survivors = &ended["survivors"]["members"];
+    assert_eq!(survivors[0]["pid"], member, "{ended}");
+    wait_reclaimed(&daemon, "esc", &path);
+    let session = daemon.session("esc");
+    assert_eq!(
+        session["cgroup"]["escaped"],
+        json!([{"pid": member, "cgroup": "/elsewhere"}]),
+        "{session}"
+    );
+    let whose = daemon.cli(&["whose", "--pid", &member.to_string(), "--json"]);
+    let whose: Value = serde_json::from_slice(&whose.stdout).unwrap();
+    assert_eq!(whose["id"], "esc", "{whose}");
+    let text = daemon.cli(&["get", "--session", "esc"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains(&format!(
+            "Escaped: pid {member} left the session's cgroup for /elsewhere"
+        )),
+        "{text}"
+    );
+    sigkill(member);
+    assert!(eventually(Duration::from_secs(30), || std::fs::remove_dir(
+        &elsewhere
+    )
+    .is_ok()));
+}

@@ -354,6 +354,15 @@ export const ON_OOMS = ["continue", "end"] as const;
 export type OnOom = (typeof ON_OOMS)[number];
 export const onOom = oneOf<OnOom>(...ON_OOMS);
 
+/** A member of a session's tree found outside the session's cgroup. */
+export interface CgroupEscape {
+  /** Its pid. */
+  pid: number;
+  /** Where it was, as its /proc/<pid>/cgroup names it. */
+  cgroup: string;
+}
+export const cgroupEscape: Codec<CgroupEscape> = object<CgroupEscape>({ pid: required(int), cgroup: required(str) });
+
 /** A session's own cgroup and the limits written there (docs/cgroups.md). */
 export interface SessionCgroup {
   /** Its directory in the cgroup2 hierarchy, as the daemon sees it. */
@@ -370,8 +379,10 @@ export interface SessionCgroup {
   on_oom?: OnOom;
   /** What the cgroup counted, read once its last member was gone and before it was removed; none until then. */
   usage?: CgroupUsage;
+  /** The survivors of its end found outside its cgroup, each once, stored with usage: still the session's by their lineage. */
+  escaped: CgroupEscape[];
 }
-export const sessionCgroup: Codec<SessionCgroup> = object<SessionCgroup>({ path: required(str), memory_max: optional(int), tasks_max: optional(int), memory_high: optional(int), cpu_weight: optional(int), on_oom: optional(onOom), usage: optional(cgroupUsage) });
+export const sessionCgroup: Codec<SessionCgroup> = object<SessionCgroup>({ path: required(str), memory_max: optional(int), tasks_max: optional(int), memory_high: optional(int), cpu_weight: optional(int), on_oom: optional(onOom), usage: optional(cgroupUsage), escaped: defaulted(arrayOf(cgroupEscape), [], true) });
 
 /** A process the daemon could not, or would not, end. */
 export interface ReapFailure {

@@ -12,8 +12,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use liveness_common::identity::ProcessKey;
-use liveness_common::session::{CgroupUsage, IoUsage, MemoryEvents};
+use liveness_common::identity::{Identity, ProcessKey};
+use liveness_common::session::{CgroupEscape, CgroupUsage, IoUsage, MemoryEvents};
 use liveness_common::status::{CgroupManager, CgroupStatus, CgroupTermination};
 use liveness_proc::identity::ProcRoot;
 use liveness_proc::pidref::PidRef;
@@ -401,6 +401,85 @@ pub fn adopt(path: &Path, pid: u32) -> Result<(), CgroupError> {
         }
         other => other,
     }
+}
+
+/// A new session's cgroup, for the members its tree had when it was registered: the
+/// connection that registered it moves them in once the tree's first walk is done, off the
+/// engine (their number is the user's choice), and before its reply.
+#[derive(Debug, Clone)]
+pub struct Enclosure {
+    pub path: PathBuf,
+    /// systemd, where it made the cgroup (a scope): it is asked to attach them.
+    pub systemd: Option<Systemd>,
+    /// A user's registration moves only processes of hers (`None`: root's, any).
+    pub uid: Option<u32>,
+}
+
+impl Enclosure {
+    /// The processes of `members` (a tree's live ones) not in the cgroup yet that may be
+    /// moved: for a user, those she may signal herself (kill(2)'s rule: her uid is their
+    /// real or saved set-user-ID), so that no registration moves a process of another's.
+    pub fn strays(
+        &self,
+        members: Vec<Identity>,
+        proc: &ProcRoot,
+    ) -> Result<Vec<ProcessKey>, CgroupError> {
+        let inside: std::collections::HashSet<u32> = read(&self.path.join("cgroup.procs"))?
+            .lines()
+            .filter_map(|pid| pid.trim().parse().ok())
+            .collect();
+        let hers = |pid: u32| match self.uid {
+            None => true,
+            Some(uid) => proc.signal_uids(pid).is_ok_and(|ids| ids.contains(&uid)),
+        };
+        Ok(members
+            .into_iter()
+            .filter(|member| !inside.contains(&member.pid) && hers(member.pid))
+            .map(|member| member.key())
+            .collect())
+    }
+
+    /// Writes each of `strays` into the cgroup (the daemon's own cgroups), each still the
+    /// process it was (its start time) just before; one gone meanwhile is no error.
+    pub fn take_in(&self, strays: &[ProcessKey], proc: &ProcRoot) -> Result<(), CgroupError> {
+        for key in strays {
+            if proc
+                .stat(key.pid)
+                .is_ok_and(|s| s.start_ticks == key.start_ticks)
+            {
+                adopt(&self.path, key.pid)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The processes of `members` (an ended session's survivors) still alive and outside the
+/// session cgroup at `path` (or the cgroups below it): moved out since they were in it,
+/// or never moved in (another user's, one born outside while its tree was moved). The
+/// cgroup is compared as `/proc/<pid>/cgroup` names it: `/liveness.slice/<name>`, from the
+/// root of the hierarchy the daemon found.
+pub fn escapes(path: &Path, members: &[ProcessKey], proc: &ProcRoot) -> Vec<CgroupEscape> {
+    let Some(name) = path.file_name() else {
+        return Vec::new();
+    };
+    let own = Path::new("/").join(SUBTREE).join(name);
+    members
+        .iter()
+        .filter_map(|key| {
+            let cgroup = fs::read_to_string(format!("/proc/{}/cgroup", key.pid)).ok()?;
+            let cgroup = cgroup
+                .lines()
+                .find_map(|l| l.strip_prefix("0::"))?
+                .to_owned();
+            // Read before its start time: a pid taken meanwhile is not named.
+            let same = proc.stat(key.pid).ok()?.start_ticks == key.start_ticks;
+            (same && !Path::new(&cgroup).starts_with(&own)).then_some(CgroupEscape {
+                pid: key.pid,
+                cgroup,
+            })
+        })
+        .collect()
 }
 
 /// What a cgroup below the root offers on this kernel.

@@ -18,13 +18,15 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use liveness_common::session::CgroupUsage;
+use liveness_common::identity::ProcessKey;
+use liveness_common::session::{CgroupEscape, CgroupUsage};
 use liveness_common::status::CgroupTermination;
+use liveness_proc::identity::ProcRoot;
 use rustix::event::{PollFd, PollFlags, Timespec};
 use tokio::sync::mpsc as tokio_mpsc;
 
 use super::systemd::{Systemd, unit_of};
-use super::{kill_all, populated, usage};
+use super::{escapes, kill_all, populated, usage};
 
 /// How long a followed scope may take to appear (its start job) before it is given up,
 /// and how often it is looked for meanwhile.
@@ -41,13 +43,18 @@ const RECHECK: Duration = Duration::from_millis(200);
 pub struct Job {
     pub session: Option<(u32, String)>,
     pub path: PathBuf,
+    /// The survivors its session's end listed: those found outside the cgroup when the
+    /// thread takes the job are its escapes.
+    pub survivors: Vec<ProcessKey>,
 }
 
-/// A cgroup found empty, with what it counted (read before its removal).
+/// A cgroup found empty, with what it counted (read before its removal) and the escapes
+/// of its session's survivors.
 #[derive(Debug)]
 pub struct Emptied {
     pub job: Job,
     pub usage: CgroupUsage,
+    pub escaped: Vec<CgroupEscape>,
 }
 
 /// What the engine sends the thread.
@@ -212,7 +219,8 @@ impl Reclaimer {
 /// The thread: waits for each cgroup to be empty, reads it, sends it back; kills what a
 /// cgroup holds when its time comes. Ends when the engine drops its side.
 fn run(incoming: mpsc::Receiver<Message>, emptied: tokio_mpsc::UnboundedSender<Emptied>) {
-    let mut waiting: Vec<Job> = Vec::new();
+    let proc = ProcRoot::default();
+    let mut waiting: Vec<(Job, Vec<CgroupEscape>)> = Vec::new();
     let mut kills: Vec<Kill> = Vec::new();
     let mut followed: HashMap<PathBuf, Followed> = HashMap::new();
     loop {
@@ -234,7 +242,9 @@ fn run(incoming: mpsc::Receiver<Message>, emptied: tokio_mpsc::UnboundedSender<E
                             .or_insert_with(Followed::new);
                         follow.open(&job.path);
                     }
-                    waiting.push(job);
+                    // Read at once: before the reaper's signals, or the survivors' exits.
+                    let escaped = escapes(&job.path, &job.survivors, &proc);
+                    waiting.push((job, escaped));
                 }
                 Message::Kill(kill) => kills.push(kill),
                 Message::Follow(path) => {
@@ -248,7 +258,7 @@ fn run(incoming: mpsc::Receiver<Message>, emptied: tokio_mpsc::UnboundedSender<E
             follow.files.is_some()
                 || follow.gone
                 || follow.until > now
-                || waiting.iter().any(|j| &j.path == path)
+                || waiting.iter().any(|(j, _)| &j.path == path)
         });
         kills.retain(|kill| {
             if kill.at > now {
@@ -263,9 +273,9 @@ fn run(incoming: mpsc::Receiver<Message>, emptied: tokio_mpsc::UnboundedSender<E
             false
         });
         let mut still = Vec::new();
-        for job in waiting.drain(..) {
+        for (job, escaped) in waiting.drain(..) {
             match populated(&job.path) {
-                Ok(true) => still.push(job),
+                Ok(true) => still.push((job, escaped)),
                 Ok(false) => {
                     kills.retain(|kill| kill.path != job.path);
                     let mut usage = usage(&job.path);
@@ -276,14 +286,19 @@ fn run(incoming: mpsc::Receiver<Message>, emptied: tokio_mpsc::UnboundedSender<E
                         // systemd removed the emptied scope first: its last read.
                         usage = last;
                     }
-                    if emptied.send(Emptied { job, usage }).is_err() {
+                    let done = Emptied {
+                        job,
+                        usage,
+                        escaped,
+                    };
+                    if emptied.send(done).is_err() {
                         return;
                     }
                 }
                 Err(e) => {
                     // Not readable now (a file system under pressure): looked at again.
                     tracing::warn!(error = %e, "cannot read a session cgroup's events");
-                    still.push(job);
+                    still.push((job, escaped));
                 }
             }
         }
@@ -303,10 +318,14 @@ fn run(incoming: mpsc::Receiver<Message>, emptied: tokio_mpsc::UnboundedSender<E
 /// Sleeps until one of the cgroups' `cgroup.events`, or a followed scope's
 /// `memory.events`, changes (the kernel signals it as `POLLPRI`), or for `sleep`; a
 /// followed scope that changed has its counters read.
-fn wait_for_change(waiting: &[Job], followed: &mut HashMap<PathBuf, Followed>, sleep: Duration) {
+fn wait_for_change(
+    waiting: &[(Job, Vec<CgroupEscape>)],
+    followed: &mut HashMap<PathBuf, Followed>,
+    sleep: Duration,
+) {
     let files: Vec<File> = waiting
         .iter()
-        .filter_map(|job| File::open(job.path.join("cgroup.events")).ok())
+        .filter_map(|(job, _)| File::open(job.path.join("cgroup.events")).ok())
         .collect();
     // An open file is armed once read: only changes after this read wake the poll.
     for file in &files {

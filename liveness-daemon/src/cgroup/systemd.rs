@@ -108,6 +108,10 @@ impl ScopeStart {
         }
     }
 
+    pub fn systemd(&self) -> Systemd {
+        self.systemd.clone()
+    }
+
     /// Starts the scope with the owner in it; the warnings of what went wrong (a session
     /// whose scope did not start has no cgroup to hold its processes: its cgroup is found
     /// empty at its end).
@@ -295,6 +299,31 @@ impl Systemd {
             .await
             .map_err(|_| SystemdError::Timeout)??;
         Ok((cgroup, unset))
+    }
+
+    /// Attaches each of `strays` to `unit` (`AttachProcessesToUnit`, systemd 238+), each
+    /// still the process it was (its start time) just before, one call each: a process
+    /// gone meanwhile fails its own call only, and is no error.
+    pub async fn attach(
+        &self,
+        unit: &str,
+        strays: &[ProcessKey],
+        proc: &ProcRoot,
+    ) -> Result<(), SystemdError> {
+        let same = |key: &ProcessKey| {
+            proc.stat(key.pid)
+                .is_ok_and(|s| s.start_ticks == key.start_ticks)
+        };
+        for key in strays.iter().filter(|key| same(key)) {
+            let body = (unit, "", vec![key.pid]);
+            let attached = self.manager::<()>("AttachProcessesToUnit", &body);
+            match tokio::time::timeout(TIMEOUT, attached).await {
+                Err(_) => return Err(SystemdError::Timeout),
+                Ok(Err(_)) if !same(key) => {}
+                Ok(attached) => attached?,
+            }
+        }
+        Ok(())
     }
 
     /// Sends SIGKILL to every process of `unit`'s cgroup (systemd repeats until none is

@@ -256,3 +256,38 @@ fn populated_is_read_from_cgroup_events_and_a_removed_cgroup_is_empty() {
     fs::write(path.join("cgroup.events"), "populated 0\nfrozen 0\n").unwrap();
     assert!(!populated(&path).unwrap());
 }
+
+/// The members a registration would move in: those not in the cgroup already, and for a
+/// user only processes of hers (pid 1 and this test's processes are root's).
+#[test]
+fn strays_are_the_members_outside_that_the_user_may_move() {
+    let dir = tempfile::tempdir().unwrap();
+    let proc = ProcRoot::default();
+    let mut child = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let members: Vec<Identity> = [1, std::process::id(), child.id()]
+        .into_iter()
+        .map(|pid| proc.capture(pid).unwrap())
+        .collect();
+    fs::write(dir.path().join("cgroup.procs"), format!("{}\n", child.id())).unwrap();
+    let enclosure = |uid| Enclosure {
+        path: dir.path().to_path_buf(),
+        systemd: None,
+        uid,
+    };
+    let outside: Vec<u32> = [1, std::process::id()].into();
+    let strays = enclosure(None).strays(members.clone(), &proc).unwrap();
+    assert_eq!(strays.iter().map(|k| k.pid).collect::<Vec<_>>(), outside);
+    let theirs = rustix::process::getuid().as_raw();
+    let strays = enclosure(Some(theirs + 1)).strays(members.clone(), &proc);
+    assert_eq!(strays.unwrap(), vec![]);
+    let missing = Enclosure {
+        path: dir.path().join("gone"),
+        ..enclosure(None)
+    };
+    assert!(missing.strays(members, &proc).is_err());
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

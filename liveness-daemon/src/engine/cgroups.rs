@@ -9,6 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use liveness_common::identity::Identity;
 use liveness_common::session::{DEFAULT_GRACE_MS, Event, EventKind, Session};
 
 use liveness_common::status::CgroupTermination;
@@ -30,6 +31,9 @@ pub(super) struct SessionCgroups {
     termination: Option<CgroupTermination>,
     /// systemd, where it makes the cgroups.
     systemd: Option<Systemd>,
+    /// The ended sessions whose reaps a start runs again, until their cgroups are found
+    /// by its reconcile and killed at their grace's end.
+    resumed: Vec<Event>,
 }
 
 impl SessionCgroups {
@@ -54,9 +58,14 @@ impl SessionCgroups {
                 EventKind::Ended => {
                     if let Some(path) = self.active.remove(&key) {
                         self.ending.insert(key.clone(), path.clone());
+                        let survivors = (event.survivors.iter())
+                            .flat_map(|s| s.members.iter().chain(&s.requested_by))
+                            .map(Identity::key)
+                            .collect();
                         self.reclaimer.queue(Job {
                             session: Some(key),
                             path,
+                            survivors,
                         });
                     }
                 }
@@ -98,13 +107,20 @@ impl SessionCgroups {
         (self.reclaimer).kill_after(path.clone(), grace, method, systemd);
     }
 
+    /// At start: the ended sessions whose reaps run again (see [`SessionCgroups::reconcile`]).
+    pub(super) fn resumed(&mut self, ended: Vec<Event>) {
+        self.resumed = ended;
+    }
+
     /// At start, once the sessions ended while the daemon was away have been handed over:
     /// every other cgroup under the subtree that no ACTIVE session has is reclaimed, with
     /// its counters stored for an ended session that lacks them. Where systemd makes
     /// them, such a scope (each scope of `liveness.slice` has its cgroup there) is also
-    /// killed: no unit outlives its session.
+    /// killed: no unit outlives its session. The cgroup of a session whose reap runs
+    /// again is killed at its grace's end, as at the end itself.
     /// The host's way to kill a cgroup's processes is learnt here.
     pub(super) fn reconcile(&mut self, support: &Support, store: &Store) {
+        let resumed = std::mem::take(&mut self.resumed);
         let Some(hierarchy) = support.hierarchy() else {
             return;
         };
@@ -152,14 +168,21 @@ impl SessionCgroups {
                 _ => None,
             };
             let scope = unit_of(&path).is_some();
+            if let Some(key) = &session {
+                self.ending.insert(key.clone(), path.clone());
+            }
             self.reclaimer.queue(Job {
                 session,
                 path: path.clone(),
+                survivors: Vec::new(),
             });
             if let (true, Some(systemd)) = (scope, &self.systemd) {
                 let method = CgroupTermination::Unit;
                 (self.reclaimer).kill_after(path, Duration::ZERO, method, Some(systemd.clone()));
             }
+        }
+        for ended in &resumed {
+            self.terminate(ended, store);
         }
     }
 

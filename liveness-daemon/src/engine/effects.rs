@@ -116,9 +116,11 @@ impl Effects {
         self.cgroups.terminate(ended, store);
     }
 
-    /// At start: runs again the reaps and the end actions a stop or a crash cut short.
+    /// At start: runs again the reaps and the end actions a stop or a crash cut short; a
+    /// resumed reap kills by its session's cgroup too, once the cgroups are reconciled.
     pub(super) fn resume(&mut self, store: &mut Store, trees: &Trees) {
-        self.reaps.resume(store, trees);
+        let resumed = self.reaps.resume(store, trees);
+        self.cgroups.resumed(resumed);
         self.actions.resume(store);
     }
 

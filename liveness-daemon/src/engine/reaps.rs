@@ -156,13 +156,14 @@ impl Reaps {
         self.spawn(ended, false, store, tree);
     }
 
-    /// At start: runs again the reaps that a stop or a crash of the last run cut short.
-    pub(super) fn resume(&mut self, store: &mut Store, trees: &Trees) {
+    /// At start: runs again the reaps that a stop or a crash of the last run cut short;
+    /// their ended events.
+    pub(super) fn resume(&mut self, store: &mut Store, trees: &Trees) -> Vec<Event> {
         let due = match store.reaps_due() {
             Ok(due) => due,
             Err(e) => {
                 tracing::error!(error = %e, "cannot list the reaps a stop cut short; they are not run again");
-                return;
+                return Vec::new();
             }
         };
         if !due.is_empty() {
@@ -174,6 +175,7 @@ impl Reaps {
         for ended in &due {
             self.spawn(ended, true, store, Some(trees.view(ended.owner.key())));
         }
+        due
     }
 
     fn spawn(&mut self, ended: &Event, resumed: bool, store: &Store, tree: Option<TreeView>) {

@@ -147,10 +147,15 @@ impl Connection {
                     let mut registered = engine.ask(caller, register).await;
                     // systemd is asked here, off the engine's thread; the reply waits for
                     // the scope, so the owner runs in it before its caller is told.
-                    if let Ok(registered) = &mut registered
-                        && let Some(scope) = registered.scope.take()
-                    {
-                        registered.warnings.extend(scope.run().await);
+                    if let Ok(registered) = &mut registered {
+                        if let Some(scope) = registered.scope.take() {
+                            registered.warnings.extend(scope.run().await);
+                        }
+                        if let Some(enclosure) = registered.enclosure.take() {
+                            let session = &registered.session;
+                            let moved = readers.enclose(engine, caller, session, enclosure);
+                            registered.warnings.extend(moved.await);
+                        }
                     }
                     registered.into()
                 }

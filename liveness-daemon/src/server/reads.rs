@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use super::reply::{IntoReply, Processes};
 use crate::activity::Activities;
+use crate::cgroup::{CgroupError, Enclosure};
 use crate::engine::{self, Caller, Handle, Link, Refusal, TreeView, ancestry};
 use crate::fair::offload::offload_for;
 use crate::source::tree_map::TreeMap;
@@ -36,6 +37,14 @@ pub struct Readers {
     pub fleet_locks: Option<crate::fleet::FleetLocks>,
     /// The fleet's view, with `--etcd`.
     pub fleet: Option<crate::fleet::FleetReader>,
+}
+
+/// How many times at most a new cgroup session's tree is read for members to move in.
+const ENCLOSE_PASSES: usize = 3;
+
+/// The warning of a registration whose members could not all be moved.
+fn moved_warning(error: CgroupError) -> String {
+    format!("some of the session's processes are not in its cgroup: {error}")
 }
 
 /// A page's size, checked.
@@ -254,6 +263,67 @@ impl Readers {
             })
         })
         .await
+    }
+
+    /// Moves into a new cgroup session's cgroup the members its tree has (found by the
+    /// tree's first walk, which the registration's answer waited for: descendants, lineage
+    /// orphans), those the registering user may have moved (see [`Enclosure::strays`]).
+    /// Reading the tree and each move cost what the tree's owner chose, so they happen
+    /// here, never on the engine. A member forks while it is moved: the tree is read again
+    /// until it has no member left outside, [`ENCLOSE_PASSES`] times at most. What went
+    /// wrong, as the registration's warning.
+    pub async fn enclose(
+        &self,
+        engine: &Handle,
+        caller: Caller,
+        session: &Session,
+        enclosure: Enclosure,
+    ) -> Option<String> {
+        let tree = engine::Tree {
+            session: session.id.clone(),
+            uid: Some(session.creator_uid),
+        };
+        // An owner dead already has no tree to move.
+        let Ok((_, Some(tree))) = engine.ask(caller, tree).await else {
+            return None;
+        };
+        let unit = enclosure.path.file_name()?.to_str()?.to_owned();
+        let shared = Arc::new((self.clone(), tree, enclosure));
+        for _ in 0..ENCLOSE_PASSES {
+            let read = Arc::clone(&shared);
+            let strays = offload_for(caller.uid, move || {
+                let (readers, tree, enclosure) = &*read;
+                let live = tree.live_members(readers.members.as_deref(), &readers.proc);
+                enclosure.strays(live, &readers.proc)
+            });
+            let strays = match strays.await? {
+                Ok(strays) if strays.is_empty() => return None,
+                Ok(strays) => strays,
+                // A scope that did not start has no cgroup: its warning is given already.
+                Err(_) if !shared.2.path.exists() => return None,
+                Err(e) => return Some(moved_warning(e)),
+            };
+            let moved = match &shared.2.systemd {
+                Some(systemd) => {
+                    (systemd.attach(&unit, &strays, &self.proc).await).map_err(|source| {
+                        CgroupError::Systemd {
+                            unit: unit.clone(),
+                            source,
+                        }
+                    })
+                }
+                None => {
+                    let write = Arc::clone(&shared);
+                    let moved =
+                        offload_for(caller.uid, move || write.2.take_in(&strays, &write.0.proc));
+                    moved.await?
+                }
+            };
+            if let Err(e) = moved {
+                return Some(moved_warning(e));
+            }
+        }
+        None
     }
 
     /// `whose`: the ancestry of the process is read here, then the engine looks it up.

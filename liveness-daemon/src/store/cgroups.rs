@@ -5,23 +5,31 @@ use rusqlite::params;
 
 use super::rows::json_value;
 use super::{Store, StoreError};
-use liveness_common::session::{CgroupUsage, SessionCgroup};
+use liveness_common::session::{CgroupEscape, CgroupUsage, SessionCgroup};
 
 impl Store {
-    /// Stores what the session's cgroup counted (`cgroup.usage`); a session gone by
-    /// retention meanwhile is no error. No event: the end was published already.
+    /// Stores what the session's cgroup counted (`cgroup.usage`) and the escapes of its
+    /// survivors (`cgroup.escaped`); a session gone by retention meanwhile is no error. No
+    /// event: the end was published already.
     pub fn cgroup_usage(
         &mut self,
         uid: u32,
         id: &str,
         usage: &CgroupUsage,
+        escaped: &[CgroupEscape],
     ) -> Result<(), StoreError> {
         self.conn
             .prepare_cached(
-                "UPDATE sessions SET cgroup = json_set(cgroup, '$.usage', json(?3)) \
+                "UPDATE sessions SET cgroup = json_set(cgroup, '$.usage', json(?3), \
+                 '$.escaped', json(?4)) \
                  WHERE creator_uid = ?1 AND id = ?2 AND cgroup IS NOT NULL",
             )?
-            .execute(params![uid, id, json_value(Some(usage))?])?;
+            .execute(params![
+                uid,
+                id,
+                json_value(Some(usage))?,
+                json_value(Some(&escaped))?
+            ])?;
         Ok(())
     }
 

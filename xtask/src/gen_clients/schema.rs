@@ -154,6 +154,7 @@ pub const ITEMS: &[Item] = &[
     Item::Struct(&IO_USAGE),
     Item::Struct(&CGROUP_USAGE),
     Item::Enum(&ON_OOM),
+    Item::Struct(&CGROUP_ESCAPE),
     Item::Struct(&SESSION_CGROUP),
     // Before the session, which holds one: the TypeScript codecs are constants, each made
     // from those it names.
@@ -1336,6 +1337,28 @@ pub const SESSION_CGROUP: Struct = Struct {
             Named("CgroupUsage"),
             Optional,
             "What the cgroup counted, read once its last member was gone and before it was removed; none until then.",
+        ),
+        field(
+            "escaped",
+            List(&Named("CgroupEscape")),
+            omitted("[]"),
+            "The survivors of its end found outside its cgroup, each once, stored with usage: still the session's by their lineage.",
+        ),
+    ],
+};
+
+pub const CGROUP_ESCAPE: Struct = Struct {
+    name: "CgroupEscape",
+    doc: "A member of a session's tree found outside the session's cgroup.",
+    strict: false,
+    probe: probe_of::<session::CgroupEscape>(),
+    fields: &[
+        field("pid", U32, Required, "Its pid."),
+        field(
+            "cgroup",
+            Str,
+            Required,
+            "Where it was, as its /proc/<pid>/cgroup names it.",
         ),
     ],
 };

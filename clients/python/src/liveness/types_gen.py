@@ -380,8 +380,20 @@ OnOom = Literal["continue", "end"]
 
 
 @dataclass(frozen=True)
+class CgroupEscape(Wire):
+    """A member of a session's tree found outside the session's cgroup."""
+
+    pid: int
+    """Its pid."""
+    cgroup: str
+    """Where it was, as its /proc/<pid>/cgroup names it."""
+
+
+@dataclass(frozen=True)
 class SessionCgroup(Wire):
     """A session's own cgroup and the limits written there (docs/cgroups.md)."""
+
+    OMIT_DEFAULT = frozenset({"escaped"})
 
     path: str
     """Its directory in the cgroup2 hierarchy, as the daemon sees it."""
@@ -397,6 +409,8 @@ class SessionCgroup(Wire):
     """What an OOM kill inside the session does; absent: continue."""
     usage: Optional[CgroupUsage] = None
     """What the cgroup counted, read once its last member was gone and before it was removed; none until then."""
+    escaped: List[CgroupEscape] = field(default_factory=list)
+    """The survivors of its end found outside its cgroup, each once, stored with usage: still the session's by their lineage."""
 
 
 @dataclass(frozen=True)

@@ -309,14 +309,18 @@ impl Engine {
         (self.effects.cgroups()).reconcile(&self.facts.config.cgroups, self.ledger.store());
     }
 
-    /// A session cgroup found empty: what it counted is stored with its session, then it
-    /// is removed. Should either fail, the cgroup stays for the next start's reconcile.
+    /// A session cgroup found empty: what it counted and its session's escapes are stored
+    /// with its session, then it is removed. Should either fail, the cgroup stays for the next start's reconcile.
     fn cgroup_emptied(&mut self, emptied: crate::cgroup::reclaim::Emptied) {
-        let crate::cgroup::reclaim::Emptied { job, usage } = emptied;
+        let crate::cgroup::reclaim::Emptied {
+            job,
+            usage,
+            escaped,
+        } = emptied;
         if let Some((uid, id)) = &job.session
             && let Err(e) = self
                 .ledger
-                .commit(|store| store.cgroup_usage(*uid, id, &usage))
+                .commit(|store| store.cgroup_usage(*uid, id, &usage, &escaped))
         {
             tracing::error!(error = %e, session = id, "cannot store what a session's cgroup counted; it is kept until the next start");
             return;

@@ -30,6 +30,7 @@ impl Op for ActionsDone {
             session,
             warnings,
             scope: None,
+            enclosure: None,
         })
     }
 }

@@ -14,6 +14,7 @@ use liveness_proc::identity::{IdentityError, ProcRoot};
 
 use super::{Op, stored};
 use crate::cgroup;
+use crate::cgroup::Enclosure;
 use crate::cgroup::systemd::{self, Scope, ScopeStart};
 use crate::engine::actor::Context;
 use crate::engine::facts::Facts;
@@ -41,6 +42,9 @@ pub struct Registered {
     /// The session's scope, for the connection to ask systemd for once the session is
     /// stored: the engine never waits on the bus.
     pub scope: Option<ScopeStart>,
+    /// The session's cgroup, for the connection to move the members its tree had at
+    /// registration into (after the scope's start), off the engine.
+    pub enclosure: Option<Enclosure>,
 }
 
 impl Op for Register {
@@ -170,6 +174,11 @@ impl Op for Register {
         let fresh = (death.is_none() && !started_by(cx.facts().proc(), &owner, caller.pid))
             .then(|| owner.key());
         // Before an owner dead already is ended: its cgroup is then reclaimed with it.
+        let enclosure = cgroup.as_ref().map(|cgroup| Enclosure {
+            path: cgroup.path.clone().into(),
+            systemd: scope.as_ref().map(ScopeStart::systemd),
+            uid: caller.creator_filter(),
+        });
         let made = cgroup.map(|cgroup| (namespace, id.clone(), cgroup.path.into()));
         cx.announce(events, fresh, made);
         let Some(death) = death else {
@@ -177,6 +186,7 @@ impl Op for Register {
                 session: registered,
                 warnings,
                 scope,
+                enclosure,
             });
         };
         warnings.push(format!(
@@ -187,11 +197,12 @@ impl Op for Register {
         cx.finalize(death);
         cx.caught_up();
         let session = stored(cx.store(), namespace, &id)?;
-        // The owner is gone: no scope can hold it.
+        // The owner is gone: no scope can hold it, nor its cgroup its tree.
         Ok(Registered {
             session,
             warnings,
             scope: None,
+            enclosure: None,
         })
     }
 
@@ -295,6 +306,7 @@ fn session_cgroup(
                 cpu_weight: limits.cpu_weight,
                 on_oom: limits.on_oom,
                 usage: None,
+                escaped: Vec::new(),
             }),
             scope,
         ),
