@@ -108,27 +108,28 @@ impl ScopeStart {
         }
     }
 
-    /// Starts the scope with the owner in it; the warnings of what went wrong (a session
-    /// whose scope did not start has no cgroup to hold its processes: its cgroup is found
-    /// empty at its end).
-    pub async fn run(self) -> Vec<String> {
+    /// The cgroup the session was stored with.
+    pub fn expected(&self) -> &Path {
+        &self.expected
+    }
+
+    /// Starts the scope with the owner in it: the warnings of what was not as asked, or
+    /// the warning that it did not start (the session then has no cgroup to hold its
+    /// processes, and the engine clears the one it was stored with).
+    pub async fn run(self) -> Result<Vec<String>, String> {
         let unit = &self.scope.unit;
-        match self.systemd.start(&self.scope).await {
-            Ok((cgroup, unset)) => {
-                let at = self.mount.join(cgroup.trim_start_matches('/'));
-                let elsewhere = (at != self.expected).then(|| {
-                    format!(
-                        "systemd made the scope {unit} at {}, not at {}: the session's cgroup is not followed",
-                        at.display(),
-                        self.expected.display()
-                    )
-                });
-                unset.into_iter().chain(elsewhere).collect()
-            }
-            Err(e) => vec![format!(
-                "the session has no cgroup: systemd did not start its scope {unit}: {e}"
-            )],
-        }
+        let (cgroup, unset) = self.systemd.start(&self.scope).await.map_err(|e| {
+            format!("the session has no cgroup: systemd did not start its scope {unit}: {e}")
+        })?;
+        let at = self.mount.join(cgroup.trim_start_matches('/'));
+        let elsewhere = (at != self.expected).then(|| {
+            format!(
+                "systemd made the scope {unit} at {}, not at {}: the session's cgroup is not followed",
+                at.display(),
+                self.expected.display()
+            )
+        });
+        Ok(unset.into_iter().chain(elsewhere).collect())
     }
 }
 

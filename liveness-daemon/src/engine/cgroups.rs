@@ -6,7 +6,7 @@
 //! it (docs/cgroups.md).
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use liveness_common::session::{DEFAULT_GRACE_MS, Event, EventKind, Session};
@@ -40,6 +40,22 @@ impl SessionCgroups {
             self.reclaimer.follow(path.clone());
         }
         self.active.insert((uid, id), path);
+    }
+
+    /// User `uid`'s session `id` no longer has the cgroup `path` (its scope did not
+    /// start): nothing is reclaimed for it at its end. A scope followed meanwhile is given
+    /// up by the reclaimer when it does not appear.
+    pub(super) fn forget(&mut self, uid: u32, id: &str, path: &Path) {
+        let key = (uid, id.to_owned());
+        if self.active.get(&key).is_some_and(|p| p == path) {
+            self.active.remove(&key);
+        }
+    }
+
+    /// Whether `path` is handed to the reclaimer, or waits for it.
+    #[cfg(test)]
+    pub(super) fn is_reclaiming(&self, path: &Path) -> bool {
+        self.reclaimer.is_queued(path) || self.ending.values().any(|p| p == path)
     }
 
     /// Hands the cgroups of the sessions these events ended to the reclaimer, and follows

@@ -109,6 +109,11 @@ impl<'a> Context<'a> {
         self.engine.ledger.follow(session);
     }
 
+    /// User `uid`'s session `id` no longer has the cgroup `path`: its end reclaims none.
+    pub(in crate::engine) fn forget_cgroup(&mut self, uid: u32, id: &str, path: &std::path::Path) {
+        self.engine.effects.cgroups().forget(uid, id, path);
+    }
+
     /// A new session's labels within `uid`'s limits.
     pub(in crate::engine) fn admit(
         &mut self,
