@@ -13,6 +13,7 @@ use liveness_common::cause::{Cause, CauseKind};
 use liveness_common::duration::parse_duration;
 use liveness_common::request::CgroupLimits;
 use liveness_common::session::{OnEnd, OnOom, Until};
+use liveness_common::wire::wire_name;
 
 use crate::exit::{exit_codes_help, wait_codes_help};
 
@@ -157,7 +158,7 @@ pub(crate) enum HooksCommand {
     Install(HooksInstallArgs),
     /// Take liveness's hooks out again: the original file comes back when it was not
     /// edited since.
-    Uninstall(HooksInstallArgs),
+    Uninstall(HooksFileArgs),
     /// For each agent: whether liveness's hooks are installed, in which file, and whether
     /// the agent has an end hook of its own.
     Status(HooksStatusArgs),
@@ -168,6 +169,16 @@ pub(crate) enum HooksCommand {
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct HooksInstallArgs {
+    #[command(flatten)]
+    pub(crate) file: HooksFileArgs,
+    /// Each agent session registers with a cgroup of its own, with these limits
+    /// (docs/cgroups.md): the session-start hook is written with them.
+    #[command(flatten)]
+    pub(crate) cgroup: CgroupArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct HooksFileArgs {
     /// The agent: claude-code, codex, gemini, copilot, cursor, kiro or opencode.
     pub(crate) agent: String,
     /// The settings file to edit (default: the agent's user settings, e.g.
@@ -197,6 +208,9 @@ pub(crate) struct HookRunArgs {
     /// end-hook: the hook input the session started with (JSON).
     #[arg(long, value_name = "JSON")]
     pub(crate) input: Option<String>,
+    /// session-start: the session's cgroup, as `install` was given it.
+    #[command(flatten)]
+    pub(crate) cgroup: CgroupArgs,
     /// end-hook: the user's command.
     #[arg(last = true)]
     pub(crate) argv: Vec<String>,
@@ -451,6 +465,30 @@ pub(crate) struct CgroupArgs {
 }
 
 impl CgroupArgs {
+    /// The options again, as words of a command line (sizes in bytes): what a hook
+    /// installed with them is run with. Parsed already, so nothing but numbers and the
+    /// policy's name reaches the hook's line.
+    pub(crate) fn words(&self) -> Vec<String> {
+        if !self.cgroup {
+            return Vec::new();
+        }
+        let mut words = vec!["--cgroup".to_owned()];
+        for (option, value) in [
+            ("--memory-max", self.memory_max),
+            ("--memory-high", self.memory_high),
+            ("--tasks-max", self.tasks_max),
+            ("--cpu-weight", self.cpu_weight),
+        ] {
+            if let Some(value) = value {
+                words.extend([option.to_owned(), value.to_string()]);
+            }
+        }
+        if let Some(policy) = self.on_oom {
+            words.extend(["--on-oom".to_owned(), wire_name(OnOom::from(policy))]);
+        }
+        words
+    }
+
     /// The request's `cgroup`, if asked for.
     pub(crate) fn limits(&self) -> Option<CgroupLimits> {
         self.cgroup.then_some(CgroupLimits {
