@@ -11,9 +11,8 @@ use clap::{Parser, Subcommand};
 use liveness_client::Scope;
 use liveness_common::cause::{Cause, CauseKind};
 use liveness_common::duration::parse_duration;
-use liveness_common::request::CgroupLimits;
+use liveness_common::request::{CgroupLimits, parse_bytes};
 use liveness_common::session::{OnEnd, OnOom, Until};
-use liveness_common::wire::wire_name;
 
 use crate::exit::{exit_codes_help, wait_codes_help};
 
@@ -441,6 +440,10 @@ pub(crate) struct CgroupArgs {
     /// says why) the session is registered without one, with a warning.
     #[arg(long)]
     pub(crate) cgroup: bool,
+    /// No cgroup for this session, where livenessd gives every session one by default
+    /// (its `--session-cgroup`).
+    #[arg(long, conflicts_with = "cgroup")]
+    pub(crate) no_cgroup: bool,
     /// The session's memory limit (`memory.max`), e.g. 512M or 2G: beyond it the kernel
     /// OOM-kills inside the session only.
     #[arg(long, requires = "cgroup", value_parser = parse_bytes, value_name = "SIZE")]
@@ -469,22 +472,15 @@ impl CgroupArgs {
     /// installed with them is run with. Parsed already, so nothing but numbers and the
     /// policy's name reaches the hook's line.
     pub(crate) fn words(&self) -> Vec<String> {
+        if self.no_cgroup {
+            return vec!["--no-cgroup".to_owned()];
+        }
         if !self.cgroup {
             return Vec::new();
         }
         let mut words = vec!["--cgroup".to_owned()];
-        for (option, value) in [
-            ("--memory-max", self.memory_max),
-            ("--memory-high", self.memory_high),
-            ("--tasks-max", self.tasks_max),
-            ("--cpu-weight", self.cpu_weight),
-        ] {
-            if let Some(value) = value {
-                words.extend([option.to_owned(), value.to_string()]);
-            }
-        }
-        if let Some(policy) = self.on_oom {
-            words.extend(["--on-oom".to_owned(), wire_name(OnOom::from(policy))]);
+        for (key, value) in self.limits().unwrap_or_default().pairs() {
+            words.extend([format!("--{key}"), value]);
         }
         words
     }
@@ -499,30 +495,6 @@ impl CgroupArgs {
             on_oom: self.on_oom.map(OnOom::from),
         })
     }
-}
-
-/// A size in bytes, with an optional binary suffix K, M, G or T (`32M` is 32 MiB).
-fn parse_bytes(text: &str) -> Result<u64, String> {
-    let digits = text.trim_end_matches(['K', 'M', 'G', 'T', 'k', 'm', 'g', 't']);
-    let shift = match &text[digits.len()..] {
-        "" => 0,
-        "K" | "k" => 10,
-        "M" | "m" => 20,
-        "G" | "g" => 30,
-        "T" | "t" => 40,
-        _ => {
-            return Err(format!(
-                "{text:?} is not a size (a number, then K, M, G or T)"
-            ));
-        }
-    };
-    let number: u64 = digits
-        .parse()
-        .map_err(|_| format!("{text:?} is not a size (a number, then K, M, G or T)"))?;
-    number
-        .checked_mul(1 << shift)
-        .filter(|bytes| *bytes > 0)
-        .ok_or_else(|| format!("{text:?} is not a size between 1 byte and 16 EiB"))
 }
 
 /// When a session ends by itself.
@@ -1057,27 +1029,6 @@ mod tests {
     use clap::CommandFactory;
 
     use super::*;
-
-    #[test]
-    fn sizes_take_binary_suffixes_and_refuse_the_rest() {
-        assert_eq!(parse_bytes("32M"), Ok(32 << 20));
-        assert_eq!(parse_bytes("4096"), Ok(4096));
-        assert_eq!(parse_bytes("2g"), Ok(2 << 30));
-        for bad in [
-            "",
-            "M",
-            "0",
-            "0K",
-            "-1M",
-            "1.5G",
-            "12MB",
-            "1 G",
-            "99999999T",
-            "\u{1b}[31m",
-        ] {
-            assert!(parse_bytes(bad).is_err(), "{bad:?}");
-        }
-    }
 
     /// Every option of every subcommand, nested ones too, explains itself in `--help`.
     #[test]

@@ -104,6 +104,9 @@ pub struct EngineConfig {
     pub actions: ActionConfig,
     /// The cgroup2 hierarchy sessions' cgroups are made in, or why there is none.
     pub cgroups: Arc<crate::cgroup::Support>,
+    /// The cgroup a new session gets when it asks for none of its own and does not
+    /// refuse one (`--session-cgroup`).
+    pub default_cgroup: Option<liveness_common::request::CgroupLimits>,
 }
 
 /// Where the engine reads the wall clock.

@@ -12,7 +12,7 @@ use crate::engine::Refusal;
 use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::lock::Lock;
 use liveness_common::session::{Event, EventKind, Phase, Session, Survivors};
-use liveness_common::status::{Counters, LimitsStatus, Status};
+use liveness_common::status::{CgroupStatus, Counters, LimitsStatus, Status};
 
 use super::Engine;
 use crate::engine::TreeView;
@@ -272,7 +272,10 @@ impl<'a> Context<'a> {
             // does not know.
             activity: Default::default(),
             cluster: None,
-            cgroup: Some(facts.config.cgroups.status()),
+            cgroup: Some(CgroupStatus {
+                default: facts.config.default_cgroup,
+                ..facts.config.cgroups.status()
+            }),
         }
     }
 }

@@ -104,6 +104,7 @@ async fn fixture_with(cgroups: crate::cgroup::Support) -> Fixture {
             ..ActionConfig::default()
         },
         cgroups: std::sync::Arc::new(cgroups),
+        default_cgroup: None,
     };
     let about = DaemonInfo {
         version: "test".into(),
@@ -242,6 +243,7 @@ fn registration(
         on_end_run: None,
         on_stall: None,
         cgroup: None,
+        no_cgroup: false,
     };
     Register {
         request,
