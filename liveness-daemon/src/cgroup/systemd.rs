@@ -68,6 +68,9 @@ pub struct Systemd {
     bus: zbus::Connection,
     /// The runtime the bus connection lives on, to call from other threads.
     runtime: tokio::runtime::Handle,
+    /// The daemon's scopes systemd had when the daemon started (`ListUnitsByPatterns`),
+    /// for the reconcile: asked at the probe, since the engine never waits on the bus.
+    pub scopes: Vec<String>,
 }
 
 /// The connection is not compared: one systemd is one version.
@@ -132,6 +135,21 @@ impl ScopeStart {
         Ok(unset.into_iter().chain(elsewhere).collect())
     }
 }
+
+/// A unit as `ListUnits…` gives it: name, description, load state, active state, sub
+/// state, followed unit, object path, job id, job type, job path.
+type ListedUnit = (
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    OwnedObjectPath,
+    u32,
+    String,
+    OwnedObjectPath,
+);
 
 /// The scope's name for user `uid`'s session created at `ms` with owner `pid`: digits only,
 /// so no session id ever reaches a unit name.
@@ -239,11 +257,35 @@ impl Systemd {
                 ));
             }
         };
-        Ok(Systemd {
+        let mut systemd = Systemd {
             version: major(&version),
             bus,
             runtime: tokio::runtime::Handle::current(),
-        })
+            scopes: Vec::new(),
+        };
+        // Without the list, the reconcile finds the scopes by their cgroups alone.
+        match tokio::time::timeout(TIMEOUT, systemd.list_scopes()).await {
+            Ok(Ok(scopes)) => systemd.scopes = scopes,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot list the session scopes left behind; they are found by their cgroups")
+            }
+            Err(_) => tracing::warn!(
+                "systemd did not list the session scopes left behind in time; they are found by their cgroups"
+            ),
+        }
+        Ok(systemd)
+    }
+
+    /// The daemon's scopes (`liveness-*.scope`) that systemd has and that may still hold
+    /// processes: not `inactive` or `failed` (those it collects).
+    async fn list_scopes(&self) -> Result<Vec<String>, SystemdError> {
+        let body = (Vec::<&str>::new(), vec![format!("{PREFIX}*.scope")]);
+        let units: Vec<ListedUnit> = self.manager("ListUnitsByPatterns", &body).await?;
+        Ok(units
+            .into_iter()
+            .filter(|unit| !matches!(unit.3.as_str(), "inactive" | "failed"))
+            .map(|unit| unit.0)
+            .collect())
     }
 
     /// Starts `scope` with the owner in it and waits for it to be active; its

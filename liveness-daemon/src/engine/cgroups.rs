@@ -126,13 +126,20 @@ impl SessionCgroups {
         };
         self.termination = Some(hierarchy.termination());
         self.systemd = hierarchy.systemd().cloned();
-        let children = match hierarchy.children() {
+        let mut children = match hierarchy.children() {
             Ok(children) => children,
             Err(e) => {
                 tracing::error!(error = %e, "cannot list the session cgroups; none reconciled");
                 return;
             }
         };
+        // The scopes systemd listed at start, whose cgroups are under the subtree too
+        // (`Slice=liveness.slice`): a scope is found by asking systemd, not only by its
+        // directory.
+        let scopes = self.systemd.iter().flat_map(|systemd| &systemd.scopes);
+        children.extend(scopes.map(|unit| hierarchy.subtree.join(unit)));
+        children.sort();
+        children.dedup();
         let active: HashSet<&PathBuf> = self.active.values().collect();
         let left: Vec<PathBuf> = children
             .into_iter()
