@@ -1030,6 +1030,42 @@ mod tests {
 
     use super::*;
 
+    #[test]
+    fn cgroup_options_are_written_back_as_numbers_for_the_hooks() {
+        #[derive(Debug, Parser)]
+        struct Options {
+            #[command(flatten)]
+            cgroup: CgroupArgs,
+        }
+        let words = |args: &[&str]| {
+            let parsed = Options::try_parse_from([&["x"][..], args].concat()).unwrap();
+            parsed.cgroup.words()
+        };
+        assert_eq!(words(&[]), Vec::<String>::new());
+        assert_eq!(words(&["--no-cgroup"]), ["--no-cgroup"]);
+        assert_eq!(
+            words(&[
+                "--cgroup",
+                "--on-oom",
+                "end",
+                "--memory-max",
+                "1k",
+                "--cpu-weight",
+                "7"
+            ]),
+            [
+                "--cgroup",
+                "--memory-max",
+                "1024",
+                "--cpu-weight",
+                "7",
+                "--on-oom",
+                "end"
+            ]
+        );
+        assert!(Options::try_parse_from(["x", "--cgroup", "--no-cgroup"]).is_err());
+    }
+
     /// Every option of every subcommand, nested ones too, explains itself in `--help`.
     #[test]
     fn every_flag_has_help_text() {
