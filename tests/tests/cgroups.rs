@@ -692,6 +692,9 @@ fn the_daemons_default_cgroup_is_every_sessions_unless_it_asks_otherwise() {
         "{cgroup}"
     );
     let usable = cgroup["usable"] == true;
+    // The guests (LIVENESS_REQUIRE_CGROUP2=1) take the usable branch, or fail here.
+    let test = "the_daemons_default_cgroup_is_every_sessions_unless_it_asks_otherwise";
+    assert_eq!(usable, usable_host(test).is_some(), "{cgroup}");
     let status = daemon.cli(&["status"]);
     let text = String::from_utf8_lossy(&status.stdout);
     assert!(
