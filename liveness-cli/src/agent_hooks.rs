@@ -21,7 +21,9 @@ use liveness_common::action::EndFacts;
 use liveness_common::activity::MAX_TOOL_NAME;
 
 use crate::agent_runs::{self, ThisAgent};
-use crate::args::{HookName, HookRunArgs, HooksArgs, HooksCommand, HooksInstallArgs};
+use crate::args::{
+    CgroupArgs, HookName, HookRunArgs, HooksArgs, HooksCommand, HooksFileArgs, HooksInstallArgs,
+};
 use crate::context::Context;
 use crate::exit::{Exit, Failure};
 use crate::output::{self, outln};
@@ -57,7 +59,7 @@ fn hook_failure(e: hooks::HookError) -> Failure {
 /// This binary, and the socket named on its command line: what the hooks run. The binary
 /// is named by the path the shell finds it at when that is this very file, so that hooks
 /// installed from `/usr/local/bin/liveness` keep naming it, not the file it links to.
-fn hook_command(context: &Context) -> Result<HookCommand, Failure> {
+fn hook_command(context: &Context, start: Vec<String>) -> Result<HookCommand, Failure> {
     let program = std::env::current_exe().map_err(|e| {
         Failure::new(
             Exit::IoErr,
@@ -67,6 +69,7 @@ fn hook_command(context: &Context) -> Result<HookCommand, Failure> {
     Ok(HookCommand {
         program: on_path(&program).unwrap_or(program),
         socket: context.named_socket.clone(),
+        start,
     })
 }
 
@@ -81,7 +84,7 @@ fn on_path(exe: &Path) -> Option<PathBuf> {
     (found.dev() == me.dev() && found.ino() == me.ino()).then_some(first)
 }
 
-impl HooksInstallArgs {
+impl HooksFileArgs {
     fn settings(&self, agent: &dyn Agent) -> Result<PathBuf, Failure> {
         match &self.settings {
             Some(path) => Ok(path.clone()),
@@ -94,11 +97,13 @@ impl HooksInstallArgs {
     fn adapter(&self) -> Result<hooks::Adapter, Failure> {
         hooks::adapter(&self.agent, self.kiro_agent.as_deref()).map_err(hook_failure)
     }
+}
 
+impl HooksInstallArgs {
     fn install(&self, context: &Context) -> Result<ExitCode, Failure> {
-        let agent = self.adapter()?;
-        let path = self.settings(&*agent)?;
-        let command = hook_command(context)?;
+        let agent = self.file.adapter()?;
+        let path = self.file.settings(&*agent)?;
+        let command = hook_command(context, self.cgroup.words())?;
         let (result, backup, text) =
             match hooks::install(&*agent, &path, &command).map_err(hook_failure)? {
                 Installed::Unchanged => (
@@ -122,7 +127,9 @@ impl HooksInstallArgs {
         report(context, &path, result, backup, &text);
         Ok(Exit::Ok.into())
     }
+}
 
+impl HooksFileArgs {
     fn uninstall(&self, context: &Context) -> Result<ExitCode, Failure> {
         let agent = self.adapter()?;
         let path = self.settings(&*agent)?;
@@ -165,7 +172,7 @@ impl HookRunArgs {
     fn execute(&self, context: &Context) -> Result<ExitCode, Failure> {
         let agent = agent(&self.agent)?;
         let outcome = match self.hook {
-            HookName::SessionStart => session_start(agent, context),
+            HookName::SessionStart => session_start(agent, &self.cgroup, context),
             HookName::SessionEnd => session_end(agent, context),
             HookName::TurnStart => declare(agent, Activity::TurnStart, context),
             HookName::TurnEnd => declare(agent, Activity::TurnEnd, context),
@@ -227,13 +234,13 @@ fn read_stdin() -> Result<Value, Failure> {
 /// commands as its end actions: under the agent's session id for its first run, under a
 /// run id of its own for a resume of an ended run or a fork of a live one
 /// ([`agent_runs`]).
-fn session_start(agent: &dyn Agent, context: &Context) -> Result<(), String> {
+fn session_start(agent: &dyn Agent, cgroup: &CgroupArgs, context: &Context) -> Result<(), String> {
     let this = ThisAgent::find();
     let input = hook_input(agent, &this)?;
     let env = HookEnv::from_process(agent.env());
     let mut notes = Vec::new();
     let settings = read_settings(&agent.settings_files(&input, &env), &mut notes);
-    let command = hook_command(context).map_err(|f| f.message)?;
+    let command = hook_command(context, cgroup.words()).map_err(|f| f.message)?;
     let mut plan = agent
         .session_start(&input, &settings, &env, &command)
         .map_err(|e| e.to_string())?;
@@ -245,14 +252,15 @@ fn session_start(agent: &dyn Agent, context: &Context) -> Result<(), String> {
     let mut registration = Registration {
         labels: plan.labels,
         on_end_run: Some(plan.actions),
+        cgroup: cgroup.limits(),
         ..Registration::new(plan.session.clone(), Owner::Auto)
     };
     let mut client = connect(context)?;
     let at = agent_runs::start_at(&mut client, &this, &plan.session)
         .map_err(|e| daemon_error(e, UNTRACKED))?;
     registration.session = Some(at.id(&plan.session).to_owned());
-    match client.register(&registration) {
-        Ok(_) => Ok(()),
+    let registered = match client.register_with_warnings(&registration) {
+        Ok(registered) => registered,
         Err(e) => {
             // The agent's session id is an ended run's: this is a resume of it.
             registration.session = Some(
@@ -260,11 +268,16 @@ fn session_start(agent: &dyn Agent, context: &Context) -> Result<(), String> {
                     .ok_or_else(|| daemon_error(e, UNTRACKED))?,
             );
             client
-                .register(&registration)
-                .map_err(|e| daemon_error(e, UNTRACKED))?;
-            Ok(())
+                .register_with_warnings(&registration)
+                .map_err(|e| daemon_error(e, UNTRACKED))?
         }
+    };
+    // Asked for a cgroup, what succeeded but looks wrong (none on this host) is said on
+    // stderr, never stdout.
+    for warning in registered.warnings.iter().filter(|_| cgroup.cgroup) {
+        eprintln!("liveness hooks {}: {warning}", agent.name());
     }
+    Ok(())
 }
 
 /// A failed connection or request, saying so plainly when the daemon took longer than

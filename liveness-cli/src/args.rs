@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 use liveness_client::Scope;
 use liveness_common::cause::{Cause, CauseKind};
 use liveness_common::duration::parse_duration;
-use liveness_common::request::CgroupLimits;
+use liveness_common::request::{CgroupLimits, parse_bytes};
 use liveness_common::session::{OnEnd, OnOom, Until};
 
 use crate::exit::{exit_codes_help, wait_codes_help};
@@ -157,7 +157,7 @@ pub(crate) enum HooksCommand {
     Install(HooksInstallArgs),
     /// Take liveness's hooks out again: the original file comes back when it was not
     /// edited since.
-    Uninstall(HooksInstallArgs),
+    Uninstall(HooksFileArgs),
     /// For each agent: whether liveness's hooks are installed, in which file, and whether
     /// the agent has an end hook of its own.
     Status(HooksStatusArgs),
@@ -168,6 +168,16 @@ pub(crate) enum HooksCommand {
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct HooksInstallArgs {
+    #[command(flatten)]
+    pub(crate) file: HooksFileArgs,
+    /// Each agent session registers with a cgroup of its own, with these limits
+    /// (docs/cgroups.md): the session-start hook is written with them.
+    #[command(flatten)]
+    pub(crate) cgroup: CgroupArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct HooksFileArgs {
     /// The agent: claude-code, codex, gemini, copilot, cursor, kiro or opencode.
     pub(crate) agent: String,
     /// The settings file to edit (default: the agent's user settings, e.g.
@@ -197,6 +207,9 @@ pub(crate) struct HookRunArgs {
     /// end-hook: the hook input the session started with (JSON).
     #[arg(long, value_name = "JSON")]
     pub(crate) input: Option<String>,
+    /// session-start: the session's cgroup, as `install` was given it.
+    #[command(flatten)]
+    pub(crate) cgroup: CgroupArgs,
     /// end-hook: the user's command.
     #[arg(last = true)]
     pub(crate) argv: Vec<String>,
@@ -427,6 +440,10 @@ pub(crate) struct CgroupArgs {
     /// says why) the session is registered without one, with a warning.
     #[arg(long)]
     pub(crate) cgroup: bool,
+    /// No cgroup for this session, where livenessd gives every session one by default
+    /// (its `--session-cgroup`).
+    #[arg(long, conflicts_with = "cgroup")]
+    pub(crate) no_cgroup: bool,
     /// The session's memory limit (`memory.max`), e.g. 512M or 2G: beyond it the kernel
     /// OOM-kills inside the session only.
     #[arg(long, requires = "cgroup", value_parser = parse_bytes, value_name = "SIZE")]
@@ -451,6 +468,23 @@ pub(crate) struct CgroupArgs {
 }
 
 impl CgroupArgs {
+    /// The options again, as words of a command line (sizes in bytes): what a hook
+    /// installed with them is run with. Parsed already, so nothing but numbers and the
+    /// policy's name reaches the hook's line.
+    pub(crate) fn words(&self) -> Vec<String> {
+        if self.no_cgroup {
+            return vec!["--no-cgroup".to_owned()];
+        }
+        if !self.cgroup {
+            return Vec::new();
+        }
+        let mut words = vec!["--cgroup".to_owned()];
+        for (key, value) in self.limits().unwrap_or_default().pairs() {
+            words.extend([format!("--{key}"), value]);
+        }
+        words
+    }
+
     /// The request's `cgroup`, if asked for.
     pub(crate) fn limits(&self) -> Option<CgroupLimits> {
         self.cgroup.then_some(CgroupLimits {
@@ -461,30 +495,6 @@ impl CgroupArgs {
             on_oom: self.on_oom.map(OnOom::from),
         })
     }
-}
-
-/// A size in bytes, with an optional binary suffix K, M, G or T (`32M` is 32 MiB).
-fn parse_bytes(text: &str) -> Result<u64, String> {
-    let digits = text.trim_end_matches(['K', 'M', 'G', 'T', 'k', 'm', 'g', 't']);
-    let shift = match &text[digits.len()..] {
-        "" => 0,
-        "K" | "k" => 10,
-        "M" | "m" => 20,
-        "G" | "g" => 30,
-        "T" | "t" => 40,
-        _ => {
-            return Err(format!(
-                "{text:?} is not a size (a number, then K, M, G or T)"
-            ));
-        }
-    };
-    let number: u64 = digits
-        .parse()
-        .map_err(|_| format!("{text:?} is not a size (a number, then K, M, G or T)"))?;
-    number
-        .checked_mul(1 << shift)
-        .filter(|bytes| *bytes > 0)
-        .ok_or_else(|| format!("{text:?} is not a size between 1 byte and 16 EiB"))
 }
 
 /// When a session ends by itself.
@@ -1021,24 +1031,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sizes_take_binary_suffixes_and_refuse_the_rest() {
-        assert_eq!(parse_bytes("32M"), Ok(32 << 20));
-        assert_eq!(parse_bytes("4096"), Ok(4096));
-        assert_eq!(parse_bytes("2g"), Ok(2 << 30));
-        for bad in [
-            "",
-            "M",
-            "0",
-            "0K",
-            "-1M",
-            "1.5G",
-            "12MB",
-            "1 G",
-            "99999999T",
-            "\u{1b}[31m",
-        ] {
-            assert!(parse_bytes(bad).is_err(), "{bad:?}");
+    fn cgroup_options_are_written_back_as_numbers_for_the_hooks() {
+        #[derive(Debug, Parser)]
+        struct Options {
+            #[command(flatten)]
+            cgroup: CgroupArgs,
         }
+        let words = |args: &[&str]| {
+            let parsed = Options::try_parse_from([&["x"][..], args].concat()).unwrap();
+            parsed.cgroup.words()
+        };
+        assert_eq!(words(&[]), Vec::<String>::new());
+        assert_eq!(words(&["--no-cgroup"]), ["--no-cgroup"]);
+        assert_eq!(
+            words(&[
+                "--cgroup",
+                "--on-oom",
+                "end",
+                "--memory-max",
+                "1k",
+                "--cpu-weight",
+                "7"
+            ]),
+            [
+                "--cgroup",
+                "--memory-max",
+                "1024",
+                "--cpu-weight",
+                "7",
+                "--on-oom",
+                "end"
+            ]
+        );
+        assert!(Options::try_parse_from(["x", "--cgroup", "--no-cgroup"]).is_err());
     }
 
     /// Every option of every subcommand, nested ones too, explains itself in `--help`.

@@ -10,6 +10,7 @@ use liveness_common::cause::{Cause, SignalName};
 use liveness_common::exit::{DetectedBy, ExitStatus};
 use liveness_common::identity::{DeathReason, Identity};
 use liveness_common::lock::Lock;
+use liveness_common::request::CgroupLimits;
 use liveness_common::session::{EndReason, Event, EventKind, OnEnd, Phase, Reaped, Session};
 use liveness_common::status::{
     CgroupStatus, CgroupTermination, ClusterStatus, MembershipStatus, SourceReport, Status,
@@ -722,6 +723,23 @@ pub(crate) fn print_cgroup(cgroup: &CgroupStatus) {
             "   Cgroups: none for sessions: {}",
             reason.as_deref().unwrap_or("unusable")
         ),
+    }
+    if let Some(limits) = &cgroup.default {
+        outln!(
+            "            every new session asks for one unless it refuses (--no-cgroup): {}",
+            limits_text(limits)
+        );
+    }
+}
+
+/// A cgroup's limits as `livenessd --session-cgroup` takes them (`none`: no limits).
+fn limits_text(limits: &CgroupLimits) -> String {
+    let parts: Vec<String> = (limits.pairs().iter())
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect();
+    match parts.is_empty() {
+        true => "no limits".to_owned(),
+        false => parts.join(","),
     }
 }
 

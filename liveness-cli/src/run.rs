@@ -56,6 +56,7 @@ impl RunArgs {
             on_end_run: self.end_actions.specs()?,
             on_stall: self.stall.policy()?,
             cgroup: self.cgroup.limits(),
+            no_cgroup: self.cgroup.no_cgroup,
         };
         for warning in client.register_with_warnings(&registration)?.warnings {
             output::warn(&warning, context.json);

@@ -38,6 +38,7 @@ impl RegisterArgs {
             on_end_run: self.end_actions.specs()?,
             on_stall: self.stall.policy()?,
             cgroup: self.cgroup.limits(),
+            no_cgroup: self.cgroup.no_cgroup,
         };
         let mut client = context.connect()?;
         let pids = Numbering::of(&client);

@@ -114,6 +114,9 @@ pub struct Registration {
     /// cgroup2 the session is registered without one, with a warning. Set when the session
     /// is created.
     pub cgroup: Option<CgroupLimits>,
+    /// No cgroup, where the daemon gives every session one by default (its
+    /// `--session-cgroup`).
+    pub no_cgroup: bool,
 }
 
 /// The answer to [`Client::register_with_warnings`].
@@ -142,6 +145,7 @@ impl Registration {
             on_end_run: None,
             on_stall: None,
             cgroup: None,
+            no_cgroup: false,
         }
     }
 }

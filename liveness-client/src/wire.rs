@@ -195,6 +195,7 @@ pub(crate) fn register_request(
         on_end_run: registration.on_end_run.clone(),
         on_stall: registration.on_stall.clone().map(Box::new),
         cgroup: registration.cgroup.map(Box::new),
+        no_cgroup: registration.no_cgroup,
     });
     Ok((request, pidfd))
 }

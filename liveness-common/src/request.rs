@@ -93,6 +93,10 @@ pub struct Register {
     /// bigger for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<Box<CgroupLimits>>,
+    /// No cgroup for the new session, where the daemon gives every session one by
+    /// default (`livenessd --session-cgroup`); refused with `cgroup`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_cgroup: bool,
 }
 
 /// A session cgroup's limits (absent: none).
@@ -116,6 +120,95 @@ pub struct CgroupLimits {
     /// What an OOM kill inside the session does (default: continue).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_oom: Option<OnOom>,
+}
+
+impl CgroupLimits {
+    /// Each limit set, as [`CgroupLimits::parse`] and the command lines name it, with its
+    /// value (sizes in bytes).
+    pub fn pairs(&self) -> Vec<(&'static str, String)> {
+        let numbers = [
+            ("memory-max", self.memory_max),
+            ("memory-high", self.memory_high),
+            ("tasks-max", self.tasks_max),
+            ("cpu-weight", self.cpu_weight),
+        ];
+        numbers
+            .into_iter()
+            .filter_map(|(key, value)| Some((key, value?.to_string())))
+            .chain(
+                self.on_oom
+                    .map(|policy| ("on-oom", crate::wire::wire_name(policy))),
+            )
+            .collect()
+    }
+
+    /// Limits as a command line gives them: empty (a cgroup without limits), or
+    /// `memory-max=SIZE,memory-high=SIZE,tasks-max=N,cpu-weight=N,on-oom=continue|end`,
+    /// any of them, in any order (`livenessd --session-cgroup`).
+    pub fn parse(text: &str) -> Result<CgroupLimits, String> {
+        let mut limits = CgroupLimits::default();
+        for part in text.split(',').filter(|part| !part.is_empty()) {
+            let (key, value) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?} is not KEY=VALUE"))?;
+            let count = |range: std::ops::RangeInclusive<u64>| {
+                value
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|n| range.contains(n))
+                    .ok_or_else(|| {
+                        format!(
+                            "{key}: {value:?} is not a number from {} to {}",
+                            range.start(),
+                            range.end()
+                        )
+                    })
+            };
+            match key {
+                "memory-max" => limits.memory_max = Some(parse_bytes(value)?),
+                "memory-high" => limits.memory_high = Some(parse_bytes(value)?),
+                "tasks-max" => limits.tasks_max = Some(count(1..=u64::MAX)?),
+                "cpu-weight" => limits.cpu_weight = Some(count(1..=10_000)?),
+                "on-oom" => {
+                    limits.on_oom = Some(match value {
+                        "continue" => OnOom::Continue,
+                        "end" => OnOom::End,
+                        _ => return Err(format!("on-oom: {value:?} is not continue or end")),
+                    })
+                }
+                _ => {
+                    return Err(format!(
+                        "{key:?} is not one of memory-max, memory-high, tasks-max, cpu-weight, on-oom"
+                    ));
+                }
+            }
+        }
+        Ok(limits)
+    }
+}
+
+/// A size in bytes, with an optional binary suffix K, M, G or T (`32M` is 32 MiB).
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let digits = text.trim_end_matches(['K', 'M', 'G', 'T', 'k', 'm', 'g', 't']);
+    let shift = match &text[digits.len()..] {
+        "" => 0,
+        "K" | "k" => 10,
+        "M" | "m" => 20,
+        "G" | "g" => 30,
+        "T" | "t" => 40,
+        _ => {
+            return Err(format!(
+                "{text:?} is not a size (a number, then K, M, G or T)"
+            ));
+        }
+    };
+    let number: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size (a number, then K, M, G or T)"))?;
+    number
+        .checked_mul(1 << shift)
+        .filter(|bytes| *bytes > 0)
+        .ok_or_else(|| format!("{text:?} is not a size between 1 byte and 16 EiB"))
 }
 
 /// The session's end commands were run by its client (an agent's own end hook): each end
@@ -304,4 +397,58 @@ pub struct FleetWatch {
     pub since: Option<i64>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_take_binary_suffixes_and_refuse_the_rest() {
+        assert_eq!(parse_bytes("32M"), Ok(32 << 20));
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert_eq!(parse_bytes("2g"), Ok(2 << 30));
+        for bad in [
+            "",
+            "M",
+            "0",
+            "0K",
+            "-1M",
+            "1.5G",
+            "12MB",
+            "1 G",
+            "99999999T",
+            "\u{1b}[31m",
+        ] {
+            assert!(parse_bytes(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn limits_parse_from_a_list_and_refuse_the_rest() {
+        assert_eq!(CgroupLimits::parse(""), Ok(CgroupLimits::default()));
+        assert_eq!(
+            CgroupLimits::parse(
+                "memory-max=4G,tasks-max=512,cpu-weight=50,memory-high=3G,on-oom=end"
+            ),
+            Ok(CgroupLimits {
+                memory_max: Some(4 << 30),
+                memory_high: Some(3 << 30),
+                tasks_max: Some(512),
+                cpu_weight: Some(50),
+                on_oom: Some(OnOom::End),
+            })
+        );
+        for bad in [
+            "memory-max",
+            "memory-max=1G; rm -rf /",
+            "tasks-max=0",
+            "cpu-weight=10001",
+            "on-oom=sometimes",
+            "memory_max=1G",
+            "swap-max=1G",
+        ] {
+            assert!(CgroupLimits::parse(bad).is_err(), "{bad:?}");
+        }
+    }
 }

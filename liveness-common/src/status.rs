@@ -83,6 +83,10 @@ pub struct CgroupStatus {
     /// Why that one: systemd's version, or why systemd is not asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manager_reason: Option<String>,
+    /// The cgroup every new session gets unless it asks for its own or for none
+    /// (`livenessd --session-cgroup`); absent: only those that ask get one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<crate::request::CgroupLimits>,
 }
 
 /// Who makes session cgroups (docs/cgroups.md#systemd).

@@ -925,3 +925,93 @@ fn a_member_moved_out_of_its_session_cgroup_is_an_escape_and_still_a_survivor() 
     )
     .is_ok()));
 }
+
+/// `livenessd --session-cgroup LIMITS`: every new session asks for a cgroup with them
+/// unless it asks for its own or refuses one (`--no-cgroup`), and `status` shows them. On
+/// a host without usable cgroup2 each such registration succeeds without one, with the
+/// warning; where it is usable (the VM guests) the default's limits are written.
+#[test]
+fn the_daemons_default_cgroup_is_every_sessions_unless_it_asks_otherwise() {
+    let daemon = Daemon::start(&["--session-cgroup", "memory-max=64M,tasks-max=32"]);
+    let cgroup = status_cgroup(&daemon);
+    assert_eq!(
+        cgroup["default"],
+        json!({"memory_max": 64 << 20, "tasks_max": 32}),
+        "{cgroup}"
+    );
+    let usable = cgroup["usable"] == true;
+    // The guests (LIVENESS_REQUIRE_CGROUP2=1) take the usable branch, or fail here.
+    let test = "the_daemons_default_cgroup_is_every_sessions_unless_it_asks_otherwise";
+    assert_eq!(usable, usable_host(test).is_some(), "{cgroup}");
+    let status = daemon.cli(&["status"]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        text.contains("every new session asks for one unless it refuses (--no-cgroup): memory-max=67108864,tasks-max=32"),
+        "{text}"
+    );
+
+    let mut owner = sleeper();
+    let pid = owner.id().to_string();
+    let register = |id: &str, flags: &[&str]| {
+        let mut args = vec!["register", "--session", id, "--owner-pid", pid.as_str()];
+        args.extend(flags);
+        let out = daemon.cli(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{id}: {stderr}");
+        (daemon.session(id)["cgroup"].clone(), stderr)
+    };
+    let (by_default, stderr) = register("by-default", &[]);
+    let (own, _) = register("own", &["--cgroup", "--tasks-max", "8"]);
+    let (refused, refused_stderr) = register("refused", &["--no-cgroup"]);
+    if usable {
+        assert_eq!(by_default["memory_max"], 64 << 20, "{by_default}");
+        assert_eq!(by_default["tasks_max"], 32, "{by_default}");
+        let path = cgroup_of(&daemon, "by-default");
+        assert_eq!(read(&path.join("memory.max")).trim(), "67108864");
+        assert_eq!(read(&path.join("pids.max")).trim(), "32");
+        // Its own limits replace the default's whole.
+        assert_eq!(own["tasks_max"], 8, "{own}");
+        assert!(own.get("memory_max").is_none(), "{own}");
+    } else {
+        assert_eq!(by_default, Value::Null);
+        assert!(stderr.contains("the session has no cgroup"), "{stderr}");
+        assert_eq!(own, Value::Null);
+    }
+    assert_eq!(refused, Value::Null);
+    assert!(
+        !refused_stderr.contains("cgroup"),
+        "a refused cgroup warns of nothing: {refused_stderr}"
+    );
+
+    // Both at once is no choice: refused by the CLI and by the daemon, nothing registered.
+    let both = daemon.cli(&[
+        "register",
+        "--session",
+        "both",
+        "--owner-pid",
+        &pid,
+        "--cgroup",
+        "--no-cgroup",
+    ]);
+    assert_eq!(both.status.code(), Some(64), "{both:?}");
+    let reply = daemon.request(json!({
+        "op": "register", "session": "both", "owner": {"pid": owner.id()},
+        "cgroup": {}, "no_cgroup": true,
+    }));
+    assert_eq!(reply["error"]["code"], "invalid_request", "{reply}");
+    let missing = daemon.request(json!({"op": "get", "session": "both"}));
+    assert_eq!(missing["error"]["code"], "not_found", "{missing}");
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+
+    // A daemon given a default it cannot apply does not start.
+    for bad in ["memory-max=1G; rm -rf /", "tasks-max=0", "swap-max=1G"] {
+        let out = Command::new(integration_tests::binary("livenessd"))
+            .args(["--session-cgroup", bad])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{bad}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("--session-cgroup"), "{bad}: {stderr}");
+    }
+}

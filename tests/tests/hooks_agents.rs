@@ -1472,3 +1472,110 @@ fn an_end_command_livenessd_runs_sees_the_agent_s_path_home_and_session_variable
         "only the named variables pass:\n{recorded}"
     );
 }
+
+/// `install --cgroup` and its limits: the session-start hook is written with them (sizes
+/// in bytes) and registers each agent session with a cgroup, here on a host without
+/// usable cgroup2 (a hybrid one) without one, with the daemon's warning on stderr; a
+/// hostile value is refused as a usage error and nothing is written; `uninstall` knows
+/// the hook with its options as liveness's.
+#[test]
+fn install_with_a_cgroup_writes_its_limits_into_the_start_hook_and_refuses_hostile_ones() {
+    let daemon = Daemon::start(&[]);
+    let home = Home::new(&GEMINI);
+    let liveness = integration_tests::binary("liveness");
+    let file = home.file(&GEMINI);
+    let hooks = |args: &[&str]| {
+        Command::new(&liveness)
+            .arg("--socket")
+            .arg(&daemon.socket)
+            .arg("hooks")
+            .args(args)
+            .env("HOME", home.path())
+            .output()
+            .unwrap()
+    };
+    let before = std::fs::read(&file).unwrap();
+    for hostile in [
+        &["--cgroup", "--memory-max", "1G; rm -rf /"][..],
+        &["--cgroup", "--memory-high", "$(reboot)"],
+        &["--cgroup", "--tasks-max", "0"],
+        &["--cgroup", "--cpu-weight", "10001"],
+        &["--cgroup", "--on-oom", "end`id`"],
+        &["--memory-max", "2G"],
+    ] {
+        let out = hooks(&[&["install", "gemini"][..], hostile].concat());
+        assert_eq!(out.status.code(), Some(64), "{hostile:?}: {out:?}");
+        assert_eq!(
+            std::fs::read(&file).unwrap(),
+            before,
+            "{hostile:?}: unchanged"
+        );
+        assert!(!backup_exists(&file), "{hostile:?}: no backup made");
+    }
+
+    let limits = [
+        "--cgroup",
+        "--memory-max",
+        "2G",
+        "--memory-high",
+        "1536M",
+        "--tasks-max",
+        "64",
+        "--cpu-weight",
+        "50",
+    ];
+    let out = hooks(&[&["install", "gemini"][..], &limits].concat());
+    assert!(out.status.success(), "{out:?}");
+    let settings: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let commands: Vec<String> = settings["hooks"]
+        .as_object()
+        .unwrap()
+        .values()
+        .flat_map(|entries| entries.as_array().unwrap().clone())
+        .flat_map(|entry| entry["hooks"].as_array().unwrap().clone())
+        .filter_map(|hook| hook["command"].as_str().map(str::to_owned))
+        .filter(|line| line.contains(" hooks gemini "))
+        .collect();
+    let start = format!(
+        "{} --socket {} hooks gemini session-start --cgroup --memory-max 2147483648 --memory-high 1610612736 --tasks-max 64 --cpu-weight 50",
+        liveness.display(),
+        daemon.socket.display()
+    );
+    assert!(commands.contains(&start), "{commands:#?}");
+    assert!(
+        commands
+            .iter()
+            .filter(|line| !line.contains("session-start"))
+            .all(|line| !line.contains("--cgroup")),
+        "only the start hook registers: {commands:#?}"
+    );
+
+    // The agent runs the line with `sh -c`.
+    let line = format!("echo '{{\"session_id\": \"cg-1\", \"cwd\": \"/\"}}' | {start}");
+    let out = Command::new("sh").args(["-c", &line]).output().unwrap();
+    assert!(out.status.success() && out.stdout.is_empty(), "{out:?}");
+    let session = daemon.session("cg-1");
+    assert_eq!(session["phase"], "active", "{session}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let status = daemon.request(serde_json::json!({"op": "status"}));
+    if status["status"]["cgroup"]["usable"] == true {
+        assert_eq!(session["cgroup"]["memory_max"], 2u64 << 30, "{session}");
+        assert_eq!(session["cgroup"]["tasks_max"], 64, "{session}");
+    } else {
+        assert!(session.get("cgroup").is_none(), "{session}");
+        assert!(stderr.contains("the session has no cgroup"), "{stderr}");
+    }
+
+    let out = hooks(&["uninstall", "gemini"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        before,
+        "restored byte for byte"
+    );
+}
+
+/// Whether `install` left a copy of `file` beside it.
+fn backup_exists(file: &Path) -> bool {
+    Path::new(&format!("{}.liveness-backup", file.display())).exists()
+}

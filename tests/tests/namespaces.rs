@@ -301,6 +301,7 @@ fn a_pidfd_owner_is_never_confused_with_a_process_reusing_its_pid() {
         on_end_run: None,
         on_stall: None,
         cgroup: None,
+        no_cgroup: false,
     });
     let refusal = client
         .call_with_fds(&request, &[stale_pidfd.as_fd()])

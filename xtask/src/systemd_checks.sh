@@ -313,6 +313,53 @@ systemd_scope_after_crash() {
     expect "status still says systemd" [ "$(liveness status --json | jq -r .cgroup.manager)" = systemd ]
 }
 
+# A scope of the daemon's naming that no session has (left by a daemon SIGKILLed before it
+# stored its session, say), found at the restart by asking systemd (ListUnitsByPatterns)
+# and killed: its process is gone, no liveness-* unit is left.
+systemd_leftover_scope() {
+    local pid stray
+    pid=$(main_pid)
+    systemctl kill -s KILL livenessd
+    within 5 gone "$pid"
+    # systemd-run --scope moves itself into the scope and execs the command: $! is it.
+    systemd-run --scope --unit=liveness-s0-1-1 --slice=liveness.slice sleep 1000 &
+    stray=$!
+    within 10 [ "$(systemctl is-active liveness-s0-1-1.scope)" = active ]
+    echo "stray scope liveness-s0-1-1.scope, process $stray"
+    within 30 active
+    within 30 liveness status
+    within 10 gone "$stray"
+    within 10 no_scope_left
+    journalctl -u livenessd --no-pager -n 50 | grep -i 'left behind' || true
+}
+
+# end --terminate of a cgroup session whose tree is a fork loop held by --tasks-max: systemd's
+# KillUnit leaves nothing, and one session.reaped is published.
+systemd_scope_terminate_fork_loop() {
+    liveness run --cgroup --tasks-max 16 --session forkloop -- \
+        bash -c 'while :; do sleep 1000 & done 2>/dev/null' &
+    local run=$! unit path
+    within 10 has_scope forkloop
+    unit=$(scope_of forkloop)
+    path=$(scope_path forkloop)
+    within 10 [ "$(wc -l <"$path/cgroup.procs")" -ge 10 ]
+    local pids
+    pids=$(cat "$path/cgroup.procs")
+    echo "$(echo "$pids" | wc -l) processes in $unit"
+    liveness --json end --session forkloop --terminate | jq -c '{phase, reason}'
+    wait "$run" || true
+    within 20 no_scope_left
+    for pid in $pids; do
+        expect "process $pid of the loop is gone" gone "$pid"
+    done
+    within 10 root_ended forkloop
+    local reaped
+    # The watcher replays what the daemon keeps, then waits: cut short once replayed.
+    reaped=$(timeout 3 liveness --json watch --since 0 --session forkloop | grep -c '"session.reaped"' || true)
+    expect "one session.reaped ($reaped)" [ "$reaped" = 1 ]
+    expect "status says KillUnit" [ "$(liveness status --json | jq -r .cgroup.termination)" = unit ]
+}
+
 # An end hook as users write them, run by the daemon as alice: it records who it runs as,
 # what it may do (its capabilities, a write in its home, a TCP connection to a loopback
 # listener from bash and from node, whose JIT needs memory both writable and executable),
@@ -611,6 +658,8 @@ check "cgroup: status says systemd; a user's session gets its scope" systemd_sco
 check "cgroup: a transient scope under liveness.slice, MemoryMax, gone at the end" systemd_scope
 check "cgroup: a 64M hog is OOM-killed in its scope, oom_kill counted" systemd_scope_hog
 check "cgroup: a daemon SIGKILLed with a scope session: no scope outlives it" systemd_scope_after_crash
+check "cgroup: a leftover liveness-* scope is listed from systemd at start and killed" systemd_leftover_scope
+check "cgroup: end --terminate of a fork loop under TasksMax: KillUnit leaves nothing" systemd_scope_terminate_fork_loop
 check "apt-get remove stops the daemon and keeps the state" remove_keeps_state
 check "apt-get purge removes /var/lib/liveness" purge_removes_state
 check "without systemd as init: starts nothing, says how to run" without_systemd

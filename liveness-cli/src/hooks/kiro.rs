@@ -273,6 +273,7 @@ mod tests {
         HookCommand {
             program: "/usr/bin/liveness".into(),
             socket: None,
+            start: Vec::new(),
         }
     }
 

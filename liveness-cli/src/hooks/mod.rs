@@ -308,22 +308,29 @@ impl HookEnv {
     }
 }
 
-/// The command line the installed hooks run: this `liveness` binary, and the daemon's
-/// socket when one was named at install time.
+/// The command line the installed hooks run: this `liveness` binary, the daemon's socket
+/// when one was named at install time, and the options the session-start hook registers
+/// with (a cgroup and its limits).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HookCommand {
     pub program: PathBuf,
     pub socket: Option<PathBuf>,
+    /// Options of the daemon's making (`--cgroup --memory-max 2147483648`), after
+    /// `session-start` only.
+    pub start: Vec<String>,
 }
 
 impl HookCommand {
-    /// `PROGRAM [--socket PATH] hooks AGENT HOOK`, as an argv.
+    /// `PROGRAM [--socket PATH] hooks AGENT HOOK [START OPTIONS]`, as an argv.
     pub fn argv(&self, agent: &str, hook: &str) -> Vec<String> {
         let mut argv = vec![self.program.display().to_string()];
         if let Some(socket) = &self.socket {
             argv.extend(["--socket".to_owned(), socket.display().to_string()]);
         }
         argv.extend(["hooks", agent, hook].map(str::to_owned));
+        if hook == START_HOOK {
+            argv.extend(self.start.iter().cloned());
+        }
         argv
     }
 
@@ -337,15 +344,20 @@ impl HookCommand {
     }
 }
 
+/// The hook that registers the session, the one given [`HookCommand::start`].
+const START_HOOK: &str = "session-start";
+
 /// Whether a hook's command line is liveness's `hooks AGENT HOOK` (whatever the path of
-/// the binary and the options before `hooks`).
+/// the binary, the options before `hooks`, and those after it).
 pub fn is_hook_command(line: &str, agent: &str, hook: &str) -> bool {
     let words = shell_words(line);
+    let named = ["hooks".to_owned(), agent.to_owned(), hook.to_owned()];
+    let at = words.windows(3).position(|window| window == named);
     words
         .first()
         .and_then(|program| Path::new(program).file_name())
         .is_some_and(|name| name == "liveness")
-        && words.ends_with(&["hooks".to_owned(), agent.to_owned(), hook.to_owned()])
+        && at.is_some_and(|at| words.get(at + 3).is_none_or(|next| next.starts_with("--")))
 }
 
 /// `word` as one shell word: as is when it is plain, else in single quotes.
@@ -932,6 +944,7 @@ mod tests {
         let plain = HookCommand {
             program: "/usr/bin/liveness".into(),
             socket: None,
+            start: Vec::new(),
         };
         assert_eq!(
             plain.shell_line("claude-code", "session-start"),
@@ -940,6 +953,7 @@ mod tests {
         let odd = HookCommand {
             program: "/home/a b/it's/liveness".into(),
             socket: Some("/run/x y.sock".into()),
+            start: Vec::new(),
         };
         let line = odd.shell_line("claude-code", "session-end");
         assert_eq!(
@@ -958,6 +972,27 @@ mod tests {
             "liveness hooks claude-code session-end",
             "claude-code",
             "session-end"
+        ));
+        // The cgroup's options follow session-start, and only it.
+        let limited = HookCommand {
+            start: ["--cgroup", "--memory-max", "2147483648"]
+                .map(String::from)
+                .to_vec(),
+            ..plain
+        };
+        let start = limited.shell_line("claude-code", "session-start");
+        assert_eq!(
+            start,
+            "/usr/bin/liveness hooks claude-code session-start --cgroup --memory-max 2147483648"
+        );
+        assert!(is_hook_command(&start, "claude-code", "session-start"));
+        let end = limited.shell_line("claude-code", "session-end");
+        assert_eq!(end, "/usr/bin/liveness hooks claude-code session-end");
+        // A line that goes on with anything but options is not one of ours.
+        assert!(!is_hook_command(
+            "liveness hooks claude-code session-start; rm -rf ~",
+            "claude-code",
+            "session-start"
         ));
     }
 

@@ -48,6 +48,7 @@ impl Agent for OpenCode {
         let mut argv = command.argv(NAME, "");
         argv.pop();
         let argv = json!(argv);
+        let start = json!(command.start);
         Some(format!(
             r#"{PLUGIN_MARK} (`liveness hooks install opencode`); `liveness hooks uninstall opencode`
 // removes it.
@@ -56,11 +57,14 @@ impl Agent for OpenCode {
 import {{ spawn }} from "node:child_process";
 
 const LIVENESS = {argv};
+// What the session-start hook registers with besides (a cgroup and its limits).
+const START = {start};
 
 function hook(name, input) {{
   return new Promise((resolve) => {{
     try {{
-      const child = spawn(LIVENESS[0], [...LIVENESS.slice(1), name], {{
+      const options = name === "session-start" ? START : [];
+      const child = spawn(LIVENESS[0], [...LIVENESS.slice(1), name, ...options], {{
         stdio: ["pipe", "ignore", "inherit"],
       }});
       child.on("error", () => resolve());
@@ -116,5 +120,32 @@ export const LivenessPlugin = async () => ({{
 
     fn end_input(&self, start: &Value, facts: &EndFacts) -> Value {
         with_facts(start, facts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plugin_passes_the_start_options_to_session_start_only() {
+        let command = HookCommand {
+            program: "/usr/bin/liveness".into(),
+            socket: None,
+            start: ["--cgroup", "--tasks-max", "64"].map(String::from).to_vec(),
+        };
+        let plugin = OpenCode.plugin(&command).unwrap();
+        assert!(
+            plugin.contains(r#"const LIVENESS = ["/usr/bin/liveness","hooks","opencode"];"#),
+            "{plugin}"
+        );
+        assert!(
+            plugin.contains(r#"const START = ["--cgroup","--tasks-max","64"];"#),
+            "{plugin}"
+        );
+        assert!(
+            plugin.contains(r#"name === "session-start" ? START : []"#),
+            "{plugin}"
+        );
     }
 }

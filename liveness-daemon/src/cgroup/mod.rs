@@ -225,6 +225,7 @@ impl Support {
                     ),
                     Manager::Cgroupfs { reason } => reason.clone(),
                 }),
+                default: None,
             },
             Support::Unusable {
                 mount,
@@ -241,6 +242,7 @@ impl Support {
                 reason: Some(reason.clone()),
                 manager: None,
                 manager_reason: None,
+                default: None,
             },
         }
     }

@@ -68,6 +68,9 @@ pub struct Systemd {
     bus: zbus::Connection,
     /// The runtime the bus connection lives on, to call from other threads.
     runtime: tokio::runtime::Handle,
+    /// The daemon's scopes systemd had when the daemon started (`ListUnitsByPatterns`),
+    /// for the reconcile: asked at the probe, since the engine never waits on the bus.
+    pub scopes: Vec<String>,
 }
 
 /// The connection is not compared: one systemd is one version.
@@ -112,29 +115,45 @@ impl ScopeStart {
         self.systemd.clone()
     }
 
-    /// Starts the scope with the owner in it; the warnings of what went wrong (a session
-    /// whose scope did not start has no cgroup to hold its processes: its cgroup is found
-    /// empty at its end).
-    pub async fn run(self) -> Vec<String> {
+    /// The cgroup the session was stored with.
+    pub fn expected(&self) -> &Path {
+        &self.expected
+    }
+
+    /// Starts the scope with the owner in it: the warnings of what was not as asked, or
+    /// the warning that it did not start (the session then has no cgroup to hold its
+    /// processes, and the engine clears the one it was stored with).
+    pub async fn run(self) -> Result<Vec<String>, String> {
         let unit = &self.scope.unit;
-        match self.systemd.start(&self.scope).await {
-            Ok((cgroup, unset)) => {
-                let at = self.mount.join(cgroup.trim_start_matches('/'));
-                let elsewhere = (at != self.expected).then(|| {
-                    format!(
-                        "systemd made the scope {unit} at {}, not at {}: the session's cgroup is not followed",
-                        at.display(),
-                        self.expected.display()
-                    )
-                });
-                unset.into_iter().chain(elsewhere).collect()
-            }
-            Err(e) => vec![format!(
-                "the session has no cgroup: systemd did not start its scope {unit}: {e}"
-            )],
-        }
+        let (cgroup, unset) = self.systemd.start(&self.scope).await.map_err(|e| {
+            format!("the session has no cgroup: systemd did not start its scope {unit}: {e}")
+        })?;
+        let at = self.mount.join(cgroup.trim_start_matches('/'));
+        let elsewhere = (at != self.expected).then(|| {
+            format!(
+                "systemd made the scope {unit} at {}, not at {}: the session's cgroup is not followed",
+                at.display(),
+                self.expected.display()
+            )
+        });
+        Ok(unset.into_iter().chain(elsewhere).collect())
     }
 }
+
+/// A unit as `ListUnits…` gives it: name, description, load state, active state, sub
+/// state, followed unit, object path, job id, job type, job path.
+type ListedUnit = (
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    OwnedObjectPath,
+    u32,
+    String,
+    OwnedObjectPath,
+);
 
 /// The scope's name for user `uid`'s session created at `ms` with owner `pid`: digits only,
 /// so no session id ever reaches a unit name.
@@ -242,11 +261,35 @@ impl Systemd {
                 ));
             }
         };
-        Ok(Systemd {
+        let mut systemd = Systemd {
             version: major(&version),
             bus,
             runtime: tokio::runtime::Handle::current(),
-        })
+            scopes: Vec::new(),
+        };
+        // Without the list, the reconcile finds the scopes by their cgroups alone.
+        match tokio::time::timeout(TIMEOUT, systemd.list_scopes()).await {
+            Ok(Ok(scopes)) => systemd.scopes = scopes,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot list the session scopes left behind; they are found by their cgroups")
+            }
+            Err(_) => tracing::warn!(
+                "systemd did not list the session scopes left behind in time; they are found by their cgroups"
+            ),
+        }
+        Ok(systemd)
+    }
+
+    /// The daemon's scopes (`liveness-*.scope`) that systemd has and that may still hold
+    /// processes: not `inactive` or `failed` (those it collects).
+    async fn list_scopes(&self) -> Result<Vec<String>, SystemdError> {
+        let body = (Vec::<&str>::new(), vec![format!("{PREFIX}*.scope")]);
+        let units: Vec<ListedUnit> = self.manager("ListUnitsByPatterns", &body).await?;
+        Ok(units
+            .into_iter()
+            .filter(|unit| !matches!(unit.3.as_str(), "inactive" | "failed"))
+            .map(|unit| unit.0)
+            .collect())
     }
 
     /// Starts `scope` with the owner in it and waits for it to be active; its

@@ -9,6 +9,7 @@ use crate::activity::ActivityConfig;
 use crate::source::ebpf::EbpfConfig;
 use crate::source::monitor::Selection;
 use liveness_common::activity::StallPolicy;
+use liveness_common::request::CgroupLimits;
 use liveness_common::status::LimitsConfig;
 
 /// The liveness daemon: learns from the kernel when session owners die and finalizes
@@ -110,6 +111,12 @@ pub struct Args {
     /// tree). See docs/activity.md.
     #[arg(long, default_value = "notify", value_parser = parse_on_stall, value_name = "ACTION")]
     pub(super) on_stall: StallPolicy,
+    /// Give every new session a cgroup of its own (docs/cgroups.md) unless it asks for its
+    /// own limits or for none (`register --no-cgroup`): alone, without limits; or with
+    /// `memory-max=SIZE,memory-high=SIZE,tasks-max=N,cpu-weight=N,on-oom=continue|end`.
+    /// On a host without usable cgroup2 each registration warns that it has none.
+    #[arg(long, num_args = 0..=1, default_missing_value = "", value_parser = CgroupLimits::parse, value_name = "LIMITS")]
+    pub(super) session_cgroup: Option<CgroupLimits>,
     /// A process name that `owner: "auto"` skips as a wrapper (repeatable).
     #[arg(long = "wrapper", value_name = "COMM")]
     pub(super) wrappers: Vec<String>,

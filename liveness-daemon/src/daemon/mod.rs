@@ -345,6 +345,7 @@ fn engine_start(
                 &proc.path().join("self/mountinfo"),
                 systemd,
             )),
+            default_cgroup: args.session_cgroup,
         },
         about,
     }

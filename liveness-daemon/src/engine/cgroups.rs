@@ -6,7 +6,7 @@
 //! it (docs/cgroups.md).
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use liveness_common::identity::Identity;
@@ -44,6 +44,22 @@ impl SessionCgroups {
             self.reclaimer.follow(path.clone());
         }
         self.active.insert((uid, id), path);
+    }
+
+    /// User `uid`'s session `id` no longer has the cgroup `path` (its scope did not
+    /// start): nothing is reclaimed for it at its end. A scope followed meanwhile is given
+    /// up by the reclaimer when it does not appear.
+    pub(super) fn forget(&mut self, uid: u32, id: &str, path: &Path) {
+        let key = (uid, id.to_owned());
+        if self.active.get(&key).is_some_and(|p| p == path) {
+            self.active.remove(&key);
+        }
+    }
+
+    /// Whether `path` is handed to the reclaimer, or waits for it.
+    #[cfg(test)]
+    pub(super) fn is_reclaiming(&self, path: &Path) -> bool {
+        self.reclaimer.is_queued(path) || self.ending.values().any(|p| p == path)
     }
 
     /// Hands the cgroups of the sessions these events ended to the reclaimer, and follows
@@ -126,13 +142,20 @@ impl SessionCgroups {
         };
         self.termination = Some(hierarchy.termination());
         self.systemd = hierarchy.systemd().cloned();
-        let children = match hierarchy.children() {
+        let mut children = match hierarchy.children() {
             Ok(children) => children,
             Err(e) => {
                 tracing::error!(error = %e, "cannot list the session cgroups; none reconciled");
                 return;
             }
         };
+        // The scopes systemd listed at start, whose cgroups are under the subtree too
+        // (`Slice=liveness.slice`): a scope is found by asking systemd, not only by its
+        // directory.
+        let scopes = self.systemd.iter().flat_map(|systemd| &systemd.scopes);
+        children.extend(scopes.map(|unit| hierarchy.subtree.join(unit)));
+        children.sort();
+        children.dedup();
         let active: HashSet<&PathBuf> = self.active.values().collect();
         let left: Vec<PathBuf> = children
             .into_iter()

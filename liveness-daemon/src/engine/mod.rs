@@ -53,8 +53,8 @@ pub use end_metrics::EndMetrics;
 pub use fanout::Subscription;
 pub use locks::{Acquire, Queued};
 pub use op::{
-    Ask, Command, End, Found, Handle, Judged, Op, Register, Registered, Sampling, Subscribe,
-    Synced, Target, Tree, Waiting, Whose, ancestry,
+    Ask, Command, End, Found, Handle, Judged, Op, Register, Registered, Sampling, ScopeFailed,
+    Subscribe, Synced, Target, Tree, Waiting, Whose, ancestry,
 };
 #[cfg(feature = "fleet")]
 pub use op::{FleetGranted, FleetHeld, FleetReleased};
@@ -104,6 +104,9 @@ pub struct EngineConfig {
     pub actions: ActionConfig,
     /// The cgroup2 hierarchy sessions' cgroups are made in, or why there is none.
     pub cgroups: Arc<crate::cgroup::Support>,
+    /// The cgroup a new session gets when it asks for none of its own and does not
+    /// refuse one (`--session-cgroup`).
+    pub default_cgroup: Option<liveness_common::request::CgroupLimits>,
 }
 
 /// Where the engine reads the wall clock.

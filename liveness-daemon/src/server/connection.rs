@@ -13,7 +13,8 @@ use super::reads::Answer;
 use super::reply::IntoReply;
 use super::stream::Stream;
 use super::{Readers, fleet, goodbye, locks, stopping};
-use crate::engine::{Ask, Caller, Command, Handle, Op, Register};
+use crate::cgroup::systemd::ScopeStart;
+use crate::engine::{Ask, Caller, Command, Handle, Op, Register, Registered, ScopeFailed};
 use crate::fair::closer::Closer;
 use crate::fair::limits::{ConnectionSlot, Limits};
 use liveness_common::protocol::{ErrorCode, MAX_LINE_BYTES, Reply, Request, parse_request};
@@ -26,6 +27,37 @@ where
     O::Answer: IntoReply,
 {
     engine.ask(caller, op).await.into()
+}
+
+/// Asks systemd for a registered session's scope, off the engine's thread. One that does
+/// not start leaves the session without a cgroup: the engine clears the one it was stored
+/// with, and the reply shows the session as written then.
+async fn scope_started(
+    engine: &Handle,
+    caller: Caller,
+    registered: &mut Registered,
+    scope: ScopeStart,
+) {
+    let path = scope.expected().to_path_buf();
+    match scope.run().await {
+        Ok(warnings) => registered.warnings.extend(warnings),
+        Err(warning) => {
+            registered.warnings.push(warning);
+            let session = &registered.session;
+            let failed = ScopeFailed {
+                uid: session.creator_uid,
+                id: session.id.clone(),
+                path,
+            };
+            match engine.ask(caller, failed).await {
+                Ok(Some(session)) => registered.session = session,
+                Ok(None) => registered.session.cgroup = None,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot clear the cgroup of a session whose scope did not start")
+                }
+            }
+        }
+    }
 }
 
 pub(super) struct Connection {
@@ -149,9 +181,12 @@ impl Connection {
                     // the scope, so the owner runs in it before its caller is told.
                     if let Ok(registered) = &mut registered {
                         if let Some(scope) = registered.scope.take() {
-                            registered.warnings.extend(scope.run().await);
+                            scope_started(engine, caller, registered, scope).await;
                         }
-                        if let Some(enclosure) = registered.enclosure.take() {
+                        // A scope that did not start left the session without a cgroup.
+                        if let Some(enclosure) = registered.enclosure.take()
+                            && registered.session.cgroup.is_some()
+                        {
                             let session = &registered.session;
                             let moved = readers.enclose(engine, caller, session, enclosure);
                             registered.warnings.extend(moved.await);

@@ -5,7 +5,7 @@ use rusqlite::params;
 
 use super::rows::json_value;
 use super::{Store, StoreError};
-use liveness_common::session::{CgroupEscape, CgroupUsage, SessionCgroup};
+use liveness_common::session::{CgroupEscape, CgroupUsage, Session, SessionCgroup};
 
 impl Store {
     /// Stores what the session's cgroup counted (`cgroup.usage`) and the escapes of its
@@ -31,6 +31,29 @@ impl Store {
                 json_value(Some(&escaped))?
             ])?;
         Ok(())
+    }
+
+    /// Clears the cgroup of user `uid`'s session `id` if it is still `path` (systemd did
+    /// not start its scope: no cgroup holds its processes); the session as written, or
+    /// `None` when it had no such cgroup (gone by retention meanwhile). No event: a
+    /// subscriber reads it with `get`.
+    pub fn clear_cgroup(
+        &mut self,
+        uid: u32,
+        id: &str,
+        path: &str,
+    ) -> Result<Option<Session>, StoreError> {
+        let cleared = self
+            .conn
+            .prepare_cached(
+                "UPDATE sessions SET cgroup = NULL \
+                 WHERE creator_uid = ?1 AND id = ?2 AND json_extract(cgroup, '$.path') = ?3",
+            )?
+            .execute(params![uid, id, path])?;
+        match cleared {
+            0 => Ok(None),
+            _ => self.get(uid, id),
+        }
     }
 
     /// The ENDED sessions that had a cgroup: their creator, id and cgroup.

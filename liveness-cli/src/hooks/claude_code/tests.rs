@@ -12,6 +12,7 @@ fn command() -> HookCommand {
     HookCommand {
         program: "/usr/bin/liveness".into(),
         socket: None,
+        start: Vec::new(),
     }
 }
 
@@ -148,6 +149,7 @@ fn a_new_binary_path_replaces_the_hook_in_place() {
     let moved = HookCommand {
         program: "/opt/liveness/bin/liveness".into(),
         socket: Some("/run/user/1000/liveness/liveness.sock".into()),
+        start: Vec::new(),
     };
     install(&CLAUDE_CODE, &path, &moved).unwrap();
     let settings = read_json(&path);

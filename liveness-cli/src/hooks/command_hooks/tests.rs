@@ -12,6 +12,7 @@ fn command() -> HookCommand {
     HookCommand {
         program: "/usr/bin/liveness".into(),
         socket: None,
+        start: Vec::new(),
     }
 }
 

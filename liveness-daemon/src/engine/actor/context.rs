@@ -12,7 +12,7 @@ use crate::engine::Refusal;
 use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::lock::Lock;
 use liveness_common::session::{Event, EventKind, Phase, Session, Survivors};
-use liveness_common::status::{Counters, LimitsStatus, Status};
+use liveness_common::status::{CgroupStatus, Counters, LimitsStatus, Status};
 
 use super::Engine;
 use crate::engine::TreeView;
@@ -107,6 +107,11 @@ impl<'a> Context<'a> {
     /// again, with other end actions; a declaration), given the session as written.
     pub(in crate::engine) fn follow(&mut self, session: Session) {
         self.engine.ledger.follow(session);
+    }
+
+    /// User `uid`'s session `id` no longer has the cgroup `path`: its end reclaims none.
+    pub(in crate::engine) fn forget_cgroup(&mut self, uid: u32, id: &str, path: &std::path::Path) {
+        self.engine.effects.cgroups().forget(uid, id, path);
     }
 
     /// A new session's labels within `uid`'s limits.
@@ -267,7 +272,10 @@ impl<'a> Context<'a> {
             // does not know.
             activity: Default::default(),
             cluster: None,
-            cgroup: Some(facts.config.cgroups.status()),
+            cgroup: Some(CgroupStatus {
+                default: facts.config.default_cgroup,
+                ..facts.config.cgroups.status()
+            }),
         }
     }
 }

@@ -26,7 +26,7 @@ use liveness_proc::fake::FakeProc;
 use super::{Context, Engine};
 use crate::engine::{
     Acquire, ActionConfig, Ask, Caller, Clock, Command, End, EngineConfig, Op, PRUNE_PERIOD,
-    Refusal, Register, Registered, Subscribe, Synced,
+    Refusal, Register, Registered, ScopeFailed, Subscribe, Synced,
 };
 
 const WALL_MS: i64 = 1_700_000_000_000;
@@ -63,6 +63,16 @@ struct Fixture {
 
 /// An engine whose only exit source is in memory, with its clock on tokio's.
 async fn fixture() -> Fixture {
+    fixture_with(crate::cgroup::Support::Unusable {
+        mount: None,
+        controllers: Vec::new(),
+        reason: "not in the engine's tests".to_owned(),
+    })
+    .await
+}
+
+/// [`fixture`] with `cgroups` as the host's cgroup support.
+async fn fixture_with(cgroups: crate::cgroup::Support) -> Fixture {
     let proc = FakeProc::new();
     for caller in [ROOT, ALICE, BOB] {
         proc.spawn(caller.pid, caller.uid);
@@ -93,11 +103,8 @@ async fn fixture() -> Fixture {
             proc: Some(liveness_proc::identity::ProcRoot::default()),
             ..ActionConfig::default()
         },
-        cgroups: std::sync::Arc::new(crate::cgroup::Support::Unusable {
-            mount: None,
-            controllers: Vec::new(),
-            reason: "not in the engine's tests".to_owned(),
-        }),
+        cgroups: std::sync::Arc::new(cgroups),
+        default_cgroup: None,
     };
     let about = DaemonInfo {
         version: "test".into(),
@@ -236,6 +243,7 @@ fn registration(
         on_end_run: None,
         on_stall: None,
         cgroup: None,
+        no_cgroup: false,
     };
     Register {
         request,
@@ -1353,4 +1361,73 @@ async fn end_actions_replaced_by_the_same_owner_are_the_ones_its_death_counts() 
         .collect();
     assert_eq!(ended.len(), 1, "{received}");
     assert_eq!(ended[0]["event"]["actions"], 2, "{}", ended[0]);
+}
+
+/// A cgroup2 mount crafted in `dir` (files, not the kernel's), as the daemon detects it
+/// where systemd is not the init.
+fn crafted_cgroups(dir: &std::path::Path) -> crate::cgroup::Support {
+    let mount = dir.join("cg");
+    std::fs::create_dir(&mount).unwrap();
+    std::fs::write(mount.join("cgroup.controllers"), "cpu io memory pids\n").unwrap();
+    std::fs::write(mount.join("cgroup.subtree_control"), "").unwrap();
+    let mountinfo = dir.join("mountinfo");
+    let line = format!(
+        "34 33 0:29 / {} rw - cgroup2 cgroup2 rw,nsdelegate\n",
+        mount.display()
+    );
+    std::fs::write(&mountinfo, line).unwrap();
+    crate::cgroup::Support::detect(&mountinfo, Err("systemd is not the init".into()))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_session_whose_scope_did_not_start_keeps_no_cgroup_and_its_end_reclaims_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut f = fixture_with(crafted_cgroups(dir.path())).await;
+    f.proc.spawn(11, ALICE.uid);
+    let mut register = registration(Some("s"), OwnerSpec::Pid(PidOwner { pid: 11 }), None, None);
+    register.request.cgroup = Some(Box::new(request::CgroupLimits {
+        memory_max: Some(64 << 20),
+        ..request::CgroupLimits::default()
+    }));
+    let registered = session_of(f.ask(ALICE, register), "register");
+    let path = std::path::PathBuf::from(&registered.cgroup.expect("a cgroup").path);
+
+    // Another path than the one stored changes nothing.
+    let other = ScopeFailed {
+        uid: ALICE.uid,
+        id: "s".into(),
+        path: path.with_file_name("liveness-s1000-1-2.scope"),
+    };
+    assert_eq!(f.ask(ALICE, other).unwrap(), None);
+    assert!(f.session(ALICE.uid, "s").cgroup.is_some());
+
+    let failed = ScopeFailed {
+        uid: ALICE.uid,
+        id: "s".into(),
+        path: path.clone(),
+    };
+    let cleared = f
+        .ask(ALICE, failed)
+        .unwrap()
+        .expect("the session as written");
+    assert_eq!(cleared.cgroup, None);
+    assert_eq!(
+        f.session(ALICE.uid, "s").cgroup,
+        None,
+        "get shows no cgroup"
+    );
+    assert_eq!(f.row(ALICE.uid, "s").cgroup, None, "nor SQLite");
+    let in_memory = f.engine.ledger.active_sessions().find(|s| s.id == "s");
+    assert_eq!(
+        in_memory.expect("ACTIVE").cgroup,
+        None,
+        "nor the sessions in memory"
+    );
+
+    // Its end hands no cgroup to the reclaimer: the one made stays as it was, unread.
+    f.die(11, EXITED);
+    f.next_death().await;
+    let ended = f.session(ALICE.uid, "s");
+    assert_eq!((ended.phase, ended.cgroup), (Phase::Ended, None));
+    assert!(!f.engine.effects.cgroups().is_reclaiming(&path));
 }

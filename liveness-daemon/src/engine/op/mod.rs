@@ -30,6 +30,7 @@ mod lock_acquire;
 mod lock_release;
 mod register;
 mod rename;
+mod scope_failed;
 mod status;
 mod subscribe;
 mod synced;
@@ -42,6 +43,7 @@ pub use activity::{Judged, Sampling, Target};
 pub use end::End;
 pub use fleet_lock::{FleetGranted, FleetHeld, FleetReleased};
 pub use register::{Register, Registered};
+pub use scope_failed::ScopeFailed;
 pub use subscribe::Subscribe;
 pub use synced::Synced;
 pub use tree::Tree;
@@ -132,6 +134,7 @@ macro_rules! commands {
 
 commands! {
     Register(Register),
+    ScopeFailed(ScopeFailed),
     Rename(request::Rename),
     Touch(request::Touch),
     Get(request::Get),

@@ -72,7 +72,8 @@ impl Op for Register {
         if let Some(policy) = &request.on_stall {
             policy.validate().map_err(Refusal::Invalid)?;
         }
-        check_limits(request.cgroup.as_deref().copied())?;
+        let limits = cgroup_asked(request.cgroup.as_deref(), request.no_cgroup, cx.facts())?;
+        check_limits(limits)?;
         let owner = resolve_owner(cx.facts(), caller, request.owner, request.wrappers, &fds)?;
         let (previous, ended) = match cx.store().get(namespace, &id)? {
             Some(existing) => {
@@ -107,12 +108,7 @@ impl Op for Register {
         let mut warnings = Vec::new();
         // A cgroup is made for a new session only, before it is stored (and removed again,
         // empty, if it is not); the owner is moved in once it is.
-        let (cgroup, scope) = match request
-            .cgroup
-            .as_deref()
-            .copied()
-            .filter(|_| previous.is_none())
-        {
+        let (cgroup, scope) = match limits.filter(|_| previous.is_none()) {
             Some(limits) => {
                 let new = New {
                     uid: namespace,
@@ -208,6 +204,23 @@ impl Op for Register {
 
     fn about(registered: &Registered) -> Option<&Session> {
         Some(&registered.session)
+    }
+}
+
+/// The cgroup a registration asks for: its own, none when it refuses one, else the
+/// daemon's default (`--session-cgroup`), if any.
+fn cgroup_asked(
+    own: Option<&CgroupLimits>,
+    none: bool,
+    facts: &Facts,
+) -> Result<Option<CgroupLimits>, Refusal> {
+    match (own, none) {
+        (Some(_), true) => Err(Refusal::Invalid(
+            "`cgroup` and `no_cgroup` together: ask for a cgroup or refuse one".into(),
+        )),
+        (Some(limits), false) => Ok(Some(*limits)),
+        (None, true) => Ok(None),
+        (None, false) => Ok(facts.config.default_cgroup),
     }
 }
 

@@ -5,11 +5,14 @@
 import { spawn } from "node:child_process";
 
 const LIVENESS = ["@LIVENESS@","hooks","opencode"];
+// What the session-start hook registers with besides (a cgroup and its limits).
+const START = [];
 
 function hook(name, input) {
   return new Promise((resolve) => {
     try {
-      const child = spawn(LIVENESS[0], [...LIVENESS.slice(1), name], {
+      const options = name === "session-start" ? START : [];
+      const child = spawn(LIVENESS[0], [...LIVENESS.slice(1), name, ...options], {
         stdio: ["pipe", "ignore", "inherit"],
       });
       child.on("error", () => resolve());
