@@ -314,19 +314,19 @@ systemd_scope_after_crash() {
 }
 
 # A scope of the daemon's naming that no session has (left by a daemon SIGKILLed before it
-# stored its session, say), found at the restart by asking systemd (ListUnitsByPatterns)
-# and killed: its process is gone, no liveness-* unit is left.
+# stored its session, say), found at the next start by asking systemd (ListUnitsByPatterns)
+# and killed: its process is gone, no liveness-* unit is left. The daemon is stopped while
+# the stray is made: SIGKILLed, systemd would restart it (and it would kill the stray)
+# before the scope were seen active.
 systemd_leftover_scope() {
-    local pid stray
-    pid=$(main_pid)
-    systemctl kill -s KILL livenessd
-    within 5 gone "$pid"
+    local stray
+    systemctl stop livenessd
     # systemd-run --scope moves itself into the scope and execs the command: $! is it.
     systemd-run --scope --unit=liveness-s0-1-1 --slice=liveness.slice sleep 1000 &
     stray=$!
     within 10 [ "$(systemctl is-active liveness-s0-1-1.scope)" = active ]
     echo "stray scope liveness-s0-1-1.scope, process $stray"
-    within 30 active
+    systemctl start livenessd
     within 30 liveness status
     within 10 gone "$stray"
     within 10 no_scope_left

@@ -278,6 +278,7 @@ fn run(incoming: mpsc::Receiver<Message>, emptied: tokio_mpsc::UnboundedSender<E
                 Ok(true) => still.push((job, escaped)),
                 Ok(false) => {
                     kills.retain(|kill| kill.path != job.path);
+                    crate::source::cgroups::forget_session_cgroup(&job.path);
                     let mut usage = usage(&job.path);
                     if let Some(follow) = followed.remove(&job.path)
                         && usage.memory_events.is_none()

@@ -129,6 +129,7 @@ impl ScopeStart {
             format!("the session has no cgroup: systemd did not start its scope {unit}: {e}")
         })?;
         let at = self.mount.join(cgroup.trim_start_matches('/'));
+        crate::source::cgroups::name_session_cgroup(&at);
         let elsewhere = (at != self.expected).then(|| {
             format!(
                 "systemd made the scope {unit} at {}, not at {}: the session's cgroup is not followed",

@@ -40,6 +40,8 @@ impl SessionCgroups {
     /// A session that has a cgroup, registered or found ACTIVE at start; a scope is
     /// followed from now on, since systemd removes it once empty.
     pub(super) fn active(&mut self, uid: u32, id: String, path: PathBuf) {
+        // Made already, or found at start; a scope is named once systemd made it.
+        crate::source::cgroups::name_session_cgroup(&path);
         if unit_of(&path).is_some() {
             self.reclaimer.follow(path.clone());
         }

@@ -3,19 +3,50 @@
 //! that inode in the hierarchy that holds the memory controller, cgroup v1's `memory` or the
 //! unified v2 one.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 
 /// Directories looked at, at most, before giving up: the walk runs on the death path.
 const MAX_WALK: usize = 20_000;
 
-/// The path of the memory cgroup with kernfs id `id`, as `/proc/<pid>/cgroup` would show it;
-/// `None` when it is gone (removed after the kill) or not found within [`MAX_WALK`].
+/// The sessions' own cgroups by kernfs id, from when they are made (or found at start) until
+/// they are reclaimed: systemd removes an emptied scope at once, often before an OOM kill
+/// inside it is read from the ring, and a walk would then find nothing.
+static SESSION_CGROUPS: Mutex<BTreeMap<u64, PathBuf>> = Mutex::new(BTreeMap::new());
+
+/// Names the session cgroup at `path` (its directory, which exists) for
+/// [`memory_cgroup_path`].
+pub fn name_session_cgroup(path: &Path) {
+    if let Ok(meta) = std::fs::metadata(path) {
+        let mut named = SESSION_CGROUPS
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        named.insert(meta.ino(), path.to_path_buf());
+    }
+}
+
+/// The session cgroup at `path` is reclaimed: its id names nothing any more.
+pub fn forget_session_cgroup(path: &Path) {
+    let mut named = SESSION_CGROUPS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    named.retain(|_, named| named != path);
+}
+
+/// The path of the memory cgroup with kernfs id `id`, as `/proc/<pid>/cgroup` would show it:
+/// a session's own as named, another found by a walk. `None` when it is gone (removed after
+/// the kill) or not found within [`MAX_WALK`].
 pub fn memory_cgroup_path(id: u64) -> Option<String> {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let (mount_point, root) = memory_hierarchy(&mountinfo)?;
-    let relative = find_inode(&mount_point, id)?;
+    let named = (SESSION_CGROUPS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner))
+    .get(&id)
+    .and_then(|path| Some(path.strip_prefix(&mount_point).ok()?.to_path_buf()));
+    let relative = named.or_else(|| find_inode(&mount_point, id))?;
     Some(join(&root, &relative))
 }
 
@@ -130,6 +161,28 @@ mod tests {
             memory_hierarchy("1 2 0:3 / / rw - ext4 /dev/sda rw\n"),
             None
         );
+    }
+
+    /// A session cgroup removed before its OOM kill is read (systemd collects an emptied
+    /// scope at once) is still named by its id, until it is forgotten.
+    #[test]
+    fn a_named_session_cgroup_is_found_after_its_removal() {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let (mount_point, root) = memory_hierarchy(&mountinfo).expect("a memory hierarchy");
+        let name = format!("liveness-test-{}", std::process::id());
+        let path = mount_point.join(&name);
+        if let Err(e) = std::fs::create_dir(&path) {
+            // Not root, or a read-only hierarchy: nothing to name.
+            eprintln!("skipped: cannot make {}: {e}", path.display());
+            return;
+        }
+        let id = std::fs::metadata(&path).unwrap().ino();
+        name_session_cgroup(&path);
+        std::fs::remove_dir(&path).unwrap();
+        let expected = join(&root, Path::new(&name));
+        assert_eq!(memory_cgroup_path(id), Some(expected));
+        forget_session_cgroup(&path);
+        assert_eq!(memory_cgroup_path(id), None);
     }
 
     #[test]
