@@ -318,13 +318,19 @@ systemd_scope_after_crash() {
 # and killed: its process is gone, no liveness-* unit is left. The daemon is stopped while
 # the stray is made: SIGKILLed, systemd would restart it (and it would kill the stray)
 # before the scope were seen active.
+# Whether UNIT is active, asked each time it is called (`within` retries its command, not
+# an expansion made once before it).
+unit_active() { [ "$(systemctl is-active "$1")" = active ]; }
+# Whether the cgroup at PATH holds at least N processes: holds_at_least N PATH.
+holds_at_least() { [ "$(wc -l <"$2/cgroup.procs")" -ge "$1" ]; }
+
 systemd_leftover_scope() {
     local stray
     systemctl stop livenessd
     # systemd-run --scope moves itself into the scope and execs the command: $! is it.
     systemd-run --scope --unit=liveness-s0-1-1 --slice=liveness.slice sleep 1000 &
     stray=$!
-    within 10 [ "$(systemctl is-active liveness-s0-1-1.scope)" = active ]
+    within 10 unit_active liveness-s0-1-1.scope
     echo "stray scope liveness-s0-1-1.scope, process $stray"
     systemctl start livenessd
     within 30 liveness status
@@ -342,7 +348,7 @@ systemd_scope_terminate_fork_loop() {
     within 10 has_scope forkloop
     unit=$(scope_of forkloop)
     path=$(scope_path forkloop)
-    within 10 [ "$(wc -l <"$path/cgroup.procs")" -ge 10 ]
+    within 10 holds_at_least 10 "$path"
     local pids
     pids=$(cat "$path/cgroup.procs")
     echo "$(echo "$pids" | wc -l) processes in $unit"
