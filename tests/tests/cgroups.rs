@@ -517,7 +517,7 @@ fn an_ended_sessions_cgroup_is_removed_once_empty_with_its_counters_stored() {
     }));
     assert_eq!(reply["ok"], true, "{reply}");
     let path = cgroup_of(&daemon, "w");
-    // The member predates the registration: moved by hand, as a later fork would be born.
+    // The registration moved the member in already; written again, it stays there.
     std::fs::write(path.join("cgroup.procs"), member.to_string()).unwrap();
     let reply = daemon.request(json!({"op": "end", "session": "w"}));
     assert_eq!(reply["ok"], true, "{reply}");
@@ -568,7 +568,7 @@ fn a_killed_daemons_session_cgroups_are_reclaimed_after_its_restart() {
         }));
         assert_eq!(reply["ok"], true, "{reply}");
         let path = cgroup_of(&daemon, &id);
-        // The member predates the registration: moved by hand, as a later fork would be born.
+        // The registration moved the member in already; written again, it stays there.
         std::fs::write(path.join("cgroup.procs"), member.to_string()).unwrap();
         owners.push((owner, member));
         paths.push(path);
