@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::session::{CgroupEscape, CgroupUsage, IoUsage, MemoryEvents};
 use liveness_common::status::{CgroupManager, CgroupStatus, CgroupTermination};
-use liveness_proc::identity::ProcRoot;
+use liveness_proc::identity::{Liveness, ProcRoot};
 use liveness_proc::pidref::PidRef;
 
 use mountinfo::cgroup2_mounts;
@@ -442,13 +442,10 @@ impl Enclosure {
     }
 
     /// Writes each of `strays` into the cgroup (the daemon's own cgroups), each still the
-    /// process it was (its start time) just before; one gone meanwhile is no error.
+    /// process it was (alive, its start time) just before; one gone meanwhile is no error.
     pub fn take_in(&self, strays: &[ProcessKey], proc: &ProcRoot) -> Result<(), CgroupError> {
         for key in strays {
-            if proc
-                .stat(key.pid)
-                .is_ok_and(|s| s.start_ticks == key.start_ticks)
-            {
+            if proc.check_key(*key) == Liveness::Alive {
                 adopt(&self.path, key.pid)?;
             }
         }
@@ -469,13 +466,14 @@ pub fn escapes(path: &Path, members: &[ProcessKey], proc: &ProcRoot) -> Vec<Cgro
     members
         .iter()
         .filter_map(|key| {
-            let cgroup = fs::read_to_string(format!("/proc/{}/cgroup", key.pid)).ok()?;
+            let file = proc.path().join(key.pid.to_string()).join("cgroup");
+            let cgroup = fs::read_to_string(file).ok()?;
             let cgroup = cgroup
                 .lines()
                 .find_map(|l| l.strip_prefix("0::"))?
                 .to_owned();
-            // Read before its start time: a pid taken meanwhile is not named.
-            let same = proc.stat(key.pid).ok()?.start_ticks == key.start_ticks;
+            // Read before it is checked: a pid taken meanwhile is not named.
+            let same = proc.check_key(*key) == Liveness::Alive;
             (same && !Path::new(&cgroup).starts_with(&own)).then_some(CgroupEscape {
                 pid: key.pid,
                 cgroup,

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use liveness_common::identity::ProcessKey;
-use liveness_proc::identity::ProcRoot;
+use liveness_proc::identity::{Liveness, ProcRoot};
 use liveness_proc::pidref::PidRef;
 use zbus::zvariant::{Fd, OwnedObjectPath, OwnedValue, Value};
 
@@ -111,6 +111,7 @@ impl ScopeStart {
         }
     }
 
+    /// The systemd that starts the scope, which attaches the tree's members to it too.
     pub fn systemd(&self) -> Systemd {
         self.systemd.clone()
     }
@@ -346,18 +347,15 @@ impl Systemd {
     }
 
     /// Attaches each of `strays` to `unit` (`AttachProcessesToUnit`, systemd 238+), each
-    /// still the process it was (its start time) just before, one call each: a process
-    /// gone meanwhile fails its own call only, and is no error.
+    /// still the process it was (alive, its start time) just before, one call each: a
+    /// process gone meanwhile fails its own call only, and is no error.
     pub async fn attach(
         &self,
         unit: &str,
         strays: &[ProcessKey],
         proc: &ProcRoot,
     ) -> Result<(), SystemdError> {
-        let same = |key: &ProcessKey| {
-            proc.stat(key.pid)
-                .is_ok_and(|s| s.start_ticks == key.start_ticks)
-        };
+        let same = |key: &ProcessKey| proc.check_key(*key) == Liveness::Alive;
         for key in strays.iter().filter(|key| same(key)) {
             let body = (unit, "", vec![key.pid]);
             let attached = self.manager::<()>("AttachProcessesToUnit", &body);
