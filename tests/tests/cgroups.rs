@@ -546,11 +546,12 @@ fn an_ended_sessions_cgroup_is_removed_once_empty_with_its_counters_stored() {
     assert!(text.contains("    Cgroup: peak memory "), "{text}");
 }
 
-/// A daemon SIGKILLed while its cgroup sessions live, whose owners then die, and a cgroup
+/// A daemon SIGKILLed while 50 cgroup sessions live, whose owners then die, and a cgroup
 /// the store does not know: after a restart each session is ended once, its counters
 /// stored, and no cgroup is left.
 #[test]
 fn a_killed_daemons_session_cgroups_are_reclaimed_after_its_restart() {
+    const SESSIONS: usize = 50;
     let Some(mount) = usable_host("a_killed_daemons_session_cgroups") else {
         return;
     };
@@ -559,7 +560,7 @@ fn a_killed_daemons_session_cgroups_are_reclaimed_after_its_restart() {
     let mut daemon = Daemon::start_with_state(Some(state.clone()), &[]);
     let mut owners = Vec::new();
     let mut paths = Vec::new();
-    for i in 0..8 {
+    for i in 0..SESSIONS {
         let (owner, member) = owner_with_member();
         let id = format!("k{i}");
         let reply = daemon.request(json!({
@@ -599,7 +600,8 @@ fn a_killed_daemons_session_cgroups_are_reclaimed_after_its_restart() {
         .map(|e| e["session"].as_str().unwrap().to_owned())
         .collect();
     ended.sort();
-    let expected: Vec<String> = (0..8).map(|i| format!("k{i}")).collect();
+    let mut expected: Vec<String> = (0..SESSIONS).map(|i| format!("k{i}")).collect();
+    expected.sort();
     assert_eq!(ended, expected, "each session ended once");
 }
 
@@ -1014,4 +1016,144 @@ fn the_daemons_default_cgroup_is_every_sessions_unless_it_asks_otherwise() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains("--session-cgroup"), "{bad}: {stderr}");
     }
+}
+
+/// Whether user `id` is still ACTIVE a while after what could have ended it.
+fn still_active(daemon: &Daemon, id: &str, after: &str) {
+    std::thread::sleep(Duration::from_millis(800));
+    let session = daemon.session(id);
+    assert_eq!(session["phase"], "active", "{id} {after}: {session}");
+}
+
+/// `until: "tree"` with a cgroup: the tree is over once none of its members lives *and*
+/// the session's cgroup holds no process. A process that joined the cgroup by a write
+/// (never forked in the tree) keeps the session ACTIVE after its owner and members die,
+/// across a restart, while the owner's session that lasts until the owner ends at its
+/// death; a member moved out of its cgroup keeps its session waiting through the tree.
+/// Each ends `tree_exited` once the last of them is gone.
+#[test]
+fn until_tree_waits_for_the_session_cgroup_to_be_empty_and_for_escaped_members() {
+    let Some(mount) = usable_host("until_tree_waits_for_the_session_cgroup") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::start_with_state(Some(dir.path().join("state")), &[]);
+    let register = |id: &str, owner: &Child, extra: Value| {
+        let mut request = json!({"op": "register", "session": id, "owner": {"pid": owner.id()}});
+        request
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let reply = daemon.request(request);
+        assert_eq!(reply["ok"], true, "{reply}");
+    };
+    // The cgroup's truth: a joiner outlives the tree.
+    let (mut owner, member) = owner_with_member();
+    register("joined", &owner, json!({"until": "tree", "cgroup": {}}));
+    register("owner-only", &owner, json!({}));
+    let path = cgroup_of(&daemon, "joined");
+    let mut joiner = sleeper();
+    std::fs::write(path.join("cgroup.procs"), joiner.id().to_string()).unwrap();
+    // The tree's truth: an escape outlives the cgroup.
+    let (mut other, escaped) = owner_with_member();
+    register("escaped", &other, json!({"until": "tree", "cgroup": {}}));
+    let elsewhere = mount.join("elsewhere-until-tree");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::write(elsewhere.join("cgroup.procs"), escaped.to_string()).unwrap();
+
+    for child in [&mut owner, &mut other] {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    sigkill(member);
+    daemon.wait_ended("owner-only");
+    still_active(&daemon, "joined", "while a process is in its cgroup");
+    still_active(&daemon, "escaped", "while an escaped member lives");
+    daemon.stop();
+    daemon.restart();
+    still_active(&daemon, "joined", "after a restart");
+
+    joiner.kill().unwrap();
+    joiner.wait().unwrap();
+    let ended = daemon.wait_ended("joined");
+    assert_eq!(ended["reason"], "tree_exited", "{ended}");
+    sigkill(escaped);
+    let ended = daemon.wait_ended("escaped");
+    assert_eq!(ended["reason"], "tree_exited", "{ended}");
+    assert!(eventually(Duration::from_secs(30), || std::fs::remove_dir(
+        &elsewhere
+    )
+    .is_ok()));
+}
+
+/// What a session's cgroup counted, as stored, is what its files said just before its
+/// last process died: CPU time and peak memory within 5 % (its exit may add a little),
+/// the peak of processes and the OOM kills the same.
+#[test]
+fn a_sessions_stored_counters_are_its_cgroup_files_within_5_percent() {
+    let Some(_) = usable_host("a_sessions_stored_counters_are_its_cgroup_files") else {
+        return;
+    };
+    let daemon = Daemon::start(&[]);
+    // Busy in its cgroup once told to, then asleep.
+    let mut owner = Command::new("sh")
+        .args([
+            "-c",
+            "read go; i=0; while [ $i -lt 50000 ]; do i=$((i+1)); done; echo busy; exec sleep 600",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let reply = daemon.request(json!({
+        "op": "register", "session": "counted", "owner": {"pid": owner.id()}, "cgroup": {},
+    }));
+    assert_eq!(reply["ok"], true, "{reply}");
+    let path = cgroup_of(&daemon, "counted");
+    std::io::Write::write_all(owner.stdin.as_mut().unwrap(), b"go\n").unwrap();
+    let mut line = String::new();
+    BufReader::new(owner.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "busy\n");
+    let comm = format!("/proc/{}/comm", owner.id());
+    assert!(eventually(Duration::from_secs(10), || {
+        std::fs::read_to_string(&comm).is_ok_and(|c| c == "sleep\n")
+    }));
+    let number = |file: &str, key: Option<&str>| -> Option<u64> {
+        let text = std::fs::read_to_string(path.join(file)).ok()?;
+        match key {
+            Some(key) => text
+                .lines()
+                .find_map(|l| l.strip_prefix(key)?.trim().parse().ok()),
+            None => text.trim().parse().ok(),
+        }
+    };
+    let cpu = number("cpu.stat", Some("usage_usec ")).expect("cpu.stat");
+    let memory_peak = number("memory.peak", None);
+    let pids_peak = number("pids.peak", None);
+    let oom_kill = number("memory.events", Some("oom_kill "));
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    daemon.wait_ended("counted");
+    let usage = wait_reclaimed(&daemon, "counted", &path);
+    let stored = usage["cpu_usec"].as_u64().expect("cpu_usec");
+    assert!(
+        cpu > 0 && stored >= cpu && stored <= cpu + cpu / 20,
+        "read {cpu} µs, stored {usage}"
+    );
+    let within = |read: Option<u64>, stored: Option<u64>| match (read, stored) {
+        (Some(read), Some(stored)) => stored >= read && stored <= read + read / 20,
+        (read, stored) => read == stored,
+    };
+    assert!(
+        within(memory_peak, usage["memory_peak"].as_u64()),
+        "read {memory_peak:?}, stored {usage}"
+    );
+    assert_eq!(usage["pids_peak"].as_u64(), pids_peak, "{usage}");
+    assert_eq!(
+        usage["memory_events"]["oom_kill"].as_u64(),
+        oom_kill,
+        "{usage}"
+    );
 }

@@ -11,6 +11,9 @@
 //! have reached the engine: the thread follows each scope from its start, reads its
 //! counters whenever its `memory.events` or `cgroup.events` changes (an OOM kill, the
 //! last member's exit), and hands over the last read when the cgroup is gone.
+//!
+//! A session that lasts until its tree does waits, once its lineage is over, for its
+//! cgroup to be empty too: the thread tells the engine when it is (`Drained`).
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -22,7 +25,8 @@ use liveness_common::identity::ProcessKey;
 use liveness_common::session::{CgroupEscape, CgroupUsage};
 use liveness_common::status::CgroupTermination;
 use liveness_proc::identity::ProcRoot;
-use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec};
+use rustix::fd::OwnedFd;
 use tokio::sync::mpsc as tokio_mpsc;
 
 use super::systemd::{Systemd, unit_of};
@@ -57,6 +61,14 @@ pub struct Emptied {
     pub escaped: Vec<CgroupEscape>,
 }
 
+/// What the thread tells the engine.
+#[derive(Debug)]
+pub enum Report {
+    Emptied(Box<Emptied>),
+    /// A cgroup asked for by [`Reclaimer::drain`] holds no process (or is gone).
+    Drained(PathBuf),
+}
+
 /// What the engine sends the thread.
 #[derive(Debug)]
 enum Message {
@@ -65,6 +77,8 @@ enum Message {
     Kill(Kill),
     /// Read a scope's counters on every change, from its start.
     Follow(PathBuf),
+    /// Say when a cgroup holds no process any more.
+    Drain(PathBuf),
 }
 
 /// A cgroup's kill at a terminated session's grace's end.
@@ -130,13 +144,20 @@ impl Followed {
     }
 }
 
+/// The engine's side of the thread: how it sends and what it receives.
+#[derive(Debug)]
+struct Worker {
+    jobs: mpsc::Sender<Message>,
+    /// Written after each job: the thread's `poll` wakes at once, not at its next check
+    /// (a drain is on the way of a session's end).
+    wake: OwnedFd,
+    reports: tokio_mpsc::UnboundedReceiver<Report>,
+}
+
 /// The engine's side: jobs sent to the thread, emptied cgroups received from it.
 #[derive(Debug, Default)]
 pub struct Reclaimer {
-    worker: Option<(
-        mpsc::Sender<Message>,
-        tokio_mpsc::UnboundedReceiver<Emptied>,
-    )>,
+    worker: Option<Worker>,
     /// The cgroups sent and not yet emptied: a cgroup is reclaimed once.
     queued: HashSet<PathBuf>,
 }
@@ -149,28 +170,31 @@ impl Reclaimer {
             return;
         }
         // A thread that could not start leaves the cgroup to the next start's reconcile.
-        let _ = self.jobs().send(Message::Reclaim(job));
+        self.send(Message::Reclaim(job));
     }
 
     /// Has the scope at `path` followed from now on (see the module's doc).
     pub fn follow(&mut self, path: PathBuf) {
-        let _ = self.jobs().send(Message::Follow(path));
+        self.send(Message::Follow(path));
     }
 
-    /// The thread's side of the channel, the thread started if it is not yet.
-    fn jobs(&mut self) -> &mpsc::Sender<Message> {
-        let (jobs, _) = self.worker.get_or_insert_with(|| {
-            let (jobs, incoming) = mpsc::channel();
-            let (emptied, received) = tokio_mpsc::unbounded_channel();
-            let spawned = std::thread::Builder::new()
-                .name("cgroup-reclaim".into())
-                .spawn(move || run(incoming, emptied));
-            if let Err(e) = spawned {
-                tracing::error!(error = %e, "cannot start the cgroup reclaimer; session cgroups stay until the next start");
-            }
-            (jobs, received)
-        });
-        jobs
+    /// Has the thread report [`Report::Drained`] once the cgroup at `path` holds no
+    /// process. Returns false if there is no thread to ask.
+    pub fn drain(&mut self, path: PathBuf) -> bool {
+        self.send(Message::Drain(path))
+    }
+
+    /// Sends `message` to the thread, started if it is not yet, and wakes it.
+    fn send(&mut self, message: Message) -> bool {
+        if self.worker.is_none() {
+            self.worker = start();
+        }
+        let Some(worker) = &self.worker else {
+            return false;
+        };
+        let sent = worker.jobs.send(message).is_ok();
+        let _ = rustix::io::write(&worker.wake, &1u64.to_ne_bytes());
+        sent
     }
 
     /// Kills what the queued cgroup at `path` still holds after `grace`, by `method`
@@ -182,9 +206,7 @@ impl Reclaimer {
         method: CgroupTermination,
         systemd: Option<Systemd>,
     ) {
-        if let Some((jobs, _)) = &self.worker
-            && self.queued.contains(&path)
-        {
+        if self.worker.is_some() && self.queued.contains(&path) {
             let at = Instant::now() + grace;
             let kill = Kill {
                 path,
@@ -192,7 +214,7 @@ impl Reclaimer {
                 method,
                 systemd,
             };
-            let _ = jobs.send(Message::Kill(kill));
+            self.send(Message::Kill(kill));
         }
     }
 
@@ -201,13 +223,15 @@ impl Reclaimer {
         self.queued.contains(path)
     }
 
-    /// The next cgroup found empty; pending forever while there is none to wait for.
-    pub async fn next(&mut self) -> Emptied {
+    /// The thread's next report; pending forever while there is none to wait for.
+    pub async fn next(&mut self) -> Report {
         match self.worker.as_mut() {
-            Some((_, received)) => match received.recv().await {
-                Some(emptied) => {
-                    self.queued.remove(&emptied.job.path);
-                    emptied
+            Some(worker) => match worker.reports.recv().await {
+                Some(report) => {
+                    if let Report::Emptied(emptied) = &report {
+                        self.queued.remove(&emptied.job.path);
+                    }
+                    report
                 }
                 None => std::future::pending().await,
             },
@@ -216,21 +240,50 @@ impl Reclaimer {
     }
 }
 
+/// Starts the thread; `None` (said in the log) if it cannot be.
+fn start() -> Option<Worker> {
+    let started = (|| {
+        let wake = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+        let woken = wake.try_clone()?;
+        let (jobs, incoming) = mpsc::channel();
+        let (reports, received) = tokio_mpsc::unbounded_channel();
+        std::thread::Builder::new()
+            .name("cgroup-reclaim".into())
+            .spawn(move || run(incoming, woken, reports))?;
+        Ok::<_, std::io::Error>(Worker {
+            jobs,
+            wake,
+            reports: received,
+        })
+    })();
+    started
+        .inspect_err(|e| tracing::error!(error = %e, "cannot start the cgroup reclaimer; session cgroups stay until the next start"))
+        .ok()
+}
+
 /// The thread: waits for each cgroup to be empty, reads it, sends it back; kills what a
-/// cgroup holds when its time comes. Ends when the engine drops its side.
-fn run(incoming: mpsc::Receiver<Message>, emptied: tokio_mpsc::UnboundedSender<Emptied>) {
+/// cgroup holds when its time comes; says when a drained cgroup is empty. Ends when the
+/// engine drops its side.
+fn run(
+    incoming: mpsc::Receiver<Message>,
+    wake: OwnedFd,
+    reports: tokio_mpsc::UnboundedSender<Report>,
+) {
     let proc = ProcRoot::default();
     let mut waiting: Vec<(Job, Vec<CgroupEscape>)> = Vec::new();
     let mut kills: Vec<Kill> = Vec::new();
     let mut followed: HashMap<PathBuf, Followed> = HashMap::new();
+    let mut draining: Vec<PathBuf> = Vec::new();
     loop {
         let mut messages: Vec<Message> = Vec::new();
-        if waiting.is_empty() && followed.is_empty() {
+        if waiting.is_empty() && followed.is_empty() && draining.is_empty() {
             match incoming.recv() {
                 Ok(message) => messages.push(message),
                 Err(mpsc::RecvError) => return,
             }
         }
+        let mut count = [0u8; 8];
+        let _ = rustix::io::read(&wake, &mut count);
         messages.extend(incoming.try_iter());
         for message in messages {
             match message {
@@ -250,6 +303,24 @@ fn run(incoming: mpsc::Receiver<Message>, emptied: tokio_mpsc::UnboundedSender<E
                 Message::Follow(path) => {
                     followed.entry(path).or_insert_with(Followed::new);
                 }
+                Message::Drain(path) => draining.push(path),
+            }
+        }
+        let mut drained = Vec::new();
+        draining.retain(|path| match populated(path) {
+            Ok(true) => true,
+            Ok(false) => {
+                drained.push(path.clone());
+                false
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read a session cgroup's events");
+                true
+            }
+        });
+        for path in drained {
+            if reports.send(Report::Drained(path)).is_err() {
+                return;
             }
         }
         let now = Instant::now();
@@ -292,7 +363,7 @@ fn run(incoming: mpsc::Receiver<Message>, emptied: tokio_mpsc::UnboundedSender<E
                         usage,
                         escaped,
                     };
-                    if emptied.send(done).is_err() {
+                    if reports.send(Report::Emptied(Box::new(done))).is_err() {
                         return;
                     }
                 }
@@ -304,52 +375,61 @@ fn run(incoming: mpsc::Receiver<Message>, emptied: tokio_mpsc::UnboundedSender<E
             }
         }
         waiting = still;
-        if !waiting.is_empty() || !followed.is_empty() {
+        if !waiting.is_empty() || !followed.is_empty() || !draining.is_empty() {
             let next_kill = kills.iter().map(|kill| kill.at).min();
             let appearing = followed.values().any(|f| f.files.is_none() && !f.gone);
             let recheck = if appearing { APPEAR_CHECK } else { RECHECK };
             let sleep = next_kill.map_or(recheck, |at| {
                 at.saturating_duration_since(Instant::now()).min(recheck)
             });
-            wait_for_change(&waiting, &mut followed, sleep);
+            let watched = waiting.iter().map(|(job, _)| &job.path).chain(&draining);
+            wait_for_change(watched, &wake, &mut followed, sleep);
         }
     }
 }
 
-/// Sleeps until one of the cgroups' `cgroup.events`, or a followed scope's
-/// `memory.events`, changes (the kernel signals it as `POLLPRI`), or for `sleep`; a
-/// followed scope that changed has its counters read.
-fn wait_for_change(
-    waiting: &[(Job, Vec<CgroupEscape>)],
+/// Sleeps until one of the `watched` cgroups' `cgroup.events`, or a followed scope's
+/// `memory.events`, changes (the kernel signals it as `POLLPRI`), the engine sends a job
+/// (`wake`), or for `sleep`; a followed scope that changed has its counters read.
+fn wait_for_change<'a>(
+    watched: impl Iterator<Item = &'a PathBuf>,
+    wake: &OwnedFd,
     followed: &mut HashMap<PathBuf, Followed>,
     sleep: Duration,
 ) {
-    let files: Vec<File> = waiting
-        .iter()
-        .filter_map(|(job, _)| File::open(job.path.join("cgroup.events")).ok())
+    let files: Vec<File> = watched
+        .filter_map(|path| File::open(path.join("cgroup.events")).ok())
         .collect();
-    // An open file is armed once read: only changes after this read wake the poll.
+    // An open file is armed once read: only changes after this read wake the poll. One
+    // that emptied since it was last looked at is looked at again at once.
     for file in &files {
         let mut buf = [0u8; 128];
-        let _ = rustix::io::read(file, &mut buf);
+        let read = rustix::io::read(file, &mut buf).unwrap_or(0);
+        if buf[..read]
+            .split(|&b| b == b'\n')
+            .any(|l| l == b"populated 0")
+        {
+            return;
+        }
     }
-    let watched: Vec<(&PathBuf, &[File; 2])> = followed
+    let scopes: Vec<(&PathBuf, &[File; 2])> = followed
         .iter()
         .filter_map(|(path, follow)| Some((path, follow.files.as_ref()?)))
         .collect();
     let mut fds: Vec<PollFd<'_>> = files
         .iter()
-        .chain(watched.iter().flat_map(|(_, files)| files.iter()))
+        .chain(scopes.iter().flat_map(|(_, files)| files.iter()))
         .map(|f| PollFd::new(f, PollFlags::PRI))
         .collect();
+    fds.push(PollFd::new(wake, PollFlags::IN));
     let timeout = Timespec {
         tv_sec: 0,
         tv_nsec: sleep.as_nanos() as i64,
     };
     let _ = rustix::event::poll(&mut fds, Some(&timeout));
-    let changed: Vec<PathBuf> = fds[files.len()..]
+    let changed: Vec<PathBuf> = fds[files.len()..fds.len() - 1]
         .chunks(2)
-        .zip(&watched)
+        .zip(&scopes)
         .filter(|(fds, _)| fds.iter().any(|fd| !fd.revents().is_empty()))
         .map(|(_, (path, _))| (*path).clone())
         .collect();

@@ -15,7 +15,7 @@ use liveness_common::session::{DEFAULT_GRACE_MS, Event, EventKind, Session};
 use liveness_common::status::CgroupTermination;
 
 use crate::cgroup::Support;
-use crate::cgroup::reclaim::{Emptied, Job, Reclaimer};
+use crate::cgroup::reclaim::{Job, Reclaimer, Report};
 use crate::cgroup::systemd::{Systemd, unit_of};
 use crate::store::Store;
 
@@ -224,12 +224,20 @@ impl SessionCgroups {
         }
     }
 
-    /// The next cgroup found empty.
-    pub(super) async fn next(&mut self) -> Emptied {
-        let emptied = self.reclaimer.next().await;
-        if let Some(key) = &emptied.job.session {
+    /// Has the reclaimer say when the cgroup at `path` holds no process; false if it
+    /// cannot be asked.
+    pub(super) fn drain(&mut self, path: PathBuf) -> bool {
+        self.reclaimer.drain(path)
+    }
+
+    /// The reclaimer's next report: a cgroup found empty, its counters read, or drained.
+    pub(super) async fn next(&mut self) -> Report {
+        let report = self.reclaimer.next().await;
+        if let Report::Emptied(emptied) = &report
+            && let Some(key) = &emptied.job.session
+        {
             self.ending.remove(key);
         }
-        emptied
+        report
     }
 }

@@ -21,7 +21,7 @@ use super::ledger::Ledger;
 use super::locks::{Acquire, Granted, LockEffect, LockKey, Locks, held_error};
 use super::reaps::{ReapDone, Reaps, Views, terminating};
 use super::tree::Trees;
-use crate::cgroup::reclaim::Emptied;
+use crate::cgroup::reclaim::Report;
 use crate::engine::TreeView;
 use crate::source::tree_map::TreeMap;
 use crate::store::{ActionKey, Store};
@@ -53,7 +53,7 @@ pub(super) struct Effects {
 pub(super) enum Done {
     Reap(Result<ReapDone, JoinError>),
     Action(Next),
-    Cgroup(Emptied),
+    Cgroup(Report),
 }
 
 impl Effects {
@@ -130,7 +130,7 @@ impl Effects {
             biased;
             done = self.reaps.finished() => Done::Reap(done),
             next = self.actions.next() => Done::Action(next),
-            emptied = self.cgroups.next() => Done::Cgroup(emptied),
+            report = self.cgroups.next() => Done::Cgroup(report),
         }
     }
 

@@ -11,7 +11,7 @@ use liveness_proc::identity::ProcRoot;
 
 use super::{EngineConfig, ms_of};
 use crate::source::ExitObservation;
-use crate::store::{Lineage, OwnerDeath};
+use crate::store::{Lineage, OwnerDeath, TreeCgroups};
 
 #[derive(Debug)]
 pub struct Facts {
@@ -67,6 +67,7 @@ impl Facts {
             cause: facts.map(|facts| facts.cause.clone()),
             usage: facts.map(|facts| facts.usage.clone()),
             sender_root: facts.and_then(|facts| facts.sender_root),
+            tree_cgroups: TreeCgroups::Unasked,
         }
     }
 }

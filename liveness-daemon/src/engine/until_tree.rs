@@ -7,8 +7,15 @@
 //! and the sessions end with reason `tree_exited` (exactly once: the compare-and-set on the
 //! owner's fingerprint). After a restart, the reconcile finds the owner dead and starts
 //! over from its persisted members.
+//!
+//! A session with a cgroup of its own waits for the cgroup's truth too: once no member
+//! lives, it still waits until its cgroup holds no process (`populated 0`, which the
+//! reclaim thread watches: a process that joined the cgroup by a write, one the tree's
+//! view missed). The other sessions of the owner end meanwhile ([`TreeCgroups::Held`]).
+//! A member that escaped the cgroup keeps the session waiting through the tree.
 
 use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
 
 use liveness_common::identity::{Identity, ProcessKey};
 use liveness_common::session::Survivors;
@@ -16,7 +23,7 @@ use liveness_common::session::Survivors;
 use super::facts::Facts;
 use super::tree::Trees;
 use crate::source::monitor::Monitor;
-use crate::store::OwnerDeath;
+use crate::store::{OwnerDeath, TreeCgroups};
 
 /// The members watched for the dead owners whose sessions wait for their trees.
 #[derive(Debug, Default)]
@@ -25,6 +32,11 @@ pub(super) struct TreeWaits {
     members: HashMap<ProcessKey, ProcessKey>,
     /// The dead owners waited for.
     owners: HashMap<ProcessKey, Identity>,
+    /// The dead owners whose trees' members are gone, each with its death to report again
+    /// once the cgroups its sessions wait for are empty, and those cgroups.
+    draining: HashMap<ProcessKey, (OwnerDeath, HashSet<PathBuf>)>,
+    /// Cgroups to be watched until empty, taken by the engine.
+    to_drain: Vec<PathBuf>,
 }
 
 impl TreeWaits {
@@ -38,6 +50,7 @@ impl TreeWaits {
         if self.owners.remove(&owner).is_none() {
             return Vec::new();
         }
+        self.draining.remove(&owner);
         let watched: Vec<ProcessKey> = self
             .members
             .iter()
@@ -51,13 +64,16 @@ impl TreeWaits {
     }
 
     /// The deaths of a batch, with, for each member whose death left its dead owner's tree
-    /// empty, that owner's death again, carrying the member's exit facts.
+    /// empty, that owner's death again, carrying the member's exit facts. Where sessions
+    /// of the owner wait for their cgroups (`cgroups` lists them), that death ends the
+    /// others, and is reported again once those are empty.
     pub(super) fn tree_deaths(
         &mut self,
         deaths: Vec<OwnerDeath>,
         monitor: &mut Monitor,
         trees: &Trees,
         facts: &Facts,
+        cgroups: impl Fn(&Identity) -> Vec<PathBuf>,
     ) -> Vec<OwnerDeath> {
         if self.members.is_empty() {
             return deaths;
@@ -73,13 +89,20 @@ impl TreeWaits {
                 let left = self.live_members(&identity, &dying, member, trees, facts);
                 if left.is_empty() {
                     self.members.retain(|_, waited| *waited != owner);
-                    self.owners.remove(&owner);
-                    found.push(OwnerDeath {
+                    let over = OwnerDeath {
                         owner: identity,
                         survivors: Some(Survivors::from_alive(Vec::new())),
                         sender_root: None,
+                        tree_cgroups: TreeCgroups::Empty,
                         ..death.clone()
-                    });
+                    };
+                    let held = cgroups(&over.owner);
+                    if held.is_empty() {
+                        self.owners.remove(&owner);
+                        found.push(over);
+                    } else {
+                        found.push(self.hold(over, held));
+                    }
                 } else {
                     queue.extend(self.watch_members(owner, left, monitor, facts));
                 }
@@ -153,19 +176,70 @@ impl TreeWaits {
         gone
     }
 
+    /// Waits for the cgroups `held` to be empty before the sessions waiting for them end
+    /// by `over` (the owner stays waited for); returns the death that ends the owner's
+    /// other sessions meanwhile.
+    fn hold(&mut self, over: OwnerDeath, held: Vec<PathBuf>) -> OwnerDeath {
+        let now = OwnerDeath {
+            tree_cgroups: TreeCgroups::Held,
+            ..over.clone()
+        };
+        let owner = over.owner.key();
+        self.owners.insert(owner, over.owner.clone());
+        self.to_drain.extend(held.iter().cloned());
+        self.draining
+            .insert(owner, (over, held.into_iter().collect()));
+        now
+    }
+
+    /// The cgroups to be watched until they are empty, asked for since the last call.
+    pub(super) fn take_drains(&mut self) -> Vec<PathBuf> {
+        std::mem::take(&mut self.to_drain)
+    }
+
+    /// The cgroup at `path` holds no process: the deaths of the owners whose sessions
+    /// waited for it last.
+    pub(super) fn drained(&mut self, path: &Path) -> Vec<OwnerDeath> {
+        let mut over = Vec::new();
+        self.draining.retain(|owner, (death, held)| {
+            held.remove(path);
+            if !held.is_empty() {
+                return true;
+            }
+            self.owners.remove(owner);
+            over.push(death.clone());
+            false
+        });
+        over
+    }
+
     /// After a batch of deaths: the owners among them whose ACTIVE sessions wait for their
     /// trees (`until_tree` tells; their survivors outlive them) have those members watched.
-    /// Returns the deaths of members already gone.
+    /// An owner none of whose members lives has the cgroups of those sessions (`cgroups`)
+    /// waited for instead, its death made [`TreeCgroups::Held`]. Returns the deaths of
+    /// members already gone.
     pub(super) fn wait_for_trees(
         &mut self,
-        deaths: &[OwnerDeath],
+        deaths: &mut [OwnerDeath],
         until_tree: impl Fn(&Identity) -> bool,
+        cgroups: impl Fn(&Identity) -> Vec<PathBuf>,
         monitor: &mut Monitor,
         facts: &Facts,
     ) -> Vec<OwnerDeath> {
         let mut gone = Vec::new();
         for death in deaths {
-            if !death.tree_outlives() || !until_tree(&death.owner) {
+            if !until_tree(&death.owner) {
+                continue;
+            }
+            if !death.tree_outlives() {
+                let held = cgroups(&death.owner);
+                if death.tree_cgroups == TreeCgroups::Unasked && !held.is_empty() {
+                    let over = OwnerDeath {
+                        tree_cgroups: TreeCgroups::Empty,
+                        ..death.clone()
+                    };
+                    *death = self.hold(over, held);
+                }
                 continue;
             }
             let owner = death.owner.key();

@@ -4,6 +4,7 @@
 //! members stand for, each owner's survivors, the trees waited for.
 
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use liveness_common::exit::DetectedBy;
@@ -20,7 +21,7 @@ use super::until_tree::TreeWaits;
 use crate::source::ExitObservation;
 use crate::source::monitor::Monitor;
 use crate::source::tree_map::TreeMap;
-use crate::store::{OwnerDeath, Store};
+use crate::store::{OwnerDeath, Store, TreeCgroups};
 
 /// One ancestor: its key, its pidfs inode (where the kernel has pidfs), and the tree the
 /// kernel's members map holds it in (forked since the engine last merged the map).
@@ -234,6 +235,7 @@ impl Watch {
             cause: None,
             usage: None,
             sender_root: None,
+            tree_cgroups: TreeCgroups::Unasked,
         };
         if !facts.is_local(owner) {
             let earlier_boot_here = match store.is_known_boot(&owner.boot_id) {
@@ -283,6 +285,18 @@ impl Watch {
         self.trees.forget([owner]);
     }
 
+    /// The cgroups that sessions waiting for their trees wait for, asked for since the last
+    /// call: each to be watched until it is empty.
+    pub(super) fn take_drains(&mut self) -> Vec<PathBuf> {
+        self.waits.take_drains()
+    }
+
+    /// The cgroup at `path` holds no process: the deaths that end the sessions that waited
+    /// for it last.
+    pub(super) fn drained(&mut self, path: &Path) -> Vec<OwnerDeath> {
+        self.waits.drained(path)
+    }
+
     /// Readies a batch of deaths for the ledger: members of trees that sessions wait for
     /// stand for their owners once the last one dies; each owner's survivors are read from
     /// memory (once, at the death: a retried commit keeps those of that moment); the owners
@@ -298,7 +312,14 @@ impl Watch {
         // An earlier batch's trees first: a tree is never read after its owner's end.
         self.let_go();
         let (monitor, trees) = (&mut self.monitor, &self.trees);
-        let mut deaths = self.waits.tree_deaths(deaths, monitor, trees, facts);
+        // The cgroups of an owner's sessions that last until their trees do.
+        let cgroups = |owner: &Identity| -> Vec<PathBuf> {
+            (ledger.sessions_of_owner(owner))
+                .filter(|session| session.until == Until::Tree)
+                .filter_map(|session| Some(PathBuf::from(&session.cgroup.as_ref()?.path)))
+                .collect()
+        };
+        let mut deaths = (self.waits).tree_deaths(deaths, monitor, trees, facts, cgroups);
         let owners = deaths
             .iter()
             .filter(|death| death.survivors.is_none())
@@ -310,7 +331,8 @@ impl Watch {
         let until_tree = |owner: &Identity| {
             (ledger.sessions_of_owner(owner)).any(|session| session.until == Until::Tree)
         };
-        let gone = (self.waits).wait_for_trees(&deaths, until_tree, &mut self.monitor, facts);
+        let monitor = &mut self.monitor;
+        let gone = (self.waits).wait_for_trees(&mut deaths, until_tree, cgroups, monitor, facts);
         let ended: Vec<&OwnerDeath> = deaths
             .iter()
             .filter(|death| !self.waits.waits_for(death.owner.key()))

@@ -76,7 +76,7 @@ pub fn journal_deaths(
         {
             // A session that lasts until its tree does outlives an owner with survivors.
             let until_tree = session.until == Until::Tree;
-            if until_tree && death.tree_outlives() {
+            if until_tree && death.tree_holds(session) {
                 continue;
             }
             // Two reports of one owner in a batch end its sessions once.

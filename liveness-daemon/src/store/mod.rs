@@ -170,6 +170,24 @@ pub struct OwnerDeath {
     /// The owner of the tree the signal's sender belonged to when it sent the signal: its
     /// session is named in the cause of each ending whose readers may see it.
     pub sender_root: Option<ProcessKey>,
+    /// Whether its sessions that last until their trees do in cgroups of their own wait
+    /// for those to be empty.
+    pub tree_cgroups: TreeCgroups,
+}
+
+/// Where the cgroups of a dead owner's sessions that last until their trees do stand: a
+/// tree is over once none of its members lives and its session's cgroup holds no process
+/// (a process that joined the cgroup without being forked in the tree, one the tree's
+/// view missed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TreeCgroups {
+    /// Not looked at yet.
+    #[default]
+    Unasked,
+    /// Waited for: such a session with a cgroup outlives this death.
+    Held,
+    /// Found empty.
+    Empty,
 }
 
 /// How a session ends: what [`Store::end`] and [`Store::end_many`] write into it.
@@ -264,6 +282,12 @@ impl OwnerDeath {
         self.survivors
             .as_ref()
             .is_some_and(|survivors| survivors.total > 0)
+    }
+
+    /// Whether `session`, which lasts until its tree does, outlives this death: members
+    /// of the tree live, or its cgroup still holds processes.
+    pub fn tree_holds(&self, session: &Session) -> bool {
+        self.tree_outlives() || (self.tree_cgroups == TreeCgroups::Held && session.cgroup.is_some())
     }
 
     /// The ending of every session the dead owner had; `sender_sessions` are those of its

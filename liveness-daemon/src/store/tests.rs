@@ -116,6 +116,7 @@ fn end_owner(
                 cause: None,
                 usage: None,
                 sender_root: None,
+                tree_cgroups: Default::default(),
             }],
             now_ms,
         )
@@ -1246,6 +1247,7 @@ fn end_many_finalizes_a_thousand_owners_in_one_transaction() {
             cause: None,
             usage: None,
             sender_root: None,
+            tree_cgroups: Default::default(),
         })
         .collect();
     let start = std::time::Instant::now();
@@ -1795,6 +1797,7 @@ fn killed_by_a_builder(store: &mut Store) -> OwnerDeath {
             members: MembersUsage::default(),
         }),
         sender_root: Some(owner(30).key()),
+        tree_cgroups: Default::default(),
     }
 }
 

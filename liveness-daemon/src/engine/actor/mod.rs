@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, watch};
 
+use crate::cgroup::reclaim::Report;
 use crate::deadline::sleep_until;
 use crate::source::ExitObservation;
 use crate::store::{ActionKey, Begin, Ending, OwnerDeath};
@@ -113,7 +114,7 @@ enum Wake {
     Command(Command),
     Reap(Result<ReapDone, tokio::task::JoinError>),
     Action(Next),
-    Cgroup(crate::cgroup::reclaim::Emptied),
+    Cgroup(crate::cgroup::reclaim::Report),
     Retry,
     Housekeeping,
     TreeRefresh,
@@ -213,7 +214,7 @@ impl Engine {
                 Wake::Action(Next::Finished(Err(e))) => {
                     tracing::error!(error = %e, "an end action's task failed");
                 }
-                Wake::Cgroup(emptied) => self.cgroup_emptied(emptied),
+                Wake::Cgroup(report) => self.cgroup_report(report),
                 Wake::Retry => self.retry_commits(),
                 Wake::Housekeeping => self.housekeeping(),
                 Wake::TreeRefresh => self.watch.refresh(self.ledger.store_mut()),
@@ -309,6 +310,20 @@ impl Engine {
         (self.effects.cgroups()).reconcile(&self.facts.config.cgroups, self.ledger.store());
     }
 
+    /// The reclaimer's news: a cgroup emptied and counted, or one that sessions waiting
+    /// for their trees waited for holds no process any more (they end).
+    pub(super) fn cgroup_report(&mut self, report: Report) {
+        match report {
+            Report::Emptied(emptied) => self.cgroup_emptied(*emptied),
+            Report::Drained(path) => {
+                let over = self.watch.drained(&path);
+                if !over.is_empty() {
+                    self.finalize(over);
+                }
+            }
+        }
+    }
+
     /// A session cgroup found empty: what it counted and its session's escapes are stored
     /// with its session, then it is removed. Should either fail, the cgroup stays for the next start's reconcile.
     fn cgroup_emptied(&mut self, emptied: crate::cgroup::reclaim::Emptied) {
@@ -391,6 +406,13 @@ impl Engine {
         // set off reads it there (a reap's plan, an end action, a lock's grant).
         if settle {
             self.settle();
+        }
+        let mut gone = gone;
+        for path in self.watch.take_drains() {
+            if !self.effects.cgroups().drain(path.clone()) {
+                // Nothing can watch the cgroup: the tree's members were all to wait for.
+                gone.extend(self.watch.drained(&path));
+            }
         }
         if !gone.is_empty() {
             self.finalize(gone);

@@ -1431,3 +1431,57 @@ async fn a_session_whose_scope_did_not_start_keeps_no_cgroup_and_its_end_reclaim
     assert_eq!((ended.phase, ended.cgroup), (Phase::Ended, None));
     assert!(!f.engine.effects.cgroups().is_reclaiming(&path));
 }
+
+/// A session that lasts until its tree does, with a cgroup: its owner's death, which left
+/// no member, ends the owner's other session at once, and this one only once the
+/// reclaimer's thread says its cgroup holds no process (`cgroup.events`, crafted here),
+/// with reason `tree_exited`.
+#[tokio::test(start_paused = true)]
+async fn a_session_until_tree_with_a_cgroup_ends_once_its_cgroup_is_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut f = fixture_with(crafted_cgroups(dir.path())).await;
+    f.proc.spawn(11, ALICE.uid);
+    let mut register = registration(
+        Some("tree"),
+        OwnerSpec::Pid(PidOwner { pid: 11 }),
+        None,
+        None,
+    );
+    register.request.until = Some(liveness_common::session::Until::Tree);
+    register.request.cgroup = Some(Box::default());
+    let registered = session_of(f.ask(ALICE, register), "register");
+    let path = std::path::PathBuf::from(&registered.cgroup.expect("a cgroup").path);
+    let events = path.join("cgroup.events");
+    std::fs::write(&events, "populated 1\nfrozen 0\n").unwrap();
+    f.own(ALICE, "owner", 11);
+
+    f.die(11, EXITED);
+    f.next_death().await;
+    assert_eq!(f.session(ALICE.uid, "owner").phase, Phase::Ended);
+    let waiting = f.session(ALICE.uid, "tree");
+    assert_eq!(waiting.phase, Phase::Active, "its cgroup holds a process");
+
+    std::fs::write(&events, "populated 0\nfrozen 0\n").unwrap();
+    // The thread runs on the real clock: its report is polled for, not awaited on tokio's
+    // paused one, which would jump past any timeout at once.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let report = loop {
+        let mut next = std::pin::pin!(f.engine.effects.next());
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        if let std::task::Poll::Ready(done) = next.as_mut().poll(&mut cx) {
+            break done;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the reclaimer did not report"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let crate::engine::effects::Done::Cgroup(report) = report else {
+        panic!("a report of the reclaimer's");
+    };
+    f.engine.cgroup_report(report);
+    let ended = f.session(ALICE.uid, "tree");
+    assert_eq!(ended.phase, Phase::Ended);
+    assert_eq!(ended.reason, Some(EndReason::TreeExited));
+}
