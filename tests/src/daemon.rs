@@ -257,6 +257,14 @@ impl Daemon {
         last
     }
 
+    /// Waits a moment, then checks that session `id` is still active (`when` says after
+    /// what, for the failure's message).
+    pub fn still_active(&self, id: &str, when: &str) {
+        std::thread::sleep(Duration::from_millis(300));
+        let session = self.session(id);
+        assert_eq!(session["phase"], "active", "{id} {when}: {session}");
+    }
+
     /// The session `id` (of user `uid`, for root) once it is finalized: ended, and each of
     /// its end actions with its outcome; fails the test if that takes over 20 s.
     pub fn wait_finalized(&self, id: &str, uid: Option<u32>) -> Value {

@@ -1018,13 +1018,6 @@ fn the_daemons_default_cgroup_is_every_sessions_unless_it_asks_otherwise() {
     }
 }
 
-/// Whether user `id` is still ACTIVE a while after what could have ended it.
-fn still_active(daemon: &Daemon, id: &str, after: &str) {
-    std::thread::sleep(Duration::from_millis(800));
-    let session = daemon.session(id);
-    assert_eq!(session["phase"], "active", "{id} {after}: {session}");
-}
-
 /// `until: "tree"` with a cgroup: the tree is over once none of its members lives *and*
 /// the session's cgroup holds no process. A process that joined the cgroup by a write
 /// (never forked in the tree) keeps the session ACTIVE after its owner and members die,
@@ -1067,11 +1060,11 @@ fn until_tree_waits_for_the_session_cgroup_to_be_empty_and_for_escaped_members()
     }
     sigkill(member);
     daemon.wait_ended("owner-only");
-    still_active(&daemon, "joined", "while a process is in its cgroup");
-    still_active(&daemon, "escaped", "while an escaped member lives");
+    daemon.still_active("joined", "while a process is in its cgroup");
+    daemon.still_active("escaped", "while an escaped member lives");
     daemon.stop();
     daemon.restart();
-    still_active(&daemon, "joined", "after a restart");
+    daemon.still_active("joined", "after a restart");
 
     joiner.kill().unwrap();
     joiner.wait().unwrap();

@@ -1042,13 +1042,6 @@ fn ended_events(daemon: &Daemon, session: &str) -> usize {
     ended
 }
 
-/// Waits a moment and checks that `session` is still active.
-fn still_active(daemon: &Daemon, session: &str, when: &str) {
-    std::thread::sleep(Duration::from_millis(300));
-    let session = daemon.session(session);
-    assert_eq!(session["phase"], "active", "{when}: {session}");
-}
-
 /// A session registered `until: "tree"` outlives its owner while members of its tree live,
 /// whatever order they die in, and across a daemon restart; it ends once, when the last
 /// one exits, with that one's status and reason `tree_exited` — in the kernel's mode and
@@ -1076,18 +1069,18 @@ fn a_session_until_tree_ends_with_its_last_process() {
         let last_key = (last, start_ticks(last).expect("alive"));
 
         owner.sigkill();
-        still_active(&daemon, "build", "after the owner's death");
+        daemon.still_active("build", "after the owner's death");
         assert_eq!(
             whose(&daemon, first),
             "build",
             "a member while the tree lives"
         );
         kill_if_same(first, start_ticks(first).expect("alive"));
-        still_active(&daemon, "build", "after a member's death");
+        daemon.still_active("build", "after a member's death");
 
         daemon.stop();
         daemon.restart();
-        still_active(&daemon, "build", "after a restart");
+        daemon.still_active("build", "after a restart");
         assert_eq!(start_ticks(last_key.0), Some(last_key.1));
         // SAFETY: signalling the test's own process, checked by its start time just above.
         unsafe { libc::kill(last_key.0 as i32, libc::SIGTERM) };
