@@ -23,8 +23,23 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 
 /// The kernels tested when none is named: the oldest LTS line with BTF and the ring buffer
-/// (5.10) and the two Debian LTS lines before the development machines' own.
+/// (5.10) and the two Debian LTS lines before the development machines' own. Those between
+/// the first and the last run [`BETWEEN_SUITE`] unless `--full` is asked.
 pub const DEFAULT_KERNELS: &[&str] = &["5.10", "6.1", "6.12"];
+
+/// What a default kernel between the oldest and the newest runs: the binaries whose
+/// outcome its verifier and its BTF decide (the programs load, read the right fields, and
+/// their facts, causes, sources, lineages and fallbacks are exact). The rest of the kernel
+/// suite (the reaper, cgroups, namespaces, the daemon's and `/proc`'s unit tests) depends
+/// on features that the oldest and the newest bound; `--kernel` or `--full` runs it there.
+const BETWEEN_SUITE: &[&str] = &[
+    "exit_facts",
+    "causes",
+    "ebpf_namespaces",
+    "fallbacks",
+    "sources",
+    "trees",
+];
 
 /// Kernel lines of older Debian releases, by the suite that ships them.
 const ARCHIVED_SUITES: &[(&str, &str)] = &[("5.10", "bullseye")];
@@ -76,6 +91,9 @@ pub struct Options {
     pub accel: String,
     /// Every test binary, not only [`KERNEL_SUITE`].
     pub full: bool,
+    /// The kernels are the default ones: those between the first and the last run
+    /// [`BETWEEN_SUITE`] only, unless `full`.
+    pub defaults: bool,
 }
 
 pub fn run(root: &Path, options: &Options) -> Result<()> {
@@ -103,10 +121,19 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
 
     let mut failures = Vec::new();
     let mut columns = Vec::new();
-    for (kernel, image) in images {
+    let count = images.len();
+    for (i, (kernel, image)) in images.into_iter().enumerate() {
         let log = work.join(format!("{}.log", sanitize(kernel)));
         let started = Instant::now();
-        let outcome = boot(&image, &initrd, &log, options)?;
+        let between = options.defaults && !options.full && i > 0 && i + 1 < count;
+        let only: Vec<&str> = match between {
+            true => (built.tests.iter())
+                .map(|(name, _)| name.as_str())
+                .filter(|name| BETWEEN_SUITE.contains(name))
+                .collect(),
+            false => built.tests.iter().map(|(name, _)| name.as_str()).collect(),
+        };
+        let outcome = boot(&image, &initrd, &log, options, between.then_some(&only[..]))?;
         println!(
             "kernel {} ({}): {} test binaries in {:.0} s, log {}",
             outcome.kernel.as_deref().unwrap_or("?"),
@@ -152,11 +179,11 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
                 "{kernel}: the guest did not finish (timed out or crashed); see {}",
                 log.display()
             ));
-        } else if outcome.results.len() != built.tests.len() {
+        } else if outcome.results.len() != only.len() {
             failures.push(format!(
                 "{kernel}: {} of {} test binaries reported",
                 outcome.results.len(),
-                built.tests.len()
+                only.len()
             ));
         }
         columns.push((kernel.clone(), outcome));
@@ -279,6 +306,10 @@ const KERNEL_SUITE: &[(&str, &[&str])] = &[
     ("cgroups", &[]),
 ];
 
+/// The kernel suite's binaries that are crates' unit tests (built by `--lib`); the others
+/// are integration tests (`--test NAME`).
+const SUITE_LIBS: &[&str] = &["liveness_proc", "liveness_daemon"];
+
 /// Tests left out in the guest, by binary and name (`--skip`), which run on the host in
 /// `cargo test`: the daemon's end-action runner needs the user databases and coreutils
 /// (see [`HOST_ONLY`]); a cleanup's stored outcome is read back with a survivor started
@@ -335,7 +366,16 @@ fn build(root: &Path, work: &Path, full: bool) -> Result<Built> {
             PathBuf::from(m["executable"].as_str().unwrap_or("")),
         )
     };
-    let tests = artifacts(&["test", "--no-run"])?
+    // Each test binary is a static release build and link of its own: without `--full`,
+    // only the kernel suite's are built.
+    let mut test_args = vec!["test", "--no-run"];
+    if !full {
+        test_args.push("--lib");
+        for (name, _) in KERNEL_SUITE.iter().filter(|(n, _)| !SUITE_LIBS.contains(n)) {
+            test_args.extend(["--test", name]);
+        }
+    }
+    let tests = artifacts(&test_args)?
         .iter()
         .filter(|m| m["profile"]["test"] == true && matches!(kind(m).as_str(), "lib" | "test"))
         .map(named)
@@ -406,7 +446,14 @@ for module in {modules}; do
     fi
 done
 echo "VMTEST kernel $(uname -r)"
-for name in {names}; do
+names="{names}"
+# The binaries the host asked for on the command line, if it did (see BETWEEN_SUITE).
+for arg in $(cat /proc/cmdline); do
+    case "$arg" in
+        vmtest.only=*) names=$(echo "${{arg#vmtest.only=}}" | tr , ' ') ;;
+    esac
+done
+for name in $names; do
     echo "VMTEST start $name"
     # Tests that run on the host only (see GUEST_SKIPS in vm.rs).
     skip=
@@ -822,17 +869,28 @@ impl Outcome {
     }
 }
 
-fn boot(image: &Path, initrd: &Path, log: &Path, options: &Options) -> Result<Outcome> {
+/// Boots `image` with the tests, which run the binaries `only` names if given (on the
+/// kernel's command line, which `/init` reads), else every one.
+fn boot(
+    image: &Path,
+    initrd: &Path,
+    log: &Path,
+    options: &Options,
+    only: Option<&[&str]>,
+) -> Result<Outcome> {
     let mut qemu = qemu(options);
+    // A soft lockup prints every CPU's stack, so a hung guest says where it hung.
+    let mut cmdline =
+        "console=ttyS0 panic=-1 quiet softlockup_all_cpu_backtrace=1 softlockup_panic=1".to_owned();
+    if let Some(only) = only {
+        cmdline += &format!(" vmtest.only={}", only.join(","));
+    }
     qemu.arg("-kernel")
         .arg(image)
         .arg("-initrd")
         .arg(initrd)
-        // A soft lockup prints every CPU's stack, so a hung guest says where it hung.
-        .args([
-            "-append",
-            "console=ttyS0 panic=-1 quiet softlockup_all_cpu_backtrace=1 softlockup_panic=1",
-        ]);
+        .arg("-append")
+        .arg(cmdline);
     let mut outcome = Outcome::default();
     run_guest(qemu, log, options.timeout, |line| outcome.record(line))?;
     Ok(outcome)
@@ -973,6 +1031,7 @@ mod tests {
             timeout: Duration::ZERO,
             accel: String::new(),
             full: false,
+            defaults: false,
         };
         let script = init_script(&tests, &options);
         assert!(
