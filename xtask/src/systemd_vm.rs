@@ -256,7 +256,6 @@ fn packages(root: &Path, work: &Path) -> Result<Packages> {
             .current_dir(root),
     )?;
     let started = Instant::now();
-    seed_build(&crate::target_dir(root), &source.join("target"))?;
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     run_to_end(
         Process::new(cargo)
@@ -278,30 +277,6 @@ fn packages(root: &Path, work: &Path) -> Result<Packages> {
     // Gigabytes of build; the package is what is kept.
     std::fs::remove_dir_all(&source)?;
     Ok(Packages { new, previous })
-}
-
-/// Gives the previous release's build what this tree's release build compiled already,
-/// as hard links (no copy, no space): cargo reuses each dependency built alike (same
-/// version, features and flags) and builds the rest. The binaries themselves are left
-/// out, so neither tree's are taken for the other's.
-fn seed_build(from: &Path, to: &Path) -> Result<()> {
-    let built = from.join("release");
-    if !built.join("deps").is_dir() {
-        return Ok(());
-    }
-    let release = to.join("release");
-    std::fs::create_dir_all(&release)?;
-    for dir in ["deps", "build", ".fingerprint"] {
-        if built.join(dir).is_dir() {
-            run_to_end(
-                Process::new("cp")
-                    .arg("-al")
-                    .arg(built.join(dir))
-                    .arg(release.join(dir)),
-            )?;
-        }
-    }
-    Ok(())
 }
 
 /// The second disk: the packages and the checks.
