@@ -246,6 +246,8 @@ const (
 	KindStalled EventKind = "session.stalled"
 	// The stalled session made progress again (field activity).
 	KindUnstalled EventKind = "session.unstalled"
+	// A process of the live session left its cgroup (field escape); still the session's by its lineage.
+	KindEscaped EventKind = "session.escaped"
 	// The event's session was granted a lock.
 	KindLockAcquired EventKind = "lock.acquired"
 	// The event's session no longer holds a lock.
@@ -253,7 +255,7 @@ const (
 )
 
 // EventKinds lists every EventKind, in the daemon's order.
-var EventKinds = []EventKind{KindRegistered, KindOwnerChanged, KindRenamed, KindEnded, KindReaped, KindAction, KindFinalized, KindStalled, KindUnstalled, KindLockAcquired, KindLockReleased}
+var EventKinds = []EventKind{KindRegistered, KindOwnerChanged, KindRenamed, KindEnded, KindReaped, KindAction, KindFinalized, KindStalled, KindUnstalled, KindEscaped, KindLockAcquired, KindLockReleased}
 
 // Code is the machine-readable reason of a refusal (docs/protocol.md §4). A newer daemon may send codes this client does not name; they arrive as they are.
 type Code string
@@ -860,6 +862,8 @@ func (v *OnOom) UnmarshalJSON(data []byte) error {
 type CgroupEscape struct {
 	// Its pid.
 	PID uint32 `json:"pid"`
+	// Its start time (/proc/<pid>/stat field 22); 0 in a record written before it was kept.
+	StartTicks uint64 `json:"start_ticks"`
 	// Where it was, as its /proc/<pid>/cgroup names it.
 	Cgroup string `json:"cgroup"`
 }
@@ -880,7 +884,7 @@ type SessionCgroup struct {
 	OnOom OnOom `json:"on_oom,omitempty"`
 	// What the cgroup counted, read once its last member was gone and before it was removed; none until then.
 	Usage *CgroupUsage `json:"usage,omitempty"`
-	// The survivors of its end found outside its cgroup, each once, stored with usage: still the session's by their lineage.
+	// Its processes found outside its cgroup, each once: as they moved (with eBPF, each with its session.escaped), and the survivors of its end found outside then. Still the session's by their lineage.
 	Escaped []CgroupEscape `json:"escaped,omitempty"`
 }
 
@@ -1181,6 +1185,8 @@ type Event struct {
 	Activity *Activity `json:"activity,omitempty"`
 	// lock.acquired and lock.released: which lock.
 	Lock *LockChange `json:"lock,omitempty"`
+	// session.escaped: the process that left the session's cgroup, and where to.
+	Escape *CgroupEscape `json:"escape,omitempty"`
 	// session.ended, from a daemon started with --trace-hops only.
 	Hops *Hops `json:"hops,omitempty"`
 }

@@ -457,6 +457,12 @@ pub(crate) fn describe_event(event: &Event, pids: &Numbering) -> String {
             describe_activity(activity, None, event.at_ms)
         ));
     }
+    if let Some(escape) = &event.escape {
+        text.push_str(&format!(
+            ": pid {} left the session's cgroup for {}",
+            escape.pid, escape.cgroup
+        ));
+    }
     if let Some(reaped) = &event.reaped {
         text.push_str(&describe_reaped(reaped));
         if pids.differs() {

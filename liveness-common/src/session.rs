@@ -244,6 +244,10 @@ pub enum EventKind {
     /// The stalled session made progress again (field `activity`).
     #[serde(rename = "session.unstalled")]
     Unstalled,
+    /// A process of the live session left its cgroup (field `escape`); it is still the
+    /// session's by its lineage.
+    #[serde(rename = "session.escaped")]
+    Escaped,
     /// The event's session was granted a lock.
     #[serde(rename = "lock.acquired")]
     LockAcquired,
@@ -310,6 +314,9 @@ pub struct Event {
     /// `lock.acquired` and `lock.released`: which lock, its token, why it was released.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock: Option<LockChange>,
+    /// `session.escaped`: the process that left the session's cgroup, and where to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escape: Option<CgroupEscape>,
     /// `session.ended`, only from a daemon started with `--trace-hops`: where the time
     /// between the death and the event went.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -434,9 +441,10 @@ pub struct SessionCgroup {
     /// gone and before it was removed; absent until then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<CgroupUsage>,
-    /// The survivors of its end found outside its cgroup (moved out by root, or by a
-    /// user's own systemd), each once; still the session's by their lineage. Stored with
-    /// `usage`.
+    /// Its processes found outside its cgroup (moved out by root, or by a user's own
+    /// systemd), each once: as they moved (with eBPF, each with its `session.escaped`),
+    /// and the survivors of its end found outside then. Still the session's by their
+    /// lineage.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub escaped: Vec<CgroupEscape>,
 }
@@ -445,6 +453,10 @@ pub struct SessionCgroup {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CgroupEscape {
     pub pid: u32,
+    /// The process's start time (`/proc/<pid>/stat` field 22); 0 in a record written
+    /// before it was kept.
+    #[serde(default)]
+    pub start_ticks: u64,
     /// Where it was, as its `/proc/<pid>/cgroup` names it (`/elsewhere`).
     pub cgroup: String,
 }

@@ -18,6 +18,9 @@
  * its tree's members as they exit; its exit record carries all of it with its own usage. A
  * signal to any other process costs a comparison, or one lookup for the signals that kill.
  *
+ * A tracked process or a member moved into another cgroup is reported on a ring of its own
+ * (cgroup_attach_task): the daemon tells an escape from its session's cgroup.
+ *
  * One file per kernel hook, built together as this one translation unit into one object
  * (the maps and helpers they share are in maps.h):
  */
@@ -25,5 +28,6 @@
 #include "process_exit.c"
 #include "signal_generate.c"
 #include "mark_victim.c"
+#include "cgroup_attach.c"
 
 char LICENSE[] SEC("license") = "GPL";

@@ -104,8 +104,14 @@ struct kernfs_node {
 	__u64 id;
 };
 
+/* A cgroup hierarchy: 0 is the unified (v2) one, any other a cgroup-v1 hierarchy. */
+struct cgroup_root {
+	int hierarchy_id;
+};
+
 struct cgroup {
 	struct kernfs_node *kn;
+	struct cgroup_root *root;
 };
 
 struct cgroup_subsys_state {
@@ -343,5 +349,22 @@ _Static_assert(__builtin_offsetof(struct exit_record, usage) == 24, "usage offse
 _Static_assert(__builtin_offsetof(struct exit_record, members) == 56, "members offset");
 _Static_assert(__builtin_offsetof(struct exit_record, cause) == 104, "cause offset");
 _Static_assert(__builtin_offsetof(struct exit_record, flags) == 176, "flags offset");
+
+/*
+ * Mirrors liveness_common::MoveRecord: a tracked process or a member (of the tree rooted at
+ * root_tgid) moved into the cgroup whose kernfs id is cgroup_id, in the unified hierarchy.
+ */
+struct move_record {
+	__u64 start_ticks;
+	__u64 root_start_ticks;
+	__u64 cgroup_id;
+	__u32 tgid;
+	__u32 root_tgid;
+};
+
+_Static_assert(sizeof(struct move_record) == 32, "move_record size");
+_Static_assert(__builtin_offsetof(struct move_record, cgroup_id) == 16, "cgroup_id offset");
+_Static_assert(__builtin_offsetof(struct move_record, tgid) == 24, "tgid offset");
+_Static_assert(__builtin_offsetof(struct move_record, root_tgid) == 28, "root_tgid offset");
 
 #endif /* LIVENESS_H */

@@ -152,6 +152,16 @@ struct {
 	__uint(max_entries, 8 * 1024 * 1024);
 } exits SEC(".maps");
 
+/*
+ * The cgroup moves of tracked processes and members: a ring of its own, so that a storm of
+ * moves (a user moving her process among her cgroups) fills it, never the exits ring.
+ * 64 KiB: about 1,600 records.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} moves SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);

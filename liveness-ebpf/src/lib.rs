@@ -1,7 +1,7 @@
 //! Everything the daemon knows of its eBPF programs, in one place.
 //!
 //! - `bpf/`: the programs, in C with CO-RE, one file per kernel hook (`process_fork.c`,
-//!   `process_exit.c`, `signal_generate.c`, `mark_victim.c`) over the maps and helpers they
+//!   `process_exit.c`, `signal_generate.c`, `mark_victim.c`, `cgroup_attach.c`) over the maps and helpers they
 //!   share (`maps.h`), compiled as one translation unit (`liveness.bpf.c`) into one object.
 //!   `cargo xtask build-ebpf` rebuilds it; `--check` proves the committed one fresh.
 //! - [`OBJECT`]: that object's bytes, embedded once for the daemon and the benchmarks.
@@ -167,6 +167,18 @@ mod tests {
                 ("origin", offset_of!(SignalCause, origin)),
                 ("flags", offset_of!(SignalCause, flags)),
                 ("sender_comm", offset_of!(SignalCause, sender_comm)),
+            ],
+        );
+        use crate::record::MoveRecord;
+        check(
+            "move_record",
+            size_of::<MoveRecord>(),
+            &[
+                ("start_ticks", offset_of!(MoveRecord, start_ticks)),
+                ("root_start_ticks", offset_of!(MoveRecord, root_start_ticks)),
+                ("cgroup_id", offset_of!(MoveRecord, cgroup_id)),
+                ("tgid", offset_of!(MoveRecord, tgid)),
+                ("root_tgid", offset_of!(MoveRecord, root_tgid)),
             ],
         );
     }

@@ -17,14 +17,18 @@ pub const LINEAGE_EXIT_PROGRAM_NAME: &str = "lineage_exit";
 pub const SIGNAL_PROGRAM_NAME: &str = "liveness_signal";
 /// Name of the `tp_btf/mark_victim` program: the OOM killer's victims.
 pub const OOM_PROGRAM_NAME: &str = "liveness_oom";
+/// Name of the `tp_btf/cgroup_attach_task` program: the cgroup moves of tracked processes
+/// and members.
+pub const MOVE_PROGRAM_NAME: &str = "liveness_move";
 /// Every program of the object, by name.
-pub const PROGRAM_NAMES: [&str; 6] = [
+pub const PROGRAM_NAMES: [&str; 7] = [
     EXIT_PROGRAM_NAME,
     FORK_PROGRAM_NAME,
     LINEAGE_FORK_PROGRAM_NAME,
     LINEAGE_EXIT_PROGRAM_NAME,
     SIGNAL_PROGRAM_NAME,
     OOM_PROGRAM_NAME,
+    MOVE_PROGRAM_NAME,
 ];
 /// Hash map `u32 tgid -> SignalCause` of the last killing signal sent to each tracked process.
 pub const MAP_CAUSES: &str = "causes";
@@ -58,6 +62,8 @@ pub const MAP_LINEAGES: &str = "lineages";
 pub const MAP_TRACKED: &str = "tracked";
 /// Ring buffer carrying one [`ExitRecord`] per tracked process death.
 pub const MAP_EXITS: &str = "exits";
+/// Ring buffer carrying one [`MoveRecord`] per cgroup move of a tracked process or member.
+pub const MAP_MOVES: &str = "moves";
 /// `u64` counters, indexed by the `COUNTER_*` constants, as the members map's are.
 pub const MAP_COUNTERS: &str = "counters";
 
@@ -254,12 +260,43 @@ impl ExitRecord {
 
     /// Reads a record from ring-buffer bytes; `None` if the slice is too short.
     pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
-        if bytes.len() < Self::SIZE {
-            return None;
-        }
-        // SAFETY: the length was checked, the type is plain old data with no invalid bit
-        // patterns, and `read_unaligned` tolerates any alignment of the ring-buffer slot.
-        Some(unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<Self>()) })
+        // SAFETY: plain old data, every field an integer or an array of them.
+        unsafe { read_record(bytes) }
+    }
+}
+
+/// Reads a `T` from the start of ring-buffer bytes; `None` if the slice is too short.
+///
+/// # Safety
+///
+/// Every bit pattern of `T`'s size must be a valid `T` (plain old data).
+unsafe fn read_record<T: Copy>(bytes: &[u8]) -> Option<T> {
+    if bytes.len() < core::mem::size_of::<T>() {
+        return None;
+    }
+    // SAFETY: the length was checked, the caller vouches for the bit patterns, and
+    // `read_unaligned` tolerates any alignment of the ring-buffer slot.
+    Some(unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+/// A tracked process or a member, of the tree rooted at `root_tgid`, moved into another
+/// cgroup of the unified hierarchy (a write to a `cgroup.procs` or `cgroup.threads`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MoveRecord {
+    pub start_ticks: u64,
+    pub root_start_ticks: u64,
+    /// The kernfs id (inode number) of the destination cgroup.
+    pub cgroup_id: u64,
+    pub tgid: u32,
+    pub root_tgid: u32,
+}
+
+impl MoveRecord {
+    /// Reads a record from ring-buffer bytes; `None` if the slice is too short.
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        // SAFETY: plain old data, every field an integer.
+        unsafe { read_record(bytes) }
     }
 }
 
@@ -312,6 +349,21 @@ mod tests {
         assert_eq!(offset_of!(MemberRecord, root_tgid), 16);
         assert_eq!(offset_of!(MemberRecord, flags), 20);
         assert_eq!(offset_of!(MemberRecord, uid), 24);
+    }
+
+    /// The same numbers are asserted by `_Static_assert` in `liveness.h`.
+    #[test]
+    fn move_record_layout_is_pinned() {
+        assert_eq!(size_of::<MoveRecord>(), 32);
+        assert_eq!(offset_of!(MoveRecord, cgroup_id), 16);
+        assert_eq!(offset_of!(MoveRecord, tgid), 24);
+        assert_eq!(offset_of!(MoveRecord, root_tgid), 28);
+        let mut bytes = [0u8; 32];
+        bytes[16..24].copy_from_slice(&77u64.to_ne_bytes());
+        bytes[24..28].copy_from_slice(&4711u32.to_ne_bytes());
+        let record = MoveRecord::from_bytes(&bytes).unwrap();
+        assert_eq!((record.cgroup_id, record.tgid), (77, 4711));
+        assert_eq!(MoveRecord::from_bytes(&bytes[..31]), None);
     }
 
     #[test]

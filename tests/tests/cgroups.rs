@@ -879,15 +879,19 @@ fn a_reap_resumed_after_a_restart_kills_by_the_session_cgroup() {
     assert_eq!(reaped[0]["reaped"]["resumed"], true, "{reaped:?}");
 }
 
-/// A member that root moves out of its session's cgroup is an escape: found among the
-/// survivors of the session's end, stored once with the session (`cgroup.escaped`, shown
-/// by `get`), and still the session's by its lineage (a survivor, placed by `whose`).
+/// With eBPF, a member root moves out of its session's cgroup while the owner lives is
+/// announced at once: one `session.escaped` (pid, start time, `/elsewhere`), recorded once
+/// in `cgroup.escaped` (not again when it moves again, nor when the end finds it among its
+/// survivors), and it is still the session's (`whose`, the end's survivors). Moves into the
+/// session's cgroup (the registration's) or a cgroup below it are no escape, and a storm of
+/// moves of the escaped member holds up no other session's death.
 #[test]
 fn a_member_moved_out_of_its_session_cgroup_is_an_escape_and_still_a_survivor() {
     let Some(mount) = usable_host("a_member_moved_out_of_its_session_cgroup") else {
         return;
     };
     let daemon = Daemon::start(&[]);
+    let mut events = integration_tests::subscribe(&daemon, None);
     let (mut owner, member) = owner_with_member();
     let reply = daemon.request(json!({
         "op": "register", "session": "esc", "owner": {"pid": owner.id()}, "cgroup": {},
@@ -895,24 +899,57 @@ fn a_member_moved_out_of_its_session_cgroup_is_an_escape_and_still_a_survivor() 
     assert_eq!(reply["ok"], true, "{reply}");
     let path = cgroup_of(&daemon, "esc");
     assert!(procs(&path).contains(&member), "{:?}", procs(&path));
-    let elsewhere = mount.join("elsewhere");
+    let below = path.join("below");
+    std::fs::create_dir(&below).unwrap();
+    std::fs::write(below.join("cgroup.procs"), member.to_string()).unwrap();
+    std::fs::write(path.join("cgroup.procs"), member.to_string()).unwrap();
+    std::fs::remove_dir(&below).unwrap();
+    let (elsewhere, further) = (mount.join("elsewhere"), mount.join("further"));
     std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::create_dir(&further).unwrap();
     std::fs::write(elsewhere.join("cgroup.procs"), member.to_string()).unwrap();
+    let start_ticks = integration_tests::start_ticks(member).unwrap();
+    let escape = json!({"pid": member, "start_ticks": start_ticks, "cgroup": "/elsewhere"});
+    // The first escaped event is this one: the moves within its cgroup were none.
+    let escaped = events.next_event_of("session.escaped", "esc", Duration::from_secs(5));
+    assert_eq!(escaped["escape"], escape, "{escaped}");
+    assert_eq!(daemon.session("esc")["cgroup"]["escaped"], json!([escape]));
+    let whose = daemon.cli(&["whose", "--pid", &member.to_string(), "--json"]);
+    let whose: Value = serde_json::from_slice(&whose.stdout).unwrap();
+    assert_eq!(whose["id"], "esc", "{whose}");
+
+    // A storm of moves of the escaped member (2,000, between two cgroups) while another
+    // session's owner dies: that death is published within a second, no escape is added.
+    let mut other = sleeper();
+    integration_tests::register(&daemon, "other", other.id());
+    let storm = std::thread::spawn(move || {
+        for i in 0..2000 {
+            let to = if i % 2 == 0 { &further } else { &elsewhere };
+            std::fs::write(to.join("cgroup.procs"), member.to_string()).unwrap();
+        }
+    });
+    let killed = std::time::Instant::now();
+    other.kill().unwrap();
+    other.wait().unwrap();
+    events.next_event_of("session.ended", "other", Duration::from_secs(1));
+    let latency = killed.elapsed();
+    storm.join().unwrap();
+    assert!(latency < Duration::from_secs(1), "{latency:?}");
+    std::fs::write(mount.join("elsewhere/cgroup.procs"), member.to_string()).unwrap();
+
     owner.kill().unwrap();
     owner.wait().unwrap();
-    let ended = daemon.wait_ended("esc");
+    let ended = events.next_event_of("session.ended", "esc", Duration::from_secs(5));
     let survivors = &ended["survivors"]["members"];
     assert_eq!(survivors[0]["pid"], member, "{ended}");
     wait_reclaimed(&daemon, "esc", &path);
     let session = daemon.session("esc");
-    assert_eq!(
-        session["cgroup"]["escaped"],
-        json!([{"pid": member, "cgroup": "/elsewhere"}]),
-        "{session}"
-    );
-    let whose = daemon.cli(&["whose", "--pid", &member.to_string(), "--json"]);
-    let whose: Value = serde_json::from_slice(&whose.stdout).unwrap();
-    assert_eq!(whose["id"], "esc", "{whose}");
+    assert_eq!(session["cgroup"]["escaped"], json!([escape]), "{session}");
+    let stored: Vec<Value> = replay(&daemon)
+        .into_iter()
+        .filter(|e| e["kind"] == "session.escaped")
+        .collect();
+    assert_eq!(stored.len(), 1, "{stored:?}");
     let text = daemon.cli(&["get", "--session", "esc"]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(
@@ -920,6 +957,47 @@ fn a_member_moved_out_of_its_session_cgroup_is_an_escape_and_still_a_survivor() 
             "Escaped: pid {member} left the session's cgroup for /elsewhere"
         )),
         "{text}"
+    );
+    sigkill(member);
+    for dir in ["elsewhere", "further"] {
+        let dir = mount.join(dir);
+        assert!(eventually(Duration::from_secs(30), || std::fs::remove_dir(
+            &dir
+        )
+        .is_ok()));
+    }
+}
+
+/// Without eBPF (`--sources pidfd`) no move is seen as it happens: an escape is found at
+/// the session's end among its survivors, and no `session.escaped` announces it.
+#[test]
+fn without_ebpf_an_escape_is_found_at_the_end() {
+    let Some(mount) = usable_host("without_ebpf_an_escape_is_found_at_the_end") else {
+        return;
+    };
+    let daemon = Daemon::start(&["--sources", "pidfd"]);
+    let (mut owner, member) = owner_with_member();
+    let reply = daemon.request(json!({
+        "op": "register", "session": "late", "owner": {"pid": owner.id()}, "cgroup": {},
+    }));
+    assert_eq!(reply["ok"], true, "{reply}");
+    let path = cgroup_of(&daemon, "late");
+    let elsewhere = mount.join("elsewhere-late");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::write(elsewhere.join("cgroup.procs"), member.to_string()).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(daemon.session("late")["cgroup"]["escaped"].is_null());
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    daemon.wait_ended("late");
+    wait_reclaimed(&daemon, "late", &path);
+    let start_ticks = integration_tests::start_ticks(member).unwrap();
+    let escape = json!({"pid": member, "start_ticks": start_ticks, "cgroup": "/elsewhere-late"});
+    assert_eq!(daemon.session("late")["cgroup"]["escaped"], json!([escape]));
+    assert!(
+        replay(&daemon)
+            .iter()
+            .all(|e| e["kind"] != "session.escaped")
     );
     sigkill(member);
     assert!(eventually(Duration::from_secs(30), || std::fs::remove_dir(

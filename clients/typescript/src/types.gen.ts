@@ -64,7 +64,7 @@ export type OomScope = (typeof OOM_SCOPES)[number] | (string & {});
 export const oomScope = str as Codec<OomScope>;
 
 /** Every EventKind, in the daemon's order. */
-export const EVENT_KINDS = ["session.registered", "session.owner_changed", "session.renamed", "session.ended", "session.reaped", "session.action", "session.finalized", "session.stalled", "session.unstalled", "lock.acquired", "lock.released"] as const;
+export const EVENT_KINDS = ["session.registered", "session.owner_changed", "session.renamed", "session.ended", "session.reaped", "session.action", "session.finalized", "session.stalled", "session.unstalled", "session.escaped", "lock.acquired", "lock.released"] as const;
 /** The kind of an event. A newer daemon may send others: ignore kinds you do not know. */
 export type EventKind = (typeof EVENT_KINDS)[number] | (string & {});
 export const eventKind = str as Codec<EventKind>;
@@ -82,6 +82,8 @@ export const SESSION_FINALIZED = "session.finalized";
 export const SESSION_STALLED = "session.stalled";
 /** The stalled session made progress again (field activity). */
 export const SESSION_UNSTALLED = "session.unstalled";
+/** A process of the live session left its cgroup (field escape); still the session's by its lineage. */
+export const SESSION_ESCAPED = "session.escaped";
 /** The event's session was granted a lock. */
 export const LOCK_ACQUIRED = "lock.acquired";
 /** The event's session no longer holds a lock. */
@@ -358,10 +360,12 @@ export const onOom = oneOf<OnOom>(...ON_OOMS);
 export interface CgroupEscape {
   /** Its pid. */
   pid: number;
+  /** Its start time (/proc/<pid>/stat field 22); 0 in a record written before it was kept. */
+  start_ticks: number;
   /** Where it was, as its /proc/<pid>/cgroup names it. */
   cgroup: string;
 }
-export const cgroupEscape: Codec<CgroupEscape> = object<CgroupEscape>({ pid: required(int), cgroup: required(str) });
+export const cgroupEscape: Codec<CgroupEscape> = object<CgroupEscape>({ pid: required(int), start_ticks: defaulted(int, 0), cgroup: required(str) });
 
 /** A session's own cgroup and the limits written there (docs/cgroups.md). */
 export interface SessionCgroup {
@@ -379,7 +383,7 @@ export interface SessionCgroup {
   on_oom?: OnOom;
   /** What the cgroup counted, read once its last member was gone and before it was removed; none until then. */
   usage?: CgroupUsage;
-  /** The survivors of its end found outside its cgroup, each once, stored with usage: still the session's by their lineage. */
+  /** Its processes found outside its cgroup, each once: as they moved (with eBPF, each with its session.escaped), and the survivors of its end found outside then. Still the session's by their lineage. */
   escaped: CgroupEscape[];
 }
 export const sessionCgroup: Codec<SessionCgroup> = object<SessionCgroup>({ path: required(str), memory_max: optional(int), tasks_max: optional(int), memory_high: optional(int), cpu_weight: optional(int), on_oom: optional(onOom), usage: optional(cgroupUsage), escaped: defaulted(arrayOf(cgroupEscape), [], true) });
@@ -586,10 +590,12 @@ export interface LivenessEvent {
   activity?: Activity;
   /** lock.acquired and lock.released: which lock. */
   lock?: LockChange;
+  /** session.escaped: the process that left the session's cgroup, and where to. */
+  escape?: CgroupEscape;
   /** session.ended, from a daemon started with --trace-hops only. */
   hops?: Hops;
 }
-export const event: Codec<LivenessEvent> = object<LivenessEvent>({ seq: required(int), kind: required(eventKind), at_ms: required(int), session: required(str), owner: required(identity), previous_owner: optional(identity), previous_session: optional(str), reason: optional(endReason), exit: optional(exitStatus), cause: optional(cause), usage: optional(usage), detected_by: optional(detectedBy), observed_ms: optional(int), died_ms: optional(int), labels: defaulted(recordOf(str), {}), creator_uid: required(int), survivors: optional(survivors), on_end: defaulted(onEnd, "leave", true), reaped: optional(reaped), actions: defaulted(int, 0, true), action: optional(actionOutcome), activity: optional(activity), lock: optional(lockChange), hops: optional(hops) });
+export const event: Codec<LivenessEvent> = object<LivenessEvent>({ seq: required(int), kind: required(eventKind), at_ms: required(int), session: required(str), owner: required(identity), previous_owner: optional(identity), previous_session: optional(str), reason: optional(endReason), exit: optional(exitStatus), cause: optional(cause), usage: optional(usage), detected_by: optional(detectedBy), observed_ms: optional(int), died_ms: optional(int), labels: defaulted(recordOf(str), {}), creator_uid: required(int), survivors: optional(survivors), on_end: defaulted(onEnd, "leave", true), reaped: optional(reaped), actions: defaulted(int, 0, true), action: optional(actionOutcome), activity: optional(activity), lock: optional(lockChange), escape: optional(cgroupEscape), hops: optional(hops) });
 
 /** A held lock with its fencing token (docs/protocol.md §12). */
 export interface Lock {

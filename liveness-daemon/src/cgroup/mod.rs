@@ -4,6 +4,7 @@
 //! termination, and its removal once empty (`reclaim`).
 
 pub mod mountinfo;
+pub mod moves;
 pub mod reclaim;
 pub mod systemd;
 
@@ -455,31 +456,47 @@ impl Enclosure {
 
 /// The processes of `members` (an ended session's survivors) still alive and outside the
 /// session cgroup at `path` (or the cgroups below it): moved out since they were in it,
-/// or never moved in (another user's, one born outside while its tree was moved). The
-/// cgroup is compared as `/proc/<pid>/cgroup` names it: `/liveness.slice/<name>`, from the
-/// root of the hierarchy the daemon found.
+/// or never moved in (another user's, one born outside while its tree was moved).
 pub fn escapes(path: &Path, members: &[ProcessKey], proc: &ProcRoot) -> Vec<CgroupEscape> {
-    let Some(name) = path.file_name() else {
-        return Vec::new();
-    };
-    let own = Path::new("/").join(SUBTREE).join(name);
     members
         .iter()
-        .filter_map(|key| {
-            let file = proc.path().join(key.pid.to_string()).join("cgroup");
-            let cgroup = fs::read_to_string(file).ok()?;
-            let cgroup = cgroup
-                .lines()
-                .find_map(|l| l.strip_prefix("0::"))?
-                .to_owned();
-            // Read before it is checked: a pid taken meanwhile is not named.
-            let same = proc.check_key(*key) == Liveness::Alive;
-            (same && !Path::new(&cgroup).starts_with(&own)).then_some(CgroupEscape {
-                pid: key.pid,
-                cgroup,
-            })
-        })
+        .filter_map(|key| escape(path, *key, proc))
         .collect()
+}
+
+/// The process `key`, if it is alive and outside the session cgroup at `path` (or the
+/// cgroups below it), with its cgroup as its `/proc/<pid>/cgroup` names it. The file is
+/// read once, its unified line only: a path a user chose the length of within her own
+/// cgroups is read here, so never on the engine.
+fn escape(path: &Path, key: ProcessKey, proc: &ProcRoot) -> Option<CgroupEscape> {
+    let cgroup = cgroup_of(key, proc)?;
+    (!holds(path, &cgroup)).then_some(CgroupEscape {
+        pid: key.pid,
+        start_ticks: key.start_ticks,
+        cgroup,
+    })
+}
+
+/// The cgroup of the process `key` in the unified hierarchy, as its `/proc/<pid>/cgroup`
+/// names it (`/liveness.slice/<name>`, from the root of the hierarchy the daemon found);
+/// `None` when it is gone, or its pid is another process's now. Its size is the user's
+/// choice (the depth of her own cgroups): never read on the engine.
+pub fn cgroup_of(key: ProcessKey, proc: &ProcRoot) -> Option<String> {
+    let file = proc.path().join(key.pid.to_string()).join("cgroup");
+    let cgroup = fs::read_to_string(file).ok()?;
+    let cgroup = cgroup
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))?
+        .to_owned();
+    // Read before it is checked: a pid taken meanwhile is not named.
+    (proc.check_key(key) == Liveness::Alive).then_some(cgroup)
+}
+
+/// Whether the session cgroup at `path` (or a cgroup below it) is `cgroup`, named as
+/// [`cgroup_of`] names it.
+pub fn holds(path: &Path, cgroup: &str) -> bool {
+    path.file_name()
+        .is_some_and(|name| Path::new(cgroup).starts_with(Path::new("/").join(SUBTREE).join(name)))
 }
 
 /// What a cgroup below the root offers on this kernel.

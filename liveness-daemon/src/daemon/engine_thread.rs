@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::StartError;
 use crate::engine::{EndMetrics, Engine, EngineConfig, EngineError, Handle};
+use crate::source::ebpf::MoveRing;
 use crate::source::monitor::{Monitor, MonitorConfig};
 use crate::source::tree_map::TreeMap;
 use crate::store::Store;
@@ -40,13 +41,23 @@ pub struct EngineThread {
     pub sources: Vec<DetectedBy>,
     pub members: Option<Arc<TreeMap>>,
     pub end_metrics: EndMetrics,
+    /// The kernel's cgroup moves of tracked processes and members, for their reader.
+    pub moves: Option<MoveRing>,
     pub done: oneshot::Receiver<Result<(), EngineError>>,
     /// Ends after `done` resolved, or once the engine was told to stop.
     pub thread: JoinHandle<()>,
 }
 
 /// What the thread reports once the engine is built, or why it could not be.
-type Ready = Result<(Vec<DetectedBy>, Option<Arc<TreeMap>>, EndMetrics), StartError>;
+type Ready = Result<
+    (
+        Vec<DetectedBy>,
+        Option<Arc<TreeMap>>,
+        EndMetrics,
+        Option<MoveRing>,
+    ),
+    StartError,
+>;
 
 impl EngineThread {
     /// Starts the exit sources and the engine on a new thread, which runs the engine until
@@ -73,15 +84,15 @@ impl EngineThread {
                     }
                 };
                 runtime.block_on(async move {
-                    let engine = match build(start).await {
-                        Ok(engine) => engine,
+                    let (engine, moves) = match build(start).await {
+                        Ok(built) => built,
                         Err(e) => {
                             let _ = ready_tx.send(Err(e));
                             return;
                         }
                     };
                     let sources = engine.active_sources();
-                    let shared = (sources, engine.tree_reader(), engine.end_metrics());
+                    let shared = (sources, engine.tree_reader(), engine.end_metrics(), moves);
                     if ready_tx.send(Ok(shared)).is_err() {
                         return;
                     }
@@ -90,11 +101,12 @@ impl EngineThread {
                 runtime.shutdown_timeout(BLOCKING_GRACE);
             })?;
         match ready.await {
-            Ok(Ok((sources, members, end_metrics))) => Ok(EngineThread {
+            Ok(Ok((sources, members, end_metrics, moves))) => Ok(EngineThread {
                 engine: Handle::new(commands),
                 sources,
                 members,
                 end_metrics,
+                moves,
                 done,
                 thread,
             }),
@@ -104,12 +116,11 @@ impl EngineThread {
     }
 }
 
-async fn build(start: EngineStart) -> Result<Engine, StartError> {
-    let monitor = Monitor::start(start.monitor).await?;
-    Ok(Engine::new(
-        start.store,
-        monitor,
-        start.engine,
-        start.about,
-    )?)
+/// The engine, and the ring of cgroup moves its eBPF source read, which is not the
+/// engine's to read (see [`crate::cgroup::moves`]).
+async fn build(start: EngineStart) -> Result<(Engine, Option<MoveRing>), StartError> {
+    let mut monitor = Monitor::start(start.monitor).await?;
+    let moves = monitor.take_moves();
+    let engine = Engine::new(start.store, monitor, start.engine, start.about)?;
+    Ok((engine, moves))
 }

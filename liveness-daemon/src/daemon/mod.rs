@@ -480,6 +480,7 @@ impl Tasks {
             sources,
             members,
             end_metrics,
+            moves,
             done: engine_done,
             thread: engine_thread,
         } = EngineThread::start(start, stopped.clone()).await?;
@@ -489,6 +490,15 @@ impl Tasks {
         tracing::info!(socket = %socket.display(), state_dir = %state_dir.display(), sources = %sources.join(","), "livenessd listening");
         crate::systemd::notify_ready(&format!("listening; sources {}", sources.join(",")));
 
+        if let Some(moves) = moves {
+            let (engine, proc) = (engine.clone(), proc.clone());
+            tokio::spawn(crate::cgroup::moves::run(
+                moves,
+                engine,
+                proc,
+                stopped.clone(),
+            ));
+        }
         let activities = crate::activity::Activities::default();
         let responder = crate::activity::Responder::new(
             crate::action::ActionRunner::new(crate::action::RunOptions {

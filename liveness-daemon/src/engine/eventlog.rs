@@ -121,6 +121,17 @@ fn log(event: &Event, fresh_owners: &mut FreshOwners) {
                 if event.kind == EventKind::Stalled { "session stalled" } else { "session unstalled" }
             );
         }
+        EventKind::Escaped => {
+            let escape = event.escape.as_ref();
+            tracing::info!(
+                session = %event.session,
+                uid = event.creator_uid,
+                pid = escape.map(|e| e.pid),
+                cgroup = escape.map(|e| e.cgroup.as_str()),
+                seq = event.seq,
+                "a process of the session left its cgroup"
+            );
+        }
         // The runner logs what an action did when it finishes.
         EventKind::Action
         | EventKind::OwnerChanged

@@ -53,8 +53,8 @@ pub use end_metrics::EndMetrics;
 pub use fanout::Subscription;
 pub use locks::{Acquire, Queued};
 pub use op::{
-    Ask, Command, End, Found, Handle, Judged, Op, Register, Registered, Sampling, ScopeFailed,
-    Subscribe, Synced, Target, Tree, Waiting, Whose, ancestry,
+    Ask, Command, End, Found, Handle, Judged, Moved, Op, Register, Registered, Sampling,
+    ScopeFailed, Subscribe, Synced, Target, Tree, Waiting, Whose, ancestry,
 };
 #[cfg(feature = "fleet")]
 pub use op::{FleetGranted, FleetHeld, FleetReleased};

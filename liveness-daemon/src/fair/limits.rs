@@ -417,7 +417,8 @@ impl SessionUsage {
             | EventKind::Action
             | EventKind::Finalized
             | EventKind::Stalled
-            | EventKind::Unstalled => {}
+            | EventKind::Unstalled
+            | EventKind::Escaped => {}
         }
     }
 

@@ -513,7 +513,8 @@ impl<'a> Mirror<'a> {
             | EventKind::Action
             | EventKind::Finalized
             | EventKind::Stalled
-            | EventKind::Unstalled => {}
+            | EventKind::Unstalled
+            | EventKind::Escaped => {}
         }
         Ok(())
     }

@@ -19,8 +19,9 @@ use liveness_ebpf::record::{
     COUNTER_CAUSES_LOST, COUNTER_EMITTED, COUNTER_LOST, COUNTER_SLOTS, COUNTER_USAGE_LOST,
     EXIT_PROGRAM_NAME, ExitRecord, FORK_PROGRAM_NAME, LINEAGE_EXIT_PROGRAM_NAME,
     LINEAGE_FORK_PROGRAM_NAME, MAP_CAUSES, MAP_COUNTERS, MAP_EXITS, MAP_LINEAGES,
-    MAP_MEMBER_COUNTERS, MAP_MEMBER_SLOTS, MAP_MEMBERS, MAP_TRACKED, MAP_TREE_USAGES,
-    MAP_UID_SHARES, OOM_PROGRAM_NAME, SIGNAL_PROGRAM_NAME, SignalCause, TreeUsage,
+    MAP_MEMBER_COUNTERS, MAP_MEMBER_SLOTS, MAP_MEMBERS, MAP_MOVES, MAP_TRACKED, MAP_TREE_USAGES,
+    MAP_UID_SHARES, MOVE_PROGRAM_NAME, MoveRecord, OOM_PROGRAM_NAME, SIGNAL_PROGRAM_NAME,
+    SignalCause, TreeUsage,
 };
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
@@ -46,6 +47,7 @@ const TRACEPOINT: &str = "sched_process_exit";
 const FORK_TRACEPOINT: &str = "sched_process_fork";
 const SIGNAL_TRACEPOINT: &str = "signal_generate";
 const OOM_TRACEPOINT: &str = "mark_victim";
+const MOVE_TRACEPOINT: &str = "cgroup_attach_task";
 /// The program's `.rodata` variable holding the daemon's PID namespace inode number.
 const PIDNS_GLOBAL: &str = "daemon_pidns_inum";
 /// The program's `.rodata` variable holding the members' share of the members map.
@@ -260,6 +262,59 @@ pub struct EbpfSource {
     /// are deleted here (its exit record takes them otherwise).
     causes_map: HashMap<MapData, u32, [u8; size_of::<SignalCause>()]>,
     usages_map: HashMap<MapData, u32, [u8; size_of::<TreeUsage>()]>,
+    /// The cgroup moves of tracked processes and members, until their reader takes them;
+    /// `None` when the program did not attach.
+    moves: Option<MoveRing>,
+}
+
+/// The ring of the cgroup moves of tracked processes and members (`tp_btf/cgroup_attach_task`).
+pub struct MoveRing(RingBuf<MapData>);
+
+impl fmt::Debug for MoveRing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("MoveRing")
+    }
+}
+
+impl std::os::fd::AsRawFd for MoveRing {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// The ring's map owns its descriptor, which it never replaces.
+impl crate::fd::registered::OwnsFd for MoveRing {}
+
+impl MoveRing {
+    /// Reads every record in the ring into `out`.
+    pub fn read(&mut self, out: &mut Vec<MoveRecord>) {
+        while let Some(item) = self.0.next() {
+            match MoveRecord::from_bytes(&item) {
+                Some(record) => out.push(record),
+                None => tracing::warn!(len = item.len(), "ignoring a short eBPF move record"),
+            }
+        }
+    }
+}
+
+/// Attaches the program that reports the cgroup moves of tracked processes and members, and
+/// takes its ring; `None` (with a warning) where it cannot run: escapes are then found at
+/// the sessions' ends only.
+fn attach_moves(ebpf: &mut Ebpf, btf: &Btf) -> Option<MoveRing> {
+    let attached = attach(ebpf, btf, MOVE_PROGRAM_NAME, MOVE_TRACEPOINT).and_then(|()| {
+        let map = take_map(ebpf, MAP_MOVES)?;
+        RingBuf::try_from(map).map_err(|source| EbpfError::Map {
+            name: MAP_MOVES,
+            source,
+        })
+    });
+    match attached {
+        Ok(ring) => Some(MoveRing(ring)),
+        Err(error) => {
+            tracing::warn!(%error, "{MOVE_TRACEPOINT}: not attached; escapes from session cgroups are found at their ends only");
+            None
+        }
+    }
 }
 
 /// Which programs that see why a process died attached, and why the others did not.
@@ -380,6 +435,7 @@ impl EbpfSource {
             .as_ref()
             .and_then(|pins| Some(pins.dir.parent()?.to_path_buf()));
         let causes = attach_cause_programs(&mut ebpf, &btf);
+        let moves = attach_moves(&mut ebpf, &btf);
         let maps = TreeMaps {
             lineages: take_map(&mut ebpf, MAP_LINEAGES)?,
             members: take_map(&mut ebpf, MAP_MEMBERS)?,
@@ -452,6 +508,7 @@ impl EbpfSource {
             causes,
             causes_map,
             usages_map,
+            moves,
         };
         let detail = source
             .run_self_test(proc)
@@ -525,6 +582,11 @@ impl EbpfSource {
     }
 
     /// The kernel's map of process-tree members, once: its reader owns it from then on.
+    /// The ring of cgroup moves, once, for its reader ([`crate::cgroup::moves`]).
+    pub fn take_moves(&mut self) -> Option<MoveRing> {
+        self.moves.take()
+    }
+
     pub fn take_members(&mut self) -> Option<TreeMap> {
         self.members.take()
     }

@@ -370,6 +370,12 @@ impl Monitor {
         self.ebpf.as_mut()?.take_members()
     }
 
+    /// The eBPF source's ring of cgroup moves, once, when that source runs and its program
+    /// attached.
+    pub fn take_moves(&mut self) -> Option<super::ebpf::MoveRing> {
+        self.ebpf.as_mut()?.take_moves()
+    }
+
     /// Names of the sources that are running.
     pub fn active_sources(&self) -> Vec<DetectedBy> {
         let mut active = Vec::new();

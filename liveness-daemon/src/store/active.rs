@@ -143,7 +143,10 @@ impl Active {
         for event in events {
             let key = (event.creator_uid, event.session.clone());
             match event.kind {
-                EventKind::Registered | EventKind::OwnerChanged | EventKind::Renamed => {
+                EventKind::Registered
+                | EventKind::OwnerChanged
+                | EventKind::Renamed
+                | EventKind::Escaped => {
                     if let Some(previous) = &event.previous_session {
                         let old = (event.creator_uid, previous.clone());
                         self.unindex(&old);

@@ -32,6 +32,7 @@ pub(super) fn event_about(kind: EventKind, session: &Session, at_ms: i64) -> Eve
         reaped: None,
         activity: None,
         lock: None,
+        escape: None,
         hops: None,
         actions: u32::try_from(session.on_end_run.len()).unwrap_or(u32::MAX),
         action: None,

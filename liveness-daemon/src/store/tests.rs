@@ -2151,3 +2151,61 @@ fn a_prepared_ended_event_is_what_serde_writes_of_it() {
         }
     }
 }
+
+/// An escape of a live session's process is recorded once with its `session.escaped`, and
+/// the end's escapes are stored beside it, the same process not twice; a session without
+/// a cgroup records none.
+#[test]
+fn an_escape_is_recorded_once_and_the_ends_escapes_join_it() {
+    use liveness_common::session::{CgroupEscape, CgroupUsage, SessionCgroup};
+    let db = Db::new();
+    let mut store = db.open();
+    let cgroup = SessionCgroup {
+        path: "/sys/fs/cgroup/liveness.slice/s1000-1-10".into(),
+        memory_max: None,
+        tasks_max: None,
+        memory_high: None,
+        cpu_weight: None,
+        on_oom: None,
+        usage: None,
+        escaped: Vec::new(),
+    };
+    let with_cgroup = NewSession {
+        cgroup: Some(cgroup),
+        ..req("s1", owner(10))
+    };
+    store.register(with_cgroup, NOW).unwrap();
+    store.register(req("plain", owner(11)), NOW).unwrap();
+    let moved = CgroupEscape {
+        pid: 20,
+        start_ticks: 7,
+        cgroup: "/elsewhere".into(),
+    };
+    let event = store
+        .record_escape(UID, "s1", &moved, NOW + 1)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (event.kind, event.escape.as_ref()),
+        (EventKind::Escaped, Some(&moved))
+    );
+    assert_eq!(
+        store.record_escape(UID, "s1", &moved, NOW + 2).unwrap(),
+        None
+    );
+    assert_eq!(
+        store.record_escape(UID, "plain", &moved, NOW + 2).unwrap(),
+        None
+    );
+    let at_end = CgroupEscape {
+        pid: 21,
+        start_ticks: 8,
+        cgroup: "/further".into(),
+    };
+    let found = [moved.clone(), at_end.clone()];
+    store
+        .cgroup_usage(UID, "s1", &CgroupUsage::default(), &found)
+        .unwrap();
+    let stored = store.get(UID, "s1").unwrap().unwrap().cgroup.unwrap();
+    assert_eq!(stored.escaped, [moved, at_end]);
+}

@@ -484,6 +484,11 @@ pub const EVENT_KIND: Enum = Enum {
             "The stalled session made progress again (field activity).",
         ),
         (
+            "Escaped",
+            "session.escaped",
+            "A process of the live session left its cgroup (field escape); still the session's by its lineage.",
+        ),
+        (
             "LockAcquired",
             "lock.acquired",
             "The event's session was granted a lock.",
@@ -1342,7 +1347,7 @@ pub const SESSION_CGROUP: Struct = Struct {
             "escaped",
             List(&Named("CgroupEscape")),
             omitted("[]"),
-            "The survivors of its end found outside its cgroup, each once, stored with usage: still the session's by their lineage.",
+            "Its processes found outside its cgroup, each once: as they moved (with eBPF, each with its session.escaped), and the survivors of its end found outside then. Still the session's by their lineage.",
         ),
     ],
 };
@@ -1354,6 +1359,12 @@ pub const CGROUP_ESCAPE: Struct = Struct {
     probe: probe_of::<session::CgroupEscape>(),
     fields: &[
         field("pid", U32, Required, "Its pid."),
+        field(
+            "start_ticks",
+            U64,
+            default("0"),
+            "Its start time (/proc/<pid>/stat field 22); 0 in a record written before it was kept.",
+        ),
         field(
             "cgroup",
             Str,
@@ -1756,6 +1767,12 @@ pub const EVENT: Struct = Struct {
             Named("LockChange"),
             Optional,
             "lock.acquired and lock.released: which lock.",
+        ),
+        field(
+            "escape",
+            Named("CgroupEscape"),
+            Optional,
+            "session.escaped: the process that left the session's cgroup, and where to.",
         ),
         field(
             "hops",

@@ -59,7 +59,7 @@ OOM_SCOPES: Tuple[str, ...] = ("cgroup", "global", "unknown",)
 OomScope = str
 """What ran out of memory. A newer daemon may send other values."""
 
-EVENT_KINDS: Tuple[str, ...] = ("session.registered", "session.owner_changed", "session.renamed", "session.ended", "session.reaped", "session.action", "session.finalized", "session.stalled", "session.unstalled", "lock.acquired", "lock.released",)
+EVENT_KINDS: Tuple[str, ...] = ("session.registered", "session.owner_changed", "session.renamed", "session.ended", "session.reaped", "session.action", "session.finalized", "session.stalled", "session.unstalled", "session.escaped", "lock.acquired", "lock.released",)
 """Every EventKind, in the daemon's order."""
 EventKind = str
 """The kind of an event. A newer daemon may send others: ignore kinds you do not know. A newer daemon may send other values."""
@@ -77,6 +77,8 @@ SESSION_STALLED = "session.stalled"
 """The live session made no progress for its threshold, or spins (field activity)."""
 SESSION_UNSTALLED = "session.unstalled"
 """The stalled session made progress again (field activity)."""
+SESSION_ESCAPED = "session.escaped"
+"""A process of the live session left its cgroup (field escape); still the session's by its lineage."""
 LOCK_ACQUIRED = "lock.acquired"
 """The event's session was granted a lock."""
 LOCK_RELEASED = "lock.released"
@@ -387,6 +389,8 @@ class CgroupEscape(Wire):
     """Its pid."""
     cgroup: str
     """Where it was, as its /proc/<pid>/cgroup names it."""
+    start_ticks: int = 0
+    """Its start time (/proc/<pid>/stat field 22); 0 in a record written before it was kept."""
 
 
 @dataclass(frozen=True)
@@ -410,7 +414,7 @@ class SessionCgroup(Wire):
     usage: Optional[CgroupUsage] = None
     """What the cgroup counted, read once its last member was gone and before it was removed; none until then."""
     escaped: List[CgroupEscape] = field(default_factory=list)
-    """The survivors of its end found outside its cgroup, each once, stored with usage: still the session's by their lineage."""
+    """Its processes found outside its cgroup, each once: as they moved (with eBPF, each with its session.escaped), and the survivors of its end found outside then. Still the session's by their lineage."""
 
 
 @dataclass(frozen=True)
@@ -638,6 +642,8 @@ class Event(Wire):
     """session.stalled and session.unstalled: the judgement and its evidence."""
     lock: Optional[LockChange] = None
     """lock.acquired and lock.released: which lock."""
+    escape: Optional[CgroupEscape] = None
+    """session.escaped: the process that left the session's cgroup, and where to."""
     hops: Optional[Hops] = None
     """session.ended, from a daemon started with --trace-hops only."""
 

@@ -28,6 +28,7 @@ mod fleet_lock;
 mod get;
 mod lock_acquire;
 mod lock_release;
+mod moved;
 mod register;
 mod rename;
 mod scope_failed;
@@ -42,6 +43,7 @@ mod whose;
 pub use activity::{Judged, Sampling, Target};
 pub use end::End;
 pub use fleet_lock::{FleetGranted, FleetHeld, FleetReleased};
+pub use moved::Moved;
 pub use register::{Register, Registered};
 pub use scope_failed::ScopeFailed;
 pub use subscribe::Subscribe;
@@ -153,6 +155,7 @@ commands! {
     ActionsDone(request::ActionsDone),
     Sampling(Sampling),
     Judged(Judged),
+    Moved(Moved),
 }
 
 /// Where operations go to the engine, from any thread.
