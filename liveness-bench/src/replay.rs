@@ -147,6 +147,7 @@ fn death(owner: &Identity, now_ms: i64) -> OwnerDeath {
         cause: None,
         usage: None,
         sender_root: None,
+        tree_cgroups: Default::default(),
     }
 }
 
