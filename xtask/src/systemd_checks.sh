@@ -409,7 +409,8 @@ start_listener() {
     node -e 'require("net").createServer((c) => c.end(process.argv[1] + "\n")).listen(7777, "127.0.0.1")' \
         "$token" >/dev/null 2>&1 &
     echo "token=$token listener=$!" >/tmp/hook.env
-    within 10 bash -c 'exec 4<>/dev/tcp/127.0.0.1/7777'
+    # node's start under emulation, on a loaded host, has taken over 10 s.
+    within 60 bash -c 'exec 4<>/dev/tcp/127.0.0.1/7777'
 }
 
 # The records of SESSION's runs at STAGE.
