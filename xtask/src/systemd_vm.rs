@@ -148,7 +148,11 @@ fn qemu(guest: &Guest, payload: &Path, options: &Options) -> Process {
 }
 
 /// What the guest runs instead of the checks with `--bench`: this tree's .deb installed,
-/// then the part against its daemon, on the socket the unit listens on.
+/// then the part against its daemon, on the socket the unit listens on. The harness runs
+/// as root without capabilities: the unit's daemon, root with five, may not read the
+/// `/proc/<pid>/ns` of a process whose capabilities exceed its own (ptrace's rule), so it
+/// could not register the harness's owners by pid; as a user, the sessions would be
+/// another user's, unlike the kernel guests' (root's).
 fn bench_script(part: &str) -> String {
     format!(
         r#"#!/bin/bash
@@ -161,7 +165,8 @@ echo "VMFACT kernel $(uname -r)"
     dpkg -i /payload/new.deb
     for _ in $(seq 100); do liveness status >/dev/null 2>&1 && break; sleep 0.1; done
     liveness status
-    LIVENESS_REQUIRE_CGROUP2=1 /payload/{bench} --bin-dir /usr/bin         --socket /run/liveness/liveness.sock --part '{part}' --json /tmp/bench.json
+    LIVENESS_REQUIRE_CGROUP2=1 setpriv --bounding-set -all --inh-caps -all \
+        /payload/{bench} --bin-dir /usr/bin --socket /run/liveness/liveness.sock --part '{part}' --json /tmp/bench.json
 }} >/tmp/bench.out 2>&1
 status=$?
 {report}echo VMDONE
@@ -525,6 +530,10 @@ mod tests {
             "{script}"
         );
         assert!(script.contains("dpkg -i /payload/new.deb"), "{script}");
+        assert!(
+            script.contains("setpriv --bounding-set -all --inh-caps -all"),
+            "{script}"
+        );
         assert!(script.contains("echo \"VMTEST bench $status\""), "{script}");
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("bench.sh");
