@@ -4,6 +4,7 @@
 
 mod activity;
 mod bpf_stats;
+mod cgroups;
 mod cpu;
 mod daemon;
 mod fleet;
@@ -67,6 +68,10 @@ struct Args {
     /// repeated; printed with the table.
     #[arg(long, default_value_t = 46)]
     peers_seed: u64,
+    /// The `cgroups` part against the daemon already listening on this socket (the one a
+    /// package installed, under systemd) instead of one of `--bin-dir` started for it.
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
 }
 
 /// The parts of a run, in the order they run.
@@ -100,6 +105,9 @@ enum Part {
     /// What an agent's hook costs the agent: `session-start` and `session-end` from `sh -c`
     /// to exit, beside the agents' own `--version`; with the daemon gone, frozen, loaded.
     Hooks,
+    /// Session cgroups: registration with a cgroup against without, and `end --terminate`
+    /// of a tree by its cgroup against the pidfd reaper.
+    Cgroups,
 }
 
 impl Args {
@@ -142,6 +150,7 @@ struct Plan {
     activity: activity::ActivityPlan,
     fleet: fleet::FleetPlan,
     hooks: hooks::HooksPlan,
+    cgroups: cgroups::CgroupsPlan,
 }
 
 impl Plan {
@@ -204,6 +213,11 @@ impl Plan {
                     load_runs: 5,
                     agents: false,
                 },
+                cgroups: cgroups::CgroupsPlan {
+                    registrations: 10,
+                    tree: 50,
+                    rounds: 2,
+                },
             }
         } else if args.quick {
             Plan {
@@ -261,6 +275,11 @@ impl Plan {
                     load_workers: 8,
                     load_runs: 25,
                     agents: true,
+                },
+                cgroups: cgroups::CgroupsPlan {
+                    registrations: 100,
+                    tree: 1_000,
+                    rounds: 4,
                 },
             }
         } else {
@@ -329,6 +348,12 @@ impl Plan {
                     load_workers: 8,
                     load_runs: 50,
                     agents: true,
+                },
+                // The 200 registrations of each kind and trees of 1,000.
+                cgroups: cgroups::CgroupsPlan {
+                    registrations: 200,
+                    tree: 1_000,
+                    rounds: 8,
                 },
             }
         }
@@ -424,6 +449,7 @@ struct Report {
     activity: Option<Value>,
     fleet: Option<Value>,
     hooks: Option<Value>,
+    cgroups: Option<Value>,
     errors: Vec<String>,
 }
 
@@ -479,11 +505,16 @@ fn run(args: &Args) -> Result<bool> {
     let plan = Plan::of(args);
     let started = Instant::now();
     let mut report = Report::default();
-    let biggest = plan
-        .ebpf_sizes
-        .iter()
-        .chain(&plan.auto_sizes)
-        .chain(plan.trees.iter().map(|t| &t.long_lived))
+    // Room for the processes of the parts that run only: a guest's threads-max is small.
+    let owners = (args.runs(Part::Scale)).then(|| plan.ebpf_sizes.iter().chain(&plan.auto_sizes));
+    let trees = args
+        .runs(Part::Trees)
+        .then(|| plan.trees.iter().map(|t| &t.long_lived));
+    let biggest = owners
+        .into_iter()
+        .flatten()
+        .chain(trees.into_iter().flatten())
+        .chain(args.runs(Part::Cgroups).then_some(&plan.cgroups.tree))
         .max()
         .copied();
     let _pid_max = PidMax::ensure(biggest.unwrap_or(0) as u64 + 1_000)?;
@@ -583,6 +614,17 @@ fn run(args: &Args) -> Result<bool> {
         report.hooks = Some(hooks::run(&args.bin_dir, plan.hooks, &mut report.errors)?);
     }
 
+    // The new build only, against its own daemon or the one at `--socket`.
+    if args.runs(Part::Cgroups) {
+        eprintln!("bench: cgroups");
+        report.cgroups = Some(cgroups::run(
+            &args.bin_dir,
+            args.socket.as_deref(),
+            plan.cgroups,
+            &mut report.errors,
+        )?);
+    }
+
     let goals = goals(&report);
     print_table(&plan, &report, &goals);
     let document = json!({
@@ -618,6 +660,7 @@ fn run(args: &Args) -> Result<bool> {
         "activity": report.activity,
         "fleet": report.fleet,
         "hooks": report.hooks,
+        "cgroups": report.cgroups,
         "goals": goals,
         "errors": report.errors,
     });
@@ -1977,6 +2020,12 @@ fn print_table(plan: &Plan, report: &Report, goals: &[Value]) {
         peers.print();
     }
     print_versus(report);
+    if let Some(cgroups) = &report.cgroups {
+        println!("\nSession cgroups (ratios of series taken alternately; min..max over quarters)");
+        for line in cgroups::table(cgroups) {
+            println!("{line}");
+        }
+    }
     println!("\nGoals: measured against the goal, met (PASS) or missed (MISS)");
     for g in goals {
         let spread = match g["spread"].as_array().map(Vec::as_slice) {

@@ -159,12 +159,15 @@ fn owner_main(go: RawFd, report: RawFd) -> ! {
 }
 
 /// What a [`Tree`]'s owner forks: `before` children before it reports its pid (the first
-/// `stubborn` of them ignore SIGTERM), and on [`Tree::grow`] `long_lived` more that stay and
-/// `short_lived` ones that exit at once, interleaved.
+/// `stubborn` of them ignore SIGTERM), and on [`Tree::grow`] first `orphans` that ignore
+/// SIGTERM, forked by a child of the owner that then exits (so they are reparented: members
+/// of its tree that no longer descend from the living owner), then `long_lived` children
+/// that stay and `short_lived` ones that exit at once, interleaved.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TreeShape {
     pub before: usize,
     pub stubborn: usize,
+    pub orphans: usize,
     pub long_lived: usize,
     pub short_lived: usize,
 }
@@ -176,6 +179,10 @@ pub struct Tree {
     pub owner: Fingerprint,
     /// The owner's living children.
     pub children: Vec<Fingerprint>,
+    /// The orphans of its shape, once it grew.
+    pub orphans: Vec<Fingerprint>,
+    /// How many orphans the owner reports first on [`Tree::grow`].
+    shape_orphans: usize,
     /// Writing a byte makes the owner fork the rest of its shape; closing it, nothing more.
     go: Option<File>,
     /// The owner reports its pid, then the pids of its short-lived children, here.
@@ -199,6 +206,8 @@ impl Tree {
         let owner = Fingerprint::of(u64::from_le_bytes(pid) as u32);
         let mut tree = Tree {
             children: Vec::new(),
+            orphans: Vec::new(),
+            shape_orphans: shape.orphans,
             owner,
             go: Some(File::from(go_write)),
             report,
@@ -207,8 +216,8 @@ impl Tree {
         Ok(tree)
     }
 
-    /// Makes the owner fork its long- and short-lived children; returns the short-lived
-    /// ones' pids once all of them have exited and been reaped.
+    /// Makes the owner fork its orphans and its long- and short-lived children; returns
+    /// the short-lived ones' pids once all of them have exited and been reaped.
     pub fn grow(&mut self) -> Result<Vec<u32>> {
         let mut go = self.go.take().context("the tree already grew")?;
         go.write_all(b"x")
@@ -217,13 +226,15 @@ impl Tree {
         self.report
             .read_to_end(&mut bytes)
             .context("reading the short-lived children's pids")?;
-        let short: Vec<u32> = bytes
+        let mut short: Vec<u32> = bytes
             .chunks_exact(4)
             .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
             .collect();
-        if short.contains(&0) {
+        if short.len() < self.shape_orphans || short.contains(&0) {
             bail!("the tree's owner failed to fork (pid_max, threads-max or memory)");
         }
+        let orphans: Vec<u32> = short.drain(..self.shape_orphans).collect();
+        self.orphans = orphans.into_iter().map(Fingerprint::of).collect();
         self.children = self.living_children()?;
         Ok(short)
     }
@@ -243,8 +254,38 @@ impl Tree {
 impl Drop for Tree {
     fn drop(&mut self) {
         self.owner.kill();
-        for child in &self.children {
+        for child in self.children.iter().chain(&self.orphans) {
             child.kill();
+        }
+    }
+}
+
+/// Forks a child that forks `count` sleepers ignoring SIGTERM, writes their pids (u32 LE,
+/// 0 if a fork failed) to `report` and exits; returns once it is reaped, false if it could
+/// not be forked.
+fn fork_orphans(count: usize, report: RawFd, go: RawFd) -> bool {
+    // SAFETY: fork in a process that makes only async-signal-safe calls.
+    match unsafe { libc::fork() } {
+        0 => {
+            let mut buffer = [0u8; 4096];
+            let mut filled = 0;
+            for _ in 0..count {
+                let pid = fork_sleeper(true, &[report, go]).max(0);
+                buffer[filled..filled + 4].copy_from_slice(&(pid as u32).to_le_bytes());
+                filled += 4;
+                if filled == buffer.len() {
+                    write_all_raw(report, &buffer);
+                    filled = 0;
+                }
+            }
+            write_all_raw(report, &buffer[..filled]);
+            exit_now(0)
+        }
+        -1 => false,
+        child => {
+            // SAFETY: reaping our own child, so that its children are orphans at once.
+            unsafe { libc::waitpid(child, std::ptr::null_mut(), 0) };
+            true
         }
     }
 }
@@ -282,6 +323,9 @@ fn tree_owner_main(shape: TreeShape, report: RawFd, go: RawFd) -> ! {
     let mut byte = 0u8;
     // SAFETY: reading one byte into a local; EOF (or an error) means nothing more to fork.
     if unsafe { libc::read(go, (&raw mut byte).cast(), 1) } == 1 {
+        if shape.orphans > 0 && !fork_orphans(shape.orphans, report, go) {
+            exit_now(5);
+        }
         let total = shape.long_lived + shape.short_lived;
         let mut buffer = [0u8; 4096];
         let mut filled = 0;
@@ -622,4 +666,41 @@ pub fn storm(count: usize) -> Result<f64> {
         Ok(())
     })?;
     Ok(started.elapsed().as_secs_f64() * 1e3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tree's orphans: forked on `grow` by a child that exits, so none descends from the
+    /// owner; each ignores SIGTERM, and dropping the tree kills them.
+    #[test]
+    fn a_trees_orphans_are_reparented_and_ignore_sigterm() {
+        let mut tree = Tree::spawn(TreeShape {
+            orphans: 3,
+            ..TreeShape::default()
+        })
+        .unwrap();
+        assert_eq!(
+            tree.grow().unwrap(),
+            Vec::<u32>::new(),
+            "no short-lived child"
+        );
+        assert!(tree.children.is_empty(), "{:?}", tree.children);
+        assert_eq!(tree.orphans.len(), 3);
+        for orphan in &tree.orphans {
+            let stat = integration_tests::proc_root().stat(orphan.pid).unwrap();
+            assert_ne!(stat.ppid, tree.owner.pid, "reparented away from the owner");
+            // SAFETY: signalling a process of this test's own tree.
+            unsafe { libc::kill(orphan.pid as libc::pid_t, libc::SIGTERM) };
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(tree.orphans.iter().all(Fingerprint::is_running));
+        let orphans = tree.orphans.clone();
+        drop(tree);
+        assert!(integration_tests::eventually(
+            std::time::Duration::from_secs(10),
+            || !orphans.iter().any(Fingerprint::is_running)
+        ));
+    }
 }

@@ -57,7 +57,7 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
         /// Run only these parts: latency, cpu, scale, peers, reap, trees, replay, activity,
-        /// fleet, hooks (comma-separated; default: all).
+        /// fleet, hooks, cgroups (comma-separated; default: all).
         #[arg(long, value_name = "PARTS")]
         part: Option<String>,
         /// Run only the peers part: liveness next to exitsnoop, bpftrace, the proc
@@ -157,6 +157,13 @@ enum Command {
         /// is what CI runs.
         #[arg(long, conflicts_with = "systemd")]
         full: bool,
+        /// Instead of the tests: run this part of the benchmark harness (`cgroups`) in each
+        /// guest, against a daemon of its own, or with --systemd against the daemon the
+        /// .deb installed; its table is printed and its JSON written to
+        /// target/vm-test/bench-<kernel|systemd>-<part>.json. Times are emulated (TCG):
+        /// compare the ratios.
+        #[arg(long, value_name = "PART", conflicts_with_all = ["filter", "full"])]
+        bench: Option<String>,
     },
 }
 
@@ -216,6 +223,7 @@ fn main() -> Result<()> {
             timeout_minutes,
             accel,
             full,
+            bench,
         } => {
             let defaults = kernels.is_empty();
             let options = vm::Options {
@@ -233,6 +241,7 @@ fn main() -> Result<()> {
                 accel,
                 full,
                 defaults,
+                bench,
             };
             if systemd {
                 systemd_vm::run(&workspace_root(), &options)

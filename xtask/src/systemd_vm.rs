@@ -13,6 +13,10 @@
 //! second disk. The previous release is the newest before HEAD (`v*` tags, or
 //! `dist/releases` in a clone without tags); its .deb is built
 //! by its own `cargo xtask dist`, from `git archive`, once.
+//!
+//! With `--bench PART`, the guest runs that part of the benchmark harness (a static build,
+//! as the kernel guests' is) against the daemon this tree's .deb installed instead of the
+//! checks: the session cgroups then are systemd's transient scopes.
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
@@ -74,6 +78,9 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
     }
     let work = root.join("target/vm-test/systemd");
     std::fs::create_dir_all(&work)?;
+    if let Some(part) = &options.bench {
+        return bench(root, &work, part, options);
+    }
     // The root file system downloads and unpacks while the packages build.
     let (guest, packages) = std::thread::scope(|scope| {
         let guest = scope.spawn(|| root_filesystem(&work));
@@ -82,27 +89,27 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
     });
     let guest = guest.map_err(|_| anyhow::anyhow!("building the root file system panicked"))??;
     let packages = packages?;
-    let payload = payload(&work, &packages)?;
+    let payload = payload(
+        &work,
+        &[
+            (packages.new.as_path(), "new.deb"),
+            (&packages.previous, "previous.deb"),
+        ],
+        &[
+            ("checks.sh", CHECKS.to_owned()),
+            ("metrics.conf", metrics_drop_in(INSTALL_DOC)?),
+        ],
+    )?;
 
-    let mut qemu = vm::qemu(options);
-    qemu.arg("-kernel")
-        .arg(&guest.kernel)
-        .arg("-initrd")
-        .arg(&guest.initrd)
-        .args([
-            "-append",
-            "root=/dev/vda rw console=ttyS0 panic=-1 quiet systemd.show_status=false",
-        ])
-        .arg("-drive")
-        .arg(drive(&guest.image, "snapshot=on"))
-        .arg("-drive")
-        .arg(drive(&payload, "readonly=on"))
-        // No network card: the guest needs none.
-        .args(["-nic", "none"]);
     let log = work.join("guest.log");
     let booted = Instant::now();
     let mut report = Report::default();
-    vm::run_guest(qemu, &log, options.timeout, |line| report.record(line))?;
+    vm::run_guest(
+        qemu(&guest, &payload, options),
+        &log,
+        options.timeout,
+        |line| report.record(line),
+    )?;
     print!("{}", report.table());
     println!(
         "guest: {} ({}), systemd {}, PID 1 {}; {} upgraded to {}; {:.0} s in the guest, {:.0} s \
@@ -118,6 +125,92 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
         log.display()
     );
     report.verdict()
+}
+
+/// QEMU booting the guest with the payload as its second disk.
+fn qemu(guest: &Guest, payload: &Path, options: &Options) -> Process {
+    let mut qemu = vm::qemu(options);
+    qemu.arg("-kernel")
+        .arg(&guest.kernel)
+        .arg("-initrd")
+        .arg(&guest.initrd)
+        .args([
+            "-append",
+            "root=/dev/vda rw console=ttyS0 panic=-1 quiet systemd.show_status=false",
+        ])
+        .arg("-drive")
+        .arg(drive(&guest.image, "snapshot=on"))
+        .arg("-drive")
+        .arg(drive(payload, "readonly=on"))
+        // No network card: the guest needs none.
+        .args(["-nic", "none"]);
+    qemu
+}
+
+/// What the guest runs instead of the checks with `--bench`: this tree's .deb installed,
+/// then the part against its daemon, on the socket the unit listens on. The harness runs
+/// as root without capabilities: the unit's daemon, root with five, may not read the
+/// `/proc/<pid>/ns` of a process whose capabilities exceed its own (ptrace's rule), so it
+/// could not register the harness's owners by pid; as a user, the sessions would be
+/// another user's, unlike the kernel guests' (root's). `--quick` sizes: after 200 scope
+/// sessions end at once, the daemon's bus connection has more calls to systemd pending
+/// than dbus-daemon allows (128), and the next scope is refused (docs/benchmarks.md).
+fn bench_script(part: &str) -> String {
+    format!(
+        r#"#!/bin/bash
+# `cargo xtask vm-test --systemd --bench`: the part against the daemon the package runs.
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+export DEBIAN_FRONTEND=noninteractive
+systemctl is-system-running --wait >/dev/null || true
+echo "VMFACT kernel $(uname -r)"
+{{
+    dpkg -i /payload/new.deb
+    for _ in $(seq 100); do liveness status >/dev/null 2>&1 && break; sleep 0.1; done
+    liveness status
+    LIVENESS_REQUIRE_CGROUP2=1 setpriv --bounding-set -all --inh-caps -all \
+        /payload/{bench} --bin-dir /usr/bin --socket /run/liveness/liveness.sock --part '{part}' --quick --json /tmp/bench.json
+}} >/tmp/bench.out 2>&1
+status=$?
+{report}echo VMDONE
+"#,
+        bench = vm::BENCH,
+        part = part.replace('\'', ""),
+        report = vm::bench_report("/tmp"),
+    )
+}
+
+/// `--bench PART`: this tree's .deb and the static harness on the payload, the part run
+/// in the guest; its output printed, its JSON in target/vm-test/bench-systemd-PART.json.
+fn bench(root: &Path, work: &Path, part: &str, options: &Options) -> Result<()> {
+    let guest = root_filesystem(work)?;
+    let deb = dist::run(root, &dist::Options::default())?;
+    let vm_work = work.parent().context("target/vm-test")?;
+    let built = vm::build(root, vm_work, options)?;
+    let harness = built
+        .programs
+        .iter()
+        .find(|(name, _)| name == vm::BENCH)
+        .map(|(_, path)| path)
+        .context("the static build made no liveness-bench")?;
+    let payload = payload(
+        work,
+        &[(deb.as_path(), "new.deb"), (harness, vm::BENCH)],
+        &[("checks.sh", bench_script(part))],
+    )?;
+    let log = work.join(format!("bench-{part}.log"));
+    let mut output = vm::BenchOutput::default();
+    vm::run_guest(
+        qemu(&guest, &payload, options),
+        &log,
+        options.timeout,
+        |line| output.record(line),
+    )?;
+    output
+        .finish(
+            "systemd guest",
+            &vm_work.join(format!("bench-systemd-{part}.json")),
+        )
+        .with_context(|| format!("log {}", log.display()))
 }
 
 /// `-drive` for a raw image on virtio.
@@ -279,19 +372,24 @@ fn packages(root: &Path, work: &Path) -> Result<Packages> {
     Ok(Packages { new, previous })
 }
 
-/// The second disk: the packages and the checks.
-fn payload(work: &Path, packages: &Packages) -> Result<PathBuf> {
+/// The second disk: the packages and the checks (`files` copied, `texts` written, each
+/// under its name).
+fn payload(work: &Path, files: &[(&Path, &str)], texts: &[(&str, String)]) -> Result<PathBuf> {
     let dir = work.join("payload");
     if dir.exists() {
         std::fs::remove_dir_all(&dir)?;
     }
     std::fs::create_dir_all(&dir)?;
-    std::fs::copy(&packages.new, dir.join("new.deb"))?;
-    std::fs::copy(&packages.previous, dir.join("previous.deb"))?;
-    std::fs::write(dir.join("checks.sh"), CHECKS)?;
-    std::fs::write(dir.join("metrics.conf"), metrics_drop_in(INSTALL_DOC)?)?;
+    for (from, name) in files {
+        std::fs::copy(from, dir.join(name))
+            .with_context(|| format!("copying {} to the payload", from.display()))?;
+    }
+    for (name, text) in texts {
+        std::fs::write(dir.join(name), text)?;
+    }
     let image = work.join("payload.img");
-    ext4_image(&dir, &image, "64M")?;
+    // Room for the static benchmark harness too.
+    ext4_image(&dir, &image, "128M")?;
     Ok(image)
 }
 
@@ -429,6 +527,26 @@ mod tests {
         report.verdict().unwrap();
         report.record("VMFACT exposure 9.6");
         assert!(report.verdict().unwrap_err().to_string().contains("worse"));
+    }
+
+    #[test]
+    fn the_bench_script_runs_the_part_against_the_units_socket() {
+        let script = bench_script("cgroups'$(reboot)");
+        assert!(
+            script.contains("--socket /run/liveness/liveness.sock --part 'cgroups$(reboot)'"),
+            "{script}"
+        );
+        assert!(script.contains("dpkg -i /payload/new.deb"), "{script}");
+        assert!(
+            script.contains("setpriv --bounding-set -all --inh-caps -all"),
+            "{script}"
+        );
+        assert!(script.contains("echo \"VMTEST bench $status\""), "{script}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bench.sh");
+        std::fs::write(&path, &script).unwrap();
+        let checked = Process::new("bash").arg("-n").arg(&path).status().unwrap();
+        assert!(checked.success(), "{script}");
     }
 
     #[test]

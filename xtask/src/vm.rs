@@ -67,6 +67,8 @@ const PROGRAMS: &[&str] = &[
     "dying",
     "wait_for_exit",
 ];
+/// The benchmark harness, built (and put in `/bin`) for `--bench` alone.
+pub(crate) const BENCH: &str = "liveness-bench";
 const INSTALL_HINT: &str = "apt-get install -y qemu-system-x86 busybox-static bash-static cpio";
 /// util-linux tools the tests run, copied from the host with their shared libraries.
 /// (`flock`: busybox has no such applet; the fault suite's end actions lock with it.)
@@ -94,6 +96,8 @@ pub struct Options {
     /// The kernels are the default ones: those between the first and the last run
     /// [`BETWEEN_SUITE`] only, unless `full`.
     pub defaults: bool,
+    /// Instead of the tests: this part of the benchmark harness (see [`bench`]).
+    pub bench: Option<String>,
 }
 
 pub fn run(root: &Path, options: &Options) -> Result<()> {
@@ -110,7 +114,7 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
         which(tool, INSTALL_HINT)?;
     }
 
-    let built = build(root, &work, options.full)?;
+    let built = build(root, &work, options)?;
     let images = options
         .kernels
         .iter()
@@ -118,6 +122,9 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     let initrd = work.join("initrd.gz");
     make_initrd(&work, &built, &busybox, &bash, options, &images, &initrd)?;
+    if let Some(part) = &options.bench {
+        return bench(&work, part, &images, &initrd, options);
+    }
 
     let mut failures = Vec::new();
     let mut columns = Vec::new();
@@ -280,9 +287,9 @@ fn matrix(tests: &[(String, PathBuf)], columns: &[(String, Outcome)]) -> String 
 
 /// Statically linked test binaries and programs, by name.
 #[derive(Debug)]
-struct Built {
+pub(crate) struct Built {
     tests: Vec<(String, PathBuf)>,
-    programs: Vec<(String, PathBuf)>,
+    pub programs: Vec<(String, PathBuf)>,
 }
 
 /// Test binaries that test nothing of the kernel and need what the busybox guest has
@@ -341,8 +348,15 @@ const GUEST_SKIPS: &[(&str, &str)] = &[
 
 /// Builds everything statically (the guest has no libc), in a target directory of its own
 /// so the usual builds are left alone.
-fn build(root: &Path, work: &Path, full: bool) -> Result<Built> {
+pub(crate) fn build(root: &Path, work: &Path, options: &Options) -> Result<Built> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    // A bench run needs the harness and no tests.
+    let mut packages = PACKAGES.to_vec();
+    let mut programs = PROGRAMS.to_vec();
+    if options.bench.is_some() {
+        packages.push(BENCH);
+        programs.push(BENCH);
+    }
     let artifacts = |args: &[&str]| -> Result<Vec<serde_json::Value>> {
         let output = Process::new(&cargo)
             .current_dir(root)
@@ -353,7 +367,7 @@ fn build(root: &Path, work: &Path, full: bool) -> Result<Built> {
                 TARGET,
                 "--message-format=json-render-diagnostics",
             ])
-            .args(PACKAGES.iter().flat_map(|package| ["-p", package]))
+            .args(packages.iter().flat_map(|package| ["-p", package]))
             .env("RUSTFLAGS", "-C target-feature=+crt-static")
             // The fault suite's kill points exist only with debug assertions.
             .env("CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS", "true")
@@ -381,57 +395,52 @@ fn build(root: &Path, work: &Path, full: bool) -> Result<Built> {
     // Each test binary is a static release build and link of its own: without `--full`,
     // only the kernel suite's are built.
     let mut test_args = vec!["test", "--no-run"];
-    if !full {
+    if !options.full {
         test_args.push("--lib");
         for (name, _) in KERNEL_SUITE.iter().filter(|(n, _)| !SUITE_LIBS.contains(n)) {
             test_args.extend(["--test", name]);
         }
     }
-    let tests = artifacts(&test_args)?
-        .iter()
-        .filter(|m| m["profile"]["test"] == true && matches!(kind(m).as_str(), "lib" | "test"))
-        .map(named)
-        .filter(|(name, _)| !HOST_ONLY.contains(&name.as_str()))
-        .filter(|(name, _)| full || KERNEL_SUITE.iter().any(|(suite, _)| suite == name))
-        .collect::<Vec<_>>();
-    let programs = artifacts(&["build", "--bins", "--examples"])?
+    let tests = if options.bench.is_some() {
+        Vec::new()
+    } else {
+        artifacts(&test_args)?
+            .iter()
+            .filter(|m| m["profile"]["test"] == true && matches!(kind(m).as_str(), "lib" | "test"))
+            .map(named)
+            .filter(|(name, _)| !HOST_ONLY.contains(&name.as_str()))
+            .filter(|(name, _)| options.full || KERNEL_SUITE.iter().any(|(suite, _)| suite == name))
+            .collect::<Vec<_>>()
+    };
+    let built = artifacts(&["build", "--bins", "--examples"])?
         .iter()
         .filter(|m| {
             matches!(kind(m).as_str(), "bin" | "example")
-                && PROGRAMS.contains(&m["target"]["name"].as_str().unwrap_or(""))
+                && programs.contains(&m["target"]["name"].as_str().unwrap_or(""))
         })
         .map(named)
         .collect::<Vec<_>>();
     ensure!(
-        programs.len() == PROGRAMS.len(),
-        "built {} of the programs {PROGRAMS:?}",
-        programs.len()
+        built.len() == programs.len(),
+        "built {} of the programs {programs:?}",
+        built.len()
     );
-    ensure!(!tests.is_empty(), "cargo built no test binaries");
-    Ok(Built { tests, programs })
+    ensure!(
+        !tests.is_empty() || options.bench.is_some(),
+        "cargo built no test binaries"
+    );
+    Ok(Built {
+        tests,
+        programs: built,
+    })
 }
 
-/// The guest's `/init`: mounts what the tests need, runs each test binary, powers off.
+/// The guest's `/init`: mounts what the tests need, runs each test binary (or the bench),
+/// powers off.
 fn init_script(tests: &[(String, PathBuf)], options: &Options) -> String {
-    let filter = options
-        .filter
-        .as_deref()
-        .map(|f| format!(" '{}'", f.replace('\'', "")))
-        .unwrap_or_default();
-    let names: Vec<&str> = tests.iter().map(|(name, _)| name.as_str()).collect();
-    let skips: String = GUEST_SKIPS
-        .iter()
-        .map(|(name, test)| format!("        {name}) skip=\"--skip {test}\" ;;\n"))
-        .collect();
-    // A filter asked for replaces the suite's own.
-    let narrowed: String = if options.filter.is_some() {
-        String::new()
-    } else {
-        KERNEL_SUITE
-            .iter()
-            .filter(|(_, filters)| !filters.is_empty())
-            .map(|(name, filters)| format!("        {name}) only=\"{}\" ;;\n", filters.join(" ")))
-            .collect()
+    let run = match &options.bench {
+        Some(part) => bench_run(part),
+        None => tests_run(tests, options),
     };
     format!(
         r#"#!/bin/busybox sh
@@ -458,7 +467,37 @@ for module in {modules}; do
     fi
 done
 echo "VMTEST kernel $(uname -r)"
-names="{names}"
+{run}echo "VMTEST done"
+poweroff -f
+"#,
+        modules = DIAG_MODULES.join(" "),
+    )
+}
+
+/// The part of the guest's `/init` that runs each test binary.
+fn tests_run(tests: &[(String, PathBuf)], options: &Options) -> String {
+    let filter = options
+        .filter
+        .as_deref()
+        .map(|f| format!(" '{}'", f.replace('\'', "")))
+        .unwrap_or_default();
+    let names: Vec<&str> = tests.iter().map(|(name, _)| name.as_str()).collect();
+    let skips: String = GUEST_SKIPS
+        .iter()
+        .map(|(name, test)| format!("        {name}) skip=\"--skip {test}\" ;;\n"))
+        .collect();
+    // A filter asked for replaces the suite's own.
+    let narrowed: String = if options.filter.is_some() {
+        String::new()
+    } else {
+        KERNEL_SUITE
+            .iter()
+            .filter(|(_, filters)| !filters.is_empty())
+            .map(|(name, filters)| format!("        {name}) only=\"{}\" ;;\n", filters.join(" ")))
+            .collect()
+    };
+    format!(
+        r#"names="{names}"
 # The binaries the host asked for on the command line, if it did (see BETWEEN_SUITE).
 for arg in $(cat /proc/cmdline); do
     case "$arg" in
@@ -483,13 +522,108 @@ for name in $names; do
     echo
     echo "VMTEST result $name $status"
 done
-echo "VMTEST done"
-poweroff -f
 "#,
         names = names.join(" "),
-        modules = DIAG_MODULES.join(" "),
         binary_timeout = BINARY_TIMEOUT.as_secs(),
     )
+}
+
+/// The part of the guest's `/init` that runs one part of the benchmark harness against a
+/// daemon of its own, its output and JSON on the console line by line (`VMOUT`,
+/// `VMBENCH`), then its exit status (`VMTEST bench STATUS`); see [`BenchOutput`].
+fn bench_run(part: &str) -> String {
+    let part = part.replace('\'', "");
+    format!(
+        r#"LIVENESS_REQUIRE_CGROUP2=1 {BENCH} --bin-dir /bin --part '{part}' --json /tmp/bench.json \
+    >/tmp/bench.out 2>&1
+status=$?
+{}"#,
+        bench_report("/tmp")
+    )
+}
+
+/// Shell lines that print a bench's output and JSON (left in `dir`) and its `$status` on
+/// the console, as [`BenchOutput`] reads them.
+pub(crate) fn bench_report(dir: &str) -> String {
+    format!(
+        "sed 's/^/VMOUT /' {dir}/bench.out\n\
+         [ -f {dir}/bench.json ] && sed 's/^/VMBENCH /' {dir}/bench.json\n\
+         echo \"VMTEST bench $status\"\n"
+    )
+}
+
+/// What a guest that ran a bench printed: its output, its JSON, its exit status.
+#[derive(Debug, Default)]
+pub(crate) struct BenchOutput {
+    pub output: Vec<String>,
+    pub json: String,
+    pub status: Option<i32>,
+}
+
+impl BenchOutput {
+    pub fn record(&mut self, line: &str) {
+        if let Some(at) = line.find("VMOUT ") {
+            self.output.push(line[at + 6..].to_owned());
+        } else if let Some(at) = line.find("VMBENCH ") {
+            self.json += &line[at + 8..];
+            self.json.push('\n');
+        } else if let Some(at) = line.find("VMTEST bench ") {
+            self.status = line[at + 13..].trim().parse().ok();
+        }
+    }
+
+    /// Prints the output, writes the JSON to `json`; fails unless the bench exited 0.
+    pub fn finish(&self, what: &str, json: &Path) -> Result<()> {
+        println!("--- {what}: the bench's output");
+        for line in &self.output {
+            println!("{line}");
+        }
+        if !self.json.is_empty() {
+            std::fs::write(json, &self.json)
+                .with_context(|| format!("writing {}", json.display()))?;
+            println!("--- {what}: JSON written to {}", json.display());
+        }
+        match self.status {
+            Some(0) => Ok(()),
+            Some(status) => bail!("{what}: the bench failed (exit status {status})"),
+            None => bail!("{what}: the bench did not finish (timed out or crashed)"),
+        }
+    }
+}
+
+/// `--bench PART`: each kernel boots and runs the part instead of the tests.
+fn bench(
+    work: &Path,
+    part: &str,
+    images: &[(&String, PathBuf)],
+    initrd: &Path,
+    options: &Options,
+) -> Result<()> {
+    let mut failures = Vec::new();
+    for (kernel, image) in images {
+        let log = work.join(format!("bench-{}.log", sanitize(kernel)));
+        let mut qemu = qemu(options);
+        qemu.arg("-kernel")
+            .arg(image)
+            .arg("-initrd")
+            .arg(initrd)
+            .args(["-append", "console=ttyS0 panic=-1 quiet"]);
+        let mut output = BenchOutput::default();
+        run_guest(qemu, &log, options.timeout, |line| output.record(line))?;
+        let json = work.join(format!(
+            "bench-{}-{}.json",
+            sanitize(kernel),
+            sanitize(part)
+        ));
+        if let Err(e) = output.finish(&format!("kernel {kernel}"), &json) {
+            failures.push(format!("{e:#}; log {}", log.display()));
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        bail!("vm-test --bench failed:\n  {}", failures.join("\n  "))
+    }
 }
 
 fn make_initrd(
@@ -1039,14 +1173,9 @@ fn sanitize(text: &str) -> String {
 mod tests {
     use super::*;
 
-    /// The guest's init is valid shell, leaves out exactly the tests of [`GUEST_SKIPS`]
-    /// of the binaries they belong to, and narrows those of [`KERNEL_SUITE`] to their
-    /// filters unless a filter is asked for.
-    #[test]
-    fn the_guest_init_skips_host_only_tests() {
-        let tests = ["trees", "namespaces", "liveness_daemon", "stream"]
-            .map(|name| (name.to_owned(), PathBuf::from(format!("/tests/{name}"))));
-        let mut options = Options {
+    /// Options as `vm-test` gets them, with `--bench` or not.
+    fn options(bench: Option<&str>) -> Options {
+        Options {
             kernels: Vec::new(),
             filter: None,
             memory_mib: 0,
@@ -1054,7 +1183,18 @@ mod tests {
             accel: String::new(),
             full: false,
             defaults: false,
-        };
+            bench: bench.map(str::to_owned),
+        }
+    }
+
+    /// The guest's init is valid shell, leaves out exactly the tests of [`GUEST_SKIPS`]
+    /// of the binaries they belong to, and narrows those of [`KERNEL_SUITE`] to their
+    /// filters unless a filter is asked for.
+    #[test]
+    fn the_guest_init_skips_host_only_tests() {
+        let tests = ["trees", "namespaces", "liveness_daemon", "stream"]
+            .map(|name| (name.to_owned(), PathBuf::from(format!("/tests/{name}"))));
+        let mut options = options(None);
         let script = init_script(&tests, &options);
         assert!(
             script.contains("liveness_daemon) only=\"source:: reap:: identity::\" ;;"),
@@ -1077,6 +1217,52 @@ mod tests {
         assert!(
             script.contains("for module in inet_diag tcp_diag; do"),
             "{script}"
+        );
+        assert!(!script.contains(BENCH), "{script}");
+    }
+
+    /// With `--bench`, the guest's init runs the part instead of the tests, with cgroup2
+    /// required, and prints what [`BenchOutput`] reads back among console noise.
+    #[test]
+    fn a_bench_guest_runs_the_part_and_its_output_is_read_back() {
+        let script = init_script(&[], &options(Some("cgroups'; reboot")));
+        assert!(
+            script.contains(
+                "LIVENESS_REQUIRE_CGROUP2=1 liveness-bench --bin-dir /bin --part 'cgroups; reboot'"
+            ),
+            "{script}"
+        );
+        assert!(!script.contains("/tests/"), "{script}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("init");
+        std::fs::write(&path, &script).unwrap();
+        let checked = Process::new("sh").arg("-n").arg(&path).status().unwrap();
+        assert!(checked.success(), "{script}");
+
+        let mut output = BenchOutput::default();
+        for line in [
+            "[    3.2] random: crng init done",
+            "VMOUT cgroups register (cgroupfs): 200 each",
+            "VMBENCH {",
+            "VMBENCH   \"cgroups\": {}",
+            "VMBENCH }",
+            "VMTEST bench 0",
+        ] {
+            output.record(line);
+        }
+        assert_eq!(output.output, ["cgroups register (cgroupfs): 200 each"]);
+        assert_eq!(output.json, "{\n  \"cgroups\": {}\n}\n");
+        let json = dir.path().join("bench.json");
+        output.finish("kernel 6.12", &json).unwrap();
+        assert!(std::fs::read_to_string(&json).unwrap().contains("cgroups"));
+        output.record("VMTEST bench 1");
+        assert!(output.finish("kernel 6.12", &json).is_err());
+        let unfinished = BenchOutput::default().finish("kernel 6.12", &json);
+        assert!(
+            unfinished
+                .unwrap_err()
+                .to_string()
+                .contains("did not finish")
         );
     }
 
