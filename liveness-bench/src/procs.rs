@@ -292,6 +292,10 @@ fn fork_orphans(count: usize, report: RawFd, go: RawFd) -> bool {
 
 /// Forks a child that pauses for ever, ignoring SIGTERM if `stubborn`; -1 if fork failed.
 fn fork_sleeper(stubborn: bool, close: &[RawFd]) -> libc::pid_t {
+    // Ignored across the fork, so that the child ignores SIGTERM from its first instant: set
+    // in the child, a SIGTERM sent as soon as its pid is reported could come first.
+    // SAFETY: setting this single-threaded process's disposition of SIGTERM.
+    let previous = stubborn.then(|| unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) });
     // SAFETY: fork in a process that makes only async-signal-safe calls.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
@@ -299,11 +303,11 @@ fn fork_sleeper(stubborn: bool, close: &[RawFd]) -> libc::pid_t {
             // SAFETY: closing the owner's pipes, which the child does not use.
             unsafe { libc::close(fd) };
         }
-        if stubborn {
-            // SAFETY: setting this process's disposition of SIGTERM.
-            unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
-        }
         pause_forever()
+    }
+    if let Some(previous) = previous {
+        // SAFETY: restoring the disposition saved above.
+        unsafe { libc::signal(libc::SIGTERM, previous) };
     }
     pid
 }
