@@ -232,8 +232,12 @@ impl TreeWaits {
                 continue;
             }
             if !death.tree_outlives() {
+                // A death held or released already is not asked again.
+                if death.tree_cgroups != TreeCgroups::Unasked {
+                    continue;
+                }
                 let held = cgroups(&death.owner);
-                if death.tree_cgroups == TreeCgroups::Unasked && !held.is_empty() {
+                if !held.is_empty() {
                     let over = OwnerDeath {
                         tree_cgroups: TreeCgroups::Empty,
                         ..death.clone()
