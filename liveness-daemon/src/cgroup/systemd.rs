@@ -10,6 +10,7 @@
 //! thread, and stopped on the runtime that serves connections.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use liveness_common::identity::ProcessKey;
@@ -34,6 +35,14 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 const PIDFDS_SINCE: u32 = 253;
 /// At most this many characters of a session id in a scope's `Description`.
 const DESCRIBED: usize = 64;
+/// At most this many of the daemon's calls wait for systemd's answer at once, and at most
+/// [`STOPS_IN_FLIGHT`] of them are stops of ended sessions' scopes. The system bus refuses
+/// a connection's call past 128 pending replies (dbus-daemon's
+/// `max_replies_per_connection`, `LimitsExceeded`): a burst of ends stopping their scopes
+/// made the next registration's scope fail. Calls past the bound queue, and a burst of
+/// stops leaves half of it to the starts and kills.
+const IN_FLIGHT: usize = 64;
+const STOPS_IN_FLIGHT: usize = 32;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SystemdError {
@@ -65,7 +74,7 @@ impl From<zbus::zvariant::Error> for SystemdError {
 pub struct Systemd {
     /// The manager's major version (`252` of `252.36-1~deb12u1`).
     pub version: u32,
-    bus: zbus::Connection,
+    bus: Bus,
     /// The runtime the bus connection lives on, to call from other threads.
     runtime: tokio::runtime::Handle,
     /// The daemon's scopes systemd had when the daemon started (`ListUnitsByPatterns`),
@@ -249,8 +258,8 @@ impl Systemd {
             ));
         }
         let probed = async {
-            let bus = zbus::Connection::system().await?;
-            let version: String = property(&bus, MANAGER_PATH, MANAGER, "Version").await?;
+            let bus = Bus::new(zbus::Connection::system().await?);
+            let version: String = bus.property(MANAGER_PATH, MANAGER, "Version").await?;
             Ok::<_, SystemdError>((bus, version))
         };
         let (bus, version) = match tokio::time::timeout(TIMEOUT, probed).await {
@@ -321,11 +330,16 @@ impl Systemd {
             loop {
                 let unit: OwnedObjectPath =
                     self.manager("GetUnit", &(scope.unit.as_str(),)).await?;
-                let state: String = property(&self.bus, unit.as_str(), UNIT, "ActiveState").await?;
+                let state: String = self
+                    .bus
+                    .property(unit.as_str(), UNIT, "ActiveState")
+                    .await?;
                 match state.as_str() {
                     "active" => {
-                        let cgroup: String =
-                            property(&self.bus, unit.as_str(), SCOPE, "ControlGroup").await?;
+                        let cgroup: String = self
+                            .bus
+                            .property(unit.as_str(), SCOPE, "ControlGroup")
+                            .await?;
                         return Ok(cgroup);
                     }
                     "activating" | "inactive" => {
@@ -385,6 +399,13 @@ impl Systemd {
     pub fn stop_later(&self, unit: &str) {
         let (systemd, unit) = (self.clone(), unit.to_owned());
         self.runtime.spawn(async move {
+            // The time limit starts once the stop's turn has come.
+            let _turn = systemd
+                .bus
+                .stops
+                .acquire()
+                .await
+                .expect("an open semaphore");
             let body = (unit.as_str(), "replace");
             let stopped = systemd.manager::<OwnedObjectPath>("StopUnit", &body);
             match tokio::time::timeout(TIMEOUT, stopped).await {
@@ -407,35 +428,62 @@ impl Systemd {
     where
         R: for<'d> zbus::zvariant::DynamicDeserialize<'d>,
     {
-        let reply = (self.bus)
-            .call_method(Some(DESTINATION), MANAGER_PATH, Some(MANAGER), method, body)
-            .await?;
-        Ok(reply.body().deserialize()?)
+        self.bus.call(MANAGER_PATH, MANAGER, method, body).await
     }
 }
 
-/// A property of the object at `path`.
-async fn property<T>(
-    bus: &zbus::Connection,
-    path: &str,
-    interface: &str,
-    name: &str,
-) -> Result<T, SystemdError>
-where
-    T: TryFrom<OwnedValue>,
-    T::Error: Into<zbus::Error>,
-{
-    let reply = bus
-        .call_method(
-            Some(DESTINATION),
-            path,
-            Some(PROPERTIES),
-            "Get",
-            &(interface, name),
-        )
-        .await?;
-    let value: OwnedValue = reply.body().deserialize()?;
-    T::try_from(value).map_err(|e| SystemdError::from(e.into()))
+/// The connection to the system bus, with at most [`IN_FLIGHT`] calls waiting for their
+/// answers: every call of the daemon's to systemd goes through [`Bus::call`].
+#[derive(Debug, Clone)]
+struct Bus {
+    connection: zbus::Connection,
+    in_flight: Arc<tokio::sync::Semaphore>,
+    /// The turns of the stops ([`Systemd::stop_later`]): outside `in_flight`, which each
+    /// stop's call takes besides, so stops hold at most [`STOPS_IN_FLIGHT`] of its permits.
+    stops: Arc<tokio::sync::Semaphore>,
+}
+
+impl Bus {
+    fn new(connection: zbus::Connection) -> Bus {
+        Bus {
+            connection,
+            in_flight: Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT)),
+            stops: Arc::new(tokio::sync::Semaphore::new(STOPS_IN_FLIGHT)),
+        }
+    }
+
+    /// `interface.method(body)` of systemd's object at `path`, once fewer than
+    /// [`IN_FLIGHT`] calls are waiting, and its answer.
+    async fn call<R>(
+        &self,
+        path: &str,
+        interface: &str,
+        method: &str,
+        body: &(impl serde::Serialize + zbus::zvariant::DynamicType),
+    ) -> Result<R, SystemdError>
+    where
+        R: for<'d> zbus::zvariant::DynamicDeserialize<'d>,
+    {
+        // The semaphore is never closed.
+        let _permit = self.in_flight.acquire().await.expect("an open semaphore");
+        let reply = self
+            .connection
+            .call_method(Some(DESTINATION), path, Some(interface), method, body)
+            .await?;
+        Ok(reply.body().deserialize()?)
+    }
+
+    /// A property of the object at `path`.
+    async fn property<T>(&self, path: &str, interface: &str, name: &str) -> Result<T, SystemdError>
+    where
+        T: TryFrom<OwnedValue>,
+        T::Error: Into<zbus::Error>,
+    {
+        let value: OwnedValue = self
+            .call(path, PROPERTIES, "Get", &(interface, name))
+            .await?;
+        T::try_from(value).map_err(|e| SystemdError::from(e.into()))
+    }
 }
 
 /// The major version of systemd's `Version` (`252.36-1~deb12u1`, `v256`); 0 if none.
