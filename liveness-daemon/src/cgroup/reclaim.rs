@@ -41,6 +41,12 @@ const APPEAR_CHECK: Duration = Duration::from_millis(5);
 /// change not wake it (and to take in new cgroups).
 const RECHECK: Duration = Duration::from_millis(200);
 
+/// How many survivors' `/proc/<pid>/cgroup` the thread reads before it looks at its
+/// messages and kills again: an end lists up to a thousand survivors, and a kill due
+/// meanwhile (another session's, or this one's, sent once SQLite has its end) waits for
+/// one batch, not for them all.
+const READ_BATCH: usize = 32;
+
 /// A cgroup to reclaim, and the session whose counters it keeps (`None`: a cgroup the
 /// store does not know, or whose counters are already stored).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,6 +94,26 @@ struct Kill {
     at: Instant,
     method: CgroupTermination,
     systemd: Option<Systemd>,
+}
+
+/// A job whose survivors' cgroups are being read, [`READ_BATCH`] at a time.
+#[derive(Debug)]
+struct Reading {
+    job: Job,
+    escaped: Vec<CgroupEscape>,
+    /// How many of `job.survivors` are read.
+    read: usize,
+}
+
+impl Reading {
+    /// Reads the next batch; whether all are read.
+    fn step(&mut self, proc: &ProcRoot) -> bool {
+        let batch = &self.job.survivors[self.read..];
+        let batch = &batch[..batch.len().min(READ_BATCH)];
+        self.escaped.extend(escapes(&self.job.path, batch, proc));
+        self.read += batch.len();
+        self.read == self.job.survivors.len()
+    }
 }
 
 /// A scope followed from its start, and its counters as last read.
@@ -158,6 +184,8 @@ struct Worker {
 #[derive(Debug, Default)]
 pub struct Reclaimer {
     worker: Option<Worker>,
+    /// Where the thread reads the survivors' cgroups.
+    proc: ProcRoot,
     /// The cgroups sent and not yet emptied: a cgroup is reclaimed once.
     queued: HashSet<PathBuf>,
 }
@@ -184,10 +212,19 @@ impl Reclaimer {
         self.send(Message::Drain(path))
     }
 
+    /// A reclaimer whose thread reads processes under `proc`.
+    #[cfg(test)]
+    fn reading(proc: ProcRoot) -> Reclaimer {
+        Reclaimer {
+            proc,
+            ..Reclaimer::default()
+        }
+    }
+
     /// Sends `message` to the thread, started if it is not yet, and wakes it.
     fn send(&mut self, message: Message) -> bool {
         if self.worker.is_none() {
-            self.worker = start();
+            self.worker = start(self.proc.clone());
         }
         let Some(worker) = &self.worker else {
             return false;
@@ -241,7 +278,7 @@ impl Reclaimer {
 }
 
 /// Starts the thread; `None` (said in the log) if it cannot be.
-fn start() -> Option<Worker> {
+fn start(proc: ProcRoot) -> Option<Worker> {
     let started = (|| {
         let wake = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
         let woken = wake.try_clone()?;
@@ -249,7 +286,7 @@ fn start() -> Option<Worker> {
         let (reports, received) = tokio_mpsc::unbounded_channel();
         std::thread::Builder::new()
             .name("cgroup-reclaim".into())
-            .spawn(move || run(incoming, woken, reports))?;
+            .spawn(move || run(incoming, woken, reports, proc))?;
         Ok::<_, std::io::Error>(Worker {
             jobs,
             wake,
@@ -268,15 +305,16 @@ fn run(
     incoming: mpsc::Receiver<Message>,
     wake: OwnedFd,
     reports: tokio_mpsc::UnboundedSender<Report>,
+    proc: ProcRoot,
 ) {
-    let proc = ProcRoot::default();
+    let mut reading: Vec<Reading> = Vec::new();
     let mut waiting: Vec<(Job, Vec<CgroupEscape>)> = Vec::new();
     let mut kills: Vec<Kill> = Vec::new();
     let mut followed: HashMap<PathBuf, Followed> = HashMap::new();
     let mut draining: Vec<PathBuf> = Vec::new();
     loop {
         let mut messages: Vec<Message> = Vec::new();
-        if waiting.is_empty() && followed.is_empty() && draining.is_empty() {
+        if reading.is_empty() && waiting.is_empty() && followed.is_empty() && draining.is_empty() {
             match incoming.recv() {
                 Ok(message) => messages.push(message),
                 Err(mpsc::RecvError) => return,
@@ -295,9 +333,12 @@ fn run(
                             .or_insert_with(Followed::new);
                         follow.open(&job.path);
                     }
-                    // Read at once: before the reaper's signals, or the survivors' exits.
-                    let escaped = escapes(&job.path, &job.survivors, &proc);
-                    waiting.push((job, escaped));
+                    // Read from now on: before the reaper's signals, or the survivors' exits.
+                    reading.push(Reading {
+                        job,
+                        escaped: Vec::new(),
+                        read: 0,
+                    });
                 }
                 Message::Kill(kill) => kills.push(kill),
                 Message::Follow(path) => {
@@ -343,6 +384,17 @@ fn run(
             }
             false
         });
+        // After the kills: a cgroup's kill reaches only the processes inside it, never an
+        // escape, so it need not wait for the reads.
+        let mut unread = Vec::new();
+        for mut r in reading.drain(..) {
+            if r.step(&proc) {
+                waiting.push((r.job, r.escaped));
+            } else {
+                unread.push(r);
+            }
+        }
+        reading = unread;
         let mut still = Vec::new();
         for (job, escaped) in waiting.drain(..) {
             match populated(&job.path) {
@@ -375,6 +427,10 @@ fn run(
             }
         }
         waiting = still;
+        if !reading.is_empty() {
+            // More to read: the messages and kills first, without sleeping.
+            continue;
+        }
         if !waiting.is_empty() || !followed.is_empty() || !draining.is_empty() {
             let next_kill = kills.iter().map(|kill| kill.at).min();
             let appearing = followed.values().any(|f| f.files.is_none() && !f.gone);
@@ -438,5 +494,94 @@ fn wait_for_change<'a>(
         if let Some(follow) = followed.get_mut(&path) {
             follow.read(&path);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use super::*;
+
+    /// A kill due while an end's survivors are read happens between two batches. Two
+    /// survivors' `cgroup` files here are FIFOs, each holding the thread's read until the
+    /// test writes to it: the kill is sent while the first holds it, and must be written
+    /// before the thread reaches the second, 20,000 survivors later.
+    #[tokio::test]
+    async fn a_kill_due_never_waits_for_the_survivors_cgroups_to_be_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let cgroup = dir.path().join("cg").join(super::super::SUBTREE).join("s1");
+        fs::create_dir_all(&cgroup).unwrap();
+        fs::write(cgroup.join("cgroup.events"), "populated 1\nfrozen 0\n").unwrap();
+        fs::write(cgroup.join("cgroup.kill"), "").unwrap();
+        let proc = dir.path().join("proc");
+        let held = |pid: u32| {
+            let fifo = proc.join(pid.to_string()).join("cgroup");
+            fs::create_dir_all(fifo.parent().unwrap()).unwrap();
+            rustix::fs::mknodat(
+                rustix::fs::CWD,
+                &fifo,
+                rustix::fs::FileType::Fifo,
+                rustix::fs::Mode::from_raw_mode(0o600),
+                0,
+            )
+            .unwrap();
+            (
+                ProcessKey {
+                    pid,
+                    start_ticks: 1,
+                },
+                fifo,
+            )
+        };
+        let (first, first_fifo) = held(4_000_000);
+        let (last, last_fifo) = held(4_000_001);
+        // Between them, processes that are gone: each read fails at once.
+        let gone = (1_000_000..1_020_000).map(|pid| ProcessKey {
+            pid,
+            start_ticks: 1,
+        });
+        let survivors: Vec<ProcessKey> = std::iter::once(first).chain(gone).chain([last]).collect();
+        let mut reclaimer = Reclaimer::reading(ProcRoot::new(&proc));
+        reclaimer.queue(Job {
+            session: None,
+            path: cgroup.clone(),
+            survivors,
+        });
+        // Opened once the thread opens it to read: the reads have begun.
+        let mut first_writer = fs::OpenOptions::new()
+            .write(true)
+            .open(&first_fifo)
+            .unwrap();
+        reclaimer.kill_after(
+            cgroup.clone(),
+            Duration::ZERO,
+            CgroupTermination::Kill,
+            None,
+        );
+        std::io::Write::write_all(&mut first_writer, b"0::/elsewhere\n").unwrap();
+        drop(first_writer);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while fs::read_to_string(cgroup.join("cgroup.kill")).unwrap() != "1" {
+            assert!(
+                Instant::now() < deadline,
+                "the kill waited for the survivors' reads"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // The thread is let go, and the job ends as any other once the cgroup is empty.
+        fs::write(&last_fifo, "0::/elsewhere\n").unwrap();
+        fs::write(cgroup.join("cgroup.events"), "populated 0\nfrozen 0\n").unwrap();
+        let report = tokio::time::timeout(Duration::from_secs(10), reclaimer.next())
+            .await
+            .expect("the emptied cgroup reported");
+        let Report::Emptied(emptied) = report else {
+            panic!("{report:?}");
+        };
+        assert_eq!(emptied.job.path, cgroup);
+        assert_eq!(emptied.job.survivors.len(), 20_002);
+        // The held processes' stat files do not exist: they are no processes, so no
+        // escapes.
+        assert!(emptied.escaped.is_empty(), "{:?}", emptied.escaped);
     }
 }
