@@ -273,7 +273,11 @@ impl Hierarchy {
     pub fn release(&self, path: &Path) -> Result<(), CgroupError> {
         match (self.systemd(), systemd::unit_of(path)) {
             (Some(systemd), Some(unit)) => {
-                systemd.stop_later(unit);
+                // A scope's cgroup is gone once systemd has collected it: no call then, so a
+                // burst of ends does not queue hundreds of stops on a busy systemd.
+                if path.exists() {
+                    systemd.stop_later(unit);
+                }
                 Ok(())
             }
             _ => remove(path),

@@ -28,8 +28,13 @@ const SCOPE: &str = "org.freedesktop.systemd1.Scope";
 const PROPERTIES: &str = "org.freedesktop.DBus.Properties";
 /// The prefix of the daemon's scopes: `liveness-s<uid>-<ms>-<pid>.scope`.
 const PREFIX: &str = "liveness-";
-/// How long a bus call, or a scope's start job, may take before it is given up.
-const TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the probe at the daemon's start may wait for the bus before the daemon makes
+/// the session cgroups itself.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a bus call, or a scope's start job, may take before it is given up: D-Bus's
+/// own default, which `systemd-run` waits too. systemd answers in turn, and after a burst
+/// of ends it is collecting hundreds of scopes (over 5 s in the emulated test guest).
+const TIMEOUT: Duration = Duration::from_secs(25);
 /// The first systemd whose `StartTransientUnit` takes `PIDFDs`, and whose scopes take
 /// `OOMPolicy`.
 const PIDFDS_SINCE: u32 = 253;
@@ -49,8 +54,8 @@ pub enum SystemdError {
     /// Boxed: zbus's error is large, and this one travels in every cgroup error.
     #[error("the system bus: {0}")]
     Bus(Box<zbus::Error>),
-    #[error("systemd did not answer within {} s", TIMEOUT.as_secs())]
-    Timeout,
+    #[error("systemd did not answer within {} s", .0.as_secs())]
+    Timeout(Duration),
     #[error("systemd's scope {unit} is {state}, not active")]
     NotActive { unit: String, state: String },
     #[error("the owner {pid} is gone")]
@@ -262,13 +267,13 @@ impl Systemd {
             let version: String = bus.property(MANAGER_PATH, MANAGER, "Version").await?;
             Ok::<_, SystemdError>((bus, version))
         };
-        let (bus, version) = match tokio::time::timeout(TIMEOUT, probed).await {
+        let (bus, version) = match tokio::time::timeout(PROBE_TIMEOUT, probed).await {
             Ok(Ok(probed)) => probed,
             Ok(Err(e)) => return Err(format!("systemd is the init, but {e}")),
             Err(_) => {
                 return Err(format!(
                     "systemd is the init, but {}",
-                    SystemdError::Timeout
+                    SystemdError::Timeout(PROBE_TIMEOUT)
                 ));
             }
         };
@@ -279,7 +284,7 @@ impl Systemd {
             scopes: Vec::new(),
         };
         // Without the list, the reconcile finds the scopes by their cgroups alone.
-        match tokio::time::timeout(TIMEOUT, systemd.list_scopes()).await {
+        match tokio::time::timeout(PROBE_TIMEOUT, systemd.list_scopes()).await {
             Ok(Ok(scopes)) => systemd.scopes = scopes,
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "cannot list the session scopes left behind; they are found by their cgroups")
@@ -356,7 +361,7 @@ impl Systemd {
         };
         let cgroup = tokio::time::timeout(TIMEOUT, started)
             .await
-            .map_err(|_| SystemdError::Timeout)??;
+            .map_err(|_| SystemdError::Timeout(TIMEOUT))??;
         Ok((cgroup, unset))
     }
 
@@ -374,7 +379,7 @@ impl Systemd {
             let body = (unit, "", vec![key.pid]);
             let attached = self.manager::<()>("AttachProcessesToUnit", &body);
             match tokio::time::timeout(TIMEOUT, attached).await {
-                Err(_) => return Err(SystemdError::Timeout),
+                Err(_) => return Err(SystemdError::Timeout(TIMEOUT)),
                 Ok(Err(_)) if !same(key) => {}
                 Ok(attached) => attached?,
             }
@@ -390,7 +395,7 @@ impl Systemd {
             let killed = self.manager::<()>("KillUnit", &body);
             tokio::time::timeout(TIMEOUT, killed)
                 .await
-                .map_err(|_| SystemdError::Timeout)?
+                .map_err(|_| SystemdError::Timeout(TIMEOUT))?
         })
     }
 
