@@ -54,6 +54,14 @@ impl<'a> Context<'a> {
         self.engine.ledger.active_sessions()
     }
 
+    /// The ACTIVE sessions of `owner`, from memory, in no order.
+    pub(in crate::engine) fn sessions_of_owner<'b>(
+        &'b self,
+        owner: &'b Identity,
+    ) -> impl Iterator<Item = &'b Session> {
+        self.engine.ledger.sessions_of_owner(owner)
+    }
+
     /// The published endings SQLite does not have yet, oldest first.
     pub(in crate::engine) fn waiting_endings(&self) -> impl Iterator<Item = &JournaledEnding> {
         self.engine.ledger.waiting_endings()

@@ -41,16 +41,15 @@ impl Op for Moved {
         let Some(owner) = cx.watched_owner(&link) else {
             return Ok(Vec::new());
         };
-        // The owner's ACTIVE sessions (by the store's index: a registration's moves of a
-        // big tree are as many operations) whose cgroups do not hold the process, compared
-        // as names only.
-        let escaped_from: Vec<(u32, String)> = (cx.store().active_sessions_of_owner(&owner)?)
-            .into_iter()
+        // The owner's ACTIVE sessions (from memory: a registration's moves of a big tree
+        // are as many operations) whose cgroups do not hold the process, compared as names
+        // only.
+        let escaped_from: Vec<(u32, String)> = (cx.sessions_of_owner(&owner))
             .filter(|s| {
                 (s.cgroup.as_ref())
                     .is_some_and(|c| !crate::cgroup::holds(Path::new(&c.path), &cgroup))
             })
-            .map(|s| (s.creator_uid, s.id))
+            .map(|s| (s.creator_uid, s.id.clone()))
             .collect();
         if escaped_from.is_empty() {
             return Ok(Vec::new());
