@@ -14,7 +14,25 @@ use anyhow::{Context, Result, bail};
 pub struct Options {
     pub rounds: u32,
     pub cases: u32,
+    /// Only the tests whose size `rounds` and `cases` set ([`SIZED`]): the rest is the
+    /// test suite's own run, done again.
+    pub sized: bool,
 }
+
+/// The tests of [`STEPS`] whose size the environment sets: the protocol fuzz (every test
+/// of its step), the SIGKILLs mid-burst, the ring-buffer overflows and the live daemon's
+/// fuzzed lines. A step none of whose tests is sized does not run.
+const SIZED: &[(&str, &[&str])] = &[
+    ("protocol fuzz: parser and line reader", &[]),
+    (
+        "faults around a real daemon",
+        &[
+            "sigkill_in_the_middle_of_a_burst_loses_and_repeats_nothing",
+            "deaths_dropped_by_a_full_ring_buffer_end_once_by_reconcile",
+            "garbage_lines_get_json_errors_and_change_nothing",
+        ],
+    ),
+];
 
 /// What runs, in order: the property tests of the parser and the line reader, the
 /// integration tests that break things around a real daemon, then the stall tests: a
@@ -85,6 +103,13 @@ const STEPS: &[(&str, &[&str])] = &[
 pub fn run(root: &Path, options: &Options) -> Result<()> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     for (what, args) in STEPS {
+        let only = SIZED
+            .iter()
+            .find(|(step, _)| step == what)
+            .map(|(_, tests)| *tests);
+        if options.sized && only.is_none() {
+            continue;
+        }
         println!(
             "== chaos: {what} ({} rounds, {} inputs per fuzz target)",
             options.rounds, options.cases
@@ -94,6 +119,8 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
             .current_dir(root)
             .arg("test")
             .args(*args)
+            // libtest runs the tests that match any of its filters.
+            .args(only.filter(|_| options.sized).unwrap_or_default())
             .env("LIVENESS_FAULT_ROUNDS", options.rounds.to_string())
             .env("PROPTEST_CASES", options.cases.to_string());
         // A fault test that skips proves nothing: here skipping is a failure.
@@ -106,4 +133,35 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each sized step is a step, and each sized test is a test of its step: a renamed test
+    /// would otherwise leave CI's chaos run filtering out everything, silently.
+    #[test]
+    fn every_sized_test_exists_in_its_step() {
+        let root = crate::workspace_root();
+        for (step, tests) in SIZED {
+            let (_, args) = (STEPS.iter().find(|(what, _)| what == step))
+                .unwrap_or_else(|| panic!("no step {step:?}"));
+            let files: Vec<String> = (args.windows(2))
+                .filter(|pair| pair[0] == "--test")
+                .map(|pair| {
+                    std::fs::read_to_string(
+                        root.join("tests/tests").join(format!("{}.rs", pair[1])),
+                    )
+                    .unwrap()
+                })
+                .collect();
+            for test in *tests {
+                assert!(
+                    files.iter().any(|f| f.contains(&format!("fn {test}()"))),
+                    "{test} is no test of the step {step:?}"
+                );
+            }
+        }
+    }
 }

@@ -121,6 +121,11 @@ enum Command {
         /// Inputs per fuzz target (the parser, the line reader, a live daemon).
         #[arg(long, default_value_t = 100_000)]
         cases: u32,
+        /// Only the tests whose size --rounds and --cases set (the protocol fuzz, the
+        /// SIGKILLs mid-burst, the ring-buffer overflows, a live daemon's fuzzed lines):
+        /// after `cargo test --workspace`, the others would run again unchanged (CI).
+        #[arg(long)]
+        sized: bool,
     },
     /// Run the test suite inside QEMU guests booting other kernels (busybox initramfs,
     /// static binaries, no network, no systemd) and print a matrix kernel × test binary
@@ -212,9 +217,18 @@ fn main() -> Result<()> {
             },
         )
         .map(drop),
-        Command::Chaos { rounds, cases } => {
-            chaos::run(&workspace_root(), &chaos::Options { rounds, cases })
-        }
+        Command::Chaos {
+            rounds,
+            cases,
+            sized,
+        } => chaos::run(
+            &workspace_root(),
+            &chaos::Options {
+                rounds,
+                cases,
+                sized,
+            },
+        ),
         Command::VmTest {
             systemd,
             kernels,
