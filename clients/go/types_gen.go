@@ -868,6 +868,22 @@ type CgroupEscape struct {
 	Cgroup string `json:"cgroup"`
 }
 
+// ProcessKey is a process of the local boot: its pid and its start time, immune to pid reuse.
+type ProcessKey struct {
+	// Its pid.
+	PID uint32 `json:"pid"`
+	// Its start time (/proc/<pid>/stat field 22).
+	StartTicks uint64 `json:"start_ticks"`
+}
+
+// Unlisted is the processes a session's cgroup held at its end that are neither its owner nor a survivor its end lists.
+type Unlisted struct {
+	// Every one, named or not.
+	Total uint32 `json:"total"`
+	// At most 64 of them, by pid.
+	Processes []ProcessKey `json:"processes"`
+}
+
 // SessionCgroup is a session's own cgroup and the limits written there (docs/cgroups.md).
 type SessionCgroup struct {
 	// Its directory in the cgroup2 hierarchy, as the daemon sees it.
@@ -886,6 +902,8 @@ type SessionCgroup struct {
 	Usage *CgroupUsage `json:"usage,omitempty"`
 	// Its processes found outside its cgroup, each once: as they moved (with eBPF, each with its session.escaped), and the survivors of its end found outside then. Still the session's by their lineage.
 	Escaped []CgroupEscape `json:"escaped,omitempty"`
+	// The processes its cgroup (or a cgroup below) held when its end reached the cgroup that are neither its owner nor a survivor the end lists: written into the cgroup, or missed by the tree's records. Absent when there were none.
+	Unlisted *Unlisted `json:"unlisted,omitempty"`
 }
 
 // ReapFailure is a process the daemon could not, or would not, end.

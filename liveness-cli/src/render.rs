@@ -68,6 +68,21 @@ fn print_session_block(session: &Session, now: i64, pids: &Numbering) {
                 escape.cgroup
             );
         }
+        if let Some(unlisted) = session.cgroup.as_ref().and_then(|c| c.unlisted.as_ref()) {
+            let pids: Vec<String> = (unlisted.processes.iter())
+                .map(|key| key.pid.to_string())
+                .collect();
+            let unnamed = (unlisted.total as usize).saturating_sub(pids.len());
+            let named = match (pids.is_empty(), unnamed) {
+                (true, _) => String::new(),
+                (false, 0) => format!(": pid {}", pids.join(", ")),
+                (false, n) => format!(": pid {}, {n} more", pids.join(", ")),
+            };
+            outln!(
+                "  Unlisted: {} process(es) in its cgroup at its end, none of its tree{named}",
+                unlisted.total
+            );
+        }
         if let Some(survivors) = session.survivors.as_ref().filter(|s| s.total > 0) {
             let unlisted =
                 survivors.total as usize - survivors.members.len().min(survivors.total as usize);

@@ -9,7 +9,7 @@ use crate::activity::{Activity, Declared, StallPolicy};
 use crate::cause::{Bytes, Cause, Millis, Usage};
 pub use crate::end::{EndReason, MAX_SURVIVORS_LISTED, Survivors};
 use crate::exit::{DetectedBy, ExitStatus};
-use crate::identity::Identity;
+use crate::identity::{Identity, ProcessKey};
 use crate::lock::LockChange;
 
 /// Lifecycle phase of a session.
@@ -447,6 +447,26 @@ pub struct SessionCgroup {
     /// lineage.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub escaped: Vec<CgroupEscape>,
+    /// The processes its cgroup (or a cgroup below) held when its end reached the cgroup
+    /// that are neither its owner nor a survivor its end lists: written into the cgroup,
+    /// or missed by the tree's records. The cgroup's truth beside the tree's; absent when
+    /// there were none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unlisted: Option<Unlisted>,
+}
+
+/// At most this many of a session cgroup's [`Unlisted`] processes are named: each is read
+/// before the cgroup's kill at the end may take it, so the kill waits for them.
+pub const MAX_UNLISTED_NAMED: usize = 64;
+
+/// The processes a session's cgroup held at its end that are neither its owner nor a
+/// survivor its end lists.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unlisted {
+    /// Every one, named or not.
+    pub total: u32,
+    /// At most [`MAX_UNLISTED_NAMED`] of them, by pid.
+    pub processes: Vec<ProcessKey>,
 }
 
 /// A member of a session's tree found outside the session's cgroup.

@@ -541,9 +541,62 @@ fn an_ended_sessions_cgroup_is_removed_once_empty_with_its_counters_stored() {
     );
     // Once only: the stored counters stay as they were.
     assert_eq!(daemon.session("w")["cgroup"]["usage"], usage);
+    // The member the cgroup held at the end is a listed survivor: nothing unlisted.
+    assert!(daemon.session("w")["cgroup"]["unlisted"].is_null());
     let text = daemon.cli(&["get", "--session", "w"]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("    Cgroup: peak memory "), "{text}");
+}
+
+/// What a session's cgroup held at its end besides the survivors its tree lists is stored
+/// with its counters (`cgroup.unlisted`): here a process root wrote into the cgroup, while
+/// the owner's member is a survivor and not unlisted. `get` names it.
+#[test]
+fn a_process_in_the_cgroup_that_is_no_member_is_unlisted_at_the_end() {
+    let Some(_) = usable_host("a_process_in_the_cgroup_that_is_no_member") else {
+        return;
+    };
+    let daemon = Daemon::start(&[]);
+    let (mut owner, member) = owner_with_member();
+    let reply = daemon.request(json!({
+        "op": "register", "session": "held", "owner": {"pid": owner.id()}, "cgroup": {},
+    }));
+    assert_eq!(reply["ok"], true, "{reply}");
+    let path = cgroup_of(&daemon, "held");
+    let mut stranger = sleeper();
+    let key = json!({
+        "pid": stranger.id(),
+        "start_ticks": integration_tests::start_ticks(stranger.id()).unwrap(),
+    });
+    std::fs::write(path.join("cgroup.procs"), stranger.id().to_string()).unwrap();
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    let ended = daemon.wait_ended("held");
+    let listed: Vec<&Value> = (ended["survivors"]["members"].as_array().unwrap().iter())
+        .map(|m| &m["pid"])
+        .collect();
+    assert_eq!(listed, [&json!(member)], "{ended}");
+    // Unlisted, and still in the cgroup after the end.
+    assert!(procs(&path).contains(&stranger.id()));
+    sigkill(member);
+    stranger.kill().unwrap();
+    stranger.wait().unwrap();
+    wait_reclaimed(&daemon, "held", &path);
+    let session = daemon.session("held");
+    assert_eq!(
+        session["cgroup"]["unlisted"],
+        json!({"total": 1, "processes": [key]}),
+        "{session}"
+    );
+    let text = daemon.cli(&["get", "--session", "held"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains(&format!(
+            "Unlisted: 1 process(es) in its cgroup at its end, none of its tree: pid {}",
+            stranger.id()
+        )),
+        "{text}"
+    );
 }
 
 /// A daemon SIGKILLed while 50 cgroup sessions live, whose owners then die, and a cgroup

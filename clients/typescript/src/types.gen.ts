@@ -367,6 +367,24 @@ export interface CgroupEscape {
 }
 export const cgroupEscape: Codec<CgroupEscape> = object<CgroupEscape>({ pid: required(int), start_ticks: defaulted(int, 0), cgroup: required(str) });
 
+/** A process of the local boot: its pid and its start time, immune to pid reuse. */
+export interface ProcessKey {
+  /** Its pid. */
+  pid: number;
+  /** Its start time (/proc/<pid>/stat field 22). */
+  start_ticks: number;
+}
+export const processKey: Codec<ProcessKey> = object<ProcessKey>({ pid: required(int), start_ticks: required(int) });
+
+/** The processes a session's cgroup held at its end that are neither its owner nor a survivor its end lists. */
+export interface Unlisted {
+  /** Every one, named or not. */
+  total: number;
+  /** At most 64 of them, by pid. */
+  processes: ProcessKey[];
+}
+export const unlisted: Codec<Unlisted> = object<Unlisted>({ total: required(int), processes: required(arrayOf(processKey)) });
+
 /** A session's own cgroup and the limits written there (docs/cgroups.md). */
 export interface SessionCgroup {
   /** Its directory in the cgroup2 hierarchy, as the daemon sees it. */
@@ -385,8 +403,10 @@ export interface SessionCgroup {
   usage?: CgroupUsage;
   /** Its processes found outside its cgroup, each once: as they moved (with eBPF, each with its session.escaped), and the survivors of its end found outside then. Still the session's by their lineage. */
   escaped: CgroupEscape[];
+  /** The processes its cgroup (or a cgroup below) held when its end reached the cgroup that are neither its owner nor a survivor the end lists: written into the cgroup, or missed by the tree's records. Absent when there were none. */
+  unlisted?: Unlisted;
 }
-export const sessionCgroup: Codec<SessionCgroup> = object<SessionCgroup>({ path: required(str), memory_max: optional(int), tasks_max: optional(int), memory_high: optional(int), cpu_weight: optional(int), on_oom: optional(onOom), usage: optional(cgroupUsage), escaped: defaulted(arrayOf(cgroupEscape), [], true) });
+export const sessionCgroup: Codec<SessionCgroup> = object<SessionCgroup>({ path: required(str), memory_max: optional(int), tasks_max: optional(int), memory_high: optional(int), cpu_weight: optional(int), on_oom: optional(onOom), usage: optional(cgroupUsage), escaped: defaulted(arrayOf(cgroupEscape), [], true), unlisted: optional(unlisted) });
 
 /** A process the daemon could not, or would not, end. */
 export interface ReapFailure {

@@ -8,13 +8,16 @@ pub mod moves;
 pub mod reclaim;
 pub mod systemd;
 
+use std::collections::HashSet;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use liveness_common::identity::{Identity, ProcessKey};
-use liveness_common::session::{CgroupEscape, CgroupUsage, IoUsage, MemoryEvents};
+use liveness_common::session::{
+    CgroupEscape, CgroupUsage, IoUsage, MAX_UNLISTED_NAMED, MemoryEvents, Unlisted,
+};
 use liveness_common::status::{CgroupManager, CgroupStatus, CgroupTermination};
 use liveness_proc::identity::{Liveness, ProcRoot};
 use liveness_proc::pidref::PidRef;
@@ -675,32 +678,60 @@ fn wait_frozen(path: &Path) -> Result<(), CgroupError> {
 /// and free its pid meanwhile, but one already dying can).
 fn kill_each(path: &Path) -> Result<(), CgroupError> {
     let proc = ProcRoot::default();
-    for pid in read(&path.join("cgroup.procs"))?.lines() {
-        let Ok(pid) = pid.trim().parse() else {
-            continue;
-        };
+    for pid in pids(path)? {
         // One gone meanwhile is no error.
-        let Ok(stat) = proc.stat(pid) else {
+        let Some(key) = key_of(pid, &proc) else {
             continue;
-        };
-        let key = ProcessKey {
-            pid,
-            start_ticks: stat.start_ticks,
         };
         if let Ok(process) = PidRef::open(&proc, key, None) {
             let _ = process.signal(rustix::process::Signal::KILL);
         }
     }
+    Ok(())
+}
+
+/// The pids of the processes the cgroup at `path` and the cgroups below it hold.
+pub fn pids(path: &Path) -> Result<Vec<u32>, CgroupError> {
+    let mut pids: Vec<u32> = (read(&path.join("cgroup.procs"))?.lines())
+        .filter_map(|pid| pid.trim().parse().ok())
+        .collect();
     let below = fs::read_dir(path).map_err(|source| CgroupError::Read {
         path: path.to_path_buf(),
         source,
     })?;
     for entry in below.flatten() {
         if entry.file_type().is_ok_and(|t| t.is_dir()) {
-            kill_each(&entry.path())?;
+            pids.extend(self::pids(&entry.path())?);
         }
     }
-    Ok(())
+    Ok(pids)
+}
+
+/// The process with `pid` now, as its key; `None` once it is gone.
+fn key_of(pid: u32, proc: &ProcRoot) -> Option<ProcessKey> {
+    let stat = proc.stat(pid).ok()?;
+    Some(ProcessKey {
+        pid,
+        start_ticks: stat.start_ticks,
+    })
+}
+
+/// What the cgroup at `path` holds that `survivors` does not list, [`MAX_UNLISTED_NAMED`]
+/// of them named; `None` when there is none, or the cgroup cannot be read (gone). Told
+/// apart by pid, so that only those not listed are read (a kill may be waiting): a
+/// survivor's pid taken by another process within the moment since the end is not told.
+pub fn unlisted(path: &Path, survivors: &[ProcessKey], proc: &ProcRoot) -> Option<Unlisted> {
+    let listed: HashSet<u32> = survivors.iter().map(|key| key.pid).collect();
+    let mut others: Vec<u32> = (pids(path).ok()?.into_iter())
+        .filter(|pid| !listed.contains(pid))
+        .collect();
+    others.sort_unstable();
+    let total = u32::try_from(others.len()).unwrap_or(u32::MAX);
+    let processes = (others.into_iter())
+        .filter_map(|pid| key_of(pid, proc))
+        .take(MAX_UNLISTED_NAMED)
+        .collect();
+    (total > 0).then_some(Unlisted { total, processes })
 }
 
 /// Removes an empty session cgroup; one already gone is not an error.

@@ -22,7 +22,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use liveness_common::identity::ProcessKey;
-use liveness_common::session::{CgroupEscape, CgroupUsage};
+use liveness_common::session::{CgroupEscape, CgroupUsage, Unlisted};
 use liveness_common::status::CgroupTermination;
 use liveness_proc::identity::ProcRoot;
 use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec};
@@ -30,7 +30,7 @@ use rustix::fd::OwnedFd;
 use tokio::sync::mpsc as tokio_mpsc;
 
 use super::systemd::{Systemd, unit_of};
-use super::{escapes, kill_all, populated, usage};
+use super::{escapes, kill_all, populated, unlisted, usage};
 
 /// How long a followed scope may take to appear (its start job) before it is given up,
 /// and how often it is looked for meanwhile.
@@ -53,18 +53,20 @@ const READ_BATCH: usize = 32;
 pub struct Job {
     pub session: Option<(u32, String)>,
     pub path: PathBuf,
-    /// The survivors its session's end listed: those found outside the cgroup when the
-    /// thread takes the job are its escapes.
+    /// The survivors its session's end listed, and its owner: those found outside the
+    /// cgroup when the thread takes the job are its escapes, and what the cgroup holds
+    /// besides them is unlisted.
     pub survivors: Vec<ProcessKey>,
 }
 
-/// A cgroup found empty, with what it counted (read before its removal) and the escapes
-/// of its session's survivors.
+/// A cgroup found empty, with what it counted (read before its removal), the escapes of
+/// its session's survivors, and what it held besides them when the thread took it.
 #[derive(Debug)]
 pub struct Emptied {
     pub job: Job,
     pub usage: CgroupUsage,
     pub escaped: Vec<CgroupEscape>,
+    pub unlisted: Option<Unlisted>,
 }
 
 /// What the thread tells the engine.
@@ -100,6 +102,7 @@ struct Kill {
 #[derive(Debug)]
 struct Reading {
     job: Job,
+    unlisted: Option<Unlisted>,
     escaped: Vec<CgroupEscape>,
     /// How many of `job.survivors` are read.
     read: usize,
@@ -308,7 +311,7 @@ fn run(
     proc: ProcRoot,
 ) {
     let mut reading: Vec<Reading> = Vec::new();
-    let mut waiting: Vec<(Job, Vec<CgroupEscape>)> = Vec::new();
+    let mut waiting: Vec<Reading> = Vec::new();
     let mut kills: Vec<Kill> = Vec::new();
     let mut followed: HashMap<PathBuf, Followed> = HashMap::new();
     let mut draining: Vec<PathBuf> = Vec::new();
@@ -333,9 +336,13 @@ fn run(
                             .or_insert_with(Followed::new);
                         follow.open(&job.path);
                     }
-                    // Read from now on: before the reaper's signals, or the survivors' exits.
+                    // What the cgroup holds besides the survivors, at once: before any kill.
+                    let unlisted = unlisted(&job.path, &job.survivors, &proc);
+                    // The escapes from now on: before the reaper's signals, or the
+                    // survivors' exits.
                     reading.push(Reading {
                         job,
+                        unlisted,
                         escaped: Vec::new(),
                         read: 0,
                     });
@@ -370,7 +377,7 @@ fn run(
             follow.files.is_some()
                 || follow.gone
                 || follow.until > now
-                || waiting.iter().any(|(j, _)| &j.path == path)
+                || waiting.iter().any(|w| &w.job.path == path)
         });
         kills.retain(|kill| {
             if kill.at > now {
@@ -389,16 +396,17 @@ fn run(
         let mut unread = Vec::new();
         for mut r in reading.drain(..) {
             if r.step(&proc) {
-                waiting.push((r.job, r.escaped));
+                waiting.push(r);
             } else {
                 unread.push(r);
             }
         }
         reading = unread;
         let mut still = Vec::new();
-        for (job, escaped) in waiting.drain(..) {
+        for read in waiting.drain(..) {
+            let job = &read.job;
             match populated(&job.path) {
-                Ok(true) => still.push((job, escaped)),
+                Ok(true) => still.push(read),
                 Ok(false) => {
                     kills.retain(|kill| kill.path != job.path);
                     crate::source::cgroups::forget_session_cgroup(&job.path);
@@ -411,9 +419,10 @@ fn run(
                         usage = last;
                     }
                     let done = Emptied {
-                        job,
+                        job: read.job,
                         usage,
-                        escaped,
+                        escaped: read.escaped,
+                        unlisted: read.unlisted,
                     };
                     if reports.send(Report::Emptied(Box::new(done))).is_err() {
                         return;
@@ -422,7 +431,7 @@ fn run(
                 Err(e) => {
                     // Not readable now (a file system under pressure): looked at again.
                     tracing::warn!(error = %e, "cannot read a session cgroup's events");
-                    still.push((job, escaped));
+                    still.push(read);
                 }
             }
         }
@@ -438,7 +447,7 @@ fn run(
             let sleep = next_kill.map_or(recheck, |at| {
                 at.saturating_duration_since(Instant::now()).min(recheck)
             });
-            let watched = waiting.iter().map(|(job, _)| &job.path).chain(&draining);
+            let watched = waiting.iter().map(|w| &w.job.path).chain(&draining);
             wait_for_change(watched, &wake, &mut followed, sleep);
         }
     }

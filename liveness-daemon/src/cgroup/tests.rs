@@ -291,3 +291,45 @@ fn strays_are_the_members_outside_that_the_user_may_move() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+/// What a cgroup and the cgroups below it hold besides the listed survivors: counted, and
+/// named by key while they exist; the survivors are told apart by pid.
+#[test]
+fn unlisted_are_the_cgroups_processes_that_the_survivors_do_not_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let cgroup = dir.path().join("s1");
+    fs::create_dir_all(cgroup.join("below")).unwrap();
+    fs::write(cgroup.join("cgroup.procs"), "12\n10\n11\n").unwrap();
+    // 13 is gone by the time it is read: counted, not named.
+    fs::write(cgroup.join("below/cgroup.procs"), "13\n").unwrap();
+    let proc = liveness_proc::fake::FakeProc::new()
+        .with(10, "sh", 1)
+        .with(11, "sleep", 10)
+        .with(12, "joiner", 1);
+    let survivor = ProcessKey {
+        pid: 11,
+        start_ticks: 1011,
+    };
+    let found = unlisted(&cgroup, &[survivor], &proc.root()).unwrap();
+    let key = |pid: u32| ProcessKey {
+        pid,
+        start_ticks: 1000 + u64::from(pid),
+    };
+    assert_eq!(found.total, 3);
+    assert_eq!(found.processes, [key(10), key(12)]);
+    // Every process listed: none. A cgroup gone: none.
+    let all = [key(10), survivor, key(12), key(13)];
+    assert_eq!(unlisted(&cgroup, &all, &proc.root()), None);
+    assert_eq!(unlisted(&dir.path().join("gone"), &[], &proc.root()), None);
+    // A crowd: all counted, the lowest pids named.
+    let crowd = dir.path().join("s2");
+    fs::create_dir_all(&crowd).unwrap();
+    let pids: Vec<u32> = (100..100 + MAX_UNLISTED_NAMED as u32 + 6).collect();
+    let text: String = pids.iter().rev().map(|pid| format!("{pid}\n")).collect();
+    fs::write(crowd.join("cgroup.procs"), text).unwrap();
+    let proc = (pids.iter()).fold(proc, |proc, &pid| proc.with(pid, "fork", 1));
+    let found = unlisted(&crowd, &[], &proc.root()).unwrap();
+    assert_eq!(found.total as usize, MAX_UNLISTED_NAMED + 6);
+    let named: Vec<ProcessKey> = pids[..MAX_UNLISTED_NAMED].iter().map(|&p| key(p)).collect();
+    assert_eq!(found.processes, named);
+}

@@ -76,8 +76,11 @@ impl SessionCgroups {
                 EventKind::Ended => {
                     if let Some(path) = self.active.remove(&key) {
                         self.ending.insert(key.clone(), path.clone());
+                        // The owner too: alive at an end by request, it is of the tree,
+                        // and may have escaped the cgroup as a member may.
                         let survivors = (event.survivors.iter())
                             .flat_map(|s| s.members.iter().chain(&s.requested_by))
+                            .chain([&event.owner])
                             .map(Identity::key)
                             .collect();
                         self.reclaimer.queue(Job {

@@ -6,20 +6,22 @@ use rusqlite::params;
 use super::rows::{append, event_about, get_session, json_value};
 use super::{Store, StoreError};
 use liveness_common::session::{
-    CgroupEscape, CgroupUsage, Event, EventKind, Phase, Session, SessionCgroup,
+    CgroupEscape, CgroupUsage, Event, EventKind, Phase, Session, SessionCgroup, Unlisted,
 };
 
 impl Store {
-    /// Stores what the session's cgroup counted (`cgroup.usage`) and the escapes of its
+    /// Stores what the session's cgroup counted (`cgroup.usage`), the escapes of its
     /// survivors (`cgroup.escaped`), beside those recorded as they happened, each process
-    /// once; a session gone by retention meanwhile is no error. No event: the end was
-    /// published already.
+    /// once, and what the cgroup held that its survivors do not list (`cgroup.unlisted`);
+    /// a session gone by retention meanwhile is no error. No event: the end was published
+    /// already.
     pub fn cgroup_usage(
         &mut self,
         uid: u32,
         id: &str,
         usage: &CgroupUsage,
         escaped: &[CgroupEscape],
+        unlisted: Option<&Unlisted>,
     ) -> Result<(), StoreError> {
         let tx = self.write_tx()?;
         let mut all = match get_session(&tx, uid, id)?.and_then(|s| s.cgroup) {
@@ -33,14 +35,15 @@ impl Store {
         }
         tx.prepare_cached(
             "UPDATE sessions SET cgroup = json_set(cgroup, '$.usage', json(?3), \
-                 '$.escaped', json(?4)) \
+                 '$.escaped', json(?4), '$.unlisted', json(?5)) \
                  WHERE creator_uid = ?1 AND id = ?2 AND cgroup IS NOT NULL",
         )?
         .execute(params![
             uid,
             id,
             json_value(Some(usage))?,
-            json_value(Some(&all))?
+            json_value(Some(&all))?,
+            json_value(unlisted)?
         ])?;
         tx.commit()?;
         Ok(())

@@ -2153,11 +2153,12 @@ fn a_prepared_ended_event_is_what_serde_writes_of_it() {
 }
 
 /// An escape of a live session's process is recorded once with its `session.escaped`, and
-/// the end's escapes are stored beside it, the same process not twice; a session without
-/// a cgroup records none.
+/// the end's escapes are stored beside it, the same process not twice, with what the
+/// cgroup held besides the survivors; a session without a cgroup records none.
 #[test]
 fn an_escape_is_recorded_once_and_the_ends_escapes_join_it() {
-    use liveness_common::session::{CgroupEscape, CgroupUsage, SessionCgroup};
+    use liveness_common::identity::ProcessKey;
+    use liveness_common::session::{CgroupEscape, CgroupUsage, SessionCgroup, Unlisted};
     let db = Db::new();
     let mut store = db.open();
     let cgroup = SessionCgroup {
@@ -2169,6 +2170,7 @@ fn an_escape_is_recorded_once_and_the_ends_escapes_join_it() {
         on_oom: None,
         usage: None,
         escaped: Vec::new(),
+        unlisted: None,
     };
     let with_cgroup = NewSession {
         cgroup: Some(cgroup),
@@ -2203,9 +2205,17 @@ fn an_escape_is_recorded_once_and_the_ends_escapes_join_it() {
         cgroup: "/further".into(),
     };
     let found = [moved.clone(), at_end.clone()];
+    let unlisted = Unlisted {
+        total: 2,
+        processes: vec![ProcessKey {
+            pid: 30,
+            start_ticks: 9,
+        }],
+    };
     store
-        .cgroup_usage(UID, "s1", &CgroupUsage::default(), &found)
+        .cgroup_usage(UID, "s1", &CgroupUsage::default(), &found, Some(&unlisted))
         .unwrap();
     let stored = store.get(UID, "s1").unwrap().unwrap().cgroup.unwrap();
     assert_eq!(stored.escaped, [moved, at_end]);
+    assert_eq!(stored.unlisted, Some(unlisted));
 }

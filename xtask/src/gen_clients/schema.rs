@@ -155,6 +155,8 @@ pub const ITEMS: &[Item] = &[
     Item::Struct(&CGROUP_USAGE),
     Item::Enum(&ON_OOM),
     Item::Struct(&CGROUP_ESCAPE),
+    Item::Struct(&PROCESS_KEY),
+    Item::Struct(&UNLISTED),
     Item::Struct(&SESSION_CGROUP),
     // Before the session, which holds one: the TypeScript codecs are constants, each made
     // from those it names.
@@ -1348,6 +1350,44 @@ pub const SESSION_CGROUP: Struct = Struct {
             List(&Named("CgroupEscape")),
             omitted("[]"),
             "Its processes found outside its cgroup, each once: as they moved (with eBPF, each with its session.escaped), and the survivors of its end found outside then. Still the session's by their lineage.",
+        ),
+        field(
+            "unlisted",
+            Named("Unlisted"),
+            Optional,
+            "The processes its cgroup (or a cgroup below) held when its end reached the cgroup that are neither its owner nor a survivor the end lists: written into the cgroup, or missed by the tree's records. Absent when there were none.",
+        ),
+    ],
+};
+
+pub const PROCESS_KEY: Struct = Struct {
+    name: "ProcessKey",
+    doc: "A process of the local boot: its pid and its start time, immune to pid reuse.",
+    strict: false,
+    probe: probe_of::<identity::ProcessKey>(),
+    fields: &[
+        field("pid", U32, Required, "Its pid."),
+        field(
+            "start_ticks",
+            U64,
+            Required,
+            "Its start time (/proc/<pid>/stat field 22).",
+        ),
+    ],
+};
+
+pub const UNLISTED: Struct = Struct {
+    name: "Unlisted",
+    doc: "The processes a session's cgroup held at its end that are neither its owner nor a survivor its end lists.",
+    strict: false,
+    probe: probe_of::<session::Unlisted>(),
+    fields: &[
+        field("total", U32, Required, "Every one, named or not."),
+        field(
+            "processes",
+            List(&Named("ProcessKey")),
+            Required,
+            "At most 64 of them, by pid.",
         ),
     ],
 };

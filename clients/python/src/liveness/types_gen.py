@@ -394,6 +394,26 @@ class CgroupEscape(Wire):
 
 
 @dataclass(frozen=True)
+class ProcessKey(Wire):
+    """A process of the local boot: its pid and its start time, immune to pid reuse."""
+
+    pid: int
+    """Its pid."""
+    start_ticks: int
+    """Its start time (/proc/<pid>/stat field 22)."""
+
+
+@dataclass(frozen=True)
+class Unlisted(Wire):
+    """The processes a session's cgroup held at its end that are neither its owner nor a survivor its end lists."""
+
+    total: int
+    """Every one, named or not."""
+    processes: List[ProcessKey]
+    """At most 64 of them, by pid."""
+
+
+@dataclass(frozen=True)
 class SessionCgroup(Wire):
     """A session's own cgroup and the limits written there (docs/cgroups.md)."""
 
@@ -415,6 +435,8 @@ class SessionCgroup(Wire):
     """What the cgroup counted, read once its last member was gone and before it was removed; none until then."""
     escaped: List[CgroupEscape] = field(default_factory=list)
     """Its processes found outside its cgroup, each once: as they moved (with eBPF, each with its session.escaped), and the survivors of its end found outside then. Still the session's by their lineage."""
+    unlisted: Optional[Unlisted] = None
+    """The processes its cgroup (or a cgroup below) held when its end reached the cgroup that are neither its owner nor a survivor the end lists: written into the cgroup, or missed by the tree's records. Absent when there were none."""
 
 
 @dataclass(frozen=True)

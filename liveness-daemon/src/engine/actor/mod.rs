@@ -324,18 +324,18 @@ impl Engine {
         }
     }
 
-    /// A session cgroup found empty: what it counted and its session's escapes are stored
-    /// with its session, then it is removed. Should either fail, the cgroup stays for the next start's reconcile.
+    /// A session cgroup found empty: what it counted, its session's escapes and what it
+    /// held besides the survivors are stored with its session, then it is removed. Should either fail, the cgroup stays for the next start's reconcile.
     fn cgroup_emptied(&mut self, emptied: crate::cgroup::reclaim::Emptied) {
         let crate::cgroup::reclaim::Emptied {
             job,
             usage,
             escaped,
+            unlisted,
         } = emptied;
         if let Some((uid, id)) = &job.session
-            && let Err(e) = self
-                .ledger
-                .commit(|store| store.cgroup_usage(*uid, id, &usage, &escaped))
+            && let Err(e) = (self.ledger)
+                .commit(|store| store.cgroup_usage(*uid, id, &usage, &escaped, unlisted.as_ref()))
         {
             tracing::error!(error = %e, session = id, "cannot store what a session's cgroup counted; it is kept until the next start");
             return;

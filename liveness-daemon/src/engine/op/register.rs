@@ -320,6 +320,7 @@ fn session_cgroup(
                 on_oom: limits.on_oom,
                 usage: None,
                 escaped: Vec::new(),
+                unlisted: None,
             }),
             scope,
         ),
