@@ -11,6 +11,12 @@
 //!   the request until the last orphan's pidfd is readable. The reaper spares a live
 //!   owner, the cgroup does not: the owner is left out of the time, and its fate checked.
 //!
+//! - Moves: one process moved between two cgroups by writes to `cgroup.procs`, each write
+//!   timed: with no daemon running (before it starts and after it stops), and with the
+//!   daemon's moves program attached (`bpf/cgroup_attach.c`), for a process it does not
+//!   track and for a session's owner (whose moves it reports). Only against a daemon of
+//!   its own: a running one's program cannot be taken away for the baseline.
+//!
 //! Against its own daemon, or one already running (`--socket`: the systemd guest's unit).
 //! Where the daemon has no usable cgroup2 (`status.cgroup.usable` false), it says so and
 //! measures nothing.
@@ -41,6 +47,8 @@ pub struct CgroupsPlan {
     pub tree: usize,
     /// Trees ended of each kind.
     pub rounds: usize,
+    /// Moves of a process between two cgroups, in each of the four runs.
+    pub moves: usize,
 }
 
 /// Runs the plan against the daemon at `socket`, or else one of `bin_dir` started for it;
@@ -56,12 +64,145 @@ pub fn run(
     match socket {
         Some(socket) => measure(socket, plan, errors),
         None => {
+            let mut mover = Mover::start(plan.moves)?;
+            let before = mover.as_mut().map(Mover::run).transpose()?;
             let mut daemon = daemon::start(bin_dir, "auto", &[])?;
-            let measured = measure(&daemon.socket, plan, errors);
-            daemon::stop(&mut daemon)?;
+            let measured = measure(&daemon.socket, plan, errors).and_then(|mut report| {
+                if let (Some(mover), Some(before), true) =
+                    (mover.as_mut(), before, report["skipped"].is_null())
+                {
+                    let untracked = mover.run()?;
+                    let tracked = mover.tracked(&daemon.socket)?;
+                    daemon::stop(&mut daemon)?;
+                    let after = mover.run()?;
+                    report["moves"] = moves_report(plan.moves, [before, after], untracked, tracked);
+                    println!("cgroups moves: {}", report["moves"]);
+                }
+                Ok(report)
+            });
+            if daemon.is_running() {
+                daemon::stop(&mut daemon)?;
+            }
             measured
         }
     }
+}
+
+/// A process moved between two cgroups of its own (`liveness-bench-moves-a` and `-b` at
+/// the root of the cgroup2 hierarchy), each move a write of its pid to `cgroup.procs`.
+struct Mover {
+    process: std::process::Child,
+    cgroups: [std::path::PathBuf; 2],
+    moves: usize,
+}
+
+impl Mover {
+    /// The mover and its cgroups; `None` on a host without a writable cgroup2 mount (the
+    /// part then says it measured nothing).
+    fn start(moves: usize) -> Result<Option<Mover>> {
+        let Some(mount) = cgroup2_mount()? else {
+            return Ok(None);
+        };
+        let cgroups = ["a", "b"].map(|n| mount.join(format!("liveness-bench-moves-{n}")));
+        for cgroup in &cgroups {
+            if let Err(e) = std::fs::create_dir(cgroup)
+                && e.kind() != std::io::ErrorKind::AlreadyExists
+            {
+                println!(
+                    "cgroups moves: not measured, cannot make {}: {e}",
+                    cgroup.display()
+                );
+                return Ok(None);
+            }
+        }
+        let process = std::process::Command::new("sleep").arg("600").spawn()?;
+        let mover = Mover {
+            process,
+            cgroups,
+            moves,
+        };
+        // A hierarchy that takes no process (a hybrid host's may not): nothing measured.
+        let procs = mover.cgroups[0].join("cgroup.procs");
+        if let Err(e) = std::fs::write(&procs, mover.process.id().to_string()) {
+            println!(
+                "cgroups moves: not measured, cannot write {}: {e}",
+                procs.display()
+            );
+            return Ok(None);
+        }
+        Ok(Some(mover))
+    }
+
+    /// Each move's time, in nanoseconds.
+    fn run(&mut self) -> Result<Vec<u64>> {
+        let pid = self.process.id().to_string();
+        let mut took = Vec::with_capacity(self.moves);
+        for i in 0..self.moves {
+            let procs = self.cgroups[i % 2].join("cgroup.procs");
+            let started = Instant::now();
+            std::fs::write(&procs, &pid).with_context(|| format!("writing {}", procs.display()))?;
+            took.push(started.elapsed().as_nanos() as u64);
+        }
+        Ok(took)
+    }
+
+    /// [`Mover::run`] with the process a session's owner, whose moves the daemon's program
+    /// reports; the session ends with it.
+    fn tracked(&mut self, socket: &Path) -> Result<Vec<u64>> {
+        let mut conn = Conn::connect(socket);
+        let session = format!("cgmove-{}", std::process::id());
+        let reply = conn.request(json!({
+            "op": "register", "session": session, "owner": {"pid": self.process.id()},
+        }));
+        if reply["ok"] != true {
+            bail!("register {session}: {reply}");
+        }
+        let took = self.run()?;
+        conn.request(json!({"op": "end", "session": session}));
+        Ok(took)
+    }
+}
+
+impl Drop for Mover {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+        for cgroup in &self.cgroups {
+            // Removable once the kernel has let the dead process go.
+            let _ = eventually(Duration::from_secs(5), || {
+                std::fs::remove_dir(cgroup).is_ok()
+            });
+        }
+    }
+}
+
+/// The cgroup2 mount point of `/proc/self/mountinfo`, if there is one.
+fn cgroup2_mount() -> Result<Option<std::path::PathBuf>> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
+    Ok(mountinfo.lines().find_map(|line| {
+        let (mount, fs) = line.split_once(" - ")?;
+        (fs.split(' ').next() == Some("cgroup2"))
+            .then(|| mount.split(' ').nth(4).map(Into::into))?
+    }))
+}
+
+/// The moves' figures: the baseline (no daemon: before its start and after its stop)
+/// against a process the program does not track and a session's owner.
+fn moves_report(
+    count: usize,
+    without: [Vec<u64>; 2],
+    untracked: Vec<u64>,
+    tracked: Vec<u64>,
+) -> Value {
+    let without = without.concat();
+    json!({
+        "count": count,
+        "without_daemon": Dist::of_ns(&without).json(),
+        "untracked": Dist::of_ns(&untracked).json(),
+        "tracked": Dist::of_ns(&tracked).json(),
+        "ratio_untracked_p50": Ratio::of_latencies(&untracked, &without, |d| d.p50).json(),
+        "ratio_tracked_p50": Ratio::of_latencies(&tracked, &without, |d| d.p50).json(),
+    })
 }
 
 fn measure(socket: &Path, plan: CgroupsPlan, errors: &mut Vec<String>) -> Result<Value> {
@@ -470,6 +611,23 @@ pub fn table(report: &Value) -> Vec<String> {
             ratio(&terminate["after_reply"]["ratio_p50"]),
         ),
     ]
+    .into_iter()
+    .chain(report["moves"].is_object().then(|| {
+        let moves = &report["moves"];
+        let us = |dist: &Value| dist["p50_us"].as_f64().unwrap_or(0.0);
+        format!(
+            "  a process moved between two cgroups ({} moves each): p50 {:.1} us with no daemon, \
+             {:.1} us untracked, {:.1} us a session's owner, with the moves program; \
+             untracked / none {}, owner / none {}",
+            moves["count"],
+            us(&moves["without_daemon"]),
+            us(&moves["untracked"]),
+            us(&moves["tracked"]),
+            ratio(&moves["ratio_untracked_p50"]),
+            ratio(&moves["ratio_tracked_p50"]),
+        )
+    }))
+    .collect()
 }
 
 #[cfg(test)]
@@ -524,6 +682,8 @@ mod tests {
                           "reply": {"by_cgroup": dist(10_000.0), "by_reaper": dist(10_000.0)},
                           "after_reply": {"by_cgroup": dist(10_000.0), "by_reaper": dist(70_000.0),
                                           "ratio_p50": {"ratio": 0.14, "min": 0.1, "max": 0.2}}},
+            "moves": moves_report(4, [vec![10_000, 10_000], vec![10_000, 10_000]],
+                                  vec![11_000; 4], vec![20_000; 4]),
         });
         let text = table(&report).join("\n");
         assert!(
@@ -537,5 +697,11 @@ mod tests {
             text.contains("to the last one gone: p50 10.0 ms, 70.0 ms; cgroup / reaper 0.14"),
             "{text}"
         );
+        assert!(
+            text.contains("(4 moves each): p50 10.0 us with no daemon, 11.0 us untracked, 20.0 us"),
+            "{text}"
+        );
+        assert!(text.contains("untracked / none 1.10"), "{text}");
+        assert!(text.contains("owner / none 2.00"), "{text}");
     }
 }

@@ -217,6 +217,7 @@ impl Plan {
                     registrations: 10,
                     tree: 50,
                     rounds: 2,
+                    moves: 200,
                 },
             }
         } else if args.quick {
@@ -280,6 +281,7 @@ impl Plan {
                     registrations: 100,
                     tree: 1_000,
                     rounds: 4,
+                    moves: 2_000,
                 },
             }
         } else {
@@ -354,6 +356,7 @@ impl Plan {
                     registrations: 200,
                     tree: 1_000,
                     rounds: 8,
+                    moves: 10_000,
                 },
             }
         }
