@@ -331,7 +331,9 @@ impl Systemd {
             )
             .await?;
             // The start job runs at systemd's next turn: the scope is looked at until it
-            // is active (a dead owner makes it fail).
+            // is active (a dead owner makes it fail), less and less often, so that a burst
+            // of starts does not keep systemd answering polls instead of starting scopes.
+            let mut pause = Duration::from_millis(5);
             loop {
                 let unit: OwnedObjectPath =
                     self.manager("GetUnit", &(scope.unit.as_str(),)).await?;
@@ -348,7 +350,8 @@ impl Systemd {
                         return Ok(cgroup);
                     }
                     "activating" | "inactive" => {
-                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_millis(100));
                     }
                     _ => {
                         return Err(SystemdError::NotActive {
