@@ -50,7 +50,8 @@ enum Command {
         /// Smaller sizes, under 2 minutes.
         #[arg(long, conflicts_with = "smoke")]
         quick: bool,
-        /// Tiny sizes for CI: fails only if the harness breaks, never on timings.
+        /// Tiny sizes for CI: fails only if the harness breaks, never on timings. Takes the
+        /// debug build (what the tests built), as it measures nothing.
         #[arg(long)]
         smoke: bool,
         /// Write the figures as JSON to this file.
@@ -128,9 +129,9 @@ enum Command {
         sized: bool,
     },
     /// Run the test suite inside QEMU guests booting other kernels (busybox initramfs,
-    /// static binaries, no network, no systemd) and print a matrix kernel × test binary
-    /// (each forced-fallback leg on its own row). Needs qemu-system-x86, busybox-static,
-    /// bash-static and cpio; kernels are Debian's cloud kernels, fetched with apt-get (5.10
+    /// release binaries with their shared libraries, no network, no systemd) and print a
+    /// matrix kernel × test binary (each forced-fallback leg on its own row). Needs
+    /// qemu-system-x86, busybox-static, bash-static, cpio and binutils; kernels are Debian's cloud kernels, fetched with apt-get (5.10
     /// through a private apt configuration for suite bullseye on the system's mirror).
     VmTest {
         /// Instead: install the .deb in a Debian bookworm guest booted with systemd as PID 1
@@ -350,7 +351,7 @@ enum Baseline {
 
 /// The harness is a release binary of its own (`liveness-bench`), not code in xtask: what
 /// measures latency must be optimized like what is measured, and xtask stays a debug build
-/// that starts fast.
+/// that starts fast. A smoke run measures nothing: it takes the debug build the tests made.
 fn bench(options: &BenchOptions) -> Result<()> {
     let root = workspace_root();
     // The baseline first: building it is the long step, and a revision that does not
@@ -361,11 +362,15 @@ fn bench(options: &BenchOptions) -> Result<()> {
         None => None,
     };
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    // The profile, and the directory cargo names after it.
+    let (profile, dir) = match options.smoke {
+        true => ("dev", "debug"),
+        false => ("release", "release"),
+    };
     let status = Process::new(cargo)
         .current_dir(&root)
+        .args(["build", "--profile", profile])
         .args([
-            "build",
-            "--release",
             "-p",
             "liveness-daemon",
             "-p",
@@ -377,11 +382,11 @@ fn bench(options: &BenchOptions) -> Result<()> {
         // What ships is measured, and the release build `dist` made is reused.
         .args(dist::SHIPPED_FEATURES)
         .status()
-        .context("running cargo build --release")?;
+        .context("running cargo build")?;
     if !status.success() {
-        bail!("building the release binaries failed ({status})");
+        bail!("building the {profile} binaries failed ({status})");
     }
-    let bin_dir = target_dir(&root).join("release");
+    let bin_dir = target_dir(&root).join(dir);
     let mut harness = Process::new(bin_dir.join("liveness-bench"));
     harness.arg("--bin-dir").arg(&bin_dir);
     if options.quick {

@@ -1,8 +1,9 @@
 //! `cargo xtask vm-test`: the test suite inside small virtual machines that boot other
 //! kernels.
 //!
-//! Each kernel boots (QEMU) into a busybox initramfs that holds the statically linked test
-//! binaries and the project's binaries, and nothing else: no systemd, no network, no cargo.
+//! Each kernel boots (QEMU) into a busybox initramfs that holds the test binaries and the
+//! project's binaries (those `cargo test` built, with their shared libraries), and nothing
+//! else: no systemd, no network, no cargo.
 //! The guest's `/init` runs every test binary as root with `LIVENESS_REQUIRE_EBPF=1` and
 //! prints one `VMTEST result NAME STATUS` line per binary on the serial console, which is
 //! read here, along with libtest's own `test NAME ... ok` lines, so the run ends with a
@@ -28,18 +29,12 @@ use anyhow::{Context, Result, bail, ensure};
 pub const DEFAULT_KERNELS: &[&str] = &["5.10", "6.1", "6.12"];
 
 /// What a default kernel between the oldest and the newest runs: the binaries whose
-/// outcome its verifier and its BTF decide (the programs load, read the right fields, and
-/// their facts, causes, sources, lineages and fallbacks are exact). The rest of the kernel
-/// suite (the reaper, cgroups, namespaces, the daemon's and `/proc`'s unit tests) depends
-/// on features that the oldest and the newest bound; `--kernel` or `--full` runs it there.
-const BETWEEN_SUITE: &[&str] = &[
-    "exit_facts",
-    "causes",
-    "ebpf_namespaces",
-    "fallbacks",
-    "sources",
-    "trees",
-];
+/// outcome its verifier and its BTF decide (every program loads, and the fields it reads
+/// give exact facts, causes, namespaces and fallbacks). The rest of the kernel suite
+/// (lineage and sources, which read the same fields through the same programs, the reaper,
+/// cgroups, namespaces, the daemon's and `/proc`'s unit tests) depends on features that the
+/// oldest and the newest bound; `--kernel` or `--full` runs it there.
+const BETWEEN_SUITE: &[&str] = &["exit_facts", "causes", "ebpf_namespaces", "fallbacks"];
 
 /// Kernel lines of older Debian releases, by the suite that ships them.
 const ARCHIVED_SUITES: &[(&str, &str)] = &[("5.10", "bullseye")];
@@ -67,9 +62,12 @@ const PROGRAMS: &[&str] = &[
     "dying",
     "wait_for_exit",
 ];
+/// The programs the guests' tests take from the release build, as they ship.
+const SHIPPED: &[&str] = &["livenessd", "liveness"];
 /// The benchmark harness, built (and put in `/bin`) for `--bench` alone.
 pub(crate) const BENCH: &str = "liveness-bench";
-const INSTALL_HINT: &str = "apt-get install -y qemu-system-x86 busybox-static bash-static cpio";
+const INSTALL_HINT: &str =
+    "apt-get install -y qemu-system-x86 busybox-static bash-static cpio binutils";
 /// util-linux tools the tests run, copied from the host with their shared libraries.
 /// (`flock`: busybox has no such applet; the fault suite's end actions lock with it.)
 const UTIL_LINUX: &[&str] = &["unshare", "nsenter", "prlimit", "flock"];
@@ -285,7 +283,7 @@ fn matrix(tests: &[(String, PathBuf)], columns: &[(String, Outcome)]) -> String 
     text
 }
 
-/// Statically linked test binaries and programs, by name.
+/// The test binaries and programs for the guest, by name.
 #[derive(Debug)]
 pub(crate) struct Built {
     tests: Vec<(String, PathBuf)>,
@@ -346,37 +344,45 @@ const GUEST_SKIPS: &[(&str, &str)] = &[
     ("namespaces", "a_same_tick_impostor"),
 ];
 
-/// Builds everything statically (the guest has no libc), in a target directory of its own
-/// so the usual builds are left alone.
+/// The test binaries and programs for the guest, in release: under emulation, debug code
+/// made the kernel suite's in-process tests (the eBPF reader's, `sources`) more than twice
+/// as slow.
+///
+/// For the tests, they are built in the workspace's own target directory and linked
+/// dynamically (the guest gets their shared libraries, see [`make_initrd`]), so that they
+/// share what they can with the other release builds; the daemon and the CLI are those
+/// that ship, from the release build `cargo xtask dist` makes (in CI, already made).
+/// `--full` builds everything with debug assertions, which the fault suite's kill points
+/// need, the daemon included.
+///
+/// For `--bench`: the harness and the programs linked statically, in a target directory
+/// of their own, as the systemd guest (another glibc) runs them too.
 pub(crate) fn build(root: &Path, work: &Path, options: &Options) -> Result<Built> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    // A bench run needs the harness and no tests.
-    let mut packages = PACKAGES.to_vec();
-    let mut programs = PROGRAMS.to_vec();
-    if options.bench.is_some() {
-        packages.push(BENCH);
-        programs.push(BENCH);
-    }
-    let artifacts = |args: &[&str]| -> Result<Vec<serde_json::Value>> {
-        let output = Process::new(&cargo)
+    let bench = options.bench.is_some();
+    let (packages, programs) = match bench {
+        true => ([PACKAGES, &[BENCH]].concat(), [PROGRAMS, &[BENCH]].concat()),
+        false => (PACKAGES.to_vec(), PROGRAMS.to_vec()),
+    };
+    let artifacts = |args: &[&str], packages: &[&str]| -> Result<Vec<serde_json::Value>> {
+        let mut command = Process::new(&cargo);
+        command
             .current_dir(root)
             .args(args)
-            .args([
-                "--release",
-                "--target",
-                TARGET,
-                "--message-format=json-render-diagnostics",
-            ])
+            .arg("--message-format=json-render-diagnostics")
             .args(packages.iter().flat_map(|package| ["-p", package]))
-            .env("RUSTFLAGS", "-C target-feature=+crt-static")
-            // The fault suite's kill points exist only with debug assertions.
-            .env("CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS", "true")
-            .env("CARGO_TARGET_DIR", work.join("build"))
-            // Debug info would triple the initramfs; backtraces keep their symbols.
-            .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
             .stderr(Stdio::inherit())
-            .output()
-            .context("running cargo")?;
+            .arg("--release");
+        if bench {
+            command
+                .args(["--target", TARGET])
+                .env("RUSTFLAGS", "-C target-feature=+crt-static")
+                .env("CARGO_TARGET_DIR", work.join("build"))
+                .env("CARGO_PROFILE_RELEASE_DEBUG", "false");
+        } else if options.full {
+            command.env("CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS", "true");
+        }
+        let output = command.output().context("running cargo")?;
         ensure!(output.status.success(), "cargo {} failed", args.join(" "));
         Ok(output
             .stdout
@@ -392,8 +398,13 @@ pub(crate) fn build(root: &Path, work: &Path, options: &Options) -> Result<Built
             PathBuf::from(m["executable"].as_str().unwrap_or("")),
         )
     };
-    // Each test binary is a static release build and link of its own: without `--full`,
-    // only the kernel suite's are built.
+    let program = |m: &&serde_json::Value| {
+        m["profile"]["test"] == false
+            && matches!(kind(m).as_str(), "bin" | "example")
+            && programs.contains(&m["target"]["name"].as_str().unwrap_or(""))
+    };
+    // Each test binary is a release build and link of its own: without `--full`, only the
+    // kernel suite's are built. The test helpers (`testproc`, ...) come with them.
     let mut test_args = vec!["test", "--no-run"];
     if !options.full {
         test_args.push("--lib");
@@ -401,34 +412,41 @@ pub(crate) fn build(root: &Path, work: &Path, options: &Options) -> Result<Built
             test_args.extend(["--test", name]);
         }
     }
-    let tests = if options.bench.is_some() {
-        Vec::new()
+    let (tests, mut built) = if bench {
+        (Vec::new(), Vec::new())
     } else {
-        artifacts(&test_args)?
-            .iter()
+        let made = artifacts(&test_args, &packages)?;
+        let tests = (made.iter())
             .filter(|m| m["profile"]["test"] == true && matches!(kind(m).as_str(), "lib" | "test"))
             .map(named)
             .filter(|(name, _)| !HOST_ONLY.contains(&name.as_str()))
             .filter(|(name, _)| options.full || KERNEL_SUITE.iter().any(|(suite, _)| suite == name))
-            .collect::<Vec<_>>()
+            .collect::<Vec<_>>();
+        (tests, made.iter().filter(program).map(named).collect())
     };
-    let built = artifacts(&["build", "--bins", "--examples"])?
-        .iter()
-        .filter(|m| {
-            matches!(kind(m).as_str(), "bin" | "example")
-                && programs.contains(&m["target"]["name"].as_str().unwrap_or(""))
-        })
-        .map(named)
-        .collect::<Vec<_>>();
+    if bench || options.full {
+        let made = artifacts(&["build", "--bins", "--examples"], &packages)?;
+        built.extend(made.iter().filter(program).map(named));
+    } else {
+        // The client's example alone: its small crate builds in seconds.
+        let made = artifacts(&["build", "--examples"], &["liveness-client"])?;
+        built.extend(made.iter().filter(program).map(named));
+        crate::dist::build(root, "release", crate::dist::SHIPPED_FEATURES, None)?;
+        let release = crate::target_dir(root).join("release");
+        built.extend(
+            SHIPPED
+                .iter()
+                .map(|name| (name.to_string(), release.join(name))),
+        );
+    }
+    built.sort();
+    built.dedup_by(|a, b| a.0 == b.0);
     ensure!(
         built.len() == programs.len(),
         "built {} of the programs {programs:?}",
         built.len()
     );
-    ensure!(
-        !tests.is_empty() || options.bench.is_some(),
-        "cargo built no test binaries"
-    );
+    ensure!(!tests.is_empty() || bench, "cargo built no test binaries");
     Ok(Built {
         tests,
         programs: built,
@@ -649,24 +667,35 @@ fn make_initrd(
     copy(busybox, staging.join("bin/busybox"))?;
     // Tests run hooks through `bash -c`; busybox has no bash.
     copy(bash, staging.join("bin/bash"))?;
-    // Namespace tests need util-linux's options (`--time`, `--kill-child`) that busybox's
-    // applets lack; these are dynamically linked, so their libraries come along, at the
-    // paths the loader looks in. Installed first, busybox's same-named links do not replace
-    // them.
-    for tool in UTIL_LINUX {
-        let path = which(tool, INSTALL_HINT)?;
-        copy(&path, staging.join("bin").join(tool))?;
-        for library in shared_libraries(&path)? {
+    // A dynamically linked program's libraries come along, at the paths the loader looks
+    // in; debug info is left behind (it would triple the initramfs; backtraces keep their
+    // symbols).
+    let install = |from: &Path, to: PathBuf| -> Result<()> {
+        run_to_end(
+            Process::new("objcopy")
+                .arg("--strip-debug")
+                .arg(from)
+                .arg(&to),
+        )?;
+        for library in shared_libraries(from)? {
             let to = staging.join(library.strip_prefix("/").unwrap_or(&library));
-            std::fs::create_dir_all(to.parent().context("a library path has a parent")?)?;
-            copy(&library, to)?;
+            if !to.exists() {
+                std::fs::create_dir_all(to.parent().context("a library path has a parent")?)?;
+                copy(&library, to)?;
+            }
         }
+        Ok(())
+    };
+    // Namespace tests need util-linux's options (`--time`, `--kill-child`) that busybox's
+    // applets lack. Installed first, busybox's same-named links do not replace them.
+    for tool in UTIL_LINUX {
+        install(&which(tool, INSTALL_HINT)?, staging.join("bin").join(tool))?;
     }
     for (name, path) in &built.programs {
-        copy(path, staging.join("bin").join(name))?;
+        install(path, staging.join("bin").join(name))?;
     }
     for (name, path) in &built.tests {
-        copy(path, staging.join("tests").join(name))?;
+        install(path, staging.join("tests").join(name))?;
     }
     for (_, image) in images {
         copy_diag_modules(image, &staging)?;
@@ -1119,27 +1148,32 @@ pub(crate) fn which(tool: &str, install_hint: &str) -> Result<PathBuf> {
         .with_context(|| format!("{tool} is not installed; on Debian: {install_hint}"))
 }
 
-/// The shared libraries (and the loader) a dynamically linked program needs, by `ldd`.
+/// The shared libraries (and the loader) a program needs, by `ldd`: none for a static one.
 fn shared_libraries(program: &Path) -> Result<Vec<PathBuf>> {
     let output = Process::new("ldd")
         .arg(program)
         .output()
         .with_context(|| format!("running ldd {}", program.display()))?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() && stderr.contains("not a dynamic executable") {
+        return Ok(Vec::new());
+    }
     ensure!(
         output.status.success(),
-        "ldd {} failed: {}",
-        program.display(),
-        String::from_utf8_lossy(&output.stderr)
+        "ldd {} failed: {stderr}",
+        program.display()
     );
+    let stdout = String::from_utf8_lossy(&output.stdout);
     // `libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)`, `/lib64/ld-linux-x86-64.so.2 (0x...)`
-    Ok(String::from_utf8_lossy(&output.stdout)
+    Ok(stdout
         .split_whitespace()
         .filter(|word| word.starts_with('/'))
         .map(PathBuf::from)
         .collect())
 }
 
-/// A tool that must be statically linked, as the guest has no shared libraries.
+/// A tool that must be statically linked: busybox is the guest's `/init`, before any
+/// loader, and bash-static stands alone.
 fn static_tool(tool: &str) -> Result<PathBuf> {
     let path = which(tool, INSTALL_HINT)?;
     // `ldd` fails on a static executable.
