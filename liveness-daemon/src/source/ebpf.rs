@@ -1448,17 +1448,20 @@ mod tests {
                 .collect::<Vec<_>>()
         };
 
-        // A subshell forked by the owner, and its sleep forked by that member.
+        // A subshell forked by the owner, and its sleep forked by that member. Members
+        // that have exited already (the subshell may have) are no sleep.
+        let is_sleep = |m: &&ProcessKey| {
+            ProcRoot::default()
+                .stat(m.pid)
+                .is_ok_and(|stat| stat.comm == "sleep")
+        };
         let added_before = members.added_count();
         send_line(&mut owner);
         wait_until("the subshell's sleep is a member", || {
-            in_tree().iter().any(|m| stat_of(m.pid).comm == "sleep")
+            in_tree().iter().any(|m| is_sleep(&m))
         })
         .await;
-        let sleeper = *in_tree()
-            .iter()
-            .find(|m| stat_of(m.pid).comm == "sleep")
-            .unwrap();
+        let sleeper = *in_tree().iter().find(is_sleep).unwrap();
         assert_eq!(stat_of(sleeper.pid).start_ticks, sleeper.start_ticks);
         // The count that tells user space whether a walk of the map can find anything new.
         let added = members.added_count() - added_before;
