@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use integration_tests::{Conn, Fingerprint, eventually};
+use liveness_proc::mountinfo::cgroup2_mounts;
 use serde_json::{Value, json};
 
 use crate::Dist;
@@ -179,11 +180,8 @@ impl Drop for Mover {
 /// The cgroup2 mount point of `/proc/self/mountinfo`, if there is one.
 fn cgroup2_mount() -> Result<Option<std::path::PathBuf>> {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
-    Ok(mountinfo.lines().find_map(|line| {
-        let (mount, fs) = line.split_once(" - ")?;
-        (fs.split(' ').next() == Some("cgroup2"))
-            .then(|| mount.split(' ').nth(4).map(Into::into))?
-    }))
+    let mounts = cgroup2_mounts(&mountinfo)?;
+    Ok(mounts.into_iter().next().map(|m| m.mount_point))
 }
 
 /// The moves' figures: the baseline (no daemon: before its start and after its stop)

@@ -9,6 +9,7 @@
 //!   [`pidref::UnreapedChild`], one's own child, signalled and reaped by number.
 //! - [`namespace`]: PID and time namespace arithmetic (`NSpid`, `timens_offsets`, fdinfo).
 //! - [`diagnose`]: why a syscall fails here (missing, filtered, unprivileged, old kernel).
+//! - [`mountinfo`]: the mounts of `/proc/self/mountinfo`: where the cgroup hierarchies are.
 //! - [`paths`]: where the daemon listens and keeps its state by default.
 //! - [`sockets`]: the TCP sockets a process holds, with their queues, byte counters and
 //!   idle times, from `NETLINK_SOCK_DIAG` in the process's network namespace.
@@ -19,6 +20,7 @@ pub mod diagnose;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
 pub mod identity;
+pub mod mountinfo;
 pub mod namespace;
 pub mod paths;
 pub mod pidfd;

@@ -12,6 +12,7 @@ use std::time::Duration;
 use integration_tests::{
     Daemon, binary, cli_as, eventually, json_of, privileged, process_of, register, shared_daemon,
 };
+use liveness_proc::mountinfo::cgroup2_mounts;
 use serde_json::{Value, json};
 
 /// A non-root user with no account: the tests make processes of it.
@@ -506,12 +507,9 @@ impl Drop for MemoryCgroup {
 /// A mounted cgroup2 hierarchy whose root has the memory controller.
 fn cgroup2_with_memory() -> Option<PathBuf> {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    mountinfo.lines().find_map(|line| {
-        let (mount, fs) = line.split_once(" - ")?;
-        let point = PathBuf::from(mount.split(' ').nth(4)?);
-        let controllers = std::fs::read_to_string(point.join("cgroup.subtree_control")).ok()?;
-        (fs.starts_with("cgroup2 ") && controllers.split_whitespace().any(|c| c == "memory"))
-            .then_some(point)
+    cgroup2_mounts(&mountinfo).ok()?.into_iter().find_map(|m| {
+        let controllers = std::fs::read_to_string(m.mount_point.join("cgroup.subtree_control"));
+        (controllers.ok()?.split_whitespace().any(|c| c == "memory")).then_some(m.mount_point)
     })
 }
 

@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use integration_tests::{ClientAs, Daemon, eventually};
+use liveness_proc::mountinfo::cgroup2_mounts;
 
 /// Another user, who registers a cgroup session of her own.
 const MALLORY: u32 = 61_072;
@@ -22,8 +23,7 @@ const MALLORY: u32 = 61_072;
 /// itself from its mountinfo (not through the code under test).
 fn host_cgroup2() -> Option<(PathBuf, Vec<String>)> {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let line = mountinfo.lines().find(|l| l.contains(" - cgroup2 "))?;
-    let mount = PathBuf::from(line.split(' ').nth(4).unwrap());
+    let mount = (cgroup2_mounts(&mountinfo).unwrap().into_iter().next())?.mount_point;
     let controllers = std::fs::read_to_string(mount.join("cgroup.controllers")).unwrap();
     Some((
         mount,

@@ -3,7 +3,6 @@
 //! cgroup under it, made at registration with the session's limits, its counters, its
 //! termination, and its removal once empty (`reclaim`).
 
-pub mod mountinfo;
 pub mod moves;
 pub mod reclaim;
 pub mod systemd;
@@ -20,10 +19,12 @@ use liveness_common::session::{
 };
 use liveness_common::status::{CgroupManager, CgroupStatus, CgroupTermination};
 use liveness_proc::identity::{Liveness, ProcRoot};
+use liveness_proc::mountinfo::{Mount, MountinfoError, cgroup2_mounts};
 use liveness_proc::pidref::PidRef;
 
-use mountinfo::cgroup2_mounts;
 use systemd::Systemd;
+
+use crate::source::cgroups::SessionCgroupNames;
 
 /// The subtree's name, directly under the cgroup2 mount's root: a sibling of systemd's
 /// slices where there are some, and never a cgroup with processes of its own, so that its
@@ -47,7 +48,7 @@ pub enum CgroupError {
         source: io::Error,
     },
     #[error(transparent)]
-    Mountinfo(#[from] mountinfo::MountinfoError),
+    Mountinfo(#[from] MountinfoError),
     #[error("cannot create the cgroup {path}: {source}")]
     Create { path: PathBuf, source: io::Error },
     #[error("cannot remove the cgroup {path}: {source}")]
@@ -93,6 +94,8 @@ pub struct Hierarchy {
     /// that asks for a cgroup, so that a host where none does is never written.
     prepared: OnceLock<()>,
     pub manager: Manager,
+    /// The sessions' cgroups by kernfs id, for the causes of OOM kills inside them.
+    pub names: SessionCgroupNames,
 }
 
 /// Who makes session cgroups.
@@ -126,7 +129,7 @@ impl Support {
         };
         // The whole hierarchy, writable unless systemd writes it, rather than a bind mount
         // of a part of it.
-        let usable = |m: &&mountinfo::Cgroup2Mount| !m.read_only || systemd.is_ok();
+        let usable = |m: &&Mount| !m.read_only || systemd.is_ok();
         let Some(mount) = mounts
             .iter()
             .find(|m| m.root == "/" && usable(m))
@@ -196,6 +199,7 @@ impl Support {
                 Ok(systemd) => Manager::Systemd(systemd),
                 Err(reason) => Manager::Cgroupfs { reason },
             },
+            names: SessionCgroupNames::default(),
         })
     }
 
@@ -204,6 +208,14 @@ impl Support {
             Support::Usable(hierarchy) => Some(hierarchy),
             Support::Unusable { .. } => None,
         }
+    }
+
+    /// The hierarchy's names of session cgroups; without one, none that will ever be
+    /// named.
+    pub fn names(&self) -> SessionCgroupNames {
+        self.hierarchy()
+            .map(|hierarchy| hierarchy.names.clone())
+            .unwrap_or_default()
     }
 
     /// For `status` and `doctor`.

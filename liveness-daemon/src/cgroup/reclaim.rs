@@ -409,7 +409,6 @@ fn run(
                 Ok(true) => still.push(read),
                 Ok(false) => {
                     kills.retain(|kill| kill.path != job.path);
-                    crate::source::cgroups::forget_session_cgroup(&job.path);
                     let mut usage = usage(&job.path);
                     if let Some(follow) = followed.remove(&job.path)
                         && usage.memory_events.is_none()

@@ -18,7 +18,8 @@ use liveness_proc::identity::{Liveness, ProcRoot};
 use liveness_proc::pidref::PidRef;
 use zbus::zvariant::{Fd, OwnedObjectPath, OwnedValue, Value};
 
-use super::{Limits, SUBTREE};
+use super::{Hierarchy, Limits, SUBTREE};
+use crate::source::cgroups::SessionCgroupNames;
 
 const DESTINATION: &str = "org.freedesktop.systemd1";
 const MANAGER_PATH: &str = "/org/freedesktop/systemd1";
@@ -113,15 +114,24 @@ pub struct ScopeStart {
     mount: PathBuf,
     /// The cgroup the session was stored with: `liveness.slice/<unit>` in the mount.
     expected: PathBuf,
+    /// Where the scope systemd made is named once it exists.
+    names: SessionCgroupNames,
 }
 
 impl ScopeStart {
-    pub fn new(systemd: Systemd, scope: Scope, mount: &Path, expected: PathBuf) -> ScopeStart {
+    /// The start of `scope` by `systemd`, in `hierarchy` at `expected`.
+    pub fn new(
+        systemd: Systemd,
+        scope: Scope,
+        hierarchy: &Hierarchy,
+        expected: PathBuf,
+    ) -> ScopeStart {
         ScopeStart {
             systemd,
             scope,
-            mount: mount.to_path_buf(),
+            mount: hierarchy.mount.clone(),
             expected,
+            names: hierarchy.names.clone(),
         }
     }
 
@@ -144,7 +154,7 @@ impl ScopeStart {
             format!("the session has no cgroup: systemd did not start its scope {unit}: {e}")
         })?;
         let at = self.mount.join(cgroup.trim_start_matches('/'));
-        crate::source::cgroups::name_session_cgroup(&at);
+        self.names.name(&at);
         let elsewhere = (at != self.expected).then(|| {
             format!(
                 "systemd made the scope {unit} at {}, not at {}: the session's cgroup is not followed",

@@ -305,6 +305,10 @@ fn engine_start(
     about: DaemonInfo,
     systemd: Result<Systemd, String>,
 ) -> EngineStart {
+    let cgroups = Arc::new(Support::detect(
+        &proc.path().join("self/mountinfo"),
+        systemd,
+    ));
     EngineStart {
         store,
         monitor: MonitorConfig {
@@ -316,6 +320,7 @@ fn engine_start(
                 max_members: args.ebpf_max_members,
                 max_members_per_uid: args.ebpf_max_members_per_uid,
                 pins: lineage_pins(args, state_dir),
+                cgroup_names: cgroups.names(),
             },
             pidfd: PidfdConfig {
                 status_wait: args.exit_status_wait,
@@ -341,10 +346,7 @@ fn engine_start(
                 runtime: Some(tokio::runtime::Handle::current()),
                 proc: None,
             },
-            cgroups: Arc::new(Support::detect(
-                &proc.path().join("self/mountinfo"),
-                systemd,
-            )),
+            cgroups,
             default_cgroup: args.session_cgroup,
         },
         about,

@@ -17,6 +17,7 @@ use liveness_common::status::CgroupTermination;
 use crate::cgroup::Support;
 use crate::cgroup::reclaim::{Job, Reclaimer, Report};
 use crate::cgroup::systemd::{Systemd, unit_of};
+use crate::source::cgroups::SessionCgroupNames;
 use crate::store::Store;
 
 #[derive(Debug, Default)]
@@ -34,14 +35,25 @@ pub(super) struct SessionCgroups {
     /// The ended sessions whose reaps a start runs again, until their cgroups are found
     /// by its reconcile and killed at their grace's end.
     resumed: Vec<Event>,
+    /// The cgroups named for OOM causes: from a session's first cgroup until its
+    /// reclaim's report.
+    names: SessionCgroupNames,
 }
 
 impl SessionCgroups {
+    /// No session cgroups yet; those made are named in `names`.
+    pub(super) fn new(names: SessionCgroupNames) -> SessionCgroups {
+        SessionCgroups {
+            names,
+            ..SessionCgroups::default()
+        }
+    }
+
     /// A session that has a cgroup, registered or found ACTIVE at start; a scope is
     /// followed from now on, since systemd removes it once empty.
     pub(super) fn active(&mut self, uid: u32, id: String, path: PathBuf) {
         // Made already, or found at start; a scope is named once systemd made it.
-        crate::source::cgroups::name_session_cgroup(&path);
+        self.names.name(&path);
         if unit_of(&path).is_some() {
             self.reclaimer.follow(path.clone());
         }
@@ -236,10 +248,12 @@ impl SessionCgroups {
     /// The reclaimer's next report: a cgroup found empty, its counters read, or drained.
     pub(super) async fn next(&mut self) -> Report {
         let report = self.reclaimer.next().await;
-        if let Report::Emptied(emptied) = &report
-            && let Some(key) = &emptied.job.session
-        {
-            self.ending.remove(key);
+        if let Report::Emptied(emptied) = &report {
+            // The ring has its processes' exits by now: each was written before it emptied.
+            self.names.forget(&emptied.job.path);
+            if let Some(key) = &emptied.job.session {
+                self.ending.remove(key);
+            }
         }
         report
     }

@@ -69,7 +69,7 @@ impl Effects {
             unsettled_locks: Vec::new(),
             unsettled_reaps: Vec::new(),
             kept: Views::new(),
-            cgroups: SessionCgroups::default(),
+            cgroups: SessionCgroups::new(config.cgroups.names()),
         }
     }
 

@@ -6,7 +6,9 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use liveness_proc::mountinfo::{Mount, mounts};
 
 /// Directories looked at, at most, before giving up: the walk runs on the death path.
 const MAX_WALK: usize = 20_000;
@@ -14,93 +16,65 @@ const MAX_WALK: usize = 20_000;
 /// The sessions' own cgroups by kernfs id, from when they are made (or found at start) until
 /// they are reclaimed: systemd removes an emptied scope at once, often before an OOM kill
 /// inside it is read from the ring, and a walk would then find nothing.
-static SESSION_CGROUPS: Mutex<BTreeMap<u64, PathBuf>> = Mutex::new(BTreeMap::new());
+///
+/// One per daemon, made with its cgroup [`Hierarchy`](crate::cgroup::Hierarchy): the engine
+/// names a session's cgroup when it has one and forgets it once reclaimed, a scope's start
+/// names the scope systemd made, and the eBPF ring's reader looks ids up. Clones share it.
+#[derive(Debug, Clone, Default)]
+pub struct SessionCgroupNames(Arc<Mutex<BTreeMap<u64, PathBuf>>>);
 
-/// Names the session cgroup at `path` (its directory, which exists) for
-/// [`memory_cgroup_path`].
-pub fn name_session_cgroup(path: &Path) {
-    if let Ok(meta) = std::fs::metadata(path) {
-        let mut named = SESSION_CGROUPS
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        named.insert(meta.ino(), path.to_path_buf());
+impl SessionCgroupNames {
+    fn names(&self) -> MutexGuard<'_, BTreeMap<u64, PathBuf>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Names the session cgroup at `path` (its directory, which exists) for
+    /// [`SessionCgroupNames::memory_cgroup_path`].
+    pub fn name(&self, path: &Path) {
+        if let Ok(meta) = std::fs::metadata(path) {
+            self.names().insert(meta.ino(), path.to_path_buf());
+        }
+    }
+
+    /// The session cgroup at `path` is reclaimed: its id names nothing any more.
+    pub fn forget(&self, path: &Path) {
+        self.names().retain(|_, named| named != path);
+    }
+
+    /// The path of the memory cgroup with kernfs id `id`, as `/proc/<pid>/cgroup` would
+    /// show it: a session's own as named, another found by a walk. `None` when it is gone
+    /// (removed after the kill) or not found within [`MAX_WALK`].
+    pub fn memory_cgroup_path(&self, id: u64) -> Option<String> {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        let (mount_point, root) = memory_hierarchy(&mountinfo)?;
+        let named = (self.names().get(&id))
+            .and_then(|path| Some(path.strip_prefix(&mount_point).ok()?.to_path_buf()));
+        let relative = named.or_else(|| find_inode(&mount_point, id))?;
+        Some(join(&root, &relative))
     }
 }
 
-/// The session cgroup at `path` is reclaimed: its id names nothing any more.
-pub fn forget_session_cgroup(path: &Path) {
-    let mut named = SESSION_CGROUPS
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    named.retain(|_, named| named != path);
+/// The same names, as a hierarchy detected twice has.
+impl PartialEq for SessionCgroupNames {
+    fn eq(&self, other: &Self) -> bool {
+        if Arc::ptr_eq(&self.0, &other.0) {
+            return true;
+        }
+        let mine = self.names().clone();
+        mine == *other.names()
+    }
 }
 
-/// The path of the memory cgroup with kernfs id `id`, as `/proc/<pid>/cgroup` would show it:
-/// a session's own as named, another found by a walk. `None` when it is gone (removed after
-/// the kill) or not found within [`MAX_WALK`].
-pub fn memory_cgroup_path(id: u64) -> Option<String> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let (mount_point, root) = memory_hierarchy(&mountinfo)?;
-    let named = (SESSION_CGROUPS
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner))
-    .get(&id)
-    .and_then(|path| Some(path.strip_prefix(&mount_point).ok()?.to_path_buf()));
-    let relative = named.or_else(|| find_inode(&mount_point, id))?;
-    Some(join(&root, &relative))
-}
+impl Eq for SessionCgroupNames {}
 
 /// The mount point and the mounted root of the hierarchy with the memory controller: the v1
 /// `memory` hierarchy when one is mounted (a hybrid machine), else the unified one.
 fn memory_hierarchy(mountinfo: &str) -> Option<(PathBuf, String)> {
-    let mut unified = None;
-    for line in mountinfo.lines() {
-        let Some((mount, fs)) = line.split_once(" - ") else {
-            continue;
-        };
-        let mount: Vec<&str> = mount.split(' ').collect();
-        let fs: Vec<&str> = fs.split(' ').collect();
-        let (Some(root), Some(point), Some(fstype)) = (mount.get(3), mount.get(4), fs.first())
-        else {
-            continue;
-        };
-        let found = (unescape(point).into(), unescape(root));
-        match *fstype {
-            "cgroup"
-                if fs
-                    .get(2)
-                    .is_some_and(|o| o.split(',').any(|o| o == "memory")) =>
-            {
-                return Some(found);
-            }
-            "cgroup2" if unified.is_none() => unified = Some(found),
-            _ => {}
-        }
-    }
-    unified
-}
-
-/// mountinfo escapes spaces, tabs, newlines and backslashes as octal.
-fn unescape(field: &str) -> String {
-    let mut out = Vec::with_capacity(field.len());
-    let bytes = field.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes
-            .get(i + 1..i + 4)
-            .and_then(|digits| u8::from_str_radix(std::str::from_utf8(digits).ok()?, 8).ok());
-        match (bytes[i], octal) {
-            (b'\\', Some(byte)) => {
-                out.push(byte);
-                i += 4;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    let mounts = mounts(mountinfo).ok()?;
+    let v1 = |m: &&Mount| m.fstype == "cgroup" && m.super_options.iter().any(|o| o == "memory");
+    (mounts.iter().find(v1))
+        .or_else(|| mounts.iter().find(|m| m.fstype == "cgroup2"))
+        .map(|m| (m.mount_point.clone(), m.root.clone()))
 }
 
 /// The directory below `top` whose inode is `inode`, relative to `top`, breadth first.
@@ -177,12 +151,13 @@ mod tests {
             return;
         }
         let id = std::fs::metadata(&path).unwrap().ino();
-        name_session_cgroup(&path);
+        let names = SessionCgroupNames::default();
+        names.name(&path);
         std::fs::remove_dir(&path).unwrap();
         let expected = join(&root, Path::new(&name));
-        assert_eq!(memory_cgroup_path(id), Some(expected));
-        forget_session_cgroup(&path);
-        assert_eq!(memory_cgroup_path(id), None);
+        assert_eq!(names.clone().memory_cgroup_path(id), Some(expected));
+        names.forget(&path);
+        assert_eq!(names.memory_cgroup_path(id), None);
     }
 
     #[test]

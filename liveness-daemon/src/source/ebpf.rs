@@ -26,7 +26,7 @@ use liveness_ebpf::record::{
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
-use super::cgroups;
+use super::cgroups::SessionCgroupNames;
 use super::child::ProbeChild;
 use super::lineage_pin::{self, EXIT_LINK, FORK_LINK, PinSet, StatePins};
 use super::shared_array::SharedArray;
@@ -91,6 +91,8 @@ pub struct EbpfConfig {
     /// Where to pin the lineage programs and their map so that they outlive the daemon
     /// (this daemon's own directory, under `--ebpf-pin-dir`); `None`: they go with it.
     pub pins: Option<StatePins>,
+    /// The sessions' cgroups, which an OOM kill's cause names.
+    pub cgroup_names: SessionCgroupNames,
 }
 
 impl EbpfConfig {
@@ -110,6 +112,7 @@ impl Default for EbpfConfig {
             max_members: DEFAULT_MAX_MEMBERS,
             max_members_per_uid: None,
             pins: None,
+            cgroup_names: SessionCgroupNames::default(),
         }
     }
 }
@@ -265,6 +268,7 @@ pub struct EbpfSource {
     /// The cgroup moves of tracked processes and members, until their reader takes them;
     /// `None` when the program did not attach.
     moves: Option<MoveRing>,
+    cgroup_names: SessionCgroupNames,
 }
 
 /// The ring of the cgroup moves of tracked processes and members (`tp_btf/cgroup_attach_task`).
@@ -509,6 +513,7 @@ impl EbpfSource {
             causes_map,
             usages_map,
             moves,
+            cgroup_names: config.cgroup_names.clone(),
         };
         let detail = source
             .run_self_test(proc)
@@ -607,7 +612,12 @@ impl EbpfSource {
     /// read until the wait is over.
     pub async fn wait(&mut self, out: &mut Vec<SourceEvent>) -> io::Result<()> {
         let mut guard = self.ring.readable_mut().await?;
-        read_records(guard.get_inner_mut(), &mut self.tracked, out);
+        read_records(
+            guard.get_inner_mut(),
+            &mut self.tracked,
+            &self.cgroup_names,
+            out,
+        );
         // Readiness that arrived during the read is kept by the guard's tick.
         guard.clear_ready();
         drop(guard);
@@ -617,7 +627,12 @@ impl EbpfSource {
 
     /// Reads the records already in the ring buffer, without waiting.
     pub fn drain(&mut self, out: &mut Vec<SourceEvent>) {
-        read_records(self.ring.get_mut(), &mut self.tracked, out);
+        read_records(
+            self.ring.get_mut(),
+            &mut self.tracked,
+            &self.cgroup_names,
+            out,
+        );
         self.check_losses(out);
     }
 
@@ -816,6 +831,7 @@ pub(crate) fn monotonic_ns() -> u64 {
 fn read_records(
     ring: &mut RingBuf<MapData>,
     tracked: &mut StdHashMap<u32, u64>,
+    cgroup_names: &SessionCgroupNames,
     out: &mut Vec<SourceEvent>,
 ) {
     // One pair of clock readings turns the kernel's monotonic exit times into wall times.
@@ -842,7 +858,7 @@ fn read_records(
         let mut facts = KernelFacts::of_record(&record, status, page_size());
         // Only an OOM kill confined to a cgroup has an id: its path is read while it exists.
         if let (Some(id), Cause::Oom { cgroup, .. }) = (facts.oom_cgroup_id, &mut facts.cause) {
-            *cgroup = cgroups::memory_cgroup_path(id);
+            *cgroup = cgroup_names.memory_cgroup_path(id);
         }
         out.push(SourceEvent::Exit(ExitObservation {
             key,

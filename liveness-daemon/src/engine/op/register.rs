@@ -301,7 +301,7 @@ fn session_cgroup(
                 owner: owner.key(),
                 limits: set,
             };
-            let start = ScopeStart::new(manager.clone(), scope, &hierarchy.mount, path.clone());
+            let start = ScopeStart::new(manager.clone(), scope, hierarchy, path.clone());
             (Ok(path), Some(start))
         }
         None => (

@@ -1,6 +1,6 @@
-//! The cgroup2 mounts of `/proc/self/mountinfo` (proc(5)): where the unified hierarchy
-//! is, wherever the host mounted it (`/sys/fs/cgroup`, `/sys/fs/cgroup/unified` on a
-//! hybrid host, or anywhere else).
+//! The mounts of a mountinfo file (proc(5), `/proc/self/mountinfo`), paths unescaped:
+//! where the cgroup hierarchies are, wherever the host mounted them (`/sys/fs/cgroup`,
+//! `/sys/fs/cgroup/unified` on a hybrid host, or anywhere else).
 
 use std::path::PathBuf;
 
@@ -12,20 +12,24 @@ pub struct MountinfoError {
     pub what: &'static str,
 }
 
-/// A cgroup2 mount.
+/// One mount.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cgroup2Mount {
+pub struct Mount {
     /// Where it is mounted, in this mount namespace.
     pub mount_point: PathBuf,
-    /// The cgroup the mount shows as its root (`/` unless a cgroup namespace or a bind
-    /// mount of a subtree).
+    /// The directory of its file system that the mount shows as its root: for a cgroup
+    /// hierarchy, the cgroup (`/` unless a cgroup namespace or a bind mount of a subtree).
     pub root: String,
+    /// The file system's type (`cgroup2`, `cgroup`, `ext4`, ...).
+    pub fstype: String,
     /// Mounted read-only: nothing can be created under it.
     pub read_only: bool,
+    /// The file system's own options: for a cgroup v1 hierarchy, its controllers.
+    pub super_options: Vec<String>,
 }
 
-/// Every cgroup2 mount of `text` (the contents of a mountinfo file), in its order.
-pub fn cgroup2_mounts(text: &str) -> Result<Vec<Cgroup2Mount>, MountinfoError> {
+/// Every mount of `text` (the contents of a mountinfo file), in its order.
+pub fn mounts(text: &str) -> Result<Vec<Mount>, MountinfoError> {
     let mut mounts = Vec::new();
     for (index, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
@@ -43,20 +47,29 @@ pub fn cgroup2_mounts(text: &str) -> Result<Vec<Cgroup2Mount>, MountinfoError> {
         if fields.len() < 6 {
             return Err(error("fewer than six fields before the separator"));
         }
+        let mut after = after.split(' ');
         let fstype = after
-            .split(' ')
             .next()
             .filter(|t| !t.is_empty())
             .ok_or_else(|| error("no file system type"))?;
-        if fstype != "cgroup2" {
-            continue;
-        }
-        mounts.push(Cgroup2Mount {
+        mounts.push(Mount {
             mount_point: PathBuf::from(unescape(fields[4])),
             root: unescape(fields[3]),
+            fstype: fstype.to_owned(),
             read_only: fields[5].split(',').any(|o| o == "ro"),
+            super_options: (after.nth(1).unwrap_or_default().split(','))
+                .filter(|o| !o.is_empty())
+                .map(str::to_owned)
+                .collect(),
         });
     }
+    Ok(mounts)
+}
+
+/// The cgroup2 mounts of `text`, in its order.
+pub fn cgroup2_mounts(text: &str) -> Result<Vec<Mount>, MountinfoError> {
+    let mut mounts = mounts(text)?;
+    mounts.retain(|m| m.fstype == "cgroup2");
     Ok(mounts)
 }
 
@@ -87,6 +100,7 @@ fn unescape(field: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     /// This machine's kind: v1 controllers, and cgroup2 at `unified`.
     const HYBRID: &str = "\
@@ -97,20 +111,26 @@ mod tests {
 ";
 
     #[test]
-    fn hybrid_host_has_its_cgroup2_at_unified() {
-        let mounts = cgroup2_mounts(HYBRID).unwrap();
+    fn hybrid_host_has_its_cgroup2_at_unified_and_memory_in_v1() {
         assert_eq!(
-            mounts,
-            vec![Cgroup2Mount {
+            cgroup2_mounts(HYBRID).unwrap(),
+            vec![Mount {
                 mount_point: "/sys/fs/cgroup/unified".into(),
                 root: "/".into(),
+                fstype: "cgroup2".into(),
                 read_only: false,
+                super_options: vec!["rw".into(), "nsdelegate".into()],
             }]
         );
+        let all = mounts(HYBRID).unwrap();
+        assert_eq!(all.len(), 4);
+        assert!(all[1].read_only);
+        assert_eq!(all[3].fstype, "cgroup");
+        assert_eq!(all[3].super_options, ["rw", "memory"]);
     }
 
     #[test]
-    fn unified_mount_anywhere_with_escapes_and_no_optional_fields() {
+    fn a_mount_anywhere_with_escapes_and_no_optional_fields() {
         let text =
             "40 1 0:35 /user.slice /mnt/my\\040cgroups\\134x ro,relatime - cgroup2 none rw\n";
         let mounts = cgroup2_mounts(text).unwrap();
@@ -128,20 +148,25 @@ mod tests {
     #[test]
     fn damaged_lines_are_errors_naming_the_line() {
         assert_eq!(
-            cgroup2_mounts("25 30 0:23 / /sys rw sysfs sysfs rw\n"),
+            mounts("25 30 0:23 / /sys rw sysfs sysfs rw\n"),
             Err(MountinfoError {
                 line: 1,
                 what: "no ` - ` separator"
             })
         );
         assert_eq!(
-            cgroup2_mounts("ok\n1 2 / /x - cgroup2 none rw\n")
-                .unwrap_err()
-                .line,
+            mounts("ok\n1 2 / /x - cgroup2 none rw\n").unwrap_err().line,
             1
         );
-        assert!(cgroup2_mounts("1 2 0:1 / /x rw - \n").is_err());
+        assert!(mounts("1 2 0:1 / /x rw - \n").is_err());
         // A trailing backslash or a short escape is kept as written.
         assert_eq!(unescape("a\\04"), "a\\04");
+    }
+
+    #[test]
+    fn this_hosts_mountinfo_parses() {
+        let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let mounts = mounts(&text).unwrap();
+        assert!(mounts.iter().any(|m| m.mount_point == Path::new("/")));
     }
 }
