@@ -2,8 +2,8 @@
 //! kernels.
 //!
 //! Each kernel boots (QEMU) into a busybox initramfs that holds the test binaries and the
-//! project's binaries (those `cargo test` built, with their shared libraries), and nothing
-//! else: no systemd, no network, no cargo.
+//! project's binaries (release builds, with their shared libraries), and nothing else: no
+//! systemd, no network, no cargo.
 //! The guest's `/init` runs every test binary as root with `LIVENESS_REQUIRE_EBPF=1` and
 //! prints one `VMTEST result NAME STATUS` line per binary on the serial console, which is
 //! read here, along with libtest's own `test NAME ... ok` lines, so the run ends with a
@@ -1172,8 +1172,7 @@ fn shared_libraries(program: &Path) -> Result<Vec<PathBuf>> {
         .collect())
 }
 
-/// A tool that must be statically linked: busybox is the guest's `/init`, before any
-/// loader, and bash-static stands alone.
+/// The distribution's static build of a tool (busybox-static, bash-static), copied alone.
 fn static_tool(tool: &str) -> Result<PathBuf> {
     let path = which(tool, INSTALL_HINT)?;
     // `ldd` fails on a static executable.
