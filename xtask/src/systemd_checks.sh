@@ -378,9 +378,12 @@ systemd_scope_burst() {
         owners+=("$(alice_sleeper)")
     done
     warnings=$(mktemp)
+    local began=$SECONDS
     printf '%s\n' "${owners[@]}" |
         xargs -P "$count" -I{} liveness register --uid "$uid" --session burst-{} --owner-pid {} --cgroup \
             2>>"$warnings" >/dev/null
+    # The times go to the check's log: a slower machine's failure shows how far it got.
+    echo "$count registrations in $((SECONDS - began)) s"
     expect "no registration warned ($(sort "$warnings" | uniq -c | head -n 3))" [ ! -s "$warnings" ]
     expect "a scope each" scope_count -ge "$count"
     cursor=$(journal_cursor)
@@ -391,6 +394,7 @@ systemd_scope_burst() {
     expect "the owner after the burst is in a scope" grep -q '/liveness.slice/liveness-s[0-9-]*\.scope$' "/proc/$late/cgroup"
     kill -KILL "$late"
     within 120 no_scope_left
+    echo "every scope gone $((SECONDS - began)) s after the burst began"
     refused=$(messages_since "$cursor" "cannot stop a session's scope")
     expect "no stop refused ($refused)" [ "$refused" = 0 ]
     local ended
