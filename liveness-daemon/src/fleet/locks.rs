@@ -37,7 +37,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::mirror::{REQUEST_TIMEOUT, Shared, timed};
-use super::{FleetConfig, FleetError, now_ms};
+use super::{FleetConfig, FleetError, lock_segment, now_ms};
 use crate::engine::{Caller, FleetGranted, FleetHeld, FleetReleased, Handle, Refusal};
 use crate::store::StoreError;
 
@@ -94,12 +94,6 @@ struct Waiter {
     uid: u32,
     session: String,
     since_ms: i64,
-}
-
-/// A fleet lock's name as one segment of a key: `/` and `%` escaped, so that no name's
-/// keys fall under another name's prefix (`a` and `a/b`).
-fn segment(name: &str) -> String {
-    name.replace('%', "%25").replace('/', "%2F")
 }
 
 impl FleetLocks {
@@ -469,7 +463,11 @@ impl FleetLocks {
 
     /// `PREFIX/locks/NAME/`.
     fn dir(&self, name: &str) -> String {
-        format!("{}/locks/{}/", self.0.etcd.config.prefix, segment(name))
+        format!(
+            "{}/locks/{}/",
+            self.0.etcd.config.prefix,
+            lock_segment(name)
+        )
     }
 
     /// Puts the session's key in line, on its lease: its create revision is its place and
@@ -867,17 +865,4 @@ fn lease_lost(name: &str) -> ErrorBody {
              ended, or etcd did not confirm the lease in time)"
         ),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_name_is_one_key_segment() {
-        assert_eq!(segment("build"), "build");
-        assert_eq!(segment("a/b"), "a%2Fb");
-        assert_eq!(segment("a%2Fb"), "a%252Fb");
-        assert_eq!(segment("../x"), "..%2Fx");
-    }
 }

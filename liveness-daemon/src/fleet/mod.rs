@@ -394,6 +394,14 @@ fn machine_id() -> std::io::Result<String> {
     parse_host_id(id.trim()).map_err(std::io::Error::other)
 }
 
+/// A fleet lock's name as one segment of a key: `/` and `%` escaped, so that no name's
+/// keys fall under another name's prefix (`a` and `a/b`). Here, outside the fleet locks'
+/// module, so that the default build's tests check it too.
+#[cfg_attr(not(feature = "fleet"), allow(dead_code))]
+pub(crate) fn lock_segment(name: &str) -> String {
+    name.replace('%', "%25").replace('/', "%2F")
+}
+
 /// A host id is one key segment: no `/`, nothing a terminal or a shell would read
 /// differently.
 pub(crate) fn parse_host_id(text: &str) -> Result<String, String> {
@@ -477,6 +485,14 @@ mod tests {
         for bad in ["liveness", "/liveness/", "/a b", "/a\nb", ""] {
             assert!(parse_prefix(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_lock_name_is_one_key_segment() {
+        assert_eq!(lock_segment("build"), "build");
+        assert_eq!(lock_segment("a/b"), "a%2Fb");
+        assert_eq!(lock_segment("a%2Fb"), "a%252Fb");
+        assert_eq!(lock_segment("../x"), "..%2Fx");
     }
 
     #[test]
