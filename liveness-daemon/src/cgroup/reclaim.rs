@@ -10,7 +10,8 @@
 //! systemd removes a scope's cgroup as soon as it is empty, before the session's end may
 //! have reached the engine: the thread follows each scope from its start, reads its
 //! counters whenever its `memory.events` or `cgroup.events` changes (an OOM kill, the
-//! last member's exit), and hands over the last read when the cgroup is gone.
+//! last member's exit) and every [`FOLLOW_READ`] besides, and hands over the last read
+//! when the cgroup is gone.
 //!
 //! A session that lasts until its tree does waits, once its lineage is over, for its
 //! cgroup to be empty too: the thread tells the engine when it is (`Drained`).
@@ -29,17 +30,23 @@ use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec};
 use rustix::fd::OwnedFd;
 use tokio::sync::mpsc as tokio_mpsc;
 
-use super::systemd::{Systemd, unit_of};
+use super::systemd::{self, Systemd, unit_of};
 use super::{escapes, kill_all, populated, unlisted, usage};
 
-/// How long a followed scope may take to appear (its start job) before it is given up,
-/// and how often it is looked for meanwhile.
-const APPEAR: Duration = Duration::from_secs(10);
+/// How long a followed scope may take to appear before it is given up: longer than its
+/// start waits for systemd (a scope that appeared later would have no counters); and how
+/// often it is looked for meanwhile.
+const APPEAR: Duration = Duration::from_secs(systemd::TIMEOUT.as_secs() + 5);
 const APPEAR_CHECK: Duration = Duration::from_millis(5);
 
 /// How long the thread sleeps in `poll` before it looks at every cgroup again, should a
 /// change not wake it (and to take in new cgroups).
 const RECHECK: Duration = Duration::from_millis(200);
+
+/// How often a followed scope's counters are read when nothing changed: systemd may
+/// remove the emptied scope before the read its last member's exit wakes, and the
+/// session then keeps a read at most this old (CPU time and I/O counted since are lost).
+const FOLLOW_READ: Duration = Duration::from_secs(1);
 
 /// How many survivors' `/proc/<pid>/cgroup` the thread reads before it looks at its
 /// messages and kills again: an end lists up to a thousand survivors, and a kill due
@@ -125,6 +132,8 @@ struct Followed {
     /// `cgroup.events` and `memory.events`, open once the scope exists.
     files: Option<[File; 2]>,
     last: Option<CgroupUsage>,
+    /// When `last` was read.
+    read_at: Instant,
     /// Given up if it does not appear by then.
     until: Instant,
     /// Removed (by systemd, once empty): its files are closed, since a removed kernfs
@@ -137,6 +146,7 @@ impl Followed {
         Followed {
             files: None,
             last: None,
+            read_at: Instant::now(),
             until: Instant::now() + APPEAR,
             gone: false,
         }
@@ -162,6 +172,7 @@ impl Followed {
             let _ = rustix::io::pread(file, &mut buf, 0);
         }
         let read = usage(path);
+        self.read_at = Instant::now();
         if !path.is_dir() {
             self.files = None;
             self.gone = true;
@@ -374,6 +385,9 @@ fn run(
         let now = Instant::now();
         followed.retain(|path, follow| {
             follow.open(path);
+            if follow.files.is_some() && now.duration_since(follow.read_at) >= FOLLOW_READ {
+                follow.read(path);
+            }
             follow.files.is_some()
                 || follow.gone
                 || follow.until > now
@@ -591,5 +605,41 @@ mod tests {
         // The held processes' stat files do not exist: they are no processes, so no
         // escapes.
         assert!(emptied.escaped.is_empty(), "{:?}", emptied.escaped);
+    }
+
+    /// A scope systemd removes before the thread reads its last member's exit keeps a
+    /// read made while it ran, not the one made when it appeared: the CPU time its owner
+    /// spent after its start is there. The scope here is a directory whose `cpu.stat`
+    /// the test changes, and removes, as systemd would once it is empty.
+    #[tokio::test]
+    async fn a_scope_removed_before_its_last_read_keeps_a_read_made_while_it_ran() {
+        let dir = tempfile::tempdir().unwrap();
+        let scope = dir
+            .path()
+            .join(super::super::SUBTREE)
+            .join("liveness-s0-1-1.scope");
+        fs::create_dir_all(&scope).unwrap();
+        fs::write(scope.join("cgroup.events"), "populated 1\nfrozen 0\n").unwrap();
+        fs::write(scope.join("memory.events"), "oom 0\noom_kill 0\n").unwrap();
+        fs::write(scope.join("cpu.stat"), "usage_usec 0\n").unwrap();
+        let mut reclaimer = Reclaimer::default();
+        reclaimer.follow(scope.clone());
+        // Read at its appearance; then its owner runs, and nothing the thread polls changes.
+        std::thread::sleep(APPEAR_CHECK * 20);
+        fs::write(scope.join("cpu.stat"), "usage_usec 38000\n").unwrap();
+        std::thread::sleep(FOLLOW_READ + RECHECK * 3);
+        fs::remove_dir_all(&scope).unwrap();
+        reclaimer.queue(Job {
+            session: None,
+            path: scope.clone(),
+            survivors: Vec::new(),
+        });
+        let report = tokio::time::timeout(Duration::from_secs(10), reclaimer.next())
+            .await
+            .expect("the removed scope reported");
+        let Report::Emptied(emptied) = report else {
+            panic!("{report:?}");
+        };
+        assert_eq!(emptied.usage.cpu_usec, Some(38000), "{:?}", emptied.usage);
     }
 }

@@ -35,7 +35,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a bus call, or a scope's start job, may take before it is given up: D-Bus's
 /// own default, which `systemd-run` waits too. systemd answers in turn, and after a burst
 /// of ends it is collecting hundreds of scopes (over 5 s in the emulated test guest).
-const TIMEOUT: Duration = Duration::from_secs(25);
+pub(super) const TIMEOUT: Duration = Duration::from_secs(25);
 /// The first systemd whose `StartTransientUnit` takes `PIDFDs`, and whose scopes take
 /// `OOMPolicy`.
 const PIDFDS_SINCE: u32 = 253;
