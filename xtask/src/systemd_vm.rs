@@ -152,9 +152,9 @@ fn qemu(guest: &Guest, payload: &Path, options: &Options) -> Process {
 /// as root without capabilities: the unit's daemon, root with five, may not read the
 /// `/proc/<pid>/ns` of a process whose capabilities exceed its own (ptrace's rule), so it
 /// could not register the harness's owners by pid; as a user, the sessions would be
-/// another user's, unlike the kernel guests' (root's). `--quick` sizes: after 200 scope
-/// sessions end at once, the daemon's bus connection has more calls to systemd pending
-/// than dbus-daemon allows (128), and the next scope is refused (docs/benchmarks.md).
+/// another user's, unlike the kernel guests' (root's). Full sizes: 200 scope sessions
+/// ending at once keep the daemon's bus connection within the calls dbus-daemon allows
+/// one connection (docs/benchmarks.md).
 fn bench_script(part: &str) -> String {
     format!(
         r#"#!/bin/bash
@@ -168,7 +168,7 @@ echo "VMFACT kernel $(uname -r)"
     for _ in $(seq 100); do liveness status >/dev/null 2>&1 && break; sleep 0.1; done
     liveness status
     LIVENESS_REQUIRE_CGROUP2=1 setpriv --bounding-set -all --inh-caps -all \
-        /payload/{bench} --bin-dir /usr/bin --socket /run/liveness/liveness.sock --part '{part}' --quick --json /tmp/bench.json
+        /payload/{bench} --bin-dir /usr/bin --socket /run/liveness/liveness.sock --part '{part}' --json /tmp/bench.json
 }} >/tmp/bench.out 2>&1
 status=$?
 {report}echo VMDONE
