@@ -523,6 +523,8 @@ fn wait_for_change<'a>(
 mod tests {
     use std::fs;
 
+    use rustix::fs::inotify;
+
     use super::*;
 
     /// A kill due while an end's survivors are read happens between two batches. Two
@@ -610,7 +612,9 @@ mod tests {
     /// A scope systemd removes before the thread reads its last member's exit keeps a
     /// read made while it ran, not the one made when it appeared: the CPU time its owner
     /// spent after its start is there. The scope here is a directory whose `cpu.stat`
-    /// the test changes, and removes, as systemd would once it is empty.
+    /// the test changes, and removes, as systemd would once it is empty. inotify tells when
+    /// the thread has read the file: the change comes after its first read, the removal
+    /// after a read of the change, however slow the thread.
     #[tokio::test]
     async fn a_scope_removed_before_its_last_read_keeps_a_read_made_while_it_ran() {
         let dir = tempfile::tempdir().unwrap();
@@ -622,12 +626,29 @@ mod tests {
         fs::write(scope.join("cgroup.events"), "populated 1\nfrozen 0\n").unwrap();
         fs::write(scope.join("memory.events"), "oom 0\noom_kill 0\n").unwrap();
         fs::write(scope.join("cpu.stat"), "usage_usec 0\n").unwrap();
+        let flags = inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK;
+        let cpu_read = inotify::init(flags).unwrap();
+        let watched = scope.join("cpu.stat");
+        // A close, not an access: `read_to_string` reads again after the content it got.
+        inotify::add_watch(&cpu_read, &watched, inotify::WatchFlags::CLOSE_NOWRITE).unwrap();
+        // Waits for the thread's next read of `cpu.stat` to be over, forgetting those before.
+        let next_read = |what: &str| {
+            let mut buf = [0u8; 4096];
+            while rustix::io::read(&cpu_read, &mut buf).is_ok() {}
+            let mut fds = [PollFd::new(&cpu_read, PollFlags::IN)];
+            let ten_s = Timespec {
+                tv_sec: 10,
+                tv_nsec: 0,
+            };
+            let ready = rustix::event::poll(&mut fds, Some(&ten_s)).unwrap();
+            assert_eq!(ready, 1, "the scope was not read {what}");
+        };
         let mut reclaimer = Reclaimer::default();
         reclaimer.follow(scope.clone());
-        // Read at its appearance; then its owner runs, and nothing the thread polls changes.
-        std::thread::sleep(APPEAR_CHECK * 20);
-        fs::write(scope.join("cpu.stat"), "usage_usec 38000\n").unwrap();
-        std::thread::sleep(FOLLOW_READ + RECHECK * 3);
+        next_read("when it appeared");
+        // Then its owner runs, and nothing the thread polls changes.
+        fs::write(&watched, "usage_usec 38000\n").unwrap();
+        next_read("while it ran");
         fs::remove_dir_all(&scope).unwrap();
         reclaimer.queue(Job {
             session: None,
