@@ -635,6 +635,9 @@ previous_release() {
     within 20 subscribed
     kill -KILL "$first"
     within 20 grep -qx up-1 /tmp/handled
+    # The watcher saves its cursor once the command has returned: stopped before that, it
+    # would leave none, and the next one would follow from its own start, past up-2's end.
+    within 20 test -s /tmp/cursor
     kill "$watcher"
     wait "$watcher" || true
     echo "second=$second" >/tmp/upgrade.env

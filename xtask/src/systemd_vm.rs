@@ -412,11 +412,26 @@ fn metrics_drop_in(docs: &str) -> Result<String> {
 /// What the guest reported.
 #[derive(Debug, Default)]
 struct Report {
-    /// `(name, ok, milliseconds)`, in order.
-    checks: Vec<(String, bool, u64)>,
+    /// In the order they ran.
+    checks: Vec<Check>,
     facts: BTreeMap<String, String>,
     done: bool,
+    /// The running check's output (`VMLOG`) so far.
+    output: Vec<String>,
 }
+
+#[derive(Debug)]
+struct Check {
+    name: String,
+    ok: bool,
+    millis: u64,
+    /// A failed check's last lines of output, where it says why: the verdict shows them,
+    /// since the guest's log may not outlive a CI machine.
+    said: Vec<String>,
+}
+
+/// How many of a failed check's last lines its verdict shows.
+const FAILED_OUTPUT_LINES: usize = 40;
 
 impl Report {
     fn record(&mut self, line: &str) {
@@ -427,9 +442,21 @@ impl Report {
             {
                 let ok = result == "ok";
                 eprintln!("vm-test: {} {name}", if ok { "ok    " } else { "FAILED" });
-                self.checks
-                    .push((name.to_owned(), ok, millis.parse().unwrap_or(0)));
+                let mut said = std::mem::take(&mut self.output);
+                if ok {
+                    said.clear();
+                } else {
+                    said.drain(..said.len().saturating_sub(FAILED_OUTPUT_LINES));
+                }
+                self.checks.push(Check {
+                    name: name.to_owned(),
+                    ok,
+                    millis: millis.parse().unwrap_or(0),
+                    said,
+                });
             }
+        } else if let Some(at) = line.find("VMLOG ") {
+            self.output.push(line[at + 6..].to_owned());
         } else if let Some(at) = line.find("VMFACT ") {
             if let Some((key, value)) = line[at + 7..].split_once(' ') {
                 self.facts.insert(key.to_owned(), value.trim().to_owned());
@@ -448,17 +475,18 @@ impl Report {
         let width = self
             .checks
             .iter()
-            .map(|(name, _, _)| name.len())
+            .map(|check| check.name.len())
             .chain([HEADER.len()])
             .max()
             .unwrap_or(0);
         let mut text = format!("{HEADER:<width$} | result | seconds\n");
         text += &format!("{}-|--------|--------\n", "-".repeat(width));
-        for (name, ok, millis) in &self.checks {
+        for check in &self.checks {
             text += &format!(
-                "{name:<width$} | {:<6} | {:>7.1}\n",
-                if *ok { "ok" } else { "FAILED" },
-                *millis as f64 / 1000.0
+                "{:<width$} | {:<6} | {:>7.1}\n",
+                check.name,
+                if check.ok { "ok" } else { "FAILED" },
+                check.millis as f64 / 1000.0
             );
         }
         text
@@ -469,8 +497,14 @@ impl Report {
         let mut failures: Vec<String> = self
             .checks
             .iter()
-            .filter(|(_, ok, _)| !ok)
-            .map(|(name, _, _)| format!("failed: {name}"))
+            .filter(|check| !check.ok)
+            .map(|check| {
+                let mut failure = format!("failed: {}", check.name);
+                for line in &check.said {
+                    failure += &format!("\n    | {line}");
+                }
+                failure
+            })
             .collect();
         if !self.done {
             failures.push("the checks did not finish (timed out or crashed)".into());
@@ -509,6 +543,8 @@ mod tests {
             "VMFACT kernel 6.1.0-50-cloud-amd64",
             "VMLOG some output",
             "VMCHECK ok 4200 fresh install: the package enables and starts livenessd",
+            "VMLOG expected: eBPF active",
+            "[   4.0] kernel noise between a check's lines",
             "VMCHECK FAILED 150 status as root",
             "VMFACT exposure 1.0",
         ] {
@@ -524,7 +560,15 @@ mod tests {
             "{table}"
         );
         let error = report.verdict().unwrap_err().to_string();
-        assert!(error.contains("failed: status as root"), "{error}");
+        assert!(
+            error.contains("failed: status as root\n    | expected: eBPF active\n"),
+            "{error}"
+        );
+        assert!(
+            !error.contains("some output"),
+            "a passed check's output: {error}"
+        );
+        assert!(!error.contains("noise"), "{error}");
         assert!(error.contains("did not finish"), "{error}");
         report.checks.remove(1);
         report.record("VMDONE");
