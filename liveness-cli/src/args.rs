@@ -689,7 +689,8 @@ pub(crate) struct WatchArgs {
     #[arg(long, value_name = "CMD")]
     pub(crate) exec: Option<String>,
     /// Cursor file ("SEQ STORE_ID", or a bare SEQ): read at start (it wins over --since),
-    /// written after each handled event.
+    /// written after each handled event; a new one is written at once with where the stream
+    /// starts, so that a restart handles every end since the first start.
     #[arg(long, value_name = "FILE")]
     pub(crate) cursor: Option<PathBuf>,
 }

@@ -111,7 +111,14 @@ impl WatchArgs {
         };
         let client = context.connect()?;
         let pids = Numbering::of(&client);
+        // Neither a saved cursor nor --since: the stream starts now, and that start is saved
+        // at once. Saved only after the first handled event, a watcher stopped before then
+        // would leave no cursor, and the next one would miss every end in between.
+        let save_start = self.cursor.is_some() && position.is_none();
         let mut events = client.subscribe(position, filter)?;
+        if save_start {
+            events.cursor().map(save).transpose()?;
+        }
         // Held while an event is handled, so that a closed stdout ends the watcher between
         // events, never halfway through a command or before its cursor is saved.
         let handling = Arc::new(Mutex::new(()));

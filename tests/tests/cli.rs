@@ -368,6 +368,57 @@ fn watch_exec_resumes_from_its_cursor_exactly() {
     );
 }
 
+/// A watcher with a new cursor file, stopped before it handled anything, is followed by
+/// one that handles the ends in between: the start of the first is its cursor.
+#[test]
+fn watch_exec_saves_where_a_new_cursor_starts() {
+    let daemon = Daemon::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let cursor = dir.path().join("cursor");
+    let handled = dir.path().join("handled");
+    let command = format!("echo \"$LIVENESS_SESSION\" >> {}", handled.display());
+    let start_watcher = || {
+        Command::new(binary("liveness"))
+            .arg("--socket")
+            .arg(&daemon.socket)
+            .args(["watch", "--exec", &command, "--cursor"])
+            .arg(&cursor)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let owner = std::process::id().to_string();
+    let register = |session: &str| {
+        let registered = daemon.cli(&["register", "--session", session, "--owner-pid", &owner]);
+        assert!(registered.status.success(), "{registered:?}");
+    };
+    // Before the first watcher: not its to handle.
+    register("before");
+    assert!(daemon.cli(&["end", "--session", "before"]).status.success());
+
+    let mut first = start_watcher();
+    assert!(
+        eventually(Duration::from_secs(10), || cursor.exists()),
+        "no cursor saved when the stream started"
+    );
+    first.kill().unwrap();
+    first.wait().unwrap();
+    register("between");
+    assert!(
+        daemon
+            .cli(&["end", "--session", "between"])
+            .status
+            .success()
+    );
+
+    let mut second = start_watcher();
+    let lines = || std::fs::read_to_string(&handled).unwrap_or_default();
+    let handled_between = eventually(Duration::from_secs(10), || lines() == "between\n");
+    second.kill().unwrap();
+    second.wait().unwrap();
+    assert!(handled_between, "handled {:?}", lines());
+}
+
 /// Ids that display as another id (bidirectional overrides, zero-width characters) or
 /// hold controls are refused, and nothing is written.
 #[test]
