@@ -6,7 +6,12 @@ import sys
 import liveness
 
 path = sys.argv[1]
-with liveness.subscribe(liveness.load_cursor(path)) as events:
+cursor = liveness.load_cursor(path)
+with liveness.subscribe(cursor) as events:
+    if cursor is None:
+        # A first run saves where it started: stopped before its first end, the next run
+        # would otherwise follow from its own start and miss the ends in between.
+        liveness.save_cursor(path, events.cursor)
     for event in events.events():
         if event.kind == liveness.SESSION_ENDED:
             print(event.session, event.reason, flush=True)

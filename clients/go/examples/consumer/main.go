@@ -18,6 +18,11 @@ func main() {
 		log.Fatal(err)
 	}
 	events, err := liveness.Subscribe(ctx, "", cursor, liveness.Filter{})
+	if err == nil && cursor == nil {
+		// A first run saves where it started: stopped before its first end, the next run
+		// would otherwise follow from its own start and miss the ends in between.
+		err = liveness.SaveCursor(path, *events.Cursor())
+	}
 	for err == nil {
 		var event *liveness.Event
 		if event, err = events.NextEvent(ctx); err == nil && event.Kind == liveness.KindEnded {
