@@ -1634,27 +1634,44 @@ fn pins_of_a_deleted_state_directory_are_removed_at_the_next_start() {
     }
 }
 
-/// A running daemon's pins are never removed by another daemon's start, even once its state
-/// directory is deleted under it (as its owner record would then have them removed): it
+/// A running daemon's pins are never removed by another daemon's start, even once the state
+/// directory its owner record names is gone (as the record would then have them removed): it
 /// holds a lock on them, and the daemon that starts says it left them. Stopped, it lets go
 /// of the lock, and the next start removes them.
+///
+/// The directory is moved behind the link the daemon was started with, not deleted: a
+/// daemon whose database is deleted stops within a second (its file check), which would let
+/// go of the lock before the other daemon's start, as slow as loading eBPF, looks.
 #[test]
 fn a_running_daemons_pins_are_never_removed_as_stale() {
     if !privileged("a running daemon's lineage pins") {
         return;
     }
+    use std::os::unix::fs::DirBuilderExt;
     let pins = PinRoot::new("running");
     let states = tempfile::tempdir().expect("state directories");
-    let running_state = states.path().join("running");
-    let mut running =
-        Daemon::start_with_state(Some(running_state.clone()), &["--ebpf-pin-dir", pins.arg()]);
+    let named = states.path().join("running");
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&named)
+        .expect("state directory");
+    let link = states.path().join("link");
+    std::os::unix::fs::symlink("running", &link).expect("link to the state directory");
+    let mut running = Daemon::start_with_state(Some(link.clone()), &["--ebpf-pin-dir", pins.arg()]);
     let running_pins = pinned_state_pins(&running);
     let links = integration_tests::pinned_links(&running_pins);
-    std::fs::remove_dir_all(&running_state).expect("delete the running daemon's state");
+    std::fs::rename(&named, states.path().join("moved")).expect("move the state directory");
+    std::fs::remove_file(&link).expect("unlink");
+    std::os::unix::fs::symlink("moved", &link).expect("link to the moved state directory");
 
     let mut other = Daemon::start_with_state(
         Some(states.path().join("other")),
         &["--ebpf-pin-dir", pins.arg()],
+    );
+    assert!(
+        running.is_running(),
+        "the running daemon stopped: {}",
+        running.log()
     );
     assert!(
         running_pins.exists(),
