@@ -963,6 +963,8 @@ type Evidence struct {
 	Processes uint32 `json:"processes"`
 	// CPU of the tree over the last interval, in thousandths of one core.
 	CPUPermille uint32 `json:"cpu_permille"`
+	// How long its threads waited, runnable, for a CPU over the last interval.
+	CPUWaitPermille uint32 `json:"cpu_wait_permille,omitempty"`
 	// Of which its long-lived members', which is not progress.
 	LongLivedCPUPermille uint32       `json:"long_lived_cpu_permille,omitempty"`
 	Threads              ThreadStates `json:"threads"`

@@ -136,6 +136,10 @@ pub struct Evidence {
     pub processes: u32,
     /// CPU of the tree over the last interval, in thousandths of one core.
     pub cpu_permille: u32,
+    /// How long the tree's threads waited, runnable, for a CPU over the last interval, in
+    /// thousandths of one core: what a crowded machine kept from it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cpu_wait_permille: u32,
     /// Of that, the part of its long-lived members (started before the turn, such as MCP
     /// servers), which is not progress.
     #[serde(default, skip_serializing_if = "is_zero")]

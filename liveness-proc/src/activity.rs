@@ -28,12 +28,13 @@ impl Io {
     }
 }
 
-/// How long a task has run and how many times it was put on a CPU
-/// (`/proc/PID/schedstat`): the same at two reads, and the task not running at the second,
-/// it did not run between them.
+/// How long a task has run, how long it waited, runnable, for a CPU, and how many times it
+/// was put on one (`/proc/PID/schedstat`): the same at two reads, and the task not running
+/// at the second, it did not run between them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ran {
     pub runtime_ns: u64,
+    pub wait_ns: u64,
     pub slices: u64,
 }
 
@@ -43,9 +44,13 @@ impl Ran {
     pub fn parse(text: &str) -> Option<Ran> {
         let mut fields = text.split_ascii_whitespace();
         let runtime_ns = fields.next()?.parse().ok()?;
-        let _wait: u64 = fields.next()?.parse().ok()?;
+        let wait_ns = fields.next()?.parse().ok()?;
         let slices = fields.next()?.parse().ok()?;
-        (slices > 0).then_some(Ran { runtime_ns, slices })
+        (slices > 0).then_some(Ran {
+            runtime_ns,
+            wait_ns,
+            slices,
+        })
     }
 }
 
@@ -75,19 +80,40 @@ impl ProcRoot {
         Ok(Ran::parse(&String::from_utf8_lossy(&bytes)))
     }
 
-    /// The threads of `pid`, each with its state; a blocked one also with its `wchan`.
-    /// Threads that exit meanwhile are left out.
-    pub fn threads(&self, pid: u32) -> Result<Vec<Thread>, IdentityError> {
+    /// How long the threads of `pid` have waited, runnable, for a CPU, summed over its
+    /// threads alive now (one that exited takes its wait with it); `None` where the kernel
+    /// does not say.
+    pub fn waited_ns(&self, pid: u32) -> Result<Option<u64>, IdentityError> {
+        let mut waited = None;
+        for tid in self.tids(pid)? {
+            let Ok(line) = self.read(&format!("{pid}/task/{tid}/schedstat")) else {
+                continue;
+            };
+            if let Some(ran) = Ran::parse(&String::from_utf8_lossy(&line)) {
+                *waited.get_or_insert(0u64) += ran.wait_ns;
+            }
+        }
+        Ok(waited)
+    }
+
+    /// The ids of the threads of `pid`.
+    fn tids(&self, pid: u32) -> Result<Vec<String>, IdentityError> {
         let dir = self.path().join(format!("{pid}/task"));
         let entries = std::fs::read_dir(&dir).map_err(|source| match source.raw_os_error() {
             Some(libc::ENOENT | libc::ESRCH) => IdentityError::NoSuchProcess(pid),
             _ => IdentityError::Read { path: dir, source },
         })?;
+        Ok(entries
+            .flatten()
+            .filter_map(|entry| entry.file_name().to_str().map(str::to_owned))
+            .collect())
+    }
+
+    /// The threads of `pid`, each with its state; a blocked one also with its `wchan`.
+    /// Threads that exit meanwhile are left out.
+    pub fn threads(&self, pid: u32) -> Result<Vec<Thread>, IdentityError> {
         let mut threads = Vec::new();
-        for entry in entries.flatten() {
-            let Some(tid) = entry.file_name().to_str().map(str::to_owned) else {
-                continue;
-            };
+        for tid in self.tids(pid)? {
             let Ok(stat) = self.read(&format!("{pid}/task/{tid}/stat")) else {
                 continue;
             };
@@ -156,6 +182,11 @@ mod tests {
             proc.threads(u32::MAX / 2),
             Err(IdentityError::NoSuchProcess(_))
         ));
+        assert!(proc.waited_ns(pid).expect("own waits").is_some());
+        assert!(matches!(
+            proc.waited_ns(u32::MAX / 2),
+            Err(IdentityError::NoSuchProcess(_))
+        ));
         let _ = std::fs::remove_file(std::env::temp_dir().join(format!("io-{pid}")));
     }
 
@@ -180,6 +211,7 @@ mod tests {
             Ran::parse("12 5 3\n"),
             Some(Ran {
                 runtime_ns: 12,
+                wait_ns: 5,
                 slices: 3
             })
         );

@@ -95,6 +95,25 @@ impl Drop for Agent {
     }
 }
 
+/// Pins `pids` to one CPU, the first this test may run on: they share it.
+fn share_one_cpu(pids: &[u32]) {
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: a `cpu_set_t` is plain data, which the calls only read or fill.
+    unsafe {
+        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+        assert_eq!(libc::sched_getaffinity(0, size, &mut allowed), 0);
+        let cpu = (0..libc::CPU_SETSIZE as usize)
+            .find(|&cpu| libc::CPU_ISSET(cpu, &allowed))
+            .expect("a CPU to run on");
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut one);
+        for &pid in pids {
+            let pinned = libc::sched_setaffinity(pid as libc::pid_t, size, &one);
+            assert_eq!(pinned, 0, "{}", std::io::Error::last_os_error());
+        }
+    }
+}
+
 /// `touch` of `session` with the fields of `declaration`: the daemon's reply.
 fn declare(daemon: &Daemon, session: &str, declaration: &Value) -> Value {
     let mut request = json!({"op": "touch", "session": session});
@@ -316,7 +335,9 @@ fn a_long_lived_childs_trickle_does_not_hide_a_stall() {
     );
 }
 
-/// (g) A busy loop with no I/O: `spinning`; `status` and the metrics count it.
+/// (g) A busy loop with no I/O: `spinning`, even while another busy loop shares its one CPU
+/// and it gets half of it (the time it waited for the CPU counts); `status` and the metrics
+/// count it.
 #[test]
 fn a_busy_loop_is_spinning() {
     if !privileged("a_busy_loop_is_spinning") {
@@ -324,12 +345,16 @@ fn a_busy_loop_is_spinning() {
     }
     let daemon = Daemon::start(&[ARGS, &["--metrics-listen", "127.0.0.1:0"]].concat());
     let agent = Agent::start(&["spin"]);
+    let rival = Agent::start(&["spin"]);
+    share_one_cpu(&[agent.pid(), rival.pid()]);
     register(&daemon, "g", agent.pid());
     let spinning = reaches(&daemon, "g", "spinning", Duration::from_secs(20));
-    assert!(
-        spinning["evidence"]["cpu_permille"].as_u64() >= Some(800),
-        "{spinning}"
-    );
+    let had = spinning["evidence"]["cpu_permille"].as_u64().unwrap();
+    let waited = spinning["evidence"]["cpu_wait_permille"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(had + waited >= 800, "{spinning}");
+    assert!(had < 800 && waited > 0, "the CPU was shared: {spinning}");
     assert_eq!(episodes(&daemon, "g"), ["session.stalled"]);
     let status = daemon.request(json!({"op": "status"}));
     assert_eq!(status["status"]["activity"]["spinning"], 1, "{status}");

@@ -470,6 +470,8 @@ export interface Evidence {
   processes: number;
   /** CPU of the tree over the last interval, in thousandths of one core. */
   cpu_permille: number;
+  /** How long its threads waited, runnable, for a CPU over the last interval. */
+  cpu_wait_permille: number;
   /** Of which its long-lived members', which is not progress. */
   long_lived_cpu_permille: number;
   threads: ThreadStates;
@@ -480,7 +482,7 @@ export interface Evidence {
   /** The tree's TCP sockets, the quietest first. */
   sockets: SocketEvidence[];
 }
-export const evidence: Codec<Evidence> = object<Evidence>({ processes: required(int), cpu_permille: required(int), long_lived_cpu_permille: defaulted(int, 0, true), threads: required(threadStates), blocked_in: defaulted(arrayOf(str), [], true), written_bytes: required(int), sockets: defaulted(arrayOf(socketEvidence), [], true) });
+export const evidence: Codec<Evidence> = object<Evidence>({ processes: required(int), cpu_permille: required(int), cpu_wait_permille: defaulted(int, 0, true), long_lived_cpu_permille: defaulted(int, 0, true), threads: required(threadStates), blocked_in: defaulted(arrayOf(str), [], true), written_bytes: required(int), sockets: defaulted(arrayOf(socketEvidence), [], true) });
 
 /** A live session's activity: its state, why, since when, and the evidence (docs/activity.md). */
 export interface Activity {

@@ -21,7 +21,9 @@ use liveness_proc::activity::{Io, Thread};
 /// CPU of the tree's members (long-lived ones aside) that counts as progress, in
 /// thousandths of one core: below it, a process only wakes for its timers.
 pub const CPU_FLOOR_PERMILLE: u32 = 10;
-/// CPU of the whole tree that, with nothing else, is spinning: 80 % of one core.
+/// CPU the whole tree used, or waited for while runnable, that with nothing else is
+/// spinning: 80 % of one core. The wait counts so that a busy loop on a crowded machine,
+/// which gets less than it asks for, is spinning all the same.
 pub const SPIN_PERMILLE: u32 = 800;
 /// Most `wchan` names an activity's evidence lists.
 const MAX_WCHANS: usize = 4;
@@ -57,6 +59,9 @@ pub struct Process {
     pub age_ms: i64,
     /// CPU used so far, in milliseconds.
     pub cpu_ms: u64,
+    /// How long its threads waited so far, runnable, for a CPU, in milliseconds; `None`
+    /// where it was not read.
+    pub waited_ms: Option<u64>,
     /// `None` where the counters cannot be read.
     pub io: Option<Io>,
     pub threads: Vec<Thread>,
@@ -74,8 +79,8 @@ pub struct Sample {
 /// What the judge keeps of a session between samples.
 #[derive(Debug, Clone)]
 pub struct Tracker {
-    /// The previous sample, by process: CPU and I/O counters.
-    seen: HashMap<ProcessKey, (u64, Option<Io>)>,
+    /// The previous sample, by process: its counters.
+    seen: HashMap<ProcessKey, Counters>,
     /// Bytes received so far per socket, by its owner's pid and inode.
     received: HashMap<(u32, u64), u64>,
     last_at_ms: i64,
@@ -90,6 +95,14 @@ pub struct Tracker {
     /// Whether a stall episode is open: its `session.stalled` recorded, its
     /// `session.unstalled` not yet.
     open: bool,
+}
+
+/// A process's counters in a sample, kept for the next one.
+#[derive(Debug, Clone, Copy)]
+struct Counters {
+    cpu_ms: u64,
+    waited_ms: Option<u64>,
+    io: Option<Io>,
 }
 
 /// A stall episode that starts or ends with this judgement: record it.
@@ -154,6 +167,7 @@ impl Tracker {
             ..Evidence::default()
         };
         let mut cpu_ms = 0u64;
+        let mut waited_ms = 0u64;
         let mut long_lived_cpu_ms = 0u64;
         let mut io_progress = false;
         let mut new_process = false;
@@ -166,12 +180,17 @@ impl Tracker {
             let old = self.seen.get(&process.key);
             let lived = long_lived.contains(&process.key.pid);
             new_process |= old.is_none() && !first && !lived;
-            let used = old.map_or(0, |(cpu, _)| process.cpu_ms.saturating_sub(*cpu));
+            let used = old.map_or(0, |old| process.cpu_ms.saturating_sub(old.cpu_ms));
             cpu_ms += used;
+            if let (Some(Some(before)), Some(now_waited)) =
+                (old.map(|old| old.waited_ms), process.waited_ms)
+            {
+                waited_ms += now_waited.saturating_sub(before);
+            }
             if lived {
                 long_lived_cpu_ms += used;
             }
-            if let (Some((_, Some(before))), Some(now_io)) = (old, process.io) {
+            if let (Some(Some(before)), Some(now_io)) = (old.map(|old| old.io), process.io) {
                 let read = now_io.rchar.saturating_sub(before.rchar);
                 let written = now_io.wchar.saturating_sub(before.wchar);
                 evidence.written_bytes += written;
@@ -206,10 +225,18 @@ impl Tracker {
                     unread: socket.unread,
                 });
             }
-            seen.insert(process.key, (process.cpu_ms, process.io));
+            seen.insert(
+                process.key,
+                Counters {
+                    cpu_ms: process.cpu_ms,
+                    waited_ms: process.waited_ms,
+                    io: process.io,
+                },
+            );
         }
         let permille = |ms: u64| u32::try_from(ms * 1000 / span_ms as u64).unwrap_or(u32::MAX);
         evidence.cpu_permille = permille(cpu_ms);
+        evidence.cpu_wait_permille = permille(waited_ms);
         evidence.long_lived_cpu_permille = permille(long_lived_cpu_ms);
         let mut wchans: Vec<String> = wchans.into_iter().collect();
         wchans.sort();
@@ -231,8 +258,11 @@ impl Tracker {
         if other_progress || working_cpu >= CPU_FLOOR_PERMILLE {
             self.last_progress_ms = now;
         }
-        // Spinning: most of a core and nothing else, sample after sample.
-        if !first && evidence.cpu_permille >= SPIN_PERMILLE && !other_progress {
+        // Spinning: most of a core, had or wanted, and nothing else, sample after sample.
+        let wanted_cpu = evidence
+            .cpu_permille
+            .saturating_add(evidence.cpu_wait_permille);
+        if !first && wanted_cpu >= SPIN_PERMILLE && !other_progress {
             self.spin_since_ms.get_or_insert(self.last_at_ms);
         } else if !first {
             self.spin_since_ms = None;
@@ -357,6 +387,8 @@ mod tests {
         tracker: Tracker,
         at_ms: i64,
         owner_cpu_ms: u64,
+        /// `None`: the owner's waits are not read.
+        owner_waited_ms: Option<u64>,
         owner_io: Io,
         received: u64,
         unread: u64,
@@ -374,6 +406,7 @@ mod tests {
                 tracker: Tracker::new(0, declared.as_ref(), None, LIMITS.interval_ms),
                 at_ms: 0,
                 owner_cpu_ms: 0,
+                owner_waited_ms: None,
                 owner_io: Io::default(),
                 received: 1000,
                 unread: 0,
@@ -394,6 +427,7 @@ mod tests {
                 parent: 1,
                 age_ms: self.at_ms + 10_000,
                 cpu_ms: self.owner_cpu_ms,
+                waited_ms: self.owner_waited_ms,
                 io: Some(self.owner_io),
                 threads: vec![Thread {
                     state: 'S',
@@ -413,6 +447,7 @@ mod tests {
                     parent: OWNER.pid,
                     age_ms: self.at_ms + 10_000,
                     cpu_ms,
+                    waited_ms: None,
                     io: Some(Io {
                         rchar: cpu_ms,
                         wchar: cpu_ms,
@@ -433,6 +468,7 @@ mod tests {
                     parent: MCP.pid,
                     age_ms: 10,
                     cpu_ms: 5,
+                    waited_ms: None,
                     io: Some(Io::default()),
                     threads: Vec::new(),
                     sockets: Vec::new(),
@@ -585,6 +621,24 @@ mod tests {
             (ActivityState::Spinning, Some(StallReason::Cpu))
         );
         assert_eq!(run.transitions, [ActivityState::Spinning]);
+    }
+
+    /// A busy loop that shares its CPU gets half of it and waits for the rest: spinning.
+    /// Half a core without the wait is not.
+    #[test]
+    fn a_busy_loop_on_a_crowded_cpu_is_spinning_by_what_it_waited() {
+        let mut crowded = Run::new(None);
+        crowded.owner_waited_ms = Some(0);
+        let state = crowded.steps(40, |run| {
+            run.owner_cpu_ms += 2_400;
+            run.owner_waited_ms = run.owner_waited_ms.map(|ms| ms + 2_500);
+        });
+        assert_eq!(state, ActivityState::Spinning);
+
+        let mut half = Run::new(None);
+        let state = half.steps(40, |run| run.owner_cpu_ms += 2_400);
+        assert_ne!(state, ActivityState::Spinning);
+        assert!(half.transitions.is_empty(), "{:?}", half.transitions);
     }
 
     #[test]

@@ -118,13 +118,24 @@ fn look(proc: &ProcRoot, key: ProcessKey, last: Option<Seen>) -> Option<Seen> {
     if stat.start_ticks != key.start_ticks || stat.has_exited() {
         return None;
     }
+    let threads = proc.threads_of(&stat).unwrap_or_default();
+    // The one thread's statistics are the process's; the threads of a larger one are read
+    // only when one of them is runnable, as a busy loop is at every round.
+    let waited_ns = if stat.num_threads == 1 {
+        ran.map(|ran| ran.wait_ns)
+    } else if threads.iter().any(|thread| thread.state == 'R') {
+        proc.waited_ns(key.pid).ok().flatten()
+    } else {
+        None
+    };
     let process = Process {
         key,
         parent: stat.ppid,
         age_ms: 0,
         cpu_ms: stat.cpu_ticks() * MS_PER_TICK,
+        waited_ms: waited_ns.map(|ns| ns / 1_000_000),
         io: proc.io(key.pid).ok(),
-        threads: proc.threads_of(&stat).unwrap_or_default(),
+        threads,
         sockets: Vec::new(),
     };
     Some(Seen {

@@ -1563,6 +1563,12 @@ pub const EVIDENCE: Struct = Struct {
             "CPU of the tree over the last interval, in thousandths of one core.",
         ),
         field(
+            "cpu_wait_permille",
+            U32,
+            omitted("0"),
+            "How long its threads waited, runnable, for a CPU over the last interval.",
+        ),
+        field(
             "long_lived_cpu_permille",
             U32,
             omitted("0"),

@@ -506,7 +506,7 @@ class SocketEvidence(Wire):
 class Evidence(Wire):
     """What the kernel showed of a session's tree at the last sample."""
 
-    OMIT_DEFAULT = frozenset({"long_lived_cpu_permille", "blocked_in", "sockets"})
+    OMIT_DEFAULT = frozenset({"cpu_wait_permille", "long_lived_cpu_permille", "blocked_in", "sockets"})
 
     processes: int
     """Live processes of the tree."""
@@ -515,6 +515,8 @@ class Evidence(Wire):
     threads: ThreadStates
     written_bytes: int
     """Bytes written over the last interval."""
+    cpu_wait_permille: int = 0
+    """How long its threads waited, runnable, for a CPU over the last interval."""
     long_lived_cpu_permille: int = 0
     """Of which its long-lived members', which is not progress."""
     blocked_in: List[str] = field(default_factory=list)
