@@ -76,7 +76,12 @@ impl ProcRoot {
 
     /// How much `pid`'s main thread has run; `None` where the kernel does not say.
     pub fn ran(&self, pid: u32) -> Result<Option<Ran>, IdentityError> {
-        let bytes = self.read(&format!("{pid}/schedstat"))?;
+        self.schedstat(&pid.to_string())
+    }
+
+    /// The `schedstat` of the task whose directory is `rel`.
+    fn schedstat(&self, rel: &str) -> Result<Option<Ran>, IdentityError> {
+        let bytes = self.read(&format!("{rel}/schedstat"))?;
         Ok(Ran::parse(&String::from_utf8_lossy(&bytes)))
     }
 
@@ -86,10 +91,7 @@ impl ProcRoot {
     pub fn waited_ns(&self, pid: u32) -> Result<Option<u64>, IdentityError> {
         let mut waited = None;
         for tid in self.tids(pid)? {
-            let Ok(line) = self.read(&format!("{pid}/task/{tid}/schedstat")) else {
-                continue;
-            };
-            if let Some(ran) = Ran::parse(&String::from_utf8_lossy(&line)) {
+            if let Ok(Some(ran)) = self.schedstat(&format!("{pid}/task/{tid}")) {
                 *waited.get_or_insert(0u64) += ran.wait_ns;
             }
         }
