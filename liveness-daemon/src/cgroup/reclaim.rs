@@ -177,10 +177,23 @@ impl Followed {
             self.files = None;
             self.gone = true;
         }
-        // A read that raced the cgroup's removal keeps the previous one.
-        if read.memory_events.is_some() || self.last.is_none() {
-            self.last = Some(read);
-        }
+        self.last = Some(newest(read, self.last.take()));
+    }
+}
+
+/// Each counter of `read` that it has, and of `kept` those it lacks: a read that raced
+/// the scope's removal has the files read before it and lost those after, and each lost
+/// counter keeps its previous read.
+fn newest(read: CgroupUsage, kept: Option<CgroupUsage>) -> CgroupUsage {
+    let Some(kept) = kept else {
+        return read;
+    };
+    CgroupUsage {
+        memory_peak: read.memory_peak.or(kept.memory_peak),
+        memory_events: read.memory_events.or(kept.memory_events),
+        cpu_usec: read.cpu_usec.or(kept.cpu_usec),
+        pids_peak: read.pids_peak.or(kept.pids_peak),
+        io: read.io.or(kept.io),
     }
 }
 
@@ -424,12 +437,10 @@ fn run(
                 Ok(false) => {
                     kills.retain(|kill| kill.path != job.path);
                     let mut usage = usage(&job.path);
-                    if let Some(follow) = followed.remove(&job.path)
-                        && usage.memory_events.is_none()
-                        && let Some(last) = follow.last
-                    {
-                        // systemd removed the emptied scope first: its last read.
-                        usage = last;
+                    if let Some(follow) = followed.remove(&job.path) {
+                        // systemd removed the emptied scope first, or while it was
+                        // read: what this read lacks, from its last.
+                        usage = newest(usage, follow.last);
                     }
                     let done = Emptied {
                         job: read.job,
@@ -609,58 +620,109 @@ mod tests {
         assert!(emptied.escaped.is_empty(), "{:?}", emptied.escaped);
     }
 
-    /// A scope systemd removes before the thread reads its last member's exit keeps a
-    /// read made while it ran, not the one made when it appeared: the CPU time its owner
-    /// spent after its start is there. The scope here is a directory whose `cpu.stat`
-    /// the test changes, and removes, as systemd would once it is empty. inotify tells when
-    /// the thread has read the file: the change comes after its first read, the removal
-    /// after a read of the change, however slow the thread.
-    #[tokio::test]
-    async fn a_scope_removed_before_its_last_read_keeps_a_read_made_while_it_ran() {
-        let dir = tempfile::tempdir().unwrap();
-        let scope = dir
-            .path()
-            .join(super::super::SUBTREE)
-            .join("liveness-s0-1-1.scope");
-        fs::create_dir_all(&scope).unwrap();
-        fs::write(scope.join("cgroup.events"), "populated 1\nfrozen 0\n").unwrap();
-        fs::write(scope.join("memory.events"), "oom 0\noom_kill 0\n").unwrap();
-        fs::write(scope.join("cpu.stat"), "usage_usec 0\n").unwrap();
-        let flags = inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK;
-        let cpu_read = inotify::init(flags).unwrap();
-        let watched = scope.join("cpu.stat");
-        // A close, not an access: `read_to_string` reads again after the content it got.
-        inotify::add_watch(&cpu_read, &watched, inotify::WatchFlags::CLOSE_NOWRITE).unwrap();
-        // Waits for the thread's next read of `cpu.stat` to be over, forgetting those before.
-        let next_read = |what: &str| {
+    /// A scope the test removes as systemd would once it is empty: a directory whose
+    /// files the test writes, followed by a reclaimer's thread. inotify tells when the
+    /// thread has read it (`io.stat`, the last file a read opens, is closed), so that each
+    /// change comes after the read before it, however slow the thread.
+    struct Scope {
+        _dir: tempfile::TempDir,
+        path: PathBuf,
+        read: OwnedFd,
+        reclaimer: Reclaimer,
+    }
+
+    impl Scope {
+        /// A scope followed from its start, once read.
+        fn followed() -> Scope {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir
+                .path()
+                .join(super::super::SUBTREE)
+                .join("liveness-s0-1-1.scope");
+            fs::create_dir_all(&path).unwrap();
+            fs::write(path.join("cgroup.events"), "populated 1\nfrozen 0\n").unwrap();
+            fs::write(path.join("memory.events"), "oom 0\noom_kill 0\n").unwrap();
+            fs::write(path.join("cpu.stat"), "usage_usec 0\n").unwrap();
+            fs::write(path.join("io.stat"), "").unwrap();
+            let flags = inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK;
+            let read = inotify::init(flags).unwrap();
+            // A close, not an access: `read_to_string` reads again after the content it got.
+            inotify::add_watch(
+                &read,
+                path.join("io.stat"),
+                inotify::WatchFlags::CLOSE_NOWRITE,
+            )
+            .unwrap();
+            let mut reclaimer = Reclaimer::default();
+            reclaimer.follow(path.clone());
+            let scope = Scope {
+                _dir: dir,
+                path,
+                read,
+                reclaimer,
+            };
+            scope.next_read("when it appeared");
+            scope
+        }
+
+        /// Waits for the thread's next read to be over, forgetting those before.
+        fn next_read(&self, what: &str) {
             let mut buf = [0u8; 4096];
-            while rustix::io::read(&cpu_read, &mut buf).is_ok() {}
-            let mut fds = [PollFd::new(&cpu_read, PollFlags::IN)];
+            while rustix::io::read(&self.read, &mut buf).is_ok() {}
+            let mut fds = [PollFd::new(&self.read, PollFlags::IN)];
             let ten_s = Timespec {
                 tv_sec: 10,
                 tv_nsec: 0,
             };
             let ready = rustix::event::poll(&mut fds, Some(&ten_s)).unwrap();
             assert_eq!(ready, 1, "the scope was not read {what}");
-        };
-        let mut reclaimer = Reclaimer::default();
-        reclaimer.follow(scope.clone());
-        next_read("when it appeared");
-        // Then its owner runs, and nothing the thread polls changes.
-        fs::write(&watched, "usage_usec 38000\n").unwrap();
-        next_read("while it ran");
-        fs::remove_dir_all(&scope).unwrap();
-        reclaimer.queue(Job {
-            session: None,
-            path: scope.clone(),
-            survivors: Vec::new(),
-        });
-        let report = tokio::time::timeout(Duration::from_secs(10), reclaimer.next())
-            .await
-            .expect("the removed scope reported");
-        let Report::Emptied(emptied) = report else {
-            panic!("{report:?}");
-        };
-        assert_eq!(emptied.usage.cpu_usec, Some(38000), "{:?}", emptied.usage);
+        }
+
+        /// Its owner runs: its CPU time, which nothing the thread polls signals.
+        fn runs(&self, usec: u64) {
+            fs::write(self.path.join("cpu.stat"), format!("usage_usec {usec}\n")).unwrap();
+            self.next_read("while it ran");
+        }
+
+        /// Removes it, ends its session, and returns what the session keeps.
+        async fn removed(mut self) -> CgroupUsage {
+            fs::remove_dir_all(&self.path).unwrap();
+            self.reclaimer.queue(Job {
+                session: None,
+                path: self.path.clone(),
+                survivors: Vec::new(),
+            });
+            let report = tokio::time::timeout(Duration::from_secs(10), self.reclaimer.next())
+                .await
+                .expect("the removed scope reported");
+            let Report::Emptied(emptied) = report else {
+                panic!("{report:?}");
+            };
+            emptied.usage
+        }
+    }
+
+    /// A scope systemd removes before the thread reads its last member's exit keeps a
+    /// read made while it ran, not the one made when it appeared: the CPU time its owner
+    /// spent after its start is there.
+    #[tokio::test]
+    async fn a_scope_removed_before_its_last_read_keeps_a_read_made_while_it_ran() {
+        let scope = Scope::followed();
+        scope.runs(38000);
+        let usage = scope.removed().await;
+        assert_eq!(usage.cpu_usec, Some(38000), "{usage:?}");
+    }
+
+    /// A read that systemd's removal of the scope cuts short, after `memory.events` and
+    /// before `cpu.stat`, keeps the CPU time of the read before it.
+    #[tokio::test]
+    async fn a_read_cut_short_by_the_scopes_removal_keeps_what_it_lost() {
+        let scope = Scope::followed();
+        scope.runs(38000);
+        fs::remove_file(scope.path.join("cpu.stat")).unwrap();
+        scope.next_read("as it was removed");
+        let usage = scope.removed().await;
+        assert_eq!(usage.cpu_usec, Some(38000), "{usage:?}");
+        assert!(usage.memory_events.is_some(), "{usage:?}");
     }
 }
